@@ -1,0 +1,64 @@
+"""Device backends: the hook specs, plugin discovery, the device worker and the built-in backends.
+
+Plugins are found through the ``tensorwire`` entry-point group (see :mod:`.hookspecs`).
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from . import hookspecs
+
+hookimpl = pluggy.HookimplMarker("tensorwire")
+
+_pm: pluggy.PluginManager | None = None
+
+
+def plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager with every installed ``tensorwire`` plugin loaded."""
+    global _pm
+    if _pm is None:
+        pm = pluggy.PluginManager("tensorwire")
+        pm.add_hookspecs(hookspecs)
+        pm.load_setuptools_entrypoints("tensorwire")
+        from . import cpu
+
+        if not pm.is_registered(cpu):  # the built-in backend, even when entry points are missing
+            pm.register(cpu)
+        _pm = pm
+        load_ops()
+    return _pm
+
+
+def load_ops() -> None:
+    """Add every plugin's custom ops to the op table (idempotent)."""
+    from tensorwire.protocol.ops import OPS, register_op
+
+    for ops in (_pm or plugin_manager()).hook.tensorwire_ops():
+        for op in ops or ():
+            if op.name not in OPS:
+                register_op(op)
+
+
+def backends() -> dict:
+    """All backends provided by installed plugins, by device type."""
+    pm = plugin_manager()
+    out = {}
+    for group in pm.hook.tensorwire_backends():
+        for b in group or ():
+            out.setdefault(b.name, b)
+    for b in out.values():
+        for extra in pm.hook.tensorwire_kernels(backend=b):
+            if extra:
+                b.add_kernels(extra)
+    return out
+
+
+def get_backend(device_type: str):
+    """The backend for a device type, or a DeviceError listing the known types."""
+    from tensorwire.protocol.errors import DeviceError
+
+    found = backends()
+    if device_type not in found:
+        raise DeviceError(f"no backend for device type {device_type!r}; installed: {', '.join(sorted(found))}")
+    return found[device_type]

@@ -1,0 +1,130 @@
+"""What a backend is: device discovery, buffers, and running graph fragments.
+
+A backend owns one device type. The worker calls :meth:`Backend.open` for its device and then
+talks to the returned :class:`Device`. The default :meth:`Device.compile` *interprets* a fragment
+node by node with the backend's ``kernels``; a compiling backend overrides it to fuse chains of
+elementwise and reduction nodes into kernels of its own (cached by the fragment's structure, which
+is the plan the worker passes in). Either way the contract is the same: ``compile`` gets the
+fragment's primitive steps (composites already expanded, except those in :attr:`Backend.native`)
+and returns a :class:`Program`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.ops import OPS
+
+
+@dataclass
+class DeviceInfo:
+    """One device a backend can drive; an unavailable one says why."""
+
+    type: str
+    index: int
+    available: bool = True
+    reason: str = ""
+    name: str = ""
+    memory_bytes: int | None = None
+
+    def to_wire(self) -> dict:
+        return {"device": f"{self.type}:{self.index}", "available": self.available, "reason": self.reason,
+                "name": self.name, "memory_bytes": self.memory_bytes}
+
+
+@dataclass
+class Step:
+    """One primitive op of a compiled fragment: read ``ins`` slots, write slot ``out``.
+
+    ``origin`` is the index of the fragment node it came from (a composite expands into several
+    steps with one origin); errors name that node.
+    """
+
+    op: str
+    ins: tuple[int, ...]
+    attrs: dict
+    shape: tuple[int, ...]
+    dtype: D.DType
+    out: int
+    origin: int
+    kernel: object = None
+    dynamic: bool = False
+    frees: tuple[int, ...] = field(default_factory=tuple)
+
+
+class Backend:
+    """Base class of backends. Subclasses set ``name`` and implement :meth:`devices` / :meth:`open`."""
+
+    name: str = ""
+
+    def __init__(self):
+        self.kernels: dict[str, object] = {}
+
+    def devices(self) -> list[DeviceInfo]:
+        """The devices of this type on this host, available or not (with the reason)."""
+        raise NotImplementedError
+
+    def open(self, index: int) -> Device:
+        """Open device ``index`` for a worker; raise DeviceError if it is not available."""
+        raise NotImplementedError
+
+    def add_kernels(self, kernels: dict) -> None:
+        """Add or replace kernels (plugins extending this backend use it through a hook)."""
+        self.kernels.update(kernels)
+
+    @property
+    def native(self) -> frozenset[str]:
+        """Composite ops this backend runs with a kernel of its own instead of the decomposition."""
+        return frozenset(k for k in self.kernels if k in OPS and not OPS[k].primitive)
+
+    def missing_primitives(self) -> list[str]:
+        """Primitive ops with no kernel (a conforming backend has none)."""
+        return [n for n, op in OPS.items() if op.primitive and n not in self.kernels and n != "const"]
+
+
+class Device:
+    """One opened device: buffers and programs. Buffers are immutable once written."""
+
+    backend: Backend
+
+    def upload(self, array) -> object:
+        """Make a device buffer from a host numpy array (which the device may keep; never mutate it)."""
+        raise NotImplementedError
+
+    def download(self, buf):
+        """A C-contiguous host numpy array with the buffer's contents (synchronising if asynchronous)."""
+        raise NotImplementedError
+
+    def free(self, buf) -> None:
+        """Release a buffer (the worker drops its reference too)."""
+
+    def nbytes(self, buf) -> int:
+        raise NotImplementedError
+
+    def meta(self, buf) -> tuple[tuple[int, ...], D.DType]:
+        """Shape and dtype of a buffer."""
+        raise NotImplementedError
+
+    def compile(self, steps: list[Step]) -> Program:
+        """Turn primitive steps into a program; the default interprets with the backend's kernels."""
+        for s in steps:
+            s.kernel = self.backend.kernels.get(s.op)
+        return Program(steps)
+
+    def run_step(self, step: Step, args: list, attrs: dict):
+        """Run one step (the interpreter's inner call)."""
+        return step.kernel(args, attrs, step.shape, step.dtype)
+
+    def synchronize(self) -> None:
+        """Wait for queued work (asynchronous backends)."""
+
+    def memory(self) -> dict:
+        return {}
+
+
+class Program:
+    """A compiled fragment: the steps in order (a compiling backend may hold fused kernels)."""
+
+    def __init__(self, steps: list[Step]):
+        self.steps = steps

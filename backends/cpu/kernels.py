@@ -1,0 +1,406 @@
+"""numpy kernels for every primitive op (and a few native composites), CPU backend.
+
+Kernel signature: ``kernel(inputs: list[np.ndarray], attrs: dict, shape, dtype) -> np.ndarray``.
+Buffers are immutable: a kernel never writes into an input, so movement ops return numpy views.
+float16/bfloat16 math runs in float32 and is rounded back, as PyTorch's CPU kernels do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol import random as rng
+from tensorwire.protocol.errors import IndexOutOfRange
+from tensorwire.protocol.ops import FLOAT_UNARY, binary_dtype
+
+try:  # scipy's erf is exact; math.erf vectorised is the fallback
+    from scipy.special import erf as _erf
+except ImportError:  # pragma: no cover - scipy is optional
+    _erf = np.vectorize(math.erf, otypes=[np.float64])
+
+_HALF = (D.float16.np, D.bfloat16.np)
+
+
+def _compute(dt: D.DType) -> np.dtype:
+    return np.dtype(np.float32) if dt.np in _HALF else dt.np
+
+
+def _out(x: np.ndarray, dt: D.DType) -> np.ndarray:
+    return x if x.dtype == dt.np else x.astype(dt.np)
+
+
+def _arr(x, dt: np.dtype) -> np.ndarray:
+    return x if x.dtype == dt else x.astype(dt)
+
+
+KERNELS: dict = {}
+
+
+def kernel(name):
+    def deco(fn):
+        KERNELS[name] = fn
+        return fn
+    return deco
+
+
+# creation -------------------------------------------------------------------------------------
+
+@kernel("full")
+def _full(ins, a, shape, dt):
+    return np.full(shape, a["value"], dtype=dt.np)
+
+
+@kernel("arange")
+def _arange(ins, a, shape, dt):
+    n, start, step = a["n"], a["start"], a["step"]
+    if dt.is_floating_point or isinstance(start, float) or isinstance(step, float):
+        v = start + np.arange(n, dtype=np.float64) * step
+    else:
+        v = start + np.arange(n, dtype=np.int64) * step
+    return _out(v, dt)
+
+
+@kernel("rand")
+def _rand(ins, a, shape, dt):
+    return rng.uniform(a["seed"], a["offset"], shape, dt.np)
+
+
+@kernel("randn")
+def _randn(ins, a, shape, dt):
+    return rng.normal(a["seed"], a["offset"], shape, dt.np)
+
+
+@kernel("randint")
+def _randint(ins, a, shape, dt):
+    return rng.randint(a["seed"], a["offset"], shape, dt.np, a["low"], a["high"])
+
+
+# elementwise ------------------------------------------------------------------------------------
+
+_FLOAT_FN = {"exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "sqrt": np.sqrt,
+             "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "erf": _erf,
+             "reciprocal": np.reciprocal, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+             "sinh": np.sinh, "cosh": np.cosh}
+assert set(_FLOAT_FN) == set(FLOAT_UNARY)
+
+
+def _float_unary(fn):
+    def k(ins, a, shape, dt):
+        return _out(fn(_arr(ins[0], _compute(dt))), dt)
+    return k
+
+
+for _n, _f in _FLOAT_FN.items():
+    KERNELS[_n] = _float_unary(_f)
+
+
+def _same_unary(fn, int_identity=False):
+    def k(ins, a, shape, dt):
+        x = ins[0]
+        if int_identity and not dt.is_floating_point:
+            return x
+        return _out(fn(_arr(x, _compute(dt))), dt)
+    return k
+
+
+KERNELS["neg"] = _same_unary(np.negative)
+KERNELS["abs"] = _same_unary(np.abs)
+KERNELS["sign"] = _same_unary(np.sign)
+for _n, _f in (("floor", np.floor), ("ceil", np.ceil), ("round", np.round), ("trunc", np.trunc)):
+    KERNELS[_n] = _same_unary(_f, int_identity=True)
+
+
+@kernel("isnan")
+def _isnan(ins, a, shape, dt):
+    return np.isnan(ins[0]) if ins[0].dtype.kind == "f" or ins[0].dtype in _HALF else np.zeros(shape, bool)
+
+
+@kernel("isinf")
+def _isinf(ins, a, shape, dt):
+    return np.isinf(ins[0]) if ins[0].dtype.kind == "f" or ins[0].dtype in _HALF else np.zeros(shape, bool)
+
+
+KERNELS["logical_not"] = lambda ins, a, s, dt: np.logical_not(ins[0])
+KERNELS["bitwise_not"] = lambda ins, a, s, dt: np.invert(ins[0])
+
+
+def _binary(fn, compare=False):
+    def k(ins, a, shape, dt):
+        x, y = ins
+        ct = binary_dtype([(x.shape, D.from_numpy(x.dtype)), (y.shape, D.from_numpy(y.dtype))])
+        cnp = _compute(ct) if not compare else ct.np
+        if dt.is_floating_point and not compare:
+            cnp = _compute(dt)
+        r = fn(_arr(x, cnp), _arr(y, cnp))
+        return _out(r, dt) if not compare else r
+    return k
+
+
+def _floordiv(x, y):
+    if x.dtype.kind in "iu" and np.any(y == 0):
+        raise ZeroDivisionError("ZeroDivisionError: integer division by zero")
+    return np.floor_divide(x, y)
+
+
+def _remainder(x, y):
+    if x.dtype.kind in "iu" and np.any(y == 0):
+        raise ZeroDivisionError("ZeroDivisionError: integer modulo by zero")
+    return np.remainder(x, y)
+
+
+def _pow(x, y):
+    if x.dtype.kind in "iu" and np.any(y < 0):
+        raise ValueError("Integers to negative integer powers are not allowed.")
+    return np.power(x, y)
+
+
+for _n, _f in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("div", np.true_divide),
+               ("maximum", np.maximum), ("minimum", np.minimum), ("floor_divide", _floordiv),
+               ("remainder", _remainder), ("pow", _pow), ("atan2", np.arctan2),
+               ("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
+               ("bitwise_xor", np.bitwise_xor)):
+    KERNELS[_n] = _binary(_f)
+for _n, _f in (("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le", np.less_equal),
+               ("gt", np.greater), ("ge", np.greater_equal)):
+    KERNELS[_n] = _binary(_f, compare=True)
+for _n, _f in (("logical_and", np.logical_and), ("logical_or", np.logical_or),
+               ("logical_xor", np.logical_xor)):
+    KERNELS[_n] = (lambda f: lambda ins, a, s, dt: f(ins[0], ins[1]))(_f)
+
+
+@kernel("where")
+def _where(ins, a, shape, dt):
+    c, x, y = ins
+    return np.where(_arr(c, np.dtype(bool)), _arr(x, dt.np), _arr(y, dt.np))
+
+
+@kernel("cast")
+def _cast(ins, a, shape, dt):
+    x = ins[0]
+    if dt is D.bool_:
+        return x != 0
+    if x.dtype in _HALF and not dt.is_floating_point:
+        x = x.astype(np.float32)
+    if x.dtype.kind == "f" and not dt.is_floating_point:
+        with np.errstate(invalid="ignore"):
+            return np.trunc(x).astype(dt.np)
+    return _arr(x, dt.np)
+
+
+# reductions ----------------------------------------------------------------------------------------
+
+def _axes(a, ndim):
+    d = a.get("dims")
+    if d is None:
+        return tuple(range(ndim))
+    return tuple(x % max(ndim, 1) for x in ([d] if isinstance(d, int) else d)) if ndim else ()
+
+
+@kernel("sum")
+def _sum(ins, a, shape, dt):
+    x = ins[0]
+    ct = _compute(dt)
+    return _out(np.sum(x, axis=_axes(a, x.ndim), keepdims=a.get("keepdim", False), dtype=ct), dt)
+
+
+@kernel("prod")
+def _prod(ins, a, shape, dt):
+    x = ins[0]
+    return _out(np.prod(x, axis=_axes(a, x.ndim), keepdims=a.get("keepdim", False), dtype=_compute(dt)), dt)
+
+
+@kernel("amax")
+def _amax(ins, a, shape, dt):
+    x = ins[0]
+    ax = _axes(a, x.ndim)
+    if x.size == 0:
+        return np.empty(shape, dt.np)
+    return np.max(x, axis=ax, keepdims=a.get("keepdim", False)) if ax else x.copy()
+
+
+@kernel("amin")
+def _amin(ins, a, shape, dt):
+    x = ins[0]
+    ax = _axes(a, x.ndim)
+    if x.size == 0:
+        return np.empty(shape, dt.np)
+    return np.min(x, axis=ax, keepdims=a.get("keepdim", False)) if ax else x.copy()
+
+
+def _arg(fn):
+    def k(ins, a, shape, dt):
+        x = ins[0]
+        if x.dtype in _HALF:
+            x = x.astype(np.float32)
+        if a.get("dim") is None or x.ndim == 0:
+            return np.asarray(fn(x.reshape(-1)), dtype=np.int64).reshape(shape)
+        return np.asarray(fn(x, axis=a["dim"] % x.ndim, keepdims=a.get("keepdim", False)), dtype=np.int64)
+    return k
+
+
+KERNELS["argmax"] = _arg(np.argmax)
+KERNELS["argmin"] = _arg(np.argmin)
+
+
+@kernel("cumsum")
+def _cumsum(ins, a, shape, dt):
+    x = ins[0]
+    if x.ndim == 0:
+        return _out(x, dt)
+    return _out(np.cumsum(x, axis=a["dim"] % x.ndim, dtype=_compute(dt)), dt)
+
+
+@kernel("cumprod")
+def _cumprod(ins, a, shape, dt):
+    x = ins[0]
+    if x.ndim == 0:
+        return _out(x, dt)
+    return _out(np.cumprod(x, axis=a["dim"] % x.ndim, dtype=_compute(dt)), dt)
+
+
+# movement --------------------------------------------------------------------------------------------
+
+KERNELS["reshape"] = lambda ins, a, shape, dt: ins[0].reshape(shape)
+KERNELS["permute"] = lambda ins, a, shape, dt: np.transpose(ins[0], [d % max(ins[0].ndim, 1)
+                                                                     for d in a["dims"]])
+KERNELS["expand"] = lambda ins, a, shape, dt: np.broadcast_to(ins[0], shape)
+KERNELS["copy"] = lambda ins, a, shape, dt: ins[0]  # buffers are immutable: a copy may share memory
+
+
+@kernel("slice")
+def _slice(ins, a, shape, dt):
+    return ins[0][tuple(slice(s, e, st) for s, e, st in zip(a["starts"], a["stops"], a["steps"]))]
+
+
+@kernel("flip")
+def _flip(ins, a, shape, dt):
+    x = ins[0]
+    return np.flip(x, axis=_axes(a, x.ndim)) if x.ndim else x
+
+
+@kernel("pad")
+def _pad(ins, a, shape, dt):
+    x = ins[0]
+    p = a["pads"]
+    crop = tuple(slice(max(-p[2 * i], 0), x.shape[i] - max(-p[2 * i + 1], 0)) for i in range(x.ndim))
+    x = x[crop]
+    width = [(max(p[2 * i], 0), max(p[2 * i + 1], 0)) for i in range(x.ndim)]
+    return np.pad(x, width, mode="constant", constant_values=np.asarray(a.get("value", 0)).astype(x.dtype))
+
+
+@kernel("cat")
+def _cat(ins, a, shape, dt):
+    return np.concatenate([_arr(x, dt.np) for x in ins], axis=a["dim"] % len(shape))
+
+
+# indexing -----------------------------------------------------------------------------------------------
+
+def _check_index(idx: np.ndarray, n: int, what: str, allow_negative: bool):
+    if idx.size == 0:
+        return idx
+    lo, hi = int(idx.min()), int(idx.max())
+    if hi >= n or lo < (-n if allow_negative else 0):
+        bad = hi if hi >= n else lo
+        raise IndexOutOfRange(f"{what}: index {bad} is out of bounds for dimension with size {n}")
+    return idx
+
+
+@kernel("gather")
+def _gather(ins, a, shape, dt):
+    x, idx = ins
+    dim = a["dim"] % max(x.ndim, 1)
+    if x.ndim == 0:
+        return x.copy()
+    _check_index(idx, x.shape[dim], "gather()", False)
+    sub = tuple(slice(0, idx.shape[i]) if i != dim else slice(None) for i in range(x.ndim))
+    return np.take_along_axis(x[sub], idx.astype(np.int64, copy=False), axis=dim)
+
+
+def _scatter_index(idx, dim):
+    grids = list(np.indices(idx.shape, sparse=True))
+    grids[dim] = idx.astype(np.int64, copy=False)
+    return tuple(grids)
+
+
+@kernel("scatter")
+def _scatter(ins, a, shape, dt):
+    x, idx, src = ins
+    dim = a["dim"] % max(x.ndim, 1)
+    _check_index(idx, x.shape[dim] if x.ndim else 1, "scatter()", False)
+    out = np.array(x, copy=True)
+    out[_scatter_index(idx, dim)] = _arr(src[tuple(slice(0, n) for n in idx.shape)], dt.np)
+    return out
+
+
+@kernel("scatter_add")
+def _scatter_add(ins, a, shape, dt):
+    x, idx, src = ins
+    dim = a["dim"] % max(x.ndim, 1)
+    _check_index(idx, x.shape[dim] if x.ndim else 1, "scatter_add()", False)
+    out = np.array(x, copy=True)
+    np.add.at(out, _scatter_index(idx, dim), _arr(src[tuple(slice(0, n) for n in idx.shape)], dt.np))
+    return out
+
+
+def _index_key(x, dim, idx):
+    for k, i in enumerate(idx):
+        _check_index(i, x.shape[dim + k], "index", True)
+    return (slice(None),) * dim + tuple(i.astype(np.int64, copy=False) for i in idx)
+
+
+@kernel("index")
+def _index(ins, a, shape, dt):
+    x, *idx = ins
+    return x[_index_key(x, a["dim"], idx)]
+
+
+@kernel("index_put")
+def _index_put(ins, a, shape, dt):
+    x, v, *idx = ins
+    key = _index_key(x, a["dim"], idx)
+    out = np.array(x, copy=True)
+    val = _arr(v, dt.np)
+    if a.get("accumulate"):
+        np.add.at(out, key, np.broadcast_to(val, out[key].shape))
+    else:
+        out[key] = val
+    return out
+
+
+@kernel("setslice")
+def _setslice(ins, a, shape, dt):
+    x, v = ins
+    out = np.array(x, copy=True)
+    out[tuple(slice(s, e, st) for s, e, st in zip(a["starts"], a["stops"], a["steps"]))] = _arr(v, dt.np)
+    return out
+
+
+# matmul ---------------------------------------------------------------------------------------------------
+
+@kernel("matmul")
+def _matmul(ins, a, shape, dt):
+    x, y = ins
+    ct = _compute(dt)
+    return _out(np.matmul(_arr(x, ct), _arr(y, ct)), dt)
+
+
+# native composites (faster than their decomposition on numpy) ----------------------------------------------
+
+@kernel("relu")
+def _relu(ins, a, shape, dt):
+    return np.maximum(ins[0], ins[0].dtype.type(0))
+
+
+@kernel("square")
+def _square(ins, a, shape, dt):
+    x = _arr(ins[0], _compute(dt))
+    return _out(x * x, dt)
+
+
+@kernel("sigmoid")
+def _sigmoid(ins, a, shape, dt):
+    x = _arr(ins[0], _compute(dt))
+    with np.errstate(over="ignore"):
+        return _out(1.0 / (1.0 + np.exp(-x)), dt)

@@ -1,0 +1,228 @@
+"""Compiling a fragment into a plan of primitive steps, and running it.
+
+The worker hands :func:`compile_plan` a fragment (``[op, refs, attrs]`` nodes, see
+:mod:`tensorwire.protocol.graph`) and the metas of its external inputs. Composite ops the backend
+has no native kernel for are expanded through their decomposition from the op table; a node that
+fails inference becomes a failing step, and every node that depends on it fails with it.
+The plan is cached by the worker and replayed with fresh ids.
+
+:func:`execute` is a generator: it yields ``("recv", k)`` when it needs the buffer of incoming
+transfer ``k`` (and is resumed with it), and ``("send", k, value)`` to hand a buffer to transfer
+``k``. That lets the worker park a session waiting for another device without blocking others.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import DependencyFailed, ProtocolError, error_to_wire
+from tensorwire.protocol.graph import RECV, SEND, ExpandingBuilder, Value
+from tensorwire.protocol.ops import a_dtype, a_int, get_op
+from tensorwire.protocol.shapes import check_shape
+
+from .base import Device, Program, Step
+
+FAIL = "__fail__"
+MAX_FRAGMENT_NODES = 1 << 20
+
+
+class Fail:
+    """A failed value: stored in place of a buffer so dependents fail with it."""
+
+    __slots__ = ("err",)
+
+    def __init__(self, err: dict):
+        self.err = err
+
+    def dependent(self, node: int | None) -> Fail:
+        origin = self.err.get("origin", self.err.get("node"))
+        msg = self.err.get("message", "")
+        if self.err.get("code") == DependencyFailed.code:
+            text = msg
+        else:
+            text = f"an op it depends on failed ({self.err.get('code')}: {msg})"
+        e = {"code": DependencyFailed.code, "message": text, "origin": origin}
+        if node is not None:
+            e["node"] = node
+        return Fail(e)
+
+
+class _PlanBuilder(ExpandingBuilder):
+    def __init__(self, native, first_slot: int):
+        super().__init__(native)
+        self.steps: list[Step] = []
+        self.next_slot = first_slot
+
+    def _emit(self, name, inputs, attrs, shape, dtype) -> int:
+        slot = self.next_slot
+        self.next_slot += 1
+        self.steps.append(Step(name, tuple(v.ref for v in inputs), attrs, shape, dtype, slot, self.origin))
+        return slot
+
+
+class Plan:
+    """A compiled fragment: steps over slots (external inputs first), and where each node's output lives."""
+
+    def __init__(self, program: Program, node_slot: list[int | None], ext_metas: list, nslots: int,
+                 node_meta: list):
+        self.program = program
+        self.node_slot = node_slot
+        self.ext_metas = ext_metas
+        self.nslots = nslots
+        self.node_meta = node_meta
+
+
+def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:
+    """Compile fragment ``nodes`` whose external inputs have ``ext_metas`` (``(shape, dtype)`` or a Fail)."""
+    if not isinstance(nodes, list) or len(nodes) > MAX_FRAGMENT_NODES:
+        raise ProtocolError("a fragment must be a list of at most 2**20 nodes")
+    n_ext = len(ext_metas)
+    b = _PlanBuilder(device.backend.native, n_ext)
+    node_slot: list[int | None] = []
+    node_meta: list = []
+    steps = b.steps
+
+    def value_of(ref: int):
+        if ref < 0:
+            k = -ref - 1
+            if k >= n_ext:
+                raise ProtocolError(f"reference to external input {k}, fragment has {n_ext}")
+            m = ext_metas[k]
+            return m if isinstance(m, Fail) else Value(m[0], m[1], k)
+        if ref >= len(node_slot):
+            raise ProtocolError(f"node refers to node {ref} which comes later")
+        m = node_meta[ref]
+        return m if isinstance(m, Fail) else Value(m[0], m[1], node_slot[ref])
+
+    for j, node in enumerate(nodes):
+        b.origin = j
+        try:
+            if not isinstance(node, list) or len(node) < 3:
+                raise ProtocolError(f"bad node {node!r}")
+            op, refs, attrs = node[0], node[1], node[2] or {}
+            if not isinstance(refs, list) or not isinstance(attrs, dict):
+                raise ProtocolError("node refs must be a list and attrs a map")
+            ins = [value_of(r) for r in refs]
+            failed = next((v for v in ins if isinstance(v, Fail)), None)
+            if failed is not None:
+                node_meta.append(failed.dependent(None))
+                node_slot.append(None)
+                continue
+            if op == SEND:
+                a_int(attrs, "xfer")
+                steps.append(Step(SEND, (ins[0].ref,), attrs, ins[0].shape, ins[0].dtype, -1, j))
+                node_meta.append((ins[0].shape, ins[0].dtype))
+                node_slot.append(None)
+                continue
+            if op == RECV:
+                a_int(attrs, "xfer")
+                shape, dt = check_shape(attrs.get("shape", ())), a_dtype(attrs)
+                v = b._emit(RECV, (), attrs, shape, dt)
+                node_meta.append((shape, dt))
+                node_slot.append(v)
+                continue
+            if op == "const":
+                v = b.op("const", **attrs)
+                steps[-1].dynamic = True
+            else:
+                opdef = get_op(op)
+                n_before = len(steps)
+                v = b.op(op, *ins, **attrs)
+                if opdef.dynamic and len(steps) == n_before + 1:
+                    steps[-1].dynamic = True
+            node_meta.append((v.shape, v.dtype))
+            node_slot.append(v.ref)
+        except Exception as e:  # inference failed: the node fails, its dependents with it
+            err = error_to_wire(e)
+            node_meta.append(Fail(err))
+            node_slot.append(None)
+    # last uses, so temporaries are freed as soon as they are consumed
+    last: dict[int, int] = {}
+    for i, s in enumerate(steps):
+        for x in s.ins:
+            last[x] = i
+    frees: dict[int, list[int]] = {}
+    for slot, i in last.items():
+        frees.setdefault(i, []).append(slot)
+    for i, s in enumerate(steps):
+        s.frees = tuple(frees.get(i, ()))
+    program = device.compile(steps)
+    return Plan(program, node_slot, [m if isinstance(m, Fail) else m for m in ext_metas], b.next_slot, node_meta)
+
+
+def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set):
+    """Run ``plan`` (a generator, see the module doc); returns ``{out_id: buffer | Fail}`` for kept outputs.
+
+    ``ext`` holds the external input buffers (or Fails), ``outs`` the handle id of every node,
+    ``dyn`` maps node index to its dynamic attributes, ``keep`` is the set of slots that must
+    survive the run (outputs the client still holds); everything else is freed after its last use.
+    """
+    env: list = [None] * plan.nslots
+    env[:len(ext)] = ext
+    steps = plan.program.steps
+    node_slot = plan.node_slot
+    with np.errstate(all="ignore"):
+        for s in steps:
+            args = [env[i] for i in s.ins]
+            bad = next((a for a in args if isinstance(a, Fail)), None)
+            origin_id = outs[s.origin] if s.origin < len(outs) else None
+            if bad is not None:
+                res = bad.dependent(origin_id)
+            elif s.op == SEND:
+                yield ("send", s.attrs["xfer"], args[0])
+                res = None
+            elif s.op == RECV:
+                res = yield ("recv", s.attrs["xfer"])
+            else:
+                attrs = s.attrs
+                if s.dynamic and s.origin in dyn:
+                    attrs = {**attrs, **dyn[s.origin]}
+                try:
+                    if s.op == "const":
+                        res = _const(device, attrs, frames, s)
+                    else:
+                        res = device.run_step(s, args, attrs)
+                except Exception as e:
+                    res = Fail(error_to_wire(e, origin_id))
+            if s.out >= 0:
+                env[s.out] = res
+            for f in s.frees:
+                if f not in keep:
+                    env[f] = None
+    result = {}
+    for j, slot in enumerate(node_slot):
+        if slot is None:
+            m = plan.node_meta[j]
+            if isinstance(m, Fail) and j < len(outs):
+                err = dict(m.err)
+                err.setdefault("node", outs[j])
+                if err.get("code") == DependencyFailed.code:
+                    err["node"] = outs[j]
+                result[outs[j]] = Fail(err)
+            continue
+        if slot in keep:
+            result[outs[j]] = env[slot]
+    return result
+
+
+def _const(device: Device, attrs: dict, frames: list, step: Step):
+    fi = attrs.get("frame")
+    if not isinstance(fi, int) or not 0 <= fi < len(frames):
+        raise ProtocolError(f"const names frame {fi!r}, the message has {len(frames)} buffer frames")
+    buf = frames[fi]
+    mv = buf.buffer if hasattr(buf, "buffer") else memoryview(buf)
+    need = int(np.prod(step.shape, dtype=np.int64)) * step.dtype.itemsize
+    if mv.nbytes != need:
+        raise ProtocolError(f"const frame holds {mv.nbytes} bytes, {list(step.shape)} {step.dtype.name} needs {need}")
+    arr = np.frombuffer(mv, dtype=step.dtype.np).reshape(step.shape) if need else np.empty(step.shape,
+                                                                                           step.dtype.np)
+    return device.upload(arr)
+
+
+def meta_of(device: Device, buf) -> tuple | Fail:
+    if isinstance(buf, Fail):
+        return buf
+    return device.meta(buf)
+
+
+__all__ = ["Fail", "Plan", "compile_plan", "execute", "meta_of", "D"]

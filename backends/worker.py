@@ -1,0 +1,386 @@
+"""The device worker: one process per device, a DEALER to the dispatcher's service socket.
+
+Two threads. The I/O thread owns the socket: it registers, exchanges heartbeats, decodes messages
+and forwards outgoing ones; it never runs kernels, so the worker stays responsive during long ones.
+The execution thread owns all state (per-session buffers, cached plans, parked work) and runs
+fragments in each session's order, round-robin across sessions; a session waiting for a transfer
+from another device is parked while the others go on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import threading
+import time
+from collections import deque
+
+import zmq
+from tensorwire.protocol import PROTOCOL_VERSION
+from tensorwire.protocol.errors import DeviceError, NotFound, ProtocolError, error_to_wire
+from tensorwire.protocol.service import HEARTBEAT_S, LIVENESS, announce_ready, stop_event_on_signals
+from tensorwire.protocol.wire import MAX_MESSAGE, array_from_frame, as_frame, pack_header, unpack_header
+
+from . import get_backend
+from .executor import Fail, compile_plan, execute, meta_of
+
+log = logging.getLogger("tensorwire.worker")
+MAX_PLANS_PER_SESSION = 4096
+
+
+def parse_device(text: str) -> tuple[str, int]:
+    """``"cpu:0"`` -> ``("cpu", 0)``; ``"cpu"`` means index 0."""
+    kind, _, idx = text.partition(":")
+    if not kind or (idx and not idx.isdigit()):
+        raise DeviceError(f"bad device {text!r}; expected TYPE:INDEX such as cpu:0")
+    return kind, int(idx or 0)
+
+
+class _Session:
+    __slots__ = ("buffers", "plans", "jobs", "running", "errors")
+
+    def __init__(self):
+        self.buffers: dict[int, object] = {}
+        self.plans: dict[int, object] = {}
+        self.jobs: deque = deque()
+        self.running = None  # (job, generator, pending recv key)
+        self.errors: list[dict] = []
+
+
+class Executor:
+    """Owns the device and all session state; runs in its own thread, fed through ``inbox``."""
+
+    def __init__(self, device, device_name: str, send):
+        self.device = device
+        self.name = device_name
+        self.send = send  # callable(header, frames) -> None (thread-safe hand-off to the I/O thread)
+        self.inbox: queue.Queue = queue.Queue()
+        self.sessions: dict[bytes, _Session] = {}
+        self.xfers: dict[int, object] = {}
+        self.waiting: dict[int, bytes] = {}  # transfer key -> session parked on it
+        self.ready: deque = deque()  # sessions with runnable work
+        self.stopped = False
+
+    # -- message handling (execution thread) -------------------------------------------------
+    def _session(self, sid) -> _Session:
+        s = self.sessions.get(sid)
+        if s is None:
+            s = self.sessions[sid] = _Session()
+        return s
+
+    def handle(self, h: dict, frames: list) -> None:
+        t = h["t"]
+        if t == "run":
+            sid = h["s"]
+            s = self._session(sid)
+            s.jobs.append((h, frames))
+            if s.running is None and len(s.jobs) == 1:
+                self.ready.append(sid)
+        elif t == "xfer":
+            key = h["x"]
+            if "err" in h:
+                val = Fail(h["err"])
+            else:
+                try:
+                    _, arr = array_from_frame([0, h["dtype"], h["shape"], 0], frames)
+                    val = self.device.upload(arr)
+                except Exception as e:
+                    val = Fail(error_to_wire(e))
+            self.xfers[key] = val
+            sid = self.waiting.pop(key, None)
+            if sid is not None:
+                self.ready.append(sid)
+        elif t == "drop_session":
+            s = self.sessions.pop(h["s"], None)
+            if s is not None:
+                for b in s.buffers.values():
+                    if not isinstance(b, Fail):
+                        self.device.free(b)
+        elif t == "stats":
+            self.send({"t": "stats", "q": h.get("q"), "device": self.name, "sessions": self.stats()}, [])
+        elif t == "drop_plans":
+            s = self.sessions.get(h["s"])
+            if s is not None:
+                for p in h.get("plans", ()):
+                    s.plans.pop(p, None)
+
+    def stats(self) -> dict:
+        out = {}
+        for sid, s in self.sessions.items():
+            live = [b for b in s.buffers.values() if not isinstance(b, Fail)]
+            out[sid.hex() if isinstance(sid, bytes) else str(sid)] = {
+                "buffers": len(live), "bytes": int(sum(self.device.nbytes(b) for b in live))}
+        return out
+
+    # -- running -----------------------------------------------------------------------------------
+    def loop(self) -> None:
+        while not self.stopped:
+            try:
+                item = self.inbox.get(timeout=None if not self.ready else 0)
+                if item is None:
+                    return
+                self._safe_handle(*item)
+                while True:  # drain without blocking
+                    item = self.inbox.get_nowait()
+                    if item is None:
+                        return
+                    self._safe_handle(*item)
+            except queue.Empty:
+                pass
+            for _ in range(len(self.ready)):
+                sid = self.ready.popleft()
+                s = self.sessions.get(sid)
+                if s is not None:
+                    self._advance(sid, s)
+
+    def _safe_handle(self, h, frames):
+        try:
+            self.handle(h, frames)
+        except Exception as e:  # a malformed message never stops the worker
+            log.warning("bad message %s: %s", h.get("t"), e)
+            if h.get("t") == "run" and h.get("reply"):
+                self.send({"t": "done", "s": h.get("s"), "q": h.get("q"), "values": [],
+                           "errors": [error_to_wire(ProtocolError(f"worker rejected the message: {e}"))]}, [])
+
+    def _advance(self, sid, s: _Session) -> None:
+        """Run the session's work until it blocks on a transfer or has none left."""
+        while True:
+            if s.running is None:
+                if not s.jobs:
+                    return
+                h, frames = s.jobs.popleft()
+                try:
+                    gen = self._start(s, h, frames)
+                except Exception as e:
+                    err = error_to_wire(e)
+                    s.errors.append(err)
+                    self._finish(sid, s, h, {}, extra_errors=[])
+                    continue
+                s.running = (h, gen, None)
+                send_val = None
+            else:
+                h, gen, key = s.running
+                if key is not None:
+                    if key not in self.xfers:
+                        self.waiting[key] = sid
+                        return
+                    send_val = self.xfers.pop(key)
+                else:
+                    send_val = None
+            try:
+                while True:
+                    ev = gen.send(send_val)
+                    send_val = None
+                    if ev[0] == "send":
+                        self._send_xfer(sid, h, ev[1], ev[2])
+                    else:  # recv
+                        key = h["x"] + ev[1]
+                        if key in self.xfers:
+                            send_val = self.xfers.pop(key)
+                            continue
+                        s.running = (h, gen, key)
+                        self.waiting[key] = sid
+                        return
+            except StopIteration as stop:
+                result = stop.value
+            except Exception as e:  # an executor bug must not kill the worker
+                s.errors.append(error_to_wire(e))
+                result = {}
+            s.running = None
+            self._finish(sid, s, h, result)
+
+    def _start(self, s: _Session, h: dict, frames: list):
+        plan_no = h.get("plan")
+        nodes = h.get("nodes")
+        if nodes is None and plan_no is None:  # only releases, fetches or a sync
+            return _nothing()
+        ext_ids = h.get("ext") or []
+        ext = [s.buffers.get(i) for i in ext_ids]
+        for k, b in enumerate(ext):
+            if b is None:
+                ext[k] = Fail(error_to_wire(NotFound(f"handle {ext_ids[k]} is not on {self.name}")))
+        if nodes is not None:
+            plan = compile_plan(self.device, nodes, [meta_of(self.device, b) for b in ext])
+            if plan_no is not None:
+                if len(s.plans) >= MAX_PLANS_PER_SESSION:
+                    s.plans.pop(next(iter(s.plans)))
+                s.plans[plan_no] = plan
+        else:
+            plan = s.plans.get(plan_no)
+            if plan is None:
+                raise NotFound(f"plan {plan_no} is not known on {self.name}")
+            for k, b in enumerate(ext):  # a replayed plan needs inputs shaped as when it was compiled
+                m = meta_of(self.device, b)
+                if not isinstance(m, Fail) and not isinstance(plan.ext_metas[k], Fail) and m != plan.ext_metas[k]:
+                    raise ProtocolError(f"plan {plan_no} replayed with input {ext_ids[k]} of a different "
+                                        f"shape/dtype")
+        outs = h.get("outs") or []
+        release = set(h.get("release") or ())
+        keep = {plan.node_slot[j] for j, i in enumerate(outs) if i not in release and j < len(plan.node_slot)}
+        keep.discard(None)
+        dyn = {j: a for j, a in (h.get("dyn") or ())}
+        return execute(self.device, plan, ext, outs, dyn, frames, keep)
+
+    def _send_xfer(self, sid, h, k, value) -> None:
+        key = h["x"] + k
+        if isinstance(value, Fail):
+            self.send({"t": "xfer", "s": sid, "x": key, "err": value.dependent(None).err}, [])
+            return
+        arr = self.device.download(value)
+        shape, dt = self.device.meta(value)
+        self.send({"t": "xfer", "s": sid, "x": key, "dtype": dt.name, "shape": list(shape)}, [as_frame(arr)])
+
+    def _finish(self, sid, s: _Session, h: dict, result: dict, extra_errors=None) -> None:
+        for i, v in result.items():
+            s.buffers[i] = v
+            if isinstance(v, Fail) and v.err.get("code") != "DependencyFailed":
+                s.errors.append(v.err)
+        for i in h.get("release") or ():
+            b = s.buffers.pop(i, None)
+            if b is not None and not isinstance(b, Fail):
+                self.device.free(b)
+        if not h.get("reply"):
+            return
+        values, frames, fetch_errors = [], [], []
+        for i in h.get("fetch") or ():
+            b = s.buffers.get(i)
+            if b is None:
+                fetch_errors.append(error_to_wire(NotFound(f"handle {i} does not exist on {self.name}"), i))
+            elif isinstance(b, Fail):
+                e = dict(b.err)
+                e["fetched"] = i
+                fetch_errors.append(e)
+            else:
+                try:
+                    arr = self.device.download(b)
+                except Exception as e:
+                    fetch_errors.append(error_to_wire(e, i))
+                    continue
+                shape, dt = self.device.meta(b)
+                values.append([i, dt.name, list(shape), len(frames)])
+                frames.append(as_frame(arr))
+        errors, s.errors = s.errors, []
+        self.send({"t": "done", "s": sid, "q": h.get("q"), "values": values, "errors": errors,
+                   "fetch_errors": fetch_errors}, frames)
+
+
+def _nothing():
+    return {}
+    yield  # noqa: B901 - a generator that yields nothing
+
+
+class Worker:
+    """The worker process: I/O thread (this object) plus an :class:`Executor` thread."""
+
+    def __init__(self, device: str, dispatcher: str, ctx: zmq.Context | None = None):
+        self.device_name = device
+        kind, index = parse_device(device)
+        self.backend = get_backend(kind)
+        infos = {d.index: d for d in self.backend.devices()}
+        info = infos.get(index)
+        if info is None:
+            raise DeviceError(f"{device} does not exist; {kind} devices here: "
+                              f"{', '.join(f'{kind}:{i}' for i in infos) or 'none'}")
+        if not info.available:
+            raise DeviceError(f"{device} is not available: {info.reason}")
+        self.info = info
+        self.device = self.backend.open(index)
+        self.dispatcher = dispatcher
+        self.ctx = ctx or zmq.Context.instance()
+        self._out_addr = f"inproc://tw-worker-out-{id(self)}"
+        self._out_pull = self.ctx.socket(zmq.PULL)
+        self._out_pull.bind(self._out_addr)
+        self._out_lock = threading.Lock()
+        self._out_push = self.ctx.socket(zmq.PUSH)
+        self._out_push.connect(self._out_addr)
+        self.executor = Executor(self.device, device, self._send_from_executor)
+        self.stop = threading.Event()
+
+    def _send_from_executor(self, header: dict, frames: list) -> None:
+        with self._out_lock:
+            self._out_push.send_multipart([pack_header(header), *frames], copy=False)
+
+    def _connect(self) -> zmq.Socket:
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        sock.connect(self.dispatcher)
+        sock.send_multipart([pack_header({"t": "register", "v": PROTOCOL_VERSION, "service": "worker",
+                                          "device": self.device_name, "backend": self.backend.name,
+                                          "info": self.info.to_wire(), "pid": os.getpid()})])
+        return sock
+
+    def serve(self, ready_line: bool = True) -> None:
+        th = threading.Thread(target=self.executor.loop, name="tw-exec", daemon=True)
+        th.start()
+        sock = self._connect()
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._out_pull, zmq.POLLIN)
+        last_seen = time.monotonic()
+        next_hb = time.monotonic() + HEARTBEAT_S
+        announced = False
+        try:
+            while not self.stop.is_set():
+                events = dict(poller.poll(int(HEARTBEAT_S * 1000)))
+                now = time.monotonic()
+                if self._out_pull in events:
+                    for _ in range(1000):
+                        try:
+                            msg = self._out_pull.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        sock.send_multipart(msg, copy=False)
+                if sock in events:
+                    for _ in range(1000):
+                        try:
+                            msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        last_seen = now
+                        try:
+                            h = unpack_header(msg[0].bytes)
+                        except ProtocolError as e:
+                            log.warning("dropping malformed message: %s", e)
+                            continue
+                        t = h["t"]
+                        if t == "registered":
+                            if ready_line and not announced:
+                                announce_ready("worker", device=self.device_name, pid=os.getpid())
+                                announced = True
+                        elif t == "hb":
+                            pass
+                        elif t == "refused":
+                            raise DeviceError(h.get("message", "the dispatcher refused this worker"))
+                        else:
+                            self.executor.inbox.put((h, msg[1:]))
+                if now >= next_hb:
+                    sock.send_multipart([pack_header({"t": "hb"})])
+                    next_hb = now + HEARTBEAT_S
+                if now - last_seen > HEARTBEAT_S * LIVENESS:  # dispatcher gone: reconnect and re-register
+                    log.warning("dispatcher silent for %.1fs; reconnecting", now - last_seen)
+                    poller.unregister(sock)
+                    sock.close(0)
+                    sock = self._connect()
+                    poller.register(sock, zmq.POLLIN)
+                    last_seen = now
+        finally:
+            self.executor.inbox.put(None)
+            sock.close(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="tensorwire worker", description="Run a device worker.")
+    p.add_argument("--device", default="cpu:0", help="device this worker owns, e.g. cpu:0 or cuda:1")
+    p.add_argument("--dispatcher", default=os.environ.get("TENSORWIRE_SERVICE_ADDRESS", "tcp://127.0.0.1:5556"),
+                   help="the dispatcher's service address")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
+    w = Worker(args.device, args.dispatcher)
+    stop = stop_event_on_signals()
+    threading.Thread(target=lambda: (stop.wait(), w.stop.set()), daemon=True).start()
+    w.serve()
+    return 0
+

@@ -1,0 +1,115 @@
+"""The ``tensorwire`` command: ``up``, ``dispatcher``, ``worker``, ``status``, ``hub``.
+
+Service modules are imported only by the subcommand that runs them, so the client stays thin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+USAGE = """usage: tensorwire COMMAND [options]
+
+commands:
+  up          start a local cluster (dispatcher, workers, hub) and print its address; Ctrl-C stops all
+  dispatcher  run the dispatcher
+  worker      run a device worker (--device cpu:0 --dispatcher tcp://HOST:5556)
+  status      show the cluster's devices, sessions and live buffers
+  hub         run the model hub, or push/list models (tensorwire hub --help)
+
+Run `tensorwire COMMAND --help` for a command's options."""
+
+
+def _up(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="tensorwire up", description="Start a local cluster; Ctrl-C stops it.")
+    p.add_argument("--devices", default="cpu:0", help="comma-separated devices (default cpu:0)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=5555, help="client port (0 picks a free one)")
+    p.add_argument("--hub-root", default=None, help="start the model hub with this storage folder")
+    p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"), help="credential clients must present")
+    p.add_argument("--log-dir", default=None, help="where services write their logs")
+    args = p.parse_args(argv)
+    from tensorwire.protocol.service import stop_event_on_signals
+
+    from .cluster import LocalCluster
+
+    stop = stop_event_on_signals()
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    with LocalCluster(devices=devices, hub_root=args.hub_root, host=args.host, port=args.port,
+                      token=args.token, log_dir=args.log_dir) as c:
+        print(f"tensorwire cluster up: {c.address}  devices: {', '.join(devices)}")
+        print(f"  connect with: tw.connect({c.address!r})  or  TENSORWIRE_ADDRESS={c.address}")
+        if c.hub_url:
+            print(f"  hub: {c.hub_url}  write token: {c.hub_token}")
+        print(f"  logs: {c.log_dir}   (Ctrl-C stops all)", flush=True)
+        while not stop.is_set():
+            dead = [n for n, s in c.services.items() if not s.alive()]
+            if dead:
+                print(f"service(s) exited: {', '.join(dead)}; stopping", file=sys.stderr)
+                return 1
+            stop.wait(1.0)
+    print("tensorwire cluster stopped")
+    return 0
+
+
+def _status(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="tensorwire status", description="Show a cluster's state.")
+    p.add_argument("--address", default=os.environ.get("TENSORWIRE_ADDRESS", "tcp://127.0.0.1:5555"))
+    p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"))
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--timeout", type=float, default=5.0)
+    args = p.parse_args(argv)
+    from .session import Session
+
+    s = Session(args.address, args.token, timeout=args.timeout)
+    try:
+        st = s.cluster_status()
+    finally:
+        s.close()
+    if args.json:
+        print(json.dumps(st, indent=2, default=str))
+        return 0
+    me = st["session"]
+    print(f"dispatcher {args.address}  up {st['uptime_s']:.0f}s  sessions: {len(st['sessions']) - 1} "
+          f"(besides this one)  services: {', '.join(st['services']) or 'none'}")
+    print(f"{'device':<10} {'backend':<24} {'buffers':>8} {'bytes':>14}  per session")
+    for w in st["workers"]:
+        d = w["device"]
+        sessions = {k: v for k, v in st["devices"].get(d, {}).items() if k != me}
+        nb = sum(v["buffers"] for v in sessions.values())
+        by = sum(v["bytes"] for v in sessions.values())
+        per = ", ".join(f"{k[:8]}: {v['buffers']} ({v['bytes']} B)" for k, v in sessions.items())
+        print(f"{d:<10} {w.get('name', ''):<24} {nb:>8} {by:>14}  {per}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "up":
+        return _up(rest)
+    if cmd == "dispatcher":
+        from tensorwire.dispatcher.server import main as m
+
+        return m(rest)
+    if cmd == "worker":
+        from tensorwire.backends.worker import main as m
+
+        return m(rest)
+    if cmd == "status":
+        return _status(rest)
+    if cmd == "hub":
+        from tensorwire.hub.cli import main as m
+
+        return m(rest)
+    print(f"tensorwire: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

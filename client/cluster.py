@@ -1,0 +1,193 @@
+"""``tw.LocalCluster``: the embedded default, every service as a subprocess on free local ports."""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tensorwire.protocol.errors import TensorwireError
+from tensorwire.protocol.service import parse_ready
+
+START_TIMEOUT_S = float(os.environ.get("TENSORWIRE_START_TIMEOUT", "60"))
+
+
+def _die_with_parent():  # runs in the child before exec: it gets SIGTERM when we die
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class Service:
+    """A service subprocess started by the cluster; ``info`` is its readiness line's payload."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict | None = None):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL,
+                                     env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        self.info: dict | None = None
+
+    def wait_ready(self, deadline: float) -> dict:
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        buf = b""
+        try:
+            while time.monotonic() < deadline:
+                if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                    break
+                chunk = os.read(self.proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    info = parse_ready(line.decode(errors="replace"))
+                    if info is not None:
+                        self.info = info
+                        return info
+        finally:
+            sel.close()
+        self.stop()
+        tail = self.log_tail()
+        raise TensorwireError(f"{self.name} did not become ready within {START_TIMEOUT_S:g}s "
+                              f"(exit code {self.proc.poll()}); its log ({self.log_path}):\n{tail}")
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self._log.close()
+
+    def kill(self) -> None:
+        """Kill abruptly (for fault tests)."""
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tensorwire.cli", *args]
+
+
+class LocalCluster:
+    """A dispatcher, one worker per device (and the hub when ``hub_root`` is given) on local ports.
+
+    ``with tw.LocalCluster(devices=["cpu:0", "cpu:1"]) as c: tw.connect(c.address)``. Services are
+    subprocesses that die with this process; their logs are in ``log_dir``.
+    """
+
+    def __init__(self, devices=("cpu:0",), hub_root: str | os.PathLike | None = None, *, host: str = "127.0.0.1",
+                 port: int = 0, token: str | None = None, log_dir: str | os.PathLike | None = None,
+                 extra_env: dict | None = None):
+        self.devices = [str(d) if ":" in str(d) else f"{d}:0" for d in devices]
+        if len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"devices must be distinct, got {self.devices}")
+        self.token = token
+        self._tmp = None
+        if log_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="tensorwire-")
+            log_dir = self._tmp.name
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.env = {**os.environ, **(extra_env or {})}
+        self.services: dict[str, Service] = {}
+        self.hub_url: str | None = None
+        self.hub_token: str | None = None
+        self.hub_root = Path(hub_root) if hub_root is not None else None
+        self._closed = False
+        try:
+            self._start(host, port)
+        except BaseException:
+            self.close()
+            raise
+        atexit.register(self.close)
+
+    def _spawn(self, name: str, argv: list[str]) -> Service:
+        svc = Service(name, argv, self.log_dir / f"{name.replace(':', '-')}.log", self.env)
+        self.services[name] = svc
+        return svc
+
+    def _start(self, host: str, port: int) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        hub = None
+        if self.hub_root is not None:
+            hub = self._spawn("hub", _cli("hub", "--root", str(self.hub_root), "--host", host, "--port", "0"))
+        args = ["dispatcher", "--address", f"tcp://{host}:{port}", "--service-address", f"tcp://{host}:0"]
+        if self.token:
+            args += ["--token", self.token]
+        if hub is not None:
+            self.hub_url = hub.wait_ready(deadline)["url"]
+            args += ["--hub-url", self.hub_url]
+            from tensorwire.hub.server import create_token
+
+            self.hub_token = create_token(str(self.hub_root), "local-cluster", write=True)
+        disp = self._spawn("dispatcher", _cli(*args))
+        info = disp.wait_ready(deadline)
+        self.address = info["address"]
+        self.service_address = info["service_address"]
+        self.start_workers(self.devices, deadline)
+
+    def start_workers(self, devices, deadline: float | None = None) -> None:
+        """Start (or restart) workers for ``devices``; returns when each is registered."""
+        deadline = deadline or time.monotonic() + START_TIMEOUT_S
+        env_token = ["--token", self.token] if self.token else []
+        started = [self._spawn(d, _cli("worker", "--device", d, "--dispatcher", self.service_address, *env_token))
+                   for d in devices]
+        for w in started:
+            w.wait_ready(deadline)
+
+    def start_service(self, name: str, argv: list[str]) -> Service:
+        """Start another service (autograd, collectives...) and wait for its readiness line."""
+        svc = self._spawn(name, argv)
+        svc.wait_ready(time.monotonic() + START_TIMEOUT_S)
+        return svc
+
+    def close(self) -> None:
+        """Stop every service (workers first, the dispatcher last)."""
+        if self._closed:
+            return
+        self._closed = True
+        order = [n for n in self.services if n not in ("dispatcher", "hub")] + [
+            n for n in ("dispatcher", "hub") if n in self.services]
+        for n in order:
+            try:
+                self.services[n].stop()
+            except Exception:
+                pass
+        if self._tmp is not None:
+            self._tmp.cleanup()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalCluster(address={getattr(self, 'address', None)!r}, devices={self.devices})"

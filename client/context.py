@@ -1,0 +1,94 @@
+"""The default session: ``tw.connect`` and what module-level functions use."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from .session import Session
+
+_default: Session | None = None
+_local = threading.local()
+_lock = threading.Lock()
+
+
+def connect(address: str | None = None, token: str | None = None, *, timeout: float | None = None,
+            devices=None) -> Session:
+    """Connect to a dispatcher and make the session the default one; returns the :class:`Session`.
+
+    With no ``address``: ``TENSORWIRE_ADDRESS`` if set, otherwise a :class:`LocalCluster` started for
+    this session (the embedded default, devices ``cpu:0`` unless ``devices=`` says otherwise), which
+    stops when the session closes or the interpreter exits. ``token`` falls back to
+    ``TENSORWIRE_TOKEN``.
+    """
+    global _default
+    address = address or os.environ.get("TENSORWIRE_ADDRESS")
+    token = token if token is not None else os.environ.get("TENSORWIRE_TOKEN")
+    cluster = None
+    if not address:
+        from .cluster import LocalCluster
+
+        cluster = LocalCluster(devices=devices or ("cpu:0",))
+        address = cluster.address
+    try:
+        s = Session(address, token, timeout=timeout, cluster=cluster)
+    except Exception:
+        if cluster is not None:
+            cluster.close()
+        raise
+    if cluster is not None:
+        _orig_close = s.close
+
+        def close_with_cluster():
+            _orig_close()
+            cluster.close()
+
+        s.close = close_with_cluster
+    with _lock:
+        _default = s
+    return s
+
+
+def current_session() -> Session:
+    """The session module-level functions use (a thread's ``use_session`` one, else the default).
+
+    The first use without ``tw.connect()`` connects as ``tw.connect()`` with no arguments would.
+    """
+    s = getattr(_local, "session", None)
+    if s is not None:
+        return s
+    if _default is None or _default.closed:
+        with _lock:
+            if _default is None or _default.closed:
+                pass
+        connect()
+    return _default
+
+
+def set_session(s: Session | None) -> None:
+    """Make ``s`` the default session (``None`` forgets the default)."""
+    global _default
+    _default = s
+
+
+class use_session:  # noqa: N801
+    """``with tw.use_session(s):`` makes ``s`` the session module-level functions use in this thread."""
+
+    def __init__(self, s: Session):
+        self.s = s
+
+    def __enter__(self):
+        self.prev = getattr(_local, "session", None)
+        _local.session = self.s
+        return self.s
+
+    def __exit__(self, *exc):
+        _local.session = self.prev
+
+
+def disconnect() -> None:
+    """Close the default session (and its embedded cluster, if it started one)."""
+    global _default
+    if _default is not None:
+        _default.close()
+        _default = None

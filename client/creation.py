@@ -1,0 +1,245 @@
+"""Tensor creation: ``tensor``, ``zeros``, ``randn`` ... with torch's names, arguments and dtype rules."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import ShapeError
+from tensorwire.protocol.random import counters_used
+from tensorwire.protocol.shapes import check_shape, numel
+
+from . import random as R
+from .context import current_session
+from .tensor import Tensor, _size, device_name
+
+
+def _ctx(device, session):
+    s = session or current_session()
+    dev = s.default_device if device is None else s.check_device(device_name(device))
+    return s, dev
+
+
+def _finish(t: Tensor, requires_grad: bool) -> Tensor:
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _infer_np(data, dtype):
+    """numpy array for ``data`` with torch's dtype inference (Python floats -> default float)."""
+    if isinstance(data, Tensor):
+        return data.numpy()
+    if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
+        data = _tolist(data)
+    arr = np.asarray(data)
+    if dtype is not None:
+        dt = D.get(dtype)
+        if arr.dtype.kind == "f" and not dt.is_floating_point and dt is not D.bool_:
+            arr = np.trunc(arr)
+        return arr.astype(dt.np) if arr.dtype != dt.np else arr
+    if isinstance(data, np.ndarray) or isinstance(data, np.generic):
+        if arr.dtype in D.BY_NP:
+            return arr
+        raise TypeError(f"can't convert np.ndarray of type {arr.dtype}; supported: {', '.join(D.BY_NAME)}")
+    if arr.dtype.kind == "f":
+        return arr.astype(D.get_default_dtype().np)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "b":
+        return arr
+    if arr.dtype == object or arr.dtype.kind in "US":
+        raise TypeError(f"can't convert {type(data).__name__} of mixed or non-numeric values to a tensor")
+    return arr
+
+
+def _flat(x):
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _flat(y)
+    else:
+        yield x
+
+
+def _tolist(x):
+    if isinstance(x, (list, tuple)):
+        return [_tolist(y) for y in x]
+    if isinstance(x, Tensor):
+        return x.tolist()
+    return x
+
+
+def tensor(data, dtype=None, device=None, requires_grad: bool = False, *, session=None) -> Tensor:
+    """A tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays)."""
+    s, dev = _ctx(device, session)
+    arr = _infer_np(data, dtype)
+    return _finish(s.const(np.ascontiguousarray(arr), dev), requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None, *, session=None) -> Tensor:
+    """``data`` as a tensor; a tensor already matching ``dtype``/``device`` is returned as is."""
+    if isinstance(data, Tensor):
+        return data.to(dtype=dtype, device=device)
+    return tensor(data, dtype=dtype, device=device, session=session)
+
+
+def from_numpy(array: np.ndarray, *, device=None, session=None) -> Tensor:
+    """A tensor with ``array``'s values and dtype (uploaded with the next batch)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
+    s, dev = _ctx(device, session)
+    return s.const(np.ascontiguousarray(array), dev, D.from_numpy(array.dtype))
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
+    """A tensor of ``size`` filled with ``fill_value`` (dtype inferred from the value, as torch)."""
+    s, dev = _ctx(device, session)
+    shape = check_shape(_size((size,)) if not isinstance(size, int) else (size,))
+    dt = D.get(dtype) if dtype is not None else D.scalar_dtype(fill_value)
+    v = fill_value.item() if isinstance(fill_value, (np.generic, Tensor)) else fill_value
+    return _finish(s.record("full", [], {"shape": list(shape), "dtype": dt.name, "value": v}, dev), requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
+    """A tensor of zeros (default float dtype)."""
+    return full(_size(size), 0, dtype=dtype or D.get_default_dtype(), device=device,
+                requires_grad=requires_grad, session=session)
+
+
+def ones(*size, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
+    """A tensor of ones (default float dtype)."""
+    return full(_size(size), 1, dtype=dtype or D.get_default_dtype(), device=device,
+                requires_grad=requires_grad, session=session)
+
+
+def empty(*size, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
+    """Like ``torch.empty``, but the contents are zeros (buffers are never left uninitialised)."""
+    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad, session=session)
+
+
+def _like(t: Tensor, dtype, device):
+    return dict(dtype=dtype or t.dtype, device=device or t._dev, session=t._s)
+
+
+def zeros_like(input: Tensor, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:  # noqa: A002
+    return full(input.shape, 0, requires_grad=requires_grad, **_like(input, dtype, device))
+
+
+def ones_like(input: Tensor, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:  # noqa: A002
+    return full(input.shape, 1, requires_grad=requires_grad, **_like(input, dtype, device))
+
+
+def full_like(input: Tensor, fill_value, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:  # noqa: A002
+    return full(input.shape, fill_value, requires_grad=requires_grad, **_like(input, dtype, device))
+
+
+def empty_like(input: Tensor, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:  # noqa: A002
+    return zeros_like(input, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad: bool = False,
+           session=None) -> Tensor:
+    """Values from ``start`` to ``end`` (exclusive) by ``step``; int64 unless any argument is a float."""
+    if end is None:
+        start, end = 0, start
+    vals = [v.item() if isinstance(v, (Tensor, np.generic)) else v for v in (start, end, step)]
+    start, end, step = vals
+    if step == 0:
+        raise ValueError("step must be nonzero")
+    floating = any(isinstance(v, float) for v in vals)
+    dt = D.get(dtype) if dtype is not None else (D.get_default_dtype() if floating else D.int64)
+    n = max(0, math.ceil((end - start) / step))
+    s, dev = _ctx(device, session)
+    return _finish(s.record("arange", [], {"start": start, "step": step, "n": n, "dtype": dt.name}, dev),
+                   requires_grad)
+
+
+def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad: bool = False,
+             session=None) -> Tensor:
+    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
+    if steps < 0:
+        raise ValueError("number of steps must be non-negative")
+    dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
+    step = (end - start) / (steps - 1) if steps > 1 else 0.0
+    s, dev = _ctx(device, session)
+    return _finish(s.record("arange", [], {"start": float(start), "step": float(step), "n": int(steps),
+                                           "dtype": dt.name}, dev), requires_grad)
+
+
+def logspace(start, end, steps: int, base: float = 10.0, *, dtype=None, device=None, session=None) -> Tensor:
+    return (linspace(start, end, steps, dtype=D.float64, device=device, session=session) * math.log(base)).exp() \
+        .to(dtype or D.get_default_dtype())
+
+
+def eye(n: int, m: int | None = None, *, dtype=None, device=None, requires_grad: bool = False,
+        session=None) -> Tensor:
+    """The identity matrix (``n`` x ``m``)."""
+    s, dev = _ctx(device, session)
+    dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
+    return _finish(s.record("eye", [], {"n": int(n), "m": int(n if m is None else m), "dtype": dt.name}, dev),
+                   requires_grad)
+
+
+def _random(op: str, size, dtype, device, generator, session, **extra) -> Tensor:
+    s, dev = _ctx(device, session)
+    shape = check_shape(_size(size))
+    gen = generator or R.default_generator
+    seed, off = gen.take(counters_used(op, numel(shape)))
+    return s.record(op, [], {"shape": list(shape), "dtype": dtype.name, "seed": seed, "offset": off, **extra}, dev)
+
+
+def rand(*size, generator=None, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
+    """Uniform on [0, 1) from the counter-based generator (same seed, same numbers on every device)."""
+    dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
+    if not dt.is_floating_point:
+        raise TypeError(f"rand only supports floating point dtypes, got {dt}")
+    return _finish(_random("rand", size, dt, device, generator, session), requires_grad)
+
+
+def randn(*size, generator=None, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
+    """Standard normal from the counter-based generator."""
+    dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
+    if not dt.is_floating_point:
+        raise TypeError(f"randn only supports floating point dtypes, got {dt}")
+    return _finish(_random("randn", size, dt, device, generator, session), requires_grad)
+
+
+def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad: bool = False,
+            session=None) -> Tensor:
+    """Integers uniform in [low, high): ``randint(high, size)`` or ``randint(low, high, size)``."""
+    if size is None:
+        if high is None or not isinstance(high, (tuple, list)):
+            raise TypeError("randint() missing required argument 'size'")
+        low, high, size = 0, low, high
+    elif high is None:
+        low, high = 0, low
+    if high <= low:
+        raise ValueError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    dt = D.get(dtype) if dtype is not None else D.int64
+    return _finish(_random("randint", size, dt, device, generator, session, low=int(low), high=int(high)),
+                   requires_grad)
+
+
+def rand_like(input: Tensor, *, dtype=None, device=None) -> Tensor:  # noqa: A002
+    return rand(input.shape, dtype=dtype or input.dtype, device=device or input._dev, session=input._s)
+
+
+def randn_like(input: Tensor, *, dtype=None, device=None) -> Tensor:  # noqa: A002
+    return randn(input.shape, dtype=dtype or input.dtype, device=device or input._dev, session=input._s)
+
+
+def randint_like(input: Tensor, low, high=None, *, dtype=None, device=None) -> Tensor:  # noqa: A002
+    return randint(low, high, input.shape, dtype=dtype or input.dtype, device=device or input._dev,
+                   session=input._s)
+
+
+def randperm(n: int, *, generator=None, dtype=None, device=None, session=None) -> Tensor:
+    """A random permutation of 0..n-1 (argsort of uniform keys; computed on the client)."""
+    keys = rand(n, generator=generator, dtype=D.float64, device=device, session=session).numpy()
+    return tensor(np.argsort(keys, kind="stable"), dtype=dtype or D.int64, device=device, session=session)
+
+
+def _check(size):
+    if any(s < 0 for s in size):
+        raise ShapeError("negative dimension")

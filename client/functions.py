@@ -1,0 +1,262 @@
+"""Module-level functions: ``tw.cat``, ``tw.stack``, ``tw.where``, ``tw.einsum``, and ``tw.exp(x)``-style
+forms of every tensor method."""
+
+from __future__ import annotations
+
+import builtins
+import string
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import ShapeError
+from tensorwire.protocol.shapes import norm_dim
+
+from .context import current_session
+from .tensor import Tensor
+
+
+def _first_tensor(*xs) -> Tensor | None:
+    for x in xs:
+        if isinstance(x, Tensor):
+            return x
+    return None
+
+
+def cat(tensors, dim: int = 0, *, out=None) -> Tensor:
+    """Concatenate tensors along ``dim`` (dtypes promote; empty 1-D tensors are skipped, as torch)."""
+    tensors = [t for t in tensors]
+    if not tensors:
+        raise ValueError("cat() expected a non-empty list of Tensors")
+    live = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
+    if len(live) == 1:
+        return live[0].clone()
+    t0 = live[0]
+    return t0._rec("cat", live, {"dim": norm_dim(dim, t0.ndim)})
+
+
+concat = cat
+concatenate = cat
+
+
+def stack(tensors, dim: int = 0) -> Tensor:
+    """Stack same-shaped tensors along a new dim."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack expects a non-empty TensorList")
+    s0 = tensors[0].shape
+    for t in tensors:
+        if t.shape != s0:
+            raise ShapeError(f"stack expects each tensor to be equal size, but got {list(s0)} and {list(t.shape)}")
+    d = norm_dim(dim, len(s0), allow_end=True)
+    return cat([t.unsqueeze(d) for t in tensors], d)
+
+
+def hstack(tensors) -> Tensor:
+    tensors = list(tensors)
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors) -> Tensor:
+    return cat([t.reshape(1, -1) if t.ndim == 1 else t for t in tensors], 0)
+
+
+def where(condition, input=None, other=None) -> Tensor:  # noqa: A002
+    """``where(cond, x, y)`` elementwise; ``where(cond)`` is ``cond.nonzero(as_tuple=True)``."""
+    if input is None and other is None:
+        return condition.nonzero(as_tuple=True)
+    ref = _first_tensor(input, other, condition)
+    x = input if isinstance(input, Tensor) else None
+    y = other if isinstance(other, Tensor) else None
+    if x is None and y is None:
+        dt = D.result_type(input, other)
+        x = ref._s.scalar(input, dt, ref._dev)
+        y = ref._s.scalar(other, dt, ref._dev)
+    elif x is None:
+        x = ref._s.scalar(input, D.result_type((y.dtype, y.ndim), input), ref._dev)
+    elif y is None:
+        y = ref._s.scalar(other, D.result_type((x.dtype, x.ndim), other), ref._dev)
+    c = condition if isinstance(condition, Tensor) else ref._operand(condition)
+    return ref._rec("where", [c, x, y])
+
+
+def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    return input.matmul(other)
+
+
+def arange_like(t: Tensor, start: int, end: int) -> Tensor:
+    from .creation import arange
+
+    return arange(start, end, device=t._dev, session=t._s)
+
+
+def einsum(equation: str, *operands) -> Tensor:
+    """Einstein summation, decomposed into permute/reshape/sum/matmul (no repeated index in one operand)."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    eq = equation.replace(" ", "")
+    if "->" in eq:
+        lhs, out = eq.split("->")
+    else:
+        lhs = eq
+        counts = {}
+        for c in lhs.replace(",", ""):
+            counts[c] = counts.get(c, 0) + 1
+        out = "".join(sorted(c for c, n in counts.items() if n == 1 and c != "."))
+    specs = lhs.split(",")
+    if len(specs) != len(operands):
+        raise ValueError(f"einsum(): {len(specs)} operand specs for {len(operands)} operands")
+    # ellipsis: give the broadcast dims fresh letters
+    if "..." in eq:
+        free = [c for c in string.ascii_letters if c not in eq]
+        nell = builtins.max(op.ndim - (len(sp) - 3) for sp, op in zip(specs, operands) if "..." in sp)
+        ell = "".join(free[:nell])
+        specs = [sp.replace("...", ell[nell - (op.ndim - (len(sp) - 3)):]) if "..." in sp else sp
+                 for sp, op in zip(specs, operands)]
+        out = out.replace("...", ell)
+    for sp, op in zip(specs, operands):
+        if len(sp) != op.ndim:
+            raise ShapeError(f"einsum(): the number of subscripts in the equation ({len(sp)}) does not match "
+                             f"the number of dimensions ({op.ndim}) of an operand")
+        if len(set(sp)) != len(sp):
+            raise NotImplementedError("einsum(): repeated subscripts within one operand are not supported")
+    cur, cur_spec = operands[0], specs[0]
+    for k in range(1, len(operands)):
+        later = set(out).union(*[set(s) for s in specs[k + 1:]])
+        cur, cur_spec = _contract(cur, cur_spec, operands[k], specs[k], later)
+    # final: sum what is not in the output, then permute
+    drop = [i for i, c in enumerate(cur_spec) if c not in out]
+    if drop:
+        cur = cur.sum(dim=tuple(drop))
+        cur_spec = "".join(c for c in cur_spec if c in out)
+    if cur_spec != out:
+        cur = cur.permute(*[cur_spec.index(c) for c in out])
+    return cur
+
+
+def _contract(a: Tensor, sa: str, b: Tensor, sb: str, keep: set):
+    # sum out dims present in only one operand and not needed later
+    def presum(t, s, other):
+        drop = [i for i, c in enumerate(s) if c not in other and c not in keep]
+        if drop:
+            t = t.sum(dim=tuple(drop))
+            s = "".join(c for c in s if c not in {s[i] for i in drop})
+        return t, s
+
+    a, sa = presum(a, sa, sb)
+    b, sb = presum(b, sb, sa)
+    batch = [c for c in sa if c in sb and c in keep]
+    contr = [c for c in sa if c in sb and c not in keep]
+    left = [c for c in sa if c not in sb]
+    right = [c for c in sb if c not in sa]
+    size = {**{c: a.shape[i] for i, c in enumerate(sa)}, **{c: b.shape[i] for i, c in enumerate(sb)}}
+    for c in batch + contr:
+        if a.shape[sa.index(c)] != b.shape[sb.index(c)] and 1 not in (a.shape[sa.index(c)], b.shape[sb.index(c)]):
+            raise ShapeError(f"einsum(): subscript {c} has size {a.shape[sa.index(c)]} in one operand and "
+                             f"{b.shape[sb.index(c)]} in another")
+        size[c] = builtins.max(a.shape[sa.index(c)], b.shape[sb.index(c)])
+    pa = a.permute(*[sa.index(c) for c in batch + left + contr])
+    pb = b.permute(*[sb.index(c) for c in batch + contr + right])
+
+    def prod(cs):
+        n = 1
+        for c in cs:
+            n *= size[c]
+        return n
+
+    bs = [size[c] for c in batch]
+    pa = pa.expand(*bs, *[size[c] for c in left + contr]) if batch else pa
+    pb = pb.expand(*bs, *[size[c] for c in contr + right]) if batch else pb
+    ma = pa.reshape(*bs, prod(left), prod(contr))
+    mb = pb.reshape(*bs, prod(contr), prod(right))
+    r = ma.matmul(mb).reshape(*bs, *[size[c] for c in left], *[size[c] for c in right])
+    return r, "".join(batch + left + right)
+
+
+def tensordot(a: Tensor, b: Tensor, dims=2) -> Tensor:
+    letters = string.ascii_letters
+    if isinstance(dims, int):
+        da = list(range(a.ndim - dims, a.ndim))
+        db = list(range(dims))
+    else:
+        da, db = [list(x) if isinstance(x, (list, tuple)) else [x] for x in dims]
+    sa = list(letters[: a.ndim])
+    sb = list(letters[a.ndim: a.ndim + b.ndim])
+    for i, j in zip(da, db):
+        sb[j] = sa[i]
+    out = [c for i, c in enumerate(sa) if i not in da] + [c for j, c in enumerate(sb) if j not in db]
+    return einsum(f"{''.join(sa)},{''.join(sb)}->{''.join(out)}", a, b)
+
+
+def synchronize(session=None) -> None:
+    """Wait until all submitted work has run; raises any deferred error."""
+    (session or current_session()).synchronize()
+
+
+def devices(session=None) -> list[str]:
+    """The cluster's devices, e.g. ``['cpu:0', 'cpu:1']``."""
+    return (session or current_session()).devices()
+
+
+def memory_stats(session=None) -> dict:
+    """Live buffers and bytes per device for this session (and the whole cluster)."""
+    return (session or current_session()).memory_stats()
+
+
+def set_default_device(device) -> None:
+    """Device for tensors created without ``device=`` in the current session."""
+    from .tensor import device_name
+
+    s = current_session()
+    s.default_device = s.check_device(device_name(device))
+
+
+def get_default_device():
+    from .tensor import device
+
+    return device(current_session().default_device)
+
+
+def is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def numel(t: Tensor) -> int:
+    return t.numel()
+
+
+_METHODS = (
+    "exp exp2 log log2 log10 log1p expm1 sqrt rsqrt sin cos tan asin acos atan arcsin arccos arctan sinh cosh "
+    "tanh sigmoid relu erf abs absolute sign sgn floor ceil round trunc fix frac reciprocal square clamp clip "
+    "isnan isinf isfinite isposinf isneginf nan_to_num lerp neg negative pow float_power maximum minimum fmax "
+    "fmin atan2 remainder fmod floor_divide div divide true_divide mul multiply add sub subtract sum nansum "
+    "mean prod amax amin argmax argmin var std logsumexp all any count_nonzero cumsum cumprod norm reshape "
+    "flatten unflatten squeeze unsqueeze transpose swapaxes swapdims permute t moveaxis movedim broadcast_to "
+    "tile flip fliplr flipud roll split chunk tensor_split unbind narrow select tril triu diagonal diag trace "
+    "gather scatter scatter_add index_select index_add take_along_dim masked_fill masked_select nonzero "
+    "softmax log_softmax clone detach logical_and logical_or logical_xor logical_not bitwise_and bitwise_or "
+    "bitwise_xor bitwise_not eq ne lt le gt ge dot inner outer mv mm bmm aminmax").split()
+
+
+def _method_fn(name: str):
+    def fn(input, *args, **kwargs):  # noqa: A002
+        if not isinstance(input, Tensor):
+            other = next((a for a in args if isinstance(a, Tensor)), None)
+            if other is None:
+                raise TypeError(f"{name}(): argument 'input' must be a Tensor, not {type(input).__name__}")
+            input = other._operand(input)
+        return getattr(input, name)(*args, **kwargs)
+
+    fn.__name__ = name
+    fn.__qualname__ = name
+    fn.__doc__ = getattr(Tensor, name).__doc__ or f"``tw.{name}(x, ...)`` is ``x.{name}(...)``."
+    return fn
+
+
+def max(input, dim=None, keepdim=False):  # noqa: A001,A002
+    return input.max(dim, keepdim)
+
+
+def min(input, dim=None, keepdim=False):  # noqa: A001,A002
+    return input.min(dim, keepdim)
+
+
+METHOD_FUNCTIONS = {n: _method_fn(n) for n in _METHODS}

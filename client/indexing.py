@@ -1,0 +1,212 @@
+"""``x[key]`` and ``x[key] = value`` with PyTorch's (numpy's) semantics.
+
+Basic indexing (ints, slices with positive steps, ``None``, ``...``) makes a view: one strided
+``slice`` plus a ``reshape``. Advanced indexing (integer tensors, lists, bool masks) records one
+``index`` op over consecutive dims (transposing first when the indexed dims are not adjacent, as
+numpy places the result dims first then). A bool mask needs a sync: its result's shape depends on
+the data, so it becomes integer indices on the client.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import IndexOutOfRange
+
+from . import views as V
+
+
+def _is_tensorlike(k) -> bool:
+    from .tensor import Tensor
+
+    return isinstance(k, (Tensor, list, np.ndarray)) and not isinstance(k, (str, bytes))
+
+
+def _expand_key(x, key):
+    from .tensor import Tensor
+
+    if not isinstance(key, tuple):
+        key = (key,)
+    # bool masks become integer index tensors (sync), one per masked dim
+    out = []
+    for k in key:
+        if isinstance(k, Tensor) and k.dtype is D.bool_:
+            if k.ndim == 0:
+                out.append(_Bool0(bool(k.item())))
+            else:
+                out.extend(_as_index(x, i) for i in np.nonzero(k.numpy()))
+        elif isinstance(k, (bool, np.bool_)):
+            out.append(_Bool0(bool(k)))
+        elif isinstance(k, (np.ndarray, list)) and len(k) and np.asarray(k).dtype == np.bool_:
+            out.extend(_as_index(x, i) for i in np.nonzero(np.asarray(k)))
+        else:
+            out.append(k)
+    key = tuple(out)
+    n_ell = sum(1 for k in key if k is Ellipsis)
+    if n_ell > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if consumed > x.ndim:
+        raise IndexOutOfRange(f"too many indices for tensor of dimension {x.ndim}")
+    if n_ell:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (x.ndim - consumed) + key[i + 1:]
+    else:
+        key = key + (slice(None),) * (x.ndim - consumed)
+    return key
+
+
+class _Bool0:
+    """A 0-d bool index: adds a dim of size 1 (True) or 0 (False)."""
+
+    def __init__(self, v: bool):
+        if not v:
+            raise NotImplementedError("indexing with a false 0-d mask (an empty dim) is not supported")
+        self.v = v
+
+
+def _as_index(x, arr):
+    from .creation import tensor
+
+    return tensor(np.asarray(arr, dtype=np.int64), device=x._dev, session=x._s)
+
+
+def _basic_parts(x, key):
+    """For a key without advanced parts: starts/stops/steps and the output shape."""
+    starts, stops, steps, out = [], [], [], []
+    d = 0
+    for k in key:
+        if k is None:
+            out.append(1)
+            continue
+        if isinstance(k, _Bool0):
+            out.append(1 if k.v else 0)
+            continue
+        n = x._shape[d]
+        if isinstance(k, slice):
+            if k.step is not None and int(k.step) <= 0:
+                raise ValueError("step must be greater than zero")
+            a, b, st = slice(_int(k.start), _int(k.stop), _int(k.step)).indices(n)
+            b = max(a, b)
+            starts.append(a)
+            stops.append(b)
+            steps.append(st)
+            out.append(max(0, (b - a + st - 1) // st))
+        else:
+            i = _int(k)
+            if not -n <= i < n:
+                raise IndexOutOfRange(f"index {i} is out of bounds for dimension {d} with size {n}")
+            i %= n
+            starts.append(i)
+            stops.append(i + 1)
+            steps.append(1)
+        d += 1
+    return starts, stops, steps, tuple(out)
+
+
+def _int(v):
+    from .tensor import Tensor
+
+    if v is None:
+        return None
+    if isinstance(v, Tensor):
+        return int(v.item())
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    raise TypeError(f"indices must be integers, slices, None, Ellipsis, or integer/bool tensors, got "
+                    f"{type(v).__name__}")
+
+
+def getitem(x, key):
+    key = _expand_key(x, key)
+    if not any(_is_tensorlike(k) for k in key):
+        starts, stops, steps, out = _basic_parts(x, key)
+        return x._view(V.Slice(starts, stops, steps, out))
+    return _advanced(x, key)
+
+
+def _split_key(x, key):
+    """Separate a key into its basic part (applied first, as a view) and its advanced indices.
+
+    Ints join the advanced indices (numpy's rule); ``None`` adds a size-1 dim. Returns ``pre`` (a
+    basic key) and ``adv``: ``[(dim of the basic view, index tensor)]``.
+    """
+    from .tensor import Tensor
+
+    pre, adv = [], []
+    for d, k in enumerate(key):
+        if k is None or isinstance(k, _Bool0):
+            pre.append(None)
+        elif isinstance(k, slice):
+            pre.append(k)
+        else:
+            pre.append(slice(None))
+            idx = k if isinstance(k, Tensor) else _as_index(x, np.asarray(k))
+            if idx.dtype.is_floating_point or idx.dtype is D.bool_:
+                raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+            if idx._dev != x._dev:
+                idx = idx.to(x._dev)
+            adv.append((d, idx))
+    return pre, adv
+
+
+def _trivial(pre) -> bool:
+    return all(p == slice(None) for p in pre)
+
+
+def _index_layout(t, adv):
+    dims = [a for a, _ in adv]
+    if dims == list(range(dims[0], dims[0] + len(dims))):
+        return t, dims[0], None
+    order = dims + [i for i in range(t.ndim) if i not in dims]
+    return t.permute(*order), 0, order
+
+
+def _advanced(x, key):
+    pre, adv = _split_key(x, key)
+    t = x if _trivial(pre) else getitem(x, tuple(pre))
+    t, start, _ = _index_layout(t, adv)
+    return t._rec("index", [t, *[i for _, i in adv]], {"dim": start})
+
+
+def setitem(x, key, value):
+    from .tensor import Tensor
+
+    key = _expand_key(x, key)
+    if not any(_is_tensorlike(k) for k in key):
+        starts, stops, steps, out = _basic_parts(x, key)
+        shape = [max(0, (b - a + s - 1) // s) for a, b, s in zip(starts, stops, steps)]
+        v = value if isinstance(value, Tensor) else x._s.scalar(
+            value.item() if isinstance(value, np.generic) else value, x.dtype, x._dev) \
+            if np.ndim(value) == 0 else x.new_tensor(value)
+        if v._dev != x._dev:
+            v = v.to(x._dev)
+        v = v.to(x.dtype)
+        v = v.expand(*out) if tuple(v.shape) != out else v
+        v = v.reshape(shape)
+        new = x._rec("setslice", [x, v], {"starts": starts, "stops": stops, "steps": steps})
+    else:
+        pre, adv = _split_key(x, key)
+        if not _trivial(pre):  # write through the basic view; it writes back into x
+            sub = getitem(x, tuple(pre))
+            setitem(sub, _sub_key(pre, adv), value)
+            return
+        if not isinstance(value, Tensor):
+            value = x._s.scalar(value.item() if isinstance(value, np.generic) else value, x.dtype, x._dev) \
+                if np.ndim(value) == 0 else x.new_tensor(value)
+        t, start, order = _index_layout(x, adv)
+        v = value.to(x._dev).to(x.dtype)
+        new = t._rec("index_put", [t, v, *[i for _, i in adv]], {"dim": start, "accumulate": False})
+        if order is not None:
+            inv = [0] * len(order)
+            for i, o in enumerate(order):
+                inv[o] = i
+            new = new.permute(*inv)
+    x._assign(new)
+
+
+def _sub_key(pre, adv):
+    key = [slice(None)] * len(pre)
+    for d, idx in adv:
+        key[d] = idx
+    return tuple(key)

@@ -1,0 +1,389 @@
+"""A client session: one DEALER socket to the dispatcher, the pending batch, ids, releases, plans.
+
+Recording an op appends a node to the pending batch (no round trip). The batch is shipped when a
+value is needed (a fetch), at :meth:`Session.synchronize`, or when it grows past
+``MAX_PENDING_NODES``/``MAX_PENDING_BYTES``. Handle ids are chosen here, so batches are pipelined:
+only fetches and syncs wait for an answer. A batch whose structure was sent before goes out as its
+plan number plus fresh ids.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import sys
+import threading
+import weakref
+
+import numpy as np
+import zmq
+from tensorwire.protocol import PROTOCOL_VERSION
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import (
+    ConnectionFailed,
+    DependencyFailed,
+    DeviceError,
+    ProtocolError,
+    TensorwireError,
+    error_from_wire,
+)
+from tensorwire.protocol.graph import structure_key
+from tensorwire.protocol.ops import OPS, infer
+from tensorwire.protocol.wire import MAX_MESSAGE, array_from_frame, as_frame, pack_header, unpack_header
+
+MAX_PENDING_NODES = 8192
+MAX_PENDING_BYTES = 64 << 20
+MAX_PLANS = 1024
+MAX_WHERE = 1 << 16
+CONNECT_TIMEOUT_S = float(os.environ.get("TENSORWIRE_CONNECT_TIMEOUT", "10"))
+REQUEST_TIMEOUT_S = float(os.environ.get("TENSORWIRE_REQUEST_TIMEOUT", "600"))
+_PKG_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(p))) + os.sep
+                  for p in (__file__,)) + (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+_CLIENT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _user_frame():
+    """(file, line) of the first caller outside the tensorwire client package."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename.startswith(_CLIENT_DIR):
+        f = f.f_back
+    return (f.f_code.co_filename, f.f_lineno) if f is not None else None
+
+
+class Session:
+    """A connection to a dispatcher and everything recorded through it.
+
+    Most users never touch this class: ``tw.connect()`` makes one the default and the module-level
+    functions (``tw.randn`` ...) use it. Code that drives several clusters holds several sessions
+    and calls the same functions on them (``s.randn(3)``).
+    """
+
+    def __init__(self, address: str, token: str | None = None, *, timeout: float | None = None,
+                 cluster=None):
+        self.address = address
+        self._cluster = cluster
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        self._sock.connect(address)
+        self._lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self._seq = itertools.count(1)
+        self._pending: list = []  # [id, op, input ids, attrs, device, where]
+        self._pending_bytes = 0
+        self._consts: list = []
+        self._release: list[int] = []
+        self._plans: dict = {}
+        self._plan_ids = itertools.count(1)
+        self._drop_plans: list[int] = []
+        self._where: dict[int, tuple] = {}
+        self._scalars: dict = {}
+        self.closed = False
+        timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
+        self._sock.send_multipart([pack_header({"t": "hello", "v": PROTOCOL_VERSION, "token": token,
+                                                "client": f"python pid {os.getpid()}"})])
+        if not self._sock.poll(int(timeout * 1000)):
+            self._sock.close(0)
+            self.closed = True
+            raise ConnectionFailed(f"no answer from a tensorwire dispatcher at {address} within {timeout:g}s "
+                                   f"(is it running? start one with `tensorwire up`)")
+        h, _ = self._recv_raw()
+        if h["t"] == "error":
+            self._sock.close(0)
+            self.closed = True
+            raise error_from_wire(h["error"])
+        if h["t"] != "welcome":
+            raise ProtocolError(f"unexpected answer to hello: {h['t']!r}")
+        self.session_id = h["session"]
+        self.hub_url = h.get("hub_url")
+        self._devices = [d["device"] for d in h.get("devices", [])]
+        self.default_device = self._devices[0] if self._devices else "cpu:0"
+        self._finalizer = weakref.finalize(self, Session._close_socket, self._sock)
+        atexit.register(self._atexit)
+
+    # ------------------------------------------------------------------ plumbing
+    @staticmethod
+    def _close_socket(sock):
+        try:
+            sock.send_multipart([pack_header({"t": "close"})], zmq.NOBLOCK)
+        except Exception:
+            pass
+        sock.close(0)
+
+    def _atexit(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _recv_raw(self):
+        msg = self._sock.recv_multipart(copy=False)
+        return unpack_header(msg[0].bytes), msg[1:]
+
+    def _request(self, header: dict, frames=(), timeout: float | None = None):
+        """Send a message and wait for the answer with the same ``q``."""
+        q = next(self._seq)
+        header["q"] = q
+        self._sock.send_multipart([pack_header(header), *frames], copy=False)
+        return self._wait(q, timeout)
+
+    def _wait(self, q: int, timeout: float | None = None):
+        timeout = REQUEST_TIMEOUT_S if timeout is None else timeout
+        for _ in range(1 << 20):
+            if not self._sock.poll(int(timeout * 1000)):
+                raise TensorwireError(f"no answer from the dispatcher at {self.address} within {timeout:g}s")
+            h, frames = self._recv_raw()
+            if h.get("q") == q:
+                if h["t"] == "error":
+                    raise self._error(h["error"])
+                return h, frames
+            if h["t"] == "error" and h.get("q") is None:
+                raise self._error(h["error"])
+        raise ProtocolError("too many unrelated messages")
+
+    def _error(self, err: dict) -> TensorwireError:
+        node = err.get("node")
+        where = self._where.get(node) if node is not None else None
+        origin = err.get("origin")
+        e = error_from_wire(err, where=_fmt_where(where))
+        if origin is not None and origin != node and self._where.get(origin):
+            e.message = f"{e.message} [failing op recorded at {_fmt_where(self._where[origin])}]"
+            e.args = (e._text(),)
+        return e
+
+    def _check_open(self):
+        if self.closed:
+            raise TensorwireError("this session is closed")
+
+    # ------------------------------------------------------------------ recording
+    def record(self, op: str, inputs, attrs: dict | None, device: str):
+        """Record one op; returns the output Tensor (shape and dtype inferred here)."""
+        from .tensor import Tensor
+
+        metas = []
+        ids = []
+        for t in inputs:
+            if t._base is not None:
+                t._refresh()
+            if t._s is not self:
+                raise DeviceError("tensors from different sessions cannot be mixed")
+            if t._dev != device and op != "copy":
+                raise DeviceError(f"Expected all tensors to be on the same device, but found at least two "
+                                  f"devices, {device} and {t._dev}!")
+            metas.append((t.shape, t.dtype))
+            ids.append(t._id)
+        shape, dtype = infer(op, metas, attrs or {})
+        hid = next(self._ids)
+        self._pending.append((hid, op, ids, attrs, device, _user_frame(), metas))
+        t = Tensor.__new__(Tensor)
+        t._init(self, hid, shape, dtype, device)
+        if len(self._pending) >= MAX_PENDING_NODES:
+            self.flush()
+        return t
+
+    def const(self, array: np.ndarray, device: str, dtype: D.DType | None = None):
+        """Record a tensor whose bytes travel with the next batch (an upload)."""
+        from .tensor import Tensor
+
+        dt = D.from_numpy(array.dtype) if dtype is None else dtype
+        if array.dtype != dt.np:
+            array = array.astype(dt.np)
+        array = np.ascontiguousarray(array)
+        hid = next(self._ids)
+        self._pending.append((hid, "const", [], {"shape": list(array.shape), "dtype": dt.name, "frame": array},
+                              device, _user_frame(), ()))
+        self._pending_bytes += array.nbytes
+        t = Tensor.__new__(Tensor)
+        t._init(self, hid, tuple(array.shape), dt, device)
+        if self._pending_bytes >= MAX_PENDING_BYTES:
+            self.flush()
+        return t
+
+    def scalar(self, value, dtype: D.DType, device: str):
+        """A cached 0-d tensor for a Python scalar operand (so ``x + 1`` in a loop reuses it)."""
+        key = (type(value), value, dtype.name, device)
+        t = self._scalars.get(key)
+        if t is None or t._s is not self:
+            t = self.record("full", [], {"shape": [], "dtype": dtype.name, "value": value}, device)
+            if len(self._scalars) >= 512:
+                self._scalars.pop(next(iter(self._scalars)))
+            self._scalars[key] = t
+        return t
+
+    def release(self, hid: int) -> None:
+        """Called when a client tensor dies; the id travels with the next message."""
+        if not self.closed:
+            self._release.append(hid)
+
+    # ------------------------------------------------------------------ shipping
+    def flush(self, fetch: list[int] = (), sync: bool = False):
+        """Ship the pending batch; with ``fetch`` or ``sync`` wait for and return the answer."""
+        self._check_open()
+        with self._lock:
+            return self._flush(list(fetch), sync)
+
+    def _flush(self, fetch: list[int], sync: bool):
+        pending, self._pending = self._pending, []
+        self._pending_bytes = 0
+        release, self._release = self._release, []
+        if not pending and not fetch and not sync and not release:
+            return None
+        index: dict[int, int] = {}
+        ext: list[int] = []
+        ext_index: dict[int, int] = {}
+        devs: list[str] = []
+        dev_index: dict[str, int] = {}
+        nodes = []
+        outs = []
+        key = []
+        dyn = []
+        frames = []
+        where = self._where
+        ext_meta = []
+        for j, (hid, op, ins, attrs, device, loc, metas) in enumerate(pending):
+            refs = []
+            for k, i in enumerate(ins):
+                r = index.get(i)
+                if r is None:
+                    r = ext_index.get(i)
+                    if r is None:
+                        r = ext_index[i] = -(len(ext) + 1)
+                        ext.append(i)
+                        ext_meta.append(metas[k])
+                refs.append(r)
+            di = dev_index.get(device)
+            if di is None:
+                di = dev_index[device] = len(devs)
+                devs.append(device)
+            if op == "const":
+                arr = attrs["frame"]
+                attrs = {"shape": attrs["shape"], "dtype": attrs["dtype"], "frame": len(frames)}
+                frames.append(as_frame(arr))
+            index[hid] = j
+            outs.append(hid)
+            nodes.append([op, refs, attrs, di])
+            key.append(structure_key(op, tuple(refs), attrs, di))
+            dynamic = OPS[op].dynamic
+            if dynamic and attrs:
+                dyn.append([j, {k: attrs[k] for k in dynamic if k in attrs}])
+            if loc is not None:
+                where[hid] = loc
+        if len(where) > MAX_WHERE:
+            for k in list(itertools.islice(where, len(where) - MAX_WHERE // 2)):
+                del where[k]
+        header = {"t": "batch", "ext": ext, "outs": outs, "fetch": fetch, "release": release, "sync": sync}
+        if nodes:
+            skey = (tuple(key), tuple(devs), tuple(ext_meta))
+            plan = self._plans.get(skey)
+            if plan is None:
+                plan = next(self._plan_ids)
+                if len(self._plans) >= MAX_PLANS:
+                    old = next(iter(self._plans))
+                    self._drop_plans.append(self._plans.pop(old))
+                self._plans[skey] = plan
+                header["nodes"] = nodes
+                header["devs"] = devs
+            else:
+                header["dyn"] = dyn
+            header["plan"] = plan
+        if self._drop_plans:
+            header["drop_plans"], self._drop_plans = self._drop_plans, []
+        if not (fetch or sync):
+            self._sock.send_multipart([pack_header(header), *frames], copy=False)
+            return None
+        h, rframes = self._request(header, frames)
+        return self._result(h, rframes, fetch)
+
+    def _result(self, h: dict, frames, fetch):
+        values = {}
+        for desc in h.get("values") or ():
+            hid, arr = array_from_frame(desc, frames)
+            values[hid] = arr
+        errs = h.get("errors") or []
+        ferrs = h.get("fetch_errors") or []
+        if ferrs:
+            raise self._error(ferrs[0])
+        roots = [e for e in errs if e.get("code") != DependencyFailed.code] or errs
+        if roots:
+            raise self._error(roots[0])
+        return values
+
+    def fetch(self, t) -> np.ndarray:
+        """Ship pending work and return tensor ``t``'s value as a numpy array (read-only view of the frame)."""
+        vals = self.flush(fetch=[t._id])
+        return vals[t._id]
+
+    def synchronize(self) -> None:
+        """Wait until everything submitted has run; raise any deferred error."""
+        self.flush(sync=True)
+
+    # ------------------------------------------------------------------ queries
+    def devices(self) -> list[str]:
+        """The devices the cluster offers (refreshed from the dispatcher)."""
+        self._check_open()
+        with self._lock:
+            h, _ = self._request({"t": "devices"})
+        self._devices = [d["device"] for d in h["devices"]]
+        return list(self._devices)
+
+    def device_info(self) -> list[dict]:
+        self._check_open()
+        with self._lock:
+            h, _ = self._request({"t": "devices"})
+        return h["devices"]
+
+    def memory_stats(self) -> dict:
+        """Live buffers and bytes per device, for this session and the whole cluster."""
+        self._check_open()
+        with self._lock:
+            self._flush([], False)
+            h, _ = self._request({"t": "stats"})
+        me = h["session"]
+        out = {"session": me, "devices": {}, "sessions": len(h.get("sessions", []))}
+        for dev, sessions in h.get("devices", {}).items():
+            mine = sessions.get(me, {"buffers": 0, "bytes": 0})
+            out["devices"][dev] = {"buffers": mine["buffers"], "bytes": mine["bytes"],
+                                   "cluster_buffers": sum(v["buffers"] for v in sessions.values()),
+                                   "cluster_bytes": sum(v["bytes"] for v in sessions.values())}
+        return out
+
+    def cluster_status(self) -> dict:
+        self._check_open()
+        with self._lock:
+            h, _ = self._request({"t": "stats"})
+        return h
+
+    def check_device(self, device: str) -> str:
+        if device not in self._devices:
+            self.devices()
+            if device not in self._devices:
+                raise DeviceError(f"unknown device {device!r}; the cluster has: {', '.join(self._devices) or 'none'}")
+        return device
+
+    def close(self) -> None:
+        """Close the session: the cluster frees every buffer it held."""
+        if self.closed:
+            return
+        with self._lock:
+            self.closed = True
+            try:
+                self._sock.send_multipart([pack_header({"t": "close", "q": 0})], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+            self._finalizer.detach()
+            self._sock.close(linger=200)
+        atexit.unregister(self._atexit)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _fmt_where(where) -> str | None:
+    if not where:
+        return None
+    return f"{where[0]}:{where[1]}"

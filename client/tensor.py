@@ -1,0 +1,1317 @@
+"""``tw.Tensor``: a handle to a tensor on a cluster device, with PyTorch's methods.
+
+Every method records ops (nothing runs) except the ones that need a value: ``numpy()``,
+``item()``, ``tolist()``, ``repr``, ``bool()``, ``__array__`` and boolean-mask indexing.
+
+Differences from PyTorch, on purpose:
+
+* Buffers on the cluster are immutable. In-place methods (``add_``, ``x[i] = v`` ...) record the new
+  value and rebind the tensor to it; views made from a tensor (slices, ``view``, ``transpose`` ...)
+  see its later in-place updates, and in-place updates through a view write back to its base, as
+  in torch. ``detach()`` returns a new tensor that does not share later updates.
+* ``empty`` returns zeros.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections import namedtuple
+from collections.abc import Sequence
+
+import numpy as np
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import DTypeError, IndexOutOfRange, ShapeError
+from tensorwire.protocol.shapes import infer_reshape, norm_dim, numel
+
+from . import views as V
+
+MaxMin = namedtuple("MaxMin", ["values", "indices"])
+_Number = (int, float, bool, np.number, np.bool_)
+
+
+class Size(tuple):
+    """The shape of a tensor, a tuple printed like ``torch.Size([2, 3])``."""
+
+    def __repr__(self) -> str:
+        return f"tensorwire.Size({list(self)})"
+
+    def numel(self) -> int:
+        return numel(self)
+
+
+class device:  # noqa: N801 - torch's name
+    """A device name, ``device("cpu:1")`` or ``device("cpu", 1)``; compares equal to its string."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type: str | device, index: int | None = None):  # noqa: A002
+        if isinstance(type, device):
+            self.type, self.index = type.type, type.index
+            return
+        kind, _, idx = str(type).partition(":")
+        self.type = kind
+        self.index = int(idx) if idx else (0 if index is None else int(index))
+
+    def __str__(self) -> str:
+        return f"{self.type}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"device(type='{self.type}', index={self.index})"
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (device, str)):
+            return str(self) == str(device(other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+def device_name(d) -> str:
+    """Normalise ``"cpu"``, ``"cpu:1"``, ``device(...)`` or ``1`` to ``"type:index"``."""
+    if isinstance(d, int):
+        return f"cpu:{d}"
+    return str(device(d))
+
+
+class Tensor:
+    """A tensor living on a cluster device. Create tensors with ``tw.tensor``, ``tw.randn`` ...."""
+
+    __slots__ = ("_s", "_id", "_shape", "dtype", "_dev", "_base", "_vsteps", "_base_version", "_version",
+                 "requires_grad", "grad", "grad_fn", "_retains_grad", "_ag", "__weakref__")
+    __array_priority__ = 1000
+
+    def _init(self, session, hid: int, shape, dtype: D.DType, dev: str) -> None:
+        self._s = session
+        self._id = hid
+        self._shape = shape
+        self.dtype = dtype
+        self._dev = dev
+        self._base = None
+        self._vsteps = None
+        self._base_version = 0
+        self._version = 0
+        self.requires_grad = False
+        self.grad = None
+        self.grad_fn = None
+        self._retains_grad = False
+        self._ag = None
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("create tensors with tw.tensor(...), tw.zeros(...), tw.randn(...) and friends")
+
+    def __del__(self):
+        s = getattr(self, "_s", None)
+        if s is not None and not s.closed:
+            s._release.append(self._id)
+
+    # ------------------------------------------------------------------ attributes
+    @property
+    def shape(self) -> Size:
+        return Size(self._shape)
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return Size(self._shape)
+        return self._shape[norm_dim(dim, len(self._shape))]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    ndimension = dim
+
+    def numel(self) -> int:
+        return numel(self._shape)
+
+    nelement = numel
+
+    @property
+    def device(self) -> device:
+        return device(self._dev)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def is_floating_point_(self) -> bool:
+        return self.dtype.is_floating_point
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    @property
+    def session(self):
+        return self._s
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    # ------------------------------------------------------------------ recording helpers
+    def _rec(self, op: str, ins: Sequence[Tensor], attrs=None) -> Tensor:
+        from .autograd_hooks import record
+
+        return record(self._s, op, ins, attrs, self._dev)
+
+    def _operand(self, other, dtype: D.DType | None = None) -> Tensor:
+        if isinstance(other, Tensor):
+            return other
+        if isinstance(other, _Number):
+            v = other.item() if isinstance(other, (np.number, np.bool_)) else other
+            return self._s.scalar(v, dtype or D.scalar_dtype(v), self._dev)
+        from .creation import tensor
+
+        return tensor(other, device=self._dev, session=self._s)
+
+    def _binary(self, op: str, other, reverse: bool = False) -> Tensor:
+        o = self._operand(other)
+        return self._rec(op, [o, self] if reverse else [self, o])
+
+    # ------------------------------------------------------------------ values (sync points)
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The tensor's value as a numpy array (ships pending work and waits for it)."""
+        if self._base is not None:
+            self._refresh()
+        arr = self._s.fetch(self)
+        if self.dtype is D.bfloat16 and arr.dtype != D.bfloat16.np:
+            arr = arr.view(D.bfloat16.np)
+        return arr
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.numpy()
+        if dtype is not None:
+            return arr.astype(dtype)
+        return np.array(arr) if copy else arr
+
+    def item(self):
+        if self.numel() != 1:
+            raise ValueError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self):
+        arr = self.numpy()
+        if self.dtype in (D.bfloat16, D.float16):
+            arr = arr.astype(np.float32)
+        return arr.tolist()
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return builtins.bool(self.item())
+
+    def __float__(self) -> float:
+        return builtins.float(self.item())
+
+    def __int__(self) -> int:
+        return builtins.int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.is_floating_point or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return builtins.int(self.item())
+
+    def __repr__(self) -> str:
+        from .printing import format_tensor
+
+        return format_tensor(self)
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        if self.numel() == 1 and spec:
+            return format(self.item(), spec)
+        return repr(self)
+
+    def __iter__(self):
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._shape[0]))
+
+    # ------------------------------------------------------------------ conversion
+    def to(self, *args, dtype=None, device=None, copy: bool = False, non_blocking: bool = False) -> Tensor:
+        """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other_tensor)``, as torch."""
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a._dev, a.dtype
+            elif isinstance(a, (D.DType, np.dtype)) or (isinstance(a, str) and a in D.BY_NAME):
+                dtype = a
+            elif a is not None:
+                device = a
+        out = self
+        if dtype is not None and D.get(dtype) is not self.dtype:
+            out = out._rec("cast", [out], {"dtype": D.get(dtype).name})
+        if device is not None:
+            dev = self._s.check_device(device_name(device))
+            if dev != out._dev:
+                from .autograd_hooks import record
+
+                out = record(self._s, "copy", [out], {"shape": list(out._shape), "dtype": out.dtype.name}, dev)
+        if copy and out is self:
+            out = self.clone()
+        return out
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return f"tensorwire.{self.dtype.name}"
+        return self.to(dtype=dtype)
+
+    def float(self) -> Tensor:
+        return self.to(D.float32)
+
+    def double(self) -> Tensor:
+        return self.to(D.float64)
+
+    def half(self) -> Tensor:
+        return self.to(D.float16)
+
+    def bfloat16(self) -> Tensor:
+        return self.to(D.bfloat16)
+
+    def long(self) -> Tensor:
+        return self.to(D.int64)
+
+    def int(self) -> Tensor:
+        return self.to(D.int32)
+
+    def short(self) -> Tensor:
+        return self.to(D.int16)
+
+    def char(self) -> Tensor:
+        return self.to(D.int8)
+
+    def byte(self) -> Tensor:
+        return self.to(D.uint8)
+
+    def bool(self) -> Tensor:
+        return self.to(D.bool_)
+
+    def cpu(self) -> Tensor:
+        """Move to ``cpu:0`` (returns self when already there)."""
+        return self.to("cpu:0")
+
+    def clone(self, *, memory_format=None) -> Tensor:
+        return self._rec("copy", [self])
+
+    def detach(self) -> Tensor:
+        """A tensor with the same value, cut from the autograd graph (it shares no later updates)."""
+        from .autograd_hooks import detach
+
+        return detach(self)
+
+    def contiguous(self, memory_format=None) -> Tensor:
+        return self
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return True
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> Tensor:
+        from .creation import tensor
+
+        return tensor(data, dtype=dtype or self.dtype, device=device or self._dev, requires_grad=requires_grad,
+                      session=self._s)
+
+    def new_zeros(self, *size, dtype=None, device=None) -> Tensor:
+        from .creation import full
+
+        return full(_size(size), 0, dtype=dtype or self.dtype, device=device or self._dev, session=self._s)
+
+    def new_ones(self, *size, dtype=None, device=None) -> Tensor:
+        from .creation import full
+
+        return full(_size(size), 1, dtype=dtype or self.dtype, device=device or self._dev, session=self._s)
+
+    def new_full(self, size, fill_value, dtype=None, device=None) -> Tensor:
+        from .creation import full
+
+        return full(_size((size,)), fill_value, dtype=dtype or self.dtype, device=device or self._dev,
+                    session=self._s)
+
+    def new_empty(self, *size, dtype=None, device=None) -> Tensor:
+        return self.new_zeros(*size, dtype=dtype, device=device)
+
+    # ------------------------------------------------------------------ operators
+    def __add__(self, o):
+        return self._binary("add", o)
+
+    def __radd__(self, o):
+        return self._binary("add", o, True)
+
+    def __sub__(self, o):
+        return self._binary("sub", o)
+
+    def __rsub__(self, o):
+        return self._binary("sub", o, True)
+
+    def __mul__(self, o):
+        return self._binary("mul", o)
+
+    def __rmul__(self, o):
+        return self._binary("mul", o, True)
+
+    def __truediv__(self, o):
+        return self._binary("div", o)
+
+    def __rtruediv__(self, o):
+        return self._binary("div", o, True)
+
+    def __floordiv__(self, o):
+        return self._binary("floor_divide", o)
+
+    def __rfloordiv__(self, o):
+        return self._binary("floor_divide", o, True)
+
+    def __mod__(self, o):
+        return self._binary("remainder", o)
+
+    def __rmod__(self, o):
+        return self._binary("remainder", o, True)
+
+    def __pow__(self, o):
+        return self.pow(o)
+
+    def __rpow__(self, o):
+        return self._binary("pow", o, True)
+
+    def __matmul__(self, o):
+        return self.matmul(o)
+
+    def __rmatmul__(self, o):
+        return self._operand(o).matmul(self)
+
+    def __neg__(self):
+        return self._rec("neg", [self])
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.abs()
+
+    def __invert__(self):
+        return self._rec("logical_not" if self.dtype is D.bool_ else "bitwise_not", [self])
+
+    def __and__(self, o):
+        return self._bitwise("and", o)
+
+    def __rand__(self, o):
+        return self._bitwise("and", o, True)
+
+    def __or__(self, o):
+        return self._bitwise("or", o)
+
+    def __ror__(self, o):
+        return self._bitwise("or", o, True)
+
+    def __xor__(self, o):
+        return self._bitwise("xor", o)
+
+    def __rxor__(self, o):
+        return self._bitwise("xor", o, True)
+
+    def _bitwise(self, kind: str, o, reverse: bool = False):
+        ot = self._operand(o)
+        if self.dtype.is_floating_point or ot.dtype.is_floating_point:
+            raise DTypeError(f"bitwise_{kind} is only supported for integer and bool tensors")
+        op = f"logical_{kind}" if self.dtype is D.bool_ and ot.dtype is D.bool_ else f"bitwise_{kind}"
+        return self._rec(op, [ot, self] if reverse else [self, ot])
+
+    def __eq__(self, o):  # noqa: D105
+        return self._binary("eq", o)
+
+    def __ne__(self, o):
+        return self._binary("ne", o)
+
+    def __lt__(self, o):
+        return self._binary("lt", o)
+
+    def __le__(self, o):
+        return self._binary("le", o)
+
+    def __gt__(self, o):
+        return self._binary("gt", o)
+
+    def __ge__(self, o):
+        return self._binary("ge", o)
+
+    eq = __eq__
+    ne = __ne__
+    lt = __lt__
+    le = __le__
+    gt = __gt__
+    ge = __ge__
+    less = __lt__
+    greater = __gt__
+    less_equal = __le__
+    greater_equal = __ge__
+    not_equal = __ne__
+
+    def add(self, other, *, alpha=1):
+        return self + (other * alpha if alpha != 1 else other)
+
+    def sub(self, other, *, alpha=1):
+        return self - (other * alpha if alpha != 1 else other)
+
+    subtract = sub
+
+    def mul(self, other):
+        return self * other
+
+    multiply = mul
+
+    def div(self, other, *, rounding_mode: str | None = None):
+        if rounding_mode is None:
+            return self / other
+        if rounding_mode == "floor":
+            return self // other
+        if rounding_mode == "trunc":
+            q = self / other
+            return q.trunc().to(D.result_type((self.dtype, self.ndim), other if not isinstance(other, Tensor)
+                                              else (other.dtype, other.ndim))) if q.dtype is not self.dtype \
+                else q.trunc()
+        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                         f"'{rounding_mode}'")
+
+    divide = div
+    true_divide = __truediv__
+
+    def floor_divide(self, other):
+        return self // other
+
+    def remainder(self, other):
+        return self % other
+
+    def fmod(self, other):
+        o = self._operand(other)
+        return self - (self / o).trunc().to(self.dtype) * o if not self.dtype.is_floating_point else \
+            self - (self / o).trunc() * o
+
+    def pow(self, exponent):
+        if isinstance(exponent, _Number) and not isinstance(exponent, (bool, np.bool_)):
+            if exponent == 2:
+                return self._rec("square", [self]) if self.dtype is not D.bool_ else self._binary("pow", 2)
+            if exponent == 1:
+                return self._rec("copy", [self])
+            if exponent == 0.5 and self.dtype.is_floating_point:
+                return self.sqrt()
+        return self._binary("pow", exponent)
+
+    float_power = pow
+
+    def matmul(self, other):
+        return self._rec("matmul", [self, self._operand(other)])
+
+    mm = matmul
+    bmm = matmul
+
+    def mv(self, v):
+        return self.matmul(v)
+
+    def dot(self, other):
+        return (self * other).sum()
+
+    inner = dot
+
+    def outer(self, other):
+        return self.unsqueeze(-1) * other.unsqueeze(0)
+
+    def maximum(self, other):
+        return self._binary("maximum", other)
+
+    def minimum(self, other):
+        return self._binary("minimum", other)
+
+    fmax = maximum
+    fmin = minimum
+
+    def atan2(self, other):
+        return self._binary("atan2", other)
+
+    arctan2 = atan2
+
+    def logical_and(self, other):
+        return self._rec("logical_and", [self, self._operand(other)])
+
+    def logical_or(self, other):
+        return self._rec("logical_or", [self, self._operand(other)])
+
+    def logical_xor(self, other):
+        return self._rec("logical_xor", [self, self._operand(other)])
+
+    def logical_not(self):
+        return self._rec("logical_not", [self])
+
+    def bitwise_and(self, other):
+        return self & other
+
+    def bitwise_or(self, other):
+        return self | other
+
+    def bitwise_xor(self, other):
+        return self ^ other
+
+    def bitwise_not(self):
+        return ~self
+
+    # ------------------------------------------------------------------ math
+    def exp(self):
+        return self._rec("exp", [self])
+
+    def exp2(self):
+        return self._rec("exp2", [self])
+
+    def log(self):
+        return self._rec("log", [self])
+
+    def log2(self):
+        return self._rec("log2", [self])
+
+    def log10(self):
+        return self._rec("log10", [self])
+
+    def log1p(self):
+        return self._rec("log1p", [self])
+
+    def expm1(self):
+        return self._rec("expm1", [self])
+
+    def sqrt(self):
+        return self._rec("sqrt", [self])
+
+    def rsqrt(self):
+        return self._rec("rsqrt", [self])
+
+    def sin(self):
+        return self._rec("sin", [self])
+
+    def cos(self):
+        return self._rec("cos", [self])
+
+    def tan(self):
+        return self._rec("tan", [self])
+
+    def asin(self):
+        return self._rec("asin", [self])
+
+    def acos(self):
+        return self._rec("acos", [self])
+
+    def atan(self):
+        return self._rec("atan", [self])
+
+    arcsin = asin
+    arccos = acos
+    arctan = atan
+
+    def sinh(self):
+        return self._rec("sinh", [self])
+
+    def cosh(self):
+        return self._rec("cosh", [self])
+
+    def tanh(self):
+        return self._rec("tanh", [self])
+
+    def sigmoid(self):
+        return self._rec("sigmoid", [self])
+
+    def relu(self):
+        return self._rec("relu", [self])
+
+    def erf(self):
+        return self._rec("erf", [self])
+
+    def abs(self):
+        return self._rec("abs", [self])
+
+    absolute = abs
+
+    def neg(self):
+        return -self
+
+    negative = neg
+
+    def sign(self):
+        return self._rec("sign", [self])
+
+    sgn = sign
+
+    def floor(self):
+        return self._rec("floor", [self])
+
+    def ceil(self):
+        return self._rec("ceil", [self])
+
+    def round(self, decimals: int = 0):
+        if decimals:
+            f = 10.0 ** decimals
+            return (self * f).round() / f
+        return self._rec("round", [self])
+
+    def trunc(self):
+        return self._rec("trunc", [self])
+
+    fix = trunc
+
+    def frac(self):
+        return self - self.trunc()
+
+    def reciprocal(self):
+        return self._rec("reciprocal", [self])
+
+    def square(self):
+        return self._rec("square", [self])
+
+    def clamp(self, min=None, max=None):  # noqa: A002
+        if isinstance(min, Tensor) or isinstance(max, Tensor):
+            out = self
+            if min is not None:
+                out = out.maximum(min)
+            if max is not None:
+                out = out.minimum(max)
+            return out
+        return self._rec("clamp", [self], {"min": min, "max": max})
+
+    clip = clamp
+
+    def clamp_min(self, min):  # noqa: A002
+        return self.clamp(min=min)
+
+    def clamp_max(self, max):  # noqa: A002
+        return self.clamp(max=max)
+
+    def isnan(self):
+        return self._rec("isnan", [self])
+
+    def isinf(self):
+        return self._rec("isinf", [self])
+
+    def isfinite(self):
+        return self._rec("isfinite", [self])
+
+    def isposinf(self):
+        return self.isinf() & (self > 0)
+
+    def isneginf(self):
+        return self.isinf() & (self < 0)
+
+    def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None):
+        return self._rec("nan_to_num", [self], {"nan": nan, "posinf": posinf, "neginf": neginf})
+
+    def lerp(self, end, weight):
+        return self._rec("lerp", [self, self._operand(end), self._operand(weight)])
+
+    def where(self, condition, other):
+        from .functions import where
+
+        return where(condition, self, other)
+
+    def masked_fill(self, mask, value):
+        from .functions import where
+
+        v = value if isinstance(value, Tensor) else self._s.scalar(
+            value.item() if isinstance(value, np.generic) else value, self.dtype, self._dev)
+        return where(mask, v.to(self.dtype), self)
+
+    def softmax(self, dim: int, dtype=None):
+        x = self if dtype is None else self.to(dtype)
+        return x._rec("softmax", [x], {"dim": dim})
+
+    def log_softmax(self, dim: int, dtype=None):
+        x = self if dtype is None else self.to(dtype)
+        return x._rec("log_softmax", [x], {"dim": dim})
+
+    # ------------------------------------------------------------------ reductions
+    def _reduce(self, op: str, dim, keepdim: bool, **extra):
+        attrs = {"dims": _dims_attr(dim), "keepdim": keepdim}
+        attrs.update(extra)
+        return self._rec(op, [self], attrs)
+
+    def sum(self, dim=None, keepdim: bool = False, *, dtype=None):
+        return self._reduce("sum", dim, keepdim, **({"dtype": D.get(dtype).name} if dtype is not None else {}))
+
+    def nansum(self, dim=None, keepdim: bool = False, *, dtype=None):
+        return self.nan_to_num(0.0, posinf=math.inf, neginf=-math.inf).where(~self.isnan(), 0).sum(
+            dim, keepdim, dtype=dtype) if self.dtype.is_floating_point else self.sum(dim, keepdim, dtype=dtype)
+
+    def mean(self, dim=None, keepdim: bool = False, *, dtype=None):
+        return self._reduce("mean", dim, keepdim, **({"dtype": D.get(dtype).name} if dtype is not None else {}))
+
+    def prod(self, dim=None, keepdim: bool = False, *, dtype=None):
+        if isinstance(dim, (tuple, list)):
+            raise TypeError("prod(): dim must be an int")
+        return self._reduce("prod", dim, keepdim, **({"dtype": D.get(dtype).name} if dtype is not None else {}))
+
+    def amax(self, dim=(), keepdim: bool = False):
+        return self._reduce("amax", None if dim == () else dim, keepdim)
+
+    def amin(self, dim=(), keepdim: bool = False):
+        return self._reduce("amin", None if dim == () else dim, keepdim)
+
+    def max(self, dim=None, keepdim: bool = False):
+        """``max()`` -> 0-d; ``max(dim)`` -> ``(values, indices)``; ``max(other)`` -> elementwise."""
+        if isinstance(dim, Tensor):
+            return self.maximum(dim)
+        if dim is None:
+            return self._reduce("amax", None, False)
+        return MaxMin(self._reduce("amax", dim, keepdim), self.argmax(dim, keepdim))
+
+    def min(self, dim=None, keepdim: bool = False):
+        """``min()`` -> 0-d; ``min(dim)`` -> ``(values, indices)``; ``min(other)`` -> elementwise."""
+        if isinstance(dim, Tensor):
+            return self.minimum(dim)
+        if dim is None:
+            return self._reduce("amin", None, False)
+        return MaxMin(self._reduce("amin", dim, keepdim), self.argmin(dim, keepdim))
+
+    def aminmax(self, *, dim=None, keepdim=False):
+        return namedtuple("aminmax", ["min", "max"])(self.amin(dim if dim is not None else (), keepdim),
+                                                      self.amax(dim if dim is not None else (), keepdim))
+
+    def argmax(self, dim: int | None = None, keepdim: bool = False):
+        return self._rec("argmax", [self], {"dim": dim, "keepdim": keepdim})
+
+    def argmin(self, dim: int | None = None, keepdim: bool = False):
+        return self._rec("argmin", [self], {"dim": dim, "keepdim": keepdim})
+
+    def _correction(self, unbiased, correction) -> float:
+        if correction is not None:
+            return correction
+        if unbiased is None or unbiased is True:
+            return 1
+        return 0
+
+    def var(self, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+        if isinstance(unbiased, (int, tuple, list)) and not isinstance(unbiased, bool):
+            dim, unbiased = unbiased, None
+        return self._reduce("var", dim, keepdim, correction=self._correction(unbiased, correction))
+
+    def std(self, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+        if isinstance(unbiased, (int, tuple, list)) and not isinstance(unbiased, bool):
+            dim, unbiased = unbiased, None
+        return self._reduce("std", dim, keepdim, correction=self._correction(unbiased, correction))
+
+    def logsumexp(self, dim, keepdim: bool = False):
+        return self._reduce("logsumexp", dim, keepdim)
+
+    def all(self, dim=None, keepdim: bool = False):
+        return self._reduce("all", dim, keepdim)
+
+    def any(self, dim=None, keepdim: bool = False):
+        return self._reduce("any", dim, keepdim)
+
+    def count_nonzero(self, dim=None):
+        return (self != 0).sum(dim)
+
+    def cumsum(self, dim: int, *, dtype=None):
+        return self._rec("cumsum", [self], {"dim": dim, **({"dtype": D.get(dtype).name} if dtype else {})})
+
+    def cumprod(self, dim: int, *, dtype=None):
+        return self._rec("cumprod", [self], {"dim": dim, **({"dtype": D.get(dtype).name} if dtype else {})})
+
+    def norm(self, p="fro", dim=None, keepdim: bool = False, dtype=None):
+        x = self if dtype is None else self.to(dtype)
+        if p == "fro" or p is None:
+            p = 2
+        if p == "nuc":
+            raise NotImplementedError("nuclear norm is not supported")
+        return x._reduce("norm", dim, keepdim, p=float(p) if not isinstance(p, int) else p)
+
+    # ------------------------------------------------------------------ shape (views)
+    def _view(self, step: V.ViewStep) -> Tensor:
+        out = step.forward(self)
+        return V.mark_view(out, self, step)
+
+    def reshape(self, *shape):
+        shape = infer_reshape(self._shape, _size(shape))
+        if shape == self._shape:
+            return self._view(V.Reshape(shape)) if self._base is not None else self._view(V.Reshape(shape))
+        return self._view(V.Reshape(shape))
+
+    view = reshape
+
+    def view_as(self, other):
+        return self.reshape(other.shape)
+
+    reshape_as = view_as
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1):
+        if not self._shape:
+            return self.reshape(1)
+        s = norm_dim(start_dim, self.ndim)
+        e = norm_dim(end_dim, self.ndim)
+        if s > e:
+            raise ShapeError("flatten() has invalid args: start_dim cannot come after end_dim")
+        return self.reshape(self._shape[:s] + (numel(self._shape[s:e + 1]),) + self._shape[e + 1:])
+
+    def ravel(self):
+        return self.reshape(-1)
+
+    def unflatten(self, dim: int, sizes):
+        d = norm_dim(dim, self.ndim)
+        sizes = tuple(sizes)
+        if -1 in sizes:
+            rest = numel(tuple(x for x in sizes if x != -1))
+            sizes = tuple(self._shape[d] // rest if x == -1 else x for x in sizes)
+        if numel(sizes) != self._shape[d]:
+            raise ShapeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim "
+                             f"{dim} ({self._shape[d]}) in the input tensor")
+        return self.reshape(self._shape[:d] + sizes + self._shape[d + 1:])
+
+    def squeeze(self, dim=None):
+        if dim is None:
+            dims = {i for i, s in enumerate(self._shape) if s == 1}
+        else:
+            dims = {norm_dim(d, self.ndim) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
+            dims = {d for d in dims if self._shape and self._shape[d] == 1}
+        return self.reshape(tuple(s for i, s in enumerate(self._shape) if i not in dims))
+
+    def unsqueeze(self, dim: int):
+        d = norm_dim(dim, self.ndim, allow_end=True)
+        return self.reshape(self._shape[:d] + (1,) + self._shape[d:])
+
+    def permute(self, *dims):
+        dims = tuple(norm_dim(d, self.ndim) for d in _size(dims))
+        if len(dims) != self.ndim or sorted(dims) != list(range(self.ndim)):
+            raise ShapeError(f"permute(): dims {list(dims)} do not match the {self.ndim} dims of the tensor")
+        if dims == tuple(range(self.ndim)):
+            return self._view(V.Reshape(self._shape))
+        return self._view(V.Permute(dims))
+
+    def transpose(self, dim0: int, dim1: int):
+        if self.ndim < 2 and not self._shape:
+            return self._view(V.Reshape(self._shape))
+        p = list(range(self.ndim))
+        a, b = norm_dim(dim0, self.ndim), norm_dim(dim1, self.ndim)
+        p[a], p[b] = p[b], p[a]
+        return self.permute(*p)
+
+    swapaxes = transpose
+    swapdims = transpose
+
+    def t(self):
+        if self.ndim > 2:
+            raise ShapeError("t() expects a tensor with <= 2 dimensions")
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    @property
+    def T(self):  # noqa: N802
+        return self.permute(*reversed(range(self.ndim)))
+
+    @property
+    def mT(self):  # noqa: N802
+        if self.ndim < 2:
+            raise ShapeError("tensor.mT is only supported on matrices or batches of matrices. Got 1-D tensor.")
+        return self.transpose(-2, -1)
+
+    def moveaxis(self, source, destination):
+        src = [norm_dim(s, self.ndim) for s in (source if isinstance(source, (list, tuple)) else [source])]
+        dst = [norm_dim(s, self.ndim) for s in (destination if isinstance(destination, (list, tuple))
+                                                 else [destination])]
+        order = [i for i in range(self.ndim) if i not in src]
+        for d, s in sorted(zip(dst, src)):
+            order.insert(d, s)
+        return self.permute(*order)
+
+    movedim = moveaxis
+
+    def expand(self, *sizes):
+        sizes = _size(sizes)
+        return self._view(V.Expand(tuple(sizes)))
+
+    def expand_as(self, other):
+        return self.expand(other.shape)
+
+    def broadcast_to(self, shape):
+        return self.expand(*_size((shape,)))
+
+    def repeat(self, *sizes):
+        sizes = _size(sizes)
+        if len(sizes) < self.ndim:
+            raise ShapeError("Number of dimensions of repeat dims can not be smaller than number of dimensions "
+                             "of tensor")
+        shape = (1,) * (len(sizes) - self.ndim) + self._shape
+        inter = []
+        big = []
+        for r, s in zip(sizes, shape):
+            inter += [1, s]
+            big += [r, s]
+        return self.reshape(inter).expand(*big).reshape(tuple(r * s for r, s in zip(sizes, shape))).clone()
+
+    def tile(self, *dims):
+        dims = _size(dims)
+        if len(dims) < self.ndim:
+            dims = (1,) * (self.ndim - len(dims)) + tuple(dims)
+        return self.repeat(*dims)
+
+    def flip(self, *dims):
+        dims = _size(dims)
+        return self._rec("flip", [self], {"dims": [norm_dim(d, self.ndim) for d in dims]})
+
+    def fliplr(self):
+        return self.flip(1)
+
+    def flipud(self):
+        return self.flip(0)
+
+    def roll(self, shifts, dims=None):
+        if dims is None:
+            return self.flatten().roll(shifts, 0).reshape(self._shape)
+        shifts = shifts if isinstance(shifts, (tuple, list)) else (shifts,)
+        dims = dims if isinstance(dims, (tuple, list)) else (dims,)
+        if len(shifts) != len(dims):
+            raise ShapeError("roll: shifts and dims must have the same length")
+        out = self
+        for sh, d in zip(shifts, dims):
+            d = norm_dim(d, self.ndim)
+            n = self._shape[d]
+            if n == 0:
+                continue
+            k = sh % n
+            if k:
+                from .functions import cat
+
+                out = cat([out.narrow(d, n - k, k), out.narrow(d, 0, n - k)], d)
+        return out
+
+    def narrow(self, dim: int, start: int, length: int):
+        d = norm_dim(dim, self.ndim)
+        n = self._shape[d]
+        if isinstance(start, Tensor):
+            start = int(start)
+        if start < 0:
+            start += n
+        if not (0 <= start <= n and 0 <= length and start + length <= n):
+            raise IndexOutOfRange(f"start ({start}) + length ({length}) exceeds dimension size ({n}).")
+        key = [slice(None)] * self.ndim
+        key[d] = slice(start, start + length)
+        return self[tuple(key)]
+
+    def select(self, dim: int, index: int):
+        d = norm_dim(dim, self.ndim)
+        key = [slice(None)] * self.ndim
+        key[d] = index
+        return self[tuple(key)]
+
+    def split(self, split_size_or_sections, dim: int = 0):
+        d = norm_dim(dim, self.ndim)
+        n = self._shape[d]
+        if isinstance(split_size_or_sections, int):
+            step = split_size_or_sections
+            if step <= 0:
+                raise ValueError("split_size must be positive")
+            sizes = [min(step, n - i) for i in range(0, n, step)] or [0]
+        else:
+            sizes = list(split_size_or_sections)
+            if sum(sizes) != n:
+                raise ShapeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's "
+                                 f"size at dimension {dim}), but got split_sizes={sizes}")
+        out, start = [], 0
+        for s in sizes:
+            out.append(self.narrow(d, start, s))
+            start += s
+        return tuple(out)
+
+    def chunk(self, chunks: int, dim: int = 0):
+        n = self._shape[norm_dim(dim, self.ndim)]
+        return self.split(max(1, -(-n // chunks)), dim)
+
+    def tensor_split(self, sections, dim: int = 0):
+        d = norm_dim(dim, self.ndim)
+        n = self._shape[d]
+        if isinstance(sections, int):
+            q, r = divmod(n, sections)
+            sizes = [q + 1] * r + [q] * (sections - r)
+        else:
+            bounds = [0, *sections, n]
+            sizes = [max(0, b - a) for a, b in zip(bounds, bounds[1:])]
+        return self.split(sizes, d)
+
+    def unbind(self, dim: int = 0):
+        d = norm_dim(dim, self.ndim)
+        return tuple(self.select(d, i) for i in range(self._shape[d]))
+
+    def tril(self, diagonal: int = 0):
+        return self._rec("tril", [self], {"diagonal": diagonal})
+
+    def triu(self, diagonal: int = 0):
+        return self._rec("triu", [self], {"diagonal": diagonal})
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
+        from .functions import arange_like
+
+        x = self.moveaxis([dim1, dim2], [-2, -1])
+        n, m = x._shape[-2], x._shape[-1]
+        rows = max(0, min(n, m - offset) if offset >= 0 else min(n + offset, m))
+        r0 = 0 if offset >= 0 else -offset
+        c0 = offset if offset >= 0 else 0
+        idx_r = arange_like(self, r0, r0 + rows)
+        idx_c = arange_like(self, c0, c0 + rows)
+        return x[..., idx_r, idx_c]
+
+    def diag(self, diagonal: int = 0):
+        if self.ndim == 1:
+            n = self._shape[0] + abs(diagonal)
+            from .creation import zeros
+
+            out = zeros(n, n, dtype=self.dtype, device=self._dev, session=self._s)
+            from .functions import arange_like
+
+            r = arange_like(self, 0, self._shape[0]) + (0 if diagonal >= 0 else -diagonal)
+            c = arange_like(self, 0, self._shape[0]) + (diagonal if diagonal >= 0 else 0)
+            out[r, c] = self
+            return out
+        return self.diagonal(diagonal)
+
+    def trace(self):
+        return self.diagonal().sum()
+
+    # ------------------------------------------------------------------ indexing
+    def __getitem__(self, key):
+        from .indexing import getitem
+
+        return getitem(self, key)
+
+    def __setitem__(self, key, value):
+        from .indexing import setitem
+
+        setitem(self, key, value)
+
+    def gather(self, dim: int, index):
+        return self._rec("gather", [self, index], {"dim": dim})
+
+    def take_along_dim(self, indices, dim: int | None = None):
+        if dim is None:
+            return self.flatten().gather(0, indices.flatten())
+        d = norm_dim(dim, self.ndim)
+        shape = list(np.broadcast_shapes(tuple(s if i != d else 1 for i, s in enumerate(self._shape)),
+                                         tuple(s if i != d else 1 for i, s in enumerate(indices._shape))))
+        xs = list(shape)
+        xs[d] = self._shape[d]
+        ix = list(shape)
+        ix[d] = indices._shape[d]
+        return self.expand(*xs).gather(d, indices.expand(*ix))
+
+    def scatter(self, dim: int, index, src=None, value=None, *, reduce=None):
+        if src is None:
+            src = value
+        if not isinstance(src, Tensor):
+            src = self._s.scalar(src, self.dtype, self._dev).expand(*index.shape)
+        if reduce == "add":
+            return self.scatter_add(dim, index, src)
+        if reduce is not None:
+            raise NotImplementedError(f"scatter(reduce={reduce!r}) is not supported; use scatter_reduce")
+        return self._rec("scatter", [self, index, src.to(self.dtype)], {"dim": dim})
+
+    def scatter_add(self, dim: int, index, src):
+        return self._rec("scatter_add", [self, index, src.to(self.dtype)], {"dim": dim})
+
+    def index_select(self, dim: int, index):
+        d = norm_dim(dim, self.ndim)
+        if index.ndim > 1:
+            raise ShapeError("index_select(): Index is supposed to be a vector")
+        return self._rec("index", [self.moveaxis(d, 0) if d else self, index.reshape(-1)],
+                         {"dim": 0}).moveaxis(0, d) if d else \
+            self._rec("index", [self, index.reshape(-1)], {"dim": 0})
+
+    def index_add(self, dim: int, index, source, *, alpha=1):
+        d = norm_dim(dim, self.ndim)
+        src = source * alpha if alpha != 1 else source
+        x = self.moveaxis(d, 0) if d else self
+        s = src.moveaxis(d, 0) if d else src
+        out = x._rec("index_put", [x, s.to(self.dtype), index.reshape(-1)], {"dim": 0, "accumulate": True})
+        return out.moveaxis(0, d) if d else out
+
+    def index_fill(self, dim: int, index, value):
+        d = norm_dim(dim, self.ndim)
+        key = [slice(None)] * self.ndim
+        key[d] = index
+        out = self.clone()
+        out[tuple(key)] = value
+        return out
+
+    def masked_select(self, mask):
+        return self[mask.expand_as(self) if mask.shape != self.shape else mask]
+
+    def nonzero(self, *, as_tuple: bool = False):
+        """Indices of non-zero elements (a sync point: the output shape depends on the data)."""
+        idx = np.nonzero(self.numpy())
+        from .creation import tensor
+
+        if as_tuple:
+            return tuple(tensor(i.astype(np.int64), device=self._dev, session=self._s) for i in idx)
+        return tensor(np.stack(idx, axis=1).astype(np.int64) if idx else np.zeros((0, 0), np.int64),
+                      device=self._dev, session=self._s)
+
+    # ------------------------------------------------------------------ in-place
+    def _assign(self, new: Tensor) -> Tensor:
+        """Rebind this tensor to ``new``'s value (cast to our dtype); views see it, bases get it."""
+        from .autograd_hooks import check_inplace
+
+        if new._shape != self._shape:
+            new = new.expand(*self._shape) if new._shape != self._shape else new
+        if new.dtype is not self.dtype:
+            if new.dtype.category > self.dtype.category:
+                raise DTypeError(f"result type {new.dtype.name.capitalize()} can't be cast to the desired output "
+                                 f"type {self.dtype.name.capitalize()}")
+            new = new.to(self.dtype)
+        check_inplace(self, new)
+        V.assign(self, new)
+        return self
+
+    def add_(self, other, *, alpha=1):
+        return self._assign(self.add(other, alpha=alpha))
+
+    def sub_(self, other, *, alpha=1):
+        return self._assign(self.sub(other, alpha=alpha))
+
+    def mul_(self, other):
+        return self._assign(self * other)
+
+    def div_(self, other, *, rounding_mode=None):
+        return self._assign(self.div(other, rounding_mode=rounding_mode))
+
+    def pow_(self, exponent):
+        return self._assign(self.pow(exponent))
+
+    def clamp_(self, min=None, max=None):  # noqa: A002
+        return self._assign(self.clamp(min, max))
+
+    clip_ = clamp_
+
+    def zero_(self):
+        return self.fill_(0)
+
+    def fill_(self, value):
+        from .creation import full
+
+        if isinstance(value, Tensor):
+            return self._assign(value.to(self.dtype).expand(*self._shape))
+        return self._assign(full(self._shape, value, dtype=self.dtype, device=self._dev, session=self._s))
+
+    def copy_(self, src, non_blocking: bool = False):
+        src = self._operand(src)
+        if src._dev != self._dev:
+            src = src.to(self._dev)
+        return self._assign(src.to(self.dtype).expand(*self._shape))
+
+    def masked_fill_(self, mask, value):
+        return self._assign(self.masked_fill(mask, value))
+
+    def index_add_(self, dim: int, index, source, *, alpha=1):
+        return self._assign(self.index_add(dim, index, source, alpha=alpha))
+
+    def index_fill_(self, dim: int, index, value):
+        return self._assign(self.index_fill(dim, index, value))
+
+    def scatter_(self, dim, index, src=None, value=None, *, reduce=None):
+        return self._assign(self.scatter(dim, index, src, value, reduce=reduce))
+
+    def scatter_add_(self, dim, index, src):
+        return self._assign(self.scatter_add(dim, index, src))
+
+    def lerp_(self, end, weight):
+        return self._assign(self.lerp(end, weight))
+
+    def addcmul_(self, t1, t2, *, value=1):
+        return self._assign(self + t1 * t2 * value)
+
+    def addcdiv_(self, t1, t2, *, value=1):
+        return self._assign(self + t1 / t2 * value)
+
+    def floor_divide_(self, other):
+        return self._assign(self // other)
+
+    def remainder_(self, other):
+        return self._assign(self % other)
+
+    def __iadd__(self, o):
+        return self.add_(o)
+
+    def __isub__(self, o):
+        return self.sub_(o)
+
+    def __imul__(self, o):
+        return self.mul_(o)
+
+    def __itruediv__(self, o):
+        return self.div_(o)
+
+    def __ifloordiv__(self, o):
+        return self.floor_divide_(o)
+
+    def __imod__(self, o):
+        return self.remainder_(o)
+
+    def __ipow__(self, o):
+        return self.pow_(o)
+
+    def __iand__(self, o):
+        return self._assign(self & o)
+
+    def __ior__(self, o):
+        return self._assign(self | o)
+
+    def __ixor__(self, o):
+        return self._assign(self ^ o)
+
+    # ------------------------------------------------------------------ views plumbing
+    def _refresh(self) -> None:
+        V.refresh(self)
+
+
+def _make_inplace_unary(name: str):
+    def method(self):
+        return self._assign(getattr(self, name)())
+
+    method.__name__ = name + "_"
+    method.__doc__ = f"In-place :meth:`{name}`."
+    return method
+
+
+for _n in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs", "neg", "floor", "ceil", "round",
+           "trunc", "reciprocal", "square", "sign", "rsqrt", "log1p", "expm1", "erf", "tan", "exp2", "log2",
+           "nan_to_num", "frac", "logical_not"):
+    setattr(Tensor, _n + "_", _make_inplace_unary(_n))
+
+
+def _size(args) -> tuple[int, ...]:
+    """Accept ``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` and ``f(Size)``."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list, Size)):
+        args = args[0]
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            a = int(a)
+        if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
+            raise TypeError(f"expected a sequence of ints for a size, got {a!r}")
+        out.append(int(a))
+    return tuple(out)
+
+
+def _dims_attr(dim):
+    if dim is None:
+        return None
+    if isinstance(dim, (tuple, list)):
+        return [int(d) for d in dim]
+    return [int(dim)]

@@ -1,0 +1,145 @@
+"""Views: tensors derived from a base by reshape/permute/slice/expand that track its in-place updates.
+
+A view keeps its root base, the chain of :class:`ViewStep` from the base to itself, and the base's
+version when it was computed. Reading a stale view recomputes it from the base (recording ops);
+writing through a view (``v.add_(1)``, ``v[...] = x``) computes the base's new value with each
+step's ``inverse`` and rebinds the base, as torch's shared storage would.
+"""
+
+from __future__ import annotations
+
+from tensorwire.protocol.errors import TensorwireError
+
+
+class ViewStep:
+    """One view op: ``forward(t)`` records it, ``inverse(parent, value)`` writes ``value`` back."""
+
+    def forward(self, t):
+        raise NotImplementedError
+
+    def inverse(self, parent, value):
+        raise NotImplementedError
+
+
+class Reshape(ViewStep):
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    def forward(self, t):
+        if t._shape == self.shape:
+            return t._rec("reshape", [t], {"shape": list(self.shape)}) if t._base is not None else _alias(t)
+        return t._rec("reshape", [t], {"shape": list(self.shape)})
+
+    def inverse(self, parent, value):
+        return value._rec("reshape", [value], {"shape": list(parent._shape)})
+
+
+class Permute(ViewStep):
+    def __init__(self, dims):
+        self.dims = tuple(dims)
+
+    def forward(self, t):
+        return t._rec("permute", [t], {"dims": list(self.dims)})
+
+    def inverse(self, parent, value):
+        inv = [0] * len(self.dims)
+        for i, d in enumerate(self.dims):
+            inv[d] = i
+        return value._rec("permute", [value], {"dims": inv})
+
+
+class Expand(ViewStep):
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    def forward(self, t):
+        return t._rec("expand", [t], {"shape": list(self.shape)})
+
+    def inverse(self, parent, value):
+        raise TensorwireError("unsupported operation: more than one element of the written-to tensor refers to "
+                              "a single memory location. Please clone() the tensor before performing the "
+                              "operation.")
+
+
+class Slice(ViewStep):
+    """Basic indexing: a strided slice, then a reshape that drops int dims and adds None dims."""
+
+    def __init__(self, starts, stops, steps, out_shape):
+        self.starts, self.stops, self.steps = list(starts), list(stops), list(steps)
+        self.out_shape = tuple(out_shape)
+
+    def _sliced(self, t):
+        if all(a == 0 and b == n and s == 1 for a, b, s, n in zip(self.starts, self.stops, self.steps, t._shape)):
+            return t
+        return t._rec("slice", [t], {"starts": self.starts, "stops": self.stops, "steps": self.steps})
+
+    def forward(self, t):
+        s = self._sliced(t)
+        if s._shape != self.out_shape or s is t:
+            s = s._rec("reshape", [s], {"shape": list(self.out_shape)})
+        return s
+
+    def inverse(self, parent, value):
+        from tensorwire.protocol.shapes import slice_len
+
+        shape = [slice_len(a, b, st) for a, b, st in zip(self.starts, self.stops, self.steps)]
+        v = value._rec("reshape", [value], {"shape": shape}) if list(value._shape) != shape else value
+        return parent._rec("setslice", [parent, v], {"starts": self.starts, "stops": self.stops,
+                                                      "steps": self.steps})
+
+
+def _alias(t):
+    return t._rec("reshape", [t], {"shape": list(t._shape)})
+
+
+def mark_view(out, src, step: ViewStep):
+    """Make ``out`` (just computed from ``src`` by ``step``) a view of ``src``'s root base."""
+    root = src._base if src._base is not None else src
+    out._base = root
+    out._vsteps = (src._vsteps or ()) + (step,) if src._base is not None else (step,)
+    out._base_version = root._version
+    return out
+
+
+def refresh(view) -> None:
+    """Recompute a view whose base changed since it was computed."""
+    root = view._base
+    if root._version == view._base_version:
+        return
+    t = root
+    for step in view._vsteps:
+        t = step.forward(t)
+    _swap(view, t)
+    view._base_version = root._version
+
+
+def _swap(a, b) -> None:
+    """Give ``a`` the value (id) of ``b``; ``b`` takes ``a``'s old id and releases it when it dies."""
+    a._id, b._id = b._id, a._id
+    a._shape, b._shape = b._shape, a._shape
+    a.dtype, b.dtype = b.dtype, a.dtype
+
+
+def assign(t, new) -> None:
+    """In-place update of ``t`` to the value of ``new`` (same shape and dtype)."""
+    from .autograd_hooks import after_inplace
+
+    if t._base is None:
+        _swap(t, new)
+        t._version += 1
+        after_inplace(t, new)
+        return
+    root = t._base
+    if root._version != t._base_version:
+        refresh(t)
+    vals = [root]
+    for step in t._vsteps[:-1]:
+        vals.append(step.forward(vals[-1]))
+    v = new
+    for step, parent in zip(reversed(t._vsteps), reversed(vals)):
+        v = step.inverse(parent, v)
+    _swap(root, v)
+    root._version += 1
+    after_inplace(root, v)
+    _swap(t, new)
+    t._base_version = root._version

@@ -1,0 +1,1 @@
+"""The dispatcher: sessions, handles, routing and cached plans."""

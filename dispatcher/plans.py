@@ -1,0 +1,104 @@
+"""Splitting a batch into per-device fragments, once per structure.
+
+A :class:`Split` is what the dispatcher caches as a session's *plan*: for every device the nodes
+it runs (cross-device ``copy`` nodes become a ``send`` on the source device and a ``recv`` on the
+destination), which of the batch's external inputs it reads, and which batch node each of its
+nodes stands for. Replaying the plan only substitutes fresh ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tensorwire.protocol.errors import DeviceError, ProtocolError
+from tensorwire.protocol.graph import RECV, SEND
+from tensorwire.protocol.ops import OPS
+
+
+@dataclass
+class Fragment:
+    nodes: list = field(default_factory=list)  # [op, refs, attrs]
+    ext: list[int] = field(default_factory=list)  # batch ext indices
+    node_of: list[int | None] = field(default_factory=list)  # local node -> batch node (None for sends)
+    local: dict[int, int] = field(default_factory=dict)  # batch node -> local node
+    ext_local: dict[int, int] = field(default_factory=dict)  # batch ext index -> local ext index
+    dyn_nodes: list[int] = field(default_factory=list)  # local indices of nodes with dynamic attrs
+
+
+@dataclass
+class Split:
+    frags: dict[str, Fragment]
+    node_dev: list[str]
+    ext_dev: list[str]
+    n_xfer: int
+    xfer_route: list[tuple[str, str]]  # transfer k: (src device, dst device)
+    n_nodes: int
+
+
+def _ref(frag: Fragment, ref: int, ext_dev: list[str], dev: str) -> int:
+    if ref < 0:
+        k = -ref - 1
+        if k not in frag.ext_local:
+            frag.ext_local[k] = len(frag.ext)
+            frag.ext.append(k)
+        return -(frag.ext_local[k] + 1)
+    return frag.local[ref]
+
+
+def split_batch(nodes: list, devs: list, ext_dev: list[str], known_devices) -> Split:
+    """Validate a batch's structure and split it by device. Raises ProtocolError/DeviceError."""
+    if not isinstance(nodes, list) or not isinstance(devs, list):
+        raise ProtocolError("batch 'nodes' and 'devs' must be lists")
+    for d in devs:
+        if not isinstance(d, str):
+            raise ProtocolError("device names must be strings")
+        if d not in known_devices:
+            raise DeviceError(f"unknown device {d!r}; the cluster has: {', '.join(sorted(known_devices)) or 'none'}")
+    frags: dict[str, Fragment] = {}
+    node_dev: list[str] = []
+    routes: list[tuple[str, str]] = []
+    n_ext = len(ext_dev)
+    for j, node in enumerate(nodes):
+        if not isinstance(node, list) or len(node) != 4:
+            raise ProtocolError(f"node {j}: expected [op, refs, attrs, dev]")
+        op, refs, attrs, di = node
+        if not isinstance(op, str) or (op not in OPS):
+            raise ProtocolError(f"node {j}: unknown op {op!r}")
+        if not isinstance(refs, list) or len(refs) > 4096:
+            raise ProtocolError(f"node {j}: refs must be a list")
+        if attrs is not None and not isinstance(attrs, dict):
+            raise ProtocolError(f"node {j}: attrs must be a map")
+        if not isinstance(di, int) or not 0 <= di < len(devs):
+            raise ProtocolError(f"node {j}: device index {di!r} out of range")
+        dev = devs[di]
+        in_devs = []
+        for r in refs:
+            if not isinstance(r, int) or isinstance(r, bool) or not (-n_ext <= r < j):
+                raise ProtocolError(f"node {j}: bad input reference {r!r}")
+            in_devs.append(ext_dev[-r - 1] if r < 0 else node_dev[r])
+        frag = frags.setdefault(dev, Fragment())
+        if op == "copy" and in_devs and in_devs[0] != dev:
+            src = in_devs[0]
+            a = attrs or {}
+            if "shape" not in a or "dtype" not in a:
+                raise ProtocolError(f"node {j}: a cross-device copy must carry 'shape' and 'dtype'")
+            k = len(routes)
+            routes.append((src, dev))
+            sfrag = frags.setdefault(src, Fragment())
+            sfrag.nodes.append([SEND, [_ref(sfrag, refs[0], ext_dev, src)], {"xfer": k}])
+            sfrag.node_of.append(None)
+            frag.local[j] = len(frag.nodes)
+            frag.nodes.append([RECV, [], {"xfer": k, "shape": a["shape"], "dtype": a["dtype"]}])
+            frag.node_of.append(j)
+        else:
+            for d in in_devs:
+                if d != dev:
+                    raise DeviceError(f"node {j} ({op}) runs on {dev} but reads a tensor on {d}; "
+                                      f"move it with .to({dev!r}) first")
+            frag.local[j] = len(frag.nodes)
+            if OPS[op].dynamic:
+                frag.dyn_nodes.append(len(frag.nodes))
+            frag.nodes.append([op, [_ref(frag, r, ext_dev, dev) for r in refs], attrs])
+            frag.node_of.append(j)
+        node_dev.append(dev)
+    return Split(frags, node_dev, list(ext_dev), len(routes), routes, len(nodes))

@@ -1,0 +1,69 @@
+"""tensorwire model hub: client helpers (this package) and the hub service (``server``, ``storage``).
+
+``import tensorwire.hub`` is light: it loads only the urllib-based client helpers and the
+error types. The HTTP server (:mod:`tensorwire.hub.server`) and the SQLite storage
+(:mod:`tensorwire.hub.storage`) are imported only by whoever runs the service.
+
+Typical use::
+
+    from tensorwire import hub
+    commit = hub.push_folder("acme/bert-tiny", "./my-bert", endpoint="http://127.0.0.1:8700", token=tok)
+    path = hub.fetch("acme/bert-tiny", "model.safetensors", endpoint="http://127.0.0.1:8700")
+
+The hub also speaks the read side of the Hugging Face Hub API, so
+``HF_ENDPOINT=http://127.0.0.1:8700`` makes ``huggingface_hub.snapshot_download`` work against it.
+"""
+
+from __future__ import annotations
+
+from .client import (
+    DEFAULT_ENDPOINT,
+    create_tag,
+    default_cache_dir,
+    default_endpoint,
+    fetch,
+    list_repos,
+    push_files,
+    push_folder,
+    resolve,
+)
+from .errors import (
+    BadRequest,
+    Conflict,
+    EntryNotFound,
+    Forbidden,
+    HashMismatch,
+    HubError,
+    HubUnavailable,
+    InvalidPath,
+    InvalidSafetensors,
+    PayloadTooLarge,
+    RepositoryNotFound,
+    RevisionNotFound,
+    Unauthorized,
+)
+
+__all__ = [
+    "DEFAULT_ENDPOINT",
+    "push_folder",
+    "push_files",
+    "resolve",
+    "fetch",
+    "list_repos",
+    "create_tag",
+    "default_endpoint",
+    "default_cache_dir",
+    "HubError",
+    "BadRequest",
+    "InvalidPath",
+    "HashMismatch",
+    "InvalidSafetensors",
+    "Unauthorized",
+    "Forbidden",
+    "RepositoryNotFound",
+    "RevisionNotFound",
+    "EntryNotFound",
+    "Conflict",
+    "PayloadTooLarge",
+    "HubUnavailable",
+]

@@ -1,0 +1,541 @@
+"""HTTP client helpers for the model hub (standard library ``urllib.request`` only).
+
+These are what users, the CLI and device workers call: push a folder or in-memory files,
+resolve a revision, fetch one file into a local sha256-keyed cache, list repositories.
+Importing this module imports neither ``http.server`` nor ``sqlite3``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import ipaddress
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from ._validate import COMMIT_RE, check_file_path, check_ref_name, check_repo_id, check_revision
+from .errors import (
+    EntryNotFound,
+    HashMismatch,
+    HubError,
+    HubUnavailable,
+    PayloadTooLarge,
+    error_from_code,
+)
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:8700"
+CHUNK = 1 << 20
+MAX_PUSH_FILES = 100_000
+DEFAULT_TIMEOUT = 60.0
+
+__all__ = [
+    "DEFAULT_ENDPOINT",
+    "default_endpoint",
+    "default_cache_dir",
+    "push_folder",
+    "push_files",
+    "resolve",
+    "fetch",
+    "list_repos",
+    "create_tag",
+]
+
+
+# ---------------------------------------------------------------------- plumbing
+
+
+def default_endpoint(endpoint: str | None = None) -> str:
+    """``endpoint``, else ``$TENSORWIRE_HUB_URL``, else ``http://127.0.0.1:8700`` (no trailing slash)."""
+    ep = endpoint or os.environ.get("TENSORWIRE_HUB_URL") or DEFAULT_ENDPOINT
+    return ep.rstrip("/")
+
+
+def default_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """``cache_dir``, else ``$TENSORWIRE_HUB_CACHE``, else ``~/.cache/tensorwire/hub``."""
+    if cache_dir is not None:
+        return Path(cache_dir)
+    env = os.environ.get("TENSORWIRE_HUB_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "tensorwire" / "hub"
+
+
+def _token(token: str | None) -> str | None:
+    return token if token is not None else (os.environ.get("TENSORWIRE_HUB_TOKEN") or None)
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_DEFAULT = urllib.request.build_opener()
+
+
+def _open(req: urllib.request.Request, timeout: float) -> Any:
+    opener = _DIRECT if _is_loopback(req.full_url) else _DEFAULT
+    try:
+        return opener.open(req, timeout=timeout)
+    except urllib.error.HTTPError as e:
+        raise _to_hub_error(e) from None
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+        raise HubUnavailable(f"cannot reach the hub at {req.full_url}: {e}") from None
+
+
+def _to_hub_error(e: urllib.error.HTTPError) -> HubError:
+    code = e.headers.get("X-Error-Code") if e.headers else None
+    message = (e.headers.get("X-Error-Message") if e.headers else None) or str(e.reason)
+    with contextlib.suppress(Exception):
+        body = json.loads(e.read(1 << 20).decode("utf-8"))
+        if isinstance(body, dict):
+            code = body.get("error") or code
+            message = body.get("message") or message
+    with contextlib.suppress(Exception):
+        e.close()
+    return error_from_code(code, f"{message} (HTTP {e.code})", e.code)
+
+
+def _request(
+    method: str,
+    url: str,
+    *,
+    token: str | None = None,
+    body: Any = None,
+    data: Any = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Any:
+    hdrs = {"User-Agent": "tensorwire-hub-client/0.1", **(headers or {})}
+    if token:
+        hdrs["Authorization"] = f"Bearer {token}"
+    if body is not None:
+        data = json.dumps(body).encode()
+        hdrs["Content-Type"] = "application/json"
+    req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
+    with _open(req, timeout) as resp:
+        raw = resp.read()
+    return json.loads(raw.decode("utf-8")) if raw else None
+
+
+def _repo_url(endpoint: str, repo_id: str) -> str:
+    return f"{endpoint}/api/tw/repos/{check_repo_id(repo_id)}"
+
+
+def _hash_source(src: bytes | Path) -> tuple[str, int]:
+    h = hashlib.sha256()
+    if isinstance(src, bytes):
+        h.update(src)
+        return h.hexdigest(), len(src)
+    size = 0
+    with open(src, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+def _chunks(src: bytes | Path, bar: Any) -> Iterator[bytes]:
+    f = io.BytesIO(src) if isinstance(src, bytes) else open(src, "rb")  # noqa: SIM115
+    with f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            if bar is not None:
+                bar.update(len(chunk))
+            yield chunk
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc)
+
+
+# ---------------------------------------------------------------------- push
+
+
+def _push(
+    repo_id: str,
+    items: list[tuple[str, bytes | Path]],
+    *,
+    endpoint: str | None,
+    token: str | None,
+    revision: str,
+    message: str | None,
+    private: bool,
+    progress: bool,
+    parent: str | None,
+    replace: bool,
+    delete: list[str] | None = None,
+) -> str:
+    ep = default_endpoint(endpoint)
+    tok = _token(token)
+    check_repo_id(repo_id)
+    check_ref_name(revision)
+    if len(items) > MAX_PUSH_FILES:
+        raise HubError(f"at most {MAX_PUSH_FILES} files per push")
+    entries: list[dict[str, Any]] = []
+    sources: dict[str, bytes | Path] = {}
+    for path, src in items:
+        check_file_path(path)
+        sha, size = _hash_source(src)
+        entries.append({"path": path, "sha256": sha, "size": size})
+        sources.setdefault(sha, src)
+
+    _request(
+        "POST",
+        f"{ep}/api/tw/repos",
+        token=tok,
+        body={"repo_id": repo_id, "private": private, "exist_ok": True},
+    )
+    answer = _request("POST", f"{ep}/api/tw/blobs/missing", token=tok, body={"sha256": list(sources)})
+    missing: list[str] = answer["missing"]
+    max_blob = int(answer.get("max_blob_size") or 0)
+    sizes = {e["sha256"]: e["size"] for e in entries}
+    names = {e["sha256"]: e["path"] for e in entries}
+    for sha in missing:
+        if max_blob and sizes[sha] > max_blob:
+            raise PayloadTooLarge(f"{names[sha]} is {sizes[sha]} bytes; the hub accepts at most {max_blob}")
+    bar = _progress(sum(sizes[s] for s in missing), f"push {repo_id}", progress)
+    try:
+        for sha in missing:  # names as hints let the hub validate .safetensors before storing
+            src = sources[sha]
+            hint = next(
+                (e["path"] for e in entries if e["sha256"] == sha and e["path"].endswith(".safetensors")), ""
+            )
+            url = f"{ep}/api/tw/blobs/{sha}" + (f"?path={quote(hint, safe='')}" if hint else "")
+            _request(
+                "PUT",
+                url,
+                token=tok,
+                data=_chunks(src, bar),
+                headers={"Content-Length": str(sizes[sha]), "Content-Type": "application/octet-stream"},
+                timeout=max(DEFAULT_TIMEOUT, 300.0),
+            )
+    finally:
+        if bar is not None:
+            bar.close()
+    body: dict[str, Any] = {"files": entries, "mode": "replace" if replace else "merge"}
+    if message is not None:
+        body["message"] = message
+    if parent is not None:
+        body["parent"] = parent
+    if delete:
+        body["delete"] = delete
+    out = _request(
+        "POST", f"{_repo_url(ep, repo_id)}/commit/{quote(revision, safe='')}", token=tok, body=body
+    )
+    return str(out["commit"])
+
+
+def _walk(folder: Path) -> list[tuple[str, Path]]:
+    out: list[tuple[str, Path]] = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        rel_dir = Path(dirpath).relative_to(folder)
+        # never push git internals nor huggingface_hub's local-dir metadata
+        dirnames[:] = sorted(
+            d for d in dirnames if d != ".git" and not (rel_dir == Path(".") and d == ".cache")
+        )
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            if not p.is_file():
+                continue
+            out.append(((rel_dir / name).as_posix(), p))
+            if len(out) > MAX_PUSH_FILES:
+                raise HubError(f"{folder} holds more than {MAX_PUSH_FILES} files")
+    return out
+
+
+def push_folder(
+    repo_id: str,
+    folder: str | os.PathLike,
+    *,
+    endpoint: str | None = None,
+    token: str | None = None,
+    revision: str = "main",
+    message: str | None = None,
+    private: bool = False,
+    progress: bool = True,
+    parent: str | None = None,
+) -> str:
+    """Push a folder (Hugging Face layout: ``config.json``, ``*.safetensors``...) as a new revision.
+
+    The folder's files become the whole tree of the new revision on branch ``revision``
+    (created if needed; the repository too, ``private`` only applies on creation). Files are
+    hashed locally, only blobs the hub lacks are uploaded, then one commit is made. With
+    ``parent`` the commit only succeeds if the branch still points there (else ``Conflict``).
+    ``.git`` and the top-level ``.cache`` folder are skipped. Returns the new commit id.
+
+    ``endpoint`` defaults to ``$TENSORWIRE_HUB_URL`` then ``http://127.0.0.1:8700``; ``token`` to
+    ``$TENSORWIRE_HUB_TOKEN``. Raises :class:`~tensorwire.hub.errors.HubError` subclasses.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise FileNotFoundError(f"not a folder: {root}")
+    items: list[tuple[str, bytes | Path]] = list(_walk(root))
+    return _push(
+        repo_id,
+        items,
+        endpoint=endpoint,
+        token=token,
+        revision=revision,
+        message=message,
+        private=private,
+        progress=progress,
+        parent=parent,
+        replace=True,
+    )
+
+
+def push_files(
+    repo_id: str,
+    files: Mapping[str, bytes | str | os.PathLike],
+    *,
+    endpoint: str | None = None,
+    token: str | None = None,
+    revision: str = "main",
+    message: str | None = None,
+    private: bool = False,
+    progress: bool = False,
+    parent: str | None = None,
+    replace: bool = False,
+    delete: list[str] | None = None,
+) -> str:
+    """Push files given as ``{repo path: bytes or local path}`` as a new revision.
+
+    By default (``replace=False``) the files are laid over the branch's current tree (other
+    files are kept, ``delete`` lists paths to drop); with ``replace=True`` they are the whole
+    tree. Otherwise as :func:`push_folder`. Returns the new commit id.
+    """
+    items: list[tuple[str, bytes | Path]] = []
+    for path, src in files.items():
+        items.append((path, bytes(src) if isinstance(src, (bytes, bytearray, memoryview)) else Path(src)))
+    return _push(
+        repo_id,
+        items,
+        endpoint=endpoint,
+        token=token,
+        revision=revision,
+        message=message,
+        private=private,
+        progress=progress,
+        parent=parent,
+        replace=replace,
+        delete=delete,
+    )
+
+
+def create_tag(
+    repo_id: str, tag: str, revision: str = "main", *, endpoint: str | None = None, token: str | None = None
+) -> str:
+    """Tag ``revision`` (branch, tag or commit id) as ``tag``; returns the tagged commit id."""
+    ep = default_endpoint(endpoint)
+    check_ref_name(tag)
+    check_revision(revision)
+    out = _request(
+        "POST", f"{_repo_url(ep, repo_id)}/tag", token=_token(token), body={"tag": tag, "revision": revision}
+    )
+    return str(out["commit"])
+
+
+# ---------------------------------------------------------------------- read
+
+
+def resolve(
+    repo_id: str, revision: str = "main", *, endpoint: str | None = None, token: str | None = None
+) -> dict[str, Any]:
+    """Resolve a branch, tag or commit id of ``repo_id``.
+
+    Returns ``{"repo_id", "revision", "commit", "parent", "message", "created_at", "private",
+    "files": [{"path", "sha256", "size"}]}``. Raises ``RepositoryNotFound`` (also for a private
+    repo without a valid token), ``RevisionNotFound``, ``HubUnavailable``.
+    """
+    ep = default_endpoint(endpoint)
+    check_revision(revision)
+    return _request(
+        "GET", f"{_repo_url(ep, repo_id)}/revision/{quote(revision, safe='')}", token=_token(token)
+    )
+
+
+def list_repos(endpoint: str | None = None, token: str | None = None) -> list[dict[str, Any]]:
+    """Repositories visible with ``token`` (private ones need a valid token).
+
+    Each item: ``{"repo_id", "private", "created_at", "sha", "last_modified", "branches", "tags"}``.
+    """
+    return _request("GET", f"{default_endpoint(endpoint)}/api/tw/repos", token=_token(token))
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _ref_file(cache: Path, endpoint: str, repo_id: str, revision: str) -> Path:
+    key = hashlib.sha256(endpoint.encode()).hexdigest()[:16]
+    return cache / "refs" / key / repo_id / quote(revision, safe="")
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+b") as fh:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - non-POSIX: no cross-process lock
+            yield
+            return
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _download(
+    url: str, dest: Path, sha256: str, size: int, *, token: str | None, progress: bool, desc: str
+) -> None:
+    part = dest.with_name(dest.name + ".incomplete")
+    have = part.stat().st_size if part.exists() else 0
+    if have > size:
+        part.unlink()
+        have = 0
+    h = hashlib.sha256()
+    if have:
+        with open(part, "rb") as f:
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                h.update(chunk)
+    if have < size:
+        headers = {"User-Agent": "tensorwire-hub-client/0.1", "Accept-Encoding": "identity"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if have:
+            headers["Range"] = f"bytes={have}-"
+        req = urllib.request.Request(url, headers=headers, method="GET")
+        bar = None
+        with _open(req, max(DEFAULT_TIMEOUT, 300.0)) as resp:
+            if resp.status == 200 and have:
+                have = 0  # the server ignored Range: start over
+                h = hashlib.sha256()
+            elif resp.status == 206:
+                cr = resp.headers.get("Content-Range", "")
+                if not cr.startswith(f"bytes {have}-"):
+                    raise HubError(f"unexpected Content-Range {cr!r} resuming at {have}")
+            bar = _progress(size, desc, progress)
+            if bar is not None:
+                bar.update(have)
+            try:
+                with open(part, "r+b" if have else "wb") as f:
+                    f.seek(have)
+                    f.truncate()
+                    left = size - have
+                    while left > 0:  # bounded: never reads more than the announced size
+                        try:
+                            chunk = resp.read(min(CHUNK, left))
+                        except (OSError, ValueError) as e:
+                            raise HubUnavailable(f"download of {url} interrupted: {e}") from None
+                        if not chunk:
+                            break
+                        f.write(chunk)
+                        h.update(chunk)
+                        left -= len(chunk)
+                        if bar is not None:
+                            bar.update(len(chunk))
+                    f.flush()
+                    os.fsync(f.fileno())
+            finally:
+                if bar is not None:
+                    bar.close()
+            if left > 0:
+                raise HubUnavailable(f"download of {url} ended {left} bytes early; call again to resume")
+    got = h.hexdigest()
+    if got != sha256:
+        with contextlib.suppress(FileNotFoundError):
+            part.unlink()
+        raise HashMismatch(f"downloaded bytes hash to {got}, expected {sha256} ({url})")
+    os.replace(part, dest)
+
+
+def fetch(
+    repo_id: str,
+    path: str,
+    *,
+    revision: str = "main",
+    endpoint: str | None = None,
+    token: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> Path:
+    """Download one file of a revision into the local sha256-keyed cache and return its path.
+
+    The cache (``cache_dir``, else ``$TENSORWIRE_HUB_CACHE``, else ``~/.cache/tensorwire/hub``)
+    holds ``blobs/<sha256>`` plus the file lists of the commits seen. A file already cached is
+    returned without downloading; a commit-id ``revision`` already seen needs no request at
+    all, and a branch or tag falls back on the last commit it resolved to if the hub is
+    unreachable. Partial downloads resume with ``Range``; the bytes are verified against the
+    sha256 before being moved into place atomically (``HashMismatch`` otherwise).
+    """
+    check_repo_id(repo_id)
+    check_file_path(path)
+    check_revision(revision)
+    ep = default_endpoint(endpoint)
+    tok = _token(token)
+    cache = default_cache_dir(cache_dir)
+    tree: dict[str, Any] | None = None
+    commit: str | None = revision if COMMIT_RE.fullmatch(revision) else None
+    if commit is not None:
+        tree = _read_json(cache / "trees" / f"{commit}.json")
+    if tree is None:
+        try:
+            meta = resolve(repo_id, revision, endpoint=ep, token=tok)
+        except HubUnavailable:
+            if commit is None:
+                cached = _read_json(_ref_file(cache, ep, repo_id, revision))
+                commit = cached if isinstance(cached, str) and COMMIT_RE.fullmatch(cached) else None
+            tree = _read_json(cache / "trees" / f"{commit}.json") if commit else None
+            if tree is None:
+                raise
+        else:
+            commit = meta["commit"]
+            tree = {
+                "repo_id": meta["repo_id"],
+                "files": {f["path"]: [f["sha256"], f["size"]] for f in meta["files"]},
+            }
+            _write_json_atomic(cache / "trees" / f"{commit}.json", tree)
+            if revision != commit:
+                _write_json_atomic(_ref_file(cache, ep, repo_id, revision), commit)
+    assert tree is not None and commit is not None
+    entry = tree["files"].get(path)
+    if entry is None:
+        raise EntryNotFound(f"{path!r} not found in {repo_id} at revision {commit}")
+    sha256, size = str(entry[0]), int(entry[1])
+    blobs = cache / "blobs"
+    dest = blobs / sha256
+    if dest.is_file() and dest.stat().st_size == size:
+        return dest
+    blobs.mkdir(parents=True, exist_ok=True)
+    with _locked(blobs / f"{sha256}.lock"):
+        if dest.is_file() and dest.stat().st_size == size:
+            return dest
+        url = f"{ep}/{repo_id}/resolve/{commit}/{quote(path)}"
+        _download(url, dest, sha256, size, token=tok, progress=progress, desc=path.rsplit("/", 1)[-1])
+    return dest

@@ -1,0 +1,163 @@
+"""Errors that cross the wire.
+
+Every error has a stable ``code`` string. A service that fails sends ``{"code": ..., "message": ...}``;
+the client raises the matching subclass of :class:`TensorwireError` (``error_from_wire``).
+Where Python has a natural base class (``IndexError`` for a bad index, ``ValueError`` for a shape
+mismatch) the error subclasses it too, so ``except IndexError`` works as it does with torch.
+"""
+
+from __future__ import annotations
+
+
+class TensorwireError(Exception):
+    """Base class of every error tensorwire raises."""
+
+    code = "TensorwireError"
+
+    def __init__(self, message: str = "", *, node: int | None = None, where: str | None = None):
+        self.message = message
+        self.node = node
+        self.where = where
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        text = self.message
+        if self.where:
+            text = f"{text}\n  (recorded at {self.where})"
+        return text
+
+    def to_wire(self) -> dict:
+        """The msgpack-able form of this error."""
+        d = {"code": self.code, "message": self.message}
+        if self.node is not None:
+            d["node"] = self.node
+        return d
+
+
+class ShapeError(TensorwireError, ValueError):
+    """Shapes do not fit the op (broadcasting, matmul inner sizes, reshape sizes...)."""
+
+    code = "ShapeError"
+
+
+class DTypeError(TensorwireError, TypeError):
+    """A dtype the op does not accept, or an impossible cast."""
+
+    code = "DTypeError"
+
+
+class IndexOutOfRange(TensorwireError, IndexError):
+    """An index outside the tensor's extent (found on the client or while executing)."""
+
+    code = "IndexError"
+
+
+class DeviceError(TensorwireError, RuntimeError):
+    """An unknown or unavailable device, or tensors on different devices in one op."""
+
+    code = "DeviceError"
+
+
+class OutOfMemory(TensorwireError, MemoryError):
+    """A device could not allocate a buffer."""
+
+    code = "OutOfMemory"
+
+
+class WorkerLost(TensorwireError, RuntimeError):
+    """The worker holding a tensor died or stopped answering; its tensors are gone."""
+
+    code = "WorkerLost"
+
+
+class ServiceUnavailable(TensorwireError, RuntimeError):
+    """A service (autograd, collectives, a worker) is not registered with the dispatcher."""
+
+    code = "ServiceUnavailable"
+
+
+class Unauthorized(TensorwireError, PermissionError):
+    """Bad or missing credentials, or a handle that belongs to another session."""
+
+    code = "Unauthorized"
+
+
+class ProtocolError(TensorwireError, ValueError):
+    """A malformed message: bad framing, wrong types, unknown ops, absurd sizes, version mismatch."""
+
+    code = "ProtocolError"
+
+
+class NotFound(TensorwireError, KeyError):
+    """A handle, plan or resource that does not exist."""
+
+    code = "NotFound"
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return self._text()
+
+
+class DependencyFailed(TensorwireError, RuntimeError):
+    """An op could not run because an op it depends on failed (the message names that op)."""
+
+    code = "DependencyFailed"
+
+
+class ExecutionError(TensorwireError, RuntimeError):
+    """A kernel raised an error that fits no other code."""
+
+    code = "ExecutionError"
+
+
+class ConnectionFailed(TensorwireError, ConnectionError):
+    """The dispatcher could not be reached within the timeout."""
+
+    code = "ConnectionFailed"
+
+
+class TimeoutError_(TensorwireError, TimeoutError):
+    """A request got no answer within its time limit."""
+
+    code = "Timeout"
+
+
+_BY_CODE: dict[str, type[TensorwireError]] = {}
+
+
+def register_error(cls: type[TensorwireError]) -> type[TensorwireError]:
+    """Register an error class under its ``code`` so ``error_from_wire`` can rebuild it."""
+    _BY_CODE[cls.code] = cls
+    return cls
+
+
+for _cls in (TensorwireError, ShapeError, DTypeError, IndexOutOfRange, DeviceError, OutOfMemory, WorkerLost,
+             ServiceUnavailable, Unauthorized, ProtocolError, NotFound, DependencyFailed, ExecutionError,
+             ConnectionFailed, TimeoutError_):
+    register_error(_cls)
+
+
+def error_from_wire(d: dict, where: str | None = None) -> TensorwireError:
+    """Rebuild the error a service sent (unknown codes become the base class, keeping the code)."""
+    code = str(d.get("code", "TensorwireError"))
+    cls = _BY_CODE.get(code, TensorwireError)
+    err = cls(str(d.get("message", "")), node=d.get("node"), where=where)
+    if cls is TensorwireError:
+        err.code = code
+    return err
+
+
+def error_to_wire(exc: BaseException, node: int | None = None) -> dict:
+    """Turn any exception raised while serving into its wire form, choosing the closest code."""
+    if isinstance(exc, TensorwireError):
+        d = exc.to_wire()
+    elif isinstance(exc, MemoryError):
+        d = {"code": OutOfMemory.code, "message": str(exc) or "out of memory"}
+    elif isinstance(exc, IndexError):
+        d = {"code": IndexOutOfRange.code, "message": str(exc)}
+    elif isinstance(exc, (ValueError, TypeError)) and "shape" in str(exc):
+        d = {"code": ShapeError.code, "message": str(exc)}
+    else:
+        d = {"code": ExecutionError.code, "message": f"{type(exc).__name__}: {exc}"}
+    if node is not None:
+        d["node"] = node
+    return d

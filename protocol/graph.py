@@ -1,0 +1,103 @@
+"""The graph IR: nodes, fragments, and builders that record ops against the op table.
+
+A *batch* (client → dispatcher) and a *fragment* (dispatcher → worker) share one compact form:
+
+``nodes``: a list of ``[op, refs, attrs, dev]`` where ``refs`` name the inputs: ``j >= 0`` is the
+output of node ``j`` of the same list, ``-(k + 1)`` is external input ``k`` (a handle that existed
+before the batch). ``dev`` indexes the batch's device list (fragments omit it). ``attrs`` is a
+dict of plain values or ``None``.
+
+``ext``: the handle ids of the external inputs; ``outs``: the handle id each node's output gets.
+Ids are chosen by the client, so the next batch can refer to this one's outputs without waiting.
+
+The structure of a batch (ops, attrs other than the op's ``dynamic`` ones, wiring, devices and the
+external inputs' shapes/dtypes) is all a plan depends on; a batch seen before is sent as its plan
+number plus fresh ``ext``/``outs`` ids and the dynamic attribute values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import dtypes as D
+from .ops import get_op, infer
+from .shapes import Shape
+
+SEND = "send"  # pseudo-ops the worker handles itself (cross-device transfers)
+RECV = "recv"
+
+
+@dataclass(slots=True)
+class Value:
+    """A value inside a builder: its shape, dtype and a builder-specific reference."""
+
+    shape: Shape
+    dtype: D.DType
+    ref: int
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+class Builder:
+    """Records ops against the op table, inferring every output's shape and dtype.
+
+    Subclasses decide what recording means (``_emit``). Decompositions of composite ops are
+    written against this interface, so one decomposition serves the worker (which expands
+    composites its backend lacks), shape inference, and autograd.
+    """
+
+    def op(self, name: str, *inputs: Value, **attrs) -> Value:
+        shape, dtype = infer(name, [(v.shape, v.dtype) for v in inputs], attrs)
+        ref = self._emit(name, inputs, attrs, shape, dtype)
+        return Value(shape, dtype, ref)
+
+    def scalar(self, value, dtype: D.DType) -> Value:
+        return self.op("full", shape=[], dtype=dtype.name, value=value)
+
+    def _emit(self, name, inputs, attrs, shape, dtype) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class ExpandingBuilder(Builder):
+    """Builds a flat list of nodes, expanding composites that are not in ``native``.
+
+    Each emitted node is ``(op, refs, attrs, shape, dtype, origin)`` where ``origin`` is the index
+    of the node of the original fragment it came from (for error messages).
+    """
+
+    def __init__(self, native: frozenset[str] | set[str] = frozenset()):
+        self.native = native
+        self.nodes: list[tuple] = []
+        self.origin = -1
+
+    def op(self, name: str, *inputs: Value, **attrs) -> Value:
+        opdef = get_op(name)
+        if opdef.decompose is not None and name not in self.native:
+            infer(name, [(v.shape, v.dtype) for v in inputs], attrs)  # validate as the op itself
+            return opdef.decompose(self, *inputs, attrs)
+        return super().op(name, *inputs, **attrs)
+
+    def _emit(self, name, inputs, attrs, shape, dtype) -> int:
+        self.nodes.append((name, tuple(v.ref for v in inputs), attrs, shape, dtype, self.origin))
+        return len(self.nodes) - 1
+
+
+def freeze(v):
+    """A hashable form of an attribute value (lists become tuples, dicts sorted item tuples)."""
+    if isinstance(v, list | tuple):
+        return tuple(freeze(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, freeze(x)) for k, x in v.items()))
+    return v
+
+
+def structure_key(op: str, refs: tuple, attrs: dict | None, dev: int):
+    """The part of a node that a plan depends on (dynamic attributes left out)."""
+    if not attrs:
+        return (op, refs, None, dev)
+    dyn = get_op(op).dynamic if op not in (SEND, RECV) else ()
+    if dyn:
+        return (op, refs, tuple(sorted((k, freeze(v)) for k, v in attrs.items() if k not in dyn)), dev)
+    return (op, refs, freeze(attrs), dev)

@@ -1,0 +1,877 @@
+"""The op table: every op defined once.
+
+Each :class:`OpDef` gives the op's name, how many inputs it takes, its shape and dtype inference
+(``infer``), and either nothing (a *primitive*, which every backend must implement) or a
+decomposition into other ops (a *composite*, which runs through its decomposition unless a backend
+registers a native kernel for it). The client, the dispatcher, the workers and autograd all read
+this table; nobody else derives shapes.
+
+Attributes are plain msgpack values (ints, floats, bools, strings, lists). Dtypes travel by name.
+A decomposition is written against a :class:`~tensorwire.protocol.graph.Builder`: ``g.op(name,
+*inputs, **attrs)`` records an op and returns a value with ``.shape`` and ``.dtype``.
+
+Plugins add ops with :func:`register_op` (the ``tensorwire_ops`` hook calls it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import dtypes as D
+from .errors import DTypeError, ProtocolError, ShapeError
+from .shapes import (
+    Shape,
+    broadcast,
+    broadcast_many,
+    check_shape,
+    infer_reshape,
+    norm_dim,
+    norm_dims,
+    numel,
+    reduced,
+    slice_len,
+)
+
+Meta = tuple[Shape, D.DType]
+InferFn = Callable[[list[Meta], dict], Meta]
+
+
+@dataclass
+class OpDef:
+    """One op: name, arity, attributes, inference and (for composites) decomposition."""
+
+    name: str
+    nin: int | None  # None: variadic (at least one)
+    infer: InferFn
+    decompose: Callable | None = None  # (g, *inputs: Value, attrs: dict) -> Value
+    kind: str = "other"  # unary | binary | reduce | movement | creation | random | index | other
+    differentiable: bool = True
+    doc: str = ""
+    attrs: tuple[str, ...] = ()
+    dynamic: tuple[str, ...] = ()  # attrs that may change between replays of one plan (values, seeds)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def primitive(self) -> bool:
+        return self.decompose is None
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register_op(op: OpDef, *, replace: bool = False) -> OpDef:
+    """Add an op to the table (plugins: custom ops with their shape rule and decomposition)."""
+    if op.name in OPS and not replace:
+        raise ValueError(f"op {op.name!r} is already defined")
+    OPS[op.name] = op
+    return op
+
+
+def get_op(name) -> OpDef:
+    try:
+        return OPS[name]
+    except (KeyError, TypeError):
+        raise ProtocolError(f"unknown op {name!r}") from None
+
+
+def infer(name: str, metas: list[Meta], attrs: dict) -> Meta:
+    """Shape and dtype of ``name`` applied to inputs with ``metas``; raises ShapeError/DTypeError."""
+    op = get_op(name)
+    if op.nin is not None and len(metas) != op.nin:
+        raise ProtocolError(f"op {name} takes {op.nin} inputs, got {len(metas)}")
+    if op.nin is None and not metas:
+        raise ProtocolError(f"op {name} needs at least one input")
+    return op.infer(metas, attrs)
+
+
+# ----------------------------------------------------------------------------------------------
+# attribute readers (attributes may come from a hostile peer: check types)
+
+def a_int(attrs: dict, key: str, default=None) -> int:
+    v = attrs.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ProtocolError(f"attribute {key!r} must be an int, got {v!r}")
+    return v
+
+
+def a_ints(attrs: dict, key: str, default=None) -> tuple[int, ...]:
+    v = attrs.get(key, default)
+    if not isinstance(v, (list, tuple)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise ProtocolError(f"attribute {key!r} must be a list of ints, got {v!r}")
+    if len(v) > 64:
+        raise ProtocolError(f"attribute {key!r} is too long")
+    return tuple(v)
+
+
+def a_num(attrs: dict, key: str, default=None):
+    v = attrs.get(key, default)
+    if not isinstance(v, (int, float, bool)):
+        raise ProtocolError(f"attribute {key!r} must be a number, got {v!r}")
+    return v
+
+
+def a_bool(attrs: dict, key: str, default=False) -> bool:
+    v = attrs.get(key, default)
+    if not isinstance(v, bool):
+        raise ProtocolError(f"attribute {key!r} must be a bool, got {v!r}")
+    return v
+
+
+def a_dtype(attrs: dict, key: str = "dtype", default=None) -> D.DType:
+    v = attrs.get(key, default)
+    if isinstance(v, D.DType):
+        return v
+    if not isinstance(v, str) or v not in D.BY_NAME:
+        raise ProtocolError(f"attribute {key!r} must be a dtype name, got {v!r}")
+    return D.BY_NAME[v]
+
+
+def a_dims(attrs: dict, ndim: int, key: str = "dims") -> tuple[int, ...]:
+    v = attrs.get(key)
+    if v is None:
+        return tuple(range(ndim))
+    return norm_dims(a_ints(attrs, key) if isinstance(v, (list, tuple)) else a_int(attrs, key), ndim)
+
+
+# ----------------------------------------------------------------------------------------------
+# creation
+
+def _creation_infer(metas, attrs):
+    return check_shape(a_ints(attrs, "shape")), a_dtype(attrs)
+
+
+register_op(OpDef("const", 0, _creation_infer, kind="creation", differentiable=False,
+                  attrs=("shape", "dtype", "frame"), dynamic=("frame",),
+                  doc="A tensor whose bytes ride in buffer frame `frame` of the message."))
+register_op(OpDef("full", 0, lambda m, a: (a_num(a, "value"), _creation_infer(m, a))[1], kind="creation",
+                  differentiable=False, attrs=("shape", "dtype", "value"), dynamic=("value",),
+                  doc="A tensor filled with `value`."))
+
+
+def _arange_infer(metas, attrs):
+    a_num(attrs, "start")
+    a_num(attrs, "step")
+    return check_shape((a_int(attrs, "n"),)), a_dtype(attrs)
+
+
+register_op(OpDef("arange", 0, _arange_infer, kind="creation", differentiable=False,
+                  attrs=("start", "step", "n", "dtype"),
+                  doc="out[i] = start + i * step, computed in float64 (int64 for integer dtypes) then cast."))
+
+
+def _random_infer(metas, attrs):
+    a_int(attrs, "seed")
+    a_int(attrs, "offset")
+    return _creation_infer(metas, attrs)
+
+
+for _name, _doc in (("rand", "Uniform [0, 1) from the counter-based generator (see backends/random.py)."),
+                    ("randn", "Standard normal from the counter-based generator (Box-Muller)."),
+                    ("randint", "Integers in [low, high) from the counter-based generator.")):
+    register_op(OpDef(_name, 0, _random_infer, kind="random", differentiable=False,
+                      attrs=("shape", "dtype", "seed", "offset") + (("low", "high") if _name == "randint" else ()),
+                      dynamic=("seed", "offset"),
+                      doc=_doc))
+
+# ----------------------------------------------------------------------------------------------
+# elementwise
+
+FLOAT_UNARY = ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "erf", "reciprocal",
+               "asin", "acos", "atan", "sinh", "cosh")
+SAME_UNARY = ("neg", "abs", "sign", "floor", "ceil", "round", "trunc")
+BOOL_UNARY = ("isnan", "isinf")
+
+
+def _unary_float(metas, attrs):
+    (s, d), = metas
+    return s, D.float_of(d)
+
+
+def _unary_same(metas, attrs):
+    (s, d), = metas
+    return s, d
+
+
+def _unary_bool(metas, attrs):
+    return metas[0][0], D.bool_
+
+
+def _bitwise_not(metas, attrs):
+    (s, d), = metas
+    if d.is_floating_point:
+        raise DTypeError(f"bitwise_not is only supported for integer and bool tensors, got {d}")
+    return s, d
+
+
+for _n in FLOAT_UNARY:
+    register_op(OpDef(_n, 1, _unary_float, kind="unary"))
+for _n in SAME_UNARY:
+    register_op(OpDef(_n, 1, _unary_same, kind="unary",
+                      differentiable=_n in ("neg", "abs")))
+for _n in BOOL_UNARY:
+    register_op(OpDef(_n, 1, _unary_bool, kind="unary", differentiable=False))
+register_op(OpDef("logical_not", 1, _unary_bool, kind="unary", differentiable=False))
+register_op(OpDef("bitwise_not", 1, _bitwise_not, kind="unary", differentiable=False))
+
+
+def binary_dtype(metas: list[Meta]) -> D.DType:
+    """The common dtype of a binary op's inputs (PyTorch's result_type over (dtype, ndim))."""
+    return D.result_type(*((d, len(s)) for s, d in metas))
+
+
+def _binary_same(metas, attrs):
+    return broadcast(metas[0][0], metas[1][0]), binary_dtype(metas)
+
+
+def _binary_float(metas, attrs):
+    return broadcast(metas[0][0], metas[1][0]), D.float_of(binary_dtype(metas))
+
+
+def _binary_bool(metas, attrs):
+    broadcast(metas[0][0], metas[1][0])
+    return broadcast(metas[0][0], metas[1][0]), D.bool_
+
+
+def _binary_int(name):
+    def f(metas, attrs):
+        d = binary_dtype(metas)
+        if d.is_floating_point:
+            raise DTypeError(f"{name} is only supported for integer and bool tensors, got {d}")
+        return broadcast(metas[0][0], metas[1][0]), d
+    return f
+
+
+for _n in ("add", "sub", "mul", "maximum", "minimum", "floor_divide", "remainder"):
+    register_op(OpDef(_n, 2, _binary_same, kind="binary",
+                      differentiable=_n not in ("floor_divide",)))
+
+
+def _pow_infer(metas, attrs):
+    return _binary_same(metas, attrs)
+
+
+register_op(OpDef("pow", 2, _pow_infer, kind="binary"))
+register_op(OpDef("div", 2, _binary_float, kind="binary", doc="True division (ints give floats)."))
+register_op(OpDef("atan2", 2, _binary_float, kind="binary"))
+for _n in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"):
+    register_op(OpDef(_n, 2, _binary_bool, kind="binary", differentiable=False))
+for _n in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    register_op(OpDef(_n, 2, _binary_int(_n), kind="binary", differentiable=False))
+
+
+def _where_infer(metas, attrs):
+    (sc, dc), (sa, da), (sb, db) = metas
+    return broadcast_many(sc, sa, sb), binary_dtype([(sa, da), (sb, db)])
+
+
+register_op(OpDef("where", 3, _where_infer, kind="other",
+                  doc="where(cond, a, b): a where cond is true, else b (cond is read as bool)."))
+
+
+def _cast_infer(metas, attrs):
+    return metas[0][0], a_dtype(attrs)
+
+
+register_op(OpDef("cast", 1, _cast_infer, kind="unary", attrs=("dtype",),
+                  doc="Convert to `dtype` (float to int truncates toward zero, as torch)."))
+
+# ----------------------------------------------------------------------------------------------
+# reductions
+
+
+def _reduce_infer(kind):
+    def f(metas, attrs):
+        (s, d), = metas
+        dims = a_dims(attrs, len(s))
+        keep = a_bool(attrs, "keepdim")
+        if kind == "sum":
+            out = a_dtype(attrs) if attrs.get("dtype") is not None else (
+                D.int64 if d.category < 2 else d)
+        elif kind in ("all", "any"):
+            out = D.bool_
+        else:
+            out = d
+            if kind in ("amax", "amin") and numel(s) and any(s[i] == 0 for i in dims):
+                raise ShapeError(f"{kind}(): expected reduction dim to have non-zero size")
+        return reduced(s, dims, keep), out
+    return f
+
+
+for _n in ("sum", "prod", "amax", "amin"):
+    register_op(OpDef(_n, 1, _reduce_infer("sum" if _n in ("sum", "prod") else _n), kind="reduce",
+                      attrs=("dims", "keepdim") + (("dtype",) if _n in ("sum", "prod") else ())))
+
+
+def _arg_infer(metas, attrs):
+    (s, d), = metas
+    keep = a_bool(attrs, "keepdim")
+    if attrs.get("dim") is None:
+        if numel(s) == 0:
+            raise ShapeError("argmax/argmin of an empty tensor")
+        return ((1,) * len(s) if keep else ()), D.int64
+    dim = norm_dim(a_int(attrs, "dim"), len(s))
+    if s and s[dim] == 0:
+        raise ShapeError("argmax/argmin: expected reduction dim to have non-zero size")
+    return reduced(s, (dim,) if s else (), keep), D.int64
+
+
+for _n in ("argmax", "argmin"):
+    register_op(OpDef(_n, 1, _arg_infer, kind="reduce", differentiable=False, attrs=("dim", "keepdim")))
+
+
+def _scan_infer(metas, attrs):
+    (s, d), = metas
+    norm_dim(a_int(attrs, "dim"), len(s))
+    out = a_dtype(attrs) if attrs.get("dtype") is not None else (D.int64 if d.category < 2 else d)
+    return s, out
+
+
+for _n in ("cumsum", "cumprod"):
+    register_op(OpDef(_n, 1, _scan_infer, kind="reduce", attrs=("dim", "dtype")))
+
+# ----------------------------------------------------------------------------------------------
+# movement
+
+
+def _reshape_infer(metas, attrs):
+    (s, d), = metas
+    return infer_reshape(s, a_ints(attrs, "shape")), d
+
+
+def _permute_infer(metas, attrs):
+    (s, d), = metas
+    dims = a_ints(attrs, "dims")
+    if len(dims) != len(s):
+        raise ShapeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match "
+                         f"the length of the desired ordering of dimensions i.e. input.dim() = {len(s)} "
+                         f"is not equal to len(dims) = {len(dims)}")
+    nd = tuple(norm_dim(x, len(s)) for x in dims)
+    if len(set(nd)) != len(nd):
+        raise ShapeError(f"permute(): duplicate dims are not allowed in {list(dims)}")
+    return tuple(s[i] for i in nd), d
+
+
+def _expand_infer(metas, attrs):
+    (s, d), = metas
+    target = a_ints(attrs, "shape")
+    if len(target) < len(s):
+        raise ShapeError(f"expand: the number of sizes provided ({len(target)}) must be greater or equal "
+                         f"to the number of dimensions in the tensor ({len(s)})")
+    pad = (1,) * (len(target) - len(s)) + s
+    out = []
+    for i, (have, want) in enumerate(zip(pad, target)):
+        if want == -1:
+            if i < len(target) - len(s):
+                raise ShapeError("expand: -1 is not allowed in a leading, non-existing dimension")
+            want = have
+        if have != want and have != 1:
+            raise ShapeError(f"The expanded size of the tensor ({want}) must match the existing size ({have}) "
+                             f"at non-singleton dimension {i}.  Target sizes: {list(target)}.  "
+                             f"Tensor sizes: {list(s)}")
+        out.append(want)
+    return check_shape(out), d
+
+
+def _slice_infer(metas, attrs):
+    (s, d), = metas
+    starts, stops, steps = a_ints(attrs, "starts"), a_ints(attrs, "stops"), a_ints(attrs, "steps")
+    if not len(starts) == len(stops) == len(steps) == len(s):
+        raise ShapeError("slice: starts, stops and steps need one entry per dimension")
+    out = []
+    for n, a, b, st in zip(s, starts, stops, steps):
+        if not (0 <= a <= n and 0 <= b <= n):
+            raise ShapeError(f"slice bounds [{a}:{b}] out of range for size {n}")
+        out.append(slice_len(a, b, st))
+    return tuple(out), d
+
+
+def _flip_infer(metas, attrs):
+    (s, d), = metas
+    a_dims(attrs, len(s))
+    return s, d
+
+
+def _pad_infer(metas, attrs):
+    (s, d), = metas
+    pads = a_ints(attrs, "pads")  # [lo0, hi0, lo1, hi1, ...] for every dim, in dim order
+    a_num(attrs, "value", 0)
+    if len(pads) != 2 * len(s):
+        raise ShapeError("pad: need a (low, high) pair for every dimension")
+    out = []
+    for i, n in enumerate(s):
+        m = n + pads[2 * i] + pads[2 * i + 1]
+        if m < 0:
+            raise ShapeError(f"pad: resulting size of dim {i} would be negative")
+        out.append(m)
+    return check_shape(out), d
+
+
+def _cat_infer(metas, attrs):
+    s0, _ = metas[0]
+    dim = norm_dim(a_int(attrs, "dim"), len(s0))
+    dt = metas[0][1]
+    total = 0
+    for s, d in metas:
+        if len(s) != len(s0) or any(a != b for i, (a, b) in enumerate(zip(s, s0)) if i != dim):
+            raise ShapeError(f"cat: sizes of tensors must match except in dimension {dim}; "
+                             f"got {list(s0)} and {list(s)}")
+        total += s[dim]
+        dt = D.promote_types(dt, d)
+    return check_shape(s0[:dim] + (total,) + s0[dim + 1:]), dt
+
+
+register_op(OpDef("reshape", 1, _reshape_infer, kind="movement", attrs=("shape",)))
+register_op(OpDef("permute", 1, _permute_infer, kind="movement", attrs=("dims",)))
+register_op(OpDef("expand", 1, _expand_infer, kind="movement", attrs=("shape",)))
+register_op(OpDef("slice", 1, _slice_infer, kind="movement", attrs=("starts", "stops", "steps"),
+                  doc="Strided slice with positive steps; bounds already clamped to [0, size]."))
+register_op(OpDef("flip", 1, _flip_infer, kind="movement", attrs=("dims",)))
+register_op(OpDef("pad", 1, _pad_infer, kind="movement", attrs=("pads", "value"),
+                  doc="Constant padding; pads = [low0, high0, low1, high1, ...] (negative crops)."))
+register_op(OpDef("cat", None, _cat_infer, kind="movement", attrs=("dim",)))
+
+
+def _copy_infer(metas, attrs):
+    return metas[0]
+
+
+register_op(OpDef("copy", 1, _copy_infer, kind="movement",
+                  doc="A fresh copy; across devices (the node's device differs from its input's) it is "
+                      "the transfer that `.to(device)` records."))
+
+# ----------------------------------------------------------------------------------------------
+# indexing
+
+
+def _index_dtype(d: D.DType, what: str):
+    if d not in (D.int64, D.int32, D.int16, D.int8, D.uint8):
+        raise DTypeError(f"{what}: index tensor must be an integer tensor, got {d}")
+
+
+def _gather_infer(metas, attrs):
+    (s, d), (si, di) = metas
+    _index_dtype(di, "gather")
+    dim = norm_dim(a_int(attrs, "dim"), len(s))
+    if len(si) != len(s):
+        raise ShapeError("gather(): index tensor must have the same number of dimensions as input tensor")
+    for i, (a, b) in enumerate(zip(s, si)):
+        if i != dim and b > a:
+            raise ShapeError(f"gather(): size of index {list(si)} does not fit input {list(s)} at dim {i}")
+    return si, d
+
+
+def _scatter_infer(metas, attrs):
+    (s, d), (si, di), (ss, ds) = metas
+    _index_dtype(di, "scatter")
+    dim = norm_dim(a_int(attrs, "dim"), len(s))
+    if not (len(si) == len(s) == len(ss)):
+        raise ShapeError("scatter(): index, src and self must have the same number of dimensions")
+    for i in range(len(s)):
+        if si[i] > ss[i] or (i != dim and si[i] > s[i]):
+            raise ShapeError(f"scatter(): index {list(si)} does not fit src {list(ss)} / self {list(s)}")
+    return s, d
+
+
+def _index_infer(metas, attrs):
+    (s, d), *idx = metas
+    dim = a_int(attrs, "dim")
+    if not idx:
+        raise ShapeError("index needs at least one index tensor")
+    if not 0 <= dim or dim + len(idx) > len(s):
+        raise ShapeError(f"too many indices for tensor of dimension {len(s)}")
+    for _, di in idx:
+        _index_dtype(di, "index")
+    b = broadcast_many(*(si for si, _ in idx))
+    return check_shape(s[:dim] + b + s[dim + len(idx):]), d
+
+
+def _index_put_infer(metas, attrs):
+    (s, d), (sv, dv), *idx = metas
+    a_bool(attrs, "accumulate")
+    target, _ = _index_infer([(s, d), *idx], attrs)
+    if broadcast(target, sv) != target:
+        raise ShapeError(f"shape mismatch: value tensor of shape {list(sv)} cannot be broadcast to "
+                         f"indexing result of shape {list(target)}")
+    return s, d
+
+
+def _setslice_infer(metas, attrs):
+    (s, d), (sv, dv) = metas
+    out, _ = _slice_infer([(s, d)], attrs)
+    if broadcast(out, sv) != out:
+        raise ShapeError(f"shape mismatch: value tensor of shape {list(sv)} cannot be broadcast to "
+                         f"indexing result of shape {list(out)}")
+    return s, d
+
+
+register_op(OpDef("gather", 2, _gather_infer, kind="index", attrs=("dim",)))
+register_op(OpDef("scatter", 3, _scatter_infer, kind="index", attrs=("dim",),
+                  doc="out = self with out[index[i]][j] = src[i][j] along dim (torch.scatter)."))
+register_op(OpDef("scatter_add", 3, _scatter_infer, kind="index", attrs=("dim",)))
+register_op(OpDef("index", None, _index_infer, kind="index", attrs=("dim",),
+                  doc="Advanced indexing: x[:, ..., i1, ..., ik] with the k index tensors (broadcast together) "
+                      "on consecutive dims starting at `dim`, numpy semantics; negative indices count from "
+                      "the end; out-of-range raises IndexError."))
+register_op(OpDef("index_put", None, _index_put_infer, kind="index", attrs=("dim", "accumulate"),
+                  doc="index_put(x, value, *indices): x with x[..., i1, ..., ik, ...] = value (+= if accumulate)."))
+register_op(OpDef("setslice", 2, _setslice_infer, kind="index", attrs=("starts", "stops", "steps"),
+                  doc="out = x with x[slices] = value (value broadcast to the slice)."))
+
+# ----------------------------------------------------------------------------------------------
+# matmul
+
+
+def _matmul_infer(metas, attrs):
+    (sa, da), (sb, db) = metas
+    if not sa or not sb:
+        raise ShapeError("both arguments to matmul need to be at least 1D, but they are "
+                         f"{len(sa)}D and {len(sb)}D")
+    if da is not db:
+        raise DTypeError(f"expected m1 and m2 to have the same dtype, but got: {da.name} != {db.name}")
+    a2 = (1,) + sa if len(sa) == 1 else sa
+    b2 = sb + (1,) if len(sb) == 1 else sb
+    if a2[-1] != b2[-2]:
+        raise ShapeError(f"mat1 and mat2 shapes cannot be multiplied ({a2[-2]}x{a2[-1]} and {b2[-2]}x{b2[-1]})")
+    batch = broadcast(a2[:-2], b2[:-2])
+    out = batch + (a2[-2], b2[-1])
+    if len(sa) == 1:
+        out = out[:-2] + out[-1:]
+    if len(sb) == 1:
+        out = out[:-1]
+    return out, da
+
+
+register_op(OpDef("matmul", 2, _matmul_infer, kind="other",
+                  doc="torch.matmul: batched with broadcasting; 1-D operands as torch."))
+
+# ----------------------------------------------------------------------------------------------
+# composites: each written once, in terms of other ops
+
+
+def _same_float(metas, attrs):
+    return _unary_float(metas, attrs)
+
+
+def composite(name: str, nin, infer_fn: InferFn, attrs: tuple[str, ...] = (), kind: str = "other",
+              differentiable: bool = True, doc: str = ""):
+    """Decorator registering a composite op whose decomposition is the decorated function."""
+    def deco(fn):
+        register_op(OpDef(name, nin, infer_fn, decompose=fn, kind=kind, differentiable=differentiable,
+                          doc=doc or (fn.__doc__ or "").strip(), attrs=attrs))
+        return fn
+    return deco
+
+
+def _scalar(g, v, dtype):
+    return g.op("full", shape=[], dtype=dtype.name, value=v)
+
+
+@composite("relu", 1, _unary_same, kind="unary")
+def _relu(g, x, attrs):
+    """max(x, 0)."""
+    return g.op("maximum", x, _scalar(g, 0, x.dtype))
+
+
+@composite("sigmoid", 1, _unary_float, kind="unary")
+def _sigmoid(g, x, attrs):
+    """1 / (1 + exp(-x))."""
+    x = _to_float(g, x)
+    return g.op("reciprocal", g.op("add", g.op("exp", g.op("neg", x)), _scalar(g, 1, x.dtype)))
+
+
+def _to_float(g, x):
+    fd = D.float_of(x.dtype)
+    return x if x.dtype is fd else g.op("cast", x, dtype=fd.name)
+
+
+@composite("square", 1, lambda m, a: (m[0][0], D.int64 if m[0][1] is D.bool_ else m[0][1]), kind="unary")
+def _square(g, x, attrs):
+    """x * x."""
+    return g.op("mul", x, x)
+
+
+@composite("rsqrt", 1, _unary_float, kind="unary")
+def _rsqrt(g, x, attrs):
+    """1 / sqrt(x)."""
+    return g.op("reciprocal", g.op("sqrt", x))
+
+
+@composite("exp2", 1, _unary_float, kind="unary")
+def _exp2(g, x, attrs):
+    """2 ** x."""
+    x = _to_float(g, x)
+    return g.op("exp", g.op("mul", x, _scalar(g, math.log(2.0), x.dtype)))
+
+
+@composite("log2", 1, _unary_float, kind="unary")
+def _log2(g, x, attrs):
+    """log(x) / log(2)."""
+    y = g.op("log", x)
+    return g.op("mul", y, _scalar(g, 1.0 / math.log(2.0), y.dtype))
+
+
+@composite("log10", 1, _unary_float, kind="unary")
+def _log10(g, x, attrs):
+    """log(x) / log(10)."""
+    y = g.op("log", x)
+    return g.op("mul", y, _scalar(g, 1.0 / math.log(10.0), y.dtype))
+
+
+@composite("isfinite", 1, _unary_bool, kind="unary", differentiable=False)
+def _isfinite(g, x, attrs):
+    """not (isnan or isinf)."""
+    return g.op("logical_not", g.op("logical_or", g.op("isnan", x), g.op("isinf", x)))
+
+
+def _clamp_infer(metas, attrs):
+    s, d = metas[0]
+    lo, hi = attrs.get("min"), attrs.get("max")
+    if lo is None and hi is None:
+        raise ShapeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    for v in (lo, hi):
+        if v is not None:
+            d = D.result_type((d, len(s)), v) if len(s) else D.result_type((d, 1), v)
+    return s, d
+
+
+@composite("clamp", 1, _clamp_infer, attrs=("min", "max"), kind="unary")
+def _clamp(g, x, attrs):
+    """minimum(maximum(x, min), max)."""
+    lo, hi = attrs.get("min"), attrs.get("max")
+    _, d = _clamp_infer([(x.shape, x.dtype)], attrs)
+    if x.dtype is not d:
+        x = g.op("cast", x, dtype=d.name)
+    if lo is not None:
+        x = g.op("maximum", x, _scalar(g, lo, d))
+    if hi is not None:
+        x = g.op("minimum", x, _scalar(g, hi, d))
+    return x
+
+
+def _nan_to_num_infer(metas, attrs):
+    return metas[0]
+
+
+@composite("nan_to_num", 1, _nan_to_num_infer, attrs=("nan", "posinf", "neginf"), kind="unary")
+def _nan_to_num(g, x, attrs):
+    """Replace NaN by `nan`, +inf by `posinf`, -inf by `neginf` (defaults: 0 and the dtype's extremes)."""
+    if not x.dtype.is_floating_point:
+        return g.op("copy", x)
+    big = D.finfo_max(x.dtype)
+    nan = attrs.get("nan") or 0.0
+    pos = attrs.get("posinf")
+    neg = attrs.get("neginf")
+    pos = big if pos is None else pos
+    neg = -big if neg is None else neg
+    y = g.op("where", g.op("isnan", x), _scalar(g, nan, x.dtype), x)
+    inf = g.op("isinf", y)
+    sgn = g.op("gt", y, _scalar(g, 0, x.dtype))
+    return g.op("where", g.op("logical_and", inf, sgn), _scalar(g, pos, x.dtype),
+                g.op("where", inf, _scalar(g, neg, x.dtype), y))
+
+
+def _lerp_infer(metas, attrs):
+    s = broadcast_many(*(m[0] for m in metas))
+    return s, binary_dtype(metas[:2])
+
+
+@composite("lerp", 3, _lerp_infer)
+def _lerp(g, a, b, w, attrs):
+    """a + w * (b - a)."""
+    return g.op("add", a, g.op("mul", w, g.op("sub", b, a)))
+
+
+def _mean_infer(metas, attrs):
+    (s, d), = metas
+    if attrs.get("dtype") is not None:
+        d = a_dtype(attrs)
+    if not d.is_floating_point:
+        raise DTypeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
+                         f"or complex dtype. Got: {d.name.capitalize()}")
+    return reduced(s, a_dims(attrs, len(s)), a_bool(attrs, "keepdim")), d
+
+
+@composite("mean", 1, _mean_infer, attrs=("dims", "keepdim", "dtype"), kind="reduce")
+def _mean(g, x, attrs):
+    """sum(x, dims) / count."""
+    _, d = _mean_infer([(x.shape, x.dtype)], attrs)
+    dims = a_dims(attrs, len(x.shape))
+    if x.dtype is not d:
+        x = g.op("cast", x, dtype=d.name)
+    n = numel(tuple(x.shape[i] for i in dims))
+    s = g.op("sum", x, dims=list(dims), keepdim=a_bool(attrs, "keepdim"))
+    return g.op("div", s, _scalar(g, n, d))
+
+
+def _var_infer(metas, attrs):
+    (s, d), = metas
+    a_num(attrs, "correction", 1)
+    return reduced(s, a_dims(attrs, len(s)), a_bool(attrs, "keepdim")), D.float_of(d)
+
+
+@composite("var", 1, _var_infer, attrs=("dims", "keepdim", "correction"), kind="reduce")
+def _var(g, x, attrs):
+    """sum((x - mean)^2) / (N - correction)."""
+    x = _to_float(g, x)
+    dims = list(a_dims(attrs, len(x.shape)))
+    n = numel(tuple(x.shape[i] for i in dims))
+    mu = g.op("mean", x, dims=dims, keepdim=True)
+    dev = g.op("sub", x, mu)
+    ss = g.op("sum", g.op("mul", dev, dev), dims=dims, keepdim=a_bool(attrs, "keepdim"))
+    denom = max(n - a_num(attrs, "correction", 1), 0)
+    return g.op("div", ss, _scalar(g, float(denom), x.dtype))
+
+
+@composite("std", 1, _var_infer, attrs=("dims", "keepdim", "correction"), kind="reduce")
+def _std(g, x, attrs):
+    """sqrt(var)."""
+    return g.op("sqrt", g.op("var", x, **attrs))
+
+
+@composite("logsumexp", 1, lambda m, a: (reduced(m[0][0], a_dims(a, len(m[0][0])), a_bool(a, "keepdim")),
+                                         D.float_of(m[0][1])), attrs=("dims", "keepdim"), kind="reduce")
+def _logsumexp(g, x, attrs):
+    """max + log(sum(exp(x - max))), stable; infinite maxima are handled like torch."""
+    x = _to_float(g, x)
+    dims = list(a_dims(attrs, len(x.shape)))
+    keep = a_bool(attrs, "keepdim")
+    m = g.op("amax", x, dims=dims, keepdim=True)
+    m = g.op("where", g.op("isinf", m), _scalar(g, 0.0, x.dtype), m)
+    s = g.op("sum", g.op("exp", g.op("sub", x, m)), dims=dims, keepdim=keep)
+    mm = m if keep else g.op("reshape", m, shape=list(reduced(x.shape, tuple(dims), False)))
+    return g.op("add", g.op("log", s), mm)
+
+
+def _softmax_infer(metas, attrs):
+    (s, d), = metas
+    norm_dim(a_int(attrs, "dim"), len(s))
+    return s, D.float_of(d)
+
+
+@composite("softmax", 1, _softmax_infer, attrs=("dim",))
+def _softmax(g, x, attrs):
+    """exp(x - max) / sum(exp(x - max)) along dim."""
+    x = _to_float(g, x)
+    dim = [a_int(attrs, "dim")]
+    e = g.op("exp", g.op("sub", x, g.op("amax", x, dims=dim, keepdim=True)))
+    return g.op("div", e, g.op("sum", e, dims=dim, keepdim=True))
+
+
+@composite("log_softmax", 1, _softmax_infer, attrs=("dim",))
+def _log_softmax(g, x, attrs):
+    """x - logsumexp(x) along dim."""
+    x = _to_float(g, x)
+    return g.op("sub", x, g.op("logsumexp", x, dims=[a_int(attrs, "dim")], keepdim=True))
+
+
+def _norm_infer(metas, attrs):
+    (s, d), = metas
+    a_num(attrs, "p", 2)
+    return reduced(s, a_dims(attrs, len(s)), a_bool(attrs, "keepdim")), D.float_of(d)
+
+
+@composite("norm", 1, _norm_infer, attrs=("p", "dims", "keepdim"), kind="reduce")
+def _norm(g, x, attrs):
+    """Vector p-norm: (sum |x|^p)^(1/p); p = inf / -inf give max / min of |x|."""
+    x = _to_float(g, x)
+    p = a_num(attrs, "p", 2)
+    dims = list(a_dims(attrs, len(x.shape)))
+    keep = a_bool(attrs, "keepdim")
+    ax = g.op("abs", x)
+    if p == math.inf:
+        return g.op("amax", ax, dims=dims, keepdim=keep)
+    if p == -math.inf:
+        return g.op("amin", ax, dims=dims, keepdim=keep)
+    if p == 0:
+        return g.op("sum", g.op("cast", g.op("ne", x, _scalar(g, 0, x.dtype)), dtype=x.dtype.name),
+                    dims=dims, keepdim=keep)
+    if p == 1:
+        return g.op("sum", ax, dims=dims, keepdim=keep)
+    if p == 2:
+        return g.op("sqrt", g.op("sum", g.op("mul", x, x), dims=dims, keepdim=keep))
+    s = g.op("sum", g.op("pow", ax, _scalar(g, float(p), x.dtype)), dims=dims, keepdim=keep)
+    return g.op("pow", s, _scalar(g, 1.0 / p, x.dtype))
+
+
+def _allany_infer(metas, attrs):
+    (s, d), = metas
+    return reduced(s, a_dims(attrs, len(s)), a_bool(attrs, "keepdim")), D.bool_
+
+
+@composite("all", 1, _allany_infer, attrs=("dims", "keepdim"), kind="reduce", differentiable=False)
+def _all(g, x, attrs):
+    """amin of x read as bool."""
+    b = x if x.dtype is D.bool_ else g.op("ne", x, _scalar(g, 0, x.dtype))
+    if numel(x.shape) == 0:
+        return g.op("full", shape=list(_allany_infer([(x.shape, x.dtype)], attrs)[0]), dtype="bool", value=True)
+    return g.op("amin", b, **attrs)
+
+
+@composite("any", 1, _allany_infer, attrs=("dims", "keepdim"), kind="reduce", differentiable=False)
+def _any(g, x, attrs):
+    """amax of x read as bool."""
+    b = x if x.dtype is D.bool_ else g.op("ne", x, _scalar(g, 0, x.dtype))
+    if numel(x.shape) == 0:
+        return g.op("full", shape=list(_allany_infer([(x.shape, x.dtype)], attrs)[0]), dtype="bool",
+                    value=False)
+    return g.op("amax", b, **attrs)
+
+
+def _tri_infer(metas, attrs):
+    (s, d), = metas
+    a_int(attrs, "diagonal", 0)
+    if len(s) < 2:
+        raise ShapeError("tril/triu: input tensor must have at least 2 dimensions")
+    return s, d
+
+
+def _tri(g, x, attrs, lower: bool):
+    n, m = x.shape[-2], x.shape[-1]
+    k = a_int(attrs, "diagonal", 0)
+    rows = g.op("reshape", g.op("arange", start=0, step=1, n=n, dtype="int64"), shape=[n, 1])
+    cols = g.op("arange", start=0, step=1, n=m, dtype="int64")
+    diff = g.op("sub", cols, rows)  # [n, m]: col - row
+    mask = g.op("le" if lower else "ge", diff, _scalar(g, k, D.int64))
+    return g.op("where", mask, x, _scalar(g, 0, x.dtype))
+
+
+@composite("tril", 1, _tri_infer, attrs=("diagonal",))
+def _tril(g, x, attrs):
+    """Keep elements with col - row <= diagonal, zero the rest."""
+    return _tri(g, x, attrs, True)
+
+
+@composite("triu", 1, _tri_infer, attrs=("diagonal",))
+def _triu(g, x, attrs):
+    """Keep elements with col - row >= diagonal, zero the rest."""
+    return _tri(g, x, attrs, False)
+
+
+def _eye_infer(metas, attrs):
+    return check_shape((a_int(attrs, "n"), a_int(attrs, "m"))), a_dtype(attrs)
+
+
+@composite("eye", 0, _eye_infer, attrs=("n", "m", "dtype"), kind="creation", differentiable=False)
+def _eye(g, attrs):
+    """Ones on the diagonal: arange(n)[:, None] == arange(m)."""
+    n, m = a_int(attrs, "n"), a_int(attrs, "m")
+    rows = g.op("reshape", g.op("arange", start=0, step=1, n=n, dtype="int64"), shape=[n, 1])
+    cols = g.op("arange", start=0, step=1, n=m, dtype="int64")
+    return g.op("cast", g.op("eq", rows, cols), dtype=attrs["dtype"])
+
+
+@composite("relu6", 1, _unary_same, kind="unary")
+def _relu6(g, x, attrs):
+    """min(max(x, 0), 6)."""
+    return g.op("clamp", x, min=0, max=6)
+
+
+def primitives() -> list[str]:
+    """Names of the ops every backend must implement."""
+    return [n for n, op in OPS.items() if op.primitive]
+
+
+def composites() -> list[str]:
+    return [n for n, op in OPS.items() if not op.primitive]

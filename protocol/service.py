@@ -1,0 +1,43 @@
+"""Small helpers every service process shares: readiness lines, free ports, signal handling."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sys
+import threading
+
+READY = "TENSORWIRE-READY"
+HEARTBEAT_S = 0.5  # services and the dispatcher exchange a heartbeat this often
+LIVENESS = 10  # ... and declare the other side dead after this many missed heartbeats
+
+
+def announce_ready(service: str, **info) -> None:
+    """Print the one line a launcher waits for: ``TENSORWIRE-READY {json}``."""
+    sys.stdout.write(f"{READY} {json.dumps({'service': service, **info})}\n")
+    sys.stdout.flush()
+
+
+def parse_ready(line: str) -> dict | None:
+    if not line.startswith(READY):
+        return None
+    return json.loads(line[len(READY):].strip())
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def stop_event_on_signals() -> threading.Event:
+    """An event set by SIGINT/SIGTERM, so a service loop can stop cleanly."""
+    ev = threading.Event()
+
+    def handler(signum, frame):
+        ev.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+    return ev

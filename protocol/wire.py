@@ -1,0 +1,81 @@
+"""The wire format: one msgpack header frame, then raw buffer frames (never pickle).
+
+A message is ``[header, *buffers]`` on the wire (ROUTER sockets prepend routing frames). The header
+is a msgpack map with at least ``"t"`` (the message type). Tensor bytes travel as their own frames,
+C-contiguous, described in the header by ``[id, dtype, shape, frame_index]``; they are sent and
+received without copies (zmq frames wrap numpy buffers and back).
+"""
+
+from __future__ import annotations
+
+import os
+
+import msgpack
+import numpy as np
+
+from . import PROTOCOL_VERSION
+from . import dtypes as D
+from .errors import ProtocolError
+from .shapes import check_shape, numel
+
+#: the largest message a socket accepts (bytes, whole message); a peer sending more is cut off by zmq
+MAX_MESSAGE = int(os.environ.get("TENSORWIRE_MAX_MESSAGE", str(8 << 30)))
+#: the largest header (msgpack) frame
+MAX_HEADER = 64 << 20
+
+_UNPACK_LIMITS = dict(max_str_len=1 << 20, max_bin_len=MAX_HEADER, max_array_len=1 << 24, max_map_len=1 << 20,
+                      max_ext_len=0, strict_map_key=False, raw=False, use_list=True)
+
+
+def pack_header(header: dict) -> bytes:
+    return msgpack.packb(header, use_bin_type=True)
+
+
+def unpack_header(data) -> dict:
+    """Decode a header frame; anything but a msgpack map with a str ``t`` is a ProtocolError."""
+    if len(data) > MAX_HEADER:
+        raise ProtocolError(f"header frame of {len(data)} bytes exceeds the limit of {MAX_HEADER}")
+    try:
+        h = msgpack.unpackb(data, **_UNPACK_LIMITS)
+    except Exception as e:  # msgpack raises many types on garbage
+        raise ProtocolError(f"malformed header frame: {type(e).__name__}: {e}") from None
+    if not isinstance(h, dict) or not isinstance(h.get("t"), str):
+        raise ProtocolError("a header must be a msgpack map with a string 't' (message type)")
+    return h
+
+
+def describe(arr: np.ndarray, hid: int, frame: int) -> list:
+    return [hid, D.from_numpy(arr.dtype).name, list(arr.shape), frame]
+
+
+def array_from_frame(desc, frames: list) -> tuple[int, np.ndarray]:
+    """Wrap a described buffer frame as a numpy array, without copying; checks sizes and dtypes."""
+    if not isinstance(desc, list) or len(desc) != 4:
+        raise ProtocolError(f"bad tensor descriptor {desc!r}")
+    hid, dname, shape, fi = desc
+    if not isinstance(dname, str) or dname not in D.BY_NAME:
+        raise ProtocolError(f"unknown dtype {dname!r} in tensor descriptor")
+    dt = D.BY_NAME[dname]
+    shape = check_shape(shape)
+    if not isinstance(fi, int) or not 0 <= fi < len(frames):
+        raise ProtocolError(f"tensor descriptor names frame {fi!r}, message has {len(frames)} buffer frames")
+    buf = frames[fi]
+    mv = buf.buffer if hasattr(buf, "buffer") else memoryview(buf)
+    need = numel(shape) * dt.itemsize
+    if mv.nbytes != need:
+        raise ProtocolError(f"buffer frame holds {mv.nbytes} bytes, shape {list(shape)} of {dname} needs {need}")
+    arr = np.frombuffer(mv, dtype=dt.np) if need else np.empty(0, dt.np)
+    return hid, arr.reshape(shape)
+
+
+def as_frame(arr: np.ndarray):
+    """A zero-copy sendable view of an array's bytes (made contiguous if needed)."""
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    if arr.dtype == D.bfloat16.np:
+        return memoryview(arr.view(np.uint16).reshape(-1)) if arr.size else b""
+    return memoryview(arr.reshape(-1)) if arr.size else b""
+
+
+def hello(token: str | None, client: str) -> dict:
+    return {"t": "hello", "v": PROTOCOL_VERSION, "token": token, "client": client}
