@@ -51,6 +51,7 @@ class Step:
     kernel: object = None
     dynamic: bool = False
     frees: tuple[int, ...] = field(default_factory=tuple)
+    in_meta: tuple = ()  # (shape, dtype) of each input, for backends that specialise kernels
 
 
 class Backend:
@@ -115,6 +116,15 @@ class Device:
     def run_step(self, step: Step, args: list, attrs: dict):
         """Run one step (the interpreter's inner call)."""
         return step.kernel(args, attrs, step.shape, step.dtype)
+
+    def specialize(self, step: Step):
+        """A callable ``f(*input_buffers)`` for a non-dynamic step, used by the straight-line runner.
+
+        Backends may return a tighter function than the generic kernel call (numpy: the ufunc itself
+        when no cast is needed). The default wraps ``step.kernel``.
+        """
+        k, attrs, shape, dtype = step.kernel, step.attrs, step.shape, step.dtype
+        return lambda *a: k(list(a), attrs, shape, dtype)
 
     def synchronize(self) -> None:
         """Wait for queued work (asynchronous backends)."""

@@ -56,7 +56,9 @@ class _PlanBuilder(ExpandingBuilder):
     def _emit(self, name, inputs, attrs, shape, dtype) -> int:
         slot = self.next_slot
         self.next_slot += 1
-        self.steps.append(Step(name, tuple(v.ref for v in inputs), attrs, shape, dtype, slot, self.origin))
+        st = Step(name, tuple(v.ref for v in inputs), attrs, shape, dtype, slot, self.origin)
+        st.in_meta = tuple((v.shape, v.dtype) for v in inputs)
+        self.steps.append(st)
         return slot
 
 
@@ -70,6 +72,8 @@ class Plan:
         self.ext_metas = ext_metas
         self.nslots = nslots
         self.node_meta = node_meta
+        self.has_transfers = any(st.op in (SEND, RECV) for st in program.steps)
+        self.runners: dict[frozenset, object] = {}  # kept-slot set -> straight-line function
 
 
 def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:
@@ -159,6 +163,12 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
     """
     env: list = [None] * plan.nslots
     env[:len(ext)] = ext
+    if not plan.has_transfers and not any(isinstance(b, Fail) for b in ext):
+        result = _run_fast(device, plan, env, outs, dyn, frames, keep)
+        if result is not None:
+            return result
+        env = [None] * plan.nslots
+        env[:len(ext)] = ext
     steps = plan.program.steps
     node_slot = plan.node_slot
     with np.errstate(all="ignore"):
@@ -203,6 +213,61 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
         if slot in keep:
             result[outs[j]] = env[slot]
     return result
+
+
+MAX_RUNNERS_PER_PLAN = 8
+
+
+def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, frames: list, keep: set):
+    """Run a plan with its prepared runner (cached per set of kept slots).
+
+    Returns None when a step raised: the caller then interprets the plan step by step, which
+    attributes the error to its node and carries on with independent work."""
+    key = frozenset(keep)
+    run = plan.runners.get(key)
+    if run is None:
+        if len(plan.runners) >= MAX_RUNNERS_PER_PLAN:
+            plan.runners.pop(next(iter(plan.runners)))
+        run = plan.runners[key] = _build_runner(device, plan, key)
+    try:
+        with np.errstate(all="ignore"):
+            run(env, dyn, frames)
+    except Exception:
+        return None
+    return {outs[j]: env[slot] for j, slot in enumerate(plan.node_slot) if slot is not None and slot in keep}
+
+
+def _build_runner(device: Device, plan: Plan, keep: frozenset):
+    """A tight loop over prepared (callable, input slots, output slot, slots to free) tuples."""
+    prog = []
+    for s in plan.program.steps:
+        frees = tuple(f for f in s.frees if f not in keep)
+        if s.dynamic or s.op == "const":
+            prog.append((_dynamic_call(device, s), s.ins, s.out, frees, s.origin))
+        else:
+            prog.append((device.specialize(s), s.ins, s.out, frees, None))
+    prog = tuple(prog)
+
+    def run(env, dyn, frames):
+        get = env.__getitem__
+        for fn, ins, out, frees, dyn_node in prog:
+            if dyn_node is None:
+                env[out] = fn(*map(get, ins))
+            else:
+                env[out] = fn([env[i] for i in ins], dyn.get(dyn_node), frames)
+            for f in frees:
+                env[f] = None
+
+    return run
+
+
+def _dynamic_call(device: Device, s: Step):
+    def call(args, d, frames):
+        attrs = {**s.attrs, **d} if d else s.attrs
+        if s.op == "const":
+            return _const(device, attrs, frames, s)
+        return device.run_step(s, args, attrs)
+    return call
 
 
 def _const(device: Device, attrs: dict, frames: list, step: Step):

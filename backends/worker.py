@@ -1,10 +1,10 @@
 """The device worker: one process per device, a DEALER to the dispatcher's service socket.
 
-Two threads. The I/O thread owns the socket: it registers, exchanges heartbeats, decodes messages
-and forwards outgoing ones; it never runs kernels, so the worker stays responsive during long ones.
-The execution thread owns all state (per-session buffers, cached plans, parked work) and runs
-fragments in each session's order, round-robin across sessions; a session waiting for a transfer
-from another device is parked while the others go on.
+The main thread owns the socket and all state (per-session buffers, cached plans, parked work): it
+decodes messages and runs fragments in each session's order, round-robin across sessions; a session
+waiting for a transfer from another device is parked while the others go on. Running kernels on the
+thread that owns the socket keeps a round trip free of thread hand-offs. A second thread with a
+socket of its own only sends heartbeats, so a long kernel does not make the worker look dead.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import queue
 import threading
 import time
 from collections import deque
@@ -21,7 +20,7 @@ import zmq
 from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol.errors import DeviceError, NotFound, ProtocolError, error_to_wire
 from tensorwire.protocol.service import HEARTBEAT_S, LIVENESS, announce_ready, stop_event_on_signals
-from tensorwire.protocol.wire import MAX_MESSAGE, array_from_frame, as_frame, pack_header, unpack_header
+from tensorwire.protocol.wire import MAX_MESSAGE, array_from_frame, as_frame, pack_header, send_parts, unpack_header
 
 from . import get_backend
 from .executor import Fail, compile_plan, execute, meta_of
@@ -55,13 +54,11 @@ class Executor:
     def __init__(self, device, device_name: str, send):
         self.device = device
         self.name = device_name
-        self.send = send  # callable(header, frames) -> None (thread-safe hand-off to the I/O thread)
-        self.inbox: queue.Queue = queue.Queue()
+        self.send = send  # callable(header, frames) -> None
         self.sessions: dict[bytes, _Session] = {}
         self.xfers: dict[int, object] = {}
         self.waiting: dict[int, bytes] = {}  # transfer key -> session parked on it
         self.ready: deque = deque()  # sessions with runnable work
-        self.stopped = False
 
     # -- message handling (execution thread) -------------------------------------------------
     def _session(self, sid) -> _Session:
@@ -115,25 +112,13 @@ class Executor:
         return out
 
     # -- running -----------------------------------------------------------------------------------
-    def loop(self) -> None:
-        while not self.stopped:
-            try:
-                item = self.inbox.get(timeout=None if not self.ready else 0)
-                if item is None:
-                    return
-                self._safe_handle(*item)
-                while True:  # drain without blocking
-                    item = self.inbox.get_nowait()
-                    if item is None:
-                        return
-                    self._safe_handle(*item)
-            except queue.Empty:
-                pass
-            for _ in range(len(self.ready)):
-                sid = self.ready.popleft()
-                s = self.sessions.get(sid)
-                if s is not None:
-                    self._advance(sid, s)
+    def run_ready(self) -> None:
+        """Advance every session that has runnable work (each until it blocks or runs dry)."""
+        for _ in range(len(self.ready)):
+            sid = self.ready.popleft()
+            s = self.sessions.get(sid)
+            if s is not None:
+                self._advance(sid, s)
 
     def _safe_handle(self, h, frames):
         try:
@@ -272,9 +257,9 @@ def _nothing():
 
 
 class Worker:
-    """The worker process: I/O thread (this object) plus an :class:`Executor` thread."""
+    """The worker process: socket, state and execution on one thread, heartbeats on another."""
 
-    def __init__(self, device: str, dispatcher: str, ctx: zmq.Context | None = None):
+    def __init__(self, device: str, dispatcher: str, ctx: zmq.Context | None = None, token: str | None = None):
         self.device_name = device
         kind, index = parse_device(device)
         self.backend = get_backend(kind)
@@ -288,19 +273,14 @@ class Worker:
         self.info = info
         self.device = self.backend.open(index)
         self.dispatcher = dispatcher
+        self.token = token
         self.ctx = ctx or zmq.Context.instance()
-        self._out_addr = f"inproc://tw-worker-out-{id(self)}"
-        self._out_pull = self.ctx.socket(zmq.PULL)
-        self._out_pull.bind(self._out_addr)
-        self._out_lock = threading.Lock()
-        self._out_push = self.ctx.socket(zmq.PUSH)
-        self._out_push.connect(self._out_addr)
-        self.executor = Executor(self.device, device, self._send_from_executor)
+        self.sock: zmq.Socket | None = None
+        self.executor = Executor(self.device, device, self._send)
         self.stop = threading.Event()
 
-    def _send_from_executor(self, header: dict, frames: list) -> None:
-        with self._out_lock:
-            self._out_push.send_multipart([pack_header(header), *frames], copy=False)
+    def _send(self, header: dict, frames: list) -> None:
+        send_parts(self.sock, [pack_header(header), *frames])
 
     def _connect(self) -> zmq.Socket:
         sock = self.ctx.socket(zmq.DEALER)
@@ -309,65 +289,65 @@ class Worker:
         sock.connect(self.dispatcher)
         sock.send_multipart([pack_header({"t": "register", "v": PROTOCOL_VERSION, "service": "worker",
                                           "device": self.device_name, "backend": self.backend.name,
-                                          "info": self.info.to_wire(), "pid": os.getpid()})])
+                                          "info": self.info.to_wire(), "pid": os.getpid(),
+                                          "token": self.token})])
         return sock
 
+    def _heartbeats(self) -> None:
+        """Send a heartbeat every HEARTBEAT_S from a socket of this thread's own."""
+        hb = self.ctx.socket(zmq.DEALER)
+        hb.setsockopt(zmq.LINGER, 0)
+        hb.connect(self.dispatcher)
+        msg = pack_header({"t": "hb", "of": self.device_name, "pid": os.getpid()})
+        try:
+            while not self.stop.wait(HEARTBEAT_S):
+                hb.send(msg, zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        finally:
+            hb.close(0)
+
     def serve(self, ready_line: bool = True) -> None:
-        th = threading.Thread(target=self.executor.loop, name="tw-exec", daemon=True)
-        th.start()
-        sock = self._connect()
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(self._out_pull, zmq.POLLIN)
+        threading.Thread(target=self._heartbeats, name="tw-heartbeat", daemon=True).start()
+        self.sock = sock = self._connect()
+        ex = self.executor
         last_seen = time.monotonic()
-        next_hb = time.monotonic() + HEARTBEAT_S
         announced = False
         try:
             while not self.stop.is_set():
-                events = dict(poller.poll(int(HEARTBEAT_S * 1000)))
-                now = time.monotonic()
-                if self._out_pull in events:
-                    for _ in range(1000):
-                        try:
-                            msg = self._out_pull.recv_multipart(zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            break
-                        sock.send_multipart(msg, copy=False)
-                if sock in events:
-                    for _ in range(1000):
-                        try:
-                            msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            break
-                        last_seen = now
-                        try:
-                            h = unpack_header(msg[0].bytes)
-                        except ProtocolError as e:
-                            log.warning("dropping malformed message: %s", e)
-                            continue
-                        t = h["t"]
-                        if t == "registered":
-                            if ready_line and not announced:
-                                announce_ready("worker", device=self.device_name, pid=os.getpid())
-                                announced = True
-                        elif t == "hb":
-                            pass
-                        elif t == "refused":
-                            raise DeviceError(h.get("message", "the dispatcher refused this worker"))
-                        else:
-                            self.executor.inbox.put((h, msg[1:]))
-                if now >= next_hb:
-                    sock.send_multipart([pack_header({"t": "hb"})])
-                    next_hb = now + HEARTBEAT_S
-                if now - last_seen > HEARTBEAT_S * LIVENESS:  # dispatcher gone: reconnect and re-register
-                    log.warning("dispatcher silent for %.1fs; reconnecting", now - last_seen)
-                    poller.unregister(sock)
-                    sock.close(0)
-                    sock = self._connect()
-                    poller.register(sock, zmq.POLLIN)
-                    last_seen = now
+                if not sock.poll(0 if ex.ready else int(HEARTBEAT_S * 1000)):
+                    ex.run_ready()
+                    if time.monotonic() - last_seen > HEARTBEAT_S * LIVENESS:
+                        log.warning("dispatcher silent; reconnecting and registering again")
+                        sock.close(0)
+                        self.sock = sock = self._connect()
+                        last_seen = time.monotonic()
+                    continue
+                for _ in range(1000):
+                    try:
+                        msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    last_seen = time.monotonic()
+                    try:
+                        h = unpack_header(msg[0].bytes)
+                    except ProtocolError as e:
+                        log.warning("dropping malformed message: %s", e)
+                        continue
+                    t = h["t"]
+                    if t == "hb":
+                        continue
+                    if t == "registered":
+                        if ready_line and not announced:
+                            announce_ready("worker", device=self.device_name, pid=os.getpid())
+                            announced = True
+                    elif t == "refused":
+                        raise DeviceError(h.get("message", "the dispatcher refused this worker"))
+                    else:
+                        ex._safe_handle(h, msg[1:])
+                ex.run_ready()
         finally:
-            self.executor.inbox.put(None)
+            self.stop.set()
             sock.close(0)
 
 
@@ -376,9 +356,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu:0", help="device this worker owns, e.g. cpu:0 or cuda:1")
     p.add_argument("--dispatcher", default=os.environ.get("TENSORWIRE_SERVICE_ADDRESS", "tcp://127.0.0.1:5556"),
                    help="the dispatcher's service address")
+    p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"), help="the cluster's credential")
     args = p.parse_args(argv)
     logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
-    w = Worker(args.device, args.dispatcher)
+    w = Worker(args.device, args.dispatcher, token=args.token)
     stop = stop_event_on_signals()
     threading.Thread(target=lambda: (stop.wait(), w.stop.set()), daemon=True).start()
     w.serve()

@@ -70,11 +70,21 @@ def _tolist(x):
     return x
 
 
+def _upload(s, arr: np.ndarray, dev: str, dtype: D.DType | None = None) -> Tensor:
+    """Record ``arr`` as a constant, keeping its shape (0-d included: numpy's ``ascontiguousarray``,
+    which the session applies, turns a 0-d array into a 1-d one, so a 0-d value goes up as shape
+    (1,) and is reshaped back)."""
+    if arr.ndim == 0:
+        t = s.const(np.ascontiguousarray(arr.reshape(1)), dev, dtype)
+        return t._rec("reshape", [t], {"shape": []})
+    return s.const(np.ascontiguousarray(arr), dev, dtype)
+
+
 def tensor(data, dtype=None, device=None, requires_grad: bool = False, *, session=None) -> Tensor:
     """A tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays)."""
     s, dev = _ctx(device, session)
     arr = _infer_np(data, dtype)
-    return _finish(s.const(np.ascontiguousarray(arr), dev), requires_grad)
+    return _finish(_upload(s, arr, dev), requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None, *, session=None) -> Tensor:
@@ -89,7 +99,7 @@ def from_numpy(array: np.ndarray, *, device=None, session=None) -> Tensor:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
     s, dev = _ctx(device, session)
-    return s.const(np.ascontiguousarray(array), dev, D.from_numpy(array.dtype))
+    return _upload(s, array, dev, D.from_numpy(array.dtype))
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:

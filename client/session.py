@@ -30,7 +30,18 @@ from tensorwire.protocol.errors import (
 )
 from tensorwire.protocol.graph import structure_key
 from tensorwire.protocol.ops import OPS, infer
-from tensorwire.protocol.wire import MAX_MESSAGE, array_from_frame, as_frame, pack_header, unpack_header
+from tensorwire.protocol.wire import (
+    MAX_MESSAGE,
+    array_from_frame,
+    as_frame,
+    pack_header,
+    send_parts,
+    unpack_header,
+)
+
+from .tensor import Tensor
+
+_new_tensor = object.__new__
 
 MAX_PENDING_NODES = 8192
 MAX_PENDING_BYTES = 64 << 20
@@ -126,7 +137,7 @@ class Session:
         """Send a message and wait for the answer with the same ``q``."""
         q = next(self._seq)
         header["q"] = q
-        self._sock.send_multipart([pack_header(header), *frames], copy=False)
+        send_parts(self._sock, [pack_header(header), *frames])
         return self._wait(q, timeout)
 
     def _wait(self, q: int, timeout: float | None = None):
@@ -160,24 +171,19 @@ class Session:
     # ------------------------------------------------------------------ recording
     def record(self, op: str, inputs, attrs: dict | None, device: str):
         """Record one op; returns the output Tensor (shape and dtype inferred here)."""
-        from .tensor import Tensor
-
         metas = []
         ids = []
         for t in inputs:
             if t._base is not None:
                 t._refresh()
-            if t._s is not self:
-                raise DeviceError("tensors from different sessions cannot be mixed")
-            if t._dev != device and op != "copy":
-                raise DeviceError(f"Expected all tensors to be on the same device, but found at least two "
-                                  f"devices, {device} and {t._dev}!")
-            metas.append((t.shape, t.dtype))
+            if t._s is not self or (t._dev != device and op != "copy"):
+                _input_error(self, t, device)
+            metas.append((t._shape, t.dtype))
             ids.append(t._id)
-        shape, dtype = infer(op, metas, attrs or {})
+        shape, dtype = infer(op, metas, attrs)
         hid = next(self._ids)
         self._pending.append((hid, op, ids, attrs, device, _user_frame(), metas))
-        t = Tensor.__new__(Tensor)
+        t = _new_tensor(Tensor)
         t._init(self, hid, shape, dtype, device)
         if len(self._pending) >= MAX_PENDING_NODES:
             self.flush()
@@ -185,8 +191,6 @@ class Session:
 
     def const(self, array: np.ndarray, device: str, dtype: D.DType | None = None):
         """Record a tensor whose bytes travel with the next batch (an upload)."""
-        from .tensor import Tensor
-
         dt = D.from_numpy(array.dtype) if dtype is None else dtype
         if array.dtype != dt.np:
             array = array.astype(dt.np)
@@ -291,7 +295,7 @@ class Session:
         if self._drop_plans:
             header["drop_plans"], self._drop_plans = self._drop_plans, []
         if not (fetch or sync):
-            self._sock.send_multipart([pack_header(header), *frames], copy=False)
+            send_parts(self._sock, [pack_header(header), *frames])
             return None
         h, rframes = self._request(header, frames)
         return self._result(h, rframes, fetch)
@@ -381,6 +385,13 @@ class Session:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _input_error(s: Session, t, device: str):
+    if t._s is not s:
+        raise DeviceError("tensors from different sessions cannot be mixed")
+    raise DeviceError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                      f"{device} and {t._dev}!")
 
 
 def _fmt_where(where) -> str | None:

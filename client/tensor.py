@@ -24,6 +24,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange, ShapeError
 from tensorwire.protocol.shapes import infer_reshape, norm_dim, numel
 
+from . import autograd_hooks as _hooks
 from . import views as V
 
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
@@ -170,16 +171,22 @@ class Tensor:
 
     # ------------------------------------------------------------------ recording helpers
     def _rec(self, op: str, ins: Sequence[Tensor], attrs=None) -> Tensor:
-        from .autograd_hooks import record
-
-        return record(self._s, op, ins, attrs, self._dev)
+        return _hooks.record(self._s, op, ins, attrs, self._dev)
 
     def _operand(self, other, dtype: D.DType | None = None) -> Tensor:
         if isinstance(other, Tensor):
             return other
         if isinstance(other, _Number):
             v = other.item() if isinstance(other, (np.number, np.bool_)) else other
-            return self._s.scalar(v, dtype or D.scalar_dtype(v), self._dev)
+            sd = dtype or D.scalar_dtype(v)
+            if dtype is None and not self._shape and sd is not self.dtype and sd.category <= self.dtype.category:
+                # A Python scalar never widens a tensor of its category (torch's wrapped numbers), but as
+                # a 0-d operand it would promote with a 0-d tensor: give it the tensor's dtype instead
+                # (integers that do not fit wrap on the cast, as torch's do).
+                if self.dtype.category == 1 and not _fits(v, self.dtype):
+                    return self._s.scalar(v, sd, self._dev).to(self.dtype)
+                return self._s.scalar(v, self.dtype, self._dev)
+            return self._s.scalar(v, sd, self._dev)
         from .creation import tensor
 
         return tensor(other, device=self._dev, session=self._s)
@@ -1315,3 +1322,9 @@ def _dims_attr(dim):
     if isinstance(dim, (tuple, list)):
         return [int(d) for d in dim]
     return [int(dim)]
+
+
+def _fits(v: int, dt: D.DType) -> bool:
+    """Whether Python int ``v`` is representable in integer dtype ``dt``."""
+    info = np.iinfo(dt.np)
+    return info.min <= v <= info.max

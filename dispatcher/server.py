@@ -33,7 +33,7 @@ from tensorwire.protocol.errors import (
     error_to_wire,
 )
 from tensorwire.protocol.service import HEARTBEAT_S, LIVENESS, announce_ready, stop_event_on_signals
-from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, unpack_header
+from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
 
 from .plans import Split, split_batch
 
@@ -86,6 +86,10 @@ class Dispatcher:
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
             s.setsockopt(zmq.ROUTER_HANDOVER, 1)
+            try:  # a dead peer is noticed at once where libzmq has this (draft) option; heartbeats otherwise
+                s.setsockopt(zmq.ROUTER_NOTIFY, zmq.NOTIFY_DISCONNECT)
+            except (zmq.ZMQError, AttributeError):
+                pass
         self.client_addr = self._bind(self.clients, client_addr)
         self.service_addr = self._bind(self.services, service_addr)
         self.token = token
@@ -112,10 +116,10 @@ class Dispatcher:
 
     # -- sending -----------------------------------------------------------------------------
     def _to_client(self, ident: bytes, header: dict, frames=()) -> None:
-        self.clients.send_multipart([ident, pack_header(header), *frames], copy=False)
+        send_parts(self.clients, [ident, pack_header(header), *frames])
 
     def _to_service(self, svc: ServiceInfo, header: dict, frames=()) -> None:
-        self.services.send_multipart([svc.ident, pack_header(header), *frames], copy=False)
+        send_parts(self.services, [svc.ident, pack_header(header), *frames])
 
     # -- main loop ---------------------------------------------------------------------------
     def serve(self, stop, ready_line: bool = True) -> None:
@@ -147,12 +151,25 @@ class Dispatcher:
                 return
             if len(msg) < 2:
                 continue
+            if len(msg) == 2 and not msg[1].bytes:  # the peer disconnected (ROUTER_NOTIFY)
+                self._disconnected(sock, msg[0].bytes)
+                continue
             try:
                 handler(msg[0].bytes, msg[1], msg[2:])
             except Exception as e:  # nothing a peer sends may stop the dispatcher
                 log.exception("error handling a message")
                 if handler == self._on_client:
                     self._to_client(msg[0].bytes, {"t": "error", "error": error_to_wire(e)})
+
+    def _disconnected(self, sock, ident: bytes) -> None:
+        if sock is self.services:
+            svc = self.svc_by_ident.get(ident)
+            if svc is not None:
+                self._service_lost(svc, "disconnected (its process died or closed the connection)")
+        else:
+            s = self.sessions.get(ident)
+            if s is not None:  # a client that vanished: free everything it held
+                self._close_session(s)
 
     def _heartbeat(self, now: float) -> None:
         for svc in list(self.svc_by_ident.values()):
@@ -173,7 +190,12 @@ class Dispatcher:
         if svc is not None:
             svc.last_seen = time.monotonic()
         if t == "hb":
-            if svc is None:  # a service we forgot (dispatcher restarted): ask it to register
+            of = h.get("of")
+            if of is not None:  # a worker's heartbeat thread, on a socket of its own
+                w = self.workers.get(of) if isinstance(of, str) else None
+                if w is not None and w.info.get("pid") == h.get("pid"):
+                    w.last_seen = time.monotonic()
+            elif svc is None:  # a service we forgot (dispatcher restarted): ask it to register
                 self.services.send_multipart([ident, pack_header({"t": "hb"})])
             return
         if t == "register":
@@ -215,7 +237,9 @@ class Dispatcher:
         old = self.workers.get(name) if kind == "worker" else self.named.get(name)
         if old is not None and old.ident != ident:
             self._service_lost(old, "was replaced by a new registration")
-        svc = ServiceInfo(ident, kind, name, h.get("info") or {}, time.monotonic())
+        info = dict(h.get("info") or {})
+        info["pid"] = h.get("pid")
+        svc = ServiceInfo(ident, kind, name, info, time.monotonic())
         self.svc_by_ident[ident] = svc
         if kind == "worker":
             self.workers[name] = svc
@@ -235,14 +259,16 @@ class Dispatcher:
                 for i in lost:
                     del s.handles[i]
                     s.failed[i] = err
+                waiting = [q for q, p in s.pending.items() if svc.name in p.expect]
+                for q in waiting:  # requests waiting on it get the error now...
+                    p = s.pending[q]
+                    p.expect.discard(svc.name)
+                    p.errors.append(err)
+                    self._maybe_reply(s, q)
                 if svc.name in s.touched:
                     s.touched.discard(svc.name)
-                    s.errors.append(err)
-                for q, p in list(s.pending.items()):
-                    if svc.name in p.expect:
-                        p.expect.discard(svc.name)
-                        p.errors.append(err)
-                        self._maybe_reply(s, q)
+                    if not waiting:  # ...otherwise the session hears of it at its next sync
+                        s.errors.append(err)
             for key, (sid, src, dst) in list(self.xroutes.items()):
                 if src == svc.name:
                     del self.xroutes[key]

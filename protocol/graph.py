@@ -96,7 +96,7 @@ def freeze(v):
 def structure_key(op: str, refs: tuple, attrs: dict | None, dev: int):
     """The part of a node that a plan depends on (dynamic attributes left out)."""
     if not attrs:
-        return (op, refs, None, dev)
+        return (op, refs, dev)
     dyn = get_op(op).dynamic if op not in (SEND, RECV) else ()
     if dyn:
         return (op, refs, tuple(sorted((k, freeze(v)) for k, v in attrs.items() if k not in dyn)), dev)

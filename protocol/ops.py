@@ -76,8 +76,32 @@ def get_op(name) -> OpDef:
         raise ProtocolError(f"unknown op {name!r}") from None
 
 
+_INFER_CACHE: dict = {}
+
+
 def infer(name: str, metas: list[Meta], attrs: dict) -> Meta:
-    """Shape and dtype of ``name`` applied to inputs with ``metas``; raises ShapeError/DTypeError."""
+    """Shape and dtype of ``name`` applied to inputs with ``metas``; raises ShapeError/DTypeError.
+
+    Results of attribute-free ops are memoised (recording ``x + y`` in a loop infers once).
+    """
+    if not attrs:
+        key = (name, *metas)
+        try:
+            r = _INFER_CACHE.get(key)
+        except TypeError:  # unhashable junk from a peer: validate the slow way
+            r = key = None
+        if r is not None:
+            return r
+        r = _infer(name, metas, attrs or {})
+        if key is not None:
+            if len(_INFER_CACHE) > 65536:
+                _INFER_CACHE.clear()
+            _INFER_CACHE[key] = r
+        return r
+    return _infer(name, metas, attrs)
+
+
+def _infer(name: str, metas: list[Meta], attrs: dict) -> Meta:
     op = get_op(name)
     if op.nin is not None and len(metas) != op.nin:
         raise ProtocolError(f"op {name} takes {op.nin} inputs, got {len(metas)}")
@@ -218,6 +242,11 @@ register_op(OpDef("bitwise_not", 1, _bitwise_not, kind="unary", differentiable=F
 
 def binary_dtype(metas: list[Meta]) -> D.DType:
     """The common dtype of a binary op's inputs (PyTorch's result_type over (dtype, ndim))."""
+    if len(metas) == 2:
+        (sa, da), (sb, db) = metas
+        if da is db:
+            return da
+        return D.result_type((da, len(sa)), (db, len(sb)))
     return D.result_type(*((d, len(s)) for s, d in metas))
 
 

@@ -12,6 +12,7 @@ import os
 
 import msgpack
 import numpy as np
+import zmq
 
 from . import PROTOCOL_VERSION
 from . import dtypes as D
@@ -79,3 +80,15 @@ def as_frame(arr: np.ndarray):
 
 def hello(token: str | None, client: str) -> dict:
     return {"t": "hello", "v": PROTOCOL_VERSION, "token": token, "client": client}
+
+
+ZERO_COPY_MIN = 1 << 16
+
+
+def send_parts(sock, parts) -> None:
+    """Send a multipart message: small frames copied (cheaper), large ones without a copy."""
+    last = len(parts) - 1
+    for i, p in enumerate(parts):
+        n = p.nbytes if isinstance(p, memoryview) else len(p) if not hasattr(p, "buffer") else None
+        copy = n is not None and n < ZERO_COPY_MIN
+        sock.send(p, zmq.SNDMORE if i < last else 0, copy=copy)

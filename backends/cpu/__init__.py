@@ -10,7 +10,7 @@ from tensorwire.backends.base import Backend, Device, DeviceInfo
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 
-from .kernels import KERNELS
+from .kernels import KERNELS, specialize
 
 #: how many ``cpu:N`` devices a host offers (they share the host's memory and cores)
 CPU_DEVICES = int(os.environ.get("TENSORWIRE_CPU_DEVICES", "8"))
@@ -34,6 +34,13 @@ class NumpyDevice(Device):
 
     def meta(self, buf: np.ndarray):
         return tuple(buf.shape), D.from_numpy(buf.dtype)
+
+    def specialize(self, step):
+        if step.kernel is KERNELS.get(step.op):  # not replaced by a plugin kernel
+            f = specialize(step)
+            if f is not None:
+                return f
+        return super().specialize(step)
 
 
 class NumpyBackend(Backend):

@@ -404,3 +404,56 @@ def _sigmoid(ins, a, shape, dt):
     x = _arr(ins[0], _compute(dt))
     with np.errstate(over="ignore"):
         return _out(1.0 / (1.0 + np.exp(-x)), dt)
+
+
+# specialisation: tight callables for the straight-line runner ------------------------------------------------
+
+_UFUNC_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+                 "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal,
+                 "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+                 "atan2": np.arctan2}
+_UFUNC_UNARY = {"exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "sqrt": np.sqrt,
+                "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "reciprocal": np.reciprocal,
+                "neg": np.negative, "abs": np.abs}
+
+
+def specialize(step):
+    """A callable ``f(*arrays)`` for ``step`` that skips the generic kernel's dtype logic, or None."""
+    op, meta, dt = step.op, step.in_meta, step.dtype
+    if dt.np in _HALF:
+        return None
+    if op in _UFUNC_BINARY and len(meta) == 2:
+        f = _UFUNC_BINARY[op]
+        compare = dt is D.bool_ and op not in ("add", "mul", "maximum", "minimum")
+        ct = binary_dtype(list(meta)).np if compare else dt.np
+        if ct in _HALF:
+            return None
+        ca, cb = meta[0][1].np != ct, meta[1][1].np != ct
+        if not ca and not cb:
+            return f
+        if ca and not cb:
+            return lambda a, b: f(a.astype(ct), b)
+        if cb and not ca:
+            return lambda a, b: f(a, b.astype(ct))
+        return lambda a, b: f(a.astype(ct), b.astype(ct))
+    if op in _UFUNC_UNARY and len(meta) == 1 and meta[0][1].np == dt.np:
+        return _UFUNC_UNARY[op]
+    if op == "reshape":
+        shape = step.shape
+        return lambda a: a.reshape(shape)
+    if op == "matmul" and meta[0][1].np == dt.np and meta[1][1].np == dt.np:
+        return np.matmul
+    if op == "relu":
+        zero = dt.np.type(0)
+        return lambda a: np.maximum(a, zero)
+    if op == "sum" and meta[0][1].np == dt.np:
+        ax = _axes(step.attrs, len(meta[0][0]))
+        keep = step.attrs.get("keepdim", False)
+        return lambda a: np.sum(a, axis=ax, keepdims=keep)
+    if op == "permute":
+        dims = [d % max(len(meta[0][0]), 1) for d in step.attrs["dims"]]
+        return lambda a: np.transpose(a, dims)
+    if op == "expand":
+        shape = step.shape
+        return lambda a: np.broadcast_to(a, shape)
+    return None
