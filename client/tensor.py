@@ -365,10 +365,10 @@ class Tensor:
         return self._binary("add", o, True)
 
     def __sub__(self, o):
-        return self._binary("sub", o)
+        return self._binary("sub", _no_bool_sub(self, o))
 
     def __rsub__(self, o):
-        return self._binary("sub", o, True)
+        return self._binary("sub", _no_bool_sub(self, o), True)
 
     def __mul__(self, o):
         return self._binary("mul", o)
@@ -407,6 +407,9 @@ class Tensor:
         return self._operand(o).matmul(self)
 
     def __neg__(self):
+        if self.dtype is D.bool_:
+            raise DTypeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+                             "to invert a mask, use the `~` or `logical_not()` operator instead.")
         return self._rec("neg", [self])
 
     def __pos__(self):
@@ -1322,6 +1325,14 @@ def _dims_attr(dim):
     if isinstance(dim, (tuple, list)):
         return [int(d) for d in dim]
     return [int(dim)]
+
+
+def _no_bool_sub(a: Tensor, b):
+    """torch refuses ``-`` with a bool operand; returns ``b`` when the subtraction is allowed."""
+    if a.dtype is D.bool_ or (isinstance(b, Tensor) and b.dtype is D.bool_) or isinstance(b, (bool, np.bool_)):
+        raise DTypeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
+                         "to invert a mask, use the `~` or `logical_not()` operator instead.")
+    return b
 
 
 def _fits(v: int, dt: D.DType) -> bool:
