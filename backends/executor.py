@@ -14,6 +14,7 @@ transfer ``k`` (and is resumed with it), and ``("send", k, value)`` to hand a bu
 from __future__ import annotations
 
 import numpy as np
+
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DependencyFailed, ProtocolError, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND, ExpandingBuilder, Value
@@ -73,6 +74,8 @@ class Plan:
         self.nslots = nslots
         self.node_meta = node_meta
         self.has_transfers = any(st.op in (SEND, RECV) for st in program.steps)
+        # nodes that failed inference: only the interpreting path reports them (and their dependents)
+        self.has_fails = any(isinstance(m, Fail) for m in node_meta)
         self.runners: dict[frozenset, object] = {}  # kept-slot set -> straight-line function
 
 
@@ -154,7 +157,24 @@ def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:
     return Plan(program, node_slot, [m if isinstance(m, Fail) else m for m in ext_metas], b.next_slot, node_meta)
 
 
-def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set):
+def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set) -> dict:
+    """Run a plan without transfers to completion (the common case: no generator involved)."""
+    if not any(isinstance(b, Fail) for b in ext):
+        env: list = [None] * plan.nslots
+        env[:len(ext)] = ext
+        result = _run_fast(device, plan, env, outs, dyn, frames, keep)
+        if result is not None:
+            return result
+    gen = execute(device, plan, ext, outs, dyn, frames, keep, fast=False)
+    try:
+        next(gen)
+    except StopIteration as stop:
+        return stop.value
+    raise ProtocolError("a plan without transfers asked for one")
+
+
+def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set,
+            fast: bool = True):
     """Run ``plan`` (a generator, see the module doc); returns ``{out_id: buffer | Fail}`` for kept outputs.
 
     ``ext`` holds the external input buffers (or Fails), ``outs`` the handle id of every node,
@@ -163,7 +183,7 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
     """
     env: list = [None] * plan.nslots
     env[:len(ext)] = ext
-    if not plan.has_transfers and not any(isinstance(b, Fail) for b in ext):
+    if not plan.has_transfers and not plan.has_fails and not any(isinstance(b, Fail) for b in ext):
         result = _run_fast(device, plan, env, outs, dyn, frames, keep)
         if result is not None:
             return result

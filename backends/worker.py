@@ -17,13 +17,14 @@ import time
 from collections import deque
 
 import zmq
+
 from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol.errors import DeviceError, NotFound, ProtocolError, error_to_wire
 from tensorwire.protocol.service import HEARTBEAT_S, LIVENESS, announce_ready, stop_event_on_signals
 from tensorwire.protocol.wire import MAX_MESSAGE, array_from_frame, as_frame, pack_header, send_parts, unpack_header
 
 from . import get_backend
-from .executor import Fail, compile_plan, execute, meta_of
+from .executor import Fail, compile_plan, execute, meta_of, run_plan
 
 log = logging.getLogger("tensorwire.worker")
 MAX_PLANS_PER_SESSION = 4096
@@ -139,9 +140,11 @@ class Executor:
                 try:
                     gen = self._start(s, h, frames)
                 except Exception as e:
-                    err = error_to_wire(e)
-                    s.errors.append(err)
-                    self._finish(sid, s, h, {}, extra_errors=[])
+                    s.errors.append(error_to_wire(e))
+                    self._finish(sid, s, h, {})
+                    continue
+                if isinstance(gen, dict):  # ran to completion without transfers
+                    self._finish(sid, s, h, gen)
                     continue
                 s.running = (h, gen, None)
                 send_val = None
@@ -180,7 +183,7 @@ class Executor:
         plan_no = h.get("plan")
         nodes = h.get("nodes")
         if nodes is None and plan_no is None:  # only releases, fetches or a sync
-            return _nothing()
+            return {}
         ext_ids = h.get("ext") or []
         ext = [s.buffers.get(i) for i in ext_ids]
         for k, b in enumerate(ext):
@@ -196,16 +199,19 @@ class Executor:
             plan = s.plans.get(plan_no)
             if plan is None:
                 raise NotFound(f"plan {plan_no} is not known on {self.name}")
-            for k, b in enumerate(ext):  # a replayed plan needs inputs shaped as when it was compiled
-                m = meta_of(self.device, b)
-                if not isinstance(m, Fail) and not isinstance(plan.ext_metas[k], Fail) and m != plan.ext_metas[k]:
-                    raise ProtocolError(f"plan {plan_no} replayed with input {ext_ids[k]} of a different "
-                                        f"shape/dtype")
+            metas = [meta_of(self.device, b) for b in ext]
+            if metas != plan.ext_metas:  # a replayed plan needs inputs shaped as when it was compiled
+                for k, m in enumerate(metas):
+                    if not isinstance(m, Fail) and not isinstance(plan.ext_metas[k], Fail) and m != plan.ext_metas[k]:
+                        raise ProtocolError(f"plan {plan_no} replayed with input {ext_ids[k]} of a different "
+                                            f"shape/dtype")
         outs = h.get("outs") or []
         release = set(h.get("release") or ())
         keep = {plan.node_slot[j] for j, i in enumerate(outs) if i not in release and j < len(plan.node_slot)}
         keep.discard(None)
         dyn = {j: a for j, a in (h.get("dyn") or ())}
+        if not plan.has_transfers:
+            return run_plan(self.device, plan, ext, outs, dyn, frames, keep)
         return execute(self.device, plan, ext, outs, dyn, frames, keep)
 
     def _send_xfer(self, sid, h, k, value) -> None:
@@ -217,9 +223,10 @@ class Executor:
         shape, dt = self.device.meta(value)
         self.send({"t": "xfer", "s": sid, "x": key, "dtype": dt.name, "shape": list(shape)}, [as_frame(arr)])
 
-    def _finish(self, sid, s: _Session, h: dict, result: dict, extra_errors=None) -> None:
-        for i, v in result.items():
-            s.buffers[i] = v
+    def _finish(self, sid, s: _Session, h: dict, result: dict) -> None:
+        bufs = s.buffers
+        bufs.update(result)
+        for v in result.values():
             if isinstance(v, Fail) and v.err.get("code") != "DependencyFailed":
                 s.errors.append(v.err)
         for i in h.get("release") or ():
@@ -249,11 +256,6 @@ class Executor:
         errors, s.errors = s.errors, []
         self.send({"t": "done", "s": sid, "q": h.get("q"), "values": values, "errors": errors,
                    "fetch_errors": fetch_errors}, frames)
-
-
-def _nothing():
-    return {}
-    yield  # noqa: B901 - a generator that yields nothing
 
 
 class Worker:
@@ -324,10 +326,9 @@ class Worker:
                         last_seen = time.monotonic()
                     continue
                 for _ in range(1000):
-                    try:
-                        msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
+                    if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # cheaper than catching zmq.Again
                         break
+                    msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
                     last_seen = time.monotonic()
                     try:
                         h = unpack_header(msg[0].bytes)

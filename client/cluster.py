@@ -137,7 +137,10 @@ class LocalCluster:
         hub = None
         if self.hub_root is not None:
             hub = self._spawn("hub", _cli("hub", "--root", str(self.hub_root), "--host", host, "--port", "0"))
-        args = ["dispatcher", "--address", f"tcp://{host}:{port}", "--service-address", f"tcp://{host}:0"]
+        # services are on this host: they reach the dispatcher over a unix socket (faster than TCP loopback)
+        svc = f"ipc://{self.log_dir / 'services.sock'}" if sys.platform != "win32" and len(
+            str(self.log_dir)) < 90 else f"tcp://{host}:0"
+        args = ["dispatcher", "--address", f"tcp://{host}:{port}", "--service-address", svc]
         if self.token:
             args += ["--token", self.token]
         if hub is not None:

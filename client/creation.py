@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError
 from tensorwire.protocol.random import counters_used
@@ -84,6 +85,8 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False, *, sessio
     """A tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays)."""
     s, dev = _ctx(device, session)
     arr = _infer_np(data, dtype)
+    if isinstance(data, np.ndarray) and np.may_share_memory(arr, data):
+        arr = arr.copy()  # the bytes leave with the next batch: later writes to ``data`` must not show
     return _finish(_upload(s, arr, dev), requires_grad)
 
 
@@ -95,11 +98,15 @@ def as_tensor(data, dtype=None, device=None, *, session=None) -> Tensor:
 
 
 def from_numpy(array: np.ndarray, *, device=None, session=None) -> Tensor:
-    """A tensor with ``array``'s values and dtype (uploaded with the next batch)."""
+    """A tensor with ``array``'s values and dtype.
+
+    Unlike torch, the tensor does not share memory with ``array``: its values are those ``array`` had
+    at the call (a copy is taken, since the bytes only leave with the next batch).
+    """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
     s, dev = _ctx(device, session)
-    return _upload(s, array, dev, D.from_numpy(array.dtype))
+    return _upload(s, np.array(array, copy=True, order="C"), dev, D.from_numpy(array.dtype))
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
@@ -157,6 +164,8 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad: b
     start, end, step = vals
     if step == 0:
         raise ValueError("step must be nonzero")
+    if (end - start) * step < 0:
+        raise ValueError("upper bound and lower bound inconsistent with step sign")
     floating = any(isinstance(v, float) for v in vals)
     dt = D.get(dtype) if dtype is not None else (D.get_default_dtype() if floating else D.int64)
     n = max(0, math.ceil((end - start) / step))

@@ -10,6 +10,7 @@ the data, so it becomes integer indices on the client.
 from __future__ import annotations
 
 import numpy as np
+
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import IndexOutOfRange
 

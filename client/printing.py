@@ -1,9 +1,124 @@
-"""``repr`` of tensors, printed like torch's."""
+"""``repr`` of tensors, printed like torch's (``torch/_tensor_str.py``'s algorithm, on numpy values).
+
+Differences: the dtype is shown as ``dtype=tensorwire.float16``, and the device is shown unless it
+is ``cpu:0``.
+"""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
 from tensorwire.protocol import dtypes as D
+
+PRECISION = 4
+THRESHOLD = 1000
+EDGEITEMS = 3
+LINEWIDTH = 80
+
+
+class _Formatter:
+    """Chooses one width and one notation for every element (torch's ``_Formatter``)."""
+
+    def __init__(self, arr: np.ndarray, floating: bool):
+        self.floating = floating
+        self.int_mode = True
+        self.sci_mode = False
+        self.max_width = 1
+        flat = arr.reshape(-1)
+        if not floating:
+            for v in flat.tolist():
+                self.max_width = max(self.max_width, len(f"{v}"))
+            return
+        vals = flat[np.isfinite(flat) & (flat != 0)]
+        if vals.size == 0:
+            return
+        absv = np.abs(vals)
+        lo, hi = float(absv.min()), float(absv.max())
+        self.int_mode = bool(np.all(vals == np.ceil(vals)))
+        self.sci_mode = hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4
+        for v in vals.tolist():
+            if self.sci_mode:
+                n = len(f"{v:.{PRECISION}e}")
+            elif self.int_mode:
+                n = len(f"{v:.0f}") + 1
+            else:
+                n = len(f"{v:.{PRECISION}f}")
+            self.max_width = max(self.max_width, n)
+
+    def format(self, v) -> str:
+        if self.floating:
+            if self.sci_mode:
+                s = f"{v:{self.max_width}.{PRECISION}e}"
+            elif self.int_mode:
+                s = f"{v:.0f}"
+                if not (math.isinf(v) or math.isnan(v)):
+                    s += "."
+            else:
+                s = f"{v:.{PRECISION}f}"
+        else:
+            s = f"{v}"
+        return (self.max_width - len(s)) * " " + s
+
+
+def _summarized(arr: np.ndarray) -> np.ndarray:
+    """The elements torch's formatter looks at when the tensor is summarized (edge items only)."""
+    if arr.ndim == 0:
+        return arr
+    if arr.ndim == 1:
+        return np.concatenate([arr[:EDGEITEMS], arr[-EDGEITEMS:]]) if arr.shape[0] > 2 * EDGEITEMS else arr
+    rows = list(range(EDGEITEMS)) + list(range(arr.shape[0] - EDGEITEMS, arr.shape[0])) \
+        if arr.shape[0] > 2 * EDGEITEMS else range(arr.shape[0])
+    return np.stack([_summarized(arr[i]) for i in rows])
+
+
+def _vector(arr: np.ndarray, indent: int, summarize: bool, fmt: _Formatter) -> str:
+    per_line = max(1, math.floor((LINEWIDTH - indent) / (fmt.max_width + 2)))
+    if summarize and arr.shape[0] > 2 * EDGEITEMS:
+        data = [fmt.format(v) for v in arr[:EDGEITEMS].tolist()] + [" ..."] + \
+            [fmt.format(v) for v in arr[-EDGEITEMS:].tolist()]
+    else:
+        data = [fmt.format(v) for v in arr.tolist()]
+    lines = [", ".join(data[i:i + per_line]) for i in range(0, len(data), per_line)]
+    return "[" + ("," + "\n" + " " * (indent + 1)).join(lines) + "]"
+
+
+def _body(arr: np.ndarray, indent: int, summarize: bool, fmt: _Formatter) -> str:
+    if arr.ndim == 0:
+        return fmt.format(arr.item())
+    if arr.ndim == 1:
+        return _vector(arr, indent, summarize, fmt)
+    n = arr.shape[0]
+    if summarize and n > 2 * EDGEITEMS:
+        slices = [_body(arr[i], indent + 1, summarize, fmt) for i in range(EDGEITEMS)] + ["..."] + \
+            [_body(arr[i], indent + 1, summarize, fmt) for i in range(n - EDGEITEMS, n)]
+    else:
+        slices = [_body(arr[i], indent + 1, summarize, fmt) for i in range(n)]
+    return "[" + ("," + "\n" * (arr.ndim - 1) + " " * (indent + 1)).join(slices) + "]"
+
+
+def format_array(arr: np.ndarray, floating: bool, indent: int = 7) -> str:
+    """The bracketed body torch prints for an array's values."""
+    if arr.size == 0:
+        return "[]"
+    summarize = arr.size > THRESHOLD
+    fmt = _Formatter(_summarized(arr) if summarize else arr, floating)
+    return _body(arr, indent, summarize, fmt)
+
+
+def _add_suffixes(text: str, suffixes: list[str], indent: int) -> str:
+    parts = [text]
+    last = len(text) - text.rfind("\n") + 1
+    for s in suffixes:
+        if last + len(s) + 2 > LINEWIDTH:
+            parts.append(",\n" + " " * indent + s)
+            last = indent + len(s)
+        else:
+            parts.append(", " + s)
+            last += len(s) + 2
+    parts.append(")")
+    return "".join(parts)
 
 
 def format_tensor(t) -> str:
@@ -11,34 +126,22 @@ def format_tensor(t) -> str:
         arr = t.numpy()
     except Exception as e:  # printing must not hide what went wrong
         return f"tensor(<error: {type(e).__name__}: {e}>, shape={list(t.shape)}, dtype={t.dtype})"
-    if t.dtype in (D.bfloat16, D.float16):
-        arr = arr.astype(np.float32)
-    extras = []
+    floating = t.dtype.is_floating_point
+    if floating:
+        arr = np.asarray(arr).astype(np.float64)
+    prefix = "tensor("
+    suffixes = []
     if t._dev != "cpu:0":
-        extras.append(f"device='{t._dev}'")
-    default_shown = t.dtype in (D.get_default_dtype(), D.int64, D.bool_)
+        suffixes.append(f"device='{t._dev}'")
     if arr.size == 0:
-        extras.insert(0, f"size={tuple(t.shape)}")
-        if not default_shown:
-            extras.append(f"dtype={t.dtype!r}")
-        body = "[]"
-    else:
-        if t.dtype.is_floating_point:
-            finite = arr[np.isfinite(arr)]
-            integral = finite.size == 0 or bool(np.all(finite == np.round(finite)))
-            big = finite.size and (np.abs(finite).max() >= 1e8 or (np.abs(finite[finite != 0]).min(initial=1) < 1e-4))
-            opts = dict(precision=4, floatmode="fixed" if not integral else "unique", suppress_small=False)
-            if big:
-                opts = dict(precision=4, floatmode="fixed")
-        else:
-            opts = {}
-        body = np.array2string(arr, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3,
-                               formatter={"bool": lambda b: "True" if b else "False"}, **opts)
-        if not default_shown:
-            extras.append(f"dtype={t.dtype!r}")
-    grad = ""
+        if arr.ndim != 1:
+            suffixes.append(f"size={tuple(t.shape)}")
+        if t.dtype is not D.get_default_dtype():
+            suffixes.append(f"dtype={t.dtype!r}")
+    elif t.dtype not in (D.get_default_dtype(), D.int64, D.bool_):
+        suffixes.append(f"dtype={t.dtype!r}")
     if t.grad_fn is not None:
-        grad = f", grad_fn=<{t.grad_fn.name()}>"
+        suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
     elif t.requires_grad:
-        grad = ", requires_grad=True"
-    return "tensor(" + body + "".join(", " + e for e in extras) + grad + ")"
+        suffixes.append("requires_grad=True")
+    return _add_suffixes(prefix + format_array(arr, floating, len(prefix)), suffixes, len(prefix))

@@ -18,6 +18,7 @@ import weakref
 
 import numpy as np
 import zmq
+
 from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import (
@@ -322,6 +323,20 @@ class Session:
     def synchronize(self) -> None:
         """Wait until everything submitted has run; raise any deferred error."""
         self.flush(sync=True)
+
+    def service_request(self, service: str, header: dict, frames=(), timeout: float | None = None):
+        """Send a request to a named service (``autograd`` ...) through the dispatcher; returns its reply.
+
+        Pending work is shipped first, so the service sees the session in program order. Raises the
+        error the service (or the dispatcher, for a service that is down) answered with.
+        """
+        self._check_open()
+        with self._lock:
+            self._flush([], False)
+            h, rframes = self._request({**header, "t": "service", "service": service}, frames, timeout)
+        if h.get("error"):
+            raise self._error(h["error"])
+        return h, rframes
 
     # ------------------------------------------------------------------ queries
     def devices(self) -> list[str]:

@@ -20,6 +20,7 @@ from collections import namedtuple
 from collections.abc import Sequence
 
 import numpy as np
+
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange, ShapeError
 from tensorwire.protocol.shapes import infer_reshape, norm_dim, numel
@@ -138,6 +139,13 @@ class Tensor:
     @property
     def is_leaf(self) -> bool:
         return self.grad_fn is None
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set whether autograd records operations on this tensor (floating dtypes only, as torch)."""
+        if requires_grad and not self.dtype.is_floating_point:
+            raise DTypeError("only Tensors of floating point dtype can require gradients")
+        self.requires_grad = bool(requires_grad)
+        return self
 
     @property
     def is_floating_point_(self) -> bool:

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 import zmq
+
 from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol.errors import (
     DependencyFailed,
@@ -102,7 +103,7 @@ class Dispatcher:
         self.next_x = 1
         self.stats_waits: dict[int, dict] = {}
         self.next_stats = 1
-        self.forwards: dict[int, tuple[bytes, int]] = {}  # service request id -> (session, client seq)
+        self.forwards: dict[int, tuple] = {}  # service request id -> (session, client seq, service name)
         self.next_fwd = 1
         self.started = time.time()
 
@@ -145,10 +146,9 @@ class Dispatcher:
 
     def _drain(self, sock, handler) -> None:
         for _ in range(256):  # bounded, so neither socket starves the other
-            try:
-                msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+            if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # cheaper than catching zmq.Again
                 return
+            msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             if len(msg) < 2:
                 continue
             if len(msg) == 2 and not msg[1].bytes:  # the peer disconnected (ROUTER_NOTIFY)
@@ -221,7 +221,7 @@ class Dispatcher:
         elif t == "reply":  # a named service answering a forwarded request
             fwd = self.forwards.pop(h.get("q"), None)
             if fwd is not None:
-                sid, cq = fwd
+                sid, cq, _ = fwd
                 self._to_client(sid, {**h, "t": "service_reply", "q": cq}, frames)
 
     def _register(self, ident: bytes, h: dict) -> None:
@@ -283,10 +283,11 @@ class Dispatcher:
         else:
             if self.named.get(svc.name) is svc:
                 del self.named[svc.name]
-            for q, (sid, cq) in list(self.forwards.items()):
-                self.forwards.pop(q)
-                self._to_client(sid, {"t": "service_reply", "q": cq, "error": error_to_wire(
-                    ServiceUnavailable(f"the {svc.name} service {why}"))})
+            for q, (sid, cq, name) in list(self.forwards.items()):
+                if name == svc.name:
+                    self.forwards.pop(q)
+                    self._to_client(sid, {"t": "service_reply", "q": cq, "error": error_to_wire(
+                        ServiceUnavailable(f"the {svc.name} service {why}"))})
         log.warning("%s %s %s", svc.kind, svc.name, why)
 
     def _worker_done(self, svc: ServiceInfo, h: dict, frames) -> None:
@@ -546,8 +547,8 @@ class Dispatcher:
             return
         fq = self.next_fwd
         self.next_fwd += 1
-        self.forwards[fq] = (s.sid, h.get("q"))
-        self._to_service(svc, {**h, "t": "request", "q": fq}, frames)
+        self.forwards[fq] = (s.sid, h.get("q"), name)
+        self._to_service(svc, {**h, "t": "request", "q": fq, "s": s.sid.hex()}, frames)
 
 
 def _device_sort_key(name: str):

@@ -191,10 +191,18 @@ def _random_infer(metas, attrs):
     return _creation_infer(metas, attrs)
 
 
+def _randint_infer(metas, attrs):
+    low, high = a_int(attrs, "low"), a_int(attrs, "high")
+    if low >= high:
+        raise ProtocolError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    return _random_infer(metas, attrs)
+
+
 for _name, _doc in (("rand", "Uniform [0, 1) from the counter-based generator (see backends/random.py)."),
                     ("randn", "Standard normal from the counter-based generator (Box-Muller)."),
                     ("randint", "Integers in [low, high) from the counter-based generator.")):
-    register_op(OpDef(_name, 0, _random_infer, kind="random", differentiable=False,
+    register_op(OpDef(_name, 0, _randint_infer if _name == "randint" else _random_infer, kind="random",
+                      differentiable=False,
                       attrs=("shape", "dtype", "seed", "offset") + (("low", "high") if _name == "randint" else ()),
                       dynamic=("seed", "offset"),
                       doc=_doc))
@@ -231,8 +239,16 @@ def _bitwise_not(metas, attrs):
 
 for _n in FLOAT_UNARY:
     register_op(OpDef(_n, 1, _unary_float, kind="unary"))
+def _neg_infer(metas, attrs):
+    (s, d), = metas
+    if d is D.bool_:
+        raise DTypeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+                         "invert a mask, use the `~` or `logical_not()` operator instead.")
+    return s, d
+
+
 for _n in SAME_UNARY:
-    register_op(OpDef(_n, 1, _unary_same, kind="unary",
+    register_op(OpDef(_n, 1, _neg_infer if _n == "neg" else _unary_same, kind="unary",
                       differentiable=_n in ("neg", "abs")))
 for _n in BOOL_UNARY:
     register_op(OpDef(_n, 1, _unary_bool, kind="unary", differentiable=False))
@@ -272,8 +288,16 @@ def _binary_int(name):
     return f
 
 
+def _sub_infer(metas, attrs):
+    out = _binary_same(metas, attrs)
+    if out[1] is D.bool_:
+        raise DTypeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                         "Use the `^` or `logical_xor()` operator instead.")
+    return out
+
+
 for _n in ("add", "sub", "mul", "maximum", "minimum", "floor_divide", "remainder"):
-    register_op(OpDef(_n, 2, _binary_same, kind="binary",
+    register_op(OpDef(_n, 2, _sub_infer if _n == "sub" else _binary_same, kind="binary",
                       differentiable=_n not in ("floor_divide",)))
 
 
@@ -322,7 +346,7 @@ def _reduce_infer(kind):
             out = D.bool_
         else:
             out = d
-            if kind in ("amax", "amin") and numel(s) and any(s[i] == 0 for i in dims):
+            if kind in ("amax", "amin") and any(s[i] == 0 for i in dims if i < len(s)):
                 raise ShapeError(f"{kind}(): expected reduction dim to have non-zero size")
         return reduced(s, dims, keep), out
     return f
@@ -703,7 +727,10 @@ def _nan_to_num(g, x, attrs):
 
 def _lerp_infer(metas, attrs):
     s = broadcast_many(*(m[0] for m in metas))
-    return s, binary_dtype(metas[:2])
+    d = binary_dtype(metas[:2])
+    if d is D.bool_:  # the decomposition subtracts
+        raise DTypeError("lerp is not supported for bool tensors")
+    return s, d
 
 
 @composite("lerp", 3, _lerp_infer)

@@ -4,9 +4,12 @@ Element ``i`` of a random op with attributes ``seed`` and ``offset`` takes the 6
 ``bits(seed, offset + i)``, where ``bits`` is SplitMix64's finaliser applied to
 ``seed * 0x9E3779B97F4A7C15 + counter`` (mod 2**64). Then:
 
-* ``rand``: float64 gets ``(w >> 11) * 2**-53``; other float dtypes ``(w >> 40) * 2**-24``, then cast.
-* ``randn``: Box-Muller on the words of counters ``offset + 2i`` and ``offset + 2i + 1`` in float64:
-  ``sqrt(-2 log(1 - u1)) * cos(2 pi u2)``, then cast. (It consumes 2 counters per element.)
+* ``rand``: the top ``p`` bits of ``w`` times ``2**-p``, where ``p`` is the dtype's significand width
+  (float64 53, float32 24, float16 11, bfloat16 8): ``(w >> (64 - p)) * 2**-p``, exact in the dtype and
+  always below 1 (with more bits than the dtype holds, rounding would give 1.0).
+* ``randn``: Box-Muller on the words of counters ``offset + 2i`` and ``offset + 2i + 1`` in float64,
+  with ``u = (w >> 11) * 2**-53``: ``sqrt(-2 * log1p(-u1)) * cos(2 pi u2)``, then cast. (It consumes 2
+  counters per element.)
 * ``randint``: ``low + floor(u53 * (high - low))`` with ``u53 = (w >> 11) * 2**-53``.
 
 The client advances its generator's offset by the counters each op consumes, so the same
@@ -16,6 +19,7 @@ implements the same arithmetic on uint64 in its kernels.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -42,13 +46,19 @@ def _u53(w: np.ndarray) -> np.ndarray:
     return (w >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
+#: significand bits of each float dtype: ``rand`` draws exactly that many, so no value rounds up to 1
+SIGNIFICAND_BITS = {np.dtype(np.float64): 53, np.dtype(np.float32): 24, np.dtype(np.float16): 11,
+                    np.dtype(ml_dtypes.bfloat16): 8}
+
+
 def uniform(seed: int, offset: int, shape, npdtype) -> np.ndarray:
     n = int(np.prod(shape, dtype=np.int64))
     w = bits(seed, offset, n)
-    if np.dtype(npdtype) == np.float64:
+    p = SIGNIFICAND_BITS.get(np.dtype(npdtype), 24)
+    if p == 53:
         u = _u53(w)
     else:
-        u = (w >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / (1 << 24))
+        u = (w >> np.uint64(64 - p)).astype(np.float32) * np.float32(1.0 / (1 << p))
     return u.astype(npdtype, copy=False).reshape(shape)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+
 from tensorwire.backends import hookimpl
 from tensorwire.backends.base import Backend, Device, DeviceInfo
 from tensorwire.protocol import dtypes as D

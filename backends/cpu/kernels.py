@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol import random as rng
 from tensorwire.protocol.errors import IndexOutOfRange
@@ -107,7 +108,14 @@ def _same_unary(fn, int_identity=False):
 
 KERNELS["neg"] = _same_unary(np.negative)
 KERNELS["abs"] = _same_unary(np.abs)
-KERNELS["sign"] = _same_unary(np.sign)
+_sign_num = _same_unary(np.sign)
+
+
+@kernel("sign")
+def _sign(ins, a, shape, dt):
+    if dt is D.bool_:  # numpy has no bool loop for sign; sign(b) is b
+        return ins[0]
+    return _sign_num(ins, a, shape, dt)
 for _n, _f in (("floor", np.floor), ("ceil", np.ceil), ("round", np.round), ("trunc", np.trunc)):
     KERNELS[_n] = _same_unary(_f, int_identity=True)
 
@@ -284,6 +292,8 @@ def _flip(ins, a, shape, dt):
 def _pad(ins, a, shape, dt):
     x = ins[0]
     p = a["pads"]
+    if x.ndim == 0:  # nothing to pad (np.pad rejects an empty pad_width)
+        return x
     crop = tuple(slice(max(-p[2 * i], 0), x.shape[i] - max(-p[2 * i + 1], 0)) for i in range(x.ndim))
     x = x[crop]
     width = [(max(p[2 * i], 0), max(p[2 * i + 1], 0)) for i in range(x.ndim)]

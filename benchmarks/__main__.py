@@ -1,0 +1,24 @@
+"""``python -m benchmarks``: run every benchmark and print the table recorded in BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+
+from .harness import table
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description="tensorwire benchmarks (ratios against peers run side by side)")
+    p.add_argument("--only", default=None, help="run one group: core")
+    p.parse_args()
+    from . import core
+
+    results = core.run_all()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Timing helpers and the result table."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Result:
+    """One benchmark: our time (or throughput) against the peer's, and the target ratio."""
+
+    name: str
+    ours: float
+    peer: float
+    unit: str
+    ratio: float  # ours relative to peer, oriented so that the target reads naturally
+    target: str
+    ok: bool
+    note: str = ""
+
+
+def best_of(fn, repeat: int = 5, number: int = 1) -> float:
+    """Median seconds per call of ``fn`` over ``repeat`` rounds of ``number`` calls."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - t0) / number)
+    return statistics.median(times)
+
+
+def interleaved(ours, peer, rounds: int = 7, number: int = 1) -> tuple[float, float]:
+    """Alternate ours/peer rounds (so machine noise hits both alike); median seconds per call each."""
+    a, b = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            ours()
+        a.append((time.perf_counter() - t0) / number)
+        t0 = time.perf_counter()
+        for _ in range(number):
+            peer()
+        b.append((time.perf_counter() - t0) / number)
+    return statistics.median(a), statistics.median(b)
+
+
+def table(results: list[Result]) -> str:
+    lines = ["| benchmark | tensorwire | peer | ratio | target | met |", "|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r.name} | {r.ours:.4g} {r.unit} | {r.peer:.4g} {r.unit} | {r.ratio:.2f}x | {r.target} | "
+                     f"{'yes' if r.ok else 'no'} |")
+    notes = [f"- {r.name}: {r.note}" for r in results if r.note]
+    return "\n".join(lines + ([""] + notes if notes else []))
