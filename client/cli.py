@@ -16,6 +16,7 @@ commands:
   up          start a local cluster (dispatcher, workers, hub) and print its address; Ctrl-C stops all
   dispatcher  run the dispatcher
   worker      run a device worker (--device cpu:0 --dispatcher tcp://HOST:5556)
+  autograd    run the autograd service (--dispatcher tcp://HOST:5556)
   status      show the cluster's devices, sessions and live buffers
   hub         run the model hub, or push/list models (tensorwire hub --help)
 
@@ -103,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         return m(rest)
     if cmd == "status":
         return _status(rest)
+    if cmd == "autograd":
+        from tensorwire.autograd.service import main as m
+
+        return m(rest)
     if cmd == "hub":
         from tensorwire.hub.cli import main as m
 

@@ -103,7 +103,7 @@ class LocalCluster:
 
     def __init__(self, devices=("cpu:0",), hub_root: str | os.PathLike | None = None, *, host: str = "127.0.0.1",
                  port: int = 0, token: str | None = None, log_dir: str | os.PathLike | None = None,
-                 extra_env: dict | None = None):
+                 extra_env: dict | None = None, autograd: bool = True):
         self.devices = [str(d) if ":" in str(d) else f"{d}:0" for d in devices]
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct, got {self.devices}")
@@ -119,6 +119,7 @@ class LocalCluster:
         self.hub_url: str | None = None
         self.hub_token: str | None = None
         self.hub_root = Path(hub_root) if hub_root is not None else None
+        self.autograd = autograd
         self._closed = False
         try:
             self._start(host, port)
@@ -154,6 +155,15 @@ class LocalCluster:
         self.address = info["address"]
         self.service_address = info["service_address"]
         self.start_workers(self.devices, deadline)
+        if self.autograd:
+            self.start_autograd(deadline)
+
+    def start_autograd(self, deadline: float | None = None) -> Service:
+        """Start (or restart) the autograd service; returns when it is registered."""
+        svc = self._spawn("autograd", _cli("autograd", "--dispatcher", self.service_address,
+                                           *(["--token", self.token] if self.token else [])))
+        svc.wait_ready(deadline or time.monotonic() + START_TIMEOUT_S)
+        return svc
 
     def start_workers(self, devices, deadline: float | None = None) -> None:
         """Start (or restart) workers for ``devices``; returns when each is registered."""

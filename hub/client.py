@@ -211,9 +211,7 @@ def _push(
     try:
         for sha in missing:  # names as hints let the hub validate .safetensors before storing
             src = sources[sha]
-            hint = next(
-                (e["path"] for e in entries if e["sha256"] == sha and e["path"].endswith(".safetensors")), ""
-            )
+            hint = next((e["path"] for e in entries if e["sha256"] == sha and e["path"].endswith(".safetensors")), "")
             url = f"{ep}/api/tw/blobs/{sha}" + (f"?path={quote(hint, safe='')}" if hint else "")
             _request(
                 "PUT",
@@ -233,9 +231,7 @@ def _push(
         body["parent"] = parent
     if delete:
         body["delete"] = delete
-    out = _request(
-        "POST", f"{_repo_url(ep, repo_id)}/commit/{quote(revision, safe='')}", token=tok, body=body
-    )
+    out = _request("POST", f"{_repo_url(ep, repo_id)}/commit/{quote(revision, safe='')}", token=tok, body=body)
     return str(out["commit"])
 
 
@@ -244,9 +240,7 @@ def _walk(folder: Path) -> list[tuple[str, Path]]:
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
         rel_dir = Path(dirpath).relative_to(folder)
         # never push git internals nor huggingface_hub's local-dir metadata
-        dirnames[:] = sorted(
-            d for d in dirnames if d != ".git" and not (rel_dir == Path(".") and d == ".cache")
-        )
+        dirnames[:] = sorted(d for d in dirnames if d != ".git" and not (rel_dir == Path(".") and d == ".cache"))
         for name in sorted(filenames):
             p = Path(dirpath) / name
             if not p.is_file():
@@ -363,9 +357,7 @@ def resolve(
     """
     ep = default_endpoint(endpoint)
     check_revision(revision)
-    return _request(
-        "GET", f"{_repo_url(ep, repo_id)}/revision/{quote(revision, safe='')}", token=_token(token)
-    )
+    return _request("GET", f"{_repo_url(ep, repo_id)}/revision/{quote(revision, safe='')}", token=_token(token))
 
 
 def list_repos(endpoint: str | None = None, token: str | None = None) -> list[dict[str, Any]]:
@@ -411,9 +403,7 @@ def _locked(lock_path: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def _download(
-    url: str, dest: Path, sha256: str, size: int, *, token: str | None, progress: bool, desc: str
-) -> None:
+def _download(url: str, dest: Path, sha256: str, size: int, *, token: str | None, progress: bool, desc: str) -> None:
     part = dest.with_name(dest.name + ".incomplete")
     have = part.stat().st_size if part.exists() else 0
     if have > size:

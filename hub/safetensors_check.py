@@ -108,9 +108,7 @@ def validate_header(header_bytes: bytes, data_size: int) -> dict:
             raise _fail(f"tensor {name!r:.100} has invalid data_offsets")
         begin, end = offsets
         if end > data_size:
-            raise _fail(
-                f"tensor {name!r:.100} data_offsets [{begin}, {end}] out of bounds ({data_size} bytes)"
-            )
+            raise _fail(f"tensor {name!r:.100} data_offsets [{begin}, {end}] out of bounds ({data_size} bytes)")
         numel = 1
         for d in shape:
             numel *= d

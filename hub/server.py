@@ -630,12 +630,9 @@ class HubHandler(BaseHTTPRequestHandler):
         self._send_json(
             {
                 "branches": [
-                    {"name": n, "ref": f"refs/heads/{n}", "targetCommit": c}
-                    for n, c in refs["branches"].items()
+                    {"name": n, "ref": f"refs/heads/{n}", "targetCommit": c} for n, c in refs["branches"].items()
                 ],
-                "tags": [
-                    {"name": n, "ref": f"refs/tags/{n}", "targetCommit": c} for n, c in refs["tags"].items()
-                ],
+                "tags": [{"name": n, "ref": f"refs/tags/{n}", "targetCommit": c} for n, c in refs["tags"].items()],
                 "converts": [],
             }
         )
@@ -795,9 +792,7 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _api_tw(self, method: str, rest: list[str]) -> None:
         if rest == ["health"] and method in ("GET", "HEAD"):
-            return self._send_json(
-                {"ok": True, "service": "hub", "max_blob_size": self.storage.max_blob_size}
-            )
+            return self._send_json({"ok": True, "service": "hub", "max_blob_size": self.storage.max_blob_size})
         if rest == ["repos"]:
             if method in ("GET", "HEAD"):
                 return self._tw_list_repos()
@@ -880,9 +875,7 @@ class HubHandler(BaseHTTPRequestHandler):
                 self.close_connection = True
             raise PayloadTooLarge(f"blob of {length} bytes exceeds the limit of {self.storage.max_blob_size}")
         hint = self._query.get("path", "")
-        created = self.storage.put_blob(
-            self._body, length, digest, validate_safetensors=hint.endswith(".safetensors")
-        )
+        created = self.storage.put_blob(self._body, length, digest, validate_safetensors=hint.endswith(".safetensors"))
         self._send_json({"sha256": digest, "size": length, "created": created}, 201 if created else 200)
 
     def _tw_revision(self, repo_id: str, revision: str) -> None:
@@ -897,9 +890,7 @@ class HubHandler(BaseHTTPRequestHandler):
                 "message": commit.message,
                 "created_at": commit.created_at,
                 "private": repo.private,
-                "files": [
-                    {"path": f.path, "sha256": f.sha256, "size": f.size} for f in self.storage.files(commit)
-                ],
+                "files": [{"path": f.path, "sha256": f.sha256, "size": f.size} for f in self.storage.files(commit)],
             }
         )
 
@@ -920,9 +911,7 @@ class HubHandler(BaseHTTPRequestHandler):
             mode=body.get("mode", "replace"),
             delete=body.get("delete"),
         )
-        self._send_json(
-            {"repo_id": repo.name, "branch": branch, "commit": commit.id, "parent": commit.parent}, 201
-        )
+        self._send_json({"repo_id": repo.name, "branch": branch, "commit": commit.id, "parent": commit.parent}, 201)
 
     def _tw_tag(self, repo_id: str) -> None:
         self._require_write()

@@ -182,9 +182,7 @@ class Storage:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(_SCHEMA)
-            db.execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
+            db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     # ------------------------------------------------------------------ plumbing
 
@@ -247,9 +245,7 @@ class Storage:
         """Create a repository (no revision yet); ``Conflict`` if it exists and not ``exist_ok``."""
         check_repo_id(repo_id)
         with self._transaction() as db:
-            row = db.execute(
-                "SELECT id, name, private, created_at FROM repos WHERE name = ?", (repo_id,)
-            ).fetchone()
+            row = db.execute("SELECT id, name, private, created_at FROM repos WHERE name = ?", (repo_id,)).fetchone()
             if row is not None:
                 if not exist_ok:
                     raise Conflict(f"repository {row[1]} already exists")
@@ -264,9 +260,7 @@ class Storage:
     def get_repo(self, repo_id: str) -> Repo | None:
         """The repository named ``repo_id`` (case-insensitive), or ``None``."""
         with self._connect() as db:
-            row = db.execute(
-                "SELECT id, name, private, created_at FROM repos WHERE name = ?", (repo_id,)
-            ).fetchone()
+            row = db.execute("SELECT id, name, private, created_at FROM repos WHERE name = ?", (repo_id,)).fetchone()
         return Repo(row[0], row[1], bool(row[2]), row[3]) if row else None
 
     def list_repos(self) -> list[Repo]:
@@ -376,9 +370,7 @@ class Storage:
             seen.add(d)
         return out
 
-    def put_blob(
-        self, stream: BinaryIO, length: int, sha256: str, *, validate_safetensors: bool = False
-    ) -> bool:
+    def put_blob(self, stream: BinaryIO, length: int, sha256: str, *, validate_safetensors: bool = False) -> bool:
         """Store ``length`` bytes read from ``stream`` as blob ``sha256``.
 
         The bytes are streamed to a temp file while hashed, fsynced, checked (``HashMismatch``
@@ -506,14 +498,10 @@ class Storage:
             ).fetchone()
             current = row[0] if row else None
             if check_parent and current != parent:
-                raise Conflict(
-                    f"branch {branch!r} of {repo.name} is at {current}, not at the expected parent {parent}"
-                )
+                raise Conflict(f"branch {branch!r} of {repo.name} is at {current}, not at the expected parent {parent}")
             tree: dict[str, FileEntry] = {}
             if mode == "merge" and current is not None:
-                for r in db.execute(
-                    "SELECT path, sha256, size FROM commit_files WHERE commit_id = ?", (current,)
-                ):
+                for r in db.execute("SELECT path, sha256, size FROM commit_files WHERE commit_id = ?", (current,)):
                     tree[r[0]] = FileEntry(*r)
             for d in delete:
                 if tree.pop(d, None) is None and mode == "merge":
@@ -559,9 +547,7 @@ class Storage:
             raise RepositoryNotFound(f"repository {repo_id} not found")
         commit = self.resolve(repo, revision)
         with self._transaction() as db:
-            if db.execute(
-                "SELECT 1 FROM refs WHERE repo = ? AND kind = 'tag' AND name = ?", (repo.id, tag)
-            ).fetchone():
+            if db.execute("SELECT 1 FROM refs WHERE repo = ? AND kind = 'tag' AND name = ?", (repo.id, tag)).fetchone():
                 raise Conflict(f"tag {tag!r} already exists in {repo.name}")
             db.execute(
                 "INSERT INTO refs(repo, kind, name, commit_id) VALUES (?, 'tag', ?, ?)",

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 import safetensors.numpy as stnp
+
 import tensorwire.hub as twhub
 from tensorwire.hub import client as hubclient
 from tensorwire.hub.server import create_token
@@ -64,10 +65,7 @@ def test_push_killed_before_commit_leaves_previous_revision(tmp_path, hub_factor
     assert not (root / "blobs" / _sha(big)[:2] / _sha(big)).exists()
     info = twhub.resolve(repo, endpoint=hub.url)
     assert info["commit"] == v1 and [f["path"] for f in info["files"]] == ["config.json"]
-    assert (
-        twhub.fetch(repo, "config.json", endpoint=hub.url, cache_dir=tmp_path / "c").read_bytes()
-        == b'{"v": 1}'
-    )
+    assert twhub.fetch(repo, "config.json", endpoint=hub.url, cache_dir=tmp_path / "c").read_bytes() == b'{"v": 1}'
 
     n = hub.blob_count()
     v2 = twhub.push_files(
@@ -92,9 +90,7 @@ def test_fetch_caches_resumes_and_verifies(hub, tmp_path, monkeypatch):
     # a commit-id fetch of a cached file makes no HTTP request at all
     calls = []
     real_open = hubclient._open
-    monkeypatch.setattr(
-        hubclient, "_open", lambda req, timeout: calls.append(req.full_url) or real_open(req, timeout)
-    )
+    monkeypatch.setattr(hubclient, "_open", lambda req, timeout: calls.append(req.full_url) or real_open(req, timeout))
     assert twhub.fetch(repo, "big.bin", revision=commit, endpoint=hub.url, cache_dir=cache) == p
     assert calls == []
     # a branch fetch asks only for the revision (small JSON), never the bytes again
@@ -124,10 +120,7 @@ def test_fetch_caches_resumes_and_verifies(hub, tmp_path, monkeypatch):
     with pytest.raises(twhub.HashMismatch):
         twhub.fetch(repo, "big.bin", revision=commit, endpoint=hub.url, cache_dir=cache3)
     assert not (cache3 / "blobs" / _sha(payload)).exists()
-    assert (
-        twhub.fetch(repo, "big.bin", revision=commit, endpoint=hub.url, cache_dir=cache3).read_bytes()
-        == payload
-    )
+    assert twhub.fetch(repo, "big.bin", revision=commit, endpoint=hub.url, cache_dir=cache3).read_bytes() == payload
 
     with pytest.raises(twhub.EntryNotFound):
         twhub.fetch(repo, "nope.bin", endpoint=hub.url, cache_dir=cache)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 import tensorwire.hub as twhub
 
 hf = pytest.importorskip("huggingface_hub")
@@ -144,14 +145,10 @@ def test_etag_and_range(hub, model_dir, pushed):
     assert status == 200 and body == b""
     assert h["etag"] == f'"{sha}"' and h["x-linked-etag"] == f'"{sha}"'
     assert h["x-repo-commit"] == pushed["v2"] and int(h["content-length"]) == len(data)
-    assert h["accept-ranges"] == "bytes" and h["location"].endswith(
-        f"/resolve/{pushed['v2']}/model.safetensors"
-    )
+    assert h["accept-ranges"] == "bytes" and h["location"].endswith(f"/resolve/{pushed['v2']}/model.safetensors")
 
     status, h, body = hub.http("GET", path, headers={"Range": "bytes=10-"})
-    assert (
-        status == 206 and body == data[10:] and h["content-range"] == f"bytes 10-{len(data) - 1}/{len(data)}"
-    )
+    assert status == 206 and body == data[10:] and h["content-range"] == f"bytes 10-{len(data) - 1}/{len(data)}"
     status, _, body = hub.http("GET", path, headers={"Range": "bytes=5-9"})
     assert status == 206 and body == data[5:10]
     status, _, body = hub.http("GET", path, headers={"Range": "bytes=-4"})
@@ -171,17 +168,13 @@ def test_hf_resume_partial_download(hub, model_dir, pushed, tmp_path):
     blobs = tmp_path / "hfcache" / "models--acme--bert-tiny" / "blobs"
     blobs.mkdir(parents=True)
     (blobs / f"{sha}.incomplete").write_bytes(data[:50])
-    p = hf_hub_download(
-        REPO, "model.safetensors", revision=pushed["v1"], endpoint=hub.url, cache_dir=_cache(tmp_path)
-    )
+    p = hf_hub_download(REPO, "model.safetensors", revision=pushed["v1"], endpoint=hub.url, cache_dir=_cache(tmp_path))
     assert Path(p).read_bytes() == data
 
 
 def test_private_repo(hub, model_dir, tmp_path):
     repo = "acme/secret"
-    commit = twhub.push_folder(
-        repo, model_dir, endpoint=hub.url, token=hub.token, private=True, progress=False
-    )
+    commit = twhub.push_folder(repo, model_dir, endpoint=hub.url, token=hub.token, private=True, progress=False)
     anon = HfApi(endpoint=hub.url, token=False)
     with pytest.raises(RepositoryNotFoundError):
         anon.model_info(repo)

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 import safetensors.numpy as stnp
+
 import tensorwire.hub as twhub
 
 REPO = "acme/push-tests"
@@ -43,9 +44,7 @@ BAD_SAFETENSORS = {
         b"\0" * 12,
     ),
     "gap": _st({"a": {"dtype": "U8", "shape": [2], "data_offsets": [2, 4]}}, b"\0" * 4),
-    "bad_metadata": _st(
-        {"__metadata__": {"k": 1}, "a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}, b"\0"
-    ),
+    "bad_metadata": _st({"__metadata__": {"k": 1}, "a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}, b"\0"),
     "negative_shape": _st({"a": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 0]}}, b""),
 }
 
@@ -217,9 +216,7 @@ def test_dedup_same_blob_stored_once(hub, base, model_dir):
     shas = [_sha(p.read_bytes()) for p in sorted(model_dir.iterdir())]
     s, out = hub.json("POST", "/api/tw/blobs/missing", {"sha256": shas + [_sha(b"new")]}, token=hub.token)
     assert s == 200 and out["missing"] == [_sha(b"new")]
-    s, out = hub.json(
-        "PUT", f"/api/tw/blobs/{shas[0]}", (model_dir / "README.md").read_bytes(), token=hub.token
-    )
+    s, out = hub.json("PUT", f"/api/tw/blobs/{shas[0]}", (model_dir / "README.md").read_bytes(), token=hub.token)
     assert s == 200 and out["created"] is False
     assert hub.blob_count() == n
 
@@ -252,9 +249,7 @@ def test_malformed_requests_never_kill_the_server(hub, base):
     assert hub.http("POST", "/api/tw/repos", b"[1, 2]", token=t)[0] == 400
     assert hub.http("POST", f"/api/tw/repos/{REPO}/commit/main", {"files": "x"}, token=t)[0] == 400
     assert hub.http("POST", f"/api/tw/repos/{REPO}/commit/main", {"files": [{"path": 1}]}, token=t)[0] == 400
-    assert (
-        hub.http("POST", f"/api/tw/repos/{REPO}/commit/main", {"files": [], "message": 5}, token=t)[0] == 400
-    )
+    assert hub.http("POST", f"/api/tw/repos/{REPO}/commit/main", {"files": [], "message": 5}, token=t)[0] == 400
     assert hub.http("POST", "/api/tw/blobs/missing", {"sha256": ["zz"]}, token=t)[0] == 400
     assert hub.http("DELETE", f"/api/models/{REPO}")[0] == 405
     assert hub.http("GET", "/no/such/route/at/all")[0] == 404
