@@ -164,7 +164,10 @@ class _Ctx:
         return buf
 
     def run(self, g: _Graph, *, repeat: list[tuple[list, dict]] | None = None) -> list[dict]:
-        """Run ``g`` (and replays of its plan with other inputs/dyn), checking every expectation."""
+        """Run ``g`` (and replays of its plan with other inputs/dyn), checking every expectation.
+
+        Returns, for each run, the result of every node of ``g`` by node index.
+        """
         bufs = [a if isinstance(a, X.Fail) else self.upload(a) for a in g.inputs]
         metas = []
         for a, b in zip(g.inputs, bufs):
@@ -176,9 +179,9 @@ class _Ctx:
             if (tuple(m[0]), m[1]) != want:
                 self.fail(f"meta of an uploaded {want[1].name} {list(want[0])} array is {m}")
             metas.append((tuple(m[0]), m[1]))
-        nodes, expect = g.nodes, g.expect
+        nodes, expect, node_map = g.nodes, g.expect, {j: j for j in range(len(g.nodes))}
         if self.decompose:
-            nodes, expect = _expand(nodes, expect, metas)
+            nodes, expect, node_map = _expand(nodes, expect, metas)
         try:
             plan = X.compile_plan(self.device, nodes, metas)
         except Exception as e:
@@ -209,7 +212,7 @@ class _Ctx:
                 after = self.device.download(b)
                 if after.size != a.size or after.tobytes() != np.ascontiguousarray(a).tobytes():
                     self.fail(f"external input {k} changed while the fragment ran (buffers are immutable)")
-            results.append(result)
+            results.append({j: result.get(outs[i]) for j, i in node_map.items()})
         return results
 
     def _check_node(self, nodes, plan, j, out_id, got, want, tag):
@@ -311,8 +314,9 @@ def _expand(nodes: list, expect: dict, metas: list):
     """Rewrite a fragment into primitive ops only (every composite through its decomposition)."""
     b = ExpandingBuilder(native=frozenset())
     ext = [m if isinstance(m, X.Fail) else Value(m[0], m[1], -(k + 1)) for k, m in enumerate(metas)]
+    identity = {j: j for j in range(len(nodes))}
     if any(isinstance(m, X.Fail) for m in ext):
-        return nodes, expect
+        return nodes, expect, identity
     mapping = {}
     vals: list = []
     try:
@@ -324,9 +328,9 @@ def _expand(nodes: list, expect: dict, metas: list):
             vals.append(v)
             mapping[j] = v.ref
     except Exception:  # the fragment fails inference: run it as it is (the expectation covers that)
-        return nodes, expect
+        return nodes, expect, identity
     new_nodes = [[op, list(refs), attrs or None] for op, refs, attrs, _s, _d, _o in b.nodes]
-    return new_nodes, {mapping[j]: w for j, w in expect.items()}
+    return new_nodes, {mapping[j]: w for j, w in expect.items()}, mapping
 
 
 # ------------------------------------------------------------------------------------------------
@@ -337,14 +341,17 @@ def _rng(name: str) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(name.encode()))
 
 
-def _vals(rng, shape, dt: D.DType, lo: float = -3.0, hi: float = 3.0, q: float = 0.125) -> np.ndarray:
-    """Random values of ``dt`` in [lo, hi]: floats on a grid of ``q`` (exact in every float dtype)."""
+def _vals(rng, shape, dt: D.DType, lo: float = -3.0, hi: float = 3.0, q: float | None = 0.125) -> np.ndarray:
+    """Random values of ``dt`` in [lo, hi]: floats on a grid of ``q`` (exact in every float dtype), or
+    with the dtype's full precision when ``q`` is None."""
     shape = tuple(shape)
     if dt is D.bool_:
         return rng.random(shape) < 0.5
     if not dt.is_floating_point:
         return rng.integers(math.ceil(lo), math.floor(hi) + 1, size=shape).astype(dt.np)
-    v = np.round(rng.uniform(lo, hi, size=shape) / q) * q
+    v = rng.uniform(lo, hi, size=shape)
+    if q is not None:
+        v = np.round(v / q) * q
     return np.clip(v, lo, hi).astype(dt.np)
 
 
@@ -410,21 +417,15 @@ def _unary_ref(op: str, x: np.ndarray, dt_in: D.DType):
 
 
 def _unary_cases(op: str) -> Iterator[Case]:
-    shapes = [(2, 3), (), (0, 4), (3, 1, 2)]
+    extra_shapes = [(), (0, 4), (3, 1, 2)]
     lo, hi = _DOMAIN.get(op, (-3.0, 3.0))
+    q = None if op in FLOAT_UNARY else 0.25  # full precision, or a grid with halves (round, floor...)
     for i, dt in enumerate(SELECTED_DTYPES):
         if not _accepts(op, [((2,), dt)]):
             continue
-        shape = shapes[i % len(shapes)]
-
-        def build(rng, dt=dt, shape=shape):
-            g = _Graph()
-            x = _vals(rng, shape, dt, lo, hi)
-            if op == "reciprocal" and dt.is_floating_point:
-                x = (x * np.where(rng.random(shape) < 0.5, -1, 1)).astype(dt.np)
-            g.ref(g.op(op, g.input(x)), _unary_ref(op, x, dt))
-            return g
-        yield _case(f"{op}[{dt.name}:{_sh(shape)}]", op, build)
+        for shape in ((2, 3), extra_shapes[i % len(extra_shapes)]):
+            yield _case(f"{op}[{dt.name}:{_sh(shape)}]", op,
+                        lambda rng, dt=dt, shape=shape: _unary_graph(op, rng, dt, shape, lo, hi, q))
     for dt in (D.float32, D.float16, D.bfloat16):
         if not _accepts(op, [((2,), dt)]) or op == "bitwise_not":
             continue
@@ -435,6 +436,15 @@ def _unary_cases(op: str) -> Iterator[Case]:
             g.ref(g.op(op, g.input(x)), _unary_ref(op, x, dt))
             return g
         yield _case(f"{op}[{dt.name}:special]", op, build_special)
+
+
+def _unary_graph(op, rng, dt, shape, lo, hi, q) -> _Graph:
+    g = _Graph()
+    x = _vals(rng, shape, dt, lo, hi, q)
+    if op == "reciprocal" and dt.is_floating_point:
+        x = (x * np.where(rng.random(shape) < 0.5, -1, 1)).astype(dt.np)
+    g.ref(g.op(op, g.input(x)), _unary_ref(op, x, dt))
+    return g
 
 
 BINARY_REF: dict[str, Callable] = {
@@ -461,10 +471,13 @@ def _binary_ref(op, a, b):
 
 def _binary_inputs(op, rng, sa, da, sb, db):
     if op == "pow":
-        a = _vals(rng, sa, da, 0.25 if da.is_floating_point else 0, 2.0 if da.is_floating_point else 3, 0.25)
+        a = _vals(rng, sa, da, 0.25 if da.is_floating_point else 0, 2.0 if da.is_floating_point else 3, None)
         b = _vals(rng, sb, db, -2.0 if db.is_floating_point else 0, 2.0 if db.is_floating_point else 3, 0.5)
         return a, b
-    q = 0.5 if op in ("eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum") else 0.25
+    # a coarse grid gives ties for comparisons and exact quotients for floor_divide/remainder; arithmetic
+    # gets the dtype's full precision (so a backend computing in a narrower type is caught)
+    q = 0.5 if op in ("eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum") else (
+        0.25 if op in ("floor_divide", "remainder") else None)
     a = _vals(rng, sa, da, -4, 4, q)
     b = _vals(rng, sb, db, -4, 4, q)
     if op in ("floor_divide", "remainder", "div"):  # no zero divisors
@@ -596,8 +609,8 @@ def _reduce_cases(op: str) -> Iterator[Case]:
 
             def build(rng, dt=dt, shape=shape, dims=dims, keep=keep, attrs=attrs, empty_err=empty_err):
                 g = _Graph()
-                x = _vals(rng, shape, dt, 0.5, 1.5, 0.25) if op == "prod" and dt.is_floating_point else (
-                    _vals(rng, shape, dt, -2, 2) if op == "prod" else _vals(rng, shape, dt))
+                x = _vals(rng, shape, dt, 0.5, 1.5, None) if op == "prod" and dt.is_floating_point else (
+                    _vals(rng, shape, dt, -2, 2) if op == "prod" else _vals(rng, shape, dt, q=None))
                 n = g.op(op, g.input(x), **attrs)
                 if empty_err:
                     g.err(n, "ShapeError")
@@ -659,8 +672,8 @@ def _scan_cases(op: str) -> Iterator[Case]:
 
             def build(rng, dt=dt, shape=shape, dim=dim):
                 g = _Graph()
-                x = _vals(rng, shape, dt, 0.5, 1.5, 0.25) if op == "cumprod" and dt.is_floating_point else (
-                    _vals(rng, shape, dt, -2, 2))
+                x = _vals(rng, shape, dt, 0.5, 1.5, None) if op == "cumprod" and dt.is_floating_point else (
+                    _vals(rng, shape, dt, -2, 2, None))
                 x64 = _f64(x)
                 ref = x64 if x.ndim == 0 else fn(x64, axis=dim % x.ndim)
                 g.ref(g.op(op, g.input(x), dim=dim), ref)
@@ -747,7 +760,8 @@ def _movement_cases(op: str) -> Iterator[Case]:
         def build_mixed(rng):
             g = _Graph()
             a, b, c = _vals(rng, (2, 2), D.int32), _vals(rng, (2, 1), D.float16), _vals(rng, (2, 3), D.bool_)
-            g.ref(g.op("cat", g.input(a), g.input(b), g.input(c), dim=1), np.concatenate([_f64(a), _f64(b), _f64(c)], 1))
+            ref = np.concatenate([_f64(a), _f64(b), _f64(c)], 1)
+            g.ref(g.op("cat", g.input(a), g.input(b), g.input(c), dim=1), ref)
             return g
         yield _case("cat[mixed-dtypes]", op, build_mixed)
     if op == "permute":  # a chain of movement ops: results must be right whatever the backend's strides
@@ -924,7 +938,7 @@ def _matmul_cases(op: str) -> Iterator[Case]:
 
             def build(rng, dt=dt, sa=sa, sb=sb):
                 g = _Graph()
-                a, b = _vals(rng, sa, dt, -2, 2, 0.25), _vals(rng, sb, dt, -2, 2, 0.25)
+                a, b = _vals(rng, sa, dt, -2, 2, None), _vals(rng, sb, dt, -2, 2, None)
                 g.ref(g.op("matmul", g.input(a), g.input(b)), np.matmul(_f64(a), _f64(b)), scale=2.0)
                 return g
             yield _case(f"matmul[{dt.name}:{_sh(sa)}@{_sh(sb)}]", op, build)
@@ -934,7 +948,7 @@ def _matmul_cases(op: str) -> Iterator[Case]:
 
 
 def _full_cases(op: str) -> Iterator[Case]:
-    for i, dt in enumerate(SELECTED_DTYPES):
+    for dt in SELECTED_DTYPES:
         for shape in ((), (0,), (2, 3)):
             value = True if dt is D.bool_ else (-3 if not dt.is_floating_point else 2.5)
 
@@ -1260,10 +1274,16 @@ def _example_cases(op: str) -> Iterator[Case]:
                 ctx.fail(f"primitive op {op!r} has examples but no OpDef.extra['reference']")
             # no reference: the native kernel must agree with the decomposition
             res = _Ctx(ctx.backend, ctx.device, True, ctx.case).run(_no_expect(g))[0]
-            base = ctx.device.download(res[1000 + n])
+            if isinstance(res[n], X.Fail):
+                ctx.fail(f"the decomposition of {op!r} failed on example {inputs}: {res[n].err}")
+            base = ctx.device.download(res[n]).reshape(_res_shape(ctx, res[n]))
             g.ref(n, _f64(base), scale=4.0)
             ctx.run(g)
         yield Case(f"{op}[example{k}]", op, fn)
+
+
+def _res_shape(ctx: _Ctx, buf) -> tuple:
+    return tuple(ctx.device.meta(buf)[0])
 
 
 def _no_expect(g: _Graph) -> _Graph:

@@ -14,6 +14,7 @@ import itertools
 import os
 import sys
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -27,6 +28,7 @@ from tensorwire.protocol.errors import (
     DeviceError,
     ProtocolError,
     TensorwireError,
+    TimeoutError_,
     error_from_wire,
 )
 from tensorwire.protocol.graph import structure_key
@@ -48,6 +50,9 @@ MAX_PENDING_NODES = 8192
 MAX_PENDING_BYTES = 64 << 20
 MAX_PLANS = 1024
 MAX_WHERE = 1 << 16
+PING_AFTER_S = 2.0  # while waiting for an answer, ping the dispatcher after this long...
+LIVENESS_S = float(os.environ.get("TENSORWIRE_LIVENESS", "10"))  # ...and give up if pings go unanswered
+_PING = -1
 CONNECT_TIMEOUT_S = float(os.environ.get("TENSORWIRE_CONNECT_TIMEOUT", "10"))
 REQUEST_TIMEOUT_S = float(os.environ.get("TENSORWIRE_REQUEST_TIMEOUT", "600"))
 _PKG_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(p))) + os.sep
@@ -142,11 +147,27 @@ class Session:
         return self._wait(q, timeout)
 
     def _wait(self, q: int, timeout: float | None = None):
+        """Wait for the answer ``q``. While waiting, ping the dispatcher now and then: a dispatcher that
+        stops answering pings is reported within ``LIVENESS_S``, however long the work itself takes."""
         timeout = REQUEST_TIMEOUT_S if timeout is None else timeout
-        for _ in range(1 << 20):
-            if not self._sock.poll(int(timeout * 1000)):
-                raise TensorwireError(f"no answer from the dispatcher at {self.address} within {timeout:g}s")
+        start = time.monotonic()
+        ping_sent = None
+        for _ in range(1 << 24):
+            now = time.monotonic()
+            if now - start > timeout:
+                raise TimeoutError_(f"no answer from the dispatcher at {self.address} within {timeout:g}s")
+            if ping_sent is not None and now - ping_sent > LIVENESS_S:
+                raise ConnectionFailed(f"lost the dispatcher at {self.address}: it stopped answering "
+                                       f"(no reply to a ping within {LIVENESS_S:g}s)")
+            if not self._sock.poll(int(PING_AFTER_S * 1000)):
+                if ping_sent is None:
+                    self._sock.send(pack_header({"t": "ping", "q": _PING}))
+                    ping_sent = time.monotonic()
+                continue
             h, frames = self._recv_raw()
+            if h.get("q") == _PING:
+                ping_sent = None
+                continue
             if h.get("q") == q:
                 if h["t"] == "error":
                     raise self._error(h["error"])
@@ -295,6 +316,10 @@ class Session:
             header["plan"] = plan
         if self._drop_plans:
             header["drop_plans"], self._drop_plans = self._drop_plans, []
+        size = sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
+        if size > MAX_MESSAGE:
+            raise ProtocolError(f"a batch of {size} bytes exceeds the maximum message size of {MAX_MESSAGE} bytes "
+                                f"(TENSORWIRE_MAX_MESSAGE); upload the data in smaller tensors")
         if not (fetch or sync):
             send_parts(self._sock, [pack_header(header), *frames])
             return None

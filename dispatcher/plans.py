@@ -23,6 +23,7 @@ class Fragment:
     local: dict[int, int] = field(default_factory=dict)  # batch node -> local node
     ext_local: dict[int, int] = field(default_factory=dict)  # batch ext index -> local ext index
     dyn_nodes: list[int] = field(default_factory=list)  # local indices of nodes with dynamic attrs
+    whole: bool = False  # the fragment is the whole batch (same ext order, same node order)
 
 
 @dataclass
@@ -101,4 +102,7 @@ def split_batch(nodes: list, devs: list, ext_dev: list[str], known_devices) -> S
             frag.nodes.append([op, [_ref(frag, r, ext_dev, dev) for r in refs], attrs])
             frag.node_of.append(j)
         node_dev.append(dev)
+    if len(frags) == 1 and not routes:
+        (frag,) = frags.values()
+        frag.whole = frag.ext == list(range(n_ext)) and frag.node_of == list(range(len(nodes)))
     return Split(frags, node_dev, list(ext_dev), len(routes), routes, len(nodes))

@@ -75,6 +75,9 @@ class Session:
     last_seen: float = 0.0
 
 
+_INT = {int}
+
+
 class Dispatcher:
     """The broker process. ``serve()`` runs until ``stop`` is set."""
 
@@ -405,23 +408,21 @@ class Dispatcher:
         release = h.get("release") or []
         plan_no = h.get("plan")
         for name, lst in (("ext", ext), ("outs", outs), ("fetch", fetch), ("release", release)):
-            if not isinstance(lst, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in lst):
+            if type(lst) is not list or (lst and set(map(type, lst)) != _INT):  # bools are not ids either
                 raise ProtocolError(f"batch '{name}' must be a list of ints")
         for p in h.get("drop_plans") or ():
             s.plans.pop(p, None)
         # every external input must be a live handle of this session
-        ext_dev = []
+        handles = s.handles
+        ext_dev = [handles.get(i) for i in ext]
         failed_ext = {}
-        for k, i in enumerate(ext):
-            d = s.handles.get(i)
-            if d is None:
-                if i in s.failed:
+        if None in ext_dev:
+            for k, i in enumerate(ext):
+                if ext_dev[k] is None:
+                    if i not in s.failed:
+                        raise NotFound(f"handle {i} does not exist in this session (released, never created, "
+                                       f"or another session's)")
                     failed_ext[k] = s.failed[i]
-                    ext_dev.append(None)
-                    continue
-                raise NotFound(f"handle {i} does not exist in this session (released, never created, or "
-                               f"another session's)")
-            ext_dev.append(d)
         nodes = h.get("nodes")
         if nodes is not None:
             split = split_batch(nodes, h.get("devs") or [], [d or "" for d in ext_dev], self.workers)
@@ -435,18 +436,18 @@ class Dispatcher:
             split = s.plans.get(plan_no)
             if split is None:
                 raise NotFound(f"plan {plan_no} is not known to the dispatcher (send the full batch)")
-            for k, d in enumerate(ext_dev):
-                if d is not None and d != split.ext_dev[k]:
-                    raise ProtocolError(f"plan {plan_no} replayed with input {ext[k]} on {d}, "
-                                        f"expected {split.ext_dev[k]}")
+            if ext_dev != split.ext_dev:
+                for k, d in enumerate(ext_dev):
+                    if d is not None and d != split.ext_dev[k]:
+                        raise ProtocolError(f"plan {plan_no} replayed with input {ext[k]} on {d}, "
+                                            f"expected {split.ext_dev[k]}")
         else:
             split = Split({}, [], [], 0, [], 0)
         if len(outs) != split.n_nodes or len(ext) != len(split.ext_dev):
             raise ProtocolError(f"batch has {split.n_nodes} nodes and {len(split.ext_dev)} inputs but "
                                 f"{len(outs)} output ids and {len(ext)} input ids")
-        for i in outs:
-            if i in s.handles:
-                raise ProtocolError(f"output id {i} is already a live handle of this session")
+        if not handles.keys().isdisjoint(outs):
+            raise ProtocolError("an output id is already a live handle of this session")
         if failed_ext:  # an input failed before reaching any worker: the whole batch fails with it
             k, err = next(iter(failed_ext.items()))
             raise DependencyFailed(f"input {ext[k]} failed earlier ({err.get('code')}: {err.get('message')})")
@@ -460,13 +461,15 @@ class Dispatcher:
                 raise ProtocolError("'dyn' entries must be [node, attrs]")
             dyn_by_node[item[0]] = item[1]
         # --- everything validated: commit state and send ---
-        for j, i in enumerate(outs):
-            s.handles[i] = split.node_dev[j]
-            s.failed.pop(i, None)
+        handles.update(zip(outs, split.node_dev))
+        if s.failed:
+            for i in outs:
+                s.failed.pop(i, None)
+            for i in release:
+                s.failed.pop(i, None)
         by_dev_release: dict[str, list[int]] = {}
         for i in release:
-            d = s.handles.pop(i, None)
-            s.failed.pop(i, None)
+            d = handles.pop(i, None)
             if d is not None:
                 by_dev_release.setdefault(d, []).append(i)
         by_dev_fetch: dict[str, list[int]] = {}
@@ -494,8 +497,11 @@ class Dispatcher:
             msg = {"t": "run", "s": s.sid, "q": q, "x": xbase, "reply": dev in reply_devs,
                    "fetch": by_dev_fetch.get(dev, []), "release": by_dev_release.get(dev, [])}
             if frag is not None:
-                msg["ext"] = [ext[k] for k in frag.ext]
-                msg["outs"] = [outs[j] if j is not None else None for j in frag.node_of]
+                if frag.whole:  # the batch runs on this one device, in order: ids pass through as they are
+                    msg["ext"], msg["outs"] = ext, outs
+                else:
+                    msg["ext"] = [ext[k] for k in frag.ext]
+                    msg["outs"] = [outs[j] if j is not None else None for j in frag.node_of]
                 if plan_no is not None:
                     msg["plan"] = plan_no
                     key = (s.sid, plan_no)

@@ -42,7 +42,7 @@ log = logging.getLogger("tensorwire.hub")
 READY_MARKER = "TENSORWIRE-READY"
 MAX_JSON_BODY = 16 << 20
 DRAIN_LIMIT = 1 << 20
-MAX_THREADS = 64
+MAX_THREADS = 256
 MAX_LIST = 10_000
 MAX_CARD_BYTES = 64 * 1024
 MAX_CONFIG_BYTES = 1 << 20
@@ -198,7 +198,7 @@ class HubHandler(BaseHTTPRequestHandler):
     server: HubHTTPServer
     protocol_version = "HTTP/1.1"
     server_version = "tensorwire-hub/0.1"
-    timeout = 120  # seconds of socket inactivity before the connection is dropped
+    timeout = 60  # seconds of socket inactivity (also between keep-alive requests) before dropping
     default_request_version = "HTTP/1.0"  # so that even unparsable requests get a status line
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:

@@ -116,6 +116,8 @@ def _sign(ins, a, shape, dt):
     if dt is D.bool_:  # numpy has no bool loop for sign; sign(b) is b
         return ins[0]
     return _sign_num(ins, a, shape, dt)
+
+
 for _n, _f in (("floor", np.floor), ("ceil", np.ceil), ("round", np.round), ("trunc", np.trunc)):
     KERNELS[_n] = _same_unary(_f, int_identity=True)
 

@@ -4,6 +4,7 @@ has a native kernel) natively, against numpy float64 references (tensorwire.back
 from __future__ import annotations
 
 import pytest
+
 from tensorwire.backends import testing as T
 from tensorwire.backends.cpu import NumpyBackend
 from tensorwire.protocol.ops import OPS

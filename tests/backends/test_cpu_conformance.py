@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from tensorwire.backends import testing as T
 from tensorwire.backends.cpu import NumpyBackend
 from tensorwire.protocol import dtypes as D
@@ -105,14 +106,14 @@ def _broken(op, fn):
 
 
 @pytest.mark.parametrize("op,kernel,fragment", [
-    ("exp", lambda ins, a, s, dt: (np.exp(ins[0].astype(np.float64)) * 1.001).astype(dt.np), "exp[float32"),
+    ("exp", lambda ins, a, s, dt: (np.exp(ins[0].astype(np.float64)) * 1.001).astype(dt.np), "exp["),
     ("round", lambda ins, a, s, dt: np.floor(ins[0].astype(np.float64) + 0.5).astype(dt.np), "round[float32:special"),
-    ("rand", lambda ins, a, s, dt: np.zeros(s, dt.np), "rand[float32"),
-    ("add", lambda ins, a, s, dt: np.add(ins[0], ins[1]).astype(dt.np).reshape(s)
-     if np.broadcast_shapes(ins[0].shape, ins[1].shape) == s else np.zeros(s, dt.np), "add[float32:2x3,float32:2x3]"),
+    ("rand", lambda ins, a, s, dt: np.zeros(s, dt.np), "rand["),
+    ("add", lambda ins, a, s, dt: (ins[0].astype(np.float16) + ins[1].astype(np.float16)).astype(dt.np),
+     "add["),  # computes in float16
     ("gather", lambda ins, a, s, dt: np.zeros(s, dt.np), "gather[out-of-range]"),
-    ("neg", lambda ins, a, s, dt: np.negative(ins[0], out=ins[0]), "neg[float32:2x3]"),
-    ("argmax", lambda ins, a, s, dt: np.zeros(s, np.int32), "argmax[float32"),
+    ("neg", lambda ins, a, s, dt: np.negative(ins[0], out=ins[0]), "neg["),
+    ("argmax", lambda ins, a, s, dt: np.zeros(s, np.int32), "argmax["),
 ])
 def test_suite_catches_broken_kernels(op, kernel, fragment):
     """The suite is not a rubber stamp: a wrong kernel fails its cases."""
@@ -125,7 +126,7 @@ def test_suite_catches_broken_kernels(op, kernel, fragment):
 def test_decompose_mode_expands_composites():
     nodes = [["softmax", [-1], {"dim": 1}], ["relu", [0], None]]
     metas = [((2, 3), D.float32)]
-    new, exp = T._expand(nodes, {1: "x"}, metas)
+    new, exp, mapping = T._expand(nodes, {1: "x"}, metas)
     ops = {n[0] for n in new}
     assert "softmax" not in ops and "relu" not in ops and {"exp", "amax", "sum", "maximum"} <= ops
-    assert list(exp) == [len(new) - 1]
+    assert list(exp) == [len(new) - 1] and mapping[1] == len(new) - 1

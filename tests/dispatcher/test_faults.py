@@ -32,3 +32,19 @@ def test_worker_lost_then_restarted(cluster, session):
     np.testing.assert_array_equal(b.numpy(), [5, 5, 5])
     with pytest.raises(tw.TensorwireError):  # a's buffer died with the old worker
         a.numpy()
+
+
+def test_dispatcher_death_is_reported_not_hung():
+    c = tw.LocalCluster(devices=["cpu:0"], autograd=False)
+    try:
+        s = tw.Session(c.address)
+        x = tw.ones(3, session=s)
+        x.numpy()
+        c.services["dispatcher"].kill()
+        t0 = time.monotonic()
+        with pytest.raises((tw.ConnectionFailed, tw.TensorwireError), match="dispatcher"):
+            (x + 1).numpy()
+        assert time.monotonic() - t0 < 30
+        s.close()
+    finally:
+        c.close()

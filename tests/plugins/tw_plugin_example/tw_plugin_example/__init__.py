@@ -15,6 +15,7 @@ It is published through the ``tensorwire`` entry-point group in this package's `
 from __future__ import annotations
 
 import numpy as np
+
 from tensorwire.backends import hookimpl
 from tensorwire.backends.base import Device, DeviceInfo
 from tensorwire.backends.cpu import NumpyBackend
