@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.ops import OPS
+from tensorwire.protocol.ops import OPS, primitives
 
 
 @dataclass
@@ -81,7 +81,7 @@ class Backend:
 
     def missing_primitives(self) -> list[str]:
         """Primitive ops with no kernel (a conforming backend has none)."""
-        return [n for n, op in OPS.items() if op.primitive and n not in self.kernels and n != "const"]
+        return [n for n in primitives() if n not in self.kernels]
 
 
 class Device:

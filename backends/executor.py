@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import DependencyFailed, ProtocolError, error_to_wire
+from tensorwire.protocol.errors import DependencyFailed, NotFound, ProtocolError, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND, ExpandingBuilder, Value
 from tensorwire.protocol.ops import a_dtype, a_int, get_op
 from tensorwire.protocol.shapes import check_shape
@@ -74,8 +74,7 @@ class Plan:
         self.nslots = nslots
         self.node_meta = node_meta
         self.has_transfers = any(st.op in (SEND, RECV) for st in program.steps)
-        # nodes that failed inference: only the interpreting path reports them (and their dependents)
-        self.has_fails = any(isinstance(m, Fail) for m in node_meta)
+        self.failed_nodes = [j for j, m in enumerate(node_meta) if isinstance(m, Fail)]
         self.runners: dict[frozenset, object] = {}  # kept-slot set -> straight-line function
 
 
@@ -128,8 +127,8 @@ def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:
                 node_meta.append((shape, dt))
                 node_slot.append(v)
                 continue
-            if op == "const":
-                v = b.op("const", **attrs)
+            if op in WORKER_OPS:
+                v = b.op(op, **attrs)
                 steps[-1].dynamic = True
             else:
                 opdef = get_op(op)
@@ -183,7 +182,7 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
     """
     env: list = [None] * plan.nslots
     env[:len(ext)] = ext
-    if not plan.has_transfers and not plan.has_fails and not any(isinstance(b, Fail) for b in ext):
+    if not plan.has_transfers and not any(isinstance(b, Fail) for b in ext):
         result = _run_fast(device, plan, env, outs, dyn, frames, keep)
         if result is not None:
             return result
@@ -208,8 +207,8 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
                 if s.dynamic and s.origin in dyn:
                     attrs = {**attrs, **dyn[s.origin]}
                 try:
-                    if s.op == "const":
-                        res = _const(device, attrs, frames, s)
+                    if s.op in WORKER_OPS:
+                        res = WORKER_OPS[s.op](device, attrs, frames, s)
                     else:
                         res = device.run_step(s, args, attrs)
                 except Exception as e:
@@ -219,19 +218,8 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
             for f in s.frees:
                 if f not in keep:
                     env[f] = None
-    result = {}
-    for j, slot in enumerate(node_slot):
-        if slot is None:
-            m = plan.node_meta[j]
-            if isinstance(m, Fail) and j < len(outs):
-                err = dict(m.err)
-                err.setdefault("node", outs[j])
-                if err.get("code") == DependencyFailed.code:
-                    err["node"] = outs[j]
-                result[outs[j]] = Fail(err)
-            continue
-        if slot in keep:
-            result[outs[j]] = env[slot]
+    result = {outs[j]: env[slot] for j, slot in enumerate(node_slot) if slot is not None and slot in keep}
+    result.update(_failed_results(plan, outs))
     return result
 
 
@@ -254,7 +242,21 @@ def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fram
             run(env, dyn, frames)
     except Exception:
         return None
-    return {outs[j]: env[slot] for j, slot in enumerate(plan.node_slot) if slot is not None and slot in keep}
+    result = {outs[j]: env[slot] for j, slot in enumerate(plan.node_slot) if slot is not None and slot in keep}
+    if plan.failed_nodes:
+        result.update(_failed_results(plan, outs))
+    return result
+
+
+def _failed_results(plan: Plan, outs: list) -> dict:
+    """Nodes that failed at compile time (bad attributes, shapes...) and their dependents."""
+    out = {}
+    for j in plan.failed_nodes:
+        if j < len(outs) and outs[j] is not None:
+            err = dict(plan.node_meta[j].err)
+            err["node"] = outs[j]
+            out[outs[j]] = Fail(err)
+    return out
 
 
 def _build_runner(device: Device, plan: Plan, keep: frozenset):
@@ -262,7 +264,7 @@ def _build_runner(device: Device, plan: Plan, keep: frozenset):
     prog = []
     for s in plan.program.steps:
         frees = tuple(f for f in s.frees if f not in keep)
-        if s.dynamic or s.op == "const":
+        if s.dynamic or s.op in WORKER_OPS:
             prog.append((_dynamic_call(device, s), s.ins, s.out, frees, s.origin))
         else:
             prog.append((device.specialize(s), s.ins, s.out, frees, None))
@@ -284,8 +286,8 @@ def _build_runner(device: Device, plan: Plan, keep: frozenset):
 def _dynamic_call(device: Device, s: Step):
     def call(args, d, frames):
         attrs = {**s.attrs, **d} if d else s.attrs
-        if s.op == "const":
-            return _const(device, attrs, frames, s)
+        if s.op in WORKER_OPS:
+            return WORKER_OPS[s.op](device, attrs, frames, s)
         return device.run_step(s, args, attrs)
     return call
 
@@ -302,6 +304,37 @@ def _const(device: Device, attrs: dict, frames: list, step: Step):
     arr = np.frombuffer(mv, dtype=step.dtype.np).reshape(step.shape) if need else np.empty(step.shape,
                                                                                            step.dtype.np)
     return device.upload(arr)
+
+
+_HUB_FILES: dict = {}  # path -> {name: array}: mapped safetensors files, most recent last
+MAX_OPEN_HUB_FILES = 16
+
+
+def _hub_tensor(device: Device, attrs: dict, frames: list, step: Step):
+    """Fetch a tensor from the hub straight into this device (the worker downloads; the client never sees it)."""
+    from tensorwire.hub import fetch
+    from tensorwire.protocol.safetensors_io import load_file
+
+    path = fetch(attrs["repo"], attrs["path"], revision=attrs["commit"], endpoint=attrs["endpoint"],
+                 token=attrs.get("token"))
+    key = str(path)
+    tensors = _HUB_FILES.pop(key, None)
+    if tensors is None:
+        tensors = load_file(path)
+        if len(_HUB_FILES) >= MAX_OPEN_HUB_FILES:
+            _HUB_FILES.pop(next(iter(_HUB_FILES)))
+    _HUB_FILES[key] = tensors
+    arr = tensors.get(attrs["name"])
+    if arr is None:
+        raise NotFound(f"tensor {attrs['name']!r} is not in {attrs['repo']}/{attrs['path']}")
+    if tuple(arr.shape) != tuple(step.shape) or arr.dtype != step.dtype.np:
+        raise ProtocolError(f"tensor {attrs['name']!r} is {arr.dtype}{list(arr.shape)} in the file, "
+                            f"not {step.dtype.name}{list(step.shape)}")
+    return device.upload(arr)
+
+
+#: ops the worker itself implements (they bring data in from outside the graph), not the backend
+WORKER_OPS = {"const": _const, "hub_tensor": _hub_tensor}
 
 
 def meta_of(device: Device, buf) -> tuple | Fail:

@@ -6,6 +6,7 @@ starting an embedded local cluster when ``TENSORWIRE_ADDRESS`` is not set).
 
 from __future__ import annotations
 
+from tensorwire import hub
 from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol import dtypes as _D
 from tensorwire.protocol.dtypes import DType as dtype

@@ -46,7 +46,7 @@ def _expand_key(x, key):
     n_ell = sum(1 for k in key if k is Ellipsis)
     if n_ell > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
+    consumed = sum(1 for k in key if k is not None and k is not Ellipsis and not isinstance(k, _Bool0))
     if consumed > x.ndim:
         raise IndexOutOfRange(f"too many indices for tensor of dimension {x.ndim}")
     if n_ell:
@@ -129,18 +129,26 @@ def getitem(x, key):
 def _split_key(x, key):
     """Separate a key into its basic part (applied first, as a view) and its advanced indices.
 
-    Ints join the advanced indices (numpy's rule); ``None`` adds a size-1 dim. Returns ``pre`` (a
-    basic key) and ``adv``: ``[(dim of the basic view, index tensor)]``.
+    torch's rule: integers select their dim first (a 0-d integer tensor too, when other advanced
+    indices are present; alone it indexes like an int anyway), ``None`` adds a size-1 dim, slices
+    stay. Returns ``pre`` (a basic key) and ``adv``: ``[(dim of the basic view's result, index tensor)]``.
     """
     from .tensor import Tensor
 
+    def zero_d(k):
+        return isinstance(k, Tensor) and k.ndim == 0
+
+    multi = any(_is_tensorlike(k) and not zero_d(k) for k in key)
     pre, adv = [], []
-    for d, k in enumerate(key):
+    d = 0  # dim of the basic view's result the next key entry lands on
+    for k in key:
         if k is None or isinstance(k, _Bool0):
             pre.append(None)
+            d += 1
         elif isinstance(k, slice):
             pre.append(k)
-        else:
+            d += 1
+        elif _is_tensorlike(k) and not (multi and zero_d(k)):
             pre.append(slice(None))
             idx = k if isinstance(k, Tensor) else _as_index(x, np.asarray(k))
             if idx.dtype.is_floating_point or idx.dtype is D.bool_:
@@ -148,6 +156,11 @@ def _split_key(x, key):
             if idx._dev != x._dev:
                 idx = idx.to(x._dev)
             adv.append((d, idx))
+            d += 1
+        else:
+            if zero_d(k) and (k.dtype.is_floating_point or k.dtype is D.bool_):
+                raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+            pre.append(_int(k))
     return pre, adv
 
 
@@ -190,7 +203,7 @@ def setitem(x, key, value):
         pre, adv = _split_key(x, key)
         if not _trivial(pre):  # write through the basic view; it writes back into x
             sub = getitem(x, tuple(pre))
-            setitem(sub, _sub_key(pre, adv), value)
+            setitem(sub, _sub_key(sub.ndim, adv), value)
             return
         if not isinstance(value, Tensor):
             value = x._s.scalar(value.item() if isinstance(value, np.generic) else value, x.dtype, x._dev) \
@@ -206,8 +219,8 @@ def setitem(x, key, value):
     x._assign(new)
 
 
-def _sub_key(pre, adv):
-    key = [slice(None)] * len(pre)
+def _sub_key(ndim, adv):
+    key = [slice(None)] * ndim
     for d, idx in adv:
         key[d] = idx
     return tuple(key)

@@ -42,9 +42,12 @@ from .errors import (
     RevisionNotFound,
     Unauthorized,
 )
+from .tensors import load_state_dict, push, remote_header
 
 __all__ = [
     "DEFAULT_ENDPOINT",
+    "load_state_dict",
+    "push",
     "push_folder",
     "push_files",
     "resolve",

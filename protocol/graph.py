@@ -48,7 +48,7 @@ class Builder:
     composites its backend lacks), shape inference, and autograd.
     """
 
-    def op(self, name: str, *inputs: Value, **attrs) -> Value:
+    def op(self, name: str, /, *inputs: Value, **attrs) -> Value:
         shape, dtype = infer(name, [(v.shape, v.dtype) for v in inputs], attrs)
         ref = self._emit(name, inputs, attrs, shape, dtype)
         return Value(shape, dtype, ref)
@@ -72,7 +72,7 @@ class ExpandingBuilder(Builder):
         self.nodes: list[tuple] = []
         self.origin = -1
 
-    def op(self, name: str, *inputs: Value, **attrs) -> Value:
+    def op(self, name: str, /, *inputs: Value, **attrs) -> Value:
         opdef = get_op(name)
         if opdef.decompose is not None and name not in self.native:
             infer(name, [(v.shape, v.dtype) for v in inputs], attrs)  # validate as the op itself

@@ -46,7 +46,7 @@ class OpDef:
     nin: int | None  # None: variadic (at least one)
     infer: InferFn
     decompose: Callable | None = None  # (g, *inputs: Value, attrs: dict) -> Value
-    kind: str = "other"  # unary | binary | reduce | movement | creation | random | index | other
+    kind: str = "other"  # unary | binary | reduce | movement | creation | random | index | worker | other
     differentiable: bool = True
     doc: str = ""
     attrs: tuple[str, ...] = ()
@@ -166,12 +166,26 @@ def _creation_infer(metas, attrs):
     return check_shape(a_ints(attrs, "shape")), a_dtype(attrs)
 
 
-register_op(OpDef("const", 0, _creation_infer, kind="creation", differentiable=False,
+register_op(OpDef("const", 0, _creation_infer, kind="worker", differentiable=False,
                   attrs=("shape", "dtype", "frame"), dynamic=("frame",),
                   doc="A tensor whose bytes ride in buffer frame `frame` of the message."))
 register_op(OpDef("full", 0, lambda m, a: (a_num(a, "value"), _creation_infer(m, a))[1], kind="creation",
                   differentiable=False, attrs=("shape", "dtype", "value"), dynamic=("value",),
                   doc="A tensor filled with `value`."))
+
+
+def _hub_tensor_infer(metas, attrs):
+    for k in ("endpoint", "repo", "commit", "path", "name"):
+        if not isinstance(attrs.get(k), str):
+            raise ProtocolError(f"attribute {k!r} must be a string")
+    return _creation_infer(metas, attrs)
+
+
+register_op(OpDef("hub_tensor", 0, _hub_tensor_infer, kind="worker", differentiable=False,
+                  attrs=("endpoint", "repo", "commit", "path", "name", "shape", "dtype", "token"),
+                  doc="Tensor `name` of safetensors file `path` at `commit` of hub repository `repo`: the worker "
+                      "downloads the file from the hub itself (cached by sha256 on its host, hash verified) "
+                      "and loads the tensor into device memory; the bytes never pass through the client."))
 
 
 def _arange_infer(metas, attrs):
@@ -925,8 +939,8 @@ def _relu6(g, x, attrs):
 
 
 def primitives() -> list[str]:
-    """Names of the ops every backend must implement."""
-    return [n for n, op in OPS.items() if op.primitive]
+    """Names of the ops every backend must implement (``kind="worker"`` ops are the worker's own)."""
+    return [n for n, op in OPS.items() if op.primitive and op.kind != "worker"]
 
 
 def composites() -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 from .errors import IndexOutOfRange, ProtocolError, ShapeError
 
 Shape = tuple[int, ...]
@@ -14,8 +16,8 @@ def check_shape(shape) -> Shape:
     """Validate a shape from the wire or the user: a sequence of non-negative ints, bounded."""
     if isinstance(shape, int):
         shape = (shape,)
-    try:
-        out = tuple(int(s) for s in shape)
+    try:  # operator.index: ints and numpy ints; a float (2.5) or a string is not a size
+        out = tuple(operator.index(s) for s in shape)
     except (TypeError, ValueError):
         raise ShapeError(f"a shape must be a sequence of ints, got {shape!r}") from None
     if len(out) > MAX_NDIM:

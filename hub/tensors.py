@@ -1,0 +1,126 @@
+"""The tensor side of the hub: ``tw.hub.load_state_dict``, ``tw.hub.push`` (and ``tw.hub.load`` for models).
+
+``load_state_dict`` reads only the safetensors *headers* over HTTP (Range requests) and records one
+``hub_tensor`` op per tensor: the worker that owns the device downloads the file from the hub itself
+(cached by sha256 on its host, hash verified) and maps the tensors into device memory. The client
+receives handles only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import urllib.parse
+import urllib.request
+
+from .client import _open, _token, default_endpoint, push_files, resolve
+
+MAX_HEADER = 100_000_000
+
+
+def _session_endpoint(endpoint: str | None, session) -> str:
+    """``endpoint``, else the hub URL the session learnt from the dispatcher, else the environment."""
+    if endpoint:
+        return endpoint
+    if session is None:
+        from tensorwire import context
+
+        session = context._default if context._default is not None and not context._default.closed else None
+    if session is not None and getattr(session, "hub_url", None):
+        return session.hub_url
+    return default_endpoint(None)
+
+
+def _range(url: str, start: int, end: int, token: str | None) -> bytes:
+    headers = {"Range": f"bytes={start}-{end}", "User-Agent": "tensorwire-hub-client/0.1"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    with _open(urllib.request.Request(url, headers=headers), 60.0) as resp:
+        data = resp.read(end - start + 1)
+    return data
+
+
+def remote_header(endpoint: str, repo_id: str, commit: str, path: str, token: str | None) -> dict:
+    """The JSON header of a safetensors file on the hub, read with two small Range requests."""
+    from tensorwire.protocol.safetensors_io import parse_header
+
+    url = f"{endpoint.rstrip('/')}/{repo_id}/resolve/{commit}/{urllib.parse.quote(path)}"
+    head = _range(url, 0, 7, token)
+    (n,) = struct.unpack("<Q", head[:8])
+    if n > MAX_HEADER:
+        raise ValueError(f"{path}: safetensors header of {n} bytes is too large")
+    header, _ = parse_header(head + _range(url, 8, 8 + n - 1, token))
+    return header
+
+
+def load_state_dict(repo_id: str, revision: str = "main", *, device=None, endpoint: str | None = None,
+                    token: str | None = None, session=None, files: list[str] | None = None) -> dict:
+    """Tensors of every ``*.safetensors`` file of a hub repository, loaded by the worker of ``device``.
+
+    Returns ``{name: tw.Tensor}``. The worker downloads each file from the hub itself; the bytes
+    never pass through this process. ``token`` falls back to ``TENSORWIRE_HUB_TOKEN``.
+    """
+    from tensorwire.context import current_session
+    from tensorwire.protocol.safetensors_io import tensor_specs
+    from tensorwire.tensor import device_name
+
+    s = session or current_session()
+    ep = _session_endpoint(endpoint, s)
+    tok = _token(token)
+    meta = resolve(repo_id, revision, endpoint=ep, token=tok)
+    commit = meta["commit"]
+    names = files or sorted(f["path"] for f in meta["files"] if f["path"].endswith(".safetensors"))
+    if not names:
+        from .errors import EntryNotFound
+
+        raise EntryNotFound(f"{repo_id}@{revision} has no .safetensors files")
+    dev = s.default_device if device is None else s.check_device(device_name(device))
+    out = {}
+    for path in names:
+        header = remote_header(ep, repo_id, commit, path, tok)
+        for name, (dt, shape, _, _) in tensor_specs(header).items():
+            attrs = {"endpoint": ep, "repo": repo_id, "commit": commit, "path": path, "name": name,
+                     "shape": list(shape), "dtype": dt.name}
+            if tok:
+                attrs["token"] = tok
+            out[name] = s.record("hub_tensor", [], attrs, dev)
+    return out
+
+
+def _state_dict_of(obj) -> dict:
+    if hasattr(obj, "state_dict") and callable(obj.state_dict):
+        return obj.state_dict()
+    if isinstance(obj, dict):
+        return obj
+    raise TypeError(f"push() expects a module with state_dict() or a dict of tensors, got {type(obj).__name__}")
+
+
+def push(repo_id: str, obj, *, config: dict | None = None, endpoint: str | None = None, token: str | None = None,
+         revision: str = "main", message: str | None = None, private: bool = False, progress: bool = False,
+         filename: str = "model.safetensors", session=None) -> str:
+    """Push a live module, a state dict, or a folder in Hugging Face layout; returns the commit id.
+
+    Modules and state dicts are written as ``model.safetensors`` (plus ``config.json`` from ``config``
+    or the module's ``config`` attribute, when there is one).
+    """
+    from .client import push_folder
+
+    ep = _session_endpoint(endpoint, session)
+    if isinstance(obj, (str, os.PathLike)):
+        return push_folder(repo_id, obj, endpoint=ep, token=token, revision=revision, message=message,
+                           private=private, progress=progress)
+    import numpy as np
+
+    from tensorwire.protocol.safetensors_io import save_bytes
+
+    state = _state_dict_of(obj)
+    arrays = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in state.items()}
+    files: dict = {filename: save_bytes(arrays, {"format": "pt"})}
+    cfg = config if config is not None else getattr(obj, "config", None)
+    if hasattr(cfg, "to_dict"):
+        cfg = cfg.to_dict()
+    if cfg is not None:
+        files["config.json"] = json.dumps(cfg, indent=2, sort_keys=True).encode()
+    return push_files(repo_id, files, endpoint=ep, token=token, revision=revision, message=message,
+                      private=private, progress=progress)
