@@ -1,0 +1,1 @@
+"""tensorwire.models (in progress)."""

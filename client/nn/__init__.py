@@ -1,0 +1,1 @@
+"""tensorwire.nn (in progress)."""

@@ -1,0 +1,1 @@
+"""tensorwire.optim (in progress)."""

@@ -1,0 +1,1 @@
+"""tensorwire.utils (in progress)."""
