@@ -87,6 +87,19 @@ def _status(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``tensorwire`` command; errors print one line and exit 1."""
+    from tensorwire.protocol.errors import TensorwireError
+
+    try:
+        return _main(argv)
+    except TensorwireError as e:
+        print(f"tensorwire: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)

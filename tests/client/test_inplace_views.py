@@ -225,7 +225,7 @@ def test_writing_through_a_view_updates_the_base():
         ("transpose then index", lambda x: x.t()[1], lambda a: a.T[1]),
         ("unsqueeze", lambda x: x.unsqueeze(1), lambda a: a[:, None]),
     ]
-    for name, mk, ref in cases:
+    for _name, mk, ref in cases:
         x = tw.tensor(A)
         want = A.copy()
         v = mk(x)

@@ -468,7 +468,8 @@ def test_gather_and_take_along_dim():
     check(_x().take_along_dim(tw.tensor(am), 1), np.take_along_axis(A, am, 1))
     flat_idx = np.array([0, 5, 23])
     check(_x().take_along_dim(tw.tensor(flat_idx)), A.reshape(-1)[flat_idx])
-    check(tw.take_along_dim(_x(), tw.tensor(am[:1]), dim=1), np.take_along_axis(A, np.broadcast_to(am[:1], (2, 1, 4)), 1))
+    check(tw.take_along_dim(_x(), tw.tensor(am[:1]), dim=1),
+          np.take_along_axis(A, np.broadcast_to(am[:1], (2, 1, 4)), 1))
     if torch is not None:
         check_torch(tw.take_along_dim(_x(), tw.tensor(am[:1]), dim=1),
                     torch.take_along_dim(_t(), torch.tensor(am[:1]), dim=1))

@@ -1,0 +1,223 @@
+"""The backward-graph transform: a forward subgraph in, its backward graph out, both in the graph IR.
+
+Request (``g``, plain msgpack values)::
+
+    devs:    ["cpu:0", ...]                    devices the nodes name by index
+    ext:     [[shape, dtype, dev], ...]        the forward graph's external inputs (leaves, constants)
+    nodes:   [[op, refs, attrs, dev], ...]     forward nodes in topological order; ref j >= 0 is node j,
+                                               -(k + 1) is ext k
+    roots:   [ref, ...]                        outputs that receive a seed gradient (seed i -> roots[i];
+                                               the seed has the root's shape and dtype)
+    targets: [ref, ...]                        values whose total gradient is wanted
+
+Reply::
+
+    nodes:   [[op, refs, attrs, dev], ...]     the backward graph; ref j >= 0 is backward node j,
+                                               -(k + 1) is backward ext k
+    ext:     [["n", j] | ["x", k] | ["s", i]]  what each backward external is: forward node j's output,
+                                               forward ext k, or seed i
+    grads:   [ref or None, ...]                one per target: a backward node (each its own), or None
+                                               when no gradient reaches it
+
+The transform is a pure function of the request's structure: the service caches replies by it.
+"""
+
+from __future__ import annotations
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import ProtocolError
+from tensorwire.protocol.graph import Builder, Value, freeze
+from tensorwire.protocol.ops import get_op, infer
+from tensorwire.protocol.shapes import check_shape
+
+from .vjp import vjp
+
+MAX_NODES = 1 << 18
+
+
+class BackwardBuilder(Builder):
+    """Records backward nodes (with a current device), merging identical nodes."""
+
+    def __init__(self):
+        self.nodes: list[list] = []
+        self.metas: list = []
+        self.ext: list = []  # keys: ("n", j) / ("x", k) / ("s", i)
+        self.ext_index: dict = {}
+        self.dev = 0
+        self._cse: dict = {}
+
+    def external(self, key, shape, dtype) -> Value:
+        r = self.ext_index.get(key)
+        if r is None:
+            r = self.ext_index[key] = -(len(self.ext) + 1)
+            self.ext.append(key)
+        return Value(tuple(shape), dtype, r)
+
+    def op(self, name: str, *inputs: Value, **attrs) -> Value:
+        shape, dtype = infer(name, [(v.shape, v.dtype) for v in inputs], attrs)
+        refs = tuple(v.ref for v in inputs)
+        key = (name, refs, freeze(attrs), self.dev)
+        r = self._cse.get(key)
+        if r is None:
+            r = self._cse[key] = len(self.nodes)
+            self.nodes.append([name, list(refs), attrs or None, self.dev])
+            if len(self.nodes) > MAX_NODES:
+                raise ProtocolError("the backward graph is too large")
+        return Value(shape, dtype, r)
+
+
+def _meta(m) -> tuple:
+    if not isinstance(m, (list, tuple)) or len(m) != 3:
+        raise ProtocolError("ext entries are [shape, dtype, dev]")
+    shape = check_shape(m[0])
+    if not isinstance(m[1], str) or m[1] not in D.BY_NAME:
+        raise ProtocolError(f"unknown dtype {m[1]!r}")
+    return shape, D.BY_NAME[m[1]], m[2]
+
+
+def build_backward(g: dict) -> dict:
+    """The backward graph of forward graph ``g`` (see the module docstring for both forms)."""
+    if not isinstance(g, dict):
+        raise ProtocolError("the request's graph must be a map")
+    devs = g.get("devs") or []
+    ext = [_meta(m) for m in g.get("ext") or []]
+    nodes = g.get("nodes") or []
+    if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
+        raise ProtocolError("nodes must be a list of at most %d nodes" % MAX_NODES)
+    ndev = len(devs)
+    for _, _, d in ext:
+        if not isinstance(d, int) or not 0 <= d < max(ndev, 1):
+            raise ProtocolError(f"bad device index {d!r}")
+
+    # forward metas (validated through the op table)
+    metas: list = []
+    for j, n in enumerate(nodes):
+        if not isinstance(n, (list, tuple)) or len(n) != 4:
+            raise ProtocolError("nodes are [op, refs, attrs, dev]")
+        op, refs, attrs, d = n
+        get_op(op)
+        if not isinstance(refs, list) or not isinstance(d, int) or not 0 <= d < max(ndev, 1):
+            raise ProtocolError(f"node {j}: bad refs or device")
+        if attrs is not None and not isinstance(attrs, dict):
+            raise ProtocolError(f"node {j}: attrs must be a map")
+        ins = []
+        for r in refs:
+            if not isinstance(r, int) or r >= j or -r > len(ext):
+                raise ProtocolError(f"node {j}: bad reference {r!r}")
+            ins.append(_value_meta(r, metas, ext)[:2])
+        metas.append((*infer(op, ins, attrs or {}), d))
+
+    def meta(r):
+        if not isinstance(r, int) or r >= len(metas) or -r > len(ext):
+            raise ProtocolError(f"bad reference {r!r}")
+        return _value_meta(r, metas, ext)
+
+    roots = list(g.get("roots") or [])
+    targets = list(g.get("targets") or [])
+    for r in roots + targets:
+        meta(r)
+
+    # which values lead to a target (only those need gradients)
+    tset = set(targets)
+    dep_ext = {r for r in tset if r < 0}
+    dep = [False] * len(nodes)
+    for j, n in enumerate(nodes):
+        if j in tset:
+            dep[j] = True
+            continue
+        if get_op(n[0]).differentiable:
+            dep[j] = any((dep[r] if r >= 0 else r in dep_ext) for r in n[1])
+
+    def depends(r):
+        return dep[r] if r >= 0 else r in dep_ext
+
+    b = BackwardBuilder()
+    grads: dict[int, Value] = {}
+
+    def fwd(r) -> Value:
+        s, dt, _ = meta(r)
+        return b.external(("n", r) if r >= 0 else ("x", -r - 1), s, dt)
+
+    def accumulate(r, v: Value):
+        prev = grads.get(r)
+        if prev is None:
+            grads[r] = v
+        else:
+            b.dev = meta(r)[2]
+            grads[r] = b.op("add", prev, v)
+
+    for i, r in enumerate(roots):
+        if depends(r):
+            s, dt, _ = meta(r)
+            accumulate(r, b.external(("s", i), s, dt))
+
+    for j in range(len(nodes) - 1, -1, -1):
+        gj = grads.get(j)
+        if gj is None:
+            continue
+        op, refs, attrs, d = nodes[j]
+        needs = [depends(r) and meta(r)[1].is_floating_point for r in refs]
+        if not any(needs):
+            continue
+        b.dev = d
+        xs = [fwd(r) for r in refs]
+        y = fwd(j)
+        in_devs = [meta(r)[2] for r in refs]
+        for r, gr, need in zip(refs, vjp(b, op, xs, y, gj, attrs or {}, needs, in_devs, d), needs):
+            if need and gr is not None:
+                accumulate(r, gr)
+
+    out_refs = []
+    used = set()
+    for r in targets:
+        v = grads.get(r)
+        if v is None:
+            out_refs.append(None)
+            continue
+        if v.ref < 0 or v.ref in used:  # every target gets a value of its own
+            s, dt, dv = meta(r)
+            b.dev = dv
+            b._cse.clear()
+            v = b.op("copy", v)
+        used.add(v.ref)
+        out_refs.append(v.ref)
+    return _prune(b, out_refs)
+
+
+def _value_meta(r, metas, ext):
+    return metas[r] if r >= 0 else ext[-r - 1]
+
+
+def _prune(b: BackwardBuilder, outs: list) -> dict:
+    """Keep only the nodes (and externals) the outputs need; renumber."""
+    live = [False] * len(b.nodes)
+    stack = [r for r in outs if r is not None and r >= 0]
+    for r in stack:
+        live[r] = True
+    while stack:
+        j = stack.pop()
+        for r in b.nodes[j][1]:
+            if r >= 0 and not live[r]:
+                live[r] = True
+                stack.append(r)
+    new_index = {}
+    ext_index = {}
+    ext = []
+    nodes = []
+    for j, n in enumerate(b.nodes):
+        if not live[j]:
+            continue
+        refs = []
+        for r in n[1]:
+            if r >= 0:
+                refs.append(new_index[r])
+            else:
+                k = ext_index.get(r)
+                if k is None:
+                    k = ext_index[r] = -(len(ext) + 1)
+                    ext.append(list(b.ext[-r - 1]))
+                refs.append(k)
+        new_index[j] = len(nodes)
+        nodes.append([n[0], refs, n[2], n[3]])
+    grads = [None if r is None else new_index[r] for r in outs]
+    return {"nodes": nodes, "ext": ext, "grads": grads}

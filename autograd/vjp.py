@@ -1,0 +1,799 @@
+"""VJP rules: for every differentiable op of the op table, how the gradient of its output becomes
+gradients of its inputs, written once, against a :class:`~tensorwire.protocol.graph.Builder`.
+
+A rule is ``rule(c) -> [grad or None per input]`` where ``c`` is a :class:`Ctx`: ``c.x`` are the
+inputs, ``c.y`` the output, ``c.g`` the output's gradient (all :class:`T`, symbolic values that
+record ops through the builder when combined: ``c.g * c.y``), ``c.a`` the attributes and
+``c.needs[i]`` whether input ``i`` needs a gradient. Rules may return gradients with the broadcast
+shape or the wider dtype of the output: :func:`fit` sums them back to the input's shape and casts
+them to its dtype. Composite ops without a rule get their VJP through their decomposition
+(:func:`vjp`), so an op added to the table with a decomposition is differentiable at once; the
+numerically sensitive composites (softmax, log_softmax, logsumexp, norm, var/std, sigmoid ...) have
+direct rules.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import ProtocolError
+from tensorwire.protocol.graph import Builder, Value
+from tensorwire.protocol.ops import OPS, a_bool, a_dims, a_int, a_num, get_op
+from tensorwire.protocol.shapes import numel
+
+RULES: dict = {}
+
+
+def rule(*names):
+    """Register the decorated function as the VJP rule of ``names``."""
+    def deco(fn):
+        for n in names:
+            if n in RULES:
+                raise ValueError(f"VJP rule for {n!r} defined twice")
+            RULES[n] = fn
+        return fn
+    return deco
+
+
+def has_vjp(op: str) -> bool:
+    """Whether ``op`` can be differentiated (a rule, or a decomposition to go through)."""
+    return op in RULES or (op in OPS and OPS[op].decompose is not None)
+
+
+# ----------------------------------------------------------------------------------------------
+# symbolic values
+
+
+class T:
+    """A value in a builder, with operators that record ops (``a * b``, ``a.sum(...)``)."""
+
+    __slots__ = ("b", "v")
+
+    def __init__(self, b: Builder, v: Value):
+        self.b = b
+        self.v = v
+
+    @property
+    def shape(self):
+        return self.v.shape
+
+    @property
+    def dtype(self) -> D.DType:
+        return self.v.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.v.shape)
+
+    def _o(self, other) -> Value:
+        if isinstance(other, T):
+            return other.v
+        return self.b.op("full", shape=[], dtype=self.dtype.name, value=other)
+
+    def op(self, name: str, *others, **attrs) -> T:
+        return T(self.b, self.b.op(name, self.v, *(self._o(o) for o in others), **attrs))
+
+    def __add__(self, o):
+        return self.op("add", o)
+
+    def __radd__(self, o):
+        return T(self.b, self.b.op("add", self._o(o), self.v))
+
+    def __sub__(self, o):
+        return self.op("sub", o)
+
+    def __rsub__(self, o):
+        return T(self.b, self.b.op("sub", self._o(o), self.v))
+
+    def __mul__(self, o):
+        return self.op("mul", o)
+
+    def __rmul__(self, o):
+        return T(self.b, self.b.op("mul", self._o(o), self.v))
+
+    def __truediv__(self, o):
+        return self.op("div", o)
+
+    def __rtruediv__(self, o):
+        return T(self.b, self.b.op("div", self._o(o), self.v))
+
+    def __neg__(self):
+        return self.op("neg")
+
+    def __gt__(self, o):
+        return self.op("gt", o)
+
+    def __ge__(self, o):
+        return self.op("ge", o)
+
+    def __lt__(self, o):
+        return self.op("lt", o)
+
+    def __le__(self, o):
+        return self.op("le", o)
+
+    def eq(self, o):
+        return self.op("eq", o)
+
+    def __and__(self, o):
+        return self.op("logical_and", o)
+
+    def sum(self, dims, keepdim=False):
+        return self.op("sum", dims=list(dims), keepdim=keepdim)
+
+    def reshape(self, shape):
+        shape = list(shape)
+        return self if list(self.shape) == shape else self.op("reshape", shape=shape)
+
+    def expand(self, shape):
+        return self if tuple(self.shape) == tuple(shape) else self.op("expand", shape=list(shape))
+
+    def permute(self, dims):
+        return self if list(dims) == list(range(self.ndim)) else self.op("permute", dims=list(dims))
+
+    def cast(self, dtype: D.DType):
+        return self if self.dtype is dtype else self.op("cast", dtype=dtype.name)
+
+    def flip(self, dims):
+        return self.op("flip", dims=list(dims))
+
+    def pad(self, pads, value=0):
+        return self if not any(pads) else self.op("pad", pads=list(pads), value=value)
+
+
+def where(c: T, a, b) -> T:
+    """where(c, a, b) with Python numbers allowed for a or b (given a's or b's dtype)."""
+    ref = a if isinstance(a, T) else b
+    av = a.v if isinstance(a, T) else ref._o(a)
+    bv = b.v if isinstance(b, T) else ref._o(b)
+    return T(c.b, c.b.op("where", c.v, av, bv))
+
+
+def zeros(b: Builder, shape, dtype: D.DType) -> T:
+    z = T(b, b.op("full", shape=[], dtype=dtype.name, value=0))
+    return z.expand(shape)
+
+
+def unreduce(g: T, shape, dims, keepdim: bool) -> T:
+    """Broadcast a reduction's gradient back over the reduced dims of ``shape``."""
+    if not keepdim:
+        g = g.reshape([1 if i in dims else s for i, s in enumerate(shape)])
+    return g.expand(shape)
+
+
+def fit(g: T, shape, dtype: D.DType) -> T:
+    """Sum ``g`` down to ``shape`` (undoing broadcasting) and cast it to ``dtype``."""
+    gs = tuple(g.shape)
+    shape = tuple(shape)
+    if gs != shape:
+        lead = len(gs) - len(shape)
+        if lead < 0:
+            raise ProtocolError(f"gradient of shape {list(gs)} does not fit a value of shape {list(shape)}")
+        dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and gs[lead + i] != 1]
+        if dims:
+            g = g.sum(dims, keepdim=True)
+        g = g.reshape(shape)
+    return g.cast(dtype)
+
+
+class Ctx:
+    """What a rule sees: inputs ``x``, output ``y``, output gradient ``g``, attributes ``a``, ``needs``."""
+
+    __slots__ = ("b", "op", "x", "y", "g", "a", "needs", "devs", "dev")
+
+    def __init__(self, b, op, x, y, g, a, needs, devs=None, dev=None):
+        self.b, self.op, self.x, self.y, self.g, self.a, self.needs = b, op, x, y, g, a or {}, needs
+        self.devs = devs  # device index of each input (None: same as the node)
+        self.dev = dev
+
+    def dims(self, ndim=None):
+        return a_dims(self.a, self.x[0].ndim if ndim is None else ndim)
+
+    @property
+    def keepdim(self) -> bool:
+        return a_bool(self.a, "keepdim")
+
+    def scalar(self, v, dtype=None):
+        return T(self.b, self.b.op("full", shape=[], dtype=(dtype or self.g.dtype).name, value=v))
+
+
+# ----------------------------------------------------------------------------------------------
+# elementwise unary
+
+@rule("exp")
+def _exp(c):
+    return [c.g * c.y]
+
+
+@rule("log")
+def _log(c):
+    return [c.g / c.x[0]]
+
+
+@rule("log1p")
+def _log1p(c):
+    return [c.g / (c.x[0] + 1)]
+
+
+@rule("expm1")
+def _expm1(c):
+    return [c.g * (c.y + 1)]
+
+
+@rule("sqrt")
+def _sqrt(c):
+    return [c.g / (c.y * 2)]
+
+
+@rule("rsqrt")
+def _rsqrt(c):
+    return [c.g * c.y * c.y * c.y * -0.5]
+
+
+@rule("sin")
+def _sin(c):
+    return [c.g * c.x[0].op("cos")]
+
+
+@rule("cos")
+def _cos(c):
+    return [-(c.g * c.x[0].op("sin"))]
+
+
+@rule("tan")
+def _tan(c):
+    return [c.g * (c.y * c.y + 1)]
+
+
+@rule("tanh")
+def _tanh(c):
+    return [c.g * (1 - c.y * c.y)]
+
+
+@rule("sigmoid")
+def _sigmoid(c):
+    return [c.g * c.y * (1 - c.y)]
+
+
+@rule("erf")
+def _erf(c):
+    x = c.x[0]
+    return [c.g * (-(x * x)).op("exp") * (2.0 / math.sqrt(math.pi))]
+
+
+@rule("reciprocal")
+def _reciprocal(c):
+    return [-(c.g * c.y * c.y)]
+
+
+@rule("asin")
+def _asin(c):
+    x = c.x[0]
+    return [c.g / (1 - x * x).op("sqrt")]
+
+
+@rule("acos")
+def _acos(c):
+    x = c.x[0]
+    return [-(c.g / (1 - x * x).op("sqrt"))]
+
+
+@rule("atan")
+def _atan(c):
+    x = c.x[0]
+    return [c.g / (x * x + 1)]
+
+
+@rule("sinh")
+def _sinh(c):
+    return [c.g * c.x[0].op("cosh")]
+
+
+@rule("cosh")
+def _cosh(c):
+    return [c.g * c.x[0].op("sinh")]
+
+
+@rule("neg")
+def _neg(c):
+    return [-c.g]
+
+
+@rule("abs")
+def _abs(c):
+    return [c.g * c.x[0].op("sign")]
+
+
+@rule("square")
+def _square(c):
+    return [c.g * c.x[0] * 2]
+
+
+@rule("exp2")
+def _exp2(c):
+    return [c.g * c.y * math.log(2.0)]
+
+
+@rule("log2")
+def _log2(c):
+    return [c.g / (c.x[0] * math.log(2.0))]
+
+
+@rule("log10")
+def _log10(c):
+    return [c.g / (c.x[0] * math.log(10.0))]
+
+
+@rule("relu")
+def _relu(c):
+    return [where(c.y > 0, c.g, 0)]
+
+
+@rule("relu6")
+def _relu6(c):
+    x = c.x[0]
+    return [where((x > 0) & (x < 6), c.g, 0)]
+
+
+@rule("clamp")
+def _clamp(c):
+    x = c.x[0]
+    lo, hi = c.a.get("min"), c.a.get("max")
+    mask = None
+    if lo is not None:
+        mask = x >= lo
+    if hi is not None:
+        m = x <= hi
+        mask = m if mask is None else mask & m
+    return [where(mask, c.g, 0)]
+
+
+@rule("nan_to_num")
+def _nan_to_num(c):
+    return [where(c.x[0].op("isfinite"), c.g, 0)]
+
+
+@rule("cast", "copy")
+def _cast(c):
+    g = c.g
+    if c.op == "copy" and c.devs and c.devs[0] != c.dev:  # a transfer: the gradient goes back
+        b = c.b
+        b.dev = c.devs[0]
+        g = T(b, b.op("copy", g.v, shape=list(g.shape), dtype=g.dtype.name))
+    return [g]
+
+
+# ----------------------------------------------------------------------------------------------
+# elementwise binary
+
+@rule("add")
+def _add(c):
+    return [c.g, c.g]
+
+
+@rule("sub")
+def _sub(c):
+    return [c.g, -c.g if c.needs[1] else None]
+
+
+@rule("mul")
+def _mul(c):
+    a, b = c.x
+    return [c.g * b if c.needs[0] else None, c.g * a if c.needs[1] else None]
+
+
+@rule("div")
+def _div(c):
+    a, b = c.x
+    return [c.g / b if c.needs[0] else None, -(c.g * c.y) / b if c.needs[1] else None]
+
+
+def _minmax(c, cmp):
+    a, b = c.x
+    half = c.g * 0.5
+    eq = a.eq(b)
+    ga = where(a.op(cmp, b), c.g, where(eq, half, 0)) if c.needs[0] else None
+    gb = where(b.op(cmp, a), c.g, where(eq, half, 0)) if c.needs[1] else None
+    return [ga, gb]
+
+
+@rule("maximum")
+def _maximum(c):
+    return _minmax(c, "gt")
+
+
+@rule("minimum")
+def _minimum(c):
+    return _minmax(c, "lt")
+
+
+@rule("remainder")
+def _remainder(c):
+    a, b = c.x
+    return [c.g, -(c.g * a.op("floor_divide", b)) if c.needs[1] else None]
+
+
+@rule("pow")
+def _pow(c):
+    a, b = c.x
+    ga = gb = None
+    if c.needs[0]:
+        ga = where(b.eq(0), 0, c.g * b * a.op("pow", b - 1))
+    if c.needs[1]:
+        gb = where(a.eq(0) & (b >= 0), 0, c.g * c.y * a.op("log"))
+    return [ga, gb]
+
+
+@rule("atan2")
+def _atan2(c):
+    a, b = c.x
+    d = a * a + b * b
+    return [c.g * b / d if c.needs[0] else None, -(c.g * a) / d if c.needs[1] else None]
+
+
+@rule("where")
+def _where(c):
+    cond = c.x[0]
+    return [None, where(cond, c.g, 0) if c.needs[1] else None, where(cond, 0, c.g) if c.needs[2] else None]
+
+
+@rule("lerp")
+def _lerp(c):
+    a, b, w = c.x
+    return [c.g * (1 - w) if c.needs[0] else None, c.g * w if c.needs[1] else None,
+            c.g * (b - a) if c.needs[2] else None]
+
+
+# ----------------------------------------------------------------------------------------------
+# reductions and scans
+
+@rule("sum")
+def _sum(c):
+    x = c.x[0]
+    return [unreduce(c.g, x.shape, c.dims(), c.keepdim)]
+
+
+@rule("mean")
+def _mean(c):
+    x = c.x[0]
+    dims = c.dims()
+    n = numel(tuple(x.shape[i] for i in dims))
+    return [unreduce(c.g, x.shape, dims, c.keepdim) / float(n)]
+
+
+@rule("amax", "amin")
+def _amax(c):
+    x = c.x[0]
+    dims, keep = c.dims(), c.keepdim
+    y = unreduce(c.y, x.shape, dims, keep)
+    mask = x.eq(y).cast(c.g.dtype)
+    count = mask.sum(dims, keepdim=True)
+    return [unreduce(c.g, x.shape, dims, keep) * mask / count]
+
+
+def _exclusive_cumprod(x: T, dim: int) -> T:
+    """out[i] = prod(x[:i]) along ``dim`` (1 at i = 0)."""
+    pads = [0] * (2 * x.ndim)
+    pads[2 * dim], pads[2 * dim + 1] = 1, -1
+    return x.pad(pads, value=1).op("cumprod", dim=dim)
+
+
+@rule("prod")
+def _prod(c):
+    x = c.x[0]
+    if x.ndim == 0:
+        return [c.g]
+    dims = c.dims()
+    g = unreduce(c.g, x.shape, dims, c.keepdim)
+    rest = [i for i in range(x.ndim) if i not in dims]
+    perm = rest + list(dims)
+    flat = [x.shape[i] for i in rest] + [numel(tuple(x.shape[i] for i in dims))]
+    xp = x.cast(c.g.dtype).permute(perm).reshape(flat)
+    last = len(flat) - 1
+    left = _exclusive_cumprod(xp, last)
+    right = _exclusive_cumprod(xp.flip([last]), last).flip([last])
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    others = (left * right).reshape([x.shape[i] for i in perm]).permute(inv)
+    return [g * others]
+
+
+@rule("cumsum")
+def _cumsum(c):
+    d = a_int(c.a, "dim") % max(c.x[0].ndim, 1)
+    if c.x[0].ndim == 0:
+        return [c.g]
+    return [c.g.flip([d]).op("cumsum", dim=d).flip([d])]
+
+
+@rule("cumprod")
+def _cumprod(c):
+    """sum_{j >= i} g_j y_j / x_i (inputs with zeros get no special treatment, unlike torch)."""
+    x = c.x[0]
+    if x.ndim == 0:
+        return [c.g]
+    d = a_int(c.a, "dim") % x.ndim
+    return [(c.g * c.y).flip([d]).op("cumsum", dim=d).flip([d]) / x]
+
+
+@rule("var", "std")
+def _var(c):
+    x = c.x[0]
+    dims, keep = c.dims(), c.keepdim
+    n = numel(tuple(x.shape[i] for i in dims))
+    denom = max(n - a_num(c.a, "correction", 1), 0)
+    xf = x.cast(c.g.dtype)
+    dev = xf - xf.op("mean", dims=list(dims), keepdim=True)
+    g = unreduce(c.g, x.shape, dims, keep)
+    if c.op == "var":
+        return [g * dev * (2.0 / denom if denom else math.inf)]
+    return [g * dev / (unreduce(c.y, x.shape, dims, keep) * float(denom))]
+
+
+@rule("logsumexp")
+def _logsumexp(c):
+    x = c.x[0]
+    dims, keep = c.dims(), c.keepdim
+    y = unreduce(c.y, x.shape, dims, keep)
+    return [unreduce(c.g, x.shape, dims, keep) * (x.cast(c.g.dtype) - y).op("exp")]
+
+
+@rule("softmax")
+def _softmax(c):
+    d = [a_int(c.a, "dim")]
+    gy = c.g * c.y
+    return [gy - c.y * gy.sum(d, keepdim=True)]
+
+
+@rule("log_softmax")
+def _log_softmax(c):
+    d = [a_int(c.a, "dim")]
+    return [c.g - c.y.op("exp") * c.g.sum(d, keepdim=True)]
+
+
+@rule("norm")
+def _norm(c):
+    x = c.x[0].cast(c.g.dtype)
+    p = a_num(c.a, "p", 2)
+    dims, keep = c.dims(), c.keepdim
+    g = unreduce(c.g, x.shape, dims, keep)
+    if p == 0:
+        return [g * 0.0]
+    if p == 1:
+        return [g * x.op("sign")]
+    y = unreduce(c.y, x.shape, dims, keep)
+    if p in (math.inf, -math.inf):
+        ax = x.op("abs")
+        mask = ax.eq(y).cast(g.dtype)
+        return [g * x.op("sign") * mask / mask.sum(dims, keepdim=True)]
+    if p == 2:
+        return [where(y.eq(0), 0, g * x / y)]
+    ax = x.op("abs")
+    return [where(y.eq(0), 0, g * x * ax.op("pow", float(p) - 2) / y.op("pow", float(p) - 1))]
+
+
+# ----------------------------------------------------------------------------------------------
+# movement
+
+@rule("reshape")
+def _reshape(c):
+    return [c.g.reshape(c.x[0].shape)]
+
+
+@rule("permute")
+def _permute(c):
+    dims = [d % c.x[0].ndim for d in c.a["dims"]]
+    inv = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inv[d] = i
+    return [c.g.permute(inv)]
+
+
+@rule("expand")
+def _expand(c):
+    return [c.g]  # fit() sums the broadcast dims away
+
+
+@rule("slice")
+def _slice(c):
+    x = c.x[0]
+    starts, stops, steps = c.a["starts"], c.a["stops"], c.a["steps"]
+    if all(s == 1 for s in steps):
+        pads = []
+        for n, a, e in zip(x.shape, starts, stops):
+            pads += [a, n - max(a, e)]
+        return [c.g.pad(pads)]
+    z = zeros(c.b, x.shape, c.g.dtype)
+    return [z.op("setslice", c.g, starts=list(starts), stops=list(stops), steps=list(steps))]
+
+
+@rule("flip")
+def _flip(c):
+    return [c.g.flip(c.dims())]
+
+
+@rule("pad")
+def _pad(c):
+    return [c.g.pad([-p for p in c.a["pads"]])]
+
+
+@rule("cat")
+def _cat(c):
+    d = a_int(c.a, "dim") % c.x[0].ndim
+    out, off = [], 0
+    for x, need in zip(c.x, c.needs):
+        n = x.shape[d]
+        if need:
+            starts = [0] * c.g.ndim
+            stops = list(c.g.shape)
+            starts[d], stops[d] = off, off + n
+            out.append(c.g.op("slice", starts=starts, stops=stops, steps=[1] * c.g.ndim))
+        else:
+            out.append(None)
+        off += n
+    return out
+
+
+@rule("tril", "triu")
+def _tri(c):
+    return [c.g.op(c.op, diagonal=a_int(c.a, "diagonal", 0))]
+
+
+# ----------------------------------------------------------------------------------------------
+# indexing
+
+def _pad_to(g: T, shape) -> T:
+    pads = []
+    for have, want in zip(g.shape, shape):
+        pads += [0, want - have]
+    return g.pad(pads)
+
+
+@rule("gather")
+def _gather(c):
+    x, idx = c.x
+    z = zeros(c.b, x.shape, c.g.dtype)
+    return [z.op("scatter_add", idx, c.g, dim=a_int(c.a, "dim")), None]
+
+
+@rule("scatter", "scatter_add")
+def _scatter(c):
+    x, idx, src = c.x
+    dim = a_int(c.a, "dim")
+    gx = c.g
+    if c.op == "scatter" and c.needs[0]:
+        gx = c.g.op("scatter", idx, zeros(c.b, idx.shape, c.g.dtype), dim=dim)
+    gs = _pad_to(c.g.op("gather", idx, dim=dim), src.shape) if c.needs[2] else None
+    return [gx, None, gs]
+
+
+@rule("index")
+def _index(c):
+    x, *idx = c.x
+    z = zeros(c.b, x.shape, c.g.dtype)
+    return [z.op("index_put", c.g, *idx, dim=a_int(c.a, "dim"), accumulate=True)] + [None] * len(idx)
+
+
+@rule("index_put")
+def _index_put(c):
+    x, v, *idx = c.x
+    dim = a_int(c.a, "dim")
+    gx = c.g
+    if not a_bool(c.a, "accumulate") and c.needs[0]:
+        gx = c.g.op("index_put", c.scalar(0), *idx, dim=dim, accumulate=False)
+    gv = c.g.op("index", *idx, dim=dim) if c.needs[1] else None
+    return [gx, gv] + [None] * len(idx)
+
+
+@rule("setslice")
+def _setslice(c):
+    at = {k: list(c.a[k]) for k in ("starts", "stops", "steps")}
+    gx = c.g.op("setslice", c.scalar(0), **at) if c.needs[0] else None
+    gv = c.g.op("slice", **at) if c.needs[1] else None
+    return [gx, gv]
+
+
+# ----------------------------------------------------------------------------------------------
+# matmul
+
+@rule("matmul")
+def _matmul(c):
+    a, b = c.x
+    g = c.g
+    a2 = a.reshape((1,) + tuple(a.shape)) if a.ndim == 1 else a
+    b2 = b.reshape(tuple(b.shape) + (1,)) if b.ndim == 1 else b
+    gshape = list(g.shape)
+    if a.ndim == 1:
+        gshape.insert(len(gshape) - (0 if b.ndim == 1 else 1), 1)
+    if b.ndim == 1:
+        gshape.append(1)
+    g2 = g.reshape(gshape)
+
+    def mt(t):
+        p = list(range(t.ndim))
+        p[-1], p[-2] = p[-2], p[-1]
+        return t.permute(p)
+
+    ga = gb = None
+    if c.needs[0]:
+        ga = g2.op("matmul", mt(b2))
+        if a.ndim == 1:
+            ga = fit(ga, (1,) + tuple(a.shape), ga.dtype).reshape(a.shape)
+    if c.needs[1]:
+        gb = mt(a2).op("matmul", g2)
+        if b.ndim == 1:
+            gb = fit(gb, tuple(b.shape) + (1,), gb.dtype).reshape(b.shape)
+    return [ga, gb]
+
+
+# ----------------------------------------------------------------------------------------------
+# the dispatcher of rules
+
+class Tape(Builder):
+    """Records a decomposition through ``inner`` and remembers each op, to differentiate it."""
+
+    def __init__(self, inner: Builder):
+        self.inner = inner
+        self.entries: list = []
+        self.seen: set = set()
+
+    def op(self, name: str, *inputs: Value, **attrs) -> Value:
+        out = self.inner.op(name, *inputs, **attrs)
+        if out.ref not in self.seen and all(v.ref != out.ref for v in inputs):
+            self.seen.add(out.ref)
+            self.entries.append((name, inputs, attrs, out))
+        return out
+
+
+def _float(d: D.DType) -> bool:
+    return d.is_floating_point
+
+
+def vjp(b: Builder, op: str, xs: list[Value], y: Value, g: Value, attrs: dict, needs: list[bool],
+        devs=None, dev=None) -> list[Value | None]:
+    """Gradients of ``op``'s inputs given its output's gradient ``g`` (``None`` where not needed)."""
+    opdef = get_op(op)
+    if not opdef.differentiable:
+        return [None] * len(xs)
+    fn = RULES.get(op)
+    if fn is not None:
+        c = Ctx(b, op, [T(b, x) for x in xs], T(b, y), T(b, g), attrs, needs, devs, dev)
+        out = fn(c)
+        if len(out) != len(xs):
+            raise ProtocolError(f"VJP rule of {op} returned {len(out)} gradients for {len(xs)} inputs")
+        res = []
+        for i, (x, gx, need) in enumerate(zip(xs, out, needs)):
+            if devs is not None:
+                b.dev = devs[i]
+            res.append(fit(gx, x.shape, x.dtype).v if need and gx is not None else None)
+        if dev is not None:
+            b.dev = dev
+        return res
+    if opdef.decompose is None:
+        raise ProtocolError(f"no VJP rule for op {op!r}")
+    return _vjp_decomposed(b, opdef, xs, g, attrs, needs)
+
+
+def _vjp_decomposed(b, opdef, xs, g, attrs, needs):
+    tape = Tape(b)
+    out = opdef.decompose(tape, *xs, dict(attrs or {}))
+    grads: dict[int, Value] = {out.ref: fit(T(b, g), out.shape, out.dtype).v}
+    want = {x.ref for x, n in zip(xs, needs) if n}
+    for name, ins, at, o in reversed(tape.entries):
+        go = grads.pop(o.ref, None)
+        if go is None:
+            continue
+        sub_needs = [_float(v.dtype) and (v.ref in want or v.ref in tape.seen) for v in ins]
+        if not any(sub_needs):
+            continue
+        for v, gv in zip(ins, vjp(b, name, list(ins), o, go, at, sub_needs)):
+            if gv is not None:
+                prev = grads.get(v.ref)
+                grads[v.ref] = gv if prev is None else b.op("add", prev, gv)
+    res = []
+    for x, n in zip(xs, needs):
+        gx = grads.pop(x.ref, None) if n else None  # an input given twice gets its total once
+        res.append(fit(T(b, gx), x.shape, x.dtype).v if gx is not None else None)
+    return res

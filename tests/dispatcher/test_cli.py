@@ -1,0 +1,81 @@
+"""The command line: `tensorwire up` prints its address, serves, and stops cleanly on Ctrl-C; `status` reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import tensorwire as tw
+from tensorwire.protocol.service import free_port
+
+
+def _read_until(proc, needle: str, timeout: float = 120.0) -> str:
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    out = ""
+    deadline = time.monotonic() + timeout
+    while needle not in out and time.monotonic() < deadline:
+        if sel.select(timeout=deadline - time.monotonic()):
+            chunk = os.read(proc.stdout.fileno(), 4096).decode()
+            if not chunk:
+                break
+            out += chunk
+    sel.close()
+    return out
+
+
+def test_up_status_and_ctrl_c():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tensorwire.cli", "up", "--devices", "cpu:0,cpu:1", "--port",
+                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out = _read_until(proc, "Ctrl-C")
+        address = f"tcp://127.0.0.1:{port}"
+        assert address in out, out
+        s = tw.Session(address)
+        with tw.use_session(s):
+            x = tw.arange(4.0, device="cpu:1")
+            np.testing.assert_array_equal((x * 2).numpy(), [0, 2, 4, 6])
+            keep = x  # noqa: F841 - holds one buffer on cpu:1 for status to show
+            st = subprocess.run([sys.executable, "-m", "tensorwire.cli", "status", "--address", address],
+                                capture_output=True, text=True, timeout=60)
+            assert st.returncode == 0, st.stderr
+            assert "cpu:0" in st.stdout and "cpu:1" in st.stdout and "autograd" in st.stdout
+            js = subprocess.run([sys.executable, "-m", "tensorwire.cli", "status", "--address", address, "--json"],
+                                capture_output=True, text=True, timeout=60)
+            mine = json.loads(js.stdout)["devices"]["cpu:1"][s.session_id]
+            assert mine["buffers"] >= 1 and mine["bytes"] >= 32
+        s.close()
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=60)[0].decode()
+        assert proc.returncode == 0, rest
+        assert "stopped" in rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # everything it started is gone: the port is free again
+    s2 = None
+    try:
+        s2 = tw.Session(f"tcp://127.0.0.1:{port}", timeout=1.0)
+        raise AssertionError("the dispatcher is still up")
+    except tw.ConnectionFailed:
+        pass
+    finally:
+        if s2 is not None:
+            s2.close()
+
+
+def test_status_unreachable_is_clear():
+    r = subprocess.run([sys.executable, "-m", "tensorwire.cli", "status", "--address", "tcp://127.0.0.1:1",
+                        "--timeout", "1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "ConnectionFailed" in r.stderr and "127.0.0.1:1" in r.stderr
+    assert "Traceback" not in r.stderr
