@@ -50,7 +50,7 @@ def _expand_key(x, key):
     if consumed > x.ndim:
         raise IndexOutOfRange(f"too many indices for tensor of dimension {x.ndim}")
     if n_ell:
-        i = key.index(Ellipsis)
+        i = next(j for j, k in enumerate(key) if k is Ellipsis)  # not .index: == on a tensor records an op
         key = key[:i] + (slice(None),) * (x.ndim - consumed) + key[i + 1:]
     else:
         key = key + (slice(None),) * (x.ndim - consumed)

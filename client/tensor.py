@@ -455,9 +455,13 @@ class Tensor:
         return self._rec(op, [ot, self] if reverse else [self, ot])
 
     def __eq__(self, o):  # noqa: D105
+        if o is None or o is Ellipsis or isinstance(o, (str, bytes)):
+            return NotImplemented  # compares by identity, as torch's ``t == None`` is False
         return self._binary("eq", o)
 
     def __ne__(self, o):
+        if o is None or o is Ellipsis or isinstance(o, (str, bytes)):
+            return NotImplemented
         return self._binary("ne", o)
 
     def __lt__(self, o):

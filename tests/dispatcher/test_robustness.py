@@ -184,3 +184,25 @@ def test_threads_each_see_only_their_own_tensors(cluster):
     for t in threads:
         t.join(60)
     assert not errors
+
+
+def test_processes_each_see_only_their_own_tensors(cluster):
+    import subprocess
+    import sys
+
+    code = """
+import sys, tensorwire as tw
+s = tw.connect(sys.argv[1]); k = int(sys.argv[2])
+x = tw.full((100,), float(k), device="cpu:%d" % (k % 2))
+for _ in range(30):
+    x = x * 1 + 1
+assert float(x.sum()) == 100 * (k + 30), float(x.sum())
+assert len(s.cluster_status()["sessions"]) >= 1
+print("ok", k)
+"""
+    procs = [subprocess.Popen([sys.executable, "-c", code, cluster.address, str(k)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for k in range(4)]
+    for k, p in enumerate(procs):
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert out.strip() == f"ok {k}"
