@@ -83,7 +83,7 @@ def build_backward(g: dict) -> dict:
     ext = [_meta(m) for m in g.get("ext") or []]
     nodes = g.get("nodes") or []
     if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
-        raise ProtocolError("nodes must be a list of at most %d nodes" % MAX_NODES)
+        raise ProtocolError(f"nodes must be a list of at most {MAX_NODES} nodes")
     ndev = len(devs)
     for _, _, d in ext:
         if not isinstance(d, int) or not 0 <= d < max(ndev, 1):

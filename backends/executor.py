@@ -24,6 +24,7 @@ from tensorwire.protocol.shapes import check_shape
 from .base import Device, Program, Step
 
 FAIL = "__fail__"
+COLL = "collective"
 MAX_FRAGMENT_NODES = 1 << 20
 
 
@@ -73,7 +74,7 @@ class Plan:
         self.ext_metas = ext_metas
         self.nslots = nslots
         self.node_meta = node_meta
-        self.has_transfers = any(st.op in (SEND, RECV) for st in program.steps)
+        self.has_transfers = any(st.op in (SEND, RECV, COLL) for st in program.steps)
         self.failed_nodes = [j for j, m in enumerate(node_meta) if isinstance(m, Fail)]
         self.runners: dict[frozenset, object] = {}  # kept-slot set -> straight-line function
 
@@ -127,7 +128,10 @@ def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:
                 node_meta.append((shape, dt))
                 node_slot.append(v)
                 continue
-            if op in WORKER_OPS:
+            if op == COLL:
+                v = b.op(COLL, *ins, **attrs)
+                steps[-1].dynamic = True
+            elif op in WORKER_OPS:
                 v = b.op(op, **attrs)
                 steps[-1].dynamic = True
             else:
@@ -202,6 +206,9 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
                 res = None
             elif s.op == RECV:
                 res = yield ("recv", s.attrs["xfer"])
+            elif s.op == COLL:
+                attrs = {**s.attrs, **dyn[s.origin]} if s.origin in dyn else s.attrs
+                res = yield ("coll", attrs, args[0], s)
             else:
                 attrs = s.attrs
                 if s.dynamic and s.origin in dyn:

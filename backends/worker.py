@@ -10,12 +10,15 @@ socket of its own only sends heartbeats, so a long kernel does not make the work
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections import deque
 
+import numpy as np
 import zmq
 
 from tensorwire.protocol import PROTOCOL_VERSION
@@ -28,6 +31,14 @@ from .executor import Fail, compile_plan, execute, meta_of, run_plan
 
 log = logging.getLogger("tensorwire.worker")
 MAX_PLANS_PER_SESSION = 4096
+
+
+SHM_DIR = os.environ.get("TENSORWIRE_SHM_DIR", "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+
+
+def shm_path(device: str, key: int) -> str:
+    """The shared-memory file through which a worker and its collectives rank exchange one collective."""
+    return os.path.join(SHM_DIR, f"tensorwire-{os.getpid()}-{device.replace(':', '-')}-{key}")
 
 
 def parse_device(text: str) -> tuple[str, int]:
@@ -60,6 +71,7 @@ class Executor:
         self.xfers: dict[int, object] = {}
         self.waiting: dict[int, bytes] = {}  # transfer key -> session parked on it
         self.ready: deque = deque()  # sessions with runnable work
+        self.colls: dict = {}  # ("coll", key) -> (shm path, output offset, shape, dtype) of pending collectives
 
     # -- message handling (execution thread) -------------------------------------------------
     def _session(self, sid) -> _Session:
@@ -90,6 +102,8 @@ class Executor:
             sid = self.waiting.pop(key, None)
             if sid is not None:
                 self.ready.append(sid)
+        elif t == "coll_done":
+            self._collective_done(h)
         elif t == "drop_session":
             s = self.sessions.pop(h["s"], None)
             if s is not None:
@@ -163,8 +177,11 @@ class Executor:
                     send_val = None
                     if ev[0] == "send":
                         self._send_xfer(sid, h, ev[1], ev[2])
-                    else:  # recv
-                        key = h["x"] + ev[1]
+                    else:  # recv, or a collective waiting for the collectives service
+                        key = h["x"] + ev[1] if ev[0] == "recv" else self._start_collective(sid, h, *ev[1:])
+                        if isinstance(key, Fail):
+                            send_val = key
+                            continue
                         if key in self.xfers:
                             send_val = self.xfers.pop(key)
                             continue
@@ -213,6 +230,59 @@ class Executor:
         if not plan.has_transfers:
             return run_plan(self.device, plan, ext, outs, dyn, frames, keep)
         return execute(self.device, plan, ext, outs, dyn, frames, keep)
+
+    def _start_collective(self, sid, h: dict, attrs: dict, value, step):
+        """Put this device's input of a collective in shared memory and tell the collectives service."""
+        if isinstance(value, Fail):
+            return value.dependent(None)
+        gk = (h.get("coll") or {}).get(attrs["key"])
+        if gk is None:
+            return Fail(error_to_wire(ProtocolError(f"collective {attrs['key']} was not announced")))
+        try:
+            arr = self.device.download(value)
+            path = shm_path(self.name, gk)
+            out_bytes = int(np.prod(step.shape, dtype=np.int64)) * step.dtype.itemsize
+            in_place = attrs["kind"] in ("all_reduce", "broadcast")
+            size = max(arr.nbytes if in_place else arr.nbytes + out_bytes, 1)
+            mm = np.memmap(path, dtype=np.uint8, mode="w+", shape=(size,))
+            if arr.nbytes:
+                mm[:arr.nbytes] = arr.reshape(-1).view(np.uint8)
+            mm.flush()
+            del mm
+        except Exception as e:
+            return Fail(error_to_wire(e))
+        key = ("coll", gk)
+        self.colls[key] = (path, 0 if in_place else arr.nbytes, step.shape, step.dtype)
+        self.send({"t": "coll_ready", "s": sid, "key": gk, "device": self.name, "path": path,
+                   "dtype": step.dtype.name, "shape": list(arr.shape), "out_shape": list(step.shape),
+                   "kind": attrs["kind"], "op": attrs.get("op"), "src": attrs.get("src", 0), "n": attrs["n"],
+                   "rank": attrs["rank"]}, [])
+        return key
+
+    def _collective_done(self, h: dict) -> None:
+        key = ("coll", h.get("key"))
+        info = self.colls.pop(key, None)
+        if info is None:
+            return
+        path, offset, shape, dt = info
+        if h.get("err"):
+            val = Fail(h["err"])
+        else:
+            try:
+                n = int(np.prod(shape, dtype=np.int64))
+                if n:
+                    mm = np.memmap(path, dtype=dt.np, mode="r", offset=offset, shape=(n,))
+                    val = self.device.upload(mm.reshape(shape))
+                else:
+                    val = self.device.upload(np.zeros(shape, dt.np))
+            except Exception as e:
+                val = Fail(error_to_wire(e))
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # the mapping stays valid until the buffer is freed
+        self.xfers[key] = val
+        sid = self.waiting.pop(key, None)
+        if sid is not None:
+            self.ready.append(sid)
 
     def _send_xfer(self, sid, h, k, value) -> None:
         key = h["x"] + k

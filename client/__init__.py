@@ -28,7 +28,10 @@ from tensorwire.protocol.errors import (
     WorkerLost,
 )
 
+from . import autograd  # tw.autograd: grad, Function, gradcheck ...
+from . import distributed
 from . import functions as _F
+from .autograd_engine import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .cluster import LocalCluster
 from .context import connect, current_session, disconnect, set_session, use_session
 from .creation import (
@@ -117,5 +120,6 @@ __all__ = [
     "initial_seed", "TensorwireError", "ShapeError", "DTypeError", "DeviceError", "IndexOutOfRange",
     "OutOfMemory", "WorkerLost", "ServiceUnavailable", "Unauthorized", "ProtocolError", "NotFound",
     "DependencyFailed", "ExecutionError", "ConnectionFailed", "get_default_dtype", "set_default_dtype",
-    "promote_types", "result_type",
+    "promote_types", "result_type", "autograd", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
+    "inference_mode",
 ]

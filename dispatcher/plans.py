@@ -34,6 +34,9 @@ class Split:
     n_xfer: int
     xfer_route: list[tuple[str, str]]  # transfer k: (src device, dst device)
     n_nodes: int
+    coll_groups: list[list[int]] = field(default_factory=list)  # batch nodes of each collective, one group each
+    coll_keys: dict[int, int] = field(default_factory=dict)  # batch node -> its key in the batch that made the plan
+    coll_rank: dict[int, int] = field(default_factory=dict)  # batch node -> its rank in the collective
 
 
 def _ref(frag: Fragment, ref: int, ext_dev: list[str], dev: str) -> int:
@@ -102,7 +105,40 @@ def split_batch(nodes: list, devs: list, ext_dev: list[str], known_devices) -> S
             frag.nodes.append([op, [_ref(frag, r, ext_dev, dev) for r in refs], attrs])
             frag.node_of.append(j)
         node_dev.append(dev)
+    groups = _collective_groups(nodes, node_dev)
     if len(frags) == 1 and not routes:
         (frag,) = frags.values()
         frag.whole = frag.ext == list(range(n_ext)) and frag.node_of == list(range(len(nodes)))
-    return Split(frags, node_dev, list(ext_dev), len(routes), routes, len(nodes))
+    split = Split(frags, node_dev, list(ext_dev), len(routes), routes, len(nodes))
+    if groups:
+        split.coll_groups = [g for g, _ in groups.values()]
+        for g, meta in groups.values():
+            for j in g:
+                split.coll_keys[j] = meta["key"]
+                split.coll_rank[j] = nodes[j][2]["rank"]
+    return split
+
+
+def _collective_groups(nodes: list, node_dev: list[str]) -> dict:
+    """Group the batch's collective nodes by key and check each group is one complete collective."""
+    groups: dict = {}
+    for j, node in enumerate(nodes):
+        if node[0] != "collective":
+            continue
+        a = node[2] or {}
+        key = a.get("key")
+        if not isinstance(key, int) or isinstance(key, bool):
+            raise ProtocolError(f"node {j}: a collective needs an int 'key'")
+        g, meta = groups.setdefault(key, ([], {"key": key, "kind": a.get("kind"), "op": a.get("op"),
+                                              "n": a.get("n")}))
+        if (a.get("kind"), a.get("op"), a.get("n")) != (meta["kind"], meta["op"], meta["n"]):
+            raise ProtocolError(f"node {j}: parts of collective {key} disagree on kind, op or size")
+        g.append(j)
+    for key, (g, meta) in groups.items():
+        ranks = sorted((nodes[j][2] or {}).get("rank") for j in g)
+        devs = [node_dev[j] for j in g]
+        if ranks != list(range(len(g))) or meta["n"] != len(g):
+            raise ProtocolError(f"collective {key} has parts with ranks {ranks}, expected 0..{meta['n'] - 1}")
+        if len(set(devs)) != len(devs):
+            raise ProtocolError(f"collective {key} has two parts on one device")
+    return groups

@@ -107,6 +107,9 @@ class Dispatcher:
         self.stats_waits: dict[int, dict] = {}
         self.next_stats = 1
         self.forwards: dict[int, tuple] = {}  # service request id -> (session, client seq, service name)
+        self.coll_ranks: dict[str, ServiceInfo] = {}  # device -> the collectives rank serving it
+        self.coll_pending: dict[int, dict] = {}  # collective key -> {"all": devices, "devices": still waiting}
+        self.next_coll = 1
         self.next_fwd = 1
         self.started = time.time()
 
@@ -194,8 +197,8 @@ class Dispatcher:
             svc.last_seen = time.monotonic()
         if t == "hb":
             of = h.get("of")
-            if of is not None:  # a worker's heartbeat thread, on a socket of its own
-                w = self.workers.get(of) if isinstance(of, str) else None
+            if of is not None:  # a service's heartbeat thread, on a socket of its own
+                w = (self.workers.get(of) or self.named.get(of)) if isinstance(of, str) else None
                 if w is not None and w.info.get("pid") == h.get("pid"):
                     w.last_seen = time.monotonic()
             elif svc is None:  # a service we forgot (dispatcher restarted): ask it to register
@@ -214,6 +217,23 @@ class Dispatcher:
                 dst = self.workers.get(route[2])
                 if dst is not None:
                     self._to_service(dst, h, frames)
+        elif t == "coll_ready":  # a worker's input is in shared memory: tell its collectives rank
+            rank = self.coll_ranks.get(svc.name)
+            if rank is not None:
+                self._to_service(rank, h)
+            else:
+                self._coll_failed(h.get("key"), f"no collectives rank serves {svc.name}")
+        elif t == "coll_done":  # a rank finished (or failed) its part: tell its worker
+            pending = self.coll_pending.get(h.get("key"))
+            dev = h.get("device")
+            w = self.workers.get(dev) if isinstance(dev, str) else None
+            if w is not None:
+                self._to_service(w, {"t": "coll_done", "key": h.get("key"), **({"err": h["err"]} if h.get("err")
+                                                                                else {})})
+            if pending is not None:
+                pending["devices"].discard(dev)
+                if not pending["devices"]:
+                    del self.coll_pending[h.get("key")]
         elif t == "stats":
             w = self.stats_waits.get(h.get("q"))
             if w is not None:
@@ -248,6 +268,8 @@ class Dispatcher:
             self.workers[name] = svc
         else:
             self.named[name] = svc
+            if kind == "collectives" and isinstance(info.get("device"), str):
+                self.coll_ranks[info["device"]] = svc
         self.services.send_multipart([ident, pack_header({"t": "registered", "name": name})])
         log.info("registered %s %s", kind, name)
 
@@ -283,15 +305,38 @@ class Dispatcher:
                     w["expect"].discard(svc.name)
                     if not w["expect"]:
                         self._finish_stats(q)
+            for gk, pend in list(self.coll_pending.items()):
+                if svc.name in pend["all"]:
+                    self._coll_failed(gk, f"the worker for {svc.name} {why} during the collective")
+            for rank in self.coll_ranks.values():
+                self._to_service(rank, {"t": "worker_lost", "device": svc.name})
         else:
             if self.named.get(svc.name) is svc:
                 del self.named[svc.name]
+            if svc.kind == "collectives":
+                dev = svc.info.get("device")
+                if self.coll_ranks.get(dev) is svc:
+                    del self.coll_ranks[dev]
+                for gk, pend in list(self.coll_pending.items()):
+                    if dev in pend["all"]:
+                        self._coll_failed(gk, f"the collectives rank for {dev} {why}")
             for q, (sid, cq, name) in list(self.forwards.items()):
                 if name == svc.name:
                     self.forwards.pop(q)
                     self._to_client(sid, {"t": "service_reply", "q": cq, "error": error_to_wire(
                         ServiceUnavailable(f"the {svc.name} service {why}"))})
         log.warning("%s %s %s", svc.kind, svc.name, why)
+
+    def _coll_failed(self, gk, why: str) -> None:
+        """Answer every worker still waiting on collective ``gk`` with an error (never leave one hanging)."""
+        pend = self.coll_pending.pop(gk, None)
+        if pend is None:
+            return
+        err = error_to_wire(ServiceUnavailable(f"collective failed: {why}"))
+        for dev in pend["devices"]:
+            w = self.workers.get(dev)
+            if w is not None:
+                self._to_service(w, {"t": "coll_done", "key": gk, "err": err})
 
     def _worker_done(self, svc: ServiceInfo, h: dict, frames) -> None:
         s = self.sessions.get(h.get("s"))
@@ -484,6 +529,7 @@ class Dispatcher:
         reply_devs = set(by_dev_fetch)
         if h.get("sync"):
             reply_devs |= s.touched & set(self.workers)
+        coll_map = self._announce_collectives(s, split, nodes, dyn_by_node) if split.coll_groups else None
         xbase = self.next_x
         self.next_x += split.n_xfer
         for k, (src, dst) in enumerate(split.xfer_route):
@@ -496,6 +542,8 @@ class Dispatcher:
             frag = split.frags.get(dev)
             msg = {"t": "run", "s": s.sid, "q": q, "x": xbase, "reply": dev in reply_devs,
                    "fetch": by_dev_fetch.get(dev, []), "release": by_dev_release.get(dev, [])}
+            if coll_map:
+                msg["coll"] = coll_map
             if frag is not None:
                 if frag.whole:  # the batch runs on this one device, in order: ids pass through as they are
                     msg["ext"], msg["outs"] = ext, outs
@@ -522,6 +570,34 @@ class Dispatcher:
             p.fetch_errors.extend(fetch_errors)
             s.pending[q] = p
             self._maybe_reply(s, q)
+
+    def _announce_collectives(self, s: Session, split: Split, nodes, dyn_by_node: dict) -> dict:
+        """Give each collective of the batch a global key and announce it, in order, to its ranks.
+
+        Every rank hears of collectives in the dispatcher's one order, so all ranks run them in the
+        same order whichever worker gets its input ready first. Returns ``{client key: global key}``.
+        """
+        mapping = {}
+        for group in split.coll_groups:
+            keys = set()
+            for j in group:
+                a = dyn_by_node.get(j) if nodes is None else None
+                keys.add((a or {}).get("key") if a else split.coll_keys[j])
+            if len(keys) != 1:
+                raise ProtocolError("the parts of one collective must share one key")
+            devs = [split.node_dev[j] for j in sorted(group, key=lambda j: split.coll_rank[j])]
+            missing = [d for d in devs if d not in self.coll_ranks]
+            if missing:
+                raise ServiceUnavailable(f"the collectives service is not running for {', '.join(missing)} "
+                                         f"(it runs under mpiexec: `mpiexec -n N tensorwire collectives ...`; "
+                                         f"LocalCluster starts it for 2+ devices when mpi4py is installed)")
+            gk = self.next_coll
+            self.next_coll += 1
+            mapping[keys.pop()] = gk
+            self.coll_pending[gk] = {"all": set(devs), "devices": set(devs), "session": s.sid}
+            for d in devs:
+                self._to_service(self.coll_ranks[d], {"t": "coll_announce", "key": gk, "devices": devs})
+        return mapping
 
     # -- stats and forwarding --------------------------------------------------------------------
     def _stats(self, s: Session, h: dict) -> None:

@@ -188,6 +188,45 @@ register_op(OpDef("hub_tensor", 0, _hub_tensor_infer, kind="worker", differentia
                       "and loads the tensor into device memory; the bytes never pass through the client."))
 
 
+COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
+REDUCE_OPS = ("sum", "mean", "max", "min", "prod")
+
+
+def split_sizes(n: int, parts: int) -> list[int]:
+    """How ``reduce_scatter`` splits dim 0 of size ``n`` across ``parts`` devices (torch.tensor_split)."""
+    q, r = divmod(n, parts)
+    return [q + 1] * r + [q] * (parts - r)
+
+
+def _collective_infer(metas, attrs):
+    (s, d), = metas
+    kind = attrs.get("kind")
+    if kind not in COLLECTIVES:
+        raise ProtocolError(f"unknown collective {kind!r}; known: {', '.join(COLLECTIVES)}")
+    n, rank = a_int(attrs, "n"), a_int(attrs, "rank")
+    a_int(attrs, "key")
+    if not 1 <= n <= 4096 or not 0 <= rank < n:
+        raise ProtocolError(f"collective rank {rank} / size {n} out of range")
+    if kind in ("all_reduce", "reduce_scatter") and attrs.get("op") not in REDUCE_OPS:
+        raise ProtocolError(f"reduction {attrs.get('op')!r} unknown; known: {', '.join(REDUCE_OPS)}")
+    if kind == "all_gather":
+        return check_shape((n,) + s), d
+    if kind == "reduce_scatter":
+        if not s:
+            raise ShapeError("reduce_scatter needs at least one dimension to scatter along")
+        return (split_sizes(s[0], n)[rank],) + s[1:], d
+    if kind == "broadcast":
+        a_int(attrs, "src")
+    return s, d
+
+
+register_op(OpDef("collective", 1, _collective_infer, kind="worker", differentiable=False,
+                  attrs=("kind", "op", "n", "rank", "key", "src"), dynamic=("key",),
+                  doc="This device's part of a collective across n devices (all_reduce, broadcast, all_gather, "
+                      "reduce_scatter); the collectives service moves the data between the workers' buffers "
+                      "with MPI, never through the dispatcher. `key` pairs the parts of one collective."))
+
+
 def _arange_infer(metas, attrs):
     a_num(attrs, "start")
     a_num(attrs, "step")
@@ -936,6 +975,282 @@ def _eye(g, attrs):
 def _relu6(g, x, attrs):
     """min(max(x, 0), 6)."""
     return g.op("clamp", x, min=0, max=6)
+
+
+# ----------------------------------------------------------------------------------------------
+# neural-network composites (tw.nn.functional): activations, normalisation, im2col/conv, pooling
+
+
+@composite("gelu", 1, lambda m, a: (a_str(a, "approximate", ("none", "tanh")), _unary_float(m, a))[1],
+           attrs=("approximate",), kind="unary")
+def _gelu(g, x, attrs):
+    """x * Phi(x): 0.5 x (1 + erf(x / sqrt 2)); approximate="tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    x = _to_float(g, x)
+    d = x.dtype
+    if attrs.get("approximate", "none") == "tanh":
+        x3 = g.op("mul", g.op("mul", x, x), x)
+        inner = g.op("mul", g.op("add", x, g.op("mul", x3, _scalar(g, 0.044715, d))),
+                     _scalar(g, math.sqrt(2.0 / math.pi), d))
+        t = g.op("tanh", inner)
+    else:
+        t = g.op("erf", g.op("mul", x, _scalar(g, 1.0 / math.sqrt(2.0), d)))
+    return g.op("mul", g.op("mul", x, _scalar(g, 0.5, d)), g.op("add", t, _scalar(g, 1.0, d)))
+
+
+@composite("silu", 1, _unary_float, kind="unary")
+def _silu(g, x, attrs):
+    """x * sigmoid(x)."""
+    x = _to_float(g, x)
+    return g.op("mul", x, g.op("sigmoid", x))
+
+
+def _leaky_infer(metas, attrs):
+    a_num(attrs, "negative_slope", 0.01)
+    return _unary_float(metas, attrs)
+
+
+@composite("leaky_relu", 1, _leaky_infer, attrs=("negative_slope",), kind="unary")
+def _leaky_relu(g, x, attrs):
+    """where(x > 0, x, negative_slope * x)."""
+    x = _to_float(g, x)
+    slope = a_num(attrs, "negative_slope", 0.01)
+    zero = _scalar(g, 0, x.dtype)
+    return g.op("where", g.op("gt", x, zero), x, g.op("mul", x, _scalar(g, slope, x.dtype)))
+
+
+def _softplus_infer(metas, attrs):
+    a_num(attrs, "beta", 1.0)
+    a_num(attrs, "threshold", 20.0)
+    return _unary_float(metas, attrs)
+
+
+@composite("softplus", 1, _softplus_infer, attrs=("beta", "threshold"), kind="unary")
+def _softplus(g, x, attrs):
+    """log1p(exp(beta x)) / beta, and x itself where beta x > threshold (as torch)."""
+    x = _to_float(g, x)
+    beta, thr = a_num(attrs, "beta", 1.0), a_num(attrs, "threshold", 20.0)
+    bx = g.op("mul", x, _scalar(g, beta, x.dtype))
+    big = g.op("gt", bx, _scalar(g, thr, x.dtype))
+    safe = g.op("where", big, _scalar(g, 0.0, x.dtype), bx)
+    sp = g.op("div", g.op("log1p", g.op("exp", safe)), _scalar(g, beta, x.dtype))
+    return g.op("where", big, x, sp)
+
+
+def a_str(attrs: dict, key: str, choices: tuple[str, ...], default=None) -> str:
+    v = attrs.get(key, default if default is not None else choices[0])
+    if v not in choices:
+        raise ProtocolError(f"attribute {key!r} must be one of {list(choices)}, got {v!r}")
+    return v
+
+
+def _norm_last_infer(metas, attrs):
+    (s, d), = metas
+    n = a_int(attrs, "ndim", 1)
+    a_num(attrs, "eps", 1e-5)
+    if not 0 < n <= len(s):
+        raise ShapeError(f"normalisation over the last {n} dims of a tensor of shape {list(s)}")
+    return s, D.float_of(d)
+
+
+@composite("layer_norm", 1, _norm_last_infer, attrs=("ndim", "eps"))
+def _layer_norm(g, x, attrs):
+    """(x - mean) / sqrt(var + eps) over the last `ndim` dims (biased variance; the affine part is separate)."""
+    x = _to_float(g, x)
+    n = a_int(attrs, "ndim", 1)
+    dims = list(range(len(x.shape) - n, len(x.shape)))
+    mu = g.op("mean", x, dims=dims, keepdim=True)
+    xc = g.op("sub", x, mu)
+    var = g.op("mean", g.op("mul", xc, xc), dims=dims, keepdim=True)
+    return g.op("mul", xc, g.op("rsqrt", g.op("add", var, _scalar(g, a_num(attrs, "eps", 1e-5), x.dtype))))
+
+
+@composite("rms_norm", 1, _norm_last_infer, attrs=("ndim", "eps"))
+def _rms_norm(g, x, attrs):
+    """x / sqrt(mean(x^2) + eps) over the last `ndim` dims (the weight is separate)."""
+    x = _to_float(g, x)
+    n = a_int(attrs, "ndim", 1)
+    dims = list(range(len(x.shape) - n, len(x.shape)))
+    ms = g.op("mean", g.op("mul", x, x), dims=dims, keepdim=True)
+    return g.op("mul", x, g.op("rsqrt", g.op("add", ms, _scalar(g, a_num(attrs, "eps", 1e-5), x.dtype))))
+
+
+def _pair_attr(attrs, key, default):
+    v = a_ints(attrs, key, default)
+    if len(v) != 2:
+        raise ProtocolError(f"attribute {key!r} must hold 2 ints, got {list(v)}")
+    return v
+
+
+def _window_out(n: int, k: int, s: int, p: int, d: int, ceil: bool = False) -> int:
+    """Output length of a sliding window (torch's formula, ceil_mode included)."""
+    if k < 1 or s < 1 or d < 1 or p < 0:
+        raise ShapeError(f"window: kernel {k}, stride {s}, padding {p} and dilation {d} are invalid")
+    span = n + 2 * p - d * (k - 1) - 1
+    if span < 0:
+        raise ShapeError(f"window: input size {n} (padded {n + 2 * p}) is smaller than the kernel extent "
+                         f"{d * (k - 1) + 1}")
+    out = (span + (s - 1 if ceil else 0)) // s + 1
+    if ceil and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+def _window_geometry(shape, attrs, ceil=False):
+    kh, kw = _pair_attr(attrs, "kernel", None)
+    sh, sw = _pair_attr(attrs, "stride", [kh, kw])
+    ph, pw = _pair_attr(attrs, "padding", [0, 0])
+    dh, dw = _pair_attr(attrs, "dilation", [1, 1])
+    if len(shape) != 4:
+        raise ShapeError(f"expected a 4-D input (N, C, H, W), got shape {list(shape)}")
+    oh = _window_out(shape[2], kh, sh, ph, dh, ceil)
+    ow = _window_out(shape[3], kw, sw, pw, dw, ceil)
+    return (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow)
+
+
+def _windows(g, x, geom, value=0.0):
+    """The kh*kw strided slices [N, C, oh, ow] of x padded with `value` (one per kernel position)."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = geom
+    n, c, h, w = x.shape
+    hi_h = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - (h + 2 * ph))
+    hi_w = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - (w + 2 * pw))
+    if ph or pw or hi_h or hi_w:
+        x = g.op("pad", x, pads=[0, 0, 0, 0, ph, ph + hi_h, pw, pw + hi_w], value=value)
+    H, W = x.shape[2], x.shape[3]
+    out = []
+    for i in range(kh):
+        for j in range(kw):
+            a, b = i * dh, j * dw
+            if (oh, ow) == (H, W) and (a, b) == (0, 0) and (sh, sw) == (1, 1):
+                out.append(x)
+                continue
+            out.append(g.op("slice", x, starts=[0, 0, a, b], stops=[n, c, a + (oh - 1) * sh + 1, b + (ow - 1) * sw + 1],
+                            steps=[1, 1, sh, sw]))
+    return out
+
+
+def _im2col_infer(metas, attrs):
+    (s, d), = metas
+    (kh, kw), _, _, _, (oh, ow) = _window_geometry(s, attrs)
+    return check_shape((s[0], s[1] * kh * kw, oh * ow)), d
+
+
+@composite("im2col", 1, _im2col_infer, attrs=("kernel", "stride", "padding", "dilation"))
+def _im2col(g, x, attrs):
+    """torch's F.unfold: [N, C, H, W] -> [N, C*kh*kw, L] (rows ordered channel, then kernel row, then column)."""
+    geom = _window_geometry(x.shape, {"stride": [1, 1], **attrs})
+    (kh, kw), _, _, _, (oh, ow) = geom
+    n, c = x.shape[0], x.shape[1]
+    cols = [g.op("reshape", v, shape=[n, c, 1, oh * ow]) for v in _windows(g, x, geom)]
+    stacked = cols[0] if len(cols) == 1 else g.op("cat", *cols, dim=2)
+    return g.op("reshape", stacked, shape=[n, c * kh * kw, oh * ow])
+
+
+def _conv2d_infer(metas, attrs):
+    (s, d), (sw_, dw_) = metas
+    groups = a_int(attrs, "groups", 1)
+    if len(sw_) != 4:
+        raise ShapeError(f"conv2d: expected a 4-D weight (out, in/groups, kh, kw), got {list(sw_)}")
+    if len(s) != 4:
+        raise ShapeError(f"conv2d: expected a 4-D input (N, C, H, W), got {list(s)}")
+    if d is not dw_:
+        raise DTypeError(f"conv2d: input type ({d.name}) and weight type ({dw_.name}) should be the same")
+    if groups < 1 or s[1] % groups or sw_[0] % groups or s[1] // groups != sw_[1]:
+        raise ShapeError(f"conv2d: expected input{list(s)} to have {sw_[1] * groups} channels (weight {list(sw_)}, "
+                         f"groups={groups}), but got {s[1]} channels instead")
+    _, _, _, _, (oh, ow) = _window_geometry(s, {**attrs, "kernel": list(sw_[2:]), "stride": attrs.get("stride", [1, 1])})
+    return check_shape((s[0], sw_[0], oh, ow)), d
+
+
+@composite("conv2d", 2, _conv2d_infer, attrs=("stride", "padding", "dilation", "groups"))
+def _conv2d(g, x, w, attrs):
+    """Cross-correlation as torch's conv2d (no bias): im2col, then a (grouped) matmul with the weight."""
+    o, cg, kh, kw = w.shape
+    groups = a_int(attrs, "groups", 1)
+    ia = {"kernel": [kh, kw], "stride": list(attrs.get("stride", [1, 1])),
+          "padding": list(attrs.get("padding", [0, 0])), "dilation": list(attrs.get("dilation", [1, 1]))}
+    n = x.shape[0]
+    cols = g.op("im2col", x, **ia)  # [N, C*kh*kw, L]
+    L = cols.shape[2]
+    (_, _, _, _, (oh, ow)) = _window_geometry(x.shape, ia)
+    k = cg * kh * kw
+    if groups == 1:
+        y = g.op("matmul", g.op("reshape", w, shape=[o, k]), cols)  # [N, O, L]
+    else:
+        cols = g.op("reshape", cols, shape=[n, groups, k, L])
+        y = g.op("matmul", g.op("reshape", w, shape=[groups, o // groups, k]), cols)  # [N, G, O/G, L]
+    return g.op("reshape", y, shape=[n, o, oh, ow])
+
+
+def _pool_infer(metas, attrs):
+    (s, d), = metas
+    a_bool(attrs, "ceil_mode", False)
+    geom = _window_geometry(s, attrs, a_bool(attrs, "ceil_mode", False))
+    (kh, kw), _, (ph, pw), _, (oh, ow) = geom
+    if ph * 2 > kh or pw * 2 > kw:
+        raise ShapeError(f"pad should be at most half of effective kernel size, but got pad={[ph, pw]}, "
+                         f"kernel_size={[kh, kw]}")
+    return (s[0], s[1], oh, ow), d
+
+
+def _lowest(dt: D.DType):
+    if dt.is_floating_point:
+        return -math.inf
+    if dt is D.bool_:
+        return False
+    import numpy as np
+
+    return int(np.iinfo(dt.np).min)
+
+
+@composite("max_pool2d", 1, _pool_infer, attrs=("kernel", "stride", "padding", "dilation", "ceil_mode"))
+def _max_pool2d(g, x, attrs):
+    """Elementwise maximum over the kh*kw strided windows (padding is -inf, as torch)."""
+    geom = _window_geometry(x.shape, attrs, a_bool(attrs, "ceil_mode", False))
+    ws = _windows(g, x, geom, _lowest(x.dtype))
+    out = ws[0]
+    for v in ws[1:]:
+        out = g.op("maximum", out, v)
+    return out
+
+
+def _avg_pool_infer(metas, attrs):
+    a_bool(attrs, "count_include_pad", True)
+    if attrs.get("divisor_override") is not None:
+        a_int(attrs, "divisor_override")
+    s, d = _pool_infer(metas, attrs)
+    return s, D.float_of(d)
+
+
+@composite("avg_pool2d", 1, _avg_pool_infer,
+           attrs=("kernel", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"))
+def _avg_pool2d(g, x, attrs):
+    """Sum over the windows divided by the window size (or the count of non-padding elements, as torch)."""
+    x = _to_float(g, x)
+    ceil = a_bool(attrs, "ceil_mode", False)
+    geom = _window_geometry(x.shape, attrs, ceil)
+    ws = _windows(g, x, geom, 0.0)
+    total = ws[0]
+    for v in ws[1:]:
+        total = g.op("add", total, v)
+    div = attrs.get("divisor_override")
+    (kh, kw), _, (ph, pw), _, (oh, ow) = geom
+    if div is not None:
+        return g.op("div", total, _scalar(g, float(div), x.dtype))
+    include = a_bool(attrs, "count_include_pad", True)
+    if (include and not ceil) or (not ph and not pw and not ceil):
+        return g.op("div", total, _scalar(g, float(kh * kw), x.dtype))
+    # per-position counts: pool a map of ones (padding counted as ones when count_include_pad, except the
+    # extra high-side padding that ceil_mode adds, which torch never counts)
+    h, w = x.shape[2], x.shape[3]
+    ones = g.op("full", shape=[1, 1, h, w], dtype=x.dtype.name, value=1.0)
+    if include:
+        ones = g.op("pad", ones, pads=[0, 0, 0, 0, ph, ph, pw, pw], value=1.0)
+        geom = (geom[0], geom[1], (0, 0), geom[3], geom[4])
+    cnt = _windows(g, ones, geom, 0.0)
+    c = cnt[0]
+    for v in cnt[1:]:
+        c = g.op("add", c, v)
+    return g.op("div", total, c)
 
 
 def primitives() -> list[str]:

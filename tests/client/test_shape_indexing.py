@@ -318,7 +318,7 @@ def _numpy_torch_semantics(a, key):
         n_ell = sum(1 for k in key if k is Ellipsis)
         consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
         if n_ell:
-            i = key.index(Ellipsis)
+            i = next(j for j, k in enumerate(key) if k is Ellipsis)
             key = key[:i] + (slice(None),) * (a.ndim - consumed) + key[i + 1:]
         rest, dim, sel = [], 0, []
         for k in key:
@@ -381,7 +381,7 @@ def _np_setitem(a, key, vals):
         n_ell = sum(1 for k in key if k is Ellipsis)
         consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
         if n_ell:
-            i = key.index(Ellipsis)
+            i = next(j for j, k in enumerate(key) if k is Ellipsis)
             key = key[:i] + (slice(None),) * (a.ndim - consumed) + key[i + 1:]
         basic = tuple(k if isinstance(k, (int, np.integer)) else slice(None) for k in key if k is not None)
         view = a[basic]  # a numpy view: ints dropped
@@ -595,3 +595,68 @@ def test_shape_errors_raise_on_the_recording_line():
         x + tw.zeros(3)
     with pytest.raises(ValueError):
         x.gather(0, tw.tensor([[0]]))
+
+
+def _random_key(rng, shape):
+    """A random mix of ints, slices (positive steps), None, Ellipsis, lists and index tensors."""
+    kinds = []
+    for _ in range(rng.integers(1, len(shape) + 2)):
+        r = rng.random()
+        kinds.append(None if r < 0.1 else Ellipsis if r < 0.16 else
+                     ["int", "slice", "list", "tensor", "tensor2d"][rng.integers(0, 5)])
+    if kinds.count(Ellipsis) > 1:
+        kinds = [k for k in kinds if k is not Ellipsis] + [Ellipsis]
+    real = [k for k in kinds if k not in (None, Ellipsis)][:len(shape)]
+    it = iter(real)
+    kinds = [k if k in (None, Ellipsis) else next(it, None) for k in kinds]
+    kinds = [k for k in kinds if k is not None or rng.random() < 0.5]
+    consumed = sum(1 for k in kinds if k not in (None, Ellipsis))
+    tw_key, np_key, d = [], [], 0
+    for k in kinds:
+        if k is None or k is Ellipsis:
+            tw_key.append(k)
+            np_key.append(k)
+            d += (len(shape) - consumed) if k is Ellipsis else 0
+            continue
+        n = shape[d]
+        d += 1
+        if k == "int":
+            v = int(rng.integers(-n, n))
+            tw_key.append(v)
+            np_key.append(v)
+        elif k == "slice":
+            a = None if rng.random() < 0.3 else int(rng.integers(-n, n + 1))
+            b = None if rng.random() < 0.3 else int(rng.integers(-n, n + 2))
+            st = [None, 1, 2, 3][rng.integers(0, 4)]
+            tw_key.append(slice(a, b, st))
+            np_key.append(slice(a, b, st))
+        else:
+            v = rng.integers(-n, n, size=(2,) if k != "tensor2d" else (2, 1))
+            np_key.append(v)
+            tw_key.append(v.tolist() if k == "list" else tw.tensor(v))
+    return tuple(tw_key), tuple(np_key)
+
+
+def test_random_keys_get_and_set():
+    """150 random keys: x[key] and x[key] = -1 against numpy under torch's rules (and torch itself)."""
+    rng = np.random.default_rng(1234)
+    shape = (3, 4, 5)
+    base = np.arange(60, dtype=np.float64).reshape(shape)
+    x0 = tw.tensor(base)
+    gets, sets = [], []
+    for _ in range(150):
+        tk, nk = _random_key(rng, shape)
+        want = _numpy_torch_semantics(base, nk)
+        gets.append((x0[tk], want, nk))
+        w = base.copy()
+        _np_setitem(w, nk, -1.0)
+        x = tw.tensor(base)
+        x[tk] = -1.0
+        sets.append((x, w, nk))
+    for r, want, nk in gets:
+        got = check(r, want)
+        if torch is not None:
+            tkey = tuple(torch.tensor(k) if isinstance(k, np.ndarray) else k for k in nk)
+            check_torch(r, torch.tensor(base)[tkey], value=got)
+    for x, w, _ in sets:
+        check(x, w)

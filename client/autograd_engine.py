@@ -1,0 +1,964 @@
+"""The client side of autograd: grad mode, the recorded graph, and ``backward``/``grad``.
+
+Recording (``autograd_hooks.record``) gives every floating output of a differentiable op whose
+inputs require grad a :class:`Node`: the op, its attributes, and for each input the tensor object,
+the value id it had, its version and its *edge* (the input's ``grad_fn``, the leaf tensor itself, or
+``None``). Nodes hold their inputs, so every intermediate value a backward pass may read stays alive
+on the devices until the graph is freed (after ``backward`` without ``retain_graph``).
+
+``backward``/``grad`` walk the graph from the outputs, number the nodes in recording order and send
+the autograd service the forward subgraph in the graph IR (structure and metadata only, never values).
+The service answers with the backward graph, which is recorded here like any other ops (with grad
+tracking when ``create_graph=True``), so gradients are computed on the devices by the next batch and
+never travel. Answers are cached by the subgraph's structure (op structure, input metas, devices,
+which values get seeds and which gradients are wanted): a training loop asks the service once.
+
+User-defined :class:`Function` s run their Python ``backward`` here: the service computes gradients
+down to a custom node's outputs, the client runs ``backward`` on those (lazy) tensors, and the walk
+continues from the custom node's inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+import weakref
+
+import numpy as np
+
+from tensorwire.protocol.errors import ShapeError, TensorwireError
+from tensorwire.protocol.graph import freeze
+from tensorwire.protocol.ops import OPS
+
+from . import views as V
+
+
+class _LazyTensorModule:
+    """``tensorwire.tensor``, imported on first use (it imports this module through autograd_hooks)."""
+
+    def __getattr__(self, name):
+        import importlib
+
+        tensor = importlib.import_module("tensorwire.tensor")  # (the package's `tensor` is the function)
+        globals()["_T"] = tensor
+        return getattr(tensor, name)
+
+
+_T = _LazyTensorModule()
+
+
+class AutogradError(TensorwireError, RuntimeError):
+    """Misuse of autograd, with torch's message (in-place on a leaf, backward twice, ...)."""
+
+    code = "AutogradError"
+
+
+# ----------------------------------------------------------------------------------------------
+# grad mode (per thread, as torch)
+
+_mode = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_mode, "on", True)
+
+
+def _set(on: bool) -> None:
+    _mode.on = bool(on)
+
+
+class _GradMode:
+    on = True
+
+    def __enter__(self):
+        self.prev = is_grad_enabled()
+        _set(self.on)
+        return self
+
+    def __exit__(self, *exc):
+        _set(self.prev)
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class no_grad(_GradMode):  # noqa: N801 - torch's name
+    """Context manager / decorator: ops record no graph (``with tw.no_grad(): p -= lr * p.grad``)."""
+
+    on = False
+
+
+class enable_grad(_GradMode):  # noqa: N801
+    """Context manager / decorator: grad tracking on (inside ``no_grad``)."""
+
+    on = True
+
+
+class set_grad_enabled(_GradMode):  # noqa: N801
+    """``tw.set_grad_enabled(False)`` switches tracking off now; also usable as a context manager."""
+
+    def __init__(self, mode: bool):
+        self.prev = is_grad_enabled()
+        self.on = bool(mode)
+        _set(self.on)
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, fn):
+        on = self.on
+        _set(self.prev)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            prev = is_grad_enabled()
+            _set(on)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _set(prev)
+        return wrapper
+
+
+class inference_mode(no_grad):  # noqa: N801
+    """Same as :class:`no_grad` here."""
+
+    def __init__(self, mode: bool = True):
+        self.on = not mode
+
+
+# ----------------------------------------------------------------------------------------------
+# the recorded graph
+
+_seq = itertools.count()
+_FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after they have "
+          "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
+          "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
+          "if you need to access saved tensors after calling backward.")
+
+
+def _camel(op: str) -> str:
+    return "".join(p.capitalize() for p in op.split("_"))
+
+
+class Node:
+    """One recorded differentiable op (a ``grad_fn``). ``entries``: per input
+    ``(tensor, value id, version, edge, shape, dtype)``."""
+
+    __slots__ = ("op", "attrs", "entries", "dev", "seq", "shape", "dtype", "freed", "retained", "_key",
+                 "__weakref__")
+
+    def __init__(self, op, attrs, entries, dev, shape, dtype):
+        self.op = op
+        self.attrs = attrs
+        self.entries = entries
+        self.dev = dev
+        self.seq = next(_seq)
+        self.shape = shape
+        self.dtype = dtype
+        self.freed = False
+        self.retained = None
+        self._key = None
+
+    def name(self) -> str:
+        return f"{_camel(self.op)}Backward0"
+
+    def key(self):
+        k = self._key
+        if k is None:
+            k = self._key = (self.op, freeze(self.attrs) if self.attrs else None)
+        return k
+
+    @property
+    def next_functions(self):
+        return tuple((_edge_fn(e[3]), 0) for e in self.entries)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()}>"
+
+
+class _AccumulateGrad:
+    """What ``next_functions`` shows for a leaf (torch's AccumulateGrad)."""
+
+    def __init__(self, t):
+        self.variable = t
+
+    def name(self) -> str:
+        return "AccumulateGrad"
+
+    def __repr__(self) -> str:
+        return "<AccumulateGrad>"
+
+
+def _edge_fn(e):
+    if e is None:
+        return None
+    if isinstance(e, _T.Tensor):
+        return _AccumulateGrad(e)
+    return e
+
+
+class CustomNode:
+    """A :class:`Function` application: its Python ``backward`` runs on the client."""
+
+    __slots__ = ("fn", "ctx", "entries", "seq", "outs", "freed", "retained", "arg_pos", "nargs", "__weakref__")
+
+    def __init__(self, fn, ctx, entries, arg_pos, nargs):
+        self.fn = fn
+        self.ctx = ctx
+        self.entries = entries
+        self.seq = next(_seq)
+        self.outs: list = []  # (shape, dtype, device, session) per tensor output, None otherwise
+        self.freed = False
+        self.retained = None
+        self.arg_pos = arg_pos  # the position in forward's arguments of each entry
+        self.nargs = nargs
+
+    def name(self) -> str:
+        return f"{self.fn.__name__}Backward"
+
+
+class FunctionOutput:
+    """The ``grad_fn`` of output ``index`` of a :class:`Function` application."""
+
+    __slots__ = ("node", "index", "shape", "dtype", "dev", "retained", "__weakref__")
+
+    def __init__(self, node, index, t):
+        self.node, self.index = node, index
+        self.shape, self.dtype, self.dev = t._shape, t.dtype, t._dev
+        self.retained = None
+
+    def name(self) -> str:
+        return self.node.name()
+
+    @property
+    def next_functions(self):
+        return tuple((_edge_fn(e[3]), 0) for e in self.node.entries)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()}>"
+
+
+def _edge(t):
+    if not t.requires_grad:
+        return None
+    g = t.grad_fn
+    return t if g is None else g
+
+
+# ----------------------------------------------------------------------------------------------
+# recording hooks (called from autograd_hooks)
+
+def wants_grad(ins) -> bool:
+    if not getattr(_mode, "on", True):
+        return False
+    for t in ins:
+        if t.requires_grad:
+            return True
+        b = t._base
+        if b is not None and b.requires_grad:
+            return True
+    return False
+
+
+def record_grad(session, op: str, ins, attrs, device: str):
+    """Record ``op`` and attach a :class:`Node` to its output when it needs one."""
+    for t in ins:
+        if t._base is not None:
+            sync_view(t)
+    out = session.record(op, ins, attrs, device)
+    if not OPS[op].differentiable or not out.dtype.is_floating_point:
+        return out
+    entries = tuple((t, t._id, t._version, _edge(t), t._shape, t.dtype) for t in ins)
+    if all(e[3] is None for e in entries):
+        return out
+    out.requires_grad = True
+    out.grad_fn = Node(op, attrs, entries, device, out._shape, out.dtype)
+    out._ag = out._id
+    return out
+
+
+def sync_view(t) -> None:
+    """Bring a view up to date with its base, with the autograd graph of its current value."""
+    root = t._base
+    if root._version == t._base_version and (not root.requires_grad or t._ag == t._id or not is_grad_enabled()):
+        return
+    v = root
+    for step in t._vsteps:
+        v = step.forward(v)
+    V._swap(t, v)
+    t._base_version = root._version
+    t.requires_grad, t.grad_fn, t._ag = v.requires_grad, v.grad_fn, t._id
+    v.requires_grad, v.grad_fn, v._ag = False, None, None
+
+
+def check_inplace(t, new) -> None:
+    if not is_grad_enabled():
+        return
+    if t._base is None:
+        if t.requires_grad and t.grad_fn is None:
+            raise AutogradError("a leaf Variable that requires grad is being used in an in-place operation.")
+    else:
+        b = t._base
+        if b.requires_grad and b.grad_fn is None:
+            raise AutogradError("a view of a leaf Variable that requires grad is being used in an in-place "
+                                "operation.")
+
+
+def after_inplace(t, new) -> None:
+    """``t`` now holds ``new``'s value and ``new`` the old one: move the graph metadata with them."""
+    if not is_grad_enabled():
+        return
+    old = (t.requires_grad, t.grad_fn, t._ag)
+    if new.requires_grad:
+        t.requires_grad, t.grad_fn, t._ag = True, new.grad_fn, t._id
+    elif t.grad_fn is not None:  # overwritten by a value without history
+        t.requires_grad, t.grad_fn, t._ag = False, None, None
+    else:
+        return
+    new.requires_grad, new.grad_fn, new._ag = old
+
+
+def detach(t):
+    """A tensor with ``t``'s value and no history (a zero-copy alias on the device)."""
+    if t._base is not None:
+        t._refresh()
+    out = t._s.record("reshape", [t], {"shape": list(t._shape)}, t._dev)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# backward / grad
+
+class _Stats:
+    requests = 0  # backward-graph requests this process sent to the autograd service
+    hits = 0  # backward graphs answered from the client cache
+
+
+stats = _Stats()
+_CACHE: dict = {}
+MAX_CACHE = 1024
+
+
+def _as_tuple(x):
+    if x is None:
+        return ()
+    if isinstance(x, _T.Tensor):
+        return (x,)
+    return tuple(x)
+
+
+def _seed(root, g):
+    if g is None:
+        if root.numel() != 1:
+            raise AutogradError("grad can be implicitly created only for scalar outputs")
+        s = root._s.scalar(1.0, root.dtype, root._dev)
+        return s if not root._shape else s.reshape(root._shape)
+    if not isinstance(g, _T.Tensor):
+        g = root._operand(g, root.dtype)
+    if g._shape != root._shape:
+        raise ShapeError(f"Mismatch in shape: grad_output has a shape of {list(g._shape)} and output has a shape "
+                         f"of {list(root._shape)}")
+    if g.dtype is not root.dtype:
+        g = g.to(root.dtype)
+    return g
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
+    """Accumulate the gradients of ``tensors`` into the ``.grad`` of the leaves (torch.autograd.backward)."""
+    roots = _as_tuple(tensors)
+    seeds = _as_tuple(grad_tensors) if grad_tensors is not None else (None,) * len(roots)
+    if len(seeds) != len(roots):
+        raise ValueError(f"grad_tensors has {len(seeds)} tensors, expected {len(roots)}")
+    if inputs is not None:
+        ins = _as_tuple(inputs)
+        got = _run(roots, seeds, [_input_edge(t) for t in ins], retain_graph, create_graph)
+        for t, g in zip(ins, got):
+            if g is not None:
+                _accumulate(t, g, create_graph)
+        return
+    _run(roots, seeds, None, retain_graph, create_graph)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
+         allow_unused: bool | None = None, materialize_grads: bool = False):
+    """Gradients of ``outputs`` with respect to ``inputs`` (torch.autograd.grad); nothing is accumulated."""
+    outs = _as_tuple(outputs)
+    ins = _as_tuple(inputs)
+    seeds = _as_tuple(grad_outputs) if grad_outputs is not None else (None,) * len(outs)
+    if len(seeds) != len(outs):
+        raise ValueError(f"grad_outputs has {len(seeds)} tensors, expected {len(outs)}")
+    got = _run(outs, seeds, [_input_edge(t) for t in ins], retain_graph, create_graph)
+    res = []
+    for i, (t, g) in enumerate(zip(ins, got)):
+        if g is None:
+            if materialize_grads:
+                from .creation import zeros_like
+
+                g = zeros_like(t)
+            elif not allow_unused:
+                raise AutogradError(f"One of the differentiated Tensors (input {i}) appears to not have been used "
+                                    "in the graph. Set allow_unused=True if this is the desired behavior.")
+        res.append(g)
+    return tuple(res)
+
+
+def _input_edge(t):
+    if not isinstance(t, _T.Tensor):
+        raise TypeError(f"inputs must be tensors, got {type(t).__name__}")
+    if t._base is not None:
+        sync_view(t)
+    if not t.requires_grad:
+        raise AutogradError("One of the differentiated Tensors does not require grad")
+    return _edge(t)
+
+
+def _accumulate(t, g, create_graph: bool) -> None:
+    if g._shape != t._shape:
+        g = g.expand(*t._shape) if g._shape != t._shape else g
+    if t.grad is None:
+        t.grad = g
+    elif create_graph:
+        t.grad = t.grad + g
+    else:
+        with no_grad():
+            t.grad._assign(t.grad + g)
+
+
+def _run(roots, seeds, targets, retain_graph, create_graph):
+    """The engine. ``targets``: edges whose gradients to return (``None``: accumulate into leaves)."""
+    if retain_graph is None:
+        retain_graph = create_graph
+    root_edges = []
+    for i, (r, s) in enumerate(zip(roots, seeds)):
+        if not isinstance(r, _T.Tensor):
+            raise TypeError("outputs must be tensors")
+        if r._base is not None:
+            sync_view(r)
+        if not r.requires_grad:
+            raise AutogradError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+        root_edges.append((_edge(r), r, _seed(r, s)))
+    session = roots[0]._s if roots else None
+    want = None if targets is None else {id(e): k for k, e in enumerate(targets)}
+    results: dict[int, list] = {}  # id(edge) -> [edge, grad]
+    pending: dict[int, list] = {}  # id(custom node) -> [node, [grad per output]]
+    visited: list = []
+    phase = root_edges
+    with (enable_grad() if create_graph else no_grad()):
+        while True:
+            _phase(session, phase, want, results, pending, visited, create_graph)
+            if not pending:
+                break
+            cn, gouts = pending.pop(max(pending, key=lambda k: pending[k][0].seq))
+            phase = _run_custom(cn, gouts, create_graph)
+    if not retain_graph:
+        for n in visited:
+            _free(n)
+    if targets is None:
+        for e, g in results.values():
+            if isinstance(e, _T.Tensor):
+                _accumulate(e, g, create_graph)
+            else:
+                t = e.retained() if e.retained is not None else None
+                if t is not None:
+                    _accumulate(t, g, create_graph)
+        return None
+    out = [None] * len(targets)
+    for k, e in enumerate(targets):
+        got = results.get(id(e))
+        out[k] = got[1] if got is not None else None
+    return out
+
+
+def _free(n) -> None:
+    if n.freed:
+        return
+    n.freed = True
+    n.entries = tuple((None, *e[1:]) for e in n.entries)
+    if isinstance(n, CustomNode):
+        n.ctx._saved = None
+
+
+def _add_result(results, e, g):
+    got = results.get(id(e))
+    if got is None:
+        results[id(e)] = [e, g]
+    else:
+        got[1] = got[1] + g
+
+
+def _phase(session, roots, want, results, pending, visited, create_graph) -> None:
+    """One request: gradients from ``roots`` (edge, holder, seed) down to leaves, targets and custom nodes."""
+    nodes: list = []
+    seen: set = set()
+    stack = []
+    direct = []
+    for e, _holder, seed in roots:
+        if isinstance(e, Node):
+            if id(e) not in seen:
+                seen.add(id(e))
+                stack.append(e)
+        else:
+            direct.append((e, seed))
+    while stack:
+        n = stack.pop()
+        nodes.append(n)
+        for ent in n.entries:
+            e = ent[3]
+            if isinstance(e, Node) and id(e) not in seen:
+                seen.add(id(e))
+                stack.append(e)
+    for e, seed in direct:  # roots that are leaves, retained values or custom outputs themselves
+        _deliver(e, seed.clone(), want, results, pending)
+    if not nodes:
+        return
+    visited.extend(nodes)
+    nodes.sort(key=lambda n: n.seq)
+    index = {id(n): j for j, n in enumerate(nodes)}
+
+    devs: list = []
+    dev_index: dict = {}
+    ext_keys: list = []  # structural key per external
+    ext_src: list = []  # (entry, node) per external: where its value comes from
+    ext_edge: list = []  # the grad edge of each external (None for constants)
+    ext_index: dict = {}
+    holders: dict = {}  # node index -> tensor holding its output value
+    wire_nodes = []
+    key_nodes = []
+    for n in nodes:
+        d = dev_index.get(n.dev)
+        if d is None:
+            d = dev_index[n.dev] = len(devs)
+            devs.append(n.dev)
+        refs = []
+        for ent in n.entries:
+            obj, vid, _, e, shape, dtype = ent
+            if isinstance(e, Node):
+                r = index[id(e)]
+                if obj is not None and obj._id == vid:
+                    holders.setdefault(r, obj)
+            else:
+                k = (id(e), vid) if e is not None else (None, vid)
+                r = ext_index.get(k)
+                if r is None:
+                    r = ext_index[k] = -(len(ext_keys) + 1)
+                    edev = obj._dev if obj is not None else n.dev
+                    dd = dev_index.get(edev)
+                    if dd is None:
+                        dd = dev_index[edev] = len(devs)
+                        devs.append(edev)
+                    ext_keys.append((shape, dtype.name, dd, e is not None))
+                    ext_src.append((ent, n))
+                    ext_edge.append(e)
+            refs.append(r)
+        refs = tuple(refs)
+        nk = n.key()
+        key_nodes.append((nk, refs, d))
+        wire_nodes.append([n.op, list(refs), n.attrs, d])
+
+    # roots, targets
+    root_refs = []
+    seeds = []
+    for e, holder, seed in roots:
+        if isinstance(e, Node):
+            j = index[id(e)]
+            root_refs.append(j)
+            seeds.append(seed)
+            if holder is not None:
+                holders[j] = holder
+    target_refs = []
+    target_edges = []
+    for k, e in enumerate(ext_edge):
+        if e is None:
+            continue
+        if want is None or id(e) in want or not isinstance(e, _T.Tensor):
+            # leaves (backward), wanted inputs (grad), custom outputs (continue past them)
+            target_refs.append(-(k + 1))
+            target_edges.append(e)
+    for j, n in enumerate(nodes):
+        if (want is not None and id(n) in want) or (want is None and n.retained is not None
+                                                    and n.retained() is not None):
+            target_refs.append(j)
+            target_edges.append(n)
+    if not target_refs:
+        return
+
+    skey = (tuple(key_nodes), tuple(ext_keys), tuple(devs), tuple(root_refs), tuple(target_refs))
+    bw = _CACHE.get(skey)
+    if bw is None:
+        req = {"devs": devs, "ext": [[list(s), dt, dd] for s, dt, dd, _ in ext_keys], "nodes": wire_nodes,
+               "roots": root_refs, "targets": target_refs}
+        stats.requests += 1
+        h, _ = session.service_request("autograd", {"op": "backward", "g": req})
+        bw = h["bw"]
+        if len(_CACHE) >= MAX_CACHE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[skey] = bw
+    else:
+        stats.hits += 1
+
+    # the values the backward graph reads: check they are intact, then replay it
+    vals = []
+    for kind, i in bw["ext"]:
+        if kind == "s":
+            vals.append(seeds[i])
+        elif kind == "x":
+            ent, n = ext_src[i]
+            vals.append(_value(ent, n))
+        else:
+            h = holders.get(i)
+            if h is None or _stale_view(h):
+                vals.append(_missing_output(nodes[i], nodes))
+            else:
+                vals.append(h)
+    from .autograd_hooks import record
+
+    rec = record if create_graph else session.record
+    out = []
+    for op, refs, attrs, d in bw["nodes"]:
+        ins = [out[r] if r >= 0 else vals[-r - 1] for r in refs]
+        out.append(rec(session, op, ins, attrs, devs[d]) if create_graph else rec(op, ins, attrs, devs[d]))
+    for e, r in zip(target_edges, bw["grads"]):
+        if r is not None:
+            _deliver(e, out[r], want, results, pending)
+
+
+def _deliver(e, g, want, results, pending) -> None:
+    """A gradient reached edge ``e``: keep it if wanted, queue it for a custom node's backward."""
+    if want is None:
+        if isinstance(e, _T.Tensor) or e.retained is not None:
+            _add_result(results, e, g)
+    elif id(e) in want:
+        _add_result(results, e, g)
+    if isinstance(e, FunctionOutput):
+        slot = pending.get(id(e.node))
+        if slot is None:
+            slot = pending[id(e.node)] = [e.node, [None] * len(e.node.outs)]
+        gs = slot[1]
+        gs[e.index] = g if gs[e.index] is None else gs[e.index] + g
+
+
+def _value(ent, n):
+    obj, vid, ver, _, shape, dtype = ent
+    if obj is None:
+        raise AutogradError(_FREED)
+    if obj._id != vid or _stale_view(obj):
+        raise AutogradError(
+            f"one of the variables needed for gradient computation has been modified by an inplace operation: "
+            f"[tensorwire.{dtype.name} {list(shape)}], which is an input of {n.name()}, is at version "
+            f"{obj._version}; expected version {ver} instead. Hint: the operation that failed to compute its "
+            f"gradient is {n.name()}; clone() the tensor before modifying it in place.")
+    return obj
+
+
+def _stale_view(t) -> bool:
+    b = t._base
+    return b is not None and b._version != t._base_version
+
+
+def _missing_output(n, nodes):
+    # the output of n is needed: it is gone because it was modified in place or the graph was freed
+    for m in nodes:
+        for ent in m.entries:
+            if ent[3] is n:
+                if ent[0] is None or n.freed:
+                    raise AutogradError(_FREED)
+                raise AutogradError(
+                    f"one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: [tensorwire.{n.dtype.name} {list(n.shape)}], which is output 0 of {n.name()}, "
+                    f"is at version {ent[0]._version}; expected version {ent[2]} instead. Hint: clone() the "
+                    f"tensor before modifying it in place.")
+    raise AutogradError(_FREED)
+
+
+# ----------------------------------------------------------------------------------------------
+# custom functions
+
+class FunctionCtx:
+    """The ``ctx`` of a :class:`Function`: ``save_for_backward``, ``saved_tensors``, ``needs_input_grad``."""
+
+    def __init__(self):
+        self._saved = ()
+        self.needs_input_grad = ()
+        self._non_diff: set = set()
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors) -> None:
+        self._saved = tuple(None if t is None else (t, t._id, t._version) for t in tensors)
+
+    @property
+    def saved_tensors(self) -> tuple:
+        if self._saved is None:
+            raise AutogradError(_FREED)
+        out = []
+        for s in self._saved:
+            if s is None:
+                out.append(None)
+                continue
+            t, vid, ver = s
+            if t._id != vid:
+                raise AutogradError(
+                    f"one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: [tensorwire.{t.dtype.name} {list(t._shape)}] is at version {t._version}; "
+                    f"expected version {ver} instead.")
+            out.append(t)
+        return tuple(out)
+
+    def mark_non_differentiable(self, *tensors) -> None:
+        self._non_diff.update(id(t) for t in tensors)
+
+    def mark_dirty(self, *tensors) -> None:
+        pass
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = bool(value)
+
+
+class _FunctionMeta(type):
+    def __init__(cls, name, bases, ns):
+        super().__init__(name, bases, ns)
+
+
+class Function(metaclass=_FunctionMeta):
+    """A differentiable op written by the user: subclass with static ``forward(ctx, *args)`` and
+    ``backward(ctx, *grad_outputs)`` written with tw ops, call ``MyFn.apply(*args)``.
+
+    ``forward`` runs without grad tracking; ``backward`` runs on the client when a backward pass
+    reaches the op, on lazy tensors (so it adds no round trip), with grad tracking only under
+    ``create_graph=True``.
+    """
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("subclasses of tw.autograd.Function implement forward(ctx, ...)")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("subclasses of tw.autograd.Function implement backward(ctx, ...)")
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        ctx = FunctionCtx()
+        for a in args:
+            if isinstance(a, _T.Tensor) and a._base is not None:
+                sync_view(a)
+        ctx.needs_input_grad = tuple(isinstance(a, _T.Tensor) and a.requires_grad for a in args)
+        with no_grad():
+            outs = cls.forward(ctx, *args, **kwargs)
+        if not (is_grad_enabled() and any(ctx.needs_input_grad)):
+            return outs
+        single = isinstance(outs, _T.Tensor)
+        seq = [outs] if single else list(outs)
+        pos = [i for i, a in enumerate(args) if isinstance(a, _T.Tensor)]
+        entries = tuple((args[i], args[i]._id, args[i]._version, _edge(args[i]), args[i]._shape, args[i].dtype)
+                        for i in pos)
+        node = CustomNode(cls, ctx, entries, pos, len(args))
+        ins = {id(args[i]) for i in pos}
+        for i, o in enumerate(seq):
+            if not isinstance(o, _T.Tensor):
+                node.outs.append(None)
+                continue
+            if id(o) in ins:  # an input returned as is: give the output its own identity
+                o = seq[i] = detach(o)
+            node.outs.append((o._shape, o.dtype, o._dev, o._s))
+            if o.dtype.is_floating_point and id(o) not in ctx._non_diff:
+                o.requires_grad = True
+                o.grad_fn = FunctionOutput(node, i, o)
+                o._ag = o._id
+        return seq[0] if single else type(outs)(seq) if isinstance(outs, tuple) else seq
+
+
+def _run_custom(cn: CustomNode, gouts, create_graph):
+    """Run a custom node's Python backward; returns the next phase's roots."""
+    from .creation import zeros
+
+    if cn.freed:
+        raise AutogradError(_FREED)
+    gs = []
+    for meta, g in zip(cn.outs, gouts):
+        if g is None and meta is not None and cn.ctx.materialize_grads:
+            shape, dtype, dev, s = meta
+            g = zeros(*shape, dtype=dtype, device=dev, session=s)
+        gs.append(g)
+    res = cn.fn.backward(cn.ctx, *gs)
+    if isinstance(res, _T.Tensor) or res is None:
+        res = (res,)
+    res = tuple(res)
+    if len(res) != cn.nargs:
+        raise AutogradError(f"function {cn.name()} returned an incorrect number of gradients (expected "
+                            f"{cn.nargs}, got {len(res)})")
+    out = []
+    for pos, ent in zip(cn.arg_pos, cn.entries):
+        g = res[pos]
+        if g is None or ent[3] is None:
+            continue
+        if not isinstance(g, _T.Tensor):
+            raise TypeError(f"function {cn.name()} returned a gradient that is not a tensor")
+        if g._shape != ent[4]:
+            raise ShapeError(f"Function {cn.name()} returned an invalid gradient at index {pos} - got "
+                             f"{list(g._shape)} but expected shape compatible with {list(ent[4])}")
+        if g.dtype is not ent[5]:
+            g = g.to(ent[5])
+        obj = ent[0]
+        out.append((ent[3], obj if obj is not None and obj._id == ent[1] else None, g))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# gradcheck
+
+def _fn_outputs(fn, inputs):
+    out = fn(*inputs)
+    return (out,) if isinstance(out, _T.Tensor) else tuple(out)
+
+
+def gradcheck_terms(fn, inputs, *, eps: float = 1e-6, directions: int = 2, seed: int = 0):
+    """Record (nothing runs yet) the terms of a directional gradient check of ``fn`` at ``inputs``.
+
+    For random unit directions ``u`` (over the float inputs that require grad) and random output
+    weights ``v``: the analytical term is ``sum(grad(fn . v) * u)``, the numerical one the central
+    difference ``(v . fn(x + eps u) - v . fn(x - eps u)) / (2 eps)``. Returns two lists of 0-d
+    tensors; fetching them all at once checks many functions in one round trip.
+    """
+    from .creation import tensor
+
+    inputs = tuple(inputs)
+    rng = np.random.default_rng(seed)
+    diff = [i for i, t in enumerate(inputs) if isinstance(t, _T.Tensor) and t.requires_grad]
+    outs = [o for o in _fn_outputs(fn, inputs) if o.dtype.is_floating_point and o.requires_grad]
+    analytic, numeric = [], []
+    if not outs or not diff:
+        return analytic, numeric
+    for _ in range(directions):
+        vs = [tensor(rng.standard_normal(o.shape), dtype=o.dtype, device=o._dev, session=o._s) for o in outs]
+        us = [tensor(rng.standard_normal(inputs[i].shape), dtype=inputs[i].dtype, device=inputs[i]._dev,
+                     session=inputs[i]._s) for i in diff]
+        gs = grad(outs, [inputs[i] for i in diff], grad_outputs=vs, retain_graph=True, allow_unused=True)
+        with no_grad():
+            a = None
+            for g, u in zip(gs, us):
+                if g is not None:
+                    term = (g * u).sum()
+                    a = term if a is None else a + term
+            if a is None:
+                a = tensor(0.0, dtype=outs[0].dtype, device=outs[0]._dev, session=outs[0]._s)
+
+            def shifted(sign, us=us, vs=vs):
+                xs = list(inputs)
+                for i, u in zip(diff, us):
+                    xs[i] = inputs[i] + u * (sign * eps)
+                s = None
+                for o, v in zip(_fn_outputs(fn, xs), vs):
+                    if not o.dtype.is_floating_point:
+                        continue
+                    term = (o * v).sum()
+                    s = term if s is None else s + term
+                return s
+
+            n = (shifted(1.0) - shifted(-1.0)) / (2 * eps)
+        analytic.append(a)
+        numeric.append(n)
+    return analytic, numeric
+
+
+def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
+              raise_exception: bool = True, fast_mode: bool = False, directions: int = 3, **_ignored) -> bool:
+    """Check ``func``'s gradients against central finite differences (use float64 inputs).
+
+    The full check compares the whole Jacobian (one backward per output element, two forward passes
+    per input element, all recorded lazily and fetched in one round trip); ``fast_mode=True`` compares
+    ``directions`` random projections ``v^T J u`` instead (torch's fast mode).
+    """
+    from .creation import tensor
+
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    diff = [i for i, t in enumerate(inputs) if isinstance(t, _T.Tensor) and t.requires_grad]
+    for i in diff:
+        if inputs[i].dtype.name != "float64":
+            import warnings
+
+            warnings.warn(f"Input #{i} requires gradient and is not a double precision floating point. This "
+                          "check will likely fail if all the inputs are not of double precision floating point. ",
+                          stacklevel=2)
+    if fast_mode:
+        a, n = gradcheck_terms(func, inputs, eps=eps, directions=directions)
+        s = inputs[diff[0]]._s if diff else None
+        vals = s.flush(fetch=[t._id for t in a + n]) if a else {}
+        pairs = [(float(vals[x._id]), float(vals[y._id])) for x, y in zip(a, n)]
+        bad = [(x, y) for x, y in pairs if not abs(x - y) <= atol + rtol * abs(y)]
+        if bad and raise_exception:
+            raise AutogradError(f"Jacobian mismatch (fast mode): analytical {bad[0][0]!r} vs numerical "
+                                f"{bad[0][1]!r}")
+        return not bad
+    outs = [o for o in _fn_outputs(func, inputs) if o.dtype.is_floating_point]
+    s = outs[0]._s if outs else None
+    rows = []  # analytical: one grad() per output element
+    for o in outs:
+        flat_n = o.numel()
+        for k in range(flat_n):
+            e = np.zeros(o.shape, dtype=o.dtype.np)
+            e.reshape(-1)[k] = 1
+            if not o.requires_grad:
+                rows.append([None] * len(diff))
+                continue
+            gs = grad([o], [inputs[i] for i in diff], grad_outputs=[tensor(e, dtype=o.dtype, device=o._dev,
+                                                                          session=o._s)],
+                      retain_graph=True, allow_unused=True)
+            rows.append(list(gs))
+    numeric = []  # per diff input, per element: (f(x+e) - f(x-e)) / 2eps, flattened over outputs
+    with no_grad():
+        for i in diff:
+            x = inputs[i]
+            base = x.numpy().astype(x.dtype.np)
+            cols = []
+            for k in range(x.numel()):
+                outs_pm = []
+                for sign in (1.0, -1.0):
+                    arr = np.array(base, copy=True)
+                    arr.reshape(-1)[k] += sign * eps
+                    xs = list(inputs)
+                    xs[i] = tensor(arr, dtype=x.dtype, device=x._dev, session=x._s)
+                    outs_pm.append([o for o in _fn_outputs(func, xs) if o.dtype.is_floating_point])
+                cols.append([(p - m) / (2 * eps) for p, m in zip(*outs_pm)])
+            numeric.append(cols)
+    fetch = [g._id for r in rows for g in r if g is not None] + \
+        [c._id for col in numeric for cs in col for c in cs]
+    vals = s.flush(fetch=fetch) if fetch else {}
+    for di, i in enumerate(diff):
+        x = inputs[i]
+        n_in = x.numel()
+        num = np.zeros((sum(o.numel() for o in outs), n_in))
+        ana = np.zeros_like(num)
+        for k in range(n_in):
+            num[:, k] = np.concatenate([np.asarray(vals[c._id], dtype=np.float64).reshape(-1)
+                                        for c in numeric[di][k]]) if outs else []
+        for r, gs in enumerate(rows):
+            g = gs[di]
+            if g is not None:
+                ana[r, :] = np.asarray(vals[g._id], dtype=np.float64).reshape(-1)
+        if not np.allclose(ana, num, rtol=rtol, atol=atol):
+            if raise_exception:
+                raise AutogradError(f"Jacobian mismatch for output 0 with respect to input {i},\n"
+                                    f"numerical:{num}\nanalytical:{ana}\n")
+            return False
+    return True
+
+
+def retain_grad(t) -> None:
+    if not t.requires_grad:
+        raise AutogradError("can't retain_grad on Tensor that has requires_grad=False")
+    if t.grad_fn is None:
+        return
+    t._retains_grad = True
+    t.grad_fn.retained = weakref.ref(t)
+
+
+def clear_cache() -> None:
+    """Forget the client's cached backward graphs (the next backward asks the service again)."""
+    _CACHE.clear()
