@@ -574,6 +574,63 @@ def _norm(c):
     return [where(y.eq(0), 0, g * x * ax.op("pow", float(p) - 2) / y.op("pow", float(p) - 1))]
 
 
+@rule("silu")
+def _silu(c):
+    x = c.x[0].cast(c.g.dtype)
+    s = x.op("sigmoid")
+    return [c.g * s * (1 + x * (1 - s))]
+
+
+@rule("gelu")
+def _gelu(c):
+    if c.a.get("approximate", "none") != "none":
+        return NotImplemented
+    x = c.x[0].cast(c.g.dtype)
+    cdf = ((x * (1 / math.sqrt(2.0))).op("erf") + 1) * 0.5
+    pdf = (x * x * -0.5).op("exp") * (1 / math.sqrt(2 * math.pi))
+    return [c.g * (cdf + x * pdf)]
+
+
+@rule("leaky_relu")
+def _leaky_relu(c):
+    return [where(c.x[0] > 0, c.g, c.g * a_num(c.a, "negative_slope", 0.01))]
+
+
+@rule("softplus")
+def _softplus(c):
+    beta, thr = a_num(c.a, "beta", 1.0), a_num(c.a, "threshold", 20.0)
+    bx = c.x[0].cast(c.g.dtype) * beta
+    return [where(bx > thr, c.g, c.g * bx.op("sigmoid"))]
+
+
+def _last_dims(c):
+    n = a_int(c.a, "ndim", 1)
+    nd = c.x[0].ndim
+    return list(range(nd - n, nd))
+
+
+@rule("layer_norm")
+def _layer_norm(c):
+    """rstd * (g - mean(g) - y * mean(g * y)) with y the output."""
+    dims = _last_dims(c)
+    x = c.x[0].cast(c.g.dtype)
+    xc = x - x.op("mean", dims=dims, keepdim=True)
+    var = (xc * xc).op("mean", dims=dims, keepdim=True)
+    rstd = (var + a_num(c.a, "eps", 1e-5)).op("rsqrt")
+    g, y = c.g, c.y
+    return [rstd * (g - g.op("mean", dims=dims, keepdim=True) - y * (g * y).op("mean", dims=dims, keepdim=True))]
+
+
+@rule("rms_norm")
+def _rms_norm(c):
+    """r * (g - y * mean(g * y)) with r = rsqrt(mean(x^2) + eps) and y the output."""
+    dims = _last_dims(c)
+    x = c.x[0].cast(c.g.dtype)
+    r = ((x * x).op("mean", dims=dims, keepdim=True) + a_num(c.a, "eps", 1e-5)).op("rsqrt")
+    g, y = c.g, c.y
+    return [r * (g - y * (g * y).op("mean", dims=dims, keepdim=True))]
+
+
 # ----------------------------------------------------------------------------------------------
 # movement
 
@@ -761,6 +818,8 @@ def vjp(b: Builder, op: str, xs: list[Value], y: Value, g: Value, attrs: dict, n
     if fn is not None:
         c = Ctx(b, op, [T(b, x) for x in xs], T(b, y), T(b, g), attrs, needs, devs, dev)
         out = fn(c)
+        if out is NotImplemented:  # the rule declines these attributes: go through the decomposition
+            return _vjp_decomposed(b, opdef, xs, g, attrs, needs)
         if len(out) != len(xs):
             raise ProtocolError(f"VJP rule of {op} returned {len(out)} gradients for {len(xs)} inputs")
         res = []

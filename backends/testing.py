@@ -14,10 +14,11 @@ dependents of a failing node fail with ``DependencyFailed``, independent nodes s
 
 A primitive op the suite has no generator for yields a case that FAILS, so a new primitive cannot
 go untested (``kind="worker"`` ops such as ``hub_tensor`` are the worker's own, not the backend's, and
-are left out; ``const`` is checked, as it exercises ``Device.upload``). Custom ops (``tensorwire_ops``) are covered when their :class:`OpDef` carries
-``extra["examples"]``: a list of ``(inputs, attrs)`` with ``inputs`` a list of numpy arrays, plus
-optionally ``extra["reference"]``: ``fn(inputs_as_float64, attrs) -> np.ndarray``. Without a
-reference the op's native kernel (if any) is compared with its own decomposition.
+are left out; ``const`` is checked, as it exercises ``Device.upload``). Custom ops (``tensorwire_ops``)
+are covered when their :class:`OpDef` carries ``extra["examples"]``: a list of ``(inputs, attrs)``
+with ``inputs`` a list of numpy arrays, plus optionally ``extra["reference"]``:
+``fn(inputs_as_float64, attrs) -> np.ndarray``. Without a reference the op's native kernel (if any)
+is compared with its own decomposition.
 
 Fragments run through the same path a worker uses: ``device = backend.open(i)``,
 ``plan = executor.compile_plan(device, nodes, ext_metas)``, then the :func:`executor.execute`
@@ -1105,6 +1106,75 @@ def _norm_ref(x, p, axes, keep):
     return np.sum(a ** p, axis=axes, keepdims=keep) ** (1.0 / p)
 
 
+def _pool_len(n, k, s, p, d, ceil):
+    """torch's output length of a sliding window (ceil_mode: a last window may start in the padding
+    on the left/inside, never entirely in the right padding)."""
+    span = n + 2 * p - d * (k - 1) - 1
+    out = (span + (s - 1 if ceil else 0)) // s + 1
+    if ceil and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+def _im2col_ref(x, kernel, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    oh, ow = _pool_len(h, kh, sh, ph, dh, False), _pool_len(w, kw, sw, pw, dw, False)
+    xp = np.zeros((n, c, h + 2 * ph, w + 2 * pw))
+    xp[:, :, ph:ph + h, pw:pw + w] = x
+    out = np.zeros((n, c, kh, kw, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            for a in range(oh):
+                for b in range(ow):
+                    out[:, :, i, j, a, b] = xp[:, :, a * sh + i * dh, b * sw + j * dw]
+    return out.reshape(n, c * kh * kw, oh * ow)
+
+
+def _conv2d_ref(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    oh, ow = _pool_len(h, kh, sh, ph, dh, False), _pool_len(wd, kw, sw, pw, dw, False)
+    xp = np.zeros((n, c, h + 2 * ph, wd + 2 * pw))
+    xp[:, :, ph:ph + h, pw:pw + wd] = x
+    out = np.zeros((n, o, oh, ow))
+    og = o // groups
+    for oc in range(o):
+        grp = oc // og
+        for a in range(oh):
+            for b in range(ow):
+                patch = xp[:, grp * cg:(grp + 1) * cg, a * sh:a * sh + dh * (kh - 1) + 1:dh,
+                           b * sw:b * sw + dw * (kw - 1) + 1:dw]
+                out[:, oc, a, b] = np.sum(patch * w[oc], axis=(1, 2, 3))
+    return out
+
+
+def _pool_ref(x, kind, kernel, stride=None, padding=(0, 0), dilation=(1, 1), ceil_mode=False,
+              count_include_pad=True, divisor_override=None):
+    n, c, h, w = x.shape
+    (kh, kw), (ph, pw), (dh, dw) = kernel, padding, dilation
+    sh, sw = stride or kernel
+    oh, ow = _pool_len(h, kh, sh, ph, dh, ceil_mode), _pool_len(w, kw, sw, pw, dw, ceil_mode)
+    out = np.zeros((n, c, oh, ow))
+    for a in range(oh):
+        for b in range(ow):
+            if kind == "max":
+                rows = [a * sh - ph + i * dh for i in range(kh)]
+                cols = [b * sw - pw + j * dw for j in range(kw)]
+                vals = [x[:, :, r, q] for r in rows for q in cols if 0 <= r < h and 0 <= q < w]
+                out[:, :, a, b] = np.max(vals, axis=0)
+                continue
+            h0, w0 = a * sh - ph, b * sw - pw  # torch's avg_pool2d window arithmetic
+            h1, w1 = min(h0 + kh, h + ph), min(w0 + kw, w + pw)
+            size = (h1 - h0) * (w1 - w0)
+            h0, w0, h1, w1 = max(h0, 0), max(w0, 0), min(h1, h), min(w1, w)
+            total = x[:, :, h0:h1, w0:w1].sum(axis=(2, 3))
+            div = divisor_override or (size if count_include_pad else (h1 - h0) * (w1 - w0))
+            out[:, :, a, b] = total / div
+    return out
+
+
 def _finfo_max(dt: D.DType) -> float:
     return float(ml_dtypes.finfo(dt.np).max)
 
@@ -1176,16 +1246,20 @@ def _composite_specs(op: str):
                     lambda xs, dt: f(xs[0], axis=1, ddof=0)))
         return out
     if op == "logsumexp":
-        return reduction(_lse) + [("inf", ["special4"], None, {"dims": [1]}, lambda xs, dt: _lse(xs[0], (1,), False))]
+        return reduction(_lse) + [("inf", ["special4"], None, {"dims": [1]}, lambda xs, dt: _lse(xs[0], (1,), False)),
+                                  ("empty", [(3, 0)], (-3, 3), {"dims": [1], "keepdim": True},
+                                   lambda xs, dt: np.full((3, 1), -np.inf))]
     if op in ("softmax", "log_softmax"):
         def sm(x, dim):
             if x.ndim == 0:
                 return np.ones(()) if op == "softmax" else np.zeros(())
+            if x.size == 0:
+                return x.copy()
             e = np.exp(x - np.max(x, axis=dim, keepdims=True))
             s = e / np.sum(e, axis=dim, keepdims=True)
             return s if op == "softmax" else np.log(s)
         return [(f"{_sh(s)},dim={d}", [s], (-4, 4), {"dim": d}, lambda xs, dt, d=d: sm(xs[0], d))
-                for s, d in (((2, 3, 4), 1), ((3, 5), -1), ((), 0), ((0, 3), 1), ((4, 2), 0))]
+                for s, d in (((2, 3, 4), 1), ((3, 5), -1), ((), 0), ((0, 3), 1), ((4, 2), 0), ((3, 0), 1))]
     if op == "norm":
         out = []
         for p, s, dims, keep in ((2, (3, 4), None, False), (1, (3, 4), [1], True), (math.inf, (2, 3, 4), [0, 2], False),
@@ -1208,6 +1282,68 @@ def _composite_specs(op: str):
     if op == "eye":
         return [(f"{n}x{m}", [], None, {"n": n, "m": m}, lambda xs, dt, n=n, m=m: np.eye(n, m))
                 for n, m in ((3, 3), (2, 4), (0, 2))]
+    if op == "gelu":
+        return [("erf", [(3, 4)], (-4, 4), {}, lambda xs, dt: 0.5 * xs[0] * (1 + _erf(xs[0] / math.sqrt(2)))),
+                ("tanh", [(3, 4)], (-4, 4), {"approximate": "tanh"},
+                 lambda xs, dt: 0.5 * xs[0] * (1 + np.tanh(math.sqrt(2 / math.pi) * (xs[0] + 0.044715 * xs[0] ** 3)))),
+                ("0d", [()], (-4, 4), {}, lambda xs, dt: 0.5 * xs[0] * (1 + _erf(xs[0] / math.sqrt(2))))]
+    if op == "silu":
+        return unary(lambda x: x / (1 + np.exp(-x)), (-6, 6))
+    if op == "leaky_relu":
+        return [("default", [(3, 4)], (-3, 3), {}, lambda xs, dt: np.where(xs[0] > 0, xs[0], 0.01 * xs[0])),
+                ("slope", [(2, 5)], (-3, 3), {"negative_slope": 0.2},
+                 lambda xs, dt: np.where(xs[0] > 0, xs[0], 0.2 * xs[0])),
+                ("empty", [(0, 2)], (-3, 3), {}, lambda xs, dt: xs[0])]
+
+    def softplus(x, beta=1.0, thr=20.0):
+        return np.where(beta * x > thr, x, np.log1p(np.exp(np.minimum(beta * x, thr))) / beta)
+    if op == "softplus":
+        return [("default", [(3, 4)], (-5, 5), {}, lambda xs, dt: softplus(xs[0])),
+                ("beta-threshold", [(3, 4)], (-5, 5), {"beta": 2.0, "threshold": 3.0},
+                 lambda xs, dt: softplus(xs[0], 2.0, 3.0))]
+    if op in ("layer_norm", "rms_norm"):
+        def norm(x, n, eps):
+            ax = tuple(range(x.ndim - n, x.ndim))
+            if op == "layer_norm":
+                xc = x - x.mean(axis=ax, keepdims=True)
+                return xc / np.sqrt((xc ** 2).mean(axis=ax, keepdims=True) + eps)
+            return x / np.sqrt((x ** 2).mean(axis=ax, keepdims=True) + eps)
+        return [("last", [(3, 8)], (-3, 3), {}, lambda xs, dt: norm(xs[0], 1, 1e-5)),
+                ("last2", [(2, 3, 4)], (-3, 3), {"ndim": 2, "eps": 1e-3}, lambda xs, dt: norm(xs[0], 2, 1e-3))]
+    if op == "im2col":
+        return [("k2", [(2, 3, 4, 5)], (-2, 2), {"kernel": [2, 2]}, lambda xs, dt: _im2col_ref(xs[0], (2, 2))),
+                ("strided-padded-dilated", [(1, 2, 5, 6)], (-2, 2),
+                 {"kernel": [2, 3], "stride": [2, 1], "padding": [1, 0], "dilation": [1, 2]},
+                 lambda xs, dt: _im2col_ref(xs[0], (2, 3), (2, 1), (1, 0), (1, 2)))]
+    if op == "conv2d":
+        return [("plain", [(2, 3, 5, 5), (4, 3, 3, 3)], (-2, 2), {}, lambda xs, dt: _conv2d_ref(xs[0], xs[1])),
+                ("stride-pad", [(1, 2, 6, 5), (3, 2, 3, 2)], (-2, 2), {"stride": [2, 1], "padding": [1, 1]},
+                 lambda xs, dt: _conv2d_ref(xs[0], xs[1], (2, 1), (1, 1))),
+                ("groups-dilation", [(2, 4, 6, 6), (6, 2, 2, 2)], (-2, 2), {"groups": 2, "dilation": [2, 1]},
+                 lambda xs, dt: _conv2d_ref(xs[0], xs[1], dilation=(2, 1), groups=2))]
+    if op == "max_pool2d":
+        return [("k2", [(2, 3, 4, 6)], (-3, 3), {"kernel": [2, 2]}, lambda xs, dt: _pool_ref(xs[0], "max", (2, 2))),
+                ("pad-stride", [(1, 2, 5, 5)], (-3, 3), {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1]},
+                 lambda xs, dt: _pool_ref(xs[0], "max", (3, 3), (2, 2), (1, 1))),
+                ("ceil-dilation", [(1, 2, 6, 7)], (-3, 3),
+                 {"kernel": [2, 2], "stride": [2, 2], "dilation": [1, 2], "ceil_mode": True},
+                 lambda xs, dt: _pool_ref(xs[0], "max", (2, 2), (2, 2), dilation=(1, 2), ceil_mode=True))]
+    if op == "avg_pool2d":
+        out = []
+        for tag, a in (("k2", {"kernel": [2, 2]}),
+                       ("pad", {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1]}),
+                       ("pad-exclude", {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1],
+                                        "count_include_pad": False}),
+                       ("ceil", {"kernel": [2, 2], "stride": [2, 2], "ceil_mode": True}),
+                       ("ceil-pad", {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1], "ceil_mode": True}),
+                       ("divisor", {"kernel": [2, 2], "divisor_override": 3})):
+            def ref(xs, dt, a=a):
+                return _pool_ref(xs[0], "avg", tuple(a["kernel"]), tuple(a.get("stride", a["kernel"])),
+                                 tuple(a.get("padding", (0, 0))), ceil_mode=a.get("ceil_mode", False),
+                                 count_include_pad=a.get("count_include_pad", True),
+                                 divisor_override=a.get("divisor_override"))
+            out.append((tag, [(1, 2, 5, 5)], (-3, 3), a, ref))
+        return out
     return None
 
 

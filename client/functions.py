@@ -89,7 +89,7 @@ def arange_like(t: Tensor, start: int, end: int) -> Tensor:
 
 
 def einsum(equation: str, *operands) -> Tensor:
-    """Einstein summation, decomposed into permute/reshape/sum/matmul (no repeated index in one operand)."""
+    """Einstein summation, decomposed into diagonal/permute/reshape/sum/matmul."""
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     eq = equation.replace(" ", "")
@@ -112,12 +112,21 @@ def einsum(equation: str, *operands) -> Tensor:
         specs = [sp.replace("...", ell[nell - (op.ndim - (len(sp) - 3)):]) if "..." in sp else sp
                  for sp, op in zip(specs, operands)]
         out = out.replace("...", ell)
-    for sp, op in zip(specs, operands):
+    operands = list(operands)
+    for k, (sp, op) in enumerate(zip(specs, operands)):
         if len(sp) != op.ndim:
             raise ShapeError(f"einsum(): the number of subscripts in the equation ({len(sp)}) does not match "
                              f"the number of dimensions ({op.ndim}) of an operand")
-        if len(set(sp)) != len(sp):
-            raise NotImplementedError("einsum(): repeated subscripts within one operand are not supported")
+        while len(set(sp)) != len(sp):  # a repeated subscript ("ii->i", "ii"): take that diagonal
+            c = next(ch for ch in sp if sp.count(ch) > 1)
+            i = sp.index(c)
+            j = sp.index(c, i + 1)
+            if op.shape[i] != op.shape[j]:
+                raise ShapeError(f"einsum(): subscript {c} is repeated for operand {k} but the sizes don't "
+                                 f"match, {op.shape[i]} != {op.shape[j]}")
+            op = op.diagonal(0, i, j)
+            sp = "".join(ch for n, ch in enumerate(sp) if n not in (i, j)) + c
+        specs[k], operands[k] = sp, op
     cur, cur_spec = operands[0], specs[0]
     for k in range(1, len(operands)):
         later = set(out).union(*[set(s) for s in specs[k + 1:]])

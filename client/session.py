@@ -97,6 +97,7 @@ class Session:
         self._drop_plans: list[int] = []
         self._where: dict[int, tuple] = {}
         self._scalars: dict = {}
+        self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
         self.closed = False
         timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
         self._sock.send_multipart([pack_header({"t": "hello", "v": PROTOCOL_VERSION, "token": token,
@@ -334,11 +335,20 @@ class Session:
         errs = h.get("errors") or []
         ferrs = h.get("fetch_errors") or []
         if ferrs:
+            self._note_raised(ferrs[0])
             raise self._error(ferrs[0])
         roots = [e for e in errs if e.get("code") != DependencyFailed.code] or errs
+        # one failure seen by several devices (a collective, a lost worker) is raised once, not once per device
+        roots = [e for e in roots if (e.get("code"), e.get("message")) not in self._raised]
         if roots:
+            self._note_raised(roots[0])
             raise self._error(roots[0])
         return values
+
+    def _note_raised(self, err: dict) -> None:
+        self._raised[(err.get("code"), err.get("message"))] = None
+        if len(self._raised) > 64:
+            self._raised.pop(next(iter(self._raised)))
 
     def fetch(self, t) -> np.ndarray:
         """Ship pending work and return tensor ``t``'s value as a numpy array (read-only view of the frame)."""

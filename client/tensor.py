@@ -765,6 +765,8 @@ class Tensor:
 
     # ------------------------------------------------------------------ reductions
     def _reduce(self, op: str, dim, keepdim: bool, **extra):
+        if isinstance(dim, (tuple, list)) and not dim:
+            dim = None  # torch: an empty dim list reduces over every dim
         attrs = {"dims": _dims_attr(dim), "keepdim": keepdim}
         attrs.update(extra)
         return self._rec(op, [self], attrs)

@@ -846,6 +846,8 @@ def _logsumexp(g, x, attrs):
     x = _to_float(g, x)
     dims = list(a_dims(attrs, len(x.shape)))
     keep = a_bool(attrs, "keepdim")
+    if any(x.shape[d] == 0 for d in dims if d < len(x.shape)):  # log of an empty sum (amax would refuse)
+        return g.op("full", shape=list(reduced(x.shape, tuple(dims), keep)), dtype=x.dtype.name, value=-math.inf)
     m = g.op("amax", x, dims=dims, keepdim=True)
     m = g.op("where", g.op("isinf", m), _scalar(g, 0.0, x.dtype), m)
     s = g.op("sum", g.op("exp", g.op("sub", x, m)), dims=dims, keepdim=keep)
@@ -864,6 +866,8 @@ def _softmax(g, x, attrs):
     """exp(x - max) / sum(exp(x - max)) along dim."""
     x = _to_float(g, x)
     dim = [a_int(attrs, "dim")]
+    if numel(x.shape) == 0:  # nothing to normalise (amax over an empty dim would refuse)
+        return g.op("full", shape=list(x.shape), dtype=x.dtype.name, value=0)
     e = g.op("exp", g.op("sub", x, g.op("amax", x, dims=dim, keepdim=True)))
     return g.op("div", e, g.op("sum", e, dims=dim, keepdim=True))
 
@@ -1072,6 +1076,35 @@ def _rms_norm(g, x, attrs):
     dims = list(range(len(x.shape) - n, len(x.shape)))
     ms = g.op("mean", g.op("mul", x, x), dims=dims, keepdim=True)
     return g.op("mul", x, g.op("rsqrt", g.op("add", ms, _scalar(g, a_num(attrs, "eps", 1e-5), x.dtype))))
+
+
+def _linear_infer(metas, attrs):
+    if len(metas) not in (2, 3):
+        raise ProtocolError(f"op linear takes 2 or 3 inputs (input, weight[, bias]), got {len(metas)}")
+    (sx, dx), (sw, dw) = metas[0], metas[1]
+    if len(sw) != 2 or not sx:
+        raise ShapeError(f"linear: expected a 2-D weight and an input with at least 1 dim, got input {list(sx)} "
+                         f"and weight {list(sw)}")
+    if sx[-1] != sw[1]:
+        raise ShapeError(f"mat1 and mat2 shapes cannot be multiplied ({numel(sx[:-1])}x{sx[-1]} and "
+                         f"{sw[1]}x{sw[0]})")
+    if dx is not dw:
+        raise DTypeError(f"mat1 and mat2 must have the same dtype, but got {dx.name} and {dw.name}")
+    out = sx[:-1] + (sw[0],)
+    if len(metas) == 3:
+        sb, db = metas[2]
+        if broadcast(out, sb) != out:
+            raise ShapeError(f"linear: bias of shape {list(sb)} does not broadcast to the output {list(out)}")
+        return out, binary_dtype([(out, dx), (sb, db)])
+    return out, dx
+
+
+@composite("linear", None, _linear_infer)
+def _linear(g, x, w, *rest):
+    """input @ weight^T (+ bias), as torch's F.linear."""
+    *b, attrs = rest
+    y = g.op("matmul", x, g.op("permute", w, dims=[1, 0]))
+    return g.op("add", y, b[0]) if b else y
 
 
 def _pair_attr(attrs, key, default):

@@ -310,3 +310,38 @@ def test_view_dtype_and_shape_after_base_update_with_cast():
     x.add_(tw.tensor([1, 1, 1, 1], dtype=tw.int8))
     check(v, np.array([[2, 3], [4, 5]]), dtype="int32")
     assert v.shape == (2, 2)
+
+
+def test_assignments_reading_the_target():
+    x = tw.arange(5.0)
+    x[1:] = x[:-1].clone()
+    check(x, np.array([0.0, 0.0, 1.0, 2.0, 3.0]))
+    y = tw.tensor(A)
+    y[[0, 1]] = y[[1, 0]]
+    want = A.copy()
+    want[[0, 1]] = want[[1, 0]]
+    check(y, want)
+    z = tw.tensor(A)
+    z[0] = z[2]
+    z[:, 0] += z[:, 1]
+    w = A.copy()
+    w[0] = w[2]
+    w[:, 0] += w[:, 1]
+    check(z, w)
+    if torch is not None:
+        tz = torch.tensor(A)
+        tz[0] = tz[2]
+        tz[:, 0] += tz[:, 1]
+        check_torch(z, tz)
+
+
+def test_copy_into_a_tensor_does_not_alias_the_source():
+    src = tw.tensor(B)
+    dst = tw.zeros(3, 4, dtype=tw.float64)
+    dst.copy_(src)
+    src.add_(1)
+    check(dst, B)
+    row = tw.zeros(4, dtype=tw.float64)
+    row.copy_(src[0])
+    src.zero_()
+    check(row, B[0] + 1)

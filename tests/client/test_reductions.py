@@ -264,6 +264,17 @@ def test_count_nonzero_nansum_aminmax():
     check(mm.max, b.max(1))
 
 
+def test_empty_dim_list_reduces_everything():
+    a = np.arange(6.0).reshape(2, 3)
+    x = tw.tensor(a)
+    check(x.sum(dim=[]), np.asarray(15.0))
+    check(x.mean(dim=()), np.asarray(2.5))
+    check(x.amax(()), np.asarray(5.0))
+    check(x.sum(dim=[], keepdim=True), np.full((1, 1), 15.0))
+    if torch is not None:
+        check_torch(x.sum(dim=[]), torch.tensor(a).sum(dim=[]))
+
+
 def test_mean_dtype_argument():
     xi = tw.tensor([[1, 2], [3, 5]])
     check(xi.mean(dtype=tw.float64), np.asarray(2.75), dtype="float64")

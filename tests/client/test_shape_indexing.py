@@ -209,6 +209,11 @@ def test_cat_and_stack():
     ("ab,bc,cd->ad", [(2, 3), (3, 4), (4, 5)]),
     ("ij,ij->ij", [(2, 3), (2, 3)]),
     ("ba", [(2, 3)]),
+    ("ii", [(3, 3)]),
+    ("ii->i", [(3, 3)]),
+    ("bii->b", [(2, 3, 3)]),
+    ("iji->j", [(3, 2, 3)]),
+    ("ij,jj->i", [(2, 3), (3, 3)]),
 ])
 def test_einsum(eq, shapes):
     rng = np.random.default_rng(len(eq))

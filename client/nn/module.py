@@ -1,0 +1,498 @@
+"""``tw.nn.Module``: parameters, buffers and submodules registered by attribute, as in PyTorch."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections import OrderedDict, namedtuple
+from collections.abc import Callable, Iterator
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.tensor import Tensor
+
+from ._tensors import alias, no_grad, rebind, set_value
+from .parameter import Buffer, Parameter
+
+_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+class _IncompatibleKeysT(_IncompatibleKeys):
+    def __repr__(self):
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
+
+
+class RemovableHandle:
+    """Returned by ``register_*_hook``; ``handle.remove()`` unregisters the hook."""
+
+    _ids = itertools.count()
+
+    def __init__(self, hooks: dict):
+        self.hooks = hooks
+        self.id = next(RemovableHandle._ids)
+
+    def remove(self) -> None:
+        self.hooks.pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def _addindent(s: str, n: int) -> str:
+    lines = s.split("\n")
+    if len(lines) == 1:
+        return s
+    return lines[0] + "\n" + "\n".join(" " * n + line for line in lines[1:])
+
+
+class Module:
+    """Base class of every layer and model. Subclasses define ``forward``; assigning a
+    :class:`Parameter`, a ``Module`` or (through :meth:`register_buffer`) a tensor to an attribute
+    registers it, so ``parameters()``, ``state_dict()``, ``to()`` ... see it."""
+
+    training: bool
+    _version = 1
+
+    def __init__(self, *args, **kwargs) -> None:
+        if args or kwargs:
+            raise TypeError(f"{type(self).__name__}.__init__() got unexpected arguments")
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent_buffers_set", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
+        object.__setattr__(self, "_state_dict_pre_hooks", OrderedDict())
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
+
+    def __call__(self, *args, **kwargs):
+        if self._forward_pre_hooks:
+            for hook in list(self._forward_pre_hooks.values()):
+                r = hook(self, args)
+                if r is not None:
+                    args = r if isinstance(r, tuple) else (r,)
+        out = self.forward(*args, **kwargs)
+        if self._forward_hooks:
+            for hook in list(self._forward_hooks.values()):
+                r = hook(self, args, out)
+                if r is not None:
+                    out = r
+        return out
+
+    def register_forward_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(module, args, output)`` runs after ``forward``; a non-None return replaces the output."""
+        h = RemovableHandle(self._forward_hooks)
+        self._forward_hooks[h.id] = hook
+        return h
+
+    def register_forward_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(module, args)`` runs before ``forward``; a non-None return replaces the arguments."""
+        h = RemovableHandle(self._forward_pre_hooks)
+        self._forward_pre_hooks[h.id] = hook
+        return h
+
+    # ------------------------------------------------------------------ registration
+    def __setattr__(self, name: str, value) -> None:
+        d = self.__dict__
+        params = d.get("_parameters")
+        if isinstance(value, Parameter):
+            if params is None:
+                raise AttributeError("cannot assign parameters before Module.__init__() call")
+            self._remove_from(name, keep="_parameters")
+            params[name] = value
+            return
+        if params is not None and name in params:
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' "
+                                "(tw.nn.Parameter or None expected)")
+            params[name] = None
+            return
+        if isinstance(value, Module):
+            if "_modules" not in d:
+                raise AttributeError("cannot assign module before Module.__init__() call")
+            self._remove_from(name, keep="_modules")
+            d["_modules"][name] = value
+            return
+        mods = d.get("_modules")
+        if mods is not None and name in mods:
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__name__}' as child module '{name}' "
+                                "(tw.nn.Module or None expected)")
+            mods[name] = None
+            return
+        if isinstance(value, Buffer):
+            self.register_buffer(name, value.data, value.persistent)
+            return
+        bufs = d.get("_buffers")
+        if bufs is not None and name in bufs:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' "
+                                "(tw.Tensor or None expected)")
+            bufs[name] = value
+            return
+        object.__setattr__(self, name, value)
+
+    def _remove_from(self, name: str, keep: str) -> None:
+        self.__dict__.pop(name, None)
+        for dname in ("_parameters", "_buffers", "_modules"):
+            if dname != keep:
+                self.__dict__[dname].pop(name, None)
+        self._non_persistent_buffers_set.discard(name)
+
+    def __getattr__(self, name: str):
+        d = self.__dict__
+        for dname in ("_parameters", "_buffers", "_modules"):
+            sub = d.get(dname)
+            if sub is not None and name in sub:
+                return sub[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name: str) -> None:
+        for dname in ("_parameters", "_buffers", "_modules"):
+            if name in self.__dict__.get(dname, {}):
+                del self.__dict__[dname][name]
+                self._non_persistent_buffers_set.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules))
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        if "." in name or not name:
+            raise KeyError(f'parameter name can\'t contain "." or be empty, got {name!r}')
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter '{name}' "
+                            "(tw.nn.Parameter or None required)")
+        if hasattr(self, name) and name not in self._parameters:
+            raise KeyError(f"attribute '{name}' already exists")
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        if "." in name or not name:
+            raise KeyError(f'buffer name can\'t contain "." or be empty, got {name!r}')
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
+                            "(tw.Tensor or None required)")
+        if name in self.__dict__ or name in self._parameters or name in self._modules:
+            raise KeyError(f"attribute '{name}' already exists")
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent_buffers_set.discard(name)
+        else:
+            self._non_persistent_buffers_set.add(name)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        if "." in name or not name:
+            raise KeyError(f'module name can\'t contain "." or be empty, got {name!r}')
+        if hasattr(self, name) and name not in self._modules:
+            raise KeyError(f"attribute '{name}' already exists")
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def get_submodule(self, target: str) -> Module:
+        mod = self
+        if not target:
+            return mod
+        for item in target.split("."):
+            if item not in mod._modules:
+                raise AttributeError(f"{type(mod).__name__} has no attribute `{item}`")
+            mod = mod._modules[item]
+        return mod
+
+    def get_parameter(self, target: str) -> Parameter:
+        mod_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(mod_path)
+        if name not in mod._parameters:
+            raise AttributeError(f"`{name}` is not an nn.Parameter")
+        return mod._parameters[name]
+
+    def get_buffer(self, target: str) -> Tensor:
+        mod_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(mod_path)
+        if name not in mod._buffers:
+            raise AttributeError(f"`{name}` is not a buffer")
+        return mod._buffers[name]
+
+    # ------------------------------------------------------------------ iteration
+    def named_modules(self, memo: set | None = None, prefix: str = "", remove_duplicate: bool = True):
+        if memo is None:
+            memo = set()
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is None:
+                continue
+            yield from m.named_modules(memo, prefix + ("." if prefix else "") + name, remove_duplicate)
+
+    def modules(self) -> Iterator[Module]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        seen = set()
+        for name, m in self._modules.items():
+            if m is not None and id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
+
+    def children(self) -> Iterator[Module]:
+        for _, m in self.named_children():
+            yield m
+
+    def _named_members(self, get, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        seen = set()
+        mods = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
+        for mprefix, m in mods:
+            for k, v in get(m):
+                if v is None or (remove_duplicate and id(v) in seen):
+                    continue
+                if remove_duplicate:
+                    seen.add(id(v))
+                yield mprefix + ("." if mprefix else "") + k, v
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        yield from self._named_members(lambda m: m._parameters.items(), prefix, recurse, remove_duplicate)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        yield from self._named_members(lambda m: m._buffers.items(), prefix, recurse, remove_duplicate)
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    # ------------------------------------------------------------------ modes
+    def train(self, mode: bool = True) -> Module:
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients of every parameter (``None`` by default, zeros with ``set_to_none=False``)."""
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                from tensorwire.creation import zeros_like
+
+                p.grad = zeros_like(p.grad)
+
+    def apply(self, fn: Callable[[Module], None]) -> Module:
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    # ------------------------------------------------------------------ conversion
+    def _apply_tensors(self, fn: Callable[[Tensor], Tensor]) -> Module:
+        """Replace every parameter's and buffer's value by ``fn(value)`` (the objects stay the same)."""
+        with no_grad():
+            for m in self.modules():
+                for k, p in m._parameters.items():
+                    if p is None:
+                        continue
+                    new = fn(p)
+                    if new is not p:
+                        rebind(p, alias(new))
+                        if p.grad is not None:
+                            g = fn(p.grad)
+                            p.grad = g
+                for k, b in m._buffers.items():
+                    if b is None:
+                        continue
+                    new = fn(b)
+                    if new is not b:
+                        rebind(b, alias(new))
+        return self
+
+    def to(self, *args, **kwargs) -> Module:
+        """``to(device)``, ``to(dtype)`` (floating parameters and buffers only, as torch), ``to(tensor)``."""
+        device = kwargs.pop("device", None)
+        dtype = kwargs.pop("dtype", None)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif isinstance(a, D.DType) or (isinstance(a, str) and a in D.BY_NAME):
+                dtype = a
+            elif a is not None:
+                device = a
+        dt = D.get(dtype) if dtype is not None else None
+        if dt is not None and not dt.is_floating_point:
+            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired dtype={dt}")
+
+        def conv(t: Tensor) -> Tensor:
+            out = t
+            if dt is not None and t.dtype.is_floating_point and t.dtype is not dt:
+                out = out.to(dt)
+            if device is not None:
+                out = out.to(device)
+            return out
+
+        return self._apply_tensors(conv)
+
+    def cpu(self) -> Module:
+        return self.to("cpu:0")
+
+    def float(self) -> Module:
+        return self.to(D.float32)
+
+    def double(self) -> Module:
+        return self.to(D.float64)
+
+    def half(self) -> Module:
+        return self.to(D.float16)
+
+    def bfloat16(self) -> Module:
+        return self.to(D.bfloat16)
+
+    def type(self, dst_type) -> Module:
+        return self.to(dst_type)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False) -> OrderedDict:
+        """Parameters and persistent buffers by dotted name. Values are snapshots of the current values
+        (``keep_vars=True`` gives the parameter objects themselves)."""
+        if args:  # torch's deprecated positional (destination, prefix, keep_vars)
+            destination = args[0]
+            if len(args) > 1:
+                prefix = args[1]
+            if len(args) > 2:
+                keep_vars = args[2]
+        if destination is None:
+            destination = OrderedDict()
+        for hook in self._state_dict_pre_hooks.values():
+            hook(self, prefix, keep_vars)
+        for name, p in self._parameters.items():
+            if p is not None:
+                destination[prefix + name] = p if keep_vars else alias(p)
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent_buffers_set:
+                destination[prefix + name] = b if keep_vars else alias(b)
+        for name, m in self._modules.items():
+            if m is not None:
+                m.state_dict(destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars)
+        return destination
+
+    def _load_hook(self, state_dict: dict, prefix: str) -> None:
+        """Subclasses may rewrite their part of ``state_dict`` before loading (old names ...)."""
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Copy values from ``state_dict`` (tensors, numpy arrays) into the parameters and buffers.
+
+        With ``strict`` (default), missing or unexpected keys raise ``RuntimeError``; shapes must match.
+        Values are moved to each parameter's device and cast to its dtype (``assign=True`` keeps the
+        dtype of the loaded value, as torch). Returns ``(missing_keys, unexpected_keys)``.
+        """
+        if not hasattr(state_dict, "items"):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict).__name__}.")
+        state_dict = OrderedDict(state_dict)
+        for name, m in self.named_modules():
+            m._load_hook(state_dict, name + "." if name else "")
+        missing, errors = [], []
+        expected = set()
+        with no_grad():
+            for mname, m in self.named_modules():
+                pre = mname + "." if mname else ""
+                local = [(k, p) for k, p in m._parameters.items() if p is not None]
+                local += [(k, b) for k, b in m._buffers.items()
+                          if b is not None and k not in m._non_persistent_buffers_set]
+                for k, t in local:
+                    key = pre + k
+                    expected.add(key)
+                    if key not in state_dict:
+                        missing.append(key)
+                        continue
+                    v = state_dict[key]
+                    shape = tuple(v.shape) if hasattr(v, "shape") else ()
+                    if shape != tuple(t.shape):
+                        errors.append(f"size mismatch for {key}: copying a param with shape {list(shape)} from "
+                                      f"checkpoint, the shape in current model is {list(t.shape)}.")
+                        continue
+                    if assign and isinstance(v, Tensor):
+                        new = v.to(device=t._dev)
+                        rebind(t, alias(new) if new is v else new)
+                    else:
+                        set_value(t, v)
+        unexpected = [k for k in state_dict if k not in expected]
+        if strict:
+            if unexpected:
+                errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ".")
+            if missing:
+                errors.insert(0, "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
+        if errors:
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
+        return _IncompatibleKeysT(missing, unexpected)
+
+    # ------------------------------------------------------------------ copy, repr
+    def __deepcopy__(self, memo):
+        for t in itertools.chain(self.parameters(), self.buffers()):
+            if id(t) not in memo:
+                memo[id(t)] = (Parameter(t, t.requires_grad) if isinstance(t, Parameter) else alias(t))
+        cls = type(self)
+        new = cls.__new__(cls)
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            object.__setattr__(new, k, copy.deepcopy(v, memo))
+        return new
+
+    def __getstate__(self):
+        raise TypeError("tensorwire modules cannot be pickled; save their state_dict with tw.save")
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def _get_name(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        lines = []
+        extra = self.extra_repr()
+        if extra:
+            lines = extra.split("\n")
+        child = []
+        for key, m in self._modules.items():
+            child.append("(" + key + "): " + _addindent(repr(m), 2))
+        main = self._get_name() + "("
+        if lines:
+            if len(lines) == 1 and not child:
+                main += lines[0]
+            else:
+                main += "\n  " + "\n  ".join(lines + child) + "\n"
+        elif child:
+            main += "\n  " + "\n  ".join(child) + "\n"
+        return main + ")"

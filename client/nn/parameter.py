@@ -1,0 +1,74 @@
+"""``tw.nn.Parameter``: a tensor that a :class:`~tensorwire.nn.Module` registers as a parameter."""
+
+from __future__ import annotations
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.tensor import Tensor
+
+from ._tensors import alias, rebind
+
+
+def _adopt(cls, data: Tensor, requires_grad: bool):
+    src = alias(data)  # a fresh id holding data's value, so the two objects never share a handle
+    p = object.__new__(cls)
+    p._init(src._s, src._id, src._shape, src.dtype, src._dev)
+    src._s = None  # the id now belongs to p: src must not release it
+    p.requires_grad = bool(requires_grad) and src.dtype.is_floating_point
+    if requires_grad and not src.dtype.is_floating_point:
+        raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+    return p
+
+
+class Parameter(Tensor):
+    """A tensor that is a module parameter (``requires_grad=True`` by default).
+
+    ``Parameter(data)`` holds ``data``'s value (not its later in-place updates: cluster buffers are
+    immutable). ``p.data`` reads the value outside autograd; ``p.data = t`` replaces it, as in torch.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, data: Tensor | None = None, requires_grad: bool = True):
+        if data is None:
+            from tensorwire.creation import empty
+
+            data = empty(0)
+        if not isinstance(data, Tensor):
+            raise TypeError(f"Parameter expects a tw.Tensor, got {type(data).__name__}")
+        return _adopt(cls, data, requires_grad)
+
+    def __init__(self, data=None, requires_grad: bool = True):
+        pass
+
+    @property
+    def data(self) -> Tensor:
+        return alias(self)
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        rebind(self, alias(value))
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        out = Parameter(self, self.requires_grad)
+        memo[id(self)] = out
+        return out
+
+    def __reduce_ex__(self, proto):
+        raise TypeError("tensorwire tensors cannot be pickled; use tw.save (safetensors)")
+
+
+class Buffer:
+    """``tw.nn.Buffer(tensor, persistent=True)``: assigning one to a module attribute registers a buffer."""
+
+    def __init__(self, data: Tensor, persistent: bool = True):
+        self.data = data
+        self.persistent = persistent
+
+
+def is_float(t: Tensor) -> bool:
+    return t.dtype.is_floating_point and t.dtype is not D.bool_

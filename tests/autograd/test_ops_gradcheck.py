@@ -1,0 +1,372 @@
+"""Every differentiable op of the op table against central finite differences, in float64.
+
+Cases are generated per op (``GENERATORS``): broadcasting shapes, dims/keepdim variants, views,
+indexing. An op marked differentiable without a generator fails ``test_every_op_has_a_generator``, so
+a new op cannot go untested. All checks are recorded lazily (directional checks ``v^T J u``, as
+torch's fast mode) and fetched in one round trip.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+from tensorwire.autograd_hooks import record
+from tensorwire.protocol.ops import OPS
+
+RNG = np.random.default_rng(1234)
+
+
+def R(op, ins, attrs=None, device=None):
+    """Record ``op`` exactly as the op table defines it (through the autograd hook)."""
+    return record(ins[0]._s, op, list(ins), attrs, device or ins[0]._dev)
+
+
+def P(shape, lo=-1.0, hi=1.0, away=0.0):
+    """A float64 leaf requiring grad, uniform in [lo, hi] with |x| >= away."""
+    a = RNG.uniform(lo, hi, size=shape)
+    if away:
+        a = np.where(np.abs(a) < away, np.sign(a + 1e-12) * away + a, a)
+    return tw.tensor(a, dtype=tw.float64, requires_grad=True)
+
+
+def I(arr):  # noqa: E743 - an index tensor
+    return tw.tensor(np.asarray(arr, dtype=np.int64))
+
+
+def case(op, inputs, attrs=None, device=None, name=""):
+    return (f"{op}{name}", lambda *xs: R(op, xs, attrs, device), inputs)
+
+
+BCAST = [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((2, 3, 4), (4,)), ((), (3,))]
+REDUCE_DIMS = [(None, False), ([0], False), ([1], True), ([0, 2], False), ([-1], True), ([0, 1, 2], True)]
+
+
+def unary(op, lo=-1.0, hi=1.0, away=0.0):
+    return lambda: [case(op, [P(s, lo, hi, away)], name=str(s)) for s in [(3, 4), (), (2, 1, 3)]]
+
+
+def binary(op, a=(-1.0, 1.0, 0.0), b=(-1.0, 1.0, 0.0)):
+    return lambda: [case(op, [P(sa, *a), P(sb, *b)], name=f"{sa}{sb}") for sa, sb in BCAST]
+
+
+def reduce_(op, lo=-1.0, hi=1.0, away=0.0, extra=None):
+    def gen():
+        out = []
+        for dims, keep in REDUCE_DIMS:
+            attrs = {"dims": dims, "keepdim": keep, **(extra or {})}
+            out.append(case(op, [P((2, 3, 4), lo, hi, away)], attrs, name=f"{dims}{keep}"))
+        return out
+    return gen
+
+
+def _distinct_pair(shape_a, shape_b):
+    a, b = P(shape_a), P(shape_b)
+    return [a, b]
+
+
+def _where():
+    out = []
+    for sc, sa, sb in [((3, 4), (3, 4), (3, 4)), ((3, 1), (1, 4), (3, 4)), ((4,), (3, 4), ())]:
+        c = tw.tensor(RNG.random(sc) > 0.5)
+        out.append(case("where", [c, P(sa), P(sb)], name=f"{sc}{sa}{sb}"))
+    return out
+
+
+def _clamp():
+    return [case("clamp", [P((3, 4), away=0.05)], {"min": -0.5, "max": 0.5}, name="both"),
+            case("clamp", [P((3, 4), away=0.05)], {"min": 0.0, "max": None}, name="min"),
+            case("clamp", [P((3, 4), away=0.05)], {"min": None, "max": 0.25}, name="max")]
+
+
+def _cast():
+    return [case("cast", [P((3, 4))], {"dtype": "float64"})]
+
+
+def _copy():
+    return [case("copy", [P((3, 4))], name="same"),
+            case("copy", [P((3, 4))], {"shape": [3, 4], "dtype": "float64"}, device="cpu:1", name="cpu1")]
+
+
+def _prod():
+    out = []
+    for dims, keep in [(None, False), ([1], False), ([0], True), ([2], False)]:
+        out.append(case("prod", [P((2, 3, 4), 0.5, 1.5)], {"dims": dims, "keepdim": keep}, name=f"{dims}{keep}"))
+    out.append(case("prod", [P((2, 3, 4), 0.5, 1.5)], {"dims": [0, 2], "keepdim": True}, name="02"))
+    return out
+
+
+def _scan(op):
+    return lambda: [case(op, [P((3, 4), 0.5, 1.5)], {"dim": d}, name=str(d)) for d in (0, 1, -1)]
+
+
+def _softmax(op):
+    return lambda: [case(op, [P((3, 4), -2, 2)], {"dim": d}, name=str(d)) for d in (0, 1, -1)] + \
+        [case(op, [P((2, 3, 4), -2, 2)], {"dim": 1}, name="3d")]
+
+
+def _var(op):
+    def gen():
+        out = []
+        for dims, keep in REDUCE_DIMS[:4]:
+            for corr in (0, 1):
+                out.append(case(op, [P((2, 3, 4))], {"dims": dims, "keepdim": keep, "correction": corr},
+                                name=f"{dims}{keep}{corr}"))
+        return out
+    return gen
+
+
+def _norm():
+    out = []
+    for p in (1, 2, 3, 0.5, math.inf, -math.inf):
+        for dims, keep in [(None, False), ([1], True), ([0, 2], False)]:
+            out.append(case("norm", [P((2, 3, 4), away=0.05)], {"p": p, "dims": dims, "keepdim": keep},
+                            name=f"p{p}{dims}{keep}"))
+    return out
+
+
+def _reshape():
+    return [case("reshape", [P((2, 3, 4))], {"shape": [6, 4]}), case("reshape", [P((2, 3, 4))], {"shape": [24]}),
+            case("reshape", [P(())], {"shape": [1, 1]}, name="0d")]
+
+
+def _permute():
+    return [case("permute", [P((2, 3, 4))], {"dims": [2, 0, 1]}), case("permute", [P((3, 4))], {"dims": [1, 0]})]
+
+
+def _expand():
+    return [case("expand", [P((3, 1))], {"shape": [2, 3, 4]}), case("expand", [P(())], {"shape": [3, 2]}),
+            case("expand", [P((1, 4))], {"shape": [3, -1]})]
+
+
+def _slice():
+    return [case("slice", [P((5, 6))], {"starts": [1, 0], "stops": [4, 6], "steps": [1, 1]}, name="s1"),
+            case("slice", [P((5, 6))], {"starts": [0, 1], "stops": [5, 6], "steps": [2, 3]}, name="s2"),
+            case("slice", [P((2, 5, 3))], {"starts": [0, 2, 1], "stops": [2, 2, 3], "steps": [1, 1, 1]},
+                 name="empty")]
+
+
+def _flip():
+    return [case("flip", [P((3, 4))], {"dims": [0]}), case("flip", [P((2, 3, 4))], {"dims": [0, 2]})]
+
+
+def _pad():
+    return [case("pad", [P((3, 4))], {"pads": [1, 2, 0, 1], "value": 0.5}, name="grow"),
+            case("pad", [P((3, 4))], {"pads": [-1, 0, 1, -2], "value": 0}, name="crop")]
+
+
+def _cat():
+    return [case("cat", [P((2, 3)), P((4, 3))], {"dim": 0}, name="0"),
+            case("cat", [P((2, 3)), P((2, 1)), P((2, 2))], {"dim": 1}, name="1"),
+            case("cat", [P((2, 3)), tw.tensor(RNG.random((2, 2)), dtype=tw.float64)], {"dim": -1}, name="const")]
+
+
+def _gather():
+    idx = I(RNG.integers(0, 4, size=(3, 5)))
+    idx2 = I(RNG.integers(0, 3, size=(2, 4)))
+    return [case("gather", [P((3, 4)), idx], {"dim": 1}, name="1"),
+            case("gather", [P((3, 4)), idx2], {"dim": 0}, name="0")]
+
+
+def _perm_index(shape, dim):
+    """An index for scatter with distinct targets along ``dim`` (scatter's result is then well-defined)."""
+    out = np.zeros(shape, dtype=np.int64)
+    for pos in np.ndindex(*[s for i, s in enumerate(shape) if i != dim]):
+        col = RNG.permutation(5)[:shape[dim]]
+        sl = list(pos)
+        sl.insert(dim, slice(None))
+        out[tuple(sl)] = col
+    return I(out)
+
+
+def _scatter():
+    return [case("scatter", [P((5, 4)), _perm_index((3, 4), 0), P((3, 4))], {"dim": 0}, name="0"),
+            case("scatter", [P((4, 5)), _perm_index((2, 3), 1), P((3, 4))], {"dim": 1}, name="small")]
+
+
+def _scatter_add():
+    return [case("scatter_add", [P((5, 4)), I(RNG.integers(0, 5, size=(3, 4))), P((3, 4))], {"dim": 0}, name="0"),
+            case("scatter_add", [P((4, 5)), I(RNG.integers(0, 5, size=(2, 3))), P((3, 4))], {"dim": 1},
+                 name="small")]
+
+
+def _index():
+    return [case("index", [P((5, 3)), I([0, 2, 2, 4])], {"dim": 0}, name="dup"),
+            case("index", [P((2, 5, 3)), I([[1, 0], [4, 4]])], {"dim": 1}, name="2d"),
+            case("index", [P((4, 5)), I([0, 3, 1]), I([4, 0, 2])], {"dim": 0}, name="two")]
+
+
+def _index_put():
+    return [case("index_put", [P((5, 3)), P((2, 3)), I([1, 3])], {"dim": 0, "accumulate": False}, name="set"),
+            case("index_put", [P((5, 3)), P((3,)), I([1, 3, 1])], {"dim": 0, "accumulate": True}, name="acc"),
+            case("index_put", [P((3, 5)), P(()), I([0, 2]), I([4, 1])], {"dim": 0, "accumulate": False},
+                 name="scalar")]
+
+
+def _setslice():
+    return [case("setslice", [P((4, 5)), P((2, 5))], {"starts": [1, 0], "stops": [3, 5], "steps": [1, 1]}),
+            case("setslice", [P((4, 5)), P((5,))], {"starts": [0, 0], "stops": [4, 5], "steps": [2, 1]},
+                 name="bcast")]
+
+
+def _matmul():
+    shapes = [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((2, 3, 4), (4, 5)),
+              ((2, 1, 3, 4), (5, 4, 2)), ((4,), (2, 4, 3))]
+    return [case("matmul", [P(a), P(b)], name=f"{a}{b}") for a, b in shapes]
+
+
+def _tri(op):
+    return lambda: [case(op, [P((4, 5))], {"diagonal": k}, name=str(k)) for k in (0, 1, -2)] + \
+        [case(op, [P((2, 3, 3))], {"diagonal": 0}, name="3d")]
+
+
+def _lerp():
+    return [case("lerp", [P((3, 4)), P((3, 4)), P((3, 4))], name="same"),
+            case("lerp", [P((3, 1)), P((4,)), P(())], name="bcast")]
+
+
+def _maxmin(op):
+    return lambda: [case(op, _distinct_pair(sa, sb), name=f"{sa}{sb}") for sa, sb in BCAST] + \
+        [case(op, [P((3, 4)), tw.tensor(0.0, dtype=tw.float64)], name="const")]
+
+
+def _softplus():
+    return [case("softplus", [P((3, 4), -2, 2)], {"beta": 1.0, "threshold": 20.0}, name="plain"),
+            case("softplus", [P((3, 4), -2, 2)], {"beta": 2.0, "threshold": 20.0}, name="beta"),
+            case("softplus", [P((3, 4), -2, 2, 0.3)], {"beta": 1.0, "threshold": 0.0}, name="threshold")]
+
+
+def _norm_last(op):
+    return lambda: [case(op, [P((3, 4))], {"ndim": 1, "eps": 1e-5}, name="1"),
+                    case(op, [P((2, 3, 4))], {"ndim": 2, "eps": 1e-3}, name="2")]
+
+
+def _im2col():
+    return [case("im2col", [P((1, 2, 5, 5))], {"kernel": [2, 3], "stride": [1, 2], "padding": [1, 0],
+                                                "dilation": [1, 1]}, name="a"),
+            case("im2col", [P((2, 1, 4, 4))], {"kernel": [2, 2], "stride": [2, 2], "padding": [0, 0],
+                                                "dilation": [1, 1]}, name="b")]
+
+
+def _conv2d():
+    return [case("conv2d", [P((2, 2, 5, 5)), P((3, 2, 3, 3))], {"stride": [1, 1], "padding": [1, 1],
+                                                                 "dilation": [1, 1], "groups": 1}, name="pad"),
+            case("conv2d", [P((1, 4, 5, 4)), P((4, 2, 2, 3))], {"stride": [2, 1], "padding": [0, 1],
+                                                                 "dilation": [1, 1], "groups": 2}, name="groups")]
+
+
+def _distinct(shape):
+    a = RNG.permutation(int(np.prod(shape))).reshape(shape) / 10.0
+    return tw.tensor(a, dtype=tw.float64, requires_grad=True)
+
+
+def _max_pool2d():
+    return [case("max_pool2d", [_distinct((1, 2, 5, 5))], {"kernel": [2, 2], "stride": [2, 2], "padding": [0, 0],
+                                                            "dilation": [1, 1], "ceil_mode": False}, name="a"),
+            case("max_pool2d", [_distinct((1, 1, 5, 5))], {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1],
+                                                            "dilation": [1, 1], "ceil_mode": True}, name="pad")]
+
+
+def _avg_pool2d():
+    return [case("avg_pool2d", [P((1, 2, 5, 5))], {"kernel": [2, 2], "stride": [2, 2], "padding": [0, 0],
+                                                    "ceil_mode": False, "count_include_pad": True}, name="a"),
+            case("avg_pool2d", [P((1, 1, 5, 5))], {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1],
+                                                    "ceil_mode": True, "count_include_pad": False}, name="pad")]
+
+
+GENERATORS = {
+    "gelu": lambda: [case("gelu", [P((3, 4), -2, 2)], {"approximate": a}, name=a) for a in ("none", "tanh")],
+    "silu": unary("silu", -3, 3), "leaky_relu": lambda: [case("leaky_relu", [P((3, 4), away=0.05)],
+                                                             {"negative_slope": 0.1})],
+    "softplus": _softplus, "layer_norm": _norm_last("layer_norm"), "rms_norm": _norm_last("rms_norm"),
+    "im2col": _im2col, "conv2d": _conv2d, "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d,
+    "exp": unary("exp"), "log": unary("log", 0.2, 2.0), "log1p": unary("log1p", -0.5, 2.0),
+    "expm1": unary("expm1"), "sqrt": unary("sqrt", 0.2, 2.0), "sin": unary("sin", -3, 3),
+    "cos": unary("cos", -3, 3), "tan": unary("tan"), "tanh": unary("tanh", -2, 2), "erf": unary("erf", -2, 2),
+    "reciprocal": unary("reciprocal", -2, 2, 0.3), "asin": unary("asin", -0.9, 0.9),
+    "acos": unary("acos", -0.9, 0.9), "atan": unary("atan", -2, 2), "sinh": unary("sinh"), "cosh": unary("cosh"),
+    "neg": unary("neg"), "abs": unary("abs", away=0.05),
+    "add": binary("add"), "sub": binary("sub"), "mul": binary("mul"), "div": binary("div", b=(-2, 2, 0.3)),
+    "maximum": _maxmin("maximum"), "minimum": _maxmin("minimum"),
+    "remainder": binary("remainder", a=(0.2, 1.8, 0), b=(2.0, 2.5, 0)),
+    "pow": binary("pow", a=(0.3, 2.0, 0)), "atan2": binary("atan2", a=(-2, 2, 0.2), b=(-2, 2, 0.2)),
+    "where": _where, "cast": _cast, "copy": _copy,
+    "sum": reduce_("sum"), "prod": _prod, "amax": reduce_("amax"), "amin": reduce_("amin"),
+    "cumsum": _scan("cumsum"), "cumprod": _scan("cumprod"),
+    "reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice, "flip": _flip, "pad": _pad,
+    "cat": _cat, "gather": _gather, "scatter": _scatter, "scatter_add": _scatter_add, "index": _index,
+    "index_put": _index_put, "setslice": _setslice, "matmul": _matmul,
+    "relu": unary("relu", away=0.05), "sigmoid": unary("sigmoid", -3, 3), "square": unary("square"),
+    "rsqrt": unary("rsqrt", 0.2, 2.0), "exp2": unary("exp2"), "log2": unary("log2", 0.2, 2.0),
+    "log10": unary("log10", 0.2, 2.0), "clamp": _clamp, "nan_to_num": unary("nan_to_num"), "lerp": _lerp,
+    "mean": reduce_("mean"), "var": _var("var"), "std": _var("std"), "logsumexp": reduce_("logsumexp", -2, 2),
+    "softmax": _softmax("softmax"), "log_softmax": _softmax("log_softmax"), "norm": _norm,
+    "tril": _tri("tril"), "triu": _tri("triu"), "relu6": lambda: [case("relu6", [P((3, 4), -1, 7, 0.05)])],
+}
+
+DIFFERENTIABLE = sorted(n for n, op in OPS.items() if op.differentiable)
+
+
+def test_every_op_has_a_generator():
+    missing = [n for n in DIFFERENTIABLE if n not in GENERATORS]
+    assert not missing, f"differentiable ops without a gradcheck generator in {__file__}: {missing}"
+
+
+@pytest.fixture(scope="module")
+def checks(session):
+    """Run every generated check, all fetched in one round trip: {op: [(case, analytic, numeric)]}."""
+    recorded = {}
+    for op in DIFFERENTIABLE:
+        gen = GENERATORS.get(op)
+        if gen is None:
+            continue
+        for name, fn, inputs in gen():
+            a, n = tw.autograd.gradcheck_terms(fn, inputs, eps=1e-6, directions=2)
+            assert a, f"{name}: no gradient path"
+            recorded.setdefault(op, []).append((name, a, n))
+    ids = [t._id for cases in recorded.values() for _, a, n in cases for t in a + n]
+    vals = session.flush(fetch=ids)
+    out = {}
+    for op, cases in recorded.items():
+        out[op] = [(name, [float(vals[t._id]) for t in a], [float(vals[t._id]) for t in n]) for name, a, n in cases]
+    return out
+
+
+@pytest.mark.parametrize("op", DIFFERENTIABLE)
+def test_gradcheck(checks, op):
+    if op not in GENERATORS:
+        pytest.fail(f"no generator for {op}")
+    bad = []
+    for name, a, n in checks[op]:
+        for x, y in zip(a, n):
+            if not abs(x - y) <= 1e-6 + 1e-5 * abs(y):
+                bad.append((name, x, y))
+    assert not bad, f"analytical vs numerical gradients differ: {bad}"
+
+
+def test_full_gradcheck_small(session):
+    """The full-Jacobian gradcheck (tw.autograd.gradcheck) on a few composed functions."""
+    x = P((3,))
+    y = P((2, 3))
+    assert tw.autograd.gradcheck(lambda a, b: (a * b).sin().sum(0), (x, y))
+    assert tw.autograd.gradcheck(lambda a: a.softmax(-1), (y,))
+    assert tw.autograd.gradcheck(lambda a, b: (a @ b.T).tanh(), (y, P((4, 3))), fast_mode=True)
+
+
+def test_gradcheck_catches_a_wrong_gradient(session):
+    class Bad(tw.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g  # wrong: should be 2 x g
+
+    x = P((3,), 0.5, 1.0)
+    assert not tw.autograd.gradcheck(Bad.apply, (x,), raise_exception=False)
+    with pytest.raises(tw.autograd.AutogradError):
+        tw.autograd.gradcheck(Bad.apply, (x,))

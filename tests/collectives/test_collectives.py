@@ -1,0 +1,158 @@
+"""Collectives against numpy on 2 and 4 devices: every op, several dtypes and sizes, errors, faults."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None,
+                                reason="mpi4py/mpich not installed (pip install 'tensorwire[mpi]')")
+
+DEVICES = ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with tw.LocalCluster(devices=DEVICES, autograd=False) as c:
+        assert "collectives" in c.services
+        yield c
+
+
+def _inputs(n, shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        if dtype == "bool":
+            a = rng.random(shape) > 0.5
+        elif dtype.startswith("int"):
+            a = rng.integers(-50, 50, shape).astype(dtype)
+        else:
+            a = rng.standard_normal(shape).astype(dtype)
+        out.append(a)
+    return out
+
+
+REDUCE = {"sum": lambda xs: np.sum(xs, axis=0), "max": lambda xs: np.max(xs, axis=0),
+          "min": lambda xs: np.min(xs, axis=0), "prod": lambda xs: np.prod(xs, axis=0),
+          "mean": lambda xs: np.mean(xs, axis=0)}
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("shape", [(), (7,), (5, 3), (1 << 16,)], ids=["0d", "7", "5x3", "64k"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "float16"])
+def test_all_reduce(session, n, shape, dtype):
+    arrs = _inputs(n, shape, dtype, seed=n)
+    for op in ("sum", "max", "min", "mean") if dtype.startswith("float") else ("sum", "max", "min"):
+        parts = [tw.tensor(a, device=DEVICES[i]) for i, a in enumerate(arrs)]
+        tw.distributed.all_reduce(parts, op=op)
+        ref = REDUCE[op](np.stack([a.astype(np.float64) for a in arrs]))
+        tol = 2e-2 if dtype == "float16" else 1e-5
+        for p in parts:
+            assert p.dtype == tw.get_default_dtype() or p.dtype.name == dtype
+            np.testing.assert_allclose(p.numpy().astype(np.float64), ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("rows", [1, 5, 8, 0], ids=lambda r: f"rows{r}")
+def test_reduce_scatter_and_all_gather(session, n, rows):
+    arrs = _inputs(n, (rows, 3), "float64", seed=rows)
+    outs = tw.distributed.reduce_scatter([tw.tensor(a, device=DEVICES[i]) for i, a in enumerate(arrs)])
+    total = np.sum(arrs, axis=0)
+    for i, (o, ref) in enumerate(zip(outs, np.array_split(total, n))):
+        assert o.device == DEVICES[i]
+        np.testing.assert_allclose(o.numpy(), ref, rtol=1e-12)
+    gathered = tw.distributed.all_gather([tw.tensor(a, device=DEVICES[i]) for i, a in enumerate(arrs)])
+    for i, g in enumerate(gathered):
+        assert g.device == DEVICES[i] and g.shape == (n, rows, 3)
+        np.testing.assert_array_equal(g.numpy(), np.stack(arrs))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "bool", "bfloat16"])
+def test_broadcast_and_gather_dtypes(session, dtype):
+    src = 1
+    if dtype == "bfloat16":
+        arrs = [np.arange(6, dtype=np.float32).reshape(2, 3) + 10 * i for i in range(4)]
+        parts = [tw.tensor(a, device=DEVICES[i]).to(tw.bfloat16) for i, a in enumerate(arrs)]
+    else:
+        arrs = _inputs(4, (2, 3), dtype, seed=3)
+        parts = [tw.tensor(a, device=DEVICES[i]) for i, a in enumerate(arrs)]
+    tw.distributed.broadcast(parts, src=src)
+    for p in parts:
+        np.testing.assert_array_equal(p.numpy().astype(np.float64), arrs[src].astype(np.float64))
+    g = tw.distributed.all_gather(parts[:2])
+    np.testing.assert_array_equal(g[1].numpy().astype(np.float64), np.stack([arrs[src]] * 2).astype(np.float64))
+
+
+def test_collectives_are_ordered_with_other_work(session):
+    # produce on each device, reduce, consume: all recorded before any sync
+    xs = [tw.arange(4.0, device=d) * (i + 1) for i, d in enumerate(DEVICES[:2])]
+    tw.distributed.all_reduce(xs)
+    ys = [x * 2 for x in xs]
+    tw.distributed.all_reduce(ys, op="max")
+    np.testing.assert_array_equal(ys[1].numpy(), np.arange(4.0) * 6)
+    np.testing.assert_array_equal(xs[0].numpy(), np.arange(4.0) * 3)
+
+
+def test_loop_replays_plan(session):
+    xs = [tw.ones(16, device=d) for d in DEVICES]
+    for _ in range(5):
+        xs = [x * 0.5 for x in xs]
+        tw.distributed.all_reduce(xs, op="sum")
+    np.testing.assert_allclose(xs[3].numpy(), np.full(16, 2.0 ** 5), rtol=1e-6)
+
+
+def test_bad_calls_are_clear(session):
+    a = tw.ones(3, device="cpu:0")
+    with pytest.raises(tw.ShapeError):
+        tw.distributed.all_reduce([a, tw.ones(4, device="cpu:1")])
+    with pytest.raises(tw.DTypeError):
+        tw.distributed.all_reduce([a, tw.ones(3, device="cpu:1", dtype=tw.float64)])
+    with pytest.raises(tw.DeviceError):
+        tw.distributed.all_reduce([a, tw.ones(3, device="cpu:0")])
+    with pytest.raises(ValueError):
+        tw.distributed.all_reduce([a, tw.ones(3, device="cpu:1")], op="median")
+    with pytest.raises(tw.ShapeError):
+        tw.distributed.reduce_scatter([tw.ones((), device="cpu:0"), tw.ones((), device="cpu:1")])
+    tw.distributed.barrier(DEVICES)
+
+
+def test_rank_death_gives_error_then_restart_works(cluster, session):
+    xs = [tw.ones(8, device=d) for d in DEVICES[:2]]
+    tw.synchronize()
+    cluster.services["collectives"].kill()
+    t0 = time.monotonic()
+    with pytest.raises(tw.TensorwireError, match="collectives"):
+        tw.distributed.all_reduce(xs)
+        xs[0].numpy()
+    assert time.monotonic() - t0 < 30
+    cluster.start_collectives()
+    ys = [tw.ones(8, device=d) * 2 for d in DEVICES[:2]]
+    tw.distributed.all_reduce(ys)
+    np.testing.assert_array_equal(ys[1].numpy(), np.full(8, 4.0))
+
+
+def test_worker_death_during_collective_is_bounded(cluster, session):
+    big = tw.randn(1200, 1200, device="cpu:1")
+    slow = (big @ big @ big).sum(dim=1)[:8]  # cpu:1 is busy while cpu:0 already waits in the collective
+    xs = [tw.ones(8, device="cpu:0"), slow]
+    tw.distributed.all_reduce(xs)
+    session.flush()
+    cluster.services["cpu:1"].kill()
+    t0 = time.monotonic()
+    with pytest.raises(tw.TensorwireError):
+        xs[0].numpy()
+    assert time.monotonic() - t0 < 30
+    with pytest.raises(tw.WorkerLost):  # the session also hears, once, that cpu:1's tensors are gone
+        tw.synchronize()
+    tw.synchronize()
+    cluster.start_workers(["cpu:1"])
+    # the MPI job aborted itself (a collective cannot be cancelled); start a new one
+    cluster.start_collectives()
+    ys = [tw.ones(8, device=d) * 3 for d in DEVICES[:2]]
+    tw.distributed.all_reduce(ys)
+    np.testing.assert_array_equal(ys[1].numpy(), np.full(8, 6.0))
