@@ -1287,6 +1287,10 @@ def _composite_specs(op: str):
                 ("tanh", [(3, 4)], (-4, 4), {"approximate": "tanh"},
                  lambda xs, dt: 0.5 * xs[0] * (1 + np.tanh(math.sqrt(2 / math.pi) * (xs[0] + 0.044715 * xs[0] ** 3)))),
                 ("0d", [()], (-4, 4), {}, lambda xs, dt: 0.5 * xs[0] * (1 + _erf(xs[0] / math.sqrt(2))))]
+    if op == "linear":
+        return [("bias", [(2, 3, 4), (5, 4), (5,)], (-2, 2), {}, lambda xs, dt: xs[0] @ xs[1].T + xs[2]),
+                ("no-bias", [(3, 4), (2, 4)], (-2, 2), {}, lambda xs, dt: xs[0] @ xs[1].T),
+                ("1d", [(4,), (3, 4)], (-2, 2), {}, lambda xs, dt: xs[1] @ xs[0])]
     if op == "silu":
         return unary(lambda x: x / (1 + np.exp(-x)), (-6, 6))
     if op == "leaky_relu":

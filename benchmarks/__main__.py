@@ -11,11 +11,15 @@ from .harness import table
 
 def main() -> None:
     p = argparse.ArgumentParser(description="tensorwire benchmarks (ratios against peers run side by side)")
-    p.add_argument("--only", default=None, help="run one group: core")
-    p.parse_args()
-    from . import core
+    p.add_argument("--only", default=None, help="run one group: core, collectives, autograd")
+    args = p.parse_args()
+    from . import autograd, collectives, core
 
-    results = core.run_all()
+    groups = {"core": core.run_all, "collectives": collectives.run_all, "autograd": autograd.run_all}
+    results = []
+    for name, run in groups.items():
+        if args.only in (None, name):
+            results.extend(run())
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(table(results))
 

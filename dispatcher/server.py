@@ -217,12 +217,18 @@ class Dispatcher:
                 dst = self.workers.get(route[2])
                 if dst is not None:
                     self._to_service(dst, h, frames)
-        elif t == "coll_ready":  # a worker's input is in shared memory: tell its collectives rank
-            rank = self.coll_ranks.get(svc.name)
-            if rank is not None:
-                self._to_service(rank, h)
-            else:
+        elif t == "coll_ready":  # a worker's input is in shared memory
+            pend = self.coll_pending.get(h.get("key"))
+            if pend is None:
+                return
+            if svc.name not in self.coll_ranks:
                 self._coll_failed(h.get("key"), f"no collectives rank serves {svc.name}")
+                return
+            pend.setdefault("ready", {})[svc.name] = h
+            if len(pend["ready"]) == len(pend["all"]):
+                # every part is ready: release the ranks together, so none spins in MPI waiting for a peer
+                for dev, msg in pend["ready"].items():
+                    self._to_service(self.coll_ranks[dev], msg)
         elif t == "coll_done":  # a rank finished (or failed) its part: tell its worker
             pending = self.coll_pending.get(h.get("key"))
             dev = h.get("device")

@@ -1190,7 +1190,8 @@ def _conv2d_infer(metas, attrs):
     if groups < 1 or s[1] % groups or sw_[0] % groups or s[1] // groups != sw_[1]:
         raise ShapeError(f"conv2d: expected input{list(s)} to have {sw_[1] * groups} channels (weight {list(sw_)}, "
                          f"groups={groups}), but got {s[1]} channels instead")
-    _, _, _, _, (oh, ow) = _window_geometry(s, {**attrs, "kernel": list(sw_[2:]), "stride": attrs.get("stride", [1, 1])})
+    geom_attrs = {**attrs, "kernel": list(sw_[2:]), "stride": attrs.get("stride", [1, 1])}
+    _, _, _, _, (oh, ow) = _window_geometry(s, geom_attrs)
     return check_shape((s[0], sw_[0], oh, ow)), d
 
 

@@ -306,7 +306,8 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     if training:
         n = input.numel() // input.shape[1]
         if n <= 1:
-            raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(input.shape)}")
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                             f"{list(input.shape)}")
         mean = input.mean(dims)
         xc = input - mean.reshape(shape)
         var = (xc * xc).mean(dims)

@@ -320,7 +320,7 @@ class Module:
         """Replace every parameter's and buffer's value by ``fn(value)`` (the objects stay the same)."""
         with no_grad():
             for m in self.modules():
-                for k, p in m._parameters.items():
+                for p in m._parameters.values():
                     if p is None:
                         continue
                     new = fn(p)
@@ -329,7 +329,7 @@ class Module:
                         if p.grad is not None:
                             g = fn(p.grad)
                             p.grad = g
-                for k, b in m._buffers.items():
+                for b in m._buffers.values():
                     if b is None:
                         continue
                     new = fn(b)

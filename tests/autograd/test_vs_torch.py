@@ -40,8 +40,8 @@ PROGRAMS = {
     "where_clamp": (lambda m, x, y: m.where(x > 0, x * y, y.exp()).sum() + x.clamp(-0.3, 0.4).sum()
                     + m.maximum(x, y).sum() + m.minimum(x, y * 0.5).sum(), [(3, 4), (3, 4)], None),
     "cumulative": (lambda m, x: x.cumsum(0).sin().sum() + (x.abs() + 0.5).cumprod(1).sum(), [(3, 4)], None),
-    "reductions": (lambda m, x: x.amax(1).sum() + x.amin(0).sum() + x.mean((0, 1)) + x.sum(1, keepdim=True).pow(2).sum(),
-                   [(3, 4)], None),
+    "reductions": (lambda m, x: x.amax(1).sum() + x.amin(0).sum() + x.mean((0, 1))
+                   + x.sum(1, keepdim=True).pow(2).sum(), [(3, 4)], None),
     "broadcast_div": (lambda m, a, b: (a / (b.abs() + 1) - a.atan2(b + 2) + a.lerp(b, 0.3)).sum(),
                       [(3, 1), (4,)], None),
     "batched_matmul": (lambda m, a, b, v: ((a @ b) @ v).sum() + (v @ v), [(2, 1, 3, 4), (5, 4, 2), (2,)], None),

@@ -101,7 +101,7 @@ def test_conformance(plugin):
     assert any(c.op == "toy_hypot" for c in cases) and any(c.op == "softmax" for c in cases)
     report = run_conformance(backend, device_index=1, cases=cases)
     assert report.ok, report.summary()
-    assert len(report.passed) == len(cases)
+    assert len(report.passed) + len(report.skipped) == len(cases)
 
 
 def test_unavailable_device_refuses_to_open(plugin):

@@ -26,7 +26,7 @@ def cluster():
 def _inputs(n, shape, dtype, seed):
     rng = np.random.default_rng(seed)
     out = []
-    for i in range(n):
+    for _ in range(n):
         if dtype == "bool":
             a = rng.random(shape) > 0.5
         elif dtype.startswith("int"):

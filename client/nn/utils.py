@@ -1,10 +1,15 @@
-"""Gradient clipping on the cluster: the norm is computed and applied there, with no sync."""
+"""``tw.nn.utils``: gradient clipping (computed and applied on the cluster, no sync) and parameter/vector
+conversion."""
 
 from __future__ import annotations
 
 import math
 
 from tensorwire.tensor import Tensor
+
+from ._tensors import no_grad, rebind
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm", "parameters_to_vector", "vector_to_parameters"]
 
 
 def _grads(parameters) -> list[Tensor]:
@@ -58,3 +63,19 @@ def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
     for p in params:
         if p.grad is not None:
             p.grad = p.grad.clamp(-clip_value, clip_value)
+
+def parameters_to_vector(parameters) -> Tensor:
+    from tensorwire.functions import cat
+
+    return cat([p.reshape(-1) for p in parameters])
+
+
+def vector_to_parameters(vec: Tensor, parameters) -> None:
+    if not isinstance(vec, Tensor):
+        raise TypeError(f"expected a tw.Tensor, but got: {type(vec).__name__}")
+    i = 0
+    with no_grad():
+        for p in parameters:
+            n = p.numel()
+            rebind(p, vec[i:i + n].reshape(p.shape).to(p.dtype).clone())
+            i += n
