@@ -10,10 +10,8 @@ socket of its own only sends heartbeats, so a long kernel does not make the work
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections import deque
@@ -28,17 +26,10 @@ from tensorwire.protocol.wire import MAX_MESSAGE, array_from_frame, as_frame, pa
 
 from . import get_backend
 from .executor import Fail, compile_plan, execute, meta_of, run_plan
+from .shm import ShmPool
 
 log = logging.getLogger("tensorwire.worker")
 MAX_PLANS_PER_SESSION = 4096
-
-
-SHM_DIR = os.environ.get("TENSORWIRE_SHM_DIR", "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
-
-
-def shm_path(device: str, key: int) -> str:
-    """The shared-memory file through which a worker and its collectives rank exchange one collective."""
-    return os.path.join(SHM_DIR, f"tensorwire-{os.getpid()}-{device.replace(':', '-')}-{key}")
 
 
 def parse_device(text: str) -> tuple[str, int]:
@@ -71,7 +62,8 @@ class Executor:
         self.xfers: dict[int, object] = {}
         self.waiting: dict[int, bytes] = {}  # transfer key -> session parked on it
         self.ready: deque = deque()  # sessions with runnable work
-        self.colls: dict = {}  # ("coll", key) -> (shm path, output offset, shape, dtype) of pending collectives
+        self.colls: dict = {}  # ("coll", key) -> (shm file, output offset, shape, dtype) of pending collectives
+        self.shm = ShmPool(device_name)
 
     # -- message handling (execution thread) -------------------------------------------------
     def _session(self, sid) -> _Session:
@@ -240,19 +232,16 @@ class Executor:
             return Fail(error_to_wire(ProtocolError(f"collective {attrs['key']} was not announced")))
         try:
             arr = self.device.download(value)
-            path = shm_path(self.name, gk)
             out_bytes = int(np.prod(step.shape, dtype=np.int64)) * step.dtype.itemsize
             in_place = attrs["kind"] in ("all_reduce", "broadcast")
-            size = max(arr.nbytes if in_place else arr.nbytes + out_bytes, 1)
-            mm = np.memmap(path, dtype=np.uint8, mode="w+", shape=(size,))
+            f = self.shm.take(arr.nbytes if in_place else arr.nbytes + out_bytes)
             if arr.nbytes:
-                mm[:arr.nbytes] = arr.reshape(-1).view(np.uint8)
-            mm.flush()
-            del mm
+                np.frombuffer(memoryview(f.map), np.uint8, arr.nbytes)[:] = arr.reshape(-1).view(np.uint8)
+            path = f.path
         except Exception as e:
             return Fail(error_to_wire(e))
         key = ("coll", gk)
-        self.colls[key] = (path, 0 if in_place else arr.nbytes, step.shape, step.dtype)
+        self.colls[key] = (f, 0 if in_place else arr.nbytes, step.shape, step.dtype)
         self.send({"t": "coll_ready", "s": sid, "key": gk, "device": self.name, "path": path,
                    "dtype": step.dtype.name, "shape": list(arr.shape), "out_shape": list(step.shape),
                    "kind": attrs["kind"], "op": attrs.get("op"), "src": attrs.get("src", 0), "n": attrs["n"],
@@ -264,21 +253,16 @@ class Executor:
         info = self.colls.pop(key, None)
         if info is None:
             return
-        path, offset, shape, dt = info
+        f, offset, shape, dt = info
         if h.get("err"):
             val = Fail(h["err"])
+            self.shm.give_back(f)
         else:
-            try:
-                n = int(np.prod(shape, dtype=np.int64))
-                if n:
-                    mm = np.memmap(path, dtype=dt.np, mode="r", offset=offset, shape=(n,))
-                    val = self.device.upload(mm.reshape(shape))
-                else:
-                    val = self.device.upload(np.zeros(shape, dt.np))
+            try:  # the result stays on the shared pages: no copy back
+                val = self.device.upload(self.shm.lease(f, offset, shape, dt.np))
             except Exception as e:
                 val = Fail(error_to_wire(e))
-        with contextlib.suppress(OSError):
-            os.unlink(path)  # the mapping stays valid until the buffer is freed
+                self.shm.give_back(f)
         self.xfers[key] = val
         sid = self.waiting.pop(key, None)
         if sid is not None:
@@ -420,6 +404,7 @@ class Worker:
         finally:
             self.stop.set()
             sock.close(0)
+            ex.shm.close()
 
 
 def main(argv: list[str] | None = None) -> int:

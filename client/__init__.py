@@ -28,8 +28,7 @@ from tensorwire.protocol.errors import (
     WorkerLost,
 )
 
-from . import autograd  # tw.autograd: grad, Function, gradcheck ...
-from . import distributed
+from . import autograd, distributed
 from . import functions as _F
 from .autograd_engine import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .cluster import LocalCluster
@@ -123,3 +122,9 @@ __all__ = [
     "promote_types", "result_type", "autograd", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "inference_mode",
 ]
+
+# the model-building toolkit (issue 4): imported last, it builds on everything above
+from . import models, nn, optim, utils  # noqa: E402
+from .serialization import load, save  # noqa: E402
+
+__all__ += ["nn", "optim", "utils", "models", "save", "load"]

@@ -102,6 +102,20 @@ def mpiexec() -> str | None:
     return str(local) if local.exists() else shutil.which("mpiexec")
 
 
+def _remove_shm_leftovers(pids: list[int]) -> None:
+    """Shared-memory files of workers that were killed before they could remove them."""
+    import glob
+
+    from tensorwire.protocol.service import SHM_DIR
+
+    for pid in pids:
+        for path in glob.glob(os.path.join(SHM_DIR, f"tensorwire-{pid}-*")):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "tensorwire.cli", *args]
 
@@ -224,6 +238,7 @@ class LocalCluster:
                 self.services[n].stop()
             except Exception:
                 pass
+        _remove_shm_leftovers([s.proc.pid for s in self.services.values()])
         if self._tmp is not None:
             self._tmp.cleanup()
         atexit.unregister(self.close)

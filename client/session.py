@@ -217,7 +217,8 @@ class Session:
         dt = D.from_numpy(array.dtype) if dtype is None else dtype
         if array.dtype != dt.np:
             array = array.astype(dt.np)
-        array = np.ascontiguousarray(array)
+        if not array.flags.c_contiguous:
+            array = np.array(array, order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
         hid = next(self._ids)
         self._pending.append((hid, "const", [], {"shape": list(array.shape), "dtype": dt.name, "frame": array},
                               device, _user_frame(), ()))
@@ -335,8 +336,11 @@ class Session:
         errs = h.get("errors") or []
         ferrs = h.get("fetch_errors") or []
         if ferrs:
-            self._note_raised(ferrs[0])
-            raise self._error(ferrs[0])
+            err = ferrs[0]
+            if err.get("code") == DependencyFailed.code:  # prefer the failure it stems from, if reported here
+                err = next((e for e in errs if e.get("code") != DependencyFailed.code), err)
+            self._note_raised(err)
+            raise self._error(err)
         roots = [e for e in errs if e.get("code") != DependencyFailed.code] or errs
         # one failure seen by several devices (a collective, a lost worker) is raised once, not once per device
         roots = [e for e in roots if (e.get("code"), e.get("message")) not in self._raised]

@@ -61,6 +61,7 @@ class Rank:
         self.announced: deque = deque()  # (key, devices) in the dispatcher's order
         self.ready: dict[int, dict] = {}
         self.comms: dict[tuple, object] = {}
+        self.maps: dict[str, np.ndarray] = {}  # shared-memory files mapped lately, oldest first
         self.ops = {"sum": self.MPI.SUM, "mean": self.MPI.SUM, "max": self.MPI.MAX, "min": self.MPI.MIN,
                     "prod": self.MPI.PROD}
 
@@ -152,6 +153,16 @@ class Rank:
                 self.world.Abort(4)
 
     # -- the collectives -----------------------------------------------------------------------------
+    def _map(self, path: str) -> np.ndarray:
+        """Map a worker's shared-memory file (kept mapped: workers reuse their files for later collectives)."""
+        mm = self.maps.pop(path, None)
+        if mm is None or not os.path.exists(path):
+            mm = np.memmap(path, dtype=np.uint8, mode="r+", shape=(os.path.getsize(path),))
+        self.maps[path] = mm
+        while len(self.maps) > 32:
+            self.maps.pop(next(iter(self.maps)))
+        return mm
+
     def _comm(self, devs: list[str]):
         ranks = tuple(self.devices.index(d) for d in devs)
         if ranks == tuple(range(self.world.size)):
@@ -168,8 +179,7 @@ class Rank:
         dt = D.BY_NAME[req["dtype"]]
         shape = tuple(req["shape"])
         n_in = int(np.prod(shape, dtype=np.int64))
-        size = os.path.getsize(req["path"])
-        mm = np.memmap(req["path"], dtype=np.uint8, mode="r+", shape=(size,))
+        mm = self._map(req["path"])
         data = mm[: n_in * dt.itemsize].view(dt.np)
         kind, opname = req["kind"], req.get("op")
         wide = dt in (D.float16, D.bfloat16, D.bool_)  # no MPI datatype: reduce in a wider type
@@ -208,7 +218,6 @@ class Rank:
             out[:] = tmp.astype(dt.np)
         else:
             raise ProtocolError(f"unknown collective {kind!r}")
-        mm.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -654,6 +654,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hub-url", default=os.environ.get("TENSORWIRE_HUB_URL"), help="model hub URL for sessions")
     args = p.parse_args(argv)
     logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
+    from tensorwire.backends import load_ops
+
+    load_ops()  # custom ops of installed plugins, so batches using them validate
     d = Dispatcher(args.address, args.service_address, token=args.token, hub_url=args.hub_url)
     d.serve(stop_event_on_signals())
     return 0

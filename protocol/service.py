@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 
 READY = "TENSORWIRE-READY"
+#: where workers put the shared-memory files they exchange with their collectives rank
+SHM_DIR = os.environ.get("TENSORWIRE_SHM_DIR", "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
 HEARTBEAT_S = 0.5  # services and the dispatcher exchange a heartbeat this often
 LIVENESS = 10  # ... and declare the other side dead after this many missed heartbeats
 

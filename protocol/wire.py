@@ -16,7 +16,7 @@ import zmq
 
 from . import PROTOCOL_VERSION
 from . import dtypes as D
-from .errors import ProtocolError
+from .errors import ProtocolError, TensorwireError
 from .shapes import check_shape, numel
 
 #: the largest message a socket accepts (bytes, whole message); a peer sending more is cut off by zmq
@@ -57,8 +57,11 @@ def array_from_frame(desc, frames: list) -> tuple[int, np.ndarray]:
     if not isinstance(dname, str) or dname not in D.BY_NAME:
         raise ProtocolError(f"unknown dtype {dname!r} in tensor descriptor")
     dt = D.BY_NAME[dname]
-    shape = check_shape(shape)
-    if not isinstance(fi, int) or not 0 <= fi < len(frames):
+    try:
+        shape = check_shape(shape)
+    except TensorwireError as e:
+        raise ProtocolError(f"bad shape in tensor descriptor: {e.message}") from None
+    if type(fi) is not int or not 0 <= fi < len(frames):
         raise ProtocolError(f"tensor descriptor names frame {fi!r}, message has {len(frames)} buffer frames")
     buf = frames[fi]
     mv = buf.buffer if hasattr(buf, "buffer") else memoryview(buf)

@@ -28,7 +28,7 @@ class NumpyDevice(Device):
         return array
 
     def download(self, buf: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(buf)
+        return buf if buf.flags.c_contiguous else np.array(buf, order="C")  # (ascontiguousarray makes 0-d 1-d)
 
     def nbytes(self, buf: np.ndarray) -> int:
         return int(buf.nbytes)

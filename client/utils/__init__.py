@@ -1,1 +1,5 @@
-"""tensorwire.utils (in progress)."""
+"""``tw.utils``: ``tw.utils.data`` (datasets and loaders)."""
+
+from . import data
+
+__all__ = ["data"]

@@ -102,9 +102,6 @@ def test_deferred_error_surfaces_at_fetch_of_a_dependent():
     check(z, np.ones(3))
 
 
-@pytest.mark.xfail(reason="client/session.py: Session._result raises the fetched tensor's DependencyFailed "
-                          "before the batch's root error, so the first sync after a bad index is not an IndexError",
-                   raises=tw.DependencyFailed)
 def test_first_sync_after_failure_raises_the_root_error_class():
     x = tw.arange(4)
     bad = x[tw.tensor([0, 9])]

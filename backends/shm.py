@@ -1,0 +1,87 @@
+"""Shared-memory files a worker lends to its collectives rank, reused once nothing maps them any more.
+
+A collective's input is copied into a file under ``/dev/shm``; the rank maps the same file and runs MPI
+on it in place; the worker then hands the result to the session as a read-only array *on that mapping*
+(no copy back). The file returns to the pool when the last array viewing it dies (a finalizer on the
+lease's root array), so a training loop reuses warm pages instead of faulting in fresh ones each step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import mmap
+import os
+import weakref
+
+import numpy as np
+
+from tensorwire.protocol.service import SHM_DIR
+
+MAX_POOLED_BYTES = int(os.environ.get("TENSORWIRE_SHM_POOL_BYTES", str(2 << 30)))
+
+
+class ShmFile:
+    """One file and a writable mapping of it."""
+
+    def __init__(self, path: str, size: int):
+        self.path = path
+        self.size = size
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self.map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.map.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+class ShmPool:
+    """Files by size; ``take`` one, ``lease`` a result view on it, and it comes back when the view dies."""
+
+    def __init__(self, tag: str):
+        self.prefix = os.path.join(SHM_DIR, f"tensorwire-{os.getpid()}-{tag.replace(':', '-')}")
+        self.counter = itertools.count()
+        self.free: dict[int, list[ShmFile]] = {}
+        self.pooled = 0
+        self.all: dict[str, ShmFile] = {}
+
+    def take(self, size: int) -> ShmFile:
+        size = max(int(size), 1)
+        lst = self.free.get(size)
+        if lst:
+            f = lst.pop()
+            self.pooled -= f.size
+            return f
+        f = ShmFile(f"{self.prefix}-{next(self.counter)}", size)
+        self.all[f.path] = f
+        return f
+
+    def give_back(self, f: ShmFile) -> None:
+        if f.path not in self.all:
+            return
+        if self.pooled + f.size > MAX_POOLED_BYTES:
+            del self.all[f.path]
+            f.close()
+            return
+        self.free.setdefault(f.size, []).append(f)
+        self.pooled += f.size
+
+    def lease(self, f: ShmFile, offset: int, shape, dtype: np.dtype) -> np.ndarray:
+        """A read-only array on ``f``'s bytes; ``f`` returns to the pool when the array and its views die."""
+        n = int(np.prod(shape, dtype=np.int64))
+        root = np.frombuffer(memoryview(f.map), dtype=dtype, count=n, offset=offset)
+        root.flags.writeable = False
+        weakref.finalize(root, self.give_back, f)
+        return root.reshape(shape)
+
+    def close(self) -> None:
+        for f in list(self.all.values()):
+            f.close()
+        self.all.clear()
+        self.free.clear()

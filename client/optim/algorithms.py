@@ -1,0 +1,179 @@
+"""SGD, Adam, AdamW, RMSprop, Adagrad with torch's update rules (single-tensor form)."""
+
+from __future__ import annotations
+
+import math
+
+from .optimizer import Optimizer, _set_state, required
+
+
+def _c(p, v):
+    """Python number ``v`` as a cached 0-d tensor of ``p``'s dtype (exact for float64 parameters)."""
+    return p._s.scalar(float(v), p.dtype, p._dev)
+
+
+def _zeros_like(p):
+    from tensorwire.creation import zeros_like
+
+    return zeros_like(p)
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay (torch's rule)."""
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
+                 weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False, foreach=None,
+                 differentiable: bool = False, fused=None):
+        if lr is not required and lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=nesterov, maximize=maximize))
+
+    def _update(self, group, p, grad, state):
+        wd, mom = group["weight_decay"], group["momentum"]
+        if wd != 0:
+            grad = grad + p * _c(p, wd)
+        if mom != 0:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = _set_state(state, "momentum_buffer", grad.clone())
+            else:
+                damp = group["dampening"]
+                upd = grad * _c(p, 1 - damp) if damp else grad
+                buf = _set_state(state, "momentum_buffer", buf * _c(p, mom) + upd)
+            grad = grad + buf * _c(p, mom) if group["nesterov"] else buf
+        return p - grad * _c(p, group["lr"])
+
+
+class Adam(Optimizer):
+    """Adam (and AMSGrad) with torch's update; ``state["step"]`` is a Python int (no device sync)."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0,
+                 amsgrad: bool = False, *, foreach=None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused=None, decoupled_weight_decay: bool = False):
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      amsgrad=amsgrad, maximize=maximize,
+                                      decoupled_weight_decay=decoupled_weight_decay))
+
+    def _update(self, group, p, grad, state):
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = _zeros_like(p)
+            state["exp_avg_sq"] = _zeros_like(p)
+            if group["amsgrad"]:
+                state["max_exp_avg_sq"] = _zeros_like(p)
+        state["step"] += 1
+        step = state["step"]
+        if wd != 0:
+            if group.get("decoupled_weight_decay"):
+                p = p * _c(p, 1 - lr * wd)
+            else:
+                grad = grad + p * _c(p, wd)
+        m = _set_state(state, "exp_avg", state["exp_avg"].lerp(grad, _c(p, 1 - b1)))
+        v = _set_state(state, "exp_avg_sq", state["exp_avg_sq"] * _c(p, b2) + grad * grad * _c(p, 1 - b2))
+        bc1 = 1 - b1 ** step
+        bc2 = 1 - b2 ** step
+        step_size = lr / bc1
+        bc2_sqrt = math.sqrt(bc2)
+        if group["amsgrad"]:
+            v = _set_state(state, "max_exp_avg_sq", state["max_exp_avg_sq"].maximum(v))
+        denom = v.sqrt() / _c(p, bc2_sqrt) + _c(p, eps)
+        return p - (m / denom) * _c(p, step_size)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (default 1e-2): ``p *= 1 - lr * wd`` before the Adam update."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
+                 amsgrad: bool = False, *, maximize: bool = False, foreach=None, capturable: bool = False,
+                 differentiable: bool = False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+                         decoupled_weight_decay=True)
+
+
+class RMSprop(Optimizer):
+    """RMSprop (centered and momentum variants) with torch's update."""
+
+    def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0,
+                 momentum: float = 0, centered: bool = False, capturable: bool = False, foreach=None,
+                 maximize: bool = False, differentiable: bool = False):
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= momentum:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if not 0.0 <= alpha:
+            raise ValueError(f"Invalid alpha value: {alpha}")
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                                      centered=centered, maximize=maximize))
+
+    def _update(self, group, p, grad, state):
+        lr, alpha, eps, wd, mom = (group[k] for k in ("lr", "alpha", "eps", "weight_decay", "momentum"))
+        if not state:
+            state["step"] = 0
+            state["square_avg"] = _zeros_like(p)
+            if mom > 0:
+                state["momentum_buffer"] = _zeros_like(p)
+            if group["centered"]:
+                state["grad_avg"] = _zeros_like(p)
+        state["step"] += 1
+        if wd != 0:
+            grad = grad + p * _c(p, wd)
+        sq = _set_state(state, "square_avg", state["square_avg"] * _c(p, alpha) + grad * grad * _c(p, 1 - alpha))
+        if group["centered"]:
+            ga = _set_state(state, "grad_avg", state["grad_avg"].lerp(grad, _c(p, 1 - alpha)))
+            avg = (sq - ga * ga).sqrt() + _c(p, eps)
+        else:
+            avg = sq.sqrt() + _c(p, eps)
+        if mom > 0:
+            buf = _set_state(state, "momentum_buffer", state["momentum_buffer"] * _c(p, mom) + grad / avg)
+            return p - buf * _c(p, lr)
+        return p - (grad / avg) * _c(p, lr)
+
+
+class Adagrad(Optimizer):
+    """Adagrad with torch's update (``lr_decay``, ``initial_accumulator_value``, weight decay)."""
+
+    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
+                 initial_accumulator_value: float = 0, eps: float = 1e-10, foreach=None, *, maximize: bool = False,
+                 differentiable: bool = False, fused=None):
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= lr_decay:
+            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value, eps=eps,
+                                      maximize=maximize))
+        from tensorwire.creation import full_like
+
+        for g in self.param_groups:
+            for p in g["params"]:
+                st = self.state[p]
+                st["step"] = 0
+                st["sum"] = full_like(p, g["initial_accumulator_value"])
+
+    def _update(self, group, p, grad, state):
+        state["step"] += 1
+        if group["weight_decay"] != 0:
+            grad = grad + p * _c(p, group["weight_decay"])
+        clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
+        s = _set_state(state, "sum", state["sum"] + grad * grad)
+        return p - (grad / (s.sqrt() + _c(p, group["eps"]))) * _c(p, clr)

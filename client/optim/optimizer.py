@@ -1,0 +1,179 @@
+"""``tw.optim.Optimizer``: parameter groups, per-parameter state, ``state_dict``/``load_state_dict``.
+
+A step records the update ops of every parameter (the graph runs on the parameters' devices; nothing is
+downloaded). Updated values are rebound to the same parameter objects, as torch updates them in place.
+Hyperparameters are Python numbers (they travel as cached scalars / dynamic attributes, so a step
+recorded with a new learning rate still replays the cached plan); nothing in ``step()`` syncs.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+
+from tensorwire.nn._tensors import alias, no_grad, rebind
+from tensorwire.tensor import Tensor
+
+
+class _RequiredParameter:
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+
+class Optimizer:
+    """Base class: ``Optimizer(params, defaults)``; subclasses implement ``_update(group, p, grad, state)``."""
+
+    def __init__(self, params, defaults: dict):
+        self.defaults = defaults
+        self.state: defaultdict = defaultdict(dict)
+        self.param_groups: list[dict] = []
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, "
+                            f"but got {type(params).__name__}")
+        params = list(params)
+        if not params:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(params[0], dict):
+            params = [{"params": params}]
+        for g in params:
+            self.add_param_group(g)
+
+    def add_param_group(self, param_group: dict) -> None:
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
+        g = dict(param_group)
+        ps = g["params"]
+        g["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
+        for p in g["params"]:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError("can't optimize a non-leaf Tensor")
+        for k, v in self.defaults.items():
+            if v is required and k not in g:
+                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {k}")
+            g.setdefault(k, v)
+        seen = {id(p) for grp in self.param_groups for p in grp["params"]}
+        if any(id(p) in seen for p in g["params"]):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(g)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        from tensorwire.creation import zeros_like
+
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is not None:
+                    p.grad = None if set_to_none else zeros_like(p.grad)
+
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient (recorded, not synchronised)."""
+        loss = None
+        if closure is not None:
+            from tensorwire.autograd_engine import enable_grad
+
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                self._group_step(group)
+        return loss
+
+    def _group_step(self, group: dict) -> None:
+        for p in group["params"]:
+            g = p.grad
+            if g is None:
+                continue
+            if group.get("maximize"):
+                g = -g
+            new = self._update(group, p, g, self.state[p])
+            if new is not None:
+                rebind(p, new)
+
+    def _update(self, group, p, grad, state):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """``{"state": {index: {name: value}}, "param_groups": [{..., "params": [indices]}]}`` as torch
+        (tensors in the state are snapshots of their current values)."""
+        index: dict = {}
+        groups = []
+        start = 0
+        for g in self.param_groups:
+            packed = {k: v for k, v in g.items() if k != "params"}
+            ids = list(range(start, start + len(g["params"])))
+            for i, p in zip(ids, g["params"]):
+                index.setdefault(id(p), i)
+            packed["params"] = ids
+            start += len(ids)
+            groups.append(packed)
+        state = {}
+        for p, st in self.state.items():
+            if id(p) in index:
+                state[index[id(p)]] = {k: alias(v) if isinstance(v, Tensor) else copy.deepcopy(v)
+                                       for k, v in st.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a :meth:`state_dict` (keys of ``state`` may be ints or their strings, as after ``tw.load``).
+        State tensors move to their parameter's device; floating ones take its dtype (``step`` excepted)."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        for g, sg in zip(self.param_groups, groups):
+            if len(g["params"]) != len(sg["params"]):
+                raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                                 "optimizer's group")
+        by_index = {}
+        for g, sg in zip(self.param_groups, groups):
+            for p, i in zip(g["params"], sg["params"]):
+                by_index[int(i)] = p
+        self.state = defaultdict(dict)
+        with no_grad():
+            for k, st in state_dict["state"].items():
+                p = by_index.get(int(k))
+                if p is None:
+                    continue
+                new = {}
+                for name, v in st.items():
+                    if isinstance(v, Tensor):
+                        t = v.to(device=p._dev)
+                        if name != "step" and t.dtype.is_floating_point and t.dtype is not p.dtype:
+                            t = t.to(p.dtype)
+                        new[name] = alias(t) if t is v else t
+                    elif name == "step" and hasattr(v, "item"):
+                        new[name] = v.item()
+                    else:
+                        new[name] = copy.deepcopy(v)
+                self.state[p] = new
+        for g, sg in zip(self.param_groups, groups):
+            for k, v in sg.items():
+                if k != "params":
+                    g[k] = tuple(v) if isinstance(v, list) and isinstance(g.get(k), tuple) else v
+
+    def __repr__(self) -> str:
+        s = type(self).__name__ + " ("
+        for i, g in enumerate(self.param_groups):
+            s += f"\nParameter Group {i}"
+            for k in sorted(g):
+                if k != "params":
+                    s += f"\n    {k}: {g[k]}"
+        return s + "\n)"
+
+    def __getstate__(self):
+        raise TypeError("optimizers cannot be pickled; save their state_dict with tw.save")
+
+
+def _set_state(state: dict, key: str, value: Tensor) -> Tensor:
+    """Store ``value`` under ``key`` (rebinding the old tensor object, so snapshots taken earlier stay valid
+    while references held by the user follow the update, as torch's in-place state does)."""
+    old = state.get(key)
+    if isinstance(old, Tensor) and old._s is value._s:
+        rebind(old, value)
+        return old
+    state[key] = value
+    return value
