@@ -85,7 +85,7 @@ def infer(name: str, metas: list[Meta], attrs: dict) -> Meta:
     Results of attribute-free ops are memoised (recording ``x + y`` in a loop infers once).
     """
     if not attrs:
-        key = (name, *metas)
+        key = (name, D._default_float, *metas)  # results may depend on the default float dtype
         try:
             r = _INFER_CACHE.get(key)
         except TypeError:  # unhashable junk from a peer: validate the slow way

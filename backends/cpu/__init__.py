@@ -28,6 +28,8 @@ class NumpyDevice(Device):
         return array
 
     def download(self, buf: np.ndarray) -> np.ndarray:
+        if not isinstance(buf, np.ndarray):  # a numpy scalar from a full reduction
+            return np.asarray(buf)
         return buf if buf.flags.c_contiguous else np.array(buf, order="C")  # (ascontiguousarray makes 0-d 1-d)
 
     def nbytes(self, buf: np.ndarray) -> int:

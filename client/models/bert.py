@@ -228,7 +228,8 @@ class BertModel(nn.Module):
 
         with open(os.path.join(path, "config.json")) as f:
             cfg = json.load(f)
-        model = cls(cfg, **kwargs)
+        with nn.init.skip_init():  # the checkpoint overwrites every parameter
+            model = cls(cfg, **kwargs)
         sd = load(os.path.join(path, "model.safetensors"), device=device)
         if any(k.startswith("bert.") for k in sd):
             sd = {k[5:]: v for k, v in sd.items() if k.startswith("bert.")}
@@ -243,12 +244,10 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         mask = None
         if attention_mask is not None:
-            import numpy as np
+            from tensorwire.protocol.dtypes import finfo_max
 
             dt = x.dtype
-            big = float(np.finfo(dt.np).min) if dt.np.kind == "f" and dt.itemsize >= 4 else -3.0e38
-            if dt.itemsize < 4:
-                big = -65504.0 if dt.name == "float16" else -3.3895313892515355e38
+            big = -float(finfo_max(dt))  # Hugging Face adds finfo(dtype).min where the mask is 0
             m = attention_mask.to(dt).reshape(attention_mask.shape[0], 1, 1, attention_mask.shape[-1])
             mask = (1.0 - m) * big
         return self.encoder(x, mask)

@@ -12,7 +12,7 @@ from tensorwire.tensor import Tensor
 
 from ._tensors import no_grad, rebind
 
-__all__ = ["calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_",
+__all__ = ["skip_init", "calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_",
            "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
            "_calculate_fan_in_and_fan_out"]
 
@@ -50,7 +50,24 @@ def _fan(tensor: Tensor, mode: str) -> int:
     return fi if mode == "fan_in" else fo
 
 
+_SKIP = [0]
+
+
+class skip_init:  # noqa: N801
+    """``with tw.nn.init.skip_init():`` makes every initialiser a no-op (parameters keep their zeros): for
+    models whose weights are about to be loaded from a checkpoint, so no random numbers are computed."""
+
+    def __enter__(self):
+        _SKIP[0] += 1
+        return self
+
+    def __exit__(self, *exc):
+        _SKIP[0] -= 1
+
+
 def _set(tensor: Tensor, new: Tensor) -> Tensor:
+    if _SKIP[0]:
+        return tensor
     with no_grad():
         if new.dtype is not tensor.dtype:
             new = new.to(tensor.dtype)
@@ -67,10 +84,14 @@ def _rand(tensor: Tensor, kind: str, generator=None) -> Tensor:
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator=None) -> Tensor:
+    if _SKIP[0]:
+        return tensor
     return _set(tensor, _rand(tensor, "rand", generator) * (b - a) + a)
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator=None) -> Tensor:
+    if _SKIP[0]:
+        return tensor
     return _set(tensor, _rand(tensor, "randn", generator) * std + mean)
 
 
@@ -78,6 +99,8 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
                   generator=None) -> Tensor:
     """Normal(mean, std) truncated to [a, b], by rejection: out-of-range draws are redrawn (8 rounds,
     then clamped; with the default ±2 std bounds, the chance an element is still outside is ~1e-11)."""
+    if _SKIP[0]:
+        return tensor
     from tensorwire.functions import where
 
     x = _rand(tensor, "randn", generator) * std + mean
@@ -88,6 +111,8 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:
+    if _SKIP[0]:
+        return tensor
     from tensorwire.creation import full
 
     return _set(tensor, full(tensor.shape, val, dtype=tensor.dtype, device=tensor._dev, session=tensor._s))
@@ -102,6 +127,8 @@ def zeros_(tensor: Tensor) -> Tensor:
 
 
 def eye_(tensor: Tensor) -> Tensor:
+    if _SKIP[0]:
+        return tensor
     from tensorwire.creation import eye
 
     if tensor.ndim != 2:
@@ -110,6 +137,8 @@ def eye_(tensor: Tensor) -> Tensor:
 
 
 def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
+    if _SKIP[0]:
+        return tensor
     from tensorwire.creation import tensor as _tensor
 
     d = tensor.ndim
@@ -157,6 +186,8 @@ def kaiming_normal_(tensor: Tensor, a: float = 0, mode: str = "fan_in", nonlinea
 
 def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     """A (semi-)orthogonal matrix: QR of a normal draw from the cluster, computed on the client (a sync)."""
+    if _SKIP[0]:
+        return tensor
     from tensorwire.creation import tensor as _tensor
 
     if tensor.ndim < 2:

@@ -123,11 +123,16 @@ class _ConvNd(Module):
                 init.uniform_(self.bias, -bound, bound)
 
     def _padded(self, x):
-        if self.padding_mode == "zeros" or isinstance(self.padding, str):
+        if self.padding_mode == "zeros" or self.padding == "valid":
             return x, self.padding
         pads = []
-        for p in reversed(self.padding):
-            pads += [p, p]
+        if self.padding == "same":  # total d * (k - 1), the odd one at the end, as torch
+            for k, d in zip(reversed(self.kernel_size), reversed(self.dilation)):
+                t = d * (k - 1)
+                pads += [t // 2, t - t // 2]
+        else:
+            for p in reversed(self.padding):
+                pads += [p, p]
         return F.pad(x, pads, mode=self.padding_mode), 0
 
     def extra_repr(self) -> str:

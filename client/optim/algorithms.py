@@ -8,8 +8,22 @@ from .optimizer import Optimizer, _set_state, required
 
 
 def _c(p, v):
-    """Python number ``v`` as a cached 0-d tensor of ``p``'s dtype (exact for float64 parameters)."""
+    """A constant hyperparameter as a cached 0-d tensor of ``p``'s dtype (exact for float64 parameters)."""
     return p._s.scalar(float(v), p.dtype, p._dev)
+
+
+_STEP: dict = {}
+
+
+def _d(p, v):
+    """A hyperparameter that changes between steps (lr, bias corrections): a fresh ``full`` node every step
+    (once per value, dtype and device), never a cached scalar, so every step records the same structure and
+    only the dynamic ``value`` differs (the cluster replays the plan)."""
+    key = (float(v), p.dtype.name, p._dev, id(p._s))
+    t = _STEP.get(key)
+    if t is None:
+        t = _STEP[key] = p._s.record("full", [], {"shape": [], "dtype": p.dtype.name, "value": float(v)}, p._dev)
+    return t
 
 
 def _zeros_like(p):
@@ -48,7 +62,7 @@ class SGD(Optimizer):
                 upd = grad * _c(p, 1 - damp) if damp else grad
                 buf = _set_state(state, "momentum_buffer", buf * _c(p, mom) + upd)
             grad = grad + buf * _c(p, mom) if group["nesterov"] else buf
-        return p - grad * _c(p, group["lr"])
+        return p - grad * _d(p, group["lr"])
 
 
 class Adam(Optimizer):
@@ -83,7 +97,7 @@ class Adam(Optimizer):
         step = state["step"]
         if wd != 0:
             if group.get("decoupled_weight_decay"):
-                p = p * _c(p, 1 - lr * wd)
+                p = p * _d(p, 1 - lr * wd)
             else:
                 grad = grad + p * _c(p, wd)
         m = _set_state(state, "exp_avg", state["exp_avg"].lerp(grad, _c(p, 1 - b1)))
@@ -94,8 +108,8 @@ class Adam(Optimizer):
         bc2_sqrt = math.sqrt(bc2)
         if group["amsgrad"]:
             v = _set_state(state, "max_exp_avg_sq", state["max_exp_avg_sq"].maximum(v))
-        denom = v.sqrt() / _c(p, bc2_sqrt) + _c(p, eps)
-        return p - (m / denom) * _c(p, step_size)
+        denom = v.sqrt() / _d(p, bc2_sqrt) + _c(p, eps)
+        return p - (m / denom) * _d(p, step_size)
 
 
 class AdamW(Adam):
@@ -145,8 +159,8 @@ class RMSprop(Optimizer):
             avg = sq.sqrt() + _c(p, eps)
         if mom > 0:
             buf = _set_state(state, "momentum_buffer", state["momentum_buffer"] * _c(p, mom) + grad / avg)
-            return p - buf * _c(p, lr)
-        return p - (grad / avg) * _c(p, lr)
+            return p - buf * _d(p, lr)
+        return p - (grad / avg) * _d(p, lr)
 
 
 class Adagrad(Optimizer):
@@ -176,4 +190,4 @@ class Adagrad(Optimizer):
             grad = grad + p * _c(p, group["weight_decay"])
         clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
         s = _set_state(state, "sum", state["sum"] + grad * grad)
-        return p - (grad / (s.sqrt() + _c(p, group["eps"]))) * _c(p, clr)
+        return p - (grad / (s.sqrt() + _c(p, group["eps"]))) * _d(p, clr)

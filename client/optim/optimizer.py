@@ -77,9 +77,15 @@ class Optimizer:
 
             with enable_grad():
                 loss = closure()
-        with no_grad():
-            for group in self.param_groups:
-                self._group_step(group)
+        from . import algorithms
+
+        algorithms._STEP.clear()
+        try:
+            with no_grad():
+                for group in self.param_groups:
+                    self._group_step(group)
+        finally:
+            algorithms._STEP.clear()
         return loss
 
     def _group_step(self, group: dict) -> None:

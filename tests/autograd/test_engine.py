@@ -304,3 +304,23 @@ def test_service_down_then_up(cluster, session):
     x.grad = None
     (x.sin()).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), np.cos([1.0, 2.0]))
+
+
+def test_malformed_requests_do_not_harm_the_service(session):
+    bad = [{"op": "backward", "g": {"nodes": [["no_such_op", [], None, 0]], "devs": ["cpu:0"]}},
+           {"op": "backward", "g": {"nodes": [["exp", [-5], None, 0]], "devs": ["cpu:0"], "ext": []}},
+           {"op": "backward", "g": "junk"},
+           {"op": "backward", "g": {"ext": [[[2], "float64", 0], [[3], "float64", 0]],
+                                    "nodes": [["matmul", [-1, -2], None, 0]], "devs": ["cpu:0"], "roots": [0],
+                                    "targets": [-1]}},
+           {"op": "backward", "g": {"ext": [[[2], "float64", 7]], "devs": ["cpu:0"]}},
+           {"op": "nope"}]
+    for h in bad:
+        with pytest.raises(tw.TensorwireError):
+            session.service_request("autograd", h)
+    g = {"ext": [[[3], "float64", 0]], "nodes": [["exp", [-1], None, 0]], "devs": ["cpu:0"], "roots": [0],
+         "targets": [-1]}
+    h, _ = session.service_request("autograd", {"op": "backward", "g": g})
+    bw = h["bw"]
+    assert bw["grads"] == [len(bw["nodes"]) - 1]
+    assert sorted(map(tuple, bw["ext"])) == [("n", 0), ("s", 0)]  # exp's rule reads its output, not its input

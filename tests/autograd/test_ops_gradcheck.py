@@ -281,6 +281,8 @@ GENERATORS = {
     "gelu": lambda: [case("gelu", [P((3, 4), -2, 2)], {"approximate": a}, name=a) for a in ("none", "tanh")],
     "silu": unary("silu", -3, 3), "leaky_relu": lambda: [case("leaky_relu", [P((3, 4), away=0.05)],
                                                              {"negative_slope": 0.1})],
+    "linear": lambda: [case("linear", [P((3, 4)), P((5, 4)), P((5,))], name="bias"),
+                       case("linear", [P((2, 3, 4)), P((5, 4))], name="nobias")],
     "softplus": _softplus, "layer_norm": _norm_last("layer_norm"), "rms_norm": _norm_last("rms_norm"),
     "im2col": _im2col, "conv2d": _conv2d, "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d,
     "exp": unary("exp"), "log": unary("log", 0.2, 2.0), "log1p": unary("log1p", -0.5, 2.0),

@@ -1,0 +1,206 @@
+"""Optimizers, schedulers and gradient clipping against numpy references and torch (gradients set by hand,
+so these tests need no autograd); the recorded step keeps one structure (the plan is replayed)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+from tensorwire import nn, optim
+
+from ._util import needs_torch, torch
+
+
+def _params(seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dtype) for s in ((4, 3), (3,))]
+
+
+def _grads(step, dtype=np.float64):
+    rng = np.random.default_rng(100 + step)
+    return [rng.standard_normal(s).astype(dtype) for s in ((4, 3), (3,))]
+
+
+def _run_tw(make, steps=5, dtype=np.float64):
+    ps = [nn.Parameter(tw.tensor(a)) for a in _params(dtype=dtype)]
+    opt = make(ps)
+    for s in range(steps):
+        for p, g in zip(ps, _grads(s, dtype)):
+            p.grad = tw.tensor(g)
+        opt.step()
+    return [p.numpy() for p in ps], opt
+
+
+def test_sgd_and_adam_match_numpy(session):
+    out, _ = _run_tw(lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01))
+    ref = _params()
+    bufs = [None, None]
+    for s in range(5):
+        for i, g in enumerate(_grads(s)):
+            g = g + 0.01 * ref[i]
+            bufs[i] = g.copy() if bufs[i] is None else 0.9 * bufs[i] + g
+            ref[i] = ref[i] - 0.1 * (g + 0.9 * bufs[i])
+    for a, b in zip(out, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    out, opt = _run_tw(lambda ps: optim.Adam(ps, lr=0.01, betas=(0.8, 0.9), eps=1e-6))
+    ref = _params()
+    m = [np.zeros_like(r) for r in ref]
+    v = [np.zeros_like(r) for r in ref]
+    for s in range(5):
+        for i, g in enumerate(_grads(s)):
+            m[i] = 0.8 * m[i] + 0.2 * g
+            v[i] = 0.9 * v[i] + 0.1 * g * g
+            mh, vh = m[i] / (1 - 0.8 ** (s + 1)), v[i] / (1 - 0.9 ** (s + 1))
+            ref[i] = ref[i] - 0.01 * mh / (np.sqrt(vh) + 1e-6)
+    for a, b in zip(out, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+    assert opt.state[opt.param_groups[0]["params"][0]]["step"] == 5
+
+
+@needs_torch
+@pytest.mark.parametrize("name,kw", [
+    ("SGD", dict(lr=0.1)),
+    ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.1)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, maximize=True)),
+    ("Adam", dict(lr=0.01)),
+    ("Adam", dict(lr=0.01, weight_decay=0.1, amsgrad=True)),
+    ("AdamW", dict(lr=0.01, weight_decay=0.1)),
+    ("RMSprop", dict(lr=0.01)),
+    ("RMSprop", dict(lr=0.01, momentum=0.5, centered=True, weight_decay=0.01)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.01, weight_decay=0.1, initial_accumulator_value=0.5)),
+])
+def test_optimizers_match_torch(session, name, kw):
+    for dtype, rtol in ((np.float64, 1e-10), (np.float32, 1e-5)):
+        out, _ = _run_tw(lambda ps: getattr(optim, name)(ps, **kw), 6, dtype)
+        tps = [torch.nn.Parameter(torch.tensor(a)) for a in _params(dtype=dtype)]
+        topt = getattr(torch.optim, name)(tps, **kw)
+        for s in range(6):
+            for p, g in zip(tps, _grads(s, dtype)):
+                p.grad = torch.tensor(g)
+            topt.step()
+        for a, b in zip(out, tps):
+            np.testing.assert_allclose(a, b.detach().numpy(), rtol=rtol, atol=rtol * 1e-2)
+
+
+def test_step_replays_one_plan_and_does_not_sync(session):
+    ps = [nn.Parameter(tw.tensor(a)) for a in _params()]
+    opt = optim.Adam(ps, lr=0.01)
+    sched = optim.lr_scheduler.StepLR(opt, 2, 0.5)
+    counts = []
+    for s in range(6):
+        for p, g in zip(ps, _grads(s)):
+            p.grad = tw.tensor(g)
+        opt.step()
+        sched.step()
+        n = len(session._pending)  # nothing was shipped by step(): it only recorded
+        assert n > 0
+        counts.append(n)
+        session.synchronize()
+    assert len(set(counts[2:])) == 1  # same structure every step (new lr/bias corrections are dynamic values)
+    plans = len(session._plans)
+    for p, g in zip(ps, _grads(9)):
+        p.grad = tw.tensor(g)
+    opt.step()
+    session.synchronize()
+    assert len(session._plans) == plans  # the cached plan was replayed
+
+
+def test_optimizer_state_dict_roundtrip(session):
+    ps = [nn.Parameter(tw.tensor(a)) for a in _params()]
+    opt = optim.Adam(ps, lr=0.01)
+    for s in range(3):
+        for p, g in zip(ps, _grads(s)):
+            p.grad = tw.tensor(g)
+        opt.step()
+    sd = opt.state_dict()
+    assert sorted(sd["state"]) == [0, 1] and sd["param_groups"][0]["params"] == [0, 1]
+    assert set(sd["state"][0]) == {"step", "exp_avg", "exp_avg_sq"}
+    qs = [nn.Parameter(tw.tensor(p.numpy())) for p in ps]
+    opt2 = optim.Adam(qs, lr=0.5)
+    opt2.load_state_dict(sd)
+    assert opt2.param_groups[0]["lr"] == 0.01
+    for p, q in ((ps, opt), (qs, opt2)):
+        for par, g in zip(p, _grads(7)):
+            par.grad = tw.tensor(g)
+        q.step()
+    for a, b in zip(ps, qs):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    with pytest.raises(ValueError):
+        optim.SGD([nn.Parameter(tw.ones(1))], lr=0.1).load_state_dict(sd)
+    with pytest.raises(ValueError):
+        optim.SGD([], lr=0.1)
+
+
+def test_param_groups_and_zero_grad(session):
+    a, b = nn.Parameter(tw.ones(2)), nn.Parameter(tw.ones(2))
+    opt = optim.SGD([{"params": [a]}, {"params": [b], "lr": 1.0}], lr=0.1)
+    a.grad, b.grad = tw.ones(2), tw.ones(2)
+    opt.step()
+    np.testing.assert_allclose(a.numpy(), [0.9, 0.9])
+    np.testing.assert_allclose(b.numpy(), [0.0, 0.0])
+    opt.zero_grad()
+    assert a.grad is None and b.grad is None
+    c = nn.Parameter(tw.ones(1))
+    opt.add_param_group({"params": c, "lr": 3.0})
+    assert opt.param_groups[2]["momentum"] == 0
+    with pytest.raises(ValueError, match="more than one"):
+        opt.add_param_group({"params": [a]})
+    assert "Parameter Group 1" in repr(opt)
+
+
+@needs_torch
+@pytest.mark.parametrize("make", [
+    lambda m, o: m.StepLR(o, 3, 0.5),
+    lambda m, o: m.MultiStepLR(o, [2, 5], 0.3),
+    lambda m, o: m.ExponentialLR(o, 0.9),
+    lambda m, o: m.CosineAnnealingLR(o, 7, eta_min=0.01),
+    lambda m, o: m.LambdaLR(o, lambda e: 1 / (e + 1)),
+    lambda m, o: m.LinearLR(o, 0.25, 1.0, 4),
+    lambda m, o: m.ConstantLR(o, 0.5, 3),
+    lambda m, o: m.OneCycleLR(o, 1.0, total_steps=15),
+    lambda m, o: m.OneCycleLR(o, 1.0, total_steps=15, three_phase=True, anneal_strategy="linear"),
+], ids=["step", "multistep", "exp", "cosine", "lambda", "linear", "constant", "onecycle", "onecycle3"])
+def test_schedulers_match_torch(session, make):
+    for opt_name in ("SGD", "Adam"):
+        kw = {"lr": 0.1, "momentum": 0.9} if opt_name == "SGD" else {"lr": 0.1}
+        p = nn.Parameter(tw.ones(1))
+        o = getattr(optim, opt_name)([p], **kw)
+        tp = torch.nn.Parameter(torch.ones(1))
+        to = getattr(torch.optim, opt_name)([tp], **kw)
+        s, ts = make(optim.lr_scheduler, o), make(torch.optim.lr_scheduler, to)
+        for _ in range(14):
+            assert s.get_last_lr() == pytest.approx(ts.get_last_lr(), rel=1e-12)
+            g, tg = o.param_groups[0], to.param_groups[0]
+            if "momentum" in g:
+                assert g["momentum"] == pytest.approx(tg["momentum"])
+            else:
+                assert g["betas"][0] == pytest.approx(tg["betas"][0])
+            o.step()
+            to.step()
+            s.step()
+            ts.step()
+    assert "optimizer" not in s.state_dict()
+
+
+def test_clip_grad_norm(session):
+    rng = np.random.default_rng(0)
+    gs = [rng.standard_normal(s) for s in ((3, 4), (5,))]
+    ps = [nn.Parameter(tw.zeros(*g.shape, dtype=tw.float64)) for g in gs]
+    for p, g in zip(ps, gs):
+        p.grad = tw.tensor(g)
+    total = math.sqrt(sum(float((g ** 2).sum()) for g in gs))
+    n = nn.utils.clip_grad_norm_(ps, 1.0)
+    assert n.item() == pytest.approx(total)
+    for p, g in zip(ps, gs):
+        np.testing.assert_allclose(p.grad.numpy(), g / (total + 1e-6), rtol=1e-9)
+    n2 = nn.utils.clip_grad_norm_(ps, 100.0, norm_type=math.inf)
+    assert n2.item() == pytest.approx(max(np.abs(g).max() for g in gs) / (total + 1e-6))
+    nn.utils.clip_grad_value_(ps, 0.01)
+    assert float(ps[0].grad.abs().max()) <= 0.01
+    v = nn.utils.parameters_to_vector(ps)
+    assert v.shape == (17,)
+    nn.utils.vector_to_parameters(v * 0 + 1, ps)
+    assert float(ps[1].sum()) == 5
