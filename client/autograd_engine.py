@@ -429,6 +429,47 @@ def _accumulate(t, g, create_graph: bool) -> None:
     else:
         with no_grad():
             t.grad._assign(t.grad + g)
+    entry = _POST_ACCUMULATE_HOOKS.get(id(t))
+    if entry is not None and entry[0]() is t and entry[1]:
+        with no_grad():
+            for h in list(entry[1].values()):
+                h(t)
+
+
+# id(tensor) -> (weakref to it, {key: hook}); keyed by id because Tensor.__eq__ is elementwise
+_POST_ACCUMULATE_HOOKS: dict[int, tuple] = {}
+_hook_ids = itertools.count()
+
+
+class _HookHandle:
+    def __init__(self, t, key):
+        self._t = weakref.ref(t)
+        self._key = key
+
+    def remove(self) -> None:
+        t = self._t()
+        entry = _POST_ACCUMULATE_HOOKS.get(id(t)) if t is not None else None
+        if entry is not None and entry[0]() is t:
+            entry[1].pop(self._key, None)
+
+
+def register_post_accumulate_grad_hook(t, hook):
+    """Call ``hook(t)`` after a backward pass accumulated into leaf ``t``'s ``.grad`` (as torch).
+
+    The hook runs while the backward pass is being recorded (under ``no_grad``): ops it records are
+    submitted with the gradients, so a data-parallel wrapper can all-reduce buckets of gradients as
+    soon as they exist. Returns a handle with ``remove()``.
+    """
+    if t.grad_fn is not None:
+        raise AutogradError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+    key = next(_hook_ids)
+    entry = _POST_ACCUMULATE_HOOKS.get(id(t))
+    if entry is None or entry[0]() is not t:
+        tid = id(t)
+        hooks = _POST_ACCUMULATE_HOOKS
+        entry = hooks[tid] = (weakref.ref(t, lambda _r: hooks.pop(tid, None)), {})
+    entry[1][key] = hook
+    return _HookHandle(t, key)
 
 
 def _run(roots, seeds, targets, retain_graph, create_graph):

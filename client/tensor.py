@@ -1311,6 +1311,12 @@ class Tensor:
 
         backward(self, gradient, retain_graph, create_graph, inputs)
 
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call ``hook(self)`` after each backward pass accumulated into this leaf's ``.grad``."""
+        from .autograd_engine import register_post_accumulate_grad_hook
+
+        return register_post_accumulate_grad_hook(self, hook)
+
     def retain_grad(self) -> None:
         """Keep ``.grad`` for this non-leaf tensor at the next backward."""
         from .autograd_engine import retain_grad

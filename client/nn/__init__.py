@@ -4,7 +4,7 @@ Modules hold :class:`Parameter` s and buffers that live on the cluster's devices
 ops (``tw.nn.functional``), so nothing moves to the client unless you ask for a value.
 """
 
-from . import functional, init, utils
+from . import functional, init, parallel, utils
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .layers import (
     ELU,

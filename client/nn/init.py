@@ -12,8 +12,8 @@ from tensorwire.tensor import Tensor
 
 from ._tensors import no_grad, rebind
 
-__all__ = ["skip_init", "calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_",
-           "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
+__all__ = ["skip_init", "calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_",
+           "eye_", "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
            "_calculate_fan_in_and_fan_out"]
 
 

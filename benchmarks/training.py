@@ -1,0 +1,90 @@
+"""Issue 4's benchmarks: one full training step (forward, backward, Adam) of the digits MLP and CNN on the
+cluster against PyTorch CPU eager with the same thread count, plus device memory per step.
+
+The worker gets ``OPENBLAS_NUM_THREADS=THREADS`` and torch ``set_num_threads(THREADS)``: the same thread
+count on both sides (and see the note on multi-threaded BLAS in the worker in docs/architecture.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tensorwire as tw
+
+from .harness import Result, interleaved
+
+THREADS = 1
+BATCH = 64
+
+
+def _data(rng, cnn: bool):
+    x = rng.random((BATCH, 64), dtype=np.float32)
+    y = rng.integers(0, 10, BATCH)
+    return (x.reshape(-1, 1, 8, 8) if cnn else x), y
+
+
+def _models(cnn: bool):
+    import torch
+
+    if cnn:
+        def make(m):
+            return m.Sequential(m.Conv2d(1, 8, 3, padding=1), m.ReLU(), m.MaxPool2d(2), m.Conv2d(8, 16, 3, padding=1),
+                                m.ReLU(), m.MaxPool2d(2), m.Flatten(), m.Linear(64, 64), m.ReLU(), m.Linear(64, 10))
+    else:
+        def make(m):
+            return m.Sequential(m.Linear(64, 128), m.ReLU(), m.Linear(128, 10))
+    tm = make(torch.nn)
+    mm = make(tw.nn)
+    mm.load_state_dict({k: tw.tensor(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    return mm, tm
+
+
+def bench_step(cnn: bool) -> list[Result]:
+    import torch
+
+    torch.set_num_threads(THREADS)
+    rng = np.random.default_rng(0)
+    x, y = _data(rng, cnn)
+    mm, tm = _models(cnn)
+    xs, ys = tw.tensor(x), tw.tensor(y)
+    tx, ty = torch.tensor(x), torch.tensor(y)
+    opt = tw.optim.Adam(mm.parameters(), lr=1e-3)
+    topt = torch.optim.Adam(tm.parameters(), lr=1e-3)
+
+    def ours():
+        loss = tw.nn.functional.cross_entropy(mm(xs), ys)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()  # a step that ends with the loss on the client, as a training loop that logs it
+
+    def peer():
+        loss = torch.nn.functional.cross_entropy(tm(tx), ty)
+        topt.zero_grad()
+        loss.backward()
+        topt.step()
+        loss.item()
+
+    for _ in range(10):
+        ours()
+        peer()
+    t_ours, t_peer = interleaved(ours, peer, rounds=7, number=20)
+    ratio = t_ours / t_peer
+    name = "CNN" if cnn else "MLP"
+    params = sum(p.nbytes for p in mm.parameters())
+    dev = tw.memory_stats()["devices"]["cpu:0"]
+    out = [Result(f"digits {name} training step (fwd+bwd+Adam, batch {BATCH}) vs torch eager, {THREADS} thread",
+                  t_ours * 1e3, t_peer * 1e3, "ms", ratio, "<= 1.5x", ratio <= 1.5,
+                  note=f"device memory between steps: {dev['buffers']} buffers, {dev['bytes'] / 1024:.1f} KiB "
+                       f"(parameters {params / 1024:.1f} KiB, Adam state {2 * params / 1024:.1f} KiB)")]
+    return out
+
+
+def run_all() -> list[Result]:
+    results = []
+    with tw.LocalCluster(devices=["cpu:0"], extra_env={"OPENBLAS_NUM_THREADS": str(THREADS),
+                                                       "OMP_NUM_THREADS": str(THREADS)}) as c:
+        s = tw.connect(c.address)
+        results.extend(bench_step(False))
+        results.extend(bench_step(True))
+        s.close()
+    return results
