@@ -413,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dispatcher", default=os.environ.get("TENSORWIRE_SERVICE_ADDRESS", "tcp://127.0.0.1:5556"),
                    help="the dispatcher's service address")
     p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"), help="the cluster's credential")
+    p.add_argument("--threads", type=int, default=None,
+                   help="BLAS/OpenMP threads for kernels (default: the library's own; give each worker its share "
+                        "of the host's cores when several run on one host)")
     args = p.parse_args(argv)
     logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
     w = Worker(args.device, args.dispatcher, token=args.token)

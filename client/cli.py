@@ -56,6 +56,29 @@ def _up(argv: list[str]) -> int:
     return 0
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+               "NUMEXPR_NUM_THREADS")
+
+
+def _set_threads(argv: list[str]) -> None:
+    """Apply ``--threads N`` (or TENSORWIRE_WORKER_THREADS) to the BLAS/OpenMP pools of this process."""
+    n = os.environ.get("TENSORWIRE_WORKER_THREADS")
+    for i, a in enumerate(argv):
+        if a == "--threads" and i + 1 < len(argv):
+            n = argv[i + 1]
+        elif a.startswith("--threads="):
+            n = a.split("=", 1)[1]
+    if n:
+        for v in THREAD_VARS:  # for child processes and libraries loaded later
+            os.environ[v] = str(int(n))
+        try:  # numpy's BLAS is already loaded (importing tensorwire imports numpy): limit it at run time
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(int(n))
+        except ImportError:
+            pass
+
+
 def _status(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="tensorwire status", description="Show a cluster's state.")
     p.add_argument("--address", default=os.environ.get("TENSORWIRE_ADDRESS", "tcp://127.0.0.1:5555"))
@@ -113,6 +136,7 @@ def _main(argv: list[str] | None = None) -> int:
 
         return m(rest)
     if cmd == "worker":
+        _set_threads(rest)  # before numpy is imported: BLAS reads these once
         from tensorwire.backends.worker import main as m
 
         return m(rest)

@@ -129,7 +129,8 @@ class LocalCluster:
 
     def __init__(self, devices=("cpu:0",), hub_root: str | os.PathLike | None = None, *, host: str = "127.0.0.1",
                  port: int = 0, token: str | None = None, log_dir: str | os.PathLike | None = None,
-                 extra_env: dict | None = None, autograd: bool = True, collectives: bool | None = None):
+                 extra_env: dict | None = None, autograd: bool = True, collectives: bool | None = None,
+                 worker_threads: int | None = None):
         self.devices = [str(d) if ":" in str(d) else f"{d}:0" for d in devices]
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct, got {self.devices}")
@@ -147,6 +148,7 @@ class LocalCluster:
         self.hub_root = Path(hub_root) if hub_root is not None else None
         self.autograd = autograd
         self.collectives = collectives
+        self.worker_threads = worker_threads  # default: the host's cores shared out between the workers
         self._closed = False
         try:
             self._start(host, port)
@@ -215,8 +217,11 @@ class LocalCluster:
         """Start (or restart) workers for ``devices``; returns when each is registered."""
         deadline = deadline or time.monotonic() + START_TIMEOUT_S
         env_token = ["--token", self.token] if self.token else []
-        started = [self._spawn(d, _cli("worker", "--device", d, "--dispatcher", self.service_address, *env_token))
-                   for d in devices]
+        threads = str(self.worker_threads or max(1, (os.cpu_count() or 1) // max(1, len(self.devices))))
+        for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            self.env.setdefault(v, threads)
+        started = [self._spawn(d, _cli("worker", "--device", d, "--dispatcher", self.service_address, "--threads",
+                                       threads, *env_token)) for d in devices]
         for w in started:
             w.wait_ready(deadline)
 

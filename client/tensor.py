@@ -187,6 +187,10 @@ class Tensor:
         if isinstance(other, _Number):
             v = other.item() if isinstance(other, (np.number, np.bool_)) else other
             sd = dtype or D.scalar_dtype(v)
+            if dtype is None and self.dtype.is_floating_point and sd.category <= 2 and self.dtype is not sd:
+                # torch computes a float tensor with a Python number in the tensor's dtype: make the scalar
+                # that dtype directly (a float32 scalar would round 0.1 before a float64 op sees it)
+                return self._s.scalar(v, self.dtype, self._dev)
             if dtype is None and not self._shape and sd is not self.dtype and sd.category <= self.dtype.category:
                 # A Python scalar never widens a tensor of its category (torch's wrapped numbers), but as
                 # a 0-d operand it would promote with a 0-d tensor: give it the tensor's dtype instead

@@ -42,10 +42,11 @@ from .errors import (
     RevisionNotFound,
     Unauthorized,
 )
-from .tensors import load_state_dict, push, remote_header
+from .tensors import load, load_state_dict, push, remote_header
 
 __all__ = [
     "DEFAULT_ENDPOINT",
+    "load",
     "load_state_dict",
     "push",
     "push_folder",

@@ -124,3 +124,44 @@ def push(repo_id: str, obj, *, config: dict | None = None, endpoint: str | None 
         files["config.json"] = json.dumps(cfg, indent=2, sort_keys=True).encode()
     return push_files(repo_id, files, endpoint=ep, token=token, revision=revision, message=message,
                       private=private, progress=progress)
+
+
+def load(repo_id: str, revision: str = "main", *, device=None, endpoint: str | None = None, token: str | None = None,
+         session=None, strict: bool = True):
+    """A ``tw.models`` model built from the repository's ``config.json`` with its weights, on ``device``.
+
+    ``config.json``'s ``architectures``/``model_type`` chooses the class (``tw.models.for_config``); the
+    weights are loaded by the worker that owns ``device`` straight from the hub (see
+    :func:`load_state_dict`), and the model is returned in eval mode.
+    """
+    from tensorwire import models, nn
+    from tensorwire.context import current_session
+    from tensorwire.tensor import device_name
+
+    from .client import fetch
+
+    s = session or current_session()
+    ep = _session_endpoint(endpoint, s)
+    tok = _token(token)
+    commit = resolve(repo_id, revision, endpoint=ep, token=tok)["commit"]
+    with open(fetch(repo_id, "config.json", revision=commit, endpoint=ep, token=tok)) as f:
+        config = json.load(f)
+    dev = s.default_device if device is None else s.check_device(device_name(device))
+    prev = s.default_device
+    s.default_device = dev  # build the parameters where they will live
+    try:
+        with nn.init.skip_init():  # the checkpoint overwrites every parameter
+            model = models.for_config(config)
+    finally:
+        s.default_device = prev
+    state = load_state_dict(repo_id, commit, device=dev, endpoint=ep, token=tok, session=s)
+    own = set(model.state_dict())
+    prefix = f"{config.get('model_type', '')}."
+    if prefix != "." and not own & set(state) and any(k.startswith(prefix) for k in state):
+        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}  # a task head's checkpoint
+    missing = sorted(own - set(state))
+    if strict and missing:
+        raise KeyError(f"{repo_id}@{revision}: the checkpoint lacks {len(missing)} of the model's tensors, e.g. "
+                       f"{missing[:5]}")
+    model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+    return model.eval()

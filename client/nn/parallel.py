@@ -108,7 +108,7 @@ class DataParallel(Module):
         chunks = [self._scatter(x, n) for x in inputs]
         kw_chunks = {k: self._scatter(v, n) for k, v in kwargs.items()}
         outs = []
-        for i, (replica, dev) in enumerate(zip(self._replicas, self.devices)):
+        for i, replica in enumerate(self._replicas):
             args = [c[i] for c in chunks]
             kws = {k: v[i] for k, v in kw_chunks.items()}
             if args and isinstance(args[0], Tensor) and args[0].shape[self.dim] == 0:
