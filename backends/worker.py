@@ -19,10 +19,10 @@ from collections import deque
 import numpy as np
 import zmq
 
-from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol.errors import DeviceError, NotFound, ProtocolError, error_to_wire
+from tensorwire.protocol.named_service import connect_service, drain, start_heartbeats
 from tensorwire.protocol.service import HEARTBEAT_S, LIVENESS, announce_ready, stop_event_on_signals
-from tensorwire.protocol.wire import MAX_MESSAGE, array_from_frame, as_frame, pack_header, send_parts, unpack_header
+from tensorwire.protocol.wire import array_from_frame, as_frame, pack_header, send_parts
 
 from . import get_backend
 from .executor import Fail, compile_plan, execute, meta_of, run_plan
@@ -62,6 +62,7 @@ class Executor:
         self.xfers: dict[int, object] = {}
         self.waiting: dict[int, bytes] = {}  # transfer key -> session parked on it
         self.ready: deque = deque()  # sessions with runnable work
+        self.stats_requests: list = []
         self.colls: dict = {}  # ("coll", key) -> (shm file, output offset, shape, dtype) of pending collectives
         self.shm = ShmPool(device_name)
 
@@ -102,8 +103,8 @@ class Executor:
                 for b in s.buffers.values():
                     if not isinstance(b, Fail):
                         self.device.free(b)
-        elif t == "stats":
-            self.send({"t": "stats", "q": h.get("q"), "device": self.name, "sessions": self.stats()}, [])
+        elif t == "stats":  # answered after the work that arrived before it has run (see run_ready)
+            self.stats_requests.append(h.get("q"))
         elif t == "drop_plans":
             s = self.sessions.get(h["s"])
             if s is not None:
@@ -126,6 +127,9 @@ class Executor:
             s = self.sessions.get(sid)
             if s is not None:
                 self._advance(sid, s)
+        while self.stats_requests:
+            self.send({"t": "stats", "q": self.stats_requests.pop(0), "device": self.name, "sessions": self.stats()},
+                      [])
 
     def _safe_handle(self, h, frames):
         try:
@@ -339,32 +343,12 @@ class Worker:
         send_parts(self.sock, [pack_header(header), *frames])
 
     def _connect(self) -> zmq.Socket:
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-        sock.connect(self.dispatcher)
-        sock.send_multipart([pack_header({"t": "register", "v": PROTOCOL_VERSION, "service": "worker",
-                                          "device": self.device_name, "backend": self.backend.name,
-                                          "info": self.info.to_wire(), "pid": os.getpid(),
-                                          "token": self.token})])
-        return sock
-
-    def _heartbeats(self) -> None:
-        """Send a heartbeat every HEARTBEAT_S from a socket of this thread's own."""
-        hb = self.ctx.socket(zmq.DEALER)
-        hb.setsockopt(zmq.LINGER, 0)
-        hb.connect(self.dispatcher)
-        msg = pack_header({"t": "hb", "of": self.device_name, "pid": os.getpid()})
-        try:
-            while not self.stop.wait(HEARTBEAT_S):
-                hb.send(msg, zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
-        finally:
-            hb.close(0)
+        return connect_service(self.ctx, self.dispatcher, {
+            "service": "worker", "device": self.device_name, "backend": self.backend.name,
+            "info": self.info.to_wire(), "token": self.token})
 
     def serve(self, ready_line: bool = True) -> None:
-        threading.Thread(target=self._heartbeats, name="tw-heartbeat", daemon=True).start()
+        start_heartbeats(self.ctx, self.dispatcher, self.device_name, self.stop)
         self.sock = sock = self._connect()
         ex = self.executor
         last_seen = time.monotonic()
@@ -379,16 +363,8 @@ class Worker:
                         self.sock = sock = self._connect()
                         last_seen = time.monotonic()
                     continue
-                for _ in range(1000):
-                    if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # cheaper than catching zmq.Again
-                        break
-                    msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                for h, frames in drain(sock):
                     last_seen = time.monotonic()
-                    try:
-                        h = unpack_header(msg[0].bytes)
-                    except ProtocolError as e:
-                        log.warning("dropping malformed message: %s", e)
-                        continue
                     t = h["t"]
                     if t == "hb":
                         continue
@@ -399,7 +375,7 @@ class Worker:
                     elif t == "refused":
                         raise DeviceError(h.get("message", "the dispatcher refused this worker"))
                     else:
-                        ex._safe_handle(h, msg[1:])
+                        ex._safe_handle(h, frames)
                 ex.run_ready()
         finally:
             self.stop.set()

@@ -25,12 +25,12 @@ from collections import deque
 import numpy as np
 import zmq
 
-from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ProtocolError, error_to_wire
+from tensorwire.protocol.named_service import connect_service, drain, start_heartbeats
 from tensorwire.protocol.ops import split_sizes
 from tensorwire.protocol.service import HEARTBEAT_S, LIVENESS, announce_ready, stop_event_on_signals
-from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, unpack_header
+from tensorwire.protocol.wire import pack_header, unpack_header
 
 log = logging.getLogger("tensorwire.collectives")
 
@@ -67,27 +67,9 @@ class Rank:
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _connect(self) -> zmq.Socket:
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-        sock.connect(self.dispatcher)
-        sock.send(pack_header({"t": "register", "v": PROTOCOL_VERSION, "service": "collectives", "name": self.name,
-                               "pid": os.getpid(), "token": self.token,
-                               "info": {"device": self.device, "rank": self.rank, "size": len(self.devices)}}))
-        return sock
-
-    def _heartbeats(self) -> None:
-        hb = self.ctx.socket(zmq.DEALER)
-        hb.setsockopt(zmq.LINGER, 0)
-        hb.connect(self.dispatcher)
-        msg = pack_header({"t": "hb", "of": self.name, "pid": os.getpid()})
-        try:
-            while not self.stop.wait(HEARTBEAT_S):
-                hb.send(msg, zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
-        finally:
-            hb.close(0)
+        return connect_service(self.ctx, self.dispatcher, {
+            "service": "collectives", "name": self.name, "token": self.token,
+            "info": {"device": self.device, "rank": self.rank, "size": len(self.devices)}})
 
     def serve(self) -> None:
         self.sock = sock = self._connect()
@@ -96,21 +78,18 @@ class Rank:
         h = unpack_header(sock.recv())
         if h["t"] != "registered":
             raise ProtocolError(h.get("message", f"registration refused: {h}"))
-        threading.Thread(target=self._heartbeats, daemon=True).start()
+        start_heartbeats(self.ctx, self.dispatcher, self.name, self.stop)
         self.world.Barrier()  # every rank is registered
         if self.rank == 0:
             announce_ready("collectives", devices=self.devices, pid=os.getpid())
         last_seen = time.monotonic()
         while not self.stop.is_set():
             if sock.poll(int(HEARTBEAT_S * 1000)):
-                for _ in range(1000):
-                    if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                        break
-                    msg = sock.recv_multipart(zmq.NOBLOCK)
+                for h, _ in drain(sock):
                     last_seen = time.monotonic()
                     try:
-                        self._on_message(unpack_header(msg[0]))
-                    except ProtocolError as e:
+                        self._on_message(h)
+                    except (ProtocolError, KeyError, TypeError) as e:
                         log.warning("bad message: %s", e)
             self._run_ready()
             if time.monotonic() - last_seen > HEARTBEAT_S * LIVENESS * 4:

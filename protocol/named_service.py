@@ -24,6 +24,52 @@ from .wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
 log = logging.getLogger("tensorwire.service")
 
 
+def connect_service(ctx: zmq.Context, dispatcher: str, register: dict) -> zmq.Socket:
+    """A DEALER to the dispatcher's service socket that has sent ``register`` (the message type is added)."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+    sock.connect(dispatcher)
+    sock.send(pack_header({"t": "register", "v": PROTOCOL_VERSION, "pid": os.getpid(), **register}))
+    return sock
+
+
+def start_heartbeats(ctx: zmq.Context, dispatcher: str, name: str, stop: threading.Event) -> threading.Thread:
+    """Send ``{"t": "hb", "of": name}`` every HEARTBEAT_S from a thread with a socket of its own, so a service
+    busy in a long kernel or MPI call still looks alive; stops when ``stop`` is set."""
+    def run() -> None:
+        hb = ctx.socket(zmq.DEALER)
+        hb.setsockopt(zmq.LINGER, 0)
+        hb.connect(dispatcher)
+        msg = pack_header({"t": "hb", "of": name, "pid": os.getpid()})
+        try:
+            while not stop.wait(HEARTBEAT_S):
+                hb.send(msg, zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        finally:
+            hb.close(0)
+
+    th = threading.Thread(target=run, name=f"tw-heartbeat-{name}", daemon=True)
+    th.start()
+    return th
+
+
+def drain(sock: zmq.Socket, limit: int = 1000):
+    """Yield ``(header, frames)`` for the messages waiting on ``sock`` (at most ``limit``); malformed ones are
+    logged and skipped, never raised."""
+    for _ in range(limit):
+        if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # cheaper than catching zmq.Again
+            return
+        msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        try:
+            h = unpack_header(msg[0].bytes)
+        except ProtocolError as e:
+            log.warning("dropping malformed message: %s", e)
+            continue
+        yield h, msg[1:]
+
+
 class NamedService:
     """Serve requests forwarded by the dispatcher. ``handle(header, frames) -> (reply_header, frames)``."""
 
@@ -43,32 +89,19 @@ class NamedService:
         return {}
 
     def _connect(self) -> zmq.Socket:
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-        sock.connect(self.dispatcher)
-        sock.send(pack_header({"t": "register", "v": PROTOCOL_VERSION, "service": self.name, "name": self.name,
-                               "pid": os.getpid(), "token": self.token, "info": self.info()}))
-        return sock
+        return connect_service(self.ctx, self.dispatcher, {"service": self.name, "name": self.name,
+                                                           "token": self.token, "info": self.info()})
 
     def serve(self, ready_line: bool = True) -> None:
+        start_heartbeats(self.ctx, self.dispatcher, self.name, self.stop)
         self.sock = sock = self._connect()
         last_seen = time.monotonic()
-        next_hb = last_seen + HEARTBEAT_S
         announced = False
         try:
             while not self.stop.is_set():
                 if sock.poll(int(HEARTBEAT_S * 1000)):
-                    for _ in range(1000):
-                        if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                            break
-                        msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    for h, frames in drain(sock):
                         last_seen = time.monotonic()
-                        try:
-                            h = unpack_header(msg[0].bytes)
-                        except ProtocolError as e:
-                            log.warning("dropping malformed message: %s", e)
-                            continue
                         t = h["t"]
                         if t == "registered":
                             if ready_line and not announced:
@@ -77,17 +110,14 @@ class NamedService:
                         elif t == "refused":
                             raise ProtocolError(h.get("message", "the dispatcher refused this service"))
                         elif t == "request":
-                            self._answer(h, msg[1:])
-                now = time.monotonic()
-                if now >= next_hb:
-                    sock.send(pack_header({"t": "hb"}))
-                    next_hb = now + HEARTBEAT_S
-                if now - last_seen > HEARTBEAT_S * LIVENESS:
+                            self._answer(h, frames)
+                if time.monotonic() - last_seen > HEARTBEAT_S * LIVENESS:
                     log.warning("dispatcher silent; reconnecting")
                     sock.close(0)
                     self.sock = sock = self._connect()
-                    last_seen = now
+                    last_seen = time.monotonic()
         finally:
+            self.stop.set()
             sock.close(0)
 
     def _answer(self, h: dict, frames: list) -> None:
