@@ -47,6 +47,64 @@ class Echo:
         self.sock.close(0)
 
 
+BROKER = r"""
+import sys, zmq
+ctx = zmq.Context()
+front = ctx.socket(zmq.ROUTER); back = ctx.socket(zmq.ROUTER)
+port = front.bind_to_random_port("tcp://127.0.0.1"); bport = back.bind_to_random_port("tcp://127.0.0.1")
+print(port, bport, flush=True)
+worker = back.recv_multipart()[0]
+poller = zmq.Poller(); poller.register(front, zmq.POLLIN); poller.register(back, zmq.POLLIN)
+while True:
+    ev = dict(poller.poll())
+    if front in ev:
+        m = front.recv_multipart()
+        if m[1] == b"stop":
+            back.send_multipart([worker, b"stop"]); break
+        back.send_multipart([worker] + m)
+    if back in ev:
+        front.send_multipart(back.recv_multipart()[1:])
+"""
+
+BROKER_WORKER = r"""
+import sys, zmq
+s = zmq.Context().socket(zmq.DEALER); s.connect(f"tcp://127.0.0.1:{sys.argv[1]}"); s.send(b"ready")
+while True:
+    m = s.recv_multipart()
+    if m[-1] == b"stop":
+        break
+    s.send_multipart(m)
+"""
+
+
+def bench_broker_floor(echo: Echo) -> Result:
+    """The floor a brokered design sets: the same 16-byte echo through a minimal pyzmq broker process."""
+    broker = subprocess.Popen([sys.executable, "-c", BROKER], stdout=subprocess.PIPE)
+    port, bport = broker.stdout.readline().split()
+    worker = subprocess.Popen([sys.executable, "-c", BROKER_WORKER, bport.decode()])
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(f"tcp://127.0.0.1:{int(port)}")
+    payload = b"x" * 16
+
+    def via_broker():
+        sock.send(payload)
+        sock.recv()
+
+    try:
+        for _ in range(200):
+            via_broker()
+        ours, peer = interleaved(via_broker, lambda: echo.roundtrip(payload), rounds=9, number=300)
+    finally:
+        sock.send(b"stop")
+        broker.wait(10)
+        worker.wait(10)
+        sock.close(0)
+    return Result("(floor) the same echo through a minimal pyzmq broker process, vs direct echo", ours * 1e6,
+                  peer * 1e6, "us", ours / peer, "reference", True,
+                  "client -> broker -> worker and back, no work at all: the least any brokered design pays")
+
+
 def bench_roundtrip(echo: Echo) -> Result:
     x = tw.ones(4)
     x.numpy()
@@ -146,6 +204,7 @@ def run_all() -> list[Result]:
         with tw.LocalCluster(devices=["cpu:0"]) as c:
             s = tw.connect(c.address)
             results.append(bench_roundtrip(echo))
+            results.append(bench_broker_floor(echo))
             results.extend(bench_recorded_ops())
             results.append(bench_matmul())
             results.append(bench_bulk(echo))

@@ -23,10 +23,12 @@ def _session_endpoint(endpoint: str | None, session) -> str:
     """``endpoint``, else the hub URL the session learnt from the dispatcher, else the environment."""
     if endpoint:
         return endpoint
-    if session is None:
+    if session is None:  # the session in use, if any (never connect just to find a URL)
         from tensorwire import context
 
-        session = context._default if context._default is not None and not context._default.closed else None
+        session = getattr(context._local, "session", None) or context._default
+        if session is not None and session.closed:
+            session = None
     if session is not None and getattr(session, "hub_url", None):
         return session.hub_url
     return default_endpoint(None)
