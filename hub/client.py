@@ -403,6 +403,49 @@ def _locked(lock_path: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
+DOWNLOAD_CHUNK = 8 << 20
+
+
+class _HashWriter:
+    """Feeds chunks to a hash and a file on a thread of its own (a bounded queue between them)."""
+
+    def __init__(self, h, f):
+        import queue
+        import threading
+
+        self.h, self.f = h, f
+        self.q: queue.Queue = queue.Queue(maxsize=4)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="tw-hub-hash", daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            chunk = self.q.get()
+            if chunk is None:
+                return
+            if self.error is None:
+                try:
+                    self.h.update(chunk)
+                    self.f.write(chunk)
+                except BaseException as e:  # reported on the downloading thread
+                    self.error = e
+
+    def put(self, chunk: bytes) -> None:
+        if self.error is not None:
+            raise self.error
+        self.q.put(chunk)
+
+    def __enter__(self) -> _HashWriter:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.q.put(None)
+        self.thread.join()
+        if self.error is not None and exc[0] is None:
+            raise self.error
+
+
 def _download(url: str, dest: Path, sha256: str, size: int, *, token: str | None, progress: bool, desc: str) -> None:
     part = dest.with_name(dest.name + ".incomplete")
     have = part.stat().st_size if part.exists() else 0
@@ -438,18 +481,19 @@ def _download(url: str, dest: Path, sha256: str, size: int, *, token: str | None
                     f.seek(have)
                     f.truncate()
                     left = size - have
-                    while left > 0:  # bounded: never reads more than the announced size
-                        try:
-                            chunk = resp.read(min(CHUNK, left))
-                        except (OSError, ValueError) as e:
-                            raise HubUnavailable(f"download of {url} interrupted: {e}") from None
-                        if not chunk:
-                            break
-                        f.write(chunk)
-                        h.update(chunk)
-                        left -= len(chunk)
-                        if bar is not None:
-                            bar.update(len(chunk))
+                    # hash and write on a second thread while this one receives (both release the GIL)
+                    with _HashWriter(h, f) as sink:
+                        while left > 0:  # bounded: never reads more than the announced size
+                            try:
+                                chunk = resp.read(min(DOWNLOAD_CHUNK, left))
+                            except (OSError, ValueError) as e:
+                                raise HubUnavailable(f"download of {url} interrupted: {e}") from None
+                            if not chunk:
+                                break
+                            sink.put(chunk)
+                            left -= len(chunk)
+                            if bar is not None:
+                                bar.update(len(chunk))
                     f.flush()
                     os.fsync(f.fileno())
             finally:

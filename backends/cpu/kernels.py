@@ -418,6 +418,76 @@ def _sigmoid(ins, a, shape, dt):
         return _out(1.0 / (1.0 + np.exp(-x)), dt)
 
 
+# fused optimizer updates: the same arithmetic, in the same order, as their decompositions in protocol/ops.py
+# (in the compute dtype, rounded once); temporaries are updated in place, inputs never
+
+def _decayed_grad(grad, param, a, ct):
+    g = _arr(grad, ct)
+    wd = a.get("weight_decay", 0)
+    if not wd or param is None:
+        return g
+    t = _arr(param, ct) * ct.type(wd)
+    t += g
+    return t
+
+
+@kernel("adam_exp_avg")
+def _adam_exp_avg(ins, a, shape, dt):
+    ct = _compute(dt)
+    m = _arr(ins[0], ct)
+    t = _decayed_grad(ins[1], ins[2] if len(ins) > 2 else None, a, ct) - m
+    t *= ct.type(1 - a.get("beta1", 0))
+    t += m
+    return _out(t, dt)
+
+
+@kernel("adam_exp_avg_sq")
+def _adam_exp_avg_sq(ins, a, shape, dt):
+    ct = _compute(dt)
+    g = _decayed_grad(ins[1], ins[2] if len(ins) > 2 else None, a, ct)
+    b2 = a.get("beta2", 0)
+    t = g * ct.type(1 - b2)
+    t *= g
+    t += _arr(ins[0], ct) * ct.type(b2)
+    return _out(t, dt)
+
+
+@kernel("adam_param")
+def _adam_param(ins, a, shape, dt):
+    ct = _compute(dt)
+    p, m, v, step_size, bc2_sqrt = (_arr(x, ct) for x in ins[:5])
+    denom = np.sqrt(v)
+    denom /= bc2_sqrt
+    denom += ct.type(a.get("eps", 0))
+    t = m / denom
+    t *= step_size
+    if len(ins) > 5:
+        p = p * _arr(ins[5], ct)
+    return _out(p - t, dt)
+
+
+@kernel("sgd_momentum")
+def _sgd_momentum(ins, a, shape, dt):
+    ct = _compute(dt)
+    g = _decayed_grad(ins[1], ins[2] if len(ins) > 2 else None, a, ct)
+    damp = a.get("dampening", 0)
+    if damp:
+        g = g * ct.type(1 - damp)
+    t = _arr(ins[0], ct) * ct.type(a.get("momentum", 0))
+    t += g
+    return _out(t, dt)
+
+
+@kernel("sgd_update")
+def _sgd_update(ins, a, shape, dt):
+    ct = _compute(dt)
+    p = _arr(ins[0], ct)
+    d = _decayed_grad(ins[1], p, a, ct)
+    if len(ins) > 3:
+        d = d + _arr(ins[3], ct) * ct.type(a.get("momentum", 0))
+    return _out(p - d * _arr(ins[2], ct), dt)
+
+
 # specialisation: tight callables for the straight-line runner ------------------------------------------------
 
 _UFUNC_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,

@@ -26,6 +26,12 @@ def _d(p, v):
     return t
 
 
+def _fused(p, op: str, ins: list, attrs: dict):
+    """One fused update op (``protocol/ops.py``: adam_*, sgd_*) on ``p``'s device, outside autograd (the
+    updates are not differentiable and run under no_grad)."""
+    return p._s.record(op, ins, attrs, p._dev)
+
+
 def _zeros_like(p):
     from tensorwire.creation import zeros_like
 
@@ -51,18 +57,19 @@ class SGD(Optimizer):
 
     def _update(self, group, p, grad, state):
         wd, mom = group["weight_decay"], group["momentum"]
-        if wd != 0:
-            grad = grad + p * _c(p, wd)
-        if mom != 0:
-            buf = state.get("momentum_buffer")
-            if buf is None:
-                buf = _set_state(state, "momentum_buffer", grad.clone())
-            else:
-                damp = group["dampening"]
-                upd = grad * _c(p, 1 - damp) if damp else grad
-                buf = _set_state(state, "momentum_buffer", buf * _c(p, mom) + upd)
-            grad = grad + buf * _c(p, mom) if group["nesterov"] else buf
-        return p - grad * _d(p, group["lr"])
+        lr = _d(p, group["lr"])
+        if mom == 0:
+            return _fused(p, "sgd_update", [p, grad, lr], {"weight_decay": wd, "momentum": 0})
+        buf = state.get("momentum_buffer")
+        if buf is None:  # torch: the first buffer is a copy of the (decayed) gradient
+            buf = _set_state(state, "momentum_buffer", (grad + p * _c(p, wd)) if wd != 0 else grad.clone())
+        else:
+            ins = [buf, grad, p] if wd != 0 else [buf, grad]
+            buf = _set_state(state, "momentum_buffer", _fused(p, "sgd_momentum", ins, {
+                "momentum": mom, "dampening": group["dampening"], "weight_decay": wd}))
+        if group["nesterov"]:
+            return _fused(p, "sgd_update", [p, grad, lr, buf], {"weight_decay": wd, "momentum": mom})
+        return _fused(p, "sgd_update", [p, buf, lr], {"weight_decay": 0, "momentum": 0})
 
 
 class Adam(Optimizer):
@@ -95,21 +102,21 @@ class Adam(Optimizer):
                 state["max_exp_avg_sq"] = _zeros_like(p)
         state["step"] += 1
         step = state["step"]
-        if wd != 0:
-            if group.get("decoupled_weight_decay"):
-                p = p * _d(p, 1 - lr * wd)
-            else:
-                grad = grad + p * _c(p, wd)
-        m = _set_state(state, "exp_avg", state["exp_avg"].lerp(grad, _c(p, 1 - b1)))
-        v = _set_state(state, "exp_avg_sq", state["exp_avg_sq"] * _c(p, b2) + grad * grad * _c(p, 1 - b2))
-        bc1 = 1 - b1 ** step
-        bc2 = 1 - b2 ** step
-        step_size = lr / bc1
-        bc2_sqrt = math.sqrt(bc2)
+        decoupled = wd != 0 and group.get("decoupled_weight_decay")
+        l2 = wd if wd != 0 and not decoupled else 0
+        ins = [grad, p] if l2 else [grad]
+        m = _set_state(state, "exp_avg", _fused(p, "adam_exp_avg", [state["exp_avg"], *ins],
+                                                {"beta1": b1, "weight_decay": l2}))
+        v = _set_state(state, "exp_avg_sq", _fused(p, "adam_exp_avg_sq", [state["exp_avg_sq"], *ins],
+                                                   {"beta2": b2, "weight_decay": l2}))
         if group["amsgrad"]:
             v = _set_state(state, "max_exp_avg_sq", state["max_exp_avg_sq"].maximum(v))
-        denom = v.sqrt() / _d(p, bc2_sqrt) + _c(p, eps)
-        return p - (m / denom) * _d(p, step_size)
+        bc1 = 1 - b1 ** step
+        bc2 = 1 - b2 ** step
+        ins = [p, m, v, _d(p, lr / bc1), _d(p, math.sqrt(bc2))]
+        if decoupled:
+            ins.append(_d(p, 1 - lr * wd))
+        return _fused(p, "adam_param", ins, {"eps": eps})
 
 
 class AdamW(Adam):
