@@ -785,6 +785,24 @@ def _matmul(c):
     return [ga, gb]
 
 
+@rule("linear")
+def _linear(c):
+    """g @ W, g^T @ x (over the flattened leading dims) and sum(g): 3-4 ops where the decomposition's
+    matmul + permute + add rule records 5-8 (a permute of the permuted weight, a keepdim sum and reshape)."""
+    x, w = c.x[0], c.x[1]
+    o, i = w.shape
+    gm = c.g.cast(x.dtype)  # the matmul's own output gradient, as through the decomposition
+    gx = gm.op("matmul", w) if c.needs[0] else None
+    gw = None
+    if c.needs[1]:
+        n = numel(x.shape[:-1])
+        gw = gm.reshape([n, o]).permute([1, 0]).op("matmul", x.reshape([n, i]))
+    gb = None
+    if len(c.x) == 3 and c.needs[2]:  # fit() sums a broadcast bias's gradient down
+        gb = c.g.sum(list(range(c.g.ndim - 1))) if c.g.ndim > 1 and tuple(c.x[2].shape) == (o,) else c.g
+    return [gx, gw] + ([gb] if len(c.x) == 3 else [])
+
+
 # ----------------------------------------------------------------------------------------------
 # the dispatcher of rules
 

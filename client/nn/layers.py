@@ -23,6 +23,21 @@ def _param(*shape, device=None, dtype=None) -> Parameter:
     return Parameter(_empty(*shape, device=device, dtype=dtype))
 
 
+class _Hyper(Module):
+    """A layer without parameters whose keyword hyperparameters become attributes; ``extra_repr`` lists the
+    ones named in ``_repr`` as ``name=value``."""
+
+    _repr: tuple[str, ...] = ()
+
+    def __init__(self, **hyper):
+        super().__init__()
+        for k, v in hyper.items():
+            setattr(self, k, v)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={getattr(self, k)}" for k in self._repr)
+
+
 class Identity(Module):
     def __init__(self, *args, **kwargs):
         super().__init__()
@@ -222,16 +237,14 @@ class AvgPool1d(AvgPool2d):
                             self.count_include_pad)
 
 
-class AdaptiveAvgPool2d(Module):
+class AdaptiveAvgPool2d(_Hyper):
+    _repr = ("output_size",)
+
     def __init__(self, output_size):
-        super().__init__()
-        self.output_size = output_size
+        super().__init__(output_size=output_size)
 
     def forward(self, input):  # noqa: A002
         return F.adaptive_avg_pool2d(input, self.output_size)
-
-    def extra_repr(self) -> str:
-        return f"output_size={self.output_size}"
 
 
 class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
@@ -452,42 +465,36 @@ class Embedding(Module):
         return s
 
 
-class Dropout(Module):
+class Dropout(_Hyper):
+    _repr = ("p", "inplace")
+
     def __init__(self, p: float = 0.5, inplace: bool = False):
-        super().__init__()
         if p < 0 or p > 1:
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-        self.p, self.inplace = p, inplace
+        super().__init__(p=p, inplace=inplace)
 
     def forward(self, input):  # noqa: A002
         return F.dropout(input, self.p, self.training, self.inplace)
 
-    def extra_repr(self) -> str:
-        return f"p={self.p}, inplace={self.inplace}"
 
+class Flatten(_Hyper):
+    _repr = ("start_dim", "end_dim")
 
-class Flatten(Module):
     def __init__(self, start_dim: int = 1, end_dim: int = -1):
-        super().__init__()
-        self.start_dim, self.end_dim = start_dim, end_dim
+        super().__init__(start_dim=start_dim, end_dim=end_dim)
 
     def forward(self, input):  # noqa: A002
         return input.flatten(self.start_dim, self.end_dim)
 
-    def extra_repr(self) -> str:
-        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
+class Unflatten(_Hyper):
+    _repr = ("dim", "unflattened_size")
 
-class Unflatten(Module):
     def __init__(self, dim: int, unflattened_size):
-        super().__init__()
-        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+        super().__init__(dim=dim, unflattened_size=tuple(unflattened_size))
 
     def forward(self, input):  # noqa: A002
         return input.unflatten(self.dim, self.unflattened_size)
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
 # ------------------------------------------------------------------------------------------------ activations
@@ -543,10 +550,9 @@ class Mish(Module):
         return F.mish(input)
 
 
-class LeakyReLU(Module):
+class LeakyReLU(_Hyper):
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
-        super().__init__()
-        self.negative_slope, self.inplace = negative_slope, inplace
+        super().__init__(negative_slope=negative_slope, inplace=inplace)
 
     def forward(self, input):  # noqa: A002
         return F.leaky_relu(input, self.negative_slope, self.inplace)
@@ -555,46 +561,40 @@ class LeakyReLU(Module):
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
 
-class ELU(Module):
+class ELU(_Hyper):
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
-        super().__init__()
-        self.alpha, self.inplace = alpha, inplace
+        super().__init__(alpha=alpha, inplace=inplace)
 
     def forward(self, input):  # noqa: A002
         return F.elu(input, self.alpha, self.inplace)
 
 
-class Softplus(Module):
+class Softplus(_Hyper):
+    _repr = ("beta", "threshold")
+
     def __init__(self, beta: float = 1.0, threshold: float = 20.0):
-        super().__init__()
-        self.beta, self.threshold = beta, threshold
+        super().__init__(beta=beta, threshold=threshold)
 
     def forward(self, input):  # noqa: A002
         return F.softplus(input, self.beta, self.threshold)
 
-    def extra_repr(self) -> str:
-        return f"beta={self.beta}, threshold={self.threshold}"
 
-
-class Hardtanh(Module):
+class Hardtanh(_Hyper):
     def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
-        super().__init__()
-        self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
+        super().__init__(min_val=min_val, max_val=max_val, inplace=inplace)
 
     def forward(self, input):  # noqa: A002
         return F.hardtanh(input, self.min_val, self.max_val, self.inplace)
 
 
-class Softmax(Module):
+class Softmax(_Hyper):
+    _repr = ("dim",)
+
     def __init__(self, dim: int | None = None):
-        super().__init__()
-        self.dim = dim
+        super().__init__(dim=dim)
 
     def forward(self, input):  # noqa: A002
         return F.softmax(input, self.dim)
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}"
 
 
 class LogSoftmax(Softmax):
@@ -607,10 +607,9 @@ class Softmin(Softmax):
         return F.softmin(input, self.dim)
 
 
-class GLU(Module):
+class GLU(_Hyper):
     def __init__(self, dim: int = -1):
-        super().__init__()
-        self.dim = dim
+        super().__init__(dim=dim)
 
     def forward(self, input):  # noqa: A002
         return F.glu(input, self.dim)

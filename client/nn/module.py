@@ -51,6 +51,25 @@ def _addindent(s: str, n: int) -> str:
     return lines[0] + "\n" + "\n".join(" " * n + line for line in lines[1:])
 
 
+def _register_attr(m, name: str, value, store: str, cls: type, what: str, label: str) -> bool:
+    """``setattr`` for a registry of module ``m`` (``_parameters``/``_modules``): register ``value`` there if it is
+    a ``cls``, or reset an entry already there (to None only); False when neither applies."""
+    reg = m.__dict__.get(store)
+    if isinstance(value, cls):
+        if reg is None:
+            raise AttributeError(f"cannot assign {what} before Module.__init__() call")
+        m._remove_from(name, keep=store)
+        reg[name] = value
+        return True
+    if reg is not None and name in reg:
+        if value is not None:
+            raise TypeError(f"cannot assign '{type(value).__name__}' as {label} '{name}' "
+                            f"(tw.nn.{cls.__name__} or None expected)")
+        reg[name] = None
+        return True
+    return False
+
+
 class Module:
     """Base class of every layer and model. Subclasses define ``forward``; assigning a
     :class:`Parameter`, a ``Module`` or (through :meth:`register_buffer`) a tensor to an attribute
@@ -104,31 +123,8 @@ class Module:
     # ------------------------------------------------------------------ registration
     def __setattr__(self, name: str, value) -> None:
         d = self.__dict__
-        params = d.get("_parameters")
-        if isinstance(value, Parameter):
-            if params is None:
-                raise AttributeError("cannot assign parameters before Module.__init__() call")
-            self._remove_from(name, keep="_parameters")
-            params[name] = value
-            return
-        if params is not None and name in params:
-            if value is not None:
-                raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' "
-                                "(tw.nn.Parameter or None expected)")
-            params[name] = None
-            return
-        if isinstance(value, Module):
-            if "_modules" not in d:
-                raise AttributeError("cannot assign module before Module.__init__() call")
-            self._remove_from(name, keep="_modules")
-            d["_modules"][name] = value
-            return
-        mods = d.get("_modules")
-        if mods is not None and name in mods:
-            if value is not None:
-                raise TypeError(f"cannot assign '{type(value).__name__}' as child module '{name}' "
-                                "(tw.nn.Module or None expected)")
-            mods[name] = None
+        if (_register_attr(self, name, value, "_parameters", Parameter, "parameters", "parameter")
+                or _register_attr(self, name, value, "_modules", Module, "module", "child module")):
             return
         if isinstance(value, Buffer):
             self.register_buffer(name, value.data, value.persistent)
