@@ -28,11 +28,16 @@ class _Hyper(Module):
     ones named in ``_repr`` as ``name=value``."""
 
     _repr: tuple[str, ...] = ()
+    _fn = ""  # forward: F.<_fn>(input, *(the attributes named in _args))
+    _args: tuple[str, ...] = ()
 
     def __init__(self, **hyper):
         super().__init__()
         for k, v in hyper.items():
             setattr(self, k, v)
+
+    def forward(self, input):  # noqa: A002
+        return getattr(F, self._fn)(input, *(getattr(self, a) for a in self._args))
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={getattr(self, k)}" for k in self._repr)
@@ -238,13 +243,12 @@ class AvgPool1d(AvgPool2d):
 
 
 class AdaptiveAvgPool2d(_Hyper):
+    _fn = "adaptive_avg_pool2d"
+    _args = ("output_size",)
     _repr = ("output_size",)
 
     def __init__(self, output_size):
         super().__init__(output_size=output_size)
-
-    def forward(self, input):  # noqa: A002
-        return F.adaptive_avg_pool2d(input, self.output_size)
 
 
 class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
@@ -499,28 +503,26 @@ class Unflatten(_Hyper):
 
 # ------------------------------------------------------------------------------------------------ activations
 
-class _Act(Module):
+class _Act(_Hyper):
+    _args = ("inplace",)
+
     def __init__(self, inplace: bool = False):
-        super().__init__()
-        self.inplace = inplace
+        super().__init__(inplace=inplace)
 
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
 
 class ReLU(_Act):
-    def forward(self, input):  # noqa: A002
-        return F.relu(input, self.inplace)
+    _fn = "relu"
 
 
 class ReLU6(_Act):
-    def forward(self, input):  # noqa: A002
-        return F.relu6(input, self.inplace)
+    _fn = "relu6"
 
 
 class SiLU(_Act):
-    def forward(self, input):  # noqa: A002
-        return F.silu(input, self.inplace)
+    _fn = "silu"
 
 
 class GELU(Module):
@@ -551,65 +553,61 @@ class Mish(Module):
 
 
 class LeakyReLU(_Hyper):
+    _fn = "leaky_relu"
+    _args = ("negative_slope", "inplace")
+
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
         super().__init__(negative_slope=negative_slope, inplace=inplace)
-
-    def forward(self, input):  # noqa: A002
-        return F.leaky_relu(input, self.negative_slope, self.inplace)
 
     def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
 
 class ELU(_Hyper):
+    _fn = "elu"
+    _args = ("alpha", "inplace")
+
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
         super().__init__(alpha=alpha, inplace=inplace)
 
-    def forward(self, input):  # noqa: A002
-        return F.elu(input, self.alpha, self.inplace)
-
 
 class Softplus(_Hyper):
+    _fn = "softplus"
+    _args = ("beta", "threshold")
     _repr = ("beta", "threshold")
 
     def __init__(self, beta: float = 1.0, threshold: float = 20.0):
         super().__init__(beta=beta, threshold=threshold)
 
-    def forward(self, input):  # noqa: A002
-        return F.softplus(input, self.beta, self.threshold)
-
 
 class Hardtanh(_Hyper):
+    _fn = "hardtanh"
+    _args = ("min_val", "max_val", "inplace")
+
     def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
         super().__init__(min_val=min_val, max_val=max_val, inplace=inplace)
 
-    def forward(self, input):  # noqa: A002
-        return F.hardtanh(input, self.min_val, self.max_val, self.inplace)
-
 
 class Softmax(_Hyper):
+    _fn = "softmax"
+    _args = ("dim",)
     _repr = ("dim",)
 
     def __init__(self, dim: int | None = None):
         super().__init__(dim=dim)
 
-    def forward(self, input):  # noqa: A002
-        return F.softmax(input, self.dim)
-
 
 class LogSoftmax(Softmax):
-    def forward(self, input):  # noqa: A002
-        return F.log_softmax(input, self.dim)
+    _fn = "log_softmax"
 
 
 class Softmin(Softmax):
-    def forward(self, input):  # noqa: A002
-        return F.softmin(input, self.dim)
+    _fn = "softmin"
 
 
 class GLU(_Hyper):
+    _fn = "glu"
+    _args = ("dim",)
+
     def __init__(self, dim: int = -1):
         super().__init__(dim=dim)
-
-    def forward(self, input):  # noqa: A002
-        return F.glu(input, self.dim)
