@@ -71,23 +71,18 @@ def _tolist(x):
     return x
 
 
-def _upload(s, arr: np.ndarray, dev: str, dtype: D.DType | None = None) -> Tensor:
-    """Record ``arr`` as a constant, keeping its shape (0-d included: numpy's ``ascontiguousarray``,
-    which the session applies, turns a 0-d array into a 1-d one, so a 0-d value goes up as shape
-    (1,) and is reshaped back)."""
-    if arr.ndim == 0:
-        t = s.const(np.ascontiguousarray(arr.reshape(1)), dev, dtype)
-        return t._rec("reshape", [t], {"shape": []})
-    return s.const(np.ascontiguousarray(arr), dev, dtype)
+def _upload(s, arr: np.ndarray, dev: str, dtype: D.DType | None = None, borrowed: bool = False) -> Tensor:
+    """Record ``arr`` as a constant. ``borrowed``: ``arr`` is the caller's and may change after we return,
+    so the session snapshots it (small arrays are copied; large ones are sent at once, without a copy)."""
+    return s.const(arr, dev, dtype, borrowed=borrowed)
 
 
 def tensor(data, dtype=None, device=None, requires_grad: bool = False, *, session=None) -> Tensor:
     """A tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays)."""
     s, dev = _ctx(device, session)
     arr = _infer_np(data, dtype)
-    if isinstance(data, np.ndarray) and np.may_share_memory(arr, data):
-        arr = arr.copy()  # the bytes leave with the next batch: later writes to ``data`` must not show
-    return _finish(_upload(s, arr, dev), requires_grad)
+    borrowed = isinstance(data, np.ndarray) and np.may_share_memory(arr, data)  # later writes must not show
+    return _finish(_upload(s, arr, dev, borrowed=borrowed), requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None, *, session=None) -> Tensor:
@@ -101,12 +96,13 @@ def from_numpy(array: np.ndarray, *, device=None, session=None) -> Tensor:
     """A tensor with ``array``'s values and dtype.
 
     Unlike torch, the tensor does not share memory with ``array``: its values are those ``array`` had
-    at the call (a copy is taken, since the bytes only leave with the next batch).
+    at the call. (A small array is copied and travels with the next batch; a large one is sent at once,
+    without a copy, and the call returns when the bytes have left.)
     """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
     s, dev = _ctx(device, session)
-    return _upload(s, np.array(array, copy=True, order="C"), dev, D.from_numpy(array.dtype))
+    return _upload(s, array, dev, D.from_numpy(array.dtype), borrowed=True)
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:

@@ -35,6 +35,7 @@ from tensorwire.protocol.graph import structure_key
 from tensorwire.protocol.ops import OPS, infer
 from tensorwire.protocol.wire import (
     MAX_MESSAGE,
+    ZERO_COPY_MIN,
     array_from_frame,
     as_frame,
     pack_header,
@@ -212,20 +213,33 @@ class Session:
             self.flush()
         return t
 
-    def const(self, array: np.ndarray, device: str, dtype: D.DType | None = None):
-        """Record a tensor whose bytes travel with the next batch (an upload)."""
+    def const(self, array: np.ndarray, device: str, dtype: D.DType | None = None, *, borrowed: bool = False):
+        """Record a tensor whose bytes travel with the next batch (an upload).
+
+        ``borrowed``: the array belongs to the caller, who may change it after this returns. A small one is
+        copied; a large one is sent at once without a copy, and this returns once zmq has handed its bytes
+        to the kernel (the upload is then synchronous, like torch's ``.to(device)``).
+        """
         dt = D.from_numpy(array.dtype) if dtype is None else dtype
         if array.dtype != dt.np:
             array = array.astype(dt.np)
+            borrowed = False
         if not array.flags.c_contiguous:
             array = np.array(array, order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
+            borrowed = False
+        send_now = borrowed and array.nbytes >= ZERO_COPY_MIN
+        if borrowed and not send_now:
+            array = array.copy()
         hid = next(self._ids)
         self._pending.append((hid, "const", [], {"shape": list(array.shape), "dtype": dt.name, "frame": array},
                               device, _user_frame(), ()))
         self._pending_bytes += array.nbytes
         t = Tensor.__new__(Tensor)
         t._init(self, hid, tuple(array.shape), dt, device)
-        if self._pending_bytes >= MAX_PENDING_BYTES:
+        if send_now:
+            with self._lock:
+                self._flush([], False, wait_sent=True)
+        elif self._pending_bytes >= MAX_PENDING_BYTES:
             self.flush()
         return t
 
@@ -252,7 +266,7 @@ class Session:
         with self._lock:
             return self._flush(list(fetch), sync)
 
-    def _flush(self, fetch: list[int], sync: bool):
+    def _flush(self, fetch: list[int], sync: bool, wait_sent: bool = False):
         pending, self._pending = self._pending, []
         self._pending_bytes = 0
         release, self._release = self._release, []
@@ -323,7 +337,7 @@ class Session:
             raise ProtocolError(f"a batch of {size} bytes exceeds the maximum message size of {MAX_MESSAGE} bytes "
                                 f"(TENSORWIRE_MAX_MESSAGE); upload the data in smaller tensors")
         if not (fetch or sync):
-            send_parts(self._sock, [pack_header(header), *frames])
+            send_parts(self._sock, [pack_header(header), *frames], wait_sent=wait_sent)
             return None
         h, rframes = self._request(header, frames)
         return self._result(h, rframes, fetch)

@@ -88,10 +88,19 @@ def hello(token: str | None, client: str) -> dict:
 ZERO_COPY_MIN = 1 << 16
 
 
-def send_parts(sock, parts) -> None:
-    """Send a multipart message: small frames copied (cheaper), large ones without a copy."""
+def send_parts(sock, parts, wait_sent: bool = False) -> None:
+    """Send a multipart message: small frames copied (cheaper), large ones without a copy.
+
+    ``wait_sent``: return only once zmq no longer needs the large frames' memory (the caller may reuse it).
+    """
     last = len(parts) - 1
+    trackers = []
     for i, p in enumerate(parts):
         n = p.nbytes if isinstance(p, memoryview) else len(p) if not hasattr(p, "buffer") else None
         copy = n is not None and n < ZERO_COPY_MIN
-        sock.send(p, zmq.SNDMORE if i < last else 0, copy=copy)
+        track = wait_sent and not copy
+        t = sock.send(p, zmq.SNDMORE if i < last else 0, copy=copy, track=track)
+        if track and t is not None:
+            trackers.append(t)
+    for t in trackers:
+        t.wait()

@@ -477,3 +477,13 @@ def test_repr_device_and_large():
         assert text == repr(torch.arange(2000))
         m = tw.arange(12.0).reshape(3, 4) / 7
         assert repr(m) == repr(torch.arange(12.0).reshape(3, 4) / 7)
+
+
+@pytest.mark.parametrize("n", [10, 1 << 20], ids=["small-copied", "large-sent-at-once"])
+def test_from_numpy_and_tensor_snapshot_the_array(session, n):
+    a = np.arange(n, dtype=np.float32)
+    t1 = tw.from_numpy(a)
+    t2 = tw.tensor(a)
+    a[:] = -1  # the caller reuses its buffer before anything was fetched
+    np.testing.assert_array_equal(t1.numpy(), np.arange(n, dtype=np.float32))
+    np.testing.assert_array_equal(t2.numpy(), np.arange(n, dtype=np.float32))
