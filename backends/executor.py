@@ -13,6 +13,8 @@ transfer ``k`` (and is resumed with it), and ``("send", k, value)`` to hand a bu
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
@@ -313,25 +315,24 @@ def _const(device: Device, attrs: dict, frames: list, step: Step):
     return device.upload(arr)
 
 
-_HUB_FILES: dict = {}  # path -> {name: array}: mapped safetensors files, most recent last
-MAX_OPEN_HUB_FILES = 16
+_HUB_FILES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # file key -> its bytes (uint8 array)
 
 
 def _hub_tensor(device: Device, attrs: dict, frames: list, step: Step):
-    """Fetch a tensor from the hub straight into this device (the worker downloads; the client never sees it)."""
-    from tensorwire.hub import fetch
-    from tensorwire.protocol.safetensors_io import load_file
+    """Fetch a tensor from the hub straight into this device (the worker downloads; the client never sees it).
 
-    path = fetch(attrs["repo"], attrs["path"], revision=attrs["commit"], endpoint=attrs["endpoint"],
-                 token=attrs.get("token"))
-    key = str(path)
-    tensors = _HUB_FILES.pop(key, None)
-    if tensors is None:
-        tensors = load_file(path)
-        if len(_HUB_FILES) >= MAX_OPEN_HUB_FILES:
-            _HUB_FILES.pop(next(iter(_HUB_FILES)))
-    _HUB_FILES[key] = tensors
-    arr = tensors.get(attrs["name"])
+    A file is downloaded once while any tensor of it is alive (the tensors view its verified bytes)."""
+    from tensorwire.hub import fetch
+    from tensorwire.protocol.safetensors_io import load_buffer
+
+    key = (attrs["endpoint"], attrs["repo"], attrs["commit"], attrs["path"])
+    raw = _HUB_FILES.get(key)
+    if raw is None:
+        buf = fetch(attrs["repo"], attrs["path"], revision=attrs["commit"], endpoint=attrs["endpoint"],
+                    token=attrs.get("token"), into_memory=True)
+        raw = np.frombuffer(buf, dtype=np.uint8) if len(buf) else np.zeros(0, np.uint8)
+        _HUB_FILES[key] = raw
+    arr = load_buffer(raw, names={attrs["name"]}).get(attrs["name"])
     if arr is None:
         raise NotFound(f"tensor {attrs['name']!r} is not in {attrs['repo']}/{attrs['path']}")
     if tuple(arr.shape) != tuple(step.shape) or arr.dtype != step.dtype.np:

@@ -426,7 +426,8 @@ class _HashWriter:
             if self.error is None:
                 try:
                     self.h.update(chunk)
-                    self.f.write(chunk)
+                    if self.f is not None:
+                        self.f.write(chunk)
                 except BaseException as e:  # reported on the downloading thread
                     self.error = e
 
@@ -518,6 +519,7 @@ def fetch(
     token: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     progress: bool = False,
+    into_memory: bool = False,
 ) -> Path:
     """Download one file of a revision into the local sha256-keyed cache and return its path.
 
@@ -527,6 +529,10 @@ def fetch(
     all, and a branch or tag falls back on the last commit it resolved to if the hub is
     unreachable. Partial downloads resume with ``Range``; the bytes are verified against the
     sha256 before being moved into place atomically (``HashMismatch`` otherwise).
+
+    ``into_memory=True`` returns the verified bytes instead of a path (a read-only map of the cached file, or
+    a buffer downloaded into memory that a background thread also writes into the cache): a worker loading
+    weights then waits for the network and the hash, not for the disk.
     """
     check_repo_id(repo_id)
     check_file_path(path)
@@ -564,12 +570,68 @@ def fetch(
     sha256, size = str(entry[0]), int(entry[1])
     blobs = cache / "blobs"
     dest = blobs / sha256
+    url = f"{ep}/{repo_id}/resolve/{commit}/{quote(path)}"
+    if into_memory:
+        return _fetch_to_memory(url, dest, sha256, size, tok)
     if dest.is_file() and dest.stat().st_size == size:
         return dest
     blobs.mkdir(parents=True, exist_ok=True)
     with _locked(blobs / f"{sha256}.lock"):
         if dest.is_file() and dest.stat().st_size == size:
             return dest
-        url = f"{ep}/{repo_id}/resolve/{commit}/{quote(path)}"
         _download(url, dest, sha256, size, token=tok, progress=progress, desc=path.rsplit("/", 1)[-1])
     return dest
+
+
+def _fetch_to_memory(url: str, dest: Path, sha256: str, size: int, token: str | None):
+    """The file's bytes: mapped from the cache, or downloaded into memory, verified, and returned at once
+    while a background thread writes them into the cache (so a loader need not wait for the disk)."""
+    import mmap
+    import threading
+
+    if dest.is_file() and dest.stat().st_size == size:
+        with open(dest, "rb") as f:
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    import numpy as np
+
+    buf = np.empty(size, dtype=np.uint8)  # not bytearray(size): no memset of memory about to be overwritten
+    view = memoryview(buf)
+    h = hashlib.sha256()
+    headers = {"User-Agent": "tensorwire-hub-client/0.1", "Accept-Encoding": "identity"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    got = 0
+    with _open(urllib.request.Request(url, headers=headers), max(DEFAULT_TIMEOUT, 300.0)) as resp, \
+            _HashWriter(h, None) as sink:
+        while got < size:  # bounded by the announced size
+            try:
+                n = resp.readinto(view[got:got + DOWNLOAD_CHUNK])
+            except (OSError, ValueError) as e:
+                raise HubUnavailable(f"download of {url} interrupted: {e}") from None
+            if not n:
+                break
+            sink.put(view[got:got + n])
+            got += n
+    if got < size:
+        raise HubUnavailable(f"download of {url} ended {size - got} bytes early")
+    digest = h.hexdigest()
+    if digest != sha256:
+        raise HashMismatch(f"downloaded bytes hash to {digest}, expected {sha256} ({url})")
+
+    def write_cache() -> None:  # best effort: the bytes are verified and already in use
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with _locked(dest.parent / f"{sha256}.lock"):
+                if dest.is_file() and dest.stat().st_size == size:
+                    return
+                part = dest.with_name(dest.name + f".{os.getpid()}.incomplete")
+                with open(part, "wb") as f:
+                    f.write(view)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(part, dest)
+        except OSError:
+            pass
+
+    threading.Thread(target=write_cache, name="tw-hub-cache", daemon=True).start()
+    return buf

@@ -82,6 +82,27 @@ def load_file(path: str | os.PathLike, names=None) -> dict[str, np.ndarray]:
     return out
 
 
+def load_buffer(buf, names=None) -> dict[str, np.ndarray]:
+    """``name -> array`` viewing a safetensors file held in memory (bytes, bytearray, mmap): no copies."""
+    mv = memoryview(buf)
+    size = mv.nbytes
+    if size < 8:
+        raise ProtocolError("safetensors: buffer shorter than its 8-byte header length")
+    (n,) = struct.unpack("<Q", mv[:8])
+    if n > MAX_HEADER or 8 + n > size:
+        raise ProtocolError("safetensors: bad header length")
+    header, off = parse_header(bytes(mv[:8 + n]), size)
+    raw = np.frombuffer(mv, dtype=np.uint8)
+    out = {}
+    for name, (dt, shape, b, e) in tensor_specs(header).items():
+        if names is not None and name not in names:
+            continue
+        if off + e > size:
+            raise ProtocolError(f"safetensors: tensor {name!r} extends past the end of the buffer")
+        out[name] = raw[off + b: off + e].view(dt.np).reshape(shape)
+    return out
+
+
 def metadata_of(path: str | os.PathLike) -> dict:
     with open(path, "rb") as f:
         prefix = f.read(8)
