@@ -803,6 +803,16 @@ def _linear(c):
     return [gx, gw] + ([gb] if len(c.x) == 3 else [])
 
 
+@rule("cross_entropy_index")
+def _cross_entropy_index(c):
+    """One fused op, (softmax(x) - onehot(target)) * scale, where the decomposition's log_softmax / gather /
+    mask / reduction rules record ~13 (it is a composite too, so double backward goes through its
+    decomposition)."""
+    x, t = c.x
+    at = {"reduction": c.a.get("reduction", "mean"), "ignore_index": a_int(c.a, "ignore_index", -100)}
+    return [x.op("cross_entropy_index_grad", t, c.g, **at), None]
+
+
 # ----------------------------------------------------------------------------------------------
 # the dispatcher of rules
 

@@ -1180,7 +1180,8 @@ def _finfo_max(dt: D.DType) -> float:
 
 
 def _composite_specs(op: str):
-    """For a built-in composite: list of (tag, input shapes, domain, attrs, reference(x64s, dtype) -> array)."""
+    """For a built-in composite: list of (tag, input shapes (an ndarray: an input taken as it is), domain, attrs,
+    reference(x64s, dtype) -> array)."""
     ew = [(2, 3), (), (0, 4)]
     red = [((2, 3, 4), None, False), ((2, 3, 4), [1], True), ((2, 3, 4), [0, -1], False), ((), None, False),
            ((3, 4), [-1], False)]
@@ -1350,6 +1351,8 @@ def _composite_specs(op: str):
         return out
     if op in _OPTIM_SPECS:
         return _OPTIM_SPECS[op]
+    if op in ("cross_entropy_index", "cross_entropy_index_grad"):
+        return _ce_specs(op)
     return None
 
 
@@ -1401,6 +1404,44 @@ _OPTIM_SPECS = {
 }
 
 
+def _ce_parts(xs, ii):
+    x, t = xs[0], xs[1].astype(np.int64)
+    valid = t != ii
+    idx = np.where(valid, t, 0)
+    return x - np.logaddexp.reduce(x, axis=1, keepdims=True), valid, idx  # log_softmax
+
+
+def _ce_ref(xs, red, ii):
+    lp, valid, idx = _ce_parts(xs, ii)
+    loss = np.where(valid, -lp[np.arange(lp.shape[0]), idx], 0.0)
+    if red == "none":
+        return loss
+    return loss.sum() / (valid.sum() if red == "mean" else 1.0)
+
+
+def _ce_grad_ref(xs, red, ii):
+    lp, valid, idx = _ce_parts(xs, ii)
+    s = np.where(valid, xs[2] / (valid.sum() if red == "mean" else 1.0), 0.0)
+    return (np.exp(lp) - np.eye(lp.shape[1])[idx]) * s[:, None]
+
+
+def _ce_specs(op: str):
+    """cross_entropy_index[_grad]: [N, C] inputs with fixed int64 targets (ndarray entries of a spec are inputs
+    taken as they are), ignored targets included; "all-ignored" gives a nan mean (and a zero gradient)."""
+    t6 = np.array([1, 0, 4, -100, 3, 2])
+    grad = op.endswith("_grad")
+    out = []
+    for tag, t, red, ii in (("mean", t6, "mean", -100), ("sum-ignore4", np.array([1, 0, 4, 4, 3, 2]), "sum", 4),
+                            ("none", t6, "none", -100), ("all-ignored", np.full(6, -100), "mean", -100),
+                            ("empty", np.zeros(0, np.int64), "sum", -100)):
+        n = t.shape[0]
+        shapes = [(n, 5), t] + ([(n,) if red == "none" else ()] if grad else [])
+        ref = _ce_grad_ref if grad else _ce_ref
+        out.append((tag, shapes, (-4, 4), {"reduction": red, "ignore_index": ii},
+                    lambda xs, dt, red=red, ii=ii, ref=ref: ref(xs, red, ii)))
+    return out
+
+
 def _special_input(tag: str, dt: D.DType) -> np.ndarray:
     if tag == "special4":
         x = np.array([[0.0, -np.inf, 1.0], [-np.inf, -np.inf, -np.inf], [np.inf, 0.0, 1.0], [1.0, 2.0, np.nan]])
@@ -1422,13 +1463,15 @@ def _composite_cases(op: str) -> Iterator[Case]:
             attrs_dt = dict(attrs)
             if op == "eye":
                 attrs_dt["dtype"] = dt.name
-            metas = [((2,) if isinstance(s, str) else s, dt) for s in shapes]
+            metas = [(s.shape, D.from_numpy(s.dtype)) if isinstance(s, np.ndarray) else
+                     ((2,) if isinstance(s, str) else s, dt) for s in shapes]
             if not _accepts(op, metas, attrs_dt):
                 continue
 
             def build(rng, dt=dt, shapes=shapes, domain=domain, attrs=attrs_dt, ref=ref):
                 g = _Graph()
-                xs = [_special_input(s, dt) if isinstance(s, str) else _vals(rng, s, dt, *domain) for s in shapes]
+                xs = [s if isinstance(s, np.ndarray) else _special_input(s, dt) if isinstance(s, str) else
+                      _vals(rng, s, dt, *domain) for s in shapes]
                 n = g.op(op, *[g.input(x) for x in xs], **attrs)
                 g.ref(n, ref([_f64(x) for x in xs], dt), scale=4.0)
                 return g

@@ -488,6 +488,59 @@ def _sgd_update(ins, a, shape, dt):
     return _out(p - d * _arr(ins[2], ct), dt)
 
 
+# fused cross entropy (class-index targets): log_softmax as torch's CPU kernel computes it, x - max - log(sum(exp(x -
+# max))), read at the targets; the gradient is (softmax - onehot) * per-row scale
+
+def _ce_prep(ins, a, ct):
+    x = _arr(ins[0], ct)
+    t = ins[1].astype(np.int64, copy=False)
+    c = x.shape[1]
+    valid = t != a.get("ignore_index", -100)
+    idx = np.where(valid, t, 0)
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= c):
+        bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+        raise IndexOutOfRange(f"cross_entropy: target {bad} is out of bounds for {c} classes")
+    m = np.max(x, axis=1, keepdims=True)
+    m[np.isinf(m)] = 0  # rows with an infinite maximum: as the decomposition's logsumexp
+    shifted = x - m
+    log_sum = np.log(np.sum(np.exp(shifted), axis=1, keepdims=True))
+    return x, valid, idx, shifted, log_sum
+
+
+@kernel("cross_entropy_index")
+def _cross_entropy_index(ins, a, shape, dt):
+    ct = _compute(dt)
+    with np.errstate(all="ignore"):
+        x, valid, idx, shifted, log_sum = _ce_prep(ins, a, ct)
+        rows = np.arange(x.shape[0])
+        loss = log_sum[:, 0] - shifted[rows, idx]  # -(log_softmax at the target)
+        loss = np.where(valid, loss, ct.type(0))
+        red = a.get("reduction", "mean")
+        if red == "none":
+            return _out(loss, dt)
+        total = np.sum(loss)
+        if red == "mean":
+            total = total / ct.type(np.count_nonzero(valid))
+        return _out(np.asarray(total, dtype=ct), dt)
+
+
+@kernel("cross_entropy_index_grad")
+def _cross_entropy_index_grad(ins, a, shape, dt):
+    ct = _compute(dt)
+    with np.errstate(all="ignore"):
+        x, valid, idx, shifted, log_sum = _ce_prep(ins, a, ct)
+        s = _arr(np.asarray(ins[2]), ct)
+        if a.get("reduction", "mean") == "mean":
+            s = s / ct.type(np.count_nonzero(valid))
+        s = np.where(valid, s, ct.type(0))  # [N]
+        out = shifted - log_sum
+        np.exp(out, out=out)  # softmax = exp(log_softmax), as torch's backward reads it
+        out *= s[:, None]
+        rows = np.arange(x.shape[0])
+        out[rows, idx] -= s
+        return _out(out, dt)
+
+
 # specialisation: tight callables for the straight-line runner ------------------------------------------------
 
 _UFUNC_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,

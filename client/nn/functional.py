@@ -684,6 +684,12 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
     optional class ``weight`` and ``label_smoothing``."""
     from tensorwire.functions import where
 
+    if (input.ndim == 2 and target.ndim == 1 and not target.dtype.is_floating_point and weight is None
+            and label_smoothing <= 0 and reduction in ("mean", "sum", "none") and input.shape[1] > 0
+            and input.dtype.is_floating_point and isinstance(ignore_index, int)):
+        # the common case: one fused op forward, one backward (the op table's cross_entropy_index)
+        return input._rec("cross_entropy_index", [input, target],
+                          {"reduction": reduction, "ignore_index": int(ignore_index)})
     cdim = 1 if input.ndim > 1 else 0
     c = input.shape[cdim]
     logp = input.log_softmax(cdim)

@@ -277,6 +277,18 @@ def _avg_pool2d():
                                                     "ceil_mode": True, "count_include_pad": False}, name="pad")]
 
 
+def _cross_entropy(grad):
+    """cross_entropy_index (and its gradient op, differentiated through its decomposition: double backward)."""
+    def gen():
+        out = []
+        for red, t, ii in (("mean", [1, 0, 4, -100], -100), ("sum", [2, 4, 4, 0], 4), ("none", [3, -100, 1, 0], -100)):
+            ins = [P((4, 5), -2, 2), I(t)] + ([P((4,) if red == "none" else ())] if grad else [])
+            out.append(case("cross_entropy_index" + ("_grad" if grad else ""), ins,
+                            {"reduction": red, "ignore_index": ii}, name=red))
+        return out
+    return gen
+
+
 GENERATORS = {
     "gelu": lambda: [case("gelu", [P((3, 4), -2, 2)], {"approximate": a}, name=a) for a in ("none", "tanh")],
     "silu": unary("silu", -3, 3), "leaky_relu": lambda: [case("leaky_relu", [P((3, 4), away=0.05)],
@@ -306,6 +318,7 @@ GENERATORS = {
     "log10": unary("log10", 0.2, 2.0), "clamp": _clamp, "nan_to_num": unary("nan_to_num"), "lerp": _lerp,
     "mean": reduce_("mean"), "var": _var("var"), "std": _var("std"), "logsumexp": reduce_("logsumexp", -2, 2),
     "softmax": _softmax("softmax"), "log_softmax": _softmax("log_softmax"), "norm": _norm,
+    "cross_entropy_index": _cross_entropy(False), "cross_entropy_index_grad": _cross_entropy(True),
     "tril": _tri("tril"), "triu": _tri("triu"), "relu6": lambda: [case("relu6", [P((3, 4), -1, 7, 0.05)])],
 }
 
