@@ -63,23 +63,9 @@ def tensor_specs(header: dict) -> dict[str, tuple[D.DType, tuple[int, ...], int,
 
 def load_file(path: str | os.PathLike, names=None) -> dict[str, np.ndarray]:
     """Map a safetensors file and return ``name -> array`` (read-only, zero-copy views of the map)."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        prefix = f.read(8)
-        (n,) = struct.unpack("<Q", prefix) if len(prefix) == 8 else (None,)
-        if n is None or n > MAX_HEADER or 8 + n > size:
-            raise ProtocolError(f"safetensors: {path} has a bad header length")
-        header, off = parse_header(prefix + f.read(n), size)
-    specs = tensor_specs(header)
-    mm = np.memmap(path, dtype=np.uint8, mode="r") if size > off else np.zeros(0, np.uint8)
-    out = {}
-    for name, (dt, shape, b, e) in specs.items():
-        if names is not None and name not in names:
-            continue
-        if off + e > size:
-            raise ProtocolError(f"safetensors: tensor {name!r} extends past the end of {path}")
-        out[name] = mm[off + b: off + e].view(dt.np).reshape(shape)
-    return out
+    if os.path.getsize(path) < 8:
+        raise ProtocolError(f"safetensors: {path} is shorter than its 8-byte header length")
+    return load_buffer(np.memmap(path, dtype=np.uint8, mode="r"), names)
 
 
 def load_buffer(buf, names=None) -> dict[str, np.ndarray]:
