@@ -116,6 +116,24 @@ def _remove_shm_leftovers(pids: list[int]) -> None:
                 pass
 
 
+def _mpich_segments() -> set[str]:
+    import glob
+
+    return set(glob.glob("/dev/shm/mpich_shm_*"))
+
+
+def _remove_mpich_leftovers(before: set[str], since: float) -> None:
+    """Shared-memory segments an MPI job of ours left behind when it was killed or aborted (MPICH cannot
+    unlink them then): those that appeared after ``since`` and were not there before. Call only once the
+    job has exited."""
+    for path in _mpich_segments() - before:
+        try:
+            if os.stat(path).st_mtime >= since - 1:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "tensorwire.cli", *args]
 
@@ -148,6 +166,8 @@ class LocalCluster:
         self.hub_root = Path(hub_root) if hub_root is not None else None
         self.autograd = autograd
         self.collectives = collectives
+        self._pids: list[int] = []
+        self._mpich_before: tuple | None = None
         self.worker_threads = worker_threads  # default: the host's cores shared out between the workers
         self._closed = False
         try:
@@ -160,6 +180,7 @@ class LocalCluster:
     def _spawn(self, name: str, argv: list[str]) -> Service:
         svc = Service(name, argv, self.log_dir / f"{name.replace(':', '-')}.log", self.env)
         self.services[name] = svc
+        self._pids.append(svc.proc.pid)
         return svc
 
     def _start(self, host: str, port: int) -> None:
@@ -197,8 +218,11 @@ class LocalCluster:
     def start_collectives(self, deadline: float | None = None) -> Service:
         """Start (or restart) the collectives service: ``mpiexec -n N``, one rank per device worker."""
         old = self.services.get("collectives")
-        if old is not None and old.alive():
+        if old is not None:
             old.stop()
+            _remove_mpich_leftovers(*self._mpich_before)
+        else:
+            self._mpich_before = (_mpich_segments(), time.time())
         argv = [mpiexec(), "-n", str(len(self.devices)), *_cli("collectives", "--dispatcher", self.service_address,
                                                                   "--devices", ",".join(self.devices),
                                                                   *(["--token", self.token] if self.token else []))]
@@ -243,7 +267,9 @@ class LocalCluster:
                 self.services[n].stop()
             except Exception:
                 pass
-        _remove_shm_leftovers([s.proc.pid for s in self.services.values()])
+        _remove_shm_leftovers(self._pids)  # every process ever started, restarted ones included
+        if self._mpich_before is not None:
+            _remove_mpich_leftovers(*self._mpich_before)
         if self._tmp is not None:
             self._tmp.cleanup()
         atexit.unregister(self.close)
