@@ -813,6 +813,19 @@ def _cross_entropy_index(c):
     return [x.op("cross_entropy_index_grad", t, c.g, **at), None]
 
 
+@rule("conv2d")
+def _conv2d(c):
+    """One op per input, conv2d_grad_input(g, W) and conv2d_grad_weight(x, g), where the im2col / matmul
+    decomposition's rules record ~40 (they are composites too: double backward goes through their
+    decompositions). A bias is added outside conv2d, so its gradient is the add's (a sum)."""
+    x, w = c.x
+    at = {"stride": list(c.a.get("stride", [1, 1])), "padding": list(c.a.get("padding", [0, 0])),
+          "dilation": list(c.a.get("dilation", [1, 1])), "groups": a_int(c.a, "groups", 1)}
+    g = c.g.cast(x.dtype)
+    gx = g.op("conv2d_grad_input", w, input_size=list(x.shape[2:]), **at) if c.needs[0] else None
+    gw = x.op("conv2d_grad_weight", g, kernel=list(w.shape[2:]), **at) if c.needs[1] else None
+    return [gx, gw]
+
 # ----------------------------------------------------------------------------------------------
 # the dispatcher of rules
 

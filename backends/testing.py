@@ -1150,6 +1150,26 @@ def _conv2d_ref(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     return out
 
 
+def _conv2d_grads_ref(x, w, gy, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    """(input gradient, weight gradient) of _conv2d_ref's conv2d given its output gradient gy, window by window."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    xp = np.zeros((n, c, h + 2 * ph, wd + 2 * pw))
+    xp[:, :, ph:ph + h, pw:pw + wd] = x
+    gxp = np.zeros_like(xp)
+    gw = np.zeros(w.shape)
+    og = o // groups
+    for oc in range(o):
+        grp = oc // og
+        for a in range(gy.shape[2]):
+            for b in range(gy.shape[3]):
+                win = (slice(None), slice(grp * cg, (grp + 1) * cg), slice(a * sh, a * sh + dh * (kh - 1) + 1, dh),
+                       slice(b * sw, b * sw + dw * (kw - 1) + 1, dw))
+                gxp[win] += gy[:, oc, a, b][:, None, None, None] * w[oc]
+                gw[oc] += np.tensordot(gy[:, oc, a, b], xp[win], axes=(0, 0))
+    return gxp[:, :, ph:ph + h, pw:pw + wd], gw
+
 def _pool_ref(x, kind, kernel, stride=None, padding=(0, 0), dilation=(1, 1), ceil_mode=False,
               count_include_pad=True, divisor_override=None):
     n, c, h, w = x.shape
@@ -1326,6 +1346,26 @@ def _composite_specs(op: str):
                  lambda xs, dt: _conv2d_ref(xs[0], xs[1], (2, 1), (1, 1))),
                 ("groups-dilation", [(2, 4, 6, 6), (6, 2, 2, 2)], (-2, 2), {"groups": 2, "dilation": [2, 1]},
                  lambda xs, dt: _conv2d_ref(xs[0], xs[1], dilation=(2, 1), groups=2))]
+    if op in ("conv2d_grad_input", "conv2d_grad_weight"):
+        out = []
+        for tag, sx, sw_, a in (("plain", (2, 3, 5, 5), (4, 3, 3, 3), {}),
+                                ("stride-pad", (1, 2, 6, 5), (3, 2, 3, 2), {"stride": [2, 1], "padding": [1, 1]}),
+                                ("groups-dilation", (2, 4, 6, 6), (6, 2, 2, 2), {"groups": 2, "dilation": [2, 1]}),
+                                ("uneven-stride", (1, 2, 7, 6), (2, 1, 2, 3),
+                                 {"stride": [3, 2], "padding": [0, 2], "groups": 2})):
+            geo = {k: tuple(a.get(k, d)) for k, d in (("stride", (1, 1)), ("padding", (0, 0)), ("dilation", (1, 1)))}
+            oh = _pool_len(sx[2], sw_[2], geo["stride"][0], geo["padding"][0], geo["dilation"][0], False)
+            ow = _pool_len(sx[3], sw_[3], geo["stride"][1], geo["padding"][1], geo["dilation"][1], False)
+            sg = (sx[0], sw_[0], oh, ow)
+            if op == "conv2d_grad_input":
+                def ref(xs, dt, sx=sx, geo=geo, g=a.get("groups", 1)):
+                    return _conv2d_grads_ref(np.zeros(sx), xs[1], xs[0], groups=g, **geo)[0]
+                out.append((tag, [sg, sw_], (-2, 2), {**a, "input_size": list(sx[2:])}, ref))
+            else:
+                def ref(xs, dt, sw_=sw_, geo=geo, g=a.get("groups", 1)):
+                    return _conv2d_grads_ref(xs[0], np.zeros(sw_), xs[1], groups=g, **geo)[1]
+                out.append((tag, [sx, sg], (-2, 2), {**a, "kernel": list(sw_[2:])}, ref))
+        return out
     if op == "max_pool2d":
         return [("k2", [(2, 3, 4, 6)], (-3, 3), {"kernel": [2, 2]}, lambda xs, dt: _pool_ref(xs[0], "max", (2, 2))),
                 ("pad-stride", [(1, 2, 5, 5)], (-3, 3), {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1]},

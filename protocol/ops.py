@@ -1214,6 +1214,99 @@ def _conv2d(g, x, w, attrs):
         y = g.op("matmul", g.op("reshape", w, shape=[groups, o // groups, k]), cols)  # [N, G, O/G, L]
     return g.op("reshape", y, shape=[n, o, oh, ow])
 
+# conv2d's gradients (its VJP rule records one op per input, where differentiating the im2col decomposition records
+# ~40): composites, so every backend runs them through these decompositions (im2col / matmul / setslice) and they
+# stay differentiable (double backward); the CPU backend has native kernels.
+
+def _conv_grad_check(what, sx, sw_, sg, attrs, dts):
+    """(kernel, stride, padding, dilation, groups, (oh, ow)) of the conv2d with input shape sx, weight shape sw_ and
+    output shape sg, after checking that they fit together."""
+    groups = a_int(attrs, "groups", 1)
+    if any(not d.is_floating_point for d in dts) or any(d is not dts[0] for d in dts):
+        raise DTypeError(f"{what}: expected floating inputs of one dtype, got {[d.name for d in dts]}")
+    if len(sx) != 4 or len(sw_) != 4 or len(sg) != 4:
+        raise ShapeError(f"{what}: expected 4-D shapes, got input {list(sx)}, weight {list(sw_)}, grad {list(sg)}")
+    if groups < 1 or sx[1] % groups or sw_[0] % groups or sx[1] // groups != sw_[1]:
+        raise ShapeError(f"{what}: input {list(sx)} and weight {list(sw_)} do not fit groups={groups}")
+    ia = {"kernel": [sw_[2], sw_[3]], "stride": list(_pair_attr(attrs, "stride", [1, 1])),
+          "padding": list(_pair_attr(attrs, "padding", [0, 0])),
+          "dilation": list(_pair_attr(attrs, "dilation", [1, 1]))}
+    _, _, _, _, (oh, ow) = _window_geometry(sx, ia)
+    if tuple(sg) != (sx[0], sw_[0], oh, ow):
+        raise ShapeError(f"{what}: expected an output gradient of shape {[sx[0], sw_[0], oh, ow]}, got {list(sg)}")
+    return ia, groups, (oh, ow)
+
+
+def _conv_grad_input_infer(metas, attrs):
+    (sg, dg), (sw_, dw_) = metas
+    h, w = _pair_attr(attrs, "input_size", None)
+    sx = (sg[0] if len(sg) == 4 else 0, (sw_[1] if len(sw_) == 4 else 0) * a_int(attrs, "groups", 1), h, w)
+    _conv_grad_check("conv2d_grad_input", sx, sw_, sg, attrs, (dg, dw_))
+    return check_shape(sx), dg
+
+
+def _conv_grad_weight_infer(metas, attrs):
+    (sx, dx), (sg, dg) = metas
+    kh, kw = _pair_attr(attrs, "kernel", None)
+    groups = a_int(attrs, "groups", 1)
+    sw_ = (sg[1] if len(sg) == 4 else 0, sx[1] // max(groups, 1) if len(sx) == 4 else 0, kh, kw)
+    _conv_grad_check("conv2d_grad_weight", sx, sw_, sg, attrs, (dx, dg))
+    return check_shape(sw_), dx
+
+
+@composite("conv2d_grad_input", 2, _conv_grad_input_infer,
+           attrs=("stride", "padding", "dilation", "groups", "input_size"))
+def _conv2d_grad_input(g, gy, w, attrs):
+    """The gradient of conv2d with respect to its input [N, C, H, W] (H, W = input_size), given the output gradient
+    gy [N, O, oh, ow] and the weight: the columns W^T @ gy, each kernel position's [N, C, oh, ow] slice added at
+    its strided place in the padded input (col2im), the padding cropped."""
+    o, cg, kh, kw = w.shape
+    h, wd = _pair_attr(attrs, "input_size", None)
+    n = gy.shape[0]
+    ia, groups, (oh, ow) = _conv_grad_check("conv2d_grad_input", (n, cg * a_int(attrs, "groups", 1), h, wd), w.shape,
+                                            gy.shape, attrs, (gy.dtype, w.dtype))
+    (sh, sw), (ph, pw), (dh, dw) = ia["stride"], ia["padding"], ia["dilation"]
+    c, k = cg * groups, cg * kh * kw
+    wt = g.op("permute", g.op("reshape", w, shape=[groups, o // groups, k]), dims=[0, 2, 1])  # [G, k, O/G]
+    cols = g.op("matmul", wt, g.op("reshape", gy, shape=[n, groups, o // groups, oh * ow]))  # [N, G, k, L]
+    cols = g.op("reshape", cols, shape=[n, c, kh, kw, oh, ow])
+    hp, wp = h + 2 * ph, wd + 2 * pw
+    zero = g.op("expand", _scalar(g, 0, gy.dtype), shape=[n, c, hp, wp])
+    out = None
+    for i in range(kh):
+        for j in range(kw):
+            piece = g.op("reshape", g.op("slice", cols, starts=[0, 0, i, j, 0, 0], stops=[n, c, i + 1, j + 1, oh, ow],
+                                         steps=[1] * 6), shape=[n, c, oh, ow])
+            a, b = i * dh, j * dw
+            placed = g.op("setslice", zero, piece, starts=[0, 0, a, b],
+                          stops=[n, c, a + (oh - 1) * sh + 1, b + (ow - 1) * sw + 1], steps=[1, 1, sh, sw])
+            out = placed if out is None else g.op("add", out, placed)
+    if ph or pw:
+        out = g.op("slice", out, starts=[0, 0, ph, pw], stops=[n, c, ph + h, pw + wd], steps=[1, 1, 1, 1])
+    return out
+
+
+@composite("conv2d_grad_weight", 2, _conv_grad_weight_infer,
+           attrs=("stride", "padding", "dilation", "groups", "kernel"))
+def _conv2d_grad_weight(g, x, gy, attrs):
+    """The gradient of conv2d with respect to its weight [O, C/groups, kh, kw] (kh, kw = kernel), given the input x
+    and the output gradient gy: gy @ im2col(x)^T per group, summed over the batch."""
+    n, c = x.shape[0], x.shape[1]
+    o = gy.shape[1]
+    kh, kw = _pair_attr(attrs, "kernel", None)
+    groups = a_int(attrs, "groups", 1)
+    cg = c // groups
+    ia, _, (oh, ow) = _conv_grad_check("conv2d_grad_weight", x.shape, (o, cg, kh, kw), gy.shape, attrs,
+                                       (x.dtype, gy.dtype))
+    cols = g.op("im2col", x, **ia)  # [N, C*kh*kw, L]
+    k, L = cg * kh * kw, oh * ow
+    cols = g.op("reshape", g.op("permute", g.op("reshape", cols, shape=[n, groups, k, L]), dims=[1, 0, 3, 2]),
+                shape=[groups, n * L, k])
+    gm = g.op("reshape", g.op("permute", g.op("reshape", gy, shape=[n, groups, o // groups, L]), dims=[1, 2, 0, 3]),
+              shape=[groups, o // groups, n * L])
+    return g.op("reshape", g.op("matmul", gm, cols), shape=[o, cg, kh, kw])
+
+
 
 def _pool_infer(metas, attrs):
     (s, d), = metas

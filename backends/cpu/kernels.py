@@ -541,6 +541,75 @@ def _cross_entropy_index_grad(ins, a, shape, dt):
         return _out(out, dt)
 
 
+# conv2d and its gradients: the windows of the padded input as a strided view (no copy until the contraction), one
+# tensordot per group
+
+def _conv_geom(a):
+    (sh, sw), (ph, pw), (dh, dw) = (tuple(a.get(k, d)) for k, d in (("stride", (1, 1)), ("padding", (0, 0)),
+                                                                      ("dilation", (1, 1))))
+    return (sh, sw), (ph, pw), (dh, dw), a.get("groups", 1)
+
+
+def _conv_windows(x, kh, kw, oh, ow, a):
+    """The view [N, C, oh, ow, kh, kw] of x's windows (x zero-padded)."""
+    (sh, sw), (ph, pw), (dh, dw), _ = _conv_geom(a)
+    if ph or pw:
+        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    v = np.lib.stride_tricks.sliding_window_view(x, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
+    return v[:, :, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw, ::dh, ::dw]
+
+
+@kernel("conv2d")
+def _conv2d(ins, a, shape, dt):
+    ct = _compute(dt)
+    x, w = _arr(ins[0], ct), _arr(ins[1], ct)
+    o, cg, kh, kw = w.shape
+    n, _, oh, ow = shape
+    groups = a.get("groups", 1)
+    og = o // groups
+    v = _conv_windows(x, kh, kw, oh, ow, a)
+    out = np.empty((n, o, oh, ow), ct)
+    for gi in range(groups):  # [og, N, oh, ow]
+        y = np.tensordot(w[gi * og:(gi + 1) * og], v[:, gi * cg:(gi + 1) * cg], axes=([1, 2, 3], [1, 4, 5]))
+        out[:, gi * og:(gi + 1) * og] = y.transpose(1, 0, 2, 3)
+    return _out(out, dt)
+
+
+@kernel("conv2d_grad_weight")
+def _conv2d_grad_weight(ins, a, shape, dt):
+    ct = _compute(dt)
+    x, gy = _arr(ins[0], ct), _arr(ins[1], ct)
+    o, cg, kh, kw = shape
+    oh, ow = gy.shape[2:]
+    og = o // a.get("groups", 1)
+    v = _conv_windows(x, kh, kw, oh, ow, a)
+    out = np.empty(shape, ct)
+    for gi in range(a.get("groups", 1)):  # [og, cg, kh, kw]
+        out[gi * og:(gi + 1) * og] = np.tensordot(gy[:, gi * og:(gi + 1) * og], v[:, gi * cg:(gi + 1) * cg],
+                                                  axes=([0, 2, 3], [0, 2, 3]))
+    return _out(out, dt)
+
+
+@kernel("conv2d_grad_input")
+def _conv2d_grad_input(ins, a, shape, dt):
+    ct = _compute(dt)
+    gy, w = _arr(ins[0], ct), _arr(ins[1], ct)
+    o, cg, kh, kw = w.shape
+    n, c, h, wd = shape
+    oh, ow = gy.shape[2:]
+    (sh, sw), (ph, pw), (dh, dw), groups = _conv_geom(a)
+    og = o // groups
+    cols = np.empty((n, c, kh, kw, oh, ow), ct)
+    for gi in range(groups):  # [N, oh, ow, cg, kh, kw]
+        t = np.tensordot(gy[:, gi * og:(gi + 1) * og], w[gi * og:(gi + 1) * og], axes=([1], [0]))
+        cols[:, gi * cg:(gi + 1) * cg] = t.transpose(0, 3, 4, 5, 1, 2)
+    out = np.zeros((n, c, h + 2 * ph, wd + 2 * pw), ct)
+    for i in range(kh):  # col2im: each kernel position's columns added at its strided place
+        for j in range(kw):
+            out[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw] += cols[:, :, i, j]
+    return _out(out[:, :, ph:ph + h, pw:pw + wd], dt)
+
+
 # specialisation: tight callables for the straight-line runner ------------------------------------------------
 
 _UFUNC_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,

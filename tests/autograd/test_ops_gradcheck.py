@@ -258,6 +258,24 @@ def _conv2d():
                                                                  "dilation": [1, 1], "groups": 2}, name="groups")]
 
 
+def _conv2d_grad(which):
+    """conv2d_grad_input / conv2d_grad_weight (conv2d's VJP ops), differentiated through their decompositions
+    (double backward)."""
+    def gen():
+        out = []
+        for name, sx, sw_, sg, a in (("pad", (2, 2, 5, 5), (3, 2, 3, 3), (2, 3, 5, 5),
+                                      {"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "groups": 1}),
+                                     ("groups", (1, 4, 5, 4), (4, 2, 2, 3), (1, 4, 2, 4),
+                                      {"stride": [2, 1], "padding": [0, 1], "dilation": [1, 1], "groups": 2}),
+                                     ("dilation", (1, 1, 6, 5), (2, 1, 2, 2), (1, 2, 2, 3),
+                                      {"stride": [2, 1], "padding": [0, 0], "dilation": [2, 2], "groups": 1})):
+            if which == "input":
+                out.append(case("conv2d_grad_input", [P(sg), P(sw_)], {**a, "input_size": list(sx[2:])}, name=name))
+            else:
+                out.append(case("conv2d_grad_weight", [P(sx), P(sg)], {**a, "kernel": list(sw_[2:])}, name=name))
+        return out
+    return gen
+
 def _distinct(shape):
     a = RNG.permutation(int(np.prod(shape))).reshape(shape) / 10.0
     return tw.tensor(a, dtype=tw.float64, requires_grad=True)
@@ -296,7 +314,8 @@ GENERATORS = {
     "linear": lambda: [case("linear", [P((3, 4)), P((5, 4)), P((5,))], name="bias"),
                        case("linear", [P((2, 3, 4)), P((5, 4))], name="nobias")],
     "softplus": _softplus, "layer_norm": _norm_last("layer_norm"), "rms_norm": _norm_last("rms_norm"),
-    "im2col": _im2col, "conv2d": _conv2d, "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d,
+    "im2col": _im2col, "conv2d": _conv2d, "conv2d_grad_input": _conv2d_grad("input"),
+    "conv2d_grad_weight": _conv2d_grad("weight"), "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d,
     "exp": unary("exp"), "log": unary("log", 0.2, 2.0), "log1p": unary("log1p", -0.5, 2.0),
     "expm1": unary("expm1"), "sqrt": unary("sqrt", 0.2, 2.0), "sin": unary("sin", -3, 3),
     "cos": unary("cos", -3, 3), "tan": unary("tan"), "tanh": unary("tanh", -2, 2), "erf": unary("erf", -2, 2),
