@@ -17,7 +17,6 @@ import weakref
 
 import numpy as np
 
-from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DependencyFailed, NotFound, ProtocolError, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND, ExpandingBuilder, Value
 from tensorwire.protocol.ops import a_dtype, a_int, get_op
@@ -159,7 +158,7 @@ def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:
     for i, s in enumerate(steps):
         s.frees = tuple(frees.get(i, ()))
     program = device.compile(steps)
-    return Plan(program, node_slot, [m if isinstance(m, Fail) else m for m in ext_metas], b.next_slot, node_meta)
+    return Plan(program, node_slot, list(ext_metas), b.next_slot, node_meta)
 
 
 def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set) -> dict:
@@ -170,7 +169,7 @@ def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, 
         result = _run_fast(device, plan, env, outs, dyn, frames, keep)
         if result is not None:
             return result
-    gen = execute(device, plan, ext, outs, dyn, frames, keep, fast=False)
+    gen = execute(device, plan, ext, outs, dyn, frames, keep)
     try:
         next(gen)
     except StopIteration as stop:
@@ -178,9 +177,10 @@ def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, 
     raise ProtocolError("a plan without transfers asked for one")
 
 
-def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set,
-            fast: bool = True):
-    """Run ``plan`` (a generator, see the module doc); returns ``{out_id: buffer | Fail}`` for kept outputs.
+def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set):
+    """Interpret ``plan`` step by step (a generator, see the module doc); returns ``{out_id: buffer | Fail}``
+    for kept outputs. Plans without transfers go through :func:`run_plan`, which tries the prepared runner
+    first and comes here only when a step fails.
 
     ``ext`` holds the external input buffers (or Fails), ``outs`` the handle id of every node,
     ``dyn`` maps node index to its dynamic attributes, ``keep`` is the set of slots that must
@@ -188,12 +188,6 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
     """
     env: list = [None] * plan.nslots
     env[:len(ext)] = ext
-    if not plan.has_transfers and not any(isinstance(b, Fail) for b in ext):
-        result = _run_fast(device, plan, env, outs, dyn, frames, keep)
-        if result is not None:
-            return result
-        env = [None] * plan.nslots
-        env[:len(ext)] = ext
     steps = plan.program.steps
     node_slot = plan.node_slot
     with np.errstate(all="ignore"):
@@ -351,4 +345,4 @@ def meta_of(device: Device, buf) -> tuple | Fail:
     return device.meta(buf)
 
 
-__all__ = ["Fail", "Plan", "compile_plan", "execute", "meta_of", "D"]
+__all__ = ["Fail", "Plan", "compile_plan", "execute", "meta_of", "run_plan"]

@@ -21,8 +21,9 @@ with ``inputs`` a list of numpy arrays, plus optionally ``extra["reference"]``:
 is compared with its own decomposition.
 
 Fragments run through the same path a worker uses: ``device = backend.open(i)``,
-``plan = executor.compile_plan(device, nodes, ext_metas)``, then the :func:`executor.execute`
-generator. Uploaded inputs are read-only arrays (as frames received from the wire are), so a kernel
+``plan = executor.compile_plan(device, nodes, ext_metas)``, then :func:`executor.run_plan` (the
+prepared runner, falling back to the step-by-step interpreter when a step fails). Uploaded inputs
+are read-only arrays (as frames received from the wire are), so a kernel
 that writes into its input fails.
 
 Using it from a plugin's test suite (pytest)::
@@ -195,15 +196,12 @@ class _Ctx:
         for inputs, dyn, exp in repeat or ():
             runs.append(([self.upload(a) for a in inputs], inputs, dyn, exp))
         for run_no, (rbufs, host_inputs, dyn, exp) in enumerate(runs):
-            gen = X.execute(self.device, plan, list(rbufs), outs, dyn, list(g.frames), keep)
+            if plan.has_transfers:
+                self.fail("a conformance fragment asked for a transfer")
             try:
-                ev = next(gen)
-            except StopIteration as stop:
-                result = stop.value
+                result = X.run_plan(self.device, plan, list(rbufs), outs, dyn, list(g.frames), keep)
             except Exception as e:
-                self.fail(f"execute raised {type(e).__name__}: {e}")
-            else:
-                self.fail(f"execute yielded {ev[0]!r} for a fragment without send/recv")
+                self.fail(f"run_plan raised {type(e).__name__}: {e}")
             tag = f" (replay {run_no})" if run_no else ""
             for j, want in exp.items():
                 self._check_node(nodes, plan, j, outs[j], result.get(outs[j]), want, tag)

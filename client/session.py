@@ -56,8 +56,6 @@ LIVENESS_S = float(os.environ.get("TENSORWIRE_LIVENESS", "10"))  # ...and give u
 _PING = -1
 CONNECT_TIMEOUT_S = float(os.environ.get("TENSORWIRE_CONNECT_TIMEOUT", "10"))
 REQUEST_TIMEOUT_S = float(os.environ.get("TENSORWIRE_REQUEST_TIMEOUT", "600"))
-_PKG_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(p))) + os.sep
-                  for p in (__file__,)) + (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
 _CLIENT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 

@@ -106,6 +106,14 @@ def _to_hub_error(e: urllib.error.HTTPError) -> HubError:
     return error_from_code(code, f"{message} (HTTP {e.code})", e.code)
 
 
+def _headers(token: str | None, **extra: str) -> dict[str, str]:
+    """Headers of every request to the hub: user agent, the bearer token when there is one, and ``extra``."""
+    hdrs = {"User-Agent": "tensorwire-hub-client/0.1", **extra}
+    if token:
+        hdrs["Authorization"] = f"Bearer {token}"
+    return hdrs
+
+
 def _request(
     method: str,
     url: str,
@@ -116,9 +124,7 @@ def _request(
     headers: dict[str, str] | None = None,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> Any:
-    hdrs = {"User-Agent": "tensorwire-hub-client/0.1", **(headers or {})}
-    if token:
-        hdrs["Authorization"] = f"Bearer {token}"
+    hdrs = _headers(token, **(headers or {}))
     if body is not None:
         data = json.dumps(body).encode()
         hdrs["Content-Type"] = "application/json"
@@ -459,9 +465,7 @@ def _download(url: str, dest: Path, sha256: str, size: int, *, token: str | None
             for chunk in iter(lambda: f.read(CHUNK), b""):
                 h.update(chunk)
     if have < size:
-        headers = {"User-Agent": "tensorwire-hub-client/0.1", "Accept-Encoding": "identity"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        headers = _headers(token, **{"Accept-Encoding": "identity"})
         if have:
             headers["Range"] = f"bytes={have}-"
         req = urllib.request.Request(url, headers=headers, method="GET")
@@ -597,9 +601,7 @@ def _fetch_to_memory(url: str, dest: Path, sha256: str, size: int, token: str | 
     buf = np.empty(size, dtype=np.uint8)  # not bytearray(size): no memset of memory about to be overwritten
     view = memoryview(buf)
     h = hashlib.sha256()
-    headers = {"User-Agent": "tensorwire-hub-client/0.1", "Accept-Encoding": "identity"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    headers = _headers(token, **{"Accept-Encoding": "identity"})
     got = 0
     with _open(urllib.request.Request(url, headers=headers), max(DEFAULT_TIMEOUT, 300.0)) as resp, \
             _HashWriter(h, None) as sink:

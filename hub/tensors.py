@@ -14,7 +14,7 @@ import struct
 import urllib.parse
 import urllib.request
 
-from .client import _open, _token, default_endpoint, push_files, resolve
+from .client import _headers, _open, _token, default_endpoint, push_files, resolve
 
 MAX_HEADER = 100_000_000
 
@@ -35,10 +35,7 @@ def _session_endpoint(endpoint: str | None, session) -> str:
 
 
 def _range(url: str, start: int, end: int, token: str | None) -> bytes:
-    headers = {"Range": f"bytes={start}-{end}", "User-Agent": "tensorwire-hub-client/0.1"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    with _open(urllib.request.Request(url, headers=headers), 60.0) as resp:
+    with _open(urllib.request.Request(url, headers=_headers(token, Range=f"bytes={start}-{end}")), 60.0) as resp:
         data = resp.read(end - start + 1)
     return data
 

@@ -137,7 +137,7 @@ class DataParallel(Module):
     def _sync_buffers(self) -> None:
         bufs = [list(r.buffers()) for r in self._replicas]
         for group in zip(*bufs):
-            if group and group[0].dtype.is_floating_point or (group and group[0].numel()):
+            if group[0].numel():  # every replica gets the first one's running statistics
                 distributed.broadcast(list(group), src=0)
 
     # ------------------------------------------------------------------ state
