@@ -826,6 +826,14 @@ def _conv2d(c):
     gw = x.op("conv2d_grad_weight", g, kernel=list(w.shape[2:]), **at) if c.needs[1] else None
     return [gx, gw]
 
+@rule("max_pool2d")
+def _max_pool2d(c):
+    """One op, max_pool2d_grad(x, g), routing each window's gradient to its (first) maximum as torch does, where
+    the decomposition's chain of maximum rules records ~10 ops per window position and splits ties (it is a
+    composite too: double backward goes through its decomposition)."""
+    at = {k: c.a[k] for k in ("kernel", "stride", "padding", "dilation", "ceil_mode") if k in c.a}
+    return [c.x[0].op("max_pool2d_grad", c.g.cast(c.x[0].dtype), **at)]
+
 # ----------------------------------------------------------------------------------------------
 # the dispatcher of rules
 

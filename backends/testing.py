@@ -1168,6 +1168,22 @@ def _conv2d_grads_ref(x, w, gy, stride=(1, 1), padding=(0, 0), dilation=(1, 1), 
                 gw[oc] += np.tensordot(gy[:, oc, a, b], xp[win], axes=(0, 0))
     return gxp[:, :, ph:ph + h, pw:pw + wd], gw
 
+def _max_pool_grad_ref(x, gy, kernel, stride, padding, dilation, ceil_mode):
+    """max_pool2d's input gradient, window by window: each window's gradient goes to its first maximum (or first
+    NaN) among the positions inside the input."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    gx = np.zeros(x.shape)
+    for a in range(gy.shape[2]):
+        for b in range(gy.shape[3]):
+            pos = [(a * sh - ph + i * dh, b * sw - pw + j * dw) for i in range(kh) for j in range(kw)]
+            pos = [(r, q) for r, q in pos if 0 <= r < h and 0 <= q < w]
+            idx = np.argmax(np.stack([x[:, :, r, q] for r, q in pos]), axis=0)
+            for k, (r, q) in enumerate(pos):
+                gx[:, :, r, q] += np.where(idx == k, gy[:, :, a, b], 0.0)
+    return gx
+
+
 def _pool_ref(x, kind, kernel, stride=None, padding=(0, 0), dilation=(1, 1), ceil_mode=False,
               count_include_pad=True, divisor_override=None):
     n, c, h, w = x.shape
@@ -1371,6 +1387,18 @@ def _composite_specs(op: str):
                 ("ceil-dilation", [(1, 2, 6, 7)], (-3, 3),
                  {"kernel": [2, 2], "stride": [2, 2], "dilation": [1, 2], "ceil_mode": True},
                  lambda xs, dt: _pool_ref(xs[0], "max", (2, 2), (2, 2), dilation=(1, 2), ceil_mode=True))]
+    if op == "max_pool2d_grad":
+        out = []
+        for tag, sx, a in (("k2", (2, 3, 4, 6), {"kernel": [2, 2]}),
+                           ("pad-stride", (1, 2, 5, 5), {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1]}),
+                           ("ceil-dilation", (1, 2, 6, 7),
+                            {"kernel": [2, 2], "stride": [2, 2], "dilation": [1, 2], "ceil_mode": True})):
+            geo = ((a["kernel"]), tuple(a.get("stride", a["kernel"])), tuple(a.get("padding", (0, 0))),
+                   tuple(a.get("dilation", (1, 1))), a.get("ceil_mode", False))
+            sy = (sx[0], sx[1], _pool_len(sx[2], geo[0][0], geo[1][0], geo[2][0], geo[3][0], geo[4]),
+                  _pool_len(sx[3], geo[0][1], geo[1][1], geo[2][1], geo[3][1], geo[4]))
+            out.append((tag, [sx, sy], (-3, 3), a, lambda xs, dt, geo=geo: _max_pool_grad_ref(xs[0], xs[1], *geo)))
+        return out
     if op == "avg_pool2d":
         out = []
         for tag, a in (("k2", {"kernel": [2, 2]}),

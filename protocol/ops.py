@@ -1340,6 +1340,51 @@ def _max_pool2d(g, x, attrs):
     return out
 
 
+def _max_pool_grad_infer(metas, attrs):
+    (sx, dx), (sg, dg) = metas
+    if not dx.is_floating_point or dg is not dx:
+        raise DTypeError(f"max_pool2d_grad: expected a floating input and an output gradient of its dtype, got "
+                         f"{dx.name} and {dg.name}")
+    sy, _ = _pool_infer([(sx, dx)], attrs)
+    if tuple(sg) != tuple(sy):
+        raise ShapeError(f"max_pool2d_grad: expected an output gradient of shape {list(sy)}, got {list(sg)}")
+    return tuple(sx), dx
+
+
+@composite("max_pool2d_grad", 2, _max_pool_grad_infer,
+           attrs=("kernel", "stride", "padding", "dilation", "ceil_mode"))
+def _max_pool2d_grad(g, x, gy, attrs):
+    """The gradient of max_pool2d with respect to its input x, given the output gradient gy: each window's
+    gradient goes to the first position holding its maximum (a NaN counts as the maximum), as torch's
+    max_pool2d backward routes it through the saved indices. Windows are visited in order; a position is
+    taken once per window, and overlapping windows add up."""
+    geom = _window_geometry(x.shape, attrs, a_bool(attrs, "ceil_mode", False))
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = geom
+    n, c, h, w = x.shape
+    ws = _windows(g, x, geom, _lowest(x.dtype))
+    y = ws[0]
+    for v in ws[1:]:
+        y = g.op("maximum", y, v)
+    hp = max(h + 2 * ph, (oh - 1) * sh + dh * (kh - 1) + 1)
+    wp = max(w + 2 * pw, (ow - 1) * sw + dw * (kw - 1) + 1)
+    zero = _scalar(g, 0, x.dtype)
+    canvas = g.op("expand", zero, shape=[n, c, hp, wp])
+    taken = out = None
+    for k, v in enumerate(ws):
+        hit = g.op("logical_or", g.op("eq", v, y), g.op("ne", v, v))  # v is the window's max, or a NaN
+        if taken is not None:
+            hit = g.op("logical_and", hit, g.op("logical_not", taken))
+        if k < len(ws) - 1:
+            taken = hit if taken is None else g.op("logical_or", taken, hit)
+        a, b = (k // kw) * dh, (k % kw) * dw
+        placed = g.op("setslice", canvas, g.op("where", hit, gy, zero), starts=[0, 0, a, b],
+                      stops=[n, c, a + (oh - 1) * sh + 1, b + (ow - 1) * sw + 1], steps=[1, 1, sh, sw])
+        out = placed if out is None else g.op("add", out, placed)
+    if (hp, wp) != (h, w):
+        out = g.op("slice", out, starts=[0, 0, ph, pw], stops=[n, c, ph + h, pw + w], steps=[1, 1, 1, 1])
+    return out
+
+
 def _avg_pool_infer(metas, attrs):
     a_bool(attrs, "count_include_pad", True)
     if attrs.get("divisor_override") is not None:

@@ -11,6 +11,7 @@ from tensorwire.backends.base import Backend, Device, DeviceInfo
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 
+from . import pooling  # noqa: F401  (registers the pooling kernels)
 from .kernels import KERNELS, specialize
 
 #: how many ``cpu:N`` devices a host offers (they share the host's memory and cores)

@@ -288,6 +288,19 @@ def _max_pool2d():
                                                             "dilation": [1, 1], "ceil_mode": True}, name="pad")]
 
 
+def _max_pool2d_grad():
+    """max_pool2d's VJP op, differentiated through its decomposition (double backward): linear in the output
+    gradient, constant in x (distinct values, so no window changes its maximum under the finite differences)."""
+    out = []
+    for name, sx, a in (("a", (1, 2, 4, 4), {"kernel": [2, 2], "stride": [2, 2]}),
+                        ("pad", (1, 1, 5, 5), {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1],
+                                               "ceil_mode": True})):
+        sy = tuple(tw.nn.functional.max_pool2d(tw.zeros(sx), a["kernel"], a["stride"], a.get("padding", 0),
+                                               ceil_mode=a.get("ceil_mode", False)).shape)
+        out.append(case("max_pool2d_grad", [_distinct(sx), P(sy)], a, name=name))
+    return out
+
+
 def _avg_pool2d():
     return [case("avg_pool2d", [P((1, 2, 5, 5))], {"kernel": [2, 2], "stride": [2, 2], "padding": [0, 0],
                                                     "ceil_mode": False, "count_include_pad": True}, name="a"),
@@ -315,7 +328,8 @@ GENERATORS = {
                        case("linear", [P((2, 3, 4)), P((5, 4))], name="nobias")],
     "softplus": _softplus, "layer_norm": _norm_last("layer_norm"), "rms_norm": _norm_last("rms_norm"),
     "im2col": _im2col, "conv2d": _conv2d, "conv2d_grad_input": _conv2d_grad("input"),
-    "conv2d_grad_weight": _conv2d_grad("weight"), "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d,
+    "conv2d_grad_weight": _conv2d_grad("weight"), "max_pool2d": _max_pool2d, "max_pool2d_grad": _max_pool2d_grad,
+    "avg_pool2d": _avg_pool2d,
     "exp": unary("exp"), "log": unary("log", 0.2, 2.0), "log1p": unary("log1p", -0.5, 2.0),
     "expm1": unary("expm1"), "sqrt": unary("sqrt", 0.2, 2.0), "sin": unary("sin", -3, 3),
     "cos": unary("cos", -3, 3), "tan": unary("tan"), "tanh": unary("tanh", -2, 2), "erf": unary("erf", -2, 2),

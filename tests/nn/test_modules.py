@@ -289,6 +289,25 @@ def test_embedding_attention_transformer_match_torch(session):
 
 
 @needs_torch
+@pytest.mark.parametrize("args", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+                                  dict(kernel_size=2, stride=1, dilation=(1, 2))])
+def test_max_pool2d_gradient_matches_torch_with_ties(session, args):
+    """max_pool2d's backward routes each window's gradient to its first maximum, as torch does, also when a window
+    holds the maximum twice (integers make ties certain) and where windows overlap; NaN windows route to the NaN, and
+    an infinite output gradient reaches only its window's maximum."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 3, (2, 3, 7, 8)).astype(np.float64)
+    x[0, 0, 1, 1] = np.nan
+    g = rng.standard_normal(tuple(torch.nn.functional.max_pool2d(torch.tensor(x), **args).shape))
+    g[1, 2, 0, 0] = np.inf
+    X = tw.tensor(x, requires_grad=True)
+    (F.max_pool2d(X, **args) * tw.tensor(g)).sum().backward()
+    tx = torch.tensor(x, requires_grad=True)
+    (torch.nn.functional.max_pool2d(tx, **args) * torch.tensor(g)).sum().backward()
+    np.testing.assert_allclose(X.grad.numpy(), tx.grad.numpy(), rtol=1e-12, atol=0)
+
+
+@needs_torch
 def test_functional_matches_torch(session):
     import torch.nn.functional as TF
 

@@ -1,0 +1,102 @@
+"""Native CPU kernels of ``max_pool2d`` and its gradient ``max_pool2d_grad``.
+
+Both are composites of the op table (every backend can run their decompositions); these kernels do the same
+work in a handful of numpy calls instead of one step per window position. A window is read as a strided slice
+of the input, padded with the dtype's lowest value where torch pads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorwire.protocol.ops import _lowest, _window_geometry
+
+from .kernels import _arr, _compute, _out, kernel
+
+
+def _spatial_first(x: np.ndarray) -> np.ndarray:
+    """[N, C, H, W] -> a contiguous [H, W, N*C]: a window position's values are then a slice whose inner axis is
+    long (N*C) rather than the output width, which numpy runs several times faster."""
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n * c, h * w).T).reshape(h, w, n * c)
+
+
+def _batch_first(t: np.ndarray, n: int, c: int) -> np.ndarray:
+    """The inverse of :func:`_spatial_first`."""
+    h, w = t.shape[:2]
+    return np.ascontiguousarray(t.reshape(h * w, n * c).T).reshape(n, c, h, w)
+
+
+def _padded(xs: np.ndarray, geom, fill) -> np.ndarray:
+    """[H, W, N*C] with torch's padding (plus the high-side rows/columns that ceil_mode's last window reaches)."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = geom
+    h, w = xs.shape[:2]
+    hp = max(h + 2 * ph, (oh - 1) * sh + dh * (kh - 1) + 1)
+    wp = max(w + 2 * pw, (ow - 1) * sw + dw * (kw - 1) + 1)
+    if (hp, wp) == (h, w):
+        return xs
+    xp = np.full((hp, wp, xs.shape[2]), fill, xs.dtype)
+    xp[ph:ph + h, pw:pw + w] = xs
+    return xp
+
+
+def _windows(geom):
+    """The (row, column) slices of every kernel position, in torch's order (row-major over the kernel)."""
+    (kh, kw), (sh, sw), _, (dh, dw), (oh, ow) = geom
+    return [(slice(i * dh, i * dh + (oh - 1) * sh + 1, sh), slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
+            for i in range(kh) for j in range(kw)]
+
+
+def _running_maxima(xp: np.ndarray, wins) -> tuple[list, list, np.ndarray]:
+    """The windows' values per kernel position, the maxima over the positions before each (None for the first),
+    and the windows' maxima (a NaN propagates, as torch)."""
+    vs = [xp[r, q] for r, q in wins]
+    before: list = [None]
+    m = vs[0]
+    for v in vs[1:]:
+        before.append(m)
+        m = np.maximum(m, v)
+    return vs, before, m
+
+
+@kernel("max_pool2d")
+def _max_pool2d(ins, a, shape, dt):
+    ct = _compute(dt)
+    x = _arr(ins[0], ct)
+    geom = _window_geometry(x.shape, a, a.get("ceil_mode", False))
+    _, _, m = _running_maxima(_padded(_spatial_first(x), geom, _lowest(dt)), _windows(geom))
+    return _out(_batch_first(m, x.shape[0], x.shape[1]), dt)
+
+
+@kernel("max_pool2d_grad")
+def _max_pool2d_grad(ins, a, shape, dt):
+    ct = _compute(dt)
+    x, gy = _arr(ins[0], ct), _arr(ins[1], ct)
+    geom = _window_geometry(x.shape, a, a.get("ceil_mode", False))
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), _ = geom
+    n, c, h, w = x.shape
+    xp = _padded(_spatial_first(x), geom, -np.inf)
+    gs = _spatial_first(gy)
+    wins = _windows(geom)
+    vs, before, m = _running_maxima(xp, wins)
+    nan = bool(np.isnan(m).any())
+    finite = bool(np.isfinite(gs).all())  # then gy * mask is exact; otherwise select (inf * 0 is NaN)
+    tiling = sh >= (kh - 1) * dh + 1 and sw >= (kw - 1) * dw + 1  # no two windows share a position
+    gp = np.zeros(xp.shape, ct)
+    for k, (v, (rows, cols)) in enumerate(zip(vs, wins)):
+        # position k holds its window's first maximum: it equals the maximum and every position before is smaller
+        # (with NaNs: it is the first NaN), as the decomposition and torch's saved indices have it
+        hit = v == m
+        if k:
+            hit &= before[k] < m
+        if nan:
+            hit |= np.isnan(v) & ~np.isnan(before[k]) if k else np.isnan(v)
+        part = gs * hit if finite else np.where(hit, gs, ct.type(0))
+        dst = gp[rows, cols]
+        if tiling:  # windows do not overlap: every position is written once
+            dst[...] = part
+        else:
+            dst += part
+    if gp.shape[:2] != (h, w):
+        gp = gp[ph:ph + h, pw:pw + w]
+    return _out(_batch_first(gp, n, c), dt)
