@@ -21,7 +21,14 @@ import zmq
 
 from tensorwire.protocol.errors import DeviceError, NotFound, ProtocolError, error_to_wire
 from tensorwire.protocol.named_service import connect_service, drain, start_heartbeats
-from tensorwire.protocol.service import HEARTBEAT_S, LIVENESS, announce_ready, stop_event_on_signals, tune_gc
+from tensorwire.protocol.service import (
+    HEARTBEAT_S,
+    LIVENESS,
+    announce_ready,
+    profiled,
+    stop_event_on_signals,
+    tune_gc,
+)
 from tensorwire.protocol.wire import array_from_frame, as_frame, pack_header, send_parts
 
 from . import get_backend
@@ -398,6 +405,6 @@ def main(argv: list[str] | None = None) -> int:
     w = Worker(args.device, args.dispatcher, token=args.token)
     stop = stop_event_on_signals()
     threading.Thread(target=lambda: (stop.wait(), w.stop.set()), daemon=True).start()
-    w.serve()
+    profiled("worker", w.serve)
     return 0
 

@@ -33,7 +33,14 @@ from tensorwire.protocol.errors import (
     WorkerLost,
     error_to_wire,
 )
-from tensorwire.protocol.service import HEARTBEAT_S, LIVENESS, announce_ready, stop_event_on_signals, tune_gc
+from tensorwire.protocol.service import (
+    HEARTBEAT_S,
+    LIVENESS,
+    announce_ready,
+    profiled,
+    stop_event_on_signals,
+    tune_gc,
+)
 from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
 
 from .plans import Split, split_batch
@@ -659,5 +666,5 @@ def main(argv: list[str] | None = None) -> int:
     load_ops()  # custom ops of installed plugins, so batches using them validate
     tune_gc()
     d = Dispatcher(args.address, args.service_address, token=args.token, hub_url=args.hub_url)
-    d.serve(stop_event_on_signals())
+    profiled("dispatcher", d.serve, stop_event_on_signals())
     return 0

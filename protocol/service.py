@@ -45,6 +45,22 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
+def profiled(service: str, fn, *args):
+    """Run ``fn(*args)``; when ``TENSORWIRE_PROFILE`` names a directory, under cProfile, writing the stats to
+    ``<dir>/<service>-<pid>.prof`` when it returns (a developer's tool: ``python -m pstats`` reads the file)."""
+    out_dir = os.environ.get("TENSORWIRE_PROFILE")
+    if not out_dir:
+        return fn(*args)
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(fn, *args)
+    finally:
+        os.makedirs(out_dir, exist_ok=True)
+        prof.dump_stats(os.path.join(out_dir, f"{service}-{os.getpid()}.prof"))
+
+
 def stop_event_on_signals() -> threading.Event:
     """An event set by SIGINT/SIGTERM, so a service loop can stop cleanly."""
     ev = threading.Event()
