@@ -541,8 +541,18 @@ def _cross_entropy_index_grad(ins, a, shape, dt):
         return _out(out, dt)
 
 
-# conv2d and its gradients: the windows of the padded input as a strided view (no copy until the contraction), one
-# tensordot per group
+# conv2d and its gradients: im2col into a contiguous column buffer, then ONE BLAS gemm per block of positions (a batched
+# matmul over the groups). Everything is channel-major with the positions last, so no gemm operand needs a transpose
+# copy: x [N, C, H, W] goes zero-padded into [C, N, hr, wr] and the columns of b positions are [C*kh*kw, b].
+# At stride 1 the positions are the flat grid of that buffer (n*hr*wr + y*wr + x; the ones that are not outputs are
+# computed and dropped, or get a zero gradient), so each kernel position's columns are ONE shifted slice of it, a fast
+# copy; images and rows share their zero padding (a window running off a row wraps into the next row's leading
+# zeros), which keeps the grid small. Strided convs take strided slices over the outputs [N, oh, ow] instead.
+# Blocks keep the columns ~1 MiB, in cache: OpenBLAS runs these skinny gemms at half speed out of memory.
+
+_CONV_BLOCK = 1 << 20  # bytes of columns per gemm
+_CONV_COL2IM = 1 << 23  # conv2d_grad_input: the largest column buffer of its one-gemm col2im
+
 
 def _conv_geom(a):
     (sh, sw), (ph, pw), (dh, dw) = (tuple(a.get(k, d)) for k, d in (("stride", (1, 1)), ("padding", (0, 0)),
@@ -550,13 +560,76 @@ def _conv_geom(a):
     return (sh, sw), (ph, pw), (dh, dw), a.get("groups", 1)
 
 
-def _conv_windows(x, kh, kw, oh, ow, a):
-    """The view [N, C, oh, ow, kh, kw] of x's windows (x zero-padded)."""
-    (sh, sw), (ph, pw), (dh, dw), _ = _conv_geom(a)
-    if ph or pw:
-        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    v = np.lib.stride_tricks.sliding_window_view(x, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
-    return v[:, :, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw, ::dh, ::dw]
+class _ConvGrid:
+    """Where the positions of a conv2d with input [n, c, h, wd] and output [n, ., oh, ow] live (see above)."""
+
+    def __init__(self, n: int, c: int, h: int, wd: int, kh: int, kw: int, oh: int, ow: int, a: dict, ct: np.dtype):
+        (sh, sw), (ph, pw), (dh, dw), self.groups = _conv_geom(a)
+        self.n, self.h, self.wd, self.kh, self.kw, self.oh, self.ow, self.ct = n, h, wd, kh, kw, oh, ow, ct
+        self.stride, self.pad, self.dil = (sh, sw), (ph, pw), (dh, dw)
+        self.flat = sh == sw == 1
+        if self.flat:  # ph zero rows between images (more where the outputs overhang the input), pw between rows
+            self.hr, self.wr = h + max(ph, oh - h), wd + max(pw, ow - wd)
+            self.hg, self.wg = self.hr, self.wr
+            self.offs = [i * dh * self.wr + j * dw for i in range(kh) for j in range(kw)]
+        else:
+            self.hr, self.wr, self.hg, self.wg, self.offs = h + 2 * ph, wd + 2 * pw, oh, ow, [0]
+        self.extra = self.offs[-1]  # zeros after the grid, read by the last windows
+        self.m = n * self.hg * self.wg
+
+    def blocks(self, rows: int) -> list:
+        """Position ranges whose columns (rows each) take about _CONV_BLOCK bytes; whole images when not flat."""
+        per = max(_CONV_BLOCK // (rows * self.ct.itemsize), 1)
+        img = self.hg * self.wg
+        step = max(per, 256) if self.flat else max(per // img, 1) * img
+        return [(s, min(s + step, self.m)) for s in range(0, self.m, step)]
+
+    def padded(self, x: np.ndarray):
+        """x [N, C, H, W] zero-padded into [C, n*hr*wr + extra], and its [C, N, hr, wr] view."""
+        n, c, h, wd = x.shape
+        (ph, pw), hr, wr = self.pad, self.hr, self.wr
+        size = n * hr * wr
+        if hr == h and wr == wd and not self.extra:
+            buf = np.ascontiguousarray(x.transpose(1, 0, 2, 3)).reshape(c, size)
+            return buf, buf.reshape(c, n, hr, wr)
+        buf = np.zeros((c, size + self.extra), self.ct)
+        v = buf[:, :size].reshape(c, n, hr, wr)
+        v[:, :, ph:ph + h, pw:pw + wd] = x.transpose(1, 0, 2, 3)
+        return buf, v
+
+    def out_grid(self, gy: np.ndarray, lead: int = 0) -> np.ndarray:
+        """gy [N, O, oh, ow] at the output positions of [O, lead + m], zeros elsewhere."""
+        n, o, oh, ow = gy.shape
+        if not lead and self.hg == oh and self.wg == ow:
+            return np.ascontiguousarray(gy.transpose(1, 0, 2, 3)).reshape(o, self.m)
+        buf = np.zeros((o, lead + self.m), self.ct)
+        buf[:, lead:].reshape(o, n, self.hg, self.wg)[:, :, :oh, :ow] = gy.transpose(1, 0, 2, 3)
+        return buf
+
+    def cols(self, buf: np.ndarray, v, offs: list, s: int, e: int, cb: np.ndarray) -> np.ndarray:
+        """The columns [rows * k, e - s] of positions s:e, in cb's memory: flat, buf [rows, .]'s slices shifted by
+        offs (k = len(offs)); else the strided windows of v [rows, N, hr, wr] (k = kh*kw)."""
+        b = e - s
+        if self.flat:
+            if len(offs) == 1:  # 1x1: the buffer itself
+                return buf[:, s + offs[0]:e + offs[0]]
+            cols = cb[:buf.shape[0] * len(offs) * b].reshape(buf.shape[0], len(offs), b)
+            for t, off in enumerate(offs):
+                cols[:, t] = buf[:, s + off:e + off]
+            return cols.reshape(-1, b)
+        (sh, sw), (dh, dw), oh, ow, kh, kw = self.stride, self.dil, self.oh, self.ow, self.kh, self.kw
+        n0, n1 = s // (oh * ow), e // (oh * ow)
+        cols = cb[:v.shape[0] * kh * kw * b].reshape(v.shape[0], kh, kw, n1 - n0, oh, ow)
+        for i in range(kh):
+            for j in range(kw):
+                cols[:, i, j] = v[:, n0:n1, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+        return cols.reshape(-1, b)
+
+
+def _conv_emit(y: np.ndarray, shape, dt: D.DType) -> np.ndarray:
+    out = np.empty(shape, dt.np)
+    out[...] = y  # one copy that transposes, crops and casts
+    return out
 
 
 @kernel("conv2d")
@@ -565,14 +638,20 @@ def _conv2d(ins, a, shape, dt):
     x, w = _arr(ins[0], ct), _arr(ins[1], ct)
     o, cg, kh, kw = w.shape
     n, _, oh, ow = shape
-    groups = a.get("groups", 1)
-    og = o // groups
-    v = _conv_windows(x, kh, kw, oh, ow, a)
-    out = np.empty((n, o, oh, ow), ct)
-    for gi in range(groups):  # [og, N, oh, ow]
-        y = np.tensordot(w[gi * og:(gi + 1) * og], v[:, gi * cg:(gi + 1) * cg], axes=([1, 2, 3], [1, 4, 5]))
-        out[:, gi * og:(gi + 1) * og] = y.transpose(1, 0, 2, 3)
-    return _out(out, dt)
+    c = x.shape[1]
+    if not (x.size and w.size):
+        return np.zeros(shape, dt.np)
+    gr = _ConvGrid(n, c, x.shape[2], x.shape[3], kh, kw, oh, ow, a, ct)
+    g = gr.groups
+    buf, v = gr.padded(x)
+    wm = w.reshape(g, o // g, cg * kh * kw)
+    y = np.empty((o, gr.m), ct)
+    bl = gr.blocks(c * kh * kw)
+    cb = np.empty(c * kh * kw * (bl[0][1] - bl[0][0]), ct)
+    for s, e in bl:
+        cols = gr.cols(buf, v, gr.offs, s, e, cb)
+        np.matmul(wm, cols.reshape(g, -1, e - s), out=y[:, s:e].reshape(g, o // g, e - s))
+    return _conv_emit(y.reshape(o, n, gr.hg, gr.wg)[:, :, :oh, :ow].transpose(1, 0, 2, 3), shape, dt)
 
 
 @kernel("conv2d_grad_weight")
@@ -580,14 +659,21 @@ def _conv2d_grad_weight(ins, a, shape, dt):
     ct = _compute(dt)
     x, gy = _arr(ins[0], ct), _arr(ins[1], ct)
     o, cg, kh, kw = shape
-    oh, ow = gy.shape[2:]
-    og = o // a.get("groups", 1)
-    v = _conv_windows(x, kh, kw, oh, ow, a)
-    out = np.empty(shape, ct)
-    for gi in range(a.get("groups", 1)):  # [og, cg, kh, kw]
-        out[gi * og:(gi + 1) * og] = np.tensordot(gy[:, gi * og:(gi + 1) * og], v[:, gi * cg:(gi + 1) * cg],
-                                                  axes=([0, 2, 3], [0, 2, 3]))
-    return _out(out, dt)
+    n, c, h, wd = x.shape
+    if not (x.size and gy.size):
+        return np.zeros(shape, dt.np)
+    gr = _ConvGrid(n, c, h, wd, kh, kw, gy.shape[2], gy.shape[3], a, ct)
+    g = gr.groups
+    buf, v = gr.padded(x)
+    gm = gr.out_grid(gy)
+    bl = gr.blocks(c * kh * kw)
+    cb = np.empty(c * kh * kw * (bl[0][1] - bl[0][0]), ct)
+    acc = None
+    for s, e in bl:  # cols @ gy^T [G, cg*kh*kw, O/G]: OpenBLAS's faster orientation
+        cols = gr.cols(buf, v, gr.offs, s, e, cb)
+        t = cols.reshape(g, -1, e - s) @ gm[:, s:e].reshape(g, o // g, e - s).transpose(0, 2, 1)
+        acc = t if acc is None else np.add(acc, t, out=acc)
+    return _out(acc.transpose(0, 2, 1).reshape(shape), dt)
 
 
 @kernel("conv2d_grad_input")
@@ -597,17 +683,54 @@ def _conv2d_grad_input(ins, a, shape, dt):
     o, cg, kh, kw = w.shape
     n, c, h, wd = shape
     oh, ow = gy.shape[2:]
-    (sh, sw), (ph, pw), (dh, dw), groups = _conv_geom(a)
-    og = o // groups
-    cols = np.empty((n, c, kh, kw, oh, ow), ct)
-    for gi in range(groups):  # [N, oh, ow, cg, kh, kw]
-        t = np.tensordot(gy[:, gi * og:(gi + 1) * og], w[gi * og:(gi + 1) * og], axes=([1], [0]))
-        cols[:, gi * cg:(gi + 1) * cg] = t.transpose(0, 3, 4, 5, 1, 2)
-    out = np.zeros((n, c, h + 2 * ph, wd + 2 * pw), ct)
-    for i in range(kh):  # col2im: each kernel position's columns added at its strided place
-        for j in range(kw):
-            out[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw] += cols[:, :, i, j]
-    return _out(out[:, :, ph:ph + h, pw:pw + wd], dt)
+    if not (gy.size and w.size):
+        return np.zeros(shape, dt.np)
+    gr = _ConvGrid(n, c, h, wd, kh, kw, oh, ow, a, ct)
+    g, og, kk = gr.groups, o // gr.groups, kh * kw
+    (ph, pw), hr, wr, m = gr.pad, gr.hr, gr.wr, gr.m
+    L = m + gr.extra
+    if gr.flat and (cg == 1 or kk * cg * L * ct.itemsize <= _CONV_COL2IM):
+        # col2im on the flat grid, a group at a time: its columns w^T @ gy [kh*kw, C/G, L] in one gemm, the rows
+        # padded with zeros to the accumulator's channel stride L, so each kernel position's are added at their shift
+        # by ONE 1-D add (the zero tails land in the next channel's padding); numpy adds strided 2-D views ~4x slower
+        gm = gr.out_grid(gy)
+        acc = np.zeros(c * L + gr.extra, ct)
+        cols = np.empty((kk, cg, L), ct)
+        cols[:, :, m:] = 0
+        wt = w.transpose(2, 3, 1, 0).reshape(kk * cg, o)  # rows (i, j, c)
+        for gi in range(g):
+            np.matmul(wt[:, gi * og:(gi + 1) * og], gm[gi * og:(gi + 1) * og], out=cols.reshape(kk * cg, L)[:, :m])
+            for t, off in enumerate(gr.offs):
+                acc[gi * cg * L + off:(gi + 1) * cg * L + off] += cols[t].reshape(-1)
+        v = acc[:c * L].reshape(c, L)[:, :m].reshape(c, n, hr, wr)
+    elif gr.flat:
+        # too big for that: the transposed conv as a conv in position blocks, input position p getting
+        # w[o, c, i, j] * gy[o, p - off_ij]: the columns are shifted slices of gy's grid led by `extra` zeros
+        gb = gr.out_grid(gy, gr.extra)
+        wc = w.reshape(g, og, cg, kk).transpose(0, 2, 1, 3).reshape(g, cg, og * kk)
+        offs = [gr.extra - off for off in gr.offs]
+        y = np.empty((c, m), ct)
+        bl = gr.blocks(o * kk)
+        cb = np.empty(o * kk * (bl[0][1] - bl[0][0]), ct)
+        for s, e in bl:
+            cols = gr.cols(gb, None, offs, s, e, cb)
+            np.matmul(wc, cols.reshape(g, -1, e - s), out=y[:, s:e].reshape(g, cg, e - s))
+        v = y.reshape(c, n, hr, wr)
+    else:
+        # col2im: the columns w^T @ gy [G, C/G*kh*kw, b] of whole images, each kernel position's added at its
+        # strided place
+        gm = gr.out_grid(gy)
+        wt = w.reshape(g, og, cg * kk).transpose(0, 2, 1)
+        v = np.zeros((c, n, hr, wr), ct)
+        (sh, sw), (dh, dw) = gr.stride, gr.dil
+        for s, e in gr.blocks(c * kk):
+            n0, n1 = s // (oh * ow), e // (oh * ow)
+            cols = (wt @ gm[:, s:e].reshape(g, og, e - s)).reshape(c, kh, kw, n1 - n0, oh, ow)
+            for i in range(kh):
+                for j in range(kw):
+                    v[:, n0:n1, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw] += \
+                        cols[:, i, j]
+    return _conv_emit(v[:, :, ph:ph + h, pw:pw + wd].transpose(1, 0, 2, 3), shape, dt)
 
 
 # specialisation: tight callables for the straight-line runner ------------------------------------------------
