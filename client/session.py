@@ -31,7 +31,7 @@ from tensorwire.protocol.errors import (
     TimeoutError_,
     error_from_wire,
 )
-from tensorwire.protocol.graph import structure_key
+from tensorwire.protocol.graph import attrs_key
 from tensorwire.protocol.ops import OPS, infer
 from tensorwire.protocol.wire import (
     MAX_MESSAGE,
@@ -87,7 +87,7 @@ class Session:
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
         self._seq = itertools.count(1)
-        self._pending: list = []  # [id, op, input ids, attrs, device, where]
+        self._pending: list = []  # [id, op, input ids, attrs, device, where, input metas, attrs_key]
         self._pending_bytes = 0
         self._consts: list = []
         self._release: list[int] = []
@@ -202,9 +202,10 @@ class Session:
                 _input_error(self, t, device)
             metas.append((t._shape, t.dtype))
             ids.append(t._id)
-        shape, dtype = infer(op, metas, attrs)
+        akey = attrs_key(op, attrs)
+        shape, dtype = infer(op, metas, attrs, akey)
         hid = next(self._ids)
-        self._pending.append((hid, op, ids, attrs, device, _user_frame(), metas))
+        self._pending.append((hid, op, ids, attrs, device, _user_frame(), metas, akey))
         t = _new_tensor(Tensor)
         t._init(self, hid, shape, dtype, device)
         if len(self._pending) >= MAX_PENDING_NODES:
@@ -230,7 +231,7 @@ class Session:
             array = array.copy()
         hid = next(self._ids)
         self._pending.append((hid, "const", [], {"shape": list(array.shape), "dtype": dt.name, "frame": array},
-                              device, _user_frame(), ()))
+                              device, _user_frame(), (), None))
         self._pending_bytes += array.nbytes
         t = Tensor.__new__(Tensor)
         t._init(self, hid, tuple(array.shape), dt, device)
@@ -282,7 +283,7 @@ class Session:
         frames = []
         where = self._where
         ext_meta = []
-        for j, (hid, op, ins, attrs, device, loc, metas) in enumerate(pending):
+        for j, (hid, op, ins, attrs, device, loc, metas, akey) in enumerate(pending):
             refs = []
             for k, i in enumerate(ins):
                 r = index.get(i)
@@ -301,10 +302,11 @@ class Session:
                 arr = attrs["frame"]
                 attrs = {"shape": attrs["shape"], "dtype": attrs["dtype"], "frame": len(frames)}
                 frames.append(as_frame(arr))
+                akey = attrs_key(op, attrs)
             index[hid] = j
             outs.append(hid)
             nodes.append([op, refs, attrs, di])
-            key.append(structure_key(op, tuple(refs), attrs, di))
+            key.append((op, tuple(refs), di) if akey is None else (op, tuple(refs), akey, di))  # = structure_key
             dynamic = OPS[op].dynamic
             if dynamic and attrs:
                 dyn.append([j, {k: attrs[k] for k in dynamic if k in attrs}])

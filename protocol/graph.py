@@ -85,19 +85,33 @@ class ExpandingBuilder(Builder):
 
 
 def freeze(v):
-    """A hashable form of an attribute value (lists become tuples, dicts sorted item tuples)."""
-    if isinstance(v, list | tuple):
-        return tuple(freeze(x) for x in v)
-    if isinstance(v, dict):
-        return tuple(sorted((k, freeze(x)) for k, x in v.items()))
-    return v
+    """A hashable, type-exact form of an attribute value: lists become tuples, dicts item tuples (in their order),
+    and floats and bools carry their type, so ``1``, ``1.0`` and ``True`` never share a key."""
+    t = type(v)
+    if t is int or t is str or v is None:
+        return v
+    if t is list or t is tuple:
+        for x in v:
+            if type(x) is not int:
+                return tuple(map(freeze, v))
+        return tuple(v)
+    if t is dict:
+        return tuple([(k, freeze(x)) for k, x in v.items()])
+    return (t, v)
+
+
+def attrs_key(op: str, attrs: dict | None):
+    """The part of a node's attributes a plan depends on (the op's ``dynamic`` ones left out), hashable; None for
+    no attributes."""
+    if not attrs:
+        return None
+    dyn = get_op(op).dynamic if op not in (SEND, RECV) else ()
+    if dyn:
+        return tuple([(k, freeze(v)) for k, v in attrs.items() if k not in dyn])
+    return freeze(attrs)
 
 
 def structure_key(op: str, refs: tuple, attrs: dict | None, dev: int):
     """The part of a node that a plan depends on (dynamic attributes left out)."""
-    if not attrs:
-        return (op, refs, dev)
-    dyn = get_op(op).dynamic if op not in (SEND, RECV) else ()
-    if dyn:
-        return (op, refs, tuple(sorted((k, freeze(v)) for k, v in attrs.items() if k not in dyn)), dev)
-    return (op, refs, freeze(attrs), dev)
+    k = attrs_key(op, attrs)
+    return (op, refs, dev) if k is None else (op, refs, k, dev)

@@ -79,26 +79,31 @@ def get_op(name) -> OpDef:
 _INFER_CACHE: dict = {}
 
 
-def infer(name: str, metas: list[Meta], attrs: dict) -> Meta:
+def infer(name: str, metas: list[Meta], attrs: dict, attrs_key=None) -> Meta:
     """Shape and dtype of ``name`` applied to inputs with ``metas``; raises ShapeError/DTypeError.
 
-    Results of attribute-free ops are memoised (recording ``x + y`` in a loop infers once).
+    Results are memoised for ops without attributes, and for ops without dynamic attributes when the caller
+    passes ``attrs_key``, the hashable form of ``attrs`` (:func:`tensorwire.protocol.graph.attrs_key`): recording
+    ``x + y`` or ``x.reshape(...)`` in a loop infers once.
     """
     if not attrs:
         key = (name, D._default_float, *metas)  # results may depend on the default float dtype
-        try:
-            r = _INFER_CACHE.get(key)
-        except TypeError:  # unhashable junk from a peer: validate the slow way
-            r = key = None
-        if r is not None:
-            return r
-        r = _infer(name, metas, attrs or {})
-        if key is not None:
-            if len(_INFER_CACHE) > 65536:
-                _INFER_CACHE.clear()
-            _INFER_CACHE[key] = r
+    elif attrs_key is not None and not get_op(name).dynamic:
+        key = (name, D._default_float, attrs_key, *metas)
+    else:
+        return _infer(name, metas, attrs)
+    try:
+        r = _INFER_CACHE.get(key)
+    except TypeError:  # unhashable junk from a peer: validate the slow way
+        r = key = None
+    if r is not None:
         return r
-    return _infer(name, metas, attrs)
+    r = _infer(name, metas, attrs or {})
+    if key is not None:
+        if len(_INFER_CACHE) > 65536:
+            _INFER_CACHE.clear()
+        _INFER_CACHE[key] = r
+    return r
 
 
 def _infer(name: str, metas: list[Meta], attrs: dict) -> Meta:
