@@ -492,29 +492,34 @@ def _sgd_update(ins, a, shape, dt):
 # max))), read at the targets; the gradient is (softmax - onehot) * per-row scale
 
 def _ce_prep(ins, a, ct):
+    """The class-major [C, N] view of the logits (numpy reduces a short row far slower than it adds rows), the
+    valid-target mask, the targets (0 where ignored), x - max and log(sum(exp(x - max))) per sample."""
     x = _arr(ins[0], ct)
     t = ins[1].astype(np.int64, copy=False)
     c = x.shape[1]
     valid = t != a.get("ignore_index", -100)
-    idx = np.where(valid, t, 0)
-    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= c):
-        bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
-        raise IndexOutOfRange(f"cross_entropy: target {bad} is out of bounds for {c} classes")
-    m = np.max(x, axis=1, keepdims=True)
-    m[np.isinf(m)] = 0  # rows with an infinite maximum: as the decomposition's logsumexp
-    shifted = x - m
-    log_sum = np.log(np.sum(np.exp(shifted), axis=1, keepdims=True))
-    return x, valid, idx, shifted, log_sum
+    idx = t if valid.all() else np.where(valid, t, 0)
+    if idx.size:
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= c:
+            raise IndexOutOfRange(f"cross_entropy: target {lo if lo < 0 else hi} is out of bounds for {c} classes")
+    xt = np.ascontiguousarray(x.T)  # [C, N]
+    m = xt.max(axis=0)
+    if not np.isfinite(m).all():
+        m[np.isinf(m)] = 0  # rows with an infinite maximum: as the decomposition's logsumexp
+    shifted = xt - m
+    log_sum = np.log(np.exp(shifted).sum(axis=0))
+    return valid, idx, shifted, log_sum
 
 
 @kernel("cross_entropy_index")
 def _cross_entropy_index(ins, a, shape, dt):
     ct = _compute(dt)
     with np.errstate(all="ignore"):
-        x, valid, idx, shifted, log_sum = _ce_prep(ins, a, ct)
-        rows = np.arange(x.shape[0])
-        loss = log_sum[:, 0] - shifted[rows, idx]  # -(log_softmax at the target)
-        loss = np.where(valid, loss, ct.type(0))
+        valid, idx, shifted, log_sum = _ce_prep(ins, a, ct)
+        loss = log_sum - shifted[idx, np.arange(idx.size)]  # -(log_softmax at the target)
+        if not valid.all():
+            loss = np.where(valid, loss, ct.type(0))
         red = a.get("reduction", "mean")
         if red == "none":
             return _out(loss, dt)
@@ -528,17 +533,16 @@ def _cross_entropy_index(ins, a, shape, dt):
 def _cross_entropy_index_grad(ins, a, shape, dt):
     ct = _compute(dt)
     with np.errstate(all="ignore"):
-        x, valid, idx, shifted, log_sum = _ce_prep(ins, a, ct)
+        valid, idx, shifted, log_sum = _ce_prep(ins, a, ct)
         s = _arr(np.asarray(ins[2]), ct)
         if a.get("reduction", "mean") == "mean":
             s = s / ct.type(np.count_nonzero(valid))
         s = np.where(valid, s, ct.type(0))  # [N]
         out = shifted - log_sum
         np.exp(out, out=out)  # softmax = exp(log_softmax), as torch's backward reads it
-        out *= s[:, None]
-        rows = np.arange(x.shape[0])
-        out[rows, idx] -= s
-        return _out(out, dt)
+        out *= s
+        out[idx, np.arange(idx.size)] -= s
+        return _out(np.ascontiguousarray(out.T), dt)
 
 
 # conv2d and its gradients: im2col into a contiguous column buffer, then ONE BLAS gemm per block of positions (a batched
