@@ -543,6 +543,21 @@ def _where_cases(op: str) -> Iterator[Case]:
                 g.ref(g.op(op, g.input(c), g.input(a), g.input(b)), np.where(c != 0, _f64(a), _f64(b)))
                 return g
             yield _case(f"where[{cdt.name}:{_sh(sc)},{da.name}:{_sh(sa)},{db.name}:{_sh(sb)}]", op, build)
+    # large, irregular masks (a ReLU's backward): backends may select arithmetically there, which must stay exact,
+    # and fall back where the values are not finite
+    for tag, sc, sa, dt, sb, special in (("relu-grad", (64, 128), (64, 128), D.float32, (), False),
+                                         ("broadcast", (64, 1), (64, 128), D.float64, (128,), False),
+                                         ("non-finite", (64, 128), (64, 128), D.float32, (), True)):
+        def build(rng, sc=sc, sa=sa, dt=dt, sb=sb, special=special):
+            g = _Graph()
+            c = rng.random(sc) > 0.5
+            a, b = _vals(rng, sa, dt), np.zeros(sb, dt.np) if not sb else _vals(rng, sb, dt)
+            if special:
+                a[0, :4] = [np.inf, -np.inf, np.nan, -0.0]
+                c[0, :4] = [True, False, True, True]
+            g.ref(g.op(op, g.input(c), g.input(a), g.input(b)), np.where(c, _f64(a), _f64(b)))
+            return g
+        yield _case(f"where[large:{tag}]", op, build)
 
 
 _CAST_VALUES = np.array([-2.75, -1.5, -0.5, 0.0, 0.5, 1.25, 3.0, 100.0, -100.0, 7.875])

@@ -182,8 +182,12 @@ for _n, _f in (("logical_and", np.logical_and), ("logical_or", np.logical_or),
 
 @kernel("where")
 def _where(ins, a, shape, dt):
-    c, x, y = ins
-    return np.where(_arr(c, np.dtype(bool)), _arr(x, dt.np), _arr(y, dt.np))
+    c, x, y = _arr(ins[0], np.dtype(bool)), _arr(ins[1], dt.np), _arr(ins[2], dt.np)
+    if c.size >= 4096 and dt.np.kind == "f" and dt.np not in _HALF and np.isfinite(x).all() and np.isfinite(y).all():
+        # np.where branches per element and mispredicts on irregular masks (a ReLU's: ~10x slower); selecting by
+        # arithmetic is exact for finite values
+        return x * c + y * ~c
+    return np.where(c, x, y)
 
 
 @kernel("cast")
