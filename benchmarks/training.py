@@ -1,8 +1,8 @@
 """Issue 4's benchmarks: one full training step (forward, backward, Adam) of the digits MLP and CNN on the
 cluster against PyTorch CPU eager with the same thread count, plus device memory per step.
 
-The worker gets ``OPENBLAS_NUM_THREADS=THREADS`` and torch ``set_num_threads(THREADS)``: the same thread
-count on both sides (and see the note on multi-threaded BLAS in the worker in docs/architecture.md)."""
+The worker runs its kernels on ``THREADS`` BLAS threads (``LocalCluster(worker_threads=)``, which the worker
+applies with threadpoolctl) and torch on ``set_num_threads(THREADS)``: the same thread count on both sides."""
 
 from __future__ import annotations
 
@@ -81,8 +81,7 @@ def bench_step(cnn: bool) -> list[Result]:
 
 def run_all() -> list[Result]:
     results = []
-    with tw.LocalCluster(devices=["cpu:0"], extra_env={"OPENBLAS_NUM_THREADS": str(THREADS),
-                                                       "OMP_NUM_THREADS": str(THREADS)}) as c:
+    with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS) as c:
         s = tw.connect(c.address)
         results.extend(bench_step(False))
         results.extend(bench_step(True))
