@@ -59,11 +59,32 @@ def _running_maxima(xp: np.ndarray, wins) -> tuple[list, list, np.ndarray]:
     return vs, before, m
 
 
+def _tiled_max(x: np.ndarray, geom) -> np.ndarray | None:
+    """When the windows tile the input (stride = kernel, no padding or dilation): their maxima, kernel rows first
+    (whole output rows at a time: long inner runs), then kernel columns; None otherwise."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = geom
+    n, c, h, w = x.shape
+    if (sh, sw) != (kh, kw) or (ph, pw, dh, dw) != (0, 0, 1, 1) or h < oh * kh or w < ow * kw:
+        return None
+    v = x[:, :, :oh * kh, :ow * kw].reshape(n * c * oh, kh, ow * kw)
+    r = v[:, 0]
+    for i in range(1, kh):
+        r = np.maximum(r, v[:, i])
+    r = r.reshape(n * c * oh, ow, kw)
+    m = r[..., 0]
+    for j in range(1, kw):
+        m = np.maximum(m, r[..., j])  # NaN propagates, as torch
+    return (m if m.base is None else m.copy()).reshape(n, c, oh, ow)
+
+
 @kernel("max_pool2d")
 def _max_pool2d(ins, a, shape, dt):
     ct = _compute(dt)
     x = _arr(ins[0], ct)
     geom = _window_geometry(x.shape, a, a.get("ceil_mode", False))
+    m = _tiled_max(x, geom)
+    if m is not None:
+        return _out(m, dt)
     _, _, m = _running_maxima(_padded(_spatial_first(x), geom, _lowest(dt)), _windows(geom))
     return _out(_batch_first(m, x.shape[0], x.shape[1]), dt)
 
