@@ -784,6 +784,12 @@ def specialize(step):
     if op == "sum" and meta[0][1].np == dt.np:
         ax = _axes(step.attrs, len(meta[0][0]))
         keep = step.attrs.get("keepdim", False)
+        lead = 0  # the leading axes reduced: summed first, as whole rows (numpy reduces many short rows slowly)
+        while lead in ax:
+            lead += 1
+        if 1 < len(ax) < len(meta[0][0]) and lead:
+            first, rest, shape = tuple(range(lead)), tuple(d - lead for d in ax if d >= lead), step.shape
+            return lambda a: np.sum(np.sum(a, axis=first), axis=rest).reshape(shape)
         return lambda a: np.sum(a, axis=ax, keepdims=keep)
     if op == "permute":
         dims = [d % max(len(meta[0][0]), 1) for d in step.attrs["dims"]]
