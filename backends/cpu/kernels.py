@@ -186,6 +186,10 @@ def _where(ins, a, shape, dt):
     if c.size >= 4096 and dt.np.kind == "f" and dt.np not in _HALF and np.isfinite(x).all() and np.isfinite(y).all():
         # np.where branches per element and mispredicts on irregular masks (a ReLU's: ~10x slower); selecting by
         # arithmetic is exact for finite values
+        if y.ndim == 0 and y == 0:  # a ReLU's backward: x * c, its masked -0.0s made +0.0 as where's would be
+            r = x * c
+            r += y
+            return r
         return x * c + y * ~c
     return np.where(c, x, y)
 
