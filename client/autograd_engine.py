@@ -28,7 +28,7 @@ import weakref
 import numpy as np
 
 from tensorwire.protocol.errors import ShapeError, TensorwireError
-from tensorwire.protocol.graph import freeze
+from tensorwire.protocol.graph import attrs_key, freeze
 from tensorwire.protocol.ops import OPS
 
 from . import views as V
@@ -660,11 +660,32 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
                 vals.append(h)
     from .autograd_hooks import record
 
-    rec = record if create_graph else session.record
     out = []
-    for op, refs, attrs, d in bw["nodes"]:
-        ins = [out[r] if r >= 0 else vals[-r - 1] for r in refs]
-        out.append(rec(session, op, ins, attrs, devs[d]) if create_graph else rec(op, ins, attrs, devs[d]))
+    if create_graph:
+        for op, refs, attrs, d in bw["nodes"]:
+            out.append(record(session, op, [out[r] if r >= 0 else vals[-r - 1] for r in refs], attrs, devs[d]))
+    else:
+        # replay: every node's attrs key and inferred meta are remembered from the first replay of this graph (its
+        # cache key fixes the shapes and dtypes of everything it reads), and all of them come from the user's line
+        # that called backward
+        known = bw.get("known")
+        first = known is None
+        if first:
+            known = []
+        from .session import _user_frame  # (session imports this module through tensor)
+
+        where = _user_frame()
+        rec = session.record
+        for k, (op, refs, attrs, d) in enumerate(bw["nodes"]):
+            ins = [out[r] if r >= 0 else vals[-r - 1] for r in refs]
+            if first:
+                t = rec(op, ins, attrs, devs[d], where=where)
+                known.append((attrs_key(op, attrs), (t._shape, t.dtype)))
+            else:
+                t = rec(op, ins, attrs, devs[d], known[k], where)
+            out.append(t)
+        if first:
+            bw["known"] = known
     for e, r in zip(target_edges, bw["grads"]):
         if r is not None:
             _deliver(e, out[r], want, results, pending)

@@ -191,8 +191,12 @@ class Session:
             raise TensorwireError("this session is closed")
 
     # ------------------------------------------------------------------ recording
-    def record(self, op: str, inputs, attrs: dict | None, device: str):
-        """Record one op; returns the output Tensor (shape and dtype inferred here)."""
+    def record(self, op: str, inputs, attrs: dict | None, device: str, known=None, where=None):
+        """Record one op; returns the output Tensor (shape and dtype inferred here).
+
+        ``known``: ``(attrs_key, (shape, dtype))`` of a node whose inference the caller has done before for inputs
+        of the same shapes (a replayed backward graph); ``where``: the user's (file, line) it comes from, when the
+        caller knows it. Both only save work."""
         metas = []
         ids = []
         for t in inputs:
@@ -202,10 +206,13 @@ class Session:
                 _input_error(self, t, device)
             metas.append((t._shape, t.dtype))
             ids.append(t._id)
-        akey = attrs_key(op, attrs)
-        shape, dtype = infer(op, metas, attrs, akey)
+        if known is None:
+            akey = attrs_key(op, attrs)
+            shape, dtype = infer(op, metas, attrs, akey)
+        else:
+            akey, (shape, dtype) = known
         hid = next(self._ids)
-        self._pending.append((hid, op, ids, attrs, device, _user_frame(), metas, akey))
+        self._pending.append((hid, op, ids, attrs, device, where or _user_frame(), metas, akey))
         t = _new_tensor(Tensor)
         t._init(self, hid, shape, dtype, device)
         if len(self._pending) >= MAX_PENDING_NODES:
