@@ -33,6 +33,7 @@ from tensorwire.protocol.errors import (
 )
 from tensorwire.protocol.graph import attrs_key
 from tensorwire.protocol.ops import OPS, infer
+from tensorwire.protocol.service import spin_wait
 from tensorwire.protocol.wire import (
     MAX_MESSAGE,
     ZERO_COPY_MIN,
@@ -51,6 +52,10 @@ MAX_PENDING_NODES = 8192
 MAX_PENDING_BYTES = 64 << 20
 MAX_PLANS = 1024
 MAX_WHERE = 1 << 16
+#: how long a client busy-waits for an answer before it blocks (TENSORWIRE_CLIENT_SPIN_MS). A blocked process on a
+#: virtual machine wakes slowly (a halted vCPU: hundreds of microseconds per message); the client has nothing else
+#: to do while it waits, and yields its core between checks, so the services run as soon as they are ready.
+CLIENT_SPIN_S = float(os.environ.get("TENSORWIRE_CLIENT_SPIN_MS", "20")) * 1e-3
 PING_AFTER_S = 2.0  # while waiting for an answer, ping the dispatcher after this long...
 LIVENESS_S = float(os.environ.get("TENSORWIRE_LIVENESS", "10"))  # ...and give up if pings go unanswered
 _PING = -1
@@ -84,6 +89,8 @@ class Session:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
         self._sock.connect(address)
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
         self._seq = itertools.count(1)
@@ -159,7 +166,7 @@ class Session:
             if ping_sent is not None and now - ping_sent > LIVENESS_S:
                 raise ConnectionFailed(f"lost the dispatcher at {self.address}: it stopped answering "
                                        f"(no reply to a ping within {LIVENESS_S:g}s)")
-            if not self._sock.poll(int(PING_AFTER_S * 1000)):
+            if not spin_wait(self._poller.poll, CLIENT_SPIN_S) and not self._sock.poll(int(PING_AFTER_S * 1000)):
                 if ping_sent is None:
                     self._sock.send(pack_header({"t": "ping", "q": _PING}))
                     ping_sent = time.monotonic()

@@ -9,12 +9,31 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 
 READY = "TENSORWIRE-READY"
 #: where workers put the shared-memory files they exchange with their collectives rank
 SHM_DIR = os.environ.get("TENSORWIRE_SHM_DIR", "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
 HEARTBEAT_S = 0.5  # services and the dispatcher exchange a heartbeat this often
 LIVENESS = 10  # ... and declare the other side dead after this many missed heartbeats
+
+
+def spin_wait(poll, spin_s: float) -> bool:
+    """Busy-wait up to ``spin_s`` seconds for ``poll(0)`` (a zmq poll, which releases the GIL) to report a message,
+    yielding the core to any other runnable thread between checks; True when a message is there.
+
+    A process blocked in poll on a virtual machine wakes slowly (a halted vCPU: hundreds of microseconds per
+    message), so a process that expects an answer soon spins a little before it blocks."""
+    if spin_s <= 0:
+        return False
+    end = time.perf_counter() + spin_s
+    for _ in range(1 << 30):  # bounded by the time
+        if poll(0):
+            return True
+        if time.perf_counter() >= end:
+            return False
+        os.sched_yield()
+    return False
 
 
 def announce_ready(service: str, **info) -> None:
