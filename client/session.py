@@ -53,7 +53,7 @@ MAX_PENDING_BYTES = 64 << 20
 MAX_PLANS = 1024
 MAX_WHERE = 1 << 16
 #: how long a client busy-waits for an answer before it blocks (TENSORWIRE_CLIENT_SPIN_MS). A blocked process on a
-#: virtual machine wakes slowly (a halted vCPU: hundreds of microseconds per message); the client has nothing else
+#: virtual machine wakes slowly (an idle vCPU halts: hundreds of microseconds per message); the client has nothing else
 #: to do while it waits, and yields its core between checks, so the services run as soon as they are ready.
 CLIENT_SPIN_S = float(os.environ.get("TENSORWIRE_CLIENT_SPIN_MS", "3")) * 1e-3
 PING_AFTER_S = 2.0  # while waiting for an answer, ping the dispatcher after this long...

@@ -22,7 +22,7 @@ def spin_wait(poll, spin_s: float) -> bool:
     """Busy-wait up to ``spin_s`` seconds for ``poll(0)`` (a zmq poll, which releases the GIL) to report a message,
     yielding the core to any other runnable thread between checks; True when a message is there.
 
-    A process blocked in poll on a virtual machine wakes slowly (a halted vCPU: hundreds of microseconds per
+    A process blocked in poll on a virtual machine wakes slowly (an idle vCPU halts: hundreds of microseconds per
     message), so a process that expects an answer soon spins a little before it blocks."""
     if spin_s <= 0:
         return False
