@@ -817,14 +817,16 @@ def _cross_entropy_index(c):
 def _conv2d(c):
     """One op per input, conv2d_grad_input(g, W) and conv2d_grad_weight(x, g), where the im2col / matmul
     decomposition's rules record ~40 (they are composites too: double backward goes through their
-    decompositions). A bias is added outside conv2d, so its gradient is the add's (a sum)."""
-    x, w = c.x
+    decompositions); the bias's is the output gradient summed over batch and positions."""
+    x, w = c.x[0], c.x[1]
     at = {"stride": list(c.a.get("stride", [1, 1])), "padding": list(c.a.get("padding", [0, 0])),
           "dilation": list(c.a.get("dilation", [1, 1])), "groups": a_int(c.a, "groups", 1)}
     g = c.g.cast(x.dtype)
     gx = g.op("conv2d_grad_input", w, input_size=list(x.shape[2:]), **at) if c.needs[0] else None
     gw = x.op("conv2d_grad_weight", g, kernel=list(w.shape[2:]), **at) if c.needs[1] else None
-    return [gx, gw]
+    if len(c.x) == 2:
+        return [gx, gw]
+    return [gx, gw, c.g.sum([0, 2, 3]) if c.needs[2] else None]
 
 @rule("max_pool2d")
 def _max_pool2d(c):

@@ -1184,7 +1184,9 @@ def _im2col(g, x, attrs):
 
 
 def _conv2d_infer(metas, attrs):
-    (s, d), (sw_, dw_) = metas
+    if len(metas) not in (2, 3):
+        raise ProtocolError(f"op conv2d takes 2 or 3 inputs (input, weight[, bias]), got {len(metas)}")
+    (s, d), (sw_, dw_) = metas[0], metas[1]
     groups = a_int(attrs, "groups", 1)
     if len(sw_) != 4:
         raise ShapeError(f"conv2d: expected a 4-D weight (out, in/groups, kh, kw), got {list(sw_)}")
@@ -1195,14 +1197,22 @@ def _conv2d_infer(metas, attrs):
     if groups < 1 or s[1] % groups or sw_[0] % groups or s[1] // groups != sw_[1]:
         raise ShapeError(f"conv2d: expected input{list(s)} to have {sw_[1] * groups} channels (weight {list(sw_)}, "
                          f"groups={groups}), but got {s[1]} channels instead")
+    if len(metas) == 3:
+        sb, db = metas[2]
+        if tuple(sb) != (sw_[0],):
+            raise ShapeError(f"conv2d: expected a bias of shape {[sw_[0]]}, got {list(sb)}")
+        if db is not d:
+            raise DTypeError(f"conv2d: input type ({d.name}) and bias type ({db.name}) should be the same")
     geom_attrs = {**attrs, "kernel": list(sw_[2:]), "stride": attrs.get("stride", [1, 1])}
     _, _, _, _, (oh, ow) = _window_geometry(s, geom_attrs)
     return check_shape((s[0], sw_[0], oh, ow)), d
 
 
-@composite("conv2d", 2, _conv2d_infer, attrs=("stride", "padding", "dilation", "groups"))
-def _conv2d(g, x, w, attrs):
-    """Cross-correlation as torch's conv2d (no bias): im2col, then a (grouped) matmul with the weight."""
+@composite("conv2d", None, _conv2d_infer, attrs=("stride", "padding", "dilation", "groups"))
+def _conv2d(g, x, w, *rest):
+    """Cross-correlation as torch's conv2d: im2col, then a (grouped) matmul with the weight (+ the bias [O] per
+    output channel)."""
+    *b, attrs = rest
     o, cg, kh, kw = w.shape
     groups = a_int(attrs, "groups", 1)
     ia = {"kernel": [kh, kw], "stride": list(attrs.get("stride", [1, 1])),
@@ -1217,7 +1227,8 @@ def _conv2d(g, x, w, attrs):
     else:
         cols = g.op("reshape", cols, shape=[n, groups, k, L])
         y = g.op("matmul", g.op("reshape", w, shape=[groups, o // groups, k]), cols)  # [N, G, O/G, L]
-    return g.op("reshape", y, shape=[n, o, oh, ow])
+    y = g.op("reshape", y, shape=[n, o, oh, ow])
+    return g.op("add", y, g.op("reshape", b[0], shape=[1, o, 1, 1])) if b else y
 
 # conv2d's gradients (its VJP rule records one op per input, where differentiating the im2col decomposition records
 # ~40): composites, so every backend runs them through these decompositions (im2col / matmul / setslice) and they

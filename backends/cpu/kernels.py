@@ -651,8 +651,9 @@ def _conv2d(ins, a, shape, dt):
     o, cg, kh, kw = w.shape
     n, _, oh, ow = shape
     c = x.shape[1]
+    b = _arr(ins[2], ct) if len(ins) > 2 else None
     if not (x.size and w.size):
-        return np.zeros(shape, dt.np)
+        return _out(np.zeros(shape, ct) + (0 if b is None else b[:, None, None]), dt)
     gr = _ConvGrid(n, c, x.shape[2], x.shape[3], kh, kw, oh, ow, a, ct)
     g = gr.groups
     buf, v = gr.padded(x)
@@ -663,6 +664,8 @@ def _conv2d(ins, a, shape, dt):
     for s, e in bl:
         cols = gr.cols(buf, v, gr.offs, s, e, cb)
         np.matmul(wm, cols.reshape(g, -1, e - s), out=y[:, s:e].reshape(g, o // g, e - s))
+    if b is not None:
+        y += b[:, None]
     return _conv_emit(y.reshape(o, n, gr.hg, gr.wg)[:, :, :oh, :ow].transpose(1, 0, 2, 3), shape, dt)
 
 

@@ -186,10 +186,8 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     pad_, extra = _conv_padding(padding, weight.shape[2:], dilation, 2)
     if extra is not None:  # asymmetric 'same': the extra goes at the end, as torch
         input = input._rec("pad", [input], {"pads": [0, 0, 0, 0, 0, extra[0], 0, extra[1]], "value": 0})  # noqa: A001
-    y = input._rec("conv2d", [input, weight], {"stride": stride, "padding": pad_, "dilation": dilation,
-                                               "groups": int(groups)})
-    if bias is not None:
-        y = y + bias.reshape(1, -1, 1, 1)
+    ins = [input, weight] if bias is None else [input, weight, bias]  # conv2d adds a bias [O] itself
+    y = input._rec("conv2d", ins, {"stride": stride, "padding": pad_, "dilation": dilation, "groups": int(groups)})
     return y.squeeze(0) if unbatched else y
 
 
@@ -207,9 +205,7 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
         p = pad_[0]
     else:
         p = _pair(padding, 1)[0]
-    y = conv2d(input.unsqueeze(2), weight.unsqueeze(2), None, (1, s), (0, p), (1, d), groups).squeeze(2)
-    if bias is not None:
-        y = y + bias.reshape(1, -1, 1)
+    y = conv2d(input.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (1, d), groups).squeeze(2)
     return y.squeeze(0) if unbatched else y
 
 

@@ -255,7 +255,10 @@ def _conv2d():
     return [case("conv2d", [P((2, 2, 5, 5)), P((3, 2, 3, 3))], {"stride": [1, 1], "padding": [1, 1],
                                                                  "dilation": [1, 1], "groups": 1}, name="pad"),
             case("conv2d", [P((1, 4, 5, 4)), P((4, 2, 2, 3))], {"stride": [2, 1], "padding": [0, 1],
-                                                                 "dilation": [1, 1], "groups": 2}, name="groups")]
+                                                                 "dilation": [1, 1], "groups": 2}, name="groups"),
+            case("conv2d", [P((2, 2, 4, 4)), P((3, 2, 2, 2)), P((3,))], {"stride": [1, 1], "padding": [1, 1],
+                                                                           "dilation": [1, 1], "groups": 1},
+                 name="bias")]
 
 
 def _conv2d_grad(which):
