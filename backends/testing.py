@@ -1371,12 +1371,10 @@ def _composite_specs(op: str):
                  lambda xs, dt: _im2col_ref(xs[0], (2, 3), (2, 1), (1, 0), (1, 2)))]
     if op == "conv2d":
         return [("plain", [(2, 3, 5, 5), (4, 3, 3, 3)], (-2, 2), {}, lambda xs, dt: _conv2d_ref(xs[0], xs[1])),
-                ("stride-pad", [(1, 2, 6, 5), (3, 2, 3, 2)], (-2, 2), {"stride": [2, 1], "padding": [1, 1]},
-                 lambda xs, dt: _conv2d_ref(xs[0], xs[1], (2, 1), (1, 1))),
+                ("stride-pad-bias", [(1, 2, 6, 5), (3, 2, 3, 2), (3,)], (-2, 2), {"stride": [2, 1], "padding": [1, 1]},
+                 lambda xs, dt: _conv2d_ref(xs[0], xs[1], (2, 1), (1, 1)) + xs[2][None, :, None, None]),
                 ("groups-dilation", [(2, 4, 6, 6), (6, 2, 2, 2)], (-2, 2), {"groups": 2, "dilation": [2, 1]},
-                 lambda xs, dt: _conv2d_ref(xs[0], xs[1], dilation=(2, 1), groups=2)),
-                ("bias", [(2, 3, 5, 5), (4, 3, 3, 3), (4,)], (-2, 2), {"padding": [1, 1]},
-                 lambda xs, dt: _conv2d_ref(xs[0], xs[1], padding=(1, 1)) + xs[2][None, :, None, None])]
+                 lambda xs, dt: _conv2d_ref(xs[0], xs[1], dilation=(2, 1), groups=2))]
     if op in ("conv2d_grad_input", "conv2d_grad_weight"):
         out = []
         for tag, sx, sw_, a in (("plain", (2, 3, 5, 5), (4, 3, 3, 3), {}),
