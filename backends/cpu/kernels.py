@@ -644,6 +644,16 @@ def _conv_emit(y: np.ndarray, shape, dt: D.DType) -> np.ndarray:
     return out
 
 
+def _input_column_blocks(gr, x: np.ndarray, k: int, ct):
+    """``(start, stop, columns)`` of x's im2col columns, one cache-sized block of output positions at a time (the
+    forward and the weight gradient read the same columns)."""
+    buf, v = gr.padded(x)
+    bl = gr.blocks(k)
+    cb = np.empty(k * (bl[0][1] - bl[0][0]), ct)
+    for s, e in bl:
+        yield s, e, gr.cols(buf, v, gr.offs, s, e, cb)
+
+
 @kernel("conv2d")
 def _conv2d(ins, a, shape, dt):
     ct = _compute(dt)
@@ -656,13 +666,9 @@ def _conv2d(ins, a, shape, dt):
         return _out(np.zeros(shape, ct) + (0 if b is None else b[:, None, None]), dt)
     gr = _ConvGrid(n, c, x.shape[2], x.shape[3], kh, kw, oh, ow, a, ct)
     g = gr.groups
-    buf, v = gr.padded(x)
     wm = w.reshape(g, o // g, cg * kh * kw)
     y = np.empty((o, gr.m), ct)
-    bl = gr.blocks(c * kh * kw)
-    cb = np.empty(c * kh * kw * (bl[0][1] - bl[0][0]), ct)
-    for s, e in bl:
-        cols = gr.cols(buf, v, gr.offs, s, e, cb)
+    for s, e, cols in _input_column_blocks(gr, x, c * kh * kw, ct):
         np.matmul(wm, cols.reshape(g, -1, e - s), out=y[:, s:e].reshape(g, o // g, e - s))
     if b is not None:
         y += b[:, None]
@@ -679,13 +685,9 @@ def _conv2d_grad_weight(ins, a, shape, dt):
         return np.zeros(shape, dt.np)
     gr = _ConvGrid(n, c, h, wd, kh, kw, gy.shape[2], gy.shape[3], a, ct)
     g = gr.groups
-    buf, v = gr.padded(x)
     gm = gr.out_grid(gy)
-    bl = gr.blocks(c * kh * kw)
-    cb = np.empty(c * kh * kw * (bl[0][1] - bl[0][0]), ct)
-    acc = None
-    for s, e in bl:  # cols @ gy^T [G, cg*kh*kw, O/G]: OpenBLAS's faster orientation
-        cols = gr.cols(buf, v, gr.offs, s, e, cb)
+    acc = None  # cols @ gy^T [G, cg*kh*kw, O/G]: OpenBLAS's faster orientation
+    for s, e, cols in _input_column_blocks(gr, x, c * kh * kw, ct):
         t = cols.reshape(g, -1, e - s) @ gm[:, s:e].reshape(g, o // g, e - s).transpose(0, 2, 1)
         acc = t if acc is None else np.add(acc, t, out=acc)
     return _out(acc.transpose(0, 2, 1).reshape(shape), dt)
