@@ -96,6 +96,7 @@ class Session:
         self._seq = itertools.count(1)
         self._pending: list = []  # [id, op, input ids, attrs, device, where, input metas, attrs_key]
         self._pending_bytes = 0
+        self._mark = False  # a step ended: ship what is pending when the next op is recorded
         self._consts: list = []
         self._release: list[int] = []
         self._plans: dict = {}
@@ -204,6 +205,8 @@ class Session:
         ``known``: ``(attrs_key, (shape, dtype))`` of a node whose inference the caller has done before for inputs
         of the same shapes (a replayed backward graph); ``where``: the user's (file, line) it comes from, when the
         caller knows it. Both only save work."""
+        if self._mark:
+            self._ship_marked()
         metas = []
         ids = []
         for t in inputs:
@@ -233,6 +236,8 @@ class Session:
         copied; a large one is sent at once without a copy, and this returns once zmq has handed its bytes
         to the kernel (the upload is then synchronous, like torch's ``.to(device)``).
         """
+        if self._mark:
+            self._ship_marked()
         dt = D.from_numpy(array.dtype) if dtype is None else dtype
         if array.dtype != dt.np:
             array = array.astype(dt.np)
@@ -279,12 +284,46 @@ class Session:
         with self._lock:
             return self._flush(list(fetch), sync)
 
+    def mark_step(self) -> None:
+        """Mark the end of a step (``optimizer.step()`` calls this): everything recorded so far is shipped, without
+        waiting, as soon as the next op is recorded, so the devices run this step while the client records the
+        next. The shipping waits for the next op rather than happening here so that a value fetched right after
+        the step (``loss.item()``) can still go out ahead of the work recorded after it (see :meth:`_flush`)."""
+        self._mark = True
+
+    def _ship_marked(self) -> None:
+        self._mark = False
+        with self._lock:
+            self._flush([], False)
+
     def _flush(self, fetch: list[int], sync: bool, wait_sent: bool = False):
+        """Ship the pending batch. A fetch of a value recorded before the end of the batch is answered first:
+        the nodes up to the last fetched one go out with the fetch, the rest right after it without waiting
+        (with the releases, which may name their outputs), and the devices run that rest while the caller
+        goes on with the value. Errors of the rest surface at the next sync point, as for any shipped batch."""
+        self._mark = False
         pending, self._pending = self._pending, []
         self._pending_bytes = 0
         release, self._release = self._release, []
         if not pending and not fetch and not sync and not release:
             return None
+        if fetch and not sync and pending:
+            cut = _fetch_cut(pending, fetch)
+            if cut < len(pending):
+                q = self._send_batch(pending[:cut], fetch, False, [], reply=True)
+                self._send_batch(pending[cut:], [], False, release)
+                h, rframes = self._wait(q)
+                return self._result(h, rframes, fetch)
+        if not (fetch or sync):
+            self._send_batch(pending, fetch, sync, release, wait_sent=wait_sent)
+            return None
+        h, rframes = self._wait(self._send_batch(pending, fetch, sync, release, reply=True))
+        return self._result(h, rframes, fetch)
+
+    def _send_batch(self, pending: list, fetch: list[int], sync: bool, release: list[int], *,
+                    reply: bool = False, wait_sent: bool = False) -> int | None:
+        """Send ``pending`` as one batch message (as a plan replay when its structure was sent before);
+        with ``reply``, number it and return the number the answer will carry."""
         index: dict[int, int] = {}
         ext: list[int] = []
         ext_index: dict[int, int] = {}
@@ -350,11 +389,12 @@ class Session:
         if size > MAX_MESSAGE:
             raise ProtocolError(f"a batch of {size} bytes exceeds the maximum message size of {MAX_MESSAGE} bytes "
                                 f"(TENSORWIRE_MAX_MESSAGE); upload the data in smaller tensors")
-        if not (fetch or sync):
-            send_parts(self._sock, [pack_header(header), *frames], wait_sent=wait_sent)
-            return None
-        h, rframes = self._request(header, frames)
-        return self._result(h, rframes, fetch)
+        if reply:
+            header["q"] = q = next(self._seq)
+            send_parts(self._sock, [pack_header(header), *frames])
+            return q
+        send_parts(self._sock, [pack_header(header), *frames], wait_sent=wait_sent)
+        return None
 
     def _result(self, h: dict, frames, fetch):
         values = {}
@@ -474,6 +514,23 @@ def _input_error(s: Session, t, device: str):
         raise DeviceError("tensors from different sessions cannot be mixed")
     raise DeviceError(f"Expected all tensors to be on the same device, but found at least two devices, "
                       f"{device} and {t._dev}!")
+
+
+def _fetch_cut(pending: list, fetch: list[int]) -> int:
+    """Where a batch can be cut so that its first part holds every fetched value: after the last fetched node,
+    moved past the last part of any collective begun before it (the parts of one collective travel together)."""
+    want = set(fetch)
+    cut = 0
+    for j in range(len(pending) - 1, -1, -1):
+        if pending[j][0] in want:
+            cut = j + 1
+            break
+    keys = {node[3]["key"] for node in pending[:cut] if node[1] == "collective"}
+    if keys:
+        for j in range(len(pending) - 1, cut - 1, -1):
+            if pending[j][1] == "collective" and pending[j][3]["key"] in keys:
+                return j + 1
+    return cut
 
 
 def _fmt_where(where) -> str | None:

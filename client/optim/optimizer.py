@@ -70,7 +70,8 @@ class Optimizer:
                     p.grad = None if set_to_none else zeros_like(p.grad)
 
     def step(self, closure=None):
-        """One update of every parameter that has a gradient (recorded, not synchronised)."""
+        """One update of every parameter that has a gradient: recorded, not synchronised; the step's work ships
+        when the next op is recorded (:meth:`Session.mark_step`)."""
         loss = None
         if closure is not None:
             from tensorwire.autograd_engine import enable_grad
@@ -86,6 +87,8 @@ class Optimizer:
                     self._group_step(group)
         finally:
             algorithms._STEP.clear()
+        for sess in {p._s for g in self.param_groups for p in g["params"]}:
+            sess.mark_step()
         return loss
 
     def _group_step(self, group: dict) -> None:

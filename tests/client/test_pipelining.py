@@ -1,0 +1,96 @@
+"""Pipelined submission: a step's work ships when the next op is recorded, and a fetched value is answered ahead of
+the work recorded after it (that work still runs, and its errors surface at the next sync point)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+from tensorwire import nn, optim
+
+HERE = __file__
+
+
+def _line_of(marker: str) -> int:
+    with open(HERE) as f:
+        hits = [i + 1 for i, line in enumerate(f) if marker in line and "_line_of" not in line]
+    assert len(hits) == 1, (marker, hits)
+    return hits[0]
+
+
+def test_optimizer_step_ships_when_the_next_op_is_recorded(session):
+    p = nn.Parameter(tw.tensor(np.arange(4.0)))
+    opt = optim.SGD([p], lr=0.5)
+    p.grad = tw.ones(4, dtype=tw.float64)
+    opt.step()
+    step_nodes = {node[0] for node in session._pending}
+    assert step_nodes  # step() itself only records
+    y = p * 2  # the next op ships the step's work first, without waiting for it
+    assert y._id in {node[0] for node in session._pending}
+    assert not step_nodes & {node[0] for node in session._pending}
+    np.testing.assert_array_equal(y.numpy(), (np.arange(4.0) - 0.5) * 2)
+
+
+def test_a_fetch_goes_out_ahead_of_later_work(session):
+    x = tw.tensor(np.arange(6.0))
+    a = x.sum()
+    b = (x * 3).cumsum(0)  # recorded after a: shipped right behind a's fetch, not waited for
+    assert a.item() == 15.0
+    assert session._pending == []
+    np.testing.assert_array_equal(b.numpy(), np.cumsum(np.arange(6.0) * 3))
+
+
+def test_error_in_work_after_the_fetched_value_surfaces_at_the_next_sync(session):
+    x = tw.arange(4)
+    a = x.sum()
+    bad = x[tw.tensor([0, 9])]  # MARK-late-bad
+    assert a.item() == 6  # a does not depend on the bad gather
+    with pytest.raises(IndexError) as info:
+        bad.numpy()
+    assert f"{HERE}:{_line_of('MARK-late-bad')}" in str(info.value)
+    assert (x + 1).tolist() == [1, 2, 3, 4]  # and the session carries on
+
+
+def test_temporaries_released_after_a_split_fetch_are_freed(session):
+    x = tw.tensor(np.ones(1000))
+    session.synchronize()
+    counts = []
+    for _ in range(6):
+        a = x.sum()
+        t = x * 2  # recorded after a, dropped before the fetch: its release travels with the part that makes it
+        del t
+        assert a.item() == 1000.0
+        counts.append(session.memory_stats()["devices"]["cpu:0"]["buffers"])
+    assert len(set(counts)) == 1, counts
+
+
+def test_training_loop_reading_the_loss_every_step_replays_its_plans(session):
+    rng = np.random.default_rng(0)
+    x = tw.tensor(rng.standard_normal((16, 5)))
+    y = tw.tensor(rng.integers(0, 3, 16))
+    tw.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3)).double()
+    opt = optim.Adam(model.parameters(), lr=0.05)
+    losses, plans = [], []
+    for _ in range(8):
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())  # the forward and its fetch go first; backward and Adam right behind
+        plans.append(len(session._plans))
+    assert plans[-1] == plans[2]  # the same two batches every step: both replayed from cached plans
+    assert losses[-1] < losses[0]
+    # the same loop read once at the end computes the same losses
+    tw.manual_seed(0)
+    model2 = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3)).double()
+    opt2 = optim.Adam(model2.parameters(), lr=0.05)
+    kept = []
+    for _ in range(8):
+        loss = nn.functional.cross_entropy(model2(x), y)
+        opt2.zero_grad()
+        loss.backward()
+        opt2.step()
+        kept.append(loss)
+    assert [t.item() for t in kept] == losses
