@@ -17,6 +17,8 @@ from tensorwire.protocol.errors import TensorwireError
 from tensorwire.protocol.service import parse_ready
 
 START_TIMEOUT_S = float(os.environ.get("TENSORWIRE_START_TIMEOUT", "60"))
+#: log2 of the cycles an idle OpenBLAS thread of a worker spins before it sleeps (OpenBLAS's default is 28)
+BLAS_THREAD_TIMEOUT = "22"
 
 
 def _die_with_parent():  # runs in the child before exec: it gets SIGTERM when we die
@@ -244,6 +246,9 @@ class LocalCluster:
         threads = str(self.worker_threads or max(1, (os.cpu_count() or 1) // max(1, len(self.devices))))
         for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             self.env.setdefault(v, threads)
+        # OpenBLAS's idle threads busy-wait ~2^28 cycles (~0.1 s) after every multiply before they sleep, taking the
+        # cores from the client and the other services; 2^22 (~1.5 ms) still bridges the kernels of one batch
+        self.env.setdefault("OPENBLAS_THREAD_TIMEOUT", BLAS_THREAD_TIMEOUT)
         started = [self._spawn(d, _cli("worker", "--device", d, "--dispatcher", self.service_address, "--threads",
                                        threads, *env_token)) for d in devices]
         for w in started:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 
@@ -206,3 +207,16 @@ print("ok", k)
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         assert out.strip() == f"ok {k}"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads a process's environment from /proc (Linux)")
+def test_local_workers_bound_the_idle_spin_of_blas_threads(cluster):
+    # OpenBLAS's default (~0.1 s of busy-waiting after every multiply) would take the shared cores from the client
+    # and the other services; LocalCluster bounds it unless the user's environment sets it
+    from tensorwire.cluster import BLAS_THREAD_TIMEOUT
+
+    pid = cluster.services["cpu:0"].proc.pid
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    want = os.environ.get("OPENBLAS_THREAD_TIMEOUT", BLAS_THREAD_TIMEOUT)
+    assert env[b"OPENBLAS_THREAD_TIMEOUT"].decode() == want
