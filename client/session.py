@@ -293,6 +293,8 @@ class Session:
 
     def _ship_marked(self) -> None:
         self._mark = False
+        if self.closed:  # the next flush says so
+            return
         with self._lock:
             self._flush([], False)
 

@@ -94,3 +94,14 @@ def test_training_loop_reading_the_loss_every_step_replays_its_plans(session):
         opt2.step()
         kept.append(loss)
     assert [t.item() for t in kept] == losses
+
+
+def test_recording_after_a_step_on_a_closed_session_says_it_is_closed(cluster):
+    s = tw.Session(cluster.address)  # a second session, not the default one
+    p = nn.Parameter(tw.tensor(np.ones(3), session=s))
+    opt = optim.SGD([p], lr=0.1)
+    p.grad = tw.tensor(np.ones(3), session=s)
+    opt.step()
+    s.close()
+    with pytest.raises(tw.TensorwireError, match="closed"):
+        (p * 2).numpy()
