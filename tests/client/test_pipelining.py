@@ -105,3 +105,14 @@ def test_recording_after_a_step_on_a_closed_session_says_it_is_closed(cluster):
     s.close()
     with pytest.raises(tw.TensorwireError, match="closed"):
         (p * 2).numpy()
+
+
+def test_a_fetch_cut_across_devices(session):
+    x = tw.tensor(np.arange(4.0), device="cpu:0")
+    y = tw.tensor(np.ones(4), device="cpu:1")
+    a = (x.to("cpu:1") + y).sum()  # fetched: its part crosses from cpu:0 to cpu:1
+    b = (y * 5).to("cpu:0") + x  # recorded after it, back across
+    c = a.to("cpu:0") * x
+    assert a.item() == 10.0
+    np.testing.assert_array_equal(b.numpy(), np.arange(4.0) + 5)
+    np.testing.assert_array_equal(c.numpy(), np.arange(4.0) * 10)
