@@ -1,10 +1,11 @@
 """A client session: one DEALER socket to the dispatcher, the pending batch, ids, releases, plans.
 
 Recording an op appends a node to the pending batch (no round trip). The batch is shipped when a
-value is needed (a fetch), at :meth:`Session.synchronize`, or when it grows past
+value is needed (a fetch), at :meth:`Session.synchronize`, when the first op after a step's end
+(:meth:`Session.mark_step`, called by ``optimizer.step()``) is recorded, or when it grows past
 ``MAX_PENDING_NODES``/``MAX_PENDING_BYTES``. Handle ids are chosen here, so batches are pipelined:
-only fetches and syncs wait for an answer. A batch whose structure was sent before goes out as its
-plan number plus fresh ids.
+only fetches and syncs wait for an answer, and a fetch goes out ahead of the work recorded after the
+fetched value. A batch whose structure was sent before goes out as its plan number plus fresh ids.
 """
 
 from __future__ import annotations
