@@ -32,7 +32,7 @@ from tensorwire.protocol.errors import (
     TimeoutError_,
     error_from_wire,
 )
-from tensorwire.protocol.graph import attrs_key
+from tensorwire.protocol.graph import attrs_key, structure_key
 from tensorwire.protocol.ops import OPS, infer
 from tensorwire.protocol.service import spin_wait
 from tensorwire.protocol.wire import (
@@ -150,10 +150,13 @@ class Session:
 
     def _request(self, header: dict, frames=(), timeout: float | None = None):
         """Send a message and wait for the answer with the same ``q``."""
-        q = next(self._seq)
-        header["q"] = q
+        return self._wait(self._send_numbered(header, frames), timeout)
+
+    def _send_numbered(self, header: dict, frames=()) -> int:
+        """Send a message that will be answered; returns the number ``q`` its answer carries."""
+        q = header["q"] = next(self._seq)
         send_parts(self._sock, [pack_header(header), *frames])
-        return self._wait(q, timeout)
+        return q
 
     def _wait(self, q: int, timeout: float | None = None):
         """Wait for the answer ``q``. While waiting, ping the dispatcher now and then: a dispatcher that
@@ -362,7 +365,7 @@ class Session:
             index[hid] = j
             outs.append(hid)
             nodes.append([op, refs, attrs, di])
-            key.append((op, tuple(refs), di) if akey is None else (op, tuple(refs), akey, di))  # = structure_key
+            key.append(structure_key(op, tuple(refs), akey, di))
             dynamic = OPS[op].dynamic
             if dynamic and attrs:
                 dyn.append([j, {k: attrs[k] for k in dynamic if k in attrs}])
@@ -393,9 +396,7 @@ class Session:
             raise ProtocolError(f"a batch of {size} bytes exceeds the maximum message size of {MAX_MESSAGE} bytes "
                                 f"(TENSORWIRE_MAX_MESSAGE); upload the data in smaller tensors")
         if reply:
-            header["q"] = q = next(self._seq)
-            send_parts(self._sock, [pack_header(header), *frames])
-            return q
+            return self._send_numbered(header, frames)
         send_parts(self._sock, [pack_header(header), *frames], wait_sent=wait_sent)
         return None
 

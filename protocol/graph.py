@@ -111,7 +111,7 @@ def attrs_key(op: str, attrs: dict | None):
     return freeze(attrs)
 
 
-def structure_key(op: str, refs: tuple, attrs: dict | None, dev: int):
-    """The part of a node that a plan depends on (dynamic attributes left out)."""
-    k = attrs_key(op, attrs)
-    return (op, refs, dev) if k is None else (op, refs, k, dev)
+def structure_key(op: str, refs: tuple, akey, dev: int):
+    """The part of a node that a plan depends on: its op, input refs, device and ``akey``, the node's
+    :func:`attrs_key` (dynamic attributes left out; the caller has it already, from inference)."""
+    return (op, refs, dev) if akey is None else (op, refs, akey, dev)
