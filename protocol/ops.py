@@ -1145,24 +1145,43 @@ def _window_geometry(shape, attrs, ceil=False):
     return (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow)
 
 
+def _padded_size(geom, h: int, w: int) -> tuple[int, int]:
+    """Height and width of an h x w input as the windows read it: torch's padding on both sides, and more on the
+    high side where ceil_mode's last window runs past that."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = geom
+    return max(h + 2 * ph, (oh - 1) * sh + dh * (kh - 1) + 1), max(w + 2 * pw, (ow - 1) * sw + dw * (kw - 1) + 1)
+
+
+def _window_slices(geom) -> list[tuple[slice, slice]]:
+    """The (row, column) slices of the padded input that each kernel position reads, row-major over the kernel
+    (torch's order): its value at every output position."""
+    (kh, kw), (sh, sw), _, (dh, dw), (oh, ow) = geom
+    return [(slice(i * dh, i * dh + (oh - 1) * sh + 1, sh), slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
+            for i in range(kh) for j in range(kw)]
+
+
 def _windows(g, x, geom, value=0.0):
     """The kh*kw strided slices [N, C, oh, ow] of x padded with `value` (one per kernel position)."""
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = geom
+    _, (sh, sw), (ph, pw), _, (oh, ow) = geom
     n, c, h, w = x.shape
-    hi_h = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - (h + 2 * ph))
-    hi_w = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - (w + 2 * pw))
-    if ph or pw or hi_h or hi_w:
-        x = g.op("pad", x, pads=[0, 0, 0, 0, ph, ph + hi_h, pw, pw + hi_w], value=value)
-    H, W = x.shape[2], x.shape[3]
+    hp, wp = _padded_size(geom, h, w)
+    if (hp, wp) != (h, w):
+        x = g.op("pad", x, pads=[0, 0, 0, 0, ph, hp - h - ph, pw, wp - w - pw], value=value)
     out = []
-    for i in range(kh):
-        for j in range(kw):
-            a, b = i * dh, j * dw
-            if (oh, ow) == (H, W) and (a, b) == (0, 0) and (sh, sw) == (1, 1):
-                out.append(x)
-                continue
-            out.append(g.op("slice", x, starts=[0, 0, a, b], stops=[n, c, a + (oh - 1) * sh + 1, b + (ow - 1) * sw + 1],
-                            steps=[1, 1, sh, sw]))
+    for r, q in _window_slices(geom):
+        if (oh, ow) == (hp, wp) and (r.start, q.start) == (0, 0) and (sh, sw) == (1, 1):
+            out.append(x)
+            continue
+        out.append(g.op("slice", x, starts=[0, 0, r.start, q.start], stops=[n, c, r.stop, q.stop],
+                        steps=[1, 1, sh, sw]))
+    return out
+
+
+def _window_max(g, ws):
+    """The elementwise maximum of the windows (a NaN propagates)."""
+    out = ws[0]
+    for v in ws[1:]:
+        out = g.op("maximum", out, v)
     return out
 
 
@@ -1349,11 +1368,7 @@ def _lowest(dt: D.DType):
 def _max_pool2d(g, x, attrs):
     """Elementwise maximum over the kh*kw strided windows (padding is -inf, as torch)."""
     geom = _window_geometry(x.shape, attrs, a_bool(attrs, "ceil_mode", False))
-    ws = _windows(g, x, geom, _lowest(x.dtype))
-    out = ws[0]
-    for v in ws[1:]:
-        out = g.op("maximum", out, v)
-    return out
+    return _window_max(g, _windows(g, x, geom, _lowest(x.dtype)))
 
 
 def _max_pool_grad_infer(metas, attrs):
@@ -1375,26 +1390,22 @@ def _max_pool2d_grad(g, x, gy, attrs):
     max_pool2d backward routes it through the saved indices. Windows are visited in order; a position is
     taken once per window, and overlapping windows add up."""
     geom = _window_geometry(x.shape, attrs, a_bool(attrs, "ceil_mode", False))
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = geom
+    _, (sh, sw), (ph, pw), _, _ = geom
     n, c, h, w = x.shape
     ws = _windows(g, x, geom, _lowest(x.dtype))
-    y = ws[0]
-    for v in ws[1:]:
-        y = g.op("maximum", y, v)
-    hp = max(h + 2 * ph, (oh - 1) * sh + dh * (kh - 1) + 1)
-    wp = max(w + 2 * pw, (ow - 1) * sw + dw * (kw - 1) + 1)
+    y = _window_max(g, ws)
+    hp, wp = _padded_size(geom, h, w)
     zero = _scalar(g, 0, x.dtype)
     canvas = g.op("expand", zero, shape=[n, c, hp, wp])
     taken = out = None
-    for k, v in enumerate(ws):
+    for k, (v, (r, q)) in enumerate(zip(ws, _window_slices(geom))):
         hit = g.op("logical_or", g.op("eq", v, y), g.op("ne", v, v))  # v is the window's max, or a NaN
         if taken is not None:
             hit = g.op("logical_and", hit, g.op("logical_not", taken))
         if k < len(ws) - 1:
             taken = hit if taken is None else g.op("logical_or", taken, hit)
-        a, b = (k // kw) * dh, (k % kw) * dw
-        placed = g.op("setslice", canvas, g.op("where", hit, gy, zero), starts=[0, 0, a, b],
-                      stops=[n, c, a + (oh - 1) * sh + 1, b + (ow - 1) * sw + 1], steps=[1, 1, sh, sw])
+        placed = g.op("setslice", canvas, g.op("where", hit, gy, zero), starts=[0, 0, r.start, q.start],
+                      stops=[n, c, r.stop, q.stop], steps=[1, 1, sh, sw])
         out = placed if out is None else g.op("add", out, placed)
     if (hp, wp) != (h, w):
         out = g.op("slice", out, starts=[0, 0, ph, pw], stops=[n, c, ph + h, pw + w], steps=[1, 1, 1, 1])

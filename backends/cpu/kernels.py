@@ -14,7 +14,7 @@ import numpy as np
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol import random as rng
 from tensorwire.protocol.errors import IndexOutOfRange
-from tensorwire.protocol.ops import FLOAT_UNARY, binary_dtype
+from tensorwire.protocol.ops import FLOAT_UNARY, _window_slices, binary_dtype
 
 try:  # scipy's erf is exact; math.erf vectorised is the fallback
     from scipy.special import erf as _erf
@@ -577,8 +577,8 @@ class _ConvGrid:
 
     def __init__(self, n: int, c: int, h: int, wd: int, kh: int, kw: int, oh: int, ow: int, a: dict, ct: np.dtype):
         (sh, sw), (ph, pw), (dh, dw), self.groups = _conv_geom(a)
-        self.n, self.h, self.wd, self.kh, self.kw, self.oh, self.ow, self.ct = n, h, wd, kh, kw, oh, ow, ct
-        self.stride, self.pad, self.dil = (sh, sw), (ph, pw), (dh, dw)
+        self.oh, self.ow, self.ct = oh, ow, ct
+        self.pad = (ph, pw)
         self.flat = sh == sw == 1
         if self.flat:  # ph zero rows between images (more where the outputs overhang the input), pw between rows
             self.hr, self.wr = h + max(ph, oh - h), wd + max(pw, ow - wd)
@@ -586,6 +586,7 @@ class _ConvGrid:
             self.offs = [i * dh * self.wr + j * dw for i in range(kh) for j in range(kw)]
         else:
             self.hr, self.wr, self.hg, self.wg, self.offs = h + 2 * ph, wd + 2 * pw, oh, ow, [0]
+            self.windows = _window_slices(((kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow)))
         self.extra = self.offs[-1]  # zeros after the grid, read by the last windows
         self.m = n * self.hg * self.wg
 
@@ -629,12 +630,11 @@ class _ConvGrid:
             for t, off in enumerate(offs):
                 cols[:, t] = buf[:, s + off:e + off]
             return cols.reshape(-1, b)
-        (sh, sw), (dh, dw), oh, ow, kh, kw = self.stride, self.dil, self.oh, self.ow, self.kh, self.kw
+        oh, ow = self.oh, self.ow
         n0, n1 = s // (oh * ow), e // (oh * ow)
-        cols = cb[:v.shape[0] * kh * kw * b].reshape(v.shape[0], kh, kw, n1 - n0, oh, ow)
-        for i in range(kh):
-            for j in range(kw):
-                cols[:, i, j] = v[:, n0:n1, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+        cols = cb[:v.shape[0] * len(self.windows) * b].reshape(v.shape[0], len(self.windows), n1 - n0, oh, ow)
+        for t, (r, q) in enumerate(self.windows):
+            cols[:, t] = v[:, n0:n1, r, q]
         return cols.reshape(-1, b)
 
 
@@ -739,14 +739,11 @@ def _conv2d_grad_input(ins, a, shape, dt):
         gm = gr.out_grid(gy)
         wt = w.reshape(g, og, cg * kk).transpose(0, 2, 1)
         v = np.zeros((c, n, hr, wr), ct)
-        (sh, sw), (dh, dw) = gr.stride, gr.dil
         for s, e in gr.blocks(c * kk):
             n0, n1 = s // (oh * ow), e // (oh * ow)
-            cols = (wt @ gm[:, s:e].reshape(g, og, e - s)).reshape(c, kh, kw, n1 - n0, oh, ow)
-            for i in range(kh):
-                for j in range(kw):
-                    v[:, n0:n1, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw] += \
-                        cols[:, i, j]
+            cols = (wt @ gm[:, s:e].reshape(g, og, e - s)).reshape(c, kk, n1 - n0, oh, ow)
+            for t, (r, q) in enumerate(gr.windows):
+                v[:, n0:n1, r, q] += cols[:, t]
     return _conv_emit(v[:, :, ph:ph + h, pw:pw + wd].transpose(1, 0, 2, 3), shape, dt)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorwire.protocol.ops import _lowest, _window_geometry
+from tensorwire.protocol.ops import _lowest, _padded_size, _window_geometry, _window_slices
 
 from .kernels import _arr, _compute, _out, kernel
 
@@ -29,22 +29,14 @@ def _batch_first(t: np.ndarray, n: int, c: int) -> np.ndarray:
 
 def _padded(xs: np.ndarray, geom, fill) -> np.ndarray:
     """[H, W, N*C] with torch's padding (plus the high-side rows/columns that ceil_mode's last window reaches)."""
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = geom
+    _, _, (ph, pw), _, _ = geom
     h, w = xs.shape[:2]
-    hp = max(h + 2 * ph, (oh - 1) * sh + dh * (kh - 1) + 1)
-    wp = max(w + 2 * pw, (ow - 1) * sw + dw * (kw - 1) + 1)
+    hp, wp = _padded_size(geom, h, w)
     if (hp, wp) == (h, w):
         return xs
     xp = np.full((hp, wp, xs.shape[2]), fill, xs.dtype)
     xp[ph:ph + h, pw:pw + w] = xs
     return xp
-
-
-def _windows(geom):
-    """The (row, column) slices of every kernel position, in torch's order (row-major over the kernel)."""
-    (kh, kw), (sh, sw), _, (dh, dw), (oh, ow) = geom
-    return [(slice(i * dh, i * dh + (oh - 1) * sh + 1, sh), slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
-            for i in range(kh) for j in range(kw)]
 
 
 def _running_maxima(xp: np.ndarray, wins) -> tuple[list, list, np.ndarray]:
@@ -85,7 +77,7 @@ def _max_pool2d(ins, a, shape, dt):
     m = _tiled_max(x, geom)
     if m is not None:
         return _out(m, dt)
-    _, _, m = _running_maxima(_padded(_spatial_first(x), geom, _lowest(dt)), _windows(geom))
+    _, _, m = _running_maxima(_padded(_spatial_first(x), geom, _lowest(dt)), _window_slices(geom))
     return _out(_batch_first(m, x.shape[0], x.shape[1]), dt)
 
 
@@ -98,7 +90,7 @@ def _max_pool2d_grad(ins, a, shape, dt):
     n, c, h, w = x.shape
     xp = _padded(_spatial_first(x), geom, -np.inf)
     gs = _spatial_first(gy)
-    wins = _windows(geom)
+    wins = _window_slices(geom)
     vs, before, m = _running_maxima(xp, wins)
     nan = bool(np.isnan(m).any())
     finite = bool(np.isfinite(gs).all())  # then gy * mask is exact; otherwise select (inf * 0 is NaN)
