@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pytest
 
 import tensorwire as tw
 
-from ._ref import check
+from ._ref import check, line_of
 
 pytestmark = pytest.mark.usefixtures("session")
 
@@ -17,11 +15,7 @@ HERE = __file__
 
 
 def _line_of(marker: str) -> int:
-    """The line number in this file of the (unique) line containing ``marker``."""
-    lines = inspect.getsource(inspect.getmodule(_line_of)).splitlines()
-    hits = [i + 1 for i, line in enumerate(lines) if marker in line and "_line_of" not in line]
-    assert len(hits) == 1, (marker, hits)
-    return hits[0]
+    return line_of(HERE, marker)
 
 
 def test_error_classes():
