@@ -126,6 +126,13 @@ class Device:
         k, attrs, shape, dtype = step.kernel, step.attrs, step.shape, step.dtype
         return lambda *a: k(list(a), attrs, shape, dtype)
 
+    def runner(self, plan, keep: frozenset):
+        """A callable ``run(env, dyn, frames)`` that runs a whole plan for the kept slots ``keep``, or None.
+
+        A compiling device returns its fused kernels here (see :func:`tensorwire.backends.codegen.program.
+        build_runner`); None (the default) runs the steps one by one through :meth:`specialize`."""
+        return None
+
     def synchronize(self) -> None:
         """Wait for queued work (asynchronous backends)."""
 

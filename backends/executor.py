@@ -13,6 +13,7 @@ transfer ``k`` (and is resumed with it), and ``("send", k, value)`` to hand a bu
 
 from __future__ import annotations
 
+import logging
 import weakref
 
 import numpy as np
@@ -23,6 +24,8 @@ from tensorwire.protocol.ops import a_dtype, a_int, get_op
 from tensorwire.protocol.shapes import check_shape
 
 from .base import Device, Program, Step
+
+log = logging.getLogger("tensorwire.executor")
 
 FAIL = "__fail__"
 COLL = "collective"
@@ -239,7 +242,12 @@ def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fram
     if run is None:
         if len(plan.runners) >= MAX_RUNNERS_PER_PLAN:
             plan.runners.pop(next(iter(plan.runners)))
-        run = plan.runners[key] = _build_runner(device, plan, key)
+        try:  # a compiling device's fused runner, else the straight-line one
+            run = device.runner(plan, key) or _build_runner(device, plan, key)
+        except Exception as e:  # a kernel that does not build: step by step names the node (and the error)
+            log.exception("building the fused runner failed; running the fragment step by step")
+            run = _raiser(e)
+        plan.runners[key] = run
     try:
         with np.errstate(all="ignore"):
             run(env, dyn, frames)
@@ -249,6 +257,12 @@ def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fram
     if plan.failed_nodes:
         result.update(_failed_results(plan, outs))
     return result
+
+
+def _raiser(exc: Exception):
+    def run(env, dyn, frames):
+        raise exc
+    return run
 
 
 def _failed_results(plan: Plan, outs: list) -> dict:

@@ -1,4 +1,5 @@
-"""The CPU backend: numpy kernels, zero-copy buffers, registered through the ``tensorwire`` entry point."""
+"""The CPU backend: zero-copy numpy buffers; fragments run as fused C kernels where the host has a C compiler
+(:mod:`.compiled`), else through the numpy kernels. Registered through the ``tensorwire`` entry point."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tensorwire.backends.base import Backend, Device, DeviceInfo
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 
-from . import pooling  # noqa: F401  (registers the pooling kernels)
+from . import compiled, pooling  # noqa: F401  (pooling registers its kernels)
 from .kernels import KERNELS, specialize
 
 #: how many ``cpu:N`` devices a host offers (they share the host's memory and cores)
@@ -66,7 +67,45 @@ class NumpyBackend(Backend):
         return NumpyDevice(self, index)
 
 
+class CompiledDevice(compiled.CompiledMixin, NumpyDevice):
+    """A CPU device whose fragments run as fused C kernels (numpy buffers, the numpy kernels as host steps)."""
+
+    def __init__(self, backend: Backend, index: int, runtime):
+        super().__init__(backend, index)
+        self.runtime = runtime
+
+
+class CompiledBackend(NumpyBackend):
+    """The CPU backend in compiled mode: composites run through their decompositions (and fuse), except the
+    few whose numpy/BLAS kernels beat a fused loop nest (:data:`compiled.HOST_COMPOSITES`)."""
+
+    def __init__(self, runtime=None):
+        super().__init__()
+        self.runtime = runtime or compiled.runtime()
+        if self.runtime is None:
+            raise DeviceError(f"the CPU cannot compile kernels: {compiled.why_not()}")
+
+    @property
+    def native(self) -> frozenset[str]:
+        plugin = {k for k, f in self.kernels.items() if KERNELS.get(k) is not f}
+        return frozenset(k for k in super().native if k in compiled.HOST_COMPOSITES or k in plugin)
+
+    def devices(self) -> list[DeviceInfo]:
+        name = f"C kernels ({self.runtime.version.split(' (')[0]})"
+        return [DeviceInfo(self.name, i, True, "", name) for i in range(CPU_DEVICES)]
+
+    def open(self, index: int) -> CompiledDevice:
+        super().open(index)  # checks the index
+        return CompiledDevice(self, index, self.runtime)
+
+
+def make_backend() -> NumpyBackend:
+    """The CPU backend this host runs: compiled where it has a C compiler (and TENSORWIRE_CPU_COMPILE is not 0)."""
+    rt = compiled.runtime()
+    return CompiledBackend(rt) if rt is not None else NumpyBackend()
+
+
 @hookimpl
 def tensorwire_backends():
     """The built-in CPU backend."""
-    return [NumpyBackend()]
+    return [make_backend()]

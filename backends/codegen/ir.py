@@ -1,0 +1,316 @@
+"""The kernel IR: expressions, statements and kernels.
+
+A :class:`Kernel` is a one-dimensional grid of ``grid`` work items; each runs ``body`` with the integer
+variable ``gid`` bound to its index. The body is a short list of statements (:class:`Let`, :class:`Assign`,
+:class:`Store`, :class:`Loop`, :class:`If`, :class:`Raise`) over expressions (:class:`X`). Buffers are flat
+arrays of one dtype; scalars are runtime parameters (the dynamic attributes of a plan: seeds, fill values).
+
+Expressions are hash-consed values: two structurally equal expressions compare and hash equal, so a
+renderer can compute each distinct subexpression once. ``X.dtype`` is a tensorwire dtype; an expression
+of dtype float16/bfloat16 is a float held in a register and rounded to that dtype (renderers spell the
+rounding), which is how every op on 16-bit floats is "computed in float32, rounded as numpy rounds".
+
+Expression ops (``X.op``):
+
+* ``const`` (``arg`` = the value), ``var`` (``arg`` = a name: ``gid``, a loop variable, a scalar, a Let),
+* ``load`` (``arg`` = buffer name, ``src`` = (flat index,)),
+* ``alu`` (``arg`` = an ALU op name, see :data:`ALU`), ``cast`` (to ``dtype``), ``where`` (cond, a, b),
+* ``fn`` (``arg`` = a preamble helper every renderer defines, see :data:`HELPERS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tensorwire.protocol import dtypes as D
+
+INDEX = D.int64  # the dtype of every index expression
+
+#: ALU ops: name -> arity. Comparisons and logical ops give bool.
+ALU = {
+    "add": 2, "sub": 2, "mul": 2, "div": 2, "idiv": 2, "mod": 2, "max": 2, "min": 2,
+    "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2, "and": 2, "or": 2, "xor": 2,
+    "land": 2, "lor": 2, "shr": 2, "shl": 2,
+    "neg": 1, "not": 1, "lnot": 1,
+    # math (floating operands)
+    "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "sqrt": 1, "sin": 1, "cos": 1, "tan": 1, "tanh": 1,
+    "erf": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1, "floor": 1, "ceil": 1, "rint": 1,
+    "trunc": 1, "fabs": 1, "pow": 2, "atan2": 2, "fmod": 2,
+}
+COMPARE = frozenset({"lt", "le", "gt", "ge", "eq", "ne", "land", "lor", "lnot"})
+
+#: helper functions every renderer's preamble defines: name -> (arity, result dtype or None = operand's)
+HELPERS = {
+    "isnan": 1, "isinf": 1,          # float -> bool
+    "fdiv_floor": 2, "fmod_py": 2,   # numpy's floor_divide / remainder on floats
+    "idiv_floor": 2, "imod_py": 2,   # the same on integers (the divisor is checked non-zero first)
+    "ipow": 2,                       # integer power (exponent checked non-negative first)
+    "rng_bits": 2,                   # SplitMix64(seed, counter) -> uint64 as int64 bits
+    "u53": 1,                        # (bits >> 11) * 2**-53, float64
+    "randn": 3,                      # Box-Muller of counters (seed, offset + 2i, offset + 2i + 1), float64
+    "rand_f32": 2,                   # (bits >> (64 - p)) * 2**-p in float32, p given
+    "randint": 4,                    # low + floor(u53 * (high - low)), clamped (seed, counter, low, high)
+}
+
+
+class X:
+    """An expression. Create with the module's constructors (:func:`const`, :func:`alu` ...)."""
+
+    __slots__ = ("op", "dtype", "src", "arg", "_hash", "lo", "hi")
+
+    def __init__(self, op: str, dtype: D.DType, src: tuple = (), arg=None, lo=None, hi=None):
+        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+        self._hash = hash((op, dtype.name, src, arg if not isinstance(arg, float) else repr(arg)))
+        self.lo, self.hi = lo, hi  # bounds of an integer expression, when known
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, X) or self._hash != other._hash:
+            return False
+        same_arg = (self.arg == other.arg and type(self.arg) is type(other.arg)) or (
+            isinstance(self.arg, float) and repr(self.arg) == repr(other.arg))
+        return self.op == other.op and self.dtype is other.dtype and same_arg and self.src == other.src
+
+    def __repr__(self) -> str:
+        inner = ", ".join(map(repr, self.src))
+        return f"{self.op}:{self.dtype.name}({self.arg!r}{', ' if inner else ''}{inner})"
+
+    # index arithmetic with simplification (integer expressions only) ------------------------------
+    def __add__(self, o):
+        return iadd(self, o)
+
+    def __mul__(self, o):
+        return imul(self, o)
+
+    def __floordiv__(self, o):
+        return idiv(self, o)
+
+    def __mod__(self, o):
+        return imod(self, o)
+
+
+# constructors ---------------------------------------------------------------------------------------
+
+def const(value, dtype: D.DType) -> X:
+    if dtype is D.bool_:
+        value = bool(value)
+    elif dtype.is_floating_point:
+        value = float(dtype.np.type(value)) if dtype.itemsize <= 4 else float(value)
+    else:
+        value = int(value)
+    b = int(value) if not dtype.is_floating_point else None
+    return X("const", dtype, (), value, b, b)
+
+
+def iconst(v: int) -> X:
+    return const(v, INDEX)
+
+
+def var(name: str, dtype: D.DType = INDEX, lo=None, hi=None) -> X:
+    return X("var", dtype, (), name, lo, hi)
+
+
+def load(buf: str, idx: X, dtype: D.DType) -> X:
+    return X("load", dtype, (idx,), buf)
+
+
+def alu(op: str, dtype: D.DType, *src: X) -> X:
+    assert ALU.get(op) == len(src), (op, src)
+    if all(s.op == "const" for s in src) and op in _FOLD and not dtype.is_floating_point:
+        return const(_FOLD[op](*(s.arg for s in src)), dtype)
+    return X("alu", dtype, tuple(src), op)
+
+
+def cast(x: X, dtype: D.DType) -> X:
+    if x.dtype is dtype:
+        return x
+    if x.op == "const" and not (dtype.is_floating_point and dtype.itemsize == 2):
+        return const(x.arg, dtype) if dtype is not D.bool_ else const(x.arg != 0, dtype)
+    return X("cast", dtype, (x,))
+
+
+def where(c: X, a: X, b: X) -> X:
+    if c.op == "const":
+        return a if c.arg else b
+    return X("where", a.dtype, (c, a, b))
+
+
+def fn(name: str, dtype: D.DType, *src: X) -> X:
+    assert HELPERS.get(name) == len(src), (name, src)
+    return X("fn", dtype, tuple(src), name)
+
+
+_FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+         "max": max, "min": min, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
+         "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b,
+         "ne": lambda a, b: a != b, "land": lambda a, b: bool(a and b), "lor": lambda a, b: bool(a or b)}
+
+
+# index arithmetic: folds constants and uses bounds to drop a needless divide or modulo --------------
+
+def _as_index(o) -> X:
+    return o if isinstance(o, X) else iconst(o)
+
+
+def _known(x: X) -> bool:
+    return x.lo is not None and x.hi is not None
+
+
+def iadd(a, b) -> X:
+    a, b = _as_index(a), _as_index(b)
+    if b.op == "const" and b.arg == 0:
+        return a
+    if a.op == "const" and a.arg == 0:
+        return b
+    if a.op == "const" and b.op == "const":
+        return iconst(a.arg + b.arg)
+    lo = a.lo + b.lo if _known(a) and _known(b) else None
+    hi = a.hi + b.hi if _known(a) and _known(b) else None
+    return X("alu", INDEX, (a, b), "add", lo, hi)
+
+
+def imul(a, b) -> X:
+    a, b = _as_index(a), _as_index(b)
+    if a.op == "const":
+        a, b = b, a
+    if b.op == "const":
+        if b.arg == 0:
+            return iconst(0)
+        if b.arg == 1:
+            return a
+        if a.op == "const":
+            return iconst(a.arg * b.arg)
+        if _known(a):
+            ends = (a.lo * b.arg, a.hi * b.arg)
+            return X("alu", INDEX, (a, b), "mul", min(ends), max(ends))
+    return X("alu", INDEX, (a, b), "mul")
+
+
+def idiv(a, d: int) -> X:
+    """a // d for a non-negative index a and a positive constant d."""
+    a = _as_index(a)
+    if d == 1:
+        return a
+    if a.op == "const":
+        return iconst(a.arg // d)
+    if _known(a) and a.lo >= 0 and a.hi < d:
+        return iconst(0)
+    if a.op == "alu" and a.arg == "mul" and a.src[1].op == "const" and a.src[1].arg % d == 0:
+        return imul(a.src[0], a.src[1].arg // d)
+    lo = a.lo // d if _known(a) and a.lo >= 0 else None
+    hi = a.hi // d if _known(a) and a.lo >= 0 else None
+    return X("alu", INDEX, (a, iconst(d)), "idiv", lo, hi)
+
+
+def imod(a, m: int) -> X:
+    """a % m for a non-negative index a and a positive constant m."""
+    a = _as_index(a)
+    if m == 1:
+        return iconst(0)
+    if a.op == "const":
+        return iconst(a.arg % m)
+    if _known(a) and a.lo >= 0 and a.hi < m:
+        return a
+    if a.op == "alu" and a.arg == "mul" and a.src[1].op == "const" and a.src[1].arg % m == 0:
+        return iconst(0)
+    return X("alu", INDEX, (a, iconst(m)), "mod", 0, m - 1)
+
+
+# statements -------------------------------------------------------------------------------------------
+
+@dataclass
+class Let:
+    """Declare ``name`` (of ``value.dtype``, or ``dtype`` when given) and set it."""
+    name: str
+    value: X
+    dtype: D.DType | None = None
+
+
+@dataclass
+class Assign:
+    name: str
+    value: X
+
+
+@dataclass
+class Store:
+    buf: str
+    idx: X
+    value: X
+
+
+@dataclass
+class Loop:
+    """``for (var = start; var < stop; var++) body``; ``reduce`` names an accumulator the loop only combines
+    into with ``reduce_op`` ("add", "mul"), which lets the C renderer vectorise it."""
+    var: str
+    start: X
+    stop: X
+    body: list
+    reduce: str | None = None
+    reduce_op: str | None = None
+
+
+@dataclass
+class If:
+    cond: X
+    body: list
+    orelse: list = field(default_factory=list)
+
+
+@dataclass
+class Raise:
+    """Record an error (code from :data:`ERRORS`, one int64 detail) in the kernel's error slot."""
+    code: int
+    detail: X
+
+
+#: error codes a kernel can raise: code -> (error class name, message format with {detail})
+ERRORS = {
+    1: ("IndexOutOfRange", "index {detail} is out of bounds"),
+    2: ("ZeroDivisionError", "integer division by zero"),
+    3: ("ValueError", "Integers to negative integer powers are not allowed."),
+}
+
+
+@dataclass
+class Buf:
+    name: str
+    dtype: D.DType
+    size: int
+    out: bool = False
+
+
+@dataclass
+class Scalar:
+    name: str
+    dtype: D.DType
+
+
+@dataclass
+class Kernel:
+    """A grid of ``grid`` work items running ``body`` (``gid`` = the item's index)."""
+
+    name: str
+    bufs: list[Buf]
+    scalars: list[Scalar]
+    grid: int
+    body: list
+    can_raise: bool = False
+    #: a hint: each work item does a long serial loop (a reduction over a row), for the C renderer's schedule
+    heavy_items: bool = False
+
+    def signature(self) -> tuple:
+        return (tuple((b.name, b.dtype.name, b.out) for b in self.bufs),
+                tuple((s.name, s.dtype.name) for s in self.scalars))
+
+
+GID = "gid"
+
+
+def gid(grid: int) -> X:
+    return var(GID, INDEX, 0, max(grid - 1, 0))

@@ -1,0 +1,303 @@
+"""The kernels that are not elementwise chains: indexing, concatenation, arg-reductions, scans and matmul.
+
+``VALUE_KERNELS[op](kb, step, idx) -> X`` computes one output element (so these still take inlined inputs and
+fuse into their consumers' loads); ``STORE_KERNELS[op](kb, step, out) -> grid`` writes the whole output itself
+(a scan's running value; scatters, which first copy their input and then write where the index says; the
+writes that may collide run in index order, so the last one wins as in numpy).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tensorwire.protocol import dtypes as D
+
+from . import ir
+from .ir import INDEX, X, alu, cast, const, iconst, var, where
+from .lower import Idx, broadcast_idx, combine
+
+BOOL = D.bool_
+
+
+def _lt(a: X, b) -> X:
+    return alu("lt", BOOL, a, b if isinstance(b, X) else iconst(b))
+
+
+def _ge(a: X, b) -> X:
+    return alu("ge", BOOL, a, b if isinstance(b, X) else iconst(b))
+
+
+def _or(a: X, b: X) -> X:
+    return alu("lor", BOOL, a, b)
+
+
+def _and(a: X, b: X) -> X:
+    return alu("land", BOOL, a, b)
+
+
+def _index_value(kb, slot: int, idx: Idx, n: int, what: str, negative: bool) -> X:
+    """An index read from ``slot`` at ``idx``, checked against a dimension of size ``n`` (raising IndexError)
+    and made safe to read with (0 where it was out of range)."""
+    j = cast(kb.value(slot, idx), INDEX)
+    bad = _or(_lt(j, -n if negative else 0), _ge(j, n))
+    kb.check(bad, "IndexOutOfRange", f"{what}: index {{detail}} is out of bounds for dimension with size {n}", j)
+    if negative:
+        j = where(_lt(j, 0), alu("add", INDEX, j, iconst(n)), j)
+    return where(bad, iconst(0), j)
+
+
+def _gather(kb, st, idx: Idx) -> X:
+    x, ix = st.ins
+    shape = tuple(st.in_meta[0][0])
+    if not shape:
+        return kb.value(x, Idx((), flat=iconst(0)))
+    d = st.attrs["dim"] % len(shape)
+    j = _index_value(kb, ix, idx, shape[d], "gather()", False)
+    dims = list(idx.dims)
+    dims[d] = j
+    return kb.value(x, Idx(shape, dims=dims))
+
+
+def _index(kb, st, idx: Idx) -> X:
+    x, *ixs = st.ins
+    shape = tuple(st.in_meta[0][0])
+    d, k = st.attrs["dim"], len(ixs)
+    nb = len(st.shape) - (len(shape) - k)
+    bshape = tuple(st.shape[d:d + nb])
+    od = idx.dims
+    bidx = Idx(bshape, dims=od[d:d + nb])
+    js = [_index_value(kb, s, broadcast_idx(bidx, m[0]), shape[d + i], "index", True)
+          for i, (s, m) in enumerate(zip(ixs, st.in_meta[1:]))]
+    return kb.value(x, Idx(shape, dims=od[:d] + js + od[d + nb:]))
+
+
+def _cat(kb, st, idx: Idx) -> X:
+    d = st.attrs["dim"] % len(st.shape)
+    i = idx.dims[d]
+    parts, off = [], 0
+    for slot, (shape, _) in zip(st.ins, st.in_meta):
+        n = shape[d]
+        if n:
+            parts.append((slot, tuple(shape), off, n))
+        off += n
+    v = None
+    for slot, shape, off, n in reversed(parts):
+        inside = _and(_ge(i, off), _lt(i, off + n)) if len(parts) > 1 else None
+        j = i + (-off)
+        dims = list(idx.dims)
+        dims[d] = j if inside is None else where(inside, j, iconst(0))
+        here = cast(kb.value(slot, Idx(shape, dims=dims, valid=idx.valid)), st.dtype)
+        v = here if v is None else where(_lt(i, off + n), here, v)
+    return v
+
+
+def _setslice(kb, st, idx: Idx) -> X:
+    x, v = st.ins
+    a = st.attrs
+    inside, ks, slice_shape = None, [], []
+    for i, s, e, t, n in zip(idx.dims, a["starts"], a["stops"], a["steps"], st.shape):
+        m = max(0, -(-(e - s) // t)) if e > s else 0
+        slice_shape.append(m)
+        rel = i + (-s)
+        ok = _and(_ge(rel, 0), _lt(rel, m * t))
+        if t != 1:
+            ok = _and(ok, alu("eq", BOOL, alu("mod", INDEX, rel, iconst(t)), iconst(0)))
+        k = alu("idiv", INDEX, rel, iconst(t)) if t != 1 else rel
+        ks.append(where(ok, k, iconst(0)))
+        inside = ok if inside is None else _and(inside, ok)
+    old = kb.value(x, idx)
+    if math.prod(slice_shape) == 0:
+        return old
+    new = cast(kb.value(v, broadcast_idx(Idx(tuple(slice_shape), dims=ks), st.in_meta[1][0])), st.dtype)
+    return new if inside is None else where(inside, new, old)
+
+
+def _arg(kb, st, idx: Idx) -> X:
+    x = st.ins[0]
+    shape = tuple(st.in_meta[0][0])
+    dt = st.in_meta[0][1]
+    vt = D.float32 if dt in (D.float16, D.bfloat16) else dt
+    dim = st.attrs.get("dim")
+    if dim is None or not shape:
+        n = math.prod(shape)
+
+        def at(k):
+            return Idx(shape, flat=k)
+    else:
+        d = dim % len(shape)
+        n = shape[d]
+        keep = len(st.shape) == len(shape)
+        od = idx.dims
+
+        def at(k):
+            dims = list(od) if keep else list(od[:d]) + [None] + list(od[d:])
+            dims[d] = k
+            return Idx(shape, dims=dims)
+    kb.heavy = kb.heavy or n > 16
+    best, bi = kb.fresh("best"), kb.fresh("bi")
+    kb.emit(ir.Let(best, cast(kb.value(x, at(iconst(0))), vt)))
+    kb.emit(ir.Let(bi, iconst(0)))
+    cmp = "gt" if st.op == "argmax" else "lt"
+
+    def body(k):
+        xv = cast(kb.value(x, at(k)), vt)
+        b = var(best, vt)
+        better = alu(cmp, BOOL, xv, b)
+        if vt.is_floating_point:  # the first NaN wins
+            better = _and(alu("lnot", BOOL, ir.fn("isnan", BOOL, b)), _or(better, ir.fn("isnan", BOOL, xv)))
+        kb.emit(ir.If(better, [ir.Assign(best, xv), ir.Assign(bi, k)]))
+    kb.loop(kb.fresh("k"), iconst(1), iconst(max(n, 1)), body, lo=1, hi=max(n - 1, 1))
+    return cast(var(bi, INDEX), st.dtype)
+
+
+def _matmul(kb, st, idx: Idx) -> X:
+    a, b = st.ins
+    (sa, da), (sb, _) = st.in_meta
+    sa, sb = tuple(sa), tuple(sb)
+    a2 = (1,) + sa if len(sa) == 1 else sa
+    b2 = sb + (1,) if len(sb) == 1 else sb
+    K = a2[-1]
+    dims = list(idx.dims)
+    if len(sb) == 1:
+        dims.append(iconst(0))
+    if len(sa) == 1:
+        dims.insert(len(dims) - 1, iconst(0))
+    batch, i, j = dims[:-2], dims[-2], dims[-1]
+    bshape = tuple(st.shape[:len(batch)]) if batch else ()
+
+    def operand(shape2, orig, row, col, is_a):
+        bat = broadcast_idx(Idx(bshape, dims=batch), shape2[:-2]).dims if shape2[:-2] else []
+        full = list(bat) + [row, col]
+        if len(orig) == 1:
+            full = [full[-1]] if is_a else [full[-2]]
+        return Idx(orig, dims=full)
+
+    dt = st.dtype
+    if dt is BOOL:
+        acc_dt = BOOL
+    elif dt in (D.float16, D.bfloat16):
+        acc_dt = D.float32
+    else:
+        acc_dt = D.float64 if dt is D.float32 and kb.lw.opts.acc64 else dt
+    acc = kb.fresh("acc")
+    kb.heavy = True
+    kb.emit(ir.Let(acc, const(0, acc_dt)))
+
+    def body(k):
+        x = cast(kb.value(a, operand(a2, sa, i, k, True)), acc_dt)
+        y = cast(kb.value(b, operand(b2, sb, k, j, False)), acc_dt)
+        prod = alu("land" if acc_dt is BOOL else "mul", acc_dt, x, y)
+        kb.emit(ir.Assign(acc, combine("sum", var(acc, acc_dt), prod)))
+    rop = None if acc_dt is BOOL else "add"
+    kb.loop(kb.fresh("k"), iconst(0), iconst(K), body, acc if rop else None, rop, 0, max(K - 1, 0))
+    return cast(var(acc, acc_dt), dt)
+
+
+VALUE_KERNELS = {"gather": _gather, "index": _index, "cat": _cat, "setslice": _setslice, "argmax": _arg,
+                 "argmin": _arg, "matmul": _matmul}
+
+
+# -- kernels that store their output themselves ---------------------------------------------------------------------
+
+def _copy_launch(kb, st, out: str) -> None:
+    """A first kernel that copies the op's input (``x``) into the output buffer."""
+    from .lower import KernelBuilder
+    cp = KernelBuilder(kb.lw, kb.lw.kernel_name())
+    n = math.prod(st.shape)
+    o = cp.buf(("slot", st.out), st.dtype, n, out=True)
+    g = ir.gid(n)
+    cp.emit(ir.Store(o, g, cast(cp.value(st.ins[0], Idx(st.shape, flat=g)), st.dtype)))
+    cp.origins.add(st.origin)
+    kb.lw.add_launch(cp, n)
+
+
+def _scan(kb, st, out: str) -> int:
+    shape = tuple(st.shape)
+    if not shape:
+        kb.emit(ir.Store(out, iconst(0), cast(kb.value(st.ins[0], Idx((), flat=iconst(0))), st.dtype)))
+        return 1
+    d = st.attrs["dim"] % len(shape)
+    n, inner = shape[d], math.prod(shape[d + 1:])
+    grid = math.prod(shape) // max(n, 1)
+    g = ir.gid(grid)
+    base = (g // inner) * (n * inner) + g % inner
+    ct = D.float32 if st.dtype in (D.float16, D.bfloat16) else st.dtype
+    op = "sum" if st.op == "cumsum" else "prod"
+    acc = kb.fresh("acc")
+    kb.emit(ir.Let(acc, const(0 if op == "sum" else 1, ct)))
+    kb.heavy = n > 16
+
+    def body(k):
+        pos = base + k * inner
+        x = cast(kb.value(st.ins[0], Idx(shape, flat=pos)), ct)
+        kb.emit(ir.Assign(acc, combine(op, var(acc, ct), x)))
+        kb.emit(ir.Store(out, pos, cast(var(acc, ct), st.dtype)))
+    kb.loop(kb.fresh("k"), iconst(0), iconst(n), body, lo=0, hi=max(n - 1, 0))
+    return grid
+
+
+def _scatter(kb, st, out: str) -> int:
+    """out = x; out[.. index[p] ..] = src[p] (or +=) for every position p of index, in index order."""
+    _copy_launch(kb, st, out)
+    x, ix, src = st.ins
+    shape = tuple(st.shape)
+    ishape = tuple(st.in_meta[1][0])
+    if not math.prod(ishape):
+        return 0
+    if not shape:
+        shape, ishape = (1,), (1,)
+    d = st.attrs["dim"] % len(shape)
+    n, inner = ishape[d], math.prod(ishape[d + 1:])
+    grid = math.prod(ishape) // n
+    g = ir.gid(grid)
+    pre = g // inner
+    post = g % inner
+    kb.heavy = n > 16
+
+    def body(k):
+        p = Idx(ishape, flat=pre * (n * inner) + k * inner + post) if st.in_meta[1][0] else Idx((), flat=iconst(0))
+        j = _index_value(kb, ix, p, shape[d], f"{st.op}()", False)
+        dims = list(p.dims) if st.in_meta[1][0] else [iconst(0)]
+        dims[d] = j
+        target = Idx(shape, dims=dims).flat
+        sshape = tuple(st.in_meta[2][0])
+        v = cast(kb.value(src, Idx(sshape, dims=list(p.dims)) if sshape else Idx((), flat=iconst(0))), st.dtype)
+        if st.op == "scatter_add":
+            v = combine("sum", ir.load(out, target, st.dtype), v)
+        kb.emit(ir.Store(out, target, v))
+    kb.loop(kb.fresh("k"), iconst(0), iconst(n), body, lo=0, hi=n - 1)
+    return grid
+
+
+def _index_put(kb, st, out: str) -> int:
+    """out = x; out[.., i1, .., ik, ..] = value (+= if accumulate), one position after another (grid 1)."""
+    _copy_launch(kb, st, out)
+    x, v, *ixs = st.ins
+    shape = tuple(st.shape)
+    d, k = st.attrs["dim"], len(ixs)
+    from tensorwire.protocol.shapes import broadcast_many
+    bshape = tuple(broadcast_many(*(tuple(m[0]) for m in st.in_meta[2:])))
+    tshape = shape[:d] + bshape + shape[d + k:]
+    m = math.prod(tshape)
+    if not m:
+        return 0
+    nb = len(bshape)
+
+    def body(p):
+        pi = Idx(tshape, flat=p)
+        td = pi.dims
+        bidx = Idx(bshape, dims=td[d:d + nb])
+        js = [_index_value(kb, s, broadcast_idx(bidx, mm[0]), shape[d + i], "index", True)
+              for i, (s, mm) in enumerate(zip(ixs, st.in_meta[2:]))]
+        target = Idx(shape, dims=td[:d] + js + td[d + nb:]).flat
+        val = cast(kb.value(v, broadcast_idx(pi, st.in_meta[1][0])), st.dtype)
+        if st.attrs.get("accumulate"):
+            val = combine("sum", ir.load(out, target, st.dtype), val)
+        kb.emit(ir.Store(out, target, val))
+    kb.heavy = True
+    kb.loop(kb.fresh("p"), iconst(0), iconst(m), body, lo=0, hi=m - 1)
+    return 1
+
+
+STORE_KERNELS = {"cumsum": _scan, "cumprod": _scan, "scatter": _scatter, "scatter_add": _scatter,
+                 "index_put": _index_put}

@@ -1,0 +1,117 @@
+"""Running a lowered fragment: the runner a compiling device hands the executor.
+
+:func:`build_runner` lowers a plan's steps for one set of kept slots, has the device's runtime compile the
+kernels (cached by their source, see :mod:`.cache`), and returns ``run(env, dyn, frames)``, the same
+contract as the executor's straight-line runner: it fills ``env`` with the kept outputs and frees
+everything else after its last use. A kernel that records an error raises it; the executor then
+re-runs the plan step by step, which names the failing node and carries on with independent work.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+
+from tensorwire.protocol import errors as E
+
+from .ir import Kernel
+from .lower import HostStep, Launch, Lowered, lower
+
+DEBUG_ENV = "TENSORWIRE_DEBUG_KERNELS"
+
+
+def debug_kernels() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def print_source(target: str, path: str, source: str) -> None:
+    """``TENSORWIRE_DEBUG_KERNELS=1``: show each kernel source as it is compiled."""
+    print(f"--- tensorwire kernel ({target}) {path}\n{source}", file=sys.stderr, flush=True)
+
+
+def kernel_error(kernel: Kernel, code: int, detail: int) -> Exception:
+    """The exception a kernel's error slot describes."""
+    name, message = kernel.errors[code - 1]
+    cls = getattr(E, name, None) or {"ZeroDivisionError": ZeroDivisionError, "ValueError": ValueError}.get(name,
+                                                                                                           E.TensorwireError)
+    return cls(message.replace("{detail}", str(detail)))
+
+
+def scalar_value(spec, dyn: dict | None):
+    """The value of a kernel scalar: the dynamic attribute of this run, else the plan's."""
+    origin, attr, default, dtype = spec
+    v = default
+    if dyn is not None:
+        d = dyn.get(origin)
+        if d is not None and attr in d:
+            v = d[attr]
+    if attr in ("seed", "offset"):
+        v = int(v) % (1 << 64)
+        return v - (1 << 64) if v >= 1 << 63 else v
+    with np.errstate(all="ignore"):
+        v = np.asarray(v).astype(dtype.np)
+        return float(v) if dtype.is_floating_point else int(v)  # 16-bit floats travel as their float32 value
+
+
+def build_runner(device, plan, keep: frozenset):
+    """The compiled runner of ``plan`` for kept slots ``keep`` (see the module doc)."""
+    lowered: Lowered = lower(plan.program.steps, set(keep), device.lowering_options)
+    launchers = device.runtime.build(lowered.kernels) if lowered.kernels else {}
+    meta = {}
+    for s in plan.program.steps:
+        if s.out >= 0:
+            meta[s.out] = (tuple(s.shape), s.dtype)
+    reads: dict = {}
+    from ..executor import WORKER_OPS
+    for i, it in enumerate(lowered.items):
+        for key in (it.args if isinstance(it, Launch) else [("slot", x) for x in it.step.ins]):
+            reads[key] = i
+    frees: list[list] = [[] for _ in lowered.items]
+    for key, i in reads.items():
+        if key[0] == "tmp" or key[1] not in keep:
+            frees[i].append(key)
+    program = []
+    for i, it in enumerate(lowered.items):
+        if isinstance(it, Launch):
+            k = it.kernel
+            outs = [(j, key) for j, (key, b) in enumerate(zip(it.args, k.bufs)) if b.out]
+            program.append((True, launchers[k.name], k, it.args, outs, it.scalars, frees[i]))
+        elif math.prod(it.step.shape) == 0 and it.step.op not in WORKER_OPS:  # nothing to compute
+            shape, dt = tuple(it.step.shape), it.step.dtype
+            program.append((False, lambda args, dyn, frames, s=shape, d=dt: device.runtime.empty(s, d), it.step,
+                            None, None, None, frees[i]))
+        else:
+            program.append((False, device.host_call(it.step), it.step, None, None, None, frees[i]))
+    temps = lowered.temps
+    runtime = device.runtime
+
+    def run(env, dyn, frames):
+        tmp = [None] * len(temps)
+        for is_kernel, call, what, args, outs, scalars, free in program:
+            if is_kernel:
+                for j, key in outs:
+                    if key[0] == "slot":
+                        if env[key[1]] is None:
+                            shape, dt = meta[key[1]]
+                            env[key[1]] = runtime.empty(shape, dt)
+                    elif tmp[key[1]] is None:
+                        n, dt = temps[key[1]]
+                        tmp[key[1]] = runtime.empty((n,), dt)
+                bufs = [env[key[1]] if key[0] == "slot" else tmp[key[1]] for key in args]
+                call(bufs, [scalar_value(s, dyn) for s in scalars])
+            else:
+                env[what.out] = call([env[x] for x in what.ins], dyn, frames)
+            for key in free:
+                if key[0] == "slot":
+                    env[key[1]] = None
+                else:
+                    tmp[key[1]] = None
+
+    return run
+
+
+__all__ = ["DEBUG_ENV", "HostStep", "Launch", "build_runner", "debug_kernels", "kernel_error", "print_source",
+           "scalar_value"]

@@ -1,0 +1,161 @@
+"""The CPU's compiled mode: fragments run as fused C kernels built by the host's C compiler.
+
+A fragment is lowered by :mod:`tensorwire.backends.codegen`, rendered as C (OpenMP across the cores,
+loops the compiler vectorises), compiled once into a shared library cached on disk by the hash of its
+source, the compiler's version and the flags, and called through ctypes on the numpy buffers. Matmul
+and the convolution/pooling/cross-entropy composites stay on the numpy/BLAS kernels (host steps).
+
+The mode is on when a C compiler is found (``$CC``, else ``cc``, ``gcc``, ``clang``) and
+``TENSORWIRE_CPU_COMPILE`` is not ``0``; otherwise the backend interprets with numpy, as it always could.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import threading
+
+import numpy as np
+
+from tensorwire.protocol import dtypes as D
+
+from ..codegen.c import CRenderer
+from ..codegen.cache import KernelCache, KernelCompileError
+from ..codegen.lower import Options
+from ..codegen.program import build_runner, kernel_error
+
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fwrapv", "-fno-math-errno")
+COMPILE_ENV = "TENSORWIRE_CPU_COMPILE"
+
+#: composites kept on their numpy/BLAS kernels in compiled mode (im2col + gemm beats a naive loop nest)
+HOST_COMPOSITES = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d", "max_pool2d_grad",
+                             "cross_entropy_index", "cross_entropy_index_grad"})
+
+
+def find_compiler() -> tuple[str | None, str]:
+    """``(compiler path, version)`` of the host's C compiler, or ``(None, why not)``."""
+    if os.environ.get(COMPILE_ENV, "1") == "0":
+        return None, f"{COMPILE_ENV}=0"
+    for name in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang")):
+        path = shutil.which(name)
+        if path:
+            try:
+                out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if out.returncode == 0:
+                return path, out.stdout.splitlines()[0].strip() if out.stdout else name
+    return None, "no C compiler (gcc or clang) found"
+
+
+_CT = {D.bool_: ctypes.c_uint8, D.uint8: ctypes.c_uint8, D.int8: ctypes.c_int8, D.int16: ctypes.c_int16,
+       D.int32: ctypes.c_int32, D.int64: ctypes.c_int64, D.float16: ctypes.c_float, D.bfloat16: ctypes.c_float,
+       D.float32: ctypes.c_float, D.float64: ctypes.c_double}
+
+
+class CRuntime:
+    """Compiles C sources into shared libraries (cached) and calls their kernels on numpy arrays."""
+
+    target = "c"
+
+    def __init__(self, compiler: str, version: str):
+        self.compiler, self.version = compiler, version
+        self.renderer = CRenderer()
+        self.cache = KernelCache("c", f"{version} {' '.join(FLAGS)}")
+        self._libs: dict[str, ctypes.CDLL] = {}
+        self._lock = threading.Lock()
+        self.err = np.zeros(2, np.int64)
+
+    def _compile(self, src_path: str, out_path: str) -> None:
+        cmd = [self.compiler, *FLAGS, src_path, "-o", out_path, "-lm"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise KernelCompileError(f"{os.path.basename(self.compiler)} failed on {src_path}:\n{r.stderr[-4000:]}")
+
+    def build(self, kernels: list) -> dict:
+        """``{kernel name: launcher(buffers, scalars)}`` for ``kernels`` (one library per fragment)."""
+        source = self.renderer.render(kernels)
+        with self._lock:
+            lib = self._libs.get(source)
+            if lib is None:
+                path = self.cache.get_or_build(source, ".c", ".so", self._compile, kernels)
+                lib = self._libs[source] = ctypes.CDLL(path)
+        return {k.name: self._launcher(getattr(lib, k.name), k) for k in kernels}
+
+    def _launcher(self, f, k):
+        f.restype = None
+        f.argtypes = [ctypes.c_void_p] * (len(k.bufs) + (1 if k.can_raise else 0)) + [_CT[s.dtype] for s in
+                                                                                        k.scalars]
+        dtypes = [b.dtype.np for b in k.bufs]
+        err = self.err
+        errp = err.ctypes.data
+
+        def launch(bufs, scalars):
+            ptrs = []
+            for j, (b, dt) in enumerate(zip(bufs, dtypes)):
+                if not isinstance(b, np.ndarray) or b.dtype != dt or not b.flags.c_contiguous:
+                    b = np.ascontiguousarray(b, dtype=dt)
+                    bufs[j] = b
+                ptrs.append(b.__array_interface__["data"][0])
+            if k.can_raise:
+                err[0] = 0
+                f(*ptrs, errp, *scalars)
+                if err[0]:
+                    raise kernel_error(k, int(err[0]), int(err[1]))
+            else:
+                f(*ptrs, *scalars)
+        return launch
+
+    @staticmethod
+    def empty(shape, dtype: D.DType):
+        return np.empty(shape, dtype.np)
+
+
+_RUNTIME: CRuntime | None = None
+_RUNTIME_WHY = ""
+
+
+def runtime() -> CRuntime | None:
+    """The process's C runtime, or None when the CPU cannot compile (:func:`why_not`)."""
+    global _RUNTIME, _RUNTIME_WHY
+    if _RUNTIME is None and not _RUNTIME_WHY:
+        path, version = find_compiler()
+        if path is None:
+            _RUNTIME_WHY = version
+        else:
+            _RUNTIME = CRuntime(path, version)
+    return _RUNTIME
+
+
+def why_not() -> str:
+    runtime()
+    return _RUNTIME_WHY
+
+
+class CompiledMixin:
+    """What a NumpyDevice adds to run fragments as compiled kernels."""
+
+    lowering_options = Options(host_ops=frozenset({"matmul"}) | HOST_COMPOSITES, host_views=True, acc64=True)
+
+    def runner(self, plan, keep):
+        return build_runner(self, plan, keep)
+
+    def host_call(self, step):
+        """A callable for a host step: a worker op, an empty result, or the backend's numpy kernel."""
+        from ..executor import WORKER_OPS
+        if step.op in WORKER_OPS or step.dynamic:
+            from ..executor import _dynamic_call
+            call = _dynamic_call(self, step)
+            origin = step.origin
+            return lambda args, dyn, frames: call(args, dyn.get(origin) if dyn else None, frames)
+        k = self.backend.kernels[step.op]
+        attrs, shape, dtype = step.attrs, step.shape, step.dtype
+        return lambda args, dyn, frames: k(args, attrs, shape, dtype)
+
+
+def _check_flags_supported() -> None:  # pragma: no cover - used by tests/tools
+    r = runtime()
+    if r is None:
+        raise RuntimeError(why_not())
