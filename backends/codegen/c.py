@@ -15,6 +15,7 @@ class CRenderer(CStyleRenderer):
     macros = r"""#define TW_FN static inline
 #define TW_I64 long long
 #define TW_U64 unsigned long long
+#define TW_U64C(x) x##ull
 #define TW_SQRT sqrt
 #define TW_LOG1P log1p
 #define TW_COS cos

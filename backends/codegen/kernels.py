@@ -95,7 +95,7 @@ def _setslice(kb, st, idx: Idx) -> X:
     x, v = st.ins
     a = st.attrs
     inside, ks, slice_shape = None, [], []
-    for i, s, e, t, n in zip(idx.dims, a["starts"], a["stops"], a["steps"], st.shape):
+    for i, s, e, t in zip(idx.dims, a["starts"], a["stops"], a["steps"]):
         m = max(0, -(-(e - s) // t)) if e > s else 0
         slice_shape.append(m)
         rel = i + (-s)

@@ -77,7 +77,7 @@ def build_runner(device, plan, keep: frozenset):
     for i, it in enumerate(lowered.items):
         if isinstance(it, Launch):
             k = it.kernel
-            outs = [(j, key) for j, (key, b) in enumerate(zip(it.args, k.bufs)) if b.out]
+            outs = [key for key, b in zip(it.args, k.bufs) if b.out]
             program.append((True, launchers[k.name], k, it.args, outs, it.scalars, frees[i]))
         elif math.prod(it.step.shape) == 0 and it.step.op not in WORKER_OPS:  # nothing to compute
             shape, dt = tuple(it.step.shape), it.step.dtype
@@ -92,7 +92,7 @@ def build_runner(device, plan, keep: frozenset):
         tmp = [None] * len(temps)
         for is_kernel, call, what, args, outs, scalars, free in program:
             if is_kernel:
-                for j, key in outs:
+                for key in outs:
                     if key[0] == "slot":
                         if env[key[1]] is None:
                             shape, dt = meta[key[1]]

@@ -19,10 +19,12 @@ _NARROW = (D.bool_, D.uint8, D.int8, D.int16)  # C promotes these to int: result
 HALF = (D.float16, D.bfloat16)
 
 # Helpers every target gets, in C spelled with the target's macros: TW_FN (a device function), TW_AS_UINT /
-# TW_AS_FLOAT (float <-> uint bits), TW_U64 / TW_I64 (64-bit integer types), and the math names of ``MATH``.
+# TW_AS_FLOAT (float <-> uint bits), TW_U64 / TW_I64 (64-bit integer types), TW_U64C (an unsigned 64-bit literal),
+# TW_SQRT / TW_LOG1P / TW_COS / TW_FLOOR (double math).
 PREAMBLE_HALF = r"""
 TW_FN float tw_f16_to_f32(unsigned short h) {
-  unsigned int sign = ((unsigned int)h & 0x8000u) << 16, e = ((unsigned int)h >> 10) & 0x1fu, m = (unsigned int)h & 0x3ffu;
+  unsigned int sign = ((unsigned int)h & 0x8000u) << 16, e = ((unsigned int)h >> 10) & 0x1fu;
+  unsigned int m = (unsigned int)h & 0x3ffu;
   if (e == 0u) { float f = (float)m * 5.9604644775390625e-8f; return sign ? -f : f; }
   if (e == 31u) return TW_AS_FLOAT(sign | 0x7f800000u | (m << 13));
   return TW_AS_FLOAT(sign | ((e + 112u) << 23) | (m << 13));
@@ -55,13 +57,15 @@ TW_FN float tw_rnd_bf16(float f) { return tw_bf16_to_f32(tw_f32_to_bf16(f)); }
 
 PREAMBLE_RNG = r"""
 TW_FN TW_I64 tw_rng_bits(TW_I64 seed, TW_I64 counter) {
-  TW_U64 z = (TW_U64)seed * 0x9E3779B97F4A7C15ull + (TW_U64)counter;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  TW_U64 z = (TW_U64)seed * TW_U64C(0x9E3779B97F4A7C15) + (TW_U64)counter;
+  z = (z ^ (z >> 30)) * TW_U64C(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * TW_U64C(0x94D049BB133111EB);
   return (TW_I64)(z ^ (z >> 31));
 }
 TW_FN double tw_u53(TW_I64 w) { return (double)(((TW_U64)w) >> 11) * 1.1102230246251565e-16; }
-TW_FN float tw_rand_f32(TW_I64 w, TW_I64 p) { return (float)(((TW_U64)w) >> (64 - p)) * (1.0f / (float)(1ll << p)); }
+TW_FN float tw_rand_f32(TW_I64 w, TW_I64 p) {
+  return (float)(((TW_U64)w) >> (64 - p)) * (1.0f / (float)((TW_I64)1 << p));
+}
 TW_FN double tw_randn(TW_I64 seed, TW_I64 offset, TW_I64 i) {
   double u1 = tw_u53(tw_rng_bits(seed, offset + 2 * i)), u2 = tw_u53(tw_rng_bits(seed, offset + 2 * i + 1));
   return TW_SQRT(-2.0 * TW_LOG1P(-u1)) * TW_COS(2.0 * 3.141592653589793 * u2);
@@ -79,7 +83,8 @@ HELPER_TEMPLATES = {
   {T} mod = fmod{F}(a, b), div = (a - mod) / b;
   if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
   {T} fl;
-  if (div != 0) {{ fl = floor{F}(div); if (div - fl > ({T})0.5) fl += 1; }} else fl = ((a < 0) != (b < 0)) ? -({T})0 : ({T})0;
+  if (div != 0) {{ fl = floor{F}(div); if (div - fl > ({T})0.5) fl += 1; }}
+  else fl = ((a < 0) != (b < 0)) ? -({T})0 : ({T})0;
   return fl;
 }}""",
     "fmod_py": r"""TW_FN {T} tw_fmod_py{S}({T} a, {T} b) {{
@@ -119,6 +124,7 @@ class CStyleRenderer:
                D.int32: "int", D.int64: "long long", D.float16: "unsigned short", D.bfloat16: "unsigned short",
                D.float32: "float", D.float64: "double"}
     index_type = "long long"
+    int64_suffix = "ll"
     macros = ""            # TW_FN, TW_AS_UINT, ... for the preamble
     headers = ""
     float_suffix = True    # C math: expf for float, exp for double; overloaded languages set False
@@ -139,7 +145,9 @@ class CStyleRenderer:
             return "1" if v else "0"
         if not dt.is_floating_point:
             if dt is D.int64:
-                return f"{v}ll" if v != -(1 << 63) else "(-9223372036854775807ll - 1)"
+                sfx = self.int64_suffix
+                return (f"{v}{sfx}" if v >= 0 else f"({v}{sfx})") if v != -(1 << 63) else \
+                    f"(-9223372036854775807{sfx} - 1)"
             if dt is D.int32 and v == -(1 << 31):
                 return "(-2147483647 - 1)"
             return str(v) if v >= 0 else f"({v})"
