@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import dtypes as D
+from .errors import ProtocolError
 from .ops import get_op, infer
 from .shapes import Shape
 
@@ -75,8 +76,12 @@ class ExpandingBuilder(Builder):
     def op(self, name: str, /, *inputs: Value, **attrs) -> Value:
         opdef = get_op(name)
         if opdef.decompose is not None and name not in self.native:
-            infer(name, [(v.shape, v.dtype) for v in inputs], attrs)  # validate as the op itself
-            return opdef.decompose(self, *inputs, attrs)
+            shape, dtype = infer(name, [(v.shape, v.dtype) for v in inputs], attrs)  # validate as the op itself
+            out = opdef.decompose(self, *inputs, attrs)
+            if tuple(out.shape) != tuple(shape) or out.dtype is not dtype:
+                raise ProtocolError(f"the decomposition of {name} gives {out.dtype.name}{list(out.shape)}, its rule "
+                                    f"says {dtype.name}{list(shape)} (a bug in the op table)")
+            return out
         return super().op(name, *inputs, **attrs)
 
     def _emit(self, name, inputs, attrs, shape, dtype) -> int:

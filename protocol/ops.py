@@ -699,7 +699,9 @@ def _to_float(g, x):
 
 @composite("square", 1, lambda m, a: (m[0][0], D.int64 if m[0][1] is D.bool_ else m[0][1]), kind="unary")
 def _square(g, x, attrs):
-    """x * x."""
+    """x * x (bool as int64, as torch)."""
+    if x.dtype is D.bool_:
+        x = g.op("cast", x, dtype="int64")
     return g.op("mul", x, x)
 
 
@@ -980,7 +982,7 @@ def _eye(g, attrs):
     return g.op("cast", g.op("eq", rows, cols), dtype=attrs["dtype"])
 
 
-@composite("relu6", 1, _unary_same, kind="unary")
+@composite("relu6", 1, lambda m, a: _clamp_infer(m, {"min": 0, "max": 6}), kind="unary")
 def _relu6(g, x, attrs):
     """min(max(x, 0), 6)."""
     return g.op("clamp", x, min=0, max=6)
@@ -1187,7 +1189,7 @@ def _window_max(g, ws):
 
 def _im2col_infer(metas, attrs):
     (s, d), = metas
-    (kh, kw), _, _, _, (oh, ow) = _window_geometry(s, attrs)
+    (kh, kw), _, _, _, (oh, ow) = _window_geometry(s, {"stride": [1, 1], **attrs})  # torch's unfold: stride 1
     return check_shape((s[0], s[1] * kh * kw, oh * ow)), d
 
 
