@@ -8,8 +8,24 @@ Element ``i`` of a random op with attributes ``seed`` and ``offset`` takes the 6
   (float64 53, float32 24, float16 11, bfloat16 8): ``(w >> (64 - p)) * 2**-p``, exact in the dtype and
   always below 1 (with more bits than the dtype holds, rounding would give 1.0).
 * ``randn``: Box-Muller on the words of counters ``offset + 2i`` and ``offset + 2i + 1`` in float64,
-  with ``u = (w >> 11) * 2**-53``: ``sqrt(-2 * log1p(-u1)) * cos(2 pi u2)``, then cast. (It consumes 2
-  counters per element.)
+  with ``u = (w >> 11) * 2**-53``: ``sqrt(-2 * L(u1)) * C(u2)``, then cast (it consumes 2 counters per
+  element). ``L(u) ~ log1p(-u)`` and ``C(u) ~ cos(2 pi u)`` (both within 1 ulp) are defined by a fixed
+  sequence of IEEE float64 ``+ - * /``, ``sqrt``, ``floor`` and compares, every one correctly rounded (no
+  FMA contraction, no reassociation, no libm), so any backend reproduces them bit for bit.
+  :func:`_log1p_neg` and :func:`_cos_2pi` below are the normative definition (``backends/codegen/
+  rng_source.py`` spells them in C); in outline:
+
+  - ``L``: ``x = 1 - u`` (exact). Scale ``x`` by exact powers of two to ``m = x * 2**n`` in
+    ``[SQRT_HALF, 2 * SQRT_HALF)``: for ``b`` in 32, 16, 8, 4, 2, 1, if ``x * 2**b < SQRT_HALF`` then
+    ``x *= 2**b, n += b``; then if ``x < SQRT_HALF``: ``x *= 2, n += 1``. With ``f = m - 1`` (exact),
+    ``s = f / (2 + f)``, ``z = s * s``, ``R = z * P(z)`` (``P``: Horner over the doubles nearest
+    ``2/3, 2/5, ..., 2/21``), ``h = 0.5 * f * f`` and ``k = -n``:
+    ``L = k * LN2_HI - ((h - (s * (h + R) + k * LN2_LO)) - f)``.
+  - ``C``: ``v = 4u``, ``q = floor(v)``, ``r = v - q``; if ``r > 0.5``: ``r -= 1, q += 1`` (all exact).
+    ``theta = r * pi/2`` as a normalised double-double ``x + y`` (split ``r = r1 + r2`` with
+    ``r1 = floor(r * 2**26) * 2**-26``, both products with the 27-bit ``PIO2_HI`` exact), then the
+    Taylor kernels cos (to ``x**16``) and sin (to ``x**17``) on ``[-pi/4, pi/4]`` with tail ``y``;
+    ``C`` is ``cos, -sin, -cos, sin, cos`` for ``q = 0, 1, 2, 3, 4``.
 * ``randint``: ``low + floor(u53 * (high - low))`` with ``u53 = (w >> 11) * 2**-53``.
 
 The client advances its generator's offset by the counters each op consumes, so the same
@@ -25,6 +41,83 @@ import numpy as np
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 M1 = np.uint64(0xBF58476D1CE4E5B9)
 M2 = np.uint64(0x94D049BB133111EB)
+
+
+# -- randn's portable transcendentals -------------------------------------------------------------------------------
+# Only correctly rounded float64 operations (+ - * / sqrt floor compare), in a fixed order: the C spelling in
+# backends/codegen/rng_source.py (RANDN_C) performs the very same operations, so every backend gets the same bits.
+# Changing a constant or the order of an operation here changes the stream: change RANDN_C with it.
+
+SQRT_HALF = 0.7071067811865476                 # the double nearest sqrt(1/2): where log's reduction splits
+LN2_HI = 0.6931471805601177                    # ln 2 rounded to a multiple of 2**-40: n * LN2_HI is exact (n <= 54)
+LN2_LO = -1.7239444525614835e-13               # the double nearest ln 2 - LN2_HI
+#: the doubles nearest 2/(2k+1), k = 1..10: 2 atanh(s) = 2s + s * sum_k c_k s**(2k)
+LOG_COEFFS = (0.6666666666666666, 0.4, 0.2857142857142857, 0.2222222222222222, 0.18181818181818182,
+              0.15384615384615385, 0.13333333333333333, 0.11764705882352941, 0.10526315789473684,
+              0.09523809523809523)
+PIO2_HI = 1.570796325802803                    # pi/2 rounded to 27 significant bits (a multiple of 2**-26)
+PIO2_LO = 9.920935796805404e-10                # the double nearest pi/2 - PIO2_HI
+#: the doubles nearest (-1)**k / (2k+4)!, k = 0..6: cos x = 1 - x**2/2 + x**4 * sum_k c_k x**(2k)
+COS_COEFFS = (0.041666666666666664, -0.001388888888888889, 2.48015873015873e-05, -2.755731922398589e-07,
+              2.08767569878681e-09, -1.1470745597729725e-11, 4.779477332387385e-14)
+#: the doubles nearest (-1)**k / (2k+1)!, k = 1..8: sin x = x + x**3 * sum_k c_k x**(2k-2)
+SIN_COEFFS = (-0.16666666666666666, 0.008333333333333333, -0.0001984126984126984, 2.7557319223985893e-06,
+              -2.505210838544172e-08, 1.6059043836821613e-10, -7.647163731819816e-13, 2.8114572543455206e-15)
+
+
+def _horner(coeffs, z):
+    """``c0 + z * (c1 + z * (... + z * cN))``, innermost first."""
+    p = np.full_like(z, coeffs[-1])
+    for c in coeffs[-2::-1]:
+        p = c + z * p
+    return p
+
+
+def _log1p_neg(u: np.ndarray) -> np.ndarray:
+    """``log1p(-u)`` for float64 ``u`` in ``[0, 1)`` that are multiples of ``2**-53`` (within 1 ulp)."""
+    x = 1.0 - u                                 # exact: u = k * 2**-53 with k < 2**53
+    n = np.zeros_like(x)
+    for b in (32, 16, 8, 4, 2, 1):              # exact scaling by powers of two: x * 2**n in [SQRT_HALF, 2 SQRT_HALF)
+        t = x * float(1 << b)
+        c = t < SQRT_HALF
+        x = np.where(c, t, x)
+        n = np.where(c, n + float(b), n)
+    c = x < SQRT_HALF
+    x = np.where(c, x * 2.0, x)
+    n = np.where(c, n + 1.0, n)
+    f = x - 1.0                                 # exact (Sterbenz)
+    s = f / (2.0 + f)
+    z = s * s
+    r = z * _horner(LOG_COEFFS, z)
+    h = 0.5 * f * f
+    k = -n
+    return k * LN2_HI - ((h - (s * (h + r) + k * LN2_LO)) - f)
+
+
+def _cos_2pi(u: np.ndarray) -> np.ndarray:
+    """``cos(2 pi u)`` for float64 ``u`` in ``[0, 1)`` that are multiples of ``2**-53`` (within 1 ulp)."""
+    v = 4.0 * u
+    q = np.floor(v)
+    r = v - q                                   # exact, in [0, 1)
+    up = r > 0.5
+    r = np.where(up, r - 1.0, r)                # exact, in [-1/2, 1/2]: theta = r * pi/2 in [-pi/4, pi/4]
+    q = np.where(up, q + 1.0, q)
+    r1 = np.floor(r * 67108864.0) * 1.4901161193847656e-08   # r = r1 + r2, r1 a multiple of 2**-26, 0 <= r2 < 2**-26
+    r2 = r - r1
+    a = r1 * PIO2_HI                            # both products exact (25 or 26 bits times 27 bits)
+    b = r2 * PIO2_HI
+    hi = a + b
+    lo = (b - (hi - a)) + r * PIO2_LO
+    x = hi + lo                                 # theta = x + y, |y| <= ulp(x) / 2
+    y = lo - (x - hi)
+    z = x * x
+    hz = 0.5 * z
+    w = 1.0 - hz
+    cos = w + (((1.0 - w) - hz) + (z * (z * _horner(COS_COEFFS, z)) - x * y))
+    v3 = z * x
+    sin = x - ((z * (0.5 * y - v3 * _horner(SIN_COEFFS[1:], z)) - y) - v3 * SIN_COEFFS[0])
+    res = np.where((q == 1.0) | (q == 3.0), sin, cos)
+    return np.where((q == 1.0) | (q == 2.0), -res, res)
 
 
 def counters_used(op: str, n: int) -> int:
@@ -66,7 +159,7 @@ def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray:
     n = int(np.prod(shape, dtype=np.int64))
     u1 = _u53(bits(seed, offset, n, stride=2))
     u2 = _u53(bits(seed, offset, n, stride=2, start=1))
-    z = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)
+    z = np.sqrt(-2.0 * _log1p_neg(u1)) * _cos_2pi(u2)
     return z.astype(npdtype, copy=False).reshape(shape)
 
 

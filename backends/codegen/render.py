@@ -10,6 +10,8 @@ signature, how a work item finds its index, and the math function names.
 
 from __future__ import annotations
 
+import re
+
 from tensorwire.protocol import dtypes as D
 
 from . import ir
@@ -331,6 +333,11 @@ class CStyleRenderer:
     def _hsuffix(self, dt: D.DType) -> str:
         return "_" + dt.name
 
+    def preamble(self) -> list[str]:
+        """The fixed helper groups, in order; :meth:`render` emits a group only when the source calls one of the
+        ``tw_*`` functions it defines (a target overrides a group it spells differently)."""
+        return [PREAMBLE_HALF, PREAMBLE_RNG]
+
     def render(self, kernels: list[ir.Kernel]) -> str:
         """One source file: headers, macros, the helpers used, then the kernels."""
         self._helpers = set()
@@ -338,4 +345,19 @@ class CStyleRenderer:
         helpers = []
         for name, dt in sorted(self._helpers, key=lambda h: (h[0], h[1].name)):
             helpers.append(HELPER_TEMPLATES[name].format(T=self.reg(dt), S=self._hsuffix(dt), F=self.suffix(dt)))
-        return "\n".join([self.headers, self.macros, PREAMBLE_HALF, PREAMBLE_RNG, *helpers, *bodies]) + "\n"
+        return "\n".join([self.headers, self.macros, *_used_groups(self.preamble(), helpers + bodies), *helpers,
+                          *bodies]) + "\n"
+
+
+_DEFINES = re.compile(r"^TW_FN\b[^(\n]*?\b(tw_\w+)\(", re.M)
+
+
+def _used_groups(groups: list[str], code: list[str]) -> list[str]:
+    """The groups whose functions ``code`` calls (directly, or through a later group that is used)."""
+    text = "\n".join(code)
+    used = []
+    for g in reversed(groups):  # a group may call an earlier one: scan the used later groups too
+        if any(f"{name}(" in text for name in _DEFINES.findall(g)):
+            used.append(g)
+            text += g
+    return used[::-1]

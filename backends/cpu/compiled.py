@@ -12,6 +12,7 @@ The mode is on when a C compiler is found (``$CC``, else ``cc``, ``gcc``, ``clan
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import shutil
 import subprocess
@@ -26,7 +27,11 @@ from ..codegen.cache import KernelCache, KernelCompileError
 from ..codegen.lower import Options
 from ..codegen.program import build_runner, kernel_error
 
-FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fwrapv", "-fno-math-errno")
+#: IEEE-preserving: no -ffast-math; -fno-math-errno / -fno-trapping-math only let gcc vectorise (libmvec calls,
+#: branch-free selects); -ffp-contract=off keeps a*b+c two roundings as numpy does; -z defs fails the link, not
+#: the load, if this glibc lacks a vector math function
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fwrapv", "-fno-math-errno",
+         "-fno-trapping-math", "-Wl,-z,defs")
 COMPILE_ENV = "TENSORWIRE_CPU_COMPILE"
 
 #: composites kept on their numpy/BLAS kernels in compiled mode (im2col + gemm beats a naive loop nest)
@@ -50,6 +55,18 @@ def find_compiler() -> tuple[str | None, str]:
     return None, "no C compiler (gcc or clang) found"
 
 
+def _host_cpu() -> str:
+    """What -march=native compiles for: the CPU model and its flags (kernels built on another CPU are not reused)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read(65536)
+    except OSError:
+        import platform
+        return platform.machine()
+    pick = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags"))][:2]
+    return hashlib.sha256("\n".join(pick).encode()).hexdigest()[:16]
+
+
 _CT = {D.bool_: ctypes.c_uint8, D.uint8: ctypes.c_uint8, D.int8: ctypes.c_int8, D.int16: ctypes.c_int16,
        D.int32: ctypes.c_int32, D.int64: ctypes.c_int64, D.float16: ctypes.c_float, D.bfloat16: ctypes.c_float,
        D.float32: ctypes.c_float, D.float64: ctypes.c_double}
@@ -63,13 +80,13 @@ class CRuntime:
     def __init__(self, compiler: str, version: str):
         self.compiler, self.version = compiler, version
         self.renderer = CRenderer()
-        self.cache = KernelCache("c", f"{version} {' '.join(FLAGS)}")
+        self.cache = KernelCache("c", f"{version} {' '.join(FLAGS)} {_host_cpu()}")
         self._libs: dict[str, ctypes.CDLL] = {}
         self._lock = threading.Lock()
         self.err = np.zeros(2, np.int64)
 
     def _compile(self, src_path: str, out_path: str) -> None:
-        cmd = [self.compiler, *FLAGS, src_path, "-o", out_path, "-lm"]
+        cmd = [self.compiler, *FLAGS, src_path, "-o", out_path, "-lmvec", "-lm"]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             raise KernelCompileError(f"{os.path.basename(self.compiler)} failed on {src_path}:\n{r.stderr[-4000:]}")

@@ -1,0 +1,52 @@
+"""OpenCL C 1.2: one ``__kernel`` per kernel, one work item per grid index.
+
+The host rounds the global size up to a multiple of the work-group size, so every kernel starts with
+``if (gid >= GRID) return;``. Math is overloaded (``exp`` on float and double), 64-bit integers are ``long``,
+16-bit floats are stored as ``ushort`` words and converted by the shared preamble (no ``cl_khr_fp16`` needed).
+Double precision needs ``cl_khr_fp64``, which the runtime checks for before it lists a device.
+"""
+
+from __future__ import annotations
+
+from tensorwire.protocol import dtypes as D
+
+from . import ir
+from .render import CStyleRenderer
+
+
+class OpenCLRenderer(CStyleRenderer):
+    target = "opencl"
+    storage = {D.bool_: "uchar", D.uint8: "uchar", D.int8: "char", D.int16: "short", D.int32: "int",
+               D.int64: "long", D.float16: "ushort", D.bfloat16: "ushort", D.float32: "float", D.float64: "double"}
+    index_type = "long"
+    int64_suffix = "l"
+    float_suffix = False
+    headers = "#pragma OPENCL FP_CONTRACT OFF\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+    macros = r"""#define TW_FN static inline
+#define TW_I64 long
+#define TW_U64 ulong
+#define TW_U64C(x) x##UL
+#define TW_AS_UINT(x) as_uint(x)
+#define TW_AS_FLOAT(x) as_float(x)
+#define TW_AS_U64(x) as_ulong(x)
+#define TW_AS_F64(x) as_double(x)
+#define TW_SQRT sqrt
+#define TW_LOG1P log1p
+#define TW_COS cos
+#define TW_FLOOR floor
+"""
+
+    def buf_param(self, b: ir.Buf) -> str:
+        const = "" if b.out else "const "
+        return f"__global {const}{self.storage[b.dtype]}* restrict {b.name}"
+
+    def err_param(self) -> str:
+        return "__global long* restrict tw_err"
+
+    def raise_error(self, code: int, detail: str) -> str:
+        return f"{{ tw_err[0] = {code}; tw_err[1] = (long){detail}; }}"
+
+    def wrap(self, k: ir.Kernel, body: list[str]) -> str:
+        sig = f"__kernel void {k.name}({', '.join(self.params(k))})"
+        return "\n".join([sig + " {", "  const long gid = get_global_id(0);",
+                          f"  if (gid >= {k.grid}l) return;", *body, "}"])

@@ -1,0 +1,135 @@
+"""The CPU backend's compiled mode: fused C kernels pass the conformance suite, fuse what they should, cache on
+disk, and fail cleanly."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from tensorwire.backends import executor as X
+from tensorwire.backends import testing as T
+from tensorwire.backends.codegen import lower
+from tensorwire.backends.codegen.cache import KernelCompileError
+from tensorwire.backends.cpu import CompiledBackend, NumpyBackend, compiled, make_backend
+from tensorwire.protocol import dtypes as D
+
+pytestmark = pytest.mark.skipif(compiled.runtime() is None, reason=f"no C compiler: {compiled.why_not()}")
+
+CASES = T.conformance_cases()
+#: cases whose fragments fail on purpose: the fused run raises and the executor re-runs them step by step
+EXPECT_FALLBACK = ("failure[", "gather[out-of-range", "scatter[out-of-range", "scatter_add[out-of-range",
+                   "index[out-of-range", "index_put[out-of-range", "const[bad-frame")
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return CompiledBackend()
+
+
+@pytest.fixture
+def fallbacks(monkeypatch):
+    """Counts the fragments the executor had to interpret step by step."""
+    seen = collections.Counter()
+    real = X.execute
+
+    def execute(device, plan, *a, **k):
+        seen["n"] += 1
+        return real(device, plan, *a, **k)
+    monkeypatch.setattr(X, "execute", execute)
+    return seen
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_conformance(backend, case, fallbacks):
+    T.check_case(backend, case)
+    if not case.name.startswith(EXPECT_FALLBACK):
+        assert fallbacks["n"] == 0, f"{case.name} ran step by step: a fused kernel failed"
+
+
+def _chain_plan(device, n=1 << 10):
+    x = ((n,), D.float32)
+    nodes = [["full", [], {"shape": [], "dtype": "float32", "value": 2.0}], ["mul", [-1, 0], None],
+             ["full", [], {"shape": [], "dtype": "float32", "value": 1.0}], ["add", [1, 2], None],
+             ["relu", [3], None], ["exp", [4], None], ["mul", [5, -1], None], ["sum", [6], {"dims": None}]]
+    return X.compile_plan(device, nodes, [x])
+
+
+def test_a_chain_with_its_reduction_is_one_kernel(backend):
+    """((x * 2 + 1).relu().exp() * x).sum(): the chain is the reduction's prologue, one pass over memory (two
+    kernels when the sum is long enough to split across the cores)."""
+    dev = backend.open(0)
+    plan = _chain_plan(dev)
+    out = plan.node_slot[-1]
+    low = lower(plan.program.steps, {out}, dev.lowering_options)
+    assert len(low.kernels) == 1
+    big = _chain_plan(dev, 1 << 20)
+    low = lower(big.program.steps, {big.node_slot[-1]}, dev.lowering_options)
+    assert len(low.kernels) == 2  # per-chunk partial sums, then their sum
+    x = np.linspace(-2, 2, 1 << 20, dtype=np.float32)
+    got = X.run_plan(dev, big, [x], list(range(100, 108)), {}, [], {big.node_slot[-1]})[107]
+    ref = np.sum(np.exp(np.maximum(x.astype(np.float64) * 2 + 1, 0)) * x)
+    np.testing.assert_allclose(float(got.reshape(())), ref, rtol=1e-5)
+
+
+def test_views_fold_into_index_arithmetic(backend):
+    """permute + slice + flip + expand feeding an add: no copy kernel, one kernel reading strided."""
+    dev = backend.open(0)
+    nodes = [["permute", [-1], {"dims": [1, 0]}], ["slice", [0], {"starts": [0, 1], "stops": [4, 3], "steps": [2, 1]}],
+             ["flip", [1], {"dims": [0]}], ["add", [2, -2], None]]
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.arange(2, dtype=np.float32)
+    plan = X.compile_plan(dev, nodes, [((3, 4), D.float32), ((2,), D.float32)])
+    low = lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options)
+    assert len(low.kernels) == 1
+    got = X.run_plan(dev, plan, [a, b], [10, 11, 12, 13], {}, [], {plan.node_slot[-1]})[13]
+    np.testing.assert_array_equal(got, np.flip(a.T[0:4:2, 1:3], 0) + b)
+
+
+def test_kernels_are_cached_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))
+    rt = compiled.CRuntime(compiled.runtime().compiler, compiled.runtime().version)
+    dev = CompiledBackend(rt).open(0)
+    plan = _chain_plan(dev)
+    low = lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options)
+    rt.build(low.kernels)
+    assert rt.cache.builds == 1 and list(tmp_path.glob("c/*.so")) and list(tmp_path.glob("c/*.c"))
+    again = compiled.CRuntime(rt.compiler, rt.version)  # a new process: the library comes from disk
+    again.build(low.kernels)
+    assert again.cache.builds == 0 and again.cache.hits == 1
+
+
+def test_debug_kernels_prints_the_source(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("TENSORWIRE_DEBUG_KERNELS", "1")
+    rt = compiled.CRuntime(compiled.runtime().compiler, compiled.runtime().version)
+    dev = CompiledBackend(rt).open(0)
+    plan = _chain_plan(dev)
+    rt.build(lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options).kernels)
+    err = capfd.readouterr().err
+    assert "tensorwire kernel (c)" in err and "expf(" in err and "#pragma omp" in err
+
+
+def test_a_kernel_that_does_not_compile_names_its_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))
+    broken = compiled.CRuntime("false", "broken")  # a "compiler" that always fails
+    dev = CompiledBackend(broken).open(0)
+    plan = _chain_plan(dev)
+    with pytest.raises(KernelCompileError, match=r"kernel source: .*\.c"):
+        broken.build(lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options).kernels)
+    # through the executor: the fragment still runs (step by step, on the numpy kernels)
+    x = np.ones(1 << 10, np.float32)
+    res = X.run_plan(dev, plan, [x], list(range(8)), {}, [], {plan.node_slot[-1]})
+    np.testing.assert_allclose(float(np.asarray(res[7])), np.exp(3.0) * 1024, rtol=1e-5)
+
+
+def test_compile_switch_and_status_name(monkeypatch):
+    assert isinstance(make_backend(), CompiledBackend)
+    assert make_backend().devices()[0].name.startswith("C kernels")
+    monkeypatch.setenv("TENSORWIRE_CPU_COMPILE", "0")
+    monkeypatch.setattr(compiled, "_RUNTIME", None)
+    monkeypatch.setattr(compiled, "_RUNTIME_WHY", "")
+    b = make_backend()
+    assert type(b) is NumpyBackend and b.devices()[0].name.startswith("numpy")
+    assert "TENSORWIRE_CPU_COMPILE=0" in compiled.why_not()
