@@ -16,6 +16,7 @@ from tensorwire.protocol import dtypes as D
 
 from . import ir
 from .ir import X
+from .rng_source import RANDN_C
 
 _NARROW = (D.bool_, D.uint8, D.int8, D.int16)  # C promotes these to int: results are cast back
 HALF = (D.float16, D.bfloat16)
@@ -68,11 +69,7 @@ TW_FN double tw_u53(TW_I64 w) { return (double)(((TW_U64)w) >> 11) * 1.110223024
 TW_FN float tw_rand_f32(TW_I64 w, TW_I64 p) {
   return (float)(((TW_U64)w) >> (64 - p)) * (1.0f / (float)((TW_I64)1 << p));
 }
-TW_FN double tw_randn(TW_I64 seed, TW_I64 offset, TW_I64 i) {
-  double u1 = tw_u53(tw_rng_bits(seed, offset + 2 * i)), u2 = tw_u53(tw_rng_bits(seed, offset + 2 * i + 1));
-  return TW_SQRT(-2.0 * TW_LOG1P(-u1)) * TW_COS(2.0 * 3.141592653589793 * u2);
-}
-TW_FN TW_I64 tw_randint(TW_I64 seed, TW_I64 counter, TW_I64 low, TW_I64 high) {
+""" + RANDN_C + r"""TW_FN TW_I64 tw_randint(TW_I64 seed, TW_I64 counter, TW_I64 low, TW_I64 high) {
   TW_I64 v = (TW_I64)TW_FLOOR(tw_u53(tw_rng_bits(seed, counter)) * (double)(high - low)) + low;
   return v < high - 1 ? v : high - 1;
 }
@@ -169,8 +166,8 @@ class CStyleRenderer:
         return f"{name}{self.suffix(dt)}({', '.join(args)})"
 
     BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/", "idiv": "/", "mod": "%", "lt": "<", "le": "<=",
-             "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&", "or": "|", "xor": "^", "land": "&&",
-             "lor": "||", "shr": ">>", "shl": "<<"}
+             "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&", "or": "|", "xor": "^", "land": "&",
+             "lor": "|", "shr": ">>", "shl": "<<"}
 
     def alu(self, x: X, a: list[str]) -> str:
         op, dt = x.arg, x.dtype
