@@ -122,7 +122,27 @@ def alu(op: str, dtype: D.DType, *src: X) -> X:
     assert ALU.get(op) == len(src), (op, src)
     if all(s.op == "const" for s in src) and op in _FOLD and not dtype.is_floating_point:
         return const(_FOLD[op](*(s.arg for s in src)), dtype)
+    if op in _BOUND_CMP and _known(src[0]) and _known(src[1]):  # an index comparison its bounds decide
+        known = _BOUND_CMP[op](src[0], src[1])
+        if known is not None:
+            return const(known, dtype)
+    if op in ("land", "lor"):
+        for a, b in (src, src[::-1]):
+            if a.op == "const":
+                return (b if a.arg else a) if op == "land" else (a if a.arg else b)
     return X("alu", dtype, tuple(src), op)
+
+
+def _decide(always: bool, never: bool):
+    return True if always else (False if never else None)
+
+
+_BOUND_CMP = {
+    "lt": lambda a, b: _decide(a.hi < b.lo, a.lo >= b.hi),
+    "le": lambda a, b: _decide(a.hi <= b.lo, a.lo > b.hi),
+    "gt": lambda a, b: _decide(a.lo > b.hi, a.hi <= b.lo),
+    "ge": lambda a, b: _decide(a.lo >= b.hi, a.hi < b.lo),
+}
 
 
 def cast(x: X, dtype: D.DType) -> X:

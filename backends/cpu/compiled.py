@@ -78,6 +78,9 @@ class CRuntime:
     target = "c"
 
     def __init__(self, compiler: str, version: str):
+        # read by libgomp when the first kernel library loads: idle OpenMP threads sleep rather than spin (the
+        # worker shares its cores with BLAS, the client and the dispatcher; see docs/architecture.md)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         self.compiler, self.version = compiler, version
         self.renderer = CRenderer()
         self.cache = KernelCache("c", f"{version} {' '.join(FLAGS)} {_host_cpu()}")
