@@ -156,6 +156,8 @@ def cast(x: X, dtype: D.DType) -> X:
 def where(c: X, a: X, b: X) -> X:
     if c.op == "const":
         return a if c.arg else b
+    if a == b:
+        return a
     return X("where", a.dtype, (c, a, b))
 
 

@@ -129,6 +129,18 @@ def broadcast_idx(idx: Idx, shape) -> Idx:
     if math.prod(shape) == 1:
         return Idx(shape, flat=iconst(0), valid=idx.valid)
     off = len(idx.shape) - len(shape)
+    full = (1,) * off + shape
+    if idx._dims is None:  # still flat: a broadcast over leading or trailing dims is one divide or modulo
+        k = len(full)
+        while k and full[k - 1] == 1:
+            k -= 1
+        if full[:k] == idx.shape[:k]:  # [a, b, 1, 1] read from [a, b, c, d]: flat // (c * d)
+            return Idx(shape, flat=idx.flat // math.prod(idx.shape[k:]), valid=idx.valid)
+        k = 0
+        while k < len(full) and full[k] == 1:
+            k += 1
+        if full[k:] == idx.shape[k:]:  # [1, 1, c, d] (or [c, d]) read from [a, b, c, d]: flat % (c * d)
+            return Idx(shape, flat=idx.flat % math.prod(idx.shape[k:]), valid=idx.valid)
     dims = [iconst(0) if n == 1 else idx.dims[off + k] for k, n in enumerate(shape)]
     return Idx(shape, dims=dims, valid=idx.valid)
 
