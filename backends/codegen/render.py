@@ -131,7 +131,10 @@ class CStyleRenderer:
 
     # types ---------------------------------------------------------------------------------------------
     def reg(self, dt: D.DType) -> str:
-        """The type an expression of ``dt`` is held in."""
+        """The type an expression of ``dt`` is held in (bools as int: comparisons give int, and a narrow temporary
+        would cost vectorised code a pack and unpack per element)."""
+        if dt is D.bool_:
+            return "int"
         return "float" if dt in HALF else self.storage[dt]
 
     def suffix(self, dt: D.DType) -> str:
