@@ -63,10 +63,11 @@ static inline float TW_AS_FLOAT(unsigned int u) { float f; memcpy(&f, &u, 4); re
 """
 
     def loop_pragma(self, loop: ir.Loop, ind: str) -> list[str]:
-        if loop.reduce and loop.reduce_op in ("add", "mul"):
-            op = "+" if loop.reduce_op == "add" else "*"
-            return [f"{ind}#pragma omp simd reduction({op}:{loop.reduce})"]
-        return []
+        if loop.reductions:
+            ops = {"add": "+", "mul": "*", "max": "max", "min": "min", "or": "|", "and": "&"}
+            return [f"{ind}#pragma omp simd " + " ".join(f"reduction({ops[op]}:{name})"
+                                                        for name, op in loop.reductions)]
+        return [f"{ind}#pragma omp simd"] if loop.independent else []
 
     def wrap(self, k: ir.Kernel, body: list[str]) -> str:
         sig = f"void {k.name}({', '.join(self.params(k))})"

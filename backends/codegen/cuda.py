@@ -65,16 +65,22 @@ class CUDARenderer(CStyleRenderer):
 # -- NVRTC ---------------------------------------------------------------------------------------------------------
 
 def _nvrtc():
-    from cuda.bindings import nvrtc  # noqa: PLC0415 - optional dependency, imported on first use
+    try:
+        from cuda.bindings import nvrtc  # noqa: PLC0415 - optional dependency, imported on first use
+    except ImportError as e:
+        raise KernelCompileError(f"NVRTC is not available ({e}): pip install cuda-bindings nvidia-cuda-nvrtc-cu12 "
+                                 "(the cuda extra)") from None
     return nvrtc
 
 
-def nvrtc_available() -> str | None:
+def nvrtc_unavailable() -> str | None:
     """None when NVRTC can compile here, else why not (cuda-bindings or the NVRTC library missing)."""
     try:
         nvrtc_version()
-    except Exception as e:  # ImportError, or the library failing to load (a RuntimeError from cuda.pathfinder)
-        return f"NVRTC is not available ({type(e).__name__}: {e}); pip install cuda-bindings nvidia-cuda-nvrtc-cu12"
+    except KernelCompileError as e:  # no cuda-bindings
+        return str(e)
+    except Exception as e:  # the library failing to load (a RuntimeError from cuda.pathfinder)
+        return f"NVRTC is not available ({type(e).__name__}: {e}): pip install nvidia-cuda-nvrtc-cu12"
     return None
 
 
@@ -121,4 +127,4 @@ def compile_cubin(source: str, arch: str = "sm_80", options=(), name: str = "ten
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-__all__ = ["CUDARenderer", "NVRTC_OPTIONS", "compile_cubin", "nvrtc_available", "nvrtc_version"]
+__all__ = ["CUDARenderer", "NVRTC_OPTIONS", "compile_cubin", "nvrtc_unavailable", "nvrtc_version"]

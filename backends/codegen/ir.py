@@ -223,6 +223,9 @@ def idiv(a, d: int) -> X:
         return iconst(0)
     if a.op == "alu" and a.arg == "mul" and a.src[1].op == "const" and a.src[1].arg % d == 0:
         return imul(a.src[0], a.src[1].arg // d)
+    split = _split_multiple(a, d)
+    if split is not None:  # (m*d*k + r) // d with 0 <= r < d: m*k
+        return imul(split[0], split[1] // d)
     lo = a.lo // d if _known(a) and a.lo >= 0 else None
     hi = a.hi // d if _known(a) and a.lo >= 0 else None
     return X("alu", INDEX, (a, iconst(d)), "idiv", lo, hi)
@@ -239,7 +242,21 @@ def imod(a, m: int) -> X:
         return a
     if a.op == "alu" and a.arg == "mul" and a.src[1].op == "const" and a.src[1].arg % m == 0:
         return iconst(0)
+    split = _split_multiple(a, m)
+    if split is not None:  # (m*k*q + r) % m with 0 <= r < m: r
+        return split[2]
     return X("alu", INDEX, (a, iconst(m)), "mod", 0, m - 1)
+
+
+def _split_multiple(a: X, d: int):
+    """``(q, k, r)`` when ``a`` is ``q*k + r`` with ``k`` a multiple of ``d`` and ``0 <= r < d``, else None."""
+    if a.op != "alu" or a.arg != "add":
+        return None
+    for p, r in (a.src, a.src[::-1]):
+        if p.op == "alu" and p.arg == "mul" and p.src[1].op == "const" and p.src[1].arg % d == 0 and _known(r) \
+                and r.lo >= 0 and r.hi < d:
+            return p.src[0], p.src[1].arg, r
+    return None
 
 
 # statements -------------------------------------------------------------------------------------------
@@ -267,14 +284,14 @@ class Store:
 
 @dataclass
 class Loop:
-    """``for (var = start; var < stop; var++) body``; ``reduce`` names an accumulator the loop only combines
-    into with ``reduce_op`` ("add", "mul"), which lets the C renderer vectorise it."""
+    """``for (var = start; var < stop; var++) body``. ``reductions`` names the accumulators the loop only combines
+    into, with their operator ("add", "mul", "max", "min", "or", "and"): the C renderer vectorises such loops."""
     var: str
     start: X
     stop: X
     body: list
-    reduce: str | None = None
-    reduce_op: str | None = None
+    reductions: tuple = ()
+    independent: bool = False  # iterations touch disjoint outputs (the C renderer marks it simd)
 
 
 @dataclass

@@ -188,8 +188,8 @@ def _matmul(kb, st, idx: Idx) -> X:
         y = cast(kb.value(b, operand(b2, sb, k, j, False)), acc_dt)
         prod = alu("land" if acc_dt is BOOL else "mul", acc_dt, x, y)
         kb.emit(ir.Assign(acc, combine("sum", var(acc, acc_dt), prod)))
-    rop = None if acc_dt is BOOL else "add"
-    kb.loop(kb.fresh("k"), iconst(0), iconst(K), body, acc if rop else None, rop, 0, max(K - 1, 0))
+    kb.loop(kb.fresh("k"), iconst(0), iconst(K), body, ((acc, "or" if acc_dt is BOOL else "add"),), 0,
+            max(K - 1, 0))
     return cast(var(acc, acc_dt), dt)
 
 

@@ -46,6 +46,7 @@ class Options:
     split_outputs: int = 16            # ...when they have fewer outputs than this
     chunk: int = 4096                  # elements per first-stage work item
     max_chunks: int = 64
+    row_fusion: bool = False           # row reductions broadcast back over their rows fuse into one kernel a row
 
 
 @dataclass
@@ -244,8 +245,72 @@ def schedule(steps: list, keep: set, opts: Options) -> tuple[dict, set, set]:
                     mark(x)
         for o in keep:
             mark(o)
+    rows = _row_groups(steps, prod, consumers, inline, keep, opts) if opts.row_fusion else RowGroups()
     buffers = {x for x in consumers if x not in prod} | {o for o in prod if o not in inline}
-    return prod, buffers, host_views
+    return prod, buffers, host_views, rows
+
+
+@dataclass
+class RowGroups:
+    """Kernels that run a row per work item: ``roots`` (slot -> row length) and the row reductions they compute
+    before walking their row (softmax: the max, then the sum of exponentials, then the row itself)."""
+
+    roots: dict = field(default_factory=dict)
+    reduces: set = field(default_factory=set)
+
+
+def _is_row_reduce(st, shape) -> bool:
+    nd = len(shape)
+    return (st.op in REDUCE and tuple(st.in_meta[0][0]) == shape and _reduce_axes(st) == (nd - 1,)
+            and tuple(st.shape) == shape[:-1] + (1,))
+
+
+def _row_groups(steps, prod, consumers, inline: set, keep: set, opts: Options) -> RowGroups:
+    """Find elementwise buffers whose expression reads reductions over their own rows (broadcast back): the
+    reductions, and the elementwise values between them that nothing outside reads, join the row kernel (adds to
+    ``inline``). A value read twice in the row is recomputed, not stored: the row is in cache."""
+    groups = RowGroups()
+    claimed: set[int] = set()
+    for st in reversed(steps):  # the last elementwise buffer first: it takes in the longest chain of its row
+        root = st.out
+        shape = tuple(st.shape)
+        if root < 0 or root in inline or root in claimed or st.op not in RULES or len(shape) < 1 or shape[-1] < 2:
+            continue
+        rows = math.prod(shape) // shape[-1]
+        if shape[-1] >= opts.split_min and rows < opts.split_outputs:
+            continue  # a long row over few rows splits its reductions instead
+        reds, ews, seen = set(), set(), set()
+        stack = list(st.ins)
+        while stack:
+            x = stack.pop()
+            if x in seen or x not in prod:
+                continue
+            seen.add(x)
+            p = prod[x]
+            if x in inline:
+                stack.extend(p.ins)
+            elif x in keep or x in claimed:
+                continue
+            elif _is_row_reduce(p, shape):
+                reds.add(x)
+                stack.extend(p.ins)
+            elif p.op in RULES and tuple(p.shape) == shape:
+                ews.add(x)
+                stack.extend(p.ins)
+        members = reds | ews
+        changed = True
+        while changed:  # every reader of a member must be in the row kernel too
+            inside = {root} | members | (seen & inline)
+            bad = {x for x in members if any(c.out not in inside for c in consumers.get(x, []))}
+            members -= bad
+            changed = bool(bad)
+        if not members & reds:
+            continue
+        inline |= members
+        claimed |= members | {root}
+        groups.roots[root] = shape[-1]
+        groups.reduces |= members & reds
+    return groups
 
 
 def _epilogue_ok(slot, consumers, prod, inline) -> bool:
@@ -287,6 +352,8 @@ class KernelBuilder:
         self.flat: X = iconst(0)  # the flat index of the element a source is computing
         self._n = 0
         self.origins: set = set()
+        self.row_block: list | None = None  # a row kernel: where its row reductions go (before the row loop)
+        self._row_values: dict = {}
 
     def fresh(self, prefix: str) -> str:
         self._n += 1
@@ -318,15 +385,14 @@ class KernelBuilder:
     def emit(self, stmt) -> None:
         self.block.append(stmt)
 
-    def loop(self, name: str, start: X, stop: X, body_fn, reduce: str | None = None, reduce_op: str | None = None,
-             lo: int = 0, hi: int | None = None):
+    def loop(self, name: str, start: X, stop: X, body_fn, reductions: tuple = (), lo: int = 0, hi: int | None = None):
         body: list = []
         outer, self.block = self.block, body
         try:
             body_fn(var(name, INDEX, lo, hi))
         finally:
             self.block = outer
-        self.block.append(ir.Loop(name, start, stop, body, reduce, reduce_op))
+        self.block.append(ir.Loop(name, start, stop, body, tuple(reductions)))
 
     # values --------------------------------------------------------------------------------------------------
     def load_slot(self, slot: int, idx: Idx) -> X:
@@ -366,9 +432,24 @@ class KernelBuilder:
             finally:
                 self.flat = saved
         if op in REDUCE:
+            if st.out in self.lw.rows.reduces:
+                return self._row_reduce(st, idx)
             return reduce_value(self, st, idx)
         from .kernels import VALUE_KERNELS
         return VALUE_KERNELS[op](self, st, idx)
+
+    def _row_reduce(self, st, idx: Idx) -> X:
+        """A row kernel's reduction: computed once per row, ahead of the loop over the row."""
+        got = self._row_values.get(st.out)
+        if got is None:
+            if self.row_block is None or _uses(idx.flat, ROW_VAR):
+                raise ValueError(f"row reduction {st.op} read outside its row kernel")  # the executor falls back
+            saved, self.block = self.block, self.row_block
+            try:
+                got = self._row_values[st.out] = reduce_value(self, st, idx)
+            finally:
+                self.block = saved
+        return got
 
     def kernel(self, grid: int) -> ir.Kernel:
         return ir.Kernel(self.name, self.bufs, self.scalars, grid, self.body, self.can_raise, self.heavy)
@@ -451,6 +532,34 @@ def _reduce_in_idx(st, axes, out_idx: Idx, r: X, red_shape) -> Idx:
     return Idx(in_shape, dims=dims)
 
 
+def reduce_loop(kb: KernelBuilder, op: str, acc_dt: D.DType, name: str, start: X, stop: X, element, lo: int,
+                hi: int) -> X:
+    """Emit ``acc = op(element(r) for r in [start, stop))``; returns the accumulated value. Float max/min keep a
+    NaN flag beside a plain max (two vectorisable reductions) and give NaN when any element was NaN."""
+    acc = kb.fresh("acc")
+    kb.emit(ir.Let(acc, _init(op, acc_dt)))
+    guard = op in ("amax", "amin") and acc_dt.is_floating_point
+    nan = kb.fresh("nan") if guard else None
+    if guard:
+        kb.emit(ir.Let(nan, const(False, D.bool_)))
+
+    def body(r):
+        x = element(r)
+        a = var(acc, acc_dt)
+        if guard:
+            kb.emit(ir.Assign(nan, alu("lor", D.bool_, var(nan, D.bool_), ir.fn("isnan", D.bool_, x))))
+            kb.emit(ir.Assign(acc, where(alu("gt" if op == "amax" else "lt", D.bool_, x, a), x, a)))
+        else:
+            kb.emit(ir.Assign(acc, combine(op, a, x)))
+    if acc_dt is D.bool_:
+        red = ((acc, "and" if op in ("prod", "amin") else "or"),)
+    else:
+        red = ((acc, {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}[op]),)
+    kb.loop(name, start, stop, body, red + (((nan, "or"),) if guard else ()), lo, hi)
+    out = var(acc, acc_dt)
+    return where(var(nan, D.bool_), const(float("nan"), acc_dt), out) if guard else out
+
+
 def reduce_value(kb: KernelBuilder, st, idx: Idx) -> X:
     """The reduction ``st`` at output position ``idx``: a loop in this kernel (two stages when long)."""
     axes = _reduce_axes(st)
@@ -463,11 +572,6 @@ def reduce_value(kb: KernelBuilder, st, idx: Idx) -> X:
         return cast(_init(op, acc_dt), st.dtype)
     n_out = math.prod(st.shape)
     opts = kb.lw.opts
-    rop = {"sum": "add", "prod": "mul"}.get(op) if acc_dt is not D.bool_ else None
-    acc = kb.fresh("acc")
-
-    def element(i: Idx) -> X:
-        return cast(kb.value(st.ins[0], i), acc_dt)
 
     if R >= opts.split_min and n_out < opts.split_outputs:
         chunks = min(opts.max_chunks, -(-R // opts.chunk))
@@ -478,34 +582,22 @@ def reduce_value(kb: KernelBuilder, st, idx: Idx) -> X:
         part.heavy = True
         g = ir.gid(n_out * chunks)
         o, c = g // chunks, g % chunks
-        pacc = part.fresh("acc")
-        part.emit(ir.Let(pacc, _init(op, acc_dt)))
         start = c * L
         stop = alu("min", INDEX, start + L, iconst(R))
-
-        def part_body(r):
-            part.emit(ir.Assign(pacc, combine(op, var(pacc, acc_dt), cast(part.value(
-                st.ins[0], _reduce_in_idx(st, axes, Idx(st.shape, flat=o), r, red_shape)), acc_dt))))
-        part.loop("r", start, stop, part_body, pacc if rop else None, rop, 0, R - 1)
-        part.emit(ir.Store(part.buf(("tmp", tmp), acc_dt, n_out * chunks, out=True), g, var(pacc, acc_dt)))
+        partial = reduce_loop(part, op, acc_dt, "r", start, stop, lambda r: cast(part.value(
+            st.ins[0], _reduce_in_idx(st, axes, Idx(st.shape, flat=o), r, red_shape)), acc_dt), 0, R - 1)
+        part.emit(ir.Store(part.buf(("tmp", tmp), acc_dt, n_out * chunks, out=True), g, partial))
         part.origins.add(st.origin)
         kb.lw.add_launch(part, n_out * chunks)
-        kb.emit(ir.Let(acc, _init(op, acc_dt)))
         tname = kb.buf(("tmp", tmp), acc_dt, n_out * chunks)
-
-        def final_body(c2):
-            kb.emit(ir.Assign(acc, combine(op, var(acc, acc_dt), ir.load(tname, idx.flat * chunks + c2, acc_dt))))
-        kb.loop(kb.fresh("c"), iconst(0), iconst(chunks), final_body, acc if rop else None, rop, 0, chunks - 1)
-        return cast(var(acc, acc_dt), st.dtype)
+        total = reduce_loop(kb, op, acc_dt, kb.fresh("c"), iconst(0), iconst(chunks),
+                            lambda c2: ir.load(tname, idx.flat * chunks + c2, acc_dt), 0, chunks - 1)
+        return cast(total, st.dtype)
 
     kb.heavy = kb.heavy or R > 16
-    kb.emit(ir.Let(acc, _init(op, acc_dt)))
-    rname = kb.fresh("r")
-
-    def body(r):
-        kb.emit(ir.Assign(acc, combine(op, var(acc, acc_dt), element(_reduce_in_idx(st, axes, idx, r, red_shape)))))
-    kb.loop(rname, iconst(0), iconst(R), body, acc if rop else None, rop, 0, R - 1)
-    return cast(var(acc, acc_dt), st.dtype)
+    total = reduce_loop(kb, op, acc_dt, kb.fresh("r"), iconst(0), iconst(R), lambda r: cast(kb.value(
+        st.ins[0], _reduce_in_idx(st, axes, idx, r, red_shape)), acc_dt), 0, R - 1)
+    return cast(total, st.dtype)
 
 
 # -- the program ------------------------------------------------------------------------------------------------------
@@ -519,7 +611,7 @@ class Lowerer:
                 self.meta[x] = (tuple(m[0]), m[1])
             if s.out >= 0:
                 self.meta[s.out] = (tuple(s.shape), s.dtype)
-        self.prod, self.buffers, self.host_views = schedule(steps, keep, opts)
+        self.prod, self.buffers, self.host_views, self.rows = schedule(steps, keep, opts)
         self.out = Lowered(buffers=set(self.buffers))
         self.errors: list = []
         self._k = 0
@@ -558,7 +650,9 @@ class Lowerer:
             kb = KernelBuilder(self, self.kernel_name())
             kb.origins.add(st.origin)
             out = kb.buf(("slot", st.out), st.dtype, n, out=True)
-            if st.op in STORE_KERNELS:
+            if st.out in self.rows.roots:
+                grid = self._row_kernel(kb, st, out)
+            elif st.op in STORE_KERNELS:
                 grid = STORE_KERNELS[st.op](kb, st, out)
                 if not grid:
                     continue
@@ -568,6 +662,31 @@ class Lowerer:
                 grid = n
             self.add_launch(kb, grid)
         return self.out
+
+
+    def _row_kernel(self, kb: KernelBuilder, st, out: str) -> int:
+        """One work item a row: the row's reductions, then a loop writing the row."""
+        n = self.rows.roots[st.out]
+        rows = math.prod(st.shape) // n
+        g = ir.gid(rows)
+        kb.heavy = True
+        kb.row_block = kb.body
+
+        def body(c):
+            flat = g * n + c
+            kb.emit(ir.Store(out, flat, kb.compute(st, Idx(st.shape, flat=flat))))
+        kb.loop(ROW_VAR, iconst(0), iconst(n), body, lo=0, hi=n - 1)
+        kb.body[-1].independent = True
+        return rows
+
+
+ROW_VAR = "col"
+
+
+def _uses(x: X, name: str) -> bool:
+    if x.op == "var":
+        return x.arg == name
+    return any(_uses(s, name) for s in x.src)
 
 
 def lower(steps: list, keep: set, opts: Options | None = None) -> Lowered:

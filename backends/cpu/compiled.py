@@ -157,7 +157,8 @@ def why_not() -> str:
 class CompiledMixin:
     """What a NumpyDevice adds to run fragments as compiled kernels."""
 
-    lowering_options = Options(host_ops=frozenset({"matmul"}) | HOST_COMPOSITES, host_views=True, acc64=True)
+    lowering_options = Options(host_ops=frozenset({"matmul"}) | HOST_COMPOSITES, host_views=True, acc64=True,
+                               row_fusion=True)
 
     def runner(self, plan, keep):
         return build_runner(self, plan, keep)

@@ -1,0 +1,194 @@
+"""HIP for AMD GPUs: the CUDA spelling (``extern "C" __global__``, ``blockIdx``, ``__float_as_uint`` ...), which
+HIP shares; only the compilers differ.
+
+:func:`compile_hip` makes a code object (an AMDGPU ELF) for one ``gfx`` architecture with hipRTC (found in
+``libamdhip64``, loaded through ctypes), or, without it, with ``clang++ -x hip --cuda-device-only``. hipRTC
+declares the HIP device API itself; clang needs ``#include <hip/hip_runtime.h>``, so the include is the
+renderer's ``headers``, set by :meth:`HIPRenderer.for_compiler`. Both compile with ``-ffp-contract=off``
+(HIP's default contracts ``a * b + c`` into FMAs), so results match the C and OpenCL targets. No GPU is
+needed to compile. :func:`hip_unavailable` says why no HIP compiler was found.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+
+from .cache import KernelCompileError
+from .cuda import CUDARenderer
+
+HIP_RUNTIME_INCLUDE = "#include <hip/hip_runtime.h>\n"
+DEFAULT_ARCH = "gfx90a"
+#: options every compile gets (no FMA contraction)
+HIP_OPTIONS = ("-O3", "-ffp-contract=off")
+#: (ROCm root, its device bitcode folder): Debian/Ubuntu's packages, then AMD's own install
+_ROCM_DIRS = (("/usr", "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode"), ("/opt/rocm", "/opt/rocm/amdgcn/bitcode"),
+              ("/opt/rocm", "/opt/rocm/lib/amdgcn/bitcode"))
+
+
+class HIPRenderer(CUDARenderer):
+    """CUDA's renderer; ``headers`` holds the HIP runtime include when the compiler needs it (clang)."""
+
+    target = "hip"
+    headers = ""
+
+    def __init__(self, include_runtime: bool = False):
+        self.headers = HIP_RUNTIME_INCLUDE if include_runtime else ""
+
+    @classmethod
+    def for_compiler(cls, compiler: str | None = None) -> HIPRenderer:
+        """The renderer whose sources ``compiler`` ("hiprtc" or "clang"; default: :func:`hip_compiler`) accepts."""
+        return cls(include_runtime=(compiler or hip_compiler()[0]) == "clang")
+
+
+# -- compilers -------------------------------------------------------------------------------------------------------
+
+_LIB = None
+_LIB_WHY = ""
+_LOCK = threading.Lock()
+
+
+def _hiprtc_lib():
+    """libamdhip64 (hipRTC lives inside it in ROCm 5), or None (see ``_LIB_WHY``)."""
+    global _LIB, _LIB_WHY
+    with _LOCK:
+        if _LIB is None and not _LIB_WHY:
+            names = [ctypes.util.find_library("amdhip64"), "libamdhip64.so.5", "libamdhip64.so.6", "libamdhip64.so",
+                     *sorted(glob.glob("/opt/rocm*/lib/libamdhip64.so*"))]
+            errors = []
+            for name in filter(None, dict.fromkeys(names)):
+                try:
+                    lib = ctypes.CDLL(name)
+                    lib.hiprtcCreateProgram  # noqa: B018 - the symbol must exist
+                except (OSError, AttributeError) as e:
+                    errors.append(f"{name}: {e}")
+                    continue
+                lib.hiprtcGetErrorString.restype = ctypes.c_char_p
+                lib.hiprtcGetErrorString.argtypes = [ctypes.c_int]
+                _LIB = lib
+                break
+            else:
+                _LIB_WHY = "hipRTC not found (libamdhip64): " + ("; ".join(errors) or "no library")
+        return _LIB
+
+
+def _clang() -> tuple[str | None, tuple | str]:
+    """``(clang++ path, (ROCm root, bitcode dir))`` of a clang that compiles HIP for AMD GPUs, or ``(None, why)``."""
+    for name in (os.environ.get("HIP_CLANG"), "clang++-15", "clang++-16", "clang++-17", "clang++-18", "clang++",
+                 "/opt/rocm/llvm/bin/clang++"):
+        path = name and shutil.which(name)
+        if path:
+            break
+    else:
+        return None, "no clang++ found"
+    for root, bitcode in _ROCM_DIRS:
+        if os.path.isfile(os.path.join(root, "include", "hip", "hip_runtime.h")) and os.path.isfile(
+                os.path.join(bitcode, "ocml.bc")):
+            return path, (root, bitcode)
+    return None, ("no ROCm install with the HIP headers and device libraries (hip/hip_runtime.h, amdgcn/bitcode/"
+                  "ocml.bc): apt-get install libamdhip64-dev rocm-device-libs")
+
+
+def hip_compiler() -> tuple[str | None, str]:
+    """``("hiprtc", library)``, ``("clang", clang++ path)``, or ``(None, why neither is available)``."""
+    if _hiprtc_lib() is not None:
+        return "hiprtc", _LIB._name
+    path, why = _clang()
+    if path is not None:
+        return "clang", path
+    return None, f"{_LIB_WHY}; clang: {why}"
+
+
+def hip_unavailable(compiler: str | None = None) -> str | None:
+    """None when HIP sources can be compiled here (with ``compiler``, "hiprtc" or "clang", when given), else why
+    not."""
+    if compiler == "hiprtc":
+        return None if _hiprtc_lib() is not None else _LIB_WHY
+    if compiler == "clang":
+        path, why = _clang()
+        return None if path else f"clang cannot compile HIP: {why}"
+    which, why = hip_compiler()
+    return None if which else f"no HIP compiler: {why}"
+
+
+def hiprtc_version() -> tuple[int, int] | None:
+    lib = _hiprtc_lib()
+    if lib is None:
+        return None
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    if lib.hiprtcVersion(ctypes.byref(major), ctypes.byref(minor)):
+        return None
+    return major.value, minor.value
+
+
+def compile_hip(source: str, arch: str = DEFAULT_ARCH, compiler: str | None = None, options=(),
+                name: str = "tensorwire.hip") -> bytes:
+    """HIP source -> an AMDGPU code object (ELF bytes) for ``arch``, with hipRTC or clang (``compiler``:
+    "hiprtc", "clang", or None for the first available). Raises :class:`~.cache.KernelCompileError` with the
+    compiler's log when the source does not compile, or when no compiler is available."""
+    which = compiler or hip_compiler()[0]
+    if which == "hiprtc":
+        return _compile_hiprtc(source, arch, options, name)
+    if which == "clang":
+        return _compile_clang(source, arch, options, name)
+    if which is None:
+        raise KernelCompileError(hip_unavailable() or "no HIP compiler")
+    raise ValueError(f"unknown HIP compiler {which!r} (hiprtc or clang)")
+
+
+def _compile_hiprtc(source: str, arch: str, options, name: str) -> bytes:
+    lib = _hiprtc_lib()
+    if lib is None:
+        raise KernelCompileError(_LIB_WHY)
+    prog = ctypes.c_void_p()
+    r = lib.hiprtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None)
+    if r:
+        raise KernelCompileError(f"hiprtcCreateProgram failed: {lib.hiprtcGetErrorString(r).decode()}")
+    try:
+        opts = [f"--offload-arch={arch}".encode(), *(o.encode() for o in (*HIP_OPTIONS, *options))]
+        r = lib.hiprtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+        if r:
+            n = ctypes.c_size_t()
+            lib.hiprtcGetProgramLogSize(prog, ctypes.byref(n))
+            log = ctypes.create_string_buffer(n.value + 1)
+            lib.hiprtcGetProgramLog(prog, log)
+            text = log.value.decode(errors="replace").strip()
+            raise KernelCompileError(f"hipRTC could not compile {name} for {arch} "
+                                     f"({lib.hiprtcGetErrorString(r).decode()}):\n{text[-4000:]}")
+        n = ctypes.c_size_t()
+        lib.hiprtcGetCodeSize(prog, ctypes.byref(n))
+        buf = ctypes.create_string_buffer(n.value)
+        lib.hiprtcGetCode(prog, buf)
+        return buf.raw
+    finally:
+        lib.hiprtcDestroyProgram(ctypes.byref(prog))
+
+
+def _compile_clang(source: str, arch: str, options, name: str) -> bytes:
+    clang, where = _clang()
+    if clang is None:
+        raise KernelCompileError(f"clang cannot compile HIP: {where}")
+    rocm, bitcode = where
+    if "hip/hip_runtime.h" not in source:  # a source rendered for hipRTC
+        source = HIP_RUNTIME_INCLUDE + source
+    with tempfile.TemporaryDirectory(prefix="tw-hip-") as d:
+        src, out = os.path.join(d, name), os.path.join(d, "out.co")
+        with open(src, "w") as f:
+            f.write(source)
+        cmd = [clang, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "--no-gpu-bundle-output",
+               f"--rocm-path={rocm}", f"--hip-device-lib-path={bitcode}", *HIP_OPTIONS, *options, "-c", src, "-o", out]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise KernelCompileError(f"{os.path.basename(clang)} could not compile {name} for {arch}:\n"
+                                     f"{r.stderr[-4000:]}")
+        with open(out, "rb") as f:
+            return f.read()
+
+
+__all__ = ["DEFAULT_ARCH", "HIPRenderer", "compile_hip", "hip_compiler", "hip_unavailable", "hiprtc_version"]

@@ -1,0 +1,452 @@
+"""The GPU renderers (CUDA, HIP, Metal) on every kernel the conformance suite makes.
+
+The kernels are collected by running :func:`tensorwire.backends.testing.conformance_cases` on the compiled
+CPU backend with a recording runtime (the CPU still compiles and runs every fragment): each fragment's
+kernels as the CPU lowers them, and the same steps lowered the way a GPU device lowers them (every op a
+kernel, float32 accumulators, split reductions). Each distinct fragment is then
+
+* rendered as CUDA and compiled by NVRTC to CUBIN for sm_80 and sm_90 (no GPU or driver needed);
+* rendered as HIP and compiled for gfx90a (hipRTC, else clang; a second test checks the clang path);
+* rendered as Metal, which has no compiler on this platform: every fragment renders, or (float64) raises
+  ``DTypeError`` naming its kernel, and a handful of kernels match the golden sources in ``golden/``.
+
+Compiling one program per fragment costs a fixed NVRTC/hipRTC start-up each time, so fragments are batched
+(:data:`BATCH` per program, kernels renamed ``f<i>_<name>``): about 5x faster with NVRTC, 20x with hipRTC.
+When a batch fails, its fragments are compiled one by one to name the failing ones. Set
+``TENSORWIRE_UPDATE_GOLDEN=1`` to rewrite the golden files from the current renderer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tensorwire.backends import executor as X
+from tensorwire.backends import testing as T
+from tensorwire.backends.codegen import ir
+from tensorwire.backends.codegen.cache import KernelCompileError
+from tensorwire.backends.codegen.cuda import CUDARenderer, compile_cubin, nvrtc_unavailable, nvrtc_version
+from tensorwire.backends.codegen.hip import HIPRenderer, compile_hip, hip_compiler, hip_unavailable
+from tensorwire.backends.codegen.lower import Options, lower
+from tensorwire.backends.codegen.metal import MetalRenderer
+from tensorwire.backends.cpu import CompiledBackend, CompiledDevice, NumpyBackend, compiled
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import DTypeError
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE_ENV = "TENSORWIRE_UPDATE_GOLDEN"
+#: fragments per compiled program (measured on 2 cores: 100 is the fastest for NVRTC, near it for hipRTC)
+BATCH = 100
+#: how a GPU device lowers (every op a kernel, float32 accumulators, long reductions split over many items)
+GPU_OPTIONS = Options(host_ops=frozenset(), host_views=False, acc64=False, split_min=8192, split_outputs=256,
+                      chunk=1024, max_chunks=256)
+
+NVRTC_WHY = nvrtc_unavailable()
+HIP_WHY = hip_unavailable()
+
+
+# -- collecting the kernels ------------------------------------------------------------------------------------------
+
+class _RecordingRuntime:
+    """The CPU runtime, noting the kernels of every fragment it builds."""
+
+    def __init__(self, inner, sink: list):
+        self.inner, self.sink = inner, sink
+
+    def build(self, kernels):
+        self.sink.append(list(kernels))
+        return self.inner.build(kernels)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class _RecordingDevice(CompiledDevice):
+    """Also lowers each fragment as a GPU device would."""
+
+    def runner(self, plan, keep):
+        try:
+            got = lower(plan.program.steps, set(keep), GPU_OPTIONS).kernels
+        except Exception as e:  # noqa: BLE001 - reported by test_gpu_lowering_never_fails
+            self.backend.gpu_errors.append(f"{[s.op for s in plan.program.steps]}: {type(e).__name__}: {e}")
+        else:
+            if got:
+                self.backend.gpu_sink.append(got)
+        return super().runner(plan, keep)
+
+
+class _RecordingBackend(CompiledBackend):
+    def __init__(self, runtime, gpu_sink: list):
+        super().__init__(runtime)
+        self.gpu_sink = gpu_sink
+        self.gpu_errors: list = []
+
+    def open(self, index: int):
+        super().open(index)
+        return _RecordingDevice(self, index, self.runtime)
+
+
+@pytest.fixture(scope="module")
+def fragments():
+    """``(kernel lists, GPU lowering errors)``: every fragment's kernels, CPU-lowered and GPU-lowered."""
+    rt = compiled.runtime()
+    if rt is None:
+        pytest.skip(f"collecting the kernels runs the compiled CPU backend: {compiled.why_not()}")
+    cpu: list = []
+    gpu: list = []
+    backend = _RecordingBackend(_RecordingRuntime(rt, cpu), gpu)
+    t0 = time.perf_counter()
+    cases = T.conformance_cases()
+    failed = []
+    for case in cases:
+        try:
+            T.check_case(backend, case)
+        except (T.ConformanceError, T.CaseSkipped, pytest.skip.Exception) as e:  # judged by test_cpu_compiled.py
+            failed.append(f"{case.name}: {str(e)[:200]}")
+    stats = {"cases": len(cases), "cpu fragments": len(cpu), "gpu fragments": len(gpu), "not passing": len(failed),
+             "seconds": round(time.perf_counter() - t0, 1)}
+    print(f"\ncollected: {stats}")
+    assert len(cpu) > 500 and len(gpu) > 500, stats
+    return cpu + gpu, backend.gpu_errors
+
+
+def test_gpu_lowering_never_fails(fragments):
+    _, errors = fragments
+    assert not errors, f"{len(errors)} fragments do not lower with GPU options; the first: {errors[0]}"
+
+
+def _distinct(renderer, frags: list) -> list:
+    """One fragment per distinct source."""
+    seen: dict = {}
+    for f in frags:
+        seen.setdefault(renderer.render(f), f)
+    return list(seen.values())
+
+
+def _batches(renderer, frags: list, size: int = BATCH):
+    """``(fragments, source)`` per batch: the fragments' kernels renamed apart, rendered as one program."""
+    for i in range(0, len(frags), size):
+        part = frags[i:i + size]
+        ks = [dataclasses.replace(k, name=f"f{i + j}_{k.name}") for j, f in enumerate(part) for k in f]
+        yield part, renderer.render(ks)
+
+
+def _compile_all(renderer, frags: list, compile_one) -> tuple[int, int, float]:
+    """Compile every distinct fragment in batches; ``(fragments, kernels, seconds)``. A failing batch is split to
+    name each failing fragment (its kernels' buffers, the compiler's log)."""
+    frags = _distinct(renderer, frags)
+    t0 = time.perf_counter()
+    failures = []
+    for part, source in _batches(renderer, frags):
+        try:
+            compile_one(source)
+        except KernelCompileError:
+            for f in part:
+                try:
+                    compile_one(renderer.render(f))
+                except KernelCompileError as e:
+                    what = "; ".join(f"{k.name}({', '.join(b.dtype.name for b in k.bufs)})" for k in f)
+                    failures.append(f"{what}: {str(e)[:1500]}\n--- source:\n{renderer.render(f)[-3000:]}")
+    assert not failures, f"{len(failures)} fragments do not compile; the first:\n{failures[0]}"
+    return len(frags), sum(len(f) for f in frags), time.perf_counter() - t0
+
+
+# -- CUDA -------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(NVRTC_WHY is not None, reason=str(NVRTC_WHY))
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_cuda_compiles_every_fragment(fragments, arch):
+    frags, _ = fragments
+
+    def build(source):
+        cubin = compile_cubin(source, arch)
+        assert cubin[:4] == b"\x7fELF"
+    n, k, dt = _compile_all(CUDARenderer(), frags, build)
+    print(f"\nCUDA {arch} (NVRTC {nvrtc_version()}): {n} fragments, {k} kernels, {dt:.1f} s")
+
+
+@pytest.mark.skipif(NVRTC_WHY is not None, reason=str(NVRTC_WHY))
+def test_nvrtc_error_names_the_problem():
+    bad = 'extern "C" __global__ void k(float* b0) { b0[0] = undefined_thing; }'
+    with pytest.raises(KernelCompileError, match="undefined_thing") as e:
+        compile_cubin(bad, "sm_80")
+    assert "sm_80" in str(e.value)
+
+
+# -- HIP --------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(HIP_WHY is not None, reason=str(HIP_WHY))
+def test_hip_compiles_every_fragment(fragments):
+    frags, _ = fragments
+    which = hip_compiler()[0]
+
+    def build(source):
+        assert compile_hip(source, "gfx90a", compiler=which)[:4] == b"\x7fELF"
+    n, k, dt = _compile_all(HIPRenderer.for_compiler(which), frags, build)
+    print(f"\nHIP gfx90a ({which}): {n} fragments, {k} kernels, {dt:.1f} s")
+
+
+@pytest.mark.skipif(hip_unavailable("clang") is not None, reason=str(hip_unavailable("clang")))
+def test_hip_clang_path(fragments):
+    """The clang path (used without hipRTC) on a sample, with the runtime include its renderer adds."""
+    frags, _ = fragments
+    r = HIPRenderer.for_compiler("clang")
+    assert r.render(frags[0]).startswith("#include <hip/hip_runtime.h>")
+    sample = _distinct(r, frags)[::40]
+    _, source = next(_batches(r, sample, len(sample)))
+    assert compile_hip(source, "gfx90a", compiler="clang")[:4] == b"\x7fELF"
+    # a source rendered for hipRTC gets the include added
+    assert compile_hip(HIPRenderer(False).render(frags[0]), compiler="clang")[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("which", ["hiprtc", "clang"])
+def test_hip_error_names_the_problem(which):
+    if hip_unavailable(which):
+        pytest.skip(hip_unavailable(which))
+    bad = HIPRenderer.for_compiler(which).headers + 'extern "C" __global__ void k(float* b0) { b0[0] = oops_42; }'
+    with pytest.raises(KernelCompileError, match="oops_42") as e:
+        compile_hip(bad, "gfx90a", compiler=which)
+    assert "gfx90a" in str(e.value)
+
+
+# -- Metal ------------------------------------------------------------------------------------------------------------
+
+def _uses_float64(frag) -> bool:
+    from tensorwire.backends.codegen.metal import float64_use
+    return any(float64_use(k) for k in frag)
+
+
+def test_metal_renders_every_fragment_or_refuses_float64(fragments):
+    frags, _ = fragments
+    r = MetalRenderer()
+    rendered = refused = 0
+    for f in frags:
+        if _uses_float64(f):
+            with pytest.raises(DTypeError, match=r"Metal has no float64: kernel k\d+"):
+                r.render(f)
+            refused += 1
+            continue
+        src = r.render(f)
+        assert src.count("{") == src.count("}") and "double" not in src and "long long" not in src, src
+        assert all(f"kernel void {k.name}(" in src for k in f)
+        rendered += 1
+    print(f"\nMetal: {rendered} fragments rendered, {refused} refused (float64)")
+    assert rendered > refused
+
+
+class _NoNative(NumpyBackend):
+    """Composites through their decompositions, as a fusing backend runs them."""
+
+    @property
+    def native(self):
+        return frozenset()
+
+
+def _lowered(nodes: list, inputs: list) -> list[ir.Kernel]:
+    device = _NoNative().open(0)
+    plan = X.compile_plan(device, nodes, inputs)
+    keep = {plan.node_slot[-1]}
+    return lower(plan.program.steps, keep, GPU_OPTIONS).kernels
+
+
+f32, f16, i64 = D.float32, D.float16, D.int64
+#: name -> (nodes, input metas): the kernels whose Metal source is checked in
+GOLDEN_CASES = {
+    "broadcast_chain": ([["mul", [-1, -2], None], ["exp", [0], None], ["add", [1, -1], None]],
+                        [((4, 3), f32), ((3,), f32)]),
+    "row_sum": ([["sum", [-1], {"dims": [1]}]], [((5, 7), f32)]),
+    "cast_float16": ([["cast", [-1], {"dtype": "float16"}], ["mul", [0, 0], None]], [((6,), f32)]),
+    "argmax": ([["argmax", [-1], {"dim": 1}]], [((4, 5), f32)]),
+    "gather": ([["gather", [-1, -2], {"dim": 1}]], [((3, 4), f32), ((3, 2), i64)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
+def test_metal_golden(name):
+    nodes, inputs = GOLDEN_CASES[name]
+    source = MetalRenderer().render(_lowered(nodes, inputs))
+    path = GOLDEN / f"{name}.metal"
+    if os.environ.get(UPDATE_ENV, "") not in ("", "0"):
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(source)
+    assert path.exists(), f"no golden file {path}: run with {UPDATE_ENV}=1 to write it"
+    assert source == path.read_text(), f"{name}: the Metal source differs from {path} ({UPDATE_ENV}=1 rewrites it)"
+
+
+def test_metal_refuses_float64_by_kernel():
+    ks = _lowered([["exp", [-1], None]], [((3,), D.float64)])
+    with pytest.raises(DTypeError, match=rf"kernel {ks[0].name} uses it \(buffer b\d\)"):
+        MetalRenderer().render(ks)
+    ks = _lowered([["arange", [], {"start": 0, "n": 4, "step": 1, "dtype": "float32"}]], [])
+    with pytest.raises(DTypeError, match="float64"):
+        MetalRenderer().render(ks)
+
+
+def test_metal_emits_only_the_helpers_it_uses():
+    plain = MetalRenderer().render(_lowered(*GOLDEN_CASES["row_sum"]))
+    assert "tw_f16_to_f32" not in plain and "tw_rng_bits" not in plain and "tw_erf" not in plain
+    src = MetalRenderer().render(_lowered([["erf", [-1], None]], [((3,), f16)]))
+    assert "tw_erf(" in src and "tw_f16_to_f32(" in src and "tw_rng_bits" not in src
+    src = MetalRenderer().render(_lowered([["randint", [], {"shape": [5], "dtype": "int32", "seed": 1, "offset": 0,
+                                                            "low": 0, "high": 10}]], []))
+    assert "tw_randint(" in src and "tw_rng_bits(" in src and "double" not in src and "tw_u53" not in src
+
+
+# -- Metal's own helpers, checked on the host (there is no Metal compiler here) -----------------------------------
+
+def _run_host(tmp_path, compiler: str, name: str, source: str) -> str:
+    src, exe = tmp_path / name, tmp_path / "a.out"
+    src.write_text(source)
+    r = subprocess.run([compiler, "-O2", "-ffp-contract=off", "-fwrapv", str(src), "-o", str(exe), "-lm"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+_RANDINT_MAIN = r"""
+#define TW_CLZ64(x) __builtin_clzll(x)
+#define TW_MULHI64(a, b) ((unsigned long long)(((unsigned __int128)(a) * (b)) >> 64))
+METAL_RNG
+static const unsigned long long edge[][4] = {EDGES};  /* counter, low, high, expected (seed 0) */
+static unsigned long long st = 88172645463325252ull;
+static unsigned long long nx(void) { st ^= st << 13; st ^= st >> 7; st ^= st << 17; return st; }
+int main(void) {
+  long long bad = 0, n = 0;
+  for (unsigned i = 0; i < sizeof(edge) / sizeof(edge[0]); i++, n++) {
+    long long got = m_randint(0, (long long)edge[i][0], (long long)edge[i][1], (long long)edge[i][2]);
+    if (got != (long long)edge[i][3] && bad++ < 5)
+      printf("edge %u [%lld, %lld): %lld, metal %lld\n", i, (long long)edge[i][1], (long long)edge[i][2],
+             (long long)edge[i][3], got);
+  }
+  for (int it = 0; it < 600000; it++) {
+    long long seed = (long long)nx(), ctr = (long long)nx(), low, high;
+    unsigned long long a = nx();
+    switch (it % 6) {  /* small ranges, ranges around 2**53, and ranges up to 2**63 */
+      case 0: low = -(long long)(a % 1000); high = low + 1 + (long long)(nx() % 1000); break;
+      case 1: low = (long long)(a >> 2) - (1ll << 61); high = low + 1 + (long long)(nx() >> (nx() % 64 | 2)); break;
+      case 2: low = -(1ll << 62) - (long long)(a % 1000); high = (1ll << 62) + (long long)(nx() % 100000); break;
+      case 3: low = 0; high = (long long)((1ull << 53) + (nx() % 4096)); break;
+      case 4: low = -5; high = (long long)(nx() >> 1); break;
+      default: low = (long long)(a % 7); high = low + (1ll << (nx() % 62)) + (long long)(nx() % 3);
+    }
+    if (high <= low || (unsigned long long)high - (unsigned long long)low >= (1ull << 63)) continue;
+    n++;
+    long long x = tw_randint(seed, ctr, low, high), y = m_randint(seed, ctr, low, high);
+    if (x != y && bad++ < 5)
+      printf("seed %lld counter %lld [%lld, %lld): %lld, metal %lld\n", seed, ctr, low, high, x, y);
+  }
+  printf("checked %lld, %lld differ\n", n, bad);
+  return bad != 0;
+}
+"""
+
+_M64 = (1 << 64) - 1
+
+
+def _splitmix_counter(w: int) -> int:
+    """The counter whose SplitMix64 word (seed 0) is ``w``: the finalizer inverted."""
+    def unshift(z, k):
+        x = z
+        for _ in range(64 // k + 1):
+            x = z ^ (x >> k)
+        return x & _M64
+    z = unshift(w, 31) * pow(0x94D049BB133111EB, -1, 1 << 64) & _M64
+    z = unshift(z, 27) * pow(0xBF58476D1CE4E5B9, -1, 1 << 64) & _M64
+    return unshift(z, 30)
+
+
+def _randint_edges() -> list[tuple]:
+    """Words just below and above each place where ``u53 * range`` crosses an integer (where the product's and
+    the range's rounding to 53 bits decide the result), with the float64 answer Python computes."""
+    out = []
+    for r in (2, 3, 7, 1000003, (1 << 53) - 1, (1 << 53) + 1, (1 << 53) + 3, (1 << 54) + 1, 3 * (1 << 52) + 5,
+              (1 << 62) + 12345, (1 << 63) - 1):
+        ms = {0, 1, (1 << 53) - 1}
+        for k in (*range(1, 5), *range(r - 4, r)):
+            if k > 0:
+                base = -(-k * (1 << 53) // r)  # the least m with m * r >= k * 2**53
+                ms.update(m for m in range(base - 3, base + 3) if 0 <= m < 1 << 53)
+        for m in sorted(ms):
+            for low in (0, -7):
+                high = low + r
+                if high >= 1 << 63:
+                    continue
+                v = min(math.floor(m * 2.0 ** -53 * float(r)) + low, high - 1)
+                out.append((_splitmix_counter((m << 11) | 0x5A5), low & _M64, high & _M64, v & _M64))
+    return out
+
+
+@pytest.mark.skipif(compiled.runtime() is None, reason="needs a C compiler")
+def test_metal_randint_matches_the_float64_spelling(tmp_path):
+    """Metal's integer-only randint against the C target's float64 one and Python's float64 on the rounding edges,
+    bit for bit, ranges up to 2**63."""
+    from tensorwire.backends.codegen.c import CRenderer
+    from tensorwire.backends.codegen.metal import PREAMBLE_RNG_METAL
+    c = CRenderer().render(_lowered([["randint", [], {"shape": [5], "dtype": "int64", "seed": 1, "offset": 0,
+                                                      "low": 0, "high": 10}]], []))
+    assert "tw_randint(" in c
+    metal = PREAMBLE_RNG_METAL.replace("tw_", "m_")
+    edges = ", ".join("{" + ", ".join(f"{x}ull" for x in e) + "}" for e in _randint_edges())
+    main = _RANDINT_MAIN.replace("METAL_RNG", metal).replace("EDGES", edges)
+    out = _run_host(tmp_path, compiled.runtime().compiler, "randint.c", "#include <stdio.h>\n" + c + main)
+    assert "checked" in out and ", 0 differ" in out, out
+
+
+_MATH_MAIN = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+namespace metal {
+namespace precise { inline float log(float x) { return logf(x); } inline float exp(float x) { return expf(x); } }
+inline float fabs(float x) { return fabsf(x); }
+inline float fma(float a, float b, float c) { return fmaf(a, b, c); }
+inline float copysign(float a, float b) { return copysignf(a, b); }
+}
+using std::isinf;
+#define TW_FN static inline
+METAL_MATH
+static double ulps(float got, double ref) {
+  if (std::isnan(ref)) return std::isnan(got) ? 0 : 1e9;
+  float r = (float)ref;
+  if (std::isinf(r) || r == 0) return got == r && std::signbit(got) == std::signbit(r) ? 0 : 1e9;
+  return std::fabs(got - ref) / (std::nextafter(std::fabs(r), INFINITY) - std::fabs(r));
+}
+int main() {
+  double worst[3] = {0, 0, 0};
+  unsigned s = 12345;
+  for (long i = 0; i < 3000000; i++) {  /* random bit patterns: every binade, both signs */
+    s = s * 1664525u + 1013904223u;
+    float x;
+    memcpy(&x, &s, 4);
+    if (std::isnan(x)) continue;
+    double e[3] = {ulps(tw_log1p(x), log1p((double)x)), ulps(tw_expm1(x), expm1((double)x)),
+                   ulps(tw_erf(x), erf((double)x))};
+    for (int k = 0; k < 3; k++) worst[k] = e[k] > worst[k] ? e[k] : worst[k];
+  }
+  float sp[] = {0.0f, -0.0f, -1.0f, INFINITY, -INFINITY, NAN, 88.7f, -104.0f};
+  for (float x : sp) {
+    double e[3] = {ulps(tw_log1p(x), log1p((double)x)), ulps(tw_expm1(x), expm1((double)x)),
+                   ulps(tw_erf(x), erf((double)x))};
+    for (int k = 0; k < 3; k++) worst[k] = e[k] > worst[k] ? e[k] : worst[k];
+  }
+  printf("%.3f %.3f %.3f\n", worst[0], worst[1], worst[2]);
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("c++"), reason="needs a C++ compiler")
+def test_metal_math_helpers_are_accurate(tmp_path):
+    """Metal's log1p, expm1 and erf (with the host's logf/expf standing in for metal::precise) on 3M floats."""
+    from tensorwire.backends.codegen.metal import PREAMBLE_MATH
+    out = _run_host(tmp_path, shutil.which("c++"), "math.cc", _MATH_MAIN.replace("METAL_MATH", PREAMBLE_MATH))
+    log1p, expm1, erf = map(float, out.split())
+    assert log1p <= 4 and expm1 <= 4 and erf <= 1, out
