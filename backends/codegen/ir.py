@@ -226,6 +226,12 @@ def idiv(a, d: int) -> X:
     split = _split_multiple(a, d)
     if split is not None:  # (m*d*k + r) // d with 0 <= r < d: m*k
         return imul(split[0], split[1] // d)
+    if a.op == "alu" and a.arg == "add":  # (m*k + r) // (k*j) with 0 <= r < k: m // j
+        for p, r in (a.src, a.src[::-1]):
+            if p.op == "alu" and p.arg == "mul" and p.src[1].op == "const" and p.src[1].arg > 0 \
+                    and d % p.src[1].arg == 0 and _known(r) and r.lo >= 0 and r.hi < p.src[1].arg \
+                    and _known(p.src[0]) and p.src[0].lo >= 0:
+                return idiv(p.src[0], d // p.src[1].arg)
     lo = a.lo // d if _known(a) and a.lo >= 0 else None
     hi = a.hi // d if _known(a) and a.lo >= 0 else None
     return X("alu", INDEX, (a, iconst(d)), "idiv", lo, hi)

@@ -131,7 +131,7 @@ def broadcast_idx(idx: Idx, shape) -> Idx:
         return Idx(shape, flat=iconst(0), valid=idx.valid)
     off = len(idx.shape) - len(shape)
     full = (1,) * off + shape
-    if idx._dims is None:  # still flat: a broadcast over leading or trailing dims is one divide or modulo
+    if idx._flat is not None:  # a flat index: a broadcast over leading or trailing dims is one divide or modulo
         k = len(full)
         while k and full[k - 1] == 1:
             k -= 1
@@ -298,12 +298,13 @@ def _row_groups(steps, prod, consumers, inline: set, keep: set, opts: Options) -
                 ews.add(x)
                 stack.extend(p.ins)
         members = reds | ews
+        inside = {root} | members | (seen & inline)
         changed = True
-        while changed:  # every reader of a member must be in the row kernel too
-            inside = {root} | members | (seen & inline)
-            bad = {x for x in members if any(c.out not in inside for c in consumers.get(x, []))}
-            members -= bad
+        while changed:  # every reader of a member, directly or through inlined values, must be in the row kernel
+            bad = {x for x in inside - {root} if any(c.out not in inside for c in consumers.get(x, []))}
+            inside -= bad
             changed = bool(bad)
+        members &= inside
         if not members & reds:
             continue
         inline |= members
@@ -442,8 +443,8 @@ class KernelBuilder:
         """A row kernel's reduction: computed once per row, ahead of the loop over the row."""
         got = self._row_values.get(st.out)
         if got is None:
-            if self.row_block is None or _uses(idx.flat, ROW_VAR):
-                raise ValueError(f"row reduction {st.op} read outside its row kernel")  # the executor falls back
+            if self.row_block is None or _uses(idx.flat, ROW_VAR):  # (not expected) still right: computed here
+                return reduce_value(self, st, idx)
             saved, self.block = self.block, self.row_block
             try:
                 got = self._row_values[st.out] = reduce_value(self, st, idx)

@@ -133,3 +133,28 @@ def test_compile_switch_and_status_name(monkeypatch):
     b = make_backend()
     assert type(b) is NumpyBackend and b.devices()[0].name.startswith("numpy")
     assert "TENSORWIRE_CPU_COMPILE=0" in compiled.why_not()
+
+
+@pytest.mark.parametrize("op,attrs,shape", [("softmax", {"dim": -1}, (4, 3, 5, 5)),
+                                           ("layer_norm", {"normalized_shape": [5], "eps": 1e-5}, (6, 5))])
+def test_row_reductions_fuse_into_one_kernel_a_row(backend, op, attrs, shape):
+    """softmax (max, then the sum of exponentials, then the row) and layer_norm are one kernel; the attention
+    pattern (a masked softmax feeding a matmul) keeps it, with the row's values recomputed, not stored."""
+    dev = backend.open(0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    mask = np.where(rng.random((shape[0],) + (1,) * (len(shape) - 2) + (shape[-1],)) < 0.3, -1e9,
+                    0).astype(np.float32)
+    v = rng.standard_normal(shape[:-2] + (shape[-1], 7)).astype(np.float32)
+    nodes = [["add", [-1, -2], None], [op, [0], attrs], ["matmul", [1, -3], None]]
+    plan = X.compile_plan(dev, nodes, [(x.shape, D.float32), (mask.shape, D.float32), (v.shape, D.float32)])
+    low = lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options)
+    assert len(low.kernels) == 1
+    got = X.run_plan(dev, plan, [x, mask, v], [10, 11, 12], {}, [], {plan.node_slot[-1]})[12]
+    z = (x + mask).astype(np.float64)
+    if op == "softmax":
+        e = np.exp(z - z.max(-1, keepdims=True))
+        y = e / e.sum(-1, keepdims=True)
+    else:
+        y = (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got, y @ v, rtol=1e-4, atol=1e-5)
