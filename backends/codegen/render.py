@@ -137,6 +137,10 @@ class CStyleRenderer:
             return "int"
         return "float" if dt in HALF else self.storage[dt]
 
+    def scalar_type(self, dt: D.DType) -> str:
+        """A kernel scalar parameter's type: the storage type (a bool arrives as one byte), 16-bit floats as float."""
+        return "float" if dt in HALF else self.storage[dt]
+
     def suffix(self, dt: D.DType) -> str:
         return "f" if self.float_suffix and dt is not D.float64 else ""
 
@@ -310,7 +314,7 @@ class CStyleRenderer:
         ps = [self.buf_param(b) for b in k.bufs]
         if k.can_raise:
             ps.append(self.err_param())
-        ps += [f"{self.reg(s.dtype)} {s.name}" for s in k.scalars]
+        ps += [f"{self.scalar_type(s.dtype)} {s.name}" for s in k.scalars]
         return ps
 
     def buf_param(self, b: ir.Buf) -> str:
