@@ -156,7 +156,8 @@ class MetalRenderer(CStyleRenderer):
         ps = [self.buf_param(b) + f" [[buffer({i})]]" for i, b in enumerate(k.bufs)]
         if k.can_raise:
             ps.append(self.err_param() + f" [[buffer({len(ps)})]]")
-        ps += [f"constant {self.scalar_type(s.dtype)}& {s.name} [[buffer({len(ps) + i})]]" for i, s in enumerate(k.scalars)]
+        ps += [f"constant {self.scalar_type(s.dtype)}& {s.name} [[buffer({len(ps) + i})]]"
+               for i, s in enumerate(k.scalars)]
         return ps + ["uint3 tid [[thread_position_in_grid]]"]
 
     def buf_param(self, b: ir.Buf) -> str:
