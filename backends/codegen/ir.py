@@ -122,6 +122,8 @@ def alu(op: str, dtype: D.DType, *src: X) -> X:
     assert ALU.get(op) == len(src), (op, src)
     if all(s.op == "const" for s in src) and op in _FOLD and not dtype.is_floating_point:
         return const(_FOLD[op](*(s.arg for s in src)), dtype)
+    if dtype is INDEX and op in ("add", "mul") and src[0].dtype is INDEX and src[1].dtype is INDEX:
+        return iadd(*src) if op == "add" else imul(*src)  # the same int64 arithmetic, simplified
     if op in _BOUND_CMP and _known(src[0]) and _known(src[1]):  # an index comparison its bounds decide
         known = _BOUND_CMP[op](src[0], src[1])
         if known is not None:
@@ -251,6 +253,8 @@ def imod(a, m: int) -> X:
     split = _split_multiple(a, m)
     if split is not None:  # (m*k*q + r) % m with 0 <= r < m: r
         return split[2]
+    if a.op == "alu" and a.arg == "mod" and a.src[1].op == "const" and a.src[1].arg % m == 0:
+        return imod(a.src[0], m)  # (x % (m*k)) % m: x % m
     return X("alu", INDEX, (a, iconst(m)), "mod", 0, m - 1)
 
 
