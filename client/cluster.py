@@ -44,12 +44,17 @@ class Service:
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
         buf = b""
+        exited = None
         try:
             while time.monotonic() < deadline:
                 if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
                     break
                 chunk = os.read(self.proc.stdout.fileno(), 65536)
-                if not chunk:
+                if not chunk:  # it closed its output: it is exiting (an unknown or unavailable device...)
+                    try:
+                        exited = self.proc.wait(5)
+                    except subprocess.TimeoutExpired:
+                        pass
                     break
                 buf += chunk
                 while b"\n" in buf:
@@ -62,8 +67,9 @@ class Service:
             sel.close()
         self.stop()
         tail = self.log_tail()
-        raise TensorwireError(f"{self.name} did not become ready within {START_TIMEOUT_S:g}s "
-                              f"(exit code {self.proc.poll()}); its log ({self.log_path}):\n{tail}")
+        why = (f"exited with code {exited} before it was ready" if exited is not None else
+               f"did not become ready within {START_TIMEOUT_S:g}s (exit code {self.proc.poll()})")
+        raise TensorwireError(f"{self.name} {why}; its log ({self.log_path}):\n{tail}")
 
     def log_tail(self, n: int = 30) -> str:
         try:

