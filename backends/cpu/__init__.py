@@ -79,8 +79,11 @@ class CompiledBackend(NumpyBackend):
     """The CPU backend in compiled mode: composites run through their decompositions (and fuse), except the
     few whose numpy/BLAS kernels beat a fused loop nest (:data:`compiled.HOST_COMPOSITES`)."""
 
-    def __init__(self, runtime=None):
+    def __init__(self, runtime=None, min_work: int | None = None):
         super().__init__()
+        if min_work is None:
+            min_work = int(os.environ.get(compiled.MIN_WORK_ENV, compiled.MIN_WORK))
+        self.min_work = min_work  # fragments producing fewer elements in all run on the numpy kernels
         self.runtime = runtime or compiled.runtime()
         if self.runtime is None:
             raise DeviceError(f"the CPU cannot compile kernels: {compiled.why_not()}")

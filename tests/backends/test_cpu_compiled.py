@@ -25,7 +25,7 @@ EXPECT_FALLBACK = ("failure[", "gather[out-of-range", "scatter[out-of-range", "s
 
 @pytest.fixture(scope="module")
 def backend():
-    return CompiledBackend()
+    return CompiledBackend(min_work=0)  # every fragment compiled, however small
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_views_fold_into_index_arithmetic(backend):
 def test_kernels_are_cached_on_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))
     rt = compiled.CRuntime(compiled.runtime().compiler, compiled.runtime().version)
-    dev = CompiledBackend(rt).open(0)
+    dev = CompiledBackend(rt, min_work=0).open(0)
     plan = _chain_plan(dev)
     low = lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options)
     rt.build(low.kernels)
@@ -104,7 +104,7 @@ def test_debug_kernels_prints_the_source(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setenv("TENSORWIRE_DEBUG_KERNELS", "1")
     rt = compiled.CRuntime(compiled.runtime().compiler, compiled.runtime().version)
-    dev = CompiledBackend(rt).open(0)
+    dev = CompiledBackend(rt, min_work=0).open(0)
     plan = _chain_plan(dev)
     rt.build(lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options).kernels)
     err = capfd.readouterr().err
@@ -114,7 +114,7 @@ def test_debug_kernels_prints_the_source(tmp_path, monkeypatch, capfd):
 def test_a_kernel_that_does_not_compile_names_its_source(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))
     broken = compiled.CRuntime("false", "broken")  # a "compiler" that always fails
-    dev = CompiledBackend(broken).open(0)
+    dev = CompiledBackend(broken, min_work=0).open(0)
     plan = _chain_plan(dev)
     with pytest.raises(KernelCompileError, match=r"kernel source: .*\.c"):
         broken.build(lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options).kernels)
@@ -158,3 +158,49 @@ def test_row_reductions_fuse_into_one_kernel_a_row(backend, op, attrs, shape):
     else:
         y = (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(got, y @ v, rtol=1e-4, atol=1e-5)
+
+
+def test_training_runs_the_same_compiled_and_interpreted(monkeypatch):
+    """Digits MLP Adam steps through real clusters: every fragment compiled (however small) against the numpy
+    interpreter, the same losses."""
+    pytest.importorskip("sklearn", reason="scikit-learn is needed for the digits data set")
+    import os
+    import sys
+
+    import tensorwire as tw
+    import tensorwire.nn.functional as F
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+    try:
+        import train_digits_mlp
+    finally:
+        sys.path.pop(0)
+    x_tr, y_tr, _, _ = train_digits_mlp.load_digits_split(0)
+    batches = [(x_tr[i:i + 32], y_tr[i:i + 32]) for i in range(0, 32 * 4, 32)]
+
+    def losses(env: dict) -> list[float]:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        with tw.LocalCluster(devices=["cpu:0"]) as c:
+            s = tw.connect(c.address)
+            try:
+                tw.manual_seed(0)
+                model = tw.models.MLP(64, [128], 10)
+                opt = tw.optim.Adam(model.parameters(), lr=5e-3)
+                out = []
+                for step in range(6):
+                    x, y = batches[step % len(batches)]
+                    loss = F.cross_entropy(model(tw.tensor(x)), tw.tensor(y))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    out.append(loss)
+                return [float(v.item()) for v in out]
+            finally:
+                s.close()
+                tw.set_session(None)
+
+    fused = losses({compiled.MIN_WORK_ENV: "0"})
+    numpy = losses({"TENSORWIRE_CPU_COMPILE": "0"})
+    assert fused[-1] < fused[0]
+    np.testing.assert_allclose(fused, numpy, rtol=1e-5)
