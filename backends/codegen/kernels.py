@@ -14,7 +14,8 @@ from tensorwire.protocol import dtypes as D
 
 from . import ir
 from .ir import INDEX, X, alu, cast, const, iconst, var, where
-from .lower import Idx, broadcast_idx, combine
+from .reduce import combine
+from .views import Idx, broadcast_idx
 
 BOOL = D.bool_
 

@@ -1,0 +1,162 @@
+"""Reductions: accumulator dtypes, initial values, and the loops that accumulate (split in two stages when long).
+
+Float max/min keep a NaN flag beside a plain max so both reductions vectorise; float32 sums accumulate in float64
+where the device says it is cheap (``Options.acc64``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tensorwire.protocol import dtypes as D
+
+from . import ir
+from .ir import INDEX, X, alu, cast, const, iconst, var, where
+from .views import Idx
+
+REDUCE = frozenset({"sum", "prod", "amax", "amin"})
+
+
+def reduce_axes(st) -> tuple[int, ...]:
+    nd = len(st.in_meta[0][0])
+    d = st.attrs.get("dims")
+    if d is None:
+        return tuple(range(nd))
+    if not nd:
+        return ()
+    return tuple(sorted({x % nd for x in ([d] if isinstance(d, int) else d)}))
+
+
+def _acc_dtype(kb, st) -> D.DType:
+    dt = st.dtype
+    if st.op in ("sum", "prod"):
+        if dt in (D.float16, D.bfloat16):
+            return D.float64 if kb.lw.opts.acc64 else D.float32
+        if dt is D.float32 and kb.lw.opts.acc64:
+            return D.float64
+        return dt
+    return D.float32 if dt in (D.float16, D.bfloat16) else dt
+
+
+def _init(op: str, dt: D.DType) -> X:
+    if op == "sum":
+        return const(0, dt)
+    if op == "prod":
+        return const(1, dt)
+    big = op == "amin"
+    if dt is D.bool_:
+        return const(big, dt)
+    if dt.is_floating_point:
+        return const(float("inf") if big else float("-inf"), dt)
+    info = np.iinfo(dt.np)
+    return const(info.max if big else info.min, dt)
+
+
+def combine(op: str, acc: X, x: X) -> X:
+    dt = acc.dtype
+    if op == "sum":
+        return alu("lor", D.bool_, acc, x) if dt is D.bool_ else alu("add", dt, acc, x)
+    if op == "prod":
+        return alu("land", D.bool_, acc, x) if dt is D.bool_ else alu("mul", dt, acc, x)
+    if dt is D.bool_:
+        return alu("lor" if op == "amax" else "land", dt, acc, x)
+    cmp = "gt" if op == "amax" else "lt"
+    if dt.is_floating_point:  # NaN wins (and stays)
+        return where(alu("lor", D.bool_, ir.fn("isnan", D.bool_, x), alu(cmp, D.bool_, x, acc)), x, acc)
+    return alu("max" if op == "amax" else "min", dt, acc, x)
+
+
+def _reduce_in_idx(st, axes, out_idx: Idx, r: X, red_shape) -> Idx:
+    """The input position for output position ``out_idx`` and flat reduced position ``r``."""
+    in_shape = tuple(st.in_meta[0][0])
+    nd = len(in_shape)
+    kept = [a for a in range(nd) if a not in axes]
+    R = math.prod(red_shape)
+    if not kept:
+        return Idx(in_shape, flat=r)
+    if axes == tuple(range(nd - len(axes), nd)):  # trailing axes: rows
+        return Idx(in_shape, flat=out_idx.flat * R + r)
+    if axes == tuple(range(len(axes))):  # leading axes: columns
+        return Idx(in_shape, flat=r * math.prod(in_shape[a] for a in kept) + out_idx.flat)
+    keepdim = len(st.shape) == nd
+    odims = out_idx.dims
+    rdims = Idx(red_shape, flat=r).dims
+    dims, ki, ri = [], 0, 0
+    for a in range(nd):
+        if a in axes:
+            dims.append(rdims[ri])
+            ri += 1
+        else:
+            dims.append(odims[a] if keepdim else odims[ki])
+            ki += 1
+    return Idx(in_shape, dims=dims)
+
+
+def reduce_loop(kb, op: str, acc_dt: D.DType, name: str, start: X, stop: X, element, lo: int,
+                hi: int) -> X:
+    """Emit ``acc = op(element(r) for r in [start, stop))``; returns the accumulated value. Float max/min keep a
+    NaN flag beside a plain max (two vectorisable reductions) and give NaN when any element was NaN."""
+    acc = kb.fresh("acc")
+    kb.emit(ir.Let(acc, _init(op, acc_dt)))
+    guard = op in ("amax", "amin") and acc_dt.is_floating_point
+    nan = kb.fresh("nan") if guard else None
+    if guard:
+        kb.emit(ir.Let(nan, const(False, D.bool_)))
+
+    def body(r):
+        x = element(r)
+        a = var(acc, acc_dt)
+        if guard:
+            kb.emit(ir.Assign(nan, alu("lor", D.bool_, var(nan, D.bool_), ir.fn("isnan", D.bool_, x))))
+            kb.emit(ir.Assign(acc, where(alu("gt" if op == "amax" else "lt", D.bool_, x, a), x, a)))
+        else:
+            kb.emit(ir.Assign(acc, combine(op, a, x)))
+    if acc_dt is D.bool_:
+        red = ((acc, "and" if op in ("prod", "amin") else "or"),)
+    else:
+        red = ((acc, {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}[op]),)
+    kb.loop(name, start, stop, body, red + (((nan, "or"),) if guard else ()), lo, hi)
+    out = var(acc, acc_dt)
+    return where(var(nan, D.bool_), const(float("nan"), acc_dt), out) if guard else out
+
+
+def reduce_value(kb, st, idx: Idx) -> X:
+    """The reduction ``st`` at output position ``idx``: a loop in this kernel (two stages when long)."""
+    axes = reduce_axes(st)
+    in_shape = tuple(st.in_meta[0][0])
+    red_shape = tuple(in_shape[a] for a in axes)
+    R = math.prod(red_shape)
+    acc_dt = _acc_dtype(kb, st)
+    op = st.op
+    if R == 0:
+        return cast(_init(op, acc_dt), st.dtype)
+    n_out = math.prod(st.shape)
+    opts = kb.lw.opts
+
+    if R >= opts.split_min and n_out < opts.split_outputs:
+        chunks = min(opts.max_chunks, -(-R // opts.chunk))
+        L = -(-R // chunks)
+        chunks = -(-R // L)
+        tmp = kb.lw.temp(n_out * chunks, acc_dt)
+        part = type(kb)(kb.lw, kb.lw.kernel_name())  # the first stage is a kernel of its own
+        part.heavy = True
+        g = ir.gid(n_out * chunks)
+        o, c = g // chunks, g % chunks
+        start = c * L
+        stop = alu("min", INDEX, start + L, iconst(R))
+        partial = reduce_loop(part, op, acc_dt, "r", start, stop, lambda r: cast(part.value(
+            st.ins[0], _reduce_in_idx(st, axes, Idx(st.shape, flat=o), r, red_shape)), acc_dt), 0, R - 1)
+        part.emit(ir.Store(part.buf(("tmp", tmp), acc_dt, n_out * chunks, out=True), g, partial))
+        part.origins.add(st.origin)
+        kb.lw.add_launch(part, n_out * chunks)
+        tname = kb.buf(("tmp", tmp), acc_dt, n_out * chunks)
+        total = reduce_loop(kb, op, acc_dt, kb.fresh("c"), iconst(0), iconst(chunks),
+                            lambda c2: ir.load(tname, idx.flat * chunks + c2, acc_dt), 0, chunks - 1)
+        return cast(total, st.dtype)
+
+    kb.heavy = kb.heavy or R > 16
+    total = reduce_loop(kb, op, acc_dt, kb.fresh("r"), iconst(0), iconst(R), lambda r: cast(kb.value(
+        st.ins[0], _reduce_in_idx(st, axes, idx, r, red_shape)), acc_dt), 0, R - 1)
+    return cast(total, st.dtype)
