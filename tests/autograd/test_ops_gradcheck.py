@@ -366,6 +366,17 @@ def test_every_op_has_a_generator():
     assert not missing, f"differentiable ops without a gradcheck generator in {__file__}: {missing}"
 
 
+#: the CPU's two modes: every fragment compiled to fused C kernels (however small), and the numpy interpreter
+MODES = {"compiled": {"TENSORWIRE_CPU_COMPILE_MIN_ELEMENTS": "0"}, "numpy": {"TENSORWIRE_CPU_COMPILE": "0"}}
+
+
+@pytest.fixture(scope="module", params=list(MODES))
+def cluster(request):
+    """This module's cluster, once per CPU mode: the gradchecks hold in both."""
+    with tw.LocalCluster(devices=["cpu:0", "cpu:1"], extra_env=MODES[request.param]) as c:
+        yield c
+
+
 @pytest.fixture(scope="module")
 def checks(session):
     """Run every generated check, all fetched in one round trip: {op: [(case, analytic, numeric)]}."""
