@@ -117,42 +117,36 @@ def _minmax(op, bool_op):
     return rule
 
 
-def _check_divisor(kb, b, code_msg):
-    kb.check(alu("eq", BOOL, b, const(0, b.dtype)), "ZeroDivisionError", code_msg, const(0, ir.INDEX))
+def _float_or_checked_int(float_op, int_fn, bad, error: str, message: str):
+    """An op computed in its compute dtype: ``float_op`` (a helper or ALU op) on floats; on integers (bools as
+    int8) ``int_fn`` after recording ``error`` where ``bad(divisor)`` holds (numpy raises there)."""
+    def rule(kb, st, vals):
+        ct = _compute_dtype(st)
+        a, b = cast(vals[0], ct), cast(vals[1], ct)
+        if ct.is_floating_point:
+            v = alu(float_op, ct, a, b) if float_op in ir.ALU else fn(float_op, ct, a, b)
+            return cast(v, st.dtype)
+        if ct is BOOL:
+            a, b, ct = cast(a, D.int8), cast(b, D.int8), D.int8
+        kb.check(bad(b), error, message, const(0, ir.INDEX))
+        return cast(fn(int_fn, ct, a, b), st.dtype)
+    return rule
 
 
-def _floor_divide(kb, st, vals):
-    ct = _compute_dtype(st)
-    a, b = cast(vals[0], ct), cast(vals[1], ct)
-    if ct.is_floating_point:
-        return cast(fn("fdiv_floor", ct, a, b), st.dtype)
-    if ct is BOOL:
-        a, b, ct = cast(a, D.int8), cast(b, D.int8), D.int8
-    _check_divisor(kb, b, "ZeroDivisionError: integer division by zero")
-    return cast(fn("idiv_floor", ct, a, b), st.dtype)
+def _is_zero(b):
+    return alu("eq", BOOL, b, const(0, b.dtype))
 
 
-def _remainder(kb, st, vals):
-    ct = _compute_dtype(st)
-    a, b = cast(vals[0], ct), cast(vals[1], ct)
-    if ct.is_floating_point:
-        return cast(fn("fmod_py", ct, a, b), st.dtype)
-    if ct is BOOL:
-        a, b, ct = cast(a, D.int8), cast(b, D.int8), D.int8
-    _check_divisor(kb, b, "ZeroDivisionError: integer modulo by zero")
-    return cast(fn("imod_py", ct, a, b), st.dtype)
+def _is_negative(b):
+    return alu("lt", BOOL, b, const(0, b.dtype))
 
 
-def _pow(kb, st, vals):
-    ct = _compute_dtype(st)
-    a, b = cast(vals[0], ct), cast(vals[1], ct)
-    if ct.is_floating_point:
-        return cast(alu("pow", ct, a, b), st.dtype)
-    if ct is BOOL:
-        a, b, ct = cast(a, D.int8), cast(b, D.int8), D.int8
-    kb.check(alu("lt", BOOL, b, const(0, ct)), "ValueError", "Integers to negative integer powers are not allowed.",
-             const(0, ir.INDEX))
-    return cast(fn("ipow", ct, a, b), st.dtype)
+_floor_divide = _float_or_checked_int("fdiv_floor", "idiv_floor", _is_zero, "ZeroDivisionError",
+                                      "ZeroDivisionError: integer division by zero")
+_remainder = _float_or_checked_int("fmod_py", "imod_py", _is_zero, "ZeroDivisionError",
+                                   "ZeroDivisionError: integer modulo by zero")
+_pow = _float_or_checked_int("pow", "ipow", _is_negative, "ValueError",
+                             "Integers to negative integer powers are not allowed.")
 
 
 def _div(kb, st, vals):
