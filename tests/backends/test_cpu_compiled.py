@@ -163,20 +163,8 @@ def test_row_reductions_fuse_into_one_kernel_a_row(backend, op, attrs, shape):
 def test_training_runs_the_same_compiled_and_interpreted(monkeypatch):
     """Digits MLP Adam steps through real clusters: every fragment compiled (however small) against the numpy
     interpreter, the same losses."""
-    pytest.importorskip("sklearn", reason="scikit-learn is needed for the digits data set")
-    import os
-    import sys
-
     import tensorwire as tw
-    import tensorwire.nn.functional as F
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-    try:
-        import train_digits_mlp
-    finally:
-        sys.path.pop(0)
-    x_tr, y_tr, _, _ = train_digits_mlp.load_digits_split(0)
-    batches = [(x_tr[i:i + 32], y_tr[i:i + 32]) for i in range(0, 32 * 4, 32)]
+    from tests.backends._digits import adam_losses
 
     def losses(env: dict) -> list[float]:
         for k, v in env.items():
@@ -184,18 +172,7 @@ def test_training_runs_the_same_compiled_and_interpreted(monkeypatch):
         with tw.LocalCluster(devices=["cpu:0"]) as c:
             s = tw.connect(c.address)
             try:
-                tw.manual_seed(0)
-                model = tw.models.MLP(64, [128], 10)
-                opt = tw.optim.Adam(model.parameters(), lr=5e-3)
-                out = []
-                for step in range(6):
-                    x, y = batches[step % len(batches)]
-                    loss = F.cross_entropy(model(tw.tensor(x)), tw.tensor(y))
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                    out.append(loss)
-                return [float(v.item()) for v in out]
+                return adam_losses("cpu:0")
             finally:
                 s.close()
                 tw.set_session(None)

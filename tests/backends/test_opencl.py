@@ -222,31 +222,7 @@ def test_gradcheck_on_opencl(session):
 
 def test_digits_mlp_trains_the_same_on_opencl(session):
     """A few Adam steps of the digits MLP give the same losses on opencl:0 as on cpu:0."""
-    pytest.importorskip("sklearn", reason="scikit-learn is needed for the digits data set")
-    import tensorwire as tw
-    import tensorwire.nn.functional as F
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-    try:
-        import train_digits_mlp
-    finally:
-        sys.path.pop(0)
-    x_tr, y_tr, _, _ = train_digits_mlp.load_digits_split(0)
-    batches = [(x_tr[i:i + 32], y_tr[i:i + 32]) for i in range(0, 32 * 4, 32)]
-
-    def losses(device):
-        tw.manual_seed(0)
-        model = tw.models.MLP(64, [128], 10).to(device)
-        opt = tw.optim.Adam(model.parameters(), lr=5e-3)
-        out = []
-        for step in range(6):
-            x, y = batches[step % len(batches)]
-            loss = F.cross_entropy(model(tw.tensor(x, device=device)), tw.tensor(y, device=device))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            out.append(loss)
-        return [float(v.item()) for v in out]
+    from tests.backends._digits import adam_losses as losses
 
     cpu, ocl = losses("cpu:0"), losses("opencl:0")
     assert cpu[-1] < cpu[0]
