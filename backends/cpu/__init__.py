@@ -94,7 +94,8 @@ class CompiledBackend(NumpyBackend):
         return frozenset(k for k in super().native if k in compiled.HOST_COMPOSITES or k in plugin)
 
     def devices(self) -> list[DeviceInfo]:
-        name = f"C kernels ({self.runtime.version.split(' (')[0]})"
+        rt = self.runtime
+        name = f"C kernels ({os.path.basename(rt.compiler)} {rt.version.split()[-1]})"  # e.g. "C kernels (cc 12.2.0)"
         return [DeviceInfo(self.name, i, True, "", name) for i in range(CPU_DEVICES)]
 
     def open(self, index: int) -> CompiledDevice:
