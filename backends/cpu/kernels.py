@@ -410,6 +410,21 @@ def _matmul(ins, a, shape, dt):
     return _out(np.matmul(x, y), dt)
 
 
+@kernel("linear")
+def _linear(ins, a, shape, dt):
+    """x @ w^T (+ b) as the decomposition computes it (the product rounded to dt, then the add), with the bias added
+    in place into the product: one pass and no second buffer."""
+    y = _matmul([ins[0], ins[1].T], a, shape, dt)
+    if len(ins) > 2:
+        b = ins[2]
+        if y.dtype == b.dtype and dt.np not in _HALF:
+            y += b
+        else:
+            ct = _compute(dt)
+            y = _out(y.astype(ct) + b.astype(ct), dt)
+    return y
+
+
 # native composites (faster than their decomposition on numpy) ----------------------------------------------
 
 @kernel("relu")
