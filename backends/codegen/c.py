@@ -55,8 +55,6 @@ class CRenderer(CStyleRenderer):
 #define TW_U64 unsigned long long
 #define TW_U64C(x) x##ull
 #define TW_SQRT sqrt
-#define TW_LOG1P log1p
-#define TW_COS cos
 #define TW_FLOOR floor
 static inline unsigned int TW_AS_UINT(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
 static inline float TW_AS_FLOAT(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }

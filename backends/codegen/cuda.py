@@ -33,8 +33,6 @@ class CUDARenderer(CStyleRenderer):
 #define TW_AS_U64(x) ((unsigned long long)__double_as_longlong(x))
 #define TW_AS_F64(x) __longlong_as_double((long long)(x))
 #define TW_SQRT sqrt
-#define TW_LOG1P log1p
-#define TW_COS cos
 #define TW_FLOOR floor
 """
     restrict = "__restrict__"

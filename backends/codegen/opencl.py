@@ -31,8 +31,6 @@ class OpenCLRenderer(CStyleRenderer):
 #define TW_AS_U64(x) as_ulong(x)
 #define TW_AS_F64(x) as_double(x)
 #define TW_SQRT sqrt
-#define TW_LOG1P log1p
-#define TW_COS cos
 #define TW_FLOOR floor
 """
 

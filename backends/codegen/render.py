@@ -23,7 +23,7 @@ HALF = (D.float16, D.bfloat16)
 
 # Helpers every target gets, in C spelled with the target's macros: TW_FN (a device function), TW_AS_UINT /
 # TW_AS_FLOAT (float <-> uint bits), TW_U64 / TW_I64 (64-bit integer types), TW_U64C (an unsigned 64-bit literal),
-# TW_SQRT / TW_LOG1P / TW_COS / TW_FLOOR (double math).
+# TW_SQRT / TW_FLOOR (double math).
 PREAMBLE_HALF = r"""
 TW_FN float tw_f16_to_f32(unsigned short h) {
   unsigned int sign = ((unsigned int)h & 0x8000u) << 16, e = ((unsigned int)h >> 10) & 0x1fu;

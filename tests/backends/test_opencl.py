@@ -112,20 +112,11 @@ def test_unavailable_device_refuses_to_open(monkeypatch):
 
 @pytest.fixture(scope="module")
 def cluster():
+    """cpu:0 beside opencl:0 (tests/conftest.py's ``session`` connects to it)."""
     import tensorwire as tw
 
     with tw.LocalCluster(devices=["cpu:0", "opencl:0"], collectives=False) as c:
         yield c
-
-
-@pytest.fixture(scope="module")
-def session(cluster):
-    import tensorwire as tw
-
-    s = tw.connect(cluster.address)
-    yield s
-    s.close()
-    tw.set_session(None)
 
 
 def test_listing_names_the_device(session, cluster, capsys):
