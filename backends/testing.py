@@ -1751,6 +1751,11 @@ def conformance_cases(*, load_plugins: bool = True, ops: list[str] | None = None
     return out
 
 
+#: lowering options (fields of ``codegen.Options``) that make the conformance cases' small tensors take every
+#: work-group path a GPU's lowering has: groups of 4 items (reductions longer than a group, two-stage splits) and
+#: 4 x 4 matmul tiles cut at the matrices' edges
+WORK_GROUPS = {"group": 4, "tile": 4, "split_min": 16, "chunk": 8, "max_chunks": 4}
+
 _DEVICES: dict[int, tuple] = {}
 
 

@@ -68,6 +68,9 @@ static inline float TW_AS_FLOAT(unsigned int u) { float f; memcpy(&f, &u, 4); re
         return [f"{ind}#pragma omp simd"] if loop.independent else []
 
     def wrap(self, k: ir.Kernel, body: list[str]) -> str:
+        if k.local:
+            raise ValueError(f"kernel {k.name} needs work groups, which the C target does not have (the CPU's "
+                             "lowering options never ask for them)")
         sig = f"void {k.name}({', '.join(self.params(k))})"
         if k.grid <= 1:
             return "\n".join([sig + " {", f"  const {self.index_type} gid = 0;", *body, "}"])

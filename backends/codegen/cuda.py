@@ -51,13 +51,25 @@ class CUDARenderer(CStyleRenderer):
         return (f"{{ if (atomicCAS((unsigned long long*)tw_err, 0ull, {code}ull) == 0ull) "
                 f"tw_err[1] = (long long){detail}; }}")
 
-    def thread_index(self) -> str:
+    def global_id(self) -> str:
         return "(long long)blockIdx.x * blockDim.x + threadIdx.x"
 
+    def local_id(self) -> str:
+        return "(long long)threadIdx.x"
+
+    def group_id(self) -> str:
+        return "(long long)blockIdx.x"
+
+    def barrier(self) -> str:
+        return "__syncthreads()"
+
+    def local_decl(self, a: ir.Local) -> str:
+        return f"__shared__ {self.reg(a.dtype)} {a.name}[{a.size}];"
+
     def wrap(self, k: ir.Kernel, body: list[str]) -> str:
-        sig = f"{self.entry} void {k.name}({', '.join(self.params(k))})"
-        return "\n".join([sig + " {", f"  const long long gid = {self.thread_index()};",
-                          f"  if (gid >= {k.grid}ll) return;", *body, "}"])
+        bounds = f" __launch_bounds__({k.local})" if k.local else ""
+        sig = f"{self.entry}{bounds} void {k.name}({', '.join(self.params(k))})"
+        return "\n".join([sig + " {", *self.ids(k), *body, "}"])
 
 
 # -- NVRTC ---------------------------------------------------------------------------------------------------------

@@ -294,14 +294,16 @@ class Store:
 
 @dataclass
 class Loop:
-    """``for (var = start; var < stop; var++) body``. ``reductions`` names the accumulators the loop only combines
-    into, with their operator ("add", "mul", "max", "min", "or", "and"): the C renderer vectorises such loops."""
+    """``for (var = start; var < stop; var += step) body``. ``reductions`` names the accumulators the loop only
+    combines into, with their operator ("add", "mul", "max", "min", "or", "and"): the C renderer vectorises such
+    loops."""
     var: str
     start: X
     stop: X
     body: list
     reductions: tuple = ()
     independent: bool = False  # iterations touch disjoint outputs (the C renderer marks it simd)
+    step: int = 1
 
 
 @dataclass
@@ -316,6 +318,13 @@ class Raise:
     """Record an error (code from :data:`ERRORS`, one int64 detail) in the kernel's error slot."""
     code: int
     detail: X
+
+
+@dataclass
+class Barrier:
+    """Every item of the work group waits here until all have arrived, and their writes to the group's
+    :class:`Local` arrays are visible (only in kernels with ``Kernel.local``; never under a condition that differs
+    between the items of a group)."""
 
 
 #: error codes a kernel can raise: code -> (error class name, message format with {detail})
@@ -341,8 +350,23 @@ class Scalar:
 
 
 @dataclass
+class Local:
+    """An array shared by the items of a work group (OpenCL ``__local``, CUDA ``__shared__``, Metal
+    ``threadgroup``), held in the register type of ``dtype``; read with :func:`load` and written with
+    :class:`Store` under its name."""
+    name: str
+    dtype: D.DType
+    size: int
+
+
+@dataclass
 class Kernel:
-    """A grid of ``grid`` work items running ``body`` (``gid`` = the item's index)."""
+    """A grid of ``grid`` work items running ``body`` (``gid`` = the item's index).
+
+    With ``local`` > 0 the items run in work groups of exactly ``local`` items that cooperate through the
+    ``locals`` arrays and :class:`Barrier` statements: ``grid`` is then a multiple of ``local``, every item runs
+    the whole body (no item returns early), ``lid`` is the item's index in its group and ``grp`` the group's.
+    Only GPU-like targets render such kernels."""
 
     name: str
     bufs: list[Buf]
@@ -352,6 +376,8 @@ class Kernel:
     can_raise: bool = False
     #: a hint: each work item does a long serial loop (a reduction over a row), for the C renderer's schedule
     heavy_items: bool = False
+    local: int = 0
+    locals: list = field(default_factory=list)
 
     def signature(self) -> tuple:
         return (tuple((b.name, b.dtype.name, b.out) for b in self.bufs),
@@ -359,7 +385,19 @@ class Kernel:
 
 
 GID = "gid"
+LID = "lid"
+GRP = "grp"
 
 
 def gid(grid: int) -> X:
     return var(GID, INDEX, 0, max(grid - 1, 0))
+
+
+def lid(local: int) -> X:
+    """The item's index in its work group (kernels with ``Kernel.local``)."""
+    return var(LID, INDEX, 0, max(local - 1, 0))
+
+
+def grp(groups: int) -> X:
+    """The work group's index (kernels with ``Kernel.local``)."""
+    return var(GRP, INDEX, 0, max(groups - 1, 0))

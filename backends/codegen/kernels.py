@@ -151,47 +151,118 @@ def _arg(kb, st, idx: Idx) -> X:
     return cast(var(bi, INDEX), st.dtype)
 
 
-def _matmul(kb, st, idx: Idx) -> X:
-    a, b = st.ins
-    (sa, da), (sb, _) = st.in_meta
-    sa, sb = tuple(sa), tuple(sb)
-    a2 = (1,) + sa if len(sa) == 1 else sa
-    b2 = sb + (1,) if len(sb) == 1 else sb
-    K = a2[-1]
-    dims = list(idx.dims)
-    if len(sb) == 1:
-        dims.append(iconst(0))
-    if len(sa) == 1:
-        dims.insert(len(dims) - 1, iconst(0))
-    batch, i, j = dims[:-2], dims[-2], dims[-1]
-    bshape = tuple(st.shape[:len(batch)]) if batch else ()
+class _MatmulShape:
+    """A matmul's operands as 2-D (batched) matrices: ``(..., M, K) @ (..., K, N)``, 1-D operands promoted as numpy
+    promotes them, and how to read each operand at (batch position, row, column)."""
 
-    def operand(shape2, orig, row, col, is_a):
-        bat = broadcast_idx(Idx(bshape, dims=batch), shape2[:-2]).dims if shape2[:-2] else []
+    def __init__(self, st):
+        (sa, _), (sb, _) = st.in_meta
+        self.sa, self.sb = tuple(sa), tuple(sb)
+        self.a2 = (1,) + self.sa if len(self.sa) == 1 else self.sa
+        self.b2 = self.sb + (1,) if len(self.sb) == 1 else self.sb
+        self.M, self.K, self.N = self.a2[-2], self.a2[-1], self.b2[-1]
+        self.nbatch = len(st.shape) - (len(self.sa) > 1) - (len(self.sb) > 1)
+        self.bshape = tuple(st.shape[:self.nbatch])
+        dt = st.dtype
+        if dt is BOOL:
+            self.acc_dt = BOOL
+        elif dt in (D.float16, D.bfloat16):
+            self.acc_dt = D.float32
+        else:
+            self.acc_dt = None  # float32 -> float64 where the device accumulates wide (``_acc``)
+
+    def acc(self, kb, dt) -> D.DType:
+        if self.acc_dt is not None:
+            return self.acc_dt
+        return D.float64 if dt is D.float32 and kb.lw.opts.acc64 else dt
+
+    def operand(self, is_a: bool, batch: list, row: X, col: X) -> Idx:
+        shape2, orig = (self.a2, self.sa) if is_a else (self.b2, self.sb)
+        bat = broadcast_idx(Idx(self.bshape, dims=batch), shape2[:-2]).dims if shape2[:-2] else []
         full = list(bat) + [row, col]
         if len(orig) == 1:
             full = [full[-1]] if is_a else [full[-2]]
         return Idx(orig, dims=full)
 
+    def out_dims(self, batch: list, i: X, j: X) -> list:
+        """The output position of element (i, j) of batch position ``batch``."""
+        return list(batch) + ([i] if len(self.sa) > 1 else []) + ([j] if len(self.sb) > 1 else [])
+
+
+def _product(acc_dt: D.DType, x: X, y: X) -> X:
+    return alu("land" if acc_dt is BOOL else "mul", acc_dt, x, y)
+
+
+def _matmul(kb, st, idx: Idx) -> X:
+    """One output element: a loop over K (devices with BLAS run matmul on the host; see ``tiled_matmul``)."""
+    a, b = st.ins
+    ms = _MatmulShape(st)
+    dims = list(idx.dims)
+    if len(ms.sb) == 1:
+        dims.append(iconst(0))
+    if len(ms.sa) == 1:
+        dims.insert(len(dims) - 1, iconst(0))
+    batch, i, j = dims[:-2], dims[-2], dims[-1]
     dt = st.dtype
-    if dt is BOOL:
-        acc_dt = BOOL
-    elif dt in (D.float16, D.bfloat16):
-        acc_dt = D.float32
-    else:
-        acc_dt = D.float64 if dt is D.float32 and kb.lw.opts.acc64 else dt
+    acc_dt = ms.acc(kb, dt)
     acc = kb.fresh("acc")
     kb.heavy = True
     kb.emit(ir.Let(acc, const(0, acc_dt)))
 
     def body(k):
-        x = cast(kb.value(a, operand(a2, sa, i, k, True)), acc_dt)
-        y = cast(kb.value(b, operand(b2, sb, k, j, False)), acc_dt)
-        prod = alu("land" if acc_dt is BOOL else "mul", acc_dt, x, y)
-        kb.emit(ir.Assign(acc, combine("sum", var(acc, acc_dt), prod)))
+        x = cast(kb.value(a, ms.operand(True, batch, i, k)), acc_dt)
+        y = cast(kb.value(b, ms.operand(False, batch, k, j)), acc_dt)
+        kb.emit(ir.Assign(acc, combine("sum", var(acc, acc_dt), _product(acc_dt, x, y))))
+    K = ms.K
     kb.loop(kb.fresh("k"), iconst(0), iconst(K), body, ((acc, "or" if acc_dt is BOOL else "add"),), 0,
             max(K - 1, 0))
     return cast(var(acc, acc_dt), dt)
+
+
+def tiled_matmul(kb, st, out: str, tile: int) -> int:
+    """The whole matmul as work groups of ``tile`` x ``tile`` items, one output element an item: the group stages
+    a ``tile``-wide slab of each operand in its shared memory, then every item reads its row and column from
+    there, so each operand element is read from global memory ``tile`` times fewer. Items past the matrix's edge
+    load zeros and store nothing (they still reach every barrier). Returns the grid."""
+    a, b = st.ins
+    ms = _MatmulShape(st)
+    T = tile
+    M, K, N = ms.M, ms.K, ms.N
+    gm, gn = -(-M // T), -(-N // T)
+    groups = math.prod(ms.bshape) * gm * gn
+    kb.local = T * T
+    g, lane = ir.grp(groups), ir.lid(T * T)
+    ty, tx = lane // T, lane % T
+    rest = g % (gm * gn)
+    i, j = (rest // gn) * T + ty, (rest % gn) * T + tx
+    batch = Idx(ms.bshape, flat=g // (gm * gn)).dims if ms.bshape else []
+    dt = st.dtype
+    acc_dt = ms.acc(kb, dt)
+    sa_, sb_ = kb.local_array("As", acc_dt, T * T), kb.local_array("Bs", acc_dt, T * T)
+    acc = kb.fresh("acc")
+    kb.heavy = True
+    kb.emit(ir.Let(acc, const(0, acc_dt)))
+    zero = const(0, acc_dt)
+    clamp = lambda v, n: alu("min", INDEX, v, iconst(n - 1))  # noqa: E731 - loads stay inside the operand
+
+    def slab(k0):
+        ka, kr = k0 + tx, k0 + ty
+        x = cast(kb.value(a, ms.operand(True, batch, clamp(i, M), clamp(ka, K))), acc_dt)
+        y = cast(kb.value(b, ms.operand(False, batch, clamp(kr, K), clamp(j, N))), acc_dt)
+        kb.emit(ir.Store(sa_, lane, where(_and(_lt(i, M), _lt(ka, K)), x, zero)))
+        kb.emit(ir.Store(sb_, lane, where(_and(_lt(kr, K), _lt(j, N)), y, zero)))
+        kb.emit(ir.Barrier())
+
+        def inner(kk):
+            p = _product(acc_dt, ir.load(sa_, ty * T + kk, acc_dt), ir.load(sb_, kk * T + tx, acc_dt))
+            kb.emit(ir.Assign(acc, combine("sum", var(acc, acc_dt), p)))
+        kb.loop(kb.fresh("kk"), iconst(0), iconst(T), inner, ((acc, "or" if acc_dt is BOOL else "add"),), 0, T - 1)
+        kb.emit(ir.Barrier())
+    kb.loop(kb.fresh("k"), iconst(0), iconst(K), slab, lo=0, hi=max(K - 1, 0))
+    kb.block[-1].step = T
+    flat = Idx(tuple(st.shape), dims=ms.out_dims(batch, i, j)).flat if st.shape else iconst(0)
+    kb.emit(ir.If(_and(_lt(i, M), _lt(j, N)), [ir.Store(out, flat, cast(var(acc, acc_dt), dt))]))
+    return groups * T * T
 
 
 VALUE_KERNELS = {"gather": _gather, "index": _index, "cat": _cat, "setslice": _setslice, "argmax": _arg,

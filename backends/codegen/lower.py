@@ -74,6 +74,8 @@ class KernelBuilder:
         self.origins: set = set()
         self.row_block: list | None = None  # a row kernel: where its row reductions go (before the row loop)
         self._row_values: dict = {}
+        self.local = 0  # > 0: the kernel runs in work groups of this many items (ir.Kernel.local)
+        self.locals: list[ir.Local] = []
 
     def fresh(self, prefix: str) -> str:
         self._n += 1
@@ -95,6 +97,12 @@ class KernelBuilder:
             self.scalars.append(ir.Scalar(name, dtype))
             self.scalar_args.append((st.origin if st.dynamic else None, attr, st.attrs.get(attr), dtype))
         return var(name, dtype)
+
+    def local_array(self, prefix: str, dtype: D.DType, size: int) -> str:
+        """A new array shared by the items of a work group; returns its name."""
+        a = ir.Local(self.fresh(prefix), dtype, size)
+        self.locals.append(a)
+        return a.name
 
     def check(self, bad: X, error: str, message: str, detail: X) -> None:
         """Record ``error`` (with ``message``, ``{detail}`` filled in) when ``bad`` holds."""
@@ -172,7 +180,8 @@ class KernelBuilder:
         return got
 
     def kernel(self, grid: int) -> ir.Kernel:
-        return ir.Kernel(self.name, self.bufs, self.scalars, grid, self.body, self.can_raise, self.heavy)
+        return ir.Kernel(self.name, self.bufs, self.scalars, grid, self.body, self.can_raise, self.heavy,
+                         self.local, self.locals)
 
 
 class Lowerer:
@@ -209,7 +218,7 @@ class Lowerer:
         self.out.items.append(Launch(k, kb.args, kb.scalar_args, tuple(sorted(kb.origins))))
 
     def run(self) -> Lowered:
-        from .kernels import STORE_KERNELS
+        from .kernels import STORE_KERNELS, tiled_matmul
         for st in self.steps:
             if st.out < 0 or st.out not in self.buffers:
                 continue
@@ -225,10 +234,18 @@ class Lowerer:
             out = kb.buf(("slot", st.out), st.dtype, n, out=True)
             if st.out in self.rows.roots:
                 grid = self._row_kernel(kb, st, out)
+            elif st.op == "matmul" and self.opts.tile:
+                grid = tiled_matmul(kb, st, out, self.opts.tile)
             elif st.op in STORE_KERNELS:
                 grid = STORE_KERNELS[st.op](kb, st, out)
                 if not grid:
                     continue
+            elif self._long_reduction(st):  # a work group an element, reducing together
+                kb.local = self.opts.group
+                g = ir.grp(n)
+                v = kb.compute(st, Idx(st.shape, flat=g))
+                kb.emit(ir.If(ir.alu("eq", D.bool_, ir.lid(kb.local), iconst(0)), [ir.Store(out, g, v)]))
+                grid = n * kb.local
             else:
                 g = ir.gid(n)
                 kb.emit(ir.Store(out, g, kb.compute(st, Idx(st.shape, flat=g))))
@@ -236,6 +253,26 @@ class Lowerer:
             self.add_launch(kb, grid)
         return self.out
 
+
+    def _long_reduction(self, st) -> bool:
+        """Whether ``st``'s kernel computes a reduction of at least ``Options.group`` elements an output that is
+        not split in two stages (work groups then pay off: ``Options.group`` > 0 on GPU-like devices)."""
+        G, opts = self.opts.group, self.opts
+        if not G:
+            return False
+        todo, seen = [st], set()
+        while todo:
+            s = todo.pop()
+            if s.op in REDUCE:
+                R = math.prod(s.in_meta[0][0]) // max(math.prod(s.shape), 1)
+                if R >= G and not (R >= opts.split_min and math.prod(s.shape) < opts.split_outputs):
+                    return True
+            if s.op in REDUCE or s.op in RULES or s.op in MOVEMENT:
+                for x in s.ins:
+                    if x not in self.buffers and x in self.prod and x not in seen:
+                        seen.add(x)
+                        todo.append(self.prod[x])
+        return False
 
     def _row_kernel(self, kb: KernelBuilder, st, out: str) -> int:
         """One work item a row: the row's reductions, then a loop writing the row."""

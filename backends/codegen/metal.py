@@ -158,7 +158,10 @@ class MetalRenderer(CStyleRenderer):
             ps.append(self.err_param() + f" [[buffer({len(ps)})]]")
         ps += [f"constant {self.scalar_type(s.dtype)}& {s.name} [[buffer({len(ps) + i})]]"
                for i, s in enumerate(k.scalars)]
-        return ps + ["uint3 tid [[thread_position_in_grid]]"]
+        ps.append("uint3 tid [[thread_position_in_grid]]")
+        if k.local:
+            ps += ["uint3 ltid [[thread_position_in_threadgroup]]", "uint3 tgid [[threadgroup_position_in_grid]]"]
+        return ps
 
     def buf_param(self, b: ir.Buf) -> str:
         return f"device {'' if b.out else 'const '}{self.storage[b.dtype]}* {b.name}"
@@ -174,10 +177,24 @@ class MetalRenderer(CStyleRenderer):
                              "device (or dtype) before lowering")
         return super().kernel(k)
 
+    def global_id(self) -> str:
+        return "(long)tid.x"
+
+    def local_id(self) -> str:
+        return "(long)ltid.x"
+
+    def group_id(self) -> str:
+        return "(long)tgid.x"
+
+    def barrier(self) -> str:
+        return "threadgroup_barrier(mem_flags::mem_threadgroup)"
+
+    def local_decl(self, a: ir.Local) -> str:
+        return f"threadgroup {self.reg(a.dtype)} {a.name}[{a.size}];"
+
     def wrap(self, k: ir.Kernel, body: list[str]) -> str:
         sig = f"kernel void {k.name}({', '.join(self.params(k))})"
-        return "\n".join([sig + " {", "  const long gid = (long)tid.x;", f"  if (gid >= {k.grid}l) return;", *body,
-                          "}"])
+        return "\n".join([sig + " {", *self.ids(k), *body, "}"])
 
 
 def float64_use(k: ir.Kernel) -> str | None:
@@ -188,6 +205,9 @@ def float64_use(k: ir.Kernel) -> str | None:
     for s in k.scalars:
         if s.dtype is D.float64:
             return f"scalar {s.name}"
+    for a in k.locals:
+        if a.dtype is D.float64:
+            return f"threadgroup array {a.name}"
     seen: set = set()
 
     def expr(x: X) -> str | None:
@@ -207,7 +227,7 @@ def float64_use(k: ir.Kernel) -> str | None:
             if isinstance(s, ir.Let) and s.dtype is D.float64:
                 return f"variable {s.name}"
             values = {ir.Let: ("value",), ir.Assign: ("value",), ir.Store: ("idx", "value"), ir.Loop: ("start", "stop"),
-                      ir.If: ("cond",), ir.Raise: ("detail",)}[type(s)]
+                      ir.If: ("cond",), ir.Raise: ("detail",), ir.Barrier: ()}[type(s)]
             for attr in values:
                 got = expr(getattr(s, attr))
                 if got:

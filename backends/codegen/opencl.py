@@ -44,7 +44,23 @@ class OpenCLRenderer(CStyleRenderer):
     def raise_error(self, code: int, detail: str) -> str:
         return f"{{ tw_err[0] = {code}; tw_err[1] = (long){detail}; }}"
 
+    def global_id(self) -> str:
+        return "get_global_id(0)"
+
+    def local_id(self) -> str:
+        return "get_local_id(0)"
+
+    def group_id(self) -> str:
+        return "get_group_id(0)"
+
+    def barrier(self) -> str:
+        return "barrier(CLK_LOCAL_MEM_FENCE)"
+
+    def local_decl(self, a: ir.Local) -> str:
+        return f"__local {self.reg(a.dtype)} {a.name}[{a.size}];"
+
     def wrap(self, k: ir.Kernel, body: list[str]) -> str:
-        sig = f"__kernel void {k.name}({', '.join(self.params(k))})"
-        return "\n".join([sig + " {", "  const long gid = get_global_id(0);",
-                          f"  if (gid >= {k.grid}l) return;", *body, "}"])
+        # a work-group kernel declares its size: the driver can then compile for exactly that group
+        attr = f"__attribute__((reqd_work_group_size({k.local}, 1, 1))) " if k.local else ""
+        sig = f"__kernel {attr}void {k.name}({', '.join(self.params(k))})"
+        return "\n".join([sig + " {", *self.ids(k), *body, "}"])

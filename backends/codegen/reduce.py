@@ -122,6 +122,36 @@ def reduce_loop(kb, op: str, acc_dt: D.DType, name: str, start: X, stop: X, elem
     return where(var(nan, D.bool_), const(float("nan"), acc_dt), out) if guard else out
 
 
+def group_reduce(kb, op: str, acc_dt: D.DType, start: X, stop: X, element, hi: int) -> X:
+    """``op`` over ``element(r)`` for r in [start, stop) by the ``kb.local`` items of a work group: item ``lid``
+    takes r = start + lid, start + lid + L, ... (neighbouring items read neighbouring elements), then the items
+    combine their values in a tree through the group's shared memory. Every item gets the result."""
+    L = kb.local
+    lane = ir.lid(L)
+    acc = kb.fresh("acc")
+    kb.emit(ir.Let(acc, _init(op, acc_dt)))
+
+    def body(r):
+        kb.emit(ir.Assign(acc, combine(op, var(acc, acc_dt), element(r))))
+    kb.loop(kb.fresh("r"), start + lane, stop, body, lo=0, hi=hi)
+    kb.block[-1].step = L
+    red = kb.local_array("red", acc_dt, L)
+    kb.emit(ir.Store(red, lane, var(acc, acc_dt)))
+    kb.emit(ir.Barrier())
+    assert L & (L - 1) == 0, f"work groups of {L} items: the tree needs a power of two"
+    half = L // 2
+    while half >= 1:
+        kb.emit(ir.If(alu("lt", D.bool_, lane, iconst(half)),
+                      [ir.Store(red, lane, combine(op, ir.load(red, lane, acc_dt),
+                                                   ir.load(red, lane + half, acc_dt)))]))
+        kb.emit(ir.Barrier())
+        half //= 2
+    total = kb.fresh("tot")
+    kb.emit(ir.Let(total, ir.load(red, iconst(0), acc_dt)))
+    kb.emit(ir.Barrier())  # every item has read the result before the array is used again
+    return var(total, acc_dt)
+
+
 def reduce_value(kb, st, idx: Idx) -> X:
     """The reduction ``st`` at output position ``idx``: a loop in this kernel (two stages when long)."""
     axes = reduce_axes(st)
@@ -142,21 +172,33 @@ def reduce_value(kb, st, idx: Idx) -> X:
         tmp = kb.lw.temp(n_out * chunks, acc_dt)
         part = type(kb)(kb.lw, kb.lw.kernel_name())  # the first stage is a kernel of its own
         part.heavy = True
-        g = ir.gid(n_out * chunks)
+        G = opts.group
+        g = ir.grp(n_out * chunks) if G else ir.gid(n_out * chunks)
         o, c = g // chunks, g % chunks
         start = c * L
         stop = alu("min", INDEX, start + L, iconst(R))
-        partial = reduce_loop(part, op, acc_dt, "r", start, stop, lambda r: cast(part.value(
-            st.ins[0], _reduce_in_idx(st, axes, Idx(st.shape, flat=o), r, red_shape)), acc_dt), 0, R - 1)
-        part.emit(ir.Store(part.buf(("tmp", tmp), acc_dt, n_out * chunks, out=True), g, partial))
+
+        def element(r):
+            return cast(part.value(st.ins[0], _reduce_in_idx(st, axes, Idx(st.shape, flat=o), r, red_shape)),
+                        acc_dt)
+        dest = part.buf(("tmp", tmp), acc_dt, n_out * chunks, out=True)
+        if G:
+            part.local = G
+            partial = group_reduce(part, op, acc_dt, start, stop, element, R - 1)
+            part.emit(ir.If(alu("eq", D.bool_, ir.lid(G), iconst(0)), [ir.Store(dest, g, partial)]))
+        else:
+            part.emit(ir.Store(dest, g, reduce_loop(part, op, acc_dt, "r", start, stop, element, 0, R - 1)))
         part.origins.add(st.origin)
-        kb.lw.add_launch(part, n_out * chunks)
+        kb.lw.add_launch(part, n_out * chunks * (G or 1))
         tname = kb.buf(("tmp", tmp), acc_dt, n_out * chunks)
         total = reduce_loop(kb, op, acc_dt, kb.fresh("c"), iconst(0), iconst(chunks),
                             lambda c2: ir.load(tname, idx.flat * chunks + c2, acc_dt), 0, chunks - 1)
         return cast(total, st.dtype)
 
     kb.heavy = kb.heavy or R > 16
+    if kb.local and kb.block is kb.body:  # a work-group kernel (see Lowerer): the group reduces together
+        return cast(group_reduce(kb, op, acc_dt, iconst(0), iconst(R), lambda r: cast(kb.value(
+            st.ins[0], _reduce_in_idx(st, axes, idx, r, red_shape)), acc_dt), R - 1), st.dtype)
     total = reduce_loop(kb, op, acc_dt, kb.fresh("r"), iconst(0), iconst(R), lambda r: cast(kb.value(
         st.ins[0], _reduce_in_idx(st, axes, idx, r, red_shape)), acc_dt), 0, R - 1)
     return cast(total, st.dtype)

@@ -224,6 +224,8 @@ class CStyleRenderer:
 
     def load(self, x: X, idx: str) -> str:
         code = f"{x.arg}[{idx}]"
+        if x.arg in self._locals:  # a work group's array holds register values
+            return code
         if x.dtype is D.float16:
             return f"tw_f16_to_f32({code})"
         if x.dtype is D.bfloat16:
@@ -279,13 +281,16 @@ class CStyleRenderer:
             elif isinstance(s, ir.Store):
                 i = self.expr(s.idx, memo, lines, ind)
                 v = self.expr(s.value, memo, lines, ind)
-                dt = self._buf_dtype[s.buf]
-                lines.append(f"{ind}{s.buf}[{i}] = {self.store_value(dt, v)};")
+                if s.buf in self._locals:
+                    lines.append(f"{ind}{s.buf}[{i}] = {v};")
+                else:
+                    lines.append(f"{ind}{s.buf}[{i}] = {self.store_value(self._buf_dtype[s.buf], v)};")
             elif isinstance(s, ir.Loop):
                 lo = self.expr(s.start, memo, lines, ind)
                 hi = self.expr(s.stop, memo, lines, ind)
                 lines += self.loop_pragma(s, ind)
-                lines.append(f"{ind}for ({self.index_type} {s.var} = {lo}; {s.var} < {hi}; {s.var}++) {{")
+                inc = f"{s.var}++" if s.step == 1 else f"{s.var} += {s.step}"
+                lines.append(f"{ind}for ({self.index_type} {s.var} = {lo}; {s.var} < {hi}; {inc}) {{")
                 lines += self.block(s.body, dict(memo), ind + "  ")
                 lines.append(f"{ind}}}")
             elif isinstance(s, ir.If):
@@ -296,6 +301,8 @@ class CStyleRenderer:
                     lines.append(f"{ind}}} else {{")
                     lines += self.block(s.orelse, dict(memo), ind + "  ")
                 lines.append(f"{ind}}}")
+            elif isinstance(s, ir.Barrier):
+                lines.append(f"{ind}{self.barrier()};")
             elif isinstance(s, ir.Raise):
                 d = self.expr(s.detail, memo, lines, ind)
                 lines.append(f"{ind}{self.raise_error(s.code, d)}")
@@ -305,6 +312,32 @@ class CStyleRenderer:
 
     def loop_pragma(self, loop: ir.Loop, ind: str) -> list[str]:
         return []
+
+    # work groups (kernels with ``Kernel.local``; a target that has them overrides these) ---------------------
+    def barrier(self) -> str:
+        raise NotImplementedError(f"the {self.target} target has no work-group barrier")
+
+    def local_decl(self, a: ir.Local) -> str:
+        raise NotImplementedError(f"the {self.target} target has no work-group memory")
+
+    def global_id(self) -> str:
+        raise NotImplementedError
+
+    def local_id(self) -> str:
+        raise NotImplementedError
+
+    def group_id(self) -> str:
+        raise NotImplementedError
+
+    def ids(self, k: ir.Kernel) -> list[str]:
+        """The kernel's first lines: ``gid`` (and ``lid``, ``grp`` and the group's arrays in a work-group kernel),
+        then the early return of the items past the grid (a work-group kernel's grid is whole groups)."""
+        t, sfx = self.index_type, self.int64_suffix
+        if not k.local:
+            return [f"  const {t} gid = {self.global_id()};", f"  if (gid >= {k.grid}{sfx}) return;"]
+        assert k.grid % k.local == 0, (k.grid, k.local)
+        return [f"  const {t} lid = {self.local_id()};", f"  const {t} grp = {self.group_id()};",
+                f"  const {t} gid = grp * {k.local}{sfx} + lid;", *(f"  {self.local_decl(a)}" for a in k.locals)]
 
     def raise_error(self, code: int, detail: str) -> str:
         return f"{{ tw_err[0] = {code}; tw_err[1] = (long long){detail}; }}"
@@ -328,6 +361,7 @@ class CStyleRenderer:
         """The source of one kernel function (the preamble not included)."""
         self._n = 0
         self._buf_dtype = {b.name: b.dtype for b in k.bufs}
+        self._locals = {a.name for a in k.locals}
         body = self.block(k.body, {}, "    ")
         return self.wrap(k, body)
 

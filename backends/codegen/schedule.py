@@ -32,6 +32,8 @@ class Options:
     chunk: int = 4096                  # elements per first-stage work item
     max_chunks: int = 64
     row_fusion: bool = False           # row reductions broadcast back over their rows fuse into one kernel a row
+    tile: int = 0                      # > 0: matmul as work groups of tile x tile items sharing operand slabs
+    group: int = 0                     # > 0: long reductions as work groups of this many items (a tree at the end)
 
 
 def _inline_inputs(op: str, opts: Options) -> str:

@@ -7,7 +7,8 @@ registered more than once"). So the pytest process never enumerates OpenCL platf
     python tests/backends/_opencl_child.py COMMAND OUT.json [ARGS...]
 
 and checks the JSON this writes. Commands: ``info`` (discovery), ``conformance`` (every conformance case),
-``units`` (checks of the runtime's pieces), ``grind`` (cases under Oclgrind, run with its variables set).
+``work_groups`` (named cases in a GPU's lowering: work-group reductions and tiled matmul), ``units`` (checks of
+the runtime's pieces), ``grind`` (cases under Oclgrind, run with its variables set).
 """
 
 from __future__ import annotations
@@ -77,13 +78,22 @@ def prebuild(backend, cases) -> dict:
         del dev.runner, dev.run_step
     programs = dev.runtime.prebuild(lists)
     return {"fragments": len(lists), "programs": programs, "kernels": len(dev.runtime._kernels),
-            "seconds": time.perf_counter() - t0}
+            "work_group_kernels": sum(1 for ks in lists for k in ks if k.local), "seconds": time.perf_counter() - t0}
 
 
-def conformance() -> dict:
-    """``{"cases": {name: [status, message, ran step by step, a failure was expected]}, "prebuild": ...}``."""
+def conformance(names: list[str] | None = None, work_groups: bool = False) -> dict:
+    """``{"cases": {name: [status, message, ran step by step, a failure was expected]}, "prebuild": ...}`` for
+    every case (or those named), in the device's lowering or, with ``work_groups``, the GPU's (``T.WORK_GROUPS``)."""
+    import dataclasses
+
     backend = OpenCLBackend()
     cases = T.conformance_cases()
+    if names is not None:
+        wanted = set(names)
+        cases = [c for c in cases if c.name in wanted]
+    if work_groups:
+        dev = T._device(backend, 0)
+        dev.lowering_options = dataclasses.replace(RT.LOWERING_GPU, **T.WORK_GROUPS)
     stats = prebuild(backend, cases)
     builds_before = T._device(backend, 0).runtime.builds
     seen = {"execute": 0, "expects_failure": False}
@@ -243,6 +253,22 @@ def grind(names: list[str], extras: list[str]) -> dict:
         res = X.run_plan(dev, plan, [dev.upload(a)], [10, 11], {}, [], {s for s in plan.node_slot})
         np.testing.assert_allclose(dev.download(res[10]), a.sum(1), rtol=1e-4)
         assert dev.download(res[11]) == a.max()
+    if "groups" in extras:  # work-group kernels (a GPU's lowering): the race checker sees their shared memory
+        import dataclasses
+
+        dev.lowering_options = dataclasses.replace(RT.LOWERING_GPU, **T.WORK_GROUPS)
+        rng = np.random.default_rng(1)
+        a, b = rng.standard_normal((5, 11)).astype(np.float32), rng.standard_normal((11, 6)).astype(np.float32)
+        nodes = [["matmul", [-1, -2], None], ["exp", [0], None], ["sum", [1], {"dims": [1]}],
+                 ["sum", [-1], {"dims": None}]]
+        plan = X.compile_plan(dev, nodes, [((5, 11), D.float32), ((11, 6), D.float32)])
+        assert sum(1 for k in _kernels_of(dev, plan) if k.local) >= 3  # the tiles, the rows, the split's first stage
+        res = X.run_plan(dev, plan, [dev.upload(a), dev.upload(b)], [0, 1, 2, 3], {}, [],
+                         {s for s in plan.node_slot})
+        np.testing.assert_allclose(dev.download(res[0]), a @ b, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(dev.download(res[2]), np.exp(a @ b).sum(1), rtol=1e-5)
+        np.testing.assert_allclose(dev.download(res[3]), a.sum(), rtol=1e-5, atol=1e-5)
+        dev.lowering_options = RT.LOWERING
     if "oob" in extras:  # a generated kernel whose grid overruns its output: the checker must say so
         from tensorwire.backends.base import Step
         from tensorwire.backends.codegen.lower import lower
@@ -268,6 +294,8 @@ def main(argv: list[str]) -> int:
         result = info()
     elif cmd == "conformance":
         result = conformance()
+    elif cmd == "work_groups":  # the named cases (";"-separated) in a GPU's lowering
+        result = conformance([n for n in argv[2].split(";") if n], work_groups=True)
     elif cmd == "units":
         result = units()
     elif cmd == "grind":

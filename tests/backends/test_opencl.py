@@ -79,6 +79,42 @@ def test_prebuilt_kernels_were_used(conformance):
     assert stats["builds_after_prebuild"] < 60, stats
 
 
+#: the conformance cases run again in a GPU's lowering (work-group reductions, tiled matmul), here on PoCL with
+#: groups of 4 items and 4 x 4 tiles so the small cases cross tile edges and group boundaries: every case of the
+#: reductions and matmul, and the first cases of the composites built on them (a sample: the full suite in this
+#: lowering would add ~2 minutes)
+WORK_GROUP_OPS = ("sum", "prod", "amax", "amin", "matmul")
+WORK_GROUP_COMPOSITES = ("mean", "var", "softmax", "log_softmax", "logsumexp", "layer_norm", "linear", "conv2d",
+                         "norm", "all")
+
+
+def _work_group_cases() -> list[str]:
+    names = [c.name for c in CASES if c.op in WORK_GROUP_OPS]
+    for op in WORK_GROUP_COMPOSITES:
+        names += [c.name for c in CASES if c.op == op][:4]
+    return names
+
+
+WORK_GROUP_CASES = _work_group_cases()
+
+
+@pytest.fixture(scope="module")
+def work_groups(tmp_path_factory):
+    return child("work_groups", tmp_path_factory.mktemp("opencl"), ";".join(WORK_GROUP_CASES))
+
+
+@pytest.mark.parametrize("case", WORK_GROUP_CASES)
+def test_conformance_in_work_groups(work_groups, case):
+    status, msg, _stepwise, _expects_failure = work_groups["cases"][case]
+    if status == "skip":
+        pytest.skip(msg)
+    assert status == "ok", msg
+
+
+def test_work_group_kernels_were_made(work_groups):
+    assert work_groups["prebuild"]["work_group_kernels"] > 100, work_groups["prebuild"]
+
+
 def test_every_primitive_compiles():
     b = OpenCLBackend()
     assert not b.missing_primitives()
@@ -253,7 +289,7 @@ def test_oclgrind_finds_nothing_in_generated_kernels(tmp_path):
     chosen = [next((c.name for c in CASES if c.name.startswith(p)), None) for p in GRIND_PICKS]
     missing = [p for p, n in zip(GRIND_PICKS, chosen) if n is None]
     assert not missing, f"the conformance suite has no cases starting with {missing}"
-    log = _grind(tmp_path, chosen, "split")
+    log = _grind(tmp_path, chosen, "split", "groups")
     assert log == "", f"Oclgrind found errors in generated kernels:\n{log[:5000]}"
 
 

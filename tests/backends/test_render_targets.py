@@ -34,9 +34,10 @@ from tensorwire.backends.codegen import ir
 from tensorwire.backends.codegen.cache import KernelCompileError
 from tensorwire.backends.codegen.cuda import CUDARenderer, compile_cubin, nvrtc_unavailable, nvrtc_version
 from tensorwire.backends.codegen.hip import HIPRenderer, compile_hip, hip_compiler, hip_unavailable
-from tensorwire.backends.codegen.lower import Options, lower
+from tensorwire.backends.codegen.lower import lower
 from tensorwire.backends.codegen.metal import MetalRenderer
 from tensorwire.backends.cpu import CompiledBackend, CompiledDevice, NumpyBackend, compiled
+from tensorwire.backends.opencl.runtime import LOWERING_GPU
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError
 
@@ -44,9 +45,10 @@ GOLDEN = Path(__file__).parent / "golden"
 UPDATE_ENV = "TENSORWIRE_UPDATE_GOLDEN"
 #: fragments per compiled program (measured on 2 cores: 100 is the fastest for NVRTC, near it for hipRTC)
 BATCH = 100
-#: how a GPU device lowers (every op a kernel, float32 accumulators, long reductions split over many items)
-GPU_OPTIONS = Options(host_ops=frozenset(), host_views=False, acc64=False, split_min=8192, split_outputs=256,
-                      chunk=1024, max_chunks=256)
+#: how a GPU device lowers (every op a kernel, float32 accumulators, long reductions by work groups or split over
+#: many, tiled matmul), and the same with tiny groups and tiles so that small cases take every work-group path
+GPU_OPTIONS = LOWERING_GPU
+GPU_SMALL_GROUPS = dataclasses.replace(LOWERING_GPU, **T.WORK_GROUPS)
 
 NVRTC_WHY = nvrtc_unavailable()
 HIP_WHY = hip_unavailable()
@@ -72,12 +74,13 @@ class _RecordingDevice(CompiledDevice):
     """Also lowers each fragment as a GPU device would."""
 
     def runner(self, plan, keep):
-        try:
-            got = lower(plan.program.steps, set(keep), GPU_OPTIONS).kernels
-        except Exception as e:  # noqa: BLE001 - reported by test_gpu_lowering_never_fails
-            self.backend.gpu_errors.append(f"{[s.op for s in plan.program.steps]}: {type(e).__name__}: {e}")
-        else:
-            if got:
+        for opts in (GPU_OPTIONS, GPU_SMALL_GROUPS):
+            try:
+                got = lower(plan.program.steps, set(keep), opts).kernels
+            except Exception as e:  # noqa: BLE001 - reported by test_gpu_lowering_never_fails
+                self.backend.gpu_errors.append(f"{[s.op for s in plan.program.steps]}: {type(e).__name__}: {e}")
+                break
+            if got and (opts is GPU_OPTIONS or any(k.local for k in got)):
                 self.backend.gpu_sink.append(got)
         return super().runner(plan, keep)
 
@@ -249,11 +252,11 @@ class _NoNative(NumpyBackend):
         return frozenset()
 
 
-def _lowered(nodes: list, inputs: list) -> list[ir.Kernel]:
+def _lowered(nodes: list, inputs: list, opts=GPU_OPTIONS) -> list[ir.Kernel]:
     device = _NoNative().open(0)
     plan = X.compile_plan(device, nodes, inputs)
     keep = {plan.node_slot[-1]}
-    return lower(plan.program.steps, keep, GPU_OPTIONS).kernels
+    return lower(plan.program.steps, keep, opts).kernels
 
 
 f32, f16, i64 = D.float32, D.float16, D.int64
@@ -265,13 +268,14 @@ GOLDEN_CASES = {
     "cast_float16": ([["cast", [-1], {"dtype": "float16"}], ["mul", [0, 0], None]], [((6,), f32)]),
     "argmax": ([["argmax", [-1], {"dim": 1}]], [((4, 5), f32)]),
     "gather": ([["gather", [-1, -2], {"dim": 1}]], [((3, 4), f32), ((3, 2), i64)]),
+    "matmul_tiled": ([["matmul", [-1, -2], None]], [((5, 6), f32), ((6, 3), f32)]),
+    "row_sum_groups": ([["exp", [-1], None], ["sum", [0], {"dims": [1]}]], [((5, 7), f32)], GPU_SMALL_GROUPS),
 }
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
 def test_metal_golden(name):
-    nodes, inputs = GOLDEN_CASES[name]
-    source = MetalRenderer().render(_lowered(nodes, inputs))
+    source = MetalRenderer().render(_lowered(*GOLDEN_CASES[name]))
     path = GOLDEN / f"{name}.metal"
     if os.environ.get(UPDATE_ENV, "") not in ("", "0"):
         GOLDEN.mkdir(exist_ok=True)
