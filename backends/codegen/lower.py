@@ -275,19 +275,23 @@ class Lowerer:
         return False
 
     def _row_kernel(self, kb: KernelBuilder, st, out: str) -> int:
-        """One work item a row: the row's reductions, then a loop writing the row."""
+        """One work item a row (or, with ``Options.group``, one work group a row): the row's reductions, then a
+        loop writing the row (in a group, item ``lid`` writes columns ``lid, lid + L, ...``)."""
         n = self.rows.roots[st.out]
         rows = math.prod(st.shape) // n
-        g = ir.gid(rows)
+        G = self.opts.group
+        kb.local = G
+        g = ir.grp(rows) if G else ir.gid(rows)
         kb.heavy = True
         kb.row_block = kb.body
 
         def body(c):
             flat = g * n + c
             kb.emit(ir.Store(out, flat, kb.compute(st, Idx(st.shape, flat=flat))))
-        kb.loop(ROW_VAR, iconst(0), iconst(n), body, lo=0, hi=n - 1)
+        kb.loop(ROW_VAR, ir.lid(G) if G else iconst(0), iconst(n), body, lo=0, hi=n - 1)
         kb.body[-1].independent = True
-        return rows
+        kb.body[-1].step = G or 1
+        return rows * (G or 1)
 
 
 ROW_VAR = "col"

@@ -409,7 +409,7 @@ class CLRuntime:
 #: output.
 LOWERING = Options(host_ops=frozenset(), host_views=False, acc64=False, split_min=8192, split_outputs=256,
                    chunk=1024, max_chunks=256, tile=16)
-LOWERING_GPU = dataclasses.replace(LOWERING, group=256)
+LOWERING_GPU = dataclasses.replace(LOWERING, group=256, row_fusion=True)
 
 
 class OpenCLDevice(Device):

@@ -260,14 +260,17 @@ def grind(names: list[str], extras: list[str]) -> dict:
         rng = np.random.default_rng(1)
         a, b = rng.standard_normal((5, 11)).astype(np.float32), rng.standard_normal((11, 6)).astype(np.float32)
         nodes = [["matmul", [-1, -2], None], ["exp", [0], None], ["sum", [1], {"dims": [1]}],
-                 ["sum", [-1], {"dims": None}]]
+                 ["sum", [-1], {"dims": None}], ["softmax", [0], {"dim": -1}]]
         plan = X.compile_plan(dev, nodes, [((5, 11), D.float32), ((11, 6), D.float32)])
-        assert sum(1 for k in _kernels_of(dev, plan) if k.local) >= 3  # the tiles, the rows, the split's first stage
-        res = X.run_plan(dev, plan, [dev.upload(a), dev.upload(b)], [0, 1, 2, 3], {}, [],
+        # the tiles, the row sums, the split's first stage, softmax's row kernel
+        assert sum(1 for k in _kernels_of(dev, plan) if k.local) >= 4
+        res = X.run_plan(dev, plan, [dev.upload(a), dev.upload(b)], [0, 1, 2, 3, 4], {}, [],
                          {s for s in plan.node_slot})
         np.testing.assert_allclose(dev.download(res[0]), a @ b, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(dev.download(res[2]), np.exp(a @ b).sum(1), rtol=1e-5)
         np.testing.assert_allclose(dev.download(res[3]), a.sum(), rtol=1e-5, atol=1e-5)
+        e = np.exp(a @ b - (a @ b).max(1, keepdims=True))
+        np.testing.assert_allclose(dev.download(res[4]), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
         dev.lowering_options = RT.LOWERING
     if "oob" in extras:  # a generated kernel whose grid overruns its output: the checker must say so
         from tensorwire.backends.base import Step
