@@ -299,7 +299,7 @@ def sync_view(t) -> None:
 
 
 def check_inplace(t, new) -> None:
-    if not is_grad_enabled():
+    if not is_grad_enabled() or V.is_detached(t):
         return
     if t._base is None:
         if t.requires_grad and t.grad_fn is None:

@@ -332,6 +332,23 @@ class Tensor:
     def clone(self, *, memory_format=None) -> Tensor:
         return self._rec("copy", [self])
 
+    @property
+    def data(self) -> Tensor:
+        """The same value outside autograd, as torch's ``.data``: it shares in-place updates both ways
+        (``p.data.add_(d)`` and ``p.data.copy_(x)`` change ``p``, unrecorded and without the in-place checks on
+        leaves), and it never requires grad."""
+        return self._view(V.Detached())
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        """``t.data = x``: ``t`` now holds ``x``'s value (its shape, dtype and device too), keeping its autograd
+        flags, as torch's."""
+        from .nn._tensors import alias, rebind
+
+        if not isinstance(value, Tensor):
+            raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        rebind(self, alias(value))
+
     def detach(self) -> Tensor:
         """A tensor with the same value, cut from the autograd graph (it shares no later updates)."""
         from .autograd_hooks import detach

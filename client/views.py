@@ -88,6 +88,22 @@ class Slice(ViewStep):
                                                       "steps": self.steps})
 
 
+class Detached(ViewStep):
+    """``t.data``: the same value outside autograd. Writes through it update the base without being recorded (and
+    without torch's in-place checks on leaves), as torch's ``.data`` does."""
+
+    def forward(self, t):
+        return t._s.record("reshape", [t], {"shape": list(t._shape)}, t._dev)
+
+    def inverse(self, parent, value):
+        return value._s.record("reshape", [value], {"shape": list(parent._shape)}, value._dev)
+
+
+def is_detached(t) -> bool:
+    """Whether ``t`` is (a view of) a ``.data`` view: in-place updates through it are outside autograd."""
+    return t._vsteps is not None and any(isinstance(s, Detached) for s in t._vsteps)
+
+
 def _alias(t):
     return t._rec("reshape", [t], {"shape": list(t._shape)})
 
@@ -140,6 +156,7 @@ def assign(t, new) -> None:
         v = step.inverse(parent, v)
     _swap(root, v)
     root._version += 1
-    after_inplace(root, v)
+    if not is_detached(t):
+        after_inplace(root, v)
     _swap(t, new)
     t._base_version = root._version

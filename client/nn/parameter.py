@@ -5,7 +5,7 @@ from __future__ import annotations
 from tensorwire.protocol import dtypes as D
 from tensorwire.tensor import Tensor
 
-from ._tensors import alias, rebind
+from ._tensors import alias
 
 
 def _adopt(cls, data: Tensor, requires_grad: bool):
@@ -23,7 +23,8 @@ class Parameter(Tensor):
     """A tensor that is a module parameter (``requires_grad=True`` by default).
 
     ``Parameter(data)`` holds ``data``'s value (not its later in-place updates: cluster buffers are
-    immutable). ``p.data`` reads the value outside autograd; ``p.data = t`` replaces it, as in torch.
+    immutable). ``p.data`` is the value outside autograd, sharing in-place updates with ``p``; ``p.data = t``
+    replaces it, as in torch.
     """
 
     __slots__ = ()
@@ -39,14 +40,6 @@ class Parameter(Tensor):
 
     def __init__(self, data=None, requires_grad: bool = True):
         pass
-
-    @property
-    def data(self) -> Tensor:
-        return alias(self)
-
-    @data.setter
-    def data(self, value: Tensor) -> None:
-        rebind(self, alias(value))
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
