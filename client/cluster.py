@@ -258,8 +258,9 @@ class LocalCluster:
         # the compiled CPU kernels' OpenMP threads sleep between kernels instead of spinning: with the client, the
         # dispatcher and BLAS on the same cores, spinning made a MiniLM forward 1.7x slower (+~5 us per kernel idle)
         self.env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        hub = ["--hub-url", self.hub_url] if self.hub_url else []  # the only hub workers download from
         started = [self._spawn(d, _cli("worker", "--device", d, "--dispatcher", self.service_address, "--threads",
-                                       threads, *env_token)) for d in devices]
+                                       threads, *env_token, *hub)) for d in devices]
         for w in started:
             w.wait_ready(deadline)
 

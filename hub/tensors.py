@@ -57,8 +57,10 @@ def load_state_dict(repo_id: str, revision: str = "main", *, device=None, endpoi
                     token: str | None = None, session=None, files: list[str] | None = None) -> dict:
     """Tensors of every ``*.safetensors`` file of a hub repository, loaded by the worker of ``device``.
 
-    Returns ``{name: tw.Tensor}``. The worker downloads each file from the hub itself; the bytes
-    never pass through this process. ``token`` falls back to ``TENSORWIRE_HUB_TOKEN``.
+    Returns ``{name: tw.Tensor}``. The worker downloads each file from the cluster's hub itself (the one it was
+    configured with; an ``endpoint`` naming another hub is refused with ``Unauthorized``); the bytes never pass
+    through this process. ``token`` falls back to ``TENSORWIRE_HUB_TOKEN``; it is sent to the worker, which uses
+    it only towards the cluster's hub.
     """
     from tensorwire.context import current_session
     from tensorwire.protocol.safetensors_io import tensor_specs
@@ -79,8 +81,10 @@ def load_state_dict(repo_id: str, revision: str = "main", *, device=None, endpoi
     for path in names:
         header = remote_header(ep, repo_id, commit, path, tok)
         for name, (dt, shape, _, _) in tensor_specs(header).items():
-            attrs = {"endpoint": ep, "repo": repo_id, "commit": commit, "path": path, "name": name,
+            attrs = {"repo": repo_id, "commit": commit, "path": path, "name": name,
                      "shape": list(shape), "dtype": dt.name}
+            if endpoint:  # the worker loads from the cluster's hub only; an explicit other one is refused there
+                attrs["endpoint"] = endpoint
             if tok:
                 attrs["token"] = tok
             out[name] = s.record("hub_tensor", [], attrs, dev)
