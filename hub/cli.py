@@ -8,7 +8,7 @@
     tensorwire hub push DIR --repo R [--revision main] [--message M] [--private] [--token T] [--endpoint URL]
     tensorwire hub tag --repo R --tag T [--revision main] [--token T] [--endpoint URL]
     tensorwire hub ls [--endpoint URL] [--token T]
-    tensorwire hub token create --root DIR [--name N] [--write]
+    tensorwire hub token create --root DIR [--name N] [--write | --scope write:acme --scope read:org/model ...]
 
 The endpoint defaults to ``$TENSORWIRE_HUB_URL`` then ``http://127.0.0.1:8700``; the token to
 ``$TENSORWIRE_HUB_TOKEN``. When serving, one line ``TENSORWIRE-READY {"service": "hub", "url": ...}``
@@ -71,7 +71,15 @@ def _parser() -> argparse.ArgumentParser:
     create = tsub.add_parser("create", help="create a token, print it once")
     create.add_argument("--root", required=True)
     create.add_argument("--name", default="default")
-    create.add_argument("--write", action="store_true", help="allow pushes (default: read-only)")
+    create.add_argument("--write", action="store_true", help="allow pushes to every repository (default: read-only)")
+    create.add_argument(
+        "--scope",
+        action="append",
+        default=None,
+        metavar="ACCESS:NAME",
+        help="fine-grained grant, repeatable: read:NAMESPACE, write:NAMESPACE, read:OWNER/REPO or write:OWNER/REPO "
+        "(the token may then do only what its scopes grant)",
+    )
     return p
 
 
@@ -142,7 +150,9 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "token" and args.token_command == "create":
         from .server import create_token
 
-        print(create_token(args.root, args.name, write=args.write))
+        if args.scope and args.write:
+            parser.error("--write and --scope exclude each other: a scoped token writes only where a write: scope says")
+        print(create_token(args.root, args.name, write=args.write, scopes=args.scope))
         return 0
     parser.print_help(sys.stderr)
     return 2

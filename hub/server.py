@@ -456,22 +456,31 @@ class HubHandler(BaseHTTPRequestHandler):
                 self._token_cache = (True, self.storage.check_token(value.strip()))
         return self._token_cache
 
-    def _require_write(self) -> Token:
+    def _require_write(self, repo_id: str | None) -> Token:
+        """The caller's token if it may write ``repo_id`` (None: any repository, as blob uploads need);
+        ``Unauthorized`` without a known token, ``Forbidden`` when the token lacks the grant."""
         presented, token = self._token()
         if not presented:
             raise Unauthorized("this route needs 'Authorization: Bearer <token>' with write access")
         if token is None:
             raise Unauthorized("Invalid credentials in Authorization header")
-        if not token.write:
-            raise Forbidden(f"token {token.name!r} is read-only; this route needs write access")
+        if repo_id is None:
+            if not token.can_write_somewhere():
+                raise Forbidden(f"token {token.name!r} is read-only; this route needs write access")
+        elif not token.can_write(repo_id):
+            raise Forbidden(f"token {token.name!r} may not write {repo_id}")
         return token
 
-    def _can_read_private(self) -> bool:
-        return self._token()[1] is not None
+    def _can_read(self, repo: Repo) -> bool:
+        """Whether the caller may read ``repo``: public ones, or private ones its token's scopes cover."""
+        if not repo.private:
+            return True
+        token = self._token()[1]
+        return token is not None and token.can_read(repo.name)
 
     def _readable_repo(self, repo_id: str) -> Repo:
         repo = self.storage.get_repo(repo_id)
-        if repo is None or (repo.private and not self._can_read_private()):
+        if repo is None or not self._can_read(repo):
             # A private repo the caller may not read answers exactly like a missing one.
             raise RepositoryNotFound(f"repository {repo_id} not found")
         return repo
@@ -663,11 +672,10 @@ class HubHandler(BaseHTTPRequestHandler):
         search = (q.get("search") or "").lower()
         author = q.get("author") or ""
         full = q.get("full", "").lower() in ("1", "true")
-        private_ok = self._can_read_private()
         repos = [
             r
             for r in self.storage.list_repos()
-            if (private_ok or not r.private)
+            if self._can_read(r)
             and (not search or search in r.name.lower())
             and (not author or r.name.split("/")[0].lower() == author.lower())
         ]
@@ -777,9 +785,22 @@ class HubHandler(BaseHTTPRequestHandler):
             {
                 "type": "user",
                 "name": token.name,
-                "auth": {"accessToken": {"role": "write" if token.write else "read"}},
+                "auth": {"accessToken": self._access_token_info(token)},
             }
         )
+
+    @staticmethod
+    def _access_token_info(token: Token) -> dict[str, Any]:
+        """``whoami``'s ``auth.accessToken``: the role and, for a fine-grained token, its scopes (HF's layout)."""
+        info: dict[str, Any] = {"displayName": token.name, "role": token.role}
+        if token.scopes is not None:
+            scoped = []
+            for sc in token.scopes:
+                perms = ["repo.content.read"] + (["repo.write"] if sc.access == "write" else [])
+                entity = {"type": "model", "name": sc.name} if sc.is_repo else {"type": "user", "name": sc.name}
+                scoped.append({"entity": entity, "permissions": perms})
+            info["fineGrained"] = {"scoped": scoped, "global": []}
+        return info
 
     def _base_url(self) -> str:
         host = self.headers.get("Host")
@@ -932,10 +953,9 @@ class HubHandler(BaseHTTPRequestHandler):
         raise NotFound(f"no route {self.path.partition('?')[0]}")
 
     def _tw_list_repos(self) -> None:
-        private_ok = self._can_read_private()
         out = []
         for r in self.storage.list_repos():
-            if r.private and not private_ok:
+            if not self._can_read(r):
                 continue
             refs = self.storage.refs(r)
             head = self.storage.head(r, "main") or self.storage.latest_commit(r)
@@ -953,9 +973,10 @@ class HubHandler(BaseHTTPRequestHandler):
         self._send_json(out)
 
     def _tw_create_repo(self) -> None:
-        self._require_write()
+        self._require_write(None)
         body = self._json_object()
         repo_id = check_repo_id(body.get("repo_id"))
+        self._require_write(repo_id)
         private = body.get("private", False)
         if not isinstance(private, bool):
             raise BadRequest("private must be a boolean")
@@ -966,7 +987,7 @@ class HubHandler(BaseHTTPRequestHandler):
         )
 
     def _tw_missing(self) -> None:
-        self._require_write()
+        self._require_write(None)
         body = self._json_object()
         digests = body.get("sha256")
         if not isinstance(digests, list) or len(digests) > 100_000:
@@ -975,7 +996,7 @@ class HubHandler(BaseHTTPRequestHandler):
         self._send_json({"missing": missing, "max_blob_size": self.storage.max_blob_size})
 
     def _tw_put_blob(self, raw_digest: str) -> None:
-        self._require_write()
+        self._require_write(None)
         digest = check_sha256(_unq(raw_digest))
         if self.headers.get("Content-Length") is None:
             raise LengthRequired("blob uploads need Content-Length")
@@ -1006,7 +1027,7 @@ class HubHandler(BaseHTTPRequestHandler):
         )
 
     def _tw_commit(self, repo_id: str, branch: str) -> None:
-        self._require_write()
+        self._require_write(repo_id)
         check_ref_name(branch)
         body = self._json_object()
         repo = self.storage.get_repo(repo_id)
@@ -1025,7 +1046,7 @@ class HubHandler(BaseHTTPRequestHandler):
         self._send_json({"repo_id": repo.name, "branch": branch, "commit": commit.id, "parent": commit.parent}, 201)
 
     def _tw_tag(self, repo_id: str) -> None:
-        self._require_write()
+        self._require_write(repo_id)
         body = self._json_object()
         tag = check_ref_name(body.get("tag"))
         revision = check_revision(body.get("revision", "main"))
@@ -1033,7 +1054,7 @@ class HubHandler(BaseHTTPRequestHandler):
         self._send_json({"repo_id": repo_id, "tag": tag, "commit": commit.id}, 201)
 
     def _tw_settings(self, repo_id: str) -> None:
-        self._require_write()
+        self._require_write(repo_id)
         body = self._json_object()
         private = body.get("private")
         if not isinstance(private, bool):
@@ -1045,9 +1066,15 @@ class HubHandler(BaseHTTPRequestHandler):
 # ---------------------------------------------------------------------- entry points
 
 
-def create_token(root: str | os.PathLike, name: str = "default", write: bool = True) -> str:
-    """Create an API token in the hub stored at ``root`` and return it (it is stored hashed)."""
-    return Storage(root).create_token(name, write)
+def create_token(
+    root: str | os.PathLike, name: str = "default", write: bool = True, scopes: list[str] | None = None
+) -> str:
+    """Create an API token in the hub stored at ``root`` and return it (it is stored hashed).
+
+    ``scopes`` (e.g. ``["write:acme", "read:other/model"]``) makes a fine-grained token limited to those
+    namespaces and repositories; without it the token is global (read, and write when ``write``).
+    """
+    return Storage(root).create_token(name, write, scopes)
 
 
 def make_server(
