@@ -501,8 +501,16 @@ def list_repos(endpoint: str | None = None, token: str | None = None) -> list[di
 
 
 def _mkdir_private(path: Path) -> None:
-    """``mkdir -p`` whose new folders are 0700: cached weights and file lists are the cluster user's own."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """``mkdir -p`` whose new folders (parents included) are 0700: cached weights and file lists are the cluster
+    user's own."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:  # bounded by the path's depth
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=0o700)
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
