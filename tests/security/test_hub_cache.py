@@ -37,9 +37,16 @@ def real_hub(tmp_path_factory):
 
 def _evil_hub(commit: str, payload: bytes, repo: str = REPO) -> Listener:
     """A hostile server that answers every request with a file list naming ``commit`` and then ``payload``."""
-    meta = {"repo_id": repo, "revision": commit, "commit": commit, "parent": None, "message": "", "created_at": "",
-            "private": False,
-            "files": [{"path": "model.bin", "sha256": hashlib.sha256(payload).hexdigest(), "size": len(payload)}]}
+    meta = {
+        "repo_id": repo,
+        "revision": commit,
+        "commit": commit,
+        "parent": None,
+        "message": "",
+        "created_at": "",
+        "private": False,
+        "files": [{"path": "model.bin", "sha256": hashlib.sha256(payload).hexdigest(), "size": len(payload)}],
+    }
     body = json.dumps(meta).encode()
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
     return Listener(answer=head + body)

@@ -97,8 +97,9 @@ route_bodies = st.fixed_dictionaries(
         "exist_ok": json_values,
         "sha256": st.lists(st.sampled_from([SHA, "zz", 5]), max_size=4) | json_values,
         "files": st.lists(
-            st.fixed_dictionaries({"path": st.sampled_from(["a", "../b", "c/d", ""]), "sha256": st.just(SHA),
-                                   "size": st.integers(-2, 10)}),
+            st.fixed_dictionaries(
+                {"path": st.sampled_from(["a", "../b", "c/d", ""]), "sha256": st.just(SHA), "size": st.integers(-2, 10)}
+            ),
             max_size=3,
         )
         | json_values,
@@ -115,12 +116,35 @@ bodies = st.one_of(
     route_bodies.map(lambda v: json.dumps(v).encode()),
 )
 header_names = st.sampled_from(
-    ["Content-Length", "Transfer-Encoding", "Range", "If-None-Match", "Host", "Content-Type", "X-Forwarded-Proto",
-     "Expect", "Connection", "X"]
+    [
+        "Content-Length",
+        "Transfer-Encoding",
+        "Range",
+        "If-None-Match",
+        "Host",
+        "Content-Type",
+        "X-Forwarded-Proto",
+        "Expect",
+        "Connection",
+        "X",
+    ]
 )
 header_values = st.one_of(
-    st.sampled_from(["-1", "0", "99999999999999999999", "abc", "chunked", "bytes=0-", "bytes=-5", "bytes=9-1",
-                     "100-continue", "keep-alive", '"x"']),
+    st.sampled_from(
+        [
+            "-1",
+            "0",
+            "99999999999999999999",
+            "abc",
+            "chunked",
+            "bytes=0-",
+            "bytes=-5",
+            "bytes=9-1",
+            "100-continue",
+            "keep-alive",
+            '"x"',
+        ]
+    ),
     st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=40),
 )
 
@@ -149,10 +173,21 @@ def test_fuzz_the_hub_http_api(hub):
     deadline = time.monotonic() + TIME_BUDGET_S
     tokens = [None, "garbage", hub.read_token, hub.token]
 
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(method=methods, path=paths, headers=st.lists(st.tuples(header_names, header_values), max_size=4),
-           body=bodies, token=st.sampled_from(range(len(tokens))), with_length=st.booleans())
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        method=methods,
+        path=paths,
+        headers=st.lists(st.tuples(header_names, header_values), max_size=4),
+        body=bodies,
+        token=st.sampled_from(range(len(tokens))),
+        with_length=st.booleans(),
+    )
     def one(method, path, headers, body, token, with_length):
         if time.monotonic() > deadline:
             return

@@ -99,6 +99,7 @@ def test_cli_creates_scoped_tokens(hub):
         twhub.push_files("alice/y", {"a": b"1"}, endpoint=hub.url, token=token)
     bad = subprocess.run([*run, "--scope", "admin:everything"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "scope" in bad.stderr
-    both = subprocess.run([*run, "--scope", "write:ci", "--write"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ})
+    both = subprocess.run(
+        [*run, "--scope", "write:ci", "--write"], capture_output=True, text=True, timeout=60, env={**os.environ}
+    )
     assert both.returncode == 2

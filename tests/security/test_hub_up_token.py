@@ -18,8 +18,20 @@ START_S = 120.0
 
 def test_up_prints_the_token_file_not_the_token(tmp_path):
     log_dir = tmp_path / "cluster"
-    cmd = [sys.executable, "-m", "tensorwire.cli", "up", "--devices", "cpu:0", "--port", "0",
-           "--hub-root", str(tmp_path / "hub"), "--log-dir", str(log_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tensorwire.cli",
+        "up",
+        "--devices",
+        "cpu:0",
+        "--port",
+        "0",
+        "--hub-root",
+        str(tmp_path / "hub"),
+        "--log-dir",
+        str(log_dir),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out = b""
     try:

@@ -65,8 +65,14 @@ def _attacker_answer(commit: str, payload: bytes) -> bytes:
 
 
 def _hub_tensor(session, endpoint: str | None, commit: str = "0" * 40, name: str = "w", shape=(2, 2), token=None):
-    attrs = {"repo": "acme/model", "commit": commit, "path": "model.safetensors", "name": name,
-             "shape": list(shape), "dtype": "float32"}
+    attrs = {
+        "repo": "acme/model",
+        "commit": commit,
+        "path": "model.safetensors",
+        "name": name,
+        "shape": list(shape),
+        "dtype": "float32",
+    }
     if endpoint is not None:
         attrs["endpoint"] = endpoint
     if token is not None:
@@ -122,14 +128,36 @@ def test_poisoned_commit_id_never_reaches_a_victim(cluster, session):
 
 def test_worker_uses_the_cluster_hub_without_a_client_endpoint(cluster, session):
     commit = tw.hub.push("acme/plain", {"w": np.full((2, 2), 5, np.float32)}, token=cluster.hub_token)
-    t = session.record("hub_tensor", [], {"repo": "acme/plain", "commit": commit, "path": "model.safetensors",
-                                          "name": "w", "shape": [2, 2], "dtype": "float32"}, "cpu:0")
+    t = session.record(
+        "hub_tensor",
+        [],
+        {
+            "repo": "acme/plain",
+            "commit": commit,
+            "path": "model.safetensors",
+            "name": "w",
+            "shape": [2, 2],
+            "dtype": "float32",
+        },
+        "cpu:0",
+    )
     np.testing.assert_array_equal(t.numpy(), np.full((2, 2), 5, np.float32))
     # the cluster's hub, spelled differently, is still the cluster's hub
     spelled = cluster.hub_url.replace("http://", "HTTP://") + "/"
-    t2 = session.record("hub_tensor", [], {"repo": "acme/plain", "commit": commit, "path": "model.safetensors",
-                                           "name": "w", "shape": [2, 2], "dtype": "float32", "endpoint": spelled},
-                        "cpu:0")
+    t2 = session.record(
+        "hub_tensor",
+        [],
+        {
+            "repo": "acme/plain",
+            "commit": commit,
+            "path": "model.safetensors",
+            "name": "w",
+            "shape": [2, 2],
+            "dtype": "float32",
+            "endpoint": spelled,
+        },
+        "cpu:0",
+    )
     np.testing.assert_array_equal(t2.numpy(), np.full((2, 2), 5, np.float32))
 
 
@@ -139,14 +167,36 @@ def test_private_file_cached_for_one_session_is_not_served_to_another(cluster, s
 
     reader = create_token(cluster.hub_root, "alice-reader", scopes=["read:alice"])
     commit = tw.hub.push("alice/secret", {"w": np.full((2, 2), 7, np.float32)}, token=cluster.hub_token, private=True)
-    mine = session.record("hub_tensor", [], {"repo": "alice/secret", "commit": commit, "path": "model.safetensors",
-                                             "name": "w", "shape": [2, 2], "dtype": "float32", "token": reader},
-                          "cpu:0")
+    mine = session.record(
+        "hub_tensor",
+        [],
+        {
+            "repo": "alice/secret",
+            "commit": commit,
+            "path": "model.safetensors",
+            "name": "w",
+            "shape": [2, 2],
+            "dtype": "float32",
+            "token": reader,
+        },
+        "cpu:0",
+    )
     np.testing.assert_array_equal(mine.numpy(), np.full((2, 2), 7, np.float32))  # alive: its bytes are cached
     other = Session(cluster.address)
     try:
-        stolen = other.record("hub_tensor", [], {"repo": "alice/secret", "commit": commit, "path": "model.safetensors",
-                                                 "name": "w", "shape": [2, 2], "dtype": "float32"}, "cpu:0")
+        stolen = other.record(
+            "hub_tensor",
+            [],
+            {
+                "repo": "alice/secret",
+                "commit": commit,
+                "path": "model.safetensors",
+                "name": "w",
+                "shape": [2, 2],
+                "dtype": "float32",
+            },
+            "cpu:0",
+        )
         with pytest.raises(tw.NotFound):  # the worker's own read token is not scoped to alice's namespace
             stolen.numpy()
     finally:
@@ -156,8 +206,11 @@ def test_private_file_cached_for_one_session_is_not_served_to_another(cluster, s
 def test_a_silent_hub_does_not_stall_the_worker(tmp_path):
     """Connect and read timeouts bound a fetch; the worker answers other work right after (measured ~2-4 s)."""
     silent = Listener()
-    env = {"TENSORWIRE_HUB_URL": silent.url, "TENSORWIRE_HUB_READ_TIMEOUT": "2",
-           "TENSORWIRE_HUB_CACHE": str(tmp_path / "cache")}
+    env = {
+        "TENSORWIRE_HUB_URL": silent.url,
+        "TENSORWIRE_HUB_READ_TIMEOUT": "2",
+        "TENSORWIRE_HUB_CACHE": str(tmp_path / "cache"),
+    }
     try:
         with tw.LocalCluster(devices=["cpu:0"], autograd=False, extra_env=env) as c:
             s = Session(c.address)
