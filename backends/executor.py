@@ -14,11 +14,10 @@ transfer ``k`` (and is resumed with it), and ``("send", k, value)`` to hand a bu
 from __future__ import annotations
 
 import logging
-import weakref
 
 import numpy as np
 
-from tensorwire.protocol.errors import DependencyFailed, NotFound, ProtocolError, error_to_wire
+from tensorwire.protocol.errors import DependencyFailed, ProtocolError, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND, ExpandingBuilder, Value
 from tensorwire.protocol.ops import a_dtype, a_int, get_op
 from tensorwire.protocol.shapes import check_shape
@@ -323,30 +322,12 @@ def _const(device: Device, attrs: dict, frames: list, step: Step):
     return device.upload(arr)
 
 
-_HUB_FILES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # file key -> its bytes (uint8 array)
-
-
 def _hub_tensor(device: Device, attrs: dict, frames: list, step: Step):
-    """Fetch a tensor from the hub straight into this device (the worker downloads; the client never sees it).
+    """Fetch a tensor from the cluster's hub straight into this device (the worker downloads; the client never
+    sees the bytes). See ``hub_loader``: the endpoint is the worker's configuration, never the client's."""
+    from .hub_loader import load_tensor
 
-    A file is downloaded once while any tensor of it is alive (the tensors view its verified bytes)."""
-    from tensorwire.hub import fetch
-    from tensorwire.protocol.safetensors_io import load_buffer
-
-    key = (attrs["endpoint"], attrs["repo"], attrs["commit"], attrs["path"])
-    raw = _HUB_FILES.get(key)
-    if raw is None:
-        buf = fetch(attrs["repo"], attrs["path"], revision=attrs["commit"], endpoint=attrs["endpoint"],
-                    token=attrs.get("token"), into_memory=True)
-        raw = np.frombuffer(buf, dtype=np.uint8) if len(buf) else np.zeros(0, np.uint8)
-        _HUB_FILES[key] = raw
-    arr = load_buffer(raw, names={attrs["name"]}).get(attrs["name"])
-    if arr is None:
-        raise NotFound(f"tensor {attrs['name']!r} is not in {attrs['repo']}/{attrs['path']}")
-    if tuple(arr.shape) != tuple(step.shape) or arr.dtype != step.dtype.np:
-        raise ProtocolError(f"tensor {attrs['name']!r} is {arr.dtype}{list(arr.shape)} in the file, "
-                            f"not {step.dtype.name}{list(step.shape)}")
-    return device.upload(arr)
+    return device.upload(load_tensor(attrs, step.shape, step.dtype))
 
 
 #: ops the worker itself implements (they bring data in from outside the graph), not the backend

@@ -31,7 +31,7 @@ from tensorwire.protocol.service import (
 )
 from tensorwire.protocol.wire import array_from_frame, as_frame, pack_header, send_parts
 
-from . import get_backend
+from . import get_backend, hub_loader
 from .executor import Fail, compile_plan, execute, meta_of, run_plan
 from .shm import ShmPool
 
@@ -399,9 +399,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None,
                    help="BLAS/OpenMP threads for kernels (default: the library's own; give each worker its share "
                         "of the host's cores when several run on one host)")
+    p.add_argument("--hub-url", default=os.environ.get("TENSORWIRE_HUB_URL"),
+                   help="the cluster's model hub, the only one this worker fetches from (default $TENSORWIRE_HUB_URL)")
+    p.add_argument("--hub-token-file", default=os.environ.get("TENSORWIRE_HUB_TOKEN_FILE"),
+                   help="file holding this worker's own hub token, used when a client sends none (default "
+                        "$TENSORWIRE_HUB_TOKEN_FILE, else the token in $TENSORWIRE_HUB_TOKEN)")
     args = p.parse_args(argv)
     logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
     tune_gc()
+    hub_loader.configure(args.hub_url, token=None if args.hub_token_file else os.environ.get("TENSORWIRE_HUB_TOKEN"),
+                         token_file=args.hub_token_file)
     w = Worker(args.device, args.dispatcher, token=args.token)
     stop = stop_event_on_signals()
     threading.Thread(target=lambda: (stop.wait(), w.stop.set()), daemon=True).start()

@@ -44,7 +44,7 @@ def _up(argv: list[str]) -> int:
         print(f"tensorwire cluster up: {c.address}  devices: {', '.join(devices)}")
         print(f"  connect with: tw.connect({c.address!r})  or  TENSORWIRE_ADDRESS={c.address}")
         if c.hub_url:
-            print(f"  hub: {c.hub_url}  write token: {c.hub_token}")
+            print(f"  hub: {c.hub_url}  write token in: {c.hub_token_file}  (readable by you only)")
         print(f"  logs: {c.log_dir}   (Ctrl-C stops all)", flush=True)
         while not stop.is_set():
             dead = [n for n, s in c.services.items() if not s.alive()]

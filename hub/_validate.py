@@ -37,6 +37,13 @@ def check_repo_id(repo_id: object) -> str:
     return repo_id
 
 
+def check_namespace(name: object) -> str:
+    """Return ``name`` if it is a valid owner (the first part of a repo id), else raise ``InvalidPath``."""
+    if not isinstance(name, str) or len(name) > MAX_REPO_PART or not _PART_RE.fullmatch(name) or ".." in name:
+        raise InvalidPath(f"invalid namespace {str(name)!r:.250}: it must match [A-Za-z0-9][A-Za-z0-9._-]*")
+    return name
+
+
 def check_ref_name(name: object) -> str:
     """Return a valid branch or tag name (``[A-Za-z0-9._/-]``, no ``..``, not a 40-hex commit id)."""
     if not isinstance(name, str) or not name:

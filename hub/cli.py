@@ -3,11 +3,12 @@
 ::
 
     tensorwire hub --root DIR [--host 127.0.0.1] [--port 8700]      serve (the default command)
+        [--max-connections 256] [--header-timeout 15] [--body-timeout 30]
     tensorwire hub serve --root DIR ...                              same, explicit
     tensorwire hub push DIR --repo R [--revision main] [--message M] [--private] [--token T] [--endpoint URL]
     tensorwire hub tag --repo R --tag T [--revision main] [--token T] [--endpoint URL]
     tensorwire hub ls [--endpoint URL] [--token T]
-    tensorwire hub token create --root DIR [--name N] [--write]
+    tensorwire hub token create --root DIR [--name N] [--write | --scope write:acme --scope read:org/model ...]
 
 The endpoint defaults to ``$TENSORWIRE_HUB_URL`` then ``http://127.0.0.1:8700``; the token to
 ``$TENSORWIRE_HUB_TOKEN``. When serving, one line ``TENSORWIRE-READY {"service": "hub", "url": ...}``
@@ -30,6 +31,13 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8700, help="TCP port; 0 picks a free one (default 8700)")
     p.add_argument("--max-blob-size", type=int, default=None, help="largest accepted file, in bytes")
     p.add_argument("--quiet", action="store_true", help="do not log requests to stderr")
+    p.add_argument("--max-connections", type=int, default=None, help="connections open at once (default 256)")
+    p.add_argument(
+        "--header-timeout", type=float, default=None, help="seconds a connection may take to send a request head"
+    )
+    p.add_argument(
+        "--body-timeout", type=float, default=None, help="seconds of silence allowed while a body is sent or read"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,7 +71,15 @@ def _parser() -> argparse.ArgumentParser:
     create = tsub.add_parser("create", help="create a token, print it once")
     create.add_argument("--root", required=True)
     create.add_argument("--name", default="default")
-    create.add_argument("--write", action="store_true", help="allow pushes (default: read-only)")
+    create.add_argument("--write", action="store_true", help="allow pushes to every repository (default: read-only)")
+    create.add_argument(
+        "--scope",
+        action="append",
+        default=None,
+        metavar="ACCESS:NAME",
+        help="fine-grained grant, repeatable: read:NAMESPACE, write:NAMESPACE, read:OWNER/REPO or write:OWNER/REPO "
+        "(the token may then do only what its scopes grant)",
+    )
     return p
 
 
@@ -91,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "serve":
-        from .server import serve
+        from .server import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, serve
         from .storage import DEFAULT_MAX_BLOB
 
         return serve(
@@ -100,6 +116,9 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             args.port,
             max_blob_size=args.max_blob_size or DEFAULT_MAX_BLOB,
             quiet=args.quiet,
+            max_connections=args.max_connections or MAX_CONNECTIONS,
+            header_timeout=args.header_timeout or HEADER_TIMEOUT,
+            body_timeout=args.body_timeout or BODY_TIMEOUT,
         )
     if args.command == "push":
         from .client import push_folder
@@ -131,7 +150,9 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "token" and args.token_command == "create":
         from .server import create_token
 
-        print(create_token(args.root, args.name, write=args.write))
+        if args.scope and args.write:
+            parser.error("--write and --scope exclude each other: a scoped token writes only where a write: scope says")
+        print(create_token(args.root, args.name, write=args.write, scopes=args.scope))
         return 0
     parser.print_help(sys.stderr)
     return 2

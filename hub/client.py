@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import io
 import ipaddress
 import json
@@ -20,8 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from ._validate import COMMIT_RE, check_file_path, check_ref_name, check_repo_id, check_revision
+from ._validate import COMMIT_RE, SHA256_RE, check_file_path, check_ref_name, check_repo_id, check_revision
 from .errors import (
+    BadRequest,
     EntryNotFound,
     HashMismatch,
     HubError,
@@ -34,10 +36,14 @@ DEFAULT_ENDPOINT = "http://127.0.0.1:8700"
 CHUNK = 1 << 20
 MAX_PUSH_FILES = 100_000
 DEFAULT_TIMEOUT = 60.0
+#: seconds to open the TCP connection to the hub ($TENSORWIRE_HUB_CONNECT_TIMEOUT overrides)
+DEFAULT_CONNECT_TIMEOUT = 10.0
 
 __all__ = [
     "DEFAULT_ENDPOINT",
     "default_endpoint",
+    "normalize_endpoint",
+    "timeouts",
     "default_cache_dir",
     "push_folder",
     "push_files",
@@ -55,6 +61,44 @@ def default_endpoint(endpoint: str | None = None) -> str:
     """``endpoint``, else ``$TENSORWIRE_HUB_URL``, else ``http://127.0.0.1:8700`` (no trailing slash)."""
     ep = endpoint or os.environ.get("TENSORWIRE_HUB_URL") or DEFAULT_ENDPOINT
     return ep.rstrip("/")
+
+
+def normalize_endpoint(endpoint: str) -> str:
+    """``scheme://host[:port]/path`` with the scheme and host lower-cased, the default port and the trailing
+    slash dropped: two spellings of one hub compare equal. Raises ``BadRequest`` for anything but http(s)."""
+    parts = urlsplit(endpoint.strip())
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+        raise BadRequest(f"hub endpoint must be an http(s) URL without credentials, got {endpoint!r:.200}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise BadRequest(f"hub endpoint has an invalid port: {endpoint!r:.200}") from None
+    scheme = parts.scheme.lower()
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host if port in (None, {"http": 80, "https": 443}[scheme]) else f"{host}:{port}"
+    return f"{scheme}://{netloc}{parts.path.rstrip('/')}"
+
+
+def timeouts(default_read: float | None = None) -> tuple[float, float]:
+    """``(connect, read)`` seconds for a request to the hub.
+
+    ``connect`` bounds opening the TCP connection (``$TENSORWIRE_HUB_CONNECT_TIMEOUT``, default 10 s); ``read``
+    bounds every later socket operation, i.e. the wait for the response and each read of its body
+    (``$TENSORWIRE_HUB_READ_TIMEOUT``, else ``default_read``, else 60 s). The environment is the operator's
+    override everywhere.
+    """
+
+    def env(name: str, default: float) -> float:
+        try:
+            v = float(os.environ.get(name) or default)
+        except ValueError:
+            return default
+        return v if v > 0 else default
+
+    read = default_read if default_read is not None else DEFAULT_TIMEOUT
+    return env("TENSORWIRE_HUB_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT), env("TENSORWIRE_HUB_READ_TIMEOUT", read)
 
 
 def default_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -79,14 +123,75 @@ def _is_loopback(url: str) -> bool:
         return False
 
 
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-_DEFAULT = urllib.request.build_opener()
+class _ConnectTimeout:
+    """Connection mixin: connect within ``connect_timeout``, then every socket operation within ``timeout``."""
+
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    timeout: Any
+    sock: Any
+
+    def connect(self) -> None:
+        read = self.timeout
+        self.timeout = self.connect_timeout
+        try:
+            super().connect()  # type: ignore[misc]
+        finally:
+            self.timeout = read
+        if self.sock is not None:
+            self.sock.settimeout(read)
 
 
-def _open(req: urllib.request.Request, timeout: float) -> Any:
-    opener = _DIRECT if _is_loopback(req.full_url) else _DEFAULT
+class _HTTPConnection(_ConnectTimeout, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_ConnectTimeout, http.client.HTTPSConnection):
+    pass
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, connect_timeout: float) -> None:
+        super().__init__()
+        self.connect_timeout = connect_timeout
+
+    def _connection(self, host: str, **kw: Any) -> http.client.HTTPConnection:
+        conn = _HTTPConnection(host, **kw)
+        conn.connect_timeout = self.connect_timeout
+        return conn
+
+    def http_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(self._connection, req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, connect_timeout: float) -> None:
+        super().__init__()
+        self.connect_timeout = connect_timeout
+
+    def _connection(self, host: str, **kw: Any) -> http.client.HTTPSConnection:
+        conn = _HTTPSConnection(host, **kw)
+        conn.connect_timeout = self.connect_timeout
+        return conn
+
+    def https_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(self._connection, req, context=self._context)
+
+
+def _opener(loopback: bool, connect_timeout: float) -> urllib.request.OpenerDirector:
+    handlers: list[Any] = [_HTTPHandler(connect_timeout), _HTTPSHandler(connect_timeout)]
+    if loopback:
+        handlers.append(urllib.request.ProxyHandler({}))  # never send loopback traffic through a proxy
+    return urllib.request.build_opener(*handlers)
+
+
+def _open(req: urllib.request.Request, timeout: float | tuple[float, float] | None) -> Any:
+    """Send ``req``; ``timeout`` is the read timeout (None: the default; the connect timeout comes from
+    :func:`timeouts`) or a ``(connect, read)`` pair. HTTP errors become typed :class:`HubError`; a hub
+    that cannot be reached, or that stops answering, ``HubUnavailable``."""
+    connect, read = timeout if isinstance(timeout, tuple) else timeouts(timeout)
+    opener = _opener(_is_loopback(req.full_url), min(connect, read))
     try:
-        return opener.open(req, timeout=timeout)
+        return opener.open(req, timeout=read)
     except urllib.error.HTTPError as e:
         raise _to_hub_error(e) from None
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
@@ -122,7 +227,7 @@ def _request(
     body: Any = None,
     data: Any = None,
     headers: dict[str, str] | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | tuple[float, float] | None = None,
 ) -> Any:
     hdrs = _headers(token, **(headers or {}))
     if body is not None:
@@ -225,7 +330,7 @@ def _push(
                 token=tok,
                 data=_chunks(src, bar),
                 headers={"Content-Length": str(sizes[sha]), "Content-Type": "application/octet-stream"},
-                timeout=max(DEFAULT_TIMEOUT, 300.0),
+                timeout=max(timeouts()[1], 300.0),  # the hub hashes and fsyncs the blob before it answers
             )
     finally:
         if bar is not None:
@@ -353,7 +458,12 @@ def create_tag(
 
 
 def resolve(
-    repo_id: str, revision: str = "main", *, endpoint: str | None = None, token: str | None = None
+    repo_id: str,
+    revision: str = "main",
+    *,
+    endpoint: str | None = None,
+    token: str | None = None,
+    timeout: float | tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """Resolve a branch, tag or commit id of ``repo_id``.
 
@@ -363,19 +473,48 @@ def resolve(
     """
     ep = default_endpoint(endpoint)
     check_revision(revision)
-    return _request("GET", f"{_repo_url(ep, repo_id)}/revision/{quote(revision, safe='')}", token=_token(token))
+    return _request(
+        "GET",
+        f"{_repo_url(ep, repo_id)}/revision/{quote(revision, safe='')}",
+        token=_token(token),
+        timeout=timeout,
+    )
 
 
 def list_repos(endpoint: str | None = None, token: str | None = None) -> list[dict[str, Any]]:
-    """Repositories visible with ``token`` (private ones need a valid token).
+    """Repositories visible with ``token`` (private ones need a token that may read them).
 
     Each item: ``{"repo_id", "private", "created_at", "sha", "last_modified", "branches", "tags"}``.
     """
     return _request("GET", f"{default_endpoint(endpoint)}/api/tw/repos", token=_token(token))
 
 
+# ---------------------------------------------------------------------- the download cache
+#
+# CACHE/blobs/<sha256>                              file contents, named by their sha256, verified on every read
+# CACHE/trees/<endpoint key>/<owner>/<name>/<commit>.json   file lists of commits, per hub and repository
+# CACHE/refs/<endpoint key>/<owner>/<name>/<revision>       last commit a branch or tag resolved to
+#
+# A file list is only ever looked up under the hub and repository it came from, so what one hub says about
+# a commit id never answers for another hub; a blob is served only after its bytes hash to the name the
+# (hub, repository, commit) file list gives it, so a tampered or truncated blob is never served.
+
+
+def _mkdir_private(path: Path) -> None:
+    """``mkdir -p`` whose new folders (parents included) are 0700: cached weights and file lists are the cluster
+    user's own."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:  # bounded by the path's depth
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=0o700)
+
+
 def _write_json_atomic(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _mkdir_private(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(obj))
     os.replace(tmp, path)
@@ -388,14 +527,30 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+def _endpoint_key(endpoint: str) -> str:
+    return hashlib.sha256(normalize_endpoint(endpoint).encode()).hexdigest()[:16]
+
+
 def _ref_file(cache: Path, endpoint: str, repo_id: str, revision: str) -> Path:
-    key = hashlib.sha256(endpoint.encode()).hexdigest()[:16]
-    return cache / "refs" / key / repo_id / quote(revision, safe="")
+    return cache / "refs" / _endpoint_key(endpoint) / repo_id.lower() / quote(revision, safe="")
+
+
+def _tree_file(cache: Path, endpoint: str, repo_id: str, commit: str) -> Path:
+    return cache / "trees" / _endpoint_key(endpoint) / repo_id.lower() / f"{commit}.json"
+
+
+def _read_tree(cache: Path, endpoint: str, repo_id: str, commit: str) -> dict[str, Any] | None:
+    tree = _read_json(_tree_file(cache, endpoint, repo_id, commit))
+    if not isinstance(tree, dict) or not isinstance(tree.get("files"), dict):
+        return None
+    if str(tree.get("repo_id", "")).lower() != repo_id.lower() or tree.get("commit", commit) != commit:
+        return None
+    return tree
 
 
 @contextlib.contextmanager
 def _locked(lock_path: Path) -> Iterator[None]:
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    _mkdir_private(lock_path.parent)
     with open(lock_path, "a+b") as fh:
         try:
             import fcntl
@@ -453,7 +608,17 @@ class _HashWriter:
             raise self.error
 
 
-def _download(url: str, dest: Path, sha256: str, size: int, *, token: str | None, progress: bool, desc: str) -> None:
+def _download(
+    url: str,
+    dest: Path,
+    sha256: str,
+    size: int,
+    *,
+    token: str | None,
+    progress: bool,
+    desc: str,
+    timeout: float | tuple[float, float] | None = None,
+) -> None:
     part = dest.with_name(dest.name + ".incomplete")
     have = part.stat().st_size if part.exists() else 0
     if have > size:
@@ -470,7 +635,7 @@ def _download(url: str, dest: Path, sha256: str, size: int, *, token: str | None
             headers["Range"] = f"bytes={have}-"
         req = urllib.request.Request(url, headers=headers, method="GET")
         bar = None
-        with _open(req, max(DEFAULT_TIMEOUT, 300.0)) as resp:
+        with _open(req, timeout) as resp:
             if resp.status == 200 and have:
                 have = 0  # the server ignored Range: start over
                 h = hashlib.sha256()
@@ -514,6 +679,42 @@ def _download(url: str, dest: Path, sha256: str, size: int, *, token: str | None
     os.replace(part, dest)
 
 
+def _read_verified(dest: Path, sha256: str, size: int, *, into_memory: bool) -> Any:
+    """The cached blob's bytes if they hash to ``sha256`` (a private copy when ``into_memory``, else True);
+    None when the file is missing, of the wrong size or tampered with (a tampered file is removed)."""
+    try:
+        f = open(dest, "rb")  # noqa: SIM115 - closed below
+    except OSError:
+        return None
+    with f:
+        if os.fstat(f.fileno()).st_size != size:
+            bad = True
+        else:
+            h = hashlib.sha256()
+            buf = None
+            if into_memory:
+                import numpy as np
+
+                buf = np.empty(size, dtype=np.uint8)
+                view = memoryview(buf)
+                got = 0
+                while got < size:  # bounded by the size checked above
+                    n = f.readinto(view[got : got + DOWNLOAD_CHUNK])
+                    if not n:
+                        break
+                    h.update(view[got : got + n])
+                    got += n
+            else:
+                for chunk in iter(lambda: f.read(DOWNLOAD_CHUNK), b""):
+                    h.update(chunk)
+            bad = h.hexdigest() != sha256
+    if bad:  # poisoned or truncated: never serve it; drop it so that it is fetched again
+        with contextlib.suppress(OSError):
+            dest.unlink()
+        return None
+    return buf if into_memory else True
+
+
 def fetch(
     repo_id: str,
     path: str,
@@ -524,19 +725,27 @@ def fetch(
     cache_dir: str | os.PathLike | None = None,
     progress: bool = False,
     into_memory: bool = False,
-) -> Path:
-    """Download one file of a revision into the local sha256-keyed cache and return its path.
+    revalidate: bool = False,
+    timeout: float | tuple[float, float] | None = None,
+) -> Any:
+    """Download one file of a revision into the local cache and return its path.
 
-    The cache (``cache_dir``, else ``$TENSORWIRE_HUB_CACHE``, else ``~/.cache/tensorwire/hub``)
-    holds ``blobs/<sha256>`` plus the file lists of the commits seen. A file already cached is
-    returned without downloading; a commit-id ``revision`` already seen needs no request at
-    all, and a branch or tag falls back on the last commit it resolved to if the hub is
-    unreachable. Partial downloads resume with ``Range``; the bytes are verified against the
-    sha256 before being moved into place atomically (``HashMismatch`` otherwise).
+    The cache (``cache_dir``, else ``$TENSORWIRE_HUB_CACHE``, else ``~/.cache/tensorwire/hub``, created 0700)
+    holds ``blobs/<sha256>`` plus the file lists of the commits seen, keyed by hub endpoint, repository and
+    commit. A cached file is served only after its bytes hash to its sha256 (on every read); a file that
+    does not is removed and downloaded again. A commit-id ``revision`` already seen on this endpoint needs
+    no request at all (unless ``revalidate``), and a branch or tag falls back on the last commit it resolved
+    to if the hub is unreachable. Partial downloads resume with ``Range``; the bytes are verified against
+    the sha256 before being moved into place atomically (``HashMismatch`` otherwise).
 
-    ``into_memory=True`` returns the verified bytes instead of a path (a read-only map of the cached file, or
-    a buffer downloaded into memory that a background thread also writes into the cache): a worker loading
-    weights then waits for the network and the hash, not for the disk.
+    ``revalidate=True`` always asks the hub for the revision with ``token`` (so the hub decides, on every
+    call, whether this token may read the repository) and never falls back on cached file lists; workers
+    loading for a client use it. ``timeout`` is the read timeout or a ``(connect, read)`` pair (see
+    :func:`timeouts`).
+
+    ``into_memory=True`` returns the verified bytes (a numpy ``uint8`` array) instead of a path: read from the
+    cache, or downloaded into memory while a background thread also writes them into the cache, so a
+    worker loading weights waits for the network and the hash, not for the disk.
     """
     check_repo_id(repo_id)
     check_file_path(path)
@@ -546,25 +755,32 @@ def fetch(
     cache = default_cache_dir(cache_dir)
     tree: dict[str, Any] | None = None
     commit: str | None = revision if COMMIT_RE.fullmatch(revision) else None
-    if commit is not None:
-        tree = _read_json(cache / "trees" / f"{commit}.json")
+    if commit is not None and not revalidate:
+        tree = _read_tree(cache, ep, repo_id, commit)
     if tree is None:
         try:
-            meta = resolve(repo_id, revision, endpoint=ep, token=tok)
+            meta = resolve(repo_id, revision, endpoint=ep, token=tok, timeout=timeout)
         except HubUnavailable:
+            if revalidate:
+                raise
             if commit is None:
                 cached = _read_json(_ref_file(cache, ep, repo_id, revision))
                 commit = cached if isinstance(cached, str) and COMMIT_RE.fullmatch(cached) else None
-            tree = _read_json(cache / "trees" / f"{commit}.json") if commit else None
+            tree = _read_tree(cache, ep, repo_id, commit) if commit else None
             if tree is None:
                 raise
         else:
+            if not isinstance(meta, dict) or not COMMIT_RE.fullmatch(str(meta.get("commit"))):
+                raise HubError(f"the hub at {ep} answered a malformed revision for {repo_id}@{revision}")
+            if commit is not None and meta["commit"] != commit:
+                raise HubError(f"the hub at {ep} answered commit {meta['commit']} for revision {commit}")
             commit = meta["commit"]
             tree = {
-                "repo_id": meta["repo_id"],
+                "repo_id": repo_id,
+                "commit": commit,
                 "files": {f["path"]: [f["sha256"], f["size"]] for f in meta["files"]},
             }
-            _write_json_atomic(cache / "trees" / f"{commit}.json", tree)
+            _write_json_atomic(_tree_file(cache, ep, repo_id, commit), tree)
             if revision != commit:
                 _write_json_atomic(_ref_file(cache, ep, repo_id, revision), commit)
     assert tree is not None and commit is not None
@@ -572,30 +788,34 @@ def fetch(
     if entry is None:
         raise EntryNotFound(f"{path!r} not found in {repo_id} at revision {commit}")
     sha256, size = str(entry[0]), int(entry[1])
+    if not SHA256_RE.fullmatch(sha256) or size < 0:
+        raise HubError(f"the file list of {repo_id}@{commit} names {path!r} with a malformed sha256 or size")
     blobs = cache / "blobs"
     dest = blobs / sha256
     url = f"{ep}/{repo_id}/resolve/{commit}/{quote(path)}"
     if into_memory:
-        return _fetch_to_memory(url, dest, sha256, size, tok)
-    if dest.is_file() and dest.stat().st_size == size:
+        return _fetch_to_memory(url, dest, sha256, size, tok, timeout)
+    if _read_verified(dest, sha256, size, into_memory=False):
         return dest
-    blobs.mkdir(parents=True, exist_ok=True)
+    _mkdir_private(blobs)
     with _locked(blobs / f"{sha256}.lock"):
-        if dest.is_file() and dest.stat().st_size == size:
+        if _read_verified(dest, sha256, size, into_memory=False):
             return dest
-        _download(url, dest, sha256, size, token=tok, progress=progress, desc=path.rsplit("/", 1)[-1])
+        _download(url, dest, sha256, size, token=tok, progress=progress, desc=path.rsplit("/", 1)[-1], timeout=timeout)
     return dest
 
 
-def _fetch_to_memory(url: str, dest: Path, sha256: str, size: int, token: str | None):
-    """The file's bytes: mapped from the cache, or downloaded into memory, verified, and returned at once
-    while a background thread writes them into the cache (so a loader need not wait for the disk)."""
-    import mmap
+def _fetch_to_memory(
+    url: str, dest: Path, sha256: str, size: int, token: str | None, timeout: float | tuple[float, float] | None
+):
+    """The file's verified bytes: read from the cache (and hashed), or downloaded into memory, verified, and
+    returned at once while a background thread writes them into the cache (so a loader need not wait for
+    the disk)."""
     import threading
 
-    if dest.is_file() and dest.stat().st_size == size:
-        with open(dest, "rb") as f:
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    cached = _read_verified(dest, sha256, size, into_memory=True)
+    if cached is not None:
+        return cached
     import numpy as np
 
     buf = np.empty(size, dtype=np.uint8)  # not bytearray(size): no memset of memory about to be overwritten
@@ -603,16 +823,15 @@ def _fetch_to_memory(url: str, dest: Path, sha256: str, size: int, token: str | 
     h = hashlib.sha256()
     headers = _headers(token, **{"Accept-Encoding": "identity"})
     got = 0
-    with _open(urllib.request.Request(url, headers=headers), max(DEFAULT_TIMEOUT, 300.0)) as resp, \
-            _HashWriter(h, None) as sink:
+    with _open(urllib.request.Request(url, headers=headers), timeout) as resp, _HashWriter(h, None) as sink:
         while got < size:  # bounded by the announced size
             try:
-                n = resp.readinto(view[got:got + DOWNLOAD_CHUNK])
+                n = resp.readinto(view[got : got + DOWNLOAD_CHUNK])
             except (OSError, ValueError) as e:
                 raise HubUnavailable(f"download of {url} interrupted: {e}") from None
             if not n:
                 break
-            sink.put(view[got:got + n])
+            sink.put(view[got : got + n])
             got += n
     if got < size:
         raise HubUnavailable(f"download of {url} ended {size - got} bytes early")
@@ -622,7 +841,7 @@ def _fetch_to_memory(url: str, dest: Path, sha256: str, size: int, token: str | 
 
     def write_cache() -> None:  # best effort: the bytes are verified and already in use
         try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            _mkdir_private(dest.parent)
             with _locked(dest.parent / f"{sha256}.lock"):
                 if dest.is_file() and dest.stat().st_size == size:
                     return

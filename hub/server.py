@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, BinaryIO
 from urllib.parse import parse_qs, quote, unquote
@@ -42,7 +43,12 @@ log = logging.getLogger("tensorwire.hub")
 READY_MARKER = "TENSORWIRE-READY"
 MAX_JSON_BODY = 16 << 20
 DRAIN_LIMIT = 1 << 20
-MAX_THREADS = 256
+#: connections open at once; when full, the connection idle the longest (waiting for a request) is closed
+MAX_CONNECTIONS = 256
+#: seconds from when the hub starts waiting for a request (new or kept-alive connection) to its complete head
+HEADER_TIMEOUT = 15.0
+#: seconds of silence allowed while a request's body is read or its response written
+BODY_TIMEOUT = 30.0
 MAX_LIST = 10_000
 MAX_CARD_BYTES = 64 * 1024
 MAX_CONFIG_BYTES = 1 << 20
@@ -149,18 +155,45 @@ def _parse_card(text: str) -> dict[str, Any]:
 
 
 class HubHTTPServer(ThreadingHTTPServer):
-    """``ThreadingHTTPServer`` carrying the :class:`Storage`, with a bound on live threads."""
+    """``ThreadingHTTPServer`` carrying the :class:`Storage`, with per-connection timeouts and a connection cap.
+
+    Each connection is *idle* while the hub waits for a request on it (a new connection, a kept-alive one, or a
+    client still sending the request head) and *busy* while a request is served. An idle connection must deliver a
+    complete request head within ``header_timeout`` seconds, however slowly it trickles bytes (a reaper thread
+    closes it otherwise); a busy one may stay silent at most ``body_timeout`` seconds per read or write. At most
+    ``max_connections`` are open: a new connection beyond that closes the connection idle the longest, so idle or
+    half-open connections can never starve real requests; only when every connection is busy does the accept loop
+    wait for one to finish (the kernel's listen backlog holds the newcomers meanwhile).
+    """
 
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], storage: Storage, *, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        storage: Storage,
+        *,
+        quiet: bool = False,
+        max_connections: int = MAX_CONNECTIONS,
+        header_timeout: float = HEADER_TIMEOUT,
+        body_timeout: float = BODY_TIMEOUT,
+    ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
+        if max_connections < 1 or header_timeout <= 0 or body_timeout <= 0:
+            raise ValueError("max_connections, header_timeout and body_timeout must be positive")
         self.storage = storage
         self.quiet = quiet
-        self._slots = threading.BoundedSemaphore(MAX_THREADS)
+        self.max_connections = max_connections
+        self.header_timeout = header_timeout
+        self.body_timeout = body_timeout
+        self._conns: dict[Any, float | None] = {}  # socket -> deadline of its request head; None while busy
+        self._cond = threading.Condition()
+        self._closing = threading.Event()
         super().__init__(address, HubHandler)
+        self._reaper = threading.Thread(target=self._reap, name="tw-hub-reaper", daemon=True)
+        self._reaper.start()
 
     @property
     def url(self) -> str:
@@ -174,19 +207,82 @@ class HubHTTPServer(ThreadingHTTPServer):
             host = f"[{host}]"
         return f"http://{host}:{port}"
 
+    # ------------------------------------------------------------------ connection bookkeeping
+
+    def connection_count(self) -> int:
+        """Connections open now (idle and busy)."""
+        with self._cond:
+            return len(self._conns)
+
+    @staticmethod
+    def _drop(sock: Any) -> None:
+        """Wake the connection's thread (its blocked read returns end-of-file) so that it closes."""
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def _evict_idle(self) -> bool:
+        """Close the connection idle the longest (caller holds ``_cond``); False if every one is busy."""
+        idle = [(deadline, i, sock) for i, (sock, deadline) in enumerate(self._conns.items()) if deadline is not None]
+        if not idle:
+            return False
+        sock = min(idle)[2]
+        del self._conns[sock]  # no longer counted; its thread sees end-of-file and ends
+        self._drop(sock)
+        return True
+
+    def waiting_for_request(self, sock: Any) -> None:
+        """The connection waits for a request head: it must arrive within ``header_timeout``."""
+        with self._cond:
+            if sock in self._conns:
+                self._conns[sock] = time.monotonic() + self.header_timeout
+
+    def request_started(self, sock: Any) -> None:
+        """A complete request head arrived: the connection is busy (never evicted, no head deadline)."""
+        with self._cond:
+            if sock in self._conns:
+                self._conns[sock] = None
+
+    def _reap(self) -> None:
+        """Close idle connections whose request head is overdue (runs until the server closes)."""
+        tick = min(0.5, self.header_timeout / 4)
+        while not self._closing.wait(tick):
+            now = time.monotonic()
+            with self._cond:
+                late = [s for s, d in self._conns.items() if d is not None and d <= now]
+                for sock in late:
+                    del self._conns[sock]
+                    self._drop(sock)
+                if late:
+                    self._cond.notify_all()
+
     def process_request(self, request: Any, client_address: Any) -> None:  # noqa: D401
-        self._slots.acquire()  # back-pressure: at most MAX_THREADS connections served at once
+        with self._cond:
+            while len(self._conns) >= self.max_connections and not self._closing.is_set():
+                if not self._evict_idle():
+                    self._cond.wait(1.0)  # every connection is busy: back-pressure until one finishes
+            self._conns[request] = time.monotonic() + self.header_timeout
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._forget(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._forget(request)
+
+    def _forget(self, sock: Any) -> None:
+        with self._cond:
+            if self._conns.pop(sock, 0) != 0:
+                self._cond.notify_all()
+
+    def server_close(self) -> None:
+        self._closing.set()
+        with self._cond:
+            self._cond.notify_all()
+        super().server_close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("connection error from %s", client_address, exc_info=True)
@@ -198,8 +294,23 @@ class HubHandler(BaseHTTPRequestHandler):
     server: HubHTTPServer
     protocol_version = "HTTP/1.1"
     server_version = "tensorwire-hub/0.1"
-    timeout = 60  # seconds of socket inactivity (also between keep-alive requests) before dropping
+    timeout = BODY_TIMEOUT  # seconds of silence per read or write (the server's body_timeout replaces it)
     default_request_version = "HTTP/1.0"  # so that even unparsable requests get a status line
+
+    def setup(self) -> None:
+        self.timeout = self.server.body_timeout
+        super().setup()
+
+    def handle_one_request(self) -> None:
+        """One request; its head must arrive within the server's ``header_timeout`` (see :class:`HubHTTPServer`)."""
+        self.server.waiting_for_request(self.connection)
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if ok:
+            self.server.request_started(self.connection)
+        return ok
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Errors raised by ``http.server`` itself (bad request line, headers...) as JSON, then close."""
@@ -345,22 +456,31 @@ class HubHandler(BaseHTTPRequestHandler):
                 self._token_cache = (True, self.storage.check_token(value.strip()))
         return self._token_cache
 
-    def _require_write(self) -> Token:
+    def _require_write(self, repo_id: str | None) -> Token:
+        """The caller's token if it may write ``repo_id`` (None: any repository, as blob uploads need);
+        ``Unauthorized`` without a known token, ``Forbidden`` when the token lacks the grant."""
         presented, token = self._token()
         if not presented:
             raise Unauthorized("this route needs 'Authorization: Bearer <token>' with write access")
         if token is None:
             raise Unauthorized("Invalid credentials in Authorization header")
-        if not token.write:
-            raise Forbidden(f"token {token.name!r} is read-only; this route needs write access")
+        if repo_id is None:
+            if not token.can_write_somewhere():
+                raise Forbidden(f"token {token.name!r} is read-only; this route needs write access")
+        elif not token.can_write(repo_id):
+            raise Forbidden(f"token {token.name!r} may not write {repo_id}")
         return token
 
-    def _can_read_private(self) -> bool:
-        return self._token()[1] is not None
+    def _can_read(self, repo: Repo) -> bool:
+        """Whether the caller may read ``repo``: public ones, or private ones its token's scopes cover."""
+        if not repo.private:
+            return True
+        token = self._token()[1]
+        return token is not None and token.can_read(repo.name)
 
     def _readable_repo(self, repo_id: str) -> Repo:
         repo = self.storage.get_repo(repo_id)
-        if repo is None or (repo.private and not self._can_read_private()):
+        if repo is None or not self._can_read(repo):
             # A private repo the caller may not read answers exactly like a missing one.
             raise RepositoryNotFound(f"repository {repo_id} not found")
         return repo
@@ -552,11 +672,10 @@ class HubHandler(BaseHTTPRequestHandler):
         search = (q.get("search") or "").lower()
         author = q.get("author") or ""
         full = q.get("full", "").lower() in ("1", "true")
-        private_ok = self._can_read_private()
         repos = [
             r
             for r in self.storage.list_repos()
-            if (private_ok or not r.private)
+            if self._can_read(r)
             and (not search or search in r.name.lower())
             and (not author or r.name.split("/")[0].lower() == author.lower())
         ]
@@ -666,9 +785,22 @@ class HubHandler(BaseHTTPRequestHandler):
             {
                 "type": "user",
                 "name": token.name,
-                "auth": {"accessToken": {"role": "write" if token.write else "read"}},
+                "auth": {"accessToken": self._access_token_info(token)},
             }
         )
+
+    @staticmethod
+    def _access_token_info(token: Token) -> dict[str, Any]:
+        """``whoami``'s ``auth.accessToken``: the role and, for a fine-grained token, its scopes (HF's layout)."""
+        info: dict[str, Any] = {"displayName": token.name, "role": token.role}
+        if token.scopes is not None:
+            scoped = []
+            for sc in token.scopes:
+                perms = ["repo.content.read"] + (["repo.write"] if sc.access == "write" else [])
+                entity = {"type": "model", "name": sc.name} if sc.is_repo else {"type": "user", "name": sc.name}
+                scoped.append({"entity": entity, "permissions": perms})
+            info["fineGrained"] = {"scoped": scoped, "global": []}
+        return info
 
     def _base_url(self) -> str:
         host = self.headers.get("Host")
@@ -821,10 +953,9 @@ class HubHandler(BaseHTTPRequestHandler):
         raise NotFound(f"no route {self.path.partition('?')[0]}")
 
     def _tw_list_repos(self) -> None:
-        private_ok = self._can_read_private()
         out = []
         for r in self.storage.list_repos():
-            if r.private and not private_ok:
+            if not self._can_read(r):
                 continue
             refs = self.storage.refs(r)
             head = self.storage.head(r, "main") or self.storage.latest_commit(r)
@@ -842,9 +973,10 @@ class HubHandler(BaseHTTPRequestHandler):
         self._send_json(out)
 
     def _tw_create_repo(self) -> None:
-        self._require_write()
+        self._require_write(None)
         body = self._json_object()
         repo_id = check_repo_id(body.get("repo_id"))
+        self._require_write(repo_id)
         private = body.get("private", False)
         if not isinstance(private, bool):
             raise BadRequest("private must be a boolean")
@@ -855,7 +987,7 @@ class HubHandler(BaseHTTPRequestHandler):
         )
 
     def _tw_missing(self) -> None:
-        self._require_write()
+        self._require_write(None)
         body = self._json_object()
         digests = body.get("sha256")
         if not isinstance(digests, list) or len(digests) > 100_000:
@@ -864,7 +996,7 @@ class HubHandler(BaseHTTPRequestHandler):
         self._send_json({"missing": missing, "max_blob_size": self.storage.max_blob_size})
 
     def _tw_put_blob(self, raw_digest: str) -> None:
-        self._require_write()
+        self._require_write(None)
         digest = check_sha256(_unq(raw_digest))
         if self.headers.get("Content-Length") is None:
             raise LengthRequired("blob uploads need Content-Length")
@@ -895,7 +1027,7 @@ class HubHandler(BaseHTTPRequestHandler):
         )
 
     def _tw_commit(self, repo_id: str, branch: str) -> None:
-        self._require_write()
+        self._require_write(repo_id)
         check_ref_name(branch)
         body = self._json_object()
         repo = self.storage.get_repo(repo_id)
@@ -914,7 +1046,7 @@ class HubHandler(BaseHTTPRequestHandler):
         self._send_json({"repo_id": repo.name, "branch": branch, "commit": commit.id, "parent": commit.parent}, 201)
 
     def _tw_tag(self, repo_id: str) -> None:
-        self._require_write()
+        self._require_write(repo_id)
         body = self._json_object()
         tag = check_ref_name(body.get("tag"))
         revision = check_revision(body.get("revision", "main"))
@@ -922,7 +1054,7 @@ class HubHandler(BaseHTTPRequestHandler):
         self._send_json({"repo_id": repo_id, "tag": tag, "commit": commit.id}, 201)
 
     def _tw_settings(self, repo_id: str) -> None:
-        self._require_write()
+        self._require_write(repo_id)
         body = self._json_object()
         private = body.get("private")
         if not isinstance(private, bool):
@@ -934,9 +1066,15 @@ class HubHandler(BaseHTTPRequestHandler):
 # ---------------------------------------------------------------------- entry points
 
 
-def create_token(root: str | os.PathLike, name: str = "default", write: bool = True) -> str:
-    """Create an API token in the hub stored at ``root`` and return it (it is stored hashed)."""
-    return Storage(root).create_token(name, write)
+def create_token(
+    root: str | os.PathLike, name: str = "default", write: bool = True, scopes: list[str] | None = None
+) -> str:
+    """Create an API token in the hub stored at ``root`` and return it (it is stored hashed).
+
+    ``scopes`` (e.g. ``["write:acme", "read:other/model"]``) makes a fine-grained token limited to those
+    namespaces and repositories; without it the token is global (read, and write when ``write``).
+    """
+    return Storage(root).create_token(name, write, scopes)
 
 
 def make_server(
@@ -946,11 +1084,21 @@ def make_server(
     *,
     max_blob_size: int = DEFAULT_MAX_BLOB,
     quiet: bool = False,
+    max_connections: int = MAX_CONNECTIONS,
+    header_timeout: float = HEADER_TIMEOUT,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> HubHTTPServer:
     """Open the store at ``root`` and bind the HTTP server (not serving yet; call ``serve_forever``)."""
     storage = Storage(root, max_blob_size=max_blob_size)
     storage.clean_tmp()  # no upload can be in flight before we listen
-    return HubHTTPServer((host, port), storage, quiet=quiet)
+    return HubHTTPServer(
+        (host, port),
+        storage,
+        quiet=quiet,
+        max_connections=max_connections,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+    )
 
 
 def serve(
@@ -961,9 +1109,21 @@ def serve(
     max_blob_size: int = DEFAULT_MAX_BLOB,
     quiet: bool = False,
     ready_stream: Any = None,
+    max_connections: int = MAX_CONNECTIONS,
+    header_timeout: float = HEADER_TIMEOUT,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> int:
     """Serve the hub until SIGTERM/SIGINT; prints the ``TENSORWIRE-READY`` line once listening."""
-    server = make_server(root, host, port, max_blob_size=max_blob_size, quiet=quiet)
+    server = make_server(
+        root,
+        host,
+        port,
+        max_blob_size=max_blob_size,
+        quiet=quiet,
+        max_connections=max_connections,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+    )
     stopping = threading.Event()
 
     def _stop(signum: int, frame: Any) -> None:

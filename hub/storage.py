@@ -34,7 +34,15 @@ from pathlib import Path
 from typing import BinaryIO
 
 from . import safetensors_check
-from ._validate import COMMIT_RE, check_file_path, check_ref_name, check_repo_id, check_sha256, check_tree
+from ._validate import (
+    COMMIT_RE,
+    check_file_path,
+    check_namespace,
+    check_ref_name,
+    check_repo_id,
+    check_sha256,
+    check_tree,
+)
 from .errors import (
     BadRequest,
     Conflict,
@@ -46,7 +54,7 @@ from .errors import (
     RevisionNotFound,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: tokens.scopes
 CHUNK = 1 << 20
 MAX_FILES_PER_COMMIT = 100_000
 MAX_MESSAGE = 64 * 1024
@@ -88,7 +96,8 @@ CREATE TABLE IF NOT EXISTS tokens (
     name TEXT NOT NULL,
     hash TEXT NOT NULL UNIQUE,
     write INTEGER NOT NULL,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    scopes TEXT
 );
 """
 
@@ -128,12 +137,79 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+ACCESS = ("read", "write")
+MAX_SCOPES = 100
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One grant of a fine-grained token: ``access`` ("read" or "write", which includes read) on a namespace
+    (every repository ``name/*``) or on one repository ``owner/name``. Names compare case-insensitively, as
+    repository ids do."""
+
+    access: str
+    name: str
+
+    @property
+    def is_repo(self) -> bool:
+        """Whether the scope names one repository (else a namespace)."""
+        return "/" in self.name
+
+    def covers(self, repo_id: str) -> bool:
+        """Whether ``repo_id`` is this repository, or in this namespace."""
+        rid = repo_id.lower()
+        return rid == self.name.lower() if self.is_repo else rid.split("/", 1)[0] == self.name.lower()
+
+    def __str__(self) -> str:
+        return f"{self.access}:{self.name}"
+
+
+def parse_scope(text: object) -> Scope:
+    """``"write:acme"`` (namespace) or ``"read:acme/bert"`` (repository) as a :class:`Scope`; ``BadRequest``
+    if it is neither."""
+    if not isinstance(text, str) or ":" not in text:
+        raise BadRequest(
+            f"a token scope is 'read:NAMESPACE', 'write:NAMESPACE', 'read:OWNER/REPO' or "
+            f"'write:OWNER/REPO', got {str(text)!r:.200}"
+        )
+    access, _, name = text.partition(":")
+    if access not in ACCESS:
+        raise BadRequest(f"token scope access must be 'read' or 'write', got {access!r:.50}")
+    name = check_repo_id(name) if "/" in name else check_namespace(name)
+    return Scope(access, name)
+
+
 @dataclass(frozen=True)
 class Token:
-    """A known API token (its name and whether it may write)."""
+    """A known API token: its name and what it may do.
+
+    A *global* token (``scopes`` is None) reads every repository and, when ``write``, writes every one (the
+    Hugging Face Hub's "read" and "write" roles). A *fine-grained* token (``scopes`` set) may read the
+    repositories its scopes cover and write those covered by a ``write`` scope, nothing else.
+    """
 
     name: str
     write: bool
+    scopes: tuple[Scope, ...] | None = None
+
+    def can_read(self, repo_id: str) -> bool:
+        """Whether this token may read ``repo_id`` (private or not)."""
+        return self.scopes is None or any(s.covers(repo_id) for s in self.scopes)
+
+    def can_write(self, repo_id: str) -> bool:
+        """Whether this token may push to, tag, create or change the settings of ``repo_id``."""
+        if self.scopes is None:
+            return self.write
+        return any(s.access == "write" and s.covers(repo_id) for s in self.scopes)
+
+    def can_write_somewhere(self) -> bool:
+        """Whether this token may write any repository at all (needed to upload blobs)."""
+        return self.write if self.scopes is None else any(s.access == "write" for s in self.scopes)
+
+    @property
+    def role(self) -> str:
+        """``"read"``, ``"write"`` or ``"fineGrained"``, as the Hugging Face Hub names token kinds."""
+        return "fineGrained" if self.scopes is not None else "write" if self.write else "read"
 
 
 @dataclass(frozen=True)
@@ -182,7 +258,14 @@ class Storage:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(_SCHEMA)
-            db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            columns = {row[1] for row in db.execute("PRAGMA table_info(tokens)")}
+            if "scopes" not in columns:  # a store made by schema 1: its tokens stay global
+                db.execute("ALTER TABLE tokens ADD COLUMN scopes TEXT")
+            db.execute(
+                "INSERT INTO meta(key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (str(SCHEMA_VERSION),),
+            )
 
     # ------------------------------------------------------------------ plumbing
 
@@ -219,15 +302,31 @@ class Storage:
 
     # ------------------------------------------------------------------ tokens
 
-    def create_token(self, name: str, write: bool = True) -> str:
-        """Create an API token, store its sha256 and return the token (shown once)."""
+    def create_token(self, name: str, write: bool = True, scopes: list[str] | None = None) -> str:
+        """Create an API token, store its sha256 and return the token (shown once).
+
+        Without ``scopes`` the token is global: it reads everything, and writes everything when ``write``. With
+        ``scopes`` (``["write:acme", "read:other/model"]``, see :func:`parse_scope`) it is fine-grained and may
+        do only what they grant; ``write`` must then be left at its default.
+        """
         if not isinstance(name, str) or not 0 < len(name) <= 200:
             raise BadRequest("token name must be 1 to 200 characters")
+        parsed: list[Scope] | None = None
+        if scopes is not None:
+            if not isinstance(scopes, list) or not 0 < len(scopes) <= MAX_SCOPES:
+                raise BadRequest(f"a fine-grained token needs 1 to {MAX_SCOPES} scopes")
+            parsed = [parse_scope(x) for x in scopes]
         token = "tw_" + secrets.token_urlsafe(32)
         with self._transaction() as db:
             db.execute(
-                "INSERT INTO tokens(name, hash, write, created_at) VALUES (?, ?, ?, ?)",
-                (name, hash_token(token), int(bool(write)), now_iso()),
+                "INSERT INTO tokens(name, hash, write, created_at, scopes) VALUES (?, ?, ?, ?, ?)",
+                (
+                    name,
+                    hash_token(token),
+                    int(bool(write) and parsed is None),
+                    now_iso(),
+                    json.dumps([str(x) for x in parsed]) if parsed is not None else None,
+                ),
             )
         return token
 
@@ -236,8 +335,16 @@ class Storage:
         if not token or len(token) > 1000:
             return None
         with self._connect() as db:
-            row = db.execute("SELECT name, write FROM tokens WHERE hash = ?", (hash_token(token),)).fetchone()
-        return Token(row[0], bool(row[1])) if row else None
+            row = db.execute("SELECT name, write, scopes FROM tokens WHERE hash = ?", (hash_token(token),)).fetchone()
+        if row is None:
+            return None
+        scopes: tuple[Scope, ...] | None = None
+        if row[2] is not None:
+            try:
+                scopes = tuple(parse_scope(x) for x in json.loads(row[2]))
+            except (ValueError, TypeError, BadRequest):
+                return None  # an unreadable grant grants nothing
+        return Token(row[0], bool(row[1]), scopes)
 
     # ------------------------------------------------------------------ repos
 
@@ -565,4 +672,15 @@ class Storage:
         return Repo(repo.id, repo.name, bool(private), repo.created_at)
 
 
-__all__ = ["Storage", "Token", "Repo", "Commit", "FileEntry", "git_oid", "lfs_pointer", "now_iso"]
+__all__ = [
+    "Storage",
+    "Token",
+    "Scope",
+    "parse_scope",
+    "Repo",
+    "Commit",
+    "FileEntry",
+    "git_oid",
+    "lfs_pointer",
+    "now_iso",
+]

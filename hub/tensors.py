@@ -53,12 +53,22 @@ def remote_header(endpoint: str, repo_id: str, commit: str, path: str, token: st
     return header
 
 
-def load_state_dict(repo_id: str, revision: str = "main", *, device=None, endpoint: str | None = None,
-                    token: str | None = None, session=None, files: list[str] | None = None) -> dict:
+def load_state_dict(
+    repo_id: str,
+    revision: str = "main",
+    *,
+    device=None,
+    endpoint: str | None = None,
+    token: str | None = None,
+    session=None,
+    files: list[str] | None = None,
+) -> dict:
     """Tensors of every ``*.safetensors`` file of a hub repository, loaded by the worker of ``device``.
 
-    Returns ``{name: tw.Tensor}``. The worker downloads each file from the hub itself; the bytes
-    never pass through this process. ``token`` falls back to ``TENSORWIRE_HUB_TOKEN``.
+    Returns ``{name: tw.Tensor}``. The worker downloads each file from the cluster's hub itself (the one it was
+    configured with; an ``endpoint`` naming another hub is refused with ``Unauthorized``); the bytes never pass
+    through this process. ``token`` falls back to ``TENSORWIRE_HUB_TOKEN``; it is sent to the worker, which uses
+    it only towards the cluster's hub.
     """
     from tensorwire.context import current_session
     from tensorwire.protocol.safetensors_io import tensor_specs
@@ -79,8 +89,16 @@ def load_state_dict(repo_id: str, revision: str = "main", *, device=None, endpoi
     for path in names:
         header = remote_header(ep, repo_id, commit, path, tok)
         for name, (dt, shape, _, _) in tensor_specs(header).items():
-            attrs = {"endpoint": ep, "repo": repo_id, "commit": commit, "path": path, "name": name,
-                     "shape": list(shape), "dtype": dt.name}
+            attrs = {
+                "repo": repo_id,
+                "commit": commit,
+                "path": path,
+                "name": name,
+                "shape": list(shape),
+                "dtype": dt.name,
+            }
+            if endpoint:  # the worker loads from the cluster's hub only; an explicit other one is refused there
+                attrs["endpoint"] = endpoint
             if tok:
                 attrs["token"] = tok
             out[name] = s.record("hub_tensor", [], attrs, dev)
@@ -95,9 +113,20 @@ def _state_dict_of(obj) -> dict:
     raise TypeError(f"push() expects a module with state_dict() or a dict of tensors, got {type(obj).__name__}")
 
 
-def push(repo_id: str, obj, *, config: dict | None = None, endpoint: str | None = None, token: str | None = None,
-         revision: str = "main", message: str | None = None, private: bool = False, progress: bool = False,
-         filename: str = "model.safetensors", session=None) -> str:
+def push(
+    repo_id: str,
+    obj,
+    *,
+    config: dict | None = None,
+    endpoint: str | None = None,
+    token: str | None = None,
+    revision: str = "main",
+    message: str | None = None,
+    private: bool = False,
+    progress: bool = False,
+    filename: str = "model.safetensors",
+    session=None,
+) -> str:
     """Push a live module, a state dict, or a folder in Hugging Face layout; returns the commit id.
 
     Modules and state dicts are written as ``model.safetensors`` (plus ``config.json`` from ``config``
@@ -107,8 +136,16 @@ def push(repo_id: str, obj, *, config: dict | None = None, endpoint: str | None 
 
     ep = _session_endpoint(endpoint, session)
     if isinstance(obj, (str, os.PathLike)):
-        return push_folder(repo_id, obj, endpoint=ep, token=token, revision=revision, message=message,
-                           private=private, progress=progress)
+        return push_folder(
+            repo_id,
+            obj,
+            endpoint=ep,
+            token=token,
+            revision=revision,
+            message=message,
+            private=private,
+            progress=progress,
+        )
     import numpy as np
 
     from tensorwire.protocol.safetensors_io import save_bytes
@@ -121,12 +158,21 @@ def push(repo_id: str, obj, *, config: dict | None = None, endpoint: str | None 
         cfg = cfg.to_dict()
     if cfg is not None:
         files["config.json"] = json.dumps(cfg, indent=2, sort_keys=True).encode()
-    return push_files(repo_id, files, endpoint=ep, token=token, revision=revision, message=message,
-                      private=private, progress=progress)
+    return push_files(
+        repo_id, files, endpoint=ep, token=token, revision=revision, message=message, private=private, progress=progress
+    )
 
 
-def load(repo_id: str, revision: str = "main", *, device=None, endpoint: str | None = None, token: str | None = None,
-         session=None, strict: bool = True):
+def load(
+    repo_id: str,
+    revision: str = "main",
+    *,
+    device=None,
+    endpoint: str | None = None,
+    token: str | None = None,
+    session=None,
+    strict: bool = True,
+):
     """A ``tw.models`` model built from the repository's ``config.json`` with its weights, on ``device``.
 
     ``config.json``'s ``architectures``/``model_type`` chooses the class (``tw.models.for_config``); the
@@ -157,10 +203,11 @@ def load(repo_id: str, revision: str = "main", *, device=None, endpoint: str | N
     own = set(model.state_dict())
     prefix = f"{config.get('model_type', '')}."
     if prefix != "." and not own & set(state) and any(k.startswith(prefix) for k in state):
-        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}  # a task head's checkpoint
+        state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}  # a task head's checkpoint
     missing = sorted(own - set(state))
     if strict and missing:
-        raise KeyError(f"{repo_id}@{revision}: the checkpoint lacks {len(missing)} of the model's tensors, e.g. "
-                       f"{missing[:5]}")
+        raise KeyError(
+            f"{repo_id}@{revision}: the checkpoint lacks {len(missing)} of the model's tensors, e.g. {missing[:5]}"
+        )
     model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
     return model.eval()

@@ -180,8 +180,11 @@ register_op(OpDef("full", 0, lambda m, a: (a_num(a, "value"), _creation_infer(m,
 
 
 def _hub_tensor_infer(metas, attrs):
-    for k in ("endpoint", "repo", "commit", "path", "name"):
+    for k in ("repo", "commit", "path", "name"):
         if not isinstance(attrs.get(k), str):
+            raise ProtocolError(f"attribute {k!r} must be a string")
+    for k in ("endpoint", "token"):  # optional: the worker downloads from the cluster's hub only
+        if attrs.get(k) is not None and not isinstance(attrs[k], str):
             raise ProtocolError(f"attribute {k!r} must be a string")
     return _creation_infer(metas, attrs)
 
@@ -189,8 +192,10 @@ def _hub_tensor_infer(metas, attrs):
 register_op(OpDef("hub_tensor", 0, _hub_tensor_infer, kind="worker", differentiable=False,
                   attrs=("endpoint", "repo", "commit", "path", "name", "shape", "dtype", "token"),
                   doc="Tensor `name` of safetensors file `path` at `commit` of hub repository `repo`: the worker "
-                      "downloads the file from the hub itself (cached by sha256 on its host, hash verified) "
-                      "and loads the tensor into device memory; the bytes never pass through the client."))
+                      "downloads the file from the cluster's hub itself (cached by sha256 on its host, hash verified) "
+                      "and loads the tensor into device memory; the bytes never pass through the client. "
+                      "`endpoint`, when given, must be the cluster's hub (workers fetch from no other); `token` is "
+                      "the client's hub token."))
 
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")

