@@ -28,7 +28,7 @@ from tensorwire.protocol.errors import (
     WorkerLost,
 )
 
-from . import autograd, distributed
+from . import accelerator, autograd, cuda, distributed, mps, onnx
 from . import functions as _F
 from .autograd_engine import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .cluster import LocalCluster
@@ -100,6 +100,12 @@ long = _D.int64
 int = _D.int32  # noqa: A001
 short = _D.int16
 
+#: memory formats, accepted where torch takes ``memory_format=`` (a worker's tensors are always contiguous)
+contiguous_format = "contiguous_format"
+channels_last = "channels_last"
+channels_last_3d = "channels_last_3d"
+preserve_format = "preserve_format"
+
 globals().update({k: v for k, v in _F.METHOD_FUNCTIONS.items() if k not in globals()})
 
 
@@ -120,7 +126,7 @@ __all__ = [
     "OutOfMemory", "WorkerLost", "ServiceUnavailable", "Unauthorized", "ProtocolError", "NotFound",
     "DependencyFailed", "ExecutionError", "ConnectionFailed", "get_default_dtype", "set_default_dtype",
     "promote_types", "result_type", "autograd", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
-    "inference_mode",
+    "inference_mode", "accelerator", "cuda", "mps", "onnx", "channels_last", "contiguous_format", "preserve_format",
 ]
 
 # the model-building toolkit (issue 4): imported last, it builds on everything above

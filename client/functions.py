@@ -7,7 +7,7 @@ import builtins
 import string
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import ShapeError
+from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.shapes import norm_dim
 
 from .context import current_session
@@ -21,6 +21,30 @@ def _first_tensor(*xs) -> Tensor | None:
     return None
 
 
+def write_out(out, result):
+    """torch's ``out=``: ``result`` written into ``out`` in place (cast to its dtype, refusing a narrower dtype
+    category as torch does), or ``out`` resized to ``result``'s shape when it differs; returns ``out``. Tuple
+    results (``max(dim=...)``) take a tuple of outs."""
+    if out is None:
+        return result
+    if isinstance(result, tuple):
+        if not isinstance(out, (tuple, list)) or len(out) != len(result):
+            raise TypeError(f"out= must be a tuple of {len(result)} tensors here")
+        for o, r in zip(out, result):
+            write_out(o, r)
+        return type(result)(*out) if hasattr(result, "_fields") else tuple(out)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"out= must be a Tensor, not {type(out).__name__}")
+    if out._shape == result._shape:
+        return out._assign(result)
+    if result.dtype.category > out.dtype.category:
+        raise DTypeError(f"result type {result.dtype.name.capitalize()} can't be cast to the desired output type "
+                         f"{out.dtype.name.capitalize()}")
+    from .nn._tensors import alias, rebind
+
+    return rebind(out, alias(result.to(out.dtype)))
+
+
 def cat(tensors, dim: int = 0, *, out=None) -> Tensor:
     """Concatenate tensors along ``dim`` (dtypes promote; empty 1-D tensors are skipped, as torch)."""
     tensors = [t for t in tensors]
@@ -28,16 +52,16 @@ def cat(tensors, dim: int = 0, *, out=None) -> Tensor:
         raise ValueError("cat() expected a non-empty list of Tensors")
     live = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
     if len(live) == 1:
-        return live[0].clone()
+        return write_out(out, live[0].clone())
     t0 = live[0]
-    return t0._rec("cat", live, {"dim": norm_dim(dim, t0.ndim)})
+    return write_out(out, t0._rec("cat", live, {"dim": norm_dim(dim, t0.ndim)}))
 
 
 concat = cat
 concatenate = cat
 
 
-def stack(tensors, dim: int = 0) -> Tensor:
+def stack(tensors, dim: int = 0, *, out=None) -> Tensor:
     """Stack same-shaped tensors along a new dim."""
     tensors = list(tensors)
     if not tensors:
@@ -47,7 +71,7 @@ def stack(tensors, dim: int = 0) -> Tensor:
         if t.shape != s0:
             raise ShapeError(f"stack expects each tensor to be equal size, but got {list(s0)} and {list(t.shape)}")
     d = norm_dim(dim, len(s0), allow_end=True)
-    return cat([t.unsqueeze(d) for t in tensors], d)
+    return cat([t.unsqueeze(d) for t in tensors], d, out=out)
 
 
 def hstack(tensors) -> Tensor:
@@ -59,7 +83,7 @@ def vstack(tensors) -> Tensor:
     return cat([t.reshape(1, -1) if t.ndim == 1 else t for t in tensors], 0)
 
 
-def where(condition, input=None, other=None) -> Tensor:  # noqa: A002
+def where(condition, input=None, other=None, *, out=None) -> Tensor:  # noqa: A002
     """``where(cond, x, y)`` elementwise; ``where(cond)`` is ``cond.nonzero(as_tuple=True)``."""
     if input is None and other is None:
         return condition.nonzero(as_tuple=True)
@@ -75,11 +99,11 @@ def where(condition, input=None, other=None) -> Tensor:  # noqa: A002
     elif y is None:
         y = ref._s.scalar(other, D.result_type((x.dtype, x.ndim), other), ref._dev)
     c = condition if isinstance(condition, Tensor) else ref._operand(condition)
-    return ref._rec("where", [c, x, y])
+    return write_out(out, ref._rec("where", [c, x, y]))
 
 
-def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
-    return input.matmul(other)
+def matmul(input: Tensor, other: Tensor, *, out=None) -> Tensor:  # noqa: A002
+    return write_out(out, input.matmul(other))
 
 
 def arange_like(t: Tensor, start: int, end: int) -> Tensor:
@@ -233,16 +257,17 @@ def numel(t: Tensor) -> int:
 
 
 _METHODS = (
-    "exp exp2 log log2 log10 log1p expm1 sqrt rsqrt sin cos tan asin acos atan arcsin arccos arctan sinh cosh "
-    "tanh sigmoid relu erf abs absolute sign sgn floor ceil round trunc fix frac reciprocal square clamp clip "
-    "isnan isinf isfinite isposinf isneginf nan_to_num lerp neg negative pow float_power maximum minimum fmax "
-    "fmin atan2 remainder fmod floor_divide div divide true_divide mul multiply add sub subtract sum nansum "
-    "mean prod amax amin argmax argmin var std logsumexp all any count_nonzero cumsum cumprod norm reshape "
-    "flatten unflatten squeeze unsqueeze transpose swapaxes swapdims permute t moveaxis movedim broadcast_to "
-    "tile flip fliplr flipud roll split chunk tensor_split unbind narrow select tril triu diagonal diag trace "
-    "gather scatter scatter_add index_select index_add take_along_dim masked_fill masked_select nonzero "
-    "softmax log_softmax clone detach logical_and logical_or logical_xor logical_not bitwise_and bitwise_or "
-    "bitwise_xor bitwise_not eq ne lt le gt ge dot inner outer mv mm bmm aminmax").split()
+    "exp exp2 log log2 log10 log1p expm1 sqrt rsqrt sin cos tan asin acos atan arcsin arccos arctan sinh cosh tanh "
+    "sigmoid relu erf abs absolute sign sgn floor ceil round trunc fix frac reciprocal square clamp clip isnan "
+    "isinf isfinite isposinf isneginf isclose allclose equal nan_to_num lerp neg negative pow float_power maximum "
+    "minimum fmax fmin atan2 remainder fmod floor_divide div divide true_divide mul multiply add sub subtract sum "
+    "nansum mean prod amax amin argmax argmin var std logsumexp all any count_nonzero cumsum cumprod norm reshape "
+    "flatten unflatten squeeze unsqueeze transpose swapaxes swapdims permute t moveaxis movedim broadcast_to tile "
+    "flip fliplr flipud roll split chunk tensor_split unbind narrow select tril triu diagonal diag trace gather "
+    "scatter scatter_add index_select index_add take_along_dim masked_fill masked_select nonzero softmax "
+    "log_softmax clone detach logical_and logical_or logical_xor logical_not bitwise_and bitwise_or bitwise_xor "
+    "bitwise_not eq ne lt le gt ge dot inner outer mv mm bmm aminmax"
+).split()
 
 
 def _method_fn(name: str):
@@ -252,7 +277,8 @@ def _method_fn(name: str):
             if other is None:
                 raise TypeError(f"{name}(): argument 'input' must be a Tensor, not {type(input).__name__}")
             input = other._operand(input)
-        return getattr(input, name)(*args, **kwargs)
+        out = kwargs.pop("out", None)
+        return write_out(out, getattr(input, name)(*args, **kwargs))
 
     fn.__name__ = name
     fn.__qualname__ = name
@@ -260,12 +286,12 @@ def _method_fn(name: str):
     return fn
 
 
-def max(input, dim=None, keepdim=False):  # noqa: A001,A002
-    return input.max(dim, keepdim)
+def max(input, dim=None, keepdim=False, *, out=None):  # noqa: A001,A002
+    return write_out(out, input.max(dim, keepdim))
 
 
-def min(input, dim=None, keepdim=False):  # noqa: A001,A002
-    return input.min(dim, keepdim)
+def min(input, dim=None, keepdim=False, *, out=None):  # noqa: A001,A002
+    return write_out(out, input.min(dim, keepdim))
 
 
 METHOD_FUNCTIONS = {n: _method_fn(n) for n in _METHODS}

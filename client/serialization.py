@@ -52,6 +52,10 @@ def _encode(obj, path: str, tensors: dict):
         return obj
     if isinstance(obj, D.DType):
         return {"__dtype__": obj.name}
+    if hasattr(obj, "state_dict") and callable(obj.state_dict):  # a module or an optimizer: torch pickles it
+        raise TypeError(f"tw.save cannot store a whole {type(obj).__name__} object: tensorwire never pickles (a "
+                        f"file must not carry code). Save its state instead: tw.save(obj.state_dict(), path), then "
+                        f"build the {type(obj).__name__} again and call .load_state_dict(tw.load(path))")
     raise TypeError(f"tw.save cannot store a {type(obj).__name__} (tensors, numbers, strings, lists, tuples "
                     "and dicts only: no pickle)")
 

@@ -137,6 +137,29 @@ class Tensor:
         return device(self._dev)
 
     @property
+    def is_cuda(self) -> bool:
+        return self._dev.startswith("cuda:")
+
+    @property
+    def is_mps(self) -> bool:
+        return self._dev.startswith("mps:")
+
+    @property
+    def is_cpu(self) -> bool:
+        return self._dev.startswith("cpu:")
+
+    is_sparse = False  # tensorwire tensors are dense (torch's attribute, for programs that check it)
+    is_quantized = False
+    is_meta = False
+
+    def is_complex(self) -> bool:
+        return False  # no complex dtypes
+
+    @property
+    def layout(self) -> str:
+        return "strided"
+
+    @property
     def is_leaf(self) -> bool:
         return self.grad_fn is None
 
@@ -268,8 +291,10 @@ class Tensor:
         return (self[i] for i in range(self._shape[0]))
 
     # ------------------------------------------------------------------ conversion
-    def to(self, *args, dtype=None, device=None, copy: bool = False, non_blocking: bool = False) -> Tensor:
-        """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other_tensor)``, as torch."""
+    def to(self, *args, dtype=None, device=None, copy: bool = False, non_blocking: bool = False,
+           memory_format=None) -> Tensor:
+        """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other_tensor)``, as torch
+        (``memory_format`` is accepted: a tensor's layout is the worker's, always contiguous)."""
         for a in args:
             if isinstance(a, Tensor):
                 device, dtype = a._dev, a.dtype
@@ -751,6 +776,37 @@ class Tensor:
 
     def isfinite(self):
         return self._rec("isfinite", [self])
+
+    def isclose(self, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+        """Elementwise ``|self - other| <= atol + rtol * |other|`` (equal values, infinities included, are close;
+        NaNs only with ``equal_nan``), as torch."""
+        other = self._operand(other)
+        if other.dtype is not self.dtype:
+            raise DTypeError(f"isclose(): expected both inputs to have the same dtype, but got "
+                             f"{self.dtype.name} and {other.dtype.name}")
+        if rtol < 0 or atol < 0:
+            raise ValueError(f"isclose(): rtol and atol must be non-negative, got rtol={rtol}, atol={atol}")
+        eq = self == other
+        if not self.dtype.is_floating_point:
+            if rtol == 0 and atol == 0:
+                return eq
+            a, b = self.to(D.float64), other.to(D.float64)
+            return eq | ((a - b).abs() <= atol + rtol * b.abs())
+        close = eq | (((self - other).abs() <= atol + rtol * other.abs()) & self.isfinite() & other.isfinite())
+        if equal_nan:
+            close = close | (self.isnan() & other.isnan())
+        return close
+
+    def allclose(self, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+        """Whether every element is :meth:`isclose` (a Python bool: a sync point)."""
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+    def equal(self, other) -> bool:
+        """Whether both tensors have the same shape and elements (a Python bool: a sync point)."""
+        other = self._operand(other)
+        if other._shape != self._shape:
+            return False
+        return bool((self == other).all().item())
 
     def isposinf(self):
         return self.isinf() & (self > 0)
