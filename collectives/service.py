@@ -105,6 +105,10 @@ class Rank:
             self.announced.append((h["key"], list(h["devices"])))
         elif t == "coll_ready":
             self.ready[h["key"]] = h
+        elif t == "coll_cancel":  # the dispatcher failed it before releasing any rank: skip it
+            key = h.get("key")
+            self.announced = deque(a for a in self.announced if a[0] != key)
+            self.ready.pop(key, None)
         elif t == "worker_lost":
             if h.get("device") == self.device and self.announced:
                 log.error("worker %s died with %d collectives pending: aborting the MPI job", self.device,

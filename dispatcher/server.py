@@ -465,6 +465,11 @@ class Dispatcher:
             w = self.workers.get(dev)
             if w is not None:
                 self._to_service(w, {"t": "coll_done", "key": gk, "err": err})
+        if len(pend.get("ready", ())) < len(pend["all"]):  # no rank was released: they forget it and go on
+            for dev in pend["all"]:
+                rank = self.coll_ranks.get(dev)
+                if rank is not None:
+                    self._to_service(rank, {"t": "coll_cancel", "key": gk})
 
     def _worker_done(self, svc: ServiceInfo, h: dict, frames) -> None:
         sid, q = h.get("s"), h.get("q")
