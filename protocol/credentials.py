@@ -52,8 +52,13 @@ def write_token_file(path: str | os.PathLike, token: str) -> Path:
     return path
 
 
-def resolve_token(env: str, file: str | os.PathLike | None = None, *, keys: str | os.PathLike | None = None,
-                  keys_name: str | None = None) -> str | None:
+def resolve_token(
+    env: str,
+    file: str | os.PathLike | None = None,
+    *,
+    keys: str | os.PathLike | None = None,
+    keys_name: str | None = None,
+) -> str | None:
     """A token from (in this order) ``file``, the environment variable ``env``, or ``keys/keys_name``; None if
     none is set."""
     if file:

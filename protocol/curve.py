@@ -47,7 +47,7 @@ def is_local_address(addr: str) -> bool:
         return True
     if not addr.startswith("tcp://"):
         return False
-    host = addr[len("tcp://"):].rsplit(":", 1)[0]
+    host = addr[len("tcp://") :].rsplit(":", 1)[0]
     if host.startswith("127."):
         return True
     return host in LOCAL_HOSTS or urlsplit(addr).hostname in LOCAL_HOSTS
@@ -102,8 +102,9 @@ def start_authenticator(ctx: zmq.Context, keys: Path):
     _check_curve()
     for sub in (CLIENTS, SERVICES):
         if not (keys / sub).is_dir() or not any((keys / sub).glob("*.key")):
-            raise Unauthorized(f"{keys / sub} holds no public keys: nobody could connect "
-                               f"(`tensorwire keys --dir {keys}` creates them)")
+            raise Unauthorized(
+                f"{keys / sub} holds no public keys: nobody could connect (`tensorwire keys --dir {keys}` creates them)"
+            )
     auth = ThreadAuthenticator(ctx)
     auth.start()
     auth.configure_curve(domain=CLIENTS, location=str(keys / CLIENTS))

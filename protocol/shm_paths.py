@@ -28,10 +28,9 @@ def check_shm_path(path, pid, device: str) -> str:
     if not isinstance(path, str) or not isinstance(pid, int) or isinstance(pid, bool):
         raise ProtocolError("a shared-memory path must be a string and the worker's pid an int")
     prefix = shm_prefix(pid, device)
-    rest = path[len(prefix):] if path.startswith(prefix) else ""
+    rest = path[len(prefix) :] if path.startswith(prefix) else ""
     if not re.fullmatch(r"-[0-9]{1,12}", rest) or os.path.dirname(path) != SHM_DIR:
-        raise ProtocolError(f"shared-memory path {path[:200]!r} is not one of the worker's own files "
-                            f"({prefix}-N)")
+        raise ProtocolError(f"shared-memory path {path[:200]!r} is not one of the worker's own files ({prefix}-N)")
     return path
 
 

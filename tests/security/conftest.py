@@ -12,8 +12,10 @@ from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol.errors import _BY_CODE
 
 #: Python exception names or tracebacks in an error message mean internals leaked onto the wire
-LEAK = re.compile(r"Traceback|\b[A-Z][A-Za-z]*(Error|Exception)\b: |\b(TypeError|KeyError|AttributeError|"
-                  r"NameError|UnboundLocalError|AssertionError)\b")
+LEAK = re.compile(
+    r"Traceback|\b[A-Z][A-Za-z]*(Error|Exception)\b: |\b(TypeError|KeyError|AttributeError|"
+    r"NameError|UnboundLocalError|AssertionError)\b"
+)
 CODES = set(_BY_CODE)
 
 

@@ -19,6 +19,7 @@ import pytest
 import tensorwire as tw
 from tensorwire.cluster import mpiexec
 from tensorwire.protocol import PROTOCOL_VERSION
+from tensorwire.protocol.service import SHM_DIR
 
 from .conftest import CLIENT_TOKEN, check_typed, raw_socket, recv, send
 
@@ -51,8 +52,19 @@ def _intact(victim) -> None:
 
 def _register(cluster, device: str, token, instance: str = "impostor-instance-0123456789"):
     sock = raw_socket(cluster.service_address)
-    send(sock, {"t": "register", "v": PROTOCOL_VERSION, "pid": os.getpid(), "service": "worker", "device": device,
-                "token": token, "instance": instance, "info": {"name": "impostor"}})
+    send(
+        sock,
+        {
+            "t": "register",
+            "v": PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "service": "worker",
+            "device": device,
+            "token": token,
+            "instance": instance,
+            "info": {"name": "impostor"},
+        },
+    )
     return sock, recv(sock)
 
 
@@ -68,15 +80,28 @@ def test_a_client_cannot_register_as_a_worker(cluster, victim, token):
 
 def test_a_second_worker_for_a_served_device_is_refused(cluster, victim):
     # a raw registration with the real service credential (a misconfigured second host): refused, typed
-    sock, h = _register(cluster, "cpu:0", cluster.service_token)
+    sock, h = _register(cluster, "cpu:0", getattr(cluster, "service_token", None))
     sock.close(0)
     assert h["t"] == "refused" and h["retry"]
     check_typed(h["error"])
     assert h["error"]["code"] == "DeviceError" and "already served" in h["error"]["message"]
     # the real command: it gives up at once here (TENSORWIRE_REGISTER_WAIT=0) with the error, instead of looping
-    r = subprocess.run([sys.executable, "-m", "tensorwire.cli", "worker", "--device", "cpu:0", "--dispatcher",
-                        cluster.service_address], env={**cluster.env, "TENSORWIRE_REGISTER_WAIT": "0"},
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tensorwire.cli",
+            "worker",
+            "--device",
+            "cpu:0",
+            "--dispatcher",
+            cluster.service_address,
+        ],
+        env={**cluster.env, "TENSORWIRE_REGISTER_WAIT": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 1 and "DeviceError" in r.stderr and "already served" in r.stderr, r.stderr
     _intact(victim)  # the first worker still serves cpu:0: no swap, no WorkerLost
 
@@ -97,8 +122,9 @@ def test_coll_ready_naming_a_foreign_file_writes_nothing(cluster, victim, tmp_pa
     target = tmp_path / "victim.bin"
     original = bytes(range(64))
     target.write_bytes(original)
-    other_worker = os.path.join(cluster.env["TENSORWIRE_SHM_DIR"],
-                                f"tensorwire-{cluster.services['cpu:0'].proc.pid}-cpu-0-0")
+    other_worker = os.path.join(
+        cluster.env.get("TENSORWIRE_SHM_DIR", SHM_DIR), f"tensorwire-{cluster.services['cpu:0'].proc.pid}-cpu-0-0"
+    )
     # the real cpu:1 worker dies; once the dispatcher has declared it dead, a newcomer may serve cpu:1
     lost = s.const(np.ones(3, np.float32), "cpu:1")
     lost.numpy()
@@ -106,7 +132,9 @@ def test_coll_ready_naming_a_foreign_file_writes_nothing(cluster, victim, tmp_pa
     with pytest.raises(tw.WorkerLost):
         (lost + 1).numpy()
     instance = "impostor-instance-abcdef0123456789"
-    sock, h = _register(cluster, "cpu:1", cluster.service_token, instance)  # (a compromised service host)
+    sock, h = _register(
+        cluster, "cpu:1", getattr(cluster, "service_token", None), instance
+    )  # (a compromised service host)
     try:
         assert h["t"] == "registered"  # a worker coming after the old one was declared dead is accepted
         for path in (str(target), other_worker):  # outside the cluster's directory; another worker's file
@@ -114,9 +142,24 @@ def test_coll_ready_naming_a_foreign_file_writes_nothing(cluster, victim, tmp_pa
             tw.distributed.all_reduce(xs)
             s.flush()
             sid, gk = _wait_for_collective(sock, instance)
-            send(sock, {"t": "coll_ready", "s": sid, "key": gk, "device": "cpu:1", "path": path, "dtype": "float32",
-                        "shape": [4], "out_shape": [4], "kind": "all_reduce", "op": "sum", "src": 0, "n": 2,
-                        "rank": 1})
+            send(
+                sock,
+                {
+                    "t": "coll_ready",
+                    "s": sid,
+                    "key": gk,
+                    "device": "cpu:1",
+                    "path": path,
+                    "dtype": "float32",
+                    "shape": [4],
+                    "out_shape": [4],
+                    "kind": "all_reduce",
+                    "op": "sum",
+                    "src": 0,
+                    "n": 2,
+                    "rank": 1,
+                },
+            )
             with pytest.raises(tw.ServiceUnavailable, match="not its own shared memory"):
                 xs[0].numpy()
         assert target.read_bytes() == original  # no rank mapped it, nothing was written

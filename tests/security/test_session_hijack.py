@@ -55,8 +55,9 @@ def test_claiming_the_victims_id_reads_and_frees_nothing(cluster, victim, with_h
         if key is not None:
             forged.append(key)  # the attacker's own, valid key: its session does not hold the victim's handle
         for k in forged:
-            send(a, {"t": "batch", "q": 1, "k": k, "ext": [], "outs": [], "fetch": [x._id], "release": [],
-                     "sync": False})
+            send(
+                a, {"t": "batch", "q": 1, "k": k, "ext": [], "outs": [], "fetch": [x._id], "release": [], "sync": False}
+            )
             h = recv(a)
             err = h.get("error") or (h.get("fetch_errors") or [None])[0]
             check_typed(err)
