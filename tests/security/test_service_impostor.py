@@ -50,6 +50,7 @@ def _intact(victim) -> None:
     assert s.devices() == ["cpu:0", "cpu:1"]
 
 
+# (before the fix, services presented the client token: that is what an attacker would hold and try)
 def _register(cluster, device: str, token, instance: str = "impostor-instance-0123456789"):
     sock = raw_socket(cluster.service_address)
     send(
@@ -80,7 +81,7 @@ def test_a_client_cannot_register_as_a_worker(cluster, victim, token):
 
 def test_a_second_worker_for_a_served_device_is_refused(cluster, victim):
     # a raw registration with the real service credential (a misconfigured second host): refused, typed
-    sock, h = _register(cluster, "cpu:0", getattr(cluster, "service_token", None))
+    sock, h = _register(cluster, "cpu:0", getattr(cluster, "service_token", CLIENT_TOKEN))
     sock.close(0)
     assert h["t"] == "refused" and h["retry"]
     check_typed(h["error"])
@@ -133,7 +134,7 @@ def test_coll_ready_naming_a_foreign_file_writes_nothing(cluster, victim, tmp_pa
         (lost + 1).numpy()
     instance = "impostor-instance-abcdef0123456789"
     sock, h = _register(
-        cluster, "cpu:1", getattr(cluster, "service_token", None), instance
+        cluster, "cpu:1", getattr(cluster, "service_token", CLIENT_TOKEN), instance
     )  # (a compromised service host)
     try:
         assert h["t"] == "registered"  # a worker coming after the old one was declared dead is accepted
