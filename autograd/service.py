@@ -22,8 +22,10 @@ from collections import OrderedDict
 
 import msgpack
 
+from tensorwire.protocol.credentials import service_token
+from tensorwire.protocol.curve import keys_dir
 from tensorwire.protocol.errors import ProtocolError
-from tensorwire.protocol.named_service import NamedService
+from tensorwire.protocol.named_service import NamedService, add_service_credential_args
 from tensorwire.protocol.service import stop_event_on_signals
 
 from .backward import build_backward
@@ -67,10 +69,11 @@ class AutogradService(NamedService):
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="tensorwire autograd", description="Run the autograd service.")
     p.add_argument("--dispatcher", default=os.environ.get("TENSORWIRE_SERVICE_ADDRESS", "tcp://127.0.0.1:5556"))
-    p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"))
+    add_service_credential_args(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
-    svc = AutogradService(args.dispatcher, token=args.token)
+    keys = keys_dir(args.keys)
+    svc = AutogradService(args.dispatcher, token=service_token(args.service_token_file, keys), keys=keys)
     stop = stop_event_on_signals()
     threading.Thread(target=lambda: (stop.wait(), svc.stop.set()), daemon=True).start()
     svc.serve()

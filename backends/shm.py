@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from tensorwire.protocol.service import SHM_DIR
+from tensorwire.protocol.shm_paths import shm_prefix
 
 MAX_POOLED_BYTES = int(os.environ.get("TENSORWIRE_SHM_POOL_BYTES", str(2 << 30)))
 
@@ -45,7 +45,7 @@ class ShmPool:
     """Files by size; ``take`` one, ``lease`` a result view on it, and it comes back when the view dies."""
 
     def __init__(self, tag: str):
-        self.prefix = os.path.join(SHM_DIR, f"tensorwire-{os.getpid()}-{tag.replace(':', '-')}")
+        self.prefix = shm_prefix(os.getpid(), tag)  # the names the dispatcher and the ranks accept
         self.counter = itertools.count()
         self.free: dict[int, list[ShmFile]] = {}
         self.pooled = 0

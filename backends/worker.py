@@ -19,8 +19,18 @@ from collections import deque
 import numpy as np
 import zmq
 
+from tensorwire.protocol.credentials import service_token
+from tensorwire.protocol.curve import keys_dir
 from tensorwire.protocol.errors import DeviceError, NotFound, ProtocolError, error_to_wire
-from tensorwire.protocol.named_service import connect_service, drain, start_heartbeats
+from tensorwire.protocol.named_service import (
+    add_service_credential_args,
+    drain,
+    new_instance,
+    refusal_error,
+    register_service,
+    say_goodbye,
+    start_heartbeats,
+)
 from tensorwire.protocol.service import (
     HEARTBEAT_S,
     LIVENESS,
@@ -143,9 +153,9 @@ class Executor:
             self.handle(h, frames)
         except Exception as e:  # a malformed message never stops the worker
             log.warning("bad message %s: %s", h.get("t"), e)
-            if h.get("t") == "run" and h.get("reply"):
+            if h.get("t") == "run" and h.get("reply"):  # (the details stay in this log, not on the wire)
                 self.send({"t": "done", "s": h.get("s"), "q": h.get("q"), "values": [],
-                           "errors": [error_to_wire(ProtocolError(f"worker rejected the message: {e}"))]}, [])
+                           "errors": [error_to_wire(ProtocolError("the worker rejected a malformed message"))]}, [])
 
     def _advance(self, sid, s: _Session) -> None:
         """Run the session's work until it blocks on a transfer or has none left."""
@@ -326,7 +336,8 @@ class Executor:
 class Worker:
     """The worker process: socket, state and execution on one thread, heartbeats on another."""
 
-    def __init__(self, device: str, dispatcher: str, ctx: zmq.Context | None = None, token: str | None = None):
+    def __init__(self, device: str, dispatcher: str, ctx: zmq.Context | None = None, token: str | None = None,
+                 keys=None):
         self.device_name = device
         kind, index = parse_device(device)
         self.backend = get_backend(kind)
@@ -340,7 +351,9 @@ class Worker:
         self.info = info
         self.device = self.backend.open(index)
         self.dispatcher = dispatcher
-        self.token = token
+        self.token = token  # the service credential
+        self.keys = keys  # CURVE keys directory (None: plain ZMTP, loopback/ipc only)
+        self.instance = new_instance()
         self.ctx = ctx or zmq.Context.instance()
         self.sock: zmq.Socket | None = None
         self.executor = Executor(self.device, device, self._send)
@@ -350,16 +363,23 @@ class Worker:
         send_parts(self.sock, [pack_header(header), *frames])
 
     def _connect(self) -> zmq.Socket:
-        return connect_service(self.ctx, self.dispatcher, {
+        return register_service(self.ctx, self.dispatcher, {
             "service": "worker", "device": self.device_name, "backend": self.backend.name,
-            "info": self.info.to_wire(), "token": self.token})
+            "info": self.info.to_wire(), "token": self.token, "instance": self.instance}, keys=self.keys,
+            stop=self.stop)
 
     def serve(self, ready_line: bool = True) -> None:
-        start_heartbeats(self.ctx, self.dispatcher, self.device_name, self.stop)
-        self.sock = sock = self._connect()
+        start_heartbeats(self.ctx, self.dispatcher, self.device_name, self.stop, self.instance, self.keys)
+        self.sock = sock = None
+        try:
+            self.sock = sock = self._connect()
+        finally:
+            if sock is None:
+                self.executor.shm.close()
         ex = self.executor
         last_seen = time.monotonic()
-        announced = False
+        if ready_line and not self.stop.is_set():
+            announce_ready("worker", device=self.device_name, pid=os.getpid())
         try:
             while not self.stop.is_set():
                 if not sock.poll(0 if ex.ready else int(HEARTBEAT_S * 1000)):
@@ -376,16 +396,15 @@ class Worker:
                     if t == "hb":
                         continue
                     if t == "registered":
-                        if ready_line and not announced:
-                            announce_ready("worker", device=self.device_name, pid=os.getpid())
-                            announced = True
+                        continue
                     elif t == "refused":
-                        raise DeviceError(h.get("message", "the dispatcher refused this worker"))
+                        raise refusal_error(h)
                     else:
                         ex._safe_handle(h, frames)
                 ex.run_ready()
         finally:
             self.stop.set()
+            say_goodbye(sock)
             sock.close(0)
             ex.shm.close()
 
@@ -395,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu:0", help="device this worker owns, e.g. cpu:0 or cuda:1")
     p.add_argument("--dispatcher", default=os.environ.get("TENSORWIRE_SERVICE_ADDRESS", "tcp://127.0.0.1:5556"),
                    help="the dispatcher's service address")
-    p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"), help="the cluster's credential")
+    add_service_credential_args(p)
     p.add_argument("--threads", type=int, default=None,
                    help="BLAS/OpenMP threads for kernels (default: the library's own; give each worker its share "
                         "of the host's cores when several run on one host)")
@@ -409,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     tune_gc()
     hub_loader.configure(args.hub_url, token=None if args.hub_token_file else os.environ.get("TENSORWIRE_HUB_TOKEN"),
                          token_file=args.hub_token_file)
-    w = Worker(args.device, args.dispatcher, token=args.token)
+    keys = keys_dir(args.keys)
+    w = Worker(args.device, args.dispatcher, token=service_token(args.service_token_file, keys), keys=keys)
     stop = stop_event_on_signals()
     threading.Thread(target=lambda: (stop.wait(), w.stop.set()), daemon=True).start()
     profiled("worker", w.serve)

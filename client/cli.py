@@ -1,4 +1,6 @@
-"""The ``tensorwire`` command: ``up``, ``dispatcher``, ``worker``, ``status``, ``hub``.
+"""The ``tensorwire`` command: ``up``, ``dispatcher``, ``worker``, ``status``, ``keys``, ``hub``.
+
+Credentials are read from files or environment variables, never from command-line values (``ps`` shows those).
 
 Service modules are imported only by the subcommand that runs them, so the client stays thin.
 """
@@ -19,6 +21,7 @@ commands:
   autograd    run the autograd service (--dispatcher tcp://HOST:5556)
   collectives one rank of the collectives service (mpiexec -n N tensorwire collectives --devices ...)
   status      show the cluster's devices, sessions and live buffers
+  keys        create CURVE key pairs and a service credential for a cluster across hosts
   hub         run the model hub, or push/list models (tensorwire hub --help)
 
 Run `tensorwire COMMAND --help` for a command's options."""
@@ -30,9 +33,14 @@ def _up(argv: list[str]) -> int:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=5555, help="client port (0 picks a free one)")
     p.add_argument("--hub-root", default=None, help="start the model hub with this storage folder")
-    p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"), help="credential clients must present")
+    p.add_argument("--token-file", default=None,
+                   help="file holding the token clients must present (default $TENSORWIRE_TOKEN)")
+    p.add_argument("--keys", default=None, help="CURVE keys directory from `tensorwire keys` (default "
+                   "$TENSORWIRE_KEYS); required when --host is not loopback, unless --insecure")
+    p.add_argument("--insecure", action="store_true", help="listen on a non-loopback --host without CURVE")
     p.add_argument("--log-dir", default=None, help="where services write their logs")
     args = p.parse_args(argv)
+    from tensorwire.protocol.credentials import CLIENT_TOKEN_ENV, resolve_token, write_token_file
     from tensorwire.protocol.service import stop_event_on_signals
 
     from .cluster import LocalCluster
@@ -40,9 +48,13 @@ def _up(argv: list[str]) -> int:
     stop = stop_event_on_signals()
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     with LocalCluster(devices=devices, hub_root=args.hub_root, host=args.host, port=args.port,
-                      token=args.token, log_dir=args.log_dir) as c:
+                      token=resolve_token(CLIENT_TOKEN_ENV, args.token_file), log_dir=args.log_dir,
+                      keys=args.keys, insecure=args.insecure) as c:
+        admin_file = write_token_file(c.log_dir / "admin.token", c.admin_token)
         print(f"tensorwire cluster up: {c.address}  devices: {', '.join(devices)}")
         print(f"  connect with: tw.connect({c.address!r})  or  TENSORWIRE_ADDRESS={c.address}")
+        print(f"  admin token (every session in status): tensorwire status --address {c.address} "
+              f"--admin-token-file {admin_file}")
         if c.hub_url:
             print(f"  hub: {c.hub_url}  write token in: {c.hub_token_file}  (readable by you only)")
         print(f"  logs: {c.log_dir}   (Ctrl-C stops all)", flush=True)
@@ -82,13 +94,19 @@ def _set_threads(argv: list[str]) -> None:
 def _status(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="tensorwire status", description="Show a cluster's state.")
     p.add_argument("--address", default=os.environ.get("TENSORWIRE_ADDRESS", "tcp://127.0.0.1:5555"))
-    p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"))
+    p.add_argument("--token-file", default=None, help="file holding the client token (default $TENSORWIRE_TOKEN)")
+    p.add_argument("--admin-token-file", default=None,
+                   help="file holding the admin token, to see every session (default $TENSORWIRE_ADMIN_TOKEN)")
+    p.add_argument("--keys", default=None, help="CURVE keys directory (default $TENSORWIRE_KEYS)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--timeout", type=float, default=5.0)
     args = p.parse_args(argv)
+    from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, resolve_token
+
     from .session import Session
 
-    s = Session(args.address, args.token, timeout=args.timeout)
+    token = resolve_token(ADMIN_TOKEN_ENV, args.admin_token_file) or resolve_token(CLIENT_TOKEN_ENV, args.token_file)
+    s = Session(args.address, token, timeout=args.timeout, keys=args.keys)
     try:
         st = s.cluster_status()
     finally:
@@ -97,8 +115,9 @@ def _status(argv: list[str]) -> int:
         print(json.dumps(st, indent=2, default=str))
         return 0
     me = st["session"]
-    print(f"dispatcher {args.address}  up {st['uptime_s']:.0f}s  sessions: {len(st['sessions']) - 1} "
-          f"(besides this one)  services: {', '.join(st['services']) or 'none'}")
+    others = f"{len(st['sessions']) - 1} (besides this one)" if st.get("admin") else "(need the admin token)"
+    print(f"dispatcher {args.address}  up {st['uptime_s']:.0f}s  sessions: {others}  "
+          f"services: {', '.join(st['services']) or 'none'}")
     print(f"{'device':<10} {'backend':<24} {'buffers':>8} {'bytes':>14}  per session")
     for w in st["workers"]:
         d = w["device"]
@@ -107,6 +126,27 @@ def _status(argv: list[str]) -> int:
         by = sum(v["bytes"] for v in sessions.values())
         per = ", ".join(f"{k[:8]}: {v['buffers']} ({v['bytes']} B)" for k, v in sessions.items())
         print(f"{d:<10} {w.get('name', ''):<24} {nb:>8} {by:>14}  {per}")
+    return 0
+
+
+def _keys(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="tensorwire keys",
+        description="Create a keys directory for a cluster across hosts: CURVE key pairs for the dispatcher, the "
+                    "services and the clients, and the service credential (existing files are kept).")
+    p.add_argument("--dir", required=True, help="the keys directory to create or extend")
+    p.add_argument("--client", action="append", default=[], metavar="NAME",
+                   help="also create (and authorise) the client pair NAME.key/NAME.key_secret (repeatable)")
+    p.add_argument("--service", action="append", default=[], metavar="NAME",
+                   help="also create (and authorise) the service pair NAME.key/NAME.key_secret (repeatable)")
+    args = p.parse_args(argv)
+    from tensorwire.protocol.curve import create_keys
+
+    d = create_keys(args.dir, clients=("client", *args.client), services=("service", *args.service))
+    print(f"keys in {d}:")
+    print(f"  dispatcher host: --keys {d}  (reads dispatcher.key_secret, clients/, services/)")
+    print("  service hosts:   a directory with dispatcher.key, service.key_secret, service.token")
+    print("  clients:         a directory with dispatcher.key, client.key_secret  (TENSORWIRE_KEYS=DIR)")
     return 0
 
 
@@ -142,6 +182,8 @@ def _main(argv: list[str] | None = None) -> int:
         return m(rest)
     if cmd == "status":
         return _status(rest)
+    if cmd == "keys":
+        return _keys(rest)
     if cmd == "collectives":
         from tensorwire.collectives.service import main as m
 

@@ -6,6 +6,7 @@ import atexit
 import ctypes
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, SERVICE_TOKEN_ENV, new_token
+from tensorwire.protocol.curve import KEYS_ENV
 from tensorwire.protocol.errors import TensorwireError
 from tensorwire.protocol.service import parse_ready
 
@@ -106,14 +109,12 @@ def mpiexec() -> str | None:
     return find()
 
 
-def _remove_shm_leftovers(pids: list[int]) -> None:
+def _remove_shm_leftovers(pids: list[int], shm_dir: str) -> None:
     """Shared-memory files of workers that were killed before they could remove them."""
     import glob
 
-    from tensorwire.protocol.service import SHM_DIR
-
     for pid in pids:
-        for path in glob.glob(os.path.join(SHM_DIR, f"tensorwire-{pid}-*")):
+        for path in glob.glob(os.path.join(glob.escape(shm_dir), f"tensorwire-{pid}-*")):
             try:
                 os.unlink(path)
             except OSError:
@@ -157,12 +158,18 @@ class LocalCluster:
 
     ``with tw.LocalCluster(devices=["cpu:0", "cpu:1"]) as c: tw.connect(c.address)``. Services are
     subprocesses that die with this process; their logs are in ``log_dir``.
+
+    Credentials travel to the services in their environment, never on their command lines: a fresh service
+    credential (``service_token``) and admin token (``admin_token``: ``tw.Session(c.address, c.admin_token)`` sees
+    every session in stats) per cluster; ``token`` (clients must present it) if given. ``keys``: a CURVE keys
+    directory (``tensorwire keys``) for both sockets, required when ``host`` is not loopback unless ``insecure``.
+    Collectives' shared memory lives in a private directory of this cluster's (0700, removed at close).
     """
 
     def __init__(self, devices=("cpu:0",), hub_root: str | os.PathLike | None = None, *, host: str = "127.0.0.1",
                  port: int = 0, token: str | None = None, log_dir: str | os.PathLike | None = None,
                  extra_env: dict | None = None, autograd: bool = True, collectives: bool | None = None,
-                 worker_threads: int | None = None):
+                 worker_threads: int | None = None, keys: str | os.PathLike | None = None, insecure: bool = False):
         self.devices = [str(d) if ":" in str(d) else f"{d}:0" for d in devices]
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct, got {self.devices}")
@@ -174,6 +181,24 @@ class LocalCluster:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, **(extra_env or {})}
+        self.service_token = new_token()
+        self.admin_token = new_token()
+        self.env[SERVICE_TOKEN_ENV] = self.service_token
+        self.keys = Path(keys) if keys is not None else None
+        if self.keys is not None:
+            self.env[KEYS_ENV] = str(self.keys)
+        self.insecure = insecure
+        self._own_shm = None
+        if "TENSORWIRE_SHM_DIR" not in self.env:
+            base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+            self._own_shm = self.env["TENSORWIRE_SHM_DIR"] = tempfile.mkdtemp(prefix="tensorwire-", dir=base)
+        # the client and admin tokens go to the dispatcher only
+        client_token = token or self.env.pop(CLIENT_TOKEN_ENV, None)
+        self.env.pop(CLIENT_TOKEN_ENV, None)
+        self.env.pop(ADMIN_TOKEN_ENV, None)
+        self._dispatcher_env = {**self.env, ADMIN_TOKEN_ENV: self.admin_token}
+        if client_token:
+            self._dispatcher_env[CLIENT_TOKEN_ENV] = client_token
         self.services: dict[str, Service] = {}
         self.hub_url: str | None = None
         self.hub_token: str | None = None  # the hub's write token, also in ``hub_token_file`` (0600)
@@ -192,8 +217,8 @@ class LocalCluster:
             raise
         atexit.register(self.close)
 
-    def _spawn(self, name: str, argv: list[str]) -> Service:
-        svc = Service(name, argv, self.log_dir / f"{name.replace(':', '-')}.log", self.env)
+    def _spawn(self, name: str, argv: list[str], env: dict | None = None) -> Service:
+        svc = Service(name, argv, self.log_dir / f"{name.replace(':', '-')}.log", env or self.env)
         self.services[name] = svc
         self._pids.append(svc.proc.pid)
         return svc
@@ -207,8 +232,8 @@ class LocalCluster:
         svc = f"ipc://{self.log_dir / 'services.sock'}" if sys.platform != "win32" and len(
             str(self.log_dir)) < 90 else f"tcp://{host}:0"
         args = ["dispatcher", "--address", f"tcp://{host}:{port}", "--service-address", svc]
-        if self.token:
-            args += ["--token", self.token]
+        if self.insecure:
+            args.append("--insecure")
         if hub is not None:
             self.hub_url = hub.wait_ready(deadline)["url"]
             args += ["--hub-url", self.hub_url]
@@ -217,7 +242,7 @@ class LocalCluster:
             self.hub_token = create_token(str(self.hub_root), "local-cluster", write=True)
             self.hub_token_file = self.log_dir / "hub-token"
             write_secret(self.hub_token_file, self.hub_token + "\n")
-        disp = self._spawn("dispatcher", _cli(*args))
+        disp = self._spawn("dispatcher", _cli(*args), self._dispatcher_env)
         info = disp.wait_ready(deadline)
         self.address = info["address"]
         self.service_address = info["service_address"]
@@ -244,23 +269,20 @@ class LocalCluster:
 
         # a single-host launcher that listens nowhere; the ranks bind loopback (or $TENSORWIRE_MPI_IFACE)
         argv = [*launcher(len(self.devices)), *_cli("collectives", "--dispatcher", self.service_address,
-                                                    "--devices", ",".join(self.devices),
-                                                    *(["--token", self.token] if self.token else []))]
+                                                    "--devices", ",".join(self.devices))]
         svc = self._spawn("collectives", argv)
         svc.wait_ready(deadline or time.monotonic() + START_TIMEOUT_S)
         return svc
 
     def start_autograd(self, deadline: float | None = None) -> Service:
         """Start (or restart) the autograd service; returns when it is registered."""
-        svc = self._spawn("autograd", _cli("autograd", "--dispatcher", self.service_address,
-                                           *(["--token", self.token] if self.token else [])))
+        svc = self._spawn("autograd", _cli("autograd", "--dispatcher", self.service_address))
         svc.wait_ready(deadline or time.monotonic() + START_TIMEOUT_S)
         return svc
 
     def start_workers(self, devices, deadline: float | None = None) -> None:
         """Start (or restart) workers for ``devices``; returns when each is registered."""
         deadline = deadline or time.monotonic() + START_TIMEOUT_S
-        env_token = ["--token", self.token] if self.token else []
         threads = str(self.worker_threads or max(1, (os.cpu_count() or 1) // max(1, len(self.devices))))
         for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             self.env.setdefault(v, threads)
@@ -272,7 +294,7 @@ class LocalCluster:
         self.env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         hub = ["--hub-url", self.hub_url] if self.hub_url else []  # the only hub workers download from
         started = [self._spawn(d, _cli("worker", "--device", d, "--dispatcher", self.service_address, "--threads",
-                                       threads, *env_token, *hub)) for d in devices]
+                                       threads, *hub)) for d in devices]
         for w in started:
             w.wait_ready(deadline)
 
@@ -294,7 +316,9 @@ class LocalCluster:
                 self.services[n].stop()
             except Exception:
                 pass
-        _remove_shm_leftovers(self._pids)  # every process ever started, restarted ones included
+        _remove_shm_leftovers(self._pids, self.env["TENSORWIRE_SHM_DIR"])  # every process ever started
+        if self._own_shm is not None:
+            shutil.rmtree(self._own_shm, ignore_errors=True)
         if self._mpich_before is not None:
             _remove_mpich_leftovers(*self._mpich_before)
         if self._tmp is not None:

@@ -13,13 +13,13 @@ _lock = threading.Lock()
 
 
 def connect(address: str | None = None, token: str | None = None, *, timeout: float | None = None,
-            devices=None) -> Session:
+            devices=None, keys: str | os.PathLike | None = None) -> Session:
     """Connect to a dispatcher and make the session the default one; returns the :class:`Session`.
 
     With no ``address``: ``TENSORWIRE_ADDRESS`` if set, otherwise a :class:`LocalCluster` started for
     this session (the embedded default, devices ``cpu:0`` unless ``devices=`` says otherwise), which
     stops when the session closes or the interpreter exits. ``token`` falls back to
-    ``TENSORWIRE_TOKEN``.
+    ``TENSORWIRE_TOKEN``; ``keys`` (a CURVE keys directory, see docs/security.md) to ``TENSORWIRE_KEYS``.
     """
     global _default
     address = address or os.environ.get("TENSORWIRE_ADDRESS")
@@ -31,7 +31,7 @@ def connect(address: str | None = None, token: str | None = None, *, timeout: fl
         cluster = LocalCluster(devices=devices or ("cpu:0",))
         address = cluster.address
     try:
-        s = Session(address, token, timeout=timeout, cluster=cluster)
+        s = Session(address, token, timeout=timeout, cluster=cluster, keys=keys)
     except Exception:
         if cluster is not None:
             cluster.close()

@@ -23,6 +23,7 @@ import zmq
 
 from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.curve import apply_peer, keys_dir
 from tensorwire.protocol.errors import (
     ConnectionFailed,
     DependencyFailed,
@@ -82,13 +83,24 @@ class Session:
     """
 
     def __init__(self, address: str, token: str | None = None, *, timeout: float | None = None,
-                 cluster=None):
+                 cluster=None, keys: str | os.PathLike | None = None):
+        """``token``: the cluster's client token (or its admin token, for a session that sees every session in
+        stats); ``keys``: a CURVE keys directory holding ``client.key_secret`` and the dispatcher's public
+        ``dispatcher.key``, which the connection pins (default ``$TENSORWIRE_KEYS``; none: plain ZMTP, for
+        loopback and ipc clusters)."""
         self.address = address
         self._cluster = cluster
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        self._keys = keys_dir(keys)
+        if self._keys is not None:
+            try:
+                apply_peer(self._sock, self._keys, "client")
+            except BaseException:
+                self._sock.close(0)
+                raise
         self._sock.connect(address)
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
@@ -113,8 +125,11 @@ class Session:
         if not self._sock.poll(int(timeout * 1000)):
             self._sock.close(0)
             self.closed = True
-            raise ConnectionFailed(f"no answer from a tensorwire dispatcher at {address} within {timeout:g}s "
-                                   f"(is it running? start one with `tensorwire up`)")
+            hint = ("is it running, and do its keys match this client's (a CURVE handshake with the wrong keys "
+                    "never completes)?" if self._keys is not None else
+                    "is it running? start one with `tensorwire up`; a dispatcher with CURVE keys needs keys= or "
+                    "TENSORWIRE_KEYS here")
+            raise ConnectionFailed(f"no answer from a tensorwire dispatcher at {address} within {timeout:g}s ({hint})")
         h, _ = self._recv_raw()
         if h["t"] == "error":
             self._sock.close(0)
@@ -122,18 +137,20 @@ class Session:
             raise error_from_wire(h["error"])
         if h["t"] != "welcome":
             raise ProtocolError(f"unexpected answer to hello: {h['t']!r}")
-        self.session_id = h["session"]
+        self.session_id = h["session"]  # public: what `tensorwire status` shows an admin
+        self._key = h["key"]  # the session's secret key: every message carries it
+        self.admin = bool(h.get("admin"))
         self.hub_url = h.get("hub_url")
         self._devices = [d["device"] for d in h.get("devices", [])]
         self.default_device = self._devices[0] if self._devices else "cpu:0"
-        self._finalizer = weakref.finalize(self, Session._close_socket, self._sock)
+        self._finalizer = weakref.finalize(self, Session._close_socket, self._sock, self._key)
         atexit.register(self._atexit)
 
     # ------------------------------------------------------------------ plumbing
     @staticmethod
-    def _close_socket(sock):
+    def _close_socket(sock, key):
         try:
-            sock.send_multipart([pack_header({"t": "close"})], zmq.NOBLOCK)
+            sock.send_multipart([pack_header({"t": "close", "k": key})], zmq.NOBLOCK)
         except Exception:
             pass
         sock.close(0)
@@ -155,6 +172,7 @@ class Session:
     def _send_numbered(self, header: dict, frames=()) -> int:
         """Send a message that will be answered; returns the number ``q`` its answer carries."""
         q = header["q"] = next(self._seq)
+        header["k"] = self._key
         send_parts(self._sock, [pack_header(header), *frames])
         return q
 
@@ -374,7 +392,8 @@ class Session:
         if len(where) > MAX_WHERE:
             for k in list(itertools.islice(where, len(where) - MAX_WHERE // 2)):
                 del where[k]
-        header = {"t": "batch", "ext": ext, "outs": outs, "fetch": fetch, "release": release, "sync": sync}
+        header = {"t": "batch", "k": self._key, "ext": ext, "outs": outs, "fetch": fetch, "release": release,
+                  "sync": sync}
         if nodes:
             skey = (tuple(key), tuple(devs), tuple(ext_meta))
             plan = self._plans.get(skey)
@@ -465,7 +484,8 @@ class Session:
         return h["devices"]
 
     def memory_stats(self) -> dict:
-        """Live buffers and bytes per device, for this session and the whole cluster."""
+        """Live buffers and bytes per device, for this session; the ``cluster_*`` figures cover every session
+        only for a session opened with the admin token (otherwise they are this session's too)."""
         self._check_open()
         with self._lock:
             self._flush([], False)
@@ -480,6 +500,7 @@ class Session:
         return out
 
     def cluster_status(self) -> dict:
+        """Devices, services, uptime and live buffers; every session's buffers only for an admin session."""
         self._check_open()
         with self._lock:
             h, _ = self._request({"t": "stats"})
@@ -499,7 +520,7 @@ class Session:
         with self._lock:
             self.closed = True
             try:
-                self._sock.send_multipart([pack_header({"t": "close", "q": 0})], zmq.NOBLOCK)
+                self._sock.send_multipart([pack_header({"t": "close", "q": 0, "k": self._key})], zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
             self._finalizer.detach()

@@ -12,7 +12,7 @@ memory and writes collective results into it, so nobody off the host should be a
 - **Launcher.** :func:`launcher` prefers MPICH's ``mpiexec.gforker`` for a job on one host (what ``LocalCluster``
   and ``tensorwire up`` run): it forks the ranks and talks PMI over inherited pipes, so it listens nowhere.
   Hydra (``mpiexec``) is the fallback; its control port binds every interface whatever its options say, which
-  ``docs/security-hub.md`` records.
+  ``docs/security.md`` records.
 """
 
 from __future__ import annotations

@@ -25,11 +25,21 @@ import numpy as np
 import zmq
 
 from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.credentials import service_token
+from tensorwire.protocol.curve import keys_dir
 from tensorwire.protocol.errors import ProtocolError, error_to_wire
-from tensorwire.protocol.named_service import connect_service, drain, start_heartbeats
+from tensorwire.protocol.named_service import (
+    add_service_credential_args,
+    drain,
+    new_instance,
+    register_service,
+    say_goodbye,
+    start_heartbeats,
+)
 from tensorwire.protocol.ops import split_sizes
 from tensorwire.protocol.service import HEARTBEAT_S, announce_ready, stop_event_on_signals
-from tensorwire.protocol.wire import pack_header, unpack_header
+from tensorwire.protocol.shm_paths import check_shm_path, map_shm_file
+from tensorwire.protocol.wire import pack_header
 
 log = logging.getLogger("tensorwire.collectives")
 
@@ -46,7 +56,7 @@ def _mpi():
 class Rank:
     """The collectives rank for one device."""
 
-    def __init__(self, dispatcher: str, devices: list[str], token: str | None = None):
+    def __init__(self, dispatcher: str, devices: list[str], token: str | None = None, keys=None):
         self.MPI = _mpi()
         self.world = self.MPI.COMM_WORLD
         if self.world.size != len(devices):
@@ -57,7 +67,9 @@ class Rank:
         self.device = devices[self.rank]
         self.name = f"collectives@{self.device}"
         self.dispatcher = dispatcher
-        self.token = token
+        self.token = token  # the service credential
+        self.keys = keys
+        self.instance = new_instance()
         self.ctx = zmq.Context.instance()
         self.stop = threading.Event()
         self.announced: deque = deque()  # (key, devices) in the dispatcher's order
@@ -69,18 +81,14 @@ class Rank:
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _connect(self) -> zmq.Socket:
-        return connect_service(self.ctx, self.dispatcher, {
-            "service": "collectives", "name": self.name, "token": self.token,
-            "info": {"device": self.device, "rank": self.rank, "size": len(self.devices)}})
+        return register_service(self.ctx, self.dispatcher, {
+            "service": "collectives", "name": self.name, "token": self.token, "instance": self.instance,
+            "info": {"device": self.device, "rank": self.rank, "size": len(self.devices)}}, keys=self.keys,
+            stop=self.stop)
 
     def serve(self) -> None:
+        start_heartbeats(self.ctx, self.dispatcher, self.name, self.stop, self.instance, self.keys)
         self.sock = sock = self._connect()
-        if not sock.poll(60_000):
-            raise ProtocolError(f"no answer from the dispatcher at {self.dispatcher}")
-        h = unpack_header(sock.recv())
-        if h["t"] != "registered":
-            raise ProtocolError(h.get("message", f"registration refused: {h}"))
-        start_heartbeats(self.ctx, self.dispatcher, self.name, self.stop)
         self.world.Barrier()  # every rank is registered
         if self.rank == 0:
             announce_ready("collectives", devices=self.devices, pid=os.getpid())
@@ -92,6 +100,7 @@ class Rank:
                     except (ProtocolError, KeyError, TypeError) as e:
                         log.warning("bad message: %s", e)
             self._run_ready()
+        say_goodbye(sock)
 
     def _on_message(self, h: dict) -> None:
         t = h["t"]
@@ -99,6 +108,10 @@ class Rank:
             self.announced.append((h["key"], list(h["devices"])))
         elif t == "coll_ready":
             self.ready[h["key"]] = h
+        elif t == "coll_cancel":  # the dispatcher failed it before releasing any rank: skip it
+            key = h.get("key")
+            self.announced = deque(a for a in self.announced if a[0] != key)
+            self.ready.pop(key, None)
         elif t == "worker_lost":
             if h.get("device") == self.device and self.announced:
                 log.error("worker %s died with %d collectives pending: aborting the MPI job", self.device,
@@ -129,11 +142,16 @@ class Rank:
                 self.world.Abort(4)
 
     # -- the collectives -----------------------------------------------------------------------------
-    def _map(self, path: str) -> np.ndarray:
-        """Map a worker's shared-memory file (kept mapped: workers reuse their files for later collectives)."""
+    def _map(self, path, pid) -> np.ndarray:
+        """Map a worker's shared-memory file (kept mapped: workers reuse their files for later collectives).
+
+        Only a file the worker serving this rank's device created is mapped: its name is checked against the
+        pid the worker registered with (the dispatcher checked it too), and the file must be a regular file of
+        this user's, not a link."""
+        path = check_shm_path(path, pid, self.device)
         mm = self.maps.pop(path, None)
         if mm is None or not os.path.exists(path):
-            mm = np.memmap(path, dtype=np.uint8, mode="r+", shape=(os.path.getsize(path),))
+            mm = np.frombuffer(map_shm_file(path), dtype=np.uint8)
         self.maps[path] = mm
         while len(self.maps) > 32:
             self.maps.pop(next(iter(self.maps)))
@@ -155,7 +173,7 @@ class Rank:
         dt = D.BY_NAME[req["dtype"]]
         shape = tuple(req["shape"])
         n_in = int(np.prod(shape, dtype=np.int64))
-        mm = self._map(req["path"])
+        mm = self._map(req.get("path"), req.get("pid"))
         data = mm[: n_in * dt.itemsize].view(dt.np)
         kind, opname = req["kind"], req.get("op")
         wide = dt in (D.float16, D.bfloat16, D.bool_)  # no MPI datatype: reduce in a wider type
@@ -220,11 +238,13 @@ def main(argv: list[str] | None = None) -> int:
                                             "device worker: mpiexec -n 2 tensorwire collectives --devices cpu:0,cpu:1")
     p.add_argument("--dispatcher", default=os.environ.get("TENSORWIRE_SERVICE_ADDRESS", "tcp://127.0.0.1:5556"))
     p.add_argument("--devices", required=True, help="comma-separated devices; rank i serves devices[i]")
-    p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"))
+    add_service_credential_args(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
     _die_with_launcher()
-    rank = Rank(args.dispatcher, [d.strip() for d in args.devices.split(",") if d.strip()], token=args.token)
+    keys = keys_dir(args.keys)
+    rank = Rank(args.dispatcher, [d.strip() for d in args.devices.split(",") if d.strip()],
+                token=service_token(args.service_token_file, keys), keys=keys)
     stop = stop_event_on_signals()
     threading.Thread(target=lambda: (stop.wait(), rank.stop.set()), daemon=True).start()
     rank.serve()

@@ -129,6 +129,8 @@ def _collective_groups(nodes: list, node_dev: list[str]) -> dict:
         key = a.get("key")
         if not isinstance(key, int) or isinstance(key, bool):
             raise ProtocolError(f"node {j}: a collective needs an int 'key'")
+        if type(a.get("rank")) is not int or type(a.get("n")) is not int:
+            raise ProtocolError(f"node {j}: a collective needs an int 'rank' and an int size 'n'")
         g, meta = groups.setdefault(key, ([], {"key": key, "kind": a.get("kind"), "op": a.get("op"),
                                               "n": a.get("n")}))
         if (a.get("kind"), a.get("op"), a.get("n")) != (meta["kind"], meta["op"], meta["n"]):

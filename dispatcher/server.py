@@ -9,6 +9,13 @@ dispatcher goes on serving everyone else.
 Handles are namespaced by session: the dispatcher maps (session, client id) to the device that
 holds it, and workers keep each session's buffers apart, so one session can never name another's
 tensor.
+
+Trust (docs/security.md): a session is a secret the dispatcher issues at ``hello`` (``welcome``'s
+``key``: an 8-byte public id and a 32-byte secret); every later client message carries it as ``k``
+and is refused without it, whatever socket it comes from: a routing id is only where answers go.
+Services register with the service credential, which clients never hold; a name (a device) is
+served by one live service at a time. With a keys directory, both sockets run CURVE and authorise
+client keys and service keys separately (``protocol/curve.py``).
 """
 
 from __future__ import annotations
@@ -17,14 +24,27 @@ import argparse
 import hmac
 import logging
 import os
+import re
+import secrets
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import zmq
 
 from tensorwire.protocol import PROTOCOL_VERSION
+from tensorwire.protocol.credentials import (
+    ADMIN_TOKEN_ENV,
+    CLIENT_TOKEN_ENV,
+    new_token,
+    resolve_token,
+    service_token,
+    write_token_file,
+)
+from tensorwire.protocol.curve import CLIENTS, SERVICES, apply_server, is_local_address, keys_dir, start_authenticator
 from tensorwire.protocol.errors import (
     DependencyFailed,
+    DeviceError,
     NotFound,
     ProtocolError,
     ServiceUnavailable,
@@ -41,6 +61,7 @@ from tensorwire.protocol.service import (
     stop_event_on_signals,
     tune_gc,
 )
+from tensorwire.protocol.shm_paths import check_shm_path
 from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
 
 from .plans import Split, split_batch
@@ -48,6 +69,9 @@ from .plans import Split, split_batch
 log = logging.getLogger("tensorwire.dispatcher")
 MAX_PLANS = 4096
 SESSION_IDLE_S = float(os.environ.get("TENSORWIRE_SESSION_IDLE_S", "3600"))
+SID_BYTES, SECRET_BYTES = 8, 32  # a session key is its public id followed by its secret
+_NAME = re.compile(r"[A-Za-z0-9_.@:-]{1,128}")  # service and device names
+_MALFORMED = "malformed message: the dispatcher could not process it (see its log)"
 
 
 @dataclass
@@ -57,6 +81,7 @@ class ServiceInfo:
     name: str  # device name for workers, service name otherwise
     info: dict
     last_seen: float
+    instance: str = ""  # the per-process secret it registered with (signs its heartbeats)
     plans: set = field(default_factory=set)  # (session, plan) pairs this worker has compiled
 
 
@@ -71,8 +96,11 @@ class Pending:
 
 @dataclass
 class Session:
-    sid: bytes
+    sid: bytes  # public id: what workers and admins see (stats), never enough to act as the session
+    secret: bytes  # issued at hello; every message of the session proves it
+    ident: bytes  # the routing id answers go to: the last connection that proved the secret
     client: str
+    admin: bool = False  # opened with the admin credential: stats shows every session
     handles: dict = field(default_factory=dict)  # client id -> device
     failed: dict = field(default_factory=dict)  # client id -> wire error (never reached a worker)
     plans: dict = field(default_factory=dict)  # plan no -> Split
@@ -88,15 +116,33 @@ _INT = {int}
 class Dispatcher:
     """The broker process. ``serve()`` runs until ``stop`` is set."""
 
-    def __init__(self, client_addr: str, service_addr: str, *, token: str | None = None,
+    def __init__(self, client_addr: str, service_addr: str, *, service_token: str, token: str | None = None,
+                 admin_token: str | None = None, keys: Path | None = None, insecure: bool = False,
                  hub_url: str | None = None, ctx: zmq.Context | None = None):
+        """``service_token``: the credential services register with (required, distinct from the others);
+        ``token``: what clients present at hello (None: any local client may open a session); ``admin_token``:
+        opens sessions that see the whole cluster in stats; ``keys``: a CURVE keys directory (``tensorwire keys``),
+        required unless both addresses are loopback or ipc, or ``insecure`` says to listen in clear anyway."""
+        if not service_token:
+            raise Unauthorized("the dispatcher needs a service credential: set TENSORWIRE_SERVICE_TOKEN or pass "
+                               "--service-token-file FILE (`tensorwire keys --dir DIR` writes DIR/service.token)")
+        if service_token in (token, admin_token):
+            raise Unauthorized("the service credential must differ from the client and admin tokens")
+        exposed = [a for a in (client_addr, service_addr) if not is_local_address(a)]
+        if exposed and keys is None and not insecure:
+            raise Unauthorized(f"refusing to listen on {', '.join(exposed)} without CURVE keys: tokens and tensors "
+                               f"would cross the network in clear. Create keys with `tensorwire keys --dir DIR` and "
+                               f"pass --keys DIR (or bind 127.0.0.1 / ipc://, or pass --insecure explicitly)")
         self.ctx = ctx or zmq.Context.instance()
+        self.auth = start_authenticator(self.ctx, keys) if keys is not None else None
         self.clients = self.ctx.socket(zmq.ROUTER)
         self.services = self.ctx.socket(zmq.ROUTER)
-        for s in (self.clients, self.services):
+        for s, domain in ((self.clients, CLIENTS), (self.services, SERVICES)):
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-            s.setsockopt(zmq.ROUTER_HANDOVER, 1)
+            # no ROUTER_HANDOVER: a peer claiming a connected peer's routing id is refused, not handed its traffic
+            if keys is not None:
+                apply_server(s, keys, domain)
             try:  # a dead peer is noticed at once where libzmq has this (draft) option; heartbeats otherwise
                 s.setsockopt(zmq.ROUTER_NOTIFY, zmq.NOTIFY_DISCONNECT)
             except (zmq.ZMQError, AttributeError):
@@ -104,8 +150,11 @@ class Dispatcher:
         self.client_addr = self._bind(self.clients, client_addr)
         self.service_addr = self._bind(self.services, service_addr)
         self.token = token
+        self.admin_token = admin_token
+        self.service_token = service_token
         self.hub_url = hub_url
-        self.sessions: dict[bytes, Session] = {}
+        self.sessions: dict[bytes, Session] = {}  # public id -> session
+        self.by_ident: dict[bytes, bytes] = {}  # routing id -> the public id of the session it opened last
         self.svc_by_ident: dict[bytes, ServiceInfo] = {}
         self.workers: dict[str, ServiceInfo] = {}  # device -> worker
         self.named: dict[str, ServiceInfo] = {}  # service name -> service (autograd, collectives)
@@ -156,6 +205,8 @@ class Dispatcher:
                 self._heartbeat(now)
         self.clients.close(0)
         self.services.close(0)
+        if self.auth is not None:
+            self.auth.stop()
 
     def _drain(self, sock, handler) -> None:
         for _ in range(256):  # bounded, so neither socket starves the other
@@ -169,10 +220,10 @@ class Dispatcher:
                 continue
             try:
                 handler(msg[0].bytes, msg[1], msg[2:])
-            except Exception as e:  # nothing a peer sends may stop the dispatcher
+            except Exception:  # nothing a peer sends may stop the dispatcher; its details stay in the log
                 log.exception("error handling a message")
                 if handler == self._on_client:
-                    self._to_client(msg[0].bytes, {"t": "error", "error": error_to_wire(e)})
+                    self._to_client(msg[0].bytes, {"t": "error", "error": ProtocolError(_MALFORMED).to_wire()})
 
     def _disconnected(self, sock, ident: bytes) -> None:
         if sock is self.services:
@@ -180,8 +231,8 @@ class Dispatcher:
             if svc is not None:
                 self._service_lost(svc, "disconnected (its process died or closed the connection)")
         else:
-            s = self.sessions.get(ident)
-            if s is not None:  # a client that vanished: free everything it held
+            s = self.sessions.get(self.by_ident.get(ident, b""))
+            if s is not None and s.ident == ident:  # a client that vanished: free everything it held
                 self._close_session(s)
 
     def _heartbeat(self, now: float) -> None:
@@ -197,16 +248,21 @@ class Dispatcher:
 
     # -- services ----------------------------------------------------------------------------
     def _on_service(self, ident: bytes, hframe, frames) -> None:
-        h = unpack_header(hframe.bytes)
+        try:
+            h = unpack_header(hframe.bytes)
+        except ProtocolError as e:
+            log.warning("dropping a malformed service message: %s", e.message)
+            return
         t = h["t"]
         svc = self.svc_by_ident.get(ident)
         if svc is not None:
             svc.last_seen = time.monotonic()
         if t == "hb":
             of = h.get("of")
-            if of is not None:  # a service's heartbeat thread, on a socket of its own
+            if of is not None:  # a service's heartbeat thread, on a socket of its own, signed with its instance
                 w = (self.workers.get(of) or self.named.get(of)) if isinstance(of, str) else None
-                if w is not None and w.info.get("pid") == h.get("pid"):
+                i = h.get("i")
+                if w is not None and isinstance(i, str) and hmac.compare_digest(i.encode(), w.instance.encode()):
                     w.last_seen = time.monotonic()
             elif svc is None:  # a service we forgot (dispatcher restarted): ask it to register
                 self.services.send_multipart([ident, pack_header({"t": "hb"})])
@@ -214,75 +270,131 @@ class Dispatcher:
         if t == "register":
             self._register(ident, h)
             return
-        if svc is None:
+        if svc is None:  # only registered services may say anything else
             return
         if t == "done":
             self._worker_done(svc, h, frames)
+        elif t == "bye":  # a service stopping cleanly: its name is free for a successor at once
+            self._service_lost(svc, "stopped")
         elif t == "xfer":
-            route = self.xroutes.pop(h.get("x"), None)
-            if route is not None:
+            x = h.get("x")
+            route = self.xroutes.get(x) if type(x) is int else None
+            if route is not None and route[1] == svc.name and h.get("s") == route[0]:
+                del self.xroutes[x]
                 dst = self.workers.get(route[2])
                 if dst is not None:
                     self._to_service(dst, h, frames)
         elif t == "coll_ready":  # a worker's input is in shared memory
-            pend = self.coll_pending.get(h.get("key"))
-            if pend is None:
-                return
-            if svc.name not in self.coll_ranks:
-                self._coll_failed(h.get("key"), f"no collectives rank serves {svc.name}")
-                return
-            pend.setdefault("ready", {})[svc.name] = h
-            if len(pend["ready"]) == len(pend["all"]):
-                # every part is ready: release the ranks together, so none spins in MPI waiting for a peer
-                for dev, msg in pend["ready"].items():
-                    self._to_service(self.coll_ranks[dev], msg)
+            self._coll_ready(svc, h)
         elif t == "coll_done":  # a rank finished (or failed) its part: tell its worker
-            pending = self.coll_pending.get(h.get("key"))
-            dev = h.get("device")
-            w = self.workers.get(dev) if isinstance(dev, str) else None
+            key = h.get("key")
+            dev = svc.info.get("device")
+            if type(key) is not int or svc.kind != "collectives" or self.coll_ranks.get(dev) is not svc:
+                return
+            pending = self.coll_pending.get(key)
+            w = self.workers.get(dev)
+            err = h.get("err")
             if w is not None:
-                self._to_service(w, {"t": "coll_done", "key": h.get("key"), **({"err": h["err"]} if h.get("err")
-                                                                                else {})})
+                self._to_service(w, {"t": "coll_done", "key": key, **({"err": _wire_error(err)} if err else {})})
             if pending is not None:
                 pending["devices"].discard(dev)
                 if not pending["devices"]:
-                    del self.coll_pending[h.get("key")]
+                    del self.coll_pending[key]
         elif t == "stats":
-            w = self.stats_waits.get(h.get("q"))
-            if w is not None:
-                w["devices"][h.get("device")] = h.get("sessions", {})
+            q = h.get("q")
+            w = self.stats_waits.get(q) if type(q) is int else None
+            sessions = h.get("sessions")
+            if w is not None and svc.kind == "worker" and svc.name in w["expect"]:
+                w["devices"][svc.name] = sessions if isinstance(sessions, dict) else {}
                 w["expect"].discard(svc.name)
                 if not w["expect"]:
-                    self._finish_stats(h.get("q"))
+                    self._finish_stats(q)
         elif t == "reply":  # a named service answering a forwarded request
-            fwd = self.forwards.pop(h.get("q"), None)
-            if fwd is not None:
-                sid, cq, _ = fwd
-                self._to_client(sid, {**h, "t": "service_reply", "q": cq}, frames)
+            q = h.get("q")
+            fwd = self.forwards.get(q) if type(q) is int else None
+            if fwd is not None and fwd[2] == svc.name:
+                del self.forwards[q]
+                s = self.sessions.get(fwd[0])
+                if s is not None:
+                    self._to_client(s.ident, {**h, "t": "service_reply", "q": fwd[1]}, frames)
+
+    def _coll_ready(self, svc: ServiceInfo, h: dict) -> None:
+        """Release a collective's ranks once every worker's input is in shared memory. The file a worker names
+        must be one of its own (``protocol/shm_paths.py``): a rank maps it read-write and writes the result in."""
+        key = h.get("key")
+        pend = self.coll_pending.get(key) if type(key) is int else None
+        if pend is None or svc.kind != "worker" or svc.name not in pend["all"]:
+            return
+        if svc.name not in self.coll_ranks:
+            self._coll_failed(key, f"no collectives rank serves {svc.name}")
+            return
+        try:
+            check_shm_path(h.get("path"), svc.info.get("pid"), svc.name)
+        except ProtocolError as e:
+            log.warning("worker %s: %s", svc.name, e.message)
+            self._coll_failed(key, f"the worker for {svc.name} named a file that is not its own shared memory")
+            return
+        # the rank learns the device and pid from the dispatcher's registration, not from the worker's message
+        pend.setdefault("ready", {})[svc.name] = {**h, "device": svc.name, "pid": svc.info.get("pid")}
+        if len(pend["ready"]) == len(pend["all"]):
+            # every part is ready: release the ranks together, so none spins in MPI waiting for a peer
+            for dev, msg in pend["ready"].items():
+                self._to_service(self.coll_ranks[dev], msg)
+
+    def _refuse(self, ident: bytes, err: TensorwireError, retry: bool = False) -> None:
+        self.services.send_multipart([ident, pack_header({"t": "refused", "error": err.to_wire(),
+                                                          "message": err.message, "retry": retry})])
 
     def _register(self, ident: bytes, h: dict) -> None:
+        """Admit a service: the right protocol version and service credential, sane names, and a name (a
+        device) nobody alive holds. A process re-registering (same instance secret) replaces its old
+        registration; another one is refused (``retry``: the holder may be dead and not yet declared so)."""
         if h.get("v") != PROTOCOL_VERSION:
-            self.services.send_multipart([ident, pack_header(
-                {"t": "refused", "message": f"protocol version {h.get('v')} != {PROTOCOL_VERSION}"})])
+            self._refuse(ident, ProtocolError(f"protocol version {h.get('v')!r} != {PROTOCOL_VERSION}"))
             return
-        if self.token and not hmac.compare_digest(str(h.get("token") or ""), self.token):
-            self.services.send_multipart([ident, pack_header({"t": "refused", "message": "bad token"})])
+        token = h.get("token")
+        if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.service_token.encode()):
+            log.warning("refused a service registration with a wrong service credential")
+            self._refuse(ident, Unauthorized("the dispatcher refused the service credential (set "
+                                             "TENSORWIRE_SERVICE_TOKEN or --service-token-file)"))
             return
-        kind = str(h.get("service", ""))
-        name = str(h.get("device") if kind == "worker" else h.get("name", kind))
+        kind = h.get("service")
+        name = h.get("device") if kind == "worker" else h.get("name", kind)
+        info, instance, pid = h.get("info"), h.get("instance"), h.get("pid")
+        if not (isinstance(kind, str) and _NAME.fullmatch(kind) and isinstance(name, str) and _NAME.fullmatch(name)
+                and (info is None or isinstance(info, dict)) and isinstance(instance, str)
+                and 16 <= len(instance) <= 128 and type(pid) is int):
+            self._refuse(ident, ProtocolError("a registration needs string 'service' and 'device'/'name' (letters, "
+                                              "digits, _.@:-), a map 'info', a string 'instance' and an int 'pid'"))
+            return
+        info = dict(info or {})
+        info["pid"] = pid
         old = self.workers.get(name) if kind == "worker" else self.named.get(name)
-        if old is not None and old.ident != ident:
-            self._service_lost(old, "was replaced by a new registration")
-        info = dict(h.get("info") or {})
-        info["pid"] = h.get("pid")
-        svc = ServiceInfo(ident, kind, name, info, time.monotonic())
+        rank_dev = info.get("device") if kind == "collectives" else None
+        if kind == "collectives" and not isinstance(rank_dev, str):
+            self._refuse(ident, ProtocolError("a collectives rank must name its device in info"))
+            return
+        holder = old or (self.coll_ranks.get(rank_dev) if rank_dev is not None else None)
+        if holder is not None and holder.ident != ident:
+            if hmac.compare_digest(holder.instance.encode(), instance.encode()):  # the same process, reconnected
+                self._service_lost(holder, "reconnected")
+            else:
+                what = f"{name} is already served" if kind == "worker" else f"{holder.name} is already registered"
+                cls = DeviceError if kind in ("worker", "collectives") else Unauthorized
+                log.warning("refused a second registration: %s (by pid %s)", what, holder.info.get("pid"))
+                self._refuse(ident, cls(f"{what} by a live service (pid {holder.info.get('pid')}); a second one is "
+                                        f"refused, not swapped in (stop the first, or wait until the dispatcher "
+                                        f"declares it dead after {HEARTBEAT_S * LIVENESS:g}s of silence)"),
+                             retry=True)
+                return
+        svc = ServiceInfo(ident, kind, name, info, time.monotonic(), instance)
         self.svc_by_ident[ident] = svc
         if kind == "worker":
             self.workers[name] = svc
         else:
             self.named[name] = svc
-            if kind == "collectives" and isinstance(info.get("device"), str):
-                self.coll_ranks[info["device"]] = svc
+            if rank_dev is not None:
+                self.coll_ranks[rank_dev] = svc
         self.services.send_multipart([ident, pack_header({"t": "registered", "name": name})])
         log.info("registered %s %s", kind, name)
 
@@ -336,7 +448,10 @@ class Dispatcher:
             for q, (sid, cq, name) in list(self.forwards.items()):
                 if name == svc.name:
                     self.forwards.pop(q)
-                    self._to_client(sid, {"t": "service_reply", "q": cq, "error": error_to_wire(
+                    owner = self.sessions.get(sid)
+                    if owner is None:
+                        continue
+                    self._to_client(owner.ident, {"t": "service_reply", "q": cq, "error": error_to_wire(
                         ServiceUnavailable(f"the {svc.name} service {why}"))})
         log.warning("%s %s %s", svc.kind, svc.name, why)
 
@@ -350,21 +465,31 @@ class Dispatcher:
             w = self.workers.get(dev)
             if w is not None:
                 self._to_service(w, {"t": "coll_done", "key": gk, "err": err})
+        if len(pend.get("ready", ())) < len(pend["all"]):  # no rank was released: they forget it and go on
+            for dev in pend["all"]:
+                rank = self.coll_ranks.get(dev)
+                if rank is not None:
+                    self._to_service(rank, {"t": "coll_cancel", "key": gk})
 
     def _worker_done(self, svc: ServiceInfo, h: dict, frames) -> None:
-        s = self.sessions.get(h.get("s"))
-        if s is None:
+        sid, q = h.get("s"), h.get("q")
+        s = self.sessions.get(sid) if type(sid) is bytes else None
+        p = s.pending.get(q) if s is not None and (q is None or type(q) is int) else None
+        if p is None or svc.name not in p.expect:
             return
-        q = h.get("q")
-        p = s.pending.get(q)
-        if p is None:
-            return
+        values, errors, fetch_errors = h.get("values") or [], h.get("errors") or [], h.get("fetch_errors") or []
+        if not (isinstance(values, list) and isinstance(errors, list) and isinstance(fetch_errors, list)
+                and all(isinstance(v, list) and len(v) == 4 and type(v[3]) is int and 0 <= v[3] < len(frames)
+                        for v in values)):
+            log.warning("worker %s sent a malformed result", svc.name)
+            values, frames, fetch_errors = [], [], []
+            errors = [ProtocolError(f"the worker for {svc.name} sent a malformed result").to_wire()]
         base = len(p.frames)
-        for v in h.get("values") or ():
+        for v in values:
             p.values.append([v[0], v[1], v[2], v[3] + base])
         p.frames.extend(frames)
-        p.errors.extend(h.get("errors") or ())
-        p.fetch_errors.extend(h.get("fetch_errors") or ())
+        p.errors.extend(map(_wire_error, errors))
+        p.fetch_errors.extend(_wire_error(e, keep=("fetched", "node", "origin")) for e in fetch_errors)
         p.expect.discard(svc.name)
         self._maybe_reply(s, q)
 
@@ -373,7 +498,7 @@ class Dispatcher:
         if p is None or p.expect:
             return
         del s.pending[q]
-        self._to_client(s.sid, {"t": "result", "q": q, "values": p.values, "errors": p.errors,
+        self._to_client(s.ident, {"t": "result", "q": q, "values": p.values, "errors": p.errors,
                                 "fetch_errors": p.fetch_errors}, p.frames)
 
     # -- clients -----------------------------------------------------------------------------
@@ -384,33 +509,49 @@ class Dispatcher:
             self._to_client(ident, {"t": "error", "error": e.to_wire()})
             return
         t = h["t"]
+        q = h.get("q")
+        if q is not None and type(q) is not int:
+            self._to_client(ident, {"t": "error", "error": ProtocolError("'q' must be an int").to_wire()})
+            return
         if t == "hello":
             self._hello(ident, h)
             return
         if t == "ping":
-            self._to_client(ident, {"t": "pong", "q": h.get("q")})
+            self._to_client(ident, {"t": "pong", "q": q})
             return
-        s = self.sessions.get(ident)
-        if s is None:
-            self._to_client(ident, {"t": "error", "q": h.get("q"), "error": error_to_wire(
-                Unauthorized("no session: send 'hello' with the protocol version and credentials first"))})
+        s = self._session_of(h.get("k"))
+        if s is None:  # a routing id is never an identity: without the session's key nothing is touched
+            self._to_client(ident, {"t": "error", "q": q, "error": error_to_wire(Unauthorized(
+                "no session: send 'hello' with the protocol version and credentials first, then the session "
+                "key it answers with ('k') in every message"))})
             return
+        s.ident = ident  # answers go where the key was last proven (a client that reconnected gets them)
         s.last_seen = time.time()
         if t == "batch":
             self._batch(s, h, frames)
         elif t == "close":
             self._close_session(s)
-            if h.get("q") is not None:
-                self._to_client(ident, {"t": "closed", "q": h.get("q")})
+            if q is not None:
+                self._to_client(ident, {"t": "closed", "q": q})
         elif t == "devices":
-            self._to_client(ident, {"t": "devices", "q": h.get("q"), "devices": self._device_list()})
+            self._to_client(ident, {"t": "devices", "q": q, "devices": self._device_list()})
         elif t == "stats":
             self._stats(s, h)
         elif t == "service":
             self._forward(s, h, frames)
         else:
-            self._to_client(ident, {"t": "error", "q": h.get("q"),
-                                    "error": ProtocolError(f"unknown message type {t!r}").to_wire()})
+            self._to_client(ident, {"t": "error", "q": q,
+                                    "error": ProtocolError(f"unknown message type {t[:100]!r}").to_wire()})
+
+    def _session_of(self, key) -> Session | None:
+        """The session whose key (public id + secret, from ``welcome``) is ``key``; None for anything else. The
+        secret is compared in constant time."""
+        if type(key) is not bytes or len(key) != SID_BYTES + SECRET_BYTES:
+            return None
+        s = self.sessions.get(key[:SID_BYTES])
+        if s is None or not hmac.compare_digest(s.secret, key[SID_BYTES:]):
+            return None
+        return s
 
     def _device_list(self) -> list[dict]:
         return [{"device": d, **{k: v for k, v in w.info.items() if k != "device"}}
@@ -419,31 +560,46 @@ class Dispatcher:
     def _hello(self, ident: bytes, h: dict) -> None:
         if h.get("v") != PROTOCOL_VERSION:
             self._to_client(ident, {"t": "error", "error": ProtocolError(
-                f"protocol version mismatch: client speaks {h.get('v')!r}, dispatcher speaks "
+                f"protocol version mismatch: client speaks {str(h.get('v'))[:20]!r}, dispatcher speaks "
                 f"{PROTOCOL_VERSION}; install matching tensorwire versions").to_wire()})
             return
-        if self.token and not hmac.compare_digest(str(h.get("token") or ""), self.token):
+        token = h.get("token")
+        token = token.encode() if isinstance(token, str) else b""
+        admin = bool(self.admin_token) and hmac.compare_digest(token, self.admin_token.encode())
+        if self.token and not admin and not hmac.compare_digest(token, self.token.encode()):
             self._to_client(ident, {"t": "error", "error": Unauthorized(
                 "the dispatcher refused the credentials (pass token= to tw.connect or set TENSORWIRE_TOKEN)"
             ).to_wire()})
             return
-        old = self.sessions.get(ident)
-        if old is not None:
+        old = self.sessions.get(self.by_ident.get(ident, b""))
+        if old is not None and old.ident == ident:  # a second hello on one connection replaces its session
             self._close_session(old)
-        self.sessions[ident] = Session(ident, str(h.get("client", ""))[:200], last_seen=time.time())
-        self._to_client(ident, {"t": "welcome", "session": ident.hex(), "devices": self._device_list(),
-                                "hub_url": self.hub_url, "services": sorted(self.named)})
+        sid = secrets.token_bytes(SID_BYTES)
+        while sid in self.sessions:  # (2^64 ids: a repeat is all but impossible)
+            sid = secrets.token_bytes(SID_BYTES)
+        s = Session(sid, secrets.token_bytes(SECRET_BYTES), ident, str(h.get("client", ""))[:200], admin,
+                    last_seen=time.time())
+        self.sessions[sid] = s
+        self.by_ident[ident] = sid
+        self._to_client(ident, {"t": "welcome", "session": sid.hex(), "key": sid + s.secret, "admin": admin,
+                                "devices": self._device_list(), "hub_url": self.hub_url,
+                                "services": sorted(self.named)})
 
     def _close_session(self, s: Session) -> None:
         self.sessions.pop(s.sid, None)
+        if self.by_ident.get(s.ident) == s.sid:
+            del self.by_ident[s.ident]
         for w in self.workers.values():
             self._to_service(w, {"t": "drop_session", "s": s.sid})
             w.plans = {p for p in w.plans if p[0] != s.sid}
 
     def _fail_batch(self, s: Session, outs, err: dict) -> None:
-        for i in outs or ():
-            if isinstance(i, int):
-                s.failed[i] = err
+        """A batch failed validation: its outputs fail (later batches reading them fail with DependencyFailed)
+        and the error is reported at the next sync point. Live handles are never touched."""
+        if _is_int_list(outs):
+            for i in outs:
+                if i not in s.handles:
+                    s.failed[i] = err
         s.errors.append(err)
 
     def _batch(self, s: Session, h: dict, frames) -> None:
@@ -454,9 +610,10 @@ class Dispatcher:
             err = e.to_wire()
             self._fail_batch(s, h.get("outs"), err)
             if h.get("sync") or h.get("fetch"):
-                fe = [{**err, "fetched": i} for i in (h.get("fetch") or ()) if isinstance(i, int)]
+                fetch = h.get("fetch")
+                fe = [{**err, "fetched": i} for i in fetch] if _is_int_list(fetch) else []
                 errs, s.errors = s.errors, []
-                self._to_client(s.sid, {"t": "result", "q": q, "values": [], "errors": errs, "fetch_errors": fe})
+                self._to_client(s.ident, {"t": "result", "q": q, "values": [], "errors": errs, "fetch_errors": fe})
 
     def _run_batch(self, s: Session, h: dict, frames) -> None:
         q = h.get("q")
@@ -465,11 +622,14 @@ class Dispatcher:
         fetch = h.get("fetch") or []
         release = h.get("release") or []
         plan_no = h.get("plan")
-        for name, lst in (("ext", ext), ("outs", outs), ("fetch", fetch), ("release", release)):
-            if type(lst) is not list or (lst and set(map(type, lst)) != _INT):  # bools are not ids either
+        drop_plans = h.get("drop_plans") or []
+        for name, lst in (("ext", ext), ("outs", outs), ("fetch", fetch), ("release", release),
+                          ("drop_plans", drop_plans)):
+            if not _is_int_list(lst):
                 raise ProtocolError(f"batch '{name}' must be a list of ints")
-        for p in h.get("drop_plans") or ():
-            s.plans.pop(p, None)
+        if plan_no is not None and type(plan_no) is not int:
+            raise ProtocolError("'plan' must be an int")
+        # (validation first, then the commit below: a batch that fails changes nothing but its outputs' errors)
         # every external input must be a live handle of this session
         handles = s.handles
         ext_dev = [handles.get(i) for i in ext]
@@ -484,14 +644,8 @@ class Dispatcher:
         nodes = h.get("nodes")
         if nodes is not None:
             split = split_batch(nodes, h.get("devs") or [], [d or "" for d in ext_dev], self.workers)
-            if plan_no is not None:
-                if not isinstance(plan_no, int):
-                    raise ProtocolError("'plan' must be an int")
-                if len(s.plans) >= MAX_PLANS:
-                    s.plans.pop(next(iter(s.plans)))
-                s.plans[plan_no] = split
         elif plan_no is not None:
-            split = s.plans.get(plan_no)
+            split = s.plans.get(plan_no) if plan_no not in drop_plans else None
             if split is None:
                 raise NotFound(f"plan {plan_no} is not known to the dispatcher (send the full batch)")
             if ext_dev != split.ext_dev:
@@ -518,7 +672,14 @@ class Dispatcher:
                     and isinstance(item[1], dict)):
                 raise ProtocolError("'dyn' entries must be [node, attrs]")
             dyn_by_node[item[0]] = item[1]
+        colls = self._check_collectives(split, nodes, dyn_by_node) if split.coll_groups else None
         # --- everything validated: commit state and send ---
+        for p in drop_plans:
+            s.plans.pop(p, None)
+        if nodes is not None and plan_no is not None:
+            if len(s.plans) >= MAX_PLANS:
+                s.plans.pop(next(iter(s.plans)))
+            s.plans[plan_no] = split
         handles.update(zip(outs, split.node_dev))
         if s.failed:
             for i in outs:
@@ -542,7 +703,7 @@ class Dispatcher:
         reply_devs = set(by_dev_fetch)
         if h.get("sync"):
             reply_devs |= s.touched & set(self.workers)
-        coll_map = self._announce_collectives(s, split, nodes, dyn_by_node) if split.coll_groups else None
+        coll_map = self._announce_collectives(s, colls) if colls else None
         xbase = self.next_x
         self.next_x += split.n_xfer
         for k, (src, dst) in enumerate(split.xfer_route):
@@ -584,18 +745,18 @@ class Dispatcher:
             s.pending[q] = p
             self._maybe_reply(s, q)
 
-    def _announce_collectives(self, s: Session, split: Split, nodes, dyn_by_node: dict) -> dict:
-        """Give each collective of the batch a global key and announce it, in order, to its ranks.
-
-        Every rank hears of collectives in the dispatcher's one order, so all ranks run them in the
-        same order whichever worker gets its input ready first. Returns ``{client key: global key}``.
-        """
-        mapping = {}
+    def _check_collectives(self, split: Split, nodes, dyn_by_node: dict) -> list[tuple[int, list[str]]]:
+        """Validate the batch's collectives (one key per collective, a rank serving every device); returns
+        ``[(client key, devices in rank order)]`` for :meth:`_announce_collectives`. Changes nothing."""
+        out = []
         for group in split.coll_groups:
             keys = set()
             for j in group:
                 a = dyn_by_node.get(j) if nodes is None else None
-                keys.add((a or {}).get("key") if a else split.coll_keys[j])
+                k = a.get("key") if a else split.coll_keys[j]
+                if type(k) is not int:
+                    raise ProtocolError("a collective's key must be an int")
+                keys.add(k)
             if len(keys) != 1:
                 raise ProtocolError("the parts of one collective must share one key")
             devs = [split.node_dev[j] for j in sorted(group, key=lambda j: split.coll_rank[j])]
@@ -604,9 +765,20 @@ class Dispatcher:
                 raise ServiceUnavailable(f"the collectives service is not running for {', '.join(missing)} "
                                          f"(it runs under mpiexec: `mpiexec -n N tensorwire collectives ...`; "
                                          f"LocalCluster starts it for 2+ devices when mpi4py is installed)")
+            out.append((keys.pop(), devs))
+        return out
+
+    def _announce_collectives(self, s: Session, colls: list[tuple[int, list[str]]]) -> dict:
+        """Give each collective of the batch a global key and announce it, in order, to its ranks.
+
+        Every rank hears of collectives in the dispatcher's one order, so all ranks run them in the
+        same order whichever worker gets its input ready first. Returns ``{client key: global key}``.
+        """
+        mapping = {}
+        for key, devs in colls:
             gk = self.next_coll
             self.next_coll += 1
-            mapping[keys.pop()] = gk
+            mapping[key] = gk
             self.coll_pending[gk] = {"all": set(devs), "devices": set(devs), "session": s.sid}
             for d in devs:
                 self._to_service(self.coll_ranks[d], {"t": "coll_announce", "key": gk, "devices": devs})
@@ -616,34 +788,55 @@ class Dispatcher:
     def _stats(self, s: Session, h: dict) -> None:
         q = self.next_stats
         self.next_stats += 1
-        self.stats_waits[q] = {"client": s.sid, "cq": h.get("q"), "expect": set(self.workers), "devices": {},
-                               "me": s.sid.hex()}
+        self.stats_waits[q] = {"sid": s.sid, "cq": h.get("q"), "expect": set(self.workers), "devices": {}}
         for w in self.workers.values():
             self._to_service(w, {"t": "stats", "q": q})
         if not self.workers:
             self._finish_stats(q)
 
     def _finish_stats(self, q) -> None:
+        """Answer a stats request: a session sees its own buffers only; an admin session sees every session."""
         w = self.stats_waits.pop(q, None)
-        if w is None:
+        s = self.sessions.get(w["sid"]) if w is not None else None
+        if s is None:
             return
-        self._to_client(w["client"], {"t": "stats", "q": w["cq"], "devices": w["devices"], "session": w["me"],
-                                      "sessions": [sid.hex() for sid in self.sessions],
-                                      "services": sorted(self.named), "uptime_s": time.time() - self.started,
-                                      "workers": self._device_list()})
+        me = s.sid.hex()
+        if s.admin:
+            devices, sessions = w["devices"], [sid.hex() for sid in self.sessions]
+        else:
+            devices = {d: ({me: per[me]} if me in per else {}) for d, per in w["devices"].items()}
+            sessions = [me]
+        self._to_client(s.ident, {"t": "stats", "q": w["cq"], "devices": devices, "session": me,
+                                  "sessions": sessions, "admin": s.admin, "services": sorted(self.named),
+                                  "uptime_s": time.time() - self.started, "workers": self._device_list()})
 
     def _forward(self, s: Session, h: dict, frames) -> None:
         name = h.get("service")
         svc = self.named.get(name) if isinstance(name, str) else None
         if svc is None:
-            self._to_client(s.sid, {"t": "service_reply", "q": h.get("q"), "error": error_to_wire(
-                ServiceUnavailable(f"the {name} service is not running (registered: "
+            self._to_client(s.ident, {"t": "service_reply", "q": h.get("q"), "error": error_to_wire(
+                ServiceUnavailable(f"the {str(name)[:100]} service is not running (registered: "
                                    f"{', '.join(sorted(self.named)) or 'none'})"))})
             return
         fq = self.next_fwd
         self.next_fwd += 1
         self.forwards[fq] = (s.sid, h.get("q"), name)
-        self._to_service(svc, {**h, "t": "request", "q": fq, "s": s.sid.hex()}, frames)
+        request = {k: v for k, v in h.items() if k != "k"}  # the session's key stays with the dispatcher
+        self._to_service(svc, {**request, "t": "request", "q": fq, "s": s.sid.hex()}, frames)
+
+
+def _is_int_list(x) -> bool:
+    """A list of ints (bools are not ids)."""
+    return type(x) is list and (not x or set(map(type, x)) == _INT)
+
+
+def _wire_error(err, keep=("node", "origin")) -> dict:
+    """A service's error as it may go to a client: a string code and message (and the ids in ``keep``), nothing
+    else; anything malformed becomes a ProtocolError."""
+    if isinstance(err, dict) and isinstance(err.get("code"), str) and isinstance(err.get("message"), str):
+        return {"code": err["code"], "message": err["message"],
+                **{k: err[k] for k in keep if type(err.get(k)) is int}}
+    return ProtocolError("a service sent a malformed error").to_wire()
 
 
 def _device_sort_key(name: str):
@@ -657,14 +850,33 @@ def main(argv: list[str] | None = None) -> int:
                    help="client address to bind (port 0 picks a free port)")
     p.add_argument("--service-address", default="tcp://127.0.0.1:5556",
                    help="address services (workers, autograd, collectives) connect to")
-    p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"), help="credential clients must present")
+    p.add_argument("--token-file", default=None,
+                   help="file holding the token clients must present (default $TENSORWIRE_TOKEN; none: any client "
+                        "that reaches the socket may open a session)")
+    p.add_argument("--admin-token-file", default=None,
+                   help="file holding the admin token: sessions opened with it see every session in stats "
+                        "(default $TENSORWIRE_ADMIN_TOKEN)")
+    p.add_argument("--service-token-file", default=None,
+                   help="file holding the credential services register with, created with a fresh token if "
+                        "missing (default $TENSORWIRE_SERVICE_TOKEN, else KEYS/service.token)")
+    p.add_argument("--keys", default=None,
+                   help="CURVE keys directory from `tensorwire keys` (default $TENSORWIRE_KEYS): encrypts both "
+                        "sockets and authorises client and service keys separately")
+    p.add_argument("--insecure", action="store_true",
+                   help="listen on a non-loopback address without CURVE (tokens and tensors travel in clear)")
     p.add_argument("--hub-url", default=os.environ.get("TENSORWIRE_HUB_URL"), help="model hub URL for sessions")
     args = p.parse_args(argv)
     logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
     from tensorwire.backends import load_ops
 
+    keys = keys_dir(args.keys)
+    if args.service_token_file and not os.path.exists(args.service_token_file):
+        write_token_file(args.service_token_file, new_token())
     load_ops()  # custom ops of installed plugins, so batches using them validate
     tune_gc()
-    d = Dispatcher(args.address, args.service_address, token=args.token, hub_url=args.hub_url)
+    d = Dispatcher(args.address, args.service_address, service_token=service_token(args.service_token_file, keys),
+                   token=resolve_token(CLIENT_TOKEN_ENV, args.token_file),
+                   admin_token=resolve_token(ADMIN_TOKEN_ENV, args.admin_token_file), keys=keys,
+                   insecure=args.insecure, hub_url=args.hub_url)
     profiled("dispatcher", d.serve, stop_event_on_signals())
     return 0

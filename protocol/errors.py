@@ -146,8 +146,17 @@ def error_from_wire(d: dict, where: str | None = None) -> TensorwireError:
     return err
 
 
+#: exceptions that mean "the request was malformed" when they escape a service's code (a missing key, a wrong type):
+#: their Python text describes our internals, not the request, so it stays in the service's log
+_INTERNAL = (TypeError, KeyError, AttributeError, AssertionError, LookupError, UnicodeError, RecursionError)
+
+
 def error_to_wire(exc: BaseException, node: int | None = None) -> dict:
-    """Turn any exception raised while serving into its wire form, choosing the closest code."""
+    """Turn any exception raised while serving into its wire form, choosing the closest code.
+
+    No Python exception type or internal text crosses the wire: an exception of our own code's kind
+    (``TypeError``, ``KeyError`` ...) becomes a ``ProtocolError`` saying the request was malformed; kernel errors
+    (``ZeroDivisionError``, numpy's ``FloatingPointError`` ...) keep their message, under ``ExecutionError``."""
     if isinstance(exc, TensorwireError):
         d = exc.to_wire()
     elif isinstance(exc, MemoryError):
@@ -156,8 +165,11 @@ def error_to_wire(exc: BaseException, node: int | None = None) -> dict:
         d = {"code": IndexOutOfRange.code, "message": str(exc)}
     elif isinstance(exc, (ValueError, TypeError)) and "shape" in str(exc):
         d = {"code": ShapeError.code, "message": str(exc)}
+    elif isinstance(exc, _INTERNAL):
+        d = {"code": ProtocolError.code, "message": "malformed request: the service could not process it (its log "
+                                                    "has the details)"}
     else:
-        d = {"code": ExecutionError.code, "message": f"{type(exc).__name__}: {exc}"}
+        d = {"code": ExecutionError.code, "message": str(exc) or "the kernel failed"}
     if node is not None:
         d["node"] = node
     return d

@@ -9,39 +9,123 @@ with ``ServiceUnavailable``. Subclasses implement :meth:`handle`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import secrets
 import threading
 import time
+from pathlib import Path
 
 import zmq
 
 from . import PROTOCOL_VERSION
-from .errors import ProtocolError, error_to_wire
+from .curve import apply_peer
+from .errors import ProtocolError, TensorwireError, error_from_wire, error_to_wire
 from .service import HEARTBEAT_S, LIVENESS, announce_ready
 from .wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
 
 log = logging.getLogger("tensorwire.service")
 
 
-def connect_service(ctx: zmq.Context, dispatcher: str, register: dict) -> zmq.Socket:
-    """A DEALER to the dispatcher's service socket that has sent ``register`` (the message type is added)."""
+#: how long a service whose registration is refused because a live service holds its name keeps trying (that one
+#: may have died without the dispatcher knowing yet: it is declared dead after HEARTBEAT_S * LIVENESS of silence)
+REGISTER_WAIT_S = float(os.environ.get("TENSORWIRE_REGISTER_WAIT", str(2 * HEARTBEAT_S * LIVENESS)))
+
+
+def new_instance() -> str:
+    """A per-process secret a service registers with and signs its heartbeats with: the dispatcher takes a
+    re-registration or a heartbeat for a registered name only from the process that holds it."""
+    return secrets.token_hex(16)
+
+
+def service_socket(ctx: zmq.Context, dispatcher: str, keys: Path | None = None) -> zmq.Socket:
+    """A DEALER connected to the dispatcher's service socket (CURVE with the service key pair when ``keys``)."""
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+    if keys is not None:
+        apply_peer(sock, keys, "service")
     sock.connect(dispatcher)
+    return sock
+
+
+def connect_service(ctx: zmq.Context, dispatcher: str, register: dict, keys: Path | None = None) -> zmq.Socket:
+    """A DEALER to the dispatcher's service socket that has sent ``register`` (the message type is added)."""
+    sock = service_socket(ctx, dispatcher, keys)
     sock.send(pack_header({"t": "register", "v": PROTOCOL_VERSION, "pid": os.getpid(), **register}))
     return sock
 
 
-def start_heartbeats(ctx: zmq.Context, dispatcher: str, name: str, stop: threading.Event) -> threading.Thread:
-    """Send ``{"t": "hb", "of": name}`` every HEARTBEAT_S from a thread with a socket of its own, so a service
-    busy in a long kernel or MPI call still looks alive; stops when ``stop`` is set."""
+def refusal_error(h: dict) -> TensorwireError:
+    """The typed error a ``refused`` answer to a registration carries."""
+    err = h.get("error")
+    if isinstance(err, dict):
+        return error_from_wire(err)
+    return ProtocolError(str(h.get("message", "the dispatcher refused this service")))
+
+
+def register_service(ctx: zmq.Context, dispatcher: str, register: dict, *, keys: Path | None = None,
+                     stop: threading.Event | None = None, wait_s: float | None = None) -> zmq.Socket:
+    """Connect and register, returning once the dispatcher has answered ``registered`` (or ``stop`` is set).
+
+    A dispatcher that does not answer (not up yet, restarting) is tried again every liveness period. A refusal
+    marked ``retry`` (a live service holds the name) is retried for ``wait_s`` seconds (``REGISTER_WAIT_S``):
+    the holder may be dead but not yet declared so. Any other refusal, or one past that time, raises its typed
+    error (``Unauthorized`` for bad credentials, ``DeviceError`` for a device already served ...)."""
+    wait_s = REGISTER_WAIT_S if wait_s is None else wait_s
+    deadline = None
+    for _ in range(1 << 30):  # bounded by the stop event and the refusal deadline
+        sock = connect_service(ctx, dispatcher, register, keys)
+        retry = False
+        if sock.poll(int(HEARTBEAT_S * LIVENESS * 1000)):
+            for h, _ in drain(sock):
+                if h["t"] == "registered":
+                    return sock
+                if h["t"] == "refused":
+                    err = refusal_error(h)
+                    now = time.monotonic()
+                    deadline = deadline or now + wait_s
+                    if not h.get("retry") or now >= deadline:
+                        sock.close(0)
+                        raise err
+                    log.warning("%s; trying again", err)
+                    retry = True
+                    break
+        sock.close(0)
+        if stop is not None and stop.wait(2 * HEARTBEAT_S if retry else 0):
+            break
+    return service_socket(ctx, dispatcher, keys)  # stopping: an unregistered socket the caller closes
+
+
+def add_service_credential_args(parser) -> None:
+    """The options every service command takes for its credentials (values come from files or the environment,
+    never from the command line, where ``ps`` would show them)."""
+    parser.add_argument("--service-token-file", default=None,
+                        help="file holding the service credential (default: $TENSORWIRE_SERVICE_TOKEN, else "
+                             "KEYS/service.token)")
+    parser.add_argument("--keys", default=None, help="CURVE keys directory (default $TENSORWIRE_KEYS); a service "
+                        "reads dispatcher.key and service.key_secret there")
+
+
+def say_goodbye(sock: zmq.Socket | None) -> None:
+    """Tell the dispatcher this service stops, so its name is free at once for a successor (best effort)."""
+    if sock is None:
+        return
+    with contextlib.suppress(zmq.ZMQError):
+        sock.send(pack_header({"t": "bye"}), zmq.NOBLOCK)
+
+
+def start_heartbeats(ctx: zmq.Context, dispatcher: str, name: str, stop: threading.Event, instance: str,
+                     keys: Path | None = None) -> threading.Thread:
+    """Send ``{"t": "hb", "of": name, "i": instance}`` every HEARTBEAT_S from a thread with a socket of its own, so a
+    service busy in a long kernel or MPI call still looks alive; stops when ``stop`` is set."""
     def run() -> None:
-        hb = ctx.socket(zmq.DEALER)
-        hb.setsockopt(zmq.LINGER, 0)
-        hb.connect(dispatcher)
-        msg = pack_header({"t": "hb", "of": name, "pid": os.getpid()})
+        try:
+            hb = service_socket(ctx, dispatcher, keys)
+        except Exception:  # keys unreadable: the registration reports it
+            return
+        msg = pack_header({"t": "hb", "of": name, "pid": os.getpid(), "i": instance})
         try:
             while not stop.wait(HEARTBEAT_S):
                 hb.send(msg, zmq.NOBLOCK)
@@ -75,9 +159,12 @@ class NamedService:
 
     name = "service"
 
-    def __init__(self, dispatcher: str, *, token: str | None = None, ctx: zmq.Context | None = None):
+    def __init__(self, dispatcher: str, *, token: str | None = None, keys: Path | None = None,
+                 ctx: zmq.Context | None = None):
         self.dispatcher = dispatcher
-        self.token = token
+        self.token = token  # the service credential
+        self.keys = keys
+        self.instance = new_instance()
         self.ctx = ctx or zmq.Context.instance()
         self.stop = threading.Event()
         self.sock: zmq.Socket | None = None
@@ -89,26 +176,24 @@ class NamedService:
         return {}
 
     def _connect(self) -> zmq.Socket:
-        return connect_service(self.ctx, self.dispatcher, {"service": self.name, "name": self.name,
-                                                           "token": self.token, "info": self.info()})
+        return register_service(self.ctx, self.dispatcher, {"service": self.name, "name": self.name,
+                                                            "token": self.token, "instance": self.instance,
+                                                            "info": self.info()}, keys=self.keys, stop=self.stop)
 
     def serve(self, ready_line: bool = True) -> None:
-        start_heartbeats(self.ctx, self.dispatcher, self.name, self.stop)
+        start_heartbeats(self.ctx, self.dispatcher, self.name, self.stop, self.instance, self.keys)
         self.sock = sock = self._connect()
+        if ready_line and not self.stop.is_set():
+            announce_ready(self.name, pid=os.getpid())
         last_seen = time.monotonic()
-        announced = False
         try:
             while not self.stop.is_set():
                 if sock.poll(int(HEARTBEAT_S * 1000)):
                     for h, frames in drain(sock):
                         last_seen = time.monotonic()
                         t = h["t"]
-                        if t == "registered":
-                            if ready_line and not announced:
-                                announce_ready(self.name, pid=os.getpid())
-                                announced = True
-                        elif t == "refused":
-                            raise ProtocolError(h.get("message", "the dispatcher refused this service"))
+                        if t == "refused":
+                            raise refusal_error(h)
                         elif t == "request":
                             self._answer(h, frames)
                 if time.monotonic() - last_seen > HEARTBEAT_S * LIVENESS:
@@ -118,6 +203,7 @@ class NamedService:
                     last_seen = time.monotonic()
         finally:
             self.stop.set()
+            say_goodbye(sock)
             sock.close(0)
 
     def _answer(self, h: dict, frames: list) -> None:

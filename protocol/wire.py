@@ -39,7 +39,7 @@ def unpack_header(data) -> dict:
     try:
         h = msgpack.unpackb(data, **_UNPACK_LIMITS)
     except Exception as e:  # msgpack raises many types on garbage
-        raise ProtocolError(f"malformed header frame: {type(e).__name__}: {e}") from None
+        raise ProtocolError(f"malformed header frame (not msgpack): {str(e)[:200]}") from None
     if not isinstance(h, dict) or not isinstance(h.get("t"), str):
         raise ProtocolError("a header must be a msgpack map with a string 't' (message type)")
     return h

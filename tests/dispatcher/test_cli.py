@@ -48,8 +48,14 @@ def test_up_status_and_ctrl_c():
                                 capture_output=True, text=True, timeout=60)
             assert st.returncode == 0, st.stderr
             assert "cpu:0" in st.stdout and "cpu:1" in st.stdout and "autograd" in st.stdout
-            js = subprocess.run([sys.executable, "-m", "tensorwire.cli", "status", "--address", address, "--json"],
-                                capture_output=True, text=True, timeout=60)
+            # another session's buffers show only with the admin token, which `up` wrote to a file of its own
+            admin_file = out.split("--admin-token-file ", 1)[1].split()[0]
+            assert os.stat(admin_file).st_mode & 0o077 == 0  # readable by its owner only
+            plain = subprocess.run([sys.executable, "-m", "tensorwire.cli", "status", "--address", address, "--json"],
+                                   capture_output=True, text=True, timeout=60)
+            assert s.session_id not in plain.stdout
+            js = subprocess.run([sys.executable, "-m", "tensorwire.cli", "status", "--address", address, "--json",
+                                 "--admin-token-file", admin_file], capture_output=True, text=True, timeout=60)
             mine = json.loads(js.stdout)["devices"]["cpu:1"][s.session_id]
             assert mine["buffers"] >= 1 and mine["bytes"] >= 32
         s.close()

@@ -23,8 +23,24 @@ def _raw(address: str, hello: bool = True) -> zmq.Socket:
     s.connect(address)
     if hello:
         s.send(msgpack.packb({"t": "hello", "v": PROTOCOL_VERSION, "token": None, "client": "raw"}))
-        assert msgpack.unpackb(s.recv())["t"] == "welcome"
+        welcome = msgpack.unpackb(s.recv())
+        assert welcome["t"] == "welcome"
+        _KEYS[s] = welcome["key"]
     return s
+
+
+_KEYS: dict = {}  # raw socket -> its session key
+
+
+def _keyed(s: zmq.Socket, frames: list) -> list:
+    """``frames`` with the socket's session key added to a header that decodes to a map (others as they are)."""
+    try:
+        h = msgpack.unpackb(frames[0], raw=False)
+    except Exception:
+        return frames
+    if not isinstance(h, dict):
+        return frames
+    return [msgpack.packb({**h, "k": _KEYS[s]}), *frames[1:]]
 
 
 def _reply(s: zmq.Socket) -> dict:
@@ -68,7 +84,7 @@ GARBAGE = [
 def test_malformed_messages_get_errors_and_nothing_breaks(cluster, session, victim, frames):
     s = _raw(cluster.address)
     try:
-        s.send_multipart(frames)
+        s.send_multipart(_keyed(s, frames))
         h = _reply(s)
         assert h["t"] in ("error", "result")
         err = h.get("error") or (h.get("fetch_errors") or h.get("errors"))[0]
@@ -79,6 +95,7 @@ def test_malformed_messages_get_errors_and_nothing_breaks(cluster, session, vict
         s.send(msgpack.packb({"t": "ping", "q": 9}))
         assert _reply(s)["t"] == "pong"
     finally:
+        _KEYS.pop(s, None)
         s.close(0)
     # and the normal session's data is intact
     np.testing.assert_array_equal(victim.numpy(), np.arange(10, dtype=np.float32) * 3)
@@ -157,11 +174,16 @@ def test_closed_session_buffers_are_gone(cluster, session):
         keep = [tw.ones(100) for _ in range(5)]  # noqa: F841
         tw.synchronize()
     sid = other.session_id
-    stats = session.cluster_status()["devices"]["cpu:0"]
-    assert stats[sid]["buffers"] == 5
-    other.close()
-    stats = session.cluster_status()["devices"]["cpu:0"]
-    assert sid not in stats
+    admin = tw.Session(cluster.address, cluster.admin_token)  # other sessions' buffers are an admin's view
+    try:
+        stats = admin.cluster_status()["devices"]["cpu:0"]
+        assert stats[sid]["buffers"] == 5
+        assert sid not in session.cluster_status()["devices"]["cpu:0"]  # a plain session sees only its own
+        other.close()
+        stats = admin.cluster_status()["devices"]["cpu:0"]
+        assert sid not in stats
+    finally:
+        admin.close()
 
 
 def test_threads_each_see_only_their_own_tensors(cluster):
