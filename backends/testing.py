@@ -675,6 +675,43 @@ def _arg_cases(op: str) -> Iterator[Case]:
             yield _case(f"{op}[{dt.name}:{_sh(shape)},dim={dim},keepdim={keep}]", op, build)
 
 
+def _sort_ref(x: np.ndarray, dim: int, descending: bool) -> np.ndarray:
+    """Stable sort order by Python's ``sorted`` over each row (NaN last ascending, first descending)."""
+    x = np.moveaxis(x, dim, -1)
+    out = np.empty(x.shape, np.int64)
+    for idx in np.ndindex(x.shape[:-1]):
+        row = [float(v) if x.dtype.kind == "f" else int(v) for v in x[idx]]
+
+        def key(i, row=row):
+            v = row[i]
+            nan = v != v
+            return (not nan, -v if not nan else 0, i) if descending else (nan, v if not nan else 0, i)
+        out[idx] = sorted(range(len(row)), key=key)
+    return np.moveaxis(out, -1, dim)
+
+
+def _argsort_cases(op: str) -> Iterator[Case]:
+    variants = [((7,), -1, False), ((7,), 0, True), ((3, 5), 1, False), ((3, 5), 0, True), ((2, 3, 4), 1, True),
+                ((2, 3, 4), -1, False), ((), 0, False), ((0, 3), 1, True), ((4, 40), 1, True)]
+    for i, dt in enumerate(SELECTED_DTYPES):
+        for k, (shape, dim, desc) in enumerate(variants):
+            if (k + i) % 2 and k not in (0, 8):
+                continue
+
+            def build(rng, dt=dt, shape=shape, dim=dim, desc=desc):
+                g = _Graph()
+                x = _vals(rng, shape, dt, -3, 3, 1.0)  # a coarse grid: many ties
+                if dt.is_floating_point and x.size >= 5:
+                    flat = x.reshape(-1)
+                    flat[[0, 3]] = np.nan
+                    flat[1], flat[4] = np.inf, -np.inf
+                    flat[2] = -0.0
+                ref = _sort_ref(_f64(x), dim % x.ndim, desc) if x.ndim else np.zeros((), np.int64)
+                g.ref(g.op(op, g.input(x), dim=dim, descending=desc), ref)
+                return g
+            yield _case(f"{op}[{dt.name}:{_sh(shape)},dim={dim},descending={desc}]", op, build)
+
+
 def _scan_cases(op: str) -> Iterator[Case]:
     fn = np.cumsum if op == "cumsum" else np.cumprod
     variants = [((3, 4), 0), ((3, 4), -1), ((), 0), ((0, 3), 1), ((2, 3, 2), 1)]
@@ -1705,6 +1742,7 @@ for _n in ("gather", "scatter", "scatter_add", "index", "index_put", "setslice")
     _GENERATORS[_n] = _index_cases
 for _n in ("rand", "randn", "randint"):
     _GENERATORS[_n] = _random_cases
+_GENERATORS.update({"argsort": _argsort_cases})
 _GENERATORS.update({"where": _where_cases, "cast": _cast_cases, "argmax": _arg_cases, "argmin": _arg_cases,
                     "cumsum": _scan_cases, "cumprod": _scan_cases, "matmul": _matmul_cases, "full": _full_cases,
                     "arange": _arange_cases, "const": _const_cases})

@@ -266,7 +266,8 @@ _METHODS = (
     "flip fliplr flipud roll split chunk tensor_split unbind narrow select tril triu diagonal diag trace gather "
     "scatter scatter_add index_select index_add take_along_dim masked_fill masked_select nonzero softmax "
     "log_softmax clone detach logical_and logical_or logical_xor logical_not bitwise_and bitwise_or bitwise_xor "
-    "bitwise_not eq ne lt le gt ge dot inner outer mv mm bmm aminmax"
+    "bitwise_not eq ne lt le gt ge dot inner outer mv mm bmm aminmax sort argsort msort topk kthvalue unique "
+    "multinomial"
 ).split()
 
 

@@ -1254,6 +1254,47 @@ class Tensor:
     def masked_select(self, mask):
         return self[mask.expand_as(self) if mask.shape != self.shape else mask]
 
+    # ------------------------------------------------------------------ sorting and sampling (client/sorting.py)
+    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False):
+        """``(values, indices)`` sorted along ``dim`` (stable; NaN last, or first when descending)."""
+        from .sorting import sort
+
+        return sort(self, dim, descending, stable)
+
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False):
+        from .sorting import argsort
+
+        return argsort(self, dim, descending, stable)
+
+    def msort(self):
+        from .sorting import msort
+
+        return msort(self)
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
+        """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) along ``dim``."""
+        from .sorting import topk
+
+        return topk(self, k, dim, largest, sorted)
+
+    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False):
+        from .sorting import kthvalue
+
+        return kthvalue(self, k, dim, keepdim)
+
+    def unique(self, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False,  # noqa: A002
+               dim: int | None = None):
+        """Distinct values (a sync point), as torch.unique."""
+        from .sorting import unique
+
+        return unique(self, sorted, return_inverse, return_counts, dim)
+
+    def multinomial(self, num_samples: int, replacement: bool = False, *, generator=None):
+        """Category indices drawn by the weights in each row (see ``tw.multinomial``)."""
+        from .sorting import multinomial
+
+        return multinomial(self, num_samples, replacement, generator=generator)
+
     def nonzero(self, *, as_tuple: bool = False):
         """Indices of non-zero elements (a sync point: the output shape depends on the data)."""
         idx = np.nonzero(self.numpy())

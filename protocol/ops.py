@@ -437,6 +437,19 @@ for _n in ("argmax", "argmin"):
     register_op(OpDef(_n, 1, _arg_infer, kind="reduce", differentiable=False, attrs=("dim", "keepdim")))
 
 
+def _argsort_infer(metas, attrs):
+    (s, d), = metas
+    if s:
+        norm_dim(a_int(attrs, "dim"), len(s))
+    a_bool(attrs, "descending")
+    return s, D.int64
+
+
+register_op(OpDef("argsort", 1, _argsort_infer, kind="index", differentiable=False, attrs=("dim", "descending"),
+                  doc="The indices that sort ``x`` along ``dim``: stable (equal elements keep their order), NaN "
+                      "last when ascending and first when descending, as torch.sort(stable=True)."))
+
+
 def _scan_infer(metas, attrs):
     (s, d), = metas
     norm_dim(a_int(attrs, "dim"), len(s))

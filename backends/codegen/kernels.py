@@ -1,4 +1,4 @@
-"""The kernels that are not elementwise chains: indexing, concatenation, arg-reductions, scans and matmul.
+"""The kernels that are not elementwise chains: indexing, concatenation, arg-reductions, scans, sorting and matmul.
 
 ``VALUE_KERNELS[op](kb, step, idx) -> X`` computes one output element (so these still take inlined inputs and
 fuse into their consumers' loads); ``STORE_KERNELS[op](kb, step, out) -> grid`` writes the whole output itself
@@ -371,5 +371,42 @@ def _index_put(kb, st, out: str) -> int:
     return 1
 
 
+def _argsort(kb, st, out: str) -> int:
+    """Each element counts the elements of its row that sort before it (a stable rank: equal elements keep their
+    order; NaN last ascending, first descending) and writes its own index at that rank. O(n) per element, so
+    O(n^2) a row: devices with a host sort (the CPU) run argsort there."""
+    shape = tuple(st.shape)
+    if not shape:
+        kb.emit(ir.Store(out, iconst(0), const(0, D.int64)))
+        return 1
+    d = st.attrs["dim"] % len(shape)
+    n, inner = shape[d], math.prod(shape[d + 1:])
+    total = math.prod(shape)
+    g = ir.gid(total)
+    j = (g // inner) % n
+    base = (g // (n * inner)) * (n * inner) + g % inner  # the row's first element
+    src = st.in_meta[0][1]
+    vt = D.float32 if src in (D.float16, D.bfloat16) else src
+    me = cast(kb.value(st.ins[0], Idx(shape, flat=g)), vt)
+    desc = bool(st.attrs.get("descending"))
+    rank = kb.fresh("rank")
+    kb.emit(ir.Let(rank, iconst(0)))
+    kb.heavy = n > 16
+
+    def body(k):
+        other = cast(kb.value(st.ins[0], Idx(shape, flat=base + k * inner)), vt)
+        before = alu("gt" if desc else "lt", BOOL, other, me)
+        same = alu("eq", BOOL, other, me)
+        if vt.is_floating_point:
+            nan_o, nan_m = ir.fn("isnan", BOOL, other), ir.fn("isnan", BOOL, me)
+            first, second = (nan_o, nan_m) if desc else (nan_m, nan_o)
+            before = _or(before, _and(first, alu("lnot", BOOL, second)))
+            same = _or(same, _and(nan_o, nan_m))
+        kb.emit(ir.Assign(rank, var(rank, INDEX) + cast(_or(before, _and(same, _lt(k, j))), INDEX)))
+    kb.loop(kb.fresh("k"), iconst(0), iconst(n), body, ((rank, "add"),), 0, n - 1)
+    kb.emit(ir.Store(out, base + var(rank, INDEX) * inner, cast(j, D.int64)))
+    return total
+
+
 STORE_KERNELS = {"cumsum": _scan, "cumprod": _scan, "scatter": _scatter, "scatter_add": _scatter,
-                 "index_put": _index_put}
+                 "index_put": _index_put, "argsort": _argsort}

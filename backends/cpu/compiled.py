@@ -162,8 +162,9 @@ def why_not() -> str:
 class CompiledMixin:
     """What a NumpyDevice adds to run fragments as compiled kernels."""
 
-    lowering_options = Options(host_ops=frozenset({"matmul"}) | HOST_COMPOSITES, host_views=True, acc64=True,
-                               row_fusion=True)
+    # matmul stays on BLAS and argsort on numpy's O(n log n) sort (the generated kernel ranks in O(n^2) a row)
+    lowering_options = Options(host_ops=frozenset({"matmul", "argsort"}) | HOST_COMPOSITES, host_views=True,
+                               acc64=True, row_fusion=True)
 
     def runner(self, plan, keep):
         if sum(math.prod(s.shape) for s in plan.program.steps) < self.backend.min_work:

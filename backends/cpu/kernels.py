@@ -258,6 +258,23 @@ def _arg(fn):
     return k
 
 
+@kernel("argsort")
+def _argsort(ins, a, shape, dt):
+    """Stable; NaN last ascending (numpy's order), first descending: the descending order is the stable ascending
+    order of the row reversed, read backwards."""
+    x = ins[0]
+    if x.dtype in _HALF:
+        x = x.astype(np.float32)
+    if x.ndim == 0:
+        return np.zeros((), np.int64)
+    d = a["dim"] % x.ndim
+    if not a.get("descending"):
+        return np.argsort(x, axis=d, kind="stable").astype(np.int64)
+    n = x.shape[d]
+    rev = np.argsort(np.flip(x, d), axis=d, kind="stable")
+    return np.flip(n - 1 - rev, d).astype(np.int64)
+
+
 KERNELS["argmax"] = _arg(np.argmax)
 KERNELS["argmin"] = _arg(np.argmin)
 
