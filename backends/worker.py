@@ -118,6 +118,22 @@ class Executor:
                 for p in h.get("plans", ()):
                     s.plans.pop(p, None)
 
+    def forget_sessions(self) -> None:
+        """Drop every session's buffers, plans and parked work: they belonged to a dispatcher that is gone (the
+        worker registered with one of a new epoch, which knows none of them and may hand their ids out again)."""
+        for s in self.sessions.values():
+            for b in s.buffers.values():
+                if not isinstance(b, Fail):
+                    self.device.free(b)
+        self.sessions.clear()
+        self.ready.clear()
+        self.waiting.clear()
+        self.xfers.clear()
+        self.stats_requests.clear()
+        for f, *_ in self.colls.values():
+            self.shm.give_back(f)
+        self.colls.clear()
+
     def stats(self) -> dict:
         out = {}
         for sid, s in self.sessions.items():
@@ -345,6 +361,7 @@ class Worker:
         self.sock: zmq.Socket | None = None
         self.executor = Executor(self.device, device, self._send)
         self.stop = threading.Event()
+        self.epoch: str | None = None  # the epoch of the dispatcher this worker's sessions belong to
 
     def _send(self, header: dict, frames: list) -> None:
         send_parts(self.sock, [pack_header(header), *frames])
@@ -376,6 +393,13 @@ class Worker:
                     if t == "hb":
                         continue
                     if t == "registered":
+                        epoch = h.get("epoch")
+                        if epoch != self.epoch:
+                            if self.epoch is not None:  # a restarted dispatcher: the old sessions are orphans
+                                log.warning("registered with a new dispatcher (epoch %s): dropping the %d sessions "
+                                            "of the old one", epoch, len(ex.sessions))
+                                ex.forget_sessions()
+                            self.epoch = epoch
                         if ready_line and not announced:
                             announce_ready("worker", device=self.device_name, pid=os.getpid())
                             announced = True

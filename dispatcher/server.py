@@ -33,6 +33,7 @@ from tensorwire.protocol.errors import (
     WorkerLost,
     error_to_wire,
 )
+from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.service import (
     HEARTBEAT_S,
     LIVENESS,
@@ -43,11 +44,11 @@ from tensorwire.protocol.service import (
 )
 from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
 
-from .plans import Split, split_batch
+from .liveness import CLIENT_SLICE_S, MAX_FETCH_ERRORS, Leases, drain_fully, new_epoch
+from .plans import RawPlan, Split, split_batch
 
 log = logging.getLogger("tensorwire.dispatcher")
 MAX_PLANS = 4096
-SESSION_IDLE_S = float(os.environ.get("TENSORWIRE_SESSION_IDLE_S", "3600"))
 
 
 @dataclass
@@ -97,10 +98,12 @@ class Dispatcher:
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
             s.setsockopt(zmq.ROUTER_HANDOVER, 1)
+            set_zmq_heartbeats(s)
             try:  # a dead peer is noticed at once where libzmq has this (draft) option; heartbeats otherwise
                 s.setsockopt(zmq.ROUTER_NOTIFY, zmq.NOTIFY_DISCONNECT)
             except (zmq.ZMQError, AttributeError):
-                pass
+                log.info("no ZMQ_ROUTER_NOTIFY in libzmq %s: dead clients are found by their leases, dead "
+                         "services by their heartbeats", zmq.zmq_version())
         self.client_addr = self._bind(self.clients, client_addr)
         self.service_addr = self._bind(self.services, service_addr)
         self.token = token
@@ -119,6 +122,8 @@ class Dispatcher:
         self.next_coll = 1
         self.next_fwd = 1
         self.started = time.time()
+        self.epoch = new_epoch()  # tells a worker whether its buffers belong to this dispatcher's sessions
+        self.leases = Leases()
 
     @staticmethod
     def _bind(sock: zmq.Socket, addr: str) -> str:
@@ -149,17 +154,20 @@ class Dispatcher:
             if self.services in events:
                 self._drain(self.services, self._on_service)
             if self.clients in events:
-                self._drain(self.clients, self._on_client)
+                self._drain(self.clients, self._on_client, time.monotonic() + CLIENT_SLICE_S)
             now = time.monotonic()
             if now >= next_hb:
                 next_hb = now + HEARTBEAT_S
-                self._heartbeat(now)
+                drain_fully(lambda sock: self._drain(sock, self._on_service), self.services)
+                self._heartbeat(time.monotonic())
         self.clients.close(0)
         self.services.close(0)
 
-    def _drain(self, sock, handler) -> None:
+    def _drain(self, sock, handler, deadline: float | None = None) -> None:
         for _ in range(256):  # bounded, so neither socket starves the other
             if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # cheaper than catching zmq.Again
+                return
+            if deadline is not None and time.monotonic() > deadline:  # time-bounded too (see liveness.py)
                 return
             msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             if len(msg) < 2:
@@ -190,10 +198,10 @@ class Dispatcher:
                 self._service_lost(svc, "stopped sending heartbeats")
             else:
                 self._to_service(svc, {"t": "hb"})
-        wall = time.time()
-        for _sid, s in list(self.sessions.items()):
-            if wall - s.last_seen > SESSION_IDLE_S:
-                self._close_session(s)
+        for s in self.leases.expired(self.sessions, time.time()):  # its client died or was cut off
+            log.warning("session %s expired: no message from its client for %gs", s.sid.hex(), self.leases.lease_s)
+            self.leases.note_expired(s.sid)
+            self._close_session(s)
 
     # -- services ----------------------------------------------------------------------------
     def _on_service(self, ident: bytes, hframe, frames) -> None:
@@ -283,7 +291,7 @@ class Dispatcher:
             self.named[name] = svc
             if kind == "collectives" and isinstance(info.get("device"), str):
                 self.coll_ranks[info["device"]] = svc
-        self.services.send_multipart([ident, pack_header({"t": "registered", "name": name})])
+        self.services.send_multipart([ident, pack_header({"t": "registered", "name": name, "epoch": self.epoch})])
         log.info("registered %s %s", kind, name)
 
     def _service_lost(self, svc: ServiceInfo, why: str) -> None:
@@ -291,7 +299,8 @@ class Dispatcher:
         if svc.kind == "worker":
             if self.workers.get(svc.name) is svc:
                 del self.workers[svc.name]
-            err = error_to_wire(WorkerLost(f"the worker for {svc.name} {why}; tensors on {svc.name} are lost"))
+            err = error_to_wire(WorkerLost(f"the worker for {svc.name} {why}; tensors on {svc.name} are lost",
+                                           device=svc.name))
             for s in self.sessions.values():
                 lost = [i for i, d in s.handles.items() if d == svc.name]
                 for i in lost:
@@ -388,14 +397,20 @@ class Dispatcher:
             self._hello(ident, h)
             return
         if t == "ping":
+            s = self.sessions.get(ident)
+            if s is not None:  # a client waiting on a long answer pings: that renews its lease
+                s.last_seen = time.time()
             self._to_client(ident, {"t": "pong", "q": h.get("q")})
             return
         s = self.sessions.get(ident)
         if s is None:
             self._to_client(ident, {"t": "error", "q": h.get("q"), "error": error_to_wire(
-                Unauthorized("no session: send 'hello' with the protocol version and credentials first"))})
+                Unauthorized(self.leases.why_unknown(ident) or
+                             "no session: send 'hello' with the protocol version and credentials first"))})
             return
         s.last_seen = time.time()
+        if t == "lease":  # the client's renewal: nothing to answer
+            return
         if t == "batch":
             self._batch(s, h, frames)
         elif t == "close":
@@ -432,7 +447,8 @@ class Dispatcher:
             self._close_session(old)
         self.sessions[ident] = Session(ident, str(h.get("client", ""))[:200], last_seen=time.time())
         self._to_client(ident, {"t": "welcome", "session": ident.hex(), "devices": self._device_list(),
-                                "hub_url": self.hub_url, "services": sorted(self.named)})
+                                "hub_url": self.hub_url, "services": sorted(self.named),
+                                "lease_s": self.leases.lease_s})
 
     def _close_session(self, s: Session) -> None:
         self.sessions.pop(s.sid, None)
@@ -483,17 +499,26 @@ class Dispatcher:
                     failed_ext[k] = s.failed[i]
         nodes = h.get("nodes")
         if nodes is not None:
-            split = split_batch(nodes, h.get("devs") or [], [d or "" for d in ext_dev], self.workers)
             if plan_no is not None:
                 if not isinstance(plan_no, int):
                     raise ProtocolError("'plan' must be an int")
                 if len(s.plans) >= MAX_PLANS:
                     s.plans.pop(next(iter(s.plans)))
+                # the client replays this structure by number from now on, whether or not this batch runs
+                s.plans[plan_no] = RawPlan(nodes, h.get("devs") or [])
+            if failed_ext:
+                raise _input_failed(ext, failed_ext)
+            split = split_batch(nodes, h.get("devs") or [], ext_dev, self.workers)
+            if plan_no is not None:
                 s.plans[plan_no] = split
         elif plan_no is not None:
             split = s.plans.get(plan_no)
             if split is None:
                 raise NotFound(f"plan {plan_no} is not known to the dispatcher (send the full batch)")
+            if isinstance(split, RawPlan):
+                if failed_ext:
+                    raise _input_failed(ext, failed_ext)
+                split = s.plans[plan_no] = split_batch(split.nodes, split.devs, ext_dev, self.workers)
             if ext_dev != split.ext_dev:
                 for k, d in enumerate(ext_dev):
                     if d is not None and d != split.ext_dev[k]:
@@ -507,8 +532,7 @@ class Dispatcher:
         if not handles.keys().isdisjoint(outs):
             raise ProtocolError("an output id is already a live handle of this session")
         if failed_ext:  # an input failed before reaching any worker: the whole batch fails with it
-            k, err = next(iter(failed_ext.items()))
-            raise DependencyFailed(f"input {ext[k]} failed earlier ({err.get('code')}: {err.get('message')})")
+            raise _input_failed(ext, failed_ext)
         dyn = h.get("dyn") or []
         if not isinstance(dyn, list):
             raise ProtocolError("'dyn' must be a list")
@@ -535,6 +559,8 @@ class Dispatcher:
         for i in fetch:
             d = s.handles.get(i)
             if d is None:
+                if len(fetch_errors) >= MAX_FETCH_ERRORS:
+                    continue
                 err = s.failed.get(i) or NotFound(f"handle {i} does not exist in this session").to_wire()
                 fetch_errors.append({**err, "fetched": i})
             else:
@@ -644,6 +670,15 @@ class Dispatcher:
         self.next_fwd += 1
         self.forwards[fq] = (s.sid, h.get("q"), name)
         self._to_service(svc, {**h, "t": "request", "q": fq, "s": s.sid.hex()}, frames)
+
+
+def _input_failed(ext: list[int], failed_ext: dict) -> TensorwireError:
+    """The error of a batch with an input that failed before reaching a worker: a lost input is lost again
+    (``WorkerLost``, naming its device); any other failure becomes ``DependencyFailed`` naming it."""
+    k, err = next(iter(failed_ext.items()))
+    if err.get("code") == WorkerLost.code:
+        return WorkerLost(f"input {ext[k]} was lost: {err.get('message')}", device=err.get("device"))
+    return DependencyFailed(f"input {ext[k]} failed earlier ({err.get('code')}: {err.get('message')})")
 
 
 def _device_sort_key(name: str):
