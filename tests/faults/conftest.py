@@ -26,8 +26,9 @@ def wait_until(pred, timeout: float, what: str):
 
 def buffers(status: dict, sid: str | None = None) -> int:
     """Live buffers on every worker, of session ``sid`` (its hex id) or of all sessions, from ``cluster_status()``."""
-    return sum(v["buffers"] for per in status.get("devices", {}).values() for k, v in per.items()
-               if sid is None or k == sid)
+    return sum(
+        v["buffers"] for per in status.get("devices", {}).values() for k, v in per.items() if sid is None or k == sid
+    )
 
 
 def shm_of(pid: int) -> list[str]:

@@ -26,8 +26,12 @@ LEASE_BOUND_S = LEASE_S + 20  # measured: released ~LEASE_S + 0.5 s after the ki
 
 @pytest.fixture(scope="module")
 def cluster():
-    with tw.LocalCluster(devices=["cpu:0", "cpu:1"], autograd=False, collectives=False,
-                         extra_env={"TENSORWIRE_SESSION_LEASE_S": str(LEASE_S)}) as c:
+    with tw.LocalCluster(
+        devices=["cpu:0", "cpu:1"],
+        autograd=False,
+        collectives=False,
+        extra_env={"TENSORWIRE_SESSION_LEASE_S": str(LEASE_S)},
+    ) as c:
         yield c
 
 

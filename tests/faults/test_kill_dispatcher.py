@@ -41,9 +41,18 @@ def _raw_session(address: str) -> zmq.Socket:
 def test_dispatcher_killed_then_restarted_orphans_dropped(cluster):
     raw = _raw_session(cluster.address)
     for dev in (0, 1):  # the fixed-id session holds a buffer on each worker
-        raw.send(msgpack.packb({"t": "batch", "q": 1, "nodes": [["full", [], {"shape": [1000], "dtype": "float32",
-                                                                              "value": 1.0}, 0]],
-                                "devs": [f"cpu:{dev}"], "outs": [10 + dev], "sync": True}))
+        raw.send(
+            msgpack.packb(
+                {
+                    "t": "batch",
+                    "q": 1,
+                    "nodes": [["full", [], {"shape": [1000], "dtype": "float32", "value": 1.0}, 0]],
+                    "devs": [f"cpu:{dev}"],
+                    "outs": [10 + dev],
+                    "sync": True,
+                }
+            )
+        )
         assert msgpack.unpackb(raw.recv())["errors"] == []
     raw.close(0)
     s = tw.Session(cluster.address)

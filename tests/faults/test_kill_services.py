@@ -22,8 +22,9 @@ ERROR_BOUND_S = 30  # measured: ~5 s (the dispatcher's liveness window: 10 heart
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with tw.LocalCluster(devices=["cpu:0", "cpu:1"], hub_root=tmp_path_factory.mktemp("hub"),
-                         collectives=HAVE_MPI) as c:
+    with tw.LocalCluster(
+        devices=["cpu:0", "cpu:1"], hub_root=tmp_path_factory.mktemp("hub"), collectives=HAVE_MPI
+    ) as c:
         yield c
 
 

@@ -27,8 +27,12 @@ LEASE_S = 3.0
 
 @pytest.fixture(scope="module")
 def cluster():
-    with tw.LocalCluster(devices=["cpu:0", "cpu:1"], autograd=False, collectives=False,
-                         extra_env={"TENSORWIRE_SESSION_LEASE_S": str(LEASE_S)}) as c:
+    with tw.LocalCluster(
+        devices=["cpu:0", "cpu:1"],
+        autograd=False,
+        collectives=False,
+        extra_env={"TENSORWIRE_SESSION_LEASE_S": str(LEASE_S)},
+    ) as c:
         yield c
 
 
@@ -41,8 +45,10 @@ def _workload(s: tw.Session, rng: random.Random, i: int) -> None:
 
 
 def _kill_a_client(address: str) -> None:
-    code = (f"import tensorwire as tw, sys; s = tw.connect({address!r}); a = tw.ones(10000) * 2; a.numpy(); "
-            f"print('ok', flush=True); sys.stdin.read()")
+    code = (
+        f"import tensorwire as tw, sys; s = tw.connect({address!r}); a = tw.ones(10000) * 2; a.numpy(); "
+        f"print('ok', flush=True); sys.stdin.read()"
+    )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ok"
     p.kill()
@@ -106,9 +112,11 @@ def test_soak_with_random_faults_returns_memory(cluster):
     for s in sessions:
         s.close()
     # every session is closed or leased out: nothing is left on the workers
-    wait_until(lambda: buffers(observer.cluster_status()) == buffers(observer.cluster_status(),
-                                                                      observer.session_id) == 0,
-               LEASE_S + 20, "all buffers released")
+    wait_until(
+        lambda: buffers(observer.cluster_status()) == buffers(observer.cluster_status(), observer.session_id) == 0,
+        LEASE_S + 20,
+        "all buffers released",
+    )
     after = {n: rss_mb(p) for n, p in pids.items()}
     print(f"soak: {elapsed:.1f} s, faults {faults}, RSS MiB before {before} after {after}")
     for n in pids:  # back to the starting level (allocator slack allowed)
