@@ -128,6 +128,22 @@ class Executor:
                 for p in h.get("plans", ()):
                     s.plans.pop(p, None)
 
+    def forget_sessions(self) -> None:
+        """Drop every session's buffers, plans and parked work: they belonged to a dispatcher that is gone (the
+        worker registered with one of a new epoch, which knows none of them and may hand their ids out again)."""
+        for s in self.sessions.values():
+            for b in s.buffers.values():
+                if not isinstance(b, Fail):
+                    self.device.free(b)
+        self.sessions.clear()
+        self.ready.clear()
+        self.waiting.clear()
+        self.xfers.clear()
+        self.stats_requests.clear()
+        for f, *_ in self.colls.values():
+            self.shm.give_back(f)
+        self.colls.clear()
+
     def stats(self) -> dict:
         out = {}
         for sid, s in self.sessions.items():
@@ -358,6 +374,7 @@ class Worker:
         self.sock: zmq.Socket | None = None
         self.executor = Executor(self.device, device, self._send)
         self.stop = threading.Event()
+        self.epoch: str | None = None  # the epoch of the dispatcher this worker's sessions belong to
 
     def _send(self, header: dict, frames: list) -> None:
         send_parts(self.sock, [pack_header(header), *frames])
@@ -366,7 +383,17 @@ class Worker:
         return register_service(self.ctx, self.dispatcher, {
             "service": "worker", "device": self.device_name, "backend": self.backend.name,
             "info": self.info.to_wire(), "token": self.token, "instance": self.instance}, keys=self.keys,
-            stop=self.stop)
+            stop=self.stop, on_registered=self._registered)
+
+    def _registered(self, h: dict) -> None:
+        """The dispatcher accepted us: a new epoch means a restarted dispatcher, whose sessions are not ours."""
+        epoch = h.get("epoch")
+        if epoch != self.epoch:
+            if self.epoch is not None:  # the old sessions are orphans
+                log.warning("registered with a new dispatcher (epoch %s): dropping the %d sessions of the old one",
+                            epoch, len(self.executor.sessions))
+                self.executor.forget_sessions()
+            self.epoch = epoch
 
     def serve(self, ready_line: bool = True) -> None:
         start_heartbeats(self.ctx, self.dispatcher, self.device_name, self.stop, self.instance, self.keys)
@@ -396,7 +423,7 @@ class Worker:
                     if t == "hb":
                         continue
                     if t == "registered":
-                        continue
+                        self._registered(h)
                     elif t == "refused":
                         raise refusal_error(h)
                     else:

@@ -298,6 +298,24 @@ class LocalCluster:
         for w in started:
             w.wait_ready(deadline)
 
+    def restart(self, name: str) -> Service:
+        """Start service ``name`` (``"dispatcher"``, ``"hub"``, ``"autograd"``, a device such as ``"cpu:1"``) again
+        on the same addresses after it died or was stopped, and wait until it is ready. The shared-memory files a
+        killed process left behind are removed. Workers and services find a restarted dispatcher by themselves
+        and register again; a restarted worker registers with the dispatcher.
+        (``start_collectives()`` restarts the MPI job.)"""
+        old = self.services[name]
+        old.stop()
+        _remove_shm_leftovers([old.proc.pid], self.env["TENSORWIRE_SHM_DIR"])
+        argv = list(old.argv)
+        fixed = {"dispatcher": {"--address": self.address, "--service-address": self.service_address},
+                 "hub": {"--port": (self.hub_url or "").rsplit(":", 1)[-1]}}.get(name, {})
+        for flag, value in fixed.items():
+            argv[argv.index(flag) + 1] = value
+        svc = self._spawn(name, argv, self._dispatcher_env if name == "dispatcher" else None)
+        svc.wait_ready(time.monotonic() + START_TIMEOUT_S)
+        return svc
+
     def start_service(self, name: str, argv: list[str]) -> Service:
         """Start another service (autograd, collectives...) and wait for its readiness line."""
         svc = self._spawn(name, argv)

@@ -31,9 +31,11 @@ from tensorwire.protocol.errors import (
     ProtocolError,
     TensorwireError,
     TimeoutError_,
+    WorkerLost,
     error_from_wire,
 )
 from tensorwire.protocol.graph import attrs_key, structure_key
+from tensorwire.protocol.liveness import RENEWALS_PER_LEASE, SESSION_LEASE_S, set_zmq_heartbeats
 from tensorwire.protocol.ops import OPS, infer
 from tensorwire.protocol.service import spin_wait
 from tensorwire.protocol.wire import (
@@ -46,6 +48,7 @@ from tensorwire.protocol.wire import (
     unpack_header,
 )
 
+from . import leases
 from .tensor import Tensor
 
 _new_tensor = object.__new__
@@ -63,6 +66,9 @@ LIVENESS_S = float(os.environ.get("TENSORWIRE_LIVENESS", "10"))  # ...and give u
 _PING = -1
 CONNECT_TIMEOUT_S = float(os.environ.get("TENSORWIRE_CONNECT_TIMEOUT", "10"))
 REQUEST_TIMEOUT_S = float(os.environ.get("TENSORWIRE_REQUEST_TIMEOUT", "600"))
+#: how long ``close()`` waits for the dispatcher to confirm (TENSORWIRE_CLOSE_TIMEOUT): a process that exits right
+#: after ``close()`` (``os._exit``, as multiprocessing's children do) would otherwise lose the message
+CLOSE_TIMEOUT_S = float(os.environ.get("TENSORWIRE_CLOSE_TIMEOUT", "2"))
 _CLIENT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -101,6 +107,7 @@ class Session:
             except BaseException:
                 self._sock.close(0)
                 raise
+        set_zmq_heartbeats(self._sock)
         self._sock.connect(address)
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
@@ -118,6 +125,7 @@ class Session:
         self._where: dict[int, tuple] = {}
         self._scalars: dict = {}
         self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
+        self._lost = False  # the dispatcher stopped answering (close() does not wait for it then)
         self.closed = False
         timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
         self._sock.send_multipart([pack_header({"t": "hello", "v": PROTOCOL_VERSION, "token": token,
@@ -145,6 +153,9 @@ class Session:
         self.default_device = self._devices[0] if self._devices else "cpu:0"
         self._finalizer = weakref.finalize(self, Session._close_socket, self._sock, self._key)
         atexit.register(self._atexit)
+        self._renew_every = float(h.get("lease_s") or SESSION_LEASE_S) / RENEWALS_PER_LEASE
+        self._renewed = time.monotonic()
+        leases.keep(self)
 
     # ------------------------------------------------------------------ plumbing
     @staticmethod
@@ -153,13 +164,27 @@ class Session:
             sock.send_multipart([pack_header({"t": "close", "k": key})], zmq.NOBLOCK)
         except Exception:
             pass
-        sock.close(0)
+        sock.close(linger=1000)  # the process lives on: libzmq delivers the close in the background
 
     def _atexit(self):
         try:
             self.close()
         except Exception:
             pass
+
+    def renew_lease(self, now: float) -> None:
+        """Tell the dispatcher this client is alive, when a renewal is due and nobody else uses the socket (called
+        by the lease thread, ``tensorwire.leases``)."""
+        if now - self._renewed < self._renew_every or not self._lock.acquire(blocking=False):
+            return
+        try:
+            if not self.closed:
+                self._sock.send(pack_header({"t": "lease", "k": self._key}), zmq.NOBLOCK)
+                self._renewed = now
+        except zmq.ZMQError:
+            pass
+        finally:
+            self._lock.release()
 
     def _recv_raw(self):
         msg = self._sock.recv_multipart(copy=False)
@@ -187,11 +212,12 @@ class Session:
             if now - start > timeout:
                 raise TimeoutError_(f"no answer from the dispatcher at {self.address} within {timeout:g}s")
             if ping_sent is not None and now - ping_sent > LIVENESS_S:
+                self._lost = True
                 raise ConnectionFailed(f"lost the dispatcher at {self.address}: it stopped answering "
                                        f"(no reply to a ping within {LIVENESS_S:g}s)")
             if not spin_wait(self._poller.poll, CLIENT_SPIN_S) and not self._sock.poll(int(PING_AFTER_S * 1000)):
                 if ping_sent is None:
-                    self._sock.send(pack_header({"t": "ping", "q": _PING}))
+                    self._sock.send(pack_header({"t": "ping", "q": _PING, "k": self._key}))
                     ping_sent = time.monotonic()
                 continue
             h, frames = self._recv_raw()
@@ -207,6 +233,7 @@ class Session:
         raise ProtocolError("too many unrelated messages")
 
     def _error(self, err: dict) -> TensorwireError:
+        self._forget_lost([err])
         node = err.get("node")
         where = self._where.get(node) if node is not None else None
         origin = err.get("origin")
@@ -426,6 +453,9 @@ class Session:
             values[hid] = arr
         errs = h.get("errors") or []
         ferrs = h.get("fetch_errors") or []
+        if errs or ferrs:
+            self._forget_lost(errs)
+            self._forget_lost(ferrs)
         if ferrs:
             err = ferrs[0]
             if err.get("code") == DependencyFailed.code:  # prefer the failure it stems from, if reported here
@@ -439,6 +469,15 @@ class Session:
             self._note_raised(roots[0])
             raise self._error(roots[0])
         return values
+
+    def _forget_lost(self, errs: list) -> None:
+        """A worker was lost: forget the cached scalar tensors that lived on its device (they would fail every op
+        that uses them), so the session works again as soon as a worker serves the device."""
+        for err in errs:
+            dev = err.get("device") if err.get("code") == WorkerLost.code else None
+            if dev is not None and self._scalars:
+                for key in [k for k in self._scalars if k[3] == dev]:
+                    del self._scalars[key]
 
     def _note_raised(self, err: dict) -> None:
         self._raised[(err.get("code"), err.get("message"))] = None
@@ -514,18 +553,39 @@ class Session:
         return device
 
     def close(self) -> None:
-        """Close the session: the cluster frees every buffer it held."""
+        """Close the session: the cluster frees every buffer it held.
+
+        Waits (up to ``TENSORWIRE_CLOSE_TIMEOUT``, 2 s) for the dispatcher to confirm, so the close is delivered
+        even when the process ends right after (``os._exit``). A session never closed is closed at exit; one whose
+        process is killed is released when its lease runs out."""
         if self.closed:
             return
         with self._lock:
             self.closed = True
+            self._finalizer.detach()
             try:
-                self._sock.send_multipart([pack_header({"t": "close", "q": 0, "k": self._key})], zmq.NOBLOCK)
+                q = next(self._seq)
+                self._sock.send(pack_header({"t": "close", "q": q, "k": self._key}), zmq.NOBLOCK)
+                if not self._lost:
+                    self._wait_closed(q, time.monotonic() + CLOSE_TIMEOUT_S)
             except zmq.ZMQError:
                 pass
-            self._finalizer.detach()
-            self._sock.close(linger=200)
+            self._sock.close(linger=0)
         atexit.unregister(self._atexit)
+
+    def _wait_closed(self, q: int, deadline: float) -> None:
+        """Read answers until the dispatcher's ``closed`` for ``q`` arrives or ``deadline`` passes."""
+        for _ in range(1 << 20):  # bounded by the deadline
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._sock.poll(int(left * 1000) + 1):
+                return
+            msg = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            try:
+                h = unpack_header(msg[0].bytes)
+            except ProtocolError:
+                continue
+            if h.get("q") == q:
+                return
 
     def __enter__(self):
         return self

@@ -39,6 +39,15 @@ class Split:
     coll_rank: dict[int, int] = field(default_factory=dict)  # batch node -> its rank in the collective
 
 
+@dataclass
+class RawPlan:
+    """A plan whose batch failed before it could be split (an input was lost, a device was missing): its
+    structure is kept, because the client replays it by number from now on, and it is split at its next use."""
+
+    nodes: list
+    devs: list
+
+
 def _ref(frag: Fragment, ref: int, ext_dev: list[str], dev: str) -> int:
     if ref < 0:
         k = -ref - 1

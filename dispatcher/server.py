@@ -53,6 +53,7 @@ from tensorwire.protocol.errors import (
     WorkerLost,
     error_to_wire,
 )
+from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.service import (
     HEARTBEAT_S,
     LIVENESS,
@@ -64,11 +65,11 @@ from tensorwire.protocol.service import (
 from tensorwire.protocol.shm_paths import check_shm_path
 from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
 
-from .plans import Split, split_batch
+from .liveness import CLIENT_SLICE_S, MAX_FETCH_ERRORS, Leases, drain_fully, new_epoch
+from .plans import RawPlan, Split, split_batch
 
 log = logging.getLogger("tensorwire.dispatcher")
 MAX_PLANS = 4096
-SESSION_IDLE_S = float(os.environ.get("TENSORWIRE_SESSION_IDLE_S", "3600"))
 SID_BYTES, SECRET_BYTES = 8, 32  # a session key is its public id followed by its secret
 _NAME = re.compile(r"[A-Za-z0-9_.@:-]{1,128}")  # service and device names
 _MALFORMED = "malformed message: the dispatcher could not process it (see its log)"
@@ -143,10 +144,12 @@ class Dispatcher:
             # no ROUTER_HANDOVER: a peer claiming a connected peer's routing id is refused, not handed its traffic
             if keys is not None:
                 apply_server(s, keys, domain)
+            set_zmq_heartbeats(s)
             try:  # a dead peer is noticed at once where libzmq has this (draft) option; heartbeats otherwise
                 s.setsockopt(zmq.ROUTER_NOTIFY, zmq.NOTIFY_DISCONNECT)
             except (zmq.ZMQError, AttributeError):
-                pass
+                log.info("no ZMQ_ROUTER_NOTIFY in libzmq %s: dead clients are found by their leases, dead "
+                         "services by their heartbeats", zmq.zmq_version())
         self.client_addr = self._bind(self.clients, client_addr)
         self.service_addr = self._bind(self.services, service_addr)
         self.token = token
@@ -168,6 +171,8 @@ class Dispatcher:
         self.next_coll = 1
         self.next_fwd = 1
         self.started = time.time()
+        self.epoch = new_epoch()  # tells a worker whether its buffers belong to this dispatcher's sessions
+        self.leases = Leases()
 
     @staticmethod
     def _bind(sock: zmq.Socket, addr: str) -> str:
@@ -198,19 +203,22 @@ class Dispatcher:
             if self.services in events:
                 self._drain(self.services, self._on_service)
             if self.clients in events:
-                self._drain(self.clients, self._on_client)
+                self._drain(self.clients, self._on_client, time.monotonic() + CLIENT_SLICE_S)
             now = time.monotonic()
             if now >= next_hb:
                 next_hb = now + HEARTBEAT_S
-                self._heartbeat(now)
+                drain_fully(lambda sock: self._drain(sock, self._on_service), self.services)
+                self._heartbeat(time.monotonic())
         self.clients.close(0)
         self.services.close(0)
         if self.auth is not None:
             self.auth.stop()
 
-    def _drain(self, sock, handler) -> None:
+    def _drain(self, sock, handler, deadline: float | None = None) -> None:
         for _ in range(256):  # bounded, so neither socket starves the other
             if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # cheaper than catching zmq.Again
+                return
+            if deadline is not None and time.monotonic() > deadline:  # time-bounded too (see liveness.py)
                 return
             msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             if len(msg) < 2:
@@ -241,10 +249,10 @@ class Dispatcher:
                 self._service_lost(svc, "stopped sending heartbeats")
             else:
                 self._to_service(svc, {"t": "hb"})
-        wall = time.time()
-        for _sid, s in list(self.sessions.items()):
-            if wall - s.last_seen > SESSION_IDLE_S:
-                self._close_session(s)
+        for s in self.leases.expired(self.sessions, time.time()):  # its client died or was cut off
+            log.warning("session %s expired: no message from its client for %gs", s.sid.hex(), self.leases.lease_s)
+            self.leases.note_expired(s.sid)
+            self._close_session(s)
 
     # -- services ----------------------------------------------------------------------------
     def _on_service(self, ident: bytes, hframe, frames) -> None:
@@ -395,7 +403,7 @@ class Dispatcher:
             self.named[name] = svc
             if rank_dev is not None:
                 self.coll_ranks[rank_dev] = svc
-        self.services.send_multipart([ident, pack_header({"t": "registered", "name": name})])
+        self.services.send_multipart([ident, pack_header({"t": "registered", "name": name, "epoch": self.epoch})])
         log.info("registered %s %s", kind, name)
 
     def _service_lost(self, svc: ServiceInfo, why: str) -> None:
@@ -403,7 +411,8 @@ class Dispatcher:
         if svc.kind == "worker":
             if self.workers.get(svc.name) is svc:
                 del self.workers[svc.name]
-            err = error_to_wire(WorkerLost(f"the worker for {svc.name} {why}; tensors on {svc.name} are lost"))
+            err = error_to_wire(WorkerLost(f"the worker for {svc.name} {why}; tensors on {svc.name} are lost",
+                                           device=svc.name))
             for s in self.sessions.values():
                 lost = [i for i, d in s.handles.items() if d == svc.name]
                 for i in lost:
@@ -517,16 +526,23 @@ class Dispatcher:
             self._hello(ident, h)
             return
         if t == "ping":
+            s = self._session_of(h.get("k")) if h.get("k") is not None else None
+            if s is not None:  # a client waiting on a long answer pings: that renews its lease
+                s.last_seen = time.time()
             self._to_client(ident, {"t": "pong", "q": q})
             return
         s = self._session_of(h.get("k"))
         if s is None:  # a routing id is never an identity: without the session's key nothing is touched
-            self._to_client(ident, {"t": "error", "q": q, "error": error_to_wire(Unauthorized(
+            key = h.get("k")
+            expired = self.leases.why_unknown(key[:SID_BYTES]) if isinstance(key, bytes) else None
+            self._to_client(ident, {"t": "error", "q": q, "error": error_to_wire(Unauthorized(expired or
                 "no session: send 'hello' with the protocol version and credentials first, then the session "
                 "key it answers with ('k') in every message"))})
             return
         s.ident = ident  # answers go where the key was last proven (a client that reconnected gets them)
         s.last_seen = time.time()
+        if t == "lease":  # the client's renewal: nothing to answer
+            return
         if t == "batch":
             self._batch(s, h, frames)
         elif t == "close":
@@ -583,7 +599,7 @@ class Dispatcher:
         self.by_ident[ident] = sid
         self._to_client(ident, {"t": "welcome", "session": sid.hex(), "key": sid + s.secret, "admin": admin,
                                 "devices": self._device_list(), "hub_url": self.hub_url,
-                                "services": sorted(self.named)})
+                                "services": sorted(self.named), "lease_s": self.leases.lease_s})
 
     def _close_session(self, s: Session) -> None:
         self.sessions.pop(s.sid, None)
@@ -615,6 +631,16 @@ class Dispatcher:
                 errs, s.errors = s.errors, []
                 self._to_client(s.ident, {"t": "result", "q": q, "values": [], "errors": errs, "fetch_errors": fe})
 
+    @staticmethod
+    def _keep_raw_plan(s: Session, plan_no, nodes, devs) -> None:
+        """A well-formed batch that cannot run now: the client replays its structure by number from now on, so
+        keep it, to be split again when it next runs (on the devices then serving)."""
+        if plan_no is None:
+            return
+        if len(s.plans) >= MAX_PLANS:
+            s.plans.pop(next(iter(s.plans)))
+        s.plans[plan_no] = RawPlan(nodes, devs)
+
     def _run_batch(self, s: Session, h: dict, frames) -> None:
         q = h.get("q")
         ext = h.get("ext") or []
@@ -643,11 +669,21 @@ class Dispatcher:
                     failed_ext[k] = s.failed[i]
         nodes = h.get("nodes")
         if nodes is not None:
-            split = split_batch(nodes, h.get("devs") or [], [d or "" for d in ext_dev], self.workers)
+            try:
+                split = split_batch(nodes, h.get("devs") or [], [d or "" for d in ext_dev], self.workers)
+            except ProtocolError:
+                raise  # malformed: nothing is kept
+            except TensorwireError:  # well formed, not runnable now (a device has no worker): keep the plan
+                self._keep_raw_plan(s, plan_no, nodes, h.get("devs") or [])
+                raise
         elif plan_no is not None:
             split = s.plans.get(plan_no) if plan_no not in drop_plans else None
             if split is None:
                 raise NotFound(f"plan {plan_no} is not known to the dispatcher (send the full batch)")
+            if isinstance(split, RawPlan):
+                if failed_ext:
+                    raise _input_failed(ext, failed_ext)
+                split = s.plans[plan_no] = split_batch(split.nodes, split.devs, ext_dev, self.workers)
             if ext_dev != split.ext_dev:
                 for k, d in enumerate(ext_dev):
                     if d is not None and d != split.ext_dev[k]:
@@ -661,8 +697,9 @@ class Dispatcher:
         if not handles.keys().isdisjoint(outs):
             raise ProtocolError("an output id is already a live handle of this session")
         if failed_ext:  # an input failed before reaching any worker: the whole batch fails with it
-            k, err = next(iter(failed_ext.items()))
-            raise DependencyFailed(f"input {ext[k]} failed earlier ({err.get('code')}: {err.get('message')})")
+            if nodes is not None:
+                self._keep_raw_plan(s, plan_no, nodes, h.get("devs") or [])
+            raise _input_failed(ext, failed_ext)
         dyn = h.get("dyn") or []
         if not isinstance(dyn, list):
             raise ProtocolError("'dyn' must be a list")
@@ -696,6 +733,8 @@ class Dispatcher:
         for i in fetch:
             d = s.handles.get(i)
             if d is None:
+                if len(fetch_errors) >= MAX_FETCH_ERRORS:
+                    continue
                 err = s.failed.get(i) or NotFound(f"handle {i} does not exist in this session").to_wire()
                 fetch_errors.append({**err, "fetched": i})
             else:
@@ -837,6 +876,15 @@ def _wire_error(err, keep=("node", "origin")) -> dict:
         return {"code": err["code"], "message": err["message"],
                 **{k: err[k] for k in keep if type(err.get(k)) is int}}
     return ProtocolError("a service sent a malformed error").to_wire()
+
+
+def _input_failed(ext: list[int], failed_ext: dict) -> TensorwireError:
+    """The error of a batch with an input that failed before reaching a worker: a lost input is lost again
+    (``WorkerLost``, naming its device); any other failure becomes ``DependencyFailed`` naming it."""
+    k, err = next(iter(failed_ext.items()))
+    if err.get("code") == WorkerLost.code:
+        return WorkerLost(f"input {ext[k]} was lost: {err.get('message')}", device=err.get("device"))
+    return DependencyFailed(f"input {ext[k]} failed earlier ({err.get('code')}: {err.get('message')})")
 
 
 def _device_sort_key(name: str):

@@ -65,9 +65,23 @@ class OutOfMemory(TensorwireError, MemoryError):
 
 
 class WorkerLost(TensorwireError, RuntimeError):
-    """The worker holding a tensor died or stopped answering; its tensors are gone."""
+    """The worker holding a tensor died or stopped answering; its tensors are gone.
+
+    ``device`` names the device whose worker was lost (it travels on the wire), so a client can forget what it
+    cached there; the session itself goes on and works again once a worker serves the device."""
 
     code = "WorkerLost"
+
+    def __init__(self, message: str = "", *, device: str | None = None, node: int | None = None,
+                 where: str | None = None):
+        self.device = device
+        super().__init__(message, node=node, where=where)
+
+    def to_wire(self) -> dict:
+        d = super().to_wire()
+        if self.device is not None:
+            d["device"] = self.device
+        return d
 
 
 class ServiceUnavailable(TensorwireError, RuntimeError):
@@ -143,6 +157,8 @@ def error_from_wire(d: dict, where: str | None = None) -> TensorwireError:
     err = cls(str(d.get("message", "")), node=d.get("node"), where=where)
     if cls is TensorwireError:
         err.code = code
+    elif cls is WorkerLost and isinstance(d.get("device"), str):
+        err.device = d["device"]
     return err
 
 

@@ -66,7 +66,8 @@ def refusal_error(h: dict) -> TensorwireError:
 
 
 def register_service(ctx: zmq.Context, dispatcher: str, register: dict, *, keys: Path | None = None,
-                     stop: threading.Event | None = None, wait_s: float | None = None) -> zmq.Socket:
+                     stop: threading.Event | None = None, wait_s: float | None = None,
+                     on_registered=None) -> zmq.Socket:
     """Connect and register, returning once the dispatcher has answered ``registered`` (or ``stop`` is set).
 
     A dispatcher that does not answer (not up yet, restarting) is tried again every liveness period. A refusal
@@ -81,6 +82,8 @@ def register_service(ctx: zmq.Context, dispatcher: str, register: dict, *, keys:
         if sock.poll(int(HEARTBEAT_S * LIVENESS * 1000)):
             for h, _ in drain(sock):
                 if h["t"] == "registered":
+                    if on_registered is not None:  # (the answer's fields: the dispatcher's epoch ...)
+                        on_registered(h)
                     return sock
                 if h["t"] == "refused":
                     err = refusal_error(h)
