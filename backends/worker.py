@@ -90,8 +90,9 @@ class Executor:
                 self.ready.append(sid)
         elif t == "xfer":
             key = h["x"]
-            if "err" in h:
-                val = Fail(h["err"])
+            if "err" in h:  # the source's value failed (or its worker was lost): that error is this value's
+                val = Fail({**h["err"], "moved": True}) if isinstance(h["err"], dict) else Fail(
+                    error_to_wire(ProtocolError("a transfer carried a malformed error")))
             else:
                 try:
                     _, arr = array_from_frame([0, h["dtype"], h["shape"], 0], frames)
@@ -281,8 +282,9 @@ class Executor:
 
     def _send_xfer(self, sid, h, k, value) -> None:
         key = h["x"] + k
-        if isinstance(value, Fail):
-            self.send({"t": "xfer", "s": sid, "x": key, "err": value.dependent(None).err}, [])
+        if isinstance(value, Fail):  # the failure travels as it is: the destination raises the same error
+            self.send({"t": "xfer", "s": sid, "x": key, "err": {k: v for k, v in value.err.items() if k != "moved"}},
+                      [])
             return
         arr = self.device.download(value)
         shape, dt = self.device.meta(value)
@@ -292,7 +294,7 @@ class Executor:
         bufs = s.buffers
         bufs.update(result)
         for v in result.values():
-            if isinstance(v, Fail) and v.err.get("code") != "DependencyFailed":
+            if isinstance(v, Fail) and v.err.get("code") != "DependencyFailed" and not v.err.get("moved"):
                 s.errors.append(v.err)
         for i in h.get("release") or ():
             b = s.buffers.pop(i, None)
