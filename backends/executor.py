@@ -24,6 +24,8 @@ from tensorwire.protocol.ops import a_dtype, a_int, get_op
 from tensorwire.protocol.shapes import check_shape
 
 from .base import Device, Program, Step
+from .jobs import plan_work
+from .quota import peak_bytes
 
 log = logging.getLogger("tensorwire.executor")
 
@@ -81,6 +83,20 @@ class Plan:
         self.has_transfers = any(st.op in (SEND, RECV, COLL) for st in program.steps)
         self.failed_nodes = [j for j, m in enumerate(node_meta) if isinstance(m, Fail)]
         self.runners: dict[frozenset, object] = {}  # kept-slot set -> straight-line function
+        steps = program.steps
+        self.send_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == SEND)
+        self.recv_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == RECV)
+        self.work = plan_work(steps)  # elements touched: decides where the worker runs it
+        self.peaks: dict[frozenset, int] = {}  # kept-slot set -> estimated peak bytes (see quota.peak_bytes)
+
+    def peak(self, keep: frozenset) -> int:
+        """Estimated peak bytes a run keeping ``keep`` allocates (cached per kept set)."""
+        n = self.peaks.get(keep)
+        if n is None:
+            if len(self.peaks) >= MAX_RUNNERS_PER_PLAN:
+                self.peaks.pop(next(iter(self.peaks)))
+            n = self.peaks[keep] = peak_bytes(self.program.steps, keep)
+        return n
 
 
 def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:

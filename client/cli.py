@@ -32,6 +32,8 @@ def _up(argv: list[str]) -> int:
     p.add_argument("--hub-root", default=None, help="start the model hub with this storage folder")
     p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"), help="credential clients must present")
     p.add_argument("--log-dir", default=None, help="where services write their logs")
+    p.add_argument("--session-memory", default=None,
+                   help="most memory one session may hold on each device: 50%% (the default), 4GiB, none")
     args = p.parse_args(argv)
     from tensorwire.protocol.service import stop_event_on_signals
 
@@ -40,7 +42,7 @@ def _up(argv: list[str]) -> int:
     stop = stop_event_on_signals()
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     with LocalCluster(devices=devices, hub_root=args.hub_root, host=args.host, port=args.port,
-                      token=args.token, log_dir=args.log_dir) as c:
+                      token=args.token, log_dir=args.log_dir, session_memory=args.session_memory) as c:
         print(f"tensorwire cluster up: {c.address}  devices: {', '.join(devices)}")
         print(f"  connect with: tw.connect({c.address!r})  or  TENSORWIRE_ADDRESS={c.address}")
         if c.hub_url:

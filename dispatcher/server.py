@@ -247,6 +247,8 @@ class Dispatcher:
                 pending["devices"].discard(dev)
                 if not pending["devices"]:
                     del self.coll_pending[h.get("key")]
+        elif t == "need_plan":  # a worker evicted a compiled plan (bounded cache): send its fragment again
+            self._resend_plan(svc, h)
         elif t == "stats":
             w = self.stats_waits.get(h.get("q"))
             if w is not None:
@@ -259,6 +261,17 @@ class Dispatcher:
             if fwd is not None:
                 sid, cq, _ = fwd
                 self._to_client(sid, {**h, "t": "service_reply", "q": cq}, frames)
+
+    def _resend_plan(self, svc: ServiceInfo, h: dict) -> None:
+        s = self.sessions.get(h.get("s"))
+        split = s.plans.get(h.get("plan")) if s is not None and isinstance(h.get("plan"), int) else None
+        frag = split.frags.get(svc.name) if split is not None else None
+        reply = {"t": "plan", "s": h.get("s"), "plan": h.get("plan")}
+        if frag is None:
+            reply["err"] = error_to_wire(NotFound(f"plan {h.get('plan')} is not known to the dispatcher"))
+        else:
+            reply["nodes"] = frag.nodes
+        self._to_service(svc, reply)
 
     def _register(self, ident: bytes, h: dict) -> None:
         if h.get("v") != PROTOCOL_VERSION:
@@ -402,6 +415,11 @@ class Dispatcher:
             self._close_session(s)
             if h.get("q") is not None:
                 self._to_client(ident, {"t": "closed", "q": h.get("q")})
+        elif t == "cancel":  # tw.cancel(): the workers stop what the session submitted so far
+            for dev in s.touched:
+                w = self.workers.get(dev)
+                if w is not None:
+                    self._to_service(w, {"t": "cancel", "s": s.sid})
         elif t == "devices":
             self._to_client(ident, {"t": "devices", "q": h.get("q"), "devices": self._device_list()})
         elif t == "stats":
