@@ -13,6 +13,7 @@ so a long kernel does not make the worker look dead.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import logging
 import os
 import threading
@@ -66,7 +67,7 @@ class _Job:
     """One ``run`` message of a session, from its arrival to its answer."""
 
     __slots__ = ("h", "frames", "seq", "plan", "ext", "outs", "keep", "dyn", "gen", "wait", "value", "offload",
-                 "pooled", "scope", "sent", "recvd", "cancelled")
+                 "pooled", "scope", "sent", "recvd", "cancelled", "ctx")
 
     def __init__(self, h: dict, frames: list, seq: int):
         self.h = h
@@ -78,6 +79,7 @@ class _Job:
         self.keep: frozenset = frozenset()
         self.dyn: dict = {}
         self.gen = None  # the interpreter, for plans with transfers or collectives
+        self.ctx: contextvars.Context | None = None  # the context the interpreter runs in
         self.wait = None  # key of the transfer, collective or plan it waits for
         self.value = None  # what it waited for
         self.offload = False
@@ -193,7 +195,9 @@ class Executor:
         out = {}
         for sid, s in self.sessions.items():
             live = sum(1 for b in s.buffers.values() if not isinstance(b, Fail))
-            out[sid.hex() if isinstance(sid, bytes) else str(sid)] = {"buffers": live, "bytes": int(s.ledger.used)}
+            out[sid.hex() if isinstance(sid, bytes) else str(sid)] = {
+                "buffers": live, "bytes": int(s.ledger.used), "plans": self.plans.session_plans(sid),
+                "plan_bytes": self.plans.session_used.get(sid, 0)}
         return out
 
     # -- cancelling -------------------------------------------------------------------------------
@@ -218,7 +222,7 @@ class Executor:
             self._abandon_key(job.wait)
             job.wait = None
         if job.gen is not None and not job.pooled:
-            job.gen.close()
+            job.ctx.run(job.gen.close)
         if job.pooled:  # its thread stops after the kernel it is in; the session's next batch waits for that
             s.draining = job
         self._finish(sid, s, job, self._failed_outputs(job, _cancelled_err()), report=False)
@@ -237,7 +241,7 @@ class Executor:
             if job.wait is not None:
                 self._abandon_key(job.wait)
             if job.gen is not None and not job.pooled:
-                job.gen.close()
+                job.ctx.run(job.gen.close)
             self._settle(sid, job)
         for b in s.buffers.values():
             if not isinstance(b, Fail):
@@ -315,6 +319,8 @@ class Executor:
         h = job.h
         plan_no = h.get("plan")
         nodes = h.get("nodes")
+        if h.get("release") and job.value is None:  # what the client let go before this batch makes room for it
+            self._release_early(s, h)
         if nodes is None and plan_no is None:  # only releases, fetches or a sync
             self._finish(sid, s, job, {})
             return False
@@ -364,6 +370,17 @@ class Executor:
             self._finish(sid, s, job, self._failed_outputs(job, err), report=False)
             return False
 
+    def _release_early(self, s: _Session, h: dict) -> None:
+        """Free the released buffers this batch does not read now rather than after it (the others, and the
+        batch's own outputs it names, go when it finishes)."""
+        ext = set(h.get("ext") or ())
+        for i in h["release"]:
+            if i not in ext:
+                b = s.buffers.pop(i, None)
+                if b is not None and not isinstance(b, Fail):
+                    s.ledger.remove(b)
+                    self.device.free(b)
+
     def _compute(self, sid, job: _Job, scope):
         """Run the job's plan until it finishes or must wait: ``("done", result)``, ``("recv", k)`` or
         ``("coll", attrs, value, step)``. Runs on the main thread, or on a pool thread inside ``scope``."""
@@ -372,12 +389,15 @@ class Executor:
             return ("done", run_plan(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep))
         if job.gen is None:
             job.gen = execute(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep)
+            # the interpreter sets context variables (numpy's errstate) and may resume on another thread: it always
+            # runs in a context of its own
+            job.ctx = contextvars.Context()
             val = None
         else:
             val, job.value = job.value, None
         for _ in range(1 << 30):  # bounded by the plan's steps
             try:
-                ev = job.gen.send(val)
+                ev = job.ctx.run(job.gen.send, val)
             except StopIteration as stop:
                 return ("done", stop.value)
             val = None
