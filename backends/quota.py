@@ -23,8 +23,22 @@ DEFAULT = "50%"
 #: ops whose output views its input on the numpy-based backends (no new allocation); the estimate counts them as 0
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip", "send"})
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 10**3,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mb": 10**6,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 10**9,
+    "gib": 1 << 30,
+    "t": 1 << 40,
+    "tb": 10**12,
+    "tib": 1 << 40,
+}
 
 
 def host_memory() -> int:
@@ -116,7 +130,9 @@ def peak_bytes(steps, keep) -> int:
 
 
 def quota_error(device: str, limit: int, used: int, need: int, after: bool = False) -> QuotaExceeded:
-    what = (f"its results hold {fmt_bytes(need)}" if after else f"this batch needs about {fmt_bytes(need)} more")
-    return QuotaExceeded(f"session memory quota exceeded on {device}: {what}, the session holds {fmt_bytes(used)} "
-                         f"of its {fmt_bytes(limit)} limit (set by --session-memory / {ENV}); free tensors "
-                         f"(del) and retry")
+    what = f"its results hold {fmt_bytes(need)}" if after else f"this batch needs about {fmt_bytes(need)} more"
+    return QuotaExceeded(
+        f"session memory quota exceeded on {device}: {what}, the session holds {fmt_bytes(used)} "
+        f"of its {fmt_bytes(limit)} limit (set by --session-memory / {ENV}); free tensors "
+        f"(del) and retry"
+    )

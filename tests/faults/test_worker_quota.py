@@ -20,8 +20,12 @@ BOUND_S = 30.0  # every test here runs in ~1-3 s
 
 @pytest.fixture(scope="module")
 def cluster():
-    with tw.LocalCluster(devices=["cpu:0", "cpu:1"], autograd=False, session_memory="64MiB",
-                         extra_env={"TENSORWIRE_PLAN_CACHE_BYTES": str(PLAN_CACHE)}) as c:
+    with tw.LocalCluster(
+        devices=["cpu:0", "cpu:1"],
+        autograd=False,
+        session_memory="64MiB",
+        extra_env={"TENSORWIRE_PLAN_CACHE_BYTES": str(PLAN_CACHE)},
+    ) as c:
         yield c
 
 
