@@ -120,7 +120,7 @@ class Executor:
         self.waiting: dict = {}  # transfer key -> session parked on it
         self.abandoned: dict = {}  # keys whose job is gone: what arrives for them is dropped (bounded)
         self.ready: deque = deque()  # sessions with runnable work
-        self.stats_requests: list = []  # (q, arrival seq)
+        self.stats_requests: list = []  # (q, arrival seq, answer by)
         self.colls: dict = {}  # ("coll", key) -> (shm file, output offset, shape, dtype) of pending collectives
         self.shm = ShmPool(device_name)
         self.seq = 0
@@ -170,7 +170,7 @@ class Executor:
         elif t == "drop_session":
             self._drop_session(h["s"])
         elif t == "stats":  # answered after the work that arrived before it has run (see run_ready)
-            self.stats_requests.append((h.get("q"), self.seq))
+            self.stats_requests.append((h.get("q"), self.seq, time.monotonic() + STATS_WAIT_S))
         elif t == "drop_plans":
             for p in h.get("plans", ()):
                 self.plans.drop(h["s"], p)
@@ -225,6 +225,7 @@ class Executor:
             job.ctx.run(job.gen.close)
         if job.pooled:  # its thread stops after the kernel it is in; the session's next batch waits for that
             s.draining = job
+            self.pooled_seqs.discard(job.seq)
         self._finish(sid, s, job, self._failed_outputs(job, _cancelled_err()), report=False)
         if s.draining is None:
             self.ready.append(sid)
@@ -242,6 +243,7 @@ class Executor:
                 self._abandon_key(job.wait)
             if job.gen is not None and not job.pooled:
                 job.ctx.run(job.gen.close)
+            self.pooled_seqs.discard(job.seq)
             self._settle(sid, job)
         for b in s.buffers.values():
             if not isinstance(b, Fail):
@@ -257,12 +259,13 @@ class Executor:
             s = self.sessions.get(sid)
             if s is not None:
                 self._advance(sid, s)
-        if self.stats_requests:
+        if self.stats_requests:  # after the batches that arrived before them, or STATS_WAIT_S at most
             oldest = min(self.pooled_seqs, default=None)
+            now = time.monotonic()
             keep = []
-            for q, seq in self.stats_requests:
-                if oldest is not None and oldest <= seq:
-                    keep.append((q, seq))
+            for q, seq, deadline in self.stats_requests:
+                if oldest is not None and oldest <= seq and now < deadline:
+                    keep.append((q, seq, deadline))
                 else:
                     self.send({"t": "stats", "q": q, "device": self.name, "sessions": self.stats()}, [])
             self.stats_requests = keep
@@ -625,6 +628,7 @@ class Executor:
                 pass
 
 
+STATS_WAIT_S = 1.0  # a stats request waits this long at most for batches running on the pool
 _NOT_REPORTED = ("DependencyFailed", "Cancelled")  # a dependent's failure is its origin's; a cancel is reported once
 MAX_ABANDONED = 1 << 16
 

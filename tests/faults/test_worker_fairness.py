@@ -26,10 +26,12 @@ CANCEL_BOUND_S = 5.0
 def _long_reduction_size(s: tw.Session) -> int:
     """Elements of ``ones(1).expand(n).sum()`` taking about LONG_OP_S on this machine (one kernel)."""
     n0 = 1 << 28
-    t0 = time.perf_counter()
-    tw.ones(1, session=s).expand(n0).sum().item()
-    took = max(time.perf_counter() - t0, 1e-3)
-    return int(min(1 << 40, max(n0, n0 * LONG_OP_S / took)))
+    took = []
+    for _ in range(3):  # the first run compiles the kernel
+        t0 = time.perf_counter()
+        tw.ones(1, session=s).expand(n0).sum().item()
+        took.append(time.perf_counter() - t0)
+    return int(min(1 << 40, max(n0, n0 * LONG_OP_S / max(min(took), 1e-3))))
 
 
 def _run_in_thread(fn):
@@ -67,18 +69,22 @@ def test_a_long_op_does_not_stall_another_session(cluster):
     noisy, victim = tw.Session(cluster.address), tw.Session(cluster.address)
     try:
         n = _long_reduction_size(noisy)
-        th, out = _run_in_thread(lambda: tw.ones(1, session=noisy).expand(n).sum().item())
         x = tw.ones(3, session=victim)
-        lat = []
-        for _ in range(1_000_000):  # for as long as the neighbour's op runs
-            if not th.is_alive():
+        for _ in range(3):  # the machine's speed varies (shared cores): a run too short to show anything is redone
+            th, out = _run_in_thread(lambda n=n: tw.ones(1, session=noisy).expand(n).sum().item())
+            lat = []
+            for _ in range(1_000_000):  # for as long as the neighbour's op runs
+                if not th.is_alive():
+                    break
+                t0 = time.perf_counter()
+                assert (x + 1).tolist() == [2.0, 2.0, 2.0]
+                lat.append(time.perf_counter() - t0)
+            th.join(120)
+            assert "error" not in out, out.get("error")
+            assert abs(out["value"] - n) <= n * 1e-6  # (float32 sum)
+            if out["seconds"] > 2 * VICTIM_WORST_S:
                 break
-            t0 = time.perf_counter()
-            assert (x + 1).tolist() == [2.0, 2.0, 2.0]
-            lat.append(time.perf_counter() - t0)
-        th.join(120)
-        assert "error" not in out, out.get("error")
-        assert abs(out["value"] - n) <= n * 1e-6  # (float32 sum)
+            n = int(n * 3 * VICTIM_WORST_S / max(out["seconds"], 0.1))
         assert out["seconds"] > 2 * VICTIM_WORST_S, "the neighbour's op was too short to show anything"
         assert lat and max(lat) < VICTIM_WORST_S, (max(lat), out["seconds"])
     finally:
