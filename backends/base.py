@@ -103,6 +103,11 @@ class Device:
     def nbytes(self, buf) -> int:
         raise NotImplementedError
 
+    def storage(self, buf) -> tuple[object, int]:
+        """The allocation ``buf`` lives in: a key equal for every buffer (view) sharing it, and its size in bytes.
+        Session quotas count each allocation once. The default treats every buffer as its own allocation."""
+        return id(buf), self.nbytes(buf)
+
     def meta(self, buf) -> tuple[tuple[int, ...], D.DType]:
         """Shape and dtype of a buffer."""
         raise NotImplementedError

@@ -23,6 +23,8 @@ from tensorwire.protocol.ops import a_dtype, a_int, get_op
 from tensorwire.protocol.shapes import check_shape
 
 from .base import Device, Program, Step
+from .jobs import plan_work
+from .quota import peak_bytes
 
 log = logging.getLogger("tensorwire.executor")
 
@@ -80,6 +82,20 @@ class Plan:
         self.has_transfers = any(st.op in (SEND, RECV, COLL) for st in program.steps)
         self.failed_nodes = [j for j, m in enumerate(node_meta) if isinstance(m, Fail)]
         self.runners: dict[frozenset, object] = {}  # kept-slot set -> straight-line function
+        steps = program.steps
+        self.send_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == SEND)
+        self.recv_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == RECV)
+        self.work = plan_work(steps)  # elements touched: decides where the worker runs it
+        self.peaks: dict[frozenset, int] = {}  # kept-slot set -> estimated peak bytes (see quota.peak_bytes)
+
+    def peak(self, keep: frozenset) -> int:
+        """Estimated peak bytes a run keeping ``keep`` allocates (cached per kept set)."""
+        n = self.peaks.get(keep)
+        if n is None:
+            if len(self.peaks) >= MAX_RUNNERS_PER_PLAN:
+                self.peaks.pop(next(iter(self.peaks)))
+            n = self.peaks[keep] = peak_bytes(self.program.steps, keep)
+        return n
 
 
 def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:
@@ -114,14 +130,20 @@ def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:
                 raise ProtocolError("node refs must be a list and attrs a map")
             ins = [value_of(r) for r in refs]
             failed = next((v for v in ins if isinstance(v, Fail)), None)
-            if failed is not None:
-                node_meta.append(failed.dependent(None))
+            if op == SEND:  # a failed value travels too: the destination gets its error instead of waiting
+                a_int(attrs, "xfer")
+                if failed is None:
+                    steps.append(Step(SEND, (ins[0].ref,), attrs, ins[0].shape, ins[0].dtype, -1, j))
+                    node_meta.append((ins[0].shape, ins[0].dtype))
+                else:
+                    ref = refs[0]
+                    ins_ = (-ref - 1,) if ref < 0 else ()  # a failed external input is a Fail in its slot
+                    steps.append(Step(SEND, ins_, {**attrs, "failed_node": ref}, (), None, -1, j))
+                    node_meta.append(failed.dependent(None))
                 node_slot.append(None)
                 continue
-            if op == SEND:
-                a_int(attrs, "xfer")
-                steps.append(Step(SEND, (ins[0].ref,), attrs, ins[0].shape, ins[0].dtype, -1, j))
-                node_meta.append((ins[0].shape, ins[0].dtype))
+            if failed is not None:
+                node_meta.append(failed.dependent(None))
                 node_slot.append(None)
                 continue
             if op == RECV:
@@ -197,11 +219,11 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
             args = [env[i] for i in s.ins]
             bad = next((a for a in args if isinstance(a, Fail)), None)
             origin_id = outs[s.origin] if s.origin < len(outs) else None
-            if bad is not None:
-                res = bad.dependent(origin_id)
-            elif s.op == SEND:
-                yield ("send", s.attrs["xfer"], args[0])
+            if s.op == SEND:  # sent even when it failed: the receiving device gets the error
+                yield ("send", s.attrs["xfer"], args[0] if args else _failed_node(plan, s.attrs["failed_node"], outs))
                 res = None
+            elif bad is not None:
+                res = bad.dependent(origin_id)
             elif s.op == RECV:
                 res = yield ("recv", s.attrs["xfer"])
             elif s.op == COLL:
@@ -262,6 +284,14 @@ def _raiser(exc: Exception):
     def run(env, dyn, frames):
         raise exc
     return run
+
+
+def _failed_node(plan: Plan, j: int, outs: list) -> Fail:
+    """The failure of node ``j``, which failed when the plan was compiled, named by its handle id."""
+    err = dict(plan.node_meta[j].err)
+    if j < len(outs) and outs[j] is not None:
+        err.setdefault("node", outs[j])
+    return Fail(err)
 
 
 def _failed_results(plan: Plan, outs: list) -> dict:

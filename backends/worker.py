@@ -2,14 +2,18 @@
 
 The main thread owns the socket and all state (per-session buffers, cached plans, parked work): it
 decodes messages and runs fragments in each session's order, round-robin across sessions; a session
-waiting for a transfer from another device is parked while the others go on. Running kernels on the
-thread that owns the socket keeps a round trip free of thread hand-offs. A second thread with a
-socket of its own only sends heartbeats, so a long kernel does not make the worker look dead.
+waiting for a transfer from another device is parked while the others go on. Small batches run on the
+thread that owns the socket, which keeps a round trip free of thread hand-offs; larger ones run on a
+small pool (:mod:`.jobs`), so one session's long op does not hold the others, and can be cancelled
+between steps. Each session's memory on the device is bounded (:mod:`.quota`), and so are the
+compiled plans (:mod:`.plancache`). A second thread with a socket of its own only sends heartbeats,
+so a long kernel does not make the worker look dead.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextvars
 import logging
 import os
 import threading
@@ -21,7 +25,15 @@ import zmq
 
 from tensorwire.protocol.credentials import service_token
 from tensorwire.protocol.curve import keys_dir
-from tensorwire.protocol.errors import DeviceError, NotFound, ProtocolError, error_to_wire
+from tensorwire.protocol.errors import (
+    Cancelled,
+    DeviceError,
+    ExecutionError,
+    NotFound,
+    ProtocolError,
+    error_to_wire,
+)
+from tensorwire.protocol.graph import RECV, SEND
 from tensorwire.protocol.named_service import (
     add_service_credential_args,
     drain,
@@ -43,10 +55,14 @@ from tensorwire.protocol.wire import array_from_frame, as_frame, pack_header, se
 
 from . import get_backend, hub_loader
 from .executor import Fail, compile_plan, execute, meta_of, run_plan
+from .jobs import OFFLOAD_WORK, CancelScope, Interrupt, Pool
+from .plancache import PlanCache
+from .quota import DEFAULT as QUOTA_DEFAULT
+from .quota import ENV as QUOTA_ENV
+from .quota import Ledger, host_memory, parse_limit, quota_error
 from .shm import ShmPool
 
 log = logging.getLogger("tensorwire.worker")
-MAX_PLANS_PER_SESSION = 4096
 
 
 def parse_device(text: str) -> tuple[str, int]:
@@ -57,37 +73,78 @@ def parse_device(text: str) -> tuple[str, int]:
     return kind, int(idx or 0)
 
 
-class _Session:
-    __slots__ = ("buffers", "plans", "jobs", "running", "errors")
+class _Job:
+    """One ``run`` message of a session, from its arrival to its answer."""
 
-    def __init__(self):
+    __slots__ = ("h", "frames", "seq", "plan", "ext", "outs", "keep", "dyn", "gen", "wait", "value", "offload",
+                 "pooled", "scope", "sent", "recvd", "cancelled", "ctx")
+
+    def __init__(self, h: dict, frames: list, seq: int):
+        self.h = h
+        self.frames = frames
+        self.seq = seq  # arrival order on this worker
+        self.plan = None
+        self.ext: list = []
+        self.outs: list = []
+        self.keep: frozenset = frozenset()
+        self.dyn: dict = {}
+        self.gen = None  # the interpreter, for plans with transfers or collectives
+        self.ctx: contextvars.Context | None = None  # the context the interpreter runs in
+        self.wait = None  # key of the transfer, collective or plan it waits for
+        self.value = None  # what it waited for
+        self.offload = False
+        self.pooled = False  # a pool thread runs it now
+        self.scope: CancelScope | None = None
+        self.sent: set = set()  # transfers it sent
+        self.recvd: set = set()  # transfer keys it received
+        self.cancelled = False
+
+
+class _Session:
+    __slots__ = ("buffers", "jobs", "running", "errors", "ledger", "cancel_before", "draining")
+
+    def __init__(self, device):
         self.buffers: dict[int, object] = {}
-        self.plans: dict[int, object] = {}
         self.jobs: deque = deque()
-        self.running = None  # (job, generator, pending recv key)
+        self.running: _Job | None = None
         self.errors: list[dict] = []
+        self.ledger = Ledger(device)
+        self.cancel_before = 0  # jobs that arrived before this sequence number are cancelled
+        self.draining: _Job | None = None  # a cancelled job whose pool thread has not returned yet
 
 
 class Executor:
-    """Owns the device and all session state; runs in its own thread, fed through ``inbox``."""
+    """Owns the device and all session state on the main thread; a pool runs the larger batches (see
+    :mod:`.jobs`) and hands their outcomes back through ``completed`` and the ``wake_fd`` pipe."""
 
-    def __init__(self, device, device_name: str, send):
+    def __init__(self, device, device_name: str, send, *, session_limit: int | None = None,
+                 plan_cache: PlanCache | None = None, pool: Pool | None = None):
         self.device = device
         self.name = device_name
         self.send = send  # callable(header, frames) -> None
+        self.limit = session_limit  # bytes a session may hold on this device (None: no limit)
+        self.plans = plan_cache or PlanCache()
+        self.pool = pool or Pool()
         self.sessions: dict[bytes, _Session] = {}
-        self.xfers: dict[int, object] = {}
-        self.waiting: dict[int, bytes] = {}  # transfer key -> session parked on it
+        self.xfers: dict = {}
+        self.waiting: dict = {}  # transfer key -> session parked on it
+        self.abandoned: dict = {}  # keys whose job is gone: what arrives for them is dropped (bounded)
         self.ready: deque = deque()  # sessions with runnable work
-        self.stats_requests: list = []
+        self.stats_requests: list = []  # (q, arrival seq, answer by)
         self.colls: dict = {}  # ("coll", key) -> (shm file, output offset, shape, dtype) of pending collectives
         self.shm = ShmPool(device_name)
+        self.seq = 0
+        self.pooled_seqs: set[int] = set()
+        self.completed: deque = deque()  # from pool threads: ("send", ...) and ("outcome", ...) in order
+        self.wake_fd, self._wake_w = os.pipe()
+        os.set_blocking(self.wake_fd, False)
+        os.set_blocking(self._wake_w, False)
 
-    # -- message handling (execution thread) -------------------------------------------------
+    # -- message handling (main thread) -------------------------------------------------------
     def _session(self, sid) -> _Session:
         s = self.sessions.get(sid)
         if s is None:
-            s = self.sessions[sid] = _Session()
+            s = self.sessions[sid] = _Session(self.device)
         return s
 
     def handle(self, h: dict, frames: list) -> None:
@@ -95,38 +152,54 @@ class Executor:
         if t == "run":
             sid = h["s"]
             s = self._session(sid)
-            s.jobs.append((h, frames))
-            if s.running is None and len(s.jobs) == 1:
+            self.seq += 1
+            s.jobs.append(_Job(h, frames, self.seq))
+            if s.running is None and s.draining is None and len(s.jobs) == 1:
                 self.ready.append(sid)
         elif t == "xfer":
             key = h["x"]
-            if "err" in h:
-                val = Fail(h["err"])
+            if "err" in h:  # the source's value failed (or its worker was lost): that error is this value's
+                val = (Fail({**h["err"], "moved": True}) if isinstance(h["err"], dict)
+                       else Fail(error_to_wire(ProtocolError("a transfer carried a malformed error"))))
             else:
                 try:
                     _, arr = array_from_frame([0, h["dtype"], h["shape"], 0], frames)
                     val = self.device.upload(arr)
                 except Exception as e:
                     val = Fail(error_to_wire(e))
-            self.xfers[key] = val
-            sid = self.waiting.pop(key, None)
-            if sid is not None:
-                self.ready.append(sid)
+            self._arrived(key, val)
+        elif t == "plan":  # the fragment of a plan this worker had evicted, from the dispatcher
+            err = h.get("err")
+            nodes = h.get("nodes")
+            self._arrived(("plan", h["s"], h["plan"]), nodes if isinstance(nodes, list) and not err else Fail(
+                err if isinstance(err, dict) else error_to_wire(NotFound(f"plan {h['plan']} is not known"))))
         elif t == "coll_done":
             self._collective_done(h)
+        elif t == "cancel":
+            self._cancel(h["s"])
         elif t == "drop_session":
-            s = self.sessions.pop(h["s"], None)
-            if s is not None:
-                for b in s.buffers.values():
-                    if not isinstance(b, Fail):
-                        self.device.free(b)
+            self._drop_session(h["s"])
         elif t == "stats":  # answered after the work that arrived before it has run (see run_ready)
-            self.stats_requests.append(h.get("q"))
+            self.stats_requests.append((h.get("q"), self.seq, time.monotonic() + STATS_WAIT_S))
         elif t == "drop_plans":
-            s = self.sessions.get(h["s"])
-            if s is not None:
-                for p in h.get("plans", ()):
-                    s.plans.pop(p, None)
+            for p in h.get("plans", ()):
+                self.plans.drop(h["s"], p)
+
+    def _arrived(self, key, val) -> None:
+        if key in self.abandoned:  # its job was cancelled or its session closed
+            del self.abandoned[key]
+            return
+        self.xfers[key] = val
+        sid = self.waiting.pop(key, None)
+        if sid is not None:
+            self.ready.append(sid)
+
+    def _abandon_key(self, key) -> None:
+        self.waiting.pop(key, None)
+        if self.xfers.pop(key, None) is None:
+            if len(self.abandoned) >= MAX_ABANDONED:
+                self.abandoned.pop(next(iter(self.abandoned)))
+            self.abandoned[key] = None
 
     def forget_sessions(self) -> None:
         """Drop every session's buffers, plans and parked work: they belonged to a dispatcher that is gone (the
@@ -147,22 +220,81 @@ class Executor:
     def stats(self) -> dict:
         out = {}
         for sid, s in self.sessions.items():
-            live = [b for b in s.buffers.values() if not isinstance(b, Fail)]
+            live = sum(1 for b in s.buffers.values() if not isinstance(b, Fail))
             out[sid.hex() if isinstance(sid, bytes) else str(sid)] = {
-                "buffers": len(live), "bytes": int(sum(self.device.nbytes(b) for b in live))}
+                "buffers": live, "bytes": int(s.ledger.used), "plans": self.plans.session_plans(sid),
+                "plan_bytes": self.plans.session_used.get(sid, 0)}
         return out
+
+    # -- cancelling -------------------------------------------------------------------------------
+    def _cancel(self, sid) -> None:
+        """Stop everything the session submitted so far: the running batch between two steps, the queued ones
+        before they start. Their outputs fail with ``Cancelled``; later batches run as usual."""
+        s = self.sessions.get(sid)
+        if s is None:
+            return
+        s.cancel_before = self.seq + 1
+        for job in s.jobs:
+            job.cancelled = True
+        job = s.running
+        if job is None:
+            return
+        job.cancelled = True
+        if job.scope is not None:
+            job.scope.cancel()
+        if job.plan is None:  # waiting for its plan: it settles its transfers once it has it
+            return
+        if job.wait is not None:
+            self._abandon_key(job.wait)
+            job.wait = None
+        if job.gen is not None and not job.pooled:
+            job.ctx.run(job.gen.close)
+        if job.pooled:  # its thread stops after the kernel it is in; the session's next batch waits for that
+            s.draining = job
+            self.pooled_seqs.discard(job.seq)
+        self._finish(sid, s, job, self._failed_outputs(job, _cancelled_err()), report=False)
+        if s.draining is None:
+            self.ready.append(sid)
+
+    def _drop_session(self, sid) -> None:
+        s = self.sessions.pop(sid, None)
+        if s is None:
+            return
+        job = s.running
+        if job is not None:
+            job.cancelled = True
+            if job.scope is not None:
+                job.scope.cancel()
+            if job.wait is not None:
+                self._abandon_key(job.wait)
+            if job.gen is not None and not job.pooled:
+                job.ctx.run(job.gen.close)
+            self.pooled_seqs.discard(job.seq)
+            self._settle(sid, job)
+        for b in s.buffers.values():
+            if not isinstance(b, Fail):
+                self.device.free(b)
+        s.buffers.clear()
+        self.plans.drop_session(sid)
 
     # -- running -----------------------------------------------------------------------------------
     def run_ready(self) -> None:
-        """Advance every session that has runnable work (each until it blocks or runs dry)."""
+        """Advance every session that has runnable work (each until it blocks, runs dry or is handed to the pool)."""
         for _ in range(len(self.ready)):
             sid = self.ready.popleft()
             s = self.sessions.get(sid)
             if s is not None:
                 self._advance(sid, s)
-        while self.stats_requests:
-            self.send({"t": "stats", "q": self.stats_requests.pop(0), "device": self.name, "sessions": self.stats()},
-                      [])
+        if self.stats_requests:  # after the batches that arrived before them, or STATS_WAIT_S at most
+            oldest = min(self.pooled_seqs, default=None)
+            now = time.monotonic()
+            keep = []
+            for q, seq, deadline in self.stats_requests:
+                if oldest is not None and oldest <= seq and now < deadline:
+                    keep.append((q, seq, deadline))
+                else:
+                    self.send({"t": "stats", "q": q, "device": self.name, "sessions": self.stats()}, [])
+            self.stats_requests = keep
 
     def _safe_handle(self, h, frames):
         try:
@@ -174,91 +306,208 @@ class Executor:
                            "errors": [error_to_wire(ProtocolError("the worker rejected a malformed message"))]}, [])
 
     def _advance(self, sid, s: _Session) -> None:
-        """Run the session's work until it blocks on a transfer or has none left."""
-        while True:
-            if s.running is None:
-                if not s.jobs:
+        """Run the session's work until it blocks on a transfer, runs dry or is handed to the pool."""
+        for _ in range(1 << 30):  # bounded by the session's queue
+            job = s.running
+            if job is None:
+                if s.draining is not None or not s.jobs:
                     return
-                h, frames = s.jobs.popleft()
-                try:
-                    gen = self._start(s, h, frames)
-                except Exception as e:
-                    s.errors.append(error_to_wire(e))
-                    self._finish(sid, s, h, {})
-                    continue
-                if isinstance(gen, dict):  # ran to completion without transfers
-                    self._finish(sid, s, h, gen)
-                    continue
-                s.running = (h, gen, None)
-                send_val = None
-            else:
-                h, gen, key = s.running
-                if key is not None:
-                    if key not in self.xfers:
-                        self.waiting[key] = sid
-                        return
-                    send_val = self.xfers.pop(key)
-                else:
-                    send_val = None
+                job = s.running = s.jobs.popleft()
+                if job.seq < s.cancel_before:
+                    job.cancelled = True
+            if job.pooled:
+                return
+            if job.wait is not None:
+                if job.wait not in self.xfers:
+                    self.waiting[job.wait] = sid
+                    return
+                job.value = self.xfers.pop(job.wait)
+                job.recvd.add(job.wait)
+                job.wait = None
+            if job.plan is None and not self._prepare(sid, s, job):
+                continue  # parked for its plan, or finished
+            if job.cancelled:
+                self._finish(sid, s, job, self._failed_outputs(job, _cancelled_err()), report=False)
+                continue
+            if job.offload:
+                job.pooled = True
+                job.scope = job.scope or CancelScope()
+                self.pooled_seqs.add(job.seq)
+                self.pool.submit(lambda sid=sid, job=job: self._run_pooled(sid, job))
+                return
             try:
-                while True:
-                    ev = gen.send(send_val)
-                    send_val = None
-                    if ev[0] == "send":
-                        self._send_xfer(sid, h, ev[1], ev[2])
-                    else:  # recv, or a collective waiting for the collectives service
-                        key = h["x"] + ev[1] if ev[0] == "recv" else self._start_collective(sid, h, *ev[1:])
-                        if isinstance(key, Fail):
-                            send_val = key
-                            continue
-                        if key in self.xfers:
-                            send_val = self.xfers.pop(key)
-                            continue
-                        s.running = (h, gen, key)
-                        self.waiting[key] = sid
-                        return
-            except StopIteration as stop:
-                result = stop.value
+                outcome = self._compute(sid, job, None)
             except Exception as e:  # an executor bug must not kill the worker
-                s.errors.append(error_to_wire(e))
-                result = {}
-            s.running = None
-            self._finish(sid, s, h, result)
+                log.exception("running a batch failed")
+                outcome = ("error", error_to_wire(e))
+            self._apply(sid, s, job, outcome)
 
-    def _start(self, s: _Session, h: dict, frames: list):
+    def _prepare(self, sid, s: _Session, job: _Job) -> bool:
+        """Find or compile the job's plan and admit it under the session's quota. False when the job is parked
+        (for its plan, see ``need_plan``) or already finished (no plan to run, or it failed)."""
+        h = job.h
         plan_no = h.get("plan")
         nodes = h.get("nodes")
+        if h.get("release") and job.value is None:  # what the client let go before this batch makes room for it
+            self._release_early(s, h)
         if nodes is None and plan_no is None:  # only releases, fetches or a sync
-            return {}
-        ext_ids = h.get("ext") or []
-        ext = [s.buffers.get(i) for i in ext_ids]
-        for k, b in enumerate(ext):
-            if b is None:
-                ext[k] = Fail(error_to_wire(NotFound(f"handle {ext_ids[k]} is not on {self.name}")))
-        if nodes is not None:
-            plan = compile_plan(self.device, nodes, [meta_of(self.device, b) for b in ext])
-            if plan_no is not None:
-                if len(s.plans) >= MAX_PLANS_PER_SESSION:
-                    s.plans.pop(next(iter(s.plans)))
-                s.plans[plan_no] = plan
+            self._finish(sid, s, job, {})
+            return False
+        try:
+            if nodes is None and job.value is not None:  # the fragment the dispatcher sent again
+                nodes, job.value = job.value, None
+                if isinstance(nodes, Fail):
+                    raise NotFound(f"plan {plan_no} is not known on {self.name} or to the dispatcher: "
+                                   f"{nodes.err.get('message')}")
+            ext_ids = h.get("ext") or []
+            ext = [s.buffers.get(i) for i in ext_ids]
+            for k, b in enumerate(ext):
+                if b is None:
+                    ext[k] = Fail(error_to_wire(NotFound(f"handle {ext_ids[k]} is not on {self.name}")))
+            if nodes is not None:
+                plan = compile_plan(self.device, nodes, [meta_of(self.device, b) for b in ext])
+                if plan_no is not None:
+                    self.plans.put(sid, plan_no, plan)
+            else:
+                plan = self.plans.get(sid, plan_no)
+                if plan is None:  # evicted (see plancache): ask the dispatcher for the fragment again
+                    job.wait = ("plan", sid, plan_no)
+                    self.send({"t": "need_plan", "s": sid, "plan": plan_no}, [])
+                    return False
+                metas = [meta_of(self.device, b) for b in ext]
+                if metas != plan.ext_metas:  # a replayed plan needs inputs shaped as when it was compiled
+                    for k, m in enumerate(metas):
+                        if (not isinstance(m, Fail) and not isinstance(plan.ext_metas[k], Fail)
+                                and m != plan.ext_metas[k]):
+                            raise ProtocolError(f"plan {plan_no} replayed with input {ext_ids[k]} of a different "
+                                                f"shape/dtype")
+            outs = h.get("outs") or []
+            release = set(h.get("release") or ())
+            keep = {plan.node_slot[j] for j, i in enumerate(outs) if i not in release and j < len(plan.node_slot)}
+            keep.discard(None)
+            job.plan, job.ext, job.outs, job.keep = plan, ext, outs, frozenset(keep)
+            job.dyn = {j: a for j, a in (h.get("dyn") or ())}
+            job.offload = plan.work >= OFFLOAD_WORK
+            if self.limit is not None and not job.cancelled:
+                need = plan.peak(job.keep)
+                if s.ledger.used + need > self.limit:
+                    raise quota_error(self.name, self.limit, s.ledger.used, need)
+            return True
+        except Exception as e:
+            err = error_to_wire(e)
+            s.errors.append(err)
+            self._finish(sid, s, job, self._failed_outputs(job, err), report=False)
+            return False
+
+    def _release_early(self, s: _Session, h: dict) -> None:
+        """Free the released buffers this batch does not read now rather than after it (the others, and the
+        batch's own outputs it names, go when it finishes)."""
+        ext = set(h.get("ext") or ())
+        for i in h["release"]:
+            if i not in ext:
+                b = s.buffers.pop(i, None)
+                if b is not None and not isinstance(b, Fail):
+                    s.ledger.remove(b)
+                    self.device.free(b)
+
+    def _compute(self, sid, job: _Job, scope):
+        """Run the job's plan until it finishes or must wait: ``("done", result)``, ``("recv", k)`` or
+        ``("coll", attrs, value, step)``. Runs on the main thread, or on a pool thread inside ``scope``."""
+        plan = job.plan
+        if job.gen is None and not plan.has_transfers:
+            return ("done", run_plan(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep))
+        if job.gen is None:
+            job.gen = execute(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep)
+            # the interpreter sets context variables (numpy's errstate) and may resume on another thread: it always
+            # runs in a context of its own
+            job.ctx = contextvars.Context()
+            val = None
         else:
-            plan = s.plans.get(plan_no)
-            if plan is None:
-                raise NotFound(f"plan {plan_no} is not known on {self.name}")
-            metas = [meta_of(self.device, b) for b in ext]
-            if metas != plan.ext_metas:  # a replayed plan needs inputs shaped as when it was compiled
-                for k, m in enumerate(metas):
-                    if not isinstance(m, Fail) and not isinstance(plan.ext_metas[k], Fail) and m != plan.ext_metas[k]:
-                        raise ProtocolError(f"plan {plan_no} replayed with input {ext_ids[k]} of a different "
-                                            f"shape/dtype")
-        outs = h.get("outs") or []
-        release = set(h.get("release") or ())
-        keep = {plan.node_slot[j] for j, i in enumerate(outs) if i not in release and j < len(plan.node_slot)}
-        keep.discard(None)
-        dyn = {j: a for j, a in (h.get("dyn") or ())}
-        if not plan.has_transfers:
-            return run_plan(self.device, plan, ext, outs, dyn, frames, keep)
-        return execute(self.device, plan, ext, outs, dyn, frames, keep)
+            val, job.value = job.value, None
+        for _ in range(1 << 30):  # bounded by the plan's steps
+            try:
+                ev = job.ctx.run(job.gen.send, val)
+            except StopIteration as stop:
+                return ("done", stop.value)
+            val = None
+            if ev[0] != "send":
+                return ev
+            if scope is None:
+                self._send_xfer(sid, job, ev[1], ev[2])
+            else:  # the socket is the main thread's
+                self.completed.append(("send", sid, job, ev[1], ev[2]))
+                self._wake()
+        raise ProtocolError("a plan yielded too many events")
+
+    def _run_pooled(self, sid, job: _Job) -> None:
+        """A pool thread's part: run the job inside its cancel scope, hand the outcome to the main thread."""
+        try:
+            with job.scope:
+                outcome = self._compute(sid, job, job.scope)
+        except Interrupt:
+            outcome = ("cancelled",)
+        except Exception as e:  # an executor bug must not kill the worker
+            log.exception("running a batch failed")
+            outcome = ("error", error_to_wire(e))
+        self.completed.append(("outcome", sid, job, outcome))
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"!")
+        except BlockingIOError:  # the pipe is full: the main thread is awake already
+            pass
+
+    def collect(self) -> None:
+        """Take what the pool threads handed back (main thread)."""
+        try:
+            while os.read(self.wake_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        for _ in range(len(self.completed)):
+            item = self.completed.popleft()
+            sid, job = item[1], item[2]
+            s = self.sessions.get(sid)
+            if item[0] == "send":
+                if s is not None and not job.cancelled:
+                    self._send_xfer(sid, job, item[3], item[4])
+                continue
+            job.pooled = False
+            self.pooled_seqs.discard(job.seq)
+            if s is None:
+                continue
+            if s.draining is job:  # cancelled while it ran: its answer went out already
+                s.draining = None
+                self.ready.append(sid)
+                continue
+            if s.running is job:
+                self._apply(sid, s, job, item[3])
+                self.ready.append(sid)
+
+    def _apply(self, sid, s: _Session, job: _Job, outcome: tuple) -> None:
+        kind = outcome[0]
+        if kind == "done":
+            self._finish(sid, s, job, outcome[1])
+        elif kind == "recv":
+            job.wait = job.h["x"] + outcome[1]
+        elif kind == "coll":
+            key = self._start_collective(sid, job.h, *outcome[1:])
+            if isinstance(key, Fail):
+                job.value = key
+            else:
+                job.wait = key
+        elif kind == "cancelled":
+            self._finish(sid, s, job, self._failed_outputs(job, _cancelled_err()), report=False)
+        else:  # "error"
+            s.errors.append(outcome[1])
+            self._finish(sid, s, job, {})
+
+    def _failed_outputs(self, job: _Job, err: dict) -> dict:
+        """Every output the client still holds, failed with ``err`` (named by its handle id)."""
+        release = set(job.h.get("release") or ())
+        outs = job.outs or job.h.get("outs") or []
+        return {i: Fail({**err, "node": i}) for i in outs if isinstance(i, int) and i not in release}
 
     def _start_collective(self, sid, h: dict, attrs: dict, value, step):
         """Put this device's input of a collective in shared memory and tell the collectives service."""
@@ -291,6 +540,10 @@ class Executor:
         if info is None:
             return
         f, offset, shape, dt = info
+        if key in self.abandoned:
+            del self.abandoned[key]
+            self.shm.give_back(f)
+            return
         if h.get("err"):
             val = Fail(h["err"])
             self.shm.give_back(f)
@@ -300,35 +553,78 @@ class Executor:
             except Exception as e:
                 val = Fail(error_to_wire(e))
                 self.shm.give_back(f)
-        self.xfers[key] = val
-        sid = self.waiting.pop(key, None)
-        if sid is not None:
-            self.ready.append(sid)
+        self._arrived(key, val)
 
-    def _send_xfer(self, sid, h, k, value) -> None:
-        key = h["x"] + k
-        if isinstance(value, Fail):
-            self.send({"t": "xfer", "s": sid, "x": key, "err": value.dependent(None).err}, [])
+    def _send_xfer(self, sid, job: _Job, k, value) -> None:
+        key = job.h["x"] + k
+        job.sent.add(k)
+        if isinstance(value, Fail):  # the failure travels as it is: the destination raises the same error
+            err = {a: b for a, b in value.err.items() if a != "moved"}
+            self.send({"t": "xfer", "s": sid, "x": key, "err": err}, [])
             return
         arr = self.device.download(value)
         shape, dt = self.device.meta(value)
         self.send({"t": "xfer", "s": sid, "x": key, "dtype": dt.name, "shape": list(shape)}, [as_frame(arr)])
 
-    def _finish(self, sid, s: _Session, h: dict, result: dict) -> None:
+    def _settle(self, sid, job: _Job) -> None:
+        """A job that ends leaves no device waiting: transfers it did not send go out as its error, and transfers
+        still on their way to it are dropped when they arrive."""
+        x = job.h.get("x")
+        if not isinstance(x, int):
+            return
+        if job.plan is not None:
+            if not job.plan.has_transfers:
+                return
+            sends, recvs = job.plan.send_keys, job.plan.recv_keys
+        else:
+            sends, recvs = _transfer_keys(job.h.get("nodes"))
+        unsent = [k for k in sends if k not in job.sent]
+        if unsent:
+            err = _cancelled_err() if job.cancelled else error_to_wire(
+                ExecutionError(f"the batch on {self.name} ended before it sent this value"))
+            for k in unsent:
+                self._send_xfer(sid, job, k, Fail(err))
+        for k in recvs:
+            if x + k not in job.recvd:
+                self._abandon_key(x + k)
+
+    def _finish(self, sid, s: _Session, job: _Job, result: dict, report: bool = True) -> None:
+        h = job.h
+        if s.running is job:
+            s.running = None
+        self._settle(sid, job)
         bufs = s.buffers
+        ledger = s.ledger
+        added = [(i, v) for i, v in result.items() if not isinstance(v, Fail)]
+        for _, v in added:
+            ledger.add(v)
+        if self.limit is not None and added and ledger.used > self.limit:  # the estimate fell short: take it back
+            before = ledger.used
+            for _, v in added:
+                ledger.remove(v)
+            err = quota_error(self.name, self.limit, ledger.used, before - ledger.used, after=True).to_wire()
+            for i, v in added:
+                self.device.free(v)
+                result[i] = Fail({**err, "node": i})
+            s.errors.append(err)
+            report = False
         bufs.update(result)
-        for v in result.values():
-            if isinstance(v, Fail) and v.err.get("code") != "DependencyFailed":
-                s.errors.append(v.err)
+        if report:
+            for v in result.values():
+                if isinstance(v, Fail) and v.err.get("code") not in _NOT_REPORTED and not v.err.get("moved"):
+                    s.errors.append(v.err)
+        elif job.cancelled and not any(e.get("code") == Cancelled.code for e in s.errors):
+            s.errors.append(_cancelled_err())
         for i in h.get("release") or ():
-            b = s.buffers.pop(i, None)
+            b = bufs.pop(i, None)
             if b is not None and not isinstance(b, Fail):
+                ledger.remove(b)
                 self.device.free(b)
         if not h.get("reply"):
             return
         values, frames, fetch_errors = [], [], []
         for i in h.get("fetch") or ():
-            b = s.buffers.get(i)
+            b = bufs.get(i)
             if b is None:
                 fetch_errors.append(error_to_wire(NotFound(f"handle {i} does not exist on {self.name}"), i))
             elif isinstance(b, Fail):
@@ -348,12 +644,42 @@ class Executor:
         self.send({"t": "done", "s": sid, "q": h.get("q"), "values": values, "errors": errors,
                    "fetch_errors": fetch_errors}, frames)
 
+    def close(self) -> None:
+        self.pool.close()
+        self.shm.close()
+        for fd in (self.wake_fd, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+STATS_WAIT_S = 1.0  # a stats request waits this long at most for batches running on the pool
+_NOT_REPORTED = ("DependencyFailed", "Cancelled")  # a dependent's failure is its origin's; a cancel is reported once
+MAX_ABANDONED = 1 << 16
+
+
+def _cancelled_err() -> dict:
+    return Cancelled("the session cancelled this work (tw.cancel(), an interrupted wait, or the session closed)"
+                     ).to_wire()
+
+
+def _transfer_keys(nodes) -> tuple[set, set]:
+    """Transfer numbers a raw fragment sends and receives (for a job whose plan never compiled)."""
+    sends, recvs = set(), set()
+    for n in nodes if isinstance(nodes, list) else ():
+        if isinstance(n, list) and len(n) >= 3 and n[0] in (SEND, RECV) and isinstance(n[2], dict):
+            k = n[2].get("xfer")
+            if isinstance(k, int) and not isinstance(k, bool):
+                (sends if n[0] == SEND else recvs).add(k)
+    return sends, recvs
+
 
 class Worker:
     """The worker process: socket, state and execution on one thread, heartbeats on another."""
 
     def __init__(self, device: str, dispatcher: str, ctx: zmq.Context | None = None, token: str | None = None,
-                 keys=None):
+                 keys=None, session_memory: str | int | None = None):
         self.device_name = device
         kind, index = parse_device(device)
         self.backend = get_backend(kind)
@@ -372,7 +698,9 @@ class Worker:
         self.instance = new_instance()
         self.ctx = ctx or zmq.Context.instance()
         self.sock: zmq.Socket | None = None
-        self.executor = Executor(self.device, device, self._send)
+        limit_text = session_memory if session_memory is not None else os.environ.get(QUOTA_ENV)
+        self.session_limit = parse_limit(limit_text, info.memory_bytes or host_memory())
+        self.executor = Executor(self.device, device, self._send, session_limit=self.session_limit)
         self.stop = threading.Event()
         self.epoch: str | None = None  # the epoch of the dispatcher this worker's sessions belong to
 
@@ -404,17 +732,25 @@ class Worker:
             if sock is None:
                 self.executor.shm.close()
         ex = self.executor
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(ex.wake_fd, zmq.POLLIN)  # the pool threads' outcomes
         last_seen = time.monotonic()
         if ready_line and not self.stop.is_set():
             announce_ready("worker", device=self.device_name, pid=os.getpid())
         try:
             while not self.stop.is_set():
-                if not sock.poll(0 if ex.ready else int(HEARTBEAT_S * 1000)):
+                events = dict(poller.poll(0 if ex.ready else int(HEARTBEAT_S * 1000)))
+                if ex.wake_fd in events or ex.completed:
+                    ex.collect()
+                if sock not in events:
                     ex.run_ready()
                     if time.monotonic() - last_seen > HEARTBEAT_S * LIVENESS:
                         log.warning("dispatcher silent; reconnecting and registering again")
+                        poller.unregister(sock)
                         sock.close(0)
                         self.sock = sock = self._connect()
+                        poller.register(sock, zmq.POLLIN)
                         last_seen = time.monotonic()
                     continue
                 for h, frames in drain(sock):
@@ -433,7 +769,7 @@ class Worker:
             self.stop.set()
             say_goodbye(sock)
             sock.close(0)
-            ex.shm.close()
+            ex.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -450,13 +786,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hub-token-file", default=os.environ.get("TENSORWIRE_HUB_TOKEN_FILE"),
                    help="file holding this worker's own hub token, used when a client sends none (default "
                         "$TENSORWIRE_HUB_TOKEN_FILE, else the token in $TENSORWIRE_HUB_TOKEN)")
+    p.add_argument("--session-memory", default=os.environ.get(QUOTA_ENV, QUOTA_DEFAULT),
+                   help=f"most memory one session may hold on this device: a share of the device's memory (50%%), "
+                        f"a size (4GiB, 512MB) or none (default {QUOTA_DEFAULT}, or ${QUOTA_ENV})")
     args = p.parse_args(argv)
     logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
     tune_gc()
     hub_loader.configure(args.hub_url, token=None if args.hub_token_file else os.environ.get("TENSORWIRE_HUB_TOKEN"),
                          token_file=args.hub_token_file)
     keys = keys_dir(args.keys)
-    w = Worker(args.device, args.dispatcher, token=service_token(args.service_token_file, keys), keys=keys)
+    try:
+        w = Worker(args.device, args.dispatcher, token=service_token(args.service_token_file, keys), keys=keys,
+                   session_memory=args.session_memory)
+    except ValueError as e:
+        p.error(str(e))
     stop = stop_event_on_signals()
     threading.Thread(target=lambda: (stop.wait(), w.stop.set()), daemon=True).start()
     profiled("worker", w.serve)

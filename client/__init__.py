@@ -12,6 +12,7 @@ from tensorwire.protocol import dtypes as _D
 from tensorwire.protocol.dtypes import DType as dtype
 from tensorwire.protocol.dtypes import get_default_dtype, promote_types, set_default_dtype
 from tensorwire.protocol.errors import (
+    Cancelled,
     ConnectionFailed,
     DependencyFailed,
     DeviceError,
@@ -21,6 +22,7 @@ from tensorwire.protocol.errors import (
     NotFound,
     OutOfMemory,
     ProtocolError,
+    QuotaExceeded,
     ServiceUnavailable,
     ShapeError,
     TensorwireError,
@@ -58,6 +60,7 @@ from .creation import (
     zeros_like,
 )
 from .functions import (
+    cancel,
     cat,
     concat,
     concatenate,
@@ -134,3 +137,4 @@ from . import models, nn, optim, utils  # noqa: E402
 from .serialization import load, save  # noqa: E402
 
 __all__ += ["nn", "optim", "utils", "models", "save", "load"]
+__all__ += ["cancel", "Cancelled", "QuotaExceeded"]  # issue 16: cancelling work, per-session memory quotas

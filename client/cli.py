@@ -39,6 +39,8 @@ def _up(argv: list[str]) -> int:
                    "$TENSORWIRE_KEYS); required when --host is not loopback, unless --insecure")
     p.add_argument("--insecure", action="store_true", help="listen on a non-loopback --host without CURVE")
     p.add_argument("--log-dir", default=None, help="where services write their logs")
+    p.add_argument("--session-memory", default=None,
+                   help="most memory one session may hold on each device: 50%% (the default), 4GiB, none")
     args = p.parse_args(argv)
     from tensorwire.protocol.credentials import CLIENT_TOKEN_ENV, resolve_token, write_token_file
     from tensorwire.protocol.service import stop_event_on_signals
@@ -49,7 +51,7 @@ def _up(argv: list[str]) -> int:
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     with LocalCluster(devices=devices, hub_root=args.hub_root, host=args.host, port=args.port,
                       token=resolve_token(CLIENT_TOKEN_ENV, args.token_file), log_dir=args.log_dir,
-                      keys=args.keys, insecure=args.insecure) as c:
+                      keys=args.keys, insecure=args.insecure, session_memory=args.session_memory) as c:
         admin_file = write_token_file(c.log_dir / "admin.token", c.admin_token)
         print(f"tensorwire cluster up: {c.address}  devices: {', '.join(devices)}")
         print(f"  connect with: tw.connect({c.address!r})  or  TENSORWIRE_ADDRESS={c.address}")

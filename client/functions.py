@@ -224,6 +224,19 @@ def synchronize(session=None) -> None:
     (session or current_session()).synchronize()
 
 
+def cancel(session=None) -> None:
+    """Cancel the work the session has submitted that the cluster has not finished (tensorwire's own; PyTorch has
+    no equivalent).
+
+    The batch running on each device stops between two steps (a kernel already running finishes first) and the
+    queued ones never start; their results fail with :class:`tensorwire.Cancelled`, which the next sync point
+    raises once (a ``.numpy()`` waiting in another thread raises it at once). Ops recorded but not yet shipped are
+    not affected, nor is later work: the session stays usable. Callable from any thread, e.g. a watchdog; Ctrl-C
+    during a wait does the same. Closing the session also stops its work.
+    """
+    (session or current_session()).cancel()
+
+
 def devices(session=None) -> list[str]:
     """The cluster's devices, e.g. ``['cpu:0', 'cpu:1']``."""
     return (session or current_session()).devices()

@@ -49,6 +49,7 @@ from tensorwire.protocol.wire import (
 )
 
 from . import leases
+from .cancel import Waker
 from .tensor import Tensor
 
 _new_tensor = object.__new__
@@ -111,6 +112,9 @@ class Session:
         self._sock.connect(address)
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
+        self._waker = Waker()  # another thread's tw.cancel() wakes a wait (see cancel())
+        self._poller.register(self._waker.fd, zmq.POLLIN)
+        weakref.finalize(self, self._waker.close)
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
         self._seq = itertools.count(1)
@@ -215,10 +219,14 @@ class Session:
                 self._lost = True
                 raise ConnectionFailed(f"lost the dispatcher at {self.address}: it stopped answering "
                                        f"(no reply to a ping within {LIVENESS_S:g}s)")
-            if not spin_wait(self._poller.poll, CLIENT_SPIN_S) and not self._sock.poll(int(PING_AFTER_S * 1000)):
+            if not spin_wait(self._poller.poll, CLIENT_SPIN_S) and not self._poller.poll(int(PING_AFTER_S * 1000)):
                 if ping_sent is None:
                     self._sock.send(pack_header({"t": "ping", "q": _PING, "k": self._key}))
                     ping_sent = time.monotonic()
+                continue
+            if self._waker.take():  # tw.cancel() from another thread: this thread owns the socket
+                self._send_cancel()
+            if not self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 continue
             h, frames = self._recv_raw()
             if h.get("q") == _PING:
@@ -331,7 +339,11 @@ class Session:
         """Ship the pending batch; with ``fetch`` or ``sync`` wait for and return the answer."""
         self._check_open()
         with self._lock:
-            return self._flush(list(fetch), sync)
+            try:
+                return self._flush(list(fetch), sync)
+            except KeyboardInterrupt:  # Ctrl-C while waiting stops the work too, not only the wait
+                self._send_cancel()
+                raise
 
     def mark_step(self) -> None:
         """Mark the end of a step (``optimizer.step()`` calls this): everything recorded so far is shipped, without
@@ -552,6 +564,26 @@ class Session:
                 raise DeviceError(f"unknown device {device!r}; the cluster has: {', '.join(self._devices) or 'none'}")
         return device
 
+    def cancel(self) -> None:
+        """Cancel the work this session submitted that the cluster has not finished (see :func:`tensorwire.cancel`).
+
+        Safe to call from any thread: a thread waiting for an answer of this session is woken to send it."""
+        if self.closed:
+            return
+        if self._lock.acquire(blocking=False):
+            try:
+                self._send_cancel()
+            finally:
+                self._lock.release()
+        else:
+            self._waker.set()
+
+    def _send_cancel(self) -> None:
+        try:
+            self._sock.send(pack_header({"t": "cancel", "k": self._key}), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
     def close(self) -> None:
         """Close the session: the cluster frees every buffer it held.
 
@@ -571,6 +603,7 @@ class Session:
             except zmq.ZMQError:
                 pass
             self._sock.close(linger=0)
+            self._waker.close()
         atexit.unregister(self._atexit)
 
     def _wait_closed(self, q: int, deadline: float) -> None:

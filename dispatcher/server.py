@@ -308,6 +308,8 @@ class Dispatcher:
                 pending["devices"].discard(dev)
                 if not pending["devices"]:
                     del self.coll_pending[key]
+        elif t == "need_plan":  # a worker evicted a compiled plan (bounded cache): send its fragment again
+            self._resend_plan(svc, h)
         elif t == "stats":
             q = h.get("q")
             w = self.stats_waits.get(q) if type(q) is int else None
@@ -352,6 +354,18 @@ class Dispatcher:
     def _refuse(self, ident: bytes, err: TensorwireError, retry: bool = False) -> None:
         self.services.send_multipart([ident, pack_header({"t": "refused", "error": err.to_wire(),
                                                           "message": err.message, "retry": retry})])
+
+    def _resend_plan(self, svc: ServiceInfo, h: dict) -> None:
+        s = self.sessions.get(h.get("s"))
+        split = s.plans.get(h.get("plan")) if s is not None and isinstance(h.get("plan"), int) else None
+        frags = getattr(split, "frags", None)  # (a plan kept unsplit has none yet: the client sends it again)
+        frag = frags.get(svc.name) if frags is not None else None
+        reply = {"t": "plan", "s": h.get("s"), "plan": h.get("plan")}
+        if frag is None:
+            reply["err"] = error_to_wire(NotFound(f"plan {h.get('plan')} is not known to the dispatcher"))
+        else:
+            reply["nodes"] = frag.nodes
+        self._to_service(svc, reply)
 
     def _register(self, ident: bytes, h: dict) -> None:
         """Admit a service: the right protocol version and service credential, sane names, and a name (a
@@ -549,6 +563,11 @@ class Dispatcher:
             self._close_session(s)
             if q is not None:
                 self._to_client(ident, {"t": "closed", "q": q})
+        elif t == "cancel":  # tw.cancel(): the workers stop what the session submitted so far
+            for dev in s.touched:
+                w = self.workers.get(dev)
+                if w is not None:
+                    self._to_service(w, {"t": "cancel", "s": s.sid})
         elif t == "devices":
             self._to_client(ident, {"t": "devices", "q": q, "devices": self._device_list()})
         elif t == "stats":

@@ -117,6 +117,19 @@ class DependencyFailed(TensorwireError, RuntimeError):
     code = "DependencyFailed"
 
 
+class QuotaExceeded(OutOfMemory):
+    """A session asked for more memory on a device than its quota there (the message names the limit and the
+    session's use); freeing tensors (``del``) makes room again."""
+
+    code = "QuotaExceeded"
+
+
+class Cancelled(TensorwireError, RuntimeError):
+    """The session's work was cancelled (``tw.cancel()``, Ctrl-C while waiting, or the session closed)."""
+
+    code = "Cancelled"
+
+
 class ExecutionError(TensorwireError, RuntimeError):
     """A kernel raised an error that fits no other code."""
 
@@ -148,6 +161,8 @@ for _cls in (TensorwireError, ShapeError, DTypeError, IndexOutOfRange, DeviceErr
              ServiceUnavailable, Unauthorized, ProtocolError, NotFound, DependencyFailed, ExecutionError,
              ConnectionFailed, TimeoutError_):
     register_error(_cls)
+register_error(QuotaExceeded)
+register_error(Cancelled)
 
 
 def error_from_wire(d: dict, where: str | None = None) -> TensorwireError:

@@ -37,6 +37,19 @@ class NumpyDevice(Device):
     def nbytes(self, buf: np.ndarray) -> int:
         return int(buf.nbytes)
 
+    def storage(self, buf: np.ndarray):
+        """Views (reshape, expand, slices, frames received from the wire) count as the array that owns the memory."""
+        a = buf
+        for _ in range(64):  # bounded: base chains are short
+            b = getattr(a, "base", None)
+            if isinstance(b, np.ndarray):
+                a = b
+            elif b is not None and isinstance(getattr(b, "base", None), np.ndarray):  # as_strided's DummyArray
+                a = b.base
+            else:
+                break
+        return id(a), int(a.nbytes)
+
     def meta(self, buf: np.ndarray):
         return tuple(buf.shape), D.from_numpy(buf.dtype)
 

@@ -1,0 +1,119 @@
+"""Running sessions' work beside the worker's main thread, and stopping it between steps.
+
+The worker's main thread owns the socket and every session's state. A batch whose estimated work
+(:func:`plan_work`, elements touched) is small runs right there, as before (no thread hand-off in a round trip); a
+larger one runs on a thread of a small pool (:class:`Pool`), so one session's long op does not hold the others: the
+numpy and compiled kernels release the GIL, and the OS shares the cores between the threads. A session runs one
+batch at a time, in order, whichever thread runs it.
+
+Cancelling (:meth:`CancelScope.cancel`) raises :class:`Interrupt` in the pool thread at its next Python step: after
+the kernel running then returns, before the next one starts (a kernel itself is never cut short). Only the code
+inside a scope can be interrupted: running the plan's kernels, never the worker's bookkeeping.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import threading
+
+POOL_ENV = "TENSORWIRE_EXEC_THREADS"
+OFFLOAD_ENV = "TENSORWIRE_OFFLOAD_WORK"
+#: batches touching at least this many elements run on the pool (~a few ms of work on one core)
+OFFLOAD_WORK = int(os.environ.get(OFFLOAD_ENV, str(1 << 21)))
+
+
+class Interrupt(BaseException):
+    """Raised asynchronously in a pool thread to stop a cancelled batch (a BaseException, so the executor's
+    ``except Exception`` fallbacks do not swallow it)."""
+
+
+def _set_async_exc(ident: int, exc) -> int:
+    return ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc) if exc else None)
+
+
+class CancelScope:
+    """Where a batch may be interrupted: ``with scope: run()`` on the thread that runs it; ``scope.cancel()`` from
+    any thread."""
+
+    __slots__ = ("lock", "thread", "cancelled")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.thread: int | None = None
+        self.cancelled = False
+
+    def __enter__(self):
+        with self.lock:
+            if self.cancelled:
+                raise Interrupt()
+            self.thread = threading.get_ident()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        with self.lock:
+            if self.thread is not None:
+                self.thread = None
+                if self.cancelled:  # an interrupt may still be pending for this thread: take it back
+                    _set_async_exc(threading.get_ident(), None)
+        return False
+
+    def cancel(self) -> None:
+        with self.lock:
+            if self.cancelled:
+                return
+            self.cancelled = True
+            if self.thread is not None:
+                _set_async_exc(self.thread, Interrupt)
+
+
+def plan_work(steps) -> int:
+    """Elements a run of ``steps`` touches (inputs and outputs; a matmul counts its multiply-adds)."""
+    total = 0
+    for s in steps:
+        n = 1
+        for d in s.shape:
+            n *= d
+        if s.op == "matmul" and s.in_meta:
+            k = s.in_meta[0][0][-1] if s.in_meta[0][0] else 1
+            n *= max(1, k)
+        else:
+            for shape, _ in s.in_meta:
+                m = 1
+                for d in shape:
+                    m *= d
+                n = max(n, m)
+        total += n + 64  # a step costs something however small
+    return total
+
+
+class Pool:
+    """Daemon threads running submitted callables; each result is handed to ``done(result)`` on the thread that ran
+    it, which must pass it on to the main thread (see :class:`Executor`)."""
+
+    def __init__(self, threads: int | None = None):
+        self.size = max(1, int(os.environ.get(POOL_ENV, "4")) if threads is None else int(threads))
+        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.threads: list[threading.Thread] = []
+
+    def submit(self, fn) -> None:
+        if len(self.threads) < self.size:
+            t = threading.Thread(target=self._loop, name=f"tensorwire-exec-{len(self.threads)}", daemon=True)
+            self.threads.append(t)
+            t.start()
+        self.tasks.put(fn)
+
+    def _loop(self) -> None:
+        for _ in iter(int, 1):  # until the process ends (daemon threads)
+            fn = self.tasks.get()
+            if fn is None:
+                return
+            try:
+                fn()
+            except BaseException:  # noqa: BLE001 - fn reports its own outcome; nothing may end the thread
+                pass
+
+    def close(self) -> None:
+        for _ in self.threads:
+            self.tasks.put(None)

@@ -1,0 +1,72 @@
+"""Issue 16, finding 3: a failed value moved to another device raises its error there, promptly, and the session's
+later work on that device carries on (the source used to skip the transfer and the destination waited 600 s)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+import tensorwire.session as session_module
+
+HERE = __file__
+#: a hang is reported as a Timeout after this long instead of the default 600 s; the fixed path answers in ~5 ms
+REQUEST_TIMEOUT_S = 30.0
+BOUND_S = 15.0
+
+
+def _line_of(marker: str) -> int:
+    with open(HERE) as f:
+        return next(i for i, line in enumerate(f, 1) if marker in line and "_line_of" not in line)
+
+
+@pytest.fixture
+def s(cluster, monkeypatch):
+    """A session of its own per test (a hung one must not take the others with it)."""
+    monkeypatch.setattr(session_module, "REQUEST_TIMEOUT_S", REQUEST_TIMEOUT_S)
+    sess = tw.Session(cluster.address)
+    with tw.use_session(sess):
+        yield sess
+    sess.close()
+
+
+def test_failed_value_moved_to_another_device_raises_its_error(s):
+    t0 = time.monotonic()
+    with pytest.raises(IndexError) as info:
+        tw.arange(5.0).gather(0, tw.tensor([9])).to("cpu:1").numpy()  # MARK-moved-gather
+    assert time.monotonic() - t0 < BOUND_S
+    assert isinstance(info.value, tw.TensorwireError)
+    assert f"{HERE}:{_line_of('MARK-moved-gather')}" in str(info.value)  # the user's line that failed
+    # the session's later work on the destination is not stuck behind the failed transfer
+    t0 = time.monotonic()
+    assert (tw.arange(3.0, device="cpu:1") + 1).tolist() == [1.0, 2.0, 3.0]
+    y = tw.arange(4.0).to("cpu:1") * 2
+    np.testing.assert_array_equal(y.numpy(), [0, 2, 4, 6])
+    assert time.monotonic() - t0 < BOUND_S
+
+
+def test_value_that_failed_in_an_earlier_batch_moves_as_its_error(s):
+    bad = tw.arange(5.0).gather(0, tw.tensor([7]))  # MARK-earlier-gather
+    with pytest.raises(IndexError):
+        bad.numpy()
+    t0 = time.monotonic()
+    with pytest.raises(IndexError) as info:  # the failed buffer is an input of the next batch's transfer
+        bad.to("cpu:1").numpy()
+    assert f"{HERE}:{_line_of('MARK-earlier-gather')}" in str(info.value)
+    with pytest.raises(tw.DependencyFailed, match="IndexError") as info:  # its dependents name it, as on one device
+        (bad.to("cpu:1") + 1).numpy()
+    assert f"{HERE}:{_line_of('MARK-earlier-gather')}" in str(info.value)
+    assert time.monotonic() - t0 < BOUND_S
+    assert tw.ones(2, device="cpu:1").sum().item() == 2.0
+
+
+def test_dependents_on_the_destination_fail_and_independent_work_carries_on(s):
+    x = tw.arange(5.0)
+    moved = x.gather(0, tw.tensor([9])).to("cpu:1")
+    good = (x * 3).to("cpu:1")
+    dependent = moved.exp() + 1
+    with pytest.raises(tw.TensorwireError):
+        dependent.numpy()
+    np.testing.assert_array_equal(good.numpy(), np.arange(5.0) * 3)
