@@ -37,7 +37,7 @@ from tensorwire.protocol.ops import OPS
 
 from ..base import Device, Step
 from ..codegen.cache import KernelCache, KernelCompileError
-from ..codegen.cuda import CUDARenderer, NVRTC_OPTIONS, compile_cubin, compile_ptx, nvrtc_version, supported_archs
+from ..codegen.cuda import NVRTC_OPTIONS, CUDARenderer, compile_cubin, compile_ptx, nvrtc_version, supported_archs
 from ..codegen.program import build_runner, kernel_error
 from ..opencl.runtime import LOWERING_GPU
 from . import cublas
