@@ -258,13 +258,14 @@ class StandInDriver:
         rt._ensure([k], [key], 1)
         knl = rt._kernels[key][0]
         mf = cl.mem_flags
-        copies = []
+        copies, alive = [], []  # (an argument's memory object must outlive the launch: set_arg does not hold it)
         ptr_params = [(b.dtype.itemsize, b.out) for b in k.bufs] + ([(8, True)] if k.can_raise else [])
         nbytes_of = [int(np.prod(_buf_len(k, i))) * size for i, (size, _) in enumerate(ptr_params)]
         for i, ((_size, out), n) in enumerate(zip(ptr_params, nbytes_of)):
             host = self.view(values[i], n) if n else np.zeros(1, np.uint8)
             buf = cl.Buffer(dev.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(host))
             knl.set_arg(i, buf)
+            alive.append(buf)
             if out and n:
                 copies.append((host, buf))
         ocl = OpenCLRenderer()
@@ -275,6 +276,7 @@ class StandInDriver:
         for host, buf in copies:
             cl.enqueue_copy(dev.queue, host, buf)
         dev.queue.finish()
+        del alive
         return (OK,)
 
 
