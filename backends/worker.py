@@ -135,8 +135,8 @@ class Executor:
             if s is not None:
                 self._advance(sid, s)
         while self.stats_requests:
-            self.send({"t": "stats", "q": self.stats_requests.pop(0), "device": self.name, "sessions": self.stats()},
-                      [])
+            self.send({"t": "stats", "q": self.stats_requests.pop(0), "device": self.name, "sessions": self.stats(),
+                       "memory": self.device.memory()}, [])
 
     def _safe_handle(self, h, frames):
         try:

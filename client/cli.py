@@ -18,7 +18,7 @@ commands:
   worker      run a device worker (--device cpu:0 --dispatcher tcp://HOST:5556)
   autograd    run the autograd service (--dispatcher tcp://HOST:5556)
   collectives one rank of the collectives service (mpiexec -n N tensorwire collectives --devices ...)
-  status      show the cluster's devices, sessions and live buffers
+  status      show the cluster's devices, sessions and live buffers (--local: this host's devices, or why not)
   hub         run the model hub, or push/list models (tensorwire hub --help)
 
 Run `tensorwire COMMAND --help` for a command's options."""
@@ -85,7 +85,12 @@ def _status(argv: list[str]) -> int:
     p.add_argument("--token", default=os.environ.get("TENSORWIRE_TOKEN"))
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--local", action="store_true",
+                   help="list this host's devices as the installed backends see them (available or why not) instead "
+                        "of asking a cluster")
     args = p.parse_args(argv)
+    if args.local:
+        return _local_devices(args.json)
     from .session import Session
 
     s = Session(args.address, args.token, timeout=args.timeout)
@@ -107,6 +112,23 @@ def _status(argv: list[str]) -> int:
         by = sum(v["bytes"] for v in sessions.values())
         per = ", ".join(f"{k[:8]}: {v['buffers']} ({v['bytes']} B)" for k, v in sessions.items())
         print(f"{d:<10} {w.get('name', ''):<24} {nb:>8} {by:>14}  {per}")
+    return 0
+
+
+def _local_devices(as_json: bool) -> int:
+    """``tensorwire status --local``: every installed backend's devices on this host, with the reason an
+    unavailable one gives (no driver, no GPU ...). Loads the backends (and their drivers) in this process."""
+    from tensorwire.backends import backends
+
+    rows = [d.to_wire() for _, b in sorted(backends().items()) for d in b.devices()]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'device':<10} {'state':<14} {'memory':>14}  name or reason")
+    for d in rows:
+        state = "available" if d["available"] else "not available"
+        mem = f"{d['memory_bytes']}" if d["memory_bytes"] else "-"
+        print(f"{d['device']:<10} {state:<14} {mem:>14}  {d['name'] if d['available'] else d['reason']}")
     return 0
 
 

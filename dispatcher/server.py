@@ -251,6 +251,7 @@ class Dispatcher:
             w = self.stats_waits.get(h.get("q"))
             if w is not None:
                 w["devices"][h.get("device")] = h.get("sessions", {})
+                w["memory"][h.get("device")] = h.get("memory") or {}
                 w["expect"].discard(svc.name)
                 if not w["expect"]:
                     self._finish_stats(h.get("q"))
@@ -617,7 +618,7 @@ class Dispatcher:
         q = self.next_stats
         self.next_stats += 1
         self.stats_waits[q] = {"client": s.sid, "cq": h.get("q"), "expect": set(self.workers), "devices": {},
-                               "me": s.sid.hex()}
+                               "memory": {}, "me": s.sid.hex()}
         for w in self.workers.values():
             self._to_service(w, {"t": "stats", "q": q})
         if not self.workers:
@@ -627,7 +628,8 @@ class Dispatcher:
         w = self.stats_waits.pop(q, None)
         if w is None:
             return
-        self._to_client(w["client"], {"t": "stats", "q": w["cq"], "devices": w["devices"], "session": w["me"],
+        self._to_client(w["client"], {"t": "stats", "q": w["cq"], "devices": w["devices"], "memory": w["memory"],
+                                      "session": w["me"],
                                       "sessions": [sid.hex() for sid in self.sessions],
                                       "services": sorted(self.named), "uptime_s": time.time() - self.started,
                                       "workers": self._device_list()})
