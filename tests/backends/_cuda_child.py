@@ -211,11 +211,24 @@ def _ptx_when_nvrtc_does_not_know_the_gpu():
 
 
 def _kernels_are_cached_on_disk():
+    import shutil
     import tempfile
 
     from tensorwire.backends.codegen.cache import CACHE_ENV
 
-    os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="tw-cuda-cache-")  # an empty cache: this process's first build
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = folder = tempfile.mkdtemp(prefix="tw-cuda-cache-")  # empty: this process's first build
+    try:
+        _check_disk_cache()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if before is None:
+            del os.environ[CACHE_ENV]
+        else:
+            os.environ[CACHE_ENV] = before
+
+
+def _check_disk_cache():
     drv, dev = _device(capability=(8, 6))
     a = np.arange(7, dtype=np.int32)
     nodes = [["mul", [-1, -1], None], ["neg", [0], None]]
