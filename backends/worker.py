@@ -293,7 +293,8 @@ class Executor:
                 if oldest is not None and oldest <= seq and now < deadline:
                     keep.append((q, seq, deadline))
                 else:
-                    self.send({"t": "stats", "q": q, "device": self.name, "sessions": self.stats()}, [])
+                    self.send({"t": "stats", "q": q, "device": self.name, "sessions": self.stats(),
+                               "memory": self.device.memory()}, [])
             self.stats_requests = keep
 
     def _safe_handle(self, h, frames):

@@ -20,7 +20,7 @@ commands:
   worker      run a device worker (--device cpu:0 --dispatcher tcp://HOST:5556)
   autograd    run the autograd service (--dispatcher tcp://HOST:5556)
   collectives one rank of the collectives service (mpiexec -n N tensorwire collectives --devices ...)
-  status      show the cluster's devices, sessions and live buffers
+  status      show the cluster's devices, sessions and live buffers (--local: this host's devices, or why not)
   keys        create CURVE key pairs and a service credential for a cluster across hosts
   hub         run the model hub, or push/list models (tensorwire hub --help)
 
@@ -102,7 +102,12 @@ def _status(argv: list[str]) -> int:
     p.add_argument("--keys", default=None, help="CURVE keys directory (default $TENSORWIRE_KEYS)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--local", action="store_true",
+                   help="list this host's devices as the installed backends see them (available or why not) instead "
+                        "of asking a cluster")
     args = p.parse_args(argv)
+    if args.local:
+        return _local_devices(args.json)
     from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, resolve_token
 
     from .session import Session
@@ -149,6 +154,23 @@ def _keys(argv: list[str]) -> int:
     print(f"  dispatcher host: --keys {d}  (reads dispatcher.key_secret, clients/, services/)")
     print("  service hosts:   a directory with dispatcher.key, service.key_secret, service.token")
     print("  clients:         a directory with dispatcher.key, client.key_secret  (TENSORWIRE_KEYS=DIR)")
+    return 0
+
+
+def _local_devices(as_json: bool) -> int:
+    """``tensorwire status --local``: every installed backend's devices on this host, with the reason an
+    unavailable one gives (no driver, no GPU ...). Loads the backends (and their drivers) in this process."""
+    from tensorwire.backends import backends
+
+    rows = [d.to_wire() for _, b in sorted(backends().items()) for d in b.devices()]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'device':<10} {'state':<14} {'memory':>14}  name or reason")
+    for d in rows:
+        state = "available" if d["available"] else "not available"
+        mem = f"{d['memory_bytes']}" if d["memory_bytes"] else "-"
+        print(f"{d['device']:<10} {state:<14} {mem:>14}  {d['name'] if d['available'] else d['reason']}")
     return 0
 
 

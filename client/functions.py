@@ -243,7 +243,11 @@ def devices(session=None) -> list[str]:
 
 
 def memory_stats(session=None) -> dict:
-    """Live buffers and bytes per device for this session (and the whole cluster)."""
+    """Memory per device: ``{"devices": {"cuda:0": {...}}, ...}`` with this session's live ``buffers`` and ``bytes``,
+    the whole cluster's (``cluster_buffers``, ``cluster_bytes``), and the device's own figures where its backend
+    keeps them: ``allocated_bytes`` (held by tensors) and ``reserved_bytes`` (held by the caching allocator,
+    including freed blocks kept for reuse), as ``torch.cuda.memory_allocated``/``memory_reserved``, and
+    ``total_bytes``."""
     return (session or current_session()).memory_stats()
 
 

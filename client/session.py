@@ -536,7 +536,10 @@ class Session:
 
     def memory_stats(self) -> dict:
         """Live buffers and bytes per device, for this session; the ``cluster_*`` figures cover every session
-        only for a session opened with the admin token (otherwise they are this session's too)."""
+        only for a session opened with the admin token (otherwise they are this session's too). Each device's own
+        memory figures come too where its backend keeps them (``allocated_bytes`` held by tensors and
+        ``reserved_bytes`` held by the caching allocator, as ``torch.cuda.memory_allocated``/``memory_reserved``;
+        ``total_bytes``)."""
         self._check_open()
         with self._lock:
             self._flush([], False)
@@ -545,9 +548,11 @@ class Session:
         out = {"session": me, "devices": {}, "sessions": len(h.get("sessions", []))}
         for dev, sessions in h.get("devices", {}).items():
             mine = sessions.get(me, {"buffers": 0, "bytes": 0})
-            out["devices"][dev] = {"buffers": mine["buffers"], "bytes": mine["bytes"],
-                                   "cluster_buffers": sum(v["buffers"] for v in sessions.values()),
-                                   "cluster_bytes": sum(v["bytes"] for v in sessions.values())}
+            entry = out["devices"][dev] = {"buffers": mine["buffers"], "bytes": mine["bytes"],
+                                           "cluster_buffers": sum(v["buffers"] for v in sessions.values()),
+                                           "cluster_bytes": sum(v["bytes"] for v in sessions.values())}
+            for k, v in ((h.get("memory") or {}).get(dev) or {}).items():
+                entry.setdefault(k, v)  # the device's own figures (the session's counts keep their names)
         return out
 
     def cluster_status(self) -> dict:

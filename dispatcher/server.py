@@ -316,6 +316,8 @@ class Dispatcher:
             sessions = h.get("sessions")
             if w is not None and svc.kind == "worker" and svc.name in w["expect"]:
                 w["devices"][svc.name] = sessions if isinstance(sessions, dict) else {}
+                memory = h.get("memory")
+                w["memory"][svc.name] = memory if isinstance(memory, dict) else {}
                 w["expect"].discard(svc.name)
                 if not w["expect"]:
                     self._finish_stats(q)
@@ -846,7 +848,8 @@ class Dispatcher:
     def _stats(self, s: Session, h: dict) -> None:
         q = self.next_stats
         self.next_stats += 1
-        self.stats_waits[q] = {"sid": s.sid, "cq": h.get("q"), "expect": set(self.workers), "devices": {}}
+        self.stats_waits[q] = {"sid": s.sid, "cq": h.get("q"), "expect": set(self.workers), "devices": {},
+                               "memory": {}}
         for w in self.workers.values():
             self._to_service(w, {"t": "stats", "q": q})
         if not self.workers:
@@ -864,7 +867,8 @@ class Dispatcher:
         else:
             devices = {d: ({me: per[me]} if me in per else {}) for d, per in w["devices"].items()}
             sessions = [me]
-        self._to_client(s.ident, {"t": "stats", "q": w["cq"], "devices": devices, "session": me,
+        self._to_client(s.ident, {"t": "stats", "q": w["cq"], "devices": devices, "memory": w["memory"],
+                                  "session": me,
                                   "sessions": sessions, "admin": s.admin, "services": sorted(self.named),
                                   "uptime_s": time.time() - self.started, "workers": self._device_list()})
 

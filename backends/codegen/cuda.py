@@ -112,6 +112,24 @@ def compile_cubin(source: str, arch: str = "sm_80", options=(), name: str = "ten
     """CUDA source -> CUBIN bytes for ``arch`` (``sm_80``, ``sm_90`` ...) with NVRTC; no GPU needed.
 
     Raises :class:`~.cache.KernelCompileError` with NVRTC's log when the source does not compile."""
+    return _compile(source, arch, options, name, "CUBIN")
+
+
+def compile_ptx(source: str, arch: str = "compute_80", options=(), name: str = "tensorwire.cu") -> bytes:
+    """CUDA source -> PTX text (NUL-terminated, as ``cuModuleLoadData`` takes it) for a virtual ``compute_XX``
+    architecture: the fallback for a GPU newer than this NVRTC, whose driver compiles the PTX itself."""
+    return _compile(source, arch, options, name, "PTX")
+
+
+def supported_archs() -> list[int]:
+    """The ``XY`` of every ``sm_XY`` this NVRTC compiles for."""
+    nvrtc = _nvrtc()
+    err, archs = nvrtc.nvrtcGetSupportedArchs()
+    _check(nvrtc, err, "nvrtcGetSupportedArchs")
+    return [int(a) for a in archs]
+
+
+def _compile(source: str, arch: str, options, name: str, kind: str) -> bytes:
     nvrtc = _nvrtc()
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
     _check(nvrtc, err, "nvrtcCreateProgram")
@@ -124,17 +142,20 @@ def compile_cubin(source: str, arch: str = "sm_80", options=(), name: str = "ten
             nvrtc.nvrtcGetProgramLog(prog, log)
             text = log.decode(errors="replace").rstrip("\x00 \n")
             raise KernelCompileError(f"NVRTC could not compile {name} for {arch} ({err.name}):\n{text[-4000:]}")
-        err, n = nvrtc.nvrtcGetCUBINSize(prog)
-        _check(nvrtc, err, "nvrtcGetCUBINSize")
+        size_fn, get_fn = ((nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if kind == "CUBIN" else
+                           (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX))
+        err, n = size_fn(prog)
+        _check(nvrtc, err, f"nvrtcGet{kind}Size")
         if n == 0:
             raise KernelCompileError(f"NVRTC made no CUBIN for {arch!r} (a real architecture such as sm_80 is "
                                      "needed, not compute_80)")
-        cubin = b" " * n
-        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
-        _check(nvrtc, err, "nvrtcGetCUBIN")
-        return cubin
+        out = b" " * n
+        (err,) = get_fn(prog, out)
+        _check(nvrtc, err, f"nvrtcGet{kind}")
+        return out
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-__all__ = ["CUDARenderer", "NVRTC_OPTIONS", "compile_cubin", "nvrtc_unavailable", "nvrtc_version"]
+__all__ = ["CUDARenderer", "NVRTC_OPTIONS", "compile_cubin", "compile_ptx", "nvrtc_unavailable", "nvrtc_version",
+           "supported_archs"]
