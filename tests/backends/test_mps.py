@@ -3,9 +3,9 @@ device listing, float64's refusal on the GPU, and zero-copy downloads.
 
 On Linux there is no Metal: these tests run the backend on MLX's CPU device with the test-only switch
 ``TENSORWIRE_MPS_ON_CPU=1`` (``pip install "mlx[cpu]"``), through the backend's own code (its MLX kernels, its
-deferred checks and evaluation). They skip, with the reason, where MLX is not installed. The conformance suite runs in
-full: 2417 cases in ~15 s on this 2-core host (the whole module ~20 s). Tests marked ``mps`` run on a Mac's Metal GPU and skip with
-the reason elsewhere.
+deferred checks and evaluation). They skip, with the reason, where MLX is not installed. The conformance suite runs
+in full: 2417 cases in ~15 s on this 2-core host (the whole module ~20 s). Tests marked ``mps`` run on a Mac's Metal
+GPU and skip with the reason elsewhere.
 """
 
 from __future__ import annotations
