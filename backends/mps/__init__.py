@@ -1,0 +1,49 @@
+"""The MPS backend (``mps:0``): Apple GPUs through MLX (``pip install -e ".[mps]"``), PyTorch's ``mps`` device.
+
+Each primitive op is MLX operations (:mod:`.kernels`), evaluated at the fragment's outputs (:mod:`.runtime`).
+Importing this plugin never imports MLX and never fails: without MLX, or without a Metal GPU, ``mps:0`` is listed
+as not available with the reason. ``TENSORWIRE_MPS_ON_CPU=1`` runs the backend on MLX's CPU device, for testing on
+hosts without Metal (Linux: ``pip install "mlx[cpu]"``).
+"""
+
+from __future__ import annotations
+
+from tensorwire.backends import hookimpl
+from tensorwire.backends.base import Backend, DeviceInfo
+from tensorwire.protocol.errors import DeviceError
+from tensorwire.protocol.ops import primitives
+
+
+def _placeholder(op: str):
+    def needs_mlx(*args, **kwargs):  # pragma: no cover - replaced when a device opens (runtime.open_device)
+        raise DeviceError(f"mps: {op} runs only on an opened mps device")
+    needs_mlx.needs_mlx = True
+    return needs_mlx
+
+
+class MPSBackend(Backend):
+    """Apple GPUs through MLX; composites run through their decompositions unless a plugin adds a kernel."""
+
+    name = "mps"
+
+    def __init__(self):
+        super().__init__()
+        # every primitive has an MLX kernel, loaded with MLX when the device opens (plugin import stays cheap)
+        self.kernels.update({op: _placeholder(op) for op in primitives()})
+
+    def devices(self) -> list[DeviceInfo]:
+        from .runtime import discover
+
+        found = discover()
+        return [DeviceInfo(self.name, 0, found.available, found.reason, found.name, found.memory_bytes)]
+
+    def open(self, index: int):
+        from .runtime import open_device
+
+        return open_device(self, index)
+
+
+@hookimpl
+def tensorwire_backends():
+    """The MPS backend (its device says whether MLX and a Metal GPU are there)."""
+    return [MPSBackend()]

@@ -1,0 +1,219 @@
+"""The MPS runtime on MLX: discovery, buffers (``mx.array``), and fragments run as MLX operations.
+
+Discovery (:func:`discover`) imports MLX (never at plugin import) and finds a Metal GPU (``mx.metal.is_available``);
+with :data:`ON_CPU_ENV` set it uses MLX's CPU device instead, a switch for testing the backend where there is no
+Metal (Linux with ``pip install "mlx[cpu]"``). Without MLX or a Metal GPU, ``mps:0`` is listed unavailable with the
+reason and a worker asked for it exits with that reason.
+
+A fragment's steps run as MLX operations (:mod:`.kernels`), which only build MLX's lazy graph; the runner then
+evaluates the kernels' deferred checks (index bounds, integer division by zero), then the fragment's kept outputs in
+one ``mx.eval``, so the work, its time and its errors belong to that fragment (batch). When anything raises, the
+executor re-runs the fragment step by step (:meth:`MPSDevice.run_step` evaluates each step at once), which names
+the failing node.
+
+Memory is unified on Apple silicon: a download is a zero-copy numpy view of the evaluated array (read-only: buffers
+are immutable); an upload copies once into MLX's allocator (MLX has no API that adopts foreign memory).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import DeviceError, OutOfMemory
+
+from ..base import Device, Step
+
+#: the test-only switch: run the backend on MLX's CPU device (for hosts without Metal)
+ON_CPU_ENV = "TENSORWIRE_MPS_ON_CPU"
+INSTALL = 'pip install -e ".[mps]" (or pip install mlx; on Linux, to test on the CPU, pip install "mlx[cpu]")'
+
+
+@dataclass(frozen=True)
+class Found:
+    """The result of discovery: whether ``mps:0`` is usable, on which MLX device, or why not."""
+
+    available: bool
+    reason: str = ""
+    on_cpu: bool = False
+    name: str = ""
+    memory_bytes: int | None = None
+
+
+_FOUND: Found | None = None
+_FOUND_LOCK = threading.Lock()
+
+
+def on_cpu_requested() -> bool:
+    return os.environ.get(ON_CPU_ENV, "") not in ("", "0")
+
+
+def discover(refresh: bool = False) -> Found:
+    """Whether this host can run ``mps:0`` (cached for the process)."""
+    global _FOUND
+    with _FOUND_LOCK:
+        if _FOUND is None or refresh:
+            _FOUND = _discover()
+        return _FOUND
+
+
+def _host_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return None
+
+
+def _discover() -> Found:
+    try:
+        import mlx.core as mx
+    except Exception as e:  # not installed, or a build that does not load here
+        return Found(False, f"mlx is not installed or does not load ({type(e).__name__}: {e}); {INSTALL}")
+    version = getattr(mx, "__version__", "?")
+    if on_cpu_requested():
+        return Found(True, "", True, f"MLX {version} CPU ({ON_CPU_ENV}=1, for testing)", _host_memory())
+    try:
+        metal = bool(mx.metal.is_available())
+    except Exception as e:  # pragma: no cover - an MLX without the metal module
+        return Found(False, f"MLX {version} cannot query Metal ({e})")
+    if not metal:
+        return Found(False, f"no Metal GPU: MLX {version} on {platform.system()} {platform.machine()} has no Metal "
+                            f"device (mps needs Apple silicon and macOS; {ON_CPU_ENV}=1 runs the backend on MLX's "
+                            "CPU device, for testing)")
+    info = _metal_info(mx)
+    return Found(True, "", False, str(info.get("device_name", "Apple GPU")),
+                 int(info["memory_size"]) if "memory_size" in info else None)
+
+
+def _metal_info(mx) -> dict:
+    for get in (getattr(mx, "device_info", None), getattr(mx.metal, "device_info", None)):
+        if get is not None:
+            try:
+                return dict(get())
+            except Exception:  # pragma: no cover - depends on the MLX version
+                continue
+    return {}
+
+
+def _memory_counter(mx, name: str) -> int:
+    """MLX's allocator counters (``mx.get_active_memory``; ``mx.metal.get_active_memory`` before MLX 0.24)."""
+    fn = getattr(mx, name, None) or getattr(mx.metal, name, None)
+    return int(fn()) if fn is not None else 0
+
+
+def _is_oom(e: Exception) -> bool:
+    msg = str(e).lower()
+    return "malloc" in msg or "out of memory" in msg or "attempting to allocate" in msg
+
+
+class MPSDevice(Device):
+    """``mps:0``: buffers are ``mx.array``; every step is MLX operations, evaluated at the fragment's outputs."""
+
+    def __init__(self, backend, index: int, found: Found):
+        import mlx.core as mx
+
+        from . import kernels as K
+
+        self.backend, self.index, self.found = backend, index, found
+        self.mx, self.K = mx, K
+        self.gpu = not found.on_cpu
+        mx.set_default_device(mx.gpu if self.gpu else mx.cpu)
+
+    # buffers ------------------------------------------------------------------------------------------
+    def upload(self, array) -> object:
+        a = np.asarray(array)
+        if self.gpu and a.dtype == np.float64:
+            raise self.K.refuse_float64("upload")
+        return self.K.upload_numpy(a)
+
+    def download(self, buf) -> np.ndarray:
+        mx = self.mx
+        if buf.dtype == mx.bfloat16:
+            out = np.asarray(buf.view(mx.uint16)).view(D.bfloat16.np)
+        else:
+            out = np.asarray(buf)  # evaluates; a view of MLX's (unified) memory, no copy
+        if not out.flags.c_contiguous:
+            out = np.array(out, order="C")
+        out.flags.writeable = False  # the buffer is immutable
+        return out
+
+    def nbytes(self, buf) -> int:
+        return int(buf.nbytes)
+
+    def meta(self, buf):
+        return tuple(buf.shape), self.K.dtype_of(buf)
+
+    def synchronize(self) -> None:
+        self.mx.synchronize()
+
+    def memory(self) -> dict:
+        """MLX's allocator: bytes held by live arrays, in its cache for reuse, and the peak."""
+        mx = self.mx
+        active = _memory_counter(mx, "get_active_memory")
+        return {"allocated_bytes": active, "active_bytes": active,
+                "cache_bytes": _memory_counter(mx, "get_cache_memory"),
+                "peak_bytes": _memory_counter(mx, "get_peak_memory"), "total_bytes": self.found.memory_bytes}
+
+    # running ------------------------------------------------------------------------------------------
+    def _refuse(self, step: Step) -> None:
+        if self.gpu and (step.dtype is D.float64 or any(m[1] is D.float64 for m in step.in_meta)):
+            raise self.K.refuse_float64(step.op)
+
+    def specialize(self, step: Step):
+        if self.gpu and (step.dtype is D.float64 or any(m[1] is D.float64 for m in step.in_meta)):
+            err = self.K.refuse_float64(step.op)
+
+            def refuse(*args):
+                raise err
+            return refuse
+        return super().specialize(step)
+
+    def run_step(self, step: Step, args: list, attrs: dict):
+        """One step, evaluated at once (its checks too): the step-by-step mode that names a failing node."""
+        self._refuse(step)
+        try:
+            out = step.kernel(args, attrs, step.shape, step.dtype)
+            self.mx.eval(out)
+        except RuntimeError as e:
+            if _is_oom(e):
+                raise OutOfMemory(f"{step.op}: MLX could not allocate {step.dtype.name}{list(step.shape)}: "
+                                  f"{e}") from None
+            raise
+        return out
+
+    def runner(self, plan, keep):
+        """The straight-line runner over the MLX kernels, then one ``mx.eval`` of the kept outputs and checks."""
+        from ..executor import _build_runner
+
+        inner = _build_runner(self, plan, keep)
+        kept = tuple(keep)
+        mx, K = self.mx, self.K
+
+        def run(env, dyn, frames):
+            with K.deferred_checks() as checks:
+                inner(env, dyn, frames)
+            K.raise_failed(checks)  # first: an op guarded by a check must not run with bad indices
+            mx.eval(*(env[s] for s in kept if isinstance(env[s], mx.array)))
+
+        return run
+
+
+def open_device(backend, index: int) -> MPSDevice:
+    """``mps:index`` for a worker, or the DeviceError saying why not."""
+    found = discover()
+    if not found.available:
+        raise DeviceError(f"{backend.name}:{index} is not available: {found.reason}")
+    if index != 0:
+        raise DeviceError(f"{backend.name}:{index} does not exist; this host offers {backend.name}:0")
+    from .kernels import KERNELS
+
+    for op, fn in KERNELS.items():  # the placeholders become the MLX kernels (plugin kernels stay)
+        if getattr(backend.kernels.get(op), "needs_mlx", False):
+            backend.kernels[op] = fn
+    return MPSDevice(backend, index, found)
+
