@@ -344,6 +344,18 @@ def _arg(fn):
     return k
 
 
+@kernel("argsort")
+def _argsort(ins, a, shape, dt):
+    """Stable, NaN last ascending and first descending (torch's order): MLX's ``argsort`` documents neither, so
+    the row order comes from numpy's stable sort on the array's (unified) memory, as the CPU backend's does."""
+    from tensorwire.backends.cpu.kernels import KERNELS as NUMPY_KERNELS
+
+    x = ins[0]
+    if dtype_of(x) in _HALF:
+        x = x.astype(mx.float32)
+    return mx.array(NUMPY_KERNELS["argsort"]([np.asarray(x)], a, shape, dt), dtype=mx.int64)
+
+
 KERNELS["argmax"] = _arg(mx.argmax)
 KERNELS["argmin"] = _arg(mx.argmin)
 

@@ -16,6 +16,7 @@
   const long grp = (long)threadgroup_position_in_grid.x;
   const long gid = grp * 256l + lid;
   threadgroup float red3[256];
+  threadgroup float red7[256];
     float acc1 = (-INFINITY);
     for (long r2 = lid; r2 < 300l; r2 += 256) {
       const long v0 = (grp * 300l);
@@ -128,157 +129,91 @@
     const float v71 = red3[0l];
     float tot4 = v71;
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const int v72 = (lid == 0l);
-    if (v72) {
-      b0[grp] = tot4;
+    float acc5 = 0.0f;
+    for (long r6 = lid; r6 < 300l; r6 += 256) {
+      const long v72 = (grp * 300l);
+      const long v73 = (v72 + r6);
+      const float v74 = b1[v73];
+      const float v75 = (v74 - tot4);
+      const float v76 = metal::precise::exp(v75);
+      const float v77 = (acc5 + v76);
+      acc5 = v77;
     }
-// kernel k1: grid 1800, threadgroup any
-// inputs: b1, b2
-// outputs: b0
-// -- header
-#define TW_FN inline
-#define TW_I64 long
-#define TW_U64 ulong
-#define TW_U64C(x) x##UL
-#define TW_AS_UINT(x) as_type<uint>(x)
-#define TW_AS_FLOAT(x) as_type<float>(x)
-#define TW_CLZ64(x) clz(x)
-#define TW_MULHI64(a, b) mulhi(a, b)
-
-// -- body
-  const long gid = (long)thread_position_in_grid.x;
-  if (gid >= 1800l) return;
-    const float v0 = b1[gid];
-    const long v1 = (gid / 300l);
-    const float v2 = b2[v1];
-    const float v3 = (v0 - v2);
-    const float v4 = metal::precise::exp(v3);
-    b0[gid] = v4;
-// kernel k2: grid 1536, threadgroup 256
-// inputs: b1
-// outputs: b0
-// -- header
-#define TW_FN inline
-#define TW_I64 long
-#define TW_U64 ulong
-#define TW_U64C(x) x##UL
-#define TW_AS_UINT(x) as_type<uint>(x)
-#define TW_AS_FLOAT(x) as_type<float>(x)
-#define TW_CLZ64(x) clz(x)
-#define TW_MULHI64(a, b) mulhi(a, b)
-
-// -- body
-  const long lid = (long)thread_position_in_threadgroup.x;
-  const long grp = (long)threadgroup_position_in_grid.x;
-  const long gid = grp * 256l + lid;
-  threadgroup float red3[256];
-    float acc1 = 0.0f;
-    for (long r2 = lid; r2 < 300l; r2 += 256) {
-      const long v0 = (grp * 300l);
-      const long v1 = (v0 + r2);
-      const float v2 = b1[v1];
-      const float v3 = (acc1 + v2);
-      acc1 = v3;
-    }
-    red3[lid] = acc1;
+    red7[lid] = acc5;
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const int v4 = (lid < 128l);
-    if (v4) {
-      const float v5 = red3[lid];
-      const long v6 = (lid + 128l);
-      const float v7 = red3[v6];
-      const float v8 = (v5 + v7);
-      red3[lid] = v8;
+    if (v7) {
+      const float v78 = red7[lid];
+      const long v79 = (lid + 128l);
+      const float v80 = red7[v79];
+      const float v81 = (v78 + v80);
+      red7[lid] = v81;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const int v9 = (lid < 64l);
-    if (v9) {
-      const float v10 = red3[lid];
-      const long v11 = (lid + 64l);
-      const float v12 = red3[v11];
-      const float v13 = (v10 + v12);
-      red3[lid] = v13;
+    if (v15) {
+      const float v82 = red7[lid];
+      const long v83 = (lid + 64l);
+      const float v84 = red7[v83];
+      const float v85 = (v82 + v84);
+      red7[lid] = v85;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const int v14 = (lid < 32l);
-    if (v14) {
-      const float v15 = red3[lid];
-      const long v16 = (lid + 32l);
-      const float v17 = red3[v16];
-      const float v18 = (v15 + v17);
-      red3[lid] = v18;
+    if (v23) {
+      const float v86 = red7[lid];
+      const long v87 = (lid + 32l);
+      const float v88 = red7[v87];
+      const float v89 = (v86 + v88);
+      red7[lid] = v89;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const int v19 = (lid < 16l);
-    if (v19) {
-      const float v20 = red3[lid];
-      const long v21 = (lid + 16l);
-      const float v22 = red3[v21];
-      const float v23 = (v20 + v22);
-      red3[lid] = v23;
+    if (v31) {
+      const float v90 = red7[lid];
+      const long v91 = (lid + 16l);
+      const float v92 = red7[v91];
+      const float v93 = (v90 + v92);
+      red7[lid] = v93;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const int v24 = (lid < 8l);
-    if (v24) {
-      const float v25 = red3[lid];
-      const long v26 = (lid + 8l);
-      const float v27 = red3[v26];
-      const float v28 = (v25 + v27);
-      red3[lid] = v28;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    const int v29 = (lid < 4l);
-    if (v29) {
-      const float v30 = red3[lid];
-      const long v31 = (lid + 4l);
-      const float v32 = red3[v31];
-      const float v33 = (v30 + v32);
-      red3[lid] = v33;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    const int v34 = (lid < 2l);
-    if (v34) {
-      const float v35 = red3[lid];
-      const long v36 = (lid + 2l);
-      const float v37 = red3[v36];
-      const float v38 = (v35 + v37);
-      red3[lid] = v38;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    const int v39 = (lid < 1l);
     if (v39) {
-      const float v40 = red3[lid];
-      const long v41 = (lid + 1l);
-      const float v42 = red3[v41];
-      const float v43 = (v40 + v42);
-      red3[lid] = v43;
+      const float v94 = red7[lid];
+      const long v95 = (lid + 8l);
+      const float v96 = red7[v95];
+      const float v97 = (v94 + v96);
+      red7[lid] = v97;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const float v44 = red3[0l];
-    float tot4 = v44;
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    const int v45 = (lid == 0l);
-    if (v45) {
-      b0[grp] = tot4;
+    if (v47) {
+      const float v98 = red7[lid];
+      const long v99 = (lid + 4l);
+      const float v100 = red7[v99];
+      const float v101 = (v98 + v100);
+      red7[lid] = v101;
     }
-// kernel k3: grid 1800, threadgroup any
-// inputs: b1, b2
-// outputs: b0
-// -- header
-#define TW_FN inline
-#define TW_I64 long
-#define TW_U64 ulong
-#define TW_U64C(x) x##UL
-#define TW_AS_UINT(x) as_type<uint>(x)
-#define TW_AS_FLOAT(x) as_type<float>(x)
-#define TW_CLZ64(x) clz(x)
-#define TW_MULHI64(a, b) mulhi(a, b)
-
-// -- body
-  const long gid = (long)thread_position_in_grid.x;
-  if (gid >= 1800l) return;
-    const float v0 = b1[gid];
-    const long v1 = (gid / 300l);
-    const float v2 = b2[v1];
-    const float v3 = (v0 / v2);
-    b0[gid] = v3;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (v55) {
+      const float v102 = red7[lid];
+      const long v103 = (lid + 2l);
+      const float v104 = red7[v103];
+      const float v105 = (v102 + v104);
+      red7[lid] = v105;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (v63) {
+      const float v106 = red7[lid];
+      const long v107 = (lid + 1l);
+      const float v108 = red7[v107];
+      const float v109 = (v106 + v108);
+      red7[lid] = v109;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const float v110 = red7[0l];
+    float tot8 = v110;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (long col = lid; col < 300l; col += 256) {
+      const long v111 = (grp * 300l);
+      const long v112 = (v111 + col);
+      const float v113 = b1[v112];
+      const float v114 = (v113 - tot4);
+      const float v115 = metal::precise::exp(v114);
+      const float v116 = (v115 / tot8);
+      b0[v112] = v116;
+    }
