@@ -55,6 +55,7 @@ from .loss import (
 )
 from .module import Module, RemovableHandle
 from .parameter import Buffer, Parameter
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 
 __all__ = [
@@ -63,7 +64,8 @@ __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "RMSNorm", "GroupNorm",
     "Embedding", "Dropout", "Flatten", "Unflatten", "Identity", "ReLU", "ReLU6", "GELU", "SiLU", "Tanh", "Sigmoid",
     "Softmax", "LogSoftmax", "Softmin", "LeakyReLU", "ELU", "Softplus", "Hardtanh", "Mish", "GLU",
-    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "MSELoss", "L1Loss", "SmoothL1Loss",
+    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "RNNBase", "RNN", "LSTM", "GRU",
+    "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell", "MSELoss", "L1Loss", "SmoothL1Loss",
     "HuberLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "functional", "init", "utils",
     "RemovableHandle",
 ]
