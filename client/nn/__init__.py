@@ -57,7 +57,14 @@ from .loss import (
 from .module import Module, RemovableHandle
 from .parameter import Buffer, Parameter
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
-from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+from .transformer import (
+    MultiheadAttention,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "Module", "Parameter", "Buffer", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
@@ -66,7 +73,8 @@ __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "RMSNorm", "GroupNorm",
     "Embedding", "Dropout", "Flatten", "Unflatten", "Identity", "ReLU", "ReLU6", "GELU", "SiLU", "Tanh", "Sigmoid",
     "Softmax", "LogSoftmax", "Softmin", "LeakyReLU", "ELU", "Softplus", "Hardtanh", "Mish", "GLU",
-    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "RNNBase", "RNN", "LSTM", "GRU",
+    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+    "TransformerDecoder", "Transformer", "RNNBase", "RNN", "LSTM", "GRU",
     "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell", "MSELoss", "L1Loss", "SmoothL1Loss",
     "HuberLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "functional", "init", "utils",
     "RemovableHandle",
