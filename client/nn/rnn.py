@@ -265,7 +265,7 @@ class RNNBase(Module):
             x = outs[0] if nd == 1 else cat(outs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
-        out = x if batched else x.squeeze(tdim)
+        out = x if batched else x.squeeze(1 - tdim)  # the batch dim
         hn = stack(h_n, 0)
         if not batched:
             hn = hn.squeeze(1)
