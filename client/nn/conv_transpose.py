@@ -88,22 +88,20 @@ class _ConvTransposeNd(Module):
                 f"ConvTranspose{n}D: for {input.ndim}D input, output_size must have {n} or {lead + n} elements "
                 f"(got {len(output_size)})"
             )
-        out = []
-        for d in range(n):
-            lo = (
-                (input.shape[lead + d] - 1) * self.stride[d]
-                - 2 * self.padding[d]
-                + self.dilation[d] * (self.kernel_size[d] - 1)
-                + 1
+        lo = [
+            (input.shape[lead + d] - 1) * self.stride[d]
+            - 2 * self.padding[d]
+            + self.dilation[d] * (self.kernel_size[d] - 1)
+            + 1
+            for d in range(n)
+        ]
+        hi = [m + s - 1 for m, s in zip(lo, self.stride)]
+        if any(not a <= v <= b for v, a, b in zip(size, lo, hi)):
+            raise ValueError(
+                f"requested an output size of {size}, but valid sizes range from {lo} to {hi} (for an input of "
+                f"{list(input.shape[input.ndim - n :])})"
             )
-            hi = lo + self.stride[d] - 1
-            if not lo <= size[d] <= hi:
-                raise ValueError(
-                    f"requested an output size of {size}, but valid sizes range from {lo} to {hi} (for an input of "
-                    f"{list(input.shape[lead:])})"
-                )
-            out.append(size[d] - lo)
-        return tuple(out)
+        return tuple(v - m for v, m in zip(size, lo))
 
     def extra_repr(self) -> str:
         n = self._n
