@@ -828,6 +828,21 @@ def _conv2d(c):
         return [gx, gw]
     return [gx, gw, c.g.sum([0, 2, 3]) if c.needs[2] else None]
 
+@rule("conv2d_grad_input")
+def _conv2d_grad_input(c):
+    """The transposed convolution (``F.conv_transpose2d``) is conv2d's input gradient; its own VJP is one op per
+    input, where its decomposition's col2im (a setslice per kernel position) records ~5 per kernel position: the
+    convolution of the output gradient with the weight for ``gy``, ``conv2d_grad_weight`` (the output gradient in
+    the role of conv2d's input) for ``w``."""
+    gy, w = c.x
+    at = {"stride": list(c.a.get("stride", [1, 1])), "padding": list(c.a.get("padding", [0, 0])),
+          "dilation": list(c.a.get("dilation", [1, 1])), "groups": a_int(c.a, "groups", 1)}
+    g = c.g.cast(gy.dtype)
+    ggy = g.op("conv2d", w, **at) if c.needs[0] else None
+    gw = g.op("conv2d_grad_weight", gy, kernel=list(w.shape[2:]), **at) if c.needs[1] else None
+    return [ggy, gw]
+
+
 @rule("max_pool2d")
 def _max_pool2d(c):
     """One op, max_pool2d_grad(x, g), routing each window's gradient to its (first) maximum as torch does, where

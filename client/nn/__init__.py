@@ -6,6 +6,7 @@ ops (``tw.nn.functional``), so nothing moves to the client unless you ask for a 
 
 from . import functional, init, parallel, utils
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from .conv_transpose import ConvTranspose1d, ConvTranspose2d
 from .layers import (
     ELU,
     GELU,
@@ -55,15 +56,26 @@ from .loss import (
 )
 from .module import Module, RemovableHandle
 from .parameter import Buffer, Parameter
-from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+from .transformer import (
+    MultiheadAttention,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "Module", "Parameter", "Buffer", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
-    "Linear", "Bilinear", "Conv1d", "Conv2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d",
+    "Linear", "Bilinear", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxPool2d",
+    "AvgPool1d", "AvgPool2d",
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "RMSNorm", "GroupNorm",
     "Embedding", "Dropout", "Flatten", "Unflatten", "Identity", "ReLU", "ReLU6", "GELU", "SiLU", "Tanh", "Sigmoid",
     "Softmax", "LogSoftmax", "Softmin", "LeakyReLU", "ELU", "Softplus", "Hardtanh", "Mish", "GLU",
-    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "MSELoss", "L1Loss", "SmoothL1Loss",
+    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+    "TransformerDecoder", "Transformer", "RNNBase", "RNN", "LSTM", "GRU",
+    "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell", "MSELoss", "L1Loss", "SmoothL1Loss",
     "HuberLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "functional", "init", "utils",
     "RemovableHandle",
 ]

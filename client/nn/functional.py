@@ -17,7 +17,8 @@ from tensorwire.tensor import Tensor
 
 __all__ = [
     "relu", "relu6", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax", "leaky_relu", "softplus", "elu",
-    "hardtanh", "mish", "dropout", "linear", "bilinear", "conv1d", "conv2d", "max_pool1d", "max_pool2d",
+    "hardtanh", "mish", "dropout", "linear", "bilinear", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d",
+    "max_pool1d", "max_pool2d",
     "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "batch_norm", "layer_norm",
     "group_norm", "rms_norm", "embedding", "one_hot", "pad", "interpolate", "unfold", "normalize",
     "cosine_similarity", "scaled_dot_product_attention", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
@@ -206,6 +207,57 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     else:
         p = _pair(padding, 1)[0]
     y = conv2d(input.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (1, d), groups).squeeze(2)
+    return y.squeeze(0) if unbatched else y
+
+
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,  # noqa: A002
+                     output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    """2-D transposed convolution as torch (``weight`` is ``[C_in, C_out / groups, kh, kw]``): the gradient of a
+    conv2d with respect to its input, i.e. one ``conv2d_grad_input`` op whose ``input_size`` is the output size
+    ``(H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1``."""
+    unbatched = input.ndim == 3
+    x = input.unsqueeze(0) if unbatched else input
+    if x.ndim != 4 or weight.ndim != 4:
+        raise ShapeError(f"conv_transpose2d: expected a 3-D or 4-D input and a 4-D weight, got input "
+                         f"{list(input.shape)} and weight {list(weight.shape)}")
+    s, p, op, d = _pair(stride), _pair(padding), _pair(output_padding), _pair(dilation)
+    groups = int(groups)
+    if groups < 1 or weight.shape[0] % groups or x.shape[1] != weight.shape[0]:
+        raise ShapeError(f"Given transposed=1, weight of size {list(weight.shape)}, expected input{list(x.shape)} to "
+                         f"have {weight.shape[0]} channels, but got {x.shape[1]} channels instead (groups={groups})")
+    if any(o >= max(si, di) for o, si, di in zip(op, s, d)):
+        raise ValueError(f"output padding must be smaller than either stride or dilation, but got output_padding "
+                         f"{op}, stride {s}, dilation {d}")
+    size = [(n - 1) * si - 2 * pi + di * (k - 1) + 1
+            for n, si, pi, di, k in zip(x.shape[2:], s, p, d, weight.shape[2:])]
+    if any(n + o < 1 for n, o in zip(size, op)):
+        raise ShapeError(f"Given input size per channel: {list(x.shape[2:])}. Calculated output size: "
+                         f"{[n + o for n, o in zip(size, op)]}. Output size is too small")
+    # conv2d_grad_input checks that a conv2d of the output size gives the input's size, which holds for an
+    # output_padding below the stride; a larger one (allowed below the dilation) only adds zero rows at the end
+    direct = [o if o < si else 0 for o, si in zip(op, s)]
+    y = x._rec("conv2d_grad_input", [x, weight], {"stride": s, "padding": p, "dilation": d, "groups": groups,
+                                                  "input_size": [n + o for n, o in zip(size, direct)]})
+    extra = [o - di for o, di in zip(op, direct)]
+    if any(extra):
+        y = pad(y, (0, extra[1], 0, extra[0]))
+    if bias is not None:
+        y = y + bias.reshape(1, -1, 1, 1)
+    return y.squeeze(0) if unbatched else y
+
+
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,  # noqa: A002
+                     output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    """1-D transposed convolution (``conv_transpose2d`` over a height-1 image); ``weight`` is
+    ``[C_in, C_out / groups, k]``."""
+    unbatched = input.ndim == 2
+    x = input.unsqueeze(0) if unbatched else input
+    if x.ndim != 3 or weight.ndim != 3:
+        raise ShapeError(f"conv_transpose1d: expected a 2-D or 3-D input and a 3-D weight, got input "
+                         f"{list(input.shape)} and weight {list(weight.shape)}")
+    y = conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, _pair(stride, 1)[0]),
+                         (0, _pair(padding, 1)[0]), (0, _pair(output_padding, 1)[0]), groups,
+                         (1, _pair(dilation, 1)[0])).squeeze(2)
     return y.squeeze(0) if unbatched else y
 
 

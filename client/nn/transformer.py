@@ -1,8 +1,11 @@
-"""``MultiheadAttention``, ``TransformerEncoderLayer``, ``TransformerEncoder`` with torch's parameter names."""
+"""``MultiheadAttention``, ``TransformerEncoderLayer``/``TransformerEncoder``, ``TransformerDecoderLayer``/
+``TransformerDecoder`` and ``Transformer`` with torch's parameter names, layouts and initialisation."""
 
 from __future__ import annotations
 
 import copy
+
+from tensorwire.protocol.errors import ShapeError
 
 from . import functional as F
 from . import init
@@ -160,3 +163,197 @@ class TransformerEncoder(Module):
         if self.norm is not None:
             x = self.norm(x)
         return x
+
+
+class TransformerDecoderLayer(Module):
+    """torch's ``nn.TransformerDecoderLayer``: self-attention, attention over the encoder's ``memory``
+    (``multihead_attn``) and a feed-forward block, each with its residual connection and LayerNorm (``norm1..3``),
+    post-norm by default (``norm_first=True`` for pre-norm)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation="relu",
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        fk = dict(device=device, dtype=dtype)
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias, **fk)
+        self.multihead_attn = MultiheadAttention(
+            d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias, **fk
+        )
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **fk)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **fk)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
+        self.activation = _activation(activation)
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(
+            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal, need_weights=False
+        )[0]
+        return self.dropout1(x)
+
+    def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal):
+        x = self.multihead_attn(
+            x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal,
+            need_weights=False,
+        )[0]  # fmt: skip
+        return self.dropout2(x)
+
+    def _ff_block(self, x):
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    def forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal: bool = False,
+        memory_is_causal: bool = False,
+    ):
+        """``tgt`` ``[T, N, E]`` (``[N, T, E]`` with ``batch_first``) attending to ``memory`` ``[S, N, E]``; masks as
+        ``nn.MultiheadAttention`` takes them."""
+        x = tgt
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask, memory_key_padding_mask, memory_is_causal)
+            x = x + self._ff_block(self.norm3(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
+            x = self.norm2(x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal))
+            x = self.norm3(x + self._ff_block(x))
+        return x
+
+
+class TransformerDecoder(Module):
+    """``num_layers`` deep copies of ``decoder_layer`` (then an optional final ``norm``)."""
+
+    def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm=None):
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+    ):
+        x = tgt
+        for layer in self.layers:
+            x = layer(
+                x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
+                memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=bool(tgt_is_causal),
+                memory_is_causal=memory_is_causal,
+            )  # fmt: skip
+        if self.norm is not None:
+            x = self.norm(x)
+        return x
+
+
+class Transformer(Module):
+    """torch's ``nn.Transformer``: a ``TransformerEncoder`` and a ``TransformerDecoder`` (each ending in a LayerNorm),
+    every parameter with more than one dim drawn Xavier-uniform; ``forward(src, tgt, ...)`` returns the decoder's
+    output."""
+
+    def __init__(
+        self,
+        d_model: int = 512,
+        nhead: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation="relu",
+        custom_encoder=None,
+        custom_decoder=None,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        fk = dict(device=device, dtype=dtype)
+        common = (dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first, bias)
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            layer = TransformerEncoderLayer(d_model, nhead, *common, **fk)
+            self.encoder = TransformerEncoder(layer, num_encoder_layers, LayerNorm(d_model, layer_norm_eps, bias=bias,
+                                                                                   **fk))  # fmt: skip
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            layer = TransformerDecoderLayer(d_model, nhead, *common, **fk)
+            self.decoder = TransformerDecoder(layer, num_decoder_layers, LayerNorm(d_model, layer_norm_eps, bias=bias,
+                                                                                   **fk))  # fmt: skip
+        self._reset_parameters()
+        self.d_model = d_model
+        self.nhead = nhead
+        self.batch_first = batch_first
+
+    def _reset_parameters(self) -> None:
+        for p in self.parameters():
+            if p.ndim > 1:
+                init.xavier_uniform_(p)
+
+    def forward(
+        self,
+        src,
+        tgt,
+        src_mask=None,
+        tgt_mask=None,
+        memory_mask=None,
+        src_key_padding_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        src_is_causal: bool | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+    ):
+        """``src`` ``[S, N, E]`` and ``tgt`` ``[T, N, E]`` (batch first with ``batch_first``) -> ``[T, N, E]``."""
+        batched = src.ndim == 3
+        bdim = 0 if self.batch_first else 1
+        if batched and src.shape[bdim] != tgt.shape[bdim]:
+            raise ShapeError("the batch number of src and tgt must be equal")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise ShapeError("the feature number of src and tgt must be equal to d_model")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
+        return self.decoder(
+            tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
+            memory_is_causal=memory_is_causal,
+        )  # fmt: skip
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, device=None, dtype=None):
+        """A ``[sz, sz]`` float mask: ``-inf`` above the diagonal (future positions), ``0`` elsewhere, as torch."""
+        from tensorwire.creation import full
+
+        return full((sz, sz), float("-inf"), dtype=dtype, device=device).triu(1)

@@ -262,8 +262,10 @@ def _conv2d():
 
 
 def _conv2d_grad(which):
-    """conv2d_grad_input / conv2d_grad_weight (conv2d's VJP ops), differentiated through their decompositions
-    (double backward)."""
+    """conv2d_grad_input / conv2d_grad_weight (conv2d's VJP ops; conv2d_grad_input is also the transposed
+    convolution): double backward, conv2d_grad_input through its VJP rule, conv2d_grad_weight through its
+    decomposition. "outpad" has an input_size one row and column above the smallest that fits (a transposed
+    convolution's output_padding)."""
     def gen():
         out = []
         for name, sx, sw_, sg, a in (("pad", (2, 2, 5, 5), (3, 2, 3, 3), (2, 3, 5, 5),
@@ -271,7 +273,9 @@ def _conv2d_grad(which):
                                      ("groups", (1, 4, 5, 4), (4, 2, 2, 3), (1, 4, 2, 4),
                                       {"stride": [2, 1], "padding": [0, 1], "dilation": [1, 1], "groups": 2}),
                                      ("dilation", (1, 1, 6, 5), (2, 1, 2, 2), (1, 2, 2, 3),
-                                      {"stride": [2, 1], "padding": [0, 0], "dilation": [2, 2], "groups": 1})):
+                                      {"stride": [2, 1], "padding": [0, 0], "dilation": [2, 2], "groups": 1}),
+                                     ("outpad", (2, 2, 6, 6), (4, 1, 3, 3), (2, 4, 3, 2),
+                                      {"stride": [2, 2], "padding": [1, 0], "dilation": [1, 1], "groups": 2})):
             if which == "input":
                 out.append(case("conv2d_grad_input", [P(sg), P(sw_)], {**a, "input_size": list(sx[2:])}, name=name))
             else:

@@ -1,0 +1,494 @@
+"""Recurrent layers with torch's names, shapes, gate order, initialisation and outputs: ``RNN``, ``LSTM``, ``GRU``
+and the single-step ``RNNCell``, ``LSTMCell``, ``GRUCell``.
+
+They are client-side compositions of existing ops (``linear``, ``sigmoid``, ``tanh``, slices, ``cat``): a layer
+projects the whole input sequence with one ``linear`` per layer and direction, then records one step per time
+position (the hidden projection, the gates, the state update). Nothing syncs, and autograd differentiates the
+recorded steps as any other graph. ``PackedSequence`` inputs are not supported.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+
+from tensorwire.protocol.errors import DTypeError, ShapeError
+from tensorwire.tensor import Tensor
+
+from . import functional as F
+from . import init
+from .layers import _param
+from .module import Module
+
+__all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
+
+_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+
+
+# ------------------------------------------------------------------------------------------------ one step
+# ``gi`` is the input projection ``x W_ih^T + b_ih`` of the step (computed for the whole sequence at once by the
+# layers); each function adds the hidden projection and returns the new state, with torch's formulas.
+
+
+def _rnn_step(gi: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None, relu: bool) -> Tensor:
+    """``h' = act(gi + h W_hh^T + b_hh)``, act = tanh or relu."""
+    pre = gi + F.linear(h, w_hh, b_hh)
+    return pre.relu() if relu else pre.tanh()
+
+
+def _lstm_step(
+    gi: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, b_hh: Tensor | None, w_hr: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Gates in torch's order i, f, g, o: ``c' = f c + i g``, ``h' = o tanh(c')`` (then ``h' W_hr^T`` with a
+    projection)."""
+    gates = F.linear(h, w_hh, b_hh) + gi
+    i, f, g, o = gates.chunk(4, -1)
+    c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    h = o.sigmoid() * c.tanh()
+    if w_hr is not None:
+        h = F.linear(h, w_hr)
+    return h, c
+
+
+def _gru_step(gi: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None) -> Tensor:
+    """Gates in torch's order r, z, n, with ``b_hn`` inside the reset product:
+    ``n = tanh(gi_n + r (h W_hn^T + b_hn))``, ``h' = (1 - z) n + z h`` (computed as ``(h - n) z + n``, as torch)."""
+    gh = F.linear(h, w_hh, b_hh)
+    i_r, i_z, i_n = gi.chunk(3, -1)
+    h_r, h_z, h_n = gh.chunk(3, -1)
+    r = (i_r + h_r).sigmoid()
+    z = (i_z + h_z).sigmoid()
+    n = (i_n + r * h_n).tanh()
+    return (h - n) * z + n
+
+
+def _check_dtype(kind: str, x: Tensor, w: Tensor) -> None:
+    if x.dtype is not w.dtype:
+        raise DTypeError(
+            f"{kind} input dtype ({x.dtype}) does not match weight dtype ({w.dtype}). Convert input: "
+            f"input.to({w.dtype}), or convert model: model.to({x.dtype})"
+        )
+
+
+# ------------------------------------------------------------------------------------------------ layers
+
+
+class RNNBase(Module):
+    """The multi-layer recurrent layer behind ``RNN``, ``LSTM`` and ``GRU`` (``mode`` is torch's: ``"LSTM"``,
+    ``"GRU"``, ``"RNN_TANH"`` or ``"RNN_RELU"``).
+
+    Parameters per layer ``k`` and direction (suffix ``_reverse`` for the backward one), registered in torch's
+    order: ``weight_ih_l{k}`` ``[G*H, in]``, ``weight_hh_l{k}`` ``[G*H, H]``, ``bias_ih_l{k}``, ``bias_hh_l{k}``
+    ``[G*H]`` (with ``bias``), ``weight_hr_l{k}`` ``[P, H]`` (LSTM with ``proj_size=P``), all drawn from
+    ``U(-1/sqrt(H), 1/sqrt(H))``. A ``state_dict`` of torch's module loads as it is.
+    """
+
+    def __init__(
+        self,
+        mode: str,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        if mode not in _GATES:
+            raise ValueError("Unrecognized RNN mode: " + mode)
+        if not isinstance(dropout, numbers.Number) or isinstance(dropout, bool) or not 0 <= dropout <= 1:
+            raise ValueError(
+                "dropout should be a number in range [0, 1] representing the probability of an element being zeroed"
+            )
+        if dropout > 0 and num_layers == 1:
+            warnings.warn(
+                "dropout option adds dropout after all but last recurrent layer, so non-zero dropout "
+                f"expects num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}",
+                stacklevel=2,
+            )
+        for name, v in (("bias", bias), ("batch_first", batch_first)):
+            if not isinstance(v, bool):
+                raise TypeError(f"{name} should be of type bool, got: {type(v).__name__}")
+        for name, v in (("input_size", input_size), ("hidden_size", hidden_size)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError(f"{name} should be of type int, got: {type(v).__name__}")
+            if v <= 0:
+                raise ValueError(f"{name} must be greater than zero")
+        if num_layers <= 0:
+            raise ValueError("num_layers must be greater than zero")
+        if proj_size < 0:
+            raise ValueError("proj_size should be a positive integer or zero to disable projections")
+        if proj_size >= hidden_size:
+            raise ValueError("proj_size has to be smaller than hidden_size")
+        self.mode = mode
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.bias, self.batch_first, self.dropout = bias, batch_first, float(dropout)
+        self.bidirectional, self.proj_size = bidirectional, proj_size
+        gate_size = _GATES[mode] * hidden_size
+        real_hidden = proj_size if proj_size > 0 else hidden_size
+        nd = 2 if bidirectional else 1
+        self._flat_weights_names: list[str] = []
+        self._all_weights: list[list[str]] = []
+        for layer in range(num_layers):
+            for direction in range(nd):
+                layer_in = input_size if layer == 0 else real_hidden * nd
+                sfx = f"l{layer}" + ("_reverse" if direction else "")
+                shapes = {f"weight_ih_{sfx}": (gate_size, layer_in), f"weight_hh_{sfx}": (gate_size, real_hidden)}
+                if bias:
+                    shapes.update({f"bias_ih_{sfx}": (gate_size,), f"bias_hh_{sfx}": (gate_size,)})
+                if proj_size > 0:
+                    shapes[f"weight_hr_{sfx}"] = (proj_size, hidden_size)
+                for name, shape in shapes.items():
+                    setattr(self, name, _param(*shape, device=device, dtype=dtype))
+                self._flat_weights_names.extend(shapes)
+                self._all_weights.append(list(shapes))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Every weight and bias from ``U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))``, as torch."""
+        stdv = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0
+        for weight in self.parameters():
+            init.uniform_(weight, -stdv, stdv)
+
+    @property
+    def _flat_weights(self) -> list[Tensor]:
+        return [getattr(self, n) for n in self._flat_weights_names]
+
+    @property
+    def all_weights(self) -> list[list[Tensor]]:
+        """The parameters per layer and direction, as torch's ``all_weights``."""
+        return [[getattr(self, n) for n in names] for names in self._all_weights]
+
+    def flatten_parameters(self) -> None:
+        """Accepted for torch programs (it packs weights for cuDNN); the cluster's parameters need no packing."""
+
+    def _weights(self, layer: int, direction: int) -> tuple:
+        sfx = f"l{layer}" + ("_reverse" if direction else "")
+        g = lambda n: getattr(self, f"{n}_{sfx}", None)  # noqa: E731
+        return g("weight_ih"), g("weight_hh"), g("bias_ih"), g("bias_hh"), g("weight_hr")
+
+    def _expected_hidden(self, batch: int, cell: bool = False) -> tuple[int, int, int]:
+        nd = 2 if self.bidirectional else 1
+        size = self.hidden_size if cell or self.proj_size == 0 else self.proj_size
+        return self.num_layers * nd, batch, size
+
+    def _check_input(self, x: Tensor) -> None:
+        _check_dtype(type(self).__name__, x, self._flat_weights[0])
+        if x.shape[-1] != self.input_size:
+            raise ShapeError(
+                f"input.size(-1) must be equal to input_size. Expected {self.input_size}, got {x.shape[-1]}"
+            )
+
+    def _prepare(self, input, hx):  # noqa: A002
+        """(time-major-or-batch-first 3-D input, batched, [initial states] checked and batched)."""
+        kind = "LSTM" if self.mode == "LSTM" else type(self).__name__
+        if not isinstance(input, Tensor):
+            raise TypeError(
+                f"{kind}: expected a Tensor input, got {type(input).__name__} (PackedSequence inputs are not supported)"
+            )
+        if input.ndim not in (2, 3):
+            raise ValueError(f"{kind}: Expected input to be 2D or 3D, got {input.ndim}D instead")
+        batched = input.ndim == 3
+        x = input if batched else input.unsqueeze(0 if self.batch_first else 1)
+        self._check_input(x)
+        batch = x.shape[0] if self.batch_first else x.shape[1]
+        n_states = 2 if self.mode == "LSTM" else 1
+        if hx is None:
+            states = [x.new_zeros(*self._expected_hidden(batch, cell=i == 1)) for i in range(n_states)]
+        else:
+            states = list(hx) if n_states == 2 else [hx]
+            if len(states) != n_states or not all(isinstance(s, Tensor) for s in states):
+                want = "a tuple (h_0, c_0) of Tensors" if n_states == 2 else "a Tensor"
+                raise TypeError(f"{kind}: hx should be {want}")
+            want = 3 if batched else 2
+            if any(s.ndim != want for s in states):
+                got = ", ".join(f"{s.ndim}-D" for s in states)
+                what, got = ("hx and cx", f"({got}) tensors") if n_states == 2 else ("hx", f"{got} tensor")
+                raise ShapeError(
+                    f"For {'batched 3-D' if batched else 'unbatched 2-D'} input, {what} should also be "
+                    f"{want}-D but got {got}"
+                )
+            if not batched:
+                states = [s.unsqueeze(1) for s in states]
+            for i, s in enumerate(states):
+                exp = self._expected_hidden(batch, cell=i == 1)
+                if tuple(s.shape) != exp:
+                    what = "Expected hidden[1] size {}, got {}" if i == 1 else "Expected hidden size {}, got {}"
+                    raise ShapeError(what.format(exp, list(s.shape)))
+                _check_dtype(kind, s, self._flat_weights[0])
+        return x, batched, states
+
+    def _run_direction(self, gi: Tensor, tdim: int, h: Tensor, c: Tensor | None, weights, reverse: bool):
+        """Run one layer's direction over the projected sequence ``gi``; returns (per-step outputs in time order,
+        final h, final c)."""
+        _, w_hh, _, b_hh, w_hr = weights
+        steps = range(gi.shape[tdim] - 1, -1, -1) if reverse else range(gi.shape[tdim])
+        outs: list[Tensor | None] = [None] * gi.shape[tdim]
+        for t in steps:
+            g_t = gi.select(tdim, t)
+            if self.mode == "LSTM":
+                h, c = _lstm_step(g_t, h, c, w_hh, b_hh, w_hr)
+            elif self.mode == "GRU":
+                h = _gru_step(g_t, h, w_hh, b_hh)
+            else:
+                h = _rnn_step(g_t, h, w_hh, b_hh, self.mode == "RNN_RELU")
+            outs[t] = h
+        return outs, h, c
+
+    def forward(self, input, hx=None):  # noqa: A002
+        """``(output, h_n)`` (``(output, (h_n, c_n))`` for LSTM); ``output`` is ``[L, N, D*H_out]`` (``[N, L, ...]``
+        with ``batch_first``, ``[L, D*H_out]`` unbatched), ``h_n``/``c_n`` are ``[D*num_layers, N, H]`` ordered layer
+        by layer, forward direction first."""
+        from tensorwire.functions import cat, stack
+
+        x, batched, states = self._prepare(input, hx)
+        tdim = 1 if self.batch_first else 0
+        nd = 2 if self.bidirectional else 1
+        h0 = states[0].unbind(0)
+        c0 = states[1].unbind(0) if self.mode == "LSTM" else [None] * len(h0)
+        h_n, c_n = [], []
+        for layer in range(self.num_layers):
+            outs = []
+            for direction in range(nd):
+                weights = self._weights(layer, direction)
+                gi = F.linear(x, weights[0], weights[2])  # the whole sequence's input projection at once
+                k = layer * nd + direction
+                steps, h, c = self._run_direction(gi, tdim, h0[k], c0[k], weights, reverse=direction == 1)
+                outs.append(stack(steps, tdim))
+                h_n.append(h)
+                c_n.append(c)
+            x = outs[0] if nd == 1 else cat(outs, -1)
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, True)
+        out = x if batched else x.squeeze(1 - tdim)  # the batch dim
+        hn = stack(h_n, 0)
+        if not batched:
+            hn = hn.squeeze(1)
+        if self.mode != "LSTM":
+            return out, hn
+        cn = stack(c_n, 0)
+        return out, (hn, cn if batched else cn.squeeze(1))
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.proj_size != 0:
+            s += f", proj_size={self.proj_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        if self.bias is not True:
+            s += f", bias={self.bias}"
+        if self.batch_first is not False:
+            s += f", batch_first={self.batch_first}"
+        if self.dropout != 0:
+            s += f", dropout={self.dropout}"
+        if self.bidirectional is not False:
+            s += f", bidirectional={self.bidirectional}"
+        return s
+
+
+class RNN(RNNBase):
+    """torch's ``nn.RNN``: ``h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)`` (``nonlinearity="relu"`` for
+    ReLU). Arguments as torch: ``RNN(input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True,
+    batch_first=False, dropout=0.0, bidirectional=False)``."""
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        nonlinearity: str = "tanh",
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        device=None,
+        dtype=None,
+    ):
+        if nonlinearity == "tanh":
+            mode = "RNN_TANH"
+        elif nonlinearity == "relu":
+            mode = "RNN_RELU"
+        else:
+            raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
+        super().__init__(
+            mode,
+            input_size,
+            hidden_size,
+            num_layers,
+            bias,
+            batch_first,
+            dropout,
+            bidirectional,
+            device=device,
+            dtype=dtype,
+        )
+        self.nonlinearity = nonlinearity
+
+
+class LSTM(RNNBase):
+    """torch's ``nn.LSTM`` (gates i, f, g, o; optional ``proj_size``): ``forward(input, (h_0, c_0)=None)`` returns
+    ``(output, (h_n, c_n))``."""
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__(
+            "LSTM",
+            input_size,
+            hidden_size,
+            num_layers,
+            bias,
+            batch_first,
+            dropout,
+            bidirectional,
+            proj_size,
+            device=device,
+            dtype=dtype,
+        )
+
+
+class GRU(RNNBase):
+    """torch's ``nn.GRU`` (gates r, z, n, ``b_hn`` inside the reset product): ``forward(input, h_0=None)`` returns
+    ``(output, h_n)``."""
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__(
+            "GRU",
+            input_size,
+            hidden_size,
+            num_layers,
+            bias,
+            batch_first,
+            dropout,
+            bidirectional,
+            device=device,
+            dtype=dtype,
+        )
+
+
+# ------------------------------------------------------------------------------------------------ cells
+
+
+class RNNCellBase(Module):
+    """One recurrent step: ``weight_ih`` ``[G*H, in]``, ``weight_hh`` ``[G*H, H]``, ``bias_ih``/``bias_hh``
+    ``[G*H]``, all from ``U(-1/sqrt(H), 1/sqrt(H))``, as torch."""
+
+    _chunks = 1
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        g = self._chunks * hidden_size
+        self.weight_ih = _param(g, input_size, device=device, dtype=dtype)
+        self.weight_hh = _param(g, hidden_size, device=device, dtype=dtype)
+        if bias:
+            self.bias_ih = _param(g, device=device, dtype=dtype)
+            self.bias_hh = _param(g, device=device, dtype=dtype)
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        stdv = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0
+        for weight in self.parameters():
+            init.uniform_(weight, -stdv, stdv)
+
+    def _prepare(self, input, hx, n_states: int):  # noqa: A002
+        """(batched input, batched states, batched?) with torch's checks; missing states are zeros."""
+        kind = type(self).__name__
+        if input.ndim not in (1, 2):
+            raise ValueError(f"{kind}: Expected input to be 1D or 2D, got {input.ndim}D instead")
+        _check_dtype(kind, input, self.weight_ih)
+        if input.shape[-1] != self.input_size:
+            raise ShapeError(f"input has inconsistent input_size: got {input.shape[-1]} expected {self.input_size}")
+        batched = input.ndim == 2
+        x = input if batched else input.unsqueeze(0)
+        if hx is None:
+            z = x.new_zeros(x.shape[0], self.hidden_size)
+            return x, [z] * n_states, batched
+        states = list(hx) if n_states == 2 else [hx]
+        for i, s in enumerate(states):
+            if s.ndim not in (1, 2):
+                what = f"hx[{i}]" if n_states == 2 else "hidden"
+                raise ValueError(f"{kind}: Expected {what} to be 1D or 2D, got {s.ndim}D instead")
+        states = [s if batched else s.unsqueeze(0) for s in states]
+        for s in states:
+            if tuple(s.shape) != (x.shape[0], self.hidden_size):
+                raise ShapeError(f"{kind}: Expected hidden size {(x.shape[0], self.hidden_size)}, got {list(s.shape)}")
+        return x, states, batched
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.bias is not True:
+            s += f", bias={self.bias}"
+        if getattr(self, "nonlinearity", "tanh") != "tanh":
+            s += f", nonlinearity={self.nonlinearity}"
+        return s
+
+
+class RNNCell(RNNCellBase):
+    """torch's ``nn.RNNCell``: ``h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)`` (or relu)."""
+
+    def __init__(
+        self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh", device=None, dtype=None
+    ):
+        super().__init__(input_size, hidden_size, bias, device=device, dtype=dtype)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input, hx=None):  # noqa: A002
+        if self.nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"Unknown nonlinearity: {self.nonlinearity}")
+        x, (h,), batched = self._prepare(input, hx, 1)
+        h = _rnn_step(
+            F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh, self.nonlinearity == "relu"
+        )
+        return h if batched else h.squeeze(0)
+
+
+class LSTMCell(RNNCellBase):
+    """torch's ``nn.LSTMCell``: ``forward(input, (h, c)=None)`` returns ``(h', c')``."""
+
+    _chunks = 4
+
+    def forward(self, input, hx=None):  # noqa: A002
+        x, (h, c), batched = self._prepare(input, hx, 2)
+        h, c = _lstm_step(F.linear(x, self.weight_ih, self.bias_ih), h, c, self.weight_hh, self.bias_hh)
+        return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
+
+
+class GRUCell(RNNCellBase):
+    """torch's ``nn.GRUCell``: ``forward(input, h=None)`` returns ``h'``."""
+
+    _chunks = 3
+
+    def forward(self, input, hx=None):  # noqa: A002
+        x, (h,), batched = self._prepare(input, hx, 1)
+        h = _gru_step(F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh)
+        return h if batched else h.squeeze(0)
