@@ -17,8 +17,16 @@ import numpy as np
 
 from tensorwire.tensor import Tensor
 
-__all__ = ["Dataset", "IterableDataset", "TensorDataset", "StackDataset", "Subset", "ConcatDataset", "ChainDataset",
-           "random_split"]
+__all__ = [
+    "Dataset",
+    "IterableDataset",
+    "TensorDataset",
+    "StackDataset",
+    "Subset",
+    "ConcatDataset",
+    "ChainDataset",
+    "random_split",
+]
 
 
 class Dataset:
@@ -69,7 +77,7 @@ class TensorDataset(Dataset):
         for t in self.tensors:
             if isinstance(t, Tensor):
                 if contiguous:
-                    b = t[int(idx[0]): int(idx[-1]) + 1]
+                    b = t[int(idx[0]) : int(idx[-1]) + 1]
                 else:
                     key = (id(t._s), t._dev)
                     if key not in dev_idx:
@@ -123,8 +131,10 @@ class StackDataset(Dataset):
 
     def __init__(self, *args, **kwargs):
         if args and kwargs:
-            raise ValueError("Supported either ``tuple``- (via ``args``) or``dict``- (via ``kwargs``) like "
-                             "input/output, but both types are given.")
+            raise ValueError(
+                "Supported either ``tuple``- (via ``args``) or``dict``- (via ``kwargs``) like "
+                "input/output, but both types are given."
+            )
         self.datasets = args if args else kwargs
         sizes = {len(d) for d in (args if args else kwargs.values())}
         if len(sizes) != 1:
@@ -176,6 +186,6 @@ def random_split(dataset: Dataset, lengths, generator=None):
     perm = _rng(generator).permutation(n).tolist()
     out, start = [], 0
     for ln in lengths:
-        out.append(Subset(dataset, perm[start:start + ln]))
+        out.append(Subset(dataset, perm[start : start + ln]))
         start += ln
     return out

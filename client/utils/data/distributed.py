@@ -20,8 +20,15 @@ class DistributedSampler(Sampler):
     """The indices of replica ``rank`` of ``num_replicas``, shuffled per epoch (call :meth:`set_epoch`) from
     ``seed`` so that every replica draws the same permutation."""
 
-    def __init__(self, dataset, num_replicas: int | None = None, rank: int | None = None, shuffle: bool = True,
-                 seed: int = 0, drop_last: bool = False):
+    def __init__(
+        self,
+        dataset,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ):
         from tensorwire import distributed
 
         if num_replicas is None:
@@ -55,7 +62,7 @@ class DistributedSampler(Sampler):
                 indices += (indices * math.ceil(pad / len(indices)))[:pad]
         else:
             indices = indices[: self.total_size]
-        return iter(indices[self.rank: self.total_size: self.num_replicas])
+        return iter(indices[self.rank : self.total_size : self.num_replicas])
 
     def __len__(self) -> int:
         return self.num_samples

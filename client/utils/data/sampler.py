@@ -14,8 +14,14 @@ import numpy as np
 
 from .dataset import _rng
 
-__all__ = ["Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler",
-           "BatchSampler"]
+__all__ = [
+    "Sampler",
+    "SequentialSampler",
+    "RandomSampler",
+    "SubsetRandomSampler",
+    "WeightedRandomSampler",
+    "BatchSampler",
+]
 
 _CHUNK = 1024  # indices drawn at a time (torch draws 32)
 
@@ -112,8 +118,11 @@ class WeightedRandomSampler(Sampler):
         rng = _rng(self.generator)
         if not self.replacement:
             return iter(rng.choice(len(p), self.num_samples, replace=False, p=p).tolist())
-        return (i for start in range(0, self.num_samples, _CHUNK)
-                for i in rng.choice(len(p), min(_CHUNK, self.num_samples - start), p=p).tolist())
+        return (
+            i
+            for start in range(0, self.num_samples, _CHUNK)
+            for i in rng.choice(len(p), min(_CHUNK, self.num_samples - start), p=p).tolist()
+        )
 
     def __len__(self) -> int:
         return self.num_samples

@@ -48,18 +48,17 @@ def default_collate(batch, device=None):
         n = len(elem)
         if any(len(b) != n for b in batch):
             raise RuntimeError("each element in list of batch should be of equal size")
-        cols = [default_collate(list(x), device) for x in zip(*batch)]
-        return tuple(cols) if isinstance(elem, tuple) else cols
+        return [default_collate(list(x), device) for x in zip(*batch)]  # a list for tuples too, as torch
     return list(batch)
 
 
 def default_convert(data):
-    """What the loader does to each sample when automatic batching is off (``batch_size=None``): numpy arrays
-    become tensors, containers are converted element-wise, everything else is returned unchanged."""
+    """What the loader does to each sample when automatic batching is off (``batch_size=None``): numpy arrays and
+    numpy scalars become tensors, containers are converted element-wise, everything else is returned unchanged."""
     from tensorwire.creation import tensor as _tensor
 
-    if isinstance(data, np.ndarray) and data.dtype.kind not in "US O":
-        return _tensor(data)
+    if isinstance(data, (np.ndarray, np.generic)) and data.dtype.kind not in "US O":
+        return _tensor(np.asarray(data))
     if isinstance(data, collections.abc.Mapping):
         return {k: default_convert(v) for k, v in data.items()}
     if isinstance(data, tuple) and hasattr(data, "_fields"):
