@@ -356,3 +356,23 @@ def test_lbfgs_float32_converges_and_state_dict(session):
     opt2.load_state_dict(sd)
     assert len(opt2.state[y]["old_dirs"]) == len(sd["state"][0]["old_dirs"])
     np.testing.assert_array_equal(opt2.state[y]["d"].numpy(), opt.state[x]["d"].numpy())
+
+
+@needs_torch
+@pytest.mark.parametrize("kw", [dict(patience=1, factor=0.5, min_lr=[0.02, 0.0]),
+                                dict(mode="max", threshold_mode="abs", threshold=0.1, cooldown=2, patience=0)])
+def test_reduce_lr_on_plateau_matches_torch(session, kw):
+    """Per-group lrs after a metric that improves, stalls and improves again, for two param groups."""
+    metrics = [1.0, 0.9, 0.95, 0.97, 0.96, 0.5, 0.55, 0.6, 0.61, 0.4, 0.41, 0.42]
+
+    def run(lib, param):
+        a, b = param(lib.ones(1)), param(lib.ones(1))
+        opt = lib.optim.Adadelta([{"params": [a]}, {"params": [b], "lr": 0.3}], lr=1.0)
+        sched = lib.optim.lr_scheduler.ReduceLROnPlateau(opt, **kw)
+        out = []
+        for m in metrics:
+            sched.step(m)
+            out.append(sched.get_last_lr())
+        return out
+
+    assert run(tw, nn.Parameter) == run(torch, torch.nn.Parameter)
