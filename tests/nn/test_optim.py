@@ -319,7 +319,7 @@ def test_lbfgs_matches_torch(session, kw):
         for _ in range(3):
             losses.append(opt.step(closure).item())
         st = opt.state[x]
-        return np.asarray(x.detach().numpy()), losses, st["func_evals"], st["n_iter"], float(loss_fn())
+        return np.asarray(x.detach().numpy()), losses, st["func_evals"], st["n_iter"], loss_fn().item()
 
     x, losses, evals, iters, final = run(tw, tw.tensor)
     tx, tlosses, tevals, titers, tfinal = run(torch, torch.tensor)
