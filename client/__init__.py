@@ -133,7 +133,8 @@ __all__ = [
 ]
 
 # the model-building toolkit (issue 4): imported last, it builds on everything above
-from . import models, nn, optim, utils  # noqa: E402
+from . import amp, models, nn, optim, utils  # noqa: E402
+from .amp import autocast  # noqa: E402
 from .serialization import load, save  # noqa: E402
 
 __all__ += ["nn", "optim", "utils", "models", "save", "load"]

@@ -17,9 +17,11 @@ all-reduce is recorded as soon as its last gradient exists, in the same submissi
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 from tensorwire import distributed
+from tensorwire.nn._tensors import alias
 from tensorwire.protocol.errors import TensorwireError
 from tensorwire.tensor import Tensor, device_name
 
@@ -48,6 +50,8 @@ class DataParallel(Module):
         self._params = [[p for p in r.parameters() if p.requires_grad] for r in replicas]
         self._buckets = self._make_buckets(bucket_cap_mb * (1 << 20))
         self._arrived: dict[int, set] = {}
+        self._reduced: dict[int, list] = {}  # bucket -> per replica ([(grad object, its value id)], reduced value)
+        self._sync = True
         self._hooks = []
         for r, params in enumerate(self._params):
             for k, p in enumerate(params):
@@ -75,24 +79,51 @@ class DataParallel(Module):
             got.add((replica, k))
             if len(got) == len(self._buckets[b]) * len(self._replicas):
                 del self._arrived[b]
-                self._reduce(self._buckets[b])
+                if self._sync:
+                    self._reduce(b)
+                else:
+                    self._reduced.pop(b, None)  # no_sync: these gradients stay local until a synced backward
         return hook
 
-    def _reduce(self, ks: list[int]) -> None:
+    def _reduce(self, b: int) -> None:
+        """Sum the bucket's gradients over the replicas. A gradient that a backward pass accumulated on top of the
+        last reduced value (no ``zero_grad`` in between) contributes only what it accumulated since, so the
+        already-reduced part (the same on every replica) is not counted once per replica."""
         from tensorwire.functions import cat
 
         if len(self._replicas) == 1:
             return
-        flats = [cat([self._params[r][k].grad.reshape(-1) for k in ks]) if len(ks) > 1
-                 else self._params[r][ks[0]].grad.reshape(-1) for r in range(len(self._replicas))]
+        ks = self._buckets[b]
+        last = self._reduced.pop(b, None)
+        flats, bases = [], []
+        for r in range(len(self._replicas)):
+            grads = [self._params[r][k].grad for k in ks]
+            flat = cat([g.reshape(-1) for g in grads]) if len(ks) > 1 else grads[0].reshape(-1)
+            base = None
+            if last is not None and all(g is obj and g._id != hid for g, (obj, hid) in zip(grads, last[r][0])):
+                base = last[r][1]
+                flat = flat - base
+            flats.append(flat)
+            bases.append(base)
+        if any(x is None for x in bases):
+            bases = [None] * len(bases)  # some replica's gradient was reset: all contribute whole (as before)
+            flats = [cat([self._params[r][k].grad.reshape(-1) for k in ks]) if len(ks) > 1
+                     else self._params[r][ks[0]].grad.reshape(-1) for r in range(len(self._replicas))]
         distributed.all_reduce(flats, op="sum")
+        record = []
         for r, flat in enumerate(flats):
+            if bases[r] is not None:
+                flat = flat + bases[r]
             off = 0
+            objs = []
             for k in ks:
                 p = self._params[r][k]
                 n = p.numel()
                 p.grad = flat[off:off + n].reshape(p.shape)
+                objs.append((p.grad, p.grad._id))  # an in-place accumulation changes the id
                 off += n
+            record.append((objs, alias(flat)))  # a snapshot: accumulating into the views changes flat
+        self._reduced[b] = record
 
     # ------------------------------------------------------------------ forward
     def forward(self, *inputs, **kwargs):
@@ -167,3 +198,52 @@ class DataParallel(Module):
 
     def extra_repr(self) -> str:
         return f"devices={self.devices}, output_device={self.output_device!r}"
+
+
+class DistributedDataParallel(DataParallel):
+    """torch's ``DistributedDataParallel`` mapped onto the cluster: the process group is this one process (see
+    ``tw.distributed.init_process_group``), and the data parallelism is over the cluster's devices, as
+    :class:`DataParallel` (one persistent replica per device, each batch split along ``dim``, gradients summed in
+    buckets of ``bucket_cap_mb`` while backward runs, the replicas' buffers broadcast from the first before each
+    forward when ``broadcast_buffers``), so a step gives the same result as the module on one device.
+
+    The devices are every device of the cluster of the module's device type (``device_ids`` names the process's
+    own device in torch, always index 0 here, and is accepted). :meth:`no_sync` skips the gradient reduction for
+    accumulation steps as torch's; ``find_unused_parameters``, ``gradient_as_bucket_view``, ``static_graph`` and
+    the other tuning arguments are accepted."""
+
+    def __init__(self, module: Module, device_ids=None, output_device=None, dim: int = 0,
+                 broadcast_buffers: bool = True, init_sync: bool = True, process_group=None,
+                 bucket_cap_mb: float | None = None, find_unused_parameters: bool = False,
+                 check_reduction: bool = False, gradient_as_bucket_view: bool = False, static_graph: bool = False,
+                 delay_all_reduce_named_params=None, param_to_hook_all_reduce=None, mixed_precision=None,
+                 device_mesh=None):
+        from tensorwire.context import current_session
+
+        s = current_session()
+        params = list(module.parameters()) + list(module.buffers())
+        dev = params[0]._dev if params else s.devices()[0]
+        kind = dev.split(":")[0]
+        devices = [dev] + [d for d in s.devices() if d.split(":")[0] == kind and d != dev]
+        self._broadcast_buffers = broadcast_buffers
+        super().__init__(module, devices, output_device if output_device is not None else dev, dim,
+                         25 if bucket_cap_mb is None else bucket_cap_mb)
+        self.device_ids = device_ids
+        self.find_unused_parameters = find_unused_parameters
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.static_graph = static_graph
+
+    def _sync_buffers(self) -> None:
+        if self._broadcast_buffers:
+            super()._sync_buffers()
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Inside: backward passes accumulate each replica's gradients without reducing them; the first backward
+        after the block reduces everything accumulated (torch's gradient-accumulation idiom)."""
+        old = self._sync
+        self._sync = False
+        try:
+            yield
+        finally:
+            self._sync = old

@@ -1,8 +1,15 @@
-"""SGD, Adam, AdamW, RMSprop, Adagrad with torch's update rules (single-tensor form)."""
+"""SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam and RAdam with torch's update rules (the
+single-tensor form torch runs on CPU tensors, the same arithmetic in the same order).
+
+``foreach``, ``fused``, ``capturable`` and ``differentiable`` are accepted and kept in the param groups (so
+``state_dict`` has torch's keys) but change nothing: every step is one recorded graph the cluster fuses and
+replays anyway, and the updates always run outside autograd."""
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from .optimizer import Optimizer, _set_state, required
 
@@ -53,7 +60,8 @@ class SGD(Optimizer):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                                      nesterov=nesterov, maximize=maximize))
+                                      nesterov=nesterov, maximize=maximize, foreach=foreach,
+                                      differentiable=differentiable, fused=fused))
 
     def _update(self, group, p, grad, state):
         wd, mom = group["weight_decay"], group["momentum"]
@@ -89,7 +97,8 @@ class Adam(Optimizer):
         if not 0.0 <= weight_decay:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad, maximize=maximize,
+                                      amsgrad=amsgrad, maximize=maximize, foreach=foreach, capturable=capturable,
+                                      differentiable=differentiable, fused=fused,
                                       decoupled_weight_decay=decoupled_weight_decay))
 
     def _update(self, group, p, grad, state):
@@ -125,7 +134,8 @@ class AdamW(Adam):
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
                  amsgrad: bool = False, *, maximize: bool = False, foreach=None, capturable: bool = False,
                  differentiable: bool = False, fused=None):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, foreach=foreach,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
                          decoupled_weight_decay=True)
 
 
@@ -144,7 +154,8 @@ class RMSprop(Optimizer):
         if not 0.0 <= alpha:
             raise ValueError(f"Invalid alpha value: {alpha}")
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                                      centered=centered, maximize=maximize))
+                                      centered=centered, maximize=maximize, foreach=foreach, capturable=capturable,
+                                      differentiable=differentiable))
 
     def _update(self, group, p, grad, state):
         lr, alpha, eps, wd, mom = (group[k] for k in ("lr", "alpha", "eps", "weight_decay", "momentum"))
@@ -182,7 +193,7 @@ class Adagrad(Optimizer):
             raise ValueError(f"Invalid lr_decay value: {lr_decay}")
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value, eps=eps,
-                                      maximize=maximize))
+                                      maximize=maximize, foreach=foreach, differentiable=differentiable, fused=fused))
         from tensorwire.creation import full_like
 
         for g in self.param_groups:
@@ -192,9 +203,178 @@ class Adagrad(Optimizer):
                 st["sum"] = full_like(p, g["initial_accumulator_value"])
 
     def _update(self, group, p, grad, state):
+        if not state:  # a parameter of a group added after construction (add_param_group)
+            from tensorwire.creation import full_like
+
+            state["step"] = 0
+            state["sum"] = full_like(p, group["initial_accumulator_value"])
         state["step"] += 1
         if group["weight_decay"] != 0:
             grad = grad + p * _c(p, group["weight_decay"])
         clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
         s = _set_state(state, "sum", state["sum"] + grad * grad)
         return p - (grad / (s.sqrt() + _c(p, group["eps"]))) * _d(p, clr)
+
+
+def _check(lr: float, eps: float, weight_decay: float, betas=None) -> None:
+    """torch's argument checks (same messages)."""
+    if not 0.0 <= lr:
+        raise ValueError(f"Invalid learning rate: {lr}")
+    if not 0.0 <= eps:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    if betas is not None:
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+
+
+def _moments(p, grad, state, b1: float, b2: float):
+    """Adam's moment updates as torch's single-tensor NAdam/RAdam write them:
+    ``exp_avg.lerp_(grad, 1 - b1)``; ``exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1 - b2)``."""
+    m = _set_state(state, "exp_avg", state["exp_avg"].lerp(grad, _c(p, 1 - b1)))
+    v = _set_state(state, "exp_avg_sq", state["exp_avg_sq"] * _c(p, b2) + _c(p, 1 - b2) * grad * grad)
+    return m, v
+
+
+def _decay(group, p, grad):
+    """Weight decay of NAdam/RAdam: decoupled (``p *= 1 - lr * wd``) or L2 (``grad += wd * p``).
+    Returns ``(p, grad)``."""
+    wd = group["weight_decay"]
+    if wd == 0:
+        return p, grad
+    if group["decoupled_weight_decay"]:
+        return p * _d(p, 1 - group["lr"] * wd), grad
+    return p, grad + _c(p, wd) * p
+
+
+class Adadelta(Optimizer):
+    """Adadelta (Zeiler 2012) with torch's update: running averages of squared gradients and squared updates;
+    ``lr`` (default 1.0) scales the update."""
+
+    def __init__(self, params, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6, weight_decay: float = 0,
+                 foreach=None, *, capturable: bool = False, maximize: bool = False, differentiable: bool = False):
+        _check(lr, eps, weight_decay)
+        if not 0.0 <= rho <= 1.0:
+            raise ValueError(f"Invalid rho value: {rho}")
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize,
+                                      capturable=capturable, foreach=foreach, differentiable=differentiable))
+
+    def _update(self, group, p, grad, state):
+        rho, eps, wd = group["rho"], group["eps"], group["weight_decay"]
+        if not state:
+            state["step"] = 0
+            state["square_avg"] = _zeros_like(p)
+            state["acc_delta"] = _zeros_like(p)
+        state["step"] += 1
+        if wd != 0:
+            grad = grad + _c(p, wd) * p
+        sq = _set_state(state, "square_avg", state["square_avg"] * _c(p, rho) + _c(p, 1 - rho) * grad * grad)
+        std = (sq + _c(p, eps)).sqrt()
+        delta = (state["acc_delta"] + _c(p, eps)).sqrt() / std * grad
+        _set_state(state, "acc_delta", state["acc_delta"] * _c(p, rho) + _c(p, 1 - rho) * delta * delta)
+        return p - _d(p, group["lr"]) * delta
+
+
+class Adamax(Optimizer):
+    """Adamax (Adam with the infinity norm) with torch's update."""
+
+    def __init__(self, params, lr: float = 2e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0,
+                 foreach=None, *, maximize: bool = False, differentiable: bool = False, capturable: bool = False):
+        _check(lr, eps, weight_decay, betas)
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      foreach=foreach, maximize=maximize, differentiable=differentiable,
+                                      capturable=capturable))
+
+    def _update(self, group, p, grad, state):
+        (b1, b2), eps, wd = group["betas"], group["eps"], group["weight_decay"]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = _zeros_like(p)
+            state["exp_inf"] = _zeros_like(p)
+        state["step"] += 1
+        if wd != 0:
+            grad = grad + _c(p, wd) * p
+        m = _set_state(state, "exp_avg", state["exp_avg"].lerp(grad, _c(p, 1 - b1)))
+        u = _set_state(state, "exp_inf", (state["exp_inf"] * _c(p, b2)).maximum(grad.abs() + _c(p, eps)))
+        clr = group["lr"] / (1 - b1 ** state["step"])
+        return p + _d(p, -clr) * m / u  # torch's addcdiv_(exp_avg, exp_inf, value=-clr)
+
+
+def _scalar_round(x: float) -> float:
+    """``x`` as torch holds a scalar state tensor (``mu_product``): in the default dtype (float32 unless
+    ``tw.set_default_dtype(tw.float64)``)."""
+    from tensorwire.protocol.dtypes import get_default_dtype
+
+    return float(np.asarray(x, get_default_dtype().np)) if get_default_dtype().np != np.float64 else x
+
+
+class NAdam(Optimizer):
+    """NAdam (Adam with Nesterov momentum and momentum decay) with torch's update; ``decoupled_weight_decay``
+    gives NAdamW. ``state["mu_product"]`` is a Python number rounded as torch's float32 scalar tensor."""
+
+    def __init__(self, params, lr: float = 2e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0,
+                 momentum_decay: float = 4e-3, decoupled_weight_decay: bool = False, *, foreach=None,
+                 maximize: bool = False, capturable: bool = False, differentiable: bool = False):
+        _check(lr, eps, weight_decay, betas)
+        if not 0.0 <= momentum_decay:
+            raise ValueError(f"Invalid momentum_decay value: {momentum_decay}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      momentum_decay=momentum_decay, decoupled_weight_decay=decoupled_weight_decay,
+                                      maximize=maximize, foreach=foreach, capturable=capturable,
+                                      differentiable=differentiable))
+
+    def _update(self, group, p, grad, state):
+        lr, (b1, b2), eps, md = group["lr"], group["betas"], group["eps"], group["momentum_decay"]
+        if not state:
+            state["step"] = 0
+            state["mu_product"] = 1.0
+            state["exp_avg"] = _zeros_like(p)
+            state["exp_avg_sq"] = _zeros_like(p)
+        state["step"] += 1
+        step = state["step"]
+        bc2 = 1 - b2 ** step
+        p, grad = _decay(group, p, grad)
+        mu = b1 * (1.0 - 0.5 * (0.96 ** (step * md)))
+        mu_next = b1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * md)))
+        mu_product = state["mu_product"] = _scalar_round(_scalar_round(state["mu_product"]) * _scalar_round(mu))
+        m, v = _moments(p, grad, state, b1, b2)
+        denom = (v / _d(p, bc2)).sqrt() + _c(p, eps)
+        p = p + _d(p, -lr * (1.0 - mu) / (1.0 - mu_product)) * grad / denom
+        return p + _d(p, (-lr * mu_next) / (1.0 - mu_product * mu_next)) * m / denom
+
+
+class RAdam(Optimizer):
+    """RAdam (variance-rectified Adam) with torch's update: plain momentum steps while the variance estimate is
+    not tractable (``rho_t <= 5``); ``decoupled_weight_decay`` gives RAdamW."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0,
+                 decoupled_weight_decay: bool = False, *, foreach=None, maximize: bool = False,
+                 capturable: bool = False, differentiable: bool = False):
+        _check(lr, eps, weight_decay, betas)
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      decoupled_weight_decay=decoupled_weight_decay, maximize=maximize,
+                                      foreach=foreach, capturable=capturable, differentiable=differentiable))
+
+    def _update(self, group, p, grad, state):
+        lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = _zeros_like(p)
+            state["exp_avg_sq"] = _zeros_like(p)
+        state["step"] += 1
+        step = state["step"]
+        p, grad = _decay(group, p, grad)
+        m, v = _moments(p, grad, state, b1, b2)
+        bc1 = 1 - b1 ** step
+        bc2 = 1 - b2 ** step
+        corrected = m / _d(p, bc1)
+        rho_inf = 2 / (1 - b2) - 1
+        rho_t = rho_inf - 2 * step * (b2 ** step) / bc2
+        if rho_t > 5.0:
+            rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+            adaptive = _d(p, bc2 ** 0.5) / (v.sqrt() + _c(p, eps))
+            return p - corrected * _d(p, lr) * adaptive * _d(p, rect)
+        return p - corrected * _d(p, lr)

@@ -10,7 +10,7 @@ from bisect import bisect_right
 from .optimizer import Optimizer
 
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR", "CosineAnnealingLR", "LambdaLR",
-           "MultiplicativeLR", "LinearLR", "OneCycleLR", "SequentialLR"]
+           "MultiplicativeLR", "LinearLR", "OneCycleLR", "SequentialLR", "ReduceLROnPlateau"]
 
 
 class LRScheduler:
@@ -313,3 +313,77 @@ class SequentialLR(LRScheduler):
         else:
             s.step()
         self._last_lr = s.get_last_lr()
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """Multiply every group's lr by ``factor`` (down to its ``min_lr``) when ``step(metric)`` has not improved for
+    ``patience`` epochs, as torch's (``mode``, ``threshold``/``threshold_mode``, ``cooldown``, ``eps``)."""
+
+    def __init__(self, optimizer, mode: str = "min", factor: float = 0.1, patience: int = 10,
+                 threshold: float = 1e-4, threshold_mode: str = "rel", cooldown: int = 0, min_lr=0,
+                 eps: float = 1e-8):
+        if factor >= 1.0:
+            raise ValueError("Factor should be < 1.0.")
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        self.factor, self.optimizer = factor, optimizer
+        n = len(optimizer.param_groups)
+        if isinstance(min_lr, (list, tuple)):
+            if len(min_lr) != n:
+                raise ValueError(f"expected {n} min_lrs, got {len(min_lr)}")
+            self.default_min_lr, self.min_lrs = None, list(min_lr)
+        else:
+            self.default_min_lr, self.min_lrs = min_lr, [min_lr] * n
+        if mode not in ("min", "max"):
+            raise ValueError("mode " + mode + " is unknown!")
+        if threshold_mode not in ("rel", "abs"):
+            raise ValueError("threshold mode " + threshold_mode + " is unknown!")
+        self.patience, self.cooldown, self.eps = patience, cooldown, eps
+        self.mode, self.threshold, self.threshold_mode = mode, threshold, threshold_mode
+        self.mode_worse = math.inf if mode == "min" else -math.inf
+        self.last_epoch = 0
+        self._last_lr = [g["lr"] for g in optimizer.param_groups]
+        self.best, self.cooldown_counter, self.num_bad_epochs = self.mode_worse, 0, 0
+
+    def step(self, metrics, epoch=None) -> None:  # type: ignore[override]
+        current = float(metrics)
+        if epoch is None:
+            epoch = self.last_epoch + 1
+        else:
+            warnings.warn("The epoch parameter in `scheduler.step()` is deprecated", UserWarning, stacklevel=2)
+        self.last_epoch = epoch
+        if self._is_better(current, self.best):
+            self.best, self.num_bad_epochs = current, 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            self._reduce_lr()
+            self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def _reduce_lr(self) -> None:
+        gs = self.optimizer.param_groups
+        if len(gs) != len(self.min_lrs):
+            if self.default_min_lr is None:
+                raise RuntimeError(f"The number of param groups in the `optimizer` ({len(gs)}) differs from when "
+                                   f"`ReduceLROnPlateau` was initialized ({len(self.min_lrs)}), usually due to a new "
+                                   "param group being added to the optimizer. Please modify the `min_lrs` field to "
+                                   "match the length of the `optimizer` param groups.")
+            self.min_lrs = [self.default_min_lr] * len(gs)
+        for g, lo in zip(gs, self.min_lrs):
+            old = float(g["lr"])
+            new = max(old * self.factor, lo)
+            if old - new > self.eps:
+                g["lr"] = new
+
+    @property
+    def in_cooldown(self) -> bool:
+        return self.cooldown_counter > 0
+
+    def _is_better(self, a: float, best: float) -> bool:
+        if self.mode == "min":
+            return a < best * (1.0 - self.threshold) if self.threshold_mode == "rel" else a < best - self.threshold
+        return a > best * (self.threshold + 1.0) if self.threshold_mode == "rel" else a > best + self.threshold

@@ -46,7 +46,14 @@ class Optimizer:
             raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
         g = dict(param_group)
         ps = g["params"]
-        g["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
+        if isinstance(ps, set):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, but the ordering of "
+                            "tensors in sets will change between runs. Please use a list instead.")
+        ps = [ps] if isinstance(ps, Tensor) else list(ps)
+        if ps and all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) for x in ps):
+            g["param_names"] = [name for name, _ in ps]  # model.named_parameters(), as torch >= 2.6
+            ps = [p for _, p in ps]
+        g["params"] = ps
         for p in g["params"]:
             if not isinstance(p, Tensor):
                 raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {type(p).__name__}")
@@ -123,8 +130,7 @@ class Optimizer:
         state = {}
         for p, st in self.state.items():
             if id(p) in index:
-                state[index[id(p)]] = {k: alias(v) if isinstance(v, Tensor) else copy.deepcopy(v)
-                                       for k, v in st.items()}
+                state[index[id(p)]] = {k: _snapshot(v) for k, v in st.items()}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -157,7 +163,7 @@ class Optimizer:
                     elif name == "step" and hasattr(v, "item"):
                         new[name] = v.item()
                     else:
-                        new[name] = copy.deepcopy(v)
+                        new[name] = _snapshot(v, p._dev)
                 self.state[p] = new
         for g, sg in zip(self.param_groups, groups):
             for k, v in sg.items():
@@ -175,6 +181,17 @@ class Optimizer:
 
     def __getstate__(self):
         raise TypeError("optimizers cannot be pickled; save their state_dict with tw.save")
+
+
+def _snapshot(v, device: str | None = None):
+    """A copy of a state value: tensors (also inside lists and tuples, as LBFGS's history) as snapshots of their
+    current values (moved to ``device`` when given), everything else deep-copied."""
+    if isinstance(v, Tensor):
+        t = v.to(device=device) if device is not None else v
+        return alias(t) if t is v else t
+    if isinstance(v, (list, tuple)) and any(isinstance(x, Tensor) for x in v):
+        return type(v)(_snapshot(x, device) for x in v)
+    return copy.deepcopy(v)
 
 
 def _set_state(state: dict, key: str, value: Tensor) -> Tensor:

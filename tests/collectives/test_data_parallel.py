@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 
 import numpy as np
@@ -69,3 +70,69 @@ def test_state_dict_and_module(session):
     assert len(list(dp.parameters())) == 2 * n_single
     out = dp(tw.randn(5, 12))  # fewer samples than 2 x per-device: still works, gathered on cpu:0
     assert out.shape == (5, 4) and out.device == "cpu:0"
+
+
+def _grads(model):
+    return [p.grad.numpy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("accumulate", ["no_sync", "plain"])
+def test_gradient_accumulation_matches_single_device(session, accumulate):
+    """Two micro-batches accumulated before a step (inside ``no_sync`` or not): the reduced gradients equal one
+    device's accumulated gradients; without no_sync the already-reduced first part must not count per replica."""
+    X, Y = _data()
+    single = _make()
+    ddp = tw.nn.parallel.DistributedDataParallel(_make())
+    loss_fn = tw.nn.CrossEntropyLoss()
+    for lo, hi in ((0, 32), (32, 64)):
+        loss_fn(single(X[lo:hi]), Y[lo:hi]).backward()
+    ctx = ddp.no_sync() if accumulate == "no_sync" else contextlib.nullcontext()
+    with ctx:
+        loss_fn(ddp(X[:32]), Y[:32]).backward()
+    loss_fn(ddp(X[32:]), Y[32:]).backward()
+    for r in ddp._replicas:
+        for a, b in zip(_grads(single), _grads(r)):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_ddp_with_process_group_and_distributed_sampler(session):
+    """A DDP program's idioms (init_process_group, DistributedSampler + set_epoch, DDP(model, device_ids=[rank]),
+    destroy_process_group) run over the cluster's two devices and train exactly like one device."""
+    import tensorwire.distributed as dist
+    from tensorwire.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    with pytest.raises(ValueError, match="not been initialized"):
+        dist.get_world_size()
+    with pytest.raises(tw.TensorwireError, match="launch the program once"):
+        dist.init_process_group("nccl", world_size=2, rank=1)
+    dist.init_process_group(backend="nccl")
+    try:
+        assert dist.is_initialized() and dist.get_rank() == 0 and dist.get_world_size() == 1
+        assert dist.get_backend() == "nccl"
+        X, Y = _data()
+        ds = TensorDataset(X, Y)
+        sampler = DistributedSampler(ds, shuffle=True, seed=3)
+        single = _make()
+        ddp = tw.nn.parallel.DistributedDataParallel(_make().to("cpu:0"), device_ids=[dist.get_rank()])
+        assert ddp.devices == ["cpu:0", "cpu:1"]
+        opt1 = tw.optim.SGD(single.parameters(), lr=0.1, momentum=0.9)
+        opt2 = tw.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+        loss_fn = tw.nn.CrossEntropyLoss()
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            for xb, yb in DataLoader(ds, batch_size=16, sampler=sampler):
+                for model, opt in ((single, opt1), (ddp, opt2)):
+                    opt.zero_grad()
+                    loss = loss_fn(model(xb), yb)
+                    loss.backward()
+                    t = loss.detach()
+                    dist.all_reduce(t, op=dist.ReduceOp.SUM)  # torch's one-tensor form: a group of one process
+                    opt.step()
+        for a, b in zip(single.parameters(), ddp.module.parameters()):
+            np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6)
+        assert all(k.startswith("module.") for k in ddp.state_dict())
+        assert len(list(sampler)) == 64 and sorted(sampler) == list(range(64))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    assert not dist.is_initialized()

@@ -71,13 +71,23 @@ def test_sgd_and_adam_match_numpy(session):
     ("RMSprop", dict(lr=0.01)),
     ("RMSprop", dict(lr=0.01, momentum=0.5, centered=True, weight_decay=0.01)),
     ("Adagrad", dict(lr=0.1, lr_decay=0.01, weight_decay=0.1, initial_accumulator_value=0.5)),
+    ("Adadelta", dict()),
+    ("Adadelta", dict(lr=0.5, rho=0.8, eps=1e-5, weight_decay=0.1, maximize=True)),
+    ("Adamax", dict()),
+    ("Adamax", dict(lr=0.01, betas=(0.8, 0.9), weight_decay=0.1)),
+    ("NAdam", dict()),
+    ("NAdam", dict(lr=0.01, weight_decay=0.1, momentum_decay=0.01)),
+    ("NAdam", dict(lr=0.01, weight_decay=0.1, decoupled_weight_decay=True, maximize=True)),
+    ("RAdam", dict(lr=0.01)),  # rho_t <= 5 for the first steps, rectified after step 5
+    ("RAdam", dict(lr=0.01, betas=(0.5, 0.6), weight_decay=0.1)),
+    ("RAdam", dict(lr=0.01, weight_decay=0.1, decoupled_weight_decay=True)),
 ])
 def test_optimizers_match_torch(session, name, kw):
     for dtype, rtol in ((np.float64, 1e-10), (np.float32, 1e-5)):
-        out, _ = _run_tw(lambda ps: getattr(optim, name)(ps, **kw), 6, dtype)
+        out, _ = _run_tw(lambda ps: getattr(optim, name)(ps, **kw), 8, dtype)
         tps = [torch.nn.Parameter(torch.tensor(a)) for a in _params(dtype=dtype)]
         topt = getattr(torch.optim, name)(tps, **kw)
-        for s in range(6):
+        for s in range(8):
             for p, g in zip(tps, _grads(s, dtype)):
                 p.grad = torch.tensor(g)
             topt.step()
@@ -204,3 +214,165 @@ def test_clip_grad_norm(session):
     assert v.shape == (17,)
     nn.utils.vector_to_parameters(v * 0 + 1, ps)
     assert float(ps[1].sum()) == 5
+
+
+_GROUPED = [
+    ("SGD", dict(lr=0.1, momentum=0.9), dict(lr=0.01, nesterov=True, momentum=0.5)),
+    ("Adam", dict(lr=0.01), dict(lr=0.1, betas=(0.5, 0.6), amsgrad=True, weight_decay=0.1)),
+    ("Adadelta", dict(), dict(lr=0.1, rho=0.5, weight_decay=0.01)),
+    ("Adamax", dict(lr=0.01), dict(betas=(0.5, 0.9), eps=1e-3)),
+    ("NAdam", dict(lr=0.01), dict(lr=0.05, momentum_decay=0.1, weight_decay=0.1, decoupled_weight_decay=True)),
+    ("RAdam", dict(lr=0.01), dict(lr=0.05, betas=(0.8, 0.99), weight_decay=0.1)),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("name,default,group", _GROUPED, ids=[g[0] for g in _GROUPED])
+def test_param_groups_match_torch(session, name, default, group):
+    """Two groups with their own options, a third added mid-run with add_param_group, a StepLR scheduler over all
+    of them: the trajectories, the groups' keys and the state_dict layout are torch's."""
+    extra = np.random.default_rng(5).standard_normal(5)
+
+    def run(lib, tensor, param):
+        ps = [param(tensor(a)) for a in _params()]
+        opt = getattr(lib.optim, name)([{"params": [ps[0]]}, {"params": [ps[1]], **group}], **default)
+        sched = lib.optim.lr_scheduler.StepLR(opt, 2, gamma=0.5)
+        q = param(tensor(extra))
+        for s in range(7):
+            if s == 3:
+                opt.add_param_group({"params": q, "lr": 0.02})
+            for p, g in zip(ps, _grads(s)):
+                p.grad = tensor(g)
+            q.grad = tensor(np.sin(extra + s))
+            opt.step()
+            sched.step()
+        return [np.asarray(p.detach().numpy()) for p in (*ps, q)], opt, sched
+
+    out, opt, sched = run(tw, tw.tensor, nn.Parameter)
+    ref, topt, tsched = run(torch, torch.tensor, torch.nn.Parameter)
+    for a, b in zip(out, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    assert sched.get_last_lr() == pytest.approx(tsched.get_last_lr(), rel=1e-12)
+    sd, tsd = opt.state_dict(), topt.state_dict()
+    assert [sorted(g) for g in sd["param_groups"]] == [sorted(g) for g in tsd["param_groups"]]
+    assert [g["params"] for g in sd["param_groups"]] == [g["params"] for g in tsd["param_groups"]]
+    assert sorted(sd["state"]) == sorted(tsd["state"])
+    for k, st in tsd["state"].items():
+        assert sorted(sd["state"][k]) == sorted(st)
+        for key, v in st.items():
+            if key != "step":  # torch keeps the step as a tensor, tensorwire as a number
+                np.testing.assert_allclose(np.asarray(sd["state"][k][key].numpy() if hasattr(sd["state"][k][key],
+                                           "numpy") else sd["state"][k][key]), np.asarray(v), rtol=1e-6)
+            else:
+                assert sd["state"][k][key] == float(v)
+
+
+def test_param_groups_errors_and_named_parameters(session):
+    a = nn.Parameter(tw.ones(2))
+    with pytest.raises(TypeError, match="ordered collections"):
+        optim.Adam([{"params": {a}}])
+    with pytest.raises(ValueError, match="Invalid rho"):
+        optim.Adadelta([a], rho=1.5)
+    with pytest.raises(ValueError, match="Invalid beta"):
+        optim.NAdam([a], betas=(1.0, 0.9))
+    with pytest.raises(ValueError, match="Invalid momentum_decay"):
+        optim.NAdam([a], momentum_decay=-1)
+    lin = nn.Linear(3, 2)
+    opt = optim.RAdam(lin.named_parameters(), lr=0.1)
+    assert opt.param_groups[0]["param_names"] == ["weight", "bias"]
+    assert opt.state_dict()["param_groups"][0]["param_names"] == ["weight", "bias"]
+    with pytest.raises(ValueError, match="parameter groups"):
+        optim.LBFGS([{"params": [a]}, {"params": [nn.Parameter(tw.ones(1))]}])
+
+
+def _lbfgs_problem(lib, tensor, dtype):
+    """A small ill-conditioned least-squares problem plus a quartic term (non-quadratic, so the line search works)."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((6, 4)) * np.array([1.0, 3.0, 0.3, 2.0])
+    b = rng.standard_normal(6)
+    x = lib.nn.Parameter(tensor(np.zeros(4, dtype)))
+    at, bt = tensor(a.astype(dtype)), tensor(b.astype(dtype))
+
+    def loss_fn():
+        r = at @ x - bt
+        return (r * r).sum() + (x * x * x * x).sum() * 0.1
+
+    return x, loss_fn
+
+
+@needs_torch
+@pytest.mark.parametrize("kw", [dict(), dict(line_search_fn="strong_wolfe", history_size=3, max_iter=7),
+                                dict(lr=0.5, max_iter=4)], ids=["plain", "strong_wolfe", "lr"])
+def test_lbfgs_matches_torch(session, kw):
+    """Several LBFGS steps with a closure: the same iterates, losses and evaluation counts as torch (float64)."""
+    def run(lib, tensor):
+        x, loss_fn = _lbfgs_problem(lib, tensor, np.float64)
+        opt = lib.optim.LBFGS([x], **kw)
+        losses = []
+
+        def closure():
+            opt.zero_grad()
+            loss = loss_fn()
+            loss.backward()
+            return loss
+
+        for _ in range(3):
+            losses.append(opt.step(closure).item())
+        st = opt.state[x]
+        return np.asarray(x.detach().numpy()), losses, st["func_evals"], st["n_iter"], loss_fn().item()
+
+    x, losses, evals, iters, final = run(tw, tw.tensor)
+    tx, tlosses, tevals, titers, tfinal = run(torch, torch.tensor)
+    np.testing.assert_allclose(x, tx, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(losses, tlosses, rtol=1e-9)
+    assert (evals, iters) == (tevals, titers)
+    assert final == pytest.approx(tfinal, rel=1e-9)
+    assert final < losses[0] * 0.5
+
+
+def test_lbfgs_float32_converges_and_state_dict(session):
+    x, loss_fn = _lbfgs_problem(tw, tw.tensor, np.float32)
+    opt = optim.LBFGS([x], line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = loss_fn()
+        loss.backward()
+        return loss
+
+    first = float(opt.step(closure))
+    opt.step(closure)
+    tx, tloss = _lbfgs_problem(torch, torch.tensor, np.float32)
+    topt = torch.optim.LBFGS([tx], line_search_fn="strong_wolfe") if torch is not None else None
+    if topt is not None:
+        for _ in range(2):
+            topt.step(lambda: (topt.zero_grad(), (lambda v: (v.backward(), v)[1])(tloss()))[1])
+        np.testing.assert_allclose(x.numpy(), tx.detach().numpy(), rtol=1e-4, atol=1e-5)
+    assert float(loss_fn()) < first
+    sd = opt.state_dict()
+    assert set(sd["state"][0]) >= {"d", "t", "old_dirs", "old_stps", "ro", "H_diag", "prev_flat_grad", "func_evals"}
+    y = nn.Parameter(tw.tensor(x.numpy()))
+    opt2 = optim.LBFGS([y], line_search_fn="strong_wolfe")
+    opt2.load_state_dict(sd)
+    assert len(opt2.state[y]["old_dirs"]) == len(sd["state"][0]["old_dirs"])
+    np.testing.assert_array_equal(opt2.state[y]["d"].numpy(), opt.state[x]["d"].numpy())
+
+
+@needs_torch
+@pytest.mark.parametrize("kw", [dict(patience=1, factor=0.5, min_lr=[0.02, 0.0]),
+                                dict(mode="max", threshold_mode="abs", threshold=0.1, cooldown=2, patience=0)])
+def test_reduce_lr_on_plateau_matches_torch(session, kw):
+    """Per-group lrs after a metric that improves, stalls and improves again, for two param groups."""
+    metrics = [1.0, 0.9, 0.95, 0.97, 0.96, 0.5, 0.55, 0.6, 0.61, 0.4, 0.41, 0.42]
+
+    def run(lib, param):
+        a, b = param(lib.ones(1)), param(lib.ones(1))
+        opt = lib.optim.Adadelta([{"params": [a]}, {"params": [b], "lr": 0.3}], lr=1.0)
+        sched = lib.optim.lr_scheduler.ReduceLROnPlateau(opt, **kw)
+        out = []
+        for m in metrics:
+            sched.step(m)
+            out.append(sched.get_last_lr())
+        return out
+
+    assert run(tw, nn.Parameter) == run(torch, torch.nn.Parameter)

@@ -1,0 +1,308 @@
+"""``tw.optim.LBFGS``: limited-memory BFGS with an optional strong-Wolfe line search, as torch's.
+
+The algorithm is torch's (``torch/optim/lbfgs.py``, after minFunc) step for step. The vectors (the flat
+gradient, the direction, the curvature history) and the two-loop recursion's dot products stay on the
+cluster as lazy tensors; only the decisions torch takes on a Python ``bool`` or ``float`` (the loss, the
+stopping tests, the line search's step lengths) fetch a number. The line search works on those numbers as
+Python floats: identical to torch's 0-d tensor arithmetic for float64 parameters, within float32 rounding
+(one ulp per operation) for float32 ones.
+"""
+
+from __future__ import annotations
+
+from tensorwire.nn._tensors import alias, no_grad, rebind
+
+from .optimizer import Optimizer
+
+__all__ = ["LBFGS"]
+
+
+def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None):
+    """Minimiser of the cubic through (x1, f1, g1) and (x2, f2, g2), clamped to ``bounds``."""
+    if bounds is not None:
+        xmin_bound, xmax_bound = bounds
+    else:
+        xmin_bound, xmax_bound = (x1, x2) if x1 <= x2 else (x2, x1)
+    d1 = g1 + g2 - 3 * (f1 - f2) / (x1 - x2)
+    d2_square = d1**2 - g1 * g2
+    if d2_square >= 0:
+        d2 = d2_square**0.5
+        if x1 <= x2:
+            min_pos = x2 - (x2 - x1) * ((g2 + d2 - d1) / (g2 - g1 + 2 * d2))
+        else:
+            min_pos = x1 - (x1 - x2) * ((g1 + d2 - d1) / (g1 - g2 + 2 * d2))
+        return min(max(min_pos, xmin_bound), xmax_bound)
+    return (xmin_bound + xmax_bound) / 2.0
+
+
+def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_change=1e-9, max_ls=25):
+    """torch's strong-Wolfe line search; returns ``(f_new, g_new, t, evaluations)``. ``f``, ``t`` and ``gtd``
+    are Python floats, ``g`` and ``d`` flat tensors."""
+    d_norm = float(d.abs().max())
+    f_new, g_new = obj_func(x, t, d)
+    ls_func_evals = 1
+    gtd_new = float(g_new.dot(d))
+    t_prev, f_prev, g_prev, gtd_prev = 0, f, g, gtd
+    done = False
+    ls_iter = 0
+    bracket, bracket_f, bracket_g, bracket_gtd = [], [], [], []
+    while ls_iter < max_ls:
+        if f_new > (f + c1 * t * gtd) or (ls_iter > 1 and f_new >= f_prev):
+            bracket, bracket_f = [t_prev, t], [f_prev, f_new]
+            bracket_g, bracket_gtd = [g_prev, g_new], [gtd_prev, gtd_new]
+            break
+        if abs(gtd_new) <= -c2 * gtd:
+            bracket, bracket_f, bracket_g = [t], [f_new], [g_new]
+            done = True
+            break
+        if gtd_new >= 0:
+            bracket, bracket_f = [t_prev, t], [f_prev, f_new]
+            bracket_g, bracket_gtd = [g_prev, g_new], [gtd_prev, gtd_new]
+            break
+        min_step = t + 0.01 * (t - t_prev)
+        max_step = t * 10
+        tmp = t
+        t = _cubic_interpolate(t_prev, f_prev, gtd_prev, t, f_new, gtd_new, bounds=(min_step, max_step))
+        t_prev, f_prev, g_prev, gtd_prev = tmp, f_new, g_new, gtd_new
+        f_new, g_new = obj_func(x, t, d)
+        ls_func_evals += 1
+        gtd_new = float(g_new.dot(d))
+        ls_iter += 1
+    if ls_iter == max_ls:
+        bracket, bracket_f, bracket_g = [0, t], [f, f_new], [g, g_new]
+
+    # zoom: shrink the bracket until a point satisfies the strong Wolfe conditions
+    insuf_progress = False
+    low_pos, high_pos = (0, 1) if bracket_f[0] <= bracket_f[-1] else (1, 0)
+    while not done and ls_iter < max_ls:
+        if abs(bracket[1] - bracket[0]) * d_norm < tolerance_change:
+            break
+        t = _cubic_interpolate(bracket[0], bracket_f[0], bracket_gtd[0], bracket[1], bracket_f[1], bracket_gtd[1])
+        eps = 0.1 * (max(bracket) - min(bracket))
+        if min(max(bracket) - t, t - min(bracket)) < eps:
+            if insuf_progress or t >= max(bracket) or t <= min(bracket):
+                t = max(bracket) - eps if abs(t - max(bracket)) < abs(t - min(bracket)) else min(bracket) + eps
+                insuf_progress = False
+            else:
+                insuf_progress = True
+        else:
+            insuf_progress = False
+        f_new, g_new = obj_func(x, t, d)
+        ls_func_evals += 1
+        gtd_new = float(g_new.dot(d))
+        ls_iter += 1
+        if f_new > (f + c1 * t * gtd) or f_new >= bracket_f[low_pos]:
+            bracket[high_pos], bracket_f[high_pos] = t, f_new
+            bracket_g[high_pos], bracket_gtd[high_pos] = g_new, gtd_new
+            low_pos, high_pos = (0, 1) if bracket_f[0] <= bracket_f[1] else (1, 0)
+        else:
+            if abs(gtd_new) <= -c2 * gtd:
+                done = True
+            elif gtd_new * (bracket[high_pos] - bracket[low_pos]) >= 0:
+                bracket[high_pos], bracket_f[high_pos] = bracket[low_pos], bracket_f[low_pos]
+                bracket_g[high_pos], bracket_gtd[high_pos] = bracket_g[low_pos], bracket_gtd[low_pos]
+            bracket[low_pos], bracket_f[low_pos] = t, f_new
+            bracket_g[low_pos], bracket_gtd[low_pos] = g_new, gtd_new
+    return bracket_f[low_pos], bracket_g[low_pos], bracket[low_pos], ls_func_evals
+
+
+class LBFGS(Optimizer):
+    """L-BFGS (torch's defaults: ``lr=1``, ``max_iter=20``, ``max_eval=max_iter * 5 // 4``,
+    ``tolerance_grad=1e-7``, ``tolerance_change=1e-9``, ``history_size=100``; ``line_search_fn`` is ``None`` or
+    ``"strong_wolfe"``). ``step(closure)`` needs a closure that clears the gradients, computes the loss, calls
+    ``backward`` and returns the loss. One parameter group only, as torch."""
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1,
+        max_iter: int = 20,
+        max_eval: int | None = None,
+        tolerance_grad: float = 1e-7,
+        tolerance_change: float = 1e-9,
+        history_size: int = 100,
+        line_search_fn: str | None = None,
+    ):
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if max_eval is None:
+            max_eval = max_iter * 5 // 4
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                max_iter=max_iter,
+                max_eval=max_eval,
+                tolerance_grad=tolerance_grad,
+                tolerance_change=tolerance_change,
+                history_size=history_size,
+                line_search_fn=line_search_fn,
+            ),
+        )
+        if len(self.param_groups) != 1:
+            raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
+        self._params = self.param_groups[0]["params"]
+        self._numel_cache = None
+
+    def add_param_group(self, param_group: dict) -> None:
+        if self.param_groups:
+            raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
+        super().add_param_group(param_group)
+
+    def _numel(self) -> int:
+        if self._numel_cache is None:
+            self._numel_cache = sum(p.numel() for p in self._params)
+        return self._numel_cache
+
+    def _gather_flat_grad(self):
+        from tensorwire.creation import zeros
+        from tensorwire.functions import cat
+
+        views = [
+            zeros(p.numel(), dtype=p.dtype, device=p._dev, session=p._s) if p.grad is None else p.grad.reshape(-1)
+            for p in self._params
+        ]
+        return cat(views, 0)
+
+    def _add_grad(self, step_size: float, update) -> None:
+        offset = 0
+        for p in self._params:
+            n = p.numel()
+            rebind(p, p + update[offset : offset + n].reshape(p.shape) * step_size)
+            offset += n
+
+    def _clone_param(self):
+        return [alias(p) for p in self._params]
+
+    def _set_param(self, params_data) -> None:
+        for p, v in zip(self._params, params_data):
+            rebind(p, alias(v))
+
+    def _directional_evaluate(self, closure, x, t, d):
+        self._add_grad(t, d)
+        loss = float(closure())
+        flat_grad = self._gather_flat_grad()
+        self._set_param(x)
+        return loss, flat_grad
+
+    def step(self, closure):
+        """Up to ``max_iter`` L-BFGS iterations; ``closure`` re-evaluates the model and returns the loss.
+        Returns the loss of the first evaluation, as torch."""
+        from tensorwire.autograd_engine import enable_grad
+
+        def evaluate():
+            with enable_grad():
+                return closure()
+
+        with no_grad():
+            out = self._step(evaluate)
+        for sess in {p._s for p in self._params}:
+            sess.mark_step()
+        return out
+
+    def _step(self, closure):
+        group = self.param_groups[0]
+        lr, max_iter, max_eval = group["lr"], group["max_iter"], group["max_eval"]
+        tolerance_grad, tolerance_change = group["tolerance_grad"], group["tolerance_change"]
+        line_search_fn, history_size = group["line_search_fn"], group["history_size"]
+
+        state = self.state[self._params[0]]
+        state.setdefault("func_evals", 0)
+        state.setdefault("n_iter", 0)
+        orig_loss = closure()
+        loss = float(orig_loss)
+        current_evals = 1
+        state["func_evals"] += 1
+        flat_grad = self._gather_flat_grad()
+        if float(flat_grad.abs().max()) <= tolerance_grad:
+            return orig_loss
+
+        d, t = state.get("d"), state.get("t")
+        old_dirs, old_stps, ro = state.get("old_dirs"), state.get("old_stps"), state.get("ro")
+        H_diag = state.get("H_diag")
+        prev_flat_grad, prev_loss = state.get("prev_flat_grad"), state.get("prev_loss")
+
+        n_iter = 0
+        while n_iter < max_iter:
+            n_iter += 1
+            state["n_iter"] += 1
+            if state["n_iter"] == 1:
+                d = -flat_grad
+                old_dirs, old_stps, ro = [], [], []
+                H_diag = 1
+            else:
+                y = flat_grad - prev_flat_grad
+                s = d * t
+                ys = y.dot(s)
+                if float(ys) > 1e-10:  # update the memory
+                    if len(old_dirs) == history_size:
+                        old_dirs.pop(0)
+                        old_stps.pop(0)
+                        ro.pop(0)
+                    old_dirs.append(y)
+                    old_stps.append(s)
+                    ro.append(1.0 / ys)
+                    H_diag = ys / y.dot(y)
+                # two-loop recursion: d = -H g (0-d tensors stay lazy on the device)
+                num_old = len(old_dirs)
+                al = [None] * num_old
+                q = -flat_grad
+                for i in range(num_old - 1, -1, -1):
+                    al[i] = old_stps[i].dot(q) * ro[i]
+                    q = q - old_dirs[i] * al[i]
+                r = q * H_diag
+                for i in range(num_old):
+                    be_i = old_dirs[i].dot(r) * ro[i]
+                    r = r + old_stps[i] * (al[i] - be_i)
+                d = r
+            prev_flat_grad = alias(flat_grad)
+            prev_loss = loss
+            # step length: the first iteration is scaled by the gradient's 1-norm
+            t = min(1.0, 1.0 / float(flat_grad.abs().sum())) * lr if state["n_iter"] == 1 else lr
+            gtd = float(flat_grad.dot(d))
+            if gtd > -tolerance_change:  # not a descent direction
+                break
+
+            ls_func_evals = 0
+            if line_search_fn is not None:
+                if line_search_fn != "strong_wolfe":
+                    raise RuntimeError("only 'strong_wolfe' is supported")
+                x_init = self._clone_param()
+
+                def obj_func(x, t, d):
+                    return self._directional_evaluate(closure, x, t, d)
+
+                loss, flat_grad, t, ls_func_evals = _strong_wolfe(
+                    obj_func, x_init, t, d, loss, flat_grad, gtd, max_ls=max_eval - current_evals
+                )
+                self._add_grad(t, d)
+                opt_cond = float(flat_grad.abs().max()) <= tolerance_grad
+            else:
+                self._add_grad(t, d)
+                opt_cond = False
+                if n_iter != max_iter:
+                    loss = float(closure())
+                    flat_grad = self._gather_flat_grad()
+                    opt_cond = float(flat_grad.abs().max()) <= tolerance_grad
+                    ls_func_evals = 1
+            current_evals += ls_func_evals
+            state["func_evals"] += ls_func_evals
+
+            if n_iter == max_iter or current_evals >= max_eval or opt_cond:
+                break
+            if float((d * t).abs().max()) <= tolerance_change:
+                break
+            if abs(loss - prev_loss) < tolerance_change:
+                break
+
+        state.update(
+            d=d,
+            t=t,
+            old_dirs=old_dirs,
+            old_stps=old_stps,
+            ro=ro,
+            H_diag=H_diag,
+            prev_flat_grad=prev_flat_grad,
+            prev_loss=prev_loss,
+        )
+        return orig_loss

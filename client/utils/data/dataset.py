@@ -1,0 +1,191 @@
+"""``tw.utils.data.dataset``: ``Dataset``, ``IterableDataset``, ``TensorDataset``, ``StackDataset``,
+``ConcatDataset``, ``ChainDataset``, ``Subset`` and ``random_split``, as torch's.
+
+A :class:`TensorDataset` of numpy arrays gathers each batch on the client and uploads it as one buffer per field
+(all fields in one message); a :class:`TensorDataset` of cluster tensors never uploads data at all: the batch is an
+index gather on the device (one small upload of the indices, or a slice when the batch is contiguous). Both go
+through ``_batch``, which :class:`~tensorwire.utils.data.DataLoader` uses when no ``collate_fn`` is given.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from tensorwire.tensor import Tensor
+
+__all__ = [
+    "Dataset",
+    "IterableDataset",
+    "TensorDataset",
+    "StackDataset",
+    "Subset",
+    "ConcatDataset",
+    "ChainDataset",
+    "random_split",
+]
+
+
+class Dataset:
+    """A map-style dataset: ``__getitem__(i)`` and ``__len__``."""
+
+    def __getitem__(self, index):
+        raise NotImplementedError
+
+    def __add__(self, other):
+        return ConcatDataset([self, other])
+
+
+class IterableDataset(Dataset):
+    """A dataset of samples produced by ``__iter__`` (a stream); the loader batches them in order."""
+
+    def __iter__(self):
+        raise NotImplementedError
+
+    def __add__(self, other):
+        return ChainDataset([self, other])
+
+
+class TensorDataset(Dataset):
+    """Samples are rows of the given tensors (cluster tensors or numpy arrays, same first dimension)."""
+
+    def __init__(self, *tensors):
+        if not tensors:
+            raise ValueError("TensorDataset needs at least one tensor")
+        n = tensors[0].shape[0]
+        if any(t.shape[0] != n for t in tensors):
+            raise ValueError("Size mismatch between tensors")
+        self.tensors = tuple(t if isinstance(t, Tensor) else np.asarray(t) for t in tensors)
+
+    def __getitem__(self, index):
+        return tuple(t[index] for t in self.tensors)
+
+    def __len__(self) -> int:
+        return self.tensors[0].shape[0]
+
+    def _batch(self, indices: list[int], device=None):
+        """One batch: a device gather for cluster tensors, one upload per field for numpy arrays."""
+        from tensorwire.creation import tensor as _tensor
+
+        idx = np.asarray(indices, dtype=np.int64)
+        contiguous = len(idx) > 0 and bool(np.all(np.diff(idx) == 1))
+        out = []
+        dev_idx = {}
+        for t in self.tensors:
+            if isinstance(t, Tensor):
+                if contiguous:
+                    b = t[int(idx[0]) : int(idx[-1]) + 1]
+                else:
+                    key = (id(t._s), t._dev)
+                    if key not in dev_idx:
+                        dev_idx[key] = _tensor(idx, device=t._dev, session=t._s)
+                    b = t.index_select(0, dev_idx[key])
+                out.append(b.to(device) if device is not None else b)
+            else:
+                out.append(_tensor(np.ascontiguousarray(t[idx]), device=device))
+        return tuple(out)
+
+
+class Subset(Dataset):
+    def __init__(self, dataset: Dataset, indices: Sequence[int]):
+        self.dataset, self.indices = dataset, list(indices)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, list):
+            return self.dataset[[self.indices[i] for i in idx]]
+        return self.dataset[self.indices[idx]]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def _batch(self, indices, device=None):
+        base = getattr(self.dataset, "_batch", None)
+        if base is None:
+            raise AttributeError("_batch")
+        return base([self.indices[i] for i in indices], device)
+
+
+class ConcatDataset(Dataset):
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        self.cumulative_sizes = list(itertools.accumulate(len(d) for d in self.datasets))
+
+    def __len__(self) -> int:
+        return self.cumulative_sizes[-1] if self.cumulative_sizes else 0
+
+    def __getitem__(self, idx):
+        if idx < 0:
+            idx += len(self)
+        import bisect
+
+        d = bisect.bisect_right(self.cumulative_sizes, idx)
+        start = self.cumulative_sizes[d - 1] if d else 0
+        return self.datasets[d][idx - start]
+
+
+class StackDataset(Dataset):
+    """Samples are tuples (``StackDataset(a, b)``) or dicts (``StackDataset(x=a, y=b)``) of the datasets' samples."""
+
+    def __init__(self, *args, **kwargs):
+        if args and kwargs:
+            raise ValueError(
+                "Supported either ``tuple``- (via ``args``) or``dict``- (via ``kwargs``) like "
+                "input/output, but both types are given."
+            )
+        self.datasets = args if args else kwargs
+        sizes = {len(d) for d in (args if args else kwargs.values())}
+        if len(sizes) != 1:
+            raise ValueError("Size mismatch between datasets")
+        self._length = sizes.pop()
+
+    def __getitem__(self, index):
+        if isinstance(self.datasets, dict):
+            return {k: d[index] for k, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def __len__(self) -> int:
+        return self._length
+
+
+class ChainDataset(IterableDataset):
+    """The samples of several iterable datasets, one after the other."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+
+    def __iter__(self):
+        for d in self.datasets:
+            yield from d
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self.datasets)
+
+
+def _rng(generator) -> np.random.Generator:
+    """A numpy generator seeded from (and advancing) a tensorwire generator: reproducible under tw.manual_seed."""
+    from tensorwire import random as R
+
+    gen = generator if generator is not None else R.default_generator
+    seed, off = gen.take(1)
+    return np.random.default_rng([seed % (1 << 63), off])
+
+
+def random_split(dataset: Dataset, lengths, generator=None):
+    """Split into non-overlapping random subsets (``lengths`` may be fractions summing to 1)."""
+    n = len(dataset)
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        sizes = [int(math.floor(n * f)) for f in lengths]
+        for i in range(n - sum(sizes)):
+            sizes[i % len(sizes)] += 1
+        lengths = sizes
+    if sum(lengths) != n:
+        raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
+    perm = _rng(generator).permutation(n).tolist()
+    out, start = [], 0
+    for ln in lengths:
+        out.append(Subset(dataset, perm[start : start + ln]))
+        start += ln
+    return out
