@@ -19,3 +19,20 @@ manual_seed_all = _TYPE.manual_seed_all
 empty_cache = _TYPE.empty_cache
 memory_allocated = _TYPE.memory_allocated
 is_bf16_supported = _TYPE.is_bf16_supported
+
+
+class amp:  # noqa: N801 - torch.cuda.amp
+    """``torch.cuda.amp``: :class:`tensorwire.amp.autocast` and :class:`tensorwire.amp.GradScaler` for ``cuda``
+    (PyTorch's older spelling of ``torch.amp.autocast("cuda")``)."""
+
+    @staticmethod
+    def autocast(enabled: bool = True, dtype=None, cache_enabled: bool = True):
+        from .amp import autocast
+
+        return autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+    @staticmethod
+    def GradScaler(*args, **kwargs):  # noqa: N802 - torch's name
+        from .amp import GradScaler
+
+        return GradScaler("cuda", *args, **kwargs)
