@@ -62,3 +62,8 @@ def get_backend(device_type: str):
     if device_type not in found:
         raise DeviceError(f"no backend for device type {device_type!r}; installed: {', '.join(sorted(found))}")
     return found[device_type]
+
+
+# PyTorch's torch.backends settings (cudnn, mkldnn, opt_einsum; ``cuda`` and ``mps`` are the plugin packages, which
+# carry their own ``is_available``/``matmul``): see :mod:`.torch_flags`
+from .torch_flags import cudnn, mkldnn, opt_einsum  # noqa: E402

@@ -133,6 +133,10 @@ __all__ = [
 ]
 
 # the model-building toolkit (issue 4): imported last, it builds on everything above
+# torch.backends.{cuda,mps,cudnn} for programs written for PyTorch: the plugin packages load without their drivers
+import tensorwire.backends.cuda  # noqa: E402,F401
+import tensorwire.backends.mps  # noqa: E402,F401
+
 from . import amp, models, nn, optim, utils  # noqa: E402
 from .amp import autocast  # noqa: E402
 from .serialization import load, save  # noqa: E402

@@ -7,7 +7,7 @@ worker asked for it exits at once with that reason. See :mod:`.runtime` for disc
 
 from __future__ import annotations
 
-from tensorwire.backends import hookimpl
+from tensorwire.backends import hookimpl, torch_flags
 from tensorwire.backends.base import Backend, DeviceInfo
 from tensorwire.protocol.errors import DeviceError
 from tensorwire.protocol.ops import primitives
@@ -55,3 +55,18 @@ class CUDABackend(Backend):
 def tensorwire_backends():
     """The CUDA backend (its devices say whether cuda-python, a driver and a GPU are there)."""
     return [CUDABackend()]
+
+
+# -- torch.backends.cuda's names, for programs written for PyTorch (see tensorwire.backends.torch_flags) ----------
+
+matmul = torch_flags.cuda_matmul
+
+
+def is_built() -> bool:
+    """True: the client needs no CUDA build of its own (the cluster's workers run the kernels)."""
+    return True
+
+
+def is_available() -> bool:
+    """Whether the connected cluster has a ``cuda`` device."""
+    return torch_flags.cluster_has("cuda")

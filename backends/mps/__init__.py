@@ -8,7 +8,7 @@ hosts without Metal (Linux: ``pip install "mlx[cpu]"``).
 
 from __future__ import annotations
 
-from tensorwire.backends import hookimpl
+from tensorwire.backends import hookimpl, torch_flags
 from tensorwire.backends.base import Backend, DeviceInfo
 from tensorwire.protocol.errors import DeviceError
 from tensorwire.protocol.ops import primitives
@@ -47,3 +47,15 @@ class MPSBackend(Backend):
 def tensorwire_backends():
     """The MPS backend (its device says whether MLX and a Metal GPU are there)."""
     return [MPSBackend()]
+
+
+# -- torch.backends.mps's names, for programs written for PyTorch (see tensorwire.backends.torch_flags) -----------
+
+def is_built() -> bool:
+    """True: the client needs no MPS build of its own (the cluster's workers run the kernels)."""
+    return True
+
+
+def is_available() -> bool:
+    """Whether the connected cluster has an ``mps`` device."""
+    return torch_flags.cluster_has("mps")

@@ -200,3 +200,20 @@ def test_onnx_export_says_it_is_not_supported():
     assert tw.onnx.is_in_onnx_export() is False
     with pytest.raises(NotImplementedError, match="state_dict"):
         tw.onnx.export(tw.nn.Linear(2, 2), (tw.ones(1, 2),), "model.onnx")
+
+
+def test_torch_backends_names_programs_use():
+    """torch.backends.* settings are accepted and readable; availability answers from the cluster."""
+    tw.backends.cudnn.benchmark = True
+    tw.backends.cudnn.deterministic = True
+    tw.backends.cuda.matmul.allow_tf32 = True
+    assert tw.backends.cudnn.benchmark and tw.backends.cuda.matmul.allow_tf32
+    assert tw.backends.mps.is_built() and tw.backends.cuda.is_built()
+    assert tw.backends.mps.is_available() is False and tw.backends.cuda.is_available() is False  # cpu:0, cpu:1 only
+    assert tw.backends.opt_einsum.enabled is False and tw.backends.mkldnn.enabled is True
+
+
+def test_cuda_amp_is_amp_for_cuda():
+    assert isinstance(tw.cuda.amp.GradScaler(enabled=False), tw.amp.GradScaler)
+    ac = tw.cuda.amp.autocast(dtype=tw.float16)
+    assert isinstance(ac, tw.amp.autocast) and ac.device == "cuda"
