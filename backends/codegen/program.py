@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections import OrderedDict
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -115,3 +117,39 @@ def build_runner(device, plan, keep: frozenset):
 
 __all__ = ["DEBUG_ENV", "HostStep", "Launch", "build_runner", "debug_kernels", "kernel_error", "print_source",
            "scalar_value"]
+
+
+class StepRunners:
+    """A compiling device's step-by-step mode (``Device.run_step``): each step lowered alone and built once per
+    structure (op, input pattern, metas, static attributes; dynamic ones such as ``full``'s value are kernel
+    parameters), the least recently used dropped past ``limit``."""
+
+    def __init__(self, device, limit: int = 4096):
+        self.device, self.limit = device, limit
+        self._runners: OrderedDict = OrderedDict()
+
+    def run(self, step, args: list, attrs: dict):
+        from tensorwire.protocol.ops import OPS
+
+        from ..base import Step
+
+        slots = list(dict.fromkeys(step.ins))
+        ins = tuple(slots.index(x) for x in step.ins)
+        dynamic = set(getattr(OPS.get(step.op), "dynamic", None) or ())
+        static = sorted((k, repr(v)) for k, v in attrs.items() if k not in dynamic)
+        key = (step.op, ins, tuple((tuple(m[0]), m[1].name) for m in step.in_meta), tuple(step.shape),
+               step.dtype.name, tuple(static))
+        out = len(slots)
+        run = self._runners.get(key)
+        if run is None:
+            st = Step(step.op, ins, dict(attrs), tuple(step.shape), step.dtype, out, 0, dynamic=True,
+                      in_meta=step.in_meta)
+            run = self._runners[key] = build_runner(self.device, SimpleNamespace(program=SimpleNamespace(steps=[st])),
+                                                    frozenset({out}))
+            if len(self._runners) > self.limit:
+                self._runners.popitem(last=False)
+        else:
+            self._runners.move_to_end(key)
+        env = [args[step.ins.index(x)] for x in slots] + [None]
+        run(env, {0: attrs}, [])
+        return env[out]

@@ -33,12 +33,11 @@ import numpy as np
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
-from tensorwire.protocol.ops import OPS
 
 from ..base import Device, Step
 from ..codegen.cache import KernelCache, KernelCompileError
 from ..codegen.cuda import NVRTC_OPTIONS, CUDARenderer, compile_cubin, compile_ptx, nvrtc_version, supported_archs
-from ..codegen.program import build_runner, kernel_error
+from ..codegen.program import StepRunners, build_runner, kernel_error
 from ..opencl.runtime import LOWERING_GPU
 from . import cublas
 from .allocator import CachingAllocator, DriverOutOfMemory, size_class
@@ -440,7 +439,7 @@ class CUDADevice(Device):
         self.lowering_options = LOWERING if self.runtime.blas is not None else LOWERING_KERNELS
         self._kernels_only = SimpleNamespace(runtime=self.runtime, lowering_options=LOWERING_KERNELS,
                                              host_call=self.host_call)
-        self._step_runners: OrderedDict = OrderedDict()
+        self._step_runners = StepRunners(self, self.MAX_STEP_RUNNERS)
 
     # buffers ------------------------------------------------------------------------------------------
     def upload(self, array) -> CUDABuffer:
@@ -534,22 +533,4 @@ class CUDADevice(Device):
 
     def run_step(self, step: Step, args: list, attrs: dict):
         """One step on its own (the executor's step-by-step mode): lowered alone, cached by its structure."""
-        opdef = OPS.get(step.op)
-        dynamic = set(getattr(opdef, "dynamic", None) or ())
-        static = sorted((k, repr(v)) for k, v in attrs.items() if k not in dynamic)
-        slots = list(dict.fromkeys(step.ins))
-        key = (step.op, tuple(slots.index(x) for x in step.ins), tuple((tuple(m[0]), m[1].name) for m in
-               step.in_meta), tuple(step.shape), step.dtype.name, tuple(static))
-        run = self._step_runners.get(key)
-        if run is None:
-            st = Step(step.op, tuple(slots.index(x) for x in step.ins), dict(attrs), tuple(step.shape), step.dtype,
-                      len(slots), 0, dynamic=True, in_meta=step.in_meta)
-            run = build_runner(self, SimpleNamespace(program=SimpleNamespace(steps=[st])), frozenset({len(slots)}))
-            self._step_runners[key] = run
-            if len(self._step_runners) > self.MAX_STEP_RUNNERS:
-                self._step_runners.popitem(last=False)
-        else:
-            self._step_runners.move_to_end(key)
-        env = [args[step.ins.index(x)] for x in slots] + [None]
-        run(env, {0: attrs}, [])
-        return env[-1]
+        return self._step_runners.run(step, args, attrs)

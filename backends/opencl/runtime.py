@@ -25,19 +25,17 @@ import math
 import os
 import threading
 from collections import OrderedDict
-from types import SimpleNamespace
 
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError, OutOfMemory
-from tensorwire.protocol.ops import OPS
 
 from ..base import Device, Step
 from ..codegen.cache import KernelCache, KernelCompileError
 from ..codegen.lower import Options
 from ..codegen.opencl import OpenCLRenderer
-from ..codegen.program import build_runner, kernel_error
+from ..codegen.program import StepRunners, build_runner, kernel_error
 
 PLATFORM_ENV = "TENSORWIRE_OPENCL_PLATFORM"
 BUILD_OPTIONS = ("-cl-std=CL1.2",)
@@ -427,7 +425,7 @@ class OpenCLDevice(Device):
         self._stats = [0, 0]  # bytes, buffers
         self.runtime = CLRuntime(cl, platform, device, self.ctx, self.queue, self._stats)
         self.lowering_options = LOWERING if self.runtime.cpu else LOWERING_GPU
-        self._step_runners: OrderedDict = OrderedDict()
+        self._step_runners = StepRunners(self, self.MAX_STEP_RUNNERS)
 
     # buffers ------------------------------------------------------------------------------------------
     def upload(self, array) -> CLBuffer:
@@ -473,25 +471,4 @@ class OpenCLDevice(Device):
 
     def run_step(self, step: Step, args: list, attrs: dict):
         """One step on its own (the executor's step-by-step mode): lowered alone, cached by its structure."""
-        slots = list(dict.fromkeys(step.ins))
-        ins = tuple(slots.index(x) for x in step.ins)
-        opdef = OPS.get(step.op)
-        dynamic = set(getattr(opdef, "dynamic", None) or ())
-        static = sorted((k, repr(v)) for k, v in attrs.items() if k not in dynamic)
-        key = (step.op, ins, tuple((tuple(m[0]), m[1].name) for m in step.in_meta), tuple(step.shape),
-               step.dtype.name, tuple(static))
-        run = self._step_runners.get(key)
-        out = len(slots)
-        if run is None:
-            st = Step(step.op, ins, dict(attrs), tuple(step.shape), step.dtype, out, 0, dynamic=True,
-                      in_meta=step.in_meta)
-            plan = SimpleNamespace(program=SimpleNamespace(steps=[st]))
-            run = build_runner(self, plan, frozenset({out}))
-            self._step_runners[key] = run
-            if len(self._step_runners) > self.MAX_STEP_RUNNERS:
-                self._step_runners.popitem(last=False)
-        else:
-            self._step_runners.move_to_end(key)
-        env = [args[step.ins.index(x)] for x in slots] + [None]
-        run(env, {0: attrs}, [])
-        return env[out]
+        return self._step_runners.run(step, args, attrs)
