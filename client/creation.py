@@ -258,3 +258,27 @@ def randperm(n: int, *, generator=None, dtype=None, device=None, session=None) -
 def _check(size):
     if any(s < 0 for s in size):
         raise ShapeError("negative dimension")
+
+
+def _accepts_out(fn):
+    """torch's ``out=`` on a creation function: the result is written into ``out`` (resized when its shape
+    differs), whose dtype and device are the defaults."""
+    import functools
+
+    @functools.wraps(fn)
+    def with_out(*args, out=None, **kwargs):
+        if out is None:
+            return fn(*args, **kwargs)
+        from .functions import write_out
+
+        if kwargs.get("dtype") is None:
+            kwargs["dtype"] = out.dtype
+        if kwargs.get("device") is None:
+            kwargs["device"] = out._dev
+        kwargs.setdefault("session", out._s)
+        return write_out(out, fn(*args, **kwargs))
+    return with_out
+
+
+for _name in ("full", "zeros", "ones", "empty", "arange", "linspace", "logspace", "eye", "rand", "randn", "randint"):
+    globals()[_name] = _accepts_out(globals()[_name])

@@ -217,3 +217,18 @@ def test_cuda_amp_is_amp_for_cuda():
     assert isinstance(tw.cuda.amp.GradScaler(enabled=False), tw.amp.GradScaler)
     ac = tw.cuda.amp.autocast(dtype=tw.float16)
     assert isinstance(ac, tw.amp.autocast) and ac.device == "cuda"
+
+
+def test_creation_functions_take_out():
+    o = tw.empty(0, dtype=tw.float64)
+    r = tw.zeros(2, 3, out=o)
+    assert r is o and o.shape == (2, 3) and o.dtype is tw.float64 and o.tolist() == [[0.0] * 3] * 2
+    a = tw.zeros(4, dtype=tw.int64)
+    tw.arange(4, out=a)
+    assert a.tolist() == torch.arange(4).tolist()
+    f = tw.zeros(5)
+    tw.linspace(0, 1, 5, out=f)
+    np.testing.assert_allclose(f.numpy(), torch.linspace(0, 1, 5).numpy())
+    e = tw.empty(0)
+    tw.eye(2, out=e)
+    assert e.tolist() == [[1.0, 0.0], [0.0, 1.0]]

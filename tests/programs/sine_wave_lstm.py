@@ -1,7 +1,5 @@
-"""Predict sine waves with two stacked LSTM cells (in the style of pytorch/examples' time_sequence_prediction).
-
-The original trains with LBFGS; this one uses Adam (tensorwire's LBFGS was being written at the same time).
-Run it on its own: ``python tests/programs/sine_wave_lstm.py`` (``import torch``; see ``_harness.py`` for the run
+"""Predict sine waves with two stacked LSTM cells, trained with LBFGS and a closure, as pytorch/examples'
+time_sequence_prediction does. Run it on its own: ``python tests/programs/sine_wave_lstm.py`` (``import torch``; see ``_harness.py`` for the run
 with tensorwire imported as torch).
 """
 
@@ -58,15 +56,17 @@ def train(model, steps):
     test_input = torch.from_numpy(data[:1, :-1])
     test_target = torch.from_numpy(data[:1, 1:])
     criterion = nn.MSELoss()
-    optimizer = optim.Adam(model.parameters(), lr=0.02)
+    # use LBFGS as optimizer since we can load the whole data to train
+    optimizer = optim.LBFGS(model.parameters(), lr=0.8, max_iter=4)
     losses = []
     for _ in range(steps):
-        optimizer.zero_grad()
-        out = model(input)
-        loss = criterion(out, target)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss)
+        def closure():
+            optimizer.zero_grad()
+            out = model(input)
+            loss = criterion(out, target)
+            loss.backward()
+            return loss
+        losses.append(optimizer.step(closure))
     with torch.no_grad():  # predict 4 steps past the end of the held-out wave
         future = 4
         pred = model(test_input, future=future)

@@ -17,7 +17,7 @@ HERE = Path(__file__).parent
 
 
 def test_sine_wave_lstm(session):
-    """Two LSTMCells in float64 trained with Adam (the original uses LBFGS), then a 4-step-ahead prediction."""
+    """Two LSTMCells in float64 trained with LBFGS and a closure, as the original, then a 4-step-ahead prediction."""
     ref, got = compare(HERE / "sine_wave_lstm.py", steps=8)
     assert ref[-2] < ref[0] / 2  # it learns
     np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)
