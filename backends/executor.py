@@ -222,13 +222,13 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
             if s.op == SEND:  # sent even when it failed: the receiving device gets the error
                 yield ("send", s.attrs["xfer"], args[0] if args else _failed_node(plan, s.attrs["failed_node"], outs))
                 res = None
+            elif s.op == COLL:  # even with a failed input: the collective's other parts must hear of it
+                attrs = {**s.attrs, **dyn[s.origin]} if s.origin in dyn else s.attrs
+                res = yield ("coll", attrs, args[0], s)
             elif bad is not None:
                 res = bad.dependent(origin_id)
             elif s.op == RECV:
                 res = yield ("recv", s.attrs["xfer"])
-            elif s.op == COLL:
-                attrs = {**s.attrs, **dyn[s.origin]} if s.origin in dyn else s.attrs
-                res = yield ("coll", attrs, args[0], s)
             else:
                 attrs = s.attrs
                 if s.dynamic and s.origin in dyn:

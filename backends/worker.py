@@ -512,9 +512,11 @@ class Executor:
 
     def _start_collective(self, sid, h: dict, attrs: dict, value, step):
         """Put this device's input of a collective in shared memory and tell the collectives service."""
-        if isinstance(value, Fail):
-            return value.dependent(None)
         gk = (h.get("coll") or {}).get(attrs["key"])
+        if isinstance(value, Fail):
+            if gk is not None:  # the other parts would wait for this one: the collective fails with this error
+                self.send({"t": "coll_abort", "s": sid, "key": gk, "device": self.name, "err": value.err}, [])
+            return value.dependent(None)
         if gk is None:
             return Fail(error_to_wire(ProtocolError(f"collective {attrs['key']} was not announced")))
         try:

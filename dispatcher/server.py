@@ -294,6 +294,8 @@ class Dispatcher:
                     self._to_service(dst, h, frames)
         elif t == "coll_ready":  # a worker's input is in shared memory
             self._coll_ready(svc, h)
+        elif t == "coll_abort":  # a worker's input failed: so does the collective, everywhere
+            self._coll_abort(svc, h)
         elif t == "coll_done":  # a rank finished (or failed) its part: tell its worker
             key = h.get("key")
             dev = svc.info.get("device")
@@ -352,6 +354,20 @@ class Dispatcher:
             # every part is ready: release the ranks together, so none spins in MPI waiting for a peer
             for dev, msg in pend["ready"].items():
                 self._to_service(self.coll_ranks[dev], msg)
+
+    def _coll_abort(self, svc: ServiceInfo, h: dict) -> None:
+        """A worker's input to a collective failed: every part fails with that input's error (typed fields only),
+        so no peer waits for a part that will never come."""
+        key = h.get("key")
+        pend = self.coll_pending.get(key) if type(key) is int else None
+        if pend is None or svc.kind != "worker" or svc.name not in pend["all"]:
+            return
+        err = h.get("err")
+        if isinstance(err, dict) and isinstance(err.get("code"), str) and isinstance(err.get("message"), str):
+            err = {k: err[k] for k in ("code", "message", "origin", "device") if k in err}
+        else:
+            err = None
+        self._coll_failed(key, f"the input on {svc.name} failed", err)
 
     def _refuse(self, ident: bytes, err: TensorwireError, retry: bool = False) -> None:
         self.services.send_multipart([ident, pack_header({"t": "refused", "error": err.to_wire(),
@@ -480,12 +496,13 @@ class Dispatcher:
                         ServiceUnavailable(f"the {svc.name} service {why}"))})
         log.warning("%s %s %s", svc.kind, svc.name, why)
 
-    def _coll_failed(self, gk, why: str) -> None:
-        """Answer every worker still waiting on collective ``gk`` with an error (never leave one hanging)."""
+    def _coll_failed(self, gk, why: str, err: dict | None = None) -> None:
+        """Answer every worker still waiting on collective ``gk`` with an error (never leave one hanging):
+        ``err`` when a part's input failed with it, else ``ServiceUnavailable`` saying ``why``."""
         pend = self.coll_pending.pop(gk, None)
         if pend is None:
             return
-        err = error_to_wire(ServiceUnavailable(f"collective failed: {why}"))
+        err = err or error_to_wire(ServiceUnavailable(f"collective failed: {why}"))
         for dev in pend["devices"]:
             w = self.workers.get(dev)
             if w is not None:
