@@ -70,3 +70,22 @@ def test_dependents_on_the_destination_fail_and_independent_work_carries_on(s):
     with pytest.raises(tw.TensorwireError):
         dependent.numpy()
     np.testing.assert_array_equal(good.numpy(), np.arange(5.0) * 3)
+
+
+def test_collective_with_a_failed_input_fails_everywhere(s, cluster):
+    """A part of an all_reduce whose input failed: every part raises that input's error at once (the peers used to
+    wait for the failed part's shared memory forever), and the devices keep working."""
+    if "collectives" not in cluster.services:
+        pytest.skip("the cluster runs no collectives service (mpi4py missing)")
+    a = tw.arange(5.0, device="cpu:0").gather(0, tw.tensor([9, 1, 2, 3, 4], device="cpu:0"))
+    b = tw.ones(5, device="cpu:1")
+    t0 = time.monotonic()
+    tw.distributed.all_reduce([a, b])
+    with pytest.raises(IndexError, match="index 9 is out of bounds"):
+        b.numpy()
+    with pytest.raises(tw.TensorwireError):
+        a.numpy()
+    assert time.monotonic() - t0 < BOUND_S
+    ys = [tw.ones(3, device=d) for d in ("cpu:0", "cpu:1")]
+    tw.distributed.all_reduce(ys)
+    np.testing.assert_array_equal(ys[1].numpy(), [2.0, 2.0, 2.0])
