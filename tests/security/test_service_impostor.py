@@ -11,14 +11,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
+import zmq
 
 import tensorwire as tw
 from tensorwire.cluster import mpiexec
 from tensorwire.protocol import PROTOCOL_VERSION
+from tensorwire.protocol.named_service import start_heartbeats
 from tensorwire.protocol.service import SHM_DIR
 
 from .conftest import CLIENT_TOKEN, check_typed, raw_socket, recv, send
@@ -136,6 +139,10 @@ def test_coll_ready_naming_a_foreign_file_writes_nothing(cluster, victim, tmp_pa
     sock, h = _register(
         cluster, "cpu:1", getattr(cluster, "service_token", CLIENT_TOKEN), instance
     )  # (a compromised service host)
+    # it stays alive as a real service does, heartbeating from a thread of its own (on a loaded machine a refused
+    # collective can take longer than the liveness window, and a dead impostor would get no second collective)
+    alive = threading.Event()
+    start_heartbeats(zmq.Context.instance(), cluster.service_address, "cpu:1", alive, instance)
     try:
         assert h["t"] == "registered"  # a worker coming after the old one was declared dead is accepted
         for path in (str(target), other_worker):  # outside the cluster's directory; another worker's file
@@ -165,6 +172,7 @@ def test_coll_ready_naming_a_foreign_file_writes_nothing(cluster, victim, tmp_pa
                 xs[0].numpy()
         assert target.read_bytes() == original  # no rank mapped it, nothing was written
     finally:
+        alive.set()
         send(sock, {"t": "bye"})
         sock.close(0)
     # the real worker comes back (accepted once the impostor is gone) ...
