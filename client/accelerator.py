@@ -87,6 +87,18 @@ class DeviceType:
         return f"<tensorwire {self.kind} device type>"
 
 
+#: the functions a device-type module (``tw.cuda``, ``tw.mps``) exports, torch.cuda's names
+MODULE_FUNCTIONS = ("is_available", "is_built", "device_count", "current_device", "set_device", "get_device_name",
+                    "synchronize", "manual_seed", "manual_seed_all", "empty_cache", "memory_allocated",
+                    "is_bf16_supported")
+
+
+def module_functions(kind: str) -> dict:
+    """``{name: function}`` of :data:`MODULE_FUNCTIONS` for device type ``kind`` (one :class:`DeviceType`)."""
+    t = DeviceType(kind)
+    return {name: getattr(t, name) for name in MODULE_FUNCTIONS}
+
+
 def is_available() -> bool:
     """Whether the cluster has any accelerator (a device that is not ``cpu``)."""
     return current_accelerator() is not None

@@ -3,19 +3,7 @@
 
 from __future__ import annotations
 
-from .accelerator import DeviceType
+from .accelerator import MODULE_FUNCTIONS, module_functions
 
-_TYPE = DeviceType("mps")
-
-is_available = _TYPE.is_available
-is_built = _TYPE.is_built
-device_count = _TYPE.device_count
-current_device = _TYPE.current_device
-set_device = _TYPE.set_device
-get_device_name = _TYPE.get_device_name
-synchronize = _TYPE.synchronize
-manual_seed = _TYPE.manual_seed
-manual_seed_all = _TYPE.manual_seed_all
-empty_cache = _TYPE.empty_cache
-memory_allocated = _TYPE.memory_allocated
-is_bf16_supported = _TYPE.is_bf16_supported
+globals().update(module_functions("mps"))  # is_available, device_count, set_device ... (torch.mps's names)
+__all__ = list(MODULE_FUNCTIONS)
