@@ -1,6 +1,6 @@
 """Predict sine waves with two stacked LSTM cells, trained with LBFGS and a closure, as pytorch/examples'
-time_sequence_prediction does. Run it on its own: ``python tests/programs/sine_wave_lstm.py`` (``import torch``; see ``_harness.py`` for the run
-with tensorwire imported as torch).
+time_sequence_prediction does. Run it on its own: ``python tests/programs/sine_wave_lstm.py`` (``import torch``;
+see ``_harness.py`` for the run with tensorwire imported as torch).
 """
 
 import numpy as np
