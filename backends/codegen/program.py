@@ -153,3 +153,13 @@ class StepRunners:
         env = [args[step.ins.index(x)] for x in slots] + [None]
         run(env, {0: attrs}, [])
         return env[out]
+
+
+def host_step_call(device, step):
+    """``call(args, dyn, frames)`` for a host step the executor runs itself (a worker op such as ``const`` or
+    ``hub_tensor``, or a step with dynamic attributes): the step's own dynamic attributes picked from ``dyn``."""
+    from ..executor import _dynamic_call
+
+    call = _dynamic_call(device, step)
+    origin = step.origin
+    return lambda args, dyn, frames: call(args, dyn.get(origin) if dyn else None, frames)

@@ -26,7 +26,7 @@ from tensorwire.protocol import dtypes as D
 from ..codegen.c import CRenderer
 from ..codegen.cache import KernelCache, KernelCompileError
 from ..codegen.lower import Options
-from ..codegen.program import build_runner, kernel_error
+from ..codegen.program import build_runner, host_step_call, kernel_error
 
 #: IEEE-preserving: no -ffast-math; -fno-math-errno / -fno-trapping-math only let gcc vectorise (libmvec calls,
 #: branch-free selects); -ffp-contract=off keeps a*b+c two roundings as numpy does; -z defs fails the link, not
@@ -175,10 +175,7 @@ class CompiledMixin:
         """A callable for a host step: a worker op, an empty result, or the backend's numpy kernel."""
         from ..executor import WORKER_OPS
         if step.op in WORKER_OPS or step.dynamic:
-            from ..executor import _dynamic_call
-            call = _dynamic_call(self, step)
-            origin = step.origin
-            return lambda args, dyn, frames: call(args, dyn.get(origin) if dyn else None, frames)
+            return host_step_call(self, step)
         k = self.backend.kernels[step.op]
         attrs, shape, dtype = step.attrs, step.shape, step.dtype
         return lambda args, dyn, frames: k(args, attrs, shape, dtype)

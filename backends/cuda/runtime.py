@@ -37,7 +37,7 @@ from tensorwire.protocol.errors import DeviceError
 from ..base import Device, Step
 from ..codegen.cache import KernelCache, KernelCompileError
 from ..codegen.cuda import NVRTC_OPTIONS, CUDARenderer, compile_cubin, compile_ptx, nvrtc_version, supported_archs
-from ..codegen.program import StepRunners, build_runner, kernel_error
+from ..codegen.program import StepRunners, build_runner, host_step_call, kernel_error
 from ..opencl.runtime import LOWERING_GPU
 from . import cublas
 from .allocator import CachingAllocator, DriverOutOfMemory, size_class
@@ -480,12 +480,10 @@ class CUDADevice(Device):
                     m[1] == step.dtype for m in step.in_meta):
                 return lambda args, dyn, frames: self._matmul(args[0], args[1], step.shape)
             return self._single_step(step, self._kernels_only)
-        from ..executor import WORKER_OPS, _dynamic_call
+        from ..executor import WORKER_OPS
         if step.op not in WORKER_OPS:
             raise DeviceError(f"the cuda backend has no host kernel for {step.op!r}")
-        call = _dynamic_call(self, step)
-        origin = step.origin
-        return lambda args, dyn, frames: call(args, dyn.get(origin) if dyn else None, frames)
+        return host_step_call(self, step)
 
     def _single_step(self, step: Step, device):
         """``call(args, dyn, frames)`` running one step through ``device``'s lowering."""

@@ -35,7 +35,7 @@ from ..base import Device, Step
 from ..codegen.cache import KernelCache, KernelCompileError
 from ..codegen.lower import Options
 from ..codegen.opencl import OpenCLRenderer
-from ..codegen.program import StepRunners, build_runner, kernel_error
+from ..codegen.program import StepRunners, build_runner, host_step_call, kernel_error
 
 PLATFORM_ENV = "TENSORWIRE_OPENCL_PLATFORM"
 BUILD_OPTIONS = ("-cl-std=CL1.2",)
@@ -462,12 +462,10 @@ class OpenCLDevice(Device):
 
     def host_call(self, step):
         """A callable for a host step: the worker's own ops (``const``, ``hub_tensor``)."""
-        from ..executor import WORKER_OPS, _dynamic_call
+        from ..executor import WORKER_OPS
         if step.op not in WORKER_OPS:
             raise DeviceError(f"the opencl backend has no kernel for {step.op!r}")
-        call = _dynamic_call(self, step)
-        origin = step.origin
-        return lambda args, dyn, frames: call(args, dyn.get(origin) if dyn else None, frames)
+        return host_step_call(self, step)
 
     def run_step(self, step: Step, args: list, attrs: dict):
         """One step on its own (the executor's step-by-step mode): lowered alone, cached by its structure."""
