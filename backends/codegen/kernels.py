@@ -258,8 +258,7 @@ def tiled_matmul(kb, st, out: str, tile: int) -> int:
             kb.emit(ir.Assign(acc, combine("sum", var(acc, acc_dt), p)))
         kb.loop(kb.fresh("kk"), iconst(0), iconst(T), inner, ((acc, "or" if acc_dt is BOOL else "add"),), 0, T - 1)
         kb.emit(ir.Barrier())
-    kb.loop(kb.fresh("k"), iconst(0), iconst(K), slab, lo=0, hi=max(K - 1, 0))
-    kb.block[-1].step = T
+    kb.loop(kb.fresh("k"), iconst(0), iconst(K), slab, lo=0, hi=max(K - 1, 0), step=T)
     flat = Idx(tuple(st.shape), dims=ms.out_dims(batch, i, j)).flat if st.shape else iconst(0)
     kb.emit(ir.If(_and(_lt(i, M), _lt(j, N)), [ir.Store(out, flat, cast(var(acc, acc_dt), dt))]))
     return groups * T * T

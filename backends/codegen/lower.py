@@ -113,14 +113,15 @@ class KernelBuilder:
     def emit(self, stmt) -> None:
         self.block.append(stmt)
 
-    def loop(self, name: str, start: X, stop: X, body_fn, reductions: tuple = (), lo: int = 0, hi: int | None = None):
+    def loop(self, name: str, start: X, stop: X, body_fn, reductions: tuple = (), lo: int = 0, hi: int | None = None,
+             step: int = 1, independent: bool = False):
         body: list = []
         outer, self.block = self.block, body
         try:
             body_fn(var(name, INDEX, lo, hi))
         finally:
             self.block = outer
-        self.block.append(ir.Loop(name, start, stop, body, tuple(reductions)))
+        self.block.append(ir.Loop(name, start, stop, body, tuple(reductions), independent, step))
 
     # values --------------------------------------------------------------------------------------------------
     def load_slot(self, slot: int, idx: Idx) -> X:
@@ -288,9 +289,8 @@ class Lowerer:
         def body(c):
             flat = g * n + c
             kb.emit(ir.Store(out, flat, kb.compute(st, Idx(st.shape, flat=flat))))
-        kb.loop(ROW_VAR, ir.lid(G) if G else iconst(0), iconst(n), body, lo=0, hi=n - 1)
-        kb.body[-1].independent = True
-        kb.body[-1].step = G or 1
+        kb.loop(ROW_VAR, ir.lid(G) if G else iconst(0), iconst(n), body, lo=0, hi=n - 1, step=G or 1,
+                independent=True)
         return rows * (G or 1)
 
 

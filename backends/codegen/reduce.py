@@ -133,8 +133,7 @@ def group_reduce(kb, op: str, acc_dt: D.DType, start: X, stop: X, element, hi: i
 
     def body(r):
         kb.emit(ir.Assign(acc, combine(op, var(acc, acc_dt), element(r))))
-    kb.loop(kb.fresh("r"), start + lane, stop, body, lo=0, hi=hi)
-    kb.block[-1].step = L
+    kb.loop(kb.fresh("r"), start + lane, stop, body, lo=0, hi=hi, step=L)
     red = kb.local_array("red", acc_dt, L)
     kb.emit(ir.Store(red, lane, var(acc, acc_dt)))
     kb.emit(ir.Barrier())
