@@ -293,18 +293,20 @@ def _axes(a, ndim):
     return tuple(x % max(ndim, 1) for x in ([d] if isinstance(d, int) else d)) if ndim else ()
 
 
-def _reducer(fn):
+def _reducer(fn, identity):
     def k(ins, a, shape, dt):
         x = _as(ins[0], _compute(dt))
         ax = _axes(a, x.ndim)
         if not ax:
             return _as(x, dt)
+        if x.size == 0:  # MLX 0.32's CPU strided reduce over an empty axis can spin forever in nd_loop
+            return mx.full(tuple(shape), identity, MX[dt])
         return _as(fn(x, axis=list(ax), keepdims=a.get("keepdim", False)), dt)
     return k
 
 
-KERNELS["sum"] = _reducer(mx.sum)
-KERNELS["prod"] = _reducer(mx.prod)
+KERNELS["sum"] = _reducer(mx.sum, 0)
+KERNELS["prod"] = _reducer(mx.prod, 1)
 
 
 def _extreme(fn):
