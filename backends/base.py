@@ -141,6 +141,12 @@ class Device:
     def synchronize(self) -> None:
         """Wait for queued work (asynchronous backends)."""
 
+    def collective_transport(self):
+        """What moves collectives between this device's buffers and its peers' directly (``name``, ``supports`` and
+        ``run`` as :class:`tensorwire.backends.cuda.nccl.NcclTransport`), or None: the worker stages its part in
+        host shared memory for the collectives service's MPI (the default, and the path of mixed groups)."""
+        return None
+
     def memory(self) -> dict:
         return {}
 

@@ -133,6 +133,8 @@ class Executor:
         self.stats_requests: list = []  # (q, arrival seq, answer by)
         self.colls: dict = {}  # ("coll", key) -> (shm file, output offset, shape, dtype) of pending collectives
         self.shm = ShmPool(device_name)
+        self.transport = device.collective_transport()  # device-to-device collectives (NCCL), or None
+        self.direct: dict = {}  # ("coll", key) -> (input buffer, attrs, step) of pending collectives over transport
         self.seq = 0
         self.pooled_seqs: set[int] = set()
         self.completed: deque = deque()  # from pool threads: ("send", ...) and ("outcome", ...) in order
@@ -216,6 +218,7 @@ class Executor:
         for f, *_ in self.colls.values():
             self.shm.give_back(f)
         self.colls.clear()
+        self.direct.clear()
 
     def stats(self) -> dict:
         out = {}
@@ -519,6 +522,10 @@ class Executor:
             return value.dependent(None)
         if gk is None:
             return Fail(error_to_wire(ProtocolError(f"collective {attrs['key']} was not announced")))
+        if gk in (h.get("coll_direct") or ()) and self.transport is not None:
+            shape, dt = self.device.meta(value)
+            if self.transport.supports(attrs["kind"], attrs.get("op"), dt, tuple(shape), attrs["n"], step.dtype):
+                return self._start_direct(sid, gk, attrs, value, step)
         try:
             arr = self.device.download(value)
             out_bytes = int(np.prod(step.shape, dtype=np.int64)) * step.dtype.itemsize
@@ -537,8 +544,44 @@ class Executor:
                    "rank": attrs["rank"]}, [])
         return key
 
+    def _start_direct(self, sid, gk: int, attrs: dict, value, step):
+        """This device's part of a collective over the device transport (NCCL): the input stays on the device; the
+        collectives service answers with the group's communicator id when every part is ready."""
+        shape, dt = self.device.meta(value)
+        key = ("coll", gk)
+        self.direct[key] = (value, attrs, step)
+        self.send({"t": "coll_ready", "s": sid, "key": gk, "device": self.name, "direct": True,
+                   "broken": list(self.transport.broken), "dtype": dt.name, "shape": list(shape),
+                   "out_shape": list(step.shape), "kind": attrs["kind"], "op": attrs.get("op"),
+                   "src": attrs.get("src", 0), "n": attrs["n"], "rank": attrs["rank"]}, [])
+        return key
+
+    def _direct_done(self, key, part: tuple, h: dict) -> None:
+        """Run a released collective on the device transport. It runs even when its job was cancelled meanwhile:
+        the peers' parts wait for this one inside the collective."""
+        value, attrs, step = part
+        d = h.get("direct")
+        if h.get("err"):
+            val = Fail(h["err"])
+        else:
+            try:
+                if not (isinstance(d, dict) and isinstance(d.get("uid"), bytes) and type(d.get("rank")) is int
+                        and isinstance(d.get("devices"), list) and 0 <= d["rank"] < len(d["devices"])
+                        and d["devices"][d["rank"]] == self.name):
+                    raise ProtocolError(f"collective {h.get('key')}: the collectives service's answer names no "
+                                        f"communicator for {self.name}")
+                val = self.transport.run(attrs["kind"], attrs.get("op"), attrs.get("src", 0), value,
+                                         tuple(d["devices"]), d["uid"], d["rank"], tuple(step.shape))
+            except Exception as e:
+                val = Fail(error_to_wire(e))
+        self._arrived(key, val)
+
     def _collective_done(self, h: dict) -> None:
         key = ("coll", h.get("key"))
+        part = self.direct.pop(key, None)
+        if part is not None:
+            self._direct_done(key, part, h)
+            return
         info = self.colls.pop(key, None)
         if info is None:
             return
@@ -713,8 +756,15 @@ class Worker:
     def _connect(self) -> zmq.Socket:
         return register_service(self.ctx, self.dispatcher, {
             "service": "worker", "device": self.device_name, "backend": self.backend.name,
-            "info": self.info.to_wire(), "token": self.token, "instance": self.instance}, keys=self.keys,
+            "info": self._info(), "token": self.token, "instance": self.instance}, keys=self.keys,
             stop=self.stop, on_registered=self._registered)
+
+    def _info(self) -> dict:
+        """The device's description, and the transport its collectives can take directly (``collectives``)."""
+        info = self.info.to_wire()
+        if self.executor.transport is not None:
+            info["collectives"] = self.executor.transport.name
+        return info
 
     def _registered(self, h: dict) -> None:
         """The dispatcher accepted us: a new epoch means a restarted dispatcher, whose sessions are not ours."""

@@ -7,8 +7,9 @@ memory and writes collective results into it, so nobody off the host should be a
 - **Ranks.** :func:`bind_env` sets, before MPI is initialised, the variables each MPI stack reads to choose its
   interface: ``UCX_NET_DEVICES`` (MPICH ch4:ucx), ``FI_TCP_IFACE``/``FI_SOCKETS_IFACE`` (ch4:ofi),
   ``MPIR_CVAR_CH3_INTERFACE_HOSTNAME`` (ch3:nemesis), ``OMPI_MCA_btl_tcp_if_include``/``OMPI_MCA_oob_tcp_if_include``
-  (Open MPI). The interface is ``$TENSORWIRE_MPI_IFACE``, default ``lo``. A variable already set by the operator
-  is kept.
+  (Open MPI), and ``NCCL_SOCKET_IFNAME`` for NCCL's bootstrap sockets (the unique id's root in the collectives
+  service, the CUDA workers' communicators; NCCL skips ``lo`` unless told). The interface is
+  ``$TENSORWIRE_MPI_IFACE``, default ``lo``. A variable already set by the operator is kept.
 - **Launcher.** :func:`launcher` prefers MPICH's ``mpiexec.gforker`` for a job on one host (what ``LocalCluster``
   and ``tensorwire up`` run): it forks the ranks and talks PMI over inherited pipes, so it listens nowhere.
   Hydra (``mpiexec``) is the fallback; its control port binds every interface whatever its options say, which
@@ -48,7 +49,7 @@ def iface_address(name: str) -> str | None:
 
 
 def bind_env(environ: dict | None = None, name: str | None = None) -> dict:
-    """Set (where unset) the variables that make every MPI stack bind interface ``name`` in ``environ``
+    """Set (where unset) the variables that make every MPI stack (and NCCL) bind interface ``name`` in ``environ``
     (default ``os.environ``); call before MPI is initialised. Returns what it set."""
     env = os.environ if environ is None else environ
     name = name or iface()
@@ -58,6 +59,7 @@ def bind_env(environ: dict | None = None, name: str | None = None) -> dict:
         "FI_SOCKETS_IFACE": name,
         "OMPI_MCA_btl_tcp_if_include": name,
         "OMPI_MCA_oob_tcp_if_include": name,
+        "NCCL_SOCKET_IFNAME": name,
     }
     addr = iface_address(name)
     if addr:

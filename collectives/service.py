@@ -7,6 +7,12 @@ of the group (a sub-communicator per group of devices), and answers ``coll_done`
 result. Tensor data moves worker -> shared memory -> MPI -> shared memory -> worker: never through the
 dispatcher or the client.
 
+Collectives whose devices all have a transport of their own (NCCL among CUDA devices, which the dispatcher chooses
+and marks ``direct``) move no data here: rank 0 of the group makes the group's NCCL unique id (once, and again after
+a worker of the group was lost or aborted its communicator) and broadcasts it over MPI; every rank answers
+``coll_done`` with it, and the workers run the collective on their devices (``backends/cuda/nccl.py``). Failing to
+make the id fails that collective on every rank alike, and the service keeps serving.
+
 Faults: if a worker dies while its rank has work announced, the rank aborts the MPI job (an MPI
 collective cannot be cancelled; this is what NCCL's communicator abort does too). The dispatcher sees
 the ranks go and answers every waiting worker with an error, so clients never hang; restart the service
@@ -24,10 +30,11 @@ from collections import deque
 import numpy as np
 import zmq
 
+from tensorwire.backends.cuda.nccl import TRANSPORT, UNIQUE_ID_BYTES, id_tag, load_nccl
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.credentials import service_token
 from tensorwire.protocol.curve import keys_dir
-from tensorwire.protocol.errors import ProtocolError, error_to_wire
+from tensorwire.protocol.errors import DeviceError, ProtocolError, TensorwireError, error_to_wire
 from tensorwire.protocol.named_service import (
     add_service_credential_args,
     drain,
@@ -42,6 +49,9 @@ from tensorwire.protocol.shm_paths import check_shm_path, map_shm_file
 from tensorwire.protocol.wire import pack_header
 
 log = logging.getLogger("tensorwire.collectives")
+
+ID_ERROR_BYTES = 1024  # the error text rank 0 broadcasts when it cannot make a group's NCCL id
+MAX_GROUP_IDS = 256  # NCCL ids kept (one per group of devices); an evicted group gets a new one
 
 
 def _mpi():
@@ -76,6 +86,8 @@ class Rank:
         self.ready: dict[int, dict] = {}
         self.comms: dict[tuple, object] = {}
         self.maps: dict[str, np.ndarray] = {}  # shared-memory files mapped lately, oldest first
+        self.transports = _transports()  # device transports this rank can make ids for ("nccl")
+        self.nccl_ids: dict[tuple, bytes] = {}  # group devices -> its NCCL unique id (rank 0 of the group only)
         self.ops = {"sum": self.MPI.SUM, "mean": self.MPI.SUM, "max": self.MPI.MAX, "min": self.MPI.MIN,
                     "prod": self.MPI.PROD}
 
@@ -83,7 +95,8 @@ class Rank:
     def _connect(self) -> zmq.Socket:
         return register_service(self.ctx, self.dispatcher, {
             "service": "collectives", "name": self.name, "token": self.token, "instance": self.instance,
-            "info": {"device": self.device, "rank": self.rank, "size": len(self.devices)}}, keys=self.keys,
+            "info": {"device": self.device, "rank": self.rank, "size": len(self.devices),
+                     "transports": self.transports}}, keys=self.keys,
             stop=self.stop)
 
     def serve(self) -> None:
@@ -113,6 +126,8 @@ class Rank:
             self.announced = deque(a for a in self.announced if a[0] != key)
             self.ready.pop(key, None)
         elif t == "worker_lost":
+            for group in [g for g in self.nccl_ids if h.get("device") in g]:  # its communicators went with it
+                del self.nccl_ids[group]
             if h.get("device") == self.device and self.announced:
                 log.error("worker %s died with %d collectives pending: aborting the MPI job", self.device,
                           len(self.announced))
@@ -128,17 +143,22 @@ class Rank:
             if req is None:
                 return  # our worker has not reached this collective yet: keep the order, wait
             self.announced.popleft()
-            err = None
+            err = direct = None
             try:
-                self._collective(req, devs)
+                if req.get("direct") is True:
+                    direct = self._direct(req, devs)
+                else:
+                    self._collective(req, devs)
             except Exception as e:  # a local error: report it (peers may then hang: abort as on worker loss)
                 err = error_to_wire(e)
                 log.exception("collective %s failed", key)
             reply = {"t": "coll_done", "key": key, "device": self.device}
             if err:
                 reply["err"] = err
+            elif direct:
+                reply["direct"] = direct
             self.sock.send(pack_header(reply))
-            if err:
+            if err and req.get("direct") is not True:  # (a direct one fails on every rank alike: nobody waits)
                 self.world.Abort(4)
 
     # -- the collectives -----------------------------------------------------------------------------
@@ -166,6 +186,37 @@ class Rank:
             group = self.world.Get_group().Incl(list(ranks))
             comm = self.comms[ranks] = self.world.Create_group(group)
         return comm
+
+    def _direct(self, req: dict, devs: list[str]) -> dict:
+        """A collective over NCCL: rank 0 of the group makes (or reuses) the group's unique id and broadcasts it,
+        or its error, over MPI, so every rank answers alike. Returns the worker's part of the answer."""
+        comm = self._comm(devs)
+        group = tuple(devs)
+        buf = np.zeros(1 + UNIQUE_ID_BYTES + ID_ERROR_BYTES, np.uint8)  # ok flag, id, error text
+        if comm.rank == 0:
+            uid = self.nccl_ids.get(group)
+            broken = req.get("broken") if isinstance(req.get("broken"), list) else []
+            if uid is not None and id_tag(uid) in broken:
+                uid = None  # a worker aborted that communicator
+            try:
+                if uid is None:
+                    uid = load_nccl().unique_id()
+                    self.nccl_ids.pop(group, None)
+                    self.nccl_ids[group] = uid
+                    while len(self.nccl_ids) > MAX_GROUP_IDS:
+                        self.nccl_ids.pop(next(iter(self.nccl_ids)))
+                buf[0] = 1
+                buf[1:1 + UNIQUE_ID_BYTES] = np.frombuffer(uid, np.uint8)
+            except Exception as e:  # noqa: BLE001 - every rank reports it
+                text = (e.message if isinstance(e, TensorwireError) else f"{type(e).__name__}: {e}").encode()
+                buf[1 + UNIQUE_ID_BYTES:1 + UNIQUE_ID_BYTES + len(text[:ID_ERROR_BYTES])] = np.frombuffer(
+                    text[:ID_ERROR_BYTES], np.uint8)
+        comm.Bcast(buf, root=0)
+        if not buf[0]:
+            why = buf[1 + UNIQUE_ID_BYTES:].tobytes().rstrip(b"\0").decode(errors="replace")
+            raise DeviceError(f"NCCL for {', '.join(devs)}: the collectives service could not make the group's "
+                              f"unique id ({why})")
+        return {"uid": buf[1:1 + UNIQUE_ID_BYTES].tobytes(), "rank": comm.rank, "devices": list(devs)}
 
     def _collective(self, req: dict, devs: list[str]) -> None:
         MPI = self.MPI
@@ -212,6 +263,16 @@ class Rank:
             out[:] = tmp.astype(dt.np)
         else:
             raise ProtocolError(f"unknown collective {kind!r}")
+
+
+def _transports() -> list[str]:
+    """The device transports this host's ranks can make communicator ids for: ``["nccl"]`` when NCCL loads."""
+    try:
+        load_nccl().version()
+    except TensorwireError as e:
+        log.info("no NCCL: collectives among CUDA devices go through shared memory (%s)", e.message)
+        return []
+    return [TRANSPORT]
 
 
 def _die_with_launcher() -> None:

@@ -305,7 +305,12 @@ class Dispatcher:
             w = self.workers.get(dev)
             err = h.get("err")
             if w is not None:
-                self._to_service(w, {"t": "coll_done", "key": key, **({"err": _wire_error(err)} if err else {})})
+                msg = {"t": "coll_done", "key": key, **({"err": _wire_error(err)} if err else {})}
+                direct = h.get("direct")
+                if not err and isinstance(direct, dict) and pending is not None and pending.get("direct"):
+                    # the group's communicator id for the worker (the worker checks it names its device)
+                    msg["direct"] = {k: direct.get(k) for k in ("uid", "rank", "devices")}
+                self._to_service(w, msg)
             if pending is not None:
                 pending["devices"].discard(dev)
                 if not pending["devices"]:
@@ -342,18 +347,32 @@ class Dispatcher:
         if svc.name not in self.coll_ranks:
             self._coll_failed(key, f"no collectives rank serves {svc.name}")
             return
-        try:
-            check_shm_path(h.get("path"), svc.info.get("pid"), svc.name)
-        except ProtocolError as e:
-            log.warning("worker %s: %s", svc.name, e.message)
-            self._coll_failed(key, f"the worker for {svc.name} named a file that is not its own shared memory")
-            return
+        if h.get("direct") is True:  # the input stays on the device: the transport (NCCL) moves it
+            if not pend.get("direct"):
+                self._coll_failed(key, f"the worker for {svc.name} asked for a device transport this collective "
+                                       f"does not use")
+                return
+        else:
+            try:
+                check_shm_path(h.get("path"), svc.info.get("pid"), svc.name)
+            except ProtocolError as e:
+                log.warning("worker %s: %s", svc.name, e.message)
+                self._coll_failed(key, f"the worker for {svc.name} named a file that is not its own shared memory")
+                return
         # the rank learns the device and pid from the dispatcher's registration, not from the worker's message
         pend.setdefault("ready", {})[svc.name] = {**h, "device": svc.name, "pid": svc.info.get("pid")}
         if len(pend["ready"]) == len(pend["all"]):
+            parts = list(pend["ready"].values())
+            if len({(m.get("direct") is True, str(m.get("dtype")), str(m.get("shape"))) for m in parts}) != 1:
+                del pend["ready"]  # no rank is released: they are told to skip it
+                self._coll_failed(key, "its parts disagree on dtype, shape or transport")
+                return
+            if pend.get("direct"):  # communicators any part aborted: rank 0 makes the group a new id
+                broken = sorted({b for m in parts for b in (m.get("broken") or ())[:64] if isinstance(b, str)})
+                parts = [{**m, "broken": broken} for m in parts]
             # every part is ready: release the ranks together, so none spins in MPI waiting for a peer
-            for dev, msg in pend["ready"].items():
-                self._to_service(self.coll_ranks[dev], msg)
+            for msg in parts:
+                self._to_service(self.coll_ranks[msg["device"]], msg)
 
     def _coll_abort(self, svc: ServiceInfo, h: dict) -> None:
         """A worker's input to a collective failed: every part fails with that input's error (typed fields only),
@@ -780,7 +799,7 @@ class Dispatcher:
         reply_devs = set(by_dev_fetch)
         if h.get("sync"):
             reply_devs |= s.touched & set(self.workers)
-        coll_map = self._announce_collectives(s, colls) if colls else None
+        coll_map, coll_direct = self._announce_collectives(s, colls) if colls else (None, None)
         xbase = self.next_x
         self.next_x += split.n_xfer
         for k, (src, dst) in enumerate(split.xfer_route):
@@ -795,6 +814,8 @@ class Dispatcher:
                    "fetch": by_dev_fetch.get(dev, []), "release": by_dev_release.get(dev, [])}
             if coll_map:
                 msg["coll"] = coll_map
+                if coll_direct:  # these go over the devices' own transport (NCCL), not shared memory
+                    msg["coll_direct"] = coll_direct
             if frag is not None:
                 if frag.whole:  # the batch runs on this one device, in order: ids pass through as they are
                     msg["ext"], msg["outs"] = ext, outs
@@ -851,15 +872,32 @@ class Dispatcher:
         Every rank hears of collectives in the dispatcher's one order, so all ranks run them in the
         same order whichever worker gets its input ready first. Returns ``{client key: global key}``.
         """
-        mapping = {}
+        mapping, direct = {}, []
         for key, devs in colls:
             gk = self.next_coll
             self.next_coll += 1
             mapping[key] = gk
-            self.coll_pending[gk] = {"all": set(devs), "devices": set(devs), "session": s.sid}
+            via = self._direct_transport(devs)
+            self.coll_pending[gk] = {"all": set(devs), "devices": set(devs), "session": s.sid, "direct": via}
+            if via:
+                direct.append(gk)
             for d in devs:
                 self._to_service(self.coll_ranks[d], {"t": "coll_announce", "key": gk, "devices": devs})
-        return mapping
+        return mapping, direct
+
+    def _direct_transport(self, devs: list[str]) -> str | None:
+        """The transport that moves a collective between device buffers directly (``"nccl"``): the one every
+        device's worker registered (``info.collectives``) when every rank serving them has it too
+        (``info.transports``); None: the workers stage their parts in shared memory for MPI."""
+        names = set()
+        for d in devs:
+            w, rank = self.workers.get(d), self.coll_ranks.get(d)
+            name = w.info.get("collectives") if w is not None else None
+            have = rank.info.get("transports") if rank is not None else None
+            if not isinstance(name, str) or not isinstance(have, list) or name not in have:
+                return None
+            names.add(name)
+        return names.pop() if len(names) == 1 else None
 
     # -- stats and forwarding --------------------------------------------------------------------
     def _stats(self, s: Session, h: dict) -> None:

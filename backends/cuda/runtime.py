@@ -468,6 +468,12 @@ class CUDADevice(Device):
         """Give cached blocks back to the driver (``torch.cuda.empty_cache``)."""
         self.runtime.pool.empty_cache()
 
+    def collective_transport(self):
+        """NCCL for collectives among CUDA devices (:mod:`.nccl`), or None when NCCL does not load."""
+        from .nccl import transport_for
+
+        return transport_for(self)
+
     # running ------------------------------------------------------------------------------------------
     def runner(self, plan, keep):
         return build_runner(self, plan, keep)

@@ -20,7 +20,8 @@ numpy: 16-bit floats are multiplied in float32 and rounded once, as cuBLAS's flo
 The backend does not know about any of this: :func:`install` replaces ``runtime.load_driver`` and
 ``runtime.load_blas``, the two functions through which the backend reaches the driver and cuBLAS.
 ``python tests/backends/_cuda_standin.py worker --device cuda:0 --dispatcher ADDR`` runs a worker process with the
-stand-in installed (for tests on a real cluster).
+stand-ins installed (for tests on a real cluster); ``cuda:1`` gets a stand-in driver with two GPUs, and the NCCL
+stand-in (``_nccl_standin.py``) lets two such workers run collectives over "NCCL" with each other.
 """
 
 from __future__ import annotations
@@ -320,12 +321,23 @@ class StandInBlas:
         pass
 
 
-def install(runtime, **config) -> StandInDriver:
+def install(runtime, nccl_fail_count: int | None = None, **config) -> StandInDriver:
     """Make the CUDA backend's ``runtime`` module reach a new :class:`StandInDriver` (and :class:`StandInBlas`)
-    instead of cuda-python's driver and cuBLAS; returns the driver. Discovery is redone at the next call."""
+    instead of cuda-python's driver and cuBLAS, and its ``nccl`` module the NCCL stand-in
+    (``_nccl_standin.StandInNccl``, on this driver's memory); returns the driver. Discovery is redone at the next
+    call."""
+    from tensorwire.backends.cuda import nccl
+
+    if __package__:
+        from ._nccl_standin import StandInNccl
+    else:  # run as a script (a stand-in worker): this folder is on sys.path
+        from _nccl_standin import StandInNccl
+
     drv = StandInDriver(**config)
     runtime.load_driver = lambda: drv
     runtime.load_blas = lambda stream: StandInBlas(drv, stream)
+    drv.nccl = StandInNccl(drv, fail_count=nccl_fail_count)
+    nccl.load_nccl = lambda: drv.nccl
     runtime._FOUND = None
     if not getattr(CUDARenderer.render, "_standin", False):
         real = CUDARenderer.render
@@ -344,9 +356,17 @@ _REGISTRIES: list[dict] = [{}]
 
 
 def _worker(argv: list[str]) -> int:
+    """A worker with the stand-ins installed: as many stand-in GPUs as ``--device cuda:N`` needs, and
+    ``--standin-nccl-fail-count N`` (taken out of ``argv``) for the NCCL stand-in's injected failure."""
     from tensorwire.backends.cuda import runtime
 
-    install(runtime)
+    fail = None
+    if "--standin-nccl-fail-count" in argv:
+        i = argv.index("--standin-nccl-fail-count")
+        fail = int(argv[i + 1])
+        del argv[i:i + 2]
+    device = argv[argv.index("--device") + 1] if "--device" in argv else "cuda:0"
+    install(runtime, nccl_fail_count=fail, gpus=int(device.partition(":")[2] or 0) + 1)
     from tensorwire.cli import main
 
     return main(["worker", *argv])
