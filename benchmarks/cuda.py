@@ -1,8 +1,11 @@
-"""The CUDA backend's rows (a GPU is needed; without one ``run_all`` returns no rows and says why).
+"""The CUDA backend's rows (a GPU is needed; without one ``run_all`` returns one row whose note says
+``skipped: <reason>``, and prints it).
 
 Peers run in the same process on the same GPU, interleaved: PyTorch CUDA's matmul (cuBLAS, like ours) for
-1024x1024 and 4096x4096 float32 and float16 (target: at least 0.9x), and PyTorch eager for an 8-op elementwise
-chain on 64M float32 elements (target: at least 2x, since we run it as one memory-bound kernel and eager runs 8).
+1024x1024 and 4096x4096 float32 and float16 (target: at least 0.9x), PyTorch eager for an 8-op elementwise
+chain on 64M float32 elements (target: at least 2x, since we run it as one memory-bound kernel and eager runs 8), and
+a digits-style MLP training step (784-512-512-10, batch 256, cross-entropy, backward, Adam) against the same model
+in PyTorch CUDA eager (target: at most 1.2x its time).
 Each round queues ``REPEAT`` operations and then waits for the device (ours: ``tw.synchronize()``; torch:
 ``torch.cuda.synchronize()``), so both sides are timed from submission to completion.
 """
@@ -17,6 +20,9 @@ from .harness import Result, interleaved
 
 REPEAT = 10
 CHAIN_N = 64 * 2**20
+MLP_SIZES = (784, 512, 512, 10)
+MLP_BATCH = 256
+LOG_EVERY = 10  # the MLP loop reads its loss back every this many steps, as a training loop that logs it
 
 
 def _chain(x):
@@ -96,14 +102,75 @@ def bench_chain() -> Result:
                   t_ours * 1e3, t_peer * 1e3, "ms", r, ">= 2x", r >= 2.0, "includes one round trip to the worker")
 
 
+def _mlp(m):
+    i, h1, h2, o = MLP_SIZES
+    return m.Sequential(m.Linear(i, h1), m.ReLU(), m.Linear(h1, h2), m.ReLU(), m.Linear(h2, o))
+
+
+def bench_mlp_step() -> Result:
+    """One training step (forward, cross-entropy, backward, Adam) of a 784-512-512-10 MLP on batch 256, ours on
+    cuda:0 against PyTorch CUDA eager from the same initial weights and data; the first steps' losses must agree."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    xn = rng.random((MLP_BATCH, MLP_SIZES[0]), dtype=np.float32)
+    yn = rng.integers(0, MLP_SIZES[-1], MLP_BATCH)
+    torch.manual_seed(0)
+    tm = _mlp(torch.nn).cuda()
+    state = {k: v.detach().cpu().numpy() for k, v in tm.state_dict().items()}
+    mm = _mlp(tw.nn)
+    mm.load_state_dict({k: tw.tensor(v, device="cuda:0") for k, v in state.items()})
+    mm = mm.to("cuda:0")
+    x, y = tw.tensor(xn, device="cuda:0"), tw.tensor(yn, device="cuda:0")
+    tx, ty = torch.from_numpy(xn).cuda(), torch.from_numpy(yn).cuda()
+    opt = tw.optim.Adam(mm.parameters(), lr=1e-3)
+    topt = torch.optim.Adam(tm.parameters(), lr=1e-3)
+
+    def ours_step():
+        loss = tw.nn.functional.cross_entropy(mm(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    def peer_step():
+        loss = torch.nn.functional.cross_entropy(tm(tx), ty)
+        topt.zero_grad()
+        loss.backward()
+        topt.step()
+        return loss
+
+    first = [(ours_step().item(), peer_step().item()) for _ in range(3)]
+    np.testing.assert_allclose(*zip(*first), rtol=1e-3)
+
+    def every(step):
+        def run():
+            for _ in range(LOG_EVERY - 1):
+                step()
+            step().item()
+        return run
+
+    ours, peer = every(ours_step), every(peer_step)
+    ours()
+    peer()
+    t_ours, t_peer = interleaved(ours, peer, rounds=7)
+    t_ours, t_peer = t_ours / LOG_EVERY, t_peer / LOG_EVERY
+    r = t_ours / t_peer
+    return Result(f"MLP {'-'.join(map(str, MLP_SIZES))} training step (fwd+bwd+Adam, batch {MLP_BATCH}, loss read "
+                  f"every {LOG_EVERY} steps) on cuda:0 vs PyTorch CUDA eager", t_ours * 1e3, t_peer * 1e3, "ms", r,
+                  "<= 1.2x", r <= 1.2, "ratio: our time / torch's")
+
+
 def run_all() -> list[Result]:
     why = why_not()
     if why:
-        print(f"benchmarks.cuda: no rows ({why})")
-        return []
+        print(f"benchmarks.cuda: skipped: {why}")
+        return [Result("cuda:0 rows (matmul, 8-op chain, MLP training step) vs PyTorch CUDA", float("nan"),
+                       float("nan"), "ms", float("nan"), "see BENCHMARKS.md", False, f"skipped: {why}")]
     with tw.LocalCluster(devices=["cuda:0"], autograd=False) as c:
         s = tw.connect(c.address)
         try:
-            return [*(bench_matmul(n, dt) for n in (1024, 4096) for dt in ("float32", "float16")), bench_chain()]
+            return [*(bench_matmul(n, dt) for n in (1024, 4096) for dt in ("float32", "float16")), bench_chain(),
+                    bench_mlp_step()]
         finally:
             s.close()

@@ -86,7 +86,7 @@ class Rank:
         self.ready: dict[int, dict] = {}
         self.comms: dict[tuple, object] = {}
         self.maps: dict[str, np.ndarray] = {}  # shared-memory files mapped lately, oldest first
-        self.transports = _transports()  # device transports this rank can make ids for ("nccl")
+        self.transports = _transports(devices)  # device transports this rank can make ids for ("nccl")
         self.nccl_ids: dict[tuple, bytes] = {}  # group devices -> its NCCL unique id (rank 0 of the group only)
         self.ops = {"sum": self.MPI.SUM, "mean": self.MPI.SUM, "max": self.MPI.MAX, "min": self.MPI.MIN,
                     "prod": self.MPI.PROD}
@@ -265,8 +265,11 @@ class Rank:
             raise ProtocolError(f"unknown collective {kind!r}")
 
 
-def _transports() -> list[str]:
-    """The device transports this host's ranks can make communicator ids for: ``["nccl"]`` when NCCL loads."""
+def _transports(devices: list[str]) -> list[str]:
+    """The device transports this job's ranks can make communicator ids for: ``["nccl"]`` when the job serves CUDA
+    devices and NCCL loads (a job without them does not load the library)."""
+    if not any(d.partition(":")[0] == "cuda" for d in devices):
+        return []
     try:
         load_nccl().version()
     except TensorwireError as e:
