@@ -365,10 +365,12 @@ class Dispatcher:
             parts = list(pend["ready"].values())
             if len({(m.get("direct") is True, str(m.get("dtype")), str(m.get("shape"))) for m in parts}) != 1:
                 del pend["ready"]  # no rank is released: they are told to skip it
-                self._coll_failed(key, "its parts disagree on dtype, shape or transport")
+                self._coll_failed(key, "", error_to_wire(ProtocolError(
+                    "the parts of a collective disagree on dtype, shape or transport")))
                 return
             if pend.get("direct"):  # communicators any part aborted: rank 0 makes the group a new id
-                broken = sorted({b for m in parts for b in (m.get("broken") or ())[:64] if isinstance(b, str)})
+                broken = sorted({b for m in parts if isinstance(m.get("broken"), list) for b in m["broken"][:64]
+                                 if isinstance(b, str)})
                 parts = [{**m, "broken": broken} for m in parts]
             # every part is ready: release the ranks together, so none spins in MPI waiting for a peer
             for msg in parts:

@@ -121,6 +121,19 @@ def test_bad_calls_are_clear(session):
     tw.distributed.barrier(DEVICES)
 
 
+def test_parts_that_disagree_on_dtype_past_the_client_fail_typed_and_the_ranks_serve_on(session):
+    """A client that skips ``_check`` (a modified one) sends one collective with a float32 part and a float64 part:
+    the dispatcher refuses to release the ranks (MPI would mix the two buffers' bytes, or abort the job)."""
+    parts = tw.distributed._record("all_reduce", [tw.ones(3, device="cpu:0"),
+                                                  tw.ones(3, device="cpu:1", dtype=tw.float64)], op="sum")
+    for p in parts:
+        with pytest.raises(tw.ProtocolError, match="disagree on dtype, shape or transport"):
+            p.numpy()
+    xs = [tw.ones(3, device=d) for d in DEVICES[:2]]
+    tw.distributed.all_reduce(xs)
+    assert [x.numpy().tolist() for x in xs] == [[2.0] * 3] * 2
+
+
 def test_rank_death_gives_error_then_restart_works(cluster, session):
     xs = [tw.ones(8, device=d) for d in DEVICES[:2]]
     tw.synchronize()
