@@ -480,8 +480,11 @@ class Session:
         """
         self._check_open()
         with self._lock:
-            if self._pending or self._deferred is not None or self._release:
+            if self._pending or self._deferred is not None:
                 self._flush([], False)  # what was recorded before the call runs first
+            if self._release:  # (nothing this graph reads: a released id is one no tensor holds)
+                release += self._release
+                self._release = []
             outs = list(range(first_id, first_id + len(batch.nodes)))
             header = {"t": "batch", "k": self._key, "ext": ext, "outs": outs, "fetch": [], "release": release,
                       "sync": False}
@@ -489,10 +492,15 @@ class Session:
                 plan, new = self.plan_number(batch.skey)
             else:
                 new = False
-            if new:  # (the nodes carry the recorded call's dynamic attributes: this call's go in dyn all the same)
-                header["nodes"] = batch.nodes
+            if new:  # the nodes travel with this call's dynamic attributes in place of the recorded call's
+                nodes = list(batch.nodes)
+                for j, attrs in dyn:
+                    op, refs, old, di = nodes[j]
+                    nodes[j] = [op, refs, {**old, **attrs}, di]
+                header["nodes"] = nodes
                 header["devs"] = batch.devs
-            header["dyn"] = dyn
+            else:
+                header["dyn"] = dyn
             header["plan"] = plan
             if self._drop_plans:
                 header["drop_plans"], self._drop_plans = self._drop_plans, []
