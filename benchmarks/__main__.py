@@ -18,7 +18,8 @@ from .harness import table  # noqa: E402
 def main() -> None:
     p = argparse.ArgumentParser(description="tensorwire benchmarks (ratios against peers run side by side)")
     p.add_argument("--only", default=None,
-                   help="run one group: core, collectives, autograd, training, compile, hub, kernels, reliability, cuda")
+                   help="run one group: core, collectives, autograd, training, compile, hub, kernels, reliability, "
+                        "cuda")
     args = p.parse_args()
     from . import autograd, collectives, compile, core, cuda, hub, kernels, reliability, training
 

@@ -37,8 +37,15 @@ def bench_loop(n: int = 10_000) -> Result:
     np.testing.assert_array_equal(loop(x).numpy(), peer())
     t_ours, t_peer = interleaved(ours, peer, rounds=5)
     r = t_ours / t_peer
-    return Result(f"the {n:,}-op elementwise loop inside tw.compile, replayed, then one numpy(), per op vs numpy eager",
-                  t_ours / n * 1e6, t_peer / n * 1e6, "us/op", r, "<= 2x", r <= 2)
+    return Result(
+        f"the {n:,}-op elementwise loop inside tw.compile, replayed, then one numpy(), per op vs numpy eager",
+        t_ours / n * 1e6,
+        t_peer / n * 1e6,
+        "us/op",
+        r,
+        "<= 2x",
+        r <= 2,
+    )
 
 
 def bench_step(k: int) -> Result:
@@ -88,8 +95,15 @@ def bench_step(k: int) -> Result:
     r = t_ours / t_peer
     target = 1.2 if k == 1 else 1.0
     read = "loss read every step" if k == 1 else f"loss read every {k} steps"
-    return Result(f"digits MLP training step inside tw.compile (fwd+bwd+Adam, {read}) vs torch eager, {THREADS} thread",
-                  t_ours * 1e3, t_peer * 1e3, "ms", r, f"<= {target}x", r <= target)
+    return Result(
+        f"digits MLP training step inside tw.compile (fwd+bwd+Adam, {read}) vs torch eager, {THREADS} thread",
+        t_ours * 1e3,
+        t_peer * 1e3,
+        "ms",
+        r,
+        f"<= {target}x",
+        r <= target,
+    )
 
 
 def bench_roundtrip() -> Result:
@@ -106,9 +120,16 @@ def bench_roundtrip() -> Result:
     assert add_one.stats["replays"] > 0, add_one.stats
     t_ours, t_peer = interleaved(lambda: add_one(x).numpy(), lambda: (x + 1).numpy(), rounds=9, number=300)
     r = t_ours / t_peer
-    return Result("round trip of a compiled one-op function `f(x).numpy()` vs the op uncompiled `(x + 1).numpy()`",
-                  t_ours * 1e6, t_peer * 1e6, "us", r, "report", True,
-                  "a replay sends the same one message; the difference is the signature check and the bindings")
+    return Result(
+        "round trip of a compiled one-op function `f(x).numpy()` vs the op uncompiled `(x + 1).numpy()`",
+        t_ours * 1e6,
+        t_peer * 1e6,
+        "us",
+        r,
+        "report",
+        True,
+        "a replay sends the same one message; the difference is the signature check and the bindings",
+    )
 
 
 def run_all() -> list[Result]:

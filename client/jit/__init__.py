@@ -121,8 +121,11 @@ class CompiledFunction:
             entry.graph, entry.last = CompiledGraph(summary), None
         elif entry.traces >= MAX_TRACES:
             where = prev.first_difference(summary) if prev is not None else None
-            self._give_up(f"records a different graph on each call ({MAX_TRACES} calls with the same signature "
-                          "differed: Python state the replay would not see changes what it records)", where)
+            self._give_up(
+                f"records a different graph on each call ({MAX_TRACES} calls with the same signature "
+                "differed: Python state the replay would not see changes what it records)",
+                where,
+            )
         else:
             entry.last = summary
         return out
@@ -139,8 +142,16 @@ class CompiledFunction:
         warnings.warn(msg + "; it runs eagerly from now on", CompileWarning, stacklevel=3)
 
 
-def compile(model=None, *, fullgraph: bool = False, dynamic=None, backend="inductor", mode=None, options=None,
-            disable: bool = False):  # noqa: A001 - torch's name
+def compile(
+    model=None,
+    *,
+    fullgraph: bool = False,
+    dynamic=None,
+    backend="inductor",
+    mode=None,
+    options=None,
+    disable: bool = False,
+):  # noqa: A001 - torch's name
     """Compile ``model`` (a function, or an ``nn.Module``: its calls) so that later calls replay its graph.
 
     Used as ``tw.compile(fn)``, ``@tw.compile`` or ``@tw.compile(mode=..., fullgraph=..., dynamic=..., backend=...)``,
@@ -154,8 +165,9 @@ def compile(model=None, *, fullgraph: bool = False, dynamic=None, backend="induc
     if mode not in MODES:
         raise CompileError(f"Unrecognized mode={mode!r}, should be one of: {', '.join(m for m in MODES if m)}")
     if model is None:
-        return lambda fn: compile(fn, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
-                                  options=options, disable=disable)
+        return lambda fn: compile(
+            fn, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode, options=options, disable=disable
+        )
     if not callable(model):
         raise TypeError(f"tw.compile expects a function or a module, got {type(model).__name__}")
     if disable:

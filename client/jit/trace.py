@@ -131,8 +131,10 @@ class Trace:
     def finish(self, result) -> Summary:
         """The call returned ``result``: its graph's interface, or :class:`NotCompilable`."""
         if self.read_at is not None:
-            raise NotCompilable("reads a tensor's value (`.item()`, `.numpy()`, `print`, `bool()` or a Python "
-                                "branch on a tensor)", self.read_at)
+            raise NotCompilable(
+                "reads a tensor's value (`.item()`, `.numpy()`, `print`, `bool()` or a Python branch on a tensor)",
+                self.read_at,
+            )
         if self.problem is not None:
             raise self.problem
         return Summary(self, result)
@@ -183,8 +185,9 @@ class Summary:
             obj = by_entry.get(i)
             if obj is None:
                 first = next(j for j, e in enumerate(entries) if i in e[2])
-                raise NotCompilable("reads a tensor that no argument or object held when the call began",
-                                    entries[first][5])
+                raise NotCompilable(
+                    "reads a tensor that no argument or object held when the call began", entries[first][5]
+                )
             shape, dtype = b.ext_meta[k]
             self.ext_slots.append((_slot(trace, obj), shape, dtype, obj._dev))
         produced = trace.produced
@@ -238,8 +241,10 @@ class Summary:
                 raise NotCompilable("returns a tensor it did not compute")
             gf = x.grad_fn
             if gf is not None and not _freed(gf):
-                raise NotCompilable("returns a tensor whose autograd graph is still needed (call backward inside the "
-                                    "compiled function, or return a detached tensor)")
+                raise NotCompilable(
+                    "returns a tensor whose autograd graph is still needed (call backward inside the "
+                    "compiled function, or return a detached tensor)"
+                )
             self.outs.append(("node", j, x._shape, x.dtype, x._dev, x.requires_grad, gf))
         # what a replay redoes on the client
         provided = set()
@@ -271,12 +276,19 @@ class Summary:
                 out_key.append(("slot", _slot_key(o[1])))
             else:
                 out_key.append(o[:6])
-        grads = None if self.grads is None else tuple(
-            (id(p), None if g is None else g[0]) for p, g in self.grads)
-        return (b.skey, tuple((_slot_key(s), sh, dt.name, dev) for s, sh, dt, dev in self.ext_slots),
-                tuple((_slot_key(s), j, dv) for s, j, _, _, _, dv in self.writes), grads,
-                self.out_spec, tuple(out_key), tuple(sorted(provided)),
-                tuple(a[0] for a in self.host), tuple(dyn), tuple((id(m), tr) for m, tr in self.modules))
+        grads = None if self.grads is None else tuple((id(p), None if g is None else g[0]) for p, g in self.grads)
+        return (
+            b.skey,
+            tuple((_slot_key(s), sh, dt.name, dev) for s, sh, dt, dev in self.ext_slots),
+            tuple((_slot_key(s), j, dv) for s, j, _, _, _, dv in self.writes),
+            grads,
+            self.out_spec,
+            tuple(out_key),
+            tuple(sorted(provided)),
+            tuple(a[0] for a in self.host),
+            tuple(dyn),
+            tuple((id(m), tr) for m, tr in self.modules),
+        )
 
     def first_difference(self, other: Summary):
         """The user's line of the first node where two traces differ (for the warning), if any differs."""

@@ -65,9 +65,15 @@ def _trainer(build, x, y, loss_fn=nn.functional.cross_entropy):
         def snapshot():
             ps = list(model.parameters())
             st = opt.state[ps[0]]
-            return [p.numpy() for p in ps] + [ps[0].grad.numpy(), st["exp_avg"].numpy(), st["exp_avg_sq"].numpy(),
-                                              np.asarray(st["step"])]
+            return [p.numpy() for p in ps] + [
+                ps[0].grad.numpy(),
+                st["exp_avg"].numpy(),
+                st["exp_avg_sq"].numpy(),
+                np.asarray(st["step"]),
+            ]
+
         return step, snapshot
+
     return make
 
 
@@ -85,8 +91,8 @@ def test_cnn_training_with_adam_replays_exactly_as_eager(session):
     y = tw.tensor(rng.integers(0, 4, 8))
 
     def build():
-        return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                             nn.Linear(64, 4))
+        return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64, 4))
+
     runs, _ = _both(_trainer(build, x, y), steps=6)
     _assert_same(runs)
 
@@ -98,6 +104,7 @@ def test_transformer_layer_with_dropout_draws_fresh_masks_as_eager(session):
 
     def build():
         return nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.2, batch_first=True)
+
     runs, _ = _both(_trainer(build, x, target, nn.functional.mse_loss), steps=6)
     _assert_same(runs)
     losses = [h[0] for h in runs[1]]
@@ -110,7 +117,9 @@ def test_random_ops_draw_fresh_numbers_every_replay(session):
     def make():
         def step():
             return x + tw.rand(5)
+
         return step, list
+
     runs, _ = _both(make, steps=6, seed=7)
     _assert_same(runs)
     assert len({v[0].tobytes() for v in runs[1]}) == 6
@@ -127,8 +136,9 @@ def test_a_replay_is_one_message_carrying_the_loss_fetch(session, monkeypatch):
     assert step.stats["replays"] >= 1
     sent = []
     real_send, real_numbered = session_mod.send_parts, session._send_numbered
-    monkeypatch.setattr(session_mod, "send_parts", lambda sock, parts, **kw: (sent.append("send"),
-                                                                              real_send(sock, parts, **kw))[1])
+    monkeypatch.setattr(
+        session_mod, "send_parts", lambda sock, parts, **kw: (sent.append("send"), real_send(sock, parts, **kw))[1]
+    )
     monkeypatch.setattr(session, "_send_numbered", lambda h, f=(): (sent.append(h["t"]), real_numbered(h, f))[1])
     for _ in range(3):
         loss = step()
@@ -143,6 +153,7 @@ def test_data_dependent_branch_runs_eagerly_with_one_warning(session):
         if y.sum() > 0:  # BRANCH ON A TENSOR
             return y + 1
         return y - 1
+
     g = tw.compile(f)
     inputs = [tw.tensor(np.array([1.0, -3.0]) * s) for s in (1, -1, 1, -1, 1)]
     with pytest.warns(jit.CompileWarning, match=rf"test_compile.py:{line_of(HERE, '# BRANCH ON A TENSOR')}"):
@@ -162,6 +173,7 @@ def test_item_and_print_inside_fall_back(session, capsys):
     def with_print(x):
         print(x)  # PRINT INSIDE
         return x + 1
+
     for fn, marker in ((with_item, "# ITEM" + " INSIDE"), (with_print, "# PRINT" + " INSIDE")):
         g = tw.compile(fn)
         with pytest.warns(jit.CompileWarning, match=f":{line_of(HERE, marker)}"):
@@ -174,6 +186,7 @@ def test_fullgraph_raises_instead_of_falling_back(session):
     @tw.compile(fullgraph=True)
     def f(x):
         return x + x.max().item()
+
     with pytest.raises(tw.CompileError, match="reads a tensor's value"):
         f(tw.ones(2))
 
@@ -185,6 +198,7 @@ def test_a_new_shape_or_scalar_records_again_and_the_cache_is_bounded(session):
     def f(x, k):
         calls.append(1)
         return (x * k).sum(0)
+
     for n in (2, 3):
         for _ in range(4):
             np.testing.assert_array_equal(f(tw.ones(n, 2), 3.0).numpy(), [3.0 * n] * 2)
@@ -231,6 +245,7 @@ def test_several_devices_in_one_graph(session):
     def f(x):
         h = (x.to("cpu:1") @ w).relu()
         return h.to("cpu:0").sum(1)
+
     g = tw.compile(f)
     for k in range(6):
         x = tw.tensor(np.full((2, 3), k - 2.0))
@@ -241,6 +256,7 @@ def test_several_devices_in_one_graph(session):
 def test_compile_arguments_as_torch(session):
     def f(x):
         return x + 1
+
     assert tw.compile(f, disable=True) is f
     g = tw.compile(mode="reduce-overhead", fullgraph=False, dynamic=False, backend="inductor")(f)
     np.testing.assert_array_equal(g(tw.ones(2)).numpy(), [2.0, 2.0])
@@ -257,6 +273,8 @@ def test_data_parallel_step_with_collectives_replays_as_eager(session):
     y = tw.tensor(rng.integers(0, 3, 16))
 
     def build():
-        return nn.parallel.DataParallel(nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3)), devices=["cpu:0", "cpu:1"])
+        net = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+        return nn.parallel.DataParallel(net, devices=["cpu:0", "cpu:1"])
+
     runs, _ = _both(_trainer(build, x, y), steps=6)
     _assert_same(runs)
