@@ -13,6 +13,7 @@ from tensorwire.protocol.dtypes import DType as dtype
 from tensorwire.protocol.dtypes import get_default_dtype, promote_types, set_default_dtype
 from tensorwire.protocol.errors import (
     Cancelled,
+    CompileError,
     ConnectionFailed,
     DependencyFailed,
     DeviceError,
@@ -143,3 +144,6 @@ from .serialization import load, save  # noqa: E402
 
 __all__ += ["nn", "optim", "utils", "models", "save", "load"]
 __all__ += ["cancel", "Cancelled", "QuotaExceeded"]  # issue 16: cancelling work, per-session memory quotas
+from .jit import CompileWarning, compile  # noqa: E402,A004  (issue 19: capture a step once, replay it)
+
+__all__ += ["compile", "CompileError", "CompileWarning"]

@@ -200,8 +200,12 @@ def _random(op: str, size, dtype, device, generator, session, **extra) -> Tensor
     s, dev = _ctx(device, session)
     shape = check_shape(_size(size))
     gen = generator or R.default_generator
-    seed, off = gen.take(counters_used(op, numel(shape)))
-    return s.record(op, [], {"shape": list(shape), "dtype": dtype.name, "seed": seed, "offset": off, **extra}, dev)
+    counters = counters_used(op, numel(shape))
+    seed, off = gen.take(counters)
+    t = s.record(op, [], {"shape": list(shape), "dtype": dtype.name, "seed": seed, "offset": off, **extra}, dev)
+    if s._capture is not None:  # tw.compile: a replay draws from the generator as this call did
+        s._capture.provide([t], lambda: dict(zip(("seed", "offset"), gen.take(counters))))
+    return t
 
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:

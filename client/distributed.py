@@ -45,8 +45,12 @@ def _record(kind: str, ts: list[Tensor], **attrs) -> list[Tensor]:
         raise ValueError(kind)
     key = next(_keys)
     n = len(ts)
-    return [t._rec("collective", [t], {"kind": kind, "n": n, "rank": i, "key": key, **attrs})
+    outs = [t._rec("collective", [t], {"kind": kind, "n": n, "rank": i, "key": key, **attrs})
             for i, t in enumerate(ts)]
+    cap = ts[0]._s._capture
+    if cap is not None:  # tw.compile: a replay takes a fresh key, as this call did
+        cap.provide(outs, lambda: {"key": next(_keys)})
+    return outs
 
 
 def _op(op) -> str:

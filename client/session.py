@@ -11,6 +11,7 @@ fetched value. A batch whose structure was sent before goes out as its plan numb
 from __future__ import annotations
 
 import atexit
+import collections
 import itertools
 import os
 import sys
@@ -124,9 +125,13 @@ class Session:
         self._consts: list = []
         self._release: list[int] = []
         self._plans: dict = {}
+        self._live_plans: set[int] = set()  # the plan numbers in _plans (a compiled graph checks its own is live)
         self._plan_ids = itertools.count(1)
         self._drop_plans: list[int] = []
         self._where: dict[int, tuple] = {}
+        self._replayed: collections.deque = collections.deque(maxlen=64)  # (first id, where list) per replay
+        self._deferred = None  # a compiled graph's replay message, sent with the next message (see replay())
+        self._capture = None  # the tw.compile trace recording this session's ops, if any (tensorwire.jit)
         self._scalars: dict = {}
         self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
         self._lost = False  # the dispatcher stopped answering (close() does not wait for it then)
@@ -243,13 +248,24 @@ class Session:
     def _error(self, err: dict) -> TensorwireError:
         self._forget_lost([err])
         node = err.get("node")
-        where = self._where.get(node) if node is not None else None
+        where = self._where_of(node)
         origin = err.get("origin")
         e = error_from_wire(err, where=_fmt_where(where))
-        if origin is not None and origin != node and self._where.get(origin):
-            e.message = f"{e.message} [failing op recorded at {_fmt_where(self._where[origin])}]"
+        if origin is not None and origin != node and self._where_of(origin):
+            e.message = f"{e.message} [failing op recorded at {_fmt_where(self._where_of(origin))}]"
             e.args = (e._text(),)
         return e
+
+    def _where_of(self, node: int | None):
+        """The user's (file, line) that recorded ``node``: a batch's node, or a node of a compiled graph's replay."""
+        if node is None:
+            return None
+        where = self._where.get(node)
+        if where is None:
+            for first, lines in self._replayed:
+                if first <= node < first + len(lines):
+                    return lines[node - first]
+        return where
 
     def _check_open(self):
         if self.closed:
@@ -279,9 +295,12 @@ class Session:
         else:
             akey, (shape, dtype) = known
         hid = next(self._ids)
-        self._pending.append((hid, op, ids, attrs, device, where or _user_frame(), metas, akey))
+        entry = (hid, op, ids, attrs, device, where or _user_frame(), metas, akey)
+        self._pending.append(entry)
         t = _new_tensor(Tensor)
         t._init(self, hid, shape, dtype, device)
+        if self._capture is not None:
+            self._capture.on_record(entry, t, inputs)
         if len(self._pending) >= MAX_PENDING_NODES:
             self.flush()
         return t
@@ -306,11 +325,14 @@ class Session:
         if borrowed and not send_now:
             array = array.copy()
         hid = next(self._ids)
-        self._pending.append((hid, "const", [], {"shape": list(array.shape), "dtype": dt.name, "frame": array},
-                              device, _user_frame(), (), None))
+        entry = (hid, "const", [], {"shape": list(array.shape), "dtype": dt.name, "frame": array}, device,
+                 _user_frame(), (), None)
+        self._pending.append(entry)
         self._pending_bytes += array.nbytes
         t = Tensor.__new__(Tensor)
         t._init(self, hid, tuple(array.shape), dt, device)
+        if self._capture is not None:
+            self._capture.on_record(entry, t, ())
         if send_now:
             with self._lock:
                 self._flush([], False, wait_sent=True)
@@ -338,6 +360,8 @@ class Session:
     def flush(self, fetch: list[int] = (), sync: bool = False):
         """Ship the pending batch; with ``fetch`` or ``sync`` wait for and return the answer."""
         self._check_open()
+        if fetch and self._capture is not None:
+            self._capture.on_read(_user_frame())  # a value read while tw.compile records: data-dependent Python
         with self._lock:
             try:
                 return self._flush(list(fetch), sync)
@@ -363,11 +387,23 @@ class Session:
         """Ship the pending batch. A fetch of a value recorded before the end of the batch is answered first:
         the nodes up to the last fetched one go out with the fetch, the rest right after it without waiting
         (with the releases, which may name their outputs), and the devices run that rest while the caller
-        goes on with the value. Errors of the rest surface at the next sync point, as for any shipped batch."""
+        goes on with the value. Errors of the rest surface at the next sync point, as for any shipped batch.
+        A compiled graph's replay waiting to go (:meth:`replay`) goes first, carrying the fetch or sync itself
+        when nothing was recorded after it (one message for ``step(x); loss.item()``)."""
         self._mark = False
         pending, self._pending = self._pending, []
         self._pending_bytes = 0
         release, self._release = self._release, []
+        if self._deferred is not None:
+            header, frames = self._deferred
+            self._deferred = None
+            header["release"] += release  # (applied after the replay's work, like every release)
+            release = []
+            if not pending and (fetch or sync):
+                header["fetch"], header["sync"] = fetch, sync
+                h, rframes = self._wait(self._send_numbered(header, frames))
+                return self._result(h, rframes, fetch)
+            send_parts(self._sock, [pack_header(header), *frames])
         if not pending and not fetch and not sync and not release:
             return None
         if fetch and not sync and pending:
@@ -387,76 +423,91 @@ class Session:
                     reply: bool = False, wait_sent: bool = False) -> int | None:
         """Send ``pending`` as one batch message (as a plan replay when its structure was sent before);
         with ``reply``, number it and return the number the answer will carry."""
-        index: dict[int, int] = {}
-        ext: list[int] = []
-        ext_index: dict[int, int] = {}
-        devs: list[str] = []
-        dev_index: dict[str, int] = {}
-        nodes = []
-        outs = []
-        key = []
-        dyn = []
-        frames = []
         where = self._where
-        ext_meta = []
-        for j, (hid, op, ins, attrs, device, loc, metas, akey) in enumerate(pending):
-            refs = []
-            for k, i in enumerate(ins):
-                r = index.get(i)
-                if r is None:
-                    r = ext_index.get(i)
-                    if r is None:
-                        r = ext_index[i] = -(len(ext) + 1)
-                        ext.append(i)
-                        ext_meta.append(metas[k])
-                refs.append(r)
-            di = dev_index.get(device)
-            if di is None:
-                di = dev_index[device] = len(devs)
-                devs.append(device)
-            if op == "const":
-                arr = attrs["frame"]
-                attrs = {"shape": attrs["shape"], "dtype": attrs["dtype"], "frame": len(frames)}
-                frames.append(as_frame(arr))
-                akey = attrs_key(op, attrs)
-            index[hid] = j
-            outs.append(hid)
-            nodes.append([op, refs, attrs, di])
-            key.append(structure_key(op, tuple(refs), akey, di))
-            dynamic = OPS[op].dynamic
-            if dynamic and attrs:
-                dyn.append([j, {k: attrs[k] for k in dynamic if k in attrs}])
-            if loc is not None:
-                where[hid] = loc
+        b = encode_batch(pending, where)
         if len(where) > MAX_WHERE:
             for k in list(itertools.islice(where, len(where) - MAX_WHERE // 2)):
                 del where[k]
-        header = {"t": "batch", "k": self._key, "ext": ext, "outs": outs, "fetch": fetch, "release": release,
+        header = {"t": "batch", "k": self._key, "ext": b.ext, "outs": b.outs, "fetch": fetch, "release": release,
                   "sync": sync}
-        if nodes:
-            skey = (tuple(key), tuple(devs), tuple(ext_meta))
-            plan = self._plans.get(skey)
-            if plan is None:
-                plan = next(self._plan_ids)
-                if len(self._plans) >= MAX_PLANS:
-                    old = next(iter(self._plans))
-                    self._drop_plans.append(self._plans.pop(old))
-                self._plans[skey] = plan
-                header["nodes"] = nodes
-                header["devs"] = devs
+        if b.nodes:
+            plan, new = self.plan_number(b.skey)
+            if new:
+                header["nodes"] = b.nodes
+                header["devs"] = b.devs
             else:
-                header["dyn"] = dyn
+                header["dyn"] = b.dyn
             header["plan"] = plan
         if self._drop_plans:
             header["drop_plans"], self._drop_plans = self._drop_plans, []
-        size = sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
+        size = sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in b.frames)
         if size > MAX_MESSAGE:
             raise ProtocolError(f"a batch of {size} bytes exceeds the maximum message size of {MAX_MESSAGE} bytes "
                                 f"(TENSORWIRE_MAX_MESSAGE); upload the data in smaller tensors")
         if reply:
-            return self._send_numbered(header, frames)
-        send_parts(self._sock, [pack_header(header), *frames], wait_sent=wait_sent)
+            return self._send_numbered(header, b.frames)
+        send_parts(self._sock, [pack_header(header), *b.frames], wait_sent=wait_sent)
         return None
+
+    def plan_number(self, skey) -> tuple[int, bool]:
+        """The plan number of a batch structure (``Batch.skey``), and whether it is new (then its nodes must travel
+        with this batch). The cache is bounded: the oldest plan is evicted, and the dispatcher told so."""
+        plan = self._plans.get(skey)
+        if plan is not None:
+            return plan, False
+        plan = next(self._plan_ids)
+        if len(self._plans) >= MAX_PLANS:
+            old = self._plans.pop(next(iter(self._plans)))
+            self._live_plans.discard(old)
+            self._drop_plans.append(old)
+        self._plans[skey] = plan
+        self._live_plans.add(plan)
+        return plan, True
+
+    def take_ids(self, n: int) -> int:
+        """Reserve ``n`` consecutive handle ids; returns the first."""
+        first = next(self._ids)
+        self._ids = itertools.count(first + n)
+        return first
+
+    def replay(self, batch: Batch, plan: int | None, ext: list[int], first_id: int, dyn: list, release: list[int],
+               where: list) -> int:
+        """Send a compiled graph (``tensorwire.jit``): ``batch`` encoded once, its external inputs ``ext`` now, its
+        outputs numbered from ``first_id`` (reserved with :meth:`take_ids`), ``dyn`` its dynamic attributes now and
+        ``release`` the outputs nobody keeps. ``plan`` is the number it was given last time; when it is no longer
+        live (evicted) the nodes travel again. Returns the plan number. The message is held until the session next
+        sends (so a ``loss.item()`` right after rides with it); ``where`` is each node's recording line, for errors.
+        """
+        self._check_open()
+        with self._lock:
+            if self._pending or self._deferred is not None:
+                self._flush([], False)  # what was recorded before the call runs first
+            if self._release:  # (nothing this graph reads: a released id is one no tensor holds)
+                release += self._release
+                self._release = []
+            outs = list(range(first_id, first_id + len(batch.nodes)))
+            header = {"t": "batch", "k": self._key, "ext": ext, "outs": outs, "fetch": [], "release": release,
+                      "sync": False}
+            if plan is None or plan not in self._live_plans:
+                plan, new = self.plan_number(batch.skey)
+            else:
+                new = False
+            if new:  # the nodes travel with this call's dynamic attributes in place of the recorded call's
+                nodes = list(batch.nodes)
+                for j, attrs in dyn:
+                    op, refs, old, di = nodes[j]
+                    nodes[j] = [op, refs, {**old, **attrs}, di]
+                header["nodes"] = nodes
+                header["devs"] = batch.devs
+            else:
+                header["dyn"] = dyn
+            header["plan"] = plan
+            if self._drop_plans:
+                header["drop_plans"], self._drop_plans = self._drop_plans, []
+            self._replayed.append((first_id, where))
+            self._deferred = (header, batch.frames)
+            self._mark = True  # the next op recorded ships it (as after optimizer.step())
+            return plan
 
     def _result(self, h: dict, frames, fetch):
         values = {}
@@ -630,6 +681,63 @@ class Session:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class Batch:
+    """A pending batch in wire form: ``nodes`` (``[op, refs, attrs, device index]``), ``devs``, the external input
+    ids ``ext`` and their metas, the output ids ``outs``, ``dyn`` (``[node, dynamic attrs]``), the raw ``frames``
+    of uploads and ``skey``, the structure a plan is keyed by."""
+
+    __slots__ = ("nodes", "devs", "ext", "ext_meta", "outs", "dyn", "frames", "skey")
+
+
+def encode_batch(pending: list, where: dict | None = None) -> Batch:
+    """Encode pending entries (``[id, op, input ids, attrs, device, where, input metas, attrs key]``) as a batch;
+    each node's recording line goes into ``where`` (by output id) when given."""
+    index: dict[int, int] = {}
+    ext: list[int] = []
+    ext_index: dict[int, int] = {}
+    devs: list[str] = []
+    dev_index: dict[str, int] = {}
+    nodes = []
+    outs = []
+    key = []
+    dyn = []
+    frames = []
+    ext_meta = []
+    for j, (hid, op, ins, attrs, device, loc, metas, akey) in enumerate(pending):
+        refs = []
+        for k, i in enumerate(ins):
+            r = index.get(i)
+            if r is None:
+                r = ext_index.get(i)
+                if r is None:
+                    r = ext_index[i] = -(len(ext) + 1)
+                    ext.append(i)
+                    ext_meta.append(metas[k])
+            refs.append(r)
+        di = dev_index.get(device)
+        if di is None:
+            di = dev_index[device] = len(devs)
+            devs.append(device)
+        if op == "const":
+            arr = attrs["frame"]
+            attrs = {"shape": attrs["shape"], "dtype": attrs["dtype"], "frame": len(frames)}
+            frames.append(as_frame(arr))
+            akey = attrs_key(op, attrs)
+        index[hid] = j
+        outs.append(hid)
+        nodes.append([op, refs, attrs, di])
+        key.append(structure_key(op, tuple(refs), akey, di))
+        dynamic = OPS[op].dynamic
+        if dynamic and attrs:
+            dyn.append([j, {k: attrs[k] for k in dynamic if k in attrs}])
+        if where is not None and loc is not None:
+            where[hid] = loc
+    b = Batch()
+    b.nodes, b.devs, b.ext, b.ext_meta, b.outs, b.dyn, b.frames = nodes, devs, ext, ext_meta, outs, dyn, frames
+    b.skey = (tuple(key), tuple(devs), tuple(ext_meta)) if nodes else None
+    return b
 
 
 def _input_error(s: Session, t, device: str):

@@ -131,6 +131,8 @@ def refresh(view) -> None:
 
 def _swap(a, b) -> None:
     """Give ``a`` the value (id) of ``b``; ``b`` takes ``a``'s old id and releases it when it dies."""
+    if a._s._capture is not None:
+        a._s._capture.on_swap(a, b)
     a._id, b._id = b._id, a._id
     a._shape, b._shape = b._shape, a._shape
     a.dtype, b.dtype = b.dtype, a.dtype

@@ -148,6 +148,12 @@ class TimeoutError_(TensorwireError, TimeoutError):
     code = "Timeout"
 
 
+class CompileError(TensorwireError, RuntimeError):
+    """``tw.compile`` was given arguments it refuses, or (with ``fullgraph=True``) a function it cannot replay."""
+
+    code = "CompileError"
+
+
 _BY_CODE: dict[str, type[TensorwireError]] = {}
 
 
@@ -163,6 +169,7 @@ for _cls in (TensorwireError, ShapeError, DTypeError, IndexOutOfRange, DeviceErr
     register_error(_cls)
 register_error(QuotaExceeded)
 register_error(Cancelled)
+register_error(CompileError)
 
 
 def error_from_wire(d: dict, where: str | None = None) -> TensorwireError:

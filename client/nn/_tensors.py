@@ -42,6 +42,8 @@ def rebind(t: Tensor, new: Tensor) -> Tensor:
         new._refresh()
     if new._id == t._id:
         return t
+    if t._s._capture is not None:
+        t._s._capture.on_swap(t, new)
     t._id, new._id = new._id, t._id
     t._shape, new._shape = new._shape, t._shape
     t.dtype, new.dtype = new.dtype, t.dtype

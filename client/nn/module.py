@@ -7,6 +7,7 @@ import itertools
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator
 
+from tensorwire.jit import state as _jit
 from tensorwire.protocol import dtypes as D
 from tensorwire.tensor import Tensor
 
@@ -95,6 +96,8 @@ class Module:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
 
     def __call__(self, *args, **kwargs):
+        if _jit.tracing:
+            _jit.note_module(self)  # tw.compile replays this call only while the module's training flag is the same
         if self._forward_pre_hooks:
             for hook in list(self._forward_pre_hooks.values()):
                 r = hook(self, args)

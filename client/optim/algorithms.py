@@ -7,6 +7,7 @@ replays anyway, and the updates always run outside autograd."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -22,15 +23,32 @@ def _c(p, v):
 _STEP: dict = {}
 
 
-def _d(p, v):
+def _d(p, v, replay=None):
     """A hyperparameter that changes between steps (lr, bias corrections): a fresh ``full`` node every step
     (once per value, dtype and device), never a cached scalar, so every step records the same structure and
-    only the dynamic ``value`` differs (the cluster replays the plan)."""
+    only the dynamic ``value`` differs (the cluster replays the plan). ``replay``: a function computing the value
+    again from the optimizer's state, which a ``tw.compile`` replay calls instead of running this code."""
     key = (float(v), p.dtype.name, p._dev, id(p._s))
     t = _STEP.get(key)
     if t is None:
         t = _STEP[key] = p._s.record("full", [], {"shape": [], "dtype": p.dtype.name, "value": float(v)}, p._dev)
+        cap = p._s._capture
+        if cap is not None and replay is not None:
+            cap.provide([t], lambda: {"value": float(replay())})
     return t
+
+
+def _count_step(p, state) -> int:
+    """``state["step"] += 1``, also on every ``tw.compile`` replay of this step; returns the new count."""
+    state["step"] += 1
+    cap = p._s._capture
+    if cap is not None:
+        cap.effect(functools.partial(_bump, state))
+    return state["step"]
+
+
+def _bump(state) -> None:
+    state["step"] += 1
 
 
 def _fused(p, op: str, ins: list, attrs: dict):
@@ -47,6 +65,8 @@ def _zeros_like(p):
 
 class SGD(Optimizer):
     """Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay (torch's rule)."""
+
+    _replayable = True
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
                  weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False, foreach=None,
@@ -65,7 +85,7 @@ class SGD(Optimizer):
 
     def _update(self, group, p, grad, state):
         wd, mom = group["weight_decay"], group["momentum"]
-        lr = _d(p, group["lr"])
+        lr = _d(p, group["lr"], lambda: group["lr"])
         if mom == 0:
             return _fused(p, "sgd_update", [p, grad, lr], {"weight_decay": wd, "momentum": 0})
         buf = state.get("momentum_buffer")
@@ -82,6 +102,8 @@ class SGD(Optimizer):
 
 class Adam(Optimizer):
     """Adam (and AMSGrad) with torch's update; ``state["step"]`` is a Python int (no device sync)."""
+
+    _replayable = True
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0,
                  amsgrad: bool = False, *, foreach=None, maximize: bool = False, capturable: bool = False,
@@ -109,8 +131,7 @@ class Adam(Optimizer):
             state["exp_avg_sq"] = _zeros_like(p)
             if group["amsgrad"]:
                 state["max_exp_avg_sq"] = _zeros_like(p)
-        state["step"] += 1
-        step = state["step"]
+        step = _count_step(p, state)
         decoupled = wd != 0 and group.get("decoupled_weight_decay")
         l2 = wd if wd != 0 and not decoupled else 0
         ins = [grad, p] if l2 else [grad]
@@ -122,9 +143,10 @@ class Adam(Optimizer):
             v = _set_state(state, "max_exp_avg_sq", state["max_exp_avg_sq"].maximum(v))
         bc1 = 1 - b1 ** step
         bc2 = 1 - b2 ** step
-        ins = [p, m, v, _d(p, lr / bc1), _d(p, math.sqrt(bc2))]
+        ins = [p, m, v, _d(p, lr / bc1, lambda: group["lr"] / (1 - b1 ** state["step"])),
+               _d(p, math.sqrt(bc2), lambda: math.sqrt(1 - b2 ** state["step"]))]
         if decoupled:
-            ins.append(_d(p, 1 - lr * wd))
+            ins.append(_d(p, 1 - lr * wd, lambda: 1 - group["lr"] * wd))
         return _fused(p, "adam_param", ins, {"eps": eps})
 
 

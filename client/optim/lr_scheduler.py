@@ -42,6 +42,7 @@ class LRScheduler:
         return self._last_lr
 
     def step(self, epoch: int | None = None) -> None:
+        _not_in_compile(self.optimizer)
         self._step_count += 1
         if epoch is None:
             self.last_epoch += 1
@@ -387,3 +388,15 @@ class ReduceLROnPlateau(LRScheduler):
         if self.mode == "min":
             return a < best * (1.0 - self.threshold) if self.threshold_mode == "rel" else a < best - self.threshold
         return a > best * (self.threshold + 1.0) if self.threshold_mode == "rel" else a > best + self.threshold
+
+
+def _not_in_compile(optimizer) -> None:
+    """A scheduler step only changes Python numbers, which a ``tw.compile`` replay would not: inside a compiled
+    function it makes that function run eagerly (step the scheduler outside it: the replay reads the new lr)."""
+    for g in optimizer.param_groups:
+        for p in g["params"]:
+            if p._s._capture is not None:
+                p._s._capture.unsupported(f"{type(optimizer).__name__}'s scheduler.step() inside the compiled function "
+                                          "(call it outside: replays read the learning rate it sets)")
+                return
+

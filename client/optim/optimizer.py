@@ -24,7 +24,13 @@ required = _RequiredParameter()
 
 
 class Optimizer:
-    """Base class: ``Optimizer(params, defaults)``; subclasses implement ``_update(group, p, grad, state)``."""
+    """Base class: ``Optimizer(params, defaults)``; subclasses implement ``_update(group, p, grad, state)``.
+
+    ``_replayable``: the subclass tells ``tw.compile`` how a replay redoes its Python-side state (the step count,
+    values computed from it: ``algorithms._d``'s ``replay``, ``_count_step``); a step of any other optimizer inside
+    a compiled function makes it run eagerly."""
+
+    _replayable = False
 
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
@@ -87,6 +93,11 @@ class Optimizer:
                 loss = closure()
         from . import algorithms
 
+        if not self._replayable:
+            for sess in {p._s for g in self.param_groups for p in g["params"]}:
+                if sess._capture is not None:
+                    sess._capture.unsupported(f"{type(self).__name__}.step() keeps Python state that a replay "
+                                              "would not update (tw.compile replays SGD, Adam and AdamW steps)")
         algorithms._STEP.clear()
         try:
             with no_grad():
