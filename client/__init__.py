@@ -30,7 +30,7 @@ from tensorwire.protocol.errors import (
     WorkerLost,
 )
 
-from . import accelerator, autograd, cuda, distributed, mps, onnx
+from . import accelerator, autograd, cuda, distributed, mps, onnx, profiler
 from . import functions as _F
 from .autograd_engine import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .cluster import LocalCluster
@@ -143,3 +143,4 @@ from .serialization import load, save  # noqa: E402
 
 __all__ += ["nn", "optim", "utils", "models", "save", "load"]
 __all__ += ["cancel", "Cancelled", "QuotaExceeded"]  # issue 16: cancelling work, per-session memory quotas
+__all__ += ["profiler"]  # issue 18: tw.profiler.profile()
