@@ -131,17 +131,33 @@ class EventList(list):
         self_cpu = sum(r.self_cpu_time_total for r in self) or 1.0
         self_dev = sum(r.self_device_time_total for r in self) or 1.0
         w = max([len("Name")] + [min(len(r.key), max_name_column_width) for r in rows])
-        cols = ["Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "Self Device", "Self Device %",
-                "Device total", "Device time avg", "# of Calls"]
+        cols = [
+            "Self CPU %",
+            "Self CPU",
+            "CPU total %",
+            "CPU total",
+            "CPU time avg",
+            "Self Device",
+            "Self Device %",
+            "Device total",
+            "Device time avg",
+            "# of Calls",
+        ]
         head = f"{'Name':<{w}}  " + "  ".join(f"{c:>15}" for c in cols)
         rule = "-" * len(head)
         lines = [rule, head, rule]
         for r in rows:
             vals = [
-                _pct(r.self_cpu_time_total, self_cpu), _us(r.self_cpu_time_total),
-                _pct(r.cpu_time_total, self_cpu), _us(r.cpu_time_total), _us(r.cpu_time),
-                _us(r.self_device_time_total), _pct(r.self_device_time_total, self_dev),
-                _us(r.device_time_total), _us(r.device_time), str(r.count),
+                _pct(r.self_cpu_time_total, self_cpu),
+                _us(r.self_cpu_time_total),
+                _pct(r.cpu_time_total, self_cpu),
+                _us(r.cpu_time_total),
+                _us(r.cpu_time),
+                _us(r.self_device_time_total),
+                _pct(r.self_device_time_total, self_dev),
+                _us(r.device_time_total),
+                _us(r.device_time),
+                str(r.count),
             ]
             lines.append(f"{r.key[:w]:<{w}}  " + "  ".join(f"{v:>15}" for v in vals))
         lines.append(rule)
@@ -221,8 +237,13 @@ class profile:  # noqa: N801
             raise RuntimeError("this session is already being profiled")
         self.session = s
         self._t_start = _clock()
-        record, const, send_batch, wait, service_request = (s.record, s.const, s._send_batch, s._wait,
-                                                            s.service_request)
+        record, const, send_batch, wait, service_request = (
+            s.record,
+            s.const,
+            s._send_batch,
+            s._wait,
+            s.service_request,
+        )
         shapes = self.record_shapes
 
         def timed_record(op, inputs, attrs, device, known=None, where=None):
@@ -243,8 +264,13 @@ class profile:  # noqa: N801
         def timed_send_batch(pending, fetch, sync, release, *, reply=False, wait_sent=False):
             t0 = _clock()
             q = send_batch(pending, fetch, sync, release, reply=reply, wait_sent=wait_sent)
-            self._span("client::ship", "client", t0, _clock() - t0, {"batch": self._last_batch, "nodes": len(pending),
-                                                                      "fetch": len(fetch), "sync": bool(sync)})
+            self._span(
+                "client::ship",
+                "client",
+                t0,
+                _clock() - t0,
+                {"batch": self._last_batch, "nodes": len(pending), "fetch": len(fetch), "sync": bool(sync)},
+            )
             if q is not None:
                 self._waiting[q] = (self._last_batch, t0)
             return q
@@ -265,8 +291,13 @@ class profile:  # noqa: N801
             self._service_spans(service, t0, t3, h.get("prof"))
             return h, rframes
 
-        self._saved = {"record": timed_record, "const": timed_const, "_send_batch": timed_send_batch,
-                       "_wait": timed_wait, "service_request": timed_service_request}
+        self._saved = {
+            "record": timed_record,
+            "const": timed_const,
+            "_send_batch": timed_send_batch,
+            "_wait": timed_wait,
+            "service_request": timed_service_request,
+        }
         for k, v in self._saved.items():
             setattr(s, k, v)
         s._prof = self
@@ -343,13 +374,19 @@ class profile:  # noqa: N801
         base = self._t_start
         out: list[FunctionEvent] = []
         procs = [("client", os.getpid(), 0, 0, self._spans)] + self._remote
-        self.clock_offsets = {name: {"offset_us": off / 1e3, "rtt_us": rtt / 1e3, "pid": pid}
-                              for name, pid, off, rtt, _ in procs}
+        self.clock_offsets = {
+            name: {"offset_us": off / 1e3, "rtt_us": rtt / 1e3, "pid": pid} for name, pid, off, rtt, _ in procs
+        }
         for name, _pid, off, _rtt, spans in procs:
             evs = []
             for sp in spans:
-                if not (isinstance(sp, (list, tuple)) and len(sp) == 5 and isinstance(sp[0], str)
-                        and type(sp[2]) is int and type(sp[3]) is int):
+                if not (
+                    isinstance(sp, (list, tuple))
+                    and len(sp) == 5
+                    and isinstance(sp[0], str)
+                    and type(sp[2]) is int
+                    and type(sp[3]) is int
+                ):
                     continue
                 args = sp[4] if isinstance(sp[4], dict) else {}
                 evs.append(FunctionEvent(sp[0], str(sp[1]), name, (sp[2] - off - base) / 1e3, sp[3] / 1e3, args))
@@ -395,8 +432,18 @@ class profile:  # noqa: N801
             trace.append({"name": "thread_name", "ph": "M", "pid": p, "tid": 1, "args": {"name": name}})
         ships: dict = {}
         for e in events:
-            trace.append({"name": e.name, "cat": e.cat, "ph": "X", "ts": round(e.ts_us, 3),
-                          "dur": round(e.dur_us, 3), "pid": pids[e.process], "tid": 1, "args": _jsonable(e.args)})
+            trace.append(
+                {
+                    "name": e.name,
+                    "cat": e.cat,
+                    "ph": "X",
+                    "ts": round(e.ts_us, 3),
+                    "dur": round(e.dur_us, 3),
+                    "pid": pids[e.process],
+                    "tid": 1,
+                    "args": _jsonable(e.args),
+                }
+            )
             b = e.args.get("batch")
             if b is None:
                 continue
@@ -405,13 +452,38 @@ class profile:  # noqa: N801
             elif e.name == "worker::batch" and b in ships:
                 src = ships[b]
                 fid = f"{b}-{e.process}"
-                trace.append({"name": "batch", "cat": "flow", "ph": "s", "id": fid, "pid": pids[src.process],
-                              "tid": 1, "ts": round(src.ts_us, 3)})
-                trace.append({"name": "batch", "cat": "flow", "ph": "f", "bp": "e", "id": fid, "pid": pids[e.process],
-                              "tid": 1, "ts": round(e.ts_us, 3)})
+                trace.append(
+                    {
+                        "name": "batch",
+                        "cat": "flow",
+                        "ph": "s",
+                        "id": fid,
+                        "pid": pids[src.process],
+                        "tid": 1,
+                        "ts": round(src.ts_us, 3),
+                    }
+                )
+                trace.append(
+                    {
+                        "name": "batch",
+                        "cat": "flow",
+                        "ph": "f",
+                        "bp": "e",
+                        "id": fid,
+                        "pid": pids[e.process],
+                        "tid": 1,
+                        "ts": round(e.ts_us, 3),
+                    }
+                )
         with open(path, "w") as f:
-            json.dump({"traceEvents": trace, "displayTimeUnit": "ms",
-                       "otherData": {"clock_offsets": self.clock_offsets, "dropped_spans": self.dropped}}, f)
+            json.dump(
+                {
+                    "traceEvents": trace,
+                    "displayTimeUnit": "ms",
+                    "otherData": {"clock_offsets": self.clock_offsets, "dropped_spans": self.dropped},
+                },
+                f,
+            )
 
 
 def _self_times(evs: list[FunctionEvent]) -> None:
@@ -430,5 +502,6 @@ def _self_times(evs: list[FunctionEvent]) -> None:
 
 
 def _jsonable(args: dict) -> dict:
-    return {str(k): (v if isinstance(v, (int, float, str, bool, type(None), list)) else str(v))
-            for k, v in args.items()}
+    return {
+        str(k): (v if isinstance(v, (int, float, str, bool, type(None), list)) else str(v)) for k, v in args.items()
+    }

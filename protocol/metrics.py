@@ -11,10 +11,17 @@ from __future__ import annotations
 def serve_metrics(collector, host: str, port: int):
     """Serve ``collector`` in Prometheus's text format at ``http://host:port/metrics`` from a thread of its own, with
     a registry of its own. Returns ``(server, url)``; ``server.shutdown()`` stops it."""
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    return serve_registry(registry, host, port)
+
+
+def serve_registry(registry, host: str, port: int):
+    """Serve ``registry`` at ``http://host:port/metrics`` from a thread; returns ``(server, url)``."""
+    from prometheus_client import start_http_server
+
     server, _thread = start_http_server(port, addr=host, registry=registry)
     h, p = server.server_address[:2]
     return server, f"http://{h}:{p}/metrics"
