@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import logging
 import os
 import threading
 from collections import OrderedDict
@@ -25,6 +24,7 @@ import msgpack
 from tensorwire.protocol.credentials import service_token
 from tensorwire.protocol.curve import keys_dir
 from tensorwire.protocol.errors import ProtocolError
+from tensorwire.protocol.logs import configure as configure_logging
 from tensorwire.protocol.named_service import NamedService, add_service_credential_args
 from tensorwire.protocol.service import stop_event_on_signals
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dispatcher", default=os.environ.get("TENSORWIRE_SERVICE_ADDRESS", "tcp://127.0.0.1:5556"))
     add_service_credential_args(p)
     args = p.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
+    configure_logging()
     keys = keys_dir(args.keys)
     svc = AutogradService(args.dispatcher, token=service_token(args.service_token_file, keys), keys=keys)
     stop = stop_event_on_signals()

@@ -14,6 +14,7 @@ transfer ``k`` (and is resumed with it), and ``("send", k, value)`` to hand a bu
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 
@@ -185,15 +186,20 @@ def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:
     return Plan(program, node_slot, list(ext_metas), b.next_slot, node_meta)
 
 
-def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set) -> dict:
-    """Run a plan without transfers to completion (the common case: no generator involved)."""
+def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set,
+             spans: list | None = None) -> dict:
+    """Run a plan without transfers to completion (the common case: no generator involved). ``spans``: a list to
+    append one ``(op, "kernel", start_ns, duration_ns, args)`` per step to (the profiler is on for this batch)."""
     if not any(isinstance(b, Fail) for b in ext):
         env: list = [None] * plan.nslots
         env[:len(ext)] = ext
-        result = _run_fast(device, plan, env, outs, dyn, frames, keep)
+        if spans is None:
+            result = _run_fast(device, plan, env, outs, dyn, frames, keep)
+        else:
+            result = _run_timed(device, plan, env, outs, dyn, frames, keep, spans)
         if result is not None:
             return result
-    gen = execute(device, plan, ext, outs, dyn, frames, keep)
+    gen = execute(device, plan, ext, outs, dyn, frames, keep, spans)
     try:
         next(gen)
     except StopIteration as stop:
@@ -201,14 +207,16 @@ def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, 
     raise ProtocolError("a plan without transfers asked for one")
 
 
-def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set):
+def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set,
+            spans: list | None = None):
     """Interpret ``plan`` step by step (a generator, see the module doc); returns ``{out_id: buffer | Fail}``
     for kept outputs. Plans without transfers go through :func:`run_plan`, which tries the prepared runner
     first and comes here only when a step fails.
 
     ``ext`` holds the external input buffers (or Fails), ``outs`` the handle id of every node,
     ``dyn`` maps node index to its dynamic attributes, ``keep`` is the set of slots that must
-    survive the run (outputs the client still holds); everything else is freed after its last use.
+    survive the run (outputs the client still holds); everything else is freed after its last use. ``spans``: as
+    for :func:`run_plan`.
     """
     env: list = [None] * plan.nslots
     env[:len(ext)] = ext
@@ -233,6 +241,7 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
                 attrs = s.attrs
                 if s.dynamic and s.origin in dyn:
                     attrs = {**attrs, **dyn[s.origin]}
+                t0 = time.monotonic_ns() if spans is not None else 0
                 try:
                     if s.op in WORKER_OPS:
                         res = WORKER_OPS[s.op](device, attrs, frames, s)
@@ -240,6 +249,8 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
                         res = device.run_step(s, args, attrs)
                 except Exception as e:
                     res = Fail(error_to_wire(e, origin_id))
+                if spans is not None:
+                    spans.append(_kernel_span(s, t0, origin_id))
             if s.out >= 0:
                 env[s.out] = res
             for f in s.frees:
@@ -258,7 +269,60 @@ def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fram
 
     Returns None when a step raised: the caller then interprets the plan step by step, which
     attributes the error to its node and carries on with independent work."""
-    key = frozenset(keep)
+    run = _runner(device, plan, frozenset(keep))
+    try:
+        with np.errstate(all="ignore"):
+            run(env, dyn, frames)
+    except Exception:
+        return None
+    return _kept(plan, env, outs, keep)
+
+
+def _kept(plan: Plan, env: list, outs: list, keep: set) -> dict:
+    result = {outs[j]: env[slot] for j, slot in enumerate(plan.node_slot) if slot is not None and slot in keep}
+    if plan.failed_nodes:
+        result.update(_failed_results(plan, outs))
+    return result
+
+
+def _kernel_span(step: Step, t0: int, node) -> tuple:
+    """A profiler span for one step that started at ``t0`` (monotonic ns) and ends now."""
+    return (step.op, "kernel", t0, time.monotonic_ns() - t0, {"node": node, "shape": list(step.shape)})
+
+
+def _run_timed(device: Device, plan: Plan, env: list, outs: list, dyn: dict, frames: list, keep: set,
+               spans: list):
+    """:func:`_run_fast` with a span per step (the profiler is on). A fused runner (a compiling device) is timed as
+    one span: its kernels are not the plan's steps. Host time: an asynchronous device's kernels may still run."""
+    run = _runner(device, plan, frozenset(keep))
+    prog = getattr(run, "prog", None)
+    steps = plan.program.steps
+    n0 = len(spans)
+    try:
+        with np.errstate(all="ignore"):
+            if prog is None:
+                t0 = time.monotonic_ns()
+                run(env, dyn, frames)
+                spans.append(("fused kernels", "kernel", t0, time.monotonic_ns() - t0, {"steps": len(steps)}))
+            else:
+                get = env.__getitem__
+                for (fn, ins, out, frees, dyn_node), st in zip(prog, steps):
+                    t0 = time.monotonic_ns()
+                    if dyn_node is None:
+                        env[out] = fn(*map(get, ins))
+                    else:
+                        env[out] = fn([env[i] for i in ins], dyn.get(dyn_node), frames)
+                    for f in frees:
+                        env[f] = None
+                    spans.append(_kernel_span(st, t0, outs[st.origin] if st.origin < len(outs) else None))
+    except Exception:  # the interpreter runs it again, step by step, with spans of its own
+        del spans[n0:]
+        return None
+    return _kept(plan, env, outs, keep)
+
+
+def _runner(device: Device, plan: Plan, key: frozenset):
+    """The plan's prepared runner for kept-slot set ``key`` (built once, cached on the plan)."""
     run = plan.runners.get(key)
     if run is None:
         if len(plan.runners) >= MAX_RUNNERS_PER_PLAN:
@@ -269,15 +333,7 @@ def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fram
             log.exception("building the fused runner failed; running the fragment step by step")
             run = _raiser(e)
         plan.runners[key] = run
-    try:
-        with np.errstate(all="ignore"):
-            run(env, dyn, frames)
-    except Exception:
-        return None
-    result = {outs[j]: env[slot] for j, slot in enumerate(plan.node_slot) if slot is not None and slot in keep}
-    if plan.failed_nodes:
-        result.update(_failed_results(plan, outs))
-    return result
+    return run
 
 
 def _raiser(exc: Exception):
@@ -326,6 +382,7 @@ def _build_runner(device: Device, plan: Plan, keep: frozenset):
             for f in frees:
                 env[f] = None
 
+    run.prog = prog  # what the profiler's timed run walks step by step
     return run
 
 

@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 
@@ -145,6 +146,9 @@ def load_file(attrs: dict) -> np.ndarray:
     raw = _FILES.get(key)
     if raw is not None:
         return raw
+    what = f"{attrs['repo']}/{attrs['path']}@{str(attrs['commit'])[:12]}"
+    log.info("hub: loading %s from %s", what, endpoint)  # (the person waiting sees it in the worker's log)
+    t0 = time.monotonic()
     try:
         buf = fetch(
             attrs["repo"],
@@ -169,6 +173,9 @@ def load_file(attrs: dict) -> np.ndarray:
         raise ExecutionError(f"hub: {e.message}") from None
     except HubError as e:
         raise ExecutionError(f"hub: {e.code}: {e.message}") from None
+    took = max(time.monotonic() - t0, 1e-6)
+    log.info("hub: loaded %s: %.1f MB in %.2f s (%.1f MB/s; a cached file is only revalidated)", what,
+             len(buf) / 1e6, took, len(buf) / 1e6 / took)
     raw = np.frombuffer(buf, dtype=np.uint8) if len(buf) else np.zeros(0, np.uint8)
     _FILES[key] = raw
     return raw

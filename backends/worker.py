@@ -34,6 +34,7 @@ from tensorwire.protocol.errors import (
     error_to_wire,
 )
 from tensorwire.protocol.graph import RECV, SEND
+from tensorwire.protocol.logs import configure as configure_logging
 from tensorwire.protocol.named_service import (
     add_service_credential_args,
     drain,
@@ -77,7 +78,7 @@ class _Job:
     """One ``run`` message of a session, from its arrival to its answer."""
 
     __slots__ = ("h", "frames", "seq", "plan", "ext", "outs", "keep", "dyn", "gen", "wait", "value", "offload",
-                 "pooled", "scope", "sent", "recvd", "cancelled", "ctx")
+                 "pooled", "scope", "sent", "recvd", "cancelled", "ctx", "started", "spans")
 
     def __init__(self, h: dict, frames: list, seq: int):
         self.h = h
@@ -98,10 +99,14 @@ class _Job:
         self.sent: set = set()  # transfers it sent
         self.recvd: set = set()  # transfer keys it received
         self.cancelled = False
+        self.started = 0  # monotonic ns when it started running
+        # the profiler is on for this batch ("prof": its batch number): its spans, handed to the session at the end
+        self.spans: list | None = [] if h.get("prof") is not None else None
 
 
 class _Session:
-    __slots__ = ("buffers", "jobs", "running", "errors", "ledger", "cancel_before", "draining")
+    __slots__ = ("buffers", "jobs", "running", "errors", "ledger", "cancel_before", "draining", "spans",
+                 "spans_dropped")
 
     def __init__(self, device):
         self.buffers: dict[int, object] = {}
@@ -111,6 +116,8 @@ class _Session:
         self.ledger = Ledger(device)
         self.cancel_before = 0  # jobs that arrived before this sequence number are cancelled
         self.draining: _Job | None = None  # a cancelled job whose pool thread has not returned yet
+        self.spans: list = []  # profiler spans of its profiled batches, until the client collects them
+        self.spans_dropped = 0  # spans past MAX_SPANS, not kept
 
 
 class Executor:
@@ -138,6 +145,8 @@ class Executor:
         self.seq = 0
         self.pooled_seqs: set[int] = set()
         self.completed: deque = deque()  # from pool threads: ("send", ...) and ("outcome", ...) in order
+        self.batches_run = 0  # batches finished since the worker started
+        self.busy_ns = 0  # ... and the time they took, from start to answer
         self.wake_fd, self._wake_w = os.pipe()
         os.set_blocking(self.wake_fd, False)
         os.set_blocking(self._wake_w, False)
@@ -181,6 +190,14 @@ class Executor:
             self._cancel(h["s"])
         elif t == "drop_session":
             self._drop_session(h["s"])
+        elif t == "profile_collect":  # the profiler's spans of a session, with this clock's readings for the offset
+            t_recv = time.monotonic_ns()
+            s = self.sessions.get(h["s"])
+            spans, dropped = (s.spans, s.spans_dropped) if s is not None else ([], 0)
+            if s is not None:
+                s.spans, s.spans_dropped = [], 0
+            self.send({"t": "profile", "q": h.get("q"), "pid": os.getpid(), "spans": spans, "dropped": dropped,
+                       "t_recv": t_recv, "t_send": time.monotonic_ns()}, [])
         elif t == "stats":  # answered after the work that arrived before it has run (see run_ready)
             self.stats_requests.append((h.get("q"), self.seq, time.monotonic() + STATS_WAIT_S))
         elif t == "drop_plans":
@@ -219,6 +236,14 @@ class Executor:
             self.shm.give_back(f)
         self.colls.clear()
         self.direct.clear()
+
+    def load(self) -> dict:
+        """What ``tensorwire status`` and the metrics show for this device: queued and running batches, sessions
+        holding state, bytes they hold and the per-session limit, and the batches run so far and their time."""
+        queued = sum(len(s.jobs) + (s.running is not None) for s in self.sessions.values())
+        return {"queued": queued, "sessions": len(self.sessions), "used_bytes": int(sum(s.ledger.used for s in
+                self.sessions.values())), "session_limit": self.limit, "batches": self.batches_run,
+                "busy_s": self.busy_ns / 1e9}
 
     def stats(self) -> dict:
         out = {}
@@ -297,7 +322,7 @@ class Executor:
                     keep.append((q, seq, deadline))
                 else:
                     self.send({"t": "stats", "q": q, "device": self.name, "sessions": self.stats(),
-                               "memory": self.device.memory()}, [])
+                               "memory": self.device.memory(), "load": self.load()}, [])
             self.stats_requests = keep
 
     def _safe_handle(self, h, frames):
@@ -317,6 +342,7 @@ class Executor:
                 if s.draining is not None or not s.jobs:
                     return
                 job = s.running = s.jobs.popleft()
+                job.started = time.monotonic_ns()
                 if job.seq < s.cancel_before:
                     job.cancelled = True
             if job.pooled:
@@ -369,9 +395,17 @@ class Executor:
                 if b is None:
                     ext[k] = Fail(error_to_wire(NotFound(f"handle {ext_ids[k]} is not on {self.name}")))
             if nodes is not None:
+                t0 = time.monotonic_ns()
                 plan = compile_plan(self.device, nodes, [meta_of(self.device, b) for b in ext])
                 if plan_no is not None:
                     self.plans.put(sid, plan_no, plan)
+                took = time.monotonic_ns() - t0
+                if log.isEnabledFor(logging.INFO):
+                    log.info("plan %s of session %s compiled: %d nodes, %d steps, %.1f ms", plan_no,
+                             _sid_text(sid), len(nodes), len(plan.program.steps), took / 1e6)
+                if job.spans is not None:
+                    job.spans.append(("worker::compile", "worker", t0, took, {"batch": h["prof"],
+                                                                              "nodes": len(nodes)}))
             else:
                 plan = self.plans.get(sid, plan_no)
                 if plan is None:  # evicted (see plancache): ask the dispatcher for the fragment again
@@ -419,9 +453,9 @@ class Executor:
         ``("coll", attrs, value, step)``. Runs on the main thread, or on a pool thread inside ``scope``."""
         plan = job.plan
         if job.gen is None and not plan.has_transfers:
-            return ("done", run_plan(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep))
+            return ("done", run_plan(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep, job.spans))
         if job.gen is None:
-            job.gen = execute(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep)
+            job.gen = execute(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep, job.spans)
             # the interpreter sets context variables (numpy's errstate) and may resume on another thread: it always
             # runs in a context of its own
             job.ctx = contextvars.Context()
@@ -608,9 +642,13 @@ class Executor:
             err = {a: b for a, b in value.err.items() if a != "moved"}
             self.send({"t": "xfer", "s": sid, "x": key, "err": err}, [])
             return
+        t0 = time.monotonic_ns()
         arr = self.device.download(value)
         shape, dt = self.device.meta(value)
         self.send({"t": "xfer", "s": sid, "x": key, "dtype": dt.name, "shape": list(shape)}, [as_frame(arr)])
+        if job.spans is not None:
+            job.spans.append(("transfer::send", "transfer", t0, time.monotonic_ns() - t0, {"batch": job.h["prof"],
+                              "bytes": arr.nbytes, "transfer": key}))
 
     def _settle(self, sid, job: _Job) -> None:
         """A job that ends leaves no device waiting: transfers it did not send go out as its error, and transfers
@@ -667,8 +705,10 @@ class Executor:
                 ledger.remove(b)
                 self.device.free(b)
         if not h.get("reply"):
+            self._done(s, job)
             return
         values, frames, fetch_errors = [], [], []
+        t0 = time.monotonic_ns() if job.spans is not None and h.get("fetch") else 0
         for i in h.get("fetch") or ():
             b = bufs.get(i)
             if b is None:
@@ -686,9 +726,32 @@ class Executor:
                 shape, dt = self.device.meta(b)
                 values.append([i, dt.name, list(shape), len(frames)])
                 frames.append(as_frame(arr))
+        if t0:
+            job.spans.append(("transfer::fetch", "transfer", t0, time.monotonic_ns() - t0, {
+                "batch": h["prof"], "bytes": sum(len(f) if isinstance(f, bytes) else f.nbytes for f in frames)}))
         errors, s.errors = s.errors, []
+        self._done(s, job)
         self.send({"t": "done", "s": sid, "q": h.get("q"), "values": values, "errors": errors,
                    "fetch_errors": fetch_errors}, frames)
+
+    def _done(self, s: _Session, job: _Job) -> None:
+        """A batch is over: count it, log it when slow, and keep its profiler spans for the session."""
+        if not job.started:  # it never ran (dropped before it started)
+            return
+        now = time.monotonic_ns()
+        took = now - job.started
+        self.batches_run += 1
+        self.busy_ns += took
+        if took > SLOW_BATCH_S * 1e9:
+            steps = len(job.plan.program.steps) if job.plan is not None else 0
+            log.info("slow batch on %s: %.0f ms (plan %s, %d steps, %s)", self.name, took / 1e6, job.h.get("plan"),
+                     steps, "on the pool" if job.offload else "inline")
+        if job.spans is not None:
+            job.spans.append(("worker::batch", "worker", job.started, took, {
+                "batch": job.h["prof"], "plan": job.h.get("plan"), "device": self.name}))
+            room = MAX_SPANS - len(s.spans)
+            s.spans.extend(job.spans[:room])
+            s.spans_dropped += max(0, len(job.spans) - room)
 
     def close(self) -> None:
         self.pool.close()
@@ -701,6 +764,15 @@ class Executor:
 
 
 STATS_WAIT_S = 1.0  # a stats request waits this long at most for batches running on the pool
+SLOW_BATCH_ENV = "TENSORWIRE_SLOW_BATCH_MS"
+#: a batch that runs longer than this on the worker is logged at info (``TENSORWIRE_SLOW_BATCH_MS``, default 1000)
+SLOW_BATCH_S = float(os.environ.get(SLOW_BATCH_ENV, "1000")) / 1e3
+
+
+def _sid_text(sid) -> str:
+    return sid.hex() if isinstance(sid, bytes) else str(sid)
+#: profiler spans a session's profiled batches keep on this worker until collected (the rest are counted, not kept)
+MAX_SPANS = 1 << 17
 _NOT_REPORTED = ("DependencyFailed", "Cancelled")  # a dependent's failure is its origin's; a cancel is reported once
 MAX_ABANDONED = 1 << 16
 
@@ -843,7 +915,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"most memory one session may hold on this device: a share of the device's memory (50%%), "
                         f"a size (4GiB, 512MB) or none (default {QUOTA_DEFAULT}, or ${QUOTA_ENV})")
     args = p.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
+    configure_logging()
     tune_gc()
     hub_loader.configure(args.hub_url, token=None if args.hub_token_file else os.environ.get("TENSORWIRE_HUB_TOKEN"),
                          token_file=args.hub_token_file)

@@ -19,13 +19,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description="tensorwire benchmarks (ratios against peers run side by side)")
     p.add_argument("--only", default=None,
                    help="run one group: core, collectives, autograd, training, compile, hub, kernels, reliability, "
-                        "cuda")
+                        "cuda, observability")
     args = p.parse_args()
-    from . import autograd, collectives, compile, core, cuda, hub, kernels, reliability, training
+    from . import autograd, collectives, compile, core, cuda, hub, kernels, observability, reliability, training
 
     groups = {"core": core.run_all, "collectives": collectives.run_all, "autograd": autograd.run_all,
               "training": training.run_all, "compile": compile.run_all, "hub": hub.run_all, "kernels": kernels.run_all,
-              "reliability": reliability.run_all, "cuda": cuda.run_all}
+              "reliability": reliability.run_all, "cuda": cuda.run_all, "observability": observability.run_all}
     results = []
     for name, run in groups.items():
         if args.only in (None, name):

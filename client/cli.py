@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 USAGE = """usage: tensorwire COMMAND [options]
 
@@ -20,7 +21,8 @@ commands:
   worker      run a device worker (--device cpu:0 --dispatcher tcp://HOST:5556)
   autograd    run the autograd service (--dispatcher tcp://HOST:5556)
   collectives one rank of the collectives service (mpiexec -n N tensorwire collectives --devices ...)
-  status      show the cluster's devices, sessions and live buffers (--local: this host's devices, or why not)
+  status      show the cluster's devices (sessions, memory, queue, throughput), hub and services (--watch, --json;
+              --local: this host's devices, or why not)
   keys        create CURVE key pairs and a service credential for a cluster across hosts
   hub         run the model hub, or push/list models (tensorwire hub --help)
 
@@ -41,6 +43,8 @@ def _up(argv: list[str]) -> int:
     p.add_argument("--log-dir", default=None, help="where services write their logs")
     p.add_argument("--session-memory", default=None,
                    help="most memory one session may hold on each device: 50%% (the default), 4GiB, none")
+    p.add_argument("--metrics", action="store_true",
+                   help="serve Prometheus metrics from the dispatcher and the hub on free local ports")
     args = p.parse_args(argv)
     from tensorwire.protocol.credentials import CLIENT_TOKEN_ENV, resolve_token, write_token_file
     from tensorwire.protocol.service import stop_event_on_signals
@@ -51,7 +55,8 @@ def _up(argv: list[str]) -> int:
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     with LocalCluster(devices=devices, hub_root=args.hub_root, host=args.host, port=args.port,
                       token=resolve_token(CLIENT_TOKEN_ENV, args.token_file), log_dir=args.log_dir,
-                      keys=args.keys, insecure=args.insecure, session_memory=args.session_memory) as c:
+                      keys=args.keys, insecure=args.insecure, session_memory=args.session_memory,
+                      metrics=args.metrics) as c:
         admin_file = write_token_file(c.log_dir / "admin.token", c.admin_token)
         print(f"tensorwire cluster up: {c.address}  devices: {', '.join(devices)}")
         print(f"  connect with: tw.connect({c.address!r})  or  TENSORWIRE_ADDRESS={c.address}")
@@ -59,6 +64,8 @@ def _up(argv: list[str]) -> int:
               f"--admin-token-file {admin_file}")
         if c.hub_url:
             print(f"  hub: {c.hub_url}  write token in: {c.hub_token_file}  (readable by you only)")
+        for name, url in c.metrics_urls.items():
+            print(f"  metrics ({name}): {url}")
         print(f"  logs: {c.log_dir}   (Ctrl-C stops all)", flush=True)
         while not stop.is_set():
             dead = [n for n, s in c.services.items() if not s.alive()]
@@ -94,13 +101,17 @@ def _set_threads(argv: list[str]) -> None:
 
 
 def _status(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="tensorwire status", description="Show a cluster's state.")
+    p = argparse.ArgumentParser(prog="tensorwire status", description="Show a cluster's state: per device its live "
+                                "sessions, memory, queue and recent throughput; the hub and the named services.")
     p.add_argument("--address", default=os.environ.get("TENSORWIRE_ADDRESS", "tcp://127.0.0.1:5555"))
     p.add_argument("--token-file", default=None, help="file holding the client token (default $TENSORWIRE_TOKEN)")
     p.add_argument("--admin-token-file", default=None,
                    help="file holding the admin token, to see every session (default $TENSORWIRE_ADMIN_TOKEN)")
     p.add_argument("--keys", default=None, help="CURVE keys directory (default $TENSORWIRE_KEYS)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (with --watch: one object a line)")
+    p.add_argument("--watch", nargs="?", type=float, const=2.0, default=None, metavar="SECONDS",
+                   help="refresh every SECONDS (default 2) until Ctrl-C")
+    p.add_argument("--count", type=int, default=None, help="with --watch: stop after N refreshes")
     p.add_argument("--timeout", type=float, default=5.0)
     p.add_argument("--local", action="store_true",
                    help="list this host's devices as the installed backends see them (available or why not) instead "
@@ -108,31 +119,33 @@ def _status(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.local:
         return _local_devices(args.json)
+    if args.watch is not None and args.watch <= 0:
+        p.error("--watch needs a positive number of seconds")
     from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, resolve_token
 
     from .session import Session
+    from .status import hub_health, render
 
     token = resolve_token(ADMIN_TOKEN_ENV, args.admin_token_file) or resolve_token(CLIENT_TOKEN_ENV, args.token_file)
     s = Session(args.address, token, timeout=args.timeout, keys=args.keys)
+    clear = args.watch is not None and not args.json and sys.stdout.isatty()
     try:
-        st = s.cluster_status()
+        n = 0
+        for _ in range(args.count if args.count is not None else 1 << 62):  # bounded by --count, or Ctrl-C
+            st = s.cluster_status()
+            st["hub"] = hub_health(st.get("hub_url"))
+            if args.json:
+                print(json.dumps(st, default=str, **({} if args.watch is not None else {"indent": 2})), flush=True)
+            else:
+                print(("\x1b[H\x1b[2J" if clear else "") + render(st, args.address), flush=True)
+            n += 1
+            if args.watch is None or (args.count is not None and n >= args.count):
+                break
+            time.sleep(args.watch)
+    except KeyboardInterrupt:  # --watch ends with Ctrl-C: a clean stop, not an error
+        pass
     finally:
         s.close()
-    if args.json:
-        print(json.dumps(st, indent=2, default=str))
-        return 0
-    me = st["session"]
-    others = f"{len(st['sessions']) - 1} (besides this one)" if st.get("admin") else "(need the admin token)"
-    print(f"dispatcher {args.address}  up {st['uptime_s']:.0f}s  sessions: {others}  "
-          f"services: {', '.join(st['services']) or 'none'}")
-    print(f"{'device':<10} {'backend':<24} {'buffers':>8} {'bytes':>14}  per session")
-    for w in st["workers"]:
-        d = w["device"]
-        sessions = {k: v for k, v in st["devices"].get(d, {}).items() if k != me}
-        nb = sum(v["buffers"] for v in sessions.values())
-        by = sum(v["bytes"] for v in sessions.values())
-        per = ", ".join(f"{k[:8]}: {v['buffers']} ({v['bytes']} B)" for k, v in sessions.items())
-        print(f"{d:<10} {w.get('name', ''):<24} {nb:>8} {by:>14}  {per}")
     return 0
 
 

@@ -170,7 +170,7 @@ class LocalCluster:
                  port: int = 0, token: str | None = None, log_dir: str | os.PathLike | None = None,
                  extra_env: dict | None = None, autograd: bool = True, collectives: bool | None = None,
                  worker_threads: int | None = None, keys: str | os.PathLike | None = None, insecure: bool = False,
-                 session_memory: str | int | None = None):
+                 session_memory: str | int | None = None, metrics: bool = False, progress: bool | None = None):
         self.devices = [str(d) if ":" in str(d) else f"{d}:0" for d in devices]
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct, got {self.devices}")
@@ -212,6 +212,12 @@ class LocalCluster:
         self.worker_threads = worker_threads  # default: the host's cores shared out between the workers
         #: most memory one session may hold on each device ("50%" of it, "4GiB", "none"); None: the workers' default
         self.session_memory = session_memory
+        #: serve Prometheus metrics from the dispatcher and the hub on free local ports (``metrics_urls`` says where)
+        self.metrics = metrics
+        self.metrics_urls: dict[str, str] = {}
+        #: print a line on stderr as each service becomes ready (default: when stderr is a terminal)
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self._t0 = time.monotonic()
         self._closed = False
         try:
             self._start(host, port)
@@ -226,19 +232,37 @@ class LocalCluster:
         self._pids.append(svc.proc.pid)
         return svc
 
+    def _metrics_args(self) -> list[str]:
+        return ["--metrics-port", "0"] if self.metrics else []
+
+    def _wait_ready(self, svc: Service, deadline: float) -> dict:
+        """Wait for ``svc``'s readiness line; note its metrics endpoint, and say so on stderr with ``progress``."""
+        t0 = time.monotonic()
+        info = svc.wait_ready(deadline)
+        if info.get("metrics_url"):
+            self.metrics_urls[svc.name] = info["metrics_url"]
+        if self.progress:
+            where = info.get("address") or info.get("url") or (f"pid {info['pid']}" if "pid" in info else "")
+            sys.stderr.write(f"tensorwire: {svc.name:<12} ready  {where}  ({time.monotonic() - t0:.1f} s; "
+                             f"{time.monotonic() - self._t0:.1f} s since start)\n")
+            sys.stderr.flush()
+        return info
+
     def _start(self, host: str, port: int) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         hub = None
         if self.hub_root is not None:
-            hub = self._spawn("hub", _cli("hub", "--root", str(self.hub_root), "--host", host, "--port", "0"))
+            hub = self._spawn("hub", _cli("hub", "--root", str(self.hub_root), "--host", host, "--port", "0",
+                                          *self._metrics_args()))
         # services are on this host: they reach the dispatcher over a unix socket (faster than TCP loopback)
         svc = f"ipc://{self.log_dir / 'services.sock'}" if sys.platform != "win32" and len(
             str(self.log_dir)) < 90 else f"tcp://{host}:0"
         args = ["dispatcher", "--address", f"tcp://{host}:{port}", "--service-address", svc]
         if self.insecure:
             args.append("--insecure")
+        args += self._metrics_args()
         if hub is not None:
-            self.hub_url = hub.wait_ready(deadline)["url"]
+            self.hub_url = self._wait_ready(hub, deadline)["url"]
             args += ["--hub-url", self.hub_url]
             from tensorwire.hub.server import create_token
 
@@ -246,7 +270,7 @@ class LocalCluster:
             self.hub_token_file = self.log_dir / "hub-token"
             write_secret(self.hub_token_file, self.hub_token + "\n")
         disp = self._spawn("dispatcher", _cli(*args), self._dispatcher_env)
-        info = disp.wait_ready(deadline)
+        info = self._wait_ready(disp, deadline)
         self.address = info["address"]
         self.service_address = info["service_address"]
         self.start_workers(self.devices, deadline)
@@ -274,13 +298,13 @@ class LocalCluster:
         argv = [*launcher(len(self.devices)), *_cli("collectives", "--dispatcher", self.service_address,
                                                     "--devices", ",".join(self.devices))]
         svc = self._spawn("collectives", argv)
-        svc.wait_ready(deadline or time.monotonic() + START_TIMEOUT_S)
+        self._wait_ready(svc, deadline or time.monotonic() + START_TIMEOUT_S)
         return svc
 
     def start_autograd(self, deadline: float | None = None) -> Service:
         """Start (or restart) the autograd service; returns when it is registered."""
         svc = self._spawn("autograd", _cli("autograd", "--dispatcher", self.service_address))
-        svc.wait_ready(deadline or time.monotonic() + START_TIMEOUT_S)
+        self._wait_ready(svc, deadline or time.monotonic() + START_TIMEOUT_S)
         return svc
 
     def start_workers(self, devices, deadline: float | None = None) -> None:
@@ -300,7 +324,7 @@ class LocalCluster:
         started = [self._spawn(d, _cli("worker", "--device", d, "--dispatcher", self.service_address, "--threads",
                                        threads, *hub, *quota)) for d in devices]
         for w in started:
-            w.wait_ready(deadline)
+            self._wait_ready(w, deadline)
 
     def restart(self, name: str) -> Service:
         """Start service ``name`` (``"dispatcher"``, ``"hub"``, ``"autograd"``, a device such as ``"cpu:1"``) again
@@ -317,13 +341,13 @@ class LocalCluster:
         for flag, value in fixed.items():
             argv[argv.index(flag) + 1] = value
         svc = self._spawn(name, argv, self._dispatcher_env if name == "dispatcher" else None)
-        svc.wait_ready(time.monotonic() + START_TIMEOUT_S)
+        self._wait_ready(svc, time.monotonic() + START_TIMEOUT_S)
         return svc
 
     def start_service(self, name: str, argv: list[str]) -> Service:
         """Start another service (autograd, collectives...) and wait for its readiness line."""
         svc = self._spawn(name, argv)
-        svc.wait_ready(time.monotonic() + START_TIMEOUT_S)
+        self._wait_ready(svc, time.monotonic() + START_TIMEOUT_S)
         return svc
 
     def close(self) -> None:

@@ -135,6 +135,7 @@ class Session:
         self._scalars: dict = {}
         self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
         self._lost = False  # the dispatcher stopped answering (close() does not wait for it then)
+        self._prof = None  # the open tw.profiler.profile, if any (see profiler.py: it times this session's methods)
         self.closed = False
         timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
         self._sock.send_multipart([pack_header({"t": "hello", "v": PROTOCOL_VERSION, "token": token,
@@ -430,6 +431,8 @@ class Session:
                 del where[k]
         header = {"t": "batch", "k": self._key, "ext": b.ext, "outs": b.outs, "fetch": fetch, "release": release,
                   "sync": sync}
+        if self._prof is not None:  # a profile is open: number the batch, so every process's spans name it
+            header["prof"] = self._prof.next_batch()
         if b.nodes:
             plan, new = self.plan_number(b.skey)
             if new:

@@ -35,6 +35,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.credentials import service_token
 from tensorwire.protocol.curve import keys_dir
 from tensorwire.protocol.errors import DeviceError, ProtocolError, TensorwireError, error_to_wire
+from tensorwire.protocol.logs import configure as configure_logging
 from tensorwire.protocol.named_service import (
     add_service_credential_args,
     drain,
@@ -304,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--devices", required=True, help="comma-separated devices; rank i serves devices[i]")
     add_service_credential_args(p)
     args = p.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
+    configure_logging()
     _die_with_launcher()
     keys = keys_dir(args.keys)
     rank = Rank(args.dispatcher, [d.strip() for d in args.devices.split(",") if d.strip()],

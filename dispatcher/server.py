@@ -54,6 +54,8 @@ from tensorwire.protocol.errors import (
     error_to_wire,
 )
 from tensorwire.protocol.liveness import set_zmq_heartbeats
+from tensorwire.protocol.logs import configure as configure_logging
+from tensorwire.protocol.metrics import add_metrics_args, serve_metrics
 from tensorwire.protocol.service import (
     HEARTBEAT_S,
     LIVENESS,
@@ -67,9 +69,12 @@ from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts, unpac
 
 from .liveness import CLIENT_SLICE_S, MAX_FETCH_ERRORS, Leases, drain_fully, new_epoch
 from .plans import RawPlan, Split, split_batch
+from .telemetry import POLL_S, DispatcherCollector, Telemetry
 
 log = logging.getLogger("tensorwire.dispatcher")
 MAX_PLANS = 4096
+#: profiler spans the dispatcher keeps per session until its client collects them (the rest are counted, not kept)
+MAX_SPANS = 1 << 17
 SID_BYTES, SECRET_BYTES = 8, 32  # a session key is its public id followed by its secret
 _NAME = re.compile(r"[A-Za-z0-9_.@:-]{1,128}")  # service and device names
 _MALFORMED = "malformed message: the dispatcher could not process it (see its log)"
@@ -93,6 +98,18 @@ class Pending:
     frames: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     fetch_errors: list = field(default_factory=list)
+    prof: tuple | None = None  # (profiler batch number, monotonic ns it arrived) of a profiled batch
+
+
+@dataclass
+class Gather:
+    """A request the dispatcher sent to several workers (``stats``, ``profile_collect``) and the answers so far."""
+
+    kind: str  # "stats" (a client's), "poll" (the dispatcher's own, for metrics) or "profile"
+    sid: bytes | None  # the session that asked (None: the dispatcher itself)
+    cq: object  # the client's request number
+    expect: set  # devices not answered yet
+    data: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -109,6 +126,8 @@ class Session:
     errors: list = field(default_factory=list)
     touched: set = field(default_factory=set)  # devices holding state of this session
     last_seen: float = 0.0
+    spans: list | None = None  # profiler spans of its profiled batches, until collected
+    spans_dropped: int = 0
 
 
 _INT = {int}
@@ -163,8 +182,12 @@ class Dispatcher:
         self.named: dict[str, ServiceInfo] = {}  # service name -> service (autograd, collectives)
         self.xroutes: dict[int, tuple[bytes, str, str]] = {}  # transfer key -> (session, src, dst)
         self.next_x = 1
-        self.stats_waits: dict[int, dict] = {}
-        self.next_stats = 1
+        self.gathers: dict[int, Gather] = {}
+        self.next_gather = 1
+        self.telemetry = Telemetry()
+        self.metrics_server = None
+        self.metrics_url: str | None = None
+        self._next_poll = 0.0
         self.forwards: dict[int, tuple] = {}  # service request id -> (session, client seq, service name)
         self.coll_ranks: dict[str, ServiceInfo] = {}  # device -> the collectives rank serving it
         self.coll_pending: dict[int, dict] = {}  # collective key -> {"all": devices, "devices": still waiting}
@@ -195,8 +218,9 @@ class Dispatcher:
         poller.register(self.clients, zmq.POLLIN)
         poller.register(self.services, zmq.POLLIN)
         if ready_line:
+            extra = {"metrics_url": self.metrics_url} if self.metrics_url else {}
             announce_ready("dispatcher", address=self.client_addr, service_address=self.service_addr,
-                           pid=os.getpid())
+                           pid=os.getpid(), **extra)
         next_hb = time.monotonic() + HEARTBEAT_S
         while not stop.is_set():
             events = dict(poller.poll(int(HEARTBEAT_S * 1000)))
@@ -209,10 +233,22 @@ class Dispatcher:
                 next_hb = now + HEARTBEAT_S
                 drain_fully(lambda sock: self._drain(sock, self._on_service), self.services)
                 self._heartbeat(time.monotonic())
+                self.telemetry.sample(time.monotonic())
+                if self.metrics_server is not None and now >= self._next_poll:
+                    self._next_poll = now + POLL_S
+                    if not any(g.kind == "poll" for g in self.gathers.values()):
+                        self._gather("poll", None, None, list(self.workers), {"t": "stats"})
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
         self.clients.close(0)
         self.services.close(0)
         if self.auth is not None:
             self.auth.stop()
+
+    def serve_metrics(self, port: int, host: str = "127.0.0.1") -> str:
+        """Serve Prometheus metrics at ``http://host:port/metrics`` (port 0 picks a free one); returns the URL."""
+        self.metrics_server, self.metrics_url = serve_metrics(DispatcherCollector(self), host, port)
+        return self.metrics_url
 
     def _drain(self, sock, handler, deadline: float | None = None) -> None:
         for _ in range(256):  # bounded, so neither socket starves the other
@@ -230,6 +266,7 @@ class Dispatcher:
                 handler(msg[0].bytes, msg[1], msg[2:])
             except Exception:  # nothing a peer sends may stop the dispatcher; its details stay in the log
                 log.exception("error handling a message")
+                self.telemetry.error(ProtocolError.code)
                 if handler == self._on_client:
                     self._to_client(msg[0].bytes, {"t": "error", "error": ProtocolError(_MALFORMED).to_wire()})
 
@@ -241,7 +278,7 @@ class Dispatcher:
         else:
             s = self.sessions.get(self.by_ident.get(ident, b""))
             if s is not None and s.ident == ident:  # a client that vanished: free everything it held
-                self._close_session(s)
+                self._close_session(s, "ended: its client disconnected")
 
     def _heartbeat(self, now: float) -> None:
         for svc in list(self.svc_by_ident.values()):
@@ -252,7 +289,7 @@ class Dispatcher:
         for s in self.leases.expired(self.sessions, time.time()):  # its client died or was cut off
             log.warning("session %s expired: no message from its client for %gs", s.sid.hex(), self.leases.lease_s)
             self.leases.note_expired(s.sid)
-            self._close_session(s)
+            self._close_session(s, "expired")
 
     # -- services ----------------------------------------------------------------------------
     def _on_service(self, ident: bytes, hframe, frames) -> None:
@@ -317,17 +354,8 @@ class Dispatcher:
                     del self.coll_pending[key]
         elif t == "need_plan":  # a worker evicted a compiled plan (bounded cache): send its fragment again
             self._resend_plan(svc, h)
-        elif t == "stats":
-            q = h.get("q")
-            w = self.stats_waits.get(q) if type(q) is int else None
-            sessions = h.get("sessions")
-            if w is not None and svc.kind == "worker" and svc.name in w["expect"]:
-                w["devices"][svc.name] = sessions if isinstance(sessions, dict) else {}
-                memory = h.get("memory")
-                w["memory"][svc.name] = memory if isinstance(memory, dict) else {}
-                w["expect"].discard(svc.name)
-                if not w["expect"]:
-                    self._finish_stats(q)
+        elif t in ("stats", "profile"):
+            self._gathered(svc, t, h)
         elif t == "reply":  # a named service answering a forwarded request
             q = h.get("q")
             fwd = self.forwards.get(q) if type(q) is int else None
@@ -487,11 +515,13 @@ class Dispatcher:
                     w = self.workers.get(dst)
                     if w is not None:
                         self._to_service(w, {"t": "xfer", "s": sid, "x": key, "err": err})
-            for q, w in list(self.stats_waits.items()):
-                if svc.name in w["expect"]:
-                    w["expect"].discard(svc.name)
-                    if not w["expect"]:
-                        self._finish_stats(q)
+            for q, g in list(self.gathers.items()):
+                if svc.name in g.expect:
+                    g.expect.discard(svc.name)
+                    if not g.expect:
+                        self._finish_gather(q)
+            self.telemetry.workers_lost[svc.name] += 1
+            self.telemetry.load.pop(svc.name, None)
             for gk, pend in list(self.coll_pending.items()):
                 if svc.name in pend["all"]:
                     self._coll_failed(gk, f"the worker for {svc.name} {why} during the collective")
@@ -551,7 +581,11 @@ class Dispatcher:
         for v in values:
             p.values.append([v[0], v[1], v[2], v[3] + base])
         p.frames.extend(frames)
+        if frames:
+            self.telemetry.device(svc.name).bytes_out += sum(map(len, frames))
         p.errors.extend(map(_wire_error, errors))
+        for e in errors:
+            self.telemetry.error(e)
         p.fetch_errors.extend(_wire_error(e, keep=("fetched", "node", "origin")) for e in fetch_errors)
         p.expect.discard(svc.name)
         self._maybe_reply(s, q)
@@ -563,6 +597,9 @@ class Dispatcher:
         del s.pending[q]
         self._to_client(s.ident, {"t": "result", "q": q, "values": p.values, "errors": p.errors,
                                 "fetch_errors": p.fetch_errors}, p.frames)
+        if p.prof is not None:
+            t0 = p.prof[1]
+            self._span(s, ("dispatcher::batch", "dispatcher", t0, time.monotonic_ns() - t0, {"batch": p.prof[0]}))
 
     # -- clients -----------------------------------------------------------------------------
     def _on_client(self, ident: bytes, hframe, frames) -> None:
@@ -612,6 +649,8 @@ class Dispatcher:
             self._to_client(ident, {"t": "devices", "q": q, "devices": self._device_list()})
         elif t == "stats":
             self._stats(s, h)
+        elif t == "profile_collect":
+            self._profile_collect(s, h)
         elif t == "service":
             self._forward(s, h, frames)
         else:
@@ -648,7 +687,7 @@ class Dispatcher:
             return
         old = self.sessions.get(self.by_ident.get(ident, b""))
         if old is not None and old.ident == ident:  # a second hello on one connection replaces its session
-            self._close_session(old)
+            self._close_session(old, "replaced by a new hello on its connection")
         sid = secrets.token_bytes(SID_BYTES)
         while sid in self.sessions:  # (2^64 ids: a repeat is all but impossible)
             sid = secrets.token_bytes(SID_BYTES)
@@ -656,12 +695,16 @@ class Dispatcher:
                     last_seen=time.time())
         self.sessions[sid] = s
         self.by_ident[ident] = sid
+        self.telemetry.sessions_opened += 1
+        log.info("session %s opened by %s%s (%d live)", sid.hex(), s.client or "a client", " (admin)" if admin else "",
+                 len(self.sessions))
         self._to_client(ident, {"t": "welcome", "session": sid.hex(), "key": sid + s.secret, "admin": admin,
                                 "devices": self._device_list(), "hub_url": self.hub_url,
                                 "services": sorted(self.named), "lease_s": self.leases.lease_s})
 
-    def _close_session(self, s: Session) -> None:
-        self.sessions.pop(s.sid, None)
+    def _close_session(self, s: Session, why: str = "closed by its client") -> None:
+        if self.sessions.pop(s.sid, None) is not None:
+            log.info("session %s %s (%d handles; %d live)", s.sid.hex(), why, len(s.handles), len(self.sessions))
         if self.by_ident.get(s.ident) == s.sid:
             del self.by_ident[s.ident]
         for w in self.workers.values():
@@ -676,11 +719,14 @@ class Dispatcher:
                 if i not in s.handles:
                     s.failed[i] = err
         s.errors.append(err)
+        self.telemetry.error(err)
 
     def _batch(self, s: Session, h: dict, frames) -> None:
         q = h.get("q")
+        prof = h.get("prof")  # the profiler is on: the batch's number in the client's profile
+        t0 = time.monotonic_ns() if prof is not None else 0
         try:
-            self._run_batch(s, h, frames)
+            self._run_batch(s, h, frames, t0)
         except TensorwireError as e:
             err = e.to_wire()
             self._fail_batch(s, h.get("outs"), err)
@@ -689,6 +735,18 @@ class Dispatcher:
                 fe = [{**err, "fetched": i} for i in fetch] if _is_int_list(fetch) else []
                 errs, s.errors = s.errors, []
                 self._to_client(s.ident, {"t": "result", "q": q, "values": [], "errors": errs, "fetch_errors": fe})
+        if type(prof) is int:
+            self._span(s, ("dispatcher::route", "dispatcher", t0, time.monotonic_ns() - t0,
+                           {"batch": prof, "nodes": len(h.get("outs") or ()), "replay": h.get("nodes") is None}))
+
+    def _span(self, s: Session, span: tuple) -> None:
+        """Keep a profiler span for the session's client to collect (at most MAX_SPANS; the rest are counted)."""
+        if s.spans is None:
+            s.spans = []
+        if len(s.spans) < MAX_SPANS:
+            s.spans.append(span)
+        else:
+            s.spans_dropped += 1
 
     @staticmethod
     def _keep_raw_plan(s: Session, plan_no, nodes, devs) -> None:
@@ -700,8 +758,11 @@ class Dispatcher:
             s.plans.pop(next(iter(s.plans)))
         s.plans[plan_no] = RawPlan(nodes, devs)
 
-    def _run_batch(self, s: Session, h: dict, frames) -> None:
+    def _run_batch(self, s: Session, h: dict, frames, t0: int = 0) -> None:
         q = h.get("q")
+        prof = h.get("prof")
+        if prof is not None and type(prof) is not int:
+            raise ProtocolError("'prof' must be an int (the batch's number in the client's profile)")
         ext = h.get("ext") or []
         outs = h.get("outs") or []
         fetch = h.get("fetch") or []
@@ -728,6 +789,7 @@ class Dispatcher:
                     failed_ext[k] = s.failed[i]
         nodes = h.get("nodes")
         if nodes is not None:
+            self.telemetry.plan_misses += 1
             try:
                 split = split_batch(nodes, h.get("devs") or [], [d or "" for d in ext_dev], self.workers)
             except ProtocolError:
@@ -736,6 +798,7 @@ class Dispatcher:
                 self._keep_raw_plan(s, plan_no, nodes, h.get("devs") or [])
                 raise
         elif plan_no is not None:
+            self.telemetry.plan_hits += 1
             split = s.plans.get(plan_no) if plan_no not in drop_plans else None
             if split is None:
                 raise NotFound(f"plan {plan_no} is not known to the dispatcher (send the full batch)")
@@ -807,6 +870,7 @@ class Dispatcher:
         for k, (src, dst) in enumerate(split.xfer_route):
             self.xroutes[xbase + k] = (s.sid, src, dst)
         devs = set(split.frags) | set(by_dev_release) | reply_devs
+        nbytes = sum(map(len, frames)) if frames else 0
         for dev in devs:
             w = self.workers.get(dev)
             if w is None:
@@ -814,6 +878,13 @@ class Dispatcher:
             frag = split.frags.get(dev)
             msg = {"t": "run", "s": s.sid, "q": q, "x": xbase, "reply": dev in reply_devs,
                    "fetch": by_dev_fetch.get(dev, []), "release": by_dev_release.get(dev, [])}
+            if prof is not None:
+                msg["prof"] = prof
+            counters = self.telemetry.device(dev)
+            counters.batches += 1
+            if frag is not None:
+                counters.ops += len(frag.nodes)
+                counters.bytes_in += nbytes
             if coll_map:
                 msg["coll"] = coll_map
                 if coll_direct:  # these go over the devices' own transport (NCCL), not shared memory
@@ -839,6 +910,8 @@ class Dispatcher:
             self._to_service(w, msg, frames if frag is not None else ())
         if reply_devs or h.get("sync") or fetch:
             p = Pending(set(d for d in reply_devs if d in self.workers))
+            if prof is not None:
+                p.prof = (prof, t0)
             p.errors.extend(s.errors)
             s.errors = []
             p.fetch_errors.extend(fetch_errors)
@@ -902,32 +975,104 @@ class Dispatcher:
         return names.pop() if len(names) == 1 else None
 
     # -- stats and forwarding --------------------------------------------------------------------
-    def _stats(self, s: Session, h: dict) -> None:
-        q = self.next_stats
-        self.next_stats += 1
-        self.stats_waits[q] = {"sid": s.sid, "cq": h.get("q"), "expect": set(self.workers), "devices": {},
-                               "memory": {}}
-        for w in self.workers.values():
-            self._to_service(w, {"t": "stats", "q": q})
-        if not self.workers:
-            self._finish_stats(q)
+    def _gather(self, kind: str, s: Session | None, cq, devices, msg: dict, data: dict | None = None) -> Gather:
+        """Send ``msg`` (numbered) to the workers of ``devices`` and collect their answers (see :meth:`_gathered`)
+        into ``data``; a worker lost meanwhile is not waited for."""
+        q = self.next_gather
+        self.next_gather += 1
+        g = self.gathers[q] = Gather(kind, s.sid if s is not None else None, cq, set(devices), dict(data or {}))
+        g.data["sent"] = {}
+        for dev in devices:
+            g.data["sent"][dev] = time.monotonic_ns()
+            self._to_service(self.workers[dev], {**msg, "q": q})
+        if not g.expect:
+            self._finish_gather(q)
+        return g
 
-    def _finish_stats(self, q) -> None:
-        """Answer a stats request: a session sees its own buffers only; an admin session sees every session."""
-        w = self.stats_waits.pop(q, None)
-        s = self.sessions.get(w["sid"]) if w is not None else None
-        if s is None:
+    def _gathered(self, svc: ServiceInfo, t: str, h: dict) -> None:
+        """A worker's answer to a gathered request: a ``stats`` (its sessions, memory and load) or a ``profile``
+        (its spans, with its clock's readings at receipt and answer, for the offset)."""
+        q = h.get("q")
+        g = self.gathers.get(q) if type(q) is int else None
+        if g is None or svc.kind != "worker" or svc.name not in g.expect or t != ("profile" if g.kind == "profile"
+                                                                                   else "stats"):
             return
-        me = s.sid.hex()
-        if s.admin:
-            devices, sessions = w["devices"], [sid.hex() for sid in self.sessions]
+        if t == "stats":
+            sessions, memory, load = h.get("sessions"), h.get("memory"), h.get("load")
+            g.data.setdefault("devices", {})[svc.name] = sessions if isinstance(sessions, dict) else {}
+            g.data.setdefault("memory", {})[svc.name] = memory = memory if isinstance(memory, dict) else {}
+            if isinstance(load, dict):
+                self.telemetry.load[svc.name] = {**load, "memory": memory, "at": time.monotonic()}
         else:
-            devices = {d: ({me: per[me]} if me in per else {}) for d, per in w["devices"].items()}
+            self._profile_part(g, svc, h)
+        g.expect.discard(svc.name)
+        if not g.expect:
+            self._finish_gather(q)
+
+    def _finish_gather(self, q) -> None:
+        g = self.gathers.pop(q, None)
+        if g is None:
+            return
+        s = self.sessions.get(g.sid) if g.sid is not None else None
+        if s is None:  # the dispatcher's own poll, or a session gone meanwhile
+            return
+        if g.kind == "stats":
+            self._finish_stats(s, g)
+        elif g.kind == "profile":
+            self._to_client(s.ident, {"t": "profile", "q": g.cq, "t_recv": g.data["t_recv"],
+                                      "processes": g.data["processes"], "t_send": time.monotonic_ns()})
+
+    def _stats(self, s: Session, h: dict) -> None:
+        self._gather("stats", s, h.get("q"), list(self.workers), {"t": "stats"})
+
+    def _finish_stats(self, s: Session, g: Gather) -> None:
+        """Answer a stats request: a session sees its own buffers only; an admin session sees every session. Every
+        session sees each device's load (queue, sessions, memory, recent throughput) and the services."""
+        me = s.sid.hex()
+        per_device = g.data.get("devices", {})
+        if s.admin:
+            devices, sessions = per_device, [sid.hex() for sid in self.sessions]
+        else:
+            devices = {d: ({me: per[me]} if me in per else {}) for d, per in per_device.items()}
             sessions = [me]
-        self._to_client(s.ident, {"t": "stats", "q": w["cq"], "devices": devices, "memory": w["memory"],
-                                  "session": me,
-                                  "sessions": sessions, "admin": s.admin, "services": sorted(self.named),
+        now = time.monotonic()
+        rates = self.telemetry.rates(now)
+        load = {d: {**{k: v for k, v in ld.items() if k != "at"}, **rates.get(d, {})}
+                for d, ld in self.telemetry.load.items() if d in self.workers}
+        services = [{"name": n, "kind": v.kind, "pid": v.info.get("pid"), "heartbeat_age_s": now - v.last_seen,
+                     **({"device": v.info["device"]} if "device" in v.info else {})}
+                    for n, v in sorted(self.named.items())]
+        self._to_client(s.ident, {"t": "stats", "q": g.cq, "devices": devices, "memory": g.data.get("memory", {}),
+                                  "session": me, "sessions": sessions, "admin": s.admin,
+                                  "services": sorted(self.named), "service_info": services, "load": load,
+                                  "live_sessions": len(self.sessions), "hub_url": self.hub_url,
                                   "uptime_s": time.time() - self.started, "workers": self._device_list()})
+
+    def _profile_collect(self, s: Session, h: dict) -> None:
+        """The profiler's collection: this dispatcher's spans of the session and, gathered from every worker the
+        session touched, theirs, each worker's clock offset estimated from this exchange (NTP style)."""
+        t_recv = time.monotonic_ns()
+        spans, s.spans = s.spans or [], None
+        dropped, s.spans_dropped = s.spans_dropped, 0
+        devices = [d for d in sorted(s.touched) if d in self.workers]
+        me = {"name": "dispatcher", "pid": os.getpid(), "offset_ns": 0, "rtt_ns": 0, "spans": spans, "dropped": dropped}
+        self._gather("profile", s, h.get("q"), devices, {"t": "profile_collect", "s": s.sid},
+                     {"t_recv": t_recv, "processes": [me]})
+
+    def _profile_part(self, g: Gather, svc: ServiceInfo, h: dict) -> None:
+        """One worker's spans: its clock's offset from this one is ``((t_recv - sent) + (t_send - received)) / 2``,
+        within half the round trip less the worker's own time (``rtt_ns``)."""
+        received = time.monotonic_ns()
+        sent = g.data["sent"].get(svc.name)
+        t1, t2, spans = h.get("t_recv"), h.get("t_send"), h.get("spans")
+        if type(t1) is not int or type(t2) is not int or not isinstance(spans, list) or sent is None:
+            log.warning("worker %s sent a malformed profile", svc.name)
+            return
+        dropped = h.get("dropped")
+        g.data["processes"].append({
+            "name": f"worker {svc.name}", "pid": svc.info.get("pid"), "offset_ns": ((t1 - sent) + (t2 - received)) // 2,
+            "rtt_ns": (received - sent) - (t2 - t1), "spans": spans[:MAX_SPANS],
+            "dropped": dropped if type(dropped) is int else 0})
 
     def _forward(self, s: Session, h: dict, frames) -> None:
         name = h.get("service")
@@ -993,8 +1138,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--insecure", action="store_true",
                    help="listen on a non-loopback address without CURVE (tokens and tensors travel in clear)")
     p.add_argument("--hub-url", default=os.environ.get("TENSORWIRE_HUB_URL"), help="model hub URL for sessions")
+    add_metrics_args(p)
     args = p.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("TENSORWIRE_LOG", "WARNING"))
+    configure_logging()
     from tensorwire.backends import load_ops
 
     keys = keys_dir(args.keys)
@@ -1006,5 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
                    token=resolve_token(CLIENT_TOKEN_ENV, args.token_file),
                    admin_token=resolve_token(ADMIN_TOKEN_ENV, args.admin_token_file), keys=keys,
                    insecure=args.insecure, hub_url=args.hub_url)
+    if args.metrics_port is not None:
+        d.serve_metrics(args.metrics_port, args.metrics_host)
     profiled("dispatcher", d.serve, stop_event_on_signals())
     return 0

@@ -26,6 +26,9 @@ _COMMANDS = ("serve", "push", "ls", "token", "tag")
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
+    from tensorwire.protocol.metrics import add_metrics_args
+
+    add_metrics_args(p)
     p.add_argument("--root", required=True, help="storage folder (blobs/ and index.sqlite)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8700, help="TCP port; 0 picks a free one (default 8700)")
@@ -107,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "serve":
+        from tensorwire.protocol.logs import configure as configure_logging
+
+        configure_logging()
         from .server import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, serve
         from .storage import DEFAULT_MAX_BLOB
 
@@ -119,6 +125,8 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             max_connections=args.max_connections or MAX_CONNECTIONS,
             header_timeout=args.header_timeout or HEADER_TIMEOUT,
             body_timeout=args.body_timeout or BODY_TIMEOUT,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
         )
     if args.command == "push":
         from .client import push_folder

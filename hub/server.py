@@ -89,6 +89,7 @@ class _Body:
 
     def __init__(self, rfile: BinaryIO, length: int) -> None:
         self._rfile = rfile
+        self.length = length
         self.left = length
 
     def read(self, n: int = -1) -> bytes:
@@ -185,6 +186,7 @@ class HubHTTPServer(ThreadingHTTPServer):
             raise ValueError("max_connections, header_timeout and body_timeout must be positive")
         self.storage = storage
         self.quiet = quiet
+        self.metrics: Any = None  # a HubMetrics once metrics are served (hub/metrics.py)
         self.max_connections = max_connections
         self.header_timeout = header_timeout
         self.body_timeout = body_timeout
@@ -345,10 +347,21 @@ class HubHandler(BaseHTTPRequestHandler):
     def storage(self) -> Storage:
         return self.server.storage
 
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self._status = code
+        super().send_response(code, message)
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword == "Content-Length":
+            self._sent = int(value)
+        super().send_header(keyword, value)
+
     def _dispatch(self, method: str) -> None:
         self._method = method
         self._body: _Body | None = None
         self._token_cache: tuple[bool, Token | None] | None = None
+        self._status, self._sent = 0, 0
+        t0 = time.monotonic()
         try:
             self._setup_body()
             self._route(method)
@@ -362,6 +375,12 @@ class HubHandler(BaseHTTPRequestHandler):
             self._send_error(HubError(f"internal error: {type(e).__name__}"))
         finally:
             self._finish_body()
+            metrics = self.server.metrics
+            if metrics is not None:
+                body = self._body
+                received = body.length - max(body.left, 0) if body is not None else 0
+                sent = self._sent if method != "HEAD" else 0
+                metrics.observe(method, self.path, self._status, sent, received, time.monotonic() - t0)
 
     # ------------------------------------------------------------------ bodies
 
@@ -1112,8 +1131,12 @@ def serve(
     max_connections: int = MAX_CONNECTIONS,
     header_timeout: float = HEADER_TIMEOUT,
     body_timeout: float = BODY_TIMEOUT,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> int:
-    """Serve the hub until SIGTERM/SIGINT; prints the ``TENSORWIRE-READY`` line once listening."""
+    """Serve the hub until SIGTERM/SIGINT; prints the ``TENSORWIRE-READY`` line once listening. ``metrics_port``:
+    also serve Prometheus metrics at ``http://metrics_host:metrics_port/metrics`` (0 picks a free port; the ready
+    line says where)."""
     server = make_server(
         root,
         host,
@@ -1135,13 +1158,22 @@ def serve(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             old[sig] = signal.signal(sig, _stop)
+    ready = {"service": "hub", "url": server.url}
+    metrics_server = None
+    if metrics_port is not None:
+        from .metrics import HubMetrics
+
+        server.metrics = HubMetrics(server)
+        metrics_server, ready["metrics_url"] = server.metrics.serve(metrics_host, metrics_port)
     out = ready_stream or sys.stdout
-    out.write(f"{READY_MARKER} {json.dumps({'service': 'hub', 'url': server.url})}\n")
+    out.write(f"{READY_MARKER} {json.dumps(ready)}\n")
     out.flush()
     try:
         server.serve_forever(poll_interval=0.5)
     finally:
         server.server_close()
+        if metrics_server is not None:
+            metrics_server.shutdown()
         for sig, handler in old.items():
             signal.signal(sig, handler)
     return 0

@@ -211,9 +211,15 @@ class NamedService:
 
     def _answer(self, h: dict, frames: list) -> None:
         q = h.get("q")
+        t_recv = time.monotonic_ns()
         try:
             reply, out_frames = self.handle(h, frames)
         except Exception as e:  # a bad request never stops the service
             log.warning("request failed: %s", e)
             reply, out_frames = {"error": error_to_wire(e)}, []
+        if h.get("prof") is not None:  # tw.profiler is on: this request's span and this clock's readings (offset)
+            t_send = time.monotonic_ns()
+            op = str(h.get("op"))[:64]
+            span = [f"{self.name}::{op}", self.name, t_recv, t_send - t_recv, {"cached": reply.get("cached")}]
+            reply = {**reply, "prof": {"pid": os.getpid(), "t_recv": t_recv, "t_send": t_send, "spans": [span]}}
         send_parts(self.sock, [pack_header({**reply, "t": "reply", "q": q}), *out_frames])

@@ -1,0 +1,86 @@
+"""``tensorwire status``: the cluster's state as a table (``render``) and the hub's health (``hub_health``).
+
+The figures come from the dispatcher's ``stats`` answer (``Session.cluster_status``): per device its worker's load
+as reported with the answer (sessions holding state there, queued and running batches, bytes held by sessions and
+the per-session limit, the backend's own memory figures) and the dispatcher's throughput over the last seconds
+(``dispatcher/telemetry.py``); the named services with the age of their last heartbeat; the hub's URL.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+HUB_TIMEOUT_S = 2.0
+
+
+def hub_health(url: str | None, timeout: float = HUB_TIMEOUT_S) -> dict | None:
+    """``{"url", "ok", "detail"}`` for the cluster's hub (a GET of its root, which answers its service name), or
+    None when the cluster has none."""
+    if not url:
+        return None
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/", timeout=timeout) as r:  # noqa: S310 - the cluster's hub
+            body = json.loads(r.read(4096) or b"{}")
+        ok = body.get("service") == "tensorwire-hub"
+        return {"url": url, "ok": ok, "detail": "reachable" if ok else "answers, but is not a tensorwire hub"}
+    except (OSError, ValueError, urllib.error.URLError) as e:
+        return {"url": url, "ok": False, "detail": f"not reachable: {getattr(e, 'reason', e)}"}
+
+
+def _bytes(n) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def render(st: dict, address: str) -> str:
+    """The status table for a ``stats`` answer (plus ``hub`` from :func:`hub_health`)."""
+    me = st.get("session")
+    live = st.get("live_sessions", len(st.get("sessions", [])))
+    seen = "" if st.get("admin") else " (buffers: this session's only; the admin token shows every session's)"
+    lines = [
+        f"dispatcher {address}  up {st.get('uptime_s', 0):.0f}s  live sessions: {live} (this one included){seen}",
+        "",
+    ]
+    head = (
+        f"{'device':<10} {'backend':<24} {'sessions':>8} {'queue':>6} {'used':>11} {'limit/session':>14} "
+        f"{'device memory':>14} {'batches/s':>10} {'ops/s':>9} {'MB/s':>8}  buffers per session"
+    )
+    lines.append(head)
+    load = st.get("load") or {}
+    for w in st.get("workers", []):
+        d = w["device"]
+        ld = load.get(d) or {}
+        mem = ld.get("memory") or {}
+        total = mem.get("total_bytes") or w.get("memory_bytes")
+        sessions = {k: v for k, v in (st.get("devices") or {}).get(d, {}).items() if k != me}
+        limit = _bytes(ld["session_limit"]) if ld.get("session_limit") else ("none" if ld else "-")
+        per = ", ".join(f"{k[:8]}: {v['buffers']} ({_bytes(v['bytes'])})" for k, v in sessions.items()) or "-"
+        lines.append(
+            f"{d:<10} {str(w.get('name', ''))[:24]:<24} {ld.get('sessions', '-'):>8} {ld.get('queued', '-'):>6} "
+            f"{_bytes(ld.get('used_bytes')):>11} {limit:>14} "
+            f"{_bytes(total):>14} {ld.get('batches_per_s', 0.0):>10.1f} {ld.get('ops_per_s', 0.0):>9.0f} "
+            f"{ld.get('bytes_per_s', 0.0) / 1e6:>8.2f}  {per}"
+        )
+    if not st.get("workers"):
+        lines.append("(no workers registered)")
+    lines.append("")
+    services = st.get("service_info") or [{"name": n} for n in st.get("services", [])]
+    if services:
+        lines.append("services:")
+        for sv in services:
+            age = sv.get("heartbeat_age_s")
+            heard = f"heard {age:.1f}s ago" if isinstance(age, (int, float)) else ""
+            lines.append(f"  {sv['name']:<24} pid {sv.get('pid', '-'):<8} {heard}")
+    else:
+        lines.append("services: none (no autograd: backward() raises ServiceUnavailable; no collectives)")
+    hub = st.get("hub")
+    lines.append(f"hub: {hub['url']}  {hub['detail']}" if hub else "hub: none configured (dispatcher --hub-url)")
+    return "\n".join(lines)

@@ -1,0 +1,188 @@
+"""What the dispatcher counts, and the Prometheus endpoint that shows it.
+
+The dispatcher's loop keeps plain counters (:class:`Telemetry`: per device batches, ops and bytes; sessions; plan-cache
+hits; errors by code; workers lost) and the last load each worker reported (queue depth, sessions, memory; asked for
+every ``POLL_S`` while metrics are served, and with every ``stats`` request). ``tensorwire status`` and the metrics
+read these same figures: one source of truth.
+
+Metrics are opt-in (``tensorwire dispatcher --metrics-port PORT``, bound to 127.0.0.1 unless ``--metrics-host`` says
+otherwise). :class:`DispatcherCollector` builds every sample at scrape time from the loop's state, on the HTTP
+server's thread, reading only ints and snapshots (``list(dict.items())`` is atomic under the GIL), so the loop pays
+nothing per scrape and nothing per message beyond its own counters. Each dispatcher has its own
+``CollectorRegistry``: several in one process (tests) do not clash.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+
+#: how often the dispatcher asks its workers for their load while metrics are served
+POLL_S = 2.0
+#: the window ``status`` computes recent throughput over
+RATE_WINDOW_S = 10.0
+
+
+@dataclass
+class DeviceCounters:
+    """Totals for one device since the dispatcher started."""
+
+    batches: int = 0  # batch fragments routed to its worker
+    ops: int = 0  # nodes in them
+    bytes_in: int = 0  # buffer frames sent with them (uploads)
+    bytes_out: int = 0  # result frames its worker sent back (fetches)
+
+
+class Telemetry:
+    """The dispatcher's counters and the workers' last reported load (main thread writes, anyone reads)."""
+
+    def __init__(self):
+        self.started = time.time()
+        self.devices: dict[str, DeviceCounters] = {}
+        self.sessions_opened = 0
+        self.plan_hits = 0  # batches replayed by plan number
+        self.plan_misses = 0  # batches that sent their structure
+        self.errors: Counter = Counter()  # error code -> errors reported to clients
+        self.workers_lost: Counter = Counter()  # device -> times its worker was lost
+        self.load: dict[str, dict] = {}  # device -> the last load its worker reported (with "at": monotonic s)
+        self._history: deque = deque()  # (monotonic s, {device: (batches, ops, bytes)}) samples for rates
+
+    def device(self, name: str) -> DeviceCounters:
+        c = self.devices.get(name)
+        if c is None:
+            c = self.devices[name] = DeviceCounters()
+        return c
+
+    def error(self, err) -> None:
+        """Count an error sent to a client (a wire error map, or its code)."""
+        code = err.get("code") if isinstance(err, dict) else err
+        self.errors[str(code)[:64]] += 1
+
+    def sample(self, now: float) -> None:
+        """Remember the counters now (called every heartbeat), for :meth:`rates`."""
+        self._history.append((now, {d: (c.batches, c.ops, c.bytes_in + c.bytes_out) for d, c in self.devices.items()}))
+        while self._history and now - self._history[0][0] > RATE_WINDOW_S:
+            self._history.popleft()
+
+    def rates(self, now: float) -> dict[str, dict]:
+        """Per device: batches, ops and bytes per second over the last ``RATE_WINDOW_S`` (since the oldest sample)."""
+        if not self._history:
+            return {}
+        t0, old = self._history[0]
+        dt = max(now - t0, 1e-3)
+        out = {}
+        for d, c in self.devices.items():
+            b, o, n = old.get(d, (0, 0, 0))
+            out[d] = {
+                "batches_per_s": (c.batches - b) / dt,
+                "ops_per_s": (c.ops - o) / dt,
+                "bytes_per_s": (c.bytes_in + c.bytes_out - n) / dt,
+                "window_s": dt,
+            }
+        return out
+
+
+class DispatcherCollector:
+    """A Prometheus collector over a live :class:`~tensorwire.dispatcher.server.Dispatcher`."""
+
+    def __init__(self, dispatcher):
+        self.d = dispatcher
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        d = self.d
+        tel: Telemetry = d.telemetry
+        now = time.monotonic()
+        g = GaugeMetricFamily("tensorwire_sessions", "Live client sessions")
+        g.add_metric([], len(d.sessions))
+        yield g
+        c = CounterMetricFamily("tensorwire_sessions_opened", "Sessions opened since the dispatcher started")
+        c.add_metric([], tel.sessions_opened)
+        yield c
+        devices = list(tel.devices.items())
+        for name, attr, doc in (
+            ("batches", "batches", "Batch fragments routed to a device's worker"),
+            ("ops", "ops", "Ops (graph nodes) routed to a device's worker"),
+        ):
+            c = CounterMetricFamily(f"tensorwire_{name}", doc, labels=["device"])
+            for dev, cnt in devices:
+                c.add_metric([dev], getattr(cnt, attr))
+            yield c
+        c = CounterMetricFamily(
+            "tensorwire_bytes",
+            "Tensor bytes moved through the dispatcher: uploads to a device (in) and fetched results (out)",
+            labels=["device", "direction"],
+        )
+        for dev, cnt in devices:
+            c.add_metric([dev, "in"], cnt.bytes_in)
+            c.add_metric([dev, "out"], cnt.bytes_out)
+        yield c
+        c = CounterMetricFamily(
+            "tensorwire_plan_cache",
+            "Batches by plan-cache outcome: replayed by number (hit) or sent with their structure (miss)",
+            labels=["result"],
+        )
+        c.add_metric(["hit"], tel.plan_hits)
+        c.add_metric(["miss"], tel.plan_misses)
+        yield c
+        c = CounterMetricFamily("tensorwire_errors", "Errors reported to clients, by error code", labels=["code"])
+        for code, n in list(tel.errors.items()):
+            c.add_metric([code], n)
+        yield c
+        workers = list(d.workers.items())
+        up = GaugeMetricFamily(
+            "tensorwire_worker_up", "1 for each device with a registered, live worker", labels=["device"]
+        )
+        age = GaugeMetricFamily(
+            "tensorwire_worker_heartbeat_age_seconds", "Seconds since the worker was last heard", labels=["device"]
+        )
+        for dev, w in workers:
+            up.add_metric([dev], 1)
+            age.add_metric([dev], max(0.0, now - w.last_seen))
+        for dev in tel.workers_lost:
+            if dev not in d.workers:
+                up.add_metric([dev], 0)
+        yield up
+        yield age
+        c = CounterMetricFamily("tensorwire_workers_lost", "Times a device's worker was lost", labels=["device"])
+        for dev, n in list(tel.workers_lost.items()):
+            c.add_metric([dev], n)
+        yield c
+        svc = GaugeMetricFamily(
+            "tensorwire_service_up",
+            "1 for each registered named service (autograd, collectives ranks)",
+            labels=["service"],
+        )
+        for name in list(d.named):
+            svc.add_metric([name], 1)
+        yield svc
+        loads = list(tel.load.items())
+        q = GaugeMetricFamily(
+            "tensorwire_queue_depth",
+            "Batches queued or running on a device's worker (as last reported)",
+            labels=["device"],
+        )
+        sess = GaugeMetricFamily("tensorwire_device_sessions", "Sessions holding state on a device", labels=["device"])
+        mem = GaugeMetricFamily(
+            "tensorwire_device_memory_bytes",
+            "Device memory: held by sessions' tensors (used), "
+            "the per-session limit, and the backend's own figures (allocated, reserved, total)",
+            labels=["device", "kind"],
+        )
+        for dev, ld in loads:
+            q.add_metric([dev], ld.get("queued", 0))
+            sess.add_metric([dev], ld.get("sessions", 0))
+            mem.add_metric([dev, "used"], ld.get("used_bytes", 0))
+            if ld.get("session_limit"):
+                mem.add_metric([dev, "session_limit"], ld["session_limit"])
+            for k, v in (ld.get("memory") or {}).items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k.endswith("_bytes"):
+                    mem.add_metric([dev, k[: -len("_bytes")]], v)
+        yield q
+        yield sess
+        yield mem
+        g = GaugeMetricFamily("tensorwire_uptime_seconds", "Seconds since the dispatcher started")
+        g.add_metric([], time.time() - tel.started)
+        yield g
