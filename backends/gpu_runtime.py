@@ -38,8 +38,15 @@ from .base import Device, Step
 from .codegen.cache import KernelCompileError
 from .codegen.program import StepRunners, build_runner, host_step_call, kernel_error
 from .gpu_allocator import CachingAllocator, DriverOutOfMemory, size_class
+from .opencl.runtime import LOWERING_GPU
 
 log = logging.getLogger("tensorwire.gpu")
+
+#: how the kernel compiler lowers for a GPU with a BLAS: work-group reductions of 256 threads, 16 x 16 tiles (OpenCL's
+#: GPU lowering), and matmul (batched, and so conv's im2col + matmul) as a host step that calls the BLAS
+LOWERING_BLAS = dataclasses.replace(LOWERING_GPU, host_ops=frozenset({"matmul"}))
+#: the same with matmul as a compiled kernel (integer and bool matmuls, or no BLAS)
+LOWERING_KERNELS = LOWERING_GPU
 
 #: threads per block for kernels that do not fix their work-group size
 BLOCK = 256
@@ -475,5 +482,5 @@ class GPUDevice(Device):
         return self._step_runners.run(step, args, attrs)
 
 
-__all__ = ["BLOCK", "STAGING_CHUNK", "STAGING_LIMIT", "DriverApi", "DriverError", "GPUBuffer", "GPUDevice",
+__all__ = ["LOWERING_BLAS", "LOWERING_KERNELS", "BLOCK", "STAGING_CHUNK", "STAGING_LIMIT", "DriverApi", "DriverError", "GPUBuffer", "GPUDevice",
            "GPURuntime"]

@@ -27,19 +27,25 @@ import threading
 from ..codegen.cache import KernelCache, KernelCompileError
 from ..codegen.cuda import NVRTC_OPTIONS, CUDARenderer, compile_cubin, compile_ptx, nvrtc_version, supported_archs
 from ..gpu_backend import Found
-from ..gpu_runtime import STAGING_CHUNK, STAGING_LIMIT, DriverApi, DriverError, GPUBuffer, GPUDevice, GPURuntime
-from ..opencl.runtime import LOWERING_GPU
+from ..gpu_runtime import (
+    LOWERING_BLAS,
+    STAGING_CHUNK,
+    STAGING_LIMIT,
+    DriverApi,
+    DriverError,
+    GPUBuffer,
+    GPUDevice,
+    GPURuntime,
+)
+from ..gpu_runtime import LOWERING_KERNELS as GPU_LOWERING_KERNELS
 from . import cublas
 
 log = logging.getLogger("tensorwire.cuda")
 
 INSTALL = 'pip install -e ".[cuda]" (cuda-python, NVRTC and cuBLAS wheels)'
 
-#: how the kernel compiler lowers for a CUDA GPU: work-group reductions of 256 threads, 16 x 16 tiles, and matmul
-#: (batched, and so conv's im2col + matmul) as a host step that calls cuBLAS
-LOWERING = dataclasses.replace(LOWERING_GPU, host_ops=frozenset({"matmul"}))
-#: the same with matmul as a compiled kernel (integer and bool matmuls, or no cuBLAS)
-LOWERING_KERNELS = LOWERING_GPU
+#: how the kernel compiler lowers for a CUDA GPU (matmul on cuBLAS), and without cuBLAS (see :mod:`..gpu_runtime`)
+LOWERING, LOWERING_KERNELS = LOWERING_BLAS, GPU_LOWERING_KERNELS
 
 #: the buffers of this backend (the shared runtime's)
 CUDABuffer = GPUBuffer
