@@ -4,11 +4,11 @@ Without a GPU (this machine, CI) the backend's own host code runs against ``_cud
 driver API and cuBLAS and executes each launched kernel's OpenCL twin on PoCL; NVRTC still compiles every kernel's
 real CUDA source. On the stand-in:
 
-* the whole conformance suite (in ``_cuda_child.py``: PoCL must not share a process with hipRTC, see
+* the whole conformance suite (in ``_gpu_child.py``: PoCL must not share a process with hipRTC, see
   test_opencl.py). Its kernels are compiled first in a few NVRTC modules and PoCL programs; measured on this 2-core
   machine: ~2 min 10 s with empty caches (NVRTC 18 s, PoCL 6 s, then ~100 s of runs, mostly PoCL generating each
   kernel's work-group code at its first launch), less with NVRTC's and PoCL's disk caches warm;
-* the runtime's pieces (``_cuda_child.units``): allocator, OOM, pinned staging, kernel errors, PTX, disk cache, cuBLAS;
+* the runtime's pieces (``_gpu_child.units``): allocator, OOM, pinned staging, kernel errors, PTX, disk cache, cuBLAS;
 * a real cluster whose ``cuda:0`` worker runs with the stand-in installed: moves between devices, the autograd
   gradchecks, digits training, memory statistics and out-of-memory errors.
 
@@ -32,7 +32,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CHILD = os.path.join(HERE, "_cuda_child.py")
+CHILD = os.path.join(HERE, "_gpu_child.py")
 STANDIN = os.path.join(HERE, "_cuda_standin.py")
 REAL = CUDABackend().devices()[0]  # discovery on this host's real driver (or its absence)
 NO_GPU = f"no usable CUDA GPU here: {REAL.reason}"
@@ -58,7 +58,8 @@ CASES = T.conformance_cases()
 
 def child(command: str, tmp_dir, *args: str, timeout: float = 900) -> dict:
     out = os.path.join(str(tmp_dir), f"{command}.json")
-    r = subprocess.run([sys.executable, CHILD, command, out, *args], capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run([sys.executable, CHILD, "cuda", command, out, *args], capture_output=True, text=True,
+                       timeout=timeout)
     if r.returncode != 0 or not os.path.exists(out):
         raise AssertionError(f"{CHILD} {command} exited with {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
     with open(out) as f:
@@ -162,7 +163,7 @@ def units(tmp_path_factory):
 @pytest.mark.parametrize("name", ["allocator_reuses_blocks", "out_of_memory_after_emptying_the_cache",
                                   "large_transfers_go_in_pinned_chunks", "kernel_errors_are_raised_and_cleared",
                                   "ptx_when_nvrtc_does_not_know_the_gpu", "kernels_are_cached_on_disk",
-                                  "matmul_runs_on_cublas"])
+                                  "matmul_runs_on_the_blas"])
 def test_runtime(units, name):
     assert units[name] == "", units[name]
 
