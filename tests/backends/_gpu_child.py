@@ -64,13 +64,10 @@ def _dry(*args):
     raise _Dry()
 
 
-def prebuild(backend, drv, cases) -> dict:
-    """Lower every case's fragments without running them, then compile all their kernels with the target's compiler in
-    a few modules (``GPURuntime.prebuild``) and their OpenCL twins in a few PoCL programs: both compilers' cost is per
-    program."""
+def lowered_kernels(backend, cases) -> list:
+    """The kernels of every fragment of ``cases`` as ``backend``'s device 0 lowers them, without running anything."""
     from tensorwire.backends.codegen.lower import lower
 
-    t0 = time.perf_counter()
     dev = T._device(backend, 0)
     lists = []
 
@@ -89,6 +86,16 @@ def prebuild(backend, drv, cases) -> dict:
                 pass
     finally:
         del dev.runner, dev.run_step
+    return lists
+
+
+def prebuild(backend, drv, cases) -> dict:
+    """Lower every case's fragments without running them, then compile all their kernels with the target's compiler in
+    a few modules (``GPURuntime.prebuild``) and their OpenCL twins in a few PoCL programs: both compilers' cost is per
+    program."""
+    t0 = time.perf_counter()
+    lists = lowered_kernels(backend, cases)
+    dev = T._device(backend, 0)
     modules = dev.runtime.prebuild(lists)
     t1 = time.perf_counter()
     programs = drv.prebuild_twins(lists)

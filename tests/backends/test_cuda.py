@@ -30,6 +30,7 @@ from tensorwire.backends.cuda import CUDABackend
 from tensorwire.backends.cuda import runtime as RT
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
+from tests.backends._gradcheck import gradcheck_on
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_gpu_child.py")
@@ -227,39 +228,9 @@ def test_out_of_memory_is_typed_and_the_worker_keeps_serving(session):
     assert tw.ones(3, device="cuda:0").sum().item() == 3.0
 
 
-GRADCHECK_OPS = ["add", "mul", "div", "pow", "exp", "log", "tanh", "sigmoid", "sum", "mean", "amax", "prod",
-                 "softmax", "log_softmax", "logsumexp", "matmul", "linear", "gather", "scatter_add", "index",
-                 "index_put", "cat", "pad", "slice", "permute", "expand", "cumsum", "cumprod", "where", "layer_norm",
-                 "cross_entropy_index", "conv2d", "max_pool2d", "avg_pool2d", "norm", "var"]
-
-
-def _gradcheck_on(session, device: str) -> None:
-    """tests/autograd/test_ops_gradcheck.py's checks of :data:`GRADCHECK_OPS` on ``device`` (float64)."""
-    import tensorwire as tw
-
-    from ..autograd import test_ops_gradcheck as G
-
-    rng_state = G.RNG.bit_generator.state  # leave that module's inputs as they would be without us
-    tw.set_default_device(device)
-    try:
-        recorded = []
-        for op in GRADCHECK_OPS:
-            for name, fn, inputs in G.GENERATORS[op]():
-                assert all(str(t.device) == device for t in inputs)
-                a, n = tw.autograd.gradcheck_terms(fn, inputs, eps=1e-6, directions=2)
-                recorded.append((name, a, n))
-        vals = session.flush(fetch=[t._id for _, a, n in recorded for t in a + n])
-    finally:
-        tw.set_default_device("cpu:0")
-        G.RNG.bit_generator.state = rng_state
-    bad = [(name, float(vals[x._id]), float(vals[y._id])) for name, a, n in recorded for x, y in zip(a, n)
-           if not abs(float(vals[x._id]) - float(vals[y._id])) <= 1e-6 + 1e-5 * abs(float(vals[y._id]))]
-    assert not bad, f"analytical vs numerical gradients differ on {device}: {bad}"
-
-
 @needs_standin
 def test_gradcheck_on_the_standin(session):
-    _gradcheck_on(session, "cuda:0")
+    gradcheck_on(session, "cuda:0")
 
 
 @needs_standin
@@ -309,7 +280,7 @@ def test_digits_mlp_trains_the_same_on_a_gpu(gpu_session):
 @gpu
 @needs_gpu
 def test_gradcheck_on_a_gpu(gpu_session):
-    _gradcheck_on(gpu_session, "cuda:0")
+    gradcheck_on(gpu_session, "cuda:0")
 
 
 @gpu
