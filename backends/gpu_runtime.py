@@ -482,5 +482,5 @@ class GPUDevice(Device):
         return self._step_runners.run(step, args, attrs)
 
 
-__all__ = ["LOWERING_BLAS", "LOWERING_KERNELS", "BLOCK", "STAGING_CHUNK", "STAGING_LIMIT", "DriverApi", "DriverError", "GPUBuffer", "GPUDevice",
-           "GPURuntime"]
+__all__ = ["BLOCK", "LOWERING_BLAS", "LOWERING_KERNELS", "STAGING_CHUNK", "STAGING_LIMIT", "DriverApi", "DriverError",
+           "GPUBuffer", "GPUDevice", "GPURuntime"]

@@ -207,4 +207,5 @@ def _compile_clang(source: str, arch: str, options, name: str) -> bytes:
             return f.read()
 
 
-__all__ = ["DEFAULT_ARCH", "HIP_OPTIONS", "HIPRenderer", "compile_hip", "compiler_id", "hip_compiler", "hip_unavailable", "hiprtc_version"]
+__all__ = ["DEFAULT_ARCH", "HIP_OPTIONS", "HIPRenderer", "compile_hip", "compiler_id", "hip_compiler",
+           "hip_unavailable", "hiprtc_version"]
