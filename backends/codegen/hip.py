@@ -127,6 +127,22 @@ def hiprtc_version() -> tuple[int, int] | None:
     return major.value, minor.value
 
 
+def compiler_id(compiler: str) -> str:
+    """What identifies ``compiler``'s output for a kernel cache key: hipRTC's version, or clang's path and version
+    line."""
+    if compiler == "hiprtc":
+        major, minor = hiprtc_version() or (0, 0)
+        return f"hiprtc {major}.{minor}"
+    path, _ = _clang()
+    if path is None:
+        return "clang"
+    try:
+        line = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout.split("\n")[0]
+    except (OSError, subprocess.SubprocessError):
+        line = ""
+    return f"clang {path} {line}".strip()
+
+
 def compile_hip(source: str, arch: str = DEFAULT_ARCH, compiler: str | None = None, options=(),
                 name: str = "tensorwire.hip") -> bytes:
     """HIP source -> an AMDGPU code object (ELF bytes) for ``arch``, with hipRTC or clang (``compiler``:
@@ -191,4 +207,5 @@ def _compile_clang(source: str, arch: str, options, name: str) -> bytes:
             return f.read()
 
 
-__all__ = ["DEFAULT_ARCH", "HIPRenderer", "compile_hip", "hip_compiler", "hip_unavailable", "hiprtc_version"]
+__all__ = ["DEFAULT_ARCH", "HIP_OPTIONS", "HIPRenderer", "compile_hip", "compiler_id", "hip_compiler",
+           "hip_unavailable", "hiprtc_version"]

@@ -8,47 +8,26 @@ worker asked for it exits at once with that reason. See :mod:`.runtime` for disc
 from __future__ import annotations
 
 from tensorwire.backends import hookimpl, torch_flags
-from tensorwire.backends.base import Backend, DeviceInfo
-from tensorwire.protocol.errors import DeviceError
-from tensorwire.protocol.ops import primitives
+from tensorwire.backends.gpu_backend import GPUBackend
 
 
-def _no_kernel(*args, **kwargs):  # pragma: no cover - the compiler runs every op; see CUDADevice.run_step
-    raise DeviceError("cuda runs ops through its kernel compiler")
-
-
-class CUDABackend(Backend):
+class CUDABackend(GPUBackend):
     """NVIDIA GPUs through the CUDA driver API; every primitive op runs through the kernel compiler."""
 
     name = "cuda"
 
-    def __init__(self):
-        super().__init__()
-        self.kernels.update({op: _no_kernel for op in primitives()})  # all of them, compiled
-
-    @property
-    def native(self) -> frozenset[str]:
-        return frozenset()  # composites always run through their decompositions (and fuse)
-
-    def devices(self) -> list[DeviceInfo]:
+    def discover(self):
         from .runtime import discover
 
-        found = discover()
-        if not found.gpus:
-            return [DeviceInfo(self.name, 0, False, found.reason)]
-        return [DeviceInfo(self.name, g.index, True, "", f"{g.name} (sm_{g.capability[0]}{g.capability[1]})",
-                           g.memory_bytes) for g in found.gpus]
+        return discover()
 
-    def open(self, index: int):
-        from .runtime import CUDADevice, discover
+    def describe(self, gpu) -> str:
+        return f"{gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]})"
 
-        found = discover()
-        if not found.gpus:
-            raise DeviceError(f"{self.name}:{index} is not available: {found.reason}")
-        if not 0 <= index < len(found.gpus):
-            raise DeviceError(f"{self.name}:{index} does not exist; this host offers "
-                              f"{', '.join(f'{self.name}:{g.index}' for g in found.gpus)}")
-        return CUDADevice(self, found.gpus[index], found.driver)
+    def device(self, gpu, driver):
+        from .runtime import CUDADevice
+
+        return CUDADevice(self, gpu, driver)
 
 
 @hookimpl

@@ -4,11 +4,11 @@ Without a GPU (this machine, CI) the backend's own host code runs against ``_cud
 driver API and cuBLAS and executes each launched kernel's OpenCL twin on PoCL; NVRTC still compiles every kernel's
 real CUDA source. On the stand-in:
 
-* the whole conformance suite (in ``_cuda_child.py``: PoCL must not share a process with hipRTC, see
+* the whole conformance suite (in ``_gpu_child.py``: PoCL must not share a process with hipRTC, see
   test_opencl.py). Its kernels are compiled first in a few NVRTC modules and PoCL programs; measured on this 2-core
   machine: ~2 min 10 s with empty caches (NVRTC 18 s, PoCL 6 s, then ~100 s of runs, mostly PoCL generating each
   kernel's work-group code at its first launch), less with NVRTC's and PoCL's disk caches warm;
-* the runtime's pieces (``_cuda_child.units``): allocator, OOM, pinned staging, kernel errors, PTX, disk cache, cuBLAS;
+* the runtime's pieces (``_gpu_child.units``): allocator, OOM, pinned staging, kernel errors, PTX, disk cache, cuBLAS;
 * a real cluster whose ``cuda:0`` worker runs with the stand-in installed: moves between devices, the autograd
   gradchecks, digits training, memory statistics and out-of-memory errors.
 
@@ -30,9 +30,10 @@ from tensorwire.backends.cuda import CUDABackend
 from tensorwire.backends.cuda import runtime as RT
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
+from tests.backends._gradcheck import gradcheck_on
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CHILD = os.path.join(HERE, "_cuda_child.py")
+CHILD = os.path.join(HERE, "_gpu_child.py")
 STANDIN = os.path.join(HERE, "_cuda_standin.py")
 REAL = CUDABackend().devices()[0]  # discovery on this host's real driver (or its absence)
 NO_GPU = f"no usable CUDA GPU here: {REAL.reason}"
@@ -58,7 +59,8 @@ CASES = T.conformance_cases()
 
 def child(command: str, tmp_dir, *args: str, timeout: float = 900) -> dict:
     out = os.path.join(str(tmp_dir), f"{command}.json")
-    r = subprocess.run([sys.executable, CHILD, command, out, *args], capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run([sys.executable, CHILD, "cuda", command, out, *args], capture_output=True, text=True,
+                       timeout=timeout)
     if r.returncode != 0 or not os.path.exists(out):
         raise AssertionError(f"{CHILD} {command} exited with {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
     with open(out) as f:
@@ -162,7 +164,7 @@ def units(tmp_path_factory):
 @pytest.mark.parametrize("name", ["allocator_reuses_blocks", "out_of_memory_after_emptying_the_cache",
                                   "large_transfers_go_in_pinned_chunks", "kernel_errors_are_raised_and_cleared",
                                   "ptx_when_nvrtc_does_not_know_the_gpu", "kernels_are_cached_on_disk",
-                                  "matmul_runs_on_cublas"])
+                                  "matmul_runs_on_the_blas"])
 def test_runtime(units, name):
     assert units[name] == "", units[name]
 
@@ -226,39 +228,9 @@ def test_out_of_memory_is_typed_and_the_worker_keeps_serving(session):
     assert tw.ones(3, device="cuda:0").sum().item() == 3.0
 
 
-GRADCHECK_OPS = ["add", "mul", "div", "pow", "exp", "log", "tanh", "sigmoid", "sum", "mean", "amax", "prod",
-                 "softmax", "log_softmax", "logsumexp", "matmul", "linear", "gather", "scatter_add", "index",
-                 "index_put", "cat", "pad", "slice", "permute", "expand", "cumsum", "cumprod", "where", "layer_norm",
-                 "cross_entropy_index", "conv2d", "max_pool2d", "avg_pool2d", "norm", "var"]
-
-
-def _gradcheck_on(session, device: str) -> None:
-    """tests/autograd/test_ops_gradcheck.py's checks of :data:`GRADCHECK_OPS` on ``device`` (float64)."""
-    import tensorwire as tw
-
-    from ..autograd import test_ops_gradcheck as G
-
-    rng_state = G.RNG.bit_generator.state  # leave that module's inputs as they would be without us
-    tw.set_default_device(device)
-    try:
-        recorded = []
-        for op in GRADCHECK_OPS:
-            for name, fn, inputs in G.GENERATORS[op]():
-                assert all(str(t.device) == device for t in inputs)
-                a, n = tw.autograd.gradcheck_terms(fn, inputs, eps=1e-6, directions=2)
-                recorded.append((name, a, n))
-        vals = session.flush(fetch=[t._id for _, a, n in recorded for t in a + n])
-    finally:
-        tw.set_default_device("cpu:0")
-        G.RNG.bit_generator.state = rng_state
-    bad = [(name, float(vals[x._id]), float(vals[y._id])) for name, a, n in recorded for x, y in zip(a, n)
-           if not abs(float(vals[x._id]) - float(vals[y._id])) <= 1e-6 + 1e-5 * abs(float(vals[y._id]))]
-    assert not bad, f"analytical vs numerical gradients differ on {device}: {bad}"
-
-
 @needs_standin
 def test_gradcheck_on_the_standin(session):
-    _gradcheck_on(session, "cuda:0")
+    gradcheck_on(session, "cuda:0")
 
 
 @needs_standin
@@ -308,7 +280,7 @@ def test_digits_mlp_trains_the_same_on_a_gpu(gpu_session):
 @gpu
 @needs_gpu
 def test_gradcheck_on_a_gpu(gpu_session):
-    _gradcheck_on(gpu_session, "cuda:0")
+    gradcheck_on(gpu_session, "cuda:0")
 
 
 @gpu

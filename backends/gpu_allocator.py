@@ -2,8 +2,9 @@
 
 Blocks are rounded up to a size class: multiples of 512 bytes up to 1 MiB (small tensors share few classes), then
 multiples of 2 MiB. A freed block goes back to its class's free list instead of to the driver, so a training loop
-that allocates the same shapes every step reuses the same blocks without a driver call (``cuMemAlloc``/``cuMemFree``
-synchronise the device and cost tens of microseconds). All work runs on one stream, so a block freed while kernels
+that allocates the same shapes every step reuses the same blocks without a driver call (``cuMemAlloc``/``cuMemFree``,
+``hipMalloc``/``hipFree`` synchronise the device and cost tens of microseconds). The CUDA and ROCm backends share it
+(through :mod:`.gpu_runtime`). All work runs on one stream, so a block freed while kernels
 queued earlier still read it can be handed to later work at once: stream order keeps them apart (PyTorch's
 same-stream rule).
 

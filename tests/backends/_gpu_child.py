@@ -1,22 +1,26 @@
-"""The parts of tests/backends/test_cuda.py that run the CUDA backend on the driver stand-in, in a child process.
+"""The parts of tests/backends/test_cuda.py and test_rocm.py that run a GPU backend on its API stand-in, in a child
+process.
 
-The stand-in (``_cuda_standin.py``) runs kernels on PoCL, whose LLVM must not share a process with hipRTC's (used by
-test_render_targets.py; see _opencl_child.py), so the pytest process runs
+The stand-ins (``_cuda_standin.py``, ``_hip_standin.py``) run kernels on PoCL, whose LLVM must not share a process
+with hipRTC's (used by test_render_targets.py; see _opencl_child.py), so the pytest process runs
 
-    python tests/backends/_cuda_child.py COMMAND OUT.json [ARGS...]
+    python tests/backends/_gpu_child.py TARGET COMMAND OUT.json [ARGS...]
 
-and checks the JSON this writes. Commands: ``conformance`` (conformance cases, all or the ``;``-separated names
-given), ``units`` (checks of the runtime's pieces: allocator, staging, out of memory, kernel errors, PTX fallback,
-the disk cache).
+and checks the JSON this writes. ``TARGET`` is ``cuda`` or ``rocm`` (:data:`TARGETS`: the backend, its runtime
+module, its stand-in and the stand-in's call names). Commands: ``conformance`` (conformance cases, all or the
+``;``-separated names given), ``units`` (checks of the runtime's pieces: allocator, staging, out of memory, kernel
+errors, the disk cache, BLAS matmul, and per target: CUDA's PTX fallback, ROCm's gfx target).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 import time
 import traceback
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -24,11 +28,32 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from tensorwire.backends import executor as X  # noqa: E402
+from tensorwire.backends import gpu_runtime as GR  # noqa: E402
 from tensorwire.backends import testing as T  # noqa: E402
-from tensorwire.backends.cuda import CUDABackend  # noqa: E402
-from tensorwire.backends.cuda import runtime as RT  # noqa: E402
 from tensorwire.protocol import dtypes as D  # noqa: E402
-from tests.backends import _cuda_standin as S  # noqa: E402
+
+#: per target: the backend's package, the stand-in module, the stand-in's names of the allocation, free and upload
+#: calls, and the stand-in configuration a disk-cache check uses (a GPU whose compile target no other check uses)
+TARGETS = {
+    "cuda": dict(package="tensorwire.backends.cuda", backend="CUDABackend", standin="tests.backends._cuda_standin",
+                 alloc="cuMemAlloc", free="cuMemFree", htod="cuMemcpyHtoDAsync", cache_gpu={"capability": (8, 6)},
+                 cache_arch="sm_86", image_glob="*.cubin"),
+    "rocm": dict(package="tensorwire.backends.rocm", backend="ROCmBackend", standin="tests.backends._hip_standin",
+                 alloc="hipMalloc", free="hipFree", htod="hipMemcpyHtoDAsync", cache_gpu={"arch": "gfx908:xnack-"},
+                 cache_arch="gfx908", image_glob="*.co"),
+}
+#: the target this process runs (set by :func:`main`): ``backend`` (class), ``RT`` (runtime module), ``S`` (stand-in)
+G = SimpleNamespace()
+
+
+def select(target: str) -> None:
+    """Load ``target``'s backend, runtime module and stand-in into :data:`G`."""
+    t = TARGETS[target]
+    package = importlib.import_module(t["package"])
+    G.name, G.t = target, t
+    G.backend = getattr(package, t["backend"])
+    G.RT = importlib.import_module(t["package"] + ".runtime")
+    G.S = importlib.import_module(t["standin"])
 
 
 class _Dry(Exception):
@@ -39,12 +64,10 @@ def _dry(*args):
     raise _Dry()
 
 
-def prebuild(backend, drv, cases) -> dict:
-    """Lower every case's fragments without running them, then compile all their kernels with NVRTC in a few modules
-    (``CUDARuntime.prebuild``) and their OpenCL twins in a few PoCL programs: both compilers' cost is per program."""
+def lowered_kernels(backend, cases) -> list:
+    """The kernels of every fragment of ``cases`` as ``backend``'s device 0 lowers them, without running anything."""
     from tensorwire.backends.codegen.lower import lower
 
-    t0 = time.perf_counter()
     dev = T._device(backend, 0)
     lists = []
 
@@ -63,17 +86,27 @@ def prebuild(backend, drv, cases) -> dict:
                 pass
     finally:
         del dev.runner, dev.run_step
+    return lists
+
+
+def prebuild(backend, drv, cases) -> dict:
+    """Lower every case's fragments without running them, then compile all their kernels with the target's compiler in
+    a few modules (``GPURuntime.prebuild``) and their OpenCL twins in a few PoCL programs: both compilers' cost is per
+    program."""
+    t0 = time.perf_counter()
+    lists = lowered_kernels(backend, cases)
+    dev = T._device(backend, 0)
     modules = dev.runtime.prebuild(lists)
     t1 = time.perf_counter()
     programs = drv.prebuild_twins(lists)
     return {"fragments": len(lists), "modules": modules, "programs": programs, "kernels": len(dev.runtime._kernels),
-            "nvrtc_seconds": t1 - t0, "pocl_seconds": time.perf_counter() - t1}
+            "compile_seconds": t1 - t0, "pocl_seconds": time.perf_counter() - t1}
 
 
 def conformance(names: list[str] | None) -> dict:
     """``{"cases": {name: [status, message, ran step by step, a failure was expected]}, "prebuild": ...}``."""
-    drv = S.install(RT)
-    backend = CUDABackend()
+    drv = G.S.install(G.RT)
+    backend = G.backend()
     cases = T.conformance_cases()
     if names is not None:
         wanted = set(names)
@@ -117,8 +150,8 @@ def conformance(names: list[str] | None) -> dict:
 # -- checks of the runtime's pieces ---------------------------------------------------------------------------------
 
 def _device(**config):
-    drv = S.install(RT, **config)
-    return drv, CUDABackend().open(0)
+    drv = G.S.install(G.RT, **config)
+    return drv, G.backend().open(0)
 
 
 def _run(dev, nodes, inputs):
@@ -136,11 +169,11 @@ def _allocator_reuses_blocks():
         out = _run(dev, nodes, [a])
         np.testing.assert_allclose(dev.download(out[1]), np.exp(a).sum(1), rtol=1e-5)
         del out
-    allocs = drv.calls["cuMemAlloc"]
+    allocs = drv.calls[G.t["alloc"]]
     for _ in range(5):
         out = _run(dev, nodes, [a])
         del out
-    assert drv.calls["cuMemAlloc"] == allocs, "a repeated step allocated from the driver again"
+    assert drv.calls[G.t["alloc"]] == allocs, "a repeated step allocated from the driver again"
     m = dev.memory()
     assert m["cache_hits"] > 10 and m["reserved_bytes"] >= m["allocated_bytes"], m
     before = m["allocated_bytes"]
@@ -150,7 +183,7 @@ def _allocator_reuses_blocks():
     assert dev.memory()["allocated_bytes"] == before
     dev.empty_cache()
     m = dev.memory()
-    assert m["reserved_bytes"] == m["allocated_bytes"] and drv.calls["cuMemFree"] > 0, m
+    assert m["reserved_bytes"] == m["allocated_bytes"] and drv.calls[G.t["free"]] > 0, m
 
 
 def _out_of_memory_after_emptying_the_cache():
@@ -160,9 +193,9 @@ def _out_of_memory_after_emptying_the_cache():
     held = dev.upload(np.zeros(1 << 20, np.float32))  # 4 MiB
     freed = dev.upload(np.zeros((2 << 20) // 4, np.float32))  # 2 MiB, a size class the next request does not reuse
     del freed  # back to the pool: only an emptied cache makes room for the next request
-    frees = drv.calls.get("cuMemFree", 0)
+    frees = drv.calls.get(G.t["free"], 0)
     big = dev.runtime.empty((1 << 20,), D.float32)  # 4 MiB: fits only after the cached block goes back
-    assert drv.calls["cuMemFree"] == frees + 1, drv.calls
+    assert drv.calls[G.t["free"]] == frees + 1, drv.calls
     del big
     try:
         dev.runtime.empty((4 << 20,), D.float32)  # 16 MiB: never fits
@@ -175,11 +208,11 @@ def _out_of_memory_after_emptying_the_cache():
 
 def _large_transfers_go_in_pinned_chunks():
     drv, dev = _device()
-    a = np.random.default_rng(1).integers(0, 255, RT.STAGING_CHUNK * 2 + 12345, dtype=np.uint8)
+    a = np.random.default_rng(1).integers(0, 255, GR.STAGING_CHUNK * 2 + 12345, dtype=np.uint8)
     buf = dev.upload(a)
-    assert drv.calls["cuMemcpyHtoDAsync"] == 3, drv.calls
+    assert drv.calls[G.t["htod"]] == 3, drv.calls
     np.testing.assert_array_equal(dev.download(buf), a)
-    assert dev.memory()["pinned_staging_bytes"] <= RT.STAGING_LIMIT
+    assert dev.memory()["pinned_staging_bytes"] <= GR.STAGING_LIMIT
 
 
 def _kernel_errors_are_raised_and_cleared():
@@ -207,7 +240,7 @@ def _ptx_when_nvrtc_does_not_know_the_gpu():
     a = np.arange(6, dtype=np.float64)
     (out,) = _run(dev, [["sqrt", [-1], None]], [a])
     np.testing.assert_allclose(dev.download(out), np.sqrt(a))
-    assert RT.compile_target((8, 0), supported_archs()) == ("sm_80", "cubin")
+    assert G.RT.compile_target((8, 0), supported_archs()) == ("sm_80", "cubin")
 
 
 def _kernels_are_cached_on_disk():
@@ -217,7 +250,7 @@ def _kernels_are_cached_on_disk():
     from tensorwire.backends.codegen.cache import CACHE_ENV
 
     before = os.environ.get(CACHE_ENV)
-    os.environ[CACHE_ENV] = folder = tempfile.mkdtemp(prefix="tw-cuda-cache-")  # empty: this process's first build
+    os.environ[CACHE_ENV] = folder = tempfile.mkdtemp(prefix=f"tw-{G.name}-cache-")  # empty: this process's first build
     try:
         _check_disk_cache()
     finally:
@@ -229,22 +262,22 @@ def _kernels_are_cached_on_disk():
 
 
 def _check_disk_cache():
-    drv, dev = _device(capability=(8, 6))
+    drv, dev = _device(**G.t["cache_gpu"])
     a = np.arange(7, dtype=np.int32)
     nodes = [["mul", [-1, -1], None], ["neg", [0], None]]
     (_, out) = _run(dev, nodes, [a])
     assert dev.download(out).tolist() == (-(a * a)).tolist()
-    assert dev.runtime.cache.builds == 1 and dev.runtime.arch == "sm_86"
+    assert dev.runtime.cache.builds == 1 and dev.runtime.arch == G.t["cache_arch"], dev.runtime.arch
     folder = dev.runtime.cache.folder()
-    assert list(folder.glob("*.cubin")), list(folder.iterdir())
-    drv2, dev2 = _device(capability=(8, 6))  # a new process would find it: a new runtime does
+    assert list(folder.glob(G.t["image_glob"])), list(folder.iterdir())
+    drv2, dev2 = _device(**G.t["cache_gpu"])  # a new process would find it: a new runtime does
     (_, out2) = _run(dev2, nodes, [a])
     assert dev2.download(out2).tolist() == (-(a * a)).tolist()
     assert dev2.runtime.cache.builds == 0 and dev2.runtime.cache.hits == 1, (dev2.runtime.cache.builds,
                                                                                  dev2.runtime.cache.hits)
 
 
-def _matmul_runs_on_cublas():
+def _matmul_runs_on_the_blas():
     drv, dev = _device()
     rng = np.random.default_rng(2)
     cases = [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((4,), (2, 4, 3)), ((2, 1, 3, 4), (5, 4, 2)),
@@ -262,15 +295,49 @@ def _matmul_runs_on_cublas():
     assert dev.download(out).tolist() == (ai @ bi).tolist() and dev.runtime.blas.calls == calls  # a kernel
 
 
-UNITS = {f.__name__[1:]: f for f in (_allocator_reuses_blocks, _out_of_memory_after_emptying_the_cache,
-                                      _large_transfers_go_in_pinned_chunks, _kernel_errors_are_raised_and_cleared,
-                                      _ptx_when_nvrtc_does_not_know_the_gpu, _kernels_are_cached_on_disk,
-                                      _matmul_runs_on_cublas)}
+def _rocm_compiles_for_the_gpus_gfx_target():
+    drv, dev = _device(arch="gfx1030")
+    assert dev.runtime.arch == "gfx1030" and dev.runtime.compiler == "clang", (dev.runtime.arch, dev.runtime.compiler)
+    a = np.arange(6, dtype=np.float64)
+    (out,) = _run(dev, [["sqrt", [-1], None]], [a])
+    np.testing.assert_allclose(dev.download(out), np.sqrt(a))
+    image = next(iter(drv._modules.values()))
+    assert b"gfx1030" in image, "the code object is not for the GPU's architecture"
+    info = G.backend().devices()[0]
+    assert info.available and "gfx1030" in info.name and "clang" in info.name and "hipBLAS" in info.name, info
+
+
+def _rocm_matmul_without_hipblas_runs_as_kernels():
+    from tensorwire.protocol.errors import DeviceError
+
+    def no_blas(stream):
+        raise DeviceError("hipBLAS is not available (test)")
+
+    _device()
+    G.RT.load_blas, G.RT.blas_unavailable = no_blas, lambda: "hipBLAS is not available (test)"
+    dev = G.backend().open(0)
+    assert dev.runtime.blas is None and dev.lowering_options.host_ops == frozenset(), dev.lowering_options
+    a, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(8, dtype=np.float32).reshape(4, 2)
+    (out,) = _run(dev, [["matmul", [-1, -2], None]], [a, b])
+    np.testing.assert_allclose(dev.download(out), a @ b)
+    assert "matmul as compiled kernels (hipBLAS is not available (test))" in G.backend().devices()[0].name
+
+
+#: the checks of each target
+UNITS = {
+    "cuda": [_allocator_reuses_blocks, _out_of_memory_after_emptying_the_cache, _large_transfers_go_in_pinned_chunks,
+             _kernel_errors_are_raised_and_cleared, _ptx_when_nvrtc_does_not_know_the_gpu, _kernels_are_cached_on_disk,
+             _matmul_runs_on_the_blas],
+    "rocm": [_allocator_reuses_blocks, _out_of_memory_after_emptying_the_cache, _large_transfers_go_in_pinned_chunks,
+             _kernel_errors_are_raised_and_cleared, _rocm_compiles_for_the_gpus_gfx_target, _kernels_are_cached_on_disk,
+             _matmul_runs_on_the_blas, _rocm_matmul_without_hipblas_runs_as_kernels],
+}
 
 
 def units() -> dict:
     out = {}
-    for name, fn in UNITS.items():
+    for fn in UNITS[G.name]:
+        name = fn.__name__[1:]
         try:
             fn()
             out[name] = ""
@@ -280,9 +347,10 @@ def units() -> dict:
 
 
 def main(argv: list[str]) -> int:
-    cmd, out = argv[0], argv[1]
+    select(argv[0])
+    cmd, out = argv[1], argv[2]
     if cmd == "conformance":
-        result = conformance([n for n in argv[2].split(";") if n] if len(argv) > 2 else None)
+        result = conformance([n for n in argv[3].split(";") if n] if len(argv) > 3 else None)
     elif cmd == "units":
         result = units()
     else:

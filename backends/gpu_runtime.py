@@ -1,0 +1,486 @@
+"""What the CUDA and ROCm backends share: device memory, pinned staging, kernels on a stream, BLAS matmul.
+
+CUDA's driver API and HIP are the same API spelled twice (``cuMemAlloc``/``hipMalloc``,
+``cuModuleLoadData``/``hipModuleLoadData``, ``cuLaunchKernel``/``hipModuleLaunchKernel`` ...), and their Python
+bindings (cuda-python, hip-python) share one convention: every call returns a tuple ``(error, *values)`` whose error
+is an enum member that is 0 on success. So the logic lives here once, over a small :class:`DriverApi` that each
+backend fills with its own names and enums; the backends keep only what differs (discovery, the compiler and its
+target, the BLAS library):
+
+* :class:`DriverApi`: the calls, by role, of one binding module (:meth:`DriverApi.check` turns a result tuple into
+  its values or a :class:`DriverError`).
+* :class:`GPUBuffer`: a block of :class:`~.gpu_allocator.CachingAllocator` holding one tensor; it returns its block
+  when the last reference drops.
+* :class:`GPURuntime`: one GPU's stream, memory (caching allocator; uploads and downloads through reused pinned
+  staging blocks, queued on the stream), kernels (compiled by the subclass's :meth:`GPURuntime.compile_image`, loaded
+  once per process, launched on the stream) and the kernel error slot.
+* :class:`GPUDevice`: the :class:`~.base.Device` over a runtime: fused kernels through
+  :func:`~.codegen.program.build_runner`, matmul on the runtime's BLAS (a strided-batched gemm with the same
+  arguments in cuBLAS and hipBLAS) or a compiled kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import logging
+import math
+from collections import OrderedDict
+from types import SimpleNamespace
+
+import numpy as np
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import DeviceError
+
+from .base import Device, Step
+from .codegen.cache import KernelCompileError
+from .codegen.program import StepRunners, build_runner, host_step_call, kernel_error
+from .gpu_allocator import CachingAllocator, DriverOutOfMemory, size_class
+from .opencl.runtime import LOWERING_GPU
+
+log = logging.getLogger("tensorwire.gpu")
+
+#: how the kernel compiler lowers for a GPU with a BLAS: work-group reductions of 256 threads, 16 x 16 tiles (OpenCL's
+#: GPU lowering), and matmul (batched, and so conv's im2col + matmul) as a host step that calls the BLAS
+LOWERING_BLAS = dataclasses.replace(LOWERING_GPU, host_ops=frozenset({"matmul"}))
+#: the same with matmul as a compiled kernel (integer and bool matmuls, or no BLAS)
+LOWERING_KERNELS = LOWERING_GPU
+
+#: threads per block for kernels that do not fix their work-group size
+BLOCK = 256
+#: the largest piece an upload or download stages through pinned memory at once
+STAGING_CHUNK = 16 << 20
+#: pinned staging memory kept for reuse, at most
+STAGING_LIMIT = 256 << 20
+
+#: the ctypes type of a kernel scalar parameter, by its C type (CUDA's and HIP's renderers' ``scalar_type``)
+SCALAR_CTYPES = {"unsigned char": ctypes.c_uint8, "signed char": ctypes.c_int8, "short": ctypes.c_int16,
+                 "int": ctypes.c_int32, "long long": ctypes.c_int64, "float": ctypes.c_float,
+                 "double": ctypes.c_double}
+
+
+class DriverError(DeviceError):
+    """A driver call failed (the message names the call and the driver's error)."""
+
+
+# -- the driver interface -------------------------------------------------------------------------------------------
+
+class DriverApi:
+    """The driver calls :class:`GPURuntime` makes, by role, bound to one binding module (``mod``).
+
+    A subclass names each role's function in :attr:`CALLS` (same arguments in CUDA and HIP) and gives the enums the
+    calls need: :meth:`success`, :meth:`out_of_memory`, :meth:`error_text`, :meth:`make_current` (the GPU's context),
+    :meth:`stream_flags`, :meth:`event_flags`, :meth:`max_threads_attribute`, and the ``extra`` argument of a launch.
+    """
+
+    #: role -> the binding's function name
+    CALLS: dict[str, str] = {}
+    #: what a launch passes as ``extra`` (no packed arguments)
+    LAUNCH_EXTRA: object = None
+
+    def __init__(self, mod):
+        self.mod = mod
+        for role, name in self.CALLS.items():
+            setattr(self, role, getattr(mod, name))
+        self.ok = self.success()
+        self.oom = self.out_of_memory()
+
+    def success(self):
+        raise NotImplementedError
+
+    def out_of_memory(self):
+        raise NotImplementedError
+
+    def error_text(self, err) -> str:
+        """``NAME: description`` of an error enum member."""
+        raise NotImplementedError
+
+    def make_current(self, gpu) -> object:
+        """Make ``gpu`` the calling thread's device; returns what keeps its context (or None)."""
+        raise NotImplementedError
+
+    def stream_flags(self) -> int:
+        raise NotImplementedError
+
+    def event_flags(self) -> int:
+        raise NotImplementedError
+
+    def max_threads_attribute(self):
+        raise NotImplementedError
+
+    def check(self, what: str, result):
+        """The values of a call's result tuple ``(error, *values)``, or :class:`DriverError` naming ``what``."""
+        err = result[0]
+        if err != self.ok:
+            raise DriverError(f"{what} failed ({self.error_text(err)})")
+        return result[1] if len(result) == 2 else result[1:]
+
+    def call(self, role: str, *args):
+        """Call ``role`` and :meth:`check` its result."""
+        return self.check(self.CALLS[role], getattr(self, role)(*args))
+
+
+# -- buffers --------------------------------------------------------------------------------------------------------
+
+class GPUBuffer:
+    """A device buffer: an allocator block (``ptr``, ``size``) holding a tensor of ``shape`` and ``dtype``."""
+
+    __slots__ = ("ptr", "size", "shape", "dtype", "nbytes", "_pool", "__weakref__")
+
+    def __init__(self, ptr: int, size: int, shape: tuple, dtype: D.DType, nbytes: int, pool):
+        self.ptr, self.size, self.shape, self.dtype, self.nbytes, self._pool = ptr, size, shape, dtype, nbytes, pool
+
+    def __del__(self):
+        if self._pool is not None:
+            self._pool.free(self.ptr, self.size, self.nbytes)
+
+    def __repr__(self) -> str:
+        return f"GPUBuffer({self.dtype.name}{list(self.shape)} at {self.ptr:#x})"
+
+
+# -- the runtime ----------------------------------------------------------------------------------------------------
+
+class GPURuntime:
+    """One GPU's stream, memory, kernels and BLAS handle. Calls come from one thread (the worker's).
+
+    A subclass sets ``target``, ``renderer`` and ``cache`` (a :class:`~.codegen.cache.KernelCache`) before calling
+    ``__init__``, and implements :meth:`compile_image`. ``gpu`` needs ``index``, ``name`` and ``memory_bytes``;
+    ``blas_loader(stream)`` returns the BLAS (raising :class:`DeviceError` when it is not installed) and
+    ``blas_supports(dtype)`` says which dtypes it multiplies."""
+
+    target = ""
+    MAX_KERNELS = 1 << 15
+    #: the source file extension the kernel cache stores
+    source_suffix = ".cu"
+    image_suffix = ".bin"
+
+    def __init__(self, api: DriverApi, gpu, blas_loader, blas_supports):
+        self.api, self.gpu = api, gpu
+        self.label = f"{self.target}:{gpu.index}"
+        self.ctx = api.make_current(gpu)
+        self.stream = api.call("stream_create", api.stream_flags())
+        self.pool = CachingAllocator(self._driver_alloc, self._driver_free, self.synchronize,
+                                     f"{self.label} ({gpu.name})")
+        self._kernels: OrderedDict = OrderedDict()  # kernel identity -> (function, max threads per block)
+        self._modules: list = []
+        self.builds = 0  # modules built or loaded by this runtime (for tests and benchmarks)
+        self._staging_free: dict[int, list[int]] = {}
+        self._staging_busy: list = []  # (event, host pointer, size) of copies still in flight
+        self._staging_bytes = 0
+        self._err = self.empty((2,), D.int64)
+        api.call("memset_async", self._err.ptr, 0, 16, self.stream)
+        self._err_host = self._pinned(16)
+        self.blas, self.blas_supports = None, blas_supports
+        self.blas_why = ""
+        try:
+            self.blas = blas_loader(int(self.stream))
+        except DeviceError as e:
+            self.blas_why = str(e)
+            log.warning("%s: matmul runs as compiled kernels: %s", self.label, e)
+
+    # memory -------------------------------------------------------------------------------------------
+    def _driver_alloc(self, size: int) -> int:
+        api = self.api
+        result = api.alloc(size)
+        if result[0] == api.oom:
+            raise DriverOutOfMemory(api.error_text(result[0]))
+        return int(api.check(f"{api.CALLS['alloc']}({size})", result))
+
+    def _driver_free(self, ptr: int) -> None:
+        self.api.call("free", ptr)
+
+    def empty(self, shape, dtype: D.DType) -> GPUBuffer:
+        shape = tuple(int(n) for n in shape)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes == 0:
+            return GPUBuffer(0, 0, shape, dtype, 0, None)
+        ptr, size = self.pool.malloc(nbytes)
+        return GPUBuffer(ptr, size, shape, dtype, nbytes, self.pool)
+
+    def _pinned(self, size: int) -> int:
+        return int(self.api.call("host_alloc", size, 0))
+
+    def _staging(self, nbytes: int) -> tuple[int, int]:
+        """A pinned block of at least ``nbytes`` (at most :data:`STAGING_CHUNK`) no queued copy still uses."""
+        size = size_class(nbytes)
+        self._reclaim(wait=False)
+        free = self._staging_free.get(size)
+        if not free and self._staging_bytes + size > STAGING_LIMIT and self._staging_busy:
+            self._reclaim(wait=True)
+            free = self._staging_free.get(size)
+        if free:
+            return free.pop(), size
+        if self._staging_bytes + size > STAGING_LIMIT:  # blocks of other sizes: give them back
+            for s, ptrs in self._staging_free.items():
+                for p in ptrs:
+                    self.api.call("host_free", p)
+                    self._staging_bytes -= s
+            self._staging_free.clear()
+        self._staging_bytes += size
+        return self._pinned(size), size
+
+    def _reclaim(self, wait: bool) -> None:
+        api, keep = self.api, []
+        for ev, ptr, size in self._staging_busy:
+            done = wait or api.event_query(ev)[0] == api.ok
+            if done:
+                if wait:
+                    api.call("event_synchronize", ev)
+                api.call("event_destroy", ev)
+                self._staging_free.setdefault(size, []).append(ptr)
+            else:
+                keep.append((ev, ptr, size))
+        self._staging_busy = keep
+
+    def upload(self, host: np.ndarray) -> GPUBuffer:
+        """A buffer holding the C-contiguous array ``host``; the copy is queued (the host array may change after)."""
+        api = self.api
+        buf = self.empty(host.shape, D.from_numpy(host.dtype))
+        src = host.ctypes.data
+        for start in range(0, buf.nbytes, STAGING_CHUNK):
+            n = min(STAGING_CHUNK, buf.nbytes - start)
+            ptr, size = self._staging(n)
+            ctypes.memmove(ptr, src + start, n)
+            api.call("copy_htod_async", buf.ptr + start, ptr, n, self.stream)
+            ev = api.call("event_create", api.event_flags())
+            api.call("event_record", ev, self.stream)
+            self._staging_busy.append((ev, ptr, size))
+        return buf
+
+    def download(self, buf: GPUBuffer) -> np.ndarray:
+        """The buffer's contents (waits for the work queued before)."""
+        out = np.empty(buf.shape, buf.dtype.np)
+        dst = out.ctypes.data
+        for start in range(0, buf.nbytes, STAGING_CHUNK):
+            n = min(STAGING_CHUNK, buf.nbytes - start)
+            ptr, size = self._staging(n)
+            try:
+                self.api.call("copy_dtoh_async", ptr, buf.ptr + start, n, self.stream)
+                self.synchronize()
+                ctypes.memmove(dst + start, ptr, n)
+            finally:
+                self._staging_free.setdefault(size, []).append(ptr)
+        return out
+
+    def zero(self, buf: GPUBuffer) -> None:
+        if buf.nbytes:
+            self.api.call("memset_async", buf.ptr, 0, buf.nbytes, self.stream)
+
+    def synchronize(self) -> None:
+        self.api.call("stream_synchronize", self.stream)
+
+    def memory(self) -> dict:
+        out = self.pool.stats()
+        out["total_bytes"] = self.gpu.memory_bytes
+        out["pinned_staging_bytes"] = self._staging_bytes
+        return out
+
+    # kernels ------------------------------------------------------------------------------------------
+    def compile_image(self, source: str, kernels) -> bytes:
+        """The code object (CUBIN, PTX, AMDGPU ELF ...) of ``source`` that the module loader takes, through the
+        disk cache."""
+        raise NotImplementedError
+
+    def _key(self, k) -> str:
+        """A kernel's identity: its source (preamble included) under a neutral name."""
+        return self.renderer.render([dataclasses.replace(k, name="tw_kernel")])
+
+    def _ensure(self, kernels: list, keys: list, per_module: int) -> int:
+        """Compile and load the kernels not loaded yet (by identity), ``per_module`` to a module; returns the
+        modules built. Kernels are named by the hash of their identity, so a module's source depends only on
+        what it holds (and the disk cache finds it again)."""
+        api = self.api
+        missing: dict = {}
+        for k, key in zip(kernels, keys):
+            if key not in self._kernels and key not in missing:
+                missing[key] = dataclasses.replace(k, name="k" + hashlib.sha256(key.encode()).hexdigest()[:20])
+        items = list(missing.items())
+        attr = api.max_threads_attribute()
+        for start in range(0, len(items), per_module):
+            group = items[start:start + per_module]
+            image = self.compile_image(self.renderer.render([k for _, k in group]), [k for _, k in group])
+            module = api.call("module_load", image)
+            self._modules.append((module, image))  # the image stays alive as long as its module
+            self.builds += 1
+            for key, k in group:
+                fn = api.call("module_function", module, k.name.encode())
+                limit = api.call("function_attribute", attr, fn)
+                self._kernels[key] = (fn, int(limit))
+        while len(self._kernels) > self.MAX_KERNELS:
+            self._kernels.popitem(last=False)
+        return -(-len(items) // per_module)
+
+    def build(self, kernels: list) -> dict:
+        """``{kernel name: launcher(buffers, scalars)}``; kernels loaded for an earlier fragment are reused, the
+        rest are compiled together in one module."""
+        keys = [self._key(k) for k in kernels]
+        self._ensure(kernels, keys, max(1, len(kernels)))
+        found = []
+        for key in keys:
+            self._kernels.move_to_end(key)
+            found.append(self._kernels[key])
+        return {k.name: self._launcher(k, *entry) for k, entry in zip(kernels, found)}
+
+    def prebuild(self, kernel_lists: list, per_module: int = 256) -> int:
+        """Compile and load the kernels of many fragments in a few modules (the compiler's fixed cost per program
+        dominates small kernels), so that later :meth:`build` calls find them; returns the modules built."""
+        flat = [k for ks in kernel_lists for k in ks]
+        return self._ensure(flat, [self._key(k) for k in flat], per_module)
+
+    def _launcher(self, k, fn, limit: int):
+        api, stream = self.api, self.stream
+        if k.local and k.local > limit:
+            raise KernelCompileError(f"kernel {k.name} needs blocks of {k.local} threads; {self.gpu.name} runs at "
+                                     f"most {limit} for it")
+        block = k.local or min(BLOCK, limit)
+        blocks = -(-k.grid // block)
+        nbuf = len(k.bufs)
+        params = [ctypes.c_uint64(0) for _ in range(nbuf)]
+        if k.can_raise:
+            params.append(ctypes.c_uint64(self._err.ptr))
+        scalars = [SCALAR_CTYPES[self.renderer.scalar_type(s.dtype)]() for s in k.scalars]
+        params += scalars
+        argv = (ctypes.c_void_p * max(1, len(params)))(*[ctypes.addressof(p) for p in params])
+        argv_ptr = ctypes.addressof(argv)
+        err_host = self._err_host
+        launch_fn, ok, extra, what = api.launch, api.ok, api.LAUNCH_EXTRA, api.CALLS["launch"]
+
+        def launch(bufs, values):
+            for p, b in zip(params, bufs):
+                p.value = b.ptr
+            for p, v in zip(scalars, values):
+                p.value = v
+            if blocks == 0:
+                return
+            result = launch_fn(fn, blocks, 1, 1, block, 1, 1, 0, stream, argv_ptr, extra)
+            if result[0] != ok:
+                api.check(what, result)
+            if k.can_raise:
+                self._check_kernel_error(k, err_host)
+        launch.keep = (params, argv)  # the argument storage lives as long as the launcher
+        return launch
+
+    def _check_kernel_error(self, k, err_host: int) -> None:
+        api = self.api
+        api.call("copy_dtoh_async", err_host, self._err.ptr, 16, self.stream)
+        self.synchronize()
+        code, detail = (int(x) for x in (ctypes.c_int64 * 2).from_address(err_host))
+        if code:
+            api.call("memset_async", self._err.ptr, 0, 16, self.stream)
+            raise kernel_error(k, code, detail)
+
+
+# -- the device -----------------------------------------------------------------------------------------------------
+
+class GPUDevice(Device):
+    """One GPU: buffers are :class:`GPUBuffer`; fragments run as fused kernels, matmuls on the runtime's BLAS.
+
+    ``lowering`` lowers with matmul as a host step (BLAS), ``lowering_kernels`` with matmul as a compiled kernel
+    (dtypes the BLAS lacks, or no BLAS)."""
+
+    MAX_STEP_RUNNERS = 4096
+
+    def __init__(self, backend, gpu, runtime: GPURuntime, lowering, lowering_kernels):
+        self.backend, self.index, self.gpu, self.runtime = backend, gpu.index, gpu, runtime
+        self.lowering_options = lowering if runtime.blas is not None else lowering_kernels
+        self._kernels_only = SimpleNamespace(runtime=runtime, lowering_options=lowering_kernels,
+                                             host_call=self.host_call)
+        self._step_runners = StepRunners(self, self.MAX_STEP_RUNNERS)
+
+    # buffers ------------------------------------------------------------------------------------------
+    def upload(self, array) -> GPUBuffer:
+        a = np.asarray(array)
+        return self.runtime.upload(a if a.flags.c_contiguous else np.ascontiguousarray(a))
+
+    def download(self, buf: GPUBuffer) -> np.ndarray:
+        return self.runtime.download(buf)
+
+    def free(self, buf) -> None:
+        """Nothing to do: the block returns to the pool when the last reference drops."""
+
+    def nbytes(self, buf: GPUBuffer) -> int:
+        return buf.nbytes
+
+    def meta(self, buf: GPUBuffer):
+        return buf.shape, buf.dtype
+
+    def synchronize(self) -> None:
+        self.runtime.synchronize()
+
+    def memory(self) -> dict:
+        return self.runtime.memory()
+
+    def empty_cache(self) -> None:
+        """Give cached blocks back to the driver (``torch.cuda.empty_cache``)."""
+        self.runtime.pool.empty_cache()
+
+    # running ------------------------------------------------------------------------------------------
+    def runner(self, plan, keep):
+        return build_runner(self, plan, keep)
+
+    def host_call(self, step: Step):
+        """A callable for a host step: matmul on the BLAS (a compiled kernel for dtypes it lacks), or the
+        worker's own ops (``const``, ``hub_tensor``)."""
+        rt = self.runtime
+        if step.op == "matmul":
+            if rt.blas is not None and rt.blas_supports(step.dtype) and all(m[1] == step.dtype for m in step.in_meta):
+                return lambda args, dyn, frames: self._matmul(args[0], args[1], step.shape)
+            return self._single_step(step, self._kernels_only)
+        from .executor import WORKER_OPS
+        if step.op not in WORKER_OPS:
+            raise DeviceError(f"the {self.backend.name} backend has no host kernel for {step.op!r}")
+        return host_step_call(self, step)
+
+    def _single_step(self, step: Step, device):
+        """``call(args, dyn, frames)`` running one step through ``device``'s lowering."""
+        slots = list(dict.fromkeys(step.ins))
+        st = Step(step.op, tuple(slots.index(x) for x in step.ins), dict(step.attrs), tuple(step.shape), step.dtype,
+                  len(slots), 0, in_meta=step.in_meta)
+        run = build_runner(device, SimpleNamespace(program=SimpleNamespace(steps=[st])), frozenset({len(slots)}))
+
+        def call(args, dyn, frames):
+            env = [args[step.ins.index(x)] for x in slots] + [None]
+            run(env, None, frames)
+            return env[-1]
+        return call
+
+    def _matmul(self, a: GPUBuffer, b: GPUBuffer, shape) -> GPUBuffer:
+        """``a @ b`` with numpy's broadcasting (1-D operands as torch) on the BLAS: one strided-batched gemm when
+        the broadcast batch offsets of both operands are arithmetic progressions, else one gemm per batch."""
+        rt = self.runtime
+        out = rt.empty(shape, a.dtype)
+        sa = a.shape if len(a.shape) >= 2 else (1, *a.shape)
+        sb = b.shape if len(b.shape) >= 2 else (*b.shape, 1)
+        m, k, n = sa[-2], sa[-1], sb[-1]
+        if out.nbytes == 0:
+            return out
+        if k == 0:
+            rt.zero(out)
+            return out
+        batch = np.broadcast_shapes(sa[:-2], sb[:-2])
+        nb = math.prod(batch)
+        ia = np.broadcast_to(np.arange(math.prod(sa[:-2])).reshape(sa[:-2]), batch).reshape(-1)
+        ib = np.broadcast_to(np.arange(math.prod(sb[:-2])).reshape(sb[:-2]), batch).reshape(-1)
+        size = a.dtype.itemsize
+        # row-major C = A @ B is column-major C^T = B^T @ A^T: the BLAS's (m, n, k) = (n, m, k), operands swapped
+        steps_a, steps_b = np.diff(ia), np.diff(ib)
+        if nb == 1 or ((steps_a == steps_a[0]).all() and (steps_b == steps_b[0]).all()):
+            da = int(steps_a[0]) if nb > 1 else 0
+            db = int(steps_b[0]) if nb > 1 else 0
+            rt.blas.gemm(a.dtype, n, m, k, b.ptr + int(ib[0]) * k * n * size, n, db * k * n,
+                         a.ptr + int(ia[0]) * m * k * size, k, da * m * k, out.ptr, n, m * n, nb)
+        else:
+            for i in range(nb):
+                rt.blas.gemm(a.dtype, n, m, k, b.ptr + int(ib[i]) * k * n * size, n, 0,
+                             a.ptr + int(ia[i]) * m * k * size, k, 0, out.ptr + i * m * n * size, n, 0, 1)
+        return out
+
+    def run_step(self, step: Step, args: list, attrs: dict):
+        """One step on its own (the executor's step-by-step mode): lowered alone, cached by its structure."""
+        return self._step_runners.run(step, args, attrs)
+
+
+__all__ = ["BLOCK", "LOWERING_BLAS", "LOWERING_KERNELS", "STAGING_CHUNK", "STAGING_LIMIT", "DriverApi", "DriverError",
+           "GPUBuffer", "GPUDevice", "GPURuntime"]

@@ -1,0 +1,41 @@
+"""The ROCm backend (``rocm:N``): fragments run as fused HIP kernels (hipRTC, or clang) on AMD GPUs, matmuls on
+hipBLAS.
+
+Needs hip-python (``pip install -e ".[rocm]"``) and a ROCm install (``libamdhip64``; hipRTC or clang with the ROCm
+device libraries to compile; ``libhipblas`` for matmul). Without them the plugin still loads: ``rocm:0`` is listed as
+not available, with the reason hip-python or the runtime gave, and a worker asked for it exits at once with that
+reason. Memory, transfers and launches are the CUDA backend's code (:mod:`..gpu_runtime`) over HIP's names; see
+:mod:`.runtime` for discovery and kernels.
+"""
+
+from __future__ import annotations
+
+from tensorwire.backends import hookimpl
+from tensorwire.backends.gpu_backend import GPUBackend
+
+
+class ROCmBackend(GPUBackend):
+    """AMD GPUs through HIP; every primitive op runs through the kernel compiler."""
+
+    name = "rocm"
+
+    def discover(self):
+        from .runtime import discover
+
+        return discover()
+
+    def describe(self, gpu) -> str:
+        from .runtime import load_compiler, matmul_path
+
+        return f"{gpu.name} ({gpu.arch}; kernels by {load_compiler()}, {matmul_path()})"
+
+    def device(self, gpu, driver):
+        from .runtime import ROCmDevice
+
+        return ROCmDevice(self, gpu, driver)
+
+
+@hookimpl
+def tensorwire_backends():
+    """The ROCm backend (its devices say whether hip-python, the ROCm runtime and an AMD GPU are there)."""
+    return [ROCmBackend()]

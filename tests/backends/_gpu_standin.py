@@ -1,0 +1,249 @@
+"""The core of the GPU API stand-ins (``_cuda_standin.py``, ``_hip_standin.py``): device memory, modules and
+launches without a GPU, for running the CUDA and ROCm backends' host code.
+
+:class:`StandInGPU` keeps what CUDA's driver API and HIP share; each stand-in is a thin front that spells its API's
+calls (``cuMemAlloc``/``hipMalloc`` ...) with its bindings' result conventions and enums and calls these methods.
+
+* Memory: device memory lives in host memory, numpy byte arrays at made-up device addresses that the host cannot
+  dereference, so a host read of a device pointer fails instead of working by accident. Work is executed when it is
+  queued (one stream, in order), so synchronising has nothing left to wait for.
+* Kernels: the backend hands its compiler's real output (a CUBIN, PTX, or an AMDGPU code object) to the module
+  loader. The stand-in checks that every function asked for is in that image, and runs a launch as the kernel's
+  OpenCL twin on PoCL: the same IR kernel rendered by :class:`~tensorwire.backends.codegen.opencl.OpenCLRenderer`.
+  It finds the IR kernel by the function's name in a registry that :func:`hook_renderer` fills by wrapping
+  ``CUDARenderer.render`` (which the HIP renderer inherits; the runtimes name kernels by the hash of their source,
+  so a name is one kernel). The launch's arguments are read back from ``kernelParams`` (an array of pointers to the
+  values, as the C ABI has it) in the order of the kernel's parameters.
+* :class:`StandInBlas` replaces cuBLAS's and hipBLAS's ``gemm`` (the backends' shared interface: column-major,
+  strides in elements) with numpy: 16-bit floats are multiplied in float32 and rounded once, as both libraries'
+  float32 compute type does.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+
+import numpy as np
+
+from tensorwire.backends.codegen.cuda import CUDARenderer
+from tensorwire.backends.gpu_runtime import SCALAR_CTYPES
+from tensorwire.protocol import dtypes as D
+
+BASE = 0x7A00_0000_0000  # device addresses start here (nothing of the host's lives there)
+ALIGN = 256
+
+
+class StandInGPU:
+    """Memory, modules and launches of ``gpus`` made-up GPUs of ``memory_bytes`` each (one address space)."""
+
+    def __init__(self, gpus: int = 1, name: str = "Stand-in GPU (PoCL)", memory_bytes: int = 1 << 30):
+        self.gpus, self.name, self.memory_bytes = gpus, name, memory_bytes
+        self.registry: dict = {}  # kernel name -> ir.Kernel (filled by hook_renderer's render hook)
+        self._mem: dict[int, np.ndarray] = {}  # device address -> its bytes
+        self._starts: list[int] = []
+        self._next = BASE
+        self._host: dict[int, np.ndarray] = {}  # pinned host blocks, by address
+        self._modules: dict[int, bytes] = {}
+        self._functions: dict[int, object] = {}
+        self._events = 0
+        self.calls: dict[str, int] = {}
+        self.launches = 0
+        self.initialised = False
+        self._cl = None
+
+    def count(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def new_event(self) -> int:
+        self._events += 1
+        return self._events
+
+    # -- memory ----------------------------------------------------------------------------------------------------
+    def in_use(self) -> int:
+        return sum(a.nbytes for a in self._mem.values())
+
+    def alloc(self, size: int) -> int | None:
+        """A device block's address, or None when the made-up GPU's memory is full."""
+        if self.in_use() + size > self.memory_bytes:
+            return None
+        ptr = self._next
+        self._next += -(-max(size, 1) // ALIGN) * ALIGN
+        self._mem[ptr] = np.zeros(size, np.uint8)
+        bisect.insort(self._starts, ptr)
+        return ptr
+
+    def free(self, ptr) -> bool:
+        ptr = int(ptr)
+        if ptr not in self._mem:
+            return False
+        del self._mem[ptr]
+        self._starts.remove(ptr)
+        return True
+
+    def host_alloc(self, size: int) -> int:
+        a = np.zeros(max(size, 1), np.uint8)
+        self._host[a.ctypes.data] = a
+        return a.ctypes.data
+
+    def host_free(self, ptr) -> None:
+        self._host.pop(int(ptr))
+
+    def view(self, ptr: int, nbytes: int) -> np.ndarray:
+        """The bytes ``[ptr, ptr + nbytes)`` of device memory (a view); IndexError outside an allocation."""
+        ptr = int(ptr)
+        i = bisect.bisect_right(self._starts, ptr) - 1
+        if i < 0:
+            raise IndexError(f"device address {ptr:#x} is not allocated")
+        start = self._starts[i]
+        mem = self._mem[start]
+        off = ptr - start
+        if off + nbytes > mem.nbytes:
+            raise IndexError(f"device range {ptr:#x}+{nbytes} overruns its allocation of {mem.nbytes} bytes")
+        return mem[off:off + nbytes]
+
+    @staticmethod
+    def host_bytes(ptr: int, n: int) -> np.ndarray:
+        return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(int(ptr))) if n else np.zeros(0, np.uint8)
+
+    def copy_htod(self, dst, src, n) -> None:
+        self.view(dst, n)[:] = self.host_bytes(src, n)
+
+    def copy_dtoh(self, dst, src, n) -> None:
+        self.host_bytes(dst, n)[:] = self.view(src, n)
+
+    def copy_dtod(self, dst, src, n) -> None:
+        self.view(dst, n)[:] = self.view(src, n).copy()
+
+    def memset(self, ptr, value, n) -> None:
+        self.view(ptr, n)[:] = value
+
+    # -- modules and launches --------------------------------------------------------------------------------------
+    def load_module(self, image) -> int:
+        h = len(self._modules) + 1
+        self._modules[h] = bytes(image)
+        return h
+
+    def function(self, module, name: bytes) -> int | None:
+        """A handle for kernel ``name`` of ``module``, or None when the image does not hold it."""
+        image = self._modules.get(module)
+        k = self.registry.get(name.decode())
+        if image is None or k is None or name not in image:
+            return None
+        h = len(self._functions) + 1
+        self._functions[h] = k
+        return h
+
+    def opencl(self):
+        """The PoCL device that runs the kernels' OpenCL twins (opened on first use)."""
+        if self._cl is None:
+            from tensorwire.backends.opencl import OpenCLBackend
+
+            backend = OpenCLBackend()
+            info = backend.devices()[0]
+            if not info.available:
+                raise RuntimeError(f"the GPU stand-in runs kernels on OpenCL, which is not available: {info.reason}")
+            self._cl = backend.open(0)
+        return self._cl
+
+    def prebuild_twins(self, kernel_lists: list) -> int:
+        """Build the OpenCL twins of many kernels in a few programs (PoCL's cost is per program)."""
+        return self.opencl().runtime.prebuild(kernel_lists)
+
+    def launch(self, fn, gx, gy, gz, bx, by, bz, params) -> bool:
+        """Run function ``fn``'s OpenCL twin over ``gx`` blocks of ``bx`` threads with the arguments at ``params``;
+        False for a launch the real API refuses (a 2-D or 3-D launch, a work-group kernel's block not of its size,
+        a grid that does not cover the kernel's items)."""
+        k = self._functions[fn]
+        if (gy, gz, by, bz) != (1, 1, 1, 1):
+            return False
+        if k.local and bx != k.local:
+            return False  # a work-group kernel runs in blocks of exactly its size
+        if gx * bx < k.grid:
+            return False  # the grid does not cover the kernel's items
+        self.launches += 1
+        from tensorwire.backends.codegen.opencl import OpenCLRenderer
+        from tensorwire.backends.opencl.runtime import SCALAR_TYPES
+
+        c_types = [ctypes.c_uint64] * (len(k.bufs) + (1 if k.can_raise else 0)) + [
+            SCALAR_CTYPES[CUDARenderer().scalar_type(s.dtype)] for s in k.scalars]
+        slots = (ctypes.c_void_p * len(c_types)).from_address(int(params)) if c_types else []
+        values = [t.from_address(slots[i]).value for i, t in enumerate(c_types)]
+        dev = self.opencl()
+        cl, rt = dev.cl, dev.runtime
+        key = rt._key(k)
+        rt._ensure([k], [key], 1)
+        knl = rt._kernels[key][0]
+        mf = cl.mem_flags
+        copies, alive = [], []  # (an argument's memory object must outlive the launch: set_arg does not hold it)
+        ptr_params = [(b.dtype.itemsize, b.out) for b in k.bufs] + ([(8, True)] if k.can_raise else [])
+        nbytes_of = [int(np.prod(_buf_len(k, i))) * size for i, (size, _) in enumerate(ptr_params)]
+        for i, ((_size, out), n) in enumerate(zip(ptr_params, nbytes_of)):
+            host = self.view(values[i], n) if n else np.zeros(1, np.uint8)
+            buf = cl.Buffer(dev.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(host))
+            knl.set_arg(i, buf)
+            alive.append(buf)
+            if out and n:
+                copies.append((host, buf))
+        ocl = OpenCLRenderer()
+        first = len(ptr_params)
+        for j, s in enumerate(k.scalars):
+            knl.set_arg(first + j, SCALAR_TYPES[ocl.scalar_type(s.dtype)](values[first + j]))
+        cl.enqueue_nd_range_kernel(dev.queue, knl, (gx * bx,), (bx,))
+        for host, buf in copies:
+            cl.enqueue_copy(dev.queue, host, buf)
+        dev.queue.finish()
+        del alive
+        return True
+
+
+def _buf_len(k, i: int) -> int:
+    """Elements parameter ``i`` of kernel ``k`` spans (the error slot has 2)."""
+    return k.bufs[i].size if i < len(k.bufs) else 2
+
+
+class StandInBlas:
+    """The backends' BLAS ``gemm`` (:class:`~tensorwire.backends.cuda.cublas.Cublas`,
+    :class:`~tensorwire.backends.rocm.hipblas.HipBlas`) on a stand-in's memory, with numpy."""
+
+    def __init__(self, gpu: StandInGPU, stream: int):
+        self.gpu, self.stream = gpu, stream
+        self.calls = 0
+
+    def _matrix(self, ptr: int, rows: int, cols: int, ld: int, dt: np.dtype) -> np.ndarray:
+        """The column-major ``rows x cols`` matrix at ``ptr`` with leading dimension ``ld``."""
+        size = dt.itemsize
+        span = ((cols - 1) * ld + rows) * size
+        raw = self.gpu.view(ptr, span)
+        return np.ndarray((rows, cols), dt, buffer=raw, strides=(size, ld * size))
+
+    def gemm(self, dtype, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c, batch) -> None:
+        self.calls += 1
+        assert lda >= m and ldb >= k and ldc >= m, (lda, ldb, ldc, m, n, k)
+        dt = dtype.np
+        acc = np.float64 if dtype is D.float64 else np.float32
+        size = dt.itemsize
+        for i in range(batch):
+            A = self._matrix(a + i * stride_a * size, m, k, lda, dt).astype(acc)
+            B = self._matrix(b + i * stride_b * size, k, n, ldb, dt).astype(acc)
+            self._matrix(c + i * stride_c * size, m, n, ldc, dt)[:] = (A @ B).astype(dt)
+
+    def close(self) -> None:
+        pass
+
+
+_REGISTRIES: list[dict] = [{}]
+
+
+def hook_renderer(gpu: StandInGPU) -> None:
+    """Make every kernel the CUDA (or HIP) renderer renders from now on findable by name in ``gpu.registry``."""
+    if not getattr(CUDARenderer.render, "_standin", False):
+        real = CUDARenderer.render
+
+        def render(self, kernels):
+            for k in kernels:
+                _REGISTRIES[-1][k.name] = k
+            return real(self, kernels)
+        render._standin = True
+        CUDARenderer.render = render
+    _REGISTRIES.append(gpu.registry)

@@ -1,0 +1,186 @@
+"""A stand-in for HIP and hipBLAS, for running the ROCm backend's host code without an AMD GPU.
+
+:class:`StandInHip` answers the ``hip*`` calls the backend makes (discovery, device selection, streams, events,
+memory, copies, module load, launch) with hip-python's own result conventions (a tuple ``(hipError_t, *values)``)
+and enums (``hip.hip``'s ``hipError_t`` ... are imported; no ROCm runtime is loaded for that). It is a thin front over
+``_gpu_standin.StandInGPU``, which it shares with the CUDA stand-in: device memory in host arrays at made-up
+addresses, and each launch run as the kernel's OpenCL twin on PoCL, after checking that the image the backend loads
+is an AMDGPU code object (ELF, ``e_machine`` 224) that holds the function. hipBLAS is ``_gpu_standin.StandInBlas``.
+
+The backend does not know about any of this: :func:`install` replaces ``runtime.load_hip``, ``runtime.load_blas`` and
+``runtime.blas_unavailable``, through which the backend reaches HIP and hipBLAS, and ``runtime.load_compiler``:
+kernels are compiled by clang's HIP offload (a subprocess) because hipRTC's LLVM and PoCL's must not share a process
+(docs/architecture.md). ``python tests/backends/_hip_standin.py worker --device rocm:0 --dispatcher ADDR`` runs a
+worker process with the stand-in installed (for tests on a real cluster).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+
+from hip import hip as _real  # enums only; calling nothing loads no ROCm runtime
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+from tests.backends._gpu_standin import StandInBlas, StandInGPU, hook_renderer  # noqa: E402
+
+E = _real.hipError_t
+OK = E.hipSuccess
+EM_AMDGPU = 224
+
+
+class hipDeviceProp_t:  # noqa: N801 - hip-python's name
+    """The fields of ``hipDeviceProp_t`` the backend reads."""
+
+    def __init__(self):
+        self.name, self.gcnArchName, self.totalGlobalMem = b"", b"", 0
+
+
+class StandInHip(StandInGPU):
+    """The HIP API surface the ROCm backend calls, for ``gpus`` made-up GPUs of ``memory_bytes`` each."""
+
+    hipError_t = E
+    hipFunction_attribute = _real.hipFunction_attribute
+    hipStreamNonBlocking = _real.hipStreamNonBlocking
+    hipEventDisableTiming = _real.hipEventDisableTiming
+    hipDeviceProp_t = hipDeviceProp_t
+
+    def __init__(self, gpus: int = 1, name: str = "Stand-in AMD GPU (PoCL)", arch: str = "gfx90a:sramecc+:xnack-",
+                 memory_bytes: int = 1 << 30):
+        super().__init__(gpus, name, memory_bytes)
+        self.arch = arch
+        self.current = None
+
+    # -- errors, discovery, devices, streams, events ------------------------------------------------------------
+    def hipGetErrorString(self, err):
+        return OK, f"stand-in: {getattr(err, 'name', err)}"
+
+    def hipInit(self, flags):
+        self.initialised = True
+        return (OK,)
+
+    def hipGetDeviceCount(self):
+        return OK, self.gpus
+
+    def hipGetDeviceProperties(self, prop, i):
+        if not 0 <= i < self.gpus:
+            return (E.hipErrorInvalidDevice,)
+        prop.name, prop.gcnArchName, prop.totalGlobalMem = self.name.encode(), self.arch.encode(), self.memory_bytes
+        return (OK,)
+
+    def hipSetDevice(self, i):
+        if not 0 <= i < self.gpus:
+            return (E.hipErrorInvalidDevice,)
+        self.current = i
+        return (OK,)
+
+    def _on_a_device(self):
+        """A call that needs hipSetDevice first (the real runtime would pick device 0; the backend must choose)."""
+        assert self.current is not None, "a HIP call before hipSetDevice"
+
+    def hipStreamCreateWithFlags(self, flags):
+        self._on_a_device()
+        return OK, 1
+
+    def hipStreamSynchronize(self, stream):
+        self.count("hipStreamSynchronize")
+        return (OK,)
+
+    def hipEventCreateWithFlags(self, flags):
+        return OK, self.new_event()
+
+    def hipEventRecord(self, ev, stream):
+        return (OK,)
+
+    def hipEventQuery(self, ev):
+        return (OK,)
+
+    def hipEventSynchronize(self, ev):
+        return (OK,)
+
+    def hipEventDestroy(self, ev):
+        return (OK,)
+
+    # -- memory ----------------------------------------------------------------------------------------------------
+    def hipMalloc(self, size):
+        self.count("hipMalloc")
+        self._on_a_device()
+        ptr = self.alloc(size)
+        return (E.hipErrorOutOfMemory, None) if ptr is None else (OK, ptr)
+
+    def hipFree(self, ptr):
+        self.count("hipFree")
+        return (OK,) if self.free(ptr) else (E.hipErrorInvalidValue,)
+
+    def hipHostMalloc(self, size, flags):
+        return OK, self.host_alloc(size)
+
+    def hipHostFree(self, ptr):
+        self.host_free(ptr)
+        return (OK,)
+
+    def hipMemcpyHtoDAsync(self, dst, src, n, stream):
+        self.count("hipMemcpyHtoDAsync")
+        self.copy_htod(dst, src, n)
+        return (OK,)
+
+    def hipMemcpyDtoHAsync(self, dst, src, n, stream):
+        self.count("hipMemcpyDtoHAsync")
+        self.copy_dtoh(dst, src, n)
+        return (OK,)
+
+    def hipMemsetD8Async(self, ptr, value, n, stream):
+        self.memset(ptr, value, n)
+        return (OK,)
+
+    # -- modules and launches --------------------------------------------------------------------------------------
+    def hipModuleLoadData(self, image):
+        self.count("hipModuleLoadData")
+        image = bytes(image)
+        if not image.startswith(b"\x7fELF") or struct.unpack_from("<H", image, 18)[0] != EM_AMDGPU:
+            return E.hipErrorInvalidImage, None  # not an AMDGPU code object
+        return OK, self.load_module(image)
+
+    def hipModuleGetFunction(self, module, name: bytes):
+        h = self.function(module, name)
+        return (E.hipErrorNotFound, None) if h is None else (OK, h)
+
+    def hipFuncGetAttribute(self, attr, fn):
+        return OK, 1024
+
+    def hipModuleLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        self.count("hipModuleLaunchKernel")
+        if extra is not None or not self.launch(fn, gx, gy, gz, bx, by, bz, params):
+            return (E.hipErrorInvalidValue,)
+        return (OK,)
+
+
+def install(runtime, **config) -> StandInHip:
+    """Make the ROCm backend's ``runtime`` module reach a new :class:`StandInHip` (and a
+    :class:`~tests.backends._gpu_standin.StandInBlas`) instead of hip-python's HIP and hipBLAS, compiling with clang;
+    returns the stand-in. Discovery is redone at the next call."""
+    hip = StandInHip(**config)
+    runtime.load_hip = lambda: hip
+    runtime.load_blas = lambda stream: StandInBlas(hip, stream)
+    runtime.blas_unavailable = lambda: None
+    runtime.load_compiler = lambda: "clang"
+    runtime._FOUND = None
+    hook_renderer(hip)
+    return hip
+
+
+def _worker(argv: list[str]) -> int:
+    from tensorwire.backends.rocm import runtime
+
+    install(runtime)
+    from tensorwire.cli import main
+
+    return main(["worker", *argv])
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["worker"]:
+        raise SystemExit("usage: _hip_standin.py worker --device rocm:0 --dispatcher ADDR [worker options]")
+    sys.exit(_worker(sys.argv[2:]))
