@@ -127,8 +127,11 @@ def test_collectives_share_the_workers_shared_memory_with_one_rank_per_device():
     devices = argv[argv.index("--devices") + 1].split(",")
     entry = coll["entrypoint"]
     assert entry[entry.index("-n") + 1] == str(len(devices))
-    served = {tensorwire_argv(s)[tensorwire_argv(s).index("--device") + 1]: n for n, s in LONG.items()
-              if tensorwire_argv(s)[0] == "worker"}
+    served = {
+        tensorwire_argv(s)[tensorwire_argv(s).index("--device") + 1]: n
+        for n, s in LONG.items()
+        if tensorwire_argv(s)[0] == "worker"
+    }
     assert set(devices) <= set(served), (devices, served)
     owners = [n for n, s in LONG.items() if s.get("ipc") == "shareable"]
     assert len(owners) == 1, owners
