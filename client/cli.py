@@ -87,7 +87,7 @@ def _up(argv: list[str]) -> int:
         for line in _listening(c):
             print(f"    {line}")
         if c.hub_url:
-            print(f"  hub write token in: {c.hub_token_file}  (readable by you only)")
+            print(f"  hub: {c.hub_url}  write token in: {c.hub_token_file}  (readable by you only)")
         print(f"  logs: {c.log_dir}   (Ctrl-C stops all)", flush=True)
         while not stop.is_set():
             dead = [n for n, s in c.services.items() if not s.alive()]
