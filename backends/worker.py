@@ -913,7 +913,7 @@ def main(argv: list[str] | None = None) -> int:
                         "$TENSORWIRE_HUB_TOKEN_FILE, else the token in $TENSORWIRE_HUB_TOKEN)")
     p.add_argument("--session-memory", default=os.environ.get(QUOTA_ENV, QUOTA_DEFAULT),
                    help=f"most memory one session may hold on this device: a share of the device's memory (50%%), "
-                        f"a size (4GiB, 512MB) or none (default {QUOTA_DEFAULT}, or ${QUOTA_ENV})")
+                        f"a size (4GiB, 512MB) or none (default {QUOTA_DEFAULT.replace('%', '%%')}, or ${QUOTA_ENV})")
     args = p.parse_args(argv)
     configure_logging()
     tune_gc()

@@ -13,6 +13,8 @@ import os
 import sys
 import time
 
+from tensorwire.protocol.credentials import ADMIN_TOKEN_FILE, CLIENT_TOKEN_FILE
+
 USAGE = """usage: tensorwire COMMAND [options]
 
 commands:
@@ -25,16 +27,31 @@ commands:
               --local: this host's devices, or why not)
   keys        create CURVE key pairs and a service credential for a cluster across hosts
   hub         run the model hub, or push/list models (tensorwire hub --help)
+  health      exit 0 when the dispatcher or the hub answers and the named services are registered
 
-Run `tensorwire COMMAND --help` for a command's options."""
+Run `tensorwire COMMAND --help` for a command's options; `tensorwire --version` prints the version."""
+
+
+def version_line() -> str:
+    """``tensorwire X.Y.Z (protocol N, Python A.B.C)``: what ``tensorwire --version`` prints."""
+    import platform
+
+    from tensorwire import __version__
+    from tensorwire.protocol import PROTOCOL_VERSION
+
+    return f"tensorwire {__version__} (protocol {PROTOCOL_VERSION}, Python {platform.python_version()})"
 
 
 def _up(argv: list[str]) -> int:
+    from tensorwire.hub.client import DEFAULT_PORT as HUB_PORT
+
     p = argparse.ArgumentParser(prog="tensorwire up", description="Start a local cluster; Ctrl-C stops it.")
     p.add_argument("--devices", default="cpu:0", help="comma-separated devices (default cpu:0)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=5555, help="client port (0 picks a free one)")
     p.add_argument("--hub-root", default=None, help="start the model hub with this storage folder")
+    p.add_argument("--hub-port", type=int, default=None,
+                   help=f"the hub's port (default {HUB_PORT}, as `tensorwire hub`; 0 picks a free one)")
     p.add_argument("--token-file", default=None,
                    help="file holding the token clients must present (default $TENSORWIRE_TOKEN)")
     p.add_argument("--keys", default=None, help="CURVE keys directory from `tensorwire keys` (default "
@@ -51,17 +68,28 @@ def _up(argv: list[str]) -> int:
 
     from .cluster import LocalCluster
 
+    if args.hub_port is not None and args.hub_root is None:
+        p.error("--hub-port needs --hub-root (the hub's storage folder)")
+    hub_port = HUB_PORT if args.hub_port is None else args.hub_port
+    from tensorwire.protocol.addresses import check_port_free
+
+    check_port_free("the dispatcher", args.host, args.port, "--port")
+    if args.hub_root is not None:
+        check_port_free("the hub", args.host, hub_port, "--hub-port")
     stop = stop_event_on_signals()
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     with LocalCluster(devices=devices, hub_root=args.hub_root, host=args.host, port=args.port,
                       token=resolve_token(CLIENT_TOKEN_ENV, args.token_file), log_dir=args.log_dir,
                       keys=args.keys, insecure=args.insecure, session_memory=args.session_memory,
-                      metrics=args.metrics) as c:
+                      metrics=args.metrics, hub_port=hub_port) as c:
         admin_file = write_token_file(c.log_dir / "admin.token", c.admin_token)
         print(f"tensorwire cluster up: {c.address}  devices: {', '.join(devices)}")
         print(f"  connect with: tw.connect({c.address!r})  or  TENSORWIRE_ADDRESS={c.address}")
         print(f"  admin token (every session in status): tensorwire status --address {c.address} "
               f"--admin-token-file {admin_file}")
+        print("  listening:")
+        for line in _listening(c):
+            print(f"    {line}")
         if c.hub_url:
             print(f"  hub: {c.hub_url}  write token in: {c.hub_token_file}  (readable by you only)")
         for name, url in c.metrics_urls.items():
@@ -75,6 +103,17 @@ def _up(argv: list[str]) -> int:
             stop.wait(1.0)
     print("tensorwire cluster stopped")
     return 0
+
+
+def _listening(c) -> list[str]:
+    """One line per service of a LocalCluster: where it listens, or whom it connects to."""
+    lines = [f"{'dispatcher':<12} {c.address}  (clients)", f"{'':<12} {c.service_address}  (services)"]
+    if c.hub_url:
+        lines.append(f"{'hub':<12} {c.hub_url}")
+    for name, svc in c.services.items():
+        if name not in ("dispatcher", "hub"):
+            lines.append(f"{name:<12} pid {svc.proc.pid}, connected to {c.service_address}")
+    return lines
 
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
@@ -159,11 +198,19 @@ def _keys(argv: list[str]) -> int:
                    help="also create (and authorise) the client pair NAME.key/NAME.key_secret (repeatable)")
     p.add_argument("--service", action="append", default=[], metavar="NAME",
                    help="also create (and authorise) the service pair NAME.key/NAME.key_secret (repeatable)")
+    p.add_argument("--tokens", action="store_true",
+                   help=f"also create the client token ({CLIENT_TOKEN_FILE}) and the admin token ({ADMIN_TOKEN_FILE}) "
+                        "for the dispatcher's --token-file and --admin-token-file (existing ones are kept)")
     args = p.parse_args(argv)
+    from tensorwire.protocol.credentials import ensure_token_file
     from tensorwire.protocol.curve import create_keys
 
     d = create_keys(args.dir, clients=("client", *args.client), services=("service", *args.service))
     print(f"keys in {d}:")
+    if args.tokens:
+        for name in (CLIENT_TOKEN_FILE, ADMIN_TOKEN_FILE):
+            made = ensure_token_file(d / name)
+            print(f"  {'created' if made else 'kept'} {d / name}")
     print(f"  dispatcher host: --keys {d}  (reads dispatcher.key_secret, clients/, services/)")
     print("  service hosts:   a directory with dispatcher.key, service.key_secret, service.token")
     print("  clients:         a directory with dispatcher.key, client.key_secret  (TENSORWIRE_KEYS=DIR)")
@@ -205,6 +252,9 @@ def _main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
+    if argv[0] in ("-V", "--version", "version"):
+        print(version_line())
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "up":
         return _up(rest)
@@ -231,6 +281,10 @@ def _main(argv: list[str] | None = None) -> int:
         return m(rest)
     if cmd == "hub":
         from tensorwire.hub.cli import main as m
+
+        return m(rest)
+    if cmd == "health":
+        from .healthcheck import main as m
 
         return m(rest)
     print(f"tensorwire: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)

@@ -164,13 +164,15 @@ class LocalCluster:
     every session in stats) per cluster; ``token`` (clients must present it) if given. ``keys``: a CURVE keys
     directory (``tensorwire keys``) for both sockets, required when ``host`` is not loopback unless ``insecure``.
     Collectives' shared memory lives in a private directory of this cluster's (0700, removed at close).
+    ``hub_port``: the hub's port (0, the default, picks a free one; ``tensorwire up`` asks for 8700).
     """
 
     def __init__(self, devices=("cpu:0",), hub_root: str | os.PathLike | None = None, *, host: str = "127.0.0.1",
                  port: int = 0, token: str | None = None, log_dir: str | os.PathLike | None = None,
                  extra_env: dict | None = None, autograd: bool = True, collectives: bool | None = None,
                  worker_threads: int | None = None, keys: str | os.PathLike | None = None, insecure: bool = False,
-                 session_memory: str | int | None = None, metrics: bool = False, progress: bool | None = None):
+                 session_memory: str | int | None = None, metrics: bool = False, progress: bool | None = None,
+                 hub_port: int = 0):
         self.devices = [str(d) if ":" in str(d) else f"{d}:0" for d in devices]
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct, got {self.devices}")
@@ -205,6 +207,7 @@ class LocalCluster:
         self.hub_token: str | None = None  # the hub's write token, also in ``hub_token_file`` (0600)
         self.hub_token_file: Path | None = None
         self.hub_root = Path(hub_root) if hub_root is not None else None
+        self.hub_port = int(hub_port)
         self.autograd = autograd
         self.collectives = collectives
         self._pids: list[int] = []
@@ -252,8 +255,8 @@ class LocalCluster:
         deadline = time.monotonic() + START_TIMEOUT_S
         hub = None
         if self.hub_root is not None:
-            hub = self._spawn("hub", _cli("hub", "--root", str(self.hub_root), "--host", host, "--port", "0",
-                                          *self._metrics_args()))
+            hub = self._spawn("hub", _cli("hub", "--root", str(self.hub_root), "--host", host, "--port",
+                                          str(self.hub_port), *self._metrics_args()))
         # services are on this host: they reach the dispatcher over a unix socket (faster than TCP loopback)
         svc = f"ipc://{self.log_dir / 'services.sock'}" if sys.platform != "win32" and len(
             str(self.log_dir)) < 90 else f"tcp://{host}:0"

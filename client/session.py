@@ -24,6 +24,7 @@ import zmq
 
 from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.addresses import check_address
 from tensorwire.protocol.curve import apply_peer, keys_dir
 from tensorwire.protocol.errors import (
     ConnectionFailed,
@@ -96,7 +97,7 @@ class Session:
         stats); ``keys``: a CURVE keys directory holding ``client.key_secret`` and the dispatcher's public
         ``dispatcher.key``, which the connection pins (default ``$TENSORWIRE_KEYS``; none: plain ZMTP, for
         loopback and ipc clusters)."""
-        self.address = address
+        self.address = check_address(address, "the dispatcher address (tw.connect, TENSORWIRE_ADDRESS)")
         self._cluster = cluster
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
@@ -160,6 +161,8 @@ class Session:
         self.admin = bool(h.get("admin"))
         self.hub_url = h.get("hub_url")
         self._devices = [d["device"] for d in h.get("devices", [])]
+        #: the named services (autograd, collectives@DEVICE ...) registered when this session opened
+        self.services_at_open = [str(n) for n in h.get("services") or []]
         self.default_device = self._devices[0] if self._devices else "cpu:0"
         self._finalizer = weakref.finalize(self, Session._close_socket, self._sock, self._key)
         atexit.register(self._atexit)

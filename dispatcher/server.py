@@ -33,6 +33,7 @@ from pathlib import Path
 import zmq
 
 from tensorwire.protocol import PROTOCOL_VERSION
+from tensorwire.protocol.addresses import check_address, is_address_in_use, port_in_use
 from tensorwire.protocol.credentials import (
     ADMIN_TOKEN_ENV,
     CLIENT_TOKEN_ENV,
@@ -43,6 +44,7 @@ from tensorwire.protocol.credentials import (
 )
 from tensorwire.protocol.curve import CLIENTS, SERVICES, apply_server, is_local_address, keys_dir, start_authenticator
 from tensorwire.protocol.errors import (
+    ConfigurationError,
     DependencyFailed,
     DeviceError,
     NotFound,
@@ -143,6 +145,8 @@ class Dispatcher:
         ``token``: what clients present at hello (None: any local client may open a session); ``admin_token``:
         opens sessions that see the whole cluster in stats; ``keys``: a CURVE keys directory (``tensorwire keys``),
         required unless both addresses are loopback or ipc, or ``insecure`` says to listen in clear anyway."""
+        check_address(client_addr, "--address", bind=True)
+        check_address(service_addr, "--service-address", bind=True)
         if not service_token:
             raise Unauthorized("the dispatcher needs a service credential: set TENSORWIRE_SERVICE_TOKEN or pass "
                                "--service-token-file FILE (`tensorwire keys --dir DIR` writes DIR/service.token)")
@@ -169,8 +173,15 @@ class Dispatcher:
             except (zmq.ZMQError, AttributeError):
                 log.info("no ZMQ_ROUTER_NOTIFY in libzmq %s: dead clients are found by their leases, dead "
                          "services by their heartbeats", zmq.zmq_version())
-        self.client_addr = self._bind(self.clients, client_addr)
-        self.service_addr = self._bind(self.services, service_addr)
+        try:
+            self.client_addr = self._bind(self.clients, client_addr, "--address")
+            self.service_addr = self._bind(self.services, service_addr, "--service-address")
+        except ConfigurationError:
+            self.clients.close(0)
+            self.services.close(0)
+            if self.auth is not None:
+                self.auth.stop()
+            raise
         self.token = token
         self.admin_token = admin_token
         self.service_token = service_token
@@ -198,11 +209,17 @@ class Dispatcher:
         self.leases = Leases()
 
     @staticmethod
-    def _bind(sock: zmq.Socket, addr: str) -> str:
-        if addr.endswith(":0"):
-            port = sock.bind_to_random_port(addr[: addr.rindex(":")])
-            return f"{addr[: addr.rindex(':')]}:{port}"
-        sock.bind(addr)
+    def _bind(sock: zmq.Socket, addr: str, option: str) -> str:
+        try:
+            if addr.endswith(":0"):
+                port = sock.bind_to_random_port(addr[: addr.rindex(":")])
+                return f"{addr[: addr.rindex(':')]}:{port}"
+            sock.bind(addr)
+        except zmq.ZMQError as e:
+            if is_address_in_use(e) and addr.startswith("tcp://"):
+                host, _, port = addr[len("tcp://") :].rpartition(":")
+                raise port_in_use("the dispatcher", host, port, option) from None
+            raise ConfigurationError(f"the dispatcher cannot listen on {option} {addr}: {e.strerror}") from None
         return addr
 
     # -- sending -----------------------------------------------------------------------------
@@ -444,8 +461,9 @@ class Dispatcher:
         token = h.get("token")
         if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.service_token.encode()):
             log.warning("refused a service registration with a wrong service credential")
-            self._refuse(ident, Unauthorized("the dispatcher refused the service credential (set "
-                                             "TENSORWIRE_SERVICE_TOKEN or --service-token-file)"))
+            self._refuse(ident, Unauthorized("the dispatcher refused the service credential: give this service the "
+                                             "dispatcher's own (TENSORWIRE_SERVICE_TOKEN, --service-token-file, or "
+                                             "KEYS/service.token from `tensorwire keys`)"))
             return
         kind = h.get("service")
         name = h.get("device") if kind == "worker" else h.get("name", kind)

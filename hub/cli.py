@@ -9,6 +9,7 @@
     tensorwire hub tag --repo R --tag T [--revision main] [--token T] [--endpoint URL]
     tensorwire hub ls [--endpoint URL] [--token T]
     tensorwire hub token create --root DIR [--name N] [--write | --scope write:acme --scope read:org/model ...]
+        [--out FILE]
 
 The endpoint defaults to ``$TENSORWIRE_HUB_URL`` then ``http://127.0.0.1:8700``; the token to
 ``$TENSORWIRE_HUB_TOKEN``. When serving, one line ``TENSORWIRE-READY {"service": "hub", "url": ...}``
@@ -20,6 +21,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tensorwire.protocol.addresses import is_address_in_use, port_in_use
+from tensorwire.protocol.errors import ConfigurationError
+
+from .client import DEFAULT_PORT
 from .errors import HubError
 
 _COMMANDS = ("serve", "push", "ls", "token", "tag")
@@ -31,7 +36,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     add_metrics_args(p)
     p.add_argument("--root", required=True, help="storage folder (blobs/ and index.sqlite)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8700, help="TCP port; 0 picks a free one (default 8700)")
+    p.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"TCP port; 0 picks a free one (default {DEFAULT_PORT})"
+    )
     p.add_argument("--max-blob-size", type=int, default=None, help="largest accepted file, in bytes")
     p.add_argument("--quiet", action="store_true", help="do not log requests to stderr")
     p.add_argument("--max-connections", type=int, default=None, help="connections open at once (default 256)")
@@ -76,6 +83,13 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--name", default="default")
     create.add_argument("--write", action="store_true", help="allow pushes to every repository (default: read-only)")
     create.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="write the token to FILE (mode 0600) instead of printing it; a FILE holding a token this hub knows is "
+        "kept, so a deployment's init step can run on every start",
+    )
+    create.add_argument(
         "--scope",
         action="append",
         default=None,
@@ -98,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         return _run(args, parser)
-    except HubError as e:
+    except (HubError, ConfigurationError) as e:
         print(f"error: {e.code}: {e.message}", file=sys.stderr)
         return 1
     except OSError as e:  # e.g. the port is taken, the folder is not writable
@@ -116,18 +130,23 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from .server import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, serve
         from .storage import DEFAULT_MAX_BLOB
 
-        return serve(
-            args.root,
-            args.host,
-            args.port,
-            max_blob_size=args.max_blob_size or DEFAULT_MAX_BLOB,
-            quiet=args.quiet,
-            max_connections=args.max_connections or MAX_CONNECTIONS,
-            header_timeout=args.header_timeout or HEADER_TIMEOUT,
-            body_timeout=args.body_timeout or BODY_TIMEOUT,
-            metrics_port=args.metrics_port,
-            metrics_host=args.metrics_host,
-        )
+        try:
+            return serve(
+                args.root,
+                args.host,
+                args.port,
+                max_blob_size=args.max_blob_size or DEFAULT_MAX_BLOB,
+                quiet=args.quiet,
+                max_connections=args.max_connections or MAX_CONNECTIONS,
+                header_timeout=args.header_timeout or HEADER_TIMEOUT,
+                body_timeout=args.body_timeout or BODY_TIMEOUT,
+                metrics_port=args.metrics_port,
+                metrics_host=args.metrics_host,
+            )
+        except OSError as e:
+            if is_address_in_use(e):
+                raise port_in_use("the hub", args.host, args.port, "--port") from None
+            raise
     if args.command == "push":
         from .client import push_folder
 
@@ -160,7 +179,28 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
         if args.scope and args.write:
             parser.error("--write and --scope exclude each other: a scoped token writes only where a write: scope says")
+        if args.out:
+            return _token_to_file(args)
         print(create_token(args.root, args.name, write=args.write, scopes=args.scope))
         return 0
     parser.print_help(sys.stderr)
     return 2
+
+
+def _token_to_file(args: argparse.Namespace) -> int:
+    """``token create --out FILE``: keep FILE if this hub knows its token, else create one and write it there."""
+    from pathlib import Path
+
+    from tensorwire.protocol.credentials import write_token_file
+
+    from .server import create_token
+    from .storage import Storage
+
+    out = Path(args.out)
+    existing = out.read_text().strip() if out.is_file() else ""
+    if existing and Storage(args.root).check_token(existing) is not None:
+        print(f"kept the token in {out} (this hub knows it)")
+        return 0
+    write_token_file(out, create_token(args.root, args.name, write=args.write, scopes=args.scope))
+    print(f"token written to {out} (readable by its owner only)")
+    return 0

@@ -32,7 +32,9 @@ from .errors import (
     error_from_code,
 )
 
-DEFAULT_ENDPOINT = "http://127.0.0.1:8700"
+#: the port a hub listens on unless told otherwise (`tensorwire hub`, `tensorwire up --hub-root`, compose.yaml)
+DEFAULT_PORT = 8700
+DEFAULT_ENDPOINT = f"http://127.0.0.1:{DEFAULT_PORT}"
 CHUNK = 1 << 20
 MAX_PUSH_FILES = 100_000
 DEFAULT_TIMEOUT = 60.0

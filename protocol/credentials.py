@@ -23,6 +23,9 @@ ADMIN_TOKEN_ENV = "TENSORWIRE_ADMIN_TOKEN"
 SERVICE_TOKEN_ENV = "TENSORWIRE_SERVICE_TOKEN"
 #: the file in a keys directory (``tensorwire keys``) that holds the service token
 SERVICE_TOKEN_FILE = "service.token"
+#: the files ``tensorwire keys --tokens`` adds for the dispatcher's ``--token-file`` and ``--admin-token-file``
+CLIENT_TOKEN_FILE = "client.token"
+ADMIN_TOKEN_FILE = "admin.token"
 
 
 def new_token() -> str:
@@ -50,6 +53,15 @@ def write_token_file(path: str | os.PathLike, token: str) -> Path:
         f.write(token + "\n")
     os.chmod(path, 0o600)
     return path
+
+
+def ensure_token_file(path: str | os.PathLike) -> bool:
+    """Write a fresh token to ``path`` (0600) unless it already holds one; True when it wrote one."""
+    p = Path(path)
+    if p.is_file() and p.read_text().strip():
+        return False
+    write_token_file(p, new_token())
+    return True
 
 
 def resolve_token(

@@ -142,6 +142,13 @@ class ConnectionFailed(TensorwireError, ConnectionError):
     code = "ConnectionFailed"
 
 
+class ConfigurationError(TensorwireError, ValueError):
+    """A setting the operator gave cannot work (an address without its ``tcp://``, a port another process holds);
+    the message names the setting and how to fix it."""
+
+    code = "ConfigurationError"
+
+
 class TimeoutError_(TensorwireError, TimeoutError):
     """A request got no answer within its time limit."""
 
@@ -170,6 +177,7 @@ for _cls in (TensorwireError, ShapeError, DTypeError, IndexOutOfRange, DeviceErr
 register_error(QuotaExceeded)
 register_error(Cancelled)
 register_error(CompileError)
+register_error(ConfigurationError)
 
 
 def error_from_wire(d: dict, where: str | None = None) -> TensorwireError:

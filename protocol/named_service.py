@@ -20,6 +20,7 @@ from pathlib import Path
 import zmq
 
 from . import PROTOCOL_VERSION
+from .addresses import check_address
 from .curve import apply_peer
 from .errors import ProtocolError, TensorwireError, error_from_wire, error_to_wire
 from .service import HEARTBEAT_S, LIVENESS, announce_ready
@@ -41,6 +42,7 @@ def new_instance() -> str:
 
 def service_socket(ctx: zmq.Context, dispatcher: str, keys: Path | None = None) -> zmq.Socket:
     """A DEALER connected to the dispatcher's service socket (CURVE with the service key pair when ``keys``)."""
+    check_address(dispatcher, "--dispatcher")
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)

@@ -29,6 +29,8 @@ def test_up_prints_the_token_file_not_the_token(tmp_path):
         "0",
         "--hub-root",
         str(tmp_path / "hub"),
+        "--hub-port",
+        "0",  # (the default, 8700, may be taken on a shared machine)
         "--log-dir",
         str(log_dir),
     ]

@@ -1,0 +1,134 @@
+"""``tensorwire health``: exit 0 when a service answers, 1 with one line saying why otherwise.
+
+For container healthchecks (``compose.yaml``) and scripts. Three kinds of check:
+
+* ``tensorwire health tcp://HOST:5555``: the dispatcher's client socket answers a ``ping`` (no session is opened,
+  no token is needed; with CURVE keys, the client pair is used);
+* ``tensorwire health tcp://HOST:5555 --device cpu:0 --service autograd``: also, the dispatcher has a worker for
+  each device and each named service registered (a collectives rank registers as ``collectives@DEVICE``). This
+  opens a session, so the client token applies (``--token-file`` or ``$TENSORWIRE_TOKEN``);
+* ``tensorwire health http://HOST:8700``: the model hub answers HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import urllib.error
+import urllib.request
+
+from tensorwire.protocol.errors import TensorwireError
+
+DEFAULT_TIMEOUT_S = 5.0
+
+
+def ping_dispatcher(address: str, *, keys: str | os.PathLike | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    """Send the dispatcher a ``ping`` and wait for its ``pong``; ConnectionFailed if none comes within ``timeout``."""
+    import zmq
+
+    from tensorwire.protocol.addresses import check_address
+    from tensorwire.protocol.curve import apply_peer, keys_dir
+    from tensorwire.protocol.errors import ConnectionFailed
+    from tensorwire.protocol.wire import pack_header, unpack_header
+
+    check_address(address, "the dispatcher address")
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        keys = keys_dir(keys)
+        if keys is not None:
+            apply_peer(sock, keys, "client")
+        sock.connect(address)
+        sock.send(pack_header({"t": "ping", "q": 1}))
+        if not sock.poll(int(timeout * 1000)):
+            raise ConnectionFailed(f"no answer from a tensorwire dispatcher at {address} within {timeout:g}s")
+        h = unpack_header(sock.recv())
+        if h.get("t") != "pong":
+            raise ConnectionFailed(f"{address} answered {str(h.get('t'))[:40]!r} to a ping, not 'pong'")
+    finally:
+        sock.close(0)
+
+
+def check_registered(
+    address: str,
+    devices: list[str],
+    services: list[str],
+    *,
+    token: str | None = None,
+    keys: str | os.PathLike | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Open a session and check that every device has a worker and every named service is registered;
+    ServiceUnavailable naming what is missing otherwise."""
+    from tensorwire.protocol.errors import ServiceUnavailable
+
+    from .session import Session
+
+    s = Session(address, token, timeout=timeout, keys=keys)
+    try:
+        registered = [*s.devices(), *s.services_at_open]
+    finally:
+        s.close()
+    missing = [x for x in (*devices, *services) if x not in registered]
+    if missing:
+        raise ServiceUnavailable(
+            f"not registered with the dispatcher at {address}: {', '.join(missing)} (registered: "
+            f"{', '.join(registered) or 'nothing'})"
+        )
+
+
+def check_hub(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    """The hub at ``url`` answers its repository listing with 200; ServiceUnavailable otherwise."""
+    from tensorwire.protocol.errors import ServiceUnavailable
+
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/api/models?limit=1", timeout=timeout) as r:
+            status = r.status
+    except urllib.error.HTTPError as e:
+        status = e.code
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise ServiceUnavailable(f"no answer from the hub at {url}: {reason}") from None
+    if status != 200:
+        raise ServiceUnavailable(f"the hub at {url} answered HTTP {status}")
+
+
+def main(argv: list[str]) -> int:
+    """``tensorwire health TARGET [--device D] [--service NAME] ...``; returns the exit status."""
+    p = argparse.ArgumentParser(
+        prog="tensorwire health",
+        description="Exit 0 when the dispatcher (tcp://HOST:PORT) or the hub (http://HOST:PORT) answers, and every "
+        "--device and --service is registered; else print why and exit 1. For container healthchecks.",
+    )
+    p.add_argument("target", help="the dispatcher's client address (tcp://HOST:5555) or the hub's URL")
+    p.add_argument("--device", action="append", default=[], help="require a worker for this device (repeatable)")
+    p.add_argument(
+        "--service",
+        action="append",
+        default=[],
+        help="require this named service: autograd, collectives@DEVICE (repeatable)",
+    )
+    p.add_argument("--keys", default=None, help="CURVE keys directory with the client pair (default $TENSORWIRE_KEYS)")
+    p.add_argument(
+        "--token-file", default=None, help="the client token, for --device/--service (default $TENSORWIRE_TOKEN)"
+    )
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds to wait for an answer")
+    args = p.parse_args(argv)
+    try:
+        if args.target.startswith(("http://", "https://")):
+            if args.device or args.service:
+                p.error("--device and --service ask the dispatcher: give its tcp:// address")
+            check_hub(args.target, args.timeout)
+        elif args.device or args.service:
+            from tensorwire.protocol.credentials import CLIENT_TOKEN_ENV, resolve_token
+
+            token = resolve_token(CLIENT_TOKEN_ENV, args.token_file)
+            check_registered(args.target, args.device, args.service, token=token, keys=args.keys, timeout=args.timeout)
+        else:
+            ping_dispatcher(args.target, keys=args.keys, timeout=args.timeout)
+    except TensorwireError as e:
+        print(f"unhealthy: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    print(f"healthy: {args.target}" + "".join(f" {x}" for x in (*args.device, *args.service)))
+    return 0
