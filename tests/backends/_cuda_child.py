@@ -29,40 +29,15 @@ from tensorwire.backends.cuda import CUDABackend  # noqa: E402
 from tensorwire.backends.cuda import runtime as RT  # noqa: E402
 from tensorwire.protocol import dtypes as D  # noqa: E402
 from tests.backends import _cuda_standin as S  # noqa: E402
-
-
-class _Dry(Exception):
-    pass
-
-
-def _dry(*args):
-    raise _Dry()
+from tests.backends._lowered import kernel_lists  # noqa: E402
 
 
 def prebuild(backend, drv, cases) -> dict:
     """Lower every case's fragments without running them, then compile all their kernels with NVRTC in a few modules
     (``CUDARuntime.prebuild``) and their OpenCL twins in a few PoCL programs: both compilers' cost is per program."""
-    from tensorwire.backends.codegen.lower import lower
-
     t0 = time.perf_counter()
     dev = T._device(backend, 0)
-    lists = []
-
-    def collect(plan, keep):
-        lw = lower(plan.program.steps, set(keep), dev.lowering_options)
-        if lw.kernels:
-            lists.append(lw.kernels)
-        return _dry
-
-    dev.runner, dev.run_step = collect, _dry  # instance attributes: every case lowers, nothing runs
-    try:
-        for case in cases:
-            try:
-                T.check_case(backend, case)
-            except (Exception, pytest.skip.Exception):  # every dry case fails (or skips): only the lowering counts
-                pass
-    finally:
-        del dev.runner, dev.run_step
+    lists = kernel_lists(backend, cases)
     modules = dev.runtime.prebuild(lists)
     t1 = time.perf_counter()
     programs = drv.prebuild_twins(lists)
