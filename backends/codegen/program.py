@@ -3,13 +3,13 @@
 :func:`build_runner` lowers a plan's steps for one set of kept slots, has the device's runtime compile the
 kernels (cached by their source, see :mod:`.cache`), and returns ``run(env, dyn, frames)``, the same
 contract as the executor's straight-line runner: it fills ``env`` with the kept outputs and frees
-everything else after its last use.
+everything else after its last use. A kernel that records an error raises it; the executor then
+re-runs the plan step by step, which names the failing node and carries on with independent work.
 
 A runtime's ``build(kernels)`` returns ``{kernel name: launcher(buffers, scalars)}``; ``buffers`` follow the
 kernel's ``bufs``, its outputs allocated by ``runtime.empty``. A launcher writes the outputs in place and returns
 None, or, on a runtime whose buffers are immutable (MLX), returns new output buffers (in the order of the kernel's
-output ``bufs``, shaped as the ones it was given), which replace them. A kernel that records an error raises it; the executor then
-re-runs the plan step by step, which names the failing node and carries on with independent work.
+output ``bufs``, shaped as the ones it was given), which replace them.
 """
 
 from __future__ import annotations

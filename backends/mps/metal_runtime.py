@@ -86,16 +86,31 @@ class MetalKernels:
         src = mlx_source(dataclasses.replace(k, name="tw_kernel"), self.renderer)  # DTypeError for float64
         # MLX writes the signature from the arrays of the first call and keeps the compiled kernel by name: the
         # name hashes the source and the buffers' types and sizes (a small array is bound as `constant`)
-        key = "\0".join((src.header, src.body, *src.input_names, "|", *src.output_names, "|",
-                         *(f"{b.dtype.name}[{b.size}]" for b in k.bufs), *(s.dtype.name for s in k.scalars)))
+        key = "\0".join(
+            (
+                src.header,
+                src.body,
+                *src.input_names,
+                "|",
+                *src.output_names,
+                "|",
+                *(f"{b.dtype.name}[{b.size}]" for b in k.bufs),
+                *(s.dtype.name for s in k.scalars),
+            )
+        )
         fn = self._kernels.get(key)
         if fn is None:
             digest = hashlib.sha256(key.encode()).hexdigest()[:20]
             named = mlx_source(dataclasses.replace(k, name=f"tw_{digest}"), self.renderer)
             if debug_kernels():
                 print_source(self.target, named.name, named.text())
-            fn = self.make_kernel(name=named.name, input_names=list(named.input_names),
-                                  output_names=list(named.output_names), source=named.body, header=named.header)
+            fn = self.make_kernel(
+                name=named.name,
+                input_names=list(named.input_names),
+                output_names=list(named.output_names),
+                source=named.body,
+                header=named.header,
+            )
             self._kernels[key] = fn
             self.builds += 1
             while len(self._kernels) > self.MAX_KERNELS:
@@ -121,9 +136,12 @@ class MetalKernels:
         init = 0 if k.can_raise else None
 
         def launch(bufs, scalars):
-            inputs = [_bound(bufs[i], t) for i, t in ins] + [mx.array(v, dtype=t) for v, t in zip(scalars, scalar_types)]
-            res = fn(inputs=inputs, output_shapes=shapes, output_dtypes=dtypes, grid=grid, threadgroup=group,
-                     init_value=init)
+            inputs = [_bound(bufs[i], t) for i, t in ins] + [
+                mx.array(v, dtype=t) for v, t in zip(scalars, scalar_types)
+            ]
+            res = fn(
+                inputs=inputs, output_shapes=shapes, output_dtypes=dtypes, grid=grid, threadgroup=group, init_value=init
+            )
             self.launches += 1
             if k.can_raise:
                 self._record(k, res[-1])
@@ -133,6 +151,7 @@ class MetalKernels:
                     r = r.view(view)
                 made.append(r.reshape(bufs[i].shape))
             return made
+
         return launch
 
     # errors -----------------------------------------------------------------------------------------------------

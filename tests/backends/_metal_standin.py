@@ -11,8 +11,10 @@ What the stand-in does with a kernel:
 * **Building** (``metal_kernel(name, input_names, output_names, source, header)``): it finds the IR kernel by its
   name in a registry that :func:`install` fills by wrapping ``MLXMetalRenderer.render`` (the runtime names kernels
   by the hash of their source, so a name is one kernel), and checks that the source, header and names it was
-  given are ``mlx_source`` of that kernel. The Metal source itself is never compiled here (there is no Metal
-  compiler on Linux); its text is covered by the golden tests and, on a Mac, by the ``mps``-marked tests.
+  given are ``mlx_source`` of that kernel. The OpenCL twins of the kernels built since the last launch are built
+  at the next launch, in one PoCL program (PoCL's cost is per program: a fragment's kernels cost one build). The
+  Metal source itself is never compiled here (there is no Metal compiler on Linux); its text is covered by the
+  golden tests and, on a Mac, by the ``mps``-marked tests.
 * **Launching** (``kernel(inputs=..., output_shapes=..., output_dtypes=..., grid=..., threadgroup=...,
   init_value=...)``): it checks the binding conventions ``backends/mps/metal.py`` documents (flat inputs in the
   renderer's storage types, scalars as 0-d arrays of their type, outputs' shapes and types, ``tw_err`` initialised
@@ -47,12 +49,22 @@ class StandInMetal:
     def __init__(self):
         self.registry: dict = {}  # kernel name -> ir.Kernel (filled by install's render hook)
         self._sources: dict = {}  # kernel name -> the buffers it was first built for
+        self.unbuilt: list = []  # kernels whose OpenCL twins are not built yet (built together at the next launch)
         self.built = 0
         self.launches = 0
         self._cl = None
 
-    def metal_kernel(self, name: str, input_names, output_names, source: str, header: str = "",
-                     ensure_row_contiguous: bool = True, atomic_outputs: bool = False, compile_options=None):
+    def metal_kernel(
+        self,
+        name: str,
+        input_names,
+        output_names,
+        source: str,
+        header: str = "",
+        ensure_row_contiguous: bool = True,
+        atomic_outputs: bool = False,
+        compile_options=None,
+    ):
         k = self.registry.get(name)
         if k is None:
             raise ValueError(f"metal stand-in: no kernel named {name!r} was rendered")
@@ -63,9 +75,11 @@ class StandInMetal:
         if not ensure_row_contiguous or atomic_outputs:
             raise ValueError("metal stand-in: the kernels read flat row-major buffers and write plain outputs")
         if self._sources.setdefault(name, k.signature()) != k.signature():  # (a new body: a new name, checked above)
-            raise ValueError(f"metal stand-in: {name} was built for other buffers before, and MLX keeps compiled "
-                             "kernels by name")
+            raise ValueError(
+                f"metal stand-in: {name} was built for other buffers before, and MLX keeps compiled kernels by name"
+            )
         self.built += 1
+        self.unbuilt.append(k)
         return _Kernel(self, k)
 
     def opencl(self):
@@ -91,8 +105,19 @@ class _Kernel:
     def __init__(self, metal: StandInMetal, k):
         self.metal, self.k = metal, k
 
-    def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, init_value=None,
-                 verbose=False, stream=None):
+    def __call__(
+        self,
+        *,
+        inputs,
+        output_shapes,
+        output_dtypes,
+        grid,
+        threadgroup,
+        template=None,
+        init_value=None,
+        verbose=False,
+        stream=None,
+    ):
         import mlx.core as mx
 
         from tensorwire.backends.mps import kernels as K
@@ -100,33 +125,47 @@ class _Kernel:
         k = self.k
         ins = [b for b in k.bufs if not b.out]
         outs = [b for b in k.bufs if b.out]
-        _expect(len(inputs) == len(ins) + len(k.scalars), f"{len(inputs)} inputs for {len(ins)} buffers and "
-                                                           f"{len(k.scalars)} scalars")
+        _expect(
+            len(inputs) == len(ins) + len(k.scalars),
+            f"{len(inputs)} inputs for {len(ins)} buffers and {len(k.scalars)} scalars",
+        )
         for b, a in zip(ins, inputs):
-            _expect(a.dtype == getattr(mx, STORAGE_MLX[b.dtype]) and a.ndim == 1 and a.size == b.size,
-                    f"input {b.name} ({b.dtype.name}[{b.size}]) bound as {a.dtype}{list(a.shape)}")
-        for s, a in zip(k.scalars, inputs[len(ins):]):
-            _expect(a.ndim == 0 and a.dtype == getattr(mx, scalar_mlx(s.dtype)),
-                    f"scalar {s.name} ({s.dtype.name}) bound as {a.dtype}{list(a.shape)}")
+            _expect(
+                a.dtype == getattr(mx, STORAGE_MLX[b.dtype]) and a.ndim == 1 and a.size == b.size,
+                f"input {b.name} ({b.dtype.name}[{b.size}]) bound as {a.dtype}{list(a.shape)}",
+            )
+        for s, a in zip(k.scalars, inputs[len(ins) :]):
+            _expect(
+                a.ndim == 0 and a.dtype == getattr(mx, scalar_mlx(s.dtype)),
+                f"scalar {s.name} ({s.dtype.name}) bound as {a.dtype}{list(a.shape)}",
+            )
         want_shapes = [(b.size,) for b in outs] + ([(2,)] if k.can_raise else [])
         want_dtypes = [getattr(mx, STORAGE_MLX[b.dtype]) for b in outs] + ([mx.int64] if k.can_raise else [])
-        _expect([tuple(s) for s in output_shapes] == want_shapes and list(output_dtypes) == want_dtypes,
-                f"outputs {output_shapes} {output_dtypes}, the kernel writes {want_shapes} {want_dtypes}")
+        _expect(
+            [tuple(s) for s in output_shapes] == want_shapes and list(output_dtypes) == want_dtypes,
+            f"outputs {output_shapes} {output_dtypes}, the kernel writes {want_shapes} {want_dtypes}",
+        )
         _expect(not k.can_raise or init_value == 0, "the error slot tw_err must start at zero (init_value=0)")
         _expect(template in (None, []), "the kernels take no template arguments")
         gx, tx = int(grid[0]), int(threadgroup[0])
         _expect(tuple(grid[1:]) == (1, 1) and tuple(threadgroup[1:]) == (1, 1), "a one-dimensional grid")
         _expect(gx >= k.grid, f"grid {gx} does not cover the kernel's {k.grid} items")
-        _expect(0 < tx <= 1024 and (not k.local or tx == k.local),
-                f"threadgroup {tx} (the kernel's work groups: {k.local or 'any'}; Metal: at most 1024)")
+        _expect(
+            0 < tx <= 1024 and (not k.local or tx == k.local),
+            f"threadgroup {tx} (the kernel's work groups: {k.local or 'any'}; Metal: at most 1024)",
+        )
         K.raise_failed(getattr(K._local, "checks", None) or [])  # see the module doc: never evaluate a bad gather
         self.metal.launches += 1
-        host_in = [np.array(a, copy=True) for a in inputs[:len(ins)]]  # evaluates the inputs (MLX's CPU)
+        host_in = [np.array(a, copy=True) for a in inputs[: len(ins)]]  # evaluates the inputs (MLX's CPU)
         fill = POISON if init_value is None else None
-        host_out = [np.full(b.size * b.dtype.itemsize, fill, np.uint8).view(b.dtype.np) if fill is not None
-                    else np.full(b.size, init_value, STORAGE_MLX[b.dtype]) for b in outs]
+        host_out = [
+            np.full(b.size * b.dtype.itemsize, fill, np.uint8).view(b.dtype.np)
+            if fill is not None
+            else np.full(b.size, init_value, STORAGE_MLX[b.dtype])
+            for b in outs
+        ]
         err = np.zeros(2, np.int64)
-        self._run_twin(host_in, host_out, err, [a.item() for a in inputs[len(ins):]], gx, tx)
+        self._run_twin(host_in, host_out, err, [a.item() for a in inputs[len(ins) :]], gx, tx)
         made = [mx.array(h.view(STORAGE_MLX[b.dtype])) for b, h in zip(outs, host_out)]
         return made + ([mx.array(err)] if k.can_raise else [])
 
@@ -138,7 +177,9 @@ class _Kernel:
         dev = self.metal.opencl()
         cl, rt = dev.cl, dev.runtime
         key = rt._key(k)
-        rt._ensure([k], [key], 1)
+        if key not in rt._kernels:  # the twins of every kernel built since the last launch, in one PoCL program
+            rt.prebuild([self.metal.unbuilt + [k]])
+            self.metal.unbuilt.clear()
         knl = rt._kernels[key][0]
         mf = cl.mem_flags
         alive, copies = [], []  # (an argument's memory object must outlive the launch: set_arg does not hold it)
@@ -146,8 +187,9 @@ class _Kernel:
         hosts = [next(it_out) if b.out else next(it_in) for b in k.bufs] + ([err] if k.can_raise else [])
         for i, host in enumerate(hosts):
             data = np.ascontiguousarray(host).view(np.uint8).reshape(-1)
-            buf = cl.Buffer(dev.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=data if data.size else np.zeros(1,
-                                                                                                           np.uint8))
+            buf = cl.Buffer(
+                dev.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=data if data.size else np.zeros(1, np.uint8)
+            )
             knl.set_arg(i, buf)
             alive.append(buf)
             if (i >= len(k.bufs) or k.bufs[i].out) and data.size:
@@ -182,6 +224,7 @@ def install(metal_runtime) -> StandInMetal:
             for k in kernels:
                 _REGISTRIES[-1][k.name] = k
             return real(self, kernels)
+
         render._standin = True
         MLXMetalRenderer.render = render
     _REGISTRIES.append(metal.registry)

@@ -47,8 +47,11 @@ def sample(cases: list) -> list:
             groups.setdefault(c.name.split("[")[0], []).append(c)
     out = []
     for op, cs in groups.items():
-        out += cs if op in ("roundtrip", "replay", "failure") else list({id(c): c for c in (cs[0], cs[len(cs) // 2])}
-                                                                       .values())
+        out += (
+            cs
+            if op in ("roundtrip", "replay", "failure")
+            else list({id(c): c for c in (cs[0], cs[len(cs) // 2])}.values())
+        )
     return out
 
 
@@ -60,8 +63,12 @@ def conformance() -> dict:
     t0 = time.perf_counter()
     lists = kernel_lists(backend, cases)
     programs = metal.prebuild_twins(lists)
-    stats = {"sampled": len(cases), "fragments": len(lists), "programs": programs,
-             "prebuild_seconds": time.perf_counter() - t0}
+    stats = {
+        "sampled": len(cases),
+        "fragments": len(lists),
+        "programs": programs,
+        "prebuild_seconds": time.perf_counter() - t0,
+    }
     dev = T._device(backend, 0)
     seen = {"execute": 0, "expects_failure": False}
     real_execute, real_run = X.execute, T._Ctx.run
@@ -88,12 +95,19 @@ def conformance() -> dict:
         except Exception as e:
             status, msg = ("refused" if REFUSED in str(e) else "fail"), f"{type(e).__name__}: {e}"
         out[case.name] = [status, msg, seen["execute"] > 0, seen["expects_failure"]]
-    stats.update(run_seconds=time.perf_counter() - t0, launches=metal.launches, built=metal.built,
-                 builds=dev.runtime.builds, metal=dev.metal, gpu=dev.gpu)
+    stats.update(
+        run_seconds=time.perf_counter() - t0,
+        launches=metal.launches,
+        built=metal.built,
+        builds=dev.runtime.builds,
+        metal=dev.metal,
+        gpu=dev.gpu,
+    )
     return {"cases": out, "stats": stats}
 
 
 # -- checks of the Metal path's pieces ------------------------------------------------------------------------------
+
 
 def _device():
     metal = S.install(MR)
@@ -172,10 +186,15 @@ def _float64_is_refused_naming_the_op():
     np.testing.assert_allclose(dev.download(res[11]), np.ones(3))  # the float32 node ran (as a Metal kernel)
 
 
-UNITS = {f.__name__[1:]: f for f in (_a_chain_is_one_launch_and_matmul_an_mlx_op,
-                                      _kernel_errors_are_raised_after_evaluation,
-                                      _kernels_are_built_once_per_source_and_buffers,
-                                      _float64_is_refused_naming_the_op)}
+UNITS = {
+    f.__name__[1:]: f
+    for f in (
+        _a_chain_is_one_launch_and_matmul_an_mlx_op,
+        _kernel_errors_are_raised_after_evaluation,
+        _kernels_are_built_once_per_source_and_buffers,
+        _float64_is_refused_naming_the_op,
+    )
+}
 
 
 def units() -> dict:
