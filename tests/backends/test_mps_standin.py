@@ -39,6 +39,7 @@ from tensorwire.backends.mps import runtime as RT
 mx = pytest.importorskip("mlx.core", reason=f"mlx is not installed: {RT.INSTALL}")
 
 from tests.backends import _mps_child as C  # noqa: E402
+from tests.backends._gradcheck32 import gradcheck_float32  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_mps_child.py")
@@ -161,50 +162,9 @@ def cluster():
 GRADCHECK_OPS = ["div", "amax", "softmax", "matmul", "gather", "index_put", "cat", "cumprod", "layer_norm"]
 
 
-def gradcheck_float32(session, device: str) -> None:
-    """tests/autograd/test_ops_gradcheck.py's checks of :data:`GRADCHECK_OPS` with float32 inputs on ``device`` (the
-    Metal GPU has no float64): each analytical directional derivative matches the one computed in float64 on cpu:0,
-    which itself matches its central difference (the float64 gradcheck's bound)."""
-    import tensorwire as tw
-
-    from ..autograd import test_ops_gradcheck as G
-
-    def on(t, where: str, dtype):
-        if not isinstance(t, tw.Tensor):
-            return t
-        a = t.numpy()
-        return tw.tensor(
-            a.astype(np.float32) if dtype == "float32" and a.dtype == np.float64 else a,
-            device=where,
-            requires_grad=t.requires_grad,
-        )
-
-    rng_state = G.RNG.bit_generator.state  # leave that module's inputs as they would be without us
-    try:
-        recorded = []
-        for op in GRADCHECK_OPS:
-            for name, fn, inputs in G.GENERATORS[op]():  # float64, on cpu:0
-                a64, n64 = tw.autograd.gradcheck_terms(fn, inputs, eps=1e-6, directions=2)
-                ins32 = [on(t, device, "float32") for t in inputs]
-                assert all(str(t.device) == device for t in ins32 if isinstance(t, tw.Tensor))
-                a32, _ = tw.autograd.gradcheck_terms(fn, ins32, eps=1e-3, directions=2)
-                recorded.append((name, a64, n64, a32))
-        vals = session.flush(fetch=[t._id for r in recorded for ts in r[1:] for t in ts])
-    finally:
-        G.RNG.bit_generator.state = rng_state
-    bad = []
-    for name, a64, n64, a32 in recorded:
-        assert len(a32) == len(a64), name
-        for x, y, z in zip(a64, n64, a32):
-            x, y, z = float(vals[x._id]), float(vals[y._id]), float(vals[z._id])
-            if not abs(x - y) <= 1e-6 + 1e-5 * abs(y) or not abs(z - x) <= 1e-4 + 1e-3 * abs(x):
-                bad.append((name, x, y, z))
-    assert not bad, f"(float64 analytical, numerical; float32 analytical on {device}) differ: {bad}"
-
-
 @needs_standin
 def test_gradcheck_on_the_metal_standin(session, cluster):
-    gradcheck_float32(session, "mps:0")
+    gradcheck_float32(session, "mps:0", GRADCHECK_OPS)
 
 
 @needs_standin
