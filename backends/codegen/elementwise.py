@@ -258,3 +258,6 @@ RULES: dict = {
 }
 
 SOURCES: dict = {"full": _full, "arange": _arange, "rand": _rand, "randn": _randn, "randint": _randint}
+#: sources that compute in float64 whatever their dtype (randn's Box-Muller, arange's ``start + i * step`` as numpy
+#: rounds it): a target without float64 (Metal) runs them as host steps
+FLOAT64_SOURCES = frozenset({"arange", "randn"})

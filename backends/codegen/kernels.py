@@ -409,3 +409,7 @@ def _argsort(kb, st, out: str) -> int:
 
 STORE_KERNELS = {"cumsum": _scan, "cumprod": _scan, "scatter": _scatter, "scatter_add": _scatter,
                  "index_put": _index_put, "argsort": _argsort}
+#: store kernels that update their output in place after a first kernel copied the op's input into it (see
+#: :func:`_copy_launch`): a target whose kernels can only make fresh outputs (MLX's custom kernels) runs these ops
+#: as host steps
+UPDATES_IN_PLACE = frozenset({"scatter", "scatter_add", "index_put"})

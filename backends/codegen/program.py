@@ -5,6 +5,11 @@ kernels (cached by their source, see :mod:`.cache`), and returns ``run(env, dyn,
 contract as the executor's straight-line runner: it fills ``env`` with the kept outputs and frees
 everything else after its last use. A kernel that records an error raises it; the executor then
 re-runs the plan step by step, which names the failing node and carries on with independent work.
+
+A runtime's ``build(kernels)`` returns ``{kernel name: launcher(buffers, scalars)}``; ``buffers`` follow the
+kernel's ``bufs``, its outputs allocated by ``runtime.empty``. A launcher writes the outputs in place and returns
+None, or, on a runtime whose buffers are immutable (MLX), returns new output buffers (in the order of the kernel's
+output ``bufs``, shaped as the ones it was given), which replace them.
 """
 
 from __future__ import annotations
@@ -103,7 +108,13 @@ def build_runner(device, plan, keep: frozenset):
                         n, dt = temps[key[1]]
                         tmp[key[1]] = runtime.empty((n,), dt)
                 bufs = [env[key[1]] if key[0] == "slot" else tmp[key[1]] for key in args]
-                call(bufs, [scalar_value(s, dyn) for s in scalars])
+                made = call(bufs, [scalar_value(s, dyn) for s in scalars])
+                if made is not None:  # immutable buffers (MLX): the launcher returns its outputs instead
+                    for key, buf in zip(outs, made):
+                        if key[0] == "slot":
+                            env[key[1]] = buf
+                        else:
+                            tmp[key[1]] = buf
             else:
                 env[what.out] = call([env[x] for x in what.ins], dyn, frames)
             for key in free:

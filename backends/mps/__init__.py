@@ -1,6 +1,8 @@
 """The MPS backend (``mps:0``): Apple GPUs through MLX (``pip install -e ".[mps]"``), PyTorch's ``mps`` device.
 
-Each primitive op is MLX operations (:mod:`.kernels`), evaluated at the fragment's outputs (:mod:`.runtime`).
+On the Metal GPU, fused chains run as the kernel compiler's Metal kernels through ``mx.fast.metal_kernel``
+(:mod:`.metal_runtime`) and the rest as MLX operations (:mod:`.kernels`); on MLX's CPU device every primitive op is
+MLX operations. Either way a fragment is evaluated once, at its outputs (:mod:`.runtime`).
 Importing this plugin never imports MLX and never fails: without MLX, or without a Metal GPU, ``mps:0`` is listed
 as not available with the reason. ``TENSORWIRE_MPS_ON_CPU=1`` runs the backend on MLX's CPU device, for testing on
 hosts without Metal (Linux: ``pip install "mlx[cpu]"``).

@@ -29,6 +29,10 @@ from ..codegen.metal import MetalRenderer
 STORAGE_MLX = {D.bool_: "uint8", D.uint8: "uint8", D.int8: "int8", D.int16: "int16", D.int32: "int32",
                D.int64: "int64", D.float16: "uint16", D.bfloat16: "uint16", D.float32: "float32"}
 
+#: the MLX dtype name of each Metal type the renderer declares (a scalar is bound as a 0-d array of its type)
+MLX_OF_METAL = {"uchar": "uint8", "char": "int8", "short": "int16", "ushort": "uint16", "int": "int32",
+                "long": "int64", "float": "float32"}
+
 
 @dataclass(frozen=True)
 class MLXKernelSource:
@@ -82,4 +86,10 @@ def mlx_source(k: ir.Kernel, renderer: MLXMetalRenderer | None = None) -> MLXKer
     return MLXKernelSource(k.name, header, body, inputs, outputs, k.grid, k.local or 0)
 
 
-__all__ = ["MLXKernelSource", "MLXMetalRenderer", "STORAGE_MLX", "mlx_source"]
+def scalar_mlx(dt: D.DType) -> str:
+    """The MLX dtype name a kernel scalar of tensorwire dtype ``dt`` is bound as: the renderer's scalar type
+    (16-bit floats travel as float32, bool as one byte)."""
+    return MLX_OF_METAL[MLXMetalRenderer().scalar_type(dt)]
+
+
+__all__ = ["MLXKernelSource", "MLXMetalRenderer", "MLX_OF_METAL", "STORAGE_MLX", "mlx_source", "scalar_mlx"]

@@ -5,11 +5,18 @@ with :data:`ON_CPU_ENV` set it uses MLX's CPU device instead, a switch for testi
 Metal (Linux with ``pip install "mlx[cpu]"``). Without MLX or a Metal GPU, ``mps:0`` is listed unavailable with the
 reason and a worker asked for it exits with that reason.
 
-A fragment's steps run as MLX operations (:mod:`.kernels`), which only build MLX's lazy graph; the runner then
-evaluates the kernels' deferred checks (index bounds, integer division by zero), then the fragment's kept outputs in
-one ``mx.eval``, so the work, its time and its errors belong to that fragment (batch). When anything raises, the
-executor re-runs the fragment step by step (:meth:`MPSDevice.run_step` evaluates each step at once), which names
-the failing node.
+Two ways to run a fragment, both building MLX's lazy graph and evaluating it once at the fragment's end:
+
+* **On the Metal GPU** the kernel compiler fuses the fragment's chains into kernels that run through
+  ``mx.fast.metal_kernel`` (:mod:`.metal_runtime`); what the lowering leaves as host steps (matmul, the in-place
+  scatters, worker ops) runs as MLX operations (:mod:`.kernels`).
+* **On MLX's CPU device** (the test switch; MLX's custom kernels need Metal) every step is MLX operations. This
+  path is also the reference the Metal path is checked against.
+
+The runner then evaluates the MLX kernels' deferred checks (index bounds, integer division by zero), then the
+fragment's kept outputs and the Metal kernels' error slots in one ``mx.eval``, so the work, its time and its errors
+belong to that fragment (batch). When anything raises, the executor re-runs the fragment step by step
+(:meth:`MPSDevice.run_step` evaluates each step at once), which names the failing node.
 
 Memory is unified on Apple silicon: a download is a zero-copy numpy view of the evaluated array (read-only: buffers
 are immutable); an upload copies once into MLX's allocator (MLX has no API that adopts foreign memory).
@@ -28,6 +35,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError, OutOfMemory
 
 from ..base import Device, Step
+from . import metal_runtime
 
 #: the test-only switch: run the backend on MLX's CPU device (for hosts without Metal)
 ON_CPU_ENV = "TENSORWIRE_MPS_ON_CPU"
@@ -112,7 +120,13 @@ def _is_oom(e: Exception) -> bool:
 
 
 class MPSDevice(Device):
-    """``mps:0``: buffers are ``mx.array``; every step is MLX operations, evaluated at the fragment's outputs."""
+    """``mps:0``: buffers are ``mx.array``; fused Metal kernels and MLX operations (see the module doc), evaluated
+    at the fragment's outputs.
+
+    ``gpu``: the device is the Metal GPU (float64 refused); ``metal``: fragments run as Metal kernels (on the GPU,
+    or on MLX's CPU with :data:`.metal_runtime.TEST_METAL_ON_CPU` and a stand-in for ``mx.fast.metal_kernel``)."""
+
+    MAX_STEP_RUNNERS = 4096
 
     def __init__(self, backend, index: int, found: Found):
         import mlx.core as mx
@@ -121,8 +135,15 @@ class MPSDevice(Device):
 
         self.backend, self.index, self.found = backend, index, found
         self.mx, self.K = mx, K
-        self.gpu = not found.on_cpu
-        mx.set_default_device(mx.gpu if self.gpu else mx.cpu)
+        self.metal = not found.on_cpu or metal_runtime.TEST_METAL_ON_CPU
+        self.gpu = self.metal
+        mx.set_default_device(mx.cpu if found.on_cpu else mx.gpu)
+        if self.metal:
+            from ..codegen.program import StepRunners
+
+            self.runtime = metal_runtime.MetalKernels(mx, metal_runtime.load_metal_kernel())
+            self.lowering_options = metal_runtime.LOWERING
+            self._step_runners = StepRunners(self, self.MAX_STEP_RUNNERS)
 
     # buffers ------------------------------------------------------------------------------------------
     def upload(self, array) -> object:
@@ -174,33 +195,90 @@ class MPSDevice(Device):
         return super().specialize(step)
 
     def run_step(self, step: Step, args: list, attrs: dict):
-        """One step, evaluated at once (its checks too): the step-by-step mode that names a failing node."""
+        """One step, evaluated at once (its checks too): the step-by-step mode that names a failing node. On the
+        Metal path a step the lowering compiles is lowered alone (cached by its structure) and launched."""
         self._refuse(step)
-        try:
-            out = step.kernel(args, attrs, step.shape, step.dtype)
-            self.mx.eval(out)
-        except RuntimeError as e:
-            if _is_oom(e):
-                raise OutOfMemory(f"{step.op}: MLX could not allocate {step.dtype.name}{list(step.shape)}: "
-                                  f"{e}") from None
-            raise
-        return out
+        if self.metal and self._compiles(step.op):
+            out: list = []
+            self._evaluate(lambda: out.append(self._step_runners.run(step, args, attrs)), lambda: out,
+                           step.op, step)
+            return out[0]
+        out = []
+        self._evaluate(lambda: out.append(step.kernel(args, attrs, step.shape, step.dtype)), lambda: out,
+                       step.op, step)
+        return out[0]
 
     def runner(self, plan, keep):
-        """The straight-line runner over the MLX kernels, then one ``mx.eval`` of the kept outputs and checks."""
-        from ..executor import _build_runner
+        """The fused Metal kernels (on the Metal path), else the straight-line runner over the MLX kernels; then
+        one ``mx.eval`` of the kept outputs, checks and error slots."""
+        if self.metal:
+            for s in plan.program.steps:
+                if s.dtype is D.float64 or any(m[1] is D.float64 for m in s.in_meta):
+                    return _refusing(self.K.refuse_float64(s.op))  # step by step names the node
+            from ..codegen.program import build_runner
 
-        inner = _build_runner(self, plan, keep)
+            inner = build_runner(self, plan, keep)
+        else:
+            from ..executor import _build_runner
+
+            inner = _build_runner(self, plan, keep)
         kept = tuple(keep)
-        mx, K = self.mx, self.K
 
         def run(env, dyn, frames):
-            with K.deferred_checks() as checks:
-                inner(env, dyn, frames)
-            K.raise_failed(checks)  # first: an op guarded by a check must not run with bad indices
-            mx.eval(*(env[s] for s in kept if isinstance(env[s], mx.array)))
+            self._evaluate(lambda: inner(env, dyn, frames), lambda: (env[s] for s in kept))
 
         return run
+
+    def _evaluate(self, record, outputs, op: str = "", step: Step | None = None) -> None:
+        """``record()`` (which builds MLX's lazy graph), then its deferred checks, then one ``mx.eval`` of
+        ``outputs()`` and the Metal kernels' error slots, whose first recorded error is raised."""
+        mx, K = self.mx, self.K
+        with K.deferred_checks() as checks, self._error_slots() as slots:
+            record()
+        try:
+            K.raise_failed(checks)  # first: an op guarded by a check must not run with bad indices
+            mx.eval(*(x for x in outputs() if isinstance(x, mx.array)), *(s for _, s in slots))
+        except RuntimeError as e:
+            if _is_oom(e):
+                what = f"{op}: MLX could not allocate {step.dtype.name}{list(step.shape)}" if step else \
+                    "MLX could not allocate the fragment's arrays"
+                raise OutOfMemory(f"{what}: {e}") from None
+            raise
+        if slots:
+            self.runtime.raise_errors(slots)
+
+    def _error_slots(self):
+        import contextlib
+
+        return self.runtime.errors() if self.metal else contextlib.nullcontext([])
+
+    def _compiles(self, op: str) -> bool:
+        """Whether the Metal path's lowering makes ``op`` a kernel (else a host step: an MLX op)."""
+        from ..codegen.schedule import KNOWN_OPS
+
+        return op in KNOWN_OPS and op not in self.lowering_options.host_ops
+
+    def host_call(self, step: Step):
+        """A host step of the Metal path: a worker op (``const``, ``hub_tensor``), else the step's MLX kernel
+        (recorded lazily, evaluated with the fragment)."""
+        from ..codegen.program import host_step_call
+        from ..executor import WORKER_OPS
+
+        if step.op in WORKER_OPS:
+            return host_step_call(self, step)
+        kernel = step.kernel or self.backend.kernels[step.op]
+        attrs, shape, dtype, origin = step.attrs, tuple(step.shape), step.dtype, step.origin
+
+        def call(args, dyn, frames):
+            d = dyn.get(origin) if dyn and step.dynamic else None
+            return kernel(args, {**attrs, **d} if d else attrs, shape, dtype)
+        return call
+
+
+def _refusing(err: Exception):
+    def run(env, dyn, frames):
+        raise err
+    return run
 
 
 def open_device(backend, index: int) -> MPSDevice:

@@ -31,6 +31,7 @@ from tensorwire.backends import executor as X  # noqa: E402
 from tensorwire.backends import gpu_runtime as GR  # noqa: E402
 from tensorwire.backends import testing as T  # noqa: E402
 from tensorwire.protocol import dtypes as D  # noqa: E402
+from tests.backends._lowered import kernel_lists  # noqa: E402
 
 #: per target: the backend's package, the stand-in module, the stand-in's names of the allocation, free and upload
 #: calls, and the stand-in configuration a disk-cache check uses (a GPU whose compile target no other check uses)
@@ -56,45 +57,12 @@ def select(target: str) -> None:
     G.S = importlib.import_module(t["standin"])
 
 
-class _Dry(Exception):
-    pass
-
-
-def _dry(*args):
-    raise _Dry()
-
-
-def lowered_kernels(backend, cases) -> list:
-    """The kernels of every fragment of ``cases`` as ``backend``'s device 0 lowers them, without running anything."""
-    from tensorwire.backends.codegen.lower import lower
-
-    dev = T._device(backend, 0)
-    lists = []
-
-    def collect(plan, keep):
-        lw = lower(plan.program.steps, set(keep), dev.lowering_options)
-        if lw.kernels:
-            lists.append(lw.kernels)
-        return _dry
-
-    dev.runner, dev.run_step = collect, _dry  # instance attributes: every case lowers, nothing runs
-    try:
-        for case in cases:
-            try:
-                T.check_case(backend, case)
-            except (Exception, pytest.skip.Exception):  # every dry case fails (or skips): only the lowering counts
-                pass
-    finally:
-        del dev.runner, dev.run_step
-    return lists
-
-
 def prebuild(backend, drv, cases) -> dict:
     """Lower every case's fragments without running them, then compile all their kernels with the target's compiler in
     a few modules (``GPURuntime.prebuild``) and their OpenCL twins in a few PoCL programs: both compilers' cost is per
     program."""
     t0 = time.perf_counter()
-    lists = lowered_kernels(backend, cases)
+    lists = kernel_lists(backend, cases)
     dev = T._device(backend, 0)
     modules = dev.runtime.prebuild(lists)
     t1 = time.perf_counter()

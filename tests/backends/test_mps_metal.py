@@ -1,8 +1,10 @@
 """The kernel compiler's Metal kernels in MLX's custom-kernel form (``backends/mps/metal.py``).
 
 Golden-text tests (``golden/mlx/*.metal``; ``TENSORWIRE_UPDATE_GOLDEN=1`` rewrites them) check the MLX form of a
-handful of fused kernels as a GPU lowers them; a test marked ``mps`` runs them through ``mx.fast.metal_kernel`` on a
-Mac's GPU and compares with numpy, and skips with the reason elsewhere (MLX's custom kernels need Metal).
+handful of fused kernels as a GPU lowers them. Tests marked ``mps`` run the real thing on a Mac's GPU and skip with
+the reason elsewhere (MLX's custom kernels need Metal): the kernels through ``mx.fast.metal_kernel`` against numpy,
+and the device's Metal path (fragments as launches, kernel errors, a float32 gradcheck and the digits MLP on a
+cluster). Without a Mac, test_mps_standin.py runs that path on a stand-in for ``mx.fast.metal_kernel``.
 """
 
 from __future__ import annotations
@@ -162,3 +164,77 @@ def test_mlx_metal_kernels_run_on_the_gpu(name):
 
 def test_some_kernels_are_runnable_on_a_mac():
     assert len(RUNNABLE) >= 3, RUNNABLE
+
+
+# -- on a Mac: the device's Metal path -----------------------------------------------------------------------------
+
+needs_metal = pytest.mark.skipif(bool(_metal_reason()), reason=_metal_reason() or "-")
+
+
+def _metal_device():
+    from tensorwire.backends.mps import MPSBackend
+    from tensorwire.backends.mps import runtime as RT
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(RT.ON_CPU_ENV, raising=False)
+        RT.discover(refresh=True)
+        try:
+            return MPSBackend().open(0)
+        finally:
+            mp.undo()
+            RT.discover(refresh=True)
+
+
+@pytest.mark.mps
+@needs_metal
+def test_fragments_run_as_metal_kernels_on_the_gpu():
+    from tensorwire.protocol.errors import IndexOutOfRange
+
+    device = _metal_device()
+    assert device.metal and device.gpu
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 300)).astype(np.float32), rng.standard_normal((300,)).astype(np.float32)
+    plan = X.compile_plan(device, [["mul", [-1, -2], None], ["softmax", [0], {"dim": 1}]], [((64, 300), f32),
+                                                                                             ((300,), f32)])
+    launches = device.runtime.launches
+    res = X.run_plan(device, plan, [device.upload(a), device.upload(b)], [0, 1], {}, [], {plan.node_slot[-1]})
+    assert device.runtime.launches > launches
+    e = np.exp(a * b - (a * b).max(1, keepdims=True))
+    np.testing.assert_allclose(device.download(res[1]), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+    plan = X.compile_plan(device, [["index", [-1, -2], {"dim": 0}]], [((5,), f32), ((2,), i64)])
+    res = X.run_plan(device, plan, [device.upload(np.arange(5, dtype=np.float32)), device.upload(np.array([0, 7]))],
+                     [0], {}, [], set(plan.node_slot))
+    assert isinstance(res[0], X.Fail) and res[0].err["code"] == IndexOutOfRange.code, res[0]
+
+
+@pytest.fixture(scope="module")
+def gpu_session():
+    import tensorwire as tw
+    from tensorwire.backends.mps import runtime as RT
+
+    if _metal_reason():
+        pytest.skip(_metal_reason())
+    with tw.LocalCluster(devices=["cpu:0", "mps:0"], collectives=False, extra_env={RT.ON_CPU_ENV: ""}) as c:
+        s = tw.connect(c.address)
+        yield s
+        s.close()
+        tw.set_session(None)
+
+
+@pytest.mark.mps
+@needs_metal
+def test_gradcheck_float32_on_the_metal_gpu(gpu_session):
+    from tests.backends._gradcheck32 import gradcheck_float32
+    from tests.backends.test_mps import GRADCHECK_OPS
+
+    gradcheck_float32(gpu_session, "mps:0", GRADCHECK_OPS)
+
+
+@pytest.mark.mps
+@needs_metal
+def test_digits_mlp_trains_the_same_on_the_metal_gpu(gpu_session):
+    from tests.backends._digits import adam_losses as losses
+
+    cpu, mps = losses("cpu:0"), losses("mps:0")
+    assert cpu[-1] < cpu[0]
+    np.testing.assert_allclose(mps, cpu, rtol=1e-3)

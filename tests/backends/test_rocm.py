@@ -191,7 +191,7 @@ def test_sampled_conformance_kernels_compile_for(arch, monkeypatch, tmp_path):
     hip = S.install(RT, arch=arch)
     RT.load_compiler = lambda: compiler
     backend = ROCmBackend()
-    lists = C.lowered_kernels(backend, SAMPLE)
+    lists = C.kernel_lists(backend, SAMPLE)
     dev = T._device(backend, 0)
     assert dev.runtime.compiler == compiler and dev.runtime.arch == arch
     modules = dev.runtime.prebuild(lists)
