@@ -406,8 +406,8 @@ class CLRuntime:
 #: work-group form slower (measured: a strided loop per item does not vectorise there), so they keep one item an
 #: output.
 LOWERING = Options(host_ops=frozenset(), host_views=False, acc64=False, split_min=8192, split_outputs=256,
-                   chunk=1024, max_chunks=256, tile=16)
-LOWERING_GPU = dataclasses.replace(LOWERING, group=256, row_fusion=True)
+                   chunk=1024, max_chunks=256, tile=16, vector=16)
+LOWERING_GPU = dataclasses.replace(LOWERING, group=256, row_fusion=True, vector=0)
 
 
 class OpenCLDevice(Device):
