@@ -67,6 +67,8 @@ def stride(idx: X, name: str, memo: dict | None = None) -> int | None:
 def vectorize(x: X, name: str, width: int) -> X | None:
     """``x`` for the ``width`` values ``name .. name + width - 1`` of the variable ``name`` (a vector of
     ``width`` lanes), or ``None`` when it has no vector form (see the module's docstring)."""
+    if x.dtype not in VECTOR_DTYPES:
+        return None
     memo: dict = {}
     used: dict = {}
 
@@ -96,8 +98,6 @@ def vectorize(x: X, name: str, width: int) -> X | None:
     try:
         v = go(x)
     except _Scalar:
-        return None
-    if x.dtype not in VECTOR_DTYPES:
         return None
     return v if v.width == width else ir.bcast(v, width)
 
