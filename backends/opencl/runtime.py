@@ -407,7 +407,7 @@ class CLRuntime:
 #: output. PoCL vectorises across work items but never a work item's own loop, and its scalar ``sin`` is a libm
 #: call, so CPU drivers get vector loops of 16 float32 lanes (``Options.vector``; one AVX-512 register; 16 beat 8
 #: here): an elementwise item computes 16 elements, a reduction loop accumulates 16 lanes, with PoCL's vectorised
-#: math (16M elements of the benchmark chain: ~170 ms scalar, 9.7 ms on vectors). GPUs keep vectors off: their
+#: math (the benchmark chain on 16M elements: 236 ms scalar, 9.7-13 ms on vectors, in process). GPUs keep vectors off: their
 #: work items are the lanes.
 LOWERING = Options(host_ops=frozenset(), host_views=False, acc64=False, split_min=8192, split_outputs=256,
                    chunk=1024, max_chunks=256, tile=16, vector=16)
