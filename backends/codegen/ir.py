@@ -16,6 +16,13 @@ Expression ops (``X.op``):
 * ``load`` (``arg`` = buffer name, ``src`` = (flat index,)),
 * ``alu`` (``arg`` = an ALU op name, see :data:`ALU`), ``cast`` (to ``dtype``), ``where`` (cond, a, b),
 * ``fn`` (``arg`` = a preamble helper every renderer defines, see :data:`HELPERS`).
+
+Vector values (``X.width`` > 1, on targets whose lowering sets ``Options.vector``; :mod:`.vectorize` makes them)
+hold ``width`` lanes of ``dtype``: a ``load`` of width W reads the W contiguous elements from its index on, a
+:class:`Store` of one writes them, ``alu``/``where``/``fn`` work lane by lane (their constructors broadcast any
+scalar operand with ``bcast``), ``bcast`` (``src`` = (scalar,)) copies a scalar into every lane and ``lane``
+(``arg`` = i, ``src`` = (vector,)) reads lane i. A bool vector's lanes are the target's vector truth values
+(OpenCL: -1 and 0); vector values are float32 or bool only.
 """
 
 from __future__ import annotations
@@ -56,11 +63,11 @@ HELPERS = {
 class X:
     """An expression. Create with the module's constructors (:func:`const`, :func:`alu` ...)."""
 
-    __slots__ = ("op", "dtype", "src", "arg", "_hash", "lo", "hi")
+    __slots__ = ("op", "dtype", "src", "arg", "_hash", "lo", "hi", "width")
 
-    def __init__(self, op: str, dtype: D.DType, src: tuple = (), arg=None, lo=None, hi=None):
-        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
-        self._hash = hash((op, dtype.name, src, arg if not isinstance(arg, float) else repr(arg)))
+    def __init__(self, op: str, dtype: D.DType, src: tuple = (), arg=None, lo=None, hi=None, width: int = 1):
+        self.op, self.dtype, self.src, self.arg, self.width = op, dtype, src, arg, width
+        self._hash = hash((op, dtype.name, src, arg if not isinstance(arg, float) else repr(arg), width))
         self.lo, self.hi = lo, hi  # bounds of an integer expression, when known
 
     def __hash__(self) -> int:
@@ -73,11 +80,13 @@ class X:
             return False
         same_arg = (self.arg == other.arg and type(self.arg) is type(other.arg)) or (
             isinstance(self.arg, float) and repr(self.arg) == repr(other.arg))
-        return self.op == other.op and self.dtype is other.dtype and same_arg and self.src == other.src
+        return (self.op == other.op and self.dtype is other.dtype and same_arg and self.width == other.width
+                and self.src == other.src)
 
     def __repr__(self) -> str:
         inner = ", ".join(map(repr, self.src))
-        return f"{self.op}:{self.dtype.name}({self.arg!r}{', ' if inner else ''}{inner})"
+        lanes = f"x{self.width}" if self.width > 1 else ""
+        return f"{self.op}:{self.dtype.name}{lanes}({self.arg!r}{', ' if inner else ''}{inner})"
 
     # index arithmetic with simplification (integer expressions only) ------------------------------
     def __add__(self, o):
@@ -110,16 +119,41 @@ def iconst(v: int) -> X:
     return const(v, INDEX)
 
 
-def var(name: str, dtype: D.DType = INDEX, lo=None, hi=None) -> X:
-    return X("var", dtype, (), name, lo, hi)
+def var(name: str, dtype: D.DType = INDEX, lo=None, hi=None, width: int = 1) -> X:
+    return X("var", dtype, (), name, lo, hi, width)
 
 
-def load(buf: str, idx: X, dtype: D.DType) -> X:
-    return X("load", dtype, (idx,), buf)
+def load(buf: str, idx: X, dtype: D.DType, width: int = 1) -> X:
+    """Element ``idx`` of ``buf``; with ``width`` > 1 the vector of elements ``idx .. idx + width - 1``."""
+    return X("load", dtype, (idx,), buf, width=width)
+
+
+def bcast(x: X, width: int) -> X:
+    """The scalar ``x`` in each of ``width`` lanes."""
+    assert x.width == 1, x
+    return X("bcast", x.dtype, (x,), width=width)
+
+
+def lane(x: X, i: int) -> X:
+    """Lane ``i`` of the vector ``x``."""
+    assert 0 <= i < x.width, (x, i)
+    return X("lane", x.dtype, (x,), i)
+
+
+def _lanes(src: tuple) -> tuple[tuple, int]:
+    """The operands of a lane-by-lane op and its width: scalars beside a vector are broadcast to its width."""
+    w = max((s.width for s in src), default=1)
+    if w == 1:
+        return src, 1
+    assert all(s.width in (1, w) for s in src), src
+    return tuple(s if s.width == w else bcast(s, w) for s in src), w
 
 
 def alu(op: str, dtype: D.DType, *src: X) -> X:
     assert ALU.get(op) == len(src), (op, src)
+    src, w = _lanes(src)
+    if w > 1:
+        return X("alu", dtype, src, op, width=w)
     if all(s.op == "const" for s in src) and op in _FOLD and not dtype.is_floating_point:
         return const(_FOLD[op](*(s.arg for s in src)), dtype)
     if dtype is INDEX and op in ("add", "mul") and src[0].dtype is INDEX and src[1].dtype is INDEX:
@@ -150,6 +184,7 @@ _BOUND_CMP = {
 def cast(x: X, dtype: D.DType) -> X:
     if x.dtype is dtype:
         return x
+    assert x.width == 1, f"no vector casts: {x!r} to {dtype.name}"
     if x.op == "const" and not (dtype.is_floating_point and dtype.itemsize == 2):
         return const(x.arg, dtype) if dtype is not D.bool_ else const(x.arg != 0, dtype)
     return X("cast", dtype, (x,))
@@ -160,12 +195,14 @@ def where(c: X, a: X, b: X) -> X:
         return a if c.arg else b
     if a == b:
         return a
-    return X("where", a.dtype, (c, a, b))
+    src, w = _lanes((c, a, b))
+    return X("where", a.dtype, src, width=w)
 
 
 def fn(name: str, dtype: D.DType, *src: X) -> X:
     assert HELPERS.get(name) == len(src), (name, src)
-    return X("fn", dtype, tuple(src), name)
+    src, w = _lanes(tuple(src))
+    return X("fn", dtype, src, name, width=w)
 
 
 _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,

@@ -20,6 +20,7 @@ from .elementwise import RULES, SOURCES
 from .ir import INDEX, X, const, iconst, var, where
 from .reduce import REDUCE, reduce_value
 from .schedule import KNOWN_OPS, Options, schedule
+from .vectorize import vectorize
 from .views import MOVEMENT, Idx, broadcast_idx, view_idx
 
 __all__ = ["HostStep", "Idx", "KernelBuilder", "Launch", "Lowered", "Options", "lower"]
@@ -248,11 +249,41 @@ class Lowerer:
                 kb.emit(ir.If(ir.alu("eq", D.bool_, ir.lid(kb.local), iconst(0)), [ir.Store(out, g, v)]))
                 grid = n * kb.local
             else:
-                g = ir.gid(n)
-                kb.emit(ir.Store(out, g, kb.compute(st, Idx(st.shape, flat=g))))
-                grid = n
+                grid = self._elementwise(kb, st, out, n)
             self.add_launch(kb, grid)
         return self.out
+
+    def _elementwise(self, kb: KernelBuilder, st, out: str, n: int) -> int:
+        """One work item an element; with ``Options.vector`` = W, one item a vector of W elements where the
+        element's computation has a vector form (:mod:`.vectorize`), the last item finishing a tail of fewer
+        than W elements in a scalar loop."""
+        W = self.opts.vector
+        if not W or st.dtype is not D.float32 or n < W:
+            g = ir.gid(n)
+            kb.emit(ir.Store(out, g, kb.compute(st, Idx(st.shape, flat=g))))
+            return n
+        i = var(ELEM_VAR, INDEX, 0, n - 1)
+        stmts: list = []
+        outer, kb.block = kb.block, stmts
+        try:
+            v = kb.compute(st, Idx(st.shape, flat=i))
+        finally:
+            kb.block = outer
+        vec = None if stmts else vectorize(v, ELEM_VAR, W)
+        if vec is None:  # the element needs statements (a reduction's loop, a check) or has no vector form
+            kb.emit(ir.Let(ELEM_VAR, ir.gid(n)))
+            kb.block += stmts
+            kb.emit(ir.Store(out, i, v))
+            return n
+        grid = -(-n // W)
+        base = ir.gid(grid) * W
+        whole = [ir.Let(ELEM_VAR, base), ir.Store(out, i, vec)]
+        if n % W == 0:
+            kb.block += whole
+        else:
+            tail = ir.Loop(ELEM_VAR, base, iconst(n), [ir.Store(out, i, v)], independent=True)
+            kb.emit(ir.If(ir.alu("le", D.bool_, base + W, iconst(n)), whole, [tail]))
+        return grid
 
 
     def _long_reduction(self, st) -> bool:
@@ -295,6 +326,7 @@ class Lowerer:
 
 
 ROW_VAR = "col"
+ELEM_VAR = "i"  # an elementwise kernel's element index, where vectors may take the place of work items
 
 
 def _uses(x: X, name: str) -> bool:

@@ -3,6 +3,8 @@
 The host rounds the global size up to a multiple of the work-group size, so every kernel starts with
 ``if (gid >= GRID) return;``. Math is overloaded (``exp`` on float and double), 64-bit integers are ``long``,
 16-bit floats are stored as ``ushort`` words and converted by the shared preamble (no ``cl_khr_fp16`` needed).
+Vector values are ``floatN``/``intN`` (bools: comparisons of float vectors give -1 or 0 a lane), read and written
+with ``vloadN``/``vstoreN`` (element alignment suffices), chosen lane by lane with ``select``.
 Double precision needs ``cl_khr_fp64``, which the runtime checks for before it lists a device.
 """
 
@@ -43,6 +45,26 @@ class OpenCLRenderer(CStyleRenderer):
 
     def raise_error(self, code: int, detail: str) -> str:
         return f"{{ tw_err[0] = {code}; tw_err[1] = (long){detail}; }}"
+
+    def vector_type(self, dt: D.DType, width: int) -> str:
+        # a float32 comparison gives an int vector (lanes -1 or 0): bool vectors are int vectors
+        return f"int{width}" if dt is D.bool_ else f"{self.reg(dt)}{width}"
+
+    def vload(self, buf: str, idx: str, width: int) -> str:
+        return f"vload{width}(0, {buf} + {idx})"
+
+    def vstore(self, buf: str, idx: str, v: str, width: int) -> str:
+        return f"vstore{width}({v}, 0, {buf} + {idx})"
+
+    def select(self, c: str, a: str, b: str) -> str:
+        return f"select({b}, {a}, {c})"
+
+    def broadcast(self, x: ir.X, a: str) -> str:
+        t = self.vector_type(x.dtype, x.width)
+        return f"(-({t})({a}))" if x.dtype is D.bool_ else f"(({t})({a}))"  # true: 1 as a scalar, -1 in a lane
+
+    def lane(self, a: str, i: int) -> str:
+        return f"{a}.s{i:x}"
 
     def global_id(self) -> str:
         return "get_global_id(0)"

@@ -1,7 +1,8 @@
 """Reductions: accumulator dtypes, initial values, and the loops that accumulate (split in two stages when long).
 
 Float max/min keep a NaN flag beside a plain max so both reductions vectorise; float32 sums accumulate in float64
-where the device says it is cheap (``Options.acc64``).
+where the device says it is cheap (``Options.acc64``). With ``Options.vector`` a float32 reduction loop over
+contiguous elements runs on vectors (a vector accumulator, its lanes combined at the end, a scalar tail).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tensorwire.protocol import dtypes as D
 
 from . import ir
 from .ir import INDEX, X, alu, cast, const, iconst, var, where
+from .vectorize import vectorize
 from .views import Idx
 
 REDUCE = frozenset({"sum", "prod", "amax", "amin"})
@@ -97,29 +99,62 @@ def _reduce_in_idx(st, axes, out_idx: Idx, r: X, red_shape) -> Idx:
 def reduce_loop(kb, op: str, acc_dt: D.DType, name: str, start: X, stop: X, element, lo: int,
                 hi: int) -> X:
     """Emit ``acc = op(element(r) for r in [start, stop))``; returns the accumulated value. Float max/min keep a
-    NaN flag beside a plain max (two vectorisable reductions) and give NaN when any element was NaN."""
+    NaN flag beside a plain max (two vectorisable reductions) and give NaN when any element was NaN. With
+    ``Options.vector`` a float32 loop whose element has a vector form runs on vectors (:func:`_vector_loop`)."""
     acc = kb.fresh("acc")
-    kb.emit(ir.Let(acc, _init(op, acc_dt)))
     guard = op in ("amax", "amin") and acc_dt.is_floating_point
     nan = kb.fresh("nan") if guard else None
+    body: list = []
+    outer, kb.block = kb.block, body
+    try:
+        x = element(var(name, INDEX, lo, hi))
+    finally:
+        kb.block = outer
+    W = kb.lw.opts.vector
+    if W and acc_dt is D.float32 and not body:
+        got = _vector_loop(kb, op, acc, name, start, stop, x, W)
+        if got is not None:
+            return got
+    kb.emit(ir.Let(acc, _init(op, acc_dt)))
     if guard:
         kb.emit(ir.Let(nan, const(False, D.bool_)))
-
-    def body(r):
-        x = element(r)
-        a = var(acc, acc_dt)
-        if guard:
-            kb.emit(ir.Assign(nan, alu("lor", D.bool_, var(nan, D.bool_), ir.fn("isnan", D.bool_, x))))
-            kb.emit(ir.Assign(acc, where(alu("gt" if op == "amax" else "lt", D.bool_, x, a), x, a)))
-        else:
-            kb.emit(ir.Assign(acc, combine(op, a, x)))
+    a = var(acc, acc_dt)
+    if guard:
+        body.append(ir.Assign(nan, alu("lor", D.bool_, var(nan, D.bool_), ir.fn("isnan", D.bool_, x))))
+        body.append(ir.Assign(acc, where(alu("gt" if op == "amax" else "lt", D.bool_, x, a), x, a)))
+    else:
+        body.append(ir.Assign(acc, combine(op, a, x)))
     if acc_dt is D.bool_:
         red = ((acc, "and" if op in ("prod", "amin") else "or"),)
     else:
         red = ((acc, {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}[op]),)
-    kb.loop(name, start, stop, body, red + (((nan, "or"),) if guard else ()), lo, hi)
+    kb.emit(ir.Loop(name, start, stop, body, red + (((nan, "or"),) if guard else ())))
     out = var(acc, acc_dt)
     return where(var(nan, D.bool_), const(float("nan"), acc_dt), out) if guard else out
+
+
+def _vector_loop(kb, op: str, acc: str, name: str, start: X, stop: X, x: X, W: int) -> X | None:
+    """The float32 reduction of ``x`` (an expression of the loop variable ``name``) with a vector accumulator:
+    W elements a step, then the accumulator's lanes combined pairwise, then the last ``(stop - start) % W``
+    elements one at a time into ``acc``. ``None`` when ``x`` has no vector form. NaN propagates through
+    :func:`combine`'s selects, so max/min need no flag here."""
+    xv = vectorize(x, name, W)
+    if xv is None:
+        return None
+    dt = D.float32
+    accv = kb.fresh("accv")
+    kb.emit(ir.Let(accv, ir.bcast(_init(op, dt), W)))
+    whole = start + ((stop + start * -1) // W) * W  # where the vector steps end
+    vacc = var(accv, dt, width=W)
+    kb.emit(ir.Loop(name, start, whole, [ir.Assign(accv, combine(op, vacc, xv))], step=W))
+    lanes = [ir.lane(vacc, k) for k in range(W)]
+    while len(lanes) > 1:
+        pairs = [combine(op, lanes[k], lanes[k + 1]) for k in range(0, len(lanes) - 1, 2)]
+        lanes = pairs + lanes[len(pairs) * 2:]
+    kb.emit(ir.Let(acc, lanes[0]))
+    if whole != stop:
+        kb.emit(ir.Loop(name, whole, stop, [ir.Assign(acc, combine(op, var(acc, dt), x))]))
+    return var(acc, dt)
 
 
 def group_reduce(kb, op: str, acc_dt: D.DType, start: X, stop: X, element, hi: int) -> X:

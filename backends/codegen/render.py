@@ -188,7 +188,10 @@ class CStyleRenderer:
             code = f"(!{a[0]})"
         elif op in ("max", "min"):
             c = ">" if op == "max" else "<"
-            code = f"({a[0]} {c} {a[1]} ? {a[0]} : {a[1]})"
+            if x.width > 1:
+                code = self.select(f"({a[0]} {c} {a[1]})", a[0], a[1])
+            else:
+                code = f"({a[0]} {c} {a[1]} ? {a[0]} : {a[1]})"
         else:
             code = self.math(op, x.src[0].dtype if op in ("pow", "atan2", "fmod") else dt, a)
         if dt in _NARROW and op not in ir.COMPARE:
@@ -223,6 +226,8 @@ class CStyleRenderer:
         return f"tw_{name}({', '.join(a)})"
 
     def load(self, x: X, idx: str) -> str:
+        if x.width > 1:
+            return self.vload(x.arg, idx, x.width)
         code = f"{x.arg}[{idx}]"
         if x.arg in self._locals:  # a work group's array holds register values
             return code
@@ -257,14 +262,18 @@ class CStyleRenderer:
         elif x.op == "cast":
             code = self.cast(x, a[0])
         elif x.op == "where":
-            code = f"({a[0]} ? {a[1]} : {a[2]})"
+            code = self.select(*a) if x.width > 1 else f"({a[0]} ? {a[1]} : {a[2]})"
         elif x.op == "fn":
             code = self.helper(x, a)
+        elif x.op == "bcast":
+            code = self.broadcast(x, a[0])
+        elif x.op == "lane":
+            code = self.lane(a[0], x.arg)
         else:  # pragma: no cover - the IR has no other ops
             raise ValueError(f"unknown expression op {x.op}")
         name = f"v{self._n}"
         self._n += 1
-        lines.append(f"{ind}const {self.reg(x.dtype)} {name} = {code};")
+        lines.append(f"{ind}const {self.type_of(x)} {name} = {code};")
         memo[x] = name
         return name
 
@@ -274,14 +283,17 @@ class CStyleRenderer:
         for s in stmts:
             if isinstance(s, ir.Let):
                 v = self.expr(s.value, memo, lines, ind)
-                lines.append(f"{ind}{self.reg(s.dtype or s.value.dtype)} {s.name} = {v};")
+                t = self.reg(s.dtype) if s.dtype else self.type_of(s.value)
+                lines.append(f"{ind}{t} {s.name} = {v};")
             elif isinstance(s, ir.Assign):
                 v = self.expr(s.value, memo, lines, ind)
                 lines.append(f"{ind}{s.name} = {v};")
             elif isinstance(s, ir.Store):
                 i = self.expr(s.idx, memo, lines, ind)
                 v = self.expr(s.value, memo, lines, ind)
-                if s.buf in self._locals:
+                if s.value.width > 1:
+                    lines.append(f"{ind}{self.vstore(s.buf, i, v, s.value.width)};")
+                elif s.buf in self._locals:
                     lines.append(f"{ind}{s.buf}[{i}] = {v};")
                 else:
                     lines.append(f"{ind}{s.buf}[{i}] = {self.store_value(self._buf_dtype[s.buf], v)};")
@@ -312,6 +324,33 @@ class CStyleRenderer:
 
     def loop_pragma(self, loop: ir.Loop, ind: str) -> list[str]:
         return []
+
+    # vectors (kernels lowered with ``Options.vector``; a target that has vector types overrides these) ----------
+    def type_of(self, x: X) -> str:
+        """The register type of the expression ``x``: a scalar's, or a vector's of ``x.width`` lanes."""
+        return self.reg(x.dtype) if x.width == 1 else self.vector_type(x.dtype, x.width)
+
+    def vector_type(self, dt: D.DType, width: int) -> str:
+        raise NotImplementedError(f"the {self.target} target has no vector types (its lowering sets no "
+                                  "Options.vector)")
+
+    def vload(self, buf: str, idx: str, width: int) -> str:
+        """The ``width`` contiguous elements of ``buf`` from ``idx`` on (aligned to one element only)."""
+        raise NotImplementedError(f"the {self.target} target has no vector loads")
+
+    def vstore(self, buf: str, idx: str, v: str, width: int) -> str:
+        raise NotImplementedError(f"the {self.target} target has no vector stores")
+
+    def select(self, c: str, a: str, b: str) -> str:
+        """Lane by lane: ``a`` where the bool vector ``c`` holds, else ``b``."""
+        raise NotImplementedError(f"the {self.target} target has no vector select")
+
+    def broadcast(self, x: X, a: str) -> str:
+        """The scalar ``a`` (of ``x.dtype``; a bool is 0 or 1) in every lane of ``x``'s vector type."""
+        raise NotImplementedError(f"the {self.target} target has no vector types")
+
+    def lane(self, a: str, i: int) -> str:
+        raise NotImplementedError(f"the {self.target} target has no vector types")
 
     # work groups (kernels with ``Kernel.local``; a target that has them overrides these) ---------------------
     def barrier(self) -> str:

@@ -34,6 +34,7 @@ class Options:
     row_fusion: bool = False           # row reductions broadcast back over their rows fuse into one kernel a row
     tile: int = 0                      # > 0: matmul as work groups of tile x tile items sharing operand slabs
     group: int = 0                     # > 0: long reductions as work groups of this many items (a tree at the end)
+    vector: int = 0                    # > 0: contiguous float32 loops as vectors of this many lanes (vectorize.py)
 
 
 def _inline_inputs(op: str, opts: Options) -> str:

@@ -7,8 +7,10 @@ registered more than once"). So the pytest process never enumerates OpenCL platf
     python tests/backends/_opencl_child.py COMMAND OUT.json [ARGS...]
 
 and checks the JSON this writes. Commands: ``info`` (discovery), ``conformance`` (every conformance case),
-``work_groups`` (named cases in a GPU's lowering: work-group reductions and tiled matmul), ``units`` (checks of
-the runtime's pieces), ``grind`` (cases under Oclgrind, run with its variables set).
+``work_groups`` (named cases in a GPU's lowering: work-group reductions and tiled matmul), ``vectors`` (named
+cases with vectors of 4 lanes, so their small tensors have whole vectors and tails), ``units`` (checks of the
+runtime's pieces), ``vector_checks`` (vector loops in the device's own lowering), ``grind`` (cases under
+Oclgrind, run with its variables set).
 """
 
 from __future__ import annotations
@@ -78,12 +80,22 @@ def prebuild(backend, cases) -> dict:
         del dev.runner, dev.run_step
     programs = dev.runtime.prebuild(lists)
     return {"fragments": len(lists), "programs": programs, "kernels": len(dev.runtime._kernels),
-            "work_group_kernels": sum(1 for ks in lists for k in ks if k.local), "seconds": time.perf_counter() - t0}
+            "work_group_kernels": sum(1 for ks in lists for k in ks if k.local),
+            "vector_kernels": sum(1 for ks in lists for k in ks if _vectorised(k)), "seconds": time.perf_counter() - t0}
 
 
-def conformance(names: list[str] | None = None, work_groups: bool = False) -> dict:
+def _vectorised(kernel) -> bool:
+    """Whether ``kernel`` reads or writes memory as vectors."""
+    from tensorwire.backends.codegen.opencl import OpenCLRenderer
+
+    src = OpenCLRenderer().render([kernel])
+    return "vload" in src or "vstore" in src
+
+
+def conformance(names: list[str] | None = None, work_groups: bool = False, vectors: int = 0) -> dict:
     """``{"cases": {name: [status, message, ran step by step, a failure was expected]}, "prebuild": ...}`` for
-    every case (or those named), in the device's lowering or, with ``work_groups``, the GPU's (``T.WORK_GROUPS``)."""
+    every case (or those named), in the device's lowering or, with ``work_groups``, the GPU's (``T.WORK_GROUPS``),
+    or with ``vectors``, the device's with vectors of that many lanes."""
     import dataclasses
 
     backend = OpenCLBackend()
@@ -94,6 +106,9 @@ def conformance(names: list[str] | None = None, work_groups: bool = False) -> di
     if work_groups:
         dev = T._device(backend, 0)
         dev.lowering_options = dataclasses.replace(RT.LOWERING_GPU, **T.WORK_GROUPS)
+    if vectors:
+        dev = T._device(backend, 0)
+        dev.lowering_options = dataclasses.replace(RT.LOWERING, vector=vectors)
     stats = prebuild(backend, cases)
     builds_before = T._device(backend, 0).runtime.builds
     seen = {"execute": 0, "expects_failure": False}
@@ -222,6 +237,192 @@ def units() -> dict:
     return out
 
 
+# -- vector loops in the device's own lowering (Options.vector) --------------------------------------------------------
+
+def _run_nodes(dev, nodes: list, arrays: list, want: list) -> tuple[dict, list]:
+    """Run fragment ``nodes`` on ``arrays`` keeping the nodes ``want``; ``({node: result}, [kernels])``."""
+    from tensorwire.backends.codegen.lower import lower
+
+    plan = X.compile_plan(dev, nodes, [(a.shape, D.from_numpy(a.dtype)) for a in arrays])
+    keep = {plan.node_slot[j] for j in want}
+    res = X.run_plan(dev, plan, [dev.upload(a) for a in arrays], list(range(len(nodes))), {}, [], keep)
+    kernels = lower(plan.program.steps, keep, dev.lowering_options).kernels
+    return {j: dev.download(res[j]) for j in want}, kernels
+
+
+def _close(what: str, got: np.ndarray, want: np.ndarray) -> None:
+    """``got`` (a float array) is ``want`` (computed in float64) as the conformance suite compares: NaNs and
+    infinities where the reference has them, other values within the tolerance of ``got``'s dtype."""
+    got = np.asarray(got)
+    with np.errstate(all="ignore"):
+        msg = T._compare(got, T._Ref(np.asarray(want, np.float64)), D.from_numpy(got.dtype))
+    assert msg is None, f"{what}: {msg}"
+
+
+def _with_specials(x: np.ndarray) -> np.ndarray:
+    """``x`` with NaN, infinities and signed zeros in its first whole vector and in its tail."""
+    x = x.astype(np.float32)
+    x[:12] = T.SPECIAL
+    x[-5:] = [np.nan, np.inf, -np.inf, -0.0, 0.5]
+    return x
+
+
+VECTOR_UNARY = ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "erf", "reciprocal", "asin",
+                "acos", "atan", "sinh", "cosh", "neg", "abs", "floor", "ceil", "round", "trunc", "relu", "sigmoid")
+
+
+def _unary_on_vectors(dev, n: int = 53) -> None:
+    """Each unary op on 3 whole vectors of 16 and a tail of 5, special values in both: as numpy computes them."""
+    rng = np.random.default_rng(0)
+    for op in VECTOR_UNARY:
+        lo, hi = T._DOMAIN.get(op, (-3.0, 3.0))
+        x = _with_specials(rng.uniform(lo, hi, n))
+        got, kernels = _run_nodes(dev, [[op, [-1], None]], [x], [0])
+        assert all(_vectorised(k) for k in kernels), f"{op} did not run on vectors"
+        ref = {"relu": lambda v: np.maximum(v, 0), "sigmoid": lambda v: 1 / (1 + np.exp(-v))}.get(op)
+        with np.errstate(all="ignore"):
+            want = ref(x.astype(np.float64)) if ref else T._unary_ref(op, x, D.float32)
+        _close(op, got[0], want)
+
+
+VECTOR_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum,
+                 "minimum": np.minimum, "pow": np.power, "atan2": np.arctan2}
+
+
+def _binary_on_vectors(dev, n: int = 53) -> None:
+    """Binary ops between two vectors, a vector and a 0-d tensor (either side; NaN included), a select on a
+    comparison and on a 0-d bool (scalar truth values broadcast into lanes)."""
+    rng = np.random.default_rng(1)
+    a = _with_specials(rng.uniform(-3, 3, n))
+    b = rng.uniform(-3, 3, n).astype(np.float32)
+    b[20:25] = [np.nan, 0.0, -np.inf, 2.0, np.inf]
+    with np.errstate(all="ignore"):
+        for op, f in VECTOR_BINARY.items():
+            got, kernels = _run_nodes(dev, [[op, [-1, -2], None]], [a, b], [0])
+            assert all(_vectorised(k) for k in kernels), f"{op} did not run on vectors"
+            _close(op, got[0], f(a.astype(np.float64), b.astype(np.float64)))
+        for s in (np.float32(0.5), np.float32(np.nan)):
+            s0 = np.array(s)
+            nodes = [["maximum", [-1, -2], None], ["minimum", [-2, -1], None], ["lt", [-1, -2], None],
+                     ["where", [2, -1, -2], None], ["mul", [-2, -1], None]]
+            got, kernels = _run_nodes(dev, nodes, [a, s0], [0, 1, 3, 4])
+            assert all(_vectorised(k) for k in kernels), f"an op with a 0-d {s} did not run on vectors"
+            a64, s64 = a.astype(np.float64), np.float64(s)
+            for j, want in ((0, np.maximum(a64, s64)), (1, np.minimum(s64, a64)), (3, np.where(a64 < s64, a64, s64)),
+                            (4, s64 * a64)):
+                _close(f"{nodes[j][0]} with 0-d {s}", got[j], want)
+        for c in (True, False):
+            got, kernels = _run_nodes(dev, [["where", [-1, -2, -3], None]], [np.array(c), a, b], [0])
+            assert all(_vectorised(k) for k in kernels), "where on a 0-d bool did not run on vectors"
+            _close(f"where({c}, a, b)", got[0], a if c else b)
+
+
+def _slices_at_any_offset(dev) -> None:
+    """Vector loads from every offset within a vector (vloadN needs only element alignment): an elementwise
+    kernel and a reduction over ``x[s:s + 150]`` for s in 0..16; a strided slice runs scalar."""
+    x = np.random.default_rng(2).standard_normal(200).astype(np.float32)
+    nodes, want = [], {}
+    for s in range(17):
+        sl = len(nodes)
+        nodes += [["slice", [-1], {"starts": [s], "stops": [s + 150], "steps": [1]}], ["sin", [sl], None],
+                  ["mul", [sl + 1, sl], None], ["sum", [sl + 2], {"dims": None}]]
+        y = x[s:s + 150].astype(np.float64)
+        want[sl + 2], want[sl + 3] = np.sin(y) * y, (np.sin(y) * y).sum()
+    got, kernels = _run_nodes(dev, nodes, [x], list(want))
+    assert sum(_vectorised(k) for k in kernels) == len(kernels) == 34, [_vectorised(k) for k in kernels]
+    for j, w in want.items():
+        _close(f"node {j}", got[j], w)
+    got, kernels = _run_nodes(dev, [["slice", [-1], {"starts": [3], "stops": [200], "steps": [2]}],
+                                    ["exp", [0], None]], [x], [1])
+    assert not any(_vectorised(k) for k in kernels), "a strided slice ran on vectors"
+    _close("exp of x[3::2]", got[1], np.exp(x[3::2].astype(np.float64)))
+
+
+def _sums_match_float64(dev, sizes=(1, 15, 16, 17, 255, 4099, 100003)) -> None:
+    """float32 sums (vector accumulators, scalar tails, split in chunks when long) within float32's tolerance of
+    numpy's float64 sum; amax/amin propagate a NaN from a whole vector or from the tail, and infinities."""
+    rng = np.random.default_rng(3)
+    for n in sizes:
+        x = (rng.standard_normal(n) * 3 + 1).astype(np.float32)
+        got, kernels = _run_nodes(dev, [["sum", [-1], {"dims": None}], ["exp", [-1], None],
+                                        ["sum", [1], {"dims": None}]], [x], [0, 2])
+        assert n < 16 or any(_vectorised(k) for k in kernels), f"the sum of {n} did not run on vectors"
+        x64 = x.astype(np.float64)
+        for j, ref, mag in ((0, x64.sum(), np.abs(x64).sum()), (2, np.exp(x64).sum(), np.exp(x64).sum())):
+            assert abs(float(got[j]) - ref) <= 4e-6 * mag, (n, j, float(got[j]), ref)
+    x = rng.standard_normal((7, 1005)).astype(np.float32)
+    x[2, 40], x[4, 1003], x[5, 7] = np.nan, np.nan, np.inf
+    nodes = [["sum", [-1], {"dims": [1]}], ["sum", [-1], {"dims": [0]}], ["amax", [-1], {"dims": [1]}],
+             ["amin", [-1], {"dims": [1]}], ["amax", [-1], {"dims": None}]]
+    got, kernels = _run_nodes(dev, nodes, [x], [0, 1, 2, 3, 4])
+    x64 = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        for j, w in enumerate((x64.sum(1), x64.sum(0), x64.max(1), x64.min(1), x64.max())):
+            _close(f"{nodes[j][0]}({nodes[j][2]})", got[j], w)
+    y = np.full(40, -np.inf, np.float32)
+    got, _ = _run_nodes(dev, [["amax", [-1], {"dims": None}], ["amin", [-1], {"dims": None}]], [y], [0, 1])
+    assert got[0] == -np.inf and got[1] == -np.inf, got
+
+
+def _fallbacks_run_scalar(dev) -> None:
+    """What has no vector form runs as before, and right: broadcasts that are not scalars, permutes, 16-bit
+    floats, integers, index values (arange), random numbers."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((5, 40)).astype(np.float32), rng.standard_normal(40).astype(np.float32)
+    h, i = a.astype(np.float16), (a * 10).astype(np.int32)
+    f32 = {"dtype": "float32"}
+    checks = [
+        ([["add", [-1, -2], None]], [a, b], a.astype(np.float64) + b),
+        ([["permute", [-1], {"dims": [1, 0]}], ["exp", [0], None]], [a], np.exp(a.T.astype(np.float64))),
+        ([["exp", [-1], None]], [h], np.exp(h.astype(np.float64))),
+        ([["add", [-1, -1], None]], [i], i * 2),
+        ([["arange", [], {"start": 0.0, "step": 1.0, "n": 100, **f32}], ["sin", [0], None]], [],
+         np.sin(np.arange(100.0))),
+    ]
+    for nodes, arrays, want in checks:
+        got, kernels = _run_nodes(dev, nodes, arrays, [len(nodes) - 1])
+        assert not any(_vectorised(k) for k in kernels), f"{nodes} ran on vectors"
+        g = got[len(nodes) - 1]
+        if g.dtype.kind == "f":
+            _close(str(nodes), g, want)
+        else:
+            np.testing.assert_array_equal(g, want)
+
+
+def _chain_on_vectors(dev, n: int = 100003) -> None:
+    """The benchmark's 8-op chain and sum: two kernels, both on vectors, within tolerance of float64."""
+    x = (np.random.default_rng(5).standard_normal(n) * 0.5).astype(np.float32)
+    f32 = {"shape": [], "dtype": "float32"}
+    nodes = [["full", [], {**f32, "value": 2.0}], ["mul", [-1, 0], None], ["full", [], {**f32, "value": 1.0}],
+             ["add", [1, 2], None], ["relu", [3], None], ["full", [], {**f32, "value": 0.5}], ["add", [4, 5], None],
+             ["exp", [6], None], ["mul", [7, -1], None], ["sin", [-1], None], ["sub", [8, 9], None],
+             ["abs", [10], None], ["full", [], {**f32, "value": 0.25}], ["mul", [11, 12], None],
+             ["sum", [13], {"dims": None}]]
+    got, kernels = _run_nodes(dev, nodes, [x], [14])
+    assert len(kernels) == 2 and all(_vectorised(k) for k in kernels), [_vectorised(k) for k in kernels]
+    x64 = x.astype(np.float64)
+    terms = np.abs(np.exp(np.maximum(x64 * 2 + 1, 0) + 0.5) * x64 - np.sin(x64)) * 0.25
+    assert abs(float(got[14]) - terms.sum()) <= 4e-6 * terms.sum(), (float(got[14]), terms.sum())
+
+
+VECTOR_CHECKS = {"unary_on_vectors": _unary_on_vectors, "binary_on_vectors": _binary_on_vectors,
+                 "slices_at_any_offset": _slices_at_any_offset, "sums_match_float64": _sums_match_float64,
+                 "fallbacks_run_scalar": _fallbacks_run_scalar, "chain_on_vectors": _chain_on_vectors}
+
+
+def vector_checks() -> dict:
+    dev = OpenCLBackend().open(0)
+    assert dev.lowering_options.vector == 16, dev.lowering_options
+    out = {}
+    for name, fn in VECTOR_CHECKS.items():
+        try:
+            fn(dev)
+            out[name] = ""
+        except Exception:
+            out[name] = traceback.format_exc()
+    return out
+
+
 # -- Oclgrind ---------------------------------------------------------------------------------------------------------
 
 def grind(names: list[str], extras: list[str]) -> dict:
@@ -272,6 +473,11 @@ def grind(names: list[str], extras: list[str]) -> dict:
         e = np.exp(a @ b - (a @ b).max(1, keepdims=True))
         np.testing.assert_allclose(dev.download(res[4]), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
         dev.lowering_options = RT.LOWERING
+    if "vectors" in extras:  # vector loops (the device's own lowering): loads at every offset, tails, sums
+        assert dev.lowering_options.vector, dev.lowering_options
+        _slices_at_any_offset(dev)
+        _binary_on_vectors(dev)
+        _sums_match_float64(dev, sizes=(17, 4099))
     if "oob" in extras:  # a generated kernel whose grid overruns its output: the checker must say so
         from tensorwire.backends.base import Step
         from tensorwire.backends.codegen.lower import lower
@@ -299,6 +505,10 @@ def main(argv: list[str]) -> int:
         result = conformance()
     elif cmd == "work_groups":  # the named cases (";"-separated) in a GPU's lowering
         result = conformance([n for n in argv[2].split(";") if n], work_groups=True)
+    elif cmd == "vectors":  # the named cases (";"-separated) with vectors of 4 lanes
+        result = conformance([n for n in argv[2].split(";") if n], vectors=4)
+    elif cmd == "vector_checks":
+        result = vector_checks()
     elif cmd == "units":
         result = units()
     elif cmd == "grind":

@@ -1,5 +1,5 @@
 """The OpenCL backend (opencl:0): the whole conformance suite as fused kernels, gradchecks, moves between devices,
-training, device listing and Oclgrind's memory checks of the generated kernels.
+training, device listing, vector loops (``Options.vector``) and Oclgrind's memory checks of the generated kernels.
 
 Everything here needs a usable OpenCL device (pyopencl and a driver; on a CPU Debian's ``pocl-opencl-icd``) and
 is skipped, with the reason discovery gives, where there is none. This process never loads the driver itself: its
@@ -10,6 +10,7 @@ The conformance suite runs in full, not a sample: the child first lowers every c
 them and compiles all their kernels in a few programs (``CLRuntime.prebuild``; PoCL spends ~0.1 s a program, much
 the same for one kernel or hundreds), so a cold run (no PoCL cache) takes about 75 s on two cores, most of it PoCL
 generating each kernel's work-group code at its first launch; with PoCL's cache (``~/.cache/pocl``) about 5 s.
+The vector-loop tests add ~16 s cold (an empty PoCL cache), ~2 s warm.
 """
 
 from __future__ import annotations
@@ -115,6 +116,44 @@ def test_work_group_kernels_were_made(work_groups):
     assert work_groups["prebuild"]["work_group_kernels"] > 100, work_groups["prebuild"]
 
 
+#: float32 cases run again with vectors of 4 lanes (the device's lowering has 16; the cases' tensors are mostly
+#: smaller than that), so their small tensors have whole vectors and tails: every float32 case of the ops with a
+#: vector form, and the first cases of composites built on them (a sample: ~35 s cold, see test_vector_loops for
+#: the device's own 16 lanes)
+VECTOR_OPS = ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "erf", "reciprocal", "asin",
+              "acos", "atan", "sinh", "cosh", "neg", "abs", "floor", "ceil", "round", "trunc", "add", "sub", "mul",
+              "div", "maximum", "minimum", "pow", "atan2", "where", "sum", "prod", "amax", "amin")
+VECTOR_COMPOSITES = ("relu", "sigmoid", "mean", "var", "softmax", "log_softmax", "logsumexp", "layer_norm", "norm")
+
+
+def _vector_cases() -> list[str]:
+    names = [c.name for c in CASES if c.op in VECTOR_OPS and "float32" in c.name]
+    for op in VECTOR_COMPOSITES:
+        names += [c.name for c in CASES if c.op == op and "float32" in c.name][:3]
+    return names
+
+
+VECTOR_CASES = _vector_cases()
+
+
+@pytest.fixture(scope="module")
+def vectors(tmp_path_factory):
+    return child("vectors", tmp_path_factory.mktemp("opencl"), ";".join(VECTOR_CASES))
+
+
+@pytest.mark.parametrize("case", VECTOR_CASES)
+def test_conformance_with_vectors(vectors, case):
+    status, msg, stepwise, expects_failure = vectors["cases"][case]
+    if status == "skip":
+        pytest.skip(msg)
+    assert status == "ok", msg
+    assert not stepwise or expects_failure, f"{case} ran step by step although nothing was meant to fail"
+
+
+def test_vector_kernels_were_made(vectors):
+    assert vectors["prebuild"]["vector_kernels"] > 100, vectors["prebuild"]  # 128 of 189 kernels when written
+
+
 def test_every_primitive_compiles():
     b = OpenCLBackend()
     assert not b.missing_primitives()
@@ -133,6 +172,18 @@ def units(tmp_path_factory):
                                   "too_large_allocation_is_out_of_memory", "kernels_are_shared_between_fragments"])
 def test_runtime(units, name):
     assert units[name] == "", units[name]
+
+
+@pytest.fixture(scope="module")
+def vector_checks(tmp_path_factory):
+    return child("vector_checks", tmp_path_factory.mktemp("opencl"))
+
+
+@pytest.mark.parametrize("name", ["unary_on_vectors", "binary_on_vectors", "slices_at_any_offset",
+                                  "sums_match_float64", "fallbacks_run_scalar", "chain_on_vectors"])
+def test_vector_loops(vector_checks, name):
+    """Vector loops in the device's own lowering (16 lanes): see ``_opencl_child.VECTOR_CHECKS``."""
+    assert vector_checks[name] == "", vector_checks[name]
 
 
 def test_unavailable_device_refuses_to_open(monkeypatch):
@@ -289,7 +340,7 @@ def test_oclgrind_finds_nothing_in_generated_kernels(tmp_path):
     chosen = [next((c.name for c in CASES if c.name.startswith(p)), None) for p in GRIND_PICKS]
     missing = [p for p, n in zip(GRIND_PICKS, chosen) if n is None]
     assert not missing, f"the conformance suite has no cases starting with {missing}"
-    log = _grind(tmp_path, chosen, "split", "groups")
+    log = _grind(tmp_path, chosen, "split", "groups", "vectors")
     assert log == "", f"Oclgrind found errors in generated kernels:\n{log[:5000]}"
 
 
