@@ -223,3 +223,66 @@ def test_forged_and_malformed_reports_never_reach_a_session_nor_stop_the_dispatc
         assert seen == []
     log = (cluster.log_dir / "dispatcher.log").read_text(errors="replace")
     assert "dropping a malformed progress report from worker cpu:7" in log
+
+
+def test_a_raising_callback_or_a_malformed_report_never_breaks_the_wait(cluster, session):
+    w, _ = _push(cluster, "acme/progress-raises", 3)
+    calls: list = []
+
+    def broken(p):
+        calls.append(p)
+        raise RuntimeError("the user's callback fails")
+
+    sd = tw.hub.load_state_dict("acme/progress-raises", device="cpu:0", progress=broken)
+    np.testing.assert_array_equal(sd["w"].numpy(), w)  # the answer still arrives
+    assert len(calls) == 1  # dropped after its first failure
+    # what the session does with reports the dispatcher should never send: drop them
+    pid = session.watch_progress(calls.append)
+    for bad in (
+        {"id": pid, "file": "f", "done": 2, "total": 1, "device": "cpu:0"},
+        {"id": pid, "file": "f", "done": 1, "total": 2, "device": 7},
+        {"id": pid, "file": "f", "done": 1, "total": 2},
+    ):
+        session._on_progress({"t": "progress", **bad})
+    assert len(calls) == 1
+    session._on_progress({"t": "progress", "id": pid, "file": "f", "done": 1, "total": 2, "device": "cpu:0"})
+    assert calls[-1] == tw.progress.DownloadProgress("cpu:0", "f", 1, 2)
+
+
+# -- the rate bound, on a clock of the test's own ---------------------------------------------------------------
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_reporter_bounds_the_rate_and_reports_only_downloads_that_matter():
+    clock, out = _Clock(), []
+    big = P.Reporter(out.append, 7, "r/f@c", min_bytes_=1000, clock=clock)
+    big.update(0, 5000)  # large enough: reported from its start
+    for done in range(100, 5000, 100):  # 49 chunks within one interval: none reported
+        clock.t += P.INTERVAL_S / 100
+        big.update(done, 5000)
+    clock.t += P.INTERVAL_S
+    big.update(4900, 5000)
+    big.update(5000, 5000)  # the last chunk: the end waits for the verified bytes
+    big.finish(True)
+    assert [(e["done"], e.get("end", False)) for e in out] == [(0, False), (4900, False), (5000, True)]
+    assert all(P.check(e) == e for e in out)
+
+    out.clear()
+    small = P.Reporter(out.append, 7, "r/f@c", min_bytes_=1000, clock=clock)
+    small.update(0, 500)
+    small.update(500, 500)
+    small.finish(True)
+    assert out == []  # small and quick: nothing
+    slow = P.Reporter(out.append, 7, "r/f@c", min_bytes_=1000, clock=clock)
+    slow.update(0, 500)
+    clock.t += P.AFTER_S
+    slow.update(200, 500)  # small but slow: reported once it has taken AFTER_S
+    slow.finish(False)  # and its failure ends it where it stopped
+    assert [(e["done"], e.get("end", False)) for e in out] == [(200, False), (200, True)]
