@@ -897,8 +897,8 @@ class Dispatcher:
             else:
                 by_dev_fetch.setdefault(d, []).append(i)
         reply_devs = set(by_dev_fetch)
-        if h.get("sync"):
-            reply_devs |= s.touched & set(self.workers)
+        if h.get("sync"):  # every device holding the session's state, this batch's own included
+            reply_devs |= (s.touched | set(split.frags)) & set(self.workers)
         coll_map, coll_direct = self._announce_collectives(s, colls) if colls else (None, None)
         xbase = self.next_x
         self.next_x += split.n_xfer

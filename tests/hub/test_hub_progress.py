@@ -286,3 +286,15 @@ def test_the_reporter_bounds_the_rate_and_reports_only_downloads_that_matter():
     slow.update(200, 500)  # small but slow: reported once it has taken AFTER_S
     slow.finish(False)  # and its failure ends it where it stopped
     assert [(e["done"], e.get("end", False)) for e in out] == [(200, False), (200, True)]
+
+
+def test_synchronize_waits_for_a_first_load_on_a_device_and_shows_its_progress(cluster):
+    # the session's first batch on cpu:1 is the load: tw.synchronize() used to answer before that device had run
+    # anything (a sync waited only for the devices touched by earlier batches), so the bar never showed
+    w, size = _push(cluster, "acme/progress-sync", 4)
+    with tw.Session(cluster.address) as s:
+        events: list = []
+        sd = tw.hub.load_state_dict("acme/progress-sync", device="cpu:1", session=s, progress=events.append)
+        s.synchronize()
+        _check_reports(events, "cpu:1", "acme/progress-sync", size)
+        np.testing.assert_array_equal(sd["w"].numpy(), w)
