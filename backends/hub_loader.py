@@ -14,6 +14,11 @@ Every load asks the hub for the revision with that token (``fetch(..., revalidat
 repository one session could read is not served to another from the worker's cache; the bytes come from the
 verified cache when present. Requests are bounded (connect and read timeouts, see ``tensorwire.hub.client``), and a
 hub that cannot be reached gives one fixed error text, whatever the reason, so errors tell nothing about ports.
+
+Progress. A ``hub_tensor`` whose ``progress`` attribute holds the client's id for the load has its download reported
+to that session (``tensorwire.protocol.progress``): the executor says where reports go for the batch it runs
+(``reports.to``), and a download that matters is reported at a bounded rate. Files served from memory or from
+the verified cache report nothing.
 """
 
 from __future__ import annotations
@@ -57,6 +62,10 @@ class HubConfig:
 
 _config: HubConfig | None = None
 _lock = threading.Lock()
+#: per thread, ``reports.to``: ``(report, sid, pooled)`` while this thread runs a batch of session ``sid``, set by the
+#: executor around each run; ``report(sid, pooled, fields)`` sends that session the fields of a ``progress`` message
+#: (``tensorwire.protocol.progress``). None or unset: nobody to report to.
+reports = threading.local()
 #: (token key, repo, commit, path) -> the verified bytes of a file, while any tensor made from it is alive
 _FILES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
@@ -122,6 +131,25 @@ def _check_endpoint(cfg: HubConfig, asked: object) -> str:
     return cfg.endpoint
 
 
+def _reporter(attrs: dict, what: str):
+    """A rate-bounding reporter for this download, or None (no id in the op, or nobody to report to)."""
+    from tensorwire.protocol.progress import Reporter, valid_id
+
+    pid = attrs.get("progress")
+    to = getattr(reports, "to", None)
+    if to is None or not valid_id(pid):
+        return None
+    report, sid, pooled = to
+
+    def emit(fields: dict) -> None:  # a report that cannot be sent never fails the download
+        try:
+            report(sid, pooled, fields)
+        except Exception as e:
+            log.debug("hub: a progress report for %s was not sent: %s", what, e)
+
+    return Reporter(emit, pid, what)
+
+
 def load_file(attrs: dict) -> np.ndarray:
     """The verified bytes of the safetensors file a ``hub_tensor`` op names, from the cluster's hub."""
     from tensorwire.hub.client import fetch, timeouts
@@ -147,8 +175,10 @@ def load_file(attrs: dict) -> np.ndarray:
     if raw is not None:
         return raw
     what = f"{attrs['repo']}/{attrs['path']}@{str(attrs['commit'])[:12]}"
-    log.info("hub: loading %s from %s", what, endpoint)  # (the person waiting sees it in the worker's log)
+    log.info("hub: loading %s from %s", what, endpoint)  # (and the client a bar, when it asked for progress)
+    reporter = _reporter(attrs, what)
     t0 = time.monotonic()
+    ok = False
     try:
         buf = fetch(
             attrs["repo"],
@@ -159,7 +189,9 @@ def load_file(attrs: dict) -> np.ndarray:
             into_memory=True,
             revalidate=True,
             timeout=timeouts(WORKER_READ_TIMEOUT),
+            on_progress=None if reporter is None else reporter.update,
         )
+        ok = True
     except HubUnavailable as e:
         log.warning("hub %s: %s", endpoint, e.message)
         raise ServiceUnavailable(UNREACHABLE) from None
@@ -173,6 +205,9 @@ def load_file(attrs: dict) -> np.ndarray:
         raise ExecutionError(f"hub: {e.message}") from None
     except HubError as e:
         raise ExecutionError(f"hub: {e.code}: {e.message}") from None
+    finally:
+        if reporter is not None:  # the download's last report: complete, or where it stopped
+            reporter.finish(ok)
     took = max(time.monotonic() - t0, 1e-6)
     log.info("hub: loaded %s: %.1f MB in %.2f s (%.1f MB/s; a cached file is only revalidated)", what,
              len(buf) / 1e6, took, len(buf) / 1e6 / took)

@@ -144,7 +144,7 @@ class Executor:
         self.direct: dict = {}  # ("coll", key) -> (input buffer, attrs, step) of pending collectives over transport
         self.seq = 0
         self.pooled_seqs: set[int] = set()
-        self.completed: deque = deque()  # from pool threads: ("send", ...) and ("outcome", ...) in order
+        self.completed: deque = deque()  # from pool threads: ("send" | "progress" | "outcome", ...) in order
         self.batches_run = 0  # batches finished since the worker started
         self.busy_ns = 0  # ... and the time they took, from start to answer
         self.wake_fd, self._wake_w = os.pipe()
@@ -450,7 +450,27 @@ class Executor:
 
     def _compute(self, sid, job: _Job, scope):
         """Run the job's plan until it finishes or must wait: ``("done", result)``, ``("recv", k)`` or
-        ``("coll", attrs, value, step)``. Runs on the main thread, or on a pool thread inside ``scope``."""
+        ``("coll", attrs, value, step)``. Runs on the main thread, or on a pool thread inside ``scope``. Downloads
+        from the hub it starts report their progress to the job's session (``hub_loader.reports``)."""
+        reports = hub_loader.reports
+        prev = getattr(reports, "to", None)
+        reports.to = (self.report_progress, sid, scope is not None)
+        try:
+            return self._run_steps(sid, job, scope)
+        finally:
+            reports.to = prev
+
+    def report_progress(self, sid, pooled: bool, fields: dict) -> None:
+        """Send session ``sid`` a download's progress (``tensorwire.protocol.progress``); from a pool thread
+        (``pooled``) through the main thread, which owns the socket."""
+        msg = {"t": "progress", "s": sid, **fields}
+        if pooled:
+            self.completed.append(("progress", sid, None, msg))
+            self._wake()
+        else:
+            self.send(msg, [])
+
+    def _run_steps(self, sid, job: _Job, scope):
         plan = job.plan
         if job.gen is None and not plan.has_transfers:
             return ("done", run_plan(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep, job.spans))
@@ -507,6 +527,10 @@ class Executor:
             item = self.completed.popleft()
             sid, job = item[1], item[2]
             s = self.sessions.get(sid)
+            if item[0] == "progress":
+                if s is not None:  # (a session dropped meanwhile has nobody waiting)
+                    self.send(item[3], [])
+                continue
             if item[0] == "send":
                 if s is not None and not job.cancelled:
                     self._send_xfer(sid, job, item[3], item[4])

@@ -31,7 +31,7 @@ from tensorwire.protocol.errors import (
     WorkerLost,
 )
 
-from . import accelerator, autograd, cuda, distributed, mps, onnx, profiler
+from . import accelerator, autograd, cuda, distributed, mps, onnx, profiler, progress
 from . import functions as _F
 from .autograd_engine import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .cluster import LocalCluster
@@ -147,4 +147,4 @@ __all__ += ["cancel", "Cancelled", "QuotaExceeded"]  # issue 16: cancelling work
 from .jit import CompileWarning, compile  # noqa: E402,A004  (issue 19: capture a step once, replay it)
 
 __all__ += ["compile", "CompileError", "CompileWarning"]
-__all__ += ["profiler"]  # issue 18: tw.profiler.profile()
+__all__ += ["profiler", "progress"]  # issue 18: tw.profiler.profile(), hub download progress

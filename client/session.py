@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import collections
 import itertools
+import logging
 import os
 import sys
 import threading
@@ -73,6 +74,8 @@ REQUEST_TIMEOUT_S = float(os.environ.get("TENSORWIRE_REQUEST_TIMEOUT", "600"))
 #: after ``close()`` (``os._exit``, as multiprocessing's children do) would otherwise lose the message
 CLOSE_TIMEOUT_S = float(os.environ.get("TENSORWIRE_CLOSE_TIMEOUT", "2"))
 _CLIENT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+MAX_PROGRESS_SINKS = 64  # hub loads whose progress a session passes on at once (the oldest is dropped)
+_log = logging.getLogger("tensorwire.client")
 
 
 def _user_frame():
@@ -137,6 +140,8 @@ class Session:
         self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
         self._lost = False  # the dispatcher stopped answering (close() does not wait for it then)
         self._prof = None  # the open tw.profiler.profile, if any (see profiler.py: it times this session's methods)
+        self._progress: dict[int, object] = {}  # progress id -> the sink of a hub load's reports (see progress.py)
+        self._progress_ids = itertools.count(1)
         self.closed = False
         timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
         self._sock.send_multipart([pack_header({"t": "hello", "v": PROTOCOL_VERSION, "token": token,
@@ -238,6 +243,9 @@ class Session:
             if not self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 continue
             h, frames = self._recv_raw()
+            if h.get("t") == "progress":  # a worker's download for one of this session's hub loads
+                self._on_progress(h)
+                continue
             if h.get("q") == _PING:
                 ping_sent = None
                 continue
@@ -248,6 +256,34 @@ class Session:
             if h["t"] == "error" and h.get("q") is None:
                 raise self._error(h["error"])
         raise ProtocolError("too many unrelated messages")
+
+    def watch_progress(self, sink) -> int:
+        """Register ``sink`` (a callable taking a :class:`tensorwire.progress.DownloadProgress`) for the reports of
+        one hub load; returns the id its ``hub_tensor`` ops carry as ``progress``. Reports reach the sink while this
+        session waits for an answer. The newest ``MAX_PROGRESS_SINKS`` loads are kept."""
+        pid = next(self._progress_ids)
+        self._progress[pid] = sink
+        if len(self._progress) > MAX_PROGRESS_SINKS:
+            _close_sink(self._progress.pop(next(iter(self._progress))))
+        return pid
+
+    def _on_progress(self, h: dict) -> None:
+        """Hand a progress report to its load's sink; a malformed one, or one for no load of ours, is dropped."""
+        from tensorwire.protocol.progress import check
+
+        fields = check(h)
+        device = h.get("device")
+        if fields is None or type(device) is not str:
+            _log.warning("dropped a malformed progress report from the dispatcher")
+            return
+        sink = self._progress.get(fields["id"])
+        if sink is None:
+            return
+        try:
+            sink(_progress_event(device, fields))
+        except Exception:  # the user's callback never breaks the wait for an answer
+            _log.warning("a progress callback raised; it gets no more reports", exc_info=True)
+            self._progress.pop(fields["id"], None)
 
     def _error(self, err: dict) -> TensorwireError:
         self._forget_lost([err])
@@ -666,6 +702,9 @@ class Session:
                 pass
             self._sock.close(linger=0)
             self._waker.close()
+            for sink in self._progress.values():
+                _close_sink(sink)
+            self._progress.clear()
         atexit.unregister(self._atexit)
 
     def _wait_closed(self, q: int, deadline: float) -> None:
@@ -768,6 +807,21 @@ def _fetch_cut(pending: list, fetch: list[int]) -> int:
             if pending[j][1] == "collective" and pending[j][3]["key"] in keys:
                 return j + 1
     return cut
+
+
+def _progress_event(device: str, fields: dict):
+    from .progress import DownloadProgress
+
+    return DownloadProgress(device, fields["file"], fields["done"], fields["total"], fields.get("end", False))
+
+
+def _close_sink(sink) -> None:
+    close = getattr(sink, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:
+            _log.debug("closing a progress sink failed", exc_info=True)
 
 
 def _fmt_where(where) -> str | None:

@@ -58,6 +58,7 @@ from tensorwire.protocol.errors import (
 from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.logs import configure as configure_logging
 from tensorwire.protocol.metrics import add_metrics_args, serve_metrics
+from tensorwire.protocol.progress import check as check_progress
 from tensorwire.protocol.service import (
     HEARTBEAT_S,
     LIVENESS,
@@ -369,6 +370,8 @@ class Dispatcher:
                 pending["devices"].discard(dev)
                 if not pending["devices"]:
                     del self.coll_pending[key]
+        elif t == "progress":  # a worker's download for one session's hub_tensor load
+            self._progress(svc, h)
         elif t == "need_plan":  # a worker evicted a compiled plan (bounded cache): send its fragment again
             self._resend_plan(svc, h)
         elif t in ("stats", "profile"):
@@ -381,6 +384,20 @@ class Dispatcher:
                 s = self.sessions.get(fwd[0])
                 if s is not None:
                     self._to_client(s.ident, {**h, "t": "service_reply", "q": fwd[1]}, frames)
+
+    def _progress(self, svc: ServiceInfo, h: dict) -> None:
+        """Pass a worker's download progress on to the session it names, only if that worker serves the session's
+        work; a malformed report is dropped and logged (``tensorwire.protocol.progress``)."""
+        sid = h.get("s")
+        s = self.sessions.get(sid) if type(sid) is bytes else None
+        fields = check_progress(h)
+        if fields is None or svc.kind != "worker" or self.workers.get(svc.name) is not svc:
+            log.warning("dropping a malformed progress report from %s %s", svc.kind, svc.name)
+            return
+        if s is None or svc.name not in s.touched:  # (a session that closed meanwhile: nobody waits for it)
+            log.debug("dropping a progress report from %s for a session it does not serve", svc.name)
+            return
+        self._to_client(s.ident, {"t": "progress", **fields, "device": svc.name})
 
     def _coll_ready(self, svc: ServiceInfo, h: dict) -> None:
         """Release a collective's ranks once every worker's input is in shared memory. The file a worker names
@@ -880,8 +897,8 @@ class Dispatcher:
             else:
                 by_dev_fetch.setdefault(d, []).append(i)
         reply_devs = set(by_dev_fetch)
-        if h.get("sync"):
-            reply_devs |= s.touched & set(self.workers)
+        if h.get("sync"):  # every device holding the session's state, this batch's own included
+            reply_devs |= (s.touched | set(split.frags)) & set(self.workers)
         coll_map, coll_direct = self._announce_collectives(s, colls) if colls else (None, None)
         xbase = self.next_x
         self.next_x += split.n_xfer

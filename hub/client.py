@@ -16,7 +16,7 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -47,6 +47,7 @@ __all__ = [
     "normalize_endpoint",
     "timeouts",
     "default_cache_dir",
+    "progress_bar",
     "push_folder",
     "push_files",
     "resolve",
@@ -267,7 +268,9 @@ def _chunks(src: bytes | Path, bar: Any) -> Iterator[bytes]:
             yield chunk
 
 
-def _progress(total: int, desc: str, enabled: bool) -> Any:
+def progress_bar(total: int, desc: str, enabled: bool = True) -> Any:
+    """The bar every hub transfer draws on stderr (``tqdm``, bytes with binary prefixes), or None when not
+    ``enabled``: the CLI's push and download bars and the client's bars for downloads into workers."""
     if not enabled:
         return None
     from tqdm.auto import tqdm
@@ -320,7 +323,7 @@ def _push(
     for sha in missing:
         if max_blob and sizes[sha] > max_blob:
             raise PayloadTooLarge(f"{names[sha]} is {sizes[sha]} bytes; the hub accepts at most {max_blob}")
-    bar = _progress(sum(sizes[s] for s in missing), f"push {repo_id}", progress)
+    bar = progress_bar(sum(sizes[s] for s in missing), f"push {repo_id}", progress)
     try:
         for sha in missing:  # names as hints let the hub validate .safetensors before storing
             src = sources[sha]
@@ -620,6 +623,7 @@ def _download(
     progress: bool,
     desc: str,
     timeout: float | tuple[float, float] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> None:
     part = dest.with_name(dest.name + ".incomplete")
     have = part.stat().st_size if part.exists() else 0
@@ -645,9 +649,11 @@ def _download(
                 cr = resp.headers.get("Content-Range", "")
                 if not cr.startswith(f"bytes {have}-"):
                     raise HubError(f"unexpected Content-Range {cr!r} resuming at {have}")
-            bar = _progress(size, desc, progress)
+            bar = progress_bar(size, desc, progress)
             if bar is not None:
                 bar.update(have)
+            if on_progress is not None:
+                on_progress(have, size)
             try:
                 with open(part, "r+b" if have else "wb") as f:
                     f.seek(have)
@@ -666,6 +672,8 @@ def _download(
                             left -= len(chunk)
                             if bar is not None:
                                 bar.update(len(chunk))
+                            if on_progress is not None:
+                                on_progress(size - left, size)
                     f.flush()
                     os.fsync(f.fileno())
             finally:
@@ -729,6 +737,7 @@ def fetch(
     into_memory: bool = False,
     revalidate: bool = False,
     timeout: float | tuple[float, float] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> Any:
     """Download one file of a revision into the local cache and return its path.
 
@@ -748,6 +757,9 @@ def fetch(
     ``into_memory=True`` returns the verified bytes (a numpy ``uint8`` array) instead of a path: read from the
     cache, or downloaded into memory while a background thread also writes them into the cache, so a
     worker loading weights waits for the network and the hash, not for the disk.
+
+    ``on_progress(done, total)`` is called with the bytes received so far as a download proceeds (once when it
+    starts, then per chunk received; never for a file served from the cache), on the calling thread.
     """
     check_repo_id(repo_id)
     check_file_path(path)
@@ -796,19 +808,35 @@ def fetch(
     dest = blobs / sha256
     url = f"{ep}/{repo_id}/resolve/{commit}/{quote(path)}"
     if into_memory:
-        return _fetch_to_memory(url, dest, sha256, size, tok, timeout)
+        return _fetch_to_memory(url, dest, sha256, size, tok, timeout, on_progress)
     if _read_verified(dest, sha256, size, into_memory=False):
         return dest
     _mkdir_private(blobs)
     with _locked(blobs / f"{sha256}.lock"):
         if _read_verified(dest, sha256, size, into_memory=False):
             return dest
-        _download(url, dest, sha256, size, token=tok, progress=progress, desc=path.rsplit("/", 1)[-1], timeout=timeout)
+        _download(
+            url,
+            dest,
+            sha256,
+            size,
+            token=tok,
+            progress=progress,
+            desc=path.rsplit("/", 1)[-1],
+            timeout=timeout,
+            on_progress=on_progress,
+        )
     return dest
 
 
 def _fetch_to_memory(
-    url: str, dest: Path, sha256: str, size: int, token: str | None, timeout: float | tuple[float, float] | None
+    url: str,
+    dest: Path,
+    sha256: str,
+    size: int,
+    token: str | None,
+    timeout: float | tuple[float, float] | None,
+    on_progress: Callable[[int, int], None] | None = None,
 ):
     """The file's verified bytes: read from the cache (and hashed), or downloaded into memory, verified, and
     returned at once while a background thread writes them into the cache (so a loader need not wait for
@@ -826,6 +854,8 @@ def _fetch_to_memory(
     headers = _headers(token, **{"Accept-Encoding": "identity"})
     got = 0
     with _open(urllib.request.Request(url, headers=headers), timeout) as resp, _HashWriter(h, None) as sink:
+        if on_progress is not None:
+            on_progress(0, size)
         while got < size:  # bounded by the announced size
             try:
                 n = resp.readinto(view[got : got + DOWNLOAD_CHUNK])
@@ -835,6 +865,8 @@ def _fetch_to_memory(
                 break
             sink.put(view[got : got + n])
             got += n
+            if on_progress is not None:
+                on_progress(got, size)
     if got < size:
         raise HubUnavailable(f"download of {url} ended {size - got} bytes early")
     digest = h.hexdigest()

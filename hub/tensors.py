@@ -62,6 +62,7 @@ def load_state_dict(
     token: str | None = None,
     session=None,
     files: list[str] | None = None,
+    progress=None,
 ) -> dict:
     """Tensors of every ``*.safetensors`` file of a hub repository, loaded by the worker of ``device``.
 
@@ -69,8 +70,16 @@ def load_state_dict(
     configured with; an ``endpoint`` naming another hub is refused with ``Unauthorized``); the bytes never pass
     through this process. ``token`` falls back to ``TENSORWIRE_HUB_TOKEN``; it is sent to the worker, which uses
     it only towards the cluster's hub.
+
+    ``progress``: bars on stderr for the workers' downloads, drawn while this process waits for an answer (the
+    tensors are lazy: the download runs when a value is needed). None (default): when stderr is a terminal; True:
+    always; False: never; ``TENSORWIRE_PROGRESS=0`` turns bars off whatever the code says, ``=1`` on where the
+    default applies. A callable gets each report (a ``tw.progress.DownloadProgress``) instead of bars. Downloads
+    under ``TENSORWIRE_PROGRESS_MIN_BYTES`` (8 MiB) that end within a second, and files in a worker's cache, show
+    nothing (docs/observability.md#progress).
     """
     from tensorwire.context import current_session
+    from tensorwire.progress import sink_for
     from tensorwire.protocol.safetensors_io import tensor_specs
     from tensorwire.tensor import device_name
 
@@ -85,6 +94,8 @@ def load_state_dict(
 
         raise EntryNotFound(f"{repo_id}@{revision} has no .safetensors files")
     dev = s.default_device if device is None else s.check_device(device_name(device))
+    sink = sink_for(progress)
+    progress_id = s.watch_progress(sink) if sink is not None else None
     out = {}
     for path in names:
         header = remote_header(ep, repo_id, commit, path, tok)
@@ -101,6 +112,8 @@ def load_state_dict(
                 attrs["endpoint"] = endpoint
             if tok:
                 attrs["token"] = tok
+            if progress_id is not None:
+                attrs["progress"] = progress_id
             out[name] = s.record("hub_tensor", [], attrs, dev)
     return out
 
@@ -172,12 +185,13 @@ def load(
     token: str | None = None,
     session=None,
     strict: bool = True,
+    progress=None,
 ):
     """A ``tw.models`` model built from the repository's ``config.json`` with its weights, on ``device``.
 
     ``config.json``'s ``architectures``/``model_type`` chooses the class (``tw.models.for_config``); the
     weights are loaded by the worker that owns ``device`` straight from the hub (see
-    :func:`load_state_dict`), and the model is returned in eval mode.
+    :func:`load_state_dict`, whose ``progress`` this passes on), and the model is returned in eval mode.
     """
     from tensorwire import models, nn
     from tensorwire.context import current_session
@@ -199,7 +213,7 @@ def load(
             model = models.for_config(config)
     finally:
         s.default_device = prev
-    state = load_state_dict(repo_id, commit, device=dev, endpoint=ep, token=tok, session=s)
+    state = load_state_dict(repo_id, commit, device=dev, endpoint=ep, token=tok, session=s, progress=progress)
     own = set(model.state_dict())
     prefix = f"{config.get('model_type', '')}."
     if prefix != "." and not own & set(state) and any(k.startswith(prefix) for k in state):

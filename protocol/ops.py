@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from . import dtypes as D
 from .errors import DTypeError, ProtocolError, ShapeError
+from .progress import valid_id as valid_progress_id
 from .shapes import (
     Shape,
     broadcast,
@@ -186,16 +187,19 @@ def _hub_tensor_infer(metas, attrs):
     for k in ("endpoint", "token"):  # optional: the worker downloads from the cluster's hub only
         if attrs.get(k) is not None and not isinstance(attrs[k], str):
             raise ProtocolError(f"attribute {k!r} must be a string")
+    if attrs.get("progress") is not None and not valid_progress_id(attrs["progress"]):
+        raise ProtocolError("attribute 'progress' must be a positive int (the client's id for the load)")
     return _creation_infer(metas, attrs)
 
 
 register_op(OpDef("hub_tensor", 0, _hub_tensor_infer, kind="worker", differentiable=False,
-                  attrs=("endpoint", "repo", "commit", "path", "name", "shape", "dtype", "token"),
+                  attrs=("endpoint", "repo", "commit", "path", "name", "shape", "dtype", "token", "progress"),
                   doc="Tensor `name` of safetensors file `path` at `commit` of hub repository `repo`: the worker "
                       "downloads the file from the cluster's hub itself (cached by sha256 on its host, hash verified) "
                       "and loads the tensor into device memory; the bytes never pass through the client. "
                       "`endpoint`, when given, must be the cluster's hub (workers fetch from no other); `token` is "
-                      "the client's hub token."))
+                      "the client's hub token; `progress`, when given, the client's id for the load: the worker "
+                      "reports the download's progress to the session under it (protocol/progress.py)."))
 
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
