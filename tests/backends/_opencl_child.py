@@ -16,6 +16,7 @@ Oclgrind, run with its variables set).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -28,6 +29,9 @@ from tensorwire.backends import testing as T
 from tensorwire.backends.opencl import OpenCLBackend
 from tensorwire.backends.opencl import runtime as RT
 from tensorwire.protocol import dtypes as D
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from tests.backends._lowered import kernel_lists  # noqa: E402
 
 
 def info() -> dict:
@@ -46,38 +50,12 @@ def _has_platform(name: str) -> bool:
 
 # -- conformance ----------------------------------------------------------------------------------------------------
 
-class _Dry(Exception):
-    pass
-
-
-def _dry(*args):
-    raise _Dry()
-
-
 def prebuild(backend, cases) -> dict:
     """Lower every case's fragments without running them, and compile all their kernels in a few programs
     (``CLRuntime.prebuild``: PoCL spends ~0.1 s a program, much the same for one kernel or hundreds)."""
-    from tensorwire.backends.codegen.lower import lower
-
     t0 = time.perf_counter()
     dev = T._device(backend, 0)
-    lists = []
-
-    def collect(plan, keep):
-        lw = lower(plan.program.steps, set(keep), dev.lowering_options)
-        if lw.kernels:
-            lists.append(lw.kernels)
-        return _dry
-
-    dev.runner, dev.run_step = collect, _dry  # instance attributes: every case lowers, nothing runs
-    try:
-        for case in cases:
-            try:
-                T.check_case(backend, case)
-            except (Exception, pytest.skip.Exception):  # every dry case fails (or skips): only the lowering counts
-                pass
-    finally:
-        del dev.runner, dev.run_step
+    lists = kernel_lists(backend, cases)
     programs = dev.runtime.prebuild(lists)
     return {"fragments": len(lists), "programs": programs, "kernels": len(dev.runtime._kernels),
             "work_group_kernels": sum(1 for ks in lists for k in ks if k.local),
