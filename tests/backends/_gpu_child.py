@@ -23,7 +23,6 @@ import traceback
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
@@ -31,7 +30,7 @@ from tensorwire.backends import executor as X  # noqa: E402
 from tensorwire.backends import gpu_runtime as GR  # noqa: E402
 from tensorwire.backends import testing as T  # noqa: E402
 from tensorwire.protocol import dtypes as D  # noqa: E402
-from tests.backends._lowered import kernel_lists  # noqa: E402
+from tests.backends._child_cases import kernel_lists, run_cases  # noqa: E402
 
 #: per target: the backend's package, the stand-in module, the stand-in's names of the allocation, free and upload
 #: calls, and the stand-in configuration a disk-cache check uses (a GPU whose compile target no other check uses)
@@ -82,31 +81,8 @@ def conformance(names: list[str] | None) -> dict:
     stats = prebuild(backend, drv, cases)
     dev = T._device(backend, 0)
     builds_before = dev.runtime.builds
-    seen = {"execute": 0, "expects_failure": False}
-    real_execute, real_run = X.execute, T._Ctx.run
-
-    def execute(*a, **k):
-        seen["execute"] += 1
-        return real_execute(*a, **k)
-
-    def run(self, g, **kw):
-        if any(isinstance(w, T._Err) for w in g.expect.values()) or any(isinstance(a, X.Fail) for a in g.inputs):
-            seen["expects_failure"] = True
-        return real_run(self, g, **kw)
-
-    X.execute, T._Ctx.run = execute, run
-    out = {}
     t0 = time.perf_counter()
-    for case in cases:
-        seen.update(execute=0, expects_failure=False)
-        try:
-            T.check_case(backend, case)
-            status, msg = "ok", ""
-        except pytest.skip.Exception as e:
-            status, msg = "skip", str(e)
-        except Exception as e:
-            status, msg = "fail", f"{type(e).__name__}: {e}"
-        out[case.name] = [status, msg, seen["execute"] > 0, seen["expects_failure"]]
+    out = run_cases(backend, cases)
     stats["run_seconds"] = time.perf_counter() - t0
     stats["builds_after_prebuild"] = dev.runtime.builds - builds_before
     stats["launches"] = drv.launches

@@ -18,7 +18,6 @@ import time
 import traceback
 
 import numpy as np
-import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
@@ -28,7 +27,7 @@ from tensorwire.backends.mps import MPSBackend  # noqa: E402
 from tensorwire.backends.mps import metal_runtime as MR  # noqa: E402
 from tensorwire.protocol import dtypes as D  # noqa: E402
 from tests.backends import _metal_standin as S  # noqa: E402
-from tests.backends._lowered import kernel_lists  # noqa: E402
+from tests.backends._child_cases import kernel_lists, run_cases  # noqa: E402
 
 #: the Metal GPU refuses float64 tensors (as PyTorch's MPS): a case that needs them is "refused", not failed. A
 #: kernel that needs float64 inside ("Metal has no float64: kernel ...") is a failure.
@@ -70,31 +69,8 @@ def conformance() -> dict:
         "prebuild_seconds": time.perf_counter() - t0,
     }
     dev = T._device(backend, 0)
-    seen = {"execute": 0, "expects_failure": False}
-    real_execute, real_run = X.execute, T._Ctx.run
-
-    def execute(*a, **k):
-        seen["execute"] += 1
-        return real_execute(*a, **k)
-
-    def run(self, g, **kw):
-        if any(isinstance(w, T._Err) for w in g.expect.values()) or any(isinstance(a, X.Fail) for a in g.inputs):
-            seen["expects_failure"] = True
-        return real_run(self, g, **kw)
-
-    X.execute, T._Ctx.run = execute, run
-    out = {}
     t0 = time.perf_counter()
-    for case in cases:
-        seen.update(execute=0, expects_failure=False)
-        try:
-            T.check_case(backend, case)
-            status, msg = "ok", ""
-        except pytest.skip.Exception as e:
-            status, msg = "skip", str(e)
-        except Exception as e:
-            status, msg = ("refused" if REFUSED in str(e) else "fail"), f"{type(e).__name__}: {e}"
-        out[case.name] = [status, msg, seen["execute"] > 0, seen["expects_failure"]]
+    out = run_cases(backend, cases, lambda e: "refused" if REFUSED in str(e) else "fail")
     stats.update(
         run_seconds=time.perf_counter() - t0,
         launches=metal.launches,

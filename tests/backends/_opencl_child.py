@@ -22,7 +22,6 @@ import time
 import traceback
 
 import numpy as np
-import pytest
 
 from tensorwire.backends import executor as X
 from tensorwire.backends import testing as T
@@ -31,7 +30,7 @@ from tensorwire.backends.opencl import runtime as RT
 from tensorwire.protocol import dtypes as D
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from tests.backends._lowered import kernel_lists  # noqa: E402
+from tests.backends._child_cases import kernel_lists, run_cases  # noqa: E402
 
 
 def info() -> dict:
@@ -89,31 +88,8 @@ def conformance(names: list[str] | None = None, work_groups: bool = False, vecto
         dev.lowering_options = dataclasses.replace(RT.LOWERING, vector=vectors)
     stats = prebuild(backend, cases)
     builds_before = T._device(backend, 0).runtime.builds
-    seen = {"execute": 0, "expects_failure": False}
-    real_execute, real_run = X.execute, T._Ctx.run
-
-    def execute(*a, **k):
-        seen["execute"] += 1
-        return real_execute(*a, **k)
-
-    def run(self, g, **kw):
-        if any(isinstance(w, T._Err) for w in g.expect.values()) or any(isinstance(a, X.Fail) for a in g.inputs):
-            seen["expects_failure"] = True
-        return real_run(self, g, **kw)
-
-    X.execute, T._Ctx.run = execute, run
-    out = {}
     t0 = time.perf_counter()
-    for case in cases:
-        seen.update(execute=0, expects_failure=False)
-        try:
-            T.check_case(backend, case)
-            status, msg = "ok", ""
-        except pytest.skip.Exception as e:
-            status, msg = "skip", str(e)
-        except Exception as e:
-            status, msg = "fail", f"{type(e).__name__}: {e}"
-        out[case.name] = [status, msg, seen["execute"] > 0, seen["expects_failure"]]
+    out = run_cases(backend, cases)
     stats["run_seconds"] = time.perf_counter() - t0
     stats["builds_after_prebuild"] = T._device(backend, 0).runtime.builds - builds_before
     return {"cases": out, "prebuild": stats}

@@ -1,0 +1,83 @@
+"""The conformance cases as the backend tests' child processes run them (``_opencl_child``, ``_gpu_child``,
+``_mps_child``): the kernels the cases lower to, found without running them, and the cases' outcomes.
+
+A stand-in that runs kernels as their OpenCL twins on PoCL pays PoCL's fixed cost per program; building all the
+twins of a suite in a few programs first (``CLRuntime.prebuild``) makes the suite run several times faster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tensorwire.backends import executor as X
+from tensorwire.backends import testing as T
+
+
+class _Dry(Exception):
+    pass
+
+
+def _dry(*args):
+    raise _Dry()
+
+
+def kernel_lists(backend, cases) -> list:
+    """The kernels of every fragment ``cases`` run on ``backend``'s device 0 (one list a fragment), lowered with the
+    device's ``lowering_options`` and never run."""
+    from tensorwire.backends.codegen.lower import lower
+
+    dev = T._device(backend, 0)
+    lists = []
+
+    def collect(plan, keep):
+        lw = lower(plan.program.steps, set(keep), dev.lowering_options)
+        if lw.kernels:
+            lists.append(lw.kernels)
+        return _dry
+
+    dev.runner, dev.run_step = collect, _dry  # instance attributes: every case lowers, nothing runs
+    try:
+        for case in cases:
+            try:
+                T.check_case(backend, case)
+            except (Exception, pytest.skip.Exception):  # every dry case fails (or skips): only the lowering counts
+                pass
+    finally:
+        del dev.runner, dev.run_step
+    return lists
+
+
+def run_cases(backend, cases, failed: Callable[[Exception], str] = lambda e: "fail") -> dict:
+    """``{name: [status, message, ran step by step, a failure was expected]}`` for every case run on ``backend``:
+    status ``ok``, ``skip``, or ``failed(exception)`` (``fail`` unless the caller names a kinder one). "Step by step"
+    says the executor re-ran a fragment one node at a time (a kernel failed, or the case expects an error)."""
+    seen = {"execute": 0, "expects_failure": False}
+    real_execute, real_run = X.execute, T._Ctx.run
+
+    def execute(*a, **k):
+        seen["execute"] += 1
+        return real_execute(*a, **k)
+
+    def run(self, g, **kw):
+        if any(isinstance(w, T._Err) for w in g.expect.values()) or any(isinstance(a, X.Fail) for a in g.inputs):
+            seen["expects_failure"] = True
+        return real_run(self, g, **kw)
+
+    X.execute, T._Ctx.run = execute, run
+    out = {}
+    try:
+        for case in cases:
+            seen.update(execute=0, expects_failure=False)
+            try:
+                T.check_case(backend, case)
+                status, msg = "ok", ""
+            except pytest.skip.Exception as e:
+                status, msg = "skip", str(e)
+            except Exception as e:
+                status, msg = failed(e), f"{type(e).__name__}: {e}"
+            out[case.name] = [status, msg, seen["execute"] > 0, seen["expects_failure"]]
+    finally:
+        X.execute, T._Ctx.run = real_execute, real_run
+    return out
