@@ -6,6 +6,9 @@ The host rounds the global size up to a multiple of the work-group size, so ever
 Vector values are ``floatN``/``intN`` (bools: comparisons of float vectors give -1 or 0 a lane), read and written
 with ``vloadN``/``vstoreN`` (element alignment suffices), chosen lane by lane with ``select``.
 Double precision needs ``cl_khr_fp64``, which the runtime checks for before it lists a device.
+
+``own_math`` (CPU drivers): float ``sin`` and ``exp`` are the renderer's own vectorising functions, and vector
+``cos``/``tan`` the driver's guarded against its large-argument bug (:mod:`.opencl_math`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 from tensorwire.protocol import dtypes as D
 
 from . import ir
-from .render import CStyleRenderer
+from .opencl_math import OWN_MATH, own_math_source
+from .render import HALF, CStyleRenderer
 
 
 class OpenCLRenderer(CStyleRenderer):
@@ -35,6 +39,21 @@ class OpenCLRenderer(CStyleRenderer):
 #define TW_SQRT sqrt
 #define TW_FLOOR floor
 """
+
+    def __init__(self, own_math: bool = False):
+        self.own_math = OWN_MATH if own_math else frozenset()
+
+    def alu(self, x: ir.X, a: list[str]) -> str:
+        dt = x.dtype
+        if x.arg in self.own_math and (dt is D.float32 or dt in HALF):
+            name = f"tw_{x.arg}_x{x.width}"
+            if name not in self._own:
+                src = own_math_source(x.arg, x.width)
+                if src is not None:
+                    self._own[name] = src
+            if name in self._own:
+                return self.round(f"{name}({a[0]})", dt)
+        return super().alu(x, a)
 
     def buf_param(self, b: ir.Buf) -> str:
         const = "" if b.out else "const "

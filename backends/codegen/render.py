@@ -418,10 +418,12 @@ class CStyleRenderer:
     def render(self, kernels: list[ir.Kernel]) -> str:
         """One source file: headers, macros, the helpers used, then the kernels."""
         self._helpers = set()
+        self._own = {}  # a target's own helper functions the kernels call, by name (see OpenCLRenderer.own_math)
         bodies = [self.kernel(k) for k in kernels]
         helpers = []
         for name, dt in sorted(self._helpers, key=lambda h: (h[0], h[1].name)):
             helpers.append(HELPER_TEMPLATES[name].format(T=self.reg(dt), S=self._hsuffix(dt), F=self.suffix(dt)))
+        helpers += [self._own[name] for name in sorted(self._own)]
         return "\n".join([self.headers, self.macros, *_used_groups(self.preamble(), helpers + bodies), *helpers,
                           *bodies]) + "\n"
 

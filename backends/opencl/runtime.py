@@ -232,7 +232,8 @@ class CLRuntime:
     def __init__(self, cl, platform, device, ctx, queue, stats: list):
         self.cl, self.platform, self.device, self.ctx, self.queue = cl, platform, device, ctx, queue
         self.stats = stats
-        self.renderer = OpenCLRenderer()
+        self.cpu = bool(device.type & cl.device_type.CPU)
+        self.renderer = OpenCLRenderer(own_math=self.cpu)  # CPU drivers: our float sin/exp (codegen/opencl_math.py)
         cid = " | ".join(str(x).strip() for x in (platform.name, platform.version, device.name, device.version,
                                                   device.driver_version, device.opencl_c_version))
         self.options = list(BUILD_OPTIONS)
@@ -245,7 +246,6 @@ class CLRuntime:
         self._lock = threading.Lock()
         self.max_alloc = int(device.max_mem_alloc_size)
         self.total = int(device.global_mem_size)
-        self.cpu = bool(device.type & cl.device_type.CPU)
         self.units = max(1, int(device.max_compute_units))
         mf = cl.mem_flags
         self._err_host = np.zeros(2, np.int64)

@@ -359,9 +359,56 @@ def _chain_on_vectors(dev, n: int = 100003) -> None:
     assert abs(float(got[14]) - terms.sum()) <= 4e-6 * terms.sum(), (float(got[14]), terms.sum())
 
 
+def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """How many float32 steps ``got`` is from ``want`` rounded to float32 (0 where both are NaN or equal)."""
+    g, w = got.astype(np.float32), want.astype(np.float32)
+    ig, iw = (v.view(np.int32).astype(np.int64) for v in (g, w))
+    ig, iw = (np.where(i < 0, -(i & 0x7FFFFFFF), i) for i in (ig, iw))  # a monotonic integer line through +-0
+    same = (g == w) | (np.isnan(g) & np.isnan(w))
+    return np.where(same, 0, np.abs(ig - iw))
+
+
+def _small_lanes_beside_large(dev) -> None:
+    """sin, cos and tan of tiny to moderate lanes sharing a vector with lanes of 1e7 and 3e38. PoCL 3.1's own vector
+    functions gave sin(1e-30) = 0.0099 there (its large-argument reduction applied to every lane); the renderer's
+    own sin and the guarded cos/tan (codegen/opencl_math.py) must not."""
+    small = np.array([1e-30, 1e-8, -3e-7, 1e-4, 0.3, -0.7, 1.2, 2.5], np.float32)
+    for big in (1e7, 3e38, -1e5, 9999.0):
+        x = np.concatenate([small, np.full(8, big, np.float32)] * 3 + [small[:5]]).astype(np.float32)
+        for op in ("sin", "cos", "tan"):
+            got, kernels = _run_nodes(dev, [[op, [-1], None]], [x], [0])
+            assert all(_vectorised(k) for k in kernels), f"{op} did not run on vectors"
+            with np.errstate(all="ignore"):
+                want = getattr(np, op)(x.astype(np.float64))
+            u = _ulps(got[0], want)
+            assert u.max() <= 4, f"{op} beside {big:g}: {x[u > 4][:4]} gave {got[0][u > 4][:4]}, want {want[u > 4][:4]}"
+
+
+def _own_math_within_two_ulp(dev) -> None:
+    """The renderer's own float sin and exp (codegen/opencl_math.py) within 2 and 1 ulp of the correctly rounded
+    result over normal, wide uniform and random-bit inputs with the special values, on vectors and in tails."""
+    rng = np.random.default_rng(7)
+    bits = np.frombuffer(rng.integers(0, 2**32, 1 << 16, dtype=np.uint32).tobytes(), np.float32)
+    for op, wide, bound in (("sin", (-2e4, 2e4), 2), ("exp", (-105.0, 90.0), 1)):
+        x = np.concatenate([rng.standard_normal(1 << 16) * 3, rng.uniform(*wide, 1 << 16), bits,
+                            [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 88.72, 88.73, -103.3, -87.3, 1e-30,
+                             3.1415927, 9999.5, 10000.5, 6.0e5, 3e38]]).astype(np.float32)
+        got, kernels = _run_nodes(dev, [[op, [-1], None]], [x], [0])
+        src = "".join(dev.runtime.renderer.render([k]) for k in kernels)
+        assert f"tw_{op}_x16(" in src and f"tw_{op}_x1(" in src, f"{op} is not the renderer's own"
+        with np.errstate(all="ignore"):
+            want = getattr(np, op)(x.astype(np.float64))
+        u = _ulps(got[0], want)
+        assert u.max() <= bound, f"{op}: {u.max()} ulp at {x[np.argmax(u)]!r}"
+        zeros = x == 0
+        assert (np.signbit(got[0][zeros]) == np.signbit(want[zeros].astype(np.float32))).all(), f"{op}: sign of zero"
+
+
 VECTOR_CHECKS = {"unary_on_vectors": _unary_on_vectors, "binary_on_vectors": _binary_on_vectors,
                  "slices_at_any_offset": _slices_at_any_offset, "sums_match_float64": _sums_match_float64,
-                 "fallbacks_run_scalar": _fallbacks_run_scalar, "chain_on_vectors": _chain_on_vectors}
+                 "fallbacks_run_scalar": _fallbacks_run_scalar, "chain_on_vectors": _chain_on_vectors,
+                 "small_lanes_beside_large": _small_lanes_beside_large,
+                 "own_math_within_two_ulp": _own_math_within_two_ulp}
 
 
 def vector_checks() -> dict:

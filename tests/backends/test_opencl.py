@@ -180,7 +180,8 @@ def vector_checks(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["unary_on_vectors", "binary_on_vectors", "slices_at_any_offset",
-                                  "sums_match_float64", "fallbacks_run_scalar", "chain_on_vectors"])
+                                  "sums_match_float64", "fallbacks_run_scalar", "chain_on_vectors",
+                                  "small_lanes_beside_large", "own_math_within_two_ulp"])
 def test_vector_loops(vector_checks, name):
     """Vector loops in the device's own lowering (16 lanes): see ``_opencl_child.VECTOR_CHECKS``."""
     assert vector_checks[name] == "", vector_checks[name]
