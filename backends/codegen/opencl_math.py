@@ -64,16 +64,19 @@ def _rint(v: str) -> str:
     return f"(({v} + 12582912.0f) - 12582912.0f)"
 
 
-def _lanes(op: str, width: int, limit: str) -> str:
-    """Statements replacing the lanes of ``v`` whose ``x`` is beyond ``limit`` in magnitude with the driver's scalar
-    ``op`` of them (private arrays: OpenCL C has no variable lane index)."""
-    return f"""  if (any(fabs(x) > {limit})) {{
-    float t[{width}], u[{width}];
-    vstore{width}(x, 0, t);
-    vstore{width}(v, 0, u);
-    for (int l = 0; l < {width}; l++) if (fabs(t[l]) > {limit}) u[l] = {op}(t[l]);
-    v = vload{width}(0, u);
-  }}
+def _lanes(op: str, width: int, limit: str, every: bool) -> str:
+    """``tw_{op}_lanes{width}(x, v)``: ``v`` with the lanes whose ``x`` is beyond ``limit`` in magnitude (``every``:
+    all lanes) replaced by the driver's scalar ``op`` of ``x`` (private arrays: OpenCL C has no variable lane
+    index). Not inlined: only vectors with a large lane call it, and inlined it slowed the common path by ~0.4 ms
+    over the chain's 16M elements (private arrays in the loop's frame)."""
+    cond = "" if every else f"if (fabs(t[l]) > {limit}) "
+    return f"""__attribute__((noinline)) float{width} tw_{op}_lanes{width}(float{width} x, float{width} v) {{
+  float t[{width}], u[{width}];
+  vstore{width}(x, 0, t);
+  vstore{width}(v, 0, u);
+  for (int l = 0; l < {width}; l++) {cond}u[l] = {op}(t[l]);
+  return vload{width}(0, u);
+}}
 """
 
 
@@ -90,12 +93,9 @@ def own_math_source(op: str, width: int) -> str | None:
         if width == 1:
             return None
         # the driver's vector result is wrong in every small lane once one lane is large: all lanes go scalar then
-        return f"""TW_FN {f} tw_{op}_x{width}({f} x) {{
-  if (!any(fabs(x) > {GUARD_LIMIT})) return {op}(x);
-  float t[{width}];
-  vstore{width}(x, 0, t);
-  for (int l = 0; l < {width}; l++) t[l] = {op}(t[l]);
-  return vload{width}(0, t);
+        return _lanes(op, width, GUARD_LIMIT, every=True) + f"""TW_FN {f} tw_{op}_x{width}({f} x) {{
+  const {f} v = {op}(x);
+  return any(fabs(x) > {GUARD_LIMIT}) ? tw_{op}_lanes{width}(x, v) : v;
 }}"""
     if op == "sin":
         if width == 1:
@@ -103,15 +103,16 @@ def own_math_source(op: str, width: int) -> str | None:
             tail = "  return v;"
         else:  # the driver's scalar sin, lane by lane (see the module's docstring for why not its vector sin)
             big = ""
-            tail = _lanes("sin", width, SIN_LIMIT) + "  return v;"
+            tail = f"  return any(fabs(x) > {SIN_LIMIT}) ? tw_sin_lanes{width}(x, v) : v;"
         a, b, c = PI
-        return f"""TW_FN {f} tw_sin_x{width}({f} x) {{
+        lanes = "" if width == 1 else _lanes("sin", width, SIN_LIMIT, every=False)
+        return lanes + f"""TW_FN {f} tw_sin_x{width}({f} x) {{
 {big}  const {f} q = {_rint(f"x * {INV_PI}")};
   const {f} r = fma(-q, {c}, fma(-q, {b}, fma(-q, {a}, x)));
   const {f} z = r * r;
   const {f} s = fma(r * z, {_horner("z", SIN_POLY)}, r);
   const {f} sv = as_{f}(as_{i}(s) ^ (convert_{i}(q) << 31));
-  {f} v = {pick("x == 0.0f", "sv", "x")};
+  const {f} v = {pick("x == 0.0f", "sv", "x")};
 {tail}
 }}"""
     if op == "exp":
