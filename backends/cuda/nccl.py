@@ -1,8 +1,8 @@
 """NCCL for collectives whose devices are all CUDA: a ctypes binding and the worker's side of the data path.
 
 The library is the ``nvidia-nccl-cu12`` wheel's ``libnccl.so.2`` (the ``cuda`` extra), found by ``cuda.pathfinder``
-like NVRTC and cuBLAS and loaded on first use through :func:`load_nccl`, the one entry point (tests replace it with
-a stand-in). Nothing here loads at import time.
+like NVRTC and cuBLAS and loaded on first use through :func:`load_nccl`, the one entry point (tests may replace
+it). Nothing here loads at import time.
 
 The protocol around it (see ``docs/architecture.md``, "Collectives over NCCL"):
 

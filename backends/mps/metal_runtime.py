@@ -19,8 +19,8 @@ a custom kernel cannot take a buffer an earlier launch wrote as its output), ``r
 (:data:`~tensorwire.backends.codegen.elementwise.FLOAT64_SOURCES`: their kernels compute in float64, which Metal
 has not), anything else the lowering makes a host step; float64 tensors are refused, as on PyTorch's MPS.
 
-Two names are the tests' seam: :func:`load_metal_kernel` (a stand-in replaces it; MLX's custom kernels need Metal)
-and :data:`TEST_METAL_ON_CPU`, which makes a device on MLX's CPU take this path (only with such a stand-in).
+:func:`load_metal_kernel` is the one place the factory comes from: it gives none on MLX's CPU device (custom
+kernels need Metal), and a device with no factory runs every step as MLX ops. Tests may replace it.
 """
 
 from __future__ import annotations
@@ -46,13 +46,11 @@ LOWERING = dataclasses.replace(LOWERING_GPU, host_ops=frozenset({"matmul"}) | UP
 #: threads per threadgroup for kernels that do not fix their work-group size
 THREADGROUP = 256
 
-#: test-only: a device on MLX's CPU (``TENSORWIRE_MPS_ON_CPU=1``) runs fragments as Metal kernels and refuses float64
-#: as the GPU does. Only meaningful with a stand-in for :func:`load_metal_kernel` (tests/backends/_metal_standin.py)
-TEST_METAL_ON_CPU = False
-
-
-def load_metal_kernel():
-    """The factory that builds a custom kernel: ``mx.fast.metal_kernel`` (tests substitute a stand-in)."""
+def load_metal_kernel(on_cpu: bool):
+    """The factory that builds a custom kernel, ``mx.fast.metal_kernel``; None on MLX's CPU device (``on_cpu``),
+    where custom kernels need a Metal GPU the host does not have."""
+    if on_cpu:
+        return None
     import mlx.core as mx
 
     return mx.fast.metal_kernel
@@ -188,4 +186,4 @@ def _bound(x, storage):
     return x if x.dtype == storage else x.view(storage)
 
 
-__all__ = ["LOWERING", "MetalKernels", "TEST_METAL_ON_CPU", "THREADGROUP", "load_metal_kernel"]
+__all__ = ["LOWERING", "MetalKernels", "THREADGROUP", "load_metal_kernel"]

@@ -123,8 +123,8 @@ class MPSDevice(Device):
     """``mps:0``: buffers are ``mx.array``; fused Metal kernels and MLX operations (see the module doc), evaluated
     at the fragment's outputs.
 
-    ``gpu``: the device is the Metal GPU (float64 refused); ``metal``: fragments run as Metal kernels (on the GPU,
-    or on MLX's CPU with :data:`.metal_runtime.TEST_METAL_ON_CPU` and a stand-in for ``mx.fast.metal_kernel``)."""
+    ``metal``: fragments run as Metal kernels, wherever :func:`.metal_runtime.load_metal_kernel` gives a factory
+    (the GPU); ``gpu``: the device behaves as the Metal GPU (float64 refused), which is the same thing."""
 
     MAX_STEP_RUNNERS = 4096
 
@@ -135,13 +135,14 @@ class MPSDevice(Device):
 
         self.backend, self.index, self.found = backend, index, found
         self.mx, self.K = mx, K
-        self.metal = not found.on_cpu or metal_runtime.TEST_METAL_ON_CPU
+        make_kernel = metal_runtime.load_metal_kernel(found.on_cpu)
+        self.metal = make_kernel is not None
         self.gpu = self.metal
         mx.set_default_device(mx.cpu if found.on_cpu else mx.gpu)
         if self.metal:
             from ..codegen.program import StepRunners
 
-            self.runtime = metal_runtime.MetalKernels(mx, metal_runtime.load_metal_kernel())
+            self.runtime = metal_runtime.MetalKernels(mx, make_kernel)
             self.lowering_options = metal_runtime.LOWERING
             self._step_runners = StepRunners(self, self.MAX_STEP_RUNNERS)
 

@@ -1,8 +1,8 @@
 """A stand-in for ``mx.fast.metal_kernel``, for running the MPS backend's Metal-kernel path without a Mac.
 
 MLX's custom kernels need Metal; on Linux MLX runs on its CPU device only. :func:`install` replaces the backend's
-one seam, ``metal_runtime.load_metal_kernel`` (which returns ``mx.fast.metal_kernel``), with
-:meth:`StandInMetal.metal_kernel`, and sets ``metal_runtime.TEST_METAL_ON_CPU`` so that a device on MLX's CPU
+one seam, ``metal_runtime.load_metal_kernel`` (which returns ``mx.fast.metal_kernel``, or none on MLX's CPU), with
+one that returns :meth:`StandInMetal.metal_kernel` there too, so that a device on MLX's CPU
 (``TENSORWIRE_MPS_ON_CPU=1``) takes the Metal path: fragments lowered for a GPU, kernels rendered by
 ``mlx_source``, built by name and launched with MLX arrays, error slots read after evaluation, float64 refused.
 
@@ -215,8 +215,7 @@ def install(metal_runtime) -> StandInMetal:
     """Make the MPS backend's ``metal_runtime`` build its kernels with a new :class:`StandInMetal` and take the Metal
     path on MLX's CPU; returns the stand-in. Devices opened before keep what they had."""
     metal = StandInMetal()
-    metal_runtime.load_metal_kernel = lambda: metal.metal_kernel
-    metal_runtime.TEST_METAL_ON_CPU = True
+    metal_runtime.load_metal_kernel = lambda on_cpu: metal.metal_kernel  # on MLX's CPU too
     if not getattr(MLXMetalRenderer.render, "_standin", False):
         real = MLXMetalRenderer.render
 
