@@ -7,7 +7,7 @@ import numpy as np
 
 import tensorwire as tw
 
-from .harness import Result, interleaved
+from .harness import Result, adam_step, every, interleaved
 from .training import THREADS, _data, _models
 
 
@@ -63,28 +63,12 @@ def bench_step(k: int) -> Result:
 
     @tw.compile
     def ours_step(xb, yb):
-        loss = tw.nn.functional.cross_entropy(mm(xb), yb)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
+        return adam_step(tw.nn.functional, mm, opt, xb, yb)
 
     def peer_step():
-        loss = torch.nn.functional.cross_entropy(tm(tx), ty)
-        topt.zero_grad()
-        loss.backward()
-        topt.step()
-        return loss
+        return adam_step(torch.nn.functional, tm, topt, tx, ty)
 
-    def ours():
-        for _ in range(k - 1):
-            ours_step(xs, ys)
-        ours_step(xs, ys).item()
-
-    def peer():
-        for _ in range(k - 1):
-            peer_step()
-        peer_step().item()
+    ours, peer = every(lambda: ours_step(xs, ys), k), every(peer_step, k)
 
     for _ in range(max(2, 10 // k)):
         ours()

@@ -16,7 +16,7 @@ import numpy as np
 
 import tensorwire as tw
 
-from .harness import Result, interleaved
+from .harness import Result, adam_step, every, interleaved
 
 REPEAT = 10
 CHAIN_N = 64 * 2**20
@@ -127,30 +127,15 @@ def bench_mlp_step() -> Result:
     topt = torch.optim.Adam(tm.parameters(), lr=1e-3)
 
     def ours_step():
-        loss = tw.nn.functional.cross_entropy(mm(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
+        return adam_step(tw.nn.functional, mm, opt, x, y)
 
     def peer_step():
-        loss = torch.nn.functional.cross_entropy(tm(tx), ty)
-        topt.zero_grad()
-        loss.backward()
-        topt.step()
-        return loss
+        return adam_step(torch.nn.functional, tm, topt, tx, ty)
 
     first = [(ours_step().item(), peer_step().item()) for _ in range(3)]
     np.testing.assert_allclose(*zip(*first), rtol=1e-3)
 
-    def every(step):
-        def run():
-            for _ in range(LOG_EVERY - 1):
-                step()
-            step().item()
-        return run
-
-    ours, peer = every(ours_step), every(peer_step)
+    ours, peer = every(ours_step, LOG_EVERY), every(peer_step, LOG_EVERY)
     ours()
     peer()
     t_ours, t_peer = interleaved(ours, peer, rounds=7)

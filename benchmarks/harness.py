@@ -47,6 +47,26 @@ def interleaved(ours, peer, rounds: int = 7, number: int = 1) -> tuple[float, fl
     return statistics.median(a), statistics.median(b)
 
 
+def adam_step(functional, model, opt, x, y):
+    """One training step of ``model`` on ``(x, y)`` (forward, cross-entropy, ``zero_grad``, backward, ``opt.step()``)
+    with ``functional`` (``tw.nn.functional`` or ``torch.nn.functional``); returns the loss. The training
+    benchmarks run the same step on both sides."""
+    loss = functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def every(step, k: int):
+    """``k`` calls of ``step`` reading the last one's loss back (``.item()``), as a loop that logs it every k."""
+    def run():
+        for _ in range(k - 1):
+            step()
+        step().item()
+    return run
+
+
 def table(results: list[Result]) -> str:
     lines = ["| benchmark | tensorwire | peer | ratio | target | met |", "|---|---|---|---|---|---|"]
     for r in results:

@@ -10,7 +10,7 @@ import numpy as np
 
 import tensorwire as tw
 
-from .harness import Result, interleaved
+from .harness import Result, adam_step, every, interleaved
 
 THREADS = 1
 BATCH = 64
@@ -52,26 +52,10 @@ def bench_step(cnn: bool) -> list[Result]:
     topt = torch.optim.Adam(tm.parameters(), lr=1e-3)
 
     def ours_step():
-        loss = tw.nn.functional.cross_entropy(mm(xs), ys)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
+        return adam_step(tw.nn.functional, mm, opt, xs, ys)
 
     def peer_step():
-        loss = torch.nn.functional.cross_entropy(tm(tx), ty)
-        topt.zero_grad()
-        loss.backward()
-        topt.step()
-        return loss
-
-    def every(step, k):
-        """``k`` steps that read the loss back (``loss.item()``) after the last one, as a loop that logs it."""
-        def run():
-            for _ in range(k - 1):
-                step()
-            step().item()
-        return run
+        return adam_step(torch.nn.functional, tm, topt, tx, ty)
 
     name = "CNN" if cnn else "MLP"
     params = sum(p.nbytes for p in mm.parameters())
