@@ -131,6 +131,12 @@ class Device:
         k, attrs, shape, dtype = step.kernel, step.attrs, step.shape, step.dtype
         return lambda *a: k(list(a), attrs, shape, dtype)
 
+    def native_for(self, steps: list[Step]) -> frozenset[str] | None:
+        """The composite ops to run whole in a fragment that expands to ``steps`` with ``backend.native``, where
+        that set is not the best for it (recompiled once, when the plan is made), or None (the default: keep
+        it)."""
+        return None
+
     def runner(self, plan, keep: frozenset):
         """A callable ``run(env, dyn, frames)`` that runs a whole plan for the kept slots ``keep``, or None.
 

@@ -100,11 +100,22 @@ class Plan:
 
 
 def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:
-    """Compile fragment ``nodes`` whose external inputs have ``ext_metas`` (``(shape, dtype)`` or a Fail)."""
+    """Compile fragment ``nodes`` whose external inputs have ``ext_metas`` (``(shape, dtype)`` or a Fail). The
+    composites the backend runs whole are ``backend.native``, or what :meth:`Device.native_for` picks once the
+    fragment's steps are known (a compiling CPU keeps small fragments on its numpy kernels, composites included)."""
     if not isinstance(nodes, list) or len(nodes) > MAX_FRAGMENT_NODES:
         raise ProtocolError("a fragment must be a list of at most 2**20 nodes")
+    native = device.backend.native
+    plan = _compile(device, nodes, ext_metas, native)
+    other = device.native_for(plan.program.steps)
+    if other is not None and other != native:
+        plan = _compile(device, nodes, ext_metas, other)
+    return plan
+
+
+def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset) -> Plan:
     n_ext = len(ext_metas)
-    b = _PlanBuilder(device.backend.native, n_ext)
+    b = _PlanBuilder(native, n_ext)
     node_slot: list[int | None] = []
     node_meta: list = []
     steps = b.steps

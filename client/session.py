@@ -435,15 +435,23 @@ class Session:
         self._pending_bytes = 0
         release, self._release = self._release, []
         if self._deferred is not None:
-            header, frames = self._deferred
-            self._deferred = None
-            header["release"] += release  # (applied after the replay's work, like every release)
+            (build, extra), self._deferred = self._deferred, None
+            # a fetch of the replay's own values, with nothing recorded after it: the graph may go in two parts,
+            # the first up to the fetched values (answered), the rest right behind it (see jit.graph)
+            early = fetch if fetch and not sync and not pending else None
+            msgs = [(self._replay_header(*spec), frames) for *spec, frames in build(early)]
+            msgs[-1][0]["release"] += extra + release  # (applied after the replay's work, like every release)
             release = []
             if not pending and (fetch or sync):
+                (header, frames), rest = msgs[0], msgs[1:]
                 header["fetch"], header["sync"] = fetch, sync
-                h, rframes = self._wait(self._send_numbered(header, frames))
+                q = self._send_numbered(header, frames)
+                for header, frames in rest:
+                    send_parts(self._sock, [pack_header(header), *frames])
+                h, rframes = self._wait(q)
                 return self._result(h, rframes, fetch)
-            send_parts(self._sock, [pack_header(header), *frames])
+            for header, frames in msgs:
+                send_parts(self._sock, [pack_header(header), *frames])
         if not pending and not fetch and not sync and not release:
             return None
         if fetch and not sync and pending:
@@ -512,44 +520,47 @@ class Session:
         self._ids = itertools.count(first + n)
         return first
 
-    def replay(self, batch: Batch, plan: int | None, ext: list[int], first_id: int, dyn: list, release: list[int],
-               where: list) -> int:
-        """Send a compiled graph (``tensorwire.jit``): ``batch`` encoded once, its external inputs ``ext`` now, its
-        outputs numbered from ``first_id`` (reserved with :meth:`take_ids`), ``dyn`` its dynamic attributes now and
-        ``release`` the outputs nobody keeps. ``plan`` is the number it was given last time; when it is no longer
-        live (evicted) the nodes travel again. Returns the plan number. The message is held until the session next
-        sends (so a ``loss.item()`` right after rides with it); ``where`` is each node's recording line, for errors.
-        """
+    def replay(self, build, first_id: int, where: list) -> None:
+        """Send a compiled graph (``tensorwire.jit``) whose outputs are numbered from ``first_id`` (reserved with
+        :meth:`take_ids`). ``build(fetch)`` gives its messages when they go: ``[(part, ext ids, output ids, dynamic
+        attributes, releases, frames)]``, one for the whole graph, or two when ``fetch`` (the ids about to be
+        fetched, or None) lets the graph be cut after them (see :meth:`_replay_header` for ``part``). The messages
+        are held until the session next sends (so a ``loss.item()`` right after rides with them); ``where`` is each
+        node's recording line, for errors."""
         self._check_open()
         with self._lock:
             if self._pending or self._deferred is not None:
                 self._flush([], False)  # what was recorded before the call runs first
-            if self._release:  # (nothing this graph reads: a released id is one no tensor holds)
-                release += self._release
-                self._release = []
-            outs = list(range(first_id, first_id + len(batch.nodes)))
-            header = {"t": "batch", "k": self._key, "ext": ext, "outs": outs, "fetch": [], "release": release,
-                      "sync": False}
-            if plan is None or plan not in self._live_plans:
-                plan, new = self.plan_number(batch.skey)
-            else:
-                new = False
-            if new:  # the nodes travel with this call's dynamic attributes in place of the recorded call's
-                nodes = list(batch.nodes)
-                for j, attrs in dyn:
-                    op, refs, old, di = nodes[j]
-                    nodes[j] = [op, refs, {**old, **attrs}, di]
-                header["nodes"] = nodes
-                header["devs"] = batch.devs
-            else:
-                header["dyn"] = dyn
-            header["plan"] = plan
-            if self._drop_plans:
-                header["drop_plans"], self._drop_plans = self._drop_plans, []
+            extra, self._release = self._release, []  # (nothing this graph reads: a released id is one no tensor holds)
             self._replayed.append((first_id, where))
-            self._deferred = (header, batch.frames)
+            self._deferred = (build, extra)
             self._mark = True  # the next op recorded ships it (as after optimizer.step())
-            return plan
+
+    def _replay_header(self, part, ext: list[int], outs: list[int], dyn: list, release: list[int]) -> dict:
+        """The batch message of one plan of a compiled graph: ``part.batch`` encoded once, ``part.plan`` the number
+        it went under last time (updated here). When that plan is no longer live (evicted, or never sent) its nodes
+        travel, with this call's dynamic attributes in place of the recorded call's."""
+        header = {"t": "batch", "k": self._key, "ext": ext, "outs": outs, "fetch": [], "release": release,
+                  "sync": False}
+        batch, plan = part.batch, part.plan
+        if plan is None or plan not in self._live_plans:
+            plan, new = self.plan_number(batch.skey)
+            part.plan = plan
+        else:
+            new = False
+        if new:
+            nodes = list(batch.nodes)
+            for j, attrs in dyn:
+                op, refs, old, di = nodes[j]
+                nodes[j] = [op, refs, {**old, **attrs}, di]
+            header["nodes"] = nodes
+            header["devs"] = batch.devs
+        else:
+            header["dyn"] = dyn
+        header["plan"] = plan
+        if self._drop_plans:
+            header["drop_plans"], self._drop_plans = self._drop_plans, []
+        return header
 
     def _result(self, h: dict, frames, fetch):
         values = {}

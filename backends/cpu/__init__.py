@@ -15,6 +15,8 @@ from tensorwire.protocol.errors import DeviceError
 from . import compiled, pooling  # noqa: F401  (pooling registers its kernels)
 from .kernels import KERNELS, specialize
 
+_BY_NP = D.BY_NP
+
 #: how many ``cpu:N`` devices a host offers (they share the host's memory and cores)
 CPU_DEVICES = int(os.environ.get("TENSORWIRE_CPU_DEVICES", "8"))
 
@@ -40,6 +42,8 @@ class NumpyDevice(Device):
     def storage(self, buf: np.ndarray):
         """Views (reshape, expand, slices, frames received from the wire) count as the array that owns the memory."""
         a = buf
+        if getattr(a, "base", 0) is None:  # (most buffers: an array a kernel made)
+            return id(a), a.nbytes
         for _ in range(64):  # bounded: base chains are short
             b = getattr(a, "base", None)
             if isinstance(b, np.ndarray):
@@ -51,7 +55,8 @@ class NumpyDevice(Device):
         return id(a), int(a.nbytes)
 
     def meta(self, buf: np.ndarray):
-        return tuple(buf.shape), D.from_numpy(buf.dtype)
+        dt = _BY_NP.get(buf.dtype)
+        return buf.shape, dt if dt is not None else D.from_numpy(buf.dtype)
 
     def specialize(self, step):
         if step.kernel is KERNELS.get(step.op):  # not replaced by a plugin kernel
@@ -105,6 +110,11 @@ class CompiledBackend(NumpyBackend):
     def native(self) -> frozenset[str]:
         plugin = {k for k, f in self.kernels.items() if KERNELS.get(k) is not f}
         return frozenset(k for k in super().native if k in compiled.HOST_COMPOSITES or k in plugin)
+
+    @property
+    def interpreted_native(self) -> frozenset[str]:
+        """The composites run whole in fragments too small to compile (every one the numpy kernels have)."""
+        return super().native
 
     def devices(self) -> list[DeviceInfo]:
         rt = self.runtime

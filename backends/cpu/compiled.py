@@ -166,9 +166,18 @@ class CompiledMixin:
     lowering_options = Options(host_ops=frozenset({"matmul", "argsort"}) | HOST_COMPOSITES, host_views=True,
                                acc64=True, row_fusion=True)
 
+    def small(self, steps) -> bool:
+        """Whether a fragment is too small to compile: numpy calls cost less than kernel launches there."""
+        return sum(math.prod(s.shape) for s in steps) < self.backend.min_work
+
+    def native_for(self, steps):
+        # a small fragment runs on the numpy kernels: there the fused composites (an optimizer update, ...) beat
+        # their decompositions, which only a compiled kernel would fuse
+        return self.backend.interpreted_native if self.small(steps) else None
+
     def runner(self, plan, keep):
-        if sum(math.prod(s.shape) for s in plan.program.steps) < self.backend.min_work:
-            return None  # small fragments: the numpy ufunc calls cost less than kernel launches
+        if self.small(plan.program.steps):
+            return None
         return build_runner(self, plan, keep)
 
     def host_call(self, step):

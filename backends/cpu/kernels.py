@@ -537,23 +537,39 @@ def _sgd_update(ins, a, shape, dt):
 
 def _ce_prep(ins, a, ct):
     """The class-major [C, N] view of the logits (numpy reduces a short row far slower than it adds rows), the
-    valid-target mask, the targets (0 where ignored), x - max and log(sum(exp(x - max))) per sample."""
-    x = _arr(ins[0], ct)
-    t = ins[1].astype(np.int64, copy=False)
-    c = x.shape[1]
-    valid = t != a.get("ignore_index", -100)
-    idx = t if valid.all() else np.where(valid, t, 0)
-    if idx.size:
+    valid-target mask, the targets (0 where ignored), x - max and log(sum(exp(x - max))) per sample.
+
+    The loss and its gradient read the same logits and targets one after the other (a training step's forward,
+    then its backward): the last small result is kept with its inputs and reused when the next call gets the very
+    same buffers (buffers are immutable, and the kept references keep them alive, so identity is equality)."""
+    x, t = ins[0], ins[1]
+    ignore = a.get("ignore_index", -100)
+    last = _CE_LAST.get("v")
+    if last is not None and last[0] is x and last[1] is t and last[2] == ignore and last[3] == ct:
+        return last[4]
+    xc = _arr(x, ct)
+    t64 = t.astype(np.int64, copy=False)
+    c = xc.shape[1]
+    valid = t64 != ignore
+    idx = t64 if valid.all() else np.where(valid, t64, 0)
+    if idx.size and (idx.astype(np.uint64) >= c).any():  # (a negative target wraps to a huge one)
         lo, hi = int(idx.min()), int(idx.max())
-        if lo < 0 or hi >= c:
-            raise IndexOutOfRange(f"cross_entropy: target {lo if lo < 0 else hi} is out of bounds for {c} classes")
-    xt = np.ascontiguousarray(x.T)  # [C, N]
+        bad = lo if lo < 0 else hi
+        raise IndexOutOfRange(f"cross_entropy: target {bad} is out of bounds for {c} classes")
+    xt = np.ascontiguousarray(xc.T)  # [C, N]
     m = xt.max(axis=0)
-    if not np.isfinite(m).all():
+    if not np.isfinite(m.sum()):
         m[np.isinf(m)] = 0  # rows with an infinite maximum: as the decomposition's logsumexp
     shifted = xt - m
     log_sum = np.log(np.exp(shifted).sum(axis=0))
-    return valid, idx, shifted, log_sum
+    out = (valid, idx, shifted, log_sum)
+    if xt.size <= _CE_KEEP:
+        _CE_LAST["v"] = (x, t, ignore, ct, out)
+    return out
+
+
+_CE_LAST: dict = {}  # "v": the last (logits, targets, ignore_index, dtype, prep) of a small cross entropy
+_CE_KEEP = 1 << 16  # logits kept at most (elements)
 
 
 @kernel("cross_entropy_index")
@@ -794,6 +810,9 @@ _UFUNC_UNARY = {"exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.exp
                 "neg": np.negative, "abs": np.abs}
 
 
+_CONST_MAX = 4096  # elements of a constant `full` the prepared runner makes once
+
+
 def specialize(step):
     """A callable ``f(*arrays)`` for ``step`` that skips the generic kernel's dtype logic, or None."""
     op, meta, dt = step.op, step.in_meta, step.dtype
@@ -823,6 +842,10 @@ def specialize(step):
     if op == "relu":
         zero = dt.np.type(0)
         return lambda a: np.maximum(a, zero)
+    if op == "full" and math.prod(step.shape) <= _CONST_MAX:  # a constant: made once, shared (buffers are immutable)
+        c = _full([], step.attrs, step.shape, dt)
+        c.flags.writeable = False
+        return lambda: c
     if op == "sum" and meta[0][1].np == dt.np:
         ax = _axes(step.attrs, len(meta[0][0]))
         keep = step.attrs.get("keepdim", False)

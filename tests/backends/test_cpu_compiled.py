@@ -73,6 +73,28 @@ def test_a_chain_with_its_reduction_is_one_kernel(backend):
     np.testing.assert_allclose(float(got.reshape(())), ref, rtol=1e-5)
 
 
+def test_a_fragment_too_small_to_compile_keeps_the_numpy_fused_composites():
+    """An Adam update on a small tensor runs as the numpy backend's one-call kernels (a compiled kernel would not
+    pay its launch); on a large one it decomposes, so the compiled kernel fuses it. Both agree with numpy."""
+    nodes = [["adam_exp_avg", [-1, -2], {"beta1": 0.9, "weight_decay": 0}],
+             ["adam_exp_avg_sq", [-3, -2], {"beta2": 0.999, "weight_decay": 0}],
+             ["adam_param", [-4, 0, 1, -5, -6], {"eps": 1e-8}]]
+    dev = CompiledBackend(min_work=1 << 12).open(0)
+    rng = np.random.default_rng(0)
+    for n, whole in ((64, True), (1 << 12, False)):
+        m, g, v, p = (rng.random(n, dtype=np.float32) for _ in range(4))
+        ext = [m, g, v, p, np.float32(0.01), np.float32(0.5)]
+        plan = X.compile_plan(dev, nodes, [(np.shape(a), D.float32) for a in ext])
+        ops = [s.op for s in plan.program.steps]
+        assert (ops == ["adam_exp_avg", "adam_exp_avg_sq", "adam_param"]) is whole, ops
+        got = X.run_plan(dev, plan, ext, [10, 11, 12], {}, [], set(plan.node_slot))
+        m2 = m.astype(np.float64) + (g - m.astype(np.float64)) * 0.1
+        v2 = v * 0.999 + 0.001 * g.astype(np.float64) ** 2
+        np.testing.assert_allclose(got[10], m2, rtol=1e-6)
+        np.testing.assert_allclose(got[11], v2, rtol=1e-6)
+        np.testing.assert_allclose(got[12], p - 0.01 * m2 / (np.sqrt(v2) / 0.5 + 1e-8), rtol=1e-5)
+
+
 def test_views_fold_into_index_arithmetic(backend):
     """permute + slice + flip + expand feeding an add: no copy kernel, one kernel reading strided."""
     dev = backend.open(0)

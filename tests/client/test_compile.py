@@ -17,6 +17,7 @@ import pytest
 import tensorwire as tw
 from tensorwire import jit, nn, optim
 from tensorwire import session as session_mod
+from tensorwire.protocol.wire import unpack_header
 
 from ._ref import line_of
 
@@ -125,7 +126,7 @@ def test_random_ops_draw_fresh_numbers_every_replay(session):
     assert len({v[0].tobytes() for v in runs[1]}) == 6
 
 
-def test_a_replay_is_one_message_carrying_the_loss_fetch(session, monkeypatch):
+def test_a_replay_goes_as_one_message_and_a_read_loss_comes_back_before_the_rest_runs(session, monkeypatch):
     rng = np.random.default_rng(3)
     x = tw.tensor(rng.standard_normal((16, 4)).astype(np.float32))
     y = tw.tensor(rng.integers(0, 2, 16))
@@ -135,16 +136,56 @@ def test_a_replay_is_one_message_carrying_the_loss_fetch(session, monkeypatch):
         step().item()
     assert step.stats["replays"] >= 1
     sent = []
-    real_send, real_numbered = session_mod.send_parts, session._send_numbered
-    monkeypatch.setattr(
-        session_mod, "send_parts", lambda sock, parts, **kw: (sent.append("send"), real_send(sock, parts, **kw))[1]
-    )
-    monkeypatch.setattr(session, "_send_numbered", lambda h, f=(): (sent.append(h["t"]), real_numbered(h, f))[1])
+    real_send = session_mod.send_parts
+
+    def send(sock, parts, **kw):
+        h = unpack_header(parts[0])
+        sent.append(("fetch" if h["fetch"] or h["sync"] else "rest", len(h["outs"])))
+        return real_send(sock, parts, **kw)
+
+    monkeypatch.setattr(session_mod, "send_parts", send)
+    graph = next(iter(step._cache.values())).graph
     for _ in range(3):
         loss = step()
         assert session._pending == []  # nothing recorded: the replay waits to go out with the next message
         loss.item()
-    assert sent.count("batch") == 3, sent  # each step: one batch message, which carries the fetch too
+    # each step: the forward pass up to the loss, carrying the fetch, answered while the rest (backward, Adam) runs
+    (cut, split), = graph.splits.items()
+    assert 0 < cut < graph.n and [len(p.batch.nodes) for p in split.parts] == [cut, graph.n - cut]
+    assert sent == [("fetch", cut), ("rest", graph.n - cut)] * 3
+    sent.clear()
+    for _ in range(3):
+        step()
+    session.synchronize()
+    assert sent == [("rest", graph.n)] * 2 + [("fetch", graph.n)]  # one message a step (the last with the sync)
+
+
+def test_a_failure_after_the_fetched_value_surfaces_at_the_next_read_with_the_users_line(session):
+    @tw.compile
+    def f(x, i):
+        c = tw.tensor([1.0, 2.0, 3.0])  # an upload inside the graph, read by both parts
+        total = (x * c).sum()
+        picked = x.index_select(0, i) + c  # PICK AFTER
+        return total, picked
+
+    x = tw.tensor(np.arange(3.0))
+    for _ in range(4):
+        t, p = f(x, tw.tensor([2]))
+        assert t.item() == 8.0
+        np.testing.assert_array_equal(p.numpy(), [3.0, 4.0, 5.0])
+    assert f.stats["replays"] >= 1 and next(iter(f._cache.values())).graph.splits  # the replays went in two parts
+    before = tw.memory_stats()["devices"]["cpu:0"]["buffers"]
+    t, p = f(x, tw.tensor([7]))
+    assert t.item() == 8.0  # answered from the first part; the second fails on the device
+    with pytest.raises(tw.TensorwireError, match="out of bounds") as e:
+        p.numpy()
+    assert f"test_compile.py:{line_of(HERE, '# PICK AFTER')}" in str(e.value)
+    for _ in range(20):  # the parts release what they made: nothing accumulates
+        t, p = f(x * 2, tw.tensor([0]))
+        assert t.item() == 16.0
+        np.testing.assert_array_equal(p.numpy(), [1.0, 2.0, 3.0])
+    del t, p
+    assert tw.memory_stats()["devices"]["cpu:0"]["buffers"] <= before + 2
 
 
 def test_data_dependent_branch_runs_eagerly_with_one_warning(session):
