@@ -65,6 +65,10 @@ MAX_WHERE = 1 << 16
 #: virtual machine wakes slowly (an idle vCPU halts: hundreds of microseconds per message); the client has nothing else
 #: to do while it waits, and yields its core between checks, so the services run as soon as they are ready.
 CLIENT_SPIN_S = float(os.environ.get("TENSORWIRE_CLIENT_SPIN_MS", "3")) * 1e-3
+#: ... unless more batches than this went out unanswered before the awaited message: the devices then have that work
+#: to do first (a training loop that reads its loss every 10 steps), and a spinning client would only take a core
+#: from them
+SPIN_AHEAD_MAX = 2
 PING_AFTER_S = 2.0  # while waiting for an answer, ping the dispatcher after this long...
 LIVENESS_S = float(os.environ.get("TENSORWIRE_LIVENESS", "10"))  # ...and give up if pings go unanswered
 _PING = -1
@@ -135,6 +139,9 @@ class Session:
         self._where: dict[int, tuple] = {}
         self._replayed: collections.deque = collections.deque(maxlen=64)  # (first id, where list) per replay
         self._deferred = None  # a compiled graph's replay message, sent with the next message (see replay())
+        self._n_async = 0  # batches sent without an answer to wait for
+        self._n_async_done = 0  # ... of which those sent before the last answered message (so run by now)
+        self._async_before = (None, 0)  # (q, _n_async) when the last numbered message went out
         self._capture = None  # the tw.compile trace recording this session's ops, if any (tensorwire.jit)
         self._scalars: dict = {}
         self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
@@ -217,7 +224,13 @@ class Session:
         q = header["q"] = next(self._seq)
         header["k"] = self._key
         send_parts(self._sock, [pack_header(header), *frames])
+        self._async_before = (q, self._n_async)
         return q
+
+    def _send_async(self, header: dict, frames=(), wait_sent: bool = False) -> None:
+        """Send a batch that no answer follows (its errors surface at the next message answered)."""
+        send_parts(self._sock, [pack_header(header), *frames], wait_sent=wait_sent)
+        self._n_async += 1
 
     def _wait(self, q: int, timeout: float | None = None):
         """Wait for the answer ``q``. While waiting, ping the dispatcher now and then: a dispatcher that
@@ -225,6 +238,8 @@ class Session:
         timeout = REQUEST_TIMEOUT_S if timeout is None else timeout
         start = time.monotonic()
         ping_sent = None
+        before = self._async_before[1] if self._async_before[0] == q else self._n_async
+        spin = CLIENT_SPIN_S if before - self._n_async_done <= SPIN_AHEAD_MAX else 0.0
         for _ in range(1 << 24):
             now = time.monotonic()
             if now - start > timeout:
@@ -233,7 +248,7 @@ class Session:
                 self._lost = True
                 raise ConnectionFailed(f"lost the dispatcher at {self.address}: it stopped answering "
                                        f"(no reply to a ping within {LIVENESS_S:g}s)")
-            if not spin_wait(self._poller.poll, CLIENT_SPIN_S) and not self._poller.poll(int(PING_AFTER_S * 1000)):
+            if not spin_wait(self._poller.poll, spin) and not self._poller.poll(int(PING_AFTER_S * 1000)):
                 if ping_sent is None:
                     self._sock.send(pack_header({"t": "ping", "q": _PING, "k": self._key}))
                     ping_sent = time.monotonic()
@@ -250,6 +265,7 @@ class Session:
                 ping_sent = None
                 continue
             if h.get("q") == q:
+                self._n_async_done = max(self._n_async_done, before)  # (a session's messages run in order)
                 if h["t"] == "error":
                     raise self._error(h["error"])
                 return h, frames
@@ -447,11 +463,11 @@ class Session:
                 header["fetch"], header["sync"] = fetch, sync
                 q = self._send_numbered(header, frames)
                 for header, frames in rest:
-                    send_parts(self._sock, [pack_header(header), *frames])
+                    self._send_async(header, frames)
                 h, rframes = self._wait(q)
                 return self._result(h, rframes, fetch)
             for header, frames in msgs:
-                send_parts(self._sock, [pack_header(header), *frames])
+                self._send_async(header, frames)
         if not pending and not fetch and not sync and not release:
             return None
         if fetch and not sync and pending:
@@ -496,7 +512,7 @@ class Session:
                                 f"(TENSORWIRE_MAX_MESSAGE); upload the data in smaller tensors")
         if reply:
             return self._send_numbered(header, b.frames)
-        send_parts(self._sock, [pack_header(header), *b.frames], wait_sent=wait_sent)
+        self._send_async(header, b.frames, wait_sent=wait_sent)
         return None
 
     def plan_number(self, skey) -> tuple[int, bool]:

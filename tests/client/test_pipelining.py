@@ -115,3 +115,26 @@ def test_a_fetch_cut_across_devices(session):
     assert a.item() == 10.0
     np.testing.assert_array_equal(b.numpy(), np.arange(4.0) + 5)
     np.testing.assert_array_equal(c.numpy(), np.arange(4.0) * 10)
+
+
+def test_the_client_spins_for_an_answer_only_when_little_work_is_queued_ahead(session, monkeypatch):
+    """A fetch right behind one or two batches spins briefly (its answer comes soon); behind ten unanswered steps it
+    blocks at once, leaving the cores to the services that run them."""
+    from tensorwire import session as session_mod
+
+    spins = []
+    real = session_mod.spin_wait
+    monkeypatch.setattr(session_mod, "spin_wait", lambda poll, s: (spins.append(s), real(poll, s))[1])
+    x = tw.tensor(np.arange(4.0))
+    assert (x + 1).sum().item() == 10.0
+    assert spins and spins[-1] == session_mod.CLIENT_SPIN_S
+    y = x
+    for _ in range(10):
+        y = y + 1
+        session.flush()  # a batch with no answer to wait for
+    spins.clear()
+    assert y.sum().item() == 46.0
+    assert spins and spins[0] == 0.0
+    spins.clear()
+    assert (y * 2).sum().item() == 92.0  # the queue ran: spin again
+    assert spins and spins[0] == session_mod.CLIENT_SPIN_S
