@@ -82,15 +82,16 @@ class Ledger:
     """What one session holds on a device: its buffers' allocations, each counted once however many handles
     (or views) share it."""
 
-    __slots__ = ("device", "owners", "used")
+    __slots__ = ("device", "owners", "used", "_storage")
 
     def __init__(self, device):
         self.device = device
+        self._storage = device.storage
         self.owners: dict = {}  # allocation key -> [handles on it, bytes]
         self.used = 0
 
     def add(self, buf) -> None:
-        key, n = self.device.storage(buf)
+        key, n = self._storage(buf)
         entry = self.owners.get(key)
         if entry is None:
             self.owners[key] = [1, n]
@@ -99,7 +100,7 @@ class Ledger:
             entry[0] += 1
 
     def remove(self, buf) -> None:
-        key, _ = self.device.storage(buf)
+        key, _ = self._storage(buf)
         entry = self.owners.get(key)
         if entry is None:
             return
