@@ -19,7 +19,7 @@ from tensorwire.backends.codegen.metal import MetalRenderer
 from tensorwire.backends.codegen.opencl import OpenCLRenderer
 from tensorwire.backends.codegen.schedule import Options
 from tensorwire.backends.codegen.vectorize import stride, vectorize
-from tensorwire.backends.cpu import make_backend
+from tensorwire.backends.cpu import CompiledBackend, compiled, make_backend
 from tensorwire.protocol import dtypes as D
 
 F32 = D.float32
@@ -98,7 +98,8 @@ def _chain_plan():
         ["relu", [3], None],
         ["sum", [4], {"dims": None}],
     ]
-    dev = make_backend().open(0)
+    # the compiled CPU's plan (decomposed for fusion), however small the fragment
+    dev = (CompiledBackend(min_work=0) if compiled.runtime() is not None else make_backend()).open(0)
     return X.compile_plan(dev, nodes, [((100003,), F32)])
 
 
