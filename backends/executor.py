@@ -88,7 +88,6 @@ class Plan:
         self.recv_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == RECV)
         self.work = plan_work(steps)  # elements touched: decides where the worker runs it
         self.peaks: dict[frozenset, int] = {}  # kept-slot set -> estimated peak bytes (see quota.peak_bytes)
-        self.kept: dict[frozenset, list] = {}  # kept-slot set -> [(node, slot)] (see _kept)
 
     def peak(self, keep: frozenset) -> int:
         """Estimated peak bytes a run keeping ``keep`` allocates (cached per kept set)."""
@@ -281,8 +280,7 @@ def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fram
 
     Returns None when a step raised: the caller then interprets the plan step by step, which
     attributes the error to its node and carries on with independent work."""
-    keep = frozenset(keep)
-    run = _runner(device, plan, keep)
+    run = _runner(device, plan, frozenset(keep))
     try:
         with np.errstate(all="ignore"):
             run(env, dyn, frames)
@@ -291,14 +289,8 @@ def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fram
     return _kept(plan, env, outs, keep)
 
 
-def _kept(plan: Plan, env: list, outs: list, keep: frozenset) -> dict:
-    pairs = plan.kept.get(keep)
-    if pairs is None:  # (node, slot) of every kept node, once per kept set
-        if len(plan.kept) >= MAX_RUNNERS_PER_PLAN:
-            plan.kept.pop(next(iter(plan.kept)))
-        pairs = plan.kept[keep] = [(j, slot) for j, slot in enumerate(plan.node_slot) if slot is not None
-                                   and slot in keep]
-    result = {outs[j]: env[slot] for j, slot in pairs}
+def _kept(plan: Plan, env: list, outs: list, keep: set) -> dict:
+    result = {outs[j]: env[slot] for j, slot in enumerate(plan.node_slot) if slot is not None and slot in keep}
     if plan.failed_nodes:
         result.update(_failed_results(plan, outs))
     return result
@@ -313,8 +305,7 @@ def _run_timed(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fra
                spans: list):
     """:func:`_run_fast` with a span per step (the profiler is on). A fused runner (a compiling device) is timed as
     one span: its kernels are not the plan's steps. Host time: an asynchronous device's kernels may still run."""
-    keep = frozenset(keep)
-    run = _runner(device, plan, keep)
+    run = _runner(device, plan, frozenset(keep))
     prog = getattr(run, "prog", None)
     steps = plan.program.steps
     n0 = len(spans)
