@@ -239,8 +239,11 @@ def test_status_json_text_and_watch(obs_cluster, sess):
 
 
 def test_status_watch_stops_cleanly_on_ctrl_c(obs_cluster):
+    # Ctrl-C's default action in the child, whatever this process inherited: a shell without job control starts
+    # background commands with SIGINT ignored, and Python then installs no KeyboardInterrupt handler
     proc = subprocess.Popen([sys.executable, "-m", "tensorwire.cli", "status", "--address", obs_cluster.address,
-                             "--watch", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             "--watch", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)
