@@ -1,7 +1,8 @@
 """Reductions: accumulator dtypes, initial values, and the loops that accumulate (split in two stages when long).
 
 Float max/min keep a NaN flag beside a plain max so both reductions vectorise; float32 sums accumulate in float64
-where the device says it is cheap (``Options.acc64``). With ``Options.vector`` a float32 reduction loop over
+where the device says it is cheap (``Options.acc64``), in float32 blocks of ``Options.acc_block`` elements whose
+sums are added in float64 where the device asks for it (the C target: the block loop vectorises at float32 width). With ``Options.vector`` a float32 reduction loop over
 contiguous elements runs on vectors (a vector accumulator, its lanes combined at the end, a scalar tail).
 """
 
@@ -115,6 +116,9 @@ def reduce_loop(kb, op: str, acc_dt: D.DType, name: str, start: X, stop: X, elem
         got = _vector_loop(kb, op, acc, name, start, stop, x, W)
         if got is not None:
             return got
+    B = kb.lw.opts.acc_block
+    if B and op == "sum" and acc_dt is D.float64 and x.op == "cast" and x.src[0].dtype is D.float32:
+        return _blocked_sum(kb, acc, name, start, stop, body, x.src[0], B, lo, hi)
     kb.emit(ir.Let(acc, _init(op, acc_dt)))
     if guard:
         kb.emit(ir.Let(nan, const(False, D.bool_)))
@@ -131,6 +135,23 @@ def reduce_loop(kb, op: str, acc_dt: D.DType, name: str, start: X, stop: X, elem
     kb.emit(ir.Loop(name, start, stop, body, red + (((nan, "or"),) if guard else ())))
     out = var(acc, acc_dt)
     return where(var(nan, D.bool_), const(float("nan"), acc_dt), out) if guard else out
+
+
+def _blocked_sum(kb, acc: str, name: str, start: X, stop: X, body: list, x: X, B: int, lo: int, hi: int) -> X:
+    """The float64 sum of the float32 values ``x`` (the loop ``name``'s element, computed by ``body``) as blocks of
+    ``B`` elements summed in float32, each block's sum added in float64: the inner loop vectorises at float32's
+    width (twice float64's), and a float32 lane adds only ``B / lanes`` values before its block is widened."""
+    blk = kb.fresh("blk")
+    part = kb.fresh("accb")
+    b = var(blk, INDEX, lo, hi)
+    inner = ir.Loop(name, b, alu("min", INDEX, b + B, stop), [*body, ir.Assign(part, alu("add", D.float32,
+                                                                                      var(part, D.float32), x))],
+                    ((part, "add"),))
+    kb.emit(ir.Let(acc, const(0, D.float64)))
+    kb.emit(ir.Loop(blk, start, stop, [ir.Let(part, const(0, D.float32)), inner,
+                                      ir.Assign(acc, alu("add", D.float64, var(acc, D.float64),
+                                                         cast(var(part, D.float32), D.float64)))], step=B))
+    return var(acc, D.float64)
 
 
 def _vector_loop(kb, op: str, acc: str, name: str, start: X, stop: X, x: X, W: int) -> X | None:

@@ -26,7 +26,8 @@ class Options:
 
     host_ops: frozenset = frozenset()  # ops the device runs itself (BLAS matmul)
     host_views: bool = False           # the host makes views (numpy): movement chains feeding host steps
-    acc64: bool = False                # float32 sums accumulate in float64 (cheap on CPUs)
+    acc64: bool = False                # float32 sums accumulate in float64 (cheap on CPUs)...
+    acc_block: int = 0                 # ...> 0: in float32 over blocks this long, the blocks' sums in float64
     split_min: int = 16384             # reductions this long over few outputs split in two stages...
     split_outputs: int = 16            # ...when they have fewer outputs than this
     chunk: int = 4096                  # elements per first-stage work item

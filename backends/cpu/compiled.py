@@ -164,7 +164,7 @@ class CompiledMixin:
 
     # matmul stays on BLAS and argsort on numpy's O(n log n) sort (the generated kernel ranks in O(n^2) a row)
     lowering_options = Options(host_ops=frozenset({"matmul", "argsort"}) | HOST_COMPOSITES, host_views=True,
-                               acc64=True, row_fusion=True)
+                               acc64=True, acc_block=1024, row_fusion=True)
 
     def small(self, steps) -> bool:
         """Whether a fragment is too small to compile: numpy calls cost less than kernel launches there."""

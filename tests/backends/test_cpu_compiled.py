@@ -203,3 +203,22 @@ def test_training_runs_the_same_compiled_and_interpreted(monkeypatch):
     numpy = losses({"TENSORWIRE_CPU_COMPILE": "0"})
     assert fused[-1] < fused[0]
     np.testing.assert_allclose(fused, numpy, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 1023, 1025, 3 * 1024 + 7, (1 << 20) + 3])
+def test_float32_sums_add_float32_blocks_in_float64(backend, n):
+    """A float32 sum on the C target adds blocks of ``acc_block`` elements in float32 (a loop that vectorises at
+    float32's width) and the blocks' sums in float64: as accurate as a float64 accumulator, for every length
+    (a partial last block, one block, the two-stage split of long sums)."""
+    from tensorwire.backends.codegen.c import CRenderer
+
+    dev = backend.open(0)
+    nodes = [["mul", [-1, -1], None], ["sum", [0], {"dims": None}]]
+    plan = X.compile_plan(dev, nodes, [((n,), D.float32)])
+    low = lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options)
+    src = CRenderer().render(low.kernels)
+    assert "float accb" in src and f"+= {dev.lowering_options.acc_block}" in src, src
+    x = (np.random.default_rng(n).random(n) + 0.5).astype(np.float32)
+    got = X.run_plan(dev, plan, [x], [100, 101], {}, [], {plan.node_slot[-1]})[101]
+    ref = np.sum(x.astype(np.float64) ** 2)
+    np.testing.assert_allclose(float(got.reshape(())), ref, rtol=2e-7)
