@@ -2,8 +2,9 @@
 
 Float max/min keep a NaN flag beside a plain max so both reductions vectorise; float32 sums accumulate in float64
 where the device says it is cheap (``Options.acc64``), in float32 blocks of ``Options.acc_block`` elements whose
-sums are added in float64 where the device asks for it (the C target: the block loop vectorises at float32 width). With ``Options.vector`` a float32 reduction loop over
-contiguous elements runs on vectors (a vector accumulator, its lanes combined at the end, a scalar tail).
+sums are added in float64 where the device asks for it (the C target: the block loop vectorises at float32
+width). With ``Options.vector`` a float32 reduction loop over contiguous elements runs on vectors (a vector
+accumulator, its lanes combined at the end, a scalar tail).
 """
 
 from __future__ import annotations

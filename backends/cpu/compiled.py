@@ -38,6 +38,12 @@ COMPILE_ENV = "TENSORWIRE_CPU_COMPILE"
 #: through ctypes (~5 us) costs more than fusion saves (a digits CNN training step: 1.1 ms numpy, 1.8 ms compiled)
 MIN_WORK_ENV = "TENSORWIRE_CPU_COMPILE_MIN_ELEMENTS"
 MIN_WORK = 1 << 20
+#: fragments of more steps than this run on the numpy kernels too: gcc's time grows with the kernels of a fragment
+#: (2,100 kernels: ~25 s), and such fragments are rarely run twice. A loop that records without reading ships
+#: 8,192 ops a batch, each batch a new fragment (the README's polynomial fit: five compiles, 145 s on a fresh
+#: machine); the largest fragment of a MiniLM forward has 956 steps
+MAX_STEPS_ENV = "TENSORWIRE_CPU_COMPILE_MAX_STEPS"
+MAX_STEPS = 2048
 
 #: composites kept on their numpy/BLAS kernels in compiled mode (im2col + gemm beats a naive loop nest)
 HOST_COMPOSITES = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d", "max_pool2d_grad",
@@ -166,17 +172,19 @@ class CompiledMixin:
     lowering_options = Options(host_ops=frozenset({"matmul", "argsort"}) | HOST_COMPOSITES, host_views=True,
                                acc64=True, acc_block=1024, row_fusion=True)
 
-    def small(self, steps) -> bool:
-        """Whether a fragment is too small to compile: numpy calls cost less than kernel launches there."""
-        return sum(math.prod(s.shape) for s in steps) < self.backend.min_work
+    def interpreted(self, steps) -> bool:
+        """Whether a fragment runs on the numpy kernels rather than compiled: too small (numpy calls cost less than
+        kernel launches there) or too long (compiling would cost more than it saves; see :data:`MAX_STEPS`)."""
+        b = self.backend
+        return len(steps) > b.max_steps or sum(math.prod(s.shape) for s in steps) < b.min_work
 
     def native_for(self, steps):
-        # a small fragment runs on the numpy kernels: there the fused composites (an optimizer update, ...) beat
+        # a fragment run on the numpy kernels keeps the fused composites (an optimizer update, ...): they beat
         # their decompositions, which only a compiled kernel would fuse
-        return self.backend.interpreted_native if self.small(steps) else None
+        return self.backend.interpreted_native if self.interpreted(steps) else None
 
     def runner(self, plan, keep):
-        if self.small(plan.program.steps):
+        if self.interpreted(plan.program.steps):
             return None
         return build_runner(self, plan, keep)
 

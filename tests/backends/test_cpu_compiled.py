@@ -95,6 +95,39 @@ def test_a_fragment_too_small_to_compile_keeps_the_numpy_fused_composites():
         np.testing.assert_allclose(got[12], p - 0.01 * m2 / (np.sqrt(v2) / 0.5 + 1e-8), rtol=1e-5)
 
 
+def test_a_fragment_too_long_to_compile_runs_on_numpy_without_building_kernels():
+    """A fragment of more steps than ``max_steps`` (a loop recorded without reads ships thousands of ops a batch)
+    interprets with numpy, however much work it does: no C kernel is built for it. Below the cap it compiles."""
+    built = []
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def build(self, kernels):
+            built.append(len(kernels))
+            return self.inner.build(kernels)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    n, k = 1 << 12, 40  # k adds alternating with sins: every step its own work, 2k steps in all
+    nodes = []
+    for j in range(k):
+        nodes += [["sin", [-1 if j == 0 else 2 * j - 1], None], ["add", [2 * j, -1], None]]
+    x = np.linspace(-1, 1, n, dtype=np.float32)
+    ref = x.astype(np.float64)
+    for _ in range(k):
+        ref = np.sin(ref) + x
+    for cap, compiles in ((2 * k - 1, False), (2 * k, True)):
+        built.clear()
+        dev = CompiledBackend(Counting(compiled.runtime()), min_work=0, max_steps=cap).open(0)
+        plan = X.compile_plan(dev, nodes, [((n,), D.float32)])
+        got = X.run_plan(dev, plan, [x], list(range(100, 100 + 2 * k)), {}, [], {plan.node_slot[-1]})
+        np.testing.assert_allclose(got[100 + 2 * k - 1], ref, rtol=1e-4, atol=1e-5)
+        assert bool(built) is compiles, (cap, built)
+
+
 def test_views_fold_into_index_arithmetic(backend):
     """permute + slice + flip + expand feeding an add: no copy kernel, one kernel reading strided."""
     dev = backend.open(0)
