@@ -28,6 +28,7 @@ from tensorwire.backends.mps import metal_runtime as MR  # noqa: E402
 from tensorwire.protocol import dtypes as D  # noqa: E402
 from tests.backends import _metal_standin as S  # noqa: E402
 from tests.backends._child_cases import kernel_lists, run_cases  # noqa: E402
+from tests.backends._child_cases import sample as _sample  # noqa: E402
 
 #: the Metal GPU refuses float64 tensors (as PyTorch's MPS): a case that needs them is "refused", not failed. A
 #: kernel that needs float64 inside ("Metal has no float64: kernel ...") is a failure.
@@ -35,23 +36,8 @@ REFUSED = "the MPS device has no float64"
 
 
 def sample(cases: list) -> list:
-    """A deterministic sample of the conformance suite: the first and the middle case of every op (dtypes, shapes and
-    attributes vary along an op's cases), every round-trip, replay and failure case. The whole suite through PoCL
-    would take minutes (the CUDA stand-in's full run: ~2 min) of the repository's 20-minute test budget; the Metal
-    path shares the lowering with it, so the sample covers what is the Metal path's own: launches, bindings, host
-    steps. Cases named float64 are left out (the GPU refuses float64)."""
-    groups: dict = {}
-    for c in cases:
-        if "float64" not in c.name:
-            groups.setdefault(c.name.split("[")[0], []).append(c)
-    out = []
-    for op, cs in groups.items():
-        out += (
-            cs
-            if op in ("roundtrip", "replay", "failure")
-            else list({id(c): c for c in (cs[0], cs[len(cs) // 2])}.values())
-        )
-    return out
+    """:func:`tests.backends._child_cases.sample` without the cases named float64 (the GPU refuses float64)."""
+    return _sample(cases, float64=False)
 
 
 def conformance() -> dict:

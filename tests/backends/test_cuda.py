@@ -4,10 +4,13 @@ Without a GPU (this machine, CI) the backend's own host code runs against ``_cud
 driver API and cuBLAS and executes each launched kernel's OpenCL twin on PoCL; NVRTC still compiles every kernel's
 real CUDA source. On the stand-in:
 
-* the whole conformance suite (in ``_gpu_child.py``: PoCL must not share a process with hipRTC, see
-  test_opencl.py). Its kernels are compiled first in a few NVRTC modules and PoCL programs; measured on this 2-core
-  machine: ~2 min 10 s with empty caches (NVRTC 18 s, PoCL 6 s, then ~100 s of runs, mostly PoCL generating each
-  kernel's work-group code at its first launch), less with NVRTC's and PoCL's disk caches warm;
+* a sample of the conformance suite (``_child_cases.sample``: the first and middle case of every op, every
+  round-trip, replay and failure case; in ``_gpu_child.py``: PoCL must not share a process with hipRTC, see
+  test_opencl.py). Its kernels are compiled first in a few NVRTC modules and PoCL programs. The whole suite took
+  ~2 min with empty caches (NVRTC 18 s, PoCL 6 s, then ~100 s of runs, mostly PoCL generating each kernel's
+  work-group code at its first launch), too much of the test budget for a stand-in: every kernel's CUDA source is
+  still compiled by NVRTC in test_render_targets.py, and the OpenCL backend, which shares the lowering, runs the
+  whole suite;
 * the runtime's pieces (``_gpu_child.units``): allocator, OOM, pinned staging, kernel errors, PTX, disk cache, cuBLAS;
 * a real cluster whose ``cuda:0`` worker runs with the stand-in installed: moves between devices, the autograd
   gradchecks, digits training, memory statistics and out-of-memory errors.
@@ -30,6 +33,7 @@ from tensorwire.backends.cuda import CUDABackend
 from tensorwire.backends.cuda import runtime as RT
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
+from tests.backends._child_cases import sample
 from tests.backends._gradcheck import gradcheck_on
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -55,6 +59,8 @@ def _opencl_available() -> tuple[bool, str]:
 OPENCL_OK, OPENCL_WHY = _opencl_available()
 needs_standin = pytest.mark.skipif(not OPENCL_OK, reason=f"the CUDA stand-in runs kernels on OpenCL: {OPENCL_WHY}")
 CASES = T.conformance_cases()
+#: the cases run on the stand-in (a real GPU runs them all): see :func:`tests.backends._child_cases.sample`
+SAMPLE = sample(CASES)
 
 
 def child(command: str, tmp_dir, *args: str, timeout: float = 900) -> dict:
@@ -129,14 +135,14 @@ def test_compile_target_prefers_the_gpus_own_cubin():
 def conformance(tmp_path_factory):
     if not OPENCL_OK:
         pytest.skip(f"the CUDA stand-in runs kernels on OpenCL: {OPENCL_WHY}")
-    return child("conformance", tmp_path_factory.mktemp("cuda"))
+    return child("conformance", tmp_path_factory.mktemp("cuda"), ";".join(c.name for c in SAMPLE))
 
 
 @needs_standin
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", SAMPLE, ids=str)
 def test_conformance_on_the_standin(conformance, case):
-    """Every case passes through the CUDA backend's host code, as fused kernels (step by step only where a node is
-    meant to fail)."""
+    """Every sampled case passes through the CUDA backend's host code, as fused kernels (step by step only where a
+    node is meant to fail)."""
     status, msg, stepwise, expects_failure = conformance["cases"][case.name]
     if status == "skip":
         pytest.skip(msg)
@@ -147,9 +153,9 @@ def test_conformance_on_the_standin(conformance, case):
 @needs_standin
 def test_conformance_used_prebuilt_modules_cublas_and_the_pool(conformance):
     stats = conformance["prebuild"]
-    assert stats["kernels"] > 1000 and stats["modules"] < 20, stats
-    assert stats["builds_after_prebuild"] < 80, stats
-    assert stats["gemms"] > 20, stats  # float matmuls (and convolutions) went to cuBLAS
+    assert stats["kernels"] > 250 and stats["modules"] < 20, stats  # the sample's ~320 kernels, a few modules
+    assert stats["builds_after_prebuild"] < 20, stats
+    assert stats["gemms"] >= 4, stats  # float matmuls (and convolutions) went to cuBLAS
     assert stats["memory"]["cache_hits"] > stats["memory"]["driver_allocs"] * 10, stats["memory"]
 
 
