@@ -78,6 +78,8 @@ log = logging.getLogger("tensorwire.dispatcher")
 MAX_PLANS = 4096
 #: profiler spans the dispatcher keeps per session until its client collects them (the rest are counted, not kept)
 MAX_SPANS = 1 << 17
+#: collectives that failed before all their parts started, remembered to answer the late parts (oldest go first)
+MAX_FAILED_COLLECTIVES = 4096
 SID_BYTES, SECRET_BYTES = 8, 32  # a session key is its public id followed by its secret
 _NAME = re.compile(r"[A-Za-z0-9_.@:-]{1,128}")  # service and device names
 _MALFORMED = "malformed message: the dispatcher could not process it (see its log)"
@@ -203,6 +205,9 @@ class Dispatcher:
         self.forwards: dict[int, tuple] = {}  # service request id -> (session, client seq, service name)
         self.coll_ranks: dict[str, ServiceInfo] = {}  # device -> the collectives rank serving it
         self.coll_pending: dict[int, dict] = {}  # collective key -> {"all": devices, "devices": still waiting}
+        # collectives that failed before every part was ready -> (their devices, the error): a part that starts
+        # after the failure is answered with it (bounded: the oldest are forgotten first)
+        self.coll_failed: dict[int, tuple[set, dict]] = {}
         self.next_coll = 1
         self.next_fwd = 1
         self.started = time.time()
@@ -404,6 +409,11 @@ class Dispatcher:
         must be one of its own (``protocol/shm_paths.py``): a rank maps it read-write and writes the result in."""
         key = h.get("key")
         pend = self.coll_pending.get(key) if type(key) is int else None
+        if pend is None and svc.kind == "worker" and type(key) is int:
+            failed = self.coll_failed.get(key)
+            if failed is not None and svc.name in failed[0]:  # it failed before this part started: say so now
+                self._to_service(svc, {"t": "coll_done", "key": key, "err": failed[1]})
+            return
         if pend is None or svc.kind != "worker" or svc.name not in pend["all"]:
             return
         if svc.name not in self.coll_ranks:
@@ -594,6 +604,11 @@ class Dispatcher:
             if w is not None:
                 self._to_service(w, {"t": "coll_done", "key": gk, "err": err})
         if len(pend.get("ready", ())) < len(pend["all"]):  # no rank was released: they forget it and go on
+            # a worker whose part has not started yet drops this coll_done (it knows no such part): its coll_ready
+            # comes later and is answered with the error then (see _coll_ready)
+            self.coll_failed[gk] = (set(pend["all"]) - set(pend.get("ready", ())), err)
+            if len(self.coll_failed) > MAX_FAILED_COLLECTIVES:
+                self.coll_failed.pop(next(iter(self.coll_failed)))
             for dev in pend["all"]:
                 rank = self.coll_ranks.get(dev)
                 if rank is not None:
