@@ -106,14 +106,15 @@ def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:
     if not isinstance(nodes, list) or len(nodes) > MAX_FRAGMENT_NODES:
         raise ProtocolError("a fragment must be a list of at most 2**20 nodes")
     native = device.backend.native
-    plan = _compile(device, nodes, ext_metas, native)
+    plan, composites = _compile(device, nodes, ext_metas, native)
     other = device.native_for(plan.program.steps)
-    if other is not None and other != native:
-        plan = _compile(device, nodes, ext_metas, other)
+    if other is not None and composites & (native ^ other):  # (else the plan would come out the same)
+        plan, _ = _compile(device, nodes, ext_metas, other)
     return plan
 
 
-def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset) -> Plan:
+def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset) -> tuple[Plan, set[str]]:
+    """The plan of ``nodes`` with the composites in ``native`` run whole, and the composite ops the fragment met."""
     n_ext = len(ext_metas)
     b = _PlanBuilder(native, n_ext)
     node_slot: list[int | None] = []
@@ -194,7 +195,7 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset) ->
     for i, s in enumerate(steps):
         s.frees = tuple(frees.get(i, ()))
     program = device.compile(steps)
-    return Plan(program, node_slot, list(ext_metas), b.next_slot, node_meta)
+    return Plan(program, node_slot, list(ext_metas), b.next_slot, node_meta), b.composites
 
 
 def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set,

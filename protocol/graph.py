@@ -72,9 +72,12 @@ class ExpandingBuilder(Builder):
         self.native = native
         self.nodes: list[tuple] = []
         self.origin = -1
+        self.composites: set[str] = set()  # the composite ops met, run whole or expanded
 
     def op(self, name: str, /, *inputs: Value, **attrs) -> Value:
         opdef = get_op(name)
+        if opdef.decompose is not None:
+            self.composites.add(name)
         if opdef.decompose is not None and name not in self.native:
             shape, dtype = infer(name, [(v.shape, v.dtype) for v in inputs], attrs)  # validate as the op itself
             out = opdef.decompose(self, *inputs, attrs)
