@@ -92,7 +92,7 @@ class CompiledGraph:
         self.temps = [j for j in range(self.n) if j not in kept]
         self.entries = summary.entries
         self.whole = Part(self.batch)
-        self.splits: dict[int, _Split | None] = {}  # cut -> the graph in two parts
+        self.splits: dict[int, _Split] = {}  # cut -> the graph in two parts
 
     def replay(self, tensors: list[Tensor]):
         """Run the graph on the call's tensor arguments; returns the result, or :data:`RETRACE` when the state the
@@ -177,8 +177,8 @@ class CompiledGraph:
         cut = _fetch_cut(self.entries, [self.entries[j][0] for j in idx])
         if cut >= self.n:
             return None
-        split = self.splits.get(cut, False)
-        if split is False:
+        split = self.splits.get(cut)
+        if split is None:
             if len(self.splits) >= MAX_SPLITS:
                 self.splits.pop(next(iter(self.splits)))
             split = self.splits[cut] = _Split(self.entries, self.batch, cut, self.temps)
