@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pluggy
 
+from tensorwire.protocol.ops import load_plugin_ops
+
 from . import hookspecs
 
 hookimpl = pluggy.HookimplMarker("tensorwire")
@@ -26,18 +28,8 @@ def plugin_manager() -> pluggy.PluginManager:
         if not pm.is_registered(cpu):  # the built-in backend, even when entry points are missing
             pm.register(cpu)
         _pm = pm
-        load_ops()
+        load_plugin_ops(pm)  # the plugins' custom ops, through the same plugin manager
     return _pm
-
-
-def load_ops() -> None:
-    """Add every plugin's custom ops to the op table (idempotent)."""
-    from tensorwire.protocol.ops import OPS, register_op
-
-    for ops in (_pm or plugin_manager()).hook.tensorwire_ops():
-        for op in ops or ():
-            if op.name not in OPS:
-                register_op(op)
 
 
 def backends() -> dict:

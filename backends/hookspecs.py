@@ -53,12 +53,6 @@ def tensorwire_kernels(backend) -> dict:
     """
 
 
-@hookspec
-def tensorwire_ops() -> list:
-    """Return custom :class:`~tensorwire.protocol.ops.OpDef` objects to add to the op table.
-
-    A custom op gives its shape/dtype rule (``infer``) and a decomposition into existing ops
-    (``decompose``), so it runs on every backend; backends may add a native kernel for it through
-    :func:`tensorwire_kernels`. Its VJP rule, if differentiable, goes in ``OpDef.extra["vjp"]``.
-    Clients must load the same plugin (``tensorwire.backends.load_ops()``) to record the op.
-    """
+# custom ops are the op table's: their hook is defined with it (one definition), and re-exported here so a
+# plugin author finds every hook in one place
+from tensorwire.protocol.ops.plugins import tensorwire_ops  # noqa: E402, F401

@@ -58,6 +58,7 @@ from tensorwire.protocol.errors import (
 from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.logs import configure as configure_logging
 from tensorwire.protocol.metrics import add_metrics_args, serve_metrics
+from tensorwire.protocol.ops import load_plugin_ops
 from tensorwire.protocol.progress import check as check_progress
 from tensorwire.protocol.service import (
     HEARTBEAT_S,
@@ -1191,12 +1192,10 @@ def main(argv: list[str] | None = None) -> int:
     add_metrics_args(p)
     args = p.parse_args(argv)
     configure_logging()
-    from tensorwire.backends import load_ops
-
     keys = keys_dir(args.keys)
     if args.service_token_file and not os.path.exists(args.service_token_file):
         write_token_file(args.service_token_file, new_token())
-    load_ops()  # custom ops of installed plugins, so batches using them validate
+    load_plugin_ops()  # custom ops of installed plugins, so batches using them validate
     tune_gc()
     d = Dispatcher(args.address, args.service_address, service_token=service_token(args.service_token_file, keys),
                    token=resolve_token(CLIENT_TOKEN_ENV, args.token_file),

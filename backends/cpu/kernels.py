@@ -14,7 +14,8 @@ import numpy as np
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol import random as rng
 from tensorwire.protocol.errors import IndexOutOfRange
-from tensorwire.protocol.ops import FLOAT_UNARY, _window_slices, binary_dtype
+from tensorwire.protocol.ops import FLOAT_UNARY, binary_dtype
+from tensorwire.protocol.ops.conv import _window_slices
 
 try:  # scipy's erf is exact; math.erf vectorised is the fallback
     from scipy.special import erf as _erf
@@ -462,7 +463,7 @@ def _sigmoid(ins, a, shape, dt):
         return _out(1.0 / (1.0 + np.exp(-x)), dt)
 
 
-# fused optimizer updates: the same arithmetic, in the same order, as their decompositions in protocol/ops.py
+# fused optimizer updates: the same arithmetic, in the same order, as their decompositions in protocol/ops/optim.py
 # (in the compute dtype, rounded once); temporaries are updated in place, inputs never
 
 def _decayed_grad(grad, param, a, ct):

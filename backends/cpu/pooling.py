@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorwire.protocol.ops import _lowest, _padded_size, _window_geometry, _window_slices
+from tensorwire.protocol.ops.conv import _lowest, _padded_size, _window_geometry, _window_slices
 
 from .kernels import _arr, _compute, _out, kernel
 

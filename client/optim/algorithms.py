@@ -52,7 +52,7 @@ def _bump(state) -> None:
 
 
 def _fused(p, op: str, ins: list, attrs: dict):
-    """One fused update op (``protocol/ops.py``: adam_*, sgd_*) on ``p``'s device, outside autograd (the
+    """One fused update op (``protocol/ops/optim.py``: adam_*, sgd_*) on ``p``'s device, outside autograd (the
     updates are not differentiable and run under no_grad)."""
     return p._s.record(op, ins, attrs, p._dev)
 

@@ -13,6 +13,8 @@ import pytest
 
 from tensorwire.backends import executor as X
 from tensorwire.backends import testing as T
+from tensorwire.backends.testing.cases import _Ctx, _Err
+from tensorwire.backends.testing.suite import _device
 
 
 class _Dry(Exception):
@@ -46,7 +48,7 @@ def kernel_lists(backend, cases) -> list:
     device's ``lowering_options`` and never run."""
     from tensorwire.backends.codegen.lower import lower
 
-    dev = T._device(backend, 0)
+    dev = _device(backend, 0)
     lists = []
 
     def collect(plan, keep):
@@ -72,18 +74,18 @@ def run_cases(backend, cases, failed: Callable[[Exception], str] = lambda e: "fa
     status ``ok``, ``skip``, or ``failed(exception)`` (``fail`` unless the caller names a kinder one). "Step by step"
     says the executor re-ran a fragment one node at a time (a kernel failed, or the case expects an error)."""
     seen = {"execute": 0, "expects_failure": False}
-    real_execute, real_run = X.execute, T._Ctx.run
+    real_execute, real_run = X.execute, _Ctx.run
 
     def execute(*a, **k):
         seen["execute"] += 1
         return real_execute(*a, **k)
 
     def run(self, g, **kw):
-        if any(isinstance(w, T._Err) for w in g.expect.values()) or any(isinstance(a, X.Fail) for a in g.inputs):
+        if any(isinstance(w, _Err) for w in g.expect.values()) or any(isinstance(a, X.Fail) for a in g.inputs):
             seen["expects_failure"] = True
         return real_run(self, g, **kw)
 
-    X.execute, T._Ctx.run = execute, run
+    X.execute, _Ctx.run = execute, run
     out = {}
     try:
         for case in cases:
@@ -97,5 +99,5 @@ def run_cases(backend, cases, failed: Callable[[Exception], str] = lambda e: "fa
                 status, msg = failed(e), f"{type(e).__name__}: {e}"
             out[case.name] = [status, msg, seen["execute"] > 0, seen["expects_failure"]]
     finally:
-        X.execute, T._Ctx.run = real_execute, real_run
+        X.execute, _Ctx.run = real_execute, real_run
     return out

@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tensorwire.backends import executor as X  # noqa: E402
 from tensorwire.backends import gpu_runtime as GR  # noqa: E402
 from tensorwire.backends import testing as T  # noqa: E402
+from tensorwire.backends.testing import suite as TS  # noqa: E402
 from tensorwire.protocol import dtypes as D  # noqa: E402
 from tests.backends._child_cases import kernel_lists, run_cases  # noqa: E402
 
@@ -62,7 +63,7 @@ def prebuild(backend, drv, cases) -> dict:
     program."""
     t0 = time.perf_counter()
     lists = kernel_lists(backend, cases)
-    dev = T._device(backend, 0)
+    dev = TS._device(backend, 0)
     modules = dev.runtime.prebuild(lists)
     t1 = time.perf_counter()
     programs = drv.prebuild_twins(lists)
@@ -79,7 +80,7 @@ def conformance(names: list[str] | None) -> dict:
         wanted = set(names)
         cases = [c for c in cases if c.name in wanted]
     stats = prebuild(backend, drv, cases)
-    dev = T._device(backend, 0)
+    dev = TS._device(backend, 0)
     builds_before = dev.runtime.builds
     t0 = time.perf_counter()
     out = run_cases(backend, cases)

@@ -25,6 +25,7 @@ from tensorwire.backends import executor as X  # noqa: E402
 from tensorwire.backends import testing as T  # noqa: E402
 from tensorwire.backends.mps import MPSBackend  # noqa: E402
 from tensorwire.backends.mps import metal_runtime as MR  # noqa: E402
+from tensorwire.backends.testing import suite as TS  # noqa: E402
 from tensorwire.protocol import dtypes as D  # noqa: E402
 from tests.backends import _metal_standin as S  # noqa: E402
 from tests.backends._child_cases import kernel_lists, run_cases  # noqa: E402
@@ -54,7 +55,7 @@ def conformance() -> dict:
         "programs": programs,
         "prebuild_seconds": time.perf_counter() - t0,
     }
-    dev = T._device(backend, 0)
+    dev = TS._device(backend, 0)
     t0 = time.perf_counter()
     out = run_cases(backend, cases, lambda e: "refused" if REFUSED in str(e) else "fail")
     stats.update(

@@ -27,6 +27,9 @@ from tensorwire.backends import executor as X
 from tensorwire.backends import testing as T
 from tensorwire.backends.opencl import OpenCLBackend
 from tensorwire.backends.opencl import runtime as RT
+from tensorwire.backends.testing.cases import _compare, _Ref
+from tensorwire.backends.testing.elementwise import _DOMAIN, _unary_ref
+from tensorwire.backends.testing.suite import _device
 from tensorwire.protocol import dtypes as D
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -53,7 +56,7 @@ def prebuild(backend, cases) -> dict:
     """Lower every case's fragments without running them, and compile all their kernels in a few programs
     (``CLRuntime.prebuild``: PoCL spends ~0.1 s a program, much the same for one kernel or hundreds)."""
     t0 = time.perf_counter()
-    dev = T._device(backend, 0)
+    dev = _device(backend, 0)
     lists = kernel_lists(backend, cases)
     programs = dev.runtime.prebuild(lists)
     return {"fragments": len(lists), "programs": programs, "kernels": len(dev.runtime._kernels),
@@ -81,17 +84,17 @@ def conformance(names: list[str] | None = None, work_groups: bool = False, vecto
         wanted = set(names)
         cases = [c for c in cases if c.name in wanted]
     if work_groups:
-        dev = T._device(backend, 0)
+        dev = _device(backend, 0)
         dev.lowering_options = dataclasses.replace(RT.LOWERING_GPU, **T.WORK_GROUPS)
     if vectors:
-        dev = T._device(backend, 0)
+        dev = _device(backend, 0)
         dev.lowering_options = dataclasses.replace(RT.LOWERING, vector=vectors)
     stats = prebuild(backend, cases)
-    builds_before = T._device(backend, 0).runtime.builds
+    builds_before = _device(backend, 0).runtime.builds
     t0 = time.perf_counter()
     out = run_cases(backend, cases)
     stats["run_seconds"] = time.perf_counter() - t0
-    stats["builds_after_prebuild"] = T._device(backend, 0).runtime.builds - builds_before
+    stats["builds_after_prebuild"] = _device(backend, 0).runtime.builds - builds_before
     return {"cases": out, "prebuild": stats}
 
 
@@ -209,7 +212,7 @@ def _close(what: str, got: np.ndarray, want: np.ndarray) -> None:
     infinities where the reference has them, other values within the tolerance of ``got``'s dtype."""
     got = np.asarray(got)
     with np.errstate(all="ignore"):
-        msg = T._compare(got, T._Ref(np.asarray(want, np.float64)), D.from_numpy(got.dtype))
+        msg = _compare(got, _Ref(np.asarray(want, np.float64)), D.from_numpy(got.dtype))
     assert msg is None, f"{what}: {msg}"
 
 
@@ -229,13 +232,13 @@ def _unary_on_vectors(dev, n: int = 53) -> None:
     """Each unary op on 3 whole vectors of 16 and a tail of 5, special values in both: as numpy computes them."""
     rng = np.random.default_rng(0)
     for op in VECTOR_UNARY:
-        lo, hi = T._DOMAIN.get(op, (-3.0, 3.0))
+        lo, hi = _DOMAIN.get(op, (-3.0, 3.0))
         x = _with_specials(rng.uniform(lo, hi, n))
         got, kernels = _run_nodes(dev, [[op, [-1], None]], [x], [0])
         assert all(_vectorised(k) for k in kernels), f"{op} did not run on vectors"
         ref = {"relu": lambda v: np.maximum(v, 0), "sigmoid": lambda v: 1 / (1 + np.exp(-v))}.get(op)
         with np.errstate(all="ignore"):
-            want = ref(x.astype(np.float64)) if ref else T._unary_ref(op, x, D.float32)
+            want = ref(x.astype(np.float64)) if ref else _unary_ref(op, x, D.float32)
         _close(op, got[0], want)
 
 
@@ -447,7 +450,7 @@ def grind(names: list[str], extras: list[str]) -> dict:
     cases = {c.name: c for c in T.conformance_cases()}
     for n in names:
         T.check_case(backend, cases[n])
-    dev = T._device(backend, 0)
+    dev = _device(backend, 0)
     if "split" in extras:  # reductions long enough for the two-stage kernels
         a = np.random.default_rng(0).standard_normal((2, 9000)).astype(np.float32)
         plan = X.compile_plan(dev, [["sum", [-1], {"dims": [1]}], ["amax", [-1], None]], [((2, 9000), D.float32)])

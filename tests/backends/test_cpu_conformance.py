@@ -7,6 +7,7 @@ import pytest
 
 from tensorwire.backends import testing as T
 from tensorwire.backends.cpu import NumpyBackend
+from tensorwire.backends.testing.cases import _expand
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.ops import OPS, OpDef, primitives
 
@@ -126,7 +127,7 @@ def test_suite_catches_broken_kernels(op, kernel, fragment):
 def test_decompose_mode_expands_composites():
     nodes = [["softmax", [-1], {"dim": 1}], ["relu", [0], None]]
     metas = [((2, 3), D.float32)]
-    new, exp, mapping = T._expand(nodes, {1: "x"}, metas)
+    new, exp, mapping = _expand(nodes, {1: "x"}, metas)
     ops = {n[0] for n in new}
     assert "softmax" not in ops and "relu" not in ops and {"exp", "amax", "sum", "maximum"} <= ops
     assert list(exp) == [len(new) - 1] and mapping[1] == len(new) - 1

@@ -45,7 +45,7 @@ def plugin(tmp_path_factory):
     mod = importlib.import_module("tw_plugin_example")
     from tensorwire.protocol.ops import OPS, register_op
 
-    if "toy_hypot" not in OPS:  # what tensorwire.backends.load_ops() does with a fresh plugin manager
+    if "toy_hypot" not in OPS:  # what tensorwire.protocol.ops.load_plugin_ops() does with a fresh plugin manager
         register_op(mod.TOY_HYPOT)
     return mod
 
@@ -54,10 +54,9 @@ def test_discovered_through_entry_point(plugin):
     """A fresh process (the plugin manager caches) finds the toy backend, its kernel and its op."""
     code = r"""
 import json
-from tensorwire.backends import backends, get_backend, load_ops, plugin_manager
+from tensorwire.backends import backends, get_backend, plugin_manager
 from tensorwire.protocol.ops import OPS
-pm = plugin_manager()
-load_ops()
+pm = plugin_manager()  # adds the plugins' ops through itself
 b = backends()
 toy = get_backend("toy")
 print(json.dumps({
@@ -84,6 +83,24 @@ print(json.dumps({
     assert "softmax" not in info["cpu_native"], "a kernel meant for toy leaked into the cpu backend"
     assert info["op"] is True
     assert info["missing"] == []
+
+
+def test_the_op_table_finds_plugin_ops_without_the_backends_plugin_manager(plugin):
+    """What the dispatcher does at start: the op table loads the installed plugins' ops by itself."""
+    code = r"""
+import json
+from tensorwire.protocol.ops import OPS, load_plugin_ops
+before = "toy_hypot" in OPS
+added = load_plugin_ops()
+again = load_plugin_ops()
+import tensorwire.backends as B
+print(json.dumps({"before": before, "added": added, "again": again, "pm_built": B._pm is not None,
+                  "primitive": OPS["toy_hypot"].primitive}))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    assert info == {"before": False, "added": ["toy_hypot"], "again": [], "pm_built": False, "primitive": False}
 
 
 def _toy_backend(plugin):

@@ -34,6 +34,7 @@ from tensorwire.backends import testing as T
 from tensorwire.backends.codegen.hip import hip_unavailable
 from tensorwire.backends.rocm import ROCmBackend
 from tensorwire.backends.rocm import runtime as RT
+from tensorwire.backends.testing.suite import _device
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 from tests.backends._gradcheck import gradcheck_on
@@ -192,7 +193,7 @@ def test_sampled_conformance_kernels_compile_for(arch, monkeypatch, tmp_path):
     RT.load_compiler = lambda: compiler
     backend = ROCmBackend()
     lists = C.kernel_lists(backend, SAMPLE)
-    dev = T._device(backend, 0)
+    dev = _device(backend, 0)
     assert dev.runtime.compiler == compiler and dev.runtime.arch == arch
     modules = dev.runtime.prebuild(lists)
     kernels = sum(len(k) for k in lists)

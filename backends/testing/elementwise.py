@@ -1,0 +1,229 @@
+"""Elementwise cases and their numpy references: unary ops (with their input domains), binary ops over
+broadcasting shapes and mixed dtypes, ``where`` and ``cast``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.ops import FLOAT_UNARY
+
+from .cases import Case, _Graph
+from .inputs import SELECTED_DTYPES, SPECIAL, _accepts, _case, _f64, _sh, _vals
+
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x) if np.size(x) else np.asarray(x, np.float64)
+
+
+def _round_half_even(x):
+    f = np.floor(x)
+    d = x - f
+    return np.where(d > 0.5, f + 1, np.where(d < 0.5, f, np.where(np.fmod(f, 2) == 0, f, f + 1)))
+
+
+UNARY_REF: dict[str, Callable] = {
+    "exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "sqrt": np.sqrt, "sin": np.sin,
+    "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "erf": _erf, "reciprocal": lambda x: 1.0 / x,
+    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
+    "neg": lambda x: -x, "abs": np.abs, "sign": np.sign, "floor": np.floor, "ceil": np.ceil,
+    "round": _round_half_even, "trunc": np.trunc, "isnan": np.isnan, "isinf": np.isinf,
+    "logical_not": lambda x: x == 0, "bitwise_not": None,  # dtype dependent, see _unary_case
+}
+assert set(FLOAT_UNARY) <= set(UNARY_REF)
+
+_DOMAIN = {"log": (0.125, 4.0), "log1p": (-0.5, 3.0), "sqrt": (0.0, 4.0), "reciprocal": (0.25, 4.0),
+           "asin": (-0.875, 0.875), "acos": (-0.875, 0.875), "tan": (-1.25, 1.25), "exp": (-3.0, 3.0)}
+
+
+def _unary_ref(op: str, x: np.ndarray, dt_in: D.DType):
+    x64 = _f64(x)
+    if op == "bitwise_not":
+        return ~x if dt_in is D.bool_ else -x64 - 1
+    return UNARY_REF[op](x64)
+
+
+def _unary_cases(op: str) -> Iterator[Case]:
+    extra_shapes = [(), (0, 4), (3, 1, 2)]
+    lo, hi = _DOMAIN.get(op, (-3.0, 3.0))
+    q = None if op in FLOAT_UNARY else 0.25  # full precision, or a grid with halves (round, floor...)
+    for i, dt in enumerate(SELECTED_DTYPES):
+        if not _accepts(op, [((2,), dt)]):
+            continue
+        for shape in ((2, 3), extra_shapes[i % len(extra_shapes)]):
+            yield _case(f"{op}[{dt.name}:{_sh(shape)}]", op,
+                        lambda rng, dt=dt, shape=shape: _unary_graph(op, rng, dt, shape, lo, hi, q))
+    for dt in (D.float32, D.float16, D.bfloat16):
+        if not _accepts(op, [((2,), dt)]) or op == "bitwise_not":
+            continue
+
+        def build_special(rng, dt=dt):
+            g = _Graph()
+            x = SPECIAL.astype(dt.np)
+            g.ref(g.op(op, g.input(x)), _unary_ref(op, x, dt))
+            return g
+        yield _case(f"{op}[{dt.name}:special]", op, build_special)
+
+
+def _unary_graph(op, rng, dt, shape, lo, hi, q) -> _Graph:
+    g = _Graph()
+    x = _vals(rng, shape, dt, lo, hi, q)
+    if op == "reciprocal" and dt.is_floating_point:
+        x = (x * np.where(rng.random(shape) < 0.5, -1, 1)).astype(dt.np)
+    g.ref(g.op(op, g.input(x)), _unary_ref(op, x, dt))
+    return g
+
+
+BINARY_REF: dict[str, Callable] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": lambda a, b: a / b,
+    "maximum": np.maximum, "minimum": np.minimum,
+    "floor_divide": lambda a, b: np.floor(a / b), "remainder": lambda a, b: a - b * np.floor(a / b),
+    "pow": np.power, "atan2": np.arctan2,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal,
+    "logical_and": lambda a, b: (a != 0) & (b != 0), "logical_or": lambda a, b: (a != 0) | (b != 0),
+    "logical_xor": lambda a, b: (a != 0) ^ (b != 0),
+    "bitwise_and": None, "bitwise_or": None, "bitwise_xor": None,  # on int64, see _binary_ref
+}
+_BITWISE = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor}
+
+
+def _binary_ref(op, a, b):
+    if op in _BITWISE:
+        if a.dtype == np.bool_ and b.dtype == np.bool_:
+            return _BITWISE[op](a, b)
+        return _BITWISE[op](a.astype(np.int64), b.astype(np.int64))
+    return BINARY_REF[op](_f64(a), _f64(b))
+
+
+def _binary_inputs(op, rng, sa, da, sb, db):
+    if op == "pow":
+        a = _vals(rng, sa, da, 0.25 if da.is_floating_point else 0, 2.0 if da.is_floating_point else 3, None)
+        b = _vals(rng, sb, db, -2.0 if db.is_floating_point else 0, 2.0 if db.is_floating_point else 3, 0.5)
+        return a, b
+    # a coarse grid gives ties for comparisons and exact quotients for floor_divide/remainder; arithmetic
+    # gets the dtype's full precision (so a backend computing in a narrower type is caught)
+    q = 0.5 if op in ("eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum") else (
+        0.25 if op in ("floor_divide", "remainder") else None)
+    a = _vals(rng, sa, da, -4, 4, q)
+    b = _vals(rng, sb, db, -4, 4, q)
+    if op in ("floor_divide", "remainder", "div"):  # no zero divisors
+        if db is D.bool_:
+            b = np.ones(sb, bool)
+        else:
+            mag = _vals(rng, sb, db, 1, 4, 0.25)
+            sign = np.where(rng.random(sb) < 0.5, -1, 1)
+            b = (mag * sign).astype(db.np) if db.is_signed or db.is_floating_point else mag
+    return a, b
+
+
+def _binary_cases(op: str) -> Iterator[Case]:
+    shapes = [((2, 3), (2, 3)), ((2, 3), (3,)), ((2, 1, 4), (3, 1)), ((), (2, 3)), ((0, 3), (1, 3)), ((), ()),
+              ((4, 1), (0,))]
+    specs = []
+    for i, dt in enumerate(SELECTED_DTYPES):
+        sa, sb = shapes[i % len(shapes)]
+        specs.append((dt, sa, dt, sb))
+    for sa, sb in shapes:
+        specs.append((D.float32, sa, D.float32, sb))
+    for da, db in ((D.int32, D.int64), (D.bool_, D.float32), (D.int64, D.float16), (D.float16, D.bfloat16),
+                   (D.int32, D.bfloat16), (D.float32, D.float64), (D.bool_, D.int32)):
+        specs.append((da, (2, 3), db, (2, 3)))
+    # 0-d tensors only raise the category: float64 0-d with float32 -> float32; int64 0-d with int32 -> int32
+    specs += [(D.float32, (3,), D.float64, ()), (D.int32, (3,), D.int64, ()), (D.int64, (2, 2), D.float32, ())]
+    seen = set()
+    for da, sa, db, sb in specs:
+        if not _accepts(op, [(sa, da), (sb, db)]):
+            continue
+        name = f"{op}[{da.name}:{_sh(sa)},{db.name}:{_sh(sb)}]"
+        if name in seen:
+            continue
+        seen.add(name)
+
+        def build(rng, da=da, sa=sa, db=db, sb=sb):
+            g = _Graph()
+            a, b = _binary_inputs(op, rng, sa, da, sb, db)
+            g.ref(g.op(op, g.input(a), g.input(b)), _binary_ref(op, a, b))
+            return g
+        yield _case(name, op, build)
+    if op not in ("floor_divide", "remainder", "pow") and op not in _BITWISE:
+        for dt in (D.float32, D.float16):
+            def build_special(rng, dt=dt):
+                g = _Graph()
+                a = np.repeat(SPECIAL, SPECIAL.size).astype(dt.np)
+                b = np.tile(SPECIAL, SPECIAL.size).astype(dt.np)
+                g.ref(g.op(op, g.input(a), g.input(b)), _binary_ref(op, a, b))
+                return g
+            yield _case(f"{op}[{dt.name}:special]", op, build_special)
+
+
+def _where_cases(op: str) -> Iterator[Case]:
+    specs = [((2, 1, 3), D.float32, (3,), D.float32, (2, 4, 1)), ((2, 3), D.int32, (2, 3), D.float16, ()),
+             ((), D.bool_, (2, 2), D.bfloat16, (2, 2)), ((0, 2), D.int64, (1, 2), D.int64, (2,)),
+             ((3,), D.float64, (3,), D.int32, (3,)), ((2, 3), D.bool_, (2, 3), D.bool_, (2, 3))]
+    for sc, da, sa, db, sb in specs:
+        for cdt in (D.bool_, D.int32) if sc == (2, 1, 3) else (D.bool_,):
+            def build(rng, sc=sc, cdt=cdt, da=da, sa=sa, db=db, sb=sb):
+                g = _Graph()
+                c = _vals(rng, sc, cdt, -1, 1)
+                a, b = _vals(rng, sa, da), _vals(rng, sb, db)
+                g.ref(g.op(op, g.input(c), g.input(a), g.input(b)), np.where(c != 0, _f64(a), _f64(b)))
+                return g
+            yield _case(f"where[{cdt.name}:{_sh(sc)},{da.name}:{_sh(sa)},{db.name}:{_sh(sb)}]", op, build)
+    # large, irregular masks (a ReLU's backward): backends may select arithmetically there, which must stay exact,
+    # and fall back where the values are not finite
+    for tag, sc, sa, dt, sb, special in (("relu-grad", (64, 128), (64, 128), D.float32, (), False),
+                                         ("broadcast", (64, 1), (64, 128), D.float64, (128,), False),
+                                         ("non-finite", (64, 128), (64, 128), D.float32, (), True)):
+        def build(rng, sc=sc, sa=sa, dt=dt, sb=sb, special=special):
+            g = _Graph()
+            c = rng.random(sc) > 0.5
+            a, b = _vals(rng, sa, dt), np.zeros(sb, dt.np) if not sb else _vals(rng, sb, dt)
+            if special:
+                a[0, :4] = [np.inf, -np.inf, np.nan, -0.0]
+                c[0, :4] = [True, False, True, True]
+            g.ref(g.op(op, g.input(c), g.input(a), g.input(b)), np.where(c, _f64(a), _f64(b)))
+            return g
+        yield _case(f"where[large:{tag}]", op, build)
+
+
+_CAST_VALUES = np.array([-2.75, -1.5, -0.5, 0.0, 0.5, 1.25, 3.0, 100.0, -100.0, 7.875])
+
+
+def _cast_cases(op: str) -> Iterator[Case]:
+    for src in SELECTED_DTYPES:
+        for dst in SELECTED_DTYPES:
+            def build(rng, src=src, dst=dst):
+                g = _Graph()
+                if src is D.bool_:
+                    x = np.array([True, False, True, True])
+                elif src.is_floating_point:
+                    x = _CAST_VALUES.astype(src.np)
+                else:
+                    x = np.array([-3, -1, 0, 1, 2, 100, -100, 7]).astype(src.np)
+                x64 = _f64(x)
+                ref = (x64 != 0) if dst is D.bool_ else (np.trunc(x64) if not dst.is_floating_point else x64)
+                g.ref(g.op("cast", g.input(x), dtype=dst.name), ref)
+                return g
+            yield _case(f"cast[{src.name}->{dst.name}]", op, build)
+
+    def build_special(rng):
+        g = _Graph()
+        x = SPECIAL.astype(np.float32)
+        g.ref(g.op("cast", g.input(x), dtype="bool"), x != 0)
+        big = np.array([1e5, -1e5, 65504.0, 3e38, -3.5e38], np.float32)
+        g.ref(g.op("cast", g.input(big), dtype="float16"), np.array([np.inf, -np.inf, 65504.0, np.inf, -np.inf]))
+        g.ref(g.op("cast", g.input(x), dtype="float64"), _f64(x))
+        g.ref(g.op("cast", g.input(x), dtype="bfloat16"), _f64(x))
+        r = np.random.default_rng(0).uniform(-10, 10, 64)
+        g.ref(g.op("cast", g.input(r), dtype="float16"), r)
+        g.ref(g.op("cast", g.input(r), dtype="bfloat16"), r)
+        g.ref(g.op("cast", g.input(r), dtype="float32"), r)
+        return g
+    yield _case("cast[special]", op, build_special)
+
+
+

@@ -1,0 +1,35 @@
+"""The op table: every op defined once.
+
+Each :class:`OpDef` gives the op's name, how many inputs it takes, its shape and dtype inference
+(``infer``), and either nothing (a *primitive*, which every backend must implement) or a
+decomposition into other ops (a *composite*, which runs through its decomposition unless a backend
+registers a native kernel for it). The client, the dispatcher, the workers and autograd all read
+this table; nobody else derives shapes.
+
+Attributes are plain msgpack values (ints, floats, bools, strings, lists). Dtypes travel by name.
+A decomposition is written against a :class:`~tensorwire.protocol.graph.Builder`: ``g.op(name,
+*inputs, **attrs)`` records an op and returns a value with ``.shape`` and ``.dtype``.
+
+The table is kept by op family, one module each: :mod:`.table` (``OpDef``, the registry, inference),
+:mod:`.attrs` (attribute readers), :mod:`.creation`, :mod:`.elementwise`, :mod:`.reductions`,
+:mod:`.movement`, :mod:`.indexing`, :mod:`.matmul` (the primitives), then the composites:
+:mod:`.math_composites`, :mod:`.nn` (activations, normalisation, linear), :mod:`.conv` (im2col,
+convolution, pooling), :mod:`.losses` (fused cross entropy) and :mod:`.optim` (fused optimizer
+updates). Importing this package registers all of them, in that order.
+
+Plugins add ops with :func:`register_op`; :func:`load_plugin_ops` (in :mod:`.plugins`) finds them
+through the ``tensorwire_ops`` hook of every installed plugin.
+"""
+
+from __future__ import annotations
+
+# the families register their ops on import, primitives first: the table's order is this order
+# isort: off
+from . import creation, elementwise, reductions, movement, indexing, matmul
+from . import math_composites, nn, conv, losses, optim
+# isort: on
+from .attrs import a_bool, a_dims, a_dtype, a_int, a_ints, a_num, a_str
+from .creation import COLLECTIVES, REDUCE_OPS, split_sizes
+from .elementwise import BOOL_UNARY, FLOAT_UNARY, SAME_UNARY, binary_dtype
+from .plugins import load_plugin_ops
+from .table import OPS, InferFn, Meta, OpDef, composite, composites, get_op, infer, primitives, register_op

@@ -1,0 +1,132 @@
+"""Neural-network composites of ``tw.nn.functional``: activations, layer/RMS normalisation and ``linear``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import dtypes as D
+from ..errors import DTypeError, ProtocolError, ShapeError
+from ..shapes import (
+    broadcast,
+    numel,
+)
+from .attrs import a_int, a_num, a_str
+from .elementwise import _unary_float, binary_dtype
+from .table import _scalar, _to_float, composite
+
+
+@composite("gelu", 1, lambda m, a: (a_str(a, "approximate", ("none", "tanh")), _unary_float(m, a))[1],
+           attrs=("approximate",), kind="unary")
+def _gelu(g, x, attrs):
+    """x * Phi(x): 0.5 x (1 + erf(x / sqrt 2)); approximate="tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    x = _to_float(g, x)
+    d = x.dtype
+    if attrs.get("approximate", "none") == "tanh":
+        x3 = g.op("mul", g.op("mul", x, x), x)
+        inner = g.op("mul", g.op("add", x, g.op("mul", x3, _scalar(g, 0.044715, d))),
+                     _scalar(g, math.sqrt(2.0 / math.pi), d))
+        t = g.op("tanh", inner)
+    else:
+        t = g.op("erf", g.op("mul", x, _scalar(g, 1.0 / math.sqrt(2.0), d)))
+    return g.op("mul", g.op("mul", x, _scalar(g, 0.5, d)), g.op("add", t, _scalar(g, 1.0, d)))
+
+
+@composite("silu", 1, _unary_float, kind="unary")
+def _silu(g, x, attrs):
+    """x * sigmoid(x)."""
+    x = _to_float(g, x)
+    return g.op("mul", x, g.op("sigmoid", x))
+
+
+def _leaky_infer(metas, attrs):
+    a_num(attrs, "negative_slope", 0.01)
+    return _unary_float(metas, attrs)
+
+
+@composite("leaky_relu", 1, _leaky_infer, attrs=("negative_slope",), kind="unary")
+def _leaky_relu(g, x, attrs):
+    """where(x > 0, x, negative_slope * x)."""
+    x = _to_float(g, x)
+    slope = a_num(attrs, "negative_slope", 0.01)
+    zero = _scalar(g, 0, x.dtype)
+    return g.op("where", g.op("gt", x, zero), x, g.op("mul", x, _scalar(g, slope, x.dtype)))
+
+
+def _softplus_infer(metas, attrs):
+    a_num(attrs, "beta", 1.0)
+    a_num(attrs, "threshold", 20.0)
+    return _unary_float(metas, attrs)
+
+
+@composite("softplus", 1, _softplus_infer, attrs=("beta", "threshold"), kind="unary")
+def _softplus(g, x, attrs):
+    """log1p(exp(beta x)) / beta, and x itself where beta x > threshold (as torch)."""
+    x = _to_float(g, x)
+    beta, thr = a_num(attrs, "beta", 1.0), a_num(attrs, "threshold", 20.0)
+    bx = g.op("mul", x, _scalar(g, beta, x.dtype))
+    big = g.op("gt", bx, _scalar(g, thr, x.dtype))
+    safe = g.op("where", big, _scalar(g, 0.0, x.dtype), bx)
+    sp = g.op("div", g.op("log1p", g.op("exp", safe)), _scalar(g, beta, x.dtype))
+    return g.op("where", big, x, sp)
+
+
+
+def _norm_last_infer(metas, attrs):
+    (s, d), = metas
+    n = a_int(attrs, "ndim", 1)
+    a_num(attrs, "eps", 1e-5)
+    if not 0 < n <= len(s):
+        raise ShapeError(f"normalisation over the last {n} dims of a tensor of shape {list(s)}")
+    return s, D.float_of(d)
+
+
+@composite("layer_norm", 1, _norm_last_infer, attrs=("ndim", "eps"))
+def _layer_norm(g, x, attrs):
+    """(x - mean) / sqrt(var + eps) over the last `ndim` dims (biased variance; the affine part is separate)."""
+    x = _to_float(g, x)
+    n = a_int(attrs, "ndim", 1)
+    dims = list(range(len(x.shape) - n, len(x.shape)))
+    mu = g.op("mean", x, dims=dims, keepdim=True)
+    xc = g.op("sub", x, mu)
+    var = g.op("mean", g.op("mul", xc, xc), dims=dims, keepdim=True)
+    return g.op("mul", xc, g.op("rsqrt", g.op("add", var, _scalar(g, a_num(attrs, "eps", 1e-5), x.dtype))))
+
+
+@composite("rms_norm", 1, _norm_last_infer, attrs=("ndim", "eps"))
+def _rms_norm(g, x, attrs):
+    """x / sqrt(mean(x^2) + eps) over the last `ndim` dims (the weight is separate)."""
+    x = _to_float(g, x)
+    n = a_int(attrs, "ndim", 1)
+    dims = list(range(len(x.shape) - n, len(x.shape)))
+    ms = g.op("mean", g.op("mul", x, x), dims=dims, keepdim=True)
+    return g.op("mul", x, g.op("rsqrt", g.op("add", ms, _scalar(g, a_num(attrs, "eps", 1e-5), x.dtype))))
+
+
+def _linear_infer(metas, attrs):
+    if len(metas) not in (2, 3):
+        raise ProtocolError(f"op linear takes 2 or 3 inputs (input, weight[, bias]), got {len(metas)}")
+    (sx, dx), (sw, dw) = metas[0], metas[1]
+    if len(sw) != 2 or not sx:
+        raise ShapeError(f"linear: expected a 2-D weight and an input with at least 1 dim, got input {list(sx)} "
+                         f"and weight {list(sw)}")
+    if sx[-1] != sw[1]:
+        raise ShapeError(f"mat1 and mat2 shapes cannot be multiplied ({numel(sx[:-1])}x{sx[-1]} and "
+                         f"{sw[1]}x{sw[0]})")
+    if dx is not dw:
+        raise DTypeError(f"mat1 and mat2 must have the same dtype, but got {dx.name} and {dw.name}")
+    out = sx[:-1] + (sw[0],)
+    if len(metas) == 3:
+        sb, db = metas[2]
+        if broadcast(out, sb) != out:
+            raise ShapeError(f"linear: bias of shape {list(sb)} does not broadcast to the output {list(out)}")
+        return out, binary_dtype([(out, dx), (sb, db)])
+    return out, dx
+
+
+@composite("linear", None, _linear_infer)
+def _linear(g, x, w, *rest):
+    """input @ weight^T (+ bias), as torch's F.linear."""
+    *b, attrs = rest
+    y = g.op("matmul", x, g.op("permute", w, dims=[1, 0]))
+    return g.op("add", y, b[0]) if b else y
