@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from .. import dtypes as D
 from ..errors import ProtocolError
-from ..shapes import (
-    norm_dims,
-)
+from ..shapes import norm_dims
 
 
 def a_int(attrs: dict, key: str, default=None) -> int:

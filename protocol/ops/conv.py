@@ -12,9 +12,7 @@ import math
 
 from .. import dtypes as D
 from ..errors import DTypeError, ProtocolError, ShapeError
-from ..shapes import (
-    check_shape,
-)
+from ..shapes import check_shape
 from .attrs import a_bool, a_int, a_ints
 from .table import _scalar, _to_float, composite
 

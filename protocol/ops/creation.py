@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from ..errors import ProtocolError, ShapeError
 from ..progress import valid_id as valid_progress_id
-from ..shapes import (
-    check_shape,
-)
+from ..shapes import check_shape
 from .attrs import a_dtype, a_int, a_ints, a_num
 from .table import OpDef, register_op
 

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from .. import dtypes as D
 from ..errors import DTypeError
-from ..shapes import (
-    broadcast,
-    broadcast_many,
-)
+from ..shapes import broadcast, broadcast_many
 from .attrs import a_dtype
 from .table import Meta, OpDef, register_op
 

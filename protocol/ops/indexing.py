@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from .. import dtypes as D
 from ..errors import DTypeError, ShapeError
-from ..shapes import (
-    broadcast,
-    broadcast_many,
-    check_shape,
-    norm_dim,
-)
+from ..shapes import broadcast, broadcast_many, check_shape, norm_dim
 from .attrs import a_bool, a_int
 from .movement import _slice_infer
 from .table import OpDef, register_op

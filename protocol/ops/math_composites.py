@@ -9,13 +9,7 @@ import math
 
 from .. import dtypes as D
 from ..errors import DTypeError, ShapeError
-from ..shapes import (
-    broadcast_many,
-    check_shape,
-    norm_dim,
-    numel,
-    reduced,
-)
+from ..shapes import broadcast_many, check_shape, norm_dim, numel, reduced
 from .attrs import a_bool, a_dims, a_dtype, a_int, a_num
 from .elementwise import _unary_bool, _unary_float, _unary_same, binary_dtype
 from .table import _scalar, _to_float, composite

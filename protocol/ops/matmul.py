@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 from ..errors import DTypeError, ShapeError
-from ..shapes import (
-    broadcast,
-)
+from ..shapes import broadcast
 from .table import OpDef, register_op
 
 

@@ -6,12 +6,7 @@ from __future__ import annotations
 
 from .. import dtypes as D
 from ..errors import ShapeError
-from ..shapes import (
-    check_shape,
-    infer_reshape,
-    norm_dim,
-    slice_len,
-)
+from ..shapes import check_shape, infer_reshape, norm_dim, slice_len
 from .attrs import a_dims, a_int, a_ints, a_num
 from .table import OpDef, register_op
 

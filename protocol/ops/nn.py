@@ -7,10 +7,7 @@ import math
 
 from .. import dtypes as D
 from ..errors import DTypeError, ProtocolError, ShapeError
-from ..shapes import (
-    broadcast,
-    numel,
-)
+from ..shapes import broadcast, numel
 from .attrs import a_int, a_num, a_str
 from .elementwise import _unary_float, binary_dtype
 from .table import _scalar, _to_float, composite

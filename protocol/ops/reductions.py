@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from .. import dtypes as D
 from ..errors import ShapeError
-from ..shapes import (
-    norm_dim,
-    numel,
-    reduced,
-)
+from ..shapes import norm_dim, numel, reduced
 from .attrs import a_bool, a_dims, a_dtype, a_int
 from .table import OpDef, register_op
 

@@ -8,9 +8,7 @@ from dataclasses import dataclass, field
 
 from .. import dtypes as D
 from ..errors import ProtocolError
-from ..shapes import (
-    Shape,
-)
+from ..shapes import Shape
 
 Meta = tuple[Shape, D.DType]
 InferFn = Callable[[list[Meta], dict], Meta]
