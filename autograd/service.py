@@ -26,6 +26,7 @@ from tensorwire.protocol.curve import keys_dir
 from tensorwire.protocol.errors import ProtocolError
 from tensorwire.protocol.logs import configure as configure_logging
 from tensorwire.protocol.named_service import NamedService, add_service_credential_args
+from tensorwire.protocol.ops import load_plugin_ops
 from tensorwire.protocol.service import stop_event_on_signals
 
 from .backward import build_backward
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     add_service_credential_args(p)
     args = p.parse_args(argv)
     configure_logging()
+    load_plugin_ops()  # custom ops of installed plugins: their VJP rules or decompositions differentiate them
     keys = keys_dir(args.keys)
     svc = AutogradService(args.dispatcher, token=service_token(args.service_token_file, keys), keys=keys)
     stop = stop_event_on_signals()

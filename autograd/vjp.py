@@ -880,7 +880,7 @@ def vjp(b: Builder, op: str, xs: list[Value], y: Value, g: Value, attrs: dict, n
     opdef = get_op(op)
     if not opdef.differentiable:
         return [None] * len(xs)
-    fn = RULES.get(op)
+    fn = RULES.get(op) or opdef.extra.get("vjp")  # a custom op's own rule (``tensorwire_ops``)
     if fn is not None:
         c = Ctx(b, op, [T(b, x) for x in xs], T(b, y), T(b, g), attrs, needs, devs, dev)
         out = fn(c)

@@ -1,12 +1,13 @@
 """What a backend is: device discovery, buffers, and running graph fragments.
 
 A backend owns one device type. The worker calls :meth:`Backend.open` for its device and then
-talks to the returned :class:`Device`. The default :meth:`Device.compile` *interprets* a fragment
-node by node with the backend's ``kernels``; a compiling backend overrides it to fuse chains of
-elementwise and reduction nodes into kernels of its own (cached by the fragment's structure, which
-is the plan the worker passes in). Either way the contract is the same: ``compile`` gets the
-fragment's primitive steps (composites already expanded, except those in :attr:`Backend.native`)
-and returns a :class:`Program`.
+talks to the returned :class:`Device`. :meth:`Device.compile` gets a fragment's primitive steps
+(composites already expanded, except those in :attr:`Backend.native`) and returns a :class:`Program`,
+which the default *interprets* node by node with the backend's ``kernels``. A compiling backend
+overrides :meth:`Device.runner` instead, to run the whole plan as kernels of its own that fuse chains
+of elementwise and reduction nodes (built by :mod:`tensorwire.backends.codegen` and cached by the
+fragment's structure); the steps it leaves to the host, and the fragments it does not compile, run on
+the backend's ``kernels``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ published through the ``tensorwire`` entry-point group of its package::
 
 Workers load every plugin found through the entry point when they start (``tensorwire worker
 --device mydev:0``), so a ``pip install`` is all it takes to add hardware. Run
-:mod:`tensorwire.backends.testing` against your backend to check it conforms.
+:mod:`tensorwire.backends.testing` against your backend to check it conforms. See docs/plugins.md for the guide.
 """
 
 from __future__ import annotations

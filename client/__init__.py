@@ -142,9 +142,10 @@ from . import amp, models, nn, optim, utils  # noqa: E402
 from .amp import autocast  # noqa: E402
 from .serialization import load, save  # noqa: E402
 
-__all__ += ["nn", "optim", "utils", "models", "save", "load"]
+__all__ += ["nn", "optim", "utils", "models", "save", "load", "ops"]
 __all__ += ["cancel", "Cancelled", "QuotaExceeded"]  # issue 16: cancelling work, per-session memory quotas
 from .jit import CompileWarning, compile  # noqa: E402,A004  (issue 19: capture a step once, replay it)
+from .ops import ops  # noqa: E402  (every op by name, plugins' custom ops included: torch.ops)
 
 __all__ += ["compile", "CompileError", "CompileWarning"]
 __all__ += ["profiler", "progress"]  # issue 18: tw.profiler.profile(), hub download progress

@@ -8,6 +8,10 @@ mismatch) the error subclasses it too, so ``except IndexError`` works as it does
 
 from __future__ import annotations
 
+import logging
+
+_log = logging.getLogger("tensorwire.errors")
+
 
 class TensorwireError(Exception):
     """Base class of every error tensorwire raises."""
@@ -212,6 +216,7 @@ def error_to_wire(exc: BaseException, node: int | None = None) -> dict:
     elif isinstance(exc, (ValueError, TypeError)) and "shape" in str(exc):
         d = {"code": ShapeError.code, "message": str(exc)}
     elif isinstance(exc, _INTERNAL):
+        _log.warning("a request could not be processed (answered as malformed)", exc_info=exc)  # the details
         d = {"code": ProtocolError.code, "message": "malformed request: the service could not process it (its log "
                                                     "has the details)"}
     else:

@@ -1,11 +1,11 @@
 """Custom ops from installed plugins: the op table's side of the ``tensorwire_ops`` hook.
 
 Plugins are found through the ``tensorwire`` entry-point group, the same group that carries backends (see
-:mod:`tensorwire.backends.hookspecs` for a plugin author's guide). Any process that reads the op table can add
-the installed plugins' ops with :func:`load_plugin_ops` without loading a backend: the dispatcher does when it
-starts, so batches that use them validate; a client does before it records one; the conformance suite does
-before it generates cases. Workers get them when they load their backends
-(:func:`tensorwire.backends.plugin_manager`).
+:mod:`tensorwire.backends.hookspecs` for a plugin author's guide). Any process that reads the op table can add the
+installed plugins' ops with :func:`load_plugin_ops` without loading a backend: the dispatcher and the autograd
+service do when they start, so batches that use them validate and differentiate; a client's ``tw.ops`` does the
+first time it meets a name it does not know; the conformance suite does before it generates cases. Workers get them
+when they load their backends (:func:`tensorwire.backends.plugin_manager`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ def tensorwire_ops() -> list:
 
     A custom op gives its shape/dtype rule (``infer``) and a decomposition into existing ops
     (``decompose``), so it runs on every backend; backends may add a native kernel for it through
-    ``tensorwire_kernels``. Its VJP rule, if differentiable, goes in ``OpDef.extra["vjp"]``.
-    Clients must load the same plugin (:func:`tensorwire.protocol.ops.load_plugin_ops`) to record the op.
+    ``tensorwire_kernels``. A differentiable op may give its own VJP rule in ``OpDef.extra["vjp"]``: a function
+    of a :class:`tensorwire.autograd.vjp.Ctx` (``c.x`` the inputs, ``c.y`` the output, ``c.g`` its gradient,
+    ``c.a`` the attributes, ``c.needs`` which inputs need a gradient) that returns one gradient per input
+    (``None`` where none is needed), as the built-in rules in ``autograd/vjp.py`` do; without one, autograd
+    differentiates the decomposition. Clients call the op as ``tw.ops.<name>(*inputs, **attrs)``.
     """
 
 

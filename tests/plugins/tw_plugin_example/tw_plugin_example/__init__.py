@@ -129,6 +129,14 @@ def _hypot_decompose(g, a, b, attrs):
     return g.op("sqrt", g.op("add", g.op("mul", a, a), g.op("mul", b, b)))
 
 
+def _hypot_vjp(c):
+    """d hypot(a, b) = (a da + b db) / hypot(a, b): autograd calls this rule instead of differentiating the
+    decomposition (``c.x`` the inputs, ``c.y`` the output, ``c.g`` its gradient; broadcast inputs get their
+    gradients summed back to their shapes by autograd)."""
+    a, b = c.x
+    return [c.g * a / c.y if c.needs[0] else None, c.g * b / c.y if c.needs[1] else None]
+
+
 TOY_HYPOT = OpDef(
     "toy_hypot", 2, _hypot_infer, decompose=_hypot_decompose, kind="binary",
     doc="toy_hypot(a, b) = sqrt(a**2 + b**2), broadcasting (an example custom op from tw_plugin_example).",
@@ -139,6 +147,7 @@ TOY_HYPOT = OpDef(
             ([np.zeros((0, 3), np.float16), np.ones((1, 3), np.float16)], {}),
         ],
         "reference": lambda xs, attrs: np.hypot(xs[0], xs[1]),
+        "vjp": _hypot_vjp,
     },
 )
 
