@@ -156,10 +156,17 @@ def _mean(g, x, attrs):
     return g.op("div", s, _scalar(g, n, d))
 
 
-def _var_infer(metas, attrs):
-    (s, d), = metas
-    a_num(attrs, "correction", 1)
-    return reduced(s, a_dims(attrs, len(s)), a_bool(attrs, "keepdim")), D.float_of(d)
+def _float_reduce_infer(num: str, default):
+    """The rule of a float reduction over ``dims`` with one numeric attribute ``num`` (checked): var's correction,
+    norm's p."""
+    def infer(metas, attrs):
+        (s, d), = metas
+        a_num(attrs, num, default)
+        return reduced(s, a_dims(attrs, len(s)), a_bool(attrs, "keepdim")), D.float_of(d)
+    return infer
+
+
+_var_infer = _float_reduce_infer("correction", 1)
 
 
 @composite("var", 1, _var_infer, attrs=("dims", "keepdim", "correction"), kind="reduce")
@@ -221,13 +228,7 @@ def _log_softmax(g, x, attrs):
     return g.op("sub", x, g.op("logsumexp", x, dims=[a_int(attrs, "dim")], keepdim=True))
 
 
-def _norm_infer(metas, attrs):
-    (s, d), = metas
-    a_num(attrs, "p", 2)
-    return reduced(s, a_dims(attrs, len(s)), a_bool(attrs, "keepdim")), D.float_of(d)
-
-
-@composite("norm", 1, _norm_infer, attrs=("p", "dims", "keepdim"), kind="reduce")
+@composite("norm", 1, _float_reduce_infer("p", 2), attrs=("p", "dims", "keepdim"), kind="reduce")
 def _norm(g, x, attrs):
     """Vector p-norm: (sum |x|^p)^(1/p); p = inf / -inf give max / min of |x|."""
     x = _to_float(g, x)
