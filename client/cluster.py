@@ -139,6 +139,58 @@ def _remove_mpich_leftovers(before: set[str], since: float) -> None:
             pass
 
 
+#: an MPICH segment older than this that no process maps is an orphan (a job bootstraps its segment in well under it)
+ORPHAN_SEGMENT_AGE_S = 60.0
+
+
+def _mapped_files() -> set[str]:
+    """Paths of the files some process maps (the ``/proc/<pid>/maps`` we can read)."""
+    import glob
+
+    out: set[str] = set()
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps) as f:
+                for line in f:
+                    if "/dev/shm/" in line:
+                        out.add(line[line.index("/dev/shm/"):].rstrip("\n").removesuffix(" (deleted)"))
+        except OSError:  # the process ended, or is another user's
+            pass
+    return out
+
+
+def _remove_orphan_mpich_segments(now: float | None = None) -> list[str]:
+    """Remove this user's MPICH segments that no process maps any more and that are older than
+    :data:`ORPHAN_SEGMENT_AGE_S`; returns their paths.
+
+    MPICH names a job's segment after its launcher's pid (the PMI kvsname, ``kvs_<pid>_0``) and cannot unlink it
+    when the job is killed. Pids wrap (at 32768 by default), so a new launcher that gets the pid of a killed one
+    finds that job's segment and its ranks fail ``MPI_Init`` ("MPIDI_POSIX_comm_bootstrap: Out of memory").
+    A segment still bootstrapping is seconds old, and a live job maps its own: neither is touched."""
+    now = time.time() if now is None else now
+    uid = os.getuid()
+    old = []
+    for path in _mpich_segments():
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if st.st_uid == uid and now - st.st_mtime > ORPHAN_SEGMENT_AGE_S:
+            old.append(path)
+    if not old:
+        return []
+    mapped = _mapped_files()
+    removed = []
+    for path in old:
+        if path not in mapped:
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except OSError:
+                pass
+    return removed
+
+
 def write_secret(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` readable by this user only (0600 from the start, a symlink is refused)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
@@ -295,6 +347,7 @@ class LocalCluster:
             _remove_mpich_leftovers(*self._mpich_before)
         else:
             self._mpich_before = (_mpich_segments(), time.time())
+        _remove_orphan_mpich_segments()  # one a new launcher's pid may name (see the function)
         from tensorwire.collectives.network import launcher
 
         # a single-host launcher that listens nowhere; the ranks bind loopback (or $TENSORWIRE_MPI_IFACE)

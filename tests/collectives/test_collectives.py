@@ -149,6 +149,44 @@ def test_rank_death_gives_error_then_restart_works(cluster, session):
     np.testing.assert_array_equal(ys[1].numpy(), np.full(8, 4.0))
 
 
+def test_orphaned_mpich_segments_are_removed_and_live_ones_kept(cluster, session, tmp_path):
+    """A segment a killed job left behind would fail the MPI_Init of a later job whose launcher reuses its pid:
+    old segments that no process maps are removed before a job starts; live, mapped or fresh ones stay."""
+    import mmap
+    import os
+    import uuid
+
+    from tensorwire.cluster import ORPHAN_SEGMENT_AGE_S, _mapped_files, _mpich_segments, _remove_orphan_mpich_segments
+
+    live = _mpich_segments() & _mapped_files()  # the running job's
+    assert live, "the cluster's MPI job maps no segment: nothing to check the sweep against"
+    stem = f"/dev/shm/mpich_shm_twtest{uuid.uuid4().hex[:8]}"
+    orphan, mapped, fresh = f"{stem}_o", f"{stem}_m", f"{stem}_f"
+    old = time.time() - ORPHAN_SEGMENT_AGE_S - 60
+    for path in (orphan, mapped, fresh):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 4096)
+    os.utime(orphan, (old, old))
+    os.utime(mapped, (old, old))
+    with open(mapped, "r+b") as f:
+        m = mmap.mmap(f.fileno(), 4096)
+    try:
+        removed = _remove_orphan_mpich_segments()
+        assert orphan in removed and not os.path.exists(orphan)
+        assert os.path.exists(mapped) and os.path.exists(fresh)
+        # everything counts as old an hour from now: the running job's own segments are mapped, so they stay
+        _remove_orphan_mpich_segments(now=time.time() + 3600)
+        assert os.path.exists(mapped) and live <= _mpich_segments()
+        ys = [tw.ones(8, device=d) for d in DEVICES[:2]]
+        tw.distributed.all_reduce(ys)
+        np.testing.assert_array_equal(ys[0].numpy(), np.full(8, 2.0))
+    finally:
+        m.close()
+        for path in (orphan, mapped, fresh):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 def test_worker_death_during_collective_is_bounded(cluster, session):
     big = tw.randn(1200, 1200, device="cpu:1")
     slow = (big @ big @ big).sum(dim=1)[:8]  # cpu:1 is busy while cpu:0 already waits in the collective
