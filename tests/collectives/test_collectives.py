@@ -187,6 +187,38 @@ def test_orphaned_mpich_segments_are_removed_and_live_ones_kept(cluster, session
                 os.unlink(path)
 
 
+def test_a_launcher_that_reuses_a_killed_jobs_pid_still_starts(cluster, session):
+    """The failure the orphan sweep fixes, reproduced: kill the MPI job (its segment stays behind), make the next
+    launcher get the killed launcher's pid, start the collectives again: they start and work. Without the sweep
+    the new ranks attach to the stale segment and MPI_Init fails. Needs root (to pick the next pid)."""
+    import os
+
+    from tensorwire.cluster import ORPHAN_SEGMENT_AGE_S, _mapped_files, _mpich_segments
+
+    if not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):
+        pytest.skip("choosing the next pid (/proc/sys/kernel/ns_last_pid) needs root")
+    svc = cluster.services["collectives"]
+    pid = svc.proc.pid
+    ours = _mpich_segments() & _mapped_files()
+    svc.kill()  # the launcher; its ranks die with it (PR_SET_PDEATHSIG) and cannot unlink their segment
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (ours & _mapped_files() or os.path.exists(f"/proc/{pid}")):
+        time.sleep(0.05)
+    stale = {p for p in ours if os.path.exists(p)}
+    assert stale, "the killed job left no segment behind: nothing to reproduce"
+    old = time.time() - ORPHAN_SEGMENT_AGE_S - 60  # as old as a pid's reuse takes on a machine with default pid_max
+    for p in stale:
+        os.utime(p, (old, old))
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(pid - 1))
+    new = cluster.start_collectives()
+    if new.proc.pid != pid:
+        pytest.skip(f"another process took pid {pid} first")
+    ys = [tw.ones(8, device=d) * 5 for d in DEVICES[:2]]
+    tw.distributed.all_reduce(ys)
+    np.testing.assert_array_equal(ys[0].numpy(), np.full(8, 10.0))
+
+
 def test_worker_death_during_collective_is_bounded(cluster, session):
     big = tw.randn(1200, 1200, device="cpu:1")
     slow = (big @ big @ big).sum(dim=1)[:8]  # cpu:1 is busy while cpu:0 already waits in the collective
