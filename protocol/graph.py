@@ -78,13 +78,13 @@ class ExpandingBuilder(Builder):
         opdef = get_op(name)
         if opdef.decompose is not None:
             self.composites.add(name)
-        if opdef.decompose is not None and name not in self.native:
-            shape, dtype = infer(name, [(v.shape, v.dtype) for v in inputs], attrs)  # validate as the op itself
-            out = opdef.decompose(self, *inputs, attrs)
-            if tuple(out.shape) != tuple(shape) or out.dtype is not dtype:
-                raise ProtocolError(f"the decomposition of {name} gives {out.dtype.name}{list(out.shape)}, its rule "
-                                    f"says {dtype.name}{list(shape)} (a bug in the op table)")
-            return out
+            if name not in self.native:
+                shape, dtype = infer(name, [(v.shape, v.dtype) for v in inputs], attrs)  # validate as the op itself
+                out = opdef.decompose(self, *inputs, attrs)
+                if tuple(out.shape) != tuple(shape) or out.dtype is not dtype:
+                    raise ProtocolError(f"the decomposition of {name} gives {out.dtype.name}{list(out.shape)}, its "
+                                        f"rule says {dtype.name}{list(shape)} (a bug in the op table)")
+                return out
         return super().op(name, *inputs, **attrs)
 
     def _emit(self, name, inputs, attrs, shape, dtype) -> int:
