@@ -430,12 +430,16 @@ def _matmul(ins, a, shape, dt):
 
 @kernel("linear")
 def _linear(ins, a, shape, dt):
-    """x @ w^T (+ b) as the decomposition computes it (the product rounded to dt, then the add), with the bias added
-    in place into the product: one pass and no second buffer."""
+    """x @ w^T (+ b) as the decomposition computes it, with the bias added in place into the product: one pass and
+    no second buffer. A 16-bit float result is rounded once, after the bias is added to the float32 product."""
+    if len(ins) > 2 and dt.np in _HALF:
+        y = _matmul([ins[0], ins[1].T], a, shape, D.float32)
+        y += _arr(ins[2], np.dtype(np.float32))
+        return _out(y, dt)
     y = _matmul([ins[0], ins[1].T], a, shape, dt)
     if len(ins) > 2:
         b = ins[2]
-        if y.dtype == b.dtype and dt.np not in _HALF:
+        if y.dtype == b.dtype:
             y += b
         else:
             ct = _compute(dt)

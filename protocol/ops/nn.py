@@ -123,7 +123,16 @@ def _linear_infer(metas, attrs):
 
 @composite("linear", None, _linear_infer)
 def _linear(g, x, w, *rest):
-    """input @ weight^T (+ bias), as torch's F.linear."""
+    """input @ weight^T (+ bias), as torch's F.linear: a 16-bit float result is rounded once, after the bias is
+    added to the float32 product (rounding the product first turns a near-cancelling sum into an exact 0, which a
+    ReLU behind it then gates the other way than torch)."""
     *b, attrs = rest
-    y = g.op("matmul", x, g.op("permute", w, dims=[1, 0]))
-    return g.op("add", y, b[0]) if b else y
+    wt = g.op("permute", w, dims=[1, 0])
+    if not b:
+        return g.op("matmul", x, wt)
+    dt = binary_dtype([(x.shape, x.dtype), (b[0].shape, b[0].dtype)])
+    if dt not in (D.float16, D.bfloat16):
+        return g.op("add", g.op("matmul", x, wt), b[0])
+    f32 = D.float32.name
+    y = g.op("matmul", g.op("cast", x, dtype=f32), g.op("cast", wt, dtype=f32))
+    return g.op("cast", g.op("add", y, g.op("cast", b[0], dtype=f32)), dtype=dt.name)

@@ -157,3 +157,33 @@ def test_grad_scaler_unscale_and_errors(session):
     with pytest.raises(RuntimeError, match="Closure"):
         scaler.scale(loss)
         scaler.step(opt, closure=lambda: loss)
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["native", "decomposed"])
+def test_a_bfloat16_linear_rounds_once_after_the_bias(session, decompose):
+    """1.5 * 1.0078125 = 1.51171875 lies halfway between two bfloat16s and rounds to 1.515625: rounding the product
+    before adding the bias -1.515625 gives an exact 0 (which a ReLU then gates off), torch's single rounding gives
+    -2**-8. The CPU's native kernel and the decomposition every other backend runs agree with torch."""
+    from tensorwire.backends import executor as X
+    from tensorwire.backends.cpu import make_backend
+    from tensorwire.protocol import dtypes as D
+    from tensorwire.protocol.graph import ExpandingBuilder, Value
+
+    x, w, b = (np.array(v, np.float32) for v in ([[1.5, 1.0]], [[1.0078125, 0.0]], [-1.515625]))
+    want = np.float32(1.5 * 1.0078125 - 1.515625)  # exact in float32, and a bfloat16 too
+    assert want == -(2.0 ** -8)
+    bf = D.bfloat16
+    shapes = [(1, 2), (1, 2), (1,)]
+    eb = ExpandingBuilder(frozenset() if decompose else frozenset({"linear"}))
+    eb.op("linear", *(Value(s, bf, -k - 1) for k, s in enumerate(shapes)))
+    nodes = [[n[0], list(n[1]), n[2]] for n in eb.nodes]
+    assert any(n[0] == "linear" for n in nodes) is not decompose
+    dev = make_backend().open(0)
+    plan = X.compile_plan(dev, nodes, [(s, bf) for s in shapes])
+    last = len(nodes) - 1
+    got = X.run_plan(dev, plan, [a.astype(bf.np) for a in (x, w, b)], list(range(len(nodes))), {}, [],
+                     frozenset({plan.node_slot[last]}), None)[last]
+    assert got.astype(np.float32)[0, 0] == want
+    if torch is not None:
+        t = torch.nn.functional.linear(*(torch.tensor(a).to(torch.bfloat16) for a in (x, w, b)))
+        assert t.float().item() == want
