@@ -45,8 +45,11 @@ def plugin(tmp_path_factory):
     mod = importlib.import_module("tw_plugin_example")
     from tensorwire.protocol.ops import OPS, register_op
 
-    if "toy_hypot" not in OPS:  # what tensorwire.protocol.ops.load_plugin_ops() does with a fresh plugin manager
-        register_op(mod.TOY_HYPOT)
+    # What tensorwire.protocol.ops.load_plugin_ops() does with a fresh plugin manager. Test modules collected
+    # earlier may have loaded an older installed copy of the plugin (one this fixture has just replaced); its
+    # op definition must not outlive it in this process.
+    if OPS.get("toy_hypot") is not mod.TOY_HYPOT:
+        register_op(mod.TOY_HYPOT, replace=True)
     return mod
 
 
