@@ -13,6 +13,7 @@ inside a scope can be interrupted: running the plan's kernels, never the worker'
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import queue
@@ -90,30 +91,58 @@ def plan_work(steps) -> int:
 
 class Pool:
     """Daemon threads running submitted callables; each result is handed to ``done(result)`` on the thread that ran
-    it, which must pass it on to the main thread (see :class:`Executor`)."""
+    it, which must pass it on to the main thread (see :class:`Executor`).
+
+    A task goes to the thread that went idle last (a stack, not a queue): with one batch at a time, the same thread
+    runs them all. That matters for compiled CPU kernels: each thread that starts an OpenMP region has a team of its
+    own, and the OS places a team that has run before on separate cores at once, while a team woken for the first
+    time in a while may share a core with its helper for the whole kernel (the 8-op chain took 8 ms instead of 4 ms
+    on about one call in four when the pool's four threads took turns)."""
 
     def __init__(self, threads: int | None = None):
         self.size = max(1, int(os.environ.get(POOL_ENV, "4")) if threads is None else int(threads))
-        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
         self.threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue] = []  # the idle threads' inboxes, the one idle most recently last
+        self._backlog: collections.deque = collections.deque()  # tasks waiting for a thread (all are busy)
+        self._closed = False
 
     def submit(self, fn) -> None:
-        if len(self.threads) < self.size:
-            t = threading.Thread(target=self._loop, name=f"tensorwire-exec-{len(self.threads)}", daemon=True)
-            self.threads.append(t)
-            t.start()
-        self.tasks.put(fn)
+        with self._lock:
+            if self._idle:
+                inbox = self._idle.pop()
+            elif len(self.threads) < self.size:
+                inbox = queue.SimpleQueue()
+                t = threading.Thread(target=self._loop, args=(inbox,), name=f"tensorwire-exec-{len(self.threads)}",
+                                     daemon=True)
+                self.threads.append(t)
+                t.start()
+            else:
+                self._backlog.append(fn)
+                return
+        inbox.put(fn)
 
-    def _loop(self) -> None:
-        for _ in iter(int, 1):  # until the process ends (daemon threads)
-            fn = self.tasks.get()
+    def _loop(self, inbox: queue.SimpleQueue) -> None:
+        for _ in iter(int, 1):  # until the pool closes or the process ends (daemon threads)
+            fn = inbox.get()
             if fn is None:
                 return
-            try:
-                fn()
-            except BaseException:  # noqa: BLE001 - fn reports its own outcome; nothing may end the thread
-                pass
+            for _ in iter(int, 1):  # this task, then the backlog's, until none is left
+                try:
+                    fn()
+                except BaseException:  # noqa: BLE001 - fn reports its own outcome; nothing may end the thread
+                    pass
+                with self._lock:
+                    if self._closed:
+                        return
+                    if not self._backlog:
+                        self._idle.append(inbox)
+                        break
+                    fn = self._backlog.popleft()
 
     def close(self) -> None:
-        for _ in self.threads:
-            self.tasks.put(None)
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for inbox in idle:
+            inbox.put(None)

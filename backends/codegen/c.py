@@ -76,5 +76,8 @@ static inline float TW_AS_FLOAT(unsigned int u) { float f; memcpy(&f, &u, 4); re
             return "\n".join([sig + " {", f"  const {self.index_type} gid = 0;", *body, "}"])
         par = "parallel for" + ("" if k.heavy_items or k.can_raise else " simd")
         cond = "" if k.grid * _cost(k.body) >= PARALLEL_WORK else " if(0)"
-        return "\n".join([sig + " {", f"  #pragma omp {par} schedule(static){cond}",
+        # items that each loop long (a reduction's chunks, rows) are handed out in ~64 pieces as threads ask for
+        # them: a core that another process takes for a while then costs the kernel half that time, not all of it
+        sched = f"dynamic, {max(1, k.grid // 64)}" if k.heavy_items else "static"
+        return "\n".join([sig + " {", f"  #pragma omp {par} schedule({sched}){cond}",
                           f"  for ({self.index_type} gid = 0; gid < {k.grid}; gid++) {{", *body, "  }", "}"])
