@@ -19,7 +19,7 @@ anything, so the multiply-adds are written as ``fma``):
 
 Measured against numpy's float64 (rounded to float) over normal, uniform and random-bit inputs with the specials:
 ``sin`` within 2 ulp, ``exp`` within 1 ulp (the driver's: 2 and 1; numpy's float32: 1 and 2); OpenCL allows 4 and 3.
-``tests/backends/test_opencl.py`` checks the bound on PoCL. The 8-op chain's kernel went from 10.2 to 3.9 ms.
+``tests/backends/test_opencl.py`` checks the bound on PoCL. The 8-op chain's kernel went from 10.2 to 4.0 ms.
 
 Only CPU drivers use them (``OpenCLRenderer(own_math=True)``): GPUs have fast native math.
 """
