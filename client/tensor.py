@@ -253,7 +253,7 @@ class Tensor:
 
     def tolist(self):
         arr = self.numpy()
-        if self.dtype in (D.bfloat16, D.float16):
+        if self.dtype in D.HALF:
             arr = arr.astype(np.float32)
         return arr.tolist()
 

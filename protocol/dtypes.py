@@ -64,6 +64,8 @@ ALIASES = {"half": float16, "float": float32, "double": float64, "long": int64, 
            "short": int16, "bool_": bool_, "bf16": bfloat16, "f32": float32, "f64": float64}
 INTEGER = tuple(d for d in ALL if d.category == 1)
 FLOATING = tuple(d for d in ALL if d.category == 2)
+#: the 16-bit floats: stored in 16 bits, computed in float32
+HALF = (float16, bfloat16)
 
 
 def get(x) -> DType:

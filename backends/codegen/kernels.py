@@ -117,7 +117,7 @@ def _arg(kb, st, idx: Idx) -> X:
     x = st.ins[0]
     shape = tuple(st.in_meta[0][0])
     dt = st.in_meta[0][1]
-    vt = D.float32 if dt in (D.float16, D.bfloat16) else dt
+    vt = D.float32 if dt in D.HALF else dt
     dim = st.attrs.get("dim")
     if dim is None or not shape:
         n = math.prod(shape)
@@ -166,7 +166,7 @@ class _MatmulShape:
         dt = st.dtype
         if dt is BOOL:
             self.acc_dt = BOOL
-        elif dt in (D.float16, D.bfloat16):
+        elif dt in D.HALF:
             self.acc_dt = D.float32
         else:
             self.acc_dt = None  # float32 -> float64 where the device accumulates wide (``_acc``)
@@ -292,7 +292,7 @@ def _scan(kb, st, out: str) -> int:
     grid = math.prod(shape) // max(n, 1)
     g = ir.gid(grid)
     base = (g // inner) * (n * inner) + g % inner
-    ct = D.float32 if st.dtype in (D.float16, D.bfloat16) else st.dtype
+    ct = D.float32 if st.dtype in D.HALF else st.dtype
     op = "sum" if st.op == "cumsum" else "prod"
     acc = kb.fresh("acc")
     kb.emit(ir.Let(acc, const(0 if op == "sum" else 1, ct)))
@@ -385,7 +385,7 @@ def _argsort(kb, st, out: str) -> int:
     j = (g // inner) % n
     base = (g // (n * inner)) * (n * inner) + g % inner  # the row's first element
     src = st.in_meta[0][1]
-    vt = D.float32 if src in (D.float16, D.bfloat16) else src
+    vt = D.float32 if src in D.HALF else src
     me = cast(kb.value(st.ins[0], Idx(shape, flat=g)), vt)
     desc = bool(st.attrs.get("descending"))
     rank = kb.fresh("rank")

@@ -36,12 +36,12 @@ def reduce_axes(st) -> tuple[int, ...]:
 def _acc_dtype(kb, st) -> D.DType:
     dt = st.dtype
     if st.op in ("sum", "prod"):
-        if dt in (D.float16, D.bfloat16):
+        if dt in D.HALF:
             return D.float64 if kb.lw.opts.acc64 else D.float32
         if dt is D.float32 and kb.lw.opts.acc64:
             return D.float64
         return dt
-    return D.float32 if dt in (D.float16, D.bfloat16) else dt
+    return D.float32 if dt in D.HALF else dt
 
 
 def _init(op: str, dt: D.DType) -> X:

@@ -19,7 +19,7 @@ from .ir import X
 from .rng_source import RANDN_C
 
 _NARROW = (D.bool_, D.uint8, D.int8, D.int16)  # C promotes these to int: results are cast back
-HALF = (D.float16, D.bfloat16)
+HALF = D.HALF
 
 # Helpers every target gets, in C spelled with the target's macros: TW_FN (a device function), TW_AS_UINT /
 # TW_AS_FLOAT (float <-> uint bits), TW_U64 / TW_I64 (64-bit integer types), TW_U64C (an unsigned 64-bit literal),

@@ -39,7 +39,7 @@ MX: dict[D.DType, mx.Dtype] = {D.bool_: mx.bool_, D.uint8: mx.uint8, D.int8: mx.
 #: MLX dtype -> tensorwire dtype
 TW: dict[mx.Dtype, D.DType] = {v: k for k, v in MX.items()}
 
-_HALF = (D.float16, D.bfloat16)
+_HALF = D.HALF
 
 
 def dtype_of(x: mx.array) -> D.DType:

@@ -131,7 +131,7 @@ def _linear(g, x, w, *rest):
     if not b:
         return g.op("matmul", x, wt)
     dt = binary_dtype([(x.shape, x.dtype), (b[0].shape, b[0].dtype)])
-    if dt not in (D.float16, D.bfloat16):
+    if dt not in D.HALF:
         return g.op("add", g.op("matmul", x, wt), b[0])
     f32 = D.float32.name
     y = g.op("matmul", g.op("cast", x, dtype=f32), g.op("cast", wt, dtype=f32))
