@@ -72,7 +72,39 @@ _FOUND: Found | None = None
 _FOUND_LOCK = threading.Lock()
 
 
+#: PoCL's CPU driver reads this when it starts its worker threads: ``1`` pins its thread i to CPU i
+POCL_AFFINITY_ENV = "POCL_AFFINITY"
+#: PoCL variables that set how many worker threads it starts (threads beyond the CPUs could not be pinned)
+POCL_THREAD_ENVS = ("POCL_MAX_PTHREAD_COUNT", "POCL_CPU_MAX_CU_COUNT")
+
+
+def pin_pocl_threads(environ=os.environ) -> bool:
+    """Turn PoCL's thread pinning on (``POCL_AFFINITY=1``) unless the user set it, where it is safe: this process
+    may run on every CPU, and PoCL is not told to start more threads than there are CPUs. Returns whether it did.
+
+    Why: unpinned, PoCL's two worker threads ran about one kernel in five at the speed of one core on this 2-core
+    host (the 8-op chain's kernel: 7.4 ms instead of 3.8 ms), whose scheduler puts a woken thread on its waker's
+    CPU; pinned, none did (see docs/architecture.md). Safe only where every CPU is allowed: PoCL pins thread i to CPU
+    i, and newer PoCL aborts the process when that fails (a cpuset or ``taskset`` that leaves CPU i out)."""
+    if POCL_AFFINITY_ENV in environ:
+        return False
+    try:
+        allowed = os.sched_getaffinity(0)
+    except (AttributeError, OSError):  # not Linux
+        return False
+    n = os.cpu_count() or 0
+    if not n or allowed != set(range(n)):
+        return False
+    for var in POCL_THREAD_ENVS:
+        v = environ.get(var, "").strip()
+        if v and (not v.isdigit() or int(v) > n):
+            return False
+    environ[POCL_AFFINITY_ENV] = "1"
+    return True
+
+
 def _import_cl():
+    pin_pocl_threads()  # before PoCL starts its threads (on the first platform query)
     try:
         import pyopencl as cl
     except ImportError as e:
