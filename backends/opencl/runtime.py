@@ -82,7 +82,7 @@ def pin_pocl_threads(environ=os.environ) -> bool:
     """Turn PoCL's thread pinning on (``POCL_AFFINITY=1``) unless the user set it, where it is safe: this process
     may run on every CPU, and PoCL is not told to start more threads than there are CPUs. Returns whether it did.
 
-    Why: unpinned, PoCL's two worker threads ran about one kernel in five at the speed of one core on this 2-core
+    Why: unpinned, PoCL's two worker threads ran 3-8 kernels of 60 at the speed of one core on this 2-core
     host (the 8-op chain's kernel: 7.4 ms instead of 3.8 ms), whose scheduler puts a woken thread on its waker's
     CPU; pinned, none did (see docs/architecture.md). Safe only where every CPU is allowed: PoCL pins thread i to CPU
     i, and newer PoCL aborts the process when that fails (a cpuset or ``taskset`` that leaves CPU i out)."""
