@@ -17,7 +17,7 @@ from tensorwire.protocol import dtypes as D
 
 from . import ir
 from .opencl_math import OWN_MATH, own_math_source
-from .render import HALF, CStyleRenderer
+from .render import CStyleRenderer
 
 
 class OpenCLRenderer(CStyleRenderer):
@@ -45,7 +45,7 @@ class OpenCLRenderer(CStyleRenderer):
 
     def alu(self, x: ir.X, a: list[str]) -> str:
         dt = x.dtype
-        if x.arg in self.own_math and (dt is D.float32 or dt in HALF):
+        if x.arg in self.own_math and (dt is D.float32 or dt in D.HALF):
             name = f"tw_{x.arg}_x{x.width}"
             if name not in self._own:
                 src = own_math_source(x.arg, x.width)

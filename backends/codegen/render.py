@@ -19,7 +19,6 @@ from .ir import X
 from .rng_source import RANDN_C
 
 _NARROW = (D.bool_, D.uint8, D.int8, D.int16)  # C promotes these to int: results are cast back
-HALF = D.HALF
 
 # Helpers every target gets, in C spelled with the target's macros: TW_FN (a device function), TW_AS_UINT /
 # TW_AS_FLOAT (float <-> uint bits), TW_U64 / TW_I64 (64-bit integer types), TW_U64C (an unsigned 64-bit literal),
@@ -135,11 +134,11 @@ class CStyleRenderer:
         would cost vectorised code a pack and unpack per element)."""
         if dt is D.bool_:
             return "int"
-        return "float" if dt in HALF else self.storage[dt]
+        return "float" if dt in D.HALF else self.storage[dt]
 
     def scalar_type(self, dt: D.DType) -> str:
         """A kernel scalar parameter's type: the storage type (a bool arrives as one byte), 16-bit floats as float."""
-        return "float" if dt in HALF else self.storage[dt]
+        return "float" if dt in D.HALF else self.storage[dt]
 
     def suffix(self, dt: D.DType) -> str:
         return "f" if self.float_suffix and dt is not D.float64 else ""
@@ -207,8 +206,8 @@ class CStyleRenderer:
 
     def cast(self, x: X, a: str) -> str:
         src, dt = x.src[0].dtype, x.dtype
-        if dt in HALF:
-            if src is D.float32 or src in HALF:
+        if dt in D.HALF:
+            if src is D.float32 or src in D.HALF:
                 return self.round(a, dt)
             return self.round(f"((float){a})", dt)
         if dt is D.bool_:

@@ -39,8 +39,6 @@ MX: dict[D.DType, mx.Dtype] = {D.bool_: mx.bool_, D.uint8: mx.uint8, D.int8: mx.
 #: MLX dtype -> tensorwire dtype
 TW: dict[mx.Dtype, D.DType] = {v: k for k, v in MX.items()}
 
-_HALF = D.HALF
-
 
 def dtype_of(x: mx.array) -> D.DType:
     """The tensorwire dtype of an MLX array (a DTypeError for MLX-only dtypes such as complex64)."""
@@ -51,7 +49,7 @@ def dtype_of(x: mx.array) -> D.DType:
 
 
 def _compute(dt: D.DType) -> D.DType:
-    return D.float32 if dt in _HALF else dt
+    return D.float32 if dt in D.HALF else dt
 
 
 def _as(x: mx.array, dt: D.DType) -> mx.array:
@@ -328,7 +326,7 @@ KERNELS["amin"] = _extreme(mx.min)
 def _arg(fn):
     def k(ins, a, shape, dt):
         x = ins[0]
-        if dtype_of(x) in _HALF:
+        if dtype_of(x) in D.HALF:
             x = x.astype(mx.float32)
         if x.size == 0:  # nothing to reduce over, and no outputs (the op table refuses the other empty cases)
             return mx.zeros(tuple(shape), mx.int64)
@@ -353,7 +351,7 @@ def _argsort(ins, a, shape, dt):
     from tensorwire.backends.cpu.kernels import KERNELS as NUMPY_KERNELS
 
     x = ins[0]
-    if dtype_of(x) in _HALF:
+    if dtype_of(x) in D.HALF:
         x = x.astype(mx.float32)
     return mx.array(NUMPY_KERNELS["argsort"]([np.asarray(x)], a, shape, dt), dtype=mx.int64)
 

@@ -202,8 +202,8 @@ def test_hub_metrics_count_requests_and_bytes(obs_cluster):
         urllib.request.urlopen(obs_cluster.hub_url + "/nobody/nothing/resolve/main/x.bin", timeout=10)
     # a request is counted once its response is written, so the client can see the answer a moment before the count
     ok = 'tensorwire_hub_requests_total{method="GET",route="other",status="200"}'
-    missing = 'tensorwire_hub_requests_total{method="GET",route="resolve",status="404"}'
-    m = _wait_for(lambda: (m := _scrape(url)).get(ok, 0) >= 1 and m.get(missing, 0) >= 1 and m)
+    not_found = 'tensorwire_hub_requests_total{method="GET",route="resolve",status="404"}'
+    m = _wait_for(lambda: (m := _scrape(url)).get(ok, 0) >= 1 and m.get(not_found, 0) >= 1 and m)
     assert m, f"the hub never counted both requests: {_scrape(url)}"
     assert m['tensorwire_hub_bytes_sent_total{route="other"}'] > 0
     assert m['tensorwire_hub_request_seconds_count{route="resolve"}'] >= 1
