@@ -22,7 +22,7 @@ try:  # scipy's erf is exact; math.erf vectorised is the fallback
 except ImportError:  # pragma: no cover - scipy is optional
     _erf = np.vectorize(math.erf, otypes=[np.float64])
 
-_HALF = (D.float16.np, D.bfloat16.np)
+_HALF = tuple(d.np for d in D.HALF)  # their numpy types
 
 
 def _compute(dt: D.DType) -> np.dtype:
