@@ -77,6 +77,7 @@ class KernelBuilder:
         self._row_values: dict = {}
         self.local = 0  # > 0: the kernel runs in work groups of this many items (ir.Kernel.local)
         self.locals: list[ir.Local] = []
+        self._carried: dict = {}  # slot -> (index, value) of the kept values this kernel stores besides its own
 
     def fresh(self, prefix: str) -> str:
         self._n += 1
@@ -138,9 +139,26 @@ class KernelBuilder:
 
     def value(self, slot: int, idx: Idx) -> X:
         """The element of ``slot`` at ``idx`` (a load from its buffer, or its producer's computation)."""
+        if slot in self.lw.carried:
+            return self._carry(slot, idx)
         if slot in self.lw.buffers:
             return self.load_slot(slot, idx)
         return self.compute(self.lw.prod[slot], idx)
+
+    def _carry(self, slot: int, idx: Idx) -> X:
+        """A kept value this kernel computes (see ``schedule``): stored at this kernel's index, once, and read from
+        a local after that."""
+        got = self._carried.get(slot)
+        if got is not None and got[0] is idx.flat:
+            return got[1]
+        shape, dt = self.lw.meta[slot]
+        v = self.compute(self.lw.prod[slot], idx)
+        name = self.fresh("c")
+        self.emit(ir.Let(name, v))
+        v = var(name, dt)
+        self.emit(ir.Store(self.buf(("slot", slot), dt, math.prod(shape), out=True), idx.flat, v))
+        self._carried[slot] = (idx.flat, v)
+        return v
 
     def compute(self, st, idx: Idx) -> X:
         """The element at ``idx`` of what step ``st`` computes."""
@@ -195,7 +213,7 @@ class Lowerer:
                 self.meta[x] = (tuple(m[0]), m[1])
             if s.out >= 0:
                 self.meta[s.out] = (tuple(s.shape), s.dtype)
-        self.prod, self.buffers, self.host_views, self.rows = schedule(steps, keep, opts)
+        self.prod, self.buffers, self.host_views, self.rows, self.carried = schedule(steps, keep, opts)
         self.out = Lowered(buffers=set(self.buffers))
         self.errors: list = []
         self._k = 0
@@ -222,7 +240,7 @@ class Lowerer:
     def run(self) -> Lowered:
         from .kernels import STORE_KERNELS, tiled_matmul
         for st in self.steps:
-            if st.out < 0 or st.out not in self.buffers:
+            if st.out < 0 or st.out not in self.buffers or st.out in self.carried:
                 continue
             if st.op in self.opts.host_ops or st.op not in KNOWN_OPS or st.out in self.host_views:
                 self.out.items.append(HostStep(st))

@@ -64,7 +64,12 @@ def scalar_value(spec, dyn: dict | None):
 
 
 def build_runner(device, plan, keep: frozenset):
-    """The compiled runner of ``plan`` for kept slots ``keep`` (see the module doc)."""
+    """The compiled runner of ``plan`` for kept slots ``keep`` (see the module doc).
+
+    Everything that does not change between runs is worked out here, once: where each kernel argument lives, which
+    outputs to allocate, the scalars' values (a run converts only the dynamic attributes it was given) and what to
+    free after each item. A run then works on one list: the plan's slots followed by the temporaries, which kernel
+    arguments address from the end (negative indices), so each item is a few list operations and the call."""
     lowered: Lowered = lower(plan.program.steps, set(keep), device.lowering_options)
     launchers = device.runtime.build(lowered.kernels) if lowered.kernels else {}
     meta = {}
@@ -76,52 +81,55 @@ def build_runner(device, plan, keep: frozenset):
     for i, it in enumerate(lowered.items):
         for key in (it.args if isinstance(it, Launch) else [("slot", x) for x in it.step.ins]):
             reads[key] = i
-    frees: list[list] = [[] for _ in lowered.items]
+    temps = lowered.temps
+    ntemp = len(temps)
+
+    def at(key) -> int:  # a slot's index in the run's list, or a temporary's from its end
+        return key[1] if key[0] == "slot" else key[1] - ntemp
+
+    frees: list[list[int]] = [[] for _ in lowered.items]
     for key, i in reads.items():
         if key[0] == "tmp" or key[1] not in keep:
-            frees[i].append(key)
+            frees[i].append(at(key))
     program = []
+    empty = device.runtime.empty
     for i, it in enumerate(lowered.items):
         if isinstance(it, Launch):
             k = it.kernel
-            outs = [key for key, b in zip(it.args, k.bufs) if b.out]
-            program.append((True, launchers[k.name], k, it.args, outs, it.scalars, frees[i]))
+            outs = [(at(key), meta[key[1]] if key[0] == "slot" else ((temps[key[1]][0],), temps[key[1]][1]))
+                    for key, b in zip(it.args, k.bufs) if b.out]
+            static = [scalar_value(s, None) for s in it.scalars]
+            dynamic = [(j, s) for j, s in enumerate(it.scalars) if s[0] is not None]
+            program.append((launchers[k.name], [at(key) for key in it.args], outs, static, dynamic, frees[i], None))
         elif math.prod(it.step.shape) == 0 and it.step.op not in WORKER_OPS:  # nothing to compute
             shape, dt = tuple(it.step.shape), it.step.dtype
-            program.append((False, lambda args, dyn, frames, s=shape, d=dt: device.runtime.empty(s, d), it.step,
-                            None, None, None, frees[i]))
+            program.append((lambda args, dyn, frames, s=shape, d=dt: empty(s, d), list(it.step.ins), None, None, None,
+                            frees[i], it.step.out))
         else:
-            program.append((False, device.host_call(it.step), it.step, None, None, None, frees[i]))
-    temps = lowered.temps
-    runtime = device.runtime
+            program.append((device.host_call(it.step), list(it.step.ins), None, None, None, frees[i], it.step.out))
+    pad = [None] * ntemp
 
     def run(env, dyn, frames):
-        tmp = [None] * len(temps)
-        for is_kernel, call, what, args, outs, scalars, free in program:
-            if is_kernel:
-                for key in outs:
-                    if key[0] == "slot":
-                        if env[key[1]] is None:
-                            shape, dt = meta[key[1]]
-                            env[key[1]] = runtime.empty(shape, dt)
-                    elif tmp[key[1]] is None:
-                        n, dt = temps[key[1]]
-                        tmp[key[1]] = runtime.empty((n,), dt)
-                bufs = [env[key[1]] if key[0] == "slot" else tmp[key[1]] for key in args]
-                made = call(bufs, [scalar_value(s, dyn) for s in scalars])
+        w = env + pad
+        for call, args, outs, scalars, dynamic, free, out in program:
+            if outs is not None:  # a kernel launch
+                for j, (shape, dt) in outs:
+                    if w[j] is None:
+                        w[j] = empty(shape, dt)
+                if dynamic and dyn:
+                    scalars = list(scalars)
+                    for j, s in dynamic:
+                        if s[1] in dyn.get(s[0], ()):
+                            scalars[j] = scalar_value(s, dyn)
+                made = call([w[j] for j in args], scalars)
                 if made is not None:  # immutable buffers (MLX): the launcher returns its outputs instead
-                    for key, buf in zip(outs, made):
-                        if key[0] == "slot":
-                            env[key[1]] = buf
-                        else:
-                            tmp[key[1]] = buf
+                    for (j, _), buf in zip(outs, made):
+                        w[j] = buf
             else:
-                env[what.out] = call([env[x] for x in what.ins], dyn, frames)
-            for key in free:
-                if key[0] == "slot":
-                    env[key[1]] = None
-                else:
-                    tmp[key[1]] = None
+                w[out] = call([w[x] for x in args], dyn, frames)
+            for j in free:
+                w[j] = None
+        env[:] = w[:len(env)]
 
     return run
 

@@ -8,6 +8,9 @@
   (softmax, layer_norm) takes those reductions in; it computes them per row before walking the row.
 * Index ops, scans and matmul are kernels of their own; their inputs may be inlined (matmul takes views only).
   Ops the device runs itself (``Options.host_ops``) and the worker's own ops read buffers.
+* Kept values that feed one elementwise kernel of their own shape (``Options.multi_output``): that kernel computes
+  and stores them too, so it has several outputs (an optimizer's update: the new moments and the new parameter in
+  one pass, not three kernels).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Options:
     tile: int = 0                      # > 0: matmul as work groups of tile x tile items sharing operand slabs
     group: int = 0                     # > 0: long reductions as work groups of this many items (a tree at the end)
     vector: int = 0                    # > 0: contiguous float32 loops as vectors of this many lanes (vectorize.py)
+    multi_output: bool = False         # kept values computed and stored by the elementwise kernel they feed
 
 
 def _inline_inputs(op: str, opts: Options) -> str:
@@ -47,8 +51,9 @@ def _inline_inputs(op: str, opts: Options) -> str:
     return "expr"
 
 
-def schedule(steps: list, keep: set, opts: Options) -> tuple[dict, set, set]:
-    """``(producer of each slot, the slots that are buffers, the buffers the host makes as views)``."""
+def schedule(steps: list, keep: set, opts: Options) -> tuple[dict, set, set, RowGroups, set]:
+    """``(producer of each slot, the slots that are buffers, the buffers the host makes as views, the row kernels,
+    the buffers their consumer's kernel stores)``."""
     prod = {s.out: s for s in steps if s.out >= 0}
     consumers: dict[int, list] = {}
     for s in steps:
@@ -93,7 +98,36 @@ def schedule(steps: list, keep: set, opts: Options) -> tuple[dict, set, set]:
             mark(o)
     rows = _row_groups(steps, prod, consumers, inline, keep, opts) if opts.row_fusion else RowGroups()
     buffers = {x for x in consumers if x not in prod} | {o for o in prod if o not in inline}
-    return prod, buffers, host_views, rows
+    carried = _carried(steps, consumers, inline, keep, host_views, rows) if opts.multi_output else set()
+    return prod, buffers, host_views, rows, carried
+
+
+def _same_shape_read(c, slot) -> bool:
+    """Whether elementwise step ``c`` reads ``slot`` element for element (no broadcast): at its own index."""
+    shape = tuple(c.shape)
+    return c.op in RULES and all(tuple(m[0]) == shape for x, m in zip(c.ins, c.in_meta) if x == slot)
+
+
+def _carried(steps, consumers, inline: set, keep: set, host_views: set, rows: RowGroups) -> set[int]:
+    """The kept elementwise buffers whose only reader is an elementwise kernel of their shape (directly or through
+    values inlined into it), reading them at its own index: that kernel computes and stores them as well."""
+    kernel_of: dict[int, int] = {}  # slot -> the plain elementwise kernel computing it at that kernel's index
+    carried: set[int] = set()
+    for st in reversed(steps):  # a slot's reader decides first
+        o = st.out
+        if o < 0 or st.op not in RULES or o in rows.roots or o in host_views or math.prod(st.shape) == 0:
+            continue
+        cons = consumers.get(o, [])
+        at = kernel_of.get(cons[0].out) if len(cons) == 1 and _same_shape_read(cons[0], o) else None
+        if o in inline:
+            if at is not None:
+                kernel_of[o] = at
+        elif o in keep and at is not None:
+            carried.add(o)
+            kernel_of[o] = at
+        else:
+            kernel_of[o] = o
+    return carried
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 A fragment is lowered by :mod:`tensorwire.backends.codegen`, rendered as C (OpenMP across the cores,
 loops the compiler vectorises), compiled once into a shared library cached on disk by the hash of its
-source, the compiler's version and the flags, and called through ctypes on the numpy buffers. Matmul
+source, the compiler's version and the flags, and called through cffi on the numpy buffers. Matmul
 and the convolution/pooling/cross-entropy composites stay on the numpy/BLAS kernels (host steps).
 
 The mode is on when a C compiler is found (``$CC``, else ``cc``, ``gcc``, ``clang``) and
@@ -20,6 +20,7 @@ import subprocess
 import threading
 
 import numpy as np
+from cffi import FFI
 
 from tensorwire.protocol import dtypes as D
 
@@ -35,7 +36,8 @@ FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=
          "-fno-trapping-math", "-Wl,-z,defs")
 COMPILE_ENV = "TENSORWIRE_CPU_COMPILE"
 #: fragments whose steps produce fewer elements than this in all run on the numpy kernels: there a kernel launch
-#: through ctypes (~5 us) costs more than fusion saves (a digits CNN training step: 1.1 ms numpy, 1.8 ms compiled)
+#: (~1-2 us through cffi; ~5 us through ctypes before) costs more than fusion saves (a digits CNN training step: 1.1
+#: ms numpy, 1.8 ms compiled through ctypes)
 MIN_WORK_ENV = "TENSORWIRE_CPU_COMPILE_MIN_ELEMENTS"
 MIN_WORK = 1 << 20
 #: fragments of more steps than this run on the numpy kernels too: gcc's time grows with the kernels of a fragment
@@ -78,9 +80,25 @@ def _host_cpu() -> str:
     return hashlib.sha256("\n".join(pick).encode()).hexdigest()[:16]
 
 
-_CT = {D.bool_: ctypes.c_uint8, D.uint8: ctypes.c_uint8, D.int8: ctypes.c_int8, D.int16: ctypes.c_int16,
-       D.int32: ctypes.c_int32, D.int64: ctypes.c_int64, D.float16: ctypes.c_float, D.bfloat16: ctypes.c_float,
-       D.float32: ctypes.c_float, D.float64: ctypes.c_double}
+#: the C type of a kernel's scalar parameter, as the C renderer declares it (16-bit floats travel as float)
+_C_SCALAR = {D.bool_: "uint8_t", D.uint8: "uint8_t", D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t",
+             D.int64: "int64_t", D.float16: "float", D.bfloat16: "float", D.float32: "float", D.float64: "double"}
+
+
+_FFI = FFI()
+
+
+def signature(k) -> str:
+    """The C function pointer type of kernel ``k`` for cffi: every buffer (and the error slot) a ``void *``, then
+    its scalars. cffi parses each distinct type once; a library's symbols are found by ctypes (a ``cdef`` of every
+    kernel would parse ~0.15 ms a kernel each time a library loads)."""
+    params = ["void *"] * (len(k.bufs) + (1 if k.can_raise else 0)) + [_C_SCALAR[s.dtype] for s in k.scalars]
+    return f"void (*)({', '.join(params) or 'void'})"
+
+
+def _function(lib: ctypes.CDLL, k):
+    """Kernel ``k`` of the loaded library ``lib`` as a cffi function pointer (``lib`` must stay loaded)."""
+    return _FFI.cast(signature(k), ctypes.cast(getattr(lib, k.name), ctypes.c_void_p).value)
 
 
 class CRuntime:
@@ -113,23 +131,23 @@ class CRuntime:
             if lib is None:
                 path = self.cache.get_or_build(source, ".c", ".so", self._compile, kernels)
                 lib = self._libs[source] = ctypes.CDLL(path)
-        return {k.name: self._launcher(getattr(lib, k.name), k) for k in kernels}
+        return {k.name: self._launcher(_function(lib, k), k) for k in kernels}
 
     def _launcher(self, f, k):
-        f.restype = None
-        f.argtypes = [ctypes.c_void_p] * (len(k.bufs) + (1 if k.can_raise else 0)) + [_CT[s.dtype] for s in
-                                                                                        k.scalars]
+        """``launch(buffers, scalars)``: through cffi, whose call costs ~0.5 us and a buffer's address ~0.2 us (a
+        ctypes call cost ~1 us more, and numpy's ``__array_interface__`` ~0.9 us a buffer)."""
         dtypes = [b.dtype.np for b in k.bufs]
         err = self.err
-        errp = err.ctypes.data
+        from_buffer = _FFI.from_buffer
+        errp = from_buffer(err)
 
         def launch(bufs, scalars):
             ptrs = []
-            for j, (b, dt) in enumerate(zip(bufs, dtypes)):
-                if not isinstance(b, np.ndarray) or b.dtype != dt or not b.flags.c_contiguous:
-                    b = np.ascontiguousarray(b, dtype=dt)
-                    bufs[j] = b
-                ptrs.append(b.__array_interface__["data"][0])
+            for j, dt in enumerate(dtypes):
+                b = bufs[j]
+                if type(b) is not np.ndarray or b.dtype != dt or not b.flags.c_contiguous:
+                    b = bufs[j] = np.ascontiguousarray(b, dtype=dt)  # (kept alive by bufs for the call)
+                ptrs.append(from_buffer(b))
             if k.can_raise:
                 err[0] = 0
                 f(*ptrs, errp, *scalars)
@@ -170,7 +188,7 @@ class CompiledMixin:
 
     # matmul stays on BLAS and argsort on numpy's O(n log n) sort (the generated kernel ranks in O(n^2) a row)
     lowering_options = Options(host_ops=frozenset({"matmul", "argsort"}) | HOST_COMPOSITES, host_views=True,
-                               acc64=True, acc_block=1024, row_fusion=True)
+                               acc64=True, acc_block=1024, row_fusion=True, multi_output=True)
 
     def interpreted(self, steps) -> bool:
         """Whether a fragment runs on the numpy kernels rather than compiled: too small (numpy calls cost less than

@@ -95,6 +95,57 @@ def test_a_fragment_too_small_to_compile_keeps_the_numpy_fused_composites():
         np.testing.assert_allclose(got[12], p - 0.01 * m2 / (np.sqrt(v2) / 0.5 + 1e-8), rtol=1e-5)
 
 
+def test_an_adam_update_is_one_kernel_that_stores_the_moments_and_the_parameter(backend):
+    """The new moments are kept (they are the optimizer's state) and feed only the new parameter, element for
+    element: the parameter's kernel computes and stores them too, one pass over memory instead of three kernels.
+    The results equal the three-kernel lowering's, bit for bit."""
+    from dataclasses import replace
+
+    nodes = [["adam_exp_avg", [-1, -2], {"beta1": 0.9, "weight_decay": 0}],
+             ["adam_exp_avg_sq", [-3, -2], {"beta2": 0.999, "weight_decay": 0}],
+             ["adam_param", [-4, 0, 1, -5, -6], {"eps": 1e-8}]]
+    dev = backend.open(0)
+    rng = np.random.default_rng(0)
+    m, g, v, p = (rng.random(1000, dtype=np.float32) for _ in range(4))
+    ext = [m, g, v, p, np.float32(0.01), np.float32(0.5)]
+    plan = X.compile_plan(dev, nodes, [(np.shape(a), D.float32) for a in ext])
+    keep = set(plan.node_slot)
+    low = lower(plan.program.steps, keep, dev.lowering_options)
+    assert len(low.kernels) == 1
+    assert sum(b.out for b in low.kernels[0].bufs) == 3
+    apart = lower(plan.program.steps, keep, replace(dev.lowering_options, multi_output=False))
+    assert len(apart.kernels) == 3
+    got = X.run_plan(dev, plan, list(ext), [10, 11, 12], {}, [], keep)
+    ref = CompiledBackend(min_work=0).open(0)
+    ref.lowering_options = replace(dev.lowering_options, multi_output=False)
+    want = X.run_plan(ref, X.compile_plan(ref, nodes, [(np.shape(a), D.float32) for a in ext]), list(ext),
+                      [10, 11, 12], {}, [], keep)
+    for i in (10, 11, 12):
+        np.testing.assert_array_equal(got[i], want[i])
+
+
+def test_a_kept_value_is_stored_by_its_consumer_only_where_read_element_for_element(backend):
+    """A kept value the next kernel reads broadcast (a row's sum over a [4, 8] matrix), or that two kernels read,
+    keeps a kernel of its own; one read at the consumer's own index is stored by the consumer."""
+    dev = backend.open(0)
+    x = ((4, 8), D.float32)
+
+    def kernels(nodes, kept):
+        plan = X.compile_plan(dev, nodes, [x])
+        low = lower(plan.program.steps, {plan.node_slot[j] for j in kept}, dev.lowering_options)
+        return [sum(b.out for b in k.bufs) for k in low.kernels]
+
+    # e = exp(x) kept; e * 2 -> one kernel, two outputs
+    assert kernels([["exp", [-1], None], ["full", [], {"shape": [], "dtype": "float32", "value": 2.0}],
+                    ["mul", [0, 1], None]], [0, 2]) == [2]
+    # s = x.sum(1, keepdim) kept; x - s reads s broadcast over each row: two kernels
+    assert len(kernels([["sum", [-1], {"dims": [1], "keepdim": True}], ["sub", [-1, 0], None]], [0, 1])) == 2
+    # e kept and read by two kernels (e * 2 and e + 1, both kept): e has a kernel of its own, every kernel one output
+    got = kernels([["exp", [-1], None], ["full", [], {"shape": [], "dtype": "float32", "value": 2.0}],
+                   ["mul", [0, 1], None], ["add", [0, 1], None]], [0, 2, 3])
+    assert len(got) >= 3 and set(got) == {1}
+
+
 def test_a_fragment_too_long_to_compile_runs_on_numpy_without_building_kernels():
     """A fragment of more steps than ``max_steps`` (a loop recorded without reads ships thousands of ops a batch)
     interprets with numpy, however much work it does: no C kernel is built for it. Below the cap it compiles."""
