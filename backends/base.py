@@ -132,10 +132,24 @@ class Device:
         k, attrs, shape, dtype = step.kernel, step.attrs, step.shape, step.dtype
         return lambda *a: k(list(a), attrs, shape, dtype)
 
-    def native_for(self, steps: list[Step]) -> frozenset[str] | None:
+    def native_for(self, steps: list[Step], hot: bool = False) -> frozenset[str] | None:
         """The composite ops to run whole in a fragment that expands to ``steps`` with ``backend.native``, where
         that set is not the best for it (recompiled once, when the plan is made), or None (the default: keep
-        it)."""
+        it). ``hot``: the fragment has run often (see :mod:`tensorwire.backends.hot`)."""
+        return None
+
+    def hot_runs(self) -> int:
+        """After how many runs a plan that :meth:`compiles_when_hot` is compiled; 0 (the default): never."""
+        return 0
+
+    def compiles_when_hot(self, steps: list[Step]) -> bool:
+        """Whether a fragment that expands to ``steps`` (with ``backend.native``) runs interpreted only until it
+        is hot: then :mod:`tensorwire.backends.hot` plans it again with ``hot=True`` and asks :meth:`hot_runner`."""
+        return False
+
+    def hot_runner(self, plan, keep: frozenset, calls: int):
+        """The compiled runner of a hot plan for the kept slots ``keep``, or None where it would not make fewer
+        than ``calls`` calls a run (the interpreted plan's steps). Runs on a background thread."""
         return None
 
     def runner(self, plan, keep: frozenset):

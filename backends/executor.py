@@ -24,6 +24,7 @@ from tensorwire.protocol.ops import a_dtype, a_int, get_op
 from tensorwire.protocol.shapes import check_shape
 
 from .base import Device, Program, Step
+from .hot import Tier
 from .jobs import plan_work
 from .quota import peak_bytes
 
@@ -88,6 +89,8 @@ class Plan:
         self.recv_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == RECV)
         self.work = plan_work(steps)  # elements touched: decides where the worker runs it
         self.peaks: dict[frozenset, int] = {}  # kept-slot set -> estimated peak bytes (see quota.peak_bytes)
+        self.hot = False  # planned as the device plans fragments it compiles, however small (see hot.py)
+        self.tier: Tier | None = None  # interpreted because small: how it gets compiled once hot (see hot.py)
 
     def peak(self, keep: frozenset) -> int:
         """Estimated peak bytes a run keeping ``keep`` allocates (cached per kept set)."""
@@ -99,17 +102,24 @@ class Plan:
         return n
 
 
-def compile_plan(device: Device, nodes: list, ext_metas: list) -> Plan:
+def compile_plan(device: Device, nodes: list, ext_metas: list, hot: bool = False) -> Plan:
     """Compile fragment ``nodes`` whose external inputs have ``ext_metas`` (``(shape, dtype)`` or a Fail). The
     composites the backend runs whole are ``backend.native``, or what :meth:`Device.native_for` picks once the
-    fragment's steps are known (a compiling CPU keeps small fragments on its numpy kernels, composites included)."""
+    fragment's steps are known (a compiling CPU keeps small fragments on its numpy kernels, composites included).
+    ``hot``: the fragment has run often (see :mod:`.hot`), plan it as one the device compiles, however small."""
     if not isinstance(nodes, list) or len(nodes) > MAX_FRAGMENT_NODES:
         raise ProtocolError("a fragment must be a list of at most 2**20 nodes")
     native = device.backend.native
     plan, composites = _compile(device, nodes, ext_metas, native)
-    other = device.native_for(plan.program.steps)
+    steps = plan.program.steps
+    other = device.native_for(steps, hot=True) if hot else device.native_for(steps)
+    tier = (not hot and not plan.has_transfers and not plan.failed_nodes and device.hot_runs() > 0
+            and device.compiles_when_hot(steps))
     if other is not None and composites & (native ^ other):  # (else the plan would come out the same)
         plan, _ = _compile(device, nodes, ext_metas, other)
+    plan.hot = hot
+    if tier:
+        plan.tier = Tier(nodes, ext_metas)
     return plan
 
 
@@ -281,7 +291,10 @@ def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fram
 
     Returns None when a step raised: the caller then interprets the plan step by step, which
     attributes the error to its node and carries on with independent work."""
-    run = _runner(device, plan, frozenset(keep))
+    key = frozenset(keep)
+    run = _runner(device, plan, key)
+    if plan.tier is not None:
+        plan.tier.ran(device, plan, key)
     try:
         with np.errstate(all="ignore"):
             run(env, dyn, frames)

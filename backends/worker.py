@@ -106,7 +106,7 @@ class _Job:
 
 class _Session:
     __slots__ = ("buffers", "jobs", "running", "errors", "ledger", "cancel_before", "draining", "spans",
-                 "spans_dropped")
+                 "spans_dropped", "hot_plans")
 
     def __init__(self, device):
         self.buffers: dict[int, object] = {}
@@ -118,6 +118,7 @@ class _Session:
         self.draining: _Job | None = None  # a cancelled job whose pool thread has not returned yet
         self.spans: list = []  # profiler spans of its profiled batches, until the client collects them
         self.spans_dropped = 0  # spans past MAX_SPANS, not kept
+        self.hot_plans = 0  # plans compiled because they ran often (see hot.py)
 
 
 class Executor:
@@ -251,7 +252,7 @@ class Executor:
             live = sum(1 for b in s.buffers.values() if not isinstance(b, Fail))
             out[sid.hex() if isinstance(sid, bytes) else str(sid)] = {
                 "buffers": live, "bytes": int(s.ledger.used), "plans": self.plans.session_plans(sid),
-                "plan_bytes": self.plans.session_used.get(sid, 0)}
+                "plan_bytes": self.plans.session_used.get(sid, 0), "hot_plans": s.hot_plans}
         return out
 
     # -- cancelling -------------------------------------------------------------------------------
@@ -412,7 +413,11 @@ class Executor:
                     job.wait = ("plan", sid, plan_no)
                     self.send({"t": "need_plan", "s": sid, "plan": plan_no}, [])
                     return False
-                metas = [meta_of(self.device, b) for b in ext]
+                if plan.tier is not None and plan.tier.take(plan):  # compiled now that it is hot (see hot.py)
+                    self.plans.put(sid, plan_no, plan)  # (its size changed)
+                    s.hot_plans += 1
+                meta = self.device.meta
+                metas = [b if isinstance(b, Fail) else meta(b) for b in ext]
                 if metas != plan.ext_metas:  # a replayed plan needs inputs shaped as when it was compiled
                     for k, m in enumerate(metas):
                         if (not isinstance(m, Fail) and not isinstance(plan.ext_metas[k], Fail)
@@ -441,12 +446,17 @@ class Executor:
         """Free the released buffers this batch does not read now rather than after it (the others, and the
         batch's own outputs it names, go when it finishes)."""
         ext = set(h.get("ext") or ())
-        for i in h["release"]:
-            if i not in ext:
-                b = s.buffers.pop(i, None)
-                if b is not None and not isinstance(b, Fail):
-                    s.ledger.remove(b)
-                    self.device.free(b)
+        bufs = s.buffers
+        self._free(s, [b for b in (bufs.pop(i, None) for i in h["release"] if i not in ext)
+                       if b is not None and not isinstance(b, Fail)])
+
+    def _free(self, s: _Session, bufs: list) -> None:
+        """Take ``bufs`` (the session let go of them) off its ledger and free them."""
+        if bufs:
+            s.ledger.remove_all(bufs)
+            free = self.device.free
+            for b in bufs:
+                free(b)
 
     def _compute(self, sid, job: _Job, scope):
         """Run the job's plan until it finishes or must wait: ``("done", result)``, ``("recv", k)`` or
@@ -704,8 +714,7 @@ class Executor:
         bufs = s.buffers
         ledger = s.ledger
         added = [(i, v) for i, v in result.items() if not isinstance(v, Fail)]
-        for _, v in added:
-            ledger.add(v)
+        ledger.add_all([v for _, v in added])
         if self.limit is not None and added and ledger.used > self.limit:  # the estimate fell short: take it back
             before = ledger.used
             for _, v in added:
@@ -723,11 +732,10 @@ class Executor:
                     s.errors.append(v.err)
         elif job.cancelled and not any(e.get("code") == Cancelled.code for e in s.errors):
             s.errors.append(_cancelled_err())
-        for i in h.get("release") or ():
-            b = bufs.pop(i, None)
-            if b is not None and not isinstance(b, Fail):
-                ledger.remove(b)
-                self.device.free(b)
+        release = h.get("release")
+        if release:
+            gone = (bufs.pop(i, None) for i in release)
+            self._free(s, [b for b in gone if b is not None and not isinstance(b, Fail)])
         if not h.get("reply"):
             self._done(s, job)
             return

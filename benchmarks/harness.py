@@ -32,6 +32,21 @@ def best_of(fn, repeat: int = 5, number: int = 1) -> float:
     return statistics.median(times)
 
 
+#: how long a training benchmark warms up: a worker compiles a plan that ran 100 times on a background thread
+#: (backends/hot.py), as torch.compile compiles during its warm-up; the measurement starts after that
+WARM_S = 3.0
+
+
+def warm_up(ours, peer, calls: int, seconds: float = WARM_S) -> None:
+    """Alternate ``ours`` and ``peer`` for at least ``calls`` calls each and at least ``seconds``."""
+    end = time.perf_counter() + seconds
+    for i in range(1 << 30):  # bounded by the time
+        if i >= calls and time.perf_counter() >= end:
+            return
+        ours()
+        peer()
+
+
 def interleaved(ours, peer, rounds: int = 7, number: int = 1) -> tuple[float, float]:
     """Alternate ours/peer rounds (so machine noise hits both alike); median seconds per call each."""
     a, b = [], []

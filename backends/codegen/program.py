@@ -63,14 +63,16 @@ def scalar_value(spec, dyn: dict | None):
         return float(v) if dtype.is_floating_point else int(v)  # 16-bit floats travel as their float32 value
 
 
-def build_runner(device, plan, keep: frozenset):
+def build_runner(device, plan, keep: frozenset, lowered: Lowered | None = None):
     """The compiled runner of ``plan`` for kept slots ``keep`` (see the module doc).
 
     Everything that does not change between runs is worked out here, once: where each kernel argument lives, which
     outputs to allocate, the scalars' values (a run converts only the dynamic attributes it was given) and what to
     free after each item. A run then works on one list: the plan's slots followed by the temporaries, which kernel
-    arguments address from the end (negative indices), so each item is a few list operations and the call."""
-    lowered: Lowered = lower(plan.program.steps, set(keep), device.lowering_options)
+    arguments address from the end (negative indices), so each item is a few list operations and the call.
+    ``lowered``: the plan already lowered for ``keep``."""
+    if lowered is None:
+        lowered = lower(plan.program.steps, set(keep), device.lowering_options)
     launchers = device.runtime.build(lowered.kernels) if lowered.kernels else {}
     meta = {}
     for s in plan.program.steps:

@@ -26,7 +26,7 @@ from tensorwire.protocol import dtypes as D
 
 from ..codegen.c import CRenderer
 from ..codegen.cache import KernelCache, KernelCompileError
-from ..codegen.lower import Options
+from ..codegen.lower import Options, lower
 from ..codegen.program import build_runner, host_step_call, kernel_error
 
 #: IEEE-preserving: no -ffast-math; -fno-math-errno / -fno-trapping-math only let gcc vectorise (libmvec calls,
@@ -46,6 +46,9 @@ MIN_WORK = 1 << 20
 #: machine); the largest fragment of a MiniLM forward has 956 steps
 MAX_STEPS_ENV = "TENSORWIRE_CPU_COMPILE_MAX_STEPS"
 MAX_STEPS = 2048
+#: a fragment too small to compile is compiled once it has run this often (``backends/hot.py``); 0: never
+HOT_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_HOT_RUNS"
+HOT_RUNS = 100
 
 #: composites kept on their numpy/BLAS kernels in compiled mode (im2col + gemm beats a naive loop nest)
 HOST_COMPOSITES = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d", "max_pool2d_grad",
@@ -190,21 +193,34 @@ class CompiledMixin:
     lowering_options = Options(host_ops=frozenset({"matmul", "argsort"}) | HOST_COMPOSITES, host_views=True,
                                acc64=True, acc_block=1024, row_fusion=True, multi_output=True)
 
-    def interpreted(self, steps) -> bool:
+    def interpreted(self, steps, hot: bool = False) -> bool:
         """Whether a fragment runs on the numpy kernels rather than compiled: too small (numpy calls cost less than
-        kernel launches there) or too long (compiling would cost more than it saves; see :data:`MAX_STEPS`)."""
+        kernel launches there, and a compile would not pay for itself; a ``hot`` fragment runs often enough) or
+        too long (compiling would cost more than it saves; see :data:`MAX_STEPS`)."""
         b = self.backend
-        return len(steps) > b.max_steps or sum(math.prod(s.shape) for s in steps) < b.min_work
+        return len(steps) > b.max_steps or (not hot and sum(math.prod(s.shape) for s in steps) < b.min_work)
 
-    def native_for(self, steps):
+    def native_for(self, steps, hot: bool = False):
         # a fragment run on the numpy kernels keeps the fused composites (an optimizer update, ...): they beat
         # their decompositions, which only a compiled kernel would fuse
-        return self.backend.interpreted_native if self.interpreted(steps) else None
+        return self.backend.interpreted_native if self.interpreted(steps, hot) else None
+
+    def hot_runs(self) -> int:
+        return self.backend.hot_runs
+
+    def compiles_when_hot(self, steps) -> bool:
+        return self.interpreted(steps) and not self.interpreted(steps, hot=True)
 
     def runner(self, plan, keep):
-        if self.interpreted(plan.program.steps):
+        if self.interpreted(plan.program.steps, getattr(plan, "hot", False)):
             return None
         return build_runner(self, plan, keep)
+
+    def hot_runner(self, plan, keep, calls):
+        lowered = lower(plan.program.steps, set(keep), self.lowering_options)
+        if len(lowered.items) >= calls:  # no fewer calls than the numpy kernels make: nothing to gain
+            return None
+        return build_runner(self, plan, keep, lowered)
 
     def host_call(self, step):
         """A callable for a host step: a worker op, an empty result, or the backend's numpy kernel."""

@@ -1,0 +1,91 @@
+"""Hot plans: a fragment interpreted because it is small is compiled once it has run often.
+
+A compiling device leaves small fragments on its interpreter (the CPU: fewer than
+``TENSORWIRE_CPU_COMPILE_MIN_ELEMENTS`` elements produced): compiling costs tens to hundreds of milliseconds the
+first time a machine sees a fragment, which a fragment run a few times never earns back. A fragment that keeps
+coming back (a training step, eager or ``tw.compile``'d, replays the same plans every step) does earn it: after
+``Device.hot_runs()`` runs (the CPU: ``TENSORWIRE_CPU_COMPILE_HOT_RUNS``, default 100) its plan is made again the
+way the device plans fragments it compiles, and the runners for the kept-slot sets it has been run with are built,
+on a background thread: gcc runs there while the plan goes on running interpreted. When the compiled plan is ready
+the worker takes it in place of the old one (:meth:`Tier.take`, between two runs), if the compiled program makes
+fewer calls than the interpreted one (the device decides: ``Device.hot_runner``); otherwise the plan stays as it is.
+
+The compiled and the interpreted runs of a plan agree to rounding (a float32 sum accumulates in float64 in a C
+kernel, pairwise in numpy), as a fragment above the threshold agrees with one below it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+log = logging.getLogger("tensorwire.executor")
+
+#: kept-slot sets a hot plan's runners are built for ahead of time (the executor keeps as many runners a plan)
+MAX_KEEPS = 8
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:  # one thread: compiles queue up rather than take every core at once
+            _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tensorwire-hot")
+        return _POOL
+
+
+class Tier:
+    """What a plan needs to be compiled later: its fragment, the metas of its inputs, how often it ran and with
+    which kept-slot sets, and the compiled plan once it is ready (``ready``; ``done`` is set either way)."""
+
+    __slots__ = ("nodes", "ext_metas", "runs", "keeps", "ready", "done")
+
+    def __init__(self, nodes: list, ext_metas: list):
+        self.nodes, self.ext_metas = nodes, ext_metas
+        self.runs = 0
+        self.keeps: list[frozenset] = []
+        self.ready = None
+        self.done = threading.Event()
+
+    def ran(self, device, plan, keep: frozenset) -> None:
+        """Count one run of ``plan`` keeping ``keep`` (the thread running it); start compiling when it is hot."""
+        self.runs += 1
+        if keep not in self.keeps and len(self.keeps) < MAX_KEEPS:
+            self.keeps.append(keep)
+        if self.runs == device.hot_runs():
+            _pool().submit(self._compile, device, plan, list(self.keeps))
+
+    def _compile(self, device, plan, keeps: list[frozenset]) -> None:
+        from .executor import compile_plan
+
+        try:
+            hot = compile_plan(device, self.nodes, self.ext_metas, hot=True)
+            by_node = {s: hot.node_slot[j] for j, s in enumerate(plan.node_slot) if s is not None}
+            built = 0
+            for keep in keeps:
+                hkeep = frozenset(by_node[s] for s in keep if by_node.get(s) is not None)
+                run = device.hot_runner(hot, hkeep, len(plan.program.steps))
+                if run is not None:
+                    hot.runners[hkeep] = run
+                    built += 1
+            if built == len(keeps):
+                self.ready = hot
+        except Exception:  # the plan goes on interpreted, as it ran so far
+            log.warning("compiling a hot plan failed; it stays interpreted", exc_info=True)
+        finally:
+            self.done.set()
+
+    def take(self, plan) -> bool:
+        """Turn ``plan`` into its compiled form, if that is ready (the thread that runs the plan, between runs);
+        True when it changed. The plan stops counting either way once its compile is over."""
+        if not self.done.is_set():
+            return False
+        plan.tier = None
+        hot = self.ready
+        if hot is None:
+            return False
+        vars(plan).update(vars(hot))
+        return True

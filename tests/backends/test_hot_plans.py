@@ -1,0 +1,100 @@
+"""Hot plans (backends/hot.py): a fragment the CPU interprets because it is small is compiled once it has run often,
+on a background thread, and the worker swaps the compiled plan in between two runs."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tensorwire.backends import executor as X
+from tensorwire.backends.cpu import CompiledBackend, compiled
+from tensorwire.protocol import dtypes as D
+
+pytestmark = pytest.mark.skipif(compiled.runtime() is None, reason=f"no C compiler: {compiled.why_not()}")
+
+ADAM = [["adam_exp_avg", [-1, -2], {"beta1": 0.9, "weight_decay": 0}],
+        ["adam_exp_avg_sq", [-3, -2], {"beta2": 0.999, "weight_decay": 0}],
+        ["adam_param", [-4, 0, 1, -5, -6], {"eps": 1e-8}]]
+COMPILE_S = 120  # bound on one background compile (gcc, a cold kernel cache, a busy machine)
+
+
+def _adam_inputs(n: int = 64):
+    rng = np.random.default_rng(0)
+    m, g, v, p = (rng.random(n, dtype=np.float32) for _ in range(4))
+    return [m, g, v, p, np.float32(0.01), np.float32(0.5)]
+
+
+def _run(dev, plan, ext):
+    return X.run_plan(dev, plan, list(ext), [10, 11, 12], {}, [], set(plan.node_slot))
+
+
+def test_a_small_adam_update_is_compiled_after_it_ran_often():
+    dev = CompiledBackend(min_work=1 << 20, hot_runs=3).open(0)
+    ext = _adam_inputs()
+    plan = X.compile_plan(dev, ADAM, [(np.shape(a), D.float32) for a in ext])
+    assert [s.op for s in plan.program.steps] == ["adam_exp_avg", "adam_exp_avg_sq", "adam_param"]  # numpy's
+    assert plan.tier is not None and not plan.hot
+    before = [_run(dev, plan, ext) for _ in range(3)]  # the third run starts the compile
+    assert plan.tier.done.wait(COMPILE_S)
+    assert plan.tier.take(plan)
+    assert plan.hot and plan.tier is None
+    assert len(plan.program.steps) > 3  # planned as compiled fragments are: the updates' decompositions
+    assert dev.runner(plan, frozenset(s for s in plan.node_slot)) is not None
+    after = _run(dev, plan, ext)
+    for i in (10, 11, 12):  # the same values to rounding (numpy's kernels and the C kernel round alike here)
+        np.testing.assert_allclose(after[i], before[-1][i], rtol=1e-6)
+
+
+def test_a_plan_that_would_not_make_fewer_calls_stays_interpreted():
+    """One elementwise op is one numpy call and one kernel launch: nothing to gain, the plan stays as it is."""
+    dev = CompiledBackend(min_work=1 << 20, hot_runs=2).open(0)
+    plan = X.compile_plan(dev, [["exp", [-1], None]], [((8,), D.float32)])
+    x = np.linspace(0, 1, 8, dtype=np.float32)
+    for _ in range(2):
+        X.run_plan(dev, plan, [x], [5], {}, [], set(plan.node_slot))
+    tier = plan.tier
+    assert tier.done.wait(COMPILE_S)
+    assert not tier.take(plan) and plan.tier is None and not plan.hot
+    got = X.run_plan(dev, plan, [x], [5], {}, [], set(plan.node_slot))[5]
+    np.testing.assert_array_equal(got, np.exp(x))
+
+
+def test_no_hot_compiles_when_switched_off_or_too_long():
+    ext = _adam_inputs()
+    metas = [(np.shape(a), D.float32) for a in ext]
+    assert X.compile_plan(CompiledBackend(min_work=1 << 20, hot_runs=0).open(0), ADAM, metas).tier is None
+    assert X.compile_plan(CompiledBackend(min_work=1 << 20, max_steps=2).open(0), ADAM, metas).tier is None
+    assert X.compile_plan(CompiledBackend(min_work=0).open(0), ADAM, metas).tier is None  # compiled already
+
+
+def test_a_training_loop_on_a_cluster_switches_to_compiled_kernels_and_keeps_its_losses(monkeypatch):
+    """The digits MLP's Adam steps, eager, through a worker whose plans are compiled after 5 runs: the session's
+    status counts the plans compiled, and the losses are the interpreter's to rounding."""
+    import tensorwire as tw
+    from tests.backends._digits import adam_losses
+
+    def run(env: dict, wait: bool) -> tuple[list[float], int]:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        with tw.LocalCluster(devices=["cpu:0"]) as c:
+            s = tw.connect(c.address)
+            try:
+                deadline = time.monotonic() + (COMPILE_S if wait else 0)
+                for _ in range(100_000):  # (bounded by the deadline) the compile ends on its own; steps take it in
+                    st = s.cluster_status()
+                    hot = st["devices"]["cpu:0"].get(st["session"], {}).get("hot_plans", 0)
+                    if hot or time.monotonic() > deadline:
+                        break
+                    adam_losses("cpu:0", 6)
+                return adam_losses("cpu:0", 12), hot  # a new model, trained on the plans as they are now
+            finally:
+                s.close()
+                tw.set_session(None)
+
+    hot, n_hot = run({compiled.HOT_RUNS_ENV: "5"}, wait=True)
+    cold, n_cold = run({compiled.HOT_RUNS_ENV: "0"}, wait=False)
+    assert n_hot > 0 and n_cold == 0
+    assert hot[-1] < hot[0]
+    np.testing.assert_allclose(hot, cold, rtol=1e-5)
