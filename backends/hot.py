@@ -37,6 +37,15 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
+def stop() -> None:
+    """Drop the compiles not started yet (a worker closing: nobody will run their plans)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is not None:
+            _POOL.shutdown(wait=False, cancel_futures=True)
+            _POOL = None
+
+
 class Tier:
     """What a plan needs to be compiled later: its fragment, the metas of its inputs, how often it ran and with
     which kept-slot sets, and the compiled plan once it is ready (``ready``; ``done`` is set either way)."""

@@ -54,7 +54,7 @@ from tensorwire.protocol.service import (
 )
 from tensorwire.protocol.wire import array_from_frame, as_frame, pack_header, send_parts
 
-from . import get_backend, hub_loader
+from . import get_backend, hot, hub_loader
 from .executor import Fail, compile_plan, execute, meta_of, run_plan
 from .jobs import OFFLOAD_WORK, CancelScope, Interrupt, Pool
 from .plancache import PlanCache
@@ -787,6 +787,7 @@ class Executor:
 
     def close(self) -> None:
         self.pool.close()
+        hot.stop()
         self.shm.close()
         for fd in (self.wake_fd, self._wake_w):
             try:

@@ -98,3 +98,14 @@ def test_a_training_loop_on_a_cluster_switches_to_compiled_kernels_and_keeps_its
     assert n_hot > 0 and n_cold == 0
     assert hot[-1] < hot[0]
     np.testing.assert_allclose(hot, cold, rtol=1e-5)
+
+
+def test_a_closing_worker_drops_the_compiles_not_started_and_later_ones_still_run():
+    from tensorwire.backends import hot
+
+    hot.stop()
+    dev = CompiledBackend(min_work=1 << 20, hot_runs=1).open(0)
+    ext = _adam_inputs(32)
+    plan = X.compile_plan(dev, ADAM, [(np.shape(a), D.float32) for a in ext])
+    _run(dev, plan, ext)
+    assert plan.tier.done.wait(COMPILE_S) and plan.tier.take(plan) and plan.hot
