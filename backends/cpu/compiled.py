@@ -35,9 +35,10 @@ from ..codegen.program import build_runner, host_step_call, kernel_error
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fwrapv", "-fno-math-errno",
          "-fno-trapping-math", "-Wl,-z,defs")
 COMPILE_ENV = "TENSORWIRE_CPU_COMPILE"
-#: fragments whose steps produce fewer elements than this in all run on the numpy kernels: there a kernel launch
-#: (~1-2 us through cffi; ~5 us through ctypes before) costs more than fusion saves (a digits CNN training step: 1.1
-#: ms numpy, 1.8 ms compiled through ctypes)
+#: fragments whose steps produce fewer elements than this in all run on the numpy kernels until they are hot
+#: (:data:`HOT_RUNS`): a compile costs ~60-300 ms the first time a machine sees a fragment, which a small fragment
+#: run a few times never earns back (set when a ctypes launch cost ~5 us: a digits CNN step took 1.8 ms compiled
+#: against 1.1 ms on numpy; through cffi the compiled step is no slower)
 MIN_WORK_ENV = "TENSORWIRE_CPU_COMPILE_MIN_ELEMENTS"
 MIN_WORK = 1 << 20
 #: fragments of more steps than this run on the numpy kernels too: gcc's time grows with the kernels of a fragment
