@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import http.client
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +27,7 @@ os.environ.pop("HF_TOKEN", None)
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="tw-hub-hfhome-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)  # (each test run made one and left it)
 os.environ.pop("TENSORWIRE_HUB_TOKEN", None)
 os.environ.pop("TENSORWIRE_HUB_URL", None)
 
