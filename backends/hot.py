@@ -62,9 +62,12 @@ class Tier:
     def ran(self, device, plan, keep: frozenset) -> None:
         """Count one run of ``plan`` keeping ``keep`` (the thread running it); start compiling when it is hot."""
         self.runs += 1
+        hot_runs = device.hot_runs()
+        if self.runs > hot_runs:  # compiling already: the kept-slot sets went with it
+            return
         if keep not in self.keeps and len(self.keeps) < MAX_KEEPS:
             self.keeps.append(keep)
-        if self.runs == device.hot_runs():
+        if self.runs == hot_runs:
             _pool().submit(self._compile, device, plan, list(self.keeps))
 
     def _compile(self, device, plan, keeps: list[frozenset]) -> None:

@@ -109,35 +109,6 @@ class Ledger:
             del self.owners[key]
             self.used -= entry[1]
 
-    def add_all(self, bufs) -> None:
-        """:meth:`add` each of ``bufs`` (a batch's outputs: one call, not one a buffer)."""
-        storage, owners = self._storage, self.owners
-        used = 0
-        for buf in bufs:
-            key, n = storage(buf)
-            entry = owners.get(key)
-            if entry is None:
-                owners[key] = [1, n]
-                used += n
-            else:
-                entry[0] += 1
-        self.used += used
-
-    def remove_all(self, bufs) -> None:
-        """:meth:`remove` each of ``bufs``."""
-        storage, owners = self._storage, self.owners
-        freed = 0
-        for buf in bufs:
-            key = storage(buf)[0]
-            entry = owners.get(key)
-            if entry is None:
-                continue
-            entry[0] -= 1
-            if entry[0] <= 0:
-                del owners[key]
-                freed += entry[1]
-        self.used -= freed
-
 
 def peak_bytes(steps, keep) -> int:
     """An upper estimate of the memory a run of ``steps`` allocates at its peak: every step's output is taken as

@@ -416,8 +416,7 @@ class Executor:
                 if plan.tier is not None and plan.tier.take(plan):  # compiled now that it is hot (see hot.py)
                     self.plans.put(sid, plan_no, plan)  # (its size changed)
                     s.hot_plans += 1
-                meta = self.device.meta
-                metas = [b if isinstance(b, Fail) else meta(b) for b in ext]
+                metas = [meta_of(self.device, b) for b in ext]
                 if metas != plan.ext_metas:  # a replayed plan needs inputs shaped as when it was compiled
                     for k, m in enumerate(metas):
                         if (not isinstance(m, Fail) and not isinstance(plan.ext_metas[k], Fail)
@@ -452,11 +451,9 @@ class Executor:
 
     def _free(self, s: _Session, bufs: list) -> None:
         """Take ``bufs`` (the session let go of them) off its ledger and free them."""
-        if bufs:
-            s.ledger.remove_all(bufs)
-            free = self.device.free
-            for b in bufs:
-                free(b)
+        for b in bufs:
+            s.ledger.remove(b)
+            self.device.free(b)
 
     def _compute(self, sid, job: _Job, scope):
         """Run the job's plan until it finishes or must wait: ``("done", result)``, ``("recv", k)`` or
@@ -714,7 +711,8 @@ class Executor:
         bufs = s.buffers
         ledger = s.ledger
         added = [(i, v) for i, v in result.items() if not isinstance(v, Fail)]
-        ledger.add_all([v for _, v in added])
+        for _, v in added:
+            ledger.add(v)
         if self.limit is not None and added and ledger.used > self.limit:  # the estimate fell short: take it back
             before = ledger.used
             for _, v in added:

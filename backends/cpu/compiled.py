@@ -84,25 +84,21 @@ def _host_cpu() -> str:
     return hashlib.sha256("\n".join(pick).encode()).hexdigest()[:16]
 
 
-#: the C type of a kernel's scalar parameter, as the C renderer declares it (16-bit floats travel as float)
-_C_SCALAR = {D.bool_: "uint8_t", D.uint8: "uint8_t", D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t",
-             D.int64: "int64_t", D.float16: "float", D.bfloat16: "float", D.float32: "float", D.float64: "double"}
-
-
 _FFI = FFI()
 
 
-def signature(k) -> str:
+def signature(k, renderer: CRenderer) -> str:
     """The C function pointer type of kernel ``k`` for cffi: every buffer (and the error slot) a ``void *``, then
-    its scalars. cffi parses each distinct type once; a library's symbols are found by ctypes (a ``cdef`` of every
-    kernel would parse ~0.15 ms a kernel each time a library loads)."""
-    params = ["void *"] * (len(k.bufs) + (1 if k.can_raise else 0)) + [_C_SCALAR[s.dtype] for s in k.scalars]
+    its scalars as ``renderer`` declares them. cffi parses each distinct type once; a library's symbols are found by
+    ctypes (a ``cdef`` of every kernel would parse ~0.15 ms a kernel each time a library loads)."""
+    params = ["void *"] * (len(k.bufs) + (1 if k.can_raise else 0)) + [renderer.scalar_type(s.dtype)
+                                                                        for s in k.scalars]
     return f"void (*)({', '.join(params) or 'void'})"
 
 
-def _function(lib: ctypes.CDLL, k):
+def _function(lib: ctypes.CDLL, k, renderer: CRenderer):
     """Kernel ``k`` of the loaded library ``lib`` as a cffi function pointer (``lib`` must stay loaded)."""
-    return _FFI.cast(signature(k), ctypes.cast(getattr(lib, k.name), ctypes.c_void_p).value)
+    return _FFI.cast(signature(k, renderer), ctypes.cast(getattr(lib, k.name), ctypes.c_void_p).value)
 
 
 class CRuntime:
@@ -135,7 +131,7 @@ class CRuntime:
             if lib is None:
                 path = self.cache.get_or_build(source, ".c", ".so", self._compile, kernels)
                 lib = self._libs[source] = ctypes.CDLL(path)
-        return {k.name: self._launcher(_function(lib, k), k) for k in kernels}
+        return {k.name: self._launcher(_function(lib, k, self.renderer), k) for k in kernels}
 
     def _launcher(self, f, k):
         """``launch(buffers, scalars)``: through cffi, whose call costs ~0.5 us and a buffer's address ~0.2 us (a
