@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextvars
+import itertools
 import logging
 import os
 import threading
@@ -23,6 +24,7 @@ from collections import deque
 import numpy as np
 import zmq
 
+from tensorwire.protocol.batch_ids import check_temps, kept_nodes, out_ids
 from tensorwire.protocol.credentials import service_token
 from tensorwire.protocol.curve import keys_dir
 from tensorwire.protocol.errors import (
@@ -77,7 +79,7 @@ def parse_device(text: str) -> tuple[str, int]:
 class _Job:
     """One ``run`` message of a session, from its arrival to its answer."""
 
-    __slots__ = ("h", "frames", "seq", "plan", "ext", "outs", "keep", "dyn", "gen", "wait", "value", "offload",
+    __slots__ = ("h", "frames", "seq", "plan", "ext", "outs", "kept", "keep", "dyn", "gen", "wait", "value", "offload",
                  "pooled", "scope", "sent", "recvd", "cancelled", "ctx", "started", "spans")
 
     def __init__(self, h: dict, frames: list, seq: int):
@@ -86,7 +88,8 @@ class _Job:
         self.seq = seq  # arrival order on this worker
         self.plan = None
         self.ext: list = []
-        self.outs: list = []
+        self.outs: list | range = []  # each node's output id
+        self.kept: list[int] | None = None  # the nodes that are not temporaries (None: all; protocol.batch_ids)
         self.keep: frozenset = frozenset()
         self.dyn: dict = {}
         self.gen = None  # the interpreter, for plans with transfers or collectives
@@ -398,6 +401,7 @@ class Executor:
             if nodes is not None:
                 t0 = time.monotonic_ns()
                 plan = compile_plan(self.device, nodes, [meta_of(self.device, b) for b in ext])
+                self._bind_outputs(job, plan)
                 if plan_no is not None:
                     self.plans.put(sid, plan_no, plan)
                 took = time.monotonic_ns() - t0
@@ -416,6 +420,7 @@ class Executor:
                 if plan.tier is not None and plan.tier.take(plan):  # compiled now that it is hot (see hot.py)
                     self.plans.put(sid, plan_no, plan)  # (its size changed)
                     s.hot_plans += 1
+                self._bind_outputs(job, plan)
                 metas = [meta_of(self.device, b) for b in ext]
                 if metas != plan.ext_metas:  # a replayed plan needs inputs shaped as when it was compiled
                     for k, m in enumerate(metas):
@@ -423,11 +428,12 @@ class Executor:
                                 and m != plan.ext_metas[k]):
                             raise ProtocolError(f"plan {plan_no} replayed with input {ext_ids[k]} of a different "
                                                 f"shape/dtype")
-            outs = h.get("outs") or []
+            outs, slots = job.outs, plan.node_slot
             release = set(h.get("release") or ())
-            keep = {plan.node_slot[j] for j, i in enumerate(outs) if i not in release and j < len(plan.node_slot)}
+            keep = {slots[j] for j in (range(len(outs)) if job.kept is None else job.kept)
+                    if outs[j] not in release and j < len(slots)}
             keep.discard(None)
-            job.plan, job.ext, job.outs, job.keep = plan, ext, outs, frozenset(keep)
+            job.plan, job.ext, job.keep = plan, ext, frozenset(keep)
             job.dyn = {j: a for j, a in (h.get("dyn") or ())}
             job.offload = plan.work >= OFFLOAD_WORK
             if self.limit is not None and not job.cancelled:
@@ -440,6 +446,14 @@ class Executor:
             s.errors.append(err)
             self._finish(sid, s, job, self._failed_outputs(job, err), report=False)
             return False
+
+    @staticmethod
+    def _bind_outputs(job: _Job, plan) -> None:
+        """The job's output ids and the nodes that are not temporaries, now that its node count is known."""
+        n = len(plan.node_slot)
+        job.outs = out_ids(job.h, n)
+        temps = check_temps(job.h.get("temps"), n)
+        job.kept = kept_nodes(n, temps) if temps else None
 
     def _release_early(self, s: _Session, h: dict) -> None:
         """Free the released buffers this batch does not read now rather than after it (the others, and the
@@ -576,6 +590,8 @@ class Executor:
         """Every output the client still holds, failed with ``err`` (named by its handle id)."""
         release = set(job.h.get("release") or ())
         outs = job.outs or job.h.get("outs") or []
+        if job.kept is not None:
+            outs = [outs[j] for j in job.kept]
         return {i: Fail({**err, "node": i}) for i in outs if isinstance(i, int) and i not in release}
 
     def _start_collective(self, sid, h: dict, attrs: dict, value, step):
@@ -710,6 +726,14 @@ class Executor:
         self._settle(sid, job)
         bufs = s.buffers
         ledger = s.ledger
+        dropped = []  # what the batch made for itself only (temporaries): reported, never kept
+        if job.kept is not None:
+            outs = job.outs
+            kept_ids = {outs[j] for j in job.kept}
+            if not kept_ids.issuperset(result):
+                dropped = [v for i, v in result.items() if i not in kept_ids]
+                # (a temporary's buffer is in the result only where a kept node shares its slot: that one holds it)
+                result = {i: v for i, v in result.items() if i in kept_ids}
         added = [(i, v) for i, v in result.items() if not isinstance(v, Fail)]
         for _, v in added:
             ledger.add(v)
@@ -725,7 +749,7 @@ class Executor:
             report = False
         bufs.update(result)
         if report:
-            for v in result.values():
+            for v in itertools.chain(result.values(), dropped):
                 if isinstance(v, Fail) and v.err.get("code") not in _NOT_REPORTED and not v.err.get("moved"):
                     s.errors.append(v.err)
         elif job.cancelled and not any(e.get("code") == Cancelled.code for e in s.errors):

@@ -538,11 +538,11 @@ class Session:
 
     def replay(self, build, first_id: int, where: list) -> None:
         """Send a compiled graph (``tensorwire.jit``) whose outputs are numbered from ``first_id`` (reserved with
-        :meth:`take_ids`). ``build(fetch)`` gives its messages when they go: ``[(part, ext ids, output ids, dynamic
-        attributes, releases, frames)]``, one for the whole graph, or two when ``fetch`` (the ids about to be
-        fetched, or None) lets the graph be cut after them (see :meth:`_replay_header` for ``part``). The messages
-        are held until the session next sends (so a ``loss.item()`` right after rides with them); ``where`` is each
-        node's recording line, for errors."""
+        :meth:`take_ids`). ``build(fetch)`` gives its messages when they go: ``[(part, ext ids, first output id,
+        dynamic attributes, releases, temporaries, frames)]``, one for the whole graph, or two when ``fetch`` (the
+        ids about to be fetched, or None) lets the graph be cut after them (see :meth:`_replay_header` for
+        ``part``). The messages are held until the session next sends (so a ``loss.item()`` right after rides with
+        them); ``where`` is each node's recording line, for errors."""
         self._check_open()
         with self._lock:
             if self._pending or self._deferred is not None:
@@ -552,12 +552,16 @@ class Session:
             self._deferred = (build, extra)
             self._mark = True  # the next op recorded ships it (as after optimizer.step())
 
-    def _replay_header(self, part, ext: list[int], outs: list[int], dyn: list, release: list[int]) -> dict:
+    def _replay_header(self, part, ext: list[int], out_first: int, dyn: list, release: list[int],
+                       temps: list[list[int]]) -> dict:
         """The batch message of one plan of a compiled graph: ``part.batch`` encoded once, ``part.plan`` the number
         it went under last time (updated here). When that plan is no longer live (evicted, or never sent) its nodes
-        travel, with this call's dynamic attributes in place of the recorded call's."""
-        header = {"t": "batch", "k": self._key, "ext": ext, "outs": outs, "fetch": [], "release": release,
+        travel, with this call's dynamic attributes in place of the recorded call's. Its outputs are numbered from
+        ``out_first``; ``temps``: the nodes only the graph reads (``protocol.batch_ids``)."""
+        header = {"t": "batch", "k": self._key, "ext": ext, "out_first": out_first, "fetch": [], "release": release,
                   "sync": False}
+        if temps:
+            header["temps"] = temps
         batch, plan = part.batch, part.plan
         if plan is None or plan not in self._live_plans:
             plan, new = self.plan_number(batch.skey)

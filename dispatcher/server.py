@@ -34,6 +34,7 @@ import zmq
 
 from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol.addresses import check_address, is_address_in_use, port_in_use
+from tensorwire.protocol.batch_ids import check_temps, kept_nodes, out_ids
 from tensorwire.protocol.credentials import (
     ADMIN_TOKEN_ENV,
     CLIENT_TOKEN_ENV,
@@ -765,7 +766,7 @@ class Dispatcher:
     def _fail_batch(self, s: Session, outs, err: dict) -> None:
         """A batch failed validation: its outputs fail (later batches reading them fail with DependencyFailed)
         and the error is reported at the next sync point. Live handles are never touched."""
-        if _is_int_list(outs):
+        if _is_int_list(outs):  # (only a batch's kept outputs: its temporaries have no handles)
             for i in outs:
                 if i not in s.handles:
                     s.failed[i] = err
@@ -780,7 +781,7 @@ class Dispatcher:
             self._run_batch(s, h, frames, t0)
         except TensorwireError as e:
             err = e.to_wire()
-            self._fail_batch(s, h.get("outs"), err)
+            self._fail_batch(s, self._kept_outs(s, h), err)
             if h.get("sync") or h.get("fetch"):
                 fetch = h.get("fetch")
                 fe = [{**err, "fetched": i} for i in fetch] if _is_int_list(fetch) else []
@@ -788,7 +789,37 @@ class Dispatcher:
                 self._to_client(s.ident, {"t": "result", "q": q, "values": [], "errors": errs, "fetch_errors": fe})
         if type(prof) is int:
             self._span(s, ("dispatcher::route", "dispatcher", t0, time.monotonic_ns() - t0,
-                           {"batch": prof, "nodes": len(h.get("outs") or ()), "replay": h.get("nodes") is None}))
+                           {"batch": prof, "nodes": len(self._outs(s, h)), "replay": h.get("nodes") is None}))
+
+    @staticmethod
+    def _outs(s: Session, h: dict):
+        """The batch's output ids (see ``protocol.batch_ids``), or [] where they cannot be known (a malformed batch,
+        or a replay of a plan the dispatcher does not have)."""
+        n = None
+        if "out_first" in h:
+            nodes, plan = h.get("nodes"), s.plans.get(h.get("plan")) if type(h.get("plan")) is int else None
+            if type(nodes) is list:
+                n = len(nodes)
+            elif isinstance(plan, Split):
+                n = plan.n_nodes
+            elif isinstance(plan, RawPlan):
+                n = len(plan.nodes)
+        try:
+            outs = out_ids(h, n)
+        except ProtocolError:
+            return []
+        return outs if type(outs) is range or _is_int_list(outs) else []
+
+    def _kept_outs(self, s: Session, h: dict) -> object:
+        """The output ids of a batch that are not its temporaries (what a failed batch marks failed)."""
+        if "out_first" not in h and "temps" not in h:
+            return h.get("outs")  # (checked by _fail_batch: a flood of ids is gone through once)
+        outs = self._outs(s, h)
+        try:
+            temps = check_temps(h.get("temps"), len(outs))
+        except ProtocolError:
+            temps = []
+        return [outs[j] for j in kept_nodes(len(outs), temps)] if temps else list(outs)
 
     def _span(self, s: Session, span: tuple) -> None:
         """Keep a profiler span for the session's client to collect (at most MAX_SPANS; the rest are counted)."""
@@ -815,7 +846,7 @@ class Dispatcher:
         if prof is not None and type(prof) is not int:
             raise ProtocolError("'prof' must be an int (the batch's number in the client's profile)")
         ext = h.get("ext") or []
-        outs = h.get("outs") or []
+        outs = h.get("outs") or []  # (or the block from out_first, known once the plan is: see protocol.batch_ids)
         fetch = h.get("fetch") or []
         release = h.get("release") or []
         plan_no = h.get("plan")
@@ -864,10 +895,16 @@ class Dispatcher:
                                             f"expected {split.ext_dev[k]}")
         else:
             split = Split({}, [], [], 0, [], 0)
+        out_first = h.get("out_first")
+        if out_first is not None:
+            outs = out_ids(h, split.n_nodes)
         if len(outs) != split.n_nodes or len(ext) != len(split.ext_dev):
             raise ProtocolError(f"batch has {split.n_nodes} nodes and {len(split.ext_dev)} inputs but "
                                 f"{len(outs)} output ids and {len(ext)} input ids")
-        if not handles.keys().isdisjoint(outs):
+        temps = check_temps(h.get("temps"), split.n_nodes)
+        kept = kept_nodes(split.n_nodes, temps) if temps else None  # (None: every node's id becomes a handle)
+        kept_ids = outs if kept is None else [outs[j] for j in kept]
+        if not handles.keys().isdisjoint(kept_ids):
             raise ProtocolError("an output id is already a live handle of this session")
         if failed_ext:  # an input failed before reaching any worker: the whole batch fails with it
             if nodes is not None:
@@ -890,9 +927,13 @@ class Dispatcher:
             if len(s.plans) >= MAX_PLANS:
                 s.plans.pop(next(iter(s.plans)))
             s.plans[plan_no] = split
-        handles.update(zip(outs, split.node_dev))
+        if kept is None:
+            handles.update(zip(outs, split.node_dev))
+        else:
+            node_dev = split.node_dev
+            handles.update((outs[j], node_dev[j]) for j in kept)
         if s.failed:
-            for i in outs:
+            for i in kept_ids:
                 s.failed.pop(i, None)
             for i in release:
                 s.failed.pop(i, None)
@@ -942,10 +983,20 @@ class Dispatcher:
                     msg["coll_direct"] = coll_direct
             if frag is not None:
                 if frag.whole:  # the batch runs on this one device, in order: ids pass through as they are
-                    msg["ext"], msg["outs"] = ext, outs
+                    msg["ext"] = ext
+                    if out_first is None:
+                        msg["outs"] = outs
+                    else:
+                        msg["out_first"] = out_first
+                    if temps:
+                        msg["temps"] = temps
                 else:
                     msg["ext"] = [ext[k] for k in frag.ext]
                     msg["outs"] = [outs[j] if j is not None else None for j in frag.node_of]
+                    if temps:  # this device's share of the temporaries: released once the fragment ran
+                        tmp = set(range(len(outs))).difference(kept)
+                        msg["release"] = msg["release"] + [outs[j] for j in frag.node_of
+                                                           if j is not None and j in tmp]
                 if plan_no is not None:
                     msg["plan"] = plan_no
                     key = (s.sid, plan_no)

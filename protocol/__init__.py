@@ -1,3 +1,3 @@
 """What every part of tensorwire shares: dtypes, the op table, the graph IR, the wire format, errors."""
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: batches may number their outputs from one id and name temporaries (batch_ids)

@@ -15,6 +15,7 @@ optimizer.
 
 from __future__ import annotations
 
+from tensorwire.protocol.batch_ids import temp_ranges
 from tensorwire.session import _fetch_cut, encode_batch
 from tensorwire.tensor import Tensor
 
@@ -45,9 +46,11 @@ class Part:
 
 class _Split:
     """The graph cut after node ``cut - 1``: two parts, and for each part's external inputs where the value comes
-    from (``("ext", k)``: the graph's input ``k``; ``("node", j)``: node ``j`` of the first part)."""
+    from (``("ext", k)``: the graph's input ``k``; ``("node", j)``: node ``j`` of the first part); each part's
+    temporaries (node ranges of the part, see ``protocol.batch_ids``) and the first part's temporaries the second
+    reads, released after it by id."""
 
-    __slots__ = ("cut", "parts", "srcs", "releases")
+    __slots__ = ("cut", "parts", "srcs", "temps", "read_later")
 
     def __init__(self, entries: list, whole, cut: int, temps: list[int]):
         self.cut = cut
@@ -62,9 +65,10 @@ class _Split:
             self.parts.append(Part(b))
             self.srcs.append([("node", node_of[i]) if i in node_of else ("ext", ext_of[i]) for i in b.ext])
         read_later = {j for kind, j in self.srcs[1] if kind == "node"}
-        # a temporary the second part reads is released after it, the others after the first
-        self.releases = ([j for j in temps if j < cut and j not in read_later],
-                         [j for j in temps if j >= cut or j in read_later])
+        # a temporary the second part reads is an output of the first, released after the second
+        self.temps = (temp_ranges(j for j in temps if j < cut and j not in read_later),
+                      temp_ranges(j - cut for j in temps if j >= cut))
+        self.read_later = sorted(j for j in temps if j < cut and j in read_later)
 
 
 class CompiledGraph:
@@ -89,7 +93,8 @@ class CompiledGraph:
         kept = {j for _, j, *_ in self.writes}
         kept.update(g[0] for _, g in self.grads if g is not None)
         kept.update(o[1] for o in self.outs if o[0] == "node")
-        self.temps = [j for j in range(self.n) if j not in kept]
+        self.temps = temp_ranges(j for j in range(self.n) if j not in kept)  # (see protocol.batch_ids)
+        self.temp_nodes = [j for j in range(self.n) if j not in kept]
         self.entries = summary.entries
         self.whole = Part(self.batch)
         self.splits: dict[int, _Split] = {}  # cut -> the graph in two parts
@@ -158,16 +163,15 @@ class CompiledGraph:
         values of this replay and a cut after them leaves work behind."""
         split = self._split(fetch, first) if fetch else None
         if split is None:
-            return [(self.whole, ext, list(range(first, first + self.n)), dyn, [first + j for j in self.temps],
-                     self.batch.frames)]
+            return [(self.whole, ext, first, dyn, [], self.temps, self.batch.frames)]
         cut = split.cut
         out = []
-        for k, (part, srcs, rel) in enumerate(zip(split.parts, split.srcs, split.releases)):
+        for k, (part, srcs, temps) in enumerate(zip(split.parts, split.srcs, split.temps)):
             lo = k * cut
             hi = cut if k == 0 else self.n
-            out.append((part, [ext[j] if kind == "ext" else first + j for kind, j in srcs],
-                        list(range(first + lo, first + hi)), [[j - lo, a] for j, a in dyn if lo <= j < hi],
-                        [first + j for j in rel], part.batch.frames))
+            out.append((part, [ext[j] if kind == "ext" else first + j for kind, j in srcs], first + lo,
+                        [[j - lo, a] for j, a in dyn if lo <= j < hi],
+                        [first + j for j in split.read_later] if k else [], temps, part.batch.frames))
         return out
 
     def _split(self, fetch: list[int], first: int) -> _Split | None:
@@ -181,5 +185,5 @@ class CompiledGraph:
         if split is None:
             if len(self.splits) >= MAX_SPLITS:
                 self.splits.pop(next(iter(self.splits)))
-            split = self.splits[cut] = _Split(self.entries, self.batch, cut, self.temps)
+            split = self.splits[cut] = _Split(self.entries, self.batch, cut, self.temp_nodes)
         return split
