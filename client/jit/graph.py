@@ -93,8 +93,8 @@ class CompiledGraph:
         kept = {j for _, j, *_ in self.writes}
         kept.update(g[0] for _, g in self.grads if g is not None)
         kept.update(o[1] for o in self.outs if o[0] == "node")
-        self.temps = temp_ranges(j for j in range(self.n) if j not in kept)  # (see protocol.batch_ids)
-        self.temp_nodes = [j for j in range(self.n) if j not in kept]
+        self.temp_nodes = [j for j in range(self.n) if j not in kept]  # values only the graph reads
+        self.temps = temp_ranges(self.temp_nodes)  # as a replay names them (see protocol.batch_ids)
         self.entries = summary.entries
         self.whole = Part(self.batch)
         self.splits: dict[int, _Split] = {}  # cut -> the graph in two parts
