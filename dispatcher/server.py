@@ -963,6 +963,9 @@ class Dispatcher:
             self.xroutes[xbase + k] = (s.sid, src, dst)
         devs = set(split.frags) | set(by_dev_release) | reply_devs
         nbytes = sum(map(len, frames)) if frames else 0
+        # a batch split across devices releases each device's temporaries by id (a whole one passes the ranges on)
+        temp_nodes = (set(range(split.n_nodes)).difference(kept)
+                      if temps and not all(f.whole for f in split.frags.values()) else ())
         for dev in devs:
             w = self.workers.get(dev)
             if w is None:
@@ -993,10 +996,9 @@ class Dispatcher:
                 else:
                     msg["ext"] = [ext[k] for k in frag.ext]
                     msg["outs"] = [outs[j] if j is not None else None for j in frag.node_of]
-                    if temps:  # this device's share of the temporaries: released once the fragment ran
-                        tmp = set(range(len(outs))).difference(kept)
+                    if temp_nodes:  # this device's share of the temporaries: released once the fragment ran
                         msg["release"] = msg["release"] + [outs[j] for j in frag.node_of
-                                                           if j is not None and j in tmp]
+                                                           if j is not None and j in temp_nodes]
                 if plan_no is not None:
                     msg["plan"] = plan_no
                     key = (s.sid, plan_no)
