@@ -155,6 +155,10 @@ class Device:
     def runner(self, plan, keep: frozenset):
         """A callable ``run(env, dyn, frames)`` that runs a whole plan for the kept slots ``keep``, or None.
 
+        A runner may also take ``after=(item, fn)`` and say which item writes each kept slot (``run.producers``):
+        it then calls ``fn(slots)`` once that item ran, and the worker answers a fetch while the rest runs
+        (:func:`tensorwire.backends.executor.run_plan`). One without ``producers`` answers at the end.
+
         A compiling device returns its fused kernels here (see :func:`tensorwire.backends.codegen.program.
         build_runner`); None (the default) runs the steps one by one through :meth:`specialize`."""
         return None

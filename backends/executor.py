@@ -91,6 +91,14 @@ class Plan:
         self.peaks: dict[frozenset, int] = {}  # kept-slot set -> estimated peak bytes (see quota.peak_bytes)
         self.hot = False  # planned as the device plans fragments it compiles, however small (see hot.py)
         self.tier: Tier | None = None  # interpreted because small: how it gets compiled once hot (see hot.py)
+        self._slot_steps: dict[int, int] | None = None
+
+    def slot_steps(self) -> dict[int, int]:
+        """Each slot a step writes -> the index of that step (cached)."""
+        made = self._slot_steps
+        if made is None:
+            made = self._slot_steps = {st.out: k for k, st in enumerate(self.program.steps) if st.out >= 0}
+        return made
 
     def peak(self, keep: frozenset) -> int:
         """Estimated peak bytes a run keeping ``keep`` allocates (cached per kept set)."""
@@ -209,14 +217,16 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset) ->
 
 
 def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set,
-             spans: list | None = None) -> dict:
+             spans: list | None = None, answer=None) -> dict:
     """Run a plan without transfers to completion (the common case: no generator involved). ``spans``: a list to
-    append one ``(op, "kernel", start_ns, duration_ns, args)`` per step to (the profiler is on for this batch)."""
+    append one ``(op, "kernel", start_ns, duration_ns, args)`` per step to (the profiler is on for this batch).
+    ``answer``: ``(slots, fn)``, call ``fn(env)`` as soon as those kept slots hold their values and the run has gone
+    well so far (see :func:`_run_fast`), so that a fetch is answered while the rest of the plan runs."""
     if not any(isinstance(b, Fail) for b in ext):
         env: list = [None] * plan.nslots
         env[:len(ext)] = ext
         if spans is None:
-            result = _run_fast(device, plan, env, outs, dyn, frames, keep)
+            result = _run_fast(device, plan, env, outs, dyn, frames, keep, answer)
         else:
             result = _run_timed(device, plan, env, outs, dyn, frames, keep, spans)
         if result is not None:
@@ -230,7 +240,7 @@ def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, 
 
 
 def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set,
-            spans: list | None = None):
+            spans: list | None = None, answer_after: int | None = None):
     """Interpret ``plan`` step by step (a generator, see the module doc); returns ``{out_id: buffer | Fail}``
     for kept outputs. Plans without transfers go through :func:`run_plan`, which tries the prepared runner
     first and comes here only when a step fails.
@@ -238,14 +248,18 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
     ``ext`` holds the external input buffers (or Fails), ``outs`` the handle id of every node,
     ``dyn`` maps node index to its dynamic attributes, ``keep`` is the set of slots that must
     survive the run (outputs the client still holds); everything else is freed after its last use. ``spans``: as
-    for :func:`run_plan`.
+    for :func:`run_plan`. ``answer_after``: yield ``("answer", env)`` once step ``answer_after`` ran (-1: before the
+    first), unless a step failed by then (the answer then waits for the end, with every error of the batch).
     """
     env: list = [None] * plan.nslots
     env[:len(ext)] = ext
     steps = plan.program.steps
     node_slot = plan.node_slot
+    failed = any(isinstance(b, Fail) for b in ext)
+    if answer_after == -1 and not failed:
+        yield ("answer", env)
     with np.errstate(all="ignore"):
-        for s in steps:
+        for k, s in enumerate(steps):
             args = [env[i] for i in s.ins]
             bad = next((a for a in args if isinstance(a, Fail)), None)
             origin_id = outs[s.origin] if s.origin < len(outs) else None
@@ -275,9 +289,13 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
                     spans.append(_kernel_span(s, t0, origin_id))
             if s.out >= 0:
                 env[s.out] = res
+                if answer_after is not None and isinstance(res, Fail):
+                    failed = True
             for f in s.frees:
                 if f not in keep:
                     env[f] = None
+            if k == answer_after and not failed:
+                yield ("answer", env)
     result = {outs[j]: env[slot] for j, slot in enumerate(node_slot) if slot is not None and slot in keep}
     result.update(_failed_results(plan, outs))
     return result
@@ -286,18 +304,34 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
 MAX_RUNNERS_PER_PLAN = 8
 
 
-def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, frames: list, keep: set):
+def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, frames: list, keep: set,
+              answer=None):
     """Run a plan with its prepared runner (cached per set of kept slots).
 
     Returns None when a step raised: the caller then interprets the plan step by step, which
-    attributes the error to its node and carries on with independent work."""
+    attributes the error to its node and carries on with independent work.
+
+    ``answer``: ``(slots, fn)``; a runner that says which of its items produces each slot (``run.producers``) calls
+    ``fn(env)`` right after the last of them, while the rest of the plan still has to run. Another runner runs
+    through first: nothing calls ``fn`` then, and the caller answers at the end. A plan with nodes that failed
+    when it was compiled answers at the end too, with their errors."""
     key = frozenset(keep)
     run = _runner(device, plan, key)
     if plan.tier is not None:
         plan.tier.ran(device, plan, key)
+    after = None
+    if answer is not None and not plan.failed_nodes:
+        producers = getattr(run, "producers", None)
+        if producers is not None:
+            after = (max((producers.get(slot, -1) for slot in answer[0]), default=-1), answer[1])
     try:
         with np.errstate(all="ignore"):
-            run(env, dyn, frames)
+            if after is None:
+                run(env, dyn, frames)
+            else:
+                if after[0] < 0:  # everything fetched was there before the plan ran
+                    after[1](env)
+                run(env, dyn, frames, after)
     except Exception:
         return None
     return _kept(plan, env, outs, keep)
@@ -397,17 +431,21 @@ def _build_runner(device: Device, plan: Plan, keep: frozenset):
             prog.append((device.specialize(s), s.ins, s.out, frees, None))
     prog = tuple(prog)
 
-    def run(env, dyn, frames):
+    def run(env, dyn, frames, after=None):
         get = env.__getitem__
-        for fn, ins, out, frees, dyn_node in prog:
+        stop, answer = after or (-1, None)
+        for k, (fn, ins, out, frees, dyn_node) in enumerate(prog):
             if dyn_node is None:
                 env[out] = fn(*map(get, ins))
             else:
                 env[out] = fn([env[i] for i in ins], dyn.get(dyn_node), frames)
             for f in frees:
                 env[f] = None
+            if k == stop:
+                answer(env)
 
     run.prog = prog  # what the profiler's timed run walks step by step
+    run.producers = {s.out: k for k, s in enumerate(plan.program.steps) if s.out >= 0}  # slot -> step making it
     return run
 
 

@@ -80,7 +80,7 @@ class _Job:
     """One ``run`` message of a session, from its arrival to its answer."""
 
     __slots__ = ("h", "frames", "seq", "plan", "ext", "outs", "kept", "keep", "dyn", "gen", "wait", "value", "offload",
-                 "pooled", "scope", "sent", "recvd", "cancelled", "ctx", "started", "spans")
+                 "pooled", "scope", "sent", "recvd", "cancelled", "ctx", "started", "spans", "answered")
 
     def __init__(self, h: dict, frames: list, seq: int):
         self.h = h
@@ -105,6 +105,7 @@ class _Job:
         self.started = 0  # monotonic ns when it started running
         # the profiler is on for this batch ("prof": its batch number): its spans, handed to the session at the end
         self.spans: list | None = [] if h.get("prof") is not None else None
+        self.answered = False  # its fetch was answered before it finished (see Executor._answer)
 
 
 class _Session:
@@ -493,10 +494,18 @@ class Executor:
 
     def _run_steps(self, sid, job: _Job, scope):
         plan = job.plan
-        if job.gen is None and not plan.has_transfers:
-            return ("done", run_plan(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep, job.spans))
         if job.gen is None:
-            job.gen = execute(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep, job.spans)
+            early = self._early_slots(job)  # fetched id -> slot, when the fetch can be answered before the end
+            if not plan.has_transfers:
+                answer = None if early is None else (
+                    early.values(), lambda env: self._answer(sid, job, early, env, scope))
+                return ("done", run_plan(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep,
+                                         job.spans, answer))
+            after = None
+            if early is not None:
+                made = plan.slot_steps()
+                after = max((made.get(slot, -1) for slot in early.values()), default=-1)
+            job.gen = execute(self.device, plan, job.ext, job.outs, job.dyn, job.frames, job.keep, job.spans, after)
             # the interpreter sets context variables (numpy's errstate) and may resume on another thread: it always
             # runs in a context of its own
             job.ctx = contextvars.Context()
@@ -509,6 +518,9 @@ class Executor:
             except StopIteration as stop:
                 return ("done", stop.value)
             val = None
+            if ev[0] == "answer":
+                self._answer(sid, job, self._early_slots(job) or {}, ev[1], scope)
+                continue
             if ev[0] != "send":
                 return ev
             if scope is None:
@@ -555,6 +567,10 @@ class Executor:
             if item[0] == "send":
                 if s is not None and not job.cancelled:
                     self._send_xfer(sid, job, item[3], item[4])
+                continue
+            if item[0] == "answer":  # (even when cancelled since: a cancel that found it answered sent nothing)
+                if s is not None:
+                    self._send_answer(s, item[3], item[4])
                 continue
             job.pooled = False
             self.pooled_seqs.discard(job.seq)
@@ -758,13 +774,24 @@ class Executor:
         if release:
             gone = (bufs.pop(i, None) for i in release)
             self._free(s, [b for b in gone if b is not None and not isinstance(b, Fail)])
-        if not h.get("reply"):
+        if not h.get("reply") or job.answered:
             self._done(s, job)
             return
-        values, frames, fetch_errors = [], [], []
         t0 = time.monotonic_ns() if job.spans is not None and h.get("fetch") else 0
-        for i in h.get("fetch") or ():
-            b = bufs.get(i)
+        values, frames, fetch_errors = self._fetched(h.get("fetch") or (), bufs.get)
+        if t0:
+            job.spans.append(("transfer::fetch", "transfer", t0, time.monotonic_ns() - t0, {
+                "batch": h["prof"], "bytes": sum(len(f) if isinstance(f, bytes) else f.nbytes for f in frames)}))
+        errors, s.errors = s.errors, []
+        self._done(s, job)
+        self.send({"t": "done", "s": sid, "q": h.get("q"), "values": values, "errors": errors,
+                   "fetch_errors": fetch_errors}, frames)
+
+    def _fetched(self, fetch, get) -> tuple[list, list, list]:
+        """The answer to a fetch: ``(values, frames, fetch_errors)`` for the ids ``fetch``, each buffer ``get(id)``."""
+        values, frames, fetch_errors = [], [], []
+        for i in fetch:
+            b = get(i)
             if b is None:
                 fetch_errors.append(error_to_wire(NotFound(f"handle {i} does not exist on {self.name}"), i))
             elif isinstance(b, Fail):
@@ -780,13 +807,54 @@ class Executor:
                 shape, dt = self.device.meta(b)
                 values.append([i, dt.name, list(shape), len(frames)])
                 frames.append(as_frame(arr))
-        if t0:
-            job.spans.append(("transfer::fetch", "transfer", t0, time.monotonic_ns() - t0, {
-                "batch": h["prof"], "bytes": sum(len(f) if isinstance(f, bytes) else f.nbytes for f in frames)}))
-        errors, s.errors = s.errors, []
-        self._done(s, job)
-        self.send({"t": "done", "s": sid, "q": h.get("q"), "values": values, "errors": errors,
-                   "fetch_errors": fetch_errors}, frames)
+        return values, frames, fetch_errors
+
+    def _early_slots(self, job: _Job) -> dict | None:
+        """The fetched ids the job makes itself, each with its slot, when the job may answer its fetch as soon as
+        those are made and run the rest of its plan after the answer (a training step's loss comes back while the
+        device runs the backward pass and the optimizer); None: it answers when it finishes.
+
+        It answers early when the batch asks for values and nothing else (no ``sync``, which waits for all of the
+        session's work) and the profiler is off (a profiled batch's spans end with its answer). Errors of the
+        nodes that run after the answer surface at the session's next answer, as for any batch sent without one."""
+        h = job.h
+        fetch = h.get("fetch")
+        if not fetch or not h.get("reply") or h.get("sync") or job.spans is not None or job.answered:
+            return None
+        outs, node_slot, keep = job.outs, job.plan.node_slot, job.keep
+        made = {}
+        for i in fetch:
+            try:
+                j = outs.index(i)
+            except ValueError:  # made before this batch: answered from the session's buffers
+                continue
+            slot = node_slot[j] if j < len(node_slot) else None
+            if slot is None or slot not in keep:  # released by this very batch: the answer at the end says so
+                return None
+            made[i] = slot
+        return made
+
+    def _answer(self, sid, job: _Job, made: dict, env: list, scope) -> None:
+        """Answer the job's fetch now (``made``: the fetched ids it made, with their slots in ``env``), while the
+        rest of its plan runs. On a pool thread the main thread sends it (it owns the socket)."""
+        s = self.sessions.get(sid)
+        if s is None:
+            return
+        bufs = s.buffers
+        values, frames, fetch_errors = self._fetched(
+            job.h["fetch"], lambda i: env[made[i]] if i in made else bufs.get(i))
+        job.answered = True
+        msg = {"t": "done", "s": sid, "q": job.h.get("q"), "values": values, "fetch_errors": fetch_errors}
+        if scope is None:
+            self._send_answer(s, msg, frames)
+        else:
+            self.completed.append(("answer", sid, job, msg, frames))
+            self._wake()
+
+    def _send_answer(self, s: _Session, msg: dict, frames: list) -> None:
+        """Send an early answer with the errors the session has gathered so far (main thread)."""
+        msg["errors"], s.errors = s.errors, []
+        self.send(msg, frames)
 
     def _done(self, s: _Session, job: _Job) -> None:
         """A batch is over: count it, log it when slow, and keep its profiler spans for the session."""

@@ -440,43 +440,27 @@ class Session:
             self._flush([], False)
 
     def _flush(self, fetch: list[int], sync: bool, wait_sent: bool = False):
-        """Ship the pending batch. A fetch of a value recorded before the end of the batch is answered first:
-        the nodes up to the last fetched one go out with the fetch, the rest right after it without waiting
-        (with the releases, which may name their outputs), and the devices run that rest while the caller
-        goes on with the value. Errors of the rest surface at the next sync point, as for any shipped batch.
-        A compiled graph's replay waiting to go (:meth:`replay`) goes first, carrying the fetch or sync itself
-        when nothing was recorded after it (one message for ``step(x); loss.item()``)."""
+        """Ship the pending batch, with the fetch or sync if any. A fetch of a value recorded before the end of the
+        batch is answered as soon as the devices made it (``Executor._early_slots`` in the worker): they run the
+        rest of the batch while the caller goes on with the value, and errors of that rest surface at the next sync
+        point, as for any batch shipped without an answer. A compiled graph's replay waiting to go (:meth:`replay`)
+        goes first, carrying the fetch or sync itself when nothing was recorded after it (one message for
+        ``step(x); loss.item()``)."""
         self._mark = False
         pending, self._pending = self._pending, []
         self._pending_bytes = 0
         release, self._release = self._release, []
         if self._deferred is not None:
-            (build, extra), self._deferred = self._deferred, None
-            # a fetch of the replay's own values, with nothing recorded after it: the graph may go in two parts,
-            # the first up to the fetched values (answered), the rest right behind it (see jit.graph)
-            early = fetch if fetch and not sync and not pending else None
-            msgs = [(self._replay_header(*spec), frames) for *spec, frames in build(early)]
-            msgs[-1][0]["release"] += extra + release  # (applied after the replay's work, like every release)
-            release = []
+            ((part, ext, first, dyn, temps, frames), extra), self._deferred = self._deferred, None
+            header = self._replay_header(part, ext, first, dyn, extra + release, temps)
+            release = []  # (applied after the replay's work, like every release)
             if not pending and (fetch or sync):
-                (header, frames), rest = msgs[0], msgs[1:]
                 header["fetch"], header["sync"] = fetch, sync
-                q = self._send_numbered(header, frames)
-                for header, frames in rest:
-                    self._send_async(header, frames)
-                h, rframes = self._wait(q)
+                h, rframes = self._wait(self._send_numbered(header, frames))
                 return self._result(h, rframes, fetch)
-            for header, frames in msgs:
-                self._send_async(header, frames)
+            self._send_async(header, frames)
         if not pending and not fetch and not sync and not release:
             return None
-        if fetch and not sync and pending:
-            cut = _fetch_cut(pending, fetch)
-            if cut < len(pending):
-                q = self._send_batch(pending[:cut], fetch, False, [], reply=True)
-                self._send_batch(pending[cut:], [], False, release)
-                h, rframes = self._wait(q)
-                return self._result(h, rframes, fetch)
         if not (fetch or sync):
             self._send_batch(pending, fetch, sync, release, wait_sent=wait_sent)
             return None
@@ -536,20 +520,18 @@ class Session:
         self._ids = itertools.count(first + n)
         return first
 
-    def replay(self, build, first_id: int, where: list) -> None:
+    def replay(self, spec: tuple, first_id: int, where: list) -> None:
         """Send a compiled graph (``tensorwire.jit``) whose outputs are numbered from ``first_id`` (reserved with
-        :meth:`take_ids`). ``build(fetch)`` gives its messages when they go: ``[(part, ext ids, first output id,
-        dynamic attributes, releases, temporaries, frames)]``, one for the whole graph, or two when ``fetch`` (the
-        ids about to be fetched, or None) lets the graph be cut after them (see :meth:`_replay_header` for
-        ``part``). The messages are held until the session next sends (so a ``loss.item()`` right after rides with
-        them); ``where`` is each node's recording line, for errors."""
+        :meth:`take_ids`). ``spec``: ``(part, ext ids, first output id, dynamic attributes, temporaries, frames)``
+        (see :meth:`_replay_header` for ``part``). The message is held until the session next sends (so a
+        ``loss.item()`` right after rides with it); ``where`` is each node's recording line, for errors."""
         self._check_open()
         with self._lock:
             if self._pending or self._deferred is not None:
                 self._flush([], False)  # what was recorded before the call runs first
             extra, self._release = self._release, []  # (nothing this graph reads: a released id is one no tensor holds)
             self._replayed.append((first_id, where))
-            self._deferred = (build, extra)
+            self._deferred = (spec, extra)
             self._mark = True  # the next op recorded ships it (as after optimizer.step())
 
     def _replay_header(self, part, ext: list[int], out_first: int, dyn: list, release: list[int],
@@ -821,23 +803,6 @@ def _input_error(s: Session, t, device: str):
         raise DeviceError("tensors from different sessions cannot be mixed")
     raise DeviceError(f"Expected all tensors to be on the same device, but found at least two devices, "
                       f"{device} and {t._dev}!")
-
-
-def _fetch_cut(pending: list, fetch: list[int]) -> int:
-    """Where a batch can be cut so that its first part holds every fetched value: after the last fetched node,
-    moved past the last part of any collective begun before it (the parts of one collective travel together)."""
-    want = set(fetch)
-    cut = 0
-    for j in range(len(pending) - 1, -1, -1):
-        if pending[j][0] in want:
-            cut = j + 1
-            break
-    keys = {node[3]["key"] for node in pending[:cut] if node[1] == "collective"}
-    if keys:
-        for j in range(len(pending) - 1, cut - 1, -1):
-            if pending[j][1] == "collective" and pending[j][3]["key"] in keys:
-                return j + 1
-    return cut
 
 
 def _progress_event(device: str, fields: dict):

@@ -1,10 +1,12 @@
 """Running a lowered fragment: the runner a compiling device hands the executor.
 
 :func:`build_runner` lowers a plan's steps for one set of kept slots, has the device's runtime compile the
-kernels (cached by their source, see :mod:`.cache`), and returns ``run(env, dyn, frames)``, the same
-contract as the executor's straight-line runner: it fills ``env`` with the kept outputs and frees
-everything else after its last use. A kernel that records an error raises it; the executor then
-re-runs the plan step by step, which names the failing node and carries on with independent work.
+kernels (cached by their source, see :mod:`.cache`), and returns ``run(env, dyn, frames, after=None)``, the
+same contract as the executor's straight-line runner: it fills ``env`` with the kept outputs and frees
+everything else after its last use; ``run.producers`` maps each kept slot to the item that writes it, and
+``after=(item, fn)`` calls ``fn`` with the slots once that item ran (a fetch answered before the rest runs).
+A kernel that records an error raises it; the executor then re-runs the plan step by step, which names the
+failing node and carries on with independent work.
 
 A runtime's ``build(kernels)`` returns ``{kernel name: launcher(buffers, scalars)}``; ``buffers`` follow the
 kernel's ``bufs``, its outputs allocated by ``runtime.empty``. A launcher writes the outputs in place and returns
@@ -94,6 +96,7 @@ def build_runner(device, plan, keep: frozenset, lowered: Lowered | None = None):
         if key[0] == "tmp" or key[1] not in keep:
             frees[i].append(at(key))
     program = []
+    producers = {}  # kept slot -> the item that writes it
     empty = device.runtime.empty
     for i, it in enumerate(lowered.items):
         if isinstance(it, Launch):
@@ -103,17 +106,21 @@ def build_runner(device, plan, keep: frozenset, lowered: Lowered | None = None):
             static = [scalar_value(s, None) for s in it.scalars]
             dynamic = [(j, s) for j, s in enumerate(it.scalars) if s[0] is not None]
             program.append((launchers[k.name], [at(key) for key in it.args], outs, static, dynamic, frees[i], None))
+            producers.update((key[1], i) for key, b in zip(it.args, k.bufs) if b.out and key[0] == "slot")
         elif math.prod(it.step.shape) == 0 and it.step.op not in WORKER_OPS:  # nothing to compute
             shape, dt = tuple(it.step.shape), it.step.dtype
             program.append((lambda args, dyn, frames, s=shape, d=dt: empty(s, d), list(it.step.ins), None, None, None,
                             frees[i], it.step.out))
         else:
             program.append((device.host_call(it.step), list(it.step.ins), None, None, None, frees[i], it.step.out))
+        if not isinstance(it, Launch):
+            producers[it.step.out] = i
     pad = [None] * ntemp
 
-    def run(env, dyn, frames):
+    def run(env, dyn, frames, after=None):
         w = env + pad
-        for call, args, outs, scalars, dynamic, free, out in program:
+        stop, answer = after or (-1, None)
+        for i, (call, args, outs, scalars, dynamic, free, out) in enumerate(program):
             if outs is not None:  # a kernel launch
                 for j, (shape, dt) in outs:
                     if w[j] is None:
@@ -131,8 +138,11 @@ def build_runner(device, plan, keep: frozenset, lowered: Lowered | None = None):
                 w[out] = call([w[x] for x in args], dyn, frames)
             for j in free:
                 w[j] = None
+            if i == stop:  # the fetched values are made: answer while the rest runs (see executor._run_fast)
+                answer(w)
         env[:] = w[:len(env)]
 
+    run.producers = producers
     return run
 
 

@@ -6,17 +6,15 @@ input ids, the fresh output ids and the dynamic attributes (``Session.replay``).
 runs on a replay: the inputs are read from their slots, the host actions (random offsets, optimizer step counts)
 run, and the outputs are bound to Python objects as the recorded call bound them.
 
-A value of the replay read right after it (``step(x).item()``) is answered before the rest of the graph runs, as
-for eager batches (``session._fetch_cut``): the replay then goes as two plans, the nodes up to the last fetched
-one (with the fetch) and the rest right behind it, each encoded once per cut and cached (:class:`_Split`). A
-training step's loss so comes back after the forward pass while the device runs the backward pass and the
-optimizer.
+A value of the replay read right after it (``step(x).item()``) rides with the replay, and the worker answers it as
+soon as the fetched values are made, then runs the rest of the graph (``Executor._early_slots``): a training step's
+loss comes back after the forward pass while the device runs the backward pass and the optimizer, and the step
+stays one message and one plan (hot-compiled as a whole).
 """
 
 from __future__ import annotations
 
 from tensorwire.protocol.batch_ids import temp_ranges
-from tensorwire.session import _fetch_cut, encode_batch
 from tensorwire.tensor import Tensor
 
 from .pytree import unflatten
@@ -24,7 +22,6 @@ from .trace import ARG, GRAD, Summary
 
 _new_tensor = object.__new__
 RETRACE = object()  # a replay's guards failed: record the call again
-MAX_SPLITS = 4  # cuts kept per graph (a loop reads the same value, so one in practice)
 
 
 def _new(s, hid: int, shape, dtype, dev) -> Tensor:
@@ -42,33 +39,6 @@ class Part:
     def __init__(self, batch):
         self.batch = batch
         self.plan: int | None = None
-
-
-class _Split:
-    """The graph cut after node ``cut - 1``: two parts, and for each part's external inputs where the value comes
-    from (``("ext", k)``: the graph's input ``k``; ``("node", j)``: node ``j`` of the first part); each part's
-    temporaries (node ranges of the part, see ``protocol.batch_ids``) and the first part's temporaries the second
-    reads, released after it by id."""
-
-    __slots__ = ("cut", "parts", "srcs", "temps", "read_later")
-
-    def __init__(self, entries: list, whole, cut: int, temps: list[int]):
-        self.cut = cut
-        node_of = {e[0]: j for j, e in enumerate(entries[:cut])}
-        ext_of = {i: k for k, i in enumerate(whole.ext)}
-        self.parts, self.srcs = [], []
-        for lo, hi in ((0, cut), (cut, len(entries))):
-            b = encode_batch(entries[lo:hi])
-            # uploads inside the call: the bytes the graph kept when it was compiled (frames go in node order)
-            b.frames = [whole.frames[whole.nodes[lo + j][2]["frame"]] for j, nd in enumerate(b.nodes)
-                        if nd[0] == "const"]
-            self.parts.append(Part(b))
-            self.srcs.append([("node", node_of[i]) if i in node_of else ("ext", ext_of[i]) for i in b.ext])
-        read_later = {j for kind, j in self.srcs[1] if kind == "node"}
-        # a temporary the second part reads is an output of the first, released after the second
-        self.temps = (temp_ranges(j for j in temps if j < cut and j not in read_later),
-                      temp_ranges(j - cut for j in temps if j >= cut))
-        self.read_later = sorted(j for j in temps if j < cut and j in read_later)
 
 
 class CompiledGraph:
@@ -95,9 +65,7 @@ class CompiledGraph:
         kept.update(o[1] for o in self.outs if o[0] == "node")
         self.temp_nodes = [j for j in range(self.n) if j not in kept]  # values only the graph reads
         self.temps = temp_ranges(self.temp_nodes)  # as a replay names them (see protocol.batch_ids)
-        self.entries = summary.entries
         self.whole = Part(self.batch)
-        self.splits: dict[int, _Split] = {}  # cut -> the graph in two parts
 
     def replay(self, tensors: list[Tensor]):
         """Run the graph on the call's tensor arguments; returns the result, or :data:`RETRACE` when the state the
@@ -126,7 +94,7 @@ class CompiledGraph:
                 for j in act[1]:
                     dyn.append([j, vals])
         first = s.take_ids(self.n)
-        s.replay(lambda fetch: self._messages(fetch, ext, first, dyn), first, self.where)
+        s.replay((self.whole, ext, first, dyn, self.temps, self.batch.frames), first, self.where)
         # bind the outputs to the objects the recorded call bound them to
         for (kind, ref), j, shape, dtype, dev, dv in self.writes:
             t = tensors[ref] if kind == ARG else ref.grad if kind == GRAD else ref
@@ -157,33 +125,3 @@ class CompiledGraph:
             else:
                 leaves.append(o[1])
         return unflatten(self.out_spec, iter(leaves))
-
-    def _messages(self, fetch, ext: list[int], first: int, dyn: list) -> list[tuple]:
-        """The replay's messages for ``Session.replay``: the whole graph, or two parts when ``fetch`` names only
-        values of this replay and a cut after them leaves work behind."""
-        split = self._split(fetch, first) if fetch else None
-        if split is None:
-            return [(self.whole, ext, first, dyn, [], self.temps, self.batch.frames)]
-        cut = split.cut
-        out = []
-        for k, (part, srcs, temps) in enumerate(zip(split.parts, split.srcs, split.temps)):
-            lo = k * cut
-            hi = cut if k == 0 else self.n
-            out.append((part, [ext[j] if kind == "ext" else first + j for kind, j in srcs], first + lo,
-                        [[j - lo, a] for j, a in dyn if lo <= j < hi],
-                        [first + j for j in split.read_later] if k else [], temps, part.batch.frames))
-        return out
-
-    def _split(self, fetch: list[int], first: int) -> _Split | None:
-        idx = [i - first for i in fetch]
-        if not all(0 <= j < self.n for j in idx):
-            return None
-        cut = _fetch_cut(self.entries, [self.entries[j][0] for j in idx])
-        if cut >= self.n:
-            return None
-        split = self.splits.get(cut)
-        if split is None:
-            if len(self.splits) >= MAX_SPLITS:
-                self.splits.pop(next(iter(self.splits)))
-            split = self.splits[cut] = _Split(self.entries, self.batch, cut, self.temp_nodes)
-        return split

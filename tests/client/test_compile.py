@@ -126,7 +126,7 @@ def test_random_ops_draw_fresh_numbers_every_replay(session):
     assert len({v[0].tobytes() for v in runs[1]}) == 6
 
 
-def test_a_replay_goes_as_one_message_and_a_read_loss_comes_back_before_the_rest_runs(session, monkeypatch):
+def test_a_replay_goes_as_one_message_with_the_read_that_follows_it(session, monkeypatch):
     rng = np.random.default_rng(3)
     x = tw.tensor(rng.standard_normal((16, 4)).astype(np.float32))
     y = tw.tensor(rng.integers(0, 2, 16))
@@ -141,7 +141,7 @@ def test_a_replay_goes_as_one_message_and_a_read_loss_comes_back_before_the_rest
     def send(sock, parts, **kw):
         h = unpack_header(parts[0])
         assert "outs" not in h  # a replay numbers its outputs from one id (protocol.batch_ids)
-        sent.append(("fetch" if h["fetch"] or h["sync"] else "rest", h["out_first"]))
+        sent.append(("fetch" if h["fetch"] or h["sync"] else "rest", h["plan"]))
         return real_send(sock, parts, **kw)
 
     monkeypatch.setattr(session_mod, "send_parts", send)
@@ -150,11 +150,9 @@ def test_a_replay_goes_as_one_message_and_a_read_loss_comes_back_before_the_rest
         loss = step()
         assert session._pending == []  # nothing recorded: the replay waits to go out with the next message
         loss.item()
-    # each step: the forward pass up to the loss, carrying the fetch, answered while the rest (backward, Adam) runs
-    (cut, split), = graph.splits.items()
-    assert 0 < cut < graph.n and [len(p.batch.nodes) for p in split.parts] == [cut, graph.n - cut]
-    assert [kind for kind, _ in sent] == ["fetch", "rest"] * 3
-    assert all(sent[i + 1][1] - sent[i][1] == cut for i in range(0, 6, 2))  # the rest's outputs follow the first's
+    # each step: the whole graph, one plan, carrying the fetch (the worker answers it before the backward pass and
+    # Adam run: see tests/backends/test_early_answer.py)
+    assert sent == [("fetch", graph.whole.plan)] * 3
     sent.clear()
     for _ in range(3):
         step()
@@ -175,14 +173,14 @@ def test_a_failure_after_the_fetched_value_surfaces_at_the_next_read_with_the_us
         t, p = f(x, tw.tensor([2]))
         assert t.item() == 8.0
         np.testing.assert_array_equal(p.numpy(), [3.0, 4.0, 5.0])
-    assert f.stats["replays"] >= 1 and next(iter(f._cache.values())).graph.splits  # the replays went in two parts
+    assert f.stats["replays"] >= 1
     before = tw.memory_stats()["devices"]["cpu:0"]["buffers"]
     t, p = f(x, tw.tensor([7]))
-    assert t.item() == 8.0  # answered from the first part; the second fails on the device
+    assert t.item() == 8.0  # answered once made; the node after it fails on the device
     with pytest.raises(tw.TensorwireError, match="out of bounds") as e:
         p.numpy()
     assert f"test_compile.py:{line_of(HERE, '# PICK AFTER')}" in str(e.value)
-    for _ in range(20):  # the parts release what they made: nothing accumulates
+    for _ in range(20):  # the replays release what they made: nothing accumulates
         t, p = f(x * 2, tw.tensor([0]))
         assert t.item() == 16.0
         np.testing.assert_array_equal(p.numpy(), [1.0, 2.0, 3.0])

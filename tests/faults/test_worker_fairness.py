@@ -161,3 +161,20 @@ def test_closing_the_session_stops_its_work(cluster):
         assert (tw.ones(2, session=other) * 3).tolist() == [3.0, 3.0]
     finally:
         other.close()
+
+
+def test_a_pooled_batch_answers_its_fetch_before_the_rest_runs(cluster):
+    """A fetched value made early in a long batch (on a pool thread) comes back before the rest runs: the rest can
+    still be cancelled after the answer (were the answer sent at the end, the chain would have run to completion)."""
+    s = tw.Session(cluster.address)
+    try:
+        a = tw.randn(1024, 1024, session=s)
+        first = (a @ a).sum()  # the batch's first steps
+        total = _matmul_chain(s)  # recorded after it: the same batch, ~20 s of work
+        assert np.isfinite(first.item())
+        tw.cancel(s)
+        with pytest.raises(tw.Cancelled):
+            total.item()
+        assert tw.arange(3, session=s).tolist() == [0, 1, 2]
+    finally:
+        s.close()
