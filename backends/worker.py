@@ -105,7 +105,7 @@ class _Job:
         self.started = 0  # monotonic ns when it started running
         # the profiler is on for this batch ("prof": its batch number): its spans, handed to the session at the end
         self.spans: list | None = [] if h.get("prof") is not None else None
-        self.answered = False  # its fetch was answered before it finished (see Executor._answer)
+        self.answered = False  # its answer went out (early, see Executor._early_slots, or when it finished)
 
 
 class _Session:
@@ -568,8 +568,9 @@ class Executor:
                 if s is not None and not job.cancelled:
                     self._send_xfer(sid, job, item[3], item[4])
                 continue
-            if item[0] == "answer":  # (even when cancelled since: a cancel that found it answered sent nothing)
-                if s is not None:
+            if item[0] == "answer":  # unless a cancel answered the batch meanwhile (the main thread decides which)
+                if s is not None and not job.answered:
+                    job.answered = True
                     self._send_answer(s, item[3], item[4])
                 continue
             job.pooled = False
@@ -783,6 +784,7 @@ class Executor:
             job.spans.append(("transfer::fetch", "transfer", t0, time.monotonic_ns() - t0, {
                 "batch": h["prof"], "bytes": sum(len(f) if isinstance(f, bytes) else f.nbytes for f in frames)}))
         errors, s.errors = s.errors, []
+        job.answered = True
         self._done(s, job)
         self.send({"t": "done", "s": sid, "q": h.get("q"), "values": values, "errors": errors,
                    "fetch_errors": fetch_errors}, frames)
@@ -836,16 +838,17 @@ class Executor:
 
     def _answer(self, sid, job: _Job, made: dict, env: list, scope) -> None:
         """Answer the job's fetch now (``made``: the fetched ids it made, with their slots in ``env``), while the
-        rest of its plan runs. On a pool thread the main thread sends it (it owns the socket)."""
+        rest of its plan runs. On a pool thread the main thread sends it (it owns the socket), unless a cancel has
+        answered the batch by then."""
         s = self.sessions.get(sid)
         if s is None:
             return
         bufs = s.buffers
         values, frames, fetch_errors = self._fetched(
             job.h["fetch"], lambda i: env[made[i]] if i in made else bufs.get(i))
-        job.answered = True
         msg = {"t": "done", "s": sid, "q": job.h.get("q"), "values": values, "fetch_errors": fetch_errors}
         if scope is None:
+            job.answered = True
             self._send_answer(s, msg, frames)
         else:
             self.completed.append(("answer", sid, job, msg, frames))
