@@ -112,12 +112,53 @@ def bench_roundtrip() -> Result:
     )
 
 
+def bench_floor() -> Result:
+    """What the every-step row's target leaves: the round trip of a compiled one-op function (client -> dispatcher ->
+    worker -> dispatcher -> client, no work to speak of) against PyTorch's whole eager MLP step, side by side."""
+    import torch
+
+    torch.set_num_threads(THREADS)
+    x, y = _data(np.random.default_rng(0), False)
+    _, tm = _models(False)
+    tx, ty = torch.tensor(x), torch.tensor(y)
+    topt = torch.optim.Adam(tm.parameters(), lr=1e-3)
+    z = tw.ones(4)
+
+    @tw.compile
+    def add_one(v):
+        return v + 1
+
+    def ours():
+        add_one(z).numpy()
+
+    def peer():
+        adam_step(torch.nn.functional, tm, topt, tx, ty).item()
+
+    warm_up(ours, peer, 200)
+    assert add_one.stats["replays"] > 0, add_one.stats
+    t_ours, t_peer = interleaved(ours, peer, rounds=9, number=100)
+    r = t_ours / t_peer
+    return Result(
+        "the broker's floor: a compiled one-op round trip `f(x).numpy()` vs torch's whole eager digits MLP step "
+        f"(fwd+bwd+Adam, loss read), {THREADS} thread",
+        t_ours * 1e3,
+        t_peer * 1e3,
+        "ms",
+        r,
+        "report",
+        True,
+        "the every-step row's 1.2x leaves (1.2 - this ratio) of torch's step for the replay, the forward pass and "
+        "the answer: four socket hops through three processes cost about as much as torch's whole step here",
+    )
+
+
 def run_all() -> list[Result]:
     results = []
     with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS) as c:
         s = tw.connect(c.address)
         results.append(bench_loop())
         results.append(bench_step(1))
+        results.append(bench_floor())
         results.append(bench_step(10))
         results.append(bench_step(10, steps_a_round=200))
         results.append(bench_roundtrip())
