@@ -570,8 +570,7 @@ class Executor:
                 continue
             if item[0] == "answer":  # unless a cancel answered the batch meanwhile (the main thread decides which)
                 if s is not None and not job.answered:
-                    job.answered = True
-                    self._send_answer(s, item[3], item[4])
+                    self._send_answer(s, job, item[3], item[4])
                 continue
             job.pooled = False
             self.pooled_seqs.discard(job.seq)
@@ -848,14 +847,15 @@ class Executor:
             job.h["fetch"], lambda i: env[made[i]] if i in made else bufs.get(i))
         msg = {"t": "done", "s": sid, "q": job.h.get("q"), "values": values, "fetch_errors": fetch_errors}
         if scope is None:
-            job.answered = True
-            self._send_answer(s, msg, frames)
+            self._send_answer(s, job, msg, frames)
         else:
             self.completed.append(("answer", sid, job, msg, frames))
             self._wake()
 
-    def _send_answer(self, s: _Session, msg: dict, frames: list) -> None:
-        """Send an early answer with the errors the session has gathered so far (main thread)."""
+    def _send_answer(self, s: _Session, job: _Job, msg: dict, frames: list) -> None:
+        """Send ``job``'s early answer with the errors the session has gathered so far, and mark the job answered
+        (main thread)."""
+        job.answered = True
         msg["errors"], s.errors = s.errors, []
         self.send(msg, frames)
 
