@@ -48,27 +48,31 @@ def bench_loop(n: int = 10_000) -> Result:
     )
 
 
+def _torch_step(tm, x, y):
+    """PyTorch's eager step of the digits MLP ``tm`` on ``(x, y)`` with its own Adam, on ``THREADS`` threads: the
+    peer of the step rows."""
+    import torch
+
+    torch.set_num_threads(THREADS)
+    tx, ty = torch.tensor(x), torch.tensor(y)
+    topt = torch.optim.Adam(tm.parameters(), lr=1e-3)
+    return lambda: adam_step(torch.nn.functional, tm, topt, tx, ty)
+
+
 def bench_step(k: int, steps_a_round: int = 20) -> Result:
     """The digits MLP training step (forward, backward, Adam) inside ``tw.compile``, the loss read every ``k`` steps,
     against PyTorch eager with the same thread count, alternating ``steps_a_round`` steps of each. A row with longer
     rounds is a report: torch's steps, run in the client's process between ours, slow our next round down (see
     BENCHMARKS.md, session 13), and the longer the rounds, the less of that is in the figure."""
-    import torch
-
-    torch.set_num_threads(THREADS)
     x, y = _data(np.random.default_rng(0), False)
     mm, tm = _models(False)
     xs, ys = tw.tensor(x), tw.tensor(y)
-    tx, ty = torch.tensor(x), torch.tensor(y)
     opt = tw.optim.Adam(mm.parameters(), lr=1e-3)
-    topt = torch.optim.Adam(tm.parameters(), lr=1e-3)
+    peer_step = _torch_step(tm, x, y)
 
     @tw.compile
     def ours_step(xb, yb):
         return adam_step(tw.nn.functional, mm, opt, xb, yb)
-
-    def peer_step():
-        return adam_step(torch.nn.functional, tm, topt, tx, ty)
 
     ours, peer = every(lambda: ours_step(xs, ys), k), every(peer_step, k)
 
@@ -115,13 +119,9 @@ def bench_roundtrip() -> Result:
 def bench_floor() -> Result:
     """What the every-step row's target leaves: the round trip of a compiled one-op function (client -> dispatcher ->
     worker -> dispatcher -> client, no work to speak of) against PyTorch's whole eager MLP step, side by side."""
-    import torch
-
-    torch.set_num_threads(THREADS)
     x, y = _data(np.random.default_rng(0), False)
     _, tm = _models(False)
-    tx, ty = torch.tensor(x), torch.tensor(y)
-    topt = torch.optim.Adam(tm.parameters(), lr=1e-3)
+    peer = every(_torch_step(tm, x, y), 1)
     z = tw.ones(4)
 
     @tw.compile
@@ -130,9 +130,6 @@ def bench_floor() -> Result:
 
     def ours():
         add_one(z).numpy()
-
-    def peer():
-        adam_step(torch.nn.functional, tm, topt, tx, ty).item()
 
     warm_up(ours, peer, 200)
     assert add_one.stats["replays"] > 0, add_one.stats
