@@ -342,9 +342,9 @@ def test_lbfgs_float32_converges_and_state_dict(session):
 
     first = float(opt.step(closure))
     opt.step(closure)
-    tx, tloss = _lbfgs_problem(torch, torch.tensor, np.float32)
-    topt = torch.optim.LBFGS([tx], line_search_fn="strong_wolfe") if torch is not None else None
-    if topt is not None:
+    if torch is not None:  # the same two steps in torch, where it is installed
+        tx, tloss = _lbfgs_problem(torch, torch.tensor, np.float32)
+        topt = torch.optim.LBFGS([tx], line_search_fn="strong_wolfe")
         for _ in range(2):
             topt.step(lambda: (topt.zero_grad(), (lambda v: (v.backward(), v)[1])(tloss()))[1])
         np.testing.assert_allclose(x.numpy(), tx.detach().numpy(), rtol=1e-4, atol=1e-5)
