@@ -57,6 +57,7 @@ from tensorwire.protocol.service import (
 from tensorwire.protocol.wire import array_from_frame, as_frame, pack_header, send_parts
 
 from . import get_backend, hot, hub_loader
+from .direct import ADDRESS_ENV, DirectChannel
 from .executor import Fail, compile_plan, execute, meta_of, run_plan
 from .jobs import OFFLOAD_WORK, CancelScope, Interrupt, Pool
 from .plancache import PlanCache
@@ -80,10 +81,11 @@ class _Job:
     """One ``run`` message of a session, from its arrival to its answer."""
 
     __slots__ = ("h", "frames", "seq", "plan", "ext", "outs", "kept", "keep", "dyn", "gen", "wait", "value", "offload",
-                 "pooled", "scope", "sent", "recvd", "cancelled", "ctx", "started", "spans", "answered")
+                 "pooled", "scope", "sent", "recvd", "cancelled", "ctx", "started", "spans", "answered", "route")
 
-    def __init__(self, h: dict, frames: list, seq: int):
+    def __init__(self, h: dict, frames: list, seq: int, route: bytes | None = None):
         self.h = h
+        self.route = route  # the client's routing id on the direct channel (None: it came through the dispatcher)
         self.frames = frames
         self.seq = seq  # arrival order on this worker
         self.plan = None
@@ -152,6 +154,7 @@ class Executor:
         self.completed: deque = deque()  # from pool threads: ("send" | "progress" | "outcome", ...) in order
         self.batches_run = 0  # batches finished since the worker started
         self.busy_ns = 0  # ... and the time they took, from start to answer
+        self.channel = None  # the worker's direct channel (backends.direct), which answers its own jobs
         self.wake_fd, self._wake_w = os.pipe()
         os.set_blocking(self.wake_fd, False)
         os.set_blocking(self._wake_w, False)
@@ -163,13 +166,15 @@ class Executor:
             s = self.sessions[sid] = _Session(self.device)
         return s
 
-    def handle(self, h: dict, frames: list) -> None:
+    def handle(self, h: dict, frames: list, route: bytes | None = None) -> None:
+        """Take one message from the dispatcher, or a ``run`` from a client's direct channel (``route``: where its
+        answer goes). A session's jobs queue in arrival order whichever path they took."""
         t = h["t"]
         if t == "run":
             sid = h["s"]
             s = self._session(sid)
             self.seq += 1
-            s.jobs.append(_Job(h, frames, self.seq))
+            s.jobs.append(_Job(h, frames, self.seq, route))
             if s.running is None and s.draining is None and len(s.jobs) == 1:
                 self.ready.append(sid)
         elif t == "xfer":
@@ -290,6 +295,8 @@ class Executor:
             self.ready.append(sid)
 
     def _drop_session(self, sid) -> None:
+        if self.channel is not None:
+            self.channel.forget(sid)
         s = self.sessions.pop(sid, None)
         if s is None:
             return
@@ -414,9 +421,9 @@ class Executor:
                                                                               "nodes": len(nodes)}))
             else:
                 plan = self.plans.get(sid, plan_no)
-                if plan is None:  # evicted (see plancache): ask the dispatcher for the fragment again
+                if plan is None:  # evicted (see plancache): ask whoever sent it (dispatcher or client) again
                     job.wait = ("plan", sid, plan_no)
-                    self.send({"t": "need_plan", "s": sid, "plan": plan_no}, [])
+                    self._reply(job, {"t": "need_plan", "s": sid, "q": h.get("q"), "plan": plan_no}, [])
                     return False
                 if plan.tier is not None and plan.tier.take(plan):  # compiled now that it is hot (see hot.py)
                     self.plans.put(sid, plan_no, plan)  # (its size changed)
@@ -430,6 +437,10 @@ class Executor:
                             raise ProtocolError(f"plan {plan_no} replayed with input {ext_ids[k]} of a different "
                                                 f"shape/dtype")
             outs, slots = job.outs, plan.node_slot
+            if job.route is not None:  # (the dispatcher checks this for the batches it routes)
+                made = outs if job.kept is None else [outs[j] for j in job.kept]
+                if not s.buffers.keys().isdisjoint(made):
+                    raise ProtocolError("an output id is already a live handle of this session")
             release = set(h.get("release") or ())
             keep = {slots[j] for j in (range(len(outs)) if job.kept is None else job.kept)
                     if outs[j] not in release and j < len(slots)}
@@ -453,6 +464,8 @@ class Executor:
         """The job's output ids and the nodes that are not temporaries, now that its node count is known."""
         n = len(plan.node_slot)
         job.outs = out_ids(job.h, n)
+        if len(job.outs) != n:
+            raise ProtocolError(f"batch has {n} nodes but {len(job.outs)} output ids")
         temps = check_temps(job.h.get("temps"), n)
         job.kept = kept_nodes(n, temps) if temps else None
 
@@ -785,8 +798,15 @@ class Executor:
         errors, s.errors = s.errors, []
         job.answered = True
         self._done(s, job)
-        self.send({"t": "done", "s": sid, "q": h.get("q"), "values": values, "errors": errors,
-                   "fetch_errors": fetch_errors}, frames)
+        self._reply(job, {"t": "done", "s": sid, "q": h.get("q"), "values": values, "errors": errors,
+                          "fetch_errors": fetch_errors}, frames)
+
+    def _reply(self, job: _Job, msg: dict, frames: list) -> None:
+        """Send ``msg`` about ``job`` back the way the job came: the client's direct channel or the dispatcher."""
+        if job.route is None:
+            self.send(msg, frames)
+        elif self.channel is not None:
+            self.channel.send(job.route, msg, frames)
 
     def _fetched(self, fetch, get) -> tuple[list, list, list]:
         """The answer to a fetch: ``(values, frames, fetch_errors)`` for the ids ``fetch``, each buffer ``get(id)``."""
@@ -857,7 +877,7 @@ class Executor:
         (main thread)."""
         job.answered = True
         msg["errors"], s.errors = s.errors, []
-        self.send(msg, frames)
+        self._reply(job, msg, frames)
 
     def _done(self, s: _Session, job: _Job) -> None:
         """A batch is over: count it, log it when slow, and keep its profiler spans for the session."""
@@ -923,7 +943,9 @@ class Worker:
     """The worker process: socket, state and execution on one thread, heartbeats on another."""
 
     def __init__(self, device: str, dispatcher: str, ctx: zmq.Context | None = None, token: str | None = None,
-                 keys=None, session_memory: str | int | None = None):
+                 keys=None, session_memory: str | int | None = None, direct_address: str | None = None):
+        """``direct_address``: where clients' direct channels connect (``backends.direct``; None: the default,
+        ``TENSORWIRE_DIRECT_ADDRESS`` or an ephemeral port on 127.0.0.1; ``"none"``: relay only)."""
         self.device_name = device
         kind, index = parse_device(device)
         self.backend = get_backend(kind)
@@ -945,6 +967,9 @@ class Worker:
         limit_text = session_memory if session_memory is not None else os.environ.get(QUOTA_ENV)
         self.session_limit = parse_limit(limit_text, info.memory_bytes or host_memory())
         self.executor = Executor(self.device, device, self._send, session_limit=self.session_limit)
+        self.channel = DirectChannel(self.ctx, device, self.instance, direct_address, keys)
+        if self.channel.sock is not None:
+            self.executor.channel = self.channel
         self.stop = threading.Event()
         self.epoch: str | None = None  # the epoch of the dispatcher this worker's sessions belong to
 
@@ -960,6 +985,10 @@ class Worker:
     def _info(self) -> dict:
         """The device's description, and the transport its collectives can take directly (``collectives``)."""
         info = self.info.to_wire()
+        if self.channel.address is not None:
+            info["direct"] = self.channel.address
+        elif self.channel.why_not:
+            info["direct_off"] = self.channel.why_not
         if self.executor.transport is not None:
             info["collectives"] = self.executor.transport.name
         return info
@@ -967,6 +996,7 @@ class Worker:
     def _registered(self, h: dict) -> None:
         """The dispatcher accepted us: a new epoch means a restarted dispatcher, whose sessions are not ours."""
         epoch = h.get("epoch")
+        self.channel.epoch = epoch if isinstance(epoch, str) else None
         if epoch != self.epoch:
             if self.epoch is not None:  # the old sessions are orphans
                 log.warning("registered with a new dispatcher (epoch %s): dropping the %d sessions of the old one",
@@ -986,6 +1016,9 @@ class Worker:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(ex.wake_fd, zmq.POLLIN)  # the pool threads' outcomes
+        direct = self.channel.sock
+        if direct is not None:
+            poller.register(direct, zmq.POLLIN)  # clients' direct channels
         last_seen = time.monotonic()
         if ready_line and not self.stop.is_set():
             announce_ready("worker", device=self.device_name, pid=os.getpid())
@@ -994,6 +1027,8 @@ class Worker:
                 events = dict(poller.poll(0 if ex.ready else int(HEARTBEAT_S * 1000)))
                 if ex.wake_fd in events or ex.completed:
                     ex.collect()
+                if direct is not None and direct in events:
+                    self.channel.receive(ex)
                 if sock not in events:
                     ex.run_ready()
                     if time.monotonic() - last_seen > HEARTBEAT_S * LIVENESS:
@@ -1020,6 +1055,7 @@ class Worker:
             self.stop.set()
             say_goodbye(sock)
             sock.close(0)
+            self.channel.close()
             ex.close()
 
 
@@ -1040,6 +1076,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--session-memory", default=os.environ.get(QUOTA_ENV, QUOTA_DEFAULT),
                    help=f"most memory one session may hold on this device: a share of the device's memory (50%%), "
                         f"a size (4GiB, 512MB) or none (default {QUOTA_DEFAULT.replace('%', '%%')}, or ${QUOTA_ENV})")
+    p.add_argument("--direct-address", default=None,
+                   help=f"where clients' direct channels connect (default ${ADDRESS_ENV}, else an ephemeral port on "
+                        f"127.0.0.1; 'none': clients reach this worker through the dispatcher only)")
     args = p.parse_args(argv)
     configure_logging()
     tune_gc()
@@ -1048,7 +1087,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = keys_dir(args.keys)
     try:
         w = Worker(args.device, args.dispatcher, token=service_token(args.service_token_file, keys), keys=keys,
-                   session_memory=args.session_memory)
+                   session_memory=args.session_memory, direct_address=args.direct_address)
     except ValueError as e:
         p.error(str(e))
     stop = stop_event_on_signals()

@@ -26,6 +26,7 @@ import zmq
 from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.addresses import check_address
+from tensorwire.protocol.batch_ids import kept_nodes
 from tensorwire.protocol.curve import apply_peer, keys_dir
 from tensorwire.protocol.errors import (
     ConnectionFailed,
@@ -53,6 +54,7 @@ from tensorwire.protocol.wire import (
 
 from . import leases
 from .cancel import Waker
+from .channels import CONNECT_TIMEOUT_S, MAX_RELAY_RELEASES, RENEW_BEFORE_S, RETRY_AFTER_S, DataPlane, batch_device
 from .tensor import Tensor
 
 _new_tensor = object.__new__
@@ -176,6 +178,9 @@ class Session:
         #: the named services (autograd, collectives@DEVICE ...) registered when this session opened
         self.services_at_open = [str(n) for n in h.get("services") or []]
         self.default_device = self._devices[0] if self._devices else "cpu:0"
+        self._plane = DataPlane(self._ctx, h.get("channels"), address, self._keys)
+        self._q_dev: dict[int, str] = {}  # numbered messages sent on a channel, waiting: q -> device
+        self._carried: list = []  # errors a fence's answer brought, raised with the next answer
         self._finalizer = weakref.finalize(self, Session._close_socket, self._sock, self._key)
         atexit.register(self._atexit)
         self._renew_every = float(h.get("lease_s") or SESSION_LEASE_S) / RENEWALS_PER_LEASE
@@ -204,7 +209,10 @@ class Session:
             return
         try:
             if not self.closed:
-                self._sock.send(pack_header({"t": "lease", "k": self._key}), zmq.NOBLOCK)
+                msg = {"t": "lease", "k": self._key}
+                if self._plane.forget:
+                    msg["forget"], self._plane.forget = self._plane.forget, []
+                self._sock.send(pack_header(msg), zmq.NOBLOCK)
                 self._renewed = now
         except zmq.ZMQError:
             pass
@@ -233,8 +241,10 @@ class Session:
         self._n_async += 1
 
     def _wait(self, q: int, timeout: float | None = None):
-        """Wait for the answer ``q``. While waiting, ping the dispatcher now and then: a dispatcher that
-        stops answering pings is reported within ``LIVENESS_S``, however long the work itself takes."""
+        """Wait for the answer ``q``, from the dispatcher or from a worker's direct channel. While waiting, ping the
+        dispatcher now and then: a dispatcher that stops answering pings is reported within ``LIVENESS_S``, however
+        long the work itself takes, and a worker that a direct answer waits on is reported lost (``WorkerLost``) as
+        soon as the dispatcher knows it is gone."""
         timeout = REQUEST_TIMEOUT_S if timeout is None else timeout
         start = time.monotonic()
         ping_sent = None
@@ -250,28 +260,81 @@ class Session:
                                        f"(no reply to a ping within {LIVENESS_S:g}s)")
             if not spin_wait(self._poller.poll, spin) and not self._poller.poll(int(PING_AFTER_S * 1000)):
                 if ping_sent is None:
-                    self._sock.send(pack_header({"t": "ping", "q": _PING, "k": self._key}))
+                    ping = {"t": "ping", "q": _PING, "k": self._key}
+                    if self._q_dev:  # answers due on direct channels: ask whether their workers still live
+                        ping["w"] = [[d, self._plane.channels[d].wid] for d in set(self._q_dev.values())
+                                     if d in self._plane.channels]
+                    self._sock.send(pack_header(ping))
                     ping_sent = time.monotonic()
                 continue
             if self._waker.take():  # tw.cancel() from another thread: this thread owns the socket
                 self._send_cancel()
-            if not self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                continue
-            h, frames = self._recv_raw()
-            if h.get("t") == "progress":  # a worker's download for one of this session's hub loads
-                self._on_progress(h)
-                continue
-            if h.get("q") == _PING:
-                ping_sent = None
-                continue
-            if h.get("q") == q:
-                self._n_async_done = max(self._n_async_done, before)  # (a session's messages run in order)
-                if h["t"] == "error":
+            for _ in range(64):  # what is waiting on every socket (bounded: then poll again)
+                got = self._next_message()
+                if got is None:
+                    break
+                h, frames, dev = got
+                if h.get("t") == "progress":  # a worker's download for one of this session's hub loads
+                    self._on_progress(h)
+                    continue
+                if h.get("q") == _PING and dev is None:
+                    ping_sent = None
+                    if h.get("lost"):
+                        self._workers_lost(h["lost"], q)
+                    continue
+                if dev is not None and h.get("t") == "need_plan":  # the worker evicted a plan it was sent
+                    self._resend_plan(dev, h.get("plan"))
+                    continue
+                if h.get("q") == q:
+                    self._n_async_done = max(self._n_async_done, before)  # (a session's messages run in order)
+                    self._q_dev.pop(q, None)
+                    if h["t"] == "error":
+                        raise self._error(h["error"])
+                    return h, frames
+                if h["t"] == "error" and h.get("q") is None:
                     raise self._error(h["error"])
-                return h, frames
-            if h["t"] == "error" and h.get("q") is None:
-                raise self._error(h["error"])
         raise ProtocolError("too many unrelated messages")
+
+    def _next_message(self):
+        """One message waiting on the dispatcher's socket or a channel: ``(header, frames, device)`` (device None:
+        the dispatcher's), or None when nothing is waiting."""
+        if self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            h, frames = self._recv_raw()
+            return h, frames, None
+        for dev, ch in self._plane.channels.items():
+            sock = ch.sock
+            if sock is not None and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                msg = sock.recv_multipart(copy=False)
+                try:
+                    h = unpack_header(msg[0].bytes)
+                except ProtocolError:
+                    _log.warning("dropped a malformed message from the worker for %s", dev)
+                    continue
+                ch.answered(h.get("q"))
+                return h, msg[1:], dev
+        return None
+
+    def _workers_lost(self, lost: list, q: int) -> None:
+        """The dispatcher says the workers of ``lost`` are gone (or another process serves the device now): drop
+        their channels; the answer ``q`` waited on one of them fails with ``WorkerLost``."""
+        waited = self._q_dev.get(q)
+        for dev in lost:
+            if isinstance(dev, str) and dev in self._plane.channels:
+                self._drop_channel(dev, "its worker was lost")
+        if waited in lost:
+            self._q_dev.pop(q, None)
+            err = WorkerLost(f"the worker for {waited} was lost while this session waited for it; tensors on "
+                             f"{waited} are lost", device=waited).to_wire()
+            self._forget_lost([err])
+            raise self._error(err)
+
+    def _drop_channel(self, dev: str, why: str) -> None:
+        ch = self._plane.channels.get(dev)
+        if ch is not None and ch.sock is not None:
+            self._poller.unregister(ch.sock)
+        self._plane.drop(dev, why)
+        for k in [k for k, d in self._q_dev.items() if d == dev]:
+            del self._q_dev[k]
 
     def watch_progress(self, sink) -> int:
         """Register ``sink`` (a callable taking a :class:`tensorwire.progress.DownloadProgress`) for the reports of
@@ -446,6 +509,10 @@ class Session:
         point, as for any batch shipped without an answer. A compiled graph's replay waiting to go (:meth:`replay`)
         goes first, carrying the fetch or sync itself when nothing was recorded after it (one message for
         ``step(x); loss.item()``)."""
+        if sync:  # everything before it, on every path: the batch (with its fetch), then each path's own sync
+            values = self._flush(fetch, False, wait_sent)
+            self._sync_paths()
+            return values or {}
         self._mark = False
         pending, self._pending = self._pending, []
         self._pending_bytes = 0
@@ -453,21 +520,23 @@ class Session:
         if self._deferred is not None:
             ((part, ext, first, dyn, temps, frames), extra), self._deferred = self._deferred, None
             header = self._replay_header(part, ext, first, dyn, extra + release, temps)
+            route = _replay_route(part, temps)
+            made = [(first + j, dev) for j, dev in route[1]]
             release = []  # (applied after the replay's work, like every release)
-            if not pending and (fetch or sync):
-                header["fetch"], header["sync"] = fetch, sync
-                h, rframes = self._wait(self._send_numbered(header, frames))
+            if not pending and fetch:
+                header["fetch"] = fetch
+                h, rframes = self._wait(self._post(header, frames, route[0], made, ext, fetch, reply=True))
                 return self._result(h, rframes, fetch)
-            self._send_async(header, frames)
-        if not pending and not fetch and not sync and not release:
+            self._post(header, frames, route[0], made, ext, ())
+        if not pending and not fetch and not release:
             return None
-        if not (fetch or sync):
-            self._send_batch(pending, fetch, sync, release, wait_sent=wait_sent)
+        if not fetch:
+            self._send_batch(pending, fetch, release, wait_sent=wait_sent)
             return None
-        h, rframes = self._wait(self._send_batch(pending, fetch, sync, release, reply=True))
+        h, rframes = self._wait(self._send_batch(pending, fetch, release, reply=True))
         return self._result(h, rframes, fetch)
 
-    def _send_batch(self, pending: list, fetch: list[int], sync: bool, release: list[int], *,
+    def _send_batch(self, pending: list, fetch: list[int], release: list[int], *,
                     reply: bool = False, wait_sent: bool = False) -> int | None:
         """Send ``pending`` as one batch message (as a plan replay when its structure was sent before);
         with ``reply``, number it and return the number the answer will carry."""
@@ -477,7 +546,7 @@ class Session:
             for k in list(itertools.islice(where, len(where) - MAX_WHERE // 2)):
                 del where[k]
         header = {"t": "batch", "k": self._key, "ext": b.ext, "outs": b.outs, "fetch": fetch, "release": release,
-                  "sync": sync}
+                  "sync": False}
         if self._prof is not None:  # a profile is open: number the batch, so every process's spans name it
             header["prof"] = self._prof.next_batch()
         if b.nodes:
@@ -485,6 +554,7 @@ class Session:
             if new:
                 header["nodes"] = b.nodes
                 header["devs"] = b.devs
+                self._plane.plan_nodes[plan] = (b.nodes, b.devs, len(b.ext))
             else:
                 header["dyn"] = b.dyn
             header["plan"] = plan
@@ -494,10 +564,201 @@ class Session:
         if size > MAX_MESSAGE:
             raise ProtocolError(f"a batch of {size} bytes exceeds the maximum message size of {MAX_MESSAGE} bytes "
                                 f"(TENSORWIRE_MAX_MESSAGE); upload the data in smaller tensors")
-        if reply:
-            return self._send_numbered(header, b.frames)
-        self._send_async(header, b.frames, wait_sent=wait_sent)
+        devs = b.devs
+        made = [(hid, devs[n[3]]) for hid, n in zip(b.outs, b.nodes)] if len(devs) != 1 else \
+            [(hid, devs[0]) for hid in b.outs]
+        return self._post(header, b.frames, batch_device(b.nodes, devs), made, b.ext, fetch, reply=reply,
+                          wait_sent=wait_sent)
+
+    # ------------------------------------------------------------------ paths (see channels.py)
+    def _post(self, header: dict, frames, batch_dev: str | None, made: list, ext, fetch, *, reply: bool = False,
+              wait_sent: bool = False) -> int | None:
+        """Send a batch message (in the dispatcher's form) by the path its handles allow: the direct channel of
+        the one device it touches, else the relay; fence first where the path of a device changes. ``made``: the
+        handles it keeps, with their devices. With ``reply``, returns the number its answer carries."""
+        plane = self._plane
+        plane.made(made, False)
+        dev = plane.direct_device(batch_dev, ext, fetch, {})
+        ch = self._ready_channel(dev) if dev is not None else None
+        if ch is not None:
+            if dev not in plane.direct:  # relayed work may still be on its way to this worker: sync it first
+                if plane.relay_unsynced:
+                    self._relay_sync()
+                plane.direct.add(dev)
+        else:
+            touched = None if batch_dev is None and "nodes" in header and not header["nodes"] else set()
+            if touched is not None:
+                loc = plane.loc
+                if batch_dev:
+                    touched.add(batch_dev)
+                elif batch_dev is None:
+                    touched.update(d for _, d in made)
+                for i in itertools.chain(ext, fetch, header["release"]):
+                    d = loc.get(i)
+                    if d is not None:
+                        touched.add(d)
+                    elif i in ext or i in fetch:
+                        touched = None
+                        break
+            for d in plane.touched_by_relay(touched):
+                self._direct_sync(d)
+        plane.route_releases(header["release"])
+        if ch is not None:
+            plane.direct_made.update(i for i, _ in made)
+            msg = {k: v for k, v in header.items() if k not in ("t", "k", "release", "drop_plans")}
+            msg["t"] = "run"
+            msg["release"], ch.releases = ch.releases, []
+            if not msg.get("sync"):
+                msg.pop("sync", None)
+            self._attach_plan(msg, dev)
+            q = None
+            if reply:
+                q = msg["q"] = next(self._seq)
+                self._q_dev[q] = dev
+                self._async_before = (q, self._n_async)
+            else:
+                self._n_async += 1
+            ch.send(msg, frames, wait_sent=wait_sent)
+            if header.get("drop_plans"):  # (the dispatcher's plans: it hears with the next relayed message)
+                self._drop_plans = header["drop_plans"] + self._drop_plans
+        else:
+            rel, rlocs = plane.take_relay_releases()
+            header["release"] = rel
+            locs = plane.relay_locs(itertools.chain(ext, fetch))
+            if rlocs:
+                locs = locs or {}
+                for d, ids in rlocs.items():
+                    locs.setdefault(d, []).extend(ids)
+            if locs:
+                header["locs"] = locs
+            if plane.forget:
+                header["forget"], plane.forget = plane.forget, []
+            self._attach_plan(header, "relay")
+            plane.relay_unsynced = True
+            if reply:
+                q = self._send_numbered(header, frames)
+            else:
+                q = None
+                self._send_async(header, frames, wait_sent=wait_sent)
+        self._send_channel_releases(dev if ch is not None else None)
+        if len(plane.relay_releases) > MAX_RELAY_RELEASES:
+            self._post({"t": "batch", "k": self._key, "ext": [], "outs": [], "fetch": [], "release": [],
+                        "sync": False}, (), "", [], (), ())
+        return q
+
+    def _attach_plan(self, msg: dict, path: str) -> None:
+        """A replay on a path that has not seen its plan (it went the other way so far) carries the plan's nodes."""
+        plan = msg.get("plan")
+        if plan is None:
+            return
+        paths = self._plane.plan_paths.setdefault(plan, set())
+        if "nodes" in msg:
+            paths.clear()
+        elif path not in paths:
+            known = self._plane.plan_nodes.get(plan)
+            if known is not None:
+                msg["nodes"], msg["devs"] = known[0], known[1]
+        paths.add(path)
+
+    def _send_channel_releases(self, skip: str | None) -> None:
+        """Releases of handles on direct-mode devices that this message did not go to: each goes now, alone."""
+        for d, ch in self._plane.channels.items():
+            if ch.releases and d != skip and d in self._plane.direct:
+                rel, ch.releases = ch.releases, []
+                ch.send({"t": "run", "release": rel})
+                self._n_async += 1
+
+    def _resend_plan(self, dev: str, plan) -> None:
+        """A worker asked for a plan's nodes again (it evicted the plan): send them on its channel."""
+        known = self._plane.plan_nodes.get(plan) if type(plan) is int else None
+        ch = self._plane.channels.get(dev)
+        if ch is None:
+            return
+        if known is None:  # (evicted here too: the waiting batch fails with NotFound, and says so)
+            ch.send({"t": "plan", "plan": plan if type(plan) is int else -1, "nodes": [], "devs": []})
+            return
+        ch.send({"t": "plan", "plan": plan, "nodes": known[0], "devs": known[1], "ext": [0] * known[2]})
+
+    def _ready_channel(self, dev: str):
+        """``dev``'s channel, connected and with a capability good for a while; None: ``dev``'s work goes through
+        the relay (no channel granted, or the worker did not answer on it: tried again later)."""
+        plane = self._plane
+        ch = plane.channels.get(dev)
+        if ch is None:
+            return None
+        if ch.expires - time.time() < RENEW_BEFORE_S:
+            h, _ = self._request({"t": "channel"})
+            plane.grant(h.get("channels"))
+            ch = plane.channels.get(dev)
+            if ch is None:
+                return None
+        if ch.ok:
+            return ch
+        if plane.dead_time(dev, time.monotonic()):
+            return None
+        sock = ch.open(self._ctx)
+        q = next(self._seq)
+        ch.send({"t": "hello", "q": q})
+        why = None
+        if sock.poll(int(CONNECT_TIMEOUT_S * 1000)):
+            msg = sock.recv_multipart()
+            h = unpack_header(msg[0])
+            if h.get("t") == "ok" and h.get("q") == q:
+                ch.ok = True
+                ch.unanswered = False
+                self._poller.register(sock, zmq.POLLIN)
+                plane.why_relay.pop(dev, None)
+                return ch
+            why = f"its worker refused the channel: {(h.get('error') or {}).get('message', h.get('t'))}"
+        else:
+            why = f"no answer from its worker's direct address {ch.address} within {CONNECT_TIMEOUT_S:g}s"
+        _log.warning("%s goes through the dispatcher: %s", dev, why)
+        plane.drop(dev, why)
+        plane.retry_at[dev] = time.monotonic() + RETRY_AFTER_S
         return None
+
+    def _relay_sync(self) -> None:
+        """Fence: wait until every batch relayed so far has run (their errors come with the next answer)."""
+        rel, locs = self._plane.take_relay_releases()
+        header = {"t": "batch", "k": self._key, "ext": [], "outs": [], "fetch": [], "release": rel, "sync": True}
+        if locs:
+            header["locs"] = locs
+        h, _ = self._wait(self._send_numbered(header))
+        self._plane.relay_unsynced = False
+        self._carry(h)
+
+    def _direct_sync(self, dev: str) -> None:
+        """Fence: wait until everything sent on ``dev``'s channel has run (its errors come with the next answer)."""
+        ch = self._plane.channels.get(dev)
+        if ch is None or ch.sock is None or not (ch.unanswered or ch.releases):
+            return
+        q = next(self._seq)
+        rel, ch.releases = ch.releases, []
+        self._q_dev[q] = dev
+        ch.send({"t": "run", "q": q, "sync": True, "release": rel})
+        h, _ = self._wait(q)
+        self._carry(h)
+
+    def _carry(self, h: dict) -> None:
+        """Keep a fence's errors for the next answer the user waits for."""
+        for k in ("errors", "fetch_errors"):
+            for e in h.get(k) or ():
+                self._carried.append(e)
+
+    def _sync_paths(self) -> None:
+        """``synchronize()``: everything sent on every path has run; raise the first error any of it reported."""
+        for d in sorted(self._plane.direct):
+            self._direct_sync(d)
+        rel = self._plane.relay_releases
+        if self._plane.relay_unsynced or rel or self._carried or not self._plane.direct:
+            self._relay_sync()
+        self._result({}, [], ())
+
+    def _sync_direct(self) -> None:
+        """Every channel's messages have arrived and run (before a request the dispatcher answers from the
+        workers' state: stats, profiles)."""
+        for d in sorted(self._plane.direct):
+            self._direct_sync(d)
 
     def plan_number(self, skey) -> tuple[int, bool]:
         """The plan number of a batch structure (``Batch.skey``), and whether it is new (then its nodes must travel
@@ -510,6 +771,8 @@ class Session:
             old = self._plans.pop(next(iter(self._plans)))
             self._live_plans.discard(old)
             self._drop_plans.append(old)
+            self._plane.plan_nodes.pop(old, None)
+            self._plane.plan_paths.pop(old, None)
         self._plans[skey] = plan
         self._live_plans.add(plan)
         return plan, True
@@ -557,6 +820,7 @@ class Session:
                 nodes[j] = [op, refs, {**old, **attrs}, di]
             header["nodes"] = nodes
             header["devs"] = batch.devs
+            self._plane.plan_nodes[plan] = (batch.nodes, batch.devs, len(ext))
         else:
             header["dyn"] = dyn
         header["plan"] = plan
@@ -570,6 +834,8 @@ class Session:
             hid, arr = array_from_frame(desc, frames)
             values[hid] = arr
         errs = h.get("errors") or []
+        if self._carried:  # what the fences reported meanwhile
+            errs, self._carried = self._carried + list(errs), []
         ferrs = h.get("fetch_errors") or []
         if errs or ferrs:
             self._forget_lost(errs)
@@ -649,6 +915,7 @@ class Session:
         self._check_open()
         with self._lock:
             self._flush([], False)
+            self._sync_direct()  # (the workers answer stats after the work queued before it, on either path)
             h, _ = self._request({"t": "stats"})
         me = h["session"]
         out = {"session": me, "devices": {}, "sessions": len(h.get("sessions", []))}
@@ -665,7 +932,9 @@ class Session:
         """Devices, services, uptime and live buffers; every session's buffers only for an admin session."""
         self._check_open()
         with self._lock:
+            self._sync_direct()
             h, _ = self._request({"t": "stats"})
+        h["data_plane"] = self._plane.status()
         return h
 
     def check_device(self, device: str) -> str:
@@ -692,6 +961,9 @@ class Session:
     def _send_cancel(self) -> None:
         try:
             self._sock.send(pack_header({"t": "cancel", "k": self._key}), zmq.NOBLOCK)
+            for ch in self._plane.channels.values():  # the work sent on channels: each worker hears it directly
+                if ch.ok:
+                    ch.send({"t": "cancel"})
         except zmq.ZMQError:
             pass
 
@@ -714,6 +986,7 @@ class Session:
             except zmq.ZMQError:
                 pass
             self._sock.close(linger=0)
+            self._plane.close()
             self._waker.close()
             for sink in self._progress.values():
                 _close_sink(sink)
@@ -796,6 +1069,22 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
     b.nodes, b.devs, b.ext, b.ext_meta, b.outs, b.dyn, b.frames = nodes, devs, ext, ext_meta, outs, dyn, frames
     b.skey = (tuple(key), tuple(devs), tuple(ext_meta)) if nodes else None
     return b
+
+
+def _replay_route(part, temps) -> tuple:
+    """``(batch device, [(node, device) for each kept node])`` of a compiled graph's plan with these temporaries,
+    worked out once per graph (``Part.route``)."""
+    key = tuple(map(tuple, temps)) if temps else ()
+    cached = part.route
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    b = part.batch
+    n = len(b.nodes)
+    kept = kept_nodes(n, temps) if temps else range(n)
+    devs = b.devs
+    route = (batch_device(b.nodes, devs), [(j, devs[b.nodes[j][3]]) for j in kept])
+    part.route = (key, route)
+    return route
 
 
 def _input_error(s: Session, t, device: str):

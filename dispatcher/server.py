@@ -35,6 +35,7 @@ import zmq
 from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol.addresses import check_address, is_address_in_use, port_in_use
 from tensorwire.protocol.batch_ids import check_temps, kept_nodes, out_ids
+from tensorwire.protocol.capability import CHANNEL_TTL_S, channel_key, issue, worker_id
 from tensorwire.protocol.credentials import (
     ADMIN_TOKEN_ENV,
     CLIENT_TOKEN_ENV,
@@ -670,9 +671,12 @@ class Dispatcher:
             return
         if t == "ping":
             s = self._session_of(h.get("k")) if h.get("k") is not None else None
+            pong = {"t": "pong", "q": q}
             if s is not None:  # a client waiting on a long answer pings: that renews its lease
                 s.last_seen = time.time()
-            self._to_client(ident, {"t": "pong", "q": q})
+                if h.get("w") is not None:  # waiting on direct channels: are those workers still the ones granted?
+                    pong["lost"] = self._lost_workers(h["w"])
+            self._to_client(ident, pong)
             return
         s = self._session_of(h.get("k"))
         if s is None:  # a routing id is never an identity: without the session's key nothing is touched
@@ -684,10 +688,14 @@ class Dispatcher:
             return
         s.ident = ident  # answers go where the key was last proven (a client that reconnected gets them)
         s.last_seen = time.time()
+        if h.get("forget") is not None:  # handles the client released on direct channels
+            self._forget(s, h["forget"])
         if t == "lease":  # the client's renewal: nothing to answer
             return
         if t == "batch":
             self._batch(s, h, frames)
+        elif t == "channel":  # a fresh grant of direct channels (the last one is about to expire)
+            self._to_client(ident, {"t": "channels", "q": q, "channels": self._channels(s)})
         elif t == "close":
             self._close_session(s)
             if q is not None:
@@ -752,7 +760,41 @@ class Dispatcher:
                  len(self.sessions))
         self._to_client(ident, {"t": "welcome", "session": sid.hex(), "key": sid + s.secret, "admin": admin,
                                 "devices": self._device_list(), "hub_url": self.hub_url,
-                                "services": sorted(self.named), "lease_s": self.leases.lease_s})
+                                "services": sorted(self.named), "lease_s": self.leases.lease_s,
+                                "channels": self._channels(s)})
+
+    # -- direct channels (the data plane: see protocol/capability.py and backends/direct.py) -------------------
+    def _channels(self, s: Session) -> list[dict]:
+        """Grants of direct channels for session ``s``: each worker that listens for them, with its address, its
+        public worker id and a capability bound to the session, that worker process, this epoch and an expiry."""
+        expires = int(time.time() + CHANNEL_TTL_S)
+        out = []
+        for dev, w in self.workers.items():
+            addr = w.info.get("direct")
+            if isinstance(addr, str):
+                out.append({"device": dev, "address": addr, "wid": worker_id(w.instance), "expires": expires,
+                            "cap": issue(channel_key(w.instance), s.sid, dev, self.epoch, expires)})
+        return out
+
+    def _lost_workers(self, wanted) -> list[str]:
+        """Of ``[[device, worker id], ...]`` (the channels a client waits on), the devices whose worker is gone or
+        is another process now."""
+        if type(wanted) is not list:
+            return []
+        lost = []
+        for item in wanted[:1024]:
+            if type(item) is list and len(item) == 2 and type(item[0]) is str:
+                w = self.workers.get(item[0])
+                if w is None or worker_id(w.instance) != item[1]:
+                    lost.append(item[0])
+        return lost
+
+    @staticmethod
+    def _forget(s: Session, ids) -> None:
+        """Drop handles the client released on a direct channel (their worker has freed them already)."""
+        if _is_int_list(ids):
+            for i in ids:
+                s.handles.pop(i, None)
 
     def _close_session(self, s: Session, why: str = "closed by its client") -> None:
         if self.sessions.pop(s.sid, None) is not None:
@@ -860,7 +902,8 @@ class Dispatcher:
         # (validation first, then the commit below: a batch that fails changes nothing but its outputs' errors)
         # every external input must be a live handle of this session
         handles = s.handles
-        ext_dev = [handles.get(i) for i in ext]
+        locs = self._locs(s, h.get("locs"))
+        ext_dev = [handles.get(i) or locs.get(i) for i in ext]
         failed_ext = {}
         if None in ext_dev:
             for k, i in enumerate(ext):
@@ -939,13 +982,13 @@ class Dispatcher:
                 s.failed.pop(i, None)
         by_dev_release: dict[str, list[int]] = {}
         for i in release:
-            d = handles.pop(i, None)
+            d = handles.pop(i, None) or locs.get(i)
             if d is not None:
                 by_dev_release.setdefault(d, []).append(i)
         by_dev_fetch: dict[str, list[int]] = {}
         fetch_errors = []
         for i in fetch:
-            d = s.handles.get(i)
+            d = s.handles.get(i) or locs.get(i)
             if d is None:
                 if len(fetch_errors) >= MAX_FETCH_ERRORS:
                     continue
@@ -1021,6 +1064,25 @@ class Dispatcher:
             p.fetch_errors.extend(fetch_errors)
             s.pending[q] = p
             self._maybe_reply(s, q)
+
+    def _locs(self, s: Session, locs) -> dict:
+        """``{id: device}`` from a batch's ``locs`` (``{device: [ids]}``): where the handles the client made on
+        direct channels live, which this dispatcher never saw. Only for ids it does not know itself, and only on
+        devices served now; the worker holding them checks that they are the session's (it keeps each session's
+        buffers apart), so a client naming ids it does not hold gets NotFound from there."""
+        if not locs:
+            return {}
+        if not isinstance(locs, dict):
+            raise ProtocolError("'locs' must map device names to lists of ids")
+        out = {}
+        for dev, ids in locs.items():
+            if not isinstance(dev, str) or not _is_int_list(ids):
+                raise ProtocolError("'locs' must map device names to lists of ids")
+            if dev in self.workers:
+                s.touched.add(dev)
+                for i in ids:
+                    out[i] = dev
+        return out
 
     def _check_collectives(self, split: Split, nodes, dyn_by_node: dict) -> list[tuple[int, list[str]]]:
         """Validate the batch's collectives (one key per collective, a rank serving every device); returns
@@ -1158,7 +1220,9 @@ class Dispatcher:
         t_recv = time.monotonic_ns()
         spans, s.spans = s.spans or [], None
         dropped, s.spans_dropped = s.spans_dropped, 0
-        devices = [d for d in sorted(s.touched) if d in self.workers]
+        asked = h.get("devices")  # the devices the client used on direct channels, which it did not see
+        used = s.touched | ({d for d in asked if isinstance(d, str)} if isinstance(asked, list) else set())
+        devices = [d for d in sorted(used) if d in self.workers]
         me = {"name": "dispatcher", "pid": os.getpid(), "offset_ns": 0, "rtt_ns": 0, "spans": spans, "dropped": dropped}
         self._gather("profile", s, h.get("q"), devices, {"t": "profile_collect", "s": s.sid},
                      {"t_recv": t_recv, "processes": [me]})

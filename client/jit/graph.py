@@ -34,11 +34,12 @@ class Part:
     """One plan a replay sends: its batch, encoded once, and the plan number it went under last time (kept by
     ``Session._replay_header``)."""
 
-    __slots__ = ("batch", "plan")
+    __slots__ = ("batch", "plan", "route")
 
     def __init__(self, batch):
         self.batch = batch
         self.plan: int | None = None
+        self.route = None  # (temporaries, which path and the kept nodes' devices), see session._replay_route
 
 
 class CompiledGraph:

@@ -1,0 +1,276 @@
+"""The client's side of the data plane: direct channels to workers, and which path each message takes.
+
+The dispatcher grants each session a channel to every worker that listens for one (``welcome``'s ``channels``,
+renewed with ``channel`` before they expire): the worker's address, its public id and a capability the worker
+checks by itself (``protocol/capability.py``, ``backends/direct.py``). A batch whose nodes, inputs, fetches and
+releases all live on one device goes to that device's worker directly: one hop each way instead of two, and
+nothing for the dispatcher to do. Everything else (batches over several devices, transfers, collectives,
+requests to services) goes through the dispatcher as before, the *relay*.
+
+Order. A session's messages to one worker must arrive in program order whatever path each took. Each device is
+in one of two modes: *direct* (its work goes on its channel) or *relay*. A message switches a device's mode only
+behind a fence: before relayed work touches a device whose channel has messages not yet answered, the client
+synchronises that channel; before direct work goes to a device after relayed batches that no relayed sync has
+covered, the client synchronises through the relay. A loop that stays on one device never fences; one that keeps
+switching stays on the relay for a while (``SWITCH_BACK``) rather than fence every step.
+
+Where handles live. The client knows each live handle's device (``loc``): that is how it routes releases and
+fetches and tells which path a batch can take. The dispatcher never sees handles made on channels; a relayed
+batch that reads them says where they live (``locs``), and releases on a channel of handles the dispatcher does
+know are reported to it (``forget``) so its table does not grow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import zmq
+
+from tensorwire.protocol.curve import is_local_address
+from tensorwire.protocol.liveness import set_zmq_heartbeats
+from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts
+
+log = logging.getLogger("tensorwire.client")
+
+#: turn direct channels off for this process (``TENSORWIRE_DIRECT=0``): everything goes through the dispatcher
+DIRECT_ENABLED = os.environ.get("TENSORWIRE_DIRECT", "1").lower() not in ("0", "false", "no", "off")
+#: how long the first message on a channel waits for the worker to answer before the device falls back to the relay
+CONNECT_TIMEOUT_S = float(os.environ.get("TENSORWIRE_DIRECT_CONNECT_S", "2"))
+#: a grant is renewed when it has less than this left
+RENEW_BEFORE_S = 60.0
+#: after a device fell back to the relay, the single-device batches it takes there before it goes direct again
+SWITCH_BACK = 8
+#: a device whose channel failed to answer is tried again after this long
+RETRY_AFTER_S = 60.0
+#: releases waiting for the relay are sent on their own once there are this many
+MAX_RELAY_RELEASES = 4096
+NOT_DIRECT_OPS = frozenset(("collective", "send", "recv"))
+
+
+class Channel:
+    """One granted channel: a DEALER to a worker's direct socket, connected on first use."""
+
+    __slots__ = ("device", "address", "wid", "cap", "expires", "sock", "ok", "unanswered", "releases", "sent",
+                 "last_q")
+
+    def __init__(self, grant: dict):
+        self.device: str = grant["device"]
+        self.address: str = grant["address"]
+        self.wid: str = grant["wid"]
+        self.cap: bytes = grant["cap"]
+        self.expires: float = float(grant["expires"])
+        self.sock: zmq.Socket | None = None
+        self.ok = False  # the worker answered our hello
+        self.unanswered = False  # messages went out that no answer on this channel has followed yet
+        self.releases: list[int] = []  # releases of handles on this device, for its next message
+        self.sent = 0  # messages sent on it (status)
+        self.last_q = None  # the number of the last message sent, when that one is answered (None: it is not)
+
+    def open(self, ctx: zmq.Context) -> zmq.Socket:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        set_zmq_heartbeats(sock)
+        sock.connect(self.address)
+        self.sock = sock
+        return sock
+
+    def send(self, header: dict, frames=(), wait_sent: bool = False) -> None:
+        header["cap"] = self.cap
+        send_parts(self.sock, [pack_header(header), *frames], wait_sent=wait_sent)
+        self.unanswered = True
+        self.last_q = header.get("q")
+        self.sent += 1
+
+    def answered(self, q) -> None:
+        """An answer to ``q`` came: every message sent up to ``q`` is in the worker's queue."""
+        if q is not None and q == self.last_q:
+            self.unanswered = False
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close(0)
+            self.sock = None
+
+
+class DataPlane:
+    """A session's channels and the state that keeps its messages in order across the two paths (see the module
+    docstring). The session owns the sockets' thread; this class holds no lock of its own."""
+
+    def __init__(self, ctx: zmq.Context, grants, dispatcher_address: str, keys):
+        self.ctx = ctx
+        self.channels: dict[str, Channel] = {}
+        self.why_relay: dict[str, str] = {}  # device -> why its work goes through the dispatcher
+        self.retry_at: dict[str, float] = {}
+        self.direct: set[str] = set()  # devices in direct mode
+        self.cooldown: dict[str, int] = {}  # device -> single-device batches left on the relay before going direct
+        self.relay_unsynced = False  # relayed batches went out that no relayed sync has covered
+        self.loc: dict[int, str] = {}  # live handle -> its device
+        self.direct_made: set[int] = set()  # live handles made on channels (the dispatcher has not seen them)
+        self.forget: list[int] = []  # handles the dispatcher knows that were released on channels
+        self.relay_releases: list[int] = []  # releases waiting for the next relayed message
+        self.plan_nodes: dict[int, tuple] = {}  # plan -> (nodes, devs, n_ext): sent again to a path lacking it
+        self.plan_paths: dict[int, set] = {}  # plan -> the paths that have it ("relay" or a device)
+        self.enabled = DIRECT_ENABLED
+        if keys is not None and not is_local_address(dispatcher_address):
+            self.enabled = False  # (direct channels have no CURVE yet: a remote cluster with keys is relay only)
+            self.why_off = "the cluster uses CURVE keys; direct channels do not encrypt yet"
+        else:
+            self.why_off = "" if self.enabled else "turned off (TENSORWIRE_DIRECT=0)"
+        self.grant(grants)
+
+    # -- grants ------------------------------------------------------------------------------------
+    def grant(self, grants) -> None:
+        """Take the dispatcher's grants: new channels, renewed capabilities; a worker that changed (another
+        process now serves the device) gets a new channel."""
+        for g in grants or ():
+            if not (isinstance(g, dict) and isinstance(g.get("device"), str) and isinstance(g.get("address"), str)
+                    and isinstance(g.get("cap"), bytes) and isinstance(g.get("wid"), str)):
+                continue
+            ch = self.channels.get(g["device"])
+            if ch is not None and ch.wid == g["wid"] and ch.address == g["address"]:
+                ch.cap, ch.expires = g["cap"], float(g["expires"])
+                continue
+            if ch is not None:
+                self.drop(ch.device, "its worker changed")
+            self.channels[g["device"]] = Channel(g)
+
+    def needs_renewal(self, now: float) -> bool:
+        return any(ch.expires - now < RENEW_BEFORE_S for ch in self.channels.values())
+
+    def drop(self, device: str, why: str) -> None:
+        """Forget a device's channel (its worker is gone or does not answer): its work goes through the relay."""
+        ch = self.channels.pop(device, None)
+        if ch is not None:
+            ch.close()
+            self.relay_releases.extend(ch.releases)
+        self.direct.discard(device)
+        self.why_relay[device] = why
+
+    def sockets(self):
+        return [ch.sock for ch in self.channels.values() if ch.sock is not None]
+
+    def close(self) -> None:
+        for ch in self.channels.values():
+            ch.close()
+        self.channels.clear()
+
+    # -- handles -----------------------------------------------------------------------------------
+    def made(self, ids_devs, direct: bool) -> None:
+        """Handles a batch made (kept ids with their devices), on a channel when ``direct``."""
+        self.loc.update(ids_devs)
+        if direct:
+            self.direct_made.update(i for i, _ in ids_devs)
+
+    def device_of(self, hid: int) -> str | None:
+        return self.loc.get(hid)
+
+    def route_releases(self, release: list[int]) -> None:
+        """Send each released id where its device's work goes now: its channel's next message, or the relay's."""
+        loc, direct_made, direct = self.loc, self.direct_made, self.direct
+        for i in release:
+            d = loc.get(i)
+            if d is not None and d in direct:
+                del loc[i]
+                self.channels[d].releases.append(i)
+                if i in direct_made:
+                    direct_made.discard(i)
+                else:
+                    self.forget.append(i)
+            else:  # (its loc stays until it goes, for the relayed message's locs)
+                self.relay_releases.append(i)
+
+    def relay_locs(self, ids) -> dict | None:
+        """``locs`` for a relayed message: where the handles among ``ids`` that were made on channels live."""
+        out: dict[str, list[int]] = {}
+        dm, loc = self.direct_made, self.loc
+        for i in ids:
+            if i in dm:
+                out.setdefault(loc[i], []).append(i)
+        return out or None
+
+    def take_relay_releases(self) -> tuple[list[int], dict | None]:
+        """The releases that go with a relayed message now, and their ``locs``."""
+        rel, self.relay_releases = self.relay_releases, []
+        locs = self.relay_locs(rel)
+        for i in rel:
+            self.loc.pop(i, None)
+            self.direct_made.discard(i)
+        return rel, locs
+
+    # -- paths -------------------------------------------------------------------------------------
+    def direct_device(self, batch_dev: str | None, ext, fetch, made: dict) -> str | None:
+        """The device a message may go to directly, or None: ``batch_dev`` is the one device of its nodes ("" when
+        it has none, None when it spans several or holds work only the relay does); its inputs and fetched values
+        must all live there."""
+        if not self.enabled or batch_dev is None:
+            return None
+        loc = self.loc
+        dev = batch_dev or None
+        for i in ext:
+            d = loc.get(i)
+            if d is None or (dev is not None and d != dev):
+                return None
+            dev = d
+        for i in fetch:
+            d = made.get(i) or loc.get(i)
+            if d is None or (dev is not None and d != dev):
+                return None
+            dev = d
+        if dev is None or dev not in self.channels:
+            return None
+        left = self.cooldown.get(dev)
+        if left:
+            self.cooldown[dev] = left - 1
+            return None
+        return dev
+
+    def touched_by_relay(self, devs: set) -> list[str]:
+        """The devices in direct mode that a relayed message touching ``devs`` (None: it may touch any) takes back
+        to the relay mode; the caller fences each first."""
+        hit = sorted(self.direct if devs is None else self.direct & devs)
+        for d in hit:
+            self.direct.discard(d)
+            self.cooldown[d] = SWITCH_BACK
+            ch = self.channels.get(d)
+            if ch is not None and ch.releases:  # its releases go with the relay from now on
+                self.relay_releases.extend(ch.releases)
+                ch.releases = []
+        return hit
+
+    def status(self) -> dict:
+        """What ``tensorwire status`` shows of this session's data plane."""
+        out = {}
+        for d, ch in self.channels.items():
+            out[d] = {"path": "direct" if d in self.direct else "relay", "address": ch.address,
+                      "connected": ch.ok, "messages": ch.sent}
+        for d, why in self.why_relay.items():
+            if d not in out:
+                out[d] = {"path": "relay", "why": why}
+        if not self.enabled:
+            out["*"] = {"path": "relay", "why": self.why_off}
+        return out
+
+    def dead_time(self, device: str, now: float) -> bool:
+        """A device whose channel did not answer is tried again only after RETRY_AFTER_S."""
+        t = self.retry_at.get(device)
+        return t is not None and now < t
+
+
+def batch_device(nodes, devs) -> str | None:
+    """The one device a batch's nodes run on ("" for no nodes), or None when they span several or include work
+    that only the relay carries (collectives)."""
+    if not nodes:
+        return ""
+    if len(devs) != 1:
+        return None
+    for n in nodes:
+        if n[0] in NOT_DIRECT_OPS:
+            return None
+    return devs[0]
+
+
+def now() -> float:
+    return time.time()
