@@ -37,7 +37,7 @@ log = logging.getLogger("tensorwire.client")
 #: turn direct channels off for this process (``TENSORWIRE_DIRECT=0``): everything goes through the dispatcher
 DIRECT_ENABLED = os.environ.get("TENSORWIRE_DIRECT", "1").lower() not in ("0", "false", "no", "off")
 #: how long the first message on a channel waits for the worker to answer before the device falls back to the relay
-CONNECT_TIMEOUT_S = float(os.environ.get("TENSORWIRE_DIRECT_CONNECT_S", "2"))
+DIRECT_CONNECT_S = float(os.environ.get("TENSORWIRE_DIRECT_CONNECT_S", "2"))
 #: a grant is renewed when it has less than this left
 RENEW_BEFORE_S = 60.0
 #: after a device fell back to the relay, the single-device batches it takes there before it goes direct again

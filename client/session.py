@@ -54,7 +54,7 @@ from tensorwire.protocol.wire import (
 
 from . import leases
 from .cancel import Waker
-from .channels import CONNECT_TIMEOUT_S, MAX_RELAY_RELEASES, RENEW_BEFORE_S, RETRY_AFTER_S, DataPlane, batch_device
+from .channels import DIRECT_CONNECT_S, MAX_RELAY_RELEASES, RENEW_BEFORE_S, RETRY_AFTER_S, DataPlane, batch_device
 from .tensor import Tensor
 
 _new_tensor = object.__new__
@@ -700,7 +700,7 @@ class Session:
         q = next(self._seq)
         ch.send({"t": "hello", "q": q})
         why = None
-        if sock.poll(int(CONNECT_TIMEOUT_S * 1000)):
+        if sock.poll(int(DIRECT_CONNECT_S * 1000)):
             msg = sock.recv_multipart()
             h = unpack_header(msg[0])
             if h.get("t") == "ok" and h.get("q") == q:
@@ -711,7 +711,7 @@ class Session:
                 return ch
             why = f"its worker refused the channel: {(h.get('error') or {}).get('message', h.get('t'))}"
         else:
-            why = f"no answer from its worker's direct address {ch.address} within {CONNECT_TIMEOUT_S:g}s"
+            why = f"no answer from its worker's direct address {ch.address} within {DIRECT_CONNECT_S:g}s"
         _log.warning("%s goes through the dispatcher: %s", dev, why)
         plane.drop(dev, why)
         plane.retry_at[dev] = time.monotonic() + RETRY_AFTER_S
