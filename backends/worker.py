@@ -1031,7 +1031,8 @@ class Worker:
                     self.channel.receive(ex)
                 if sock not in events:
                     ex.run_ready()
-                    if time.monotonic() - last_seen > HEARTBEAT_S * LIVENESS:
+                    # (messages may have come while the batches ran: silence is judged on an empty socket only)
+                    if time.monotonic() - last_seen > HEARTBEAT_S * LIVENESS and not sock.poll(0):
                         log.warning("dispatcher silent; reconnecting and registering again")
                         poller.unregister(sock)
                         sock.close(0)

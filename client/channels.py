@@ -111,6 +111,7 @@ class DataPlane:
         self.direct_made: set[int] = set()  # live handles made on channels (the dispatcher has not seen them)
         self.forget: list[int] = []  # handles the dispatcher knows that were released on channels
         self.relay_releases: list[int] = []  # releases waiting for the next relayed message
+        self.lost: dict[str, list[int]] = {}  # handles made on channels whose worker died, for the dispatcher
         self.plan_nodes: dict[int, tuple] = {}  # plan -> (nodes, devs, n_ext): sent again to a path lacking it
         self.plan_paths: dict[int, set] = {}  # plan -> the paths that have it ("relay" or a device)
         self.enabled = DIRECT_ENABLED
@@ -140,14 +141,24 @@ class DataPlane:
     def needs_renewal(self, now: float) -> bool:
         return any(ch.expires - now < RENEW_BEFORE_S for ch in self.channels.values())
 
-    def drop(self, device: str, why: str) -> None:
-        """Forget a device's channel (its worker is gone or does not answer): its work goes through the relay."""
+    def drop(self, device: str, why: str, lost: bool = False) -> None:
+        """Forget a device's channel (its worker is gone or does not answer): its work goes through the relay.
+        ``lost``: the worker died, and with it the handles made on its channel; the dispatcher, which never saw
+        them, hears of them with the next relayed message (``lost``), so using one fails with ``WorkerLost``."""
         ch = self.channels.pop(device, None)
         if ch is not None:
             ch.close()
-            self.relay_releases.extend(ch.releases)
+            if not lost:
+                self.relay_releases.extend(ch.releases)
         self.direct.discard(device)
         self.why_relay[device] = why
+        if lost:
+            gone = [i for i in self.direct_made if self.loc.get(i) == device]
+            for i in gone:
+                self.direct_made.discard(i)
+                del self.loc[i]
+            self.lost.setdefault(device, []).extend(gone)
+            self.retry_at.pop(device, None)  # (a successor may register soon: ask for its grant at the next use)
 
     def sockets(self):
         return [ch.sock for ch in self.channels.values() if ch.sock is not None]

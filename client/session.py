@@ -320,7 +320,7 @@ class Session:
         waited = self._q_dev.get(q)
         for dev in lost:
             if isinstance(dev, str) and dev in self._plane.channels:
-                self._drop_channel(dev, "its worker was lost")
+                self._drop_channel(dev, "its worker was lost", lost=True)
         if waited in lost:
             self._q_dev.pop(q, None)
             err = WorkerLost(f"the worker for {waited} was lost while this session waited for it; tensors on "
@@ -328,11 +328,11 @@ class Session:
             self._forget_lost([err])
             raise self._error(err)
 
-    def _drop_channel(self, dev: str, why: str) -> None:
+    def _drop_channel(self, dev: str, why: str, lost: bool = False) -> None:
         ch = self._plane.channels.get(dev)
-        if ch is not None and ch.sock is not None:
+        if ch is not None and ch.sock is not None and ch.ok:
             self._poller.unregister(ch.sock)
-        self._plane.drop(dev, why)
+        self._plane.drop(dev, why, lost)
         for k in [k for k, d in self._q_dev.items() if d == dev]:
             del self._q_dev[k]
 
@@ -633,6 +633,8 @@ class Session:
                 header["locs"] = locs
             if plane.forget:
                 header["forget"], plane.forget = plane.forget, []
+            if plane.lost:
+                header["lost"], plane.lost = plane.lost, {}
             self._attach_plan(header, "relay")
             plane.relay_unsynced = True
             if reply:
@@ -684,8 +686,15 @@ class Session:
         the relay (no channel granted, or the worker did not answer on it: tried again later)."""
         plane = self._plane
         ch = plane.channels.get(dev)
-        if ch is None:
-            return None
+        if ch is None:  # none granted, or its worker was lost: ask again, now and then (a successor may serve it)
+            if plane.dead_time(dev, time.monotonic()) or not plane.enabled:
+                return None
+            plane.retry_at[dev] = time.monotonic() + RETRY_AFTER_S
+            h, _ = self._request({"t": "channel"})
+            plane.grant(h.get("channels"))
+            ch = plane.channels.get(dev)
+            if ch is None:
+                return None
         if ch.expires - time.time() < RENEW_BEFORE_S:
             h, _ = self._request({"t": "channel"})
             plane.grant(h.get("channels"))

@@ -902,6 +902,8 @@ class Dispatcher:
         # (validation first, then the commit below: a batch that fails changes nothing but its outputs' errors)
         # every external input must be a live handle of this session
         handles = s.handles
+        if h.get("lost"):
+            self._lost_handles(s, h["lost"])
         locs = self._locs(s, h.get("locs"))
         ext_dev = [handles.get(i) or locs.get(i) for i in ext]
         failed_ext = {}
@@ -1083,6 +1085,21 @@ class Dispatcher:
                 for i in ids:
                     out[i] = dev
         return out
+
+    @staticmethod
+    def _lost_handles(s: Session, lost) -> None:
+        """Handles the client made on a direct channel to a worker that died (``{device: [ids]}``): using one fails
+        with ``WorkerLost``, as for the handles this dispatcher routed there itself."""
+        if not isinstance(lost, dict):
+            raise ProtocolError("'lost' must map device names to lists of ids")
+        for dev, ids in lost.items():
+            if not isinstance(dev, str) or not _is_int_list(ids):
+                raise ProtocolError("'lost' must map device names to lists of ids")
+            err = error_to_wire(WorkerLost(f"the worker for {dev[:128]} was lost; tensors on {dev[:128]} are lost",
+                                           device=dev[:128]))
+            for i in ids:
+                if i not in s.handles:
+                    s.failed[i] = err
 
     def _check_collectives(self, split: Split, nodes, dyn_by_node: dict) -> list[tuple[int, list[str]]]:
         """Validate the batch's collectives (one key per collective, a rank serving every device); returns
