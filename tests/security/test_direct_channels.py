@@ -1,0 +1,217 @@
+"""Issue 30: direct channels. Single-device work goes straight to the worker under a capability the dispatcher
+granted; the worker checks it by itself. A capability is bound to its session, its worker process, the
+dispatcher's epoch and an expiry; a forged, altered or foreign one is refused with a typed error; a malformed
+direct message changes nothing; and a session's order holds when its work moves between the two paths."""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+from tensorwire.protocol.capability import CAP_BYTES, channel_key, issue, verify, worker_id
+from tensorwire.protocol.errors import Unauthorized
+
+from .conftest import CLIENT_TOKEN, check_typed, hello, raw_socket, recv, send
+
+VALUES = np.linspace(-1, 1, 5, dtype=np.float32)
+
+
+# -- the capability itself ------------------------------------------------------------------------------
+def test_capability_binds_session_worker_epoch_and_expiry():
+    inst = secrets.token_hex(16)
+    key, sid = channel_key(inst), os.urandom(8)
+    cap = issue(key, sid, "cpu:0", "epoch-a", expires=2_000_000_000)
+    assert len(cap) == CAP_BYTES
+    assert verify(key, cap, "cpu:0", "epoch-a", now=1_000) == sid
+    bad = [
+        (channel_key(secrets.token_hex(16)), cap, "cpu:0", "epoch-a", 1_000),  # another worker process (restart)
+        (key, cap, "cpu:1", "epoch-a", 1_000),  # another device
+        (key, cap, "cpu:0", "epoch-b", 1_000),  # a restarted dispatcher
+        (key, cap, "cpu:0", "epoch-a", 2_000_000_001),  # expired
+        (key, os.urandom(8) + cap[8:], "cpu:0", "epoch-a", 1_000),  # another session's id pasted in
+        (key, cap[:8] + (3_000_000_000).to_bytes(8, "big") + cap[16:], "cpu:0", "epoch-a", 1_000),  # longer life
+        (key, cap[:-1], "cpu:0", "epoch-a", 1_000),
+        (key, "text", "cpu:0", "epoch-a", 1_000),
+        (key, cap, "cpu:0", None, 1_000),  # a worker not registered with any dispatcher
+    ]
+    for args in bad:
+        with pytest.raises(Unauthorized):
+            verify(*args[:4], now=args[4])
+    assert worker_id(inst) != worker_id(secrets.token_hex(16)) and inst not in worker_id(inst)
+
+
+# -- a cluster: the victim's session and raw attackers ----------------------------------------------------
+@pytest.fixture(scope="module")
+def victim(cluster):
+    s = tw.Session(cluster.address, CLIENT_TOKEN)
+    x = s.const(VALUES, "cpu:0")
+    y = (x * 2).exp()
+    np.testing.assert_allclose(y.numpy(), np.exp(VALUES * 2), rtol=1e-6)
+    yield s, x, y
+    s.close()
+
+
+def _grant(welcome: dict, device: str) -> dict:
+    (g,) = [g for g in welcome["channels"] if g["device"] == device]
+    return g
+
+
+@pytest.fixture(scope="module")
+def attacker(cluster):
+    """A raw session of its own (with its own grants) and a raw DEALER on cpu:0's direct channel."""
+    d = raw_socket(cluster.address)
+    w = hello(d, CLIENT_TOKEN)
+    g = _grant(w, "cpu:0")
+    c = raw_socket(g["address"])
+    yield d, w, g, c
+    d.close(0)
+    c.close(0)
+
+
+def test_single_device_work_goes_direct(victim):
+    s, x, y = victim
+    z = (y + x).sum()
+    assert z.item() == pytest.approx(float(np.sum(np.exp(VALUES * 2) + VALUES)), rel=1e-5)
+    plane = s.cluster_status()["data_plane"]
+    assert plane["cpu:0"]["path"] == "direct" and plane["cpu:0"]["connected"], plane
+    assert plane["cpu:0"]["messages"] >= 3, plane
+
+
+def test_worker_answers_its_own_capability(attacker):
+    _, _, g, c = attacker
+    send(c, {"t": "hello", "q": 1, "cap": g["cap"]})
+    h = recv(c)
+    assert h == {"t": "ok", "q": 1, "device": "cpu:0"}
+
+
+@pytest.mark.parametrize("cap", ["missing", "random", "other-device", "altered-sid", "truncated"])
+def test_forged_capabilities_are_refused(attacker, victim, cap):
+    d, w, g, c = attacker
+    s, x, y = victim
+    caps = {"missing": None, "random": os.urandom(CAP_BYTES), "other-device": _grant(w, "cpu:1")["cap"],
+            "altered-sid": bytes.fromhex(s.session_id) + g["cap"][8:], "truncated": g["cap"][:20]}
+    send(c, {"t": "run", "q": 7, "cap": caps[cap], "fetch": [x._id, y._id], "ext": [], "outs": []})
+    h = recv(c)
+    assert h["t"] == "error" and h["q"] == 7, h
+    check_typed(h["error"])
+    assert h["error"]["code"] == "Unauthorized", h
+    np.testing.assert_allclose(y.numpy(), np.exp(VALUES * 2), rtol=1e-6)  # the victim's data is untouched
+
+
+def test_a_capability_names_its_own_sessions_tensors_only(attacker, victim):
+    """The attacker's valid capability acts for the attacker's session: the victim's ids do not exist there."""
+    _, _, g, c = attacker
+    s, x, y = victim
+    send(c, {"t": "run", "q": 8, "cap": g["cap"], "fetch": [x._id], "release": [y._id], "ext": [], "outs": []})
+    h = recv(c)
+    assert h["t"] == "done" and not h["values"], h
+    (fe,) = h["fetch_errors"]
+    check_typed(fe)
+    assert fe["code"] == "NotFound", fe
+    np.testing.assert_allclose(y.numpy(), np.exp(VALUES * 2), rtol=1e-6)  # the release named nothing of the victim's
+
+
+MALFORMED = {
+    "unknown-type": {"t": "steal"},
+    "q-not-an-int": {"t": "run", "q": [1], "fetch": []},
+    "ext-not-ints": {"t": "run", "q": 2, "ext": ["a"], "outs": []},
+    "unknown-op": {"t": "run", "q": 3, "ext": [], "outs": [70], "devs": ["cpu:0"], "nodes": [["pwn", [], {}, 0]]},
+    "another-device": {"t": "run", "q": 4, "ext": [], "outs": [71], "devs": ["cpu:1"],
+                       "nodes": [["full", [], {"shape": [2], "dtype": "float32", "value": 1.0}, 0]]},
+    "collective": {"t": "run", "q": 5, "ext": [], "outs": [72, 73], "devs": ["cpu:0"],
+                   "nodes": [["full", [], {"shape": [2], "dtype": "float32", "value": 1.0}, 0],
+                             ["collective", [0], {"key": 1, "kind": "all_reduce", "op": "sum", "n": 1, "rank": 0},
+                              0]]},
+    "outs-too-short": {"t": "run", "q": 6, "ext": [], "outs": [], "devs": ["cpu:0"],
+                       "nodes": [["full", [], {"shape": [2], "dtype": "float32", "value": 1.0}, 0]]},
+    "forward-reference": {"t": "run", "q": 9, "ext": [], "outs": [74], "devs": ["cpu:0"],
+                          "nodes": [["neg", [0], {}, 0]]},
+    "fetch-without-q": {"t": "run", "fetch": [1]},
+    "dyn-malformed": {"t": "run", "q": 10, "ext": [], "outs": [], "plan": 5, "dyn": [["x", {}]]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_direct_messages_get_typed_errors_and_change_nothing(attacker, victim, name):
+    _, _, g, c = attacker
+    s, x, y = victim
+    send(c, {**MALFORMED[name], "cap": g["cap"]})
+    if name == "fetch-without-q":  # (no q, no answer: nothing waits for it; the next answer proves the worker lives)
+        send(c, {"t": "hello", "q": 11, "cap": g["cap"]})
+        assert recv(c)["t"] in ("error", "ok")
+    else:
+        h = recv(c)
+        assert h["t"] == "error", h
+        check_typed(h["error"])
+    send(c, {"t": "hello", "q": 12, "cap": g["cap"]})  # the worker goes on serving
+    for _ in range(3):
+        h = recv(c)
+        if h.get("q") == 12:
+            break
+    assert h["t"] == "ok", h
+    np.testing.assert_allclose(y.numpy(), np.exp(VALUES * 2), rtol=1e-6)
+
+
+def test_a_closed_sessions_capability_is_refused(cluster):
+    d = raw_socket(cluster.address)
+    w = hello(d, CLIENT_TOKEN)
+    g = _grant(w, "cpu:0")
+    send(d, {"t": "close", "q": 1, "k": w["key"]})
+    assert recv(d)["t"] == "closed"
+    c = raw_socket(g["address"])
+    try:
+        for _ in range(50):  # (the worker hears of the close from the dispatcher, asynchronously: bounded wait)
+            send(c, {"t": "hello", "q": 2, "cap": g["cap"]})
+            h = recv(c)
+            if h["t"] == "error":
+                break
+        assert h["t"] == "error" and h["error"]["code"] == "Unauthorized", h
+    finally:
+        c.close(0)
+        d.close(0)
+
+
+# -- one session's order across the two paths ----------------------------------------------------------------
+def test_order_holds_when_work_switches_paths(cluster):
+    s = tw.Session(cluster.address, CLIENT_TOKEN)
+    try:
+        a = s.const(np.zeros(4, np.float32), "cpu:0")
+        expect = np.zeros(4)
+        for i in range(12):
+            a = a + 1  # direct on cpu:0 (after the fence)
+            expect = expect + 1
+            b = a.to("cpu:1")  # cross-device: the relay, behind a fence on cpu:0
+            c = b * (i + 1)  # cpu:1 alone: direct again once the relay is synced, or relayed while cooling down
+            np.testing.assert_array_equal(c.numpy(), expect * (i + 1))
+            del b, c
+        np.testing.assert_array_equal(a.numpy(), expect)
+        made_direct = (a * 3).sum()  # made on a channel, then read by a relayed cross-device batch (its locs)
+        moved = made_direct.to("cpu:1") + 1
+        assert moved.item() == pytest.approx(float(expect.sum() * 3 + 1))
+        del a, made_direct, moved
+        s.synchronize()
+        st = s.memory_stats()["devices"]
+        for dev in ("cpu:0", "cpu:1"):  # nothing left but the session's cached scalars (x * 2 keeps a 0-d 2.0)
+            assert st[dev]["buffers"] == sum(1 for k in s._scalars if k[3] == dev), (dev, st)
+        plane = s.cluster_status()["data_plane"]
+        assert {"cpu:0", "cpu:1"} <= set(plane), plane
+    finally:
+        s.close()
+
+
+def test_deferred_errors_cross_paths(cluster):
+    """An error of direct work surfaces at the next sync point, even when that one goes through the relay."""
+    s = tw.Session(cluster.address, CLIENT_TOKEN)
+    try:
+        bad = s.const(np.arange(5, dtype=np.int64), "cpu:0").gather(0, s.const(np.array([9]), "cpu:0"))
+        s.flush()
+        with pytest.raises(IndexError):
+            bad.to("cpu:1").numpy()
+        ok = s.const(VALUES, "cpu:0") + 1
+        np.testing.assert_allclose(ok.numpy(), VALUES + 1)
+    finally:
+        s.close()
