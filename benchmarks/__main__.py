@@ -37,7 +37,8 @@ def main() -> None:
 
     groups = {"core": core.run_all, "dataplane": dataplane.run_all, "collectives": collectives.run_all,
               "autograd": autograd.run_all, "training": training.run_all, "compile": compile.run_all,
-              "hub": hub.run_all, "kernels": kernels.run_all, "reliability": reliability.run_all, "cuda": cuda.run_all, "observability": observability.run_all}
+              "hub": hub.run_all, "kernels": kernels.run_all, "reliability": reliability.run_all,
+              "cuda": cuda.run_all, "observability": observability.run_all}
     results = []
     for name, run in groups.items():
         if args.only in (None, name):
