@@ -17,6 +17,18 @@ Messages (msgpack header + raw frames, as everywhere):
   plan}``: it evicted the plan; the batch waits for them).
 - ``cancel {cap}``: as the dispatcher's ``cancel``.
 
+Shared memory on one host. A client that asks for it in its ``hello`` (``shm: true``) gets the name of a small
+file this worker made, holding a random nonce (``ok``'s ``shm``): a client that can read it shares this host's
+shared memory, and moves large tensors through files of the worker's own (``ShmPool``, under ``SHM_DIR``, never a
+path a client chose):
+
+- ``shm_take {cap, q, sizes}`` -> ``shm {q, paths}``: files lent to the session, for the client to write uploads
+  into; a ``run`` names them in ``shm_frames: [[frame, path], ...]`` (that frame is empty on the wire), and the
+  tensor it makes lives on the file's pages (no copy); the file returns to the pool when the tensor dies.
+- a ``run`` with ``shm: N`` gets each fetched value of N bytes or more in a file lent to the session (its value
+  descriptor names the path instead of a frame); the client gives it back (``shm_give: [paths]`` on any later
+  message) when its array dies. Files still lent when the session closes go back then.
+
 A malformed or unauthorised message is answered with ``error {q, error}`` and changes nothing.
 """
 
@@ -25,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 
+import numpy as np
 import zmq
 
 from tensorwire.dispatcher.plans import split_batch
@@ -36,12 +49,15 @@ from tensorwire.protocol.graph import RECV, SEND
 from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
 
+from .shm import ShmPool
+
 log = logging.getLogger("tensorwire.worker")
 
 ADDRESS_ENV = "TENSORWIRE_DIRECT_ADDRESS"
 DEFAULT_ADDRESS = "tcp://127.0.0.1:*"
 _NOT_DIRECT = frozenset((SEND, RECV, "collective"))  # work that needs another device or the collectives service
 MAX_CLOSED = 1 << 14
+MAX_LENT_FILES = 256  # shared-memory files one session may hold on loan at once
 
 
 def _ints(h: dict, name: str) -> list:
@@ -78,6 +94,9 @@ class DirectChannel:
         self.sock: zmq.Socket | None = None
         self.address: str | None = None
         self.why_not: str | None = None
+        self.io = ShmPool(f"{device}-io")  # files for uploads and downloads on this host
+        self.lent: dict[bytes, dict] = {}  # session -> {path: ShmFile} on loan to it
+        self.probe: tuple[str, str] | None = None  # (path, nonce) of the same-host probe
         address = address if address is not None else os.environ.get(ADDRESS_ENV, DEFAULT_ADDRESS)
         if not address or address.lower() == "none":
             self.why_not = "direct channel turned off (--direct-address none)"
@@ -112,6 +131,88 @@ class DirectChannel:
         if self.sock is not None:
             self.sock.close(0)
             self.sock = None
+        self.io.close()
+
+    # -- shared memory -----------------------------------------------------------------------------
+    def _probe(self) -> dict:
+        """The same-host probe a client reads to learn that it shares this worker's shared memory."""
+        if self.probe is None:
+            f = self.io.take(32)
+            nonce = os.urandom(16).hex()
+            f.map[:32] = nonce.encode()
+            self.probe = (f.path, nonce)
+        return {"probe": self.probe[0], "nonce": self.probe[1], "prefix": self.io.prefix}
+
+    def lend(self, sid: bytes, size: int):
+        """A file of ``size`` bytes from the pool, on loan to session ``sid``."""
+        lent = self.lent.setdefault(sid, {})
+        if len(lent) >= MAX_LENT_FILES:
+            raise ProtocolError(f"a session may hold {MAX_LENT_FILES} shared-memory files at once; give some back")
+        f = self.io.take(size)
+        lent[f.path] = f
+        return f
+
+    def take_back(self, sid: bytes, path) -> object:
+        """The file at ``path`` that session ``sid`` holds on loan, no longer lent; ProtocolError if it holds none."""
+        f = self.lent.get(sid, {}).pop(path, None) if isinstance(path, str) else None
+        if f is None:
+            raise ProtocolError("a shared-memory file this session does not hold was named")
+        return f
+
+    def give_back(self, sid: bytes, paths) -> None:
+        if type(paths) is not list:
+            raise ProtocolError("'shm_give' must be a list of paths")
+        for p in paths:
+            self.io.give_back(self.take_back(sid, p))
+
+    def drop(self, sid: bytes) -> None:
+        """Session ``sid`` is gone: every file it held on loan goes back."""
+        for f in self.lent.pop(sid, {}).values():
+            self.io.give_back(f)
+
+    def frames_from_shm(self, sid: bytes, frames: list, spec) -> list:
+        """``frames`` with each ``[frame, path]`` of ``spec`` replaced by the file's bytes (a read-only view that
+        gives the file back to the pool when the tensor made from it dies)."""
+        if type(spec) is not list:
+            raise ProtocolError("'shm_frames' must be a list of [frame, path]")
+        frames = list(frames)
+        for item in spec:
+            if not (type(item) is list and len(item) == 2 and type(item[0]) is int and 0 <= item[0] < len(frames)):
+                raise ProtocolError("'shm_frames' must be a list of [frame, path] naming the message's frames")
+            f = self.take_back(sid, item[1])
+            frames[item[0]] = memoryview(self.io.lease(f, 0, (f.size,), np.dtype(np.uint8)))
+        return frames
+
+    def values_to_shm(self, sid: bytes, values: list, frames: list, threshold: int) -> list:
+        """Move each fetched value of ``threshold`` bytes or more out of ``frames`` into a file lent to the session:
+        its descriptor becomes ``[id, dtype, shape, -1, path]``. Returns the frames left (renumbered). A value
+        that cannot go that way (too many files on loan, the shared memory full) stays a frame."""
+        keep, index = [], {}
+        for k, f in enumerate(frames):
+            mv = f if isinstance(f, memoryview) else memoryview(f)
+            if mv.nbytes >= threshold:
+                try:
+                    file = self.lend(sid, mv.nbytes)
+                    np.copyto(np.frombuffer(memoryview(file.map), np.uint8, mv.nbytes), np.frombuffer(mv, np.uint8))
+                    index[k] = file.path
+                    continue
+                except Exception as e:
+                    log.info("a fetched value goes as a frame, not through shared memory: %s", e)
+            index[k] = len(keep)
+            keep.append(f)
+        for v in values:
+            where = index[v[3]]
+            if isinstance(where, str):
+                v[3:] = [-1, where]
+            else:
+                v[3] = where
+        return keep
+
+    def _refuse(self, route: bytes, q, err: dict) -> None:
+        try:
+            self.send(route, {"t": "error", "q": q, "error": err})
+        except Exception:  # (a peer gone already: nobody to tell)
+            log.exception("could not answer a refused direct message")
 
     def send(self, route: bytes, header: dict, frames=()) -> None:
         send_parts(self.sock, [route, pack_header(header), *frames])
@@ -121,6 +222,7 @@ class DirectChannel:
         self.closed[sid] = None
         if len(self.closed) > MAX_CLOSED:
             self.closed.pop(next(iter(self.closed)))
+        self.drop(sid)
 
     def receive(self, executor) -> int:
         """Take what is waiting on the socket (at most 1000 messages) and hand it to ``executor``; returns the
@@ -143,11 +245,11 @@ class DirectChannel:
                     raise ProtocolError("'q' must be an int")
                 self._handle(executor, route, h, msg[2:], q)
             except TensorwireError as e:
-                self.send(route, {"t": "error", "q": q, "error": e.to_wire()})
+                self._refuse(route, q, e.to_wire())
             except Exception as e:  # a malformed message never stops the worker
                 log.warning("bad direct message: %s", e)
-                self.send(route, {"t": "error", "q": q, "error": error_to_wire(
-                    ProtocolError("the worker rejected a malformed message (see its log)"))})
+                self._refuse(route, q, error_to_wire(
+                    ProtocolError("the worker rejected a malformed message (see its log)")))
         return n
 
     def _handle(self, executor, route: bytes, h: dict, frames: list, q) -> None:
@@ -155,10 +257,27 @@ class DirectChannel:
         if sid in self.closed:
             raise Unauthorized("this session is closed")
         t = h.get("t")
+        if h.get("shm_give"):
+            self.give_back(sid, h["shm_give"])
         if t == "run":
-            executor.handle(self.run_header(executor, sid, h, q), frames, route=route)
+            run = self.run_header(executor, sid, h, q)
+            if h.get("shm_frames"):
+                frames = self.frames_from_shm(sid, frames, h["shm_frames"])
+            executor.handle(run, frames, route=route)
         elif t == "hello":
-            self.send(route, {"t": "ok", "q": q, "device": self.device})
+            ok = {"t": "ok", "q": q, "device": self.device}
+            if h.get("shm") is True:
+                ok["shm"] = self._probe()
+            self.send(route, ok)
+        elif t == "shm_take":
+            sizes = h.get("sizes")
+            if not (type(sizes) is list and sizes and all(type(n) is int and 0 < n <= MAX_MESSAGE for n in sizes)):
+                raise ProtocolError("'sizes' must be a list of positive ints")
+            limit = executor.limit
+            if limit is not None and sum(sizes) > limit:
+                raise ProtocolError(f"{sum(sizes)} bytes of shared memory asked at once, over the session's "
+                                    f"{limit}-byte quota on {self.device}")
+            self.send(route, {"t": "shm", "q": q, "paths": [self.lend(sid, n).path for n in sizes]})
         elif t == "plan":
             plan = h.get("plan")
             if type(plan) is not int:
@@ -207,6 +326,11 @@ class DirectChannel:
             run["prof"] = h["prof"]
         if h.get("sync"):
             run["sync"] = True
+        shm = h.get("shm")
+        if shm is not None:
+            if type(shm) is not int or shm < 1:
+                raise ProtocolError("'shm' must be a positive int (the smallest value to fetch through a file)")
+            run["shm"] = shm
         if run["reply"] is False and (run["fetch"] or run.get("sync")):
             raise ProtocolError("a batch with a fetch or sync needs 'q'")
         return run

@@ -237,6 +237,9 @@ class Executor:
             for b in s.buffers.values():
                 if not isinstance(b, Fail):
                     self.device.free(b)
+        if self.channel is not None:
+            for sid in list(self.channel.lent):
+                self.channel.drop(sid)
         self.sessions.clear()
         self.ready.clear()
         self.waiting.clear()
@@ -806,6 +809,8 @@ class Executor:
         if job.route is None:
             self.send(msg, frames)
         elif self.channel is not None:
+            if job.h.get("shm") and msg.get("values"):  # the client shares this host: large values go in files
+                frames = self.channel.values_to_shm(job.h["s"], msg["values"], frames, job.h["shm"])
             self.channel.send(job.route, msg, frames)
 
     def _fetched(self, fetch, get) -> tuple[list, list, list]:

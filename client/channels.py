@@ -22,15 +22,21 @@ know are reported to it (``forget``) so its table does not grow.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
+import re
 import time
+import weakref
 
+import numpy as np
 import zmq
 
 from tensorwire.protocol.curve import is_local_address
+from tensorwire.protocol.errors import ProtocolError
 from tensorwire.protocol.liveness import set_zmq_heartbeats
-from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts
+from tensorwire.protocol.shm_paths import map_shm_file
+from tensorwire.protocol.wire import MAX_MESSAGE, array_from_frame, pack_header, send_parts
 
 log = logging.getLogger("tensorwire.client")
 
@@ -47,13 +53,18 @@ RETRY_AFTER_S = 60.0
 #: releases waiting for the relay are sent on their own once there are this many
 MAX_RELAY_RELEASES = 4096
 NOT_DIRECT_OPS = frozenset(("collective", "send", "recv"))
+#: uploads and fetched values of this many bytes or more go through shared memory when the worker shares this host
+#: (``TENSORWIRE_SHM_MIN_BYTES``; 0 turns it off)
+SHM_MIN = int(os.environ.get("TENSORWIRE_SHM_MIN_BYTES", str(1 << 20)))
+#: the mappings of a worker's shared-memory files a channel keeps for reuse (warm pages, no new page faults)
+MAX_MAPPED_BYTES = int(os.environ.get("TENSORWIRE_SHM_MAPPED_BYTES", str(2 << 30)))
 
 
 class Channel:
     """One granted channel: a DEALER to a worker's direct socket, connected on first use."""
 
     __slots__ = ("device", "address", "wid", "cap", "expires", "sock", "ok", "unanswered", "releases", "sent",
-                 "last_q")
+                 "last_q", "shm", "maps", "mapped", "give", "__weakref__")
 
     def __init__(self, grant: dict):
         self.device: str = grant["device"]
@@ -67,6 +78,10 @@ class Channel:
         self.releases: list[int] = []  # releases of handles on this device, for its next message
         self.sent = 0  # messages sent on it (status)
         self.last_q = None  # the number of the last message sent, when that one is answered (None: it is not)
+        self.shm: str | None = None  # the worker's shared-memory file prefix, when it shares this host
+        self.maps: collections.OrderedDict = collections.OrderedDict()  # path -> mmap, most recent last
+        self.mapped = 0
+        self.give: list[str] = []  # files lent to us for fetched values whose arrays died: back with the next message
 
     def open(self, ctx: zmq.Context) -> zmq.Socket:
         sock = ctx.socket(zmq.DEALER)
@@ -79,6 +94,8 @@ class Channel:
 
     def send(self, header: dict, frames=(), wait_sent: bool = False) -> None:
         header["cap"] = self.cap
+        if self.give:
+            header["shm_give"], self.give = self.give, []
         send_parts(self.sock, [pack_header(header), *frames], wait_sent=wait_sent)
         self.unanswered = True
         self.last_q = header.get("q")
@@ -93,6 +110,76 @@ class Channel:
         if self.sock is not None:
             self.sock.close(0)
             self.sock = None
+        self.maps.clear()  # (an mmap a fetched array still views lives until that array dies)
+
+    # -- shared memory -----------------------------------------------------------------------------
+    def check_shm(self, info) -> None:
+        """Use shared memory with this worker when its probe file (``ok``'s ``shm``) is readable here and holds
+        the nonce it said: then this process sees the worker's shared memory."""
+        if SHM_MIN <= 0 or not isinstance(info, dict):
+            return
+        probe, nonce, prefix = info.get("probe"), info.get("nonce"), info.get("prefix")
+        if not (isinstance(probe, str) and isinstance(nonce, str) and isinstance(prefix, str)
+                and probe.startswith(prefix + "-")):
+            return
+        try:
+            with open(probe, "rb") as f:
+                seen = f.read(len(nonce)).decode("ascii", "replace")
+        except OSError:
+            return
+        if seen == nonce:
+            self.shm = prefix
+
+    def mapping(self, path):
+        """A writable mapping of one of the worker's shared-memory files (``path`` checked against its prefix)."""
+        m = self.maps.get(path)
+        if m is not None:
+            self.maps.move_to_end(path)
+            return m
+        if self.shm is None or not isinstance(path, str) or not re.fullmatch(re.escape(self.shm) + r"-[0-9]{1,12}",
+                                                                              path):
+            raise ProtocolError(f"the worker for {self.device} named a shared-memory file that is not its own")
+        m = map_shm_file(path)
+        self.maps[path] = m
+        self.mapped += len(m)
+        while self.mapped > MAX_MAPPED_BYTES and len(self.maps) > 1:  # (dropped, not closed: arrays may view it)
+            _, old = self.maps.popitem(last=False)
+            self.mapped -= len(old)
+        return m
+
+    def write_frames(self, frames: list, paths: list[str], which: list[int]) -> list:
+        """Copy ``frames[k]`` for each ``k`` of ``which`` into the file at the matching path (lent by the worker for
+        this upload); returns ``[[k, path], ...]`` for the message, and empties those frames."""
+        spec = []
+        for k, path in zip(which, paths):
+            src = np.frombuffer(frames[k], np.uint8)
+            m = self.mapping(path)
+            if len(m) != src.nbytes:
+                raise ProtocolError(f"the worker for {self.device} lent a file of {len(m)} bytes for {src.nbytes}")
+            np.copyto(np.frombuffer(m, np.uint8), src)
+            frames[k] = b""
+            spec.append([k, path])
+        return spec
+
+    def read_value(self, desc: list) -> tuple[int, np.ndarray]:
+        """A fetched value the worker put in a file lent to this session (``[id, dtype, shape, -1, path]``): a
+        read-only array on the file's pages (no copy); the file goes back when the array and its views die."""
+        m = self.mapping(desc[4])
+        hid, arr = array_from_frame([desc[0], desc[1], desc[2], 0], [m])
+        root = arr.base if isinstance(arr.base, np.ndarray) else arr
+        arr.flags.writeable = False
+        weakref.finalize(root, _give_back, weakref.ref(self), desc[4])
+        return hid, arr
+
+
+def _give_back(ref, path: str) -> None:
+    ch = ref()
+    if ch is not None:
+        ch.give.append(path)
+
+
+def nbytes(frame) -> int:
+    return frame.nbytes if isinstance(frame, memoryview) else len(frame)
 
 
 class DataPlane:

@@ -54,7 +54,16 @@ from tensorwire.protocol.wire import (
 
 from . import leases
 from .cancel import Waker
-from .channels import DIRECT_CONNECT_S, MAX_RELAY_RELEASES, RENEW_BEFORE_S, RETRY_AFTER_S, DataPlane, batch_device
+from .channels import (
+    DIRECT_CONNECT_S,
+    MAX_RELAY_RELEASES,
+    RENEW_BEFORE_S,
+    RETRY_AFTER_S,
+    SHM_MIN,
+    DataPlane,
+    batch_device,
+    nbytes,
+)
 from .tensor import Tensor
 
 _new_tensor = object.__new__
@@ -586,7 +595,7 @@ class Session:
                     self._relay_sync()
                 plane.direct.add(dev)
         else:
-            touched = None if batch_dev is None and "nodes" in header and not header["nodes"] else set()
+            touched: set | None = set()
             if touched is not None:
                 loc = plane.loc
                 if batch_dev:
@@ -611,6 +620,14 @@ class Session:
             if not msg.get("sync"):
                 msg.pop("sync", None)
             self._attach_plan(msg, dev)
+            if ch.shm is not None:  # this host's shared memory: large values skip the socket
+                if fetch:
+                    msg["shm"] = SHM_MIN
+                big = [k for k, f in enumerate(frames) if nbytes(f) >= SHM_MIN]
+                if big:
+                    frames = list(frames)
+                    paths = self._shm_take(dev, ch, [nbytes(frames[k]) for k in big])
+                    msg["shm_frames"] = ch.write_frames(frames, paths, big)
             q = None
             if reply:
                 q = msg["q"] = next(self._seq)
@@ -707,13 +724,14 @@ class Session:
             return None
         sock = ch.open(self._ctx)
         q = next(self._seq)
-        ch.send({"t": "hello", "q": q})
+        ch.send({"t": "hello", "q": q, "shm": SHM_MIN > 0})
         why = None
         if sock.poll(int(DIRECT_CONNECT_S * 1000)):
             msg = sock.recv_multipart()
             h = unpack_header(msg[0])
             if h.get("t") == "ok" and h.get("q") == q:
                 ch.ok = True
+                ch.check_shm(h.get("shm"))
                 ch.unanswered = False
                 self._poller.register(sock, zmq.POLLIN)
                 plane.why_relay.pop(dev, None)
@@ -725,6 +743,17 @@ class Session:
         plane.drop(dev, why)
         plane.retry_at[dev] = time.monotonic() + RETRY_AFTER_S
         return None
+
+    def _shm_take(self, dev: str, ch, sizes: list[int]) -> list[str]:
+        """Files of these sizes, lent by ``dev``'s worker for an upload through shared memory."""
+        q = next(self._seq)
+        self._q_dev[q] = dev
+        ch.send({"t": "shm_take", "q": q, "sizes": sizes})
+        h, _ = self._wait(q)
+        paths = h.get("paths")
+        if not (isinstance(paths, list) and len(paths) == len(sizes)):
+            raise ProtocolError(f"the worker for {dev} answered a shared-memory request with no files")
+        return paths
 
     def _relay_sync(self) -> None:
         """Fence: wait until every batch relayed so far has run (their errors come with the next answer)."""
@@ -840,7 +869,10 @@ class Session:
     def _result(self, h: dict, frames, fetch):
         values = {}
         for desc in h.get("values") or ():
-            hid, arr = array_from_frame(desc, frames)
+            if isinstance(desc, list) and len(desc) == 5:  # in a shared-memory file of the worker's (channels.py)
+                hid, arr = self._shm_value(desc)
+            else:
+                hid, arr = array_from_frame(desc, frames)
             values[hid] = arr
         errs = h.get("errors") or []
         if self._carried:  # what the fences reported meanwhile
@@ -862,6 +894,13 @@ class Session:
             self._note_raised(roots[0])
             raise self._error(roots[0])
         return values
+
+    def _shm_value(self, desc: list):
+        path = desc[4]
+        for ch in self._plane.channels.values():
+            if ch.shm is not None and isinstance(path, str) and path.startswith(ch.shm + "-"):
+                return ch.read_value(desc)
+        raise ProtocolError("an answer named a shared-memory file of no worker this session talks to")
 
     def _forget_lost(self, errs: list) -> None:
         """A worker was lost: forget the cached scalar tensors that lived on its device (they would fail every op

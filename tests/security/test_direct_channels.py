@@ -215,3 +215,52 @@ def test_deferred_errors_cross_paths(cluster):
         np.testing.assert_allclose(ok.numpy(), VALUES + 1)
     finally:
         s.close()
+
+
+# -- shared memory on one host ----------------------------------------------------------------------------------
+def _io_files(prefix: str) -> list[str]:
+    d, base = os.path.split(prefix)
+    return [f for f in os.listdir(d) if f.startswith(base + "-")]
+
+
+def test_large_values_move_through_shared_memory_and_files_are_reused(cluster):
+    s = tw.Session(cluster.address, CLIENT_TOKEN)
+    try:
+        a = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)  # 4 MiB
+        t = s.const(a, "cpu:0")
+        np.testing.assert_array_equal(s.fetch(t), a)
+        ch = s._plane.channels["cpu:0"]
+        assert ch.shm is not None, "client and worker share this host: shared memory should be on"
+        before = len(_io_files(ch.shm))
+        for k in range(20):  # uploads and downloads through files the worker lends and takes back
+            v = s.fetch(s.const(a + k, "cpu:0") * 2)
+            np.testing.assert_array_equal(v, (a + k) * 2)
+            assert not v.flags.writeable
+            del v
+        assert len(_io_files(ch.shm)) <= before + 4, "files are reused, not made anew each time"
+        small = s.fetch(s.const(a[:10], "cpu:0"))  # under the threshold: a frame, as before
+        np.testing.assert_array_equal(small, a[:10])
+    finally:
+        s.close()
+
+
+def test_shared_memory_paths_are_the_workers_own(attacker, victim):
+    """A client cannot make the worker read a file it chose, or a file lent to another session."""
+    _, _, g, c = attacker
+    s, x, y = victim
+    victim_ch = s._plane.channels["cpu:0"]
+    s.fetch(s.const(np.zeros(1 << 19, np.float32), "cpu:0"))  # the victim holds files on loan now
+    lent = list(victim_ch.maps)
+    for path in ["/etc/passwd", *(lent[:1] or [])]:
+        send(c, {"t": "run", "q": 30, "cap": g["cap"], "ext": [], "outs": [80], "devs": ["cpu:0"],
+                 "nodes": [["const", [], {"shape": [4], "dtype": "float32", "frame": 0}, 0]],
+                 "shm_frames": [[0, path]]}, b"")
+        h = recv(c)
+        assert h["t"] == "error" and h["error"]["code"] == "ProtocolError", h
+        check_typed(h["error"])
+        send(c, {"t": "hello", "q": 31, "cap": g["cap"], "shm_give": [path]})
+        h = recv(c)
+        assert h["t"] == "error" and h["error"]["code"] == "ProtocolError", h
+    send(c, {"t": "shm_take", "q": 32, "cap": g["cap"], "sizes": [-1]})
+    assert recv(c)["error"]["code"] == "ProtocolError"
+    np.testing.assert_allclose(y.numpy(), np.exp(VALUES * 2), rtol=1e-6)
