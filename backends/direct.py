@@ -43,7 +43,7 @@ import zmq
 from tensorwire.dispatcher.plans import split_batch
 from tensorwire.protocol.addresses import check_address
 from tensorwire.protocol.capability import channel_key, verify
-from tensorwire.protocol.curve import is_local_address
+from tensorwire.protocol.curve import is_local_address, load_key_pair
 from tensorwire.protocol.errors import ProtocolError, TensorwireError, Unauthorized, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND
 from tensorwire.protocol.liveness import set_zmq_heartbeats
@@ -94,6 +94,7 @@ class DirectChannel:
         self.sock: zmq.Socket | None = None
         self.address: str | None = None
         self.why_not: str | None = None
+        self.public_key = None  # the CURVE key clients pin (None: plain, loopback only)
         self.io = ShmPool(f"{device}-io")  # files for uploads and downloads on this host
         self.lent: dict[bytes, dict] = {}  # session -> {path: ShmFile} on loan to it
         self.probe: tuple[str, str] | None = None  # (path, nonce) of the same-host probe
@@ -101,15 +102,22 @@ class DirectChannel:
         if not address or address.lower() == "none":
             self.why_not = "direct channel turned off (--direct-address none)"
             return
-        if keys is not None and not is_local_address(address.replace("*", "0")):
-            # (CURVE on direct channels is not built yet: clients reach this worker through the relay)
-            self.why_not = "direct channels over the network need CURVE, which they do not have yet: relay only"
-            log.warning("not opening a direct channel on %s: %s", address, self.why_not)
+        if keys is None and not is_local_address(address.replace("*", "0")):
+            self.why_not = (f"a direct channel on {address} would carry tensors in clear: give the worker CURVE keys "
+                            f"(--keys) or a loopback address")
+            log.warning("not opening a direct channel: %s", self.why_not)
             return
+        self.public_key: str | None = None
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
         set_zmq_heartbeats(sock)
+        if keys is not None:  # encrypted with the service key pair; the capability, not the client key, authorises
+            public, secret = load_key_pair(keys, "service")
+            sock.curve_secretkey = secret
+            sock.curve_publickey = public
+            sock.curve_server = True
+            self.public_key = public.decode()
         try:
             if address.endswith(":*") or address.endswith(":0"):
                 base = address[: address.rindex(":")]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextvars
+import functools
 import itertools
 import logging
 import os
@@ -152,6 +153,9 @@ class Executor:
         self.seq = 0
         self.pooled_seqs: set[int] = set()
         self.completed: deque = deque()  # from pool threads: ("send" | "progress" | "outcome", ...) in order
+        # what came on direct channels, which the dispatcher never sees: it reads these with the load (metrics)
+        self.direct_counts = {"batches": 0, "ops": 0, "bytes_in": 0, "bytes_out": 0, "plan_hits": 0,
+                              "plan_misses": 0, "errors": {}}
         self.batches_run = 0  # batches finished since the worker started
         self.busy_ns = 0  # ... and the time they took, from start to answer
         self.channel = None  # the worker's direct channel (backends.direct), which answers its own jobs
@@ -175,6 +179,14 @@ class Executor:
             s = self._session(sid)
             self.seq += 1
             s.jobs.append(_Job(h, frames, self.seq, route))
+            if route is not None:
+                c = self.direct_counts
+                c["batches"] += 1
+                c["bytes_in"] += sum(memoryview(f).nbytes if not hasattr(f, "buffer") else f.buffer.nbytes
+                                     for f in frames)
+                if h.get("plan") is not None:
+                    c["plan_misses" if h.get("nodes") is not None else "plan_hits"] += 1
+                c["ops"] += len(h.get("nodes") or ())
             if s.running is None and s.draining is None and len(s.jobs) == 1:
                 self.ready.append(sid)
         elif t == "xfer":
@@ -256,7 +268,8 @@ class Executor:
         queued = sum(len(s.jobs) + (s.running is not None) for s in self.sessions.values())
         return {"queued": queued, "sessions": len(self.sessions), "used_bytes": int(sum(s.ledger.used for s in
                 self.sessions.values())), "session_limit": self.limit, "batches": self.batches_run,
-                "busy_s": self.busy_ns / 1e9}
+                "busy_s": self.busy_ns / 1e9, "direct": {**self.direct_counts,
+                                                          "errors": dict(self.direct_counts["errors"])}}
 
     def stats(self) -> dict:
         out = {}
@@ -492,21 +505,32 @@ class Executor:
         from the hub it starts report their progress to the job's session (``hub_loader.reports``)."""
         reports = hub_loader.reports
         prev = getattr(reports, "to", None)
-        reports.to = (self.report_progress, sid, scope is not None)
+        report = self.report_progress if job.route is None else functools.partial(self.report_progress,
+                                                                                  route=job.route)
+        reports.to = (report, sid, scope is not None)
         try:
             return self._run_steps(sid, job, scope)
         finally:
             reports.to = prev
 
-    def report_progress(self, sid, pooled: bool, fields: dict) -> None:
-        """Send session ``sid`` a download's progress (``tensorwire.protocol.progress``); from a pool thread
-        (``pooled``) through the main thread, which owns the socket."""
+    def report_progress(self, sid, pooled: bool, fields: dict, route: bytes | None = None) -> None:
+        """Send session ``sid`` a download's progress (``tensorwire.protocol.progress``): through the dispatcher, or
+        on the client's direct channel (``route``) for work that came that way; from a pool thread (``pooled``)
+        through the main thread, which owns the sockets."""
         msg = {"t": "progress", "s": sid, **fields}
         if pooled:
-            self.completed.append(("progress", sid, None, msg))
+            self.completed.append(("progress", sid, route, msg))
             self._wake()
         else:
+            self._send_progress(route, msg)
+
+    def _send_progress(self, route: bytes | None, msg: dict) -> None:
+        if route is None:
             self.send(msg, [])
+        elif self.channel is not None:
+            msg["device"] = self.name  # (the dispatcher adds it to the reports it passes on)
+            del msg["s"]
+            self.channel.send(route, msg)
 
     def _run_steps(self, sid, job: _Job, scope):
         plan = job.plan
@@ -578,7 +602,7 @@ class Executor:
             s = self.sessions.get(sid)
             if item[0] == "progress":
                 if s is not None:  # (a session dropped meanwhile has nobody waiting)
-                    self.send(item[3], [])
+                    self._send_progress(item[2], item[3])
                 continue
             if item[0] == "send":
                 if s is not None and not job.cancelled:
@@ -809,6 +833,12 @@ class Executor:
         if job.route is None:
             self.send(msg, frames)
         elif self.channel is not None:
+            c = self.direct_counts
+            for f in frames:
+                c["bytes_out"] += f.nbytes if isinstance(f, memoryview) else len(f)
+            for e in itertools.chain(msg.get("errors") or (), msg.get("fetch_errors") or ()):
+                code = str(e.get("code"))[:64]
+                c["errors"][code] = c["errors"].get(code, 0) + 1
             if job.h.get("shm") and msg.get("values"):  # the client shares this host: large values go in files
                 frames = self.channel.values_to_shm(job.h["s"], msg["values"], frames, job.h["shm"])
             self.channel.send(job.route, msg, frames)
@@ -992,6 +1022,8 @@ class Worker:
         info = self.info.to_wire()
         if self.channel.address is not None:
             info["direct"] = self.channel.address
+            if self.channel.public_key:
+                info["direct_key"] = self.channel.public_key
         elif self.channel.why_not:
             info["direct_off"] = self.channel.why_not
         if self.executor.transport is not None:

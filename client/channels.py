@@ -32,7 +32,6 @@ import weakref
 import numpy as np
 import zmq
 
-from tensorwire.protocol.curve import is_local_address
 from tensorwire.protocol.errors import ProtocolError
 from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.shm_paths import map_shm_file
@@ -63,7 +62,7 @@ MAX_MAPPED_BYTES = int(os.environ.get("TENSORWIRE_SHM_MAPPED_BYTES", str(2 << 30
 class Channel:
     """One granted channel: a DEALER to a worker's direct socket, connected on first use."""
 
-    __slots__ = ("device", "address", "wid", "cap", "expires", "sock", "ok", "unanswered", "releases", "sent",
+    __slots__ = ("device", "address", "wid", "cap", "expires", "key", "sock", "ok", "unanswered", "releases", "sent",
                  "last_q", "shm", "maps", "mapped", "give", "__weakref__")
 
     def __init__(self, grant: dict):
@@ -72,6 +71,7 @@ class Channel:
         self.wid: str = grant["wid"]
         self.cap: bytes = grant["cap"]
         self.expires: float = float(grant["expires"])
+        self.key: str | None = grant.get("key") if isinstance(grant.get("key"), str) else None  # the worker's CURVE key
         self.sock: zmq.Socket | None = None
         self.ok = False  # the worker answered our hello
         self.unanswered = False  # messages went out that no answer on this channel has followed yet
@@ -88,6 +88,11 @@ class Channel:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
         set_zmq_heartbeats(sock)
+        if self.key is not None:  # encrypted, pinning the key the dispatcher vouched for; our own pair is throwaway
+            public, secret = zmq.curve_keypair()
+            sock.curve_secretkey = secret
+            sock.curve_publickey = public
+            sock.curve_serverkey = self.key.encode()
         sock.connect(self.address)
         self.sock = sock
         return sock
@@ -186,12 +191,13 @@ class DataPlane:
     """A session's channels and the state that keeps its messages in order across the two paths (see the module
     docstring). The session owns the sockets' thread; this class holds no lock of its own."""
 
-    def __init__(self, ctx: zmq.Context, grants, dispatcher_address: str, keys):
+    def __init__(self, ctx: zmq.Context, grants, keys):
         self.ctx = ctx
         self.channels: dict[str, Channel] = {}
         self.why_relay: dict[str, str] = {}  # device -> why its work goes through the dispatcher
         self.retry_at: dict[str, float] = {}
         self.direct: set[str] = set()  # devices in direct mode
+        self.used: set[str] = set()  # devices that ran work sent on their channel (their spans are the profiler's)
         self.cooldown: dict[str, int] = {}  # device -> single-device batches left on the relay before going direct
         self.relay_unsynced = False  # relayed batches went out that no relayed sync has covered
         self.loc: dict[int, str] = {}  # live handle -> its device
@@ -202,11 +208,8 @@ class DataPlane:
         self.plan_nodes: dict[int, tuple] = {}  # plan -> (nodes, devs, n_ext): sent again to a path lacking it
         self.plan_paths: dict[int, set] = {}  # plan -> the paths that have it ("relay" or a device)
         self.enabled = DIRECT_ENABLED
-        if keys is not None and not is_local_address(dispatcher_address):
-            self.enabled = False  # (direct channels have no CURVE yet: a remote cluster with keys is relay only)
-            self.why_off = "the cluster uses CURVE keys; direct channels do not encrypt yet"
-        else:
-            self.why_off = "" if self.enabled else "turned off (TENSORWIRE_DIRECT=0)"
+        self.why_off = "" if self.enabled else "turned off (TENSORWIRE_DIRECT=0)"
+        self.curve = keys is not None  # this client speaks CURVE: it takes encrypted channels only
         self.grant(grants)
 
     # -- grants ------------------------------------------------------------------------------------
@@ -216,6 +219,9 @@ class DataPlane:
         for g in grants or ():
             if not (isinstance(g, dict) and isinstance(g.get("device"), str) and isinstance(g.get("address"), str)
                     and isinstance(g.get("cap"), bytes) and isinstance(g.get("wid"), str)):
+                continue
+            if self.curve and not isinstance(g.get("key"), str):
+                self.why_relay[g["device"]] = "its worker's direct channel is not encrypted and this client uses CURVE"
                 continue
             ch = self.channels.get(g["device"])
             if ch is not None and ch.wid == g["wid"] and ch.address == g["address"]:

@@ -261,15 +261,15 @@ class profile:  # noqa: N801
             self._span("transfer::upload", "transfer", t0, _clock() - t0, {"device": device, "bytes": array.nbytes})
             return out
 
-        def timed_send_batch(pending, fetch, release, *, reply=False, wait_sent=False):
+        def timed_send_batch(pending, fetch, sync, release, *, reply=False, wait_sent=False):
             t0 = _clock()
-            q = send_batch(pending, fetch, release, reply=reply, wait_sent=wait_sent)
+            q = send_batch(pending, fetch, sync, release, reply=reply, wait_sent=wait_sent)
             self._span(
                 "client::ship",
                 "client",
                 t0,
                 _clock() - t0,
-                {"batch": self._last_batch, "nodes": len(pending), "fetch": len(fetch)},
+                {"batch": self._last_batch, "nodes": len(pending), "fetch": len(fetch), "sync": bool(sync)},
             )
             if q is not None:
                 self._waiting[q] = (self._last_batch, t0)
@@ -349,7 +349,7 @@ class profile:  # noqa: N801
         with s._lock:
             s._sync_direct()  # (what went on channels has run, so its spans are there)
             t0 = _clock()
-            h, _ = s._request({"t": "profile_collect", "devices": sorted(s._plane.channels)})
+            h, _ = s._request({"t": "profile_collect", "devices": sorted(s._plane.used)})
             t3 = _clock()
         d_off = ((h["t_recv"] - t0) + (h["t_send"] - t3)) // 2  # the dispatcher's clock minus ours
         d_rtt = (t3 - t0) - (h["t_send"] - h["t_recv"])

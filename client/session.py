@@ -187,7 +187,7 @@ class Session:
         #: the named services (autograd, collectives@DEVICE ...) registered when this session opened
         self.services_at_open = [str(n) for n in h.get("services") or []]
         self.default_device = self._devices[0] if self._devices else "cpu:0"
-        self._plane = DataPlane(self._ctx, h.get("channels"), address, self._keys)
+        self._plane = DataPlane(self._ctx, h.get("channels"), self._keys)
         self._q_dev: dict[int, str] = {}  # numbered messages sent on a channel, waiting: q -> device
         self._carried: list = []  # errors a fence's answer brought, raised with the next answer
         self._finalizer = weakref.finalize(self, Session._close_socket, self._sock, self._key)
@@ -518,10 +518,6 @@ class Session:
         point, as for any batch shipped without an answer. A compiled graph's replay waiting to go (:meth:`replay`)
         goes first, carrying the fetch or sync itself when nothing was recorded after it (one message for
         ``step(x); loss.item()``)."""
-        if sync:  # everything before it, on every path: the batch (with its fetch), then each path's own sync
-            values = self._flush(fetch, False, wait_sent)
-            self._sync_paths()
-            return values or {}
         self._mark = False
         pending, self._pending = self._pending, []
         self._pending_bytes = 0
@@ -532,20 +528,34 @@ class Session:
             route = _replay_route(part, temps)
             made = [(first + j, dev) for j, dev in route[1]]
             release = []  # (applied after the replay's work, like every release)
-            if not pending and fetch:
-                header["fetch"] = fetch
-                h, rframes = self._wait(self._post(header, frames, route[0], made, ext, fetch, reply=True))
-                return self._result(h, rframes, fetch)
+            if not pending and (fetch or sync):
+                header["fetch"], header["sync"] = fetch, sync
+                return self._answered(self._post(header, frames, route[0], made, ext, fetch, reply=True), fetch, sync)
             self._post(header, frames, route[0], made, ext, ())
         if not pending and not fetch and not release:
+            if not sync:
+                return None
+            if self._plane.direct and not self._plane.relay_unsynced:  # (nothing went through the dispatcher)
+                self._sync_paths()
+                return self._result({}, [], ())
+        if not (fetch or sync):
+            self._send_batch(pending, fetch, False, release, wait_sent=wait_sent)
             return None
-        if not fetch:
-            self._send_batch(pending, fetch, release, wait_sent=wait_sent)
-            return None
-        h, rframes = self._wait(self._send_batch(pending, fetch, release, reply=True))
+        return self._answered(self._send_batch(pending, fetch, sync, release, reply=True), fetch, sync)
+
+    def _answered(self, q: int, fetch: list[int], sync: bool):
+        """Wait for the answer ``q`` of a message with a fetch or a sync. A sync rode with that message on its own
+        path; the other paths the session used since their last sync are synced now (``_sync_paths``). Then the
+        values, or the first error any of it reported."""
+        direct = q in self._q_dev
+        h, rframes = self._wait(q)
+        if sync:
+            if not direct:
+                self._plane.relay_unsynced = False
+            self._sync_paths()
         return self._result(h, rframes, fetch)
 
-    def _send_batch(self, pending: list, fetch: list[int], release: list[int], *,
+    def _send_batch(self, pending: list, fetch: list[int], sync: bool, release: list[int], *,
                     reply: bool = False, wait_sent: bool = False) -> int | None:
         """Send ``pending`` as one batch message (as a plan replay when its structure was sent before);
         with ``reply``, number it and return the number the answer will carry."""
@@ -555,7 +565,7 @@ class Session:
             for k in list(itertools.islice(where, len(where) - MAX_WHERE // 2)):
                 del where[k]
         header = {"t": "batch", "k": self._key, "ext": b.ext, "outs": b.outs, "fetch": fetch, "release": release,
-                  "sync": False}
+                  "sync": sync}
         if self._prof is not None:  # a profile is open: number the batch, so every process's spans name it
             header["prof"] = self._prof.next_batch()
         if b.nodes:
@@ -594,6 +604,7 @@ class Session:
                 if plane.relay_unsynced:
                     self._relay_sync()
                 plane.direct.add(dev)
+            plane.used.add(dev)
         else:
             touched: set | None = set()
             if touched is not None:
@@ -784,13 +795,13 @@ class Session:
                 self._carried.append(e)
 
     def _sync_paths(self) -> None:
-        """``synchronize()``: everything sent on every path has run; raise the first error any of it reported."""
+        """For ``synchronize()``: everything sent on every path has run (each channel with messages not answered
+        yet, and the relay when relayed batches went out since its last sync); their errors are carried to the
+        answer the caller raises from."""
         for d in sorted(self._plane.direct):
             self._direct_sync(d)
-        rel = self._plane.relay_releases
-        if self._plane.relay_unsynced or rel or self._carried or not self._plane.direct:
+        if self._plane.relay_unsynced or self._plane.relay_releases:
             self._relay_sync()
-        self._result({}, [], ())
 
     def _sync_direct(self) -> None:
         """Every channel's messages have arrived and run (before a request the dispatcher answers from the

@@ -766,14 +766,16 @@ class Dispatcher:
     # -- direct channels (the data plane: see protocol/capability.py and backends/direct.py) -------------------
     def _channels(self, s: Session) -> list[dict]:
         """Grants of direct channels for session ``s``: each worker that listens for them, with its address, its
-        public worker id and a capability bound to the session, that worker process, this epoch and an expiry."""
+        public worker id, its CURVE public key (when the cluster has keys: the client pins it) and a capability
+        bound to the session, that worker process, this epoch and an expiry."""
         expires = int(time.time() + CHANNEL_TTL_S)
         out = []
         for dev, w in self.workers.items():
             addr = w.info.get("direct")
             if isinstance(addr, str):
                 out.append({"device": dev, "address": addr, "wid": worker_id(w.instance), "expires": expires,
-                            "cap": issue(channel_key(w.instance), s.sid, dev, self.epoch, expires)})
+                            "cap": issue(channel_key(w.instance), s.sid, dev, self.epoch, expires),
+                            "key": w.info.get("direct_key") if isinstance(w.info.get("direct_key"), str) else None})
         return out
 
     def _lost_workers(self, wanted) -> list[str]:

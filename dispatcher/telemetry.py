@@ -83,6 +83,12 @@ class Telemetry:
         return out
 
 
+def _num(d, key: str) -> int:
+    """``d[key]`` when ``d`` is a worker's report and that is a count; 0 otherwise."""
+    v = d.get(key) if isinstance(d, dict) else None
+    return v if type(v) is int else 0
+
+
 class DispatcherCollector:
     """A Prometheus collector over a live :class:`~tensorwire.dispatcher.server.Dispatcher`."""
 
@@ -101,34 +107,44 @@ class DispatcherCollector:
         c = CounterMetricFamily("tensorwire_sessions_opened", "Sessions opened since the dispatcher started")
         c.add_metric([], tel.sessions_opened)
         yield c
-        devices = list(tel.devices.items())
+        # what clients sent their workers on direct channels, as each worker last reported it (its load)
+        direct = {dev: ld.get("direct") for dev, ld in list(tel.load.items()) if isinstance(ld.get("direct"), dict)}
+        names = sorted(set(tel.devices) | set(direct))
         for name, attr, doc in (
-            ("batches", "batches", "Batch fragments routed to a device's worker"),
-            ("ops", "ops", "Ops (graph nodes) routed to a device's worker"),
+            ("batches", "batches", "Batches run on a device's worker (routed by the dispatcher or sent on a direct "
+                                   "channel)"),
+            ("ops", "ops", "Ops (graph nodes) sent to a device's worker"),
         ):
             c = CounterMetricFamily(f"tensorwire_{name}", doc, labels=["device"])
-            for dev, cnt in devices:
-                c.add_metric([dev], getattr(cnt, attr))
+            for dev in names:
+                cnt = tel.devices.get(dev)
+                c.add_metric([dev], (getattr(cnt, attr) if cnt else 0) + _num(direct.get(dev), attr))
             yield c
         c = CounterMetricFamily(
             "tensorwire_bytes",
-            "Tensor bytes moved through the dispatcher: uploads to a device (in) and fetched results (out)",
+            "Tensor bytes to a device (in: uploads) and back (out: fetched results), on either path",
             labels=["device", "direction"],
         )
-        for dev, cnt in devices:
-            c.add_metric([dev, "in"], cnt.bytes_in)
-            c.add_metric([dev, "out"], cnt.bytes_out)
+        for dev in names:
+            cnt = tel.devices.get(dev)
+            c.add_metric([dev, "in"], (cnt.bytes_in if cnt else 0) + _num(direct.get(dev), "bytes_in"))
+            c.add_metric([dev, "out"], (cnt.bytes_out if cnt else 0) + _num(direct.get(dev), "bytes_out"))
         yield c
         c = CounterMetricFamily(
             "tensorwire_plan_cache",
             "Batches by plan-cache outcome: replayed by number (hit) or sent with their structure (miss)",
             labels=["result"],
         )
-        c.add_metric(["hit"], tel.plan_hits)
-        c.add_metric(["miss"], tel.plan_misses)
+        c.add_metric(["hit"], tel.plan_hits + sum(_num(v, "plan_hits") for v in direct.values()))
+        c.add_metric(["miss"], tel.plan_misses + sum(_num(v, "plan_misses") for v in direct.values()))
         yield c
         c = CounterMetricFamily("tensorwire_errors", "Errors reported to clients, by error code", labels=["code"])
-        for code, n in list(tel.errors.items()):
+        errors = Counter(tel.errors)
+        for v in direct.values():
+            e = v.get("errors")
+            if isinstance(e, dict):
+                errors.update({str(k)[:64]: n for k, n in e.items() if type(n) is int})
+        for code, n in list(errors.items()):
             c.add_metric([code], n)
         yield c
         workers = list(d.workers.items())

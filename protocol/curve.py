@@ -121,6 +121,13 @@ def apply_server(sock: zmq.Socket, keys: Path, domain: str) -> None:
     sock.curve_server = True
 
 
+def load_key_pair(keys: Path, role: str) -> tuple[bytes, bytes]:
+    """The ``role`` key pair (public, secret) from the keys directory (a worker's direct channel serves with its
+    ``service`` pair)."""
+    _check_curve()
+    return _load(keys / f"{role}.key_secret", secret=True)
+
+
 def apply_peer(sock: zmq.Socket, keys: Path, role: str) -> None:
     """Make ``sock`` (before it connects) a CURVE client with the ``role`` pair (``client`` or ``service``),
     pinning the dispatcher's public key: a dispatcher with another key cannot complete the handshake."""

@@ -90,8 +90,9 @@ def test_profiled_training_step_spans_every_process_nested(sess, tmp_path):
     assert np.isfinite(value)
     events = prof.events()
     procs = {e.process for e in events}
-    assert {"client", "dispatcher", "worker cpu:0", "autograd"} <= procs, procs
-    # the batch that fetched the loss: client round trip > dispatcher batch > worker batch > its kernels
+    assert {"client", "worker cpu:0", "autograd"} <= procs, procs
+    # the batch that fetched the loss: client round trip > dispatcher batch (when it went through the dispatcher; on
+    # a direct channel there is none) > worker batch > its kernels
     by = {}
     for e in events:
         if "batch" in e.args:
@@ -102,7 +103,7 @@ def test_profiled_training_step_spans_every_process_nested(sess, tmp_path):
     tol = NEST_TOLERANCE_US
     for b in fetched:
         (client,) = by[("client::batch", b)]
-        (disp,) = by[("dispatcher::batch", b)]
+        (disp,) = by.get(("dispatcher::batch", b)) or (client,)
         assert client.ts_us - tol <= disp.ts_us and disp.end_us <= client.end_us + tol, (client, disp)
         for work in by[("worker::batch", b)]:
             assert disp.ts_us - tol <= work.ts_us and work.end_us <= disp.end_us + tol, (disp, work)
@@ -133,7 +134,8 @@ def test_profiled_training_step_spans_every_process_nested(sess, tmp_path):
     prof.export_chrome_trace(path)
     trace = json.loads(path.read_text())["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in trace if e["ph"] == "M" and e["name"] == "process_name"}
-    assert len(names) == len(set(names.values())) == len(procs)
+    assert len(names) == len(set(names.values()))  # (a process with no span, the dispatcher here, is named too)
+    assert procs <= {n.split(" (pid")[0] for n in names.values()}, (procs, names)
     assert any(n.startswith("worker cpu:0") for n in names.values())
     spans = [e for e in trace if e["ph"] == "X"]
     assert len(spans) == len(events)
@@ -175,8 +177,11 @@ def test_dispatcher_metrics_move_with_work(obs_cluster, sess):
         (x @ x).sum().item()
     with pytest.raises(IndexError):
         tw.arange(5, device="cpu:1").gather(0, tw.tensor([9], device="cpu:1")).numpy()
-    after = _scrape(url)
     key = 'tensorwire_batches_total{device="cpu:1"}'
+    # (the work went on a direct channel: the dispatcher counts it from cpu:1's load, which it polls every 2 s)
+    after = _wait_for(lambda: (m := _scrape(url)).get(key, 0) >= before.get(key, 0) + 6
+                      and m.get('tensorwire_errors_total{code="IndexError"}', 0) >= 1 and m)
+    assert after, "the batches run on cpu:1 never showed in the dispatcher's metrics"
     assert after[key] >= before.get(key, 0) + 6
     assert after['tensorwire_ops_total{device="cpu:1"}'] > before.get('tensorwire_ops_total{device="cpu:1"}', 0)
     assert after['tensorwire_bytes_total{device="cpu:1",direction="out"}'] >= 4 * 4
