@@ -30,23 +30,39 @@ path a client chose):
   message) when its array dies. Files still lent when the session closes go back then.
 
 A malformed or unauthorised message is answered with ``error {q, error}`` and changes nothing.
+
+Worker to worker. A tensor moved between devices (a cross-device ``copy``: ``send`` on the source, ``recv`` on the
+destination) goes from the source worker straight to the destination's direct socket when the dispatcher names
+the destination's address in the source's ``run`` (``xto``); otherwise through the dispatcher as before. These
+messages carry no capability but a signature under the service credential (``protocol.capability.peer_mac``):
+
+- ``xfer {s, x, dtype, shape | err, shm?, from, mac}``: the value (a frame, or on one host a file of the source's
+  pool, mapped by the destination without a copy), and the source's direct address. The destination tells the
+  dispatcher ``xfer_got`` (it forgets the route; a route still open when a source dies is failed as before).
+- ``xfer_give {paths, mac}``: the destination's arrays on those files died: the source reuses them.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
+import re
+import time
+import weakref
 
 import numpy as np
 import zmq
 
 from tensorwire.dispatcher.plans import split_batch
 from tensorwire.protocol.addresses import check_address
-from tensorwire.protocol.capability import channel_key, verify
+from tensorwire.protocol.capability import channel_key, check_peer, peer_key, peer_mac, verify
 from tensorwire.protocol.curve import is_local_address, load_key_pair
 from tensorwire.protocol.errors import ProtocolError, TensorwireError, Unauthorized, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND
 from tensorwire.protocol.liveness import set_zmq_heartbeats
+from tensorwire.protocol.service import SHM_DIR
+from tensorwire.protocol.shm_paths import map_shm_file
 from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
 
 from .shm import ShmPool
@@ -58,6 +74,10 @@ DEFAULT_ADDRESS = "tcp://127.0.0.1:*"
 _NOT_DIRECT = frozenset((SEND, RECV, "collective"))  # work that needs another device or the collectives service
 MAX_CLOSED = 1 << 14
 MAX_LENT_FILES = 256  # shared-memory files one session may hold on loan at once
+MAX_PEER_FILES = 256  # files lent to other workers (transfers) at once; past it, transfers go as frames
+SHM_MIN = 1 << 20  # a transfer this large goes through shared memory between workers on one host
+MAX_PEER_MAPPED = 2 << 30  # mappings of other workers' files kept for reuse
+_PEER_FILE = re.compile(r"tensorwire-[0-9]{1,10}-[A-Za-z0-9_.-]{1,140}-io-[0-9]{1,12}")
 
 
 def _ints(h: dict, name: str) -> list:
@@ -86,11 +106,20 @@ def fragment(device: str, nodes, devs, n_ext: int) -> list:
 class DirectChannel:
     """The worker's direct socket and the checks every message on it passes (main thread only)."""
 
-    def __init__(self, ctx: zmq.Context, device: str, instance: str, address: str | None, keys=None):
+    def __init__(self, ctx: zmq.Context, device: str, instance: str, address: str | None, keys=None,
+                 service_token: str | None = None):
         self.device = device
         self.key = channel_key(instance)
+        self.ctx = ctx
+        self.peer_key = peer_key(service_token) if service_token else None  # signs worker-to-worker messages
+        self.peers: dict[str, zmq.Socket] = {}  # other workers' direct addresses -> a DEALER to each
+        self.peer_lent: dict[str, object] = {}  # path -> file of ours another worker holds a tensor on
+        self.peer_maps: collections.OrderedDict = collections.OrderedDict()  # other workers' files we mapped
+        self.peer_mapped = 0
+        self.peer_give: collections.deque = collections.deque()  # (source address, path) whose arrays died
         self.epoch: str | None = None  # the dispatcher's: set when the worker registers
         self.closed: dict = {}  # sessions dropped here: their capabilities are refused until they expire
+        self.caps: dict = {}  # capabilities checked already -> (epoch, session, expiry)
         self.sock: zmq.Socket | None = None
         self.address: str | None = None
         self.why_not: str | None = None
@@ -139,7 +168,109 @@ class DirectChannel:
         if self.sock is not None:
             self.sock.close(0)
             self.sock = None
+        for p in self.peers.values():
+            p.close(0)
+        self.peers.clear()
+        self.peer_maps.clear()
         self.io.close()
+
+    # -- worker to worker --------------------------------------------------------------------------
+    def _peer(self, address: str, key: str | None) -> zmq.Socket:
+        sock = self.peers.get(address)
+        if sock is None:
+            sock = self.ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 1000)
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+            if key:
+                public, secret = zmq.curve_keypair()
+                sock.curve_secretkey, sock.curve_publickey, sock.curve_serverkey = secret, public, key.encode()
+            sock.connect(address)
+            self.peers[address] = sock
+        return sock
+
+    def send_xfer(self, peer: list, sid: bytes, x: int, arr, dtype: str, shape: list, err: dict | None) -> None:
+        """Send transfer ``x`` of session ``sid`` straight to the destination worker ``peer`` (``[k, address, key,
+        same host]``): the value ``arr`` (through a file of ours on one host), or the error ``err``."""
+        _, address, key, same_host = peer
+        shm = ""
+        frames = []
+        if err is None:
+            if (same_host and self.address is not None and arr.nbytes >= SHM_MIN
+                    and len(self.peer_lent) < MAX_PEER_FILES):
+                try:
+                    f = self.io.take(arr.nbytes)
+                    np.copyto(np.frombuffer(memoryview(f.map), np.uint8, arr.nbytes),
+                              np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+                    self.peer_lent[f.path] = f
+                    shm = f.path
+                except Exception as e:  # (shared memory full: a frame it is)
+                    log.info("a transfer goes as a frame, not through shared memory: %s", e)
+            if not shm:
+                from tensorwire.protocol.wire import as_frame
+
+                frames = [as_frame(arr)]
+        frm = self.address or ""
+        h = {"t": "xfer", "s": sid, "x": x, "dtype": dtype, "shape": shape, "shm": shm, "from": frm, "err": err,
+             "mac": peer_mac(self.peer_key, "xfer", sid, x, dtype, shape, shm, frm, err)}
+        send_parts(self._peer(address, key), [pack_header(h), *frames])
+
+    def _xfer(self, executor, h: dict, frames: list) -> None:
+        """A transfer from another worker: checked, mapped (a file of the source's) or taken as a frame, and handed
+        to the executor as the dispatcher would have; the dispatcher hears that it arrived."""
+        sid, x, dtype, shape, shm, frm, err = (h.get(k) for k in ("s", "x", "dtype", "shape", "shm", "from", "err"))
+        check_peer(self.peer_key, h.get("mac"), "xfer", sid, x, dtype, shape, shm, frm, err)
+        if type(sid) is not bytes or type(x) is not int:
+            raise ProtocolError("a transfer names its session and key")
+        msg = {"t": "xfer", "s": sid, "x": x}
+        if err is not None:
+            msg["err"] = err
+        else:
+            msg["dtype"], msg["shape"] = dtype, shape
+            if shm:
+                frames = [self._peer_view(shm, frm)]
+        executor.handle(msg, frames)
+        executor.send({"t": "xfer_got", "s": sid, "x": x}, [])
+
+    def _peer_view(self, path, source: str) -> memoryview:
+        """A read-only view of another worker's file (``path`` checked: in the cluster's folder, named as a
+        worker's pool names them, a regular file of this user); the source reuses it once the view's arrays die."""
+        if not (isinstance(path, str) and os.path.dirname(path) == SHM_DIR and _PEER_FILE.fullmatch(
+                os.path.basename(path)) and isinstance(source, str) and source):
+            raise ProtocolError("a transfer named a file that is not a worker's shared memory")
+        m = self.peer_maps.get(path)
+        if m is None:
+            m = self.peer_maps[path] = map_shm_file(path)
+            self.peer_mapped += len(m)
+            while self.peer_mapped > MAX_PEER_MAPPED and len(self.peer_maps) > 1:
+                _, old = self.peer_maps.popitem(last=False)
+                self.peer_mapped -= len(old)
+        else:
+            self.peer_maps.move_to_end(path)
+        root = np.frombuffer(m, np.uint8)
+        root.flags.writeable = False
+        weakref.finalize(root, self.peer_give.append, (source, path))
+        return memoryview(root)
+
+    def flush_gives(self) -> None:
+        """Tell each source worker which of its files our arrays no longer use (main thread)."""
+        by: dict[str, list[str]] = {}
+        for _ in range(len(self.peer_give)):
+            address, path = self.peer_give.popleft()
+            by.setdefault(address, []).append(path)
+        for address, paths in by.items():
+            sock = self.peers.get(address)
+            if sock is None:
+                sock = self._peer(address, None)  # (a source we never sent to: it reached us with no key)
+            send_parts(sock, [pack_header({"t": "xfer_give", "paths": paths,
+                                           "mac": peer_mac(self.peer_key, "xfer_give", paths)})])
+
+    def _xfer_give(self, h: dict) -> None:
+        paths = h.get("paths")
+        check_peer(self.peer_key, h.get("mac"), "xfer_give", paths)
+        for p in paths if isinstance(paths, list) else ():
+            f = self.peer_lent.pop(p, None) if isinstance(p, str) else None
+            if f is not None:
+                self.io.give_back(f)
 
     # -- shared memory -----------------------------------------------------------------------------
     def _probe(self) -> dict:
@@ -216,6 +347,18 @@ class DirectChannel:
                 v[3] = where
         return keep
 
+    def _verified(self, cap) -> bytes:
+        """The session a capability acts for (``protocol.capability.verify``); a capability checked before is not
+        checked again while it lasts (a session sends the same one with every message: the MAC is the costly part)."""
+        hit = self.caps.get(cap) if type(cap) is bytes else None
+        if hit is not None and hit[0] == self.epoch and hit[2] >= time.time():
+            return hit[1]
+        sid = verify(self.key, cap, self.device, self.epoch)
+        if len(self.caps) >= MAX_CLOSED:
+            self.caps.pop(next(iter(self.caps)))
+        self.caps[cap] = (self.epoch, sid, int.from_bytes(cap[8:16], "big"))
+        return sid
+
     def _refuse(self, route: bytes, q, err: dict) -> None:
         try:
             self.send(route, {"t": "error", "q": q, "error": err})
@@ -245,6 +388,7 @@ class DirectChannel:
                 continue
             route = msg[0].bytes
             q = None
+            h = {}
             try:
                 h = unpack_header(msg[1].bytes)
                 q = h.get("q")
@@ -253,6 +397,9 @@ class DirectChannel:
                     raise ProtocolError("'q' must be an int")
                 self._handle(executor, route, h, msg[2:], q)
             except TensorwireError as e:
+                if h.get("t") in ("xfer", "xfer_give"):  # (a worker's message: nobody reads answers to it)
+                    log.warning("refused a worker-to-worker message: %s", e.message)
+                    continue
                 self._refuse(route, q, e.to_wire())
             except Exception as e:  # a malformed message never stops the worker
                 log.warning("bad direct message: %s", e)
@@ -261,10 +408,16 @@ class DirectChannel:
         return n
 
     def _handle(self, executor, route: bytes, h: dict, frames: list, q) -> None:
-        sid = verify(self.key, h.get("cap"), self.device, self.epoch)
+        t = h.get("t")
+        if t == "xfer":  # from another worker: signed, not capability-bearing
+            self._xfer(executor, h, frames)
+            return
+        if t == "xfer_give":
+            self._xfer_give(h)
+            return
+        sid = self._verified(h.get("cap"))
         if sid in self.closed:
             raise Unauthorized("this session is closed")
-        t = h.get("t")
         if h.get("shm_give"):
             self.give_back(sid, h["shm_give"])
         if t == "run":

@@ -55,6 +55,7 @@ from tensorwire.protocol.service import (
     stop_event_on_signals,
     tune_gc,
 )
+from tensorwire.protocol.shm_paths import host_id
 from tensorwire.protocol.wire import array_from_frame, as_frame, pack_header, send_parts
 
 from . import get_backend, hot, hub_loader
@@ -741,14 +742,24 @@ class Executor:
     def _send_xfer(self, sid, job: _Job, k, value) -> None:
         key = job.h["x"] + k
         job.sent.add(k)
+        peer = None  # the destination worker's direct channel, when the dispatcher named it (backends.direct)
+        xto = job.h.get("xto")
+        if xto and self.channel is not None:
+            peer = next((e for e in xto if type(e) is list and len(e) == 4 and e[0] == k), None)
         if isinstance(value, Fail):  # the failure travels as it is: the destination raises the same error
             err = {a: b for a, b in value.err.items() if a != "moved"}
-            self.send({"t": "xfer", "s": sid, "x": key, "err": err}, [])
+            if peer is not None:
+                self.channel.send_xfer(peer, sid, key, None, "", [], err)
+            else:
+                self.send({"t": "xfer", "s": sid, "x": key, "err": err}, [])
             return
         t0 = time.monotonic_ns()
         arr = self.device.download(value)
         shape, dt = self.device.meta(value)
-        self.send({"t": "xfer", "s": sid, "x": key, "dtype": dt.name, "shape": list(shape)}, [as_frame(arr)])
+        if peer is not None:
+            self.channel.send_xfer(peer, sid, key, arr, dt.name, list(shape), None)
+        else:
+            self.send({"t": "xfer", "s": sid, "x": key, "dtype": dt.name, "shape": list(shape)}, [as_frame(arr)])
         if job.spans is not None:
             job.spans.append(("transfer::send", "transfer", t0, time.monotonic_ns() - t0, {"batch": job.h["prof"],
                               "bytes": arr.nbytes, "transfer": key}))
@@ -1002,7 +1013,7 @@ class Worker:
         limit_text = session_memory if session_memory is not None else os.environ.get(QUOTA_ENV)
         self.session_limit = parse_limit(limit_text, info.memory_bytes or host_memory())
         self.executor = Executor(self.device, device, self._send, session_limit=self.session_limit)
-        self.channel = DirectChannel(self.ctx, device, self.instance, direct_address, keys)
+        self.channel = DirectChannel(self.ctx, device, self.instance, direct_address, keys, token)
         if self.channel.sock is not None:
             self.executor.channel = self.channel
         self.stop = threading.Event()
@@ -1020,6 +1031,7 @@ class Worker:
     def _info(self) -> dict:
         """The device's description, and the transport its collectives can take directly (``collectives``)."""
         info = self.info.to_wire()
+        info["host"] = host_id()  # (workers on one host move tensors through shared memory)
         if self.channel.address is not None:
             info["direct"] = self.channel.address
             if self.channel.public_key:
@@ -1066,6 +1078,8 @@ class Worker:
                     ex.collect()
                 if direct is not None and direct in events:
                     self.channel.receive(ex)
+                if self.channel.peer_give:  # other workers' files our arrays no longer use
+                    self.channel.flush_gives()
                 if sock not in events:
                     ex.run_ready()
                     # (messages may have come while the batches ran: silence is judged on an empty socket only)

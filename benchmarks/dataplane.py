@@ -129,11 +129,40 @@ def bench_bulk(address: str, mib: int = 256) -> Result:
                   "through shared memory: one copy each way" if shm else "shared memory was not available: frames")
 
 
+def bench_move(address: str, mib: int = 256) -> Result:
+    """``x.to("cpu:1")`` of 256 MiB from ``cpu:0`` (worker to worker, through shared memory on one host) against a
+    numpy copy of the same buffer in this process."""
+    a = np.random.default_rng(0).standard_normal(mib * (1 << 20) // 4).astype(np.float32)
+    s = _session(address, True)
+    dst = np.empty_like(a)
+    with tw.use_session(s):
+        box = {"x": tw.from_numpy(a)}
+
+        def ours():
+            box["y"] = box["x"].to("cpu:1")  # (the previous copy dies here: its file goes back to cpu:0's pool)
+            tw.synchronize()
+
+        def peer():
+            np.copyto(dst, a)
+
+        for _ in range(3):
+            ours()
+            peer()
+        t_ours, t_peer = interleaved(ours, peer, rounds=5)
+        np.testing.assert_array_equal(box["y"][:1000].numpy(), a[:1000])
+        box.clear()
+    s.close()
+    r = t_peer / t_ours
+    return Result(f"`x.to(\"cpu:1\")` of {mib} MiB float32 from cpu:0 vs a numpy copy of the buffer (throughput)",
+                  a.nbytes / t_ours / 1e9, a.nbytes / t_peer / 1e9, "GB/s", r, ">= 0.5x", r >= 0.5,
+                  "worker to worker through a file of the source's pool: one copy, nothing through the dispatcher")
+
+
 def run_all() -> list[Result]:
     results = []
     echo = Echo()
     try:
-        with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS) as c:
+        with tw.LocalCluster(devices=["cpu:0", "cpu:1"], worker_threads=THREADS) as c:
             results.extend(bench_roundtrip(c.address, echo))
             results.extend(bench_dispatcher_cpu(c.address, c.services["dispatcher"].proc.pid))
             for k in (1, 10):
@@ -141,6 +170,7 @@ def run_all() -> list[Result]:
                 if r is not None:
                     results.append(r)
             results.append(bench_bulk(c.address))
+            results.append(bench_move(c.address))
     finally:
         echo.close()
     return results

@@ -347,6 +347,11 @@ class Dispatcher:
             self._worker_done(svc, h, frames)
         elif t == "bye":  # a service stopping cleanly: its name is free for a successor at once
             self._service_lost(svc, "stopped")
+        elif t == "xfer_got":  # a transfer went straight from its source's worker to this one: forget its route
+            x = h.get("x")
+            route = self.xroutes.get(x) if type(x) is int else None
+            if route is not None and route[2] == svc.name and h.get("s") == route[0]:
+                del self.xroutes[x]
         elif t == "xfer":
             x = h.get("x")
             route = self.xroutes.get(x) if type(x) is int else None
@@ -778,6 +783,19 @@ class Dispatcher:
                             "key": w.info.get("direct_key") if isinstance(w.info.get("direct_key"), str) else None})
         return out
 
+    def _peer(self, src: str, dst: str) -> list | None:
+        """How ``src``'s worker reaches ``dst``'s directly: ``[address, CURVE key or None, same host]``; None: through
+        this dispatcher (``dst`` has no direct channel, or they do not agree on encryption)."""
+        a, b = self.workers.get(src), self.workers.get(dst)
+        if a is None or b is None or not isinstance(b.info.get("direct"), str):
+            return None
+        key = b.info.get("direct_key")
+        if bool(a.info.get("direct_key")) != bool(key):
+            return None
+        host = a.info.get("host")
+        return [b.info["direct"], key if isinstance(key, str) else None, isinstance(host, str) and
+                host == b.info.get("host")]
+
     def _lost_workers(self, wanted) -> list[str]:
         """Of ``[[device, worker id], ...]`` (the channels a client waits on), the devices whose worker is gone or
         is another process now."""
@@ -1006,8 +1024,12 @@ class Dispatcher:
         coll_map, coll_direct = self._announce_collectives(s, colls) if colls else (None, None)
         xbase = self.next_x
         self.next_x += split.n_xfer
+        xto: dict[str, list] = {}  # source device -> its transfers that go straight to the destination's worker
         for k, (src, dst) in enumerate(split.xfer_route):
             self.xroutes[xbase + k] = (s.sid, src, dst)
+            peer = self._peer(src, dst)
+            if peer is not None:
+                xto.setdefault(src, []).append([k, *peer])
         devs = set(split.frags) | set(by_dev_release) | reply_devs
         nbytes = sum(map(len, frames)) if frames else 0
         # a batch split across devices releases each device's temporaries by id (a whole one passes the ranges on)
@@ -1022,6 +1044,8 @@ class Dispatcher:
                    "fetch": by_dev_fetch.get(dev, []), "release": by_dev_release.get(dev, [])}
             if prof is not None:
                 msg["prof"] = prof
+            if dev in xto:
+                msg["xto"] = xto[dev]
             counters = self.telemetry.device(dev)
             counters.batches += 1
             if frag is not None:

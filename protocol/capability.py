@@ -14,6 +14,11 @@ The worker checks a capability with no round trip to the dispatcher:
 - bound to an expiry (wall clock seconds): the client asks the dispatcher for a fresh one before it runs out.
 
 Layout: ``sid (8 bytes) | expires (8, big endian) | HMAC-SHA256 (32)``.
+
+Workers also talk to each other on their direct channels (a tensor moved between devices goes from the source
+worker to the destination's, not through the dispatcher). Those messages are signed with a key derived from the
+service credential, which every service of the cluster holds and no client does (:func:`peer_key`,
+:func:`peer_mac`): a client cannot pass a message off as another worker's.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import hashlib
 import hmac
 import os
 import time
+
+import msgpack
 
 from .errors import Unauthorized
 
@@ -70,3 +77,19 @@ def verify(key: bytes, cap, device: str, epoch: str | None, now: float | None = 
     if int.from_bytes(exp, "big") < (time.time() if now is None else now):
         raise Unauthorized(f"the capability for {device} has expired: ask the dispatcher for a new channel")
     return sid
+
+
+def peer_key(service_token: str) -> bytes:
+    """The key workers sign the messages they send each other with (derived from the service credential)."""
+    return hmac.new(service_token.encode(), b"tensorwire peer v1", hashlib.sha256).digest()
+
+
+def peer_mac(key: bytes, *fields) -> bytes:
+    """The MAC of a worker-to-worker message over its ``fields`` (ints, strings, bytes, lists of them)."""
+    return hmac.new(key, msgpack.packb(list(fields), use_bin_type=True), hashlib.sha256).digest()
+
+
+def check_peer(key: bytes | None, mac, *fields) -> None:
+    """Raise :class:`Unauthorized` unless ``mac`` is :func:`peer_mac` of ``fields`` under ``key``."""
+    if key is None or type(mac) is not bytes or not hmac.compare_digest(mac, peer_mac(key, *fields)):
+        raise Unauthorized("a worker-to-worker message without a valid signature")

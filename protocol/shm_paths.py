@@ -49,3 +49,17 @@ def map_shm_file(path: str) -> mmap.mmap:
         return mmap.mmap(fd, st.st_size)
     finally:
         os.close(fd)
+
+
+def host_id() -> str:
+    """What two processes compare to know they share shared memory: this boot of this host, and the folder the
+    cluster's files go in (``SHM_DIR``)."""
+    import hashlib
+    import socket
+
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return hashlib.sha256(f"{socket.gethostname()}\0{boot}\0{os.path.realpath(SHM_DIR)}".encode()).hexdigest()[:24]
