@@ -264,3 +264,37 @@ def test_shared_memory_paths_are_the_workers_own(attacker, victim):
     send(c, {"t": "shm_take", "q": 32, "cap": g["cap"], "sizes": [-1]})
     assert recv(c)["error"]["code"] == "ProtocolError"
     np.testing.assert_allclose(y.numpy(), np.exp(VALUES * 2), rtol=1e-6)
+
+
+# -- worker to worker ----------------------------------------------------------------------------------------------
+def test_moves_go_worker_to_worker_and_reuse_the_sources_files(cluster):
+    s = tw.Session(cluster.address, CLIENT_TOKEN)
+    try:
+        a = np.random.default_rng(1).standard_normal(1 << 20).astype(np.float32)  # 4 MiB: through shared memory
+        x = s.const(a, "cpu:0")
+        np.testing.assert_array_equal(s.fetch(x), a)  # (uploaded on cpu:0's channel: its hello told us its files)
+        ch = s._plane.channels["cpu:0"]
+        for k in range(12):
+            y = x.to("cpu:1") * (k + 1)
+            np.testing.assert_allclose(s.fetch(y), a * (k + 1), rtol=1e-6)
+            del y
+        s.synchronize()
+        assert len(_io_files(ch.shm)) <= 12, "the source's files come back to its pool and are reused"
+        small = s.const(a[:7], "cpu:0").to("cpu:1")  # a frame on the direct channel
+        np.testing.assert_array_equal(s.fetch(small), a[:7])
+    finally:
+        s.close()
+
+
+def test_a_client_cannot_pass_itself_off_as_a_worker(attacker, victim):
+    """Worker-to-worker messages are signed with the service credential's key: a client's forgery is dropped."""
+    _, _, g, c = attacker
+    s, x, y = victim
+    forged = {"t": "xfer", "s": bytes.fromhex(s.session_id), "x": 1, "dtype": "float32", "shape": [5], "shm": "",
+              "from": "", "err": None, "mac": os.urandom(32)}
+    send(c, forged, np.zeros(5, np.float32).tobytes())
+    send(c, {"t": "xfer_give", "paths": ["/dev/shm/x"], "mac": os.urandom(32)})
+    send(c, {"t": "hello", "q": 40, "cap": g["cap"]})  # the worker is fine, and answered nothing to the forgeries
+    assert recv(c) == {"t": "ok", "q": 40, "device": "cpu:0"}
+    moved = (y.to("cpu:1") + 0).numpy()
+    np.testing.assert_allclose(moved, np.exp(VALUES * 2), rtol=1e-6)
