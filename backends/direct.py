@@ -56,7 +56,7 @@ import zmq
 
 from tensorwire.dispatcher.plans import split_batch
 from tensorwire.protocol.addresses import check_address
-from tensorwire.protocol.capability import channel_key, check_peer, peer_key, peer_mac, verify
+from tensorwire.protocol.capability import DIRECT_ADDRESS_ENV, channel_key, check_peer, peer_key, peer_mac, verify
 from tensorwire.protocol.curve import is_local_address, load_key_pair
 from tensorwire.protocol.errors import ProtocolError, TensorwireError, Unauthorized, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND
@@ -69,7 +69,7 @@ from .shm import ShmPool
 
 log = logging.getLogger("tensorwire.worker")
 
-ADDRESS_ENV = "TENSORWIRE_DIRECT_ADDRESS"
+ADDRESS_ENV = DIRECT_ADDRESS_ENV
 DEFAULT_ADDRESS = "tcp://127.0.0.1:*"
 _NOT_DIRECT = frozenset((SEND, RECV, "collective"))  # work that needs another device or the collectives service
 MAX_CLOSED = 1 << 14

@@ -348,8 +348,9 @@ class DataPlane:
         """What ``tensorwire status`` shows of this session's data plane."""
         out = {}
         for d, ch in self.channels.items():
-            out[d] = {"path": "direct" if d in self.direct else "relay", "address": ch.address,
-                      "connected": ch.ok, "messages": ch.sent}
+            out[d] = {"path": "direct" if d in self.direct or (ch.ok and d not in self.cooldown) else "relay",
+                      "address": ch.address, "connected": ch.ok, "messages": ch.sent,
+                      "shared_memory": ch.shm is not None, "encrypted": ch.key is not None}
         for d, why in self.why_relay.items():
             if d not in out:
                 out[d] = {"path": "relay", "why": why}

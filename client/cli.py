@@ -170,6 +170,7 @@ def _status(argv: list[str]) -> int:
     clear = args.watch is not None and not args.json and sys.stdout.isatty()
     try:
         n = 0
+        s.probe_channels()  # (which path this host's work would take to each worker: direct, or the relay and why)
         for _ in range(args.count if args.count is not None else 1 << 62):  # bounded by --count, or Ctrl-C
             st = s.cluster_status()
             st["hub"] = hub_health(st.get("hub_url"))

@@ -996,6 +996,18 @@ class Session:
         h["data_plane"] = self._plane.status()
         return h
 
+    def probe_channels(self) -> dict:
+        """Open a direct channel to every worker that grants one, and say which path each device's work takes from
+        this process (``tensorwire status``): ``{device: {"path": "direct" | "relay", ...}}``, with the reason for a
+        relay."""
+        self._check_open()
+        with self._lock:
+            for dev in self.devices():
+                ch = self._ready_channel(dev)
+                if ch is None and dev not in self._plane.why_relay:
+                    self._plane.why_relay[dev] = "its worker offers no direct channel (--direct-address none)"
+            return self._plane.status()
+
     def check_device(self, device: str) -> str:
         if device not in self._devices:
             self.devices()

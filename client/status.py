@@ -81,6 +81,16 @@ def render(st: dict, address: str) -> str:
             lines.append(f"  {sv['name']:<24} pid {sv.get('pid', '-'):<8} {heard}")
     else:
         lines.append("services: none (no autograd: backward() raises ServiceUnavailable; no collectives)")
+    plane = st.get("data_plane") or {}
+    if plane:
+        lines.append("data plane (this host's path to each worker):")
+        for d, p in sorted(plane.items()):
+            if p.get("path") == "direct":
+                how = ", ".join(w for w, on in (("shared memory", p.get("shared_memory")),
+                                                ("CURVE", p.get("encrypted"))) if on)
+                lines.append(f"  {d:<10} direct  {p.get('address', '')}" + (f"  ({how})" if how else ""))
+            else:
+                lines.append(f"  {d:<10} relay   through the dispatcher: {p.get('why') or 'not used yet'}")
     hub = st.get("hub")
     lines.append(f"hub: {hub['url']}  {hub['detail']}" if hub else "hub: none configured (dispatcher --hub-url)")
     return "\n".join(lines)

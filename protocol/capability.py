@@ -32,6 +32,8 @@ import msgpack
 
 from .errors import Unauthorized
 
+#: where a worker listens for direct channels (its ``--direct-address``)
+DIRECT_ADDRESS_ENV = "TENSORWIRE_DIRECT_ADDRESS"
 SID_BYTES = 8
 CAP_BYTES = SID_BYTES + 8 + 32
 #: how long a granted channel stays valid (``TENSORWIRE_CHANNEL_TTL_S``, default 600 s)
