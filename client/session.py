@@ -294,6 +294,9 @@ class Session:
                 if dev is not None and h.get("t") == "need_plan":  # the worker evicted a plan it was sent
                     self._resend_plan(dev, h.get("plan"))
                     continue
+                if dev is not None and h.get("t") == "error" and (h.get("error") or {}).get("code") == "Unauthorized":
+                    self._q_dev.pop(q, None)
+                    raise self._refused(dev, h["error"])
                 if h.get("q") == q:
                     self._n_async_done = max(self._n_async_done, before)  # (a session's messages run in order)
                     self._q_dev.pop(q, None)
@@ -336,6 +339,16 @@ class Session:
                              f"{waited} are lost", device=waited).to_wire()
             self._forget_lost([err])
             raise self._error(err)
+
+    def _refused(self, dev: str, err: dict) -> TensorwireError:
+        """A worker refused this session's capability: another worker process serves the device now (a restart on
+        the same address), or that worker registered with a new dispatcher. Either way this session's tensors there
+        are gone: the channel is dropped (a new grant comes at the next use) and the wait fails with WorkerLost."""
+        self._drop_channel(dev, f"its worker refused the capability: {str(err.get('message'))[:200]}", lost=True)
+        lost = WorkerLost(f"the worker for {dev} restarted or changed: tensors on {dev} are lost",
+                          device=dev).to_wire()
+        self._forget_lost([lost])
+        return self._error(lost)
 
     def _drop_channel(self, dev: str, why: str, lost: bool = False) -> None:
         ch = self._plane.channels.get(dev)

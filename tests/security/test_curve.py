@@ -47,7 +47,13 @@ def keys(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster(keys):
-    with tw.LocalCluster(devices=["cpu:0"], token=CLIENT_TOKEN, keys=keys, autograd=False, collectives=False) as c:
+    # (the worker's direct channel on TCP, as across hosts, so a wiretap can sit on it: see the direct channel's test)
+    os.environ["TENSORWIRE_DIRECT_ADDRESS"] = "tcp://127.0.0.1:*"
+    try:
+        c = tw.LocalCluster(devices=["cpu:0"], token=CLIENT_TOKEN, keys=keys, autograd=False, collectives=False)
+    finally:
+        del os.environ["TENSORWIRE_DIRECT_ADDRESS"]
+    with c:
         yield c
 
 
