@@ -17,8 +17,11 @@ import sys, zmq
 ctx = zmq.Context()
 s = ctx.socket(zmq.ROUTER)
 s.setsockopt(zmq.MAXMSGSIZE, -1)
-port = s.bind_to_random_port("tcp://127.0.0.1")
-print(port, flush=True)
+if len(sys.argv) > 1:
+    s.bind(sys.argv[1])
+    print(sys.argv[1], flush=True)
+else:
+    print("tcp://127.0.0.1:%d" % s.bind_to_random_port("tcp://127.0.0.1"), flush=True)
 while True:
     m = s.recv_multipart(copy=False)
     if m[1].bytes == b"stop":
@@ -30,12 +33,14 @@ while True:
 class Echo:
     """A raw pyzmq ROUTER echo in another process: the peer for the wire benchmarks."""
 
-    def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-c", ECHO], stdout=subprocess.PIPE)
-        port = int(self.proc.stdout.readline())
+    def __init__(self, address: str | None = None):
+        """``address``: where the echo listens (default a TCP port on loopback; ``ipc://PATH`` for a unix socket)."""
+        self.proc = subprocess.Popen([sys.executable, "-c", ECHO, *([address] if address else [])],
+                                     stdout=subprocess.PIPE)
+        self.address = self.proc.stdout.readline().decode().strip()
         self.sock = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(f"tcp://127.0.0.1:{port}")
+        self.sock.connect(self.address)
 
     def roundtrip(self, payload) -> None:
         self.sock.send(payload, copy=len(payload) < 65536)
