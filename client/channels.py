@@ -348,7 +348,7 @@ class DataPlane:
         """What ``tensorwire status`` shows of this session's data plane."""
         out = {}
         for d, ch in self.channels.items():
-            out[d] = {"path": "direct" if d in self.direct or (ch.ok and d not in self.cooldown) else "relay",
+            out[d] = {"path": "direct" if d in self.direct or (ch.ok and not self.cooldown.get(d)) else "relay",
                       "address": ch.address, "connected": ch.ok, "messages": ch.sent,
                       "shared_memory": ch.shm is not None, "encrypted": ch.key is not None}
         for d, why in self.why_relay.items():

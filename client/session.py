@@ -42,6 +42,7 @@ from tensorwire.protocol.graph import attrs_key, structure_key
 from tensorwire.protocol.liveness import RENEWALS_PER_LEASE, SESSION_LEASE_S, set_zmq_heartbeats
 from tensorwire.protocol.ops import OPS, infer
 from tensorwire.protocol.service import spin_wait
+from tensorwire.protocol.shm_paths import host_id
 from tensorwire.protocol.wire import (
     MAX_MESSAGE,
     ZERO_COPY_MIN,
@@ -163,7 +164,7 @@ class Session:
         self.closed = False
         timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
         self._sock.send_multipart([pack_header({"t": "hello", "v": PROTOCOL_VERSION, "token": token,
-                                                "client": f"python pid {os.getpid()}"})])
+                                                "client": f"python pid {os.getpid()}", "host": host_id()})])
         if not self._sock.poll(int(timeout * 1000)):
             self._sock.close(0)
             self.closed = True

@@ -136,6 +136,7 @@ class Session:
     last_seen: float = 0.0
     spans: list | None = None  # profiler spans of its profiled batches, until collected
     spans_dropped: int = 0
+    host: str = ""  # the client's host id (protocol.shm_paths.host_id): who can reach a worker's loopback address
 
 
 _INT = {int}
@@ -757,7 +758,7 @@ class Dispatcher:
         while sid in self.sessions:  # (2^64 ids: a repeat is all but impossible)
             sid = secrets.token_bytes(SID_BYTES)
         s = Session(sid, secrets.token_bytes(SECRET_BYTES), ident, str(h.get("client", ""))[:200], admin,
-                    last_seen=time.time())
+                    last_seen=time.time(), host=str(h.get("host", ""))[:64])
         self.sessions[sid] = s
         self.by_ident[ident] = sid
         self.telemetry.sessions_opened += 1
@@ -777,7 +778,8 @@ class Dispatcher:
         out = []
         for dev, w in self.workers.items():
             addr = w.info.get("direct")
-            if isinstance(addr, str):
+            if isinstance(addr, str) and (s.host == w.info.get("host") or not is_local_address(addr)):
+                # (a worker listening on loopback or a unix socket is offered only to clients on its own host)
                 out.append({"device": dev, "address": addr, "wid": worker_id(w.instance), "expires": expires,
                             "cap": issue(channel_key(w.instance), s.sid, dev, self.epoch, expires),
                             "key": w.info.get("direct_key") if isinstance(w.info.get("direct_key"), str) else None})
@@ -793,8 +795,10 @@ class Dispatcher:
         if bool(a.info.get("direct_key")) != bool(key):
             return None
         host = a.info.get("host")
-        return [b.info["direct"], key if isinstance(key, str) else None, isinstance(host, str) and
-                host == b.info.get("host")]
+        same = isinstance(host, str) and host == b.info.get("host")
+        if not same and is_local_address(b.info["direct"]):  # (its loopback is not the source's)
+            return None
+        return [b.info["direct"], key if isinstance(key, str) else None, same]
 
     def _lost_workers(self, wanted) -> list[str]:
         """Of ``[[device, worker id], ...]`` (the channels a client waits on), the devices whose worker is gone or

@@ -52,14 +52,21 @@ def map_shm_file(path: str) -> mmap.mmap:
 
 
 def host_id() -> str:
-    """What two processes compare to know they share shared memory: this boot of this host, and the folder the
-    cluster's files go in (``SHM_DIR``)."""
+    """What two processes compare to know they are on one host as far as the cluster is concerned: they reach each
+    other's loopback addresses and unix sockets (this boot of this host, one network namespace) and share the
+    folder the cluster's shared memory goes in (``SHM_DIR``). Containers and network namespaces count as hosts."""
     import hashlib
     import socket
 
+    parts = [socket.gethostname(), os.path.realpath(SHM_DIR)]
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
+            parts.append(f.read().strip())
     except OSError:
-        boot = ""
-    return hashlib.sha256(f"{socket.gethostname()}\0{boot}\0{os.path.realpath(SHM_DIR)}".encode()).hexdigest()[:24]
+        parts.append("")
+    for ns in ("/proc/self/ns/net", "/proc/self/ns/mnt"):
+        try:
+            parts.append(str(os.stat(ns).st_ino))
+        except OSError:
+            parts.append("")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
