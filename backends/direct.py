@@ -61,6 +61,7 @@ from tensorwire.protocol.curve import is_local_address, load_key_pair
 from tensorwire.protocol.errors import ProtocolError, TensorwireError, Unauthorized, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND
 from tensorwire.protocol.liveness import set_zmq_heartbeats
+from tensorwire.protocol.messages import DIRECT, check
 from tensorwire.protocol.service import SHM_DIR
 from tensorwire.protocol.shm_paths import map_shm_file
 from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
@@ -77,6 +78,10 @@ MAX_LENT_FILES = 256  # shared-memory files one session may hold on loan at once
 MAX_PEER_FILES = 256  # files lent to other workers (transfers) at once; past it, transfers go as frames
 SHM_MIN = 1 << 20  # a transfer this large goes through shared memory between workers on one host
 MAX_PEER_MAPPED = 2 << 30  # mappings of other workers' files kept for reuse
+#: what each kind of ``protocol.messages.DIRECT`` does: a client's, under its capability...
+DIRECT_HANDLERS = {"hello": "_hello", "run": "_run", "plan": "_plan", "cancel": "_cancel", "shm_take": "_shm_take"}
+#: ...and another worker's, signed with the service credential's key
+PEER_KINDS = {"xfer": "_peer_xfer", "xfer_give": "_peer_give"}
 _PEER_FILE = re.compile(r"tensorwire-[0-9]{1,10}-[A-Za-z0-9_.-]{1,140}-io-[0-9]{1,12}")
 
 
@@ -408,47 +413,56 @@ class DirectChannel:
         return n
 
     def _handle(self, executor, route: bytes, h: dict, frames: list, q) -> None:
-        t = h.get("t")
-        if t == "xfer":  # from another worker: signed, not capability-bearing
-            self._xfer(executor, h, frames)
-            return
-        if t == "xfer_give":
-            self._xfer_give(h)
+        """One message of ``protocol.messages.DIRECT``: a worker's (signed) or a client's (under a capability),
+        each kind to its handler (``DIRECT_HANDLERS``)."""
+        t = check(DIRECT, h)
+        if t in PEER_KINDS:  # from another worker: signed, not capability-bearing
+            getattr(self, PEER_KINDS[t])(executor, h, frames)
             return
         sid = self._verified(h.get("cap"))
         if sid in self.closed:
             raise Unauthorized("this session is closed")
         if h.get("shm_give"):
             self.give_back(sid, h["shm_give"])
-        if t == "run":
-            run = self.run_header(executor, sid, h, q)
-            if h.get("shm_frames"):
-                frames = self.frames_from_shm(sid, frames, h["shm_frames"])
-            executor.handle(run, frames, route=route)
-        elif t == "hello":
-            ok = {"t": "ok", "q": q, "device": self.device}
-            if h.get("shm") is True:
-                ok["shm"] = self._probe()
-            self.send(route, ok)
-        elif t == "shm_take":
-            sizes = h.get("sizes")
-            if not (type(sizes) is list and sizes and all(type(n) is int and 0 < n <= MAX_MESSAGE for n in sizes)):
-                raise ProtocolError("'sizes' must be a list of positive ints")
-            limit = executor.limit
-            if limit is not None and sum(sizes) > limit:
-                raise ProtocolError(f"{sum(sizes)} bytes of shared memory asked at once, over the session's "
-                                    f"{limit}-byte quota on {self.device}")
-            self.send(route, {"t": "shm", "q": q, "paths": [self.lend(sid, n).path for n in sizes]})
-        elif t == "plan":
-            plan = h.get("plan")
-            if type(plan) is not int:
-                raise ProtocolError("'plan' must be an int")
-            nodes = fragment(self.device, h.get("nodes"), h.get("devs"), len(_ints(h, "ext")))
-            executor.handle({"t": "plan", "s": sid, "plan": plan, "nodes": nodes}, [])
-        elif t == "cancel":
-            executor.handle({"t": "cancel", "s": sid}, [])
-        else:
-            raise ProtocolError(f"unknown direct message type {str(t)[:100]!r}")
+        getattr(self, DIRECT_HANDLERS[t])(executor, route, sid, h, frames, q)
+
+    def _run(self, executor, route: bytes, sid: bytes, h: dict, frames: list, q) -> None:
+        run = self.run_header(executor, sid, h, q)
+        if h.get("shm_frames"):
+            frames = self.frames_from_shm(sid, frames, h["shm_frames"])
+        executor.handle(run, frames, route=route)
+
+    def _hello(self, executor, route: bytes, sid: bytes, h: dict, frames: list, q) -> None:
+        ok = {"t": "ok", "q": q, "device": self.device}
+        if h.get("shm") is True:
+            ok["shm"] = self._probe()
+        self.send(route, ok)
+
+    def _shm_take(self, executor, route: bytes, sid: bytes, h: dict, frames: list, q) -> None:
+        sizes = h.get("sizes")
+        if not (type(sizes) is list and sizes and all(type(n) is int and 0 < n <= MAX_MESSAGE for n in sizes)):
+            raise ProtocolError("'sizes' must be a list of positive ints")
+        limit = executor.limit
+        if limit is not None and sum(sizes) > limit:
+            raise ProtocolError(f"{sum(sizes)} bytes of shared memory asked at once, over the session's "
+                                f"{limit}-byte quota on {self.device}")
+        self.send(route, {"t": "shm", "q": q, "paths": [self.lend(sid, n).path for n in sizes]})
+
+    def _plan(self, executor, route: bytes, sid: bytes, h: dict, frames: list, q) -> None:
+        plan = h.get("plan")
+        if type(plan) is not int:
+            raise ProtocolError("'plan' must be an int")
+        nodes = fragment(self.device, h.get("nodes"), h.get("devs"), len(_ints(h, "ext")))
+        executor.handle({"t": "plan", "s": sid, "plan": plan, "nodes": nodes}, [])
+
+    def _cancel(self, executor, route: bytes, sid: bytes, h: dict, frames: list, q) -> None:
+        executor.handle({"t": "cancel", "s": sid}, [])
+
+    def _peer_xfer(self, executor, h: dict, frames: list) -> None:
+        self._xfer(executor, h, frames)
+
+    def _peer_give(self, executor, h: dict, frames: list) -> None:
+        self._xfer_give(h)
 
     def run_header(self, executor, sid: bytes, h: dict, q) -> dict:
         """The executor's ``run`` for a direct batch, checked as the dispatcher checks a batch it routes."""

@@ -38,6 +38,7 @@ from tensorwire.protocol.errors import (
 )
 from tensorwire.protocol.graph import RECV, SEND
 from tensorwire.protocol.logs import configure as configure_logging
+from tensorwire.protocol.messages import WORKER, check
 from tensorwire.protocol.named_service import (
     add_service_credential_args,
     drain,
@@ -50,6 +51,7 @@ from tensorwire.protocol.named_service import (
 from tensorwire.protocol.service import (
     HEARTBEAT_S,
     LIVENESS,
+    SHM_DIR,
     announce_ready,
     profiled,
     stop_event_on_signals,
@@ -172,60 +174,73 @@ class Executor:
         return s
 
     def handle(self, h: dict, frames: list, route: bytes | None = None) -> None:
-        """Take one message from the dispatcher, or a ``run`` from a client's direct channel (``route``: where its
-        answer goes). A session's jobs queue in arrival order whichever path they took."""
-        t = h["t"]
-        if t == "run":
-            sid = h["s"]
-            s = self._session(sid)
-            self.seq += 1
-            s.jobs.append(_Job(h, frames, self.seq, route))
-            if route is not None:
-                c = self.direct_counts
-                c["batches"] += 1
-                c["bytes_in"] += sum(memoryview(f).nbytes if not hasattr(f, "buffer") else f.buffer.nbytes
-                                     for f in frames)
-                if h.get("plan") is not None:
-                    c["plan_misses" if h.get("nodes") is not None else "plan_hits"] += 1
-                c["ops"] += len(h.get("nodes") or ())
-            if s.running is None and s.draining is None and len(s.jobs) == 1:
-                self.ready.append(sid)
-        elif t == "xfer":
-            key = h["x"]
-            if "err" in h:  # the source's value failed (or its worker was lost): that error is this value's
-                val = (Fail({**h["err"], "moved": True}) if isinstance(h["err"], dict)
-                       else Fail(error_to_wire(ProtocolError("a transfer carried a malformed error"))))
-            else:
-                try:
-                    _, arr = array_from_frame([0, h["dtype"], h["shape"], 0], frames)
-                    val = self.device.upload(arr)
-                except Exception as e:
-                    val = Fail(error_to_wire(e))
-            self._arrived(key, val)
-        elif t == "plan":  # the fragment of a plan this worker had evicted, from the dispatcher
-            err = h.get("err")
-            nodes = h.get("nodes")
-            self._arrived(("plan", h["s"], h["plan"]), nodes if isinstance(nodes, list) and not err else Fail(
-                err if isinstance(err, dict) else error_to_wire(NotFound(f"plan {h['plan']} is not known"))))
-        elif t == "coll_done":
-            self._collective_done(h)
-        elif t == "cancel":
-            self._cancel(h["s"])
-        elif t == "drop_session":
-            self._drop_session(h["s"])
-        elif t == "profile_collect":  # the profiler's spans of a session, with this clock's readings for the offset
-            t_recv = time.monotonic_ns()
-            s = self.sessions.get(h["s"])
-            spans, dropped = (s.spans, s.spans_dropped) if s is not None else ([], 0)
-            if s is not None:
-                s.spans, s.spans_dropped = [], 0
-            self.send({"t": "profile", "q": h.get("q"), "pid": os.getpid(), "spans": spans, "dropped": dropped,
-                       "t_recv": t_recv, "t_send": time.monotonic_ns()}, [])
-        elif t == "stats":  # answered after the work that arrived before it has run (see run_ready)
-            self.stats_requests.append((h.get("q"), self.seq, time.monotonic() + STATS_WAIT_S))
-        elif t == "drop_plans":
-            for p in h.get("plans", ()):
-                self.plans.drop(h["s"], p)
+        """Take one message from the dispatcher (``protocol.messages.WORKER``), or a ``run`` from a client's direct
+        channel (``route``: where its answer goes), through ``WORKER_HANDLERS``. A session's jobs queue in arrival
+        order whichever path they took."""
+        getattr(self, WORKER_HANDLERS[h["t"]])(h, frames, route)
+
+    def _on_run(self, h: dict, frames: list, route: bytes | None) -> None:
+        sid = h["s"]
+        s = self._session(sid)
+        self.seq += 1
+        s.jobs.append(_Job(h, frames, self.seq, route))
+        if route is not None:
+            c = self.direct_counts
+            c["batches"] += 1
+            c["bytes_in"] += sum(memoryview(f).nbytes if not hasattr(f, "buffer") else f.buffer.nbytes for f in frames)
+            if h.get("plan") is not None:
+                c["plan_misses" if h.get("nodes") is not None else "plan_hits"] += 1
+            c["ops"] += len(h.get("nodes") or ())
+        if s.running is None and s.draining is None and len(s.jobs) == 1:
+            self.ready.append(sid)
+
+    def _on_xfer(self, h: dict, frames: list, route=None) -> None:
+        """A value from another device's worker (relayed, or straight from it: ``backends.direct``)."""
+        key = h["x"]
+        if "err" in h:  # the source's value failed (or its worker was lost): that error is this value's
+            val = (Fail({**h["err"], "moved": True}) if isinstance(h["err"], dict)
+                   else Fail(error_to_wire(ProtocolError("a transfer carried a malformed error"))))
+        else:
+            try:
+                _, arr = array_from_frame([0, h["dtype"], h["shape"], 0], frames)
+                val = self.device.upload(arr)
+            except Exception as e:
+                val = Fail(error_to_wire(e))
+        self._arrived(key, val)
+
+    def _on_plan(self, h: dict, frames: list, route=None) -> None:
+        """The fragment of a plan this worker had evicted, from whoever sent the batch waiting for it."""
+        err = h.get("err")
+        nodes = h.get("nodes")
+        self._arrived(("plan", h["s"], h["plan"]), nodes if isinstance(nodes, list) and not err else Fail(
+            err if isinstance(err, dict) else error_to_wire(NotFound(f"plan {h['plan']} is not known"))))
+
+    def _on_coll_done(self, h: dict, frames: list, route=None) -> None:
+        self._collective_done(h)
+
+    def _on_cancel(self, h: dict, frames: list, route=None) -> None:
+        self._cancel(h["s"])
+
+    def _on_drop_session(self, h: dict, frames: list, route=None) -> None:
+        self._drop_session(h["s"])
+
+    def _on_profile_collect(self, h: dict, frames: list, route=None) -> None:
+        """The profiler's spans of a session, with this clock's readings for the offset."""
+        t_recv = time.monotonic_ns()
+        s = self.sessions.get(h["s"])
+        spans, dropped = (s.spans, s.spans_dropped) if s is not None else ([], 0)
+        if s is not None:
+            s.spans, s.spans_dropped = [], 0
+        self.send({"t": "profile", "q": h.get("q"), "pid": os.getpid(), "spans": spans, "dropped": dropped,
+                   "t_recv": t_recv, "t_send": time.monotonic_ns()}, [])
+
+    def _on_stats(self, h: dict, frames: list, route=None) -> None:
+        """Answered after the work that arrived before it has run (see run_ready)."""
+        self.stats_requests.append((h.get("q"), self.seq, time.monotonic() + STATS_WAIT_S))
+
+    def _on_drop_plans(self, h: dict, frames: list, route=None) -> None:
+        for p in h.get("plans") or ():
+            self.plans.drop(h["s"], p)
 
     def _arrived(self, key, val) -> None:
         if key in self.abandoned:  # its job was cancelled or its session closed
@@ -356,6 +371,7 @@ class Executor:
 
     def _safe_handle(self, h, frames):
         try:
+            check(WORKER, h)
             self.handle(h, frames)
         except Exception as e:  # a malformed message never stops the worker
             log.warning("bad message %s: %s", h.get("t"), e)
@@ -956,6 +972,19 @@ class Executor:
 
 
 STATS_WAIT_S = 1.0  # a stats request waits this long at most for batches running on the pool
+#: what the executor does with each kind of ``protocol.messages.WORKER`` (the worker's loop takes ``registered``,
+#: ``refused`` and ``hb`` itself)
+WORKER_HANDLERS = {
+    "run": "_on_run",
+    "xfer": "_on_xfer",
+    "plan": "_on_plan",
+    "coll_done": "_on_coll_done",
+    "cancel": "_on_cancel",
+    "drop_session": "_on_drop_session",
+    "profile_collect": "_on_profile_collect",
+    "stats": "_on_stats",
+    "drop_plans": "_on_drop_plans",
+}
 SLOW_BATCH_ENV = "TENSORWIRE_SLOW_BATCH_MS"
 #: a batch that runs longer than this on the worker is logged at info (``TENSORWIRE_SLOW_BATCH_MS``, default 1000)
 SLOW_BATCH_S = float(os.environ.get(SLOW_BATCH_ENV, "1000")) / 1e3
@@ -1031,7 +1060,8 @@ class Worker:
     def _info(self) -> dict:
         """The device's description, and the transport its collectives can take directly (``collectives``)."""
         info = self.info.to_wire()
-        info["host"] = host_id()  # (workers on one host move tensors through shared memory)
+        info["host"] = host_id()  # (workers on one host, with one shared-memory folder, move tensors through it)
+        info["shm_dir"] = os.path.realpath(SHM_DIR)
         if self.channel.address is not None:
             info["direct"] = self.channel.address
             if self.channel.public_key:

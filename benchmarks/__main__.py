@@ -18,8 +18,8 @@ from .harness import table  # noqa: E402
 def main() -> None:
     p = argparse.ArgumentParser(description="tensorwire benchmarks (ratios against peers run side by side)")
     p.add_argument("--only", default=None,
-                   help="run one group: core, dataplane, collectives, autograd, training, compile, hub, kernels, "
-                        "reliability, cuda, observability")
+                   help="run one group: core, dataplane, programs, collectives, autograd, training, compile, hub, "
+                        "kernels, reliability, cuda, observability")
     args = p.parse_args()
     from . import (
         autograd,
@@ -31,11 +31,13 @@ def main() -> None:
         hub,
         kernels,
         observability,
+        programs,
         reliability,
         training,
     )
 
-    groups = {"core": core.run_all, "dataplane": dataplane.run_all, "collectives": collectives.run_all,
+    groups = {"core": core.run_all, "dataplane": dataplane.run_all, "programs": programs.run_all,
+              "collectives": collectives.run_all,
               "autograd": autograd.run_all, "training": training.run_all, "compile": compile.run_all,
               "hub": hub.run_all, "kernels": kernels.run_all, "reliability": reliability.run_all,
               "cuda": cuda.run_all, "observability": observability.run_all}

@@ -53,12 +53,13 @@ def map_shm_file(path: str) -> mmap.mmap:
 
 def host_id() -> str:
     """What two processes compare to know they are on one host as far as the cluster is concerned: they reach each
-    other's loopback addresses and unix sockets (this boot of this host, one network namespace) and share the
-    folder the cluster's shared memory goes in (``SHM_DIR``). Containers and network namespaces count as hosts."""
+    other's loopback addresses and unix sockets, and see the same files (this boot of this host, one network and
+    one mount namespace). Containers and network namespaces count as hosts. (Whether two workers share their
+    shared-memory folder is their ``SHM_DIR``, compared besides.)"""
     import hashlib
     import socket
 
-    parts = [socket.gethostname(), os.path.realpath(SHM_DIR)]
+    parts = [socket.gethostname()]
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             parts.append(f.read().strip())

@@ -40,7 +40,10 @@ def recv(s: zmq.Socket) -> dict:
 
 def hello(s: zmq.Socket, token: str | None = None) -> dict:
     """Open a session on a raw socket; returns the welcome (its ``key`` proves the session)."""
-    send(s, {"t": "hello", "v": PROTOCOL_VERSION, "token": token, "client": "raw"})
+    from tensorwire.protocol.shm_paths import host_id
+
+    # (the host id: a worker listening on loopback or a unix socket is offered to clients of its own host only)
+    send(s, {"t": "hello", "v": PROTOCOL_VERSION, "token": token, "client": "raw", "host": host_id()})
     h = recv(s)
     assert h["t"] == "welcome", h
     return h

@@ -1,0 +1,104 @@
+"""What the dispatcher keeps: its records of services, sessions, pending answers and gathered requests, and the
+small helpers its parts share."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tensorwire.protocol.errors import DependencyFailed, ProtocolError, TensorwireError, WorkerLost
+
+MAX_PLANS = 4096
+#: profiler spans the dispatcher keeps per session until its client collects them (the rest are counted, not kept)
+MAX_SPANS = 1 << 17
+#: collectives that failed before all their parts started, remembered to answer the late parts (oldest go first)
+MAX_FAILED_COLLECTIVES = 4096
+SID_BYTES, SECRET_BYTES = 8, 32  # a session key is its public id followed by its secret
+NAME_RE = re.compile(r"[A-Za-z0-9_.@:-]{1,128}")  # service and device names
+_INT = {int}
+
+
+@dataclass
+class ServiceInfo:
+    ident: bytes
+    kind: str  # "worker", "autograd", "collectives", ...
+    name: str  # device name for workers, service name otherwise
+    info: dict
+    last_seen: float
+    instance: str = ""  # the per-process secret it registered with (signs its heartbeats)
+    plans: set = field(default_factory=set)  # (session, plan) pairs this worker has compiled
+
+
+
+@dataclass
+class Pending:
+    expect: set
+    values: list = field(default_factory=list)
+    frames: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    fetch_errors: list = field(default_factory=list)
+    prof: tuple | None = None  # (profiler batch number, monotonic ns it arrived) of a profiled batch
+
+
+
+@dataclass
+class Gather:
+    """A request the dispatcher sent to several workers (``stats``, ``profile_collect``) and the answers so far."""
+
+    kind: str  # "stats" (a client's), "poll" (the dispatcher's own, for metrics) or "profile"
+    sid: bytes | None  # the session that asked (None: the dispatcher itself)
+    cq: object  # the client's request number
+    expect: set  # devices not answered yet
+    data: dict = field(default_factory=dict)
+
+
+
+@dataclass
+class Session:
+    sid: bytes  # public id: what workers and admins see (stats), never enough to act as the session
+    secret: bytes  # issued at hello; every message of the session proves it
+    ident: bytes  # the routing id answers go to: the last connection that proved the secret
+    client: str
+    admin: bool = False  # opened with the admin credential: stats shows every session
+    handles: dict = field(default_factory=dict)  # client id -> device
+    failed: dict = field(default_factory=dict)  # client id -> wire error (never reached a worker)
+    plans: dict = field(default_factory=dict)  # plan no -> Split
+    pending: dict = field(default_factory=dict)  # seq -> Pending
+    errors: list = field(default_factory=list)
+    touched: set = field(default_factory=set)  # devices holding state of this session
+    last_seen: float = 0.0
+    spans: list | None = None  # profiler spans of its profiled batches, until collected
+    spans_dropped: int = 0
+    host: str = ""  # the client's host id (protocol.shm_paths.host_id): who can reach a worker's loopback address
+
+
+
+def is_int_list(x) -> bool:
+    """A list of ints (bools are not ids)."""
+    return type(x) is list and (not x or set(map(type, x)) == _INT)
+
+
+
+def wire_error(err, keep=("node", "origin")) -> dict:
+    """A service's error as it may go to a client: a string code and message (and the ids in ``keep``), nothing
+    else; anything malformed becomes a ProtocolError."""
+    if isinstance(err, dict) and isinstance(err.get("code"), str) and isinstance(err.get("message"), str):
+        return {"code": err["code"], "message": err["message"],
+                **{k: err[k] for k in keep if type(err.get(k)) is int}}
+    return ProtocolError("a service sent a malformed error").to_wire()
+
+
+
+def input_failed(ext: list[int], failed_ext: dict) -> TensorwireError:
+    """The error of a batch with an input that failed before reaching a worker: a lost input is lost again
+    (``WorkerLost``, naming its device); any other failure becomes ``DependencyFailed`` naming it."""
+    k, err = next(iter(failed_ext.items()))
+    if err.get("code") == WorkerLost.code:
+        return WorkerLost(f"input {ext[k]} was lost: {err.get('message')}", device=err.get("device"))
+    return DependencyFailed(f"input {ext[k]} failed earlier ({err.get('code')}: {err.get('message')})")
+
+
+
+def device_sort_key(name: str):
+    kind, _, idx = name.partition(":")
+    return (kind != "cpu", kind, int(idx) if idx.isdigit() else 0)
