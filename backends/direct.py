@@ -48,6 +48,7 @@ import collections
 import logging
 import os
 import re
+import socket
 import time
 import weakref
 
@@ -94,6 +95,26 @@ def _ints(h: dict, name: str) -> list:
     return v
 
 
+def advertised(bound: str, dispatcher: str | None) -> str:
+    """The address to tell clients for a socket bound to ``bound``: a wildcard host (``0.0.0.0``, ``*``) becomes this
+    host's address on the interface that reaches the dispatcher (a UDP ``connect`` picks it; nothing is sent)."""
+    if not bound.startswith("tcp://"):
+        return bound
+    host, _, port = bound[len("tcp://"):].rpartition(":")
+    if host not in ("0.0.0.0", "*", "[::]", "::"):
+        return bound
+    peer = "127.0.0.1"
+    if dispatcher and dispatcher.startswith("tcp://"):
+        peer = dispatcher[len("tcp://"):].rpartition(":")[0].strip("[]") or peer
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in peer else socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.connect((peer, 9))
+            ip = u.getsockname()[0]
+    except OSError:
+        ip = socket.gethostname()
+    return f"tcp://{'[' + ip + ']' if ':' in ip else ip}:{port}"
+
+
 def fragment(device: str, nodes, devs, n_ext: int) -> list:
     """The worker's fragment (``[op, refs, attrs]`` nodes) of a batch that runs on ``device`` alone; raises
     ProtocolError/DeviceError for anything else (another device, a transfer, a collective, a malformed node)."""
@@ -112,7 +133,7 @@ class DirectChannel:
     """The worker's direct socket and the checks every message on it passes (main thread only)."""
 
     def __init__(self, ctx: zmq.Context, device: str, instance: str, address: str | None, keys=None,
-                 service_token: str | None = None):
+                 service_token: str | None = None, dispatcher: str | None = None):
         self.device = device
         self.key = channel_key(instance)
         self.ctx = ctx
@@ -162,6 +183,7 @@ class DirectChannel:
                 check_address(address, "--direct-address", bind=True)
                 sock.bind(address)
                 self.address = address
+            self.address = advertised(self.address, dispatcher)
         except (zmq.ZMQError, TensorwireError) as e:
             sock.close(0)
             self.why_not = f"cannot listen on {address}: {e}"

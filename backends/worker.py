@@ -1042,7 +1042,7 @@ class Worker:
         limit_text = session_memory if session_memory is not None else os.environ.get(QUOTA_ENV)
         self.session_limit = parse_limit(limit_text, info.memory_bytes or host_memory())
         self.executor = Executor(self.device, device, self._send, session_limit=self.session_limit)
-        self.channel = DirectChannel(self.ctx, device, self.instance, direct_address, keys, token)
+        self.channel = DirectChannel(self.ctx, device, self.instance, direct_address, keys, token, dispatcher)
         if self.channel.sock is not None:
             self.executor.channel = self.channel
         self.stop = threading.Event()

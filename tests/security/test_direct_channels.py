@@ -298,3 +298,11 @@ def test_a_client_cannot_pass_itself_off_as_a_worker(attacker, victim):
     assert recv(c) == {"t": "ok", "q": 40, "device": "cpu:0"}
     moved = (y.to("cpu:1") + 0).numpy()
     np.testing.assert_allclose(moved, np.exp(VALUES * 2), rtol=1e-6)
+
+
+def test_a_wildcard_bind_advertises_the_address_that_reaches_the_dispatcher():
+    from tensorwire.backends.direct import advertised
+
+    assert advertised("tcp://0.0.0.0:5560", "tcp://127.0.0.1:5556") == "tcp://127.0.0.1:5560"
+    assert advertised("tcp://10.0.0.7:5560", "tcp://127.0.0.1:5556") == "tcp://10.0.0.7:5560"  # (as given)
+    assert advertised("ipc:///run/tw/cpu-0.sock", None) == "ipc:///run/tw/cpu-0.sock"
