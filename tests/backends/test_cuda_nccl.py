@@ -124,9 +124,10 @@ def cluster():
 
 
 def _shm_files(c, device: str) -> list[str]:
-    """The shared-memory files the worker of ``device`` made for collectives."""
+    """The shared-memory files the worker of ``device`` made for collectives (``<prefix>-N``; its data plane's pool,
+    ``<prefix>-io-N``, is for clients' uploads and fetches on this host, not collectives)."""
     prefix = os.path.basename(shm_prefix(c.services[device].proc.pid, device))
-    return glob.glob(os.path.join(c.env["TENSORWIRE_SHM_DIR"], prefix + "-*"))
+    return glob.glob(os.path.join(c.env["TENSORWIRE_SHM_DIR"], prefix + "-[0-9]*"))
 
 
 def _rendezvous(c) -> list[str]:
