@@ -57,14 +57,15 @@ import zmq
 
 from tensorwire.dispatcher.plans import split_batch
 from tensorwire.protocol.addresses import check_address
+from tensorwire.protocol.batch_ids import is_int_list
 from tensorwire.protocol.capability import DIRECT_ADDRESS_ENV, channel_key, check_peer, peer_key, peer_mac, verify
-from tensorwire.protocol.curve import is_local_address, load_key_pair
+from tensorwire.protocol.curve import apply_pinned, is_local_address, load_key_pair
 from tensorwire.protocol.errors import ProtocolError, TensorwireError, Unauthorized, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND
 from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.messages import DIRECT, check
 from tensorwire.protocol.service import SHM_DIR
-from tensorwire.protocol.shm_paths import map_shm_file
+from tensorwire.protocol.shm_paths import MappedFiles
 from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
 
 from .shm import ShmPool
@@ -90,7 +91,7 @@ def _ints(h: dict, name: str) -> list:
     v = h.get(name)
     if v is None:
         return []
-    if type(v) is not list or any(type(i) is not int for i in v):
+    if not is_int_list(v):
         raise ProtocolError(f"'{name}' must be a list of ints")
     return v
 
@@ -140,8 +141,7 @@ class DirectChannel:
         self.peer_key = peer_key(service_token) if service_token else None  # signs worker-to-worker messages
         self.peers: dict[str, zmq.Socket] = {}  # other workers' direct addresses -> a DEALER to each
         self.peer_lent: dict[str, object] = {}  # path -> file of ours another worker holds a tensor on
-        self.peer_maps: collections.OrderedDict = collections.OrderedDict()  # other workers' files we mapped
-        self.peer_mapped = 0
+        self.peer_maps = MappedFiles(MAX_PEER_MAPPED)  # other workers' files we mapped
         self.peer_give: collections.deque = collections.deque()  # (source address, path) whose arrays died
         self.epoch: str | None = None  # the dispatcher's: set when the worker registers
         self.closed: dict = {}  # sessions dropped here: their capabilities are refused until they expire
@@ -209,8 +209,7 @@ class DirectChannel:
             sock.setsockopt(zmq.LINGER, 1000)
             sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
             if key:
-                public, secret = zmq.curve_keypair()
-                sock.curve_secretkey, sock.curve_publickey, sock.curve_serverkey = secret, public, key.encode()
+                apply_pinned(sock, key)
             sock.connect(address)
             self.peers[address] = sock
         return sock
@@ -264,16 +263,7 @@ class DirectChannel:
         if not (isinstance(path, str) and os.path.dirname(path) == SHM_DIR and _PEER_FILE.fullmatch(
                 os.path.basename(path)) and isinstance(source, str) and source):
             raise ProtocolError("a transfer named a file that is not a worker's shared memory")
-        m = self.peer_maps.get(path)
-        if m is None:
-            m = self.peer_maps[path] = map_shm_file(path)
-            self.peer_mapped += len(m)
-            while self.peer_mapped > MAX_PEER_MAPPED and len(self.peer_maps) > 1:
-                _, old = self.peer_maps.popitem(last=False)
-                self.peer_mapped -= len(old)
-        else:
-            self.peer_maps.move_to_end(path)
-        root = np.frombuffer(m, np.uint8)
+        root = np.frombuffer(self.peer_maps.get(path), np.uint8)
         root.flags.writeable = False
         weakref.finalize(root, self.peer_give.append, (source, path))
         return memoryview(root)

@@ -58,7 +58,7 @@ from tensorwire.protocol.service import (
     tune_gc,
 )
 from tensorwire.protocol.shm_paths import host_id
-from tensorwire.protocol.wire import array_from_frame, as_frame, pack_header, send_parts
+from tensorwire.protocol.wire import array_from_frame, as_frame, frame_nbytes, pack_header, send_parts
 
 from . import get_backend, hot, hub_loader
 from .direct import ADDRESS_ENV, DirectChannel
@@ -187,7 +187,7 @@ class Executor:
         if route is not None:
             c = self.direct_counts
             c["batches"] += 1
-            c["bytes_in"] += sum(memoryview(f).nbytes if not hasattr(f, "buffer") else f.buffer.nbytes for f in frames)
+            c["bytes_in"] += sum(map(frame_nbytes, frames))
             if h.get("plan") is not None:
                 c["plan_misses" if h.get("nodes") is not None else "plan_hits"] += 1
             c["ops"] += len(h.get("nodes") or ())
@@ -762,21 +762,19 @@ class Executor:
         xto = job.h.get("xto")
         if xto and self.channel is not None:
             peer = next((e for e in xto if type(e) is list and len(e) == 4 and e[0] == k), None)
-        if isinstance(value, Fail):  # the failure travels as it is: the destination raises the same error
-            err = {a: b for a, b in value.err.items() if a != "moved"}
-            if peer is not None:
-                self.channel.send_xfer(peer, sid, key, None, "", [], err)
-            else:
-                self.send({"t": "xfer", "s": sid, "x": key, "err": err}, [])
-            return
         t0 = time.monotonic_ns()
-        arr = self.device.download(value)
-        shape, dt = self.device.meta(value)
-        if peer is not None:
-            self.channel.send_xfer(peer, sid, key, arr, dt.name, list(shape), None)
+        if isinstance(value, Fail):  # the failure travels as it is: the destination raises the same error
+            arr, dtype, shape, err = None, "", [], {a: b for a, b in value.err.items() if a != "moved"}
         else:
-            self.send({"t": "xfer", "s": sid, "x": key, "dtype": dt.name, "shape": list(shape)}, [as_frame(arr)])
-        if job.spans is not None:
+            arr, (shape, dt), err = self.device.download(value), self.device.meta(value), None
+            dtype, shape = dt.name, list(shape)
+        if peer is not None:
+            self.channel.send_xfer(peer, sid, key, arr, dtype, shape, err)
+        elif err is not None:
+            self.send({"t": "xfer", "s": sid, "x": key, "err": err}, [])
+        else:
+            self.send({"t": "xfer", "s": sid, "x": key, "dtype": dtype, "shape": shape}, [as_frame(arr)])
+        if job.spans is not None and arr is not None:
             job.spans.append(("transfer::send", "transfer", t0, time.monotonic_ns() - t0, {"batch": job.h["prof"],
                               "bytes": arr.nbytes, "transfer": key}))
 
@@ -861,8 +859,7 @@ class Executor:
             self.send(msg, frames)
         elif self.channel is not None:
             c = self.direct_counts
-            for f in frames:
-                c["bytes_out"] += f.nbytes if isinstance(f, memoryview) else len(f)
+            c["bytes_out"] += sum(map(frame_nbytes, frames))
             for e in itertools.chain(msg.get("errors") or (), msg.get("fetch_errors") or ()):
                 code = str(e.get("code"))[:64]
                 c["errors"][code] = c["errors"].get(code, 0) + 1

@@ -22,19 +22,19 @@ know are reported to it (``forget``) so its table does not grow.
 
 from __future__ import annotations
 
-import collections
+import itertools
 import logging
 import os
 import re
-import time
 import weakref
 
 import numpy as np
 import zmq
 
+from tensorwire.protocol.curve import apply_pinned
 from tensorwire.protocol.errors import ProtocolError
 from tensorwire.protocol.liveness import set_zmq_heartbeats
-from tensorwire.protocol.shm_paths import map_shm_file
+from tensorwire.protocol.shm_paths import MappedFiles
 from tensorwire.protocol.wire import MAX_MESSAGE, array_from_frame, pack_header, send_parts
 
 log = logging.getLogger("tensorwire.client")
@@ -63,7 +63,7 @@ class Channel:
     """One granted channel: a DEALER to a worker's direct socket, connected on first use."""
 
     __slots__ = ("device", "address", "wid", "cap", "expires", "key", "sock", "ok", "unanswered", "releases", "sent",
-                 "last_q", "shm", "maps", "mapped", "give", "__weakref__")
+                 "last_q", "shm", "maps", "give", "__weakref__")
 
     def __init__(self, grant: dict):
         self.device: str = grant["device"]
@@ -79,8 +79,7 @@ class Channel:
         self.sent = 0  # messages sent on it (status)
         self.last_q = None  # the number of the last message sent, when that one is answered (None: it is not)
         self.shm: str | None = None  # the worker's shared-memory file prefix, when it shares this host
-        self.maps: collections.OrderedDict = collections.OrderedDict()  # path -> mmap, most recent last
-        self.mapped = 0
+        self.maps = MappedFiles(MAX_MAPPED_BYTES)  # the worker's files mapped here, kept for reuse
         self.give: list[str] = []  # files lent to us for fetched values whose arrays died: back with the next message
 
     def open(self, ctx: zmq.Context) -> zmq.Socket:
@@ -88,11 +87,8 @@ class Channel:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
         set_zmq_heartbeats(sock)
-        if self.key is not None:  # encrypted, pinning the key the dispatcher vouched for; our own pair is throwaway
-            public, secret = zmq.curve_keypair()
-            sock.curve_secretkey = secret
-            sock.curve_publickey = public
-            sock.curve_serverkey = self.key.encode()
+        if self.key is not None:  # encrypted, pinning the key the dispatcher vouched for
+            apply_pinned(sock, self.key)
         sock.connect(self.address)
         self.sock = sock
         return sock
@@ -137,27 +133,17 @@ class Channel:
 
     def mapping(self, path):
         """A writable mapping of one of the worker's shared-memory files (``path`` checked against its prefix)."""
-        m = self.maps.get(path)
-        if m is not None:
-            self.maps.move_to_end(path)
-            return m
-        if self.shm is None or not isinstance(path, str) or not re.fullmatch(re.escape(self.shm) + r"-[0-9]{1,12}",
-                                                                              path):
+        if path not in self.maps.maps and (self.shm is None or not isinstance(path, str) or not re.fullmatch(
+                re.escape(self.shm) + r"-[0-9]{1,12}", path)):
             raise ProtocolError(f"the worker for {self.device} named a shared-memory file that is not its own")
-        m = map_shm_file(path)
-        self.maps[path] = m
-        self.mapped += len(m)
-        while self.mapped > MAX_MAPPED_BYTES and len(self.maps) > 1:  # (dropped, not closed: arrays may view it)
-            _, old = self.maps.popitem(last=False)
-            self.mapped -= len(old)
-        return m
+        return self.maps.get(path)
 
     def write_frames(self, frames: list, paths: list[str], which: list[int]) -> list:
         """Copy ``frames[k]`` for each ``k`` of ``which`` into the file at the matching path (lent by the worker for
         this upload); returns ``[[k, path], ...]`` for the message, and empties those frames."""
         spec = []
         for k, path in zip(which, paths):
-            src = np.frombuffer(frames[k], np.uint8)
+            src = np.frombuffer(frames[k], np.uint8)  # (memoryviews and bytes: what encode_batch makes)
             m = self.mapping(path)
             if len(m) != src.nbytes:
                 raise ProtocolError(f"the worker for {self.device} lent a file of {len(m)} bytes for {src.nbytes}")
@@ -183,16 +169,11 @@ def _give_back(ref, path: str) -> None:
         ch.give.append(path)
 
 
-def nbytes(frame) -> int:
-    return frame.nbytes if isinstance(frame, memoryview) else len(frame)
-
-
 class DataPlane:
     """A session's channels and the state that keeps its messages in order across the two paths (see the module
     docstring). The session owns the sockets' thread; this class holds no lock of its own."""
 
-    def __init__(self, ctx: zmq.Context, grants, keys):
-        self.ctx = ctx
+    def __init__(self, grants, keys):
         self.channels: dict[str, Channel] = {}
         self.why_relay: dict[str, str] = {}  # device -> why its work goes through the dispatcher
         self.retry_at: dict[str, float] = {}
@@ -231,9 +212,6 @@ class DataPlane:
                 self.drop(ch.device, "its worker changed")
             self.channels[g["device"]] = Channel(g)
 
-    def needs_renewal(self, now: float) -> bool:
-        return any(ch.expires - now < RENEW_BEFORE_S for ch in self.channels.values())
-
     def drop(self, device: str, why: str, lost: bool = False) -> None:
         """Forget a device's channel (its worker is gone or does not answer): its work goes through the relay.
         ``lost``: the worker died, and with it the handles made on its channel; the dispatcher, which never saw
@@ -253,23 +231,15 @@ class DataPlane:
             self.lost.setdefault(device, []).extend(gone)
             self.retry_at.pop(device, None)  # (a successor may register soon: ask for its grant at the next use)
 
-    def sockets(self):
-        return [ch.sock for ch in self.channels.values() if ch.sock is not None]
-
     def close(self) -> None:
         for ch in self.channels.values():
             ch.close()
         self.channels.clear()
 
     # -- handles -----------------------------------------------------------------------------------
-    def made(self, ids_devs, direct: bool) -> None:
-        """Handles a batch made (kept ids with their devices), on a channel when ``direct``."""
+    def made(self, ids_devs) -> None:
+        """Handles a batch keeps (``(id, device)`` pairs), whichever path it takes."""
         self.loc.update(ids_devs)
-        if direct:
-            self.direct_made.update(i for i, _ in ids_devs)
-
-    def device_of(self, hid: int) -> str | None:
-        return self.loc.get(hid)
 
     def route_releases(self, release: list[int]) -> None:
         """Send each released id where its device's work goes now: its channel's next message, or the relay's."""
@@ -305,7 +275,7 @@ class DataPlane:
         return rel, locs
 
     # -- paths -------------------------------------------------------------------------------------
-    def direct_device(self, batch_dev: str | None, ext, fetch, made: dict) -> str | None:
+    def direct_device(self, batch_dev: str | None, ext, fetch) -> str | None:
         """The device a message may go to directly, or None: ``batch_dev`` is the one device of its nodes ("" when
         it has none, None when it spans several or holds work only the relay does); its inputs and fetched values
         must all live there."""
@@ -313,13 +283,8 @@ class DataPlane:
             return None
         loc = self.loc
         dev = batch_dev or None
-        for i in ext:
+        for i in itertools.chain(ext, fetch):
             d = loc.get(i)
-            if d is None or (dev is not None and d != dev):
-                return None
-            dev = d
-        for i in fetch:
-            d = made.get(i) or loc.get(i)
             if d is None or (dev is not None and d != dev):
                 return None
             dev = d
@@ -376,6 +341,3 @@ def batch_device(nodes, devs) -> str | None:
             return None
     return devs[0]
 
-
-def now() -> float:
-    return time.time()

@@ -48,6 +48,7 @@ from tensorwire.protocol.wire import (
     ZERO_COPY_MIN,
     array_from_frame,
     as_frame,
+    frame_nbytes,
     pack_header,
     send_parts,
     unpack_header,
@@ -63,7 +64,6 @@ from .channels import (
     SHM_MIN,
     DataPlane,
     batch_device,
-    nbytes,
 )
 from .tensor import Tensor
 
@@ -188,7 +188,7 @@ class Session:
         #: the named services (autograd, collectives@DEVICE ...) registered when this session opened
         self.services_at_open = [str(n) for n in h.get("services") or []]
         self.default_device = self._devices[0] if self._devices else "cpu:0"
-        self._plane = DataPlane(self._ctx, h.get("channels"), self._keys)
+        self._plane = DataPlane(h.get("channels"), self._keys)
         self._q_dev: dict[int, str] = {}  # numbered messages sent on a channel, waiting: q -> device
         self._carried: list = []  # errors a fence's answer brought, raised with the next answer
         self._finalizer = weakref.finalize(self, Session._close_socket, self._sock, self._key)
@@ -332,24 +332,27 @@ class Session:
         their channels; the answer ``q`` waited on one of them fails with ``WorkerLost``."""
         waited = self._q_dev.get(q)
         for dev in lost:
-            if isinstance(dev, str) and dev in self._plane.channels:
+            if isinstance(dev, str) and dev in self._plane.channels and dev != waited:
                 self._drop_channel(dev, "its worker was lost", lost=True)
         if waited in lost:
             self._q_dev.pop(q, None)
-            err = WorkerLost(f"the worker for {waited} was lost while this session waited for it; tensors on "
-                             f"{waited} are lost", device=waited).to_wire()
-            self._forget_lost([err])
-            raise self._error(err)
+            raise self._channel_lost(waited, "its worker was lost", f"the worker for {waited} was lost while this "
+                                     f"session waited for it; tensors on {waited} are lost")
 
     def _refused(self, dev: str, err: dict) -> TensorwireError:
         """A worker refused this session's capability: another worker process serves the device now (a restart on
         the same address), or that worker registered with a new dispatcher. Either way this session's tensors there
         are gone: the channel is dropped (a new grant comes at the next use) and the wait fails with WorkerLost."""
-        self._drop_channel(dev, f"its worker refused the capability: {str(err.get('message'))[:200]}", lost=True)
-        lost = WorkerLost(f"the worker for {dev} restarted or changed: tensors on {dev} are lost",
-                          device=dev).to_wire()
-        self._forget_lost([lost])
-        return self._error(lost)
+        return self._channel_lost(dev, f"its worker refused the capability: {str(err.get('message'))[:200]}",
+                                  f"the worker for {dev} restarted or changed: tensors on {dev} are lost")
+
+    def _channel_lost(self, dev: str, why: str, message: str) -> TensorwireError:
+        """``dev``'s worker is gone with this session's tensors: drop its channel (and those tensors, reported to the
+        dispatcher as lost) and forget the cached scalars there; the ``WorkerLost`` to raise."""
+        self._drop_channel(dev, why, lost=True)
+        err = WorkerLost(message, device=dev).to_wire()
+        self._forget_lost([err])
+        return self._error(err)
 
     def _drop_channel(self, dev: str, why: str, lost: bool = False) -> None:
         ch = self._plane.channels.get(dev)
@@ -593,7 +596,7 @@ class Session:
             header["plan"] = plan
         if self._drop_plans:
             header["drop_plans"], self._drop_plans = self._drop_plans, []
-        size = sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in b.frames)
+        size = sum(map(frame_nbytes, b.frames))
         if size > MAX_MESSAGE:
             raise ProtocolError(f"a batch of {size} bytes exceeds the maximum message size of {MAX_MESSAGE} bytes "
                                 f"(TENSORWIRE_MAX_MESSAGE); upload the data in smaller tensors")
@@ -610,8 +613,8 @@ class Session:
         the one device it touches, else the relay; fence first where the path of a device changes. ``made``: the
         handles it keeps, with their devices. With ``reply``, returns the number its answer carries."""
         plane = self._plane
-        plane.made(made, False)
-        dev = plane.direct_device(batch_dev, ext, fetch, {})
+        plane.made(made)
+        dev = plane.direct_device(batch_dev, ext, fetch)
         ch = self._ready_channel(dev) if dev is not None else None
         if ch is not None:
             if dev not in plane.direct:  # relayed work may still be on its way to this worker: sync it first
@@ -620,20 +623,15 @@ class Session:
                 plane.direct.add(dev)
             plane.used.add(dev)
         else:
-            touched: set | None = set()
-            if touched is not None:
-                loc = plane.loc
-                if batch_dev:
-                    touched.add(batch_dev)
-                elif batch_dev is None:
-                    touched.update(d for _, d in made)
-                for i in itertools.chain(ext, fetch, header["release"]):
-                    d = loc.get(i)
-                    if d is not None:
-                        touched.add(d)
-                    elif i in ext or i in fetch:
-                        touched = None
-                        break
+            touched: set | None = {d for _, d in made}  # (the devices it touches: None, any)
+            loc = plane.loc
+            for i in itertools.chain(ext, fetch, header["release"]):
+                d = loc.get(i)
+                if d is not None:
+                    touched.add(d)
+                elif i in ext or i in fetch:
+                    touched = None
+                    break
             for d in plane.touched_by_relay(touched):
                 self._direct_sync(d)
         plane.route_releases(header["release"])
@@ -648,10 +646,10 @@ class Session:
             if ch.shm is not None:  # this host's shared memory: large values skip the socket
                 if fetch:
                     msg["shm"] = SHM_MIN
-                big = [k for k, f in enumerate(frames) if nbytes(f) >= SHM_MIN]
+                big = [k for k, f in enumerate(frames) if frame_nbytes(f) >= SHM_MIN]
                 if big:
                     frames = list(frames)
-                    paths = self._shm_take(dev, ch, [nbytes(frames[k]) for k in big])
+                    paths = self._shm_take(dev, ch, [frame_nbytes(frames[k]) for k in big])
                     msg["shm_frames"] = ch.write_frames(frames, paths, big)
             q = None
             if reply:
@@ -732,12 +730,7 @@ class Session:
             if plane.dead_time(dev, time.monotonic()) or not plane.enabled:
                 return None
             plane.retry_at[dev] = time.monotonic() + RETRY_AFTER_S
-            h, _ = self._request({"t": "channel"})
-            plane.grant(h.get("channels"))
-            ch = plane.channels.get(dev)
-            if ch is None:
-                return None
-        if ch.expires - time.time() < RENEW_BEFORE_S:
+        if ch is None or ch.expires - time.time() < RENEW_BEFORE_S:  # (about to run out: renewed)
             h, _ = self._request({"t": "channel"})
             plane.grant(h.get("channels"))
             ch = plane.channels.get(dev)
@@ -771,10 +764,7 @@ class Session:
 
     def _shm_take(self, dev: str, ch, sizes: list[int]) -> list[str]:
         """Files of these sizes, lent by ``dev``'s worker for an upload through shared memory."""
-        q = next(self._seq)
-        self._q_dev[q] = dev
-        ch.send({"t": "shm_take", "q": q, "sizes": sizes})
-        h, _ = self._wait(q)
+        h, _ = self._ask(dev, ch, {"t": "shm_take", "sizes": sizes})
         paths = h.get("paths")
         if not (isinstance(paths, list) and len(paths) == len(sizes)):
             raise ProtocolError(f"the worker for {dev} answered a shared-memory request with no files")
@@ -795,12 +785,16 @@ class Session:
         ch = self._plane.channels.get(dev)
         if ch is None or ch.sock is None or not (ch.unanswered or ch.releases):
             return
-        q = next(self._seq)
         rel, ch.releases = ch.releases, []
-        self._q_dev[q] = dev
-        ch.send({"t": "run", "q": q, "sync": True, "release": rel})
-        h, _ = self._wait(q)
+        h, _ = self._ask(dev, ch, {"t": "run", "sync": True, "release": rel})
         self._carry(h)
+
+    def _ask(self, dev: str, ch, msg: dict):
+        """Send ``msg`` on ``dev``'s channel, numbered, and wait for its answer."""
+        q = msg["q"] = next(self._seq)
+        self._q_dev[q] = dev
+        ch.send(msg)
+        return self._wait(q)
 
     def _carry(self, h: dict) -> None:
         """Keep a fence's errors for the next answer the user waits for."""
@@ -812,8 +806,7 @@ class Session:
         """For ``synchronize()``: everything sent on every path has run (each channel with messages not answered
         yet, and the relay when relayed batches went out since its last sync); their errors are carried to the
         answer the caller raises from."""
-        for d in sorted(self._plane.direct):
-            self._direct_sync(d)
+        self._sync_direct()
         if self._plane.relay_unsynced or self._plane.relay_releases:
             self._relay_sync()
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import logging
 import time
 
-from tensorwire.protocol.batch_ids import check_temps, kept_nodes, out_ids
-from tensorwire.protocol.curve import is_local_address
+from tensorwire.protocol.batch_ids import check_temps, is_int_list, kept_nodes, out_ids
 from tensorwire.protocol.errors import (
     NotFound,
     ProtocolError,
@@ -25,8 +24,9 @@ from .state import (
     Pending,
     ServiceInfo,
     Session,
+    device_ids,
     input_failed,
-    is_int_list,
+    reachable,
     wire_error,
 )
 
@@ -363,10 +363,10 @@ class Routing:
         if bool(a.info.get("direct_key")) != bool(key):
             return None
         host = a.info.get("host")
-        same = isinstance(host, str) and host == b.info.get("host")
-        shm = same and isinstance(a.info.get("shm_dir"), str) and a.info.get("shm_dir") == b.info.get("shm_dir")
-        if not same and is_local_address(b.info["direct"]):  # (its loopback is not the source's)
+        if not reachable(b, host):  # (its loopback is not the source's)
             return None
+        shm = host == b.info.get("host") and isinstance(a.info.get("shm_dir"), str) and a.info.get(
+            "shm_dir") == b.info.get("shm_dir")
         return [b.info["direct"], key if isinstance(key, str) else None, shm]
 
     def _locs(self, s: Session, locs) -> dict:
@@ -374,14 +374,8 @@ class Routing:
         direct channels live, which this dispatcher never saw. Only for ids it does not know itself, and only on
         devices served now; the worker holding them checks that they are the session's (it keeps each session's
         buffers apart), so a client naming ids it does not hold gets NotFound from there."""
-        if not locs:
-            return {}
-        if not isinstance(locs, dict):
-            raise ProtocolError("'locs' must map device names to lists of ids")
         out = {}
-        for dev, ids in locs.items():
-            if not isinstance(dev, str) or not is_int_list(ids):
-                raise ProtocolError("'locs' must map device names to lists of ids")
+        for dev, ids in device_ids(locs, "locs"):
             if dev in self.workers:
                 s.touched.add(dev)
                 for i in ids:
@@ -392,11 +386,7 @@ class Routing:
     def _lost_handles(s: Session, lost) -> None:
         """Handles the client made on a direct channel to a worker that died (``{device: [ids]}``): using one fails
         with ``WorkerLost``, as for the handles this dispatcher routed there itself."""
-        if not isinstance(lost, dict):
-            raise ProtocolError("'lost' must map device names to lists of ids")
-        for dev, ids in lost.items():
-            if not isinstance(dev, str) or not is_int_list(ids):
-                raise ProtocolError("'lost' must map device names to lists of ids")
+        for dev, ids in device_ids(lost, "lost"):
             err = error_to_wire(WorkerLost(f"the worker for {dev[:128]} was lost; tensors on {dev[:128]} are lost",
                                            device=dev[:128]))
             for i in ids:

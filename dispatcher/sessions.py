@@ -10,8 +10,8 @@ import secrets
 import time
 
 from tensorwire.protocol import PROTOCOL_VERSION
+from tensorwire.protocol.batch_ids import is_int_list
 from tensorwire.protocol.capability import CHANNEL_TTL_S, channel_key, issue, worker_id
-from tensorwire.protocol.curve import is_local_address
 from tensorwire.protocol.errors import (
     ProtocolError,
     ServiceUnavailable,
@@ -26,7 +26,7 @@ from .state import (
     SID_BYTES,
     Session,
     device_sort_key,
-    is_int_list,
+    reachable,
 )
 
 log = logging.getLogger("tensorwire.dispatcher")
@@ -162,8 +162,7 @@ class Sessions:
         out = []
         for dev, w in self.workers.items():
             addr = w.info.get("direct")
-            if isinstance(addr, str) and (s.host == w.info.get("host") or not is_local_address(addr)):
-                # (a worker listening on loopback or a unix socket is offered only to clients on its own host)
+            if reachable(w, s.host):
                 out.append({"device": dev, "address": addr, "wid": worker_id(w.instance), "expires": expires,
                             "cap": issue(channel_key(w.instance), s.sid, dev, self.epoch, expires),
                             "key": w.info.get("direct_key") if isinstance(w.info.get("direct_key"), str) else None})

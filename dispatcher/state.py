@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tensorwire.protocol.batch_ids import is_int_list
+from tensorwire.protocol.curve import is_local_address
 from tensorwire.protocol.errors import DependencyFailed, ProtocolError, TensorwireError, WorkerLost
 
 MAX_PLANS = 4096
@@ -15,7 +17,6 @@ MAX_SPANS = 1 << 17
 MAX_FAILED_COLLECTIVES = 4096
 SID_BYTES, SECRET_BYTES = 8, 32  # a session key is its public id followed by its secret
 NAME_RE = re.compile(r"[A-Za-z0-9_.@:-]{1,128}")  # service and device names
-_INT = {int}
 
 
 @dataclass
@@ -73,11 +74,6 @@ class Session:
 
 
 
-def is_int_list(x) -> bool:
-    """A list of ints (bools are not ids)."""
-    return type(x) is list and (not x or set(map(type, x)) == _INT)
-
-
 
 def wire_error(err, keep=("node", "origin")) -> dict:
     """A service's error as it may go to a client: a string code and message (and the ids in ``keep``), nothing
@@ -102,3 +98,21 @@ def input_failed(ext: list[int], failed_ext: dict) -> TensorwireError:
 def device_sort_key(name: str):
     kind, _, idx = name.partition(":")
     return (kind != "cpu", kind, int(idx) if idx.isdigit() else 0)
+
+
+def device_ids(value, name: str):
+    """``(device, [ids])`` pairs of a message's ``{device: [ids]}`` field ``name`` (``locs``, ``lost``); none for an
+    absent one; ProtocolError for anything else."""
+    if not value:
+        return []
+    if not isinstance(value, dict) or not all(isinstance(d, str) and is_int_list(ids) for d, ids in value.items()):
+        raise ProtocolError(f"'{name}' must map device names to lists of ids")
+    return value.items()
+
+
+def reachable(worker: ServiceInfo, host) -> bool:
+    """Whether a process on ``host`` (``protocol.shm_paths.host_id``) can reach ``worker``'s direct channel: any
+    process, when it listens on the network; only one of its own host, when on loopback or a unix socket."""
+    addr = worker.info.get("direct")
+    return isinstance(addr, str) and (not is_local_address(addr) or (isinstance(host, str) and
+                                                                       host == worker.info.get("host")))

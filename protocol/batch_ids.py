@@ -13,6 +13,12 @@ from __future__ import annotations
 
 from .errors import ProtocolError
 
+_INT = {int}
+
+def is_int_list(x) -> bool:
+    """A list of ints (bools are not ids)."""
+    return type(x) is list and (not x or set(map(type, x)) == _INT)
+
 
 def temp_ranges(nodes) -> list[list[int]]:
     """The ``temps`` field for the node indices ``nodes`` (ascending)."""
@@ -65,4 +71,4 @@ def out_ids(h: dict, n: int | None):
     return range(first, first + n)
 
 
-__all__ = ["check_temps", "kept_nodes", "out_ids", "temp_ranges"]
+__all__ = ["check_temps", "is_int_list", "kept_nodes", "out_ids", "temp_ranges"]

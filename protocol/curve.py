@@ -128,6 +128,17 @@ def load_key_pair(keys: Path, role: str) -> tuple[bytes, bytes]:
     return _load(keys / f"{role}.key_secret", secret=True)
 
 
+def apply_pinned(sock: zmq.Socket, server_key: str) -> None:
+    """Make ``sock`` (before it connects) a CURVE client of the server whose public key is ``server_key`` (z85), with
+    a throwaway key pair of its own: for a worker's direct channel, where the capability (or a worker's signature),
+    not the client's key, says who may do what."""
+    _check_curve()
+    public, secret = zmq.curve_keypair()
+    sock.curve_secretkey = secret
+    sock.curve_publickey = public
+    sock.curve_serverkey = server_key.encode()
+
+
 def apply_peer(sock: zmq.Socket, keys: Path, role: str) -> None:
     """Make ``sock`` (before it connects) a CURVE client with the ``role`` pair (``client`` or ``service``),
     pinning the dispatcher's public key: a dispatcher with another key cannot complete the handshake."""

@@ -9,6 +9,7 @@ forwards the message; the rank checks the name again and the file itself when it
 
 from __future__ import annotations
 
+import collections
 import mmap
 import os
 import re
@@ -49,6 +50,34 @@ def map_shm_file(path: str) -> mmap.mmap:
         return mmap.mmap(fd, st.st_size)
     finally:
         os.close(fd)
+
+
+class MappedFiles:
+    """Mappings of shared-memory files kept for reuse (their pages stay warm: no new page faults), the least recently
+    used dropped past ``limit`` bytes. A dropped mapping is not closed: an array may still view it, and it is
+    unmapped when the last one dies."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.maps: collections.OrderedDict = collections.OrderedDict()  # path -> mmap, most recent last
+        self.bytes = 0
+
+    def get(self, path: str) -> mmap.mmap:
+        """The mapping of ``path`` (a path the caller has checked), made with :func:`map_shm_file` the first time."""
+        m = self.maps.get(path)
+        if m is not None:
+            self.maps.move_to_end(path)
+            return m
+        m = self.maps[path] = map_shm_file(path)
+        self.bytes += len(m)
+        while self.bytes > self.limit and len(self.maps) > 1:
+            _, old = self.maps.popitem(last=False)
+            self.bytes -= len(old)
+        return m
+
+    def clear(self) -> None:
+        self.maps.clear()
+        self.bytes = 0
 
 
 def host_id() -> str:

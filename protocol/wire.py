@@ -72,6 +72,14 @@ def array_from_frame(desc, frames: list) -> tuple[int, np.ndarray]:
     return hid, arr.reshape(shape)
 
 
+def frame_nbytes(frame) -> int:
+    """The bytes in a buffer frame: a received zmq ``Frame``, a ``memoryview`` or ``bytes``."""
+    if isinstance(frame, memoryview):
+        return frame.nbytes
+    buf = getattr(frame, "buffer", None)  # (a zmq.Frame)
+    return buf.nbytes if buf is not None else len(frame)
+
+
 def as_frame(arr: np.ndarray):
     """A zero-copy sendable view of an array's bytes (made contiguous if needed)."""
     if not arr.flags.c_contiguous:

@@ -250,7 +250,7 @@ def test_shared_memory_paths_are_the_workers_own(attacker, victim):
     s, x, y = victim
     victim_ch = s._plane.channels["cpu:0"]
     s.fetch(s.const(np.zeros(1 << 19, np.float32), "cpu:0"))  # the victim holds files on loan now
-    lent = list(victim_ch.maps)
+    lent = list(victim_ch.maps.maps)  # (the paths of the files it mapped)
     for path in ["/etc/passwd", *(lent[:1] or [])]:
         send(c, {"t": "run", "q": 30, "cap": g["cap"], "ext": [], "outs": [80], "devs": ["cpu:0"],
                  "nodes": [["const", [], {"shape": [4], "dtype": "float32", "frame": 0}, 0]],
