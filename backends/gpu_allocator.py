@@ -15,7 +15,9 @@ names the request and the allocated and reserved bytes.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from tensorwire.protocol.errors import OutOfMemory
 
@@ -39,11 +41,15 @@ class CachingAllocator:
     """Device blocks from ``alloc(nbytes) -> address`` / ``release(address)``, cached by size class.
 
     ``allocated`` counts the bytes of blocks handed out (rounded sizes), ``reserved`` those the driver holds for us
-    (handed out plus cached), ``requested`` the bytes asked for."""
+    (handed out plus cached), ``requested`` the bytes asked for. Every call holds ``guard`` (the runtime's
+    :class:`~.gpu_runtime.ThreadBinding`: a block is freed on whichever thread drops its last reference, and an
+    allocation may call the driver)."""
 
     def __init__(self, alloc: Callable[[int], int], release: Callable[[int], None],
-                 before_release: Callable[[], None] = lambda: None, what: str = "the device"):
+                 before_release: Callable[[], None] = lambda: None, what: str = "the device",
+                 guard: AbstractContextManager | None = None):
         self._alloc, self._release, self._before_release, self.what = alloc, release, before_release, what
+        self._guard = guard if guard is not None else threading.RLock()
         self._free: dict[int, list[int]] = {}  # size class -> cached block addresses
         self.allocated = self.reserved = self.requested = 0
         self.blocks = 0        # blocks handed out
@@ -53,6 +59,10 @@ class CachingAllocator:
 
     def malloc(self, nbytes: int) -> tuple[int, int]:
         """``(address, block size)`` of a block for ``nbytes``; raises :class:`OutOfMemory`."""
+        with self._guard:
+            return self._malloc(nbytes)
+
+    def _malloc(self, nbytes: int) -> tuple[int, int]:
         size = size_class(nbytes)
         cached = self._free.get(size)
         if cached:
@@ -80,24 +90,26 @@ class CachingAllocator:
 
     def free(self, ptr: int, size: int, nbytes: int) -> None:
         """Return a block (from :meth:`malloc`) to its size class."""
-        self._free.setdefault(size, []).append(ptr)
-        self.allocated -= size
-        self.requested -= nbytes
-        self.blocks -= 1
+        with self._guard:
+            self._free.setdefault(size, []).append(ptr)
+            self.allocated -= size
+            self.requested -= nbytes
+            self.blocks -= 1
 
     def cached_bytes(self) -> int:
         return self.reserved - self.allocated
 
     def empty_cache(self) -> None:
         """Give every cached block back to the driver (after the queued work that may still use them)."""
-        if not any(self._free.values()):
-            return
-        self._before_release()
-        for size, ptrs in self._free.items():
-            for ptr in ptrs:
-                self._release(ptr)
-                self.reserved -= size
-        self._free.clear()
+        with self._guard:
+            if not any(self._free.values()):
+                return
+            self._before_release()
+            for size, ptrs in self._free.items():
+                for ptr in ptrs:
+                    self._release(ptr)
+                    self.reserved -= size
+            self._free.clear()
 
     def stats(self) -> dict:
         return {"allocated_bytes": self.allocated, "reserved_bytes": self.reserved,

@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import logging
 import math
+import threading
 from collections import OrderedDict
 from types import SimpleNamespace
 
@@ -72,7 +73,8 @@ class DriverApi:
 
     A subclass names each role's function in :attr:`CALLS` (same arguments in CUDA and HIP) and gives the enums the
     calls need: :meth:`success`, :meth:`out_of_memory`, :meth:`error_text`, :meth:`make_current` (the GPU's context),
-    :meth:`stream_flags`, :meth:`event_flags`, :meth:`max_threads_attribute`, and the ``extra`` argument of a launch.
+    :meth:`bind` (make it the calling thread's), :meth:`stream_flags`, :meth:`event_flags`,
+    :meth:`max_threads_attribute`, and the ``extra`` argument of a launch.
     """
 
     #: role -> the binding's function name
@@ -98,7 +100,13 @@ class DriverApi:
         raise NotImplementedError
 
     def make_current(self, gpu) -> object:
-        """Make ``gpu`` the calling thread's device; returns what keeps its context (or None)."""
+        """Open ``gpu``'s context and make it the calling thread's; returns what keeps the context (or None)."""
+        raise NotImplementedError
+
+    def bind(self, gpu, ctx) -> None:
+        """Make ``gpu`` (its context ``ctx``, from :meth:`make_current`) current on the calling thread. The driver
+        keeps the current context (CUDA) or device (HIP) per thread, so every thread that calls the driver for this
+        GPU does this first (see :class:`ThreadBinding`)."""
         raise NotImplementedError
 
     def stream_flags(self) -> int:
@@ -122,6 +130,43 @@ class DriverApi:
         return self.check(self.CALLS[role], getattr(self, role)(*args))
 
 
+class ThreadBinding:
+    """``with rt.bound:``: the runtime's lock, held, and its GPU current on the calling thread.
+
+    The worker calls a runtime from its main thread and from its pool's threads (a large batch runs on the pool,
+    see :mod:`.jobs`), and from wherever the last reference to a buffer drops. The driver keeps the current context
+    (``cuCtxSetCurrent``) or device (``hipSetDevice``) per thread, so a thread's first call binds it (once per
+    thread); and the runtime's state (the allocator's free lists, the launchers' argument storage, the kernel error
+    slot, the staging blocks) is one per GPU, so the calls hold one re-entrant lock. A kernel launch and the read of
+    its error slot happen under one hold, so a thread never reads another's error."""
+
+    __slots__ = ("lock", "_local", "_bind")
+
+    def __init__(self, bind):
+        self.lock = threading.RLock()
+        self._local = threading.local()
+        self._bind = bind
+
+    def mark_bound(self) -> None:
+        """The calling thread has the GPU current already (the thread that opened it)."""
+        self._local.bound = True
+
+    def __enter__(self):
+        self.lock.acquire()
+        if not getattr(self._local, "bound", False):
+            try:
+                self._bind()
+            except BaseException:
+                self.lock.release()
+                raise
+            self._local.bound = True
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.lock.release()
+        return False
+
+
 # -- buffers --------------------------------------------------------------------------------------------------------
 
 class GPUBuffer:
@@ -143,7 +188,9 @@ class GPUBuffer:
 # -- the runtime ----------------------------------------------------------------------------------------------------
 
 class GPURuntime:
-    """One GPU's stream, memory, kernels and BLAS handle. Calls come from one thread (the worker's).
+    """One GPU's stream, memory, kernels and BLAS handle. Calls may come from any thread: each public method (and
+    each launcher, and the allocator) holds :attr:`bound`, a :class:`ThreadBinding` that makes the GPU current on
+    the calling thread and keeps the calls of different threads apart.
 
     A subclass sets ``target``, ``renderer`` and ``cache`` (a :class:`~.codegen.cache.KernelCache`) before calling
     ``__init__``, and implements :meth:`compile_image`. ``gpu`` needs ``index``, ``name`` and ``memory_bytes``;
@@ -160,9 +207,11 @@ class GPURuntime:
         self.api, self.gpu = api, gpu
         self.label = f"{self.target}:{gpu.index}"
         self.ctx = api.make_current(gpu)
+        self.bound = ThreadBinding(lambda: api.bind(gpu, self.ctx))
+        self.bound.mark_bound()
         self.stream = api.call("stream_create", api.stream_flags())
         self.pool = CachingAllocator(self._driver_alloc, self._driver_free, self.synchronize,
-                                     f"{self.label} ({gpu.name})")
+                                     f"{self.label} ({gpu.name})", guard=self.bound)
         self._kernels: OrderedDict = OrderedDict()  # kernel identity -> (function, max threads per block)
         self._modules: list = []
         self.builds = 0  # modules built or loaded by this runtime (for tests and benchmarks)
@@ -237,44 +286,49 @@ class GPURuntime:
     def upload(self, host: np.ndarray) -> GPUBuffer:
         """A buffer holding the C-contiguous array ``host``; the copy is queued (the host array may change after)."""
         api = self.api
-        buf = self.empty(host.shape, D.from_numpy(host.dtype))
-        src = host.ctypes.data
-        for start in range(0, buf.nbytes, STAGING_CHUNK):
-            n = min(STAGING_CHUNK, buf.nbytes - start)
-            ptr, size = self._staging(n)
-            ctypes.memmove(ptr, src + start, n)
-            api.call("copy_htod_async", buf.ptr + start, ptr, n, self.stream)
-            ev = api.call("event_create", api.event_flags())
-            api.call("event_record", ev, self.stream)
-            self._staging_busy.append((ev, ptr, size))
+        with self.bound:
+            buf = self.empty(host.shape, D.from_numpy(host.dtype))
+            src = host.ctypes.data
+            for start in range(0, buf.nbytes, STAGING_CHUNK):
+                n = min(STAGING_CHUNK, buf.nbytes - start)
+                ptr, size = self._staging(n)
+                ctypes.memmove(ptr, src + start, n)
+                api.call("copy_htod_async", buf.ptr + start, ptr, n, self.stream)
+                ev = api.call("event_create", api.event_flags())
+                api.call("event_record", ev, self.stream)
+                self._staging_busy.append((ev, ptr, size))
         return buf
 
     def download(self, buf: GPUBuffer) -> np.ndarray:
         """The buffer's contents (waits for the work queued before)."""
         out = np.empty(buf.shape, buf.dtype.np)
         dst = out.ctypes.data
-        for start in range(0, buf.nbytes, STAGING_CHUNK):
-            n = min(STAGING_CHUNK, buf.nbytes - start)
-            ptr, size = self._staging(n)
-            try:
-                self.api.call("copy_dtoh_async", ptr, buf.ptr + start, n, self.stream)
-                self.synchronize()
-                ctypes.memmove(dst + start, ptr, n)
-            finally:
-                self._staging_free.setdefault(size, []).append(ptr)
+        with self.bound:
+            for start in range(0, buf.nbytes, STAGING_CHUNK):
+                n = min(STAGING_CHUNK, buf.nbytes - start)
+                ptr, size = self._staging(n)
+                try:
+                    self.api.call("copy_dtoh_async", ptr, buf.ptr + start, n, self.stream)
+                    self.synchronize()
+                    ctypes.memmove(dst + start, ptr, n)
+                finally:
+                    self._staging_free.setdefault(size, []).append(ptr)
         return out
 
     def zero(self, buf: GPUBuffer) -> None:
         if buf.nbytes:
-            self.api.call("memset_async", buf.ptr, 0, buf.nbytes, self.stream)
+            with self.bound:
+                self.api.call("memset_async", buf.ptr, 0, buf.nbytes, self.stream)
 
     def synchronize(self) -> None:
-        self.api.call("stream_synchronize", self.stream)
+        with self.bound:
+            self.api.call("stream_synchronize", self.stream)
 
     def memory(self) -> dict:
-        out = self.pool.stats()
-        out["total_bytes"] = self.gpu.memory_bytes
-        out["pinned_staging_bytes"] = self._staging_bytes
+        with self.bound:
+            out = self.pool.stats()
+            out["total_bytes"] = self.gpu.memory_bytes
+            out["pinned_staging_bytes"] = self._staging_bytes
         return out
 
     # kernels ------------------------------------------------------------------------------------------
@@ -316,18 +370,20 @@ class GPURuntime:
         """``{kernel name: launcher(buffers, scalars)}``; kernels loaded for an earlier fragment are reused, the
         rest are compiled together in one module."""
         keys = [self._key(k) for k in kernels]
-        self._ensure(kernels, keys, max(1, len(kernels)))
-        found = []
-        for key in keys:
-            self._kernels.move_to_end(key)
-            found.append(self._kernels[key])
+        with self.bound:
+            self._ensure(kernels, keys, max(1, len(kernels)))
+            found = []
+            for key in keys:
+                self._kernels.move_to_end(key)
+                found.append(self._kernels[key])
         return {k.name: self._launcher(k, *entry) for k, entry in zip(kernels, found)}
 
     def prebuild(self, kernel_lists: list, per_module: int = 256) -> int:
         """Compile and load the kernels of many fragments in a few modules (the compiler's fixed cost per program
         dominates small kernels), so that later :meth:`build` calls find them; returns the modules built."""
         flat = [k for ks in kernel_lists for k in ks]
-        return self._ensure(flat, [self._key(k) for k in flat], per_module)
+        with self.bound:
+            return self._ensure(flat, [self._key(k) for k in flat], per_module)
 
     def _launcher(self, k, fn, limit: int):
         api, stream = self.api, self.stream
@@ -344,21 +400,22 @@ class GPURuntime:
         params += scalars
         argv = (ctypes.c_void_p * max(1, len(params)))(*[ctypes.addressof(p) for p in params])
         argv_ptr = ctypes.addressof(argv)
-        err_host = self._err_host
+        err_host, bound = self._err_host, self.bound
         launch_fn, ok, extra, what = api.launch, api.ok, api.LAUNCH_EXTRA, api.CALLS["launch"]
 
         def launch(bufs, values):
-            for p, b in zip(params, bufs):
-                p.value = b.ptr
-            for p, v in zip(scalars, values):
-                p.value = v
             if blocks == 0:
                 return
-            result = launch_fn(fn, blocks, 1, 1, block, 1, 1, 0, stream, argv_ptr, extra)
-            if result[0] != ok:
-                api.check(what, result)
-            if k.can_raise:
-                self._check_kernel_error(k, err_host)
+            with bound:  # the argument storage is the launcher's, the error slot the GPU's: one thread at a time
+                for p, b in zip(params, bufs):
+                    p.value = b.ptr
+                for p, v in zip(scalars, values):
+                    p.value = v
+                result = launch_fn(fn, blocks, 1, 1, block, 1, 1, 0, stream, argv_ptr, extra)
+                if result[0] != ok:
+                    api.check(what, result)
+                if k.can_raise:
+                    self._check_kernel_error(k, err_host)
         launch.keep = (params, argv)  # the argument storage lives as long as the launcher
         return launch
 
@@ -450,6 +507,11 @@ class GPUDevice(Device):
         """``a @ b`` with numpy's broadcasting (1-D operands as torch) on the BLAS: one strided-batched gemm when
         the broadcast batch offsets of both operands are arithmetic progressions, else one gemm per batch."""
         rt = self.runtime
+        with rt.bound:  # (cuBLAS queues on the stream of the calling thread's current context)
+            return self._gemm(rt, a, b, shape)
+
+    @staticmethod
+    def _gemm(rt: GPURuntime, a: GPUBuffer, b: GPUBuffer, shape) -> GPUBuffer:
         out = rt.empty(shape, a.dtype)
         sa = a.shape if len(a.shape) >= 2 else (1, *a.shape)
         sb = b.shape if len(b.shape) >= 2 else (*b.shape, 1)
@@ -483,4 +545,4 @@ class GPUDevice(Device):
 
 
 __all__ = ["BLOCK", "LOWERING_BLAS", "LOWERING_KERNELS", "STAGING_CHUNK", "STAGING_LIMIT", "DriverApi", "DriverError",
-           "GPUBuffer", "GPUDevice", "GPURuntime"]
+           "GPUBuffer", "GPUDevice", "GPURuntime", "ThreadBinding"]

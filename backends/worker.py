@@ -842,6 +842,11 @@ class Executor:
         if not h.get("reply") or job.answered:
             self._done(s, job)
             return
+        if h.get("sync"):  # the session's work has run on the device, not only been queued (a GPU runs it later)
+            try:
+                self.device.synchronize()
+            except Exception as e:  # (a GPU's asynchronous error surfaces at the wait)
+                s.errors.append(error_to_wire(e))
         t0 = time.monotonic_ns() if job.spans is not None and h.get("fetch") else 0
         values, frames, fetch_errors = self._fetched(h.get("fetch") or (), bufs.get)
         if t0:

@@ -1,4 +1,4 @@
-"""The ``tensorwire`` command: ``up``, ``dispatcher``, ``worker``, ``status``, ``keys``, ``hub``.
+"""The ``tensorwire`` command: ``up``, ``dispatcher``, ``worker``, ``status``, ``keys``, ``hub``, ``selftest``.
 
 Credentials are read from files or environment variables, never from command-line values (``ps`` shows those).
 
@@ -28,6 +28,7 @@ commands:
   keys        create CURVE key pairs and a service credential for a cluster across hosts
   hub         run the model hub, or push/list models (tensorwire hub --help)
   health      exit 0 when the dispatcher or the hub answers and the named services are registered
+  selftest    prove one device of this install works, in minutes (--device cuda:0; correctness and speed rows)
 
 Run `tensorwire COMMAND --help` for a command's options; `tensorwire --version` prints the version."""
 
@@ -282,6 +283,10 @@ def _main(argv: list[str] | None = None) -> int:
         return m(rest)
     if cmd == "hub":
         from tensorwire.hub.cli import main as m
+
+        return m(rest)
+    if cmd == "selftest":
+        from .selftest import main as m
 
         return m(rest)
     if cmd == "health":

@@ -179,7 +179,8 @@ def id_tag(uid: bytes) -> str:
 
 class NcclTransport:
     """A CUDA worker's side of NCCL collectives: one communicator per group of devices, collectives queued on the
-    device's stream on device buffers. Calls come from the worker's main thread."""
+    device's stream on device buffers. Calls may come from any of the worker's threads: each holds the runtime's
+    binding (the GPU current on the calling thread, NCCL's device; see ``gpu_runtime.ThreadBinding``)."""
 
     name = TRANSPORT
     MAX_BROKEN = 16
@@ -209,8 +210,6 @@ class NcclTransport:
             return held[1]
         if held is not None:  # rank 0 made a new id for this group: the old communicator is done with
             self._abort(group)
-        rt = self.device.runtime
-        rt.drv.cuCtxSetCurrent(rt.ctx)  # NCCL takes the calling thread's current device
         comm = self.nccl.comm_init_rank(len(group), uid, rank)
         self.comms[group] = (uid, comm)
         log.info("%s: NCCL communicator for %s (rank %d of %d)", group[rank], ",".join(group), rank, len(group))
@@ -233,6 +232,10 @@ class NcclTransport:
             raise NcclError(f"malformed NCCL id or rank from the collectives service (rank {rank} of {len(group)})",
                             INVALID_ARGUMENT)
         rt = self.device.runtime
+        with rt.bound:  # NCCL takes the calling thread's current device
+            return self._run(rt, kind, op, src, buf, group, uid, rank, out_shape)
+
+    def _run(self, rt, kind, op, src, buf, group, uid, rank, out_shape):
         n = len(group)
         count = buf.nbytes // buf.dtype.itemsize
         out = rt.empty(out_shape, buf.dtype)

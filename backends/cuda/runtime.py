@@ -184,6 +184,9 @@ class CUDAApi(DriverApi):
         _call(drv, "cuCtxSetCurrent", drv.cuCtxSetCurrent(ctx))
         return ctx
 
+    def bind(self, gpu, ctx) -> None:
+        _call(self.mod, "cuCtxSetCurrent", self.mod.cuCtxSetCurrent(ctx))
+
     def stream_flags(self) -> int:
         return int(self.mod.CUstream_flags.CU_STREAM_NON_BLOCKING)
 

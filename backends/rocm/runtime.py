@@ -192,6 +192,9 @@ class HIPApi(DriverApi):
         _call(self.mod, "hipSetDevice", self.mod.hipSetDevice(gpu.index))
         return None
 
+    def bind(self, gpu, ctx) -> None:
+        _call(self.mod, "hipSetDevice", self.mod.hipSetDevice(gpu.index))
+
     def stream_flags(self) -> int:
         return int(self.mod.hipStreamNonBlocking)
 

@@ -61,8 +61,16 @@ generator table and the functions above).
 from .cases import Case, CaseSkipped, ConformanceError
 from .elementwise import BINARY_REF, UNARY_REF
 from .inputs import FLOATS, SELECTED_DTYPES, SPECIAL
-from .suite import WORK_GROUPS, ConformanceReport, check_case, conformance_cases, has_reference, run_conformance
+from .suite import (
+                    WORK_GROUPS,
+                    ConformanceReport,
+                    check_case,
+                    conformance_cases,
+                    has_reference,
+                    run_conformance,
+                    sample_cases,
+)
 
 __all__ = ["Case", "ConformanceError", "ConformanceReport", "CaseSkipped", "SELECTED_DTYPES",
-           "check_case", "conformance_cases", "run_conformance",
+           "check_case", "conformance_cases", "run_conformance", "sample_cases",
            "has_reference", "WORK_GROUPS", "SPECIAL", "FLOATS", "UNARY_REF", "BINARY_REF"]

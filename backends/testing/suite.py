@@ -153,4 +153,20 @@ def run_conformance(backend, device_index: int = 0, *, cases: list[Case] | None 
     return report
 
 
-
+def sample_cases(cases: list, float64: bool = True) -> list:
+    """A deterministic sample of the conformance suite: the first and the middle case of every op (dtypes, shapes
+    and attributes vary along an op's cases), and every round-trip, replay and failure case; with ``float64=False``
+    no case named float64. The stand-ins' tests and ``tensorwire selftest`` run it. The whole suite through PoCL
+    takes minutes of the repository's test budget (the CUDA stand-in's full run: ~2 min with empty caches); the
+    stand-ins share the lowering with the OpenCL backend, whose suite runs whole, and every kernel's CUDA and HIP
+    source is compiled by test_render_targets.py, so the sample covers what is a stand-in's own: launches, bindings,
+    host steps."""
+    groups: dict = {}
+    for c in cases:
+        if float64 or "float64" not in c.name:
+            groups.setdefault(c.name.split("[")[0], []).append(c)
+    out = []
+    for op, cs in groups.items():
+        whole = op in ("roundtrip", "replay", "failure")
+        out += cs if whole else list({id(c): c for c in (cs[0], cs[len(cs) // 2])}.values())
+    return out

@@ -15,6 +15,7 @@ from tensorwire.backends import executor as X
 from tensorwire.backends import testing as T
 from tensorwire.backends.testing.cases import _Ctx, _Err
 from tensorwire.backends.testing.suite import _device
+from tensorwire.backends.testing.suite import sample_cases as sample  # noqa: F401 - the tests' name
 
 
 class _Dry(Exception):
@@ -23,24 +24,6 @@ class _Dry(Exception):
 
 def _dry(*args):
     raise _Dry()
-
-
-def sample(cases: list, float64: bool = True) -> list:
-    """A deterministic sample of the conformance suite for a stand-in: the first and the middle case of every op
-    (dtypes, shapes and attributes vary along an op's cases), and every round-trip, replay and failure case; with
-    ``float64=False`` no case named float64. The whole suite through PoCL takes minutes of the repository's
-    20-minute test budget (the CUDA stand-in's full run: ~2 min with empty caches); the stand-ins share the lowering
-    with the OpenCL backend, whose suite runs whole, and every kernel's CUDA and HIP source is compiled by
-    test_render_targets.py, so the sample covers what is a stand-in's own: launches, bindings, host steps."""
-    groups: dict = {}
-    for c in cases:
-        if float64 or "float64" not in c.name:
-            groups.setdefault(c.name.split("[")[0], []).append(c)
-    out = []
-    for op, cs in groups.items():
-        whole = op in ("roundtrip", "replay", "failure")
-        out += cs if whole else list({id(c): c for c in (cs[0], cs[len(cs) // 2])}.values())
-    return out
 
 
 def kernel_lists(backend, cases) -> list:

@@ -7,6 +7,10 @@ which it shares with the HIP stand-in: device memory in host arrays at made-up a
 kernel's OpenCL twin on PoCL (after checking the function is in the image NVRTC really made: a CUBIN or PTX).
 cuBLAS is ``_gpu_standin.StandInBlas`` (numpy).
 
+As the driver does, it keeps the current context per thread (``cuCtxSetCurrent`` binds it to the calling thread
+only): a call that needs a context, made from a thread that has none, fails with ``CUDA_ERROR_INVALID_CONTEXT``
+(and the cuBLAS stand-in refuses such a thread too).
+
 The backend does not know about any of this: :func:`install` replaces ``runtime.load_driver`` and
 ``runtime.load_blas``, the two functions through which the backend reaches the driver and cuBLAS.
 ``python tests/backends/_cuda_standin.py worker --device cuda:0 --dispatcher ADDR`` runs a worker process with the
@@ -16,8 +20,10 @@ stand-in (``_nccl_standin.py``) lets two such workers run collectives over "NCCL
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+import threading
 
 from cuda.bindings import driver as _real  # enums only; importing does not load libcuda
 
@@ -26,6 +32,21 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tests.backends._gpu_standin import StandInBlas, StandInGPU, hook_renderer  # noqa: E402
 
 OK = _real.CUresult.CUDA_SUCCESS
+NO_CONTEXT = _real.CUresult.CUDA_ERROR_INVALID_CONTEXT
+
+
+def _in_context(values: int = 0):
+    """A driver call that needs a current context on the calling thread (``values``: what its result holds after
+    the error), as every memory, stream, event, module and launch call of the driver API does."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(self, *args):
+            if getattr(self._thread, "ctx", None) is None:
+                self.count("no context")
+                return (NO_CONTEXT, *([None] * values))
+            return fn(self, *args)
+        return call
+    return wrap
 
 
 class StandInDriver(StandInGPU):
@@ -41,6 +62,10 @@ class StandInDriver(StandInGPU):
                  memory_bytes: int = 1 << 30):
         super().__init__(gpus, name, memory_bytes)
         self.capability = capability
+        self._thread = threading.local()  # the calling thread's current context (the driver's is per thread)
+
+    def thread_ok(self) -> bool:
+        return getattr(self._thread, "ctx", None) is not None
 
     # -- errors, discovery, contexts, streams, events -----------------------------------------------------------
     def cuGetErrorString(self, err):
@@ -76,69 +101,90 @@ class StandInDriver(StandInGPU):
         return OK, ("ctx", dev)
 
     def cuCtxSetCurrent(self, ctx):
+        self._thread.ctx = ctx
         return (OK,)
 
+    @_in_context(1)
     def cuStreamCreate(self, flags):
         return OK, 1
 
+    @_in_context()
     def cuStreamSynchronize(self, stream):
         self.count("cuStreamSynchronize")
+        self.drain()
         return (OK,)
 
+    @_in_context(1)
     def cuEventCreate(self, flags):
         return OK, self.new_event()
 
+    @_in_context()
     def cuEventRecord(self, ev, stream):
+        self.record(ev)
         return (OK,)
 
+    @_in_context()
     def cuEventQuery(self, ev):
-        return (OK,)
+        return (OK,) if self.event_ready(ev) else (_real.CUresult.CUDA_ERROR_NOT_READY,)
 
+    @_in_context()
     def cuEventSynchronize(self, ev):
+        self.event_wait(ev)
         return (OK,)
 
+    @_in_context()
     def cuEventDestroy(self, ev):
         return (OK,)
 
     # -- memory ----------------------------------------------------------------------------------------------------
+    @_in_context(1)
     def cuMemAlloc(self, size):
         self.count("cuMemAlloc")
         ptr = self.alloc(size)
         return (_real.CUresult.CUDA_ERROR_OUT_OF_MEMORY, 0) if ptr is None else (OK, ptr)
 
+    @_in_context()
     def cuMemFree(self, ptr):
         self.count("cuMemFree")
         return (OK,) if self.free(ptr) else (_real.CUresult.CUDA_ERROR_INVALID_VALUE,)
 
+    @_in_context(2)
     def cuMemGetInfo(self):
         return OK, self.memory_bytes - self.in_use(), self.memory_bytes
 
+    @_in_context(1)
     def cuMemHostAlloc(self, size, flags):
         return OK, self.host_alloc(size)
 
+    @_in_context()
     def cuMemFreeHost(self, ptr):
         self.host_free(ptr)
         return (OK,)
 
+    @_in_context()
     def cuMemcpyHtoDAsync(self, dst, src, n, stream):
         self.count("cuMemcpyHtoDAsync")
         self.copy_htod(dst, src, n)
         return (OK,)
 
+    @_in_context()
     def cuMemcpyDtoHAsync(self, dst, src, n, stream):
         self.count("cuMemcpyDtoHAsync")
         self.copy_dtoh(dst, src, n)
         return (OK,)
 
+    @_in_context()
     def cuMemcpyDtoDAsync(self, dst, src, n, stream):
         self.copy_dtod(dst, src, n)
         return (OK,)
 
+    @_in_context()
     def cuMemsetD8Async(self, ptr, value, n, stream):
         self.memset(ptr, value, n)
         return (OK,)
 
     # -- modules and launches --------------------------------------------------------------------------------------
+    @_in_context(1)
     def cuModuleLoadData(self, image):
         self.count("cuModuleLoadData")
         image = bytes(image)
@@ -146,13 +192,16 @@ class StandInDriver(StandInGPU):
             return _real.CUresult.CUDA_ERROR_INVALID_IMAGE, None
         return OK, self.load_module(image)
 
+    @_in_context(1)
     def cuModuleGetFunction(self, module, name: bytes):
         h = self.function(module, name)
         return (_real.CUresult.CUDA_ERROR_NOT_FOUND, None) if h is None else (OK, h)
 
+    @_in_context(1)
     def cuFuncGetAttribute(self, attr, fn):
         return OK, 1024
 
+    @_in_context()
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         self.count("cuLaunchKernel")
         if extra not in (0, None) or not self.launch(fn, gx, gy, gz, bx, by, bz, params):

@@ -29,13 +29,21 @@ import numpy as np
 from tensorwire.backends.codegen.cuda import CUDARenderer
 from tensorwire.backends.gpu_runtime import SCALAR_CTYPES
 from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import DeviceError
 
 BASE = 0x7A00_0000_0000  # device addresses start here (nothing of the host's lives there)
 ALIGN = 256
 
 
 class StandInGPU:
-    """Memory, modules and launches of ``gpus`` made-up GPUs of ``memory_bytes`` each (one address space)."""
+    """Memory, modules and launches of ``gpus`` made-up GPUs of ``memory_bytes`` each (one address space).
+
+    As on a GPU, the stream's work runs later than it is queued: copies, memsets, launches and BLAS calls are queued
+    (their arguments read when queued, as the driver copies a launch's arguments) and run, in order, at the next
+    synchronisation: a stream synchronisation, an event's (up to the event), an event query (which answers "not
+    ready" for work it then lets run), or a free. So host memory read after a queued device-to-host copy without a
+    synchronisation holds stale bytes, and a pinned staging block reused before its copy ran corrupts the copy,
+    as they would on a GPU."""
 
     def __init__(self, gpus: int = 1, name: str = "Stand-in GPU (PoCL)", memory_bytes: int = 1 << 30):
         self.gpus, self.name, self.memory_bytes = gpus, name, memory_bytes
@@ -47,10 +55,17 @@ class StandInGPU:
         self._modules: dict[int, bytes] = {}
         self._functions: dict[int, object] = {}
         self._events = 0
+        self._queue: list = []  # the stream's work not run yet, in order
+        self._queued = self._ran = 0  # how many items were ever queued / have run
+        self._event_at: dict[int, int] = {}  # event -> the queue position it was recorded at
         self.calls: dict[str, int] = {}
         self.launches = 0
         self.initialised = False
         self._cl = None
+
+    def thread_ok(self) -> bool:
+        """Whether the calling thread has this GPU current (the CUDA and HIP stand-ins keep that per thread)."""
+        return True
 
     def count(self, name: str) -> None:
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -58,6 +73,34 @@ class StandInGPU:
     def new_event(self) -> int:
         self._events += 1
         return self._events
+
+    # -- the stream: work runs later than it is queued -------------------------------------------------------------
+    def enqueue(self, fn) -> None:
+        self._queue.append(fn)
+        self._queued += 1
+
+    def drain(self, upto: int | None = None) -> None:
+        """Run the queued work (up to queue position ``upto``) in order."""
+        end = self._queued if upto is None else upto
+        while self._ran < end and self._queue:
+            fn = self._queue.pop(0)
+            self._ran += 1
+            fn()
+
+    def record(self, ev) -> None:
+        self._event_at[ev] = self._queued
+
+    def event_ready(self, ev) -> bool:
+        """Whether the work before ``ev`` has run; when not, it runs now (the GPU was busy with it), but this
+        query still answers False."""
+        upto = self._event_at.get(ev, 0)
+        if self._ran >= upto:
+            return True
+        self.drain(upto)
+        return False
+
+    def event_wait(self, ev) -> None:
+        self.drain(self._event_at.get(ev, 0))
 
     # -- memory ----------------------------------------------------------------------------------------------------
     def in_use(self) -> int:
@@ -74,6 +117,7 @@ class StandInGPU:
         return ptr
 
     def free(self, ptr) -> bool:
+        self.drain()  # (freeing device memory waits for the device, as cuMemFree and hipFree do)
         ptr = int(ptr)
         if ptr not in self._mem:
             return False
@@ -87,6 +131,7 @@ class StandInGPU:
         return a.ctypes.data
 
     def host_free(self, ptr) -> None:
+        self.drain()
         self._host.pop(int(ptr))
 
     def view(self, ptr: int, nbytes: int) -> np.ndarray:
@@ -107,16 +152,20 @@ class StandInGPU:
         return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(int(ptr))) if n else np.zeros(0, np.uint8)
 
     def copy_htod(self, dst, src, n) -> None:
-        self.view(dst, n)[:] = self.host_bytes(src, n)
+        self.view(dst, n)  # (a bad address fails the call itself)
+        self.enqueue(lambda: self.view(dst, n).__setitem__(slice(None), self.host_bytes(src, n)))
 
     def copy_dtoh(self, dst, src, n) -> None:
-        self.host_bytes(dst, n)[:] = self.view(src, n)
+        self.view(src, n)
+        self.enqueue(lambda: self.host_bytes(dst, n).__setitem__(slice(None), self.view(src, n)))
 
     def copy_dtod(self, dst, src, n) -> None:
-        self.view(dst, n)[:] = self.view(src, n).copy()
+        self.view(dst, n), self.view(src, n)
+        self.enqueue(lambda: self.view(dst, n).__setitem__(slice(None), self.view(src, n).copy()))
 
     def memset(self, ptr, value, n) -> None:
-        self.view(ptr, n)[:] = value
+        self.view(ptr, n)
+        self.enqueue(lambda: self.view(ptr, n).__setitem__(slice(None), value))
 
     # -- modules and launches --------------------------------------------------------------------------------------
     def load_module(self, image) -> int:
@@ -162,13 +211,18 @@ class StandInGPU:
         if gx * bx < k.grid:
             return False  # the grid does not cover the kernel's items
         self.launches += 1
-        from tensorwire.backends.codegen.opencl import OpenCLRenderer
-        from tensorwire.backends.opencl.runtime import SCALAR_TYPES
-
         c_types = [ctypes.c_uint64] * (len(k.bufs) + (1 if k.can_raise else 0)) + [
             SCALAR_CTYPES[CUDARenderer().scalar_type(s.dtype)] for s in k.scalars]
         slots = (ctypes.c_void_p * len(c_types)).from_address(int(params)) if c_types else []
-        values = [t.from_address(slots[i]).value for i, t in enumerate(c_types)]
+        values = [t.from_address(slots[i]).value for i, t in enumerate(c_types)]  # read now, as the driver does
+        self.enqueue(lambda: self._run(k, gx, bx, values))
+        return True
+
+    def _run(self, k, gx: int, bx: int, values: list) -> None:
+        """A queued launch, running."""
+        from tensorwire.backends.codegen.opencl import OpenCLRenderer
+        from tensorwire.backends.opencl.runtime import SCALAR_TYPES
+
         dev = self.opencl()
         cl, rt = dev.cl, dev.runtime
         key = rt._key(k)
@@ -194,7 +248,6 @@ class StandInGPU:
             cl.enqueue_copy(dev.queue, host, buf)
         dev.queue.finish()
         del alive
-        return True
 
 
 def _buf_len(k, i: int) -> int:
@@ -218,8 +271,14 @@ class StandInBlas:
         return np.ndarray((rows, cols), dt, buffer=raw, strides=(size, ld * size))
 
     def gemm(self, dtype, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c, batch) -> None:
+        if not self.gpu.thread_ok():  # the handle's GPU is not the calling thread's: the library fails the call
+            raise DeviceError("BLAS gemm failed: the handle's GPU is not current on the calling thread (stand-in)")
         self.calls += 1
         assert lda >= m and ldb >= k and ldc >= m, (lda, ldb, ldc, m, n, k)
+        self.gpu.enqueue(lambda: self._gemm(dtype, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c,
+                                            batch))  # (queued on the stream, as the library does)
+
+    def _gemm(self, dtype, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c, batch) -> None:
         dt = dtype.np
         acc = np.float64 if dtype is D.float64 else np.float32
         size = dt.itemsize

@@ -12,6 +12,10 @@ The backend does not know about any of this: :func:`install` replaces ``runtime.
 kernels are compiled by clang's HIP offload (a subprocess) because hipRTC's LLVM and PoCL's must not share a process
 (docs/architecture.md). ``python tests/backends/_hip_standin.py worker --device rocm:0 --dispatcher ADDR`` runs a
 worker process with the stand-in installed (for tests on a real cluster).
+
+As the HIP runtime does, it keeps the current device per thread, device 0 on a thread that has not set one: a
+stream, an allocation or a launch for the GPU the backend opened, made from a thread whose current device is
+another, fails the test (the real runtime would quietly work on the other GPU).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+import threading
 
 from hip import hip as _real  # enums only; calling nothing loads no ROCm runtime
 
@@ -51,7 +56,16 @@ class StandInHip(StandInGPU):
                  memory_bytes: int = 1 << 30):
         super().__init__(gpus, name, memory_bytes)
         self.arch = arch
-        self.current = None
+        self._thread = threading.local()  # the calling thread's current device (the runtime's is per thread)
+        self.opened = None  # the device the backend made its stream on
+
+    @property
+    def current(self) -> int:
+        """The calling thread's current device (0 until it sets one, as in the HIP runtime)."""
+        return getattr(self._thread, "device", 0)
+
+    def thread_ok(self) -> bool:
+        return self.opened is None or self.current == self.opened
 
     # -- errors, discovery, devices, streams, events ------------------------------------------------------------
     def hipGetErrorString(self, err):
@@ -73,31 +87,36 @@ class StandInHip(StandInGPU):
     def hipSetDevice(self, i):
         if not 0 <= i < self.gpus:
             return (E.hipErrorInvalidDevice,)
-        self.current = i
+        self._thread.device = i
         return (OK,)
 
     def _on_a_device(self):
-        """A call that needs hipSetDevice first (the real runtime would pick device 0; the backend must choose)."""
-        assert self.current is not None, "a HIP call before hipSetDevice"
+        """A call for the GPU the backend opened: the calling thread must have it current (the real runtime would
+        use the thread's own current device, 0 unless it set one)."""
+        assert self.thread_ok(), (f"a HIP call for GPU {self.opened} from a thread whose current device is "
+                                  f"{self.current} (hipSetDevice is per thread)")
 
     def hipStreamCreateWithFlags(self, flags):
-        self._on_a_device()
+        self.opened = self.current
         return OK, 1
 
     def hipStreamSynchronize(self, stream):
         self.count("hipStreamSynchronize")
+        self.drain()
         return (OK,)
 
     def hipEventCreateWithFlags(self, flags):
         return OK, self.new_event()
 
     def hipEventRecord(self, ev, stream):
+        self.record(ev)
         return (OK,)
 
     def hipEventQuery(self, ev):
-        return (OK,)
+        return (OK,) if self.event_ready(ev) else (E.hipErrorNotReady,)
 
     def hipEventSynchronize(self, ev):
+        self.event_wait(ev)
         return (OK,)
 
     def hipEventDestroy(self, ev):
@@ -123,6 +142,7 @@ class StandInHip(StandInGPU):
 
     def hipMemcpyHtoDAsync(self, dst, src, n, stream):
         self.count("hipMemcpyHtoDAsync")
+        self._on_a_device()
         self.copy_htod(dst, src, n)
         return (OK,)
 
@@ -138,6 +158,7 @@ class StandInHip(StandInGPU):
     # -- modules and launches --------------------------------------------------------------------------------------
     def hipModuleLoadData(self, image):
         self.count("hipModuleLoadData")
+        self._on_a_device()
         image = bytes(image)
         if not image.startswith(b"\x7fELF") or struct.unpack_from("<H", image, 18)[0] != EM_AMDGPU:
             return E.hipErrorInvalidImage, None  # not an AMDGPU code object
@@ -152,6 +173,7 @@ class StandInHip(StandInGPU):
 
     def hipModuleLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         self.count("hipModuleLaunchKernel")
+        self._on_a_device()
         if extra is not None or not self.launch(fn, gx, gy, gz, bx, by, bz, params):
             return (E.hipErrorInvalidValue,)
         return (OK,)
@@ -172,9 +194,11 @@ def install(runtime, **config) -> StandInHip:
 
 
 def _worker(argv: list[str]) -> int:
+    """A worker with the stand-in installed: as many stand-in GPUs as ``--device rocm:N`` needs."""
     from tensorwire.backends.rocm import runtime
 
-    install(runtime)
+    device = argv[argv.index("--device") + 1] if "--device" in argv else "rocm:0"
+    install(runtime, gpus=int(device.partition(":")[2] or 0) + 1)
     from tensorwire.cli import main
 
     return main(["worker", *argv])

@@ -119,6 +119,7 @@ class StandInNccl:
             self.last = f"{what} on {n_in} elements: the injected failure".encode()
             return UNHANDLED_CUDA_ERROR
         dt = np.dtype(NCCL_TYPES[datatype])
+        self.driver.drain()  # the work queued before the collective on its stream (the stand-in exchanges at once)
         mine = self.driver.view(send, n_in * dt.itemsize).view(dt).copy()
         parts = self._exchange(c, mine)
         if isinstance(parts, int):

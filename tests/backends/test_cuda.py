@@ -243,6 +243,15 @@ def test_gradcheck_on_the_standin(session):
 
 
 @needs_standin
+def test_two_sessions_mixing_large_and_small_batches(session, cluster):
+    """Large batches run on the worker's pool threads, small ones on its main thread: each thread needs the context
+    current (the stand-in keeps it per thread, as the driver does) and the runtime's state kept apart."""
+    from tensorwire.selftest import mixed_sessions
+
+    assert mixed_sessions(cluster.address, "cuda:0") == []
+
+
+@needs_standin
 def test_digits_mlp_trains_the_same_on_the_standin(session):
     from tests.backends._digits import adam_losses as losses
 

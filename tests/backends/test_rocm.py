@@ -265,6 +265,23 @@ def cluster():
         yield c
 
 
+@pytest.fixture(scope="module")
+def second_gpu(cluster):
+    """rocm:1 on the stand-in (two GPUs): a thread that never called hipSetDevice works on GPU 0."""
+    cluster.start_service("rocm:1", [sys.executable, STANDIN, "worker", "--device", "rocm:1", "--dispatcher",
+                                     cluster.service_address, "--threads", "1"])
+    return "rocm:1"
+
+
+@needs_standin
+def test_two_sessions_mixing_large_and_small_batches(session, cluster, second_gpu):
+    """Large batches run on the worker's pool threads, small ones on its main thread: each thread needs the GPU
+    current (the stand-in keeps hipSetDevice per thread, as the runtime does) and the runtime's state kept apart."""
+    from tensorwire.selftest import mixed_sessions
+
+    assert mixed_sessions(cluster.address, second_gpu) == []
+
+
 @needs_standin
 def test_the_cluster_lists_the_device(session, cluster):
     info = {d["device"]: d for d in session.device_info()}
