@@ -40,7 +40,7 @@ def run_all() -> list[Result]:
         print(f"benchmarks.cuda: skipped: {why}")
         return [Result("cuda:0 rows (matmul, 8-op chain, MLP training step) vs PyTorch CUDA", float("nan"),
                        float("nan"), "ms", float("nan"), "see BENCHMARKS.md", False, f"skipped: {why}")]
-    with tw.LocalCluster(devices=[DEVICE], autograd=False) as c:
+    with tw.LocalCluster(devices=[DEVICE]) as c:
         s = tw.connect(c.address)
         try:
             rows = [S.speed_matmul(DEVICE, n, dt) for n in (1024, 4096) for dt in ("float32", "float16")]
