@@ -55,12 +55,17 @@ _LOCK = threading.Lock()
 
 
 def _hiprtc_lib():
-    """libamdhip64 (hipRTC lives inside it in ROCm 5), or None (see ``_LIB_WHY``)."""
+    """The library that holds hipRTC, or None (see ``_LIB_WHY``): ``libhiprtc`` (its own library since ROCm 6, the
+    only home since ROCm 7, which hip-python 7.2 loads too), then ``libamdhip64`` (where ROCm 5 kept it)."""
     global _LIB, _LIB_WHY
     with _LOCK:
         if _LIB is None and not _LIB_WHY:
-            names = [ctypes.util.find_library("amdhip64"), "libamdhip64.so.5", "libamdhip64.so.6", "libamdhip64.so",
-                     *sorted(glob.glob("/opt/rocm*/lib/libamdhip64.so*"))]
+            roots = [r for r in (os.environ.get("ROCM_PATH"), "/opt/rocm") if r] + sorted(glob.glob("/opt/rocm-*"),
+                                                                                        reverse=True)
+            names = [ctypes.util.find_library("hiprtc"), "libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so",
+                     *(os.path.join(r, "lib", "libhiprtc.so") for r in roots),
+                     ctypes.util.find_library("amdhip64"), "libamdhip64.so.5", "libamdhip64.so",
+                     *(os.path.join(r, "lib", "libamdhip64.so") for r in roots)]
             errors = []
             for name in filter(None, dict.fromkeys(names)):
                 try:
@@ -74,14 +79,18 @@ def _hiprtc_lib():
                 _LIB = lib
                 break
             else:
-                _LIB_WHY = "hipRTC not found (libamdhip64): " + ("; ".join(errors) or "no library")
+                _LIB_WHY = "hipRTC not found (libhiprtc, libamdhip64): " + ("; ".join(errors) or "no library")
         return _LIB
 
 
 def _clang() -> tuple[str | None, tuple | str]:
-    """``(clang++ path, (ROCm root, bitcode dir))`` of a clang that compiles HIP for AMD GPUs, or ``(None, why)``."""
-    for name in (os.environ.get("HIP_CLANG"), "clang++-15", "clang++-16", "clang++-17", "clang++-18", "clang++",
-                 "/opt/rocm/llvm/bin/clang++"):
+    """``(clang++ path, (ROCm root, bitcode dir))`` of a clang that compiles HIP for AMD GPUs, or ``(None, why)``:
+    ``HIP_CLANG``, else ROCm's own clang (it matches ROCm's device libraries), else a distribution's."""
+    rocm = [os.path.join(r, "llvm", "bin", "clang++") for r in
+            [r for r in (os.environ.get("ROCM_PATH"), "/opt/rocm") if r] + sorted(glob.glob("/opt/rocm-*"),
+                                                                                reverse=True)]
+    for name in (os.environ.get("HIP_CLANG"), *rocm, "clang++-18", "clang++-17", "clang++-16", "clang++-15",
+                 "clang++"):
         path = name and shutil.which(name)
         if path:
             break

@@ -192,7 +192,9 @@ class NcclTransport:
 
     @staticmethod
     def supports(kind: str, op: str | None, dtype: D.DType, shape: tuple, n: int, out_dtype: D.DType) -> bool:
-        """Whether NCCL runs this collective exactly as the shared-memory path would (else that path runs):
+        """Whether NCCL runs this collective as the shared-memory path would (else that path runs; 16-bit float sums
+        and products over three or more ranks round at each hop of NCCL's ring, as torch.distributed's NCCL backend
+        does, where the shared-memory path rounds once):
         dtypes NCCL has (bool as uint8 with any/all), ``mean`` only for floating types (NCCL's integer average
         truncates; ours floors), and ``reduce_scatter`` only when dim 0 splits evenly (NCCL's chunks are equal)."""
         if dtype not in DATATYPES or out_dtype is not dtype:

@@ -124,7 +124,11 @@ class MPSDevice(Device):
     at the fragment's outputs.
 
     ``metal``: fragments run as Metal kernels, wherever :func:`.metal_runtime.load_metal_kernel` gives a factory
-    (the GPU); ``gpu``: the device behaves as the Metal GPU (float64 refused), which is the same thing."""
+    (the GPU); ``gpu``: the device behaves as the Metal GPU (float64 refused), which is the same thing.
+
+    The worker calls a device from its main thread and its pool's threads; MLX's default stream and this module's
+    deferred checks and error slots are not the calling thread's own in every MLX version ``mlx>=0.25`` admits,
+    so every MLX call of the device holds one re-entrant lock (MLX runs one stream per device anyway)."""
 
     MAX_STEP_RUNNERS = 4096
 
@@ -135,6 +139,7 @@ class MPSDevice(Device):
 
         self.backend, self.index, self.found = backend, index, found
         self.mx, self.K = mx, K
+        self.lock = threading.RLock()
         make_kernel = metal_runtime.load_metal_kernel(found.on_cpu)
         self.metal = make_kernel is not None
         self.gpu = self.metal
@@ -151,14 +156,16 @@ class MPSDevice(Device):
         a = np.asarray(array)
         if self.gpu and a.dtype == np.float64:
             raise self.K.refuse_float64("upload")
-        return self.K.upload_numpy(a)
+        with self.lock:
+            return self.K.upload_numpy(a)
 
     def download(self, buf) -> np.ndarray:
         mx = self.mx
-        if buf.dtype == mx.bfloat16:
-            out = np.asarray(buf.view(mx.uint16)).view(D.bfloat16.np)
-        else:
-            out = np.asarray(buf)  # evaluates; a view of MLX's (unified) memory, no copy
+        with self.lock:
+            if buf.dtype == mx.bfloat16:
+                out = np.asarray(buf.view(mx.uint16)).view(D.bfloat16.np)
+            else:
+                out = np.asarray(buf)  # evaluates; a view of MLX's (unified) memory, no copy
         if not out.flags.c_contiguous:
             out = np.array(out, order="C")
         out.flags.writeable = False  # the buffer is immutable
@@ -171,7 +178,8 @@ class MPSDevice(Device):
         return tuple(buf.shape), self.K.dtype_of(buf)
 
     def synchronize(self) -> None:
-        self.mx.synchronize()
+        with self.lock:
+            self.mx.synchronize()
 
     def memory(self) -> dict:
         """MLX's allocator: bytes held by live arrays, in its cache for reuse, and the peak."""
@@ -233,6 +241,10 @@ class MPSDevice(Device):
     def _evaluate(self, record, outputs, op: str = "", step: Step | None = None) -> None:
         """``record()`` (which builds MLX's lazy graph), then its deferred checks, then one ``mx.eval`` of
         ``outputs()`` and the Metal kernels' error slots, whose first recorded error is raised."""
+        with self.lock:
+            self._evaluate_held(record, outputs, op, step)
+
+    def _evaluate_held(self, record, outputs, op: str, step: Step | None) -> None:
         mx, K = self.mx, self.K
         with K.deferred_checks() as checks, self._error_slots() as slots:
             record()

@@ -162,6 +162,15 @@ class StandInNccl:
 
 
 def _reduce(stack: np.ndarray, op: str, dt: np.dtype) -> np.ndarray:
+    """The reduction as NCCL computes it: 16-bit floats are added (or multiplied) one rank at a time, in ring order,
+    each partial result rounded to the 16-bit type, as each hop of NCCL's ring does; so with three or more ranks a
+    16-bit sum can differ from one rounded once."""
+    if dt in (np.float16, ml_dtypes.bfloat16) and op in ("sum", "prod", "avg"):
+        acc = stack[0]
+        for part in stack[1:]:
+            a, b = acc.astype(np.float32), part.astype(np.float32)
+            acc = (a * b if op == "prod" else a + b).astype(dt)
+        return (acc.astype(np.float32) / len(stack)).astype(dt) if op == "avg" else acc
     wide = np.float32 if dt in (np.float16, ml_dtypes.bfloat16) else dt
     x = stack.astype(wide)
     if op == "sum":

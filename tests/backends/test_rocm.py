@@ -131,6 +131,28 @@ def test_without_the_rocm_runtime_the_reason_is_the_loaders(monkeypatch):
                                                          "to dlopen"), info.reason
 
 
+def test_hiprtc_is_looked_for_in_its_own_library_first(monkeypatch):
+    """ROCm 7 has hipRTC only in libhiprtc (hip-python 7.2 loads that name); ROCm 5 kept it in libamdhip64."""
+    import ctypes
+
+    from tensorwire.backends.codegen import hip as H
+
+    tried = []
+
+    def cdll(name):
+        tried.append(name)
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
+    monkeypatch.setattr(H, "_LIB", None)
+    monkeypatch.setattr(H, "_LIB_WHY", "")
+    assert H._hiprtc_lib() is None
+    first_amdhip = min(i for i, n in enumerate(tried) if "amdhip64" in n)
+    assert tried[0] == "libhiprtc.so.7" or "hiprtc" in tried[0], tried
+    assert all("hiprtc" in n for n in tried[:first_amdhip]), tried
+    assert "libhiprtc, libamdhip64" in H._LIB_WHY
+
+
 @needs_no_gpu
 def test_a_cluster_asked_for_rocm0_fails_at_once_with_the_reason():
     import tensorwire as tw
