@@ -28,8 +28,15 @@ def supports(dtype: D.DType) -> bool:
     return dtype in TYPES
 
 
+_i, _ll, _p = ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
+
+
 class Cublas:
     """One cuBLAS handle bound to a stream (create it with the device's context current)."""
+
+    #: ``cublasGemmStridedBatchedEx``'s C prototype (cublas_api.h): handle, transa, transb, m, n, k, alpha, A, Atype,
+    #: lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo
+    GEMM_ARGTYPES = [_p, _i, _i, _i, _i, _i, _p, _p, _i, _i, _ll, _p, _i, _i, _ll, _p, _p, _i, _i, _ll, _i, _i, _i]
 
     def __init__(self, stream: int):
         try:
@@ -44,9 +51,8 @@ class Cublas:
         self.handle = handle
         self._check(lib.cublasSetStream_v2(handle, ctypes.c_void_p(int(stream))), "cublasSetStream")
         f = lib.cublasGemmStridedBatchedEx
-        i, ll, p = ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
-        f.argtypes = [p, i, i, i, i, i, p, p, i, i, ll, p, i, i, ll, p, p, i, i, ll, i, i, i]
-        f.restype = i
+        f.argtypes = self.GEMM_ARGTYPES
+        f.restype = _i
         self._gemm = f
 
     @staticmethod
