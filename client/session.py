@@ -65,6 +65,7 @@ from .channels import (
     DataPlane,
     batch_device,
 )
+from .known_values import HOST_OPS, KnownValues
 from .tensor import Tensor
 
 _new_tensor = object.__new__
@@ -144,6 +145,7 @@ class Session:
         self._mark = False  # a step ended: ship what is pending when the next op is recorded
         self._consts: list = []
         self._release: list[int] = []
+        self._known = KnownValues()  # small values the client has, by handle (see known_values)
         self._plans: dict = {}
         self._live_plans: set[int] = set()  # the plan numbers in _plans (a compiled graph checks its own is live)
         self._plan_ids = itertools.count(1)
@@ -446,6 +448,8 @@ class Session:
         t._init(self, hid, shape, dtype, device)
         if self._capture is not None:
             self._capture.on_record(entry, t, inputs)
+        elif op in HOST_OPS:  # small integer values the client knows: their results too (known_values)
+            self._known.compute(hid, op, inputs, attrs, shape, dtype)
         if len(self._pending) >= MAX_PENDING_NODES:
             self.flush()
         return t
@@ -478,6 +482,8 @@ class Session:
         t._init(self, hid, tuple(array.shape), dt, device)
         if self._capture is not None:
             self._capture.on_record(entry, t, ())
+        elif not send_now:  # (the array is the session's own: copied, or made for this call)
+            self._known.put(hid, array)
         if send_now:
             with self._lock:
                 self._flush([], False, wait_sent=True)
@@ -539,6 +545,7 @@ class Session:
         pending, self._pending = self._pending, []
         self._pending_bytes = 0
         release, self._release = self._release, []
+        self._known.forget(release)
         if self._deferred is not None:
             ((part, ext, first, dyn, temps, frames), extra), self._deferred = self._deferred, None
             header = self._replay_header(part, ext, first, dyn, extra + release, temps)
@@ -849,6 +856,7 @@ class Session:
             if self._pending or self._deferred is not None:
                 self._flush([], False)  # what was recorded before the call runs first
             extra, self._release = self._release, []  # (nothing this graph reads: a released id is one no tensor holds)
+            self._known.forget(extra)
             self._replayed.append((first_id, where))
             self._deferred = (spec, extra)
             self._mark = True  # the next op recorded ships it (as after optimizer.step())
@@ -935,9 +943,29 @@ class Session:
             self._raised.pop(next(iter(self._raised)))
 
     def fetch(self, t) -> np.ndarray:
-        """Ship pending work and return tensor ``t``'s value as a numpy array (read-only view of the frame)."""
+        """Tensor ``t``'s value as a read-only numpy array: from the client when it has it (a small value fetched
+        or uploaded before, or one that follows from such a value by a view: ``known_values``), else shipping the
+        pending work and waiting for the value."""
+        known = self._known if self._capture is None else None
+        if known is not None:
+            v = known.get(t._id)
+            if v is not None:
+                return v
+            r = known.recipe(t._id)
+            if r is not None:
+                inputs, fn = r
+                try:
+                    v = fn([self.fetch(i) for i in inputs])
+                except (IndexError, ValueError):  # (not what the worker would make: ask it)
+                    v = None
+                if v is not None and v.shape == t._shape:
+                    known.put(t._id, v)
+                    return v
         vals = self.flush(fetch=[t._id])
-        return vals[t._id]
+        v = vals[t._id]
+        if known is not None:
+            known.put(t._id, v)
+        return v
 
     def synchronize(self) -> None:
         """Wait until everything submitted has run; raise any deferred error."""

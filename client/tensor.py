@@ -940,8 +940,10 @@ class Tensor:
 
     # ------------------------------------------------------------------ shape (views)
     def _view(self, step: V.ViewStep) -> Tensor:
-        out = step.forward(self)
-        return V.mark_view(out, self, step)
+        out = V.mark_view(step.forward(self), self, step)
+        if self._s._capture is None:  # a small parent's value, once the client has it, gives this one's
+            self._s._known.derive(out._id, self, getattr(step, "on_host", None))
+        return out
 
     def reshape(self, *shape):
         shape = infer_reshape(self._shape, _size(shape))

@@ -8,6 +8,8 @@ step's ``inverse`` and rebinds the base, as torch's shared storage would.
 
 from __future__ import annotations
 
+import numpy as np
+
 from tensorwire.protocol.errors import TensorwireError
 
 
@@ -32,6 +34,9 @@ class Reshape(ViewStep):
 
     def inverse(self, parent, value):
         return value._rec("reshape", [value], {"shape": list(parent._shape)})
+
+    def on_host(self, value: np.ndarray) -> np.ndarray:
+        return value.reshape(self.shape)
 
 
 class Permute(ViewStep):
@@ -67,6 +72,11 @@ class Slice(ViewStep):
     def __init__(self, starts, stops, steps, out_shape):
         self.starts, self.stops, self.steps = list(starts), list(stops), list(steps)
         self.out_shape = tuple(out_shape)
+
+    def on_host(self, value: np.ndarray) -> np.ndarray:
+        """The view of a host value (a value the client already has, see ``known_values``)."""
+        return value[tuple(slice(a, b, s) for a, b, s in zip(self.starts, self.stops, self.steps))].reshape(
+            self.out_shape)
 
     def _sliced(self, t):
         if all(a == 0 and b == n and s == 1 for a, b, s, n in zip(self.starts, self.stops, self.steps, t._shape)):

@@ -1,0 +1,145 @@
+"""Small values the client already has: read again without a round trip.
+
+A handle's value never changes: an in-place update gives the tensor a new handle (``views._swap``), so a value
+seen once under a handle is that handle's value for good. The session keeps, by handle:
+
+* values it fetched or uploaded (``tw.tensor(...)`` from Python data) of at most :data:`SMALL_BYTES`;
+* for a view made by indexing with ints and slices or by a reshape (``ix[i]``, and so iterating ``for i in ix``),
+  how to compute its value from its parent's (the view step's ``on_host``): the first element read fetches the
+  parent once (when it is small), and every other element comes from that value. ``data[i:i + 8] for i in ix``
+  costs one round trip for ``ix``, not one per element.
+
+* the integer and bool results of elementwise ops (and ``full``) on such values, computed on the client too by the
+  CPU worker's own numpy kernels (``backends/cpu/kernels.py``, the one definition of each op's semantics): so
+  ``data[i:i + 8]`` needs no round trip for ``i + 8`` either. Floating results are left to the devices (a fused
+  kernel may round differently from one op at a time).
+
+So ``__index__``, ``int()``, ``float()``, ``.item()``, ``.tolist()`` and ``.numpy()`` of such tensors answer from
+the client. Entries go when their handle is released, and the oldest go past :data:`LIMIT_BYTES`. Inside
+``tw.compile``'s capture nothing is read or kept here (a replay's values are new each time).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+#: values of at most this many bytes are kept
+SMALL_BYTES = 64 << 10
+#: the most bytes kept for a session (the least recently used go first)
+LIMIT_BYTES = 32 << 20
+#: ops whose integer or bool results the client computes from known inputs (at most HOST_ELEMENTS of them)
+HOST_OPS = frozenset({"full", "add", "sub", "mul", "neg", "abs", "floor_divide", "remainder", "maximum", "minimum",
+                      "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
+                      "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where", "cast"})
+HOST_ELEMENTS = 4096
+#: the longest chain of recipes kept (a value further from a known or fetched one is the device's to give)
+MAX_DEPTH = 16
+
+
+class KnownValues:
+    """Handle -> value (read-only numpy arrays), and handle -> recipe: the input tensors, their handles then, and how
+    the value follows from theirs; ``fetch_inputs`` when an input may be fetched to follow it (a view's small
+    parent: one round trip that serves all its elements)."""
+
+    def __init__(self, limit: int = LIMIT_BYTES):
+        self._values: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._recipes: dict[int, tuple] = {}
+        self.bytes = 0
+        self.limit = limit
+        self.hits = 0  # reads answered here (tests and stats)
+
+    def get(self, hid: int) -> np.ndarray | None:
+        v = self._values.get(hid)
+        if v is not None:
+            self._values.move_to_end(hid)
+            self.hits += 1
+        return v
+
+    def put(self, hid: int, value: np.ndarray) -> None:
+        """Keep ``value`` (made read-only) as handle ``hid``'s, when it is small."""
+        if value.nbytes > SMALL_BYTES or hid in self._values:
+            return
+        if value.flags.writeable:
+            value = value.view()
+            value.flags.writeable = False
+        self._recipes.pop(hid, None)
+        self._values[hid] = value
+        self.bytes += value.nbytes
+        while self.bytes > self.limit and self._values:
+            _, old = self._values.popitem(last=False)
+            self.bytes -= old.nbytes
+
+    def derive(self, hid: int, parent, on_host) -> None:
+        """Handle ``hid``'s value is ``on_host(the parent's current value)`` (a view step's host form)."""
+        if on_host is None or hid == parent._id or parent.numel() * parent.dtype.itemsize > SMALL_BYTES \
+                or self._depth(parent._id) >= MAX_DEPTH:
+            return
+        value = self._values.get(parent._id)
+        if value is not None:
+            self.put(hid, on_host(value))
+        else:
+            self._recipes[hid] = ((parent,), (parent._id,), lambda vs: on_host(vs[0]), True,
+                                  1 + self._depth(parent._id))
+
+    def compute(self, hid: int, op: str, inputs, attrs, shape: tuple, dtype) -> None:
+        """Know handle ``hid``, ``op`` of ``inputs``, when its result is integer or bool and small (:data:`HOST_OPS`):
+        now when every input's value is known, else once they are (a recipe)."""
+        if op not in HOST_OPS or dtype.is_floating_point or dtype.is_complex:
+            return
+        n = 1
+        for d in shape:
+            n *= d
+        if n > HOST_ELEMENTS:
+            return
+        values = [self._values.get(t._id) for t in inputs]
+        if any(v is None for v in values):
+            if all(v is not None or t._id in self._recipes for v, t in zip(values, inputs)):
+                depth = 1 + max(self._depth(t._id) for t in inputs)
+                if depth <= MAX_DEPTH:
+                    self._recipes[hid] = (tuple(inputs), tuple(t._id for t in inputs),
+                                          lambda vs: _host_op(op, vs, attrs, shape, dtype), False, depth)
+            return
+        out = _host_op(op, values, attrs, shape, dtype)
+        if out is not None:
+            self.put(hid, out)
+
+    def recipe(self, hid: int):
+        """``(inputs, fn)`` when handle ``hid``'s value can be followed from its inputs' here: each input still holds
+        the value it had then, and is known, has such a recipe, or may be fetched; else None."""
+        r = self._recipes.get(hid)
+        if r is None:
+            return None
+        inputs, ids, fn, fetch_inputs, _ = r
+        for t, i in zip(inputs, ids):
+            if t._id != i or not (i in self._values or fetch_inputs or self.recipe(i) is not None):
+                return None
+        return inputs, fn
+
+    def _depth(self, hid: int) -> int:
+        r = self._recipes.get(hid)
+        return 0 if r is None else r[4]
+
+    def forget(self, hids) -> None:
+        """Released handles."""
+        for hid in hids:
+            v = self._values.pop(hid, None)
+            if v is not None:
+                self.bytes -= v.nbytes
+            self._recipes.pop(hid, None)
+
+
+def _host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
+    """``op`` of numpy ``values`` by the CPU worker's numpy kernel, or None when it raises (the device's error is
+    the one to report) or makes another shape."""
+    from tensorwire.backends.cpu.kernels import KERNELS  # (numpy only; imported on the first use)
+
+    try:
+        out = np.asarray(KERNELS[op](list(values), attrs or {}, shape, dtype), dtype=dtype.np)
+    except Exception:  # noqa: BLE001 - an error is the worker's to report
+        return None
+    return out if out.shape == tuple(shape) else None
+
+
+__all__ = ["LIMIT_BYTES", "SMALL_BYTES", "KnownValues"]

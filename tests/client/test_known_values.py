@@ -1,0 +1,116 @@
+"""Small values the client has are read again without a round trip (``client/known_values.py``; issue 37): a
+fetched or uploaded small tensor, the views of it made by indexing, and the integer results of elementwise ops on
+them. Round trips are counted at the session's one way out (``_flush``)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+
+
+@contextlib.contextmanager
+def round_trips(session):
+    """Counts the batches the session ships while the block runs (``n[0]``)."""
+    n = [0]
+    orig = session._flush
+
+    def counted(*a, **k):
+        n[0] += 1
+        return orig(*a, **k)
+
+    session._flush = counted
+    try:
+        yield n
+    finally:
+        del session._flush
+
+
+def test_iterating_a_fetched_small_tensor_makes_no_round_trip(session):
+    t = tw.randint(0, 100, (50,))
+    want = t.tolist()  # one round trip
+    with round_trips(session) as n:
+        got = [int(e) for e in t]
+        assert [e.item() for e in t] == want and t[3:7].tolist() == want[3:7] and float(t[-1]) == want[-1]
+    assert got == want and n[0] == 0
+
+
+def test_slices_bounded_by_a_remote_index_cost_one_round_trip(session):
+    data = tw.arange(1000)
+    ix = tw.randint(0, 990, (64,))
+    with round_trips(session) as n:
+        x = tw.stack([data[i:i + 8] for i in ix])  # torch's stacked-slices batch loader
+    assert n[0] == 1  # ix, fetched once when its first element is read
+    want = np.stack([np.arange(1000)[i:i + 8] for i in ix.numpy()])
+    np.testing.assert_array_equal(x.numpy(), want)
+
+
+def test_python_data_and_integer_arithmetic_on_it_answer_from_the_client(session):
+    y = tw.tensor([5, 6, 7])
+    with round_trips(session) as n:
+        assert int(y[0]) == 5 and (y + 1).tolist() == [6, 7, 8]
+        assert ((y * 2 - 1) % 4).tolist() == [1, 3, 1] and bool((y > 5)[1]) and (y // 2).tolist() == [2, 3, 3]
+    assert n[0] == 0
+    with round_trips(session) as n:  # a floating result is the device's (a fused kernel may round differently)
+        assert (tw.tensor([1.5]) * 2).item() == 3.0
+    assert n[0] == 1
+
+
+def test_values_stay_right_after_in_place_updates(session):
+    t = tw.tensor([1, 2, 3])
+    assert t.tolist() == [1, 2, 3]
+    e = t[1]
+    assert int(e) == 2
+    t[0] = 10
+    t.add_(1)
+    assert t.tolist() == [11, 3, 4] and int(e) == 3  # e is a view: it follows its base, as in torch
+    t.mul_(2)
+    assert [int(v) for v in t] == [22, 6, 8] and int(e) == 6
+    u = t.clone()
+    u.zero_()
+    assert u.tolist() == [0, 0, 0] and t.tolist() == [22, 6, 8]
+
+
+def test_a_failing_index_still_fails_as_the_device_says(session):
+    t = tw.tensor([1, 2, 3])
+    t.tolist()
+    with pytest.raises(IndexError):
+        t[5]
+
+
+def test_large_values_are_not_kept_and_released_handles_are_forgotten(session):
+    big = tw.zeros(100_000)
+    with round_trips(session) as n:
+        big.numpy()
+        big.numpy()
+    assert n[0] == 2
+    known = session._known
+    small = tw.tensor(np.arange(1000))
+    small.tolist()
+    held = known.bytes
+    del small
+    session.flush()
+    assert known.bytes <= held - 8000
+
+
+def test_compile_capture_neither_reads_nor_keeps_values(session):
+    @tw.compile
+    def f(x):
+        return x * 2 + 1
+
+    x = tw.tensor([1, 2, 3])
+    x.tolist()
+    assert f(x).tolist() == [3, 5, 7]
+    x2 = tw.tensor([4, 5, 6])
+    assert f(x2).tolist() == [9, 11, 13]  # a replay computes afresh
+
+
+def test_long_chains_of_derived_values_stay_right(session):
+    ix = tw.randint(0, 10, (8,))
+    i = ix[0]
+    for _ in range(300):  # longer than the recipes kept: the far end is the device's to give
+        i = i + 1
+    assert int(i) - int(ix[0]) == 300
