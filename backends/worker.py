@@ -13,6 +13,7 @@ so a long kernel does not make the worker look dead.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextvars
 import functools
 import itertools
@@ -79,6 +80,19 @@ def parse_device(text: str) -> tuple[str, int]:
     if not kind or (idx and not idx.isdigit()):
         raise DeviceError(f"bad device {text!r}; expected TYPE:INDEX such as cpu:0")
     return kind, int(idx or 0)
+
+
+def describe_job(job) -> str:
+    """A batch in a few words, for a client that waits on it: its ops (the most frequent first) and node count, or
+    the plan it replays."""
+    nodes = job.h.get("nodes")
+    if isinstance(nodes, list) and nodes:
+        counts = collections.Counter(n[0] for n in nodes if isinstance(n, list) and n and isinstance(n[0], str))
+        ops = ", ".join(f"{op} x{c}" if c > 1 else op for op, c in counts.most_common(4))
+        return f"a batch of {len(nodes)} nodes ({ops}{', ...' if len(counts) > 4 else ''})"
+    plan = job.plan
+    steps = f", {len(plan.program.steps)} steps" if plan is not None else ""
+    return f"a replay of plan {job.h.get('plan')}{steps}"
 
 
 class _Job:
@@ -156,6 +170,7 @@ class Executor:
         self.seq = 0
         self.pooled_seqs: set[int] = set()
         self.completed: deque = deque()  # from pool threads: ("send" | "progress" | "outcome", ...) in order
+        self.progress: dict = {}  # sid -> [batches finished, the job running or None] (heartbeats report it)
         # what came on direct channels, which the dispatcher never sees: it reads these with the load (metrics)
         self.direct_counts = {"batches": 0, "ops": 0, "bytes_in": 0, "bytes_out": 0, "plan_hits": 0,
                               "plan_misses": 0, "errors": {}}
@@ -287,6 +302,19 @@ class Executor:
                 "busy_s": self.busy_ns / 1e9, "direct": {**self.direct_counts,
                                                           "errors": dict(self.direct_counts["errors"])}}
 
+    def busy_report(self, limit: int = 64) -> list:
+        """``[[sid, batches finished, seconds the running batch has run or None, what it is or None], ...]``: what
+        the heartbeat thread tells the dispatcher, so a client waiting behind long work sees it progress (and, when
+        it does not, what it is stuck in). Read from the heartbeat thread: a snapshot of plain values."""
+        now = time.monotonic_ns()
+        out = []
+        for sid, (done, job) in list(self.progress.items())[:limit]:
+            if job is None:
+                out.append([sid, done, None, None])
+            else:
+                out.append([sid, done, round((now - job.started) / 1e9, 1), describe_job(job)])
+        return out
+
     def stats(self) -> dict:
         out = {}
         for sid, s in self.sessions.items():
@@ -327,6 +355,7 @@ class Executor:
             self.ready.append(sid)
 
     def _drop_session(self, sid) -> None:
+        self.progress.pop(sid, None)
         if self.channel is not None:
             self.channel.forget(sid)
         s = self.sessions.pop(sid, None)
@@ -388,6 +417,7 @@ class Executor:
                     return
                 job = s.running = s.jobs.popleft()
                 job.started = time.monotonic_ns()
+                self.progress.setdefault(sid, [0, None])[1] = job
                 if job.seq < s.cancel_before:
                     job.cancelled = True
             if job.pooled:
@@ -950,6 +980,11 @@ class Executor:
         now = time.monotonic_ns()
         took = now - job.started
         self.batches_run += 1
+        p = self.progress.get(job.h.get("s"))
+        if p is not None:
+            p[0] += 1
+            if p[1] is job:
+                p[1] = None
         self.busy_ns += took
         if took > SLOW_BATCH_S * 1e9:
             steps = len(job.plan.program.steps) if job.plan is not None else 0
@@ -1086,7 +1121,8 @@ class Worker:
             self.epoch = epoch
 
     def serve(self, ready_line: bool = True) -> None:
-        start_heartbeats(self.ctx, self.dispatcher, self.device_name, self.stop, self.instance, self.keys)
+        start_heartbeats(self.ctx, self.dispatcher, self.device_name, self.stop, self.instance, self.keys,
+                         extra=lambda: {"busy": self.executor.busy_report()})
         self.sock = sock = None
         try:
             self.sock = sock = self._connect()

@@ -256,16 +256,19 @@ class Session:
         """Wait for the answer ``q``, from the dispatcher or from a worker's direct channel. While waiting, ping the
         dispatcher now and then: a dispatcher that stops answering pings is reported within ``LIVENESS_S``, however
         long the work itself takes, and a worker that a direct answer waits on is reported lost (``WorkerLost``) as
-        soon as the dispatcher knows it is gone."""
+        soon as the dispatcher knows it is gone. ``timeout`` counts time without progress: a ping's answer that shows
+        one of the session's batches finished since the last one starts it again (work still running is not a
+        timeout), and the error names what a worker has been running when nothing finished."""
         timeout = REQUEST_TIMEOUT_S if timeout is None else timeout
         start = time.monotonic()
         ping_sent = None
+        finished = progress = None  # the last pong's batches finished per device, and its whole report
         before = self._async_before[1] if self._async_before[0] == q else self._n_async
         spin = CLIENT_SPIN_S if before - self._n_async_done <= SPIN_AHEAD_MAX else 0.0
         for _ in range(1 << 24):
             now = time.monotonic()
             if now - start > timeout:
-                raise TimeoutError_(f"no answer from the dispatcher at {self.address} within {timeout:g}s")
+                raise TimeoutError_(self._timeout_message(timeout, progress))
             if ping_sent is not None and now - ping_sent > LIVENESS_S:
                 self._lost = True
                 raise ConnectionFailed(f"lost the dispatcher at {self.address}: it stopped answering "
@@ -293,6 +296,11 @@ class Session:
                     ping_sent = None
                     if h.get("lost"):
                         self._workers_lost(h["lost"], q)
+                    if isinstance(h.get("progress"), dict):
+                        counts = {d: v[0] for d, v in h["progress"].items() if isinstance(v, list) and v}
+                        if finished is not None and counts != finished:
+                            start = time.monotonic()  # the session's work is moving: the timeout counts from here
+                        finished, progress = counts, h["progress"]
                     continue
                 if dev is not None and h.get("t") == "need_plan":  # the worker evicted a plan it was sent
                     self._resend_plan(dev, h.get("plan"))
@@ -1098,6 +1106,14 @@ class Session:
                 _close_sink(sink)
             self._progress.clear()
         atexit.unregister(self._atexit)
+
+    def _timeout_message(self, timeout: float, progress: dict | None) -> str:
+        msg = f"no answer from the dispatcher at {self.address} within {timeout:g}s"
+        for dev, report in sorted((progress or {}).items()):
+            if isinstance(report, list) and len(report) == 3 and report[1] is not None:
+                return (f"{msg}, and no batch of this session finished meanwhile: {dev} has been running {report[2]} "
+                        f"for {report[1]:g}s (TENSORWIRE_REQUEST_TIMEOUT sets the limit)")
+        return msg
 
     def _wait_closed(self, q: int, deadline: float) -> None:
         """Read answers until the dispatcher's ``closed`` for ``q`` arrives or ``deadline`` passes."""

@@ -185,6 +185,10 @@ class Broker:
             i = h.get("i")
             if w is not None and isinstance(i, str) and hmac.compare_digest(i.encode(), w.instance.encode()):
                 w.last_seen = time.monotonic()
+                busy = h.get("busy")
+                if isinstance(busy, list):  # a worker's progress per session (what a waiting client's ping sees)
+                    w.busy = {r[0]: r[1:4] for r in busy[:256] if isinstance(r, list) and len(r) == 4
+                              and isinstance(r[0], bytes) and type(r[1]) is int}
         elif svc is None:  # a service we forgot (dispatcher restarted): ask it to register
             self.services.send_multipart([ident, pack_header({"t": "hb"})])
 

@@ -69,6 +69,9 @@ class Sessions:
                 s.last_seen = time.time()
                 if h.get("w") is not None:  # waiting on direct channels: are those workers still the ones granted?
                     pong["lost"] = self._lost_workers(h["w"])
+                progress = {d: w.busy[s.sid] for d, w in self.workers.items() if s.sid in w.busy}
+                if progress:  # the session's work on each worker: batches finished, the one running
+                    pong["progress"] = progress
             self._to_client(ident, pong)
             return
         s = self._session_of(h.get("k"))

@@ -28,6 +28,7 @@ class ServiceInfo:
     last_seen: float
     instance: str = ""  # the per-process secret it registered with (signs its heartbeats)
     plans: set = field(default_factory=set)  # (session, plan) pairs this worker has compiled
+    busy: dict = field(default_factory=dict)  # a worker's last heartbeat: sid -> [finished, running s, what]
 
 
 

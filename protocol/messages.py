@@ -69,7 +69,8 @@ _BATCH = {
 CLIENT = Plane("client -> dispatcher", {
     "hello": Kind("open a session: the protocol version, a token, a client name and the client's host id",
                   {**_Q, "v": ANY, "token": opt(STR), "client": opt(STR), "host": opt(STR)}),
-    "ping": Kind("are you there (renews the lease); `w`: the direct channels a wait depends on -> pong {lost}",
+    "ping": Kind("are you there (renews the lease); `w`: the direct channels a wait depends on -> pong {lost, "
+                 "progress}",
                  {**_Q, "k": opt(BYTES), "w": opt(LIST)}),
     "lease": Kind("the session is alive; `forget`: handles released on direct channels", {**_K, "forget": opt(LIST)}),
     # (a batch's own fields are checked by the router, which fails a malformed batch as a whole: its outputs fail
@@ -91,8 +92,9 @@ SERVICE = Plane("service -> dispatcher", {
     "register": Kind("register a worker (a device) or a named service with the service credential",
                      {"v": ANY, "service": ANY, "device": ANY, "name": ANY, "info": ANY, "token": ANY,
                       "instance": ANY, "pid": ANY}),
-    "hb": Kind("a heartbeat (`of`, `i`: a service's heartbeat thread, signed with its instance)",
-               {"of": opt(STR), "i": opt(STR)}),
+    "hb": Kind("a heartbeat (`of`, `i`: a service's heartbeat thread, signed with its instance; `busy`: a worker's "
+               "[sid, batches finished, seconds running, what] per session)",
+               {"of": opt(STR), "i": opt(STR), "busy": opt(LIST)}),
     "bye": Kind("the service stops: its name is free at once", {}),
     "done": Kind("a worker's answer to a run: values (with frames), errors, fetch errors",
                  {"s": ANY, "q": ANY, "values": opt(LIST), "errors": opt(LIST), "fetch_errors": opt(LIST)}),

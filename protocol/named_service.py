@@ -122,17 +122,25 @@ def say_goodbye(sock: zmq.Socket | None) -> None:
 
 
 def start_heartbeats(ctx: zmq.Context, dispatcher: str, name: str, stop: threading.Event, instance: str,
-                     keys: Path | None = None) -> threading.Thread:
+                     keys: Path | None = None, extra=None) -> threading.Thread:
     """Send ``{"t": "hb", "of": name, "i": instance}`` every HEARTBEAT_S from a thread with a socket of its own, so a
-    service busy in a long kernel or MPI call still looks alive; stops when ``stop`` is set."""
+    service busy in a long kernel or MPI call still looks alive; stops when ``stop`` is set. ``extra()``: more
+    fields for each heartbeat (a worker's progress per session), read on this thread."""
     def run() -> None:
         try:
             hb = service_socket(ctx, dispatcher, keys)
         except Exception:  # keys unreadable: the registration reports it
             return
-        msg = pack_header({"t": "hb", "of": name, "pid": os.getpid(), "i": instance})
+        base = {"t": "hb", "of": name, "pid": os.getpid(), "i": instance}
+        msg = pack_header(base)
         try:
             while not stop.wait(HEARTBEAT_S):
+                if extra is not None:
+                    try:
+                        msg = pack_header({**base, **extra()})
+                    except Exception:  # noqa: BLE001 - a report must never stop the heartbeat
+                        log.exception("heartbeat report failed")
+                        msg = pack_header(base)
                 hb.send(msg, zmq.NOBLOCK)
         except zmq.ZMQError:
             pass

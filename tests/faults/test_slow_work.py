@@ -1,0 +1,66 @@
+"""Issue 37: a client waiting behind work that is still progressing keeps waiting, and when nothing finishes within
+the timeout the error says what the worker has been running. The timeout is made short here; the worker's
+heartbeat reports each session's finished batches and the one running, and the client's pings read them."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+import tensorwire.session as session_module
+
+TIMEOUT_S = 2.5
+
+
+@pytest.fixture
+def s(cluster, monkeypatch):
+    """A session of its own per test, with a short timeout and pings every 0.2 s."""
+    monkeypatch.setattr(session_module, "REQUEST_TIMEOUT_S", TIMEOUT_S)
+    monkeypatch.setattr(session_module, "PING_AFTER_S", 0.2)
+    sess = tw.Session(cluster.address)
+    with tw.use_session(sess):
+        yield sess
+    sess.close()
+
+
+def _matmuls(x, n: int):
+    for _ in range(n):
+        x = (x @ x) * (1.0 / x.shape[0])
+    return x
+
+
+def _seconds_per_matmul() -> float:
+    x = tw.randn(600, 600)
+    _matmuls(x, 2).numpy()
+    t0 = time.perf_counter()
+    _matmuls(x, 10).numpy()
+    return (time.perf_counter() - t0) / 10
+
+
+def test_a_wait_behind_progressing_work_outlasts_the_timeout(s):
+    per = _seconds_per_matmul()
+    k = max(1, int(0.4 / per))  # a batch of ~0.4 s
+    x = tw.randn(600, 600)
+    t0 = time.perf_counter()
+    x = _matmuls(x, k)
+    x.numpy()
+    per_batch = time.perf_counter() - t0
+    for _ in range(int(3 * TIMEOUT_S / per_batch) + 1):  # shipped without waiting: ~3x the timeout of work
+        x = _matmuls(x, k)
+        s.flush()
+    t0 = time.monotonic()
+    assert np.isfinite(x.numpy()).all()  # waits behind all of it
+    assert time.monotonic() - t0 > TIMEOUT_S  # (the wait did outlast the timeout)
+
+
+def test_a_batch_that_does_not_finish_is_named_in_the_timeout(s):
+    per = _seconds_per_matmul()
+    x = _matmuls(tw.randn(600, 600), int(3 * TIMEOUT_S / per) + 1)  # one batch, longer than the timeout
+    with pytest.raises(TimeoutError) as info:  # (tensorwire's TimeoutError_ is one)
+        x.numpy()
+    msg = str(info.value)
+    assert "no batch of this session finished meanwhile" in msg and "matmul x" in msg, msg
+    assert "cpu:0 has been running a batch of" in msg, msg
