@@ -138,9 +138,15 @@ class Device:
         it). ``hot``: the fragment has run often (see :mod:`tensorwire.backends.hot`)."""
         return None
 
-    def hot_runs(self) -> int:
-        """After how many runs a plan that :meth:`compiles_when_hot` is compiled; 0 (the default): never."""
+    def hot_runs(self, steps: list[Step] | None = None) -> int:
+        """After how many runs a plan (of ``steps``, when given) that :meth:`compiles_when_hot` is compiled; 0 (the
+        default): never."""
         return 0
+
+    def compiles_first(self, steps: list[Step]) -> bool:
+        """Whether a fragment of ``steps`` that cannot be compiled in the background (its plan moves values between
+        devices, or a node failed at planning) is compiled before its first run instead of running interpreted."""
+        return False
 
     def compiles_when_hot(self, steps: list[Step]) -> bool:
         """Whether a fragment that expands to ``steps`` (with ``backend.native``) runs interpreted only until it

@@ -121,8 +121,10 @@ def compile_plan(device: Device, nodes: list, ext_metas: list, hot: bool = False
     plan, composites = _compile(device, nodes, ext_metas, native)
     steps = plan.program.steps
     other = device.native_for(steps, hot=True) if hot else device.native_for(steps)
-    tier = (not hot and not plan.has_transfers and not plan.failed_nodes and device.hot_runs() > 0
-            and device.compiles_when_hot(steps))
+    tierable = not plan.has_transfers and not plan.failed_nodes
+    if not hot and not tierable and device.compiles_first(steps):  # (no background compile for this plan)
+        return compile_plan(device, nodes, ext_metas, hot=True)
+    tier = not hot and tierable and device.hot_runs(steps) > 0 and device.compiles_when_hot(steps)
     if other is not None and composites & (native ^ other):  # (else the plan would come out the same)
         plan, _ = _compile(device, nodes, ext_metas, other)
     plan.hot = hot

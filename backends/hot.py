@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger("tensorwire.executor")
@@ -46,6 +47,38 @@ def stop() -> None:
             _POOL = None
 
 
+class Budget:
+    """What the background compiles may take: at most ``queued`` waiting or running at once (a program whose
+    fragments keep changing would queue one per fragment; those it does not admit run interpreted and ask again at
+    their next run), and at most ``share`` of the time since the first compile (after ``grace`` seconds)."""
+
+    def __init__(self, queued: int = 2, share: float = 0.5, grace: float = 10.0):
+        self.queued, self.share, self.grace = queued, share, grace
+        self.pending = 0
+        self.seconds = 0.0
+        self.since: float | None = None
+        self._lock = threading.Lock()
+
+    def admit(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if self.since is None:
+                self.since = now
+            elapsed = now - self.since
+            if self.pending >= self.queued or (elapsed > self.grace and self.seconds > self.share * elapsed):
+                return False
+            self.pending += 1
+            return True
+
+    def spent(self, seconds: float) -> None:
+        with self._lock:
+            self.pending -= 1
+            self.seconds += seconds
+
+
+_BUDGET = Budget()
+
+
 class Tier:
     """What a plan needs to be compiled later: its fragment, the metas of its inputs, how often it ran and with
     which kept-slot sets, and the compiled plan once it is ready (``ready``; ``done`` is set either way)."""
@@ -62,17 +95,21 @@ class Tier:
     def ran(self, device, plan, keep: frozenset) -> None:
         """Count one run of ``plan`` keeping ``keep`` (the thread running it); start compiling when it is hot."""
         self.runs += 1
-        hot_runs = device.hot_runs()
+        hot_runs = device.hot_runs(plan.program.steps)
         if self.runs > hot_runs:  # compiling already: the kept-slot sets went with it
             return
         if keep not in self.keeps and len(self.keeps) < MAX_KEEPS:
             self.keeps.append(keep)
         if self.runs == hot_runs:
+            if not _BUDGET.admit():  # compiles are queued, or took their share of the time: try at the next run
+                self.runs -= 1
+                return
             _pool().submit(self._compile, device, plan, list(self.keeps))
 
     def _compile(self, device, plan, keeps: list[frozenset]) -> None:
         from .executor import compile_plan
 
+        t0 = time.monotonic()
         try:
             hot = compile_plan(device, self.nodes, self.ext_metas, hot=True)
             by_node = {s: hot.node_slot[j] for j, s in enumerate(plan.node_slot) if s is not None}
@@ -88,6 +125,7 @@ class Tier:
         except Exception:  # the plan goes on interpreted, as it ran so far
             log.warning("compiling a hot plan failed; it stays interpreted", exc_info=True)
         finally:
+            _BUDGET.spent(time.monotonic() - t0)
             self.done.set()
 
     def take(self, plan) -> bool:

@@ -98,7 +98,7 @@ class CompiledBackend(NumpyBackend):
     few whose numpy/BLAS kernels beat a fused loop nest (:data:`compiled.HOST_COMPOSITES`)."""
 
     def __init__(self, runtime=None, min_work: int | None = None, max_steps: int | None = None,
-                 hot_runs: int | None = None):
+                 hot_runs: int | None = None, large_runs: int | None = None):
         super().__init__()
         if min_work is None:
             min_work = int(os.environ.get(compiled.MIN_WORK_ENV, compiled.MIN_WORK))
@@ -106,9 +106,12 @@ class CompiledBackend(NumpyBackend):
             max_steps = int(os.environ.get(compiled.MAX_STEPS_ENV, compiled.MAX_STEPS))
         if hot_runs is None:
             hot_runs = int(os.environ.get(compiled.HOT_RUNS_ENV, compiled.HOT_RUNS))
+        if large_runs is None:
+            large_runs = int(os.environ.get(compiled.LARGE_RUNS_ENV, compiled.LARGE_RUNS))
         self.min_work = min_work  # fragments producing fewer elements in all run on the numpy kernels...
         self.max_steps = max_steps  # ...and so do fragments of more steps than this
         self.hot_runs = hot_runs  # ...until they have run this often (0: always)
+        self.large_runs = large_runs  # larger ones run interpreted this often while they compile (0: compiled first)
         self.runtime = runtime or compiled.runtime()
         if self.runtime is None:
             raise DeviceError(f"the CPU cannot compile kernels: {compiled.why_not()}")

@@ -50,6 +50,12 @@ MAX_STEPS = 2048
 #: a fragment too small to compile is compiled once it has run this often (``backends/hot.py``); 0: never
 HOT_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_HOT_RUNS"
 HOT_RUNS = 100
+#: a fragment large enough to compile runs on the numpy kernels this many times while it compiles in the background
+#: (``backends/hot.py``), so a new fragment never waits for gcc (issue 37: a char-level transformer whose batches
+#: changed shape every step compiled a new ~180 KB C file every few seconds, at ~8x the time of running interpreted;
+#: a cold kernel cache made every script 1.3-4x slower); 0: compiled before its first run, as before
+LARGE_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_LARGE_RUNS"
+LARGE_RUNS = 1
 
 #: composites kept on their numpy/BLAS kernels in compiled mode (im2col + gemm beats a naive loop nest)
 HOST_COMPOSITES = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d", "max_pool2d_grad",
@@ -195,15 +201,27 @@ class CompiledMixin:
         kernel launches there, and a compile would not pay for itself; a ``hot`` fragment runs often enough) or
         too long (compiling would cost more than it saves; see :data:`MAX_STEPS`)."""
         b = self.backend
-        return len(steps) > b.max_steps or (not hot and sum(math.prod(s.shape) for s in steps) < b.min_work)
+        if len(steps) > b.max_steps:
+            return True
+        if hot:
+            return False
+        # a large fragment too: until its background compile is ready (see LARGE_RUNS)
+        return b.large_runs > 0 or sum(math.prod(s.shape) for s in steps) < b.min_work
 
     def native_for(self, steps, hot: bool = False):
         # a fragment run on the numpy kernels keeps the fused composites (an optimizer update, ...): they beat
         # their decompositions, which only a compiled kernel would fuse
         return self.backend.interpreted_native if self.interpreted(steps, hot) else None
 
-    def hot_runs(self) -> int:
-        return self.backend.hot_runs
+    def hot_runs(self, steps=None) -> int:
+        b = self.backend
+        if steps is not None and b.large_runs > 0 and sum(math.prod(s.shape) for s in steps) >= b.min_work:
+            return b.large_runs
+        return b.hot_runs
+
+    def compiles_first(self, steps) -> bool:
+        b = self.backend
+        return len(steps) <= b.max_steps and sum(math.prod(s.shape) for s in steps) >= b.min_work
 
     def compiles_when_hot(self, steps) -> bool:
         return self.interpreted(steps) and not self.interpreted(steps, hot=True)

@@ -371,7 +371,8 @@ def test_every_op_has_a_generator():
 
 
 #: the CPU's two modes: every fragment compiled to fused C kernels (however small), and the numpy interpreter
-MODES = {"compiled": {"TENSORWIRE_CPU_COMPILE_MIN_ELEMENTS": "0"}, "numpy": {"TENSORWIRE_CPU_COMPILE": "0"}}
+MODES = {"compiled": {"TENSORWIRE_CPU_COMPILE_MIN_ELEMENTS": "0", "TENSORWIRE_CPU_COMPILE_LARGE_RUNS": "0"},
+         "numpy": {"TENSORWIRE_CPU_COMPILE": "0"}}
 
 
 @pytest.fixture(scope="module", params=list(MODES))

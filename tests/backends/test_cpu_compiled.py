@@ -25,7 +25,7 @@ EXPECT_FALLBACK = ("failure[", "gather[out-of-range", "scatter[out-of-range", "s
 
 @pytest.fixture(scope="module")
 def backend():
-    return CompiledBackend(min_work=0)  # every fragment compiled, however small
+    return CompiledBackend(min_work=0, large_runs=0)  # every fragment compiled, however small
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_a_fragment_too_small_to_compile_keeps_the_numpy_fused_composites():
     nodes = [["adam_exp_avg", [-1, -2], {"beta1": 0.9, "weight_decay": 0}],
              ["adam_exp_avg_sq", [-3, -2], {"beta2": 0.999, "weight_decay": 0}],
              ["adam_param", [-4, 0, 1, -5, -6], {"eps": 1e-8}]]
-    dev = CompiledBackend(min_work=1 << 12).open(0)
+    dev = CompiledBackend(min_work=1 << 12, large_runs=0).open(0)
     rng = np.random.default_rng(0)
     for n, whole in ((64, True), (1 << 12, False)):
         m, g, v, p = (rng.random(n, dtype=np.float32) for _ in range(4))
@@ -116,7 +116,7 @@ def test_an_adam_update_is_one_kernel_that_stores_the_moments_and_the_parameter(
     apart = lower(plan.program.steps, keep, replace(dev.lowering_options, multi_output=False))
     assert len(apart.kernels) == 3
     got = X.run_plan(dev, plan, list(ext), [10, 11, 12], {}, [], keep)
-    ref = CompiledBackend(min_work=0).open(0)
+    ref = CompiledBackend(min_work=0, large_runs=0).open(0)
     ref.lowering_options = replace(dev.lowering_options, multi_output=False)
     want = X.run_plan(ref, X.compile_plan(ref, nodes, [(np.shape(a), D.float32) for a in ext]), list(ext),
                       [10, 11, 12], {}, [], keep)
@@ -172,7 +172,7 @@ def test_a_fragment_too_long_to_compile_runs_on_numpy_without_building_kernels()
         ref = np.sin(ref) + x
     for cap, compiles in ((2 * k - 1, False), (2 * k, True)):
         built.clear()
-        dev = CompiledBackend(Counting(compiled.runtime()), min_work=0, max_steps=cap).open(0)
+        dev = CompiledBackend(Counting(compiled.runtime()), min_work=0, max_steps=cap, large_runs=0).open(0)
         plan = X.compile_plan(dev, nodes, [((n,), D.float32)])
         got = X.run_plan(dev, plan, [x], list(range(100, 100 + 2 * k)), {}, [], {plan.node_slot[-1]})
         np.testing.assert_allclose(got[100 + 2 * k - 1], ref, rtol=1e-4, atol=1e-5)
@@ -196,7 +196,7 @@ def test_views_fold_into_index_arithmetic(backend):
 def test_kernels_are_cached_on_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))
     rt = compiled.CRuntime(compiled.runtime().compiler, compiled.runtime().version)
-    dev = CompiledBackend(rt, min_work=0).open(0)
+    dev = CompiledBackend(rt, min_work=0, large_runs=0).open(0)
     plan = _chain_plan(dev)
     low = lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options)
     rt.build(low.kernels)
@@ -210,7 +210,7 @@ def test_debug_kernels_prints_the_source(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setenv("TENSORWIRE_DEBUG_KERNELS", "1")
     rt = compiled.CRuntime(compiled.runtime().compiler, compiled.runtime().version)
-    dev = CompiledBackend(rt, min_work=0).open(0)
+    dev = CompiledBackend(rt, min_work=0, large_runs=0).open(0)
     plan = _chain_plan(dev)
     rt.build(lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options).kernels)
     err = capfd.readouterr().err
@@ -220,7 +220,7 @@ def test_debug_kernels_prints_the_source(tmp_path, monkeypatch, capfd):
 def test_a_kernel_that_does_not_compile_names_its_source(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))
     broken = compiled.CRuntime("false", "broken")  # a "compiler" that always fails
-    dev = CompiledBackend(broken, min_work=0).open(0)
+    dev = CompiledBackend(broken, min_work=0, large_runs=0).open(0)
     plan = _chain_plan(dev)
     with pytest.raises(KernelCompileError, match=r"kernel source: .*\.c"):
         broken.build(lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options).kernels)
@@ -283,7 +283,7 @@ def test_training_runs_the_same_compiled_and_interpreted(monkeypatch):
                 s.close()
                 tw.set_session(None)
 
-    fused = losses({compiled.MIN_WORK_ENV: "0"})
+    fused = losses({compiled.MIN_WORK_ENV: "0", compiled.LARGE_RUNS_ENV: "0"})
     numpy = losses({"TENSORWIRE_CPU_COMPILE": "0"})
     assert fused[-1] < fused[0]
     np.testing.assert_allclose(fused, numpy, rtol=1e-5)

@@ -57,7 +57,7 @@ def test_the_straight_line_runner_answers_once_the_fetched_value_is_made():
 
 @pytest.mark.skipif(compiled.runtime() is None, reason=f"no C compiler: {compiled.why_not()}")
 def test_the_compiled_runner_answers_after_the_kernel_that_makes_the_fetched_value():
-    plan = _check(CompiledBackend(min_work=0).open(0))
+    plan = _check(CompiledBackend(min_work=0, large_runs=0).open(0))
     run = next(iter(plan.runners.values()))
     assert getattr(run, "prog", None) is None  # the fused C kernels ran, not numpy's
     assert set(run.producers) >= {plan.node_slot[0], plan.node_slot[3]}

@@ -66,7 +66,7 @@ def test_no_hot_compiles_when_switched_off_or_too_long():
     metas = [(np.shape(a), D.float32) for a in ext]
     assert X.compile_plan(CompiledBackend(min_work=1 << 20, hot_runs=0).open(0), ADAM, metas).tier is None
     assert X.compile_plan(CompiledBackend(min_work=1 << 20, max_steps=2).open(0), ADAM, metas).tier is None
-    assert X.compile_plan(CompiledBackend(min_work=0).open(0), ADAM, metas).tier is None  # compiled already
+    assert X.compile_plan(CompiledBackend(min_work=0, large_runs=0).open(0), ADAM, metas).tier is None  # compiled first
 
 
 def test_a_training_loop_on_a_cluster_switches_to_compiled_kernels_and_keeps_its_losses(monkeypatch):
@@ -109,3 +109,34 @@ def test_a_closing_worker_drops_the_compiles_not_started_and_later_ones_still_ru
     plan = X.compile_plan(dev, ADAM, [(np.shape(a), D.float32) for a in ext])
     _run(dev, plan, ext)
     assert plan.tier.done.wait(COMPILE_S) and plan.tier.take(plan) and plan.hot
+
+
+def test_a_large_fragment_runs_interpreted_while_it_compiles_in_the_background():
+    """Issue 37: no run waits for gcc. A fragment large enough to compile runs on the numpy kernels first
+    (``large_runs``) while its kernels compile on the background thread; the runs after use them."""
+    dev = CompiledBackend(min_work=1 << 10, large_runs=1).open(0)
+    ext = _adam_inputs(4096)
+    plan = X.compile_plan(dev, ADAM, [(np.shape(a), D.float32) for a in ext])
+    assert plan.tier is not None and not plan.hot  # interpreted at first: no compile before the first run
+    assert [s.op for s in plan.program.steps] == ["adam_exp_avg", "adam_exp_avg_sq", "adam_param"]
+    first = _run(dev, plan, ext)  # starts the compile
+    assert plan.tier.done.wait(COMPILE_S) and plan.tier.take(plan) and plan.hot
+    after = _run(dev, plan, ext)
+    for i in (10, 11, 12):
+        np.testing.assert_allclose(after[i], first[i], rtol=1e-6)
+    # a plan that cannot compile in the background (it moves values between devices) compiles first, as before
+    assert dev.compiles_first(plan.program.steps)
+
+
+def test_the_background_compiles_are_bounded():
+    """A program whose fragments keep changing queues one compile per fragment: at most ``queued`` wait at once, and
+    compiles take at most ``share`` of the time; a fragment not admitted runs interpreted and asks again later."""
+    from tensorwire.backends.hot import Budget
+
+    b = Budget(queued=2, share=0.5, grace=0.0)
+    assert b.admit() and b.admit() and not b.admit()  # two queued: the third waits
+    b.spent(0.0)
+    assert b.admit()
+    b.spent(0.0)
+    b.spent(1e6)  # a compile that took far more than half the time since the first: no more for now
+    assert not b.admit()

@@ -87,7 +87,7 @@ class _RecordingDevice(CompiledDevice):
 
 class _RecordingBackend(CompiledBackend):
     def __init__(self, runtime, gpu_sink: list):
-        super().__init__(runtime, min_work=0)  # every fragment compiled, however small
+        super().__init__(runtime, min_work=0, large_runs=0)  # every fragment compiled, however small
         self.gpu_sink = gpu_sink
         self.gpu_errors: list = []
 

@@ -99,7 +99,7 @@ def _chain_plan():
         ["sum", [4], {"dims": None}],
     ]
     # the compiled CPU's plan (decomposed for fusion), however small the fragment
-    dev = (CompiledBackend(min_work=0) if compiled.runtime() is not None else make_backend()).open(0)
+    dev = (CompiledBackend(min_work=0, large_runs=0) if compiled.runtime() is not None else make_backend()).open(0)
     return X.compile_plan(dev, nodes, [((100003,), F32)])
 
 
