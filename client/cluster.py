@@ -40,8 +40,12 @@ class Service:
         self.argv = argv
         self.log_path = log_path
         self._log = open(log_path, "ab")
+        # a session of its own: the terminal's Ctrl-C (SIGINT to its foreground process group) reaches the user's
+        # program only, which cancels the wait and keeps the session (docs/reliability.md); the service still dies
+        # with the program (PR_SET_PDEATHSIG) and stops with the cluster
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL,
-                                     env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                                     env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                                     start_new_session=True)
         self.info: dict | None = None
 
     def wait_ready(self, deadline: float) -> dict:

@@ -70,6 +70,16 @@ class device:  # noqa: N801 - torch's name
         return hash(str(self))
 
 
+def cuda_device(device=None) -> str:
+    """torch's ``cuda(device)`` argument as a device name: None -> ``cuda:0``, ``1`` -> ``cuda:1``."""
+    if device is None:
+        return "cuda:0"
+    if isinstance(device, int) and not isinstance(device, bool):
+        return f"cuda:{device}"
+    name = str(device)
+    return name if ":" in name else f"{name}:0"
+
+
 def device_name(d) -> str:
     """Normalise ``"cpu"``, ``"cpu:1"``, ``device(...)`` or ``1`` to ``"type:index"``."""
     if isinstance(d, int):
@@ -353,6 +363,11 @@ class Tensor:
     def cpu(self) -> Tensor:
         """Move to ``cpu:0`` (returns self when already there)."""
         return self.to("cpu:0")
+
+    def cuda(self, device=None, non_blocking: bool = False, memory_format=None) -> Tensor:
+        """Move to the cluster's ``cuda:N`` (``device``: an index, ``"cuda:N"`` or a ``tw.device``; default
+        ``cuda:0``), as torch's ``Tensor.cuda``; a cluster without that device raises its usual error."""
+        return self.to(cuda_device(device))
 
     def clone(self, *, memory_format=None) -> Tensor:
         return self._rec("copy", [self])

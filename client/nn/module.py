@@ -367,6 +367,13 @@ class Module:
     def cpu(self) -> Module:
         return self.to("cpu:0")
 
+    def cuda(self, device=None) -> Module:
+        """Move every parameter and buffer to the cluster's ``cuda:N`` (default ``cuda:0``), as torch's
+        ``Module.cuda``."""
+        from tensorwire.tensor import cuda_device
+
+        return self.to(cuda_device(device))
+
     def float(self) -> Module:
         return self.to(D.float32)
 

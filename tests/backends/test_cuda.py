@@ -243,6 +243,18 @@ def test_gradcheck_on_the_standin(session):
 
 
 @needs_standin
+def test_torch_cuda_methods_move_to_cuda(session):
+    """Issue 36, finding 7: ``x.cuda()`` and ``model.cuda()``, as PyTorch programs write them."""
+    import tensorwire as tw
+
+    x = tw.tensor(np.arange(4.0, dtype=np.float32)).cuda()
+    assert str(x.device) == "cuda:0" and str(x.cuda(0).device) == "cuda:0"
+    m = tw.nn.Linear(4, 2).cuda()
+    assert str(m.weight.device) == "cuda:0"
+    np.testing.assert_allclose(m(x).cpu().numpy(), m.cpu()(x.cpu()).numpy(), rtol=1e-6)
+
+
+@needs_standin
 def test_two_sessions_mixing_large_and_small_batches(session, cluster):
     """Large batches run on the worker's pool threads, small ones on its main thread: each thread needs the context
     current (the stand-in keeps it per thread, as the driver does) and the runtime's state kept apart."""

@@ -33,15 +33,23 @@ def _installed_current() -> bool:
 
 @pytest.fixture(scope="module")
 def plugin(tmp_path_factory):
-    """Install the example plugin into this environment (offline, idempotent) and import it."""
-    if not _installed_current():
-        src = tmp_path_factory.mktemp("plugin") / "tw_plugin_example"  # build outside the source tree
-        shutil.copytree(PLUGIN_DIR, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-        r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q",
-                            "--disable-pip-version-check", str(src)], capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, f"pip install of the example plugin failed:\n{r.stdout}\n{r.stderr}"
-        assert _installed_current(), "the example plugin was installed but is not found through its entry point"
-        sys.modules.pop("tw_plugin_example", None)
+    """Install the example plugin (offline) into a folder of this module's own, put on ``sys.path`` and on the
+    ``PYTHONPATH`` of the processes it starts while the module runs, and import it: the environment is left as it
+    was (issue 36, finding 8: the suite used to leave the plugin installed, and ``toy:0`` listed afterwards)."""
+    import os
+
+    site = tmp_path_factory.mktemp("plugin-site")
+    src = tmp_path_factory.mktemp("plugin") / "tw_plugin_example"  # build outside the source tree
+    shutil.copytree(PLUGIN_DIR, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q",
+                        "--disable-pip-version-check", "--target", str(site), str(src)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, f"pip install of the example plugin failed:\n{r.stdout}\n{r.stderr}"
+    old_path = os.environ.get("PYTHONPATH")
+    sys.path.insert(0, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), old_path) if p)
+    sys.modules.pop("tw_plugin_example", None)
+    assert _installed_current(), "the example plugin was installed but is not found through its entry point"
     mod = importlib.import_module("tw_plugin_example")
     from tensorwire.protocol.ops import OPS, register_op
 
@@ -50,7 +58,13 @@ def plugin(tmp_path_factory):
     # op definition must not outlive it in this process.
     if OPS.get("toy_hypot") is not mod.TOY_HYPOT:
         register_op(mod.TOY_HYPOT, replace=True)
-    return mod
+    yield mod
+    sys.path.remove(str(site))
+    if old_path is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old_path
+    importlib.invalidate_caches()
 
 
 def test_discovered_through_entry_point(plugin):

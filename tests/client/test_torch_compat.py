@@ -232,3 +232,11 @@ def test_creation_functions_take_out():
     e = tw.empty(0)
     tw.eye(2, out=e)
     assert e.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+def test_cuda_on_a_cluster_without_cuda_names_the_device(session):
+    """``x.cuda()`` and ``model.cuda()`` exist (issue 36); without a cuda device the error says what the cluster has."""
+    with pytest.raises(tw.DeviceError, match="unknown device 'cuda:0'; the cluster has"):
+        tw.ones(2).cuda()
+    with pytest.raises(tw.DeviceError, match="unknown device 'cuda:1'"):
+        tw.nn.Linear(2, 2).cuda(1)

@@ -1,0 +1,70 @@
+"""Issue 36, finding 1: Ctrl-C in a terminal reaches the user's program only. The services an embedded cluster starts
+run in a session of their own, so the terminal's SIGINT (sent to its foreground process group) does not stop them:
+the interrupted wait is cancelled, the session and the tensors made before stay, and the next op runs. Done as a user would: a
+program on a pseudo-terminal, and a Ctrl-C typed into it."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+
+PROGRAM = r"""
+import numpy as np
+import tensorwire as tw
+s = tw.connect()  # the embedded local cluster
+kept = tw.tensor(np.arange(4.0))
+kept.sum().item()  # made before the interrupted batch (that batch's own outputs fail with Cancelled, as documented)
+x = tw.randn(500, 500)
+for _ in range(4000):  # a long batch
+    x = (x @ x) * 0.002
+print("waiting", flush=True)
+try:
+    x.numpy()
+    print("finished before the interrupt", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+print("after:", kept.sum().item(), (tw.ones(3) * 2).sum().item(), flush=True)
+s.close()
+"""
+
+
+def _read_until(fd: int, marker: bytes, deadline: float) -> bytes:
+    out = b""
+    while marker not in out and time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not r:
+            break
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the program exited and the pty closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def test_ctrl_c_in_a_terminal_cancels_the_wait_and_keeps_the_cluster():
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", PROGRAM], stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True,  # the pty is its controlling terminal, as a shell's would be
+                            preexec_fn=lambda: __import__("fcntl").ioctl(0, __import__("termios").TIOCSCTTY, 0))
+    os.close(slave)
+    try:
+        out = _read_until(master, b"waiting", time.monotonic() + 120)
+        assert b"waiting" in out, out.decode(errors="replace")
+        os.write(master, b"\x03")  # Ctrl-C, typed: the terminal sends SIGINT to its foreground process group
+        out += _read_until(master, b"after:", time.monotonic() + 60)
+        out += _read_until(master, b"\n", time.monotonic() + 5)
+        text = out.decode(errors="replace")
+        assert "interrupted" in text and "after: 6.0 6.0" in text, text
+        assert proc.wait(60) == 0, text
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
