@@ -110,6 +110,26 @@ class Plan:
         return n
 
 
+#: a fragment whose interpreted run would allocate more than this at its peak is compiled before its first run
+INTERPRET_PEAK = 256 << 20
+
+
+def _interpreting_is_big(steps) -> bool:
+    """Whether a run on the numpy kernels could allocate more than :data:`INTERPRET_PEAK`: the steps' outputs at
+    their peak, or one step's operand or result, views included (a kernel may make a contiguous or wider copy)."""
+    largest = 0
+    for s in steps:
+        for meta in ((s.shape, s.dtype), *s.in_meta):
+            if not isinstance(meta, tuple) or len(meta) != 2 or not hasattr(meta[1], "itemsize"):
+                continue
+            shape, dt = meta
+            n = dt.itemsize
+            for d in shape:
+                n *= d
+            largest = max(largest, n)
+    return largest > INTERPRET_PEAK or peak_bytes(steps, frozenset()) > INTERPRET_PEAK
+
+
 def compile_plan(device: Device, nodes: list, ext_metas: list, hot: bool = False) -> Plan:
     """Compile fragment ``nodes`` whose external inputs have ``ext_metas`` (``(shape, dtype)`` or a Fail). The
     composites the backend runs whole are ``backend.native``, or what :meth:`Device.native_for` picks once the
@@ -122,7 +142,9 @@ def compile_plan(device: Device, nodes: list, ext_metas: list, hot: bool = False
     steps = plan.program.steps
     other = device.native_for(steps, hot=True) if hot else device.native_for(steps)
     tierable = not plan.has_transfers and not plan.failed_nodes
-    if not hot and not tierable and device.compiles_first(steps):  # (no background compile for this plan)
+    if not hot and device.compiles_first(steps) and (not tierable or _interpreting_is_big(steps)):
+        # no background compile for this plan, or its interpreted run could allocate what the fused kernels do not
+        # (``ones(1).expand(2**32).sum()`` is one loop compiled; interpreted, a sum over 16 GB)
         return compile_plan(device, nodes, ext_metas, hot=True)
     tier = not hot and tierable and device.hot_runs(steps) > 0 and device.compiles_when_hot(steps)
     if other is not None and composites & (native ^ other):  # (else the plan would come out the same)
