@@ -47,6 +47,7 @@ class Service:
                                      env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
                                      start_new_session=True)
         self.info: dict | None = None
+        self.ended_by_us = False  # stopped or killed by the cluster (else an exit is a failure to explain)
 
     def wait_ready(self, deadline: float) -> dict:
         sel = selectors.DefaultSelector()
@@ -88,8 +89,13 @@ class Service:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def failed(self) -> bool:
+        """It exited without the cluster stopping it (its log explains why)."""
+        return not self.ended_by_us and self.proc.poll() is not None
+
     def stop(self, timeout: float = 5.0) -> None:
         if self.proc.poll() is None:
+            self.ended_by_us = True
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
@@ -102,6 +108,7 @@ class Service:
 
     def kill(self) -> None:
         """Kill abruptly (for fault tests)."""
+        self.ended_by_us = True
         self.proc.kill()
         self.proc.wait()
 
@@ -234,10 +241,9 @@ class LocalCluster:
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct, got {self.devices}")
         self.token = token
-        self._tmp = None
+        self._own_logs = log_dir is None  # a folder of its own: removed at close, unless a service failed
         if log_dir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="tensorwire-")
-            log_dir = self._tmp.name
+            log_dir = tempfile.mkdtemp(prefix="tensorwire-")
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, **(extra_env or {})}
@@ -282,7 +288,7 @@ class LocalCluster:
         try:
             self._start(host, port)
         except BaseException:
-            self.close()
+            self.close(keep_logs=True)  # (the error names a log: it must still be there)
             raise
         atexit.register(self.close)
 
@@ -424,11 +430,13 @@ class LocalCluster:
         self._wait_ready(svc, time.monotonic() + START_TIMEOUT_S)
         return svc
 
-    def close(self) -> None:
-        """Stop every service (workers first, the dispatcher last)."""
+    def close(self, keep_logs: bool = False) -> None:
+        """Stop every service (workers first, the dispatcher last). The cluster's own log folder is removed, unless
+        a service failed (exited without being stopped) or ``keep_logs``: then it stays, and stderr says where."""
         if self._closed:
             return
         self._closed = True
+        failed = [f"{n} (exit code {s.proc.returncode})" for n, s in self.services.items() if s.failed()]
         order = [n for n in self.services if n not in ("dispatcher", "hub")] + [
             n for n in ("dispatcher", "hub") if n in self.services]
         for n in order:
@@ -441,8 +449,12 @@ class LocalCluster:
             shutil.rmtree(self._own_shm, ignore_errors=True)
         if self._mpich_before is not None:
             _remove_mpich_leftovers(*self._mpich_before)
-        if self._tmp is not None:
-            self._tmp.cleanup()
+        if self._own_logs:
+            if failed or keep_logs:
+                why = f"{', '.join(failed)} exited" if failed else "the cluster did not start"
+                print(f"tensorwire: {why}; the services' logs are kept in {self.log_dir}", file=sys.stderr)
+            else:
+                shutil.rmtree(self.log_dir, ignore_errors=True)
         atexit.unregister(self.close)
 
     def __enter__(self) -> LocalCluster:
