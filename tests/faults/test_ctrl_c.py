@@ -51,11 +51,23 @@ def _read_until(fd: int, marker: bytes | tuple, deadline: float) -> bytes:
     return out
 
 
+def _as_a_terminal_program() -> None:
+    """In the child: the pty becomes its controlling terminal, and SIGINT has its default action (a test run that
+    was started in the background of a non-interactive shell inherits SIGINT ignored, and Python then installs no
+    KeyboardInterrupt handler)."""
+    import fcntl
+    import signal
+    import termios
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 def test_ctrl_c_in_a_terminal_cancels_the_wait_and_keeps_the_cluster():
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-c", PROGRAM], stdin=slave, stdout=slave, stderr=slave,
                             start_new_session=True,  # the pty is its controlling terminal, as a shell's would be
-                            preexec_fn=lambda: __import__("fcntl").ioctl(0, __import__("termios").TIOCSCTTY, 0))
+                            preexec_fn=_as_a_terminal_program)
     os.close(slave)
     try:
         out = b""
