@@ -67,6 +67,10 @@ def refusal_error(h: dict) -> TensorwireError:
     return ProtocolError(str(h.get("message", "the dispatcher refused this service")))
 
 
+#: a service still waiting for its dispatcher says so in its log this often
+SILENT_WAIT_LOG_S = 30.0
+
+
 def register_service(ctx: zmq.Context, dispatcher: str, register: dict, *, keys: Path | None = None,
                      stop: threading.Event | None = None, wait_s: float | None = None,
                      on_registered=None) -> zmq.Socket:
@@ -78,10 +82,19 @@ def register_service(ctx: zmq.Context, dispatcher: str, register: dict, *, keys:
     error (``Unauthorized`` for bad credentials, ``DeviceError`` for a device already served ...)."""
     wait_s = REGISTER_WAIT_S if wait_s is None else wait_s
     deadline = None
+    started = time.monotonic()
+    told = 0.0  # when the last "no answer yet" went to the log
     for _ in range(1 << 30):  # bounded by the stop event and the refusal deadline
         sock = connect_service(ctx, dispatcher, register, keys)
         retry = False
-        if sock.poll(int(HEARTBEAT_S * LIVENESS * 1000)):
+        if not sock.poll(int(HEARTBEAT_S * LIVENESS * 1000)):
+            now = time.monotonic()
+            if now - told >= SILENT_WAIT_LOG_S:  # never silent: say what it waits for, then every half minute
+                told = now
+                log.warning("no answer from the dispatcher at %s after %.0fs; still trying. Is it running there? %s",
+                            dispatcher, now - started, "Are these its CURVE keys (--keys)?" if keys else
+                            "A dispatcher with CURVE keys needs --keys here too.")
+        else:
             for h, _ in drain(sock):
                 if h["t"] == "registered":
                     if on_registered is not None:  # (the answer's fields: the dispatcher's epoch ...)
