@@ -146,12 +146,13 @@ def compile_plan(device: Device, nodes: list, ext_metas: list, hot: bool = False
         # no background compile for this plan, or its interpreted run could allocate what the fused kernels do not
         # (``ones(1).expand(2**32).sum()`` is one loop compiled; interpreted, a sum over 16 GB)
         return compile_plan(device, nodes, ext_metas, hot=True)
-    tier = not hot and tierable and device.hot_runs(steps) > 0 and device.compiles_when_hot(steps)
+    hot_runs = device.hot_runs(steps) if not hot and tierable else 0
+    tier = hot_runs > 0 and device.compiles_when_hot(steps)
     if other is not None and composites & (native ^ other):  # (else the plan would come out the same)
         plan, _ = _compile(device, nodes, ext_metas, other)
     plan.hot = hot
     if tier:
-        plan.tier = Tier(nodes, ext_metas)
+        plan.tier = Tier(nodes, ext_metas, hot_runs)
     return plan
 
 

@@ -83,10 +83,11 @@ class Tier:
     """What a plan needs to be compiled later: its fragment, the metas of its inputs, how often it ran and with
     which kept-slot sets, and the compiled plan once it is ready (``ready``; ``done`` is set either way)."""
 
-    __slots__ = ("nodes", "ext_metas", "runs", "keeps", "ready", "done")
+    __slots__ = ("nodes", "ext_metas", "hot_runs", "runs", "keeps", "ready", "done")
 
-    def __init__(self, nodes: list, ext_metas: list):
+    def __init__(self, nodes: list, ext_metas: list, hot_runs: int):
         self.nodes, self.ext_metas = nodes, ext_metas
+        self.hot_runs = hot_runs  # the runs after which it compiles (``Device.hot_runs`` of its steps)
         self.runs = 0
         self.keeps: list[frozenset] = []
         self.ready = None
@@ -95,7 +96,7 @@ class Tier:
     def ran(self, device, plan, keep: frozenset) -> None:
         """Count one run of ``plan`` keeping ``keep`` (the thread running it); start compiling when it is hot."""
         self.runs += 1
-        hot_runs = device.hot_runs(plan.program.steps)
+        hot_runs = self.hot_runs
         if self.runs > hot_runs:  # compiling already: the kept-slot sets went with it
             return
         if keep not in self.keeps and len(self.keeps) < MAX_KEEPS:

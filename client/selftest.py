@@ -296,7 +296,7 @@ def speed_matmul(device: str, n: int | None = None, dtype: str = "float32", repe
     t_ours, t_peer = interleaved(ours, peer)
     r = t_peer / t_ours
     flops = 2 * n**3 * repeat
-    gpu = not device.startswith("cpu")
+    gpu = not _on_cpu(device)
     return Speed(f"matmul {n}^3 {dtype} vs PyTorch ({tdev}), speed", t_ours / repeat * 1e3, t_peer / repeat * 1e3, r,
                  ">= 0.9x" if gpu else "", (r >= 0.9) if gpu else None,
                  f"ours {flops / t_ours / 1e12:.1f} TFLOP/s, torch {flops / t_peer / 1e12:.1f}")
@@ -334,7 +334,7 @@ def speed_chain(device: str, n: int | None = None) -> Speed:
     t_ours, t_peer = interleaved(ours, peer)
     _, t_eager = interleaved(ours, eager, rounds=3)
     r = t_peer / t_ours
-    gpu = not device.startswith("cpu")
+    gpu = not _on_cpu(device)
     return Speed(f"8-op chain, {n >> 20}M float32, vs torch.compile ({tdev}), speed", t_ours * 1e3, t_peer * 1e3, r,
                  ">= 1.0x" if gpu else "", (r >= 1.0) if gpu else None,
                  f"torch eager {t_eager * 1e3:.2f} ms; ours includes a round trip to the worker")
@@ -390,7 +390,7 @@ def speed_mlp_step(device: str, batch: int = 256, log_every: int = 10) -> Speed:
     ours(), peer()
     t_ours, t_peer = interleaved(ours, peer, rounds=7)
     r = t_ours / t_peer
-    gpu = not device.startswith("cpu")
+    gpu = not _on_cpu(device)
     return Speed(f"MLP 784-512-512-10 step, batch {batch}, vs PyTorch eager ({tdev}), time", t_ours / log_every * 1e3,
                  t_peer / log_every * 1e3, r, "<= 1.2x" if gpu else "", (r <= 1.2) if gpu else None,
                  f"ratio: our time / torch's; loss read every {log_every} steps")

@@ -72,12 +72,9 @@ class device:  # noqa: N801 - torch's name
 
 def cuda_device(device=None) -> str:
     """torch's ``cuda(device)`` argument as a device name: None -> ``cuda:0``, ``1`` -> ``cuda:1``."""
-    if device is None:
-        return "cuda:0"
     if isinstance(device, int) and not isinstance(device, bool):
         return f"cuda:{device}"
-    name = str(device)
-    return name if ":" in name else f"{name}:0"
+    return device_name("cuda" if device is None else device)
 
 
 def device_name(d) -> str:

@@ -54,14 +54,19 @@ _LIB_WHY = ""
 _LOCK = threading.Lock()
 
 
+def _rocm_roots() -> list[str]:
+    """Where ROCm may be installed: ``$ROCM_PATH``, ``/opt/rocm``, then versioned installs, newest first."""
+    return [r for r in (os.environ.get("ROCM_PATH"), "/opt/rocm") if r] + sorted(glob.glob("/opt/rocm-*"),
+                                                                                 reverse=True)
+
+
 def _hiprtc_lib():
     """The library that holds hipRTC, or None (see ``_LIB_WHY``): ``libhiprtc`` (its own library since ROCm 6, the
     only home since ROCm 7, which hip-python 7.2 loads too), then ``libamdhip64`` (where ROCm 5 kept it)."""
     global _LIB, _LIB_WHY
     with _LOCK:
         if _LIB is None and not _LIB_WHY:
-            roots = [r for r in (os.environ.get("ROCM_PATH"), "/opt/rocm") if r] + sorted(glob.glob("/opt/rocm-*"),
-                                                                                        reverse=True)
+            roots = _rocm_roots()
             names = [ctypes.util.find_library("hiprtc"), "libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so",
                      *(os.path.join(r, "lib", "libhiprtc.so") for r in roots),
                      ctypes.util.find_library("amdhip64"), "libamdhip64.so.5", "libamdhip64.so",
@@ -86,9 +91,7 @@ def _hiprtc_lib():
 def _clang() -> tuple[str | None, tuple | str]:
     """``(clang++ path, (ROCm root, bitcode dir))`` of a clang that compiles HIP for AMD GPUs, or ``(None, why)``:
     ``HIP_CLANG``, else ROCm's own clang (it matches ROCm's device libraries), else a distribution's."""
-    rocm = [os.path.join(r, "llvm", "bin", "clang++") for r in
-            [r for r in (os.environ.get("ROCM_PATH"), "/opt/rocm") if r] + sorted(glob.glob("/opt/rocm-*"),
-                                                                                reverse=True)]
+    rocm = [os.path.join(r, "llvm", "bin", "clang++") for r in _rocm_roots()]
     for name in (os.environ.get("HIP_CLANG"), *rocm, "clang++-18", "clang++-17", "clang++-16", "clang++-15",
                  "clang++"):
         path = name and shutil.which(name)

@@ -206,22 +206,25 @@ class CompiledMixin:
         if hot:
             return False
         # a large fragment too: until its background compile is ready (see LARGE_RUNS)
-        return b.large_runs > 0 or sum(math.prod(s.shape) for s in steps) < b.min_work
+        return b.large_runs > 0 or not self._large(steps)
 
     def native_for(self, steps, hot: bool = False):
         # a fragment run on the numpy kernels keeps the fused composites (an optimizer update, ...): they beat
         # their decompositions, which only a compiled kernel would fuse
         return self.backend.interpreted_native if self.interpreted(steps, hot) else None
 
+    def _large(self, steps) -> bool:
+        """Whether a fragment produces enough elements to compile (:data:`MIN_WORK`)."""
+        return sum(math.prod(s.shape) for s in steps) >= self.backend.min_work
+
     def hot_runs(self, steps=None) -> int:
         b = self.backend
-        if steps is not None and b.large_runs > 0 and sum(math.prod(s.shape) for s in steps) >= b.min_work:
+        if steps is not None and b.large_runs > 0 and self._large(steps):
             return b.large_runs
         return b.hot_runs
 
     def compiles_first(self, steps) -> bool:
-        b = self.backend
-        return len(steps) <= b.max_steps and sum(math.prod(s.shape) for s in steps) >= b.min_work
+        return len(steps) <= self.backend.max_steps and self._large(steps)
 
     def compiles_when_hot(self, steps) -> bool:
         return self.interpreted(steps) and not self.interpreted(steps, hot=True)

@@ -181,7 +181,7 @@ class CUDAApi(DriverApi):
     def make_current(self, gpu):
         drv = self.mod
         ctx = _call(drv, "cuDevicePrimaryCtxRetain", drv.cuDevicePrimaryCtxRetain(gpu.handle))
-        _call(drv, "cuCtxSetCurrent", drv.cuCtxSetCurrent(ctx))
+        self.bind(gpu, ctx)
         return ctx
 
     def bind(self, gpu, ctx) -> None:

@@ -189,7 +189,7 @@ class HIPApi(DriverApi):
         return _error_text(self.mod, err)
 
     def make_current(self, gpu):
-        _call(self.mod, "hipSetDevice", self.mod.hipSetDevice(gpu.index))
+        self.bind(gpu, None)  # (HIP has no context object: the device is the thread's)
         return None
 
     def bind(self, gpu, ctx) -> None:

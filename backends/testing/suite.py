@@ -156,11 +156,9 @@ def run_conformance(backend, device_index: int = 0, *, cases: list[Case] | None 
 def sample_cases(cases: list, float64: bool = True) -> list:
     """A deterministic sample of the conformance suite: the first and the middle case of every op (dtypes, shapes
     and attributes vary along an op's cases), and every round-trip, replay and failure case; with ``float64=False``
-    no case named float64. The stand-ins' tests and ``tensorwire selftest`` run it. The whole suite through PoCL
-    takes minutes of the repository's test budget (the CUDA stand-in's full run: ~2 min with empty caches); the
-    stand-ins share the lowering with the OpenCL backend, whose suite runs whole, and every kernel's CUDA and HIP
-    source is compiled by test_render_targets.py, so the sample covers what is a stand-in's own: launches, bindings,
-    host steps."""
+    no case named float64. ``tensorwire selftest`` and the GPU backends' tests without a GPU run it: the sample covers
+    every op's launches, bindings and host steps in minutes less than the whole suite, whose kernels share the
+    lowering that the OpenCL backend's whole suite checks."""
     groups: dict = {}
     for c in cases:
         if float64 or "float64" not in c.name:
