@@ -851,6 +851,41 @@ def _max_pool2d(c):
     at = {k: c.a[k] for k in ("kernel", "stride", "padding", "dilation", "ceil_mode") if k in c.a}
     return [c.x[0].op("max_pool2d_grad", c.g.cast(c.x[0].dtype), **at)]
 
+@rule("rnn_scan")
+def _rnn_scan(c):
+    """One ``rnn_scan_grad`` for the sequential part (each step's gate gradients and the initial state's), then
+    the weight gradient as ONE product over the whole sequence, ``dW_hh = sum_t dgh_t^T h_{t-1}``, and the bias's
+    as a sum, where the unrolled decomposition's rules record ~40 ops a step (``rnn_scan_grad`` is a composite
+    too: double backward goes through its decomposition)."""
+    mode, reverse = c.a.get("mode", "lstm"), a_bool(c.a, "reverse")
+    gi, h0 = c.x[0], c.x[1]
+    T_, B, GH = gi.shape
+    H = h0.shape[1]
+    y = c.y
+    d = y.op("rnn_scan_grad", c.g.cast(y.dtype), *c.x[1:-1], mode=mode, reverse=reverse)
+    part = lambda v, t0, t1, a, b: v.op("slice", starts=[t0, 0, a], stops=[t1, B, b], steps=[1, 1, 1])  # noqa: E731
+    dgi = part(d, 0, T_, 0, GH)
+    dgh = dgi if mode != "gru" else part(d, 0, T_, 0, 2 * H).op("cat", part(d, 0, T_, 3 * H, 4 * H), dim=2)
+    grads = [dgi if c.needs[0] else None]
+    grads.append(part(d, T_, T_ + 1, 0, H).reshape([B, H]) if c.needs[1] else None)
+    if mode == "lstm":
+        grads.append(part(d, T_, T_ + 1, H, 2 * H).reshape([B, H]) if c.needs[2] else None)
+    gw = None
+    if c.needs[-2]:
+        # h_{t-1} for every step in the order of t: h0 comes first going forward, last going backward
+        h0_ = h0.reshape([1, B, H])
+        if T_ == 1:
+            prev = h0_
+        elif reverse:
+            prev = part(y, 1, T_, 0, H).op("cat", h0_, dim=0)
+        else:
+            prev = h0_.op("cat", part(y, 0, T_ - 1, 0, H), dim=0)
+        gw = dgh.reshape([T_ * B, GH]).permute([1, 0]).op("matmul", prev.reshape([T_ * B, H]))
+    grads.append(gw)
+    grads.append(dgh.sum([0, 1]) if c.needs[-1] else None)
+    return grads
+
+
 # ----------------------------------------------------------------------------------------------
 # the dispatcher of rules
 

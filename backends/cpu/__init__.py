@@ -12,7 +12,7 @@ from tensorwire.backends.base import Backend, Device, DeviceInfo
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 
-from . import compiled, pooling  # noqa: F401  (pooling registers its kernels)
+from . import compiled, pooling, recurrent  # noqa: F401  (pooling and recurrent register their kernels)
 from .kernels import KERNELS, specialize
 
 _BY_NP = D.BY_NP

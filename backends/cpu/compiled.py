@@ -59,7 +59,8 @@ LARGE_RUNS = 1
 
 #: composites kept on their numpy/BLAS kernels in compiled mode (im2col + gemm beats a naive loop nest)
 HOST_COMPOSITES = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d", "max_pool2d_grad",
-                             "cross_entropy_index", "cross_entropy_index_grad", "linear"})
+                             "cross_entropy_index", "cross_entropy_index_grad", "linear", "rnn_scan",
+                             "rnn_scan_grad"})
 
 
 def find_compiler() -> tuple[str | None, str]:

@@ -324,8 +324,12 @@ def _pad(ins, a, shape, dt):
         return x
     crop = tuple(slice(max(-p[2 * i], 0), x.shape[i] - max(-p[2 * i + 1], 0)) for i in range(x.ndim))
     x = x[crop]
-    width = [(max(p[2 * i], 0), max(p[2 * i + 1], 0)) for i in range(x.ndim)]
-    return np.pad(x, width, mode="constant", constant_values=np.asarray(a.get("value", 0)).astype(x.dtype))
+    lo = [max(p[2 * i], 0) for i in range(x.ndim)]
+    # filled, then the input copied in: ~2x faster than np.pad, which fills each side axis by axis (a slice's
+    # gradient is a pad of the whole source, ~10 MB a step for a recurrent layer's packed output)
+    out = np.full(tuple(shape), np.asarray(a.get("value", 0)).astype(x.dtype), x.dtype)
+    out[tuple(slice(b, b + n) for b, n in zip(lo, x.shape))] = x
+    return out
 
 
 @kernel("cat")

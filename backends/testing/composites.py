@@ -1,7 +1,7 @@
 """Cases for the built-in composite ops: a spec per op (input shapes, domain, attrs, numpy reference) in
 :func:`_composite_specs`, run over the selected dtypes (natively where the backend declares a kernel,
 through the decomposition otherwise). The sliding-window, optimizer and cross-entropy references live in
-:mod:`.conv_pool`, :mod:`.optim` and :mod:`.cross_entropy`; a composite without a spec falls back to
+:mod:`.conv_pool`, :mod:`.optim`, :mod:`.cross_entropy` and :mod:`.recurrent`; a composite without a spec falls back to
 :mod:`.examples`."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .elementwise import _erf
 from .examples import _example_cases
 from .inputs import SELECTED_DTYPES, SPECIAL, _accepts, _case, _f64, _sh, _vals
 from .optim import _OPTIM_SPECS
+from .recurrent import recurrent_specs
 from .reductions import _axes
 
 
@@ -257,6 +258,8 @@ def _composite_specs(op: str):
         return _OPTIM_SPECS[op]
     if op in ("cross_entropy_index", "cross_entropy_index_grad"):
         return _ce_specs(op)
+    if op in ("rnn_scan", "rnn_scan_grad"):
+        return recurrent_specs(op)
     return None
 
 

@@ -1,10 +1,11 @@
 """Recurrent layers with torch's names, shapes, gate order, initialisation and outputs: ``RNN``, ``LSTM``, ``GRU``
 and the single-step ``RNNCell``, ``LSTMCell``, ``GRUCell``.
 
-They are client-side compositions of existing ops (``linear``, ``sigmoid``, ``tanh``, slices, ``cat``): a layer
-projects the whole input sequence with one ``linear`` per layer and direction, then records one step per time
-position (the hidden projection, the gates, the state update). Nothing syncs, and autograd differentiates the
-recorded steps as any other graph. ``PackedSequence`` inputs are not supported.
+A layer projects the whole input sequence with one ``linear`` per layer and direction, then runs the recurrence
+as ONE ``rnn_scan`` op (:mod:`tensorwire.protocol.ops.recurrent`): the CPU runs it in one kernel, other backends
+through its decomposition; its gradient is one ``rnn_scan_grad`` plus one product for the weight, as cuDNN's RNN
+does. A cell is a scan of one step. Only an LSTM with ``proj_size`` records its steps one by one. Nothing syncs.
+``PackedSequence`` inputs are not supported.
 """
 
 from __future__ import annotations
@@ -26,15 +27,26 @@ __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell"
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
 
-# ------------------------------------------------------------------------------------------------ one step
-# ``gi`` is the input projection ``x W_ih^T + b_ih`` of the step (computed for the whole sequence at once by the
-# layers); each function adds the hidden projection and returns the new state, with torch's formulas.
+# ------------------------------------------------------------------------------------------------ the recurrence
 
 
-def _rnn_step(gi: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None, relu: bool) -> Tensor:
-    """``h' = act(gi + h W_hh^T + b_hh)``, act = tanh or relu."""
-    pre = gi + F.linear(h, w_hh, b_hh)
-    return pre.relu() if relu else pre.tanh()
+def _scan(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
+          reverse: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Run the recurrence over the time-major input projection ``gi`` ``[T, B, G*H]`` (``x W_ih^T + b_ih``) from
+    ``h`` (and ``c``) as one ``rnn_scan``: ``(outputs [T, B, H], final h, final c or None)``."""
+    if gi.dtype is not w_hh.dtype:  # an autocast input projection
+        gi = gi.to(w_hh.dtype)
+    if b_hh is None:
+        b_hh = w_hh.new_zeros(w_hh.shape[0])
+    ins = [gi, h] + ([c] if mode == "LSTM" else []) + [w_hh, b_hh]
+    y = gi._rec("rnn_scan", ins, {"mode": mode.lower(), "reverse": reverse})
+    H = h.shape[-1]
+    last = y[0 if reverse else y.shape[0] - 1]
+    return y[:, :, :H], last[:, :H], (last[:, H:2 * H] if mode == "LSTM" else None)
+
+
+# an LSTM with a projection records one step at a time (the scan has no projection): ``gi`` is the step's input
+# projection, and the function adds the hidden projection and returns the new state, with torch's formulas
 
 
 def _lstm_step(
@@ -49,18 +61,6 @@ def _lstm_step(
     if w_hr is not None:
         h = F.linear(h, w_hr)
     return h, c
-
-
-def _gru_step(gi: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None) -> Tensor:
-    """Gates in torch's order r, z, n, with ``b_hn`` inside the reset product:
-    ``n = tanh(gi_n + r (h W_hn^T + b_hn))``, ``h' = (1 - z) n + z h`` (computed as ``(h - n) z + n``, as torch)."""
-    gh = F.linear(h, w_hh, b_hh)
-    i_r, i_z, i_n = gi.chunk(3, -1)
-    h_r, h_z, h_n = gh.chunk(3, -1)
-    r = (i_r + h_r).sigmoid()
-    z = (i_z + h_z).sigmoid()
-    n = (i_n + r * h_n).tanh()
-    return (h - n) * z + n
 
 
 def _check_dtype(kind: str, x: Tensor, w: Tensor) -> None:
@@ -223,22 +223,17 @@ class RNNBase(Module):
                 _check_dtype(kind, s, self._flat_weights[0])
         return x, batched, states
 
-    def _run_direction(self, gi: Tensor, tdim: int, h: Tensor, c: Tensor | None, weights, reverse: bool):
-        """Run one layer's direction over the projected sequence ``gi``; returns (per-step outputs in time order,
-        final h, final c)."""
+    def _projected_steps(self, gi: Tensor, h: Tensor, c: Tensor, weights, reverse: bool):
+        """An LSTM with ``proj_size``, step by step over the time-major ``gi``: (outputs [T, B, P], final h, c)."""
+        from tensorwire.functions import stack
+
         _, w_hh, _, b_hh, w_hr = weights
-        steps = range(gi.shape[tdim] - 1, -1, -1) if reverse else range(gi.shape[tdim])
-        outs: list[Tensor | None] = [None] * gi.shape[tdim]
+        steps = range(gi.shape[0] - 1, -1, -1) if reverse else range(gi.shape[0])
+        outs: list[Tensor | None] = [None] * gi.shape[0]
         for t in steps:
-            g_t = gi.select(tdim, t)
-            if self.mode == "LSTM":
-                h, c = _lstm_step(g_t, h, c, w_hh, b_hh, w_hr)
-            elif self.mode == "GRU":
-                h = _gru_step(g_t, h, w_hh, b_hh)
-            else:
-                h = _rnn_step(g_t, h, w_hh, b_hh, self.mode == "RNN_RELU")
+            h, c = _lstm_step(gi[t], h, c, w_hh, b_hh, w_hr)
             outs[t] = h
-        return outs, h, c
+        return stack(outs, 0), h, c
 
     def forward(self, input, hx=None):  # noqa: A002
         """``(output, h_n)`` (``(output, (h_n, c_n))`` for LSTM); ``output`` is ``[L, N, D*H_out]`` (``[N, L, ...]``
@@ -247,7 +242,8 @@ class RNNBase(Module):
         from tensorwire.functions import cat, stack
 
         x, batched, states = self._prepare(input, hx)
-        tdim = 1 if self.batch_first else 0
+        if self.batch_first:
+            x = x.transpose(0, 1)  # time-major for the scans
         nd = 2 if self.bidirectional else 1
         h0 = states[0].unbind(0)
         c0 = states[1].unbind(0) if self.mode == "LSTM" else [None] * len(h0)
@@ -258,13 +254,19 @@ class RNNBase(Module):
                 weights = self._weights(layer, direction)
                 gi = F.linear(x, weights[0], weights[2])  # the whole sequence's input projection at once
                 k = layer * nd + direction
-                steps, h, c = self._run_direction(gi, tdim, h0[k], c0[k], weights, reverse=direction == 1)
-                outs.append(stack(steps, tdim))
+                if self.proj_size:
+                    out, h, c = self._projected_steps(gi, h0[k], c0[k], weights, reverse=direction == 1)
+                else:
+                    out, h, c = _scan(self.mode, gi, h0[k], c0[k], weights[1], weights[3], reverse=direction == 1)
+                outs.append(out)
                 h_n.append(h)
                 c_n.append(c)
             x = outs[0] if nd == 1 else cat(outs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
+        if self.batch_first:
+            x = x.transpose(0, 1)
+        tdim = 1 if self.batch_first else 0
         out = x if batched else x.squeeze(1 - tdim)  # the batch dim
         hn = stack(h_n, 0)
         if not batched:
@@ -466,9 +468,9 @@ class RNNCell(RNNCellBase):
         if self.nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"Unknown nonlinearity: {self.nonlinearity}")
         x, (h,), batched = self._prepare(input, hx, 1)
-        h = _rnn_step(
-            F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh, self.nonlinearity == "relu"
-        )
+        mode = "RNN_RELU" if self.nonlinearity == "relu" else "RNN_TANH"
+        _, h, _ = _scan(mode, F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, None, self.weight_hh,
+                        self.bias_hh)
         return h if batched else h.squeeze(0)
 
 
@@ -479,7 +481,8 @@ class LSTMCell(RNNCellBase):
 
     def forward(self, input, hx=None):  # noqa: A002
         x, (h, c), batched = self._prepare(input, hx, 2)
-        h, c = _lstm_step(F.linear(x, self.weight_ih, self.bias_ih), h, c, self.weight_hh, self.bias_hh)
+        _, h, c = _scan("LSTM", F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, c, self.weight_hh,
+                        self.bias_hh)
         return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
 
 
@@ -490,5 +493,6 @@ class GRUCell(RNNCellBase):
 
     def forward(self, input, hx=None):  # noqa: A002
         x, (h,), batched = self._prepare(input, hx, 1)
-        h = _gru_step(F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh)
+        _, h, _ = _scan("GRU", F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, None, self.weight_hh,
+                        self.bias_hh)
         return h if batched else h.squeeze(0)

@@ -327,6 +327,27 @@ def _cross_entropy(grad):
     return gen
 
 
+def _rnn(op):
+    """rnn_scan (its VJP rule: one rnn_scan_grad, a matmul for the weight) and rnn_scan_grad (double backward,
+    through its decomposition), every mode, both directions: T=3, B=2, H=2."""
+    from tensorwire.protocol.ops.recurrent import GATES, PACKED
+
+    def gen():
+        out = []
+        for mode in GATES:
+            for rev in (False, True):
+                g, H = GATES[mode] * 2, 2
+                states = [P((2, H)) for _ in range(2 if mode == "lstm" else 1)]
+                attrs, name = {"mode": mode, "reverse": rev}, f"{mode}{'-rev' if rev else ''}"
+                if op == "rnn_scan":
+                    out.append(case(op, [P((3, 2, g)), *states, P((g, H)), P((g,))], attrs, name=name))
+                else:
+                    w = PACKED[mode] * H
+                    out.append(case(op, [P((3, 2, w), 0.1, 0.9), P((3, 2, w)), *states, P((g, H))], attrs, name=name))
+        return out
+    return gen
+
+
 GENERATORS = {
     "gelu": lambda: [case("gelu", [P((3, 4), -2, 2)], {"approximate": a}, name=a) for a in ("none", "tanh")],
     "silu": unary("silu", -3, 3), "leaky_relu": lambda: [case("leaky_relu", [P((3, 4), away=0.05)],
@@ -359,6 +380,7 @@ GENERATORS = {
     "mean": reduce_("mean"), "var": _var("var"), "std": _var("std"), "logsumexp": reduce_("logsumexp", -2, 2),
     "softmax": _softmax("softmax"), "log_softmax": _softmax("log_softmax"), "norm": _norm,
     "cross_entropy_index": _cross_entropy(False), "cross_entropy_index_grad": _cross_entropy(True),
+    "rnn_scan": _rnn("rnn_scan"), "rnn_scan_grad": _rnn("rnn_scan_grad"),
     "tril": _tri("tril"), "triu": _tri("triu"), "relu6": lambda: [case("relu6", [P((3, 4), -1, 7, 0.05)])],
 }
 

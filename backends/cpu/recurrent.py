@@ -1,0 +1,253 @@
+"""Native CPU kernels of the recurrent scans ``rnn_scan`` and ``rnn_scan_grad`` (see
+:mod:`tensorwire.protocol.ops.recurrent` for what they compute and how their outputs are packed).
+
+Each runs a whole layer's direction in one call: per step one BLAS product (``[B, H] x [H, G*H]`` forward,
+``[B, G*H] x [G*H, H]`` backward) and the cell's pointwise math, written straight into the packed output, where the
+decomposition records ~20-40 ops a step. The pointwise step of the LSTM and the GRU is a fused C function
+(:mod:`.rnn_cells`) where the CPU compiles, else a few numpy calls (the ``_np`` cells here, the same formulas);
+the plain RNN's is one numpy call either way. Half-precision inputs are computed in float32 and rounded once, as
+torch's CPU kernels do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorwire.protocol.ops.recurrent import GRAD, PACKED
+
+from . import rnn_cells
+from .kernels import _arr, _compute, _out, kernel
+
+
+def _sigmoid(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = 1 / (1 + exp(-x))`` in four passes (exp overflows to inf for x < -88 in float32: the result is 0)."""
+    np.negative(x, out=out)
+    with np.errstate(over="ignore"):
+        np.exp(out, out=out)
+    out += 1
+    np.reciprocal(out, out=out)
+
+
+def _dsigmoid(d: np.ndarray, s: np.ndarray, tmp: np.ndarray) -> None:
+    """``d *= s (1 - s)``."""
+    np.multiply(s, s, out=tmp)
+    np.subtract(s, tmp, out=tmp)
+    d *= tmp
+
+
+def _dtanh(d: np.ndarray, t: np.ndarray, tmp: np.ndarray) -> None:
+    """``d *= 1 - t^2``."""
+    np.multiply(t, t, out=tmp)
+    np.subtract(1, tmp, out=tmp)
+    d *= tmp
+
+
+def _order(T: int, reverse: bool) -> list[int]:
+    return list(range(T - 1, -1, -1) if reverse else range(T))
+
+
+# ------------------------------------------------------------------------------------------------ cells
+# One step's pointwise work on [B, .] row views (contiguous rows, any row stride). Forward: ``pre``/``gh`` hold
+# ``h W_hh^T + b_hh`` (plus gi_t for the LSTM); ``yt`` is the step's packed row. Backward: ``dh`` holds the carried
+# gradient of the step's h (its own output's gradient ``gt`` is added here), ``d`` receives the step's row of the
+# gradient output; the LSTM's ``dc`` is carried in place, the GRU's h_{t-1} share ``dh z`` goes to ``direct``.
+
+
+class _NumpyCells:
+    def __init__(self, B: int, H: int, ct):
+        self.H = H
+        self.tmp, self.tmp2 = np.empty((B, H), ct), np.empty((B, H), ct)
+
+    def lstm_fwd(self, pre, cp, yt):
+        H, tmp = self.H, self.tmp
+        _sigmoid(pre[:, :2 * H], yt[:, 2 * H:4 * H])
+        np.tanh(pre[:, 2 * H:3 * H], out=yt[:, 4 * H:5 * H])
+        _sigmoid(pre[:, 3 * H:], yt[:, 5 * H:])
+        i, f, g, o = (yt[:, k * H:(k + 1) * H] for k in (2, 3, 4, 5))
+        cn, hn = yt[:, H:2 * H], yt[:, :H]
+        np.multiply(f, cp, out=cn)
+        np.multiply(i, g, out=tmp)
+        cn += tmp
+        np.tanh(cn, out=hn)
+        hn *= o
+
+    def lstm_bwd(self, yt, gt, gates, cp, dh, dc, d):
+        H, tmp, tmp2 = self.H, self.tmp, self.tmp2
+        dh += gt[:, :H]
+        c = yt[:, H:2 * H]
+        i, f, g, o = (yt[:, k * H:(k + 1) * H] for k in (2, 3, 4, 5))
+        dc += gt[:, H:2 * H]
+        tc = np.tanh(c, out=tmp2)
+        np.multiply(dh, o, out=tmp)
+        _dtanh(tmp, tc, d[:, :H])  # d[:, :H] is scratch until di is written
+        dc += tmp
+        di, df, dg, do = (d[:, k * H:(k + 1) * H] for k in range(4))
+        np.multiply(dh, tc, out=do)
+        np.multiply(dc, g, out=di)
+        np.multiply(dc, i, out=dg)
+        np.multiply(dc, cp, out=df)
+        if gates:
+            di += gt[:, 2 * H:3 * H]
+            df += gt[:, 3 * H:4 * H]
+            dg += gt[:, 4 * H:5 * H]
+            do += gt[:, 5 * H:]
+        _dsigmoid(di, i, tmp)
+        _dsigmoid(df, f, tmp)
+        _dtanh(dg, g, tmp)
+        _dsigmoid(do, o, tmp)
+        dc *= f
+
+    def gru_fwd(self, x, gh, hp, yt):
+        H = self.H
+        rz = yt[:, H:3 * H]
+        np.add(x[:, :2 * H], gh[:, :2 * H], out=rz)
+        _sigmoid(rz, rz)
+        r, z, n, hg = (yt[:, k * H:(k + 1) * H] for k in (1, 2, 3, 4))
+        hg[...] = gh[:, 2 * H:]
+        np.multiply(r, hg, out=n)
+        n += x[:, 2 * H:]
+        np.tanh(n, out=n)
+        hn = yt[:, :H]
+        np.subtract(hp, n, out=hn)  # (1 - z) n + z h, as torch computes it
+        hn *= z
+        hn += n
+
+    def gru_bwd(self, yt, gt, gates, hp, dh, d, direct):
+        H, tmp = self.H, self.tmp
+        dh += gt[:, :H]
+        r, z, n, hg = (yt[:, k * H:(k + 1) * H] for k in (1, 2, 3, 4))
+        dr, dz, dn, dhg = (d[:, k * H:(k + 1) * H] for k in range(4))
+        np.subtract(1, z, out=dn)
+        dn *= dh
+        np.subtract(hp, n, out=dz)
+        dz *= dh
+        if gates:
+            dn += gt[:, 3 * H:4 * H]
+            dz += gt[:, 2 * H:3 * H]
+        _dtanh(dn, n, tmp)
+        _dsigmoid(dz, z, tmp)
+        np.multiply(dn, hg, out=dr)
+        np.multiply(dn, r, out=dhg)
+        if gates:
+            dr += gt[:, H:2 * H]
+            dhg += gt[:, 4 * H:]
+        _dsigmoid(dr, r, tmp)
+        np.multiply(dh, z, out=direct)
+
+
+class _CCells:
+    """The same cells through :mod:`.rnn_cells`: addresses and row strides of the views."""
+
+    def __init__(self, fns: dict, B: int, H: int, ct):
+        self.B, self.H, self.isz = B, H, np.dtype(ct).itemsize
+        name = np.dtype(ct).name
+        self.f = {k: fns[(k, name)] for k in ("lstm_fwd", "lstm_bwd", "gru_fwd", "gru_bwd")}
+
+    def _rs(self, a) -> int:
+        return a.strides[0] // self.isz
+
+    def lstm_fwd(self, pre, cp, yt):
+        A = rnn_cells.address
+        self.f["lstm_fwd"](A(pre), A(cp), self._rs(cp), A(yt), self._rs(yt), self.B, self.H)
+
+    def lstm_bwd(self, yt, gt, gates, cp, dh, dc, d):
+        A = rnn_cells.address
+        self.f["lstm_bwd"](A(yt), self._rs(yt), A(gt), self._rs(gt), int(gates), A(cp), self._rs(cp), A(dh), A(dc),
+                           A(d), self.B, self.H)
+
+    def gru_fwd(self, x, gh, hp, yt):
+        A = rnn_cells.address
+        self.f["gru_fwd"](A(x), self._rs(x), A(gh), A(hp), self._rs(hp), A(yt), self._rs(yt), self.B, self.H)
+
+    def gru_bwd(self, yt, gt, gates, hp, dh, d, direct):
+        A = rnn_cells.address
+        self.f["gru_bwd"](A(yt), self._rs(yt), A(gt), self._rs(gt), int(gates), A(hp), self._rs(hp), A(dh), A(d),
+                          A(direct), self.B, self.H)
+
+
+def _cells(mode: str, B: int, H: int, ct):
+    fns = rnn_cells.cells() if mode in ("lstm", "gru") and np.dtype(ct).name in ("float32", "float64") else None
+    return _CCells(fns, B, H, ct) if fns else _NumpyCells(B, H, ct)
+
+
+# ------------------------------------------------------------------------------------------------ the scans
+
+
+@kernel("rnn_scan")
+def _rnn_scan(ins, a, shape, dt):
+    ct = _compute(dt)
+    mode = a.get("mode", "lstm")
+    gi, h = np.ascontiguousarray(_arr(ins[0], ct)), np.ascontiguousarray(_arr(ins[1], ct))
+    c = np.ascontiguousarray(_arr(ins[2], ct)) if mode == "lstm" else None
+    w, b = _arr(ins[-2], ct), _arr(ins[-1], ct)
+    T, B, GH = gi.shape
+    H = h.shape[1]
+    y = np.empty((T, B, PACKED[mode] * H), ct)
+    wt = w.T  # BLAS reads the transposed weight in place
+    pre = np.empty((B, GH), ct)
+    cells = _cells(mode, B, H, ct)
+    for t in _order(T, a.get("reverse", False)):
+        np.matmul(h, wt, out=pre)
+        pre += b
+        yt, x = y[t], gi[t]
+        if mode == "lstm":
+            pre += x
+            cells.lstm_fwd(pre, c, yt)
+            c = yt[:, H:2 * H]
+        elif mode == "gru":
+            cells.gru_fwd(x, pre, h, yt)
+        else:
+            pre += x
+            if mode == "rnn_relu":
+                np.maximum(pre, 0, out=yt)
+            else:
+                np.tanh(pre, out=yt)
+        h = yt[:, :H]
+    return _out(y, dt)
+
+
+@kernel("rnn_scan_grad")
+def _rnn_scan_grad(ins, a, shape, dt):
+    ct = _compute(dt)
+    mode = a.get("mode", "lstm")
+    y, gy = np.ascontiguousarray(_arr(ins[0], ct)), np.ascontiguousarray(_arr(ins[1], ct))
+    h0 = np.ascontiguousarray(_arr(ins[2], ct))
+    c0 = np.ascontiguousarray(_arr(ins[3], ct)) if mode == "lstm" else None
+    w = _arr(ins[-1], ct)
+    T, B, _ = y.shape
+    H = h0.shape[1]
+    out = np.empty((T + 1, B, GRAD[mode] * H), ct)
+    # the packed gates' own gradients are zero unless something read them: skip adding them then
+    gates = bool(gy[:, :, 2 * H if mode == "lstm" else H:].any())
+    dh = np.zeros((B, H), ct)
+    dc = np.zeros((B, H), ct) if mode == "lstm" else None
+    tmp, direct = np.empty((B, H), ct), np.empty((B, H), ct)
+    cells = _cells(mode, B, H, ct)
+    order = _order(T, a.get("reverse", False))
+    prev = dict(zip(order[1:], order))  # the step before t in the scan's order
+    for t in reversed(order):
+        p = prev.get(t)
+        yt, gt, d = y[t], gy[t], out[t]
+        if mode == "lstm":
+            cells.lstm_bwd(yt, gt, gates, c0 if p is None else y[p][:, H:2 * H], dh, dc, d)
+            np.matmul(d, w, out=dh)
+        elif mode == "gru":
+            cells.gru_bwd(yt, gt, gates, h0 if p is None else y[p][:, :H], dh, d, direct)
+            np.matmul(d[:, :2 * H], w[:2 * H], out=dh)  # dgh = (dr, dz, dhn) @ W_hh
+            np.matmul(d[:, 3 * H:], w[2 * H:], out=tmp)
+            dh += tmp
+            dh += direct
+        else:
+            dh += gt
+            if mode == "rnn_relu":
+                np.multiply(dh, yt > 0, out=d)
+            else:
+                np.copyto(d, dh)
+                _dtanh(d, yt, tmp)
+            np.matmul(d, w, out=dh)
+    last = out[T]
+    last[...] = 0
+    last[:, :H] = dh
+    if mode == "lstm":
+        last[:, H:2 * H] = dc
+    return _out(out, dt)
