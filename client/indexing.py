@@ -184,8 +184,11 @@ def _advanced(x, key):
 
 
 def setitem(x, key, value):
+    from .element_writes import write
     from .tensor import Tensor
 
+    if write(x, key, value):  # one element, a Python value: batched with the writes next to it
+        return
     key = _expand_key(x, key)
     if not any(_is_tensorlike(k) for k in key):
         starts, stops, steps, out = _basic_parts(x, key)

@@ -143,6 +143,7 @@ class Session:
         self._pending: list = []  # [id, op, input ids, attrs, device, where, input metas, attrs_key]
         self._pending_bytes = 0
         self._mark = False  # a step ended: ship what is pending when the next op is recorded
+        self._writes = None  # a run of element writes not recorded yet (client/element_writes.py)
         self._consts: list = []
         self._release: list[int] = []
         self._known = KnownValues()  # small values the client has, by handle (see known_values)
@@ -427,12 +428,15 @@ class Session:
             raise TensorwireError("this session is closed")
 
     # ------------------------------------------------------------------ recording
-    def record(self, op: str, inputs, attrs: dict | None, device: str, known=None, where=None):
+    def record(self, op: str, inputs, attrs: dict | None, device: str, known=None, where=None, hid=None):
         """Record one op; returns the output Tensor (shape and dtype inferred here).
 
         ``known``: ``(attrs_key, (shape, dtype))`` of a node whose inference the caller has done before for inputs
         of the same shapes (a replayed backward graph); ``where``: the user's (file, line) it comes from, when the
-        caller knows it. Both only save work."""
+        caller knows it. Both only save work. ``hid``: the output's handle, taken before (a run of element writes,
+        ``client/element_writes.py``)."""
+        if self._writes is not None:
+            self.end_writes()
         if self._mark:
             self._ship_marked()
         metas = []
@@ -449,7 +453,8 @@ class Session:
             shape, dtype = infer(op, metas, attrs, akey)
         else:
             akey, (shape, dtype) = known
-        hid = next(self._ids)
+        if hid is None:
+            hid = next(self._ids)
         entry = (hid, op, ids, attrs, device, where or _user_frame(), metas, akey)
         self._pending.append(entry)
         t = _new_tensor(Tensor)
@@ -469,6 +474,8 @@ class Session:
         copied; a large one is sent at once without a copy, and this returns once zmq has handed its bytes
         to the kernel (the upload is then synchronous, like torch's ``.to(device)``).
         """
+        if self._writes is not None:
+            self.end_writes()
         if self._mark:
             self._ship_marked()
         dt = D.from_numpy(array.dtype) if dtype is None else dtype
@@ -542,6 +549,12 @@ class Session:
         with self._lock:
             self._flush([], False)
 
+    def end_writes(self) -> None:
+        """Record the run of element writes in progress, if any (``client/element_writes.py``)."""
+        run, self._writes = self._writes, None
+        if run is not None:
+            run.record()
+
     def _flush(self, fetch: list[int], sync: bool, wait_sent: bool = False):
         """Ship the pending batch, with the fetch or sync if any. A fetch of a value recorded before the end of the
         batch is answered as soon as the devices made it (``Executor._early_slots`` in the worker): they run the
@@ -549,6 +562,8 @@ class Session:
         point, as for any batch shipped without an answer. A compiled graph's replay waiting to go (:meth:`replay`)
         goes first, carrying the fetch or sync itself when nothing was recorded after it (one message for
         ``step(x); loss.item()``)."""
+        if self._writes is not None:
+            self.end_writes()
         self._mark = False
         pending, self._pending = self._pending, []
         self._pending_bytes = 0

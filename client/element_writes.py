@@ -1,0 +1,125 @@
+"""Element-by-element writes of Python values, batched: ``x[i] = 3`` (every index a Python int, the value a Python or
+numpy scalar) records nothing at once; consecutive such writes to one tensor become ONE ``index_put`` of all their
+positions and values (two small uploads), recorded just before anything else is recorded, uploaded or shipped.
+
+A loop that builds a corpus or a lookup table one element at a time (``ids[i] = stoi[ch]``) otherwise records
+~5 ops per element (the scalar, its cast, expand, reshape and the ``setslice``), 70,000 ops for a small text.
+
+The tensor takes its new handle at the first write, as any in-place op gives it, but the node that makes that
+handle is recorded only when the run of writes ends; nothing can read the handle before then, because every
+read goes through recording, an upload or a flush of the session, and each of those ends the run first. A later
+write to the same position wins, as it would one at a time. Writes to a view, to a tensor that requires grad,
+while ``tw.compile`` records, or of tensors and sequences take the general path (``client/indexing.py``).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from tensorwire.protocol.errors import IndexOutOfRange
+
+from . import views as V
+
+#: a run of writes is recorded once it holds this many positions (its two uploads stay small)
+MAX_RUN = 1 << 16
+
+
+def _as_int(k) -> int | None:
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+        return None
+    return int(k)
+
+
+def element_position(x, key) -> int | None:
+    """The flat (row-major) position that ``key`` names in ``x`` when it names one element by Python ints, else
+    None; raises torch's IndexError for an int out of range."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if len(key) != len(x._shape) or not key:
+        return None
+    pos = 0
+    for d, (k, n) in enumerate(zip(key, x._shape)):
+        i = _as_int(k)
+        if i is None:
+            return None
+        if not -n <= i < n:
+            raise IndexOutOfRange(f"index {i} is out of bounds for dimension {d} with size {n}")
+        pos = pos * n + (i + n if i < 0 else i)
+    return pos
+
+
+def batchable(x, value) -> bool:
+    """Whether ``x[...] = value`` may join a run of element writes."""
+    if isinstance(value, (bool, np.bool_)):
+        pass
+    elif not isinstance(value, (numbers.Real, np.number)) or isinstance(value, (complex, np.complexfloating)):
+        return False
+    s = x._s
+    return (s._capture is None and x._base is None and not x.requires_grad and not x.dtype.is_complex
+            and not s.closed)
+
+
+class ElementWrites:
+    """One run: the tensor, the value it had before the run (a tensor holding that handle), and position ->
+    value."""
+
+    def __init__(self, x):
+        from .tensor import Tensor
+
+        s = x._s
+        self.target = x
+        # x takes a new handle now; ``self.before`` keeps the old one (and its value) alive until the run is recorded
+        future = Tensor.__new__(Tensor)
+        future._init(s, next(s._ids), x._shape, x.dtype, x._dev)
+        V.assign(x, future)
+        self.before = future  # after the swap it holds x's previous handle
+        self.hid = x._id
+        self.values: dict[int, object] = {}
+        self.known = s._known.get(self.before._id)  # the old value when the client has it: kept up to date
+
+    def add(self, pos: int, value) -> None:
+        self.values[pos] = value
+        x = self.target
+        x._version += 1
+        if self.known is not None:  # a fresh array each time: one handed out before stays as it was
+            arr = np.array(self.known)
+            arr.reshape(-1)[pos] = value
+            self.known = arr
+            x._s._known.forget([self.hid])
+            x._s._known.put(self.hid, arr)
+
+    def record(self) -> None:
+        """Record the run: ``index_put`` of every position's last value into the flattened old value, reshaped."""
+        x, s = self.target, self.target._s
+        dt = x.dtype
+        n = 1
+        for d in x._shape:
+            n *= d
+        pos = np.fromiter(self.values.keys(), np.int64, len(self.values))
+        vals = np.array(list(self.values.values()), dtype=np.float64 if dt.is_floating_point else object).astype(dt.np)
+        flat = s.record("reshape", [self.before], {"shape": [n]}, x._dev)
+        out = s.record("index_put", [flat, s.const(vals, x._dev, dt), s.const(pos, x._dev)],
+                       {"dim": 0, "accumulate": False}, x._dev)
+        made = s.record("reshape", [out], {"shape": list(x._shape)}, x._dev, hid=self.hid)
+        made._s = None  # x holds this handle: the record's own tensor must not release it when it dies
+        self.before = None
+
+
+def write(x, key, value) -> bool:
+    """``x[key] = value`` as part of a run of element writes, when it can be one (see the module doc)."""
+    if not batchable(x, value):
+        return False
+    pos = element_position(x, key)
+    if pos is None:
+        return False
+    s = x._s
+    run = s._writes
+    if run is None or run.target is not x or x._id != run.hid:
+        s.end_writes()
+        run = s._writes = ElementWrites(x)
+    run.add(pos, value.item() if isinstance(value, np.generic) else value)
+    if len(run.values) >= MAX_RUN:
+        s.end_writes()
+    return True
