@@ -68,13 +68,19 @@ def _check_common(kind: str, mode: str, metas, lead: str) -> tuple[int, int, int
     return s0[0], s0[1], H, d0
 
 
-def _scan_infer(metas, attrs):
+def _mode(op: str, metas, attrs, first: str, last: str) -> str:
+    """The checked ``mode`` and ``reverse`` attributes, and the input count (``first``, the state(s), ``last``)."""
     mode = a_str(attrs, "mode", MODES)
     a_bool(attrs, "reverse")
     n = _states(mode)
     if len(metas) != 3 + n:
-        raise ProtocolError(f"op rnn_scan ({mode}) takes {3 + n} inputs (gi, {'h0, c0' if n == 2 else 'h0'}, w_hh, "
-                            f"b_hh), got {len(metas)}")
+        raise ProtocolError(f"op {op} ({mode}) takes {3 + n} inputs ({first}, {'h0, c0' if n == 2 else 'h0'}, "
+                            f"{last}), got {len(metas)}")
+    return mode
+
+
+def _scan_infer(metas, attrs):
+    mode = _mode("rnn_scan", metas, attrs, "gi", "w_hh, b_hh")
     T, B, H, dt = _check_common("rnn_scan", mode, metas, "gi")
     if metas[0][0][2] != GATES[mode] * H:
         raise ShapeError(f"rnn_scan: gi must be [T, B, {GATES[mode] * H}], got {list(metas[0][0])}")
@@ -84,12 +90,7 @@ def _scan_infer(metas, attrs):
 
 
 def _grad_infer(metas, attrs):
-    mode = a_str(attrs, "mode", MODES)
-    a_bool(attrs, "reverse")
-    n = _states(mode)
-    if len(metas) != 3 + n:
-        raise ProtocolError(f"op rnn_scan_grad ({mode}) takes {3 + n} inputs (y, gy, {'h0, c0' if n == 2 else 'h0'}, "
-                            f"w_hh), got {len(metas)}")
+    mode = _mode("rnn_scan_grad", metas, attrs, "y, gy", "w_hh")
     (sy, _), (sg, _) = metas[0], metas[1]
     if tuple(sy) != tuple(sg):
         raise ShapeError(f"rnn_scan_grad: the gradient {list(sg)} must have the output's shape {list(sy)}")
