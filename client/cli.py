@@ -223,6 +223,7 @@ def _local_devices(as_json: bool) -> int:
     """``tensorwire status --local``: every installed backend's devices on this host, with the reason an
     unavailable one gives (no driver, no GPU ...). Loads the backends (and their drivers) in this process."""
     from tensorwire.backends import backends
+    from tensorwire.status import human_bytes
 
     rows = [d.to_wire() for _, b in sorted(backends().items()) for d in b.devices()]
     if as_json:
@@ -231,7 +232,7 @@ def _local_devices(as_json: bool) -> int:
     print(f"{'device':<10} {'state':<14} {'memory':>14}  name or reason")
     for d in rows:
         state = "available" if d["available"] else "not available"
-        mem = f"{d['memory_bytes']}" if d["memory_bytes"] else "-"
+        mem = human_bytes(d["memory_bytes"]) if d["memory_bytes"] else "-"
         print(f"{d['device']:<10} {state:<14} {mem:>14}  {d['name'] if d['available'] else d['reason']}")
     return 0
 

@@ -29,7 +29,8 @@ def hub_health(url: str | None, timeout: float = HUB_TIMEOUT_S) -> dict | None:
         return {"url": url, "ok": False, "detail": f"not reachable: {getattr(e, 'reason', e)}"}
 
 
-def _bytes(n) -> str:
+def human_bytes(n) -> str:
+    """``n`` bytes for people: 512 B, 8.5 GiB."""
     if n is None:
         return "-"
     n = float(n)
@@ -61,12 +62,12 @@ def render(st: dict, address: str) -> str:
         mem = ld.get("memory") or {}
         total = mem.get("total_bytes") or w.get("memory_bytes")
         sessions = {k: v for k, v in (st.get("devices") or {}).get(d, {}).items() if k != me}
-        limit = _bytes(ld["session_limit"]) if ld.get("session_limit") else ("none" if ld else "-")
-        per = ", ".join(f"{k[:8]}: {v['buffers']} ({_bytes(v['bytes'])})" for k, v in sessions.items()) or "-"
+        limit = human_bytes(ld["session_limit"]) if ld.get("session_limit") else ("none" if ld else "-")
+        per = ", ".join(f"{k[:8]}: {v['buffers']} ({human_bytes(v['bytes'])})" for k, v in sessions.items()) or "-"
         lines.append(
             f"{d:<10} {str(w.get('name', ''))[:24]:<24} {ld.get('sessions', '-'):>8} {ld.get('queued', '-'):>6} "
-            f"{_bytes(ld.get('used_bytes')):>11} {limit:>14} "
-            f"{_bytes(total):>14} {ld.get('batches_per_s', 0.0):>10.1f} {ld.get('ops_per_s', 0.0):>9.0f} "
+            f"{human_bytes(ld.get('used_bytes')):>11} {limit:>14} "
+            f"{human_bytes(total):>14} {ld.get('batches_per_s', 0.0):>10.1f} {ld.get('ops_per_s', 0.0):>9.0f} "
             f"{ld.get('bytes_per_s', 0.0) / 1e6:>8.2f}  {per}"
         )
     if not st.get("workers"):
