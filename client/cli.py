@@ -51,6 +51,7 @@ def _up(argv: list[str]) -> int:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=5555, help="client port (0 picks a free one)")
     p.add_argument("--hub-root", default=None, help="start the model hub with this storage folder")
+    p.add_argument("--hub-url", default=None, help="use a hub already running there (instead of --hub-root)")
     p.add_argument("--hub-port", type=int, default=None,
                    help=f"the hub's port (default {HUB_PORT}, as `tensorwire hub`; 0 picks a free one)")
     p.add_argument("--token-file", default=None,
@@ -71,6 +72,8 @@ def _up(argv: list[str]) -> int:
 
     if args.hub_port is not None and args.hub_root is None:
         p.error("--hub-port needs --hub-root (the hub's storage folder)")
+    if args.hub_url is not None and args.hub_root is not None:
+        p.error("give --hub-root (start a hub) or --hub-url (use a running one), not both")
     hub_port = HUB_PORT if args.hub_port is None else args.hub_port
     from tensorwire.protocol.addresses import check_port_free
 
@@ -82,7 +85,7 @@ def _up(argv: list[str]) -> int:
     with LocalCluster(devices=devices, hub_root=args.hub_root, host=args.host, port=args.port,
                       token=resolve_token(CLIENT_TOKEN_ENV, args.token_file), log_dir=args.log_dir,
                       keys=args.keys, insecure=args.insecure, session_memory=args.session_memory,
-                      metrics=args.metrics, hub_port=hub_port) as c:
+                      metrics=args.metrics, hub_port=hub_port, hub_url=args.hub_url) as c:
         admin_file = write_token_file(c.log_dir / "admin.token", c.admin_token)
         print(f"tensorwire cluster up: {c.address}  devices: {', '.join(devices)}")
         print(f"  connect with: tw.connect({c.address!r})  or  TENSORWIRE_ADDRESS={c.address}")
@@ -91,8 +94,10 @@ def _up(argv: list[str]) -> int:
         print("  listening:")
         for line in _listening(c):
             print(f"    {line}")
-        if c.hub_url:
+        if c.hub_token_file:
             print(f"  hub: {c.hub_url}  write token in: {c.hub_token_file}  (readable by you only)")
+        elif c.hub_url:
+            print(f"  hub: {c.hub_url}  (running elsewhere: the workers download from it)")
         for name, url in c.metrics_urls.items():
             print(f"  metrics ({name}): {url}")
         print(f"  logs: {c.log_dir}   (Ctrl-C stops all)", flush=True)

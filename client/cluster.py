@@ -228,7 +228,8 @@ class LocalCluster:
     every session in stats) per cluster; ``token`` (clients must present it) if given. ``keys``: a CURVE keys
     directory (``tensorwire keys``) for both sockets, required when ``host`` is not loopback unless ``insecure``.
     Collectives' shared memory lives in a private directory of this cluster's (0700, removed at close).
-    ``hub_port``: the hub's port (0, the default, picks a free one; ``tensorwire up`` asks for 8700).
+    ``hub_port``: the hub's port (0, the default, picks a free one; ``tensorwire up`` asks for 8700). ``hub_url``: a
+    hub already running elsewhere, which the workers download from and sessions learn (instead of ``hub_root``).
     """
 
     def __init__(self, devices=("cpu:0",), hub_root: str | os.PathLike | None = None, *, host: str = "127.0.0.1",
@@ -236,7 +237,9 @@ class LocalCluster:
                  extra_env: dict | None = None, autograd: bool = True, collectives: bool | None = None,
                  worker_threads: int | None = None, keys: str | os.PathLike | None = None, insecure: bool = False,
                  session_memory: str | int | None = None, metrics: bool = False, progress: bool | None = None,
-                 hub_port: int = 0):
+                 hub_port: int = 0, hub_url: str | None = None):
+        if hub_url is not None and hub_root is not None:
+            raise ValueError("give hub_root (start a hub) or hub_url (use a running one), not both")
         self.devices = [str(d) if ":" in str(d) else f"{d}:0" for d in devices]
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct, got {self.devices}")
@@ -266,7 +269,7 @@ class LocalCluster:
         if client_token:
             self._dispatcher_env[CLIENT_TOKEN_ENV] = client_token
         self.services: dict[str, Service] = {}
-        self.hub_url: str | None = None
+        self.hub_url: str | None = hub_url.rstrip("/") if hub_url else None
         self.hub_token: str | None = None  # the hub's write token, also in ``hub_token_file`` (0600)
         self.hub_token_file: Path | None = None
         self.hub_root = Path(hub_root) if hub_root is not None else None
@@ -336,6 +339,8 @@ class LocalCluster:
             self.hub_token = create_token(str(self.hub_root), "local-cluster", write=True)
             self.hub_token_file = self.log_dir / "hub-token"
             write_secret(self.hub_token_file, self.hub_token + "\n")
+        elif self.hub_url:
+            args += ["--hub-url", self.hub_url]
         disp = self._spawn("dispatcher", _cli(*args), self._dispatcher_env)
         info = self._wait_ready(disp, deadline)
         self.address = info["address"]

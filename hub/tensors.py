@@ -34,6 +34,21 @@ def _session_endpoint(endpoint: str | None, session) -> str:
     return default_endpoint(None)
 
 
+def _check_cluster_hub(session, endpoint: str | None, repo_id: str) -> None:
+    """Refuse a load the workers would refuse at first use: a cluster without a hub, or ``endpoint`` naming another
+    hub than the one its workers download from (they never download from a hub a client names)."""
+    from .errors import Unauthorized
+
+    cluster = getattr(session, "hub_url", None)
+    how = ("start the cluster with one (LocalCluster(hub_root=DIR) or LocalCluster(hub_url=URL); tensorwire up "
+           "--hub-root DIR or --hub-url URL; tensorwire worker --hub-url URL)")
+    if not cluster:
+        raise Unauthorized(f"cannot load {repo_id}: this cluster's workers have no hub to download from; {how}")
+    if endpoint and endpoint.rstrip("/") != cluster.rstrip("/"):
+        raise Unauthorized(f"cannot load {repo_id} from {endpoint}: this cluster's workers download from "
+                           f"{cluster} only; push the model there, or {how}")
+
+
 def _range(url: str, start: int, end: int, token: str | None) -> bytes:
     with _open(urllib.request.Request(url, headers=_headers(token, Range=f"bytes={start}-{end}")), 60.0) as resp:
         data = resp.read(end - start + 1)
@@ -84,6 +99,7 @@ def load_state_dict(
     from tensorwire.tensor import device_name
 
     s = session or current_session()
+    _check_cluster_hub(s, endpoint, repo_id)
     ep = _session_endpoint(endpoint, s)
     tok = _token(token)
     meta = resolve(repo_id, revision, endpoint=ep, token=tok)
