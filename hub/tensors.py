@@ -216,6 +216,7 @@ def load(
     from .client import fetch
 
     s = session or current_session()
+    _check_cluster_hub(s, endpoint, repo_id)
     ep = _session_endpoint(endpoint, s)
     tok = _token(token)
     commit = resolve(repo_id, revision, endpoint=ep, token=tok)["commit"]
