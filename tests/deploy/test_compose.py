@@ -165,3 +165,9 @@ def test_the_image_runs_as_a_non_root_user_and_leaves_secrets_out():
 @pytest.mark.parametrize("key", ["image", "restart"])
 def test_each_service_says_how_it_runs(key):
     assert all(key in s for s in SERVICES.values()), [n for n, s in SERVICES.items() if key not in s]
+
+
+def test_long_running_services_have_an_init_that_reaps_children():
+    """Issue 36, finding 9: a service is not PID 1 itself (PID 1 gets no default signal handlers and must reap
+    every orphan): compose's ``init: true`` puts docker's init in front of each long-running one."""
+    assert all(s.get("init") is True for s in LONG.values()), [n for n, s in LONG.items() if s.get("init") is not True]
