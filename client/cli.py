@@ -107,8 +107,19 @@ def _up(argv: list[str]) -> int:
                 print(f"service(s) exited: {', '.join(dead)}; stopping", file=sys.stderr)
                 return 1
             stop.wait(1.0)
-    print("tensorwire cluster stopped")
+    try:
+        print("tensorwire cluster stopped", flush=True)
+    except BrokenPipeError:  # `tensorwire up | tee log` on Ctrl-C: tee got the signal too and is gone
+        _drop_stdout()
     return 0
+
+
+def _drop_stdout() -> None:
+    """Send what is left of stdout nowhere: its reader is gone (Python's advice for a broken pipe, so that the
+    flush at exit does not fail again)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _listening(c) -> list[str]:

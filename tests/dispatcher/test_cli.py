@@ -109,3 +109,21 @@ def test_a_worker_without_its_dispatcher_says_so():
     finally:
         p.kill()
         p.wait()
+
+
+def test_up_piped_into_a_reader_that_ctrl_c_also_stopped_exits_0():
+    """Issue 36, finding 10: ``tensorwire up | tee log`` and Ctrl-C: the signal stops tee too, so the farewell line
+    meets a closed pipe. The cluster still stops cleanly and the exit status is 0."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tensorwire.cli", "up", "--devices", "cpu:0", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert f"tcp://127.0.0.1:{port}" in _read_until(proc, "Ctrl-C")
+        proc.stdout.close()  # the reader (tee) is gone
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=60)[1].decode()
+        assert proc.returncode == 0 and "Traceback" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
