@@ -221,6 +221,14 @@ class Session:
         if now - self._renewed < self._renew_every or not self._lock.acquire(blocking=False):
             return
         try:
+            self._send_lease(now)
+        finally:
+            self._lock.release()
+
+    def _send_lease(self, now: float) -> None:
+        """The lease message (with the handles released on channels that the dispatcher knows); the caller holds
+        the lock."""
+        try:
             if not self.closed:
                 msg = {"t": "lease", "k": self._key}
                 if self._plane.forget:
@@ -229,8 +237,6 @@ class Session:
                 self._renewed = now
         except zmq.ZMQError:
             pass
-        finally:
-            self._lock.release()
 
     def _recv_raw(self):
         msg = self._sock.recv_multipart(copy=False)
@@ -353,7 +359,16 @@ class Session:
     def _refused(self, dev: str, err: dict) -> TensorwireError:
         """A worker refused this session's capability: another worker process serves the device now (a restart on
         the same address), or that worker registered with a new dispatcher. Either way this session's tensors there
-        are gone: the channel is dropped (a new grant comes at the next use) and the wait fails with WorkerLost."""
+        are gone: the channel is dropped (a new grant comes at the next use) and the wait fails with WorkerLost. A
+        worker that says the session is closed heard so from the dispatcher (a lease that ran out, a close): the
+        dispatcher's own answer to a sync says why, and is the error."""
+        if err.get("message") == "this session is closed":
+            self._drop_channel(dev, "its session is closed")
+            header = {"t": "batch", "k": self._key, "ext": [], "outs": [], "fetch": [], "release": [], "sync": True}
+            try:
+                self._wait(self._send_numbered(header))
+            except TensorwireError as e:
+                return e
         return self._channel_lost(dev, f"its worker refused the capability: {str(err.get('message'))[:200]}",
                                   f"the worker for {dev} restarted or changed: tensors on {dev} are lost")
 
@@ -689,6 +704,12 @@ class Session:
             else:
                 self._n_async += 1
             ch.send(msg, frames, wait_sent=wait_sent)
+            now = time.monotonic()
+            if now - self._renewed >= self._renew_every:
+                # work on a channel says nothing to the dispatcher, and a program that sends it back to back holds
+                # the lock the lease thread needs (it skips a held lock): renew here, or the dispatcher expires a
+                # session that is busy (a run of small direct batches for over one lease period did)
+                self._send_lease(now)
             if header.get("drop_plans"):  # (the dispatcher's plans: it hears with the next relayed message)
                 self._drop_plans = header["drop_plans"] + self._drop_plans
         else:

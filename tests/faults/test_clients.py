@@ -96,6 +96,37 @@ def test_idle_client_keeps_its_session(cluster, session):
     s.close()
 
 
+def test_a_client_busy_on_its_direct_channel_keeps_its_session(cluster, session):
+    """Back-to-back round trips on a worker's direct channel say nothing to the dispatcher, and the lease thread
+    skips a session whose lock is held: the sends renew the lease when it is due. (Found by the scripts benchmark:
+    the dispatcher expired a session mid-run, and a later wait hung.) The lock is held here for the whole loop, as a
+    program that never pauses between round trips nearly does."""
+    s = tw.Session(cluster.address)
+    a = tw.arange(5.0, device="cpu:1", session=s)
+    a.numpy()
+    assert s._plane.channels, "this test needs the direct path"
+    deadline = time.monotonic() + LEASE_S * 2.5
+    with s._lock:  # (reentrant: the session's own calls go on; the lease thread cannot get it)
+        while time.monotonic() < deadline:
+            (a * 1.5).sum().item()  # a float result: a round trip each, on cpu:1's channel
+    assert s.session_id in _sessions(session)
+    np.testing.assert_array_equal((a + 1).numpy(), [1, 2, 3, 4, 5])
+    s.close()
+
+
+def test_an_expired_session_says_so_on_the_direct_path_too(cluster, session):
+    """A session whose lease ran out gets the dispatcher's "this session expired" on its next direct round trip,
+    not "the worker restarted" (the worker only knows the session is closed)."""
+    s = tw.Session(cluster.address)
+    a = tw.arange(5.0, device="cpu:1", session=s)
+    a.numpy()
+    s._renew_every = float("inf")  # this client stops renewing (as a stuck one would)
+    wait_until(lambda: s.session_id not in _sessions(session), LEASE_BOUND_S, "the lease to run out")
+    with pytest.raises(tw.Unauthorized, match="this session expired"):
+        (a * 1.5).sum().item()
+    s.close()
+
+
 def test_big_legal_client_messages_do_not_get_workers_declared_dead(cluster, session):
     keep = [tw.arange(4.0, device=d) + 1 for d in ("cpu:0", "cpu:1")]
     for k in keep:
