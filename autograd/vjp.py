@@ -593,7 +593,11 @@ def _gelu(c):
 
 @rule("leaky_relu")
 def _leaky_relu(c):
-    return [where(c.x[0] > 0, c.g, c.g * a_num(c.a, "negative_slope", 0.01))]
+    """From the output for a slope >= 0 (its sign is the input's), as torch's: an in-place ``leaky_relu_`` (a
+    DCGAN's discriminator) overwrites the input, which the rule must then not read."""
+    slope = a_num(c.a, "negative_slope", 0.01)
+    v = c.y if slope >= 0 else c.x[0]
+    return [where(v > 0, c.g, c.g * slope)]
 
 
 @rule("softplus")

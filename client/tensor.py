@@ -1358,6 +1358,26 @@ class Tensor:
     def zero_(self):
         return self.fill_(0)
 
+    def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator=None, **kw):
+        """Fill with draws from U(a, b) in place (torch's ``uniform_(from=0, to=1)``; ``from``/``to`` are accepted as
+        keywords too)."""
+        from .creation import rand
+
+        a, b = kw.pop("from", a), kw.pop("to", b)
+        if kw:
+            raise TypeError(f"uniform_() got unexpected keyword arguments {sorted(kw)}")
+        r = rand(self._shape, dtype=self.dtype if self.dtype.is_floating_point else None, device=self._dev,
+                 generator=generator, session=self._s)
+        return self._assign(r * (b - a) + a)
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator=None):
+        """Fill with draws from N(mean, std^2) in place."""
+        from .creation import randn
+
+        r = randn(self._shape, dtype=self.dtype if self.dtype.is_floating_point else None, device=self._dev,
+                  generator=generator, session=self._s)
+        return self._assign(r * std + mean)
+
     def fill_(self, value):
         from .creation import full
 

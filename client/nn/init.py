@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 
+from tensorwire import views as V
 from tensorwire.tensor import Tensor
 
 from ._tensors import no_grad, rebind
@@ -66,12 +67,17 @@ class skip_init:  # noqa: N801
 
 
 def _set(tensor: Tensor, new: Tensor) -> Tensor:
+    """``tensor`` takes ``new``'s values in place: a view (``p.data``, ``w[0]``) writes them through to its base, as
+    torch's initialisers write into the storage they are given."""
     if _SKIP[0]:
         return tensor
     with no_grad():
         if new.dtype is not tensor.dtype:
             new = new.to(tensor.dtype)
-        rebind(tensor, new)
+        if tensor._base is not None:
+            V.assign(tensor, new)
+        else:
+            rebind(tensor, new)
     return tensor
 
 

@@ -15,7 +15,8 @@ The table is kept by op family, one module each: :mod:`.table` (``OpDef``, the r
 :mod:`.movement`, :mod:`.indexing`, :mod:`.matmul` (the primitives), then the composites:
 :mod:`.math_composites`, :mod:`.nn` (activations, normalisation, linear), :mod:`.conv` (im2col,
 convolution, pooling), :mod:`.losses` (fused cross entropy), :mod:`.optim` (fused optimizer
-updates) and :mod:`.recurrent` (a recurrent layer's scan and its gradient's). Importing this package registers all of them, in that order.
+updates) and :mod:`.recurrent` (a recurrent layer's scan and its gradient's). Importing this package
+registers all of them, in that order.
 
 Plugins add ops with :func:`register_op`; :func:`load_plugin_ops` (in :mod:`.plugins`) finds them
 through the ``tensorwire_ops`` hook of every installed plugin.

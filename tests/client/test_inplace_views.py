@@ -345,3 +345,31 @@ def test_copy_into_a_tensor_does_not_alias_the_source():
     row.copy_(src[0])
     src.zero_()
     check(row, B[0] + 1)
+
+
+def test_initialisers_and_random_fills_write_through_views():
+    """``nn.init.uniform_(p.data)`` and pygcn's ``p.data.uniform_(-s, s)`` change ``p`` (an initialiser rebound the
+    view only: the parameter kept its zeros, silently); ``uniform_``/``normal_`` exist and refuse a leaf that
+    requires grad, as torch."""
+    p = tw.nn.Parameter(tw.zeros(4, 50))
+    tw.nn.init.uniform_(p.data, -1, 1)
+    v = p.numpy()
+    assert (v != 0).all() and v.min() >= -1 and v.max() <= 1 and p.requires_grad
+    p.data.uniform_(2, 3)
+    assert (p.numpy() >= 2).all() and (p.numpy() <= 3).all()
+    w = tw.zeros(3, 1000)
+    tw.nn.init.normal_(w[1], 5.0, 0.5)
+    got = w.numpy()
+    assert not got[[0, 2]].any() and abs(got[1].mean() - 5.0) < 0.1 and abs(got[1].std() - 0.5) < 0.05
+    x = tw.empty(2000).normal_(1.0, 2.0)
+    assert abs(float(x.mean()) - 1.0) < 0.2 and abs(float(x.std()) - 2.0) < 0.2
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        p.uniform_()
+
+
+def test_backward_through_an_in_place_leaky_relu_on_a_non_leaf():
+    """A DCGAN discriminator's ``LeakyReLU(0.2, inplace=True)``: its gradient comes from its output, as torch's,
+    since the input was overwritten."""
+    x = tw.tensor([-2.0, -0.5, 0.0, 1.0, 3.0], requires_grad=True)
+    tw.nn.functional.leaky_relu(x + 1, 0.2, inplace=True).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [0.2, 1, 1, 1, 1])
