@@ -19,7 +19,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description="tensorwire benchmarks (ratios against peers run side by side)")
     p.add_argument("--only", default=None,
                    help="run one group: core, dataplane, programs, collectives, autograd, training, compile, hub, "
-                        "kernels, reliability, cuda, observability")
+                        "kernels, reliability, cuda, observability, scripts")
     args = p.parse_args()
     from . import (
         autograd,
@@ -33,6 +33,7 @@ def main() -> None:
         observability,
         programs,
         reliability,
+        scripts,
         training,
     )
 
@@ -40,7 +41,7 @@ def main() -> None:
               "collectives": collectives.run_all,
               "autograd": autograd.run_all, "training": training.run_all, "compile": compile.run_all,
               "hub": hub.run_all, "kernels": kernels.run_all, "reliability": reliability.run_all,
-              "cuda": cuda.run_all, "observability": observability.run_all}
+              "cuda": cuda.run_all, "observability": observability.run_all, "scripts": scripts.run_all}
     results = []
     for name, run in groups.items():
         if args.only in (None, name):

@@ -68,23 +68,26 @@ def load(path: Path):
     return module
 
 
-def compare(path: Path, steps: int, seed: int = 0) -> tuple[list[float], list[float]]:
-    """(torch's losses, tensorwire's losses) of ``train(build_model(), steps)``, from the same initial weights."""
+def compare(path: Path, steps: int, seed: int = 0, build: dict | None = None,
+            options: dict | None = None) -> tuple[list[float], list[float]]:
+    """(torch's losses, tensorwire's losses) of ``train(build_model(**build), steps, **options)``, from the same
+    initial weights."""
     import torch
 
     import tensorwire
 
+    build, options = build or {}, options or {}
     torch.manual_seed(seed)
     ref_prog = load(path)
-    ref_model = ref_prog.build_model()
+    ref_model = ref_prog.build_model(**build)
     initial = {k: v.detach().numpy().copy() for k, v in ref_model.state_dict().items()}
-    ref_losses = ref_prog.train(ref_model, steps)
+    ref_losses = ref_prog.train(ref_model, steps, **options)
     with tensorwire_as_torch():
         prog = load(path)
         assert prog.torch is tensorwire
-        model = prog.build_model()
+        model = prog.build_model(**build)
         model.load_state_dict({k: tensorwire.tensor(v) for k, v in initial.items()})
-        losses = prog.train(model, steps)
+        losses = prog.train(model, steps, **options)
     assert len(losses) == len(ref_losses) >= steps
     assert all(np.isfinite(losses)), losses
     return ref_losses, losses

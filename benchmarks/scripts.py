@@ -1,0 +1,134 @@
+"""Issue 37's rows: the training scripts of ``tests/programs`` (plain files that start with ``import torch``), run as
+written (eagerly, no ``tw.compile``) with torch and with ``import torch`` resolving to tensorwire, against PyTorch
+CPU with the same thread count (``training.THREADS``), side by side in this process.
+
+Two rows a script:
+
+* cold: the first tensorwire run of the script on a fresh cluster whose kernel cache (``TENSORWIRE_KERNEL_CACHE``,
+  ``backends/codegen/cache.py``'s ``cache_root()``, read by the worker processes, so it is set through
+  ``LocalCluster(extra_env=)``) is a new empty folder: every generated kernel the run uses is compiled during it
+  (the row's note counts them: eager runs compile few), and the worker's plans are empty too. One such cluster a
+  script, so each is cold. Against it, the torch run just before it;
+* warm: on the group's cluster, after one warm-up run each (plans, kernels, the autograd service's cache; torch's
+  allocator), then torch, tensorwire, torch, tensorwire; the best of each.
+
+Each run builds the model and trains ``steps`` steps (``train(build_model(), steps)``), the file loaded afresh for
+each tensorwire run, as a user's run would. The step counts make a torch run last about a second; the two scripts
+whose steps are tiny in torch (under a millisecond) and ~20-30x slower on tensorwire run about half a second in
+torch, to keep the group within a few minutes.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import tensorwire as tw
+
+from .harness import Result
+from .training import THREADS
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "tests" / "programs"
+CACHE_ENV = "TENSORWIRE_KERNEL_CACHE"  # backends/codegen/cache.py
+
+
+def _scripts() -> list:
+    """``(description, file, steps, build_model kwargs)``; a torch run of each lasts about a second (1 thread)."""
+    return [
+        ("char-level transformer (nanoGPT-like, 2x64, 4 heads), AdamW, batch shape changing every step",
+         "char_transformer.py", 200, {}),
+        ("bigram LM, batches torch.stack'ed from slices at tensor offsets, AdamW", "bigram_stacked.py", 500, {}),
+        ("char-RNN name classifier (PyTorch tutorial), one name a step, SGD by hand, loss.item() every step",
+         "char_rnn_classifier.py", 800, {}),
+        ("2-layer bidirectional LSTM classifier, hidden 128, batch 100x28x28, Adam", "bilstm_classifier.py", 8, {}),
+        ("DCGAN 32x32, batch 32, BatchNorm, BCELoss, two Adams", "dcgan.py", 50, {}),
+        ("2-layer GCN on a 300-node graph (dense adj @ (x @ W)), dropout, Adam", "gcn.py", 800, {}),
+    ]
+
+
+def _runs(path: Path, steps: int, build: dict):
+    """(torch run, tensorwire run) of the script, each from a fresh model."""
+    import torch
+
+    from tests.programs._harness import load, tensorwire_as_torch
+
+    ref = load(path)
+
+    def peer():
+        torch.manual_seed(0)
+        ref.train(ref.build_model(**build), steps)
+
+    def ours():
+        with tensorwire_as_torch():
+            prog = load(path)
+            tw.manual_seed(0)
+            prog.train(prog.build_model(**build), steps)
+
+    return peer, ours
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _cold(peer, ours) -> tuple[float, float, int]:
+    """(tensorwire's first run on a fresh cluster with an empty kernel cache, torch's run, kernels compiled)."""
+    main = tw.current_session()
+    with tempfile.TemporaryDirectory(prefix="tw-cold-kernels-") as cache:
+        with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS, extra_env={CACHE_ENV: cache}) as c:
+            s = tw.connect(c.address)
+            try:
+                t_peer = _timed(peer)
+                t_ours = _timed(ours)
+            finally:
+                s.close()
+                tw.set_session(main)
+        built = len({p.stem for p in Path(cache).rglob("*") if p.is_file() and not p.name.endswith(".tmp")})
+    return t_ours, t_peer, built
+
+
+def _warm(peer, ours) -> tuple[float, float]:
+    """Best of 2 interleaved runs each, after one warm-up run each."""
+    ours()
+    peer()
+    t_peer, t_ours = [], []
+    for _ in range(2):
+        t_peer.append(_timed(peer))
+        t_ours.append(_timed(ours))
+    return min(t_ours), min(t_peer)
+
+
+def run_all() -> list[Result]:
+    try:
+        import torch
+    except ImportError:
+        return []
+
+    torch.set_num_threads(THREADS)
+    results = []
+    with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS) as c:
+        s = tw.connect(c.address)
+        for desc, file, steps, build in _scripts():
+            notes: list[str] = []
+            name = f"script: {desc}, {steps} steps as written, vs PyTorch CPU, {THREADS} thread"
+            peer, ours = _runs(PROGRAMS / file, steps, build)
+            try:
+                t_ours, t_peer, built = _cold(peer, ours)
+                results.append(_row(f"{name}, cold: empty kernel cache, fresh cluster", t_ours, t_peer, 2.0,
+                                    notes + [f"{built} kernels compiled during the run"]))
+                t_ours, t_peer = _warm(peer, ours)
+                results.append(_row(f"{name}, warm: best of 2 after a warm-up", t_ours, t_peer, 1.5, notes))
+            except Exception as e:  # a script that fails on tensorwire is a row that says why, not a lost group
+                results.append(Result(name, float("nan"), float("nan"), "ms", float("inf"), "runs", False,
+                                      note=f"{type(e).__name__}: {e}"[:300]))
+                tw.set_session(s)
+        s.close()
+    return results
+
+
+def _row(name: str, t_ours: float, t_peer: float, target: float, notes: list[str]) -> Result:
+    r = t_ours / t_peer
+    return Result(name, t_ours * 1e3, t_peer * 1e3, "ms", r, f"<= {target:g}x", r <= target, note="; ".join(notes))
