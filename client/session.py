@@ -276,6 +276,10 @@ class Session:
             now = time.monotonic()
             if now - start > timeout:
                 raise TimeoutError_(self._timeout_message(timeout, progress))
+            if now - self._renewed >= self._renew_every:
+                # this thread holds the lock the lease thread needs, and a channel's messages (answers to other
+                # batches) may keep the poll below from ever timing out into a ping: renew here
+                self._send_lease(now)
             if ping_sent is not None and now - ping_sent > LIVENESS_S:
                 self._lost = True
                 raise ConnectionFailed(f"lost the dispatcher at {self.address}: it stopped answering "
@@ -301,6 +305,9 @@ class Session:
                     continue
                 if h.get("q") == _PING and dev is None:
                     ping_sent = None
+                    if isinstance(h.get("error"), dict):  # the session is gone: nothing it waits for will come
+                        self._q_dev.pop(q, None)
+                        raise self._error(h["error"])
                     if h.get("lost"):
                         self._workers_lost(h["lost"], q)
                     if isinstance(h.get("progress"), dict):

@@ -72,6 +72,9 @@ class Sessions:
                 progress = {d: w.busy[s.sid] for d, w in self.workers.items() if s.sid in w.busy}
                 if progress:  # the session's work on each worker: batches finished, the one running
                     pong["progress"] = progress
+            elif isinstance(h.get("k"), bytes):  # a wait of a session that is gone (its lease ran out): say so
+                why = self.leases.why_unknown(h["k"][:SID_BYTES]) or "this session is closed or unknown"
+                pong["error"] = Unauthorized(why).to_wire()
             self._to_client(ident, pong)
             return
         s = self._session_of(h.get("k"))

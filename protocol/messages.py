@@ -145,7 +145,7 @@ DIRECT = Plane("client or worker -> worker (direct channel)", {
 #: the answers, matched by ``q`` by the side that asked (listed for the reader; not dispatched through a table)
 ANSWERS = {
     "welcome": "hello's answer: the session key, devices, services, the lease, the direct channels' grants",
-    "pong": "ping's answer (`lost`: devices whose worker is gone or another process)",
+    "pong": "ping's answer (`lost`: devices whose worker is gone or another process; `error`: the session is gone)",
     "result": "the dispatcher's answer to a relayed batch: values, errors, fetch errors",
     "done": "a worker's answer to a direct run (or, through the dispatcher, to a routed one)",
     "channels": "channel's answer: fresh grants",

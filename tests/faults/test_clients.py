@@ -124,6 +124,20 @@ def test_an_expired_session_says_so_on_the_direct_path_too(cluster, session):
     wait_until(lambda: s.session_id not in _sessions(session), LEASE_BOUND_S, "the lease to run out")
     with pytest.raises(tw.Unauthorized, match="this session expired"):
         (a * 1.5).sum().item()
+    # a client that waits on something else pings: the pong says the session is gone, so the wait ends
+    from tensorwire.protocol.wire import pack_header, unpack_header
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(cluster.address)
+    try:
+        sock.send(pack_header({"t": "ping", "q": 7, "k": s._key}))
+        assert sock.poll(10_000), "no pong"
+        pong = unpack_header(sock.recv_multipart()[0])
+        assert pong["t"] == "pong" and pong["error"]["code"] == "Unauthorized", pong
+        assert "this session expired" in pong["error"]["message"]
+    finally:
+        sock.close()
     s.close()
 
 
