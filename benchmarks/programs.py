@@ -50,7 +50,8 @@ def _best(fn, rounds: int = 2) -> float:
     return best
 
 
-def _time_pair(ours, peer) -> tuple[float, float]:
+def time_pair(ours, peer) -> tuple[float, float]:
+    """(ours, peer): best of 2 interleaved runs each, after one warm-up run each."""
     ours()
     peer()
     t_peer, t_ours = [], []
@@ -72,7 +73,7 @@ def run_all() -> list[Result]:
     with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS) as c:
         s = tw.connect(c.address)
         for name, main, init in _functions():
-            t_ours, t_peer = _time_pair(lambda main=main, init=init: main(tw, init),
+            t_ours, t_peer = time_pair(lambda main=main, init=init: main(tw, init),
                                         lambda main=main, init=init: main(torch, init))
             results.append(_row(name, t_ours, t_peer))
         for name, path, steps in _files():
@@ -88,7 +89,7 @@ def run_all() -> list[Result]:
                     tw.manual_seed(0)
                     prog.train(prog.build_model(), steps)
 
-            t_ours, t_peer = _time_pair(ours, peer)
+            t_ours, t_peer = time_pair(ours, peer)
             results.append(_row(name, t_ours, t_peer))
         s.close()
     return results

@@ -27,6 +27,7 @@ from pathlib import Path
 import tensorwire as tw
 
 from .harness import Result
+from .programs import time_pair
 from .training import THREADS
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "tests" / "programs"
@@ -90,17 +91,6 @@ def _cold(peer, ours) -> tuple[float, float, int]:
     return t_ours, t_peer, built
 
 
-def _warm(peer, ours) -> tuple[float, float]:
-    """Best of 2 interleaved runs each, after one warm-up run each."""
-    ours()
-    peer()
-    t_peer, t_ours = [], []
-    for _ in range(2):
-        t_peer.append(_timed(peer))
-        t_ours.append(_timed(ours))
-    return min(t_ours), min(t_peer)
-
-
 def run_all() -> list[Result]:
     try:
         import torch
@@ -119,7 +109,7 @@ def run_all() -> list[Result]:
                 t_ours, t_peer, built = _cold(peer, ours)
                 results.append(_row(f"{name}, cold: empty kernel cache, fresh cluster", t_ours, t_peer, 2.0,
                                     notes + [f"{built} kernels compiled during the run"]))
-                t_ours, t_peer = _warm(peer, ours)
+                t_ours, t_peer = time_pair(ours, peer)
                 results.append(_row(f"{name}, warm: best of 2 after a warm-up", t_ours, t_peer, 1.5, notes))
             except Exception as e:  # a script that fails on tensorwire is a row that says why, not a lost group
                 results.append(Result(name, float("nan"), float("nan"), "ms", float("inf"), "runs", False,
