@@ -145,7 +145,21 @@ from .serialization import load, save  # noqa: E402
 __all__ += ["nn", "optim", "utils", "models", "save", "load", "ops"]
 __all__ += ["cancel", "Cancelled", "QuotaExceeded"]  # issue 16: cancelling work, per-session memory quotas
 from .jit import CompileWarning, compile  # noqa: E402,A004  (issue 19: capture a step once, replay it)
+from .legacy_types import (  # noqa: E402  (torch.FloatTensor, ...: older scripts build tensors with them)
+    BFloat16Tensor,
+    BoolTensor,
+    ByteTensor,
+    CharTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
+    ShortTensor,
+)
+from .legacy_types import __all__ as _legacy  # noqa: E402
 from .ops import ops  # noqa: E402  (every op by name, plugins' custom ops included: torch.ops)
 
 __all__ += ["compile", "CompileError", "CompileWarning"]
+__all__ += _legacy
 __all__ += ["profiler", "progress"]  # issue 18: tw.profiler.profile(), hub download progress

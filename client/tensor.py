@@ -323,9 +323,10 @@ class Tensor:
         return out
 
     def type(self, dtype=None):
+        """The type's name, or this tensor cast to ``dtype`` (a dtype, or a legacy type: ``tw.LongTensor``)."""
         if dtype is None:
             return f"tensorwire.{self.dtype.name}"
-        return self.to(dtype=dtype)
+        return self.to(dtype=getattr(dtype, "dtype", dtype) if isinstance(dtype, type) else dtype)
 
     def float(self) -> Tensor:
         return self.to(D.float32)

@@ -240,3 +240,18 @@ def test_cuda_on_a_cluster_without_cuda_names_the_device(session):
         tw.ones(2).cuda()
     with pytest.raises(tw.DeviceError, match="unknown device 'cuda:1'"):
         tw.nn.Linear(2, 2).cuda(1)
+
+
+def test_legacy_tensor_types():
+    """``torch.FloatTensor(array)``, ``LongTensor(list)``, ``FloatTensor(2, 3)``, ``isinstance`` and ``.type(...)``,
+    as older scripts (pygcn) use them."""
+    a = tw.FloatTensor(np.arange(3))
+    assert a.dtype is tw.float32 and a.tolist() == [0.0, 1.0, 2.0]
+    assert isinstance(a, tw.FloatTensor) and isinstance(a, tw.Tensor) and not isinstance(a, tw.LongTensor)
+    b = tw.LongTensor([1, 2])
+    assert b.dtype is tw.int64 and b.tolist() == [1, 2] and isinstance(b, tw.LongTensor)
+    assert tw.FloatTensor(2, 3).shape == (2, 3) and tw.DoubleTensor().shape == (0,)
+    assert tw.BoolTensor(tw.Size([4])).shape == (4,) and tw.ByteTensor([3]).dtype is tw.uint8
+    assert a.type(tw.LongTensor).dtype is tw.int64 and a.type(tw.float64).dtype is tw.float64
+    with pytest.raises(TypeError, match="expected data or sizes"):
+        tw.FloatTensor([1.0], [2.0])

@@ -9,9 +9,8 @@ class, sparse bag-of-words features whose words lean towards the class; the adja
 symmetric normalisation D^-1/2 (A + I) D^-1/2, held as a dense tensor (the original multiplies a sparse one with
 ``torch.spmm``). 70 training nodes, as Cora's 140 of 2708 scaled. Dropout 0.5 as the original; ``build_model(
 dropout=0.0)`` gives the network that torch and tensorwire (whose dropout masks come from different generators)
-train alike. The original builds its tensors with the legacy constructors ``torch.FloatTensor(array)`` and
-``torch.LongTensor(array)``, which tensorwire lacks; this program uses ``torch.from_numpy`` (and ``.long()``)
-instead. Its ``self.weight.data.uniform_(-stdv, stdv)`` stays as written. Run it on its own:
+train alike. As the original, it builds its tensors with the legacy constructors ``torch.FloatTensor(array)`` and
+``torch.LongTensor(array)`` and initialises with ``self.weight.data.uniform_(-stdv, stdv)``. Run it on its own:
 ``python tests/programs/gcn.py``.
 """
 
@@ -92,10 +91,10 @@ def make_graph(seed=0):
 
 def train(model, steps, lr=0.01, weight_decay=5e-4):
     feats, adj, labels, idx_train, idx_val, idx_test = make_graph()
-    features = torch.from_numpy(feats)
-    adj = torch.from_numpy(adj)
-    labels = torch.from_numpy(labels).long()
-    idx_train, idx_val, idx_test = (torch.from_numpy(i).long() for i in (idx_train, idx_val, idx_test))
+    features = torch.FloatTensor(feats)
+    adj = torch.FloatTensor(adj)
+    labels = torch.LongTensor(labels)
+    idx_train, idx_val, idx_test = (torch.LongTensor(i) for i in (idx_train, idx_val, idx_test))
     optimizer = optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     losses = []
     for _ in range(steps):
