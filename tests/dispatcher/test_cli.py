@@ -16,14 +16,15 @@ import tensorwire as tw
 from tensorwire.protocol.service import free_port
 
 
-def _read_until(proc, needle: str, timeout: float = 120.0) -> str:
+def _read_until(proc, needle: str, timeout: float = 120.0, stream=None) -> str:
+    stream = proc.stdout if stream is None else stream
     sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
+    sel.register(stream, selectors.EVENT_READ)
     out = ""
     deadline = time.monotonic() + timeout
     while needle not in out and time.monotonic() < deadline:
         if sel.select(timeout=deadline - time.monotonic()):
-            chunk = os.read(proc.stdout.fileno(), 4096).decode()
+            chunk = os.read(stream.fileno(), 4096).decode()
             if not chunk:
                 break
             out += chunk
@@ -121,8 +122,9 @@ def test_up_piped_into_a_reader_that_ctrl_c_also_stopped_exits_0():
         assert f"tcp://127.0.0.1:{port}" in _read_until(proc, "Ctrl-C")
         proc.stdout.close()  # the reader (tee) is gone
         proc.send_signal(signal.SIGINT)
-        err = proc.communicate(timeout=60)[1].decode()
-        assert proc.returncode == 0 and "Traceback" not in err, err
+        code = proc.wait(timeout=60)
+        err = _read_until(proc, "\0", timeout=5.0, stream=proc.stderr)  # what it wrote before it exited
+        assert code == 0 and "Traceback" not in err, err
     finally:
         if proc.poll() is None:
             proc.kill()
