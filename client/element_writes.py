@@ -94,9 +94,7 @@ class ElementWrites:
         """Record the run: ``index_put`` of every position's last value into the flattened old value, reshaped."""
         x, s = self.target, self.target._s
         dt = x.dtype
-        n = 1
-        for d in x._shape:
-            n *= d
+        n = x.numel()
         pos = np.fromiter(self.values.keys(), np.int64, len(self.values))
         vals = np.array(list(self.values.values()), dtype=np.float64 if dt.is_floating_point else object).astype(dt.np)
         flat = s.record("reshape", [self.before], {"shape": [n]}, x._dev)

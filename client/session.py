@@ -221,13 +221,16 @@ class Session:
         if now - self._renewed < self._renew_every or not self._lock.acquire(blocking=False):
             return
         try:
-            self._send_lease(now)
+            self._renew_if_due(now)
         finally:
             self._lock.release()
 
-    def _send_lease(self, now: float) -> None:
-        """The lease message (with the handles released on channels that the dispatcher knows); the caller holds
-        the lock."""
+    def _renew_if_due(self, now: float) -> None:
+        """Send the lease message (with the handles released on channels that the dispatcher knows) when a renewal
+        is due. The caller holds the lock: the lease thread when it could take it, else its holder, whose direct
+        sends and waits may say nothing to the dispatcher for longer than a lease."""
+        if now - self._renewed < self._renew_every:
+            return
         try:
             if not self.closed:
                 msg = {"t": "lease", "k": self._key}
@@ -276,10 +279,9 @@ class Session:
             now = time.monotonic()
             if now - start > timeout:
                 raise TimeoutError_(self._timeout_message(timeout, progress))
-            if now - self._renewed >= self._renew_every:
-                # this thread holds the lock the lease thread needs, and a channel's messages (answers to other
-                # batches) may keep the poll below from ever timing out into a ping: renew here
-                self._send_lease(now)
+            # this thread holds the lock the lease thread needs, and a channel's messages (answers to other
+            # batches) may keep the poll below from ever timing out into a ping
+            self._renew_if_due(now)
             if ping_sent is not None and now - ping_sent > LIVENESS_S:
                 self._lost = True
                 raise ConnectionFailed(f"lost the dispatcher at {self.address}: it stopped answering "
@@ -371,9 +373,8 @@ class Session:
         dispatcher's own answer to a sync says why, and is the error."""
         if err.get("message") == "this session is closed":
             self._drop_channel(dev, "its session is closed")
-            header = {"t": "batch", "k": self._key, "ext": [], "outs": [], "fetch": [], "release": [], "sync": True}
             try:
-                self._wait(self._send_numbered(header))
+                self._relay_sync()
             except TensorwireError as e:
                 return e
         return self._channel_lost(dev, f"its worker refused the capability: {str(err.get('message'))[:200]}",
@@ -711,12 +712,10 @@ class Session:
             else:
                 self._n_async += 1
             ch.send(msg, frames, wait_sent=wait_sent)
-            now = time.monotonic()
-            if now - self._renewed >= self._renew_every:
-                # work on a channel says nothing to the dispatcher, and a program that sends it back to back holds
-                # the lock the lease thread needs (it skips a held lock): renew here, or the dispatcher expires a
-                # session that is busy (a run of small direct batches for over one lease period did)
-                self._send_lease(now)
+            # work on a channel says nothing to the dispatcher, and a program that sends it back to back holds the
+            # lock the lease thread needs: the dispatcher expired such a busy session (a run of small direct batches
+            # for over one lease period did)
+            self._renew_if_due(time.monotonic())
             if header.get("drop_plans"):  # (the dispatcher's plans: it hears with the next relayed message)
                 self._drop_plans = header["drop_plans"] + self._drop_plans
         else:

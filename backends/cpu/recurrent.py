@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorwire.protocol.ops.recurrent import GRAD, PACKED
+from tensorwire.protocol.ops.recurrent import GRAD, PACKED, scan_order
 
 from . import rnn_cells
 from .kernels import _arr, _compute, _out, kernel
@@ -40,10 +40,6 @@ def _dtanh(d: np.ndarray, t: np.ndarray, tmp: np.ndarray) -> None:
     np.multiply(t, t, out=tmp)
     np.subtract(1, tmp, out=tmp)
     d *= tmp
-
-
-def _order(T: int, reverse: bool) -> list[int]:
-    return list(range(T - 1, -1, -1) if reverse else range(T))
 
 
 # ------------------------------------------------------------------------------------------------ cells
@@ -186,7 +182,7 @@ def _rnn_scan(ins, a, shape, dt):
     wt = w.T  # BLAS reads the transposed weight in place
     pre = np.empty((B, GH), ct)
     cells = _cells(mode, B, H, ct)
-    for t in _order(T, a.get("reverse", False)):
+    for t in scan_order(T, a.get("reverse", False)):
         np.matmul(h, wt, out=pre)
         pre += b
         yt, x = y[t], gi[t]
@@ -223,7 +219,7 @@ def _rnn_scan_grad(ins, a, shape, dt):
     dc = np.zeros((B, H), ct) if mode == "lstm" else None
     tmp, direct = np.empty((B, H), ct), np.empty((B, H), ct)
     cells = _cells(mode, B, H, ct)
-    order = _order(T, a.get("reverse", False))
+    order = list(scan_order(T, a.get("reverse", False)))
     prev = dict(zip(order[1:], order))  # the step before t in the scan's order
     for t in reversed(order):
         p = prev.get(t)

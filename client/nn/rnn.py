@@ -15,6 +15,7 @@ import numbers
 import warnings
 
 from tensorwire.protocol.errors import DTypeError, ShapeError
+from tensorwire.protocol.ops.recurrent import GATES
 from tensorwire.tensor import Tensor
 
 from . import functional as F
@@ -24,7 +25,7 @@ from .module import Module
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
-_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+_GATES = {mode.upper(): g for mode, g in GATES.items()}  # torch's mode names: "LSTM", "GRU", "RNN_TANH", ...
 
 
 # ------------------------------------------------------------------------------------------------ the recurrence

@@ -119,7 +119,8 @@ def _row(g, v, t: int, a: int = 0, b: int | None = None, H: int = 1):
                 shape=[B, hi - lo])
 
 
-def _order(T: int, reverse: bool) -> range:
+def scan_order(T: int, reverse: bool) -> range:
+    """The steps of a scan in the order it runs them."""
     return range(T - 1, -1, -1) if reverse else range(T)
 
 
@@ -135,7 +136,7 @@ def _rnn_scan(g, gi, h, *rest):
     H = h.shape[1]
     wt = g.op("permute", w_hh, dims=[1, 0])
     outs = [None] * T
-    for t in _order(T, reverse):
+    for t in scan_order(T, reverse):
         gh = g.op("add", g.op("matmul", h, wt), b_hh)
         x = _row(g, gi, t)
         if mode == "lstm":
@@ -172,7 +173,7 @@ def _rnn_scan_grad(g, y, gy, h0, *rest):
     T, B, _ = y.shape
     H = h0.shape[1]
     one = _scalar(g, 1, y.dtype)
-    order = list(_order(T, reverse))
+    order = list(scan_order(T, reverse))
     prev = {t: p for p, t in zip(order, order[1:])}  # the step before t in the scan's order
     dh = dc = None
     rows = [None] * T
