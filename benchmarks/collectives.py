@@ -58,8 +58,9 @@ def bench_all_reduce(mib: int = 64, rounds: int = 5) -> Result:
     gb = nbytes / 1e9
     r = (gb / ours) / (gb / peer)
     return Result(f"all_reduce {mib} MiB float32 over 2 devices vs raw mpi4py Allreduce, 2 ranks (bandwidth)",
-                  gb / ours, gb / peer, "GB/s", r, ">= 0.7x", r >= 0.7,
-                  "ours includes the copy into shared memory and the control messages")
+                  gb / ours, gb / peer, "GB/s", r, ">= 0.9x", r >= 0.9,
+                  "ours includes the copy into shared memory and the control messages; on one host the ranks "
+                  "reduce on each other's shared memory (collectives/shared_memory.py), MPI carries the handshakes")
 
 
 def run_all() -> list[Result]:

@@ -49,6 +49,8 @@ from tensorwire.protocol.service import HEARTBEAT_S, announce_ready, stop_event_
 from tensorwire.protocol.shm_paths import check_shm_path, map_shm_file
 from tensorwire.protocol.wire import pack_header
 
+from . import shared_memory
+
 log = logging.getLogger("tensorwire.collectives")
 
 ID_ERROR_BYTES = 1024  # the error text rank 0 broadcasts when it cannot make a group's NCCL id
@@ -86,6 +88,7 @@ class Rank:
         self.announced: deque = deque()  # (key, devices) in the dispatcher's order
         self.ready: dict[int, dict] = {}
         self.comms: dict[tuple, object] = {}
+        self.one_host: dict[tuple, bool] = {}  # group devices -> whether its ranks share this host's memory
         self.maps: dict[str, np.ndarray] = {}  # shared-memory files mapped lately, oldest first
         self.transports = _transports(devices)  # device transports this rank can make ids for ("nccl")
         self.nccl_ids: dict[tuple, bytes] = {}  # group devices -> its NCCL unique id (rank 0 of the group only)
@@ -163,18 +166,18 @@ class Rank:
                 self.world.Abort(4)
 
     # -- the collectives -----------------------------------------------------------------------------
-    def _map(self, path, pid) -> np.ndarray:
+    def _map(self, path, pid, device: str | None = None) -> np.ndarray:
         """Map a worker's shared-memory file (kept mapped: workers reuse their files for later collectives).
 
-        Only a file the worker serving this rank's device created is mapped: its name is checked against the
-        pid the worker registered with (the dispatcher checked it too), and the file must be a regular file of
-        this user's, not a link."""
-        path = check_shm_path(path, pid, self.device)
+        Only a file the worker serving this rank's device (or ``device``, a peer rank's, whose rank checked it
+        already) created is mapped: its name is checked against the pid the worker registered with (the dispatcher
+        checked it too), and the file must be a regular file of this user's, not a link."""
+        path = check_shm_path(path, pid, device or self.device)
         mm = self.maps.pop(path, None)
         if mm is None or not os.path.exists(path):
             mm = np.frombuffer(map_shm_file(path), dtype=np.uint8)
         self.maps[path] = mm
-        while len(self.maps) > 32:
+        while len(self.maps) > 32 * len(self.devices):
             self.maps.pop(next(iter(self.maps)))
         return mm
 
@@ -219,13 +222,55 @@ class Rank:
                               f"unique id ({why})")
         return {"uid": buf[1:1 + UNIQUE_ID_BYTES].tobytes(), "rank": comm.rank, "devices": list(devs)}
 
+    def _one_host(self, comm, devs: list[str]) -> bool:
+        """Whether the group's ranks share this host's memory (asked once per group, collectively)."""
+        key = tuple(devs)
+        one = self.one_host.get(key)
+        if one is None:
+            one = self.one_host[key] = shared_memory.on_one_host(comm)
+        return one
+
     def _collective(self, req: dict, devs: list[str]) -> None:
-        MPI = self.MPI
         comm = self._comm(devs)
         dt = D.BY_NAME[req["dtype"]]
         shape = tuple(req["shape"])
         n_in = int(np.prod(shape, dtype=np.int64))
         mm = self._map(req.get("path"), req.get("pid"))
+        if req["kind"] not in ("all_reduce", "broadcast", "all_gather", "reduce_scatter"):
+            raise ProtocolError(f"unknown collective {req['kind']!r}")
+        if self._one_host(comm, devs):
+            self._on_shared_memory(comm, devs, req, mm, dt, shape, n_in)
+        else:
+            self._over_mpi(comm, req, mm, dt, shape, n_in)
+
+    def _on_shared_memory(self, comm, devs: list[str], req: dict, mm: np.ndarray, dt: D.DType, shape: tuple,
+                          n_in: int) -> None:
+        """The collective on the group's shared-memory files themselves (``shared_memory``): the ranks swap the
+        files' names (every input is then in place), each does its share, and a barrier ends it."""
+        peers = comm.allgather((req.get("path"), req.get("pid")))
+        mms = [mm if k == comm.rank else self._map(path, pid, devs[k]) for k, (path, pid) in enumerate(peers)]
+        size, isz = n_in * dt.itemsize, dt.itemsize
+        ins = [m[:size].view(dt.np) for m in mms]
+        kind, opname = req["kind"], req.get("op")
+        try:
+            if kind == "all_reduce":
+                shared_memory.all_reduce(comm, ins, opname, dt)
+            elif kind == "broadcast":
+                shared_memory.broadcast(comm, ins, int(req.get("src", 0)))
+            elif kind == "all_gather":
+                outs = [m[size: size * (comm.size + 1)].view(dt.np) for m in mms]
+                shared_memory.all_gather(comm, ins, outs)
+            else:
+                row = n_in // shape[0] if shape[0] else 0
+                counts = [r * row for r in split_sizes(shape[0], comm.size)]
+                out = mm[size: size + counts[comm.rank] * isz].view(dt.np)
+                shared_memory.reduce_scatter(comm, ins, out, counts, opname, dt)
+        finally:
+            comm.Barrier()
+
+    def _over_mpi(self, comm, req: dict, mm: np.ndarray, dt: D.DType, shape: tuple, n_in: int) -> None:
+        """The collective by MPI, in place on this rank's shared-memory file (ranks on several hosts)."""
+        MPI = self.MPI
         data = mm[: n_in * dt.itemsize].view(dt.np)
         kind, opname = req["kind"], req.get("op")
         wide = dt in (D.float16, D.bfloat16, D.bool_)  # no MPI datatype: reduce in a wider type
@@ -262,8 +307,6 @@ class Rank:
             if opname == "mean":
                 tmp = tmp / comm.size if tmp.dtype.kind == "f" else tmp // comm.size
             out[:] = tmp.astype(dt.np)
-        else:
-            raise ProtocolError(f"unknown collective {kind!r}")
 
 
 def _transports(devices: list[str]) -> list[str]:
