@@ -2,10 +2,10 @@
 
 Rank ``i`` serves the worker of device ``devices[i]``. For every collective the dispatcher announces
 (in one global order, the same for every rank), the rank waits until its worker has put its input in
-shared memory (``coll_ready``), runs the MPI collective on that memory in place with the other ranks
-of the group (a sub-communicator per group of devices), and answers ``coll_done``; the worker maps the
-result. Tensor data moves worker -> shared memory -> MPI -> shared memory -> worker: never through the
-dispatcher or the client.
+shared memory (``coll_ready``), runs the collective on that memory in place with the other ranks of the group
+(a sub-communicator per group of devices): on one host directly on each other's files (``shared_memory``), across
+hosts by MPI; and answers ``coll_done``; the worker maps the result. Tensor data moves worker -> shared memory ->
+(MPI) -> shared memory -> worker: never through the dispatcher or the client.
 
 Collectives whose devices all have a transport of their own (NCCL among CUDA devices, which the dispatcher chooses
 and marks ``direct``) move no data here: rank 0 of the group makes the group's NCCL unique id (once, and again after
