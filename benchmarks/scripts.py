@@ -2,7 +2,7 @@
 written (eagerly, no ``tw.compile``) with torch and with ``import torch`` resolving to tensorwire, against PyTorch
 CPU with the same thread count (``training.THREADS``), side by side in this process.
 
-Two rows a script:
+Three rows a script:
 
 * cold: the first tensorwire run of the script on a fresh cluster whose kernel cache (``TENSORWIRE_KERNEL_CACHE``,
   ``backends/codegen/cache.py``'s ``cache_root()``, read by the worker processes, so it is set through
@@ -10,7 +10,9 @@ Two rows a script:
   (the row's note counts them: eager runs compile few), and the worker's plans are empty too. One such cluster a
   script, so each is cold. Against it, the torch run just before it;
 * warm: on the group's cluster, after one warm-up run each (plans, kernels, the autograd service's cache; torch's
-  allocator), then torch, tensorwire, torch, tensorwire; the best of each.
+  allocator), then torch, tensorwire, torch, tensorwire; the best of each;
+* compiler on vs off: the warm tensorwire run against the same run on a second cluster whose CPU worker never
+  compiles (``TENSORWIRE_CPU_COMPILE=0``), interleaved the same way (issue 37: at most 1.1x).
 
 Each run builds the model and trains ``steps`` steps (``train(build_model(), steps)``), the file loaded afresh for
 each tensorwire run, as a user's run would. The step counts make a torch run last about a second; the two scripts
@@ -32,6 +34,7 @@ from .training import THREADS
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "tests" / "programs"
 CACHE_ENV = "TENSORWIRE_KERNEL_CACHE"  # backends/codegen/cache.py
+COMPILE_ENV = "TENSORWIRE_CPU_COMPILE"  # backends/cpu: 0 runs every plan on the numpy kernels
 
 
 def _scripts() -> list:
@@ -91,6 +94,18 @@ def _cold(peer, ours) -> tuple[float, float, int]:
     return t_ours, t_peer, built
 
 
+def _in_session(fn, session):
+    """``fn`` run with ``session`` current (and the caller's current again after)."""
+    def run():
+        main = tw.current_session()
+        tw.set_session(session)
+        try:
+            fn()
+        finally:
+            tw.set_session(main)
+    return run
+
+
 def run_all() -> list[Result]:
     try:
         import torch
@@ -99,7 +114,9 @@ def run_all() -> list[Result]:
 
     torch.set_num_threads(THREADS)
     results = []
-    with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS) as c:
+    with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS) as c, \
+            tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS, extra_env={COMPILE_ENV: "0"}) as c_off:
+        off = tw.Session(c_off.address)
         s = tw.connect(c.address)
         for desc, file, steps, build in _scripts():
             notes: list[str] = []
@@ -111,11 +128,15 @@ def run_all() -> list[Result]:
                                     notes + [f"{built} kernels compiled during the run"]))
                 t_ours, t_peer = time_pair(ours, peer)
                 results.append(_row(f"{name}, warm: best of 2 after a warm-up", t_ours, t_peer, 1.5, notes))
+                t_on, t_off = time_pair(ours, _in_session(ours, off))
+                results.append(_row(f"{name}, the CPU compiler on vs off ({COMPILE_ENV}=0), warm", t_on, t_off,
+                                    1.1, ["issue 37: the compiler never makes a program more than 10% slower"]))
             except Exception as e:  # a script that fails on tensorwire is a row that says why, not a lost group
                 results.append(Result(name, float("nan"), float("nan"), "ms", float("inf"), "runs", False,
                                       note=f"{type(e).__name__}: {e}"[:300]))
                 tw.set_session(s)
         s.close()
+        off.close()
     return results
 
 
