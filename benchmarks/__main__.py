@@ -18,8 +18,8 @@ from .harness import table  # noqa: E402
 def main() -> None:
     p = argparse.ArgumentParser(description="tensorwire benchmarks (ratios against peers run side by side)")
     p.add_argument("--only", default=None,
-                   help="run one group: core, dataplane, programs, collectives, autograd, training, compile, hub, "
-                        "kernels, reliability, cuda, observability, scripts")
+                   help="run one group: core, dataplane, hosts, programs, collectives, autograd, training, compile, "
+                        "hub, kernels, reliability, cuda, observability, scripts")
     args = p.parse_args()
     from . import (
         autograd,
@@ -28,6 +28,7 @@ def main() -> None:
         core,
         cuda,
         dataplane,
+        hosts,
         hub,
         kernels,
         observability,
@@ -37,8 +38,8 @@ def main() -> None:
         training,
     )
 
-    groups = {"core": core.run_all, "dataplane": dataplane.run_all, "programs": programs.run_all,
-              "collectives": collectives.run_all,
+    groups = {"core": core.run_all, "dataplane": dataplane.run_all, "hosts": hosts.run_all,
+              "programs": programs.run_all, "collectives": collectives.run_all,
               "autograd": autograd.run_all, "training": training.run_all, "compile": compile.run_all,
               "hub": hub.run_all, "kernels": kernels.run_all, "reliability": reliability.run_all,
               "cuda": cuda.run_all, "observability": observability.run_all, "scripts": scripts.run_all}

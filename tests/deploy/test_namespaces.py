@@ -15,69 +15,25 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import uuid
 
 import numpy as np
 import pytest
 
-from tensorwire.cluster import Service
+from .netns import Hosts, NetnsUnavailable, private_shm_argv
 
-TAG = uuid.uuid4().hex[:6]
-BRIDGE = f"twbr{TAG}"
-NET = "10.77.0"
 HOSTS = {"disp": 2, "w0": 3, "w1": 4, "client": 5}  # namespace -> last octet of its address
 LIVENESS_BOUND_S = 20.0  # the dispatcher declares a silent worker dead after 5 s; headroom for a loaded machine
 
 
-def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = ["ip", *(["netns", "exec", _ns(ns), "ip"] if ns else []), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=check)
-
-
-def _ns(name: str) -> str:
-    return f"tw{TAG}{name}"
-
-
-def _addr(name: str) -> str:
-    return f"{NET}.{HOSTS[name]}"
-
-
 @pytest.fixture(scope="module")
 def hosts():
-    """The namespaces, their veth links to one bridge in the root namespace, and netem on the workers' links."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("network namespaces need root and iproute2's `ip`")
-    made, links = [], []
+    """The namespaces, their veth links to one bridge in the root namespace, and netem on the workers' links (a
+    slower, farther host)."""
     try:
-        r = subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.skip(f"cannot create a bridge here: {r.stderr.strip()}")
-        links.append(BRIDGE)
-        _ip("link", "set", BRIDGE, "up")
-        for name in HOSTS:
-            r = subprocess.run(["ip", "netns", "add", _ns(name)], capture_output=True, text=True)
-            if r.returncode != 0:
-                pytest.skip(f"cannot create network namespaces here: {r.stderr.strip()}")
-            made.append(_ns(name))
-            host_end, ns_end = f"tw{TAG}{HOSTS[name]}h", f"tw{TAG}{HOSTS[name]}n"
-            _ip("link", "add", host_end, "type", "veth", "peer", "name", ns_end)
-            links.append(host_end)
-            _ip("link", "set", host_end, "master", BRIDGE)
-            _ip("link", "set", host_end, "up")
-            _ip("link", "set", ns_end, "netns", _ns(name))
-            _ip("addr", "add", f"{_addr(name)}/24", "dev", ns_end, ns=name)
-            _ip("link", "set", ns_end, "up", ns=name)
-            _ip("link", "set", "lo", "up", ns=name)
-            if name in ("w0", "w1") and shutil.which("tc"):  # a slower, farther host
-                subprocess.run(["ip", "netns", "exec", _ns(name), "tc", "qdisc", "add", "dev", ns_end, "root",
-                                "netem", "delay", "1ms", "rate", "1gbit"], capture_output=True, timeout=30)
-        yield {name: f"tw{TAG}{HOSTS[name]}n" for name in HOSTS}
-    finally:
-        for ns in made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-        for link in links:
-            subprocess.run(["ip", "link", "del", link], capture_output=True, timeout=30)
+        with Hosts(HOSTS, net="10.77.0", netem={w: ["delay", "1ms", "rate", "1gbit"] for w in ("w0", "w1")}) as made:
+            yield made
+    except NetnsUnavailable as e:
+        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")
@@ -96,14 +52,11 @@ def cluster(hosts, tmp_path_factory):
     env = {**os.environ, "TENSORWIRE_SHM_DIR": str(d / "shm"), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
            "TENSORWIRE_SERVICE_TOKEN": (keys / "service.token").read_text().strip(), "OPENBLAS_THREAD_TIMEOUT": "22"}
     env.pop("TENSORWIRE_KEYS", None)
-    disp, hub = _addr("disp"), f"http://{_addr('disp')}:8700"
+    disp, hub = hosts.addr("disp"), f"http://{hosts.addr('disp')}:8700"
     services = {}
 
-    def start(name: str, ns: str, *args: str) -> Service:
-        svc = Service(name, ["ip", "netns", "exec", _ns(ns), *cli, *args], d / f"{name}.log", env)
-        services[name] = svc
-        svc.wait_ready(time.monotonic() + 120)
-        return svc
+    def start(name: str, ns: str, *args: str) -> None:
+        services[name] = hosts.service(name, ns, [*cli, *args], d / f"{name}.log", env)
 
     try:
         start("hub", "disp", "hub", "--root", str(hub_root), "--host", disp, "--port", "8700")
@@ -112,7 +65,7 @@ def cluster(hosts, tmp_path_factory):
               "--hub-url", hub)
         for dev, ns in (("cpu:0", "w0"), ("cpu:1", "w1")):
             start(dev, ns, "worker", "--device", dev, "--dispatcher", f"tcp://{disp}:5556", "--keys", str(keys),
-                  "--hub-url", hub, "--threads", "1", "--direct-address", f"tcp://{_addr(ns)}:5560")
+                  "--hub-url", hub, "--threads", "1", "--direct-address", f"tcp://{hosts.addr(ns)}:5560")
         start("autograd", "disp", "autograd", "--dispatcher", f"tcp://{disp}:5556", "--keys", str(keys))
         yield {"address": f"tcp://{disp}:5555", "keys": keys, "token": (keys / "client.token").read_text().strip(),
                "hub": hub, "hub_token": (d / "hub.token").read_text().strip(), "services": services, "dir": d}
@@ -182,18 +135,12 @@ def test_a_session_across_simulated_hosts(client, hosts):
     import json
 
     cfg = {k: str(v) for k, v in client.items() if k in ("address", "keys", "token", "hub", "hub_token")}
-    env = {**os.environ, "TENSORWIRE_LIVENESS": "10", "OMP_NUM_THREADS": "1", "CLIENT_CODE": CLIENT,
-           "CLIENT_CFG": json.dumps(cfg)}
+    env = {**os.environ, "TENSORWIRE_LIVENESS": "10", "OMP_NUM_THREADS": "1"}
     env.pop("TENSORWIRE_KEYS", None)
     # the client's host has a shared memory of its own (a private mount over the cluster's folder): its tensors
     # cross the veth links, as to a worker on another machine
-    shm = client["dir"] / "shm"
-    cmd = ["ip", "netns", "exec", _ns("client")]
-    if shutil.which("unshare"):
-        cmd += ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                f'mount -t tmpfs tmpfs "{shm}" && exec "$0" -c "$CLIENT_CODE" "$CLIENT_CFG"', sys.executable]
-    else:
-        cmd += [sys.executable, "-c", CLIENT, json.dumps(cfg)]
+    cmd = hosts.argv("client", private_shm_argv(client["dir"] / "shm", [sys.executable, "-c", CLIENT,
+                                                                         json.dumps(cfg)]))
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:
@@ -203,7 +150,7 @@ def test_a_session_across_simulated_hosts(client, hosts):
             if not line or line.startswith("READY-TO-CUT"):
                 break
         assert line.startswith("READY-TO-CUT"), proc.stderr.read()[-3000:]
-        _ip("link", "set", hosts["w1"], "down", ns="w1")  # cpu:1's host drops off the network
+        hosts.ip("link", "set", hosts.link("w1"), "down", ns="w1")  # cpu:1's host drops off the network
         proc.stdin.write("\n")
         proc.stdin.flush()
         out, err = proc.communicate(timeout=120)
