@@ -63,6 +63,20 @@ def check_ref_name(name: object) -> str:
     return name
 
 
+def check_new_ref_name(name: object) -> str:
+    """Return ``name`` if a new branch or tag may take it: a valid name (:func:`check_ref_name`) that does not
+    start with ``refs/heads/`` or ``refs/tags/`` (how a revision names branch or tag ``x``, so a ref called that
+    could never be reached by its own name). ``refs/pr/1`` and the like stay allowed, as on the HF Hub."""
+    check_ref_name(name)
+    assert isinstance(name, str)
+    if name.startswith(("refs/heads/", "refs/tags/")):
+        raise InvalidPath(
+            f"a branch or tag name cannot start with 'refs/heads/' or 'refs/tags/' (those prefixes select a branch "
+            f"or a tag when resolving a revision), got {name!r:.250}: drop the prefix"
+        )
+    return name
+
+
 def check_revision(rev: object) -> str:
     """Return ``rev`` if it is a commit id or a valid branch/tag name."""
     if isinstance(rev, str) and COMMIT_RE.fullmatch(rev):

@@ -1006,16 +1006,16 @@ class HubHandler(BaseHTTPRequestHandler):
         )
 
     def _tw_missing(self) -> None:
-        self._require_write(None)
+        token = self._require_write(None)
         body = self._json_object()
         digests = body.get("sha256")
         if not isinstance(digests, list) or len(digests) > 100_000:
             raise BadRequest("body must be {'sha256': [hex digests]} with at most 100000 entries")
-        missing = self.storage.missing_blobs(digests)
+        missing = self.storage.missing_blobs(digests, token)
         self._send_json({"missing": missing, "max_blob_size": self.storage.max_blob_size})
 
     def _tw_put_blob(self, raw_digest: str) -> None:
-        self._require_write(None)
+        token = self._require_write(None)
         digest = check_sha256(_unq(raw_digest))
         if self.headers.get("Content-Length") is None:
             raise LengthRequired("blob uploads need Content-Length")
@@ -1026,7 +1026,9 @@ class HubHandler(BaseHTTPRequestHandler):
                 self.close_connection = True
             raise PayloadTooLarge(f"blob of {length} bytes exceeds the limit of {self.storage.max_blob_size}")
         hint = self._query.get("path", "")
-        created = self.storage.put_blob(self._body, length, digest, validate_safetensors=hint.endswith(".safetensors"))
+        created = self.storage.upload(
+            token, self._body, length, digest, validate_safetensors=hint.endswith(".safetensors")
+        )
         self._send_json({"sha256": digest, "size": length, "created": created}, 201 if created else 200)
 
     def _tw_revision(self, repo_id: str, revision: str) -> None:
@@ -1046,7 +1048,7 @@ class HubHandler(BaseHTTPRequestHandler):
         )
 
     def _tw_commit(self, repo_id: str, branch: str) -> None:
-        self._require_write(repo_id)
+        token = self._require_write(repo_id)
         check_ref_name(branch)
         body = self._json_object()
         repo = self.storage.get_repo(repo_id)
@@ -1061,6 +1063,7 @@ class HubHandler(BaseHTTPRequestHandler):
             check_parent="parent" in body,
             mode=body.get("mode", "replace"),
             delete=body.get("delete"),
+            token=token,
         )
         self._send_json({"repo_id": repo.name, "branch": branch, "commit": commit.id, "parent": commit.parent}, 201)
 

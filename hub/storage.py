@@ -4,11 +4,12 @@ Layout under ``ROOT``::
 
     ROOT/blobs/ab/abcdef...        one file per distinct content, named by its sha256 (fan-out on 2 hex)
     ROOT/tmp/                      uploads in flight; emptied at start-up
-    ROOT/index.sqlite              repos, commits, commit file lists, refs (branches, tags), tokens
+    ROOT/index.sqlite              repos, commits, commit file lists, refs (branches, tags), tokens, uploads
 
 Atomicity. A blob is written to ``ROOT/tmp``, fsynced, checked against its sha256 and only then
 renamed into ``ROOT/blobs`` (and the directory fsynced), so a name under ``blobs/`` always holds
-complete, verified bytes. A commit checks that every blob it names is present, then runs one
+complete, verified bytes. A commit checks that every blob it names is present and that its token may use
+it (uploaded by that token, or named by a revision it can read: :meth:`Storage.usable_blobs`), then runs one
 SQLite transaction (WAL, ``synchronous=FULL``) that inserts the commit row, its file list and
 moves the branch. A reader therefore sees either the old head or the new one, never a partial
 revision, and a process killed at any point leaves at worst unreferenced blobs or temp files.
@@ -28,7 +29,7 @@ import secrets
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -38,7 +39,7 @@ from ._validate import (
     COMMIT_RE,
     check_file_path,
     check_namespace,
-    check_ref_name,
+    check_new_ref_name,
     check_repo_id,
     check_sha256,
     check_tree,
@@ -54,7 +55,7 @@ from .errors import (
     RevisionNotFound,
 )
 
-SCHEMA_VERSION = 2  # 2: tokens.scopes
+SCHEMA_VERSION = 3  # 2: tokens.scopes; 3: uploads
 CHUNK = 1 << 20
 MAX_FILES_PER_COMMIT = 100_000
 MAX_MESSAGE = 64 * 1024
@@ -99,7 +100,14 @@ CREATE TABLE IF NOT EXISTS tokens (
     created_at TEXT NOT NULL,
     scopes TEXT
 );
+CREATE TABLE IF NOT EXISTS uploads (
+    token INTEGER NOT NULL REFERENCES tokens(id),
+    sha256 TEXT NOT NULL,
+    PRIMARY KEY (token, sha256)
+) WITHOUT ROWID;
 """
+#: digests per ``IN (...)`` query (SQLite's variable limit is 999 on old builds)
+_IN_BATCH = 500
 
 
 def now_iso() -> str:
@@ -185,12 +193,14 @@ class Token:
 
     A *global* token (``scopes`` is None) reads every repository and, when ``write``, writes every one (the
     Hugging Face Hub's "read" and "write" roles). A *fine-grained* token (``scopes`` set) may read the
-    repositories its scopes cover and write those covered by a ``write`` scope, nothing else.
+    repositories its scopes cover and write those covered by a ``write`` scope, nothing else. ``id`` is its row
+    in the index (what the record of the blobs it uploaded is keyed by); None for a token not from the index.
     """
 
     name: str
     write: bool
     scopes: tuple[Scope, ...] | None = None
+    id: int | None = None
 
     def can_read(self, repo_id: str) -> bool:
         """Whether this token may read ``repo_id`` (private or not)."""
@@ -335,7 +345,9 @@ class Storage:
         if not token or len(token) > 1000:
             return None
         with self._connect() as db:
-            row = db.execute("SELECT name, write, scopes FROM tokens WHERE hash = ?", (hash_token(token),)).fetchone()
+            row = db.execute(
+                "SELECT name, write, scopes, id FROM tokens WHERE hash = ?", (hash_token(token),)
+            ).fetchone()
         if row is None:
             return None
         scopes: tuple[Scope, ...] | None = None
@@ -344,7 +356,7 @@ class Storage:
                 scopes = tuple(parse_scope(x) for x in json.loads(row[2]))
             except (ValueError, TypeError, BadRequest):
                 return None  # an unreadable grant grants nothing
-        return Token(row[0], bool(row[1]), scopes)
+        return Token(row[0], bool(row[1]), scopes, int(row[3]))
 
     # ------------------------------------------------------------------ repos
 
@@ -389,7 +401,7 @@ class Storage:
     def head(self, repo: Repo, branch: str = "main") -> Commit | None:
         """The commit ``branch`` points to, or ``None``."""
         try:
-            return self.resolve(repo, branch)
+            return self.resolve(repo, f"refs/heads/{branch}")
         except RevisionNotFound:
             return None
 
@@ -407,7 +419,11 @@ class Storage:
     # ------------------------------------------------------------------ revisions
 
     def resolve(self, repo: Repo, revision: str) -> Commit:
-        """Resolve a commit id, branch or tag (``refs/heads/x``, ``refs/tags/x`` accepted) of ``repo``."""
+        """Resolve a revision of ``repo``, unambiguously: a 40-hex string is a commit id (no ref may look like
+        one); ``refs/heads/x`` is branch ``x`` and ``refs/tags/x`` tag ``x``; any other name is the tag or the
+        branch of that name. Branches and tags share one namespace (see :meth:`commit`, :meth:`create_tag`), so
+        only a store written before that rule can hold both; the tag then wins, as in git, so a pinned tag keeps
+        serving its bytes. ``RevisionNotFound`` otherwise."""
         if not isinstance(revision, str) or not revision or len(revision) > 300:
             raise RevisionNotFound(f"invalid revision {str(revision)!r:.100}")
         with self._connect() as db:
@@ -419,7 +435,7 @@ class Storage:
                 if row:
                     return Commit(*row)
                 raise RevisionNotFound(f"revision {revision} not found in {repo.name}")
-            kinds: tuple[str, ...] = ("branch", "tag")
+            kinds: tuple[str, ...] = ("tag", "branch")
             name = revision
             if revision.startswith("refs/heads/"):
                 kinds, name = ("branch",), revision[len("refs/heads/") :]
@@ -466,16 +482,59 @@ class Storage:
         """Whether a complete blob with this sha256 is stored."""
         return self.blob_path(sha256).is_file()
 
-    def missing_blobs(self, digests: list[str]) -> list[str]:
-        """The subset of ``digests`` not stored yet (order kept, duplicates dropped)."""
-        out: list[str] = []
-        seen: set[str] = set()
-        for d in digests:
-            check_sha256(d)
-            if d not in seen and not self.has_blob(d):
-                out.append(d)
-            seen.add(d)
-        return out
+    def usable_blobs(self, token: Token, digests: Iterable[str]) -> set[str]:
+        """The digests among ``digests`` that ``token`` may name in a commit: blobs it uploaded itself (it sent
+        bytes that hash to the digest, see :meth:`upload`), and blobs that a commit of a repository it can read
+        names (a public one, or a private one its scopes cover). Any other blob is, to this token, absent: no
+        answer of the hub tells it whether such a blob is stored, nor its size."""
+        wanted = list(dict.fromkeys(check_sha256(d) for d in digests))
+        usable: set[str] = set()
+        with self._connect() as db:
+            for i in range(0, len(wanted), _IN_BATCH):
+                part = wanted[i : i + _IN_BATCH]
+                if token.id is not None:
+                    marks = ",".join("?" * len(part))
+                    usable.update(
+                        r[0]
+                        for r in db.execute(
+                            f"SELECT sha256 FROM uploads WHERE token = ? AND sha256 IN ({marks})", (token.id, *part)
+                        )
+                    )
+                rest = [d for d in part if d not in usable]
+                if not rest:
+                    continue
+                marks = ",".join("?" * len(rest))
+                for sha, name, private in db.execute(
+                    "SELECT DISTINCT f.sha256, r.name, r.private FROM commit_files f "
+                    "JOIN commits c ON c.id = f.commit_id JOIN repos r ON r.id = c.repo "
+                    f"WHERE f.sha256 IN ({marks})",
+                    rest,
+                ):
+                    if not private or token.can_read(name):
+                        usable.add(sha)
+        return usable
+
+    def missing_blobs(self, digests: list[str], token: Token) -> list[str]:
+        """The subset of ``digests`` that ``token`` must upload before naming them in a commit (order kept,
+        duplicates dropped): those not stored, and those stored that it may not use (:meth:`usable_blobs`) —
+        so the answer reveals nothing about blobs the token could not read."""
+        uniq = list(dict.fromkeys(check_sha256(d) for d in digests))
+        usable = self.usable_blobs(token, uniq)
+        return [d for d in uniq if d not in usable or not self.has_blob(d)]
+
+    def upload(
+        self, token: Token, stream: BinaryIO, length: int, sha256: str, *, validate_safetensors: bool = False
+    ) -> bool:
+        """Store a blob as :meth:`put_blob` does and record that ``token`` uploaded it (proof that it holds the
+        bytes), so that its commits may name it. Returns ``True`` if the blob was not usable by ``token``
+        before (whether or not another upload had stored the same bytes: that is not revealed)."""
+        if token.id is None:
+            raise BadRequest("only a token of this hub's index can upload blobs")
+        known = check_sha256(sha256) in self.usable_blobs(token, [sha256])
+        self.put_blob(stream, length, sha256, validate_safetensors=validate_safetensors)
+        with self._transaction() as db:
+            db.execute("INSERT OR IGNORE INTO uploads(token, sha256) VALUES (?, ?)", (token.id, sha256))
+        return not known
 
     def put_blob(self, stream: BinaryIO, length: int, sha256: str, *, validate_safetensors: bool = False) -> bool:
         """Store ``length`` bytes read from ``stream`` as blob ``sha256``.
@@ -528,12 +587,21 @@ class Storage:
 
     # ------------------------------------------------------------------ writes
 
-    def _check_blob(self, entry: FileEntry, validated: dict[str, bool]) -> None:
+    def _check_blob(self, entry: FileEntry, usable: bool, validated: dict[str, bool]) -> None:
+        """Refuse an entry whose blob the pusher may not use, is absent, has another size or (``.safetensors``)
+        does not validate. A blob it may not use gets the very answer an absent one gets, before anything about
+        the stored bytes (size, header) is looked at."""
         p = self.blob_path(entry.sha256)
-        try:
-            size = p.stat().st_size
-        except FileNotFoundError:
-            raise BadRequest(f"blob {entry.sha256} for {entry.path!r:.300} has not been uploaded") from None
+        size: int | None = None
+        if usable:
+            with contextlib.suppress(FileNotFoundError):
+                size = p.stat().st_size
+        if size is None:
+            raise BadRequest(
+                f"blob {entry.sha256} for {entry.path!r:.300} has not been uploaded: upload its bytes "
+                "(PUT /api/tw/blobs/SHA256) with this token first; a commit names only blobs its token uploaded "
+                "or can read in a revision"
+            )
         if size != entry.size:
             raise BadRequest(f"{entry.path!r:.300}: declared size {entry.size}, blob has {size} bytes")
         if entry.path.endswith(".safetensors") and not validated.get(entry.sha256):
@@ -554,16 +622,19 @@ class Storage:
         check_parent: bool = False,
         mode: str = "replace",
         delete: list[str] | None = None,
+        token: Token,
     ) -> Commit:
-        """Create a revision on ``branch`` and move the branch to it, atomically.
+        """Create a revision on ``branch`` and move the branch to it, atomically, as ``token`` (the pusher).
 
         ``files`` lists ``{"path", "sha256", "size"}``. With ``mode="replace"`` they are the whole
         tree; with ``mode="merge"`` they are laid over the parent's tree and ``delete`` removes
         paths. With ``check_parent`` the branch must currently point at ``parent`` (``None``: must
-        not exist yet), else ``Conflict`` — optimistic concurrency. Every blob must already be
-        stored with the declared size, and every ``.safetensors`` file must validate.
+        not exist yet), else ``Conflict`` — optimistic concurrency. Every blob must be one ``token``
+        may use (:meth:`usable_blobs`), stored with the declared size, and every ``.safetensors`` file
+        must validate. ``branch`` must not be the name of a tag (``Conflict``): branches and tags share
+        one namespace, so a branch can never shadow a tag.
         """
-        check_ref_name(branch)
+        check_new_ref_name(branch)
         if mode not in ("replace", "merge"):
             raise BadRequest("mode must be 'replace' or 'merge'")
         if not isinstance(files, list) or len(files) > MAX_FILES_PER_COMMIT:
@@ -595,10 +666,12 @@ class Storage:
         if repo is None:
             raise RepositoryNotFound(f"repository {repo_id} not found")
         validated: dict[str, bool] = {}
+        usable = self.usable_blobs(token, [e.sha256 for e in entries])
         for e in entries:  # verify blobs before the transaction (reads only headers)
-            self._check_blob(e, validated)
+            self._check_blob(e, e.sha256 in usable, validated)
 
         with self._transaction() as db:
+            self._refuse_ref_clash(db, repo, branch, "branch")
             row = db.execute(
                 "SELECT commit_id FROM refs WHERE repo = ? AND kind = 'branch' AND name = ?",
                 (repo.id, branch),
@@ -646,16 +719,30 @@ class Storage:
             )
         return Commit(cid, repo.id, current, message, created)
 
+    @staticmethod
+    def _refuse_ref_clash(db: sqlite3.Connection, repo: Repo, name: str, kind: str) -> None:
+        """``Conflict`` if ``name`` is taken by a ref of the other kind (or, for a tag, by any ref): branches and
+        tags share one namespace. Call inside the write transaction that creates or moves the ref."""
+        rows = {r[0] for r in db.execute("SELECT kind FROM refs WHERE repo = ? AND name = ?", (repo.id, name))}
+        if kind == "tag" and "tag" in rows:
+            raise Conflict(f"tag {name!r} already exists in {repo.name}; tags never move: pick another name")
+        other = "branch" if kind == "tag" else "tag"
+        if other in rows:
+            raise Conflict(
+                f"{name!r} is already a {other} of {repo.name}; branches and tags share one namespace, so a {kind} "
+                f"cannot take that name: pick another"
+            )
+
     def create_tag(self, repo_id: str, tag: str, revision: str = "main") -> Commit:
-        """Point a new tag at ``revision``; tags are immutable (``Conflict`` if it exists)."""
-        check_ref_name(tag)
+        """Point a new tag at ``revision``. Tags are immutable, and branches and tags share one namespace:
+        ``Conflict`` if a tag or a branch of that name exists."""
+        check_new_ref_name(tag)
         repo = self.get_repo(check_repo_id(repo_id))
         if repo is None:
             raise RepositoryNotFound(f"repository {repo_id} not found")
         commit = self.resolve(repo, revision)
         with self._transaction() as db:
-            if db.execute("SELECT 1 FROM refs WHERE repo = ? AND kind = 'tag' AND name = ?", (repo.id, tag)).fetchone():
-                raise Conflict(f"tag {tag!r} already exists in {repo.name}")
+            self._refuse_ref_clash(db, repo, tag, "tag")
             db.execute(
                 "INSERT INTO refs(repo, kind, name, commit_id) VALUES (?, 'tag', ?, ?)",
                 (repo.id, tag, commit.id),
