@@ -38,7 +38,7 @@ from tensorwire.protocol.errors import (
     WorkerLost,
     error_from_wire,
 )
-from tensorwire.protocol.graph import attrs_key, structure_key
+from tensorwire.protocol.graph import attrs_key, freeze, structure_key
 from tensorwire.protocol.liveness import RENEWALS_PER_LEASE, SESSION_LEASE_S, set_zmq_heartbeats
 from tensorwire.protocol.ops import OPS, infer
 from tensorwire.protocol.service import spin_wait
@@ -530,8 +530,9 @@ class Session:
         return t
 
     def scalar(self, value, dtype: D.DType, device: str):
-        """A cached 0-d tensor for a Python scalar operand (so ``x + 1`` in a loop reuses it)."""
-        key = (type(value), value, dtype.name, device)
+        """A cached 0-d tensor for a Python scalar operand (so ``x + 1`` in a loop reuses it); keyed by
+        :func:`~tensorwire.protocol.graph.freeze`, so ``-0.0`` and ``0.0`` are two tensors and a NaN is found again."""
+        key = (type(value), freeze(value), dtype.name, device)
         t = self._scalars.get(key)
         if t is None or t._s is not self:
             t = self.record("full", [], {"shape": [], "dtype": dtype.name, "value": value}, device)

@@ -8,6 +8,9 @@
   only lost when it really sent nothing for ``HEARTBEAT_S * LIVENESS``.
 - **Client leases.** A session whose client sent nothing (no request, no lease renewal) for the lease period is
   released with its buffers (:class:`Leases`); the client hears why if it comes back.
+- **Restarts.** A supervisor that restarts a worker (``LocalCluster``) tells the new process how the old one ended
+  (:data:`RESTARTED_ENV`); it registers with that in its info (:data:`RESTARTED_INFO`), and a session that uses a
+  tensor the old one held gets ``WorkerLost`` saying so.
 - **Epochs.** Each dispatcher process has a random epoch, sent to services when they register; a worker that
   registers with a dispatcher of a new epoch drops the buffers of the old one's sessions, which nobody can name
   any more (a restarted dispatcher knows none of them, and may hand out their ids again).
@@ -30,6 +33,10 @@ CLIENT_SLICE_S = 0.05
 #: not make the dispatcher build and send millions of error maps)
 MAX_FETCH_ERRORS = 64
 _REMEMBER_EXPIRED = 4096
+#: set by a worker's supervisor when it restarts the worker: how the previous process ended ("was killed by SIGKILL")
+RESTARTED_ENV = "TENSORWIRE_RESTARTED_AFTER"
+#: the key of a worker's registration info that carries it
+RESTARTED_INFO = "restarted_after"
 
 
 def new_epoch() -> str:
@@ -53,9 +60,17 @@ class Leases:
         self.lease_s = lease_s
         self._expired: OrderedDict[bytes, float] = OrderedDict()
 
-    def expired(self, sessions: dict, wall: float) -> list:
-        """The sessions (values of ``sessions``) whose client has been silent longer than the lease."""
-        return [s for s in sessions.values() if wall - s.last_seen > self.lease_s]
+    def expired(self, sessions: dict, caught_up: float) -> list:
+        """The sessions (values of ``sessions``) whose client has been silent longer than the lease.
+
+        ``caught_up``: the last wall time the dispatcher found its client socket empty. Silence is measured up to
+        then, not up to now: while the dispatcher is behind (a flood of large messages, a loaded host), a client's
+        next message may be waiting in the socket, and a lease must not run out on the dispatcher's own delay
+        (issue 36: a flood made it expire the flooding session, and a quiet one, between two of their messages).
+        Once the socket is empty, every message sent before that moment has been read, so a session last seen a
+        lease before it was really silent. (A flood that never lets the socket empty keeps sessions for as long as
+        it lasts; they go at the first moment it does.)"""
+        return [s for s in sessions.values() if caught_up - s.last_seen > self.lease_s]
 
     def note_expired(self, sid: bytes) -> None:
         self._expired[sid] = time.time()

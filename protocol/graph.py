@@ -17,7 +17,10 @@ number plus fresh ``ext``/``outs`` ids and the dynamic attribute values.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
+
+import numpy as np
 
 from . import dtypes as D
 from .errors import ProtocolError
@@ -92,12 +95,28 @@ class ExpandingBuilder(Builder):
         return len(self.nodes) - 1
 
 
+
+_F64 = struct.Struct("<d")
+
+
+def _float_bits(v) -> bytes:
+    """The float64 bit pattern of ``v``: unlike ``==`` and ``hash``, it tells ``-0.0`` from ``0.0`` and matches a
+    NaN to itself (NaNs of different sign or payload differ, as their bits do)."""
+    return _F64.pack(v)
+
+
 def freeze(v):
     """A hashable, type-exact form of an attribute value: lists become tuples, dicts item tuples (in their order),
-    and floats and bools carry their type, so ``1``, ``1.0`` and ``True`` never share a key."""
+    and floats and bools carry their type, so ``1``, ``1.0`` and ``True`` never share a key.
+
+    Floats (numpy's float scalars and complex parts included) are keyed by their bits, so ``-0.0`` and ``0.0`` never
+    share a key (``1 / x`` tells them apart) and a NaN finds its own key again. Every cache of values by attributes
+    or operands (plans, the client's scalar tensors, ``tw.compile``'s signatures) keys them through here."""
     t = type(v)
     if t is int or t is str or v is None:
         return v
+    if t is float:
+        return (t, _F64.pack(v))
     if t is list or t is tuple:
         for x in v:
             if type(x) is not int:
@@ -105,6 +124,10 @@ def freeze(v):
         return tuple(v)
     if t is dict:
         return tuple([(k, freeze(x)) for k, x in v.items()])
+    if isinstance(v, (float, np.floating)):
+        return (t, _float_bits(v))
+    if isinstance(v, (complex, np.complexfloating)):
+        return (t, _float_bits(v.real), _float_bits(v.imag))
     return (t, v)
 
 

@@ -82,7 +82,7 @@ HELPER_TEMPLATES = {
   if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
   {T} fl;
   if (div != 0) {{ fl = floor{F}(div); if (div - fl > ({T})0.5) fl += 1; }}
-  else fl = ((a < 0) != (b < 0)) ? -({T})0 : ({T})0;
+  else fl = copysign{F}(({T})0, a / b);  /* numpy's sign of a zero quotient: -0.0 // 7.0 is -0.0 */
   return fl;
 }}""",
     "fmod_py": r"""TW_FN {T} tw_fmod_py{S}({T} a, {T} b) {{

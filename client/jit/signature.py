@@ -1,7 +1,8 @@
 """The signature a compiled graph is cached by: what makes two calls record the same graph.
 
 Tensors count by shape, dtype, device, ``requires_grad``, session and which arguments are the same tensor;
-Python scalars, strings and other hashable values by value (their type included: ``1`` and ``1.0`` differ);
+Python scalars, strings and other hashable values by value (their type included: ``1`` and ``1.0`` differ; floats
+by their bits, :func:`~tensorwire.protocol.graph.freeze`: ``-0.0`` and ``0.0`` differ, a NaN matches itself);
 anything else by identity. Grad mode, autocast and the default dtype change what a call records, so they count too.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 from tensorwire.amp import autocast_mode as _amp
 from tensorwire.autograd_engine import is_grad_enabled
 from tensorwire.protocol.dtypes import get_default_dtype
+from tensorwire.protocol.graph import freeze
 from tensorwire.tensor import Tensor
 
 from .pytree import flatten
@@ -30,9 +32,10 @@ def signature(args: tuple, kwargs: dict) -> tuple[tuple, list, list[Tensor]]:
             continue
         try:
             hash(x)
-            parts.append((type(x), x))
         except TypeError:
             parts.append((type(x), id(x)))
+            continue
+        parts.append((type(x), freeze(x)))  # (floats by their bits: -0.0 is not 0.0, a NaN matches itself)
     amp = tuple(sorted(_amp._state().items())) if _amp._active[0] else ()
     key = (spec, tuple(parts), is_grad_enabled(), amp, get_default_dtype().name)
     return key, leaves, tensors

@@ -108,7 +108,8 @@ def _nan_to_num(g, x, attrs):
     if not x.dtype.is_floating_point:
         return g.op("copy", x)
     big = D.finfo_max(x.dtype)
-    nan = attrs.get("nan") or 0.0
+    nan = attrs.get("nan")
+    nan = 0.0 if nan is None else nan  # (not `or`: nan=-0.0 keeps its sign)
     pos = attrs.get("posinf")
     neg = attrs.get("neginf")
     pos = big if pos is None else pos

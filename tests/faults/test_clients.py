@@ -165,6 +165,6 @@ def test_big_legal_client_messages_do_not_get_workers_declared_dead(cluster, ses
     for k in keep:  # the workers were never declared dead: nothing was lost
         np.testing.assert_array_equal(k.numpy(), [1, 2, 3, 4])
     for h in replies:
-        assert h["t"] == "result" and (h["errors"] or h["fetch_errors"])
+        assert h["t"] == "result" and (h["errors"] or h["fetch_errors"]), h
         assert len(h["fetch_errors"]) <= 64  # a reply lists a bounded number of fetch errors
     print(f"dispatcher busy {busy:.1f} s with the flood; workers kept")
