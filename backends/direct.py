@@ -55,6 +55,7 @@ import weakref
 import numpy as np
 import zmq
 
+from tensorwire.dispatcher.answers import Answers, bound_socket, connection_of
 from tensorwire.dispatcher.plans import split_batch
 from tensorwire.protocol.addresses import check_address
 from tensorwire.protocol.batch_ids import is_int_list
@@ -152,6 +153,7 @@ class DirectChannel:
         self.public_key = None  # the CURVE key clients pin (None: plain, loopback only)
         self.io = ShmPool(f"{device}-io")  # files for uploads and downloads on this host
         self.lent: dict[bytes, dict] = {}  # session -> {path: ShmFile} on loan to it
+        self.routes: dict[bytes, tuple] = {}  # session -> (routing id, connection) of its channel, while it lives
         self.probe: tuple[str, str] | None = None  # (path, nonce) of the same-host probe
         address = address if address is not None else os.environ.get(ADDRESS_ENV, DEFAULT_ADDRESS)
         if not address or address.lower() == "none":
@@ -189,6 +191,8 @@ class DirectChannel:
             self.why_not = f"cannot listen on {address}: {e}"
             log.warning("no direct channel: %s", self.why_not)
             return
+        bound_socket(sock)  # what a client that does not read may cost (dispatcher/answers.py)
+        self.answers = Answers(sock, f"the worker for {self.device}")
         self.sock = sock
 
     def close(self) -> None:
@@ -383,7 +387,9 @@ class DirectChannel:
             log.exception("could not answer a refused direct message")
 
     def send(self, route: bytes, header: dict, frames=()) -> None:
-        send_parts(self.sock, [route, pack_header(header), *frames])
+        """Answer a client on its channel, within the bounds of ``dispatcher/answers.py``: an answer dropped at a
+        bound reaches the client as an ``OutOfMemory`` error with its ``q``."""
+        self.answers.send(route, header, frames)
 
     def forget(self, sid: bytes) -> None:
         """A session was dropped: refuse its capabilities from now on (bounded: the oldest are forgotten)."""
@@ -391,6 +397,9 @@ class DirectChannel:
         if len(self.closed) > MAX_CLOSED:
             self.closed.pop(next(iter(self.closed)))
         self.drop(sid)
+        route = self.routes.pop(sid, None)
+        if route is not None and route[0] not in {r[0] for r in self.routes.values()}:  # its unread answers go too
+            self.answers.release(*route)
 
     def receive(self, executor) -> int:
         """Take what is waiting on the socket (at most 1000 messages) and hand it to ``executor``; returns the
@@ -412,7 +421,7 @@ class DirectChannel:
                 if q is not None and type(q) is not int:
                     q = None
                     raise ProtocolError("'q' must be an int")
-                self._handle(executor, route, h, msg[2:], q)
+                self._handle(executor, route, h, msg[2:], q, msg[1])
             except TensorwireError as e:
                 if h.get("t") in ("xfer", "xfer_give"):  # (a worker's message: nobody reads answers to it)
                     log.warning("refused a worker-to-worker message: %s", e.message)
@@ -424,7 +433,7 @@ class DirectChannel:
                     ProtocolError("the worker rejected a malformed message (see its log)")))
         return n
 
-    def _handle(self, executor, route: bytes, h: dict, frames: list, q) -> None:
+    def _handle(self, executor, route: bytes, h: dict, frames: list, q, hframe=None) -> None:
         """One message of ``protocol.messages.DIRECT``: a worker's (signed) or a client's (under a capability),
         each kind to its handler (``DIRECT_HANDLERS``)."""
         t = check(DIRECT, h)
@@ -434,6 +443,11 @@ class DirectChannel:
         sid = self._verified(h.get("cap"))
         if sid in self.closed:
             raise Unauthorized("this session is closed")
+        if self.answers.owed(route):  # errors for answers dropped while its queue was full: room now?
+            self.answers.flush(route)
+        known = self.routes.get(sid)
+        if known is None or known[0] != route:  # (where its answers go, and the connection Answers.release ends)
+            self.routes[sid] = (route, connection_of(hframe))
         if h.get("shm_give"):
             self.give_back(sid, h["shm_give"])
         getattr(self, DIRECT_HANDLERS[t])(executor, route, sid, h, frames, q)

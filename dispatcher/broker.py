@@ -76,7 +76,8 @@ class Broker:
         return addr
 
     def _to_client(self, ident: bytes, header: dict, frames=()) -> None:
-        send_parts(self.clients, [ident, pack_header(header), *frames])
+        """Answer a client, within the bounds of ``dispatcher/answers.py`` (a dropped answer becomes a typed error)."""
+        self.answers.send(ident, header, frames)
 
     def _to_service(self, svc: ServiceInfo, header: dict, frames=()) -> None:
         send_parts(self.services, [svc.ident, pack_header(header), *frames])
@@ -96,11 +97,14 @@ class Broker:
                 self._drain(self.services, self._on_service)
             if self.clients in events:
                 self._drain(self.clients, self._on_client, time.monotonic() + CLIENT_SLICE_S)
+            if not self.clients.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # every client message sent so far is read
+                self.caught_up = time.time()
             now = time.monotonic()
             if now >= next_hb:
                 next_hb = now + HEARTBEAT_S
                 drain_fully(lambda sock: self._drain(sock, self._on_service), self.services)
                 self._heartbeat(time.monotonic())
+                self.answers.tick()
                 self.telemetry.sample(time.monotonic())
                 if self.metrics_server is not None and now >= self._next_poll:
                     self._next_poll = now + POLL_S
@@ -154,10 +158,12 @@ class Broker:
                 self._service_lost(svc, "stopped sending heartbeats")
             else:
                 self._to_service(svc, {"t": "hb"})
-        for s in self.leases.expired(self.sessions, time.time()):  # its client died or was cut off
+        for s in self.leases.expired(self.sessions, self.caught_up):  # its client died or was cut off
             log.warning("session %s expired: no message from its client for %gs", s.sid.hex(), self.leases.lease_s)
             self.leases.note_expired(s.sid)
             self._close_session(s, "expired")
+            if not any(o.ident == s.ident for o in self.sessions.values()):  # its unread answers go too
+                self.answers.release(s.ident, s.conn)
 
     def _on_service(self, ident: bytes, hframe, frames) -> None:
         """One message on the service socket: heartbeats and registrations from anyone who holds the service

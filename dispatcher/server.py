@@ -58,6 +58,7 @@ from tensorwire.protocol.service import (
 )
 from tensorwire.protocol.wire import MAX_MESSAGE
 
+from .answers import Answers, bound_socket
 from .broker import Broker
 from .coordination import Collectives
 from .gathers import Gathers
@@ -109,6 +110,8 @@ class Dispatcher(Broker, Sessions, Routing, Collectives, Gathers):
             except (zmq.ZMQError, AttributeError):
                 log.info("no ZMQ_ROUTER_NOTIFY in libzmq %s: dead clients are found by their leases, dead "
                          "services by their heartbeats", zmq.zmq_version())
+        bound_socket(self.clients)  # what a client that does not read may cost (dispatcher/answers.py)
+        self.answers = Answers(self.clients, "the dispatcher")
         try:
             self.client_addr = self._bind(self.clients, client_addr, "--address")
             self.service_addr = self._bind(self.services, service_addr, "--service-address")
@@ -146,6 +149,7 @@ class Dispatcher(Broker, Sessions, Routing, Collectives, Gathers):
         self.started = time.time()
         self.epoch = new_epoch()  # tells a worker whether its buffers belong to this dispatcher's sessions
         self.leases = Leases()
+        self.caught_up = time.time()  # the last time the client socket was found empty (Leases.expired)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from tensorwire.protocol.errors import (
 from tensorwire.protocol.messages import CLIENT, check
 from tensorwire.protocol.wire import unpack_header
 
+from .answers import connection_of
 from .state import (
     SECRET_BYTES,
     SID_BYTES,
@@ -59,6 +60,8 @@ class Sessions:
             self._to_client(ident, {"t": "error", "q": q, "error": e.to_wire()})
             return
         q = h.get("q")
+        if self.answers.owed(ident):  # errors for answers dropped while its queue was full: it has room now?
+            self.answers.flush(ident)
         if t == "hello":
             self._hello(ident, h)
             return
@@ -85,6 +88,8 @@ class Sessions:
                 "no session: send 'hello' with the protocol version and credentials first, then the session "
                 "key it answers with ('k') in every message"))})
             return
+        if s.ident != ident or s.conn is None:
+            s.conn = connection_of(hframe)  # (what Answers.release shuts down when its lease ends)
         s.ident = ident  # answers go where the key was last proven (a client that reconnected gets them)
         s.last_seen = time.time()
         if h.get("forget") is not None:  # handles the client released on direct channels

@@ -72,6 +72,7 @@ class Session:
     spans: list | None = None  # profiler spans of its profiled batches, until collected
     spans_dropped: int = 0
     host: str = ""  # the client's host id (protocol.shm_paths.host_id): who can reach a worker's loopback address
+    conn: tuple | None = None  # (fd, inode) of the connection ``ident`` names (dispatcher/answers.py)
 
 
 

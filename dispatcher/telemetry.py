@@ -147,6 +147,16 @@ class DispatcherCollector:
         for code, n in list(errors.items()):
             c.add_metric([code], n)
         yield c
+        answers = getattr(d, "answers", None)
+        if answers is not None:  # (dispatcher/answers.py; read without pruning: the loop prunes every heartbeat)
+            g = GaugeMetricFamily("tensorwire_answer_bytes", "Bytes of answers sent to clients that their connections "
+                                  "have not taken yet (bounded by TENSORWIRE_ANSWER_BYTES per connection)")
+            g.add_metric([], answers.held_bytes)
+            yield g
+            c = CounterMetricFamily("tensorwire_answers_dropped", "Answers to clients dropped at a bound (each "
+                                    "client got an OutOfMemory error for it instead)")
+            c.add_metric([], answers.dropped)
+            yield c
         workers = list(d.workers.items())
         up = GaugeMetricFamily(
             "tensorwire_worker_up", "1 for each device with a registered, live worker", labels=["device"]

@@ -1,0 +1,254 @@
+"""Bounded answers to clients (issue 34, finding 5): what a ROUTER socket holds for a peer that does not read.
+
+A ROUTER socket queues each peer's messages until the peer's connection takes them, and by default holds up to
+1000 messages per peer, whatever their size: a client that asks for many large fetches and never reads them made the
+dispatcher hold them all. Both sockets that answer clients (the dispatcher's client socket, a worker's direct
+channel: ``backends.direct``) are bounded here, per connection (routing id):
+
+- **Bytes.** Large frames (``TRACK_MIN`` and up) are sent without a copy and tracked until libzmq has written them
+  to the connection (``zmq.MessageTracker``). An answer that would take the bytes held for one connection past
+  ``TENSORWIRE_ANSWER_BYTES`` (default 256 MiB), or for all connections past ``TENSORWIRE_ANSWER_BYTES_TOTAL``
+  (default 1 GiB), is dropped and a small ``error`` with the same ``q`` and ``OutOfMemory`` goes in its place: the
+  client raises it when it reads that far. One answer always goes when nothing is held for its connection, however
+  large (a single fetch of a large tensor still works).
+- **Messages.** ``ZMQ_SNDHWM`` is ``TENSORWIRE_ANSWER_HWM`` (default 1000) per connection, with
+  ``ZMQ_ROUTER_MANDATORY``, and every send is non-blocking: a message to a full connection is dropped; if it answered
+  a numbered request, its ``OutOfMemory`` error is owed (at most ``MAX_OWED`` per connection) and sent, in order,
+  as soon as the connection has room (at the client's next message, or the next heartbeat). A message to a
+  connection that is gone is dropped, as before.
+- **Connections of dead sessions.** libzmq cannot drop one peer's queue, so :meth:`Answers.release` shuts the
+  connection down (its socket, found by the file descriptor its messages came from, checked by inode so a reused
+  descriptor is never touched): libzmq then frees everything queued for it. The dispatcher does this when a session's
+  lease ends with answers still unwritten; the client reconnects and hears that its session expired.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import socket
+import time
+from collections import deque
+
+import zmq
+
+from tensorwire.protocol.errors import OutOfMemory
+from tensorwire.protocol.wire import frame_nbytes, pack_header
+
+log = logging.getLogger("tensorwire.dispatcher")
+
+#: bytes of answers held for one connection (sent, not yet written to it) past which answers are dropped
+ANSWER_BYTES = int(os.environ.get("TENSORWIRE_ANSWER_BYTES", str(256 << 20)))
+#: ... and for all connections of one socket together
+ANSWER_BYTES_TOTAL = int(os.environ.get("TENSORWIRE_ANSWER_BYTES_TOTAL", str(1 << 30)))
+#: messages queued for one connection (``ZMQ_SNDHWM``) past which messages are dropped
+ANSWER_HWM = int(os.environ.get("TENSORWIRE_ANSWER_HWM", "1000"))
+#: frames from this size on are sent without a copy and tracked; smaller ones count against the HWM only
+TRACK_MIN = 64 << 10
+#: error answers owed to one connection (its queue was full); past it they are dropped (the client's wait times out)
+MAX_OWED = 256
+#: connections with answers owed at once
+MAX_OWED_CONNECTIONS = 4096
+
+
+def bound_socket(sock: zmq.Socket, hwm: int = ANSWER_HWM) -> None:
+    """Give a ROUTER socket that answers clients its message bound: a full or vanished peer raises (``EAGAIN``,
+    ``EHOSTUNREACH``) instead of silently swallowing the message, so :class:`Answers` can say so."""
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+
+
+def connection_of(frame) -> tuple[int, int] | None:
+    """``(file descriptor, inode)`` of the connection a received ``zmq.Frame`` came from (None: not a socket file,
+    e.g. inproc)."""
+    try:
+        fd = frame.get(zmq.SRCFD)
+        return (fd, os.fstat(fd).st_ino) if fd >= 0 else None
+    except (zmq.ZMQError, OSError, TypeError, AttributeError):
+        return None
+
+
+class Answers:
+    """Sends on a client-facing ROUTER socket (set up by :func:`bound_socket`), within the bounds above."""
+
+    def __init__(self, sock: zmq.Socket, who: str, *, byte_bound: int = ANSWER_BYTES,
+                 total_bound: int = ANSWER_BYTES_TOTAL):
+        """``who`` names the sender in errors ("the dispatcher", "the worker for cpu:0")."""
+        self.sock = sock
+        self.who = who
+        self.byte_bound = byte_bound
+        self.total_bound = total_bound
+        self._flight: dict[bytes, list] = {}  # routing id -> [[tracker, bytes], ...] not known written yet
+        self._total = 0  # bytes in _flight (an over-estimate until pruned)
+        self._owed: dict[bytes, deque] = {}  # routing id -> error answers owed, oldest first
+        self.dropped = 0  # answers dropped since start
+        self._next_tick = 0.0
+
+    # -- accounting ------------------------------------------------------------------------------
+    def held(self, ident: bytes) -> int:
+        """Bytes of answers to ``ident`` that libzmq still holds (sent, not yet written to the connection)."""
+        fl = self._flight.get(ident)
+        if not fl:
+            return 0
+        live = [x for x in fl if not x[0].done]
+        self._total -= sum(x[1] for x in fl) - sum(x[1] for x in live)
+        if live:
+            self._flight[ident] = live
+        else:
+            del self._flight[ident]
+        return sum(x[1] for x in live)
+
+    def total(self) -> int:
+        """Bytes of answers held for every connection (pruned now)."""
+        for ident in list(self._flight):
+            self.held(ident)
+        return self._total
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of answers held for every connection, as of the last pruning (safe to read from another thread)."""
+        return self._total
+
+    def owed(self, ident: bytes) -> int:
+        """Error answers owed to ``ident``."""
+        return len(self._owed.get(ident, ()))
+
+    def tick(self, every: float = 0.0) -> None:
+        """Forget written answers, and send what is owed where there is room now (at most once per ``every``
+        seconds: a loop may call this at each turn)."""
+        if not (self._flight or self._owed):
+            return
+        now = time.monotonic()
+        if now < self._next_tick:
+            return
+        self._next_tick = now + every
+        self.total()
+        for ident in list(self._owed):
+            self.flush(ident)
+
+    # -- sending ---------------------------------------------------------------------------------
+    def send(self, ident: bytes, header: dict, frames=()) -> bool:
+        """Send one message to ``ident`` within the bounds; False when it was dropped (its error sent or owed in its
+        place, where it answers a numbered request)."""
+        if ident in self._owed and not self.flush(ident):  # owed answers go first; the queue is still full
+            self._drop(ident, header, self._hwm_error(header))
+            return False
+        n = sum(k for k in map(frame_nbytes, frames) if k >= TRACK_MIN) if frames else 0
+        if n and not self._room(ident, n):
+            self._drop(ident, header, self._bytes_error(header, ident, n))
+            return False
+        try:
+            self._send(ident, header, frames)
+        except zmq.Again:
+            self._drop(ident, header, self._hwm_error(header))
+            return False
+        except zmq.ZMQError as e:
+            if e.errno == errno.EHOSTUNREACH:  # the peer is gone: nobody to answer
+                return False
+            raise
+        return True
+
+    def _room(self, ident: bytes, n: int) -> bool:
+        """Whether ``n`` more bytes to ``ident`` stay within the bounds (always, when nothing is held)."""
+        held = self.held(ident)
+        if held and held + n > self.byte_bound:
+            return False
+        total = self._total if self._total + n <= self.total_bound else self.total()  # (prunes only when needed)
+        return not total or total + n <= self.total_bound
+
+    def _send(self, ident: bytes, header: dict, frames) -> None:
+        sock = self.sock
+        sock.send(ident, zmq.SNDMORE | zmq.NOBLOCK)  # (a full or unknown peer raises here, before anything is queued)
+        parts = [pack_header(header), *frames]
+        last = len(parts) - 1
+        for i, p in enumerate(parts):
+            flags = zmq.NOBLOCK | (zmq.SNDMORE if i < last else 0)
+            k = frame_nbytes(p) if i else 0
+            if k < TRACK_MIN:
+                sock.send(p, flags, copy=True)
+                continue
+            # (a received Frame is wrapped: the new one's tracker fires once libzmq let go of the bytes)
+            frame = zmq.Frame(p.buffer if isinstance(p, zmq.Frame) else p, track=True)
+            tracker = sock.send(frame, flags, copy=False, track=True)
+            self._flight.setdefault(ident, []).append([tracker, k])
+            self._total += k
+
+    def flush(self, ident: bytes) -> bool:
+        """Send the error answers owed to ``ident`` while its queue has room; True when none is left."""
+        owed = self._owed.get(ident)
+        while owed:
+            try:
+                self._send(ident, owed[0], ())
+            except zmq.Again:
+                return False
+            except zmq.ZMQError as e:
+                if e.errno != errno.EHOSTUNREACH:
+                    raise
+                owed.clear()  # (the peer is gone)
+                break
+            owed.popleft()
+        self._owed.pop(ident, None)
+        return True
+
+    def _drop(self, ident: bytes, header: dict, err: OutOfMemory) -> None:
+        """``header``'s message is not sent: its client gets ``err`` for it instead (now if there is room, else
+        when there is)."""
+        self.dropped += 1
+        q = header.get("q")
+        if type(q) is not int or q < 0 or header.get("t") == "pong":  # (nothing waits for it by number)
+            return
+        msg = {"t": "error", "q": q, "error": err.to_wire()}
+        if ident not in self._owed:
+            try:
+                self._send(ident, msg, ())
+                return
+            except zmq.Again:
+                pass
+            except zmq.ZMQError as e:
+                if e.errno == errno.EHOSTUNREACH:
+                    return
+                raise
+            if len(self._owed) >= MAX_OWED_CONNECTIONS:
+                log.warning("%s dropped an answer to a client and cannot owe it the error (too many full connections)",
+                            self.who)
+                return
+        owed = self._owed.setdefault(ident, deque())
+        if len(owed) < MAX_OWED:
+            owed.append(msg)
+
+    def _bytes_error(self, header: dict, ident: bytes, n: int) -> OutOfMemory:
+        mib = 1 << 20
+        return OutOfMemory(
+            f"{self.who} dropped the answer to request {header.get('q')} ({n / mib:.1f} MiB): this client has "
+            f"{self.held(ident) / mib:.1f} MiB of answers it has not read yet (bound: TENSORWIRE_ANSWER_BYTES = "
+            f"{self.byte_bound / mib:.0f} MiB per connection, TENSORWIRE_ANSWER_BYTES_TOTAL = "
+            f"{self.total_bound / mib:.0f} MiB in all). Read answers before asking for more (fetch fewer large values "
+            f"at once), then fetch this one again")
+
+    def _hwm_error(self, header: dict) -> OutOfMemory:
+        return OutOfMemory(
+            f"{self.who} dropped the answer to request {header.get('q')}: this client left "
+            f"{self.sock.getsockopt(zmq.SNDHWM)} messages unread (bound: TENSORWIRE_ANSWER_HWM). Read answers before "
+            f"sending more requests, then ask again")
+
+    # -- connections -------------------------------------------------------------------------------
+    def release(self, ident: bytes, conn: tuple[int, int] | None) -> bool:
+        """Free what is queued for ``ident`` (a session of it ended with answers unwritten): shut its connection
+        down, so that libzmq drops the queue (the peer may connect again). ``conn``: its ``connection_of``. True
+        when a connection was shut down."""
+        self._owed.pop(ident, None)
+        if not self.held(ident) or conn is None:
+            return False
+        fd, ino = conn
+        try:
+            if os.fstat(fd).st_ino != ino:  # the descriptor is another file now: that connection is gone already
+                return False
+            dup = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            return False
+        with contextlib.closing(dup), contextlib.suppress(OSError):
+            dup.shutdown(socket.SHUT_RDWR)  # (on the connection libzmq holds: its engine ends and frees the queue)
+        log.info("%s shut down a connection with %d bytes of unread answers", self.who, self.held(ident))
+        return True
