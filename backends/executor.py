@@ -420,6 +420,18 @@ def _runner(device: Device, plan: Plan, key: frozenset):
     return run
 
 
+def builds_runner(device: Device, plan: Plan, keep: frozenset) -> bool:
+    """Whether a run of ``plan`` keeping ``keep`` starts by building a runner from kernels the device compiles (a C
+    compiler or a GPU's runtime compiler may take seconds, so the worker runs that batch off its main thread). A
+    runner built already, a plan with transfers (interpreted) and a device without runners of its own (the
+    straight-line runner) build nothing to speak of; a compiling CPU runs some plans on its numpy kernels
+    (``interpreted``)."""
+    if keep in plan.runners or plan.has_transfers or type(device).runner is Device.runner:
+        return False
+    interpreted = getattr(device, "interpreted", None)
+    return interpreted is None or not interpreted(plan.program.steps, plan.hot)
+
+
 def _raiser(exc: Exception):
     def run(env, dyn, frames):
         raise exc
@@ -515,4 +527,4 @@ def meta_of(device: Device, buf) -> tuple | Fail:
     return device.meta(buf)
 
 
-__all__ = ["Fail", "Plan", "compile_plan", "execute", "meta_of", "run_plan"]
+__all__ = ["Fail", "Plan", "builds_runner", "compile_plan", "execute", "meta_of", "run_plan"]

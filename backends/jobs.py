@@ -2,8 +2,10 @@
 
 The worker's main thread owns the socket and every session's state. A batch whose estimated work
 (:func:`plan_work`, elements touched) is small runs right there, as before (no thread hand-off in a round trip); a
-larger one runs on a thread of a small pool (:class:`Pool`), so one session's long op does not hold the others: the
-numpy and compiled kernels release the GIL, and the OS shares the cores between the threads. A session runs one
+larger one, or one that builds a compiled runner before it runs (``executor.builds_runner``: gcc may take seconds),
+runs on a thread of a small pool (:class:`Pool`), so one session's long op or compile does not hold the others: the
+numpy and compiled kernels release the GIL, a compile waits on a child process, and the OS shares the cores between
+the threads. A session runs one
 batch at a time, in order, whichever thread runs it.
 
 Cancelling (:meth:`CancelScope.cancel`) raises :class:`Interrupt` in the pool thread at its next Python step: after

@@ -2,10 +2,11 @@
 
 Every session may hold at most ``limit`` bytes on each device (``--session-memory`` of ``tensorwire worker``, the
 ``TENSORWIRE_SESSION_MEMORY`` environment variable, or ``LocalCluster(session_memory=...)``; by default half the
-device's memory, and for CPU devices half the host's). A batch is refused with :class:`QuotaExceeded` *before* it
-runs when the session's holdings plus the batch's estimated peak (:func:`peak_bytes`) would pass the limit, and
-its results are taken back (freed, and failed with the same error) when what they really hold passes it
-after it ran. The session stays usable: freeing tensors makes room again.
+device's memory, and for CPU devices half of what the worker may use of the host's, :func:`host_memory`: its
+container's or cgroup's limit and its address-space rlimit included). A batch is refused with
+:class:`QuotaExceeded` *before* it runs when the session's holdings plus the batch's estimated peak
+(:func:`peak_bytes`) would pass the limit, and its results are taken back (freed, and failed with the same error)
+when what they really hold passes it after it ran. The session stays usable: freeing tensors makes room again.
 
 What a session holds is counted by allocation, not by tensor: views of one allocation (reshapes, expands,
 slices...) count once, through :meth:`Device.storage`.
@@ -19,6 +20,10 @@ import re
 from tensorwire.protocol.errors import QuotaExceeded
 
 ENV = "TENSORWIRE_SESSION_MEMORY"
+#: states the memory a worker may use on the host (its CPU devices' memory), for limits it cannot see itself
+MEMORY_ENV = "TENSORWIRE_WORKER_MEMORY"
+#: cgroup v1 writes "no limit" as a number near 2**63 (PAGE_COUNTER_MAX pages); anything from here up is none
+V1_UNLIMITED = 1 << 62
 DEFAULT = "50%"
 #: ops whose output views its input on the numpy-based backends (no new allocation); the estimate counts them as 0
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip", "send"})
@@ -41,12 +46,101 @@ _UNITS = {
 }
 
 
-def host_memory() -> int:
-    """The host's physical memory in bytes (what the CPU devices share)."""
+def physical_memory() -> int:
+    """The host's physical memory in bytes."""
     try:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
         return 16 << 30
+
+
+def host_memory() -> int:
+    """The memory in bytes this process may use on the host (what a CPU worker's sessions share): the least of the
+    physical memory, its cgroup's limit (:func:`cgroup_memory_limit`: a container's ``memory.max``) and the room its
+    ``RLIMIT_AS`` leaves (:func:`rlimit_memory`). ``TENSORWIRE_WORKER_MEMORY`` (``"3GiB"``, ``"512MB"``, bytes)
+    states the figure instead, for limits the process cannot see."""
+    text = os.environ.get(MEMORY_ENV, "").strip()
+    if text:
+        n = parse_limit(text, physical_memory())
+        if n is None or n <= 0:
+            raise ValueError(f"{MEMORY_ENV}={text!r} must be a size such as 3GiB, 512MB or a byte count")
+        return n
+    return min(n for n in (physical_memory(), cgroup_memory_limit(), rlimit_memory()) if n is not None)
+
+
+def _read_limit(path: str) -> int | None:
+    """The number in a cgroup limit file; None for ``max`` (no limit) or no readable file."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _ancestors(path: str) -> list[str]:
+    """``/a/b`` -> ``["a/b", "a", ""]``: a cgroup and those above it, relative to the hierarchy's mount."""
+    parts = [p for p in path.split("/") if p and p not in (".", "..")]
+    return ["/".join(parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def cgroup_memory_limit(root: str = "/") -> int | None:
+    """The memory limit in bytes of this process's cgroup, or None without one. ``root`` is where ``proc`` and
+    ``sys`` are found (``"/"``; a test passes a fake tree).
+
+    ``proc/self/cgroup`` names the process's cgroup in each hierarchy: ``0::<path>`` for cgroup v2 (whose
+    ``memory.max`` is read, ``max`` meaning none) and ``N:...memory...:<path>`` for v1's memory controller (its
+    ``memory.limit_in_bytes``). A limit set on a cgroup above binds the ones below, so the least limit found on the
+    path and its ancestors counts; in a container the hierarchy's mount shows the container's own cgroup at its top
+    (whatever path ``proc/self/cgroup`` gives), which the walk up reaches as well."""
+    try:
+        with open(os.path.join(root, "proc/self/cgroup")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    fs = os.path.join(root, "sys/fs/cgroup")
+    found: list[int] = []
+    for line in lines:
+        hid, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hid == "0" and controllers == "":  # cgroup v2 (mounted at /sys/fs/cgroup, or .../unified when hybrid)
+            places = [(os.path.join(fs, "unified"), "memory.max"), (fs, "memory.max")]
+        elif "memory" in controllers.split(","):  # cgroup v1's memory controller
+            places = [(os.path.join(fs, d), "memory.limit_in_bytes") for d in dict.fromkeys((controllers, "memory"))]
+        else:
+            continue
+        for base, name in places:
+            for rel in _ancestors(path):
+                n = _read_limit(os.path.join(base, rel, name))
+                if n is not None and n < V1_UNLIMITED:
+                    found.append(n)
+    return min(found) if found else None
+
+
+def _address_space_used() -> int:
+    """The virtual memory this process has mapped (``VmSize``), in bytes; 0 where unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def rlimit_memory() -> int | None:
+    """What this process's soft ``RLIMIT_AS`` leaves for new allocations: the limit less the address space mapped
+    already (code, libraries, thread stacks: ~0.25 GiB when a CPU worker asks, and its threads' stacks and malloc
+    arenas map ~0.45 GiB more once it runs); None when it is unlimited."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    return max(0, soft - _address_space_used())
 
 
 def parse_limit(text: str | int | None, device_bytes: int) -> int | None:
@@ -136,4 +230,15 @@ def quota_error(device: str, limit: int, used: int, need: int, after: bool = Fal
         f"session memory quota exceeded on {device}: {what}, the session holds {fmt_bytes(used)} "
         f"of its {fmt_bytes(limit)} limit (set by --session-memory / {ENV}); free tensors "
         f"(del) and retry"
+    )
+
+
+def upload_quota_error(device: str, limit: int, held: int, incoming: int) -> QuotaExceeded:
+    """The error of a batch whose upload frames, with those the session's earlier batches still hold on the device,
+    would pass its limit (counted as they arrive, before the batch starts: ``Executor._hold_uploads``)."""
+    return QuotaExceeded(
+        f"session memory quota exceeded on {device}: this batch uploads {fmt_bytes(incoming)} while the session's "
+        f"queued batches hold {fmt_bytes(held)} of uploads, past its {fmt_bytes(limit)} limit (set by "
+        f"--session-memory / {ENV}); the uploads were dropped. Upload less per batch, or wait for the batches "
+        f"before (a sync) and retry"
     )

@@ -3,11 +3,12 @@
 The main thread owns the socket and all state (per-session buffers, cached plans, parked work): it
 decodes messages and runs fragments in each session's order, round-robin across sessions; a session
 waiting for a transfer from another device is parked while the others go on. Small batches run on the
-thread that owns the socket, which keeps a round trip free of thread hand-offs; larger ones run on a
-small pool (:mod:`.jobs`), so one session's long op does not hold the others, and can be cancelled
-between steps. Each session's memory on the device is bounded (:mod:`.quota`), and so are the
-compiled plans (:mod:`.plancache`). A second thread with a socket of its own only sends heartbeats,
-so a long kernel does not make the worker look dead.
+thread that owns the socket, which keeps a round trip free of thread hand-offs; larger ones, and those that
+build a compiled runner first (gcc, bounded by :mod:`.codegen.compiler`), run on a small pool (:mod:`.jobs`), so
+one session's long op or slow compile does not hold the others, and can be cancelled between steps. Each
+session's memory on the device is bounded (:mod:`.quota`), and so are the compiled plans (:mod:`.plancache`).
+A second thread with a socket of its own only sends heartbeats, so a long kernel does not make the worker look
+dead.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections import deque
 import numpy as np
 import zmq
 
+from tensorwire.dispatcher.liveness import RESTARTED_ENV, RESTARTED_INFO
 from tensorwire.protocol.batch_ids import check_temps, kept_nodes, out_ids
 from tensorwire.protocol.credentials import service_token
 from tensorwire.protocol.curve import keys_dir
@@ -63,12 +65,12 @@ from tensorwire.protocol.wire import array_from_frame, as_frame, frame_nbytes, p
 
 from . import get_backend, hot, hub_loader
 from .direct import ADDRESS_ENV, DirectChannel
-from .executor import Fail, compile_plan, execute, meta_of, run_plan
+from .executor import Fail, builds_runner, compile_plan, execute, meta_of, run_plan
 from .jobs import OFFLOAD_WORK, CancelScope, Interrupt, Pool
 from .plancache import PlanCache
 from .quota import DEFAULT as QUOTA_DEFAULT
 from .quota import ENV as QUOTA_ENV
-from .quota import Ledger, host_memory, parse_limit, quota_error
+from .quota import Ledger, host_memory, parse_limit, quota_error, upload_quota_error
 from .shm import ShmPool
 
 log = logging.getLogger("tensorwire.worker")
@@ -99,7 +101,8 @@ class _Job:
     """One ``run`` message of a session, from its arrival to its answer."""
 
     __slots__ = ("h", "frames", "seq", "plan", "ext", "outs", "kept", "keep", "dyn", "gen", "wait", "value", "offload",
-                 "pooled", "scope", "sent", "recvd", "cancelled", "ctx", "started", "spans", "answered", "route")
+                 "pooled", "scope", "sent", "recvd", "cancelled", "ctx", "started", "spans", "answered", "route",
+                 "uploads", "refused")
 
     def __init__(self, h: dict, frames: list, seq: int, route: bytes | None = None):
         self.h = h
@@ -126,11 +129,13 @@ class _Job:
         # the profiler is on for this batch ("prof": its batch number): its spans, handed to the session at the end
         self.spans: list | None = [] if h.get("prof") is not None else None
         self.answered = False  # its answer went out (early, see Executor._early_slots, or when it finished)
+        self.uploads = 0  # bytes of its upload frames, counted on its session until it finishes
+        self.refused: Exception | None = None  # its uploads would pass the session's quota: it fails with this
 
 
 class _Session:
     __slots__ = ("buffers", "jobs", "running", "errors", "ledger", "cancel_before", "draining", "spans",
-                 "spans_dropped", "hot_plans")
+                 "spans_dropped", "hot_plans", "uploads")
 
     def __init__(self, device):
         self.buffers: dict[int, object] = {}
@@ -143,6 +148,7 @@ class _Session:
         self.spans: list = []  # profiler spans of its profiled batches, until the client collects them
         self.spans_dropped = 0  # spans past MAX_SPANS, not kept
         self.hot_plans = 0  # plans compiled because they ran often (see hot.py)
+        self.uploads = 0  # bytes of upload frames its queued and running batches hold (see Executor._hold_uploads)
 
 
 class Executor:
@@ -198,7 +204,10 @@ class Executor:
         sid = h["s"]
         s = self._session(sid)
         self.seq += 1
-        s.jobs.append(_Job(h, frames, self.seq, route))
+        job = _Job(h, frames, self.seq, route)
+        if frames:
+            self._hold_uploads(s, job)
+        s.jobs.append(job)
         if route is not None:
             c = self.direct_counts
             c["batches"] += 1
@@ -208,6 +217,18 @@ class Executor:
             c["ops"] += len(h.get("nodes") or ())
         if s.running is None and s.draining is None and len(s.jobs) == 1:
             self.ready.append(sid)
+
+    def _hold_uploads(self, s: _Session, job: _Job) -> None:
+        """Count the job's upload frames against its session's quota as they arrive, before the batch starts: once
+        the uploads its session holds (queued and running batches) would pass the limit, the frames are let go at
+        once and the batch fails with ``QuotaExceeded`` when its turn comes (``_bind_outputs``)."""
+        n = sum(map(frame_nbytes, job.frames))
+        if self.limit is not None and s.uploads + n > self.limit:
+            job.frames = []
+            job.refused = upload_quota_error(self.name, self.limit, s.uploads, n)
+            return
+        job.uploads = n
+        s.uploads += n
 
     def _on_xfer(self, h: dict, frames: list, route=None) -> None:
         """A value from another device's worker (relayed, or straight from it: ``backends.direct``)."""
@@ -510,7 +531,8 @@ class Executor:
             keep.discard(None)
             job.plan, job.ext, job.keep = plan, ext, frozenset(keep)
             job.dyn = {j: a for j, a in (h.get("dyn") or ())}
-            job.offload = plan.work >= OFFLOAD_WORK
+            # large work, or a compile (seconds of gcc) first: off the main thread, which serves the other sessions
+            job.offload = plan.work >= OFFLOAD_WORK or builds_runner(self.device, plan, job.keep)
             if self.limit is not None and not job.cancelled:
                 need = plan.peak(job.keep)
                 if s.ledger.used + need > self.limit:
@@ -531,6 +553,8 @@ class Executor:
             raise ProtocolError(f"batch has {n} nodes but {len(job.outs)} output ids")
         temps = check_temps(job.h.get("temps"), n)
         job.kept = kept_nodes(n, temps) if temps else None
+        if job.refused is not None:  # (its outputs are known now: they fail with it)
+            raise job.refused
 
     def _release_early(self, s: _Session, h: dict) -> None:
         """Free the released buffers this batch does not read now rather than after it (the others, and the
@@ -832,6 +856,8 @@ class Executor:
 
     def _finish(self, sid, s: _Session, job: _Job, result: dict, report: bool = True) -> None:
         h = job.h
+        s.uploads -= job.uploads  # (what the batch kept of its uploads is on the ledger now)
+        job.uploads, job.frames = 0, []
         if s.running is job:
             s.running = None
         self._settle(sid, job)
@@ -1107,6 +1133,8 @@ class Worker:
             info["direct_off"] = self.channel.why_not
         if self.executor.transport is not None:
             info["collectives"] = self.executor.transport.name
+        if os.environ.get(RESTARTED_ENV):  # its supervisor restarted it: how the previous worker ended
+            info[RESTARTED_INFO] = os.environ[RESTARTED_ENV][:300]
         return info
 
     def _registered(self, h: dict) -> None:
@@ -1148,6 +1176,8 @@ class Worker:
                     self.channel.receive(ex)
                 if self.channel.peer_give:  # other workers' files our arrays no longer use
                     self.channel.flush_gives()
+                if direct is not None:  # answers its clients' connections took; errors owed to full ones
+                    self.channel.answers.tick(0.1)
                 if sock not in events:
                     ex.run_ready()
                     # (messages may have come while the batches ran: silence is judged on an empty socket only)

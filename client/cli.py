@@ -46,7 +46,12 @@ def version_line() -> str:
 def _up(argv: list[str]) -> int:
     from tensorwire.hub.client import DEFAULT_PORT as HUB_PORT
 
-    p = argparse.ArgumentParser(prog="tensorwire up", description="Start a local cluster; Ctrl-C stops it.")
+    from .cluster import LocalCluster, RestartPolicy
+
+    r = RestartPolicy()
+    p = argparse.ArgumentParser(prog="tensorwire up", description=(
+        f"Start a local cluster; Ctrl-C stops it. A worker that exits is restarted (after {r.first_s:g} s, doubling "
+        f"to {r.max_s:g} s; at most {r.limit} restarts in {r.window_s:g} s); another service exiting stops it."))
     p.add_argument("--devices", default="cpu:0", help="comma-separated devices (default cpu:0)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=5555, help="client port (0 picks a free one)")
@@ -67,8 +72,6 @@ def _up(argv: list[str]) -> int:
     args = p.parse_args(argv)
     from tensorwire.protocol.credentials import CLIENT_TOKEN_ENV, resolve_token, write_token_file
     from tensorwire.protocol.service import stop_event_on_signals
-
-    from .cluster import LocalCluster
 
     if args.hub_port is not None and args.hub_root is None:
         p.error("--hub-port needs --hub-root (the hub's storage folder)")
@@ -100,11 +103,14 @@ def _up(argv: list[str]) -> int:
             print(f"  hub: {c.hub_url}  (running elsewhere: the workers download from it)")
         for name, url in c.metrics_urls.items():
             print(f"  metrics ({name}): {url}")
-        print(f"  logs: {c.log_dir}   (Ctrl-C stops all)", flush=True)
-        while not stop.is_set():
-            dead = [n for n, s in c.services.items() if not s.alive()]
+        # one write with its newline (PYTHONUNBUFFERED makes print's end a second write, which a reader that has
+        # seen this line and gone would fail with a broken pipe)
+        print(f"  logs: {c.log_dir}   (Ctrl-C stops all)\n", end="", flush=True)
+        while not stop.is_set():  # (a worker that exits is restarted by the cluster: see LocalCluster's restart)
+            dead = c.down()
             if dead:
-                print(f"service(s) exited: {', '.join(dead)}; stopping", file=sys.stderr)
+                why = "; ".join(f"{n} {w}" for n, w in dead.items())
+                print(f"service(s) exited: {why}; stopping", file=sys.stderr)
                 return 1
             stop.wait(1.0)
     try:

@@ -3,24 +3,39 @@
 from __future__ import annotations
 
 import atexit
+import collections
 import ctypes
+import dataclasses
+import json
+import logging
 import os
+import re
 import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+from tensorwire.protocol import errors as E
 from tensorwire.protocol.capability import DIRECT_ADDRESS_ENV
 from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, SERVICE_TOKEN_ENV, new_token
 from tensorwire.protocol.curve import KEYS_ENV, is_local_address
-from tensorwire.protocol.errors import TensorwireError
+from tensorwire.protocol.errors import DeviceError, TensorwireError
 from tensorwire.protocol.service import parse_ready
 
+log = logging.getLogger("tensorwire.cluster")
+
 START_TIMEOUT_S = float(os.environ.get("TENSORWIRE_START_TIMEOUT", "60"))
+#: the most time the cluster waits for the backends' answer on which devices this host has (then the workers say)
+PROBE_TIMEOUT_S = 20.0
+#: how often the cluster looks at its workers' processes (a worker that exited is noticed within this)
+SUPERVISE_S = 0.1
+#: the line a service command prints last when it fails (``tensorwire.cli.main``): ``tensorwire: DeviceError: ...``
+_ERROR_LINE = re.compile(r"^tensorwire: ([A-Za-z_]\w*): (.*)$")
 #: log2 of the cycles an idle OpenBLAS thread of a worker spins before it sleeps (OpenBLAS's default is 28)
 BLAS_THREAD_TIMEOUT = "22"
 
@@ -32,11 +47,41 @@ def _die_with_parent():  # runs in the child before exec: it gets SIGTERM when w
         pass
 
 
-class Service:
-    """A service subprocess started by the cluster; ``info`` is its readiness line's payload."""
+@dataclasses.dataclass(frozen=True)
+class RestartPolicy:
+    """How ``LocalCluster`` restarts a worker whose process exits without the cluster stopping it (a crash, a kill,
+    a driver abort): after ``first_s``, doubling up to ``max_s`` while it keeps failing; a worker that ran ``healthy_s``
+    starts again from ``first_s``. At most ``limit`` restarts of one device within ``window_s``: then it stays down
+    and :meth:`LocalCluster.given_up` says why (see docs/reliability.md)."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict | None = None):
+    first_s: float = 0.5
+    max_s: float = 30.0
+    healthy_s: float = 60.0
+    limit: int = 5
+    window_s: float = 600.0
+
+
+class _Restarts:
+    """One device's restart state: when the next restart is due, its backoff, the recent restarts."""
+
+    def __init__(self, policy: RestartPolicy):
+        self.backoff = policy.first_s
+        self.due: float | None = None
+        self.why = ""
+        self.times: collections.deque = collections.deque()
+
+
+class Service:
+    """A service subprocess started by the cluster; ``info`` is its readiness line's payload. ``error``: the class
+    of the error raised when it cannot start (a worker's: DeviceError, or the subclass its last line names)."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict | None = None,
+                 error: type[TensorwireError] = TensorwireError):
         self.name = name
+        self.error = error
+        self.started = time.monotonic()
+        self.ready_at: float | None = None  # (monotonic) when its readiness line came
+        self.noted = False  # its exit was seen by the cluster's supervisor
         self.argv = argv
         self.log_path = log_path
         self._log = open(log_path, "ab")
@@ -71,6 +116,7 @@ class Service:
                     info = parse_ready(line.decode(errors="replace"))
                     if info is not None:
                         self.info = info
+                        self.ready_at = time.monotonic()
                         return info
         finally:
             sel.close()
@@ -78,7 +124,41 @@ class Service:
         tail = self.log_tail()
         why = (f"exited with code {exited} before it was ready" if exited is not None else
                f"did not become ready within {START_TIMEOUT_S:g}s (exit code {self.proc.poll()})")
-        raise TensorwireError(f"{self.name} {why}; its log ({self.log_path}):\n{tail}")
+        cls, reason = self._start_error()
+        raise cls(f"{self.name} {why}{': ' + reason if reason else ''}; its log ({self.log_path}):\n{tail}")
+
+    def _start_error(self) -> tuple[type[TensorwireError], str]:
+        """The error class and reason of a failed start, from its last log line: the class that line names
+        (``tensorwire: DeviceError: ...``, as every service command ends on an error) when it is a kind of
+        ``error``, else ``error``; the reason is that line's message (the whole line when it names none)."""
+        line = self.last_line()
+        m = _ERROR_LINE.match(line)
+        cls = getattr(E, m.group(1), None) if m else None
+        cls = cls if isinstance(cls, type) and issubclass(cls, self.error) else self.error
+        return cls, (m.group(2) if m else line)[:600]
+
+    def last_line(self) -> str:
+        """The last non-empty line of its log ('' when there is none)."""
+        return next((line.strip() for line in reversed(self.log_tail(5).splitlines()) if line.strip()), "")
+
+    def exit_reason(self) -> str:
+        """How its process ended, for people: ``was killed by SIGKILL`` (a kill from outside: its log says nothing
+        more), or ``exited with code 1 (its last log line: ...)``."""
+        code = self.proc.poll()
+        if code is None:
+            return "is still running"
+        if code < 0:
+            try:
+                sig = signal.Signals(-code)
+            except ValueError:
+                return f"was killed by signal {-code}"
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                return f"was killed by {sig.name}"
+            what = f"was killed by {sig.name}"
+        else:
+            what = f"exited with code {code}"
+        line = self.last_line()
+        return f"{what} (its last log line: {line[-240:]})" if line else what
 
     def log_tail(self, n: int = 30) -> str:
         try:
@@ -203,6 +283,30 @@ def _remove_orphan_mpich_segments(now: float | None = None) -> list[str]:
     return removed
 
 
+def _device_ranges(devices) -> str:
+    """``cpu:0 .. cpu:7, opencl:0``: devices sorted, a run of consecutive indices of one type as a range."""
+    by_kind: dict[str, list[int]] = {}
+    other = []
+    for d in devices:
+        kind, _, idx = str(d).partition(":")
+        if idx.isdigit():
+            by_kind.setdefault(kind, []).append(int(idx))
+        else:
+            other.append(str(d))
+    parts = []
+    for kind in sorted(by_kind, key=lambda k: (k != "cpu", k)):
+        idxs = sorted(by_kind[kind])
+        start = prev = idxs[0]
+        for i in [*idxs[1:], None]:
+            if i is not None and i == prev + 1:
+                prev = i
+                continue
+            sep = ", " if prev == start + 1 else " .. "
+            parts.append(f"{kind}:{start}" if start == prev else f"{kind}:{start}{sep}{kind}:{prev}")
+            start = prev = i
+    return ", ".join(parts + sorted(other))
+
+
 def write_secret(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` readable by this user only (0600 from the start, a symlink is refused)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
@@ -230,6 +334,12 @@ class LocalCluster:
     Collectives' shared memory lives in a private directory of this cluster's (0700, removed at close).
     ``hub_port``: the hub's port (0, the default, picks a free one; ``tensorwire up`` asks for 8700). ``hub_url``: a
     hub already running elsewhere, which the workers download from and sessions learn (instead of ``hub_root``).
+
+    Before it starts anything for a device other than ``cpu``, the cluster asks the installed backends (``tensorwire
+    status --local``, in a process of its own) whether this host has it: one it lacks raises DeviceError at once,
+    with the reason and the devices it has. A worker that exits without the cluster
+    stopping it is restarted as ``restart`` says (a :class:`RestartPolicy`; None: never); sessions get ``WorkerLost``
+    for the tensors it held, saying how it ended, and new tensors on its device work once it is back.
     """
 
     def __init__(self, devices=("cpu:0",), hub_root: str | os.PathLike | None = None, *, host: str = "127.0.0.1",
@@ -237,7 +347,7 @@ class LocalCluster:
                  extra_env: dict | None = None, autograd: bool = True, collectives: bool | None = None,
                  worker_threads: int | None = None, keys: str | os.PathLike | None = None, insecure: bool = False,
                  session_memory: str | int | None = None, metrics: bool = False, progress: bool | None = None,
-                 hub_port: int = 0, hub_url: str | None = None):
+                 hub_port: int = 0, hub_url: str | None = None, restart: RestartPolicy | None = RestartPolicy()):
         if hub_url is not None and hub_root is not None:
             raise ValueError("give hub_root (start a hub) or hub_url (use a running one), not both")
         self.devices = [str(d) if ":" in str(d) else f"{d}:0" for d in devices]
@@ -288,17 +398,29 @@ class LocalCluster:
         self.progress = sys.stderr.isatty() if progress is None else progress
         self._t0 = time.monotonic()
         self._closed = False
+        self.restart_policy = restart
+        self._lock = threading.RLock()  # services and restarts: the supervisor's thread and the caller's
+        self._stopping = threading.Event()
+        self._restarts: dict[str, _Restarts] = {}
+        self._exits: list[str] = []  # services that exited unasked, as close() reports them
+        self._given_up: dict[str, str] = {}
+        self._supervisor: threading.Thread | None = None
         try:
             self._start(host, port)
         except BaseException:
             self.close(keep_logs=True)  # (the error names a log: it must still be there)
             raise
+        if restart is not None:
+            self._supervisor = threading.Thread(target=self._supervise, name="tensorwire-supervisor", daemon=True)
+            self._supervisor.start()
         atexit.register(self.close)
 
-    def _spawn(self, name: str, argv: list[str], env: dict | None = None) -> Service:
-        svc = Service(name, argv, self.log_dir / f"{name.replace(':', '-')}.log", env or self.env)
-        self.services[name] = svc
-        self._pids.append(svc.proc.pid)
+    def _spawn(self, name: str, argv: list[str], env: dict | None = None,
+               error: type[TensorwireError] = TensorwireError) -> Service:
+        with self._lock:
+            svc = Service(name, argv, self.log_dir / f"{name.replace(':', '-')}.log", env or self.env, error)
+            self.services[name] = svc
+            self._pids.append(svc.proc.pid)
         return svc
 
     def _metrics_args(self) -> list[str]:
@@ -320,6 +442,9 @@ class LocalCluster:
     def _start(self, host: str, port: int) -> None:
         self.host = host
         deadline = time.monotonic() + START_TIMEOUT_S
+        probe = self._probe_devices()
+        if probe is not None:  # first, alone: a device this host lacks is named before anything else starts
+            self._check_devices(probe)
         hub = None
         if self.hub_root is not None:
             hub = self._spawn("hub", _cli("hub", "--root", str(self.hub_root), "--host", host, "--port",
@@ -355,6 +480,51 @@ class LocalCluster:
                     raise TensorwireError("collectives need MPI: pip install 'tensorwire[mpi]' (mpi4py and mpich)")
             else:
                 self.start_collectives(deadline)
+
+    def _probe_devices(self) -> subprocess.Popen | None:
+        """Start ``tensorwire status --local --json`` (the backends' own availability checks, with the workers'
+        environment) when a device is not ``cpu`` (the built-in CPU backend needs no driver, and its worker names a
+        missing index at once). A process of its own: drivers (PoCL's LLVM, hipRTC) may not share this one."""
+        if all(d.split(":", 1)[0] == "cpu" for d in self.devices):
+            return None
+        err = open(self.log_dir / "devices.log", "ab")
+        try:
+            return subprocess.Popen(_cli("status", "--local", "--json"), stdout=subprocess.PIPE, stderr=err,
+                                    stdin=subprocess.DEVNULL, env=self.env,
+                                    preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        finally:
+            err.close()
+
+    def _check_devices(self, probe: subprocess.Popen) -> None:
+        """DeviceError naming the reason and this host's available devices when a wanted device is missing or not
+        available. A probe that fails or takes longer than PROBE_TIMEOUT_S says nothing: the workers will."""
+        try:
+            out, _ = probe.communicate(timeout=PROBE_TIMEOUT_S)
+            rows = json.loads(out) if probe.returncode == 0 else None
+        except (subprocess.TimeoutExpired, ValueError):
+            probe.kill()
+            probe.communicate()
+            rows = None
+        if not isinstance(rows, list):
+            log.warning("the device probe failed (its log: %s); the workers will say what is missing",
+                        self.log_dir / "devices.log")
+            return
+        found = {r.get("device"): r for r in rows if isinstance(r, dict)}
+        have = _device_ranges([d for d, r in found.items() if r.get("available")])
+        for dev in self.devices:
+            row = found.get(dev)
+            if row is not None and row.get("available"):
+                continue
+            kind = dev.split(":", 1)[0]
+            if row is not None:
+                why = f"{dev} is not available: {row.get('reason') or 'its backend gives no reason'}"
+            elif any(d.split(":", 1)[0] == kind for d in found):
+                why = f"{dev} does not exist on this host"
+            else:
+                kinds = sorted({d.split(":", 1)[0] for d in found})
+                why = (f"{dev} does not exist: no installed backend drives {kind!r} devices (backends: "
+                       f"{', '.join(kinds)})")
+            raise DeviceError(f"{why}; available devices: {have or 'none'}")
 
     def start_collectives(self, deadline: float | None = None) -> Service:
         """Start (or restart) the collectives service: ``mpiexec -n N``, one rank per device worker."""
@@ -395,7 +565,8 @@ class LocalCluster:
         hub = ["--hub-url", self.hub_url] if self.hub_url else []  # the only hub workers download from
         quota = ["--session-memory", str(self.session_memory)] if self.session_memory is not None else []
         started = [self._spawn(d, _cli("worker", "--device", d, "--dispatcher", self.service_address, "--threads",
-                                       threads, "--direct-address", self._direct_address(d), *hub, *quota))
+                                       threads, "--direct-address", self._direct_address(d), *hub, *quota),
+                               error=DeviceError)
                    for d in devices]
         for w in started:
             self._wait_ready(w, deadline)
@@ -417,17 +588,102 @@ class LocalCluster:
         killed process left behind are removed. Workers and services find a restarted dispatcher by themselves
         and register again; a restarted worker registers with the dispatcher.
         (``start_collectives()`` restarts the MPI job.)"""
-        old = self.services[name]
-        old.stop()
+        with self._lock:  # (the supervisor does not restart it meanwhile: a restart it had due is dropped)
+            old = self.services[name]
+            if old.failed() and not old.noted:  # (close() still reports that it had exited)
+                self._exits.append(f"{name} (exit code {old.proc.returncode})")
+            old.noted = True
+            old.stop()
+            r = self._restarts.get(name)
+            if r is not None:
+                r.due = None
+            self._given_up.pop(name, None)
+            argv = list(old.argv)
+            fixed = {"dispatcher": {"--address": self.address, "--service-address": self.service_address},
+                     "hub": {"--port": (self.hub_url or "").rsplit(":", 1)[-1]}}.get(name, {})
+            for flag, value in fixed.items():
+                argv[argv.index(flag) + 1] = value
+            svc = self._spawn(name, argv, self._dispatcher_env if name == "dispatcher" else None, old.error)
         _remove_shm_leftovers([old.proc.pid], self.env["TENSORWIRE_SHM_DIR"])
-        argv = list(old.argv)
-        fixed = {"dispatcher": {"--address": self.address, "--service-address": self.service_address},
-                 "hub": {"--port": (self.hub_url or "").rsplit(":", 1)[-1]}}.get(name, {})
-        for flag, value in fixed.items():
-            argv[argv.index(flag) + 1] = value
-        svc = self._spawn(name, argv, self._dispatcher_env if name == "dispatcher" else None)
         self._wait_ready(svc, time.monotonic() + START_TIMEOUT_S)
         return svc
+
+    # -- supervision (``restart``) ----------------------------------------------------------------------------
+    def _supervise(self) -> None:
+        """The supervisor thread: every SUPERVISE_S, each worker that exited unasked is restarted when due."""
+        while not self._stopping.wait(SUPERVISE_S):
+            for name in self.devices:
+                try:
+                    self._tend(name)
+                except Exception:  # noqa: BLE001 - the supervisor must outlive any one restart
+                    log.exception("supervising the worker for %s failed", name)
+
+    def _tend(self, name: str) -> None:
+        """Note ``name``'s worker's exit and restart it when its backoff is over (its start is waited for outside
+        the lock: ``close`` and ``restart`` may take it over meanwhile)."""
+        with self._lock:
+            svc = self.services.get(name)
+            if self._stopping.is_set() or svc is None or name in self._given_up:
+                return
+            r = self._restarts.setdefault(name, _Restarts(self.restart_policy))
+            now = time.monotonic()
+            if svc.failed() and not svc.noted:
+                self._note_exit(name, svc, r, svc.exit_reason(), now)
+            if r.due is None or now < r.due:
+                return
+            r.due = None
+            r.times.append(now)
+            from tensorwire.dispatcher.liveness import RESTARTED_ENV
+
+            new = self._spawn(name, svc.argv, {**self.env, RESTARTED_ENV: r.why}, DeviceError)
+        _remove_shm_leftovers([svc.proc.pid], self.env["TENSORWIRE_SHM_DIR"])
+        try:
+            self._wait_ready(new, time.monotonic() + START_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - it exited, or stayed silent: a failure like any other
+            with self._lock:
+                if self._stopping.is_set() or self.services.get(name) is not new or new.noted:
+                    return  # (stopped by close, or replaced by restart)
+                why = (new.exit_reason() if new.proc.returncode is not None and not new.ended_by_us else
+                       f"did not become ready within {START_TIMEOUT_S:g}s")
+                self._note_exit(name, new, r, why, time.monotonic())
+            return
+        log.warning("the worker for %s is back (pid %d) after its predecessor %s", name, new.proc.pid, r.why)
+
+    def _note_exit(self, name: str, svc: Service, r: _Restarts, why: str, now: float) -> None:
+        """A worker ended unasked: schedule its restart after the backoff, or give up when the policy's limit of
+        restarts within its window is reached."""
+        policy = self.restart_policy
+        svc.noted = True
+        self._exits.append(f"{name} (exit code {svc.proc.returncode})")
+        r.why = why
+        if svc.ready_at is not None and now - svc.ready_at >= policy.healthy_s:
+            r.backoff = policy.first_s  # it had been healthy: a new failure, not a crash loop
+        while r.times and now - r.times[0] > policy.window_s:
+            r.times.popleft()
+        if len(r.times) >= policy.limit:
+            self._given_up[name] = (f"its worker {why}; it is not restarted again: {len(r.times)} restarts within "
+                                    f"{policy.window_s:g}s is the limit (RestartPolicy); its log: {svc.log_path}")
+            log.error("%s: %s", name, self._given_up[name])
+            return
+        r.due = now + r.backoff
+        log.warning("the worker for %s %s; restarting it in %.1f s", name, why, r.backoff)
+        r.backoff = min(r.backoff * 2, policy.max_s)
+
+    def given_up(self) -> dict[str, str]:
+        """Devices whose worker the supervisor stopped restarting (too many restarts within the window), and why."""
+        with self._lock:
+            return dict(self._given_up)
+
+    def down(self) -> dict[str, str]:
+        """Services that exited without the cluster stopping them and will not come back, with how each ended: any
+        service but a worker, and a worker the supervisor gave up on (every such worker when ``restart`` is None).
+        ``tensorwire up`` stops when one is."""
+        with self._lock:
+            out = dict(self._given_up)
+            for name, svc in self.services.items():
+                if svc.failed() and (name not in self.devices or self.restart_policy is None):
+                    out[name] = svc.exit_reason()
+            return out
 
     def start_service(self, name: str, argv: list[str]) -> Service:
         """Start another service (autograd, collectives...) and wait for its readiness line."""
@@ -441,7 +697,10 @@ class LocalCluster:
         if self._closed:
             return
         self._closed = True
-        failed = [f"{n} (exit code {s.proc.returncode})" for n, s in self.services.items() if s.failed()]
+        with self._lock:  # no restart starts after this
+            self._stopping.set()
+            failed = self._exits + [f"{n} (exit code {s.proc.returncode})" for n, s in self.services.items()
+                                    if s.failed() and not s.noted]
         order = [n for n in self.services if n not in ("dispatcher", "hub")] + [
             n for n in ("dispatcher", "hub") if n in self.services]
         for n in order:
@@ -449,6 +708,8 @@ class LocalCluster:
                 self.services[n].stop()
             except Exception:
                 pass
+        if self._supervisor is not None and self._supervisor is not threading.current_thread():
+            self._supervisor.join(10)  # (a restart it waited for was stopped above)
         _remove_shm_leftovers(self._pids, self.env["TENSORWIRE_SHM_DIR"])  # every process ever started
         if self._own_shm is not None:
             shutil.rmtree(self._own_shm, ignore_errors=True)

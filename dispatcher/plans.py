@@ -59,7 +59,8 @@ def _ref(frag: Fragment, ref: int, ext_dev: list[str], dev: str) -> int:
 
 
 def split_batch(nodes: list, devs: list, ext_dev: list[str], known_devices) -> Split:
-    """Validate a batch's structure and split it by device. Raises ProtocolError/DeviceError."""
+    """Validate a batch's structure and split it by device. Raises ProtocolError/DeviceError. Every input has a
+    device: a batch with a failed input fails with it before it is split (``Routing._run_batch``)."""
     if not isinstance(nodes, list) or not isinstance(devs, list):
         raise ProtocolError("batch 'nodes' and 'devs' must be lists")
     for d in devs:

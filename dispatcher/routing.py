@@ -16,7 +16,7 @@ from tensorwire.protocol.errors import (
 )
 from tensorwire.protocol.progress import check as check_progress
 
-from .liveness import MAX_FETCH_ERRORS
+from .liveness import MAX_FETCH_ERRORS, RESTARTED_INFO
 from .plans import RawPlan, Split, split_batch
 from .state import (
     MAX_PLANS,
@@ -197,8 +197,12 @@ class Routing:
         nodes = h.get("nodes")
         if nodes is not None:
             self.telemetry.plan_misses += 1
+            if failed_ext:  # before the split, which places nodes by their inputs' devices (a lost one has none,
+                # and its device may have no worker now): the batch fails with its input, split at its next use
+                self._keep_raw_plan(s, plan_no, nodes, h.get("devs") or [])
+                raise self._input_failed(ext, failed_ext)
             try:
-                split = split_batch(nodes, h.get("devs") or [], [d or "" for d in ext_dev], self.workers)
+                split = split_batch(nodes, h.get("devs") or [], ext_dev, self.workers)
             except ProtocolError:
                 raise  # malformed: nothing is kept
             except TensorwireError:  # well formed, not runnable now (a device has no worker): keep the plan
@@ -211,7 +215,7 @@ class Routing:
                 raise NotFound(f"plan {plan_no} is not known to the dispatcher (send the full batch)")
             if isinstance(split, RawPlan):
                 if failed_ext:
-                    raise input_failed(ext, failed_ext)
+                    raise self._input_failed(ext, failed_ext)
                 split = s.plans[plan_no] = split_batch(split.nodes, split.devs, ext_dev, self.workers)
             if ext_dev != split.ext_dev:
                 for k, d in enumerate(ext_dev):
@@ -232,9 +236,7 @@ class Routing:
         if not handles.keys().isdisjoint(kept_ids):
             raise ProtocolError("an output id is already a live handle of this session")
         if failed_ext:  # an input failed before reaching any worker: the whole batch fails with it
-            if nodes is not None:
-                self._keep_raw_plan(s, plan_no, nodes, h.get("devs") or [])
-            raise input_failed(ext, failed_ext)
+            raise self._input_failed(ext, failed_ext)
         dyn = h.get("dyn") or []
         if not isinstance(dyn, list):
             raise ProtocolError("'dyn' must be a list")
@@ -352,6 +354,18 @@ class Routing:
             p.fetch_errors.extend(fetch_errors)
             s.pending[q] = p
             self._maybe_reply(s, q)
+
+    def _input_failed(self, ext: list[int], failed_ext: dict) -> TensorwireError:
+        """The error of a batch whose input failed before reaching a worker (``state.input_failed``); a lost input
+        whose device has a worker again also says how that worker's predecessor ended, as its supervisor told it
+        (``LocalCluster`` restarts a worker that exits, see docs/reliability.md)."""
+        err = input_failed(ext, failed_ext)
+        w = self.workers.get(err.device) if isinstance(err, WorkerLost) and err.device else None
+        why = w.info.get(RESTARTED_INFO) if w is not None else None
+        if isinstance(why, str) and why:
+            err = WorkerLost(f"{err.message}. Its worker has been restarted since: the lost one {why[:300]}. Tensors "
+                             f"made on {err.device} now work", device=err.device)
+        return err
 
     def _peer(self, src: str, dst: str) -> list | None:
         """How ``src``'s worker reaches ``dst``'s directly: ``[address, CURVE key or None, same host]``; None: through

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import glob
+import hashlib
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ import tempfile
 import threading
 
 from .cache import KernelCompileError
+from .compiler import run_compiler
 from .cuda import CUDARenderer
 
 HIP_RUNTIME_INCLUDE = "#include <hip/hip_runtime.h>\n"
@@ -211,10 +213,9 @@ def _compile_clang(source: str, arch: str, options, name: str) -> bytes:
             f.write(source)
         cmd = [clang, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "--no-gpu-bundle-output",
                f"--rocm-path={rocm}", f"--hip-device-lib-path={bitcode}", *HIP_OPTIONS, *options, "-c", src, "-o", out]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            raise KernelCompileError(f"{os.path.basename(clang)} could not compile {name} for {arch}:\n"
-                                     f"{r.stderr[-4000:]}")
+        # bounded in time and memory, killed with this process (which removes the folder then)
+        run_compiler(cmd, f"{os.path.basename(clang)} compiling {name} for {arch}", remove=d,
+                     key=hashlib.sha256(f"{arch} {options} {source}".encode()).hexdigest())
         with open(out, "rb") as f:
             return f.read()
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from tensorwire.backends import hookimpl
 from tensorwire.backends.base import Backend, Device, DeviceInfo
+from tensorwire.backends.quota import host_memory
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 
@@ -76,7 +77,8 @@ class NumpyBackend(Backend):
         self.kernels.update(KERNELS)
 
     def devices(self) -> list[DeviceInfo]:
-        return [DeviceInfo(self.name, i, True, "", f"numpy {np.__version__}") for i in range(CPU_DEVICES)]
+        return [DeviceInfo(self.name, i, True, "", f"numpy {np.__version__}", host_memory())
+                for i in range(CPU_DEVICES)]
 
     def open(self, index: int) -> NumpyDevice:
         if not 0 <= index < CPU_DEVICES:
@@ -129,7 +131,7 @@ class CompiledBackend(NumpyBackend):
     def devices(self) -> list[DeviceInfo]:
         rt = self.runtime
         name = f"C kernels ({os.path.basename(rt.compiler)} {rt.version.split()[-1]})"  # e.g. "C kernels (cc 12.2.0)"
-        return [DeviceInfo(self.name, i, True, "", name) for i in range(CPU_DEVICES)]
+        return [DeviceInfo(self.name, i, True, "", name, host_memory()) for i in range(CPU_DEVICES)]
 
     def open(self, index: int) -> CompiledDevice:
         super().open(index)  # checks the index

@@ -38,6 +38,9 @@ from ..codegen.opencl import OpenCLRenderer
 from ..codegen.program import StepRunners, build_runner, host_step_call, kernel_error
 
 PLATFORM_ENV = "TENSORWIRE_OPENCL_PLATFORM"
+#: test hook (tests/faults/test_worker_restart.py): the first N programs this process builds fail where PoCL 3.0's
+#: second program did, at ``clCreateKernel`` (asked for a name the program lacks: the driver's own INVALID_KERNEL_NAME)
+FAIL_BUILDS_ENV = "TENSORWIRE_OPENCL_FAIL_BUILDS"
 BUILD_OPTIONS = ("-cl-std=CL1.2",)
 INSTALL_PYOPENCL = 'pip install -e ".[opencl]" (or pip install pyopencl)'
 INSTALL_DRIVER = ("install an OpenCL driver: your GPU vendor's, or on a CPU Debian/Ubuntu's PoCL "
@@ -243,6 +246,19 @@ def _is_oom(cl, e: Exception) -> bool:
     return code in _oom_codes(cl)
 
 
+_FAULTS: list[int] = []
+
+
+def _injected_fault() -> bool:
+    """Whether the kernels of the program just built are to fail their creation (:data:`FAIL_BUILDS_ENV`)."""
+    if not _FAULTS:
+        _FAULTS.append(int(os.environ.get(FAIL_BUILDS_ENV) or 0))
+    if _FAULTS[0] > 0:
+        _FAULTS[0] -= 1
+        return True
+    return False
+
+
 # -- the kernel runtime ---------------------------------------------------------------------------------------------
 
 class CLRuntime:
@@ -318,7 +334,7 @@ class CLRuntime:
         def build(src_path: str, out_path: str) -> None:
             try:
                 prg = cl.Program(self.ctx, source).build(options=self.options, cache_dir=False)
-            except cl.RuntimeError as e:
+            except cl.Error as e:  # (a build failure, or the driver's own fault: LogicError, RuntimeError)
                 raise KernelCompileError(f"the OpenCL compiler failed on {src_path}:\n{str(e)[-4000:]}") from None
             holder["prg"] = prg
             with open(out_path, "wb") as f:  # a marker: the driver keeps the binaries (PoCL: POCL_CACHE_DIR)
@@ -330,11 +346,34 @@ class CLRuntime:
         if prg is None:  # built by an earlier process: the driver's cache makes this cheap
             try:
                 prg = cl.Program(self.ctx, source).build(options=self.options, cache_dir=False)
-            except cl.RuntimeError as e:
+            except cl.Error as e:
                 path = self.cache.folder() / f"{self.cache.key(source)}.cl"
                 raise KernelCompileError(f"the OpenCL compiler failed on {path}:\n{str(e)[-4000:]}") from None
         self.builds += 1
         return prg
+
+    def _create_kernels(self, prg, source: str, group: list) -> dict:
+        """``{identity: (cl.Kernel, work-group size limit)}`` for the kernels of a program just built. A driver that
+        fails here (PoCL 3.0 answered a second program's ``clCreateKernel`` with INVALID_KERNEL_NAME) raises
+        KernelCompileError naming the program, and none of the group is kept: the worker runs the fragment step by
+        step instead, and a step that still does not build fails its batch with that error."""
+        cl = self.cl
+        fault = "_fault" if _injected_fault() else ""
+        made = {}
+        for key, k in group:
+            try:
+                knl = cl.Kernel(prg, k.name + fault)
+                limit = knl.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device)
+            except cl.Error as e:
+                if _is_oom(cl, e):
+                    raise OutOfMemory(f"the OpenCL device ran out of memory creating a kernel: {e}") from None
+                path = self.cache.folder() / f"{self.cache.key(source)}.cl"
+                raise KernelCompileError(
+                    f"the OpenCL driver built {path} but could not create its kernel {k.name} "
+                    f"({' '.join(str(e).split())[:300]}): a driver fault; {PLATFORM_ENV} selects another platform"
+                ) from None
+            made[key] = (knl, int(limit))
+        return made
 
     def _key(self, k) -> str:
         """A kernel's identity: its source (preamble included) under a neutral name."""
@@ -350,11 +389,9 @@ class CLRuntime:
         items = list(missing.items())
         for start in range(0, len(items), per_program):
             group = items[start:start + per_program]
-            prg = self._build_source(self.renderer.render([k for _, k in group]), [k for _, k in group])
-            for key, k in group:
-                knl = self.cl.Kernel(prg, k.name)
-                limit = knl.get_work_group_info(self.cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device)
-                self._kernels[key] = (knl, int(limit))
+            source = self.renderer.render([k for _, k in group])
+            prg = self._build_source(source, [k for _, k in group])
+            self._kernels.update(self._create_kernels(prg, source, group))
         while len(self._kernels) > self.MAX_KERNELS:
             self._kernels.popitem(last=False)
         return -(-len(items) // per_program)
