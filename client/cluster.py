@@ -467,12 +467,24 @@ class LocalCluster:
         elif self.hub_url:
             args += ["--hub-url", self.hub_url]
         disp = self._spawn("dispatcher", _cli(*args), self._dispatcher_env)
+        if svc.startswith("ipc://"):
+            # the services' address is known before the dispatcher binds it: start everyone at once (each service
+            # connects and registers when the dispatcher is up), so start-up costs one Python start, not three
+            self.service_address = svc
+            workers = self._spawn_workers(self.devices)
+            autograd = self._spawn("autograd", _cli("autograd", "--dispatcher", svc)) if self.autograd else None
         info = self._wait_ready(disp, deadline)
         self.address = info["address"]
         self.service_address = info["service_address"]
-        self.start_workers(self.devices, deadline)
-        if self.autograd:
-            self.start_autograd(deadline)
+        if svc.startswith("ipc://"):
+            for w in workers:
+                self._wait_ready(w, deadline)
+            if autograd is not None:
+                self._wait_ready(autograd, deadline)
+        else:
+            self.start_workers(self.devices, deadline)
+            if self.autograd:
+                self.start_autograd(deadline)
         want = self.collectives if self.collectives is not None else len(self.devices) >= 2
         if want:
             if mpiexec() is None:
@@ -553,6 +565,11 @@ class LocalCluster:
     def start_workers(self, devices, deadline: float | None = None) -> None:
         """Start (or restart) workers for ``devices``; returns when each is registered."""
         deadline = deadline or time.monotonic() + START_TIMEOUT_S
+        for w in self._spawn_workers(devices):
+            self._wait_ready(w, deadline)
+
+    def _spawn_workers(self, devices) -> list[Service]:
+        """Start workers for ``devices`` (not waiting for them)."""
         threads = str(self.worker_threads or max(1, (os.cpu_count() or 1) // max(1, len(self.devices))))
         for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             self.env.setdefault(v, threads)
@@ -564,12 +581,10 @@ class LocalCluster:
         self.env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         hub = ["--hub-url", self.hub_url] if self.hub_url else []  # the only hub workers download from
         quota = ["--session-memory", str(self.session_memory)] if self.session_memory is not None else []
-        started = [self._spawn(d, _cli("worker", "--device", d, "--dispatcher", self.service_address, "--threads",
-                                       threads, "--direct-address", self._direct_address(d), *hub, *quota),
-                               error=DeviceError)
-                   for d in devices]
-        for w in started:
-            self._wait_ready(w, deadline)
+        return [self._spawn(d, _cli("worker", "--device", d, "--dispatcher", self.service_address, "--threads",
+                                    threads, "--direct-address", self._direct_address(d), *hub, *quota),
+                            error=DeviceError)
+                for d in devices]
 
     def _direct_address(self, device: str) -> str:
         """Where ``device``'s worker listens for clients' direct channels: a unix socket when the cluster listens on
