@@ -5,6 +5,13 @@ loops the compiler vectorises), compiled once into a shared library cached on di
 source, the compiler's version and the flags, and called through cffi on the numpy buffers. Matmul
 and the convolution/pooling/cross-entropy composites stay on the numpy/BLAS kernels (host steps).
 
+A loaded library stays loaded while a launcher made from it lives (each holds its :class:`Library`; a plan's
+runners hold the launchers): when the worker's plan cache evicts the last plan using it, the library is closed
+(``dlclose``), so a worker that sees endless distinct fragments keeps a bounded number mapped (at most
+:data:`MAX_LIBRARIES`: past it, :class:`TooManyLibraries`). A cache that is not private
+(:class:`~..codegen.cache.UnsafeKernelCache`) or too many libraries turn compiling off: the fragments run
+interpreted.
+
 The mode is on when a C compiler is found (``$CC``, else ``cc``, ``gcc``, ``clang``) and
 ``TENSORWIRE_CPU_COMPILE`` is not ``0``; otherwise the backend interprets with numpy, as it always could.
 """
@@ -12,20 +19,26 @@ The mode is on when a C compiler is found (``$CC``, else ``cc``, ``gcc``, ``clan
 from __future__ import annotations
 
 import ctypes
+import gc
 import hashlib
+import logging
 import math
 import os
 import shutil
 import subprocess
 import threading
+import time
+import weakref
 
 import numpy as np
 from cffi import FFI
 
 from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import DeviceError
 
 from ..codegen.c import CRenderer
-from ..codegen.cache import KernelCache, KernelCompileError
+from ..codegen.cache import KernelCache, UnsafeKernelCache
+from ..codegen.compiler import run_compiler, sweep_stale
 from ..codegen.lower import Options, lower
 from ..codegen.program import build_runner, host_step_call, kernel_error
 
@@ -56,6 +69,12 @@ HOT_RUNS = 100
 #: a cold kernel cache made every script 1.3-4x slower); 0: compiled before its first run, as before
 LARGE_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_LARGE_RUNS"
 LARGE_RUNS = 1
+
+#: most kernel libraries loaded at once: each maps 5 regions, and Linux allows a process 65,530
+#: (``vm.max_map_count``; ~13,000 libraries). Libraries close as the plans using them leave the plan cache; past this
+#: many, new fragments run interpreted until some have (issue 34)
+MAX_LIBRARIES_ENV = "TENSORWIRE_CPU_MAX_LIBRARIES"
+MAX_LIBRARIES = 4096
 
 #: composites kept on their numpy/BLAS kernels in compiled mode (im2col + gemm beats a naive loop nest)
 HOST_COMPOSITES = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d", "max_pool2d_grad",
@@ -92,6 +111,54 @@ def _host_cpu() -> str:
 
 
 _FFI = FFI()
+log = logging.getLogger("tensorwire.kernels")
+
+
+def _dlclose(handle: int, path: str, unloaded: list) -> None:
+    """Unload a kernel library nothing refers to any more (a :class:`Library`'s finalizer)."""
+    try:
+        import _ctypes
+        _ctypes.dlclose(handle)
+        unloaded[0] += 1
+    except (ImportError, AttributeError, OSError):  # (no dlclose here: the library stays mapped)
+        log.debug("could not unload %s", path)
+
+
+class TooManyLibraries(DeviceError):
+    """This process has :data:`MAX_LIBRARIES` kernel libraries loaded, each held by a live plan: the fragment runs
+    interpreted (the worker's plan cache evicts plans, which closes their libraries)."""
+
+
+#: OpenMP runtimes a kernel library may load (gcc's, LLVM's, Intel's): once loaded, they stay (:func:`_pin_openmp`)
+OPENMP_RUNTIMES = ("libgomp.so.1", "libomp.so.5", "libomp.so", "libiomp5.so")
+_PINNED: list = []
+
+
+def _pin_openmp() -> None:
+    """Keep the OpenMP runtime loaded for good once a kernel library brought it in. Its thread pool outlives every
+    parallel region: closing the last library that needed it would unload the code those idle threads sleep in (a
+    segfault). A reference of our own (and ``RTLD_NODELETE``) keeps it mapped."""
+    if _PINNED:
+        return
+    flags = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_NODELETE", 0)
+    for name in OPENMP_RUNTIMES:
+        try:
+            _PINNED.append(ctypes.CDLL(name, mode=flags))  # (NOLOAD: only one that is loaded already)
+        except OSError:
+            continue
+
+
+class Library:
+    """A loaded kernel library, closed (``dlclose``) once nothing refers to it: every launcher made from it holds
+    it, so no live launcher can call into a closed library. Not at exit: a daemon thread may still be in a
+    kernel. The OpenMP runtime it brings in stays loaded (:func:`_pin_openmp`)."""
+
+    def __init__(self, path: str, unloaded: list):
+        self.path = path
+        self.cdll = ctypes.CDLL(path)
+        _pin_openmp()
+        fin = weakref.finalize(self, _dlclose, self.cdll._handle, path, unloaded)
+        fin.atexit = False
 
 
 def signature(k, renderer: CRenderer) -> str:
@@ -120,27 +187,64 @@ class CRuntime:
         self.compiler, self.version = compiler, version
         self.renderer = CRenderer()
         self.cache = KernelCache("c", f"{version} {' '.join(FLAGS)} {_host_cpu()}")
-        self._libs: dict[str, ctypes.CDLL] = {}
+        #: the libraries loaded now, by cache key (an entry goes when its last launcher does)
+        self._libs: weakref.WeakValueDictionary[str, Library] = weakref.WeakValueDictionary()
+        self.unloaded = [0]  # libraries closed so far (a list: the finalizers count into it)
+        self.max_libraries = int(os.environ.get(MAX_LIBRARIES_ENV) or MAX_LIBRARIES)
+        self._collected = -1e9  # (monotonic) when _room last collected garbage
         self._lock = threading.Lock()
         self.err = np.zeros(2, np.int64)
 
     def _compile(self, src_path: str, out_path: str) -> None:
+        """Build ``src_path`` into ``out_path`` (a temporary of the cache's), bounded in time and memory and killed
+        with this process (:func:`..codegen.compiler.run_compiler`); the cache folder's stale temporaries go first."""
+        sweep_stale(os.path.dirname(out_path))
         cmd = [self.compiler, *FLAGS, src_path, "-o", out_path, "-lmvec", "-lm"]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            raise KernelCompileError(f"{os.path.basename(self.compiler)} failed on {src_path}:\n{r.stderr[-4000:]}")
+        run_compiler(cmd, f"{os.path.basename(self.compiler)} on {src_path}", remove=out_path, key=src_path)
+
+    def load(self, source: str, kernels=None, what: str = "") -> Library:
+        """The library of ``source``, loaded from the kernel cache (built there if absent or not trusted). Raises
+        :class:`~..codegen.cache.UnsafeKernelCache` for a cache that is not private, :class:`TooManyLibraries` past
+        :data:`MAX_LIBRARIES`. Hold the result while using its functions: it closes when nothing holds it."""
+        key = self.cache.key(source)
+        with self._lock:
+            lib = self._libs.get(key)
+            if lib is None:
+                self._room()
+                path = self.cache.get_or_build(source, ".c", ".so", self._compile, kernels, what)
+                try:
+                    lib = Library(path, self.unloaded)
+                except OSError:  # evicted by another worker between its check and this load: build it again
+                    path = self.cache.get_or_build(source, ".c", ".so", self._compile, kernels, what, rebuild=True)
+                    lib = Library(path, self.unloaded)
+                self._libs[key] = lib
+        return lib
+
+    def _room(self) -> None:
+        """Raise :class:`TooManyLibraries` if no other library may be loaded (after collecting the cycles that may
+        hold dead plans' libraries)."""
+        if len(self._libs) < self.max_libraries:
+            return
+        now = time.monotonic()
+        if now - self._collected > 1.0:  # (a full collection costs ~0.1 s in a large worker: at most once a second)
+            self._collected = now
+            gc.collect()
+        if len(self._libs) >= self.max_libraries:
+            raise TooManyLibraries(f"this worker has {len(self._libs)} kernel libraries loaded, all in use by its "
+                                   f"cached plans ({MAX_LIBRARIES_ENV}={self.max_libraries}): the fragment runs "
+                                   f"interpreted")
+
+    def loaded(self) -> int:
+        """How many kernel libraries this runtime has loaded now."""
+        return len(self._libs)
 
     def build(self, kernels: list) -> dict:
-        """``{kernel name: launcher(buffers, scalars)}`` for ``kernels`` (one library per fragment)."""
-        source = self.renderer.render(kernels)
-        with self._lock:
-            lib = self._libs.get(source)
-            if lib is None:
-                path = self.cache.get_or_build(source, ".c", ".so", self._compile, kernels)
-                lib = self._libs[source] = ctypes.CDLL(path)
-        return {k.name: self._launcher(_function(lib, k, self.renderer), k) for k in kernels}
+        """``{kernel name: launcher(buffers, scalars)}`` for ``kernels`` (one library per fragment; each launcher
+        keeps it loaded)."""
+        lib = self.load(self.renderer.render(kernels), kernels)
+        return {k.name: self._launcher(_function(lib.cdll, k, self.renderer), k, lib) for k in kernels}
 
-    def _launcher(self, f, k):
+    def _launcher(self, f, k, lib: Library):
         """``launch(buffers, scalars)``: through cffi, whose call costs ~0.5 us and a buffer's address ~0.2 us (a
         ctypes call cost ~1 us more, and numpy's ``__array_interface__`` ~0.9 us a buffer)."""
         dtypes = [b.dtype.np for b in k.bufs]
@@ -162,6 +266,7 @@ class CRuntime:
                     raise kernel_error(k, int(err[0]), int(err[1]))
             else:
                 f(*ptrs, *scalars)
+        launch.library = lib  # loaded while this launcher lives
         return launch
 
     @staticmethod
@@ -233,13 +338,21 @@ class CompiledMixin:
     def runner(self, plan, keep):
         if self.interpreted(plan.program.steps, getattr(plan, "hot", False)):
             return None
-        return build_runner(self, plan, keep)
+        try:
+            return build_runner(self, plan, keep)
+        except (UnsafeKernelCache, TooManyLibraries) as e:  # the straight-line interpreted runner instead
+            _note(e)
+            return None
 
     def hot_runner(self, plan, keep, calls):
         lowered = lower(plan.program.steps, set(keep), self.lowering_options)
         if len(lowered.items) >= calls:  # no fewer calls than the numpy kernels make: nothing to gain
             return None
-        return build_runner(self, plan, keep, lowered)
+        try:
+            return build_runner(self, plan, keep, lowered)
+        except (UnsafeKernelCache, TooManyLibraries) as e:  # the plan stays interpreted
+            _note(e)
+            return None
 
     def host_call(self, step):
         """A callable for a host step: a worker op, an empty result, or the backend's numpy kernel."""
@@ -249,6 +362,16 @@ class CompiledMixin:
         k = self.backend.kernels[step.op]
         attrs, shape, dtype = step.attrs, step.shape, step.dtype
         return lambda args, dyn, frames: k(args, attrs, shape, dtype)
+
+
+_NOTED: set[type] = set()
+
+
+def _note(e: Exception) -> None:
+    """Log why a fragment runs interpreted, once a process for each reason (the cache logs its refusals itself)."""
+    if type(e) not in _NOTED and not isinstance(e, UnsafeKernelCache):
+        _NOTED.add(type(e))
+        log.warning("%s", e)
 
 
 def _check_flags_supported() -> None:  # pragma: no cover - used by tests/tools

@@ -6,7 +6,8 @@ The source is written here once for ``float`` and ``double`` and compiled throug
 compiler, flags and on-disk kernel cache; libmvec vectorises ``exp``/``tanh`` as in generated kernels). Arguments
 are addresses and element counts (one cffi call ~1 us); every matrix is rows of contiguous elements with the row
 stride given. Where the CPU cannot compile (``TENSORWIRE_CPU_COMPILE=0``, no compiler), :func:`cells` is None and
-the scans keep their numpy steps.
+the scans keep their numpy steps, as they do while the kernel cache is refused (not private: see
+:mod:`~tensorwire.backends.codegen.cache`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from .compiled import _FFI, runtime
+from ..codegen.cache import UnsafeKernelCache
+from .compiled import _FFI, TooManyLibraries, runtime
 
 _LSTM = """
 void lstm_fwd_{s}(TW_U64 pre_, TW_U64 cp_, long cps, TW_U64 y_, long ys, long B, long H) {{
@@ -124,12 +126,15 @@ def cells() -> dict | None:
             if rt is None:
                 _WHY = "no C runtime"
                 return None
-            path = rt.cache.get_or_build(source(), ".c", ".so", rt._compile, what="the recurrent cells")
-            lib = ctypes.CDLL(path)
+            try:
+                lib = rt.load(source(), what="the recurrent cells")
+            except (UnsafeKernelCache, TooManyLibraries):  # numpy steps, and asked again next time
+                return None
             table = {}
             for dt, (_, s, _, _) in _TYPES.items():
                 for name, sig in _SIGNATURES.items():
-                    table[(name, dt)] = _FFI.cast(sig, ctypes.cast(getattr(lib, f"{name}_{s}"), ctypes.c_void_p).value)
+                    fn = getattr(lib.cdll, f"{name}_{s}")
+                    table[(name, dt)] = _FFI.cast(sig, ctypes.cast(fn, ctypes.c_void_p).value)
             table["lib"] = lib  # keeps the library loaded
             _CELLS = table
     return _CELLS
