@@ -977,7 +977,7 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
     with no_grad():
         for i in diff:
             x = inputs[i]
-            base = x.numpy().astype(x.dtype.np)
+            base = x._numpy().astype(x.dtype.np)
             cols = []
             for k in range(x.numel()):
                 outs_pm = []

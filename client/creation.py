@@ -31,7 +31,7 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
 def _infer_np(data, dtype):
     """numpy array for ``data`` with torch's dtype inference (Python floats -> default float)."""
     if isinstance(data, Tensor):
-        return data.numpy()
+        return data._numpy()
     if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
         data = _tolist(data)
     arr = np.asarray(data)

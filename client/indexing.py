@@ -35,7 +35,7 @@ def _expand_key(x, key):
             if k.ndim == 0:
                 out.append(_Bool0(bool(k.item())))
             else:
-                out.extend(_as_index(x, i) for i in np.nonzero(k.numpy()))
+                out.extend(_as_index(x, i) for i in np.nonzero(k._numpy()))
         elif isinstance(k, (bool, np.bool_)):
             out.append(_Bool0(bool(k)))
         elif isinstance(k, (np.ndarray, list)) and len(k) and np.asarray(k).dtype == np.bool_:

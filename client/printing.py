@@ -123,7 +123,7 @@ def _add_suffixes(text: str, suffixes: list[str], indent: int) -> str:
 
 def format_tensor(t) -> str:
     try:
-        arr = t.numpy()
+        arr = t._numpy()
     except Exception as e:  # printing must not hide what went wrong
         return f"tensor(<error: {type(e).__name__}: {e}>, shape={list(t.shape)}, dtype={t.dtype})"
     floating = t.dtype.is_floating_point

@@ -127,7 +127,7 @@ def _value(t: Tensor) -> np.ndarray:
     if hit is not None and hit[0] == t._id:
         arr = hit[1]
         return arr.view(D.bfloat16.np) if t.dtype is D.bfloat16 and arr.dtype != D.bfloat16.np else arr
-    return t.numpy()
+    return t._numpy()
 
 
 def load(f, device=None, *, map_location=None, session=None, weights_only: bool = True):

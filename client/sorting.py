@@ -79,7 +79,7 @@ def unique(x, sorted: bool = True, return_inverse: bool = False, return_counts: 
     A sync point: the result's size depends on the data."""
     from .creation import tensor
 
-    a = x.numpy()
+    a = x._numpy()
     axis = None if dim is None else norm_dim(dim, x.ndim)
     vals, inv, counts = np.unique(a, return_inverse=True, return_counts=True, axis=axis)
     if axis is None:

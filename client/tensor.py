@@ -239,7 +239,16 @@ class Tensor:
 
     # ------------------------------------------------------------------ values (sync points)
     def numpy(self, *, force: bool = False) -> np.ndarray:
-        """The tensor's value as a numpy array (ships pending work and waits for it)."""
+        """The tensor's value as a numpy array (ships pending work and waits for it). As in torch, a tensor that
+        requires grad raises ``RuntimeError`` (its value would leave the graph unnoticed): call
+        ``t.detach().numpy()``, or ``t.numpy(force=True)``. ``.item()`` and ``.tolist()`` work on any tensor."""
+        if self.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
+                               "instead.")
+        return self._numpy()
+
+    def _numpy(self) -> np.ndarray:
+        """The value, whether the tensor requires grad or not (the library's own reads: printing, saving...)."""
         if self._base is not None:
             self._refresh()
         arr = self._s.fetch(self)
@@ -248,7 +257,7 @@ class Tensor:
         return arr
 
     def __array__(self, dtype=None, copy=None):
-        arr = self.numpy()
+        arr = self.numpy()  # (torch's raises for a tensor that requires grad too)
         if dtype is not None:
             return arr.astype(dtype)
         return np.array(arr) if copy else arr
@@ -256,10 +265,10 @@ class Tensor:
     def item(self):
         if self.numel() != 1:
             raise ValueError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
-        return self.numpy().reshape(()).item()
+        return self._numpy().reshape(()).item()
 
     def tolist(self):
-        arr = self.numpy()
+        arr = self._numpy()
         if self.dtype in D.HALF:
             arr = arr.astype(np.float32)
         return arr.tolist()
@@ -1312,7 +1321,7 @@ class Tensor:
 
     def nonzero(self, *, as_tuple: bool = False):
         """Indices of non-zero elements (a sync point: the output shape depends on the data)."""
-        idx = np.nonzero(self.numpy())
+        idx = np.nonzero(self._numpy())
         from .creation import tensor
 
         if as_tuple:

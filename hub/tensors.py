@@ -180,7 +180,7 @@ def push(
     from tensorwire.protocol.safetensors_io import save_bytes
 
     state = _state_dict_of(obj)
-    arrays = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in state.items()}
+    arrays = {k: np.asarray(v.detach().numpy() if hasattr(v, "detach") else v) for k, v in state.items()}
     files: dict = {filename: save_bytes(arrays, {"format": "pt"})}
     cfg = config if config is not None else getattr(obj, "config", None)
     if hasattr(cfg, "to_dict"):

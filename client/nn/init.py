@@ -200,7 +200,7 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
         raise ValueError("Only tensors with 2 or more dimensions are supported")
     rows = tensor.shape[0]
     cols = tensor.numel() // rows
-    flat = _rand(tensor, "randn", generator).reshape(rows, cols).numpy().astype(np.float64)
+    flat = _rand(tensor, "randn", generator).reshape(rows, cols)._numpy().astype(np.float64)
     if rows < cols:
         flat = flat.T
     q, r = np.linalg.qr(flat)

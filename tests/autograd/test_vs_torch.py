@@ -113,5 +113,5 @@ def test_second_order_matches_torch(session):
     xw = _tw_tensor(a, True)
     (gw,) = tw.autograd.grad(f(None, xw), xw, create_graph=True)
     (hw,) = tw.autograd.grad((gw * gw).sum(), xw)
-    np.testing.assert_allclose(gw.numpy(), gt.detach().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(gw.detach().numpy(), gt.detach().numpy(), rtol=1e-10)
     np.testing.assert_allclose(hw.numpy(), ht.numpy(), rtol=1e-8)

@@ -39,7 +39,7 @@ def _both(make, steps: int = STEPS, seed: int = 1):
         hist = []
         for _ in range(steps):
             out = step()
-            hist.append([out.numpy().copy()] + [a.copy() for a in snapshot()])
+            hist.append([out.detach().numpy().copy()] + [a.copy() for a in snapshot()])
         runs.append(hist)
     assert compiled.stats["replays"] >= steps - 3, compiled.stats
     return runs, compiled
@@ -67,7 +67,7 @@ def _trainer(build, x, y, loss_fn=nn.functional.cross_entropy):
         def snapshot():
             ps = list(model.parameters())
             st = opt.state[ps[0]]
-            return [p.numpy() for p in ps] + [
+            return [p.detach().numpy() for p in ps] + [
                 ps[0].grad.numpy(),
                 st["exp_avg"].numpy(),
                 st["exp_avg_sq"].numpy(),

@@ -353,10 +353,10 @@ def test_initialisers_and_random_fills_write_through_views():
     requires grad, as torch."""
     p = tw.nn.Parameter(tw.zeros(4, 50))
     tw.nn.init.uniform_(p.data, -1, 1)
-    v = p.numpy()
+    v = p.detach().numpy()
     assert (v != 0).all() and v.min() >= -1 and v.max() <= 1 and p.requires_grad
     p.data.uniform_(2, 3)
-    assert (p.numpy() >= 2).all() and (p.numpy() <= 3).all()
+    assert (p.detach().numpy() >= 2).all() and (p.detach().numpy() <= 3).all()
     w = tw.zeros(3, 1000)
     tw.nn.init.normal_(w[1], 5.0, 0.5)
     got = w.numpy()

@@ -41,7 +41,7 @@ def copy_weights(tw_module, torch_module) -> None:
 
 
 def close(a, b, rtol=1e-5, atol=1e-6) -> None:
-    a = a.numpy() if hasattr(a, "numpy") and not (torch is not None and isinstance(a, torch.Tensor)) else a
+    a = a.detach().numpy() if hasattr(a, "numpy") and not (torch is not None and isinstance(a, torch.Tensor)) else a
     if torch is not None and isinstance(b, torch.Tensor):
         b = b.detach().numpy()
     np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=rtol, atol=atol)

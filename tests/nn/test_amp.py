@@ -151,7 +151,7 @@ def test_grad_scaler_unscale_and_errors(session):
     with pytest.raises(RuntimeError, match="after step"):
         scaler.unscale_(opt)
     scaler.update()
-    np.testing.assert_allclose(p.numpy(), [0.0, -1.0])
+    np.testing.assert_allclose(p.detach().numpy(), [0.0, -1.0])
     off = tw.amp.GradScaler(enabled=False)
     assert off.scale(loss) is loss and off.get_scale() == 1.0 and off.state_dict() == {}
     with pytest.raises(RuntimeError, match="Closure"):

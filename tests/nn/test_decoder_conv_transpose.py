@@ -89,10 +89,10 @@ def test_conv_transpose_output_size_functional_and_init(session):
     tw.manual_seed(0)
     big = nn.ConvTranspose2d(64, 32, 3, groups=2)  # fan_in = (32 / 2) * 3 * 3 = 144
     bound = 1 / math.sqrt(144)
-    v = big.weight.numpy()
+    v = big.weight.detach().numpy()
     assert big.weight.shape == (64, 16, 3, 3) and v.min() >= -bound and v.max() <= bound
     assert abs(v.std() - bound / math.sqrt(3)) < 0.03 * bound
-    b = big.bias.numpy()
+    b = big.bias.detach().numpy()
     assert b.min() >= -bound and b.max() <= bound
 
 
@@ -156,6 +156,6 @@ def test_transformer_matches_torch(session):
     # every matrix Xavier-uniform, as torch's _reset_parameters
     tw.manual_seed(0)
     big = nn.Transformer(64, 4, 1, 1, 128)
-    w = big.decoder.layers[0].linear1.weight.numpy()
+    w = big.decoder.layers[0].linear1.weight.detach().numpy()
     lim = math.sqrt(6 / (64 + 128))
     assert w.min() >= -lim and w.max() <= lim and abs(w.std() - lim / math.sqrt(3)) < 0.03 * lim

@@ -65,7 +65,7 @@ def test_state_dict_roundtrip_and_strict(session):
     r = b.load_state_dict(a.state_dict())
     assert r.missing_keys == [] and r.unexpected_keys == []
     for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
-        np.testing.assert_array_equal(p.numpy(), q.numpy(), err_msg=n)
+        np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy(), err_msg=n)
     sd = a.state_dict()
     snap = sd["fc1.weight"].numpy().copy()
     with tw.no_grad():
@@ -83,7 +83,7 @@ def test_state_dict_roundtrip_and_strict(session):
     with pytest.raises(RuntimeError, match="size mismatch for fc1.weight"):
         b.load_state_dict(wrong)
     b.load_state_dict({k: v.numpy() for k, v in sd.items()})  # numpy values work too
-    np.testing.assert_array_equal(b.fc1.bias.numpy(), a.fc1.bias.numpy())
+    np.testing.assert_array_equal(b.fc1.bias.detach().numpy(), a.fc1.bias.detach().numpy())
 
 
 def test_to_train_eval_grad_flags(session):
@@ -128,13 +128,13 @@ def test_zero_grad_hooks_repr_deepcopy(session):
     h0 = tw.zeros(3, 8)  # the hook zeroed fc1's output
     for b in m.blocks:
         h0 = b(h0)
-    np.testing.assert_allclose(out.numpy(), (m.heads["a"](h0) * m.scale).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(out.detach().numpy(), (m.heads["a"](h0) * m.scale).detach().numpy(), rtol=1e-6)
     text = repr(m)
     assert "(fc1): Linear(in_features=4, out_features=8, bias=True)" in text
     assert "(blocks): ModuleList(\n    (0): Linear" in text
     c = copy.deepcopy(m)
     assert c.fc1.weight is not m.fc1.weight
-    np.testing.assert_array_equal(c.fc1.weight.numpy(), m.fc1.weight.numpy())
+    np.testing.assert_array_equal(c.fc1.weight.detach().numpy(), m.fc1.weight.detach().numpy())
     with tw.no_grad():
         c.fc1.weight.mul_(0)
     assert float(m.fc1.weight.abs().sum()) > 0
@@ -165,8 +165,8 @@ def test_init_is_seeded_and_has_torch_statistics(session):
     a = nn.Linear(256, 512)
     tw.manual_seed(123)
     b = nn.Linear(256, 512)
-    np.testing.assert_array_equal(a.weight.numpy(), b.weight.numpy())
-    w = a.weight.numpy()
+    np.testing.assert_array_equal(a.weight.detach().numpy(), b.weight.detach().numpy())
+    w = a.weight.detach().numpy()
     bound = 1 / math.sqrt(256)  # kaiming_uniform_(a=sqrt(5)) gives U(-1/sqrt(fan_in), 1/sqrt(fan_in))
     assert w.min() >= -bound and w.max() <= bound
     assert abs(w.std() - bound / math.sqrt(3)) < 0.01 * bound

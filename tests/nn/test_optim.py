@@ -31,7 +31,7 @@ def _run_tw(make, steps=5, dtype=np.float64):
         for p, g in zip(ps, _grads(s, dtype)):
             p.grad = tw.tensor(g)
         opt.step()
-    return [p.numpy() for p in ps], opt
+    return [p.detach().numpy() for p in ps], opt
 
 
 def test_sgd_and_adam_match_numpy(session):
@@ -128,7 +128,7 @@ def test_optimizer_state_dict_roundtrip(session):
     sd = opt.state_dict()
     assert sorted(sd["state"]) == [0, 1] and sd["param_groups"][0]["params"] == [0, 1]
     assert set(sd["state"][0]) == {"step", "exp_avg", "exp_avg_sq"}
-    qs = [nn.Parameter(tw.tensor(p.numpy())) for p in ps]
+    qs = [nn.Parameter(tw.tensor(p.detach().numpy())) for p in ps]
     opt2 = optim.Adam(qs, lr=0.5)
     opt2.load_state_dict(sd)
     assert opt2.param_groups[0]["lr"] == 0.01
@@ -137,7 +137,7 @@ def test_optimizer_state_dict_roundtrip(session):
             par.grad = tw.tensor(g)
         q.step()
     for a, b in zip(ps, qs):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
     with pytest.raises(ValueError):
         optim.SGD([nn.Parameter(tw.ones(1))], lr=0.1).load_state_dict(sd)
     with pytest.raises(ValueError):
@@ -149,8 +149,8 @@ def test_param_groups_and_zero_grad(session):
     opt = optim.SGD([{"params": [a]}, {"params": [b], "lr": 1.0}], lr=0.1)
     a.grad, b.grad = tw.ones(2), tw.ones(2)
     opt.step()
-    np.testing.assert_allclose(a.numpy(), [0.9, 0.9])
-    np.testing.assert_allclose(b.numpy(), [0.0, 0.0])
+    np.testing.assert_allclose(a.detach().numpy(), [0.9, 0.9])
+    np.testing.assert_allclose(b.detach().numpy(), [0.0, 0.0])
     opt.zero_grad()
     assert a.grad is None and b.grad is None
     c = nn.Parameter(tw.ones(1))
@@ -347,11 +347,11 @@ def test_lbfgs_float32_converges_and_state_dict(session):
         topt = torch.optim.LBFGS([tx], line_search_fn="strong_wolfe")
         for _ in range(2):
             topt.step(lambda: (topt.zero_grad(), (lambda v: (v.backward(), v)[1])(tloss()))[1])
-        np.testing.assert_allclose(x.numpy(), tx.detach().numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(x.detach().numpy(), tx.detach().numpy(), rtol=1e-4, atol=1e-5)
     assert float(loss_fn()) < first
     sd = opt.state_dict()
     assert set(sd["state"][0]) >= {"d", "t", "old_dirs", "old_stps", "ro", "H_diag", "prev_flat_grad", "func_evals"}
-    y = nn.Parameter(tw.tensor(x.numpy()))
+    y = nn.Parameter(tw.tensor(x.detach().numpy()))
     opt2 = optim.LBFGS([y], line_search_fn="strong_wolfe")
     opt2.load_state_dict(sd)
     assert len(opt2.state[y]["old_dirs"]) == len(sd["state"][0]["old_dirs"])

@@ -165,15 +165,15 @@ def test_dropout_between_layers_only_in_training(session):
         for g, w in zip(_flat(mine(tw.tensor(x))), _flat(ref(torch.tensor(x)))):
             close(g, w, RTOL, ATOL)
     mine.train()
-    o_train = mine(tw.tensor(x))[0].numpy()
+    o_train = mine(tw.tensor(x))[0].detach().numpy()
     mine.eval()
-    assert not np.allclose(o_train, mine(tw.tensor(x))[0].numpy())  # the dropout did act in training
+    assert not np.allclose(o_train, mine(tw.tensor(x))[0].detach().numpy())  # the dropout did act in training
     with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
         one = nn.GRU(4, 5, dropout=0.5)
     tw.manual_seed(1)
-    a = one(tw.tensor(x))[0].numpy()
+    a = one(tw.tensor(x))[0].detach().numpy()
     one.eval()
-    np.testing.assert_array_equal(a, one(tw.tensor(x))[0].numpy())
+    np.testing.assert_array_equal(a, one(tw.tensor(x))[0].detach().numpy())
 
 
 def test_initialisation_has_torchs_distribution(session):
@@ -184,14 +184,14 @@ def test_initialisation_has_torchs_distribution(session):
     b = nn.LSTM(64, 256, num_layers=2, bidirectional=True)
     bound = 1 / math.sqrt(256)
     for (n, p), q in zip(a.named_parameters(), b.parameters()):
-        v = p.numpy()
-        np.testing.assert_array_equal(v, q.numpy(), err_msg=n)
+        v = p.detach().numpy()
+        np.testing.assert_array_equal(v, q.detach().numpy(), err_msg=n)
         assert v.min() >= -bound and v.max() <= bound, n
         if v.size > 10000:
             assert abs(v.std() - bound / math.sqrt(3)) < 0.02 * bound, n
-    assert not np.array_equal(a.weight_ih_l0.numpy()[:4], a.weight_ih_l0_reverse.numpy()[:4])
+    assert not np.array_equal(a.weight_ih_l0.detach().numpy()[:4], a.weight_ih_l0_reverse.detach().numpy()[:4])
     c = nn.GRUCell(32, 400)
-    assert abs(c.weight_hh.numpy().std() - (1 / math.sqrt(400)) / math.sqrt(3)) < 0.02 / math.sqrt(400)
+    assert abs(c.weight_hh.detach().numpy().std() - (1 / math.sqrt(400)) / math.sqrt(3)) < 0.02 / math.sqrt(400)
     assert [len(w) for w in a.all_weights] == [4, 4, 4, 4] and a.all_weights[1][0] is a.weight_ih_l0_reverse
     a.flatten_parameters()  # accepted, as torch programs call it
 
@@ -210,7 +210,7 @@ def test_state_dict_from_torch_loads_and_trains(session):
         opt.step()
         topt.step()
     for (n, p), q in zip(mine.named_parameters(), ref.parameters()):
-        np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=n)
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=n)
 
 
 def test_errors(session):

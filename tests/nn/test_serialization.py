@@ -52,7 +52,7 @@ def test_safetensors_package_interop(session, tmp_path):
     assert ours["a"].dtype == tw.int32 and ours["b"].dtype == tw.float64
     m2 = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4))
     m2.load_state_dict(tw.load(tmp_path / "m.safetensors"))
-    np.testing.assert_array_equal(m2[0].weight.numpy(), m[0].weight.numpy())
+    np.testing.assert_array_equal(m2[0].weight.detach().numpy(), m[0].weight.detach().numpy())
 
 
 def test_nested_objects_and_optimizer_checkpoint(session, tmp_path):
@@ -74,7 +74,7 @@ def test_nested_objects_and_optimizer_checkpoint(session, tmp_path):
     st = pytest.importorskip("safetensors.numpy")
     names = sorted(st.load_file(str(tmp_path / "opt.safetensors")))
     assert names == ["state.0.exp_avg", "state.0.exp_avg_sq", "state.1.exp_avg", "state.1.exp_avg_sq"]
-    qs = [nn.Parameter(tw.tensor(p.numpy())) for p in ps]
+    qs = [nn.Parameter(tw.tensor(p.detach().numpy())) for p in ps]
     opt2 = optim.AdamW(qs, lr=0.5)
     opt2.load_state_dict(tw.load(tmp_path / "opt.safetensors"))
     assert opt2.param_groups[0]["lr"] == 0.01 and opt2.param_groups[0]["betas"] == (0.9, 0.999)
@@ -83,7 +83,7 @@ def test_nested_objects_and_optimizer_checkpoint(session, tmp_path):
             p.grad = p * 0.5 + 1
         oo.step()
     for a, b in zip(ps, qs):
-        assert a.numpy().tobytes() == b.numpy().tobytes()
+        assert a.detach().numpy().tobytes() == b.detach().numpy().tobytes()
 
 
 def test_dataloader(session):
@@ -159,12 +159,12 @@ def test_bert_matches_hugging_face(session):
     am = (ids != 0).astype(np.int64)
     tt = np.zeros_like(ids)
     tt[1, 5:] = 1
-    out = m(tw.tensor(ids), attention_mask=tw.tensor(am), token_type_ids=tw.tensor(tt)).numpy()
+    out = m(tw.tensor(ids), attention_mask=tw.tensor(am), token_type_ids=tw.tensor(tt)).detach().numpy()
     with torch.no_grad():
         ref = hf(torch.tensor(ids), attention_mask=torch.tensor(am),
                  token_type_ids=torch.tensor(tt)).last_hidden_state.numpy()
     np.testing.assert_allclose(out, ref, atol=1e-4, rtol=1e-4)
-    out2 = m(tw.tensor(ids[1:])).numpy()
+    out2 = m(tw.tensor(ids[1:])).detach().numpy()
     with torch.no_grad():
         ref2 = hf(torch.tensor(ids[1:])).last_hidden_state.numpy()
     np.testing.assert_allclose(out2, ref2, atol=1e-4, rtol=1e-4)

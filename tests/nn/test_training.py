@@ -56,7 +56,7 @@ def _compare(make_tw, make_torch, opt_name, opt_kw, batches, loss_name, dtype, r
     for (n, p), tp in zip(mm.named_parameters(), tm.parameters()):
         if n in skip:  # its exact gradient is 0: Adam turns rounding noise into +-lr steps, in torch too
             continue
-        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=rtol * 10, atol=rtol, err_msg=n)
+        np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=rtol * 10, atol=rtol, err_msg=n)
 
 
 def _cls_batches(shape, classes, dtype, n=3, seed=0):

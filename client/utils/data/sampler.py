@@ -106,7 +106,7 @@ class WeightedRandomSampler(Sampler):
         _check_num_samples(num_samples)
         if not isinstance(replacement, bool):
             raise ValueError(f"replacement should be a boolean value, but got replacement={replacement}")
-        w = np.asarray(weights.numpy() if hasattr(weights, "numpy") else weights, dtype=np.float64)
+        w = np.asarray(weights.detach().numpy() if hasattr(weights, "detach") else weights, dtype=np.float64)
         if w.ndim != 1:
             raise ValueError(f"weights should be a 1d sequence but given weights have shape {tuple(w.shape)}")
         if not replacement and num_samples > int((w > 0).sum()):
