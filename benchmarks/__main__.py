@@ -19,7 +19,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description="tensorwire benchmarks (ratios against peers run side by side)")
     p.add_argument("--only", default=None,
                    help="run one group: core, dataplane, hosts, programs, collectives, autograd, training, compile, "
-                        "hub, kernels, reliability, cuda, observability, scripts")
+                        "hub, kernels, reliability, cuda, observability, scripts, opinfo")
     args = p.parse_args()
     from . import (
         autograd,
@@ -32,6 +32,7 @@ def main() -> None:
         hub,
         kernels,
         observability,
+        opinfo,
         programs,
         reliability,
         scripts,
@@ -42,7 +43,8 @@ def main() -> None:
               "programs": programs.run_all, "collectives": collectives.run_all,
               "autograd": autograd.run_all, "training": training.run_all, "compile": compile.run_all,
               "hub": hub.run_all, "kernels": kernels.run_all, "reliability": reliability.run_all,
-              "cuda": cuda.run_all, "observability": observability.run_all, "scripts": scripts.run_all}
+              "cuda": cuda.run_all, "observability": observability.run_all, "scripts": scripts.run_all,
+              "opinfo": opinfo.run_all}
     results = []
     for name, run in groups.items():
         if args.only in (None, name):

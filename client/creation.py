@@ -164,6 +164,10 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad: b
         raise ValueError("upper bound and lower bound inconsistent with step sign")
     floating = any(isinstance(v, float) for v in vals)
     dt = D.get(dtype) if dtype is not None else (D.get_default_dtype() if floating else D.int64)
+    if not dt.is_floating_point:  # torch counts and steps an integer range in integers (each bound truncated)
+        start, end, step = (math.trunc(v) for v in vals)
+        if step == 0:
+            raise ValueError("step must be nonzero (after truncating to an integer dtype)")
     n = max(0, math.ceil((end - start) / step))
     s, dev = _ctx(device, session)
     return _finish(s.record("arange", [], {"start": start, "step": step, "n": n, "dtype": dt.name}, dev),
@@ -172,17 +176,34 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad: b
 
 def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad: bool = False,
              session=None) -> Tensor:
-    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
+    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive (for an integer dtype, torch's
+    integer linspace: truncated bounds, truncated values)."""
     if steps < 0:
         raise ValueError("number of steps must be non-negative")
     dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
-    step = (end - start) / (steps - 1) if steps > 1 else 0.0
     s, dev = _ctx(device, session)
+    if not dt.is_floating_point:
+        return _finish(_upload(s, np.trunc(_integer_linspace(start, end, steps)).astype(dt.np), dev), requires_grad)
+    step = (end - start) / (steps - 1) if steps > 1 else 0.0
     return _finish(s.record("arange", [], {"start": float(start), "step": float(step), "n": int(steps),
                                            "dtype": dt.name}, dev), requires_grad)
 
 
+def _integer_linspace(start, end, steps: int) -> np.ndarray:
+    """torch's linspace for an integer dtype, in float64 before truncation: the bounds truncated to integers, the
+    first half stepped from ``start``, the second back from ``end`` (so the last value is ``end`` exactly)."""
+    start, end = (math.trunc(v.item() if isinstance(v, (Tensor, np.generic)) else v) for v in (start, end))
+    step = (end - start) / (steps - 1) if steps > 1 else 0.0
+    i = np.arange(steps, dtype=np.float64)
+    return np.where(i < max(steps // 2, 1), start + step * i, end - step * (steps - 1 - i))  # 1 step: start
+
+
 def logspace(start, end, steps: int, base: float = 10.0, *, dtype=None, device=None, session=None) -> Tensor:
+    """``base ** linspace(start, end, steps)``; for an integer dtype torch's: integer bounds, truncated powers."""
+    if dtype is not None and not D.get(dtype).is_floating_point:
+        s, dev = _ctx(device, session)
+        powers = np.trunc(np.power(float(base), _integer_linspace(start, end, steps)))
+        return _upload(s, powers.astype(D.get(dtype).np), dev)
     return (linspace(start, end, steps, dtype=D.float64, device=device, session=session) * math.log(base)).exp() \
         .to(dtype or D.get_default_dtype())
 

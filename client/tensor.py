@@ -606,7 +606,11 @@ class Tensor:
                 return self.sqrt()
         return self._binary("pow", exponent)
 
-    float_power = pow
+    def float_power(self, exponent):
+        """``pow`` in double precision, as torch: the result is float64 whatever the dtypes (so an integer base
+        takes negative integer exponents)."""
+        e = exponent.to(D.float64) if isinstance(exponent, Tensor) else exponent
+        return self.to(D.float64).pow(e)
 
     def matmul(self, other):
         return self._rec("matmul", [self, self._operand(other)])
@@ -620,7 +624,17 @@ class Tensor:
     def dot(self, other):
         return (self * other).sum()
 
-    inner = dot
+    def inner(self, other):
+        """torch's ``inner``: the products summed over the last dims of both, shape ``self.shape[:-1] +
+        other.shape[:-1]``; a plain product where either is 0-d."""
+        o = self._operand(other)
+        if self.ndim == 0 or o.ndim == 0:
+            return self * o
+        if self.shape[-1] != o.shape[-1]:
+            raise ShapeError(f"inner() the last dimension must match on both input tensors but got shapes "
+                             f"{list(self.shape)} and {list(o.shape)}")
+        k = self.shape[-1]
+        return (self.reshape(-1, k) @ o.reshape(-1, k).t()).reshape(*self.shape[:-1], *o.shape[:-1])
 
     def outer(self, other):
         return self.unsqueeze(-1) * other.unsqueeze(0)
@@ -917,22 +931,27 @@ class Tensor:
     def argmin(self, dim: int | None = None, keepdim: bool = False):
         return self._rec("argmin", [self], {"dim": dim, "keepdim": keepdim})
 
-    def _correction(self, unbiased, correction) -> float:
-        if correction is not None:
-            return correction
-        if unbiased is None or unbiased is True:
-            return 1
-        return 0
+    def _var_args(self, dim, unbiased, correction) -> tuple:
+        """``(dim, correction)`` from torch's overloads: ``std(unbiased: bool)`` (``x.std(False)``: a bool first is
+        ``unbiased``, never a dim) and ``std(dim, unbiased, keepdim, *, correction)``."""
+        if isinstance(dim, (bool, np.bool_)) and unbiased is None:
+            dim, unbiased = None, builtins.bool(dim)
+        elif isinstance(unbiased, (int, tuple, list)) and not isinstance(unbiased, bool):
+            dim, unbiased = unbiased, None
+        if correction is None:
+            correction = 0 if unbiased is False else 1
+        return dim, correction
 
     def var(self, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-        if isinstance(unbiased, (int, tuple, list)) and not isinstance(unbiased, bool):
-            dim, unbiased = unbiased, None
-        return self._reduce("var", dim, keepdim, correction=self._correction(unbiased, correction))
+        """Variance over ``dim`` (all dims by default) with Bessel's ``correction`` (1 unless ``unbiased=False``);
+        ``x.var(False)`` is torch's ``var(unbiased)`` overload."""
+        dim, correction = self._var_args(dim, unbiased, correction)
+        return self._reduce("var", dim, keepdim, correction=correction)
 
     def std(self, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-        if isinstance(unbiased, (int, tuple, list)) and not isinstance(unbiased, bool):
-            dim, unbiased = unbiased, None
-        return self._reduce("std", dim, keepdim, correction=self._correction(unbiased, correction))
+        """Standard deviation, with :meth:`var`'s arguments."""
+        dim, correction = self._var_args(dim, unbiased, correction)
+        return self._reduce("std", dim, keepdim, correction=correction)
 
     def logsumexp(self, dim, keepdim: bool = False):
         return self._reduce("logsumexp", dim, keepdim)

@@ -248,10 +248,11 @@ def _composite_specs(op: str):
                        ("ceil-pad", {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1], "ceil_mode": True}),
                        ("divisor", {"kernel": [2, 2], "divisor_override": 3})):
             def ref(xs, dt, a=a):
-                return _pool_ref(xs[0], "avg", tuple(a["kernel"]), tuple(a.get("stride", a["kernel"])),
-                                 tuple(a.get("padding", (0, 0))), ceil_mode=a.get("ceil_mode", False),
-                                 count_include_pad=a.get("count_include_pad", True),
-                                 divisor_override=a.get("divisor_override"))
+                r = _pool_ref(xs[0], "avg", tuple(a["kernel"]), tuple(a.get("stride", a["kernel"])),
+                              tuple(a.get("padding", (0, 0))), ceil_mode=a.get("ceil_mode", False),
+                              count_include_pad=a.get("count_include_pad", True),
+                              divisor_override=a.get("divisor_override"))
+                return r if dt.is_floating_point else np.trunc(r)  # int64: torch truncates the quotient
             out.append((tag, [(1, 2, 5, 5)], (-3, 3), a, ref))
         return out
     if op in _OPTIM_SPECS:

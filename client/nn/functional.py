@@ -12,7 +12,8 @@ import math
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import ShapeError
+from tensorwire.protocol.errors import DTypeError, ShapeError
+from tensorwire.protocol.shapes import broadcast
 from tensorwire.tensor import Tensor
 
 __all__ = [
@@ -97,6 +98,12 @@ def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # 
 
 
 def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
+    """``input`` clamped to ``[min_val, max_val]``. An integer input keeps its dtype, the bounds truncated towards
+    zero (torch's ``hardtanh(int64, -0.5, 0.5)`` is all zeros); torch refuses bool, and so do we."""
+    if input.dtype is D.bool_:
+        raise DTypeError("hardtanh: bool inputs are not supported (as in torch); convert first (x.long())")
+    if not input.dtype.is_floating_point:
+        min_val, max_val = math.trunc(min_val), math.trunc(max_val)
     out = input.clamp(min_val, max_val)
     return input._assign(out) if inplace else out
 
@@ -234,13 +241,20 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
         raise ShapeError(f"Given input size per channel: {list(x.shape[2:])}. Calculated output size: "
                          f"{[n + o for n, o in zip(size, op)]}. Output size is too small")
     # conv2d_grad_input checks that a conv2d of the output size gives the input's size, which holds for an
-    # output_padding below the stride; a larger one (allowed below the dilation) only adds zero rows at the end
-    direct = [o if o < si else 0 for o, si in zip(op, s)]
-    y = x._rec("conv2d_grad_input", [x, weight], {"stride": s, "padding": p, "dilation": d, "groups": groups,
-                                                  "input_size": [n + o for n, o in zip(size, direct)]})
-    extra = [o - di for o, di in zip(op, direct)]
-    if any(extra):
-        y = pad(y, (0, extra[1], 0, extra[0]))
+    # output_padding below the stride. A larger one (allowed below the dilation) reaches into the high-side
+    # padding, whose first positions hold real values: run with the padding cut by it (q = p - o, at least 0),
+    # drop the p - q extra leading positions, and pad with zeros what still lies past the full output (o - p)
+    big = [o >= si for o, si in zip(op, s)]
+    q = [max(pi - o, 0) if b else pi for pi, o, b in zip(p, op, big)]
+    y = x._rec("conv2d_grad_input", [x, weight], {"stride": s, "padding": q, "dilation": d, "groups": groups,
+                                                  "input_size": [n + 2 * (pi - qi) + (0 if b else o) for n, pi, qi,
+                                                                 o, b in zip(size, p, q, op, big)]})
+    lead = [pi - qi for pi, qi in zip(p, q)]
+    if any(lead):
+        y = y[:, :, lead[0]:, lead[1]:]
+    tail = [max(o - pi, 0) if b else 0 for o, pi, b in zip(op, p, big)]
+    if any(tail):
+        y = pad(y, (0, tail[1], 0, tail[0]))
     if bias is not None:
         y = y + bias.reshape(1, -1, 1, 1)
     return y.squeeze(0) if unbatched else y
@@ -269,6 +283,11 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
 
 # ------------------------------------------------------------------------------------------------ pooling
 
+def _pool_stride(stride, kernel: list[int]) -> list[int]:
+    """A pool's stride: the kernel's where torch's default is (``None``, or an empty list or tuple)."""
+    return kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _pair(stride)
+
+
 def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,  # noqa: A002
                return_indices: bool = False) -> Tensor:
     if return_indices:
@@ -276,7 +295,7 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, c
     unbatched = input.ndim == 3
     x = input.unsqueeze(0) if unbatched else input
     k = _pair(kernel_size)
-    s = _pair(stride) if stride is not None and stride != [] else k
+    s = _pool_stride(stride, k)
     y = x._rec("max_pool2d", [x], {"kernel": k, "stride": s, "padding": _pair(padding),
                                    "dilation": _pair(dilation), "ceil_mode": bool(ceil_mode)})
     return y.squeeze(0) if unbatched else y
@@ -287,7 +306,7 @@ def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
     unbatched = input.ndim == 3
     x = input.unsqueeze(0) if unbatched else input
     k = _pair(kernel_size)
-    s = _pair(stride) if stride is not None and stride != [] else k
+    s = _pool_stride(stride, k)
     attrs = {"kernel": k, "stride": s, "padding": _pair(padding), "ceil_mode": bool(ceil_mode),
              "count_include_pad": bool(count_include_pad)}
     if divisor_override is not None:
@@ -349,11 +368,20 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     (recorded ops: the buffers are rebound to their new values, as torch updates them in place)."""
     from ._tensors import no_grad, rebind
 
+    # torch's channels are dim 1; a 1-D input has none (only an empty one, with empty statistics, is valid)
+    channels = input.shape[1] if input.ndim > 1 else 0
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if t is not None and t.numel() != channels:
+            raise ShapeError(f"batch_norm: {name} should contain {channels} elements not {t.numel()} (input of "
+                             f"shape {list(input.shape)}, channels in dim 1)")
     dims = [0] + list(range(2, input.ndim))
-    shape = [1, -1] + [1] * (input.ndim - 2)
-    if training:
-        n = input.numel() // input.shape[1]
-        if n <= 1:
+    shape = [1, -1] + [1] * (input.ndim - 2) if input.ndim > 1 else [-1]
+    if training and input.numel() == 0:
+        y = input.clone()  # an empty batch: nothing to normalise, the running statistics stay as they are (torch)
+    elif training:
+        n = input.numel() // max(channels, 1)
+        if n == 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input size "
                              f"{list(input.shape)}")
         mean = input.mean(dims)
@@ -421,6 +449,10 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
 
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """Cosine of the angle between ``x1`` and ``x2`` along ``dim``, after broadcasting them together (as torch: a
+    size-1 ``dim`` broadcast against a longer one counts each element as many times)."""
+    shape = broadcast(tuple(x1.shape), tuple(x2.shape))
+    x1, x2 = x1.expand(*shape), x2.expand(*shape)
     n1 = x1.norm(2, dim).clamp(min=eps)
     n2 = x2.norm(2, dim).clamp(min=eps)
     return (x1 * x2).sum(dim) / (n1 * n2)
@@ -487,8 +519,11 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
             j = np.where(j >= n, 2 * (n - 1) - j, j)
         elif mode == "replicate":
             j = np.clip(j, 0, n - 1)
-        else:
-            j = j % n
+        else:  # torch crops the negative pads first, then wraps the positive ones around what is left
+            start, stop = max(-lo, 0), n - max(-hi, 0)
+            if stop <= start:
+                raise ValueError(f"circular padding {[lo, hi]} leaves nothing of dim {d} (size {n}) to wrap")
+            j = start + np.arange(-max(lo, 0), stop - start + max(hi, 0)) % (stop - start)
         out = out.index_select(d, _tensor(j.astype(np.int64), device=out._dev, session=out._s))
     return out
 
@@ -702,7 +737,8 @@ def _nll(logp: Tensor, target: Tensor, weight, ignore_index: int, reduction: str
     """(loss, per-element weights or None, valid mask or None) for class-index targets."""
     from tensorwire.functions import where
 
-    if logp.ndim == 1:
+    unbatched = logp.ndim == 1
+    if unbatched:
         logp = logp.unsqueeze(0)
         target = target.unsqueeze(0)
     lp = logp.movedim(1, -1) if logp.ndim > 2 else logp  # [..., C]
@@ -722,6 +758,8 @@ def _nll(logp: Tensor, target: Tensor, weight, ignore_index: int, reduction: str
     loss = picked * w if w is not None else picked
     if reduction == "mean":
         return (loss.sum() / w.sum() if w is not None else loss.mean()), w, valid
+    if unbatched and reduction == "none":
+        loss = loss.squeeze(0)  # an unbatched input's loss is 0-d, as torch's
     return _reduce(loss, reduction), w, valid
 
 

@@ -14,7 +14,7 @@ from .. import dtypes as D
 from ..errors import DTypeError, ProtocolError, ShapeError
 from ..shapes import check_shape
 from .attrs import a_bool, a_int, a_ints
-from .table import _scalar, _to_float, composite
+from .table import _scalar, composite
 
 
 def _pair_attr(attrs, key, default):
@@ -322,14 +322,25 @@ def _avg_pool_infer(metas, attrs):
     if attrs.get("divisor_override") is not None:
         a_int(attrs, "divisor_override")
     s, d = _pool_infer(metas, attrs)
-    return s, D.float_of(d)
+    if not d.is_floating_point and d is not D.int64:
+        raise DTypeError(f'"avg_pool2d" is not implemented for {d.name} (as in torch): pool a floating or int64 '
+                         f"tensor (x.float())")
+    return s, d
 
 
 @composite("avg_pool2d", 1, _avg_pool_infer,
            attrs=("kernel", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"))
 def _avg_pool2d(g, x, attrs):
-    """Sum over the windows divided by the window size (or the count of non-padding elements, as torch)."""
-    x = _to_float(g, x)
+    """Sum over the windows divided by the window size (or the count of non-padding elements, as torch). An
+    int64 input averages as torch's does, its quotient truncated towards zero (summed in float64: exact below
+    2**53)."""
+    if x.dtype.is_floating_point:
+        return _avg_pool_float(g, x, attrs)
+    y = _avg_pool_float(g, g.op("cast", x, dtype=D.float64.name), attrs)
+    return g.op("cast", g.op("trunc", y), dtype=x.dtype.name)
+
+
+def _avg_pool_float(g, x, attrs):
     ceil = a_bool(attrs, "ceil_mode", False)
     geom = _window_geometry(x.shape, attrs, ceil)
     ws = _windows(g, x, geom, 0.0)
