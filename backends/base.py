@@ -132,6 +132,13 @@ class Device:
         k, attrs, shape, dtype = step.kernel, step.attrs, step.shape, step.dtype
         return lambda *a: k(list(a), attrs, shape, dtype)
 
+    def native_up_front(self) -> frozenset[str] | None:
+        """The composite ops to run whole in every fragment that is not hot, decided before its steps are known
+        (what :meth:`native_for` would answer for any of them), or None (the default: ask :meth:`native_for`).
+        A device that answers is asked its policy (:meth:`hot_runs`, :meth:`compiles_when_hot`) with an
+        ``expansion_counts.StepCounts`` in place of the steps of the ``backend.native`` expansion."""
+        return None
+
     def native_for(self, steps: list[Step], hot: bool = False) -> frozenset[str] | None:
         """The composite ops to run whole in a fragment that expands to ``steps`` with ``backend.native``, where
         that set is not the best for it (recompiled once, when the plan is made), or None (the default: keep

@@ -24,6 +24,7 @@ from tensorwire.protocol.ops import a_dtype, a_int, get_op
 from tensorwire.protocol.shapes import check_shape
 
 from .base import Device, Program, Step
+from .expansion_counts import counts_as
 from .hot import Tier
 from .jobs import plan_work
 from .quota import peak_bytes
@@ -61,6 +62,12 @@ class _PlanBuilder(ExpandingBuilder):
         super().__init__(native)
         self.steps: list[Step] = []
         self.next_slot = first_slot
+        self.met: set | None = None  # the composites the node being planned met (when asked: see compile_plan)
+
+    def op(self, name: str, /, *inputs: Value, **attrs) -> Value:
+        if self.met is not None and get_op(name).decompose is not None:
+            self.met.add(name)
+        return super().op(name, *inputs, **attrs)
 
     def _emit(self, name, inputs, attrs, shape, dtype) -> int:
         slot = self.next_slot
@@ -138,6 +145,11 @@ def compile_plan(device: Device, nodes: list, ext_metas: list, hot: bool = False
     if not isinstance(nodes, list) or len(nodes) > MAX_FRAGMENT_NODES:
         raise ProtocolError("a fragment must be a list of at most 2**20 nodes")
     native = device.backend.native
+    first = None if hot else device.native_up_front()
+    if first is not None and first != native:
+        plan = _plan_once(device, nodes, ext_metas, native, first)
+        if plan is not None:
+            return plan
     plan, composites = _compile(device, nodes, ext_metas, native)
     steps = plan.program.steps
     other = device.native_for(steps, hot=True) if hot else device.native_for(steps)
@@ -156,8 +168,41 @@ def compile_plan(device: Device, nodes: list, ext_metas: list, hot: bool = False
     return plan
 
 
-def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset) -> tuple[Plan, set[str]]:
-    """The plan of ``nodes`` with the composites in ``native`` run whole, and the composite ops the fragment met."""
+def _plan_once(device: Device, nodes: list, ext_metas: list, native: frozenset, first: frozenset) -> Plan | None:
+    """The plan of a fragment that is not hot on a device that plans such fragments with ``first`` whatever their
+    steps (``Device.native_up_front``), made once: the policy's sizes of the ``native`` expansion come from
+    :func:`~.expansion_counts.counts_as`, not from a second expansion. None where that cannot decide as
+    :func:`compile_plan` would (transfers, a failed node, a node not counted, or a fragment whose interpreted run
+    might pass :data:`INTERPRET_PEAK`): then plan it the long way."""
+    met: list = []
+    plan, _ = _compile(device, nodes, ext_metas, first, met)
+    if plan.has_transfers or plan.failed_nodes:
+        return None
+    counts = counts_as(native, first, plan, nodes, ext_metas, met)
+    if counts is None:
+        return None
+    ext_bytes = max((_size_bytes(m) for m in ext_metas), default=0)
+    if counts.nbytes + ext_bytes > INTERPRET_PEAK:  # (under it, no step's operand and no peak can pass it)
+        return None
+    hot_runs = device.hot_runs(counts)
+    if hot_runs > 0 and device.compiles_when_hot(counts):
+        plan.tier = Tier(nodes, ext_metas, hot_runs)
+    return plan
+
+
+def _size_bytes(meta) -> int:
+    if not isinstance(meta, tuple) or len(meta) != 2 or not hasattr(meta[1], "itemsize"):
+        return 0
+    n = meta[1].itemsize
+    for d in meta[0]:
+        n *= d
+    return n
+
+
+def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
+             met: list | None = None) -> tuple[Plan, set[str]]:
+    """The plan of ``nodes`` with the composites in ``native`` run whole, and the composite ops the fragment met;
+    with ``met``, the composites each node met are appended to it (a set a node)."""
     n_ext = len(ext_metas)
     b = _PlanBuilder(native, n_ext)
     node_slot: list[int | None] = []
@@ -178,6 +223,9 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset) ->
 
     for j, node in enumerate(nodes):
         b.origin = j
+        if met is not None:
+            b.met = set()
+            met.append(b.met)
         try:
             if not isinstance(node, list) or len(node) < 3:
                 raise ProtocolError(f"bad node {node!r}")

@@ -319,9 +319,17 @@ class CompiledMixin:
         # their decompositions, which only a compiled kernel would fuse
         return self.backend.interpreted_native if self.interpreted(steps, hot) else None
 
+    def native_up_front(self):
+        # every fragment that is not hot runs on the numpy kernels first (see interpreted), whatever its steps
+        return self.backend.interpreted_native if self.backend.large_runs > 0 else None
+
     def _large(self, steps) -> bool:
-        """Whether a fragment produces enough elements to compile (:data:`MIN_WORK`)."""
-        return sum(math.prod(s.shape) for s in steps) >= self.backend.min_work
+        """Whether a fragment produces enough elements to compile (:data:`MIN_WORK`); ``steps`` may be an
+        ``expansion_counts.StepCounts``."""
+        elements = getattr(steps, "elements", None)
+        if elements is None:
+            elements = sum(math.prod(s.shape) for s in steps)
+        return elements >= self.backend.min_work
 
     def hot_runs(self, steps=None) -> int:
         b = self.backend
