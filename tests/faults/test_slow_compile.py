@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 
 import tensorwire as tw
 
+from ._background import in_background
 from .conftest import wait_until
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or shutil.which("cc") is None,
@@ -75,22 +75,6 @@ def _compiles_started(folder: Path) -> list[int]:
     return [int(x) for x in f.read_text().split()] if f.exists() else []
 
 
-def _in_background(fn) -> tuple[threading.Thread, dict]:
-    out: dict = {}
-
-    def run():
-        t0 = time.monotonic()
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            out["error"] = e
-        out["seconds"] = time.monotonic() - t0
-
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    return th, out
-
-
 def _session_of(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[3])
@@ -128,7 +112,7 @@ def test_another_session_is_served_while_a_batch_compiles(tmp_path):
         try:
             y = tw.ones(3, session=victim)
             assert (y + 1).tolist() == [2.0, 2.0, 2.0]
-            th, out = _in_background(lambda: _compiled_op(compiling, 2.0).item())
+            th, out = in_background(lambda: _compiled_op(compiling, 2.0).item())
             wait_until(lambda: _compiles_started(tmp_path), 30, "the compile started")
             lat = []
             for _ in range(1 << 20):  # for as long as the compile runs
@@ -186,7 +170,7 @@ def test_killing_the_worker_mid_compile_kills_the_compiler_and_leaves_no_tempora
     with _cluster(tmp_path, 30.0) as c:
         s = tw.Session(c.address)
         try:
-            th, out = _in_background(lambda: _compiled_op(s, 5.0).item())
+            th, out = in_background(lambda: _compiled_op(s, 5.0).item())
             pid = wait_until(lambda: _compiles_started(tmp_path), 30, "the compile started")[0]
             sid = _session_of(pid)
             c.services["cpu:0"].kill()

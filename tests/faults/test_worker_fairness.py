@@ -17,6 +17,8 @@ import pytest
 
 import tensorwire as tw
 
+from ._background import in_background
+
 #: how long the neighbour's op should run; the victim's worst latency must stay far below it
 LONG_OP_S = 6.0
 VICTIM_WORST_S = 2.0
@@ -32,22 +34,6 @@ def _long_reduction_size(s: tw.Session) -> int:
         tw.ones(1, session=s).expand(n0).sum().item()
         took.append(time.perf_counter() - t0)
     return int(min(1 << 40, max(n0, n0 * LONG_OP_S / max(min(took), 1e-3))))
-
-
-def _run_in_thread(fn):
-    out: dict = {}
-
-    def target():
-        t0 = time.perf_counter()
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            out["error"] = e
-        out["seconds"] = time.perf_counter() - t0
-
-    th = threading.Thread(target=target, daemon=True)
-    th.start()
-    return th, out
 
 
 def _matmul_chain(s: tw.Session, steps: int = 400, n: int = 1024):
@@ -71,7 +57,7 @@ def test_a_long_op_does_not_stall_another_session(cluster):
         n = _long_reduction_size(noisy)
         x = tw.ones(3, session=victim)
         for _ in range(3):  # the machine's speed varies (shared cores): a run too short to show anything is redone
-            th, out = _run_in_thread(lambda n=n: tw.ones(1, session=noisy).expand(n).sum().item())
+            th, out = in_background(lambda n=n: tw.ones(1, session=noisy).expand(n).sum().item())
             lat = []
             for _ in range(1_000_000):  # for as long as the neighbour's op runs
                 if not th.is_alive():

@@ -132,17 +132,11 @@ def test_float32(op):
     pytest.skip(r.reason())
 
 
-@pytest.mark.parametrize("op", I64, ids=H.entry_name)
-def test_int64(op):
-    r = H.run_entry(op, torch.int64, SAMPLES)
-    _fail_if_wrong(r)
-    if r.status != "ok":
-        pytest.skip(r.reason())
-
-
-@pytest.mark.parametrize("op", BOOL, ids=H.entry_name)
-def test_bool(op):
-    r = H.run_entry(op, torch.bool, SAMPLES)
+@pytest.mark.parametrize(("op", "dtype"),
+                         [pytest.param(op, torch.int64, id=f"int64-{H.entry_name(op)}") for op in I64]
+                         + [pytest.param(op, torch.bool, id=f"bool-{H.entry_name(op)}") for op in BOOL])
+def test_int64_and_bool(op, dtype):
+    r = H.run_entry(op, dtype, SAMPLES)
     _fail_if_wrong(r)
     if r.status != "ok":
         pytest.skip(r.reason())
