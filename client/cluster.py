@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import ctypes
 import dataclasses
 import json
@@ -25,7 +26,8 @@ from tensorwire.protocol.capability import DIRECT_ADDRESS_ENV
 from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, SERVICE_TOKEN_ENV, new_token
 from tensorwire.protocol.curve import KEYS_ENV, is_local_address
 from tensorwire.protocol.errors import DeviceError, TensorwireError
-from tensorwire.protocol.service import parse_ready
+from tensorwire.protocol.named_service import HEARTBEAT_FILE_ENV
+from tensorwire.protocol.service import HEARTBEAT_S, LIVENESS, parse_ready
 
 log = logging.getLogger("tensorwire.cluster")
 
@@ -34,6 +36,9 @@ START_TIMEOUT_S = float(os.environ.get("TENSORWIRE_START_TIMEOUT", "60"))
 PROBE_TIMEOUT_S = 20.0
 #: how often the cluster looks at its workers' processes (a worker that exited is noticed within this)
 SUPERVISE_S = 0.1
+#: a live worker whose heartbeats stopped this long ago is killed and restarted (the dispatcher declares it lost after
+#: HEARTBEAT_S * LIVENESS; a little more, so the sessions hear WorkerLost first)
+SILENT_S = HEARTBEAT_S * LIVENESS + 2.0
 #: the line a service command prints last when it fails (``tensorwire.cli.main``): ``tensorwire: DeviceError: ...``
 _ERROR_LINE = re.compile(r"^tensorwire: ([A-Za-z_]\w*): (.*)$")
 #: log2 of the cycles an idle OpenBLAS thread of a worker spins before it sleeps (OpenBLAS's default is 28)
@@ -419,6 +424,7 @@ class LocalCluster:
                error: type[TensorwireError] = TensorwireError) -> Service:
         with self._lock:
             svc = Service(name, argv, self.log_dir / f"{name.replace(':', '-')}.log", env or self.env, error)
+            svc.spawned_at = time.time()  # (wall clock, as file times: a beat before it is a predecessor's)
             self.services[name] = svc
             self._pids.append(svc.proc.pid)
         return svc
@@ -583,8 +589,27 @@ class LocalCluster:
         quota = ["--session-memory", str(self.session_memory)] if self.session_memory is not None else []
         return [self._spawn(d, _cli("worker", "--device", d, "--dispatcher", self.service_address, "--threads",
                                     threads, "--direct-address", self._direct_address(d), *hub, *quota),
-                            error=DeviceError)
+                            self._worker_env(d), error=DeviceError)
                 for d in devices]
+
+    def _heartbeat_file(self, device: str) -> Path:
+        return self.log_dir / f"{device.replace(':', '-')}.alive"
+
+    def _worker_env(self, device: str, **more: str) -> dict:
+        """A worker's environment: the cluster's, and the file its heartbeats touch (see :meth:`_silent_for`)."""
+        path = self._heartbeat_file(device)
+        with contextlib.suppress(OSError):
+            path.unlink()  # (a predecessor's: the new worker's first beat makes it again)
+        return {**self.env, HEARTBEAT_FILE_ENV: str(path), **more}
+
+    def _silent_for(self, name: str, svc: Service) -> float:
+        """Seconds since ``name``'s worker ``svc`` last beat (0 before its first beat: a file its predecessor left
+        does not count)."""
+        try:
+            mtime = self._heartbeat_file(name).stat().st_mtime
+        except OSError:
+            return 0.0
+        return 0.0 if mtime < svc.spawned_at else max(0.0, time.time() - mtime)
 
     def _direct_address(self, device: str) -> str:
         """Where ``device``'s worker listens for clients' direct channels: a unix socket when the cluster listens on
@@ -618,7 +643,9 @@ class LocalCluster:
                      "hub": {"--port": (self.hub_url or "").rsplit(":", 1)[-1]}}.get(name, {})
             for flag, value in fixed.items():
                 argv[argv.index(flag) + 1] = value
-            svc = self._spawn(name, argv, self._dispatcher_env if name == "dispatcher" else None, old.error)
+            env = self._dispatcher_env if name == "dispatcher" else self._worker_env(name) if name in self.devices \
+                else None
+            svc = self._spawn(name, argv, env, old.error)
         _remove_shm_leftovers([old.proc.pid], self.env["TENSORWIRE_SHM_DIR"])
         self._wait_ready(svc, time.monotonic() + START_TIMEOUT_S)
         return svc
@@ -642,7 +669,12 @@ class LocalCluster:
                 return
             r = self._restarts.setdefault(name, _Restarts(self.restart_policy))
             now = time.monotonic()
-            if svc.failed() and not svc.noted:
+            silent = self._silent_for(name, svc) if svc.alive() and not svc.noted else 0.0
+            if silent > SILENT_S:  # alive but not answering (stopped, or stuck holding the GIL): as if it died
+                svc.proc.kill()
+                svc.proc.wait()
+                self._note_exit(name, svc, r, f"stopped answering (no heartbeat for {silent:.0f} s; killed)", now)
+            elif svc.failed() and not svc.noted:
                 self._note_exit(name, svc, r, svc.exit_reason(), now)
             if r.due is None or now < r.due:
                 return
@@ -650,7 +682,7 @@ class LocalCluster:
             r.times.append(now)
             from tensorwire.dispatcher.liveness import RESTARTED_ENV
 
-            new = self._spawn(name, svc.argv, {**self.env, RESTARTED_ENV: r.why}, DeviceError)
+            new = self._spawn(name, svc.argv, self._worker_env(name, **{RESTARTED_ENV: r.why}), DeviceError)
         _remove_shm_leftovers([svc.proc.pid], self.env["TENSORWIRE_SHM_DIR"])
         try:
             self._wait_ready(new, time.monotonic() + START_TIMEOUT_S)

@@ -134,6 +134,21 @@ def say_goodbye(sock: zmq.Socket | None) -> None:
         sock.send(pack_header({"t": "bye"}), zmq.NOBLOCK)
 
 
+#: a file the heartbeat thread touches at every beat, for a supervisor on this host to tell a process that stopped
+#: answering (stopped, or stuck with the GIL held) from a live one: ``LocalCluster`` sets it for its workers
+HEARTBEAT_FILE_ENV = "TENSORWIRE_HEARTBEAT_FILE"
+
+
+def _touch(path: str) -> None:
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        with contextlib.suppress(OSError):
+            open(path, "a").close()
+    except OSError:
+        pass
+
+
 def start_heartbeats(ctx: zmq.Context, dispatcher: str, name: str, stop: threading.Event, instance: str,
                      keys: Path | None = None, extra=None) -> threading.Thread:
     """Send ``{"t": "hb", "of": name, "i": instance}`` every HEARTBEAT_S from a thread with a socket of its own, so a
@@ -146,8 +161,11 @@ def start_heartbeats(ctx: zmq.Context, dispatcher: str, name: str, stop: threadi
             return
         base = {"t": "hb", "of": name, "pid": os.getpid(), "i": instance}
         msg = pack_header(base)
+        alive = os.environ.get(HEARTBEAT_FILE_ENV)
         try:
             while not stop.wait(HEARTBEAT_S):
+                if alive:
+                    _touch(alive)
                 if extra is not None:
                     try:
                         msg = pack_header({**base, **extra()})

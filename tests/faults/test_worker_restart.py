@@ -163,3 +163,33 @@ def test_a_worker_that_starts_then_fails_raises_device_error_with_its_reason():
     msg = str(e.value)
     assert msg.startswith("cpu:9999 exited with code 1 before it was ready: cpu:9999 does not exist"), msg
     assert "its log (" in msg, msg
+
+
+def test_a_worker_that_stops_answering_is_killed_and_restarted():
+    """SIGSTOP: the process lives but neither works nor beats. The dispatcher declares it lost (its sessions get
+    WorkerLost); the cluster's supervisor sees its heartbeat file go stale, kills it and starts another."""
+    with tw.LocalCluster(devices=["cpu:0"], autograd=False, collectives=False) as c:
+        s = tw.Session(c.address)
+        try:
+            x = tw.arange(4.0, session=s) + 1
+            np.testing.assert_array_equal(x.numpy(), [1, 2, 3, 4])
+            old = c.services["cpu:0"]
+            wait_until(lambda: c._heartbeat_file("cpu:0").exists(), 30,
+                       "the worker's first heartbeat")
+            os.kill(old.proc.pid, signal.SIGSTOP)
+            try:
+                new_pid = wait_until(lambda: (p := _pid_of(s, "cpu:0")) not in (None, old.proc.pid) and p,
+                                     START_BOUND_S, "the stopped worker was replaced and the new one registered")
+            finally:
+                if old.proc.poll() is None:  # (the test failed: do not leave a stopped process behind)
+                    os.kill(old.proc.pid, signal.SIGKILL)
+            assert old.proc.poll() is not None and new_pid == c.services["cpu:0"].proc.pid
+            said = []
+            for _ in range(2):  # an old tensor is lost each time it is used; the dispatcher's answer says why
+                with pytest.raises(tw.WorkerLost) as lost:
+                    (x * 2).numpy()
+                said.append(str(lost.value))
+            assert any("stopped answering" in m for m in said), said
+            np.testing.assert_array_equal((tw.arange(3.0, session=s) + 1).numpy(), [1, 2, 3])
+        finally:
+            s.close()
