@@ -16,6 +16,7 @@ import weakref
 
 import numpy as np
 
+from tensorwire.protocol.service import SHM_DIR
 from tensorwire.protocol.shm_paths import shm_prefix
 
 MAX_POOLED_BYTES = int(os.environ.get("TENSORWIRE_SHM_POOL_BYTES", str(2 << 30)))
@@ -41,11 +42,61 @@ class ShmFile:
             os.unlink(self.path)
 
 
+def sweep_stale(device: str, folder: str = SHM_DIR) -> list[str]:
+    """Remove the files a previous worker of ``device`` left in ``folder`` when it died without cleaning up (a crash
+    restart: ``LocalCluster`` removes a killed worker's files itself, but a container restarted by Docker or
+    Kubernetes has nobody to, and its new worker often gets the same pid as the old). A file goes when its name is
+    this device's (``tensorwire-<pid>-<device>-<n>``), it is a regular file of this user's, and its pid is this
+    process's own (so a predecessor's: this worker has made none yet) or runs no longer (as this process sees pids).
+    One worker serves a device in a cluster; clusters that share one shared-memory folder across PID namespaces
+    must not reuse device names (give them ``TENSORWIRE_SHM_DIR``s apart). Returns the paths removed."""
+    import glob
+    import re
+    import stat
+
+    tag = device.replace(":", "-")
+    name = re.compile(r"tensorwire-([0-9]{1,12})-" + re.escape(tag) + r"-[0-9]{1,12}")
+    removed = []
+    for path in glob.glob(os.path.join(glob.escape(folder), f"tensorwire-*-{glob.escape(tag)}-*")):
+        m = name.fullmatch(os.path.basename(path))
+        if m is None:
+            continue
+        pid = int(m.group(1))
+        if pid != os.getpid() and _runs(pid):
+            continue
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            continue
+    return removed
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's process: it runs)
+        return True
+    return True
+
+
 class ShmPool:
     """Files by size; ``take`` one, ``lease`` a result view on it, and it comes back when the view dies."""
 
     def __init__(self, tag: str):
         self.prefix = shm_prefix(os.getpid(), tag)  # the names the dispatcher and the ranks accept
+        swept = sweep_stale(tag)
+        if swept:
+            import logging
+
+            logging.getLogger("tensorwire.worker").warning(
+                "removed %d shared-memory file(s) a previous worker of %s left behind (%s ...)", len(swept), tag,
+                swept[0])
         self.counter = itertools.count()
         self.free: dict[int, list[ShmFile]] = {}
         self.pooled = 0
