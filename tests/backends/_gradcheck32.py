@@ -15,7 +15,7 @@ def gradcheck_float32(session, device: str, ops: list[str]) -> None:
     def on_device(t):  # a float32 copy of a float64 input (an index stays int64) on ``device``
         if not isinstance(t, tw.Tensor):
             return t
-        a = t.numpy()
+        a = t.detach().numpy()
         return tw.tensor(
             a.astype(np.float32) if a.dtype == np.float64 else a, device=device, requires_grad=t.requires_grad
         )

@@ -251,7 +251,7 @@ def test_torch_cuda_methods_move_to_cuda(session):
     assert str(x.device) == "cuda:0" and str(x.cuda(0).device) == "cuda:0"
     m = tw.nn.Linear(4, 2).cuda()
     assert str(m.weight.device) == "cuda:0"
-    np.testing.assert_allclose(m(x).cpu().numpy(), m.cpu()(x.cpu()).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(m(x).cpu().detach().numpy(), m.cpu()(x.cpu()).detach().numpy(), rtol=1e-6)
 
 
 @needs_standin

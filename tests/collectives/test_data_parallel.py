@@ -53,10 +53,10 @@ def test_twenty_steps_match_single_device(session, opt_name):
             pair.append(loss)
         losses.append(pair)
     for a, b in zip(single.parameters(), dp.module.parameters()):
-        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b.detach().numpy(), a.detach().numpy(), rtol=1e-5, atol=1e-6)
     for a, b in zip(dp.module.parameters(), dp._replicas[1].parameters()):
         assert b.device == "cpu:1"
-        np.testing.assert_array_equal(a.numpy(), b.numpy())  # replicas stay identical
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())  # replicas stay identical
     assert losses[-1][0].item() < losses[0][0].item()
     np.testing.assert_allclose(losses[-1][1].item(), losses[-1][0].item(), rtol=1e-5)
 
@@ -129,7 +129,7 @@ def test_ddp_with_process_group_and_distributed_sampler(session):
                     dist.all_reduce(t, op=dist.ReduceOp.SUM)  # torch's one-tensor form: a group of one process
                     opt.step()
         for a, b in zip(single.parameters(), ddp.module.parameters()):
-            np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(b.detach().numpy(), a.detach().numpy(), rtol=1e-5, atol=1e-6)
         assert all(k.startswith("module.") for k in ddp.state_dict())
         assert len(list(sampler)) == 64 and sorted(sampler) == list(range(64))
         dist.barrier()

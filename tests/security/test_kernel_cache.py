@@ -192,6 +192,8 @@ def test_the_recurrent_cells_keep_their_numpy_steps_when_the_cache_is_refused(ca
     from tensorwire.backends.cpu import rnn_cells
 
     monkeypatch.setattr(rnn_cells, "_CELLS", None)
+    base = compiled.runtime()  # a fresh runtime, nothing loaded (an earlier test may have loaded the cells)
+    monkeypatch.setattr(compiled, "_RUNTIME", compiled.CRuntime(base.compiler, base.version))
     compiled.runtime().cache.folder()
     os.chmod(cache_dir, 0o777)
     try:
