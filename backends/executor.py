@@ -127,13 +127,7 @@ def _interpreting_is_big(steps) -> bool:
     largest = 0
     for s in steps:
         for meta in ((s.shape, s.dtype), *s.in_meta):
-            if not isinstance(meta, tuple) or len(meta) != 2 or not hasattr(meta[1], "itemsize"):
-                continue
-            shape, dt = meta
-            n = dt.itemsize
-            for d in shape:
-                n *= d
-            largest = max(largest, n)
+            largest = max(largest, _size_bytes(meta))
     return largest > INTERPRET_PEAK or peak_bytes(steps, frozenset()) > INTERPRET_PEAK
 
 
@@ -191,6 +185,7 @@ def _plan_once(device: Device, nodes: list, ext_metas: list, native: frozenset, 
 
 
 def _size_bytes(meta) -> int:
+    """The bytes of a ``(shape, dtype)`` meta; 0 for anything else (a Fail, a step without a dtype)."""
     if not isinstance(meta, tuple) or len(meta) != 2 or not hasattr(meta[1], "itemsize"):
         return 0
     n = meta[1].itemsize
