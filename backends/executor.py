@@ -99,6 +99,27 @@ class Plan:
         self.hot = False  # planned as the device plans fragments it compiles, however small (see hot.py)
         self.tier: Tier | None = None  # interpreted because small: how it gets compiled once hot (see hot.py)
         self._slot_steps: dict[int, int] | None = None
+        #: node -> (op, its attrs, input metas, output meta) for the nodes whose dynamic attrs shape their result
+        #: (a slice's bounds): a replay's values are checked against them (:meth:`check_dynamic`)
+        self.dyn_checks: dict[int, tuple] = {}
+
+    def check_dynamic(self, dyn: dict) -> None:
+        """Raise ProtocolError unless every node's replayed dynamic attrs give it the result this plan was made for
+        (a slice's new bounds in range and of the planned lengths): kernels built for the plan address memory by
+        them."""
+        checks = self.dyn_checks
+        for j, d in dyn.items():
+            c = checks.get(j)
+            if c is None:
+                continue
+            op, attrs, metas, out = c
+            try:
+                got = op.infer(metas, {**attrs, **d})
+            except Exception as e:  # noqa: BLE001 - any inference failure is a malformed replay
+                raise ProtocolError(f"node {j} ({op.name}) replayed with bad attributes: {e}") from None
+            if got != out:
+                raise ProtocolError(f"node {j} ({op.name}) replayed with attributes that make {list(got[0])} "
+                                    f"{got[1].name}, the plan holds {list(out[0])} {out[1].name}")
 
     def slot_steps(self) -> dict[int, int]:
         """Each slot a step writes -> the index of that step (cached)."""
@@ -202,6 +223,7 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
     b = _PlanBuilder(native, n_ext)
     node_slot: list[int | None] = []
     node_meta: list = []
+    dyn_checks: dict[int, tuple] = {}
     steps = b.steps
 
     def value_of(ref: int):
@@ -264,6 +286,8 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
                 v = b.op(op, *ins, **attrs)
                 if opdef.dynamic and len(steps) == n_before + 1:
                     steps[-1].dynamic = True
+                if opdef.dynamic_key is not None:
+                    dyn_checks[j] = (opdef, attrs, [(x.shape, x.dtype) for x in ins], (v.shape, v.dtype))
             node_meta.append((v.shape, v.dtype))
             node_slot.append(v.ref)
         except Exception as e:  # inference failed: the node fails, its dependents with it
@@ -281,7 +305,9 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
     for i, s in enumerate(steps):
         s.frees = tuple(frees.get(i, ()))
     program = device.compile(steps)
-    return Plan(program, node_slot, list(ext_metas), b.next_slot, node_meta), b.composites
+    plan = Plan(program, node_slot, list(ext_metas), b.next_slot, node_meta)
+    plan.dyn_checks = dyn_checks
+    return plan, b.composites
 
 
 def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set,

@@ -531,6 +531,8 @@ class Executor:
             keep.discard(None)
             job.plan, job.ext, job.keep = plan, ext, frozenset(keep)
             job.dyn = {j: a for j, a in (h.get("dyn") or ())}
+            if plan.dyn_checks and job.dyn:
+                plan.check_dynamic(job.dyn)
             # large work, or a compile (seconds of gcc) first: off the main thread, which serves the other sessions
             job.offload = plan.work >= OFFLOAD_WORK or builds_runner(self.device, plan, job.keep)
             if self.limit is not None and not job.cancelled:

@@ -132,13 +132,22 @@ def freeze(v):
 
 
 def attrs_key(op: str, attrs: dict | None):
-    """The part of a node's attributes a plan depends on (the op's ``dynamic`` ones left out), hashable; None for
-    no attributes."""
+    """The part of a node's attributes a plan depends on (the op's ``dynamic`` ones left out, but for what its
+    ``dynamic_key`` keeps of them), hashable; None for no attributes."""
     if not attrs:
         return None
-    dyn = get_op(op).dynamic if op not in (SEND, RECV) else ()
+    if op in (SEND, RECV):
+        return freeze(attrs)
+    opdef = get_op(op)
+    dyn = opdef.dynamic
     if dyn:
-        return tuple([(k, freeze(v)) for k, v in attrs.items() if k not in dyn])
+        key = tuple([(k, freeze(v)) for k, v in attrs.items() if k not in dyn])
+        if opdef.dynamic_key is not None:
+            try:
+                return (*key, ("#", freeze(opdef.dynamic_key(attrs))))
+            except Exception:  # noqa: BLE001 - malformed attrs: keyed whole, and inference says what is wrong
+                return freeze(attrs)
+        return key
     return freeze(attrs)
 
 

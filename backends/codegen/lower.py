@@ -55,6 +55,19 @@ class Lowered:
         return [it.kernel for it in self.items if isinstance(it, Launch)]
 
 
+_MISSING = object()
+
+
+def attr_value(attrs: dict, attr, default=None):
+    """Attribute ``attr`` of ``attrs``; ``(name, k)`` names element k of a list attribute (a slice's starts)."""
+    if type(attr) is tuple:
+        v = attrs.get(attr[0], _MISSING)
+        if v is _MISSING:
+            return default
+        return v[attr[1]]
+    return attrs.get(attr, default)
+
+
 class KernelBuilder:
     """Builds one kernel: its buffers, scalars and statements; :meth:`value` computes a slot's element."""
 
@@ -91,13 +104,15 @@ class KernelBuilder:
             self.args.append(key)
         return name
 
-    def scalar(self, st, attr: str, dtype: D.DType) -> X:
+    def scalar(self, st, attr: str | tuple[str, int], dtype: D.DType) -> X:
+        """A kernel parameter holding attribute ``attr`` of step ``st`` (``(name, k)``: element k of a list
+        attribute), so that a replay's dynamic value reaches a kernel built once."""
         key = (st.out, attr, dtype.name)
         name = self._scalar_of.get(key)
         if name is None:  # a replay's fresh value reaches steps recorded as such (not parts of a composite)
             name = self._scalar_of[key] = f"s{len(self.scalars)}"
             self.scalars.append(ir.Scalar(name, dtype))
-            self.scalar_args.append((st.origin if st.dynamic else None, attr, st.attrs.get(attr), dtype))
+            self.scalar_args.append((st.origin if st.dynamic else None, attr, attr_value(st.attrs, attr), dtype))
         return var(name, dtype)
 
     def local_array(self, prefix: str, dtype: D.DType, size: int) -> str:
@@ -165,7 +180,10 @@ class KernelBuilder:
         self.origins.add(st.origin)
         op = st.op
         if op in MOVEMENT:
-            in_idx, pad = view_idx(st, idx)
+            starts = None
+            if op == "slice" and st.dynamic:  # bounds that move between replays: kernel parameters
+                starts = [self.scalar(st, ("starts", k), INDEX) for k in range(len(st.shape))]
+            in_idx, pad = view_idx(st, idx, starts)
             v = self.value(st.ins[0], in_idx)
             if pad is not None and in_idx.valid is not idx.valid:
                 v = where(in_idx.valid, v, const(pad, st.dtype))

@@ -27,7 +27,7 @@ import numpy as np
 from tensorwire.protocol import errors as E
 
 from .ir import Kernel
-from .lower import HostStep, Launch, Lowered, lower
+from .lower import HostStep, Launch, Lowered, attr_value, lower
 
 DEBUG_ENV = "TENSORWIRE_DEBUG_KERNELS"
 
@@ -55,8 +55,8 @@ def scalar_value(spec, dyn: dict | None):
     v = default
     if dyn is not None:
         d = dyn.get(origin)
-        if d is not None and attr in d:
-            v = d[attr]
+        if d is not None:
+            v = attr_value(d, attr, default)
     if attr in ("seed", "offset"):
         v = int(v) % (1 << 64)
         return v - (1 << 64) if v >= 1 << 63 else v
@@ -104,7 +104,9 @@ def build_runner(device, plan, keep: frozenset, lowered: Lowered | None = None):
             outs = [(at(key), meta[key[1]] if key[0] == "slot" else ((temps[key[1]][0],), temps[key[1]][1]))
                     for key, b in zip(it.args, k.bufs) if b.out]
             static = [scalar_value(s, None) for s in it.scalars]
-            dynamic = [(j, s) for j, s in enumerate(it.scalars) if s[0] is not None]
+            # (j, spec, the attribute a replay carries: a list's name for one of its elements)
+            dynamic = [(j, s, s[1][0] if type(s[1]) is tuple else s[1]) for j, s in enumerate(it.scalars)
+                       if s[0] is not None]
             program.append((launchers[k.name], [at(key) for key in it.args], outs, static, dynamic, frees[i], None))
             producers.update((key[1], i) for key, b in zip(it.args, k.bufs) if b.out and key[0] == "slot")
         elif math.prod(it.step.shape) == 0 and it.step.op not in WORKER_OPS:  # nothing to compute
@@ -127,8 +129,8 @@ def build_runner(device, plan, keep: frozenset, lowered: Lowered | None = None):
                         w[j] = empty(shape, dt)
                 if dynamic and dyn:
                     scalars = list(scalars)
-                    for j, s in dynamic:
-                        if s[1] in dyn.get(s[0], ()):
+                    for j, s, name in dynamic:
+                        if name in dyn.get(s[0], ()):
                             scalars[j] = scalar_value(s, dyn)
                 made = call([w[j] for j in args], scalars)
                 if made is not None:  # immutable buffers (MLX): the launcher returns its outputs instead

@@ -83,8 +83,9 @@ def broadcast_idx(idx: Idx, shape) -> Idx:
     return Idx(shape, dims=dims, valid=idx.valid)
 
 
-def view_idx(st, idx: Idx) -> tuple[Idx, object]:
-    """Map an output position of movement step ``st`` to its input's; returns (input idx, pad value or None)."""
+def view_idx(st, idx: Idx, starts: list | None = None) -> tuple[Idx, object]:
+    """Map an output position of movement step ``st`` to its input's; returns (input idx, pad value or None).
+    ``starts``: a slice's start in each dimension as expressions (kernel scalars, where its bounds are dynamic)."""
     in_shape = tuple(st.in_meta[0][0])
     op, a = st.op, st.attrs
     if op == "copy" or (op == "reshape" and in_shape == idx.shape):
@@ -103,7 +104,9 @@ def view_idx(st, idx: Idx) -> tuple[Idx, object]:
     if op == "expand":
         return broadcast_idx(idx, in_shape), None
     if op == "slice":
-        dims = [iconst(s) + d * t for d, s, t in zip(idx.dims, a["starts"], a["steps"])]
+        if starts is None:
+            starts = [iconst(s) for s in a["starts"]]
+        dims = [s + d * t for d, s, t in zip(idx.dims, starts, a["steps"])]
         return Idx(in_shape, dims=dims, valid=idx.valid), None
     if op == "flip":
         nd = max(len(in_shape), 1)

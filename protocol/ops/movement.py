@@ -101,7 +101,15 @@ def _cat_infer(metas, attrs):
 register_op(OpDef("reshape", 1, _reshape_infer, kind="movement", attrs=("shape",)))
 register_op(OpDef("permute", 1, _permute_infer, kind="movement", attrs=("dims",)))
 register_op(OpDef("expand", 1, _expand_infer, kind="movement", attrs=("shape",)))
+def _slice_lengths(attrs) -> tuple:
+    """What a plan of a slice depends on: each dimension's length and step (its bounds may move between replays:
+    ``data[i:i + 8]`` at a new ``i`` every step reuses the plan)."""
+    return tuple(slice_len(a, b, st) for a, b, st in zip(attrs["starts"], attrs["stops"], attrs["steps"])), \
+        tuple(attrs["steps"])
+
+
 register_op(OpDef("slice", 1, _slice_infer, kind="movement", attrs=("starts", "stops", "steps"),
+                  dynamic=("starts", "stops"), dynamic_key=_slice_lengths,
                   doc="Strided slice with positive steps; bounds already clamped to [0, size]."))
 register_op(OpDef("flip", 1, _flip_infer, kind="movement", attrs=("dims",)))
 register_op(OpDef("pad", 1, _pad_infer, kind="movement", attrs=("pads", "value"),

@@ -27,6 +27,9 @@ class OpDef:
     doc: str = ""
     attrs: tuple[str, ...] = ()
     dynamic: tuple[str, ...] = ()  # attrs that may change between replays of one plan (values, seeds)
+    #: the part of the dynamic attrs a plan still depends on, hashable (a slice's lengths, where its bounds are
+    #: dynamic); it goes into the plan's key, and a replay's values are checked against the plan's inference
+    dynamic_key: Callable[[dict], object] | None = None
     extra: dict = field(default_factory=dict)
 
     @property

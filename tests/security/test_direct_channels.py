@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import secrets
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -155,6 +156,41 @@ def test_malformed_direct_messages_get_typed_errors_and_change_nothing(attacker,
     assert h["t"] == "ok", h
     np.testing.assert_allclose(y.numpy(), np.exp(VALUES * 2), rtol=1e-6)
 
+
+
+def _replay_slice(c, cap: bytes, q: int, out: int, starts: list, stops: list) -> dict:
+    """Replay plan 90 (``arange(10)[2:6]``, sent first by the caller) with new slice bounds; fetch its output."""
+    send(c, {"t": "run", "q": q, "cap": cap, "ext": [], "outs": [out - 1, out], "plan": 90, "fetch": [out],
+             "release": [out - 1], "dyn": [[1, {"starts": starts, "stops": stops}]]})
+    return recv(c)
+
+
+def test_replayed_slice_bounds_are_checked_against_the_plan(attacker, victim):
+    """A slice's bounds are dynamic (a plan is reused at a new offset, its kernels take the start as a parameter):
+    a replay whose bounds leave the tensor or change the planned length is refused with a typed error, before
+    anything reads memory by them; bounds in range answer right."""
+    _, _, g, c = attacker
+    s, x, y = victim
+    nodes = [["arange", [], {"start": 0, "step": 1, "n": 10, "dtype": "float32"}, 0],
+             ["slice", [0], {"starts": [2], "stops": [6], "steps": [1]}, 0]]
+    send(c, {"t": "run", "q": 20, "cap": g["cap"], "ext": [], "outs": [80, 81], "plan": 90, "nodes": nodes,
+             "devs": ["cpu:0"], "fetch": [81], "release": [80]})
+    h = recv(c)
+    assert h["t"] == "done" and h["values"], h
+    for q, (starts, stops) in enumerate([([8], [12]), ([-2], [2]), ([0], [6]), ([3], [5])], 21):
+        h = _replay_slice(c, g["cap"], q, 83 + 2 * q, starts, stops)
+        assert h["t"] in ("done", "error"), h
+        errors = [h["error"]] if h["t"] == "error" else h.get("fetch_errors") or h.get("errors") or []
+        assert errors, h  # refused, not answered
+        check_typed(errors[0])
+        assert errors[0]["code"] == "ProtocolError", errors[0]
+    send(c, {"t": "run", "q": 30, "cap": g["cap"], "ext": [], "outs": [149, 150], "plan": 90, "fetch": [150],
+             "release": [149], "dyn": [[1, {"starts": [6], "stops": [10]}]]})
+    msg = c.recv_multipart()
+    h = msgpack.unpackb(msg[0], raw=False, strict_map_key=False)
+    assert h["t"] == "done" and not h.get("fetch_errors"), h
+    assert np.frombuffer(msg[-1], np.float32).tolist() == [6.0, 7.0, 8.0, 9.0]
+    np.testing.assert_allclose(y.numpy(), np.exp(VALUES * 2), rtol=1e-6)
 
 def test_a_closed_sessions_capability_is_refused(cluster):
     d = raw_socket(cluster.address)
