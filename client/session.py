@@ -593,6 +593,8 @@ class Session:
         self._pending_bytes = 0
         release, self._release = self._release, []
         self._known.forget(release)
+        if release and pending and self._capture is None:
+            pending, release = prune_dead(pending, release)
         if self._deferred is not None:
             ((part, ext, first, dyn, temps, frames), extra), self._deferred = self._deferred, None
             header = self._replay_header(part, ext, first, dyn, extra + release, temps)
@@ -1234,6 +1236,35 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
     b.nodes, b.devs, b.ext, b.ext_meta, b.outs, b.dyn, b.frames = nodes, devs, ext, ext_meta, outs, dyn, frames
     b.skey = (tuple(key), tuple(devs), tuple(ext_meta)) if nodes else None
     return b
+
+
+#: ops whose result a batch may leave out when nobody reads it: they cannot fail once inference passed on the client
+#: (so leaving one out loses no error) and change nothing but their result
+PRUNABLE = frozenset((HOST_OPS - {"floor_divide", "remainder"}) | {"const"}
+                     | {name for name, o in OPS.items() if o.kind == "movement"})
+
+
+def prune_dead(pending: list, release: list[int]) -> tuple[list, list[int]]:
+    """``pending`` without the nodes whose results were released before they shipped and that no kept node reads
+    (the ``i`` and ``i + 8`` of ``data[i:i + 8] for i in ix``, whose values the client knew: known_values), and
+    ``release`` without their handles, which the devices then never make."""
+    dead = set(release)
+    if not any(e[0] in dead for e in pending):
+        return pending, release
+    needed: set[int] = set()
+    kept = []
+    dropped = set()
+    for e in reversed(pending):
+        hid = e[0]
+        if hid in dead and hid not in needed and e[1] in PRUNABLE:
+            dropped.add(hid)
+            continue
+        kept.append(e)
+        needed.update(e[2])
+    if not dropped:
+        return pending, release
+    kept.reverse()
+    return kept, [h for h in release if h not in dropped]
 
 
 def _replay_route(part, temps) -> tuple:

@@ -103,3 +103,30 @@ def test_the_compiled_kernel_takes_the_start_as_a_parameter(hot_session):
     # one fused kernel serves every offset (~30 here), not one per offset; a second may be an earlier test's plan,
     # whose compile in the background ended during this one
     assert 1 <= made <= 2, made
+
+
+def test_values_nobody_reads_are_not_shipped(hot_session, monkeypatch):
+    """The loader's ``i`` (an element of ``ix``) and ``i + 8`` are known on the client (known_values) and dead by
+    the time the batch ships: the batch leaves them out, and the devices never make them."""
+    import tensorwire.session as S
+
+    shipped: list[list[str]] = []
+    encode = S.encode_batch
+
+    def spy(pending, where=None):
+        b = encode(pending, where)
+        shipped.append([n[0] for n in b.nodes])
+        return b
+
+    monkeypatch.setattr(S, "encode_batch", spy)
+    rng = np.random.default_rng(3)
+    text = rng.integers(0, 27, 300)
+    data = tw.tensor(text)
+    tw.synchronize()
+    offsets = rng.integers(0, len(text) - 9, 16)
+    shipped.clear()
+    x = tw.stack([data[i:i + 8] for i in tw.from_numpy(offsets)])
+    np.testing.assert_array_equal(x.numpy(), np.stack([text[i:i + 8] for i in offsets]))
+    ops = [op for nodes in shipped for op in nodes]
+    assert ops.count("slice") == 16 and "add" not in ops, ops  # the 16 windows; no select of ix, no i + 8
+    assert ops.count("const") <= 1, ops  # ix itself is never read by the devices either
