@@ -15,17 +15,14 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import IndexOutOfRange
 
 from . import views as V
+from .tensor import Tensor
 
 
 def _is_tensorlike(k) -> bool:
-    from .tensor import Tensor
-
     return isinstance(k, (Tensor, list, np.ndarray)) and not isinstance(k, (str, bytes))
 
 
 def _expand_key(x, key):
-    from .tensor import Tensor
-
     if not isinstance(key, tuple):
         key = (key,)
     # bool masks become integer index tensors (sync), one per masked dim
@@ -106,8 +103,6 @@ def _basic_parts(x, key):
 
 
 def _int(v):
-    from .tensor import Tensor
-
     if v is None:
         return None
     if isinstance(v, Tensor):
@@ -118,12 +113,19 @@ def _int(v):
                     f"{type(v).__name__}")
 
 
+_ALL = slice(None)
+
+
 def getitem(x, key):
-    key = _expand_key(x, key)
-    if not any(_is_tensorlike(k) for k in key):
-        starts, stops, steps, out = _basic_parts(x, key)
-        return x._view(V.Slice(starts, stops, steps, out))
-    return _advanced(x, key)
+    tk = type(key)
+    if (tk is int or tk is slice) and x._shape:  # ``x[i]``, ``x[a:b]`` (and iterating): the commonest keys
+        key = (key,) + (_ALL,) * (len(x._shape) - 1)
+    else:
+        key = _expand_key(x, key)
+        if any(_is_tensorlike(k) for k in key):
+            return _advanced(x, key)
+    starts, stops, steps, out = _basic_parts(x, key)
+    return x._view(V.Slice(starts, stops, steps, out))
 
 
 def _split_key(x, key):
@@ -133,8 +135,6 @@ def _split_key(x, key):
     indices are present; alone it indexes like an int anyway), ``None`` adds a size-1 dim, slices
     stay. Returns ``pre`` (a basic key) and ``adv``: ``[(dim of the basic view's result, index tensor)]``.
     """
-    from .tensor import Tensor
-
     def zero_d(k):
         return isinstance(k, Tensor) and k.ndim == 0
 
@@ -185,8 +185,6 @@ def _advanced(x, key):
 
 def setitem(x, key, value):
     from .element_writes import write
-    from .tensor import Tensor
-
     if write(x, key, value):  # one element, a Python value: batched with the writes next to it
         return
     key = _expand_key(x, key)

@@ -1232,14 +1232,10 @@ class Tensor:
 
     # ------------------------------------------------------------------ indexing
     def __getitem__(self, key):
-        from .indexing import getitem
-
-        return getitem(self, key)
+        return _indexing.getitem(self, key)
 
     def __setitem__(self, key, value):
-        from .indexing import setitem
-
-        setitem(self, key, value)
+        _indexing.setitem(self, key, value)
 
     def gather(self, dim: int, index):
         return self._rec("gather", [self, index], {"dim": dim})
@@ -1558,3 +1554,6 @@ def _fits(v: int, dt: D.DType) -> bool:
     """Whether Python int ``v`` is representable in integer dtype ``dt``."""
     info = np.iinfo(dt.np)
     return info.min <= v <= info.max
+
+
+from . import indexing as _indexing  # noqa: E402  (it needs Tensor, defined above)
