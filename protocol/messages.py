@@ -4,7 +4,7 @@ A message is a msgpack header (a map whose ``t`` names its kind) followed by raw
 (``protocol/wire.py``). This module is the one list of the kinds and their fields. Each receiving end checks an
 incoming header against its plane here (:func:`check`: a known kind, and each field it carries of the listed
 type) before it dispatches it through a handler table keyed by the same kinds, and the tests check that every
-table handles exactly its plane's kinds (``tests/protocol/test_messages.py``). What a field means, and the checks
+table handles exactly its plane's kinds (``tests/unit/protocol/test_messages.py``). What a field means, and the checks
 that need more than a type (ids that must be live handles, plans that must exist), are the handlers' business.
 
 The planes, with their sockets:
@@ -169,13 +169,10 @@ def check(plane: Plane, h: dict) -> str:
     kind = plane.kinds.get(t) if isinstance(t, str) else None
     if kind is None:
         raise ProtocolError(f"unknown message type {str(t)[:100]!r} on the {plane.name} socket")
-    for name, types in kind.fields.items():
-        if types is None:
-            continue
-        v = h.get(name)
-        if v is None and name not in h:
-            continue
-        if type(v) not in types:  # (exact types: a bool is not an int here)
+    fields = kind.fields
+    for name, v in h.items():  # (the header's fields, fewer than the kind's: absent ones are not checked)
+        types = fields.get(name)
+        if types is not None and type(v) not in types:  # (exact types: a bool is not an int here)
             raise ProtocolError(f"{t}: field {name!r} must be {' or '.join(_NAMES.get(x, x.__name__) for x in types)}")
     return t
 
