@@ -56,15 +56,15 @@ import numpy as np
 import zmq
 
 from tensorwire.dispatcher.answers import Answers, bound_socket, connection_of
-from tensorwire.dispatcher.plans import split_batch
 from tensorwire.protocol.addresses import check_address
 from tensorwire.protocol.batch_ids import is_int_list
 from tensorwire.protocol.capability import DIRECT_ADDRESS_ENV, channel_key, check_peer, peer_key, peer_mac, verify
 from tensorwire.protocol.curve import apply_pinned, is_local_address, load_key_pair
-from tensorwire.protocol.errors import ProtocolError, TensorwireError, Unauthorized, error_to_wire
+from tensorwire.protocol.errors import DeviceError, ProtocolError, TensorwireError, Unauthorized, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND
 from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.messages import DIRECT, check
+from tensorwire.protocol.ops import OPS
 from tensorwire.protocol.service import SHM_DIR
 from tensorwire.protocol.shm_paths import MappedFiles
 from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
@@ -119,16 +119,37 @@ def advertised(bound: str, dispatcher: str | None) -> str:
 
 def fragment(device: str, nodes, devs, n_ext: int) -> list:
     """The worker's fragment (``[op, refs, attrs]`` nodes) of a batch that runs on ``device`` alone; raises
-    ProtocolError/DeviceError for anything else (another device, a transfer, a collective, a malformed node)."""
-    split = split_batch(nodes, devs if isinstance(devs, list) else [], [device] * n_ext, (device,))
-    if split.n_xfer or split.coll_groups or set(split.frags) - {device}:
-        raise ProtocolError("a direct batch runs on its worker's device alone (transfers and collectives go through "
-                            "the dispatcher)")
-    for n in nodes:
-        if n[0] in _NOT_DIRECT:
-            raise ProtocolError(f"op {n[0]!r} cannot run on a direct channel")
-    frag = split.frags.get(device)
-    return frag.nodes if frag is not None else []
+    ProtocolError/DeviceError for anything else (another device, a transfer, a collective, a malformed node). The
+    checks are ``split_batch``'s for a batch on one device, made in one pass (no fragments to build)."""
+    if not isinstance(nodes, list) or not isinstance(devs, list):
+        raise ProtocolError("batch 'nodes' and 'devs' must be lists")
+    for d in devs:
+        if not isinstance(d, str):
+            raise ProtocolError("device names must be strings")
+        if d != device:
+            raise DeviceError(f"unknown device {d!r}; the cluster has: {device}")
+    n_devs = len(devs)
+    out = []
+    for j, node in enumerate(nodes):
+        if type(node) is not list or len(node) != 4:
+            raise ProtocolError(f"node {j}: expected [op, refs, attrs, dev]")
+        op, refs, attrs, di = node
+        if type(op) is not str or op not in OPS:
+            raise ProtocolError(f"node {j}: unknown op {op!r}")
+        if op in _NOT_DIRECT:
+            raise ProtocolError(f"op {op!r} cannot run on a direct channel (transfers and collectives go through "
+                                "the dispatcher)")
+        if type(refs) is not list or len(refs) > 4096:
+            raise ProtocolError(f"node {j}: refs must be a list")
+        if attrs is not None and type(attrs) is not dict:
+            raise ProtocolError(f"node {j}: attrs must be a map")
+        if type(di) is not int or not 0 <= di < n_devs:
+            raise ProtocolError(f"node {j}: device index {di!r} out of range")
+        for r in refs:
+            if type(r) is not int or not -n_ext <= r < j:
+                raise ProtocolError(f"node {j}: bad input reference {r!r}")
+        out.append([op, refs, attrs])
+    return out
 
 
 class DirectChannel:
