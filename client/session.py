@@ -41,7 +41,7 @@ from tensorwire.protocol.errors import (
 from tensorwire.protocol.graph import attrs_key, freeze, structure_key
 from tensorwire.protocol.liveness import RENEWALS_PER_LEASE, SESSION_LEASE_S, set_zmq_heartbeats
 from tensorwire.protocol.ops import OPS, infer
-from tensorwire.protocol.service import spin_wait
+from tensorwire.protocol.service import spare_core, spin_wait
 from tensorwire.protocol.shm_paths import host_id
 from tensorwire.protocol.wire import (
     MAX_MESSAGE,
@@ -274,7 +274,7 @@ class Session:
         ping_sent = None
         finished = progress = None  # the last pong's batches finished per device, and its whole report
         before = self._async_before[1] if self._async_before[0] == q else self._n_async
-        spin = CLIENT_SPIN_S if before - self._n_async_done <= SPIN_AHEAD_MAX else 0.0
+        spin = CLIENT_SPIN_S if before - self._n_async_done <= SPIN_AHEAD_MAX and spare_core(start) else 0.0
         for _ in range(1 << 24):
             now = time.monotonic()
             if now - start > timeout:

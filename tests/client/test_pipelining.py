@@ -128,6 +128,7 @@ def test_the_client_spins_for_an_answer_only_when_little_work_is_queued_ahead(se
     spins = []
     real = session_mod.spin_wait
     monkeypatch.setattr(session_mod, "spin_wait", lambda poll, s: (spins.append(s), real(poll, s))[1])
+    monkeypatch.setattr(session_mod, "spare_core", lambda now: True)  # (a quiet host; a busy one: the next test)
     x = tw.tensor(np.arange(4.0))
     assert (x + 1).sum().item() == 10.0
     assert spins and spins[-1] == session_mod.CLIENT_SPIN_S
@@ -141,3 +142,20 @@ def test_the_client_spins_for_an_answer_only_when_little_work_is_queued_ahead(se
     spins.clear()
     assert (y * 2).sum().item() == 92.0  # the queue ran: spin again
     assert spins and spins[0] == session_mod.CLIENT_SPIN_S
+
+
+def test_the_client_never_spins_on_a_host_whose_cores_are_busy(session, monkeypatch):
+    """With as many runnable tasks as cores (``/proc/loadavg``), a spinning client would take the core its answer's
+    worker needs: it blocks at once."""
+    from tensorwire import session as session_mod
+    from tensorwire.protocol.service import core_is_spare
+
+    assert core_is_spare(b"0.52 0.61 0.58 2/312 4123", 2) and not core_is_spare(b"5.21 5.78 6.38 3/144 9965", 2)
+    assert core_is_spare(b"garbage", 2)  # (unreadable: as before, spin)
+    spins = []
+    real = session_mod.spin_wait
+    monkeypatch.setattr(session_mod, "spin_wait", lambda poll, s: (spins.append(s), real(poll, s))[1])
+    monkeypatch.setattr(session_mod, "spare_core", lambda now: False)
+    x = tw.tensor(np.arange(4.0))
+    assert (x + 1).sum().item() == 10.0
+    assert spins and set(spins) == {0.0}
