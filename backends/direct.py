@@ -67,7 +67,7 @@ from tensorwire.protocol.messages import DIRECT, check
 from tensorwire.protocol.ops import OPS
 from tensorwire.protocol.service import SHM_DIR
 from tensorwire.protocol.shm_paths import MappedFiles
-from tensorwire.protocol.wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
+from tensorwire.protocol.wire import MAX_MESSAGE, POLLIN, pack_header, send_parts, unpack_header
 
 from .shm import ShmPool
 
@@ -428,7 +428,7 @@ class DirectChannel:
         n = 0
         sock = self.sock
         for n in range(1, 1001):
-            if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # (cheaper than the zmq.Again a NOBLOCK recv raises)
+            if not sock.getsockopt(zmq.EVENTS) & POLLIN:  # (cheaper than the zmq.Again a NOBLOCK recv raises)
                 return n - 1
             msg = sock.recv_multipart(copy=False)
             if len(msg) < 2:

@@ -35,7 +35,7 @@ from collections import deque
 import zmq
 
 from tensorwire.protocol.errors import OutOfMemory
-from tensorwire.protocol.wire import frame_nbytes, pack_header
+from tensorwire.protocol.wire import NOBLOCK, SNDMORE, frame_nbytes, pack_header
 
 log = logging.getLogger("tensorwire.dispatcher")
 
@@ -160,11 +160,11 @@ class Answers:
 
     def _send(self, ident: bytes, header: dict, frames) -> None:
         sock = self.sock
-        sock.send(ident, zmq.SNDMORE | zmq.NOBLOCK)  # (a full or unknown peer raises here, before anything is queued)
+        sock.send(ident, SNDMORE | NOBLOCK)  # (a full or unknown peer raises here, before anything is queued)
         parts = [pack_header(header), *frames]
         last = len(parts) - 1
         for i, p in enumerate(parts):
-            flags = zmq.NOBLOCK | (zmq.SNDMORE if i < last else 0)
+            flags = NOBLOCK | SNDMORE if i < last else NOBLOCK
             k = frame_nbytes(p) if i else 0
             if k < TRACK_MIN:
                 sock.send(p, flags, copy=True)

@@ -94,6 +94,9 @@ def hello(token: str | None, client: str) -> dict:
 
 
 ZERO_COPY_MIN = 1 << 16
+#: zmq's flags as plain ints: pyzmq's are enum.Flag members, whose ``|`` and ``&`` cost about a microsecond each in
+#: Python, several times a message on the hot paths
+SNDMORE, NOBLOCK, POLLIN = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POLLIN)
 
 
 def send_parts(sock, parts, wait_sent: bool = False) -> None:
@@ -107,7 +110,7 @@ def send_parts(sock, parts, wait_sent: bool = False) -> None:
         n = p.nbytes if isinstance(p, memoryview) else len(p) if not hasattr(p, "buffer") else None
         copy = n is not None and n < ZERO_COPY_MIN
         track = wait_sent and not copy
-        t = sock.send(p, zmq.SNDMORE if i < last else 0, copy=copy, track=track)
+        t = sock.send(p, SNDMORE if i < last else 0, copy=copy, track=track)
         if track and t is not None:
             trackers.append(t)
     for t in trackers:
