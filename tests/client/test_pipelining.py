@@ -145,12 +145,13 @@ def test_the_client_spins_for_an_answer_only_when_little_work_is_queued_ahead(se
 
 
 def test_the_client_never_spins_on_a_host_whose_cores_are_busy(session, monkeypatch):
-    """With as many runnable tasks as cores (``/proc/loadavg``), a spinning client would take the core its answer's
-    worker needs: it blocks at once."""
+    """On an oversubscribed host (a load average over the cores plus one, ``/proc/loadavg``), a spinning client would
+    take the core its answer's worker needs: it blocks at once."""
     from tensorwire import session as session_mod
     from tensorwire.protocol.service import core_is_spare
 
-    assert core_is_spare(b"0.52 0.61 0.58 2/312 4123", 2) and not core_is_spare(b"5.21 5.78 6.38 3/144 9965", 2)
+    assert core_is_spare(b"0.52 0.61 0.58 2/312 4123", 2) and core_is_spare(b"2.90 2.10 1.80 4/312 4123", 2)
+    assert not core_is_spare(b"5.21 5.78 6.38 3/144 9965", 2) and not core_is_spare(b"3.10 1.0 1.0 1/144 9965", 2)
     assert core_is_spare(b"garbage", 2)  # (unreadable: as before, spin)
     spins = []
     real = session_mod.spin_wait
