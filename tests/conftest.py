@@ -1,10 +1,22 @@
-"""Shared fixtures: real clusters started on free local ports, one per test module."""
+"""Shared fixtures and the suite's tiers.
+
+Tiers (``-m`` selects, the default run takes everything): ``tests/unit`` needs no cluster and runs in seconds;
+the other folders start real services on free local ports. Each test of a folder in :data:`FOLDER_MARKERS` carries
+that folder's marker, and the modules in :data:`SLOW` (and any test marked ``slow``) carry ``slow``: ``pytest -m "not
+slow"``, ``pytest -m "not faults and not deploy"``.
+
+Clusters: a module that asks for ``cluster`` (or ``session``) gets the run's shared LocalCluster, unless it changes
+its cluster (kills or restarts services, floods it, times its workers): the modules of :data:`OWN_CLUSTER_FOLDERS`
+and any module marked ``own_cluster`` start one of their own. Each module still gets a session of its own, closed
+when the module ends, so no module sees another's tensors."""
 
 from __future__ import annotations
 
 import faulthandler
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +26,37 @@ os.environ.setdefault("TENSORWIRE_START_TIMEOUT", "120")
 # compiler) never returns to the interpreter to see its signal. This watchdog runs in C, without the GIL: past it,
 # the run prints every thread's stack and exits, so a hang costs minutes and names itself instead of eating CI.
 HARD_LIMIT_S = 900
+
+TESTS = Path(__file__).resolve().parent
+#: the folders under tests/ whose tests carry a marker of the same name (pyproject's ``markers``)
+FOLDER_MARKERS = ("faults", "security", "programs", "deploy")
+#: test modules (paths under tests/) marked ``slow``: each takes 30 s or more on 2 cores (``--durations``)
+SLOW = (
+    "faults/", "programs/", "deploy/",
+    "autograd/test_ops_gradcheck.py",  # every op's gradient, interpreted and compiled (a cold cache compiles ~150 s)
+    "backends/test_render_targets.py",  # every conformance kernel through NVRTC and hipRTC
+    "backends/test_opencl.py", "backends/test_cuda.py", "backends/test_rocm.py", "backends/test_mps.py",
+    "backends/test_mps_standin.py", "backends/test_cpu_compiled.py",  # the conformance suite on each backend
+    "backends/test_plugin.py", "backends/test_selftest.py", "opinfo/",
+    "hub/test_minilm.py", "collectives/", "dispatcher/test_cli.py",
+)
+#: folders whose modules each start a cluster of their own (``cluster`` below): the fault tests kill, stop, restart
+#: and flood services and time the workers, which must not reach other modules' tests
+OWN_CLUSTER_FOLDERS = ("faults",)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by its folder (:data:`FOLDER_MARKERS`) and its module's cost (:data:`SLOW`)."""
+    for item in items:
+        try:
+            rel = Path(str(item.path)).resolve().relative_to(TESTS).as_posix()
+        except ValueError:
+            continue
+        folder = rel.split("/", 1)[0]
+        if folder in FOLDER_MARKERS:
+            item.add_marker(getattr(pytest.mark, folder))
+        if any(rel == s or (s.endswith("/") and rel.startswith(s)) for s in SLOW):
+            item.add_marker(pytest.mark.slow)
 
 
 def _stderr_fd(config) -> int:
@@ -36,18 +79,74 @@ def pytest_runtest_protocol(item, nextitem):
         faulthandler.cancel_dump_traceback_later()
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """A LocalCluster with cpu:0 and cpu:1 for the whole test module."""
+def _healthy(cluster) -> bool:
+    """Every service the cluster started is still running (none died, none was killed by a test)."""
+    return not cluster.down() and all(svc.alive() for svc in cluster.services.values())
+
+
+class SharedClusters:
+    """The run's shared clusters, one per kind (``get(kind, start)``), started when a module first asks and closed
+    when the run ends. One found unhealthy (a module's test killed a service, or one crashed) is closed and started
+    afresh, so a failure stays in the module that caused it."""
+
+    def __init__(self) -> None:
+        self._by_kind: dict[str, object] = {}
+
+    def get(self, kind: str, start: Callable[[], object]):
+        c = self._by_kind.get(kind)
+        if c is not None and not _healthy(c):
+            sys.stderr.write(f"\nshared cluster {kind!r} found unhealthy ({c.down() or 'a service exited'}); "
+                             f"starting a new one\n")
+            c.close()  # (its logs stay when a service failed; close says where)
+            c = None
+        if c is None:
+            c = self._by_kind[kind] = start()
+        return c
+
+    def close(self) -> None:
+        for c in self._by_kind.values():
+            c.close()
+        self._by_kind.clear()
+
+
+@pytest.fixture(scope="session")
+def shared_clusters():
+    """The run's :class:`SharedClusters`."""
+    pool = SharedClusters()
+    yield pool
+    pool.close()
+
+
+def own_cluster(module_node) -> bool:
+    """Whether a test module starts a cluster of its own: it is in :data:`OWN_CLUSTER_FOLDERS` or marked
+    ``own_cluster`` (``pytestmark = pytest.mark.own_cluster``, with a comment saying how it changes the cluster)."""
+    try:
+        folder = Path(str(module_node.path)).resolve().relative_to(TESTS).parts[0]
+    except ValueError:
+        folder = ""
+    return folder in OWN_CLUSTER_FOLDERS or module_node.get_closest_marker("own_cluster") is not None
+
+
+def _two_cpus():
     import tensorwire as tw
 
-    with tw.LocalCluster(devices=["cpu:0", "cpu:1"]) as c:
-        yield c
+    return tw.LocalCluster(devices=["cpu:0", "cpu:1"])
+
+
+@pytest.fixture(scope="module")
+def cluster(request, shared_clusters):
+    """A LocalCluster with cpu:0 and cpu:1 (and the autograd and collectives services) for the test module: the
+    run's shared one, or the module's own (:func:`own_cluster`)."""
+    if own_cluster(request.node):
+        with _two_cpus() as c:
+            yield c
+    else:
+        yield shared_clusters.get("cpu:0,cpu:1", _two_cpus)
 
 
 @pytest.fixture(scope="module")
 def session(cluster):
-    """A session on the module's cluster, the default one while the module runs."""
+    """A session of the module's own on its cluster, the default one while the module runs."""
     import tensorwire as tw
 
     s = tw.connect(cluster.address)

@@ -7,6 +7,9 @@ import pytest
 
 import tensorwire as tw
 
+# test_service_down_then_up kills the autograd service and starts another: a cluster of its own (tests/conftest.py)
+pytestmark = pytest.mark.own_cluster
+
 
 def T(a, requires_grad=True):
     return tw.tensor(np.asarray(a, dtype=np.float64), requires_grad=requires_grad)

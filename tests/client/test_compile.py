@@ -155,7 +155,7 @@ def test_a_replay_goes_as_one_message_with_the_read_that_follows_it(session, mon
         assert session._pending == []  # nothing recorded: the replay waits to go out with the next message
         loss.item()
     # each step: the whole graph, one plan, carrying the fetch (the worker answers it before the backward pass and
-    # Adam run: see tests/backends/test_early_answer.py)
+    # Adam run: see tests/unit/backends/test_executor.py)
     assert sent == [("fetch", graph.whole.plan)] * 3
     sent.clear()
     for _ in range(3):

@@ -10,6 +10,7 @@ import zmq
 
 from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol.errors import _BY_CODE
+from tests.conftest import own_cluster
 
 #: Python exception names or tracebacks in an error message mean internals leaked onto the wire
 LEAK = re.compile(
@@ -60,13 +61,22 @@ def log_text(cluster, name: str) -> str:
     return (cluster.log_dir / f"{name}.log").read_text(errors="replace")
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """The cluster an attacker shares with a victim: cpu:0 and cpu:1, a client token every user holds."""
+def _attacked_cluster():
     import tensorwire as tw
 
-    with tw.LocalCluster(devices=["cpu:0", "cpu:1"], token=CLIENT_TOKEN, autograd=False, collectives=False) as c:
-        yield c
+    return tw.LocalCluster(devices=["cpu:0", "cpu:1"], token=CLIENT_TOKEN, autograd=False, collectives=False)
+
+
+@pytest.fixture(scope="module")
+def cluster(request, shared_clusters):
+    """The cluster an attacker shares with a victim: cpu:0 and cpu:1, a client token every user holds. The attack
+    modules share one (each must leave it working: one it finds broken is replaced, see ``SharedClusters``); a
+    module marked ``own_cluster`` gets its own."""
+    if own_cluster(request.node):
+        with _attacked_cluster() as c:
+            yield c
+    else:
+        yield shared_clusters.get("security", _attacked_cluster)
 
 
 CLIENT_TOKEN = "the-client-token-every-user-holds"
