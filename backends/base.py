@@ -59,6 +59,9 @@ class Backend:
     """Base class of backends. Subclasses set ``name`` and implement :meth:`devices` / :meth:`open`."""
 
     name: str = ""
+    #: every primitive runs without a kernel in ``kernels``: the device compiles it (or loads its own kernels when it
+    #: opens); ``kernels`` then holds only what plugins add
+    compiles_primitives: bool = False
 
     def __init__(self):
         self.kernels: dict[str, object] = {}
@@ -81,7 +84,9 @@ class Backend:
         return frozenset(k for k in self.kernels if k in OPS and not OPS[k].primitive)
 
     def missing_primitives(self) -> list[str]:
-        """Primitive ops with no kernel (a conforming backend has none)."""
+        """Primitive ops with no kernel (a conforming backend has none; a compiling one never has)."""
+        if self.compiles_primitives:
+            return []
         return [n for n in primitives() if n not in self.kernels]
 
 

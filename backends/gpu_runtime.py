@@ -12,22 +12,18 @@ target, the BLAS library):
 * :class:`GPUBuffer`: a block of :class:`~.gpu_allocator.CachingAllocator` holding one tensor; it returns its block
   when the last reference drops.
 * :class:`GPURuntime`: one GPU's stream, memory (caching allocator; uploads and downloads through reused pinned
-  staging blocks, queued on the stream), kernels (compiled by the subclass's :meth:`GPURuntime.compile_image`, loaded
-  once per process, launched on the stream) and the kernel error slot.
-* :class:`GPUDevice`: the :class:`~.base.Device` over a runtime: fused kernels through
-  :func:`~.codegen.program.build_runner`, matmul on the runtime's BLAS (a strided-batched gemm with the same
-  arguments in cuBLAS and hipBLAS) or a compiled kernel.
+  staging blocks, queued on the stream), kernels (compiled by the subclass's :meth:`GPURuntime.compile`, loaded
+  once per process by :class:`~.compiled_device.KernelModules`, launched on the stream) and the kernel error slot.
+* :class:`GPUDevice`: the :class:`~.compiled_device.CompiledDevice` over a runtime, with matmul on the runtime's
+  BLAS (a strided-batched gemm with the same arguments in cuBLAS and hipBLAS) or a compiled kernel.
 """
 
 from __future__ import annotations
 
 import ctypes
-import dataclasses
-import hashlib
 import logging
 import math
 import threading
-from collections import OrderedDict
 from types import SimpleNamespace
 
 import numpy as np
@@ -35,19 +31,20 @@ import numpy as np
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 
-from .base import Device, Step
+from .base import Step
 from .codegen.cache import KernelCompileError
-from .codegen.program import StepRunners, build_runner, host_step_call, kernel_error
+from .codegen.presets import GPU, GPU_BLAS
+from .codegen.program import build_runner, kernel_error
+from .compiled_device import CompiledDevice, KernelModules
 from .gpu_allocator import CachingAllocator, DriverOutOfMemory, size_class
-from .opencl.runtime import LOWERING_GPU
 
 log = logging.getLogger("tensorwire.gpu")
 
-#: how the kernel compiler lowers for a GPU with a BLAS: work-group reductions of 256 threads, 16 x 16 tiles (OpenCL's
-#: GPU lowering), and matmul (batched, and so conv's im2col + matmul) as a host step that calls the BLAS
-LOWERING_BLAS = dataclasses.replace(LOWERING_GPU, host_ops=frozenset({"matmul"}))
+#: how the kernel compiler lowers for a GPU with a BLAS (matmul a host step that calls it; see
+#: :mod:`.codegen.presets`)
+LOWERING_BLAS = GPU_BLAS
 #: the same with matmul as a compiled kernel (integer and bool matmuls, or no BLAS)
-LOWERING_KERNELS = LOWERING_GPU
+LOWERING_KERNELS = GPU
 
 #: threads per block for kernels that do not fix their work-group size
 BLOCK = 256
@@ -67,6 +64,15 @@ class DriverError(DeviceError):
 
 
 # -- the driver interface -------------------------------------------------------------------------------------------
+
+def check_result(what: str, result, ok, error_text):
+    """The values of a driver call's result tuple ``(error, *values)`` (one value alone, else a tuple), or
+    :class:`DriverError` naming ``what`` when ``error`` is not ``ok`` (``error_text(error)`` describes it)."""
+    err = result[0]
+    if err != ok:
+        raise DriverError(f"{what} failed ({error_text(err)})")
+    return result[1] if len(result) == 2 else result[1:]
+
 
 class DriverApi:
     """The driver calls :class:`GPURuntime` makes, by role, bound to one binding module (``mod``).
@@ -120,10 +126,7 @@ class DriverApi:
 
     def check(self, what: str, result):
         """The values of a call's result tuple ``(error, *values)``, or :class:`DriverError` naming ``what``."""
-        err = result[0]
-        if err != self.ok:
-            raise DriverError(f"{what} failed ({self.error_text(err)})")
-        return result[1] if len(result) == 2 else result[1:]
+        return check_result(what, result, self.ok, self.error_text)
 
     def call(self, role: str, *args):
         """Call ``role`` and :meth:`check` its result."""
@@ -187,34 +190,33 @@ class GPUBuffer:
 
 # -- the runtime ----------------------------------------------------------------------------------------------------
 
-class GPURuntime:
+class GPURuntime(KernelModules):
     """One GPU's stream, memory, kernels and BLAS handle. Calls may come from any thread: each public method (and
     each launcher, and the allocator) holds :attr:`bound`, a :class:`ThreadBinding` that makes the GPU current on
     the calling thread and keeps the calls of different threads apart.
 
     A subclass sets ``target``, ``renderer`` and ``cache`` (a :class:`~.codegen.cache.KernelCache`) before calling
-    ``__init__``, and implements :meth:`compile_image`. ``gpu`` needs ``index``, ``name`` and ``memory_bytes``;
+    ``__init__``, and implements :meth:`compile`. ``gpu`` needs ``index``, ``name`` and ``memory_bytes``;
     ``blas_loader(stream)`` returns the BLAS (raising :class:`DeviceError` when it is not installed) and
     ``blas_supports(dtype)`` says which dtypes it multiplies."""
 
     target = ""
-    MAX_KERNELS = 1 << 15
     #: the source file extension the kernel cache stores
     source_suffix = ".cu"
     image_suffix = ".bin"
 
     def __init__(self, api: DriverApi, gpu, blas_loader, blas_supports):
+        super().__init__()
         self.api, self.gpu = api, gpu
         self.label = f"{self.target}:{gpu.index}"
         self.ctx = api.make_current(gpu)
         self.bound = ThreadBinding(lambda: api.bind(gpu, self.ctx))
         self.bound.mark_bound()
+        self.guard = self.bound
         self.stream = api.call("stream_create", api.stream_flags())
         self.pool = CachingAllocator(self._driver_alloc, self._driver_free, self.synchronize,
                                      f"{self.label} ({gpu.name})", guard=self.bound)
-        self._kernels: OrderedDict = OrderedDict()  # kernel identity -> (function, max threads per block)
-        self._modules: list = []
-        self.builds = 0  # modules built or loaded by this runtime (for tests and benchmarks)
+        self._modules: list = []  # (the kernel cache's entries: identity -> (function, max threads per block))
         self._staging_free: dict[int, list[int]] = {}
         self._staging_busy: list = []  # (event, host pointer, size) of copies still in flight
         self._staging_bytes = 0
@@ -332,60 +334,23 @@ class GPURuntime:
         return out
 
     # kernels ------------------------------------------------------------------------------------------
-    def compile_image(self, source: str, kernels) -> bytes:
+    def compile(self, source: str, kernels) -> bytes:
         """The code object (CUBIN, PTX, AMDGPU ELF ...) of ``source`` that the module loader takes, through the
         disk cache."""
         raise NotImplementedError
 
-    def _key(self, k) -> str:
-        """A kernel's identity: its source (preamble included) under a neutral name."""
-        return self.renderer.render([dataclasses.replace(k, name="tw_kernel")])
-
-    def _ensure(self, kernels: list, keys: list, per_module: int) -> int:
-        """Compile and load the kernels not loaded yet (by identity), ``per_module`` to a module; returns the
-        modules built. Kernels are named by the hash of their identity, so a module's source depends only on
-        what it holds (and the disk cache finds it again)."""
+    def load(self, image: bytes, source: str, group: list) -> dict:
         api = self.api
-        missing: dict = {}
-        for k, key in zip(kernels, keys):
-            if key not in self._kernels and key not in missing:
-                missing[key] = dataclasses.replace(k, name="k" + hashlib.sha256(key.encode()).hexdigest()[:20])
-        items = list(missing.items())
+        module = api.call("module_load", image)
+        self._modules.append((module, image))  # the image stays alive as long as its module
         attr = api.max_threads_attribute()
-        for start in range(0, len(items), per_module):
-            group = items[start:start + per_module]
-            image = self.compile_image(self.renderer.render([k for _, k in group]), [k for _, k in group])
-            module = api.call("module_load", image)
-            self._modules.append((module, image))  # the image stays alive as long as its module
-            self.builds += 1
-            for key, k in group:
-                fn = api.call("module_function", module, k.name.encode())
-                limit = api.call("function_attribute", attr, fn)
-                self._kernels[key] = (fn, int(limit))
-        while len(self._kernels) > self.MAX_KERNELS:
-            self._kernels.popitem(last=False)
-        return -(-len(items) // per_module)
+        made = {}
+        for key, k in group:
+            fn = api.call("module_function", module, k.name.encode())
+            made[key] = (fn, int(api.call("function_attribute", attr, fn)))
+        return made
 
-    def build(self, kernels: list) -> dict:
-        """``{kernel name: launcher(buffers, scalars)}``; kernels loaded for an earlier fragment are reused, the
-        rest are compiled together in one module."""
-        keys = [self._key(k) for k in kernels]
-        with self.bound:
-            self._ensure(kernels, keys, max(1, len(kernels)))
-            found = []
-            for key in keys:
-                self._kernels.move_to_end(key)
-                found.append(self._kernels[key])
-        return {k.name: self._launcher(k, *entry) for k, entry in zip(kernels, found)}
-
-    def prebuild(self, kernel_lists: list, per_module: int = 256) -> int:
-        """Compile and load the kernels of many fragments in a few modules (the compiler's fixed cost per program
-        dominates small kernels), so that later :meth:`build` calls find them; returns the modules built."""
-        flat = [k for ks in kernel_lists for k in ks]
-        with self.bound:
-            return self._ensure(flat, [self._key(k) for k in flat], per_module)
-
-    def _launcher(self, k, fn, limit: int):
+    def launcher(self, k, fn, limit: int):
         api, stream = self.api, self.stream
         if k.local and k.local > limit:
             raise KernelCompileError(f"kernel {k.name} needs blocks of {k.local} threads; {self.gpu.name} runs at "
@@ -431,52 +396,23 @@ class GPURuntime:
 
 # -- the device -----------------------------------------------------------------------------------------------------
 
-class GPUDevice(Device):
+class GPUDevice(CompiledDevice):
     """One GPU: buffers are :class:`GPUBuffer`; fragments run as fused kernels, matmuls on the runtime's BLAS.
 
     ``lowering`` lowers with matmul as a host step (BLAS), ``lowering_kernels`` with matmul as a compiled kernel
     (dtypes the BLAS lacks, or no BLAS)."""
 
-    MAX_STEP_RUNNERS = 4096
-
-    def __init__(self, backend, gpu, runtime: GPURuntime, lowering, lowering_kernels):
-        self.backend, self.index, self.gpu, self.runtime = backend, gpu.index, gpu, runtime
-        self.lowering_options = lowering if runtime.blas is not None else lowering_kernels
+    def __init__(self, backend, gpu, runtime: GPURuntime, lowering=LOWERING_BLAS, lowering_kernels=LOWERING_KERNELS):
+        super().__init__(backend, gpu.index, runtime, lowering if runtime.blas is not None else lowering_kernels)
+        self.gpu = gpu
         self._kernels_only = SimpleNamespace(runtime=runtime, lowering_options=lowering_kernels,
                                              host_call=self.host_call)
-        self._step_runners = StepRunners(self, self.MAX_STEP_RUNNERS)
-
-    # buffers ------------------------------------------------------------------------------------------
-    def upload(self, array) -> GPUBuffer:
-        a = np.asarray(array)
-        return self.runtime.upload(a if a.flags.c_contiguous else np.ascontiguousarray(a))
-
-    def download(self, buf: GPUBuffer) -> np.ndarray:
-        return self.runtime.download(buf)
-
-    def free(self, buf) -> None:
-        """Nothing to do: the block returns to the pool when the last reference drops."""
-
-    def nbytes(self, buf: GPUBuffer) -> int:
-        return buf.nbytes
-
-    def meta(self, buf: GPUBuffer):
-        return buf.shape, buf.dtype
-
-    def synchronize(self) -> None:
-        self.runtime.synchronize()
-
-    def memory(self) -> dict:
-        return self.runtime.memory()
 
     def empty_cache(self) -> None:
         """Give cached blocks back to the driver (``torch.cuda.empty_cache``)."""
         self.runtime.pool.empty_cache()
 
     # running ------------------------------------------------------------------------------------------
-    def runner(self, plan, keep):
-        return build_runner(self, plan, keep)
-
     def host_call(self, step: Step):
         """A callable for a host step: matmul on the BLAS (a compiled kernel for dtypes it lacks), or the
         worker's own ops (``const``, ``hub_tensor``)."""
@@ -485,10 +421,7 @@ class GPUDevice(Device):
             if rt.blas is not None and rt.blas_supports(step.dtype) and all(m[1] == step.dtype for m in step.in_meta):
                 return lambda args, dyn, frames: self._matmul(args[0], args[1], step.shape)
             return self._single_step(step, self._kernels_only)
-        from .executor import WORKER_OPS
-        if step.op not in WORKER_OPS:
-            raise DeviceError(f"the {self.backend.name} backend has no host kernel for {step.op!r}")
-        return host_step_call(self, step)
+        return super().host_call(step)
 
     def _single_step(self, step: Step, device):
         """``call(args, dyn, frames)`` running one step through ``device``'s lowering."""
@@ -539,10 +472,6 @@ class GPUDevice(Device):
                              a.ptr + int(ia[i]) * m * k * size, k, 0, out.ptr + i * m * n * size, n, 0, 1)
         return out
 
-    def run_step(self, step: Step, args: list, attrs: dict):
-        """One step on its own (the executor's step-by-step mode): lowered alone, cached by its structure."""
-        return self._step_runners.run(step, args, attrs)
-
 
 __all__ = ["BLOCK", "LOWERING_BLAS", "LOWERING_KERNELS", "STAGING_CHUNK", "STAGING_LIMIT", "DriverApi", "DriverError",
-           "GPUBuffer", "GPUDevice", "GPURuntime", "ThreadBinding"]
+           "GPUBuffer", "GPUDevice", "GPURuntime", "ThreadBinding", "check_result"]

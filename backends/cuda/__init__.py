@@ -8,10 +8,10 @@ worker asked for it exits at once with that reason. See :mod:`.runtime` for disc
 from __future__ import annotations
 
 from tensorwire.backends import hookimpl, torch_flags
-from tensorwire.backends.gpu_backend import GPUBackend
+from tensorwire.backends.compiled_device import CompilingBackend
 
 
-class CUDABackend(GPUBackend):
+class CUDABackend(CompilingBackend):
     """NVIDIA GPUs through the CUDA driver API; every primitive op runs through the kernel compiler."""
 
     name = "cuda"

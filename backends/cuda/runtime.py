@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 
 from ..codegen.cache import KernelCache, KernelCompileError
-from ..codegen.cuda import NVRTC_OPTIONS, CUDARenderer, compile_cubin, compile_ptx, nvrtc_version, supported_archs
-from ..gpu_backend import Found
+from ..codegen.compiler_cuda import NVRTC_OPTIONS, compile_cubin, compile_ptx, nvrtc_version, supported_archs
+from ..codegen.cuda import CUDARenderer
+from ..compiled_device import Discovery, Found
 from ..gpu_runtime import (
     LOWERING_BLAS,
     STAGING_CHUNK,
@@ -36,6 +36,7 @@ from ..gpu_runtime import (
     GPUBuffer,
     GPUDevice,
     GPURuntime,
+    check_result,
 )
 from ..gpu_runtime import LOWERING_KERNELS as GPU_LOWERING_KERNELS
 from . import cublas
@@ -77,10 +78,7 @@ def _error_text(drv, err) -> str:
 
 def _call(drv, what: str, result):
     """The values of a driver call's result tuple ``(CUresult, *values)``, or :class:`DriverError`."""
-    err = result[0]
-    if err != drv.CUresult.CUDA_SUCCESS:
-        raise DriverError(f"{what} failed ({_error_text(drv, err)})")
-    return result[1] if len(result) == 2 else result[1:]
+    return check_result(what, result, drv.CUresult.CUDA_SUCCESS, lambda err: _error_text(drv, err))
 
 
 # -- discovery ----------------------------------------------------------------------------------------------------
@@ -94,19 +92,6 @@ class GPU:
     name: str
     memory_bytes: int
     capability: tuple[int, int]
-
-
-_FOUND: Found | None = None
-_FOUND_LOCK = threading.Lock()
-
-
-def discover(refresh: bool = False) -> Found:
-    """The CUDA devices of this host (cached for the process)."""
-    global _FOUND
-    with _FOUND_LOCK:
-        if _FOUND is None or refresh:
-            _FOUND = _discover()
-        return _FOUND
 
 
 def _discover() -> Found:
@@ -139,6 +124,10 @@ def _discover() -> Found:
     except DriverError as e:
         return Found([], str(e))
     return Found(gpus, "", drv)
+
+
+#: ``discover(refresh=False)``: the CUDA devices of this host (cached for the process)
+discover = Discovery(_discover)
 
 
 def compile_target(capability: tuple[int, int], archs: list[int]) -> tuple[str, str]:
@@ -212,7 +201,7 @@ class CUDARuntime(GPURuntime):
         self.cache = KernelCache("cuda", f"{self.arch} {self.kind} nvrtc {major}.{minor} {' '.join(NVRTC_OPTIONS)}")
         super().__init__(CUDAApi(drv), gpu, load_blas, cublas.supports)
 
-    def compile_image(self, source: str, kernels) -> bytes:
+    def compile(self, source: str, kernels) -> bytes:
         def build(src_path: str) -> bytes:
             if self.kind == "cubin":
                 return compile_cubin(source, self.arch, name=src_path)

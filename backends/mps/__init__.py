@@ -11,38 +11,25 @@ hosts without Metal (Linux: ``pip install "mlx[cpu]"``).
 from __future__ import annotations
 
 from tensorwire.backends import hookimpl, torch_flags
-from tensorwire.backends.base import Backend, DeviceInfo
-from tensorwire.protocol.errors import DeviceError
-from tensorwire.protocol.ops import primitives
+from tensorwire.backends.compiled_device import DiscoveringBackend
 
 
-def _placeholder(op: str):
-    def needs_mlx(*args, **kwargs):  # pragma: no cover - replaced when a device opens (runtime.open_device)
-        raise DeviceError(f"mps: {op} runs only on an opened mps device")
-    needs_mlx.needs_mlx = True
-    return needs_mlx
-
-
-class MPSBackend(Backend):
-    """Apple GPUs through MLX; composites run through their decompositions unless a plugin adds a kernel."""
+class MPSBackend(DiscoveringBackend):
+    """Apple GPUs through MLX; composites run through their decompositions unless a plugin adds a kernel. Every
+    primitive has an MLX kernel, put in ``kernels`` with MLX when the device opens (plugin import stays cheap)."""
 
     name = "mps"
+    compiles_primitives = True
 
-    def __init__(self):
-        super().__init__()
-        # every primitive has an MLX kernel, loaded with MLX when the device opens (plugin import stays cheap)
-        self.kernels.update({op: _placeholder(op) for op in primitives()})
-
-    def devices(self) -> list[DeviceInfo]:
+    def discover(self):
         from .runtime import discover
 
-        found = discover()
-        return [DeviceInfo(self.name, 0, found.available, found.reason, found.name, found.memory_bytes)]
+        return discover()
 
-    def open(self, index: int):
+    def device(self, dev, driver):
         from .runtime import open_device
 
-        return open_device(self, index)
+        return open_device(self, dev)
 
 
 @hookimpl

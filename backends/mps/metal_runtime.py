@@ -33,15 +33,13 @@ from collections import OrderedDict
 
 from tensorwire.protocol import dtypes as D
 
-from ..codegen.elementwise import FLOAT64_SOURCES
-from ..codegen.kernels import UPDATES_IN_PLACE
+from ..codegen.presets import METAL_MLX
 from ..codegen.program import debug_kernels, kernel_error, print_source
-from ..opencl.runtime import LOWERING_GPU
 from .metal import STORAGE_MLX, MLXMetalRenderer, mlx_source, scalar_mlx
 
-#: how the kernel compiler lowers for the Metal GPU: work groups of 256 threads and 16 x 16 matmul tiles as on other
-#: GPUs; as MLX ops (host steps): matmul (MLX's GEMM), the in-place scatters, and the sources that compute in float64
-LOWERING = dataclasses.replace(LOWERING_GPU, host_ops=frozenset({"matmul"}) | UPDATES_IN_PLACE | FLOAT64_SOURCES)
+#: how the kernel compiler lowers for the Metal GPU: a GPU's work groups and tiles; as MLX ops (host steps): matmul
+#: (MLX's GEMM), the in-place scatters, and the sources that compute in float64 (see :mod:`..codegen.presets`)
+LOWERING = METAL_MLX
 
 #: threads per threadgroup for kernels that do not fix their work-group size
 THREADGROUP = 256

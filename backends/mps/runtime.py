@@ -32,9 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import DeviceError, OutOfMemory
+from tensorwire.protocol.errors import OutOfMemory
 
 from ..base import Device, Step
+from ..compiled_device import Discovery, Found
 from . import metal_runtime
 
 #: the test-only switch: run the backend on MLX's CPU device (for hosts without Metal)
@@ -43,31 +44,18 @@ INSTALL = 'pip install -e ".[mps]" (or pip install mlx; on Linux, to test on the
 
 
 @dataclass(frozen=True)
-class Found:
-    """The result of discovery: whether ``mps:0`` is usable, on which MLX device, or why not."""
+class MLXDevice:
+    """``mps:0`` as discovery found it: on which MLX device it runs (``on_cpu``: the test switch), its name and
+    memory."""
 
-    available: bool
-    reason: str = ""
+    name: str
+    memory_bytes: int | None
     on_cpu: bool = False
-    name: str = ""
-    memory_bytes: int | None = None
-
-
-_FOUND: Found | None = None
-_FOUND_LOCK = threading.Lock()
+    index: int = 0
 
 
 def on_cpu_requested() -> bool:
     return os.environ.get(ON_CPU_ENV, "") not in ("", "0")
-
-
-def discover(refresh: bool = False) -> Found:
-    """Whether this host can run ``mps:0`` (cached for the process)."""
-    global _FOUND
-    with _FOUND_LOCK:
-        if _FOUND is None or refresh:
-            _FOUND = _discover()
-        return _FOUND
 
 
 def _host_memory() -> int | None:
@@ -81,21 +69,25 @@ def _discover() -> Found:
     try:
         import mlx.core as mx
     except Exception as e:  # not installed, or a build that does not load here
-        return Found(False, f"mlx is not installed or does not load ({type(e).__name__}: {e}); {INSTALL}")
+        return Found([], f"mlx is not installed or does not load ({type(e).__name__}: {e}); {INSTALL}")
     version = getattr(mx, "__version__", "?")
     if on_cpu_requested():
-        return Found(True, "", True, f"MLX {version} CPU ({ON_CPU_ENV}=1, for testing)", _host_memory())
+        return Found([MLXDevice(f"MLX {version} CPU ({ON_CPU_ENV}=1, for testing)", _host_memory(), True)])
     try:
         metal = bool(mx.metal.is_available())
     except Exception as e:  # pragma: no cover - an MLX without the metal module
-        return Found(False, f"MLX {version} cannot query Metal ({e})")
+        return Found([], f"MLX {version} cannot query Metal ({e})")
     if not metal:
-        return Found(False, f"no Metal GPU: MLX {version} on {platform.system()} {platform.machine()} has no Metal "
+        return Found([], f"no Metal GPU: MLX {version} on {platform.system()} {platform.machine()} has no Metal "
                             f"device (mps needs Apple silicon and macOS; {ON_CPU_ENV}=1 runs the backend on MLX's "
                             "CPU device, for testing)")
     info = _metal_info(mx)
-    return Found(True, "", False, str(info.get("device_name", "Apple GPU")),
-                 int(info["memory_size"]) if "memory_size" in info else None)
+    return Found([MLXDevice(str(info.get("device_name", "Apple GPU")),
+                            int(info["memory_size"]) if "memory_size" in info else None)])
+
+
+#: ``discover(refresh=False)``: whether this host can run ``mps:0`` (cached for the process)
+discover = Discovery(_discover)
 
 
 def _metal_info(mx) -> dict:
@@ -132,7 +124,7 @@ class MPSDevice(Device):
 
     MAX_STEP_RUNNERS = 4096
 
-    def __init__(self, backend, index: int, found: Found):
+    def __init__(self, backend, index: int, found: MLXDevice):
         import mlx.core as mx
 
         from . import kernels as K
@@ -294,17 +286,10 @@ def _refusing(err: Exception):
     return run
 
 
-def open_device(backend, index: int) -> MPSDevice:
-    """``mps:index`` for a worker, or the DeviceError saying why not."""
-    found = discover()
-    if not found.available:
-        raise DeviceError(f"{backend.name}:{index} is not available: {found.reason}")
-    if index != 0:
-        raise DeviceError(f"{backend.name}:{index} does not exist; this host offers {backend.name}:0")
+def open_device(backend, found: MLXDevice) -> MPSDevice:
+    """``mps:0`` for a worker, its MLX kernels put in the backend's table (where no plugin kernel is)."""
     from .kernels import KERNELS
 
-    for op, fn in KERNELS.items():  # the placeholders become the MLX kernels (plugin kernels stay)
-        if getattr(backend.kernels.get(op), "needs_mlx", False):
-            backend.kernels[op] = fn
-    return MPSDevice(backend, index, found)
-
+    for op, fn in KERNELS.items():
+        backend.kernels.setdefault(op, fn)
+    return MPSDevice(backend, found.index, found)

@@ -19,23 +19,22 @@ their structure.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import math
 import os
 import threading
-from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import DeviceError, OutOfMemory
+from tensorwire.protocol.errors import OutOfMemory
 
-from ..base import Device, Step
 from ..codegen.cache import KernelCache, KernelCompileError
-from ..codegen.lower import Options
 from ..codegen.opencl import OpenCLRenderer
-from ..codegen.program import StepRunners, build_runner, host_step_call, kernel_error
+from ..codegen.presets import GPU as LOWERING_GPU
+from ..codegen.presets import OPENCL_CPU as LOWERING
+from ..codegen.program import kernel_error
+from ..compiled_device import CompiledDevice, Discovery, Found, KernelModules
 
 PLATFORM_ENV = "TENSORWIRE_OPENCL_PLATFORM"
 #: test hook (tests/faults/test_worker_restart.py): the first N programs this process builds fail where PoCL 3.0's
@@ -64,15 +63,21 @@ __kernel void tw_probe(__global long* a, __global double* b, const long n) {
 
 # -- discovery ----------------------------------------------------------------------------------------------------
 
-class Found:
-    """The result of discovery: usable ``(platform, device)`` pairs, or why there are none."""
+@dataclass
+class CLDevice:
+    """One usable OpenCL device as discovery found it: a pyopencl platform and device."""
 
-    def __init__(self, devices: list, reason: str):
-        self.devices, self.reason = devices, reason
+    index: int
+    platform: object
+    device: object
 
+    @property
+    def name(self) -> str:
+        return self.device.name.strip()
 
-_FOUND: Found | None = None
-_FOUND_LOCK = threading.Lock()
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.device.global_mem_size)
 
 
 #: PoCL's CPU driver reads this when it starts its worker threads: ``1`` pins its thread i to CPU i
@@ -147,15 +152,6 @@ def _type_rank(cl, device) -> int:
     return 2
 
 
-def discover(refresh: bool = False) -> Found:
-    """The usable OpenCL devices of this host (cached for the process)."""
-    global _FOUND
-    with _FOUND_LOCK:
-        if _FOUND is None or refresh:
-            _FOUND = _discover()
-        return _FOUND
-
-
 def _discover() -> Found:
     cl, why = _import_cl()
     if cl is None:
@@ -198,7 +194,7 @@ def _discover() -> Found:
         found += [(p, d) for d in usable]
     found.sort(key=lambda pd: _type_rank(cl, pd[1]))
     if found:
-        return Found(found, "")
+        return Found([CLDevice(i, p, d) for i, (p, d) in enumerate(found)], "")
     if not platforms or (want and not reasons):
         what = f"no OpenCL platform matches {PLATFORM_ENV}={want!r}" if want else "no OpenCL platform found"
         names = ", ".join(p.name.strip() for p in platforms) or "none"
@@ -206,6 +202,10 @@ def _discover() -> Found:
     if not reasons:
         return Found([], f"no usable OpenCL platform (only simulators); {INSTALL_DRIVER}")
     return Found([], "no usable OpenCL device: " + "; ".join(reasons))
+
+
+#: ``discover(refresh=False)``: the usable OpenCL devices of this host (cached for the process)
+discover = Discovery(_discover)
 
 
 # -- buffers ------------------------------------------------------------------------------------------------------
@@ -261,7 +261,7 @@ def _injected_fault() -> bool:
 
 # -- the kernel runtime ---------------------------------------------------------------------------------------------
 
-class CLRuntime:
+class CLRuntime(KernelModules):
     """Builds kernels (each once per process, whatever fragments it appears in) and launches them on one queue.
 
     A ``cl.Kernel`` is shared by every fragment that uses it and a launch sets its arguments then enqueues it,
@@ -272,12 +272,16 @@ class CLRuntime:
     ~40 ms per kernel at its first launch (PoCL makes the work-group code then); the next process, with PoCL's
     cache, 0.04 s and 0.2 s in all. Loading ``program.binaries`` saved at build time into a process without
     PoCL's cache took 0.65 s and still paid the first launches, so storing binaries too would only duplicate
-    PoCL's cache."""
+    PoCL's cache.
+
+    A driver's fixed cost per build dominates small kernels (PoCL: ~0.1 s a program, much the same for one kernel or
+    a hundred): :meth:`prebuild` puts up to 512 in a program."""
 
     target = "opencl"
-    MAX_KERNELS = 1 << 15
+    PER_MODULE = 512
 
     def __init__(self, cl, platform, device, ctx, queue, stats: list):
+        super().__init__()
         self.cl, self.platform, self.device, self.ctx, self.queue = cl, platform, device, ctx, queue
         self.stats = stats
         self.cpu = bool(device.type & cl.device_type.CPU)
@@ -290,15 +294,13 @@ class CLRuntime:
             # `freeze` instructions optimisation introduces
             self.options.append("-cl-opt-disable")
         self.cache = KernelCache("opencl", f"{cid} {' '.join(self.options)}")
-        self._kernels: OrderedDict = OrderedDict()  # kernel identity -> (cl.Kernel, work-group size limit)
-        self._lock = threading.Lock()
+        self.guard = threading.Lock()  # (the kernel cache's entries: identity -> (cl.Kernel, work-group size limit))
         self.max_alloc = int(device.max_mem_alloc_size)
         self.total = int(device.global_mem_size)
         self.units = max(1, int(device.max_compute_units))
         mf = cl.mem_flags
         self._err_host = np.zeros(2, np.int64)
         self._err = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=self._err_host)
-        self.builds = 0  # programs built by this runtime (for tests and benchmarks)
 
     # buffers ------------------------------------------------------------------------------------------
     def alloc(self, shape: tuple, dtype: D.DType, host: np.ndarray | None = None) -> CLBuffer:
@@ -327,8 +329,25 @@ class CLRuntime:
     def empty(self, shape, dtype: D.DType) -> CLBuffer:
         return self.alloc(tuple(shape), dtype)
 
+    def upload(self, host: np.ndarray) -> CLBuffer:
+        """A buffer holding the C-contiguous array ``host``."""
+        return self.alloc(tuple(host.shape), D.from_numpy(host.dtype), host)
+
+    def download(self, buf: CLBuffer) -> np.ndarray:
+        out = np.empty(math.prod(buf.shape), buf.dtype.np)
+        if out.size:
+            self.cl.enqueue_copy(self.queue, out, buf.buf)  # blocking: the queue is in order
+        return out.reshape(buf.shape)
+
+    def synchronize(self) -> None:
+        self.queue.finish()
+
+    def memory(self) -> dict:
+        return {"allocated_bytes": self.stats[0], "buffers": self.stats[1],
+                "total_bytes": int(self.device.global_mem_size)}
+
     # programs -----------------------------------------------------------------------------------------
-    def _build_source(self, source: str, kernels) -> object:
+    def compile(self, source: str, kernels) -> object:
         cl = self.cl
 
         def build(src_path: str, out_path: str) -> None:
@@ -349,10 +368,9 @@ class CLRuntime:
             except cl.Error as e:
                 path = self.cache.folder() / f"{self.cache.key(source)}.cl"
                 raise KernelCompileError(f"the OpenCL compiler failed on {path}:\n{str(e)[-4000:]}") from None
-        self.builds += 1
         return prg
 
-    def _create_kernels(self, prg, source: str, group: list) -> dict:
+    def load(self, prg, source: str, group: list) -> dict:
         """``{identity: (cl.Kernel, work-group size limit)}`` for the kernels of a program just built. A driver that
         fails here (PoCL 3.0 answered a second program's ``clCreateKernel`` with INVALID_KERNEL_NAME) raises
         KernelCompileError naming the program, and none of the group is kept: the worker runs the fragment step by
@@ -375,50 +393,6 @@ class CLRuntime:
             made[key] = (knl, int(limit))
         return made
 
-    def _key(self, k) -> str:
-        """A kernel's identity: its source (preamble included) under a neutral name."""
-        return self.renderer.render([dataclasses.replace(k, name="tw_kernel")])
-
-    def _ensure(self, kernels: list, keys: list, per_program: int) -> int:
-        """Build the kernels not built yet (by identity), ``per_program`` to a program; returns the programs built.
-        Each kernel is named by the hash of its identity, so a program's source depends only on what it holds."""
-        missing: dict = {}
-        for k, key in zip(kernels, keys):
-            if key not in self._kernels and key not in missing:
-                missing[key] = dataclasses.replace(k, name="k" + hashlib.sha256(key.encode()).hexdigest()[:20])
-        items = list(missing.items())
-        for start in range(0, len(items), per_program):
-            group = items[start:start + per_program]
-            source = self.renderer.render([k for _, k in group])
-            prg = self._build_source(source, [k for _, k in group])
-            self._kernels.update(self._create_kernels(prg, source, group))
-        while len(self._kernels) > self.MAX_KERNELS:
-            self._kernels.popitem(last=False)
-        return -(-len(items) // per_program)
-
-    def build(self, kernels: list) -> dict:
-        """``{kernel name: launcher(buffers, scalars)}`` for ``kernels``. Kernels already built for another fragment
-        are reused (training steps and gradient checks repeat the same few kernels in many fragments); the rest
-        are built in one program."""
-        keys = [self._key(k) for k in kernels]
-        with self._lock:
-            self._ensure(kernels, keys, max(1, len(kernels)))
-            found = []
-            for key in keys:
-                self._kernels.move_to_end(key)
-                found.append(self._kernels[key])
-        return {k.name: self._launcher(k, *entry) for k, entry in zip(kernels, found)}
-
-    def prebuild(self, kernel_lists: list, per_program: int = 512) -> int:
-        """Compile the kernels of many fragments (``kernel_lists``, each what :meth:`build` would get) in a few
-        programs of up to ``per_program`` kernels, so the later :meth:`build` calls find them built. A driver's
-        fixed cost per build dominates small kernels (PoCL: ~0.1 s a program, much the same for one kernel or
-        a hundred). Returns the number of programs built."""
-        flat = [k for ks in kernel_lists for k in ks]
-        keys = [self._key(k) for k in flat]
-        with self._lock:
-            return self._ensure(flat, keys, per_program)
-
     def local_size(self, grid: int, limit: int) -> int:
         if self.cpu:  # a few work-groups per core: each runs its items as a (vectorised) loop
             want = -(-grid // (self.units * 4))
@@ -429,7 +403,7 @@ class CLRuntime:
             size = 64 if grid <= 64 * self.units * 8 else 256
         return max(1, min(size, limit))
 
-    def _launcher(self, k, knl, limit: int):
+    def launcher(self, k, knl, limit: int):
         cl, queue = self.cl, self.queue
         n = len(k.bufs)
         types = [SCALAR_TYPES[self.renderer.scalar_type(s.dtype)] for s in k.scalars]
@@ -468,78 +442,14 @@ class CLRuntime:
 
 # -- the device ---------------------------------------------------------------------------------------------------
 
-#: how the lowering suits an OpenCL device: every op is a kernel, long reductions over few outputs split over many
-#: work items, matmul in 16 x 16 tiles staged in local memory (PoCL on this CPU: 1024^3 float32 in ~0.35 s, the
-#: one-item-an-output loop ~2-3 s), and on GPUs every long reduction by a work group of 256 items (coalesced reads and
-#: a tree in local memory). On CPU drivers a work item already runs a whole reduction fast, and PoCL runs the
-#: work-group form slower (measured: a strided loop per item does not vectorise there), so they keep one item an
-#: output. PoCL vectorises across work items but never a work item's own loop, and its scalar ``sin`` is a libm call,
-#: so CPU drivers get vector loops of 16 float32 lanes (``Options.vector``; one AVX-512 register; 16 beat 8 here): an
-#: elementwise item computes 16 elements, a reduction loop accumulates 16 lanes, with PoCL's vectorised math (the
-#: benchmark chain on 16M elements: 236 ms scalar, 9.7-13 ms on vectors, in process). GPUs keep vectors off: their
-#: work items are the lanes.
-LOWERING = Options(host_ops=frozenset(), host_views=False, acc64=False, split_min=8192, split_outputs=256,
-                   chunk=1024, max_chunks=256, tile=16, vector=16)
-LOWERING_GPU = dataclasses.replace(LOWERING, group=256, row_fusion=True, vector=0)
-
-
-class OpenCLDevice(Device):
-    """One OpenCL device: buffers are :class:`CLBuffer`; fragments run as fused kernels."""
-
-    lowering_options = LOWERING
-    MAX_STEP_RUNNERS = 4096
+class OpenCLDevice(CompiledDevice):
+    """One OpenCL device: buffers are :class:`CLBuffer`; fragments run as fused kernels, lowered as
+    :mod:`~..codegen.presets` says for a CPU driver (:data:`LOWERING`) or a GPU (:data:`LOWERING_GPU`)."""
 
     def __init__(self, backend, index: int, platform, device):
         cl, _ = _import_cl()
-        self.backend, self.index = backend, index
         self.cl, self.platform, self.cl_device = cl, platform, device
         self.ctx = cl.Context([device])
         self.queue = cl.CommandQueue(self.ctx)
-        self._stats = [0, 0]  # bytes, buffers
-        self.runtime = CLRuntime(cl, platform, device, self.ctx, self.queue, self._stats)
-        self.lowering_options = LOWERING if self.runtime.cpu else LOWERING_GPU
-        self._step_runners = StepRunners(self, self.MAX_STEP_RUNNERS)
-
-    # buffers ------------------------------------------------------------------------------------------
-    def upload(self, array) -> CLBuffer:
-        a = np.asarray(array)
-        dt = D.from_numpy(a.dtype)
-        host = a if a.flags.c_contiguous else np.array(a, order="C")
-        return self.runtime.alloc(tuple(a.shape), dt, host)
-
-    def download(self, buf: CLBuffer) -> np.ndarray:
-        out = np.empty(math.prod(buf.shape), buf.dtype.np)
-        if out.size:
-            self.cl.enqueue_copy(self.queue, out, buf.buf)  # blocking: the queue is in order
-        return out.reshape(buf.shape)
-
-    def free(self, buf) -> None:
-        """Nothing to do: the memory goes back when the last reference (kernels queued on it too) drops."""
-
-    def nbytes(self, buf: CLBuffer) -> int:
-        return buf.nbytes
-
-    def meta(self, buf: CLBuffer):
-        return buf.shape, buf.dtype
-
-    def synchronize(self) -> None:
-        self.queue.finish()
-
-    def memory(self) -> dict:
-        return {"allocated_bytes": self._stats[0], "buffers": self._stats[1],
-                "total_bytes": int(self.cl_device.global_mem_size)}
-
-    # running ------------------------------------------------------------------------------------------
-    def runner(self, plan, keep):
-        return build_runner(self, plan, keep)
-
-    def host_call(self, step):
-        """A callable for a host step: the worker's own ops (``const``, ``hub_tensor``)."""
-        from ..executor import WORKER_OPS
-        if step.op not in WORKER_OPS:
-            raise DeviceError(f"the opencl backend has no kernel for {step.op!r}")
-        return host_step_call(self, step)
-
-    def run_step(self, step: Step, args: list, attrs: dict):
-        """One step on its own (the executor's step-by-step mode): lowered alone, cached by its structure."""
-        return self._step_runners.run(step, args, attrs)
+        runtime = CLRuntime(cl, platform, device, self.ctx, self.queue, [0, 0])  # (stats: bytes, buffers)
+        super().__init__(backend, index, runtime, LOWERING if runtime.cpu else LOWERING_GPU)

@@ -11,10 +11,10 @@ reason. Memory, transfers and launches are the CUDA backend's code (:mod:`..gpu_
 from __future__ import annotations
 
 from tensorwire.backends import hookimpl
-from tensorwire.backends.gpu_backend import GPUBackend
+from tensorwire.backends.compiled_device import CompilingBackend
 
 
-class ROCmBackend(GPUBackend):
+class ROCmBackend(CompilingBackend):
     """AMD GPUs through HIP; every primitive op runs through the kernel compiler."""
 
     name = "rocm"

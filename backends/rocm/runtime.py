@@ -24,12 +24,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import threading
 
 from ..codegen.cache import KernelCache, KernelCompileError
-from ..codegen.hip import HIP_OPTIONS, HIPRenderer, compile_hip, compiler_id, hip_compiler
-from ..gpu_backend import Found
-from ..gpu_runtime import LOWERING_BLAS, LOWERING_KERNELS, DriverApi, DriverError, GPUDevice, GPURuntime
+from ..codegen.compiler_hip import HIP_OPTIONS, compile_hip, compiler_id, hip_compiler
+from ..codegen.hip import HIPRenderer
+from ..compiled_device import Discovery, Found
+from ..gpu_runtime import LOWERING_BLAS, LOWERING_KERNELS, DriverApi, DriverError, GPUDevice, GPURuntime, check_result
 from . import hipblas
 
 log = logging.getLogger("tensorwire.rocm")
@@ -90,10 +90,7 @@ def _text(value) -> str:
 
 def _call(hip, what: str, result):
     """The values of a HIP call's result tuple ``(hipError_t, *values)``, or :class:`DriverError`."""
-    err = result[0]
-    if err != hip.hipError_t.hipSuccess:
-        raise DriverError(f"{what} failed ({_error_text(hip, err)})")
-    return result[1] if len(result) == 2 else result[1:]
+    return check_result(what, result, hip.hipError_t.hipSuccess, lambda err: _error_text(hip, err))
 
 
 # -- discovery ----------------------------------------------------------------------------------------------------
@@ -107,19 +104,6 @@ class GPU:
     memory_bytes: int
     arch: str  # the compile target, e.g. gfx90a
     target_id: str  # the runtime's full gcnArchName, e.g. gfx90a:sramecc+:xnack-
-
-
-_FOUND: Found | None = None
-_FOUND_LOCK = threading.Lock()
-
-
-def discover(refresh: bool = False) -> Found:
-    """The AMD GPUs of this host (cached for the process)."""
-    global _FOUND
-    with _FOUND_LOCK:
-        if _FOUND is None or refresh:
-            _FOUND = _discover()
-        return _FOUND
 
 
 def _discover() -> Found:
@@ -156,6 +140,10 @@ def _discover() -> Found:
     except KernelCompileError as e:
         return Found([], f"AMD GPUs found ({', '.join(g.name for g in gpus)}) but kernels cannot be compiled: {e}")
     return Found(gpus, "", hip)
+
+
+#: ``discover(refresh=False)``: the AMD GPUs of this host (cached for the process)
+discover = Discovery(_discover)
 
 
 def matmul_path() -> str:
@@ -221,7 +209,7 @@ class ROCmRuntime(GPURuntime):
         self.cache = KernelCache("rocm", f"{self.arch} {compiler_id(self.compiler)} {' '.join(HIP_OPTIONS)}")
         super().__init__(HIPApi(hip), gpu, load_blas, hipblas.supports)
 
-    def compile_image(self, source: str, kernels) -> bytes:
+    def compile(self, source: str, kernels) -> bytes:
         def build(src_path: str) -> bytes:
             return compile_hip(source, self.arch, compiler=self.compiler, name=os.path.basename(src_path))
         return self.cache.get_or_build_bytes(source, self.source_suffix, self.image_suffix, build, kernels)

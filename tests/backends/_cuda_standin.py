@@ -226,7 +226,7 @@ def install(runtime, nccl_fail_count: int | None = None, **config) -> StandInDri
     runtime.load_blas = lambda stream: StandInBlas(drv, stream)
     drv.nccl = StandInNccl(drv, fail_count=nccl_fail_count)
     nccl.load_nccl = lambda: drv.nccl
-    runtime._FOUND = None
+    runtime.discover.found = None
     hook_renderer(drv)
     return drv
 

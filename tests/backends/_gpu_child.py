@@ -177,7 +177,7 @@ def _kernel_errors_are_raised_and_cleared():
 
 
 def _ptx_when_nvrtc_does_not_know_the_gpu():
-    from tensorwire.backends.codegen.cuda import supported_archs
+    from tensorwire.backends.codegen.compiler_cuda import supported_archs
 
     newest = max(supported_archs())
     drv, dev = _device(capability=(99, 0))

@@ -188,7 +188,7 @@ def install(runtime, **config) -> StandInHip:
     runtime.load_blas = lambda stream: StandInBlas(hip, stream)
     runtime.blas_unavailable = lambda: None
     runtime.load_compiler = lambda: "clang"
-    runtime._FOUND = None
+    runtime.discover.found = None
     hook_renderer(hip)
     return hip
 

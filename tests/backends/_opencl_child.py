@@ -133,7 +133,7 @@ def _compile_error_names_the_source(dev):
     from tensorwire.backends.codegen.cache import KernelCompileError
 
     try:
-        dev.runtime._build_source("__kernel void broken(__global float* a) { a[0] = undefined_name; }", [])
+        dev.runtime.compile("__kernel void broken(__global float* a) { a[0] = undefined_name; }", [])
     except KernelCompileError as e:
         assert ".cl" in str(e) and "undefined_name" in str(e), str(e)
     else:

@@ -90,7 +90,7 @@ def test_no_driver_lists_cuda0_unavailable_with_the_drivers_reason():
 
 def test_without_cuda_python_the_plugin_still_loads(monkeypatch):
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # `from cuda.bindings import driver` fails
-    monkeypatch.setattr(RT, "_FOUND", None)
+    monkeypatch.setattr(RT.discover, "found", None)
     info, = CUDABackend().devices()
     assert not info.available and "cuda-python is not installed" in info.reason and ".[cuda]" in info.reason
 

@@ -114,10 +114,11 @@ def test_driver_enum_members_exist():
 
 def test_nvrtc_calls_exist():
     nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is not installed (the cuda extra)")
-    calls = _names(r"nvrtc\.(nvrtc\w+)", "backends/codegen/cuda.py")
+    calls = _names(r"nvrtc\.(nvrtc\w+)", "backends/codegen/compiler_cuda.py")
     assert {"nvrtcCreateProgram", "nvrtcCompileProgram", "nvrtcGetCUBIN"} <= calls, calls
     assert arity_mismatches(nvrtc, None, calls) == []
-    assert all(hasattr(nvrtc.nvrtcResult, m) for m in _names(r"nvrtcResult\.(\w+)", "backends/codegen/cuda.py"))
+    results = _names(r"nvrtcResult\.(\w+)", "backends/codegen/compiler_cuda.py")
+    assert all(hasattr(nvrtc.nvrtcResult, m) for m in results)
 
 
 def _nvidia_include(package: str, header: str) -> str:
@@ -218,12 +219,12 @@ def test_hipblas_names_exist():
 
 
 def test_hiprtc_symbols_exist_in_the_library_the_backend_loads():
-    from tensorwire.backends.codegen import hip as H
+    from tensorwire.backends.codegen import compiler_hip as H
 
     lib = H._hiprtc_lib()
     if lib is None:
         pytest.skip(H._LIB_WHY)
-    names = _names(r"lib\.(hiprtc\w+)", "backends/codegen/hip.py")
+    names = _names(r"lib\.(hiprtc\w+)", "backends/codegen/compiler_hip.py")
     assert {"hiprtcCreateProgram", "hiprtcGetCode"} <= names
     assert [n for n in names if not hasattr(lib, n)] == []
 

@@ -18,9 +18,9 @@ import pytest
 from tensorwire.backends import executor as X
 from tensorwire.backends.codegen.lower import lower
 from tensorwire.backends.codegen.metal import MetalRenderer
+from tensorwire.backends.codegen.presets import GPU as LOWERING_GPU
 from tensorwire.backends.cpu import NumpyBackend
 from tensorwire.backends.mps.metal import STORAGE_MLX, MLXMetalRenderer, mlx_source
-from tensorwire.backends.opencl.runtime import LOWERING_GPU
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError
 

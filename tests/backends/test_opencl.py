@@ -188,7 +188,7 @@ def test_vector_loops(vector_checks, name):
 
 
 def test_unavailable_device_refuses_to_open(monkeypatch):
-    monkeypatch.setattr(RT, "_FOUND", RT.Found([], "no OpenCL platform found; install a driver"))
+    monkeypatch.setattr(RT.discover, "found", RT.Found([], "no OpenCL platform found; install a driver"))
     b = OpenCLBackend()
     info, = b.devices()
     assert not info.available and "install a driver" in info.reason

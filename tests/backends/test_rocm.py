@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 from tensorwire.backends import testing as T
-from tensorwire.backends.codegen.hip import hip_unavailable
+from tensorwire.backends.codegen.compiler_hip import hip_unavailable
 from tensorwire.backends.rocm import ROCmBackend
 from tensorwire.backends.rocm import runtime as RT
 from tensorwire.backends.testing.suite import _device
@@ -114,7 +114,7 @@ def test_no_gpu_lists_rocm0_unavailable_with_the_runtimes_reason():
 
 def test_without_hip_python_the_plugin_still_loads(monkeypatch):
     monkeypatch.setitem(sys.modules, "hip", None)  # `from hip import hip` fails
-    monkeypatch.setattr(RT, "_FOUND", None)
+    monkeypatch.setattr(RT.discover, "found", None)
     info, = ROCmBackend().devices()
     assert not info.available and "hip-python is not installed" in info.reason and ".[rocm]" in info.reason
 
@@ -125,7 +125,7 @@ def test_without_the_rocm_runtime_the_reason_is_the_loaders(monkeypatch):
             raise RuntimeError("failed to dlopen 'b'libamdhip64.so'': libamdhip64.so: cannot open shared object file")
 
     monkeypatch.setattr(RT, "load_hip", NoLibrary)
-    monkeypatch.setattr(RT, "_FOUND", None)
+    monkeypatch.setattr(RT.discover, "found", None)
     info, = ROCmBackend().devices()
     assert not info.available and info.reason.startswith("the ROCm runtime is not available (RuntimeError: failed "
                                                          "to dlopen"), info.reason
@@ -135,7 +135,7 @@ def test_hiprtc_is_looked_for_in_its_own_library_first(monkeypatch):
     """ROCm 7 has hipRTC only in libhiprtc (hip-python 7.2 loads that name); ROCm 5 kept it in libamdhip64."""
     import ctypes
 
-    from tensorwire.backends.codegen import hip as H
+    from tensorwire.backends.codegen import compiler_hip as H
 
     tried = []
 
@@ -187,7 +187,7 @@ def test_every_primitive_compiles():
 def _compiles_for(compiler: str, arch: str) -> str | None:
     """None when ``compiler`` builds a small kernel for ``arch``, else why not. Asked in a child: ROCm 5.2's hipRTC
     crashes the process on an architecture it does not know (gfx942) instead of returning an error."""
-    code = ("import sys; from tensorwire.backends.codegen.hip import compile_hip; "
+    code = ("import sys; from tensorwire.backends.codegen.compiler_hip import compile_hip; "
             "compile_hip(sys.argv[3], sys.argv[1], compiler=sys.argv[2])")
     kernel = 'extern "C" __global__ void k(float* a) { a[0] = 1.0f; }'
     r = subprocess.run([sys.executable, "-c", code, arch, compiler, kernel], capture_output=True, text=True,
@@ -209,8 +209,9 @@ def test_sampled_conformance_kernels_compile_for(arch, monkeypatch, tmp_path):
     if why:
         pytest.skip(f"{compiler} does not compile for {arch} here: {why}")
     monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))  # a real compile, not a cache hit
-    for name in ("load_hip", "load_blas", "blas_unavailable", "load_compiler", "_FOUND"):
+    for name in ("load_hip", "load_blas", "blas_unavailable", "load_compiler"):
         monkeypatch.setattr(RT, name, getattr(RT, name))  # restored after the test
+    monkeypatch.setattr(RT.discover, "found", RT.discover.found)
     hip = S.install(RT, arch=arch)
     RT.load_compiler = lambda: compiler
     backend = ROCmBackend()
