@@ -196,8 +196,9 @@ def _contract(a: Tensor, sa: str, b: Tensor, sb: str, keep: set):
         return n
 
     bs = [size[c] for c in batch]
-    pa = pa.expand(*bs, *[size[c] for c in left + contr]) if batch else pa
-    pb = pb.expand(*bs, *[size[c] for c in contr + right]) if batch else pb
+    # a size-1 dim broadcasts against its partner's size (batch and contracted dims alike, as torch.tensordot)
+    pa = pa.expand(*bs, *[size[c] for c in left + contr])
+    pb = pb.expand(*bs, *[size[c] for c in contr + right])
     ma = pa.reshape(*bs, prod(left), prod(contr))
     mb = pb.reshape(*bs, prod(contr), prod(right))
     r = ma.matmul(mb).reshape(*bs, *[size[c] for c in left], *[size[c] for c in right])
@@ -313,3 +314,13 @@ def min(input, dim=None, keepdim=False, *, out=None):  # noqa: A001,A002
 
 
 METHOD_FUNCTIONS = {n: _method_fn(n) for n in _METHODS}
+
+
+# torch's derived math and array functions (tw.addmm, tw.meshgrid, ...: client/math_extras.py and
+# client/array_extras.py, issue 33)
+from .array_extras import FUNCTIONS as _ARRAY_EXTRAS  # noqa: E402
+from .math_extras import FUNCTIONS as _MATH_EXTRAS  # noqa: E402
+from .random_fills import FUNCTIONS as _RANDOM_FILLS  # noqa: E402
+
+METHOD_FUNCTIONS.update({k: v for k, v in {**_MATH_EXTRAS, **_ARRAY_EXTRAS, **_RANDOM_FILLS}.items()
+                         if k not in METHOD_FUNCTIONS})

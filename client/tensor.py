@@ -15,6 +15,7 @@ Differences from PyTorch, on purpose:
 from __future__ import annotations
 
 import builtins
+import importlib as _importlib
 import math
 from collections import namedtuple
 from collections.abc import Sequence
@@ -311,13 +312,20 @@ class Tensor:
            memory_format=None) -> Tensor:
         """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other_tensor)``, as torch
         (``memory_format`` is accepted: a tensor's layout is the worker's, always contiguous)."""
+        flags = []  # torch's positional non_blocking, copy (after the device and dtype)
         for a in args:
             if isinstance(a, Tensor):
                 device, dtype = a._dev, a.dtype
             elif isinstance(a, (D.DType, np.dtype)) or (isinstance(a, str) and a in D.BY_NAME):
                 dtype = a
+            elif isinstance(a, (builtins.bool, np.bool_)):
+                flags.append(builtins.bool(a))
             elif a is not None:
                 device = a
+        if len(flags) > 2:
+            raise TypeError(f"to() received {len(flags)} positional bools; it takes non_blocking and copy")
+        if len(flags) == 2:
+            copy = copy or flags[1]
         out = self
         if dtype is not None and D.get(dtype) is not self.dtype:
             out = out._rec("cast", [out], {"dtype": D.get(dtype).name})
@@ -337,34 +345,34 @@ class Tensor:
             return f"tensorwire.{self.dtype.name}"
         return self.to(dtype=getattr(dtype, "dtype", dtype) if isinstance(dtype, type) else dtype)
 
-    def float(self) -> Tensor:
+    def float(self, memory_format=None) -> Tensor:
         return self.to(D.float32)
 
-    def double(self) -> Tensor:
+    def double(self, memory_format=None) -> Tensor:
         return self.to(D.float64)
 
-    def half(self) -> Tensor:
+    def half(self, memory_format=None) -> Tensor:
         return self.to(D.float16)
 
-    def bfloat16(self) -> Tensor:
+    def bfloat16(self, memory_format=None) -> Tensor:
         return self.to(D.bfloat16)
 
-    def long(self) -> Tensor:
+    def long(self, memory_format=None) -> Tensor:
         return self.to(D.int64)
 
-    def int(self) -> Tensor:
+    def int(self, memory_format=None) -> Tensor:
         return self.to(D.int32)
 
-    def short(self) -> Tensor:
+    def short(self, memory_format=None) -> Tensor:
         return self.to(D.int16)
 
-    def char(self) -> Tensor:
+    def char(self, memory_format=None) -> Tensor:
         return self.to(D.int8)
 
-    def byte(self) -> Tensor:
+    def byte(self, memory_format=None) -> Tensor:
         return self.to(D.uint8)
 
-    def bool(self) -> Tensor:
+    def bool(self, memory_format=None) -> Tensor:
         return self.to(D.bool_)
 
     def cpu(self) -> Tensor:
@@ -880,6 +888,10 @@ class Tensor:
     def _reduce(self, op: str, dim, keepdim: bool, **extra):
         if isinstance(dim, (tuple, list)) and not dim:
             dim = None  # torch: an empty dim list reduces over every dim
+        if not self._shape and dim is not None:  # a 0-d tensor reduces over its one implicit dim 0 (or -1)
+            for d in (dim if isinstance(dim, (tuple, list)) else (dim,)):
+                norm_dim(d, 1)
+            dim = None
         attrs = {"dims": _dims_attr(dim), "keepdim": keepdim}
         attrs.update(extra)
         return self._rec(op, [self], attrs)
@@ -1108,7 +1120,13 @@ class Tensor:
             dims = (1,) * (self.ndim - len(dims)) + tuple(dims)
         return self.repeat(*dims)
 
-    def flip(self, *dims):
+    def flip(self, *dims, **kwargs):
+        if "dims" in kwargs:  # torch's keyword form, flip(dims=(0, 1))
+            if dims:
+                raise TypeError("flip() got multiple values for argument 'dims'")
+            dims = (kwargs.pop("dims"),)
+        if kwargs:
+            raise TypeError(f"flip() got an unexpected keyword argument {next(iter(kwargs))!r}")
         dims = _size(dims)
         return self._rec("flip", [self], {"dims": [norm_dim(d, self.ndim) for d in dims]})
 
@@ -1181,6 +1199,8 @@ class Tensor:
         return self.split(max(1, -(-n // chunks)), dim)
 
     def tensor_split(self, sections, dim: int = 0):
+        if isinstance(sections, Tensor):  # a 0-d tensor is a count, a 1-D one the indices (read: a sync point)
+            sections = int(sections.item()) if sections.ndim == 0 else [int(v) for v in sections.tolist()]
         d = norm_dim(dim, self.ndim)
         n = self._shape[d]
         if isinstance(sections, int):
@@ -1242,8 +1262,9 @@ class Tensor:
 
     def take_along_dim(self, indices, dim: int | None = None):
         if dim is None:
-            return self.flatten().gather(0, indices.flatten())
+            return self.flatten().gather(0, _wrap_index(indices.flatten(), self.numel()))
         d = norm_dim(dim, self.ndim)
+        indices = _wrap_index(indices, self._shape[d] if self.ndim else 1)
         shape = list(np.broadcast_shapes(tuple(s if i != d else 1 for i, s in enumerate(self._shape)),
                                          tuple(s if i != d else 1 for i, s in enumerate(indices._shape))))
         xs = list(shape)
@@ -1259,14 +1280,23 @@ class Tensor:
             src = self._s.scalar(src, self.dtype, self._dev).expand(*index.shape)
         if reduce == "add":
             return self.scatter_add(dim, index, src)
+        if reduce == "multiply":
+            return self.scatter_reduce(dim, index, src, "prod")
         if reduce is not None:
-            raise NotImplementedError(f"scatter(reduce={reduce!r}) is not supported; use scatter_reduce")
+            raise ValueError(f"reduce argument must be either add or multiply, got {reduce!r}")
+        if self.ndim == 0:  # torch treats a 0-d tensor as one element along dim 0
+            return self.reshape(1).scatter(0, index.reshape(1), src.reshape(1)).reshape(())
         return self._rec("scatter", [self, index, src.to(self.dtype)], {"dim": dim})
 
     def scatter_add(self, dim: int, index, src):
+        if self.ndim == 0:
+            return self.reshape(1).scatter_add(0, index.reshape(1), src.reshape(1)).reshape(())
         return self._rec("scatter_add", [self, index, src.to(self.dtype)], {"dim": dim})
 
     def index_select(self, dim: int, index):
+        if self.ndim == 0:  # torch treats a 0-d tensor as one element along dim 0
+            norm_dim(dim, 1)
+            return self.reshape(1).index_select(0, index).reshape(())
         d = norm_dim(dim, self.ndim)
         if index.ndim > 1:
             raise ShapeError("index_select(): Index is supposed to be a vector")
@@ -1275,6 +1305,9 @@ class Tensor:
             self._rec("index", [self, index.reshape(-1)], {"dim": 0})
 
     def index_add(self, dim: int, index, source, *, alpha=1):
+        if self.ndim == 0:
+            norm_dim(dim, 1)
+            return self.reshape(1).index_add(0, index.reshape(-1), source.reshape(-1), alpha=alpha).reshape(())
         d = norm_dim(dim, self.ndim)
         src = source * alpha if alpha != 1 else source
         x = self.moveaxis(d, 0) if d else self
@@ -1283,6 +1316,9 @@ class Tensor:
         return out.moveaxis(0, d) if d else out
 
     def index_fill(self, dim: int, index, value):
+        if self.ndim == 0:
+            norm_dim(dim, 1)
+            return self.reshape(1).index_fill(0, index, value).reshape(())
         d = norm_dim(dim, self.ndim)
         key = [slice(None)] * self.ndim
         key[d] = index
@@ -1291,7 +1327,11 @@ class Tensor:
         return out
 
     def masked_select(self, mask):
-        return self[mask.expand_as(self) if mask.shape != self.shape else mask]
+        """The elements where ``mask`` is true, as 1-D (``mask`` and ``self`` broadcast together; a sync point)."""
+        if mask.shape != self.shape:
+            shape = np.broadcast_shapes(tuple(self._shape), tuple(mask.shape))
+            return self.expand(*shape)[mask.expand(*shape)]
+        return self[mask]
 
     # ------------------------------------------------------------------ sorting and sampling (client/sorting.py)
     def sort(self, dim: int = -1, descending: bool = False, stable: bool = False):
@@ -1336,7 +1376,13 @@ class Tensor:
 
     def nonzero(self, *, as_tuple: bool = False):
         """Indices of non-zero elements (a sync point: the output shape depends on the data)."""
-        idx = np.nonzero(self._numpy())
+        a = self._numpy()
+        if a.ndim == 0:  # torch treats a 0-d tensor as one element: (1, 0) or (0, 0) indices
+            a = a.reshape(1)
+            if as_tuple:
+                return (self._operand(np.nonzero(a)[0].astype(np.int64)),)
+            return self._operand(np.zeros((int(np.count_nonzero(a)), 0), np.int64))
+        idx = np.nonzero(a)
         from .creation import tensor
 
         if as_tuple:
@@ -1520,6 +1566,13 @@ for _n in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs",
     setattr(Tensor, _n + "_", _make_inplace_unary(_n))
 
 
+def _wrap_index(index: Tensor, n: int) -> Tensor:
+    """Negative indices counted from the end (torch's take_along_dim and take accept them)."""
+    from .functions import where
+
+    return where(index < 0, index + n, index)
+
+
 def _size(args) -> tuple[int, ...]:
     """Accept ``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` and ``f(Size)``."""
     if len(args) == 1 and isinstance(args[0], (tuple, list, Size)):
@@ -1557,3 +1610,9 @@ def _fits(v: int, dt: D.DType) -> bool:
 
 
 from . import indexing as _indexing  # noqa: E402  (it needs Tensor, defined above)
+
+# torch's derived math, array and random functions as methods (x.addmm, x.unfold, x.cauchy_...:
+# client/math_extras.py, client/array_extras.py, client/random_fills.py): each installs its methods when it has
+# loaded (it may load first and import this module)
+for _m in ("tensorwire.math_extras", "tensorwire.array_extras", "tensorwire.random_fills"):
+    _importlib.import_module(_m)

@@ -290,8 +290,10 @@ def _pool_stride(stride, kernel: list[int]) -> list[int]:
 
 def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,  # noqa: A002
                return_indices: bool = False) -> Tensor:
-    if return_indices:
-        raise NotImplementedError("max_pool2d(return_indices=True) is not supported")
+    if return_indices:  # the windows gathered, their maxima and first argmax (nn/pooling_nd.py)
+        from .pooling_nd import max_pool2d_with_indices
+
+        return max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode)
     unbatched = input.ndim == 3
     x = input.unsqueeze(0) if unbatched else input
     k = _pair(kernel_size)
@@ -317,10 +319,14 @@ def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
 
 def max_pool1d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,  # noqa: A002
                return_indices: bool = False) -> Tensor:
+    if return_indices:
+        from .pooling_nd import max_pool1d_with_indices
+
+        return max_pool1d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode)
     k = _pair(kernel_size, 1)[0]
     s = _pair(stride, 1)[0] if stride is not None else k
     return max_pool2d(input.unsqueeze(-2), (1, k), (1, s), (0, _pair(padding, 1)[0]), (1, _pair(dilation, 1)[0]),
-                      ceil_mode, return_indices).squeeze(-2)
+                      ceil_mode).squeeze(-2)
 
 
 def avg_pool1d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,  # noqa: A002
@@ -434,7 +440,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
     if c % num_groups:
         raise ValueError(f"Expected number of channels in input to be divisible by num_groups, but got input of "
                          f"shape {list(input.shape)} and num_groups={num_groups}")
-    x = input.reshape(n, num_groups, -1)
+    x = input.reshape(n, num_groups, math.prod(input.shape[1:]) // num_groups)  # (explicit: n may be 0)
     y = x._rec("layer_norm", [x], {"ndim": 1, "eps": float(eps)}).reshape(input.shape)
     shape = [1, -1] + [1] * (input.ndim - 2)
     if weight is not None:
@@ -530,8 +536,8 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
 
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
                 align_corners: bool | None = None, recompute_scale_factor=None, antialias: bool = False) -> Tensor:
-    """Resize the trailing spatial dims: ``nearest``, ``linear``, ``bilinear`` (index gathers with
-    weights computed on the client)."""
+    """Resize the trailing spatial dims: ``nearest``, ``nearest-exact``, ``linear``, ``bilinear``, ``trilinear``,
+    ``bicubic`` and ``area`` (index gathers with weights computed on the client; every mode is separable)."""
     from tensorwire.creation import tensor as _tensor
 
     nsp = input.ndim - 2
@@ -551,10 +557,47 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     for i, (n, m, sc) in enumerate(zip(in_sizes, out_sizes, scales)):
         d = 2 + i
         dst = np.arange(m, dtype=np.float64)
-        if mode == "nearest":
+        if mode in ("nearest", "nearest-exact"):
             scale = (1.0 / sc) if sc else n / m
-            src = np.minimum(np.floor(dst * scale).astype(np.int64), n - 1)
+            at = dst + 0.5 if mode == "nearest-exact" else dst  # nearest-exact: the pixel centres, as torch
+            src = np.minimum(np.floor(at * scale).astype(np.int64), n - 1)
             out = out.index_select(d, _tensor(src, device=out._dev, session=out._s))
+        elif mode == "area":  # adaptive average pooling, one dim at a time (a box's mean is separable)
+            from .pooling_nd import _adaptive
+
+            (pos, ok), = _adaptive([n], [m])
+            k = pos.shape[1]
+            x = out.movedim(d, -1)
+            idx = _tensor(np.where(ok, pos, 0).reshape(-1), device=out._dev, session=out._s)
+            win = x.index_select(x.ndim - 1, idx).reshape(*x.shape[:-1], m, k)
+            okt = _tensor(ok, device=out._dev, session=out._s)
+            from tensorwire.functions import where
+
+            total = where(okt, win, win.new_zeros(())).sum(-1)
+            out = (total / _tensor(ok.sum(1).astype(np.float64), device=out._dev, session=out._s).to(
+                total.dtype)).movedim(-1, d)
+        elif mode == "bicubic":  # Keys' cubic convolution (A = -0.75) over 4 clamped neighbours, as torch
+            if align_corners:
+                pos = dst * ((n - 1) / (m - 1) if m > 1 else 0.0)
+            else:
+                scale = (1.0 / sc) if sc else n / m
+                pos = (dst + 0.5) * scale - 0.5
+            base = np.floor(pos)
+            t = pos - base
+            a_ = -0.75
+            ws = [((a_ * (t + 1) - 5 * a_) * (t + 1) + 8 * a_) * (t + 1) - 4 * a_,
+                  ((a_ + 2) * t - (a_ + 3)) * t * t + 1,
+                  ((a_ + 2) * (1 - t) - (a_ + 3)) * (1 - t) * (1 - t) + 1,
+                  ((a_ * (2 - t) - 5 * a_) * (2 - t) + 8 * a_) * (2 - t) - 4 * a_]
+            shape = [1] * out.ndim
+            shape[d] = m
+            acc = None
+            for j, wj in enumerate(ws):
+                ij = np.clip(base.astype(np.int64) - 1 + j, 0, n - 1)
+                g = out.index_select(d, _tensor(ij, device=out._dev, session=out._s))
+                term = g * _tensor(wj.astype(out.dtype.np).reshape(shape), device=out._dev, session=out._s)
+                acc = term if acc is None else acc + term
+            out = acc
         elif mode in ("linear", "bilinear", "trilinear"):
             if align_corners:
                 s = (n - 1) / (m - 1) if m > 1 else 0.0
@@ -613,12 +656,47 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     return attn @ value
 
 
-def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight,
-                                 out_proj_bias, key_padding_mask=None, need_weights=True, attn_mask=None,
-                                 dropout_p=0.0, training=True, average_attn_weights=True, is_causal=False,
-                                 q_proj_weight=None, k_proj_weight=None, v_proj_weight=None, bias_k=None,
-                                 bias_v=None, add_zero_attn=False):
-    """torch's ``F.multi_head_attention_forward`` for batch-first inputs ``[N, L, E]`` (the module transposes)."""
+def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
+                                 bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
+                                 training=True, key_padding_mask=None, need_weights=True, attn_mask=None,
+                                 use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None,
+                                 v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True,
+                                 is_causal=False):
+    """torch's ``F.multi_head_attention_forward``, with its signature: sequence-first inputs ``[L, N, E]`` (or
+    unbatched ``[L, E]``); returns ``(output, weights or None)``."""
+    if static_k is not None or static_v is not None:
+        raise NotImplementedError("multi_head_attention_forward: static_k and static_v are not supported")
+    if query.shape[-1] != embed_dim_to_check:
+        raise ShapeError(f"was expecting embedding dimension of {embed_dim_to_check}, but got {query.shape[-1]}")
+    if is_causal and attn_mask is None:
+        raise ValueError("Need attn_mask if specifying the is_causal hint. You may use the Transformer module "
+                         "method `generate_square_subsequent_mask` to create this mask.")
+    unbatched = query.ndim == 2
+    if unbatched:
+        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.unsqueeze(0)
+    if not use_separate_proj_weight:
+        q_proj_weight = k_proj_weight = v_proj_weight = None
+    out, w = mha_batch_first(query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), num_heads,
+                             in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, key_padding_mask,
+                             need_weights, attn_mask, dropout_p, training, average_attn_weights, False,
+                             q_proj_weight, k_proj_weight, v_proj_weight, bias_k, bias_v, add_zero_attn)
+    out = out.transpose(0, 1)
+    if unbatched:
+        out = out.squeeze(1)
+        if w is not None:
+            w = w.squeeze(0)
+    return out, w
+
+
+def mha_batch_first(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight,
+                    out_proj_bias, key_padding_mask=None, need_weights=True, attn_mask=None,
+                    dropout_p=0.0, training=True, average_attn_weights=True, is_causal=False,
+                    q_proj_weight=None, k_proj_weight=None, v_proj_weight=None, bias_k=None,
+                    bias_v=None, add_zero_attn=False):
+    """Multi-head attention on batch-first inputs ``[N, L, E]`` (``nn.MultiheadAttention`` transposes to it; torch's
+    functional form is :func:`multi_head_attention_forward`)."""
     from tensorwire.functions import cat, where
 
     n, L, e = query.shape
@@ -836,3 +914,13 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
+
+
+# the rest of torch's functional API, composed of the above (issue 33)
+from .functional_extras import *  # noqa: E402,F403
+from .functional_extras import __all__ as _extras_all  # noqa: E402
+from .grid_sample import grid_sample  # noqa: E402
+from .pooling_nd import *  # noqa: E402,F403
+from .pooling_nd import __all__ as _pooling_all  # noqa: E402
+
+__all__ += _extras_all + [n for n in _pooling_all if not n.endswith("_with_indices")] + ["grid_sample"]

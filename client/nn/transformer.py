@@ -83,7 +83,7 @@ class MultiheadAttention(Module):
             query = query.transpose(0, 1)
             key = query if same else key.transpose(0, 1)
             value = key if same_kv else value.transpose(0, 1)
-        out, w = F.multi_head_attention_forward(
+        out, w = F.mha_batch_first(
             query, key, value, self.num_heads, self.in_proj_weight, self.in_proj_bias, self.out_proj.weight,
             self.out_proj.bias, key_padding_mask, need_weights, attn_mask, self.dropout, self.training,
             average_attn_weights, is_causal, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight,

@@ -264,3 +264,145 @@ def test_integer_ranges_step_in_integers_as_torch():
         for args in ((0, 1, 50), (-3.7, 10.2, 9), (0.5, 10.5, 7)):
             check_torch(tw.linspace(*args, dtype=tw.int64), torch.linspace(*args, dtype=torch.int64))
         check_torch(tw.logspace(0, 1.2, 2, dtype=tw.int64), torch.logspace(0, 1.2, 2, dtype=torch.int64))
+
+
+# -- errors and refusals op_db found (session 20): each of these raised before, or was refused -----------------------
+
+def test_flip_dims_keyword_and_to_positional_flags():
+    x = tw.tensor(data((2, 3), "float32", seed=30))
+    assert x.flip(dims=(0, 1)).tolist() == x.flip(0, 1).tolist()
+    y = x.to("cpu", tw.float64, False, True)  # torch's to(device, dtype, non_blocking, copy)
+    assert y.dtype is tw.float64 and y is not x
+    assert x.to("cpu", None, False, True) is not x  # copy=True even without a conversion
+    for name in ("float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool"):
+        assert getattr(x, name)(memory_format=tw.contiguous_format).dtype is getattr(x, name)().dtype
+
+
+def test_zero_dim_tensors_index_as_one_element():
+    """torch treats a 0-d tensor as one element along dim 0 in the index ops and reductions."""
+    x = tw.tensor(2.5)
+    i = tw.tensor([0])
+    check(x.index_select(0, i), 2.5)
+    check(x.index_add(0, i, tw.tensor(1.5), alpha=2), 5.5)
+    check(x.index_fill(0, i, -1.0), -1.0)
+    check(x.scatter(0, tw.tensor(0), tw.tensor(7.0)), 7.0)
+    check(x.scatter_add(0, tw.tensor(0), tw.tensor(7.0)), 9.5)
+    check(x.mean(dim=0, keepdim=True), 2.5)
+    check(x.sum(-1), 2.5)
+    assert tuple(x.nonzero().shape) == (1, 0) and tuple(tw.tensor(0.0).nonzero().shape) == (0, 0)
+
+
+def test_gathers_take_negative_indices_and_broadcast_masks():
+    a = data((3, 4), "float32", seed=31)
+    idx = np.array([[-1, 0], [1, -4], [3, -2]])
+    check(tw.tensor(a).take_along_dim(tw.tensor(idx), 1), np.take_along_axis(a, idx % 4, 1))
+    m = data((2, 3, 4), "bool", seed=32)
+    check(tw.tensor(a).masked_select(tw.tensor(m)), np.broadcast_to(a, m.shape)[m])
+    parts = tw.tensor(a).tensor_split(tw.tensor([1, 3]), 1)
+    assert [tuple(p.shape) for p in parts] == [(3, 1), (3, 2), (3, 1)]
+    assert len(tw.tensor(a).tensor_split(tw.tensor(2))) == 2
+
+
+def test_scatter_multiply_and_scatter_reduce():
+    x = np.full((3, 3), 2.0, np.float32)
+    idx = np.array([[0, 1, 0], [0, 0, 2]])
+    src = np.array([[2.0, 3.0, 4.0], [5.0, 6.0, 7.0]], np.float32)
+    ref = x.copy()
+    for (r, c), v in zip(np.ndindex(*idx.shape), src.reshape(-1)):
+        ref[idx[r, c], c] *= v
+    check(tw.tensor(x).scatter(0, tw.tensor(idx), tw.tensor(src), reduce="multiply"), ref)
+    out = tw.tensor(np.zeros(3, np.float32)).scatter_reduce(0, tw.tensor([0, 0, 2]), tw.tensor([1.0, 5.0, 2.0]),
+                                                            "amax", include_self=False)
+    check(out, [5.0, 0.0, 2.0])
+    mean = tw.tensor([5, 7, 9]).scatter_reduce(0, tw.tensor([0, 0]), tw.tensor([2, 4]), "mean")
+    assert mean.tolist() == [3, 7, 9] and mean.dtype is tw.int64  # (5 + 2 + 4) // 3, as torch
+
+
+def test_tensordot_broadcasts_size_one_dims():
+    a, b = data((1, 1, 1), "float32", seed=33), data((2, 1, 2), "float32", seed=34)
+    got = tw.tensordot(tw.tensor(a), tw.tensor(b), dims=([0, 1], [2, 0]))
+    # a's size-1 dims 0 and 1 meet b's dims 2 and 0 (size 2): a broadcasts, and the sum runs over both
+    want = np.einsum("ijk,jmi->km", np.broadcast_to(a, (2, 2, 1)), b)
+    check(got, want)
+    if torch is not None:
+        check_torch(got, torch.tensordot(_t(a), _t(b), dims=([0, 1], [2, 0])))
+
+
+@pytest.mark.skipif(torch is None, reason="torch is the reference for these layers")
+def test_functional_forms_match_torch():
+    rng = np.random.default_rng(35)
+    x = rng.standard_normal((2, 3, 6, 7)).astype(np.float32)
+    tf = _tf()
+    v, i = F.max_pool2d(tw.tensor(x), 3, 2, 1, return_indices=True)
+    rv, ri = tf.max_pool2d(_t(x), 3, 2, 1, return_indices=True)
+    check_torch(v, rv)
+    check_torch(i, ri)
+    for mode, kw in (("area", {}), ("nearest-exact", {}), ("bicubic", {"align_corners": False}),
+                     ("bicubic", {"align_corners": True})):
+        check_torch(F.interpolate(tw.tensor(x), size=(4, 9), mode=mode, **kw),
+                    tf.interpolate(_t(x), size=(4, 9), mode=mode, **kw), rtol=1e-5, atol=1e-5)
+    grid = rng.uniform(-1.2, 1.2, (2, 5, 4, 2)).astype(np.float32)
+    for mode in ("bilinear", "nearest", "bicubic"):
+        for pad in ("zeros", "border", "reflection"):
+            check_torch(F.grid_sample(tw.tensor(x), tw.tensor(grid), mode, pad, align_corners=False),
+                        tf.grid_sample(_t(x), _t(grid), mode, pad, align_corners=False), rtol=1e-5, atol=1e-5)
+    x3 = rng.standard_normal((1, 2, 5, 6, 7)).astype(np.float32)
+    w3 = rng.standard_normal((4, 2, 3, 2, 3)).astype(np.float32)
+    check_torch(F.conv3d(tw.tensor(x3), tw.tensor(w3), None, (2, 1, 2), 1, (1, 2, 1)),
+                tf.conv3d(_t(x3), _t(w3), None, (2, 1, 2), 1, (1, 2, 1)), rtol=1e-5, atol=1e-5)
+    check_torch(F.avg_pool3d(tw.tensor(x3), 2, 1, 1, count_include_pad=False),
+                tf.avg_pool3d(_t(x3), 2, 1, 1, count_include_pad=False))
+    u = rng.random((2, 3, 2)).astype(np.float32)
+    fv, fi = F.fractional_max_pool2d(tw.tensor(x), 2, output_size=(3, 4), return_indices=True,
+                                     _random_samples=tw.tensor(u))
+    rv, ri = tf.fractional_max_pool2d(_t(x), 2, output_size=(3, 4), return_indices=True, _random_samples=_t(u))
+    check_torch(fv, rv)
+    check_torch(fi, ri)
+
+
+@pytest.mark.skipif(torch is None, reason="torch is the reference for its signature")
+def test_multi_head_attention_forward_takes_torchs_signature():
+    rng = np.random.default_rng(36)
+    L, N, E, H = 3, 2, 4, 2  # noqa: N806
+    q = rng.standard_normal((L, N, E)).astype(np.float32)
+    w_in, b_in = rng.standard_normal((3 * E, E)).astype(np.float32), rng.standard_normal(3 * E).astype(np.float32)
+    w_out, b_out = rng.standard_normal((E, E)).astype(np.float32), rng.standard_normal(E).astype(np.float32)
+    args = [E, H]
+    out, w = F.multi_head_attention_forward(tw.tensor(q), tw.tensor(q), tw.tensor(q), *args, tw.tensor(w_in),
+                                            tw.tensor(b_in), None, None, False, 0.0, tw.tensor(w_out),
+                                            tw.tensor(b_out), training=False)
+    rout, rw = _tf().multi_head_attention_forward(_t(q), _t(q), _t(q), *args, _t(w_in), _t(b_in), None, None, False,
+                                                  0.0, _t(w_out), _t(b_out), training=False)
+    check_torch(out, rout, rtol=1e-5, atol=1e-5)
+    check_torch(w, rw, rtol=1e-5, atol=1e-5)
+
+
+def test_nextafter_steps_one_ulp_as_numpy():
+    for dt in (np.float32, np.float64):
+        fi = np.finfo(dt)
+        x = np.array([0.0, -0.0, 1.0, 0.5, -2.0, 3.0, fi.tiny, -float(fi.smallest_subnormal), fi.max, np.inf,
+                      -np.inf, np.nan, 1e-30], dtype=dt)
+        for y in (np.full_like(x, np.inf), np.zeros_like(x), x[::-1].copy()):
+            got = tw.nextafter(tw.tensor(x), tw.tensor(y)).numpy()
+            with np.errstate(over="ignore"):
+                want = np.nextafter(x, y)
+            assert got.dtype == dt
+            assert np.array_equal(got, want, equal_nan=True)
+            assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.skipif(torch is None, reason="torch is the reference for the CTC loss and its gradient")
+def test_ctc_loss_and_gradient_match_torch():
+    rng = np.random.default_rng(37)
+    T, N, C = 7, 3, 5  # noqa: N806
+    logits = rng.standard_normal((T, N, C))
+    targets = np.array([[1, 2, 2], [3, 0, 0], [4, 1, 0]])  # a repeated label, a short and an empty-padded target
+    in_len, tg_len = [7, 5, 6], [3, 1, 2]
+    x = tw.tensor(logits, requires_grad=True)
+    loss = F.ctc_loss(x.log_softmax(2), tw.tensor(targets), in_len, tg_len)
+    loss.backward()
+    tx = torch.tensor(logits, requires_grad=True)
+    ref = _tf().ctc_loss(tx.log_softmax(2), torch.tensor(targets), in_len, tg_len)
+    ref.backward()
+    check_torch(loss.detach(), ref.detach(), rtol=1e-9, atol=1e-9)
+    check_torch(x.grad, tx.grad, rtol=1e-7, atol=1e-9)
