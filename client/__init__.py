@@ -2,107 +2,22 @@
 
 ``import tensorwire as tw``; ``tw.connect()`` (or just use ``tw.randn`` ...: the first call connects,
 starting an embedded local cluster when ``TENSORWIRE_ADDRESS`` is not set).
+
+Every public name is loaded on first use (PEP 562): ``import tensorwire`` itself imports nothing heavy, so the
+services (``tensorwire.dispatcher``, ``.backends``, ``.autograd``, ``.hub``: submodules of this package) do not
+pay for the client, and a program pays only for what it touches (``tw.nn`` loads the layers, ``tw.hub`` the hub
+client). ``dir(tw)``, ``from tensorwire import X`` and ``from tensorwire import *`` see every name as before.
 """
 
 from __future__ import annotations
 
-from tensorwire import hub
-from tensorwire.protocol import PROTOCOL_VERSION
-from tensorwire.protocol import dtypes as _D
-from tensorwire.protocol.dtypes import DType as dtype
-from tensorwire.protocol.dtypes import get_default_dtype, promote_types, set_default_dtype
-from tensorwire.protocol.errors import (
-    Cancelled,
-    CompileError,
-    ConnectionFailed,
-    DependencyFailed,
-    DeviceError,
-    DTypeError,
-    ExecutionError,
-    IndexOutOfRange,
-    NotFound,
-    OutOfMemory,
-    ProtocolError,
-    QuotaExceeded,
-    ServiceUnavailable,
-    ShapeError,
-    TensorwireError,
-    Unauthorized,
-    WorkerLost,
-)
-
-from . import accelerator, autograd, cuda, distributed, mps, onnx, profiler, progress
-from . import functions as _F
-from .autograd_engine import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
-from .cluster import LocalCluster
-from .context import connect, current_session, disconnect, set_session, use_session
-from .creation import (
-    arange,
-    as_tensor,
-    empty,
-    empty_like,
-    eye,
-    from_numpy,
-    full,
-    full_like,
-    linspace,
-    logspace,
-    ones,
-    ones_like,
-    rand,
-    rand_like,
-    randint,
-    randint_like,
-    randn,
-    randn_like,
-    randperm,
-    tensor,
-    zeros,
-    zeros_like,
-)
-from .functions import (
-    cancel,
-    cat,
-    concat,
-    concatenate,
-    devices,
-    einsum,
-    get_default_device,
-    hstack,
-    is_tensor,
-    matmul,
-    max,
-    memory_stats,
-    min,
-    set_default_device,
-    stack,
-    synchronize,
-    tensordot,
-    vstack,
-    where,
-)
-from .random import Generator, default_generator, initial_seed, manual_seed, seed
-from .session import Session
-from .tensor import Size, Tensor, device
+import builtins as _builtins
+import importlib as _importlib
+import sys as _sys
+import types as _types
+from importlib import util as _import_util
 
 __version__ = "0.1.0"
-
-bool = _D.bool_  # noqa: A001
-uint8 = _D.uint8
-int8 = _D.int8
-int16 = _D.int16
-int32 = _D.int32
-int64 = _D.int64
-float16 = _D.float16
-bfloat16 = _D.bfloat16
-float32 = _D.float32
-float64 = _D.float64
-half = _D.float16
-float = _D.float32  # noqa: A001
-double = _D.float64
-long = _D.int64
-int = _D.int32  # noqa: A001
-short = _D.int16
 
 #: memory formats, accepted where torch takes ``memory_format=`` (a worker's tensors are always contiguous)
 contiguous_format = "contiguous_format"
@@ -110,16 +25,123 @@ channels_last = "channels_last"
 channels_last_3d = "channels_last_3d"
 preserve_format = "preserve_format"
 
-globals().update({k: v for k, v in _F.METHOD_FUNCTIONS.items() if k not in globals()})
+
+def _names(module: str, *names: str) -> dict[str, tuple[str, str | None]]:
+    return {n: (module, n) for n in names}
+
+
+def _submodules(*names: str) -> dict[str, tuple[str, str | None]]:
+    return {n: (f"tensorwire.{n}", None) for n in names}
+
+
+_P = "tensorwire.protocol"
+#: public name -> (module, attribute in it; None: the module itself), imported on first access
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "PROTOCOL_VERSION": (_P, "PROTOCOL_VERSION"),
+    "dtype": (f"{_P}.dtypes", "DType"),
+    **_names(f"{_P}.dtypes", "get_default_dtype", "promote_types", "set_default_dtype"),
+    # torch's dtype names, and their aliases
+    **_names(f"{_P}.dtypes", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
+             "float64"),
+    **{alias: (f"{_P}.dtypes", name) for alias, name in (
+        ("bool", "bool_"), ("half", "float16"), ("float", "float32"), ("double", "float64"), ("long", "int64"),
+        ("int", "int32"), ("short", "int16"))},
+    **_names(f"{_P}.errors", "Cancelled", "CompileError", "ConnectionFailed", "DependencyFailed", "DeviceError",
+             "DTypeError", "ExecutionError", "IndexOutOfRange", "NotFound", "OutOfMemory", "ProtocolError",
+             "QuotaExceeded", "ServiceUnavailable", "ShapeError", "TensorwireError", "Unauthorized", "WorkerLost"),
+    # torch-like namespaces (``backends``: torch.backends' flags, see _EXTRA), and the client's own modules
+    **_submodules("accelerator", "amp", "autograd", "backends", "cuda", "distributed", "hub", "jit", "models", "mps",
+                  "nn", "onnx", "optim", "profiler", "progress", "random", "utils"),
+    **_submodules("linalg", "masked", "signal", "special"),  # issue 33: torch.linalg, .masked, .signal, .special
+    **_submodules("autograd_engine", "autograd_hooks", "channels", "cluster", "context", "creation", "functions",
+                  "known_values", "leases", "legacy_types", "protocol", "serialization", "session", "views"),
+    **_names("tensorwire.autograd_engine", "enable_grad", "inference_mode", "is_grad_enabled", "no_grad",
+             "set_grad_enabled"),
+    "LocalCluster": ("tensorwire.cluster", "LocalCluster"),
+    **_names("tensorwire.context", "connect", "current_session", "disconnect", "set_session", "use_session"),
+    **_names("tensorwire.creation", "arange", "as_tensor", "empty", "empty_like", "eye", "from_numpy", "full",
+             "full_like", "linspace", "logspace", "ones", "ones_like", "rand", "rand_like", "randint", "randint_like",
+             "randn", "randn_like", "randperm", "tensor", "zeros", "zeros_like"),
+    **_names("tensorwire.functions", "cancel", "cat", "concat", "concatenate", "devices", "einsum",
+             "get_default_device", "hstack", "is_tensor", "matmul", "max", "memory_stats", "min",
+             "set_default_device", "stack", "synchronize", "tensordot", "vstack", "where"),
+    **_names("tensorwire.random", "Generator", "default_generator", "initial_seed", "manual_seed", "seed"),
+    "Session": ("tensorwire.session", "Session"),
+    **_names("tensorwire.tensor", "Size", "Tensor", "device"),
+    "autocast": ("tensorwire.amp", "autocast"),
+    **_names("tensorwire.serialization", "load", "save"),
+    **_names("tensorwire.jit", "CompileWarning", "compile"),
+    **_names("tensorwire.legacy_types", "BFloat16Tensor", "BoolTensor", "ByteTensor", "CharTensor", "DoubleTensor",
+             "FloatTensor", "HalfTensor", "IntTensor", "LongTensor", "ShortTensor"),
+    "ops": ("tensorwire.ops", "ops"),  # every op by name, plugins' custom ops included: torch.ops
+}
+#: modules a name needs besides its own: torch.backends.{cuda,mps} are the plugin packages, which load without
+#: their drivers and carry torch's flags
+_EXTRA: dict[str, tuple[str, ...]] = {"backends": ("tensorwire.backends.cuda", "tensorwire.backends.mps")}
+#: public names that a submodule of the same name would hide once imported (``tw.tensor`` is the function, the
+#: module is ``tensorwire.tensor``), and those that must not be bound before their _EXTRA modules are loaded
+_GUARDED = frozenset({n for n, (_, attr) in _LAZY.items() if attr is not None} | set(_EXTRA))
+_resolved: set[str] = set()
+
+
+def _method_functions() -> dict:
+    """``tw.abs(x)`` and the rest of the Tensor methods as functions (names the table above does not bind)."""
+    return getattr(_importlib.import_module("tensorwire.functions"), "METHOD_FUNCTIONS", {})
+
+
+def __getattr__(name: str):
+    """Import the module behind a public name on first access and bind the name (PEP 562)."""
+    spec = _LAZY.get(name)
+    if spec is None:
+        # ``from . import views`` probes the package first: a submodule not imported yet is no attribute (the
+        # import system then imports it), and probing for it must not import the client
+        if not name.startswith("_") and _import_util.find_spec(f"{__name__}.{name}") is None:
+            value = _method_functions().get(name)
+            if value is not None:
+                globals()[name] = value
+                return value
+        raise AttributeError(f"module 'tensorwire' has no attribute {name!r}")
+    module, attr = spec
+    for extra in _EXTRA.get(name, ()):
+        _importlib.import_module(extra)
+    value = _importlib.import_module(module)
+    if attr is not None:
+        value = getattr(value, attr)
+    _resolved.add(name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | set(_method_functions()))
+
+
+class _Package(_types.ModuleType):
+    """The package's module type: importing a submodule must not rebind a public name of the same name."""
+
+    def __setattr__(self, name: str, value) -> None:
+        # the import system binds each imported submodule on its parent: ``tensorwire.tensor`` (the module) would
+        # replace ``tw.tensor`` (the function), and ``tensorwire.backends`` would skip torch's flags modules
+        if name in _GUARDED and name not in _resolved and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 
 def result_type(a, b):
     """The dtype ``a op b`` produces (PyTorch's rules)."""
-    ops = [(x.dtype, x.ndim) if isinstance(x, Tensor) else x for x in (a, b)]
-    return _D.result_type(*ops)
+    from tensorwire.protocol import dtypes
+
+    from .tensor import Tensor
+
+    ops = [(x.dtype, x.ndim) if _builtins.isinstance(x, Tensor) else x for x in (a, b)]
+    return dtypes.result_type(*ops)
 
 
-def is_floating_point(t: Tensor) -> bool:
+def is_floating_point(t) -> _builtins.bool:
+    """Whether ``t``'s dtype is a floating-point one (torch.is_floating_point)."""
     return t.dtype.is_floating_point
 
 
@@ -132,34 +154,9 @@ __all__ = [
     "promote_types", "result_type", "autograd", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "inference_mode", "accelerator", "cuda", "mps", "onnx", "channels_last", "contiguous_format", "preserve_format",
 ]
-
-# the model-building toolkit (issue 4): imported last, it builds on everything above
-# torch.backends.{cuda,mps,cudnn} for programs written for PyTorch: the plugin packages load without their drivers
-import tensorwire.backends.cuda  # noqa: E402,F401
-import tensorwire.backends.mps  # noqa: E402,F401
-
-from . import amp, models, nn, optim, utils  # noqa: E402
-from .amp import autocast  # noqa: E402
-from .serialization import load, save  # noqa: E402
-
 __all__ += ["nn", "optim", "utils", "models", "save", "load", "ops"]
 __all__ += ["cancel", "Cancelled", "QuotaExceeded"]  # issue 16: cancelling work, per-session memory quotas
-from .jit import CompileWarning, compile  # noqa: E402,A004  (issue 19: capture a step once, replay it)
-from .legacy_types import (  # noqa: E402  (torch.FloatTensor, ...: older scripts build tensors with them)
-    BFloat16Tensor,
-    BoolTensor,
-    ByteTensor,
-    CharTensor,
-    DoubleTensor,
-    FloatTensor,
-    HalfTensor,
-    IntTensor,
-    LongTensor,
-    ShortTensor,
-)
-from .legacy_types import __all__ as _legacy  # noqa: E402
-from .ops import ops  # noqa: E402  (every op by name, plugins' custom ops included: torch.ops)
-
-__all__ += ["compile", "CompileError", "CompileWarning"]
-__all__ += _legacy
+__all__ += ["compile", "CompileError", "CompileWarning"]  # issue 19: capture a step once, replay it
+__all__ += ["BFloat16Tensor", "BoolTensor", "ByteTensor", "CharTensor", "DoubleTensor", "FloatTensor", "HalfTensor",
+            "IntTensor", "LongTensor", "ShortTensor"]  # torch.FloatTensor, ...: older scripts build tensors with them
 __all__ += ["profiler", "progress"]  # issue 18: tw.profiler.profile(), hub download progress

@@ -30,6 +30,7 @@ def ping_dispatcher(address: str, *, keys: str | os.PathLike | None = None, time
     from tensorwire.protocol.addresses import check_address
     from tensorwire.protocol.curve import apply_peer, keys_dir
     from tensorwire.protocol.errors import ConnectionFailed
+    from tensorwire.protocol.handshake import FirstAnswer
     from tensorwire.protocol.wire import pack_header, unpack_header
 
     check_address(address, "the dispatcher address")
@@ -39,11 +40,10 @@ def ping_dispatcher(address: str, *, keys: str | os.PathLike | None = None, time
         keys = keys_dir(keys)
         if keys is not None:
             apply_peer(sock, keys, "client")
-        sock.connect(address)
-        sock.send(pack_header({"t": "ping", "q": 1}))
-        if not sock.poll(int(timeout * 1000)):
-            raise ConnectionFailed(f"no answer from a tensorwire dispatcher at {address} within {timeout:g}s")
-        h = unpack_header(sock.recv())
+        first = FirstAnswer(sock, address)  # (a failed handshake says why at once: no keys, the wrong keys ...)
+        first.send([pack_header({"t": "ping", "q": 1})], keys=keys is not None)
+        first.wait(timeout, keys=keys is not None, hint="is it running there?")
+        h = unpack_header(sock.recv(zmq.NOBLOCK))
         if h.get("t") != "pong":
             raise ConnectionFailed(f"{address} answered {str(h.get('t'))[:40]!r} to a ping, not 'pong'")
     finally:

@@ -39,12 +39,14 @@ from tensorwire.protocol.errors import (
     error_from_wire,
 )
 from tensorwire.protocol.graph import attrs_key, freeze, structure_key
+from tensorwire.protocol.handshake import FirstAnswer
 from tensorwire.protocol.liveness import RENEWALS_PER_LEASE, SESSION_LEASE_S, set_zmq_heartbeats
 from tensorwire.protocol.ops import OPS, infer
 from tensorwire.protocol.service import spare_core, spin_wait
 from tensorwire.protocol.shm_paths import host_id
 from tensorwire.protocol.wire import (
     MAX_MESSAGE,
+    POLLIN,
     ZERO_COPY_MIN,
     array_from_frame,
     as_frame,
@@ -131,7 +133,6 @@ class Session:
                 self._sock.close(0)
                 raise
         set_zmq_heartbeats(self._sock)
-        self._sock.connect(address)
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
         self._waker = Waker()  # another thread's tw.cancel() wakes a wait (see cancel())
@@ -166,23 +167,24 @@ class Session:
         self._progress_ids = itertools.count(1)
         self.closed = False
         timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
-        self._sock.send_multipart([pack_header({"t": "hello", "v": PROTOCOL_VERSION, "token": token,
-                                                "client": f"python pid {os.getpid()}", "host": host_id()})])
-        if not self._sock.poll(int(timeout * 1000)):
+        hint = ("is it running, and do its keys match this client's?" if self._keys is not None else
+                "is it running? start one with `tensorwire up`; a dispatcher with CURVE keys needs keys= or "
+                "TENSORWIRE_KEYS here")
+        try:  # (every zmq call here is bounded: a handshake that fails says why at once, see protocol.handshake)
+            first = FirstAnswer(self._sock, address)
+            first.send([pack_header({"t": "hello", "v": PROTOCOL_VERSION, "token": token,
+                                     "client": f"python pid {os.getpid()}", "host": host_id()})],
+                       keys=self._keys is not None)
+            first.wait(timeout, keys=self._keys is not None, hint=hint)
+            h, _ = self._recv_raw()
+            if h["t"] == "error":
+                raise error_from_wire(h["error"])
+            if h["t"] != "welcome":
+                raise ProtocolError(f"unexpected answer to hello: {h['t']!r}")
+        except BaseException:
             self._sock.close(0)
             self.closed = True
-            hint = ("is it running, and do its keys match this client's (a CURVE handshake with the wrong keys "
-                    "never completes)?" if self._keys is not None else
-                    "is it running? start one with `tensorwire up`; a dispatcher with CURVE keys needs keys= or "
-                    "TENSORWIRE_KEYS here")
-            raise ConnectionFailed(f"no answer from a tensorwire dispatcher at {address} within {timeout:g}s ({hint})")
-        h, _ = self._recv_raw()
-        if h["t"] == "error":
-            self._sock.close(0)
-            self.closed = True
-            raise error_from_wire(h["error"])
-        if h["t"] != "welcome":
-            raise ProtocolError(f"unexpected answer to hello: {h['t']!r}")
+            raise
         self.session_id = h["session"]  # public: what `tensorwire status` shows an admin
         self._key = h["key"]  # the session's secret key: every message carries it
         self.admin = bool(h.get("admin"))
@@ -292,7 +294,10 @@ class Session:
                     if self._q_dev:  # answers due on direct channels: ask whether their workers still live
                         ping["w"] = [[d, self._plane.channels[d].wid] for d in set(self._q_dev.values())
                                      if d in self._plane.channels]
-                    self._sock.send(pack_header(ping))
+                    try:  # (never blocks: a queue too full to take a ping is a dispatcher not reading, which the
+                        self._sock.send(pack_header(ping), zmq.NOBLOCK)  # liveness bound above then reports)
+                    except zmq.Again:
+                        pass
                     ping_sent = time.monotonic()
                 continue
             if self._waker.take():  # tw.cancel() from another thread: this thread owns the socket
@@ -337,12 +342,12 @@ class Session:
     def _next_message(self):
         """One message waiting on the dispatcher's socket or a channel: ``(header, frames, device)`` (device None:
         the dispatcher's), or None when nothing is waiting."""
-        if self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        if self._sock.getsockopt(zmq.EVENTS) & POLLIN:
             h, frames = self._recv_raw()
             return h, frames, None
         for dev, ch in self._plane.channels.items():
             sock = ch.sock
-            if sock is not None and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if sock is not None and sock.getsockopt(zmq.EVENTS) & POLLIN:
                 msg = sock.recv_multipart(copy=False)
                 try:
                     h = unpack_header(msg[0].bytes)

@@ -55,7 +55,10 @@ def service_socket(ctx: zmq.Context, dispatcher: str, keys: Path | None = None) 
 def connect_service(ctx: zmq.Context, dispatcher: str, register: dict, keys: Path | None = None) -> zmq.Socket:
     """A DEALER to the dispatcher's service socket that has sent ``register`` (the message type is added)."""
     sock = service_socket(ctx, dispatcher, keys)
-    sock.send(pack_header({"t": "register", "v": PROTOCOL_VERSION, "pid": os.getpid(), **register}))
+    try:  # never blocks: a handshake that failed already (CURVE keys on one side only) leaves no connection to queue
+        sock.send(pack_header({"t": "register", "v": PROTOCOL_VERSION, "pid": os.getpid(), **register}), zmq.NOBLOCK)
+    except zmq.Again:  # on, and a blocking send would wait forever; no answer comes, which register_service reports
+        pass
     return sock
 
 

@@ -109,11 +109,21 @@ def test_dependencies_name_services_that_can_satisfy_them():
 
 
 def test_one_image_built_once():
-    built = [n for n, s in SERVICES.items() if "build" in s]
-    assert len(built) == 1, f"the image is built by {built}"
-    image = SERVICES[built[0]]["image"]
-    assert all(s["image"] == image for s in SERVICES.values())
-    assert all(s.get("pull_policy") == "never" for n, s in SERVICES.items() if n not in built)
+    """One image for the default deployment; an image of its own only where a profile needs another base (ROCm),
+    built by a service that runs whenever the services using it do; each image built by one service."""
+    builders: dict[str, str] = {}
+    for n, s in SERVICES.items():
+        if "build" in s:
+            assert s["image"] not in builders, f"{s['image']} is built by {builders[s['image']]} and {n}"
+            builders[s["image"]] = n
+    default = {s["image"] for s in SERVICES.values() if not s.get("profiles")}
+    assert len(default) == 1 and default <= set(builders), default
+    for n, s in SERVICES.items():
+        assert s["image"] in builders, f"{n} runs {s['image']}, which no service builds"
+        builder = SERVICES[builders[s["image"]]]
+        assert set(builder.get("profiles") or []) <= set(s.get("profiles") or []), f"{n}: its image's builder is off"
+        if n != builders[s["image"]]:
+            assert s.get("pull_policy") == "never", f"{n} would pull {s['image']}"
 
 
 def test_commands_and_healthchecks_are_cli_subcommands_with_their_options():
@@ -171,3 +181,54 @@ def test_long_running_services_have_an_init_that_reaps_children():
     """Issue 36, finding 9: a service is not PID 1 itself (PID 1 gets no default signal handlers and must reap
     every orphan): compose's ``init: true`` puts docker's init in front of each long-running one."""
     assert all(s.get("init") is True for s in LONG.values()), [n for n, s in LONG.items() if s.get("init") is not True]
+
+
+def _dockerfile() -> tuple[dict[str, str], dict[str, str], str]:
+    """The Dockerfile's global build arguments (before its first FROM) with their defaults, its stages (name -> the
+    image each starts FROM) and the final stage's FROM."""
+    args, stages, final = {}, {}, None
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if m := re.match(r"ARG\s+(\w+)=(\S+)$", line):
+            if not stages and final is None:
+                args[m.group(1)] = m.group(2).strip('"')
+        elif m := re.match(r"FROM\s+(\S+)(?:\s+AS\s+(\S+))?$", line):
+            if m.group(2):
+                stages[m.group(2)] = m.group(1)
+            else:
+                final = m.group(1)
+    return args, stages, final
+
+
+def _expand(text: str, args: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], text)
+
+
+def test_every_base_an_image_asks_for_is_a_stage_of_the_dockerfile():
+    args, stages, final = _dockerfile()
+    assert final is not None and "${BASE}" in final, final
+    assert stages[_expand(final, args)] == "python:3.11-slim"  # the default build
+    for n, s in SERVICES.items():
+        if "build" in s:
+            base = _expand(final, {**args, **s["build"].get("args", {})})
+            assert base in stages, f"{n} builds on {base}, which the Dockerfile does not define"
+
+
+def test_rocm_workers_run_on_rocms_image_of_the_release_hip_python_is_matched_to():
+    """Issue 36, finding 9: hip-python loads libamdhip64, hipRTC and hipBLAS from a ROCm install, which
+    python:3.11-slim lacks; the ROCm worker's image starts from AMD's ROCm image of the matching release."""
+    pin = re.search(r'"hip-python==(\d+\.\d+)\.\*"', (ROOT / "pyproject.toml").read_text())
+    assert pin, "pyproject.toml's rocm extra pins hip-python==X.Y.*"
+    args, stages, final = _dockerfile()
+    assert args["ROCM_VERSION"] == pin.group(1), (args, pin.group(1))
+    rocm = [(n, s) for n, s in LONG.items() if tensorwire_argv(s)[0] == "worker"
+            and tensorwire_argv(s)[tensorwire_argv(s).index("--device") + 1].startswith("rocm:")]
+    assert rocm, "a ROCm worker (the rocm profile)"
+    for n, s in rocm:
+        build_args = s["build"]["args"]  # it builds its own image, on the ROCm stage, with the rocm extra
+        base = stages[_expand(final, {**args, **build_args})]
+        assert re.fullmatch(r"rocm/dev-ubuntu-\d\d\.04:" + re.escape(pin.group(1)), _expand(base, args)), (n, base)
+        assert "rocm" in build_args["EXTRAS"].strip("[]").split(","), (n, build_args)
+        assert s.get("init") is True and {"/dev/kfd", "/dev/dri"} <= set(s["devices"]), n
+    text = (ROOT / "Dockerfile").read_text()
+    rocm_stage = text[text.index("AS base-rocm") : text.index("FROM base-${BASE}")]
+    assert "hipblas" in rocm_stage and "venv" in rocm_stage, rocm_stage  # matmul's library; a Python to pip into
