@@ -182,6 +182,9 @@ class Executor:
                               "plan_misses": 0, "errors": {}}
         self.batches_run = 0  # batches finished since the worker started
         self.busy_ns = 0  # ... and the time they took, from start to answer
+        self.recent: deque = deque(maxlen=RECENT_BATCHES)  # (number, sid, started ns, took ns, steps): the dashboard's
+        self.compiles = 0  # plans compiled since the worker started ...
+        self.compile_ns = 0  # ... and the time that took
         self.channel = None  # the worker's direct channel (backends.direct), which answers its own jobs
         self.wake_fd, self._wake_w = os.pipe()
         os.set_blocking(self.wake_fd, False)
@@ -315,13 +318,20 @@ class Executor:
         self.direct.clear()
 
     def load(self) -> dict:
-        """What ``tensorwire status`` and the metrics show for this device: queued and running batches, sessions
-        holding state, bytes they hold and the per-session limit, and the batches run so far and their time."""
+        """What ``tensorwire status``, the metrics and the dashboard show for this device: queued and running
+        batches, sessions holding state, bytes they hold and the per-session limit, the batches run so far and their
+        time, the last ``RECENT_BATCHES`` batches (``recent``: ``[number, session, started s ago, seconds, steps]``,
+        ages on this worker's clock so no clocks need agree), plans compiled and the plan cache's size."""
         queued = sum(len(s.jobs) + (s.running is not None) for s in self.sessions.values())
+        now = time.monotonic_ns()
+        recent = [[n, _sid_text(sid), (now - t0) / 1e9, took / 1e9, steps] for n, sid, t0, took, steps in self.recent]
         return {"queued": queued, "sessions": len(self.sessions), "used_bytes": int(sum(s.ledger.used for s in
                 self.sessions.values())), "session_limit": self.limit, "batches": self.batches_run,
                 "busy_s": self.busy_ns / 1e9, "direct": {**self.direct_counts,
-                                                          "errors": dict(self.direct_counts["errors"])}}
+                                                          "errors": dict(self.direct_counts["errors"])},
+                "recent": recent, "compiles": self.compiles, "compile_s": self.compile_ns / 1e9,
+                "plan_cache": {"plans": len(self.plans.lru), "bytes": self.plans.used,
+                               "max_bytes": self.plans.max_bytes}}
 
     def busy_report(self, limit: int = 64) -> list:
         """``[[sid, batches finished, seconds the running batch has run or None, what it is or None], ...]``: what
@@ -342,7 +352,8 @@ class Executor:
             live = sum(1 for b in s.buffers.values() if not isinstance(b, Fail))
             out[sid.hex() if isinstance(sid, bytes) else str(sid)] = {
                 "buffers": live, "bytes": int(s.ledger.used), "plans": self.plans.session_plans(sid),
-                "plan_bytes": self.plans.session_used.get(sid, 0), "hot_plans": s.hot_plans}
+                "plan_bytes": self.plans.session_used.get(sid, 0), "hot_plans": s.hot_plans,
+                "queued": len(s.jobs), "running": int(s.running is not None)}
         return out
 
     # -- cancelling -------------------------------------------------------------------------------
@@ -497,6 +508,8 @@ class Executor:
                 if plan_no is not None:
                     self.plans.put(sid, plan_no, plan)
                 took = time.monotonic_ns() - t0
+                self.compiles += 1
+                self.compile_ns += took
                 if log.isEnabledFor(logging.INFO):
                     log.info("plan %s of session %s compiled: %d nodes, %d steps, %.1f ms", plan_no,
                              _sid_text(sid), len(nodes), len(plan.program.steps), took / 1e6)
@@ -1014,6 +1027,8 @@ class Executor:
             if p[1] is job:
                 p[1] = None
         self.busy_ns += took
+        self.recent.append((self.batches_run, job.h.get("s"), job.started, took,
+                            len(job.plan.program.steps) if job.plan is not None else 0))
         if took > SLOW_BATCH_S * 1e9:
             steps = len(job.plan.program.steps) if job.plan is not None else 0
             log.info("slow batch on %s: %.0f ms (plan %s, %d steps, %s)", self.name, took / 1e6, job.h.get("plan"),
@@ -1050,6 +1065,8 @@ WORKER_HANDLERS = {
     "stats": "_on_stats",
     "drop_plans": "_on_drop_plans",
 }
+#: batches each worker remembers for the dashboard's task stream (``load()["recent"]``)
+RECENT_BATCHES = 128
 SLOW_BATCH_ENV = "TENSORWIRE_SLOW_BATCH_MS"
 #: a batch that runs longer than this on the worker is logged at info (``TENSORWIRE_SLOW_BATCH_MS``, default 1000)
 SLOW_BATCH_S = float(os.environ.get(SLOW_BATCH_ENV, "1000")) / 1e3

@@ -26,7 +26,9 @@ commands:
   status      show the cluster's devices (sessions, memory, queue, throughput), hub and services (--watch, --json;
               --local: this host's devices, or why not)
   keys        create CURVE key pairs and a service credential for a cluster across hosts
+  slurm       write an sbatch script that runs a whole cluster in one Slurm job (scancel stops it)
   hub         run the model hub, or push/list models (tensorwire hub --help)
+  dashboard   serve the cluster's live dashboard in a browser (loopback; --admin-token-file)
   health      exit 0 when the dispatcher or the hub answers and the named services are registered
   selftest    prove one device of this install works, in minutes (--device cuda:0; correctness and speed rows)
 
@@ -69,6 +71,8 @@ def _up(argv: list[str]) -> int:
                    help="most memory one session may hold on each device: 50%% (the default), 4GiB, none")
     p.add_argument("--metrics", action="store_true",
                    help="serve Prometheus metrics from the dispatcher and the hub on free local ports")
+    p.add_argument("--dashboard", nargs="?", type=int, const=0, default=None, metavar="PORT",
+                   help="serve the dashboard on loopback (on PORT; without one, a free port)")
     args = p.parse_args(argv)
     from tensorwire.protocol.credentials import CLIENT_TOKEN_ENV, resolve_token, write_token_file
     from tensorwire.protocol.service import stop_event_on_signals
@@ -88,7 +92,8 @@ def _up(argv: list[str]) -> int:
     with LocalCluster(devices=devices, hub_root=args.hub_root, host=args.host, port=args.port,
                       token=resolve_token(CLIENT_TOKEN_ENV, args.token_file), log_dir=args.log_dir,
                       keys=args.keys, insecure=args.insecure, session_memory=args.session_memory,
-                      metrics=args.metrics, hub_port=hub_port, hub_url=args.hub_url) as c:
+                      metrics=args.metrics, hub_port=hub_port, hub_url=args.hub_url,
+                      dashboard=False if args.dashboard is None else (args.dashboard or True)) as c:
         admin_file = write_token_file(c.log_dir / "admin.token", c.admin_token)
         print(f"tensorwire cluster up: {c.address}  devices: {', '.join(devices)}")
         print(f"  connect with: tw.connect({c.address!r})  or  TENSORWIRE_ADDRESS={c.address}")
@@ -133,8 +138,10 @@ def _listening(c) -> list[str]:
     lines = [f"{'dispatcher':<12} {c.address}  (clients)", f"{'':<12} {c.service_address}  (services)"]
     if c.hub_url:
         lines.append(f"{'hub':<12} {c.hub_url}")
+    if c.dashboard_url:
+        lines.append(f"{'dashboard':<12} {c.dashboard_url}  (browser; loopback: the admin view)")
     for name, svc in c.services.items():
-        if name not in ("dispatcher", "hub"):
+        if name not in ("dispatcher", "hub", "dashboard"):
             lines.append(f"{name:<12} pid {svc.proc.pid}, connected to {c.service_address}")
     return lines
 
@@ -312,8 +319,16 @@ def _main(argv: list[str] | None = None) -> int:
         from .selftest import main as m
 
         return m(rest)
+    if cmd == "dashboard":
+        from tensorwire.dashboard.server import main as m
+
+        return m(rest)
     if cmd == "health":
         from .healthcheck import main as m
+
+        return m(rest)
+    if cmd == "slurm":
+        from .slurm import main as m
 
         return m(rest)
     print(f"tensorwire: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)

@@ -339,6 +339,8 @@ class LocalCluster:
     Collectives' shared memory lives in a private directory of this cluster's (0700, removed at close).
     ``hub_port``: the hub's port (0, the default, picks a free one; ``tensorwire up`` asks for 8700). ``hub_url``: a
     hub already running elsewhere, which the workers download from and sessions learn (instead of ``hub_root``).
+    ``dashboard``: also serve ``tensorwire dashboard`` on loopback (True: a free port; a number: that port), reading
+    the cluster as the admin; ``dashboard_url`` says where (it needs ``pip install 'tensorwire[dashboard]'``).
 
     Before it starts anything for a device other than ``cpu``, the cluster asks the installed backends (``tensorwire
     status --local``, in a process of its own) whether this host has it: one it lacks raises DeviceError at once,
@@ -352,7 +354,8 @@ class LocalCluster:
                  extra_env: dict | None = None, autograd: bool = True, collectives: bool | None = None,
                  worker_threads: int | None = None, keys: str | os.PathLike | None = None, insecure: bool = False,
                  session_memory: str | int | None = None, metrics: bool = False, progress: bool | None = None,
-                 hub_port: int = 0, hub_url: str | None = None, restart: RestartPolicy | None = RestartPolicy()):
+                 hub_port: int = 0, hub_url: str | None = None, restart: RestartPolicy | None = RestartPolicy(),
+                 dashboard: bool | int = False):
         if hub_url is not None and hub_root is not None:
             raise ValueError("give hub_root (start a hub) or hub_url (use a running one), not both")
         self.devices = [str(d) if ":" in str(d) else f"{d}:0" for d in devices]
@@ -399,6 +402,9 @@ class LocalCluster:
         #: serve Prometheus metrics from the dispatcher and the hub on free local ports (``metrics_urls`` says where)
         self.metrics = metrics
         self.metrics_urls: dict[str, str] = {}
+        self.dashboard = dashboard
+        self.dashboard_url: str | None = None  # where ``dashboard`` serves the page
+        self._client_token = client_token
         #: print a line on stderr as each service becomes ready (default: when stderr is a terminal)
         self.progress = sys.stderr.isatty() if progress is None else progress
         self._t0 = time.monotonic()
@@ -498,6 +504,26 @@ class LocalCluster:
                     raise TensorwireError("collectives need MPI: pip install 'tensorwire[mpi]' (mpi4py and mpich)")
             else:
                 self.start_collectives(deadline)
+        if self.dashboard is not False and self.dashboard is not None:
+            self.start_dashboard(deadline)
+
+    def start_dashboard(self, deadline: float | None = None) -> Service:
+        """Serve the dashboard (``tensorwire dashboard``) on loopback, as the admin; ``dashboard_url`` says where."""
+        from tensorwire.dashboard.server import missing
+
+        why = missing()
+        if why:
+            raise TensorwireError(why)
+        port = 0 if self.dashboard is True else int(self.dashboard)
+        args = ["dashboard", "--address", self.address, "--host", "127.0.0.1", "--port", str(port)]
+        if "hub" in self.metrics_urls:
+            args += ["--hub-metrics", self.metrics_urls["hub"]]
+        env = {**self.env, ADMIN_TOKEN_ENV: self.admin_token}
+        if self._client_token:
+            env[CLIENT_TOKEN_ENV] = self._client_token
+        svc = self._spawn("dashboard", _cli(*args), env)
+        self.dashboard_url = self._wait_ready(svc, deadline or time.monotonic() + START_TIMEOUT_S)["url"]
+        return svc
 
     def _probe_devices(self) -> subprocess.Popen | None:
         """Start ``tensorwire status --local --json`` (the backends' own availability checks, with the workers'
@@ -713,7 +739,7 @@ class LocalCluster:
             log.error("%s: %s", name, self._given_up[name])
             return
         r.due = now + r.backoff
-        log.warning("the worker for %s %s; restarting it in %.1f s", name, why, r.backoff)
+        log.warning("the worker for %s %s; restarting it in %.1f s (its log: %s)", name, why, r.backoff, svc.log_path)
         r.backoff = min(r.backoff * 2, policy.max_s)
 
     def given_up(self) -> dict[str, str]:

@@ -85,6 +85,13 @@ class Gathers:
         rates = self.telemetry.rates(now)
         load = {d: {**{k: v for k, v in ld.items() if k != "at"}, **rates.get(d, {})}
                 for d, ld in self.telemetry.load.items() if d in self.workers}
+        if not s.admin:  # the task stream (the dashboard's): this session's batches only
+            for ld in load.values():
+                if isinstance(ld.get("recent"), list):
+                    ld["recent"] = [r for r in ld["recent"] if isinstance(r, list) and len(r) > 1 and r[1] == me]
+        collectives = [{"key": k, "session": p["session"].hex(), "devices": sorted(p["all"]),
+                        "waiting": sorted(p["devices"])}
+                       for k, p in list(self.coll_pending.items())[:256] if s.admin or p["session"] == s.sid]
         services = [{"name": n, "kind": v.kind, "pid": v.info.get("pid"), "heartbeat_age_s": now - v.last_seen,
                      **({"device": v.info["device"]} if "device" in v.info else {})}
                     for n, v in sorted(self.named.items())]
@@ -92,7 +99,9 @@ class Gathers:
                                   "session": me, "sessions": sessions, "admin": s.admin,
                                   "services": sorted(self.named), "service_info": services, "load": load,
                                   "live_sessions": len(self.sessions), "hub_url": self.hub_url,
-                                  "uptime_s": time.time() - self.started, "workers": self._device_list()})
+                                  "uptime_s": time.time() - self.started, "workers": self._device_list(),
+                                  "heartbeat_age_s": {d: now - w.last_seen for d, w in self.workers.items()},
+                                  "collectives": collectives})
 
     def _profile_collect(self, s: Session, h: dict, frames=()) -> None:
         """The profiler's collection: this dispatcher's spans of the session and, gathered from every worker the

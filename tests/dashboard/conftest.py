@@ -1,0 +1,54 @@
+"""A cluster with the dashboard, for the module that asks for it, and two client sessions on it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+TOKEN = "dashboard-test-client-token"
+
+
+@pytest.fixture(scope="module")
+def dash_cluster(tmp_path_factory):
+    """cpu:0 and cpu:1 with a client token (session links are keyed with it), a hub serving metrics (its downloads)
+    and the dashboard on loopback."""
+    pytest.importorskip("starlette", reason="the dashboard needs Starlette: pip install 'tensorwire[dashboard]'")
+    pytest.importorskip("uvicorn", reason="the dashboard needs uvicorn: pip install 'tensorwire[dashboard]'")
+    import tensorwire as tw
+
+    with tw.LocalCluster(devices=["cpu:0", "cpu:1"], token=TOKEN, dashboard=True, autograd=False,
+                         collectives=False, hub_root=tmp_path_factory.mktemp("hub"), metrics=True) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def two_sessions(dash_cluster):
+    """Sessions A and B of one cluster (each with the client token)."""
+    import tensorwire as tw
+
+    a, b = tw.Session(dash_cluster.address, TOKEN), tw.Session(dash_cluster.address, TOKEN)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def run_batches(session, devices, n: int = 1) -> None:
+    """``n`` small matmuls answered on each of ``devices`` in ``session`` (each ``item()`` is one batch)."""
+    import tensorwire as tw
+
+    with tw.use_session(session):
+        for _ in range(n):
+            for d in devices:
+                x = tw.ones(48, 48, device=d)
+                assert float((x @ x).sum().item()) == 48.0 ** 3
+
+
+def wait_for(predicate, timeout: float = 20.0, step: float = 0.1):
+    """Poll ``predicate`` until it returns something truthy (bounded); returns it or the last falsy value."""
+    deadline = time.monotonic() + timeout
+    value = predicate()
+    while not value and time.monotonic() < deadline:
+        time.sleep(step)
+        value = predicate()
+    return value
