@@ -14,6 +14,7 @@ import numpy as np
 
 import tensorwire as tw
 from tensorwire.protocol.service import free_port
+from tests._processes import stderr_until
 
 
 def _read_until(proc, needle: str, timeout: float = 120.0, stream=None) -> str:
@@ -91,20 +92,12 @@ def test_status_unreachable_is_clear():
 def test_a_worker_without_its_dispatcher_says_so():
     """Issue 36, finding 3: a worker that cannot reach its dispatcher (a dead port, or CURVE keys missing) says what
     it waits for at the default log level, instead of waiting in silence."""
-    import select
 
     port = free_port()  # nobody listens there
     p = subprocess.Popen([sys.executable, "-m", "tensorwire.cli", "worker", "--device", "cpu:0", "--dispatcher",
                           f"tcp://127.0.0.1:{port}"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:
-        err, deadline = b"", time.monotonic() + 60
-        while b"no answer from the dispatcher" not in err and time.monotonic() < deadline:
-            if select.select([p.stderr], [], [], 1)[0]:
-                chunk = os.read(p.stderr.fileno(), 4096)
-                if not chunk:
-                    break
-                err += chunk
-        text = err.decode(errors="replace")
+        text = stderr_until(p, b"no answer from the dispatcher", 60)
         assert f"no answer from the dispatcher at tcp://127.0.0.1:{port} after" in text, text
         assert "Is it running there? A dispatcher with CURVE keys needs --keys here too." in text, text
     finally:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
-import time
 
 import pytest
 
 import tensorwire as tw
+from tests._processes import mixed_keys, stderr_until
 
 #: a keyless connect, five times over (the hang seen once in 25 tries was a race, if anything): each must fail well
 #: inside the connect timeout it is given (30 s), naming the cause
@@ -128,14 +127,7 @@ def test_a_first_message_sent_after_the_handshake_failed_never_hangs(cluster):
 
 @pytest.mark.parametrize("case", ["wrong-dispatcher-key", "unknown-client-key"])
 def test_a_client_with_the_wrong_keys_fails_at_once_naming_which(cluster, keys, tmp_path, case):
-    other = tmp_path / "other"
-    assert _cli("keys", "--dir", str(other)).returncode == 0
-    use = tmp_path / "mixed"
-    use.mkdir()
-    pin = keys if case == "unknown-client-key" else other  # the right dispatcher key, or an impostor's
-    own = other if case == "unknown-client-key" else keys  # a client key the dispatcher never authorised
-    (use / "dispatcher.key").write_bytes((pin / "dispatcher.key").read_bytes())
-    (use / "client.key_secret").write_bytes((own / "client.key_secret").read_bytes())
+    use = mixed_keys(keys, tmp_path, case, lambda d: _cli("keys", "--dir", str(d)).check_returncode())
     [(took, message)] = _connect_attempts(cluster.address, use, 1)
     assert took < 5, message
     expect = ("refused this client's CURVE key" if case == "unknown-client-key" else
@@ -149,14 +141,7 @@ def test_a_worker_without_keys_says_what_it_waits_for(cluster):
                           cluster.service_address], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                          env=_clean_env())
     try:
-        err, deadline = b"", time.monotonic() + 45
-        while b"still trying" not in err and time.monotonic() < deadline:
-            if select.select([p.stderr], [], [], 1)[0]:
-                chunk = os.read(p.stderr.fileno(), 4096)
-                if not chunk:
-                    break
-                err += chunk
-        text = err.decode(errors="replace")
+        text = stderr_until(p, b"still trying", 45)
         assert f"no answer from the dispatcher at {cluster.service_address} after" in text, text
         assert "A dispatcher with CURVE keys needs --keys here too." in text, text
         assert p.poll() is None  # it keeps trying (a dispatcher may come up)

@@ -24,6 +24,7 @@ import zmq.utils.monitor
 import tensorwire as tw
 from tensorwire.protocol import PROTOCOL_VERSION
 from tensorwire.protocol.curve import apply_peer
+from tests._processes import mixed_keys
 
 from .conftest import CLIENT_TOKEN, send
 
@@ -134,14 +135,7 @@ def test_peers_without_the_right_keys_get_nothing(cluster, keys, tmp_path, case)
     if case == "no-keys":
         use = None
     else:
-        other = tmp_path / "other"
-        assert _cli("keys", "--dir", str(other)).returncode == 0
-        use = tmp_path / "mixed"
-        use.mkdir()
-        pin = keys if case == "unknown-client-key" else other  # the right dispatcher key, or an impostor's
-        own = other if case == "unknown-client-key" else keys  # a client key the dispatcher never authorised
-        (use / "dispatcher.key").write_bytes((pin / "dispatcher.key").read_bytes())
-        (use / "client.key_secret").write_bytes((own / "client.key_secret").read_bytes())
+        use = mixed_keys(keys, tmp_path, case, lambda d: _cli("keys", "--dir", str(d)).check_returncode())
     env_keys = os.environ.pop("TENSORWIRE_KEYS", None)
     try:
         with pytest.raises(tw.ConnectionFailed):
