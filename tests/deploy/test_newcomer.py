@@ -3,8 +3,9 @@
 ``tensorwire up`` runs on a pseudo-terminal (its controlling terminal, as a shell's would be); a client connects to
 the address its banner prints and computes; the worker is killed (the cluster says so, names the log, restarts it);
 Ctrl-C is typed into the terminal (the cluster stops, says where the kept logs are, and nothing it started is left
-running); a client pointed at the wrong address fails within its bound, naming the address. The README's snippets
-are run by tests/deploy/test_readme.py. About 15 s on a quiet 2-core machine.
+running); a client pointed at the wrong address fails within its bound, naming the address; the README's first
+command runs as written in a new virtualenv. The README's snippets are run by tests/deploy/test_readme.py. About 45 s
+on a quiet 2-core machine (the virtualenv's install from pip's cache included).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import tensorwire as tw
 from tensorwire.protocol.service import free_port
@@ -183,3 +185,44 @@ def test_a_wrong_address_fails_within_its_bound_and_names_the_address():
     assert f"no answer from a tensorwire dispatcher at {address} within 3s: nothing listens there" in last, last
     assert "tensorwire up" in last  # what to do
     assert took < 30, f"{took:.1f}s"
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _readme_first_command() -> str:
+    """The first line of the README's first ``bash`` block, its comment dropped: what a newcomer pastes first."""
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"^```bash\n(.*?)^```", text, re.S | re.M).group(1)
+    return block.splitlines()[0].split("#", 1)[0].strip()
+
+
+def test_the_readmes_first_command_in_a_fresh_virtualenv(tmp_path):
+    """A new virtualenv (nothing of this run's packages), the README's first command as written, from a copy of the
+    tree a clone gives: it installs, trains on an embedded cluster, prints the test accuracy and exits 0, and leaves
+    no process behind. (~20 s with pip's cache; where the package index cannot be reached, it skips.)"""
+    command = _readme_first_command()
+    assert command.startswith("pip install") and "examples/train_digits_mlp.py" in command, command
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=False)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout: the files a clone gives are unknown")
+    tree = tmp_path / "clone"
+    for rel in tracked.stdout.decode().split("\0"):
+        if rel and (REPO / rel).is_file():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tree / rel).write_bytes((REPO / rel).read_bytes())
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = {**_env(), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv)}
+    env.pop("PYTHONPATH", None)
+    p = subprocess.run(["bash", "-c", command], cwd=tree, env=env, capture_output=True, text=True, timeout=900,
+                       start_new_session=True)
+    out = p.stdout + p.stderr
+    if p.returncode != 0 and re.search(r"(Could not find a version|Failed to establish a new connection|"
+                                       r"No matching distribution|Temporary failure in name resolution)", out):
+        pytest.skip(f"the package index cannot be reached here: {out.strip().splitlines()[-1][:200]}")
+    assert p.returncode == 0, out[-3000:]
+    m = re.search(r"test accuracy: ([0-9.]+)", out)
+    assert m and float(m.group(1)) > 0.9, out[-3000:]
+    left = subprocess.run(["pgrep", "-f", str(venv)], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes of the fresh virtualenv still running: {left}"
