@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import re
 import secrets
 import urllib.parse
 from dataclasses import dataclass
+
+from tensorwire.protocol.addresses import is_loopback_host
 
 SID_RE = re.compile(r"[0-9a-f]{16}")
 COOKIE = "tw_dashboard"
@@ -58,12 +59,7 @@ def session_link(url: str, sid: str, token: str) -> str:
 
 def is_loopback(host: str) -> bool:
     """Whether binding ``host`` keeps the dashboard on this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(host)
 
 
 class Gate:

@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import http.client
 import io
-import ipaddress
 import json
 import os
 import urllib.error
@@ -20,6 +19,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
+
+from tensorwire.protocol.addresses import is_loopback_host
 
 from ._validate import COMMIT_RE, SHA256_RE, check_file_path, check_ref_name, check_repo_id, check_revision
 from .errors import (
@@ -117,13 +118,7 @@ def _token(token: str | None) -> str | None:
 
 
 def _is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(urlsplit(url).hostname or "")
 
 
 class _ConnectTimeout:

@@ -10,11 +10,22 @@ process holds gets the same treatment (:func:`port_in_use`), for the dispatcher'
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
 
 from .errors import ConfigurationError
 
 SCHEMES = ("tcp://", "ipc://", "inproc://")
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (a name or an IP address) is this machine's loopback: ``localhost``, 127.0.0.0/8, ``::1``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def check_address(address: object, option: str, *, bind: bool = False) -> str:
