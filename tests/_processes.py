@@ -1,4 +1,4 @@
-"""Helpers the tests share for the processes and key folders they make."""
+"""Helpers the tests share: polling for a condition, and the processes and key folders they make."""
 
 from __future__ import annotations
 
@@ -34,3 +34,13 @@ def mixed_keys(keys: Path, tmp_path: Path, case: str, make_keys) -> Path:
     (use / "dispatcher.key").write_bytes((pin / "dispatcher.key").read_bytes())
     (use / "client.key_secret").write_bytes((own / "client.key_secret").read_bytes())
     return use
+
+
+def wait_for(predicate, timeout: float = 20.0, step: float = 0.1):
+    """Poll ``predicate`` until it returns something truthy (bounded); returns it or the last falsy value."""
+    deadline = time.monotonic() + timeout
+    value = predicate()
+    while not value and time.monotonic() < deadline:
+        time.sleep(step)
+        value = predicate()
+    return value

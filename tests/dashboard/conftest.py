@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
+
+from tests._processes import wait_for  # noqa: F401  (the dashboard tests import it from here)
 
 TOKEN = "dashboard-test-client-token"
 
@@ -44,11 +44,3 @@ def run_batches(session, devices, n: int = 1) -> None:
                 assert float((x @ x).sum().item()) == 48.0 ** 3
 
 
-def wait_for(predicate, timeout: float = 20.0, step: float = 0.1):
-    """Poll ``predicate`` until it returns something truthy (bounded); returns it or the last falsy value."""
-    deadline = time.monotonic() + timeout
-    value = predicate()
-    while not value and time.monotonic() < deadline:
-        time.sleep(step)
-        value = predicate()
-    return value

@@ -16,7 +16,6 @@ import selectors
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -26,6 +25,7 @@ import pytest
 import tensorwire as tw
 import tensorwire.nn.functional as F
 from tensorwire.protocol.logs import level_from_env
+from tests._processes import wait_for as _wait_for
 
 #: spans of one batch in different processes are compared after the offset correction with this much slack (the
 #: estimate's error is at most half a round trip; on one host the true offset is 0 and round trips are ~0.1-0.5 ms)
@@ -63,14 +63,6 @@ def _scrape(url: str) -> dict[str, float]:
     return out
 
 
-def _wait_for(predicate, timeout: float = 20.0, step: float = 0.1):
-    """Poll ``predicate`` until it returns something truthy (bounded); returns it or the last falsy value."""
-    deadline = time.monotonic() + timeout
-    value = predicate()
-    while not value and time.monotonic() < deadline:
-        time.sleep(step)
-        value = predicate()
-    return value
 
 
 # -- the profiler -------------------------------------------------------------------------------------------------
