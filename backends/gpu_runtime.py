@@ -34,9 +34,10 @@ from tensorwire.protocol.errors import DeviceError
 from .base import Step
 from .codegen.cache import KernelCompileError
 from .codegen.presets import GPU, GPU_BLAS
-from .codegen.program import build_runner, kernel_error
+from .codegen.program import build_runner
 from .compiled_device import CompiledDevice, KernelModules
 from .gpu_allocator import CachingAllocator, DriverOutOfMemory, size_class
+from .kernel_errors import ErrorSlots
 
 log = logging.getLogger("tensorwire.gpu")
 
@@ -220,9 +221,7 @@ class GPURuntime(KernelModules):
         self._staging_free: dict[int, list[int]] = {}
         self._staging_busy: list = []  # (event, host pointer, size) of copies still in flight
         self._staging_bytes = 0
-        self._err = self.empty((2,), D.int64)
-        api.call("memset_async", self._err.ptr, 0, 16, self.stream)
-        self._err_host = self._pinned(16)
+        self.errors = ErrorSlots(self._error_blocks)
         self.blas, self.blas_supports = None, blas_supports
         self.blas_why = ""
         try:
@@ -359,13 +358,14 @@ class GPURuntime(KernelModules):
         blocks = -(-k.grid // block)
         nbuf = len(k.bufs)
         params = [ctypes.c_uint64(0) for _ in range(nbuf)]
+        err = ctypes.c_uint64(0)
         if k.can_raise:
-            params.append(ctypes.c_uint64(self._err.ptr))
+            params.append(err)
         scalars = [SCALAR_CTYPES[self.renderer.scalar_type(s.dtype)]() for s in k.scalars]
         params += scalars
         argv = (ctypes.c_void_p * max(1, len(params)))(*[ctypes.addressof(p) for p in params])
         argv_ptr = ctypes.addressof(argv)
-        err_host, bound = self._err_host, self.bound
+        bound, errors, per_thread = self.bound, self.errors, ErrorSlots.PER_THREAD
         launch_fn, ok, extra, what = api.launch, api.ok, api.LAUNCH_EXTRA, api.CALLS["launch"]
 
         def launch(bufs, values):
@@ -376,22 +376,40 @@ class GPURuntime(KernelModules):
                     p.value = b.ptr
                 for p, v in zip(scalars, values):
                     p.value = v
+                if k.can_raise:  # its own error slot, read with the others at the run's end (check_errors)
+                    mine = errors.mine()
+                    if len(mine.kernels) == per_thread:
+                        self.check_errors()
+                    err.value = mine.device.ptr + ErrorSlots.SLOT_BYTES * len(mine.kernels)
+                    mine.kernels.append(k)
                 result = launch_fn(fn, blocks, 1, 1, block, 1, 1, 0, stream, argv_ptr, extra)
                 if result[0] != ok:
                     api.check(what, result)
-                if k.can_raise:
-                    self._check_kernel_error(k, err_host)
         launch.keep = (params, argv)  # the argument storage lives as long as the launcher
         return launch
 
-    def _check_kernel_error(self, k, err_host: int) -> None:
-        api = self.api
-        api.call("copy_dtoh_async", err_host, self._err.ptr, 16, self.stream)
-        self.synchronize()
-        code, detail = (int(x) for x in (ctypes.c_int64 * 2).from_address(err_host))
-        if code:
-            api.call("memset_async", self._err.ptr, 0, 16, self.stream)
-            raise kernel_error(k, code, detail)
+    def _error_blocks(self, nbytes: int) -> tuple:
+        """A thread's error slots: a zeroed device block and the pinned block a check reads them into."""
+        with self.bound:
+            dev = self.empty((nbytes // 8,), D.int64)
+            self.api.call("memset_async", dev.ptr, 0, nbytes, self.stream)
+            return dev, self._pinned(nbytes)
+
+    def check_errors(self) -> None:
+        """Raise the first error of the kernels the calling thread launched since its last check (see
+        :mod:`.kernel_errors`); this waits for the GPU when there are any."""
+        if not self.errors.pending():
+            return
+        api, mine = self.api, self.errors.mine()
+        with self.bound:
+            kernels, mine.kernels = mine.kernels, []
+            nbytes = ErrorSlots.SLOT_BYTES * len(kernels)
+            api.call("copy_dtoh_async", mine.host, mine.device.ptr, nbytes, self.stream)
+            self.synchronize()
+            failed = ErrorSlots.first_error(kernels, (ctypes.c_int64 * (2 * len(kernels))).from_address(mine.host))
+            if failed is not None:
+                api.call("memset_async", mine.device.ptr, 0, nbytes, self.stream)
+                raise failed[1]
 
 
 # -- the device -----------------------------------------------------------------------------------------------------

@@ -118,6 +118,28 @@ def build_runner(device, plan, keep: frozenset, lowered: Lowered | None = None):
         if not isinstance(it, Launch):
             producers[it.step.out] = i
     pad = [None] * ntemp
+    # a runtime that reads kernel errors when the host waits anyway (backends/kernel_errors.py) is asked at the end
+    check = getattr(device.runtime, "check_errors", None)
+    if not any(isinstance(it, Launch) and it.kernel.can_raise for it in lowered.items):
+        check = None
+    if check is not None:
+        inner = _run_items(program, empty, pad, check)
+
+        def run(env, dyn, frames, after=None):
+            try:
+                inner(env, dyn, frames, after)
+            except BaseException:
+                check()  # an earlier kernel's error comes first (what followed it computed on what it left)
+                raise
+            check()
+    else:
+        run = _run_items(program, empty, pad, None)
+    run.producers = producers
+    return run
+
+
+def _run_items(program: list, empty, pad: list, check):
+    """The loop over a runner's items (:func:`build_runner`); ``check`` (kernel errors) before an early answer."""
 
     def run(env, dyn, frames, after=None):
         w = env + pad
@@ -141,10 +163,11 @@ def build_runner(device, plan, keep: frozenset, lowered: Lowered | None = None):
             for j in free:
                 w[j] = None
             if i == stop:  # the fetched values are made: answer while the rest runs (see executor._run_fast)
+                if check is not None:
+                    check()
                 answer(w)
         env[:] = w[:len(env)]
 
-    run.producers = producers
     return run
 
 

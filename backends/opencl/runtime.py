@@ -33,8 +33,8 @@ from ..codegen.cache import KernelCache, KernelCompileError
 from ..codegen.opencl import OpenCLRenderer
 from ..codegen.presets import GPU as LOWERING_GPU
 from ..codegen.presets import OPENCL_CPU as LOWERING
-from ..codegen.program import kernel_error
 from ..compiled_device import CompiledDevice, Discovery, Found, KernelModules
+from ..kernel_errors import ErrorSlots
 
 PLATFORM_ENV = "TENSORWIRE_OPENCL_PLATFORM"
 #: test hook (tests/faults/test_worker_restart.py): the first N programs this process builds fail where PoCL 3.0's
@@ -298,9 +298,7 @@ class CLRuntime(KernelModules):
         self.max_alloc = int(device.max_mem_alloc_size)
         self.total = int(device.global_mem_size)
         self.units = max(1, int(device.max_compute_units))
-        mf = cl.mem_flags
-        self._err_host = np.zeros(2, np.int64)
-        self._err = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=self._err_host)
+        self.errors = ErrorSlots(self._error_blocks)
 
     # buffers ------------------------------------------------------------------------------------------
     def alloc(self, shape: tuple, dtype: D.DType, host: np.ndarray | None = None) -> CLBuffer:
@@ -414,30 +412,54 @@ class CLRuntime(KernelModules):
         local = k.local or self.local_size(k.grid, limit)
         gsize = (-(-k.grid // local) * local,)
         lsize = (local,)
-        err, err_host = self._err, self._err_host
+        errors, per_thread = self.errors, ErrorSlots.PER_THREAD
         enqueue = cl.enqueue_nd_range_kernel
 
         def launch(bufs, scalars):
             for i, b in enumerate(bufs):
                 knl.set_arg(i, b.buf)
-            if k.can_raise:
-                knl.set_arg(n, err)
+            if k.can_raise:  # its own error slot, read with the others at the run's end (check_errors)
+                mine = errors.mine()
+                if len(mine.kernels) == per_thread:
+                    self.check_errors()
+                knl.set_arg(n, mine.device[len(mine.kernels)])
+                mine.kernels.append(k)
             for j, (v, t) in enumerate(zip(scalars, types)):
                 knl.set_arg(first_scalar + j, t(v))
             try:
                 enqueue(queue, knl, gsize, lsize)
-                if k.can_raise:
-                    cl.enqueue_copy(queue, err_host, err)
             except Exception as e:
                 if _is_oom(cl, e):
                     raise OutOfMemory(f"the OpenCL device ran out of memory running a kernel: {e}") from None
                 raise
-            if k.can_raise and err_host[0]:
-                code, detail = int(err_host[0]), int(err_host[1])
-                err_host[:] = 0
-                cl.enqueue_copy(queue, err, err_host)
-                raise kernel_error(k, code, detail)
         return launch
+
+    def _error_blocks(self, nbytes: int) -> tuple:
+        """A thread's error slots: a zeroed buffer per slot (a kernel takes a whole buffer) and the host array a
+        check reads them into."""
+        cl, mf = self.cl, self.cl.mem_flags
+        zero = np.zeros(2, np.int64)
+        slots = nbytes // ErrorSlots.SLOT_BYTES
+        return ([cl.Buffer(self.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=zero) for _ in range(slots)],
+                np.zeros(2 * slots, np.int64))
+
+    def check_errors(self) -> None:
+        """Raise the first error of the kernels the calling thread launched since its last check (see
+        :mod:`..kernel_errors`); this waits for the queue when there are any."""
+        if not self.errors.pending():
+            return
+        cl, queue, mine = self.cl, self.queue, self.errors.mine()
+        kernels, mine.kernels = mine.kernels, []
+        for i in range(len(kernels)):
+            cl.enqueue_copy(queue, mine.host[2 * i:2 * i + 2], mine.device[i], is_blocking=False)
+        queue.finish()
+        failed = ErrorSlots.first_error(kernels, mine.host)
+        if failed is not None:
+            zero = np.zeros(2, np.int64)
+            for i in range(len(kernels)):
+                if mine.host[2 * i]:
+                    cl.enqueue_copy(queue, mine.device[i], zero)
+            raise failed[1]
 
 
 # -- the device ---------------------------------------------------------------------------------------------------

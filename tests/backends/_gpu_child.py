@@ -37,10 +37,12 @@ from tests.backends._child_cases import kernel_lists, run_cases  # noqa: E402
 #: calls, and the stand-in configuration a disk-cache check uses (a GPU whose compile target no other check uses)
 TARGETS = {
     "cuda": dict(package="tensorwire.backends.cuda", backend="CUDABackend", standin="tests.backends._cuda_standin",
-                 alloc="cuMemAlloc", free="cuMemFree", htod="cuMemcpyHtoDAsync", cache_gpu={"capability": (8, 6)},
+                 alloc="cuMemAlloc", free="cuMemFree", htod="cuMemcpyHtoDAsync", sync="cuStreamSynchronize",
+                 cache_gpu={"capability": (8, 6)},
                  cache_arch="sm_86", image_glob="*.cubin"),
     "rocm": dict(package="tensorwire.backends.rocm", backend="ROCmBackend", standin="tests.backends._hip_standin",
-                 alloc="hipMalloc", free="hipFree", htod="hipMemcpyHtoDAsync", cache_gpu={"arch": "gfx908:xnack-"},
+                 alloc="hipMalloc", free="hipFree", htod="hipMemcpyHtoDAsync", sync="hipStreamSynchronize",
+                 cache_gpu={"arch": "gfx908:xnack-"},
                  cache_arch="gfx908", image_glob="*.co"),
 }
 #: the target this process runs (set by :func:`main`): ``backend`` (class), ``RT`` (runtime module), ``S`` (stand-in)
@@ -176,6 +178,40 @@ def _kernel_errors_are_raised_and_cleared():
     assert dev.download(good).tolist() == [4.0, 1.0]  # the error slot was cleared
 
 
+def _kernel_errors_are_read_once_a_fragment():
+    """A fragment of several kernels that can raise waits for the GPU once, at its end, and raises the first
+    failing kernel's error (in launch order): the error slots are per launch, not one slot read after each."""
+    drv, dev = _device()
+    sync = G.t["sync"]
+    x = np.arange(6, dtype=np.float32)
+    nodes = [["index", [-1, -2], {"dim": 0}], ["exp", [0], None], ["index", [1, -3], {"dim": 0}],
+             ["index", [-1, -3], {"dim": 0}]]
+    metas = [((6,), D.float32), ((3,), D.int64), ((2,), D.int64)]
+    plan = X.compile_plan(dev, nodes, metas)
+    keep = set(plan.node_slot)
+
+    def run(i1, i2):
+        before = drv.calls.get(sync, 0)
+        res = X.run_plan(dev, plan, [dev.upload(a) for a in (x, i1, i2)], list(range(len(nodes))), {}, [], keep)
+        return res, drv.calls.get(sync, 0) - before
+
+    def failed(v, text: str) -> bool:
+        return isinstance(v, X.Fail) and text in v.err.get("message", "")
+
+    launches = drv.launches
+    res, syncs = run(np.array([5, 0, 2], np.int64), np.array([2, 1], np.int64))
+    assert drv.launches - launches >= 2, "the fragment should launch several kernels"
+    assert syncs == 1, f"{syncs} waits for the GPU in one fragment (one per kernel that can raise?)"
+    np.testing.assert_allclose(dev.download(res[2]), np.exp(x[[5, 0, 2]])[[2, 1]], rtol=1e-6)
+    np.testing.assert_array_equal(dev.download(res[3]), x[[2, 1]])
+    res, _ = run(np.array([5, 0, 2], np.int64), np.array([1, 9], np.int64))  # the gathers by the second index fail
+    assert not isinstance(res[0], X.Fail) and failed(res[3], "9"), res
+    res, _ = run(np.array([8, 0, 2], np.int64), np.array([1, 9], np.int64))  # both fail, each with its own detail
+    assert failed(res[0], "8") and failed(res[3], "9"), res
+    res, _ = run(np.array([1, 0, 2], np.int64), np.array([2, 0], np.int64))  # the slots were cleared
+    np.testing.assert_array_equal(dev.download(res[3]), x[[2, 0]])
+
+
 def _ptx_when_nvrtc_does_not_know_the_gpu():
     from tensorwire.backends.codegen.compiler_cuda import supported_archs
 
@@ -271,10 +307,12 @@ def _rocm_matmul_without_hipblas_runs_as_kernels():
 #: the checks of each target
 UNITS = {
     "cuda": [_allocator_reuses_blocks, _out_of_memory_after_emptying_the_cache, _large_transfers_go_in_pinned_chunks,
-             _kernel_errors_are_raised_and_cleared, _ptx_when_nvrtc_does_not_know_the_gpu, _kernels_are_cached_on_disk,
+             _kernel_errors_are_raised_and_cleared, _kernel_errors_are_read_once_a_fragment,
+             _ptx_when_nvrtc_does_not_know_the_gpu, _kernels_are_cached_on_disk,
              _matmul_runs_on_the_blas],
     "rocm": [_allocator_reuses_blocks, _out_of_memory_after_emptying_the_cache, _large_transfers_go_in_pinned_chunks,
-             _kernel_errors_are_raised_and_cleared, _rocm_compiles_for_the_gpus_gfx_target, _kernels_are_cached_on_disk,
+             _kernel_errors_are_raised_and_cleared, _kernel_errors_are_read_once_a_fragment,
+             _rocm_compiles_for_the_gpus_gfx_target, _kernels_are_cached_on_disk,
              _matmul_runs_on_the_blas, _rocm_matmul_without_hipblas_runs_as_kernels],
 }
 
