@@ -466,6 +466,7 @@ class SelfTest:
         from tensorwire.backends import testing as T
 
         cases = T.sample_cases(T.conformance_cases())
+        T.prebuild_cases(backend, cases, self.index)  # (the sample's kernels in a few modules, not one a case)
         report = T.run_conformance(backend, self.index, cases=cases)
         detail = f"{len(report.passed)} passed, {len(report.failed)} failed, {len(report.skipped)} skipped"
         if report.failed:

@@ -44,6 +44,9 @@ or without pytest::
     print(report.summary())
     assert report.ok, report.summary()
 
+On a device that compiles kernels into modules (OpenCL, CUDA, ROCm), :func:`prebuild_cases` first compiles every
+kernel the cases will launch in a few modules (a kernel compiler's cost is mostly per module).
+
 :func:`check_case` raises :class:`ConformanceError` (an ``AssertionError``) with a message that
 names the case, the node and what differed. ``check_case(..., decompose=True)`` runs composite ops
 through their decomposition even where the backend has a native kernel (to compare both paths).
@@ -67,10 +70,12 @@ from .suite import (
                     check_case,
                     conformance_cases,
                     has_reference,
+                    kernel_lists,
+                    prebuild_cases,
                     run_conformance,
                     sample_cases,
 )
 
 __all__ = ["Case", "ConformanceError", "ConformanceReport", "CaseSkipped", "SELECTED_DTYPES",
-           "check_case", "conformance_cases", "run_conformance", "sample_cases",
+           "check_case", "conformance_cases", "run_conformance", "sample_cases", "kernel_lists", "prebuild_cases",
            "has_reference", "WORK_GROUPS", "SPECIAL", "FLOATS", "UNARY_REF", "BINARY_REF"]

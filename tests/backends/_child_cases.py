@@ -14,42 +14,8 @@ import pytest
 from tensorwire.backends import executor as X
 from tensorwire.backends import testing as T
 from tensorwire.backends.testing.cases import _Ctx, _Err
-from tensorwire.backends.testing.suite import _device
+from tensorwire.backends.testing.suite import kernel_lists  # noqa: F401 - the children's name
 from tensorwire.backends.testing.suite import sample_cases as sample  # noqa: F401 - the tests' name
-
-
-class _Dry(Exception):
-    pass
-
-
-def _dry(*args):
-    raise _Dry()
-
-
-def kernel_lists(backend, cases) -> list:
-    """The kernels of every fragment ``cases`` run on ``backend``'s device 0 (one list a fragment), lowered with the
-    device's ``lowering_options`` and never run."""
-    from tensorwire.backends.codegen.lower import lower
-
-    dev = _device(backend, 0)
-    lists = []
-
-    def collect(plan, keep):
-        lw = lower(plan.program.steps, set(keep), dev.lowering_options)
-        if lw.kernels:
-            lists.append(lw.kernels)
-        return _dry
-
-    dev.runner, dev.run_step = collect, _dry  # instance attributes: every case lowers, nothing runs
-    try:
-        for case in cases:
-            try:
-                T.check_case(backend, case)
-            except (Exception, pytest.skip.Exception):  # every dry case fails (or skips): only the lowering counts
-                pass
-    finally:
-        del dev.runner, dev.run_step
-    return lists
 
 
 def run_cases(backend, cases, failed: Callable[[Exception], str] = lambda e: "fail") -> dict:

@@ -172,6 +172,7 @@ def units(tmp_path_factory):
 @needs_standin
 @pytest.mark.parametrize("name", ["allocator_reuses_blocks", "out_of_memory_after_emptying_the_cache",
                                   "large_transfers_go_in_pinned_chunks", "kernel_errors_are_raised_and_cleared",
+                                  "kernel_errors_are_read_once_a_fragment",
                                   "ptx_when_nvrtc_does_not_know_the_gpu", "kernels_are_cached_on_disk",
                                   "matmul_runs_on_the_blas"])
 def test_runtime(units, name):
@@ -274,14 +275,21 @@ def test_digits_mlp_trains_the_same_on_the_standin(session):
 
 # -- a real GPU -----------------------------------------------------------------------------------------------------
 
+_GPU_BACKEND = CUDABackend()
+
+
+@pytest.fixture(scope="module")
+def gpu_kernels():
+    """Every case's kernels compiled in a few modules first (NVRTC's cost is mostly per module)."""
+    if REAL.available:
+        T.prebuild_cases(_GPU_BACKEND, CASES)
+
+
 @gpu
 @needs_gpu
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_conformance_on_a_gpu(case):
+def test_conformance_on_a_gpu(case, gpu_kernels):
     T.check_case(_GPU_BACKEND, case)
-
-
-_GPU_BACKEND = CUDABackend()
 
 
 @pytest.fixture(scope="module")
