@@ -8,32 +8,23 @@ worker asked for it exits at once with that reason. See :mod:`.runtime` for disc
 from __future__ import annotations
 
 from tensorwire.backends import hookimpl, torch_flags
-from tensorwire.backends.compiled_device import CompilingBackend
-
-
-class CUDABackend(CompilingBackend):
-    """NVIDIA GPUs through the CUDA driver API; every primitive op runs through the kernel compiler."""
-
-    name = "cuda"
-
-    def discover(self):
-        from .runtime import discover
-
-        return discover()
-
-    def describe(self, gpu) -> str:
-        return f"{gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]})"
-
-    def device(self, gpu, driver):
-        from .runtime import CUDADevice
-
-        return CUDADevice(self, gpu, driver)
 
 
 @hookimpl
 def tensorwire_backends():
     """The CUDA backend (its devices say whether cuda-python, a driver and a GPU are there)."""
+    from .backend import CUDABackend
+
     return [CUDABackend()]
+
+
+def __getattr__(name: str):
+    # the backend class, imported when asked for: ``torch.backends.cuda``'s names below need none of it
+    if name == "CUDABackend":
+        from .backend import CUDABackend
+
+        return CUDABackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- torch.backends.cuda's names, for programs written for PyTorch (see tensorwire.backends.torch_flags) ----------

@@ -11,31 +11,23 @@ hosts without Metal (Linux: ``pip install "mlx[cpu]"``).
 from __future__ import annotations
 
 from tensorwire.backends import hookimpl, torch_flags
-from tensorwire.backends.compiled_device import DiscoveringBackend
-
-
-class MPSBackend(DiscoveringBackend):
-    """Apple GPUs through MLX; composites run through their decompositions unless a plugin adds a kernel. Every
-    primitive has an MLX kernel, put in ``kernels`` with MLX when the device opens (plugin import stays cheap)."""
-
-    name = "mps"
-    compiles_primitives = True
-
-    def discover(self):
-        from .runtime import discover
-
-        return discover()
-
-    def device(self, dev, driver):
-        from .runtime import open_device
-
-        return open_device(self, dev)
 
 
 @hookimpl
 def tensorwire_backends():
     """The MPS backend (its device says whether MLX and a Metal GPU are there)."""
+    from .backend import MPSBackend
+
     return [MPSBackend()]
+
+
+def __getattr__(name: str):
+    # the backend class, imported when asked for: ``torch.backends.mps``'s names below need none of it
+    if name == "MPSBackend":
+        from .backend import MPSBackend
+
+        return MPSBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- torch.backends.mps's names, for programs written for PyTorch (see tensorwire.backends.torch_flags) -----------

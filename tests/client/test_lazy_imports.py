@@ -76,6 +76,16 @@ print(json.dumps({"tensor": type(tw.tensor).__name__, "cancel": type(tw.cancel).
                    "cudnn": True, "Tensor": "tensorwire.tensor"}
 
 
+def test_torchs_backends_names_import_no_plugin_machinery():
+    """``torch.backends.cuda.matmul.allow_tf32 = True`` in a PyTorch program is a flag, not a reason to load the
+    compiled-device machinery: the cuda and mps packages register their backend class lazily (issue 32, item 2)."""
+    loaded = _loaded_after("import tensorwire as tw\ntw.backends.cuda.matmul.allow_tf32 = True\n"
+                           "tw.backends.cudnn.benchmark = True\nassert tw.backends.mps.is_built()")
+    heavy = [m for m in loaded if m.startswith(("tensorwire.backends.compiled_device", "tensorwire.backends.codegen",
+                                                "tensorwire.backends.cuda.", "tensorwire.backends.mps."))]
+    assert heavy == [], heavy
+
+
 def test_an_unknown_name_is_an_attribute_error():
     got = _run("""
 import json

@@ -1,0 +1,28 @@
+"""The ``cuda`` backend's plugin class (:class:`CUDABackend`); the package's ``__init__`` registers it and holds
+``torch.backends.cuda``'s names, so that those names import no compiled-device machinery."""
+
+from __future__ import annotations
+
+from tensorwire.backends.compiled_device import CompilingBackend
+
+
+class CUDABackend(CompilingBackend):
+    """NVIDIA GPUs through the CUDA driver API; every primitive op runs through the kernel compiler."""
+
+    name = "cuda"
+
+    def discover(self):
+        from .runtime import discover
+
+        return discover()
+
+    def describe(self, gpu) -> str:
+        return f"{gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]})"
+
+    def device(self, gpu, driver):
+        from .runtime import CUDADevice
+
+        return CUDADevice(self, gpu, driver)
+
+
+__all__ = ["CUDABackend"]
