@@ -1100,19 +1100,25 @@ class Worker:
     """The worker process: socket, state and execution on one thread, heartbeats on another."""
 
     def __init__(self, device: str, dispatcher: str, ctx: zmq.Context | None = None, token: str | None = None,
-                 keys=None, session_memory: str | int | None = None, direct_address: str | None = None):
+                 keys=None, session_memory: str | int | None = None, direct_address: str | None = None,
+                 local_index: int | None = None):
         """``direct_address``: where clients' direct channels connect (``backends.direct``; None: the default,
-        ``TENSORWIRE_DIRECT_ADDRESS`` or an ephemeral port on 127.0.0.1; ``"none"``: relay only)."""
+        ``TENSORWIRE_DIRECT_ADDRESS`` or an ephemeral port on 127.0.0.1; ``"none"``: relay only). ``local_index``:
+        the device's index on this host where it differs from the cluster-wide name's (a job's node 1 serves its
+        first GPU as ``cuda:4``); None: the name's index."""
         self.device_name = device
         kind, index = parse_device(device)
+        here = f"{kind}:{local_index} on this host" if local_index is not None else device
+        if local_index is not None:
+            index = local_index
         self.backend = get_backend(kind)
         infos = {d.index: d for d in self.backend.devices()}
         info = infos.get(index)
         if info is None:
-            raise DeviceError(f"{device} does not exist; {kind} devices here: "
+            raise DeviceError(f"{here} does not exist; {kind} devices here: "
                               f"{', '.join(f'{kind}:{i}' for i in infos) or 'none'}")
         if not info.available:
-            raise DeviceError(f"{device} is not available: {info.reason}")
+            raise DeviceError(f"{here} is not available: {info.reason}")
         self.info = info
         self.device = self.backend.open(index)
         self.dispatcher = dispatcher
@@ -1142,6 +1148,8 @@ class Worker:
     def _info(self) -> dict:
         """The device's description, and the transport its collectives can take directly (``collectives``)."""
         info = self.info.to_wire()
+        if info["device"] != self.device_name:  # (served under a cluster-wide name: --local-index)
+            info["device"], info["local_device"] = self.device_name, info["device"]
         info["host"] = host_id()  # (workers on one host, with one shared-memory folder, move tensors through it)
         info["shm_dir"] = os.path.realpath(SHM_DIR)
         if self.channel.address is not None:
@@ -1231,6 +1239,9 @@ class Worker:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="tensorwire worker", description="Run a device worker.")
     p.add_argument("--device", default="cpu:0", help="device this worker owns, e.g. cpu:0 or cuda:1")
+    p.add_argument("--local-index", type=int, default=None,
+                   help="the device's index on this host, where the cluster-wide name's differs (one GPU of a "
+                        "multi-node job: --device cuda:5 --local-index 1); default: the name's index")
     p.add_argument("--dispatcher", default=os.environ.get("TENSORWIRE_SERVICE_ADDRESS", "tcp://127.0.0.1:5556"),
                    help="the dispatcher's service address")
     add_service_credential_args(p)
@@ -1256,7 +1267,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = keys_dir(args.keys)
     try:
         w = Worker(args.device, args.dispatcher, token=service_token(args.service_token_file, keys), keys=keys,
-                   session_memory=args.session_memory, direct_address=args.direct_address)
+                   session_memory=args.session_memory, direct_address=args.direct_address,
+                   local_index=args.local_index)
     except ValueError as e:
         p.error(str(e))
     stop = stop_event_on_signals()

@@ -7,8 +7,9 @@ worker per device on every node and the collectives' MPI ranks (``srun --mpi=pmi
 settings to ``JOB_DIR/cluster.env``. ``scancel`` (or the time limit) sends SIGTERM: the script's trap stops the
 services, the last started first, within ``--stop-s`` seconds (below Slurm's default KillWait, 30 s).
 
-Devices are named cluster-wide and a GPU's index is its index on its own host, so GPU workers are on one node;
-CPU devices are virtual, and node k's are numbered after node k-1's.
+Devices are named cluster-wide: on several nodes, node k's devices of a kind are numbered after node k-1's (two
+nodes of four GPUs serve cuda:0-3 and cuda:4-7), and each worker opens its device by its index on its own node
+(``tensorwire worker --local-index``, Slurm's ``SLURM_LOCALID`` order within the node).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ SCRIPT = r"""#!/bin/bash
 set -uo pipefail
 
 # the tensorwire this was written with (the same path on every node), and the devices: the worker of srun task i
-# serves devices[i], and so does collectives rank i
+# serves devices[i] (its device locals[i] on its node), and so does collectives rank i
 TW=({tw})
 DEVICES={devices}
+LOCALS={locals}
 PER_NODE={per_node}
 PORT={port}; SERVICE_PORT={service_port}; HUB_PORT={hub_port}
 WAIT_S={wait_s}; STOP_S={stop_s}
@@ -97,9 +99,10 @@ start dispatcher "${{TW[@]}}" dispatcher --address "tcp://0.0.0.0:$PORT" --servi
 ready hub "$HUB_URL"
 ready dispatcher "$ADDRESS" --keys "$KEYS"
 start autograd "${{TW[@]}}" autograd --dispatcher "$SERVICES" --keys "$KEYS"
-pick='d=(${{1//,/ }}); shift; exec "$@" --device "${{d[SLURM_PROCID]}}"'  # task i: devices[i]
+pick='d=(${{1//,/ }}); l=(${{2//,/ }}); shift 2; exec "$@" --device "${{d[SLURM_PROCID]}}" \
+    --local-index "${{l[SLURM_PROCID]}}"'  # task i: devices[i], its node's device locals[i]
 start workers srun --overlap --ntasks-per-node="$PER_NODE" --distribution=block --kill-on-bad-exit=1 \
-    --output="$LOGS/worker-%t.log" bash -c "$pick" worker "$DEVICES" \
+    --output="$LOGS/worker-%t.log" bash -c "$pick" worker "$DEVICES" "$LOCALS" \
     "${{TW[@]}}" worker --dispatcher "$SERVICES" --keys "$KEYS" --hub-url "$HUB_URL"
 ready workers "$ADDRESS" "${{client[@]}}" --service autograd $(printf -- '--device %s ' ${{DEVICES//,/ }})
 # a rank stops on SIGTERM without MPI_Finalize, which would unlink MPICH's shared-memory segment: each node's task
@@ -140,19 +143,24 @@ def cpu_sockets() -> int:
     return max(1, len(ids))
 
 
-def job_devices(nodes: int, per_node: list[str]) -> list[str]:
-    """Every worker's device, node by node: one node's devices as given, CPU devices renumbered so that node k's
-    follow node k-1's. ConfigurationError where names would collide (GPUs on several nodes, a repeated name)."""
-    kinds = {d.split(":")[0] for d in per_node}
+def job_devices(nodes: int, per_node: list[str]) -> list[tuple[str, int]]:
+    """Every worker's ``(cluster-wide device name, index on its node)``, node by node. On one node the names are as
+    given; on several, node k's devices of a kind follow node k-1's (``cuda:0,cuda:2`` on two nodes: cuda:0-1 on the
+    first, cuda:2-3 on the second, each opening its node's GPUs 0 and 2). ConfigurationError for a repeated or
+    malformed name."""
     if len(set(per_node)) != len(per_node) or any(":" not in d or not d.split(":")[1].isdigit() for d in per_node):
         raise ConfigurationError(f"--devices {','.join(per_node)}: give distinct devices like cpu:0,cpu:1 or cuda:0")
-    if kinds != {"cpu"}:
-        if nodes > 1:
-            raise ConfigurationError(
-                f"--nodes {nodes} with GPU devices: a device's name is cluster-wide and a GPU's index is its index on "
-                "its own host, so the nodes' cuda:0 would collide; run GPU workers on one node (--nodes 1)")
-        return list(per_node)
-    return [f"cpu:{k * len(per_node) + i}" for k in range(nodes) for i in range(len(per_node))]
+    local = [(d.split(":")[0], int(d.split(":")[1])) for d in per_node]
+    if nodes == 1:
+        return [(d, i) for d, (_, i) in zip(per_node, local)]
+    count = {kind: sum(k == kind for k, _ in local) for kind, _ in local}
+    out = []
+    for node in range(nodes):
+        seen: dict[str, int] = {}
+        for kind, i in local:
+            j = seen[kind] = seen.get(kind, -1) + 1
+            out.append((f"{kind}:{node * count[kind] + j}", i))
+    return out
 
 
 def render(args: argparse.Namespace) -> str:
@@ -178,12 +186,13 @@ def render(args: argparse.Namespace) -> str:
     lines += [f"--time={args.time}"] if args.time else []
     lines += [f"--partition={args.partition}"] if args.partition else []
     lines += args.sbatch
-    cpu_count = len(devices) if not gpus else 0
-    extra = f"export TENSORWIRE_CPU_DEVICES={cpu_count}" if cpu_count > 8 else ""  # (the CPU backend's default: 8)
+    cpu_top = max((i + 1 for d, i in devices if d.startswith("cpu:")), default=0)
+    extra = f"export TENSORWIRE_CPU_DEVICES={cpu_top}" if cpu_top > 8 else ""  # (the CPU backend's default: 8)
     q = shlex.quote
     return SCRIPT.format(
         sbatch="\n".join(f"#SBATCH {x}" for x in lines), version=__version__,
-        tw=" ".join(q(x) for x in shlex.split(args.tensorwire)), devices=q(",".join(devices)), per_node=len(per_node),
+        tw=" ".join(q(x) for x in shlex.split(args.tensorwire)), devices=q(",".join(d for d, _ in devices)),
+        locals=q(",".join(str(i) for _, i in devices)), per_node=len(per_node),
         port=args.port, service_port=args.service_port, hub_port=args.hub_port, wait_s=args.wait_s,
         stop_s=args.stop_s, job_dir=args.job_dir, hub_root=args.hub_root or "$JOB_DIR/hubdata",
         mpi_iface=q(args.mpi_iface), extra_env=extra)

@@ -143,9 +143,20 @@ def test_gpu_workers_request_their_device_plugins_resource(backend, resource):
     assert f"{backend}:$((k * 4 + i))" in c["args"][0]
 
 
+def test_gpu_pods_name_their_devices_cluster_wide_and_open_their_own():
+    """Several GPU pods: pod k's GPUs are named after pod k-1's, and each worker opens its pod's GPU i."""
+    docs = render({"workers": {"backend": "cuda", "replicas": 3, "devicesPerPod": 2},
+                   "collectives": {"enabled": False}})
+    script = containers(docs)["workers/workers"][0]["args"][0]
+    pod_devices = script.splitlines()[0]
+    env = {**os.environ, "HOSTNAME": "tw-tensorwire-workers-2"}
+    got = subprocess.run(["bash", "-c", pod_devices + '; echo $devices'], env=env, capture_output=True, text=True,
+                         timeout=30).stdout.split()
+    assert got == ["cuda:4", "cuda:5"], got
+    assert '--device "$d" --local-index "$i"' in script
+
+
 def test_values_that_cannot_work_fail_with_the_reason():
-    with pytest.raises(helm.HelmError, match="GPU"):
-        render({"workers": {"backend": "cuda", "replicas": 2}, "collectives": {"enabled": False}})
     with pytest.raises(helm.HelmError, match="one job cannot span pods"):
         render({"workers": {"replicas": 2}})
     docs = render({"workers": {"replicas": 5, "devicesPerPod": 2}, "collectives": {"enabled": False}})

@@ -45,11 +45,21 @@ def test_script_is_valid_bash_with_one_worker_and_rank_per_device(tmp_path):
                  "trap 'stop 0' TERM INT"):
         assert line in text, line
     gpu = run_cli("--gpus-per-node", "4").stdout
-    assert "#SBATCH --gres=gpu:4" in gpu and "DEVICES=cuda:0,cuda:1,cuda:2,cuda:3" in gpu
+    assert "#SBATCH --gres=gpu:4" in gpu and "DEVICES=cuda:0,cuda:1,cuda:2,cuda:3" in gpu and "LOCALS=0,1,2,3" in gpu
+
+
+def test_gpus_on_several_nodes_get_cluster_wide_names_and_open_their_nodes_own():
+    """Node k's GPUs follow node k-1's in the cluster's names; each worker opens its GPU by its index on its node
+    (``--local-index``), so two nodes' first GPUs are cuda:0 and cuda:2, not two cuda:0."""
+    r = run_cli("--nodes", "2", "--gpus-per-node", "2", "--mpi-iface", "ib0")
+    assert r.returncode == 0, r.stderr
+    assert "DEVICES=cuda:0,cuda:1,cuda:2,cuda:3" in r.stdout and "LOCALS=0,1,0,1" in r.stdout, r.stdout
+    assert '--local-index "${l[SLURM_PROCID]}"' in r.stdout
+    picked = run_cli("--nodes", "2", "--devices", "cuda:0,cuda:2", "--mpi-iface", "ib0").stdout
+    assert "DEVICES=cuda:0,cuda:1,cuda:2,cuda:3" in picked and "LOCALS=0,2,0,2" in picked, picked
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--nodes", "2", "--gpus-per-node", "2", "--mpi-iface", "ib0"], "GPU workers on one node"),
     (["--nodes", "2"], "--mpi-iface"),
     (["--devices", "cpu:0,cpu:0"], "distinct devices"),
 ])
