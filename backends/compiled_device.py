@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -113,6 +114,21 @@ class CompilingBackend(DiscoveringBackend):
 # -- the kernel-module cache ------------------------------------------------------------------------------------------
 
 
+class _Module:
+    """A loaded module as :class:`KernelModules` counts it: its ``handle`` (what :meth:`KernelModules.unload` takes),
+    the identities of its kernels, how many of them the cache keeps (``kernels``) and how many launchers made from
+    them are alive (``launchers``)."""
+
+    __slots__ = ("handle", "keys", "kernels", "launchers", "unloaded")
+
+    def __init__(self, handle, keys: list):
+        self.handle, self.keys, self.kernels, self.launchers, self.unloaded = handle, keys, 0, 0, False
+
+    @property
+    def idle(self) -> bool:
+        return self.kernels == 0 and self.launchers == 0 and not self.unloaded
+
+
 class KernelModules:
     """The compiled kernels of one device, each built once per process (by identity: its source under a neutral
     name), the least recently used dropped past :attr:`MAX_KERNELS`.
@@ -120,18 +136,31 @@ class KernelModules:
     A subclass sets ``renderer`` and ``guard`` (a context manager held while kernels are built and looked up: a lock,
     or the GPU runtimes' :class:`~.gpu_runtime.ThreadBinding`) and implements :meth:`compile` (a module's source to
     what :meth:`load` takes, through the disk cache), :meth:`load` (``{identity: entry}`` of a compiled module's
-    kernels) and :meth:`launcher` (``launch(buffers, scalars)`` from a kernel and its entry)."""
+    kernels) and :meth:`launcher` (``launch(buffers, scalars)`` from a kernel and its entry).
+
+    A runtime whose modules must be unloaded (a GPU driver's ``cuModuleUnload``) sets :attr:`UNLOADS`, implements
+    :meth:`load_module` (the module's handle with the entries) and :meth:`unload`. A module is then unloaded, under
+    ``guard``, once none of its kernels is in the cache *and* no launcher made from them is alive: a fragment's
+    launchers (held by its cached plan) keep their module loaded, so no launch ever uses an unloaded module, and a
+    kernel dropped from the cache and asked for again is taken back from its module while that is still loaded, else
+    built and loaded anew. Launchers are counted by a finalizer that only notes the module (it may run on any thread,
+    during garbage collection); the counts are settled at the next :meth:`build` or :meth:`prebuild`."""
 
     MAX_KERNELS = 1 << 15
     #: kernels to a module in :meth:`prebuild` (a compiler's fixed cost per module dominates small kernels)
     PER_MODULE = 256
+    #: whether modules are unloaded (:meth:`load_module`, :meth:`unload`; launchers are then counted)
+    UNLOADS = False
 
     renderer = None
     guard = None
 
     def __init__(self):
-        self._kernels: OrderedDict = OrderedDict()  # kernel identity -> what load() made for it
+        self._kernels: OrderedDict = OrderedDict()  # kernel identity -> what load() made for it (least recent first)
+        self._loaded: dict = {}  # kernel identity -> (_Module, entry), for every kernel whose module is loaded
+        self._dropped: list = []  # modules one of whose launchers died (appended by finalizers, on any thread)
         self.builds = 0  # modules built or loaded by this runtime (for tests and benchmarks)
+        self.unloads = 0  # modules unloaded
 
     def compile(self, source: str, kernels: list):
         """What :meth:`load` takes for ``source`` (the kernels ``kernels``), through the disk cache."""
@@ -141,9 +170,22 @@ class KernelModules:
         """``{identity: entry}`` for the ``(identity, kernel)`` pairs of ``group``, from the compiled ``binary``."""
         raise NotImplementedError
 
+    def load_module(self, binary, source: str, group: list) -> tuple:
+        """``(handle, {identity: entry})``: :meth:`load`'s entries and what :meth:`unload` takes to unload the module
+        (None here: a runtime that does not set :attr:`UNLOADS` leaves its modules to the garbage collector)."""
+        return None, self.load(binary, source, group)
+
+    def unload(self, handles: list) -> None:
+        """Unload the modules ``handles`` (from :meth:`load_module`); no kernel of theirs is kept or launchable."""
+
     def launcher(self, k, *entry):
         """``launch(buffers, scalars)`` running kernel ``k`` (its ``entry`` from :meth:`load`)."""
         raise NotImplementedError
+
+    def loaded_modules(self) -> int:
+        """How many modules are loaded (for tests and stats)."""
+        with self.guard:
+            return len({id(rec) for rec, _ in self._loaded.values()})
 
     def _key(self, k) -> str:
         """A kernel's identity: its source (preamble included) under a neutral name."""
@@ -152,34 +194,103 @@ class KernelModules:
     def _ensure(self, kernels: list, keys: list, per_module: int) -> int:
         """Compile and load the kernels not loaded yet (by identity), ``per_module`` to a module; returns the modules
         built. Kernels are named by the hash of their identity, so a module's source depends only on what it
-        holds (and the disk cache finds it again)."""
+        holds (and the disk cache finds it again). A kernel dropped from the cache whose module is still loaded is
+        taken back from it."""
+        self._settle()
         missing: dict = {}
         for k, key in zip(kernels, keys):
-            if key not in self._kernels and key not in missing:
-                missing[key] = dataclasses.replace(k, name="k" + hashlib.sha256(key.encode()).hexdigest()[:20])
+            if key in self._kernels or key in missing:
+                continue
+            if key in self._loaded:  # dropped from the cache, its module still loaded (a launcher holds it)
+                rec, entry = self._loaded[key]
+                self._kernels[key] = entry
+                rec.kernels += 1
+                continue
+            missing[key] = dataclasses.replace(k, name="k" + hashlib.sha256(key.encode()).hexdigest()[:20])
         items = list(missing.items())
         for start in range(0, len(items), per_module):
             group = items[start:start + per_module]
             source = self.renderer.render([k for _, k in group])
             binary = self.compile(source, [k for _, k in group])
             self.builds += 1
-            self._kernels.update(self.load(binary, source, group))
-        while len(self._kernels) > self.MAX_KERNELS:
-            self._kernels.popitem(last=False)
+            handle, made = self.load_module(binary, source, group)
+            rec = _Module(handle, list(made))
+            for key, entry in made.items():
+                self._kernels[key] = entry
+                self._loaded[key] = (rec, entry)
+                rec.kernels += 1
         return -(-len(items) // per_module)
+
+    def _evict(self, keep=frozenset()) -> None:
+        """Drop the least recently used kernels past :attr:`MAX_KERNELS` (never those of ``keep``, which the caller
+        moved to the end), and unload the modules that leaves idle."""
+        idle = []
+        while len(self._kernels) > self.MAX_KERNELS:
+            key = next(iter(self._kernels))
+            if key in keep:
+                break
+            del self._kernels[key]
+            rec = self._loaded[key][0]
+            rec.kernels -= 1
+            if rec.idle:
+                idle.append(rec)
+        self._release(idle)
+
+    def _settle(self) -> None:
+        """Count the launchers that died since the last call, and unload the modules that leaves idle."""
+        idle = []
+        while self._dropped:
+            rec = self._dropped.pop()
+            rec.launchers -= 1
+            if rec.idle:
+                idle.append(rec)
+        self._release(idle)
+
+    def _release(self, idle: list) -> None:
+        recs = [rec for rec in dict.fromkeys(idle) if rec.idle]
+        if not recs:
+            return
+        for rec in recs:
+            rec.unloaded = True
+            for key in rec.keys:
+                if self._loaded.get(key, (None,))[0] is rec:
+                    del self._loaded[key]
+        handles = [rec.handle for rec in recs if rec.handle is not None]
+        if handles:
+            self.unload(handles)
+            self.unloads += len(handles)
+
+    def _hold(self, launch, rec: _Module):
+        """``launch``, counted as holding ``rec`` loaded until it is garbage."""
+        weakref.finalize(launch, self._dropped.append, rec).atexit = False
+        return launch
 
     def build(self, kernels: list) -> dict:
         """``{kernel name: launcher(buffers, scalars)}`` for ``kernels``. Kernels built for an earlier fragment are
         reused (training steps and gradient checks repeat the same few kernels in many fragments); the rest are
         compiled together in one module."""
         keys = [self._key(k) for k in kernels]
+        track = self.UNLOADS
         with self.guard:
             self._ensure(kernels, keys, max(1, len(kernels)))
             found = []
             for key in keys:
                 self._kernels.move_to_end(key)
-                found.append(self._kernels[key])
-        return {k.name: self.launcher(k, *entry) for k, entry in zip(kernels, found)}
+                rec, entry = self._loaded[key]
+                if track:
+                    rec.launchers += 1  # (held from here: a launcher made outside the guard takes the hold over)
+                found.append((rec, entry))
+            self._evict(frozenset(keys))
+        out = {}
+        for i, (k, (rec, entry)) in enumerate(zip(kernels, found)):
+            try:
+                launch = self.launcher(k, *entry)
+            except BaseException:
+                if track:
+                    self._dropped.extend(r for r, _ in found[i:])
+                raise
+            out[k.name] = self._hold(launch, rec) if track else launch
+        return out
 
     def prebuild(self, kernel_lists: list, per_module: int | None = None) -> int:
         """Compile and load the kernels of many fragments (``kernel_lists``, each what :meth:`build` would get) in
@@ -188,7 +299,9 @@ class KernelModules:
         flat = [k for ks in kernel_lists for k in ks]
         keys = [self._key(k) for k in flat]
         with self.guard:
-            return self._ensure(flat, keys, per_module or self.PER_MODULE)
+            built = self._ensure(flat, keys, per_module or self.PER_MODULE)
+            self._evict()
+            return built
 
 
 # -- the device -------------------------------------------------------------------------------------------------------

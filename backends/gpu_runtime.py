@@ -13,7 +13,8 @@ target, the BLAS library):
   when the last reference drops.
 * :class:`GPURuntime`: one GPU's stream, memory (caching allocator; uploads and downloads through reused pinned
   staging blocks, queued on the stream), kernels (compiled by the subclass's :meth:`GPURuntime.compile`, loaded
-  once per process by :class:`~.compiled_device.KernelModules`, launched on the stream) and the kernel error slot.
+  once per process by :class:`~.compiled_device.KernelModules` and unloaded once neither its cache nor a launcher
+  holds them, launched on the stream) and the kernel error slot.
 * :class:`GPUDevice`: the :class:`~.compiled_device.CompiledDevice` over a runtime, with matmul on the runtime's
   BLAS (a strided-batched gemm with the same arguments in cuBLAS and hipBLAS) or a compiled kernel.
 """
@@ -205,6 +206,8 @@ class GPURuntime(KernelModules):
     #: the source file extension the kernel cache stores
     source_suffix = ".cu"
     image_suffix = ".bin"
+    #: modules are unloaded once no kernel of theirs is cached or held by a launcher (``cuModuleUnload``)
+    UNLOADS = True
 
     def __init__(self, api: DriverApi, gpu, blas_loader, blas_supports):
         super().__init__()
@@ -217,7 +220,6 @@ class GPURuntime(KernelModules):
         self.stream = api.call("stream_create", api.stream_flags())
         self.pool = CachingAllocator(self._driver_alloc, self._driver_free, self.synchronize,
                                      f"{self.label} ({gpu.name})", guard=self.bound)
-        self._modules: list = []  # (the kernel cache's entries: identity -> (function, max threads per block))
         self._staging_free: dict[int, list[int]] = {}
         self._staging_busy: list = []  # (event, host pointer, size) of copies still in flight
         self._staging_bytes = 0
@@ -338,16 +340,26 @@ class GPURuntime(KernelModules):
         disk cache."""
         raise NotImplementedError
 
-    def load(self, image: bytes, source: str, group: list) -> dict:
+    def load_module(self, image: bytes, source: str, group: list) -> tuple:
+        """``((module, image), {identity: (function, max threads per block)})``: the module loaded from ``image``
+        (kept alive with it) and its kernels."""
         api = self.api
-        module = api.call("module_load", image)
-        self._modules.append((module, image))  # the image stays alive as long as its module
-        attr = api.max_threads_attribute()
-        made = {}
-        for key, k in group:
-            fn = api.call("module_function", module, k.name.encode())
-            made[key] = (fn, int(api.call("function_attribute", attr, fn)))
-        return made
+        with self.bound:
+            module = api.call("module_load", image)
+            attr = api.max_threads_attribute()
+            made = {}
+            for key, k in group:
+                fn = api.call("module_function", module, k.name.encode())
+                made[key] = (fn, int(api.call("function_attribute", attr, fn)))
+        return (module, image), made
+
+    def unload(self, handles: list) -> None:
+        """Unload modules none of whose kernels is cached or held by a launcher (see
+        :class:`~.compiled_device.KernelModules`), after the queued work that may still run their kernels."""
+        with self.bound:
+            self.synchronize()
+            for module, _image in handles:
+                self.api.call("module_unload", module)
 
     def launcher(self, k, fn, limit: int):
         api, stream = self.api, self.stream

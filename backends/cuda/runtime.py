@@ -14,8 +14,9 @@ the plugin imports on a host without cuda-python or a driver.
   newest ``compute_XY`` NVRTC knows when it does not know the GPU: the driver compiles that), cached on disk by
   :class:`~..codegen.cache.KernelCache` under (source, architecture, NVRTC version, options). Each distinct kernel is
   loaded once per process (``cuModuleLoadData``/``cuModuleGetFunction``) and launched with ``cuLaunchKernel`` on the
-  stream. A kernel that can raise (an index out of range, an integer division by zero) has its error slot read back
-  after its launch, which waits for the stream there.
+  stream; a module is unloaded (``cuModuleUnload``) once none of its kernels is cached or held by a launcher. A
+  kernel that can raise (an index out of range, an integer division by zero) has its error slot read back after its
+  launch, which waits for the stream there.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ class CUDAApi(DriverApi):
              "copy_htod_async": "cuMemcpyHtoDAsync", "copy_dtoh_async": "cuMemcpyDtoHAsync",
              "memset_async": "cuMemsetD8Async", "event_create": "cuEventCreate", "event_record": "cuEventRecord",
              "event_query": "cuEventQuery", "event_synchronize": "cuEventSynchronize",
-             "event_destroy": "cuEventDestroy", "module_load": "cuModuleLoadData",
+             "event_destroy": "cuEventDestroy", "module_load": "cuModuleLoadData", "module_unload": "cuModuleUnload",
              "module_function": "cuModuleGetFunction", "function_attribute": "cuFuncGetAttribute",
              "launch": "cuLaunchKernel"}
     LAUNCH_EXTRA = 0

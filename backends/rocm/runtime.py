@@ -163,8 +163,9 @@ class HIPApi(DriverApi):
              "memset_async": "hipMemsetD8Async", "event_create": "hipEventCreateWithFlags",
              "event_record": "hipEventRecord", "event_query": "hipEventQuery",
              "event_synchronize": "hipEventSynchronize", "event_destroy": "hipEventDestroy",
-             "module_load": "hipModuleLoadData", "module_function": "hipModuleGetFunction",
-             "function_attribute": "hipFuncGetAttribute", "launch": "hipModuleLaunchKernel"}
+             "module_load": "hipModuleLoadData", "module_unload": "hipModuleUnload",
+             "module_function": "hipModuleGetFunction", "function_attribute": "hipFuncGetAttribute",
+             "launch": "hipModuleLaunchKernel"}
     LAUNCH_EXTRA = None
 
     def success(self):

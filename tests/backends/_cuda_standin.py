@@ -4,7 +4,8 @@
 copies, module load, launch) with cuda-python's own result conventions and enums (``cuda.bindings.driver``'s
 ``CUresult`` ... are imported; no driver is loaded for that). It is a thin front over ``_gpu_standin.StandInGPU``,
 which it shares with the HIP stand-in: device memory in host arrays at made-up addresses, and each launch run as the
-kernel's OpenCL twin on PoCL (after checking the function is in the image NVRTC really made: a CUBIN or PTX).
+kernel's OpenCL twin on PoCL (after checking the function is in the image NVRTC really made: a CUBIN or PTX, and that
+its module was not unloaded: ``CUDA_ERROR_INVALID_HANDLE`` then).
 cuBLAS is ``_gpu_standin.StandInBlas`` (numpy).
 
 As the driver does, it keeps the current context per thread (``cuCtxSetCurrent`` binds it to the calling thread
@@ -192,6 +193,11 @@ class StandInDriver(StandInGPU):
             return _real.CUresult.CUDA_ERROR_INVALID_IMAGE, None
         return OK, self.load_module(image)
 
+    @_in_context()
+    def cuModuleUnload(self, hmod):
+        self.count("cuModuleUnload")
+        return (OK,) if self.unload_module(hmod) else (_real.CUresult.CUDA_ERROR_INVALID_VALUE,)
+
     @_in_context(1)
     def cuModuleGetFunction(self, module, name: bytes):
         h = self.function(module, name)
@@ -204,9 +210,12 @@ class StandInDriver(StandInGPU):
     @_in_context()
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         self.count("cuLaunchKernel")
-        if extra not in (0, None) or not self.launch(fn, gx, gy, gz, bx, by, bz, params):
+        if extra not in (0, None):
             return (_real.CUresult.CUDA_ERROR_INVALID_VALUE,)
-        return (OK,)
+        why = self.launch(fn, gx, gy, gz, bx, by, bz, params)
+        if why == "handle":  # a function of an unloaded module
+            return (_real.CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        return (OK,) if why is None else (_real.CUresult.CUDA_ERROR_INVALID_VALUE,)
 
 
 def install(runtime, nccl_fail_count: int | None = None, **config) -> StandInDriver:

@@ -38,10 +38,12 @@ from tests.backends._child_cases import kernel_lists, run_cases  # noqa: E402
 TARGETS = {
     "cuda": dict(package="tensorwire.backends.cuda", backend="CUDABackend", standin="tests.backends._cuda_standin",
                  alloc="cuMemAlloc", free="cuMemFree", htod="cuMemcpyHtoDAsync", sync="cuStreamSynchronize",
+                 unload="cuModuleUnload",
                  cache_gpu={"capability": (8, 6)},
                  cache_arch="sm_86", image_glob="*.cubin"),
     "rocm": dict(package="tensorwire.backends.rocm", backend="ROCmBackend", standin="tests.backends._hip_standin",
                  alloc="hipMalloc", free="hipFree", htod="hipMemcpyHtoDAsync", sync="hipStreamSynchronize",
+                 unload="hipModuleUnload",
                  cache_gpu={"arch": "gfx908:xnack-"},
                  cache_arch="gfx908", image_glob="*.co"),
 }
@@ -128,17 +130,28 @@ def _allocator_reuses_blocks():
     assert dev.memory()["allocated_bytes"] == before + 8192 and dev.nbytes(x) == 8000, dev.memory()
     del x
     assert dev.memory()["allocated_bytes"] == before
+    dev.empty_cache()  # what is left: segments with a live block (the error slot's, at least)
+    base = dev.memory()
+    assert all(any(b.allocated for b in chain) for chain in dev.runtime.pool.segments()), dev.runtime.pool.segments()
+    frees = drv.calls.get(G.t["free"], 0)
+    y = dev.upload(np.ones((3 << 20) // 4, np.float32))  # 3 MiB: carved from a new 20 MiB segment
+    z = dev.upload(np.ones((2 << 20) // 4, np.float32))  # 2 MiB: the same segment's rest
+    m = dev.memory()
+    assert m["segments"] == base["segments"] + 1 and m["reserved_bytes"] == base["reserved_bytes"] + (20 << 20), m
+    np.testing.assert_array_equal(dev.download(z), np.ones((2 << 20) // 4, np.float32))
+    del y, z  # the two blocks merge: the segment is wholly free, and empty_cache gives it back
     dev.empty_cache()
     m = dev.memory()
-    assert m["reserved_bytes"] == m["allocated_bytes"] and drv.calls[G.t["free"]] > 0, m
+    assert m["reserved_bytes"] == base["reserved_bytes"] and drv.calls[G.t["free"]] == frees + 1, m
 
 
 def _out_of_memory_after_emptying_the_cache():
     from tensorwire.protocol.errors import OutOfMemory
 
-    drv, dev = _device(memory_bytes=9 << 20)  # 8 MiB of tensors and the error slot's block
-    held = dev.upload(np.zeros(1 << 20, np.float32))  # 4 MiB
-    freed = dev.upload(np.zeros((2 << 20) // 4, np.float32))  # 2 MiB, a size class the next request does not reuse
+    drv, dev = _device(memory_bytes=11 << 20)  # a 2 MiB segment for small blocks, 9 MiB for the large ones
+    small = dev.upload(np.zeros(16, np.float32))  # the small segment (shared with the error slots when there are any)
+    held = dev.upload(np.zeros(1 << 20, np.float32))  # 4 MiB (20 MiB does not fit: a segment of its own size)
+    freed = dev.upload(np.zeros((2 << 20) // 4, np.float32))  # a 2 MiB segment, too small for the next request
     del freed  # back to the pool: only an emptied cache makes room for the next request
     frees = drv.calls.get(G.t["free"], 0)
     big = dev.runtime.empty((1 << 20,), D.float32)  # 4 MiB: fits only after the cached block goes back
@@ -150,7 +163,7 @@ def _out_of_memory_after_emptying_the_cache():
         assert "out of memory" in str(e) and "cache emptied" in str(e), str(e)
     else:
         raise AssertionError("no OutOfMemory")
-    assert dev.download(held).shape == (1 << 20,)  # the device still works
+    assert dev.download(held).shape == (1 << 20,) and dev.download(small).shape == (16,)  # the device still works
 
 
 def _large_transfers_go_in_pinned_chunks():
@@ -210,6 +223,58 @@ def _kernel_errors_are_read_once_a_fragment():
     assert failed(res[0], "8") and failed(res[3], "9"), res
     res, _ = run(np.array([1, 0, 2], np.int64), np.array([2, 0], np.int64))  # the slots were cleared
     np.testing.assert_array_equal(dev.download(res[3]), x[[2, 0]])
+
+
+def _modules_are_unloaded_past_max_kernels():
+    """With a cache of one kernel, one-kernel fragments evict each other's kernels and their modules are unloaded
+    (after the stream's work), while a plan kept alive keeps its module: its launchers are never left pointing at an
+    unloaded module. A kernel evicted and asked for again is loaded anew; results stay right throughout. And the
+    stand-in is faithful: a launch of a function from an unloaded module fails with the driver's invalid handle."""
+    import gc
+
+    drv, dev = _device()
+    rt, unload = dev.runtime, G.t["unload"]
+    rt.MAX_KERNELS = 1
+    a = np.random.default_rng(3).uniform(0.5, 2.0, 40).astype(np.float32)
+    refs = {"exp": np.exp, "neg": np.negative, "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "sqrt": np.sqrt,
+            "log": np.log, "reciprocal": np.reciprocal}
+
+    def run(op, plan=None, check=True):
+        plan = plan or X.compile_plan(dev, [[op, [-1], None]], [((40,), D.float32)])
+        res = X.run_plan(dev, plan, [dev.upload(a)], [0], {}, [], set(plan.node_slot))
+        if check:
+            np.testing.assert_allclose(dev.download(res[0]), refs[op](a), rtol=1e-5, err_msg=op)
+        return plan, res[0]
+
+    kept = run("exp")[0]  # its runner's launcher holds exp's module
+    (exp_module, _), = {id(rec): (rec, e) for rec, e in rt._loaded.values()}.values()
+    stale_fn, queued = None, None
+    for op in ["neg", "sin", "cos", "tanh", "sqrt", "log", "reciprocal"]:
+        # not read back: the launch may still be queued when the next build unloads its module (which must wait)
+        out = run(op, check=False)[1]
+        gc.collect()  # (this plan and its launcher are garbage now)
+        if queued is not None:
+            np.testing.assert_allclose(dev.download(queued[1]), refs[queued[0]](a), rtol=1e-5, err_msg=queued[0])
+        queued = (op, out)
+        if op == "neg":
+            stale_fn = next(e[0] for rec, e in rt._loaded.values() if rec is not exp_module)
+        assert len(rt._kernels) <= rt.MAX_KERNELS, len(rt._kernels)
+    rt.prebuild([])  # (a build settles the launchers collected since the last one)
+    assert drv.calls.get(unload, 0) >= 5 and rt.unloads == drv.calls[unload], (drv.calls.get(unload), rt.unloads)
+    assert rt.loaded_modules() <= rt.MAX_KERNELS + 1 and len(drv._modules) == rt.loaded_modules(), (
+        rt.loaded_modules(), len(drv._modules))
+    assert not exp_module.unloaded, "the kept plan's module was unloaded"
+    run("exp", kept)  # its launcher still works: the module stayed
+    builds = rt.builds
+    run("neg")  # evicted and unloaded long ago: built (from the disk cache) and loaded anew
+    assert rt.builds == builds + 1, (rt.builds, builds)
+    result = rt.api.launch(stale_fn, 1, 1, 1, 64, 1, 1, 0, rt.stream, 0, rt.api.LAUNCH_EXTRA)
+    assert int(result[0]) == 400, result  # CUDA_ERROR_INVALID_HANDLE, hipErrorInvalidHandle
+    del kept
+    gc.collect()
+    rt.MAX_KERNELS = 0
+    rt.prebuild([])  # settles and evicts everything: every module goes
+    assert rt.loaded_modules() == 0 and len(drv._modules) == 0, (rt.loaded_modules(), drv._modules.keys())
 
 
 def _ptx_when_nvrtc_does_not_know_the_gpu():
@@ -308,11 +373,12 @@ def _rocm_matmul_without_hipblas_runs_as_kernels():
 UNITS = {
     "cuda": [_allocator_reuses_blocks, _out_of_memory_after_emptying_the_cache, _large_transfers_go_in_pinned_chunks,
              _kernel_errors_are_raised_and_cleared, _kernel_errors_are_read_once_a_fragment,
-             _ptx_when_nvrtc_does_not_know_the_gpu, _kernels_are_cached_on_disk,
-             _matmul_runs_on_the_blas],
+             _modules_are_unloaded_past_max_kernels, _ptx_when_nvrtc_does_not_know_the_gpu,
+             _kernels_are_cached_on_disk, _matmul_runs_on_the_blas],
     "rocm": [_allocator_reuses_blocks, _out_of_memory_after_emptying_the_cache, _large_transfers_go_in_pinned_chunks,
              _kernel_errors_are_raised_and_cleared, _kernel_errors_are_read_once_a_fragment,
-             _rocm_compiles_for_the_gpus_gfx_target, _kernels_are_cached_on_disk,
+             _modules_are_unloaded_past_max_kernels, _rocm_compiles_for_the_gpus_gfx_target,
+             _kernels_are_cached_on_disk,
              _matmul_runs_on_the_blas, _rocm_matmul_without_hipblas_runs_as_kernels],
 }
 

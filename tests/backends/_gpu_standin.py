@@ -8,7 +8,9 @@ calls (``cuMemAlloc``/``hipMalloc`` ...) with its bindings' result conventions a
   dereference, so a host read of a device pointer fails instead of working by accident. Work is executed when it is
   queued (one stream, in order), so synchronising has nothing left to wait for.
 * Kernels: the backend hands its compiler's real output (a CUBIN, PTX, or an AMDGPU code object) to the module
-  loader. The stand-in checks that every function asked for is in that image, and runs a launch as the kernel's
+  loader. The stand-in checks that every function asked for is in that image; a module unloaded takes its functions
+  with it (a launch of one fails as the driver's invalid-handle error, and a queued launch that would run after its
+  module went fails the test). It runs a launch as the kernel's
   OpenCL twin on PoCL: the same IR kernel rendered by :class:`~tensorwire.backends.codegen.opencl.OpenCLRenderer`.
   It finds the IR kernel by the function's name in a registry that :func:`hook_renderer` fills by wrapping
   ``CUDARenderer.render`` (which the HIP renderer inherits; the runtimes name kernels by the hash of their source,
@@ -52,8 +54,10 @@ class StandInGPU:
         self._starts: list[int] = []
         self._next = BASE
         self._host: dict[int, np.ndarray] = {}  # pinned host blocks, by address
-        self._modules: dict[int, bytes] = {}
-        self._functions: dict[int, object] = {}
+        self._modules: dict[int, bytes] = {}  # loaded module -> its image
+        self._functions: dict[int, tuple] = {}  # function -> (ir.Kernel, its module)
+        self._handles = 0  # the last module or function handle made (handles are never reused)
+        self.modules_loaded = self.modules_unloaded = 0
         self._events = 0
         self._queue: list = []  # the stream's work not run yet, in order
         self._queued = self._ran = 0  # how many items were ever queued / have run
@@ -147,6 +151,18 @@ class StandInGPU:
             raise IndexError(f"device range {ptr:#x}+{nbytes} overruns its allocation of {mem.nbytes} bytes")
         return mem[off:off + nbytes]
 
+    def extent(self, ptr: int, others=()) -> int:
+        """Bytes from ``ptr`` to the end of its allocation, or to the nearest of the addresses ``others`` past it in
+        the same allocation (a launch's other arguments: the arguments of one kernel do not overlap)."""
+        i = bisect.bisect_right(self._starts, ptr) - 1
+        if i < 0:
+            raise IndexError(f"device address {ptr:#x} is not allocated")
+        start = self._starts[i]
+        end = start + self._mem[start].nbytes
+        if ptr >= end:
+            raise IndexError(f"device address {ptr:#x} is not allocated")
+        return min((o for o in others if ptr < o < end), default=end) - ptr
+
     @staticmethod
     def host_bytes(ptr: int, n: int) -> np.ndarray:
         return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(int(ptr))) if n else np.zeros(0, np.uint8)
@@ -169,9 +185,17 @@ class StandInGPU:
 
     # -- modules and launches --------------------------------------------------------------------------------------
     def load_module(self, image) -> int:
-        h = len(self._modules) + 1
-        self._modules[h] = bytes(image)
-        return h
+        self._handles += 1
+        self._modules[self._handles] = bytes(image)
+        self.modules_loaded += 1
+        return self._handles
+
+    def unload_module(self, module) -> bool:
+        """Unload ``module``: its functions' handles are invalid from now on (False: no such module loaded)."""
+        if self._modules.pop(module, None) is None:
+            return False
+        self.modules_unloaded += 1
+        return True
 
     def function(self, module, name: bytes) -> int | None:
         """A handle for kernel ``name`` of ``module``, or None when the image does not hold it."""
@@ -179,9 +203,14 @@ class StandInGPU:
         k = self.registry.get(name.decode())
         if image is None or k is None or name not in image:
             return None
-        h = len(self._functions) + 1
-        self._functions[h] = k
-        return h
+        self._handles += 1
+        self._functions[self._handles] = (k, module)
+        return self._handles
+
+    def function_ok(self, fn) -> bool:
+        """Whether ``fn`` is a function of a module still loaded (the driver answers an invalid handle otherwise)."""
+        entry = self._functions.get(fn)
+        return entry is not None and entry[1] in self._modules
 
     def opencl(self):
         """The PoCL device that runs the kernels' OpenCL twins (opened on first use)."""
@@ -199,29 +228,37 @@ class StandInGPU:
         """Build the OpenCL twins of many kernels in a few programs (PoCL's cost is per program)."""
         return self.opencl().runtime.prebuild(kernel_lists)
 
-    def launch(self, fn, gx, gy, gz, bx, by, bz, params) -> bool:
+    def launch(self, fn, gx, gy, gz, bx, by, bz, params) -> str | None:
         """Run function ``fn``'s OpenCL twin over ``gx`` blocks of ``bx`` threads with the arguments at ``params``;
-        False for a launch the real API refuses (a 2-D or 3-D launch, a work-group kernel's block not of its size,
-        a grid that does not cover the kernel's items)."""
-        k = self._functions[fn]
+        None when queued, else why the real API refuses the launch: ``"handle"`` for a function whose module was
+        unloaded (or never was), ``"value"`` for a 2-D or 3-D launch, a work-group kernel's block not of its size, or
+        a grid that does not cover the kernel's items."""
+        if not self.function_ok(fn):
+            return "handle"
+        k, module = self._functions[fn]
         if (gy, gz, by, bz) != (1, 1, 1, 1):
-            return False
+            return "value"
         if k.local and bx != k.local:
-            return False  # a work-group kernel runs in blocks of exactly its size
-        if gx * bx < k.grid:
-            return False  # the grid does not cover the kernel's items
-        self.launches += 1
+            return "value"  # a work-group kernel runs in blocks of exactly its size
         c_types = [ctypes.c_uint64] * (len(k.bufs) + (1 if k.can_raise else 0)) + [
             SCALAR_CTYPES[CUDARenderer().scalar_type(s.dtype)] for s in k.scalars]
         slots = (ctypes.c_void_p * len(c_types)).from_address(int(params)) if c_types else []
         values = [t.from_address(slots[i]).value for i, t in enumerate(c_types)]  # read now, as the driver does
-        self.enqueue(lambda: self._run(k, gx, bx, values))
-        return True
+        if gx * bx < _items(k, values):
+            return "value"  # the grid does not cover the kernel's items
+        self.launches += 1
+        self.enqueue(lambda: self._run(k, module, gx, bx, values))
+        return None
 
-    def _run(self, k, gx: int, bx: int, values: list) -> None:
-        """A queued launch, running."""
+    def _run(self, k, module, gx: int, bx: int, values: list) -> None:
+        """A queued launch, running (its module must still be loaded: the runtime waits for the stream before it
+        unloads one)."""
         from tensorwire.backends.codegen.opencl import OpenCLRenderer
         from tensorwire.backends.opencl.runtime import SCALAR_TYPES
+
+        if module not in self._modules:
+            raise RuntimeError(f"kernel {k.name} ran after its module {module} was unloaded (stand-in): the stream "
+                               "still held its launch when the module went")
 
         dev = self.opencl()
         cl, rt = dev.cl, dev.runtime
@@ -230,17 +267,20 @@ class StandInGPU:
         knl = rt._kernels[key][0]
         mf = cl.mem_flags
         copies, alive = [], []  # (an argument's memory object must outlive the launch: set_arg does not hold it)
-        ptr_params = [(b.dtype.itemsize, b.out) for b in k.bufs] + ([(8, True)] if k.can_raise else [])
-        nbytes_of = [int(np.prod(_buf_len(k, i))) * size for i, (size, _) in enumerate(ptr_params)]
-        for i, ((_size, out), n) in enumerate(zip(ptr_params, nbytes_of)):
-            host = self.view(values[i], n) if n else np.zeros(1, np.uint8)
+        outs = [b.out for b in k.bufs] + ([True] if k.can_raise else [])
+        ptrs = [int(v) for v in values[:len(outs)]]
+        for i, out in enumerate(outs):
+            # the memory the kernel may touch through this pointer: up to the next argument's or its allocation's end
+            # (the driver knows no sizes: a kernel built for one shape runs on others, shape-generic kernels)
+            n = self.extent(ptrs[i], ptrs) if ptrs[i] else 0
+            host = self.view(ptrs[i], n) if n else np.zeros(1, np.uint8)
             buf = cl.Buffer(dev.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(host))
             knl.set_arg(i, buf)
             alive.append(buf)
             if out and n:
                 copies.append((host, buf))
         ocl = OpenCLRenderer()
-        first = len(ptr_params)
+        first = len(outs)
         for j, s in enumerate(k.scalars):
             knl.set_arg(first + j, SCALAR_TYPES[ocl.scalar_type(s.dtype)](values[first + j]))
         cl.enqueue_nd_range_kernel(dev.queue, knl, (gx * bx,), (bx,))
@@ -250,9 +290,14 @@ class StandInGPU:
         del alive
 
 
-def _buf_len(k, i: int) -> int:
-    """Elements parameter ``i`` of kernel ``k`` spans (the error slot has 2)."""
-    return k.bufs[i].size if i < len(k.bufs) else 2
+def _items(k, values: list) -> int:
+    """The items a launch of ``k`` with arguments ``values`` covers: its grid, or for a shape-generic kernel (one whose
+    ``grid_var`` names the scalar bounding its items) that scalar's value."""
+    name = getattr(k, "grid_var", None)
+    names = [s.name for s in k.scalars]
+    if name and name in names:
+        return int(values[len(values) - len(names) + names.index(name)])
+    return k.grid
 
 
 class StandInBlas:

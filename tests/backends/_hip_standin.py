@@ -164,6 +164,11 @@ class StandInHip(StandInGPU):
             return E.hipErrorInvalidImage, None  # not an AMDGPU code object
         return OK, self.load_module(image)
 
+    def hipModuleUnload(self, module):
+        self.count("hipModuleUnload")
+        self._on_a_device()
+        return (OK,) if self.unload_module(module) else (E.hipErrorInvalidResourceHandle,)
+
     def hipModuleGetFunction(self, module, name: bytes):
         h = self.function(module, name)
         return (E.hipErrorNotFound, None) if h is None else (OK, h)
@@ -174,9 +179,12 @@ class StandInHip(StandInGPU):
     def hipModuleLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         self.count("hipModuleLaunchKernel")
         self._on_a_device()
-        if extra is not None or not self.launch(fn, gx, gy, gz, bx, by, bz, params):
+        if extra is not None:
             return (E.hipErrorInvalidValue,)
-        return (OK,)
+        why = self.launch(fn, gx, gy, gz, bx, by, bz, params)
+        if why == "handle":  # a function of an unloaded module
+            return (E.hipErrorInvalidResourceHandle,)
+        return (OK,) if why is None else (E.hipErrorInvalidValue,)
 
 
 def install(runtime, **config) -> StandInHip:

@@ -173,6 +173,7 @@ def units(tmp_path_factory):
 @pytest.mark.parametrize("name", ["allocator_reuses_blocks", "out_of_memory_after_emptying_the_cache",
                                   "large_transfers_go_in_pinned_chunks", "kernel_errors_are_raised_and_cleared",
                                   "kernel_errors_are_read_once_a_fragment",
+                                  "modules_are_unloaded_past_max_kernels",
                                   "ptx_when_nvrtc_does_not_know_the_gpu", "kernels_are_cached_on_disk",
                                   "matmul_runs_on_the_blas"])
 def test_runtime(units, name):

@@ -4,13 +4,14 @@ stand-in against the library it stands for (issue 31: a stand-in written to our 
 The calls are read from the backends' source, so a new call is checked without editing this file:
 
 * cuda-bindings' driver (``drv.cuX``, ``self.mod.cuX``, ``CUDAApi.CALLS``) and NVRTC (``nvrtc.nvrtcX``): the
-  function exists, and the driver stand-in's method takes as many arguments as the binding's Cython signature;
+  function exists, and the driver stand-in has each role's call and its method takes as many arguments as the
+  binding's Cython signature;
   every enum member the backend or the stand-in names exists;
 * cuBLAS and NCCL through ctypes (``lib.cublasX``, ``lib.ncclX``): the symbol is in the wheel's library, each
   ``argtypes`` list is as long as the C prototype in the wheel's header (``cublas_api.h``, ``nccl.h``), and the enum
   values the modules hard-code (data types, compute types, reduction ops, result codes) are the header's;
 * hip-python (``hip.hipX``, ``self.mod.hipX``, ``HIPApi.CALLS``), its hipBLAS names, and hipRTC's symbols: they
-  exist, and the HIP stand-in's methods take the binding's argument counts;
+  exist, and the HIP stand-in has each role's call with the binding's argument count;
 * MLX (``mx.X``): every name exists in ``mlx.core``.
 
 A library that is not installed skips its part with the reason. The last test checks the checker: a wrong argument
@@ -98,8 +99,9 @@ def test_driver_calls_exist_and_the_standin_takes_their_arguments():
     from tests.backends._cuda_standin import StandInDriver
 
     calls = _names(r"(?:drv|self\.mod)\.(cu[A-Z]\w+)\(", *CUDA_SOURCES) | set(CUDAApi.CALLS.values())
-    assert {"cuInit", "cuLaunchKernel", "cuCtxSetCurrent"} <= calls, calls
+    assert {"cuInit", "cuLaunchKernel", "cuCtxSetCurrent", "cuModuleUnload"} <= calls, calls
     assert arity_mismatches(drv, StandInDriver(), calls) == []
+    assert [n for n in sorted(CUDAApi.CALLS.values()) if not hasattr(StandInDriver, n)] == []  # the stand-in has them
     standin_only = {n for n in dir(StandInDriver) if re.fullmatch(r"cu[A-Z]\w+", n)}
     assert arity_mismatches(drv, StandInDriver(), standin_only) == []
 
@@ -201,8 +203,9 @@ def test_hip_calls_exist_and_the_standin_takes_their_arguments():
     from tests.backends._hip_standin import StandInHip
 
     calls = _names(r"\b(?:hip|mod)\.(hip[A-Z]\w+)\(", *ROCM_SOURCES) | set(HIPApi.CALLS.values())
-    assert {"hipInit", "hipModuleLaunchKernel", "hipSetDevice"} <= calls, calls
+    assert {"hipInit", "hipModuleLaunchKernel", "hipSetDevice", "hipModuleUnload"} <= calls, calls
     assert arity_mismatches(hip, StandInHip(), calls) == []
+    assert [n for n in sorted(HIPApi.CALLS.values()) if not hasattr(StandInHip, n)] == []  # the stand-in has them
     standin_only = {n for n in dir(StandInHip) if re.fullmatch(r"hip[A-Z]\w+", n)
                     and callable(getattr(hip, n, None)) and not isinstance(getattr(hip, n), type)}
     assert arity_mismatches(hip, StandInHip(), standin_only) == []

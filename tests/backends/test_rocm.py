@@ -267,6 +267,7 @@ def units(tmp_path_factory):
 @pytest.mark.parametrize("name", ["allocator_reuses_blocks", "out_of_memory_after_emptying_the_cache",
                                   "large_transfers_go_in_pinned_chunks", "kernel_errors_are_raised_and_cleared",
                                   "kernel_errors_are_read_once_a_fragment",
+                                  "modules_are_unloaded_past_max_kernels",
                                   "rocm_compiles_for_the_gpus_gfx_target", "kernels_are_cached_on_disk",
                                   "matmul_runs_on_the_blas", "rocm_matmul_without_hipblas_runs_as_kernels"])
 def test_runtime(units, name):
