@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -154,6 +156,8 @@ class KernelModules:
 
     renderer = None
     guard = None
+    #: whether :meth:`compile` may run on several threads at once (a prebuild's modules compile in parallel)
+    PARALLEL_COMPILE = False
 
     def __init__(self):
         self._kernels: OrderedDict = OrderedDict()  # kernel identity -> what load() made for it (least recent first)
@@ -208,10 +212,10 @@ class KernelModules:
                 continue
             missing[key] = dataclasses.replace(k, name="k" + hashlib.sha256(key.encode()).hexdigest()[:20])
         items = list(missing.items())
-        for start in range(0, len(items), per_module):
-            group = items[start:start + per_module]
-            source = self.renderer.render([k for _, k in group])
-            binary = self.compile(source, [k for _, k in group])
+        groups = [items[start:start + per_module] for start in range(0, len(items), per_module)]
+        sources = [self.renderer.render([k for _, k in group]) for group in groups]
+        binaries = self._compile_all(sources, [[k for _, k in group] for group in groups])
+        for group, source, binary in zip(groups, sources, binaries):
             self.builds += 1
             handle, made = self.load_module(binary, source, group)
             rec = _Module(handle, list(made))
@@ -220,6 +224,15 @@ class KernelModules:
                 self._loaded[key] = (rec, entry)
                 rec.kernels += 1
         return -(-len(items) // per_module)
+
+    def _compile_all(self, sources: list[str], kernels: list[list]) -> list:
+        """:meth:`compile` of each module; several at once on threads where the runtime says its compiler allows it
+        (:attr:`PARALLEL_COMPILE`: NVRTC and hipRTC run outside the GIL, and the disk cache writes each entry
+        atomically)."""
+        if len(sources) < 2 or not self.PARALLEL_COMPILE:
+            return [self.compile(src, ks) for src, ks in zip(sources, kernels)]
+        with ThreadPoolExecutor(min(len(sources), os.cpu_count() or 1), thread_name_prefix="tensorwire-compile") as ex:
+            return list(ex.map(self.compile, sources, kernels))
 
     def _evict(self, keep=frozenset()) -> None:
         """Drop the least recently used kernels past :attr:`MAX_KERNELS` (never those of ``keep``, which the caller

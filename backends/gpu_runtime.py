@@ -208,6 +208,8 @@ class GPURuntime(KernelModules):
     image_suffix = ".bin"
     #: modules are unloaded once no kernel of theirs is cached or held by a launcher (``cuModuleUnload``)
     UNLOADS = True
+    #: NVRTC and hipRTC (or clang) compile a prebuild's modules on several threads at once
+    PARALLEL_COMPILE = True
 
     def __init__(self, api: DriverApi, gpu, blas_loader, blas_supports):
         super().__init__()
