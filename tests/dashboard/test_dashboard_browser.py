@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from tests._ci import skip_unless_ci_installed
+
 from .conftest import TOKEN, run_batches
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -20,15 +22,16 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--window-size=1400,1250", "--hide-scrollbars")
 WAIT_S = 30.0
 
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
-                       reason="needs Chromium and its driver: apt-get install chromium chromium-driver"),
-]
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    webdriver = pytest.importorskip("selenium.webdriver", reason="needs Selenium: pip install selenium")
+    if CHROMIUM is None or DRIVER is None:
+        skip_unless_ci_installed("chromium", "needs Chromium and its driver: apt-get install chromium chromium-driver")
+    try:
+        from selenium import webdriver
+    except ImportError:
+        skip_unless_ci_installed("chromium", "needs Selenium: pip install selenium")
     from selenium.webdriver.chrome.service import Service
 
     opts = webdriver.ChromeOptions()

@@ -28,12 +28,16 @@ from ruamel.yaml import YAML
 from tensorwire.cluster import Service, _mpich_segments, _remove_mpich_leftovers
 from tensorwire.collectives.network import launcher
 from tensorwire.protocol.service import free_port
+from tests._ci import skip_unless_ci_installed
 from tests.deploy.test_compose import help_text
 from tests.deploy.test_recipes import CLIENT
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "tensorwire"
-helm = pytest.importorskip("helm_python", reason="helm-python-sdk (Helm's engine) is not installed: pip install "
-                           "helm-python-sdk, or the test extra")
+try:
+    import helm_python as helm
+except ImportError:
+    skip_unless_ci_installed("helm", "helm-python-sdk (Helm's engine) is not installed: pip install helm-python-sdk",
+                             module=True)
 
 
 def render(values: dict | None = None) -> list[dict]:

@@ -24,6 +24,7 @@ import pytest
 from tensorwire.cluster import _mapped_files
 from tensorwire.collectives.network import launcher
 from tensorwire.protocol.service import free_port
+from tests._ci import skip_unless_ci_installed
 from tests.deploy.test_recipes import CLIENT
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun")
@@ -85,7 +86,8 @@ def slurm(tmp_path_factory):
     """A one-node Slurm cluster on localhost; yields the environment (SLURM_CONF) its commands need."""
     missing = [d for d in DAEMONS if shutil.which(d) is None and not os.path.exists(f"/usr/sbin/{d}")]
     if missing:
-        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing): apt-get install slurm-wlm munge")
+        skip_unless_ci_installed("slurm", f"Slurm is not installed ({', '.join(missing)} missing): apt-get install "
+                                 "slurm-wlm munge")
     if os.geteuid() != 0:
         pytest.skip("the test's Slurm daemons run as root (SlurmUser=root); not root here")
     if launcher(2) is None:
