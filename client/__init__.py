@@ -52,7 +52,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     # torch-like namespaces (``backends``: torch.backends' flags, see _EXTRA), and the client's own modules
     **_submodules("accelerator", "amp", "autograd", "backends", "cuda", "distributed", "hub", "jit", "models", "mps",
                   "nn", "onnx", "optim", "profiler", "progress", "random", "utils"),
-    **_submodules("linalg", "masked", "signal", "special"),  # issue 33: torch.linalg, .masked, .signal, .special
+    **_submodules("fft", "linalg", "masked", "signal", "special"),  # issue 33: torch.fft, .linalg, .masked, ...
     **_submodules("autograd_engine", "autograd_hooks", "channels", "cluster", "context", "creation", "functions",
                   "known_values", "leases", "legacy_types", "protocol", "serialization", "session", "views"),
     **_names("tensorwire.autograd_engine", "enable_grad", "inference_mode", "is_grad_enabled", "no_grad",

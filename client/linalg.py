@@ -1,9 +1,8 @@
-"""``tw.linalg``: the parts of torch.linalg that compose from existing ops (issue 33): norms, ``vecdot``,
-``cross``, ``multi_dot``, ``matrix_power`` (non-negative powers), ``vander``, ``diagonal``, ``matmul``.
-
-The factorisations (``det``, ``inv``, ``solve``, ``cholesky``, ``qr``, ``eigh``, ``svd``...) need LAPACK kernels that
-no backend has yet, so they are absent rather than approximated; so are the norms that need singular values
-(``ord=2``, ``-2``, ``"nuc"``), which raise ``NotImplementedError``.
+"""``tw.linalg`` (issue 33): the parts of torch.linalg that compose from existing ops (norms, ``vecdot``,
+``cross``, ``multi_dot``, ``matrix_power``, ``vander``, ``diagonal``, ``matmul``, ``matrix_exp``), and the
+factorisations and what derives from them (``det``, ``inv``, ``solve``, ``cholesky``, ``qr``, ``eigh``, ``svd``,
+``lu``, ``ldl``, ``pinv``, ``lstsq``...: :mod:`.linalg_decomp`, run on the client's LAPACK; ``eig``/``eigvals``
+need complex dtypes and raise ``NotImplementedError``).
 """
 
 from __future__ import annotations
@@ -14,11 +13,48 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.shapes import norm_dim
 
+from .host_ops import LinAlgError
+from .linalg_decomp import (
+    cholesky,
+    cholesky_ex,
+    cond,
+    det,
+    eig,
+    eigh,
+    eigvals,
+    eigvalsh,
+    householder_product,
+    inv,
+    inv_ex,
+    ldl_factor,
+    ldl_factor_ex,
+    ldl_solve,
+    lstsq,
+    lu,
+    lu_factor,
+    lu_factor_ex,
+    lu_solve,
+    matrix_rank,
+    pinv,
+    qr,
+    singular_norm,
+    slogdet,
+    solve,
+    solve_ex,
+    solve_triangular,
+    svd,
+    svdvals,
+    tensorinv,
+    tensorsolve,
+)
 from .math_extras import linalg_cross as cross
 from .tensor import Tensor
 
 __all__ = ["vector_norm", "matrix_norm", "norm", "vecdot", "cross", "multi_dot", "matrix_power", "vander",
-           "diagonal", "matmul", "matrix_exp"]
+           "diagonal", "matmul", "matrix_exp", "LinAlgError", "cholesky", "cholesky_ex", "cond", "det", "eig",
+           "eigh", "eigvals", "eigvalsh", "householder_product", "inv", "inv_ex", "ldl_factor", "ldl_factor_ex",
+           "ldl_solve", "lstsq", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "matrix_rank", "pinv", "qr",
+           "slogdet", "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "tensorinv", "tensorsolve"]
 
 
 def _dims(dim, ndim: int):
@@ -57,8 +93,8 @@ def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None
 
 
 def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002,N803
-    """The matrix norm over the two ``dim``: ``"fro"``, or the max (min) absolute column (1, -1) or row (inf, -inf)
-    sum. ``2``, ``-2`` and ``"nuc"`` need singular values: ``NotImplementedError``."""
+    """The matrix norm over the two ``dim``: ``"fro"``, the max (min) absolute column (1, -1) or row (inf, -inf)
+    sum, or from the singular values: their sum (``"nuc"``), the largest (2) or smallest (-2)."""
     if A.ndim < 2:
         raise ShapeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
     if dtype is not None:
@@ -67,15 +103,17 @@ def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dt
     if ord == "fro":
         return vector_norm(A, 2, (d0, d1), keepdim)
     if ord in ("nuc", 2, -2):
-        raise NotImplementedError(f"linalg.matrix_norm(ord={ord!r}) needs singular values (an SVD), which no "
-                                  "tensorwire backend computes yet")
+        return singular_norm(A, ord, (d0, d1), keepdim)
     if ord not in (1, -1, math.inf, -math.inf):
         raise ValueError(f"linalg.matrix_norm: Order {ord} not supported.")
     if not A.dtype.is_floating_point:
         raise DTypeError("linalg.matrix_norm: Expected a floating point tensor as input")
     sum_dim, red_dim = (d0, d1) if ord in (1, -1) else (d1, d0)
     s = A.abs().sum(sum_dim, keepdim=True)
-    r = s.amax(red_dim, keepdim=True) if ord > 0 else s.amin(red_dim, keepdim=True)
+    if ord > 0 and s.shape[red_dim] == 0:  # torch: 0 for an empty matrix (the max norms' identity)
+        r = s.sum(red_dim, keepdim=True)
+    else:
+        r = s.amax(red_dim, keepdim=True) if ord > 0 else s.amin(red_dim, keepdim=True)
     return r if keepdim else r.squeeze(max(d0, d1)).squeeze(min(d0, d1))
 
 
@@ -132,13 +170,12 @@ def multi_dot(tensors) -> Tensor:
 
 
 def matrix_power(A: Tensor, n: int) -> Tensor:  # noqa: N803
-    """A^n by repeated squaring (n >= 0; a negative power needs an inverse: ``NotImplementedError``)."""
+    """A^n by repeated squaring (a negative power: the inverse's)."""
     if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
         raise ShapeError(f"linalg.matrix_power: A must be batches of square matrices, but they are "
                          f"{A.shape[-2] if A.ndim >= 2 else ''} by {A.shape[-1] if A.ndim else ''} matrices")
     if n < 0:
-        raise NotImplementedError("linalg.matrix_power with a negative power needs a matrix inverse, which no "
-                                  "tensorwire backend computes yet")
+        return matrix_power(inv(A), -n)
     if n == 0:
         from .creation import eye
 

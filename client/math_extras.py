@@ -11,6 +11,8 @@ import builtins
 import math
 from collections import namedtuple
 
+import numpy as np
+
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.shapes import broadcast, norm_dim
@@ -657,6 +659,20 @@ def digamma(input: Tensor) -> Tensor:  # noqa: A002
     return f(input)
 
 
+def igamma(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """The regularised lower incomplete gamma function P(input, other) (``tw.special.gammainc``)."""
+    from .special import gammainc
+
+    return gammainc(input, other)
+
+
+def igammac(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """The regularised upper incomplete gamma function Q(input, other) (``tw.special.gammaincc``)."""
+    from .special import gammaincc
+
+    return gammaincc(input, other)
+
+
 def polygamma(n: int, input: Tensor) -> Tensor:  # noqa: A002
     """The n-th derivative of ψ (``tw.special.polygamma``; the method is ``x.polygamma(n)``)."""
     from .special import polygamma as f
@@ -752,6 +768,71 @@ def histc(input: Tensor, bins: int = 100, min=0, max=0) -> Tensor:  # noqa: A002
     if x.shape[0] == 0:
         return counts
     return counts.scatter_add(0, pos.to(D.int64), valid.to(x.dtype))
+
+
+_Histogram = namedtuple("histogram", ["hist", "bin_edges"])
+_HistogramDD = namedtuple("histogramdd", ["hist", "bin_edges"])
+
+
+def _host_values(t):
+    """A tensor argument's values as a float64 numpy array (a number or ``None`` as it is)."""
+    return np.asarray(t._numpy(), np.float64) if isinstance(t, Tensor) else t
+
+
+def _histogram_nd(points: np.ndarray, bins: list, ranges: list, weights, density: bool):
+    """torch's histogramdd on the host: ``points`` (N, D); per coordinate ``bins`` an int (equal bins over its range,
+    the data's by default, widened by 0.5 when it is one value) or edges. A point counts where every coordinate lies
+    within its first and last edge (none for edges that do not increase); its bin is the last edge at or below it,
+    the last bin taking its right edge."""
+    edges = [np.histogram_bin_edges(points[:, i], b, r) if np.ndim(b) == 0 else np.asarray(b, np.float64)
+             for i, (b, r) in enumerate(zip(bins, ranges))]
+    inside = np.ones(points.shape[0], bool)
+    index = []
+    for i, e in enumerate(edges):
+        x = points[:, i]
+        inside &= (x >= e[0]) & (x <= e[-1])
+        index.append(np.clip(np.searchsorted(e, x, "right") - 1, 0, max(len(e) - 2, 0)))
+    hist = np.zeros([len(e) - 1 for e in edges])
+    w = np.ones(points.shape[0]) if weights is None else weights.reshape(-1)
+    np.add.at(hist, tuple(ix[inside] for ix in index), w[inside])
+    if density:
+        volume = np.ones(())
+        for e in edges:
+            volume = np.multiply.outer(volume, np.diff(e))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            hist = hist / hist.sum() / volume
+    return hist, edges
+
+
+def _histogram(name: str, input: Tensor, points, bins: list, ranges: list, weight, density: bool):  # noqa: A002
+    from .creation import tensor
+
+    if not input.dtype.is_floating_point:
+        raise DTypeError(f"torch.{name}: expected a floating point input, got {input.dtype.name}")
+    hist, edges = _histogram_nd(points, bins, ranges, _host_values(weight), density)
+    return (tensor(hist, dtype=input.dtype, device=input._dev, session=input._s),
+            [tensor(e, dtype=input.dtype, device=input._dev, session=input._s) for e in edges])
+
+
+def histogram(input: Tensor, bins=100, *, range=None, weight=None, density: bool = False):  # noqa: A002
+    """``(hist, bin_edges)`` of ``input``'s values: ``bins`` equal bins over ``range`` (the data's by default) or
+    the given edges; the last bin includes its right edge. Computed on the host (a sync point, as ``unique``); no
+    gradient, as torch's."""
+    hist, edges = _histogram("histogram", input, _host_values(input).reshape(-1, 1), [_host_values(bins)], [range],
+                             weight, density)
+    return _Histogram(hist, edges[0])
+
+
+def histogramdd(input: Tensor, bins=10, *, range=None, weight=None, density: bool = False):  # noqa: A002
+    """``(hist, bin_edges)`` of the points in ``input``'s last dim (D coordinates each): ``bins`` an int, one int a
+    coordinate, or one edges tensor a coordinate; ``range`` a flat ``[lo0, hi0, lo1, hi1, ...]``. On the host, as
+    :func:`histogram`."""
+    d = input.shape[-1]
+    points = _host_values(input).reshape(-1, d)
+    b = [_host_values(x) for x in bins] if isinstance(bins, (list, tuple)) else [bins] * d
+    ranges = [None] * d if range is None else [(range[2 * i], range[2 * i + 1]) for i in builtins.range(d)]
+    hist, edges = _histogram("histogramdd", input, points, b, ranges, weight, density)
+    return _HistogramDD(hist, edges)
 
 
 def gradient(input: Tensor, *, spacing=1, dim=None, edge_order: int = 1) -> tuple:  # noqa: A002
@@ -932,13 +1013,14 @@ FUNCTIONS = {
     "renorm": renorm, "matrix_exp": matrix_exp, "i0": i0, "erfinv": erfinv, "median": median,
     "nanmedian": nanmedian, "quantile": quantile, "nanquantile": nanquantile, "native_layer_norm": native_layer_norm,
     "native_batch_norm": native_batch_norm, "native_group_norm": native_group_norm, "mode": mode, "frexp": frexp,
-    "histc": histc, "gradient": gradient, "nextafter": nextafter, "lgamma": lgamma, "digamma": digamma,
+    "histc": histc, "histogram": histogram, "histogramdd": histogramdd, "gradient": gradient, "nextafter": nextafter,
+    "lgamma": lgamma, "digamma": digamma, "igamma": igamma, "igammac": igammac,
     "polygamma": polygamma, "mvlgamma": mvlgamma,
 }
 
 #: Tensor methods torch has for these (its function names but for the few that are functions only)
 METHODS = {**{n: f for n, f in FUNCTIONS.items()
-              if n not in ("trapezoid", "trapz", "cumulative_trapezoid", "var_mean", "std_mean", "rsub")
+              if n not in ("trapezoid", "trapz", "cumulative_trapezoid", "var_mean", "std_mean", "rsub", "histogramdd")
               and not n.startswith("native_") and n not in ("gradient", "real")},
            "polygamma": lambda self, n: polygamma(n, self)}
 

@@ -988,7 +988,9 @@ class Tensor:
         if p == "fro" or p is None:
             p = 2
         if p == "nuc":
-            raise NotImplementedError("nuclear norm is not supported")
+            from .linalg import matrix_norm
+
+            return matrix_norm(x, "nuc", (-2, -1) if dim is None else dim, keepdim)
         return x._reduce("norm", dim, keepdim, p=float(p) if not isinstance(p, int) else p)
 
     # ------------------------------------------------------------------ shape (views)
@@ -1612,7 +1614,8 @@ def _fits(v: int, dt: D.DType) -> bool:
 from . import indexing as _indexing  # noqa: E402  (it needs Tensor, defined above)
 
 # torch's derived math, array and random functions as methods (x.addmm, x.unfold, x.cauchy_...:
-# client/math_extras.py, client/array_extras.py, client/random_fills.py): each installs its methods when it has
-# loaded (it may load first and import this module)
-for _m in ("tensorwire.math_extras", "tensorwire.array_extras", "tensorwire.random_fills"):
+# client/math_extras.py, client/array_extras.py, client/random_fills.py, client/linalg_legacy.py): each installs its
+# methods when it has loaded (it may load first and import this module)
+for _m in ("tensorwire.math_extras", "tensorwire.array_extras", "tensorwire.random_fills",
+           "tensorwire.linalg_legacy"):
     _importlib.import_module(_m)

@@ -71,6 +71,20 @@ def test_erfcx_log_ndtr_ndtr_far_into_the_tails():
     check(tw.special.ndtr(tw.tensor(y)), [0.5 * math.erfc(-v / math.sqrt(2)) for v in y], rtol=2e-7, atol=1e-300)
 
 
+def test_incomplete_gamma_closed_forms_and_edges():
+    a = np.array([1.0, 2.0, 3.0, 7.0, 0.5, 0.5, 40.0, 40.0])
+    x = np.array([0.3, 2.5, 9.0, 4.0, 0.2, 30.0, 38.0, 45.0])
+    def q_int(n, v):  # Q(n, x) = e^-x Σ_{k<n} x^k / k! for an integer n
+        return math.exp(-v) * sum(v**k / math.factorial(k) for k in range(int(n)))
+    ref_q = np.array([q_int(n, v) if n == int(n) else math.erfc(math.sqrt(v)) for n, v in zip(a, x)])
+    check(tw.special.gammaincc(tw.tensor(a), tw.tensor(x)), ref_q, rtol=1e-10, atol=1e-14)
+    check(tw.igamma(tw.tensor(a), tw.tensor(x)), 1 - ref_q, rtol=1e-10, atol=1e-14)
+    check(_f32(a).igammac(_f32(x)), ref_q, dtype="float32")
+    edges = tw.igamma(tw.tensor([0.0, 0.0, 1.0, -1.0, 2.0, 2.0, math.inf, 3.0]),
+                      tw.tensor([0.0, 1.0, 0.0, 1.0, math.inf, -1.0, 1.0, math.nan]))
+    np.testing.assert_array_equal(edges.numpy(), [np.nan, 1.0, 0.0, np.nan, 1.0, np.nan, 0.0, np.nan])
+
+
 def test_ndtri_and_erfinv_invert_their_functions():
     p = np.array([1e-300, 1e-10, 0.01, 0.3, 0.5, 0.8, 0.99, 1 - 1e-12])
     x = tw.special.ndtri(tw.tensor(p))
@@ -167,8 +181,10 @@ def test_linalg_norms():
     check(tw.linalg.matrix_norm(t, 1), np.linalg.norm(a, 1))
     check(tw.linalg.matrix_norm(t, -math.inf), np.linalg.norm(a, -np.inf))
     check(tw.linalg.norm(t), np.linalg.norm(a))
-    with pytest.raises(NotImplementedError, match="singular values"):
-        tw.linalg.matrix_norm(t, "nuc")
+    for o in ("nuc", 2, -2):  # from the singular values (client/linalg_lapack.py)
+        check(tw.linalg.matrix_norm(t, o), np.linalg.norm(a, o))
+    check(tw.linalg.matrix_norm(tw.zeros(0, 3), math.inf), 0.0, dtype="float32")  # torch: 0 for an empty matrix
+    check(tw.linalg.matrix_norm(tw.zeros(3, 0), 2), 0.0, dtype="float32")
 
 
 def test_linalg_products():
@@ -222,6 +238,7 @@ _GRAD_CASES = {
     "lgamma": (lambda x: tw.lgamma(x * 3 + 0.1), 1),
     "digamma": (lambda x: tw.digamma(x * 3 - 0.5), 1),
     "polygamma_2": (lambda x: tw.polygamma(2, x + 1.5), 1),
+    "igamma_x": (lambda x, y: tw.igamma(x.abs() * 3 + 0.5, y.abs() * 4 + 0.1), 2),
     "zeta_q": (lambda x: tw.special.zeta(x * 0 + 3.0, x + 2.0), 1),
     "bessel_j0": (lambda x: tw.special.bessel_j0(x * 8), 1),
     "bessel_k1": (lambda x: tw.special.modified_bessel_k1(x.abs() * 4 + 0.2), 1),
@@ -237,7 +254,44 @@ _GRAD_CASES = {
     "gaussian_nll": (lambda x, y: F.gaussian_nll_loss(x, y, y.abs() + 0.5), 2),
     "multi_margin": (lambda x: F.multi_margin_loss(x, tw.tensor([2, 0])), 1),
     "masked_std": (lambda x: tw.masked.std(x, 1, mask=tw.tensor([[True, False, True], [True, True, True]])), 1),
+    # the factorisations (client/linalg_lapack.py): square matrices made from the 2 x 3 inputs, results that do not
+    # depend on the signs LAPACK picks for eigen- and singular vectors
+    "linalg_solve": (lambda x, y: tw.linalg.solve(_invertible(x), y), 2),
+    "linalg_inv_det": (lambda x: tw.linalg.inv(_invertible(x)) * tw.linalg.det(_invertible(x)), 1),
+    "slogdet": (lambda x: tw.linalg.slogdet(_invertible(x)).logabsdet, 1),
+    "solve_triangular": (lambda x, y: tw.linalg.solve_triangular(_invertible(x), y, upper=True), 2),
+    "cholesky": (lambda x: tw.linalg.cholesky(_spd(x)), 1),
+    "cholesky_upper_inverse": (lambda x: tw.cholesky_inverse(tw.linalg.cholesky(_spd(x), upper=True), upper=True), 1),
+    "eigh": (lambda x: (lambda w, v: w.unsqueeze(0) * v * v)(*tw.linalg.eigh(x.mT @ x + _eye(3))), 1),
+    "svd": (lambda x: (lambda u, s, vh: u @ vh + s.unsqueeze(-1))(*tw.linalg.svd(x, full_matrices=False)), 1),
+    "svd_tall": (lambda x: (lambda u, s, vh: u @ vh * s.sum())(*tw.linalg.svd(x.mT, full_matrices=False)), 1),
+    "svdvals": (lambda x: tw.linalg.svdvals(x), 1),
+    "qr": (lambda x: tw.cat(list(tw.linalg.qr(x.mT))), 1),
+    "pinv": (lambda x: tw.linalg.pinv(x), 1),
+    "lstsq": (lambda x, y: tw.linalg.lstsq(x.mT, y.mT, driver="gelsd").solution, 2),
+    "lu_solve": (lambda x, y: tw.linalg.lu_solve(*tw.linalg.lu_factor(_pivoting(x)), y), 2),
+    "lu": (lambda x: tw.cat(list(tw.linalg.lu(_pivoting(x)))), 1),
+    "householder_product": (lambda x, y: tw.linalg.householder_product(x.mT, y[0, :2]), 2),
+    "matrix_norm_nuc": (lambda x: tw.linalg.matrix_norm(x, "nuc"), 1),
 }
+
+
+def _eye(n: int) -> tw.Tensor:
+    return tw.eye(n, dtype=tw.float64)
+
+
+def _invertible(x: tw.Tensor) -> tw.Tensor:
+    """A 2 x 2 matrix far from singular, from a 2 x 3 input."""
+    return x[:, :2] + 2 * _eye(2)
+
+
+def _pivoting(x: tw.Tensor) -> tw.Tensor:
+    """A 2 x 2 matrix whose LU swaps its rows."""
+    return x[:, :2] * 0.1 + _eye(2).flip(0)
+
+
+def _spd(x: tw.Tensor) -> tw.Tensor:
+    return x @ x.mT + _eye(2)
 
 
 @pytest.mark.parametrize("name", sorted(_GRAD_CASES))
