@@ -67,7 +67,16 @@ from tensorwire.protocol.messages import DIRECT, check
 from tensorwire.protocol.ops import OPS
 from tensorwire.protocol.service import SHM_DIR
 from tensorwire.protocol.shm_paths import MappedFiles
-from tensorwire.protocol.wire import MAX_MESSAGE, POLLIN, pack_header, send_parts, unpack_header
+from tensorwire.protocol.wire import (
+    MAX_MESSAGE,
+    NOBLOCK,
+    POLLIN,
+    frame_nbytes,
+    pack_header,
+    recv_frames,
+    send_parts,
+    unpack_header,
+)
 
 from .shm import ShmPool
 
@@ -368,6 +377,11 @@ class DirectChannel:
         """Move each fetched value of ``threshold`` bytes or more out of ``frames`` into a file lent to the session:
         its descriptor becomes ``[id, dtype, shape, -1, path]``. Returns the frames left (renumbered). A value
         that cannot go that way (too many files on loan, the shared memory full) stays a frame."""
+        for f in frames:
+            if frame_nbytes(f) >= threshold:
+                break
+        else:  # (the common case: every value is small)
+            return frames
         keep, index = [], {}
         for k, f in enumerate(frames):
             mv = f if isinstance(f, memoryview) else memoryview(f)
@@ -428,9 +442,12 @@ class DirectChannel:
         n = 0
         sock = self.sock
         for n in range(1, 1001):
-            if not sock.getsockopt(zmq.EVENTS) & POLLIN:  # (cheaper than the zmq.Again a NOBLOCK recv raises)
+            if n > 1 and not sock.getsockopt(zmq.EVENTS) & POLLIN:  # (cheaper than the zmq.Again a recv raises)
                 return n - 1
-            msg = sock.recv_multipart(copy=False)
+            try:  # (the first: the worker polled the socket, so a message is there but for a spurious wake-up)
+                msg = recv_frames(sock, NOBLOCK)
+            except zmq.Again:
+                return n - 1
             if len(msg) < 2:
                 continue
             route = msg[0].bytes
@@ -474,6 +491,8 @@ class DirectChannel:
         getattr(self, DIRECT_HANDLERS[t])(executor, route, sid, h, frames, q)
 
     def _run(self, executor, route: bytes, sid: bytes, h: dict, frames: list, q) -> None:
+        if not frames and executor.replay_now(sid, h, route):  # a known plan's replay, answered at once
+            return
         run = self.run_header(executor, sid, h, q)
         if h.get("shm_frames"):
             frames = self.frames_from_shm(sid, frames, h["shm_frames"])

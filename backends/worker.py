@@ -28,7 +28,7 @@ import numpy as np
 import zmq
 
 from tensorwire.dispatcher.liveness import RESTARTED_ENV, RESTARTED_INFO
-from tensorwire.protocol.batch_ids import check_temps, kept_nodes, out_ids
+from tensorwire.protocol.batch_ids import check_temps, is_int_list, kept_nodes, out_ids
 from tensorwire.protocol.credentials import service_token
 from tensorwire.protocol.curve import keys_dir
 from tensorwire.protocol.errors import (
@@ -410,6 +410,117 @@ class Executor:
         s.buffers.clear()
         self.plans.drop_session(sid)
 
+    # -- the direct channel's replay fast path -----------------------------------------------------
+    def replay_now(self, sid: bytes, h: dict, route: bytes) -> bool:
+        """Run a direct message that replays a known plan and is answered (a fetch or a sync: the commonest on a
+        direct channel, ``(x + 1).numpy()`` or a compiled step with its ``loss.item()``) at once, on this thread,
+        without queueing it: what ``DirectChannel.run_header``, ``_on_run``, ``_advance`` and ``_prepare`` do for
+        it, in one pass. Only when nothing else waits and nothing else is needed: the session idle and no other one
+        runnable, no uploads, no profiler, the plan cached here with no transfers, no hub load and no node that
+        failed to plan, run inline (small, its runner built) within the session's quota, and the message well
+        formed against it (inputs live and shaped as the plan was made for, fresh output ids, checked dynamic
+        attributes). Otherwise False, with nothing of the session's changed: the message takes the general path,
+        which queues it and says what is wrong with it. The capability and the header's field types are checked before
+        (``DirectChannel._handle``), as for every message."""
+        q = h.get("q")
+        plan_no = h.get("plan")
+        if (type(q) is not int or plan_no is None or not (h.get("fetch") or h.get("sync"))
+                or h.get("nodes") is not None or h.get("prof") is not None or h.get("shm_frames")):
+            return False
+        s = self.sessions.get(sid)
+        if s is None or s.running is not None or s.jobs or s.draining is not None or self.ready:
+            return False
+        plan = self.plans.get(sid, plan_no)
+        if plan is None or plan.has_transfers or plan.worker_ops or plan.failed_nodes:
+            return False
+        if plan.tier is not None and plan.tier.take(plan):  # compiled now that it is hot (see hot.py)
+            self.plans.put(sid, plan_no, plan)
+            s.hot_plans += 1
+        ext_ids = h.get("ext") or []
+        fetch = h.get("fetch") or []
+        release = h.get("release") or []
+        if not (is_int_list(ext_ids) and is_int_list(fetch) and is_int_list(release)):
+            return False
+        bufs = s.buffers
+        ext = [bufs.get(i) for i in ext_ids]
+        metas = plan.ext_metas
+        if len(ext) != len(metas):
+            return False
+        meta = self.device.meta
+        for b, m in zip(ext, metas):  # (a missing or failed input, or one of another shape: the general path says so)
+            if b is None or type(b) is Fail or meta(b) != m:
+                return False
+        slots = plan.node_slot
+        n = len(slots)
+        first = h.get("out_first")
+        if first is not None:
+            if "outs" in h:
+                return False
+            outs = range(first, first + n)
+        else:
+            outs = h.get("outs")
+            if not is_int_list(outs) or len(outs) != n:
+                return False
+        kept = None
+        if h.get("temps") is not None:
+            try:
+                temps = check_temps(h["temps"], n)
+            except ProtocolError:
+                return False
+            kept = kept_nodes(n, temps) if temps else None
+        if not bufs.keys().isdisjoint(outs if kept is None else [outs[j] for j in kept]):
+            return False
+        dyn = {}
+        for d in h.get("dyn") or ():
+            if not (type(d) is list and len(d) == 2 and type(d[0]) is int and type(d[1]) is dict):
+                return False
+            dyn[d[0]] = d[1]
+        if dyn and plan.dyn_checks:
+            try:
+                plan.check_dynamic(dyn)
+            except ProtocolError:
+                return False
+        shm = h.get("shm")
+        if shm is not None and shm < 1:
+            return False
+        if release:
+            gone = set(release)
+            keep = {slots[j] for j in (range(n) if kept is None else kept) if outs[j] not in gone}
+        else:
+            keep = set(slots) if kept is None else {slots[j] for j in kept}
+        keep.discard(None)
+        keep = frozenset(keep)
+        if plan.work >= OFFLOAD_WORK or builds_runner(self.device, plan, keep):
+            return False
+        if self.limit is not None and s.ledger.used + plan.peak(keep) > self.limit:
+            return False
+        # taken: from here on as the general path runs it (``h`` becomes the job's ``run`` header)
+        h["s"], h["reply"] = sid, True
+        self.seq += 1
+        job = _Job(h, [], self.seq, route)
+        c = self.direct_counts
+        c["batches"] += 1
+        c["plan_hits"] += 1
+        if release:  # what the client let go before this batch makes room for it
+            self._release_early(s, h)
+        job.plan, job.ext, job.keep, job.outs, job.kept, job.dyn = plan, ext, keep, outs, kept, dyn
+        job.started = time.monotonic_ns()
+        s.running = job
+        p = self.progress.get(sid)
+        if p is None:
+            p = self.progress[sid] = [0, None]
+        p[1] = job
+        early = self._early_slots(job)
+        answer = None if early is None else (early.values(), lambda env: self._answer(sid, job, early, env, None))
+        try:
+            result = run_plan(self.device, plan, ext, outs, dyn, [], keep, None, answer)
+        except Exception as e:  # an executor bug must not kill the worker
+            log.exception("running a batch failed")
+            s.errors.append(error_to_wire(e))
+            result = {}
+        self._finish(sid, s, job, result)
+        return True
+
     # -- running -----------------------------------------------------------------------------------
     def run_ready(self) -> None:
         """Advance every session that has runnable work (each until it blocks, runs dry or is handed to the pool)."""
@@ -536,8 +647,12 @@ class Executor:
             outs, slots = job.outs, plan.node_slot
             if job.route is not None:  # (the dispatcher checks this for the batches it routes)
                 made = outs if job.kept is None else [outs[j] for j in job.kept]
-                if not s.buffers.keys().isdisjoint(made):
-                    raise ProtocolError("an output id is already a live handle of this session")
+                if not s.buffers.keys().isdisjoint(made):  # (its outputs do not fail: that would replace the live
+                    s.errors.append(error_to_wire(ProtocolError(  # handles; the batch runs nothing)
+                        "an output id is already a live handle of this session")))
+                    job.outs, job.kept = [], None
+                    self._finish(sid, s, job, {}, report=False)
+                    return False
             release = set(h.get("release") or ())
             keep = {slots[j] for j in (range(len(outs)) if job.kept is None else job.kept)
                     if outs[j] not in release and j < len(slots)}
@@ -935,12 +1050,16 @@ class Executor:
             self.send(msg, frames)
         elif self.channel is not None:
             c = self.direct_counts
-            c["bytes_out"] += sum(map(frame_nbytes, frames))
-            for e in itertools.chain(msg.get("errors") or (), msg.get("fetch_errors") or ()):
-                code = str(e.get("code"))[:64]
-                c["errors"][code] = c["errors"].get(code, 0) + 1
-            if job.h.get("shm") and msg.get("values"):  # the client shares this host: large values go in files
-                frames = self.channel.values_to_shm(job.h["s"], msg["values"], frames, job.h["shm"])
+            errors, fetch_errors = msg.get("errors"), msg.get("fetch_errors")
+            if errors or fetch_errors:
+                for e in itertools.chain(errors or (), fetch_errors or ()):
+                    code = str(e.get("code"))[:64]
+                    c["errors"][code] = c["errors"].get(code, 0) + 1
+            if frames:
+                c["bytes_out"] += sum(map(frame_nbytes, frames))
+                shm = job.h.get("shm")
+                if shm and msg.get("values"):  # the client shares this host: large values go in files
+                    frames = self.channel.values_to_shm(job.h["s"], msg["values"], frames, shm)
             self.channel.send(job.route, msg, frames)
 
     def _fetched(self, fetch, get) -> tuple[list, list, list]:

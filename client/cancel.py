@@ -29,6 +29,12 @@ class Waker:
         except (BlockingIOError, OSError):  # full (already signalled) or closed
             pass
 
+    @property
+    def is_set(self) -> bool:
+        """Whether it was set since the last ``take``, read without a system call (a waiting loop asks at each turn;
+        it still calls ``take`` when a wake-up brought no message, which empties the pipe)."""
+        return self._flag
+
     def take(self) -> bool:
         """Whether it was set since the last ``take`` (and clear it)."""
         try:

@@ -46,12 +46,14 @@ from tensorwire.protocol.service import spare_core, spin_wait
 from tensorwire.protocol.shm_paths import host_id
 from tensorwire.protocol.wire import (
     MAX_MESSAGE,
+    NOBLOCK,
     POLLIN,
     ZERO_COPY_MIN,
     array_from_frame,
     as_frame,
     frame_nbytes,
     pack_header,
+    recv_frames,
     send_parts,
     unpack_header,
 )
@@ -244,7 +246,7 @@ class Session:
             pass
 
     def _recv_raw(self):
-        msg = self._sock.recv_multipart(copy=False)
+        msg = recv_frames(self._sock)
         return unpack_header(msg[0].bytes), msg[1:]
 
     def _request(self, header: dict, frames=(), timeout: float | None = None):
@@ -300,17 +302,24 @@ class Session:
                         pass
                     ping_sent = time.monotonic()
                 continue
-            if self._waker.take():  # tw.cancel() from another thread: this thread owns the socket
-                self._send_cancel()
-            for _ in range(64):  # what is waiting on every socket (bounded: then poll again)
-                got = self._next_message()
+            if self._waker.is_set and self._waker.take():  # tw.cancel() from another thread: this thread owns the
+                self._send_cancel()  # socket
+            for k in range(64):  # what is waiting on every socket (bounded: then poll again)
+                got = self._next_message(self._q_dev.get(q) if k == 0 else None)
                 if got is None:
+                    if k == 0 and self._waker.take():  # (woken by the waker's pipe alone: drained here)
+                        self._send_cancel()
                     break
                 h, frames, dev = got
-                if h.get("t") == "progress":  # a worker's download for one of this session's hub loads
+                t, hq = h.get("t"), h.get("q")
+                if t == "done" and hq == q:  # (the commonest: the awaited answer of a worker)
+                    self._n_async_done = max(self._n_async_done, before)
+                    self._q_dev.pop(q, None)
+                    return h, frames
+                if t == "progress":  # a worker's download for one of this session's hub loads
                     self._on_progress(h)
                     continue
-                if h.get("q") == _PING and dev is None:
+                if hq == _PING and dev is None:
                     ping_sent = None
                     if isinstance(h.get("error"), dict):  # the session is gone: nothing it waits for will come
                         self._q_dev.pop(q, None)
@@ -323,40 +332,58 @@ class Session:
                             start = time.monotonic()  # the session's work is moving: the timeout counts from here
                         finished, progress = counts, h["progress"]
                     continue
-                if dev is not None and h.get("t") == "need_plan":  # the worker evicted a plan it was sent
+                if dev is not None and t == "need_plan":  # the worker evicted a plan it was sent
                     self._resend_plan(dev, h.get("plan"))
                     continue
-                if dev is not None and h.get("t") == "error" and (h.get("error") or {}).get("code") == "Unauthorized":
+                if dev is not None and t == "error" and (h.get("error") or {}).get("code") == "Unauthorized":
                     self._q_dev.pop(q, None)
                     raise self._refused(dev, h["error"])
-                if h.get("q") == q:
+                if hq == q:
                     self._n_async_done = max(self._n_async_done, before)  # (a session's messages run in order)
                     self._q_dev.pop(q, None)
-                    if h["t"] == "error":
+                    if t == "error":
                         raise self._error(h["error"])
                     return h, frames
-                if h["t"] == "error" and h.get("q") is None:
+                if t == "error" and hq is None:
                     raise self._error(h["error"])
         raise ProtocolError("too many unrelated messages")
 
-    def _next_message(self):
+    def _next_message(self, likely: str | None = None):
         """One message waiting on the dispatcher's socket or a channel: ``(header, frames, device)`` (device None:
-        the dispatcher's), or None when nothing is waiting."""
+        the dispatcher's), or None when nothing is waiting. ``likely``: the device whose channel the awaited answer
+        comes on, read first, without asking its socket whether a message is there (a wait woke: it usually is)."""
+        if likely is not None:
+            ch = self._plane.channels.get(likely)
+            if ch is not None and ch.sock is not None:
+                try:
+                    msg = recv_frames(ch.sock, NOBLOCK)
+                except zmq.Again:
+                    pass
+                else:
+                    got = self._from_channel(likely, ch, msg)
+                    if got is not None:
+                        return got
         if self._sock.getsockopt(zmq.EVENTS) & POLLIN:
             h, frames = self._recv_raw()
             return h, frames, None
         for dev, ch in self._plane.channels.items():
             sock = ch.sock
             if sock is not None and sock.getsockopt(zmq.EVENTS) & POLLIN:
-                msg = sock.recv_multipart(copy=False)
-                try:
-                    h = unpack_header(msg[0].bytes)
-                except ProtocolError:
-                    _log.warning("dropped a malformed message from the worker for %s", dev)
-                    continue
-                ch.answered(h.get("q"))
-                return h, msg[1:], dev
+                got = self._from_channel(dev, ch, recv_frames(sock))
+                if got is not None:
+                    return got
         return None
+
+    @staticmethod
+    def _from_channel(dev: str, ch, msg: list):
+        """``(header, frames, dev)`` of a message read from ``dev``'s channel; None (logged) when it is malformed."""
+        try:
+            h = unpack_header(msg[0].bytes)
+        except ProtocolError:
+            _log.warning("dropped a malformed message from the worker for %s", dev)
+            return None
+        ch.answered(h.get("q"))
+        return h, msg[1:], dev
 
     def _workers_lost(self, lost: list, q: int) -> None:
         """The dispatcher says the workers of ``lost`` are gone (or another process serves the device now): drop

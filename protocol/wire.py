@@ -9,6 +9,7 @@ received without copies (zmq frames wrap numpy buffers and back).
 from __future__ import annotations
 
 import os
+import threading
 
 import msgpack
 import numpy as np
@@ -28,8 +29,25 @@ _UNPACK_LIMITS = dict(max_str_len=1 << 20, max_bin_len=MAX_HEADER, max_array_len
                       max_ext_len=0, strict_map_key=False, raw=False, use_list=True)
 
 
+#: a packer's buffer keeps the size of the largest header it packed: past this, the thread gets a fresh packer
+_PACKER_KEEP = 1 << 20
+
+
+class _Packers(threading.local):
+    """One msgpack packer per thread (``msgpack.packb`` makes a new one, with a 256 KiB buffer, for every header)."""
+
+    def __init__(self):
+        self.packer = msgpack.Packer(use_bin_type=True, buf_size=1 << 14)
+
+
+_PACKERS = _Packers()
+
+
 def pack_header(header: dict) -> bytes:
-    return msgpack.packb(header, use_bin_type=True)
+    data = _PACKERS.packer.pack(header)
+    if len(data) > _PACKER_KEEP:  # (a large plan's nodes: its buffer is not kept for the small headers that follow)
+        _PACKERS.packer = msgpack.Packer(use_bin_type=True, buf_size=1 << 14)
+    return data
 
 
 def unpack_header(data) -> dict:
@@ -97,6 +115,18 @@ ZERO_COPY_MIN = 1 << 16
 #: zmq's flags as plain ints: pyzmq's are enum.Flag members, whose ``|`` and ``&`` cost about a microsecond each in
 #: Python, several times a message on the hot paths
 SNDMORE, NOBLOCK, POLLIN = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POLLIN)
+
+
+def recv_frames(sock, flags: int = 0) -> list:
+    """One multipart message as ``zmq.Frame`` objects (no copies). Reads each frame's ``more`` flag rather than
+    asking the socket (``recv_multipart`` calls ``getsockopt(RCVMORE)`` per frame, which builds an enum member each
+    time: about a microsecond a frame on the hot paths)."""
+    f = sock.recv(flags, copy=False)
+    parts = [f]
+    while f.more:
+        f = sock.recv(flags, copy=False)
+        parts.append(f)
+    return parts
 
 
 def send_parts(sock, parts, wait_sent: bool = False) -> None:

@@ -192,6 +192,68 @@ def test_replayed_slice_bounds_are_checked_against_the_plan(attacker, victim):
     assert np.frombuffer(msg[-1], np.float32).tolist() == [6.0, 7.0, 8.0, 9.0]
     np.testing.assert_allclose(y.numpy(), np.exp(VALUES * 2), rtol=1e-6)
 
+def _fetch_reply(c) -> tuple[dict, list]:
+    msg = c.recv_multipart()
+    return msgpack.unpackb(msg[0], raw=False, strict_map_key=False), msg[1:]
+
+
+def test_forged_replays_of_a_known_plan_are_refused(attacker, victim):
+    """A replay of a plan the worker knows (the commonest direct message, which the worker runs at once, without
+    queueing it: ``Executor.replay_now``) is checked as any batch is: a forged capability, another session's
+    tensors, inputs of another shape, an output id that is a live handle, malformed replay fields are refused with
+    typed errors and change nothing; a good replay answers right."""
+    d, w, g, c = attacker
+    s, x, y = victim
+    src = np.arange(4, dtype=np.float32)
+    send(c, {"t": "run", "q": 50, "cap": g["cap"], "ext": [], "outs": [200], "devs": ["cpu:0"],
+             "nodes": [["const", [], {"shape": [4], "dtype": "float32", "frame": 0}, 0]]}, src.tobytes())
+    assert recv(c)["t"] == "done"
+    plan = {"ext": [200], "plan": 96}
+    send(c, {"t": "run", "q": 51, "cap": g["cap"], **plan, "outs": [201], "devs": ["cpu:0"],
+             "nodes": [["neg", [-1], {}, 0]], "fetch": [201]})
+    h, frames = _fetch_reply(c)
+    assert h["t"] == "done" and np.frombuffer(frames[0], np.float32).tolist() == (-src).tolist(), h
+
+    def replay(q: int, **fields) -> dict:
+        send(c, {"t": "run", "q": q, "cap": g["cap"], **plan, "outs": [210 + q], "fetch": [210 + q], **fields})
+        return recv(c)
+
+    forged = {"random": os.urandom(CAP_BYTES), "other-device": _grant(w, "cpu:1")["cap"],
+              "victim-sid": bytes.fromhex(s.session_id) + g["cap"][8:]}
+    for q, cap in enumerate(forged.values(), 52):
+        h = replay(q, cap=cap, ext=[x._id], release=[y._id])
+        assert h["t"] == "error" and h["error"]["code"] == "Unauthorized", h
+        check_typed(h["error"])
+    odd = s.const(np.zeros((2, 2), np.float32), "cpu:0")  # (the victim's own: the attacker cannot name it)
+    cases = {
+        "victim's input": dict(ext=[x._id]),
+        "another shape": dict(ext=[202]),
+        "live output id": dict(outs=[200]),
+        "outs and out_first": dict(out_first=300),
+        "malformed temps": dict(temps=[[0, 5]]),
+        "malformed dyn": dict(dyn=[[0, "x"]]),
+        "release not ints": dict(release=["a"]),
+    }
+    send(c, {"t": "run", "q": 59, "cap": g["cap"], "ext": [200], "outs": [202], "devs": ["cpu:0"],
+             "nodes": [["reshape", [-1], {"shape": [2, 2]}, 0]], "sync": True})
+    assert recv(c)["t"] == "done"
+    for q, (name, fields) in enumerate(cases.items(), 60):
+        h = replay(q, **fields)
+        errors = [h["error"]] if h["t"] == "error" else (h.get("errors") or []) + (h.get("fetch_errors") or [])
+        assert errors and not h.get("values"), (name, h)
+        check_typed(errors[0])
+        assert errors[0]["code"] in ("ProtocolError", "NotFound", "DependencyFailed"), (name, errors[0])
+        assert "NotFound" in errors[0]["message"] if errors[0]["code"] == "DependencyFailed" else True, errors[0]
+    send(c, {"t": "run", "q": 70, "cap": g["cap"], "fetch": [200]})
+    h, frames = _fetch_reply(c)
+    assert h["t"] == "done" and frames and np.frombuffer(frames[0], np.float32).tolist() == src.tolist(), h
+    send(c, {"t": "run", "q": 71, "cap": g["cap"], **plan, "outs": [290], "fetch": [290], "release": [290 - 1]})
+    h, frames = _fetch_reply(c)
+    assert h["t"] == "done" and not h["errors"] and np.frombuffer(frames[0], np.float32).tolist() == (-src).tolist()
+    np.testing.assert_allclose(y.numpy(), np.exp(VALUES * 2), rtol=1e-6)
+    np.testing.assert_array_equal(odd.numpy(), np.zeros((2, 2), np.float32))
+
+
 def test_a_closed_sessions_capability_is_refused(cluster):
     d = raw_socket(cluster.address)
     w = hello(d, CLIENT_TOKEN)

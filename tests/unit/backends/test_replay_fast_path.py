@@ -1,0 +1,118 @@
+"""The direct channel's replay fast path (``Executor.replay_now``): a replay of a known plan that is answered (a fetch
+or a sync) runs as soon as the worker reads it, with the general path's checks made in one pass; anything it does not
+take goes the general way with nothing changed. A worker's executor and direct channel in this process, a DEALER as
+the client (the cluster-level checks of forged replays are in tests/security/test_direct_channels.py)."""
+
+from __future__ import annotations
+
+import time
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from tensorwire.backends.cpu import NumpyBackend
+from tensorwire.backends.direct import DirectChannel
+from tensorwire.backends.worker import Executor
+from tensorwire.protocol.capability import channel_key, issue
+
+SID = b"session1"
+X = np.arange(4, dtype=np.float32)
+
+
+class _Worker:
+    def __init__(self, folder):
+        ctx = zmq.Context.instance()
+        self.ex = Executor(NumpyBackend().open(0), "cpu:0", lambda h, f: None)
+        self.ch = DirectChannel(ctx, "cpu:0", "instance-secret", f"ipc://{folder}/w.sock")
+        self.ch.epoch = "epoch"
+        self.ex.channel = self.ch
+        self.cap = issue(channel_key("instance-secret"), SID, "cpu:0", "epoch", time.time() + 600)
+        self.cli = ctx.socket(zmq.DEALER)
+        self.cli.setsockopt(zmq.LINGER, 0)
+        self.cli.connect(self.ch.address)
+
+    def send(self, h: dict, *frames) -> None:
+        self.cli.send_multipart([msgpack.packb({**h, "cap": self.cap}, use_bin_type=True), *frames])
+        for _ in range(500):  # (bounded: the message reaches the worker's socket)
+            if self.ch.sock.poll(10):
+                return
+        raise AssertionError("the message never reached the worker")
+
+    def answer(self, run: bool = True) -> tuple[dict, list] | None:
+        """The client's next answer: after the worker read its socket (and, with ``run``, ran its queues)."""
+        self.ch.receive(self.ex)
+        if run:
+            self.ex.run_ready()
+        if not self.cli.poll(200):
+            return None
+        msg = self.cli.recv_multipart()
+        return msgpack.unpackb(msg[0], raw=False, strict_map_key=False), msg[1:]
+
+    def close(self) -> None:
+        self.cli.close(0)
+        self.ch.close()
+        self.ex.close()
+
+
+@pytest.fixture
+def w(tmp_path):
+    w = _Worker(tmp_path)
+    w.send({"t": "run", "q": 1, "ext": [], "outs": [1], "devs": ["cpu:0"], "sync": True,
+            "nodes": [["const", [], {"shape": [4], "dtype": "float32", "frame": 0}, 0]]}, X.tobytes())
+    assert w.answer()[0]["t"] == "done"
+    w.send({"t": "run", "q": 2, "ext": [1], "outs": [2], "plan": 7, "devs": ["cpu:0"],
+            "nodes": [["neg", [-1], {}, 0]], "fetch": [2]})
+    h, frames = w.answer()
+    assert h["t"] == "done" and np.frombuffer(frames[0], np.float32).tolist() == (-X).tolist(), h
+    yield w
+    w.close()
+
+
+def test_a_known_replay_is_answered_as_soon_as_the_worker_reads_it(w):
+    for k in range(3, 8):
+        w.send({"t": "run", "q": k, "ext": [1], "outs": [k], "plan": 7, "fetch": [k], "release": [k - 1]})
+        h, frames = w.answer(run=False)  # (nothing queued: it ran while the worker read its socket)
+        assert h["t"] == "done" and h["q"] == k and not h["errors"], h
+        assert np.frombuffer(frames[0], np.float32).tolist() == (-X).tolist()
+    s = w.ex.sessions[SID]
+    assert set(s.buffers) == {1, 7} and s.running is None and not s.jobs  # the releases went, as queued work's do
+    assert w.ex.direct_counts["plan_hits"] == 5 and w.ex.batches_run == 7
+
+
+@pytest.mark.parametrize("case", ["unknown plan", "another shape", "live output", "bad dyn", "outs and out_first",
+                                  "bad temps", "profiled", "session busy", "ids not ints"])
+def test_what_the_fast_path_does_not_take_goes_the_general_way_unchanged(w, case):
+    w.send({"t": "run", "q": 3, "ext": [], "outs": [3], "devs": ["cpu:0"], "sync": True,
+            "nodes": [["full", [], {"shape": [2, 2], "dtype": "float32", "value": 1.0}, 0]]})
+    assert w.answer()[0]["t"] == "done"
+    h = {"t": "run", "q": 4, "ext": [1], "outs": [4], "plan": 7, "fetch": [4]}
+    h.update({"unknown plan": {"plan": 8}, "another shape": {"ext": [3]}, "live output": {"outs": [3]},
+              "bad dyn": {"dyn": [[0, 1]]}, "outs and out_first": {"out_first": 9}, "bad temps": {"temps": [[0, 5]]},
+              "profiled": {"prof": 1}, "session busy": {}, "ids not ints": {"ext": [1.0]}}[case])
+    s = w.ex.sessions[SID]
+    if case == "session busy":  # a batch queued before it: the replay waits its turn
+        w.send({"t": "run", "release": []})
+        w.ch.receive(w.ex)
+        assert s.jobs
+    route = w.ch.routes[SID][0]
+    before = (dict(s.buffers), w.ex.seq, s.ledger.used, w.ex.batches_run)
+    assert w.ex.replay_now(SID, dict(h), route) is False
+    assert (dict(s.buffers), w.ex.seq, s.ledger.used, w.ex.batches_run) == before
+    w.send(h)
+    got = w.answer()
+    if case == "unknown plan":  # (evicted, or never sent: the worker asks for its nodes, the batch waits)
+        assert got[0]["t"] == "need_plan" and got[0]["plan"] == 8, got
+    elif case == "profiled":  # (a good replay: the general path runs it with the profiler's spans)
+        assert got[0]["t"] == "done" and not got[0]["errors"], got
+    elif case == "session busy":
+        assert got[0]["t"] == "done" and not got[0]["errors"] and got[1], got
+    else:  # refused with a typed error, live handles untouched
+        hdr = got[0]
+        errors = [hdr["error"]] if hdr["t"] == "error" else hdr["errors"] + hdr["fetch_errors"]
+        assert errors and errors[0]["code"] in ("ProtocolError", "NotFound"), hdr
+        assert not hdr.get("values"), hdr
+    assert set(s.buffers) >= {1, 3}
+    np.testing.assert_array_equal(s.buffers[1], X)
+    np.testing.assert_array_equal(s.buffers[3], np.ones((2, 2), np.float32))
