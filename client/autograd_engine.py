@@ -255,29 +255,27 @@ def _edge(t):
 # ----------------------------------------------------------------------------------------------
 # recording hooks (called from autograd_hooks)
 
-def wants_grad(ins) -> bool:
-    if not getattr(_mode, "on", True):
-        return False
-    for t in ins:
-        if t.requires_grad:
-            return True
-        b = t._base
-        if b is not None and b.requires_grad:
-            return True
-    return False
-
-
-def record_grad(session, op: str, ins, attrs, device: str):
-    """Record ``op`` and attach a :class:`Node` to its output when it needs one."""
+def record_grad(session, op: str, ins, attrs, device: str, up: int = 1):
+    """Record ``op`` and attach a :class:`Node` to its output when it needs one (``up``: ``Session.record``'s)."""
     for t in ins:
         if t._base is not None:
             sync_view(t)
-    out = session.record(op, ins, attrs, device)
+    out = session.record(op, ins, attrs, device, up=up + 1)
     if not OPS[op].differentiable or not out.dtype.is_floating_point:
         return out
-    entries = tuple((t, t._id, t._version, _edge(t), t._shape, t.dtype) for t in ins)
-    if all(e[3] is None for e in entries):
+    entries = []
+    edged = False
+    for t in ins:  # (_edge, inline: this runs for every op recorded with grad)
+        if t.requires_grad:
+            g = t.grad_fn
+            e = t if g is None else g
+            edged = True
+        else:
+            e = None
+        entries.append((t, t._id, t._version, e, t._shape, t.dtype))
+    if not edged:
         return out
+    entries = tuple(entries)
     out.requires_grad = True
     out.grad_fn = Node(op, attrs, entries, device, out._shape, out.dtype)
     out._ag = out._id

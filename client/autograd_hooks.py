@@ -11,19 +11,22 @@ from __future__ import annotations
 from . import autograd_engine as _E
 from .amp import autocast_mode as _amp
 
-_wants = _E.wants_grad
-_record_grad = _E.record_grad
 _amp_active = _amp._active
 
 
-def record(session, op: str, ins, attrs, device: str):
+def record(session, op: str, ins, attrs, device: str, up: int = 1):
     """Record ``op`` on ``device``; the single entry point for every recorded op (autocast casts its inputs
-    here, by :mod:`tensorwire.amp.policy`, while an autocast scope is on)."""
+    here, by :mod:`tensorwire.amp.policy`, while an autocast scope is on). ``up``: how many frames above this
+    function the search for the user's line starts (``Session.record``'s ``up``): 2, its caller's caller, from a
+    client function that is always called by another, as ``Tensor._rec`` is."""
     if _amp_active[0] and ins:
         ins = _amp.cast_inputs(session, op, ins, attrs, device, record)
-    if ins and _wants(ins):
-        return _record_grad(session, op, ins, attrs, device)
-    return session.record(op, ins, attrs, device)
+    for t in ins:  # (an input that requires grad first: the grad mode's thread-local is read only then)
+        if t.requires_grad or (t._base is not None and t._base.requires_grad):
+            if _E.is_grad_enabled():  # (looked up here: views imports this module while autograd_engine loads)
+                return _E.record_grad(session, op, ins, attrs, device, up + 1)
+            break
+    return session.record(op, ins, attrs, device, up=up + 1)
 
 
 def detach(t):

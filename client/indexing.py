@@ -81,7 +81,12 @@ def _basic_parts(x, key):
             out.append(1 if k.v else 0)
             continue
         n = x._shape[d]
-        if isinstance(k, slice):
+        if type(k) is slice and k.start is None and k.stop is None and k.step is None:  # ``:``, the commonest
+            starts.append(0)
+            stops.append(n)
+            steps.append(1)
+            out.append(n)
+        elif isinstance(k, slice):
             if k.step is not None and int(k.step) <= 0:
                 raise ValueError("step must be greater than zero")
             a, b, st = slice(_int(k.start), _int(k.stop), _int(k.step)).indices(n)
@@ -187,6 +192,8 @@ def setitem(x, key, value):
     from .element_writes import write
     if write(x, key, value):  # one element, a Python value: batched with the writes next to it
         return
+    if x._base is not None and _view_element_write(x, key, value, write):
+        return
     key = _expand_key(x, key)
     if not any(_is_tensorlike(k) for k in key):
         starts, stops, steps, out = _basic_parts(x, key)
@@ -218,6 +225,29 @@ def setitem(x, key, value):
                 inv[o] = i
             new = new.permute(*inv)
     x._assign(new)
+
+
+def _view_element_write(x, key, value, write) -> bool:
+    """``x[key] = value`` for one element of a view made of basic slices and reshapes (``t[i][0][j] = 1``), written as
+    that element of the root base, so it joins the base's run of element writes (``client/element_writes.py``);
+    False when it cannot (the general path then records it back through the view's steps)."""
+    from .element_writes import batchable, element_position
+
+    root = x._base
+    if x.requires_grad or not batchable(root, value):  # (a view that requires grad: autograd's checks, general path)
+        return False
+    pos = element_position(x, key)  # (an int out of range raises here, in the view's dims, as the general path)
+    if pos is None:
+        return False
+    pos = V.root_position(x, pos)
+    if pos is None:
+        return False
+    rkey = []
+    for n in reversed(root._shape):
+        pos, i = divmod(pos, n)
+        rkey.append(i)
+    rkey.reverse()
+    return write(root, tuple(rkey), value)
 
 
 def _sub_key(ndim, adv):

@@ -246,9 +246,9 @@ class profile:  # noqa: N801
         )
         shapes = self.record_shapes
 
-        def timed_record(op, inputs, attrs, device, known=None, where=None):
+        def timed_record(op, inputs, attrs, device, known=None, where=None, **kw):
             t0 = _clock()
-            out = record(op, inputs, attrs, device, known, where)
+            out = record(op, inputs, attrs, device, known, where, **kw)
             args = {"device": device}
             if shapes:
                 args["input_shapes"] = [list(t.shape) for t in inputs]

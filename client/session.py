@@ -99,9 +99,12 @@ MAX_PROGRESS_SINKS = 64  # hub loads whose progress a session passes on at once 
 _log = logging.getLogger("tensorwire.client")
 
 
-def _user_frame():
-    """(file, line) of the first caller outside the tensorwire client package."""
-    f = sys._getframe(2)
+def _user_frame(up: int = 2):
+    """(file, line) of the first caller outside the tensorwire client package. The search starts ``up`` frames above
+    this function (2: its caller's caller): a caller that knows the frames above it to be the client's passes more,
+    and those frames are skipped unseen (each frame the walk looks at is made into a Python object, the main cost of
+    this function, which runs for every recorded op)."""
+    f = sys._getframe(up)
     while f is not None and f.f_code.co_filename.startswith(_CLIENT_DIR):
         f = f.f_back
     return (f.f_code.co_filename, f.f_lineno) if f is not None else None
@@ -483,13 +486,14 @@ class Session:
             raise TensorwireError("this session is closed")
 
     # ------------------------------------------------------------------ recording
-    def record(self, op: str, inputs, attrs: dict | None, device: str, known=None, where=None, hid=None):
+    def record(self, op: str, inputs, attrs: dict | None, device: str, known=None, where=None, hid=None, up=1):
         """Record one op; returns the output Tensor (shape and dtype inferred here).
 
         ``known``: ``(attrs_key, (shape, dtype))`` of a node whose inference the caller has done before for inputs
         of the same shapes (a replayed backward graph); ``where``: the user's (file, line) it comes from, when the
-        caller knows it. Both only save work. ``hid``: the output's handle, taken before (a run of element writes,
-        ``client/element_writes.py``)."""
+        caller knows it; ``up``: where the search for that line starts, in frames above this method (1: its caller;
+        only frames of the client's own functions may be skipped, see :func:`_user_frame`). All three only save
+        work. ``hid``: the output's handle, taken before (a run of element writes, ``client/element_writes.py``)."""
         if self._writes is not None:
             self.end_writes()
         if self._mark:
@@ -504,13 +508,16 @@ class Session:
             metas.append((t._shape, t.dtype))
             ids.append(t._id)
         if known is None:
-            akey = attrs_key(op, attrs)
+            akey = attrs_key(op, attrs) if attrs else None
             shape, dtype = infer(op, metas, attrs, akey)
         else:
             akey, (shape, dtype) = known
         if hid is None:
             hid = next(self._ids)
-        entry = (hid, op, ids, attrs, device, where or _user_frame(), metas, akey)
+        # (the input ids as a tuple: of ints only, the collector stops tracking it, so a batch's entries that outlive
+        # a young collection hold fewer tracked containers; the full collections they would set off cost more than
+        # a recorded op)
+        entry = (hid, op, tuple(ids), attrs, device, where or _user_frame(up + 1), metas, akey)
         self._pending.append(entry)
         t = _new_tensor(Tensor)
         t._init(self, hid, shape, dtype, device)

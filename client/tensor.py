@@ -26,8 +26,8 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange, ShapeError
 from tensorwire.protocol.shapes import infer_reshape, norm_dim, numel
 
-from . import autograd_hooks as _hooks
 from . import views as V
+from .autograd_hooks import record as _hooks_record
 
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
 _Number = (int, float, bool, np.number, np.bool_)
@@ -112,7 +112,10 @@ class Tensor:
         raise TypeError("create tensors with tw.tensor(...), tw.zeros(...), tw.randn(...) and friends")
 
     def __del__(self):
-        s = getattr(self, "_s", None)
+        try:
+            s = self._s
+        except AttributeError:  # never initialised (``Tensor(...)`` raised)
+            return
         if s is not None and not s.closed:
             s._release.append(self._id)
 
@@ -210,7 +213,7 @@ class Tensor:
 
     # ------------------------------------------------------------------ recording helpers
     def _rec(self, op: str, ins: Sequence[Tensor], attrs=None) -> Tensor:
-        return _hooks.record(self._s, op, ins, attrs, self._dev)
+        return _hooks_record(self._s, op, ins, attrs, self._dev, 2)  # (2: the user's line is above this frame)
 
     def _operand(self, other, dtype: D.DType | None = None) -> Tensor:
         if isinstance(other, Tensor):
@@ -236,7 +239,9 @@ class Tensor:
 
     def _binary(self, op: str, other, reverse: bool = False) -> Tensor:
         o = self._operand(other)
-        return self._rec(op, [o, self] if reverse else [self, o])
+        # (3: this frame and its caller, one of the operator methods here, are skipped in the search for the user's
+        # line, see autograd_hooks.record)
+        return _hooks_record(self._s, op, [o, self] if reverse else [self, o], None, self._dev, 3)
 
     # ------------------------------------------------------------------ values (sync points)
     def numpy(self, *, force: bool = False) -> np.ndarray:

@@ -11,6 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from tensorwire.protocol.errors import TensorwireError
+from tensorwire.protocol.shapes import slice_len
+
+from . import autograd_hooks as _hooks  # (looked up when called: autograd_engine imports this module first)
+
+
+def _rec(t, op: str, ins, attrs):
+    """``t._rec(op, ins, attrs)`` from a view step's method: the search for the user's line skips this function and
+    the step's method (both the client's, see ``autograd_hooks.record``'s ``up``)."""
+    return _hooks.record(t._s, op, ins, attrs, t._dev, 3)
 
 
 class ViewStep:
@@ -29,11 +38,11 @@ class Reshape(ViewStep):
 
     def forward(self, t):
         if t._shape == self.shape:
-            return t._rec("reshape", [t], {"shape": list(self.shape)}) if t._base is not None else _alias(t)
-        return t._rec("reshape", [t], {"shape": list(self.shape)})
+            return _rec(t, "reshape", [t], {"shape": list(self.shape)}) if t._base is not None else _alias(t)
+        return _rec(t, "reshape", [t], {"shape": list(self.shape)})
 
     def inverse(self, parent, value):
-        return value._rec("reshape", [value], {"shape": list(parent._shape)})
+        return _rec(value, "reshape", [value], {"shape": list(parent._shape)})
 
     def on_host(self, value: np.ndarray) -> np.ndarray:
         return value.reshape(self.shape)
@@ -44,13 +53,13 @@ class Permute(ViewStep):
         self.dims = tuple(dims)
 
     def forward(self, t):
-        return t._rec("permute", [t], {"dims": list(self.dims)})
+        return _rec(t, "permute", [t], {"dims": list(self.dims)})
 
     def inverse(self, parent, value):
         inv = [0] * len(self.dims)
         for i, d in enumerate(self.dims):
             inv[d] = i
-        return value._rec("permute", [value], {"dims": inv})
+        return _rec(value, "permute", [value], {"dims": inv})
 
 
 class Expand(ViewStep):
@@ -58,7 +67,7 @@ class Expand(ViewStep):
         self.shape = tuple(shape)
 
     def forward(self, t):
-        return t._rec("expand", [t], {"shape": list(self.shape)})
+        return _rec(t, "expand", [t], {"shape": list(self.shape)})
 
     def inverse(self, parent, value):
         raise TensorwireError("unsupported operation: more than one element of the written-to tensor refers to "
@@ -69,9 +78,10 @@ class Expand(ViewStep):
 class Slice(ViewStep):
     """Basic indexing: a strided slice, then a reshape that drops int dims and adds None dims."""
 
-    def __init__(self, starts, stops, steps, out_shape):
-        self.starts, self.stops, self.steps = list(starts), list(stops), list(steps)
-        self.out_shape = tuple(out_shape)
+    def __init__(self, starts: list, stops: list, steps: list, out_shape: tuple):
+        # (the lists are kept, not copied: the caller made them for this step, and the recorded attrs share them)
+        self.starts, self.stops, self.steps = starts, stops, steps
+        self.out_shape = out_shape
 
     def on_host(self, value: np.ndarray) -> np.ndarray:
         """The view of a host value (a value the client already has, see ``known_values``)."""
@@ -79,23 +89,22 @@ class Slice(ViewStep):
             self.out_shape)
 
     def _sliced(self, t):
-        if all(a == 0 and b == n and s == 1 for a, b, s, n in zip(self.starts, self.stops, self.steps, t._shape)):
+        steps = self.steps
+        if steps.count(1) == len(steps) and not any(self.starts) and self.stops == list(t._shape):  # the whole of t
             return t
-        return t._rec("slice", [t], {"starts": self.starts, "stops": self.stops, "steps": self.steps})
+        return _rec(t, "slice", [t], {"starts": self.starts, "stops": self.stops, "steps": self.steps})
 
     def forward(self, t):
         s = self._sliced(t)
         if s._shape != self.out_shape or s is t:
-            s = s._rec("reshape", [s], {"shape": list(self.out_shape)})
+            s = _rec(s, "reshape", [s], {"shape": list(self.out_shape)})
         return s
 
     def inverse(self, parent, value):
-        from tensorwire.protocol.shapes import slice_len
-
         shape = [slice_len(a, b, st) for a, b, st in zip(self.starts, self.stops, self.steps)]
-        v = value._rec("reshape", [value], {"shape": shape}) if list(value._shape) != shape else value
-        return parent._rec("setslice", [parent, v], {"starts": self.starts, "stops": self.stops,
-                                                      "steps": self.steps})
+        v = _rec(value, "reshape", [value], {"shape": shape}) if list(value._shape) != shape else value
+        return _rec(parent, "setslice", [parent, v], {"starts": self.starts, "stops": self.stops,
+                                                       "steps": self.steps})
 
 
 class Detached(ViewStep):
@@ -107,6 +116,38 @@ class Detached(ViewStep):
 
     def inverse(self, parent, value):
         return value._s.record("reshape", [value], {"shape": list(parent._shape)}, value._dev)
+
+
+def root_position(t, pos: int) -> int | None:
+    """The flat (row-major) position in ``t``'s root base of the element at flat position ``pos`` of the view ``t``,
+    when its steps are basic slices and reshapes only (each element of such a view is one element of the base); else
+    None. Lets a Python value written to one element of a view (``x[i][0][j] = 1``) join the base's run of element
+    writes (``client/element_writes.py``) instead of recording the write back through every step."""
+    steps = t._vsteps
+    parents = [t._base._shape]  # each step's input shape
+    for step in steps[:-1]:
+        tp = type(step)
+        if tp is Reshape:
+            parents.append(step.shape)
+        elif tp is Slice:
+            parents.append(step.out_shape)
+        else:
+            return None
+    for step, shape in zip(reversed(steps), reversed(parents)):
+        tp = type(step)
+        if tp is Reshape:
+            continue  # row-major: a reshape keeps every element's flat position
+        if tp is not Slice:
+            return None
+        idx = []  # the position in the sliced value before its reshape: the same flat position
+        for a, b, st in zip(reversed(step.starts), reversed(step.stops), reversed(step.steps)):
+            n = slice_len(a, b, st)
+            pos, i = divmod(pos, n) if n else (pos, 0)
+            idx.append(a + i * st)
+        pos = 0
+        for i, n in zip(reversed(idx), shape):
+            pos = pos * n + i
+    return pos
 
 
 def is_detached(t) -> bool:

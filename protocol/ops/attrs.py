@@ -18,6 +18,13 @@ def a_int(attrs: dict, key: str, default=None) -> int:
 
 def a_ints(attrs: dict, key: str, default=None) -> tuple[int, ...]:
     v = attrs.get(key, default)
+    tv = type(v)
+    if (tv is list or tv is tuple) and len(v) <= 64:  # the common case, checked in one pass (every recorded view)
+        for x in v:
+            if type(x) is not int:
+                break
+        else:
+            return tuple(v)
     if not isinstance(v, (list, tuple)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         raise ProtocolError(f"attribute {key!r} must be a list of ints, got {v!r}")
     if len(v) > 64:

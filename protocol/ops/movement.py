@@ -59,7 +59,10 @@ def _slice_infer(metas, attrs):
     for n, a, b, st in zip(s, starts, stops, steps):
         if not (0 <= a <= n and 0 <= b <= n):
             raise ShapeError(f"slice bounds [{a}:{b}] out of range for size {n}")
-        out.append(slice_len(a, b, st))
+        if st <= 0:
+            slice_len(a, b, st)  # (raises its error)
+        m = (b - a + st - 1) // st  # slice_len, inline: this runs for every slice a client records
+        out.append(m if m > 0 else 0)
     return tuple(out), d
 
 
@@ -104,8 +107,14 @@ register_op(OpDef("expand", 1, _expand_infer, kind="movement", attrs=("shape",))
 def _slice_lengths(attrs) -> tuple:
     """What a plan of a slice depends on: each dimension's length and step (its bounds may move between replays:
     ``data[i:i + 8]`` at a new ``i`` every step reuses the plan)."""
-    return tuple(slice_len(a, b, st) for a, b, st in zip(attrs["starts"], attrs["stops"], attrs["steps"])), \
-        tuple(attrs["steps"])
+    steps = attrs["steps"]
+    lens = []
+    for a, b, st in zip(attrs["starts"], attrs["stops"], steps):  # (slice_len, inline: it runs for every slice)
+        if st <= 0:
+            slice_len(a, b, st)  # (raises its error)
+        m = (b - a + st - 1) // st
+        lens.append(m if m > 0 else 0)
+    return tuple(lens), tuple(steps)
 
 
 register_op(OpDef("slice", 1, _slice_infer, kind="movement", attrs=("starts", "stops", "steps"),

@@ -92,3 +92,48 @@ def test_a_tensor_that_requires_grad_is_refused_as_torch_refuses_it(session):
     with pytest.raises(RuntimeError, match="leaf"):
         w[0] = 1.0
     assert session._writes is None
+
+
+def test_writes_through_views_of_slices_join_the_bases_run(session):
+    """``t[i][0][j] = 1`` (the char-RNN tutorial's one-hot loop) writes the base's element: no write recorded back
+    through the views' steps, and the base, the views and views made before all hold what numpy gives."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((5, 4, 6)).astype(np.float32)
+    t, ref = tw.tensor(a), a.copy()
+    v1, r1 = t[1:5:2], ref[1:5:2]
+    v2, r2 = v1[:, None, 1:4], r1[:, None, 1:4]
+    v3, r3 = v2[1], r2[1]
+    flat = t.view(-1)
+
+    def write():
+        v3[0, 2, 3] = 7.0
+        r3[0, 2, 3] = 7.0
+        v2[0, 0, 2, -1] = 3
+        r2[0, 0, 2, -1] = 3
+        flat[5] = 9
+        ref.reshape(-1)[5] = 9
+        for li in range(3):
+            t[li][0][li + 1] = -1
+            ref[li][0][li + 1] = -1
+
+    session.flush()
+    write()
+    session.end_writes()
+    ops = [e[1] for e in session._pending]
+    assert "setslice" not in ops, ops
+    np.testing.assert_array_equal(t.numpy(), ref)
+    np.testing.assert_array_equal(v1.numpy(), r1)
+    np.testing.assert_array_equal(v3.numpy(), r3)
+    np.testing.assert_array_equal(flat.numpy(), ref.reshape(-1))
+    with pytest.raises(IndexError, match="index 6 is out of bounds for dimension 0 with size 6"):
+        t[0][0][6] = 1
+
+
+def test_writes_through_other_views_take_the_general_path(session):
+    x = tw.zeros(3, 4)
+    ref = np.zeros((3, 4), np.float32)
+    x.t()[1, 2] = 5  # a permuted view: its elements are not the base's in order
+    ref.T[1, 2] = 5
+    x.data[0][1] = 2  # a .data view: written outside autograd
+    ref[0][1] = 2
+    np.testing.assert_array_equal(x.numpy(), ref)

@@ -1,0 +1,67 @@
+"""Every recorded op carries the user's line (``Session.record``'s ``where``, which deferred errors name), found by a
+walk up the stack that skips the client's own frames; the hot paths skip the frames they know to be the client's
+without looking at them (``up`` in ``autograd_hooks.record``: ``Tensor._rec``, ``Tensor._binary``, the view steps).
+Each case below records through one such path and checks every node it recorded names this file and its line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+import tensorwire.nn.functional as F
+
+from ._ref import line_of
+
+HERE = __file__
+
+
+def _cases(x, y, w, lin):
+    """(marker, fn): each fn records on its marked line."""
+    def binary():
+        return x + y  # MARK-binary
+
+    def reverse():
+        return 2 - x  # MARK-reverse
+
+    def single_view():
+        return x[1]  # MARK-single-view
+
+    def view_of_view():
+        return x.t()[0].reshape(1, 3)  # MARK-view-of-view
+
+    def write_through_view():
+        v = x[0]
+        v[1:] = y[0, 1:]  # MARK-write-through-view
+
+    def grad_op():
+        return (w * 3).sum()  # MARK-grad-op
+
+    def module():
+        return lin(y)  # MARK-module
+
+    def functional():
+        return F.relu(x)  # MARK-functional
+
+    def inplace():
+        x.add_(1)  # MARK-inplace
+
+    fns = [binary, reverse, single_view, view_of_view, write_through_view, grad_op, module, functional, inplace]
+    return [("MARK-" + fn.__name__.replace("_", "-"), fn) for fn in fns]
+
+
+@pytest.mark.parametrize("case", range(9))
+def test_each_recorded_node_names_the_users_line(session, case):
+    x = tw.tensor(np.arange(9, dtype=np.float32).reshape(3, 3))
+    y = tw.ones(3, 3)
+    w = tw.ones(3, requires_grad=True)
+    lin = tw.nn.Linear(3, 2)
+    marker, fn = _cases(x, y, w, lin)[case]
+    session.flush()
+    keep = fn()  # noqa: F841 - kept alive so its nodes ship
+    entries = list(session._pending)
+    assert entries, "the case recorded nothing"
+    want = (HERE, line_of(HERE, marker))
+    # (a write through a view records its view's own slice on the line before, where ``v`` is made)
+    got = [e[5] for e in entries if not (fn.__name__ == "write_through_view" and e[5] == (HERE, want[1] - 1))]
+    assert got and all(g == want for g in got), f"{marker}: {[(e[1], e[5]) for e in entries]}"
