@@ -26,9 +26,16 @@ def _simd_decls() -> str:
     return "\n".join(out) + "\n"
 
 
-def _cost(stmts) -> int:
-    """A rough cost per work item: 1 per statement, 8 per transcendental call, times the trip count of loops."""
-    c = 0
+def _cost(stmts) -> dict:
+    """A rough cost per work item: 1 per statement, 8 per transcendental call, times the trip count of loops. A
+    polynomial in the kernel's size parameters: ``{(names of the sizes multiplied): coefficient}`` (``()`` the
+    constant term), since a loop's trip count may be a parameter (a shape-generic kernel's row length)."""
+    c: dict = {}
+
+    def add(poly: dict, times: int = 1, by: tuple = ()) -> None:
+        for k, v in poly.items():
+            key = tuple(sorted(k + by))
+            c[key] = c.get(key, 0) + v * times
 
     def expr_cost(x, seen):
         if id(x) in seen:
@@ -38,13 +45,29 @@ def _cost(stmts) -> int:
         return own + sum(expr_cost(s, seen) for s in x.src)
     for s in stmts:
         if isinstance(s, ir.Loop):
-            trip = s.stop.arg - s.start.arg if s.stop.op == "const" and s.start.op == "const" else 64
-            c += max(trip, 1) * max(_cost(s.body), 1)
+            body = _cost(s.body) or {(): 1}
+            if s.stop.op == "const" and s.start.op == "const":
+                add(body, max(s.stop.arg - s.start.arg, 1))
+            elif s.stop.size is not None and s.start.op == "const" and s.start.arg == 0:
+                add(body, 1, (s.stop.arg,))  # a size parameter's trips
+            else:
+                add(body, 64)
         elif isinstance(s, ir.If):
-            c += _cost(s.body) + _cost(s.orelse)
+            add(_cost(s.body))
+            add(_cost(s.orelse))
         else:
-            c += sum(expr_cost(x, set()) for x in vars(s).values() if isinstance(x, ir.X))
-    return c
+            add({(): sum(expr_cost(x, set()) for x in vars(s).values() if isinstance(x, ir.X))})
+    return {k: v for k, v in c.items() if v}
+
+
+def _parallel_if(k: ir.Kernel) -> str:
+    """The OpenMP ``if`` clause that keeps a kernel on one thread below :data:`PARALLEL_WORK` (items times their
+    cost): decided here when the work is known, at the call when it depends on size parameters."""
+    cost = _cost(k.body) or {(): 1}
+    if not k.grid_var and len(cost) == 1 and () in cost:
+        return "" if k.grid * cost[()] >= PARALLEL_WORK else " if(0)"
+    terms = " + ".join("*".join([f"{v}ll", *names]) for names, v in sorted(cost.items()))
+    return f" if({k.grid_var or f'{k.grid}ll'} * ({terms}) >= {PARALLEL_WORK}ll)"
 
 
 class CRenderer(CStyleRenderer):
@@ -72,12 +95,16 @@ static inline float TW_AS_FLOAT(unsigned int u) { float f; memcpy(&f, &u, 4); re
             raise ValueError(f"kernel {k.name} needs work groups, which the C target does not have (the CPU's "
                              "lowering options never ask for them)")
         sig = f"void {k.name}({', '.join(self.params(k))})"
-        if k.grid <= 1:
+        if k.grid <= 1 and not k.grid_var:
             return "\n".join([sig + " {", f"  const {self.index_type} gid = 0;", *body, "}"])
         par = "parallel for" + ("" if k.heavy_items or k.can_raise else " simd")
-        cond = "" if k.grid * _cost(k.body) >= PARALLEL_WORK else " if(0)"
         # items that each loop long (a reduction's chunks, rows) are handed out in ~64 pieces as threads ask for
         # them: a core that another process takes for a while then costs the kernel half that time, not all of it
-        sched = f"dynamic, {max(1, k.grid // 64)}" if k.heavy_items else "static"
-        return "\n".join([sig + " {", f"  #pragma omp {par} schedule({sched}){cond}",
-                          f"  for ({self.index_type} gid = 0; gid < {k.grid}; gid++) {{", *body, "  }", "}"])
+        if not k.heavy_items:
+            sched = "static"
+        elif k.grid_var:
+            sched = f"dynamic, ({k.grid_var} >= 128 ? {k.grid_var} / 64 : 1)"
+        else:
+            sched = f"dynamic, {max(1, k.grid // 64)}"
+        return "\n".join([sig + " {", f"  #pragma omp {par} schedule({sched}){_parallel_if(k)}",
+                          f"  for ({self.index_type} gid = 0; gid < {self.grid(k)}; gid++) {{", *body, "  }", "}"])

@@ -27,7 +27,7 @@ scalar operand with ``bcast``), ``bcast`` (``src`` = (scalar,)) copies a scalar 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tensorwire.protocol import dtypes as D
 
@@ -63,12 +63,13 @@ HELPERS = {
 class X:
     """An expression. Create with the module's constructors (:func:`const`, :func:`alu` ...)."""
 
-    __slots__ = ("op", "dtype", "src", "arg", "_hash", "lo", "hi", "width")
+    __slots__ = ("op", "dtype", "src", "arg", "_hash", "lo", "hi", "width", "size")
 
     def __init__(self, op: str, dtype: D.DType, src: tuple = (), arg=None, lo=None, hi=None, width: int = 1):
         self.op, self.dtype, self.src, self.arg, self.width = op, dtype, src, arg, width
         self._hash = hash((op, dtype.name, src, arg if not isinstance(arg, float) else repr(arg), width))
         self.lo, self.hi = lo, hi  # bounds of an integer expression, when known
+        self.size = None  # a size parameter's value in this lowering (see :func:`size`)
 
     def __hash__(self) -> int:
         return self._hash
@@ -121,6 +122,22 @@ def iconst(v: int) -> X:
 
 def var(name: str, dtype: D.DType = INDEX, lo=None, hi=None, width: int = 1) -> X:
     return X("var", dtype, (), name, lo, hi, width)
+
+
+def size(name: str, value: int) -> X:
+    """A size that is a kernel parameter (the scalar ``name``): the kernel's source does not depend on it, so other
+    sizes reuse the compiled kernel. Its bounds stay unknown (no simplification may depend on the value); ``value``,
+    this lowering's size, only lets index arithmetic cancel it: ``(q * n + r) // n`` is ``q`` when ``0 <= r < n``."""
+    x = X("var", INDEX, (), name)
+    x.size = int(value)
+    return x
+
+
+def _factor(x: X) -> int | None:
+    """The value of a constant factor of an index product: a constant's, or a size parameter's (:func:`size`)."""
+    if x.op == "const":
+        return x.arg
+    return x.size
 
 
 def load(buf: str, idx: X, dtype: D.DType, width: int = 1) -> X:
@@ -236,7 +253,7 @@ def iadd(a, b) -> X:
 
 def imul(a, b) -> X:
     a, b = _as_index(a), _as_index(b)
-    if a.op == "const":
+    if a.op == "const" or (a.size is not None and b.op != "const" and b.size is None):  # constants, sizes second
         a, b = b, a
     if b.op == "const":
         if b.arg == 0:
@@ -260,17 +277,17 @@ def idiv(a, d: int) -> X:
         return iconst(a.arg // d)
     if _known(a) and a.lo >= 0 and a.hi < d:
         return iconst(0)
-    if a.op == "alu" and a.arg == "mul" and a.src[1].op == "const" and a.src[1].arg % d == 0:
-        return imul(a.src[0], a.src[1].arg // d)
+    if a.op == "alu" and a.arg == "mul" and _factor(a.src[1]) is not None and _factor(a.src[1]) % d == 0:
+        return imul(a.src[0], _factor(a.src[1]) // d)
     split = _split_multiple(a, d)
     if split is not None:  # (m*d*k + r) // d with 0 <= r < d: m*k
         return imul(split[0], split[1] // d)
     if a.op == "alu" and a.arg == "add":  # (m*k + r) // (k*j) with 0 <= r < k: m // j
         for p, r in (a.src, a.src[::-1]):
-            if p.op == "alu" and p.arg == "mul" and p.src[1].op == "const" and p.src[1].arg > 0 \
-                    and d % p.src[1].arg == 0 and _known(r) and r.lo >= 0 and r.hi < p.src[1].arg \
+            k = _factor(p.src[1]) if p.op == "alu" and p.arg == "mul" else None
+            if k is not None and k > 0 and d % k == 0 and _known(r) and r.lo >= 0 and r.hi < k \
                     and _known(p.src[0]) and p.src[0].lo >= 0:
-                return idiv(p.src[0], d // p.src[1].arg)
+                return idiv(p.src[0], d // k)
     lo = a.lo // d if _known(a) and a.lo >= 0 else None
     hi = a.hi // d if _known(a) and a.lo >= 0 else None
     return X("alu", INDEX, (a, iconst(d)), "idiv", lo, hi)
@@ -285,7 +302,7 @@ def imod(a, m: int) -> X:
         return iconst(a.arg % m)
     if _known(a) and a.lo >= 0 and a.hi < m:
         return a
-    if a.op == "alu" and a.arg == "mul" and a.src[1].op == "const" and a.src[1].arg % m == 0:
+    if a.op == "alu" and a.arg == "mul" and _factor(a.src[1]) is not None and _factor(a.src[1]) % m == 0:
         return iconst(0)
     split = _split_multiple(a, m)
     if split is not None:  # (m*k*q + r) % m with 0 <= r < m: r
@@ -300,9 +317,9 @@ def _split_multiple(a: X, d: int):
     if a.op != "alu" or a.arg != "add":
         return None
     for p, r in (a.src, a.src[::-1]):
-        if p.op == "alu" and p.arg == "mul" and p.src[1].op == "const" and p.src[1].arg % d == 0 and _known(r) \
-                and r.lo >= 0 and r.hi < d:
-            return p.src[0], p.src[1].arg, r
+        k = _factor(p.src[1]) if p.op == "alu" and p.arg == "mul" else None
+        if k is not None and k % d == 0 and _known(r) and r.lo >= 0 and r.hi < d:
+            return p.src[0], k, r
     return None
 
 
@@ -415,6 +432,11 @@ class Kernel:
     heavy_items: bool = False
     local: int = 0
     locals: list = field(default_factory=list)
+    #: the scalar holding ``grid`` (a shape-generic kernel: the renderers bound the items by it, so the source does
+    #: not depend on the size; the launch still covers ``grid`` items); None: ``grid`` is written into the source
+    grid_var: str | None = None
+    #: the values of its size parameters in this lowering (scalar name -> size; see :func:`bind_sizes`)
+    sizes: dict = field(default_factory=dict)
 
     def signature(self) -> tuple:
         return (tuple((b.name, b.dtype.name, b.out) for b in self.bufs),
@@ -438,3 +460,76 @@ def lid(local: int) -> X:
 def grp(groups: int) -> X:
     """The work group's index (kernels with ``Kernel.local``)."""
     return var(GRP, INDEX, 0, max(groups - 1, 0))
+
+
+# sizes bound back to constants -------------------------------------------------------------------------------------
+
+def bind_sizes(k: Kernel) -> Kernel:
+    """Kernel ``k`` with its size parameters (``Kernel.sizes``) written in as constants: a kernel for this size
+    only, its index arithmetic simplified again (a C compiler vectorises a loop of a known trip count better), the
+    source a lowering without size parameters would make. Its scalars are ``k``'s other ones, in the same order,
+    renamed ``s0``, ``s1`` ...; the result's ``kept_scalars`` lists which of ``k``'s they are, so a launcher given
+    ``k``'s values picks them."""
+    if not k.sizes:
+        return k
+    kept = [s for s in k.scalars if s.name not in k.sizes]
+    rename = {s.name: f"s{i}" for i, s in enumerate(kept)}  # (named as a lowering without sizes names them)
+    memo: dict = {}
+
+    def x(e: X) -> X:
+        got = memo.get(e)
+        if got is not None:
+            return got
+        if e.op == "var":
+            out = iconst(e.size) if e.arg in k.sizes else (
+                var(rename[e.arg], e.dtype, e.lo, e.hi, e.width) if e.arg in rename else e)
+        elif e.op == "const":
+            out = e
+        else:
+            src = [x(s) for s in e.src]
+            if e.op == "alu":
+                if e.dtype is INDEX and e.arg in ("idiv", "mod") and src[1].op == "const" and src[1].arg > 0:
+                    out = idiv(src[0], src[1].arg) if e.arg == "idiv" else imod(src[0], src[1].arg)
+                elif e.dtype is INDEX and e.arg in ("idiv", "mod"):
+                    out = X("alu", INDEX, tuple(src), e.arg, e.lo, e.hi)
+                else:
+                    out = alu(e.arg, e.dtype, *src)
+            elif e.op == "load":
+                out = load(e.arg, src[0], e.dtype, e.width)
+            elif e.op == "cast":
+                out = cast(src[0], e.dtype)
+            elif e.op == "where":
+                out = where(*src)
+            elif e.op == "fn":
+                out = fn(e.arg, e.dtype, *src)
+            elif e.op == "bcast":
+                out = bcast(src[0], e.width)
+            elif e.op == "lane":
+                out = lane(src[0], e.arg)
+            else:  # pragma: no cover - the IR has no other ops
+                raise ValueError(f"unknown expression op {e.op}")
+        memo[e] = out
+        return out
+
+    def block(stmts: list) -> list:
+        out = []
+        for s in stmts:
+            if isinstance(s, (Let, Assign)):
+                out.append(replace(s, value=x(s.value)))
+            elif isinstance(s, Store):
+                out.append(replace(s, idx=x(s.idx), value=x(s.value)))
+            elif isinstance(s, Loop):
+                out.append(replace(s, start=x(s.start), stop=x(s.stop), body=block(s.body)))
+            elif isinstance(s, If):
+                out.append(replace(s, cond=x(s.cond), body=block(s.body), orelse=block(s.orelse)))
+            elif isinstance(s, Raise):
+                out.append(replace(s, detail=x(s.detail)))
+            else:
+                out.append(s)
+        return out
+
+    bound = replace(k, scalars=[Scalar(rename[s.name], s.dtype) for s in kept], body=block(k.body), grid_var=None,
+                    sizes={})
+    bound.errors = getattr(k, "errors", [])
+    bound.kept_scalars = [i for i, s in enumerate(k.scalars) if s.name not in k.sizes]
+    return bound

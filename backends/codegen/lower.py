@@ -91,6 +91,7 @@ class KernelBuilder:
         self.local = 0  # > 0: the kernel runs in work groups of this many items (ir.Kernel.local)
         self.locals: list[ir.Local] = []
         self._carried: dict = {}  # slot -> (index, value) of the kept values this kernel stores besides its own
+        self.row_len: X | None = None  # a row kernel: its row length, a size parameter (ir.size)
 
     def fresh(self, prefix: str) -> str:
         self._n += 1
@@ -114,6 +115,18 @@ class KernelBuilder:
             self.scalars.append(ir.Scalar(name, dtype))
             self.scalar_args.append((st.origin if st.dynamic else None, attr, attr_value(st.attrs, attr), dtype))
         return var(name, dtype)
+
+    def size(self, role: str, value: int) -> X:
+        """A size as a kernel parameter (:func:`.ir.size`, the plan's value, an INDEX scalar) rather than a constant
+        in the source: a fragment of the same structure at other sizes renders the same source, so it reuses the
+        compiled kernel. ``role`` names the size in this kernel (one parameter a role)."""
+        key = (SIZE_ATTR, role)
+        name = self._scalar_of.get(key)
+        if name is None:
+            name = self._scalar_of[key] = f"s{len(self.scalars)}"
+            self.scalars.append(ir.Scalar(name, INDEX))
+            self.scalar_args.append((None, key, int(value), INDEX))
+        return ir.size(name, value)
 
     def local_array(self, prefix: str, dtype: D.DType, size: int) -> str:
         """A new array shared by the items of a work group; returns its name."""
@@ -218,8 +231,13 @@ class KernelBuilder:
         return got
 
     def kernel(self, grid: int) -> ir.Kernel:
+        """The kernel over ``grid`` items. Without work groups (whose grid is whole groups, one per output or row)
+        the grid is a parameter (``Kernel.grid_var``) where it exceeds one item."""
+        grid_var = self.size("grid", grid).arg if not self.local and grid > 1 else None
+        sizes = {name: a[2] for name, a in zip((s.name for s in self.scalars), self.scalar_args)
+                 if type(a[1]) is tuple and a[1][0] == SIZE_ATTR}
         return ir.Kernel(self.name, self.bufs, self.scalars, grid, self.body, self.can_raise, self.heavy,
-                         self.local, self.locals)
+                         self.local, self.locals, grid_var, sizes)
 
 
 class Lowerer:
@@ -292,9 +310,9 @@ class Lowerer:
     def _elementwise(self, kb: KernelBuilder, st, out: str, n: int) -> int:
         """One work item an element; with ``Options.vector`` = W, one item a vector of W elements where the
         element's computation has a vector form (:mod:`.vectorize`), the last item finishing a tail of fewer
-        than W elements in a scalar loop."""
+        than W elements in a scalar loop (all of them, when there are fewer than W: the source is the same)."""
         W = self.opts.vector
-        if not W or st.dtype is not D.float32 or n < W:
+        if not W or st.dtype is not D.float32:
             g = ir.gid(n)
             kb.emit(ir.Store(out, g, kb.compute(st, Idx(st.shape, flat=g))))
             return n
@@ -314,11 +332,9 @@ class Lowerer:
         grid = -(-n // W)
         base = ir.gid(grid) * W
         whole = [ir.Let(ELEM_VAR, base), ir.Store(out, i, vec)]
-        if n % W == 0:
-            kb.block += whole
-        else:
-            tail = ir.Loop(ELEM_VAR, base, iconst(n), [ir.Store(out, i, v)], independent=True)
-            kb.emit(ir.If(ir.alu("le", D.bool_, base + W, iconst(n)), whole, [tail]))
+        size = kb.size("elements", n)  # (whether n is a multiple of W is a run's matter, not the source's)
+        tail = ir.Loop(ELEM_VAR, base, size, [ir.Store(out, i, v)], independent=True)
+        kb.emit(ir.If(ir.alu("le", D.bool_, base + W, size), whole, [tail]))
         return grid
 
 
@@ -352,16 +368,18 @@ class Lowerer:
         g = ir.grp(rows) if G else ir.gid(rows)
         kb.heavy = True
         kb.row_block = kb.body
+        kb.row_len = length = kb.size("row", n)  # its row reductions' length too (reduce.reduce_value)
 
         def body(c):
-            flat = g * n + c
+            flat = g * length + c
             kb.emit(ir.Store(out, flat, kb.compute(st, Idx(st.shape, flat=flat))))
-        kb.loop(ROW_VAR, ir.lid(G) if G else iconst(0), iconst(n), body, lo=0, hi=n - 1, step=G or 1,
+        kb.loop(ROW_VAR, ir.lid(G) if G else iconst(0), length, body, lo=0, hi=n - 1, step=G or 1,
                 independent=True)
         return rows * (G or 1)
 
 
 ROW_VAR = "col"
+SIZE_ATTR = "#size"  # a size parameter's "attribute" in ``Launch.scalars``: ``(None, (SIZE_ATTR, role), size, INDEX)``
 ELEM_VAR = "i"  # an elementwise kernel's element index, where vectors may take the place of work items
 
 

@@ -72,15 +72,23 @@ def combine(op: str, acc: X, x: X) -> X:
     return alu("max" if op == "amax" else "min", dt, acc, x)
 
 
-def _reduce_in_idx(st, axes, out_idx: Idx, r: X, red_shape) -> Idx:
-    """The input position for output position ``out_idx`` and flat reduced position ``r``."""
+def _rows(st, axes) -> bool:
+    """Whether reduction ``st`` over ``axes`` reduces whole rows of its contiguous input (all axes, or the
+    trailing ones): its input is read at ``output * length + r``, so the length may be a size parameter."""
+    nd = len(st.in_meta[0][0])
+    return axes == tuple(range(nd - len(axes), nd))
+
+
+def _reduce_in_idx(st, axes, out_idx: Idx, r: X, red_shape, length: X | None = None) -> Idx:
+    """The input position for output position ``out_idx`` and flat reduced position ``r`` (``length``: the
+    reduced length as an expression, where it is a size parameter)."""
     in_shape = tuple(st.in_meta[0][0])
     nd = len(in_shape)
     kept = [a for a in range(nd) if a not in axes]
-    R = math.prod(red_shape)
+    R = math.prod(red_shape) if length is None else length
     if not kept:
         return Idx(in_shape, flat=r)
-    if axes == tuple(range(nd - len(axes), nd)):  # trailing axes: rows
+    if _rows(st, axes):  # trailing axes: rows
         return Idx(in_shape, flat=out_idx.flat * R + r)
     if axes == tuple(range(len(axes))):  # leading axes: columns
         return Idx(in_shape, flat=r * math.prod(in_shape[a] for a in kept) + out_idx.flat)
@@ -252,9 +260,16 @@ def reduce_value(kb, st, idx: Idx) -> X:
         return cast(total, st.dtype)
 
     kb.heavy = kb.heavy or R > 16
+    length = None
+    if _rows(st, axes):  # whole rows: the length is a parameter (a row kernel's rows are as long as its own)
+        row = kb.row_len
+        length = row if row is not None and row.size == R and st.out in kb.lw.rows.reduces else \
+            kb.size(f"reduce{st.out}", R)
+    stop = iconst(R) if length is None else length
+
+    def element(r):
+        return cast(kb.value(st.ins[0], _reduce_in_idx(st, axes, idx, r, red_shape, length)), acc_dt)
     if kb.local and kb.block is kb.body:  # a work-group kernel (see Lowerer): the group reduces together
-        return cast(group_reduce(kb, op, acc_dt, iconst(0), iconst(R), lambda r: cast(kb.value(
-            st.ins[0], _reduce_in_idx(st, axes, idx, r, red_shape)), acc_dt), R - 1), st.dtype)
-    total = reduce_loop(kb, op, acc_dt, kb.fresh("r"), iconst(0), iconst(R), lambda r: cast(kb.value(
-        st.ins[0], _reduce_in_idx(st, axes, idx, r, red_shape)), acc_dt), 0, R - 1)
+        return cast(group_reduce(kb, op, acc_dt, iconst(0), stop, element, R - 1), st.dtype)
+    total = reduce_loop(kb, op, acc_dt, kb.fresh("r"), iconst(0), stop, element, 0, R - 1)
     return cast(total, st.dtype)

@@ -372,13 +372,18 @@ class CStyleRenderer:
         then the early return of the items past the grid (a work-group kernel's grid is whole groups)."""
         t, sfx = self.index_type, self.int64_suffix
         if not k.local:
-            return [f"  const {t} gid = {self.global_id()};", f"  if (gid >= {k.grid}{sfx}) return;"]
+            return [f"  const {t} gid = {self.global_id()};", f"  if (gid >= {self.grid(k)}) return;"]
         assert k.grid % k.local == 0, (k.grid, k.local)
         return [f"  const {t} lid = {self.local_id()};", f"  const {t} grp = {self.group_id()};",
                 f"  const {t} gid = grp * {k.local}{sfx} + lid;", *(f"  {self.local_decl(a)}" for a in k.locals)]
 
     def raise_error(self, code: int, detail: str) -> str:
         return f"{{ tw_err[0] = {code}; tw_err[1] = (long long){detail}; }}"
+
+    def grid(self, k: ir.Kernel) -> str:
+        """The number of work items, as the source spells it: the scalar that holds it (a shape-generic kernel,
+        ``Kernel.grid_var``), else the constant."""
+        return k.grid_var or f"{k.grid}{self.int64_suffix}"
 
     # kernels ----------------------------------------------------------------------------------------------
     def params(self, k: ir.Kernel) -> list[str]:

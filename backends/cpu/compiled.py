@@ -29,6 +29,7 @@ import subprocess
 import threading
 import time
 import weakref
+from collections import OrderedDict
 
 import numpy as np
 from cffi import FFI
@@ -39,6 +40,7 @@ from tensorwire.protocol.errors import DeviceError
 from ..codegen.c import CRenderer
 from ..codegen.cache import KernelCache, UnsafeKernelCache
 from ..codegen.compiler import run_compiler, sweep_stale
+from ..codegen.ir import bind_sizes
 from ..codegen.lower import Options, lower
 from ..codegen.program import build_runner, host_step_call, kernel_error
 
@@ -75,6 +77,9 @@ LARGE_RUNS = 1
 #: many, new fragments run interpreted until some have (issue 34)
 MAX_LIBRARIES_ENV = "TENSORWIRE_CPU_MAX_LIBRARIES"
 MAX_LIBRARIES = 4096
+
+#: structures whose first sizes the runtime remembers (to build kernels of a fixed shape with their sizes written in)
+SHAPES_REMEMBERED = 1 << 16
 
 #: composites kept on their numpy/BLAS kernels in compiled mode (im2col + gemm beats a naive loop nest)
 HOST_COMPOSITES = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d", "max_pool2d_grad",
@@ -194,6 +199,8 @@ class CRuntime:
         self._collected = -1e9  # (monotonic) when _room last collected garbage
         self._lock = threading.Lock()
         self.err = np.zeros(2, np.int64)
+        #: generic source's cache key -> the sizes its structure was first built for (see _bake)
+        self._first_sizes: OrderedDict = OrderedDict()
 
     def _compile(self, src_path: str, out_path: str) -> None:
         """Build ``src_path`` into ``out_path`` (a temporary of the cache's), bounded in time and memory and killed
@@ -240,19 +247,45 @@ class CRuntime:
 
     def build(self, kernels: list) -> dict:
         """``{kernel name: launcher(buffers, scalars)}`` for ``kernels`` (one library per fragment; each launcher
-        keeps it loaded)."""
-        lib = self.load(self.renderer.render(kernels), kernels)
+        keeps it loaded). A fragment's kernels take their sizes as parameters (shape-generic); the first sizes a
+        structure is built for get kernels with those sizes written in (:func:`~..codegen.ir.bind_sizes`: loops
+        of a known length vectorise better), and any other sizes share the generic library (:meth:`_bake`)."""
+        source = self.renderer.render(kernels)
+        if self._bake(source, kernels):
+            kernels = [bind_sizes(k) for k in kernels]
+            source = self.renderer.render(kernels)
+        lib = self.load(source, kernels)
         return {k.name: self._launcher(_function(lib.cdll, k, self.renderer), k, lib) for k in kernels}
+
+    def _bake(self, source: str, kernels: list) -> bool:
+        """Whether to build ``kernels`` (of the generic ``source``) with their sizes as constants: yes while their
+        structure has been built at these sizes only (a training loop of fixed shapes keeps the fastest kernels),
+        no once it met other sizes (a loop whose batch changes compiles twice, not once a size). As
+        ``torch.compile``'s automatic dynamic shapes; remembered for :data:`SHAPES_REMEMBERED` structures."""
+        sizes = tuple(tuple(sorted(k.sizes.items())) for k in kernels)
+        if not any(sizes):
+            return False
+        key = self.cache.key(source)
+        with self._lock:
+            first = self._first_sizes.setdefault(key, sizes)
+            self._first_sizes.move_to_end(key)
+            if len(self._first_sizes) > SHAPES_REMEMBERED:
+                self._first_sizes.popitem(last=False)
+        return first == sizes
 
     def _launcher(self, f, k, lib: Library):
         """``launch(buffers, scalars)``: through cffi, whose call costs ~0.5 us and a buffer's address ~0.2 us (a
-        ctypes call cost ~1 us more, and numpy's ``__array_interface__`` ~0.9 us a buffer)."""
+        ctypes call cost ~1 us more, and numpy's ``__array_interface__`` ~0.9 us a buffer). ``scalars`` are the
+        generic kernel's: a kernel with its sizes written in drops them."""
         dtypes = [b.dtype.np for b in k.bufs]
         err = self.err
         from_buffer = _FFI.from_buffer
         errp = from_buffer(err)
+        ours = getattr(k, "kept_scalars", None)  # (a kernel with its sizes written in: see bind_sizes)
 
         def launch(bufs, scalars):
+            if ours is not None:
+                scalars = [scalars[i] for i in ours]
             ptrs = []
             for j, dt in enumerate(dtypes):
                 b = bufs[j]

@@ -490,7 +490,8 @@ def grind(names: list[str], extras: list[str]) -> dict:
         k = lower([st], {1}).kernels[0]
         k.grid = 65
         launch = dev.runtime.build([k])[k.name]
-        launch([dev.runtime.empty((64,), D.float32), dev.upload(np.ones(64, np.float32))], [])
+        grid = [k.grid] if k.grid_var else []  # (a shape-generic kernel's bound is its grid parameter)
+        launch([dev.runtime.empty((64,), D.float32), dev.upload(np.ones(64, np.float32))], grid)
         dev.synchronize()
     return {"cases": len(names), "device": info.name}
 

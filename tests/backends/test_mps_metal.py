@@ -19,8 +19,9 @@ from tensorwire.backends import executor as X
 from tensorwire.backends.codegen.lower import lower
 from tensorwire.backends.codegen.metal import MetalRenderer
 from tensorwire.backends.codegen.presets import GPU as LOWERING_GPU
+from tensorwire.backends.codegen.program import scalar_value
 from tensorwire.backends.cpu import NumpyBackend
-from tensorwire.backends.mps.metal import STORAGE_MLX, MLXMetalRenderer, mlx_source
+from tensorwire.backends.mps.metal import STORAGE_MLX, MLXMetalRenderer, mlx_source, scalar_mlx
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError
 
@@ -120,13 +121,14 @@ def _metal_reason() -> str:
 
 
 def _single_launch(nodes: list, inputs: list):
-    """The one kernel a fragment lowers to and, per buffer, the external input it reads (or None: an output)."""
+    """The one kernel a fragment lowers to, per buffer the external input it reads (or None: an output), and its
+    scalars' values (a shape-generic kernel's sizes)."""
     device = _NoNative().open(0)
     plan = X.compile_plan(device, nodes, inputs)
     lowered = lower(plan.program.steps, {plan.node_slot[-1]}, LOWERING_GPU)
     (launch,) = [it for it in lowered.items if hasattr(it, "kernel")]
     ext = [key[1] if key[0] == "slot" and key[1] < len(inputs) else None for key in launch.args]
-    return launch.kernel, ext
+    return launch.kernel, ext, [scalar_value(s, None) for s in launch.scalars]
 
 
 #: the cases that are one kernel reading the fragment's inputs (the test binds them directly)
@@ -143,12 +145,12 @@ def test_mlx_metal_kernels_run_on_the_gpu(name):
     rng = np.random.default_rng(0)
     arrays = [rng.integers(0, 2, shape) if dt is i64 else rng.standard_normal(shape).astype(dt.np)
               for shape, dt in inputs]
-    k, ext = _single_launch(nodes, inputs)
+    k, ext, values = _single_launch(nodes, inputs)
     src = mlx_source(k)
     fn = mx.fast.metal_kernel(name=f"tw_{name}", input_names=list(src.input_names),
                               output_names=list(src.output_names), source=src.body, header=src.header)
     ins = [mx.array(arrays[j]).view(getattr(mx, STORAGE_MLX[b.dtype])) for b, j in zip(k.bufs, ext) if not b.out]
-    assert not k.scalars, "the cases run here have no scalar parameters"
+    ins += [mx.array(v, dtype=getattr(mx, scalar_mlx(s.dtype))) for s, v in zip(k.scalars, values)]  # (0-d)
     outs = [b for b in k.bufs if b.out]
     res = fn(inputs=ins, grid=(k.grid, 1, 1), threadgroup=(k.local or 64, 1, 1),
              output_shapes=[(b.size,) for b in outs] + ([(2,)] if k.can_raise else []),

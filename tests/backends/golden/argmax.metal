@@ -10,9 +10,9 @@ using namespace metal;
 #define TW_CLZ64(x) clz(x)
 #define TW_MULHI64(a, b) mulhi(a, b)
 
-kernel void k0(device long* b0 [[buffer(0)]], device const float* b1 [[buffer(1)]], uint3 tid [[thread_position_in_grid]]) {
+kernel void k0(device long* b0 [[buffer(0)]], device const float* b1 [[buffer(1)]], constant long& s0 [[buffer(2)]], uint3 tid [[thread_position_in_grid]]) {
   const long gid = (long)tid.x;
-  if (gid >= 4l) return;
+  if (gid >= s0) return;
     const long v0 = (gid * 5l);
     const float v1 = b1[v0];
     float best1 = v1;

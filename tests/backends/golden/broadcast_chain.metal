@@ -10,9 +10,9 @@ using namespace metal;
 #define TW_CLZ64(x) clz(x)
 #define TW_MULHI64(a, b) mulhi(a, b)
 
-kernel void k0(device float* b0 [[buffer(0)]], device const float* b1 [[buffer(1)]], device const float* b2 [[buffer(2)]], uint3 tid [[thread_position_in_grid]]) {
+kernel void k0(device float* b0 [[buffer(0)]], device const float* b1 [[buffer(1)]], device const float* b2 [[buffer(2)]], constant long& s0 [[buffer(3)]], uint3 tid [[thread_position_in_grid]]) {
   const long gid = (long)tid.x;
-  if (gid >= 12l) return;
+  if (gid >= s0) return;
     const float v0 = b1[gid];
     const long v1 = (gid % 3l);
     const float v2 = b2[v1];

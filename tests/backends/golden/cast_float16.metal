@@ -43,9 +43,9 @@ TW_FN unsigned short tw_f32_to_bf16(float f) {
 TW_FN float tw_rnd_f16(float f) { return tw_f16_to_f32(tw_f32_to_f16(f)); }
 TW_FN float tw_rnd_bf16(float f) { return tw_bf16_to_f32(tw_f32_to_bf16(f)); }
 
-kernel void k0(device ushort* b0 [[buffer(0)]], device const float* b1 [[buffer(1)]], uint3 tid [[thread_position_in_grid]]) {
+kernel void k0(device ushort* b0 [[buffer(0)]], device const float* b1 [[buffer(1)]], constant long& s0 [[buffer(2)]], uint3 tid [[thread_position_in_grid]]) {
   const long gid = (long)tid.x;
-  if (gid >= 6l) return;
+  if (gid >= s0) return;
     const float v0 = b1[gid];
     const float v1 = tw_rnd_f16(v0);
     const float v2 = tw_rnd_f16((v1 * v1));

@@ -10,9 +10,9 @@ using namespace metal;
 #define TW_CLZ64(x) clz(x)
 #define TW_MULHI64(a, b) mulhi(a, b)
 
-kernel void k0(device float* b0 [[buffer(0)]], device const long* b1 [[buffer(1)]], device const float* b2 [[buffer(2)]], device long* tw_err [[buffer(3)]], uint3 tid [[thread_position_in_grid]]) {
+kernel void k0(device float* b0 [[buffer(0)]], device const long* b1 [[buffer(1)]], device const float* b2 [[buffer(2)]], device long* tw_err [[buffer(3)]], constant long& s0 [[buffer(4)]], uint3 tid [[thread_position_in_grid]]) {
   const long gid = (long)tid.x;
-  if (gid >= 6l) return;
+  if (gid >= s0) return;
     const long v0 = b1[gid];
     const int v1 = (v0 < 0l);
     const int v2 = (v0 >= 4l);

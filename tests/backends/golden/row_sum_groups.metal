@@ -10,14 +10,14 @@ using namespace metal;
 #define TW_CLZ64(x) clz(x)
 #define TW_MULHI64(a, b) mulhi(a, b)
 
-kernel void k0(device float* b0 [[buffer(0)]], device const float* b1 [[buffer(1)]], uint3 tid [[thread_position_in_grid]], uint3 ltid [[thread_position_in_threadgroup]], uint3 tgid [[threadgroup_position_in_grid]]) {
+kernel void k0(device float* b0 [[buffer(0)]], device const float* b1 [[buffer(1)]], constant long& s0 [[buffer(2)]], uint3 tid [[thread_position_in_grid]], uint3 ltid [[thread_position_in_threadgroup]], uint3 tgid [[threadgroup_position_in_grid]]) {
   const long lid = (long)ltid.x;
   const long grp = (long)tgid.x;
   const long gid = grp * 4l + lid;
   threadgroup float red3[4];
     float acc1 = 0.0f;
-    for (long r2 = lid; r2 < 7l; r2 += 4) {
-      const long v0 = (grp * 7l);
+    for (long r2 = lid; r2 < s0; r2 += 4) {
+      const long v0 = (grp * s0);
       const long v1 = (v0 + r2);
       const float v2 = b1[v1];
       const float v3 = metal::precise::exp(v2);

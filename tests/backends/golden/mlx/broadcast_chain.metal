@@ -1,5 +1,5 @@
 // kernel k0: grid 12, threadgroup any
-// inputs: b1, b2
+// inputs: b1, b2, s0
 // outputs: b0
 // -- header
 #define TW_FN inline
@@ -13,7 +13,7 @@
 
 // -- body
   const long gid = (long)thread_position_in_grid.x;
-  if (gid >= 12l) return;
+  if (gid >= s0) return;
     const float v0 = b1[gid];
     const long v1 = (gid % 3l);
     const float v2 = b2[v1];

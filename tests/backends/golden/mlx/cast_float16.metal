@@ -1,5 +1,5 @@
 // kernel k0: grid 6, threadgroup any
-// inputs: b1
+// inputs: b1, s0
 // outputs: b0
 // -- header
 #define TW_FN inline
@@ -46,7 +46,7 @@ TW_FN float tw_rnd_bf16(float f) { return tw_bf16_to_f32(tw_f32_to_bf16(f)); }
 
 // -- body
   const long gid = (long)thread_position_in_grid.x;
-  if (gid >= 6l) return;
+  if (gid >= s0) return;
     const float v0 = b1[gid];
     const float v1 = tw_rnd_f16(v0);
     const float v2 = tw_rnd_f16((v1 * v1));

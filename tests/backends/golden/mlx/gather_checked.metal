@@ -1,5 +1,5 @@
 // kernel k0: grid 6, threadgroup any
-// inputs: b1, b2
+// inputs: b1, b2, s0
 // outputs: b0, tw_err
 // -- header
 #define TW_FN inline
@@ -13,7 +13,7 @@
 
 // -- body
   const long gid = (long)thread_position_in_grid.x;
-  if (gid >= 6l) return;
+  if (gid >= s0) return;
     const long v0 = b1[gid];
     const int v1 = (v0 < 0l);
     const int v2 = (v0 >= 4l);

@@ -1,5 +1,5 @@
 // kernel k0: grid 7, threadgroup any
-// inputs: s0, s1
+// inputs: s0, s1, s2
 // outputs: b0
 // -- header
 #define TW_FN inline
@@ -51,7 +51,7 @@ TW_FN TW_I64 tw_randint(TW_I64 seed, TW_I64 counter, TW_I64 low, TW_I64 high) {
 
 // -- body
   const long gid = (long)thread_position_in_grid.x;
-  if (gid >= 7l) return;
+  if (gid >= s2) return;
     const long v0 = (s1 + gid);
     const long v1 = tw_randint(s0, v0, (-4l), 9l);
     const int v2 = ((int)v1);

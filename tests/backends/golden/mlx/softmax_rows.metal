@@ -1,5 +1,5 @@
 // kernel k0: grid 1536, threadgroup 256
-// inputs: b1
+// inputs: b1, s0
 // outputs: b0
 // -- header
 #define TW_FN inline
@@ -18,8 +18,8 @@
   threadgroup float red3[256];
   threadgroup float red7[256];
     float acc1 = (-INFINITY);
-    for (long r2 = lid; r2 < 300l; r2 += 256) {
-      const long v0 = (grp * 300l);
+    for (long r2 = lid; r2 < s0; r2 += 256) {
+      const long v0 = (grp * s0);
       const long v1 = (v0 + r2);
       const float v2 = b1[v1];
       const int v3 = (isnan(v2) != 0);
@@ -130,8 +130,8 @@
     float tot4 = v71;
     threadgroup_barrier(mem_flags::mem_threadgroup);
     float acc5 = 0.0f;
-    for (long r6 = lid; r6 < 300l; r6 += 256) {
-      const long v72 = (grp * 300l);
+    for (long r6 = lid; r6 < s0; r6 += 256) {
+      const long v72 = (grp * s0);
       const long v73 = (v72 + r6);
       const float v74 = b1[v73];
       const float v75 = (v74 - tot4);
@@ -208,8 +208,8 @@
     const float v110 = red7[0l];
     float tot8 = v110;
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (long col = lid; col < 300l; col += 256) {
-      const long v111 = (grp * 300l);
+    for (long col = lid; col < s0; col += 256) {
+      const long v111 = (grp * s0);
       const long v112 = (v111 + col);
       const float v113 = b1[v112];
       const float v114 = (v113 - tot4);
