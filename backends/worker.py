@@ -84,6 +84,15 @@ def parse_device(text: str) -> tuple[str, int]:
     return kind, int(idx or 0)
 
 
+def kept_slots(slots: list, outs, kept, release) -> frozenset:
+    """The plan slots a batch keeps: those of its outputs (all, or the nodes ``kept``) that the client did not
+    release in the same batch."""
+    gone = set(release or ())
+    keep = {slots[j] for j in (range(len(outs)) if kept is None else kept) if j < len(slots) and outs[j] not in gone}
+    keep.discard(None)
+    return frozenset(keep)
+
+
 def describe_job(job) -> str:
     """A batch in a few words, for a client that waits on it: its ops (the most frequent first) and node count, or
     the plan it replays."""
@@ -483,13 +492,7 @@ class Executor:
         shm = h.get("shm")
         if shm is not None and shm < 1:
             return False
-        if release:
-            gone = set(release)
-            keep = {slots[j] for j in (range(n) if kept is None else kept) if outs[j] not in gone}
-        else:
-            keep = set(slots) if kept is None else {slots[j] for j in kept}
-        keep.discard(None)
-        keep = frozenset(keep)
+        keep = kept_slots(slots, outs, kept, release)
         if plan.work >= OFFLOAD_WORK or builds_runner(self.device, plan, keep):
             return False
         if self.limit is not None and s.ledger.used + plan.peak(keep) > self.limit:
@@ -653,11 +656,7 @@ class Executor:
                     job.outs, job.kept = [], None
                     self._finish(sid, s, job, {}, report=False)
                     return False
-            release = set(h.get("release") or ())
-            keep = {slots[j] for j in (range(len(outs)) if job.kept is None else job.kept)
-                    if outs[j] not in release and j < len(slots)}
-            keep.discard(None)
-            job.plan, job.ext, job.keep = plan, ext, frozenset(keep)
+            job.plan, job.ext, job.keep = plan, ext, kept_slots(slots, outs, job.kept, h.get("release"))
             job.dyn = {j: a for j, a in (h.get("dyn") or ())}
             if plan.dyn_checks and job.dyn:
                 plan.check_dynamic(job.dyn)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections import Counter
 from pathlib import Path
 
 from tensorwire.protocol.errors import ConfigurationError
@@ -153,7 +154,7 @@ def job_devices(nodes: int, per_node: list[str]) -> list[tuple[str, int]]:
     local = [(d.split(":")[0], int(d.split(":")[1])) for d in per_node]
     if nodes == 1:
         return [(d, i) for d, (_, i) in zip(per_node, local)]
-    count = {kind: sum(k == kind for k, _ in local) for kind, _ in local}
+    count = Counter(kind for kind, _ in local)
     out = []
     for node in range(nodes):
         seen: dict[str, int] = {}

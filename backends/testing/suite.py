@@ -194,9 +194,9 @@ def prebuild_cases(backend, cases: list, device_index: int = 0) -> int:
     (``KernelModules.prebuild``): a kernel compiler's cost is mostly per module (NVRTC: the whole conformance suite's
     2,589 kernels in 11 modules took 56 s on the 2-core runner; one module a case, several times that). Returns the
     modules built (0 where the device compiles no modules, as the CPU's C kernels)."""
-    runtime = getattr(_device(backend, device_index), "runtime", None)
-    if runtime is None or not hasattr(runtime, "prebuild") or not hasattr(_device(backend, device_index),
-                                                                          "lowering_options"):
+    dev = _device(backend, device_index)
+    runtime = getattr(dev, "runtime", None)
+    if not hasattr(runtime, "prebuild") or not hasattr(dev, "lowering_options"):
         return 0
     return runtime.prebuild(kernel_lists(backend, cases, device_index))
 
