@@ -26,7 +26,7 @@ from tensorwire.autograd_engine import (
 
 def service_stats(session=None) -> dict:
     """The autograd service's counters: ``requests``, ``backward``, ``hits`` (its cache), ``cached``."""
-    from tensorwire.context import current_session
+    from tensorwire.context import current_session  # lazy: the session; the autograd service imports this package
 
     s = session or current_session()
     h, _ = s.service_request("autograd", {"op": "stats"})

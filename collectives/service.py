@@ -22,8 +22,11 @@ to serve collectives again.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
+import signal
+import sys
 import threading
 from collections import deque
 
@@ -50,6 +53,7 @@ from tensorwire.protocol.shm_paths import check_shm_path, map_shm_file
 from tensorwire.protocol.wire import pack_header
 
 from . import shared_memory
+from .network import bind_env
 
 log = logging.getLogger("tensorwire.collectives")
 
@@ -58,10 +62,8 @@ MAX_GROUP_IDS = 256  # NCCL ids kept (one per group of devices); an evicted grou
 
 
 def _mpi():
-    from .network import bind_env
-
     bind_env()  # before MPI initialises: its listeners bind loopback or the configured interface only
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing MPI initialises it; bind_env() comes first
 
     return MPI
 
@@ -325,14 +327,9 @@ def _transports(devices: list[str]) -> list[str]:
 def _die_with_launcher() -> None:
     """Die when the launcher that forked this rank dies, as Hydra's ranks do: MPICH's single-host launcher
     (``mpiexec.gforker``, which listens on no port) does not take its ranks down with it when it is killed."""
-    import signal
-    import sys
-
     if sys.platform != "linux":
         return
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return

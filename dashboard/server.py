@@ -13,9 +13,12 @@ import asyncio
 import os
 import socket
 
+from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, resolve_token
 from tensorwire.protocol.errors import TensorwireError, Unauthorized
+from tensorwire.protocol.service import announce_ready
 
 from .auth import Gate, is_loopback
+from .source import ClusterSource
 
 DEFAULT_PORT = 8787
 
@@ -23,6 +26,7 @@ DEFAULT_PORT = 8787
 def missing() -> str | None:
     """What is missing to serve the dashboard (its web stack), or None."""
     try:
+        # lazy: Starlette and uvicorn are the optional [dashboard] extra
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
@@ -46,9 +50,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 async def _serve(app, sock: socket.socket, url: str) -> None:
-    import uvicorn
-
-    from tensorwire.protocol.service import announce_ready
+    import uvicorn  # lazy: the optional [dashboard] extra
 
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2,
                                            lifespan="off"))
@@ -62,8 +64,6 @@ async def _serve(app, sock: socket.socket, url: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The ``tensorwire dashboard`` command."""
-    from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, resolve_token
-
     p = argparse.ArgumentParser(prog="tensorwire dashboard", description=(
         "Serve the cluster's live dashboard (devices, workers, sessions, task stream, compiles, collectives, hub) "
         "in a browser. Loopback by default; beyond loopback every viewer presents the admin token or a session "
@@ -92,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         raise Unauthorized("the dashboard reads the cluster as the admin: give --admin-token-file (tensorwire up "
                            "prints where it wrote it) or set TENSORWIRE_ADMIN_TOKEN")
     client = resolve_token(CLIENT_TOKEN_ENV, args.token_file)
-    from .app import create_app
-    from .source import ClusterSource
+    from .app import create_app  # lazy: Starlette, the optional [dashboard] extra
 
     sock = _bind(args.host, args.port)
     port = sock.getsockname()[1]

@@ -16,6 +16,9 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
 
+from tensorwire.session import Session
+from tensorwire.status import hub_health
+
 log = logging.getLogger("tensorwire.dashboard")
 
 #: seconds of task stream and history the dashboard keeps
@@ -79,6 +82,7 @@ class TaskStream:
 def hub_downloads(metrics_url: str, timeout: float = 2.0) -> dict:
     """The hub's download counters from its Prometheus endpoint: ``{"requests", "bytes"}`` of the download route
     (requests answered 2xx; bytes of every answer there)."""
+    # lazy: the client imports dashboard.server (LocalCluster's missing()) and never loads prometheus_client
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(metrics_url, timeout=timeout) as r:  # noqa: S310 - the cluster's hub
@@ -114,8 +118,6 @@ class ClusterSource:
         self._stop = threading.Event()
         self._snapshot: Snapshot | None = None
         self._ready = threading.Event()
-        from tensorwire.session import Session
-
         self.session = Session(address, admin_token, timeout=timeout, keys=keys)
         self._thread = threading.Thread(target=self._run, name="tensorwire-dashboard-source", daemon=True)
 
@@ -154,8 +156,6 @@ class ClusterSource:
 
     def poll(self) -> Snapshot:
         """Ask the dispatcher once (and the hub), fold the answer into the history, and keep it as the latest."""
-        from tensorwire.status import hub_health
-
         st = self.session.cluster_status()
         now = time.time()
         hub = hub_health(st.get("hub_url"))

@@ -20,19 +20,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from tensorwire.protocol.addresses import is_address_in_use, port_in_use
+from tensorwire.protocol.credentials import write_token_file
 from tensorwire.protocol.errors import ConfigurationError
+from tensorwire.protocol.logs import configure as configure_logging
+from tensorwire.protocol.metrics import add_metrics_args
 
-from .client import DEFAULT_PORT
+from .client import DEFAULT_PORT, create_tag, list_repos, push_folder
 from .errors import HubError
+from .server import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, create_token, serve
+from .storage import DEFAULT_MAX_BLOB, Storage
 
 _COMMANDS = ("serve", "push", "ls", "token", "tag")
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
-    from tensorwire.protocol.metrics import add_metrics_args
-
     add_metrics_args(p)
     p.add_argument("--root", required=True, help="storage folder (blobs/ and index.sqlite)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
@@ -124,12 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "serve":
-        from tensorwire.protocol.logs import configure as configure_logging
-
         configure_logging()
-        from .server import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, serve
-        from .storage import DEFAULT_MAX_BLOB
-
         try:
             return serve(
                 args.root,
@@ -148,8 +147,6 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 raise port_in_use("the hub", args.host, args.port, "--port") from None
             raise
     if args.command == "push":
-        from .client import push_folder
-
         commit = push_folder(
             args.repo,
             args.folder,
@@ -163,20 +160,14 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(commit)
         return 0
     if args.command == "tag":
-        from .client import create_tag
-
         print(create_tag(args.repo, args.tag, args.revision, endpoint=args.endpoint, token=args.token))
         return 0
     if args.command == "ls":
-        from .client import list_repos
-
         for r in list_repos(args.endpoint, args.token):
             flags = "private" if r["private"] else "public"
             print(f"{r['repo_id']}\t{flags}\t{r['sha'] or '-'}\t{r['last_modified']}")
         return 0
     if args.command == "token" and args.token_command == "create":
-        from .server import create_token
-
         if args.scope and args.write:
             parser.error("--write and --scope exclude each other: a scoped token writes only where a write: scope says")
         if args.out:
@@ -189,13 +180,6 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _token_to_file(args: argparse.Namespace) -> int:
     """``token create --out FILE``: keep FILE if this hub knows its token, else create one and write it there."""
-    from pathlib import Path
-
-    from tensorwire.protocol.credentials import write_token_file
-
-    from .server import create_token
-    from .storage import Storage
-
     out = Path(args.out)
     existing = out.read_text().strip() if out.is_file() else ""
     if existing and Storage(args.root).check_token(existing) is not None:

@@ -13,6 +13,8 @@ import http.client
 import io
 import json
 import os
+import queue
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
@@ -268,7 +270,7 @@ def progress_bar(total: int, desc: str, enabled: bool = True) -> Any:
     ``enabled``: the CLI's push and download bars and the client's bars for downloads into workers."""
     if not enabled:
         return None
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: tqdm (and its notebook probe) only when a bar is drawn
 
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc)
 
@@ -553,7 +555,7 @@ def _locked(lock_path: Path) -> Iterator[None]:
     _mkdir_private(lock_path.parent)
     with open(lock_path, "a+b") as fh:
         try:
-            import fcntl
+            import fcntl  # lazy: POSIX only
         except ImportError:  # pragma: no cover - non-POSIX: no cross-process lock
             yield
             return
@@ -571,9 +573,6 @@ class _HashWriter:
     """Feeds chunks to a hash and a file on a thread of its own (a bounded queue between them)."""
 
     def __init__(self, h, f):
-        import queue
-        import threading
-
         self.h, self.f = h, f
         self.q: queue.Queue = queue.Queue(maxsize=4)
         self.error: BaseException | None = None
@@ -698,7 +697,7 @@ def _read_verified(dest: Path, sha256: str, size: int, *, into_memory: bool) -> 
             h = hashlib.sha256()
             buf = None
             if into_memory:
-                import numpy as np
+                import numpy as np  # lazy: numpy only for in-memory downloads; import tensorwire.hub stays numpy-free
 
                 buf = np.empty(size, dtype=np.uint8)
                 view = memoryview(buf)
@@ -836,12 +835,10 @@ def _fetch_to_memory(
     """The file's verified bytes: read from the cache (and hashed), or downloaded into memory, verified, and
     returned at once while a background thread writes them into the cache (so a loader need not wait for
     the disk)."""
-    import threading
-
     cached = _read_verified(dest, sha256, size, into_memory=True)
     if cached is not None:
         return cached
-    import numpy as np
+    import numpy as np  # lazy: numpy only for in-memory downloads; import tensorwire.hub stays numpy-free
 
     buf = np.empty(size, dtype=np.uint8)  # not bytearray(size): no memset of memory about to be overwritten
     view = memoryview(buf)

@@ -7,6 +7,8 @@ clash); the request handler threads update them (they are thread-safe).
 
 from __future__ import annotations
 
+from tensorwire.protocol.metrics import serve_registry
+
 #: route classes the metrics are labelled with (a label per URL would be unbounded)
 ROUTES = ("resolve", "api/models", "api/tw", "other")
 
@@ -27,6 +29,7 @@ class HubMetrics:
     """The hub's counters, and the registry the metrics endpoint serves."""
 
     def __init__(self, server=None):
+        # lazy: prometheus_client only when the hub serves metrics
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
@@ -61,6 +64,4 @@ class HubMetrics:
 
     def serve(self, host: str, port: int) -> tuple[object, str]:
         """Serve the metrics at ``http://host:port/metrics`` from a thread; returns ``(server, url)``."""
-        from tensorwire.protocol.metrics import serve_registry
-
         return serve_registry(self.registry, host, port)

@@ -12,6 +12,7 @@ is a file every safetensors reader can open:
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import struct
@@ -159,6 +160,4 @@ def validate_file(path: str | os.PathLike) -> dict:
 
 def validate_bytes(data: bytes) -> dict:
     """Validate an in-memory safetensors file."""
-    import io
-
     return validate_stream(io.BytesIO(data), len(data))

@@ -36,6 +36,7 @@ from .errors import (
     RepositoryNotFound,
     Unauthorized,
 )
+from .metrics import HubMetrics
 from .storage import DEFAULT_MAX_BLOB, Commit, FileEntry, Repo, Storage, Token, git_oid, lfs_pointer
 
 log = logging.getLogger("tensorwire.hub")
@@ -1164,8 +1165,6 @@ def serve(
     ready = {"service": "hub", "url": server.url}
     metrics_server = None
     if metrics_port is not None:
-        from .metrics import HubMetrics
-
         server.metrics = HubMetrics(server)
         metrics_server, ready["metrics_url"] = server.metrics.serve(metrics_host, metrics_port)
     out = ready_stream or sys.stdout

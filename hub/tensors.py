@@ -14,7 +14,8 @@ import struct
 import urllib.parse
 import urllib.request
 
-from .client import _headers, _open, _token, default_endpoint, push_files, resolve
+from .client import _headers, _open, _token, default_endpoint, fetch, push_files, push_folder, resolve
+from .errors import EntryNotFound, Unauthorized
 
 MAX_HEADER = 100_000_000
 
@@ -24,7 +25,7 @@ def _session_endpoint(endpoint: str | None, session) -> str:
     if endpoint:
         return endpoint
     if session is None:  # the session in use, if any (never connect just to find a URL)
-        from tensorwire import context
+        from tensorwire import context  # lazy: the client (see load)
 
         session = getattr(context._local, "session", None) or context._default
         if session is not None and session.closed:
@@ -37,8 +38,6 @@ def _session_endpoint(endpoint: str | None, session) -> str:
 def _check_cluster_hub(session, endpoint: str | None, repo_id: str) -> None:
     """Refuse a load the workers would refuse at first use: a cluster without a hub, or ``endpoint`` naming another
     hub than the one its workers download from (they never download from a hub a client names)."""
-    from .errors import Unauthorized
-
     cluster = getattr(session, "hub_url", None)
     how = ("start the cluster with one (LocalCluster(hub_root=DIR) or LocalCluster(hub_url=URL); tensorwire up "
            "--hub-root DIR or --hub-url URL; tensorwire worker --hub-url URL)")
@@ -57,6 +56,7 @@ def _range(url: str, start: int, end: int, token: str | None) -> bytes:
 
 def remote_header(endpoint: str, repo_id: str, commit: str, path: str, token: str | None) -> dict:
     """The JSON header of a safetensors file on the hub, read with two small Range requests."""
+    # lazy: numpy (safetensors_io): the hub service imports this package and stays numpy-free
     from tensorwire.protocol.safetensors_io import parse_header
 
     url = f"{endpoint.rstrip('/')}/{repo_id}/resolve/{commit}/{urllib.parse.quote(path)}"
@@ -93,6 +93,7 @@ def load_state_dict(
     under ``TENSORWIRE_PROGRESS_MIN_BYTES`` (8 MiB) that end within a second, and files in a worker's cache, show
     nothing (docs/observability.md#progress).
     """
+    # lazy: the client, and numpy: the hub service imports this package and loads neither
     from tensorwire.context import current_session
     from tensorwire.progress import sink_for
     from tensorwire.protocol.safetensors_io import tensor_specs
@@ -106,8 +107,6 @@ def load_state_dict(
     commit = meta["commit"]
     names = files or sorted(f["path"] for f in meta["files"] if f["path"].endswith(".safetensors"))
     if not names:
-        from .errors import EntryNotFound
-
         raise EntryNotFound(f"{repo_id}@{revision} has no .safetensors files")
     dev = s.default_device if device is None else s.check_device(device_name(device))
     sink = sink_for(progress)
@@ -161,8 +160,6 @@ def push(
     Modules and state dicts are written as ``model.safetensors`` (plus ``config.json`` from ``config``
     or the module's ``config`` attribute, when there is one).
     """
-    from .client import push_folder
-
     ep = _session_endpoint(endpoint, session)
     if isinstance(obj, (str, os.PathLike)):
         return push_folder(
@@ -175,6 +172,7 @@ def push(
             private=private,
             progress=progress,
         )
+    # lazy: numpy: the hub service imports this package and stays numpy-free
     import numpy as np
 
     from tensorwire.protocol.safetensors_io import save_bytes
@@ -209,11 +207,10 @@ def load(
     weights are loaded by the worker that owns ``device`` straight from the hub (see
     :func:`load_state_dict`, whose ``progress`` this passes on), and the model is returned in eval mode.
     """
+    # lazy: the client, and numpy: the hub service imports this package and loads neither
     from tensorwire import models, nn
     from tensorwire.context import current_session
     from tensorwire.tensor import device_name
-
-    from .client import fetch
 
     s = session or current_session()
     _check_cluster_hub(s, endpoint, repo_id)

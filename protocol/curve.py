@@ -59,7 +59,7 @@ def _check_curve() -> None:
 
 
 def _load(path: Path, secret: bool) -> tuple[bytes, bytes | None]:
-    import zmq.auth
+    import zmq.auth  # lazy: zmq.auth only with CURVE keys; the client imports this module
 
     if not path.is_file():
         raise Unauthorized(f"CURVE key file {path} is missing (`tensorwire keys --dir DIR` creates the keys)")
@@ -75,7 +75,7 @@ def _load(path: Path, secret: bool) -> tuple[bytes, bytes | None]:
 def create_keys(directory: str | os.PathLike, *, clients=("client",), services=("service",)) -> Path:
     """Create the keys directory (see the module docstring); existing pairs and tokens are kept, missing ones
     made. Secret files are readable by their owner only. Returns the directory."""
-    import zmq.auth
+    import zmq.auth  # lazy: zmq.auth only with CURVE keys
 
     _check_curve()
     d = Path(directory)
@@ -97,7 +97,7 @@ def create_keys(directory: str | os.PathLike, *, clients=("client",), services=(
 def start_authenticator(ctx: zmq.Context, keys: Path):
     """Start the ZAP handler that authorises client keys (``keys/clients``) and service keys (``keys/services``)
     separately. Returns it (``.stop()`` it when the sockets close)."""
-    from zmq.auth.thread import ThreadAuthenticator
+    from zmq.auth.thread import ThreadAuthenticator  # lazy: the authenticator's thread machinery (~30 ms)
 
     _check_curve()
     for sub in (CLIENTS, SERVICES):

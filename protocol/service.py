@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import json
 import os
 import signal
@@ -97,8 +99,6 @@ def tune_gc() -> None:
     then depends on the order its blocks came and went (a worker taking 96 MiB of uploads under a 16 MiB quota
     peaked 28-63 MiB over its start, 38-44 with the threshold fixed; blocks under 4 MiB, reused most, stay in the
     heap, and a larger block's page faults are small beside the work it holds)."""
-    import gc
-
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
@@ -115,8 +115,6 @@ def fix_mmap_threshold() -> bool:
         n = MMAP_THRESHOLD
     if n <= 0 or not sys.platform.startswith("linux"):
         return False
-    import ctypes
-
     try:
         libc = ctypes.CDLL("libc.so.6")
         return bool(libc.mallopt(-3, n))  # M_MMAP_THRESHOLD
@@ -130,7 +128,7 @@ def profiled(service: str, fn, *args):
     out_dir = os.environ.get("TENSORWIRE_PROFILE")
     if not out_dir:
         return fn(*args)
-    import cProfile
+    import cProfile  # lazy: a developer's tool, under TENSORWIRE_PROFILE only
 
     prof = cProfile.Profile()
     try:

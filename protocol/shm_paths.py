@@ -10,9 +10,11 @@ forwards the message; the rank checks the name again and the file itself when it
 from __future__ import annotations
 
 import collections
+import hashlib
 import mmap
 import os
 import re
+import socket
 import stat
 
 from .errors import ProtocolError
@@ -85,9 +87,6 @@ def host_id() -> str:
     other's loopback addresses and unix sockets, and see the same files (this boot of this host, one network and
     one mount namespace). Containers and network namespaces count as hosts. (Whether two workers share their
     shared-memory folder is their ``SHM_DIR``, compared besides.)"""
-    import hashlib
-    import socket
-
     parts = [socket.gethostname()]
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:

@@ -16,7 +16,7 @@ from tensorwire.backends import hookimpl, torch_flags
 @hookimpl
 def tensorwire_backends():
     """The MPS backend (its device says whether MLX and a Metal GPU are there)."""
-    from .backend import MPSBackend
+    from .backend import MPSBackend  # lazy: torch.backends.mps's names (below) load no compiled-device machinery
 
     return [MPSBackend()]
 
@@ -24,7 +24,7 @@ def tensorwire_backends():
 def __getattr__(name: str):
     # the backend class, imported when asked for: ``torch.backends.mps``'s names below need none of it
     if name == "MPSBackend":
-        from .backend import MPSBackend
+        from .backend import MPSBackend  # lazy: as above
 
         return MPSBackend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

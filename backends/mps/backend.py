@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from tensorwire.backends.compiled_device import DiscoveringBackend
 
+from .runtime import discover, open_device
+
 
 class MPSBackend(DiscoveringBackend):
     """Apple GPUs through MLX; composites run through their decompositions unless a plugin adds a kernel. Every
@@ -14,13 +16,9 @@ class MPSBackend(DiscoveringBackend):
     compiles_primitives = True
 
     def discover(self):
-        from .runtime import discover
-
         return discover()
 
     def device(self, dev, driver):
-        from .runtime import open_device
-
         return open_device(self, dev)
 
 

@@ -27,6 +27,8 @@ import ml_dtypes
 import mlx.core as mx
 import numpy as np
 
+from tensorwire.backends.cpu.kernels import KERNELS as NUMPY_KERNELS
+from tensorwire.backends.cpu.kernels import _erf as erf  # scipy's, else math.erf vectorised
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol import random as rng
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange
@@ -165,8 +167,6 @@ _NUMPY_FLOAT64 = {"exp": np.exp, "sin": np.sin, "cos": np.cos, "erf": None}
 
 
 def _numpy_erf(x: np.ndarray) -> np.ndarray:
-    from tensorwire.backends.cpu.kernels import _erf as erf  # scipy's, else math.erf vectorised
-
     return erf(x)
 
 
@@ -348,8 +348,6 @@ def _arg(fn):
 def _argsort(ins, a, shape, dt):
     """Stable, NaN last ascending and first descending (torch's order): MLX's ``argsort`` documents neither, so
     the row order comes from numpy's stable sort on the array's (unified) memory, as the CPU backend's does."""
-    from tensorwire.backends.cpu.kernels import KERNELS as NUMPY_KERNELS
-
     x = ins[0]
     if dtype_of(x) in D.HALF:
         x = x.astype(mx.float32)

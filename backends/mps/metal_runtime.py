@@ -49,7 +49,7 @@ def load_metal_kernel(on_cpu: bool):
     where custom kernels need a Metal GPU the host does not have."""
     if on_cpu:
         return None
-    import mlx.core as mx
+    import mlx.core as mx  # lazy: MLX, the optional [mps] extra
 
     return mx.fast.metal_kernel
 
@@ -63,7 +63,7 @@ class MetalKernels:
     MAX_KERNELS = 1 << 15
 
     def __init__(self, mx, make_kernel):
-        from .kernels import MX
+        from .kernels import MX  # lazy: MLX (kernels imports it)
 
         self.mx, self.MX, self.make_kernel = mx, MX, make_kernel
         self.renderer = MLXMetalRenderer()

@@ -24,6 +24,7 @@ are immutable); an upload copies once into MLX's allocator (MLX has no API that 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import threading
@@ -35,7 +36,10 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import OutOfMemory
 
 from ..base import Device, Step
+from ..codegen.program import StepRunners, build_runner, host_step_call
+from ..codegen.schedule import KNOWN_OPS
 from ..compiled_device import Discovery, Found
+from ..executor import WORKER_OPS, _build_runner
 from . import metal_runtime
 
 #: the test-only switch: run the backend on MLX's CPU device (for hosts without Metal)
@@ -67,7 +71,7 @@ def _host_memory() -> int | None:
 
 def _discover() -> Found:
     try:
-        import mlx.core as mx
+        import mlx.core as mx  # lazy: MLX, the optional [mps] extra, may be absent
     except Exception as e:  # not installed, or a build that does not load here
         return Found([], f"mlx is not installed or does not load ({type(e).__name__}: {e}); {INSTALL}")
     version = getattr(mx, "__version__", "?")
@@ -125,6 +129,7 @@ class MPSDevice(Device):
     MAX_STEP_RUNNERS = 4096
 
     def __init__(self, backend, index: int, found: MLXDevice):
+        # lazy: MLX, the optional [mps] extra (kernels imports it too)
         import mlx.core as mx
 
         from . import kernels as K
@@ -137,8 +142,6 @@ class MPSDevice(Device):
         self.gpu = self.metal
         mx.set_default_device(mx.cpu if found.on_cpu else mx.gpu)
         if self.metal:
-            from ..codegen.program import StepRunners
-
             self.runtime = metal_runtime.MetalKernels(mx, make_kernel)
             self.lowering_options = metal_runtime.LOWERING
             self._step_runners = StepRunners(self, self.MAX_STEP_RUNNERS)
@@ -216,12 +219,8 @@ class MPSDevice(Device):
             for s in plan.program.steps:
                 if s.dtype is D.float64 or any(m[1] is D.float64 for m in s.in_meta):
                     return _refusing(self.K.refuse_float64(s.op))  # step by step names the node
-            from ..codegen.program import build_runner
-
             inner = build_runner(self, plan, keep)
         else:
-            from ..executor import _build_runner
-
             inner = _build_runner(self, plan, keep)
         kept = tuple(keep)
 
@@ -253,22 +252,15 @@ class MPSDevice(Device):
             self.runtime.raise_errors(slots)
 
     def _error_slots(self):
-        import contextlib
-
         return self.runtime.errors() if self.metal else contextlib.nullcontext([])
 
     def _compiles(self, op: str) -> bool:
         """Whether the Metal path's lowering makes ``op`` a kernel (else a host step: an MLX op)."""
-        from ..codegen.schedule import KNOWN_OPS
-
         return op in KNOWN_OPS and op not in self.lowering_options.host_ops
 
     def host_call(self, step: Step):
         """A host step of the Metal path: a worker op (``const``, ``hub_tensor``), else the step's MLX kernel
         (recorded lazily, evaluated with the fragment)."""
-        from ..codegen.program import host_step_call
-        from ..executor import WORKER_OPS
-
         if step.op in WORKER_OPS:
             return host_step_call(self, step)
         kernel = step.kernel or self.backend.kernels[step.op]
@@ -288,7 +280,7 @@ def _refusing(err: Exception):
 
 def open_device(backend, found: MLXDevice) -> MPSDevice:
     """``mps:0`` for a worker, its MLX kernels put in the backend's table (where no plugin kernel is)."""
-    from .kernels import KERNELS
+    from .kernels import KERNELS  # lazy: MLX (kernels imports it)
 
     for op, fn in KERNELS.items():
         backend.kernels.setdefault(op, fn)

@@ -139,7 +139,7 @@ def custom_fwd(fwd=None, *, device_type: str, cast_inputs=None):
     def wrapper(*args, **kwargs):
         if cast_inputs is None or not is_autocast_enabled(device_type):
             return fwd(*args, **kwargs)
-        from tensorwire.tensor import Tensor
+        from tensorwire.tensor import Tensor  # circle: tensor -> autograd_hooks -> amp.autocast_mode
 
         def conv(v):
             return v.to(cast_inputs) if isinstance(v, Tensor) and _eligible(v, device_type) else v

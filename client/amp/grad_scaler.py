@@ -64,7 +64,7 @@ class GradScaler:
 
     def scale(self, outputs):
         """``outputs`` (a tensor, or tensors in lists/tuples/dicts) multiplied by the scale."""
-        from tensorwire.tensor import Tensor
+        from tensorwire.tensor import Tensor  # circle: tensor -> autograd_hooks -> amp -> amp.grad_scaler
 
         if not self._enabled:
             return outputs
@@ -87,7 +87,7 @@ class GradScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        from tensorwire.autograd_engine import no_grad
+        from tensorwire.autograd_engine import no_grad  # circle: as in scale()
 
         inv = _f32(1.0 / self._scale)  # torch: the float64 reciprocal, rounded to float32
         found = []

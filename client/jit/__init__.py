@@ -18,6 +18,7 @@ import functools
 import warnings
 from collections import OrderedDict
 
+from tensorwire.context import current_session
 from tensorwire.protocol.errors import CompileError
 
 from .graph import RETRACE, CompiledGraph
@@ -95,8 +96,6 @@ class CompiledFunction:
             return None
         if sessions:
             return sessions.pop()
-        from tensorwire.context import current_session
-
         return current_session()
 
     def _record(self, entry: _Entry, args, kwargs, tensors):
@@ -172,7 +171,7 @@ def compile(
         raise TypeError(f"tw.compile expects a function or a module, got {type(model).__name__}")
     if disable:
         return model
-    from tensorwire.nn import Module
+    from tensorwire.nn import Module  # circle: nn.module -> jit.state (this package) -> nn
 
     if isinstance(model, Module):
         return CompiledFunction(model.__call__, fullgraph, dynamic, backend, mode, options)

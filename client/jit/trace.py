@@ -26,7 +26,7 @@ import weakref
 
 import numpy as np
 
-from tensorwire.session import encode_batch
+from tensorwire.session import _user_frame, encode_batch
 from tensorwire.tensor import Tensor
 
 from . import state as _state
@@ -115,8 +115,6 @@ class Trace:
     def unsupported(self, reason: str) -> None:
         """Something the call did cannot be replayed: the function runs eagerly."""
         if self.problem is None:
-            from tensorwire.session import _user_frame
-
             self.problem = NotCompilable(reason, _user_frame())
 
     def start(self) -> None:

@@ -9,7 +9,11 @@ import os
 from dataclasses import dataclass, field, fields
 
 from tensorwire import nn
+from tensorwire.creation import arange, zeros
 from tensorwire.nn import functional as F
+from tensorwire.nn._tensors import no_grad
+from tensorwire.protocol.dtypes import finfo_max
+from tensorwire.serialization import load
 
 from .registry import register_model
 
@@ -52,8 +56,6 @@ _ACT = {"gelu": lambda x: F.gelu(x), "gelu_new": lambda x: F.gelu(x, "tanh"), "g
 class BertEmbeddings(nn.Module):
     def __init__(self, c: BertConfig):
         super().__init__()
-        from tensorwire.creation import arange, zeros
-
         self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden_size, padding_idx=c.pad_token_id)
         self.position_embeddings = nn.Embedding(c.max_position_embeddings, c.hidden_size)
         self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.hidden_size)
@@ -208,8 +210,6 @@ class BertModel(nn.Module):
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, 0.0, std)
             if m.padding_idx is not None:
-                from tensorwire.nn._tensors import no_grad
-
                 with no_grad():
                     m.weight[m.padding_idx] = 0
         elif isinstance(m, nn.LayerNorm):
@@ -224,8 +224,6 @@ class BertModel(nn.Module):
     def from_pretrained(cls, path: str, device=None, **kwargs) -> BertModel:
         """Build from a folder holding ``config.json`` and ``model.safetensors`` (Hugging Face layout);
         returns the model in eval mode. Weights named ``bert.*`` (task heads' checkpoints) are accepted."""
-        from tensorwire.serialization import load
-
         with open(os.path.join(path, "config.json")) as f:
             cfg = json.load(f)
         with nn.init.skip_init():  # the checkpoint overwrites every parameter
@@ -244,8 +242,6 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         mask = None
         if attention_mask is not None:
-            from tensorwire.protocol.dtypes import finfo_max
-
             dt = x.dtype
             big = -float(finfo_max(dt))  # Hugging Face adds finfo(dtype).min where the mask is 0
             m = attention_mask.to(dt).reshape(attention_mask.shape[0], 1, 1, attention_mask.shape[-1])

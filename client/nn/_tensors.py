@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
+
+import tensorwire as tw
+from tensorwire.creation import tensor as _tensor
 from tensorwire.tensor import Tensor
 
 
 def no_grad():
     """``tw.no_grad()`` when autograd is available, else a no-op context."""
-    import tensorwire as tw
-
     ng = getattr(tw, "no_grad", None)
     return ng() if ng is not None else contextlib.nullcontext()
 
 
 def grad_enabled() -> bool:
-    import tensorwire as tw
-
     f = getattr(tw, "is_grad_enabled", None)
     return bool(f()) if f is not None else False
 
@@ -59,10 +59,6 @@ def fresh(t: Tensor) -> Tensor:
 
 def set_value(t: Tensor, value) -> Tensor:
     """``t``'s value becomes ``value`` (a Tensor, numpy array or number) cast to ``t``'s dtype and device."""
-    import numpy as np
-
-    from tensorwire.creation import tensor as _tensor
-
     if not isinstance(value, Tensor):
         value = _tensor(np.asarray(value), dtype=t.dtype, device=t._dev, session=t._s)
     if tuple(value._shape) != tuple(t._shape):

@@ -11,10 +11,16 @@ import math
 
 import numpy as np
 
+from tensorwire.creation import arange, ones, rand
+from tensorwire.creation import tensor as _tensor
+from tensorwire.functions import cat, where
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.shapes import broadcast
 from tensorwire.tensor import Tensor
+
+from ._tensors import no_grad, rebind
+from .pooling_nd import _adaptive, max_pool1d_with_indices, max_pool2d_with_indices
 
 __all__ = [
     "relu", "relu6", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax", "leaky_relu", "softplus", "elu",
@@ -91,8 +97,6 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
 
 
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
-    from tensorwire.functions import where
-
     out = where(input > 0, input, input.expm1() * alpha)
     return input._assign(out) if inplace else out
 
@@ -141,8 +145,6 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     if p == 1:
         out = input * 0
     else:
-        from tensorwire.creation import rand
-
         keep = rand(input.shape, dtype=input.dtype, device=input._dev, session=input._s) >= p
         out = input * keep * (1.0 / (1.0 - p))
     return input._assign(out) if inplace else out
@@ -291,8 +293,6 @@ def _pool_stride(stride, kernel: list[int]) -> list[int]:
 def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,  # noqa: A002
                return_indices: bool = False) -> Tensor:
     if return_indices:  # the windows gathered, their maxima and first argmax (nn/pooling_nd.py)
-        from .pooling_nd import max_pool2d_with_indices
-
         return max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode)
     unbatched = input.ndim == 3
     x = input.unsqueeze(0) if unbatched else input
@@ -320,8 +320,6 @@ def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
 def max_pool1d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,  # noqa: A002
                return_indices: bool = False) -> Tensor:
     if return_indices:
-        from .pooling_nd import max_pool1d_with_indices
-
         return max_pool1d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode)
     k = _pair(kernel_size, 1)[0]
     s = _pair(stride, 1)[0] if stride is not None else k
@@ -343,8 +341,6 @@ def _adaptive_bounds(n: int, m: int) -> list[tuple[int, int]]:
 
 def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:  # noqa: A002
     """Average over torch's adaptive windows (one reshape + mean when the size divides evenly)."""
-    from tensorwire.functions import cat
-
     h, w = input.shape[-2:]
     oh, ow = (output_size, output_size) if not isinstance(output_size, (tuple, list)) else output_size
     oh = h if oh is None else int(oh)
@@ -372,8 +368,6 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
                momentum: float | None = 0.1, eps: float = 1e-5) -> Tensor:
     """Batch normalisation over every dim but 1. In training mode the running statistics are updated
     (recorded ops: the buffers are rebound to their new values, as torch updates them in place)."""
-    from ._tensors import no_grad, rebind
-
     # torch's channels are dim 1; a 1-D input has none (only an empty one, with empty statistics, is valid)
     channels = input.shape[1] if input.ndim > 1 else 0
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
@@ -474,8 +468,6 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
     idx = input.reshape(-1)
     out = weight.index_select(0, idx)
     if padding_idx is not None and weight.requires_grad:
-        from tensorwire.functions import where
-
         pi = padding_idx if padding_idx >= 0 else weight.shape[0] + padding_idx
         out = where((idx == pi).unsqueeze(1), out.detach(), out)
     return out.reshape(*input.shape, weight.shape[1])
@@ -483,8 +475,6 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     """int64 one-hot encoding along a new last dim (``num_classes=-1`` reads the max: a sync)."""
-    from tensorwire.creation import arange
-
     if tensor.dtype.is_floating_point:
         raise TypeError("one_hot is only applicable to index tensor")
     if num_classes < 0:
@@ -509,8 +499,6 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
         return input._rec("pad", [input], {"pads": pads, "value": 0 if value is None else value})
     if mode not in ("reflect", "replicate", "circular"):
         raise NotImplementedError(f"pad mode {mode!r} is not supported")
-    from tensorwire.creation import tensor as _tensor
-
     out = input
     for d in range(input.ndim):
         lo, hi = pads[2 * d], pads[2 * d + 1]
@@ -538,8 +526,6 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
                 align_corners: bool | None = None, recompute_scale_factor=None, antialias: bool = False) -> Tensor:
     """Resize the trailing spatial dims: ``nearest``, ``nearest-exact``, ``linear``, ``bilinear``, ``trilinear``,
     ``bicubic`` and ``area`` (index gathers with weights computed on the client; every mode is separable)."""
-    from tensorwire.creation import tensor as _tensor
-
     nsp = input.ndim - 2
     if nsp < 1:
         raise ValueError("interpolate expects a batched input (N, C, ...)")
@@ -563,16 +549,12 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
             src = np.minimum(np.floor(at * scale).astype(np.int64), n - 1)
             out = out.index_select(d, _tensor(src, device=out._dev, session=out._s))
         elif mode == "area":  # adaptive average pooling, one dim at a time (a box's mean is separable)
-            from .pooling_nd import _adaptive
-
             (pos, ok), = _adaptive([n], [m])
             k = pos.shape[1]
             x = out.movedim(d, -1)
             idx = _tensor(np.where(ok, pos, 0).reshape(-1), device=out._dev, session=out._s)
             win = x.index_select(x.ndim - 1, idx).reshape(*x.shape[:-1], m, k)
             okt = _tensor(ok, device=out._dev, session=out._s)
-            from tensorwire.functions import where
-
             total = where(okt, win, win.new_zeros(())).sum(-1)
             out = (total / _tensor(ok.sum(1).astype(np.float64), device=out._dev, session=out._s).to(
                 total.dtype)).movedim(-1, d)
@@ -626,8 +608,6 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
                                  enable_gqa: bool = False) -> Tensor:
     """softmax(q k^T * scale + mask) v. A bool ``attn_mask`` marks positions that may attend (True), a float
     one is added to the scores; ``is_causal`` applies a lower-triangular mask."""
-    from tensorwire.functions import where
-
     L, S = query.shape[-2], key.shape[-2]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     if enable_gqa and query.shape[-3] != key.shape[-3]:
@@ -641,8 +621,6 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if is_causal:
         if attn_mask is not None:
             raise ValueError("is_causal and attn_mask cannot both be set")
-        from tensorwire.creation import ones
-
         causal = ones(L, S, dtype=D.bool_, device=query._dev, session=query._s).tril()
         scores = where(causal, scores, neg)
     if attn_mask is not None:
@@ -697,8 +675,6 @@ def mha_batch_first(query, key, value, num_heads, in_proj_weight, in_proj_bias, 
                     bias_v=None, add_zero_attn=False):
     """Multi-head attention on batch-first inputs ``[N, L, E]`` (``nn.MultiheadAttention`` transposes to it; torch's
     functional form is :func:`multi_head_attention_forward`)."""
-    from tensorwire.functions import cat, where
-
     n, L, e = query.shape
     S = key.shape[1]
     hd = e // num_heads
@@ -743,8 +719,6 @@ def mha_batch_first(query, key, value, num_heads, in_proj_weight, in_proj_bias, 
             am = am.reshape(n, num_heads, L, S)
         mask = am
     if is_causal and attn_mask is None:
-        from tensorwire.creation import ones
-
         am = where(ones(L, S, dtype=D.bool_, device=q._dev, session=q._s).tril(), 0.0, neg).to(q.dtype)
         mask = am
     if key_padding_mask is not None:
@@ -790,8 +764,6 @@ def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduc
 
 def smooth_l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",  # noqa: A002
                    beta: float = 1.0) -> Tensor:
-    from tensorwire.functions import where
-
     d = (input - target).abs()
     if beta == 0:
         return _reduce(d, reduction)
@@ -799,8 +771,6 @@ def smooth_l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None
 
 
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:  # noqa: A002
-    from tensorwire.functions import where
-
     d = (input - target).abs()
     return _reduce(where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta), reduction)
 
@@ -813,8 +783,6 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_a
 
 def _nll(logp: Tensor, target: Tensor, weight, ignore_index: int, reduction: str):
     """(loss, per-element weights or None, valid mask or None) for class-index targets."""
-    from tensorwire.functions import where
-
     unbatched = logp.ndim == 1
     if unbatched:
         logp = logp.unsqueeze(0)
@@ -846,8 +814,6 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
                   label_smoothing: float = 0.0) -> Tensor:
     """torch's cross entropy: class-index targets (with ``ignore_index``) or class-probability targets,
     optional class ``weight`` and ``label_smoothing``."""
-    from tensorwire.functions import where
-
     if (input.ndim == 2 and target.ndim == 1 and not target.dtype.is_floating_point and weight is None
             and label_smoothing <= 0 and reduction in ("mean", "sum", "none") and input.shape[1] > 0
             and input.dtype.is_floating_point and isinstance(ignore_index, int)):

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from tensorwire.autograd_engine import no_grad
+from tensorwire.creation import rand
+from tensorwire.functions import arange_like, where
+from tensorwire.math_extras import xlogy
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.tensor import Tensor
@@ -23,9 +29,14 @@ __all__ = [
 ]
 
 
-def _where(cond, a, b) -> Tensor:
-    from tensorwire.functions import where
+def _functional():
+    """``nn.functional``, which re-exports this module's names: imported on first use, not at import time."""
+    from . import functional  # circle: nn.functional re-exports nn.functional_extras
 
+    return functional
+
+
+def _where(cond, a, b) -> Tensor:
     return where(cond, a, b)
 
 
@@ -34,9 +45,7 @@ def _inplace(input: Tensor, out: Tensor, inplace: bool) -> Tensor:  # noqa: A002
 
 
 def _reduce(loss: Tensor, reduction: str) -> Tensor:
-    from .functional import _reduce as r
-
-    return r(loss, reduction)
+    return _functional()._reduce(loss, reduction)
 
 
 def _float_only(name: str, x: Tensor) -> None:
@@ -129,8 +138,6 @@ def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, trainin
     """Leaky ReLU with slope (lower + upper) / 2, or in training a slope drawn from U(lower, upper) per element."""
     _float_only("rrelu", input)
     if training:
-        from tensorwire.creation import rand
-
         slope = rand(input.shape, dtype=input.dtype, device=input._dev, session=input._s) * (upper - lower) + lower
     else:
         slope = (lower + upper) / 2
@@ -140,8 +147,6 @@ def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, trainin
 # -- dropouts --------------------------------------------------------------------------------------------------------
 
 def _keep(input: Tensor, shape, p: float) -> Tensor:  # noqa: A002
-    from tensorwire.creation import rand
-
     return rand(shape, dtype=input.dtype, device=input._dev, session=input._s) >= p
 
 
@@ -253,8 +258,6 @@ def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None, reduct
     if log_target:
         loss = target.exp() * (target - input)
     else:
-        from tensorwire.math_extras import xlogy
-
         loss = xlogy(target, target) - target * input
     if reduction == "batchmean":
         return loss.sum() / input.shape[0] if input.ndim else loss.sum()
@@ -284,8 +287,7 @@ def soft_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=No
 def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
                                 size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """-(t log σ(x) + (1 - t) log σ(-x)), averaged over the classes (the last dim)."""
-    from .functional import logsigmoid
-
+    logsigmoid = _functional().logsigmoid
     loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
     if weight is not None:
         loss = loss * weight
@@ -362,8 +364,6 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
     if input.ndim != 2:
         raise ShapeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
     n = input.shape[0]
-    import numpy as np
-
     i, j = np.triu_indices(n, 1)
     if len(i) == 0:
         return input.new_zeros((0,))
@@ -421,8 +421,6 @@ def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float =
         z = z * z
     if weight is not None:
         z = z * weight.gather(0, t).unsqueeze(1)
-    from tensorwire.functions import arange_like
-
     not_y = arange_like(x, 0, c).unsqueeze(0) != t.unsqueeze(1)
     loss = _where(not_y, z, z.new_zeros(())).sum(1) / c
     if input.ndim < 2:
@@ -439,8 +437,7 @@ def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: flo
         raise ShapeError(f"Expected 3D or higher dimensionality input (got {input.ndim} dimensions)")
     if input.numel() == 0:
         return input
-    from .functional import pad
-
+    pad = _functional().pad
     sq = input * input
     c = input.shape[1]
     moved = sq.movedim(1, -1)
@@ -466,8 +463,6 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
         mean = input.mean(dims, keepdim=True)
         var = input.var(dims, unbiased=False, keepdim=True)
         if running_mean is not None or running_var is not None:
-            from tensorwire.autograd_engine import no_grad
-
             with no_grad():
                 n = 1
                 for d in dims:
@@ -495,23 +490,17 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
 
 def upsample(input: Tensor, size=None, scale_factor=None, mode: str = "nearest", align_corners=None) -> Tensor:  # noqa: A002
     """:func:`interpolate`'s old name."""
-    from .functional import interpolate
-
-    return interpolate(input, size, scale_factor, mode, align_corners)
+    return _functional().interpolate(input, size, scale_factor, mode, align_corners)
 
 
 def upsample_nearest(input: Tensor, size=None, scale_factor=None) -> Tensor:  # noqa: A002
     """``interpolate(mode="nearest")``."""
-    from .functional import interpolate
-
-    return interpolate(input, size, scale_factor, mode="nearest")
+    return _functional().interpolate(input, size, scale_factor, mode="nearest")
 
 
 def upsample_bilinear(input: Tensor, size=None, scale_factor=None) -> Tensor:  # noqa: A002
     """``interpolate(mode="bilinear", align_corners=True)``."""
-    from .functional import interpolate
-
-    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+    return _functional().interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
 
 
 # -- fused forms -----------------------------------------------------------------------------------------------------
@@ -521,8 +510,7 @@ def linear_cross_entropy(input: Tensor, linear_weight: Tensor, target: Tensor, *
                          ignore_index: int | None = None, label_smoothing: float = 0.0, options=None) -> Tensor:
     """``cross_entropy(linear(input, linear_weight, linear_bias), target, ...)`` (torch's fused form; ``options``
     tune torch's chunking, which changes nothing here)."""
-    from .functional import cross_entropy, linear
-
+    cross_entropy, linear = _functional().cross_entropy, _functional().linear
     if input.ndim not in (1, 2):
         raise ShapeError(f"expected input with dimensionality 1 or 2, got {input.ndim}")
     if linear_weight.ndim < 2 or linear_weight.shape[-1] != input.shape[-1]:
@@ -548,8 +536,6 @@ def multilabel_margin_loss(input: Tensor, target: Tensor, size_average=None, red
     c = x.shape[1]
     valid = (t >= 0).to(D.int64).cumprod(1) > 0  # up to the first -1
     ti = _where(valid, t, t * 0)
-    from tensorwire.functions import arange_like
-
     cls = arange_like(x, 0, c)
     is_target = ((ti.unsqueeze(2) == cls) & valid.unsqueeze(2)).any(1)  # (N, C)
     xt = x.gather(1, ti)  # (N, J): the target classes' scores
@@ -566,8 +552,6 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths, 
     """The connectionist temporal classification loss: -log of the summed probability of every alignment of each
     target to its input, by the forward (alpha) recursion in log space over the blank-extended targets, one step
     per input frame (the lengths and targets are read: a sync point)."""
-    import numpy as np
-
     unbatched = log_probs.ndim == 2
     lp = log_probs.unsqueeze(1) if unbatched else log_probs
     T, N, _ = lp.shape  # noqa: N806
@@ -598,7 +582,7 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths, 
     em = lp.gather(2, lp._operand(ext).unsqueeze(0).expand(T, N, L))  # (T, N, L)
     em = _where(lp._operand(valid), em, neg)
     skip_t = lp._operand(skip)
-    from .functional import pad
+    pad = _functional().pad
 
     def safe_log(v):  # log, -inf at 0 with a zero gradient there (no inf * 0 = NaN where a path is impossible)
         empty = v == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from tensorwire.functions import where
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError
 from tensorwire.tensor import Tensor
@@ -18,8 +19,6 @@ _PADS = {"zeros": 0, "border": 1, "reflection": 2}
 
 
 def _where(c, a, b):
-    from tensorwire.functions import where
-
     return where(c, a, b)
 
 

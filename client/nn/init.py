@@ -9,6 +9,9 @@ import warnings
 import numpy as np
 
 from tensorwire import views as V
+from tensorwire.creation import eye, full, rand, randn
+from tensorwire.creation import tensor as _tensor
+from tensorwire.functions import where
 from tensorwire.tensor import Tensor
 
 from ._tensors import no_grad, rebind
@@ -82,8 +85,6 @@ def _set(tensor: Tensor, new: Tensor) -> Tensor:
 
 
 def _rand(tensor: Tensor, kind: str, generator=None) -> Tensor:
-    from tensorwire.creation import rand, randn
-
     dt = tensor.dtype if tensor.dtype.is_floating_point else None
     f = rand if kind == "rand" else randn
     return f(tensor.shape, dtype=dt, device=tensor._dev, generator=generator, session=tensor._s)
@@ -107,8 +108,6 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
     then clamped; with the default ±2 std bounds, the chance an element is still outside is ~1e-11)."""
     if _SKIP[0]:
         return tensor
-    from tensorwire.functions import where
-
     x = _rand(tensor, "randn", generator) * std + mean
     for _ in range(8):
         bad = (x < a) | (x > b)
@@ -119,8 +118,6 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
 def constant_(tensor: Tensor, val: float) -> Tensor:
     if _SKIP[0]:
         return tensor
-    from tensorwire.creation import full
-
     return _set(tensor, full(tensor.shape, val, dtype=tensor.dtype, device=tensor._dev, session=tensor._s))
 
 
@@ -135,8 +132,6 @@ def zeros_(tensor: Tensor) -> Tensor:
 def eye_(tensor: Tensor) -> Tensor:
     if _SKIP[0]:
         return tensor
-    from tensorwire.creation import eye
-
     if tensor.ndim != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
     return _set(tensor, eye(*tensor.shape, dtype=tensor.dtype, device=tensor._dev, session=tensor._s))
@@ -145,8 +140,6 @@ def eye_(tensor: Tensor) -> Tensor:
 def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
     if _SKIP[0]:
         return tensor
-    from tensorwire.creation import tensor as _tensor
-
     d = tensor.ndim
     if d not in (3, 4, 5):
         raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
@@ -194,8 +187,6 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     """A (semi-)orthogonal matrix: QR of a normal draw from the cluster, computed on the client (a sync)."""
     if _SKIP[0]:
         return tensor
-    from tensorwire.creation import tensor as _tensor
-
     if tensor.ndim < 2:
         raise ValueError("Only tensors with 2 or more dimensions are supported")
     rows = tensor.shape[0]

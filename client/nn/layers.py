@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import math
 
+from tensorwire.creation import empty, ones, tensor, zeros
 from tensorwire.protocol import dtypes as D
 from tensorwire.tensor import Tensor
 
 from . import functional as F
 from . import init
+from ._tensors import no_grad, rebind
 from .module import Module
 from .parameter import Parameter
 
 
 def _empty(*shape, device=None, dtype=None) -> Tensor:
-    from tensorwire.creation import empty
-
     return empty(*shape, dtype=dtype, device=device)
 
 
@@ -260,8 +260,6 @@ class _BatchNorm(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device=None, dtype=None):
         super().__init__()
-        from tensorwire.creation import ones, tensor, zeros
-
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         if affine:
@@ -299,8 +297,6 @@ class _BatchNorm(Module):
         momentum = self.momentum
         use_batch = self.training or not self.track_running_stats
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            from ._tensors import no_grad, rebind
-
             with no_grad():
                 rebind(self.num_batches_tracked, self.num_batches_tracked + 1)
             if momentum is None:  # cumulative moving average: 1 / num_batches_tracked (a device scalar)
@@ -310,8 +306,6 @@ class _BatchNorm(Module):
                             self.weight, self.bias, use_batch, 0.1 if momentum is None else momentum, self.eps)
 
     def _cumulative(self, input):  # noqa: A002
-        from ._tensors import no_grad, rebind
-
         dims = [0] + list(range(2, input.ndim))
         shape = [1, -1] + [1] * (input.ndim - 2)
         n = input.numel() // input.shape[1]
@@ -348,8 +342,6 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  device=None, dtype=None):
         super().__init__()
-        from tensorwire.creation import ones, zeros
-
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
@@ -380,8 +372,6 @@ class RMSNorm(Module):
     def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, device=None,
                  dtype=None):
         super().__init__()
-        from tensorwire.creation import ones
-
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
@@ -405,8 +395,6 @@ class GroupNorm(Module):
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device=None,
                  dtype=None):
         super().__init__()
-        from tensorwire.creation import ones, zeros
-
         if num_channels % num_groups:
             raise ValueError("num_channels must be divisible by num_groups")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
@@ -448,8 +436,6 @@ class Embedding(Module):
     def reset_parameters(self) -> None:
         init.normal_(self.weight)
         if self.padding_idx is not None:
-            from ._tensors import no_grad
-
             with no_grad():
                 self.weight[self.padding_idx] = 0
 

@@ -7,9 +7,10 @@ import itertools
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator
 
+from tensorwire.creation import zeros_like
 from tensorwire.jit import state as _jit
 from tensorwire.protocol import dtypes as D
-from tensorwire.tensor import Tensor
+from tensorwire.tensor import Tensor, cuda_device
 
 from ._tensors import alias, no_grad, rebind, set_value
 from .parameter import Buffer, Parameter
@@ -304,8 +305,6 @@ class Module:
             if set_to_none:
                 p.grad = None
             else:
-                from tensorwire.creation import zeros_like
-
                 p.grad = zeros_like(p.grad)
 
     def apply(self, fn: Callable[[Module], None]) -> Module:
@@ -370,8 +369,6 @@ class Module:
     def cuda(self, device=None) -> Module:
         """Move every parameter and buffer to the cluster's ``cuda:N`` (default ``cuda:0``), as torch's
         ``Module.cuda``."""
-        from tensorwire.tensor import cuda_device
-
         return self.to(cuda_device(device))
 
     def float(self) -> Module:

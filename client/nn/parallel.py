@@ -21,6 +21,8 @@ import contextlib
 import copy
 
 from tensorwire import distributed
+from tensorwire.context import current_session
+from tensorwire.functions import cat
 from tensorwire.nn._tensors import alias
 from tensorwire.protocol.errors import TensorwireError
 from tensorwire.tensor import Tensor, device_name
@@ -33,8 +35,6 @@ class DataParallel(Module):
 
     def __init__(self, module: Module, devices=None, output_device=None, dim: int = 0, bucket_cap_mb: float = 25):
         super().__init__()
-        from tensorwire.context import current_session
-
         s = current_session()
         devs = [device_name(d) for d in (devices if devices is not None else s.devices())]
         if not devs or len(set(devs)) != len(devs):
@@ -89,8 +89,6 @@ class DataParallel(Module):
         """Sum the bucket's gradients over the replicas. A gradient that a backward pass accumulated on top of the
         last reduced value (no ``zero_grad`` in between) contributes only what it accumulated since, so the
         already-reduced part (the same on every replica) is not counted once per replica."""
-        from tensorwire.functions import cat
-
         if len(self._replicas) == 1:
             return
         ks = self._buckets[b]
@@ -154,8 +152,6 @@ class DataParallel(Module):
         return [p.to(d) for p, d in zip(parts, self.devices)]
 
     def _gather(self, outs):
-        from tensorwire.functions import cat
-
         first = outs[0]
         if isinstance(first, Tensor):
             return cat([o.to(self.output_device) for o in outs], self.dim)
@@ -218,8 +214,6 @@ class DistributedDataParallel(DataParallel):
                  check_reduction: bool = False, gradient_as_bucket_view: bool = False, static_graph: bool = False,
                  delay_all_reduce_named_params=None, param_to_hook_all_reduce=None, mixed_precision=None,
                  device_mesh=None):
-        from tensorwire.context import current_session
-
         s = current_session()
         params = list(module.parameters()) + list(module.buffers())
         dev = params[0]._dev if params else s.devices()[0]

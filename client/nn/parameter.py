@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tensorwire.creation import empty
 from tensorwire.protocol import dtypes as D
 from tensorwire.tensor import Tensor
 
@@ -31,8 +32,6 @@ class Parameter(Tensor):
 
     def __new__(cls, data: Tensor | None = None, requires_grad: bool = True):
         if data is None:
-            from tensorwire.creation import empty
-
             data = empty(0)
         if not isinstance(data, Tensor):
             raise TypeError(f"Parameter expects a tw.Tensor, got {type(data).__name__}")

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from tensorwire.creation import rand
+from tensorwire.functions import where
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError
 from tensorwire.tensor import Tensor
@@ -18,6 +20,13 @@ __all__ = ["max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d", "
            "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_avg_pool3d", "conv3d",
            "max_unpool1d", "max_unpool2d", "max_unpool3d", "fractional_max_pool2d", "fractional_max_pool3d",
            "conv_transpose3d"]
+
+
+def _functional():
+    """``nn.functional``, which re-exports this module's names: imported on first use, not at import time."""
+    from . import functional  # circle: nn.functional re-exports nn.pooling_nd
+
+    return functional
 
 
 def _tuple(v, n: int, name: str) -> list[int]:
@@ -91,8 +100,6 @@ def _windows(x: Tensor, n: int, flat: np.ndarray, valid: np.ndarray, fill) -> Te
     w = xs.index_select(2, x._operand(flat.reshape(-1))).reshape(b, c, P, K)
     if valid.all():
         return w
-    from tensorwire.functions import where
-
     return where(x._operand(valid), w, x._s.scalar(fill, x.dtype, x._dev))
 
 
@@ -228,8 +235,7 @@ def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:  # noqa: A002
 def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,  # noqa: A002
            groups: int = 1) -> Tensor:
     """3-D cross-correlation: for each kernel depth, a ``conv2d`` of the input's depth slices it meets, summed."""
-    from .functional import conv2d, pad
-
+    conv2d, pad = _functional().conv2d, _functional().pad
     xb, unbatched = _batched(input, 3, "conv3d")
     s, d = _tuple(stride, 3, "stride"), _tuple(dilation, 3, "dilation")
     kd, kh, kw = weight.shape[2:]
@@ -340,8 +346,6 @@ def _fractional(input: Tensor, n: int, kernel_size, output_size, output_ratio, r
             raise ShapeError(f"{name}: output size {o} is too large for input size {L} and pool size {kk}")
     b, c = xb.shape[:2]
     if _random_samples is None:
-        from tensorwire.creation import rand
-
         _random_samples = rand((b, c, n), dtype=xb.dtype if xb.dtype.is_floating_point else None,
                                device=xb._dev, session=xb._s)
     u = np.asarray(_random_samples.numpy(), dtype=np.float64).reshape(b, c, n)
@@ -389,8 +393,7 @@ def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
     """3-D transposed convolution (``weight`` is ``[C_in, C_out / groups, kd, kh, kw]``): for each kernel depth, a
     ``conv_transpose2d`` of every input depth slice, added at the output depths it reaches, then cropped by
     ``padding``."""
-    from .functional import conv_transpose2d
-
+    conv_transpose2d = _functional().conv_transpose2d
     xb, unbatched = _batched(input, 3, "conv_transpose3d")
     s, d = _tuple(stride, 3, "stride"), _tuple(dilation, 3, "dilation")
     p, op = _tuple(padding, 3, "padding"), _tuple(output_padding, 3, "output_padding")

@@ -14,6 +14,7 @@ import math
 import numbers
 import warnings
 
+from tensorwire.functions import cat, stack
 from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.ops.recurrent import GATES
 from tensorwire.tensor import Tensor
@@ -226,8 +227,6 @@ class RNNBase(Module):
 
     def _projected_steps(self, gi: Tensor, h: Tensor, c: Tensor, weights, reverse: bool):
         """An LSTM with ``proj_size``, step by step over the time-major ``gi``: (outputs [T, B, P], final h, c)."""
-        from tensorwire.functions import stack
-
         _, w_hh, _, b_hh, w_hr = weights
         steps = range(gi.shape[0] - 1, -1, -1) if reverse else range(gi.shape[0])
         outs: list[Tensor | None] = [None] * gi.shape[0]
@@ -240,8 +239,6 @@ class RNNBase(Module):
         """``(output, h_n)`` (``(output, (h_n, c_n))`` for LSTM); ``output`` is ``[L, N, D*H_out]`` (``[N, L, ...]``
         with ``batch_first``, ``[L, D*H_out]`` unbatched), ``h_n``/``c_n`` are ``[D*num_layers, N, H]`` ordered layer
         by layer, forward direction first."""
-        from tensorwire.functions import cat, stack
-
         x, batched, states = self._prepare(input, hx)
         if self.batch_first:
             x = x.transpose(0, 1)  # time-major for the scans

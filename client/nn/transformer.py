@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+from tensorwire.creation import full
 from tensorwire.protocol.errors import ShapeError
 
 from . import functional as F
@@ -354,6 +355,4 @@ class Transformer(Module):
     @staticmethod
     def generate_square_subsequent_mask(sz: int, device=None, dtype=None):
         """A ``[sz, sz]`` float mask: ``-inf`` above the diagonal (future positions), ``0`` elsewhere, as torch."""
-        from tensorwire.creation import full
-
         return full((sz, sz), float("-inf"), dtype=dtype, device=device).triu(1)

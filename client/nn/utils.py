@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from tensorwire.creation import tensor
+from tensorwire.functions import cat, stack
 from tensorwire.tensor import Tensor
 
 from ._tensors import no_grad, rebind
@@ -20,12 +22,8 @@ def _grads(parameters) -> list[Tensor]:
 
 def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = False, foreach=None) -> Tensor:
     """The ``norm_type``-norm of the norms of ``tensors`` (a 0-d tensor on the first tensor's device)."""
-    from tensorwire.functions import stack
-
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     if not tensors:
-        from tensorwire.creation import tensor
-
         return tensor(0.0)
     norm_type = float(norm_type)
     dev = tensors[0]._dev
@@ -46,8 +44,6 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
     grads = _grads(params)
     if not grads:
-        from tensorwire.creation import tensor
-
         return tensor(0.0)
     total = get_total_norm(grads, norm_type, error_if_nonfinite)
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
@@ -65,8 +61,6 @@ def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
             p.grad = p.grad.clamp(-clip_value, clip_value)
 
 def parameters_to_vector(parameters) -> Tensor:
-    from tensorwire.functions import cat
-
     return cat([p.reshape(-1) for p in parameters])
 
 

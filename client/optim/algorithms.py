@@ -12,15 +12,15 @@ import math
 
 import numpy as np
 
-from .optimizer import Optimizer, _set_state, required
+from tensorwire.creation import full_like, zeros_like
+from tensorwire.protocol.dtypes import get_default_dtype
+
+from .optimizer import _STEP, Optimizer, _set_state, required
 
 
 def _c(p, v):
     """A constant hyperparameter as a cached 0-d tensor of ``p``'s dtype (exact for float64 parameters)."""
     return p._s.scalar(float(v), p.dtype, p._dev)
-
-
-_STEP: dict = {}
 
 
 def _d(p, v, replay=None):
@@ -58,8 +58,6 @@ def _fused(p, op: str, ins: list, attrs: dict):
 
 
 def _zeros_like(p):
-    from tensorwire.creation import zeros_like
-
     return zeros_like(p)
 
 
@@ -216,8 +214,6 @@ class Adagrad(Optimizer):
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value, eps=eps,
                                       maximize=maximize, foreach=foreach, differentiable=differentiable, fused=fused))
-        from tensorwire.creation import full_like
-
         for g in self.param_groups:
             for p in g["params"]:
                 st = self.state[p]
@@ -226,8 +222,6 @@ class Adagrad(Optimizer):
 
     def _update(self, group, p, grad, state):
         if not state:  # a parameter of a group added after construction (add_param_group)
-            from tensorwire.creation import full_like
-
             state["step"] = 0
             state["sum"] = full_like(p, group["initial_accumulator_value"])
         state["step"] += 1
@@ -328,8 +322,6 @@ class Adamax(Optimizer):
 def _scalar_round(x: float) -> float:
     """``x`` as torch holds a scalar state tensor (``mu_product``): in the default dtype (float32 unless
     ``tw.set_default_dtype(tw.float64)``)."""
-    from tensorwire.protocol.dtypes import get_default_dtype
-
     return float(np.asarray(x, get_default_dtype().np)) if get_default_dtype().np != np.float64 else x
 
 

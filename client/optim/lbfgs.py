@@ -10,6 +10,9 @@ Python floats: identical to torch's 0-d tensor arithmetic for float64 parameters
 
 from __future__ import annotations
 
+from tensorwire.autograd_engine import enable_grad
+from tensorwire.creation import zeros
+from tensorwire.functions import cat
 from tensorwire.nn._tensors import alias, no_grad, rebind
 
 from .optimizer import Optimizer
@@ -155,9 +158,6 @@ class LBFGS(Optimizer):
         return self._numel_cache
 
     def _gather_flat_grad(self):
-        from tensorwire.creation import zeros
-        from tensorwire.functions import cat
-
         views = [
             zeros(p.numel(), dtype=p.dtype, device=p._dev, session=p._s) if p.grad is None else p.grad.reshape(-1)
             for p in self._params
@@ -188,8 +188,6 @@ class LBFGS(Optimizer):
     def step(self, closure):
         """Up to ``max_iter`` L-BFGS iterations; ``closure`` re-evaluates the model and returns the loss.
         Returns the loss of the first evaluation, as torch."""
-        from tensorwire.autograd_engine import enable_grad
-
         def evaluate():
             with enable_grad():
                 return closure()

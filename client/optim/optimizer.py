@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 
+from tensorwire.autograd_engine import enable_grad
+from tensorwire.creation import zeros_like
 from tensorwire.nn._tensors import alias, no_grad, rebind
 from tensorwire.tensor import Tensor
 
@@ -21,6 +23,10 @@ class _RequiredParameter:
 
 
 required = _RequiredParameter()
+
+#: the dynamic-hyperparameter nodes of the step being recorded, shared by its parameters (``algorithms._d``);
+#: cleared before and after each step
+_STEP: dict = {}
 
 
 class Optimizer:
@@ -75,8 +81,6 @@ class Optimizer:
         self.param_groups.append(g)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        from tensorwire.creation import zeros_like
-
         for g in self.param_groups:
             for p in g["params"]:
                 if p.grad is not None:
@@ -87,24 +91,20 @@ class Optimizer:
         when the next op is recorded (:meth:`Session.mark_step`)."""
         loss = None
         if closure is not None:
-            from tensorwire.autograd_engine import enable_grad
-
             with enable_grad():
                 loss = closure()
-        from . import algorithms
-
         if not self._replayable:
             for sess in {p._s for g in self.param_groups for p in g["params"]}:
                 if sess._capture is not None:
                     sess._capture.unsupported(f"{type(self).__name__}.step() keeps Python state that a replay "
                                               "would not update (tw.compile replays SGD, Adam and AdamW steps)")
-        algorithms._STEP.clear()
+        _STEP.clear()
         try:
             with no_grad():
                 for group in self.param_groups:
                     self._group_step(group)
         finally:
-            algorithms._STEP.clear()
+            _STEP.clear()
         for sess in {p._s for g in self.param_groups for p in g["params"]}:
             sess.mark_step()
         return loss

@@ -8,6 +8,8 @@ from collections.abc import Iterable
 
 from tensorwire.protocol import dtypes as D
 
+from ..creation import arange, full, linspace, tensor
+from ..special import i0
 from ..tensor import Tensor
 
 __all__ = ["bartlett", "blackman", "cosine", "exponential", "gaussian", "general_cosine", "general_hamming",
@@ -26,14 +28,10 @@ def _checks(name: str, M: int, dtype, layout) -> D.DType:  # noqa: N803
 
 
 def _linspace(start, end, steps: int, dtype, device) -> Tensor:
-    from ..creation import linspace
-
     return linspace(start, end, steps, dtype=dtype, device=device)
 
 
 def _const(M: int, value: float, dtype, device, requires_grad: bool) -> Tensor:  # noqa: N803
-    from ..creation import full
-
     return full((M,), value, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
@@ -93,9 +91,6 @@ def kaiser(M: int, *, beta: float = 12.0, sym: bool = True, dtype=None, layout=N
         return _const(0, 0.0, dtype, device, requires_grad)
     if M == 1:
         return _const(1, 1.0, dtype, device, requires_grad)
-    from ..creation import tensor
-    from ..special import i0
-
     b = tensor(beta, dtype=dtype, device=device)
     start = -b
     c = 2.0 * b / (M if not sym else M - 1)
@@ -117,8 +112,6 @@ def general_cosine(M: int, *, a: Iterable, sym: bool = True, dtype=None, layout=
     a = list(a)
     if not a:
         raise ValueError("Coefficients cannot be empty")
-    from ..creation import arange, tensor
-
     c = 2 * math.pi / (M if not sym else M - 1)
     k = _linspace(0, (M - 1) * c, M, dtype, device)
     a_i = tensor([(-1) ** i * w for i, w in enumerate(a)], dtype=dtype, device=device)

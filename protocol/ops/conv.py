@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import dtypes as D
 from ..errors import DTypeError, ProtocolError, ShapeError
 from ..shapes import check_shape
@@ -264,8 +266,6 @@ def _lowest(dt: D.DType):
         return -math.inf
     if dt is D.bool_:
         return False
-    import numpy as np
-
     return int(np.iinfo(dt.np).min)
 
 

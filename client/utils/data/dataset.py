@@ -9,12 +9,15 @@ through ``_batch``, which :class:`~tensorwire.utils.data.DataLoader` uses when n
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Sequence
 
 import numpy as np
 
+from tensorwire import random as R
+from tensorwire.creation import tensor as _tensor
 from tensorwire.tensor import Tensor
 
 __all__ = [
@@ -68,8 +71,6 @@ class TensorDataset(Dataset):
 
     def _batch(self, indices: list[int], device=None):
         """One batch: a device gather for cluster tensors, one upload per field for numpy arrays."""
-        from tensorwire.creation import tensor as _tensor
-
         idx = np.asarray(indices, dtype=np.int64)
         contiguous = len(idx) > 0 and bool(np.all(np.diff(idx) == 1))
         out = []
@@ -119,8 +120,6 @@ class ConcatDataset(Dataset):
     def __getitem__(self, idx):
         if idx < 0:
             idx += len(self)
-        import bisect
-
         d = bisect.bisect_right(self.cumulative_sizes, idx)
         start = self.cumulative_sizes[d - 1] if d else 0
         return self.datasets[d][idx - start]
@@ -166,8 +165,6 @@ class ChainDataset(IterableDataset):
 
 def _rng(generator) -> np.random.Generator:
     """A numpy generator seeded from (and advancing) a tensorwire generator: reproducible under tw.manual_seed."""
-    from tensorwire import random as R
-
     gen = generator if generator is not None else R.default_generator
     seed, off = gen.take(1)
     return np.random.default_rng([seed % (1 << 63), off])

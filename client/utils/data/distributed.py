@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import math
 
+from tensorwire import distributed
+from tensorwire.random import Generator
+
 from .dataset import _rng
 from .sampler import Sampler
 
@@ -29,8 +32,6 @@ class DistributedSampler(Sampler):
         seed: int = 0,
         drop_last: bool = False,
     ):
-        from tensorwire import distributed
-
         if num_replicas is None:
             num_replicas = distributed.get_world_size()
         if rank is None:
@@ -49,8 +50,6 @@ class DistributedSampler(Sampler):
     def __iter__(self):
         n = len(self.dataset)
         if self.shuffle:
-            from tensorwire.random import Generator
-
             indices = _rng(Generator(self.seed + self.epoch)).permutation(n).tolist()
         else:
             indices = list(range(n))

@@ -11,6 +11,8 @@ import collections.abc
 
 import numpy as np
 
+from tensorwire.creation import tensor as _tensor
+from tensorwire.functions import stack
 from tensorwire.tensor import Tensor
 
 __all__ = ["default_collate", "default_convert"]
@@ -21,9 +23,6 @@ def default_collate(batch, device=None):
     arrays and numbers become tensors (Python floats as float64, ints as int64, as torch), mappings and sequences
     are collated element-wise (every sequence of the batch must have the same length); ``device`` (an extension)
     says where the batch goes."""
-    from tensorwire.creation import tensor as _tensor
-    from tensorwire.functions import stack
-
     elem = batch[0]
     if isinstance(elem, Tensor):
         out = stack(list(batch))
@@ -55,8 +54,6 @@ def default_collate(batch, device=None):
 def default_convert(data):
     """What the loader does to each sample when automatic batching is off (``batch_size=None``): numpy arrays and
     numpy scalars become tensors, containers are converted element-wise, everything else is returned unchanged."""
-    from tensorwire.creation import tensor as _tensor
-
     if isinstance(data, (np.ndarray, np.generic)) and data.dtype.kind not in "US O":
         return _tensor(np.asarray(data))
     if isinstance(data, collections.abc.Mapping):
