@@ -1,5 +1,8 @@
 """CUDA C++ for NVIDIA GPUs: one ``extern "C" __global__`` function per kernel, one thread per grid index.
 
+An elementwise thread computes several neighbouring elements where the lowering asks (``Options.lane_bytes``,
+:mod:`.lanes`): its contiguous loads and its stores are 128-bit (or narrower) accesses of aligned structs.
+
 The launcher rounds the grid up to whole blocks, so every kernel starts with ``if (gid >= GRID) return;``.
 16-bit floats keep the shared preamble's ``unsigned short`` storage and portable conversions (no
 ``cuda_fp16.h``, so NVRTC needs no include path); math uses the C names (``expf`` on float, ``exp`` on
@@ -43,6 +46,30 @@ class CUDARenderer(CStyleRenderer):
         # the first failing thread wins, so the code and its detail always belong together
         return (f"{{ if (atomicCAS((unsigned long long*)tw_err, 0ull, {code}ull) == 0ull) "
                 f"tw_err[1] = (long long){detail}; }}")
+
+    # memory vectors (GPU lanes, :mod:`.lanes`): a struct of the storage type, aligned to its size, so that NVCC and
+    # clang read and write it with one 64- or 128-bit access (ld.global.v4.f32 ...); any dtype, any width
+    def memory_vector_type(self, dt: D.DType, width: int) -> str:
+        t = self.storage[dt]
+        name = f"tw_{t.replace(' ', '')}x{width}"
+        if name not in self._own:
+            size = width * dt.itemsize
+            self._own[name] = f"struct __attribute__((aligned({size}))) {name} {{ {t} v[{width}]; }};"
+        return name
+
+    def vload(self, buf: str, idx: str, width: int) -> str:
+        t = self.memory_vector_type(self._buf_dtype[buf], width)
+        return f"(*(const {t}*)({buf} + {idx}))"
+
+    def vstore(self, buf: str, idx: str, v: str, width: int) -> str:
+        t = self.memory_vector_type(self._buf_dtype[buf], width)
+        return f"*({t}*)({buf} + {idx}) = {v}"
+
+    def lane(self, a: str, i: int) -> str:
+        return f"{a}.v[{i}]"
+
+    def pack(self, vtype: str, lanes: list[str]) -> str:
+        return f"{{{{{', '.join(lanes)}}}}}"  # (the initialiser of the local that holds it)
 
     def global_id(self) -> str:
         return "(long long)blockIdx.x * blockDim.x + threadIdx.x"

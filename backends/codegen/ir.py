@@ -23,6 +23,10 @@ hold ``width`` lanes of ``dtype``: a ``load`` of width W reads the W contiguous 
 scalar operand with ``bcast``), ``bcast`` (``src`` = (scalar,)) copies a scalar into every lane and ``lane``
 (``arg`` = i, ``src`` = (vector,)) reads lane i. A bool vector's lanes are the target's vector truth values
 (OpenCL: -1 and 0); vector values are float32 or bool only.
+
+Memory vectors (GPU lanes, :mod:`.lanes`): a ``load`` of width W of any dtype read only through ``lane`` (each lane
+then the value a scalar load gives), and ``pack`` (``src`` = W scalars of ``dtype``) as the value of a
+:class:`Store` that writes them; both are held as the buffer's storage type, W lanes of it.
 """
 
 from __future__ import annotations
@@ -149,6 +153,12 @@ def bcast(x: X, width: int) -> X:
     """The scalar ``x`` in each of ``width`` lanes."""
     assert x.width == 1, x
     return X("bcast", x.dtype, (x,), width=width)
+
+
+def pack(lanes: list[X]) -> X:
+    """The scalars ``lanes`` (one dtype) as one vector, the value of a :class:`Store` writing them at once."""
+    assert len(lanes) > 1 and all(x.width == 1 and x.dtype is lanes[0].dtype for x in lanes), lanes
+    return X("pack", lanes[0].dtype, tuple(lanes), width=len(lanes))
 
 
 def lane(x: X, i: int) -> X:
@@ -506,6 +516,8 @@ def bind_sizes(k: Kernel) -> Kernel:
                 out = bcast(src[0], e.width)
             elif e.op == "lane":
                 out = lane(src[0], e.arg)
+            elif e.op == "pack":
+                out = pack(src)
             else:  # pragma: no cover - the IR has no other ops
                 raise ValueError(f"unknown expression op {e.op}")
         memo[e] = out

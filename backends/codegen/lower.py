@@ -5,7 +5,8 @@ run (the outputs the client keeps), and returns a :class:`Lowered` program: kern
 order, plus the temporary buffers they need. :mod:`.schedule` decides what is a buffer; a
 :class:`KernelBuilder` then builds each buffer's kernel, computing inlined values element by element
 (:mod:`.views` for movement ops, :mod:`.elementwise` for arithmetic, :mod:`.reduce` for reductions,
-:mod:`.kernels` for index ops, scans and matmul).
+:mod:`.kernels` for index ops, scans and matmul; :mod:`.vectorize` and :mod:`.lanes` for elementwise items of several
+elements).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tensorwire.protocol import dtypes as D
 from . import ir
 from .elementwise import RULES, SOURCES
 from .ir import INDEX, X, const, iconst, var, where
+from .lanes import element_lanes, lane_count, vector_stores
 from .reduce import REDUCE, reduce_value
 from .schedule import KNOWN_OPS, Options, schedule
 from .vectorize import vectorize
@@ -310,7 +312,10 @@ class Lowerer:
     def _elementwise(self, kb: KernelBuilder, st, out: str, n: int) -> int:
         """One work item an element; with ``Options.vector`` = W, one item a vector of W elements where the
         element's computation has a vector form (:mod:`.vectorize`), the last item finishing a tail of fewer
-        than W elements in a scalar loop (all of them, when there are fewer than W: the source is the same)."""
+        than W elements in a scalar loop (all of them, when there are fewer than W: the source is the same).
+        With ``Options.lane_bytes``, one item the elements of that many bytes of the output (:meth:`_lanes`)."""
+        if self.opts.lane_bytes and not self.opts.vector:
+            return self._lanes(kb, st, out, n)
         W = self.opts.vector
         if not W or st.dtype is not D.float32:
             g = ir.gid(n)
@@ -335,6 +340,38 @@ class Lowerer:
         size = kb.size("elements", n)  # (whether n is a multiple of W is a run's matter, not the source's)
         tail = ir.Loop(ELEM_VAR, base, size, [ir.Store(out, i, v)], independent=True)
         kb.emit(ir.If(ir.alu("le", D.bool_, base + W, size), whole, [tail]))
+        return grid
+
+    def _lanes(self, kb: KernelBuilder, st, out: str, n: int) -> int:
+        """One work item L neighbouring elements (:mod:`.lanes`): each lane's scalar computation, contiguous aligned
+        loads and the stores as vectors; the last item finishes a tail of fewer than L elements in a scalar loop, as
+        every item does where an offset parameter is not aligned on this run. An element that needs statements (a
+        reduction's loop, a check) keeps one item an element."""
+        L = lane_count(st.dtype, self.opts.lane_bytes)
+        i = var(ELEM_VAR, INDEX, 0, n - 1)
+        stmts: list = []
+        outer, kb.block = kb.block, stmts
+        try:
+            v = kb.compute(st, Idx(st.shape, flat=i))
+        finally:
+            kb.block = outer
+        if stmts or L == 1:
+            kb.emit(ir.Let(ELEM_VAR, ir.gid(n)))
+            kb.block += stmts
+            kb.emit(ir.Store(out, i, v))
+            return n
+        grid = -(-n // L)
+        base = ir.gid(grid) * L
+        lanes, guards = element_lanes(v, ELEM_VAR, base, L, self.opts.lane_bytes)
+        whole = vector_stores(out, st.dtype, base, lanes, self.opts.lane_bytes)
+        size = kb.size("elements", n)
+        cond, stop = ir.alu("le", D.bool_, base + L, size), size
+        if guards:  # an offset only the run knows: where it is not aligned, every item takes the scalar loop
+            for g in guards:
+                cond = ir.alu("land", D.bool_, cond, g)
+            stop = ir.alu("min", INDEX, base + L, size)
+        tail = ir.Loop(ELEM_VAR, base, stop, [ir.Store(out, i, v)], independent=True)
+        kb.emit(ir.If(cond, whole, [tail]))
         return grid
 
 

@@ -69,6 +69,12 @@ class OpenCLRenderer(CStyleRenderer):
         # a float32 comparison gives an int vector (lanes -1 or 0): bool vectors are int vectors
         return f"int{width}" if dt is D.bool_ else f"{self.reg(dt)}{width}"
 
+    def memory_vector_type(self, dt: D.DType, width: int) -> str:
+        return f"{self.storage[dt]}{width}"
+
+    def pack(self, vtype: str, lanes: list[str]) -> str:
+        return f"(({vtype})({', '.join(lanes)}))"
+
     def vload(self, buf: str, idx: str, width: int) -> str:
         return f"vload{width}(0, {buf} + {idx})"
 

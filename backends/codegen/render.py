@@ -230,9 +230,13 @@ class CStyleRenderer:
         code = f"{x.arg}[{idx}]"
         if x.arg in self._locals:  # a work group's array holds register values
             return code
-        if x.dtype is D.float16:
+        return self.load_value(x.dtype, code)
+
+    def load_value(self, dt: D.DType, code: str) -> str:
+        """The register value of ``code``, an element of ``dt`` as memory holds it (16-bit floats widened)."""
+        if dt is D.float16:
             return f"tw_f16_to_f32({code})"
-        if x.dtype is D.bfloat16:
+        if dt is D.bfloat16:
             return f"tw_bf16_to_f32({code})"
         return code
 
@@ -268,6 +272,10 @@ class CStyleRenderer:
             code = self.broadcast(x, a[0])
         elif x.op == "lane":
             code = self.lane(a[0], x.arg)
+            if x.src[0].op == "load":  # a lane of a memory vector: the storage element, as a scalar load gives it
+                code = self.load_value(x.dtype, code)
+        elif x.op == "pack":
+            code = self.pack(self.memory_vector_type(x.dtype, x.width), [self.store_value(x.dtype, v) for v in a])
         else:  # pragma: no cover - the IR has no other ops
             raise ValueError(f"unknown expression op {x.op}")
         name = f"v{self._n}"
@@ -326,16 +334,31 @@ class CStyleRenderer:
 
     # vectors (kernels lowered with ``Options.vector``; a target that has vector types overrides these) ----------
     def type_of(self, x: X) -> str:
-        """The register type of the expression ``x``: a scalar's, or a vector's of ``x.width`` lanes."""
-        return self.reg(x.dtype) if x.width == 1 else self.vector_type(x.dtype, x.width)
+        """The register type of the expression ``x``: a scalar's, or a vector's of ``x.width`` lanes (loads and packs:
+        of the storage type, as memory holds them)."""
+        if x.width == 1:
+            return self.reg(x.dtype)
+        if x.op in ("load", "pack"):
+            return self.memory_vector_type(x.dtype, x.width)
+        return self.vector_type(x.dtype, x.width)
 
     def vector_type(self, dt: D.DType, width: int) -> str:
         raise NotImplementedError(f"the {self.target} target has no vector types (its lowering sets no "
                                   "Options.vector)")
 
+    def memory_vector_type(self, dt: D.DType, width: int) -> str:
+        """The type of ``width`` elements of ``dt`` as memory holds them (16-bit floats as their bits): what
+        :meth:`vload` gives and :meth:`vstore` takes."""
+        raise NotImplementedError(f"the {self.target} target has no vector types")
+
     def vload(self, buf: str, idx: str, width: int) -> str:
-        """The ``width`` contiguous elements of ``buf`` from ``idx`` on (aligned to one element only)."""
+        """The ``width`` contiguous elements of ``buf`` from ``idx`` on (the lanes of :mod:`.lanes` guarantee an
+        address aligned to the whole vector; the CPU's vector loops only to one element)."""
         raise NotImplementedError(f"the {self.target} target has no vector loads")
+
+    def pack(self, vtype: str, lanes: list[str]) -> str:
+        """The vector of type ``vtype`` (a :meth:`memory_vector_type`) holding the storage values ``lanes``."""
+        raise NotImplementedError(f"the {self.target} target has no vector types")
 
     def vstore(self, buf: str, idx: str, v: str, width: int) -> str:
         raise NotImplementedError(f"the {self.target} target has no vector stores")

@@ -39,6 +39,7 @@ class Options:
     tile: int = 0                      # > 0: matmul as work groups of tile x tile items sharing operand slabs
     group: int = 0                     # > 0: long reductions as work groups of this many items (a tree at the end)
     vector: int = 0                    # > 0: contiguous float32 loops as vectors of this many lanes (vectorize.py)
+    lane_bytes: int = 0                # > 0: an elementwise item computes this many bytes of its output (lanes.py)
     multi_output: bool = False         # kept values computed and stored by the elementwise kernel they feed
 
 

@@ -3,10 +3,12 @@
 The kernels are collected by running :func:`tensorwire.backends.testing.conformance_cases` on the compiled
 CPU backend with a recording runtime (the CPU still compiles and runs every fragment): each fragment's
 kernels as the CPU lowers them, and the same steps lowered the way a GPU device lowers them (every op a
-kernel, float32 accumulators, split reductions). Each distinct fragment is then
+kernel, float32 accumulators, split reductions; CUDA and ROCm with their elementwise lanes). Each distinct fragment
+is then
 
 * rendered as CUDA and compiled by NVRTC to CUBIN for sm_80 and sm_90 (no GPU or driver needed);
 * rendered as HIP and compiled for gfx90a (hipRTC, else clang; a second test checks the clang path);
+* for CUDA and ROCm, every vector access (``codegen/lanes.py``) checked aligned to its width;
 * rendered as Metal, which has no compiler on this platform: every fragment renders, or (float64) raises
   ``DTypeError`` naming its kernel, and a handful of kernels match the golden sources in ``golden/``.
 
@@ -46,6 +48,7 @@ from tensorwire.backends.codegen.lower import lower
 from tensorwire.backends.codegen.metal import MetalRenderer
 from tensorwire.backends.codegen.presets import GPU as LOWERING_GPU
 from tensorwire.backends.cpu import CompiledBackend, CompiledDevice, NumpyBackend, compiled
+from tensorwire.backends.gpu_runtime import LOWERING_KERNELS as LOWERING_CUDA
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError
 
@@ -57,6 +60,9 @@ BATCH = 100
 #: many, tiled matmul), and the same with tiny groups and tiles so that small cases take every work-group path
 GPU_OPTIONS = LOWERING_GPU
 GPU_SMALL_GROUPS = dataclasses.replace(LOWERING_GPU, **T.WORK_GROUPS)
+#: how the CUDA and ROCm devices lower (as a GPU, with elementwise lanes: vector loads and stores), and with tiny groups
+CUDA_OPTIONS = LOWERING_CUDA
+CUDA_SMALL_GROUPS = dataclasses.replace(LOWERING_CUDA, **T.WORK_GROUPS)
 
 NVRTC_WHY = nvrtc_unavailable()
 HIP_WHY = hip_unavailable()
@@ -82,21 +88,23 @@ class _RecordingDevice(CompiledDevice):
     """Also lowers each fragment as a GPU device would."""
 
     def runner(self, plan, keep):
-        for opts in (GPU_OPTIONS, GPU_SMALL_GROUPS):
-            try:
-                got = lower(plan.program.steps, set(keep), opts).kernels
-            except Exception as e:  # noqa: BLE001 - reported by test_gpu_lowering_never_fails
-                self.backend.gpu_errors.append(f"{[s.op for s in plan.program.steps]}: {type(e).__name__}: {e}")
-                break
-            if got and (opts is GPU_OPTIONS or any(k.local for k in got)):
-                self.backend.gpu_sink.append(got)
+        for plain, small, sink in ((GPU_OPTIONS, GPU_SMALL_GROUPS, self.backend.gpu_sink),
+                                   (CUDA_OPTIONS, CUDA_SMALL_GROUPS, self.backend.cuda_sink)):
+            for opts in (plain, small):
+                try:
+                    got = lower(plan.program.steps, set(keep), opts).kernels
+                except Exception as e:  # noqa: BLE001 - reported by test_gpu_lowering_never_fails
+                    self.backend.gpu_errors.append(f"{[s.op for s in plan.program.steps]}: {type(e).__name__}: {e}")
+                    break
+                if got and (opts is plain or any(k.local for k in got)):
+                    sink.append(got)
         return super().runner(plan, keep)
 
 
 class _RecordingBackend(CompiledBackend):
-    def __init__(self, runtime, gpu_sink: list):
+    def __init__(self, runtime, gpu_sink: list, cuda_sink: list):
         super().__init__(runtime, min_work=0, large_runs=0)  # every fragment compiled, however small
-        self.gpu_sink = gpu_sink
+        self.gpu_sink, self.cuda_sink = gpu_sink, cuda_sink
         self.gpu_errors: list = []
 
     def open(self, index: int):
@@ -106,13 +114,15 @@ class _RecordingBackend(CompiledBackend):
 
 @pytest.fixture(scope="module")
 def fragments():
-    """``(kernel lists, GPU lowering errors)``: every fragment's kernels, CPU-lowered and GPU-lowered."""
+    """``(kernel lists, GPU lowering errors, CUDA kernel lists)``: every fragment's kernels, CPU-lowered and
+    GPU-lowered; the third the CPU-lowered ones and those lowered as the CUDA and ROCm devices do."""
     rt = compiled.runtime()
     if rt is None:
         pytest.skip(f"collecting the kernels runs the compiled CPU backend: {compiled.why_not()}")
     cpu: list = []
     gpu: list = []
-    backend = _RecordingBackend(_RecordingRuntime(rt, cpu), gpu)
+    cuda: list = []
+    backend = _RecordingBackend(_RecordingRuntime(rt, cpu), gpu, cuda)
     t0 = time.perf_counter()
     cases = T.conformance_cases()
     failed = []
@@ -124,12 +134,12 @@ def fragments():
     stats = {"cases": len(cases), "cpu fragments": len(cpu), "gpu fragments": len(gpu), "not passing": len(failed),
              "seconds": round(time.perf_counter() - t0, 1)}
     print(f"\ncollected: {stats}")
-    assert len(cpu) > 500 and len(gpu) > 500, stats
-    return cpu + gpu, backend.gpu_errors
+    assert len(cpu) > 500 and len(gpu) > 500 and len(cuda) > 500, stats
+    return cpu + gpu, backend.gpu_errors, cpu + cuda
 
 
 def test_gpu_lowering_never_fails(fragments):
-    _, errors = fragments
+    _, errors, _ = fragments
     assert not errors, f"{len(errors)} fragments do not lower with GPU options; the first: {errors[0]}"
 
 
@@ -186,7 +196,7 @@ def _compile_all(renderer, frags: list, compile_one, every: int = 1) -> tuple[in
 def test_cuda_compiles_every_fragment(fragments, arch, every):
     """Every distinct fragment for sm_80; for sm_90 (the same source, another target) every 8th, which keeps the
     suite in its time budget (the two archs took ~50 s together)."""
-    frags, _ = fragments
+    _, _, frags = fragments
 
     cubin_of = _through_cache("cuda", f"{arch} nvrtc {nvrtc_version()} {' '.join(NVRTC_OPTIONS)}",
                               lambda source: compile_cubin(source, arch))
@@ -206,11 +216,114 @@ def test_nvrtc_error_names_the_problem():
     assert "sm_80" in str(e.value)
 
 
+def _vector_accesses(k: ir.Kernel) -> list[tuple[str, ir.X, int, list]]:
+    """``(buffer, index, width, the conditions of the ifs around it)`` of every vector load and store of ``k`` (the
+    memory vectors of ``codegen/lanes.py``)."""
+    out = []
+
+    def walk(x, conds, seen):
+        if id(x) in seen:
+            return
+        seen.add(id(x))
+        if x.op == "load" and x.width > 1:
+            out.append((x.arg, x.src[0], x.width, conds))
+        for s in x.src:
+            walk(s, conds, seen)
+
+    def stmts(body, conds):
+        seen: set = set()
+        for st in body:
+            if isinstance(st, ir.Store) and st.value.width > 1:
+                out.append((st.buf, st.idx, st.value.width, conds))
+            if isinstance(st, ir.If):
+                stmts(st.body, [*conds, st.cond])
+                stmts(st.orelse, [*conds, ir.alu("lnot", D.bool_, st.cond)])
+                continue
+            for v in vars(st).values():
+                if isinstance(v, ir.X):
+                    walk(v, conds, seen)
+                elif isinstance(v, list):
+                    stmts(v, conds)
+    stmts(k.body, [])
+    return out
+
+
+_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+        "idiv": lambda a, b: int(a / b), "mod": lambda a, b: int(math.fmod(a, b)), "min": min, "max": max,
+        "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
+        "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "land": lambda a, b: a and b,
+        "lor": lambda a, b: a or b, "lnot": lambda a: not a}
+
+
+def _value(x: ir.X, env: dict):
+    """An index or bool expression's value (C's integer division and remainder) with its variables from ``env``."""
+    if x.op == "const":
+        return x.arg
+    if x.op == "var":
+        return env[x.arg]
+    a = [_value(s, env) for s in x.src]
+    if x.op == "where":
+        return a[1] if a[0] else a[2]
+    assert x.op == "alu", x
+    return _OPS[x.arg](*a)
+
+
+def _variables(x: ir.X, out: set) -> set:
+    if x.op == "var":
+        out.add(x.arg)
+    for s in x.src:
+        _variables(s, out)
+    return out
+
+
+def _offset_fragments() -> list[list[ir.Kernel]]:
+    """Contiguous reads at every offset within a vector (1-D slices of 16-, 32- and 64-bit dtypes beside a
+    contiguous operand), lowered as the CUDA device lowers them: the accesses the alignment rules are about."""
+    out = []
+    for dt in (D.float16, D.float32, D.float64):
+        for s in range(9):
+            nodes = [["slice", [-1], {"starts": [s], "stops": [s + 50], "steps": [1]}], ["mul", [0, -2], None]]
+            out.append(_lowered(nodes, [((60,), dt), ((50,), dt)], CUDA_OPTIONS))
+    return out
+
+
+def test_cuda_vector_accesses_are_aligned(fragments):
+    """Every vector load and store of the CUDA/ROCm lowering starts at a multiple of its width (the buffers start
+    on 256-byte boundaries) wherever it runs: its index, and the conditions it runs under, evaluated over items and
+    kernel parameters (a slice's start, the sizes) that put it at every offset within a vector. A CUDA vector access
+    must be aligned to its size (OpenCL's vloadN, which the stand-ins run, is not), so this is where a misaligned
+    one would show."""
+    import random
+
+    _, _, frags = fragments
+    rnd = random.Random(0)
+    count = ran = 0
+    bad = []
+    for f in [*frags, *_offset_fragments()]:
+        for k in f:
+            for buf, idx, width, conds in _vector_accesses(k):
+                count += 1
+                names = set()
+                for x in (idx, *conds):
+                    _variables(x, names)
+                names.discard(ir.GID)
+                for _ in range(12):
+                    env = {n: rnd.choice((rnd.randrange(0, 40), 1 << 30)) for n in names}
+                    env[ir.GID] = rnd.randrange(0, 9)
+                    if all(_value(c, env) for c in conds):
+                        ran += 1
+                        if _value(idx, env) % width:
+                            bad.append(f"{k.name}: {buf} at {idx!r} ({width} lanes) with {env}")
+                            break
+    assert not bad, f"{len(bad)} vector accesses not aligned to their width; the first: {bad[0]}"
+    assert count > 1000 and ran > count, (count, ran)
+
+
 # -- HIP --------------------------------------------------------------------------------------------------------------
 
 @pytest.mark.skipif(HIP_WHY is not None, reason=str(HIP_WHY))
 def test_hip_compiles_every_fragment(fragments):
-    frags, _ = fragments
+    _, _, frags = fragments
     which = hip_compiler()[0]
 
     image_of = _through_cache("rocm", f"gfx90a {compiler_id(which)} {' '.join(HIP_OPTIONS)}",
@@ -225,7 +338,7 @@ def test_hip_compiles_every_fragment(fragments):
 @pytest.mark.skipif(hip_unavailable("clang") is not None, reason=str(hip_unavailable("clang")))
 def test_hip_clang_path(fragments):
     """The clang path (used without hipRTC) on a sample, with the runtime include its renderer adds."""
-    frags, _ = fragments
+    _, _, frags = fragments
     r = HIPRenderer.for_compiler("clang")
     assert r.render(frags[0]).startswith("#include <hip/hip_runtime.h>")
     sample = _distinct(r, frags)[::40]
@@ -253,7 +366,7 @@ def _uses_float64(frag) -> bool:
 
 
 def test_metal_renders_every_fragment_or_refuses_float64(fragments):
-    frags, _ = fragments
+    frags, _, _ = fragments
     r = MetalRenderer()
     rendered = refused = 0
     for f in frags:
