@@ -16,37 +16,59 @@ target, the BLAS library):
   once per process by :class:`~.compiled_device.KernelModules` and unloaded once neither its cache nor a launcher
   holds them, launched on the stream) and the kernel error slot.
 * :class:`GPUDevice`: the :class:`~.compiled_device.CompiledDevice` over a runtime, with matmul on the runtime's
-  BLAS (a strided-batched gemm with the same arguments in cuBLAS and hipBLAS) or a compiled kernel.
+  BLAS (a strided-batched gemm with the same arguments in cuBLAS and hipBLAS) or a compiled kernel; where the driver
+  captures graphs (:attr:`DriverApi.GRAPHS`), a plan's runner replays as graphs once warm (:mod:`.gpu_graphs`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import math
+import os
 import threading
 from types import SimpleNamespace
 
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import DeviceError
+from tensorwire.protocol.errors import ConfigurationError, DeviceError
 
 from .base import Step
 from .codegen.cache import KernelCompileError
-from .codegen.presets import GPU, GPU_BLAS
+from .codegen.lower import lower
+from .codegen.presets import CUDA_GPU, CUDA_GPU_BLAS
 from .codegen.program import build_runner
 from .compiled_device import CompiledDevice, KernelModules
 from .gpu_allocator import CachingAllocator, DriverOutOfMemory, size_class
+from .gpu_graphs import BLAS_WORKSPACE, GraphedRunner, GraphStats
+from .gpu_graphs import enabled as graphs_enabled
 from .kernel_errors import ErrorSlots
 
 log = logging.getLogger("tensorwire.gpu")
 
+#: the bytes of its output an elementwise GPU thread computes, with vector loads and stores where its inputs allow
+#: (:mod:`.codegen.lanes`); ``TENSORWIRE_GPU_LANE_BYTES`` sets it: ``0`` for one element a thread, as before
+LANE_ENV = "TENSORWIRE_GPU_LANE_BYTES"
+
+
+def _lane_bytes() -> int:
+    raw = os.environ.get(LANE_ENV, "").strip()
+    if not raw:
+        return CUDA_GPU.lane_bytes
+    if not raw.isdigit() or int(raw) not in (0, 4, 8, 16, 32):
+        raise ConfigurationError(f"{LANE_ENV}={raw!r}: expected 0 (one element a thread) or 4, 8, 16 or 32 bytes")
+    return int(raw)
+
+
+LANE_BYTES = _lane_bytes()
+
 #: how the kernel compiler lowers for a GPU with a BLAS (matmul a host step that calls it; see
 #: :mod:`.codegen.presets`)
-LOWERING_BLAS = GPU_BLAS
+LOWERING_BLAS = dataclasses.replace(CUDA_GPU_BLAS, lane_bytes=LANE_BYTES)
 #: the same with matmul as a compiled kernel (integer and bool matmuls, or no BLAS)
-LOWERING_KERNELS = GPU
+LOWERING_KERNELS = dataclasses.replace(CUDA_GPU, lane_bytes=LANE_BYTES)
 
 #: threads per block for kernels that do not fix their work-group size
 BLOCK = 256
@@ -89,6 +111,11 @@ class DriverApi:
     CALLS: dict[str, str] = {}
     #: what a launch passes as ``extra`` (no packed arguments)
     LAUNCH_EXTRA: object = None
+    #: whether plans are captured as graphs (:mod:`.gpu_graphs`): the roles ``begin_capture``, ``end_capture``,
+    #: ``graph_instantiate``, ``graph_launch``, ``graph_exec_destroy``, ``graph_destroy``,
+    #: ``exchange_capture_mode`` and ``copy_dtod_async``, and :meth:`capture_mode_thread_local` /
+    #: :meth:`capture_mode_relaxed`
+    GRAPHS = False
 
     def __init__(self, mod):
         self.mod = mod
@@ -124,6 +151,14 @@ class DriverApi:
         raise NotImplementedError
 
     def max_threads_attribute(self):
+        raise NotImplementedError
+
+    def capture_mode_thread_local(self):
+        """The capture mode in which the capturing thread may make no call that is unsafe during a capture."""
+        raise NotImplementedError
+
+    def capture_mode_relaxed(self):
+        """The capture mode in which such calls (an allocation) are allowed."""
         raise NotImplementedError
 
     def check(self, what: str, result):
@@ -226,6 +261,10 @@ class GPURuntime(KernelModules):
         self._staging_busy: list = []  # (event, host pointer, size) of copies still in flight
         self._staging_bytes = 0
         self.errors = ErrorSlots(self._error_blocks)
+        #: the graph capture in progress on the stream (:class:`~.gpu_graphs.Capture`), None when there is none
+        self.capturing = None
+        self.graph_stats = GraphStats()
+        self._blas_workspace: GPUBuffer | None = None
         self.blas, self.blas_supports = None, blas_supports
         self.blas_why = ""
         try:
@@ -237,7 +276,15 @@ class GPURuntime(KernelModules):
     # memory -------------------------------------------------------------------------------------------
     def _driver_alloc(self, size: int) -> int:
         api = self.api
-        result = api.alloc(size)
+        cap = self.capturing
+        if cap is not None and cap.mine():  # (as PyTorch's allocator: allowed while the thread captures, relaxed)
+            old = api.call("exchange_capture_mode", api.capture_mode_relaxed())
+            try:
+                result = api.alloc(size)
+            finally:
+                api.call("exchange_capture_mode", old)
+        else:
+            result = api.alloc(size)
         if result[0] == api.oom:
             raise DriverOutOfMemory(api.error_text(result[0]))
         return int(api.check(f"{api.CALLS['alloc']}({size})", result))
@@ -251,7 +298,11 @@ class GPURuntime(KernelModules):
         if nbytes == 0:
             return GPUBuffer(0, 0, shape, dtype, 0, None)
         ptr, size = self.pool.malloc(nbytes)
-        return GPUBuffer(ptr, size, shape, dtype, nbytes, self.pool)
+        buf = GPUBuffer(ptr, size, shape, dtype, nbytes, self.pool)
+        cap = self.capturing
+        if cap is not None and cap.mine():  # the graph being captured addresses it: the graph holds it
+            cap.buffers.append(buf)
+        return buf
 
     def _pinned(self, size: int) -> int:
         return int(self.api.call("host_alloc", size, 0))
@@ -324,6 +375,22 @@ class GPURuntime(KernelModules):
         if buf.nbytes:
             with self.bound:
                 self.api.call("memset_async", buf.ptr, 0, buf.nbytes, self.stream)
+                self.captured_work()
+
+    def captured_work(self) -> None:
+        """Note that the calling thread queued work a graph capture in progress holds (a segment is not empty)."""
+        cap = self.capturing
+        if cap is not None and cap.mine():
+            cap.work = True
+
+    def prepare_graphs(self) -> None:
+        """What a graph capture needs first: cuBLAS's workspace of its own (so it allocates nothing during a
+        capture; ``cublasSetWorkspace``, kept for the runtime's life)."""
+        if self.blas is not None and self._blas_workspace is None:
+            with self.bound:
+                ws = self.empty((BLAS_WORKSPACE,), D.uint8)
+                self.blas.set_workspace(ws.ptr, ws.nbytes)
+                self._blas_workspace = ws
 
     def synchronize(self) -> None:
         with self.bound:
@@ -334,6 +401,8 @@ class GPURuntime(KernelModules):
             out = self.pool.stats()
             out["total_bytes"] = self.gpu.memory_bytes
             out["pinned_staging_bytes"] = self._staging_bytes
+        if self.api.GRAPHS:
+            out["graphs"] = self.graph_stats.as_dict()
         return out
 
     # kernels ------------------------------------------------------------------------------------------
@@ -385,6 +454,13 @@ class GPURuntime(KernelModules):
         def launch(bufs, values):
             if blocks == 0:
                 return
+            cap = self.capturing
+            if cap is not None and cap.mine():  # captured, or made between two segments (gpu_graphs.Capture)
+                cap.launch(go, k, bufs, values)
+                return
+            go(bufs, values)
+
+        def go(bufs, values):
             with bound:  # the argument storage is the launcher's, the error slot the GPU's: one thread at a time
                 for p, b in zip(params, bufs):
                     p.value = b.ptr
@@ -399,7 +475,7 @@ class GPURuntime(KernelModules):
                 result = launch_fn(fn, blocks, 1, 1, block, 1, 1, 0, stream, argv_ptr, extra)
                 if result[0] != ok:
                     api.check(what, result)
-        launch.keep = (params, argv)  # the argument storage lives as long as the launcher
+        launch.keep = go.keep = (params, argv)  # the argument storage lives as long as the launcher
         return launch
 
     def _error_blocks(self, nbytes: int) -> tuple:
@@ -415,6 +491,10 @@ class GPURuntime(KernelModules):
         if not self.errors.pending():
             return
         api, mine = self.api, self.errors.mine()
+        cap = self.capturing
+        if cap is not None and cap.mine() and len(mine.kernels) < ErrorSlots.PER_THREAD:
+            return  # the end of a captured run: each replay reads the graph's slots (a full set is read now, and
+            # the driver refuses the wait during the capture: the plan then runs without a graph)
         with self.bound:
             kernels, mine.kernels = mine.kernels, []
             nbytes = ErrorSlots.SLOT_BYTES * len(kernels)
@@ -444,6 +524,17 @@ class GPUDevice(CompiledDevice):
         """Give cached blocks back to the driver (``torch.cuda.empty_cache``)."""
         self.runtime.pool.empty_cache()
 
+    def runner(self, plan, keep):
+        """The plan's fused runner (:func:`~.codegen.program.build_runner`), replayed as a graph once it has run a
+        few times where the driver captures graphs (:mod:`.gpu_graphs`; not for plans with worker ops, whose
+        ``const`` uploads each batch's own bytes, or transfers)."""
+        rt = self.runtime
+        if (not rt.api.GRAPHS or not graphs_enabled() or getattr(plan, "worker_ops", False)
+                or getattr(plan, "has_transfers", False)):
+            return build_runner(self, plan, keep)
+        lowered = lower(plan.program.steps, set(keep), self.lowering_options)
+        return GraphedRunner(rt, build_runner(self, plan, keep, lowered), lowered)
+
     # running ------------------------------------------------------------------------------------------
     def host_call(self, step: Step):
         """A callable for a host step: matmul on the BLAS (a compiled kernel for dtypes it lacks), or the
@@ -462,9 +553,19 @@ class GPUDevice(CompiledDevice):
                   len(slots), 0, in_meta=step.in_meta)
         run = build_runner(device, SimpleNamespace(program=SimpleNamespace(steps=[st])), frozenset({len(slots)}))
 
+        rt = self.runtime
+
         def call(args, dyn, frames):
             env = [args[step.ins.index(x)] for x in slots] + [None]
-            run(env, None, frames)
+            cap = rt.capturing
+            if cap is not None and cap.mine():  # its launches are not the plan's own: captured as they come
+                cap.nested += 1
+                try:
+                    run(env, None, frames)
+                finally:
+                    cap.nested -= 1
+            else:
+                run(env, None, frames)
             return env[-1]
         return call
 
@@ -473,6 +574,7 @@ class GPUDevice(CompiledDevice):
         the broadcast batch offsets of both operands are arithmetic progressions, else one gemm per batch."""
         rt = self.runtime
         with rt.bound:  # (cuBLAS queues on the stream of the calling thread's current context)
+            rt.captured_work()
             return self._gemm(rt, a, b, shape)
 
     @staticmethod

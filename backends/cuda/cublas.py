@@ -1,4 +1,6 @@
-"""cuBLAS through ctypes: the one call the CUDA backend makes, ``cublasGemmStridedBatchedEx``.
+"""cuBLAS through ctypes: the one call the CUDA backend makes, ``cublasGemmStridedBatchedEx`` (and
+``cublasSetWorkspace`` before a graph capture: a workspace of the backend's own, so cuBLAS allocates nothing while a
+stream is captured).
 
 The library comes from the ``nvidia-cublas-cu12`` wheel (the ``cuda`` extra), found by ``cuda.pathfinder`` like
 NVRTC; nothing is loaded until a CUDA device opens. cuBLAS is column-major: the device computes a row-major
@@ -37,6 +39,8 @@ class Cublas:
     #: ``cublasGemmStridedBatchedEx``'s C prototype (cublas_api.h): handle, transa, transb, m, n, k, alpha, A, Atype,
     #: lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo
     GEMM_ARGTYPES = [_p, _i, _i, _i, _i, _i, _p, _p, _i, _i, _ll, _p, _i, _i, _ll, _p, _p, _i, _i, _ll, _i, _i, _i]
+    #: ``cublasSetWorkspace_v2``'s: handle, workspace, workspaceSizeInBytes
+    WORKSPACE_ARGTYPES = [_p, _p, ctypes.c_size_t]
 
     def __init__(self, stream: int):
         try:
@@ -69,6 +73,14 @@ class Cublas:
         self._check(self._gemm(self.handle, OP_N, OP_N, m, n, k, ctypes.byref(one), a, dt, lda, stride_a, b, dt, ldb,
                                stride_b, ctypes.byref(zero), c, dt, ldc, stride_c, batch, compute, GEMM_DEFAULT),
                     f"cublasGemmStridedBatchedEx ({dtype.name} {m}x{k}x{n}, batch {batch})")
+
+    def set_workspace(self, ptr: int, nbytes: int) -> None:
+        """Make the ``nbytes`` of device memory at ``ptr`` cuBLAS's workspace (it then allocates none of its own, which
+        a graph capture would refuse). ``cublasSetStream`` resets it: the handle's stream is set once, before."""
+        f = self.lib.cublasSetWorkspace_v2
+        f.argtypes = self.WORKSPACE_ARGTYPES
+        f.restype = _i
+        self._check(f(self.handle, ptr, nbytes), f"cublasSetWorkspace ({nbytes} bytes)")
 
     def close(self) -> None:
         if self.handle:

@@ -15,8 +15,11 @@ the plugin imports on a host without cuda-python or a driver.
   :class:`~..codegen.cache.KernelCache` under (source, architecture, NVRTC version, options). Each distinct kernel is
   loaded once per process (``cuModuleLoadData``/``cuModuleGetFunction``) and launched with ``cuLaunchKernel`` on the
   stream; a module is unloaded (``cuModuleUnload``) once none of its kernels is cached or held by a launcher. A
-  kernel that can raise (an index out of range, an integer division by zero) has its error slot read back after its
-  launch, which waits for the stream there.
+  kernel that can raise (an index out of range, an integer division by zero) takes an error slot, read back once at
+  the end of the run (:mod:`..kernel_errors`).
+* **Graphs**: a plan that keeps being replayed is captured as CUDA graphs after a few runs
+  (``cuStreamBeginCapture`` ... ``cuGraphInstantiate``) and replayed with ``cuGraphLaunch`` (:mod:`..gpu_graphs`;
+  ``TENSORWIRE_CUDA_GRAPHS=1`` turns that on; off by default until a real GPU has run it).
 """
 
 from __future__ import annotations
@@ -156,8 +159,13 @@ class CUDAApi(DriverApi):
              "event_query": "cuEventQuery", "event_synchronize": "cuEventSynchronize",
              "event_destroy": "cuEventDestroy", "module_load": "cuModuleLoadData", "module_unload": "cuModuleUnload",
              "module_function": "cuModuleGetFunction", "function_attribute": "cuFuncGetAttribute",
-             "launch": "cuLaunchKernel"}
+             "launch": "cuLaunchKernel", "copy_dtod_async": "cuMemcpyDtoDAsync",
+             "begin_capture": "cuStreamBeginCapture", "end_capture": "cuStreamEndCapture",
+             "graph_instantiate": "cuGraphInstantiate", "graph_launch": "cuGraphLaunch",
+             "graph_exec_destroy": "cuGraphExecDestroy", "graph_destroy": "cuGraphDestroy",
+             "exchange_capture_mode": "cuThreadExchangeStreamCaptureMode"}
     LAUNCH_EXTRA = 0
+    GRAPHS = True
 
     def success(self):
         return self.mod.CUresult.CUDA_SUCCESS
@@ -185,6 +193,12 @@ class CUDAApi(DriverApi):
 
     def max_threads_attribute(self):
         return self.mod.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+
+    def capture_mode_thread_local(self):
+        return self.mod.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+
+    def capture_mode_relaxed(self):
+        return self.mod.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
 
 
 class CUDARuntime(GPURuntime):

@@ -8,6 +8,12 @@ kernel's OpenCL twin on PoCL (after checking the function is in the image NVRTC 
 its module was not unloaded: ``CUDA_ERROR_INVALID_HANDLE`` then).
 cuBLAS is ``_gpu_standin.StandInBlas`` (numpy).
 
+Stream capture (graphs) follows the driver's rules (see ``_gpu_standin``): ``cuStreamSynchronize`` of the captured
+stream fails with ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``, as do ``cuMemAlloc``/``cuMemFree``/pinned allocations
+by a thread whose capture mode is not relaxed, and either invalidates the capture (further queued work then fails
+with ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``, and so does ``cuStreamEndCapture``); a wait on an event recorded
+during the capture fails with ``CUDA_ERROR_CAPTURED_EVENT``.
+
 As the driver does, it keeps the current context per thread (``cuCtxSetCurrent`` binds it to the calling thread
 only): a call that needs a context, made from a thread that has none, fails with ``CUDA_ERROR_INVALID_CONTEXT``
 (and the cuBLAS stand-in refuses such a thread too).
@@ -34,6 +40,34 @@ from tests.backends._gpu_standin import StandInBlas, StandInGPU, hook_renderer  
 
 OK = _real.CUresult.CUDA_SUCCESS
 NO_CONTEXT = _real.CUresult.CUDA_ERROR_INVALID_CONTEXT
+UNSUPPORTED = _real.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+INVALIDATED = _real.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+
+
+def _stream_op(fn):
+    """A call that queues work on the stream: refused once a refused call invalidated the stream's capture (until
+    the capture ends), as the driver refuses every further capture of such a stream."""
+    @functools.wraps(fn)
+    def call(self, *args):
+        if self.capture is not None and self.capture.invalid:
+            self.count("invalidated capture")
+            return (INVALIDATED,)
+        return fn(self, *args)
+    return call
+
+
+def _unsafe(values: int = 0):
+    """A call the driver refuses during a capture (an allocation or a free), unless the calling thread's capture
+    mode is relaxed (:meth:`~tests.backends._gpu_standin.StandInGPU.unsafe_refused`)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(self, *args):
+            if self.unsafe_refused():
+                self.count(f"{fn.__name__} refused during a capture")
+                return (UNSUPPORTED, *([None] * values))
+            return fn(self, *args)
+        return call
+    return wrap
 
 
 def _in_context(values: int = 0):
@@ -58,12 +92,15 @@ class StandInDriver(StandInGPU):
     CUstream_flags = _real.CUstream_flags
     CUevent_flags = _real.CUevent_flags
     CUfunction_attribute = _real.CUfunction_attribute
+    CUstreamCaptureMode = _real.CUstreamCaptureMode
+    CUstreamCaptureStatus = _real.CUstreamCaptureStatus
 
     def __init__(self, gpus: int = 1, name: str = "Stand-in GPU (PoCL)", capability=(8, 0),
                  memory_bytes: int = 1 << 30):
         super().__init__(gpus, name, memory_bytes)
         self.capability = capability
         self._thread = threading.local()  # the calling thread's current context (the driver's is per thread)
+        self._captured_events: set = set()  # events last recorded while the stream was captured
 
     def thread_ok(self) -> bool:
         return getattr(self._thread, "ctx", None) is not None
@@ -112,6 +149,8 @@ class StandInDriver(StandInGPU):
     @_in_context()
     def cuStreamSynchronize(self, stream):
         self.count("cuStreamSynchronize")
+        if self.refuse_in_capture():  # a captured stream has nothing to wait for yet: refused, capture invalidated
+            return (UNSUPPORTED,)
         self.drain()
         return (OK,)
 
@@ -120,16 +159,25 @@ class StandInDriver(StandInGPU):
         return OK, self.new_event()
 
     @_in_context()
+    @_stream_op
     def cuEventRecord(self, ev, stream):
+        if self.capture is not None:  # a node of the graph: nothing a host may wait for
+            self._captured_events.add(ev)
+            return (OK,)
+        self._captured_events.discard(ev)
         self.record(ev)
         return (OK,)
 
     @_in_context()
     def cuEventQuery(self, ev):
+        if ev in self._captured_events:
+            return (_real.CUresult.CUDA_ERROR_CAPTURED_EVENT,)
         return (OK,) if self.event_ready(ev) else (_real.CUresult.CUDA_ERROR_NOT_READY,)
 
     @_in_context()
     def cuEventSynchronize(self, ev):
+        if ev in self._captured_events:
+            return (_real.CUresult.CUDA_ERROR_CAPTURED_EVENT,)
         self.event_wait(ev)
         return (OK,)
 
@@ -139,12 +187,14 @@ class StandInDriver(StandInGPU):
 
     # -- memory ----------------------------------------------------------------------------------------------------
     @_in_context(1)
+    @_unsafe(1)
     def cuMemAlloc(self, size):
         self.count("cuMemAlloc")
         ptr = self.alloc(size)
         return (_real.CUresult.CUDA_ERROR_OUT_OF_MEMORY, 0) if ptr is None else (OK, ptr)
 
     @_in_context()
+    @_unsafe()
     def cuMemFree(self, ptr):
         self.count("cuMemFree")
         return (OK,) if self.free(ptr) else (_real.CUresult.CUDA_ERROR_INVALID_VALUE,)
@@ -154,32 +204,38 @@ class StandInDriver(StandInGPU):
         return OK, self.memory_bytes - self.in_use(), self.memory_bytes
 
     @_in_context(1)
+    @_unsafe(1)
     def cuMemHostAlloc(self, size, flags):
         return OK, self.host_alloc(size)
 
     @_in_context()
+    @_unsafe()
     def cuMemFreeHost(self, ptr):
         self.host_free(ptr)
         return (OK,)
 
     @_in_context()
+    @_stream_op
     def cuMemcpyHtoDAsync(self, dst, src, n, stream):
         self.count("cuMemcpyHtoDAsync")
         self.copy_htod(dst, src, n)
         return (OK,)
 
     @_in_context()
+    @_stream_op
     def cuMemcpyDtoHAsync(self, dst, src, n, stream):
         self.count("cuMemcpyDtoHAsync")
         self.copy_dtoh(dst, src, n)
         return (OK,)
 
     @_in_context()
+    @_stream_op
     def cuMemcpyDtoDAsync(self, dst, src, n, stream):
         self.copy_dtod(dst, src, n)
         return (OK,)
 
     @_in_context()
+    @_stream_op
     def cuMemsetD8Async(self, ptr, value, n, stream):
         self.memset(ptr, value, n)
         return (OK,)
@@ -208,6 +264,7 @@ class StandInDriver(StandInGPU):
         return OK, 1024
 
     @_in_context()
+    @_stream_op
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         self.count("cuLaunchKernel")
         if extra not in (0, None):
@@ -216,6 +273,63 @@ class StandInDriver(StandInGPU):
         if why == "handle":  # a function of an unloaded module
             return (_real.CUresult.CUDA_ERROR_INVALID_HANDLE,)
         return (OK,) if why is None else (_real.CUresult.CUDA_ERROR_INVALID_VALUE,)
+
+    # -- graphs ------------------------------------------------------------------------------------------------------
+    @_in_context()
+    def cuStreamBeginCapture(self, stream, mode):
+        self.count("cuStreamBeginCapture")
+        if not self.begin_capture(int(mode)):
+            return (_real.CUresult.CUDA_ERROR_ILLEGAL_STATE,)
+        return (OK,)
+
+    @_in_context(1)
+    def cuStreamEndCapture(self, stream):
+        self.count("cuStreamEndCapture")
+        why, graph = self.end_capture()
+        if why == "none":
+            return _real.CUresult.CUDA_ERROR_ILLEGAL_STATE, None
+        if why == "thread":
+            return _real.CUresult.CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, None
+        if why == "invalidated":
+            return INVALIDATED, None
+        return OK, graph
+
+    @_in_context(1)
+    def cuStreamIsCapturing(self, stream):
+        st = self.CUstreamCaptureStatus
+        if self.capture is None:
+            return OK, st.CU_STREAM_CAPTURE_STATUS_NONE
+        if self.capture.invalid:
+            return OK, st.CU_STREAM_CAPTURE_STATUS_INVALIDATED
+        return OK, st.CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+    def cuThreadExchangeStreamCaptureMode(self, mode):
+        return OK, self.CUstreamCaptureMode(self.exchange_mode(int(mode)))
+
+    @_in_context(1)
+    def cuGraphInstantiate(self, graph, flags):
+        self.count("cuGraphInstantiate")
+        exe = self.instantiate(graph)
+        return (_real.CUresult.CUDA_ERROR_INVALID_VALUE, None) if exe is None else (OK, exe)
+
+    @_in_context()
+    @_stream_op
+    def cuGraphLaunch(self, exe, stream):
+        self.count("cuGraphLaunch")
+        why = self.launch_graph(exe)
+        if why == "handle":  # a kernel node of a module unloaded since
+            return (_real.CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        return (OK,) if why is None else (_real.CUresult.CUDA_ERROR_INVALID_VALUE,)
+
+    @_in_context()
+    def cuGraphExecDestroy(self, exe):
+        self.count("cuGraphExecDestroy")
+        return (OK,) if self.destroy_exec(exe) else (_real.CUresult.CUDA_ERROR_INVALID_VALUE,)
+
+    @_in_context()
+    def cuGraphDestroy(self, graph):
+        self.count("cuGraphDestroy")
+        return (OK,) if self.destroy_graph(graph) else (_real.CUresult.CUDA_ERROR_INVALID_VALUE,)
 
 
 def install(runtime, nccl_fail_count: int | None = None, **config) -> StandInDriver:

@@ -369,6 +369,340 @@ def _rocm_matmul_without_hipblas_runs_as_kernels():
     assert "matmul as compiled kernels (hipBLAS is not available (test))" in G.backend().devices()[0].name
 
 
+# -- CUDA graphs (backends/gpu_graphs.py) ----------------------------------------------------------------------------
+
+def _graph_device(graphs: bool = True, **config):
+    """A stand-in device with graphs on or off (``TENSORWIRE_CUDA_GRAPHS``, read when a runner is built)."""
+    from tensorwire.backends.gpu_graphs import ENV
+
+    os.environ[ENV] = "1" if graphs else "0"
+    return _device(**config)
+
+
+def _runs(dev, plan, inputs_of, n: int, dyn_of=lambda i: {}):
+    """``n`` runs of ``plan``, run i on ``inputs_of(i, previous outputs)`` (device buffers) with ``dyn_of(i)``;
+    returns every run's kept outputs (all still held: a replay must not overwrite what an earlier one handed out)."""
+    keep = {s for s in plan.node_slot if s is not None}
+    outs, prev = [], None
+    for i in range(n):
+        res = X.run_plan(dev, plan, inputs_of(i, prev), list(range(len(plan.node_slot))), dyn_of(i), [], keep)
+        prev = [res[j] for j in range(len(plan.node_slot))]
+        outs.append(prev)
+    return outs
+
+
+MLP_NODES = [["matmul", [-1, -2], None], ["add", [0, -3], None], ["relu", [1], None], ["sum", [2], {"dims": [1]}],
+             ["mul", [-2, -2], None], ["sub", [-2, 4], None], ["exp", [5], None]]
+
+
+def _mlp_reference(x, w, b):
+    h = np.maximum(x.astype(np.float64) @ w + b, 0)
+    w2 = w.astype(np.float64) - w.astype(np.float64) ** 2
+    return h.sum(1), w2, np.exp(w2)
+
+
+def _graphs_replay_as_the_plain_runner():
+    """A plan with cuBLAS and kernels, replayed 8 times with inputs that are the last run's outputs (as a training
+    step's parameters are): the same results as without graphs and as numpy in float64, one capture, one graph
+    launch a replay and no kernel launched from Python after the capture; every run's outputs stay as they were
+    (a replay writes the graph's own buffers and hands out copies)."""
+    from tensorwire.backends.gpu_graphs import GraphedRunner
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 12)).astype(np.float32)
+    w0 = (rng.standard_normal((12, 12)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(12).astype(np.float32)
+    metas = [(x.shape, D.float32), (w0.shape, D.float32), (b.shape, D.float32)]
+    n, results = 8, {}
+    for graphs in (False, True):
+        drv, dev = _graph_device(graphs)
+        plan = X.compile_plan(dev, MLP_NODES, metas)
+        xd, bd = dev.upload(x), dev.upload(b)
+        launches = []
+
+        def inputs(i, prev, dev=dev, xd=xd, bd=bd, drv=drv, launches=launches):
+            launches.append(drv.calls.get("cuLaunchKernel", 0))
+            return [xd, dev.upload(w0) if prev is None else prev[5], bd]  # w <- w - w*w, on the device
+        outs = _runs(dev, plan, inputs, n)
+        launches.append(drv.calls.get("cuLaunchKernel", 0))
+        results[graphs] = [[dev.download(o[j]) for j in (3, 5, 6)] for o in outs]
+        stats = dev.memory()["graphs"]
+        runner = next(iter(plan.runners.values()))
+        if graphs:
+            assert isinstance(runner, GraphedRunner) and runner.captured, runner
+            warm = runner.warmup
+            assert stats["captured"] == 1 and stats["replays"] == n - warm, stats
+            assert stats["fallbacks"] == {}, stats
+            assert drv.graph_launches == stats["replays"] * stats["segments"], (drv.graph_launches, stats)
+            assert stats["segments"] == 1, stats  # no dynamic scalars: one graph
+            steady = [b - a for a, b in zip(launches[warm + 1:], launches[warm + 2:])]
+            assert steady and set(steady) == {0}, (launches, "kernels launched from Python after the capture")
+        else:
+            assert stats == {"captured": 0, "segments": 0, "replays": 0, "destroyed": 0, "fallbacks": {}}, stats
+            assert drv.graph_launches == 0
+    w = w0
+    for i in range(n):
+        ref = _mlp_reference(x, w, b)
+        for got_plain, got_graph, r in zip(results[False][i], results[True][i], ref):
+            np.testing.assert_array_equal(got_graph, got_plain)  # the same kernels: the same bits
+            np.testing.assert_allclose(got_graph, r, rtol=2e-4, atol=1e-5, err_msg=f"run {i}")
+        w = results[True][i][1]
+
+
+def _dynamic_scalars_are_launched_between_segments():
+    """A replayed ``full``'s value and ``rand``'s seed (dynamic attributes) change every run: the launches that take
+    them are made between graph segments with this run's values, so each run's results are its own."""
+    drv, dev = _graph_device(True)
+    x = np.arange(6, dtype=np.float32)
+    nodes = [["full", [], {"shape": [], "dtype": "float32", "value": 2.0}], ["mul", [-1, 0], None],
+             ["exp", [1], None], ["rand", [], {"shape": [64], "dtype": "float32", "seed": 1, "offset": 0}],
+             ["add", [3, 3], None]]
+    plan = X.compile_plan(dev, nodes, [((6,), D.float32)])
+    xd = dev.upload(x)
+    n = 6
+    dyn = lambda i: {0: {"value": 1.0 + i}, 3: {"seed": 100 + i}}  # noqa: E731
+    outs = _runs(dev, plan, lambda i, prev: [xd], n, dyn)
+    stats = dev.memory()["graphs"]
+    assert stats["captured"] == 1 and stats["replays"] == n - 2 and stats["segments"] >= 2, stats
+    drv2, plain = _graph_device(False)
+    plan2 = X.compile_plan(plain, nodes, [((6,), D.float32)])
+    ref = _runs(plain, plan2, lambda i, prev: [plain.upload(x)], n, dyn)
+    draws = set()
+    for i in range(n):
+        np.testing.assert_allclose(dev.download(outs[i][2]), np.exp(x * (1.0 + i)), rtol=1e-6, err_msg=f"run {i}")
+        got = dev.download(outs[i][4])
+        np.testing.assert_array_equal(got, plain.download(ref[i][4]))  # the seed of this run, not the captured one
+        draws.add(got.tobytes())
+    assert len(draws) == n, "a replay drew the captured seed's numbers"
+
+
+def _a_host_read_mid_plan_falls_back():
+    """A plan that must read its kernels' error slots in the middle of the run (more launches that can raise than a
+    thread has slots) waits for the stream there, which the driver refuses during a capture: the capture fails, the
+    plan keeps its plain runner for good with the driver's reason counted, and every run is right."""
+    from tensorwire.backends.kernel_errors import ErrorSlots
+
+    before = ErrorSlots.PER_THREAD
+    ErrorSlots.PER_THREAD = 2
+    try:
+        drv, dev = _graph_device(True)
+        x = np.arange(6, dtype=np.float32)
+        nodes = [["index", [-1, -2], {"dim": 0}], ["exp", [0], None], ["index", [1, -3], {"dim": 0}],
+                 ["index", [-1, -3], {"dim": 0}]]
+        plan = X.compile_plan(dev, nodes, [((6,), D.float32), ((3,), D.int64), ((2,), D.int64)])
+        i1, i2 = np.array([5, 0, 2], np.int64), np.array([2, 1], np.int64)
+        outs = _runs(dev, plan, lambda i, prev: [dev.upload(a) for a in (x, i1, i2)], 6)
+        stats = dev.memory()["graphs"]
+        assert stats["captured"] == 0 and stats["replays"] == 0, stats
+        assert stats["fallbacks"] == {"cuStreamSynchronize: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED": 1}, stats
+        assert drv.calls.get("cuStreamBeginCapture") == 1 and drv.graph_launches == 0, drv.calls
+        for o in outs:
+            np.testing.assert_allclose(dev.download(o[2]), np.exp(x[i1])[i2], rtol=1e-6)
+            np.testing.assert_array_equal(dev.download(o[3]), x[i2])
+    finally:
+        ErrorSlots.PER_THREAD = before
+
+
+def _kernel_errors_in_a_graph_are_read_once_a_replay():
+    """A captured plan's kernels that can raise write the graph's error slots: a replay waits for the GPU once, a bad
+    index fails its node with the kernel's message, and the next replay (slots zeroed by the graph) is right."""
+    drv, dev = _graph_device(True)
+    sync = G.t["sync"]
+    x = np.arange(6, dtype=np.float32)
+    nodes = [["index", [-1, -2], {"dim": 0}], ["exp", [0], None], ["index", [-1, -3], {"dim": 0}]]
+    plan = X.compile_plan(dev, nodes, [((6,), D.float32), ((3,), D.int64), ((2,), D.int64)])
+    keep = {s for s in plan.node_slot if s is not None}
+
+    def run(i1, i2):
+        before = drv.calls.get(sync, 0)
+        res = X.run_plan(dev, plan, [dev.upload(a) for a in (x, i1, i2)], [0, 1, 2], {}, [], keep)
+        return res, drv.calls.get(sync, 0) - before
+
+    good = (np.array([5, 0, 2], np.int64), np.array([2, 1], np.int64))
+    for _ in range(3):
+        run(*good)
+    res, syncs = run(*good)
+    assert dev.memory()["graphs"]["replays"] >= 2 and syncs == 1, (dev.memory()["graphs"], syncs)
+    np.testing.assert_allclose(dev.download(res[1]), np.exp(x[[5, 0, 2]]), rtol=1e-6)
+    res, _ = run(np.array([5, 0, 2], np.int64), np.array([1, 9], np.int64))
+    assert isinstance(res[2], X.Fail) and "9" in res[2].err["message"], res
+    assert not isinstance(res[1], X.Fail), res  # (the step-by-step rerun names the failing node only)
+    replays = dev.memory()["graphs"]["replays"]
+    res, _ = run(*good)
+    assert dev.memory()["graphs"]["replays"] == replays + 1
+    np.testing.assert_array_equal(dev.download(res[2]), x[[2, 1]])
+
+
+def _dynamic_launches_keep_their_error_slots():
+    """Launches with dynamic scalars that can raise, between graph kernels that can raise: each replay makes them
+    take the error slots they took when captured, so a replay's error is the failing kernel's own (the runner
+    raises it; the executor then reruns step by step)."""
+    drv, dev = _graph_device(True)
+    nodes = [["full", [], {"shape": [], "dtype": "float32", "value": 2.0}], ["mul", [-1, 0], None],
+             ["index", [1, -2], {"dim": 0}], ["index", [-3, -4], {"dim": 0}],
+             ["full", [], {"shape": [], "dtype": "float32", "value": 3.0}], ["mul", [-5, 4], None],
+             ["index", [5, -4], {"dim": 0}]]
+    metas = [((6,), D.float32), ((3,), D.int64), ((8,), D.float32), ((3,), D.int64), ((7,), D.float32)]
+    plan = X.compile_plan(dev, nodes, metas)
+    keep = {plan.node_slot[j] for j in (2, 3, 6)}
+    x, z, w = (np.arange(n, dtype=np.float32) for n in (6, 8, 7))
+    i, j = np.array([5, 0, 2]), np.array([1, 6, 0])
+    for r in range(4):
+        dyn = {0: {"value": 2.0 + r}, 4: {"value": 3.0 + r}}
+        res = X.run_plan(dev, plan, [dev.upload(a) for a in (x, i, z, j, w)], list(range(7)), dyn, [], keep)
+        assert dev.download(res[6]).tolist() == (w * (3 + r))[j].tolist(), r
+        assert dev.download(res[2]).tolist() == (x * (2 + r))[i].tolist(), r
+    runner = next(iter(plan.runners.values()))
+    assert runner.captured and sum(e[0] == "launch" for e in runner.program) == 2, runner.program
+    env = [dev.upload(a) for a in (x, i, z, np.array([1, 7, 0]), w)] + [None] * (plan.nslots - 5)
+    try:  # 7 is in range for z (8), the graph's kernel; out of range for w (7), the second dynamic launch
+        runner(env, dyn, [])
+    except IndexError as e:
+        assert "size 7" in str(e), str(e)
+    else:
+        raise AssertionError("the failing launch's error was not read")
+
+
+def _a_new_batch_size_captures_its_own_graph():
+    """Another batch size is another plan (its shape-generic kernels take the sizes as parameters, fixed per plan):
+    it captures its own graph; going back replays the first one; results stay right. A runner handed inputs of
+    other shapes runs without its graph (and gives it up when that keeps happening)."""
+    drv, dev = _graph_device(True)
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((12, 5)).astype(np.float32)
+    nodes = [["matmul", [-1, -2], None], ["tanh", [0], None], ["sum", [1], {"dims": [0]}]]
+    plans = {}
+    for batch in (8, 16, 8, 16):
+        plan = plans.get(batch) or X.compile_plan(dev, nodes, [((batch, 12), D.float32), (w.shape, D.float32)])
+        plans[batch] = plan
+        xs = [rng.standard_normal((batch, 12)).astype(np.float32) for _ in range(4)]
+        outs = _runs(dev, plan, lambda i, prev, xs=xs: [dev.upload(xs[i]), dev.upload(w)], 4)
+        for xi, o in zip(xs, outs):
+            np.testing.assert_allclose(dev.download(o[2]), np.tanh(xi.astype(np.float64) @ w).sum(0), rtol=1e-4)
+    stats = dev.memory()["graphs"]
+    assert stats["captured"] == 2 and stats["replays"] == 4 * 4 - 2 * 2, stats
+    runner = next(iter(plans[8].runners.values()))
+    env = [dev.upload(rng.standard_normal((3, 12)).astype(np.float32)), dev.upload(w)] + [None] * (plans[8].nslots - 2)
+    runner(env, {}, [])  # (the executor never does this: a plan's inputs have its metas)
+    assert dev.memory()["graphs"]["fallbacks"] == {"inputs of other shapes": 1}, dev.memory()["graphs"]
+    assert runner.captured
+
+
+def _the_graph_goes_with_its_plan():
+    """An evicted plan's graph is destroyed (executable and graph) before its modules can be unloaded; and the
+    stand-in is faithful: a graph launched after its kernel's module was unloaded fails with the driver's invalid
+    handle, and the capture rules are the driver's (a wait on the captured stream or an allocation by the capturing
+    thread is refused and invalidates the capture, unless the thread relaxed its mode; a launch's parameters are
+    recorded by value)."""
+    import gc
+    import threading
+
+    drv, dev = _graph_device(True)
+    rt = dev.runtime
+    a = np.arange(40, dtype=np.float32)
+    plan = X.compile_plan(dev, [["sin", [-1], None], ["exp", [0], None]], [((40,), D.float32)])
+    outs = _runs(dev, plan, lambda i, prev: [dev.upload(a)], 4)
+    np.testing.assert_allclose(dev.download(outs[-1][1]), np.exp(np.sin(a)), rtol=1e-6)
+    runner = next(iter(plan.runners.values()))
+    (graph, exe), = runner.handles
+    del plan, runner, outs
+    gc.collect()
+    assert drv.calls.get("cuGraphExecDestroy") == 1 and drv.calls.get("cuGraphDestroy") == 1, drv.calls
+    assert dev.memory()["graphs"]["destroyed"] == 1
+    assert int(drv.cuGraphLaunch(exe, rt.stream)[0]) == 1  # CUDA_ERROR_INVALID_VALUE: destroyed
+    rt.MAX_KERNELS = 0
+    rt.prebuild([])  # the launchers are garbage with their runner: every module goes
+    assert rt.loaded_modules() == 0, rt.loaded_modules()
+    rt.MAX_KERNELS = 1 << 15
+
+    # a graph over a module unloaded behind its back
+    plan = X.compile_plan(dev, [["cos", [-1], None]], [((40,), D.float32)])
+    _runs(dev, plan, lambda i, prev: [dev.upload(a)], 3)
+    runner = next(iter(plan.runners.values()))
+    (_, exe), = runner.handles
+    rt.synchronize()
+    module, image = next(iter(drv._modules.items()))
+    assert int(drv.cuModuleUnload(module)[0]) == 0
+    assert int(drv.cuGraphLaunch(exe, rt.stream)[0]) == 400  # CUDA_ERROR_INVALID_HANDLE
+    drv._modules[module] = image  # (back, for the runtime that still counts it loaded)
+
+    # the capture rules
+    M = drv.CUstreamCaptureMode
+    s = rt.stream
+    assert int(drv.cuStreamBeginCapture(s, M.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)[0]) == 0
+    assert int(drv.cuStreamSynchronize(s)[0]) == 900  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+    assert int(drv.cuMemsetD8Async(rt._blas_workspace.ptr, 0, 8, s)[0]) == 901  # ..._INVALIDATED from then on
+    assert drv.cuStreamEndCapture(s)[0] == G.S.INVALIDATED
+    assert int(drv.cuStreamBeginCapture(s, M.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)[0]) == 0
+    other = {}
+    t = threading.Thread(target=lambda: (drv.cuCtxSetCurrent(rt.ctx), other.update(
+        alloc=drv.cuMemAlloc(64), end=drv.cuStreamEndCapture(s))))
+    t.start()
+    t.join()
+    assert int(other["alloc"][0]) == 0, other  # another thread: thread-local capture, allowed
+    assert int(other["end"][0]) == 908, other  # CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+    old = drv.cuThreadExchangeStreamCaptureMode(M.CU_STREAM_CAPTURE_MODE_RELAXED)[1]
+    ok = drv.cuMemAlloc(64)
+    drv.cuThreadExchangeStreamCaptureMode(old)
+    assert int(ok[0]) == 0, ok  # relaxed: allowed
+    assert int(drv.cuMemAlloc(64)[0]) == 900  # the capturing thread, strict: refused, capture invalidated
+    assert drv.cuStreamEndCapture(s)[0] == G.S.INVALIDATED
+    try:
+        blas = G.S.StandInBlas(drv, s)
+        drv.cuStreamBeginCapture(s, M.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        blas.gemm(D.float32, 1, 1, 1, ok[1], 1, 0, ok[1], 1, 0, ok[1], 1, 0, 1)
+    except Exception as e:  # noqa: BLE001
+        assert "cublasSetWorkspace" in str(e), e
+    else:
+        raise AssertionError("cuBLAS without a workspace of its own allocated during a capture")
+    assert drv.cuStreamEndCapture(s)[0] == G.S.INVALIDATED
+
+    # parameters by value: a launch captured with one value replays it after the argument storage changed
+    k_plan = X.compile_plan(dev, [["full", [], {"shape": [4], "dtype": "float32", "value": 1.0}]], [])
+    lowered_run = dev.runner(k_plan, frozenset({k_plan.node_slot[0]}))
+    inner = lowered_run.run
+    env = [None] * k_plan.nslots
+    assert int(drv.cuStreamBeginCapture(s, M.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)[0]) == 0
+    inner(env, {0: {"value": 3.0}}, [])
+    _, graph = drv.cuStreamEndCapture(s)
+    out3 = env[k_plan.node_slot[0]]
+    inner([None] * k_plan.nslots, {0: {"value": 5.0}}, [])  # the same launcher's storage now holds 5
+    dev.runtime.zero(out3)
+    _, exe = drv.cuGraphInstantiate(graph, 0)
+    assert int(drv.cuGraphLaunch(exe, s)[0]) == 0
+    assert dev.download(out3).tolist() == [3.0] * 4
+
+
+def _graphs_off_by_the_knob():
+    """``TENSORWIRE_CUDA_GRAPHS=0``: plans keep their plain runners and nothing is captured."""
+    from tensorwire.backends.gpu_graphs import GraphedRunner
+
+    drv, dev = _graph_device(False)
+    a = np.arange(10, dtype=np.float32)
+    plan = X.compile_plan(dev, [["exp", [-1], None]], [((10,), D.float32)])
+    outs = _runs(dev, plan, lambda i, prev: [dev.upload(a)], 5)
+    np.testing.assert_allclose(dev.download(outs[-1][0]), np.exp(a), rtol=1e-6)
+    assert not isinstance(next(iter(plan.runners.values())), GraphedRunner)
+    assert drv.calls.get("cuStreamBeginCapture", 0) == 0 and dev.memory()["graphs"]["captured"] == 0
+
+
+GRAPH_CHECKS = [_graphs_replay_as_the_plain_runner, _dynamic_scalars_are_launched_between_segments,
+                _a_host_read_mid_plan_falls_back, _kernel_errors_in_a_graph_are_read_once_a_replay,
+                _dynamic_launches_keep_their_error_slots, _a_new_batch_size_captures_its_own_graph,
+                _the_graph_goes_with_its_plan, _graphs_off_by_the_knob]
+
+
+def graphs() -> dict:
+    out = {}
+    for fn in GRAPH_CHECKS:
+        try:
+            fn()
+            out[fn.__name__[1:]] = ""
+        except Exception:
+            out[fn.__name__[1:]] = traceback.format_exc()
+    return out
+
+
 #: the checks of each target
 UNITS = {
     "cuda": [_allocator_reuses_blocks, _out_of_memory_after_emptying_the_cache, _large_transfers_go_in_pinned_chunks,
@@ -402,6 +736,8 @@ def main(argv: list[str]) -> int:
         result = conformance([n for n in argv[3].split(";") if n] if len(argv) > 3 else None)
     elif cmd == "units":
         result = units()
+    elif cmd == "graphs":
+        result = graphs()
     else:
         raise SystemExit(f"unknown command {cmd!r}")
     with open(out, "w") as f:

@@ -16,6 +16,13 @@ calls (``cuMemAlloc``/``hipMalloc`` ...) with its bindings' result conventions a
   ``CUDARenderer.render`` (which the HIP renderer inherits; the runtimes name kernels by the hash of their source,
   so a name is one kernel). The launch's arguments are read back from ``kernelParams`` (an array of pointers to the
   values, as the C ABI has it) in the order of the kernel's parameters.
+* Graphs (stream capture), as CUDA's driver has them: while a stream is captured, the work queued on it is recorded,
+  not run, with its arguments as they were when queued (a launch's parameters by value); a replay of the
+  instantiated graph queues the recorded work again. What the driver refuses during a capture fails here too, and
+  invalidates the capture (its end then fails): a synchronisation of the captured stream, a wait on an event recorded
+  in it, and, unless the calling thread relaxed its capture mode, an allocation or a free by the capturing thread (any
+  thread's, for a capture in global mode). A graph whose kernel's module was unloaded fails to launch with the
+  invalid-handle error.
 * :class:`StandInBlas` replaces cuBLAS's and hipBLAS's ``gemm`` (the backends' shared interface: column-major,
   strides in elements) with numpy: 16-bit floats are multiplied in float32 and rounded once, as both libraries'
   float32 compute type does.
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import threading
 
 import numpy as np
 
@@ -35,6 +43,16 @@ from tensorwire.protocol.errors import DeviceError
 
 BASE = 0x7A00_0000_0000  # device addresses start here (nothing of the host's lives there)
 ALIGN = 256
+#: capture modes, as CUDA numbers them (``CUstreamCaptureMode``)
+GLOBAL, THREAD_LOCAL, RELAXED = 0, 1, 2
+
+
+class Capture:
+    """A stream capture in progress: its mode, the thread that began it, the work recorded so far, and whether a
+    refused call invalidated it."""
+
+    def __init__(self, mode: int):
+        self.mode, self.thread, self.nodes, self.invalid = mode, threading.get_ident(), [], False
 
 
 class StandInGPU:
@@ -66,6 +84,11 @@ class StandInGPU:
         self.launches = 0
         self.initialised = False
         self._cl = None
+        self.capture: Capture | None = None  # the stream's capture in progress
+        self._graphs: dict[int, list] = {}  # graph -> its recorded work [(fn, kernel function or None)]
+        self._execs: dict[int, list] = {}  # instantiated graph -> the same
+        self._mode = threading.local()  # the calling thread's capture mode (the driver's is per thread)
+        self.graph_launches = 0
 
     def thread_ok(self) -> bool:
         """Whether the calling thread has this GPU current (the CUDA and HIP stand-ins keep that per thread)."""
@@ -79,9 +102,93 @@ class StandInGPU:
         return self._events
 
     # -- the stream: work runs later than it is queued -------------------------------------------------------------
-    def enqueue(self, fn) -> None:
+    def enqueue(self, fn, function=None) -> None:
+        """Queue ``fn`` on the stream (``function``: the kernel it launches), or record it in the capture."""
+        if self.capture is not None:
+            self.capture.nodes.append((fn, function))
+            return
         self._queue.append(fn)
         self._queued += 1
+
+    # -- graphs ------------------------------------------------------------------------------------------------------
+    def thread_mode(self) -> int:
+        """The calling thread's capture mode (global, 0, until it exchanges it)."""
+        return getattr(self._mode, "mode", GLOBAL)
+
+    def exchange_mode(self, mode: int) -> int:
+        old = self.thread_mode()
+        self._mode.mode = int(mode)
+        return old
+
+    def capturing_stream(self) -> bool:
+        """Whether the stream is being captured (its synchronisation is refused)."""
+        return self.capture is not None
+
+    def unsafe_refused(self) -> bool:
+        """Whether a call that is unsafe during a capture (an allocation, a free) is refused for the calling thread:
+        its mode is not relaxed and the capture is global, or thread-local and its own. Refusing invalidates it."""
+        cap = self.capture
+        if cap is None or self.thread_mode() == RELAXED:
+            return False
+        if cap.mode == GLOBAL or (cap.mode == THREAD_LOCAL and cap.thread == threading.get_ident()):
+            cap.invalid = True
+            return True
+        return False
+
+    def refuse_in_capture(self) -> bool:
+        """A synchronisation of the captured stream: refused, and the capture invalidated."""
+        if self.capture is None:
+            return False
+        self.capture.invalid = True
+        return True
+
+    def begin_capture(self, mode: int) -> bool:
+        if self.capture is not None:
+            return False
+        self.capture = Capture(int(mode))
+        return True
+
+    def end_capture(self) -> tuple[str, int | None]:
+        """``("ok", graph)``, or ``(why, None)``: ``"none"`` (no capture), ``"thread"`` (a thread-local or global
+        capture ended by another thread), ``"invalidated"`` (the capture ends, with no graph)."""
+        cap = self.capture
+        if cap is None:
+            return "none", None
+        if cap.mode != RELAXED and cap.thread != threading.get_ident():
+            return "thread", None
+        self.capture = None
+        if cap.invalid:
+            return "invalidated", None
+        self._handles += 1
+        self._graphs[self._handles] = list(cap.nodes)
+        return "ok", self._handles
+
+    def instantiate(self, graph) -> int | None:
+        nodes = self._graphs.get(graph)
+        if nodes is None:
+            return None
+        self._handles += 1
+        self._execs[self._handles] = list(nodes)
+        return self._handles
+
+    def launch_graph(self, exe) -> str | None:
+        """Queue the recorded work of ``exe`` again; None, or why the driver refuses: ``"value"`` (no such graph),
+        ``"handle"`` (a kernel whose module was unloaded)."""
+        nodes = self._execs.get(exe)
+        if nodes is None:
+            return "value"
+        if any(f is not None and not self.function_ok(f) for _, f in nodes):
+            return "handle"
+        self.graph_launches += 1
+        for fn, f in nodes:
+            self.enqueue(fn, f)
+        return None
+
+    def destroy_graph(self, graph) -> bool:
+        return self._graphs.pop(graph, None) is not None
+
+    def destroy_exec(self, exe) -> bool:
+        return self._execs.pop(exe, None) is not None
 
     def drain(self, upto: int | None = None) -> None:
         """Run the queued work (up to queue position ``upto``) in order."""
@@ -247,7 +354,7 @@ class StandInGPU:
         if gx * bx < _items(k, values):
             return "value"  # the grid does not cover the kernel's items
         self.launches += 1
-        self.enqueue(lambda: self._run(k, module, gx, bx, values))
+        self.enqueue(lambda: self._run(k, module, gx, bx, values), fn)
         return None
 
     def _run(self, k, module, gx: int, bx: int, values: list) -> None:
@@ -307,6 +414,12 @@ class StandInBlas:
     def __init__(self, gpu: StandInGPU, stream: int):
         self.gpu, self.stream = gpu, stream
         self.calls = 0
+        self.workspace: tuple[int, int] | None = None
+
+    def set_workspace(self, ptr: int, nbytes: int) -> None:
+        """``cublasSetWorkspace``: the library's workspace is the caller's memory from now on."""
+        self.gpu.view(ptr, nbytes)
+        self.workspace = (ptr, nbytes)
 
     def _matrix(self, ptr: int, rows: int, cols: int, ld: int, dt: np.dtype) -> np.ndarray:
         """The column-major ``rows x cols`` matrix at ``ptr`` with leading dimension ``ld``."""
@@ -318,6 +431,11 @@ class StandInBlas:
     def gemm(self, dtype, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c, batch) -> None:
         if not self.gpu.thread_ok():  # the handle's GPU is not the calling thread's: the library fails the call
             raise DeviceError("BLAS gemm failed: the handle's GPU is not current on the calling thread (stand-in)")
+        if self.gpu.capture is not None and self.workspace is None:
+            # without a workspace of the caller's the library allocates one: refused during a capture
+            self.gpu.capture.invalid = True
+            raise DeviceError("BLAS gemm failed: it allocates its workspace during a stream capture; set one with "
+                              "cublasSetWorkspace first (stand-in)")
         self.calls += 1
         assert lda >= m and ldb >= k and ldc >= m, (lda, ldb, ldc, m, n, k)
         self.gpu.enqueue(lambda: self._gemm(dtype, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c,

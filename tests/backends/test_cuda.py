@@ -189,7 +189,8 @@ def cluster():
 
     if not OPENCL_OK:
         pytest.skip(f"the CUDA stand-in runs kernels on OpenCL: {OPENCL_WHY}")
-    with tw.LocalCluster(devices=["cpu:0"], collectives=False) as c:
+    # graphs on (off by default until a real GPU has run them): the compiled training step below replays as graphs
+    with tw.LocalCluster(devices=["cpu:0"], collectives=False, extra_env={"TENSORWIRE_CUDA_GRAPHS": "1"}) as c:
         # no session quota on cuda:0: the out-of-memory test reaches the device's own limit (the stand-in's 1 GiB)
         c.start_service("cuda:0", [sys.executable, STANDIN, "worker", "--device", "cuda:0", "--dispatcher",
                                    c.service_address, "--threads", "1", "--session-memory", "none"])
@@ -274,6 +275,40 @@ def test_digits_mlp_trains_the_same_on_the_standin(session):
     np.testing.assert_allclose(cuda, cpu, rtol=1e-4)
 
 
+@needs_standin
+def test_a_compiled_training_step_replays_as_cuda_graphs(session):
+    """``tw.compile``'d Adam steps on the stand-in worker: after the warm-up runs each plan is captured once and
+    replayed as CUDA graphs (the worker's stats count it), and the losses and weights are the CPU's."""
+    import tensorwire as tw
+
+    rng = np.random.default_rng(0)
+    xn, yn = rng.standard_normal((32, 20)).astype(np.float32), rng.integers(0, 5, 32)
+
+    def train(dev):
+        tw.manual_seed(0)
+        model = tw.nn.Sequential(tw.nn.Linear(20, 16), tw.nn.ReLU(), tw.nn.Linear(16, 5)).to(dev)
+        opt = tw.optim.Adam(model.parameters(), lr=1e-2)
+        x, y = tw.tensor(xn, device=dev), tw.tensor(yn, device=dev)
+
+        @tw.compile
+        def step():
+            loss = tw.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+        losses = [step().item() for _ in range(9)]
+        return losses, model[0].weight.detach().cpu().numpy()
+
+    before = tw.memory_stats()["devices"]["cuda:0"]["graphs"]
+    (cpu, wc), (cuda, wg) = train("cpu:0"), train("cuda:0")
+    graphs = tw.memory_stats()["devices"]["cuda:0"]["graphs"]
+    assert graphs["captured"] > before["captured"] and graphs["replays"] >= before["replays"] + 3, graphs
+    assert graphs["fallbacks"] == before["fallbacks"], graphs
+    np.testing.assert_allclose(cuda, cpu, rtol=1e-4)
+    np.testing.assert_allclose(wg, wc, rtol=1e-3, atol=1e-5)
+
+
 # -- a real GPU -----------------------------------------------------------------------------------------------------
 
 _GPU_BACKEND = CUDABackend()
@@ -299,7 +334,9 @@ def gpu_session():
 
     if not REAL.available:
         pytest.skip(NO_GPU)
-    with tw.LocalCluster(devices=["cpu:0", "cuda:0"], collectives=False) as c:
+    # graphs on: a real GPU is where they are proven (off by default until then)
+    with tw.LocalCluster(devices=["cpu:0", "cuda:0"], collectives=False,
+                         extra_env={"TENSORWIRE_CUDA_GRAPHS": "1"}) as c:
         s = tw.connect(c.address)
         yield s
         s.close()

@@ -100,6 +100,8 @@ def test_driver_calls_exist_and_the_standin_takes_their_arguments():
 
     calls = _names(r"(?:drv|self\.mod)\.(cu[A-Z]\w+)\(", *CUDA_SOURCES) | set(CUDAApi.CALLS.values())
     assert {"cuInit", "cuLaunchKernel", "cuCtxSetCurrent", "cuModuleUnload"} <= calls, calls
+    assert {"cuStreamBeginCapture", "cuStreamEndCapture", "cuGraphInstantiate", "cuGraphLaunch",
+            "cuThreadExchangeStreamCaptureMode"} <= calls, calls  # (graphs, backends/gpu_graphs.py)
     assert arity_mismatches(drv, StandInDriver(), calls) == []
     assert [n for n in sorted(CUDAApi.CALLS.values()) if not hasattr(StandInDriver, n)] == []  # the stand-in has them
     standin_only = {n for n in dir(StandInDriver) if re.fullmatch(r"cu[A-Z]\w+", n)}
@@ -158,6 +160,8 @@ def test_cublas_symbols_prototypes_and_enums():
         assert hasattr(lib, name), f"{name} is not in libcublas"
         assert name in protos, f"{name} has no prototype in cublas_api.h"
     assert len(C.Cublas.GEMM_ARGTYPES) == protos["cublasGemmStridedBatchedEx"]
+    assert "cublasSetWorkspace_v2" in calls  # (before a graph capture)
+    assert len(C.Cublas.WORKSPACE_ARGTYPES) == protos["cublasSetWorkspace_v2"]
     types = _nvidia_include("cuda_runtime", "library_types.h")
     for dt, name in ((D.float32, "CUDA_R_32F"), (D.float64, "CUDA_R_64F"), (D.float16, "CUDA_R_16F"),
                      (D.bfloat16, "CUDA_R_16BF")):
