@@ -491,9 +491,9 @@ class DirectChannel:
         getattr(self, DIRECT_HANDLERS[t])(executor, route, sid, h, frames, q)
 
     def _run(self, executor, route: bytes, sid: bytes, h: dict, frames: list, q) -> None:
-        if not frames and executor.replay_now(sid, h, route):  # a known plan's replay, answered at once
-            return
         run = self.run_header(executor, sid, h, q)
+        if not frames and not h.get("shm_frames") and executor.replay_now(sid, run, route):  # a known plan's
+            return  # replay, answered at once
         if h.get("shm_frames"):
             frames = self.frames_from_shm(sid, frames, h["shm_frames"])
         executor.handle(run, frames, route=route)

@@ -8,7 +8,7 @@ build a compiled runner first (gcc, bounded by :mod:`.codegen.compiler`), run on
 one session's long op or slow compile does not hold the others, and can be cancelled between steps. Each
 session's memory on the device is bounded (:mod:`.quota`), and so are the compiled plans (:mod:`.plancache`).
 A second thread with a socket of its own only sends heartbeats, so a long kernel does not make the worker look
-dead.
+dead. After work the loop busy-waits briefly for the next message before it blocks (:mod:`.idle_spin`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 import zmq
 
 from tensorwire.dispatcher.liveness import RESTARTED_ENV, RESTARTED_INFO
-from tensorwire.protocol.batch_ids import check_temps, is_int_list, kept_nodes, out_ids
+from tensorwire.protocol.batch_ids import check_temps, kept_nodes, out_ids
 from tensorwire.protocol.credentials import service_token
 from tensorwire.protocol.curve import keys_dir
 from tensorwire.protocol.errors import (
@@ -37,6 +37,7 @@ from tensorwire.protocol.errors import (
     ExecutionError,
     NotFound,
     ProtocolError,
+    TensorwireError,
     error_to_wire,
 )
 from tensorwire.protocol.graph import RECV, SEND
@@ -66,6 +67,7 @@ from tensorwire.protocol.wire import array_from_frame, as_frame, frame_nbytes, p
 from . import get_backend, hot, hub_loader
 from .direct import ADDRESS_ENV, DirectChannel
 from .executor import Fail, builds_runner, compile_plan, execute, meta_of, run_plan
+from .idle_spin import IdleSpin, spin_from_env
 from .jobs import OFFLOAD_WORK, CancelScope, Interrupt, Pool
 from .plancache import PlanCache
 from .quota import DEFAULT as QUOTA_DEFAULT
@@ -420,21 +422,20 @@ class Executor:
         self.plans.drop_session(sid)
 
     # -- the direct channel's replay fast path -----------------------------------------------------
-    def replay_now(self, sid: bytes, h: dict, route: bytes) -> bool:
+    def replay_now(self, sid: bytes, run: dict, route: bytes) -> bool:
         """Run a direct message that replays a known plan and is answered (a fetch or a sync: the commonest on a
         direct channel, ``(x + 1).numpy()`` or a compiled step with its ``loss.item()``) at once, on this thread,
-        without queueing it: what ``DirectChannel.run_header``, ``_on_run``, ``_advance`` and ``_prepare`` do for
-        it, in one pass. Only when nothing else waits and nothing else is needed: the session idle and no other one
-        runnable, no uploads, no profiler, the plan cached here with no transfers, no hub load and no node that
-        failed to plan, run inline (small, its runner built) within the session's quota, and the message well
-        formed against it (inputs live and shaped as the plan was made for, fresh output ids, checked dynamic
-        attributes). Otherwise False, with nothing of the session's changed: the message takes the general path,
-        which queues it and says what is wrong with it. The capability and the header's field types are checked before
-        (``DirectChannel._handle``), as for every message."""
-        q = h.get("q")
-        plan_no = h.get("plan")
-        if (type(q) is not int or plan_no is None or not (h.get("fetch") or h.get("sync"))
-                or h.get("nodes") is not None or h.get("prof") is not None or h.get("shm_frames")):
+        without queueing it: what ``_on_run``, ``_advance`` and ``_prepare`` do for it, in one pass. ``run``: the
+        message as ``DirectChannel.run_header`` checked it (the general path's header). Only when nothing else waits
+        and nothing else is needed: the session idle and no other one runnable, no uploads, no profiler, the plan
+        cached here with no transfers, no hub load and no node that failed to plan, run inline (small, its runner
+        built) within the session's quota, and the message well formed against it, by the checks ``_prepare`` makes
+        (``_bind_outputs``, ``_inputs``, ``_check_inputs``, ``_outputs_fresh``, ``_admit``). Otherwise False, with
+        nothing of the session's changed: the message takes the general path, which queues it and says what is
+        wrong with it."""
+        plan_no = run.get("plan")
+        if (plan_no is None or run["q"] is None or not (run["fetch"] or run.get("sync")) or "nodes" in run
+                or "prof" in run):
             return False
         s = self.sessions.get(sid)
         if s is None or s.running is not None or s.jobs or s.draining is not None or self.ready:
@@ -442,71 +443,30 @@ class Executor:
         plan = self.plans.get(sid, plan_no)
         if plan is None or plan.has_transfers or plan.worker_ops or plan.failed_nodes:
             return False
-        if plan.tier is not None and plan.tier.take(plan):  # compiled now that it is hot (see hot.py)
-            self.plans.put(sid, plan_no, plan)
-            s.hot_plans += 1
-        ext_ids = h.get("ext") or []
-        fetch = h.get("fetch") or []
-        release = h.get("release") or []
-        if not (is_int_list(ext_ids) and is_int_list(fetch) and is_int_list(release)):
-            return False
-        bufs = s.buffers
-        ext = [bufs.get(i) for i in ext_ids]
-        metas = plan.ext_metas
-        if len(ext) != len(metas):
-            return False
-        meta = self.device.meta
-        for b, m in zip(ext, metas):  # (a missing or failed input, or one of another shape: the general path says so)
-            if b is None or type(b) is Fail or meta(b) != m:
+        self._warm(sid, s, plan_no, plan)
+        job = _Job(run, [], 0, route)
+        try:
+            self._bind_outputs(job, plan)
+            ext = self._inputs(s, run["ext"], missing=None)
+            if ext is None or Fail in map(type, ext):  # (a missing or failed input: the general path fails the
+                return False  # outputs that depend on it)
+            self._check_inputs(plan, ext, run["ext"], plan_no)
+            if not self._outputs_fresh(s, job):
                 return False
-        slots = plan.node_slot
-        n = len(slots)
-        first = h.get("out_first")
-        if first is not None:
-            if "outs" in h:
-                return False
-            outs = range(first, first + n)
-        else:
-            outs = h.get("outs")
-            if not is_int_list(outs) or len(outs) != n:
-                return False
-        kept = None
-        if h.get("temps") is not None:
-            try:
-                temps = check_temps(h["temps"], n)
-            except ProtocolError:
-                return False
-            kept = kept_nodes(n, temps) if temps else None
-        if not bufs.keys().isdisjoint(outs if kept is None else [outs[j] for j in kept]):
+            job.plan, job.ext = plan, ext
+            self._admit(s, job)
+        except TensorwireError:  # (the general path reports it)
             return False
-        dyn = {}
-        for d in h.get("dyn") or ():
-            if not (type(d) is list and len(d) == 2 and type(d[0]) is int and type(d[1]) is dict):
-                return False
-            dyn[d[0]] = d[1]
-        if dyn and plan.dyn_checks:
-            try:
-                plan.check_dynamic(dyn)
-            except ProtocolError:
-                return False
-        shm = h.get("shm")
-        if shm is not None and shm < 1:
+        if job.offload:
             return False
-        keep = kept_slots(slots, outs, kept, release)
-        if plan.work >= OFFLOAD_WORK or builds_runner(self.device, plan, keep):
-            return False
-        if self.limit is not None and s.ledger.used + plan.peak(keep) > self.limit:
-            return False
-        # taken: from here on as the general path runs it (``h`` becomes the job's ``run`` header)
-        h["s"], h["reply"] = sid, True
+        # taken: from here on as the general path runs it
         self.seq += 1
-        job = _Job(h, [], self.seq, route)
+        job.seq = self.seq
         c = self.direct_counts
         c["batches"] += 1
         c["plan_hits"] += 1
-        if release:  # what the client let go before this batch makes room for it
-            self._release_early(s, h)
-        job.plan, job.ext, job.keep, job.outs, job.kept, job.dyn = plan, ext, keep, outs, kept, dyn
+        if run["release"]:  # what the client let go before this batch makes room for it
+            self._release_early(s, run)
         job.started = time.monotonic_ns()
         s.running = job
         p = self.progress.get(sid)
@@ -516,7 +476,7 @@ class Executor:
         early = self._early_slots(job)
         answer = None if early is None else (early.values(), lambda env: self._answer(sid, job, early, env, None))
         try:
-            result = run_plan(self.device, plan, ext, outs, dyn, [], keep, None, answer)
+            result = run_plan(self.device, plan, ext, job.outs, job.dyn, [], job.keep, None, answer)
         except Exception as e:  # an executor bug must not kill the worker
             log.exception("running a batch failed")
             s.errors.append(error_to_wire(e))
@@ -611,10 +571,7 @@ class Executor:
                     raise NotFound(f"plan {plan_no} is not known on {self.name} or to the dispatcher: "
                                    f"{nodes.err.get('message')}")
             ext_ids = h.get("ext") or []
-            ext = [s.buffers.get(i) for i in ext_ids]
-            for k, b in enumerate(ext):
-                if b is None:
-                    ext[k] = Fail(error_to_wire(NotFound(f"handle {ext_ids[k]} is not on {self.name}")))
+            ext = self._inputs(s, ext_ids)
             if nodes is not None:
                 t0 = time.monotonic_ns()
                 plan = compile_plan(self.device, nodes, [meta_of(self.device, b) for b in ext])
@@ -636,42 +593,75 @@ class Executor:
                     job.wait = ("plan", sid, plan_no)
                     self._reply(job, {"t": "need_plan", "s": sid, "q": h.get("q"), "plan": plan_no}, [])
                     return False
-                if plan.tier is not None and plan.tier.take(plan):  # compiled now that it is hot (see hot.py)
-                    self.plans.put(sid, plan_no, plan)  # (its size changed)
-                    s.hot_plans += 1
+                self._warm(sid, s, plan_no, plan)
                 self._bind_outputs(job, plan)
-                metas = [meta_of(self.device, b) for b in ext]
-                if metas != plan.ext_metas:  # a replayed plan needs inputs shaped as when it was compiled
-                    for k, m in enumerate(metas):
-                        if (not isinstance(m, Fail) and not isinstance(plan.ext_metas[k], Fail)
-                                and m != plan.ext_metas[k]):
-                            raise ProtocolError(f"plan {plan_no} replayed with input {ext_ids[k]} of a different "
-                                                f"shape/dtype")
-            outs, slots = job.outs, plan.node_slot
-            if job.route is not None:  # (the dispatcher checks this for the batches it routes)
-                made = outs if job.kept is None else [outs[j] for j in job.kept]
-                if not s.buffers.keys().isdisjoint(made):  # (its outputs do not fail: that would replace the live
-                    s.errors.append(error_to_wire(ProtocolError(  # handles; the batch runs nothing)
-                        "an output id is already a live handle of this session")))
-                    job.outs, job.kept = [], None
-                    self._finish(sid, s, job, {}, report=False)
-                    return False
-            job.plan, job.ext, job.keep = plan, ext, kept_slots(slots, outs, job.kept, h.get("release"))
-            job.dyn = {j: a for j, a in (h.get("dyn") or ())}
-            if plan.dyn_checks and job.dyn:
-                plan.check_dynamic(job.dyn)
-            # large work, or a compile (seconds of gcc) first: off the main thread, which serves the other sessions
-            job.offload = plan.work >= OFFLOAD_WORK or builds_runner(self.device, plan, job.keep)
-            if self.limit is not None and not job.cancelled:
-                need = plan.peak(job.keep)
-                if s.ledger.used + need > self.limit:
-                    raise quota_error(self.name, self.limit, s.ledger.used, need)
+                self._check_inputs(plan, ext, ext_ids, plan_no)
+            if job.route is not None and not self._outputs_fresh(s, job):  # (the dispatcher checks the batches it
+                s.errors.append(error_to_wire(ProtocolError(  # routes; the outputs do not fail: that would
+                    "an output id is already a live handle of this session")))  # replace the live handles, and
+                job.outs, job.kept = [], None  # the batch runs nothing)
+                self._finish(sid, s, job, {}, report=False)
+                return False
+            job.plan, job.ext = plan, ext
+            self._admit(s, job)
             return True
         except Exception as e:
             err = error_to_wire(e)
             s.errors.append(err)
             self._finish(sid, s, job, self._failed_outputs(job, err), report=False)
             return False
+
+    # -- the checks a batch passes before it runs (``_prepare``; ``replay_now`` makes the same) ---------------------
+    def _warm(self, sid, s: _Session, plan_no: int, plan) -> None:
+        """A replayed plan that has become hot is compiled now (see hot.py)."""
+        if plan.tier is not None and plan.tier.take(plan):
+            self.plans.put(sid, plan_no, plan)  # (its size changed)
+            s.hot_plans += 1
+
+    def _inputs(self, s: _Session, ext_ids: list, missing=Fail):
+        """The session's buffers for the batch's inputs ``ext_ids``; one it does not hold is a ``NotFound`` Fail (the
+        batch's dependent outputs fail with it), or, with ``missing=None``, makes the result None."""
+        get = s.buffers.get
+        ext = [get(i) for i in ext_ids]
+        for k, b in enumerate(ext):
+            if b is None:
+                if missing is None:
+                    return None
+                ext[k] = Fail(error_to_wire(NotFound(f"handle {ext_ids[k]} is not on {self.name}")))
+        return ext
+
+    def _check_inputs(self, plan, ext: list, ext_ids: list, plan_no) -> None:
+        """ProtocolError unless a replay's inputs are as many as the plan's and shaped as when it was compiled
+        (a failed input passes: the outputs that depend on it fail with it)."""
+        metas = plan.ext_metas
+        if len(ext) != len(metas):
+            raise ProtocolError(f"plan {plan_no} replayed with {len(ext)} inputs, it was made for {len(metas)}")
+        meta = self.device.meta
+        for k, (b, m) in enumerate(zip(ext, metas)):
+            if type(b) is not Fail and type(m) is not Fail and meta(b) != m:
+                raise ProtocolError(f"plan {plan_no} replayed with input {ext_ids[k]} of a different shape/dtype")
+
+    @staticmethod
+    def _outputs_fresh(s: _Session, job: _Job) -> bool:
+        """Whether none of the ids the job makes is a live handle of its session already (a direct batch's: the
+        dispatcher checks this for the batches it routes)."""
+        outs = job.outs
+        return s.buffers.keys().isdisjoint(outs if job.kept is None else [outs[j] for j in job.kept])
+
+    def _admit(self, s: _Session, job: _Job) -> None:
+        """The job's kept slots, dynamic attributes (checked against its plan) and where it runs; ``QuotaExceeded``
+        when its estimated peak would pass the session's quota."""
+        plan, h = job.plan, job.h
+        job.keep = kept_slots(plan.node_slot, job.outs, job.kept, h.get("release"))
+        job.dyn = {j: a for j, a in (h.get("dyn") or ())}
+        if plan.dyn_checks and job.dyn:
+            plan.check_dynamic(job.dyn)
+        # large work, or a compile (seconds of gcc) first: off the main thread, which serves the other sessions
+        job.offload = plan.work >= OFFLOAD_WORK or builds_runner(self.device, plan, job.keep)
+        if self.limit is not None and not job.cancelled:
+            need = plan.peak(job.keep)
+            if s.ledger.used + need > self.limit:
+                raise quota_error(self.name, self.limit, s.ledger.used, need)
 
     @staticmethod
     def _bind_outputs(job: _Job, plan) -> None:
@@ -1253,6 +1243,7 @@ class Worker:
             self.executor.channel = self.channel
         self.stop = threading.Event()
         self.epoch: str | None = None  # the epoch of the dispatcher this worker's sessions belong to
+        self.spin = IdleSpin(spin_from_env())  # the main loop's busy-wait after work (TENSORWIRE_WORKER_SPIN_US)
 
     def _send(self, header: dict, frames: list) -> None:
         send_parts(self.sock, [pack_header(header), *frames])
@@ -1310,15 +1301,20 @@ class Worker:
         if direct is not None:
             poller.register(direct, zmq.POLLIN)  # clients' direct channels
         last_seen = time.monotonic()
+        spin = self.spin
         if ready_line and not self.stop.is_set():
             announce_ready("worker", device=self.device_name, pid=os.getpid())
         try:
             while not self.stop.is_set():
-                events = dict(poller.poll(0 if ex.ready else int(HEARTBEAT_S * 1000)))
+                # after work, busy-wait briefly for the next message rather than pay a wake-up (backends/idle_spin.py)
+                got = None if ex.ready or ex.pooled_seqs else spin.wait(poller.poll)
+                events = dict(got or poller.poll(0 if ex.ready else int(HEARTBEAT_S * 1000)))
                 if ex.wake_fd in events or ex.completed:
                     ex.collect()
+                    spin.worked()
                 if direct is not None and direct in events:
                     self.channel.receive(ex)
+                    spin.worked()
                 if self.channel.peer_give:  # other workers' files our arrays no longer use
                     self.channel.flush_gives()
                 if direct is not None:  # answers its clients' connections took; errors owed to full ones
@@ -1339,6 +1335,7 @@ class Worker:
                     t = h["t"]
                     if t == "hb":
                         continue
+                    spin.worked()
                     if t == "registered":
                         self._registered(h)
                     elif t == "refused":

@@ -16,6 +16,7 @@ from tensorwire.backends.cpu import NumpyBackend
 from tensorwire.backends.direct import DirectChannel
 from tensorwire.backends.worker import Executor
 from tensorwire.protocol.capability import channel_key, issue
+from tensorwire.protocol.errors import ProtocolError
 
 SID = b"session1"
 X = np.arange(4, dtype=np.float32)
@@ -82,7 +83,8 @@ def test_a_known_replay_is_answered_as_soon_as_the_worker_reads_it(w):
 
 
 @pytest.mark.parametrize("case", ["unknown plan", "another shape", "live output", "bad dyn", "outs and out_first",
-                                  "bad temps", "profiled", "session busy", "ids not ints"])
+                                  "bad temps", "profiled", "session busy", "ids not ints", "missing input",
+                                  "more inputs"])
 def test_what_the_fast_path_does_not_take_goes_the_general_way_unchanged(w, case):
     w.send({"t": "run", "q": 3, "ext": [], "outs": [3], "devs": ["cpu:0"], "sync": True,
             "nodes": [["full", [], {"shape": [2, 2], "dtype": "float32", "value": 1.0}, 0]]})
@@ -90,7 +92,8 @@ def test_what_the_fast_path_does_not_take_goes_the_general_way_unchanged(w, case
     h = {"t": "run", "q": 4, "ext": [1], "outs": [4], "plan": 7, "fetch": [4]}
     h.update({"unknown plan": {"plan": 8}, "another shape": {"ext": [3]}, "live output": {"outs": [3]},
               "bad dyn": {"dyn": [[0, 1]]}, "outs and out_first": {"out_first": 9}, "bad temps": {"temps": [[0, 5]]},
-              "profiled": {"prof": 1}, "session busy": {}, "ids not ints": {"ext": [1.0]}}[case])
+              "profiled": {"prof": 1}, "session busy": {}, "ids not ints": {"ext": [1.0]},
+              "missing input": {"ext": [99]}, "more inputs": {"ext": [1, 1]}}[case])
     s = w.ex.sessions[SID]
     if case == "session busy":  # a batch queued before it: the replay waits its turn
         w.send({"t": "run", "release": []})
@@ -98,7 +101,12 @@ def test_what_the_fast_path_does_not_take_goes_the_general_way_unchanged(w, case
         assert s.jobs
     route = w.ch.routes[SID][0]
     before = (dict(s.buffers), w.ex.seq, s.ledger.used, w.ex.batches_run)
-    assert w.ex.replay_now(SID, dict(h), route) is False
+    try:  # (the fast path takes the header as the general path checks it: a malformed one never reaches it)
+        run = w.ch.run_header(w.ex, SID, dict(h), h["q"])
+    except ProtocolError:
+        assert case in ("bad dyn", "outs and out_first", "ids not ints"), case
+    else:
+        assert w.ex.replay_now(SID, run, route) is False
     assert (dict(s.buffers), w.ex.seq, s.ledger.used, w.ex.batches_run) == before
     w.send(h)
     got = w.answer()
@@ -111,8 +119,17 @@ def test_what_the_fast_path_does_not_take_goes_the_general_way_unchanged(w, case
     else:  # refused with a typed error, live handles untouched
         hdr = got[0]
         errors = [hdr["error"]] if hdr["t"] == "error" else hdr["errors"] + hdr["fetch_errors"]
-        assert errors and errors[0]["code"] in ("ProtocolError", "NotFound"), hdr
+        assert errors and errors[0]["code"] in ("ProtocolError", "NotFound", "DependencyFailed"), hdr
+        assert case != "missing input" or "handle 99 is not on cpu:0" in errors[0]["message"], hdr
         assert not hdr.get("values"), hdr
     assert set(s.buffers) >= {1, 3}
     np.testing.assert_array_equal(s.buffers[1], X)
     np.testing.assert_array_equal(s.buffers[3], np.ones((2, 2), np.float32))
+
+
+def test_a_replay_naming_upload_files_it_does_not_carry_is_refused(w):
+    """``shm_frames`` names frames of the message: one that names frames it lacks is malformed, fast path or not."""
+    w.send({"t": "run", "q": 3, "ext": [1], "outs": [3], "plan": 7, "fetch": [3], "shm_frames": [[0, "/x"]]})
+    h, _ = w.answer()
+    assert h["t"] == "error" and h["error"]["code"] == "ProtocolError" and "shm_frames" in h["error"]["message"], h
+    assert set(w.ex.sessions[SID].buffers) == {1, 2}
