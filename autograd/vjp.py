@@ -508,14 +508,34 @@ def _cumsum(c):
     return [c.g.flip([d]).op("cumsum", dim=d).flip([d])]
 
 
+def _rev_cumsum(x: T, d: int) -> T:
+    """out[i] = sum(x[i:]) along ``d``."""
+    return x.flip([d]).op("cumsum", dim=d).flip([d])
+
+
+@rule("sign", "floor", "ceil", "round", "trunc")
+def _piecewise_constant(c):
+    """0 (torch's: the outputs require grad, with a zero gradient; the steps' deltas are not taken)."""
+    return [zeros(c.b, c.x[0].shape, c.g.dtype)]
+
+
 @rule("cumprod")
 def _cumprod(c):
-    """sum_{j >= i} g_j y_j / x_i (inputs with zeros get no special treatment, unlike torch)."""
+    """d y_j / d x_i = prod_{k <= j, k != i} x_k, as torch's cumprod_backward: before the first zero along ``dim``,
+    sum_{j >= i} g_j y_j / x_i; at the first zero z, sum_{j >= z} g_j y'_j with y' the cumprod of x with that zero
+    made 1; after it, 0 (every product there keeps the zero)."""
     x = c.x[0]
     if x.ndim == 0:
         return [c.g]
     d = a_int(c.a, "dim") % x.ndim
-    return [(c.g * c.y).flip([d]).op("cumsum", dim=d).flip([d]) / x]
+    xf = x.cast(c.g.dtype)
+    zero = xf.eq(0.0)
+    seen = zero.cast(D.int64).op("cumsum", dim=d)
+    before = seen.eq(0)
+    first = zero & seen.eq(1)
+    at_before = _rev_cumsum(c.g * c.y, d) / where(before, xf, 1.0)
+    at_first = _rev_cumsum(c.g * where(first, 1.0, xf).op("cumprod", dim=d), d)
+    return [where(before, at_before, where(first, at_first, 0.0))]
 
 
 @rule("var", "std")
@@ -571,7 +591,15 @@ def _norm(c):
     if p == 2:
         return [where(y.eq(0), 0, g * x / y)]
     ax = x.op("abs")
-    return [where(y.eq(0), 0, g * x * ax.op("pow", float(p) - 2) / y.op("pow", float(p) - 1))]
+    # torch's norm_backward: sign(x) |x|^(p-1), 0 where x is (|x|^(p-1) is inf there for p < 1); for p < 1 times
+    # y^(1-p) (0 where the norm is: a negative p's norm of a vector with a zero), else over y^(p-1), 0 at y = 0
+    if p < 2:
+        scaled = x.op("sign") * where(x.eq(0.0), 0.0, ax.op("pow", float(p) - 1))
+    else:
+        scaled = x * ax.op("pow", float(p) - 2)
+    if p < 1:
+        return [scaled * g * y.op("pow", 1.0 - float(p))]
+    return [where(y.eq(0), 0, g * scaled / y.op("pow", float(p) - 1))]
 
 
 @rule("silu")

@@ -77,7 +77,11 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 #: modules a name needs besides its own: torch.backends.{cuda,mps} are the plugin packages, which load without
 #: their drivers and carry torch's flags
-_EXTRA: dict[str, tuple[str, ...]] = {"backends": ("tensorwire.backends.cuda", "tensorwire.backends.mps")}
+_EXTRA: dict[str, tuple[str, ...]] = {"backends": ("tensorwire.backends.cuda", "tensorwire.backends.mps"),
+                                      # Tensor first: its module loads the math, array and linalg modules these
+                                      # import (one of them first is an import cycle)
+                                      **{n: ("tensorwire.tensor",) for n in ("fft", "linalg", "masked", "signal",
+                                                                             "special")}}
 #: public names that a submodule of the same name would hide once imported (``tw.tensor`` is the function, the
 #: module is ``tensorwire.tensor``), and those that must not be bound before their _EXTRA modules are loaded
 _GUARDED = frozenset({n for n, (_, attr) in _LAZY.items() if attr is not None} | set(_EXTRA))

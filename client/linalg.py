@@ -82,9 +82,7 @@ def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None
         r = red(dim=dims if dims is not None else tuple(range(x.ndim)), keepdim=keepdim)
     elif ord == 0:
         r = (a != 0).to(x.dtype).sum(dims, keepdim=keepdim)
-    elif ord < 0:
-        r = (a ** ord).sum(dims, keepdim=keepdim) ** (1.0 / ord)
-    else:
+    else:  # the norm op, negative ord included: its gradient is torch's, 0 where an element or the norm is 0
         r = x._reduce("norm", list(dims) if dims is not None else None, keepdim,
                       p=float(ord) if not isinstance(ord, int) else ord)
     from .functions import write_out

@@ -4,8 +4,8 @@
 ``tensorinv``/``tensorsolve``, with torch's signatures, result tuples and errors.
 
 The factorisations run on the client's LAPACK (:mod:`.linalg_lapack`: a sync point each); everything else composes
-from them with tensor ops, so gradients flow through the composition (torch's own ``pinv`` and ``lstsq`` have
-dedicated backward formulas: ours go through the SVD's, which is NaN where singular values repeat). ``eig`` and
+from them with tensor ops, so gradients flow through the composition; ``pinv`` (and ``lstsq``, its solution being
+``pinv(A) B``) has torch's own backward formula instead, as the SVD's is NaN where singular values repeat. ``eig`` and
 ``eigvals`` give complex results: ``NotImplementedError`` until tensorwire has complex dtypes.
 """
 
@@ -21,6 +21,7 @@ from tensorwire.protocol.errors import ShapeError
 from tensorwire.protocol.shapes import broadcast, norm_dim
 
 from . import linalg_lapack as L
+from .autograd_engine import Function
 from .host_ops import LinAlgError, check_float
 from .tensor import Tensor
 
@@ -422,10 +423,39 @@ def pinv(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False, rcond=None
     m, n = A.shape[-2], A.shape[-1]
     if min(m, n) == 0:
         return write_out(out, _zeros(A, (*A.shape[:-2], n, m)))
+    return write_out(out, _Pinv.apply(A, lambda: _pinv_value(A, m, n, atol, rtol, hermitian)))
+
+
+def _pinv_value(A: Tensor, m: int, n: int, atol, rtol, hermitian: bool) -> Tensor:  # noqa: N803
     mag, u, vals, vh = _spectrum(A, hermitian)
     keep = mag > _tolerance(mag.amax(-1, keepdim=True), m, n, atol, rtol, A.dtype)
-    inv_vals = _where(keep, 1 / _where(keep, vals, 1.0), 0.0)  # no 1/0 on the gradient's path
-    return write_out(out, (vh.mT * inv_vals.unsqueeze(-2)).matmul(u.mT))
+    inv_vals = _where(keep, 1 / _where(keep, vals, 1.0), 0.0)
+    return (vh.mT * inv_vals.unsqueeze(-2)).matmul(u.mT)
+
+
+class _Pinv(Function):
+    """``pinv(A)`` with torch's pinv_backward (FunctionsManual.cpp), written from ``A`` and ``pinv(A)`` alone: the
+    SVD's own gradient is NaN or wrong where singular values repeat, as the zeros of a rank-deficient ``A`` do."""
+
+    @staticmethod
+    def forward(ctx, A: Tensor, value) -> Tensor:  # noqa: N803
+        P = value()  # noqa: N806
+        ctx.save_for_backward(A, P)
+        return P
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        A, P = ctx.saved_tensors  # noqa: N806
+        gh = grad.mT
+        if A.shape[-2] <= A.shape[-1]:
+            K = gh.matmul(P)  # noqa: N806
+            KPh = K.matmul(P.mT)  # noqa: N806
+            gA = -P.matmul(K).mT + KPh - A.matmul(P).matmul(KPh) + P.mT.matmul(P).matmul(gh - K.matmul(A))  # noqa: N806
+        else:
+            K = P.matmul(gh)  # noqa: N806
+            PhK = P.mT.matmul(K)  # noqa: N806
+            gA = -K.matmul(P).mT + (gh - A.matmul(K)).matmul(P).matmul(P.mT) + PhK - PhK.matmul(P).matmul(A)  # noqa: N806
+        return gA, None
 
 
 def matrix_rank(A: Tensor, tol=None, hermitian: bool = False, *, atol=None, rtol=None, out=None) -> Tensor:  # noqa: N803
@@ -493,7 +523,7 @@ def lstsq(A: Tensor, B: Tensor, rcond=None, *, driver=None) -> Lstsq:  # noqa: N
         rtol = float(np.finfo(A.dtype.np).eps) * max(m, n) if rcond is None or rcond < 0 else rcond
         keep = s > s.amax(-1, keepdim=True) * rtol
         inv_s = _where(keep, 1 / _where(keep, s, 1.0), 0.0)
-        x = (vh.mT * inv_s.unsqueeze(-2)).matmul(u.mT.matmul(b))
+        x = _Pinv.apply(a, lambda: (vh.mT * inv_s.unsqueeze(-2)).matmul(u.mT)).matmul(b)  # torch's gradient
         r = keep.sum(-1)
     rank = empty.to(D.int64) if driver == "gels" or r is None else r
     full = r is not None and bool((r == n).all())

@@ -72,9 +72,10 @@ def acosh(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def atanh(input: Tensor) -> Tensor:  # noqa: A002
-    """½ log1p(2x / (1 - x))."""
+    """½ (log1p(x) - log1p(-x)): its gradient ½ (1 / (1 + x) + 1 / (1 - x)) is two well-rounded terms of one sign
+    (log1p(2x / (1 - x))'s chain loses digits near ±1)."""
     x = to_float(input)
-    return (2 * x / (1 - x)).log1p() * 0.5
+    return (x.log1p() - (-x).log1p()) * 0.5
 
 
 def deg2rad(input: Tensor) -> Tensor:  # noqa: A002

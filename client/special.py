@@ -16,6 +16,7 @@ import math
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.shapes import broadcast
 
+from .autograd_engine import Function
 from .math_extras import erfc, logit, sinc, xlog1py, xlogy
 from .tensor import Tensor
 
@@ -108,13 +109,12 @@ def _bessel(input: Tensor, small, large, *, scaled: bool, odd: bool) -> Tensor: 
     big = a > 8
     safe = _where(big, a, a.new_full((), 8.0))
     hi = _chbevl(32.0 / safe - 2, large) / safe.sqrt()
-    if odd:
-        lo = lo * a
+    if odd:  # I1 is odd: x c(|x|) near 0 (not sign(x) |x| c(|x|), whose gradient at 0 would be 0 instead of 1/2)
+        lo = lo * x64
+        hi = _where(x64 < 0, -hi, hi)
     r = _where(big, hi, lo)
     if not scaled:
         r = r * a.exp()
-    if odd:
-        r = _where(x64 < 0, -r, r)
     return r.to(_result_dtype(input))
 
 
@@ -853,10 +853,31 @@ def zeta(input, other) -> Tensor:  # noqa: A002
     return _zeta64(_f64(x), _f64(q)).to(rt)
 
 
+class _Polygamma(Function):
+    """polygamma(n, x) with torch's gradient, polygamma(n + 1, x): differentiating the evaluation instead would give
+    the derivative of a truncated series, and NaN from the branches its where()s discard (ζ's order n + 1 is not a
+    function of x, yet x * 0 + n + 1 would carry ζ's NaN derivative in its order back as 0 * NaN)."""
+
+    @staticmethod
+    def forward(ctx, n: int, input: Tensor) -> Tensor:  # noqa: A002
+        ctx.n = n
+        ctx.save_for_backward(input)
+        return _polygamma(n, input)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (x,) = ctx.saved_tensors
+        return None, grad * polygamma(ctx.n + 1, x)
+
+
 def polygamma(n: int, input: Tensor) -> Tensor:  # noqa: A002
     """The n-th derivative of ψ: ψ for n = 0, the trigamma function for 1, (-1)^(n+1) n! ζ(n + 1, x) above."""
     if n < 0:
         raise ValueError("polygamma(n, x) does not support negative n.")
+    return _Polygamma.apply(n, input)
+
+
+def _polygamma(n: int, input: Tensor) -> Tensor:  # noqa: A002
     x = _f64(input)
     if n == 0:
         r = _digamma64(x)

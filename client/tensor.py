@@ -1326,12 +1326,15 @@ class Tensor:
         if self.ndim == 0:
             norm_dim(dim, 1)
             return self.reshape(1).index_fill(0, index, value).reshape(())
+        from .creation import zeros
+        from .functions import where
+
         d = norm_dim(dim, self.ndim)
-        key = [slice(None)] * self.ndim
-        key[d] = index
-        out = self.clone()
-        out[tuple(key)] = value
-        return out
+        hit = zeros(self._shape[d], dtype=D.bool_, device=self._dev, session=self._s)
+        hit[index] = True  # a mask, not a write per index: a repeated index fills (and gives value's gradient) once
+        shape = [1] * self.ndim
+        shape[d] = -1
+        return where(hit.reshape(shape), self._operand(value).to(self.dtype), self)
 
     def masked_select(self, mask):
         """The elements where ``mask`` is true, as 1-D (``mask`` and ``self`` broadcast together; a sync point)."""

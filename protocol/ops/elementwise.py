@@ -47,9 +47,8 @@ def _neg_infer(metas, attrs):
     return s, d
 
 
-for _n in SAME_UNARY:
-    register_op(OpDef(_n, 1, _neg_infer if _n == "neg" else _unary_same, kind="unary",
-                      differentiable=_n in ("neg", "abs")))
+for _n in SAME_UNARY:  # all differentiable, as torch's: sign and the rounding ops with a zero gradient
+    register_op(OpDef(_n, 1, _neg_infer if _n == "neg" else _unary_same, kind="unary"))
 for _n in BOOL_UNARY:
     register_op(OpDef(_n, 1, _unary_bool, kind="unary", differentiable=False))
 register_op(OpDef("logical_not", 1, _unary_bool, kind="unary", differentiable=False))

@@ -364,6 +364,9 @@ GENERATORS = {
     "reciprocal": unary("reciprocal", -2, 2, 0.3), "asin": unary("asin", -0.9, 0.9),
     "acos": unary("acos", -0.9, 0.9), "atan": unary("atan", -2, 2), "sinh": unary("sinh"), "cosh": unary("cosh"),
     "neg": unary("neg"), "abs": unary("abs", away=0.05),
+    # piecewise constant: 0 away from the steps (at integers, at ±0.5 for round, at 0 for sign)
+    "sign": unary("sign", away=0.05), "floor": unary("floor", away=0.05), "ceil": unary("ceil", away=0.05),
+    "trunc": unary("trunc", away=0.05), "round": unary("round", -0.45, 0.45, 0.05),
     "add": binary("add"), "sub": binary("sub"), "mul": binary("mul"), "div": binary("div", b=(-2, 2, 0.3)),
     "maximum": _maxmin("maximum"), "minimum": _maxmin("minimum"),
     "remainder": binary("remainder", a=(0.2, 1.8, 0), b=(2.0, 2.5, 0)),

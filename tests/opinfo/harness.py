@@ -61,7 +61,23 @@ def op_db() -> list:
     """torch's OpInfo list (imports torch's test internals: ~10 s)."""
     from torch.testing._internal.common_methods_invocations import op_db as db
 
+    _no_test_case_lookup()
     return db
+
+
+def _no_test_case_lookup() -> None:
+    """Spare ``op.sample_inputs`` torch's search for the running ``unittest.TestCase`` (``extract_test_fn``: it reads
+    every frame's source, ~0.3 s a call under pytest's deep stack). Our tests are no TestCase, so the search answers
+    ``None`` anyway, and the samples (seeded from torch's default ``SEED`` without a test name) are the same."""
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+
+    for module in (common_utils, core):
+        module.extract_test_fn = _no_test_fn
+
+
+def _no_test_fn():
+    return None
 
 
 def entry_name(op) -> str:

@@ -1,0 +1,120 @@
+"""Gradients the op_db backward check found wrong (issue 33), each against float64 finite differences or torch's
+formula: cumprod through zeros, a p-norm at zero elements, pinv of a rank-deficient matrix and lstsq, polygamma,
+I1 at 0, atanh near ±1, index_fill with a repeated index."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+
+pytestmark = pytest.mark.usefixtures("session")
+
+RNG = np.random.default_rng(33)
+
+
+def _leaf(a, dtype=tw.float64):
+    return tw.tensor(np.asarray(a, dtype=np.float64), dtype=dtype, requires_grad=True)
+
+
+def _grad(y, x, g=None):
+    (gx,) = tw.autograd.grad(y, [x], grad_outputs=g, allow_unused=True)
+    return None if gx is None else np.asarray(gx.numpy())
+
+
+def test_cumprod_through_zeros():
+    """d y_j / d x_i = prod_{k <= j, k != i} x_k: the first zero's gradient is not 0/0 (was NaN), the later ones'
+    are 0."""
+    x = _leaf([[2.0, 0.0, 3.0, 0.0, 5.0], [1.5, 2.0, -3.0, 4.0, 0.5], [0.0, 1.0, 2.0, 0.0, 2.0]])
+    assert tw.autograd.gradcheck(lambda t: t.cumprod(1), [x])
+    assert tw.autograd.gradcheck(lambda t: t.cumprod(0), [_leaf(RNG.normal(size=(4, 3)) * (RNG.random((4, 3)) > .4))])
+    g = _grad(x.cumprod(1).sum(), x)
+    # row 0: y = [2, 0, 0, 0, 0]; dy/dx1 = 2 + 2*3 + 0 + 0 (x3 = 0 keeps the last two at 0); after the zero: 0
+    np.testing.assert_allclose(g[0], [1.0, 8.0, 0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("p", [-0.5, -2.0, 0.5, 1.5, 3.0])
+def test_vector_norm_at_zero_elements(p):
+    """torch's subgradients: 0 at a zero element for p < 2 (0 * inf was NaN), and 0 for a negative p's norm of a
+    vector with a zero (the norm itself is 0 there)."""
+    z = _leaf(np.zeros(5))
+    np.testing.assert_array_equal(_grad(tw.linalg.vector_norm(z, p), z), np.zeros(5))
+    x = _leaf([0.0, 1.0, -4.0, 0.5])
+    g = _grad(tw.linalg.vector_norm(x, p), x)
+    assert np.isfinite(g).all()
+    if p > 0:
+        a = np.array([0.0, 1.0, -4.0, 0.5])
+        y = (np.abs(a) ** p).sum() ** (1 / p)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            want = np.where(a == 0, 0.0, np.sign(a) * np.abs(a) ** (p - 1) * y ** (1 - p))
+        np.testing.assert_allclose(g, want, rtol=1e-12)
+    nz = _leaf([0.3, 1.0, -4.0, 0.5])
+    assert tw.autograd.gradcheck(lambda t: tw.linalg.vector_norm(t, p), [nz])
+
+
+def test_pinv_of_a_rank_deficient_matrix():
+    """pinv is differentiable where the rank holds (A = a b^T): torch's pinv_backward, not the SVD's gradient (NaN
+    or wrong where singular values repeat, as a rank-deficient matrix's zeros do)."""
+    a, b = _leaf(RNG.normal(size=(4, 1))), _leaf(RNG.normal(size=(3, 1)))
+    assert tw.autograd.gradcheck(lambda u, v: tw.linalg.pinv(u @ v.mT), [a, b])
+    a2, b2 = _leaf(RNG.normal(size=(2, 5, 2))), _leaf(RNG.normal(size=(2, 6, 2)))
+    assert tw.autograd.gradcheck(lambda u, v: tw.linalg.pinv(u @ v.mT), [a2, b2])
+
+
+def test_lstsq_underdetermined():
+    A, B = _leaf(RNG.normal(size=(2, 3))), _leaf(RNG.normal(size=(2, 3)))  # noqa: N806
+    assert tw.autograd.gradcheck(lambda m, r: tw.linalg.lstsq(m, r, driver="gels").solution, [A, B])
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+def test_polygamma_gradient_is_the_next_polygamma(n):
+    """d/dx polygamma(n, x) = polygamma(n + 1, x), finite where polygamma is (ζ's series gave NaN)."""
+    x = _leaf([-1.5, -0.3, 0.7, 2.5, 11.0])
+    g = _grad(tw.polygamma(n, x).sum(), x)
+    np.testing.assert_allclose(g, tw.polygamma(n + 1, x.detach()).numpy(), rtol=1e-12)
+    assert np.isfinite(g).all()
+    assert tw.autograd.gradcheck(lambda t: tw.special.polygamma(n, t), [_leaf([0.7, 2.5, 11.0])])
+
+
+@pytest.mark.parametrize("fn", [tw.special.i1, tw.special.i1e])
+def test_i1_at_zero(fn):
+    """I1'(0) = 1/2 (the odd function was sign(x) f(|x|), whose gradient at 0 read 0)."""
+    x = _leaf([0.0, -0.5, 3.0, 9.0])
+    g = _grad(fn(x).sum(), x)
+    assert g[0] == pytest.approx(0.5, rel=1e-12)
+    assert tw.autograd.gradcheck(fn, [_leaf([-0.5, 0.1, 3.0, 9.0])])
+
+
+def test_atanh_near_one_in_float32():
+    """1 / (1 - x²) to float32's precision near ±1 (the old log1p(2x / (1 - x)) chain lost digits there)."""
+    a = np.array([0.9995, -0.99971, 0.9991, 0.5, -0.2], dtype=np.float32)
+    x = tw.tensor(a, requires_grad=True)
+    g = _grad(tw.atanh(x).sum(), x)
+    exact = 1 / (1 - a.astype(np.float64) ** 2)
+    np.testing.assert_allclose(g, exact, rtol=2e-6)
+
+
+def test_index_fill_repeated_index():
+    """torch fills each indexed slice once, so the value's gradient counts a repeated index once."""
+    x = _leaf(np.zeros((2, 3)))
+    v = _leaf(0.0)
+    y = x.index_fill(1, tw.tensor([1, 1, 2, -1]), v)
+    g = tw.tensor(np.arange(6.0).reshape(2, 3), dtype=tw.float64)
+    gx, gv = tw.autograd.grad(y, [x, v], grad_outputs=g)
+    assert float(gv.numpy()) == 1 + 2 + 4 + 5
+    np.testing.assert_array_equal(gx.numpy(), [[0, 0, 0], [3, 0, 0]])
+    assert math.isclose(float(y.detach().sum().numpy()), 0.0)
+
+
+@pytest.mark.parametrize("name", ["sign", "floor", "ceil", "round", "trunc"])
+def test_piecewise_constant_ops_give_zero_gradients(name):
+    """As torch's: the output requires grad and its gradient is zeros (x.grad was None, and x.floor() could not be
+    differentiated at all)."""
+    x = _leaf([0.3, -1.7, 2.5, -0.2])
+    y = getattr(x, name)()
+    assert y.requires_grad
+    np.testing.assert_array_equal(_grad(y.sum(), x), np.zeros(4))
+    np.testing.assert_array_equal(_grad((y * x).sum(), x), y.detach().numpy())  # the product rule's other term
