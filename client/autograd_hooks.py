@@ -14,19 +14,22 @@ from .amp import autocast_mode as _amp
 _amp_active = _amp._active
 
 
-def record(session, op: str, ins, attrs, device: str, up: int = 1):
+def record(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
     """Record ``op`` on ``device``; the single entry point for every recorded op (autocast casts its inputs
     here, by :mod:`tensorwire.amp.policy`, while an autocast scope is on). ``up``: how many frames above this
     function the search for the user's line starts (``Session.record``'s ``up``): 2, its caller's caller, from a
-    client function that is always called by another, as ``Tensor._rec`` is."""
+    client function that is always called by another, as ``Tensor._rec`` is. ``known``: ``Session.record``'s (the
+    node's attrs key and output meta, when the caller has them: a view step's), used where no input requires grad
+    and no autocast scope is on."""
     if _amp_active[0] and ins:
         ins = _amp.cast_inputs(session, op, ins, attrs, device, record)
+        known = None
     for t in ins:  # (an input that requires grad first: the grad mode's thread-local is read only then)
         if t.requires_grad or (t._base is not None and t._base.requires_grad):
             if _E.is_grad_enabled():  # (looked up here: views imports this module while autograd_engine loads)
                 return _E.record_grad(session, op, ins, attrs, device, up + 1)
             break
-    return session.record(op, ins, attrs, device, up=up + 1)
+    return session.record(op, ins, attrs, device, known, up=up + 1)
 
 
 def detach(t):

@@ -71,7 +71,13 @@ def stack(tensors, dim: int = 0, *, out=None) -> Tensor:
         if t.shape != s0:
             raise ShapeError(f"stack expects each tensor to be equal size, but got {list(s0)} and {list(t.shape)}")
     d = norm_dim(dim, len(s0), allow_end=True)
-    return cat([t.unsqueeze(d) for t in tensors], d, out=out)
+    if d == len(s0):  # a new last dim (0-d tensors too): each one a column
+        return cat([t.unsqueeze(d) for t in tensors], d, out=out)
+    # along an existing position: the tensors side by side along dim d are the stack with dims d and d + 1 merged,
+    # so one cat and one reshape (two records, not one unsqueeze per tensor and a cat)
+    joined = cat(tensors, d)
+    shape = s0[:d] + (len(tensors),) + s0[d:]
+    return write_out(out, joined._rec("reshape", [joined], {"shape": list(shape)}))
 
 
 def hstack(tensors) -> Tensor:

@@ -130,7 +130,7 @@ def getitem(x, key):
         if any(_is_tensorlike(k) for k in key):
             return _advanced(x, key)
     starts, stops, steps, out = _basic_parts(x, key)
-    return x._view(V.Slice(starts, stops, steps, out))
+    return x._view(V.Slice(starts, stops, steps, out, x._shape))
 
 
 def _split_key(x, key):

@@ -7,7 +7,8 @@ seen once under a handle is that handle's value for good. The session keeps, by 
 * for a view made by indexing with ints and slices or by a reshape (``ix[i]``, and so iterating ``for i in ix``),
   how to compute its value from its parent's (the view step's ``on_host``): the first element read fetches the
   parent once (when it is small), and every other element comes from that value. ``data[i:i + 8] for i in ix``
-  costs one round trip for ``ix``, not one per element.
+  costs one round trip for ``ix``, not one per element. A view's value is computed when it is first read, not when
+  the view is made (of a known parent, from the parent's value then).
 
 * the integer and bool results of elementwise ops (and ``full``) on such values, computed on the client too by the
   CPU worker's own numpy kernels (``backends/cpu/kernels.py``, the one definition of each op's semantics): so
@@ -57,6 +58,10 @@ class KnownValues:
             self.hits += 1
         return v
 
+    def has(self, hid: int) -> bool:
+        """Whether handle ``hid``'s value is kept (not counted as a read)."""
+        return hid in self._values
+
     def put(self, hid: int, value: np.ndarray) -> None:
         """Keep ``value`` (made read-only) as handle ``hid``'s, when it is small."""
         if value.nbytes > SMALL_BYTES or hid in self._values:
@@ -77,8 +82,8 @@ class KnownValues:
                 or self._depth(parent._id) >= MAX_DEPTH:
             return
         value = self._values.get(parent._id)
-        if value is not None:
-            self.put(hid, on_host(value))
+        if value is not None:  # followed when read (most views of a known value are never read: ``data[i:i + 8]``)
+            self._recipes[hid] = ((), (), lambda vs: on_host(value), False, 1)
         else:
             self._recipes[hid] = ((parent,), (parent._id,), lambda vs: on_host(vs[0]), True,
                                   1 + self._depth(parent._id))
@@ -130,9 +135,22 @@ class KnownValues:
             self._recipes.pop(hid, None)
 
 
+_I64 = np.dtype(np.int64)
+_WRAP = 1 << 64
+_HALF_WRAP = 1 << 63
+#: int64 arithmetic on two 0-d int64 values, in Python ints wrapped to 64 bits as numpy's kernels wrap them (the
+#: commonest host op, ``i + 8`` of a slice bound: numpy's dispatch for one element costs several times the sum)
+_SCALAR_INT = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
+
+
 def _host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
     """``op`` of numpy ``values`` by the CPU worker's numpy kernel, or None when it raises (the device's error is
     the one to report) or makes another shape."""
+    fn = _SCALAR_INT.get(op)
+    if fn is not None and not attrs and not shape and dtype.np == _I64 and len(values) == 2:
+        a, b = values
+        if a.dtype == _I64 and b.dtype == _I64 and not a.shape and not b.shape:
+            return np.array((fn(int(a), int(b)) + _HALF_WRAP) % _WRAP - _HALF_WRAP, dtype=_I64)
     from tensorwire.backends.cpu.kernels import KERNELS  # (numpy only; imported on the first use)
 
     try:

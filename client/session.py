@@ -69,6 +69,7 @@ from .channels import (
     DataPlane,
     batch_device,
 )
+from .gc_policy import tune_client_gc
 from .known_values import HOST_OPS, KnownValues
 from .tensor import Tensor
 
@@ -78,6 +79,10 @@ MAX_PENDING_NODES = 8192
 MAX_PENDING_BYTES = 64 << 20
 MAX_PLANS = 1024
 MAX_WHERE = 1 << 16
+#: 0-d results the session remembers as worth fetching along with a fetched value (see :meth:`Session.fetch`)...
+MAX_SCALARS_TRACKED = 4096
+#: ... and the most of them one fetch takes along
+MAX_PREFETCH = 1024
 #: how long a client busy-waits for an answer before it blocks (TENSORWIRE_CLIENT_SPIN_MS). A blocked process on a
 #: virtual machine wakes slowly (an idle vCPU halts: hundreds of microseconds per message); the client has nothing else
 #: to do while it waits, and yields its core between checks, so the services run as soon as they are ready.
@@ -153,6 +158,7 @@ class Session:
         self._consts: list = []
         self._release: list[int] = []
         self._known = KnownValues()  # small values the client has, by handle (see known_values)
+        self._scalars_made: dict[int, str] = {}  # live 0-d results not read yet: handle -> device (see fetch)
         self._plans: dict = {}
         self._live_plans: set[int] = set()  # the plan numbers in _plans (a compiled graph checks its own is live)
         self._plan_ids = itertools.count(1)
@@ -164,6 +170,7 @@ class Session:
         self._n_async_done = 0  # ... of which those sent before the last answered message (so run by now)
         self._async_before = (None, 0)  # (q, _n_async) when the last numbered message went out
         self._capture = None  # the tw.compile trace recording this session's ops, if any (tensorwire.jit)
+        self._along: frozenset = frozenset()  # the handles the fetch in progress takes along (see _take_along)
         self._scalars: dict = {}
         self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
         self._lost = False  # the dispatcher stopped answering (close() does not wait for it then)
@@ -206,6 +213,7 @@ class Session:
         self._renew_every = float(h.get("lease_s") or SESSION_LEASE_S) / RENEWALS_PER_LEASE
         self._renewed = time.monotonic()
         leases.keep(self)
+        tune_client_gc()  # (once a process: gc_policy)
 
     # ------------------------------------------------------------------ plumbing
     @staticmethod
@@ -523,8 +531,14 @@ class Session:
         t._init(self, hid, shape, dtype, device)
         if self._capture is not None:
             self._capture.on_record(entry, t, inputs)
-        elif op in HOST_OPS:  # small integer values the client knows: their results too (known_values)
-            self._known.compute(hid, op, inputs, attrs, shape, dtype)
+        else:
+            if op in HOST_OPS:  # small integer values the client knows: their results too (known_values)
+                self._known.compute(hid, op, inputs, attrs, shape, dtype)
+            if not shape and op != "full":  # a 0-d result: read along with the next value read (see fetch)
+                made = self._scalars_made
+                made[hid] = device
+                if len(made) > MAX_SCALARS_TRACKED:
+                    del made[next(iter(made))]
         if len(self._pending) >= MAX_PENDING_NODES:
             self.flush()
         return t
@@ -632,6 +646,8 @@ class Session:
         self._pending_bytes = 0
         release, self._release = self._release, []
         self._known.forget(release)
+        if self._scalars_made:
+            self._forget_scalars(release)
         if release and pending and self._capture is None:
             pending, release = prune_dead(pending, release)
         if self._deferred is not None:
@@ -996,6 +1012,8 @@ class Session:
         if self._carried:  # what the fences reported meanwhile
             errs, self._carried = self._carried + list(errs), []
         ferrs = h.get("fetch_errors") or []
+        if ferrs and self._along:  # (a value fetched along that failed is the error of whoever reads it)
+            ferrs = [e for e in ferrs if e.get("fetched", e.get("node")) not in self._along]
         if errs or ferrs:
             self._forget_lost(errs)
             self._forget_lost(ferrs)
@@ -1053,11 +1071,46 @@ class Session:
                 if v is not None and v.shape == t._shape:
                     known.put(t._id, v)
                     return v
-        vals = self.flush(fetch=[t._id])
+        extra = self._take_along(t) if known is not None else ()
+        try:
+            vals = self.flush(fetch=[t._id, *extra])
+        finally:
+            self._along = frozenset()
         v = vals[t._id]
         if known is not None:
             known.put(t._id, v)
+            for hid in extra:
+                x = vals.get(hid)
+                if x is not None:
+                    known.put(hid, x)
         return v
+
+    def _forget_scalars(self, hids) -> None:
+        made = self._scalars_made
+        for hid in hids:
+            made.pop(hid, None)
+
+    def _take_along(self, t) -> list[int]:
+        """The 0-d results to fetch along with ``t`` (and forget here): the live ones on its device not read yet
+        that were made before it or have gone out already (so the answer does not wait for work recorded after
+        ``t``), at most :data:`MAX_PREFETCH`. Reading a list of per-step losses after a loop
+        (``[l.item() for l in losses]``) then costs one round trip, not one a step: each is a few bytes."""
+        made = self._scalars_made
+        if not made:
+            return []
+        made.pop(t._id, None)
+        self._forget_scalars(self._release)  # (dead: their releases go with this fetch)
+        first_pending = self._pending[0][0] if self._pending else None
+        dev, tid, known = t._dev, t._id, self._known
+        out = []
+        for hid, d in made.items():
+            if d == dev and (first_pending is None or hid < first_pending or hid < tid) and not known.has(hid):
+                out.append(hid)
+                if len(out) >= MAX_PREFETCH:
+                    break
+        self._forget_scalars(out)
+        self._along = frozenset(out)
+        return out
 
     def synchronize(self) -> None:
         """Wait until everything submitted has run; raise any deferred error."""

@@ -11,15 +11,27 @@ from __future__ import annotations
 import numpy as np
 
 from tensorwire.protocol.errors import TensorwireError
-from tensorwire.protocol.shapes import slice_len
+from tensorwire.protocol.shapes import numel, slice_len
 
 from . import autograd_hooks as _hooks  # (looked up when called: autograd_engine imports this module first)
 
 
-def _rec(t, op: str, ins, attrs):
+def _rec(t, op: str, ins, attrs, known=None):
     """``t._rec(op, ins, attrs)`` from a view step's method: the search for the user's line skips this function and
-    the step's method (both the client's, see ``autograd_hooks.record``'s ``up``)."""
-    return _hooks.record(t._s, op, ins, attrs, t._dev, 3)
+    the step's method (both the client's, see ``autograd_hooks.record``'s ``up``). ``known``: the node's attrs key
+    and output meta when the step has them (``Session.record``'s ``known``: no inference, no key to build)."""
+    return _hooks.record(t._s, op, ins, attrs, t._dev, 3, known)
+
+
+def reshape_key(shape: tuple):
+    """``attrs_key("reshape", {"shape": list(shape)})``, built directly (``shape``: a tuple of ints)."""
+    return (("shape", shape),)
+
+
+def _reshape(t, shape: tuple):
+    """Record ``t.reshape(shape)`` (``shape`` a tuple of ints with ``t``'s element count: a step's own output shape)
+    with its key and meta given, as most views record it."""
+    return _rec(t, "reshape", [t], {"shape": list(shape)}, (reshape_key(shape), (shape, t.dtype)))
 
 
 class ViewStep:
@@ -37,12 +49,14 @@ class Reshape(ViewStep):
         self.shape = tuple(shape)
 
     def forward(self, t):
-        if t._shape == self.shape:
-            return _rec(t, "reshape", [t], {"shape": list(self.shape)}) if t._base is not None else _alias(t)
-        return _rec(t, "reshape", [t], {"shape": list(self.shape)})
+        if t._shape == self.shape and t._base is None:
+            return _alias(t)
+        if numel(t._shape) != numel(self.shape):  # (inference says what is wrong)
+            return _rec(t, "reshape", [t], {"shape": list(self.shape)})
+        return _reshape(t, self.shape)
 
     def inverse(self, parent, value):
-        return _rec(value, "reshape", [value], {"shape": list(parent._shape)})
+        return _reshape(value, parent._shape)
 
     def on_host(self, value: np.ndarray) -> np.ndarray:
         return value.reshape(self.shape)
@@ -78,10 +92,14 @@ class Expand(ViewStep):
 class Slice(ViewStep):
     """Basic indexing: a strided slice, then a reshape that drops int dims and adds None dims."""
 
-    def __init__(self, starts: list, stops: list, steps: list, out_shape: tuple):
+    def __init__(self, starts: list, stops: list, steps: list, out_shape: tuple, in_shape: tuple | None = None):
         # (the lists are kept, not copied: the caller made them for this step, and the recorded attrs share them)
         self.starts, self.stops, self.steps = starts, stops, steps
         self.out_shape = out_shape
+        #: the input shape the bounds were checked against (``indexing._basic_parts``); for an input of that shape
+        #: the slice is recorded with its key and meta given (its lengths and steps: the plan's part of a slice)
+        self.in_shape = in_shape
+        self._known = None
 
     def on_host(self, value: np.ndarray) -> np.ndarray:
         """The view of a host value (a value the client already has, see ``known_values``)."""
@@ -92,17 +110,25 @@ class Slice(ViewStep):
         steps = self.steps
         if steps.count(1) == len(steps) and not any(self.starts) and self.stops == list(t._shape):  # the whole of t
             return t
-        return _rec(t, "slice", [t], {"starts": self.starts, "stops": self.stops, "steps": self.steps})
+        attrs = {"starts": self.starts, "stops": self.stops, "steps": steps}
+        if t._shape != self.in_shape:
+            return _rec(t, "slice", [t], attrs)
+        known = self._known
+        if known is None or known[1][1] is not t.dtype:
+            lens = tuple([max(0, (b - a + st - 1) // st) for a, b, st in zip(self.starts, self.stops, steps)])
+            st = tuple(steps)
+            known = self._known = ((("steps", st), ("#", (lens, st))), (lens, t.dtype))  # attrs_key("slice", attrs)
+        return _rec(t, "slice", [t], attrs, known)
 
     def forward(self, t):
         s = self._sliced(t)
         if s._shape != self.out_shape or s is t:
-            s = _rec(s, "reshape", [s], {"shape": list(self.out_shape)})
+            s = _reshape(s, self.out_shape)
         return s
 
     def inverse(self, parent, value):
-        shape = [slice_len(a, b, st) for a, b, st in zip(self.starts, self.stops, self.steps)]
-        v = _rec(value, "reshape", [value], {"shape": shape}) if list(value._shape) != shape else value
+        shape = tuple([slice_len(a, b, st) for a, b, st in zip(self.starts, self.stops, self.steps)])
+        v = _reshape(value, shape) if value._shape != shape else value
         return _rec(parent, "setslice", [parent, v], {"starts": self.starts, "stops": self.stops,
                                                        "steps": self.steps})
 
@@ -112,10 +138,15 @@ class Detached(ViewStep):
     without torch's in-place checks on leaves), as torch's ``.data`` does."""
 
     def forward(self, t):
-        return t._s.record("reshape", [t], {"shape": list(t._shape)}, t._dev)
+        shape = t._shape
+        return t._s.record("reshape", [t], {"shape": list(shape)}, t._dev, (reshape_key(shape), (shape, t.dtype)))
 
     def inverse(self, parent, value):
-        return value._s.record("reshape", [value], {"shape": list(parent._shape)}, value._dev)
+        shape = parent._shape
+        if numel(value._shape) != numel(shape):  # (inference says what is wrong)
+            return value._s.record("reshape", [value], {"shape": list(shape)}, value._dev)
+        return value._s.record("reshape", [value], {"shape": list(shape)}, value._dev,
+                               (reshape_key(shape), (shape, value.dtype)))
 
 
 def root_position(t, pos: int) -> int | None:
