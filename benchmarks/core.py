@@ -33,9 +33,10 @@ while True:
 class Echo:
     """A raw pyzmq ROUTER echo in another process: the peer for the wire benchmarks."""
 
-    def __init__(self, address: str | None = None):
-        """``address``: where the echo listens (default a TCP port on loopback; ``ipc://PATH`` for a unix socket)."""
-        self.proc = subprocess.Popen([sys.executable, "-c", ECHO, *([address] if address else [])],
+    def __init__(self, address: str | None = None, script: str = ECHO, args: tuple[str, ...] = ()):
+        """``address``: where the echo listens (default a TCP port on loopback; ``ipc://PATH`` for a unix socket);
+        ``script`` and ``args``: the echo process's program (``ECHO``) and its arguments after the address."""
+        self.proc = subprocess.Popen([sys.executable, "-c", script, *([address] if address else []), *args],
                                      stdout=subprocess.PIPE)
         self.address = self.proc.stdout.readline().decode().strip()
         self.sock = zmq.Context.instance().socket(zmq.DEALER)

@@ -6,13 +6,10 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np
-import zmq
 
 import tensorwire as tw
 from tensorwire.backends.idle_spin import spin_from_env
@@ -52,13 +49,7 @@ class SpinningEcho(Echo):
     (``TENSORWIRE_CLIENT_SPIN_MS``). ``Echo`` blocks on both sides."""
 
     def __init__(self, address: str, spin_s: float | None = None):
-        spin_s = spin_from_env() if spin_s is None else spin_s
-        self.proc = subprocess.Popen([sys.executable, "-c", SPINNING_ECHO, address, repr(spin_s)],
-                                     stdout=subprocess.PIPE)
-        self.address = self.proc.stdout.readline().decode().strip()
-        self.sock = zmq.Context.instance().socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(self.address)
+        super().__init__(address, SPINNING_ECHO, (repr(spin_from_env() if spin_s is None else spin_s),))
 
     def roundtrip(self, payload) -> None:
         self.sock.send(payload, copy=len(payload) < 65536)

@@ -321,19 +321,10 @@ class Lowerer:
             g = ir.gid(n)
             kb.emit(ir.Store(out, g, kb.compute(st, Idx(st.shape, flat=g))))
             return n
-        i = var(ELEM_VAR, INDEX, 0, n - 1)
-        stmts: list = []
-        outer, kb.block = kb.block, stmts
-        try:
-            v = kb.compute(st, Idx(st.shape, flat=i))
-        finally:
-            kb.block = outer
+        i, v, stmts = self._element(kb, st, n)
         vec = None if stmts else vectorize(v, ELEM_VAR, W)
         if vec is None:  # the element needs statements (a reduction's loop, a check) or has no vector form
-            kb.emit(ir.Let(ELEM_VAR, ir.gid(n)))
-            kb.block += stmts
-            kb.emit(ir.Store(out, i, v))
-            return n
+            return self._item_an_element(kb, out, n, i, v, stmts)
         grid = -(-n // W)
         base = ir.gid(grid) * W
         whole = [ir.Let(ELEM_VAR, base), ir.Store(out, i, vec)]
@@ -342,12 +333,10 @@ class Lowerer:
         kb.emit(ir.If(ir.alu("le", D.bool_, base + W, size), whole, [tail]))
         return grid
 
-    def _lanes(self, kb: KernelBuilder, st, out: str, n: int) -> int:
-        """One work item L neighbouring elements (:mod:`.lanes`): each lane's scalar computation, contiguous aligned
-        loads and the stores as vectors; the last item finishes a tail of fewer than L elements in a scalar loop, as
-        every item does where an offset parameter is not aligned on this run. An element that needs statements (a
-        reduction's loop, a check) keeps one item an element."""
-        L = lane_count(st.dtype, self.opts.lane_bytes)
+    @staticmethod
+    def _element(kb: KernelBuilder, st, n: int):
+        """Element ``i`` of ``st``'s output as ``(i, value, statements)``: the statements it needs first (a
+        reduction's loop, a check) are collected apart, not emitted."""
         i = var(ELEM_VAR, INDEX, 0, n - 1)
         stmts: list = []
         outer, kb.block = kb.block, stmts
@@ -355,11 +344,25 @@ class Lowerer:
             v = kb.compute(st, Idx(st.shape, flat=i))
         finally:
             kb.block = outer
+        return i, v, stmts
+
+    @staticmethod
+    def _item_an_element(kb: KernelBuilder, out: str, n: int, i, v, stmts: list) -> int:
+        """One work item per element: its statements, then its store; returns the item count."""
+        kb.emit(ir.Let(ELEM_VAR, ir.gid(n)))
+        kb.block += stmts
+        kb.emit(ir.Store(out, i, v))
+        return n
+
+    def _lanes(self, kb: KernelBuilder, st, out: str, n: int) -> int:
+        """One work item L neighbouring elements (:mod:`.lanes`): each lane's scalar computation, contiguous aligned
+        loads and the stores as vectors; the last item finishes a tail of fewer than L elements in a scalar loop, as
+        every item does where an offset parameter is not aligned on this run. An element that needs statements (a
+        reduction's loop, a check) keeps one item an element."""
+        L = lane_count(st.dtype, self.opts.lane_bytes)
+        i, v, stmts = self._element(kb, st, n)
         if stmts or L == 1:
-            kb.emit(ir.Let(ELEM_VAR, ir.gid(n)))
-            kb.block += stmts
-            kb.emit(ir.Store(out, i, v))
-            return n
+            return self._item_an_element(kb, out, n, i, v, stmts)
         grid = -(-n // L)
         base = ir.gid(grid) * L
         lanes, guards = element_lanes(v, ELEM_VAR, base, L, self.opts.lane_bytes)
