@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import sys
 import threading
 import weakref
 
@@ -31,6 +32,7 @@ from tensorwire.protocol.errors import ShapeError, TensorwireError
 from tensorwire.protocol.graph import attrs_key, freeze
 from tensorwire.protocol.ops import OPS
 
+from . import autograd_hooks as _hooks
 from . import views as V
 
 
@@ -1022,3 +1024,6 @@ def retain_grad(t) -> None:
 def clear_cache() -> None:
     """Forget the client's cached backward graphs (the next backward asks the service again)."""
     _CACHE.clear()
+
+
+_hooks.install(sys.modules[__name__])

@@ -8,10 +8,20 @@ requires grad, it is a plain ``session.record``.
 
 from __future__ import annotations
 
-from . import autograd_engine as _E
+from types import ModuleType
+
 from .amp import autocast_mode as _amp
 
 _amp_active = _amp._active
+#: the autograd engine (:mod:`tensorwire.autograd_engine`), which installs itself here when it loads (``tensor``
+#: imports it): the engine reads views, views record through this module, so this module must not import the engine
+_E: ModuleType | None = None
+
+
+def install(engine: ModuleType) -> None:
+    """Called once by :mod:`tensorwire.autograd_engine` as it loads."""
+    global _E
+    _E = engine
 
 
 def record(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
@@ -26,7 +36,7 @@ def record(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
         known = None
     for t in ins:  # (an input that requires grad first: the grad mode's thread-local is read only then)
         if t.requires_grad or (t._base is not None and t._base.requires_grad):
-            if _E.is_grad_enabled():  # (looked up here: views imports this module while autograd_engine loads)
+            if _E.is_grad_enabled():
                 return _E.record_grad(session, op, ins, attrs, device, up + 1)
             break
     return session.record(op, ins, attrs, device, known, up=up + 1)

@@ -26,6 +26,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange, ShapeError
 from tensorwire.protocol.shapes import infer_reshape, norm_dim, numel
 
+from . import autograd_engine as _autograd_engine  # noqa: F401  (it installs itself in autograd_hooks)
 from . import views as V
 from .autograd_hooks import record as _hooks_record
 

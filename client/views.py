@@ -13,7 +13,7 @@ import numpy as np
 from tensorwire.protocol.errors import TensorwireError
 from tensorwire.protocol.shapes import numel, slice_len
 
-from . import autograd_hooks as _hooks  # (looked up when called: autograd_engine imports this module first)
+from . import autograd_hooks as _hooks
 
 
 def _rec(t, op: str, ins, attrs, known=None):

@@ -39,7 +39,6 @@ _IMPORT_LINE = re.compile(r"(import |from )[^#]*(#.*)?|[\w\s,()]+")
 #: modules and codegen. Delete a module from a set when its circle no longer holds it, a set when it is gone.
 KNOWN_CIRCLES: list[frozenset[str]] = [
     # the client core (issue 32, item 2; docs/architecture.md, "Imports"): breaking these is the core's work
-    frozenset({"tensorwire.autograd_engine", "tensorwire.autograd_hooks", "tensorwire.views"}),
     frozenset({"tensorwire.indexing", "tensorwire.tensor"}),
 ]
 
