@@ -15,7 +15,16 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import IndexOutOfRange
 
 from . import views as V
-from .tensor import Tensor
+
+#: the client's ``Tensor`` class: :mod:`tensorwire.tensor` imports this module and installs the class here once it
+#: exists (:func:`install`), so this module never imports ``tensor`` (no import circle)
+Tensor: type | None = None
+
+
+def install(tensor_class: type) -> None:
+    """Called once by :mod:`tensorwire.tensor` after ``Tensor`` is defined."""
+    global Tensor
+    Tensor = tensor_class
 
 
 def _is_tensorlike(k) -> bool:

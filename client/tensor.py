@@ -27,6 +27,7 @@ from tensorwire.protocol.errors import DTypeError, IndexOutOfRange, ShapeError
 from tensorwire.protocol.shapes import infer_reshape, norm_dim, numel
 
 from . import autograd_engine as _autograd_engine  # noqa: F401  (it installs itself in autograd_hooks)
+from . import indexing as _indexing
 from . import views as V
 from .autograd_hooks import record as _hooks_record
 
@@ -1620,7 +1621,7 @@ def _fits(v: int, dt: D.DType) -> bool:
     return info.min <= v <= info.max
 
 
-from . import indexing as _indexing  # noqa: E402  (it needs Tensor, defined above)
+_indexing.install(Tensor)
 
 # torch's derived math, array and random functions as methods (x.addmm, x.unfold, x.cauchy_...:
 # client/math_extras.py, client/array_extras.py, client/random_fills.py, client/linalg_legacy.py): each installs its
