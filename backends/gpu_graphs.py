@@ -31,15 +31,14 @@ workspace exist) its next run is *captured* (``cuStreamBeginCapture`` in thread-
   worker's cache); the runner holds the plain runner and so its launchers, which keep their modules loaded
   (:class:`~.compiled_device.KernelModules`): no module is unloaded under a live graph.
 
-**Off by default** until it has run on a real GPU: the stand-in follows the driver's documented capture rules, but a
-driver's thread semantics are what broke the first real-GPU contact (issue 31). ``TENSORWIRE_CUDA_GRAPHS=1`` turns
-graphs on (the stand-in tests and the real-GPU tests do); ``TENSORWIRE_CUDA_GRAPH_WARMUP`` sets the ordinary runs
-before a capture. The counts are in the device's ``memory()`` (the worker's stats): ``graphs``.
+**Off by default** until it has run on a real GPU: only the driver's documented capture rules have been checked,
+and a driver's thread semantics are what broke the first real-GPU contact (issue 31). ``TENSORWIRE_CUDA_GRAPHS=1``
+turns graphs on; ``TENSORWIRE_CUDA_GRAPH_WARMUP`` sets the ordinary runs before a capture. The counts
+are in the device's ``memory()`` (the worker's stats): ``graphs``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import weakref
@@ -292,7 +291,7 @@ class GraphedRunner:
     def _capture(self, env, dyn, frames) -> bool:
         """Capture a run of the plain runner on static copies of ``env``'s inputs; False (the plan given up) when
         that fails."""
-        from .gpu_runtime import GPUBuffer
+        from .gpu_runtime import GPUBuffer  # circle: gpu_runtime imports this module
 
         rt = self.rt
         api = rt.api
@@ -418,16 +417,13 @@ class GraphedRunner:
                 out[i] = b
             rt.graph_stats.replays += 1
             if self.kernels:
-                self._check(api, stream)
+                self._check()
         env[:] = out
 
-    def _check(self, api, stream) -> None:
-        """Raise the first error the replay's kernels recorded (waits for the GPU)."""
-        slots, kernels = self.slots, self.kernels
-        nbytes = ErrorSlots.SLOT_BYTES * len(kernels)
-        api.call("copy_dtoh_async", slots.host, slots.device.ptr, nbytes, stream)
-        self.rt.synchronize()
-        failed = ErrorSlots.first_error(kernels, (ctypes.c_int64 * (2 * len(kernels))).from_address(slots.host))
+    def _check(self) -> None:
+        """Raise the first error the replay's kernels recorded (waits for the GPU; the graph's first node clears
+        the slots for the next replay)."""
+        failed = self.rt.read_errors(self.slots, self.kernels)
         if failed is not None:
             raise failed[1]
 

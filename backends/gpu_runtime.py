@@ -276,8 +276,7 @@ class GPURuntime(KernelModules):
     # memory -------------------------------------------------------------------------------------------
     def _driver_alloc(self, size: int) -> int:
         api = self.api
-        cap = self.capturing
-        if cap is not None and cap.mine():  # (as PyTorch's allocator: allowed while the thread captures, relaxed)
+        if self.my_capture() is not None:  # (as PyTorch's allocator: allowed while the thread captures, relaxed)
             old = api.call("exchange_capture_mode", api.capture_mode_relaxed())
             try:
                 result = api.alloc(size)
@@ -299,8 +298,8 @@ class GPURuntime(KernelModules):
             return GPUBuffer(0, 0, shape, dtype, 0, None)
         ptr, size = self.pool.malloc(nbytes)
         buf = GPUBuffer(ptr, size, shape, dtype, nbytes, self.pool)
-        cap = self.capturing
-        if cap is not None and cap.mine():  # the graph being captured addresses it: the graph holds it
+        cap = self.my_capture()
+        if cap is not None:  # the graph being captured addresses it: the graph holds it
             cap.buffers.append(buf)
         return buf
 
@@ -377,10 +376,16 @@ class GPURuntime(KernelModules):
                 self.api.call("memset_async", buf.ptr, 0, buf.nbytes, self.stream)
                 self.captured_work()
 
+    def my_capture(self):
+        """The graph capture the calling thread has in progress on the stream (:class:`~.gpu_graphs.Capture`), or
+        None."""
+        cap = self.capturing
+        return cap if cap is not None and cap.mine() else None
+
     def captured_work(self) -> None:
         """Note that the calling thread queued work a graph capture in progress holds (a segment is not empty)."""
-        cap = self.capturing
-        if cap is not None and cap.mine():
+        cap = self.my_capture()
+        if cap is not None:
             cap.work = True
 
     def prepare_graphs(self) -> None:
@@ -454,8 +459,8 @@ class GPURuntime(KernelModules):
         def launch(bufs, values):
             if blocks == 0:
                 return
-            cap = self.capturing
-            if cap is not None and cap.mine():  # captured, or made between two segments (gpu_graphs.Capture)
+            cap = self.my_capture()
+            if cap is not None:  # captured, or made between two segments (gpu_graphs.Capture)
                 cap.launch(go, k, bufs, values)
                 return
             go(bufs, values)
@@ -491,19 +496,24 @@ class GPURuntime(KernelModules):
         if not self.errors.pending():
             return
         api, mine = self.api, self.errors.mine()
-        cap = self.capturing
-        if cap is not None and cap.mine() and len(mine.kernels) < ErrorSlots.PER_THREAD:
+        if self.my_capture() is not None and len(mine.kernels) < ErrorSlots.PER_THREAD:
             return  # the end of a captured run: each replay reads the graph's slots (a full set is read now, and
             # the driver refuses the wait during the capture: the plan then runs without a graph)
         with self.bound:
             kernels, mine.kernels = mine.kernels, []
-            nbytes = ErrorSlots.SLOT_BYTES * len(kernels)
-            api.call("copy_dtoh_async", mine.host, mine.device.ptr, nbytes, self.stream)
-            self.synchronize()
-            failed = ErrorSlots.first_error(kernels, (ctypes.c_int64 * (2 * len(kernels))).from_address(mine.host))
+            failed = self.read_errors(mine, kernels)
             if failed is not None:
-                api.call("memset_async", mine.device.ptr, 0, nbytes, self.stream)
+                api.call("memset_async", mine.device.ptr, 0, ErrorSlots.SLOT_BYTES * len(kernels), self.stream)
                 raise failed[1]
+
+    def read_errors(self, slots, kernels: list):
+        """``(slot, error)`` of the first of ``kernels`` (in launch order) whose error slot in ``slots`` (a
+        :class:`~.kernel_errors.ThreadSlots`) holds an error, else None: copies the slots back and waits for the
+        GPU."""
+        nbytes = ErrorSlots.SLOT_BYTES * len(kernels)
+        self.api.call("copy_dtoh_async", slots.host, slots.device.ptr, nbytes, self.stream)
+        self.synchronize()
+        return ErrorSlots.first_error(kernels, (ctypes.c_int64 * (2 * len(kernels))).from_address(slots.host))
 
 
 # -- the device -----------------------------------------------------------------------------------------------------
@@ -557,8 +567,8 @@ class GPUDevice(CompiledDevice):
 
         def call(args, dyn, frames):
             env = [args[step.ins.index(x)] for x in slots] + [None]
-            cap = rt.capturing
-            if cap is not None and cap.mine():  # its launches are not the plan's own: captured as they come
+            cap = rt.my_capture()
+            if cap is not None:  # its launches are not the plan's own: captured as they come
                 cap.nested += 1
                 try:
                     run(env, None, frames)

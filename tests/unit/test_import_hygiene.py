@@ -51,7 +51,7 @@ LOCAL_IMPORTS: dict[str, int] = {
 }
 #: of those, the most that may lack a ``# lazy:`` / ``# circle:`` reason (the goal: none, and fewer than 40 in all)
 UNREASONED: dict[str, int] = {
-    "backends": 22, "backends/codegen": 11, "backends/cpu": 4, "backends/cuda": 9, "backends/opencl": 3,
+    "backends": 21, "backends/codegen": 11, "backends/cpu": 4, "backends/cuda": 9, "backends/opencl": 3,
     "backends/rocm": 5, "backends/testing": 3, "client": 212, "dispatcher": 1,
 }
 
