@@ -36,6 +36,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 from tests.backends._child_cases import sample
 from tests.backends._gradcheck import STANDIN_GRADCHECKS, gradcheck_on
+from tests.backends._pocl import opencl_available
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_gpu_child.py")
@@ -47,17 +48,8 @@ needs_gpu = pytest.mark.skipif(not REAL.available, reason=NO_GPU)
 needs_no_gpu = pytest.mark.skipif(REAL.available, reason="this host has a CUDA GPU; the no-driver path is not here")
 
 
-def _opencl_available() -> tuple[bool, str]:
-    """Whether the stand-in can run kernels (PoCL), asked in a child (PoCL stays out of this process)."""
-    code = ("import json; from tensorwire.backends.opencl import OpenCLBackend as B; d = B().devices()[0]; "
-            "print(json.dumps([d.available, d.reason]))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    if r.returncode:
-        return False, r.stderr[-500:]
-    return tuple(json.loads(r.stdout.strip().splitlines()[-1]))
 
-
-OPENCL_OK, OPENCL_WHY = _opencl_available()
+OPENCL_OK, OPENCL_WHY = opencl_available()
 needs_standin = pytest.mark.skipif(not OPENCL_OK, reason=f"the CUDA stand-in runs kernels on OpenCL: {OPENCL_WHY}")
 CASES = T.conformance_cases()
 #: the cases run on the stand-in (a real GPU runs them all): see :func:`tests.backends._child_cases.sample`

@@ -13,24 +13,17 @@ import sys
 
 import pytest
 
+from tests.backends._pocl import opencl_available
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_lanes_child.py")
 CHECKS = ["odd_sizes", "dtypes", "offset_views", "broadcasts_and_views", "sources"]
 
 
-def _opencl_available() -> tuple[bool, str]:
-    """Whether the stand-ins can run kernels (PoCL), asked in a child (PoCL stays out of this process)."""
-    code = ("import json; from tensorwire.backends.opencl import OpenCLBackend as B; d = B().devices()[0]; "
-            "print(json.dumps([d.available, d.reason]))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    if r.returncode:
-        return False, r.stderr[-500:]
-    return tuple(json.loads(r.stdout.strip().splitlines()[-1]))
-
 
 @pytest.fixture(scope="module", params=["cuda", "rocm"])
 def results(request, tmp_path_factory):
-    ok, why = _opencl_available()
+    ok, why = opencl_available()
     if not ok:
         pytest.skip(f"the GPU stand-ins run kernels on OpenCL: {why}")
     out = tmp_path_factory.mktemp(request.param) / "lanes.json"

@@ -40,6 +40,7 @@ mx = pytest.importorskip("mlx.core", reason=f"mlx is not installed: {RT.INSTALL}
 
 from tests.backends import _mps_child as C  # noqa: E402
 from tests.backends._gradcheck32 import gradcheck_float32  # noqa: E402
+from tests.backends._pocl import opencl_available  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_mps_child.py")
@@ -48,19 +49,8 @@ ON_CPU = {RT.ON_CPU_ENV: "1"}
 SAMPLE = [c.name for c in C.sample(T.conformance_cases())]
 
 
-def _opencl_available() -> tuple[bool, str]:
-    """Whether the stand-in can run kernels (PoCL), asked in a child (PoCL stays out of this process)."""
-    code = (
-        "import json; from tensorwire.backends.opencl import OpenCLBackend as B; d = B().devices()[0]; "
-        "print(json.dumps([d.available, d.reason]))"
-    )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    if r.returncode:
-        return False, r.stderr[-500:]
-    return tuple(json.loads(r.stdout.strip().splitlines()[-1]))
 
-
-OPENCL_OK, OPENCL_WHY = _opencl_available()
+OPENCL_OK, OPENCL_WHY = opencl_available()
 NO_OPENCL = f"the Metal stand-in runs kernels on OpenCL: {OPENCL_WHY}"
 needs_standin = pytest.mark.skipif(not OPENCL_OK, reason=NO_OPENCL)
 
