@@ -16,7 +16,7 @@ import os
 import time
 
 from tensorwire.protocol.errors import ConfigurationError
-from tensorwire.protocol.service import spare_core
+from tensorwire.protocol.service import spare_core, spin_wait
 
 SPIN_ENV = "TENSORWIRE_WORKER_SPIN_US"
 #: microseconds the worker busy-waits for the next message after work (``TENSORWIRE_WORKER_SPIN_US``; 0: never)
@@ -50,8 +50,8 @@ def spin_from_env(environ=os.environ) -> float:
 
 class IdleSpin:
     """The spin policy of one loop (one thread): :meth:`wait` before blocking, :meth:`worked` after an iteration
-    that did something. (``protocol.service.spin_wait`` is the client's spin; this one hands back what the poll
-    found, which spares the poll after it: each zmq poll of the worker's three sockets is five system calls.)"""
+    that did something. The spin is the client's (``protocol.service.spin_wait``); what its poll found is handed
+    back, which spares the poll after it (each zmq poll of the worker's three sockets is five system calls)."""
 
     __slots__ = ("spin_s", "cores", "armed", "skip", "skip_next", "spins", "hits")
 
@@ -81,16 +81,11 @@ class IdleSpin:
         if not spare_core(time.monotonic()):
             return None
         self.spins += 1
-        end = time.perf_counter() + self.spin_s
-        for _ in range(1 << 30):  # bounded by the time
-            got = poll(0)
-            if got:
-                self.hits += 1
-                self.skip_next = 1
-                return got
-            if time.perf_counter() >= end:
-                break
-            os.sched_yield()
+        got = spin_wait(poll, self.spin_s)
+        if got:
+            self.hits += 1
+            self.skip_next = 1
+            return got
         self.skip = self.skip_next
         self.skip_next = min(self.skip_next * 2, MAX_SKIP)
         return None

@@ -20,9 +20,10 @@ HEARTBEAT_S = 0.5  # services and the dispatcher exchange a heartbeat this often
 LIVENESS = 10  # ... and declare the other side dead after this many missed heartbeats
 
 
-def spin_wait(poll, spin_s: float) -> bool:
+def spin_wait(poll, spin_s: float):
     """Busy-wait up to ``spin_s`` seconds for ``poll(0)`` (a zmq poll, which releases the GIL) to report a message,
-    yielding the core to any other runnable thread between checks; True when a message is there.
+    yielding the core to any other runnable thread between checks; what ``poll`` reported (truthy) when a message is
+    there, else False.
 
     A process blocked in poll on a virtual machine wakes slowly (an idle vCPU halts: hundreds of microseconds per
     message), so a process that expects an answer soon spins a little before it blocks."""
@@ -30,8 +31,9 @@ def spin_wait(poll, spin_s: float) -> bool:
         return False
     end = time.perf_counter() + spin_s
     for _ in range(1 << 30):  # bounded by the time
-        if poll(0):
-            return True
+        got = poll(0)
+        if got:
+            return got
         if time.perf_counter() >= end:
             return False
         os.sched_yield()
