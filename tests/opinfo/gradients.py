@@ -51,10 +51,7 @@ def _rebind(fn):
     helpers it calls rebound the same way."""
     if not isinstance(fn, types.FunctionType) or not fn.__module__.startswith("torch.testing."):
         return fn
-    key = id(fn.__globals__)
-    if key not in H._GLOBALS:
-        H._GLOBALS[key] = {**fn.__globals__, "torch": H._Namespace(tw, "tw"), "wrapper_set_seed": H._call}
-    g = H._GLOBALS[key]
+    g = H.tw_globals(fn)
     for name in fn.__code__.co_names:
         helper = fn.__globals__.get(name)
         if (name.startswith("gradcheck_wrapper") and isinstance(helper, types.FunctionType)
@@ -299,26 +296,8 @@ def run_grad_sample(op, target: H.Target, sample, seed: int = 0) -> H.SampleOutc
     return H.SampleOutcome("ok", desc, f"{NONE_NOTE} for input {unlike}" if unlike else "")
 
 
-def grad_samples(op, dtype: torch.dtype, limit: int | None):
-    """The entry's first ``limit`` sample inputs at ``dtype`` with ``requires_grad=True`` (all for ``None``)."""
-    import itertools
-
-    return itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=True), limit)
-
-
 def run_grad_entry(op, dtype: torch.dtype = torch.float32, limit: int | None = 3, seed: int = 0) -> H.EntryResult:
-    """Compare an entry's gradients with torch's on its first ``limit`` samples (made from torch's generator seeded
-    with ``seed``); ``missing`` where the entry does not resolve."""
-    name, dname = H.entry_name(op), str(dtype).removeprefix("torch.")
-    target = H.resolve(op)
-    if target is None:
-        return H.EntryResult(name, dname, "missing")
-    outcomes = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for sample in grad_samples(op, dtype, limit):
-            o = run_grad_sample(op, target, sample, seed)
-            if o is not None:
-                outcomes.append(o)
-    status = max((o.status for o in outcomes), key=H._RANK.__getitem__, default="ok")
-    return H.EntryResult(name, dname, status, target.path, outcomes)
+    """Compare an entry's gradients with torch's on its first ``limit`` samples (made with ``requires_grad=True``
+    from torch's generator seeded with ``seed``); ``missing`` where the entry does not resolve."""
+    return H.run_entry(op, dtype, limit, seed, lambda op, target, sample: run_grad_sample(op, target, sample, seed),
+                       requires_grad=True)

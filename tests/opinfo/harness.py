@@ -176,12 +176,17 @@ def _call(fn, *args, **kwargs):
 _GLOBALS: dict[int, dict] = {}
 
 
-def _rebound(fn: types.FunctionType) -> Callable:
-    """op_db's own lambda with ``torch`` meaning tensorwire (it may reorder arguments, or read a property)."""
+def tw_globals(fn: types.FunctionType) -> dict:
+    """The globals of op_db's module that defines ``fn``, with ``torch`` meaning tensorwire (one table a module)."""
     key = id(fn.__globals__)
     if key not in _GLOBALS:
         _GLOBALS[key] = {**fn.__globals__, "torch": _Namespace(tw, "tw"), "wrapper_set_seed": _call}
-    return types.FunctionType(fn.__code__, _GLOBALS[key], fn.__name__, fn.__defaults__)
+    return _GLOBALS[key]
+
+
+def _rebound(fn: types.FunctionType) -> Callable:
+    """op_db's own lambda with ``torch`` meaning tensorwire (it may reorder arguments, or read a property)."""
+    return types.FunctionType(fn.__code__, tw_globals(fn), fn.__name__, fn.__defaults__)
 
 
 def _is_op_db_lambda(fn) -> bool:
@@ -533,14 +538,16 @@ def run_sample(op, target: Target, sample) -> SampleOutcome | None:
     return SampleOutcome("ok" if why is None else "wrong", desc, why or "")
 
 
-def samples(op, dtype: torch.dtype, limit: int | None):
+def samples(op, dtype: torch.dtype, limit: int | None, requires_grad: bool = False):
     """The entry's first ``limit`` sample inputs at ``dtype`` on CPU (all of them for ``None``)."""
-    return itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=False), limit)
+    return itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=requires_grad), limit)
 
 
-def run_entry(op, dtype: torch.dtype, limit: int | None = 3, seed: int = 0) -> EntryResult:
-    """Run an entry's samples (the first ``limit``, made from torch's generator seeded with ``seed``) at ``dtype``
-    and classify it."""
+def run_entry(op, dtype: torch.dtype, limit: int | None = 3, seed: int = 0, run: Callable = run_sample,
+              requires_grad: bool = False) -> EntryResult:
+    """Run an entry's samples (the first ``limit``, made from torch's generator seeded with ``seed``, with
+    ``requires_grad`` as given) at ``dtype`` and classify it; ``run(op, target, sample)`` gives one sample's outcome
+    (:func:`run_sample`: the values; ``gradients.run_grad_sample``: the gradients)."""
     name, dname = entry_name(op), str(dtype).removeprefix("torch.")
     target = resolve(op)
     if target is None:
@@ -548,8 +555,8 @@ def run_entry(op, dtype: torch.dtype, limit: int | None = 3, seed: int = 0) -> E
     outcomes = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)  # op_db's samples are random: the same ones every run
-        for sample in samples(op, dtype, limit):
-            o = run_sample(op, target, sample)
+        for sample in samples(op, dtype, limit, requires_grad):
+            o = run(op, target, sample)
             if o is not None:
                 outcomes.append(o)
     status = max((o.status for o in outcomes), key=_RANK.__getitem__, default="ok")
