@@ -472,6 +472,33 @@ def grp(groups: int) -> X:
     return var(GRP, INDEX, 0, max(groups - 1, 0))
 
 
+def rebuild(e: X, src: list[X], same_range: bool = True) -> X:
+    """``e`` over the new operands ``src`` (its index arithmetic simplified again). ``same_range``: the operands
+    take the values the old ones took (sizes written in), so an index division by a non-constant keeps ``e``'s
+    bounds; False where they may not (a variable replaced by another expression): its bounds are then unknown."""
+    if e.op == "alu":
+        if e.dtype is INDEX and e.arg in ("idiv", "mod") and src[1].op == "const" and src[1].arg > 0:
+            return idiv(src[0], src[1].arg) if e.arg == "idiv" else imod(src[0], src[1].arg)
+        if e.dtype is INDEX and e.arg in ("idiv", "mod"):
+            return X("alu", INDEX, tuple(src), e.arg, *((e.lo, e.hi) if same_range else ()))
+        return alu(e.arg, e.dtype, *src)
+    if e.op == "load":
+        return load(e.arg, src[0], e.dtype, e.width)
+    if e.op == "cast":
+        return cast(src[0], e.dtype)
+    if e.op == "where":
+        return where(*src)
+    if e.op == "fn":
+        return fn(e.arg, e.dtype, *src)
+    if e.op == "bcast":
+        return bcast(src[0], e.width)
+    if e.op == "lane":
+        return lane(src[0], e.arg)
+    if e.op == "pack":
+        return pack(src)
+    raise ValueError(f"unknown expression op {e.op}")  # (the IR has no other ops)
+
+
 # sizes bound back to constants -------------------------------------------------------------------------------------
 
 def bind_sizes(k: Kernel) -> Kernel:
@@ -496,30 +523,7 @@ def bind_sizes(k: Kernel) -> Kernel:
         elif e.op == "const":
             out = e
         else:
-            src = [x(s) for s in e.src]
-            if e.op == "alu":
-                if e.dtype is INDEX and e.arg in ("idiv", "mod") and src[1].op == "const" and src[1].arg > 0:
-                    out = idiv(src[0], src[1].arg) if e.arg == "idiv" else imod(src[0], src[1].arg)
-                elif e.dtype is INDEX and e.arg in ("idiv", "mod"):
-                    out = X("alu", INDEX, tuple(src), e.arg, e.lo, e.hi)
-                else:
-                    out = alu(e.arg, e.dtype, *src)
-            elif e.op == "load":
-                out = load(e.arg, src[0], e.dtype, e.width)
-            elif e.op == "cast":
-                out = cast(src[0], e.dtype)
-            elif e.op == "where":
-                out = where(*src)
-            elif e.op == "fn":
-                out = fn(e.arg, e.dtype, *src)
-            elif e.op == "bcast":
-                out = bcast(src[0], e.width)
-            elif e.op == "lane":
-                out = lane(src[0], e.arg)
-            elif e.op == "pack":
-                out = pack(src)
-            else:  # pragma: no cover - the IR has no other ops
-                raise ValueError(f"unknown expression op {e.op}")
+            out = rebuild(e, [x(s) for s in e.src])
         memo[e] = out
         return out
 

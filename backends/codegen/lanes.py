@@ -29,7 +29,7 @@ from __future__ import annotations
 from tensorwire.protocol import dtypes as D
 
 from . import ir
-from .ir import INDEX, X
+from .ir import X
 from .vectorize import stride, uses
 
 #: the most elements one work item computes
@@ -62,27 +62,9 @@ def substitute(x: X, name: str, value: X, memo: dict, load=None) -> X:
         out = got
     else:
         src = [substitute(s, name, value, memo, load) for s in x.src]
-        out = _rebuild(x, src)
+        out = ir.rebuild(x, src, same_range=False)
     memo[x] = out
     return out
-
-
-def _rebuild(x: X, src: list[X]) -> X:
-    if x.op == "alu":
-        if x.dtype is INDEX and x.arg in ("idiv", "mod") and src[1].op == "const" and src[1].arg > 0:
-            return ir.idiv(src[0], src[1].arg) if x.arg == "idiv" else ir.imod(src[0], src[1].arg)
-        if x.dtype is INDEX and x.arg in ("idiv", "mod"):
-            return X("alu", INDEX, tuple(src), x.arg)
-        return ir.alu(x.arg, x.dtype, *src)
-    if x.op == "load":
-        return ir.load(x.arg, src[0], x.dtype, x.width)
-    if x.op == "cast":
-        return ir.cast(src[0], x.dtype)
-    if x.op == "where":
-        return ir.where(*src)
-    if x.op == "fn":
-        return ir.fn(x.arg, x.dtype, *src)
-    raise ValueError(f"no lanes for a {x.op} expression")  # (element expressions have no vector ops)
 
 
 def vector_offset(idx: X, name: str, width: int) -> bool | X:
