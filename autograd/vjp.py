@@ -500,17 +500,17 @@ def _prod(c):
     return [g * others]
 
 
+def _rev_cumsum(x: T, d: int) -> T:
+    """out[i] = sum(x[i:]) along ``d``."""
+    return x.flip([d]).op("cumsum", dim=d).flip([d])
+
+
 @rule("cumsum")
 def _cumsum(c):
     d = a_int(c.a, "dim") % max(c.x[0].ndim, 1)
     if c.x[0].ndim == 0:
         return [c.g]
-    return [c.g.flip([d]).op("cumsum", dim=d).flip([d])]
-
-
-def _rev_cumsum(x: T, d: int) -> T:
-    """out[i] = sum(x[i:]) along ``d``."""
-    return x.flip([d]).op("cumsum", dim=d).flip([d])
+    return [_rev_cumsum(c.g, d)]
 
 
 @rule("sign", "floor", "ceil", "round", "trunc")
