@@ -115,7 +115,7 @@ class Slice(ViewStep):
             return _rec(t, "slice", [t], attrs)
         known = self._known
         if known is None or known[1][1] is not t.dtype:
-            lens = tuple([max(0, (b - a + st - 1) // st) for a, b, st in zip(self.starts, self.stops, steps)])
+            lens = tuple([slice_len(a, b, st) for a, b, st in zip(self.starts, self.stops, steps)])
             st = tuple(steps)
             known = self._known = ((("steps", st), ("#", (lens, st))), (lens, t.dtype))  # attrs_key("slice", attrs)
         return _rec(t, "slice", [t], attrs, known)
