@@ -198,6 +198,7 @@ class DirectChannel:
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        bound_socket(sock)  # what a client that does not read, or sends ahead of us, may cost (dispatcher/answers.py)
         set_zmq_heartbeats(sock)
         if keys is not None:  # encrypted with the service key pair; the capability, not the client key, authorises
             public, secret = load_key_pair(keys, "service")
@@ -221,7 +222,6 @@ class DirectChannel:
             self.why_not = f"cannot listen on {address}: {e}"
             log.warning("no direct channel: %s", self.why_not)
             return
-        bound_socket(sock)  # what a client that does not read may cost (dispatcher/answers.py)
         self.answers = Answers(sock, f"the worker for {self.device}")
         self.sock = sock
 

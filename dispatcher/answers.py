@@ -16,6 +16,13 @@ channel: ``backends.direct``) are bounded here, per connection (routing id):
   a numbered request, its ``OutOfMemory`` error is owed (at most ``MAX_OWED`` per connection) and sent, in order,
   as soon as the connection has room (at the client's next message, or the next heartbeat). A message to a
   connection that is gone is dropped, as before.
+- **Read-ahead.** ``ZMQ_RCVHWM`` is ``RECV_HWM`` (16) per connection: libzmq reads that many messages of one
+  connection ahead of the service's loop and then stops reading it (TCP pushes back), so a peer that sends faster
+  than a busy service reads keeps the excess in its own send queue, not in the service. With libzmq's default
+  (1000 messages, whatever their size) a client's 2 MiB uploads queued behind a slow batch were read into the worker
+  before its quota could refuse them (``backends.worker.Executor._hold_uploads``), and a worker's relayed 1 MiB
+  answers piled up in the dispatcher before their bound could drop them (``tests/faults/test_bounded_queues.py``).
+  The dispatcher's socket for services is bounded the same way.
 - **Connections of dead sessions.** libzmq cannot drop one peer's queue, so :meth:`Answers.release` shuts the
   connection down (its socket, found by the file descriptor its messages came from, checked by inode so a reused
   descriptor is never touched): libzmq then frees everything queued for it. The dispatcher does this when a session's
@@ -45,6 +52,8 @@ ANSWER_BYTES = int(os.environ.get("TENSORWIRE_ANSWER_BYTES", str(256 << 20)))
 ANSWER_BYTES_TOTAL = int(os.environ.get("TENSORWIRE_ANSWER_BYTES_TOTAL", str(1 << 30)))
 #: messages queued for one connection (``ZMQ_SNDHWM``) past which messages are dropped
 ANSWER_HWM = int(os.environ.get("TENSORWIRE_ANSWER_HWM", "1000"))
+#: messages libzmq reads ahead from one connection before the service's loop takes them (``ZMQ_RCVHWM``)
+RECV_HWM = 16
 #: frames from this size on are sent without a copy and tracked; smaller ones count against the HWM only
 TRACK_MIN = 64 << 10
 #: error answers owed to one connection (its queue was full); past it they are dropped (the client's wait times out)
@@ -54,9 +63,11 @@ MAX_OWED_CONNECTIONS = 4096
 
 
 def bound_socket(sock: zmq.Socket, hwm: int = ANSWER_HWM) -> None:
-    """Give a ROUTER socket that answers clients its message bound: a full or vanished peer raises (``EAGAIN``,
-    ``EHOSTUNREACH``) instead of silently swallowing the message, so :class:`Answers` can say so."""
+    """Give a ROUTER socket that answers clients its message bounds (before it binds): a full or vanished peer
+    raises (``EAGAIN``, ``EHOSTUNREACH``) instead of silently swallowing the message, so :class:`Answers` can say
+    so; and libzmq reads at most ``RECV_HWM`` messages of one connection ahead of the service."""
     sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.RCVHWM, RECV_HWM)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
 
 

@@ -58,7 +58,7 @@ from tensorwire.protocol.service import (
 )
 from tensorwire.protocol.wire import MAX_MESSAGE
 
-from .answers import Answers, bound_socket
+from .answers import RECV_HWM, Answers, bound_socket
 from .broker import Broker
 from .coordination import Collectives
 from .gathers import Gathers
@@ -111,6 +111,7 @@ class Dispatcher(Broker, Sessions, Routing, Collectives, Gathers):
                 log.info("no ZMQ_ROUTER_NOTIFY in libzmq %s: dead clients are found by their leases, dead "
                          "services by their heartbeats", zmq.zmq_version())
         bound_socket(self.clients)  # what a client that does not read may cost (dispatcher/answers.py)
+        self.services.setsockopt(zmq.RCVHWM, RECV_HWM)  # a worker's relayed answers wait in the worker, not here
         self.answers = Answers(self.clients, "the dispatcher")
         try:
             self.client_addr = self._bind(self.clients, client_addr, "--address")
