@@ -43,7 +43,7 @@ import os
 import threading
 import weakref
 
-from tensorwire.protocol.errors import DeviceError
+from tensorwire.protocol.errors import ConfigurationError, DeviceError
 
 from .codegen.lower import Launch
 from .codegen.program import scalar_value
@@ -67,10 +67,18 @@ def enabled() -> bool:
 
 
 def warmup_runs() -> int:
-    try:
-        return max(1, int(os.environ.get(WARMUP_ENV, WARMUP)))
-    except ValueError:
+    """Ordinary runs of a plan before its capture (``TENSORWIRE_CUDA_GRAPH_WARMUP``, default :data:`WARMUP`);
+    ConfigurationError, saying what to set, when it is not a whole number of at least 1."""
+    raw = os.environ.get(WARMUP_ENV, "").strip()
+    if not raw:
         return WARMUP
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigurationError(f"{WARMUP_ENV}={raw!r}: expected a whole number of ordinary runs before a plan "
+                                 f"is captured, at least 1 (default {WARMUP})")
+    return int(raw)
+
+
+warmup_runs()  # a bad value stops the worker at start-up, with the message above, not at its first plan
 
 
 class GraphUnsupported(DeviceError):
