@@ -21,7 +21,7 @@ VECTOR_MATH = ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "erf
 def _simd_decls() -> str:
     out = ["#define TW_VEC __attribute__((simd(\"notinbranch\")))"]
     for f in VECTOR_MATH:
-        fa, da = ("float, float", "double, double") if f in ("pow", "atan2") else ("float", "double")
+        fa, da = ("float, float", "double, double") if ir.MATH[f] == 2 else ("float", "double")
         out.append(f"TW_VEC float {f}f({fa}); TW_VEC double {f}({da});")
     return "\n".join(out) + "\n"
 

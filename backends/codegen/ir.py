@@ -37,16 +37,20 @@ from tensorwire.protocol import dtypes as D
 
 INDEX = D.int64  # the dtype of every index expression
 
+#: math on floating operands: name (C's) -> arity. The one list of them: each renderer spells a name its own way
+#: only where its language differs (``math_names``), and a binary one computes in its operands' dtype.
+MATH = {
+    "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "sqrt": 1, "sin": 1, "cos": 1, "tan": 1, "tanh": 1,
+    "erf": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1, "floor": 1, "ceil": 1, "rint": 1,
+    "trunc": 1, "fabs": 1, "pow": 2, "atan2": 2, "fmod": 2,
+}
 #: ALU ops: name -> arity. Comparisons and logical ops give bool.
 ALU = {
     "add": 2, "sub": 2, "mul": 2, "div": 2, "idiv": 2, "mod": 2, "max": 2, "min": 2,
     "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2, "and": 2, "or": 2, "xor": 2,
     "land": 2, "lor": 2, "shr": 2, "shl": 2,
     "neg": 1, "not": 1, "lnot": 1,
-    # math (floating operands)
-    "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "sqrt": 1, "sin": 1, "cos": 1, "tan": 1, "tanh": 1,
-    "erf": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1, "floor": 1, "ceil": 1, "rint": 1,
-    "trunc": 1, "fabs": 1, "pow": 2, "atan2": 2, "fmod": 2,
+    **MATH,
 }
 COMPARE = frozenset({"lt", "le", "gt", "ge", "eq", "ne", "land", "lor", "lnot"})
 

@@ -109,9 +109,9 @@ TW_FN TW_I64 tw_randint(TW_I64 seed, TW_I64 counter, TW_I64 low, TW_I64 high) {
 }
 """
 
-#: ALU math ops -> their Metal names (float only; the operand type picks the overload)
-MATH = {**{op: f"metal::precise::{op}" for op in ("exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "asin", "acos",
-                                                   "atan", "sinh", "cosh", "pow", "atan2", "fmod")},
+#: ALU math ops -> their Metal names (float only; the operand type picks the overload): the precise variant of
+#: each, but where rounding cannot differ and where Metal has none (this preamble's own)
+MATH = {**{op: f"metal::precise::{op}" for op in ir.MATH},
         **{op: f"metal::{op}" for op in ("floor", "ceil", "rint", "trunc", "fabs")},
         "log1p": "tw_log1p", "expm1": "tw_expm1", "erf": "tw_erf"}
 

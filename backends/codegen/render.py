@@ -192,7 +192,7 @@ class CStyleRenderer:
             else:
                 code = f"({a[0]} {c} {a[1]} ? {a[0]} : {a[1]})"
         else:
-            code = self.math(op, x.src[0].dtype if op in ("pow", "atan2", "fmod") else dt, a)
+            code = self.math(op, x.src[0].dtype if ir.MATH.get(op) == 2 else dt, a)
         if dt in _NARROW and op not in ir.COMPARE:
             code = f"(({self.storage[dt]}){code})"
         return self.round(code, dt)

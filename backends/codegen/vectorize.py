@@ -19,11 +19,8 @@ from tensorwire.protocol import dtypes as D
 from . import ir
 from .ir import INDEX, X
 
-#: ALU ops with an elementwise vector form (OpenCL C defines every one of these math functions for vector types)
-VECTOR_ALU = frozenset(
-    "add sub mul div max min neg lt le gt ge eq ne land lor lnot xor exp log log1p expm1 sqrt sin cos tan tanh erf "
-    "asin acos atan sinh cosh floor ceil rint trunc fabs pow atan2 fmod".split()
-)
+#: ALU ops with an elementwise vector form (OpenCL C defines every math function of ``ir.MATH`` for vector types)
+VECTOR_ALU = frozenset("add sub mul div max min neg lt le gt ge eq ne land lor lnot xor".split()) | frozenset(ir.MATH)
 VECTOR_FN = frozenset({"isnan", "isinf"})
 #: the dtypes a vector may hold
 VECTOR_DTYPES = (D.float32, D.bool_)
