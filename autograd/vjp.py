@@ -513,10 +513,11 @@ def _cumsum(c):
     return [_rev_cumsum(c.g, d)]
 
 
-@rule("sign", "floor", "ceil", "round", "trunc")
+@rule("sign", "floor", "ceil", "round", "trunc", "floor_divide")
 def _piecewise_constant(c):
-    """0 (torch's: the outputs require grad, with a zero gradient; the steps' deltas are not taken)."""
-    return [zeros(c.b, c.x[0].shape, c.g.dtype)]
+    """0 for every input (torch's: the outputs require grad, with a zero gradient; the steps' deltas are not
+    taken)."""
+    return [zeros(c.b, x.shape, c.g.dtype) if need else None for x, need in zip(c.x, c.needs)]
 
 
 @rule("cumprod")

@@ -1,7 +1,8 @@
 """torch's derived shape, indexing and set functions, each composed of existing tensor methods (issue 33):
 ``atleast_*d``, ``block_diag``, ``meshgrid``, ``broadcast_tensors``, ``rot90``, ``diag_embed``, the ``*_scatter``
-family, ``take``/``put``, ``index_copy``, ``masked_scatter``, ``Tensor.unfold``, ``repeat_interleave``, ``isin``,
-``bucketize``/``searchsorted``, ``cov``/``corrcoef``, ``cdist``, and the ``*_copy`` forms of the views.
+family, ``as_strided`` (a view step of its own), ``take``/``put``, ``index_copy``, ``masked_scatter``,
+``Tensor.unfold``, ``repeat_interleave``, ``isin``, ``bucketize``/``searchsorted``, ``cov``/``corrcoef``, ``cdist``,
+and the ``*_copy`` forms of the views.
 
 :data:`FUNCTIONS` are exported as ``tw.<name>``; :data:`METHODS` become ``Tensor`` methods (:func:`install`).
 """
@@ -20,6 +21,8 @@ from tensorwire.protocol.shapes import broadcast, norm_dim
 
 from .math_extras import _method
 from .tensor import Size, Tensor, _size
+from .views import mark_view, root_position
+from .zero_grads import zero_grad_from
 
 
 def _arange(like: Tensor, n: int, start: int = 0, step: int = 1) -> Tensor:
@@ -132,7 +135,7 @@ def combinations(input: Tensor, r: int = 2, with_replacement: bool = False) -> T
     gen = itertools.combinations_with_replacement if with_replacement else itertools.combinations
     rows = list(gen(range(n), r)) if r > 0 else []
     if not rows:
-        return input.new_zeros((0,) if r == 0 else (0, r))
+        return zero_grad_from(input.new_zeros((0,) if r == 0 else (0, r)), input)
     idx = input._operand(np.asarray(rows, dtype=np.int64))
     return input.index_select(0, idx.reshape(-1)).reshape(builtins.len(rows), r)
 
@@ -306,7 +309,7 @@ def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) 
         raise ShapeError(f"put_(): Expected source and index to have the same number of elements, but got "
                          f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
     if index.numel() == 0:
-        return input.clone()
+        return zero_grad_from(input.clone(), source)
     flat = input.reshape(-1)
     idx = _wrap(index.reshape(-1), flat.shape[0])
     src = source.reshape(-1).to(input.dtype)
@@ -317,13 +320,18 @@ def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) 
 def index_copy(input: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:  # noqa: A002
     """A copy of ``input`` with ``source``'s slices written at ``index`` along ``dim``."""
     if input.ndim == 0:
-        return source.reshape(()).to(input.dtype).clone()
+        return zero_grad_from(source.reshape(()).to(input.dtype).clone(), input)
     d = norm_dim(dim, input.ndim)
     src = source if source.ndim else source.reshape(1)
     shape = [1] * input.ndim
     shape[d] = index.numel()
     idx = index.reshape(*shape).expand(*src.shape)
     return input.scatter(d, idx, src.to(input.dtype))
+
+
+def index_copy_(input: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:  # noqa: A002
+    """:func:`index_copy` in place."""
+    return input._assign(index_copy(input, dim, index, source))
 
 
 def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:  # noqa: A002
@@ -501,7 +509,7 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = Non
     diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
     a = diff.abs()
     if p == 0:
-        return (a != 0).to(x1.dtype).sum(-1)
+        return zero_grad_from((a != 0).to(x1.dtype).sum(-1), x1, x2)
     if p == float("inf"):
         return a.amax(-1) if a.shape[-1] else a.sum(-1)
     if p == 1:
@@ -527,11 +535,12 @@ def fill(input: Tensor, value) -> Tensor:  # noqa: A002
     """A tensor like ``input`` filled with ``value`` (a number or a 0-d tensor)."""
     if isinstance(value, Tensor) and value.ndim:
         raise ShapeError(f"fill only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.")
-    return input.clone().fill_(value)
+    return zero_grad_from(input.clone().fill_(value), input)
 
 
 def zero_(input: Tensor) -> Tensor:  # noqa: A002
-    return input.zero_()
+    """``input`` filled with zeros in place (its gradient then zeros, as torch's, where it requires grad)."""
+    return input._assign(zero_grad_from(input.new_zeros(input.shape), input))
 
 
 def scalar_tensor(s, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -693,42 +702,129 @@ def index_reduce(input: Tensor, dim: int, index: Tensor, source: Tensor, reduce:
     return scatter_reduce(input, d, idx, src, reduce, include_self=include_self)
 
 
-def _strided_index(like: Tensor, size, stride, storage_offset) -> Tensor:
-    """The flat positions ``storage_offset + Σ i_k stride_k`` of a strided view of shape ``size``."""
-    if like._base is not None:
-        raise NotImplementedError("as_strided_copy/as_strided_scatter of a view: tensorwire keeps no storage shared "
-                                  "with the view's base to read strides from; clone() the view first")
-    size, stride = list(size), list(stride)
+def _strided_positions(size, stride, storage_offset: int) -> np.ndarray:
+    """The flat storage positions ``storage_offset + Σ i_k stride_k`` of a strided view of shape ``size``."""
+    size, stride = [int(n) for n in size], [int(s) for s in stride]
     if len(size) != len(stride):
         raise ShapeError(f"mismatch in length of strides and shape: {len(stride)} != {len(size)}")
-    idx = like._operand(np.asarray(storage_offset or 0, dtype=np.int64))
+    if any(n < 0 for n in size):
+        raise ShapeError(f"as_strided: negative size in {size}")
+    if any(s < 0 for s in stride):
+        raise ShapeError("as_strided: Negative strides are not supported at the moment, got strides: "
+                         f"{stride}")
+    if storage_offset < 0:
+        raise ShapeError(f"Tensor: invalid storage offset {storage_offset}")
+    pos = np.full(size, storage_offset, dtype=np.int64)
     for k, (n, st) in enumerate(zip(size, stride)):
         shape = [1] * len(size)
         shape[k] = n
-        idx = idx + (_arange(like, n) * st).reshape(*shape)
-    return idx.expand(*size) if size else idx
+        pos = pos + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    return pos
+
+
+def _storage(input: Tensor) -> tuple[Tensor, int]:  # noqa: A002
+    """The tensor whose row-major elements stand for ``input``'s storage (its root base: a worker's tensors are
+    contiguous) and ``input``'s storage offset in it."""
+    if input._base is None:
+        return input, 0
+    if not input.numel() or not any(type(s).__name__ == "Slice" for s in input._vsteps):
+        return input._base, 0  # (reshapes, permutes and expands keep the first element where the base has it)
+    pos = root_position(input, 0)
+    if pos is None:
+        raise NotImplementedError("as_strided of a permuted or expanded view without a storage_offset: tensorwire "
+                                  "keeps no strides for it; pass storage_offset= (counted in the base's "
+                                  "row-major elements) or clone() the view first")
+    return input._base, pos
+
+
+class AsStrided:
+    """The view step of ``as_strided``: the base's row-major elements read at fixed flat positions (a gather), and
+    a write through the view scattered back into them (refused where two elements of the view share a position,
+    as torch refuses writes through an overlapping view)."""
+
+    def __init__(self, positions: np.ndarray):
+        self.positions = positions
+        self.size = positions.shape
+        self._idx = None
+
+    def _index(self, t: Tensor) -> Tensor:
+        if self._idx is None or self._idx._dev != t._dev or self._idx._s is not t._s:
+            self._idx = t._operand(self.positions.reshape(-1))
+        return self._idx
+
+    def forward(self, t: Tensor) -> Tensor:
+        flat = t.reshape(-1)
+        if not self.positions.size:
+            return flat.narrow(0, 0, 0).reshape(*self.size)
+        return flat.gather(0, self._index(t)).reshape(*self.size)
+
+    def inverse(self, parent: Tensor, value: Tensor) -> Tensor:
+        if not self.positions.size:
+            return parent
+        if np.unique(self.positions).size != self.positions.size:
+            raise ShapeError("unsupported operation: more than one element of the written-to tensor refers to a "
+                             "single memory location. Please clone() the tensor before performing the operation.")
+        flat = parent.reshape(-1).scatter(0, self._index(parent), value.reshape(-1).to(parent.dtype))
+        return flat.reshape(*parent.shape)
+
+    def on_host(self, value: np.ndarray) -> np.ndarray:
+        return value.reshape(-1)[self.positions]
+
+
+def as_strided(input: Tensor, size, stride, storage_offset=None) -> Tensor:  # noqa: A002
+    """A view of ``input``'s storage with the given sizes and strides (counted in elements), starting at
+    ``storage_offset`` (default: ``input``'s own). A worker's tensors are contiguous, so the storage is the root
+    base's elements in row-major order, as torch's is for a contiguous base; writes through the view reach the
+    base, reads see the base's later writes, and the gradient flows to ``input`` for the elements inside a
+    contiguous view's own extent (:func:`_through_view`), to the base for the rest."""
+    root, own = _storage(input)
+    off = own if storage_offset is None else int(storage_offset)
+    pos = _strided_positions(size, stride, off)
+    n = root.numel()
+    if pos.size and int(pos.max()) >= n:
+        raise ShapeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {off} require "
+                         f"{int(pos.max()) + 1} elements, out of bounds for storage of {n} elements")
+    step = AsStrided(pos)
+    out = step.forward(root)
+    if input._base is not None and pos.size:
+        out = _through_view(input, own, pos, out)
+    return mark_view(out, root, step)
+
+
+def _through_view(input: Tensor, own: int, pos: np.ndarray, out: Tensor) -> Tensor:  # noqa: A002
+    """``out`` (read from the root base) with the elements that lie inside ``input``'s own storage read from
+    ``input`` instead, when ``input`` is a contiguous run of its base: the same values, with the gradient flowing to
+    ``input`` for those (as torch's, whose gradient reaches the view it was given) and to the base for the rest."""
+    n = input.numel()
+    if not n or root_position(input, n - 1) != own + n - 1:  # (slices keep order: a span of n is contiguous)
+        return out
+    inside = (pos >= own) & (pos < own + n)
+    if not inside.any():  # all outside the view: its gradient is zeros (torch's), not None
+        return out if out.requires_grad else zero_grad_from(out, input)
+    mine = input.reshape(-1).gather(0, input._operand(np.where(inside, pos - own, 0).reshape(-1)))
+    mine = mine.reshape(*pos.shape)
+    if inside.all():
+        return mine
+    return _where(input._operand(inside), mine, out)
 
 
 def as_strided_copy(input: Tensor, size, stride, storage_offset=None) -> Tensor:  # noqa: A002
-    """A copy of the strided view of ``input``'s elements (read in order, as a contiguous tensor's storage). There is
-    no ``as_strided`` itself: torch's reads the storage a view shares with its base (a view's ``storage_offset``
-    counts from the base's start), which a worker's contiguous tensors do not have."""
-    idx = _strided_index(input, size, stride, storage_offset)
-    n = input.numel()
-    if idx.numel() and int(idx.amax().item()) >= n:
-        raise ShapeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset "
-                         f"{storage_offset or 0} are out of bounds for storage of {n} elements")
-    if idx.numel() == 0:
-        return input.reshape(-1).narrow(0, 0, 0).reshape(*size)
-    return input.reshape(-1).gather(0, idx.reshape(-1)).reshape(*size)
+    """A copy of :func:`as_strided`'s view (torch's ``as_strided_copy``)."""
+    return as_strided(input, size, stride, storage_offset).clone()
 
 
 def as_strided_scatter(input: Tensor, src: Tensor, size, stride, storage_offset=None) -> Tensor:  # noqa: A002
     """A copy of ``input`` with the strided view's elements replaced by ``src``."""
-    idx = _strided_index(input, size, stride, storage_offset)
-    if idx.numel() == 0:
+    if input._base is not None:
+        if any(type(s).__name__ == "Permute" for s in input._vsteps):
+            raise NotImplementedError("as_strided_scatter of a permuted view: torch's result keeps the view's "
+                                      "strides, which tensorwire does not have; clone() the view first")
+        input = input.clone()  # (torch's result is a new tensor of input's shape, with storage of its own)  # noqa: A001
+    pos = _strided_positions(size, stride, int(storage_offset or 0))
+    if not pos.size:
         return input.clone()
-    return input.reshape(-1).scatter(0, idx.reshape(-1), src.reshape(-1).to(input.dtype)).reshape(*input.shape)
+    idx = input._operand(pos.reshape(-1))
+    return input.reshape(-1).scatter(0, idx, src.reshape(-1).to(input.dtype)).reshape(*input.shape)
 
 
 def slice_(input: Tensor, dim: int = 0, start=None, end=None, step: int = 1) -> Tensor:  # noqa: A002
@@ -860,7 +956,8 @@ FUNCTIONS = {
     "unsafe_split": unsafe_split, "constant_pad_nd": constant_pad_nd, "block_diag": block_diag,
     "nonzero_static": nonzero_static, "unique_consecutive": unique_consecutive, "index_put": index_put,
     "scatter_reduce": scatter_reduce, "index_reduce": index_reduce,
-    "as_strided_copy": as_strided_copy, "as_strided_scatter": as_strided_scatter, "slice": slice_,
+    "as_strided": as_strided, "as_strided_copy": as_strided_copy, "as_strided_scatter": as_strided_scatter,
+    "slice": slice_,
     "native_dropout_backward": native_dropout_backward, "grid_sampler_2d": grid_sampler_2d,
     "grid_sampler_3d": grid_sampler_3d, "resize_as_": resize_as_,
     **{f"{m}_copy": _copy_of(m) for m in ("diagonal", "expand", "narrow", "permute", "squeeze", "t", "transpose",
@@ -875,8 +972,9 @@ _NO_METHOD = {"atleast_1d", "atleast_2d", "atleast_3d", "broadcast_shapes", "bro
               "grid_sampler_2d", "grid_sampler_3d"}
 
 #: Tensor methods (torch has these as methods too), plus the method-only ``unfold``, ``sum_to_size``...
-METHODS = {**{n: f for n, f in FUNCTIONS.items() if n not in _NO_METHOD and not n.endswith("_copy")},
-           "unfold": unfold, "sum_to_size": sum_to_size, "resize_": resize_,
+METHODS = {**{n: f for n, f in FUNCTIONS.items()
+              if n not in _NO_METHOD and (n == "index_copy" or not n.endswith("_copy"))},
+           "index_copy_": index_copy_, "unfold": unfold, "sum_to_size": sum_to_size, "resize_": resize_,
            "new_empty_strided": new_empty_strided,
            "cov": cov, "corrcoef": corrcoef}
 

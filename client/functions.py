@@ -12,6 +12,7 @@ from tensorwire.protocol.shapes import norm_dim
 
 from .context import current_session
 from .tensor import Tensor
+from .zero_grads import zero_grad_from
 
 
 def _first_tensor(*xs) -> Tensor | None:
@@ -52,9 +53,14 @@ def cat(tensors, dim: int = 0, *, out=None) -> Tensor:
         raise ValueError("cat() expected a non-empty list of Tensors")
     live = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
     if len(live) == 1:
-        return write_out(out, live[0].clone())
-    t0 = live[0]
-    return write_out(out, t0._rec("cat", live, {"dim": norm_dim(dim, t0.ndim)}))
+        r = live[0].clone()
+    else:
+        t0 = live[0]
+        r = t0._rec("cat", live, {"dim": norm_dim(dim, t0.ndim)})
+    if len(live) < len(tensors):  # the skipped ones still get torch's (zero) gradient
+        kept = {id(t) for t in live}
+        r = zero_grad_from(r, *(t for t in tensors if id(t) not in kept))
+    return write_out(out, r)
 
 
 concat = cat

@@ -49,6 +49,7 @@ from .linalg_decomp import (
 )
 from .math_extras import linalg_cross as cross
 from .tensor import Tensor
+from .zero_grads import zero_grad_from
 
 __all__ = ["vector_norm", "matrix_norm", "norm", "vecdot", "cross", "multi_dot", "matrix_power", "vander",
            "diagonal", "matmul", "matrix_exp", "LinAlgError", "cholesky", "cholesky_ex", "cond", "det", "eig",
@@ -177,7 +178,8 @@ def matrix_power(A: Tensor, n: int) -> Tensor:  # noqa: N803
     if n == 0:
         from .creation import eye
 
-        return eye(A.shape[-1], dtype=A.dtype, device=A._dev, session=A._s).expand(*A.shape).clone()
+        ident = eye(A.shape[-1], dtype=A.dtype, device=A._dev, session=A._s).expand(*A.shape).clone()
+        return zero_grad_from(ident, A)
     if n == 1:
         return A.clone()
     result, base = None, A

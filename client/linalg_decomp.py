@@ -24,6 +24,7 @@ from . import linalg_lapack as L
 from .autograd_engine import Function
 from .host_ops import LinAlgError, check_float
 from .tensor import Tensor
+from .zero_grads import zero_grad_from
 
 Slogdet = namedtuple("slogdet", ["sign", "logabsdet"])
 InvEx = namedtuple("inv_ex", ["inverse", "info"])
@@ -422,7 +423,7 @@ def pinv(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False, rcond=None
         rtol = rcond
     m, n = A.shape[-2], A.shape[-1]
     if min(m, n) == 0:
-        return write_out(out, _zeros(A, (*A.shape[:-2], n, m)))
+        return write_out(out, zero_grad_from(_zeros(A, (*A.shape[:-2], n, m)), A))
     return write_out(out, _Pinv.apply(A, lambda: _pinv_value(A, m, n, atol, rtol, hermitian)))
 
 

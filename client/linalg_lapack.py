@@ -3,7 +3,7 @@
 Seven are differentiable and carry everything else in ``tw.linalg`` that composes from them: ``solve`` (inverses,
 triangular and Cholesky solves), ``slogdet`` (``det``, ``logdet``), ``cholesky``, ``eigh``, ``svd`` (``svdvals``,
 ``pinv``, ``matrix_rank``, ``cond``, ``lstsq``, the spectral and nuclear norms), ``qr`` and ``getrf`` (``lu_factor``,
-``lu``, ``lu_solve``; square matrices). ``sytrf``/``sytrs`` (``ldl_factor``/``ldl_solve``) and ``geqrf`` are not
+``lu``, ``lu_solve``). ``sytrf``/``sytrs`` (``ldl_factor``/``ldl_solve``) and ``geqrf`` are not
 (torch's have no gradient either; ``householder_product`` and ``ormqr`` compose from tensor ops and are). The
 gradients are torch's formulas (torch/csrc/autograd/FunctionsManual.cpp), for real matrices.
 """
@@ -29,6 +29,12 @@ def _eye_like(x: Tensor, n: int) -> Tensor:
     from .creation import eye
 
     return eye(n, dtype=x.dtype, device=x._dev, session=x._s)
+
+
+def _cat(ts: list, dim: int) -> Tensor:
+    from .functions import cat
+
+    return cat(ts, dim)
 
 
 def _diag(v: Tensor) -> Tensor:
@@ -188,8 +194,9 @@ def _svd_grad(ctx, inputs, outs, saved, grads):
     if ctx.attrs["values_only"]:  # only S was asked for: its gradient alone (defined where singular values repeat)
         return ((u.narrow(-1, 0, k) * gs.unsqueeze(-2)).matmul(vh.narrow(-2, 0, k)),)
     if ctx.attrs["full_matrices"] and m != n:
-        raise NotImplementedError("linalg.svd's gradient with full_matrices=True on a non-square matrix is not "
-                                  "implemented (the extra singular vectors are not unique): use full_matrices=False")
+        # the extra singular vectors are not unique: torch differentiates the reduced factors (derivatives.yaml's
+        # _linalg_svd narrows U, Vh and their gradients to min(m, n)); so does this
+        u, gu, vh, gvh = u.narrow(-1, 0, k), gu.narrow(-1, 0, k), vh.narrow(-2, 0, k), gvh.narrow(-2, 0, k)
     v, gv = vh.mT, gvh.mT
     s2 = s * s
     e = s2.unsqueeze(-2) - s2.unsqueeze(-1)  # e[i, j] = s_j^2 - s_i^2
@@ -222,7 +229,7 @@ def _qr_compute(attrs, a):
         r = np.linalg.qr(a, mode="r")
         return [np.zeros((0,)), r], [np.zeros((0,))]
     q, r = np.linalg.qr(a, mode=mode)
-    r_inv = _inv_or_nan(r) if m >= n else np.zeros((0,))
+    r_inv = _inv_or_nan(r if m >= n else r[..., :, :m])  # (rows < columns: the leading square block's)
     return [q, r], [r_inv]
 
 
@@ -230,13 +237,25 @@ def _qr_grad(ctx, inputs, outs, saved, grads):
     (a,), (q, r), (r_inv,), (gq, gr) = inputs, outs, saved, grads
     m, n = a.shape[-2], a.shape[-1]
     mode = ctx.attrs["mode"]
-    if mode == "r" or m < n or (mode == "complete" and m > n):
-        raise NotImplementedError(f"linalg.qr's gradient is implemented for mode='reduced' with rows >= columns "
-                                  f"(here mode={mode!r}, {m} x {n}): the factors are not unique otherwise")
+    if mode == "r" or (mode == "complete" and m > n):
+        raise NotImplementedError(f"linalg.qr's gradient is not defined for mode={mode!r} with {m} x {n} (torch "
+                                  "refuses it too): the complete Q's extra columns are not unique; use "
+                                  "mode='reduced'")
+    if m >= n:
+        return (_qr_square_or_tall_grad(q, r, r_inv, gq, gr),)
+    # rows < columns (torch's linalg_qr_backward): A = Q [R1 R2] with A1 = Q R1 square and R2 = Q^T A2, so
+    # gA2 = Q gR2 and A1 takes the square case's gradient with gQ + A2 gR2^T
+    a2, gr1, gr2 = a.narrow(-1, m, n - m), gr.narrow(-1, 0, m), gr.narrow(-1, m, n - m)
+    ga1 = _qr_square_or_tall_grad(q, r.narrow(-1, 0, m), r_inv, gq + a2.matmul(gr2.mT), gr1)
+    return (_cat([ga1, q.matmul(gr2)], -1),)
+
+
+def _qr_square_or_tall_grad(q: Tensor, r: Tensor, r_inv: Tensor, gq: Tensor, gr: Tensor) -> Tensor:
+    """The reduced QR's gradient where R is square: ``(gQ + Q copyltu(R gR^T - gQ^T Q)) R^-T``."""
     mm = r.matmul(gr.mT) - gq.mT.matmul(q)
     low = mm.tril(-1)
     copyltu = low + low.mT + _diag(mm.diagonal(0, -2, -1))
-    return ((gq + q.matmul(copyltu)).matmul(r_inv.mT),)
+    return (gq + q.matmul(copyltu)).matmul(r_inv.mT)
 
 
 QR = HostOp("linalg.qr", _qr_compute, _qr_grad)
@@ -267,29 +286,42 @@ def _getrf_compute(attrs, a):
 
 
 def _lu_gradient_factors(lu: np.ndarray, piv: np.ndarray) -> list[np.ndarray]:
-    """For a square LU: ``P`` (``A = P L U``), ``L^-1`` and ``U^-1``, which its backward reads."""
-    n = lu.shape[-1]
-    if lu.shape[-2] != n:
-        return [np.zeros(0)] * 3
-    perm = np.arange(n)
+    """What the backward of an (m, n) LU reads: ``P`` (``A = P L U``, (m, m)) and the inverses of the leading
+    k x k blocks of ``L`` and ``U`` (k = min(m, n): all of the square one, L1 of a tall L, U1 of a wide U)."""
+    m, n = lu.shape[-2:]
+    k = min(m, n)
+    perm = np.arange(m)
     for i, j in enumerate(piv):
         perm[[i, j]] = perm[[j, i]]
-    p = np.eye(n)[perm].T  # rows of L U are A's rows perm: A = P (L U)
-    low = np.tril(lu, -1) + np.eye(n)
-    return [p, _inv_or_nan(low), _inv_or_nan(np.triu(lu))]
+    p = np.eye(m)[perm].T  # rows of L U are A's rows perm: A = P (L U)
+    sq = lu[:k, :k]
+    return [p, _inv_or_nan(np.tril(sq, -1) + np.eye(k)), _inv_or_nan(np.triu(sq))]
 
 
 def _getrf_grad(ctx, inputs, outs, saved, grads):
-    """torch's linalg_lu_backward (square): ``gA = P L^-T (tril_(L^T gL) + triu(gU U^T)) U^-T``."""
+    """torch's linalg_lu_backward, the packed factors' gradient ``g`` split as ``gL = tril(g, -1)``,
+    ``gU = triu(g)``. Square: ``gA = P L^-T (tril_(L^T gL) + triu(gU U^T)) U^-T``. Wide (m < n, U = [U1 U2]):
+    ``gA = P L^-T [tril_(L^T gL - gU U^T) U1^-T + triu(gU1), gU2]``. Tall (m > n, L = [L1; L2]):
+    ``gA = P [L1^-T triu(gU U^T - L^T gL) + tril_(gL1); gL2] U^-T``."""
     (a,), (lu, _, _), (p, l_inv, u_inv), (g, _, _) = inputs, outs, saved, grads
-    if a.shape[-1] != a.shape[-2]:
-        raise NotImplementedError("linalg.lu_factor's gradient is implemented for square matrices")
     if a.numel() == 0:
         return (g,)
-    n = a.shape[-1]
-    low, up = lu.tril(-1) + _eye_like(lu, n), lu.triu()
-    phi = low.mT.matmul(g.tril(-1)).tril(-1) + g.triu().matmul(up.mT).triu()
-    return (p.matmul(l_inv.mT).matmul(phi).matmul(u_inv.mT),)
+    m, n = a.shape[-2], a.shape[-1]
+    k = min(m, n)
+    if m == n:
+        low, up = lu.tril(-1) + _eye_like(lu, n), lu.triu()
+        phi = low.mT.matmul(g.tril(-1)).tril(-1) + g.triu().matmul(up.mT).triu()
+        return (p.matmul(l_inv.mT).matmul(phi).matmul(u_inv.mT),)
+    low = lu.narrow(-1, 0, k).tril(-1) + _eye_like(lu, m).narrow(-1, 0, k)  # (m, k)
+    up = lu.narrow(-2, 0, k).triu()  # (k, n)
+    gl, gu = g.narrow(-1, 0, k).tril(-1), g.narrow(-2, 0, k).triu()
+    if m < n:
+        x = (low.mT.matmul(gl) - gu.matmul(up.mT)).tril(-1).matmul(u_inv.mT)
+        x = _cat([x + gu.narrow(-1, 0, k), gu.narrow(-1, k, n - k)], -1)
+        return (p.matmul(l_inv.mT.matmul(x)),)
+    x = l_inv.mT.matmul((gu.matmul(up.mT) - low.mT.matmul(gl)).triu())
+    x = _cat([x + gl.narrow(-2, 0, k), gl.narrow(-2, k, m - k)], -2)
+    return (p.matmul(x.matmul(u_inv.mT)),)
 
 
 GETRF = HostOp("linalg.lu_factor", _getrf_compute, _getrf_grad)

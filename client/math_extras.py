@@ -18,6 +18,7 @@ from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.shapes import broadcast, norm_dim
 
 from .tensor import Tensor
+from .zero_grads import zero_grad_from
 
 _Number = (int, float, bool)
 
@@ -119,7 +120,7 @@ def signbit(input: Tensor) -> Tensor:  # noqa: A002
 def copysign(input, other) -> Tensor:  # noqa: A002
     """|input| with ``other``'s sign (float result)."""
     a, b = _pair_float(input, other)
-    return a.abs() * _where(signbit(b), _t(-1.0, a).to(a.dtype), _t(1.0, a).to(a.dtype))
+    return zero_grad_from(a.abs() * _where(signbit(b), _t(-1.0, a).to(a.dtype), _t(1.0, a).to(a.dtype)), b)
 
 
 def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002

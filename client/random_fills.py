@@ -10,6 +10,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError
 
 from .tensor import Tensor, _size
+from .zero_grads import zero_grad_from
 
 
 def _uniform(like: Tensor, shape, generator=None) -> Tensor:
@@ -34,6 +35,7 @@ def bernoulli(input: Tensor, p=None, *, generator=None, out=None) -> Tensor:  # 
     r = (_uniform(input, input.shape, generator) < prob).to(input.dtype)
     from .functions import write_out
 
+    r = zero_grad_from(r, *([input] if prob is input else [input, prob]))  # (torch's: zero gradients)
     return write_out(out, r)
 
 

@@ -7,6 +7,7 @@ ops (``tw.nn.functional``), so nothing moves to the client unless you ask for a 
 from . import functional, init, parallel, utils
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
+from .distance import CosineSimilarity, PairwiseDistance
 from .layers import (
     ELU,
     GELU,
@@ -77,5 +78,5 @@ __all__ = [
     "TransformerDecoder", "Transformer", "RNNBase", "RNN", "LSTM", "GRU",
     "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell", "MSELoss", "L1Loss", "SmoothL1Loss",
     "HuberLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "functional", "init", "utils",
-    "RemovableHandle",
+    "RemovableHandle", "PairwiseDistance", "CosineSimilarity",
 ]

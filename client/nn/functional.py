@@ -462,14 +462,11 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm=None,  # noqa: A002
               norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
-    """Rows of ``weight`` picked by the integer tensor ``input``; rows at ``padding_idx`` get no gradient."""
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
-    idx = input.reshape(-1)
-    out = weight.index_select(0, idx)
-    if padding_idx is not None and weight.requires_grad:
-        pi = padding_idx if padding_idx >= 0 else weight.shape[0] + padding_idx
-        out = where((idx == pi).unsqueeze(1), out.detach(), out)
+    """Rows of ``weight`` picked by the integer tensor ``input``; rows at ``padding_idx`` get no gradient; rows whose
+    norm is above ``max_norm`` are scaled down to it in ``weight`` itself first (as torch); ``scale_grad_by_freq``
+    divides each row's gradient by its index's count in ``input``; ``sparse=True`` gives the same (dense) gradient:
+    tensorwire has no sparse tensors."""
+    out = embedding_rows(input.reshape(-1), weight, padding_idx, max_norm, norm_type, scale_grad_by_freq)
     return out.reshape(*input.shape, weight.shape[1])
 
 
@@ -883,10 +880,11 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
 
 
 # the rest of torch's functional API, composed of the above (issue 33)
+from .embedding_bag import embedding_bag, embedding_rows  # noqa: E402
 from .functional_extras import *  # noqa: E402,F403
 from .functional_extras import __all__ as _extras_all  # noqa: E402
 from .grid_sample import grid_sample  # noqa: E402
 from .pooling_nd import *  # noqa: E402,F403
 from .pooling_nd import __all__ as _pooling_all  # noqa: E402
 
-__all__ += _extras_all + [n for n in _pooling_all if not n.endswith("_with_indices")] + ["grid_sample"]
+__all__ += _extras_all + [n for n in _pooling_all if not n.endswith("_with_indices")] + ["grid_sample", "embedding_bag"]

@@ -17,6 +17,7 @@ from tensorwire.math_extras import xlogy
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.tensor import Tensor
+from tensorwire.zero_grads import zero_grad_from
 
 __all__ = [
     "celu", "selu", "hardshrink", "softshrink", "softsign", "tanhshrink", "threshold", "hardsigmoid", "hardswish",
@@ -366,12 +367,12 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
     n = input.shape[0]
     i, j = np.triu_indices(n, 1)
     if len(i) == 0:
-        return input.new_zeros((0,))
+        return zero_grad_from(input.new_zeros((0,)), input)
     a = input.index_select(0, input._operand(i.astype(np.int64)))
     b = input.index_select(0, input._operand(j.astype(np.int64)))
     d = (a - b).abs()
     if p == 0:
-        return (d != 0).to(input.dtype).sum(-1)
+        return zero_grad_from((d != 0).to(input.dtype).sum(-1), input)
     if p == float("inf"):
         return d.amax(-1) if d.shape[-1] else d.sum(-1)
     return d.norm(p, dim=-1)

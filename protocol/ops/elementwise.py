@@ -96,8 +96,8 @@ def _sub_infer(metas, attrs):
 
 
 for _n in ("add", "sub", "mul", "maximum", "minimum", "floor_divide", "remainder"):
-    register_op(OpDef(_n, 2, _sub_infer if _n == "sub" else _binary_same, kind="binary",
-                      differentiable=_n not in ("floor_divide",)))
+    # (floor_divide is differentiable on floats as torch's: a zero gradient, autograd/vjp.py)
+    register_op(OpDef(_n, 2, _sub_infer if _n == "sub" else _binary_same, kind="binary"))
 
 
 def _pow_infer(metas, attrs):

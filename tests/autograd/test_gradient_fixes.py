@@ -118,3 +118,88 @@ def test_piecewise_constant_ops_give_zero_gradients(name):
     assert y.requires_grad
     np.testing.assert_array_equal(_grad(y.sum(), x), np.zeros(4))
     np.testing.assert_array_equal(_grad((y * x).sum(), x), y.detach().numpy())  # the product rule's other term
+
+
+# -- zeros, not None: composites that left the graph (zero_grads.zero_grad_from, floor_divide's zero rule) ----------
+
+def _x(shape=(3, 4)):
+    return _leaf(RNG.normal(size=shape))
+
+
+def _ONES():  # noqa: N802 - a constant operand (no gradient wanted)
+    return tw.ones(3, 4, dtype=tw.float64)
+
+
+ZERO_GRAD_CASES = {
+    # name: (inputs, fn) — each input requires grad and torch gives it zeros (grad() without allow_unused raised)
+    "cdist p=0": (lambda: [_x((3, 2)), _x((4, 2))], lambda a, b: tw.cdist(a, b, p=0)),
+    "pdist p=0": (lambda: [_x((4, 3))], lambda a: tw.nn.functional.pdist(a, p=0)),
+    "pdist of one row": (lambda: [_x((1, 3))], lambda a: tw.nn.functional.pdist(a)),
+    "copysign's sign source": (lambda: [_x()], lambda b: tw.copysign(_ONES(), b)),
+    "div floor": (lambda: [_x(), _x()], lambda a, b: tw.div(a, b, rounding_mode="floor")),
+    "floor division operator": (lambda: [_x(), _x()], lambda a, b: a // b),
+    "bernoulli": (lambda: [_leaf(RNG.random((3, 4)))], lambda p: tw.bernoulli(p)),
+    "fill": (lambda: [_x()], lambda a: tw.fill(a, 2.0)),
+    "zero_": (lambda: [_x()], lambda a: tw.zero_(a * 1)),
+    "combinations, none": (lambda: [_x((2,))], lambda a: tw.combinations(a, r=3)),
+    "matrix_power 0": (lambda: [_x((3, 3))], lambda a: tw.linalg.matrix_power(a, 0)),
+    "pinv of an empty matrix": (lambda: [_x((2, 0, 3))], lambda a: tw.linalg.pinv(a)),
+    "put, no index": (lambda: [_x((0,))], lambda s: tw.put(_ONES(), tw.tensor(np.zeros(0, np.int64)), s)),
+    "cat's skipped empty 1-D": (lambda: [_x((0,))], lambda e: tw.cat([e, _ONES()])),
+    "index_copy of a 0-d": (lambda: [_x(())], lambda a: tw.index_copy(a, 0, tw.tensor([0]), _ONES().sum())),
+}
+
+
+@pytest.mark.parametrize("name", list(ZERO_GRAD_CASES))
+def test_inputs_of_a_piecewise_constant_or_empty_result_get_zero_gradients(name):
+    """torch gives every input of a result that requires grad a gradient: zeros here (``None`` before, so
+    ``autograd.grad`` without ``allow_unused`` raised). The values are unchanged (checked by tests/opinfo)."""
+    make, fn = ZERO_GRAD_CASES[name]
+    xs = make()
+    y = fn(*xs)
+    assert y.requires_grad
+    grads = tw.autograd.grad(y.sum(), xs)
+    for x, g in zip(xs, grads):
+        assert g is not None and g.shape == x.shape
+        np.testing.assert_array_equal(g.numpy(), np.zeros(x.shape))
+
+
+def test_zero_grad_link_keeps_infinite_values_and_the_real_gradient():
+    """The join is ``where(True, out, x.sum())``: an infinite or NaN ``x`` does not reach the value (no ``0 * inf``),
+    and an input that also reaches the result through differentiable ops keeps that gradient."""
+    a = _leaf([np.inf, -2.0, np.nan])
+    b = _leaf([1.0, -1.0, 0.0])
+    y = tw.copysign(b, a)  # b's gradient is sign(b) * sign source's sign; a's is zeros
+    np.testing.assert_array_equal(y.detach().numpy(), [1.0, -1.0, 0.0])
+    ga, gb = tw.autograd.grad(y.sum(), [a, b])
+    np.testing.assert_array_equal(ga.numpy(), np.zeros(3))
+    np.testing.assert_array_equal(gb.numpy(), [1.0, 1.0, 0.0])
+
+
+# -- LU of a non-square matrix, QR with rows < columns, the full SVD of a non-square matrix (were refused) ----------
+
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3), (2, 3, 4), (2, 4, 3)])
+def test_lu_factor_gradient_of_a_non_square_matrix(shape):
+    a = _leaf(RNG.normal(size=shape))
+    assert tw.autograd.gradcheck(lambda t: tw.linalg.lu_factor(t)[0], [a])
+    assert tw.autograd.gradcheck(lambda t: tw.linalg.lu(t)[1:], [a])
+
+
+@pytest.mark.parametrize("mode", ["reduced", "complete"])
+def test_qr_gradient_with_fewer_rows_than_columns(mode):
+    a = _leaf(RNG.normal(size=(2, 3, 5)))
+    assert tw.autograd.gradcheck(lambda t: tw.linalg.qr(t, mode=mode), [a])
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3)])
+def test_full_svd_gradient_of_a_non_square_matrix(shape):
+    """torch differentiates the reduced factors (the extra singular vectors are not unique): checked on functions
+    of them that do not depend on the vectors' signs."""
+    a = _leaf(RNG.normal(size=shape))
+    k = min(shape)
+
+    def f(t):
+        u, s, vh = tw.linalg.svd(t, full_matrices=True)
+        u, vh = u[:, :k], vh[:k, :]
+        return s, u.matmul(vh), (u * u).sum(0)
+    assert tw.autograd.gradcheck(f, [a])

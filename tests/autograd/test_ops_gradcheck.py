@@ -370,6 +370,7 @@ GENERATORS = {
     "add": binary("add"), "sub": binary("sub"), "mul": binary("mul"), "div": binary("div", b=(-2, 2, 0.3)),
     "maximum": _maxmin("maximum"), "minimum": _maxmin("minimum"),
     "remainder": binary("remainder", a=(0.2, 1.8, 0), b=(2.0, 2.5, 0)),
+    "floor_divide": binary("floor_divide", a=(0.2, 1.8, 0), b=(2.0, 2.5, 0)),  # (zeros, away from the steps)
     "pow": binary("pow", a=(0.3, 2.0, 0)), "atan2": binary("atan2", a=(-2, 2, 0.2), b=(-2, 2, 0.2)),
     "where": _where, "cast": _cast, "copy": _copy,
     "sum": reduce_("sum"), "prod": _prod, "amax": reduce_("amax"), "amin": reduce_("amin"),

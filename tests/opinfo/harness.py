@@ -228,12 +228,24 @@ def _tw_dtype(name: str) -> DType:
     return d
 
 
+def is_partial_view(x: torch.Tensor) -> bool:
+    """Whether ``x`` is a contiguous view of a contiguous base (its storage holds more than ``x``)."""
+    base = x._base
+    return base is not None and x.is_contiguous() and base.is_contiguous() and base.layout is torch.strided
+
+
 def to_tw(x):
     """A sample argument in tensorwire's terms: tensors through numpy, dtypes, devices and sizes by name."""
     if isinstance(x, torch.Tensor):
         if x.layout is not torch.strided:
             raise Unconvertible(f"a {x.layout} tensor")
         _tw_dtype(str(x.dtype).removeprefix("torch."))
+        if is_partial_view(x):
+            # a contiguous view of a contiguous base (as_strided's partial views): the same view of the base here,
+            # so that what reads the storage (as_strided) sees the base's elements around it
+            base = x._base
+            off = x.storage_offset() - base.storage_offset()
+            return tw.tensor(to_numpy(base)).reshape(-1)[off:off + x.numel()].reshape(*x.shape)
         return tw.tensor(to_numpy(x))
     if isinstance(x, torch.dtype):
         return _tw_dtype(str(x).removeprefix("torch."))
@@ -243,6 +255,17 @@ def to_tw(x):
         return tuple(x)
     if isinstance(x, torch.memory_format):
         return getattr(tw, str(x).removeprefix("torch."))
+    if isinstance(x, torch.nn.Module) and not any(True for _ in x.parameters()) and not any(True for _ in x.buffers()):
+        # a module without state (triplet_margin_with_distance_loss's PairwiseDistance()): ours of the same name,
+        # with the attributes both have
+        cls = getattr(tw.nn, type(x).__name__, None)
+        if cls is None:
+            raise Unconvertible(f"module {type(x).__name__} (no tw.nn.{type(x).__name__})")
+        m = cls()
+        for k, v in vars(x).items():
+            if not k.startswith("_") and isinstance(v, (bool, int, float, str)) and hasattr(m, k):
+                setattr(m, k, v)
+        return m
     if isinstance(x, (torch.layout, torch.Generator)):
         raise Unconvertible(f"argument {x!r}")
     if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
