@@ -68,6 +68,7 @@ from tensorwire.protocol.ops import OPS
 from tensorwire.protocol.service import SHM_DIR
 from tensorwire.protocol.shm_paths import MappedFiles
 from tensorwire.protocol.wire import (
+    EVENTS,
     MAX_MESSAGE,
     NOBLOCK,
     POLLIN,
@@ -95,6 +96,12 @@ DIRECT_HANDLERS = {"hello": "_hello", "run": "_run", "plan": "_plan", "cancel": 
 #: ...and another worker's, signed with the service credential's key
 PEER_KINDS = {"xfer": "_peer_xfer", "xfer_give": "_peer_give"}
 _PEER_FILE = re.compile(r"tensorwire-[0-9]{1,10}-[A-Za-z0-9_.-]{1,140}-io-[0-9]{1,12}")
+#: how long the worker's loop blocks on its direct socket alone after a turn that took only direct messages (a
+#: client in a round-trip loop sends its next one a hundred-odd microseconds after our answer), before it watches
+#: every socket again: what the dispatcher sends meanwhile waits at most this (milliseconds, zmq's RCVTIMEO)
+ALONE_READ_MS = 1
+#: after a read alone that timed out, the next 1, 2, 4 ... this many chances to read alone are skipped (a hit resets)
+MAX_ALONE_SKIP = 64
 
 
 def _ints(h: dict, name: str) -> list:
@@ -185,6 +192,8 @@ class DirectChannel:
         self.lent: dict[bytes, dict] = {}  # session -> {path: ShmFile} on loan to it
         self.routes: dict[bytes, tuple] = {}  # session -> (routing id, connection) of its channel, while it lives
         self.probe: tuple[str, str] | None = None  # (path, nonce) of the same-host probe
+        self.alone_skip = 0  # chances to read alone skipped after the last read alone that timed out ...
+        self.alone_skip_next = 1  # ... and how many the next such read skips
         address = address if address is not None else os.environ.get(ADDRESS_ENV, DEFAULT_ADDRESS)
         if not address or address.lower() == "none":
             self.why_not = "direct channel turned off (--direct-address none)"
@@ -199,6 +208,7 @@ class DirectChannel:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
         bound_socket(sock)  # what a client that does not read, or sends ahead of us, may cost (dispatcher/answers.py)
+        sock.setsockopt(zmq.RCVTIMEO, ALONE_READ_MS)  # (read_alone's bound; every other read is NOBLOCK)
         set_zmq_heartbeats(sock)
         if keys is not None:  # encrypted with the service key pair; the capability, not the client key, authorises
             public, secret = load_key_pair(keys, "service")
@@ -442,34 +452,66 @@ class DirectChannel:
         n = 0
         sock = self.sock
         for n in range(1, 1001):
-            if n > 1 and not sock.getsockopt(zmq.EVENTS) & POLLIN:  # (cheaper than the zmq.Again a recv raises)
+            if n > 1 and not sock.getsockopt(EVENTS) & POLLIN:  # (cheaper than the zmq.Again a recv raises)
                 return n - 1
             try:  # (the first: the worker polled the socket, so a message is there but for a spurious wake-up)
                 msg = recv_frames(sock, NOBLOCK)
             except zmq.Again:
                 return n - 1
-            if len(msg) < 2:
-                continue
-            route = msg[0].bytes
-            q = None
-            h = {}
-            try:
-                h = unpack_header(msg[1].bytes)
-                q = h.get("q")
-                if q is not None and type(q) is not int:
-                    q = None
-                    raise ProtocolError("'q' must be an int")
-                self._handle(executor, route, h, msg[2:], q, msg[1])
-            except TensorwireError as e:
-                if h.get("t") in ("xfer", "xfer_give"):  # (a worker's message: nobody reads answers to it)
-                    log.warning("refused a worker-to-worker message: %s", e.message)
-                    continue
-                self._refuse(route, q, e.to_wire())
-            except Exception as e:  # a malformed message never stops the worker
-                log.warning("bad direct message: %s", e)
-                self._refuse(route, q, error_to_wire(
-                    ProtocolError("the worker rejected a malformed message (see its log)")))
+            self.take(executor, msg)
         return n
+
+    def read_alone(self, spin, other) -> list | None:
+        """The next message on this socket, waiting on it alone as a raw echo does (``spin``: the loop's
+        ``IdleSpin``, whose busy-wait asks this socket's ``ZMQ_EVENTS`` alone; then one read blocking up to
+        ``ALONE_READ_MS``), or None: nothing came, or ``other`` (the dispatcher's socket) has a message: the caller
+        then polls every socket. Two system calls for ``other``, ~5 for the read, where a poll of the worker's three
+        sockets and the drain's look for more cost ~13. A read that timed out costs its calls on top of the poll,
+        so it backs off as the spin does: the next 1, 2, 4 ... ``MAX_ALONE_SKIP`` chances are skipped (None at
+        once), and a read that caught a message resets that."""
+        if self.alone_skip:
+            self.alone_skip -= 1
+            return None
+        if other.getsockopt(EVENTS) & POLLIN:
+            return None
+        sock = self.sock
+        if spin.wait(lambda _timeout: sock.getsockopt(EVENTS) & POLLIN):
+            flags = NOBLOCK  # (a message is there)
+        else:
+            flags = 0  # (RCVTIMEO: ALONE_READ_MS)
+        try:
+            msg = recv_frames(sock, flags)
+        except zmq.Again:
+            self.alone_skip = self.alone_skip_next
+            self.alone_skip_next = min(self.alone_skip_next * 2, MAX_ALONE_SKIP)
+            return None
+        self.alone_skip_next = 1
+        return msg
+
+    def take(self, executor, msg: list) -> None:
+        """Hand one message read from the socket to ``executor``; a malformed or refused one is answered with an
+        error and changes nothing."""
+        if len(msg) < 2:
+            return
+        route = msg[0].bytes
+        q = None
+        h = {}
+        try:
+            h = unpack_header(msg[1].bytes)
+            q = h.get("q")
+            if q is not None and type(q) is not int:
+                q = None
+                raise ProtocolError("'q' must be an int")
+            self._handle(executor, route, h, msg[2:], q, msg[1])
+        except TensorwireError as e:
+            if h.get("t") in ("xfer", "xfer_give"):  # (a worker's message: nobody reads answers to it)
+                log.warning("refused a worker-to-worker message: %s", e.message)
+                return
+            self._refuse(route, q, e.to_wire())
+        except Exception as e:  # a malformed message never stops the worker
+            log.warning("bad direct message: %s", e)
+            self._refuse(route, q, error_to_wire(
+                ProtocolError("the worker rejected a malformed message (see its log)")))
 
     def _handle(self, executor, route: bytes, h: dict, frames: list, q, hframe=None) -> None:
         """One message of ``protocol.messages.DIRECT``: a worker's (signed) or a client's (under a capability),

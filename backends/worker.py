@@ -1302,10 +1302,23 @@ class Worker:
             poller.register(direct, zmq.POLLIN)  # clients' direct channels
         last_seen = time.monotonic()
         spin = self.spin
+        alone = False  # the last turn took direct messages only: wait on the direct socket alone first
         if ready_line and not self.stop.is_set():
             announce_ready("worker", device=self.device_name, pid=os.getpid())
         try:
             while not self.stop.is_set():
+                if alone and not (ex.ready or ex.pooled_seqs or ex.completed or self.channel.peer_give) and (
+                        time.monotonic() - last_seen <= HEARTBEAT_S * LIVENESS):
+                    # a client in a round-trip loop: its next message read as a raw echo reads it (the dispatcher's
+                    # socket checked first; a spin after work on the direct socket alone, then one bounded read)
+                    msg = self.channel.read_alone(spin, sock)
+                    if msg is not None:
+                        self.channel.take(ex, msg)
+                        spin.worked()
+                        self.channel.answers.tick(0.1)
+                        ex.run_ready()
+                        continue
+                alone = False
                 # after work, busy-wait briefly for the next message rather than pay a wake-up (backends/idle_spin.py)
                 got = None if ex.ready or ex.pooled_seqs else spin.wait(poller.poll)
                 events = dict(got or poller.poll(0 if ex.ready else int(HEARTBEAT_S * 1000)))
@@ -1315,6 +1328,7 @@ class Worker:
                 if direct is not None and direct in events:
                     self.channel.receive(ex)
                     spin.worked()
+                    alone = sock not in events and ex.wake_fd not in events
                 if self.channel.peer_give:  # other workers' files our arrays no longer use
                     self.channel.flush_gives()
                 if direct is not None:  # answers its clients' connections took; errors owed to full ones

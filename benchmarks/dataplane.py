@@ -13,7 +13,8 @@ import numpy as np
 
 import tensorwire as tw
 from tensorwire.backends.idle_spin import spin_from_env
-from tensorwire.protocol.service import spare_core, spin_wait
+from tensorwire.channels import wait_alone
+from tensorwire.protocol.service import spare_core
 from tensorwire.session import CLIENT_SPIN_S
 
 from .core import Echo
@@ -27,6 +28,7 @@ _TICK = os.sysconf("SC_CLK_TCK")
 SPINNING_ECHO = r"""
 import sys, zmq
 from tensorwire.backends.idle_spin import IdleSpin
+from tensorwire.protocol.wire import EVENTS, POLLIN
 ctx = zmq.Context()
 s = ctx.socket(zmq.ROUTER)
 s.setsockopt(zmq.MAXMSGSIZE, -1)
@@ -34,7 +36,7 @@ s.bind(sys.argv[1])
 spin = IdleSpin(float(sys.argv[2]))
 print(sys.argv[1], flush=True)
 while True:
-    spin.wait(s.poll)  # (then recv blocks no more: a message is there)
+    spin.wait(lambda _t: s.getsockopt(EVENTS) & POLLIN)  # (the worker's spin: its socket's ZMQ_EVENTS alone)
     m = s.recv_multipart(copy=False)
     spin.worked()
     if m[1].bytes == b"stop":
@@ -53,9 +55,15 @@ class SpinningEcho(Echo):
 
     def roundtrip(self, payload) -> None:
         self.sock.send(payload, copy=len(payload) < 65536)
-        if spare_core(time.monotonic()):  # (the client's rule: Session._wait)
-            spin_wait(self.sock.poll, CLIENT_SPIN_S)
-        self.sock.recv(copy=False)
+        got = None
+        if spare_core(time.monotonic()):  # (the client's rule and wait: Session._wait, channels.wait_alone)
+            got = wait_alone(self.sock, CLIENT_SPIN_S, _nothing_else)
+        if type(got) is not list:  # (the spin saw it, or nobody spins: read it)
+            self.sock.recv(copy=False)
+
+
+def _nothing_else() -> bool:
+    return False
 
 
 def _cpu_s(pid: int) -> float:

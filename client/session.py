@@ -45,6 +45,7 @@ from tensorwire.protocol.ops import OPS, infer
 from tensorwire.protocol.service import spare_core, spin_wait
 from tensorwire.protocol.shm_paths import host_id
 from tensorwire.protocol.wire import (
+    EVENTS,
     MAX_MESSAGE,
     NOBLOCK,
     POLLIN,
@@ -290,6 +291,7 @@ class Session:
         finished = progress = None  # the last pong's batches finished per device, and its whole report
         before = self._async_before[1] if self._async_before[0] == q else self._n_async
         spin = CLIENT_SPIN_S if before - self._n_async_done <= SPIN_AHEAD_MAX and spare_core(start) else 0.0
+        alone = True  # an answer due on a channel is waited for on that channel alone first (Channel.wait_answer)
         for _ in range(1 << 24):
             now = time.monotonic()
             if now - start > timeout:
@@ -301,7 +303,14 @@ class Session:
                 self._lost = True
                 raise ConnectionFailed(f"lost the dispatcher at {self.address}: it stopped answering "
                                        f"(no reply to a ping within {LIVENESS_S:g}s)")
-            if not spin_wait(self._poller.poll, spin) and not self._poller.poll(int(PING_AFTER_S * 1000)):
+            held = None  # the message a read of the awaited channel alone brought
+            ch = self._plane.channels.get(self._q_dev.get(q)) if alone else None
+            if ch is not None and ch.ok and ch.sock is not None:  # (an answer due on one channel: watch it alone)
+                held = ch.wait_answer(spin, self._others_waiting)
+                if held is False:  # (nothing within its bounds: from now on every socket, at once)
+                    alone, spin = False, 0.0
+                    continue
+            elif not spin_wait(self._poller.poll, spin) and not self._poller.poll(int(PING_AFTER_S * 1000)):
                 if ping_sent is None:
                     ping = {"t": "ping", "q": _PING, "k": self._key}
                     if self._q_dev:  # answers due on direct channels: ask whether their workers still live
@@ -316,7 +325,7 @@ class Session:
             if self._waker.is_set and self._waker.take():  # tw.cancel() from another thread: this thread owns the
                 self._send_cancel()  # socket
             for k in range(64):  # what is waiting on every socket (bounded: then poll again)
-                got = self._next_message(self._q_dev.get(q) if k == 0 else None)
+                got = self._next_message(self._q_dev.get(q) if k == 0 else None, held if k == 0 else None)
                 if got is None:
                     if k == 0 and self._waker.take():  # (woken by the waker's pipe alone: drained here)
                         self._send_cancel()
@@ -359,10 +368,16 @@ class Session:
                     raise self._error(h["error"])
         raise ProtocolError("too many unrelated messages")
 
-    def _next_message(self, likely: str | None = None):
+    def _others_waiting(self) -> bool:
+        """Whether a wait on one channel alone must look elsewhere: a cancel from another thread, or a message on the
+        dispatcher's socket (no system call for the first)."""
+        return self._waker.is_set or bool(self._sock.getsockopt(EVENTS) & POLLIN)
+
+    def _next_message(self, likely: str | None = None, held=None):
         """One message waiting on the dispatcher's socket or a channel: ``(header, frames, device)`` (device None:
         the dispatcher's), or None when nothing is waiting. ``likely``: the device whose channel the awaited answer
-        comes on, read first, without asking its socket whether a message is there (a wait woke: it usually is)."""
+        comes on, read first, without asking its socket whether a message is there (a wait woke: it usually is);
+        ``held``: that channel's message when the wait read it already (a list of frames)."""
         if likely is not None:
             ch = self._plane.channels.get(likely)
             if ch is not None and ch.sock is not None:

@@ -115,6 +115,8 @@ ZERO_COPY_MIN = 1 << 16
 #: zmq's flags as plain ints: pyzmq's are enum.Flag members, whose ``|`` and ``&`` cost about a microsecond each in
 #: Python, several times a message on the hot paths
 SNDMORE, NOBLOCK, POLLIN = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POLLIN)
+#: the socket option ``ZMQ_EVENTS`` as a plain int (``sock.getsockopt(EVENTS) & POLLIN``: a message waits)
+EVENTS = int(zmq.EVENTS)
 
 
 def recv_frames(sock, flags: int = 0) -> list:

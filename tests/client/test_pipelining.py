@@ -120,14 +120,24 @@ def test_a_fetch_cut_across_devices(session):
     np.testing.assert_array_equal(c.numpy(), np.arange(4.0) * 10)
 
 
+def _spins_seen(monkeypatch) -> list:
+    """The spin bound of each wait for an answer, on the relay (``spin_wait``) or a direct channel (``wait_alone``)."""
+    from tensorwire import channels
+    from tensorwire import session as session_mod
+
+    spins = []
+    relay, direct = session_mod.spin_wait, channels.wait_alone
+    monkeypatch.setattr(session_mod, "spin_wait", lambda poll, s: (spins.append(s), relay(poll, s))[1])
+    monkeypatch.setattr(channels, "wait_alone", lambda sock, s, others: (spins.append(s), direct(sock, s, others))[1])
+    return spins
+
+
 def test_the_client_spins_for_an_answer_only_when_little_work_is_queued_ahead(session, monkeypatch):
     """A fetch right behind one or two batches spins briefly (its answer comes soon); behind ten unanswered steps it
     blocks at once, leaving the cores to the services that run them."""
     from tensorwire import session as session_mod
 
-    spins = []
-    real = session_mod.spin_wait
-    monkeypatch.setattr(session_mod, "spin_wait", lambda poll, s: (spins.append(s), real(poll, s))[1])
+    spins = _spins_seen(monkeypatch)
     monkeypatch.setattr(session_mod, "spare_core", lambda now: True)  # (a quiet host; a busy one: the next test)
     x = tw.tensor(np.arange(4.0))
     assert (x + 1).sum().item() == 10.0
@@ -153,9 +163,7 @@ def test_the_client_never_spins_on_a_host_whose_cores_are_busy(session, monkeypa
     assert core_is_spare(b"0.52 0.61 0.58 2/312 4123", 2) and core_is_spare(b"2.90 2.10 1.80 4/312 4123", 2)
     assert not core_is_spare(b"5.21 5.78 6.38 3/144 9965", 2) and not core_is_spare(b"3.10 1.0 1.0 1/144 9965", 2)
     assert core_is_spare(b"garbage", 2)  # (unreadable: as before, spin)
-    spins = []
-    real = session_mod.spin_wait
-    monkeypatch.setattr(session_mod, "spin_wait", lambda poll, s: (spins.append(s), real(poll, s))[1])
+    spins = _spins_seen(monkeypatch)
     monkeypatch.setattr(session_mod, "spare_core", lambda now: False)
     x = tw.tensor(np.arange(4.0))
     assert (x + 1).sum().item() == 10.0
