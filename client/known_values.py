@@ -58,9 +58,18 @@ class KnownValues:
             self.hits += 1
         return v
 
+    def peek(self, hid: int) -> np.ndarray | None:
+        """Handle ``hid``'s value if kept (not counted as a read, its age unchanged)."""
+        return self._values.get(hid)
+
     def has(self, hid: int) -> bool:
         """Whether handle ``hid``'s value is kept (not counted as a read)."""
         return hid in self._values
+
+    def follows(self, hid: int) -> bool:
+        """Whether handle ``hid``'s value is kept or has a recipe (the client can give it, as a rule: a recipe whose
+        inputs changed since falls back to the device)."""
+        return hid in self._values or hid in self._recipes
 
     def put(self, hid: int, value: np.ndarray) -> None:
         """Keep ``value`` (made read-only) as handle ``hid``'s, when it is small."""

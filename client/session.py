@@ -82,6 +82,9 @@ MAX_PLANS = 1024
 MAX_WHERE = 1 << 16
 #: 0-d results the session remembers as worth fetching along with a fetched value (see :meth:`Session.fetch`)...
 MAX_SCALARS_TRACKED = 4096
+#: the host ops whose integer or bool result the client knows or can follow are deferred (lazy nodes, see
+#: ``Session._defer``): those that cannot fail once inference passed (so deferring one defers no error)
+LAZY_HOST_OPS = HOST_OPS - {"floor_divide", "remainder"}
 #: ... and the most of them one fetch takes along
 MAX_PREFETCH = 1024
 #: how long a client busy-waits for an answer before it blocks (TENSORWIRE_CLIENT_SPIN_MS). A blocked process on a
@@ -156,6 +159,9 @@ class Session:
         self._pending_bytes = 0
         self._mark = False  # a step ended: ship what is pending when the next op is recorded
         self._writes = None  # a run of element writes not recorded yet (client/element_writes.py)
+        self._lazy: dict[int, tuple] = {}  # nodes not recorded yet, by handle (see _defer)
+        self._pins: dict[int, int] = {}  # handle -> how many lazy nodes read it
+        self._held: set[int] = set()  # pinned handles whose tensors are gone: released once unpinned
         self._consts: list = []
         self._release: list[int] = []
         self._known = KnownValues()  # small values the client has, by handle (see known_values)
@@ -381,20 +387,22 @@ class Session:
         if likely is not None:
             ch = self._plane.channels.get(likely)
             if ch is not None and ch.sock is not None:
-                try:
-                    msg = recv_frames(ch.sock, NOBLOCK)
-                except zmq.Again:
-                    pass
-                else:
+                msg = held if type(held) is list else None
+                if msg is None:
+                    try:
+                        msg = recv_frames(ch.sock, NOBLOCK)
+                    except zmq.Again:
+                        pass
+                if msg is not None:
                     got = self._from_channel(likely, ch, msg)
                     if got is not None:
                         return got
-        if self._sock.getsockopt(zmq.EVENTS) & POLLIN:
+        if self._sock.getsockopt(EVENTS) & POLLIN:
             h, frames = self._recv_raw()
             return h, frames, None
         for dev, ch in self._plane.channels.items():
             sock = ch.sock
-            if sock is not None and sock.getsockopt(zmq.EVENTS) & POLLIN:
+            if sock is not None and sock.getsockopt(EVENTS) & POLLIN:
                 got = self._from_channel(dev, ch, recv_frames(sock))
                 if got is not None:
                     return got
@@ -509,22 +517,23 @@ class Session:
             raise TensorwireError("this session is closed")
 
     # ------------------------------------------------------------------ recording
-    def record(self, op: str, inputs, attrs: dict | None, device: str, known=None, where=None, hid=None, up=1):
+    def record(self, op: str, inputs, attrs: dict | None, device: str, known=None, where=None, hid=None, up=1,
+               lazy: bool = False):
         """Record one op; returns the output Tensor (shape and dtype inferred here).
 
         ``known``: ``(attrs_key, (shape, dtype))`` of a node whose inference the caller has done before for inputs
         of the same shapes (a replayed backward graph); ``where``: the user's (file, line) it comes from, when the
         caller knows it; ``up``: where the search for that line starts, in frames above this method (1: its caller;
         only frames of the client's own functions may be skipped, see :func:`_user_frame`). All three only save
-        work. ``hid``: the output's handle, taken before (a run of element writes, ``client/element_writes.py``)."""
-        if self._writes is not None:
-            self.end_writes()
-        if self._mark:
-            self._ship_marked()
+        work. ``hid``: the output's handle, taken before (a run of element writes, ``client/element_writes.py``).
+
+        ``lazy``: the node may stay unrecorded until something needs it (a view step without autograd, see
+        :meth:`_defer`); an integer or bool result of :data:`LAZY_HOST_OPS` the client can compute is deferred too."""
         metas = []
         ids = []
         for t in inputs:
-            if t._base is not None:
+            b = t._base
+            if b is not None and b._version != t._base_version:  # (a view whose base changed: recomputed)
                 t._refresh()
             if t._s is not self or (t._dev != device and op != "copy"):
                 _input_error(self, t, device)
@@ -537,18 +546,32 @@ class Session:
             akey, (shape, dtype) = known
         if hid is None:
             hid = next(self._ids)
+        if self._capture is None:
+            if op in HOST_OPS:  # small integer values the client knows: their results too (known_values)
+                kv = self._known
+                kv.compute(hid, op, inputs, attrs, shape, dtype)
+                if op in LAZY_HOST_OPS and kv.follows(hid) and (op != "full" or not shape):
+                    lazy = True  # (its value is the client's to give: deferred; a tensor made to be filled is not)
+            if lazy:
+                return self._defer(hid, op, ids, attrs, device, metas, akey, shape, dtype)
+        if self._writes is not None:
+            self.end_writes()
+        if self._mark:
+            self._ship_marked()
+        if where is None:
+            where = _user_frame(up + 1)
+        if self._lazy:
+            ids = self._resolve(ids, where)
         # (the input ids as a tuple: of ints only, the collector stops tracking it, so a batch's entries that outlive
         # a young collection hold fewer tracked containers; the full collections they would set off cost more than
         # a recorded op)
-        entry = (hid, op, tuple(ids), attrs, device, where or _user_frame(up + 1), metas, akey)
+        entry = (hid, op, tuple(ids), attrs, device, where, metas, akey)
         self._pending.append(entry)
         t = _new_tensor(Tensor)
         t._init(self, hid, shape, dtype, device)
         if self._capture is not None:
             self._capture.on_record(entry, t, inputs)
         else:
-            if op in HOST_OPS:  # small integer values the client knows: their results too (known_values)
-                self._known.compute(hid, op, inputs, attrs, shape, dtype)
             if not shape and op != "full":  # a 0-d result: read along with the next value read (see fetch)
                 made = self._scalars_made
                 made[hid] = device
@@ -557,6 +580,86 @@ class Session:
         if len(self._pending) >= MAX_PENDING_NODES:
             self.flush()
         return t
+
+    # (lazy nodes: a node made by :meth:`record` with ``lazy`` or a known integer result is kept here, unrecorded, and
+    # recorded only when a recorded node reads it (:meth:`_resolve`), its value is fetched from a device, or a compiled
+    # graph reads it; one never needed is dropped when its handle is released. The handles it reads are pinned: their
+    # releases wait in ``_held`` until no lazy node reads them, so a node recorded late still finds its inputs.)
+    def _defer(self, hid: int, op: str, ids: list, attrs, device: str, metas: list, akey, shape: tuple, dtype):
+        """Keep node ``hid`` unrecorded (see above); returns its tensor."""
+        pins = self._pins
+        for i in ids:
+            pins[i] = pins.get(i, 0) + 1
+        alias = ids[0] if op == "reshape" and metas[0][0] == shape else None  # (a value's alias: read as its input)
+        self._lazy[hid] = (op, tuple(ids), attrs, device, metas, akey, alias)
+        t = _new_tensor(Tensor)
+        t._init(self, hid, shape, dtype, device)
+        return t
+
+    def _resolve(self, ids: list, where=None) -> list:
+        """``ids`` (inputs of a node about to be recorded) with each lazy one recorded, or, for an alias (``t.data``,
+        a reshape to the same shape), replaced by the handle it aliases (no node at all) outside ``tw.compile``.
+        ``where``: the reading node's line, which the nodes recorded now name too (the line that needed them)."""
+        lazy = self._lazy
+        out = None
+        for k, i in enumerate(ids):
+            node = lazy.get(i)
+            if node is None:
+                continue
+            if out is None:
+                out = list(ids)
+            while node is not None and node[6] is not None and self._capture is None:  # (an alias of an alias ...)
+                i = node[6]
+                node = lazy.get(i)
+            if node is not None:
+                self._materialize(i, where)
+            out[k] = i
+        return ids if out is None else out
+
+    def _materialize(self, hid: int, where=None) -> None:
+        """Record lazy node ``hid`` (and the lazy nodes it reads) now, naming line ``where`` (default: the caller's
+        user's line)."""
+        op, ids, attrs, device, metas, akey, _ = self._lazy.pop(hid)
+        if self._writes is not None:  # (a run of element writes makes a handle it may read: recorded first)
+            self.end_writes()
+        if where is None:
+            where = _user_frame()
+        rids = self._resolve(ids, where) if self._lazy else ids
+        self._pending.append((hid, op, tuple(rids), attrs, device, where, metas, akey))
+        self._unpin(ids)
+
+    def _unpin(self, ids) -> None:
+        """A lazy node that read ``ids`` was recorded or dropped: a pinned handle whose tensor is gone goes now."""
+        pins, held = self._pins, self._held
+        for i in ids:
+            n = pins[i] - 1
+            if n:
+                pins[i] = n
+                continue
+            del pins[i]
+            if i in held:
+                held.discard(i)
+                self._release.append(i)
+
+    def _take_release(self) -> tuple[list[int], list[int]]:
+        """The handles to release with the next message, and the lazy nodes dropped unrecorded (the handles of both
+        are gone: ``known_values`` forgets them); a handle a lazy node still reads is held back (see above)."""
+        release, self._release = self._release, []
+        if not self._pins and not self._lazy:
+            return release, []
+        pins, held, lazy = self._pins, self._held, self._lazy
+        out, dropped = [], []
+        while release:
+            for h in release:
+                if h in pins:
+                    held.add(h)
+                elif h in lazy:
+                    dropped.append(h)
+                    self._unpin(lazy.pop(h)[1])
+                else:
+                    out.append(h)
+            release, self._release = self._release, []
+        return out, dropped
 
     def const(self, array: np.ndarray, device: str, dtype: D.DType | None = None, *, borrowed: bool = False):
         """Record a tensor whose bytes travel with the next batch (an upload).
@@ -621,6 +724,10 @@ class Session:
         if fetch and self._capture is not None:
             self._capture.on_read(_user_frame())  # a value read while tw.compile records: data-dependent Python
         with self._lock:
+            if self._lazy:  # (a value read from a device: its node is recorded now)
+                for i in fetch:
+                    if i in self._lazy:
+                        self._materialize(i)
             try:
                 return self._flush(list(fetch), sync)
             except KeyboardInterrupt:  # Ctrl-C while waiting stops the work too, not only the wait
@@ -659,8 +766,10 @@ class Session:
         self._mark = False
         pending, self._pending = self._pending, []
         self._pending_bytes = 0
-        release, self._release = self._release, []
+        release, dropped = self._take_release()
         self._known.forget(release)
+        if dropped:
+            self._known.forget(dropped)
         if self._scalars_made:
             self._forget_scalars(release)
         if release and pending and self._capture is None:
@@ -978,8 +1087,16 @@ class Session:
         with self._lock:
             if self._pending or self._deferred is not None:
                 self._flush([], False)  # what was recorded before the call runs first
-            extra, self._release = self._release, []  # (nothing this graph reads: a released id is one no tensor holds)
+            if self._lazy:  # (the graph reads its arguments by handle: a lazy one is recorded first)
+                ext = spec[1]
+                for i in ext:
+                    if i in self._lazy:
+                        self._materialize(i)
+                if self._pending:
+                    self._flush([], False)
+            extra, dropped = self._take_release()  # (nothing this graph reads: a released id is one no tensor holds)
             self._known.forget(extra)
+            self._known.forget(dropped)
             self._replayed.append((first_id, where))
             self._deferred = (spec, extra)
             self._mark = True  # the next op recorded ships it (as after optimizer.step())

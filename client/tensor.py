@@ -29,6 +29,7 @@ from tensorwire.protocol.shapes import infer_reshape, norm_dim, numel
 from . import autograd_engine as _autograd_engine  # noqa: F401  (it installs itself in autograd_hooks)
 from . import indexing as _indexing
 from . import views as V
+from .autograd_hooks import check_inplace as _check_inplace
 from .autograd_hooks import record as _hooks_record
 
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
@@ -312,7 +313,27 @@ class Tensor:
     def __iter__(self):
         if not self._shape:
             raise TypeError("iteration over a 0-d tensor")
+        s = self._s
+        if s._capture is None and s._known.has(self._id):  # (a value the client has: see _iter_known)
+            return self._iter_known()
         return (self[i] for i in range(self._shape[0]))
+
+    def _iter_known(self):
+        """Iteration of a tensor whose value the client has (``known_values``): each element is the view ``self[i]``
+        as always, and its value is known at once (the element of the value, while the tensor still holds that
+        value), so reading it (``__index__`` of a slice bound) is a look-up, not a recipe followed."""
+        known = self._s._known
+        hid, arr = None, None
+        shape = self._shape
+        rest, n = list(shape[1:]), len(shape)
+        for i in range(shape[0]):
+            t = self._view(V.Slice([i] + [0] * (n - 1), [i + 1] + rest, [1] * n, shape[1:], shape))  # (self[i])
+            if self._id != hid:  # (changed in place since the last element: its value now, if the client has it)
+                hid = self._id
+                arr = known.peek(hid)
+            if arr is not None:
+                known.put(t._id, arr[i, ...])
+            yield t
 
     # ------------------------------------------------------------------ conversion
     def to(self, *args, dtype=None, device=None, copy: bool = False, non_blocking: bool = False,
@@ -1405,8 +1426,6 @@ class Tensor:
     # ------------------------------------------------------------------ in-place
     def _assign(self, new: Tensor) -> Tensor:
         """Rebind this tensor to ``new``'s value (cast to our dtype); views see it, bases get it."""
-        from .autograd_hooks import check_inplace
-
         if new._shape != self._shape:
             new = new.expand(*self._shape) if new._shape != self._shape else new
         if new.dtype is not self.dtype:
@@ -1414,7 +1433,7 @@ class Tensor:
                 raise DTypeError(f"result type {new.dtype.name.capitalize()} can't be cast to the desired output "
                                  f"type {self.dtype.name.capitalize()}")
             new = new.to(self.dtype)
-        check_inplace(self, new)
+        _check_inplace(self, new)
         V.assign(self, new)
         return self
 

@@ -14,13 +14,32 @@ from tensorwire.protocol.errors import TensorwireError
 from tensorwire.protocol.shapes import numel, slice_len
 
 from . import autograd_hooks as _hooks
+from .amp import autocast_mode as _amp
+
+_amp_active = _amp._active
+#: the view ops recorded lazily (``Session.record``'s ``lazy``: only when something reads the view)
+LAZY_OPS = frozenset({"reshape", "slice", "permute", "expand"})
 
 
 def _rec(t, op: str, ins, attrs, known=None):
     """``t._rec(op, ins, attrs)`` from a view step's method: the search for the user's line skips this function and
     the step's method (both the client's, see ``autograd_hooks.record``'s ``up``). ``known``: the node's attrs key
-    and output meta when the step has them (``Session.record``'s ``known``: no inference, no key to build)."""
+    and output meta when the step has them (``Session.record``'s ``known``: no inference, no key to build).
+
+    A view op outside autograd (no grad to track, no autocast scope) is lazy: recorded only when a recorded op reads
+    the view, its value is fetched from a device, or a compiled graph takes it (``Session._defer``). Most views
+    are never read by the devices: ``x[i]`` that only gives a slice bound, ``t[i][0]`` written one element at a
+    time (``client/element_writes.py``), ``p.data`` read by one update (an alias: read as its base)."""
+    if op in LAZY_OPS and not _amp_active[0] and not _grad_tracked(t):
+        return t._s.record(op, ins, attrs, t._dev, known, lazy=True)
     return _hooks.record(t._s, op, ins, attrs, t._dev, 3, known)
+
+
+def _grad_tracked(t) -> bool:
+    """Whether an op reading ``t`` is recorded with autograd (``autograd_hooks.record``'s test)."""
+    if t.requires_grad or (t._base is not None and t._base.requires_grad):
+        return _hooks._E.is_grad_enabled()
+    return False
 
 
 def reshape_key(shape: tuple):
@@ -139,14 +158,15 @@ class Detached(ViewStep):
 
     def forward(self, t):
         shape = t._shape
-        return t._s.record("reshape", [t], {"shape": list(shape)}, t._dev, (reshape_key(shape), (shape, t.dtype)))
+        return t._s.record("reshape", [t], {"shape": list(shape)}, t._dev, (reshape_key(shape), (shape, t.dtype)),
+                           lazy=True)
 
     def inverse(self, parent, value):
         shape = parent._shape
         if numel(value._shape) != numel(shape):  # (inference says what is wrong)
             return value._s.record("reshape", [value], {"shape": list(shape)}, value._dev)
         return value._s.record("reshape", [value], {"shape": list(shape)}, value._dev,
-                               (reshape_key(shape), (shape, value.dtype)))
+                               (reshape_key(shape), (shape, value.dtype)), lazy=True)
 
 
 def root_position(t, pos: int) -> int | None:
@@ -187,7 +207,7 @@ def is_detached(t) -> bool:
 
 
 def _alias(t):
-    return t._rec("reshape", [t], {"shape": list(t._shape)})
+    return _reshape(t, t._shape)
 
 
 def mark_view(out, src, step: ViewStep):
@@ -222,12 +242,10 @@ def _swap(a, b) -> None:
 
 def assign(t, new) -> None:
     """In-place update of ``t`` to the value of ``new`` (same shape and dtype)."""
-    from .autograd_hooks import after_inplace
-
     if t._base is None:
         _swap(t, new)
         t._version += 1
-        after_inplace(t, new)
+        _hooks.after_inplace(t, new)
         return
     root = t._base
     if root._version != t._base_version:
@@ -241,6 +259,6 @@ def assign(t, new) -> None:
     _swap(root, v)
     root._version += 1
     if not is_detached(t):
-        after_inplace(root, v)
+        _hooks.after_inplace(root, v)
     _swap(t, new)
     t._base_version = root._version
