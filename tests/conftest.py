@@ -1,14 +1,15 @@
 """Shared fixtures and the suite's tiers.
 
-Tiers (``-m`` selects, the default run takes everything): ``tests/unit`` needs no cluster and runs in seconds;
-the other folders start real services on free local ports. Each test of a folder in :data:`FOLDER_MARKERS` carries
-that folder's marker, and the modules in :data:`SLOW` (and any test marked ``slow``) carry ``slow``: ``pytest -m "not
-slow"``, ``pytest -m "not faults and not deploy"``.
+Tiers (``-m`` selects, the default run takes everything): ``tests/unit`` (``unit``) needs no cluster and runs in
+seconds; the other folders start real services on free local ports. Each test of a folder in :data:`FOLDER_MARKERS`
+carries that folder's marker, and the modules in :data:`SLOW` (and any test marked ``slow``) carry ``slow``:
+``pytest -m "not slow"``, ``pytest -m "not faults and not deploy"``.
 
 Clusters: a module that asks for ``cluster`` (or ``session``) gets the run's shared LocalCluster, unless it changes
 its cluster (kills or restarts services, floods it, times its workers): the modules of :data:`OWN_CLUSTER_FOLDERS`
 and any module marked ``own_cluster`` start one of their own. Each module still gets a session of its own, closed
-when the module ends, so no module sees another's tensors."""
+when the module ends, so no module sees another's tensors. Modules that need other settings, alike, and do not change
+the cluster share one too: ``shared_clusters.local(devices=[...], ...)`` (the OpenCL modules)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ HARD_LIMIT_S = 900
 
 TESTS = Path(__file__).resolve().parent
 #: the folders under tests/ whose tests carry a marker of the same name (pyproject's ``markers``)
-FOLDER_MARKERS = ("faults", "security", "programs", "deploy")
+FOLDER_MARKERS = ("unit", "faults", "security", "programs", "deploy")
 #: test modules (paths under tests/) marked ``slow``: each takes 30 s or more on 2 cores (``--durations``)
 SLOW = (
     "faults/", "programs/", "deploy/",
@@ -45,18 +46,31 @@ SLOW = (
 OWN_CLUSTER_FOLDERS = ("faults",)
 
 
+def _module_markers(path: str) -> tuple:
+    """The markers of the tests in the module at ``path``: its folder's (:data:`FOLDER_MARKERS`), ``slow``
+    (:data:`SLOW`)."""
+    try:
+        rel = Path(path).resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return ()
+    folder = rel.split("/", 1)[0]
+    marks = [getattr(pytest.mark, folder)] if folder in FOLDER_MARKERS else []
+    if any(rel == s or (s.endswith("/") and rel.startswith(s)) for s in SLOW):
+        marks.append(pytest.mark.slow)
+    return tuple(marks)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark each test by its folder (:data:`FOLDER_MARKERS`) and its module's cost (:data:`SLOW`)."""
+    """Mark each test by its folder (:data:`FOLDER_MARKERS`) and its module's cost (:data:`SLOW`), worked out once a
+    module (~22,000 tests in ~150 modules)."""
+    by_module: dict[str, tuple] = {}
     for item in items:
-        try:
-            rel = Path(str(item.path)).resolve().relative_to(TESTS).as_posix()
-        except ValueError:
-            continue
-        folder = rel.split("/", 1)[0]
-        if folder in FOLDER_MARKERS:
-            item.add_marker(getattr(pytest.mark, folder))
-        if any(rel == s or (s.endswith("/") and rel.startswith(s)) for s in SLOW):
-            item.add_marker(pytest.mark.slow)
+        path = str(item.path)
+        marks = by_module.get(path)
+        if marks is None:
+            marks = by_module[path] = _module_markers(path)
+        for mark in marks:
+            item.add_marker(mark)
 
 
 def _stderr_fd(config) -> int:
@@ -103,6 +117,19 @@ class SharedClusters:
             c = self._by_kind[kind] = start()
         return c
 
+    def default(self):
+        """The run's shared cluster that ``cluster`` gives: cpu:0 and cpu:1, the autograd and collectives services,
+        no hub."""
+        return self.get("cpu:0,cpu:1", _two_cpus)
+
+    def local(self, **settings):
+        """The run's shared ``tw.LocalCluster(**settings)``: modules that ask with the same settings (and do not
+        change the cluster) share one."""
+        import tensorwire as tw
+
+        kind = ",".join(f"{k}={settings[k]!r}" for k in sorted(settings))
+        return self.get(kind, lambda: tw.LocalCluster(**settings))
+
     def close(self) -> None:
         for c in self._by_kind.values():
             c.close()
@@ -141,7 +168,7 @@ def cluster(request, shared_clusters):
         with _two_cpus() as c:
             yield c
     else:
-        yield shared_clusters.get("cpu:0,cpu:1", _two_cpus)
+        yield shared_clusters.default()
 
 
 @pytest.fixture(scope="module")

@@ -199,12 +199,10 @@ def test_unavailable_device_refuses_to_open(monkeypatch):
 # -- a real cluster -------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cluster():
-    """cpu:0 beside opencl:0 (tests/conftest.py's ``session`` connects to it)."""
-    import tensorwire as tw
-
-    with tw.LocalCluster(devices=["cpu:0", "opencl:0"], collectives=False) as c:
-        yield c
+def cluster(shared_clusters):
+    """cpu:0 beside opencl:0, the run's shared one (tests/client/test_torch_compat.py asks for it too;
+    tests/conftest.py's ``session`` connects to it)."""
+    return shared_clusters.local(devices=["cpu:0", "opencl:0"], collectives=False)
 
 
 def test_listing_names_the_device(session, cluster, capsys):

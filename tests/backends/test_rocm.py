@@ -16,7 +16,8 @@ every kernel's real HIP source for the stand-in GPU's gfx target. On the stand-i
   autograd gradchecks (:data:`GRADCHECK_SAMPLE`), digits training, memory statistics and out-of-memory errors.
 
 The compile check runs in this process: the backend's own compile path (``ROCmRuntime.prebuild`` with hipRTC where
-libamdhip64 has it, else clang) builds the sampled cases' kernels for gfx90a (and gfx942 where the compiler knows it).
+libamdhip64 has it, else clang) builds the kernels of every third sampled case (:data:`COMPILE_SAMPLE`) for gfx90a
+(and gfx942 where the compiler knows it) in a cold cache.
 Tests marked ``gpu`` run on a real AMD GPU and skip with the reason elsewhere.
 """
 
@@ -80,8 +81,12 @@ def _sample(cases: list) -> list:
     return list(first.values())
 
 
-#: the conformance cases run on the stand-in and compiled for gfx90a (see the module doc)
+#: the conformance cases run on the stand-in (see the module doc)
 SAMPLE = _sample(CASES)
+#: the cases whose kernels the compile check builds cold for each gfx target: every third of :data:`SAMPLE` (~45 ops,
+#: ~65 kernels; the whole sample's 192 took 28 s of hipRTC on a quiet 2-core machine, on every run).
+#: test_render_targets.py compiles every conformance fragment for gfx90a through the kernel cache.
+COMPILE_SAMPLE = SAMPLE[::3]
 
 
 def child(command: str, tmp_dir, *args: str, timeout: float = 900) -> dict:
@@ -198,9 +203,10 @@ def _compiles_for(compiler: str, arch: str) -> str | None:
 @needs_standin
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
 def test_sampled_conformance_kernels_compile_for(arch, monkeypatch, tmp_path):
-    """``ROCmRuntime.prebuild`` (hipRTC where it loads, else clang) compiles the sample's kernels for ``arch``; the
-    stand-in's module loader checks each image is an AMDGPU code object that holds its functions (nothing runs, so
-    PoCL stays out of this process)."""
+    """``ROCmRuntime.prebuild`` (hipRTC where it loads, else clang) compiles the kernels of
+    :data:`COMPILE_SAMPLE` (sampled: every third op of :data:`SAMPLE`) for ``arch`` in a cold cache; the stand-in's
+    module loader checks each image is an AMDGPU code object that holds its functions (nothing runs, so PoCL stays
+    out of this process)."""
     from tests.backends import _gpu_child as C
     from tests.backends import _hip_standin as S
 
@@ -215,12 +221,12 @@ def test_sampled_conformance_kernels_compile_for(arch, monkeypatch, tmp_path):
     hip = S.install(RT, arch=arch)
     RT.load_compiler = lambda: compiler
     backend = ROCmBackend()
-    lists = C.kernel_lists(backend, SAMPLE)
+    lists = C.kernel_lists(backend, COMPILE_SAMPLE)
     dev = _device(backend, 0)
     assert dev.runtime.compiler == compiler and dev.runtime.arch == arch
     modules = dev.runtime.prebuild(lists)
     kernels = sum(len(k) for k in lists)
-    assert modules >= 1 and len(dev.runtime._kernels) > 100 and kernels > 100, (modules, kernels)
+    assert modules >= 1 and len(dev.runtime._kernels) > 40 and kernels > 40, (modules, kernels)
     assert hip.calls["hipModuleLoadData"] == modules and dev.runtime.cache.builds == modules
     print(f"\n{arch} ({compiler}): {len(lists)} fragments, {len(dev.runtime._kernels)} distinct kernels, "
           f"{modules} modules")

@@ -131,10 +131,9 @@ import gc, sys
 import tensorwire as tw
 if sys.argv[1] == "custom":
     gc.set_threshold(1000, 20, 20)
-with tw.LocalCluster(devices=["cpu:0"]) as c:
-    s = tw.connect(c.address)
-    print(gc.get_threshold(), gc.get_freeze_count() > 0)
-    s.close()
+s = tw.connect(sys.argv[2])
+print(gc.get_threshold(), gc.get_freeze_count() > 0)
+s.close()
 """
 
 
@@ -143,12 +142,13 @@ with tw.LocalCluster(devices=["cpu:0"]) as c:
     ("off", "(700, 10, 10) False"),  # TENSORWIRE_CLIENT_GC=0
     ("custom", "(1000, 20, 20) False"),  # the process chose its own: left alone
 ])
-def test_a_client_process_tunes_the_collector_once_unless_told_not_to(mode, want):
+def test_a_client_process_tunes_the_collector_once_unless_told_not_to(mode, want, cluster):
+    """(The client process connects to the module's cluster: the tuning is the client's, at connect.)"""
     env = dict(os.environ)
     if mode == "off":
         env["TENSORWIRE_CLIENT_GC"] = "0"
-    out = subprocess.run([sys.executable, "-c", _GC_SCRIPT, mode], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-c", _GC_SCRIPT, mode, cluster.address], env=env, capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == want
 

@@ -96,18 +96,19 @@ def test_device_idioms_answer_from_the_cluster():
     assert tw.accelerator.device_indices("cpu") == [0, 1]
 
 
-def _cluster_with_opencl():
-    # (the OpenCL driver is never loaded in the pytest process: its LLVM and hipRTC's abort one process)
+def _cluster_with_opencl(shared_clusters):
+    """The run's shared cpu:0 + opencl:0 cluster (tests/backends/test_opencl.py's). (The OpenCL driver is never
+    loaded in the pytest process: its LLVM and hipRTC's abort one process.)"""
     try:
-        return tw.LocalCluster(devices=["cpu:0", "opencl:0"])
+        return shared_clusters.local(devices=["cpu:0", "opencl:0"], collectives=False)
     except (tw.TensorwireError, RuntimeError) as e:
         pytest.skip(f"no OpenCL device to stand for an accelerator: {e}")
 
 
-def test_accelerator_found_when_the_cluster_has_one():
+def test_accelerator_found_when_the_cluster_has_one(shared_clusters):
     before = tw.current_session()
     try:
-        with _cluster_with_opencl() as c, tw.connect(c.address):
+        with tw.connect(_cluster_with_opencl(shared_clusters).address):
             acc = tw.accelerator.current_accelerator()
             assert acc == "opencl:0" and tw.accelerator.is_available() and tw.accelerator.device_count() == 1
             assert tw.ones(2).to(acc).device == "opencl:0"

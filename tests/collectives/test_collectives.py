@@ -187,6 +187,39 @@ def test_orphaned_mpich_segments_are_removed_and_live_ones_kept(cluster, session
                 os.unlink(path)
 
 
+def _process_tree(pid: int) -> set[int]:
+    """``pid`` and its descendants (an MPI launcher, its proxies and ranks), from /proc's parent pids."""
+    import os
+
+    parents: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):  # the process ended
+                pass
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, pp in parents.items() if pp in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return tree
+
+
+def _mapped_by(pids: set[int]) -> set[str]:
+    """The /dev/shm files the processes ``pids`` map."""
+    out: set[str] = set()
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/maps") as f:
+                out |= {line[line.index("/dev/shm/"):].rstrip("\n").removesuffix(" (deleted)")
+                        for line in f if "/dev/shm/" in line}
+        except OSError:  # the process ended
+            pass
+    return out
+
+
 def test_a_launcher_that_reuses_a_killed_jobs_pid_still_starts(cluster, session):
     """The failure the orphan sweep fixes, reproduced: kill the MPI job (its segment stays behind), make the next
     launcher get the killed launcher's pid, start the collectives again: they start and work. Without the sweep
@@ -199,7 +232,10 @@ def test_a_launcher_that_reuses_a_killed_jobs_pid_still_starts(cluster, session)
         pytest.skip("choosing the next pid (/proc/sys/kernel/ns_last_pid) needs root")
     svc = cluster.services["collectives"]
     pid = svc.proc.pid
-    ours = _mpich_segments() & _mapped_files()
+    # this job's segments only: another cluster's live MPI job (the run's shared cluster, another user's) maps its
+    # own, which stay mapped, and waiting for those to go cost the full 30 s below
+    ours = _mpich_segments() & _mapped_by(_process_tree(pid))
+    assert ours, "the cluster's MPI job maps no segment: nothing to reproduce"
     svc.kill()  # the launcher; its ranks die with it (PR_SET_PDEATHSIG) and cannot unlink their segment
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (ours & _mapped_files() or os.path.exists(f"/proc/{pid}")):

@@ -1,4 +1,5 @@
-"""DataParallel on 2 devices trains exactly like one device with the whole batch."""
+"""DataParallel on 2 devices trains exactly like one device with the whole batch (on the run's shared cluster:
+cpu:0, cpu:1 and the collectives service, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,6 @@ import tensorwire as tw
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None,
                                 reason="mpi4py/mpich not installed (pip install 'tensorwire[mpi]')")
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with tw.LocalCluster(devices=["cpu:0", "cpu:1"]) as c:
-        yield c
 
 
 def _make():

@@ -42,6 +42,12 @@ def _floats(mib: int) -> int:
     return mib * MIB // 4
 
 
+def _filled(mib: int, **where) -> tw.Tensor:
+    """A float32 tensor of ``mib`` MiB computed on its worker (``device=``, ``session=`` as for ``tw.arange``).
+    arange, not randn: the quota counts the bytes either way, and randn took seconds of a worker for each of these."""
+    return tw.arange(_floats(mib), dtype=tw.float32, **where)
+
+
 def _mine(s: tw.Session, device: str = "cpu:0") -> dict:
     st = s.cluster_status()
     return st["devices"][device].get(st["session"], {"buffers": 0, "bytes": 0, "plans": 0, "plan_bytes": 0})
@@ -49,9 +55,9 @@ def _mine(s: tw.Session, device: str = "cpu:0") -> dict:
 
 def test_over_quota_is_a_typed_error_naming_the_limit_and_the_use(s):
     t0 = time.monotonic()
-    a = tw.randn(_floats(32))  # 32 MiB
+    a = _filled(32)  # 32 MiB
     a.sum().item()
-    b = tw.randn(_floats(40))  # 40 MiB more: over the 64 MiB limit
+    b = _filled(40)  # 40 MiB more: over the 64 MiB limit
     with pytest.raises(tw.QuotaExceeded) as info:
         b.sum().item()
     assert isinstance(info.value, tw.OutOfMemory)  # except MemoryError / tw.OutOfMemory catch it too
@@ -59,7 +65,7 @@ def test_over_quota_is_a_typed_error_naming_the_limit_and_the_use(s):
     assert "64.0 MiB" in msg and "32.0 MiB" in msg and "cpu:0" in msg, msg
     # the session goes on: freeing makes room again
     del a, b
-    c = tw.randn(_floats(40))
+    c = _filled(40)
     assert c.shape == (_floats(40),)
     assert np.isfinite(c.sum().item())
     assert _mine(s)["bytes"] <= QUOTA
@@ -67,31 +73,31 @@ def test_over_quota_is_a_typed_error_naming_the_limit_and_the_use(s):
 
 
 def test_quota_is_per_session_and_per_device(cluster, s):
-    a = tw.randn(_floats(48))  # 48 MiB on cpu:0
+    a = _filled(48)  # 48 MiB on cpu:0
     a.sum().item()
-    b = tw.randn(_floats(48), device="cpu:1")  # another device: a quota of its own
+    b = _filled(48, device="cpu:1")  # another device: a quota of its own
     assert np.isfinite(b.sum().item())
     other = tw.Session(cluster.address)
     try:
-        c = tw.randn(_floats(48), session=other)  # another session on cpu:0: unaffected
+        c = _filled(48, session=other)  # another session on cpu:0: unaffected
         assert np.isfinite(c.sum().item())
     finally:
         other.close()
     with pytest.raises(tw.QuotaExceeded):
-        tw.randn(_floats(48)).sum().item()
+        _filled(48).sum().item()
     del a, b
 
 
 def test_a_large_temporary_counts_against_the_quota(s):
-    with pytest.raises(tw.QuotaExceeded):  # refused before it runs: nothing of it is kept, but randn and the
+    with pytest.raises(tw.QuotaExceeded):  # refused before it runs: nothing of it is kept, but arange and the
         # product hold 80 MiB at once
-        (tw.randn(_floats(40)) * 2).sum().item()
+        (_filled(40) * 2).sum().item()
     assert tw.ones(3).sum().item() == 3.0
 
 
 def test_views_of_one_tensor_count_once(s):
     before = _mine(s)["bytes"]
-    x = tw.randn(_floats(16))  # 16 MiB
+    x = _filled(16)  # 16 MiB
     views = [x.reshape(2, -1), x[::2], x.expand(3, x.shape[0]), x.reshape(4, -1).permute(1, 0)]
     s.synchronize()
     held = _mine(s)["bytes"] - before
@@ -100,8 +106,8 @@ def test_views_of_one_tensor_count_once(s):
 
 
 def test_moving_a_tensor_in_counts_on_the_destination(s):
-    x = tw.randn(_floats(40))  # 40 MiB on cpu:0
-    y = tw.randn(_floats(40), device="cpu:1")  # 40 MiB on cpu:1
+    x = _filled(40)  # 40 MiB on cpu:0
+    y = _filled(40, device="cpu:1")  # 40 MiB on cpu:1
     s.synchronize()
     with pytest.raises(tw.QuotaExceeded):  # 80 MiB on cpu:1
         x.to("cpu:1").sum().item()

@@ -64,12 +64,13 @@ def test_endpoint_comes_from_the_dispatcher(cluster, session):
     assert not os.environ.get("TENSORWIRE_HUB_URL")  # so load_state_dict above used the dispatcher's URL
 
 
-def test_a_cluster_can_use_a_hub_that_runs_elsewhere_and_a_hubless_one_refuses_at_once(cluster, session):
+def test_a_cluster_can_use_a_hub_that_runs_elsewhere_and_a_hubless_one_refuses_at_once(cluster, session,
+                                                                                        shared_clusters):
     """Issue 36, finding 5: ``LocalCluster(hub_url=...)`` points the workers (and sessions) at a running hub; a
-    cluster without a hub, or a load naming another hub than the workers', fails at the call with what to do,
-    not later at first use."""
+    cluster without a hub (the run's shared one), or a load naming another hub than the workers', fails at the call
+    with what to do, not later at first use."""
     tw.hub.push("acme/elsewhere", {"w": tw.arange(3.0)}, token=cluster.hub_token)
-    with tw.LocalCluster(devices=["cpu:0"], autograd=False, hub_url=cluster.hub_url) as other:
+    with tw.LocalCluster(devices=["cpu:0"], autograd=False, collectives=False, hub_url=cluster.hub_url) as other:
         s = tw.Session(other.address)
         try:
             assert s.hub_url == cluster.hub_url
@@ -77,13 +78,14 @@ def test_a_cluster_can_use_a_hub_that_runs_elsewhere_and_a_hubless_one_refuses_a
             np.testing.assert_array_equal(w.numpy(), [0.0, 1.0, 2.0])
         finally:
             s.close()
-    with tw.LocalCluster(devices=["cpu:0"], autograd=False) as hubless:
-        s = tw.Session(hubless.address)
-        try:
-            with pytest.raises(tw.hub.Unauthorized, match="no hub to download from.*hub_url=URL"):
-                tw.hub.load_state_dict("acme/elsewhere", endpoint=cluster.hub_url, session=s)
-        finally:
-            s.close()
+    hubless = shared_clusters.default()
+    assert hubless.hub_url is None
+    s = tw.Session(hubless.address)
+    try:
+        with pytest.raises(tw.hub.Unauthorized, match="no hub to download from.*hub_url=URL"):
+            tw.hub.load_state_dict("acme/elsewhere", endpoint=cluster.hub_url, session=s)
+    finally:
+        s.close()
     with pytest.raises(tw.hub.Unauthorized, match="download from .* only"):
         tw.hub.load_state_dict("acme/elsewhere", endpoint="http://127.0.0.1:9/")
     with pytest.raises(ValueError, match="not both"):
