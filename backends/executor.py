@@ -14,18 +14,20 @@ transfer ``k`` (and is resumed with it), and ``("send", k, value)`` to hand a bu
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 
 import numpy as np
 
 from tensorwire.protocol.errors import DependencyFailed, ProtocolError, error_to_wire
-from tensorwire.protocol.graph import RECV, SEND, ExpandingBuilder, Value
+from tensorwire.protocol.graph import RECV, SEND, ExpandingBuilder, Value, freeze
 from tensorwire.protocol.ops import a_dtype, a_int, get_op
 from tensorwire.protocol.shapes import check_shape
 
 from .base import Device, Program, Step
 from .expansion_counts import counts_as
-from .hot import Tier
+from .hot import Tier, runs_before_compiling
 from .jobs import plan_work
 from .quota import peak_bytes
 
@@ -99,6 +101,7 @@ class Plan:
         self.peaks: dict[frozenset, int] = {}  # kept-slot set -> estimated peak bytes (see quota.peak_bytes)
         self.hot = False  # planned as the device plans fragments it compiles, however small (see hot.py)
         self.tier: Tier | None = None  # interpreted because small: how it gets compiled once hot (see hot.py)
+        self.interpreted = True  # runs on the step-by-step kernels, not kernels compiled for it (see compile_plan)
         self._slot_steps: dict[int, int] | None = None
         #: node -> (op, its attrs, input metas, output meta) for the nodes whose dynamic attrs shape their result
         #: (a slice's bounds): a replay's values are checked against them (:meth:`check_dynamic`)
@@ -180,8 +183,20 @@ def compile_plan(device: Device, nodes: list, ext_metas: list, hot: bool = False
         plan, _ = _compile(device, nodes, ext_metas, other)
     plan.hot = hot
     if tier:
-        plan.tier = Tier(nodes, ext_metas, hot_runs)
+        hot_runs = runs_before_compiling(device, hot_runs, nodes, ext_metas, plan.node_meta)
+        if hot_runs > 0:
+            plan.tier = Tier(nodes, ext_metas, hot_runs)
+    plan.interpreted = _interprets(device, plan)
     return plan
+
+
+def _interprets(device: Device, plan: Plan) -> bool:
+    """Whether ``plan`` runs on the device's step-by-step kernels (the straight-line runner) rather than kernels
+    compiled for it, as :func:`builds_runner` tells (what the plan cache's estimate of its memory goes by)."""
+    if plan.has_transfers or type(device).runner is Device.runner:
+        return True
+    interpreted = getattr(device, "interpreted", None)
+    return interpreted is not None and interpreted(plan.program.steps, plan.hot)
 
 
 def _plan_once(device: Device, nodes: list, ext_metas: list, native: frozenset, first: frozenset) -> Plan | None:
@@ -202,7 +217,10 @@ def _plan_once(device: Device, nodes: list, ext_metas: list, native: frozenset, 
         return None
     hot_runs = device.hot_runs(counts)
     if hot_runs > 0 and device.compiles_when_hot(counts):
-        plan.tier = Tier(nodes, ext_metas, hot_runs)
+        hot_runs = runs_before_compiling(device, hot_runs, nodes, ext_metas, plan.node_meta)
+        if hot_runs > 0:
+            plan.tier = Tier(nodes, ext_metas, hot_runs)
+    plan.interpreted = _interprets(device, plan)
     return plan
 
 
@@ -222,6 +240,7 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
     with ``met``, the composites each node met are appended to it (a set a node)."""
     n_ext = len(ext_metas)
     b = _PlanBuilder(native, n_ext)
+    native_id = _native_id(native)
     node_slot: list[int | None] = []
     node_meta: list = []
     dyn_checks: dict[int, tuple] = {}
@@ -284,7 +303,7 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
             else:
                 opdef = get_op(op)
                 n_before = len(steps)
-                v = b.op(op, *ins, **attrs)
+                v = _expand(b, native_id, op, ins, attrs)
                 if opdef.dynamic and len(steps) == n_before + 1:
                     steps[-1].dynamic = True
                 if opdef.dynamic_key is not None:
@@ -309,6 +328,90 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
     plan = Plan(program, node_slot, list(ext_metas), b.next_slot, node_meta)
     plan.dyn_checks = dyn_checks
     return plan, b.composites
+
+
+#: node expansions remembered (:func:`_expand`)
+EXPANSIONS_REMEMBERED = 1 << 13  # (a primitive node ~0.3 KB; an expanded composite a few KB)
+_EXPANSIONS: OrderedDict = OrderedDict()
+_EXPANSIONS_LOCK = threading.Lock()
+
+
+class _Expansion:
+    """The steps one node expanded to, with its inputs' slots and its own steps' outputs as placeholders: ``steps``
+    of ``(op, ins, attrs, shape, dtype, in_meta)``, an input ``k`` as ``-(k + 1)`` and the output of the node's
+    own step ``m`` as ``m``; ``out`` the node's value so written; ``composites`` the composite ops it met."""
+
+    __slots__ = ("steps", "out", "composites")
+
+    def __init__(self, steps: tuple, out: int, composites: frozenset):
+        self.steps, self.out, self.composites = steps, out, composites
+
+
+_NATIVE_IDS: dict = {}  # a native set -> its number in the keys of _EXPANSIONS (equal sets are often not one object)
+
+
+def _native_id(native: frozenset) -> int:
+    with _EXPANSIONS_LOCK:
+        return _NATIVE_IDS.setdefault(native, len(_NATIVE_IDS))
+
+
+def _expand(b: _PlanBuilder, native: int, op: str, ins: list, attrs: dict) -> Value:
+    """``b.op(op, *ins, **attrs)``, from a remembered expansion where this node (its op, attributes, inputs' metas
+    and which of them are the same value, with the composites run whole numbered ``native``: :func:`_native_id`)
+    has been expanded before: a loop whose
+    batch changes shape makes a new plan each step, and most of its nodes (an optimizer's updates, a gradient's
+    norm, the layers whose shapes do not depend on the batch) expand as they did in the last one. Expanding a node
+    depends on nothing else (the op table's inference and decompositions)."""
+    refs = [v.ref for v in ins]
+    try:
+        key = (op, freeze(attrs), native, tuple([(v.shape, v.dtype) for v in ins]),
+               tuple([refs.index(r) for r in refs]))
+        hash(key)
+    except TypeError:  # (an attribute that is not a plain value: expand it as it comes)
+        return b.op(op, *ins, **attrs)
+    with _EXPANSIONS_LOCK:
+        got = _EXPANSIONS.get(key)
+        if got is not None:
+            _EXPANSIONS.move_to_end(key)
+    if got is None:
+        return _remember(b, key, op, ins, attrs)
+    b.composites |= got.composites
+    if b.met is not None:
+        b.met |= got.composites
+    slots = []
+    for name, sins, sattrs, shape, dtype, in_meta in got.steps:
+        slot = b.next_slot
+        b.next_slot += 1
+        st = Step(name, tuple([refs[-x - 1] if x < 0 else slots[x] for x in sins]), sattrs, shape, dtype, slot,
+                  b.origin)
+        st.in_meta = in_meta
+        b.steps.append(st)
+        slots.append(slot)
+    out = got.out
+    shape, dtype = got.steps[out][3:5] if out >= 0 else (ins[-out - 1].shape, ins[-out - 1].dtype)
+    return Value(shape, dtype, refs[-out - 1] if out < 0 else slots[out])
+
+
+def _remember(b: _PlanBuilder, key: tuple, op: str, ins: list, attrs: dict) -> Value:
+    """Expand the node (``b.op``) and remember how (:func:`_expand`)."""
+    first, slot0 = len(b.steps), b.next_slot
+    composites, b.composites = b.composites, set()
+    try:
+        v = b.op(op, *ins, **attrs)
+    finally:
+        met, b.composites = b.composites, composites | b.composites
+    new = b.steps[first:]
+    where = {v.ref: -(k + 1) for k, v in reversed(list(enumerate(ins)))}
+    where.update((st.out, m) for m, st in enumerate(new))
+    if any(st.out != slot0 + m for m, st in enumerate(new)) or v.ref not in where or any(
+            x not in where for st in new for x in st.ins):
+        return v  # (not a plain expansion into fresh slots: not remembered)
+    steps = tuple((st.op, tuple(where[x] for x in st.ins), st.attrs, st.shape, st.dtype, st.in_meta) for st in new)
+    with _EXPANSIONS_LOCK:
+        _EXPANSIONS[key] = _Expansion(steps, where[v.ref], frozenset(met))
+        if len(_EXPANSIONS) > EXPANSIONS_REMEMBERED:
+            _EXPANSIONS.popitem(last=False)
+    return v
 
 
 def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, frames: list, keep: set,

@@ -10,6 +10,15 @@ on a background thread: gcc runs there while the plan goes on running interprete
 the worker takes it in place of the old one (:meth:`Tier.take`, between two runs), if the compiled program makes
 fewer calls than the interpreted one (the device decides: ``Device.hot_runner``); otherwise the plan stays as it is.
 
+A fragment large enough to compile is compiled after its first run (``Device.hot_runs(steps)``), unless its
+*structure* (its ops and their wiring, its inputs' dtypes and ranks) has been planned on the device at other shapes
+(:class:`Structures`): a loop whose batches change shape makes a new plan each step (the same program at new sizes),
+and a plan run once never earns its compile back (issue 37: a char-level transformer compiled a ~130 KB C library
+every step in the background, at ~2.5x the time of running interpreted, and never ran one of them); or unless the
+very same fragment was planned before (a plan the plan cache evicted, made again: compiled again, it would be
+evicted again). Such a plan waits to be hot in its own right, as a small fragment does (``Device.hot_runs()`` runs;
+never where that is 0). A fixed-shape loop plans each fragment once, and compiles it after its first run.
+
 The compiled and the interpreted runs of a plan agree to rounding (a float32 sum accumulates in float64 in a C
 kernel, pairwise in numpy), as a fragment above the threshold agrees with one below it.
 """
@@ -19,12 +28,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+
+from tensorwire.protocol.graph import attrs_key
 
 log = logging.getLogger("tensorwire.executor")
 
 #: kept-slot sets a hot plan's runners are built for ahead of time (the executor keeps as many runners a plan)
 MAX_KEEPS = 8
+#: fragment structures (and fragments) a device remembers the plans of (least recently planned forgotten first)
+STRUCTURES_REMEMBERED = 1 << 14
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -77,6 +92,78 @@ class Budget:
 
 
 _BUDGET = Budget()
+
+
+class Structures:
+    """What one device has planned: the shapes each fragment structure was planned at, and the fragments planned
+    (hashes: :func:`structure`, :func:`shapes`, :func:`fragment`; the last :data:`STRUCTURES_REMEMBERED` of each)."""
+
+    def __init__(self):
+        self._shapes: OrderedDict[int, set] = OrderedDict()
+        self._fragments: OrderedDict[int, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def settled(self, structure: int, shapes: int, fragment: int) -> bool:
+        """Note a plan of ``fragment`` (of ``structure`` at ``shapes``); False when that structure was planned at
+        other shapes or that fragment was planned before."""
+        with self._lock:
+            seen = self._shapes.pop(structure, None) or set()
+            if len(seen) < 2:
+                seen.add(shapes)
+            self._shapes[structure] = seen
+            again = self._fragments.pop(fragment, False) is None
+            self._fragments[fragment] = None
+            for d in (self._shapes, self._fragments):
+                if len(d) > STRUCTURES_REMEMBERED:
+                    d.popitem(last=False)
+            return len(seen) == 1 and not again
+
+
+_STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> its Structures
+_STRUCTURES_LOCK = threading.Lock()
+
+
+def structures_of(device) -> Structures:
+    """The :class:`Structures` of ``device`` (made on first use; it goes with the device)."""
+    with _STRUCTURES_LOCK:
+        got = _STRUCTURES.get(device)
+        if got is None:
+            got = _STRUCTURES[device] = Structures()
+        return got
+
+
+def structure(nodes: list, ext_metas: list) -> int:
+    """A fragment's structure, hashed: its ops and their wiring, and its inputs' dtypes and ranks (not their sizes,
+    nor the attributes, which carry sizes: a view's shape, a slice's bounds)."""
+    return hash((tuple([(n[0], tuple(n[1])) for n in nodes]),
+                 tuple([(len(m[0]), m[1].name) if isinstance(m, tuple) else None for m in ext_metas])))
+
+
+def shapes(ext_metas: list, node_meta: list) -> int:
+    """A plan's shapes, hashed: its inputs' and every node's (the attributes that decide them included)."""
+    return hash((tuple([m[0] if isinstance(m, tuple) else None for m in ext_metas]),
+                 tuple([m[0] if isinstance(m, tuple) else None for m in node_meta])))
+
+
+def fragment(structure: int, shapes: int, nodes: list) -> int:
+    """A fragment, hashed: its structure, its input shapes and its nodes' attributes."""
+    return hash((structure, shapes, tuple([attrs_key(n[0], n[2]) for n in nodes])))
+
+
+def runs_before_compiling(device, runs: int, nodes: list, ext_metas: list, node_meta: list) -> int:
+    """After how many runs a new plan that the device compiles when hot is compiled: ``runs`` (its steps' count,
+    ``Device.hot_runs(steps)``), or, for a structure this device has planned at other shapes or a fragment it has
+    planned before, as many as a small fragment waits (``Device.hot_runs()``; 0: never) when that is more (see the
+    module doc)."""
+    hot_runs = device.hot_runs()
+    if 0 < hot_runs <= runs or runs <= 0:
+        return runs
+    st, sh = structure(nodes, ext_metas), shapes(ext_metas, node_meta)
+    try:
+        fr = fragment(st, sh, nodes)
+    except TypeError:  # (attributes that are not plain values: a fragment that will not be planned again as such)
+        fr = hash((st, sh, id(nodes)))
+    return runs if structures_of(device).settled(st, sh, fr) else hot_runs
 
 
 class Tier:

@@ -1,7 +1,11 @@
 """The worker's cache of compiled plans, bounded by bytes, least recently used evicted first.
 
 A compiled plan (its steps, and the runners built for it) costs memory in proportion to its steps: about 3-5 KB a
-step measured with tracemalloc on the CPU backend (``PLAN_STEP_BYTES`` is the estimate used). The cache holds
+step measured with tracemalloc on the CPU backend (``PLAN_STEP_BYTES`` is the estimate used); a plan the device
+interprets (its steps and a straight-line runner: ``Plan.interpreted``) about 0.6 KB a step and node
+(``INTERPRETED_STEP_BYTES``; a loop whose batches change shape keeps one such plan a shape, and with the compiled
+estimate a session's half of the cache held 13 of a char-level transformer's ~300, each evicted plan a ``need_plan``
+and a new plan on its next use). The cache holds
 at most ``TENSORWIRE_PLAN_CACHE_BYTES`` (default 256 MiB) for the whole worker and at most half of that for one
 session, so a session that makes endless distinct batches evicts its own plans before anyone else's.
 
@@ -18,12 +22,15 @@ from collections import OrderedDict
 ENV = "TENSORWIRE_PLAN_CACHE_BYTES"
 DEFAULT_BYTES = 256 << 20
 PLAN_STEP_BYTES = 8 << 10  # a step, and its share of a runner or two
+INTERPRETED_STEP_BYTES = 1 << 10  # a step of a plan run on the step-by-step kernels, and its share of its runners
 MAX_PLANS_PER_SESSION = 4096
 
 
 def plan_bytes(plan) -> int:
-    """The estimated memory of a compiled plan."""
-    return (len(plan.program.steps) + len(plan.node_slot) + 1) * PLAN_STEP_BYTES
+    """The estimated memory of a compiled plan: interpreted (``plan.interpreted``, which a plan compiled later in
+    the background loses: the worker puts it again) or with kernels of its own."""
+    per = INTERPRETED_STEP_BYTES if getattr(plan, "interpreted", False) else PLAN_STEP_BYTES
+    return (len(plan.program.steps) + len(plan.node_slot) + 1) * per
 
 
 class PlanCache:
@@ -33,7 +40,7 @@ class PlanCache:
         self.max_bytes = int(os.environ.get(ENV, DEFAULT_BYTES)) if max_bytes is None else int(max_bytes)
         self.session_bytes = self.max_bytes // 2 if session_bytes is None else int(session_bytes)
         self.lru: OrderedDict = OrderedDict()  # (sid, plan no) -> (plan, bytes), oldest first
-        self.by_session: dict[bytes, dict] = {}  # sid -> {plan no: bytes}
+        self.by_session: dict[bytes, OrderedDict] = {}  # sid -> {plan no: bytes}, least recently used first
         self.session_used: dict[bytes, int] = {}  # sid -> bytes of its plans
         self.used = 0
         self.evictions = 0
@@ -44,15 +51,16 @@ class PlanCache:
         if entry is None:
             return None
         self.lru.move_to_end((sid, no))
+        self.by_session[sid].move_to_end(no)
         return entry[0]
 
     def put(self, sid, no, plan) -> None:
         self.drop(sid, no)
         n = plan_bytes(plan)
-        mine = self.by_session.setdefault(sid, {})
+        mine = self.by_session.setdefault(sid, OrderedDict())
         # the session's own oldest plans go first, then everyone's oldest
         while mine and (self.session_used.get(sid, 0) + n > self.session_bytes or len(mine) >= MAX_PLANS_PER_SESSION):
-            self._evict(next(k for k in self.lru if k[0] == sid))
+            self._evict((sid, next(iter(mine))))
         while self.lru and self.used + n > self.max_bytes:
             self._evict(next(iter(self.lru)))
         self.lru[(sid, no)] = (plan, n)
