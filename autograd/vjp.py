@@ -9,7 +9,8 @@ shape or the wider dtype of the output: :func:`fit` sums them back to the input'
 them to its dtype. Composite ops without a rule get their VJP through their decomposition
 (:func:`vjp`), so an op added to the table with a decomposition is differentiable at once; the
 numerically sensitive composites (softmax, log_softmax, logsumexp, norm, var/std, sigmoid ...) have
-direct rules.
+direct rules. A rule may also be declared with its op (``OpDef.vjp``, as the binary arithmetic ops' are in
+``protocol/ops/elementwise.py``); a rule registered here takes precedence.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def rule(*names):
 
 def has_vjp(op: str) -> bool:
     """Whether ``op`` can be differentiated (a rule, or a decomposition to go through)."""
-    return op in RULES or (op in OPS and OPS[op].decompose is not None)
+    return op in RULES or (op in OPS and (OPS[op].vjp is not None or OPS[op].decompose is not None))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,6 +197,11 @@ class Ctx:
 
     def scalar(self, v, dtype=None):
         return T(self.b, self.b.op("full", shape=[], dtype=(dtype or self.g.dtype).name, value=v))
+
+    @staticmethod
+    def where(cond: T, a, b) -> T:
+        """:func:`where` for the rules declared with their ops (``OpDef.vjp``), which do not import this module."""
+        return where(cond, a, b)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -367,69 +373,7 @@ def _cast(c):
 # ----------------------------------------------------------------------------------------------
 # elementwise binary
 
-@rule("add")
-def _add(c):
-    return [c.g, c.g]
-
-
-@rule("sub")
-def _sub(c):
-    return [c.g, -c.g if c.needs[1] else None]
-
-
-@rule("mul")
-def _mul(c):
-    a, b = c.x
-    return [c.g * b if c.needs[0] else None, c.g * a if c.needs[1] else None]
-
-
-@rule("div")
-def _div(c):
-    a, b = c.x
-    return [c.g / b if c.needs[0] else None, -(c.g * c.y) / b if c.needs[1] else None]
-
-
-def _minmax(c, cmp):
-    a, b = c.x
-    half = c.g * 0.5
-    eq = a.eq(b)
-    ga = where(a.op(cmp, b), c.g, where(eq, half, 0)) if c.needs[0] else None
-    gb = where(b.op(cmp, a), c.g, where(eq, half, 0)) if c.needs[1] else None
-    return [ga, gb]
-
-
-@rule("maximum")
-def _maximum(c):
-    return _minmax(c, "gt")
-
-
-@rule("minimum")
-def _minimum(c):
-    return _minmax(c, "lt")
-
-
-@rule("remainder")
-def _remainder(c):
-    a, b = c.x
-    return [c.g, -(c.g * a.op("floor_divide", b)) if c.needs[1] else None]
-
-
-@rule("pow")
-def _pow(c):
-    a, b = c.x
-    ga = gb = None
-    if c.needs[0]:
-        ga = where(b.eq(0), 0, c.g * b * a.op("pow", b - 1))
-    if c.needs[1]:
-        gb = where(a.eq(0) & (b >= 0), 0, c.g * c.y * a.op("log"))
-    return [ga, gb]
-
-
-@rule("atan2")
-def _atan2(c):
-    a, b = c.x
-    d = a * a + b * b
-    return [c.g * b / d if c.needs[0] else None, -(c.g * a) / d if c.needs[1] else None]
+# the binary arithmetic ops' rules are declared with the ops (``OpDef.vjp`` in protocol/ops/elementwise.py)
 
 
 @rule("where")
@@ -948,7 +892,8 @@ def vjp(b: Builder, op: str, xs: list[Value], y: Value, g: Value, attrs: dict, n
     opdef = get_op(op)
     if not opdef.differentiable:
         return [None] * len(xs)
-    fn = RULES.get(op) or opdef.extra.get("vjp")  # a custom op's own rule (``tensorwire_ops``)
+    # the rule here, else the one declared with the op (OpDef.vjp), else a custom op's own (``tensorwire_ops``)
+    fn = RULES.get(op) or opdef.vjp or opdef.extra.get("vjp")
     if fn is not None:
         c = Ctx(b, op, [T(b, x) for x in xs], T(b, y), T(b, g), attrs, needs, devs, dev)
         out = fn(c)

@@ -8,6 +8,7 @@ import string
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
+from tensorwire.protocol.ops import OPS
 from tensorwire.protocol.shapes import norm_dim
 
 from .context import current_session
@@ -286,19 +287,19 @@ def numel(t: Tensor) -> int:
     return t.numel()
 
 
+#: the Tensor methods that are also functions (``tw.sum(x, 1)`` is ``x.sum(1)``): those written by hand, and every
+#: method the op table declares (``OpDef.methods``: ``tw.asin``, ``tw.arcsin``)
 _METHODS = (
-    "exp exp2 log log2 log10 log1p expm1 sqrt rsqrt sin cos tan asin acos atan arcsin arccos arctan sinh cosh tanh "
-    "sigmoid relu erf abs absolute sign sgn floor ceil round trunc fix frac reciprocal square clamp clip isnan "
-    "isinf isfinite isposinf isneginf isclose allclose equal nan_to_num lerp neg negative pow float_power maximum "
-    "minimum fmax fmin atan2 remainder fmod floor_divide div divide true_divide mul multiply add sub subtract sum "
-    "nansum mean prod amax amin argmax argmin var std logsumexp all any count_nonzero cumsum cumprod norm reshape "
-    "flatten unflatten squeeze unsqueeze transpose swapaxes swapdims permute t moveaxis movedim broadcast_to tile "
-    "flip fliplr flipud roll split chunk tensor_split unbind narrow select tril triu diagonal diag trace gather "
-    "scatter scatter_add index_select index_add take_along_dim masked_fill masked_select nonzero softmax "
-    "log_softmax clone detach logical_and logical_or logical_xor logical_not bitwise_and bitwise_or bitwise_xor "
+    "exp2 log2 log10 rsqrt sigmoid relu round frac square clamp clip isfinite isposinf isneginf isclose allclose "
+    "equal nan_to_num lerp neg negative pow float_power remainder fmod floor_divide div divide true_divide mul "
+    "multiply add sub subtract sum nansum mean prod amax amin argmax argmin var std logsumexp all any "
+    "count_nonzero cumsum cumprod norm reshape flatten unflatten squeeze unsqueeze transpose swapaxes swapdims "
+    "permute t moveaxis movedim broadcast_to tile flip fliplr flipud roll split chunk tensor_split unbind narrow "
+    "select tril triu diagonal diag trace gather scatter scatter_add index_select index_add take_along_dim "
+    "masked_fill masked_select nonzero softmax log_softmax clone detach bitwise_and bitwise_or bitwise_xor "
     "bitwise_not eq ne lt le gt ge dot inner outer mv mm bmm aminmax sort argsort msort topk kthvalue unique "
     "multinomial"
-).split()
+).split() + [n for op in OPS.values() for n in op.methods]
 
 
 def _method_fn(name: str):

@@ -24,6 +24,7 @@ import numpy as np
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange, ShapeError
+from tensorwire.protocol.ops import OPS as _OPS
 from tensorwire.protocol.shapes import infer_reshape, norm_dim, numel
 
 from . import autograd_engine as _autograd_engine  # noqa: F401  (it installs itself in autograd_hooks)
@@ -675,32 +676,6 @@ class Tensor:
     def outer(self, other):
         return self.unsqueeze(-1) * other.unsqueeze(0)
 
-    def maximum(self, other):
-        return self._binary("maximum", other)
-
-    def minimum(self, other):
-        return self._binary("minimum", other)
-
-    fmax = maximum
-    fmin = minimum
-
-    def atan2(self, other):
-        return self._binary("atan2", other)
-
-    arctan2 = atan2
-
-    def logical_and(self, other):
-        return self._rec("logical_and", [self, self._operand(other)])
-
-    def logical_or(self, other):
-        return self._rec("logical_or", [self, self._operand(other)])
-
-    def logical_xor(self, other):
-        return self._rec("logical_xor", [self, self._operand(other)])
-
-    def logical_not(self):
-        return self._rec("logical_not", [self])
-
     def bitwise_and(self, other):
         return self & other
 
@@ -714,14 +689,8 @@ class Tensor:
         return ~self
 
     # ------------------------------------------------------------------ math
-    def exp(self):
-        return self._rec("exp", [self])
-
     def exp2(self):
         return self._rec("exp2", [self])
-
-    def log(self):
-        return self._rec("log", [self])
 
     def log2(self):
         return self._rec("log2", [self])
@@ -729,48 +698,8 @@ class Tensor:
     def log10(self):
         return self._rec("log10", [self])
 
-    def log1p(self):
-        return self._rec("log1p", [self])
-
-    def expm1(self):
-        return self._rec("expm1", [self])
-
-    def sqrt(self):
-        return self._rec("sqrt", [self])
-
     def rsqrt(self):
         return self._rec("rsqrt", [self])
-
-    def sin(self):
-        return self._rec("sin", [self])
-
-    def cos(self):
-        return self._rec("cos", [self])
-
-    def tan(self):
-        return self._rec("tan", [self])
-
-    def asin(self):
-        return self._rec("asin", [self])
-
-    def acos(self):
-        return self._rec("acos", [self])
-
-    def atan(self):
-        return self._rec("atan", [self])
-
-    arcsin = asin
-    arccos = acos
-    arctan = atan
-
-    def sinh(self):
-        return self._rec("sinh", [self])
-
-    def cosh(self):
-        return self._rec("cosh", [self])
-
-    def tanh(self):
-        return self._rec("tanh", [self])
 
     def sigmoid(self):
         return self._rec("sigmoid", [self])
@@ -778,29 +707,10 @@ class Tensor:
     def relu(self):
         return self._rec("relu", [self])
 
-    def erf(self):
-        return self._rec("erf", [self])
-
-    def abs(self):
-        return self._rec("abs", [self])
-
-    absolute = abs
-
     def neg(self):
         return -self
 
     negative = neg
-
-    def sign(self):
-        return self._rec("sign", [self])
-
-    sgn = sign
-
-    def floor(self):
-        return self._rec("floor", [self])
-
-    def ceil(self):
-        return self._rec("ceil", [self])
 
     def round(self, decimals: int = 0):
         if decimals:
@@ -808,16 +718,8 @@ class Tensor:
             return (self * f).round() / f
         return self._rec("round", [self])
 
-    def trunc(self):
-        return self._rec("trunc", [self])
-
-    fix = trunc
-
     def frac(self):
         return self - self.trunc()
-
-    def reciprocal(self):
-        return self._rec("reciprocal", [self])
 
     def square(self):
         return self._rec("square", [self])
@@ -839,12 +741,6 @@ class Tensor:
 
     def clamp_max(self, max):  # noqa: A002
         return self.clamp(max=max)
-
-    def isnan(self):
-        return self._rec("isnan", [self])
-
-    def isinf(self):
-        return self._rec("isinf", [self])
 
     def isfinite(self):
         return self._rec("isfinite", [self])
@@ -1580,6 +1476,32 @@ class Tensor:
     @property
     def retains_grad(self) -> bool:
         return self._retains_grad
+
+
+def _op_method(op: str, nin: int, names: tuple[str, ...]):
+    """The Tensor method that records the elementwise ``op``, under the names its ``OpDef.methods`` gives."""
+    if nin == 1:
+        def method(self):
+            return self._rec(op, [self])
+    else:
+        def method(self, other):
+            return self._binary(op, other)
+    method.__name__ = names[0]
+    method.__qualname__ = f"Tensor.{names[0]}"
+    also = f" (also ``{'``, ``'.join(names[1:])}``)" if len(names) > 1 else ""
+    method.__doc__ = f"The ``{op}`` op, elementwise{also}."
+    return method
+
+
+# the elementwise methods the op table declares (OpDef.methods: the name, then aliases bound to the same function); a
+# name also written by hand above would be a second home for the op, so it is refused
+for _op in _OPS.values():
+    if _op.methods:
+        _fn = _op_method(_op.name, _op.nin, _op.methods)
+        for _name in _op.methods:
+            if _name in Tensor.__dict__:
+                raise ValueError(f"Tensor.{_name} is written by hand and declared by the op table's {_op.name!r}")
+            setattr(Tensor, _name, _fn)
 
 
 def _make_inplace_unary(name: str):

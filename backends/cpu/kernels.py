@@ -14,7 +14,7 @@ import numpy as np
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol import random as rng
 from tensorwire.protocol.errors import IndexOutOfRange
-from tensorwire.protocol.ops import FLOAT_UNARY, binary_dtype
+from tensorwire.protocol.ops import COMPARE, OPS, binary_dtype
 from tensorwire.protocol.ops.conv import _window_slices
 
 try:  # scipy's erf is exact; math.erf vectorised is the fallback
@@ -81,24 +81,10 @@ def _randint(ins, a, shape, dt):
 
 # elementwise ------------------------------------------------------------------------------------
 
-_FLOAT_FN = {"exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "sqrt": np.sqrt,
-             "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "erf": _erf,
-             "reciprocal": np.reciprocal, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
-             "sinh": np.sinh, "cosh": np.cosh}
-assert set(_FLOAT_FN) == set(FLOAT_UNARY)
+# Most elementwise kernels are made from the op table (OpDef.array_fn, the numpy function of that name, at the end of
+# this section); these are the ops that need more than that (scipy's erf, integers' rounding, division by zero ...).
 
-
-def _float_unary(fn):
-    def k(ins, a, shape, dt):
-        return _out(fn(_arr(ins[0], _compute(dt))), dt)
-    return k
-
-
-for _n, _f in _FLOAT_FN.items():
-    KERNELS[_n] = _float_unary(_f)
-
-
-def _same_unary(fn, int_identity=False):
+def _unary(fn, int_identity=False):
     def k(ins, a, shape, dt):
         x = ins[0]
         if int_identity and not dt.is_floating_point:
@@ -107,9 +93,8 @@ def _same_unary(fn, int_identity=False):
     return k
 
 
-KERNELS["neg"] = _same_unary(np.negative)
-KERNELS["abs"] = _same_unary(np.abs)
-_sign_num = _same_unary(np.sign)
+KERNELS["erf"] = _unary(_erf)
+_sign_num = _unary(np.sign)
 
 
 @kernel("sign")
@@ -120,7 +105,7 @@ def _sign(ins, a, shape, dt):
 
 
 for _n, _f in (("floor", np.floor), ("ceil", np.ceil), ("round", np.round), ("trunc", np.trunc)):
-    KERNELS[_n] = _same_unary(_f, int_identity=True)
+    KERNELS[_n] = _unary(_f, int_identity=True)
 
 
 @kernel("isnan")
@@ -167,18 +152,17 @@ def _pow(x, y):
     return np.power(x, y)
 
 
-for _n, _f in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("div", np.true_divide),
-               ("maximum", np.maximum), ("minimum", np.minimum), ("floor_divide", _floordiv),
-               ("remainder", _remainder), ("pow", _pow), ("atan2", np.arctan2),
-               ("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
-               ("bitwise_xor", np.bitwise_xor)):
+for _n, _f in (("floor_divide", _floordiv), ("remainder", _remainder), ("pow", _pow)):
     KERNELS[_n] = _binary(_f)
-for _n, _f in (("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le", np.less_equal),
-               ("gt", np.greater), ("ge", np.greater_equal)):
-    KERNELS[_n] = _binary(_f, compare=True)
 for _n, _f in (("logical_and", np.logical_and), ("logical_or", np.logical_or),
                ("logical_xor", np.logical_xor)):
     KERNELS[_n] = (lambda f: lambda ins, a, s, dt: f(ins[0], ins[1]))(_f)
+
+#: the elementwise ops whose kernel is the op table's array function as it is: op name -> numpy function
+ARRAY_FN: dict[str, np.ufunc] = {n: getattr(np, op.array_fn) for n, op in OPS.items()
+                                 if op.array_fn and op.kind in ("unary", "binary") and n not in KERNELS}
+for _n, _f in ARRAY_FN.items():
+    KERNELS[_n] = _unary(_f) if OPS[_n].nin == 1 else _binary(_f, compare=_n in COMPARE)
 
 
 @kernel("where")
@@ -831,13 +815,9 @@ def _conv2d_grad_input(ins, a, shape, dt):
 
 # specialisation: tight callables for the straight-line runner ------------------------------------------------
 
-_UFUNC_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-                 "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal,
-                 "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
-                 "atan2": np.arctan2}
-_UFUNC_UNARY = {"exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "sqrt": np.sqrt,
-                "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "reciprocal": np.reciprocal,
-                "neg": np.negative, "abs": np.abs}
+# the ops whose kernel is a numpy function as it is (ARRAY_FN), called without the generic kernel's dtype logic
+_UFUNC_BINARY = {n: f for n, f in ARRAY_FN.items() if OPS[n].nin == 2}
+_UFUNC_UNARY = {n: f for n, f in ARRAY_FN.items() if OPS[n].nin == 1}
 
 
 _CONST_MAX = 4096  # elements of a constant `full` the prepared runner makes once

@@ -32,7 +32,7 @@ from tensorwire.backends.cpu.kernels import _erf as erf  # scipy's, else math.er
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol import random as rng
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange
-from tensorwire.protocol.ops import FLOAT_UNARY, binary_dtype
+from tensorwire.protocol.ops import COMPARE, OPS, binary_dtype
 
 #: tensorwire dtype -> MLX dtype (MLX has every one; float64 only on its CPU device)
 MX: dict[D.DType, mx.Dtype] = {D.bool_: mx.bool_, D.uint8: mx.uint8, D.int8: mx.int8, D.int16: mx.int16,
@@ -156,11 +156,8 @@ KERNELS["randint"] = lambda ins, a, shape, dt: upload_numpy(
 
 # -- elementwise ----------------------------------------------------------------------------------------------------
 
-_FLOAT_FN = {"exp": mx.exp, "log": mx.log, "log1p": mx.log1p, "expm1": mx.expm1, "sqrt": mx.sqrt,
-             "sin": mx.sin, "cos": mx.cos, "tan": mx.tan, "tanh": mx.tanh, "erf": mx.erf,
-             "reciprocal": mx.reciprocal, "asin": mx.arcsin, "acos": mx.arccos, "atan": mx.arctan,
-             "sinh": mx.sinh, "cosh": mx.cosh}
-assert set(_FLOAT_FN) == set(FLOAT_UNARY)
+# Most elementwise kernels are made from the op table (OpDef.array_fn, the MLX function of that name, at the end of this
+# section); these are the ops that need more than that (integers' rounding, division by zero, numpy's NaN sign ...).
 
 #: float64 functions MLX's CPU device computes only to float32 accuracy: numpy computes them instead
 _NUMPY_FLOAT64 = {"exp": np.exp, "sin": np.sin, "cos": np.cos, "erf": None}
@@ -176,29 +173,18 @@ def _host_float64(name: str, x: mx.array) -> mx.array:
         return mx.array(np.asarray(fn(np.asarray(x))), dtype=mx.float64)
 
 
-def _float_unary(name, fn):
-    def k(ins, a, shape, dt):
-        if dt is D.float64 and name in _NUMPY_FLOAT64:
-            return _host_float64(name, _as(ins[0], dt))
-        return _as(fn(_as(ins[0], _compute(dt))), dt)
-    return k
-
-
-for _n, _f in _FLOAT_FN.items():
-    KERNELS[_n] = _float_unary(_n, _f)
-
-
-def _same_unary(fn, int_identity=False):
+def _unary(name, fn, int_identity=False):
     def k(ins, a, shape, dt):
         x = ins[0]
         if int_identity and not dt.is_floating_point:
             return x
+        if dt is D.float64 and name in _NUMPY_FLOAT64:
+            return _host_float64(name, _as(x, dt))
         return _as(fn(_as(x, _compute(dt))), dt)
     return k
 
 
-KERNELS["neg"] = _same_unary(mx.negative)
-KERNELS["abs"] = _same_unary(mx.abs)
+KERNELS["erf"] = _unary("erf", mx.erf)  # (numpy has no erf: not the table's)
 
 
 @kernel("sign")
@@ -211,7 +197,7 @@ def _sign(ins, a, shape, dt):
 
 
 for _n, _f in (("floor", mx.floor), ("ceil", mx.ceil), ("round", mx.round), ("trunc", mx.trunc)):
-    KERNELS[_n] = _same_unary(_f, int_identity=True)
+    KERNELS[_n] = _unary(_n, _f, int_identity=True)
 
 
 @kernel("isnan")
@@ -253,17 +239,17 @@ def _pow(x, y):
     return mx.power(x, y)
 
 
-for _n, _f in (("add", mx.add), ("sub", mx.subtract), ("mul", mx.multiply), ("div", mx.divide),
-               ("maximum", mx.maximum), ("minimum", mx.minimum), ("floor_divide", _zero_divisor("division")),
-               ("remainder", _zero_divisor("modulo")), ("pow", _pow), ("atan2", mx.arctan2),
-               ("bitwise_and", mx.bitwise_and), ("bitwise_or", mx.bitwise_or), ("bitwise_xor", mx.bitwise_xor)):
+for _n, _f in (("floor_divide", _zero_divisor("division")), ("remainder", _zero_divisor("modulo")), ("pow", _pow)):
     KERNELS[_n] = _binary(_f)
-for _n, _f in (("eq", mx.equal), ("ne", mx.not_equal), ("lt", mx.less), ("le", mx.less_equal),
-               ("gt", mx.greater), ("ge", mx.greater_equal)):
-    KERNELS[_n] = _binary(_f, compare=True)
 for _n, _f in (("logical_and", mx.logical_and), ("logical_or", mx.logical_or),
                ("logical_xor", lambda x, y: mx.not_equal(x, y))):
     KERNELS[_n] = (lambda f: lambda ins, a, s, dt: f(_as(ins[0], D.bool_), _as(ins[1], D.bool_)))(_f)
+
+# the rest: the op table's array function, as the numpy kernels
+for _n, _op in OPS.items():
+    if _op.array_fn and _op.kind in ("unary", "binary") and _n not in KERNELS:
+        _f = getattr(mx, _op.array_fn)
+        KERNELS[_n] = _unary(_n, _f) if _op.nin == 1 else _binary(_f, compare=_n in COMPARE)
 
 
 @kernel("where")

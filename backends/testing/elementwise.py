@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.ops import FLOAT_UNARY
+from tensorwire.protocol.ops import FLOAT_UNARY, OPS
 
 from .cases import Case, _Graph
 from .inputs import SELECTED_DTYPES, SPECIAL, _accepts, _case, _f64, _sh, _vals
@@ -25,13 +25,16 @@ def _round_half_even(x):
     return np.where(d > 0.5, f + 1, np.where(d < 0.5, f, np.where(np.fmod(f, 2) == 0, f, f + 1)))
 
 
+def _table_refs(nin: int) -> dict[str, Callable]:
+    """The op table's elementwise ops of ``nin`` inputs with an array function: numpy's, on float64."""
+    return {n: getattr(np, op.array_fn) for n, op in OPS.items()
+            if op.array_fn and op.kind in ("unary", "binary") and op.nin == nin}
+
+
+#: float64 references of the unary ops: the table's array functions, and those numpy lacks or names otherwise
 UNARY_REF: dict[str, Callable] = {
-    "exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "sqrt": np.sqrt, "sin": np.sin,
-    "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "erf": _erf, "reciprocal": lambda x: 1.0 / x,
-    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
-    "neg": lambda x: -x, "abs": np.abs, "sign": np.sign, "floor": np.floor, "ceil": np.ceil,
-    "round": _round_half_even, "trunc": np.trunc, "isnan": np.isnan, "isinf": np.isinf,
-    "logical_not": lambda x: x == 0, "bitwise_not": None,  # dtype dependent, see _unary_case
+    **_table_refs(1), "erf": _erf, "round": _round_half_even, "logical_not": lambda x: x == 0,
+    "bitwise_not": None,  # dtype dependent, see _unary_case
 }
 assert set(FLOAT_UNARY) <= set(UNARY_REF)
 
@@ -77,13 +80,10 @@ def _unary_graph(op, rng, dt, shape, lo, hi, q) -> _Graph:
     return g
 
 
+#: float64 references of the binary ops: the table's array functions, and those that differ from them
 BINARY_REF: dict[str, Callable] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": lambda a, b: a / b,
-    "maximum": np.maximum, "minimum": np.minimum,
+    **_table_refs(2),
     "floor_divide": lambda a, b: np.floor(a / b), "remainder": lambda a, b: a - b * np.floor(a / b),
-    "pow": np.power, "atan2": np.arctan2,
-    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-    "ge": np.greater_equal,
     "logical_and": lambda a, b: (a != 0) & (b != 0), "logical_or": lambda a, b: (a != 0) | (b != 0),
     "logical_xor": lambda a, b: (a != 0) ^ (b != 0),
     "bitwise_and": None, "bitwise_or": None, "bitwise_xor": None,  # on int64, see _binary_ref

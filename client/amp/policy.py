@@ -13,26 +13,19 @@ their ops, which gives torch's output dtypes for the common cases.
 
 from __future__ import annotations
 
-# torch's CUDA list (MPS uses the same one): matmuls and convolutions low, numerically sensitive ops in float32
+from tensorwire.protocol.ops import OPS
+
+# torch's CUDA list (MPS uses the same one): matmuls and convolutions low, numerically sensitive ops in float32; the
+# elementwise ops declare theirs in the op table (OpDef.autocast: exp, pow ...), the other families' are here
 _GPU = {
+    **{name: op.autocast for name, op in OPS.items() if op.autocast},
     **dict.fromkeys(("matmul", "linear", "conv2d"), "lower"),
     **dict.fromkeys(
         (
-            "exp",
-            "expm1",
-            "log",
             "log10",
             "log2",
-            "log1p",
             "rsqrt",
-            "sinh",
-            "cosh",
-            "tan",
-            "asin",
-            "acos",
             "erfinv",
-            "reciprocal",
-            "pow",
             "softplus",
             "layer_norm",
             "logsumexp",
@@ -42,7 +35,7 @@ _GPU = {
         "fp32",
     ),
     **dict.fromkeys(("prod", "softmax", "log_softmax", "cumprod", "cumsum", "sum"), "fp32_opt_dtype"),
-    **dict.fromkeys(("atan2", "cat", "index_put", "scatter_add"), "promote"),
+    **dict.fromkeys(("cat", "index_put", "scatter_add"), "promote"),
 }
 
 # torch's CPU list: the same low-precision ops; only a few losses and reductions in float32

@@ -18,6 +18,10 @@ convolution, pooling), :mod:`.losses` (fused cross entropy), :mod:`.optim` (fuse
 updates) and :mod:`.recurrent` (a recurrent layer's scan and its gradient's). Importing this package
 registers all of them, in that order.
 
+An op has one home, its family's module: an elementwise ``OpDef`` also declares the array function its numpy and MLX
+kernels and its conformance reference are made from (``array_fn``), its Tensor methods (``methods``), its GPU autocast
+policy (``autocast``) and its VJP rule (``vjp``), which the backends, the client and autograd read from the table.
+
 Plugins add ops with :func:`register_op`; :func:`load_plugin_ops` (in :mod:`.plugins`) finds them
 through the ``tensorwire_ops`` hook of every installed plugin.
 """
@@ -31,6 +35,6 @@ from . import math_composites, nn, conv, losses, optim, recurrent
 # isort: on
 from .attrs import a_bool, a_dims, a_dtype, a_int, a_ints, a_num, a_str
 from .creation import COLLECTIVES, REDUCE_OPS, split_sizes
-from .elementwise import BOOL_UNARY, FLOAT_UNARY, SAME_UNARY, binary_dtype
+from .elementwise import BOOL_UNARY, COMPARE, FLOAT_UNARY, SAME_UNARY, binary_dtype
 from .plugins import load_plugin_ops
 from .table import OPS, InferFn, Meta, OpDef, composite, composites, get_op, infer, primitives, register_op

@@ -1,5 +1,10 @@
 """Elementwise primitives: unary and binary math, comparisons, bitwise ops, ``where`` and ``cast``, with
 numpy/torch type promotion.
+
+Each op is declared once here: its inference, and what the rest of the system derives from it (``OpDef.array_fn``:
+the numpy and MLX kernels and the conformance reference; ``methods``: the Tensor methods and ``tw.`` functions;
+``autocast``: the GPU autocast policy; ``vjp``: the gradient rule). Codegen lowers the op in
+``backends/codegen/elementwise.py``.
 """
 
 from __future__ import annotations
@@ -37,8 +42,30 @@ def _bitwise_not(metas, attrs):
     return s, d
 
 
+#: unary ops: name -> (array function, Tensor methods, GPU autocast policy); the inference is the tuple they are in
+_UNARY: dict[str, tuple[str | None, tuple[str, ...], str | None]] = {
+    "exp": ("exp", ("exp",), "fp32"), "log": ("log", ("log",), "fp32"), "log1p": ("log1p", ("log1p",), "fp32"),
+    "expm1": ("expm1", ("expm1",), "fp32"), "sqrt": ("sqrt", ("sqrt",), None), "sin": ("sin", ("sin",), None),
+    "cos": ("cos", ("cos",), None), "tan": ("tan", ("tan",), "fp32"), "tanh": ("tanh", ("tanh",), None),
+    "erf": (None, ("erf",), None),  # numpy has no erf: the backends and the suite write theirs
+    "reciprocal": ("reciprocal", ("reciprocal",), "fp32"), "asin": ("arcsin", ("asin", "arcsin"), "fp32"),
+    "acos": ("arccos", ("acos", "arccos"), "fp32"), "atan": ("arctan", ("atan", "arctan"), None),
+    "sinh": ("sinh", ("sinh",), "fp32"), "cosh": ("cosh", ("cosh",), "fp32"),
+    # neg, abs, sign, round and trunc have hand-written methods (bool checks, decimals) or aliases torch spells
+    "neg": ("negative", (), None), "abs": ("abs", ("abs", "absolute"), None), "sign": ("sign", ("sign", "sgn"), None),
+    "floor": ("floor", ("floor",), None), "ceil": ("ceil", ("ceil",), None), "round": ("round", (), None),
+    "trunc": ("trunc", ("trunc", "fix"), None),
+    "isnan": ("isnan", ("isnan",), None), "isinf": ("isinf", ("isinf",), None),
+    "logical_not": ("logical_not", ("logical_not",), None),
+    "bitwise_not": (None, (), None),  # numpy's invert is MLX's bitwise_invert
+}
+assert set(_UNARY) == {*FLOAT_UNARY, *SAME_UNARY, *BOOL_UNARY, "logical_not", "bitwise_not"}
+
 for _n in FLOAT_UNARY:
-    register_op(OpDef(_n, 1, _unary_float, kind="unary"))
+    _f, _m, _p = _UNARY[_n]
+    register_op(OpDef(_n, 1, _unary_float, kind="unary", array_fn=_f, methods=_m, autocast=_p))
+
+
 def _neg_infer(metas, attrs):
     (s, d), = metas
     if d is D.bool_:
@@ -48,10 +75,14 @@ def _neg_infer(metas, attrs):
 
 
 for _n in SAME_UNARY:  # all differentiable, as torch's: sign and the rounding ops with a zero gradient
-    register_op(OpDef(_n, 1, _neg_infer if _n == "neg" else _unary_same, kind="unary"))
+    _f, _m, _p = _UNARY[_n]
+    register_op(OpDef(_n, 1, _neg_infer if _n == "neg" else _unary_same, kind="unary", array_fn=_f, methods=_m,
+                      autocast=_p))
 for _n in BOOL_UNARY:
-    register_op(OpDef(_n, 1, _unary_bool, kind="unary", differentiable=False))
-register_op(OpDef("logical_not", 1, _unary_bool, kind="unary", differentiable=False))
+    _f, _m, _p = _UNARY[_n]
+    register_op(OpDef(_n, 1, _unary_bool, kind="unary", differentiable=False, array_fn=_f, methods=_m))
+register_op(OpDef("logical_not", 1, _unary_bool, kind="unary", differentiable=False, array_fn="logical_not",
+                  methods=("logical_not",)))
 register_op(OpDef("bitwise_not", 1, _bitwise_not, kind="unary", differentiable=False))
 
 
@@ -95,22 +126,88 @@ def _sub_infer(metas, attrs):
     return out
 
 
-for _n in ("add", "sub", "mul", "maximum", "minimum", "floor_divide", "remainder"):
-    # (floor_divide is differentiable on floats as torch's: a zero gradient, autograd/vjp.py)
-    register_op(OpDef(_n, 2, _sub_infer if _n == "sub" else _binary_same, kind="binary"))
+# VJP rules (a :class:`tensorwire.autograd.vjp.Ctx`: ``c.x`` the inputs, ``c.y`` the output, ``c.g`` its gradient,
+# ``c.needs`` which inputs need one; gradients may keep the broadcast shape, autograd sums them back)
+
+def _add_vjp(c):
+    return [c.g, c.g]
+
+
+def _sub_vjp(c):
+    return [c.g, -c.g if c.needs[1] else None]
+
+
+def _mul_vjp(c):
+    a, b = c.x
+    return [c.g * b if c.needs[0] else None, c.g * a if c.needs[1] else None]
+
+
+def _div_vjp(c):
+    a, b = c.x
+    return [c.g / b if c.needs[0] else None, -(c.g * c.y) / b if c.needs[1] else None]
+
+
+def _minmax_vjp(cmp):
+    def rule(c):
+        a, b = c.x
+        half = c.g * 0.5
+        eq = a.eq(b)
+        ga = c.where(a.op(cmp, b), c.g, c.where(eq, half, 0)) if c.needs[0] else None
+        gb = c.where(b.op(cmp, a), c.g, c.where(eq, half, 0)) if c.needs[1] else None
+        return [ga, gb]
+    return rule
+
+
+def _remainder_vjp(c):
+    a, b = c.x
+    return [c.g, -(c.g * a.op("floor_divide", b)) if c.needs[1] else None]
+
+
+def _pow_vjp(c):
+    a, b = c.x
+    ga = gb = None
+    if c.needs[0]:
+        ga = c.where(b.eq(0), 0, c.g * b * a.op("pow", b - 1))
+    if c.needs[1]:
+        gb = c.where(a.eq(0) & (b >= 0), 0, c.g * c.y * a.op("log"))
+    return [ga, gb]
+
+
+def _atan2_vjp(c):
+    a, b = c.x
+    d = a * a + b * b
+    return [c.g * b / d if c.needs[0] else None, -(c.g * a) / d if c.needs[1] else None]
 
 
 def _pow_infer(metas, attrs):
     return _binary_same(metas, attrs)
 
 
-register_op(OpDef("pow", 2, _pow_infer, kind="binary"))
-register_op(OpDef("div", 2, _binary_float, kind="binary", doc="True division (ints give floats)."))
-register_op(OpDef("atan2", 2, _binary_float, kind="binary"))
-for _n in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"):
-    register_op(OpDef(_n, 2, _binary_bool, kind="binary", differentiable=False))
+#: compare ops: bool results, computed in the inputs' common dtype (no float16 -> float32 widening)
+COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+
+# one line an op: name, inference, array function, Tensor methods, GPU autocast policy, VJP rule. Ops without methods
+# have hand-written ones (operators, torch's extra arguments); floor_divide's zero gradient is autograd/vjp.py's
+for _n, _infer, _f, _m, _p, _vjp in (
+        ("add", _binary_same, "add", (), None, _add_vjp),
+        ("sub", _sub_infer, "subtract", (), None, _sub_vjp),
+        ("mul", _binary_same, "multiply", (), None, _mul_vjp),
+        ("maximum", _binary_same, "maximum", ("maximum",), None, _minmax_vjp("gt")),
+        ("minimum", _binary_same, "minimum", ("minimum",), None, _minmax_vjp("lt")),
+        ("floor_divide", _binary_same, "floor_divide", (), None, None),  # (differentiable on floats, as torch's)
+        ("remainder", _binary_same, "remainder", (), None, _remainder_vjp),
+        ("pow", _pow_infer, "power", (), "fp32", _pow_vjp),
+        ("div", _binary_float, "divide", (), None, _div_vjp),
+        ("atan2", _binary_float, "arctan2", ("atan2", "arctan2"), "promote", _atan2_vjp)):
+    register_op(OpDef(_n, 2, _infer, kind="binary", array_fn=_f, methods=_m, autocast=_p, vjp=_vjp,
+                      doc="True division (ints give floats)." if _n == "div" else ""))
+for _n, _f in (("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
+               ("ge", "greater_equal"), ("logical_and", "logical_and"), ("logical_or", "logical_or"),
+               ("logical_xor", None)):  # (MLX has no logical_xor)
+    register_op(OpDef(_n, 2, _binary_bool, kind="binary", differentiable=False, array_fn=_f,
+                      methods=(_n,) if _n.startswith("logical") else ()))
 for _n in ("bitwise_and", "bitwise_or", "bitwise_xor"):
-    register_op(OpDef(_n, 2, _binary_int(_n), kind="binary", differentiable=False))
+    register_op(OpDef(_n, 2, _binary_int(_n), kind="binary", differentiable=False, array_fn=_n))
 
 
 def _where_infer(metas, attrs):

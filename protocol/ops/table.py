@@ -31,6 +31,19 @@ class OpDef:
     #: dynamic); it goes into the plan's key, and a replay's values are checked against the plan's inference
     dynamic_key: Callable[[dict], object] | None = None
     extra: dict = field(default_factory=dict)
+    #: elementwise ops: the array-API function that computes the op, named alike in numpy and MLX (``np.arcsin`` and
+    #: ``mx.arcsin`` for ``"arcsin"``); the CPU (numpy) and MPS (MLX) kernels and the conformance suite's float64
+    #: reference are made from it unless a backend or the suite writes its own (integer division's zero check ...)
+    array_fn: str | None = None
+    #: the :class:`~tensorwire.Tensor` methods made from the op, name first then aliases (``("asin", "arcsin")``):
+    #: ``x.asin()`` records the op, and each is also a function (``tw.asin(x)``)
+    methods: tuple[str, ...] = ()
+    #: what autocast does with the op's floating inputs on GPU device types (torch's CUDA list, also MPS's):
+    #: ``"lower"``, ``"fp32"``, ``"fp32_opt_dtype"`` or ``"promote"`` (:mod:`tensorwire.amp.policy`)
+    autocast: str | None = None
+    #: the op's VJP rule, declared with it: ``rule(c) -> [gradient or None per input]`` of an
+    #: :class:`tensorwire.autograd.vjp.Ctx` (a rule in ``autograd/vjp.py`` takes precedence)
+    vjp: Callable | None = None
 
     @property
     def primitive(self) -> bool:
