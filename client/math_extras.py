@@ -123,6 +123,27 @@ def copysign(input, other) -> Tensor:  # noqa: A002
     return zero_grad_from(a.abs() * _where(signbit(b), _t(-1.0, a).to(a.dtype), _t(1.0, a).to(a.dtype)), b)
 
 
+def _nan_ignoring(pick: str):
+    def f(input, other) -> Tensor:  # noqa: A002
+        a = input if isinstance(input, Tensor) else other._operand(input)
+        b = other if isinstance(other, Tensor) else a._operand(other)
+        m = getattr(a, pick)(b)
+        if not m.dtype.is_floating_point:
+            return m
+        # torch's mask, which its gradient follows too: ``a`` where it wins or ties, or ``b`` is NaN (both NaN: NaN)
+        a, b = a.to(m.dtype), b.to(m.dtype)
+        return _where(b.isnan() | ((a >= b) if pick == "maximum" else (a <= b)), a, b)
+
+    f.__name__ = "fmax" if pick == "maximum" else "fmin"
+    f.__doc__ = (f"Elementwise {pick} that ignores NaN (torch.{f.__name__}): where one operand is NaN the other is "
+                 f"taken; where both are, NaN.")
+    return f
+
+
+fmax = _nan_ignoring("maximum")
+fmin = _nan_ignoring("minimum")
+
+
 def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """sqrt(a² + b²)."""
     if not input.dtype.is_floating_point:
@@ -1005,7 +1026,8 @@ def _out(out, result):
 FUNCTIONS = {
     "asinh": asinh, "arcsinh": asinh, "acosh": acosh, "arccosh": acosh, "atanh": atanh, "arctanh": atanh,
     "deg2rad": deg2rad, "rad2deg": rad2deg, "erfc": erfc, "logit": logit, "sinc": sinc, "signbit": signbit,
-    "copysign": copysign, "hypot": hypot, "heaviside": heaviside, "logaddexp": logaddexp, "logaddexp2": logaddexp2,
+    "copysign": copysign, "fmax": fmax, "fmin": fmin, "hypot": hypot, "heaviside": heaviside,
+    "logaddexp": logaddexp, "logaddexp2": logaddexp2,
     "xlogy": xlogy, "ldexp": ldexp, "rsub": rsub, "positive": positive, "angle": angle, "real": real, "conj": conj,
     "conj_physical": conj_physical, "resolve_conj": conj, "resolve_neg": conj, "isreal": isreal,
     "addmm": addmm, "addmv": addmv, "addr": addr, "baddbmm": baddbmm, "addbmm": addbmm, "addcmul": addcmul,

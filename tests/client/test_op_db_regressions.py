@@ -406,3 +406,26 @@ def test_ctc_loss_and_gradient_match_torch():
     ref.backward()
     check_torch(loss.detach(), ref.detach(), rtol=1e-9, atol=1e-9)
     check_torch(x.grad, tx.grad, rtol=1e-7, atol=1e-9)
+
+
+# -- fmax / fmin were maximum / minimum, which propagate NaN -----------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["fmax", "fmin"])
+def test_fmax_fmin_take_the_operand_that_is_not_nan(name):
+    """torch.fmax/fmin (numpy's too): where one operand is NaN the other is the result, NaN only where both are; the
+    gradient goes where torch's mask sends it (the first operand where it wins, ties, or the second is NaN)."""
+    a = np.array([1.0, np.nan, np.nan, -2.0, 3.0, 4.0], np.float32)
+    b = np.array([np.nan, 2.0, np.nan, -1.0, 5.0, 4.0], np.float32)
+    got = getattr(tw, name)(tw.tensor(a), tw.tensor(b)).numpy()
+    np.testing.assert_array_equal(got, getattr(np, name)(a.astype(np.float64), b.astype(np.float64)).astype(np.float32))
+    np.testing.assert_array_equal(getattr(tw.tensor(a), name)(tw.tensor(b)).numpy(), got)
+    x, y = tw.tensor(a, requires_grad=True), tw.tensor(b, requires_grad=True)
+    getattr(tw, name)(x, y).sum().backward()
+    first = (a >= b) if name == "fmax" else (a <= b)
+    first = first | np.isnan(b)
+    np.testing.assert_array_equal(x.grad.numpy(), first.astype(np.float32))
+    np.testing.assert_array_equal(y.grad.numpy(), (~first).astype(np.float32))
+    assert getattr(tw, name)(tw.tensor([1, 5]), tw.tensor([3, 2])).dtype == tw.int64
+    if torch is not None:
+        ref = getattr(torch, name)(_t(a), _t(b)).numpy()
+        np.testing.assert_array_equal(got, ref)
