@@ -518,7 +518,7 @@ class Session:
 
     # ------------------------------------------------------------------ recording
     def record(self, op: str, inputs, attrs: dict | None, device: str, known=None, where=None, hid=None, up=1,
-               lazy: bool = False):
+               lazy: bool = False, then: tuple | None = None):
         """Record one op; returns the output Tensor (shape and dtype inferred here).
 
         ``known``: ``(attrs_key, (shape, dtype))`` of a node whose inference the caller has done before for inputs
@@ -528,7 +528,13 @@ class Session:
         work. ``hid``: the output's handle, taken before (a run of element writes, ``client/element_writes.py``).
 
         ``lazy``: the node may stay unrecorded until something needs it (a view step without autograd, see
-        :meth:`_defer`); an integer or bool result of :data:`LAZY_HOST_OPS` the client can compute is deferred too."""
+        :meth:`_defer`); an integer or bool result of :data:`LAZY_HOST_OPS` the client can compute is deferred too.
+        ``then``: ``(op, attrs, known)`` of a second node that reads this one's result and gives the returned tensor
+        (a slice then its reshape, ``x[i]``): while lazy the two are one deferred node (one tensor, one handle), the
+        first one's handle made only when they are recorded; otherwise two nodes recorded one after the other."""
+        if then is not None and (not lazy or self._capture is not None):
+            first = self.record(op, inputs, attrs, device, known, where, up=up + 1, lazy=lazy)
+            return self.record(then[0], [first], then[1], device, then[2], where, up=up + 1, lazy=lazy)
         metas = []
         ids = []
         for t in inputs:
@@ -553,7 +559,7 @@ class Session:
                 if op in LAZY_HOST_OPS and kv.follows(hid) and (op != "full" or not shape):
                     lazy = True  # (its value is the client's to give: deferred; a tensor made to be filled is not)
             if lazy:
-                return self._defer(hid, op, ids, attrs, device, metas, akey, shape, dtype)
+                return self._defer(hid, op, ids, attrs, device, metas, akey, shape, dtype, then)
         if self._writes is not None:
             self.end_writes()
         if self._mark:
@@ -585,13 +591,20 @@ class Session:
     # recorded only when a recorded node reads it (:meth:`_resolve`), its value is fetched from a device, or a compiled
     # graph reads it; one never needed is dropped when its handle is released. The handles it reads are pinned: their
     # releases wait in ``_held`` until no lazy node reads them, so a node recorded late still finds its inputs.)
-    def _defer(self, hid: int, op: str, ids: list, attrs, device: str, metas: list, akey, shape: tuple, dtype):
-        """Keep node ``hid`` unrecorded (see above); returns its tensor."""
+    def _defer(self, hid: int, op: str, ids: list, attrs, device: str, metas: list, akey, shape: tuple, dtype,
+               then: tuple | None = None):
+        """Keep node ``hid`` unrecorded (see above); returns its tensor. ``then``: :meth:`record`'s (a second node
+        on this one's result, whose result ``hid`` and the tensor are; its inference given by its ``known``)."""
         pins = self._pins
         for i in ids:
             pins[i] = pins.get(i, 0) + 1
-        alias = ids[0] if op == "reshape" and metas[0][0] == shape else None  # (a value's alias: read as its input)
-        self._lazy[hid] = (op, tuple(ids), attrs, device, metas, akey, alias)
+        if then is not None:
+            op2, attrs2, (akey2, (shape2, dtype2)) = then
+            then = (op2, attrs2, akey2, [(shape, dtype)])
+            shape, dtype, alias = shape2, dtype2, None
+        else:
+            alias = ids[0] if op == "reshape" and metas[0][0] == shape else None  # (an alias: read as its input)
+        self._lazy[hid] = (op, tuple(ids), attrs, device, metas, akey, alias, then)
         t = _new_tensor(Tensor)
         t._init(self, hid, shape, dtype, device)
         return t
@@ -619,13 +632,20 @@ class Session:
     def _materialize(self, hid: int, where=None) -> None:
         """Record lazy node ``hid`` (and the lazy nodes it reads) now, naming line ``where`` (default: the caller's
         user's line)."""
-        op, ids, attrs, device, metas, akey, _ = self._lazy.pop(hid)
+        op, ids, attrs, device, metas, akey, _, then = self._lazy.pop(hid)
         if self._writes is not None:  # (a run of element writes makes a handle it may read: recorded first)
             self.end_writes()
         if where is None:
             where = _user_frame()
         rids = self._resolve(ids, where) if self._lazy else ids
-        self._pending.append((hid, op, tuple(rids), attrs, device, where, metas, akey))
+        if then is None:
+            self._pending.append((hid, op, tuple(rids), attrs, device, where, metas, akey))
+        else:  # (a pair: the first node's result gets a handle of its own, released once the second has read it)
+            mid = next(self._ids)
+            op2, attrs2, akey2, metas2 = then
+            self._pending.append((mid, op, tuple(rids), attrs, device, where, metas, akey))
+            self._pending.append((hid, op2, (mid,), attrs2, device, where, metas2, akey2))
+            self._release.append(mid)
         self._unpin(ids)
 
     def _unpin(self, ids) -> None:

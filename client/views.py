@@ -132,14 +132,27 @@ class Slice(ViewStep):
         attrs = {"starts": self.starts, "stops": self.stops, "steps": steps}
         if t._shape != self.in_shape:
             return _rec(t, "slice", [t], attrs)
+        return _rec(t, "slice", [t], attrs, self._key_meta(t))
+
+    def _key_meta(self, t):
+        """The slice node's attrs key and output meta for ``t`` (of shape ``in_shape``)."""
         known = self._known
         if known is None or known[1][1] is not t.dtype:
+            steps = self.steps
             lens = tuple([slice_len(a, b, st) for a, b, st in zip(self.starts, self.stops, steps)])
             st = tuple(steps)
             known = self._known = ((("steps", st), ("#", (lens, st))), (lens, t.dtype))  # attrs_key("slice", attrs)
-        return _rec(t, "slice", [t], attrs, known)
+        return known
 
     def forward(self, t):
+        out = self.out_shape
+        if t._shape == self.in_shape and not _amp_active[0] and not _grad_tracked(t):
+            known = self._key_meta(t)
+            if known[1][0] != out and known[1][0] != t._shape:  # (the whole of t is no slice: below)
+                # the slice and the reshape that drops its int dims (``x[i]``): one lazy node (``Session.record``)
+                attrs = {"starts": self.starts, "stops": self.stops, "steps": self.steps}
+                return t._s.record("slice", [t], attrs, t._dev, known, lazy=True,
+                                   then=("reshape", {"shape": list(out)}, (reshape_key(out), (out, t.dtype))))
         s = self._sliced(t)
         if s._shape != self.out_shape or s is t:
             s = _reshape(s, self.out_shape)

@@ -148,21 +148,38 @@ def test_a_lazy_view_outlives_its_base(session):
 
 
 def test_a_handle_a_lazy_node_reads_is_held_until_nothing_reads_it(session):
-    ix = tw.tensor([3, 5, 7])
+    base = tw.arange(20000.0)  # (too big for the client to follow its views' values: no recipe holds a view)
     session.flush()
-    i = ix[1]
-    j = i + 100  # lazy: reads i's handle, itself lazy
-    del i
+    v = base[2:19002]
+    w = v.reshape(19000, 1)  # lazy: reads v's handle, itself lazy
+    del v
     gc.collect()
     session.flush()
-    assert len(session._held) == 1  # i's handle: its tensor is gone, j still reads it
-    np.testing.assert_array_equal((tw.arange(3) + j).numpy(), [105, 106, 107])  # j, then i, recorded now
-    del j
+    assert len(session._held) == 1  # v's handle: its tensor is gone, w still reads it
+    np.testing.assert_array_equal((w + 1).numpy().ravel(), np.arange(3.0, 19003.0))  # w, then v, recorded now
+    del w
     gc.collect()
     session.flush()
     session.flush()
     assert not session._pins and not session._held
-    assert all(node[0] == "full" for node in session._lazy.values())  # (only the session's cached scalars: `+ 100`)
+    assert all(node[0] == "full" for node in session._lazy.values())  # (only the session's cached scalars: `+ 1`)
+
+
+def test_an_element_view_is_one_lazy_node_and_two_nodes_once_read(session):
+    """``x[i]``: the slice and the reshape that drops the int dim wait as one node (one tensor, one handle); read by a
+    recorded op, both are recorded, and the slice's handle is released once the batch ran."""
+    base = tw.arange(20000.0)
+    session.flush()
+    lazy_before = len(session._lazy)
+    e, ops = _recorded(session, lambda: base[7])
+    assert ops == [] and len(session._lazy) == lazy_before + 1
+    assert session._lazy[e._id][0] == "slice" and e.shape == ()
+    r, ops = _recorded(session, lambda: e * 2)
+    assert [o for o in ops if o != "full"] == ["slice", "reshape", "mul"], ops  # (full: the cached scalar 2)
+    assert float(r.item()) == 14.0 and float(e.item()) == 7.0
+    session.flush()
+    session.flush()
+    assert not session._pins and not session._held
 
 
 def test_a_view_that_requires_grad_is_recorded_at_once_and_differentiates(session):
