@@ -1330,6 +1330,11 @@ class Tensor:
                                  f"type {self.dtype.name.capitalize()}")
             new = new.to(self.dtype)
         _check_inplace(self, new)
+        if self.requires_grad and not new.requires_grad and _autograd_engine.is_grad_enabled():
+            # torch keeps the history: a tensor that requires grad still does after an in-place op, and what its old
+            # value came from gets a zero gradient (fill_, zero_, copy_ of a value without history)
+            yes = self._s.scalar(True, D.bool_, self._dev)
+            new = new._rec("where", [yes, new, self.sum().to(new.dtype)])
         V.assign(self, new)
         return self
 

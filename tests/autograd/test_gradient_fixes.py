@@ -203,3 +203,26 @@ def test_full_svd_gradient_of_a_non_square_matrix(shape):
         u, vh = u[:, :k], vh[:k, :]
         return s, u.matmul(vh), (u * u).sum(0)
     assert tw.autograd.gradcheck(f, [a])
+
+
+@pytest.mark.parametrize("how", ["zero_", "fill_", "copy_", "a_view_filled"])
+def test_an_in_place_overwrite_keeps_the_history(how):
+    """torch: a tensor that requires grad still does after an in-place op that writes a value without history
+    (``zero_``, ``fill_``, ``copy_`` of a constant), and what its old value came from gets a zero gradient where it
+    was overwritten. tensorwire dropped the history: ``requires_grad`` became False and ``backward`` raised."""
+    a = tw.tensor(np.arange(6.0, dtype=np.float32).reshape(2, 3), requires_grad=True)
+    x = a * 2
+    if how == "zero_":
+        x.zero_()
+    elif how == "fill_":
+        x.fill_(3.0)
+    elif how == "copy_":
+        x.copy_(tw.ones(2, 3))
+    else:
+        x[0].fill_(7.0)
+    assert x.requires_grad
+    (x * x).sum().backward()
+    want = np.zeros((2, 3))
+    if how == "a_view_filled":  # row 1 keeps 2a: d(4a^2)/da = 8a
+        want[1] = 8 * np.arange(3.0, 6.0)
+    np.testing.assert_array_equal(a.grad.numpy(), want)
