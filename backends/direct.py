@@ -104,6 +104,9 @@ ALONE_READ_MS = 1
 MAX_ALONE_SKIP = 64
 
 
+_ID_LISTS = ("ext", "fetch", "release")  # a batch's lists of handle ids (and ``outs``, unless ``out_first``)
+
+
 def _ints(h: dict, name: str) -> list:
     v = h.get(name)
     if v is None:
@@ -406,6 +409,8 @@ class DirectChannel:
             index[k] = len(keep)
             keep.append(f)
         for v in values:
+            if type(v[3]) is not int:  # (carried in the header: protocol.wire.INLINE_MAX)
+                continue
             where = index[v[3]]
             if isinstance(where, str):
                 v[3:] = [-1, where]
@@ -431,10 +436,11 @@ class DirectChannel:
         except Exception:  # (a peer gone already: nobody to tell)
             log.exception("could not answer a refused direct message")
 
-    def send(self, route: bytes, header: dict, frames=()) -> None:
+    def send(self, route: bytes, header: dict, frames=(), sizes: list | None = None) -> None:
         """Answer a client on its channel, within the bounds of ``dispatcher/answers.py``: an answer dropped at a
-        bound reaches the client as an ``OutOfMemory`` error with its ``q``."""
-        self.answers.send(route, header, frames)
+        bound reaches the client as an ``OutOfMemory`` error with its ``q``. ``sizes``: the frames' sizes in bytes,
+        where the caller knows them."""
+        self.answers.send(route, header, frames, sizes)
 
     def forget(self, sid: bytes) -> None:
         """A session was dropped: refuse its capabilities from now on (bounded: the oldest are forgotten)."""
@@ -574,46 +580,57 @@ class DirectChannel:
 
     def run_header(self, executor, sid: bytes, h: dict, q) -> dict:
         """The executor's ``run`` for a direct batch, checked as the dispatcher checks a batch it routes."""
+        get = h.get
         run = {"t": "run", "s": sid, "q": q, "reply": q is not None}
-        for k in ("ext", "fetch", "release"):
-            run[k] = _ints(h, k)
+        for k in _ID_LISTS:
+            v = get(k)
+            if v is None:
+                v = []
+            elif not is_int_list(v):
+                raise ProtocolError(f"'{k}' must be a list of ints")
+            run[k] = v
         if "out_first" in h:
-            if type(h["out_first"]) is not int or "outs" in h:
+            first = h["out_first"]
+            if type(first) is not int or "outs" in h:
                 raise ProtocolError("batch 'out_first' must be an int, and comes instead of 'outs'")
-            run["out_first"] = h["out_first"]
+            run["out_first"] = first
         else:
             run["outs"] = _ints(h, "outs")
-        plan = h.get("plan")
+        plan = get("plan")
         if plan is not None and type(plan) is not int:
             raise ProtocolError("'plan' must be an int")
-        nodes = h.get("nodes")
+        nodes = get("nodes")
         if nodes is not None:
-            run["nodes"] = fragment(self.device, nodes, h.get("devs"), len(run["ext"]))
+            run["nodes"] = fragment(self.device, nodes, get("devs"), len(run["ext"]))
             if "outs" in run and len(run["outs"]) != len(nodes):
                 raise ProtocolError(f"batch has {len(nodes)} nodes but {len(run['outs'])} output ids")
         elif plan is None and (run.get("outs") or run["ext"]):
             raise ProtocolError("a batch with inputs or outputs needs 'nodes' or a 'plan'")
         if plan is not None:
             run["plan"] = plan
-        dyn = h.get("dyn")
-        if dyn is not None:
+        dyn = get("dyn")
+        if dyn:  # (an empty list: no dynamic attributes, as absent)
             if type(dyn) is not list or not all(type(d) is list and len(d) == 2 and type(d[0]) is int
                                                 and isinstance(d[1], dict) for d in dyn):
                 raise ProtocolError("'dyn' entries must be [node, attrs]")
             run["dyn"] = dyn
-        if h.get("temps") is not None:
-            run["temps"] = h["temps"]  # (checked against the plan's size when it is known: protocol.batch_ids)
-        if h.get("prof") is not None:
-            if type(h["prof"]) is not int:
+        elif dyn is not None and type(dyn) is not list:
+            raise ProtocolError("'dyn' entries must be [node, attrs]")
+        temps = get("temps")
+        if temps is not None:
+            run["temps"] = temps  # (checked against the plan's size when it is known: protocol.batch_ids)
+        prof = get("prof")
+        if prof is not None:
+            if type(prof) is not int:
                 raise ProtocolError("'prof' must be an int (the batch's number in the client's profile)")
-            run["prof"] = h["prof"]
-        if h.get("sync"):
+            run["prof"] = prof
+        if get("sync"):
             run["sync"] = True
-        shm = h.get("shm")
+        shm = get("shm")
         if shm is not None:
             if type(shm) is not int or shm < 1:
                 raise ProtocolError("'shm' must be a positive int (the smallest value to fetch through a file)")
             run["shm"] = shm
-        if run["reply"] is False and (run["fetch"] or run.get("sync")):
+        if q is None and (run["fetch"] or "sync" in run):
             raise ProtocolError("a batch with a fetch or sync needs 'q'")
         return run

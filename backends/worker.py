@@ -62,7 +62,7 @@ from tensorwire.protocol.service import (
     tune_gc,
 )
 from tensorwire.protocol.shm_paths import host_id
-from tensorwire.protocol.wire import array_from_frame, as_frame, frame_nbytes, pack_header, send_parts
+from tensorwire.protocol.wire import INLINE_MAX, array_from_frame, as_frame, frame_nbytes, pack_header, send_parts
 
 from . import get_backend, hot, hub_loader
 from .direct import ADDRESS_ENV, DirectChannel
@@ -89,7 +89,7 @@ def parse_device(text: str) -> tuple[str, int]:
 def kept_slots(slots: list, outs, kept, release) -> frozenset:
     """The plan slots a batch keeps: those of its outputs (all, or the nodes ``kept``) that the client did not
     release in the same batch."""
-    gone = set(release or ())
+    gone = set(release) if release else ()
     keep = {slots[j] for j in (range(len(outs)) if kept is None else kept) if j < len(slots) and outs[j] not in gone}
     keep.discard(None)
     return frozenset(keep)
@@ -447,10 +447,14 @@ class Executor:
         job = _Job(run, [], 0, route)
         try:
             self._bind_outputs(job, plan)
-            ext = self._inputs(s, run["ext"], missing=None)
-            if ext is None or Fail in map(type, ext):  # (a missing or failed input: the general path fails the
-                return False  # outputs that depend on it)
-            self._check_inputs(plan, ext, run["ext"], plan_no)
+            ext_ids = run["ext"]
+            ext = self._inputs(s, ext_ids, missing=None)
+            if ext is None:  # (a missing or failed input: the general path fails the outputs that depend on it)
+                return False
+            for b in ext:
+                if type(b) is Fail:
+                    return False
+            self._check_inputs(plan, ext, ext_ids, plan_no)
             if not self._outputs_fresh(s, job):
                 return False
             job.plan, job.ext = plan, ext
@@ -460,8 +464,7 @@ class Executor:
         if job.offload:
             return False
         # taken: from here on as the general path runs it
-        self.seq += 1
-        job.seq = self.seq
+        self.seq = job.seq = self.seq + 1
         c = self.direct_counts
         c["batches"] += 1
         c["plan_hits"] += 1
@@ -621,8 +624,7 @@ class Executor:
     def _inputs(self, s: _Session, ext_ids: list, missing=Fail):
         """The session's buffers for the batch's inputs ``ext_ids``; one it does not hold is a ``NotFound`` Fail (the
         batch's dependent outputs fail with it), or, with ``missing=None``, makes the result None."""
-        get = s.buffers.get
-        ext = [get(i) for i in ext_ids]
+        ext = list(map(s.buffers.get, ext_ids))
         for k, b in enumerate(ext):
             if b is None:
                 if missing is None:
@@ -653,7 +655,9 @@ class Executor:
         when its estimated peak would pass the session's quota."""
         plan, h = job.plan, job.h
         job.keep = kept_slots(plan.node_slot, job.outs, job.kept, h.get("release"))
-        job.dyn = {j: a for j, a in (h.get("dyn") or ())}
+        dyn = h.get("dyn")
+        if dyn:
+            job.dyn = dict(dyn)  # ([node, attrs] pairs)
         if plan.dyn_checks and job.dyn:
             plan.check_dynamic(job.dyn)
         # large work, or a compile (seconds of gcc) first: off the main thread, which serves the other sessions
@@ -667,21 +671,27 @@ class Executor:
     def _bind_outputs(job: _Job, plan) -> None:
         """The job's output ids and the nodes that are not temporaries, now that its node count is known."""
         n = len(plan.node_slot)
-        job.outs = out_ids(job.h, n)
-        if len(job.outs) != n:
-            raise ProtocolError(f"batch has {n} nodes but {len(job.outs)} output ids")
-        temps = check_temps(job.h.get("temps"), n)
-        job.kept = kept_nodes(n, temps) if temps else None
+        h = job.h
+        outs = job.outs = out_ids(h, n) if "out_first" in h else (h.get("outs") or [])
+        if len(outs) != n:
+            raise ProtocolError(f"batch has {n} nodes but {len(outs)} output ids")
+        temps = h.get("temps")
+        job.kept = kept_nodes(n, temps) if temps is not None and check_temps(temps, n) else None
         if job.refused is not None:  # (its outputs are known now: they fail with it)
             raise job.refused
 
     def _release_early(self, s: _Session, h: dict) -> None:
         """Free the released buffers this batch does not read now rather than after it (the others, and the
         batch's own outputs it names, go when it finishes)."""
-        ext = set(h.get("ext") or ())
-        bufs = s.buffers
-        self._free(s, [b for b in (bufs.pop(i, None) for i in h["release"] if i not in ext)
-                       if b is not None and not isinstance(b, Fail)])
+        ext = h.get("ext")
+        ext = set(ext) if ext else ()
+        pop, remove, free = s.buffers.pop, s.ledger.remove, self.device.free
+        for i in h["release"]:
+            if i not in ext:
+                b = pop(i, None)
+                if b is not None and not isinstance(b, Fail):
+                    remove(b)
+                    free(b)
 
     def _free(self, s: _Session, bufs: list) -> None:
         """Take ``bufs`` (the session let go of them) off its ledger and free them."""
@@ -979,7 +989,8 @@ class Executor:
         job.uploads, job.frames = 0, []
         if s.running is job:
             s.running = None
-        self._settle(sid, job)
+        if h.get("x") is not None:  # (a batch with transfers)
+            self._settle(sid, job)
         bufs = s.buffers
         ledger = s.ledger
         dropped = []  # what the batch made for itself only (temporaries): reported, never kept
@@ -990,9 +1001,14 @@ class Executor:
                 dropped = [v for i, v in result.items() if i not in kept_ids]
                 # (a temporary's buffer is in the result only where a kept node shares its slot: that one holds it)
                 result = {i: v for i, v in result.items() if i in kept_ids}
-        added = [(i, v) for i, v in result.items() if not isinstance(v, Fail)]
-        for _, v in added:
-            ledger.add(v)
+        added = []
+        failed = False
+        for iv in result.items():
+            if isinstance(iv[1], Fail):
+                failed = True
+            else:
+                added.append(iv)
+                ledger.add(iv[1])
         if self.limit is not None and added and ledger.used > self.limit:  # the estimate fell short: take it back
             before = ledger.used
             for _, v in added:
@@ -1004,7 +1020,7 @@ class Executor:
             s.errors.append(err)
             report = False
         bufs.update(result)
-        if report:
+        if report and (failed or dropped):
             for v in itertools.chain(result.values(), dropped):
                 if isinstance(v, Fail) and v.err.get("code") not in _NOT_REPORTED and not v.err.get("moved"):
                     s.errors.append(v.err)
@@ -1023,7 +1039,8 @@ class Executor:
             except Exception as e:  # (a GPU's asynchronous error surfaces at the wait)
                 s.errors.append(error_to_wire(e))
         t0 = time.monotonic_ns() if job.spans is not None and h.get("fetch") else 0
-        values, frames, fetch_errors = self._fetched(h.get("fetch") or (), bufs.get)
+        values, frames, fetch_errors = self._fetched(h.get("fetch") or (), bufs.get,
+                                                     INLINE_MAX if job.route is not None else 0)
         if t0:
             job.spans.append(("transfer::fetch", "transfer", t0, time.monotonic_ns() - t0, {
                 "batch": h["prof"], "bytes": sum(len(f) if isinstance(f, bytes) else f.nbytes for f in frames)}))
@@ -1044,15 +1061,19 @@ class Executor:
                 for e in itertools.chain(errors or (), fetch_errors or ()):
                     code = str(e.get("code"))[:64]
                     c["errors"][code] = c["errors"].get(code, 0) + 1
+            sizes = None
             if frames:
-                c["bytes_out"] += sum(map(frame_nbytes, frames))
+                sizes = list(map(frame_nbytes, frames))
+                c["bytes_out"] += sum(sizes)
                 shm = job.h.get("shm")
-                if shm and msg.get("values"):  # the client shares this host: large values go in files
-                    frames = self.channel.values_to_shm(job.h["s"], msg["values"], frames, shm)
-            self.channel.send(job.route, msg, frames)
+                if shm and max(sizes) >= shm and msg.get("values"):  # the client shares this host: large values
+                    frames = self.channel.values_to_shm(job.h["s"], msg["values"], frames, shm)  # go in files
+                    sizes = None
+            self.channel.send(job.route, msg, frames, sizes)
 
-    def _fetched(self, fetch, get) -> tuple[list, list, list]:
-        """The answer to a fetch: ``(values, frames, fetch_errors)`` for the ids ``fetch``, each buffer ``get(id)``."""
+    def _fetched(self, fetch, get, inline: int = 0) -> tuple[list, list, list]:
+        """The answer to a fetch: ``(values, frames, fetch_errors)`` for the ids ``fetch``, each buffer ``get(id)``; a
+        value of at most ``inline`` bytes goes in its descriptor (``protocol.wire.INLINE_MAX``), not a frame."""
         values, frames, fetch_errors = [], [], []
         for i in fetch:
             b = get(i)
@@ -1069,8 +1090,11 @@ class Executor:
                     fetch_errors.append(error_to_wire(e, i))
                     continue
                 shape, dt = self.device.meta(b)
-                values.append([i, dt.name, list(shape), len(frames)])
-                frames.append(as_frame(arr))
+                if inline and arr.nbytes <= inline:
+                    values.append([i, dt.name, list(shape), arr.tobytes()])
+                else:
+                    values.append([i, dt.name, list(shape), len(frames)])
+                    frames.append(as_frame(arr))
         return values, frames, fetch_errors
 
     def _early_slots(self, job: _Job) -> dict | None:
@@ -1107,7 +1131,8 @@ class Executor:
             return
         bufs = s.buffers
         values, frames, fetch_errors = self._fetched(
-            job.h["fetch"], lambda i: env[made[i]] if i in made else bufs.get(i))
+            job.h["fetch"], lambda i: env[made[i]] if i in made else bufs.get(i),
+            INLINE_MAX if job.route is not None else 0)
         msg = {"t": "done", "s": sid, "q": job.h.get("q"), "values": values, "fetch_errors": fetch_errors}
         if scope is None:
             self._send_answer(s, job, msg, frames)
@@ -1137,7 +1162,7 @@ class Executor:
         self.busy_ns += took
         self.recent.append((self.batches_run, job.h.get("s"), job.started, took,
                             len(job.plan.program.steps) if job.plan is not None else 0))
-        if took > SLOW_BATCH_S * 1e9:
+        if took > SLOW_BATCH_NS:
             steps = len(job.plan.program.steps) if job.plan is not None else 0
             log.info("slow batch on %s: %.0f ms (plan %s, %d steps, %s)", self.name, took / 1e6, job.h.get("plan"),
                      steps, "on the pool" if job.offload else "inline")
@@ -1178,6 +1203,7 @@ RECENT_BATCHES = 128
 SLOW_BATCH_ENV = "TENSORWIRE_SLOW_BATCH_MS"
 #: a batch that runs longer than this on the worker is logged at info (``TENSORWIRE_SLOW_BATCH_MS``, default 1000)
 SLOW_BATCH_S = float(os.environ.get(SLOW_BATCH_ENV, "1000")) / 1e3
+SLOW_BATCH_NS = SLOW_BATCH_S * 1e9
 
 
 def _sid_text(sid) -> str:

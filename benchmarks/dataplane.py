@@ -131,6 +131,114 @@ def bench_roundtrip(address: str, echo: Echo, ipc_echo: Echo, ipc_spinning: Echo
     return out
 
 
+def worker_part(messages: int = 2000, rounds: int = 5) -> tuple[float, float]:
+    """Thread CPU seconds per one-op replay message of a worker's part, in this process: ``DirectChannel.receive``
+    -> ``Executor.replay_now`` -> the answer sent, for the message ``(x + 1).numpy()`` sends (a DEALER as the
+    client), best of ``rounds`` of ``messages``; and the same for a raw ROUTER that reads that message and answers it
+    with a header of the same size (the floor: what zmq and msgpack alone cost)."""
+    import msgpack
+    import zmq
+
+    from tensorwire.backends.cpu import NumpyBackend
+    from tensorwire.backends.direct import DirectChannel
+    from tensorwire.backends.worker import Executor
+    from tensorwire.protocol.capability import channel_key, issue
+    from tensorwire.protocol.wire import pack_header, unpack_header
+
+    ctx = zmq.Context.instance()
+    folder = tempfile.mkdtemp(prefix="tw-worker-part-")
+    ex = Executor(NumpyBackend().open(0), "cpu:0", lambda h, f: None)
+    ch = DirectChannel(ctx, "cpu:0", "bench-instance", f"ipc://{folder}/w.sock")
+    ch.epoch = "epoch"
+    ex.channel = ch
+    cap = issue(channel_key("bench-instance"), b"bench-01", "cpu:0", "epoch", time.time() + 3600)
+    raw = ctx.socket(zmq.ROUTER)
+    raw.bind(f"ipc://{folder}/raw.sock")
+    clients = []
+    for address in (ch.address, f"ipc://{folder}/raw.sock"):
+        cli = ctx.socket(zmq.DEALER)
+        cli.setsockopt(zmq.LINGER, 0)
+        cli.connect(address)
+        clients.append(cli)
+    cli, raw_cli = clients
+    packer = msgpack.Packer(use_bin_type=True)
+
+    def ask(h: dict, *frames) -> dict:
+        cli.send_multipart([packer.pack({**h, "cap": cap}), *frames])
+        assert ch.sock.poll(5000)
+        ch.receive(ex)
+        ex.run_ready()
+        assert cli.poll(5000)
+        return unpack_header(cli.recv_multipart()[0])
+
+    def replay(k: int) -> bytes:
+        return packer.pack({"ext": [1, 2], "outs": [k], "fetch": [k], "dyn": [], "plan": 2, "t": "run",
+                            "release": [k - 1], "shm": 1 << 20, "q": k, "cap": cap})
+
+    def ours(k0: int) -> float:
+        cpu = 0.0
+        for k in range(k0, k0 + messages):
+            cli.send(replay(k))
+            ch.sock.poll(5000)
+            c0 = time.thread_time()
+            ch.receive(ex)
+            cpu += time.thread_time() - c0
+            cli.poll(5000)
+            cli.recv(copy=False)
+        return cpu / messages
+
+    answer = None
+
+    def floor(k0: int) -> float:
+        cpu = 0.0
+        for k in range(k0, k0 + messages):
+            raw_cli.send(replay(k))
+            raw.poll(5000)
+            c0 = time.thread_time()
+            route, h = raw.recv_multipart(copy=False)
+            q = unpack_header(h.bytes)["q"]
+            raw.send_multipart([route, pack_header({**answer, "q": q})], copy=True)
+            cpu += time.thread_time() - c0
+            raw_cli.poll(5000)
+            raw_cli.recv(copy=False)
+        return cpu / messages
+
+    try:
+        one = np.float32(1).tobytes()
+        assert ask({"t": "run", "q": 1, "ext": [], "outs": [1, 2], "devs": ["cpu:0"], "sync": True,
+                    "nodes": [["const", [], {"shape": [4], "dtype": "float32", "frame": 0}, 0],
+                              ["const", [], {"shape": [], "dtype": "float32", "frame": 1}, 0]]},
+                   np.ones(4, np.float32).tobytes(), one)["t"] == "done"
+        answer = ask({"t": "run", "q": 2, "ext": [1, 2], "outs": [3], "plan": 2, "devs": ["cpu:0"], "dyn": [],
+                      "nodes": [["add", [-2, -1], {}, 0]], "fetch": [3], "shm": 1 << 20})
+        assert answer["t"] == "done" and not answer["errors"], answer
+        k = 10
+        ours(k)
+        floor(k)
+        k += messages
+        best_ours = best_floor = float("inf")
+        for _ in range(rounds):
+            best_ours = min(best_ours, ours(k))
+            best_floor = min(best_floor, floor(k))
+            k += messages
+    finally:
+        for sock in (*clients, raw):
+            sock.close(0)
+        ch.close()
+        ex.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    return best_ours, best_floor
+
+
+def bench_worker_part() -> Result:
+    """The worker's part of a one-op round trip, in one process, against zmq and msgpack alone."""
+    ours, floor = worker_part()
+    return Result("a worker's part of a one-op replay (direct socket -> executor -> answer), thread CPU per message, "
+                  "vs a raw ROUTER reading that message and answering it", ours * 1e6, floor * 1e6, "us",
+                  ours / floor, "report", True, f"best of 5 x 2000 messages in one process (a DEALER as the client); "
+                  f"1-minute load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+
+
 def _step_cpu(address: str, dispatcher_pid: int, direct: bool, steps: int) -> tuple[float, float]:
     """(dispatcher CPU seconds, wall seconds) per compiled digits MLP step, loss read every step, on one path."""
     x, y = _data(np.random.default_rng(0), False)
@@ -240,6 +348,7 @@ def run_all() -> list[Result]:
     ipc_echo = Echo(f"ipc://{folder}/echo.sock")
     ipc_spinning = SpinningEcho(f"ipc://{folder}/spinning.sock")
     try:
+        results.append(bench_worker_part())
         with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS) as c:  # (as the compile group's)
             results.extend(bench_roundtrip(c.address, echo, ipc_echo, ipc_spinning))
             results.extend(bench_dispatcher_cpu(c.address, c.services["dispatcher"].proc.pid))

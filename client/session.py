@@ -1175,6 +1175,8 @@ class Session:
                 err = next((e for e in errs if e.get("code") != DependencyFailed.code), err)
             self._note_raised(err)
             raise self._error(err)
+        if not errs:  # (the commonest answer)
+            return values
         roots = [e for e in errs if e.get("code") != DependencyFailed.code] or errs
         # one failure seen by several devices (a collective, a lost worker) is raised once, not once per device
         roots = [e for e in roots if (e.get("code"), e.get("message")) not in self._raised]

@@ -56,6 +56,7 @@ ANSWER_HWM = int(os.environ.get("TENSORWIRE_ANSWER_HWM", "1000"))
 RECV_HWM = 16
 #: frames from this size on are sent without a copy and tracked; smaller ones count against the HWM only
 TRACK_MIN = 64 << 10
+_MORE = NOBLOCK | SNDMORE
 #: error answers owed to one connection (its queue was full); past it they are dropped (the client's wait times out)
 MAX_OWED = 256
 #: connections with answers owed at once
@@ -140,18 +141,25 @@ class Answers:
             self.flush(ident)
 
     # -- sending ---------------------------------------------------------------------------------
-    def send(self, ident: bytes, header: dict, frames=()) -> bool:
+    def send(self, ident: bytes, header: dict, frames=(), sizes: list | None = None) -> bool:
         """Send one message to ``ident`` within the bounds; False when it was dropped (its error sent or owed in its
-        place, where it answers a numbered request)."""
-        if ident in self._owed and not self.flush(ident):  # owed answers go first; the queue is still full
-            self._drop(ident, header, self._hwm_error(header))
+        place, where it answers a numbered request). ``sizes``: the frames' sizes in bytes, where the caller knows
+        them (``frame_nbytes`` of each otherwise)."""
+        if self._owed and ident in self._owed and not self.flush(ident):  # owed answers go first; the queue is
+            self._drop(ident, header, self._hwm_error(header))  # still full
             return False
-        n = sum(k for k in map(frame_nbytes, frames) if k >= TRACK_MIN) if frames else 0
-        if n and not self._room(ident, n):
-            self._drop(ident, header, self._bytes_error(header, ident, n))
-            return False
+        n = 0
+        if frames:
+            if sizes is None:
+                sizes = list(map(frame_nbytes, frames))
+            for k in sizes:
+                if k >= TRACK_MIN:
+                    n += k
+            if n and not self._room(ident, n):
+                self._drop(ident, header, self._bytes_error(header, ident, n))
+                return False
         try:
-            self._send(ident, header, frames)
+            self._send(ident, header, frames, sizes if n else None)
         except zmq.Again:
             self._drop(ident, header, self._hwm_error(header))
             return False
@@ -169,14 +177,24 @@ class Answers:
         total = self._total if self._total + n <= self.total_bound else self.total()  # (prunes only when needed)
         return not total or total + n <= self.total_bound
 
-    def _send(self, ident: bytes, header: dict, frames) -> None:
+    def _send(self, ident: bytes, header: dict, frames, sizes: list | None = ()) -> None:
+        """``sizes``: the frames' sizes (None: every frame is smaller than ``TRACK_MIN``; ``()``: not known)."""
         sock = self.sock
-        sock.send(ident, SNDMORE | NOBLOCK)  # (a full or unknown peer raises here, before anything is queued)
+        sock.send(ident, _MORE)  # (a full or unknown peer raises here, before anything is queued)
+        if sizes is None or not frames:  # (small frames only, the commonest answer: each copied)
+            if not frames:
+                sock.send(pack_header(header), NOBLOCK)
+                return
+            sock.send(pack_header(header), _MORE)
+            last = len(frames) - 1
+            for i, p in enumerate(frames):
+                sock.send(p, _MORE if i < last else NOBLOCK)
+            return
         parts = [pack_header(header), *frames]
         last = len(parts) - 1
         for i, p in enumerate(parts):
-            flags = NOBLOCK | SNDMORE if i < last else NOBLOCK
-            k = frame_nbytes(p) if i else 0
+            flags = _MORE if i < last else NOBLOCK
+            k = (sizes[i - 1] if sizes else frame_nbytes(p)) if i else 0
             if k < TRACK_MIN:
                 sock.send(p, flags, copy=True)
                 continue

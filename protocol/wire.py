@@ -18,7 +18,7 @@ import zmq
 from . import PROTOCOL_VERSION
 from . import dtypes as D
 from .errors import ProtocolError, TensorwireError
-from .shapes import check_shape, numel
+from .shapes import MAX_NDIM, MAX_NUMEL, check_shape, numel
 
 #: the largest message a socket accepts (bytes, whole message); a peer sending more is cut off by zmq
 MAX_MESSAGE = int(os.environ.get("TENSORWIRE_MAX_MESSAGE", str(8 << 30)))
@@ -63,30 +63,54 @@ def unpack_header(data) -> dict:
     return h
 
 
+#: a fetched value of at most this many bytes answered on a direct channel travels in the answer's header (its
+#: descriptor's last field the bytes, not a frame index): one frame less to send and to read on each side
+INLINE_MAX = 4096
+
+
 def describe(arr: np.ndarray, hid: int, frame: int) -> list:
     return [hid, D.from_numpy(arr.dtype).name, list(arr.shape), frame]
 
 
 def array_from_frame(desc, frames: list) -> tuple[int, np.ndarray]:
-    """Wrap a described buffer frame as a numpy array, without copying; checks sizes and dtypes."""
-    if not isinstance(desc, list) or len(desc) != 4:
+    """Wrap a described buffer frame as a numpy array, without copying; checks sizes and dtypes. The descriptor's
+    last field is the frame's index, or the value's bytes themselves (``INLINE_MAX``)."""
+    if type(desc) is not list or len(desc) != 4:
         raise ProtocolError(f"bad tensor descriptor {desc!r}")
     hid, dname, shape, fi = desc
-    if not isinstance(dname, str) or dname not in D.BY_NAME:
+    dt = D.BY_NAME.get(dname) if type(dname) is str else None
+    if dt is None:
         raise ProtocolError(f"unknown dtype {dname!r} in tensor descriptor")
-    dt = D.BY_NAME[dname]
-    try:
-        shape = check_shape(shape)
-    except TensorwireError as e:
-        raise ProtocolError(f"bad shape in tensor descriptor: {e.message}") from None
-    if type(fi) is not int or not 0 <= fi < len(frames):
+    n = 1
+    if type(shape) is list and len(shape) <= MAX_NDIM:  # (the common case checked inline: check_shape's rule)
+        for d in shape:
+            if type(d) is not int or d < 0:
+                n = -1
+                break
+            n *= d
+    else:
+        n = -1
+    if 0 <= n <= MAX_NUMEL:
+        shape = tuple(shape)
+    else:
+        try:
+            shape = check_shape(shape)
+        except TensorwireError as e:
+            raise ProtocolError(f"bad shape in tensor descriptor: {e.message}") from None
+        n = numel(shape)
+    if type(fi) is bytes:  # (carried in the header)
+        got = len(fi)
+        buf = fi
+    elif type(fi) is not int or not 0 <= fi < len(frames):
         raise ProtocolError(f"tensor descriptor names frame {fi!r}, message has {len(frames)} buffer frames")
-    buf = frames[fi]
-    mv = buf.buffer if hasattr(buf, "buffer") else memoryview(buf)
-    need = numel(shape) * dt.itemsize
-    if mv.nbytes != need:
-        raise ProtocolError(f"buffer frame holds {mv.nbytes} bytes, shape {list(shape)} of {dname} needs {need}")
-    arr = np.frombuffer(mv, dtype=dt.np) if need else np.empty(0, dt.np)
+    else:
+        buf = frames[fi]
+        buf = buf.buffer if isinstance(buf, zmq.Frame) else memoryview(buf)
+        got = buf.nbytes
+    need = n * dt.itemsize
+    if got != need:
+        raise ProtocolError(f"buffer frame holds {got} bytes, shape {list(shape)} of {dname} needs {need}")
+    arr = np.frombuffer(buf, dtype=dt.np) if need else np.empty(0, dt.np)
     return hid, arr.reshape(shape)
 
 

@@ -15,6 +15,7 @@ import pytest
 import tensorwire as tw
 from tensorwire.protocol.capability import CAP_BYTES, channel_key, issue, verify, worker_id
 from tensorwire.protocol.errors import Unauthorized
+from tensorwire.protocol.wire import array_from_frame
 
 from .conftest import CLIENT_TOKEN, check_typed, hello, raw_socket, recv, send
 
@@ -186,15 +187,16 @@ def test_replayed_slice_bounds_are_checked_against_the_plan(attacker, victim):
         assert errors[0]["code"] == "ProtocolError", errors[0]
     send(c, {"t": "run", "q": 30, "cap": g["cap"], "ext": [], "outs": [149, 150], "plan": 90, "fetch": [150],
              "release": [149], "dyn": [[1, {"starts": [6], "stops": [10]}]]})
-    msg = c.recv_multipart()
-    h = msgpack.unpackb(msg[0], raw=False, strict_map_key=False)
+    h, values = _fetch_reply(c)
     assert h["t"] == "done" and not h.get("fetch_errors"), h
-    assert np.frombuffer(msg[-1], np.float32).tolist() == [6.0, 7.0, 8.0, 9.0]
+    assert values[0].tolist() == [6.0, 7.0, 8.0, 9.0]
     np.testing.assert_allclose(y.numpy(), np.exp(VALUES * 2), rtol=1e-6)
 
 def _fetch_reply(c) -> tuple[dict, list]:
+    """The next answer and the values it fetched (in frames, or in its header when small: wire.INLINE_MAX)."""
     msg = c.recv_multipart()
-    return msgpack.unpackb(msg[0], raw=False, strict_map_key=False), msg[1:]
+    h = msgpack.unpackb(msg[0], raw=False, strict_map_key=False)
+    return h, [array_from_frame(d, msg[1:])[1] for d in h.get("values") or ()]
 
 
 def test_forged_replays_of_a_known_plan_are_refused(attacker, victim):
@@ -212,7 +214,7 @@ def test_forged_replays_of_a_known_plan_are_refused(attacker, victim):
     send(c, {"t": "run", "q": 51, "cap": g["cap"], **plan, "outs": [201], "devs": ["cpu:0"],
              "nodes": [["neg", [-1], {}, 0]], "fetch": [201]})
     h, frames = _fetch_reply(c)
-    assert h["t"] == "done" and np.frombuffer(frames[0], np.float32).tolist() == (-src).tolist(), h
+    assert h["t"] == "done" and frames[0].tolist() == (-src).tolist(), h
 
     def replay(q: int, **fields) -> dict:
         send(c, {"t": "run", "q": q, "cap": g["cap"], **plan, "outs": [210 + q], "fetch": [210 + q], **fields})
@@ -246,10 +248,10 @@ def test_forged_replays_of_a_known_plan_are_refused(attacker, victim):
         assert "NotFound" in errors[0]["message"] if errors[0]["code"] == "DependencyFailed" else True, errors[0]
     send(c, {"t": "run", "q": 70, "cap": g["cap"], "fetch": [200]})
     h, frames = _fetch_reply(c)
-    assert h["t"] == "done" and frames and np.frombuffer(frames[0], np.float32).tolist() == src.tolist(), h
+    assert h["t"] == "done" and frames and frames[0].tolist() == src.tolist(), h
     send(c, {"t": "run", "q": 71, "cap": g["cap"], **plan, "outs": [290], "fetch": [290], "release": [290 - 1]})
     h, frames = _fetch_reply(c)
-    assert h["t"] == "done" and not h["errors"] and np.frombuffer(frames[0], np.float32).tolist() == (-src).tolist()
+    assert h["t"] == "done" and not h["errors"] and frames[0].tolist() == (-src).tolist()
     np.testing.assert_allclose(y.numpy(), np.exp(VALUES * 2), rtol=1e-6)
     np.testing.assert_array_equal(odd.numpy(), np.zeros((2, 2), np.float32))
 

@@ -25,8 +25,9 @@ def sockets(tmp_path):
     client.setsockopt(zmq.LINGER, 0)
     client.connect(ch.address)
     disp_w, disp = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
-    disp.bind("inproc://read-alone-dispatcher")
-    disp_w.connect("inproc://read-alone-dispatcher")
+    name = f"inproc://read-alone-dispatcher-{tmp_path.name}"  # (one per test: a closed socket's name frees late)
+    disp.bind(name)
+    disp_w.connect(name)
     yield ch, client, disp, disp_w
     for s in (client, disp, disp_w):
         s.close(0)

@@ -17,6 +17,7 @@ from tensorwire.backends.direct import DirectChannel
 from tensorwire.backends.worker import Executor
 from tensorwire.protocol.capability import channel_key, issue
 from tensorwire.protocol.errors import ProtocolError
+from tensorwire.protocol.wire import INLINE_MAX, array_from_frame
 
 SID = b"session1"
 X = np.arange(4, dtype=np.float32)
@@ -49,7 +50,8 @@ class _Worker:
         if not self.cli.poll(200):
             return None
         msg = self.cli.recv_multipart()
-        return msgpack.unpackb(msg[0], raw=False, strict_map_key=False), msg[1:]
+        h = msgpack.unpackb(msg[0], raw=False, strict_map_key=False)  # (and the values fetched, in frames or, when
+        return h, [array_from_frame(d, msg[1:])[1] for d in h.get("values") or ()]  # small, in the header)
 
     def close(self) -> None:
         self.cli.close(0)
@@ -66,7 +68,7 @@ def w(tmp_path):
     w.send({"t": "run", "q": 2, "ext": [1], "outs": [2], "plan": 7, "devs": ["cpu:0"],
             "nodes": [["neg", [-1], {}, 0]], "fetch": [2]})
     h, frames = w.answer()
-    assert h["t"] == "done" and np.frombuffer(frames[0], np.float32).tolist() == (-X).tolist(), h
+    assert h["t"] == "done" and frames[0].tolist() == (-X).tolist(), h
     yield w
     w.close()
 
@@ -76,7 +78,7 @@ def test_a_known_replay_is_answered_as_soon_as_the_worker_reads_it(w):
         w.send({"t": "run", "q": k, "ext": [1], "outs": [k], "plan": 7, "fetch": [k], "release": [k - 1]})
         h, frames = w.answer(run=False)  # (nothing queued: it ran while the worker read its socket)
         assert h["t"] == "done" and h["q"] == k and not h["errors"], h
-        assert np.frombuffer(frames[0], np.float32).tolist() == (-X).tolist()
+        assert frames[0].tolist() == (-X).tolist()
     s = w.ex.sessions[SID]
     assert set(s.buffers) == {1, 7} and s.running is None and not s.jobs  # the releases went, as queued work's do
     assert w.ex.direct_counts["plan_hits"] == 5 and w.ex.batches_run == 7
@@ -133,3 +135,28 @@ def test_a_replay_naming_upload_files_it_does_not_carry_is_refused(w):
     h, _ = w.answer()
     assert h["t"] == "error" and h["error"]["code"] == "ProtocolError" and "shm_frames" in h["error"]["message"], h
     assert set(w.ex.sessions[SID].buffers) == {1, 2}
+
+
+def test_a_small_value_comes_in_the_answers_header(w):
+    """A fetched value of at most ``INLINE_MAX`` bytes travels in the answer's header (one frame: no frame of its
+    own), a larger one in a frame; the fast path and the general one alike."""
+    big = np.arange(INLINE_MAX // 4 + 1, dtype=np.float32)
+    w.send({"t": "run", "q": 3, "ext": [], "outs": [100], "devs": ["cpu:0"], "fetch": [100],
+            "nodes": [["const", [], {"shape": [len(big)], "dtype": "float32", "frame": 0}, 0]]}, big.tobytes())
+    h, values = w.answer()
+    assert h["values"][0][3] == 0 and values[0].tolist() == big.tolist(), h  # (a frame of its own)
+    for k, fast in ((4, False), (5, True)):  # (a replay the general path runs, then one the fast path does)
+        if not fast:
+            w.ex.ready.append(b"someone else")  # (another session runnable: the fast path steps aside)
+        w.send({"t": "run", "q": k, "ext": [1], "outs": [k], "plan": 7, "fetch": [k, 100], "release": [k - 1]})
+        w.ch.receive(w.ex)
+        assert w.ex.ready or fast
+        w.ex.run_ready()
+        assert w.cli.poll(2000)
+        msg = w.cli.recv_multipart()
+        h = msgpack.unpackb(msg[0], raw=False, strict_map_key=False)
+        assert h["t"] == "done" and not h["errors"], h
+        small, large = h["values"]
+        assert small[:3] == [k, "float32", [4]] and small[3] == (-X).tobytes()  # (in the header)
+        assert large[:3] == [100, "float32", [len(big)]] and large[3] == 0 and len(msg) == 2  # (its own frame)
+        assert array_from_frame(large, msg[1:])[1].tolist() == big.tolist()

@@ -80,6 +80,22 @@ def test_array_round_trip(dt, shape):
         assert b.tobytes() == a.tobytes()
 
 
+@pytest.mark.parametrize("dt", D.ALL, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", [(3, 4), (), (0,)])
+def test_a_value_carried_in_the_header(dt, shape):
+    """A small fetched value travels in its descriptor (``INLINE_MAX``): the bytes in place of the frame index."""
+    a = (np.arange(int(np.prod(shape))) % 7).astype(dt.np).reshape(shape)
+    h = wire.unpack_header(wire.pack_header({"t": "done", "values": [[5, dt.name, list(shape), a.tobytes()]]}))
+    hid, b = wire.array_from_frame(h["values"][0], [])
+    assert hid == 5 and b.dtype == dt.np and b.shape == shape and b.tobytes() == a.tobytes()
+
+
+@pytest.mark.parametrize("nbytes", [0, 7, 9])
+def test_a_value_in_the_header_of_the_wrong_size(nbytes):
+    with pytest.raises(ProtocolError, match="needs 8"):
+        wire.array_from_frame([1, "float32", [2], b"\0" * nbytes], [b"\0" * 8])
+
+
 def test_as_frame_of_a_non_contiguous_array():
     a = np.arange(12, dtype=np.float32).reshape(3, 4).T
     _, b = wire.array_from_frame(wire.describe(a, 1, 0), [wire.as_frame(a)])
