@@ -205,110 +205,16 @@ class Ctx:
 
 
 # ----------------------------------------------------------------------------------------------
-# elementwise unary
-
-@rule("exp")
-def _exp(c):
-    return [c.g * c.y]
-
-
-@rule("log")
-def _log(c):
-    return [c.g / c.x[0]]
-
-
-@rule("log1p")
-def _log1p(c):
-    return [c.g / (c.x[0] + 1)]
-
-
-@rule("expm1")
-def _expm1(c):
-    return [c.g * (c.y + 1)]
-
-
-@rule("sqrt")
-def _sqrt(c):
-    return [c.g / (c.y * 2)]
-
+# elementwise unary composites (the primitives' rules are declared with their ops: protocol/ops/elementwise.py)
 
 @rule("rsqrt")
 def _rsqrt(c):
     return [c.g * c.y * c.y * c.y * -0.5]
 
 
-@rule("sin")
-def _sin(c):
-    return [c.g * c.x[0].op("cos")]
-
-
-@rule("cos")
-def _cos(c):
-    return [-(c.g * c.x[0].op("sin"))]
-
-
-@rule("tan")
-def _tan(c):
-    return [c.g * (c.y * c.y + 1)]
-
-
-@rule("tanh")
-def _tanh(c):
-    return [c.g * (1 - c.y * c.y)]
-
-
 @rule("sigmoid")
 def _sigmoid(c):
     return [c.g * c.y * (1 - c.y)]
-
-
-@rule("erf")
-def _erf(c):
-    x = c.x[0]
-    return [c.g * (-(x * x)).op("exp") * (2.0 / math.sqrt(math.pi))]
-
-
-@rule("reciprocal")
-def _reciprocal(c):
-    return [-(c.g * c.y * c.y)]
-
-
-@rule("asin")
-def _asin(c):
-    x = c.x[0]
-    return [c.g / (1 - x * x).op("sqrt")]
-
-
-@rule("acos")
-def _acos(c):
-    x = c.x[0]
-    return [-(c.g / (1 - x * x).op("sqrt"))]
-
-
-@rule("atan")
-def _atan(c):
-    x = c.x[0]
-    return [c.g / (x * x + 1)]
-
-
-@rule("sinh")
-def _sinh(c):
-    return [c.g * c.x[0].op("cosh")]
-
-
-@rule("cosh")
-def _cosh(c):
-    return [c.g * c.x[0].op("sinh")]
-
-
-@rule("neg")
-def _neg(c):
-    return [-c.g]
-
-
-@rule("abs")
-def _abs(c):
-    return [c.g * c.x[0].op("sign")]
 
 
 @rule("square")

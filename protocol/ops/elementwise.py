@@ -9,6 +9,8 @@ the numpy and MLX kernels and the conformance reference; ``methods``: the Tensor
 
 from __future__ import annotations
 
+import math
+
 from .. import dtypes as D
 from ..errors import DTypeError
 from ..shapes import broadcast, broadcast_many
@@ -61,9 +63,94 @@ _UNARY: dict[str, tuple[str | None, tuple[str, ...], str | None]] = {
 }
 assert set(_UNARY) == {*FLOAT_UNARY, *SAME_UNARY, *BOOL_UNARY, "logical_not", "bitwise_not"}
 
+
+# VJP rules of the unary ops (a Ctx as the binary ones' below)
+_SQRT_PI = math.sqrt(math.pi)
+
+
+def _exp_vjp(c):
+    return [c.g * c.y]
+
+
+def _log_vjp(c):
+    return [c.g / c.x[0]]
+
+
+def _log1p_vjp(c):
+    return [c.g / (c.x[0] + 1)]
+
+
+def _expm1_vjp(c):
+    return [c.g * (c.y + 1)]
+
+
+def _sqrt_vjp(c):
+    return [c.g / (c.y * 2)]
+
+
+def _sin_vjp(c):
+    return [c.g * c.x[0].op("cos")]
+
+
+def _cos_vjp(c):
+    return [-(c.g * c.x[0].op("sin"))]
+
+
+def _tan_vjp(c):
+    return [c.g * (c.y * c.y + 1)]
+
+
+def _tanh_vjp(c):
+    return [c.g * (1 - c.y * c.y)]
+
+
+def _erf_vjp(c):
+    x = c.x[0]
+    return [c.g * (-(x * x)).op("exp") * (2.0 / _SQRT_PI)]
+
+
+def _reciprocal_vjp(c):
+    return [-(c.g * c.y * c.y)]
+
+
+def _asin_vjp(c):
+    x = c.x[0]
+    return [c.g / (1 - x * x).op("sqrt")]
+
+
+def _acos_vjp(c):
+    x = c.x[0]
+    return [-(c.g / (1 - x * x).op("sqrt"))]
+
+
+def _atan_vjp(c):
+    x = c.x[0]
+    return [c.g / (x * x + 1)]
+
+
+def _sinh_vjp(c):
+    return [c.g * c.x[0].op("cosh")]
+
+
+def _cosh_vjp(c):
+    return [c.g * c.x[0].op("sinh")]
+
+
+def _neg_vjp(c):
+    return [-c.g]
+
+
+def _abs_vjp(c):
+    return [c.g * c.x[0].op("sign")]
+
+
+#: the unary ops' rules by op
+_UNARY_VJP = {n: globals()[f"_{n}_vjp"] for n in (*FLOAT_UNARY, "neg", "abs")}
+
 for _n in FLOAT_UNARY:
     _f, _m, _p = _UNARY[_n]
-    register_op(OpDef(_n, 1, _unary_float, kind="unary", array_fn=_f, methods=_m, autocast=_p))
+    register_op(OpDef(_n, 1, _unary_float, kind="unary", array_fn=_f, methods=_m, autocast=_p,
+                      vjp=_UNARY_VJP[_n]))
 
 
 def _neg_infer(metas, attrs):
@@ -77,7 +164,7 @@ def _neg_infer(metas, attrs):
 for _n in SAME_UNARY:  # all differentiable, as torch's: sign and the rounding ops with a zero gradient
     _f, _m, _p = _UNARY[_n]
     register_op(OpDef(_n, 1, _neg_infer if _n == "neg" else _unary_same, kind="unary", array_fn=_f, methods=_m,
-                      autocast=_p))
+                      autocast=_p, vjp=_UNARY_VJP.get(_n)))  # (sign and the rounding ops: autograd/vjp.py's zero)
 for _n in BOOL_UNARY:
     _f, _m, _p = _UNARY[_n]
     register_op(OpDef(_n, 1, _unary_bool, kind="unary", differentiable=False, array_fn=_f, methods=_m))

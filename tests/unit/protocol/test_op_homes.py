@@ -68,6 +68,17 @@ def test_the_straight_line_runner_calls_the_table_s_ufuncs():
     assert specialize(Step()) is np.arctan2
 
 
+def test_every_elementwise_primitive_has_one_vjp_home():
+    """A differentiable elementwise primitive's rule lives in exactly one place: declared with its op, or (sign, the
+    rounding ops and floor_divide, which share a zero rule) in autograd/vjp.py's table, never both."""
+    from tensorwire.protocol.ops import FLOAT_UNARY, SAME_UNARY
+
+    for name in (*FLOAT_UNARY, *SAME_UNARY, "add", "sub", "mul", "div", "maximum", "minimum", "remainder", "pow",
+                 "atan2", "floor_divide"):
+        assert (OPS[name].vjp is not None) != (name in RULES), name
+        assert has_vjp(name), name
+
+
 def test_a_vjp_rule_declared_with_its_op_is_used():
     assert OPS["atan2"].vjp is not None and "atan2" not in RULES and has_vjp("atan2")
     b = ExpandingBuilder()
