@@ -1043,7 +1043,8 @@ class Executor:
                                                      INLINE_MAX if job.route is not None else 0)
         if t0:
             job.spans.append(("transfer::fetch", "transfer", t0, time.monotonic_ns() - t0, {
-                "batch": h["prof"], "bytes": sum(len(f) if isinstance(f, bytes) else f.nbytes for f in frames)}))
+                "batch": h["prof"], "bytes": sum(len(f) if isinstance(f, bytes) else f.nbytes for f in frames)
+                + sum(len(v[3]) for v in values if type(v[3]) is bytes)}))
         errors, s.errors = s.errors, []
         job.answered = True
         self._done(s, job)
@@ -1062,6 +1063,9 @@ class Executor:
                     code = str(e.get("code"))[:64]
                     c["errors"][code] = c["errors"].get(code, 0) + 1
             sizes = None
+            values = msg.get("values")
+            if values and len(values) > len(frames):  # (values carried in the header: their bytes count too)
+                c["bytes_out"] += sum(len(v[3]) for v in values if type(v[3]) is bytes)
             if frames:
                 sizes = list(map(frame_nbytes, frames))
                 c["bytes_out"] += sum(sizes)
