@@ -32,6 +32,7 @@ from . import indexing as _indexing
 from . import views as V
 from .autograd_hooks import check_inplace as _check_inplace
 from .autograd_hooks import record as _hooks_record
+from .zero_grads import zero_grad_from
 
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
 _Number = (int, float, bool, np.number, np.bool_)
@@ -1330,11 +1331,10 @@ class Tensor:
                                  f"type {self.dtype.name.capitalize()}")
             new = new.to(self.dtype)
         _check_inplace(self, new)
-        if self.requires_grad and not new.requires_grad and _autograd_engine.is_grad_enabled():
+        if self.requires_grad and not new.requires_grad:
             # torch keeps the history: a tensor that requires grad still does after an in-place op, and what its old
             # value came from gets a zero gradient (fill_, zero_, copy_ of a value without history)
-            yes = self._s.scalar(True, D.bool_, self._dev)
-            new = new._rec("where", [yes, new, self.sum().to(new.dtype)])
+            new = zero_grad_from(new, self)
         V.assign(self, new)
         return self
 

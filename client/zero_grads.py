@@ -11,10 +11,14 @@ inputs with a zero gradient.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tensorwire.protocol import dtypes as D
 
 from .autograd_engine import is_grad_enabled
-from .tensor import Tensor
+
+if TYPE_CHECKING:
+    from .tensor import Tensor  # (not at run time: Tensor._assign uses this module)
 
 
 def zero_grad_from(out: Tensor, *inputs) -> Tensor:
@@ -24,7 +28,7 @@ def zero_grad_from(out: Tensor, *inputs) -> Tensor:
     if not is_grad_enabled() or not out.dtype.is_floating_point:
         return out
     for x in inputs:
-        if isinstance(x, Tensor) and x.requires_grad:
+        if getattr(x, "requires_grad", False):  # (a tensor that requires grad; not a number or an array)
             yes = out._s.scalar(True, D.bool_, out._dev)
             out = out._rec("where", [yes, out, x.sum().to(out.dtype)])  # (functions.where's record)
     return out
