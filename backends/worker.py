@@ -108,6 +108,11 @@ def describe_job(job) -> str:
     return f"a replay of plan {job.h.get('plan')}{steps}"
 
 
+
+def _inline_nbytes(values: list) -> int:
+    """The bytes of the fetched values an answer carries in its header (``Executor._fetched``'s ``inline``)."""
+    return sum(len(v[3]) for v in values if type(v[3]) is bytes)
+
 class _Job:
     """One ``run`` message of a session, from its arrival to its answer."""
 
@@ -1044,7 +1049,7 @@ class Executor:
         if t0:
             job.spans.append(("transfer::fetch", "transfer", t0, time.monotonic_ns() - t0, {
                 "batch": h["prof"], "bytes": sum(len(f) if isinstance(f, bytes) else f.nbytes for f in frames)
-                + sum(len(v[3]) for v in values if type(v[3]) is bytes)}))
+                + _inline_nbytes(values)}))
         errors, s.errors = s.errors, []
         job.answered = True
         self._done(s, job)
@@ -1065,7 +1070,7 @@ class Executor:
             sizes = None
             values = msg.get("values")
             if values and len(values) > len(frames):  # (values carried in the header: their bytes count too)
-                c["bytes_out"] += sum(len(v[3]) for v in values if type(v[3]) is bytes)
+                c["bytes_out"] += _inline_nbytes(values)
             if frames:
                 sizes = list(map(frame_nbytes, frames))
                 c["bytes_out"] += sum(sizes)
