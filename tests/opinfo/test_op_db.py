@@ -59,11 +59,17 @@ def _fail_if_wrong(r: H.EntryResult) -> None:
 def test_float32(op):
     r = H.run_entry(op, torch.float32, SAMPLES)
     _fail_if_wrong(r)
-    listed = r.entry in NOT_YET
+    _listed_iff_failing(r, NOT_YET, " passes now: take it out of NOT_YET", " passed before and does not now")
+
+
+def _listed_iff_failing(r: H.EntryResult, not_yet: set[str], passes: str, regressed: str) -> None:
+    """The ratchet of a not-yet list: an entry that passes must not be listed (``passes``), one that does not must
+    be (``regressed``), and a listed one is skipped with its reason."""
+    listed = r.entry in not_yet
     if r.status == "ok":
-        assert not listed, f"{r.entry} passes now: take it out of NOT_YET"
+        assert not listed, f"{r.entry}{passes}"
         return
-    assert listed, f"{r.entry} passed before and does not now: {r.reason()}"
+    assert listed, f"{r.entry}{regressed}: {r.reason()}"
     pytest.skip(r.reason())
 
 
@@ -95,12 +101,8 @@ def test_float32_gradient(op):
     if r.status == "wrong":
         o = r.first("wrong")
         pytest.fail(f"{r.entry} ({r.target}): the gradient is silently wrong: {o.detail} on {o.sample}")
-    listed = r.entry in GRAD_NOT_YET
-    if r.status == "ok":
-        assert not listed, f"{r.entry}'s gradient matches torch now: take it out of GRAD_NOT_YET"
-        return
-    assert listed, f"{r.entry}'s gradient matched torch before and does not now: {r.reason()}"
-    pytest.skip(r.reason())
+    _listed_iff_failing(r, GRAD_NOT_YET, "'s gradient matches torch now: take it out of GRAD_NOT_YET",
+                        "'s gradient matched torch before and does not now")
 
 
 def test_not_yet_names_real_entries():
