@@ -26,7 +26,6 @@ import itertools
 import logging
 import os
 import re
-import time
 import weakref
 
 import numpy as np
@@ -35,6 +34,7 @@ import zmq
 from tensorwire.protocol.curve import apply_pinned
 from tensorwire.protocol.errors import ProtocolError
 from tensorwire.protocol.liveness import set_zmq_heartbeats
+from tensorwire.protocol.service import spin_wait
 from tensorwire.protocol.shm_paths import MappedFiles
 from tensorwire.protocol.wire import EVENTS, MAX_MESSAGE, POLLIN, array_from_frame, pack_header, recv_frames, send_parts
 
@@ -183,17 +183,12 @@ def wait_alone(sock: zmq.Socket, spin_s: float, others) -> list | bool:
     the read. Returns the message read (its frames), True when ``others()`` did or the socket has a message, False
     when nothing came within the bounds (a session then watches every socket). Polling a session's three sockets
     for an answer due on one costs ~11 system calls; this read ~5."""
-    if spin_s > 0:
-        end = time.perf_counter() + spin_s
-        for k in range(1, 1 << 30):  # bounded by the time
-            if sock.getsockopt(EVENTS) & POLLIN:
-                return True
-            if k % OTHERS_EVERY == 0 and others():
-                return True
-            if time.perf_counter() >= end:
-                break
-            os.sched_yield()
-    if others():
+    checks = itertools.count(1)
+
+    def ready(_timeout) -> bool:  # (the spin's poll: this socket, and every OTHERS_EVERY checks the others)
+        return bool(sock.getsockopt(EVENTS) & POLLIN) or (next(checks) % OTHERS_EVERY == 0 and others())
+
+    if spin_wait(ready, spin_s) or others():
         return True
     try:
         return recv_frames(sock)  # (a signal ends the read at once, Ctrl-C raising)
