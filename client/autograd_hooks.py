@@ -35,11 +35,16 @@ def record(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
         ins = _amp.cast_inputs(session, op, ins, attrs, device, record)
         known = None
     for t in ins:  # (an input that requires grad first: the grad mode's thread-local is read only then)
-        if t.requires_grad or (t._base is not None and t._base.requires_grad):
+        if requires_grad_of(t):
             if _E.is_grad_enabled():
                 return _E.record_grad(session, op, ins, attrs, device, up + 1)
             break
     return session.record(op, ins, attrs, device, known, up=up + 1)
+
+
+def requires_grad_of(t) -> bool:
+    """Whether an op reading ``t`` is recorded with autograd while grad mode is on: ``t`` or its base requires grad."""
+    return t.requires_grad or (t._base is not None and t._base.requires_grad)
 
 
 def detach(t):

@@ -37,9 +37,7 @@ def _rec(t, op: str, ins, attrs, known=None):
 
 def _grad_tracked(t) -> bool:
     """Whether an op reading ``t`` is recorded with autograd (``autograd_hooks.record``'s test)."""
-    if t.requires_grad or (t._base is not None and t._base.requires_grad):
-        return _hooks._E.is_grad_enabled()
-    return False
+    return _hooks.requires_grad_of(t) and _hooks._E.is_grad_enabled()
 
 
 def reshape_key(shape: tuple):
