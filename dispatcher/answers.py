@@ -181,20 +181,12 @@ class Answers:
         """``sizes``: the frames' sizes (None: every frame is smaller than ``TRACK_MIN``; ``()``: not known)."""
         sock = self.sock
         sock.send(ident, _MORE)  # (a full or unknown peer raises here, before anything is queued)
-        if sizes is None or not frames:  # (small frames only, the commonest answer: each copied)
-            if not frames:
-                sock.send(pack_header(header), NOBLOCK)
-                return
-            sock.send(pack_header(header), _MORE)
-            last = len(frames) - 1
-            for i, p in enumerate(frames):
-                sock.send(p, _MORE if i < last else NOBLOCK)
-            return
         parts = [pack_header(header), *frames]
         last = len(parts) - 1
         for i, p in enumerate(parts):
             flags = _MORE if i < last else NOBLOCK
-            k = (sizes[i - 1] if sizes else frame_nbytes(p)) if i else 0
+            # (the header, and every frame when sizes is None, the commonest answer, are small: copied)
+            k = 0 if i == 0 or sizes is None else sizes[i - 1] if sizes else frame_nbytes(p)
             if k < TRACK_MIN:
                 sock.send(p, flags, copy=True)
                 continue
