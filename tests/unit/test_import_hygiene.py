@@ -86,13 +86,16 @@ def module_name(rel: Path) -> str | None:
 def source_files() -> dict[Path, str | None]:
     """Every shipped Python file (relative path) and its module name."""
     out = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        rel = path.relative_to(ROOT)
-        if rel.parts[0] in SKIP or rel.parts[0].startswith(".") or any(p in ("build", "__pycache__") or
-                                                                       p.endswith(".egg-info") for p in rel.parts):
-            continue
-        out[rel] = module_name(rel)
-    return out
+    # (not descending into a virtual environment at the top, the README's ``venv``: a folder with a pyvenv.cfg)
+    tops = [ROOT] + [d for d in sorted(ROOT.iterdir()) if d.is_dir() and d.name not in SKIP
+                     and not d.name.startswith(".") and not (d / "pyvenv.cfg").exists()]
+    for top in tops:
+        for path in sorted(top.glob("*.py") if top is ROOT else top.rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if any(p in ("build", "__pycache__") or p.endswith(".egg-info") for p in rel.parts):
+                continue
+            out[rel] = module_name(rel)
+    return dict(sorted(out.items()))
 
 
 def _is_type_checking(test: ast.expr) -> bool:
