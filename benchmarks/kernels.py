@@ -192,6 +192,68 @@ def bench_compile_time() -> Result:
                   "warm = a new process finding the library on disk; within a process a plan compiles once")
 
 
+#: the DCGAN's convolutions (tests/programs/dcgan.py, batch 32) as conv2d takes them: (layer, input, weight, stride,
+#: padding); a ConvTranspose2d layer is the conv2d whose input gradient it is (its weight [C_in, C_out, k, k] is
+#: that conv's [O, C, k, k]), so it runs the same three kernels in other roles
+DCGAN_CONVS = [("D1", (32, 1, 32, 32), (16, 1, 4, 4), 2, 1), ("D2", (32, 16, 16, 16), (32, 16, 4, 4), 2, 1),
+               ("D3", (32, 32, 8, 8), (64, 32, 4, 4), 2, 1), ("D4", (32, 64, 4, 4), (1, 64, 4, 4), 1, 0),
+               ("G1", (32, 64, 4, 4), (16, 64, 4, 4), 1, 0), ("G2", (32, 32, 8, 8), (64, 32, 4, 4), 2, 1),
+               ("G3", (32, 16, 16, 16), (32, 16, 4, 4), 2, 1), ("G4", (32, 1, 32, 32), (16, 1, 4, 4), 2, 1)]
+
+
+def bench_conv_dcgan() -> Result | None:
+    """The CPU worker's conv kernels (``backends/cpu/conv.py``, called in this process as the worker calls them)
+    on every DCGAN convolution, forward and both gradients, against torch's (``F.conv2d``,
+    ``aten.convolution_backward``) with ``training.THREADS`` threads on both sides; the note names the worst."""
+    torch = _torch()
+    if torch is None:
+        return None
+    from threadpoolctl import threadpool_limits
+
+    from tensorwire.backends.cpu.kernels import KERNELS
+    from tensorwire.protocol import dtypes as D
+
+    from .training import THREADS as TRAIN_THREADS
+    torch.set_num_threads(TRAIN_THREADS)
+    rng = np.random.default_rng(0)
+    pairs = []  # (name, ours, peer)
+    for name, xs, ws, s, p in DCGAN_CONVS:
+        x, w = (rng.standard_normal(sh).astype(np.float32) for sh in (xs, ws))
+        a = {"stride": [s, s], "padding": [p, p], "dilation": [1, 1], "groups": 1}
+        xt, wt = torch.from_numpy(x), torch.from_numpy(w)
+        y = torch.nn.functional.conv2d(xt, wt, None, s, p)
+        gyt = torch.from_numpy(rng.standard_normal(tuple(y.shape)).astype(np.float32))
+        gy = gyt.numpy()
+
+        def back(mask, gyt=gyt, xt=xt, wt=wt, s=s, p=p):
+            return torch.ops.aten.convolution_backward(gyt, xt, wt, None, [s, s], [p, p], [1, 1], False, [0, 0], 1,
+                                                       mask)
+
+        kernels = [("conv2d", lambda x=x, w=w, a=a, sh=tuple(y.shape): KERNELS["conv2d"]([x, w], a, sh, D.float32),
+                    lambda xt=xt, wt=wt, s=s, p=p: torch.nn.functional.conv2d(xt, wt, None, s, p), y.numpy()),
+                   ("grad_weight", lambda x=x, gy=gy, a=a, ws=ws: KERNELS["conv2d_grad_weight"](
+                       [x, gy], {**a, "kernel": list(ws[2:])}, ws, D.float32),
+                    lambda back=back: back([False, True, False])[1], back([False, True, False])[1].numpy()),
+                   ("grad_input", lambda gy=gy, w=w, a=a, xs=xs: KERNELS["conv2d_grad_input"](
+                       [gy, w], {**a, "input_size": list(xs[2:])}, xs, D.float32),
+                    lambda back=back: back([True, False, False])[0], back([True, False, False])[0].numpy())]
+        for what, ours, peer, ref in kernels:
+            np.testing.assert_allclose(ours(), ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+            pairs.append((f"{name} {what}", ours, peer))
+    times = []
+    with threadpool_limits(TRAIN_THREADS):
+        for name, ours, peer in pairs:
+            ours(), peer()
+            times.append((name, *interleaved(ours, peer, rounds=7, number=10)))
+    t_ours, t_peer = sum(t[1] for t in times), sum(t[2] for t in times)
+    worst = sorted(times, key=lambda t: t[2] / t[1])[:3]
+    r = t_ours / t_peer
+    return Result(f"the DCGAN's 24 conv kernels (8 convolutions x forward, grad_weight, grad_input; 32x32, batch 32) "
+                  f"on the CPU worker's numpy kernels vs torch, {TRAIN_THREADS} thread (time, summed)", t_ours * 1e3,
+                  t_peer * 1e3, "ms", r, "<= 1.2x", r <= 1.2,
+                  "slowest against torch: " + ", ".join(f"{n} {o / q:.2f}x" for n, o, q in worst))
+
+
 def _opencl_ok() -> bool:
     try:
         from tensorwire.backends.opencl import OpenCLBackend
@@ -203,6 +265,7 @@ def _opencl_ok() -> bool:
 
 def run_all() -> list[Result]:
     results: list[Result] = [bench_compile_time()]
+    results += [r for r in (bench_conv_dcgan(),) if r]
     # the CPU rows on a cluster of their own: an OpenCL (PoCL) worker's idle threads would slow the peers
     with tempfile.TemporaryDirectory() as root, tw.LocalCluster(devices=["cpu:0"], hub_root=root,
                                                                  worker_threads=THREADS) as c:

@@ -13,7 +13,7 @@ from tensorwire.backends.quota import host_memory
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 
-from . import compiled, pooling, recurrent  # noqa: F401  (pooling and recurrent register their kernels)
+from . import compiled, conv, pooling, recurrent  # noqa: F401  (they register their kernels)
 from .kernels import KERNELS, specialize
 
 _BY_NP = D.BY_NP

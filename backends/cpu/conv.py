@@ -1,0 +1,361 @@
+"""Native CPU kernels of ``conv2d`` and its two gradients, ``conv2d_grad_weight`` and ``conv2d_grad_input`` (which is
+also ``F.conv_transpose2d``'s forward). Each is one or a few BLAS gemms over columns copied from the input; the
+layout of those columns is chosen per call from the convolution's shape (:func:`_layout`):
+
+* ``dense``: the window covers the whole unpadded input, so the output is 1x1 and the convolution IS a product:
+  ``x [N, C*kh*kw] @ w [O, C*kh*kw]^T``, each operand and result a reshape of the NCHW buffers (no im2col);
+* ``channels_last``: strided convolutions with at least ``_CHANNELS_LAST_MIN`` input channels. The input goes
+  zero-padded into [N, Hp, Wp, C], where a window's row is ONE contiguous run of kw*C values, so the im2col copy
+  moves runs of kw*C (channel-major it moves single values at the stride, ~1.5x slower); the gemms write positions
+  by channels ([N*oh*ow, O]), and one copy transposes the result back to NCHW. The input gradient's col2im adds the
+  columns of stride x stride kernel positions at once: their targets tile the input, a run of ow*stride*C values;
+* ``flat``: everything else (stride 1, grouped, few channels), channel-major on the flat grid described below.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.ops.conv import _window_slices
+
+from .kernels import _arr, _compute, _out, kernel
+
+_CHANNELS_LAST_MIN = 8  # input channels from which a strided conv runs channels-last (runs of kw*C values)
+_CHANNELS_LAST_BLOCK = 1 << 21  # bytes of columns per gemm in the channels-last layout (whole images)
+
+
+def _layout(n: int, c: int, h: int, wd: int, kh: int, kw: int, a: dict) -> str:
+    """``"dense"``, ``"channels_last"`` or ``"flat"``: how a conv2d of an input [n, c, h, wd] and a kernel kh x kw
+    with attributes ``a`` (or either of its gradients) runs; see the module's docstring."""
+    (sh, sw), (ph, pw), (dh, dw), groups = _conv_geom(a)
+    if groups != 1:
+        return "flat"
+    if (ph, pw) == (0, 0) and (kh, kw) == (h, wd) and (dh == 1 or kh == 1) and (dw == 1 or kw == 1):
+        return "dense"
+    if (sh, sw) != (1, 1) and c >= _CHANNELS_LAST_MIN:
+        return "channels_last"
+    return "flat"
+
+
+def _padded_nhwc(x: np.ndarray, ph: int, pw: int, ct: np.dtype) -> np.ndarray:
+    """x [N, C, H, W] zero-padded into a contiguous [N, H + 2ph, W + 2pw, C] (only the border is zeroed)."""
+    n, c, h, wd = x.shape
+    xp = np.empty((n, h + 2 * ph, wd + 2 * pw, c), ct)
+    if ph:
+        xp[:, :ph] = 0
+        xp[:, ph + h:] = 0
+    if pw:
+        xp[:, ph:ph + h, :pw] = 0
+        xp[:, ph:ph + h, pw + wd:] = 0
+    xp[:, ph:ph + h, pw:pw + wd] = x.transpose(0, 2, 3, 1)
+    return xp
+
+
+class _ChannelsLast:
+    """A channels-last conv2d: input [n, c, h, wd] padded to [n, hp, wp, c], kernel kh x kw, output [n, ., oh, ow];
+    the columns of a block of whole images are [b*oh*ow, kh*kw*c], ordered (i, j, c) like the weight's
+    ``[O, kh, kw, C]`` transpose."""
+
+    def __init__(self, n: int, c: int, h: int, wd: int, kh: int, kw: int, oh: int, ow: int, a: dict, ct: np.dtype):
+        self.stride, (self.ph, self.pw), self.dilation, _ = _conv_geom(a)
+        self.n, self.c, self.h, self.wd, self.kh, self.kw, self.oh, self.ow, self.ct = n, c, h, wd, kh, kw, oh, ow, ct
+        self.k = kh * kw * c
+        per = max(_CHANNELS_LAST_BLOCK // max(oh * ow * self.k * ct.itemsize, 1), 1)
+        self.blocks = [(s, min(s + per, n)) for s in range(0, n, per)]
+        self.rows = (self.blocks[0][1] - self.blocks[0][0]) * oh * ow  # column rows of the largest block
+
+    def windows(self, xp: np.ndarray) -> np.ndarray:
+        """The read-only view [n, oh, ow, kh, kw, c] of xp's windows (a window's row: one run of kw*c values)."""
+        sn, sy, sx, sc = xp.strides
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        return as_strided(xp, (xp.shape[0], self.oh, self.ow, self.kh, self.kw, self.c),
+                          (sn, sh * sy, sw * sx, dh * sy, dw * sx, sc), writeable=False)
+
+    def column_blocks(self, x: np.ndarray):
+        """``(first image, stop image, columns [rows, k])`` of x's im2col columns, a block of images at a time."""
+        win = self.windows(_padded_nhwc(x, self.ph, self.pw, self.ct))
+        buf = np.empty(self.rows * self.k, self.ct)
+        for s, e in self.blocks:
+            cols = buf[:(e - s) * self.oh * self.ow * self.k].reshape(e - s, self.oh, self.ow, self.kh, self.kw,
+                                                                      self.c)
+            np.copyto(cols, win[s:e])
+            yield s, e, cols.reshape(-1, self.k)
+
+    def weight_rows(self, w: np.ndarray) -> np.ndarray:
+        """w [O, C, kh, kw] as [O, kh*kw*C], the columns' order."""
+        return np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(w.shape[0], self.k)
+
+    def col2im(self, gp: np.ndarray, cols: np.ndarray) -> None:
+        """Adds cols [b, oh, ow, kh, kw, c] at their windows' places in gp [b, hp, wp, c]: stride x stride kernel
+        positions at once where their targets tile (dilation 1, stride <= kernel), else one position at a time."""
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        kh, kw, oh, ow, c = self.kh, self.kw, self.oh, self.ow, self.c
+        sn, sy, sx, sc = gp.strides
+        b = gp.shape[0]
+        if dh == dw == 1 and sh <= kh and sw <= kw:
+            for i0 in range(0, kh, sh):
+                for j0 in range(0, kw, sw):
+                    di, dj = min(sh, kh - i0), min(sw, kw - j0)
+                    dst = as_strided(gp[:, i0:, j0:], (b, oh, di, ow, dj, c), (sn, sh * sy, sy, sw * sx, sx, sc))
+                    dst += cols[:, :, :, i0:i0 + di, j0:j0 + dj].transpose(0, 1, 3, 2, 4, 5)
+            return
+        for i in range(kh):
+            for j in range(kw):
+                dst = as_strided(gp[:, i * dh:, j * dw:], (b, oh, ow, c), (sn, sh * sy, sw * sx, sc))
+                dst += cols[:, :, :, i, j]
+
+
+def _cl_conv2d(x, w, b, a, shape, dt, ct):
+    n, o, oh, ow = shape
+    _, c, h, wd = x.shape
+    cl = _ChannelsLast(n, c, h, wd, w.shape[2], w.shape[3], oh, ow, a, ct)
+    wt = cl.weight_rows(w).T  # [k, O]
+    y = np.empty((n * oh * ow, o), ct)
+    for s, e, cols in cl.column_blocks(x):
+        np.matmul(cols, wt, out=y[s * oh * ow:e * oh * ow])
+    if b is not None:
+        y += b
+    return _conv_emit(y.reshape(n, oh, ow, o).transpose(0, 3, 1, 2), shape, dt)
+
+
+def _cl_conv2d_grad_weight(x, gy, a, shape, dt, ct):
+    o, _, kh, kw = shape
+    n, c, h, wd = x.shape
+    oh, ow = gy.shape[2:]
+    cl = _ChannelsLast(n, c, h, wd, kh, kw, oh, ow, a, ct)
+    g = np.ascontiguousarray(gy.transpose(1, 0, 2, 3)).reshape(o, n * oh * ow)
+    acc = None  # gy^T [O, rows] @ columns [rows, k]
+    for s, e, cols in cl.column_blocks(x):
+        t = g[:, s * oh * ow:e * oh * ow] @ cols
+        acc = t if acc is None else np.add(acc, t, out=acc)
+    return _out(np.ascontiguousarray(acc.reshape(o, kh, kw, c).transpose(0, 3, 1, 2)), dt)
+
+
+def _cl_conv2d_grad_input(gy, w, a, shape, dt, ct):
+    n, c, h, wd = shape
+    o, _, kh, kw = w.shape
+    oh, ow = gy.shape[2:]
+    cl = _ChannelsLast(n, c, h, wd, kh, kw, oh, ow, a, ct)
+    g = np.ascontiguousarray(gy.transpose(0, 2, 3, 1)).reshape(n * oh * ow, o)
+    wt = cl.weight_rows(w)  # [O, k]
+    gp = np.zeros((n, h + 2 * cl.ph, wd + 2 * cl.pw, c), ct)
+    buf = np.empty(cl.rows * cl.k, ct)
+    for s, e in cl.blocks:  # the columns gy @ w of a block of images, added at their windows' places
+        cols = buf[:(e - s) * oh * ow * cl.k].reshape((e - s) * oh * ow, cl.k)
+        np.matmul(g[s * oh * ow:e * oh * ow], wt, out=cols)
+        cl.col2im(gp[s:e], cols.reshape(e - s, oh, ow, kh, kw, c))
+    return _conv_emit(gp[:, cl.ph:cl.ph + h, cl.pw:cl.pw + wd].transpose(0, 3, 1, 2), shape, dt)
+
+
+# The flat layout: im2col into a contiguous column buffer, then ONE BLAS gemm per block of positions (a batched
+# matmul over the groups). Everything is channel-major with the positions last, so no gemm operand needs a transpose
+# copy: x [N, C, H, W] goes zero-padded into [C, N, hr, wr] and the columns of b positions are [C*kh*kw, b].
+# At stride 1 the positions are the flat grid of that buffer (n*hr*wr + y*wr + x; the ones that are not outputs are
+# computed and dropped, or get a zero gradient), so each kernel position's columns are ONE shifted slice of it, a fast
+# copy; images and rows share their zero padding (a window running off a row wraps into the next row's leading
+# zeros), which keeps the grid small. Strided convs take strided slices over the outputs [N, oh, ow] instead.
+# Blocks keep the columns ~1 MiB, in cache: OpenBLAS runs these skinny gemms at half speed out of memory.
+
+_CONV_BLOCK = 1 << 20  # bytes of columns per gemm
+_CONV_COL2IM = 1 << 23  # conv2d_grad_input: the largest column buffer of its one-gemm col2im
+
+
+def _conv_geom(a):
+    (sh, sw), (ph, pw), (dh, dw) = (tuple(a.get(k, d)) for k, d in (("stride", (1, 1)), ("padding", (0, 0)),
+                                                                      ("dilation", (1, 1))))
+    return (sh, sw), (ph, pw), (dh, dw), a.get("groups", 1)
+
+
+class _ConvGrid:
+    """Where the positions of a conv2d with input [n, c, h, wd] and output [n, ., oh, ow] live (see above)."""
+
+    def __init__(self, n: int, c: int, h: int, wd: int, kh: int, kw: int, oh: int, ow: int, a: dict, ct: np.dtype):
+        (sh, sw), (ph, pw), (dh, dw), self.groups = _conv_geom(a)
+        self.oh, self.ow, self.ct = oh, ow, ct
+        self.pad = (ph, pw)
+        self.flat = sh == sw == 1
+        if self.flat:  # ph zero rows between images (more where the outputs overhang the input), pw between rows
+            self.hr, self.wr = h + max(ph, oh - h), wd + max(pw, ow - wd)
+            self.hg, self.wg = self.hr, self.wr
+            self.offs = [i * dh * self.wr + j * dw for i in range(kh) for j in range(kw)]
+        else:
+            self.hr, self.wr, self.hg, self.wg, self.offs = h + 2 * ph, wd + 2 * pw, oh, ow, [0]
+            self.windows = _window_slices(((kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow)))
+        self.extra = self.offs[-1]  # zeros after the grid, read by the last windows
+        self.m = n * self.hg * self.wg
+
+    def blocks(self, rows: int) -> list:
+        """Position ranges whose columns (rows each) take about _CONV_BLOCK bytes; whole images when not flat."""
+        per = max(_CONV_BLOCK // (rows * self.ct.itemsize), 1)
+        img = self.hg * self.wg
+        step = max(per, 256) if self.flat else max(per // img, 1) * img
+        return [(s, min(s + step, self.m)) for s in range(0, self.m, step)]
+
+    def padded(self, x: np.ndarray):
+        """x [N, C, H, W] zero-padded into [C, n*hr*wr + extra], and its [C, N, hr, wr] view."""
+        n, c, h, wd = x.shape
+        (ph, pw), hr, wr = self.pad, self.hr, self.wr
+        size = n * hr * wr
+        if hr == h and wr == wd and not self.extra:
+            buf = np.ascontiguousarray(x.transpose(1, 0, 2, 3)).reshape(c, size)
+            return buf, buf.reshape(c, n, hr, wr)
+        buf = np.zeros((c, size + self.extra), self.ct)
+        v = buf[:, :size].reshape(c, n, hr, wr)
+        v[:, :, ph:ph + h, pw:pw + wd] = x.transpose(1, 0, 2, 3)
+        return buf, v
+
+    def out_grid(self, gy: np.ndarray, lead: int = 0) -> np.ndarray:
+        """gy [N, O, oh, ow] at the output positions of [O, lead + m], zeros elsewhere."""
+        n, o, oh, ow = gy.shape
+        if not lead and self.hg == oh and self.wg == ow:
+            return np.ascontiguousarray(gy.transpose(1, 0, 2, 3)).reshape(o, self.m)
+        buf = np.zeros((o, lead + self.m), self.ct)
+        buf[:, lead:].reshape(o, n, self.hg, self.wg)[:, :, :oh, :ow] = gy.transpose(1, 0, 2, 3)
+        return buf
+
+    def cols(self, buf: np.ndarray, v, offs: list, s: int, e: int, cb: np.ndarray) -> np.ndarray:
+        """The columns [rows * k, e - s] of positions s:e, in cb's memory: flat, buf [rows, .]'s slices shifted by
+        offs (k = len(offs)); else the strided windows of v [rows, N, hr, wr] (k = kh*kw)."""
+        b = e - s
+        if self.flat:
+            if len(offs) == 1:  # 1x1: the buffer itself
+                return buf[:, s + offs[0]:e + offs[0]]
+            cols = cb[:buf.shape[0] * len(offs) * b].reshape(buf.shape[0], len(offs), b)
+            for t, off in enumerate(offs):
+                cols[:, t] = buf[:, s + off:e + off]
+            return cols.reshape(-1, b)
+        oh, ow = self.oh, self.ow
+        n0, n1 = s // (oh * ow), e // (oh * ow)
+        cols = cb[:v.shape[0] * len(self.windows) * b].reshape(v.shape[0], len(self.windows), n1 - n0, oh, ow)
+        for t, (r, q) in enumerate(self.windows):
+            cols[:, t] = v[:, n0:n1, r, q]
+        return cols.reshape(-1, b)
+
+
+def _conv_emit(y: np.ndarray, shape, dt: D.DType) -> np.ndarray:
+    out = np.empty(shape, dt.np)
+    out[...] = y  # one copy that transposes, crops and casts
+    return out
+
+
+def _input_column_blocks(gr, x: np.ndarray, k: int, ct):
+    """``(start, stop, columns)`` of x's im2col columns, one cache-sized block of output positions at a time (the
+    forward and the weight gradient read the same columns)."""
+    buf, v = gr.padded(x)
+    bl = gr.blocks(k)
+    cb = np.empty(k * (bl[0][1] - bl[0][0]), ct)
+    for s, e in bl:
+        yield s, e, gr.cols(buf, v, gr.offs, s, e, cb)
+
+
+@kernel("conv2d")
+def _conv2d(ins, a, shape, dt):
+    ct = _compute(dt)
+    x, w = _arr(ins[0], ct), _arr(ins[1], ct)
+    o, cg, kh, kw = w.shape
+    n, _, oh, ow = shape
+    c = x.shape[1]
+    b = _arr(ins[2], ct) if len(ins) > 2 else None
+    if not (x.size and w.size):
+        return _out(np.zeros(shape, ct) + (0 if b is None else b[:, None, None]), dt)
+    layout = _layout(n, c, x.shape[2], x.shape[3], kh, kw, a)
+    if layout == "dense":
+        y = x.reshape(n, -1) @ w.reshape(o, -1).T
+        if b is not None:
+            y += b
+        return _out(y.reshape(shape), dt)
+    if layout == "channels_last":
+        return _cl_conv2d(x, w, b, a, shape, dt, ct)
+    gr = _ConvGrid(n, c, x.shape[2], x.shape[3], kh, kw, oh, ow, a, ct)
+    g = gr.groups
+    wm = w.reshape(g, o // g, cg * kh * kw)
+    y = np.empty((o, gr.m), ct)
+    for s, e, cols in _input_column_blocks(gr, x, c * kh * kw, ct):
+        np.matmul(wm, cols.reshape(g, -1, e - s), out=y[:, s:e].reshape(g, o // g, e - s))
+    if b is not None:
+        y += b[:, None]
+    return _conv_emit(y.reshape(o, n, gr.hg, gr.wg)[:, :, :oh, :ow].transpose(1, 0, 2, 3), shape, dt)
+
+
+@kernel("conv2d_grad_weight")
+def _conv2d_grad_weight(ins, a, shape, dt):
+    ct = _compute(dt)
+    x, gy = _arr(ins[0], ct), _arr(ins[1], ct)
+    o, cg, kh, kw = shape
+    n, c, h, wd = x.shape
+    if not (x.size and gy.size):
+        return np.zeros(shape, dt.np)
+    layout = _layout(n, c, h, wd, kh, kw, a)
+    if layout == "dense":
+        return _out((gy.reshape(n, o).T @ x.reshape(n, -1)).reshape(shape), dt)
+    if layout == "channels_last":
+        return _cl_conv2d_grad_weight(x, gy, a, shape, dt, ct)
+    gr = _ConvGrid(n, c, h, wd, kh, kw, gy.shape[2], gy.shape[3], a, ct)
+    g = gr.groups
+    gm = gr.out_grid(gy)
+    acc = None  # cols @ gy^T [G, cg*kh*kw, O/G]: OpenBLAS's faster orientation
+    for s, e, cols in _input_column_blocks(gr, x, c * kh * kw, ct):
+        t = cols.reshape(g, -1, e - s) @ gm[:, s:e].reshape(g, o // g, e - s).transpose(0, 2, 1)
+        acc = t if acc is None else np.add(acc, t, out=acc)
+    return _out(acc.transpose(0, 2, 1).reshape(shape), dt)
+
+
+@kernel("conv2d_grad_input")
+def _conv2d_grad_input(ins, a, shape, dt):
+    ct = _compute(dt)
+    gy, w = _arr(ins[0], ct), _arr(ins[1], ct)
+    o, cg, kh, kw = w.shape
+    n, c, h, wd = shape
+    oh, ow = gy.shape[2:]
+    if not (gy.size and w.size):
+        return np.zeros(shape, dt.np)
+    layout = _layout(n, c, h, wd, kh, kw, a)
+    if layout == "dense":
+        return _out((gy.reshape(n, o) @ w.reshape(o, -1)).reshape(shape), dt)
+    if layout == "channels_last":
+        return _cl_conv2d_grad_input(gy, w, a, shape, dt, ct)
+    gr = _ConvGrid(n, c, h, wd, kh, kw, oh, ow, a, ct)
+    g, og, kk = gr.groups, o // gr.groups, kh * kw
+    (ph, pw), hr, wr, m = gr.pad, gr.hr, gr.wr, gr.m
+    L = m + gr.extra
+    if gr.flat and (cg == 1 or kk * cg * L * ct.itemsize <= _CONV_COL2IM):
+        # col2im on the flat grid, a group at a time: its columns w^T @ gy [kh*kw, C/G, L] in one gemm, the rows
+        # padded with zeros to the accumulator's channel stride L, so each kernel position's are added at their shift
+        # by ONE 1-D add (the zero tails land in the next channel's padding); numpy adds strided 2-D views ~4x slower
+        gm = gr.out_grid(gy)
+        acc = np.zeros(c * L + gr.extra, ct)
+        cols = np.empty((kk, cg, L), ct)
+        cols[:, :, m:] = 0
+        wt = w.transpose(2, 3, 1, 0).reshape(kk * cg, o)  # rows (i, j, c)
+        for gi in range(g):
+            np.matmul(wt[:, gi * og:(gi + 1) * og], gm[gi * og:(gi + 1) * og], out=cols.reshape(kk * cg, L)[:, :m])
+            for t, off in enumerate(gr.offs):
+                acc[gi * cg * L + off:(gi + 1) * cg * L + off] += cols[t].reshape(-1)
+        v = acc[:c * L].reshape(c, L)[:, :m].reshape(c, n, hr, wr)
+    elif gr.flat:
+        # too big for that: the transposed conv as a conv in position blocks, input position p getting
+        # w[o, c, i, j] * gy[o, p - off_ij]: the columns are shifted slices of gy's grid led by `extra` zeros
+        gb = gr.out_grid(gy, gr.extra)
+        wc = w.reshape(g, og, cg, kk).transpose(0, 2, 1, 3).reshape(g, cg, og * kk)
+        offs = [gr.extra - off for off in gr.offs]
+        y = np.empty((c, m), ct)
+        bl = gr.blocks(o * kk)
+        cb = np.empty(o * kk * (bl[0][1] - bl[0][0]), ct)
+        for s, e in bl:
+            cols = gr.cols(gb, None, offs, s, e, cb)
+            np.matmul(wc, cols.reshape(g, -1, e - s), out=y[:, s:e].reshape(g, cg, e - s))
+        v = y.reshape(c, n, hr, wr)
+    else:
+        # col2im: the columns w^T @ gy [G, C/G*kh*kw, b] of whole images, each kernel position's added at its
+        # strided place
+        gm = gr.out_grid(gy)
+        wt = w.reshape(g, og, cg * kk).transpose(0, 2, 1)
+        v = np.zeros((c, n, hr, wr), ct)
+        for s, e in gr.blocks(c * kk):
+            n0, n1 = s // (oh * ow), e // (oh * ow)
+            cols = (wt @ gm[:, s:e].reshape(g, og, e - s)).reshape(c, kk, n1 - n0, oh, ow)
+            for t, (r, q) in enumerate(gr.windows):
+                v[:, n0:n1, r, q] += cols[:, t]
+    return _conv_emit(v[:, :, ph:ph + h, pw:pw + wd].transpose(1, 0, 2, 3), shape, dt)

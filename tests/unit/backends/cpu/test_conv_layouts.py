@@ -1,0 +1,74 @@
+"""The CPU conv kernels' layouts (``backends/cpu/conv.py``: dense, channels-last, flat) against the float64
+window-by-window references of ``backends/testing/conv_pool.py``, forward and both gradients. The conformance
+suite's conv cases have few channels and run the flat layout only; these shapes run each layout, which every case
+asserts, so a change to the choice cannot leave a layout untested."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorwire.backends.cpu import conv
+from tensorwire.backends.cpu.kernels import KERNELS
+from tensorwire.backends.testing.conv_pool import _conv2d_grads_ref, _conv2d_ref
+from tensorwire.protocol import dtypes as D
+
+#: (name, input shape, weight shape, attributes, the layout it runs)
+CASES = [
+    ("dense", (3, 5, 4, 3), (6, 5, 4, 3), {}, "dense"),
+    ("dense-strided", (2, 3, 4, 4), (2, 3, 4, 4), {"stride": [2, 3]}, "dense"),
+    ("cl-stride-pad", (2, 8, 7, 6), (4, 8, 3, 2), {"stride": [2, 1], "padding": [1, 2]}, "channels_last"),
+    ("cl-dcgan", (3, 16, 8, 8), (5, 16, 4, 4), {"stride": [2, 2], "padding": [1, 1]}, "channels_last"),
+    ("cl-dilation", (1, 9, 9, 8), (3, 9, 2, 3), {"stride": [2, 2], "padding": [1, 0], "dilation": [2, 1]},
+     "channels_last"),
+    ("cl-stride-over-kernel", (2, 8, 9, 9), (3, 8, 2, 2), {"stride": [3, 3]}, "channels_last"),
+    ("cl-uncovered-tail", (2, 8, 8, 7), (4, 8, 3, 3), {"stride": [2, 2]}, "channels_last"),
+    ("flat-groups", (2, 8, 6, 6), (4, 4, 3, 3), {"stride": [2, 2], "groups": 2}, "flat"),
+    ("flat-few-channels", (2, 3, 7, 7), (4, 3, 3, 3), {"stride": [2, 2], "padding": [1, 1]}, "flat"),
+]
+
+
+def _geometry(a: dict) -> dict:
+    return {k: tuple(a.get(k, d)) for k, d in (("stride", (1, 1)), ("padding", (0, 0)), ("dilation", (1, 1)))}
+
+
+def _run(sx, sw_, a, dtype, with_bias):
+    rng = np.random.default_rng(0)
+    x, w = (rng.uniform(-2, 2, s).astype(dtype) for s in (sx, sw_))
+    b = rng.uniform(-2, 2, sw_[0]).astype(dtype)
+    g, geo = a.get("groups", 1), _geometry(a)
+    want_y = _conv2d_ref(x.astype(np.float64), w.astype(np.float64), groups=g, **geo)
+    gy = rng.uniform(-2, 2, want_y.shape).astype(dtype)
+    want_gx, want_gw = _conv2d_grads_ref(x.astype(np.float64), w.astype(np.float64), gy.astype(np.float64),
+                                         groups=g, **geo)
+    dt = D.from_numpy(np.dtype(dtype))
+    got_y = KERNELS["conv2d"]([x, w, b] if with_bias else [x, w], a, want_y.shape, dt)
+    if with_bias:
+        want_y = want_y + b.astype(np.float64)[None, :, None, None]
+    got_gx = KERNELS["conv2d_grad_input"]([gy, w], {**a, "input_size": list(sx[2:])}, sx, dt)
+    got_gw = KERNELS["conv2d_grad_weight"]([x, gy], {**a, "kernel": list(sw_[2:])}, sw_, dt)
+    return [(got_y, want_y), (got_gx, want_gx), (got_gw, want_gw)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name,sx,sw_,a,layout", CASES, ids=[c[0] for c in CASES])
+def test_layout_matches_reference(name, sx, sw_, a, layout, dtype):
+    assert conv._layout(sx[0], sx[1], sx[2], sx[3], sw_[2], sw_[3], a) == layout
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    for got, want in _run(sx, sw_, a, dtype, with_bias=name.startswith(("dense", "cl-stride-pad"))):
+        assert got.dtype == dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def test_channels_last_blocks_of_single_images(monkeypatch):
+    """Columns too big for one block run a block of images at a time (here one image each): the same results."""
+    monkeypatch.setattr(conv, "_CHANNELS_LAST_BLOCK", 1)
+    for got, want in _run((3, 8, 7, 6), (4, 8, 3, 2), {"stride": [2, 1], "padding": [1, 2]}, np.float64, True):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11 * np.abs(want).max())
+
+
+def test_half_precision_runs_in_float32():
+    sx, sw_, a = (2, 8, 8, 8), (4, 8, 4, 4), {"stride": [2, 2], "padding": [1, 1]}
+    for got, want in _run(sx, sw_, a, np.float16, False):
+        assert got.dtype == np.float16
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
