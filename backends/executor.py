@@ -36,6 +36,8 @@ log = logging.getLogger("tensorwire.executor")
 FAIL = "__fail__"
 COLL = "collective"
 MAX_FRAGMENT_NODES = 1 << 20
+#: dynamic attribute values a plan remembers as checked (:meth:`Plan.check_dynamic`)
+MAX_DYN_CHECKED = 1024
 
 
 class Fail:
@@ -59,12 +61,32 @@ class Fail:
         return Fail(e)
 
 
+def _ints_key(j: int, d) -> tuple | None:
+    """``(j, (name, value), ...)`` for dynamic attributes ``d`` of node ``j`` whose values are all ints or lists of
+    ints (lists as tuples), else None (a value that ``==`` would not tell apart by type)."""
+    if type(d) is not dict:
+        return None
+    key: list = [j]
+    for k, v in d.items():
+        t = type(v)
+        if t is list:
+            for x in v:
+                if type(x) is not int:
+                    return None
+            v = tuple(v)
+        elif t is not int:
+            return None
+        key.append((k, v))
+    return tuple(key)
+
+
 class _PlanBuilder(ExpandingBuilder):
     def __init__(self, native, first_slot: int):
         super().__init__(native)
         self.steps: list[Step] = []
         self.next_slot = first_slot
         self.met: set | None = None  # the composites the node being planned met (when asked: see compile_plan)
+        self.memos: dict[int, list] = {}  # step index -> its remembered expansion's holder (see Plan.step_memos)
 
     def op(self, name: str, /, *inputs: Value, **attrs) -> Value:
         if self.met is not None and get_op(name).decompose is not None:
@@ -106,15 +128,26 @@ class Plan:
         #: node -> (op, its attrs, input metas, output meta) for the nodes whose dynamic attrs shape their result
         #: (a slice's bounds): a replay's values are checked against them (:meth:`check_dynamic`)
         self.dyn_checks: dict[int, tuple] = {}
+        #: step index -> ``[None | (device, kernel, callable)]``, shared by every step that one remembered expansion
+        #: (:func:`_expand`) emitted: the straight-line runner specializes such a step once, not once a plan
+        self.step_memos: dict[int, list] = {}
+        self._dyn_ok: set = set()  # (node, its dynamic attrs' items) checked already (see check_dynamic)
 
     def check_dynamic(self, dyn: dict) -> None:
         """Raise ProtocolError unless every node's replayed dynamic attrs give it the result this plan was made for
         (a slice's new bounds in range and of the planned lengths): kernels built for the plan address memory by
-        them."""
+        them. Values checked once are not inferred again: a loop replays a plan with a few values each (the
+        letters of a name, the rows of a batch), and a check costs an inference, several times the kernel's time
+        for the small ones (issue 37); only attributes that are ints or lists of ints are remembered (type-exact:
+        ``True`` is not ``1``), at most :data:`MAX_DYN_CHECKED` a plan."""
         checks = self.dyn_checks
+        ok = self._dyn_ok
         for j, d in dyn.items():
             c = checks.get(j)
             if c is None:
+                continue
+            key = _ints_key(j, d)
+            if key is not None and key in ok:
                 continue
             op, attrs, metas, out = c
             try:
@@ -124,6 +157,8 @@ class Plan:
             if got != out:
                 raise ProtocolError(f"node {j} ({op.name}) replayed with attributes that make {list(got[0])} "
                                     f"{got[1].name}, the plan holds {list(out[0])} {out[1].name}")
+            if key is not None and len(ok) < MAX_DYN_CHECKED:
+                ok.add(key)
 
     def slot_steps(self) -> dict[int, int]:
         """Each slot a step writes -> the index of that step (cached)."""
@@ -237,7 +272,11 @@ def _size_bytes(meta) -> int:
 def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
              met: list | None = None) -> tuple[Plan, set[str]]:
     """The plan of ``nodes`` with the composites in ``native`` run whole, and the composite ops the fragment met;
-    with ``met``, the composites each node met are appended to it (a set a node)."""
+    with ``met``, the composites each node met are appended to it (a set a node).
+
+    A node is planned from its inputs' metas (``(shape, dtype)``) and slots; an op the fragment has met before with
+    the same attributes and input metas is emitted from its remembered expansion (:func:`_expand`), with no
+    inference and no Value per input (a loop whose batches change shape plans every batch: issue 37)."""
     n_ext = len(ext_metas)
     b = _PlanBuilder(native, n_ext)
     native_id = _native_id(native)
@@ -245,75 +284,76 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
     node_meta: list = []
     dyn_checks: dict[int, tuple] = {}
     steps = b.steps
-
-    def value_of(ref: int):
-        if ref < 0:
-            k = -ref - 1
-            if k >= n_ext:
-                raise ProtocolError(f"reference to external input {k}, fragment has {n_ext}")
-            m = ext_metas[k]
-            return m if isinstance(m, Fail) else Value(m[0], m[1], k)
-        if ref >= len(node_slot):
-            raise ProtocolError(f"node refers to node {ref} which comes later")
-        m = node_meta[ref]
-        return m if isinstance(m, Fail) else Value(m[0], m[1], node_slot[ref])
+    want_met = met is not None
 
     for j, node in enumerate(nodes):
         b.origin = j
-        if met is not None:
-            b.met = set()
-            met.append(b.met)
+        node_met = _NO_COMPOSITES
         try:
             if not isinstance(node, list) or len(node) < 3:
                 raise ProtocolError(f"bad node {node!r}")
             op, refs, attrs = node[0], node[1], node[2] or {}
             if not isinstance(refs, list) or not isinstance(attrs, dict):
                 raise ProtocolError("node refs must be a list and attrs a map")
-            ins = [value_of(r) for r in refs]
-            failed = next((v for v in ins if isinstance(v, Fail)), None)
+            metas = []
+            slots = []
+            failed = None
+            for ref in refs:
+                if ref < 0:
+                    slot = -ref - 1
+                    if slot >= n_ext:
+                        raise ProtocolError(f"reference to external input {slot}, fragment has {n_ext}")
+                    m = ext_metas[slot]
+                else:
+                    if ref >= len(node_slot):
+                        raise ProtocolError(f"node refers to node {ref} which comes later")
+                    m = node_meta[ref]
+                    slot = node_slot[ref]
+                if type(m) is Fail and failed is None:
+                    failed = m
+                metas.append(m)
+                slots.append(slot)
             if op == SEND:  # a failed value travels too: the destination gets its error instead of waiting
                 a_int(attrs, "xfer")
                 if failed is None:
-                    steps.append(Step(SEND, (ins[0].ref,), attrs, ins[0].shape, ins[0].dtype, -1, j))
-                    node_meta.append((ins[0].shape, ins[0].dtype))
+                    m = metas[0]
+                    steps.append(Step(SEND, (slots[0],), attrs, m[0], m[1], -1, j))
+                    node_meta.append((m[0], m[1]))
                 else:
                     ref = refs[0]
                     ins_ = (-ref - 1,) if ref < 0 else ()  # a failed external input is a Fail in its slot
                     steps.append(Step(SEND, ins_, {**attrs, "failed_node": ref}, (), None, -1, j))
                     node_meta.append(failed.dependent(None))
                 node_slot.append(None)
-                continue
-            if failed is not None:
+            elif failed is not None:
                 node_meta.append(failed.dependent(None))
                 node_slot.append(None)
-                continue
-            if op == RECV:
+            elif op == RECV:
                 a_int(attrs, "xfer")
                 shape, dt = check_shape(attrs.get("shape", ())), a_dtype(attrs)
-                v = b._emit(RECV, (), attrs, shape, dt)
+                node_slot.append(b._emit(RECV, (), attrs, shape, dt))
                 node_meta.append((shape, dt))
-                node_slot.append(v)
-                continue
-            if op == COLL:
-                v = b.op(COLL, *ins, **attrs)
+            elif op == COLL or op in WORKER_OPS:
+                ins = [Value(m[0], m[1], s) for m, s in zip(metas, slots)]
+                v = b.op(op, *ins, **attrs) if op == COLL else b.op(op, **attrs)
                 steps[-1].dynamic = True
-            elif op in WORKER_OPS:
-                v = b.op(op, **attrs)
-                steps[-1].dynamic = True
+                node_meta.append((v.shape, v.dtype))
+                node_slot.append(v.ref)
             else:
                 opdef = get_op(op)
                 n_before = len(steps)
-                v = _expand(b, native_id, op, ins, attrs)
+                meta, slot, node_met = _expand(b, native_id, op, metas, slots, attrs, want_met)
                 if opdef.dynamic and len(steps) == n_before + 1:
                     steps[-1].dynamic = True
                 if opdef.dynamic_key is not None:
-                    dyn_checks[j] = (opdef, attrs, [(x.shape, x.dtype) for x in ins], (v.shape, v.dtype))
-            node_meta.append((v.shape, v.dtype))
-            node_slot.append(v.ref)
+                    dyn_checks[j] = (opdef, attrs, [(m[0], m[1]) for m in metas], meta)
+                node_meta.append(meta)
+                node_slot.append(slot)
         except Exception as e:  # inference failed: the node fails, its dependents with it
-            err = error_to_wire(e)
-            node_meta.append(Fail(err))
+            node_meta.append(Fail(error_to_wire(e)))
             node_slot.append(None)
+        if want_met:
+            met.append(node_met)
     # last uses, so temporaries are freed as soon as they are consumed
     last: dict[int, int] = {}
     for i, s in enumerate(steps):
@@ -322,29 +362,35 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
     frees: dict[int, list[int]] = {}
     for slot, i in last.items():
         frees.setdefault(i, []).append(slot)
-    for i, s in enumerate(steps):
-        s.frees = tuple(frees.get(i, ()))
+    for i, f in frees.items():
+        steps[i].frees = tuple(f)
     program = device.compile(steps)
     plan = Plan(program, node_slot, list(ext_metas), b.next_slot, node_meta)
     plan.dyn_checks = dyn_checks
+    plan.step_memos = b.memos
     return plan, b.composites
 
 
-#: node expansions remembered (:func:`_expand`)
-EXPANSIONS_REMEMBERED = 1 << 13  # (a primitive node ~0.3 KB; an expanded composite a few KB)
+#: node expansions remembered (:func:`_expand`); a loop whose batches change shape meets each node at every batch
+#: shape it draws (a char-level transformer's 240 fragments: ~11,700 distinct expansions, which 8192 made thrash)
+EXPANSIONS_REMEMBERED = 1 << 15  # (a primitive node ~0.3 KB; an expanded composite a few KB)
 _EXPANSIONS: OrderedDict = OrderedDict()
 _EXPANSIONS_LOCK = threading.Lock()
+_NO_COMPOSITES: frozenset = frozenset()
 
 
 class _Expansion:
     """The steps one node expanded to, with its inputs' slots and its own steps' outputs as placeholders: ``steps``
-    of ``(op, ins, attrs, shape, dtype, in_meta)``, an input ``k`` as ``-(k + 1)`` and the output of the node's
-    own step ``m`` as ``m``; ``out`` the node's value so written; ``composites`` the composite ops it met."""
+    of ``(op, ins, attrs, shape, dtype, in_meta, memo)``, an input ``k`` as ``-(k + 1)`` and the output of the node's
+    own step ``m`` as ``m``, ``memo`` the holder of the step's specialized callable (``Plan.step_memos``); ``out``
+    the node's value so written, ``meta`` its ``(shape, dtype)`` when a step of its own writes it (else None: it is
+    input ``-out - 1``); ``composites`` the composite ops it met."""
 
-    __slots__ = ("steps", "out", "composites")
+    __slots__ = ("steps", "out", "meta", "composites")
 
     def __init__(self, steps: tuple, out: int, composites: frozenset):
         self.steps, self.out, self.composites = steps, out, composites
+        self.meta = (steps[out][3], steps[out][4]) if out >= 0 else None
 
 
 _NATIVE_IDS: dict = {}  # a native set -> its number in the keys of _EXPANSIONS (equal sets are often not one object)
@@ -355,41 +401,59 @@ def _native_id(native: frozenset) -> int:
         return _NATIVE_IDS.setdefault(native, len(_NATIVE_IDS))
 
 
-def _expand(b: _PlanBuilder, native: int, op: str, ins: list, attrs: dict) -> Value:
-    """``b.op(op, *ins, **attrs)``, from a remembered expansion where this node (its op, attributes, inputs' metas
+def _expand(b: _PlanBuilder, native: int, op: str, metas: list, slots: list, attrs: dict,
+            want_met: bool) -> tuple[tuple, int, frozenset | set]:
+    """``b.op(op, *inputs, **attrs)`` for inputs of ``metas`` in ``slots``: ``((shape, dtype), slot, composites
+    met)`` of the node's value; from a remembered expansion where this node (its op, attributes, inputs' metas
     and which of them are the same value, with the composites run whole numbered ``native``: :func:`_native_id`)
-    has been expanded before: a loop whose
-    batch changes shape makes a new plan each step, and most of its nodes (an optimizer's updates, a gradient's
-    norm, the layers whose shapes do not depend on the batch) expand as they did in the last one. Expanding a node
-    depends on nothing else (the op table's inference and decompositions)."""
-    refs = [v.ref for v in ins]
+    has been expanded before: a loop whose batch changes shape makes a new plan each step, and most of its nodes (an
+    optimizer's updates, a gradient's norm, the layers whose shapes do not depend on the batch) expand as they did
+    in an earlier one. Expanding a node depends on nothing else (the op table's inference and decompositions).
+    ``want_met``: the composites met are asked for (a set; else the empty set when the node was not remembered)."""
+    n = len(slots)
+    if n == 1:
+        alias = (0,)
+    elif n == 2:
+        alias = (0, 0) if slots[0] == slots[1] else (0, 1)
+    else:
+        alias = tuple([slots.index(r) for r in slots])
     try:
-        key = (op, freeze(attrs), native, tuple([(v.shape, v.dtype) for v in ins]),
-               tuple([refs.index(r) for r in refs]))
+        key = (op, freeze(attrs) if attrs else None, native, tuple(metas), alias)
         hash(key)
     except TypeError:  # (an attribute that is not a plain value: expand it as it comes)
-        return b.op(op, *ins, **attrs)
-    with _EXPANSIONS_LOCK:
-        got = _EXPANSIONS.get(key)
-        if got is not None:
-            _EXPANSIONS.move_to_end(key)
+        key = None
+    got = None
+    if key is not None:
+        with _EXPANSIONS_LOCK:
+            got = _EXPANSIONS.get(key)
+            if got is not None:
+                _EXPANSIONS.move_to_end(key)
     if got is None:
-        return _remember(b, key, op, ins, attrs)
-    b.composites |= got.composites
-    if b.met is not None:
-        b.met |= got.composites
-    slots = []
-    for name, sins, sattrs, shape, dtype, in_meta in got.steps:
-        slot = b.next_slot
-        b.next_slot += 1
-        st = Step(name, tuple([refs[-x - 1] if x < 0 else slots[x] for x in sins]), sattrs, shape, dtype, slot,
-                  b.origin)
-        st.in_meta = in_meta
-        b.steps.append(st)
-        slots.append(slot)
+        ins = [Value(m[0], m[1], s) for m, s in zip(metas, slots)]
+        b.met = set() if want_met else None
+        try:
+            v = b.op(op, *ins, **attrs) if key is None else _remember(b, key, op, ins, attrs)
+            return (v.shape, v.dtype), v.ref, b.met if want_met else _NO_COMPOSITES
+        finally:
+            b.met = None
+    composites = got.composites
+    if composites:
+        b.composites |= composites
+    base = b.next_slot
+    origin = b.origin
+    steps = b.steps
+    memos = b.memos
+    m = 0
+    for name, sins, sattrs, shape, dtype, in_meta, memo in got.steps:
+        memos[len(steps)] = memo
+        steps.append(Step(name, tuple([slots[-x - 1] if x < 0 else base + x for x in sins]), sattrs, shape, dtype,
+                          base + m, origin, None, False, (), in_meta))  # (Step's fields in order: no keywords)
+        m += 1
+    b.next_slot = base + m
     out = got.out
-    shape, dtype = got.steps[out][3:5] if out >= 0 else (ins[-out - 1].shape, ins[-out - 1].dtype)
-    return Value(shape, dtype, refs[-out - 1] if out < 0 else slots[out])
+    if out < 0:
+        return metas[-out - 1], slots[-out - 1], composites
+    return got.meta, base + out, composites
 
 
 def _remember(b: _PlanBuilder, key: tuple, op: str, ins: list, attrs: dict) -> Value:
@@ -406,7 +470,8 @@ def _remember(b: _PlanBuilder, key: tuple, op: str, ins: list, attrs: dict) -> V
     if any(st.out != slot0 + m for m, st in enumerate(new)) or v.ref not in where or any(
             x not in where for st in new for x in st.ins):
         return v  # (not a plain expansion into fresh slots: not remembered)
-    steps = tuple((st.op, tuple(where[x] for x in st.ins), st.attrs, st.shape, st.dtype, st.in_meta) for st in new)
+    steps = tuple((st.op, tuple(where[x] for x in st.ins), st.attrs, st.shape, st.dtype, st.in_meta, [None])
+                  for st in new)
     with _EXPANSIONS_LOCK:
         _EXPANSIONS[key] = _Expansion(steps, where[v.ref], frozenset(met))
         if len(_EXPANSIONS) > EXPANSIONS_REMEMBERED:
@@ -633,12 +698,23 @@ def _failed_results(plan: Plan, outs: list) -> dict:
 def _build_runner(device: Device, plan: Plan, keep: frozenset):
     """A tight loop over prepared (callable, input slots, output slot, slots to free) tuples."""
     prog = []
-    for s in plan.program.steps:
-        frees = tuple(f for f in s.frees if f not in keep)
+    memos = plan.step_memos
+    for k, s in enumerate(plan.program.steps):
+        frees = tuple(f for f in s.frees if f not in keep) if s.frees else ()
         if s.dynamic or s.op in WORKER_OPS:
             prog.append((_dynamic_call(device, s), s.ins, s.out, frees, s.origin))
-        else:
-            prog.append((device.specialize(s), s.ins, s.out, frees, None))
+            continue
+        memo = memos.get(k)
+        if memo is None:
+            fn = device.specialize(s)
+        else:  # (a step of a remembered expansion: specialized once for every plan it is in)
+            got = memo[0]
+            if got is not None and got[0] is device and got[1] is s.kernel:
+                fn = got[2]
+            else:
+                fn = device.specialize(s)
+                memo[0] = (device, s.kernel, fn)
+        prog.append((fn, s.ins, s.out, frees, None))
     prog = tuple(prog)
 
     def run(env, dyn, frames, after=None):

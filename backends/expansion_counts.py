@@ -46,22 +46,27 @@ def _size(shape, dtype) -> tuple[int, int]:
 def counts_as(native: frozenset, other: frozenset, plan, nodes: list, ext_metas: list, met: list) -> StepCounts | None:
     """The size of ``nodes``' expansion with ``native``, from ``plan``, their expansion with ``other``; ``met[j]``:
     the composites node j's expansion met. None when a node cannot be counted alone (then expand the fragment)."""
-    n = [0] * len(nodes)
-    elements = [0] * len(nodes)
-    nbytes = [0] * len(nodes)
-    for st in plan.program.steps:
-        e, b = _size(st.shape, st.dtype)
-        n[st.origin] += 1
-        elements[st.origin] += e
-        nbytes[st.origin] += b
     differ = native ^ other
-    for j, node in enumerate(nodes):
-        if met[j] & differ:
-            c = _node_counts(native, node, plan, ext_metas)
-            if c is None:
-                return None
-            n[j], elements[j], nbytes[j] = c
-    return StepCounts(sum(n), sum(elements), sum(nbytes))
+    odd = [j for j, m in enumerate(met) if m and not differ.isdisjoint(m)]  # (nodes that expand differently)
+    skip = frozenset(odd)
+    steps = plan.program.steps
+    n, elements, nbytes = len(steps), 0, 0
+    prod = math.prod
+    for st in steps:
+        if skip and st.origin in skip:
+            n -= 1
+            continue
+        e = prod(st.shape)
+        elements += e
+        nbytes += e * (st.dtype.itemsize if st.dtype is not None else 8)
+    for j in odd:
+        c = _node_counts(native, nodes[j], plan, ext_metas)
+        if c is None:
+            return None
+        n += c[0]
+        elements += c[1]
+        nbytes += c[2]
+    return StepCounts(n, elements, nbytes)
 
 
 def _node_counts(native: frozenset, node: list, plan, ext_metas: list) -> tuple[int, int, int] | None:
