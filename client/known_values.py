@@ -26,6 +26,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from tensorwire.protocol.shapes import numel
+
 #: values of at most this many bytes are kept
 SMALL_BYTES = 64 << 10
 #: the most bytes kept for a session (the least recently used go first)
@@ -77,7 +79,7 @@ class KnownValues:
             return
         if value.flags.writeable:
             value = value.view()
-            value.flags.writeable = False
+            value.setflags(write=False)  # (as ``flags.writeable = False``, for half its cost)
         self._recipes.pop(hid, None)
         self._values[hid] = value
         self.bytes += value.nbytes
@@ -87,37 +89,48 @@ class KnownValues:
 
     def derive(self, hid: int, parent, on_host) -> None:
         """Handle ``hid``'s value is ``on_host(the parent's current value)`` (a view step's host form)."""
-        if on_host is None or hid == parent._id or parent.numel() * parent.dtype.itemsize > SMALL_BYTES \
-                or self._depth(parent._id) >= MAX_DEPTH:
+        pid = parent._id
+        if on_host is None or hid == pid or numel(parent._shape) * parent.dtype.itemsize > SMALL_BYTES:
             return
-        value = self._values.get(parent._id)
+        depth = self._depth(pid)
+        if depth >= MAX_DEPTH:
+            return
+        value = self._values.get(pid)
         if value is not None:  # followed when read (most views of a known value are never read: ``data[i:i + 8]``)
             self._recipes[hid] = ((), (), lambda vs: on_host(value), False, 1)
         else:
-            self._recipes[hid] = ((parent,), (parent._id,), lambda vs: on_host(vs[0]), True,
-                                  1 + self._depth(parent._id))
+            self._recipes[hid] = ((parent,), (pid,), lambda vs: on_host(vs[0]), True, 1 + depth)
 
-    def compute(self, hid: int, op: str, inputs, attrs, shape: tuple, dtype) -> None:
+    def compute(self, hid: int, op: str, inputs, attrs, shape: tuple, dtype) -> bool:
         """Know handle ``hid``, ``op`` of ``inputs``, when its result is integer or bool and small (:data:`HOST_OPS`):
-        now when every input's value is known, else once they are (a recipe)."""
+        now when every input's value is known, else once they are (a recipe). Returns :meth:`follows` of ``hid``
+        (after)."""
         if op not in HOST_OPS or dtype.is_floating_point or dtype.is_complex:
-            return
+            return self.follows(hid)
         n = 1
         for d in shape:
             n *= d
         if n > HOST_ELEMENTS:
-            return
-        values = [self._values.get(t._id) for t in inputs]
-        if any(v is None for v in values):
+            return self.follows(hid)
+        known = self._values
+        values = []
+        missing = False
+        for t in inputs:
+            v = known.get(t._id)
+            if v is None:
+                missing = True
+            values.append(v)
+        if missing:
             if all(v is not None or t._id in self._recipes for v, t in zip(values, inputs)):
                 depth = 1 + max(self._depth(t._id) for t in inputs)
                 if depth <= MAX_DEPTH:
                     self._recipes[hid] = (tuple(inputs), tuple(t._id for t in inputs),
                                           lambda vs: _host_op(op, vs, attrs, shape, dtype), False, depth)
-            return
+            return hid in known or hid in self._recipes
         out = _host_op(op, values, attrs, shape, dtype)
         if out is not None:
             self.put(hid, out)
+        return hid in known or hid in self._recipes
 
     def recipe(self, hid: int):
         """``(inputs, fn)`` when handle ``hid``'s value can be followed from its inputs' here: each input still holds
@@ -137,11 +150,13 @@ class KnownValues:
 
     def forget(self, hids) -> None:
         """Released handles."""
-        for hid in hids:
-            v = self._values.pop(hid, None)
-            if v is not None:
-                self.bytes -= v.nbytes
-            self._recipes.pop(hid, None)
+        values, recipes = self._values, self._recipes
+        if values:
+            for hid in values.keys() & hids:  # (most released handles were never known: only those are looked at)
+                self.bytes -= values.pop(hid).nbytes
+        if recipes:
+            for hid in recipes.keys() & hids:
+                del recipes[hid]
 
 
 _I64 = np.dtype(np.int64)
@@ -152,6 +167,25 @@ _HALF_WRAP = 1 << 63
 _SCALAR_INT = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
 
 
+#: read-only 0-d int64 arrays by value, shared by the handles that hold that value (a loader's slice bounds, ``i + 8``,
+#: take few values, again and again); each is a view of a read-only array, so no holder can make it writeable
+_INT64_VALUES: dict[int, np.ndarray] = {}
+_MAX_INT64_VALUES = 4096
+
+
+def _int64_value(x: int) -> np.ndarray:
+    """``np.array(x, dtype=int64)``, read-only, from :data:`_INT64_VALUES` (made once a value)."""
+    v = _INT64_VALUES.get(x)
+    if v is None:
+        owner = np.array(x, dtype=_I64)
+        owner.setflags(write=False)
+        v = owner.view()
+        if len(_INT64_VALUES) >= _MAX_INT64_VALUES:
+            _INT64_VALUES.clear()
+        _INT64_VALUES[x] = v
+    return v
+
+
 def _host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
     """``op`` of numpy ``values`` by the CPU worker's numpy kernel, or None when it raises (the device's error is
     the one to report) or makes another shape."""
@@ -159,7 +193,10 @@ def _host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
     if fn is not None and not attrs and not shape and dtype.np == _I64 and len(values) == 2:
         a, b = values
         if a.dtype == _I64 and b.dtype == _I64 and not a.shape and not b.shape:
-            return np.array((fn(int(a), int(b)) + _HALF_WRAP) % _WRAP - _HALF_WRAP, dtype=_I64)
+            r = fn(a.item(), b.item())
+            if not -_HALF_WRAP <= r < _HALF_WRAP:
+                r = (r + _HALF_WRAP) % _WRAP - _HALF_WRAP
+            return _int64_value(r)
     from tensorwire.backends.cpu.kernels import KERNELS  # (numpy only; imported on the first use)
 
     try:

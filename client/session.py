@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import weakref
+from operator import itemgetter
 
 import numpy as np
 import zmq
@@ -75,6 +76,7 @@ from .known_values import HOST_OPS, KnownValues
 from .tensor import Tensor
 
 _new_tensor = object.__new__
+_first = itemgetter(0)  # (a pending entry's handle)
 
 MAX_PENDING_NODES = 8192
 MAX_PENDING_BYTES = 64 << 20
@@ -552,11 +554,12 @@ class Session:
             akey, (shape, dtype) = known
         if hid is None:
             hid = next(self._ids)
-        if self._capture is None:
-            if op in HOST_OPS:  # small integer values the client knows: their results too (known_values)
-                kv = self._known
-                kv.compute(hid, op, inputs, attrs, shape, dtype)
-                if op in LAZY_HOST_OPS and kv.follows(hid) and (op != "full" or not shape):
+        capture = self._capture
+        if capture is None:
+            # small integer values the client knows: their results too (known_values; a floating result never is)
+            if op in HOST_OPS and not dtype.is_floating_point:
+                if self._known.compute(hid, op, inputs, attrs, shape, dtype) and op in LAZY_HOST_OPS \
+                        and (op != "full" or not shape):
                     lazy = True  # (its value is the client's to give: deferred; a tensor made to be filled is not)
             if lazy:
                 return self._defer(hid, op, ids, attrs, device, metas, akey, shape, dtype, then)
@@ -566,24 +569,25 @@ class Session:
             self._ship_marked()
         if where is None:
             where = _user_frame(up + 1)
-        if self._lazy:
+        lazy_nodes = self._lazy
+        if lazy_nodes and not lazy_nodes.keys().isdisjoint(ids):
             ids = self._resolve(ids, where)
         # (the input ids as a tuple: of ints only, the collector stops tracking it, so a batch's entries that outlive
         # a young collection hold fewer tracked containers; the full collections they would set off cost more than
         # a recorded op)
         entry = (hid, op, tuple(ids), attrs, device, where, metas, akey)
-        self._pending.append(entry)
+        pending = self._pending
+        pending.append(entry)
         t = _new_tensor(Tensor)
         t._init(self, hid, shape, dtype, device)
-        if self._capture is not None:
-            self._capture.on_record(entry, t, inputs)
-        else:
-            if not shape and op != "full":  # a 0-d result: read along with the next value read (see fetch)
-                made = self._scalars_made
-                made[hid] = device
-                if len(made) > MAX_SCALARS_TRACKED:
-                    del made[next(iter(made))]
-        if len(self._pending) >= MAX_PENDING_NODES:
+        if capture is not None:
+            capture.on_record(entry, t, inputs)
+        elif not shape and op != "full":  # a 0-d result: read along with the next value read (see fetch)
+            made = self._scalars_made
+            made[hid] = device
+            if len(made) > MAX_SCALARS_TRACKED:
+                del made[next(iter(made))]
+        if len(pending) >= MAX_PENDING_NODES:
             self.flush()
         return t
 
@@ -665,19 +669,24 @@ class Session:
         """The handles to release with the next message, and the lazy nodes dropped unrecorded (the handles of both
         are gone: ``known_values`` forgets them); a handle a lazy node still reads is held back (see above)."""
         release, self._release = self._release, []
-        if not self._pins and not self._lazy:
-            return release, []
         pins, held, lazy = self._pins, self._held, self._lazy
+        if not pins and not lazy:
+            return release, []
         out, dropped = [], []
         while release:
+            unpin: list[int] = []  # (the inputs of the nodes dropped in this round: unpinned together, after)
             for h in release:
                 if h in pins:
                     held.add(h)
-                elif h in lazy:
-                    dropped.append(h)
-                    self._unpin(lazy.pop(h)[1])
-                else:
+                    continue
+                node = lazy.pop(h, None)
+                if node is None:
                     out.append(h)
+                    continue
+                dropped.append(h)
+                unpin += node[1]
+            if unpin:
+                self._unpin(unpin)  # (a held handle it frees is in _release: the next round takes it)
             release, self._release = self._release, []
         return out, dropped
 
@@ -1241,8 +1250,8 @@ class Session:
 
     def _forget_scalars(self, hids) -> None:
         made = self._scalars_made
-        for hid in hids:
-            made.pop(hid, None)
+        for hid in made.keys() & hids:  # (few of the handles are 0-d results not read yet)
+            del made[hid]
 
     def _take_along(self, t) -> list[int]:
         """The 0-d results to fetch along with ``t`` (and forget here): the live ones on its device not read yet
@@ -1438,9 +1447,8 @@ class Batch:
 def encode_batch(pending: list, where: dict | None = None) -> Batch:
     """Encode pending entries (``[id, op, input ids, attrs, device, where, input metas, attrs key]``) as a batch;
     each node's recording line goes into ``where`` (by output id) when given."""
-    index: dict[int, int] = {}
+    refs_of: dict[int, int] = {}  # handle -> its ref: j >= 0 the output of node j, -(k + 1) external input k
     ext: list[int] = []
-    ext_index: dict[int, int] = {}
     devs: list[str] = []
     dev_index: dict[str, int] = {}
     nodes = []
@@ -1449,27 +1457,28 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
     dyn = []
     frames = []
     ext_meta = []
+    last_dev, di = None, 0
     for j, (hid, op, ins, attrs, device, loc, metas, akey) in enumerate(pending):
         refs = []
         for k, i in enumerate(ins):
-            r = index.get(i)
+            r = refs_of.get(i)
             if r is None:
-                r = ext_index.get(i)
-                if r is None:
-                    r = ext_index[i] = -(len(ext) + 1)
-                    ext.append(i)
-                    ext_meta.append(metas[k])
+                r = refs_of[i] = -(len(ext) + 1)
+                ext.append(i)
+                ext_meta.append(metas[k])
             refs.append(r)
-        di = dev_index.get(device)
-        if di is None:
-            di = dev_index[device] = len(devs)
-            devs.append(device)
+        if device != last_dev:
+            di = dev_index.get(device)
+            if di is None:
+                di = dev_index[device] = len(devs)
+                devs.append(device)
+            last_dev = device
         if op == "const":
             arr = attrs["frame"]
             attrs = {"shape": attrs["shape"], "dtype": attrs["dtype"], "frame": len(frames)}
             frames.append(as_frame(arr))
             akey = attrs_key(op, attrs)
-        index[hid] = j
+        refs_of[hid] = j
         outs.append(hid)
         nodes.append([op, refs, attrs, di])
         key.append(structure_key(op, tuple(refs), akey, di))
@@ -1495,7 +1504,7 @@ def prune_dead(pending: list, release: list[int]) -> tuple[list, list[int]]:
     (the ``i`` and ``i + 8`` of ``data[i:i + 8] for i in ix``, whose values the client knew: known_values), and
     ``release`` without their handles, which the devices then never make."""
     dead = set(release)
-    if not any(e[0] in dead for e in pending):
+    if dead.isdisjoint(map(_first, pending)):
         return pending, release
     needed: set[int] = set()
     kept = []

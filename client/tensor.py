@@ -327,9 +327,13 @@ class Tensor:
         known = self._s._known
         hid, arr = None, None
         shape = self._shape
-        rest, n = list(shape[1:]), len(shape)
+        rest, n, out_shape = list(shape[1:]), len(shape), shape[1:]
+        key_meta = None  # (every element's slice node has the same attrs key and meta: worked out once)
         for i in range(shape[0]):
-            t = self._view(V.Slice([i] + [0] * (n - 1), [i + 1] + rest, [1] * n, shape[1:], shape))  # (self[i])
+            step = V.Slice([i] + [0] * (n - 1), [i + 1] + rest, [1] * n, out_shape, shape)  # (self[i])
+            step._known = key_meta
+            t = self._view(step)
+            key_meta = step._known
             if self._id != hid:  # (changed in place since the last element: its value now, if the client has it)
                 hid = self._id
                 arr = known.peek(hid)

@@ -146,9 +146,12 @@ class Slice(ViewStep):
         out = self.out_shape
         if t._shape == self.in_shape and not _amp_active[0] and not _grad_tracked(t):
             known = self._key_meta(t)
-            if known[1][0] != out and known[1][0] != t._shape:  # (the whole of t is no slice: below)
-                # the slice and the reshape that drops its int dims (``x[i]``): one lazy node (``Session.record``)
+            lens = known[1][0]
+            if lens != t._shape:  # (the whole of t is no slice: below)
                 attrs = {"starts": self.starts, "stops": self.stops, "steps": self.steps}
+                if lens == out:  # a slice alone (``data[i:i + 8]``): what _sliced records here
+                    return t._s.record("slice", [t], attrs, t._dev, known, lazy=True)
+                # the slice and the reshape that drops its int dims (``x[i]``): one lazy node (``Session.record``)
                 return t._s.record("slice", [t], attrs, t._dev, known, lazy=True,
                                    then=("reshape", {"shape": list(out)}, (reshape_key(out), (out, t.dtype))))
         s = self._sliced(t)
