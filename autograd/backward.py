@@ -156,7 +156,7 @@ def build_backward(g: dict) -> dict:
         if gj is None:
             continue
         op, refs, attrs, d = nodes[j]
-        needs = [depends(r) and meta(r)[1].is_floating_point for r in refs]
+        needs = [depends(r) and meta(r)[1].is_inexact for r in refs]
         if not any(needs):
             continue
         b.dev = d

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import ProtocolError
+from tensorwire.protocol.errors import DTypeError, ProtocolError
 from tensorwire.protocol.graph import Builder, Value
 from tensorwire.protocol.ops import OPS, a_bool, a_dims, a_int, a_num, get_op
 from tensorwire.protocol.shapes import numel
@@ -789,7 +789,38 @@ class Tape(Builder):
 
 
 def _float(d: D.DType) -> bool:
-    return d.is_floating_point
+    return d.is_inexact  # floating point or complex: what can carry a gradient
+
+
+# Complex values (PyTorch's convention: the gradient of a real loss L with respect to z = a + ib is dL/da + i dL/db,
+# the conjugate Wirtinger derivative, times two). A rule meets complex values only where it is known to give that:
+#: ops whose rules read no input or output value (movement, indexing, sums, where, casts) or handle complex values
+#: themselves (abs: g * sgn(z); the complex ops of protocol/ops/complex_ops.py declare ``extra["complex_vjp"]``)
+COMPLEX_AS_IS = frozenset({
+    "add", "sub", "neg", "sum", "mean", "cumsum", "reshape", "permute", "expand", "slice", "flip", "pad", "cat",
+    "tril", "triu", "gather", "scatter", "scatter_add", "index", "index_put", "setslice", "where", "cast", "copy",
+    "abs"})
+#: holomorphic ops with real coefficients (f(conj z) = conj f(z)): for them torch's gradient g * conj(f'(z)) is the
+#: real rule, g * f'(z), evaluated at the conjugates of the inputs and output, so the rule reads those
+COMPLEX_BY_CONJ = frozenset({
+    "mul", "div", "pow", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "sinh", "cosh",
+    "reciprocal", "asin", "acos", "atan", "square", "rsqrt", "sigmoid", "exp2", "log2", "log10", "prod", "cumprod",
+    "matmul", "linear", "lerp"})
+
+
+def _complex_values(b: Builder, op: str, opdef, xs: list[Value], y: Value) -> tuple[list[Value], Value] | None:
+    """The values ``op``'s rule reads where complex ones are involved: as they are, or conjugated
+    (:data:`COMPLEX_BY_CONJ`); ``None``: the rule is not known to give torch's complex gradient, but the op has a
+    decomposition to differentiate instead (var, norm...); an op with neither is refused."""
+    if opdef.extra.get("complex_vjp") or op in COMPLEX_AS_IS:
+        return xs, y
+    if op in COMPLEX_BY_CONJ:
+        def conj(v: Value) -> Value:
+            return b.op("conj", v) if v.dtype.is_complex else v
+        return [conj(x) for x in xs], conj(y)
+    if opdef.decompose is not None:
+        return None
+    raise DTypeError(f"the gradient of {op} is not implemented for complex tensors yet")
 
 
 def vjp(b: Builder, op: str, xs: list[Value], y: Value, g: Value, attrs: dict, needs: list[bool],
@@ -801,7 +832,13 @@ def vjp(b: Builder, op: str, xs: list[Value], y: Value, g: Value, attrs: dict, n
     # the rule here, else the one declared with the op (OpDef.vjp), else a custom op's own (``tensorwire_ops``)
     fn = RULES.get(op) or opdef.vjp or opdef.extra.get("vjp")
     if fn is not None:
-        c = Ctx(b, op, [T(b, x) for x in xs], T(b, y), T(b, g), attrs, needs, devs, dev)
+        rx, ry = xs, y
+        if y.dtype.is_complex or any(x.dtype.is_complex for x in xs):
+            values = _complex_values(b, op, opdef, xs, y)
+            if values is None:
+                return _vjp_decomposed(b, opdef, xs, g, attrs, needs)
+            rx, ry = values
+        c = Ctx(b, op, [T(b, x) for x in rx], T(b, ry), T(b, g), attrs, needs, devs, dev)
         out = fn(c)
         if out is NotImplemented:  # the rule declines these attributes: go through the decomposition
             return _vjp_decomposed(b, opdef, xs, g, attrs, needs)

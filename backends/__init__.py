@@ -56,6 +56,6 @@ def get_backend(device_type: str):
     return found[device_type]
 
 
-# PyTorch's torch.backends settings (cudnn, mkldnn, opt_einsum; ``cuda`` and ``mps`` are the plugin packages, which
-# carry their own ``is_available``/``matmul``): see :mod:`.torch_flags`
-from .torch_flags import cudnn, mkldnn, opt_einsum  # noqa: E402
+# PyTorch's torch.backends settings: the submodules cudnn, mkldnn, opt_einsum (``cuda`` and ``mps`` are the plugin
+# packages, which carry their own ``is_available``/``matmul``): see :mod:`.torch_flags`
+from . import cudnn, mkldnn, opt_einsum  # noqa: E402

@@ -94,6 +94,9 @@ class Device:
     """One opened device: buffers and programs. Buffers are immutable once written."""
 
     backend: Backend
+    #: whether the device computes with complex values (the CPU's numpy kernels do; a device without complex kernels
+    #: refuses them with ``NotImplementedError`` naming the op and the device, and the conformance suite skips them)
+    complex_values: bool = False
 
     def upload(self, array) -> object:
         """Make a device buffer from a host numpy array (which the device may keep; never mutate it)."""

@@ -4,9 +4,15 @@
 accepted settings: tensorwire's kernels never use TF32 or reduced-precision reductions (results stay those of the
 conformance suite), and there is no cuDNN to tune. ``torch.backends.mps.is_available()`` and
 ``torch.backends.cuda.is_built()`` answer from the connected cluster, like ``tw.cuda.is_available()``.
+
+``cudnn``, ``mkldnn`` and ``opt_einsum`` are submodules of their own (``import torch.backends.cudnn as cudnn``), whose
+settings are module attributes, as in torch; ``cuda`` and ``mps`` are the plugin packages, which take their settings
+(``matmul``) from here.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 
 class Flags:
@@ -26,8 +32,17 @@ def cluster_has(kind: str) -> bool:
     return bool(device_indices(kind))
 
 
-cudnn = Flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=True)
-mkldnn = Flags(enabled=True)
-opt_einsum = Flags(enabled=False, strategy=None)
+@contextlib.contextmanager
+def flags_context(settings: dict, **values):
+    """Set ``values`` in ``settings`` (a settings module's ``globals()``) inside the block, restore them after: the
+    ``flags()`` context managers of :mod:`.cudnn`, :mod:`.mkldnn`, :mod:`.opt_einsum`."""
+    saved = {k: settings[k] for k in values}
+    settings.update(values)
+    try:
+        yield
+    finally:
+        settings.update(saved)
+
+
 cuda_matmul = Flags(allow_tf32=False, allow_fp16_reduced_precision_reduction=True,
                     allow_bf16_reduced_precision_reduction=True)

@@ -42,10 +42,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     **_names(f"{_P}.dtypes", "get_default_dtype", "promote_types", "set_default_dtype"),
     # torch's dtype names, and their aliases
     **_names(f"{_P}.dtypes", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
-             "float64"),
+             "float64", "complex64", "complex128"),
     **{alias: (f"{_P}.dtypes", name) for alias, name in (
         ("bool", "bool_"), ("half", "float16"), ("float", "float32"), ("double", "float64"), ("long", "int64"),
-        ("int", "int32"), ("short", "int16"))},
+        ("int", "int32"), ("short", "int16"), ("cfloat", "complex64"), ("cdouble", "complex128"))},
     **_names(f"{_P}.errors", "Cancelled", "CompileError", "ConnectionFailed", "DependencyFailed", "DeviceError",
              "DTypeError", "ExecutionError", "IndexOutOfRange", "NotFound", "OutOfMemory", "ProtocolError",
              "QuotaExceeded", "ServiceUnavailable", "ShapeError", "TensorwireError", "Unauthorized", "WorkerLost"),
@@ -53,6 +53,11 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     **_submodules("accelerator", "amp", "autograd", "backends", "cuda", "distributed", "hub", "jit", "models", "mps",
                   "nn", "onnx", "optim", "profiler", "progress", "random", "utils"),
     **_submodules("fft", "linalg", "masked", "signal", "special"),  # issue 33: torch.fft, .linalg, .masked, ...
+    # issue 33: sparse tensors (torch.sparse, torch.sparse_coo_tensor ...) and layouts
+    **_submodules("sparse"),
+    **_names("tensorwire.sparse", "sparse_coo_tensor", "sparse_csr_tensor", "spmm"),
+    **_names("tensorwire.sparse_layout", "layout", "strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr",
+             "sparse_bsc"),
     **_submodules("autograd_engine", "autograd_hooks", "channels", "cluster", "context", "creation", "functions",
                   "known_values", "leases", "legacy_types", "protocol", "serialization", "session", "views"),
     **_names("tensorwire.autograd_engine", "enable_grad", "inference_mode", "is_grad_enabled", "no_grad",
@@ -81,7 +86,8 @@ _EXTRA: dict[str, tuple[str, ...]] = {"backends": ("tensorwire.backends.cuda", "
                                       # Tensor first: its module loads the math, array and linalg modules these
                                       # import (one of them first is an import cycle)
                                       **{n: ("tensorwire.tensor",) for n in ("fft", "linalg", "masked", "signal",
-                                                                             "special")}}
+                                                                             "special", "sparse", "sparse_coo_tensor",
+                                                                             "sparse_csr_tensor", "spmm")}}
 #: public names that a submodule of the same name would hide once imported (``tw.tensor`` is the function, the
 #: module is ``tensorwire.tensor``), and those that must not be bound before their _EXTRA modules are loaded
 _GUARDED = frozenset({n for n, (_, attr) in _LAZY.items() if attr is not None} | set(_EXTRA))
@@ -147,6 +153,11 @@ def result_type(a, b):
 def is_floating_point(t) -> _builtins.bool:
     """Whether ``t``'s dtype is a floating-point one (torch.is_floating_point)."""
     return t.dtype.is_floating_point
+
+
+def is_complex(t) -> _builtins.bool:
+    """Whether ``t``'s dtype is a complex one (torch.is_complex)."""
+    return t.dtype.is_complex
 
 
 __all__ = [

@@ -28,6 +28,7 @@ import weakref
 
 import numpy as np
 
+from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError, TensorwireError
 from tensorwire.protocol.graph import attrs_key, freeze
 from tensorwire.protocol.ops import OPS
@@ -263,7 +264,7 @@ def record_grad(session, op: str, ins, attrs, device: str, up: int = 1):
         if t._base is not None:
             sync_view(t)
     out = session.record(op, ins, attrs, device, up=up + 1)
-    if not OPS[op].differentiable or not out.dtype.is_floating_point:
+    if not OPS[op].differentiable or not out.dtype.is_inexact:
         return out
     entries = []
     edged = False
@@ -377,7 +378,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
     if len(seeds) != len(roots):
         raise ValueError(f"grad_tensors has {len(seeds)} tensors, expected {len(roots)}")
     if inputs is not None:
-        ins = _as_tuple(inputs)
+        ins = tuple(_holder(t) for t in _as_tuple(inputs))
         got = _run(roots, seeds, [_input_edge(t) for t in ins], retain_graph, create_graph)
         for t, g in zip(ins, got):
             if g is not None:
@@ -394,9 +395,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
     seeds = _as_tuple(grad_outputs) if grad_outputs is not None else (None,) * len(outs)
     if len(seeds) != len(outs):
         raise ValueError(f"grad_outputs has {len(seeds)} tensors, expected {len(outs)}")
-    got = _run(outs, seeds, [_input_edge(t) for t in ins], retain_graph, create_graph)
+    got = _run(outs, seeds, [_input_edge(_holder(t)) for t in ins], retain_graph, create_graph)
     res = []
     for i, (t, g) in enumerate(zip(ins, got)):
+        if g is not None and getattr(t, "_sparse", False):
+            g = t._grad_of_values(g)
         if g is None:
             if materialize_grads:
                 from .creation import zeros_like
@@ -407,6 +410,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
                                     "in the graph. Set allow_unused=True if this is the desired behavior.")
         res.append(g)
     return tuple(res)
+
+
+def _holder(t):
+    """The tensor whose gradient stands for ``t``: ``t``, or a sparse tensor's values (client/sparse.py)."""
+    return t._val if getattr(t, "_sparse", False) else t
 
 
 def _input_edge(t):
@@ -829,7 +837,7 @@ class Function(metaclass=_FunctionMeta):
             if id(o) in ins:  # an input returned as is: give the output its own identity
                 o = seq[i] = detach(o)
             node.outs.append((o._shape, o.dtype, o._dev, o._s))
-            if o.dtype.is_floating_point and id(o) not in ctx._non_diff:
+            if o.dtype.is_inexact and id(o) not in ctx._non_diff:
                 o.requires_grad = True
                 o.grad_fn = FunctionOutput(node, i, o)
                 o._ag = o._id
@@ -886,30 +894,41 @@ def gradcheck_terms(fn, inputs, *, eps: float = 1e-6, directions: int = 2, seed:
     For random unit directions ``u`` (over the float inputs that require grad) and random output
     weights ``v``: the analytical term is ``sum(grad(fn . v) * u)``, the numerical one the central
     difference ``(v . fn(x + eps u) - v . fn(x - eps u)) / (2 eps)``. Returns two lists of 0-d
-    tensors; fetching them all at once checks many functions in one round trip.
+    tensors; fetching them all at once checks many functions in one round trip. Complex values: ``u`` and ``v``
+    are complex, ``v . y`` is ``Re(sum(y conj(v)))`` (a real loss) and the analytical term ``Re(sum(conj(grad) u))``
+    (PyTorch's convention: the gradient of a complex ``a + ib`` is ``dL/da + i dL/db``).
     """
     from .creation import tensor
 
     inputs = tuple(inputs)
     rng = np.random.default_rng(seed)
     diff = [i for i, t in enumerate(inputs) if isinstance(t, _T.Tensor) and t.requires_grad]
-    outs = [o for o in _fn_outputs(fn, inputs) if o.dtype.is_floating_point and o.requires_grad]
+    outs = [o for o in _fn_outputs(fn, inputs) if o.dtype.is_inexact and o.requires_grad]
     analytic, numeric = [], []
     if not outs or not diff:
         return analytic, numeric
+
+    def draw(t):
+        r = rng.standard_normal(t.shape)
+        if t.dtype.is_complex:
+            r = r + 1j * rng.standard_normal(t.shape)
+        return tensor(r, dtype=t.dtype, device=t._dev, session=t._s)
+
+    def dot(x, w):  # Re(sum(x conj(w))): sum(x w) for real values
+        return (x * w.conj()).real.sum() if x.dtype.is_complex or w.dtype.is_complex else (x * w).sum()
+
     for _ in range(directions):
-        vs = [tensor(rng.standard_normal(o.shape), dtype=o.dtype, device=o._dev, session=o._s) for o in outs]
-        us = [tensor(rng.standard_normal(inputs[i].shape), dtype=inputs[i].dtype, device=inputs[i]._dev,
-                     session=inputs[i]._s) for i in diff]
+        vs = [draw(o) for o in outs]
+        us = [draw(inputs[i]) for i in diff]
         gs = grad(outs, [inputs[i] for i in diff], grad_outputs=vs, retain_graph=True, allow_unused=True)
         with no_grad():
             a = None
             for g, u in zip(gs, us):
                 if g is not None:
-                    term = (g * u).sum()
+                    term = dot(u, g)
                     a = term if a is None else a + term
             if a is None:
-                a = tensor(0.0, dtype=outs[0].dtype, device=outs[0]._dev, session=outs[0]._s)
+                a = tensor(0.0, dtype=D.to_real(outs[0].dtype), device=outs[0]._dev, session=outs[0]._s)
 
             def shifted(sign, us=us, vs=vs):
                 xs = list(inputs)
@@ -917,9 +936,9 @@ def gradcheck_terms(fn, inputs, *, eps: float = 1e-6, directions: int = 2, seed:
                     xs[i] = inputs[i] + u * (sign * eps)
                 s = None
                 for o, v in zip(_fn_outputs(fn, xs), vs):
-                    if not o.dtype.is_floating_point:
+                    if not o.dtype.is_inexact:
                         continue
-                    term = (o * v).sum()
+                    term = dot(o, v)
                     s = term if s is None else s + term
                 return s
 

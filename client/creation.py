@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import ShapeError
+from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.random import counters_used
 from tensorwire.protocol.shapes import check_shape, numel
 
@@ -37,7 +37,7 @@ def _infer_np(data, dtype):
     arr = np.asarray(data)
     if dtype is not None:
         dt = D.get(dtype)
-        if arr.dtype.kind == "f" and not dt.is_floating_point and dt is not D.bool_:
+        if arr.dtype.kind == "f" and not dt.is_inexact and dt is not D.bool_:
             arr = np.trunc(arr)
         return arr.astype(dt.np) if arr.dtype != dt.np else arr
     if isinstance(data, np.ndarray) or isinstance(data, np.generic):
@@ -50,6 +50,8 @@ def _infer_np(data, dtype):
         return arr.astype(np.int64)
     if arr.dtype.kind == "b":
         return arr
+    if arr.dtype.kind == "c":  # Python complex numbers: the default complex dtype, as torch's
+        return arr.astype(D.get_default_complex_dtype().np)
     if arr.dtype == object or arr.dtype.kind in "US":
         raise TypeError(f"can't convert {type(data).__name__} of mixed or non-numeric values to a tensor")
     return arr
@@ -111,6 +113,10 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = Fal
     shape = check_shape(_size((size,)) if not isinstance(size, int) else (size,))
     dt = D.get(dtype) if dtype is not None else D.scalar_dtype(fill_value)
     v = fill_value.item() if isinstance(fill_value, (np.generic, Tensor)) else fill_value
+    if isinstance(v, complex):
+        if not dt.is_complex:
+            raise DTypeError(f"full: a complex fill value needs a complex dtype, got {dt.name}")
+        v = [v.real, v.imag]  # (the wire's form of a complex attribute)
     return _finish(s.record("full", [], {"shape": list(shape), "dtype": dt.name, "value": v}, dev), requires_grad)
 
 
@@ -164,6 +170,8 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad: b
         raise ValueError("upper bound and lower bound inconsistent with step sign")
     floating = any(isinstance(v, float) for v in vals)
     dt = D.get(dtype) if dtype is not None else (D.get_default_dtype() if floating else D.int64)
+    if dt.is_complex:
+        raise DTypeError(f"arange is not implemented for {dt.name} (as in torch)")
     if not dt.is_floating_point:  # torch counts and steps an integer range in integers (each bound truncated)
         start, end, step = (math.trunc(v) for v in vals)
         if step == 0:
@@ -182,7 +190,7 @@ def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad: 
         raise ValueError("number of steps must be non-negative")
     dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
     s, dev = _ctx(device, session)
-    if not dt.is_floating_point:
+    if not dt.is_inexact:
         return _finish(_upload(s, np.trunc(_integer_linspace(start, end, steps)).astype(dt.np), dev), requires_grad)
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
     return _finish(s.record("arange", [], {"start": float(start), "step": float(step), "n": int(steps),
@@ -200,7 +208,7 @@ def _integer_linspace(start, end, steps: int) -> np.ndarray:
 
 def logspace(start, end, steps: int, base: float = 10.0, *, dtype=None, device=None, session=None) -> Tensor:
     """``base ** linspace(start, end, steps)``; for an integer dtype torch's: integer bounds, truncated powers."""
-    if dtype is not None and not D.get(dtype).is_floating_point:
+    if dtype is not None and not D.get(dtype).is_inexact:
         s, dev = _ctx(device, session)
         powers = np.trunc(np.power(float(base), _integer_linspace(start, end, steps)))
         return _upload(s, powers.astype(D.get(dtype).np), dev)

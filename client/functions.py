@@ -332,9 +332,11 @@ METHOD_FUNCTIONS = {n: _method_fn(n) for n in _METHODS}
 # torch's derived math and array functions (tw.addmm, tw.meshgrid, ...: client/math_extras.py and
 # client/array_extras.py, issue 33)
 from .array_extras import FUNCTIONS as _ARRAY_EXTRAS  # noqa: E402
+from .complex_ops import FUNCTIONS as _COMPLEX  # noqa: E402
 from .linalg_legacy import FUNCTIONS as _LINALG_LEGACY  # noqa: E402
 from .math_extras import FUNCTIONS as _MATH_EXTRAS  # noqa: E402
 from .random_fills import FUNCTIONS as _RANDOM_FILLS  # noqa: E402
 
-METHOD_FUNCTIONS.update({k: v for k, v in {**_MATH_EXTRAS, **_ARRAY_EXTRAS, **_RANDOM_FILLS, **_LINALG_LEGACY}.items()
+METHOD_FUNCTIONS.update({k: v for k, v in {**_MATH_EXTRAS, **_ARRAY_EXTRAS, **_RANDOM_FILLS, **_LINALG_LEGACY,
+                                            **_COMPLEX}.items()
                          if k not in METHOD_FUNCTIONS})

@@ -57,7 +57,9 @@ def _host(t: Tensor) -> np.ndarray:
 def _upload(a: np.ndarray, like: Tensor) -> Tensor:
     from .creation import tensor
 
-    dtype = like.dtype if a.dtype.kind == "f" else D.from_numpy(a.dtype)
+    # (a complex result, an eigen-decomposition's: the complex dtype of the input's)
+    dtype = like.dtype if a.dtype.kind == "f" else D.to_complex(like.dtype) if a.dtype.kind == "c" else \
+        D.from_numpy(a.dtype)
     return tensor(np.array(a, order="C"), dtype=dtype, device=like._dev, session=like._s)
 
 
@@ -68,7 +70,7 @@ class _HostRun(Function):
         like = next(t for t in inputs if t.dtype.is_floating_point)
         outs = [_upload(a, like) for a in outs]
         ctx.op, ctx.attrs, ctx.n_in, ctx.n_out = op, attrs, len(inputs), len(outs)
-        ctx.mark_non_differentiable(*[o for o in outs if not o.dtype.is_floating_point])
+        ctx.mark_non_differentiable(*[o for o in outs if not o.dtype.is_inexact])
         if op.grad is not None:
             ctx.save_for_backward(*inputs, *outs, *[_upload(a, like) for a in saved])
         return tuple(outs)

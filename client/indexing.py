@@ -44,6 +44,8 @@ def _expand_key(x, key):
                 out.extend(_as_index(x, i) for i in np.nonzero(k._numpy()))
         elif isinstance(k, (bool, np.bool_)):
             out.append(_Bool0(bool(k)))
+        elif isinstance(k, range):  # torch indexes with a range as with the list of its ints (a copy, not a view)
+            out.append(list(k))
         elif isinstance(k, (np.ndarray, list)) and len(k) and np.asarray(k).dtype == np.bool_:
             out.extend(_as_index(x, i) for i in np.nonzero(np.asarray(k)))
         else:

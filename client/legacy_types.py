@@ -2,13 +2,20 @@
 tensors with them): ``FloatTensor(data)`` makes a float32 tensor of a list or an array, ``FloatTensor(2, 3)`` an
 uninitialised one of that size, ``FloatTensor()`` an empty one; ``isinstance(t, tw.FloatTensor)`` holds for a
 float32 tensor (on any device: the cluster's types do not split by device as torch's ``cuda.FloatTensor`` do), and
-``t.type(tw.LongTensor)`` casts."""
+``t.type(tw.LongTensor)`` casts.
+
+``tw.Tensor(...)`` itself is torch's legacy constructor too (:func:`init_legacy`): ``Tensor(2, 3)`` an uninitialised
+tensor of the default dtype (float32 unless changed), ``Tensor([1, 2])`` one of that data, ``Tensor()`` an empty one,
+``Tensor(t)`` a tensor sharing ``t``'s value (a view, in ``t``'s dtype)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from tensorwire.protocol import dtypes as D
 
-from .tensor import Tensor
+from .creation import empty, tensor
+from .tensor import Size, Tensor
 
 __all__ = ["FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
            "CharTensor", "ByteTensor", "BoolTensor"]
@@ -23,20 +30,47 @@ class _LegacyType(type):
         return isinstance(obj, Tensor) and obj.dtype is cls.dtype
 
     def __call__(cls, *args, device=None):
-        from .creation import empty, tensor
-        from .tensor import Size
+        return _legacy_new(cls.__name__, cls.dtype, args, device)
 
-        if len(args) == 1 and isinstance(args[0], Size):
-            sizes = tuple(args[0])
-        elif args and all(isinstance(n, int) and not isinstance(n, bool) for n in args):
-            sizes = args
-        elif len(args) == 1:  # data: a list, an array or a tensor
-            return tensor(args[0], dtype=cls.dtype, device=device)
-        elif not args:
-            return tensor([], dtype=cls.dtype, device=device)
-        else:
-            raise TypeError(f"{cls.__name__}(): expected data or sizes (ints), got {args!r}")
-        return empty(*sizes, dtype=cls.dtype, device=device)
+
+def _legacy_new(name: str, dtype: D.DType, args: tuple, device) -> Tensor:
+    """A legacy constructor's tensor: ``(*sizes)`` or ``(Size)`` uninitialised, ``(data)`` of that data (a list, a
+    tuple, an array or a tensor), ``()`` empty; of ``dtype``."""
+    if len(args) == 1 and isinstance(args[0], Size):
+        return empty(*tuple(args[0]), dtype=dtype, device=device)
+    if args and all(isinstance(n, int) and not isinstance(n, bool) for n in args):
+        return empty(*args, dtype=dtype, device=device)
+    if len(args) == 1:  # data
+        if isinstance(args[0], (bool, float, complex, str, bytes, np.generic)) or args[0] is None:
+            raise TypeError(f"{name}(): data must be a sequence (got {type(args[0]).__name__})")
+        return tensor(args[0], dtype=dtype, device=device)
+    if not args:
+        return tensor([], dtype=dtype, device=device)
+    raise TypeError(f"{name}(): expected data or sizes (ints), got {args!r}")
+
+
+#: the slots a tensor's state lives in (what :func:`init_legacy` moves into the object being constructed)
+_STATE = tuple(n for n in Tensor.__slots__ if n != "__weakref__")
+
+
+def init_legacy(self: Tensor, args: tuple, kwargs: dict) -> None:
+    """``Tensor.__init__``: torch's legacy constructor ``tw.Tensor(*sizes)`` / ``tw.Tensor(data)`` / ``tw.Tensor()``
+    (the default dtype; ``device=`` only), and ``tw.Tensor(t)``: a view of ``t``, in its dtype. ``self`` is a bare
+    object (``type.__call__`` made it); the new tensor's state moves into it, and the tensor it was made as gives up
+    its handle."""
+    device = kwargs.pop("device", None)
+    if kwargs:
+        raise TypeError(f"Tensor(): unexpected keyword arguments {sorted(kwargs)} (only device=; use tw.tensor("
+                        "data, dtype=...) or tw.empty(*sizes, dtype=...) for others)")
+    if len(args) == 1 and isinstance(args[0], Tensor) and not args[0]._sparse:
+        if device is not None:
+            raise TypeError("Tensor(t, device=...): move the tensor with t.to(device)")
+        src = args[0].view(*args[0]._shape)
+    else:
+        src = _legacy_new("Tensor", D.get_default_dtype(), args, device)
+    for name in _STATE:
+        object.__setattr__(self, name, getattr(src, name))
+    src._s = None  # (the handle is self's now: src must not release it)
 
 
 def _make(name: str, dtype: D.DType) -> type:

@@ -67,8 +67,8 @@ def _dims(dim, ndim: int):
 
 def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None, out=None) -> Tensor:  # noqa: A002
     """The vector ``ord``-norm over ``dim`` (all elements for ``None``): max |x| for inf, min for -inf, the count of
-    non-zeros for 0, (Σ |x|^ord)^(1/ord) otherwise."""
-    if not x.dtype.is_floating_point:
+    non-zeros for 0, (Σ |x|^ord)^(1/ord) otherwise (a complex tensor's: its modulus's)."""
+    if not x.dtype.is_inexact:
         raise DTypeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
                          f"{x.dtype.name.capitalize()}")
     if dtype is not None:
@@ -82,7 +82,7 @@ def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None
         red = a.amax if ord > 0 else a.amin
         r = red(dim=dims if dims is not None else tuple(range(x.ndim)), keepdim=keepdim)
     elif ord == 0:
-        r = (a != 0).to(x.dtype).sum(dims, keepdim=keepdim)
+        r = (a != 0).to(a.dtype).sum(dims, keepdim=keepdim)
     else:  # the norm op, negative ord included: its gradient is torch's, 0 where an element or the norm is 0
         r = x._reduce("norm", list(dims) if dims is not None else None, keepdim,
                       p=float(ord) if not isinstance(ord, int) else ord)

@@ -6,7 +6,7 @@
 The factorisations run on the client's LAPACK (:mod:`.linalg_lapack`: a sync point each); everything else composes
 from them with tensor ops, so gradients flow through the composition; ``pinv`` (and ``lstsq``, its solution being
 ``pinv(A) B``) has torch's own backward formula instead, as the SVD's is NaN where singular values repeat. ``eig`` and
-``eigvals`` give complex results: ``NotImplementedError`` until tensorwire has complex dtypes.
+``eigvals`` give complex results (complex64 for a float32 input).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ InvEx = namedtuple("inv_ex", ["inverse", "info"])
 SolveEx = namedtuple("solve_ex", ["result", "info"])
 CholeskyEx = namedtuple("cholesky_ex", ["L", "info"])
 Eigh = namedtuple("eigh", ["eigenvalues", "eigenvectors"])
+Eig = namedtuple("eig", ["eigenvalues", "eigenvectors"])
 Svd = namedtuple("svd", ["U", "S", "Vh"])
 Qr = namedtuple("qr", ["Q", "R"])
 LUFactor = namedtuple("lu_factor", ["LU", "pivots"])
@@ -223,12 +224,16 @@ def eigvalsh(A: Tensor, UPLO: str = "L") -> Tensor:  # noqa: N803
     return eigh(A, UPLO).eigenvalues
 
 
-def eig(A: Tensor):  # noqa: N803
-    raise NotImplementedError("linalg.eig: the eigen-decomposition of a general matrix is complex, and tensorwire has "
-                              "no complex dtypes yet; for a symmetric matrix use linalg.eigh")
+def eig(A: Tensor) -> Eig:  # noqa: N803
+    """``(eigenvalues, eigenvectors)`` of a square matrix, complex: each eigenvector of unit norm with its largest
+    component real (LAPACK's ``geev``, as torch's CPU)."""
+    _square("linalg.eig", A)
+    return Eig(*L.eig(A))
 
 
-eigvals = eig
+def eigvals(A: Tensor) -> Tensor:  # noqa: N803
+    """The eigenvalues of a square matrix, complex."""
+    return eig(A).eigenvalues
 
 
 def svd(A: Tensor, full_matrices: bool = True, *, driver=None) -> Svd:  # noqa: N803

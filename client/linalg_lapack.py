@@ -180,6 +180,47 @@ def eigh(A: Tensor, UPLO: str = "L") -> tuple[Tensor, Tensor]:  # noqa: N803
     return host_run(EIGH, A, uplo=UPLO)
 
 
+# -- eig (complex results) -------------------------------------------------------------------------------------------
+
+def _eig_compute(attrs, a):
+    w, v = np.linalg.eig(a)  # (LAPACK's geev: each vector of unit norm, its largest component real)
+    w, v = w.astype(np.complex128), v.astype(np.complex128)  # (numpy gives real arrays when every value is real)
+    return [w, v], [np.linalg.inv(v)]
+
+
+def _eig_grad(ctx, inputs, outs, saved, grads):
+    """torch's ``linalg_eig_backward``: ``V^-H (gL on the diagonal, (V^H gV - V^H V Re(diag(V^H gV))) / (conj(L_j) -
+    conj(L_i)) off it) V^H``, its real part for a real input."""
+    from .complex_ops import conj, real
+    from .functions import where
+
+    (a,), (w, v), (v_inv,), (gw, gv) = inputs, outs, saved, grads
+    vh = conj(v).mT
+    n = w.shape[-1]
+    eye = _eye_like(real(w), n) != 0
+    inner = _diag(gw) if gw is not None else None
+    if gv is not None:
+        vhgv = vh.matmul(gv)
+        re_diag = real(vhgv).diagonal(0, -2, -1)
+        ret = vhgv - vh.matmul(v * re_diag.unsqueeze(-2))
+        lc = conj(w)
+        e = where(eye, 1.0, lc.unsqueeze(-2) - lc.unsqueeze(-1))  # e[i, j] = conj(L_j) - conj(L_i)
+        off = where(eye, 0.0, ret / e)
+        inner = off if inner is None else off + inner
+    if inner is None:
+        return (None,)
+    ga = conj(v_inv).mT.matmul(inner).matmul(vh)
+    return (ga if a.dtype.is_complex else real(ga),)
+
+
+EIG = HostOp("linalg.eig", _eig_compute, _eig_grad)
+
+
+def eig(A: Tensor) -> tuple[Tensor, Tensor]:  # noqa: N803
+    """``(eigenvalues, eigenvectors as columns)`` of a square ``A``, complex (LAPACK's geev, as torch's CPU)."""
+    return host_run(EIG, A)
+
+
 # -- svd -------------------------------------------------------------------------------------------------------------
 
 def _svd_compute(attrs, a):

@@ -17,6 +17,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.shapes import broadcast, norm_dim
 
+from .complex_ops import angle, conj, conj_physical, isreal, real, resolve_conj, resolve_neg
 from .tensor import Tensor
 from .zero_grads import zero_grad_from
 
@@ -36,7 +37,13 @@ def _where(cond: Tensor, a, b) -> Tensor:
 
 
 def to_float(x: Tensor) -> Tensor:
-    """``x`` in a floating dtype: integers and bools become the default float, as torch's float ops do."""
+    """``x`` in a floating dtype: integers and bools become the default float, as torch's float ops do. A complex
+    tensor is refused (``DTypeError``): the functions composed here are written for real values."""
+    if x.dtype.is_complex:
+        import sys
+
+        name = sys._getframe(1).f_code.co_name  # (the function that asked: named in the error)
+        raise DTypeError(f"{name} is not implemented for complex tensors in tensorwire yet")
     return x if x.dtype.is_floating_point else x.to(D.get_default_dtype())
 
 
@@ -221,30 +228,7 @@ def positive(input: Tensor) -> Tensor:  # noqa: A002
     return input
 
 
-def angle(input: Tensor) -> Tensor:  # noqa: A002
-    """The argument of a real number: π for negatives, 0 otherwise (NaN stays NaN)."""
-    x = to_float(input)
-    r = _where(x < 0, _t(math.pi, x).to(x.dtype), _t(0.0, x).to(x.dtype))
-    return _where(x.isnan(), x, r)
-
-
-def real(input: Tensor) -> Tensor:  # noqa: A002
-    """A real tensor's real part: itself."""
-    return input
-
-
-def conj(input: Tensor) -> Tensor:  # noqa: A002
-    """A real tensor's conjugate: itself."""
-    return input
-
-
-def conj_physical(input: Tensor) -> Tensor:  # noqa: A002
-    return input.clone()
-
-
-def isreal(input: Tensor) -> Tensor:  # noqa: A002
-    """True everywhere for a real tensor."""
-    return input.new_ones(input.shape, dtype=D.bool_)
+# angle, real, conj, conj_physical and isreal: client/complex_ops.py (complex tensors' parts; a real tensor's too)
 
 
 # -- products --------------------------------------------------------------------------------------------------------
@@ -323,13 +307,13 @@ def addcdiv(input: Tensor, tensor1: Tensor, tensor2: Tensor, *, value=1, out=Non
 
 
 def vdot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
-    """Σ input · other over two 1-D tensors of one dtype."""
+    """Σ conj(input) · other over two 1-D tensors of one dtype."""
     if input.ndim != 1 or other.ndim != 1:
         raise ShapeError(f"1D tensors expected, but got {input.ndim}D and {other.ndim}D tensors")
     if input.dtype is not other.dtype:
         raise DTypeError(f"vdot: expected both vectors to have same dtype, but found {input.dtype.name} and "
                          f"{other.dtype.name}")
-    return input.dot(other)
+    return conj(input).dot(other)  # (the first vector conjugated: for complex ones)
 
 
 def kron(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
@@ -1029,7 +1013,7 @@ FUNCTIONS = {
     "copysign": copysign, "fmax": fmax, "fmin": fmin, "hypot": hypot, "heaviside": heaviside,
     "logaddexp": logaddexp, "logaddexp2": logaddexp2,
     "xlogy": xlogy, "ldexp": ldexp, "rsub": rsub, "positive": positive, "angle": angle, "real": real, "conj": conj,
-    "conj_physical": conj_physical, "resolve_conj": conj, "resolve_neg": conj, "isreal": isreal,
+    "conj_physical": conj_physical, "resolve_conj": resolve_conj, "resolve_neg": resolve_neg, "isreal": isreal,
     "addmm": addmm, "addmv": addmv, "addr": addr, "baddbmm": baddbmm, "addbmm": addbmm, "addcmul": addcmul,
     "addcdiv": addcdiv, "vdot": vdot, "kron": kron, "cross": cross, "diff": diff, "trapezoid": trapezoid,
     "trapz": trapz, "cumulative_trapezoid": cumulative_trapezoid, "logcumsumexp": logcumsumexp, "cummax": cummax,
@@ -1059,13 +1043,11 @@ def _method(fn):
 
 
 def install(cls=Tensor) -> None:
-    """Add :data:`METHODS` to ``Tensor`` (leaving any method it defines itself), and the property ``real`` (a real
-    tensor's real part: itself, as torch's attribute)."""
+    """Add :data:`METHODS` to ``Tensor`` (leaving any method it defines itself; ``real`` and ``imag`` are
+    properties that client/complex_ops.py installs)."""
     for name, fn in METHODS.items():
         if name not in cls.__dict__:
             setattr(cls, name, _method(fn))
-    if "real" not in cls.__dict__:
-        cls.real = property(real, doc="The real part: the tensor itself for a real dtype.")
 
 
 install()

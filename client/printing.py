@@ -62,6 +62,22 @@ class _Formatter:
         return (self.max_width - len(s)) * " " + s
 
 
+class _ComplexFormatter:
+    """A complex number as torch prints it: the real part and the imaginary part each by a formatter of their own
+    (``1.0000+2.5000j``)."""
+
+    def __init__(self, arr: np.ndarray):
+        self.real = _Formatter(arr.real.astype(np.float64), True)
+        self.imag = _Formatter(arr.imag.astype(np.float64), True)
+        self.max_width = self.real.max_width + self.imag.max_width + 1  # (+1: the j)
+
+    def format(self, v) -> str:
+        v = complex(v)
+        re = self.real.format(v.real)
+        im = (self.imag.format(v.imag) + "j").lstrip()
+        return re + im if im[0] in "+-" else re + "+" + im
+
+
 def _summarized(arr: np.ndarray) -> np.ndarray:
     """The elements torch's formatter looks at when the tensor is summarized (edge items only)."""
     if arr.ndim == 0:
@@ -103,7 +119,8 @@ def format_array(arr: np.ndarray, floating: bool, indent: int = 7) -> str:
     if arr.size == 0:
         return "[]"
     summarize = arr.size > THRESHOLD
-    fmt = _Formatter(_summarized(arr) if summarize else arr, floating)
+    seen = _summarized(arr) if summarize else arr
+    fmt = _ComplexFormatter(seen) if arr.dtype.kind == "c" else _Formatter(seen, floating)
     return _body(arr, indent, summarize, fmt)
 
 
@@ -138,7 +155,7 @@ def format_tensor(t) -> str:
             suffixes.append(f"size={tuple(t.shape)}")
         if t.dtype is not D.get_default_dtype():
             suffixes.append(f"dtype={t.dtype!r}")
-    elif t.dtype not in (D.get_default_dtype(), D.int64, D.bool_):
+    elif t.dtype not in (D.get_default_dtype(), D.get_default_complex_dtype(), D.int64, D.bool_):
         suffixes.append(f"dtype={t.dtype!r}")
     if t.grad_fn is not None:
         suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")

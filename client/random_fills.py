@@ -39,10 +39,14 @@ def bernoulli(input: Tensor, p=None, *, generator=None, out=None) -> Tensor:  # 
     return write_out(out, r)
 
 
-def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None, device=None,
-           requires_grad: bool = False) -> Tensor:
-    """Draws from N(mean, std²): tensor ``mean`` and/or ``std`` broadcast together, or numbers with ``size``."""
+def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None, layout=None, device=None,
+           pin_memory: bool = False, requires_grad: bool = False) -> Tensor:
+    """Draws from N(mean, std²): tensor ``mean`` and/or ``std`` broadcast together, or numbers with ``size``
+    (``layout``: ``tw.strided``, the only one torch's ``normal`` makes)."""
     from .functions import write_out
+
+    if layout is not None and layout != "strided":
+        raise NotImplementedError(f"normal(layout={layout!r}): torch draws dense (strided) tensors only")
 
     ref = mean if isinstance(mean, Tensor) else std if isinstance(std, Tensor) else None
     if ref is None:

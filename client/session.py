@@ -735,7 +735,8 @@ class Session:
         key = (type(value), freeze(value), dtype.name, device)
         t = self._scalars.get(key)
         if t is None or t._s is not self:
-            t = self.record("full", [], {"shape": [], "dtype": dtype.name, "value": value}, device)
+            v = [value.real, value.imag] if isinstance(value, complex) else value  # (a complex attribute's form)
+            t = self.record("full", [], {"shape": [], "dtype": dtype.name, "value": v}, device)
             if len(self._scalars) >= 512:
                 self._scalars.pop(next(iter(self._scalars)))
             self._scalars[key] = t

@@ -15,6 +15,7 @@ Differences from PyTorch, on purpose:
 from __future__ import annotations
 
 import builtins
+import copy
 import importlib as _importlib
 import math
 from collections import namedtuple
@@ -32,10 +33,11 @@ from . import indexing as _indexing
 from . import views as V
 from .autograd_hooks import check_inplace as _check_inplace
 from .autograd_hooks import record as _hooks_record
+from .sparse_layout import strided as _strided
 from .zero_grads import zero_grad_from
 
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
-_Number = (int, float, bool, np.number, np.bool_)
+_Number = (int, float, bool, complex, np.number, np.bool_)
 
 
 class Size(tuple):
@@ -114,7 +116,12 @@ class Tensor:
         self._ag = None
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("create tensors with tw.tensor(...), tw.zeros(...), tw.randn(...) and friends")
+        # torch's legacy constructor, tw.Tensor(2, 3) / tw.Tensor([1., 2.]) / tw.Tensor(): the cluster makes its own
+        # tensors without calling the class (object.__new__ and _init), so only a program's call comes here
+        # circle: tensorwire.legacy_types imports this module
+        from .legacy_types import init_legacy
+
+        init_legacy(self, args, kwargs)
 
     def __del__(self):
         try:
@@ -164,25 +171,56 @@ class Tensor:
     def is_cpu(self) -> bool:
         return self._dev.startswith("cpu:")
 
-    is_sparse = False  # tensorwire tensors are dense (torch's attribute, for programs that check it)
+    is_sparse = False  # a dense tensor (torch's attribute; a sparse one is a tensorwire.sparse.SparseTensor)
+    _sparse = False  # whether this is a SparseTensor (client/sparse.py), for the few places that take either
     is_quantized = False
     is_meta = False
+    # torch's other device kinds and layouts, which a tensorwire tensor never is (programs test them)
+    is_xpu = is_ipu = is_xla = is_vulkan = is_mkldnn = is_maia = is_mtia = is_nested = False
+
+    def is_signed(self) -> bool:
+        """Whether the dtype is signed (False for ``bool`` and ``uint8``, as torch)."""
+        return self.dtype.is_signed
+
+    def is_inference(self) -> bool:
+        """Whether this is an inference tensor: never (``tw.inference_mode`` makes ordinary tensors)."""
+        return False
+
+    def is_pinned(self, device=None) -> bool:
+        """Whether this is in pinned host memory: never (tensors live on the cluster's devices)."""
+        return False
+
+    def is_shared(self) -> bool:
+        """Whether this is in shared memory (``share_memory_``): never."""
+        return False
+
+    def is_same_size(self, other) -> bool:
+        """Whether ``other`` has this tensor's shape."""
+        return self._shape == other._shape
+
+    def is_nonzero(self) -> bool:
+        """The truth of a one-element tensor (torch's: an error for any other number of elements)."""
+        if self.numel() == 0:
+            raise RuntimeError("Boolean value of Tensor with no values is ambiguous")
+        return builtins.bool(self)
 
     def is_complex(self) -> bool:
-        return False  # no complex dtypes
+        """Whether the dtype is complex (``complex64``, ``complex128``)."""
+        return self.dtype.is_complex
 
     @property
-    def layout(self) -> str:
-        return "strided"
+    def layout(self):
+        """``tw.strided`` (a ``tw.layout``, equal to the string ``"strided"``)."""
+        return _strided
 
     @property
     def is_leaf(self) -> bool:
         return self.grad_fn is None
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
-        """Set whether autograd records operations on this tensor (floating dtypes only, as torch)."""
-        if requires_grad and not self.dtype.is_floating_point:
-            raise DTypeError("only Tensors of floating point dtype can require gradients")
+        """Set whether autograd records operations on this tensor (floating and complex dtypes only, as torch)."""
+        if requires_grad and not self.dtype.is_inexact:
+            raise DTypeError("only Tensors of floating point and complex dtype can require gradients")
         self.requires_grad = bool(requires_grad)
         return self
 
@@ -226,6 +264,9 @@ class Tensor:
         if isinstance(other, _Number):
             v = other.item() if isinstance(other, (np.number, np.bool_)) else other
             sd = dtype or D.scalar_dtype(v)
+            if dtype is None and isinstance(v, complex) and self.dtype.category >= 2:
+                # a complex number with a float or complex tensor: in the tensor's complex dtype, as torch computes it
+                return self._s.scalar(v, D.to_complex(self.dtype), self._dev)
             if dtype is None and self.dtype.is_floating_point and sd.category <= 2 and self.dtype is not sd:
                 # torch computes a float tensor with a Python number in the tensor's dtype: make the scalar
                 # that dtype directly (a float32 scalar would round 0.1 before a float64 op sees it)
@@ -444,6 +485,31 @@ class Tensor:
 
         return detach(self)
 
+    def __copy__(self) -> Tensor:
+        """``copy.copy(t)``: a new tensor object on the same value that shares its in-place updates both ways (torch's
+        shares the storage) and keeps ``requires_grad``, a leaf. It has a handle of its own: the two objects are
+        released apart (a copy of this object's fields would release the handle twice)."""
+        t = self.detach() if self._sparse else self.data
+        if self.requires_grad:
+            t.requires_grad_()
+        return t
+
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        """``copy.deepcopy(t)`` of a leaf, as torch's: a new leaf holding a copy of the value, with the same
+        ``requires_grad`` and a deep copy of ``.grad`` (``copy.deepcopy(model.state_dict())``, EMA weights)."""
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment")
+        t = self.detach().clone()
+        if self.requires_grad:
+            t.requires_grad_()
+        memo[id(self)] = t
+        if self.grad is not None:
+            t.grad = copy.deepcopy(self.grad, memo)
+        return t
+
     def contiguous(self, memory_format=None) -> Tensor:
         return self
 
@@ -655,7 +721,10 @@ class Tensor:
         return self.to(D.float64).pow(e)
 
     def matmul(self, other):
-        return self._rec("matmul", [self, self._operand(other)])
+        o = self._operand(other)
+        if o._sparse:  # dense @ sparse (client/sparse.py)
+            return o._rmatmul(self)
+        return self._rec("matmul", [self, o])
 
     mm = matmul
     bmm = matmul
@@ -760,7 +829,7 @@ class Tensor:
         if rtol < 0 or atol < 0:
             raise ValueError(f"isclose(): rtol and atol must be non-negative, got rtol={rtol}, atol={atol}")
         eq = self == other
-        if not self.dtype.is_floating_point:
+        if not self.dtype.is_inexact:
             if rtol == 0 and atol == 0:
                 return eq
             a, b = self.to(D.float64), other.to(D.float64)
@@ -1189,7 +1258,19 @@ class Tensor:
         _indexing.setitem(self, key, value)
 
     def gather(self, dim: int, index):
+        if not index._shape or not self._shape or 0 in index._shape:
+            return self._gather_special(dim, index)
         return self._rec("gather", [self, index], {"dim": dim})
+
+    def _gather_special(self, dim: int, index):
+        """torch's gather where the op table's does not go: an empty index (of any rank and integer dtype) gives an
+        empty result of its shape; a 0-d input or index counts as 1-d."""
+        norm_dim(dim, builtins.max(self.ndim, 1))
+        if 0 in index._shape:  # (a slice of the input: its gradient is zeros, as torch's)
+            return self.reshape(-1).narrow(0, 0, 0).reshape(*index._shape)
+        if builtins.max(self.ndim, 1) != builtins.max(index.ndim, 1):
+            raise ShapeError("gather(): index tensor must have the same number of dimensions as input tensor")
+        return self.reshape(-1).gather(0, index.reshape(-1)).reshape(*index._shape)
 
     def take_along_dim(self, indices, dim: int | None = None):
         if dim is None:
@@ -1574,8 +1655,8 @@ def _fits(v: int, dt: D.DType) -> bool:
 _indexing.install(Tensor)
 
 # torch's derived math, array and random functions as methods (x.addmm, x.unfold, x.cauchy_...:
-# client/math_extras.py, client/array_extras.py, client/random_fills.py, client/linalg_legacy.py): each installs its
-# methods when it has loaded (it may load first and import this module)
-for _m in ("tensorwire.math_extras", "tensorwire.array_extras", "tensorwire.random_fills",
-           "tensorwire.linalg_legacy"):
+# client/math_extras.py, client/array_extras.py, client/random_fills.py, client/linalg_legacy.py; x.to_sparse:
+# client/sparse.py): each installs its methods when it has loaded (it may load first and import this module)
+for _m in ("tensorwire.complex_ops", "tensorwire.math_extras", "tensorwire.array_extras", "tensorwire.random_fills",
+           "tensorwire.linalg_legacy", "tensorwire.sparse"):
     _importlib.import_module(_m)

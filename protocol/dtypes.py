@@ -1,10 +1,15 @@
 """The dtypes tensorwire knows, their numpy equivalents, and PyTorch's type promotion.
 
 bfloat16 maps to ``ml_dtypes.bfloat16`` on the numpy side. Promotion follows PyTorch:
-bool < integers < floating point as categories; within a category the wider type wins
+bool < integers < floating point < complex as categories; within a category the wider type wins
 (uint8 with int8 gives int16; float16 with bfloat16 gives float32); Python scalars and
 0-d tensors only raise the category (``int32_tensor + 2.5`` is float32, ``int8_tensor + 1000``
-stays int8), see :func:`result_type`.
+stays int8), see :func:`result_type`. Complex with floating point keeps the wider value type
+(``complex64 + float64`` is complex128), as torch's.
+
+The complex dtypes (``complex64``, ``complex128``) are neither floating point nor integer
+(``is_floating_point`` is False, as torch's); ``to_real`` and ``to_complex`` map between a complex
+dtype and its value type.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ class DType:
     itemsize: int
     is_floating_point: bool
     is_signed: bool
-    category: int  # 0 bool, 1 integer, 2 floating
+    category: int  # 0 bool, 1 integer, 2 floating, 3 complex
 
     def __repr__(self) -> str:
         return f"tensorwire.{self.name}"
@@ -37,7 +42,13 @@ class DType:
 
     @property
     def is_complex(self) -> bool:
-        return False
+        """Whether this is a complex dtype (``complex64``, ``complex128``)."""
+        return self.category == 3
+
+    @property
+    def is_inexact(self) -> bool:
+        """Floating point or complex: the dtypes that can require gradients."""
+        return self.category >= 2
 
 
 def _mk(name: str, code: int, npdt, floating: bool, signed: bool, category: int) -> DType:
@@ -55,15 +66,24 @@ float16 = _mk("float16", 6, np.float16, True, True, 2)
 bfloat16 = _mk("bfloat16", 7, ml_dtypes.bfloat16, True, True, 2)
 float32 = _mk("float32", 8, np.float32, True, True, 2)
 float64 = _mk("float64", 9, np.float64, True, True, 2)
+complex64 = _mk("complex64", 10, np.complex64, False, True, 3)
+complex128 = _mk("complex128", 11, np.complex128, False, True, 3)
 
-ALL: tuple[DType, ...] = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
+ALL: tuple[DType, ...] = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, complex64,
+                          complex128)
 BY_NAME: dict[str, DType] = {d.name: d for d in ALL}
 BY_CODE: dict[int, DType] = {d.code: d for d in ALL}
 BY_NP: dict[np.dtype, DType] = {d.np: d for d in ALL}
 ALIASES = {"half": float16, "float": float32, "double": float64, "long": int64, "int": int32,
-           "short": int16, "bool_": bool_, "bf16": bfloat16, "f32": float32, "f64": float64}
+           "short": int16, "bool_": bool_, "bf16": bfloat16, "f32": float32, "f64": float64,
+           "cfloat": complex64, "cdouble": complex128, "c64": complex64, "c128": complex128}
 INTEGER = tuple(d for d in ALL if d.category == 1)
 FLOATING = tuple(d for d in ALL if d.category == 2)
+COMPLEX = (complex64, complex128)
+#: a complex dtype's value type, and back (float16 and bfloat16 have no complex type here: torch's complex32 is not
+#: supported; their complex type is complex64, what torch computes them in on the CPU)
+_REAL_OF = {complex64: float32, complex128: float64}
+_COMPLEX_OF = {float16: complex64, bfloat16: complex64, float32: complex64, float64: complex128}
 #: the 16-bit floats: stored in 16 bits, computed in float32
 HALF = (float16, bfloat16)
 
@@ -85,6 +105,8 @@ def get(x) -> DType:
         return int64
     if x is float:
         return float32
+    if x is complex:
+        return complex64
     mod = type(x).__module__
     if mod.startswith("torch"):
         return get(str(x))
@@ -112,6 +134,12 @@ def promote_types(a: DType, b: DType) -> DType:
     """PyTorch's ``torch.promote_types`` for two dtypes."""
     if a is b:
         return a
+    if a.category == 3 or b.category == 3:
+        # complex with anything: complex, of the wider value type (complex64 with float64 is complex128)
+        ra = _REAL_OF.get(a, a)
+        rb = _REAL_OF.get(b, b)
+        value = promote_types(ra, rb) if ra.category == rb.category == 2 else (ra if ra.category == 2 else rb)
+        return _COMPLEX_OF[value]
     if a.category != b.category:
         return a if a.category > b.category else b
     if a.category == 0:
@@ -152,6 +180,8 @@ def scalar_dtype(v) -> DType:
         return int64
     if isinstance(v, (float, np.floating)):
         return _default_float
+    if isinstance(v, (complex, np.complexfloating)):
+        return get_default_complex_dtype()
     raise DTypeError(f"expected a number, got {type(v).__name__}")
 
 
@@ -161,6 +191,10 @@ def _combine(higher: DType | None, lower: DType | None) -> DType | None:
         return lower
     if lower is None:
         return higher
+    if higher.category == 3:
+        return higher
+    if lower.category == 3:  # a complex scalar or 0-d tensor with floats keeps the floats' value type
+        return to_complex(higher) if higher.category == 2 else lower
     if higher.category == 2:
         return higher
     if higher is bool_ or lower.category == 2:
@@ -193,9 +227,29 @@ def result_type(*operands) -> DType:
 
 
 def float_of(d: DType) -> DType:
-    """The dtype a floating-only op (exp, true division, mean...) produces from input ``d``."""
-    return d if d.category == 2 else _default_float
+    """The dtype a floating-only op (exp, true division, mean...) produces from input ``d`` (complex stays
+    complex)."""
+    return d if d.category >= 2 else _default_float
+
+
+def to_real(d: DType) -> DType:
+    """A complex dtype's value type (``complex64`` -> ``float32``); any other dtype as it is."""
+    return _REAL_OF.get(d, d)
+
+
+def to_complex(d: DType) -> DType:
+    """The complex dtype of a floating or complex dtype (``float64`` -> ``complex128``); integers and bools take the
+    default float's (torch's default complex dtype)."""
+    if d.category == 3:
+        return d
+    return _COMPLEX_OF[d if d.category == 2 else _default_float]
+
+
+def get_default_complex_dtype() -> DType:
+    """The complex dtype of Python complex numbers: the default float's (``complex64`` for ``float32``)."""
+    return _COMPLEX_OF[_default_float]
 
 
 def finfo_max(d: DType) -> float:
+    d = to_real(d)
     return float(ml_dtypes.finfo(d.np).max) if d.is_floating_point else float(np.iinfo(d.np).max)

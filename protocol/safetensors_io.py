@@ -18,7 +18,8 @@ from .errors import DTypeError, ProtocolError
 
 ST_DTYPES: dict[str, D.DType] = {"BOOL": D.bool_, "U8": D.uint8, "I8": D.int8, "I16": D.int16, "I32": D.int32,
                                  "I64": D.int64, "F16": D.float16, "BF16": D.bfloat16, "F32": D.float32,
-                                 "F64": D.float64}
+                                 "F64": D.float64, "C64": D.complex64}
+# (the format has no complex128: saving one is refused with a DTypeError, as the reference implementation refuses it)
 TW_TO_ST = {v.name: k for k, v in ST_DTYPES.items()}
 MAX_HEADER = 100_000_000
 
@@ -107,6 +108,9 @@ def save_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None =
     for name in sorted(tensors):
         a = np.ascontiguousarray(tensors[name])
         dt = D.from_numpy(a.dtype)
+        if dt.name not in TW_TO_ST:
+            raise DTypeError(f"safetensors: tensor {name!r} is {dt.name}, which the format has no dtype for "
+                             f"(it knows {', '.join(sorted(TW_TO_ST))})")
         header[name] = {"dtype": TW_TO_ST[dt.name], "shape": list(a.shape),
                         "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes

@@ -13,7 +13,7 @@ from tensorwire.backends.quota import host_memory
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 
-from . import compiled, conv, pooling, recurrent  # noqa: F401  (they register their kernels)
+from . import compiled, complex_kernels, conv, pooling, recurrent  # noqa: F401  (they register their kernels)
 from .kernels import KERNELS, specialize
 
 _BY_NP = D.BY_NP
@@ -24,6 +24,8 @@ CPU_DEVICES = int(os.environ.get("TENSORWIRE_CPU_DEVICES", "8"))
 
 class NumpyDevice(Device):
     """A CPU device: buffers are numpy arrays (read-only views of received frames where possible)."""
+
+    complex_values = True  # (numpy's kernels; the compiled CPU runs fragments with complex values on them)
 
     def __init__(self, backend: Backend, index: int):
         self.backend = backend

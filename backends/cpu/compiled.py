@@ -328,6 +328,14 @@ def why_not() -> str:
     return _RUNTIME_WHY
 
 
+def has_complex(steps) -> bool:
+    """Whether any step of a fragment makes or reads a complex value (an ``expansion_counts.StepCounts``, which has
+    no steps, answers False: its fragment's steps are checked when it is planned)."""
+    if not isinstance(steps, (list, tuple)):
+        return False
+    return any(s.dtype.is_complex or any(m[1].is_complex for m in s.in_meta) for s in steps)
+
+
 class CompiledMixin:
     """What a NumpyDevice adds to run fragments as compiled kernels."""
 
@@ -337,10 +345,11 @@ class CompiledMixin:
 
     def interpreted(self, steps, hot: bool = False) -> bool:
         """Whether a fragment runs on the numpy kernels rather than compiled: too small (numpy calls cost less than
-        kernel launches there, and a compile would not pay for itself; a ``hot`` fragment runs often enough) or
-        too long (compiling would cost more than it saves; see :data:`MAX_STEPS`)."""
+        kernel launches there, and a compile would not pay for itself; a ``hot`` fragment runs often enough), too
+        long (compiling would cost more than it saves; see :data:`MAX_STEPS`), or with complex values (the kernel
+        compiler has no complex arithmetic)."""
         b = self.backend
-        if len(steps) > b.max_steps:
+        if len(steps) > b.max_steps or has_complex(steps):
             return True
         if hot:
             return False
@@ -371,7 +380,7 @@ class CompiledMixin:
         return b.hot_runs
 
     def compiles_first(self, steps) -> bool:
-        return len(steps) <= self.backend.max_steps and self._large(steps)
+        return len(steps) <= self.backend.max_steps and self._large(steps) and not has_complex(steps)
 
     def compiles_when_hot(self, steps) -> bool:
         return self.interpreted(steps) and not self.interpreted(steps, hot=True)
@@ -386,6 +395,8 @@ class CompiledMixin:
             return None
 
     def hot_runner(self, plan, keep, calls):
+        if has_complex(plan.program.steps):
+            return None
         lowered = lower(plan.program.steps, set(keep), self.lowering_options)
         if len(lowered.items) >= calls:  # no fewer calls than the numpy kernels make: nothing to gain
             return None

@@ -50,7 +50,10 @@ def kernel(name):
 
 @kernel("full")
 def _full(ins, a, shape, dt):
-    return np.full(shape, a["value"], dtype=dt.np)
+    v = a["value"]
+    if type(v) is list:  # a complex value travels as [real, imag]
+        v = complex(*v)
+    return np.full(shape, v, dtype=dt.np)
 
 
 @kernel("arange")
@@ -88,7 +91,8 @@ def _unary(fn, int_identity=False):
         x = ins[0]
         if int_identity and not dt.is_floating_point:
             return x
-        return _out(fn(_arr(x, _compute(dt))), dt)
+        # (a complex input to a real result, abs's: computed on the complex values)
+        return _out(fn(x if x.dtype.kind == "c" else _arr(x, _compute(dt))), dt)
     return k
 
 
@@ -109,12 +113,12 @@ for _n, _f in (("floor", np.floor), ("ceil", np.ceil), ("round", np.round), ("tr
 
 @kernel("isnan")
 def _isnan(ins, a, shape, dt):
-    return np.isnan(ins[0]) if ins[0].dtype.kind == "f" or ins[0].dtype in _HALF else np.zeros(shape, bool)
+    return np.isnan(ins[0]) if ins[0].dtype.kind in "fc" or ins[0].dtype in _HALF else np.zeros(shape, bool)
 
 
 @kernel("isinf")
 def _isinf(ins, a, shape, dt):
-    return np.isinf(ins[0]) if ins[0].dtype.kind == "f" or ins[0].dtype in _HALF else np.zeros(shape, bool)
+    return np.isinf(ins[0]) if ins[0].dtype.kind in "fc" or ins[0].dtype in _HALF else np.zeros(shape, bool)
 
 
 KERNELS["logical_not"] = lambda ins, a, s, dt: np.logical_not(ins[0])
@@ -183,9 +187,11 @@ def _cast(ins, a, shape, dt):
     x = ins[0]
     if dt is D.bool_:
         return x != 0
+    if x.dtype.kind == "c" and not dt.is_complex:  # complex to real keeps the real part, as torch's
+        x = x.real
     if x.dtype in _HALF and not dt.is_floating_point:
         x = x.astype(np.float32)
-    if x.dtype.kind == "f" and not dt.is_floating_point:
+    if x.dtype.kind == "f" and not dt.is_inexact:
         with np.errstate(invalid="ignore"):
             return np.trunc(x).astype(dt.np)
     return _arr(x, dt.np)

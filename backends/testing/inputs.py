@@ -39,7 +39,9 @@ def _vals(rng, shape, dt: D.DType, lo: float = -3.0, hi: float = 3.0, q: float |
 
 
 def _f64(a: np.ndarray) -> np.ndarray:
-    return np.asarray(a).astype(np.float64)
+    """``a`` in float64 (complex128 if complex): a reference's precision."""
+    a = np.asarray(a)
+    return a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
 
 
 def _accepts(op: str, metas: list, attrs: dict | None = None) -> bool:

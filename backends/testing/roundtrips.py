@@ -9,13 +9,15 @@ import numpy as np
 
 from tensorwire.protocol import dtypes as D
 
-from .cases import Case, _Graph, _Ref
+from .cases import Case, _Graph, _Ref, _skip
 from .inputs import SELECTED_DTYPES, SPECIAL, _f64, _rng, _vals
 
 
 def _roundtrip_cases() -> Iterator[Case]:
     for dt in D.ALL:
         def fn(ctx, dt=dt):
+            if dt.is_complex and not getattr(ctx.device, "complex_values", False):
+                _skip("the device has no complex kernels (Device.complex_values)")
             rng = _rng(f"roundtrip-{dt.name}")
             arrays = [_vals(rng, s, dt) if dt in SELECTED_DTYPES else rng.integers(0, 50, s).astype(dt.np)
                       for s in ((3, 4), (), (0,), (2, 0, 3), (257,))]

@@ -467,6 +467,45 @@ class Dropout(_Hyper):
         return F.dropout(input, self.p, self.training, self.inplace)
 
 
+class _DropoutNd(Dropout):
+    """torch's dropout layers besides :class:`Dropout`: ``p`` and ``inplace``; the forward is ``F.<_fn>``."""
+
+    def forward(self, input):  # noqa: A002
+        return getattr(F, self._fn)(input, self.p, self.training, self.inplace)
+
+
+class Dropout1d(_DropoutNd):
+    """Zeroes whole channels of (N, C, L) or (C, L) inputs with probability ``p`` in training (``F.dropout1d``)."""
+
+    _fn = "dropout1d"
+
+
+class Dropout2d(_DropoutNd):
+    """Zeroes whole channels of (N, C, H, W) or (C, H, W) inputs with probability ``p`` in training
+    (``F.dropout2d``)."""
+
+    _fn = "dropout2d"
+
+
+class Dropout3d(_DropoutNd):
+    """Zeroes whole channels of (N, C, D, H, W) or (C, D, H, W) inputs with probability ``p`` in training
+    (``F.dropout3d``)."""
+
+    _fn = "dropout3d"
+
+
+class AlphaDropout(_DropoutNd):
+    """Dropout for SELU networks: keeps the mean and variance of its input (``F.alpha_dropout``)."""
+
+    _fn = "alpha_dropout"
+
+
+class FeatureAlphaDropout(_DropoutNd):
+    """:class:`AlphaDropout` of whole channels (``F.feature_alpha_dropout``)."""
+
+    _fn = "feature_alpha_dropout"
+
+
 class Flatten(_Hyper):
     _repr = ("start_dim", "end_dim")
 

@@ -14,8 +14,8 @@ def _adopt(cls, data: Tensor, requires_grad: bool):
     p = object.__new__(cls)
     p._init(src._s, src._id, src._shape, src.dtype, src._dev)
     src._s = None  # the id now belongs to p: src must not release it
-    p.requires_grad = bool(requires_grad) and src.dtype.is_floating_point
-    if requires_grad and not src.dtype.is_floating_point:
+    p.requires_grad = bool(requires_grad) and src.dtype.is_inexact
+    if requires_grad and not src.dtype.is_inexact:
         raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
     return p
 

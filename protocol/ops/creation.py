@@ -17,9 +17,19 @@ def _creation_infer(metas, attrs):
 register_op(OpDef("const", 0, _creation_infer, kind="worker", differentiable=False,
                   attrs=("shape", "dtype", "frame"), dynamic=("frame",),
                   doc="A tensor whose bytes ride in buffer frame `frame` of the message."))
-register_op(OpDef("full", 0, lambda m, a: (a_num(a, "value"), _creation_infer(m, a))[1], kind="creation",
-                  differentiable=False, attrs=("shape", "dtype", "value"), dynamic=("value",),
-                  doc="A tensor filled with `value`."))
+def _full_infer(metas, attrs):
+    out = _creation_infer(metas, attrs)
+    v = attrs.get("value")
+    if type(v) is list and out[1].is_complex:  # a complex value: [real, imag]
+        if len(v) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            raise ProtocolError(f"attribute 'value' of a complex full must be [real, imag], got {v!r}")
+    else:
+        a_num(attrs, "value")
+    return out
+
+
+register_op(OpDef("full", 0, _full_infer, kind="creation", differentiable=False, attrs=("shape", "dtype", "value"),
+                  dynamic=("value",), doc="A tensor filled with `value` ([real, imag] for a complex number)."))
 
 
 def _hub_tensor_infer(metas, attrs):

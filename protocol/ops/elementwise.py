@@ -33,13 +33,29 @@ def _unary_same(metas, attrs):
     return s, d
 
 
+def _no_complex(name: str, infer):
+    """``infer`` refusing complex inputs: ``name`` orders values or rounds them, which complex numbers are not (torch
+    refuses them too)."""
+    def f(metas, attrs):
+        for _, d in metas:
+            if d.is_complex:
+                raise DTypeError(f"{name} is not supported for complex tensors ({d.name})")
+        return infer(metas, attrs)
+    return f
+
+
+def _abs_infer(metas, attrs):
+    (s, d), = metas
+    return s, D.to_real(d)  # a complex number's modulus is real
+
+
 def _unary_bool(metas, attrs):
     return metas[0][0], D.bool_
 
 
 def _bitwise_not(metas, attrs):
     (s, d), = metas
-    if d.is_floating_point:
+    if d.category >= 2:
         raise DTypeError(f"bitwise_not is only supported for integer and bool tensors, got {d}")
     return s, d
 
@@ -149,7 +165,8 @@ _UNARY_VJP = {n: globals()[f"_{n}_vjp"] for n in (*FLOAT_UNARY, "neg", "abs")}
 
 for _n in FLOAT_UNARY:
     _f, _m, _p = _UNARY[_n]
-    register_op(OpDef(_n, 1, _unary_float, kind="unary", array_fn=_f, methods=_m, autocast=_p,
+    register_op(OpDef(_n, 1, _no_complex(_n, _unary_float) if _n == "erf" else _unary_float, kind="unary",
+                      array_fn=_f, methods=_m, autocast=_p,
                       vjp=_UNARY_VJP[_n]))
 
 
@@ -163,8 +180,11 @@ def _neg_infer(metas, attrs):
 
 for _n in SAME_UNARY:  # all differentiable, as torch's: sign and the rounding ops with a zero gradient
     _f, _m, _p = _UNARY[_n]
-    register_op(OpDef(_n, 1, _neg_infer if _n == "neg" else _unary_same, kind="unary", array_fn=_f, methods=_m,
+    _i = _neg_infer if _n == "neg" else _abs_infer if _n == "abs" else _unary_same
+    register_op(OpDef(_n, 1, _i if _n in ("neg", "abs", "sign") else _no_complex(_n, _i), kind="unary", array_fn=_f,
+                      methods=_m,
                       autocast=_p, vjp=_UNARY_VJP.get(_n)))  # (sign and the rounding ops: autograd/vjp.py's zero)
+# (sign on a complex tensor is torch's sgn, z / |z|: numpy's sign; floor, ceil, round and trunc refuse complex)
 for _n in BOOL_UNARY:
     _f, _m, _p = _UNARY[_n]
     register_op(OpDef(_n, 1, _unary_bool, kind="unary", differentiable=False, array_fn=_f, methods=_m))
@@ -199,7 +219,7 @@ def _binary_bool(metas, attrs):
 def _binary_int(name):
     def f(metas, attrs):
         d = binary_dtype(metas)
-        if d.is_floating_point:
+        if d.category >= 2:
             raise DTypeError(f"{name} is only supported for integer and bool tensors, got {d}")
         return broadcast(metas[0][0], metas[1][0]), d
     return f
@@ -286,12 +306,15 @@ for _n, _infer, _f, _m, _p, _vjp in (
         ("pow", _pow_infer, "power", (), "fp32", _pow_vjp),
         ("div", _binary_float, "divide", (), None, _div_vjp),
         ("atan2", _binary_float, "arctan2", ("atan2", "arctan2"), "promote", _atan2_vjp)):
+    if _n in ("maximum", "minimum", "floor_divide", "remainder", "atan2"):
+        _infer = _no_complex(_n, _infer)
     register_op(OpDef(_n, 2, _infer, kind="binary", array_fn=_f, methods=_m, autocast=_p, vjp=_vjp,
                       doc="True division (ints give floats)." if _n == "div" else ""))
 for _n, _f in (("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
                ("ge", "greater_equal"), ("logical_and", "logical_and"), ("logical_or", "logical_or"),
                ("logical_xor", None)):  # (MLX has no logical_xor)
-    register_op(OpDef(_n, 2, _binary_bool, kind="binary", differentiable=False, array_fn=_f,
+    register_op(OpDef(_n, 2, _no_complex(_n, _binary_bool) if _n in ("lt", "le", "gt", "ge") else _binary_bool,
+                      kind="binary", differentiable=False, array_fn=_f,
                       methods=(_n,) if _n.startswith("logical") else ()))
 for _n in ("bitwise_and", "bitwise_or", "bitwise_xor"):
     register_op(OpDef(_n, 2, _binary_int(_n), kind="binary", differentiable=False, array_fn=_n))

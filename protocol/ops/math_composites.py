@@ -11,7 +11,7 @@ from .. import dtypes as D
 from ..errors import DTypeError, ShapeError
 from ..shapes import broadcast_many, check_shape, norm_dim, numel, reduced
 from .attrs import a_bool, a_dims, a_dtype, a_int, a_num
-from .elementwise import _unary_bool, _unary_float, _unary_same, binary_dtype
+from .elementwise import _no_complex, _unary_bool, _unary_float, _unary_same, binary_dtype
 from .table import _scalar, _to_float, composite
 
 
@@ -19,7 +19,7 @@ def _same_float(metas, attrs):
     return _unary_float(metas, attrs)
 
 
-@composite("relu", 1, _unary_same, kind="unary")
+@composite("relu", 1, _no_complex("relu", _unary_same), kind="unary")
 def _relu(g, x, attrs):
     """max(x, 0)."""
     return g.op("maximum", x, _scalar(g, 0, x.dtype))
@@ -104,7 +104,10 @@ def _nan_to_num_infer(metas, attrs):
 
 @composite("nan_to_num", 1, _nan_to_num_infer, attrs=("nan", "posinf", "neginf"), kind="unary")
 def _nan_to_num(g, x, attrs):
-    """Replace NaN by `nan`, +inf by `posinf`, -inf by `neginf` (defaults: 0 and the dtype's extremes)."""
+    """Replace NaN by `nan`, +inf by `posinf`, -inf by `neginf` (defaults: 0 and the dtype's extremes); a complex
+    tensor's real and imaginary parts each."""
+    if x.dtype.is_complex:
+        return g.op("complex", *(_nan_to_num(g, g.op(part, x), attrs) for part in ("real", "imag")))
     if not x.dtype.is_floating_point:
         return g.op("copy", x)
     big = D.finfo_max(x.dtype)
@@ -139,7 +142,7 @@ def _mean_infer(metas, attrs):
     (s, d), = metas
     if attrs.get("dtype") is not None:
         d = a_dtype(attrs)
-    if not d.is_floating_point:
+    if not d.is_inexact:
         raise DTypeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
                          f"or complex dtype. Got: {d.name.capitalize()}")
     return reduced(s, a_dims(attrs, len(s)), a_bool(attrs, "keepdim")), d
@@ -163,7 +166,8 @@ def _float_reduce_infer(num: str, default):
     def infer(metas, attrs):
         (s, d), = metas
         a_num(attrs, num, default)
-        return reduced(s, a_dims(attrs, len(s)), a_bool(attrs, "keepdim")), D.float_of(d)
+        # (a complex tensor's variance and norms are real)
+        return reduced(s, a_dims(attrs, len(s)), a_bool(attrs, "keepdim")), D.to_real(D.float_of(d))
     return infer
 
 
@@ -172,7 +176,10 @@ _var_infer = _float_reduce_infer("correction", 1)
 
 @composite("var", 1, _var_infer, attrs=("dims", "keepdim", "correction"), kind="reduce")
 def _var(g, x, attrs):
-    """sum((x - mean)^2) / (N - correction)."""
+    """sum((x - mean)^2) / (N - correction); a complex tensor's, sum(|x - mean|^2) / (N - correction), is its real
+    part's plus its imaginary part's."""
+    if x.dtype.is_complex:
+        return g.op("add", *(g.op("var", g.op(part, x), **attrs) for part in ("real", "imag")))
     x = _to_float(g, x)
     dims = list(a_dims(attrs, len(x.shape)))
     n = numel(tuple(x.shape[i] for i in dims))
@@ -231,7 +238,9 @@ def _log_softmax(g, x, attrs):
 
 @composite("norm", 1, _float_reduce_infer("p", 2), attrs=("p", "dims", "keepdim"), kind="reduce")
 def _norm(g, x, attrs):
-    """Vector p-norm: (sum |x|^p)^(1/p); p = inf / -inf give max / min of |x|."""
+    """Vector p-norm: (sum |x|^p)^(1/p); p = inf / -inf give max / min of |x| (a complex tensor's: its modulus's)."""
+    if x.dtype.is_complex:
+        return _norm(g, g.op("abs", x), attrs)
     x = _to_float(g, x)
     p = a_num(attrs, "p", 2)
     dims = list(a_dims(attrs, len(x.shape)))

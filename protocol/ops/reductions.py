@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from .. import dtypes as D
-from ..errors import ShapeError
+from ..errors import DTypeError, ShapeError
 from ..shapes import norm_dim, numel, reduced
 from .attrs import a_bool, a_dims, a_dtype, a_int
 from .table import OpDef, register_op
@@ -22,6 +22,8 @@ def _reduce_infer(kind):
             out = D.bool_
         else:
             out = d
+            if d.is_complex:  # complex numbers have no order
+                raise DTypeError(f"{kind}(): complex tensors are not supported ({d.name})")
             if kind in ("amax", "amin") and any(s[i] == 0 for i in dims if i < len(s)):
                 raise ShapeError(f"{kind}(): expected reduction dim to have non-zero size")
         return reduced(s, dims, keep), out
@@ -33,8 +35,14 @@ for _n in ("sum", "prod", "amax", "amin"):
                       attrs=("dims", "keepdim") + (("dtype",) if _n in ("sum", "prod") else ())))
 
 
+def _refuse_complex(name: str, d: D.DType) -> None:
+    if d.is_complex:
+        raise DTypeError(f"{name}: complex tensors have no order ({d.name})")
+
+
 def _arg_infer(metas, attrs):
     (s, d), = metas
+    _refuse_complex("argmax/argmin", d)
     keep = a_bool(attrs, "keepdim")
     if attrs.get("dim") is None:
         if numel(s) == 0:
@@ -52,6 +60,7 @@ for _n in ("argmax", "argmin"):
 
 def _argsort_infer(metas, attrs):
     (s, d), = metas
+    _refuse_complex("argsort", d)
     if s:
         norm_dim(a_int(attrs, "dim"), len(s))
     a_bool(attrs, "descending")

@@ -33,6 +33,29 @@ def P(shape, lo=-1.0, hi=1.0, away=0.0):
     return tw.tensor(a, dtype=tw.float64, requires_grad=True)
 
 
+def PC(shape):
+    """A complex128 leaf requiring grad (both parts standard normal)."""
+    a = RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)
+    return tw.tensor(a, dtype=tw.complex128, requires_grad=True)
+
+
+def _complex_ops():
+    """The complex primitives (issue 33): the checks' directions and weights are complex where the values are."""
+    return {
+        "real": lambda: [case("real", [PC((3, 4))])], "imag": lambda: [case("imag", [PC((3, 4))])],
+        "conj": lambda: [case("conj", [PC((3, 4))])],
+        "complex": lambda: [case("complex", [P((3, 1)), P((4,))])],
+        "fft_c2c": lambda: [case("fft_c2c", [PC((3, 6))], {"dims": [1], "norm": "none", "forward": True}),
+                            case("fft_c2c", [PC((4, 3))], {"dims": [0, 1], "norm": "sqrt", "forward": False},
+                                 name="2d")],
+        "fft_r2c": lambda: [case("fft_r2c", [P((3, 6))], {"dims": [1], "norm": "none"}),
+                            case("fft_r2c", [P((4, 5))], {"dims": [1, 0], "norm": "n"}, name="2d")],
+        "fft_c2r": lambda: [case("fft_c2r", [PC((3, 5))], {"dims": [1], "norm": "none", "n": 8}),
+                            case("fft_c2r", [PC((3, 5))], {"dims": [1], "norm": "sqrt", "n": 9}, name="odd"),
+                            case("fft_c2r", [PC((4, 3))], {"dims": [0, 1], "norm": "n", "n": 4}, name="2d")],
+    }
+
+
 def I(arr):  # noqa: E743 - an index tensor
     return tw.tensor(np.asarray(arr, dtype=np.int64))
 
@@ -386,6 +409,7 @@ GENERATORS = {
     "cross_entropy_index": _cross_entropy(False), "cross_entropy_index_grad": _cross_entropy(True),
     "rnn_scan": _rnn("rnn_scan"), "rnn_scan_grad": _rnn("rnn_scan_grad"),
     "tril": _tri("tril"), "triu": _tri("triu"), "relu6": lambda: [case("relu6", [P((3, 4), -1, 7, 0.05)])],
+    **_complex_ops(),
 }
 
 DIFFERENTIABLE = sorted(n for n, op in OPS.items() if op.differentiable)

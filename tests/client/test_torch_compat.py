@@ -1,10 +1,11 @@
 """PyTorch idioms programs rely on (issue 17), each checked against PyTorch where it is installed: ``Tensor.data``,
 the device-availability functions, ``isclose``/``allclose``/``equal``, ``out=``, and the clear errors for what
-tensorwire does not do (pickling a module, ONNX export)."""
+tensorwire does not do (ONNX export); saving a whole module pickles it, as torch."""
 
 from __future__ import annotations
 
 import io
+import pickle
 
 import numpy as np
 import pytest
@@ -184,12 +185,17 @@ def test_out_writes_in_place_resizes_and_refuses_narrowing():
 
 # -- what tensorwire refuses, clearly ----------------------------------------------------------------------------------
 
-def test_saving_a_whole_module_names_state_dict():
+def test_saving_a_whole_module_pickles_it_and_loading_it_needs_weights_only_false():
+    """As torch 2.6+: ``save(model)`` pickles; ``load`` refuses the module's class unless allowed (issue 33; the rest
+    in tests/client/test_serialization_pickle.py)."""
     m = tw.nn.Linear(2, 3)
-    with pytest.raises(TypeError, match=r"tw.save\(obj.state_dict\(\), path\).*load_state_dict"):
-        tw.save(m, io.BytesIO())
-    with pytest.raises(TypeError, match="state_dict"):
-        tw.save(tw.optim.SGD(m.parameters(), lr=0.1), io.BytesIO())
+    for obj, cls in ((m, "tensorwire.nn.layers.Linear"), (tw.optim.SGD(m.parameters(), lr=0.1),
+                                                          "tensorwire.optim.algorithms.SGD")):
+        buf = io.BytesIO()
+        tw.save(obj, buf)
+        with pytest.raises(pickle.UnpicklingError, match=f"GLOBAL {cls} was not an allowed global"):
+            tw.load(io.BytesIO(buf.getvalue()))
+        assert type(tw.load(io.BytesIO(buf.getvalue()), weights_only=False)) is type(obj)
     buf = io.BytesIO()
     tw.save({"w": m.weight, "step": 3}, buf)  # tensors and state dicts load back as tensors
     buf.seek(0)

@@ -98,7 +98,7 @@ def grad_leaves(sample) -> list[torch.Tensor]:
     inputs = list(sample.input) if isinstance(sample.input, (list, tuple)) else [sample.input]
     out, seen = [], set()
     for x in [*inputs, *sample.args]:
-        if (isinstance(x, torch.Tensor) and x.requires_grad and x.is_floating_point() and id(x) not in seen):
+        if isinstance(x, torch.Tensor) and x.requires_grad and H.is_inexact(x) and id(x) not in seen:
             seen.add(id(x))
             out.append(x)
     return out
@@ -122,8 +122,18 @@ def _flat(x) -> list:
 
 
 def _cotangents(outs: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
+    """A fixed random cotangent per output: float64, complex128 for a complex output."""
     gen = torch.Generator().manual_seed(seed + _ROUND)
-    return [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in outs]
+    return [torch.randn(o.shape, generator=gen, dtype=torch.complex128 if o.is_complex() else torch.float64)
+            for o in outs]
+
+
+def _torch_term(o: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``sum(o * v)``, for a complex output the real part of ``sum(o * conj(v))`` (a real loss, as torch's gradient
+    of a complex value needs)."""
+    if o.is_complex():
+        return (o * v.conj().to(o.dtype)).real.sum()
+    return (o * v.to(o.dtype)).sum()
 
 
 def _torch_grads(op, sample, leaves: list[torch.Tensor], dtype: torch.dtype, seed: int):
@@ -140,18 +150,27 @@ def _torch_grads(op, sample, leaves: list[torch.Tensor], dtype: torch.dtype, see
     except Exception:  # noqa: BLE001 - torch refuses its own sample: nothing to compare with
         return None
     flat = _flat(out)
-    mask = [isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point() for o in flat]
+    mask = [isinstance(o, torch.Tensor) and o.requires_grad and H.is_inexact(o) for o in flat]
     diff = [o for o, m in zip(flat, mask) if m]
     if not diff:
         return None
     vs = _cotangents(diff, seed)
-    loss = sum((o * v.to(o.dtype)).sum() for o, v in zip(diff, vs))
+    loss = sum(_torch_term(o, v) for o, v in zip(diff, vs))
     ins = [fresh[id(t)] for t in leaves]
     try:
         grads = torch.autograd.grad(loss, ins, allow_unused=True)
     except Exception:  # noqa: BLE001 - torch cannot differentiate its own sample
         return None
-    return mask, vs, list(grads)
+    return mask, vs, [_at_specified(g, t) for g, t in zip(grads, leaves)]
+
+
+def _at_specified(g: torch.Tensor | None, leaf: torch.Tensor) -> torch.Tensor | None:
+    """torch's gradient for a sparse leaf at the leaf's specified elements, in its layout (torch's masked semantics:
+    the gradient of a sparse input is defined there only; torch gives some ops' dense, others' sparse, and its own
+    gradcheck skips the sparse entries of op_db); any other gradient as it is."""
+    if g is None or leaf.layout is torch.strided:
+        return g
+    return (g.to_dense() if g.layout is not torch.strided else g).sparse_mask(leaf.detach().to(g.dtype))
 
 
 def _tw_grads(op, target: H.Target, sample, leaves, mask, vs):
@@ -159,7 +178,9 @@ def _tw_grads(op, target: H.Target, sample, leaves, mask, vs):
     wrapper and output processing."""
     table = {}
     for t in leaves:
-        if H.is_partial_view(t):  # the same view of its base here (as_strided reads the base around it)
+        if t.layout is not torch.strided or H.is_partial_view(t):
+            # a sparse tensor by its indices and values; a partial view as the same view of its base here (as_strided
+            # reads the base around it)
             table[id(t)] = H.to_tw(t).requires_grad_()
         else:
             table[id(t)] = tw.tensor(H.to_numpy(t), requires_grad=True)
@@ -179,7 +200,10 @@ def _tw_grads(op, target: H.Target, sample, leaves, mask, vs):
             raise AssertionError(f"got {type(o).__name__} where torch gives a differentiable tensor")
         if not o.requires_grad:
             continue  # contributes nothing here: torch's gradient must then be zero
-        term = (o * tw.tensor(v.numpy().astype(np.float32)).to(o.dtype)).sum()
+        if o.dtype.is_complex:
+            term = (o * tw.tensor(v.conj().resolve_conj().numpy().astype(np.complex64)).to(o.dtype)).real.sum()
+        else:
+            term = (o * tw.tensor(v.numpy().astype(np.float32)).to(o.dtype)).sum()
         loss = term if loss is None else loss + term
     ins = [table[id(t)] for t in leaves]
     if loss is None:
@@ -213,7 +237,8 @@ def finite_differences_agree(op, sample, leaves, got, seed: int, directions: int
             if sample.output_process_fn_grad is not None:
                 out = sample.output_process_fn_grad(out)
         diff = [o for o, m in zip(_flat(out), mask) if m]
-        return sum(float((o.double() * v).sum()) for o, v in zip(diff, vs))
+        return sum(float(_torch_term(o.to(torch.complex128 if o.is_complex() else torch.float64), v))
+                   for o, v in zip(diff, vs))
 
     ours = [torch.from_numpy(np.array(g.value, dtype=np.float64)) for g in got]
     eps = 1e-6

@@ -52,7 +52,7 @@ _FAILURES = (E.ExecutionError, E.WorkerLost, E.DependencyFailed, E.ServiceUnavai
 
 
 class Unconvertible(Exception):
-    """A sample argument with no tensorwire form (a sparse or complex tensor, a ``torch.Generator``...)."""
+    """A sample argument with no tensorwire form (a sparse tensor, a complex32 one, a ``torch.Generator``...)."""
 
 
 # -- the database ----------------------------------------------------------------------------------------------------
@@ -231,14 +231,26 @@ def _tw_dtype(name: str) -> DType:
 def is_partial_view(x: torch.Tensor) -> bool:
     """Whether ``x`` is a contiguous view of a contiguous base (its storage holds more than ``x``)."""
     base = x._base
-    return base is not None and x.is_contiguous() and base.is_contiguous() and base.layout is torch.strided
+    return base is not None and base.layout is torch.strided and x.is_contiguous() and base.is_contiguous()
+
+
+def _sparse_to_tw(x: torch.Tensor):
+    """A sparse COO or CSR tensor as tensorwire's (its indices and values through numpy)."""
+    if x.layout is torch.sparse_coo:
+        return tw.sparse_coo_tensor(to_tw(x._indices()), to_tw(x._values()), tuple(x.shape),
+                                    is_coalesced=x.is_coalesced())
+    if x.layout is torch.sparse_csr and x.dim() == 2:
+        return tw.sparse_csr_tensor(to_tw(x.crow_indices()), to_tw(x.col_indices()), to_tw(x.values()),
+                                    tuple(x.shape))
+    raise Unconvertible(f"a {x.layout} tensor of {x.dim()} dims")
 
 
 def to_tw(x):
-    """A sample argument in tensorwire's terms: tensors through numpy, dtypes, devices and sizes by name."""
+    """A sample argument in tensorwire's terms: tensors through numpy (sparse ones by their indices and values),
+    dtypes, layouts, devices and sizes by name."""
     if isinstance(x, torch.Tensor):
         if x.layout is not torch.strided:
-            raise Unconvertible(f"a {x.layout} tensor")
+            return _sparse_to_tw(x)
         _tw_dtype(str(x.dtype).removeprefix("torch."))
         if is_partial_view(x):
             # a contiguous view of a contiguous base (as_strided's partial views): the same view of the base here,
@@ -266,7 +278,9 @@ def to_tw(x):
             if not k.startswith("_") and isinstance(v, (bool, int, float, str)) and hasattr(m, k):
                 setattr(m, k, v)
         return m
-    if isinstance(x, (torch.layout, torch.Generator)):
+    if isinstance(x, torch.layout):
+        return getattr(tw, str(x).removeprefix("torch."))
+    if isinstance(x, torch.Generator):
         raise Unconvertible(f"argument {x!r}")
     if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
         return type(x)(to_tw(y) for y in x)
@@ -300,11 +314,15 @@ class _Got:
     dtype: str
     shape: tuple
     value: np.ndarray
+    layout: str = "strided"
 
 
 def fetch(x):
-    """Our result with every tensor's value fetched (running the pending work: errors surface here)."""
+    """Our result with every tensor's value fetched (running the pending work: errors surface here); a sparse
+    tensor's as its dense value, with its layout."""
     if isinstance(x, tw.Tensor):
+        if x.layout != "strided":
+            return _Got(x.dtype.name, tuple(x.shape), np.array(x.detach().to_dense().numpy()), str.__str__(x.layout))
         return _Got(x.dtype.name, tuple(x.shape), np.array(x.numpy(force=True)))
     if isinstance(x, (list, tuple)):
         return [fetch(y) for y in x]
@@ -326,6 +344,9 @@ def _compare_tensor(got, ref: torch.Tensor, values: bool) -> str | None:
     ref_dtype = str(ref.dtype).removeprefix("torch.")
     if got.dtype != ref_dtype:
         return f"dtype {got.dtype} != torch's {ref_dtype}"
+    ref_layout = str(ref.layout).removeprefix("torch.")
+    if got.layout != ref_layout:
+        return f"layout {got.layout} != torch's {ref_layout}"
     if not values:
         return None
     try:
@@ -373,12 +394,20 @@ def compare(got, ref, values: bool = True) -> str | None:
 
 # torch.testing.assert_close's default (rtol, atol) by dtype
 _TOL = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1.3e-6, 1e-5),
-        torch.float64: (1e-7, 1e-7)}
+        torch.float64: (1e-7, 1e-7), torch.complex64: (1.3e-6, 1e-5), torch.complex128: (1e-7, 1e-7)}
+
+
+def is_inexact(t: torch.Tensor) -> bool:
+    """Floating point or complex: a tensor rounding applies to, and that can carry a gradient."""
+    return t.is_floating_point() or t.is_complex()
 
 
 def _upcast(x):
-    """A sample argument with its floating tensors in float64 (the exact answer's stand-in)."""
+    """A sample argument with its floating tensors in float64, its complex ones in complex128 (the exact answer's
+    stand-in)."""
     if isinstance(x, torch.Tensor):
+        if x.is_complex():
+            return x.to(torch.complex128)
         return x.double() if x.is_floating_point() else x
     if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
         return type(x)(_upcast(y) for y in x)
@@ -391,11 +420,12 @@ def _no_further(got, ref, exact) -> bool:
     """Whether each of our values is within the tolerance of the float64 answer ``exact``, widened by torch's own
     distance from it: a sum in another order, not a wrong answer."""
     if isinstance(ref, torch.Tensor):
-        if (not isinstance(got, _Got) or not ref.is_floating_point() or not isinstance(exact, torch.Tensor)
+        if (not isinstance(got, _Got) or not is_inexact(ref) or not isinstance(exact, torch.Tensor)
                 or exact.shape != ref.shape or compare(got, ref, values=False) is not None):
             return False
         rtol, atol = _TOL.get(ref.dtype, (0.0, 0.0))
-        g, r, e = _as_torch(got).double(), ref.detach().double(), exact.detach().double()
+        wide = torch.complex128 if ref.is_complex() else torch.float64
+        g, r, e = _as_torch(got).to(wide), ref.detach().to(wide), exact.detach().to(wide)
         ok = (g - e).abs() <= atol + rtol * e.abs() + (r - e).abs()
         return bool((ok | (g.isnan() & r.isnan()) | (g == r)).all())
     if isinstance(ref, (list, tuple)) and isinstance(exact, (list, tuple)) and isinstance(got, (list, tuple)):
@@ -444,8 +474,15 @@ def ties_explain(op, sample, got, ref) -> bool:
 
 
 # entries whose eigen- or singular vectors torch leaves unspecified up to each vector's sign (LAPACK's choice: MKL's
-# and OpenBLAS's differ): name -> (position of the left vectors, of the right ones or None, whether those are rows)
-_GAUGE = {"linalg.eigh": (1, None, False), "linalg.svd": (0, 2, True), "svd": (0, 2, False)}
+# and OpenBLAS's differ), or its phase for complex ones (linalg.eig: "unique up to multiplication by e^{i phi}"):
+# name -> (position of the left vectors, of the right ones or None, whether those are rows)
+_GAUGE = {"linalg.eigh": (1, None, False), "linalg.svd": (0, 2, True), "svd": (0, 2, False),
+          "linalg.eig": (1, None, False)}
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float64, or complex128 if complex."""
+    return t.to(torch.complex128) if t.is_complex() else t.double()
 
 
 def _align(result: list, ref: list, spec) -> list:
@@ -456,12 +493,12 @@ def _align(result: list, ref: list, spec) -> list:
     out = list(result)
     u, ur = out[left], ref[left]
     k = min(u.shape[-2], (out[right].shape[-2] if rows else out[right].shape[-1]) if right is not None else u.shape[-1])
-    sign = torch.sign((u[..., :k] * ur[..., :k]).sum(-2, keepdim=True))
+    sign = torch.sgn((u[..., :k].conj() * ur[..., :k]).sum(-2, keepdim=True))  # (a phase for complex vectors)
     sign[sign == 0] = 1
 
     def flip(x, xr):
         rest, rest_r = x[..., k:], xr[..., k:]
-        if rest.shape[-1] and torch.allclose(rest @ rest.mT, rest_r @ rest_r.mT, atol=1e-4):
+        if rest.shape[-1] and torch.allclose(rest @ rest.mH, rest_r @ rest_r.mH, atol=1e-4):
             rest = rest_r
         return torch.cat([x[..., :k] * sign, rest], -1)
 
@@ -480,8 +517,8 @@ def gauge_explains(op, sample, got, ref) -> bool:
     if (spec is None or not isinstance(got, (list, tuple)) or not isinstance(ref, (list, tuple))
             or len(got) != len(ref) or any(compare(g, r, values=False) is not None for g, r in zip(got, ref))):
         return False
-    refs = [r.detach().double() for r in ref]
-    aligned = _align([_as_torch(g).double() for g in got], refs, spec)
+    refs = [_wide(r.detach()) for r in ref]
+    aligned = _align([_wide(_as_torch(g)) for g in got], refs, spec)
     ours = [_Got(g.dtype, g.shape, a.numpy().astype(g.value.dtype)) for g, a in zip(got, aligned)]
     if compare(ours, ref) is None:
         return True
@@ -489,7 +526,7 @@ def gauge_explains(op, sample, got, ref) -> bool:
         exact = op(_upcast(sample.input), *_upcast(sample.args), **_upcast(sample.kwargs))
     except Exception:  # noqa: BLE001 - no float64 answer: nothing to excuse the difference with
         return False
-    return _no_further(ours, ref, _align([e.detach().double() for e in exact], refs, spec))
+    return _no_further(ours, ref, _align([_wide(e.detach()) for e in exact], refs, spec))
 
 
 # -- running ---------------------------------------------------------------------------------------------------------
