@@ -24,6 +24,7 @@ import functools
 import itertools
 import sys
 import threading
+import warnings
 import weakref
 
 import numpy as np
@@ -962,8 +963,6 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
     diff = [i for i, t in enumerate(inputs) if isinstance(t, _T.Tensor) and t.requires_grad]
     for i in diff:
         if inputs[i].dtype.name != "float64":
-            import warnings
-
             warnings.warn(f"Input #{i} requires gradient and is not a double precision floating point. This "
                           "check will likely fail if all the inputs are not of double precision floating point. ",
                           stacklevel=2)

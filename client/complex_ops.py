@@ -26,7 +26,7 @@ __all__ = ["angle", "complex", "conj", "conj_physical", "imag", "is_complex", "i
 
 
 def _where(cond: Tensor, a, b) -> Tensor:
-    from .functions import where
+    from .functions import where  # circle: functions -> math_extras -> this module
 
     return where(cond, a, b)
 
@@ -109,7 +109,7 @@ def view_as_real(input: Tensor) -> Tensor:  # noqa: A002
     """A complex tensor as a real one with a last dim of 2 (real, imaginary); a copy here, not a view."""
     if not input.dtype.is_complex:
         raise DTypeError(f"view_as_real is only supported for complex tensors, got {input.dtype.name}")
-    from .functions import stack
+    from .functions import stack  # circle: functions -> math_extras -> this module
 
     return stack([real(input), imag(input)], -1)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -296,8 +297,6 @@ def _check(size):
 def _accepts_out(fn):
     """torch's ``out=`` on a creation function: the result is written into ``out`` (resized when its shape
     differs), whose dtype and device are the defaults."""
-    import functools
-
     @functools.wraps(fn)
     def with_out(*args, out=None, **kwargs):
         if out is None:

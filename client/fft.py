@@ -23,7 +23,9 @@ from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.ops.complex_ops import norm_mode
 from tensorwire.protocol.shapes import norm_dim
 
+from . import complex_ops as C
 from .complex_ops import conj
+from .creation import tensor
 from .functions import write_out
 from .tensor import Tensor
 
@@ -209,8 +211,6 @@ def ihfftn(input: Tensor, s=None, dim=None, norm: str | None = None, *, out=None
 # -- frequencies and shifts ------------------------------------------------------------------------------------------
 
 def _freqs(values: np.ndarray, d: float, n: int, dtype, device, requires_grad: bool) -> Tensor:
-    from .creation import tensor
-
     dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
     return tensor(values / (d * n), dtype=dt, device=device, requires_grad=requires_grad)
 
@@ -255,8 +255,7 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
     ``[batch?, frequencies, frames]``: n_fft // 2 + 1 frequencies when ``onesided`` (the default for a real input and
     window), complex, or its ``view_as_real`` when ``return_complex=False``. ``normalized``: scaled by 1/sqrt(n_fft).
     """
-    from . import complex_ops as C
-    from .nn.functional import pad
+    from .nn.functional import pad  # circle: nn.functional -> ... -> this module
 
     real_input = not input.dtype.is_complex and (window is None or not window.dtype.is_complex)
     if return_complex is None:

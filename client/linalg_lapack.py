@@ -191,8 +191,8 @@ def _eig_compute(attrs, a):
 def _eig_grad(ctx, inputs, outs, saved, grads):
     """torch's ``linalg_eig_backward``: ``V^-H (gL on the diagonal, (V^H gV - V^H V Re(diag(V^H gV))) / (conj(L_j) -
     conj(L_i)) off it) V^H``, its real part for a real input."""
-    from .complex_ops import conj, real
-    from .functions import where
+    from .complex_ops import conj, real  # circle: complex_ops -> tensor -> linalg_legacy -> this module
+    from .functions import where  # circle: functions -> tensor -> linalg_legacy -> this module
 
     (a,), (w, v), (v_inv,), (gw, gv) = inputs, outs, saved, grads
     vh = conj(v).mT

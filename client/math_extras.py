@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import sys
 from collections import namedtuple
 
 import numpy as np
@@ -40,8 +41,6 @@ def to_float(x: Tensor) -> Tensor:
     """``x`` in a floating dtype: integers and bools become the default float, as torch's float ops do. A complex
     tensor is refused (``DTypeError``): the functions composed here are written for real values."""
     if x.dtype.is_complex:
-        import sys
-
         name = sys._getframe(1).f_code.co_name  # (the function that asked: named in the error)
         raise DTypeError(f"{name} is not implemented for complex tensors in tensorwire yet")
     return x if x.dtype.is_floating_point else x.to(D.get_default_dtype())

@@ -407,9 +407,7 @@ class Tensor:
         if device is not None:
             dev = self._s.check_device(device_name(device))
             if dev != out._dev:
-                from .autograd_hooks import record
-
-                out = record(self._s, "copy", [out], {"shape": list(out._shape), "dtype": out.dtype.name}, dev)
+                out = _hooks_record(self._s, "copy", [out], {"shape": list(out._shape), "dtype": out.dtype.name}, dev)
         if copy and out is self:
             out = self.clone()
         return out
@@ -1553,15 +1551,11 @@ class Tensor:
 
     def register_post_accumulate_grad_hook(self, hook):
         """Call ``hook(self)`` after each backward pass accumulated into this leaf's ``.grad``."""
-        from .autograd_engine import register_post_accumulate_grad_hook
-
-        return register_post_accumulate_grad_hook(self, hook)
+        return _autograd_engine.register_post_accumulate_grad_hook(self, hook)
 
     def retain_grad(self) -> None:
         """Keep ``.grad`` for this non-leaf tensor at the next backward."""
-        from .autograd_engine import retain_grad
-
-        retain_grad(self)
+        _autograd_engine.retain_grad(self)
 
     @property
     def retains_grad(self) -> bool:
