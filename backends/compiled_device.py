@@ -8,14 +8,22 @@ loads, through :class:`~.codegen.cache.KernelCache`) and the *program* (:meth:`K
 module's kernels; :meth:`KernelModules.launcher`: a launch). What is the same for every such device lives here once:
 
 * :class:`Found` and :class:`Discovery`: the devices a backend found on this host (or why none), discovered once
-  per process;
+  per process; :func:`load_binding` and :meth:`Found.failed` say why a driver's binding or its start failed;
 * :class:`CompilingBackend`: the plugin side; every primitive runs through the kernel compiler
   (:attr:`~.base.Backend.compiles_primitives`), devices are listed and opened from discovery;
+* :class:`Allocations` and :class:`CountedBuffer`: an allocator for a driver that keeps no pool of its own (OpenCL):
+  buffers counted while alive, allocations checked against the device's limits;
 * :class:`KernelModules`: each distinct kernel compiled and loaded once per process, whatever fragments it appears
   in, named by the hash of its source so a module's source depends only on what it holds (and the disk cache
-  finds it again); many fragments' kernels compiled in a few modules (:meth:`KernelModules.prebuild`);
+  finds it again); many fragments' kernels compiled in a few modules (:meth:`KernelModules.prebuild`); a driver
+  that keeps its own binaries compiles through :meth:`KernelModules.compile_in_driver`;
 * :class:`CompiledDevice`: the :class:`~.base.Device` over such a runtime: buffers, fused kernels
-  (:func:`~.codegen.program.build_runner`), the step-by-step mode, the worker's own ops as host steps.
+  (:func:`~.codegen.program.build_runner`), the step-by-step mode, the worker's own ops as host steps, and host
+  steps on the backend's kernels (:meth:`CompiledDevice.kernel_call`).
+
+Kernel error slots (:mod:`.kernel_errors`) are shared the same way: a launcher takes a slot with
+:meth:`~.kernel_errors.ErrorSlots.take`, a runtime's ``check_errors`` reads them with
+:meth:`~.kernel_errors.ErrorSlots.check`.
 
 Nothing here imports a driver: a plugin imports on any host.
 """
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import threading
 import weakref
@@ -33,12 +42,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tensorwire.protocol.errors import DeviceError
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import DeviceError, OutOfMemory
 
 from .base import Backend, Device, DeviceInfo, Step
 from .codegen.program import StepRunners, build_runner, host_step_call
 
 # -- discovery --------------------------------------------------------------------------------------------------------
+
+
+def one_line(e: BaseException, limit: int | None = None) -> str:
+    """A driver's error message on one line (its white space folded), cut to its first ``limit`` characters."""
+    return " ".join(str(e).split())[:limit]
 
 
 class Found:
@@ -51,6 +66,20 @@ class Found:
     @property
     def available(self) -> bool:
         return bool(self.devices)
+
+    @classmethod
+    def failed(cls, what: str, e: BaseException) -> Found:
+        """No devices: ``what`` (the driver's start, its device listing) raised ``e``."""
+        return cls([], f"{what} ({type(e).__name__}: {one_line(e)})")
+
+
+def load_binding(load: Callable[[], object], binding: str, install: str) -> tuple[object, Found | None]:
+    """``(module, None)`` with the driver's Python binding ``load()`` imports, or ``(None, found)`` where it does not
+    import: no devices, because ``binding`` is not installed (``install`` says how to get it)."""
+    try:
+        return load(), None
+    except ImportError as e:
+        return None, Found([], f"{binding} is not installed ({e}); {install}")
 
 
 class Discovery:
@@ -113,6 +142,53 @@ class CompilingBackend(DiscoveringBackend):
         return frozenset()
 
 
+# -- the allocator ---------------------------------------------------------------------------------------------------
+
+
+class Allocations:
+    """What is allocated on a device whose driver keeps no pool of its own (OpenCL): the bytes and buffers alive,
+    and the device's limits, checked before each allocation (:meth:`allocate`)."""
+
+    def __init__(self, device: str, total: int, largest: int):
+        self.device, self.total, self.largest = device, total, largest
+        self.bytes = self.buffers = 0
+
+    def allocate(self, shape, dtype: D.DType, make: Callable[[int], object]) -> CountedBuffer:
+        """A buffer of ``shape`` and ``dtype`` over ``make(nbytes)`` (the driver's allocation), or
+        :class:`OutOfMemory` where it is larger than the device allocates at once or than what is left of it."""
+        shape = tuple(int(n) for n in shape)
+        nbytes = math.prod(shape) * dtype.itemsize
+        what = f"{dtype.name}{list(shape)} needs {nbytes} bytes"
+        if nbytes > self.largest:
+            raise OutOfMemory(f"{what}; the largest buffer {self.device} allocates is {self.largest} bytes")
+        if self.bytes + nbytes > self.total:  # (a CPU driver would take it from the host's RAM regardless)
+            raise OutOfMemory(f"{what}; {self.bytes} of the {self.total} bytes of {self.device} are in use")
+        return CountedBuffer(make(nbytes), shape, dtype, nbytes, self)
+
+    def stats(self) -> dict:
+        """``memory()``'s figures: bytes and buffers alive, the device's total."""
+        return {"allocated_bytes": self.bytes, "buffers": self.buffers, "total_bytes": self.total}
+
+
+class CountedBuffer:
+    """A device buffer: the driver's ``buf`` holding a tensor of ``shape`` and ``dtype`` (``nbytes``), counted in
+    its device's :class:`Allocations` until the last reference drops."""
+
+    __slots__ = ("buf", "shape", "dtype", "nbytes", "_count", "__weakref__")
+
+    def __init__(self, buf, shape: tuple, dtype: D.DType, nbytes: int, count: Allocations):
+        self.buf, self.shape, self.dtype, self.nbytes, self._count = buf, shape, dtype, nbytes, count
+        count.bytes += nbytes
+        count.buffers += 1
+
+    def __del__(self):
+        self._count.bytes -= self.nbytes
+        self._count.buffers -= 1
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.dtype.name}{list(self.shape)})"
+
+
 # -- the kernel-module cache ------------------------------------------------------------------------------------------
 
 
@@ -169,6 +245,21 @@ class KernelModules:
     def compile(self, source: str, kernels: list):
         """What :meth:`load` takes for ``source`` (the kernels ``kernels``), through the disk cache."""
         raise NotImplementedError
+
+    def compile_in_driver(self, source: str, kernels: list, suffix: str, make: Callable[[str, str], object]):
+        """:meth:`compile` for a driver that keeps its own binaries (PoCL's ``POCL_CACHE_DIR``): ``make(source,
+        path)`` builds the program in this process (raising :class:`~.codegen.cache.KernelCompileError` that names
+        ``path``); the kernel cache (``self.cache``) keeps the source under ``suffix``, so an error names a file, and
+        a marker that it built."""
+        made = []
+
+        def build(src_path: str, out_path: str) -> None:
+            made.append(make(source, src_path))
+            with open(out_path, "wb") as f:
+                f.write(b"built\n")
+
+        self.cache.get_or_build(source, suffix, ".built", build, kernels)
+        return made[0] if made else make(source, str(self.cache.folder() / f"{self.cache.key(source)}{suffix}"))
 
     def load(self, binary, source: str, group: list) -> dict:
         """``{identity: entry}`` for the ``(identity, kernel)`` pairs of ``group``, from the compiled ``binary``."""
@@ -320,6 +411,16 @@ class KernelModules:
 # -- the device -------------------------------------------------------------------------------------------------------
 
 
+def refuse_complex(device, steps) -> None:
+    """``NotImplementedError`` naming the op and the device for a step that makes or reads a complex value: the
+    kernel compiler has no complex arithmetic (the CPU backend runs such fragments on its numpy kernels instead)."""
+    for s in steps:
+        dt = s.dtype if s.dtype.is_complex else next((m[1] for m in s.in_meta if m[1].is_complex), None)
+        if dt is not None:
+            raise NotImplementedError(f"{s.op} on {dt.name} values: the {device.backend.name} backend "
+                                      f"({device.backend.name}:{device.index}) has no complex kernels")
+
+
 class CompiledDevice(Device):
     """One compiled device over ``runtime`` (a :class:`KernelModules` that is also the allocator: ``empty``,
     ``upload``, ``download``, ``synchronize``, ``memory``): buffers have ``shape``, ``dtype`` and ``nbytes`` and go
@@ -358,6 +459,7 @@ class CompiledDevice(Device):
 
     # running ------------------------------------------------------------------------------------------
     def runner(self, plan, keep):
+        refuse_complex(self, plan.program.steps)
         return build_runner(self, plan, keep)
 
     def host_call(self, step: Step):
@@ -370,7 +472,20 @@ class CompiledDevice(Device):
 
     def run_step(self, step: Step, args: list, attrs: dict):
         """One step on its own (the executor's step-by-step mode): lowered alone, cached by its structure."""
+        refuse_complex(self, [step])
         return self._step_runners.run(step, args, attrs)
 
+    def kernel_call(self, step: Step):
+        """``call(args, dyn, frames)`` running a host step with the backend's kernel (``step.kernel``, else
+        ``backend.kernels[step.op]``), the step's own dynamic attributes picked from ``dyn``."""
+        kernel = step.kernel or self.backend.kernels[step.op]
+        attrs, shape, dtype, origin, dynamic = step.attrs, tuple(step.shape), step.dtype, step.origin, step.dynamic
 
-__all__ = ["CompiledDevice", "CompilingBackend", "Discovery", "DiscoveringBackend", "Found", "KernelModules"]
+        def call(args, dyn, frames):
+            d = dyn.get(origin) if dyn and dynamic else None
+            return kernel(args, {**attrs, **d} if d else attrs, shape, dtype)
+        return call
+
+
+__all__ = ["Allocations", "CompiledDevice", "CompilingBackend", "CountedBuffer", "Discovery", "DiscoveringBackend",
+           "Found", "KernelModules", "load_binding", "one_line"]

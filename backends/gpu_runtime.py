@@ -40,7 +40,7 @@ from .codegen.cache import KernelCompileError
 from .codegen.lower import lower
 from .codegen.presets import CUDA_GPU, CUDA_GPU_BLAS
 from .codegen.program import build_runner
-from .compiled_device import CompiledDevice, KernelModules
+from .compiled_device import CompiledDevice, KernelModules, refuse_complex
 from .gpu_allocator import CachingAllocator, DriverOutOfMemory, size_class
 from .gpu_graphs import BLAS_WORKSPACE, GraphedRunner, GraphStats
 from .gpu_graphs import enabled as graphs_enabled
@@ -453,7 +453,7 @@ class GPURuntime(KernelModules):
         params += scalars
         argv = (ctypes.c_void_p * max(1, len(params)))(*[ctypes.addressof(p) for p in params])
         argv_ptr = ctypes.addressof(argv)
-        bound, errors, per_thread = self.bound, self.errors, ErrorSlots.PER_THREAD
+        bound, errors, slot_bytes = self.bound, self.errors, ErrorSlots.SLOT_BYTES
         launch_fn, ok, extra, what = api.launch, api.ok, api.LAUNCH_EXTRA, api.CALLS["launch"]
 
         def launch(bufs, values):
@@ -472,11 +472,7 @@ class GPURuntime(KernelModules):
                 for p, v in zip(scalars, values):
                     p.value = v
                 if k.can_raise:  # its own error slot, read with the others at the run's end (check_errors)
-                    mine = errors.mine()
-                    if len(mine.kernels) == per_thread:
-                        self.check_errors()
-                    err.value = mine.device.ptr + ErrorSlots.SLOT_BYTES * len(mine.kernels)
-                    mine.kernels.append(k)
+                    err.value = errors.mine().device.ptr + slot_bytes * errors.take(k, self.check_errors)
                 result = launch_fn(fn, blocks, 1, 1, block, 1, 1, 0, stream, argv_ptr, extra)
                 if result[0] != ok:
                     api.check(what, result)
@@ -493,27 +489,30 @@ class GPURuntime(KernelModules):
     def check_errors(self) -> None:
         """Raise the first error of the kernels the calling thread launched since its last check (see
         :mod:`.kernel_errors`); this waits for the GPU when there are any."""
-        if not self.errors.pending():
+        errors = self.errors
+        if not errors.pending():
             return
-        api, mine = self.api, self.errors.mine()
-        if self.my_capture() is not None and len(mine.kernels) < ErrorSlots.PER_THREAD:
+        if self.my_capture() is not None and len(errors.mine().kernels) < ErrorSlots.PER_THREAD:
             return  # the end of a captured run: each replay reads the graph's slots (a full set is read now, and
             # the driver refuses the wait during the capture: the plan then runs without a graph)
         with self.bound:
-            kernels, mine.kernels = mine.kernels, []
-            failed = self.read_errors(mine, kernels)
-            if failed is not None:
-                api.call("memset_async", mine.device.ptr, 0, ErrorSlots.SLOT_BYTES * len(kernels), self.stream)
-                raise failed[1]
+            errors.check(self._read_slots, self._zero_slots)
 
     def read_errors(self, slots, kernels: list):
         """``(slot, error)`` of the first of ``kernels`` (in launch order) whose error slot in ``slots`` (a
         :class:`~.kernel_errors.ThreadSlots`) holds an error, else None: copies the slots back and waits for the
         GPU."""
-        nbytes = ErrorSlots.SLOT_BYTES * len(kernels)
-        self.api.call("copy_dtoh_async", slots.host, slots.device.ptr, nbytes, self.stream)
+        return ErrorSlots.first_error(kernels, self._read_slots(slots, kernels))
+
+    def _read_slots(self, slots, kernels: list):
+        """The words of the error slots of ``kernels`` in ``slots``, copied back (waits for the GPU)."""
+        self.api.call("copy_dtoh_async", slots.host, slots.device.ptr, ErrorSlots.SLOT_BYTES * len(kernels),
+                      self.stream)
         self.synchronize()
-        return ErrorSlots.first_error(kernels, (ctypes.c_int64 * (2 * len(kernels))).from_address(slots.host))
+        return (ctypes.c_int64 * (2 * len(kernels))).from_address(slots.host)
+
+    def _zero_slots(self, slots, kernels: list) -> None:
+        self.api.call("memset_async", slots.device.ptr, 0, ErrorSlots.SLOT_BYTES * len(kernels), self.stream)
 
 
 # -- the device -----------------------------------------------------------------------------------------------------
@@ -538,6 +537,7 @@ class GPUDevice(CompiledDevice):
         """The plan's fused runner (:func:`~.codegen.program.build_runner`), replayed as a graph once it has run a
         few times where the driver captures graphs (:mod:`.gpu_graphs`; not for plans with worker ops, whose
         ``const`` uploads each batch's own bytes, or transfers)."""
+        refuse_complex(self, plan.program.steps)
         rt = self.runtime
         if (not rt.api.GRAPHS or not graphs_enabled() or getattr(plan, "worker_ops", False)
                 or getattr(plan, "has_transfers", False)):

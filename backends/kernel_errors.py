@@ -55,6 +55,28 @@ class ErrorSlots:
         m = getattr(self._local, "slots", None)
         return bool(m is not None and m.kernels)
 
+    def take(self, k, check: Callable[[], None]) -> int:
+        """The index, in the calling thread's slots (:meth:`mine`), of the slot kernel ``k``'s launch writes;
+        ``check()`` (the runtime's check of them) runs first where they are used up."""
+        mine = self.mine()
+        if len(mine.kernels) == self.PER_THREAD:
+            check()
+        mine.kernels.append(k)
+        return len(mine.kernels) - 1
+
+    def check(self, read: Callable[[ThreadSlots, list], object], reset: Callable[[ThreadSlots, list], None]) -> None:
+        """Raise the first error of the kernels the calling thread launched since its last check: ``read(slots,
+        kernels)`` gives their slots' words (waiting for the device), ``reset(slots, kernels)`` zeroes the slots
+        again before the error is raised."""
+        if not self.pending():
+            return
+        mine = self.mine()
+        kernels, mine.kernels = mine.kernels, []
+        failed = self.first_error(kernels, read(mine, kernels))
+        if failed is not None:
+            reset(mine, kernels)
+            raise failed[1]
+
     @staticmethod
     def first_error(kernels: list, words) -> tuple[int, Exception] | None:
         """``(slot, error)`` of the first of ``kernels`` (in launch order) whose slot in ``words`` (the slots read

@@ -30,7 +30,7 @@ import logging
 from ..codegen.cache import KernelCache, KernelCompileError
 from ..codegen.compiler_cuda import NVRTC_OPTIONS, compile_cubin, compile_ptx, nvrtc_version, supported_archs
 from ..codegen.cuda import CUDARenderer
-from ..compiled_device import Discovery, Found
+from ..compiled_device import Discovery, Found, load_binding
 from ..gpu_runtime import (
     LOWERING_BLAS,
     STAGING_CHUNK,
@@ -99,14 +99,13 @@ class GPU:
 
 
 def _discover() -> Found:
-    try:
-        drv = load_driver()
-    except ImportError as e:
-        return Found([], f"cuda-python is not installed ({e}); {INSTALL}")
+    drv, missing = load_binding(load_driver, "cuda-python", INSTALL)
+    if missing is not None:
+        return missing
     try:
         (err,) = drv.cuInit(0)
     except Exception as e:  # noqa: BLE001 - no libcuda: cuda.pathfinder's DynamicLibNotFoundError and the like
-        return Found([], f"the CUDA driver is not available ({type(e).__name__}: {' '.join(str(e).split())})")
+        return Found.failed("the CUDA driver is not available", e)
     if err != drv.CUresult.CUDA_SUCCESS:
         return Found([], f"cuInit failed ({_error_text(drv, err)})")
     try:

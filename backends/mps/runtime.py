@@ -1,25 +1,19 @@
 """The MPS runtime on MLX: discovery, buffers (``mx.array``), and fragments run as MLX operations.
 
-Discovery (:func:`discover`) imports MLX (never at plugin import) and finds a Metal GPU (``mx.metal.is_available``);
-with :data:`ON_CPU_ENV` set it uses MLX's CPU device instead, a switch for testing the backend where there is no
-Metal (Linux with ``pip install "mlx[cpu]"``). Without MLX or a Metal GPU, ``mps:0`` is listed unavailable with the
-reason and a worker asked for it exits with that reason.
+Discovery (:func:`discover`) imports MLX (never at plugin import) and finds a Metal GPU; with :data:`ON_CPU_ENV` set
+it uses MLX's CPU device instead, for testing where there is no Metal (Linux: ``pip install "mlx[cpu]"``). Without
+MLX or a Metal GPU, ``mps:0`` is listed unavailable with the reason.
 
-Two ways to run a fragment, both building MLX's lazy graph and evaluating it once at the fragment's end:
+On the Metal GPU the kernel compiler fuses chains into kernels run through ``mx.fast.metal_kernel``
+(:mod:`.metal_runtime`) and the host steps it leaves (matmul, the in-place scatters, worker ops) run as MLX
+operations (:mod:`.kernels`); on MLX's CPU device (custom kernels need Metal) every step is MLX operations, the
+reference the Metal path is checked against. Either way a fragment builds MLX's lazy graph, then its deferred checks
+(index bounds, integer division by zero) run and one ``mx.eval`` evaluates its kept outputs and the Metal kernels'
+error slots, so the work, its time and its errors belong to that fragment. When anything raises, the executor re-runs
+it step by step (:meth:`MPSDevice.run_step` evaluates each step at once), which names the failing node.
 
-* **On the Metal GPU** the kernel compiler fuses the fragment's chains into kernels that run through
-  ``mx.fast.metal_kernel`` (:mod:`.metal_runtime`); what the lowering leaves as host steps (matmul, the in-place
-  scatters, worker ops) runs as MLX operations (:mod:`.kernels`).
-* **On MLX's CPU device** (the test switch; MLX's custom kernels need Metal) every step is MLX operations. This
-  path is also the reference the Metal path is checked against.
-
-The runner then evaluates the MLX kernels' deferred checks (index bounds, integer division by zero), then the
-fragment's kept outputs and the Metal kernels' error slots in one ``mx.eval``, so the work, its time and its errors
-belong to that fragment (batch). When anything raises, the executor re-runs the fragment step by step
-(:meth:`MPSDevice.run_step` evaluates each step at once), which names the failing node.
-
-Memory is unified on Apple silicon: a download is a zero-copy numpy view of the evaluated array (read-only: buffers
-are immutable); an upload copies once into MLX's allocator (MLX has no API that adopts foreign memory).
+Memory is unified on Apple silicon: a download is a zero-copy, read-only numpy view of the evaluated array; an
+upload copies once into MLX's allocator (MLX has no API that adopts foreign memory).
 """
 
 from __future__ import annotations
@@ -36,10 +30,11 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import OutOfMemory
 
 from ..base import Device, Step
-from ..codegen.program import StepRunners, build_runner, host_step_call
+from ..codegen.program import build_runner
 from ..codegen.schedule import KNOWN_OPS
-from ..compiled_device import Discovery, Found
+from ..compiled_device import CompiledDevice, Discovery, Found, refuse_complex
 from ..executor import WORKER_OPS, _build_runner
+from ..quota import physical_memory
 from . import metal_runtime
 
 #: the test-only switch: run the backend on MLX's CPU device (for hosts without Metal)
@@ -62,13 +57,6 @@ def on_cpu_requested() -> bool:
     return os.environ.get(ON_CPU_ENV, "") not in ("", "0")
 
 
-def _host_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-        return None
-
-
 def _discover() -> Found:
     try:
         import mlx.core as mx  # lazy: MLX, the optional [mps] extra, may be absent
@@ -76,7 +64,7 @@ def _discover() -> Found:
         return Found([], f"mlx is not installed or does not load ({type(e).__name__}: {e}); {INSTALL}")
     version = getattr(mx, "__version__", "?")
     if on_cpu_requested():
-        return Found([MLXDevice(f"MLX {version} CPU ({ON_CPU_ENV}=1, for testing)", _host_memory(), True)])
+        return Found([MLXDevice(f"MLX {version} CPU ({ON_CPU_ENV}=1, for testing)", physical_memory(), True)])
     try:
         metal = bool(mx.metal.is_available())
     except Exception as e:  # pragma: no cover - an MLX without the metal module
@@ -115,18 +103,15 @@ def _is_oom(e: Exception) -> bool:
     return "malloc" in msg or "out of memory" in msg or "attempting to allocate" in msg
 
 
-class MPSDevice(Device):
+class MPSDevice(CompiledDevice):
     """``mps:0``: buffers are ``mx.array``; fused Metal kernels and MLX operations (see the module doc), evaluated
-    at the fragment's outputs.
-
-    ``metal``: fragments run as Metal kernels, wherever :func:`.metal_runtime.load_metal_kernel` gives a factory
-    (the GPU); ``gpu``: the device behaves as the Metal GPU (float64 refused), which is the same thing.
+    at the fragment's outputs. ``metal``: fragments run as Metal kernels, wherever
+    :func:`.metal_runtime.load_metal_kernel` gives a factory (the GPU); ``gpu``: the device behaves as the Metal GPU
+    (float64 refused), which is the same thing.
 
     The worker calls a device from its main thread and its pool's threads; MLX's default stream and this module's
     deferred checks and error slots are not the calling thread's own in every MLX version ``mlx>=0.25`` admits,
     so every MLX call of the device holds one re-entrant lock (MLX runs one stream per device anyway)."""
-
-    MAX_STEP_RUNNERS = 4096
 
     def __init__(self, backend, index: int, found: MLXDevice):
         # lazy: MLX, the optional [mps] extra (kernels imports it too)
@@ -134,21 +119,20 @@ class MPSDevice(Device):
 
         from . import kernels as K
 
-        self.backend, self.index, self.found = backend, index, found
-        self.mx, self.K = mx, K
+        self.found, self.mx, self.K = found, mx, K
         self.lock = threading.RLock()
         make_kernel = metal_runtime.load_metal_kernel(found.on_cpu)
-        self.metal = make_kernel is not None
-        self.gpu = self.metal
+        self.metal = self.gpu = make_kernel is not None
         mx.set_default_device(mx.cpu if found.on_cpu else mx.gpu)
-        if self.metal:
-            self.runtime = metal_runtime.MetalKernels(mx, make_kernel)
-            self.lowering_options = metal_runtime.LOWERING
-            self._step_runners = StepRunners(self, self.MAX_STEP_RUNNERS)
+        runtime = metal_runtime.MetalKernels(mx, make_kernel) if self.metal else None
+        super().__init__(backend, index, runtime, metal_runtime.LOWERING if self.metal else None)
 
     # buffers ------------------------------------------------------------------------------------------
     def upload(self, array) -> object:
         a = np.asarray(array)
+        if a.dtype.kind == "c":
+            raise NotImplementedError(f"upload of {a.dtype} values: the mps backend (mps:{self.index}) has no complex "
+                                      "kernels")
         if self.gpu and a.dtype == np.float64:
             raise self.K.refuse_float64("upload")
         with self.lock:
@@ -166,9 +150,6 @@ class MPSDevice(Device):
         out.flags.writeable = False  # the buffer is immutable
         return out
 
-    def nbytes(self, buf) -> int:
-        return int(buf.nbytes)
-
     def meta(self, buf):
         return tuple(buf.shape), self.K.dtype_of(buf)
 
@@ -185,40 +166,37 @@ class MPSDevice(Device):
                 "peak_bytes": _memory_counter(mx, "get_peak_memory"), "total_bytes": self.found.memory_bytes}
 
     # running ------------------------------------------------------------------------------------------
-    def _refuse(self, step: Step) -> None:
+    def _refused(self, step: Step) -> Exception | None:
+        """The error of a float64 step on the Metal GPU (as PyTorch's MPS refuses it), else None."""
         if self.gpu and (step.dtype is D.float64 or any(m[1] is D.float64 for m in step.in_meta)):
-            raise self.K.refuse_float64(step.op)
+            return self.K.refuse_float64(step.op)
+        return None
 
     def specialize(self, step: Step):
-        if self.gpu and (step.dtype is D.float64 or any(m[1] is D.float64 for m in step.in_meta)):
-            err = self.K.refuse_float64(step.op)
-
-            def refuse(*args):
-                raise err
-            return refuse
-        return super().specialize(step)
+        err = self._refused(step)
+        return super().specialize(step) if err is None else _refusing(err)
 
     def run_step(self, step: Step, args: list, attrs: dict):
         """One step, evaluated at once (its checks too): the step-by-step mode that names a failing node. On the
         Metal path a step the lowering compiles is lowered alone (cached by its structure) and launched."""
-        self._refuse(step)
-        if self.metal and self._compiles(step.op):
-            out: list = []
-            self._evaluate(lambda: out.append(self._step_runners.run(step, args, attrs)), lambda: out,
-                           step.op, step)
-            return out[0]
-        out = []
-        self._evaluate(lambda: out.append(step.kernel(args, attrs, step.shape, step.dtype)), lambda: out,
-                       step.op, step)
+        refuse_complex(self, [step])
+        err = self._refused(step)
+        if err is not None:
+            raise err
+        # CompiledDevice's: lowered alone, cached by its structure; Device's: the step's MLX kernel
+        owner = CompiledDevice if self.metal and self._compiles(step.op) else Device
+        out: list = []
+        self._evaluate(lambda: out.append(owner.run_step(self, step, args, attrs)), lambda: out, step.op, step)
         return out[0]
 
     def runner(self, plan, keep):
         """The fused Metal kernels (on the Metal path), else the straight-line runner over the MLX kernels; then
         one ``mx.eval`` of the kept outputs, checks and error slots."""
+        refuse_complex(self, plan.program.steps)
         if self.metal:
-            for s in plan.program.steps:
-                if s.dtype is D.float64 or any(m[1] is D.float64 for m in s.in_meta):
-                    return _refusing(self.K.refuse_float64(s.op))  # step by step names the node
+            refused = next((e for e in map(self._refused, plan.program.steps) if e is not None), None)
+            if refused is not None:
+                return _refusing(refused)  # step by step names the node
             inner = build_runner(self, plan, keep)
         else:
             inner = _build_runner(self, plan, keep)
@@ -232,27 +210,22 @@ class MPSDevice(Device):
     def _evaluate(self, record, outputs, op: str = "", step: Step | None = None) -> None:
         """``record()`` (which builds MLX's lazy graph), then its deferred checks, then one ``mx.eval`` of
         ``outputs()`` and the Metal kernels' error slots, whose first recorded error is raised."""
-        with self.lock:
-            self._evaluate_held(record, outputs, op, step)
-
-    def _evaluate_held(self, record, outputs, op: str, step: Step | None) -> None:
         mx, K = self.mx, self.K
-        with K.deferred_checks() as checks, self._error_slots() as slots:
-            record()
-        try:
-            K.raise_failed(checks)  # first: an op guarded by a check must not run with bad indices
-            mx.eval(*(x for x in outputs() if isinstance(x, mx.array)), *(s for _, s in slots))
-        except RuntimeError as e:
-            if _is_oom(e):
-                what = f"{op}: MLX could not allocate {step.dtype.name}{list(step.shape)}" if step else \
-                    "MLX could not allocate the fragment's arrays"
-                raise OutOfMemory(f"{what}: {e}") from None
-            raise
-        if slots:
-            self.runtime.raise_errors(slots)
-
-    def _error_slots(self):
-        return self.runtime.errors() if self.metal else contextlib.nullcontext([])
+        with self.lock:
+            errors = self.runtime.errors() if self.metal else contextlib.nullcontext([])
+            with K.deferred_checks() as checks, errors as slots:
+                record()
+            try:
+                K.raise_failed(checks)  # first: an op guarded by a check must not run with bad indices
+                mx.eval(*(x for x in outputs() if isinstance(x, mx.array)), *(s for _, s in slots))
+            except RuntimeError as e:
+                if _is_oom(e):
+                    what = f"{op}: MLX could not allocate {step.dtype.name}{list(step.shape)}" if step else \
+                        "MLX could not allocate the fragment's arrays"
+                    raise OutOfMemory(f"{what}: {e}") from None
+                raise
+            if slots:
+                self.runtime.raise_errors(slots)
 
     def _compiles(self, op: str) -> bool:
         """Whether the Metal path's lowering makes ``op`` a kernel (else a host step: an MLX op)."""
@@ -261,19 +234,11 @@ class MPSDevice(Device):
     def host_call(self, step: Step):
         """A host step of the Metal path: a worker op (``const``, ``hub_tensor``), else the step's MLX kernel
         (recorded lazily, evaluated with the fragment)."""
-        if step.op in WORKER_OPS:
-            return host_step_call(self, step)
-        kernel = step.kernel or self.backend.kernels[step.op]
-        attrs, shape, dtype, origin = step.attrs, tuple(step.shape), step.dtype, step.origin
-
-        def call(args, dyn, frames):
-            d = dyn.get(origin) if dyn and step.dynamic else None
-            return kernel(args, {**attrs, **d} if d else attrs, shape, dtype)
-        return call
+        return super().host_call(step) if step.op in WORKER_OPS else self.kernel_call(step)
 
 
 def _refusing(err: Exception):
-    def run(env, dyn, frames):
+    def run(*args):
         raise err
     return run
 

@@ -2,7 +2,7 @@
 
 Needs pyopencl (``pip install -e ".[opencl]"``) and an OpenCL driver (a GPU vendor's, or on a CPU PoCL:
 ``apt-get install pocl-opencl-icd``). Without them the plugin still loads: ``opencl:0`` is listed as not
-available, with the reason. See :mod:`.runtime` for discovery, buffers and kernels.
+available, with the reason. See :mod:`.discovery` for discovery and :mod:`.runtime` for buffers and kernels.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ class OpenCLBackend(CompilingBackend):
     name = "opencl"
 
     def discover(self):
-        from .runtime import discover
+        from .discovery import discover
 
         return discover()
 

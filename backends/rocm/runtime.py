@@ -28,7 +28,7 @@ import os
 from ..codegen.cache import KernelCache, KernelCompileError
 from ..codegen.compiler_hip import HIP_OPTIONS, compile_hip, compiler_id, hip_compiler
 from ..codegen.hip import HIPRenderer
-from ..compiled_device import Discovery, Found
+from ..compiled_device import Discovery, Found, load_binding
 from ..gpu_runtime import LOWERING_BLAS, LOWERING_KERNELS, DriverApi, DriverError, GPUDevice, GPURuntime, check_result
 from . import hipblas
 
@@ -107,14 +107,13 @@ class GPU:
 
 
 def _discover() -> Found:
-    try:
-        hip = load_hip()
-    except ImportError as e:
-        return Found([], f"hip-python is not installed ({e}); {INSTALL}")
+    hip, missing = load_binding(load_hip, "hip-python", INSTALL)
+    if missing is not None:
+        return missing
     try:
         (err,) = hip.hipInit(0)
     except Exception as e:  # noqa: BLE001 - no libamdhip64: hip-python's RuntimeError from dlopen
-        return Found([], f"the ROCm runtime is not available ({type(e).__name__}: {' '.join(str(e).split())})")
+        return Found.failed("the ROCm runtime is not available", e)
     codes = hip.hipError_t
     if err in (codes.hipErrorNoDevice, codes.hipErrorInvalidDevice):
         return Found([], f"the ROCm runtime finds no AMD GPU (hipInit: {_error_text(hip, err)}; is /dev/kfd there "
@@ -134,7 +133,7 @@ def _discover() -> Found:
     except DriverError as e:
         return Found([], str(e))
     except Exception as e:  # noqa: BLE001 - a runtime older than the bindings (a missing symbol) and the like
-        return Found([], f"the ROCm runtime cannot list its GPUs ({type(e).__name__}: {' '.join(str(e).split())})")
+        return Found.failed("the ROCm runtime cannot list its GPUs", e)
     try:
         load_compiler()
     except KernelCompileError as e:

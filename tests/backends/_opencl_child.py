@@ -26,6 +26,7 @@ import numpy as np
 from tensorwire.backends import executor as X
 from tensorwire.backends import testing as T
 from tensorwire.backends.opencl import OpenCLBackend
+from tensorwire.backends.opencl import discovery as DISC
 from tensorwire.backends.opencl import runtime as RT
 from tensorwire.backends.testing.cases import _compare, _Ref
 from tensorwire.backends.testing.elementwise import _DOMAIN, _unary_ref
@@ -105,21 +106,21 @@ def _discovery_reasons(dev):
 
     os.environ[RT.PLATFORM_ENV] = "no-such-platform"
     try:
-        found = RT._discover()
+        found = DISC._discover()
     finally:
         del os.environ[RT.PLATFORM_ENV]
     assert not found.devices and "no OpenCL platform matches" in found.reason, found.reason
     assert "pocl-opencl-icd" in found.reason, found.reason
-    probe, RT._PROBE = RT._PROBE, "__kernel void tw_probe(__global long* a) { this is not C; }"
+    probe, DISC._PROBE = DISC._PROBE, "__kernel void tw_probe(__global long* a) { this is not C; }"
     try:
-        found = RT._discover()
+        found = DISC._discover()
     finally:
-        RT._PROBE = probe
+        DISC._PROBE = probe
     assert not found.devices and "does not build" in found.reason and "error" in found.reason, found.reason
     real = sys.modules["pyopencl"]
     sys.modules["pyopencl"] = None
     try:
-        found = RT._discover()
+        found = DISC._discover()
     finally:
         sys.modules["pyopencl"] = real
     assert not found.devices and 'pip install -e ".[opencl]"' in found.reason, found.reason

@@ -25,6 +25,7 @@ import pytest
 
 from tensorwire.backends import testing as T
 from tensorwire.backends.opencl import OpenCLBackend
+from tensorwire.backends.opencl import discovery as DISC
 from tensorwire.backends.opencl import runtime as RT
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
@@ -188,7 +189,7 @@ def test_vector_loops(vector_checks, name):
 
 
 def test_unavailable_device_refuses_to_open(monkeypatch):
-    monkeypatch.setattr(RT.discover, "found", RT.Found([], "no OpenCL platform found; install a driver"))
+    monkeypatch.setattr(DISC.discover, "found", DISC.Found([], "no OpenCL platform found; install a driver"))
     b = OpenCLBackend()
     info, = b.devices()
     assert not info.available and "install a driver" in info.reason

@@ -1,4 +1,4 @@
-"""PoCL's thread pinning default (``backends/opencl/runtime.pin_pocl_threads``): on where every CPU is allowed,
+"""PoCL's thread pinning default (``backends/opencl/discovery.pin_pocl_threads``): on where every CPU is allowed,
 never over the user's choice, never where PoCL would be asked to pin a thread to a CPU it cannot run on."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tensorwire.backends.opencl.runtime import POCL_AFFINITY_ENV, pin_pocl_threads
+from tensorwire.backends.opencl.discovery import POCL_AFFINITY_ENV, pin_pocl_threads
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux's sched_getaffinity")
 
