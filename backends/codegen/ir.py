@@ -279,12 +279,26 @@ def imul(a, b) -> X:
         if _known(a):
             ends = (a.lo * b.arg, a.hi * b.arg)
             return X("alu", INDEX, (a, b), "mul", min(ends), max(ends))
+    if b.size is not None and _known(a):  # a size parameter: bounds from its value in this lowering
+        ends = (a.lo * b.size, a.hi * b.size)
+        return X("alu", INDEX, (a, b), "mul", min(ends), max(ends))
     return X("alu", INDEX, (a, b), "mul")
 
 
-def idiv(a, d: int) -> X:
-    """a // d for a non-negative index a and a positive constant d."""
+def _divisor(d) -> tuple[int | None, X]:
+    """A divisor's value in this lowering and its expression: a positive int, a constant, or a size parameter
+    (:func:`size`; its value lets the rules below simplify, and the source divides by the parameter)."""
+    if isinstance(d, X):
+        return (d.arg if d.op == "const" else d.size), d
+    return d, iconst(d)
+
+
+def idiv(a, d) -> X:
+    """a // d for a non-negative index a and a positive divisor d (an int, or a size parameter)."""
     a = _as_index(a)
+    d, dx = _divisor(d)
+    if d is None:  # (not a size: nothing known)
+        return X("alu", INDEX, (a, dx), "idiv")
     if d == 1:
         return a
     if a.op == "const":
@@ -300,16 +314,19 @@ def idiv(a, d: int) -> X:
         for p, r in (a.src, a.src[::-1]):
             k = _factor(p.src[1]) if p.op == "alu" and p.arg == "mul" else None
             if k is not None and k > 0 and d % k == 0 and _known(r) and r.lo >= 0 and r.hi < k \
-                    and _known(p.src[0]) and p.src[0].lo >= 0:
+                    and _known(p.src[0]) and p.src[0].lo >= 0 and (dx.op == "const" or d == k):
                 return idiv(p.src[0], d // k)
     lo = a.lo // d if _known(a) and a.lo >= 0 else None
     hi = a.hi // d if _known(a) and a.lo >= 0 else None
-    return X("alu", INDEX, (a, iconst(d)), "idiv", lo, hi)
+    return X("alu", INDEX, (a, dx), "idiv", lo, hi)
 
 
-def imod(a, m: int) -> X:
-    """a % m for a non-negative index a and a positive constant m."""
+def imod(a, m) -> X:
+    """a % m for a non-negative index a and a positive modulus m (an int, or a size parameter)."""
     a = _as_index(a)
+    m, mx = _divisor(m)
+    if m is None:
+        return X("alu", INDEX, (a, mx), "mod")
     if m == 1:
         return iconst(0)
     if a.op == "const":
@@ -321,9 +338,9 @@ def imod(a, m: int) -> X:
     split = _split_multiple(a, m)
     if split is not None:  # (m*k*q + r) % m with 0 <= r < m: r
         return split[2]
-    if a.op == "alu" and a.arg == "mod" and a.src[1].op == "const" and a.src[1].arg % m == 0:
-        return imod(a.src[0], m)  # (x % (m*k)) % m: x % m
-    return X("alu", INDEX, (a, iconst(m)), "mod", 0, m - 1)
+    if a.op == "alu" and a.arg == "mod" and _factor(a.src[1]) is not None and _factor(a.src[1]) % m == 0:
+        return imod(a.src[0], mx)  # (x % (m*k)) % m: x % m
+    return X("alu", INDEX, (a, mx), "mod", 0, m - 1)
 
 
 def _split_multiple(a: X, d: int):
@@ -481,8 +498,9 @@ def rebuild(e: X, src: list[X], same_range: bool = True) -> X:
     take the values the old ones took (sizes written in), so an index division by a non-constant keeps ``e``'s
     bounds; False where they may not (a variable replaced by another expression): its bounds are then unknown."""
     if e.op == "alu":
-        if e.dtype is INDEX and e.arg in ("idiv", "mod") and src[1].op == "const" and src[1].arg > 0:
-            return idiv(src[0], src[1].arg) if e.arg == "idiv" else imod(src[0], src[1].arg)
+        if e.dtype is INDEX and e.arg in ("idiv", "mod") and ((src[1].op == "const" and src[1].arg > 0)
+                                                               or src[1].size is not None):
+            return idiv(src[0], src[1]) if e.arg == "idiv" else imod(src[0], src[1])
         if e.dtype is INDEX and e.arg in ("idiv", "mod"):
             return X("alu", INDEX, tuple(src), e.arg, *((e.lo, e.hi) if same_range else ()))
         return alu(e.arg, e.dtype, *src)
@@ -505,15 +523,50 @@ def rebuild(e: X, src: list[X], same_range: bool = True) -> X:
 
 # sizes bound back to constants -------------------------------------------------------------------------------------
 
-def bind_sizes(k: Kernel) -> Kernel:
-    """Kernel ``k`` with its size parameters (``Kernel.sizes``) written in as constants: a kernel for this size
-    only, its index arithmetic simplified again (a C compiler vectorises a loop of a known trip count better), the
-    source a lowering without size parameters would make. Its scalars are ``k``'s other ones, in the same order,
-    renamed ``s0``, ``s1`` ...; the result's ``kept_scalars`` lists which of ``k``'s they are, so a launcher given
-    ``k``'s values picks them."""
-    if not k.sizes:
+def costly_sizes(k: Kernel) -> set[str]:
+    """The size parameters of ``k`` whose values a C compiler gains from knowing: those that bound a loop (a row's
+    or a reduction's length: a loop of a known trip count vectorises and unrolls better) and those it divides by (a
+    division by a constant is a multiply; by a parameter, a real division that also blocks vectorisation). The grid,
+    an item's element count or a stride gain nothing (see :func:`bind_sizes`)."""
+    found: set[str] = set()
+
+    def names(e: X, seen: set, all_sizes: bool) -> None:
+        if id(e) in seen:
+            return
+        seen.add(id(e))
+        if e.op == "var" and e.arg in k.sizes and all_sizes:
+            found.add(e.arg)
+        if e.op == "alu" and e.arg in ("idiv", "mod") and e.src[1].op == "var" and e.src[1].arg in k.sizes:
+            found.add(e.src[1].arg)
+        for s in e.src:
+            names(s, seen, all_sizes)
+
+    def block(stmts: list, seen: set) -> None:
+        for s in stmts:
+            for e in vars(s).values():
+                if isinstance(e, X):
+                    names(e, seen, False)
+            if isinstance(s, Loop):
+                names(s.start, set(), True)
+                names(s.stop, set(), True)
+                block(s.body, seen)
+            elif isinstance(s, If):
+                block(s.body, seen)
+                block(s.orelse, seen)
+    block(k.body, set())
+    return found
+
+
+def bind_sizes(k: Kernel, names: set[str] | None = None) -> Kernel:
+    """Kernel ``k`` with its size parameters (``Kernel.sizes``; ``names``: only those) written in as constants: a
+    kernel for this size only, its index arithmetic simplified again (a C compiler vectorises a loop of a known trip
+    count better), the source a lowering without those size parameters would make. Its scalars are ``k``'s other
+    ones, in the same order, renamed ``s0``, ``s1`` ...; the result's ``kept_scalars`` lists which of ``k``'s they
+    are, so a launcher given ``k``'s values picks them."""
+    bound_sizes = {n: v for n, v in k.sizes.items() if names is None or n in names}
+    if not bound_sizes:
         return k
-    kept = [s for s in k.scalars if s.name not in k.sizes]
+    kept = [s for s in k.scalars if s.name not in bound_sizes]
     rename = {s.name: f"s{i}" for i, s in enumerate(kept)}  # (named as a lowering without sizes names them)
     memo: dict = {}
 
@@ -522,8 +575,13 @@ def bind_sizes(k: Kernel) -> Kernel:
         if got is not None:
             return got
         if e.op == "var":
-            out = iconst(e.size) if e.arg in k.sizes else (
-                var(rename[e.arg], e.dtype, e.lo, e.hi, e.width) if e.arg in rename else e)
+            if e.arg in bound_sizes:
+                out = iconst(e.size)
+            elif e.arg in rename:
+                out = var(rename[e.arg], e.dtype, e.lo, e.hi, e.width)
+                out.size = e.size
+            else:
+                out = e
         elif e.op == "const":
             out = e
         else:
@@ -548,8 +606,9 @@ def bind_sizes(k: Kernel) -> Kernel:
                 out.append(s)
         return out
 
-    bound = replace(k, scalars=[Scalar(rename[s.name], s.dtype) for s in kept], body=block(k.body), grid_var=None,
-                    sizes={})
+    grid_var = rename.get(k.grid_var) if k.grid_var is not None else None
+    bound = replace(k, scalars=[Scalar(rename[s.name], s.dtype) for s in kept], body=block(k.body), grid_var=grid_var,
+                    sizes={rename[n]: v for n, v in k.sizes.items() if n not in bound_sizes})
     bound.errors = getattr(k, "errors", [])
-    bound.kept_scalars = [i for i, s in enumerate(k.scalars) if s.name not in k.sizes]
+    bound.kept_scalars = [i for i, s in enumerate(k.scalars) if s.name not in bound_sizes]
     return bound

@@ -56,7 +56,7 @@ def _gather(kb, st, idx: Idx) -> X:
     j = _index_value(kb, ix, idx, shape[d], "gather()", False)
     dims = list(idx.dims)
     dims[d] = j
-    return kb.value(x, Idx(shape, dims=dims))
+    return kb.value(x, Idx(shape, dims=dims, size=idx.size))
 
 
 def _index(kb, st, idx: Idx) -> X:
@@ -66,10 +66,10 @@ def _index(kb, st, idx: Idx) -> X:
     nb = len(st.shape) - (len(shape) - k)
     bshape = tuple(st.shape[d:d + nb])
     od = idx.dims
-    bidx = Idx(bshape, dims=od[d:d + nb])
+    bidx = Idx(bshape, dims=od[d:d + nb], size=idx.size)
     js = [_index_value(kb, s, broadcast_idx(bidx, m[0]), shape[d + i], "index", True)
           for i, (s, m) in enumerate(zip(ixs, st.in_meta[1:]))]
-    return kb.value(x, Idx(shape, dims=od[:d] + js + od[d + nb:]))
+    return kb.value(x, Idx(shape, dims=od[:d] + js + od[d + nb:], size=idx.size))
 
 
 def _cat(kb, st, idx: Idx) -> X:
@@ -87,7 +87,7 @@ def _cat(kb, st, idx: Idx) -> X:
         j = i + (-off)
         dims = list(idx.dims)
         dims[d] = j if inside is None else where(inside, j, iconst(0))
-        here = cast(kb.value(slot, Idx(shape, dims=dims, valid=idx.valid)), st.dtype)
+        here = cast(kb.value(slot, Idx(shape, dims=dims, valid=idx.valid, size=idx.size)), st.dtype)
         v = here if v is None else where(_lt(i, off + n), here, v)
     return v
 
@@ -109,7 +109,8 @@ def _setslice(kb, st, idx: Idx) -> X:
     old = kb.value(x, idx)
     if math.prod(slice_shape) == 0:
         return old
-    new = cast(kb.value(v, broadcast_idx(Idx(tuple(slice_shape), dims=ks), st.in_meta[1][0])), st.dtype)
+    new = cast(kb.value(v, broadcast_idx(Idx(tuple(slice_shape), dims=ks, size=idx.size), st.in_meta[1][0])),
+               st.dtype)
     return new if inside is None else where(inside, new, old)
 
 
@@ -123,7 +124,7 @@ def _arg(kb, st, idx: Idx) -> X:
         n = math.prod(shape)
 
         def at(k):
-            return Idx(shape, flat=k)
+            return Idx(shape, flat=k, size=idx.size)
     else:
         d = dim % len(shape)
         n = shape[d]
@@ -133,7 +134,7 @@ def _arg(kb, st, idx: Idx) -> X:
         def at(k):
             dims = list(od) if keep else list(od[:d]) + [None] + list(od[d:])
             dims[d] = k
-            return Idx(shape, dims=dims)
+            return Idx(shape, dims=dims, size=idx.size)
     kb.heavy = kb.heavy or n > 16
     best, bi = kb.fresh("best"), kb.fresh("bi")
     kb.emit(ir.Let(best, cast(kb.value(x, at(iconst(0))), vt)))
@@ -147,7 +148,7 @@ def _arg(kb, st, idx: Idx) -> X:
         if vt.is_floating_point:  # the first NaN wins
             better = _and(alu("lnot", BOOL, ir.fn("isnan", BOOL, b)), _or(better, ir.fn("isnan", BOOL, xv)))
         kb.emit(ir.If(better, [ir.Assign(best, xv), ir.Assign(bi, k)]))
-    kb.loop(kb.fresh("k"), iconst(1), iconst(max(n, 1)), body, lo=1, hi=max(n - 1, 1))
+    kb.loop(kb.fresh("k"), iconst(1), kb.size(f"arg{st.out}", max(n, 1)), body, lo=1, hi=max(n - 1, 1))
     return cast(var(bi, INDEX), st.dtype)
 
 
@@ -303,7 +304,7 @@ def _scan(kb, st, out: str) -> int:
         x = cast(kb.value(st.ins[0], Idx(shape, flat=pos)), ct)
         kb.emit(ir.Assign(acc, combine(op, var(acc, ct), x)))
         kb.emit(ir.Store(out, pos, cast(var(acc, ct), st.dtype)))
-    kb.loop(kb.fresh("k"), iconst(0), iconst(n), body, lo=0, hi=max(n - 1, 0))
+    kb.loop(kb.fresh("k"), iconst(0), kb.size(f"scan{st.out}", n), body, lo=0, hi=max(n - 1, 0))
     return grid
 
 
@@ -336,7 +337,7 @@ def _scatter(kb, st, out: str) -> int:
         if st.op == "scatter_add":
             v = combine("sum", ir.load(out, target, st.dtype), v)
         kb.emit(ir.Store(out, target, v))
-    kb.loop(kb.fresh("k"), iconst(0), iconst(n), body, lo=0, hi=n - 1)
+    kb.loop(kb.fresh("k"), iconst(0), kb.size(f"scatter{st.out}", n), body, lo=0, hi=n - 1)
     return grid
 
 
@@ -366,7 +367,7 @@ def _index_put(kb, st, out: str) -> int:
             val = combine("sum", ir.load(out, target, st.dtype), val)
         kb.emit(ir.Store(out, target, val))
     kb.heavy = True
-    kb.loop(kb.fresh("p"), iconst(0), iconst(m), body, lo=0, hi=m - 1)
+    kb.loop(kb.fresh("p"), iconst(0), kb.size(f"positions{st.out}", m), body, lo=0, hi=m - 1)
     return 1
 
 

@@ -219,6 +219,11 @@ class KernelBuilder:
         from .kernels import VALUE_KERNELS
         return VALUE_KERNELS[op](self, st, idx)
 
+    def at(self, shape, flat: X) -> Idx:
+        """The position ``flat`` in a tensor of ``shape``: the root of a kernel's index arithmetic, its strides and
+        dims size parameters where the device asks for it (``Options.size_strides``, see :class:`.views.Idx`)."""
+        return Idx(shape, flat=flat, size=self.size if self.lw.opts.size_strides else None)
+
     def _row_reduce(self, st, idx: Idx) -> X:
         """A row kernel's reduction: computed once per row, ahead of the loop over the row."""
         got = self._row_values.get(st.out)
@@ -319,7 +324,7 @@ class Lowerer:
         W = self.opts.vector
         if not W or st.dtype is not D.float32:
             g = ir.gid(n)
-            kb.emit(ir.Store(out, g, kb.compute(st, Idx(st.shape, flat=g))))
+            kb.emit(ir.Store(out, g, kb.compute(st, kb.at(st.shape, g))))
             return n
         i, v, stmts = self._element(kb, st, n)
         vec = None if stmts else vectorize(v, ELEM_VAR, W)
@@ -341,7 +346,7 @@ class Lowerer:
         stmts: list = []
         outer, kb.block = kb.block, stmts
         try:
-            v = kb.compute(st, Idx(st.shape, flat=i))
+            v = kb.compute(st, kb.at(st.shape, i))
         finally:
             kb.block = outer
         return i, v, stmts
@@ -412,7 +417,7 @@ class Lowerer:
 
         def body(c):
             flat = g * length + c
-            kb.emit(ir.Store(out, flat, kb.compute(st, Idx(st.shape, flat=flat))))
+            kb.emit(ir.Store(out, flat, kb.compute(st, kb.at(st.shape, flat))))
         kb.loop(ROW_VAR, ir.lid(G) if G else iconst(0), length, body, lo=0, hi=n - 1, step=G or 1,
                 independent=True)
         return rows * (G or 1)

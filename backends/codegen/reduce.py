@@ -79,22 +79,24 @@ def _rows(st, axes) -> bool:
     return axes == tuple(range(nd - len(axes), nd))
 
 
-def _reduce_in_idx(st, axes, out_idx: Idx, r: X, red_shape, length: X | None = None) -> Idx:
+def _reduce_in_idx(st, axes, out_idx: Idx, r: X, red_shape, length: X | None = None, kept: X | None = None) -> Idx:
     """The input position for output position ``out_idx`` and flat reduced position ``r`` (``length``: the
-    reduced length as an expression, where it is a size parameter)."""
+    reduced length as an expression, where it is a size parameter; ``kept``: the same of the kept length, the
+    stride of a reduction over leading axes)."""
     in_shape = tuple(st.in_meta[0][0])
     nd = len(in_shape)
-    kept = [a for a in range(nd) if a not in axes]
+    kept_axes = [a for a in range(nd) if a not in axes]
     R = math.prod(red_shape) if length is None else length
-    if not kept:
-        return Idx(in_shape, flat=r)
+    if not kept_axes:
+        return Idx(in_shape, flat=r, size=out_idx.size)
     if _rows(st, axes):  # trailing axes: rows
-        return Idx(in_shape, flat=out_idx.flat * R + r)
+        return Idx(in_shape, flat=out_idx.flat * R + r, size=out_idx.size)
     if axes == tuple(range(len(axes))):  # leading axes: columns
-        return Idx(in_shape, flat=r * math.prod(in_shape[a] for a in kept) + out_idx.flat)
+        stride = math.prod(in_shape[a] for a in kept_axes) if kept is None else kept
+        return Idx(in_shape, flat=r * stride + out_idx.flat, size=out_idx.size)
     keepdim = len(st.shape) == nd
     odims = out_idx.dims
-    rdims = Idx(red_shape, flat=r).dims
+    rdims = Idx(red_shape, flat=r, size=out_idx.size).dims
     dims, ki, ri = [], 0, 0
     for a in range(nd):
         if a in axes:
@@ -103,7 +105,7 @@ def _reduce_in_idx(st, axes, out_idx: Idx, r: X, red_shape, length: X | None = N
         else:
             dims.append(odims[a] if keepdim else odims[ki])
             ki += 1
-    return Idx(in_shape, dims=dims)
+    return Idx(in_shape, dims=dims, size=out_idx.size)
 
 
 def reduce_loop(kb, op: str, acc_dt: D.DType, name: str, start: X, stop: X, element, lo: int,
@@ -265,10 +267,15 @@ def reduce_value(kb, st, idx: Idx) -> X:
         row = kb.row_len
         length = row if row is not None and row.size == R and st.out in kb.lw.rows.reduces else \
             kb.size(f"reduce{st.out}", R)
-    stop = iconst(R) if length is None else length
+        stop = length
+    else:  # columns or inner axes: the loop's length is a parameter still (a bias gradient sums over the batch)
+        stop = kb.size(f"reduce{st.out}", R)
+    kept = None
+    if axes == tuple(range(len(axes))) and len(axes) < len(in_shape):  # leading axes: their stride is a parameter
+        kept = kb.size(f"kept{st.out}", n_out)
 
     def element(r):
-        return cast(kb.value(st.ins[0], _reduce_in_idx(st, axes, idx, r, red_shape, length)), acc_dt)
+        return cast(kb.value(st.ins[0], _reduce_in_idx(st, axes, idx, r, red_shape, length, kept)), acc_dt)
     if kb.local and kb.block is kb.body:  # a work-group kernel (see Lowerer): the group reduces together
         return cast(group_reduce(kb, op, acc_dt, iconst(0), stop, element, R - 1), st.dtype)
     total = reduce_loop(kb, op, acc_dt, kb.fresh("r"), iconst(0), stop, element, 0, R - 1)

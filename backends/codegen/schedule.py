@@ -41,6 +41,10 @@ class Options:
     vector: int = 0                    # > 0: contiguous float32 loops as vectors of this many lanes (vectorize.py)
     lane_bytes: int = 0                # > 0: an elementwise item computes this many bytes of its output (lanes.py)
     multi_output: bool = False         # kept values computed and stored by the elementwise kernel they feed
+    #: the strides, dims and broadcast divisors of elementwise index arithmetic (``gid % C`` for a bias, a permute's
+    #: strides) as size parameters: a real division unless the runtime writes the size back in (the CPU does while
+    #: a structure keeps it: ``CRuntime.specialise``)
+    size_strides: bool = False
 
 
 def _inline_inputs(op: str, opts: Options) -> str:

@@ -27,17 +27,23 @@ def _strides(shape) -> list[int]:
 
 class Idx:
     """A position in a tensor of ``shape``: a flat index and/or one index per dim, and a validity mask
-    (padding) under which the position may be outside the tensor."""
+    (padding) under which the position may be outside the tensor. ``size(role, n)``, when given
+    (``KernelBuilder.size``), makes the sizes its index arithmetic divides and multiplies by (its dims and
+    strides) kernel parameters, so the source does not depend on them; positions derived from it keep it."""
 
-    __slots__ = ("shape", "_flat", "_dims", "valid")
+    __slots__ = ("shape", "_flat", "_dims", "valid", "size")
 
-    def __init__(self, shape, flat: X | None = None, dims: list | None = None, valid: X | None = None):
-        self.shape, self._flat, self._dims, self.valid = tuple(shape), flat, dims, valid
+    def __init__(self, shape, flat: X | None = None, dims: list | None = None, valid: X | None = None, size=None):
+        self.shape, self._flat, self._dims, self.valid, self.size = tuple(shape), flat, dims, valid, size
+
+    def n(self, v: int):
+        """The size ``v`` as this position's arithmetic uses it: a parameter (see the class doc) or the int."""
+        return v if self.size is None or v <= 1 else self.size(f"block{v}", v)
 
     @property
     def dims(self) -> list[X]:
         if self._dims is None:
-            self._dims = [(self._flat // s) % n if n != 1 else iconst(0)
+            self._dims = [(self._flat // self.n(s)) % self.n(n) if n != 1 else iconst(0)
                           for n, s in zip(self.shape, _strides(self.shape))]
         return self._dims
 
@@ -46,7 +52,7 @@ class Idx:
         if self._flat is None:
             acc = iconst(0)
             for d, s in zip(self.dims, _strides(self.shape)):
-                acc = acc + d * s
+                acc = acc + d * self.n(s)
             self._flat = acc
         return self._flat
 
@@ -60,12 +66,14 @@ def _and(a: X | None, b: X | None) -> X | None:
 
 
 def broadcast_idx(idx: Idx, shape) -> Idx:
-    """Where an input of ``shape`` is read for output position ``idx`` (numpy broadcasting)."""
+    """Where an input of ``shape`` is read for output position ``idx`` (numpy broadcasting; the divisor or modulus
+    of a broadcast over leading or trailing dims is a parameter where ``idx``'s sizes are, see :class:`Idx`)."""
     shape = tuple(shape)
+    size = idx.size
     if shape == idx.shape:
         return idx
     if math.prod(shape) == 1:
-        return Idx(shape, flat=iconst(0), valid=idx.valid)
+        return Idx(shape, flat=iconst(0), valid=idx.valid, size=idx.size)
     off = len(idx.shape) - len(shape)
     full = (1,) * off + shape
     if idx._flat is not None:  # a flat index: a broadcast over leading or trailing dims is one divide or modulo
@@ -73,14 +81,14 @@ def broadcast_idx(idx: Idx, shape) -> Idx:
         while k and full[k - 1] == 1:
             k -= 1
         if full[:k] == idx.shape[:k]:  # [a, b, 1, 1] read from [a, b, c, d]: flat // (c * d)
-            return Idx(shape, flat=idx.flat // math.prod(idx.shape[k:]), valid=idx.valid)
+            return Idx(shape, flat=idx.flat // idx.n(math.prod(idx.shape[k:])), valid=idx.valid, size=size)
         k = 0
         while k < len(full) and full[k] == 1:
             k += 1
         if full[k:] == idx.shape[k:]:  # [1, 1, c, d] (or [c, d]) read from [a, b, c, d]: flat % (c * d)
-            return Idx(shape, flat=idx.flat % math.prod(idx.shape[k:]), valid=idx.valid)
+            return Idx(shape, flat=idx.flat % idx.n(math.prod(idx.shape[k:])), valid=idx.valid, size=size)
     dims = [iconst(0) if n == 1 else idx.dims[off + k] for k, n in enumerate(shape)]
-    return Idx(shape, dims=dims, valid=idx.valid)
+    return Idx(shape, dims=dims, valid=idx.valid, size=size)
 
 
 def view_idx(st, idx: Idx, starts: list | None = None) -> tuple[Idx, object]:
@@ -89,32 +97,33 @@ def view_idx(st, idx: Idx, starts: list | None = None) -> tuple[Idx, object]:
     in_shape = tuple(st.in_meta[0][0])
     op, a = st.op, st.attrs
     if op == "copy" or (op == "reshape" and in_shape == idx.shape):
-        return Idx(in_shape, idx._flat, idx._dims, idx.valid), None
+        return Idx(in_shape, idx._flat, idx._dims, idx.valid, idx.size), None
     if op == "reshape":
         if [n for n in in_shape if n != 1] == [n for n in idx.shape if n != 1] and idx._dims is not None:
             it = iter(d for d, n in zip(idx.dims, idx.shape) if n != 1)
-            return Idx(in_shape, dims=[next(it) if n != 1 else iconst(0) for n in in_shape], valid=idx.valid), None
-        return Idx(in_shape, flat=idx.flat, valid=idx.valid), None
+            return Idx(in_shape, dims=[next(it) if n != 1 else iconst(0) for n in in_shape], valid=idx.valid,
+                       size=idx.size), None
+        return Idx(in_shape, flat=idx.flat, valid=idx.valid, size=idx.size), None
     if op == "permute":
         nd = len(in_shape)
         dims: list = [None] * nd
         for o, p in enumerate(a["dims"]):
             dims[p % nd] = idx.dims[o]
-        return Idx(in_shape, dims=dims, valid=idx.valid), None
+        return Idx(in_shape, dims=dims, valid=idx.valid, size=idx.size), None
     if op == "expand":
         return broadcast_idx(idx, in_shape), None
     if op == "slice":
         if starts is None:
             starts = [iconst(s) for s in a["starts"]]
         dims = [s + d * t for d, s, t in zip(idx.dims, starts, a["steps"])]
-        return Idx(in_shape, dims=dims, valid=idx.valid), None
+        return Idx(in_shape, dims=dims, valid=idx.valid, size=idx.size), None
     if op == "flip":
         nd = max(len(in_shape), 1)
         fl = a.get("dims")
         fl = range(len(in_shape)) if fl is None else ([fl] if isinstance(fl, int) else fl)
         fl = {d % nd for d in fl}
         dims = [iconst(n - 1) + d * (-1) if k in fl else d for k, (d, n) in enumerate(zip(idx.dims, in_shape))]
-        return Idx(in_shape, dims=dims, valid=idx.valid), None
+        return Idx(in_shape, dims=dims, valid=idx.valid, size=idx.size), None
     if op == "pad":
         p = a["pads"]
         dims, valid = [], idx.valid
@@ -126,5 +135,5 @@ def view_idx(st, idx: Idx, starts: list | None = None) -> tuple[Idx, object]:
             if hi > 0:
                 valid = _and(valid, alu("lt", D.bool_, i, iconst(n)))
             dims.append(i)
-        return Idx(in_shape, dims=dims, valid=valid), a.get("value", 0)
+        return Idx(in_shape, dims=dims, valid=valid, size=idx.size), a.get("value", 0)
     raise ValueError(f"{op} is not a movement op")

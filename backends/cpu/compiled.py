@@ -40,7 +40,7 @@ from tensorwire.protocol.errors import DeviceError
 from ..codegen.c import CRenderer
 from ..codegen.cache import KernelCache, UnsafeKernelCache
 from ..codegen.compiler import run_compiler, sweep_stale
-from ..codegen.ir import bind_sizes
+from ..codegen.ir import bind_sizes, costly_sizes
 from ..codegen.lower import Options, lower
 from ..codegen.program import build_runner, host_step_call, kernel_error
 
@@ -78,7 +78,7 @@ LARGE_RUNS = 1
 MAX_LIBRARIES_ENV = "TENSORWIRE_CPU_MAX_LIBRARIES"
 MAX_LIBRARIES = 4096
 
-#: structures whose first sizes the runtime remembers (to build kernels of a fixed shape with their sizes written in)
+#: structures whose first sizes the runtime remembers (to write in the sizes that do not change: specialise)
 SHAPES_REMEMBERED = 1 << 16
 
 #: composites kept on their numpy/BLAS kernels in compiled mode (im2col + gemm beats a naive loop nest)
@@ -199,7 +199,7 @@ class CRuntime:
         self._collected = -1e9  # (monotonic) when _room last collected garbage
         self._lock = threading.Lock()
         self.err = np.zeros(2, np.int64)
-        #: generic source's cache key -> the sizes its structure was first built for (see _bake)
+        #: generic source's cache key -> (its costly sizes' first values, those that changed since; see specialise)
         self._first_sizes: OrderedDict = OrderedDict()
 
     def _compile(self, src_path: str, out_path: str) -> None:
@@ -247,31 +247,39 @@ class CRuntime:
 
     def build(self, kernels: list) -> dict:
         """``{kernel name: launcher(buffers, scalars)}`` for ``kernels`` (one library per fragment; each launcher
-        keeps it loaded). A fragment's kernels take their sizes as parameters (shape-generic); the first sizes a
-        structure is built for get kernels with those sizes written in (:func:`~..codegen.ir.bind_sizes`: loops
-        of a known length vectorise better), and any other sizes share the generic library (:meth:`_bake`)."""
-        source = self.renderer.render(kernels)
-        if self._bake(source, kernels):
-            kernels = [bind_sizes(k) for k in kernels]
-            source = self.renderer.render(kernels)
-        lib = self.load(source, kernels)
+        keeps it loaded), built as :meth:`specialise` makes them."""
+        kernels = self.specialise(kernels)
+        lib = self.load(self.renderer.render(kernels), kernels)
         return {k.name: self._launcher(_function(lib.cdll, k, self.renderer), k, lib) for k in kernels}
 
-    def _bake(self, source: str, kernels: list) -> bool:
-        """Whether to build ``kernels`` (of the generic ``source``) with their sizes as constants: yes while their
-        structure has been built at these sizes only (a training loop of fixed shapes keeps the fastest kernels),
-        no once it met other sizes (a loop whose batch changes compiles twice, not once a size). As
-        ``torch.compile``'s automatic dynamic shapes; remembered for :data:`SHAPES_REMEMBERED` structures."""
-        sizes = tuple(tuple(sorted(k.sizes.items())) for k in kernels)
-        if not any(sizes):
-            return False
+    def specialise(self, kernels: list) -> list:
+        """A fragment's kernels as this runtime builds them. They take their sizes as parameters (shape-generic);
+        the sizes a C compiler gains from knowing (a loop's length, a divisor: :func:`~..codegen.ir.costly_sizes`)
+        are written in as constants (:func:`~..codegen.ir.bind_sizes`) while they keep the value they had when the
+        structure (its generic source) was first built; one that changed is a parameter from then on. So a fixed
+        shape keeps the fastest kernels, a batch that changes under a fixed width (the grid, a bias's modulus)
+        reuses the first library, and a structure compiles once more each time another of its sizes first
+        changes, not once a shape (as ``torch.compile``'s automatic dynamic shapes mark the dims that changed
+        dynamic). A fragment with no such sizes is generic from its first size: one library serves every size.
+        Remembered for :data:`SHAPES_REMEMBERED` structures."""
+        bind = self._bake(self.renderer.render(kernels), kernels)
+        return kernels if bind is None else [bind_sizes(k, names) for k, names in zip(kernels, bind)]
+
+    def _bake(self, source: str, kernels: list) -> list | None:
+        """The sizes of each kernel to write in (see :meth:`specialise`), or None: keep them all parameters."""
+        costly = [costly_sizes(k) for k in kernels]
+        if not any(costly):
+            return None
+        now = {(i, n): k.sizes[n] for i, (k, names) in enumerate(zip(kernels, costly)) for n in names}
         key = self.cache.key(source)
         with self._lock:
-            first = self._first_sizes.setdefault(key, sizes)
+            first, changed = self._first_sizes.setdefault(key, (now, set()))
+            changed.update(x for x, v in now.items() if first.get(x) != v)
+            bind = [{n for n in names if (i, n) not in changed} for i, names in enumerate(costly)]
             self._first_sizes.move_to_end(key)
             if len(self._first_sizes) > SHAPES_REMEMBERED:
                 self._first_sizes.popitem(last=False)
-        return first == sizes
+        return bind
 
     def _launcher(self, f, k, lib: Library):
         """``launch(buffers, scalars)``: through cffi, whose call costs ~0.5 us and a buffer's address ~0.2 us (a
@@ -341,7 +349,7 @@ class CompiledMixin:
 
     # matmul stays on BLAS and argsort on numpy's O(n log n) sort (the generated kernel ranks in O(n^2) a row)
     lowering_options = Options(host_ops=frozenset({"matmul", "argsort"}) | HOST_COMPOSITES, host_views=True,
-                               acc64=True, acc_block=1024, row_fusion=True, multi_output=True)
+                               acc64=True, acc_block=1024, row_fusion=True, multi_output=True, size_strides=True)
 
     def interpreted(self, steps, hot: bool = False) -> bool:
         """Whether a fragment runs on the numpy kernels rather than compiled: too small (numpy calls cost less than

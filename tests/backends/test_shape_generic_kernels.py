@@ -3,8 +3,9 @@ reduction's length) as parameters, so the same structure at another batch size r
 the compiled kernel instead of compiling again.
 
 On the CPU the kernels of a fragment are one C library, cached by its source: over 30 batch sizes an elementwise
-chain with a softmax, an elementwise op with broadcasts and a row sum compile two libraries each (the first size's
-with its sizes written in, then the generic one), and every result matches numpy in float64. The GPU lowerings
+chain with a softmax, an elementwise op with broadcasts and a row sum, whose row lengths change too, compile two
+libraries each (the first size's with its row length written in, then the generic one), and one when only the batch
+changes; every result matches numpy in float64. The GPU lowerings
 (CUDA, OpenCL on a CPU driver with vector loops) render one source a kernel structure over the same sizes.
 """
 
@@ -80,27 +81,43 @@ def _run(dev, name: str, rows: int, length: int) -> None:
                                err_msg=f"{name} {rows}x{length}")
 
 
-@pytest.mark.skipif(compiled.runtime() is None, reason=f"no C compiler: {compiled.why_not()}")
-@pytest.mark.parametrize("name", sorted(FRAGMENTS))
-def test_thirty_batch_sizes_compile_each_structure_twice_at_most(name, tmp_path, monkeypatch):
-    """A fragment over 30 batch sizes (and, where a row's length is a parameter, 6 row lengths): the first size
-    builds kernels with its sizes written in, the second the generic library that every later size reuses; the
-    first size again finds its own. Every result is right to float32 rounding."""
+def _counting_device(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))
     base = compiled.runtime()
     rt = compiled.CRuntime(base.compiler, base.version)  # a cold cache of its own: every build is counted
-    dev = CompiledBackend(rt, min_work=0, large_runs=0).open(0)  # every fragment compiled before its first run
-    sizes = VARYING if name in ROW_GENERIC else FIXED
-    _run(dev, name, *sizes[0])
+    return rt, CompiledBackend(rt, min_work=0, large_runs=0).open(0)  # every fragment compiled before its first run
+
+
+@pytest.mark.skipif(compiled.runtime() is None, reason=f"no C compiler: {compiled.why_not()}")
+@pytest.mark.parametrize("name", sorted(FRAGMENTS))
+def test_thirty_batch_sizes_compile_each_structure_twice_at_most(name, tmp_path, monkeypatch):
+    """A fragment over 30 batch sizes and 6 row lengths. Its kernels are built first with the row length written
+    in (a row's or a reduction's loop, a broadcast's divisor) and the grid a parameter; at the second row length,
+    the generic library, which every later size reuses; the first size again finds its own. Every result is right
+    to float32 rounding."""
+    rt, dev = _counting_device(tmp_path, monkeypatch)
+    _run(dev, name, *VARYING[0])
     (first,) = tmp_path.glob("c/*.c")
-    assert "gid < s" not in first.read_text()  # a fixed shape keeps kernels of known sizes
-    for rows, length in sizes[1:]:
+    assert "gid < s" in first.read_text()  # the grid is a parameter from the first size on
+    for rows, length in VARYING[1:]:
         _run(dev, name, rows, length)
-    assert rt.cache.builds == 2, f"{name}: {rt.cache.builds} compiles over {len(sizes)} sizes"
-    generic = [p for p in tmp_path.glob("c/*.c") if p != first]
-    assert "gid < s" in generic[0].read_text()
-    _run(dev, name, *sizes[0])
+    assert rt.cache.builds == 2, f"{name}: {rt.cache.builds} compiles over {len(VARYING)} sizes"
+    (generic,) = [p for p in tmp_path.glob("c/*.c") if p != first]
+    written_in = f" {VARYING[0][1]}ll"  # the first row length, as C writes a constant
+    assert written_in in first.read_text() and written_in not in generic.read_text()
+    _run(dev, name, *VARYING[0])
     assert rt.cache.builds == 2
+
+
+@pytest.mark.skipif(compiled.runtime() is None, reason=f"no C compiler: {compiled.why_not()}")
+@pytest.mark.parametrize("name", sorted(FRAGMENTS))
+def test_a_batch_that_changes_under_a_fixed_row_length_compiles_once(name, tmp_path, monkeypatch):
+    """Issue 37: only the batch changes (a layer norm, a bias over a model's width): the row length written in at
+    the first size serves every batch size, so the structure compiles once."""
+    rt, dev = _counting_device(tmp_path, monkeypatch)
+    for rows, length in FIXED:
+        _run(dev, name, rows, length)
+    assert rt.cache.builds == 1, f"{name}: {rt.cache.builds} compiles over {len(FIXED)} batch sizes"
 
 
 def _kernels(name: str, opts, rows: int, length: int) -> list:

@@ -21,7 +21,6 @@ import pytest
 from tensorwire.backends import executor as X
 from tensorwire.backends.codegen import cache as C
 from tensorwire.backends.codegen import lower
-from tensorwire.backends.codegen.ir import bind_sizes
 from tensorwire.backends.cpu import CompiledBackend, compiled
 from tensorwire.protocol import dtypes as D
 
@@ -56,10 +55,10 @@ def _device():
 
 
 def _plan(dev, nodes, n: int = N):
-    """The plan and its kernels as the runtime builds them at a structure's first size: with the sizes written in
-    (``CRuntime._bake``), so their source names the library the worker looks for."""
+    """The plan and its kernels as the runtime builds them at a structure's first size (``CRuntime.specialise``), so
+    their source names the library the worker looks for."""
     plan = X.compile_plan(dev, nodes, [((n,), D.float32)])
-    return plan, [bind_sizes(k) for k in lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options).kernels]
+    return plan, dev.runtime.specialise(lower(plan.program.steps, {plan.node_slot[-1]}, dev.lowering_options).kernels)
 
 
 def _run(dev, plan, x):
@@ -208,7 +207,8 @@ def test_the_recurrent_cells_keep_their_numpy_steps_when_the_cache_is_refused(ca
 
 
 def test_the_cache_stays_under_its_byte_bound(cache_dir, monkeypatch):
-    """Distinct fragments one after another (a program whose shapes keep changing): the cache's bytes stay under
+    """Distinct fragments one after another (a program whose structure keeps changing: chains of 1 to 11 ``exp``;
+    sizes alone would not do, the kernels are generic in them): the cache's bytes stay under
     TENSORWIRE_KERNEL_CACHE_BYTES, the least recently used go first, and one used again survives."""
     rt, dev = _device()
     x_kernels = _plan(dev, EXP, 7)[1]
@@ -222,8 +222,9 @@ def test_the_cache_stays_under_its_byte_bound(cache_dir, monkeypatch):
     def refuse(src, out):
         raise AssertionError("a kernel in the cache was built again")
 
-    for n in range(8, 18):
-        rt.build(_plan(dev, EXP, n)[1])
+    for n in range(1, 11):
+        chain = EXP + [["exp", [i], None] for i in range(n)]
+        rt.build(_plan(dev, chain, 7)[1])
         assert sum(p.stat().st_size for p in folder.iterdir()) <= bound
         C.KernelCache("c", rt.cache.compiler_id).get_or_build(keep, ".c", ".so", refuse)  # a hit: recently used
     assert rt.cache.evicted == 7  # 11 kernels, 4 fit
@@ -292,9 +293,10 @@ def test_past_the_library_limit_fragments_run_interpreted(cache_dir, monkeypatch
     monkeypatch.setenv(compiled.MAX_LIBRARIES_ENV, "3")
     rt, dev = _device()
     held = []
-    for n in (70, 71, 72):
-        plan, _ = _plan(dev, NEG, n)
-        np.testing.assert_array_equal(_run(dev, plan, np.ones(n, np.float32)), -np.ones(n, np.float32))
+    for k in (1, 2, 3):  # three structures (chains of 1, 2 and 3 ``neg``): sizes alone share one generic library
+        n = 70 + k
+        plan, _ = _plan(dev, NEG + [["neg", [i], None] for i in range(k - 1)], n)
+        np.testing.assert_array_equal(_run(dev, plan, np.ones(n, np.float32)), (-1) ** k * np.ones(n, np.float32))
         held.append(plan)
     x = np.linspace(-2, 2, 73, dtype=np.float32)
     plan, _ = _plan(dev, EXP, 73)

@@ -10,14 +10,14 @@ using namespace metal;
 #define TW_CLZ64(x) clz(x)
 #define TW_MULHI64(a, b) mulhi(a, b)
 
-kernel void k0(device long* b0 [[buffer(0)]], device const float* b1 [[buffer(1)]], constant long& s0 [[buffer(2)]], uint3 tid [[thread_position_in_grid]]) {
+kernel void k0(device long* b0 [[buffer(0)]], device const float* b1 [[buffer(1)]], constant long& s0 [[buffer(2)]], constant long& s1 [[buffer(3)]], uint3 tid [[thread_position_in_grid]]) {
   const long gid = (long)tid.x;
-  if (gid >= s0) return;
+  if (gid >= s1) return;
     const long v0 = (gid * 5l);
     const float v1 = b1[v0];
     float best1 = v1;
     long bi2 = 0l;
-    for (long k3 = 1l; k3 < 5l; k3++) {
+    for (long k3 = 1l; k3 < s0; k3++) {
       const int v2 = (isnan(best1) != 0);
       const int v3 = (!v2);
       const long v4 = (v0 + k3);
