@@ -540,8 +540,8 @@ class DirectChannel:
 
     def _run(self, executor, route: bytes, sid: bytes, h: dict, frames: list, q) -> None:
         run = self.run_header(executor, sid, h, q)
-        if not frames and not h.get("shm_frames") and executor.replay_now(sid, run, route):  # a known plan's
-            return  # replay, answered at once
+        if not h.get("shm_frames") and executor.replay_now(sid, run, route, frames):  # a known plan's replay,
+            return  # answered at once (its uploads, if small, with it)
         if h.get("shm_frames"):
             frames = self.frames_from_shm(sid, frames, h["shm_frames"])
         executor.handle(run, frames, route=route)

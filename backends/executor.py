@@ -119,7 +119,8 @@ class Plan:
         self.send_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == SEND)
         self.recv_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == RECV)
         self.work = plan_work(steps)  # elements touched: decides where the worker runs it
-        self.worker_ops = any(st.op in WORKER_OPS for st in steps)  # reads frames or the hub (not the replay path's)
+        self.worker_ops = any(st.op in WORKER_OPS for st in steps)  # reads frames or the hub
+        self.reads_hub = any(st.op == "hub_tensor" for st in steps)  # (a download: not the replay fast path's)
         self.peaks: dict[frozenset, int] = {}  # kept-slot set -> estimated peak bytes (see quota.peak_bytes)
         self.hot = False  # planned as the device plans fragments it compiles, however small (see hot.py)
         self.tier: Tier | None = None  # interpreted because small: how it gets compiled once hot (see hot.py)

@@ -427,17 +427,18 @@ class Executor:
         self.plans.drop_session(sid)
 
     # -- the direct channel's replay fast path -----------------------------------------------------
-    def replay_now(self, sid: bytes, run: dict, route: bytes) -> bool:
+    def replay_now(self, sid: bytes, run: dict, route: bytes, frames: list | tuple = ()) -> bool:
         """Run a direct message that replays a known plan and is answered (a fetch or a sync: the commonest on a
         direct channel, ``(x + 1).numpy()`` or a compiled step with its ``loss.item()``) at once, on this thread,
         without queueing it: what ``_on_run``, ``_advance`` and ``_prepare`` do for it, in one pass. ``run``: the
-        message as ``DirectChannel.run_header`` checked it (the general path's header). Only when nothing else waits
-        and nothing else is needed: the session idle and no other one runnable, no uploads, no profiler, the plan
-        cached here with no transfers, no hub load and no node that failed to plan, run inline (small, its runner
-        built) within the session's quota, and the message well formed against it, by the checks ``_prepare`` makes
-        (``_bind_outputs``, ``_inputs``, ``_check_inputs``, ``_outputs_fresh``, ``_admit``). Otherwise False, with
-        nothing of the session's changed: the message takes the general path, which queues it and says what is
-        wrong with it."""
+        message as ``DirectChannel.run_header`` checked it (the general path's header); ``frames``: its upload
+        frames (a step's new inputs, its ``const`` nodes read them), ``REPLAY_UPLOADS_MAX`` bytes at most. Only when
+        nothing else waits and nothing else is needed: the session idle and no other one runnable, no profiler, the
+        plan cached here with no transfers, no hub load and no node that failed to plan, run inline (small, its
+        runner built) within the session's quota (its uploads too, as ``_hold_uploads`` counts them), and the
+        message well formed against it, by the checks ``_prepare`` makes (``_bind_outputs``, ``_inputs``,
+        ``_check_inputs``, ``_outputs_fresh``, ``_admit``). Otherwise False, with nothing of the session's changed:
+        the message takes the general path, which queues it and says what is wrong with it."""
         plan_no = run.get("plan")
         if (plan_no is None or run["q"] is None or not (run["fetch"] or run.get("sync")) or "nodes" in run
                 or "prof" in run):
@@ -446,10 +447,14 @@ class Executor:
         if s is None or s.running is not None or s.jobs or s.draining is not None or self.ready:
             return False
         plan = self.plans.get(sid, plan_no)
-        if plan is None or plan.has_transfers or plan.worker_ops or plan.failed_nodes:
+        if plan is None or plan.has_transfers or plan.reads_hub or plan.failed_nodes:
             return False
+        uploads = sum(map(frame_nbytes, frames)) if frames else 0
+        if uploads and (uploads > REPLAY_UPLOADS_MAX
+                        or (self.limit is not None and s.uploads + uploads > self.limit)):
+            return False  # (the general path refuses uploads past the quota: _hold_uploads)
         self._warm(sid, s, plan_no, plan)
-        job = _Job(run, [], 0, route)
+        job = _Job(run, frames, 0, route)
         try:
             self._bind_outputs(job, plan)
             ext_ids = run["ext"]
@@ -473,6 +478,10 @@ class Executor:
         c = self.direct_counts
         c["batches"] += 1
         c["plan_hits"] += 1
+        if uploads:  # (held until the batch finishes, as _hold_uploads holds a queued batch's)
+            c["bytes_in"] += uploads
+            job.uploads = uploads
+            s.uploads += uploads
         if run["release"]:  # what the client let go before this batch makes room for it
             self._release_early(s, run)
         job.started = time.monotonic_ns()
@@ -484,7 +493,7 @@ class Executor:
         early = self._early_slots(job)
         answer = None if early is None else (early.values(), lambda env: self._answer(sid, job, early, env, None))
         try:
-            result = run_plan(self.device, plan, ext, job.outs, job.dyn, [], job.keep, None, answer)
+            result = run_plan(self.device, plan, ext, job.outs, job.dyn, job.frames, job.keep, None, answer)
         except Exception as e:  # an executor bug must not kill the worker
             log.exception("running a batch failed")
             s.errors.append(error_to_wire(e))
@@ -688,15 +697,19 @@ class Executor:
     def _release_early(self, s: _Session, h: dict) -> None:
         """Free the released buffers this batch does not read now rather than after it (the others, and the
         batch's own outputs it names, go when it finishes)."""
+        bufs = s.buffers
+        # the released handles it holds (a training step also releases its own temporaries, by the hundred: those it
+        # never held cost nothing here)
+        ids = bufs.keys() & h["release"]
         ext = h.get("ext")
-        ext = set(ext) if ext else ()
-        pop, remove, free = s.buffers.pop, s.ledger.remove, self.device.free
-        for i in h["release"]:
-            if i not in ext:
-                b = pop(i, None)
-                if b is not None and not isinstance(b, Fail):
-                    remove(b)
-                    free(b)
+        if ext:
+            ids.difference_update(ext)
+        pop, remove, free = bufs.pop, s.ledger.remove, self.device.free
+        for i in ids:
+            b = pop(i)
+            if not isinstance(b, Fail):
+                remove(b)
+                free(b)
 
     def _free(self, s: _Session, bufs: list) -> None:
         """Take ``bufs`` (the session let go of them) off its ledger and free them."""
@@ -1033,8 +1046,8 @@ class Executor:
             s.errors.append(_cancelled_err())
         release = h.get("release")
         if release:
-            gone = (bufs.pop(i, None) for i in release)
-            self._free(s, [b for b in gone if b is not None and not isinstance(b, Fail)])
+            gone = map(bufs.pop, bufs.keys() & release)  # (the handles it holds of those released)
+            self._free(s, [b for b in gone if not isinstance(b, Fail)])
         if not h.get("reply") or job.answered:
             self._done(s, job)
             return
@@ -1193,6 +1206,9 @@ class Executor:
                 pass
 
 
+#: the most upload bytes a replay may carry and still take the direct channel's fast path (``replay_now``): a step's
+#: new small inputs (a name's one-hot letters, a label); larger uploads go the general way
+REPLAY_UPLOADS_MAX = 1 << 20
 STATS_WAIT_S = 1.0  # a stats request waits this long at most for batches running on the pool
 #: what the executor does with each kind of ``protocol.messages.WORKER`` (the worker's loop takes ``registered``,
 #: ``refused`` and ``hb`` itself)

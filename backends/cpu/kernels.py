@@ -13,7 +13,7 @@ import numpy as np
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol import random as rng
-from tensorwire.protocol.errors import IndexOutOfRange
+from tensorwire.protocol.errors import DTypeError, IndexOutOfRange
 from tensorwire.protocol.ops import COMPARE, OPS, binary_dtype
 
 try:  # scipy's erf is exact; math.erf vectorised is the fallback
@@ -458,6 +458,49 @@ def _sigmoid(ins, a, shape, dt):
     x = _arr(ins[0], _compute(dt))
     with np.errstate(over="ignore"):
         return _out(1.0 / (1.0 + np.exp(-x)), dt)
+
+
+@kernel("log_softmax")
+def _log_softmax(ins, a, shape, dt):
+    """x - logsumexp(x) along ``dim``: the decomposition's steps (protocol/ops/math_composites.py: amax, an infinite
+    maximum read as 0, sub, exp, sum, log, add, sub), each rounded to the result dtype as its kernel rounds it, in
+    one kernel rather than ~8 steps (a char-RNN's loss takes one a letter). The reductions are the ufuncs'
+    ``reduce`` that ``np.max`` and ``np.sum`` call (their Python wrappers cost more than a short row's work)."""
+    if dt.is_complex:  # (as the decomposition's amax refuses them, at planning)
+        raise DTypeError(f"log_softmax(): complex tensors are not supported ({dt.name})")
+    x = ins[0]
+    if x.dtype != dt.np:  # (the decomposition's cast to the float dtype)
+        x = x.astype(dt.np)
+    if x.size == 0:
+        return np.empty(shape, dt.np)
+    ct = _compute(dt)
+    if ct != dt.np or x.ndim == 0:
+        return _log_softmax_steps(x, _axes({"dims": [a["dim"]]}, x.ndim), ct, dt)
+    ax = a["dim"] % x.ndim
+    m = np.maximum.reduce(x, axis=ax, keepdims=True)
+    if not math.isfinite(np.add.reduce(m, axis=None)):  # (an infinite or nan maximum, or a sum that overflowed)
+        m = np.where(np.isinf(m), ct.type(0), m)
+    t = x - m
+    np.exp(t, out=t)
+    lse = np.add.reduce(t, axis=ax, dtype=ct, keepdims=True)
+    np.log(lse, out=lse)
+    lse += m
+    return x - lse
+
+
+def _log_softmax_steps(x: np.ndarray, ax: tuple, ct: np.dtype, dt: D.DType) -> np.ndarray:
+    """:func:`_log_softmax` step by step as the decomposition's kernels run it: for the half types (computed in
+    float32, rounded to the result dtype after each step) and 0-d inputs (reductions over no axis)."""
+    r = dt.np
+    m = np.max(x, axis=ax, keepdims=True) if ax else x
+    inf = np.isinf(m)
+    if inf.any():
+        m = np.where(inf, r.type(0), m)
+    xc, mc = x.astype(ct), m.astype(ct)
+    e = np.exp((xc - mc).astype(r).astype(ct)).astype(r)
+    s = np.asarray(np.sum(e, axis=ax, keepdims=True, dtype=ct)).astype(r)
+    lse = (np.log(s.astype(ct)).astype(r).astype(ct) + mc).astype(r)
+    return np.asarray(xc - lse.astype(ct)).astype(r)
 
 
 # fused optimizer updates: the same arithmetic, in the same order, as their decompositions in protocol/ops/optim.py

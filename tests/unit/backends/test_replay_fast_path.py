@@ -14,6 +14,7 @@ import zmq
 
 from tensorwire.backends.cpu import NumpyBackend
 from tensorwire.backends.direct import DirectChannel
+from tensorwire.backends.executor import Fail
 from tensorwire.backends.worker import Executor
 from tensorwire.protocol.capability import channel_key, issue
 from tensorwire.protocol.errors import ProtocolError
@@ -160,3 +161,61 @@ def test_a_small_value_comes_in_the_answers_header(w):
         assert small[:3] == [k, "float32", [4]] and small[3] == (-X).tobytes()  # (in the header)
         assert large[:3] == [100, "float32", [len(big)]] and large[3] == 0 and len(msg) == 2  # (its own frame)
         assert array_from_frame(large, msg[1:])[1].tolist() == big.tolist()
+
+
+def _upload_plan(w) -> None:
+    """Plan 9: ``x + y`` for the session's ``x`` (id 1) and a ``y`` the batch uploads (its frame 0)."""
+    w.send({"t": "run", "q": 20, "ext": [1], "outs": [20, 21], "plan": 9, "devs": ["cpu:0"], "fetch": [21],
+            "nodes": [["const", [], {"shape": [4], "dtype": "float32", "frame": 0}, 0], ["add", [-1, 0], {}, 0]]},
+           X.tobytes())
+    h, values = w.answer()
+    assert h["t"] == "done" and not h["errors"] and values[0].tolist() == (2 * X).tolist(), h
+
+
+def test_a_replay_carrying_small_uploads_is_answered_as_soon_as_the_worker_reads_it(w):
+    """A step's new small inputs (a name's one-hot letters) travel with its replay: the fast path takes it, its
+    uploads counted on the session while it runs and in the channel's bytes, as the general path counts them."""
+    _upload_plan(w)
+    s = w.ex.sessions[SID]
+    bytes_in = w.ex.direct_counts["bytes_in"]
+    for k in range(3):
+        y = np.full(4, k + 1.0, np.float32)
+        w.send({"t": "run", "q": 30 + k, "ext": [1], "outs": [22 + 2 * k, 23 + 2 * k], "plan": 9,
+                "fetch": [23 + 2 * k], "release": [20 + 2 * k, 21 + 2 * k]}, y.tobytes())
+        h, values = w.answer(run=False)  # (nothing queued: it ran while the worker read its socket)
+        assert h["t"] == "done" and h["q"] == 30 + k and not h["errors"], h
+        assert values[0].tolist() == (X + y).tolist()
+    assert s.uploads == 0 and not s.jobs and s.running is None
+    assert set(s.buffers) == {1, 2, 26, 27}
+    assert w.ex.direct_counts["bytes_in"] == bytes_in + 3 * X.nbytes
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_replayed_upload_of_the_wrong_size_fails_its_node_on_either_path(w, fast):
+    """A const frame that does not hold its node's bytes fails that node (and its dependents) with a
+    ``ProtocolError``, whichever path ran the replay; the session's other handles are untouched."""
+    _upload_plan(w)
+    if not fast:
+        w.ex.ready.append(b"someone else")  # (another session runnable: the fast path steps aside)
+    w.send({"t": "run", "q": 40, "ext": [1], "outs": [30, 31], "plan": 9, "fetch": [31]}, b"\0" * 12)
+    h, values = w.answer(run=not fast)
+    errors = h["errors"] + h["fetch_errors"]
+    assert h["t"] == "done" and errors and errors[0]["code"] == "ProtocolError", h
+    assert "const frame holds 12 bytes" in errors[0]["message"] and not values, h
+    s = w.ex.sessions[SID]
+    assert s.uploads == 0 and all(isinstance(s.buffers.get(i), Fail) for i in (30, 31))  # (failed handles)
+    np.testing.assert_array_equal(s.buffers[1], X)
+
+
+def test_a_replay_whose_uploads_pass_the_quota_is_refused_by_the_general_path(w):
+    """Uploads past the session's quota: the fast path leaves the replay to the general path, which fails it with
+    ``QuotaExceeded`` as it fails any batch whose uploads would pass it (``Executor._hold_uploads``)."""
+    _upload_plan(w)
+    w.ex.limit = w.ex.sessions[SID].ledger.used + 8  # (room for less than the 16 bytes uploaded)
+    w.send({"t": "run", "q": 41, "ext": [1], "outs": [30, 31], "plan": 9, "fetch": [31]}, X.tobytes())
+    w.ch.receive(w.ex)
+    assert w.ex.sessions[SID].jobs  # (queued: the fast path did not take it)
+    h, _ = w.answer()
+    errors = h["errors"] + h["fetch_errors"]
+    assert h["t"] == "done" and errors and errors[0]["code"] == "QuotaExceeded", h
+    assert w.ex.sessions[SID].uploads == 0
