@@ -54,6 +54,13 @@ class Step:
     frees: tuple[int, ...] = field(default_factory=tuple)
     in_meta: tuple = ()  # (shape, dtype) of each input, for backends that specialise kernels
 
+    def complex_dtype(self) -> D.DType | None:
+        """The complex dtype this step makes or reads, else None (a step that makes no value, a transfer's send,
+        has no dtype; a failed input's meta, an ``executor.Fail``, reads none: the step passes the failure on)."""
+        if self.dtype is not None and self.dtype.is_complex:
+            return self.dtype
+        return next((m[1] for m in self.in_meta if type(m) is tuple and m[1].is_complex), None)
+
 
 class Backend:
     """Base class of backends. Subclasses set ``name`` and implement :meth:`devices` / :meth:`open`."""

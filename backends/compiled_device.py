@@ -415,7 +415,7 @@ def refuse_complex(device, steps) -> None:
     """``NotImplementedError`` naming the op and the device for a step that makes or reads a complex value: the
     kernel compiler has no complex arithmetic (the CPU backend runs such fragments on its numpy kernels instead)."""
     for s in steps:
-        dt = s.dtype if s.dtype.is_complex else next((m[1] for m in s.in_meta if m[1].is_complex), None)
+        dt = s.complex_dtype()
         if dt is not None:
             raise NotImplementedError(f"{s.op} on {dt.name} values: the {device.backend.name} backend "
                                       f"({device.backend.name}:{device.index}) has no complex kernels")

@@ -341,7 +341,7 @@ def has_complex(steps) -> bool:
     no steps, answers False: its fragment's steps are checked when it is planned)."""
     if not isinstance(steps, (list, tuple)):
         return False
-    return any(s.dtype.is_complex or any(m[1].is_complex for m in s.in_meta) for s in steps)
+    return any(s.complex_dtype() is not None for s in steps)
 
 
 class CompiledMixin:
