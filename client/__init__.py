@@ -83,8 +83,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 #: modules a name needs besides its own: torch.backends.{cuda,mps} are the plugin packages, which load without
 #: their drivers and carry torch's flags
 _EXTRA: dict[str, tuple[str, ...]] = {"backends": ("tensorwire.backends.cuda", "tensorwire.backends.mps"),
-                                      # Tensor first: its module loads the math, array and linalg modules these
-                                      # import (one of them first is an import cycle)
+                                      # Tensor first, so that its methods are all there (client/_install.py)
                                       **{n: ("tensorwire.tensor",) for n in ("fft", "linalg", "masked", "signal",
                                                                              "special", "sparse", "sparse_coo_tensor",
                                                                              "sparse_csr_tensor", "spmm")}}
@@ -142,6 +141,7 @@ _sys.modules[__name__].__class__ = _Package
 
 def result_type(a, b):
     """The dtype ``a op b`` produces (PyTorch's rules)."""
+    # lazy: ``import tensorwire`` loads nothing heavy (tests/client/test_lazy_imports.py)
     from tensorwire.protocol import dtypes
 
     from .tensor import Tensor

@@ -19,32 +19,33 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.shapes import broadcast, norm_dim
 
-from .math_extras import _method
+from . import _install
+from . import indexing as _indexing
 from .tensor import Size, Tensor, _size
 from .views import mark_view, root_position
 from .zero_grads import zero_grad_from
 
 
 def _arange(like: Tensor, n: int, start: int = 0, step: int = 1) -> Tensor:
-    from .creation import arange
+    from .creation import arange  # circle: creation -> tensor -> this module
 
     return arange(start, start + n * step, step, device=like._dev, session=like._s)
 
 
 def _where(cond, a, b) -> Tensor:
-    from .functions import where
+    from .functions import where  # circle: functions -> tensor -> this module
 
     return where(cond, a, b)
 
 
 def _cat(ts, dim=0) -> Tensor:
-    from .functions import cat
+    from .functions import cat  # circle: functions -> tensor -> this module
 
     return cat(ts, dim)
 
 
 def _stack(ts, dim=0) -> Tensor:
-    from .functions import stack
+    from .functions import stack  # circle: functions -> tensor -> this module
 
     return stack(ts, dim)
 
@@ -226,7 +227,7 @@ def _diag_values(src: Tensor, rows: int, cols: int, offset: int) -> tuple[Tensor
     mask = (j - i) == offset
     n = rows if offset >= 0 else cols
     L = src.shape[-1]
-    from .nn.functional import pad
+    from .nn.functional import pad  # lazy: importing tensorwire.nn loads its layers
 
     v = src if L >= n else pad(src, [0, n - L])
     v = v.narrow(-1, 0, n)
@@ -545,21 +546,21 @@ def zero_(input: Tensor) -> Tensor:  # noqa: A002
 
 def scalar_tensor(s, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A 0-d tensor of ``s`` (the default float dtype unless ``dtype``)."""
-    from .creation import tensor
+    from .creation import tensor  # circle: creation -> tensor -> this module
 
     return tensor(s, dtype=dtype or D.get_default_dtype(), device=device, requires_grad=requires_grad)
 
 
 def empty_strided(size, stride, *, dtype=None, device=None, requires_grad: bool = False, **_) -> Tensor:
     """An uninitialised tensor of ``size`` (a worker's tensors are contiguous: ``stride`` is not kept)."""
-    from .creation import empty
+    from .creation import empty  # circle: creation -> tensor -> this module
 
     return empty(*_size((size,)), dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def empty_permuted(size, physical_layout, *, dtype=None, device=None, requires_grad: bool = False, **_) -> Tensor:
     """An uninitialised tensor of ``size`` (the physical layout is the worker's concern)."""
-    from .creation import empty
+    from .creation import empty  # circle: creation -> tensor -> this module
 
     return empty(*_size((size,)), dtype=dtype, device=device, requires_grad=requires_grad)
 
@@ -585,7 +586,7 @@ def unsafe_split(input: Tensor, split_size, dim: int = 0):  # noqa: A002
 
 def constant_pad_nd(input: Tensor, pad, value=0) -> Tensor:  # noqa: A002
     """``F.pad(input, pad, value=value)``."""
-    from .nn.functional import pad as _pad
+    from .nn.functional import pad as _pad  # lazy: importing tensorwire.nn loads its layers
 
     return _pad(input, list(pad), value=value)
 
@@ -598,7 +599,7 @@ def block_diag(*tensors) -> Tensor:
             raise ShapeError(f"torch.block_diag: Input tensors must have 2 or fewer dimensions. Input has {t.ndim} "
                              "dimensions")
     if not ts:
-        from .creation import empty
+        from .creation import empty  # circle: creation -> tensor -> this module
 
         return empty(1, 0)
     rt = ts[0].dtype
@@ -606,7 +607,7 @@ def block_diag(*tensors) -> Tensor:
         rt = D.promote_types(rt, t.dtype)
     cols = builtins.sum(t.shape[1] for t in ts)
     rows, left = [], 0
-    from .nn.functional import pad
+    from .nn.functional import pad  # lazy: importing tensorwire.nn loads its layers
 
     for t in ts:
         rows.append(pad(t.to(rt), [left, cols - left - t.shape[1]]))
@@ -662,7 +663,7 @@ def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: 
     for k in reversed(range(input.ndim)):
         pads += [0, input.shape[k] - red.shape[k]] if k != d else [0, 0]
     if any(pads):
-        from .nn.functional import pad
+        from .nn.functional import pad  # lazy: importing tensorwire.nn loads its layers
 
         red = pad(red, pads, value=ident if not isinstance(ident, bool) else int(ident))
         count = pad(count, pads)
@@ -837,7 +838,7 @@ def slice_(input: Tensor, dim: int = 0, start=None, end=None, step: int = 1) -> 
 def grid_sampler_2d(input: Tensor, grid: Tensor, interpolation_mode: int, padding_mode: int,  # noqa: A002
                     align_corners: bool) -> Tensor:
     """ATen's 2-D grid sampler (``nn.functional.grid_sample`` with modes by number)."""
-    from .nn.grid_sample import grid_sampler_2d as f
+    from .nn.grid_sample import grid_sampler_2d as f  # lazy: importing tensorwire.nn loads its layers
 
     return f(input, grid, interpolation_mode, padding_mode, align_corners)
 
@@ -845,7 +846,7 @@ def grid_sampler_2d(input: Tensor, grid: Tensor, interpolation_mode: int, paddin
 def grid_sampler_3d(input: Tensor, grid: Tensor, interpolation_mode: int, padding_mode: int,  # noqa: A002
                     align_corners: bool) -> Tensor:
     """ATen's 3-D grid sampler."""
-    from .nn.grid_sample import grid_sampler_3d as f
+    from .nn.grid_sample import grid_sampler_3d as f  # lazy: importing tensorwire.nn loads its layers
 
     return f(input, grid, interpolation_mode, padding_mode, align_corners)
 
@@ -858,10 +859,9 @@ def native_dropout_backward(grad_output: Tensor, mask: Tensor, scale: float) -> 
 def resize_(self: Tensor, *size, memory_format=None) -> Tensor:
     """Give ``self`` the shape ``size`` in place, keeping its leading elements in order (new elements, where it
     grows, are zeros: torch leaves them uninitialised)."""
-    from .nn._tensors import alias, rebind
-    from .tensor import _size as parse
+    from .nn._tensors import alias, rebind  # lazy: importing tensorwire.nn loads its layers
 
-    shape = parse(size)
+    shape = _size(size)
     n, m = self.numel(), math.prod(shape)
     flat = self.reshape(-1)
     if m < n:
@@ -908,7 +908,7 @@ def unique_consecutive(input: Tensor, return_inverse: bool = False, return_count
         vals = np.moveaxis(moved[starts], 0, d)
         inv = np.cumsum(starts) - 1
     counts = np.diff(np.append(np.flatnonzero(starts), starts.shape[0]))
-    from .creation import tensor
+    from .creation import tensor  # circle: creation -> tensor -> this module
 
     out = [tensor(np.ascontiguousarray(vals), dtype=input.dtype, device=input._dev, session=input._s)]
     if return_inverse:
@@ -920,19 +920,17 @@ def unique_consecutive(input: Tensor, return_inverse: bool = False, return_count
 
 def index_put(input: Tensor, indices, values, accumulate: bool = False) -> Tensor:  # noqa: A002
     """A copy of ``input`` with ``input[indices] = values`` (``+=`` with ``accumulate``, duplicates adding up)."""
-    from . import indexing as ix
-
     key = tuple(slice(None) if i is None else i for i in indices)
     values = values if isinstance(values, Tensor) else input._operand(values)
     if not accumulate:
         out = input.clone()
         out[key] = values.to(input.dtype)
         return out
-    key = ix._expand_key(input, key)
-    pre, adv = ix._split_key(input, key)
-    if not adv or not ix._trivial(pre):
+    key = _indexing._expand_key(input, key)
+    pre, adv = _indexing._split_key(input, key)
+    if not adv or not _indexing._trivial(pre):
         raise NotImplementedError("index_put(accumulate=True) takes index tensors for leading dims here")
-    t, start, order = ix._index_layout(input, adv)
+    t, start, order = _indexing._index_layout(input, adv)
     new = t._rec("index_put", [t, values.to(input.dtype), *[i for _, i in adv]], {"dim": start, "accumulate": True})
     if order is not None:
         inv = [0] * len(order)
@@ -984,7 +982,7 @@ def install(cls=Tensor) -> None:
     (a real tensor's conjugate transposes: ``.T`` of a matrix, ``.mT``)."""
     for name, fn in METHODS.items():
         if name not in cls.__dict__:
-            setattr(cls, name, _method(fn))
+            setattr(cls, name, _install.method(fn))
     if "H" not in cls.__dict__:
         cls.H = property(_conj_transpose, doc="The conjugate transpose of a matrix (its transpose, for real dtypes).")
     if "mH" not in cls.__dict__:
@@ -998,3 +996,5 @@ def _conj_transpose(self: Tensor) -> Tensor:
 
 
 install()
+_install.register(FUNCTIONS)
+_install.loaded(__name__)

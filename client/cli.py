@@ -37,6 +37,7 @@ Run `tensorwire COMMAND --help` for a command's options; `tensorwire --version` 
 
 def version_line() -> str:
     """``tensorwire X.Y.Z (protocol N, Python A.B.C)``: what ``tensorwire --version`` prints."""
+    # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
     import platform
 
     from tensorwire import __version__
@@ -46,6 +47,7 @@ def version_line() -> str:
 
 
 def _up(argv: list[str]) -> int:
+    # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
     from tensorwire.hub.client import DEFAULT_PORT as HUB_PORT
 
     from .cluster import LocalCluster, RestartPolicy
@@ -74,6 +76,7 @@ def _up(argv: list[str]) -> int:
     p.add_argument("--dashboard", nargs="?", type=int, const=0, default=None, metavar="PORT",
                    help="serve the dashboard on loopback (on PORT; without one, a free port)")
     args = p.parse_args(argv)
+    # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
     from tensorwire.protocol.credentials import CLIENT_TOKEN_ENV, resolve_token, write_token_file
     from tensorwire.protocol.service import stop_event_on_signals
 
@@ -82,6 +85,7 @@ def _up(argv: list[str]) -> int:
     if args.hub_url is not None and args.hub_root is not None:
         p.error("give --hub-root (start a hub) or --hub-url (use a running one), not both")
     hub_port = HUB_PORT if args.hub_port is None else args.hub_port
+    # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
     from tensorwire.protocol.addresses import check_port_free
 
     check_port_free("the dispatcher", args.host, args.port, "--port")
@@ -162,6 +166,7 @@ def _set_threads(argv: list[str]) -> None:
         for v in THREAD_VARS:  # for child processes and libraries loaded later
             os.environ[v] = str(int(n))
         try:  # numpy's BLAS is already loaded (importing tensorwire imports numpy): limit it at run time
+            # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
             from threadpoolctl import threadpool_limits
 
             threadpool_limits(int(n))
@@ -190,6 +195,7 @@ def _status(argv: list[str]) -> int:
         return _local_devices(args.json)
     if args.watch is not None and args.watch <= 0:
         p.error("--watch needs a positive number of seconds")
+    # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
     from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, resolve_token
 
     from .session import Session
@@ -233,6 +239,7 @@ def _keys(argv: list[str]) -> int:
                    help=f"also create the client token ({CLIENT_TOKEN_FILE}) and the admin token ({ADMIN_TOKEN_FILE}) "
                         "for the dispatcher's --token-file and --admin-token-file (existing ones are kept)")
     args = p.parse_args(argv)
+    # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
     from tensorwire.protocol.credentials import ensure_token_file
     from tensorwire.protocol.curve import create_keys
 
@@ -251,6 +258,7 @@ def _keys(argv: list[str]) -> int:
 def _local_devices(as_json: bool) -> int:
     """``tensorwire status --local``: every installed backend's devices on this host, with the reason an
     unavailable one gives (no driver, no GPU ...). Loads the backends (and their drivers) in this process."""
+    # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
     from tensorwire.backends import backends
     from tensorwire.status import human_bytes
 
@@ -268,6 +276,7 @@ def _local_devices(as_json: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tensorwire`` command; errors print one line and exit 1."""
+    # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
     from tensorwire.protocol.errors import TensorwireError
 
     try:
@@ -291,11 +300,13 @@ def _main(argv: list[str] | None = None) -> int:
     if cmd == "up":
         return _up(rest)
     if cmd == "dispatcher":
+        # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
         from tensorwire.dispatcher.server import main as m
 
         return m(rest)
     if cmd == "worker":
         _set_threads(rest)  # before numpy is imported: BLAS reads these once
+        # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
         from tensorwire.backends.worker import main as m
 
         return m(rest)
@@ -304,30 +315,37 @@ def _main(argv: list[str] | None = None) -> int:
     if cmd == "keys":
         return _keys(rest)
     if cmd == "collectives":
+        # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
         from tensorwire.collectives.service import main as m
 
         return m(rest)
     if cmd == "autograd":
+        # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
         from tensorwire.autograd.service import main as m
 
         return m(rest)
     if cmd == "hub":
+        # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
         from tensorwire.hub.cli import main as m
 
         return m(rest)
     if cmd == "selftest":
+        # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
         from .selftest import main as m
 
         return m(rest)
     if cmd == "dashboard":
+        # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
         from tensorwire.dashboard.server import main as m
 
         return m(rest)
     if cmd == "health":
+        # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
         from .healthcheck import main as m
 
         return m(rest)
     if cmd == "slurm":
+        # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
         from .slurm import main as m
 
         return m(rest)

@@ -19,6 +19,7 @@ import math
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
 
+from . import _install
 from .tensor import Tensor
 
 __all__ = ["angle", "complex", "conj", "conj_physical", "imag", "is_complex", "isreal", "polar", "real",
@@ -136,7 +137,7 @@ def _cdouble(self: Tensor, memory_format=None) -> Tensor:
 
 def stft(input: Tensor, *args, **kwargs) -> Tensor:  # noqa: A002
     """The short-time Fourier transform: :func:`tensorwire.fft.stft`."""
-    from .fft import stft as _stft
+    from .fft import stft as _stft  # circle: fft -> this module
 
     return _stft(input, *args, **kwargs)
 
@@ -153,7 +154,7 @@ def install(cls=Tensor) -> None:
     ``angle()``, ``cfloat()``..."""
     for name in ("conj", "conj_physical", "resolve_conj", "resolve_neg", "angle", "isreal", "stft"):
         fn = FUNCTIONS[name]
-        setattr(cls, name, _method(fn))
+        setattr(cls, name, _install.method(fn))
     cls.real = property(real, doc="The real part (a real tensor's is itself).")
     cls.imag = property(imag, doc="The imaginary part of a complex tensor.")
     cls.is_conj = _is_conj
@@ -162,13 +163,6 @@ def install(cls=Tensor) -> None:
     cls.cdouble = _cdouble
 
 
-def _method(fn):
-    def m(self, *args, **kwargs):
-        return fn(self, *args, **kwargs)
-
-    m.__name__ = fn.__name__
-    m.__doc__ = fn.__doc__
-    return m
-
-
 install()
+_install.register(FUNCTIONS)
+_install.loaded(__name__)

@@ -11,6 +11,7 @@ from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.ops import OPS
 from tensorwire.protocol.shapes import norm_dim
 
+from . import _install
 from .context import current_session
 from .tensor import Tensor
 from .zero_grads import zero_grad_from
@@ -326,17 +327,7 @@ def min(input, dim=None, keepdim=False, *, out=None):  # noqa: A001,A002
     return write_out(out, input.min(dim, keepdim))
 
 
-METHOD_FUNCTIONS = {n: _method_fn(n) for n in _METHODS}
-
-
-# torch's derived math and array functions (tw.addmm, tw.meshgrid, ...: client/math_extras.py and
-# client/array_extras.py, issue 33)
-from .array_extras import FUNCTIONS as _ARRAY_EXTRAS  # noqa: E402
-from .complex_ops import FUNCTIONS as _COMPLEX  # noqa: E402
-from .linalg_legacy import FUNCTIONS as _LINALG_LEGACY  # noqa: E402
-from .math_extras import FUNCTIONS as _MATH_EXTRAS  # noqa: E402
-from .random_fills import FUNCTIONS as _RANDOM_FILLS  # noqa: E402
-
-METHOD_FUNCTIONS.update({k: v for k, v in {**_MATH_EXTRAS, **_ARRAY_EXTRAS, **_RANDOM_FILLS, **_LINALG_LEGACY,
-                                            **_COMPLEX}.items()
-                         if k not in METHOD_FUNCTIONS})
+#: ``tw.<name>`` for every Tensor method with a function: these, and those the modules that add methods to Tensor
+#: register (client/_install.py: math_extras, array_extras, random_fills, linalg_legacy, complex_ops)
+METHOD_FUNCTIONS = _install.FUNCTIONS
+METHOD_FUNCTIONS.update({n: _method_fn(n) for n in _METHODS})

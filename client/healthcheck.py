@@ -25,6 +25,7 @@ DEFAULT_TIMEOUT_S = 5.0
 
 def ping_dispatcher(address: str, *, keys: str | os.PathLike | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
     """Send the dispatcher a ``ping`` and wait for its ``pong``; ConnectionFailed if none comes within ``timeout``."""
+    # lazy: the probe loads only what its check needs (start-up time)
     import zmq
 
     from tensorwire.protocol.addresses import check_address
@@ -61,6 +62,7 @@ def check_registered(
 ) -> None:
     """Open a session and check that every device has a worker and every named service is registered;
     ServiceUnavailable naming what is missing otherwise."""
+    # lazy: the probe loads only what its check needs (start-up time)
     from tensorwire.protocol.errors import ServiceUnavailable
 
     from .session import Session
@@ -80,6 +82,7 @@ def check_registered(
 
 def check_hub(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
     """The hub at ``url`` answers its repository listing with 200; ServiceUnavailable otherwise."""
+    # lazy: the probe loads only what its check needs (start-up time)
     from tensorwire.protocol.errors import ServiceUnavailable
 
     try:
@@ -121,6 +124,7 @@ def main(argv: list[str]) -> int:
                 p.error("--device and --service ask the dispatcher: give its tcp:// address")
             check_hub(args.target, args.timeout)
         elif args.device or args.service:
+            # lazy: the probe loads only what its check needs (start-up time)
             from tensorwire.protocol.credentials import CLIENT_TOKEN_ENV, resolve_token
 
             token = resolve_token(CLIENT_TOKEN_ENV, args.token_file)

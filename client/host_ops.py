@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,7 +19,10 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, TensorwireError
 
 from .autograd_engine import Function
-from .tensor import Tensor
+
+if TYPE_CHECKING:  # (annotations only: importing Tensor here would load it, and the linear algebra
+    # modules that import this one, while this one is half run: client/_install.py)
+    from .tensor import Tensor
 
 
 class LinAlgError(TensorwireError, RuntimeError):

@@ -13,6 +13,8 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.shapes import norm_dim
 
+from . import creation as _creation
+from . import functions as _functions
 from .host_ops import LinAlgError
 from .linalg_decomp import (
     cholesky,
@@ -86,9 +88,8 @@ def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None
     else:  # the norm op, negative ord included: its gradient is torch's, 0 where an element or the norm is 0
         r = x._reduce("norm", list(dims) if dims is not None else None, keepdim,
                       p=float(ord) if not isinstance(ord, int) else ord)
-    from .functions import write_out
 
-    return write_out(out, r)
+    return _functions.write_out(out, r)
 
 
 def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002,N803
@@ -176,9 +177,7 @@ def matrix_power(A: Tensor, n: int) -> Tensor:  # noqa: N803
     if n < 0:
         return matrix_power(inv(A), -n)
     if n == 0:
-        from .creation import eye
-
-        ident = eye(A.shape[-1], dtype=A.dtype, device=A._dev, session=A._s).expand(*A.shape).clone()
+        ident = _creation.eye(A.shape[-1], dtype=A.dtype, device=A._dev, session=A._s).expand(*A.shape).clone()
         return zero_grad_from(ident, A)
     if n == 1:
         return A.clone()
@@ -205,9 +204,8 @@ def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803
     ones = x.new_ones((*x.shape, 1))
     if n <= 1:
         return ones.narrow(-1, 0, n)
-    from .functions import cat
 
-    return cat([ones, x.unsqueeze(-1).expand(*x.shape, n - 1).cumprod(-1)], -1)
+    return _functions.cat([ones, x.unsqueeze(-1).expand(*x.shape, n - 1).cumprod(-1)], -1)
 
 
 def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803
@@ -225,9 +223,8 @@ def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803
     norm1 = float(x.abs().sum(-2).amax().item())
     s = max(0, math.ceil(math.log2(norm1 / 0.5))) if norm1 > 0.5 and math.isfinite(norm1) else 0
     x = x / (2.0 ** s)
-    from .creation import eye
 
-    ident = eye(n, dtype=work, device=A._dev, session=A._s).expand(*x.shape)
+    ident = _creation.eye(n, dtype=work, device=A._dev, session=A._s).expand(*x.shape)
     term, total = ident, ident
     for k in range(1, 19):
         term = term.matmul(x) / k

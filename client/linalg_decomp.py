@@ -20,6 +20,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError
 from tensorwire.protocol.shapes import broadcast, norm_dim
 
+from . import _install
 from . import linalg_lapack as L
 from .autograd_engine import Function
 from .host_ops import LinAlgError, check_float
@@ -60,19 +61,19 @@ def _matrix(name: str, A: Tensor) -> None:  # noqa: N803
 
 
 def _eye(like: Tensor, n: int, m: int | None = None) -> Tensor:
-    from .creation import eye
+    from .creation import eye  # circle: creation -> tensor -> this module
 
     return eye(n, m, dtype=like.dtype, device=like._dev, session=like._s)
 
 
 def _zeros(like: Tensor, shape, dtype=None) -> Tensor:
-    from .creation import zeros
+    from .creation import zeros  # circle: creation -> tensor -> this module
 
     return zeros(*shape, dtype=dtype or like.dtype, device=like._dev, session=like._s)
 
 
 def _where(cond, a, b) -> Tensor:
-    from .functions import where
+    from .functions import where  # circle: functions -> tensor -> this module
 
     return where(cond, a, b)
 
@@ -142,7 +143,7 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
 
 def solve(A: Tensor, B: Tensor, *, left: bool = True, out=None) -> Tensor:  # noqa: N803
     """``X`` with ``A X = B`` (``left=False``: ``X A = B``); a singular ``A`` raises :class:`LinAlgError`."""
-    from .functions import write_out
+    from .functions import write_out  # circle: functions -> tensor -> this module
 
     return write_out(out, solve_ex(A, B, left=left, check_errors=True).result)
 
@@ -158,7 +159,7 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,  #
                      unitriangular: bool = False, out=None) -> Tensor:
     """``X`` with ``T X = B`` (``left=False``: ``X T = B``), ``T`` the upper or lower triangle of ``A``; a zero on
     the diagonal gives inf/NaN, as LAPACK's trtrs."""
-    from .functions import write_out
+    from .functions import write_out  # circle: functions -> tensor -> this module
 
     _square("linalg.solve_triangular", A)
     check_float("linalg.solve_triangular", B)
@@ -206,7 +207,7 @@ def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False) -
 
 def cholesky(A: Tensor, *, upper: bool = False, out=None) -> Tensor:  # noqa: N803
     """The Cholesky factor ``L`` (``A = L L^T``; ``upper``: ``U = L^T``); not positive-definite: LinAlgError."""
-    from .functions import write_out
+    from .functions import write_out  # circle: functions -> tensor -> this module
 
     return write_out(out, cholesky_ex(A, upper=upper, check_errors=True).L)
 
@@ -280,7 +281,7 @@ def lu_factor(A: Tensor, *, pivot: bool = True) -> LUFactor:  # noqa: N803
 
 def _permutation(pivots: Tensor, m: int, like: Tensor) -> Tensor:
     """The permutation matrix ``P`` (m x m) of LAPACK's 1-based row swaps ``pivots``: ``A = P L U``."""
-    from .creation import tensor
+    from .creation import tensor  # circle: creation -> tensor -> this module
 
     piv = np.asarray(pivots._numpy()).astype(np.int64) - 1
     batch, k = piv.shape[:-1], piv.shape[-1]
@@ -360,7 +361,7 @@ def _reflector(A: Tensor, i: int) -> Tensor:  # noqa: N803
     """The i-th Householder vector of a geqrf result (*, m, 1): zeros above row i, 1 at i, ``A[i+1:, i]`` below."""
     m = A.shape[-2]
     col = A.narrow(-1, i, 1)
-    from .creation import arange
+    from .creation import arange  # circle: creation -> tensor -> this module
 
     rows = arange(m, device=A._dev, session=A._s).unsqueeze(-1)
     return _where(rows > i, col, (rows == i).to(A.dtype))
@@ -380,7 +381,7 @@ def apply_reflectors(A: Tensor, tau: Tensor, C: Tensor, *, left: bool, transpose
 
 def householder_product(A: Tensor, tau: Tensor, *, out=None) -> Tensor:  # noqa: N803
     """The first n columns of ``H_1 ... H_k`` (LAPACK's orgqr)."""
-    from .functions import write_out
+    from .functions import write_out  # circle: functions -> tensor -> this module
 
     check_float("linalg.householder_product", A, tau)
     m, n = A.shape[-2], A.shape[-1]
@@ -421,7 +422,7 @@ def _spectrum(A: Tensor, hermitian: bool):  # noqa: N803
 
 def pinv(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False, rcond=None, out=None) -> Tensor:  # noqa: N803
     """The Moore-Penrose pseudo-inverse: values of magnitude at most ``max(atol, rtol * largest)`` count as zero."""
-    from .functions import write_out
+    from .functions import write_out  # circle: functions -> tensor -> this module
 
     _matrix("linalg.pinv", A)
     if rcond is not None:
@@ -466,7 +467,7 @@ class _Pinv(Function):
 
 def matrix_rank(A: Tensor, tol=None, hermitian: bool = False, *, atol=None, rtol=None, out=None) -> Tensor:  # noqa: N803
     """The number of singular values (|eigenvalues| for ``hermitian``) above ``max(atol, rtol * largest)``."""
-    from .functions import write_out
+    from .functions import write_out  # circle: functions -> tensor -> this module
 
     _matrix("linalg.matrix_rank", A)
     if tol is not None:
@@ -481,7 +482,7 @@ def matrix_rank(A: Tensor, tol=None, hermitian: bool = False, *, atol=None, rtol
 
 def cond(A: Tensor, p=None) -> Tensor:  # noqa: N803
     """The condition number in the ``p`` norm (``None``/2: largest / smallest singular value)."""
-    from .linalg import matrix_norm
+    from .linalg import matrix_norm  # circle: linalg -> this module
 
     _matrix("linalg.cond", A)
     if p in (None, 2, -2):
@@ -538,3 +539,5 @@ def lstsq(A: Tensor, B: Tensor, rcond=None, *, driver=None) -> Lstsq:  # noqa: N
         resid = resid.squeeze(-1) if resid.shape[-1] == 1 and resid.ndim > 1 else resid
     sv = s if driver in ("gelsd", "gelss") and s is not None else empty
     return Lstsq(x.squeeze(-1) if vector else x, resid, rank, sv)
+
+_install.loaded(__name__)

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _install
+from . import array_extras as _array_extras
+from . import complex_ops as _complex_ops
 from .host_ops import HostOp, LinAlgError, host_run, per_matrix
 from .tensor import Tensor
 
 
 def _scipy_lapack():
     try:
-        from scipy.linalg import lapack
+        from scipy.linalg import lapack  # lazy: an optional dependency, for these factorisations only
     except ImportError as e:  # pragma: no cover - scipy comes with the test extras
         raise NotImplementedError("this factorisation's LAPACK format (pivots, info) comes from scipy on the "
                                   "client: pip install 'tensorwire[linalg]' (or scipy)") from e
@@ -26,21 +29,19 @@ def _scipy_lapack():
 
 
 def _eye_like(x: Tensor, n: int) -> Tensor:
-    from .creation import eye
+    from .creation import eye  # circle: creation -> tensor -> this module
 
     return eye(n, dtype=x.dtype, device=x._dev, session=x._s)
 
 
 def _cat(ts: list, dim: int) -> Tensor:
-    from .functions import cat
+    from .functions import cat  # circle: functions -> tensor -> this module
 
     return cat(ts, dim)
 
 
 def _diag(v: Tensor) -> Tensor:
-    from .array_extras import diag_embed
-
-    return diag_embed(v)
+    return _array_extras.diag_embed(v)
 
 
 def _inv_or_nan(a: np.ndarray) -> np.ndarray:
@@ -191,26 +192,25 @@ def _eig_compute(attrs, a):
 def _eig_grad(ctx, inputs, outs, saved, grads):
     """torch's ``linalg_eig_backward``: ``V^-H (gL on the diagonal, (V^H gV - V^H V Re(diag(V^H gV))) / (conj(L_j) -
     conj(L_i)) off it) V^H``, its real part for a real input."""
-    from .complex_ops import conj, real  # circle: complex_ops -> tensor -> linalg_legacy -> this module
     from .functions import where  # circle: functions -> tensor -> linalg_legacy -> this module
 
     (a,), (w, v), (v_inv,), (gw, gv) = inputs, outs, saved, grads
-    vh = conj(v).mT
+    vh = _complex_ops.conj(v).mT
     n = w.shape[-1]
-    eye = _eye_like(real(w), n) != 0
+    eye = _eye_like(_complex_ops.real(w), n) != 0
     inner = _diag(gw) if gw is not None else None
     if gv is not None:
         vhgv = vh.matmul(gv)
-        re_diag = real(vhgv).diagonal(0, -2, -1)
+        re_diag = _complex_ops.real(vhgv).diagonal(0, -2, -1)
         ret = vhgv - vh.matmul(v * re_diag.unsqueeze(-2))
-        lc = conj(w)
+        lc = _complex_ops.conj(w)
         e = where(eye, 1.0, lc.unsqueeze(-2) - lc.unsqueeze(-1))  # e[i, j] = conj(L_j) - conj(L_i)
         off = where(eye, 0.0, ret / e)
         inner = off if inner is None else off + inner
     if inner is None:
         return (None,)
-    ga = conj(v_inv).mT.matmul(inner).matmul(vh)
-    return (ga if a.dtype.is_complex else real(ga),)
+    ga = _complex_ops.conj(v_inv).mT.matmul(inner).matmul(vh)
+    return (ga if a.dtype.is_complex else _complex_ops.real(ga),)
 
 
 EIG = HostOp("linalg.eig", _eig_compute, _eig_grad)
@@ -419,3 +419,5 @@ GEQRF = HostOp("geqrf", _geqrf_compute)
 def geqrf(A: Tensor) -> tuple[Tensor, Tensor]:  # noqa: N803
     """``(a, tau)``: LAPACK's geqrf, R above the diagonal and the Householder vectors below."""
     return host_run(GEQRF, A)
+
+_install.loaded(__name__)

@@ -12,9 +12,9 @@ from collections import namedtuple
 
 from tensorwire.protocol.errors import ShapeError
 
+from . import _install
 from . import linalg_decomp as LD
 from . import linalg_lapack as L
-from .math_extras import _method
 from .tensor import Tensor
 
 SvdLegacy = namedtuple("svd", ["U", "S", "V"])
@@ -92,7 +92,7 @@ def pinverse(input: Tensor, rcond: float = 1e-15) -> Tensor:  # noqa: A002
 
 
 def matrix_power(input: Tensor, n: int) -> Tensor:  # noqa: A002
-    from .linalg import matrix_power as mp
+    from .linalg import matrix_power as mp  # circle: linalg -> tensor -> this module
 
     return mp(input, n)
 
@@ -139,7 +139,9 @@ def install(cls=Tensor) -> None:
     """Add :data:`METHODS` to ``Tensor`` (leaving any method it defines itself)."""
     for name, fn in METHODS.items():
         if name not in cls.__dict__:
-            setattr(cls, name, _method(fn))
+            setattr(cls, name, _install.method(fn))
 
 
 install()
+_install.register(FUNCTIONS)
+_install.loaded(__name__)

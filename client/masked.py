@@ -12,6 +12,9 @@ import numpy as np
 
 from tensorwire.protocol import dtypes as D
 
+from . import functions as _functions
+from . import linalg as _linalg
+from . import math_extras as _math_extras
 from .tensor import Tensor
 
 __all__ = ["sum", "prod", "cumsum", "cumprod", "amax", "amin", "argmax", "argmin", "mean", "median", "logsumexp",
@@ -61,10 +64,9 @@ def _combine(op: str, input: Tensor, mask, ord=None) -> Tensor:  # noqa: A002
     """``input`` with the masked-out elements replaced by ``op``'s identity."""
     if mask is None:
         return input
-    from .functions import where
 
     m = _input_mask(input, mask)
-    return where(m, input, input._s.scalar(_identity(op, input, ord), input.dtype, input._dev))
+    return _functions.where(m, input, input._s.scalar(_identity(op, input, ord), input.dtype, input._dev))
 
 
 def _reduced_dtype(input: Tensor, dtype):  # noqa: A002
@@ -135,13 +137,11 @@ def mean(input: Tensor, dim=None, *, keepdim=False, dtype=None, mask=None) -> Te
 
 def median(input: Tensor, dim: int = -1, *, keepdim=False, dtype=None, mask=None) -> Tensor:  # noqa: A002
     """The lower median of the masked-in elements along ``dim`` (NaN where there is none)."""
-    from .math_extras import nanmedian
-
     dtype = dtype or input.dtype
     d = _canonical_dim(dim, input.ndim)[0]
     is_float = input.dtype.is_floating_point
     x = input if is_float else input.to(D.float32)
-    out = nanmedian(_combine("median", x, mask), d, keepdim).values
+    out = _math_extras.nanmedian(_combine("median", x, mask), d, keepdim).values
     if is_float:
         return out
     if bool(out.isnan().any()):
@@ -155,18 +155,14 @@ def logsumexp(input: Tensor, dim=None, *, keepdim=False, dtype=None, mask=None) 
 
 
 def logaddexp(input: Tensor, other: Tensor, *, dtype=None, input_mask=None, other_mask=None) -> Tensor:  # noqa: A002
-    from .math_extras import logaddexp as lae
-
     a = _combine("logaddexp", input, input_mask)
     b = _combine("logaddexp", other, other_mask)
-    return lae(a, b).to(dtype or input.dtype)
+    return _math_extras.logaddexp(a, b).to(dtype or input.dtype)
 
 
 def norm(input: Tensor, ord=2.0, dim=None, *, keepdim=False, dtype=None, mask=None) -> Tensor:  # noqa: A002
-    from .linalg import vector_norm
-
     x = _combine("norm", input, mask, ord)
-    return vector_norm(x, ord, _canonical_dim(dim, input.ndim), bool(keepdim), dtype=dtype or input.dtype)
+    return _linalg.vector_norm(x, ord, _canonical_dim(dim, input.ndim), bool(keepdim), dtype=dtype or input.dtype)
 
 
 def _std_var(input: Tensor, dim, unbiased, correction_opt, keepdim, dtype, mask, take_sqrt: bool) -> Tensor:  # noqa: A002

@@ -18,6 +18,8 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.shapes import broadcast, norm_dim
 
+from . import _install
+from . import autograd_engine as _autograd_engine
 from .complex_ops import angle, conj, conj_physical, isreal, real, resolve_conj, resolve_neg
 from .tensor import Tensor
 from .zero_grads import zero_grad_from
@@ -32,7 +34,7 @@ def _t(x, like: Tensor) -> Tensor:
 
 def _where(cond: Tensor, a, b) -> Tensor:
     """``a`` where ``cond``, else ``b`` (torch.where)."""
-    from .functions import where
+    from .functions import where  # circle: functions -> tensor -> this module
 
     return where(cond, a, b)
 
@@ -346,7 +348,7 @@ def linalg_cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:  # n
     a, b = input.to(rt).expand(*shape), other.to(rt).expand(*shape)
     a0, a1, a2 = (a.select(d, i) for i in range(3))
     b0, b1, b2 = (b.select(d, i) for i in range(3))
-    from .functions import stack
+    from .functions import stack  # circle: functions -> tensor -> this module
 
     return stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], d)
 
@@ -355,7 +357,7 @@ def linalg_cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:  # n
 
 def diff(input: Tensor, n: int = 1, dim: int = -1, prepend=None, append=None) -> Tensor:  # noqa: A002
     """The n-th forward difference along ``dim`` (``prepend``/``append`` joined first; bools: ``!=``)."""
-    from .functions import cat
+    from .functions import cat  # circle: functions -> tensor -> this module
 
     if input.ndim == 0:
         raise ShapeError("diff expects input to be at least one-dimensional")
@@ -439,7 +441,7 @@ _MaxIdx = namedtuple("cummax", ["values", "indices"])
 
 def _cumext(input: Tensor, dim: int, largest: bool):
     """Running max (or min) and the index of its last occurrence, by log2(n) shifted comparisons (NaN wins)."""
-    from .functions import arange_like, cat
+    from .functions import arange_like, cat  # circle: functions -> tensor -> this module
 
     x = input
     if x.ndim == 0:
@@ -632,63 +634,63 @@ def nanquantile(input: Tensor, q, dim=None, keepdim: bool = False, *, interpolat
 
 def matrix_exp(input: Tensor) -> Tensor:  # noqa: A002
     """exp of each square matrix (``tw.linalg.matrix_exp``)."""
-    from .linalg import matrix_exp as f
+    from .linalg import matrix_exp as f  # circle: linalg -> this module
 
     return f(input)
 
 
 def i0(input: Tensor) -> Tensor:  # noqa: A002
     """The modified Bessel function of the first kind, order 0 (``tw.special.i0``)."""
-    from .special import i0 as f
+    from .special import i0 as f  # circle: special -> this module
 
     return f(input)
 
 
 def erfinv(input: Tensor) -> Tensor:  # noqa: A002
     """The inverse error function (``tw.special.erfinv``)."""
-    from .special import erfinv as f
+    from .special import erfinv as f  # circle: special -> this module
 
     return f(input)
 
 
 def lgamma(input: Tensor) -> Tensor:  # noqa: A002
     """log|Γ(x)| (``tw.special.gammaln``)."""
-    from .special import gammaln
+    from .special import gammaln  # circle: special -> this module
 
     return gammaln(input)
 
 
 def digamma(input: Tensor) -> Tensor:  # noqa: A002
     """ψ(x) (``tw.special.digamma``)."""
-    from .special import digamma as f
+    from .special import digamma as f  # circle: special -> this module
 
     return f(input)
 
 
 def igamma(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """The regularised lower incomplete gamma function P(input, other) (``tw.special.gammainc``)."""
-    from .special import gammainc
+    from .special import gammainc  # circle: special -> this module
 
     return gammainc(input, other)
 
 
 def igammac(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """The regularised upper incomplete gamma function Q(input, other) (``tw.special.gammaincc``)."""
-    from .special import gammaincc
+    from .special import gammaincc  # circle: special -> this module
 
     return gammaincc(input, other)
 
 
 def polygamma(n: int, input: Tensor) -> Tensor:  # noqa: A002
     """The n-th derivative of ψ (``tw.special.polygamma``; the method is ``x.polygamma(n)``)."""
-    from .special import polygamma as f
+    from .special import polygamma as f  # circle: special -> this module
 
     return f(n, input)
 
 
 def mvlgamma(input: Tensor, p: int) -> Tensor:  # noqa: A002
     """The multivariate log-gamma (``tw.special.multigammaln``)."""
-    from .special import multigammaln
+    from .special import multigammaln  # circle: special -> this module
 
     return multigammaln(input, p)
 
@@ -716,7 +718,7 @@ def mode(input: Tensor, dim: int = -1, keepdim: bool = False):  # noqa: A002
         value = cand.amin(-1, keepdim=True).to(xs.dtype)
     else:
         value = _where(counts == best, xs, big).amin(-1, keepdim=True)
-    from .functions import arange_like
+    from .functions import arange_like  # circle: functions -> tensor -> this module
 
     pos = arange_like(xs, 0, n)
     idx = _where(xs == value, pos, pos * 0 - 1).amax(-1, keepdim=True)
@@ -811,7 +813,7 @@ def _histogram_nd(points: np.ndarray, bins: list, ranges: list, weights, density
 
 
 def _histogram(name: str, input: Tensor, points, bins: list, ranges: list, weight, density: bool):  # noqa: A002
-    from .creation import tensor
+    from .creation import tensor  # circle: creation -> tensor -> this module
 
     if not input.dtype.is_floating_point:
         raise DTypeError(f"torch.{name}: expected a floating point input, got {input.dtype.name}")
@@ -859,7 +861,7 @@ def gradient(input: Tensor, *, spacing=1, dim=None, edge_order: int = 1) -> tupl
                          f"{len(dims)}, got {len(steps)}")
     f = to_float(input)
     out = []
-    from .functions import cat
+    from .functions import cat  # circle: functions -> tensor -> this module
 
     for d, h in zip(dims, steps):
         n = f.shape[d]
@@ -963,10 +965,8 @@ def native_batch_norm(input: Tensor, weight, bias, running_mean, running_var, tr
         var = input.var(dims, unbiased=False)
         invstd = (var + eps).rsqrt()
         if running_mean is not None or running_var is not None:
-            from .autograd_engine import no_grad
-
             n = input.numel() // max(input.shape[1], 1)
-            with no_grad():
+            with _autograd_engine.no_grad():
                 if running_mean is not None:
                     running_mean.mul_(1 - momentum).add_(mean.detach() * momentum)
                 if running_var is not None:
@@ -1001,7 +1001,7 @@ def native_group_norm(input: Tensor, weight, bias, N: int, C: int, HxW: int, gro
 # -- the out= helper -------------------------------------------------------------------------------------------------
 
 def _out(out, result):
-    from .functions import write_out
+    from .functions import write_out  # circle: functions -> tensor -> this module
 
     return write_out(out, result)
 
@@ -1032,21 +1032,14 @@ METHODS = {**{n: f for n, f in FUNCTIONS.items()
            "polygamma": lambda self, n: polygamma(n, self)}
 
 
-def _method(fn):
-    def m(self, *args, **kwargs):
-        return fn(self, *args, **kwargs)
-
-    m.__name__ = fn.__name__
-    m.__doc__ = fn.__doc__
-    return m
-
-
 def install(cls=Tensor) -> None:
     """Add :data:`METHODS` to ``Tensor`` (leaving any method it defines itself; ``real`` and ``imag`` are
     properties that client/complex_ops.py installs)."""
     for name, fn in METHODS.items():
         if name not in cls.__dict__:
-            setattr(cls, name, _method(fn))
+            setattr(cls, name, _install.method(fn))
 
 
 install()
+_install.register(FUNCTIONS)
+_install.loaded(__name__)

@@ -9,19 +9,21 @@ import math
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError
 
+from . import _install
+from . import array_extras as _array_extras
 from .tensor import Tensor, _size
 from .zero_grads import zero_grad_from
 
 
 def _uniform(like: Tensor, shape, generator=None) -> Tensor:
-    from .creation import rand
+    from .creation import rand  # circle: creation -> tensor -> this module
 
     dt = like.dtype if like.dtype.is_floating_point else D.get_default_dtype()
     return rand(tuple(shape), dtype=dt, device=like._dev, generator=generator, session=like._s)
 
 
 def _normal01(like: Tensor, shape, generator=None) -> Tensor:
-    from .creation import randn
+    from .creation import randn  # circle: creation -> tensor -> this module
 
     dt = like.dtype if like.dtype.is_floating_point else D.get_default_dtype()
     return randn(tuple(shape), dtype=dt, device=like._dev, generator=generator, session=like._s)
@@ -33,7 +35,7 @@ def bernoulli(input: Tensor, p=None, *, generator=None, out=None) -> Tensor:  # 
         raise DTypeError(f"bernoulli: expected a floating point tensor of probabilities, got {input.dtype.name}")
     prob = input if p is None else input._operand(p)
     r = (_uniform(input, input.shape, generator) < prob).to(input.dtype)
-    from .functions import write_out
+    from .functions import write_out  # circle: functions -> tensor -> this module
 
     r = zero_grad_from(r, *([input] if prob is input else [input, prob]))  # (torch's: zero gradients)
     return write_out(out, r)
@@ -43,7 +45,7 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None
            pin_memory: bool = False, requires_grad: bool = False) -> Tensor:
     """Draws from N(mean, std²): tensor ``mean`` and/or ``std`` broadcast together, or numbers with ``size``
     (``layout``: ``tw.strided``, the only one torch's ``normal`` makes)."""
-    from .functions import write_out
+    from .functions import write_out  # circle: functions -> tensor -> this module
 
     if layout is not None and layout != "strided":
         raise NotImplementedError(f"normal(layout={layout!r}): torch draws dense (strided) tensors only")
@@ -52,7 +54,7 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None
     if ref is None:
         if size is None:
             raise TypeError("normal() with number mean and std needs a size")
-        from .creation import randn
+        from .creation import randn  # circle: creation -> tensor -> this module
 
         r = randn(_size((size,)), dtype=dtype, device=device, generator=generator) * std + mean
         return write_out(out, r.requires_grad_(requires_grad) if requires_grad else r)
@@ -60,9 +62,8 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None
     s = ref._operand(std)
     if isinstance(std, Tensor) and bool((std < 0).any()):
         raise ValueError("normal expects all elements of std >= 0.0")
-    from .array_extras import broadcast_shapes
 
-    shape = broadcast_shapes(m.shape, s.shape)
+    shape = _array_extras.broadcast_shapes(m.shape, s.shape)
     return write_out(out, _normal01(ref, shape, generator) * s + m)
 
 
@@ -103,3 +104,5 @@ def install(cls=Tensor) -> None:
 
 
 install()
+_install.register(FUNCTIONS)
+_install.loaded(__name__)

@@ -56,6 +56,7 @@ def mixed_sessions(address: str, device: str, rounds: int = 3, token: str | None
     """Two sessions at once on ``device``, one sending large batches (2M elements, a 128-cube matmul: the worker
     runs those on its pool threads) and one small ones (its main thread), every result checked against numpy.
     Returns what went wrong (empty when all matched)."""
+    # lazy: each check loads what it exercises when it runs (start-up time)
     import tensorwire as tw
 
     problems: list[str] = []
@@ -108,6 +109,7 @@ def mixed_sessions(address: str, device: str, rounds: int = 3, token: str | None
 
 def _gradcheck_functions(device: str, rng) -> list[tuple[str, Callable, list]]:
     """``(name, fn, inputs)`` for one op of each kernel kind, float64 inputs on ``device``."""
+    # lazy: each check loads what it exercises when it runs (start-up time)
     import tensorwire as tw
     import tensorwire.nn.functional as F
 
@@ -146,6 +148,7 @@ def _gradcheck_functions(device: str, rng) -> list[tuple[str, Callable, list]]:
 def gradcheck(session, device: str) -> tuple[int, list[str]]:
     """``(checked, mismatches)``: every function of :func:`_gradcheck_functions`, analytical against numerical
     directional derivatives, fetched in one round trip."""
+    # lazy: each check loads what it exercises when it runs (start-up time)
     import tensorwire as tw
 
     recorded = []
@@ -165,6 +168,7 @@ def gradcheck(session, device: str) -> tuple[int, list[str]]:
 def _digits_data() -> tuple[np.ndarray, np.ndarray, str]:
     """Four batches of 32 of scikit-learn's digits (pixels in [0, 1]), or a fixed synthetic set of that shape."""
     try:
+        # lazy: each check loads what it exercises when it runs (start-up time)
         from sklearn.datasets import load_digits
     except ImportError:
         rng = np.random.default_rng(0)
@@ -179,6 +183,7 @@ def _digits_data() -> tuple[np.ndarray, np.ndarray, str]:
 def training_losses(device: str, steps: int = 6) -> tuple[list[float], str]:
     """The losses of ``steps`` Adam steps (batch 32, seed 0) of a 64-128-10 MLP on ``device``, and the data's
     name."""
+    # lazy: each check loads what it exercises when it runs (start-up time)
     import tensorwire as tw
     import tensorwire.nn.functional as F
 
@@ -202,6 +207,7 @@ def training_losses(device: str, steps: int = 6) -> tuple[list[float], str]:
 def torch_device(device: str) -> tuple[object, str | None]:
     """``(torch, torch's name of the device)``, or ``(None, why not)`` when PyTorch cannot run on it here."""
     try:
+        # lazy: each check loads what it exercises when it runs (start-up time)
         import torch
     except ImportError:
         return None, "PyTorch is not installed (the speed rows' peer)"
@@ -272,6 +278,7 @@ def _on_cpu(device: str) -> bool:
 def speed_matmul(device: str, n: int | None = None, dtype: str = "float32", repeat: int | None = None) -> Speed:
     """``n``-cube matmuls (4096 on a GPU, 1024 on a CPU), ``repeat`` queued then waited for, against PyTorch's
     (cuBLAS on a GPU)."""
+    # lazy: each check loads what it exercises when it runs (start-up time)
     import tensorwire as tw
 
     n = n or (1024 if _on_cpu(device) else 4096)
@@ -305,6 +312,7 @@ def speed_matmul(device: str, n: int | None = None, dtype: str = "float32", repe
 def speed_chain(device: str, n: int | None = None) -> Speed:
     """The 8-op chain on ``n`` float32 elements (64M on a GPU, 8M on a CPU) against ``torch.compile`` of the same
     function (and eager, noted); the first 4096 results are checked against numpy in float64."""
+    # lazy: each check loads what it exercises when it runs (start-up time)
     import tensorwire as tw
 
     n = n or (8 << 20 if _on_cpu(device) else 64 << 20)
@@ -346,6 +354,7 @@ MLP_SIZES = (784, 512, 512, 10)
 def speed_mlp_step(device: str, batch: int = 256, log_every: int = 10) -> Speed:
     """A 784-512-512-10 MLP training step (forward, cross-entropy, backward, Adam) against PyTorch eager from the
     same weights and data (the first steps' losses must agree); the loss is read every ``log_every`` steps."""
+    # lazy: each check loads what it exercises when it runs (start-up time)
     import tensorwire as tw
 
     torch, tdev = torch_device(device)
@@ -406,6 +415,7 @@ class SelfTest:
 
     def __init__(self, device: str, *, speed: bool = True, strict_speed: bool = False,
                  echo: Callable[[Row], None] | None = None):
+        # lazy: each check loads what it exercises when it runs (start-up time)
         from tensorwire.tensor import device_name
 
         self.device = device_name(device)
@@ -426,6 +436,7 @@ class SelfTest:
             self.echo(row)
 
     def run(self) -> list[Row]:
+        # lazy: each check loads what it exercises when it runs (start-up time)
         import tensorwire as tw
         from tensorwire.backends import backends
 
@@ -463,6 +474,7 @@ class SelfTest:
         return self.rows
 
     def _conformance(self, backend) -> tuple[str, str]:
+        # lazy: each check loads what it exercises when it runs (start-up time)
         from tensorwire.backends import testing as T
 
         cases = T.sample_cases(T.conformance_cases())
@@ -492,12 +504,14 @@ class SelfTest:
                                           f"({what})")
 
     def _large_batch(self) -> tuple[str, str]:
+        # lazy: each check loads what it exercises when it runs (start-up time)
         import tensorwire as tw
 
         got = (tw.ones((2048, 1024), device=self.device) * 2).sum().item()
         return ("ok" if got == 2 * 2048 * 1024 else "FAIL"), f"(ones(2048, 1024) * 2).sum() = {got:g}"
 
     def _matmul(self) -> tuple[str, str]:
+        # lazy: each check loads what it exercises when it runs (start-up time)
         import tensorwire as tw
 
         n = 4096
@@ -516,6 +530,7 @@ class SelfTest:
         return "ok", "large batches (pool threads) and small ones (main thread) at once, all results right"
 
     def _all_reduce(self, devices: list[str]) -> tuple[str, str]:
+        # lazy: each check loads what it exercises when it runs (start-up time)
         import tensorwire as tw
 
         if len(devices) < 2:

@@ -19,6 +19,9 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError
 from tensorwire.protocol.shapes import norm_dim
 
+from . import _install
+from .tensor import Tensor
+
 Sort = namedtuple("sort", ["values", "indices"])
 TopK = namedtuple("topk", ["values", "indices"])
 KthValue = namedtuple("kthvalue", ["values", "indices"])
@@ -77,7 +80,7 @@ def unique(x, sorted: bool = True, return_inverse: bool = False, return_counts: 
            dim: int | None = None):
     """The distinct values of ``x`` (sorted), and optionally the inverse indices and the counts, as torch.unique.
     A sync point: the result's size depends on the data."""
-    from .creation import tensor
+    from .creation import tensor  # circle: creation -> tensor -> this module
 
     a = x._numpy()
     axis = None if dim is None else norm_dim(dim, x.ndim)
@@ -95,8 +98,8 @@ def unique(x, sorted: bool = True, return_inverse: bool = False, return_counts: 
 def multinomial(weights, num_samples: int, replacement: bool = False, *, generator=None, out=None):
     """``num_samples`` category indices per row of ``weights`` (1-D or 2-D, non-negative, not necessarily summing
     to one), drawn with or without replacement."""
-    from .creation import rand
-    from .functions import write_out
+    from .creation import rand  # circle: creation -> tensor -> this module
+    from .functions import write_out  # circle: functions -> tensor -> this module
 
     if weights.ndim not in (1, 2):
         raise ShapeError(f"prob_dist must be 1 or 2 dim, got {weights.ndim}")
@@ -120,3 +123,19 @@ def multinomial(weights, num_samples: int, replacement: bool = False, *, generat
                        session=weights._s)).log()  # Exp(1)
         idx = argsort(w / e, -1, descending=True).narrow(-1, 0, num_samples)
     return write_out(out, idx.to(D.int64))
+
+
+#: Tensor methods (``x.sort()`` ...): these functions with ``x`` first
+METHODS = {"sort": sort, "argsort": argsort, "msort": msort, "topk": topk, "kthvalue": kthvalue, "unique": unique,
+           "multinomial": multinomial}
+
+
+def install(cls=Tensor) -> None:
+    """Add :data:`METHODS` to ``Tensor`` (leaving any method it defines itself)."""
+    for name, fn in METHODS.items():
+        if name not in cls.__dict__:
+            setattr(cls, name, _install.method(fn))
+
+
+install()
+_install.loaded(__name__)

@@ -43,6 +43,7 @@ from tensorwire.protocol.shapes import norm_dim
 
 # Tensor's module first: it loads the math and array modules, which cannot load before it (`import tensorwire.sparse`
 # first works then)
+from . import _install
 from .tensor import Size, Tensor
 
 # isort: split
@@ -844,22 +845,14 @@ METHODS = {"to_sparse": to_sparse, "to_sparse_coo": to_sparse, "to_sparse_csr": 
            "sparse_mask": sparse_mask}
 
 
-def _method(fn):
-    def m(self, *args, **kwargs):
-        return fn(self, *args, **kwargs)
-
-    m.__name__ = fn.__name__
-    m.__doc__ = fn.__doc__
-    return m
-
-
 def install(cls=Tensor) -> None:
     """Add :data:`METHODS` to ``Tensor`` (leaving any it defines itself), and ``is_sparse_csr`` (False)."""
     for name, fn in METHODS.items():
         if name not in cls.__dict__:
-            setattr(cls, name, _method(fn))
+            setattr(cls, name, _install.method(fn))
     if "is_sparse_csr" not in cls.__dict__:
         cls.is_sparse_csr = False
 
 
 install()
+_install.loaded(__name__)

@@ -16,6 +16,9 @@ import math
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.shapes import broadcast
 
+from . import array_extras as _array_extras
+from . import creation as _creation
+from . import functions as _functions
 from .autograd_engine import Function
 from .math_extras import erfc, logit, sinc, xlog1py, xlogy
 from .tensor import Tensor
@@ -76,9 +79,7 @@ I1E_B = (
 
 
 def _where(cond, a, b) -> Tensor:
-    from .functions import where
-
-    return where(cond, a, b)
+    return _functions.where(cond, a, b)
 
 
 def _result_dtype(x: Tensor) -> D.DType:
@@ -262,9 +263,8 @@ def _recurrence(name: str, x, n, first, step, limit: int | None = None) -> Tenso
     if top > 100_000:
         raise NotImplementedError(f"special.{name}: degree {top} is too large for the recurrence here")
     shape = tuple(x64.shape) if x64.ndim >= n64.ndim else tuple(n64.shape)
-    from .array_extras import broadcast_shapes
 
-    shape = tuple(broadcast_shapes(x64.shape, n64.shape))
+    shape = tuple(_array_extras.broadcast_shapes(x64.shape, n64.shape))
     xb, nb = x64.expand(*shape), n64.expand(*shape)
     prev, cur = xb * 0 + 1, first(xb)
     out = _where(nb == 0, prev, xb * 0)
@@ -745,9 +745,7 @@ def gammaincc(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
 
 
 def _igamma(a, x, upper: bool) -> Tensor:
-    from .functions import _first_tensor
-
-    ref = _first_tensor(a, x)
+    ref = _functions._first_tensor(a, x)
     a, x = (t if isinstance(t, Tensor) else ref._s.scalar(float(t), ref.dtype, ref._dev) for t in (a, x))
     dtype = D.result_type((a.dtype, a.ndim), (x.dtype, x.ndim))
     return _igamma64(_f64(a), _f64(x), upper).to(dtype if dtype.is_floating_point else D.get_default_dtype())
@@ -808,9 +806,7 @@ _MACHEP = 1.11022302462515654042E-16
 def _zeta64(x: Tensor, q: Tensor) -> Tensor:
     """The Hurwitz zeta function Σ_k (k + q)^-x in float64, step for step as Cephes' (torch's) zeta: the sum
     until its terms are negligible, then the Euler-Maclaurin tail; each element stops where Cephes' does."""
-    from .array_extras import broadcast_tensors
-
-    x, q = broadcast_tensors(x, q)
+    x, q = _array_extras.broadcast_tensors(x, q)
     inf, nan = x.new_full((), math.inf), x.new_full((), math.nan)
     bad = (x <= 1) | ((q <= 0) & ((q == q.floor()) | (x != x.floor())))
     pole = (q <= 0) & (q == q.floor())
@@ -896,9 +892,8 @@ def multigammaln(input: Tensor, p: int) -> Tensor:  # noqa: A002
     if input.numel() and not bool((input > (p - 1) / 2).all()):
         raise ValueError(f"All elements must be greater than (p-1)/2 = {(p - 1) / 2}")
     x = _f64(input)
-    from .creation import arange
 
-    args = arange(-p * 0.5 + 0.5, 0.5, 0.5, dtype=D.float64, device=input._dev) + x.unsqueeze(-1)
+    args = _creation.arange(-p * 0.5 + 0.5, 0.5, 0.5, dtype=D.float64, device=input._dev) + x.unsqueeze(-1)
     r = _lgamma64(args).sum(-1) + p * (p - 1) / 4 * math.log(math.pi)
     return r.to(_result_dtype(input))
 

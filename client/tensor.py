@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import builtins
 import copy
-import importlib as _importlib
 import math
 from collections import namedtuple
 from collections.abc import Sequence
@@ -28,11 +27,14 @@ from tensorwire.protocol.errors import DTypeError, IndexOutOfRange, ShapeError
 from tensorwire.protocol.ops import OPS as _OPS
 from tensorwire.protocol.shapes import infer_reshape, norm_dim, numel
 
+from . import _install
 from . import autograd_engine as _autograd_engine  # noqa: F401  (it installs itself in autograd_hooks)
 from . import indexing as _indexing
 from . import views as V
 from .autograd_hooks import check_inplace as _check_inplace
+from .autograd_hooks import detach as _detach
 from .autograd_hooks import record as _hooks_record
+from .printing import format_tensor
 from .sparse_layout import strided as _strided
 from .zero_grads import zero_grad_from
 
@@ -279,7 +281,7 @@ class Tensor:
                     return self._s.scalar(v, sd, self._dev).to(self.dtype)
                 return self._s.scalar(v, self.dtype, self._dev)
             return self._s.scalar(v, sd, self._dev)
-        from .creation import tensor
+        from .creation import tensor  # circle: creation -> this module
 
         return tensor(other, device=self._dev, session=self._s)
 
@@ -342,8 +344,6 @@ class Tensor:
         return builtins.int(self.item())
 
     def __repr__(self) -> str:
-        from .printing import format_tensor
-
         return format_tensor(self)
 
     __str__ = __repr__
@@ -471,7 +471,7 @@ class Tensor:
     def data(self, value: Tensor) -> None:
         """``t.data = x``: ``t`` now holds ``x``'s value (its shape, dtype and device too), keeping its autograd
         flags, as torch's."""
-        from .nn._tensors import alias, rebind
+        from .nn._tensors import alias, rebind  # lazy: importing tensorwire.nn loads its layers
 
         if not isinstance(value, Tensor):
             raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
@@ -479,9 +479,7 @@ class Tensor:
 
     def detach(self) -> Tensor:
         """A tensor with the same value, cut from the autograd graph (it shares no later updates)."""
-        from .autograd_hooks import detach
-
-        return detach(self)
+        return _detach(self)
 
     def __copy__(self) -> Tensor:
         """``copy.copy(t)``: a new tensor object on the same value that shares its in-place updates both ways (torch's
@@ -515,23 +513,23 @@ class Tensor:
         return True
 
     def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> Tensor:
-        from .creation import tensor
+        from .creation import tensor  # circle: creation -> this module
 
         return tensor(data, dtype=dtype or self.dtype, device=device or self._dev, requires_grad=requires_grad,
                       session=self._s)
 
     def new_zeros(self, *size, dtype=None, device=None) -> Tensor:
-        from .creation import full
+        from .creation import full  # circle: creation -> this module
 
         return full(_size(size), 0, dtype=dtype or self.dtype, device=device or self._dev, session=self._s)
 
     def new_ones(self, *size, dtype=None, device=None) -> Tensor:
-        from .creation import full
+        from .creation import full  # circle: creation -> this module
 
         return full(_size(size), 1, dtype=dtype or self.dtype, device=device or self._dev, session=self._s)
 
     def new_full(self, size, fill_value, dtype=None, device=None) -> Tensor:
-        from .creation import full
+        from .creation import full  # circle: creation -> this module
 
         return full(_size((size,)), fill_value, dtype=dtype or self.dtype, device=device or self._dev,
                     session=self._s)
@@ -861,12 +859,12 @@ class Tensor:
         return self._rec("lerp", [self, self._operand(end), self._operand(weight)])
 
     def where(self, condition, other):
-        from .functions import where
+        from .functions import where  # circle: functions -> this module
 
         return where(condition, self, other)
 
     def masked_fill(self, mask, value):
-        from .functions import where
+        from .functions import where  # circle: functions -> this module
 
         v = value if isinstance(value, Tensor) else self._s.scalar(
             value.item() if isinstance(value, np.generic) else value, self.dtype, self._dev)
@@ -984,7 +982,7 @@ class Tensor:
         if p == "fro" or p is None:
             p = 2
         if p == "nuc":
-            from .linalg import matrix_norm
+            from .linalg import matrix_norm  # circle: linalg -> this module
 
             return matrix_norm(x, "nuc", (-2, -1) if dim is None else dim, keepdim)
         return x._reduce("norm", dim, keepdim, p=float(p) if not isinstance(p, int) else p)
@@ -1149,7 +1147,7 @@ class Tensor:
                 continue
             k = sh % n
             if k:
-                from .functions import cat
+                from .functions import cat  # circle: functions -> this module
 
                 out = cat([out.narrow(d, n - k, k), out.narrow(d, 0, n - k)], d)
         return out
@@ -1220,7 +1218,7 @@ class Tensor:
         return self._rec("triu", [self], {"diagonal": diagonal})
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
-        from .functions import arange_like
+        from .functions import arange_like  # circle: functions -> this module
 
         x = self.moveaxis([dim1, dim2], [-2, -1])
         n, m = x._shape[-2], x._shape[-1]
@@ -1234,10 +1232,10 @@ class Tensor:
     def diag(self, diagonal: int = 0):
         if self.ndim == 1:
             n = self._shape[0] + abs(diagonal)
-            from .creation import zeros
+            from .creation import zeros  # circle: creation -> this module
 
             out = zeros(n, n, dtype=self.dtype, device=self._dev, session=self._s)
-            from .functions import arange_like
+            from .functions import arange_like  # circle: functions -> this module
 
             r = arange_like(self, 0, self._shape[0]) + (0 if diagonal >= 0 else -diagonal)
             c = arange_like(self, 0, self._shape[0]) + (diagonal if diagonal >= 0 else 0)
@@ -1329,8 +1327,8 @@ class Tensor:
         if self.ndim == 0:
             norm_dim(dim, 1)
             return self.reshape(1).index_fill(0, index, value).reshape(())
-        from .creation import zeros
-        from .functions import where
+        from .creation import zeros  # circle: creation -> this module
+        from .functions import where  # circle: functions -> this module
 
         d = norm_dim(dim, self.ndim)
         hit = zeros(self._shape[d], dtype=D.bool_, device=self._dev, session=self._s)
@@ -1346,46 +1344,7 @@ class Tensor:
             return self.expand(*shape)[mask.expand(*shape)]
         return self[mask]
 
-    # ------------------------------------------------------------------ sorting and sampling (client/sorting.py)
-    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False):
-        """``(values, indices)`` sorted along ``dim`` (stable; NaN last, or first when descending)."""
-        from .sorting import sort
-
-        return sort(self, dim, descending, stable)
-
-    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False):
-        from .sorting import argsort
-
-        return argsort(self, dim, descending, stable)
-
-    def msort(self):
-        from .sorting import msort
-
-        return msort(self)
-
-    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
-        """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) along ``dim``."""
-        from .sorting import topk
-
-        return topk(self, k, dim, largest, sorted)
-
-    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False):
-        from .sorting import kthvalue
-
-        return kthvalue(self, k, dim, keepdim)
-
-    def unique(self, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False,  # noqa: A002
-               dim: int | None = None):
-        """Distinct values (a sync point), as torch.unique."""
-        from .sorting import unique
-
-        return unique(self, sorted, return_inverse, return_counts, dim)
-
-    def multinomial(self, num_samples: int, replacement: bool = False, *, generator=None):
-        """Category indices drawn by the weights in each row (see ``tw.multinomial``)."""
-        from .sorting import multinomial
-
-        return multinomial(self, num_samples, replacement, generator=generator)
+    # sort, argsort, msort, topk, kthvalue, unique, multinomial: client/sorting.py installs them
 
     def nonzero(self, *, as_tuple: bool = False):
         """Indices of non-zero elements (a sync point: the output shape depends on the data)."""
@@ -1396,7 +1355,7 @@ class Tensor:
                 return (self._operand(np.nonzero(a)[0].astype(np.int64)),)
             return self._operand(np.zeros((int(np.count_nonzero(a)), 0), np.int64))
         idx = np.nonzero(a)
-        from .creation import tensor
+        from .creation import tensor  # circle: creation -> this module
 
         if as_tuple:
             return tuple(tensor(i.astype(np.int64), device=self._dev, session=self._s) for i in idx)
@@ -1447,7 +1406,7 @@ class Tensor:
     def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator=None, **kw):
         """Fill with draws from U(a, b) in place (torch's ``uniform_(from=0, to=1)``; ``from``/``to`` are accepted as
         keywords too)."""
-        from .creation import rand
+        from .creation import rand  # circle: creation -> this module
 
         a, b = kw.pop("from", a), kw.pop("to", b)
         if kw:
@@ -1458,14 +1417,14 @@ class Tensor:
 
     def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator=None):
         """Fill with draws from N(mean, std^2) in place."""
-        from .creation import randn
+        from .creation import randn  # circle: creation -> this module
 
         r = randn(self._shape, dtype=self.dtype if self.dtype.is_floating_point else None, device=self._dev,
                   generator=generator, session=self._s)
         return self._assign(r * std + mean)
 
     def fill_(self, value):
-        from .creation import full
+        from .creation import full  # circle: creation -> this module
 
         if isinstance(value, Tensor):
             return self._assign(value.to(self.dtype).expand(*self._shape))
@@ -1545,9 +1504,7 @@ class Tensor:
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
         """Accumulate this tensor's gradient into the leaves' ``.grad`` (the backward graph comes from the
         autograd service, cached by the graph's structure, and runs on the devices)."""
-        from .autograd_engine import backward
-
-        backward(self, gradient, retain_graph, create_graph, inputs)
+        _autograd_engine.backward(self, gradient, retain_graph, create_graph, inputs)
 
     def register_post_accumulate_grad_hook(self, hook):
         """Call ``hook(self)`` after each backward pass accumulated into this leaf's ``.grad``."""
@@ -1605,7 +1562,7 @@ for _n in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs",
 
 def _wrap_index(index: Tensor, n: int) -> Tensor:
     """Negative indices counted from the end (torch's take_along_dim and take accept them)."""
-    from .functions import where
+    from .functions import where  # circle: functions -> this module
 
     return where(index < 0, index + n, index)
 
@@ -1650,7 +1607,6 @@ _indexing.install(Tensor)
 
 # torch's derived math, array and random functions as methods (x.addmm, x.unfold, x.cauchy_...:
 # client/math_extras.py, client/array_extras.py, client/random_fills.py, client/linalg_legacy.py; x.to_sparse:
-# client/sparse.py): each installs its methods when it has loaded (it may load first and import this module)
-for _m in ("tensorwire.complex_ops", "tensorwire.math_extras", "tensorwire.array_extras", "tensorwire.random_fills",
-           "tensorwire.linalg_legacy", "tensorwire.sparse"):
-    _importlib.import_module(_m)
+# client/sparse.py): client/_install.py imports each module that adds them (one being imported first goes on
+# from itself when it has run), so Tensor is complete once this module has loaded
+_install.load()
