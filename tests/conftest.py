@@ -41,8 +41,13 @@ SLOW = (
     "backends/test_plugin.py", "backends/test_selftest.py", "opinfo/",
     "hub/test_minilm.py", "collectives/", "dispatcher/test_cli.py",
 )
+#: the CPU backend's two modes (``SharedClusters.cpu_mode``): every fragment compiled to fused C kernels, however
+#: small (backends/cpu/compiled.py's MIN_WORK_ENV and LARGE_RUNS_ENV at 0), and the numpy interpreter
+CPU_MODES = {"compiled": {"TENSORWIRE_CPU_COMPILE_MIN_ELEMENTS": "0", "TENSORWIRE_CPU_COMPILE_LARGE_RUNS": "0"},
+             "numpy": {"TENSORWIRE_CPU_COMPILE": "0"}}
 #: folders whose modules each start a cluster of their own (``cluster`` below): the fault tests kill, stop, restart
-#: and flood services and time the workers, which must not reach other modules' tests
+#: and flood services and time the workers, which must not reach other modules' tests (tests/faults/conftest.py
+#: lets the few of its modules that change nothing share one cluster of the folder's own)
 OWN_CLUSTER_FOLDERS = ("faults",)
 
 
@@ -129,6 +134,11 @@ class SharedClusters:
 
         kind = ",".join(f"{k}={settings[k]!r}" for k in sorted(settings))
         return self.get(kind, lambda: tw.LocalCluster(**settings))
+
+    def cpu_mode(self, mode: str):
+        """The run's shared cluster whose CPU workers (cpu:0, cpu:1; the autograd service, no collectives) all run in
+        ``mode`` of :data:`CPU_MODES`: the modules that compare or check the two modes share them."""
+        return self.local(devices=["cpu:0", "cpu:1"], collectives=False, extra_env=CPU_MODES[mode])
 
     def close(self) -> None:
         for c in self._by_kind.values():

@@ -16,6 +16,7 @@ import pytest
 import tensorwire as tw
 from tensorwire.autograd_hooks import record
 from tensorwire.protocol.ops import OPS
+from tests.conftest import CPU_MODES
 
 RNG = np.random.default_rng(1234)
 
@@ -420,16 +421,11 @@ def test_every_op_has_a_generator():
     assert not missing, f"differentiable ops without a gradcheck generator in {__file__}: {missing}"
 
 
-#: the CPU's two modes: every fragment compiled to fused C kernels (however small), and the numpy interpreter
-MODES = {"compiled": {"TENSORWIRE_CPU_COMPILE_MIN_ELEMENTS": "0", "TENSORWIRE_CPU_COMPILE_LARGE_RUNS": "0"},
-         "numpy": {"TENSORWIRE_CPU_COMPILE": "0"}}
-
-
-@pytest.fixture(scope="module", params=list(MODES))
-def cluster(request):
-    """This module's cluster, once per CPU mode: the gradchecks hold in both."""
-    with tw.LocalCluster(devices=["cpu:0", "cpu:1"], extra_env=MODES[request.param]) as c:
-        yield c
+@pytest.fixture(scope="module", params=list(CPU_MODES))
+def cluster(request, shared_clusters):
+    """The run's shared cluster of each CPU mode (``tests/conftest.py``'s ``CPU_MODES``: every fragment compiled to
+    fused C kernels, and the numpy interpreter): the gradchecks hold in both."""
+    return shared_clusters.cpu_mode(request.param)
 
 
 @pytest.fixture(scope="module")

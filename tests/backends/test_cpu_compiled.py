@@ -266,25 +266,22 @@ def test_row_reductions_fuse_into_one_kernel_a_row(backend, op, attrs, shape):
     np.testing.assert_allclose(got, y @ v, rtol=1e-4, atol=1e-5)
 
 
-def test_training_runs_the_same_compiled_and_interpreted(monkeypatch):
+def test_training_runs_the_same_compiled_and_interpreted(shared_clusters):
     """Digits MLP Adam steps through real clusters: every fragment compiled (however small) against the numpy
-    interpreter, the same losses."""
+    interpreter, the same losses. (The run's shared clusters of the two CPU modes, ``SharedClusters.cpu_mode``.)"""
     import tensorwire as tw
     from tests.backends._digits import adam_losses
 
-    def losses(env: dict) -> list[float]:
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-        with tw.LocalCluster(devices=["cpu:0"]) as c:
-            s = tw.connect(c.address)
-            try:
-                return adam_losses("cpu:0")
-            finally:
-                s.close()
-                tw.set_session(None)
+    def losses(mode: str) -> list[float]:
+        s = tw.connect(shared_clusters.cpu_mode(mode).address)
+        try:
+            return adam_losses("cpu:0")
+        finally:
+            s.close()
+            tw.set_session(None)
 
-    fused = losses({compiled.MIN_WORK_ENV: "0", compiled.LARGE_RUNS_ENV: "0"})
-    numpy = losses({"TENSORWIRE_CPU_COMPILE": "0"})
+    fused = losses("compiled")
+    numpy = losses("numpy")
     assert fused[-1] < fused[0]
     np.testing.assert_allclose(fused, numpy, rtol=1e-5)
 

@@ -149,7 +149,7 @@ def test_unavailable_device_refuses_to_open(plugin):
 def toy_session(plugin):
     import tensorwire as tw
 
-    with tw.LocalCluster(devices=["cpu:0", "toy:0"]) as c:
+    with tw.LocalCluster(devices=["cpu:0", "toy:0"], collectives=False) as c:  # (no test here uses collectives)
         s = tw.connect(c.address)
         try:
             yield s

@@ -6,10 +6,29 @@ import glob
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from tensorwire.protocol.service import SHM_DIR
+from tests.conftest import _two_cpus
+
+#: modules of this folder that leave their cluster as they found it (they kill, stop, restart and flood nothing, and
+#: close every session they open): they share one cluster, kept apart from the rest of the run's (its work may be slow
+#: or cancelled). Every other module here starts its own (``cluster`` in tests/conftest.py, or its own fixture).
+SHARED_CLUSTER_MODULES = ("test_slow_work.py", "test_worker_fairness.py", "test_worker_transfer.py")
+
+
+@pytest.fixture(scope="module")
+def cluster(request, shared_clusters):
+    """cpu:0 and cpu:1 (and the autograd and collectives services): the folder's shared one for the modules of
+    :data:`SHARED_CLUSTER_MODULES` (one found with a service down is replaced, see ``SharedClusters``), else the
+    module's own."""
+    if Path(str(request.node.path)).name in SHARED_CLUSTER_MODULES:
+        yield shared_clusters.get("faults", _two_cpus)
+    else:
+        with _two_cpus() as c:
+            yield c
 
 
 @pytest.fixture(scope="module")
