@@ -344,12 +344,18 @@ def has_complex(steps) -> bool:
     return any(s.complex_dtype() is not None for s in steps)
 
 
+#: elements a float32 sum adds in float32 (vectorised) before it adds the block's sum into its float64 accumulator:
+#: 128, not 1024, since a block's partial sums must stay small against its elements (a block of 1024 values of ~5e4
+#: erred by 6e-6 of the sum, where numpy's and torch's float32 sums were exact)
+ACC_BLOCK = 128
+
+
 class CompiledMixin:
     """What a NumpyDevice adds to run fragments as compiled kernels."""
 
     # matmul stays on BLAS and argsort on numpy's O(n log n) sort (the generated kernel ranks in O(n^2) a row)
     lowering_options = Options(host_ops=frozenset({"matmul", "argsort"}) | HOST_COMPOSITES, host_views=True,
-                               acc64=True, acc_block=1024, row_fusion=True, multi_output=True, size_strides=True)
+                               acc64=True, acc_block=ACC_BLOCK, row_fusion=True, multi_output=True, size_strides=True)
 
     def interpreted(self, steps, hot: bool = False) -> bool:
         """Whether a fragment runs on the numpy kernels rather than compiled: too small (numpy calls cost less than
