@@ -21,6 +21,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.ops.conv import _window_slices
 
 from .kernels import _arr, _compute, _out, kernel
+from .scratch import scratch, scratch_copy, scratch_zeros
 
 _CHANNELS_LAST_MIN = 8  # input channels from which a strided conv runs channels-last (runs of kw*C values)
 _CHANNELS_LAST_BLOCK = 1 << 21  # bytes of columns per gemm in the channels-last layout (whole images)
@@ -42,7 +43,7 @@ def _layout(n: int, c: int, h: int, wd: int, kh: int, kw: int, a: dict) -> str:
 def _padded_nhwc(x: np.ndarray, ph: int, pw: int, ct: np.dtype) -> np.ndarray:
     """x [N, C, H, W] zero-padded into a contiguous [N, H + 2ph, W + 2pw, C] (only the border is zeroed)."""
     n, c, h, wd = x.shape
-    xp = np.empty((n, h + 2 * ph, wd + 2 * pw, c), ct)
+    xp = scratch("pad", (n, h + 2 * ph, wd + 2 * pw, c), ct)
     if ph:
         xp[:, :ph] = 0
         xp[:, ph + h:] = 0
@@ -76,7 +77,7 @@ class _ChannelsLast:
     def column_blocks(self, x: np.ndarray):
         """``(first image, stop image, columns [rows, k])`` of x's im2col columns, a block of images at a time."""
         win = self.windows(_padded_nhwc(x, self.ph, self.pw, self.ct))
-        buf = np.empty(self.rows * self.k, self.ct)
+        buf = scratch("cols", self.rows * self.k, self.ct)
         for s, e in self.blocks:
             cols = buf[:(e - s) * self.oh * self.ow * self.k].reshape(e - s, self.oh, self.ow, self.kh, self.kw,
                                                                       self.c)
@@ -112,7 +113,7 @@ def _cl_conv2d(x, w, b, a, shape, dt, ct):
     _, c, h, wd = x.shape
     cl = _ChannelsLast(n, c, h, wd, w.shape[2], w.shape[3], oh, ow, a, ct)
     wt = cl.weight_rows(w).T  # [k, O]
-    y = np.empty((n * oh * ow, o), ct)
+    y = scratch("out", (n * oh * ow, o), ct)
     for s, e, cols in cl.column_blocks(x):
         np.matmul(cols, wt, out=y[s * oh * ow:e * oh * ow])
     if b is not None:
@@ -125,7 +126,7 @@ def _cl_conv2d_grad_weight(x, gy, a, shape, dt, ct):
     n, c, h, wd = x.shape
     oh, ow = gy.shape[2:]
     cl = _ChannelsLast(n, c, h, wd, kh, kw, oh, ow, a, ct)
-    g = np.ascontiguousarray(gy.transpose(1, 0, 2, 3)).reshape(o, n * oh * ow)
+    g = scratch_copy("grad", gy.transpose(1, 0, 2, 3)).reshape(o, n * oh * ow)
     acc = None  # gy^T [O, rows] @ columns [rows, k]
     for s, e, cols in cl.column_blocks(x):
         t = g[:, s * oh * ow:e * oh * ow] @ cols
@@ -138,10 +139,10 @@ def _cl_conv2d_grad_input(gy, w, a, shape, dt, ct):
     o, _, kh, kw = w.shape
     oh, ow = gy.shape[2:]
     cl = _ChannelsLast(n, c, h, wd, kh, kw, oh, ow, a, ct)
-    g = np.ascontiguousarray(gy.transpose(0, 2, 3, 1)).reshape(n * oh * ow, o)
+    g = scratch_copy("grad", gy.transpose(0, 2, 3, 1)).reshape(n * oh * ow, o)
     wt = cl.weight_rows(w)  # [O, k]
-    gp = np.zeros((n, h + 2 * cl.ph, wd + 2 * cl.pw, c), ct)
-    buf = np.empty(cl.rows * cl.k, ct)
+    gp = scratch_zeros("pad", (n, h + 2 * cl.ph, wd + 2 * cl.pw, c), ct)
+    buf = scratch("cols", cl.rows * cl.k, ct)
     for s, e in cl.blocks:  # the columns gy @ w of a block of images, added at their windows' places
         cols = buf[:(e - s) * oh * ow * cl.k].reshape((e - s) * oh * ow, cl.k)
         np.matmul(g[s * oh * ow:e * oh * ow], wt, out=cols)
@@ -199,9 +200,9 @@ class _ConvGrid:
         (ph, pw), hr, wr = self.pad, self.hr, self.wr
         size = n * hr * wr
         if hr == h and wr == wd and not self.extra:
-            buf = np.ascontiguousarray(x.transpose(1, 0, 2, 3)).reshape(c, size)
+            buf = scratch_copy("pad", x.transpose(1, 0, 2, 3)).reshape(c, size)
             return buf, buf.reshape(c, n, hr, wr)
-        buf = np.zeros((c, size + self.extra), self.ct)
+        buf = scratch_zeros("pad", (c, size + self.extra), self.ct)
         v = buf[:, :size].reshape(c, n, hr, wr)
         v[:, :, ph:ph + h, pw:pw + wd] = x.transpose(1, 0, 2, 3)
         return buf, v
@@ -210,8 +211,8 @@ class _ConvGrid:
         """gy [N, O, oh, ow] at the output positions of [O, lead + m], zeros elsewhere."""
         n, o, oh, ow = gy.shape
         if not lead and self.hg == oh and self.wg == ow:
-            return np.ascontiguousarray(gy.transpose(1, 0, 2, 3)).reshape(o, self.m)
-        buf = np.zeros((o, lead + self.m), self.ct)
+            return scratch_copy("grad", gy.transpose(1, 0, 2, 3)).reshape(o, self.m)
+        buf = scratch_zeros("grad", (o, lead + self.m), self.ct)
         buf[:, lead:].reshape(o, n, self.hg, self.wg)[:, :, :oh, :ow] = gy.transpose(1, 0, 2, 3)
         return buf
 
@@ -245,7 +246,7 @@ def _input_column_blocks(gr, x: np.ndarray, k: int, ct):
     forward and the weight gradient read the same columns)."""
     buf, v = gr.padded(x)
     bl = gr.blocks(k)
-    cb = np.empty(k * (bl[0][1] - bl[0][0]), ct)
+    cb = scratch("cols", k * (bl[0][1] - bl[0][0]), ct)
     for s, e in bl:
         yield s, e, gr.cols(buf, v, gr.offs, s, e, cb)
 
@@ -271,7 +272,7 @@ def _conv2d(ins, a, shape, dt):
     gr = _ConvGrid(n, c, x.shape[2], x.shape[3], kh, kw, oh, ow, a, ct)
     g = gr.groups
     wm = w.reshape(g, o // g, cg * kh * kw)
-    y = np.empty((o, gr.m), ct)
+    y = scratch("out", (o, gr.m), ct)
     for s, e, cols in _input_column_blocks(gr, x, c * kh * kw, ct):
         np.matmul(wm, cols.reshape(g, -1, e - s), out=y[:, s:e].reshape(g, o // g, e - s))
     if b is not None:
@@ -325,8 +326,8 @@ def _conv2d_grad_input(ins, a, shape, dt):
         # padded with zeros to the accumulator's channel stride L, so each kernel position's are added at their shift
         # by ONE 1-D add (the zero tails land in the next channel's padding); numpy adds strided 2-D views ~4x slower
         gm = gr.out_grid(gy)
-        acc = np.zeros(c * L + gr.extra, ct)
-        cols = np.empty((kk, cg, L), ct)
+        acc = scratch_zeros("acc", c * L + gr.extra, ct)
+        cols = scratch("cols", (kk, cg, L), ct)
         cols[:, :, m:] = 0
         wt = w.transpose(2, 3, 1, 0).reshape(kk * cg, o)  # rows (i, j, c)
         for gi in range(g):
@@ -340,9 +341,9 @@ def _conv2d_grad_input(ins, a, shape, dt):
         gb = gr.out_grid(gy, gr.extra)
         wc = w.reshape(g, og, cg, kk).transpose(0, 2, 1, 3).reshape(g, cg, og * kk)
         offs = [gr.extra - off for off in gr.offs]
-        y = np.empty((c, m), ct)
+        y = scratch("out", (c, m), ct)
         bl = gr.blocks(o * kk)
-        cb = np.empty(o * kk * (bl[0][1] - bl[0][0]), ct)
+        cb = scratch("cols", o * kk * (bl[0][1] - bl[0][0]), ct)
         for s, e in bl:
             cols = gr.cols(gb, None, offs, s, e, cb)
             np.matmul(wc, cols.reshape(g, -1, e - s), out=y[:, s:e].reshape(g, cg, e - s))
@@ -352,10 +353,11 @@ def _conv2d_grad_input(ins, a, shape, dt):
         # strided place
         gm = gr.out_grid(gy)
         wt = w.reshape(g, og, cg * kk).transpose(0, 2, 1)
-        v = np.zeros((c, n, hr, wr), ct)
+        v = scratch_zeros("acc", (c, n, hr, wr), ct)
         for s, e in gr.blocks(c * kk):
             n0, n1 = s // (oh * ow), e // (oh * ow)
-            cols = (wt @ gm[:, s:e].reshape(g, og, e - s)).reshape(c, kk, n1 - n0, oh, ow)
+            cols = np.matmul(wt, gm[:, s:e].reshape(g, og, e - s), out=scratch("cols", (g, cg * kk, e - s), ct))
+            cols = cols.reshape(c, kk, n1 - n0, oh, ow)
             for t, (r, q) in enumerate(gr.windows):
                 v[:, n0:n1, r, q] += cols[:, t]
     return _conv_emit(v[:, :, ph:ph + h, pw:pw + wd].transpose(1, 0, 2, 3), shape, dt)

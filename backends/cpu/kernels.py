@@ -168,17 +168,25 @@ for _n, _f in ARRAY_FN.items():
     KERNELS[_n] = _unary(_f) if OPS[_n].nin == 1 else _binary(_f, compare=_n in COMPARE)
 
 
+_SAME_SIZE_INT = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
 @kernel("where")
 def _where(ins, a, shape, dt):
     c, x, y = _arr(ins[0], np.dtype(bool)), _arr(ins[1], dt.np), _arr(ins[2], dt.np)
-    if c.size >= 4096 and dt.np.kind == "f" and dt.np not in _HALF and np.isfinite(x).all() and np.isfinite(y).all():
-        # np.where branches per element and mispredicts on irregular masks (a ReLU's: ~10x slower); selecting by
-        # arithmetic is exact for finite values
-        if y.ndim == 0 and y == 0:  # a ReLU's backward: x * c, its masked -0.0s made +0.0 as where's would be
-            r = x * c
-            r += y
-            return r
-        return x * c + y * ~c
+    it = _SAME_SIZE_INT.get(dt.np.itemsize)
+    if c.size >= 4096 and (dt.np.kind == "f" or dt.np in _HALF) and it is not None:
+        # np.where branches per element and mispredicts on irregular masks (a ReLU's: ~10x slower); selecting the
+        # bits, y ^ ((x ^ y) & -c), is branch-free and exact for every value (NaN payloads, -0.0, infinities)
+        shape = tuple(shape)
+        m = c.view(np.int8).astype(it)
+        np.negative(m, out=m)  # all ones where c
+        xi, yi = x.view(it), y.view(it)
+        if y.ndim == 0 and not yi:  # y is +0.0 (a ReLU's backward): x & -c
+            return np.bitwise_and(m, xi, out=m if m.shape == shape else None).view(dt.np)
+        r = np.bitwise_xor(xi, yi)
+        r = np.bitwise_and(r, m, out=r if r.shape == shape else None)
+        return np.bitwise_xor(r, yi, out=r).view(dt.np)
     return np.where(c, x, y)
 
 
