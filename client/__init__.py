@@ -58,8 +58,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     **_names("tensorwire.sparse", "sparse_coo_tensor", "sparse_csr_tensor", "spmm"),
     **_names("tensorwire.sparse_layout", "layout", "strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr",
              "sparse_bsc"),
-    **_submodules("autograd_engine", "autograd_hooks", "channels", "cluster", "context", "creation", "functions",
-                  "known_values", "leases", "legacy_types", "protocol", "serialization", "session", "views"),
+    **_submodules("autograd_engine", "autograd_hooks", "channels", "cluster", "combine", "context", "creation",
+                  "functions", "known_values", "leases", "legacy_types", "protocol", "serialization", "session",
+                  "views"),
     **_names("tensorwire.autograd_engine", "enable_grad", "inference_mode", "is_grad_enabled", "no_grad",
              "set_grad_enabled"),
     "LocalCluster": ("tensorwire.cluster", "LocalCluster"),
@@ -82,11 +83,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 #: modules a name needs besides its own: torch.backends.{cuda,mps} are the plugin packages, which load without
 #: their drivers and carry torch's flags
-_EXTRA: dict[str, tuple[str, ...]] = {"backends": ("tensorwire.backends.cuda", "tensorwire.backends.mps"),
-                                      # Tensor first, so that its methods are all there (client/_install.py)
-                                      **{n: ("tensorwire.tensor",) for n in ("fft", "linalg", "masked", "signal",
-                                                                             "special", "sparse", "sparse_coo_tensor",
-                                                                             "sparse_csr_tensor", "spmm")}}
+#: (a namespace needs no "tensor first" here: whichever module is imported first, Tensor has all its methods once
+#: ``tensorwire.tensor`` has loaded, client/_install.py; tests/client/test_import_first.py)
+_EXTRA: dict[str, tuple[str, ...]] = {"backends": ("tensorwire.backends.cuda", "tensorwire.backends.mps")}
 #: public names that a submodule of the same name would hide once imported (``tw.tensor`` is the function, the
 #: module is ``tensorwire.tensor``), and those that must not be bound before their _EXTRA modules are loaded
 _GUARDED = frozenset({n for n, (_, attr) in _LAZY.items() if attr is not None} | set(_EXTRA))

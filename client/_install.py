@@ -9,10 +9,13 @@ One of them may be the module a program imports first (``import tensorwire.math_
 when ``tensorwire.tensor``'s :func:`load` reaches it, and the modules after it would import names it has not
 defined yet. :func:`load` stops there instead; each module in :data:`MODULES` calls :func:`loaded` on its last
 line, which goes on with the rest. So the rule for a module here: import ``tensor``, the modules here before it
-and leaf modules at module level (not ``functions`` or ``creation``: they import ``context`` -> ``session`` ->
-``tensor``, which may be the half-run module that is loading this one; those stay local, ``# circle:``), list
-itself in :data:`MODULES` after the modules here it imports from, :func:`register` its ``tw.<name>``
-functions, and end with ``_install.loaded(__name__)``.
+and leaf modules at module level; import ``creation`` and ``combine`` (``cat``, ``stack``, ``where``,
+``write_out``) at module level too, but as modules, never their names (``from . import creation as _creation``,
+then ``_creation.zeros(...)`` in a function): either may be the half-run module whose import (through ``context``
+-> ``session`` -> ``tensor``) is loading this one. Not ``functions`` at all (it reads Tensor's methods as it
+loads; such imports stay local, ``# circle:``). List the module in :data:`MODULES` after the modules here it
+imports from, install its methods with :func:`install_methods`, :func:`register` its ``tw.<name>`` functions,
+and end with ``_install.loaded(__name__)``.
 
 This module imports nothing of the package, so any module may import it at any time.
 """
@@ -56,6 +59,19 @@ def register(functions: dict[str, Callable]) -> None:
     """Add a module's ``tw.<name>`` functions to :data:`FUNCTIONS` (a name given already keeps its function)."""
     for name, fn in functions.items():
         FUNCTIONS.setdefault(name, fn)
+
+
+def install_methods(cls: type, methods: dict[str, Callable], *, wrap: bool = True) -> None:
+    """Set each ``methods[name]`` on ``cls`` as ``cls.<name>``, leaving any attribute ``cls`` defines itself (a method
+    written in its class body, or one an earlier module of :data:`MODULES` installed).
+
+    Every module of :data:`MODULES` installs its methods through this. ``wrap`` (the default) installs
+    :func:`method` of each function, a method object of its own, distinct from the ``tw.<name>`` function of the
+    same name; ``wrap=False`` installs the functions themselves (their signatures stay visible to ``inspect``).
+    """
+    for name, fn in methods.items():
+        if name not in cls.__dict__:
+            setattr(cls, name, method(fn) if wrap else fn)
 
 
 def method(fn: Callable) -> Callable:

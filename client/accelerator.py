@@ -9,6 +9,9 @@ names the first accelerator type the cluster offers (CUDA, then ROCm, MPS, OpenC
 from __future__ import annotations
 
 from .context import current_session
+from .functions import memory_stats as _memory_stats
+from .functions import synchronize as _synchronize
+from .random import manual_seed as _manual_seed
 from .tensor import device
 
 #: accelerator device types, in the order ``current_accelerator`` prefers them
@@ -58,15 +61,11 @@ class DeviceType:
 
     def synchronize(self, device=None) -> None:  # noqa: A002 - torch's name
         """Wait for the session's queued work (every device: one barrier serves them all)."""
-        from .functions import synchronize
-
-        synchronize()
+        _synchronize()
 
     def manual_seed(self, seed: int) -> None:
         """Seed the generator (one counter-based generator serves every device)."""
-        from .random import manual_seed
-
-        manual_seed(seed)
+        _manual_seed(seed)
 
     manual_seed_all = manual_seed
 
@@ -75,10 +74,8 @@ class DeviceType:
 
     def memory_allocated(self, device=None) -> int:  # noqa: A002
         """Bytes this session holds on the device (``tw.memory_stats``)."""
-        from .functions import memory_stats
-
         i = self._current if device is None else (device.index if hasattr(device, "index") else int(device))
-        return int(memory_stats().get("devices", {}).get(f"{self.kind}:{i}", {}).get("bytes", 0))
+        return int(_memory_stats().get("devices", {}).get(f"{self.kind}:{i}", {}).get("bytes", 0))
 
     def is_bf16_supported(self) -> bool:
         return self.is_available()

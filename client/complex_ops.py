@@ -20,6 +20,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
 
 from . import _install
+from . import combine as _combine
 from .tensor import Tensor
 
 __all__ = ["angle", "complex", "conj", "conj_physical", "imag", "is_complex", "isreal", "polar", "real",
@@ -27,9 +28,7 @@ __all__ = ["angle", "complex", "conj", "conj_physical", "imag", "is_complex", "i
 
 
 def _where(cond: Tensor, a, b) -> Tensor:
-    from .functions import where  # circle: functions -> math_extras -> this module
-
-    return where(cond, a, b)
+    return _combine.where(cond, a, b)
 
 
 def is_complex(input: Tensor) -> bool:  # noqa: A002
@@ -110,9 +109,7 @@ def view_as_real(input: Tensor) -> Tensor:  # noqa: A002
     """A complex tensor as a real one with a last dim of 2 (real, imaginary); a copy here, not a view."""
     if not input.dtype.is_complex:
         raise DTypeError(f"view_as_real is only supported for complex tensors, got {input.dtype.name}")
-    from .functions import stack  # circle: functions -> math_extras -> this module
-
-    return stack([real(input), imag(input)], -1)
+    return _combine.stack([real(input), imag(input)], -1)
 
 
 def view_as_complex(input: Tensor) -> Tensor:  # noqa: A002
@@ -152,15 +149,12 @@ FUNCTIONS = {"complex": complex, "polar": polar, "view_as_real": view_as_real, "
 def install(cls=Tensor) -> None:
     """The methods and properties on ``Tensor``: ``real``/``imag`` as properties (as torch's), ``conj()``,
     ``angle()``, ``cfloat()``..."""
-    for name in ("conj", "conj_physical", "resolve_conj", "resolve_neg", "angle", "isreal", "stft"):
-        fn = FUNCTIONS[name]
-        setattr(cls, name, _install.method(fn))
+    _install.install_methods(cls, {name: FUNCTIONS[name] for name in ("conj", "conj_physical", "resolve_conj",
+                                                                     "resolve_neg", "angle", "isreal", "stft")})
+    _install.install_methods(cls, {"is_conj": _is_conj, "is_neg": _is_conj, "cfloat": _cfloat, "cdouble": _cdouble},
+                             wrap=False)
     cls.real = property(real, doc="The real part (a real tensor's is itself).")
     cls.imag = property(imag, doc="The imaginary part of a complex tensor.")
-    cls.is_conj = _is_conj
-    cls.is_neg = _is_conj
-    cls.cfloat = _cfloat
-    cls.cdouble = _cdouble
 
 
 install()

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
-from .session import Session
+# the module, not its names: a program that imports tensorwire.session first reaches this module half-way through
+# session (session -> tensor -> the modules that add Tensor's methods, client/_install.py -> creation -> here)
+from . import session as _session
+
+if TYPE_CHECKING:
+    from .session import Session
 
 _default: Session | None = None
 _local = threading.local()
@@ -26,12 +32,12 @@ def connect(address: str | None = None, token: str | None = None, *, timeout: fl
     token = token if token is not None else os.environ.get("TENSORWIRE_TOKEN")
     cluster = None
     if not address:
-        from .cluster import LocalCluster
+        from .cluster import LocalCluster  # lazy: the embedded cluster's module, for a connect without an address
 
         cluster = LocalCluster(devices=devices or ("cpu:0",))
         address = cluster.address
     try:
-        s = Session(address, token, timeout=timeout, cluster=cluster, keys=keys)
+        s = _session.Session(address, token, timeout=timeout, cluster=cluster, keys=keys)
     except Exception:
         if cluster is not None:
             cluster.close()

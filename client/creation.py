@@ -12,13 +12,15 @@ from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.random import counters_used
 from tensorwire.protocol.shapes import check_shape, numel
 
+# the module, not its names: a program that imports tensorwire.context first reaches this module half-way through
+# it (context -> session -> tensor -> the modules that add Tensor's methods, client/_install.py -> here)
+from . import context as _context
 from . import random as R
-from .context import current_session
 from .tensor import Tensor, _size, device_name
 
 
 def _ctx(device, session):
-    s = session or current_session()
+    s = session or _context.current_session()
     dev = s.default_device if device is None else s.check_device(device_name(device))
     return s, dev
 
@@ -301,7 +303,7 @@ def _accepts_out(fn):
     def with_out(*args, out=None, **kwargs):
         if out is None:
             return fn(*args, **kwargs)
-        from .functions import write_out
+        from .functions import write_out  # circle: functions -> creation; functions runs once Tensor is whole
 
         if kwargs.get("dtype") is None:
             kwargs["dtype"] = out.dtype

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from . import amp as _amp
 from .accelerator import MODULE_FUNCTIONS, module_functions
 
 globals().update(module_functions("cuda"))  # is_available, device_count, set_device ... (torch.cuda's names)
@@ -15,12 +16,8 @@ class amp:  # noqa: N801 - torch.cuda.amp
 
     @staticmethod
     def autocast(enabled: bool = True, dtype=None, cache_enabled: bool = True):
-        from .amp import autocast
-
-        return autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+        return _amp.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
     @staticmethod
     def GradScaler(*args, **kwargs):  # noqa: N802 - torch's name
-        from .amp import GradScaler
-
-        return GradScaler("cuda", *args, **kwargs)
+        return _amp.GradScaler("cuda", *args, **kwargs)

@@ -15,6 +15,8 @@ import os
 from tensorwire.protocol.errors import DeviceError, DTypeError, ShapeError, TensorwireError
 from tensorwire.protocol.ops import COLLECTIVES, REDUCE_OPS
 
+from .context import current_session
+from .creation import zeros as _zeros
 from .tensor import Tensor
 
 _keys = itertools.count(1)
@@ -106,12 +108,9 @@ def reduce_scatter(tensors, op: str = "sum") -> list[Tensor]:
 def barrier(devices=None, group=None, async_op: bool = False, device_ids=None) -> None:
     """Wait until every listed device (default: every device of the session's cluster) has finished the work
     submitted before (and the service has seen them)."""
-    from .context import current_session
-    from .creation import zeros
-
     if devices is None:
         devices = current_session().devices()
-    ts = [zeros((), device=d) for d in devices]
+    ts = [_zeros((), device=d) for d in devices]
     all_reduce(ts)
     ts[0]._s.synchronize()
 

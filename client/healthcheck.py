@@ -18,7 +18,8 @@ import sys
 import urllib.error
 import urllib.request
 
-from tensorwire.protocol.errors import TensorwireError
+from tensorwire.protocol.credentials import CLIENT_TOKEN_ENV, resolve_token
+from tensorwire.protocol.errors import ConnectionFailed, ServiceUnavailable, TensorwireError
 
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -30,7 +31,6 @@ def ping_dispatcher(address: str, *, keys: str | os.PathLike | None = None, time
 
     from tensorwire.protocol.addresses import check_address
     from tensorwire.protocol.curve import apply_peer, keys_dir
-    from tensorwire.protocol.errors import ConnectionFailed
     from tensorwire.protocol.handshake import FirstAnswer
     from tensorwire.protocol.wire import pack_header, unpack_header
 
@@ -63,8 +63,6 @@ def check_registered(
     """Open a session and check that every device has a worker and every named service is registered;
     ServiceUnavailable naming what is missing otherwise."""
     # lazy: the probe loads only what its check needs (start-up time)
-    from tensorwire.protocol.errors import ServiceUnavailable
-
     from .session import Session
 
     s = Session(address, token, timeout=timeout, keys=keys)
@@ -82,9 +80,6 @@ def check_registered(
 
 def check_hub(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
     """The hub at ``url`` answers its repository listing with 200; ServiceUnavailable otherwise."""
-    # lazy: the probe loads only what its check needs (start-up time)
-    from tensorwire.protocol.errors import ServiceUnavailable
-
     try:
         with urllib.request.urlopen(f"{url.rstrip('/')}/api/models?limit=1", timeout=timeout) as r:
             status = r.status
@@ -124,9 +119,6 @@ def main(argv: list[str]) -> int:
                 p.error("--device and --service ask the dispatcher: give its tcp:// address")
             check_hub(args.target, args.timeout)
         elif args.device or args.service:
-            # lazy: the probe loads only what its check needs (start-up time)
-            from tensorwire.protocol.credentials import CLIENT_TOKEN_ENV, resolve_token
-
             token = resolve_token(CLIENT_TOKEN_ENV, args.token_file)
             check_registered(args.target, args.device, args.service, token=token, keys=args.keys, timeout=args.timeout)
         else:

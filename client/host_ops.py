@@ -59,7 +59,7 @@ def _host(t: Tensor) -> np.ndarray:
 
 
 def _upload(a: np.ndarray, like: Tensor) -> Tensor:
-    from .creation import tensor
+    from .creation import tensor  # circle: creation -> tensor -> linalg_lapack -> this module
 
     # (a complex result, an eigen-decomposition's: the complex dtype of the input's)
     dtype = like.dtype if a.dtype.kind == "f" else D.to_complex(like.dtype) if a.dtype.kind == "c" else \

@@ -21,6 +21,8 @@ from tensorwire.protocol.errors import ShapeError
 from tensorwire.protocol.shapes import broadcast, norm_dim
 
 from . import _install
+from . import combine as _combine
+from . import creation as _creation
 from . import linalg_lapack as L
 from .autograd_engine import Function
 from .host_ops import LinAlgError, check_float
@@ -61,21 +63,15 @@ def _matrix(name: str, A: Tensor) -> None:  # noqa: N803
 
 
 def _eye(like: Tensor, n: int, m: int | None = None) -> Tensor:
-    from .creation import eye  # circle: creation -> tensor -> this module
-
-    return eye(n, m, dtype=like.dtype, device=like._dev, session=like._s)
+    return _creation.eye(n, m, dtype=like.dtype, device=like._dev, session=like._s)
 
 
 def _zeros(like: Tensor, shape, dtype=None) -> Tensor:
-    from .creation import zeros  # circle: creation -> tensor -> this module
-
-    return zeros(*shape, dtype=dtype or like.dtype, device=like._dev, session=like._s)
+    return _creation.zeros(*shape, dtype=dtype or like.dtype, device=like._dev, session=like._s)
 
 
 def _where(cond, a, b) -> Tensor:
-    from .functions import where  # circle: functions -> tensor -> this module
-
-    return where(cond, a, b)
+    return _combine.where(cond, a, b)
 
 
 def _batched(A: Tensor, B: Tensor) -> tuple[Tensor, Tensor]:  # noqa: N803
@@ -143,9 +139,7 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
 
 def solve(A: Tensor, B: Tensor, *, left: bool = True, out=None) -> Tensor:  # noqa: N803
     """``X`` with ``A X = B`` (``left=False``: ``X A = B``); a singular ``A`` raises :class:`LinAlgError`."""
-    from .functions import write_out  # circle: functions -> tensor -> this module
-
-    return write_out(out, solve_ex(A, B, left=left, check_errors=True).result)
+    return _combine.write_out(out, solve_ex(A, B, left=left, check_errors=True).result)
 
 
 def _triangle(A: Tensor, upper: bool, unitriangular: bool) -> Tensor:  # noqa: N803
@@ -159,8 +153,6 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,  #
                      unitriangular: bool = False, out=None) -> Tensor:
     """``X`` with ``T X = B`` (``left=False``: ``X T = B``), ``T`` the upper or lower triangle of ``A``; a zero on
     the diagonal gives inf/NaN, as LAPACK's trtrs."""
-    from .functions import write_out  # circle: functions -> tensor -> this module
-
     _square("linalg.solve_triangular", A)
     check_float("linalg.solve_triangular", B)
     if B.ndim < 2:
@@ -168,7 +160,7 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,  #
     t = _triangle(A, upper, unitriangular)
     t, b = (t, B) if left else (t.mT, B.mT)
     x = L.solve(*_batched(t, b), "linalg.solve_triangular", False)[0]
-    return write_out(out, x if left else x.mT)
+    return _combine.write_out(out, x if left else x.mT)
 
 
 def tensorinv(A: Tensor, ind: int = 2) -> Tensor:  # noqa: N803
@@ -207,9 +199,7 @@ def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False) -
 
 def cholesky(A: Tensor, *, upper: bool = False, out=None) -> Tensor:  # noqa: N803
     """The Cholesky factor ``L`` (``A = L L^T``; ``upper``: ``U = L^T``); not positive-definite: LinAlgError."""
-    from .functions import write_out  # circle: functions -> tensor -> this module
-
-    return write_out(out, cholesky_ex(A, upper=upper, check_errors=True).L)
+    return _combine.write_out(out, cholesky_ex(A, upper=upper, check_errors=True).L)
 
 
 def eigh(A: Tensor, UPLO: str = "L") -> Eigh:  # noqa: N803
@@ -281,8 +271,6 @@ def lu_factor(A: Tensor, *, pivot: bool = True) -> LUFactor:  # noqa: N803
 
 def _permutation(pivots: Tensor, m: int, like: Tensor) -> Tensor:
     """The permutation matrix ``P`` (m x m) of LAPACK's 1-based row swaps ``pivots``: ``A = P L U``."""
-    from .creation import tensor  # circle: creation -> tensor -> this module
-
     piv = np.asarray(pivots._numpy()).astype(np.int64) - 1
     batch, k = piv.shape[:-1], piv.shape[-1]
     if m == 0 or piv.size == 0 and k:
@@ -296,7 +284,7 @@ def _permutation(pivots: Tensor, m: int, like: Tensor) -> Tensor:
     p = np.zeros((*batch, m, m), np.float64)
     np.put_along_axis(p, perm[..., :, None], 1.0, axis=-1)  # p[perm[i], ...]: rows of (L U) go to perm[i]
     p = np.swapaxes(p, -1, -2)
-    return tensor(p, dtype=like.dtype, device=like._dev, session=like._s)
+    return _creation.tensor(p, dtype=like.dtype, device=like._dev, session=like._s)
 
 
 def lu_unpack(LU_data: Tensor, LU_pivots: Tensor, unpack_data: bool = True, unpack_pivots: bool = True) -> PLU:  # noqa: N803
@@ -361,9 +349,7 @@ def _reflector(A: Tensor, i: int) -> Tensor:  # noqa: N803
     """The i-th Householder vector of a geqrf result (*, m, 1): zeros above row i, 1 at i, ``A[i+1:, i]`` below."""
     m = A.shape[-2]
     col = A.narrow(-1, i, 1)
-    from .creation import arange  # circle: creation -> tensor -> this module
-
-    rows = arange(m, device=A._dev, session=A._s).unsqueeze(-1)
+    rows = _creation.arange(m, device=A._dev, session=A._s).unsqueeze(-1)
     return _where(rows > i, col, (rows == i).to(A.dtype))
 
 
@@ -381,15 +367,13 @@ def apply_reflectors(A: Tensor, tau: Tensor, C: Tensor, *, left: bool, transpose
 
 def householder_product(A: Tensor, tau: Tensor, *, out=None) -> Tensor:  # noqa: N803
     """The first n columns of ``H_1 ... H_k`` (LAPACK's orgqr)."""
-    from .functions import write_out  # circle: functions -> tensor -> this module
-
     check_float("linalg.householder_product", A, tau)
     m, n = A.shape[-2], A.shape[-1]
     if not m >= n >= tau.shape[-1]:
         raise ShapeError("torch.linalg.householder_product: input.shape[-2] must be greater than or equal to "
                          "input.shape[-1], which must be greater than or equal to tau.shape[-1]")
     eye = _eye(A, m, n).expand(*A.shape[:-2], m, n)
-    return write_out(out, apply_reflectors(A, tau, eye, left=True, transpose=False))
+    return _combine.write_out(out, apply_reflectors(A, tau, eye, left=True, transpose=False))
 
 
 # -- from the SVD: pinv, matrix_rank, cond, lstsq, norms -------------------------------------------------------------
@@ -422,15 +406,13 @@ def _spectrum(A: Tensor, hermitian: bool):  # noqa: N803
 
 def pinv(A: Tensor, *, atol=None, rtol=None, hermitian: bool = False, rcond=None, out=None) -> Tensor:  # noqa: N803
     """The Moore-Penrose pseudo-inverse: values of magnitude at most ``max(atol, rtol * largest)`` count as zero."""
-    from .functions import write_out  # circle: functions -> tensor -> this module
-
     _matrix("linalg.pinv", A)
     if rcond is not None:
         rtol = rcond
     m, n = A.shape[-2], A.shape[-1]
     if min(m, n) == 0:
-        return write_out(out, zero_grad_from(_zeros(A, (*A.shape[:-2], n, m)), A))
-    return write_out(out, _Pinv.apply(A, lambda: _pinv_value(A, m, n, atol, rtol, hermitian)))
+        return _combine.write_out(out, zero_grad_from(_zeros(A, (*A.shape[:-2], n, m)), A))
+    return _combine.write_out(out, _Pinv.apply(A, lambda: _pinv_value(A, m, n, atol, rtol, hermitian)))
 
 
 def _pinv_value(A: Tensor, m: int, n: int, atol, rtol, hermitian: bool) -> Tensor:  # noqa: N803
@@ -467,17 +449,15 @@ class _Pinv(Function):
 
 def matrix_rank(A: Tensor, tol=None, hermitian: bool = False, *, atol=None, rtol=None, out=None) -> Tensor:  # noqa: N803
     """The number of singular values (|eigenvalues| for ``hermitian``) above ``max(atol, rtol * largest)``."""
-    from .functions import write_out  # circle: functions -> tensor -> this module
-
     _matrix("linalg.matrix_rank", A)
     if tol is not None:
         atol, rtol = tol, 0.0
     m, n = A.shape[-2], A.shape[-1]
     if min(m, n) == 0:
-        return write_out(out, _zeros(A, A.shape[:-2], D.int64))
+        return _combine.write_out(out, _zeros(A, A.shape[:-2], D.int64))
     mag = L.eigh(A, "L")[0].abs() if hermitian else L.svd(A, False, values_only=True)[1]
     tol_ = _tolerance(mag.amax(-1, keepdim=True), m, n, atol, rtol, A.dtype)
-    return write_out(out, (mag > tol_).sum(-1))
+    return _combine.write_out(out, (mag > tol_).sum(-1))
 
 
 def cond(A: Tensor, p=None) -> Tensor:  # noqa: N803

@@ -14,7 +14,9 @@ import numpy as np
 
 from . import _install
 from . import array_extras as _array_extras
+from . import combine as _combine
 from . import complex_ops as _complex_ops
+from . import creation as _creation
 from .host_ops import HostOp, LinAlgError, host_run, per_matrix
 from .tensor import Tensor
 
@@ -29,15 +31,11 @@ def _scipy_lapack():
 
 
 def _eye_like(x: Tensor, n: int) -> Tensor:
-    from .creation import eye  # circle: creation -> tensor -> this module
-
-    return eye(n, dtype=x.dtype, device=x._dev, session=x._s)
+    return _creation.eye(n, dtype=x.dtype, device=x._dev, session=x._s)
 
 
 def _cat(ts: list, dim: int) -> Tensor:
-    from .functions import cat  # circle: functions -> tensor -> this module
-
-    return cat(ts, dim)
+    return _combine.cat(ts, dim)
 
 
 def _diag(v: Tensor) -> Tensor:
@@ -192,8 +190,6 @@ def _eig_compute(attrs, a):
 def _eig_grad(ctx, inputs, outs, saved, grads):
     """torch's ``linalg_eig_backward``: ``V^-H (gL on the diagonal, (V^H gV - V^H V Re(diag(V^H gV))) / (conj(L_j) -
     conj(L_i)) off it) V^H``, its real part for a real input."""
-    from .functions import where  # circle: functions -> tensor -> linalg_legacy -> this module
-
     (a,), (w, v), (v_inv,), (gw, gv) = inputs, outs, saved, grads
     vh = _complex_ops.conj(v).mT
     n = w.shape[-1]
@@ -204,8 +200,8 @@ def _eig_grad(ctx, inputs, outs, saved, grads):
         re_diag = _complex_ops.real(vhgv).diagonal(0, -2, -1)
         ret = vhgv - vh.matmul(v * re_diag.unsqueeze(-2))
         lc = _complex_ops.conj(w)
-        e = where(eye, 1.0, lc.unsqueeze(-2) - lc.unsqueeze(-1))  # e[i, j] = conj(L_j) - conj(L_i)
-        off = where(eye, 0.0, ret / e)
+        e = _combine.where(eye, 1.0, lc.unsqueeze(-2) - lc.unsqueeze(-1))  # e[i, j] = conj(L_j) - conj(L_i)
+        off = _combine.where(eye, 0.0, ret / e)
         inner = off if inner is None else off + inner
     if inner is None:
         return (None,)

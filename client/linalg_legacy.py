@@ -137,9 +137,7 @@ METHODS = {n: f for n, f in FUNCTIONS.items() if n not in ("lu_unpack", "svd_low
 
 def install(cls=Tensor) -> None:
     """Add :data:`METHODS` to ``Tensor`` (leaving any method it defines itself)."""
-    for name, fn in METHODS.items():
-        if name not in cls.__dict__:
-            setattr(cls, name, _install.method(fn))
+    _install.install_methods(cls, METHODS)
 
 
 install()

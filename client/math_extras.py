@@ -20,6 +20,8 @@ from tensorwire.protocol.shapes import broadcast, norm_dim
 
 from . import _install
 from . import autograd_engine as _autograd_engine
+from . import combine as _combine
+from . import creation as _creation
 from .complex_ops import angle, conj, conj_physical, isreal, real, resolve_conj, resolve_neg
 from .tensor import Tensor
 from .zero_grads import zero_grad_from
@@ -34,9 +36,7 @@ def _t(x, like: Tensor) -> Tensor:
 
 def _where(cond: Tensor, a, b) -> Tensor:
     """``a`` where ``cond``, else ``b`` (torch.where)."""
-    from .functions import where  # circle: functions -> tensor -> this module
-
-    return where(cond, a, b)
+    return _combine.where(cond, a, b)
 
 
 def to_float(x: Tensor) -> Tensor:
@@ -348,17 +348,13 @@ def linalg_cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:  # n
     a, b = input.to(rt).expand(*shape), other.to(rt).expand(*shape)
     a0, a1, a2 = (a.select(d, i) for i in range(3))
     b0, b1, b2 = (b.select(d, i) for i in range(3))
-    from .functions import stack  # circle: functions -> tensor -> this module
-
-    return stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], d)
+    return _combine.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], d)
 
 
 # -- differences, integrals, scans -----------------------------------------------------------------------------------
 
 def diff(input: Tensor, n: int = 1, dim: int = -1, prepend=None, append=None) -> Tensor:  # noqa: A002
     """The n-th forward difference along ``dim`` (``prepend``/``append`` joined first; bools: ``!=``)."""
-    from .functions import cat  # circle: functions -> tensor -> this module
-
     if input.ndim == 0:
         raise ShapeError("diff expects input to be at least one-dimensional")
     d = norm_dim(dim, input.ndim)
@@ -372,7 +368,7 @@ def diff(input: Tensor, n: int = 1, dim: int = -1, prepend=None, append=None) ->
                 return p.expand(*x.shape[:d], p.shape[d] if p.ndim else 1, *x.shape[d + 1:]) if p.ndim == 0 \
                     else p
             return _t(p, x).to(x.dtype).reshape(*([1] * x.ndim)).expand(*x.shape[:d], 1, *x.shape[d + 1:])
-        x = cat([fit(p) if p is not x else p for p in parts], d)
+        x = _combine.cat([fit(p) if p is not x else p for p in parts], d)
     for _ in range(n):
         if x.shape[d] == 0:
             break
@@ -441,8 +437,6 @@ _MaxIdx = namedtuple("cummax", ["values", "indices"])
 
 def _cumext(input: Tensor, dim: int, largest: bool):
     """Running max (or min) and the index of its last occurrence, by log2(n) shifted comparisons (NaN wins)."""
-    from .functions import arange_like, cat  # circle: functions -> tensor -> this module
-
     x = input
     if x.ndim == 0:
         return _MaxIdx(x.clone(), x.new_zeros((), dtype=D.int64))
@@ -450,13 +444,13 @@ def _cumext(input: Tensor, dim: int, largest: bool):
     n = x.shape[d]
     shape = [1] * x.ndim
     shape[d] = n
-    idx = arange_like(x, 0, n).reshape(*shape).expand(*x.shape)
+    idx = _combine.arange_like(x, 0, n).reshape(*shape).expand(*x.shape)
     v = x
     k = 1
     while k < n:
-        pv = cat([v.narrow(d, 0, 1).expand(*x.shape[:d], k, *x.shape[d + 1:]), v.narrow(d, 0, n - k)], d)
-        pi = cat([idx.narrow(d, 0, 1).expand(*x.shape[:d], k, *x.shape[d + 1:]) * 0 - 1, idx.narrow(d, 0, n - k)],
-                 d)
+        pv = _combine.cat([v.narrow(d, 0, 1).expand(*x.shape[:d], k, *x.shape[d + 1:]), v.narrow(d, 0, n - k)], d)
+        pi = _combine.cat([idx.narrow(d, 0, 1).expand(*x.shape[:d], k, *x.shape[d + 1:]) * 0 - 1,
+                           idx.narrow(d, 0, n - k)], d)
         valid = pi >= 0
         better = (pv > v) if largest else (pv < v)
         if v.dtype.is_floating_point:
@@ -718,9 +712,7 @@ def mode(input: Tensor, dim: int = -1, keepdim: bool = False):  # noqa: A002
         value = cand.amin(-1, keepdim=True).to(xs.dtype)
     else:
         value = _where(counts == best, xs, big).amin(-1, keepdim=True)
-    from .functions import arange_like  # circle: functions -> tensor -> this module
-
-    pos = arange_like(xs, 0, n)
+    pos = _combine.arange_like(xs, 0, n)
     idx = _where(xs == value, pos, pos * 0 - 1).amax(-1, keepdim=True)
     value, idx = value.movedim(-1, d), idx.movedim(-1, d)
     if not keepdim:
@@ -813,13 +805,11 @@ def _histogram_nd(points: np.ndarray, bins: list, ranges: list, weights, density
 
 
 def _histogram(name: str, input: Tensor, points, bins: list, ranges: list, weight, density: bool):  # noqa: A002
-    from .creation import tensor  # circle: creation -> tensor -> this module
-
     if not input.dtype.is_floating_point:
         raise DTypeError(f"torch.{name}: expected a floating point input, got {input.dtype.name}")
     hist, edges = _histogram_nd(points, bins, ranges, _host_values(weight), density)
-    return (tensor(hist, dtype=input.dtype, device=input._dev, session=input._s),
-            [tensor(e, dtype=input.dtype, device=input._dev, session=input._s) for e in edges])
+    return (_creation.tensor(hist, dtype=input.dtype, device=input._dev, session=input._s),
+            [_creation.tensor(e, dtype=input.dtype, device=input._dev, session=input._s) for e in edges])
 
 
 def histogram(input: Tensor, bins=100, *, range=None, weight=None, density: bool = False):  # noqa: A002
@@ -861,8 +851,6 @@ def gradient(input: Tensor, *, spacing=1, dim=None, edge_order: int = 1) -> tupl
                          f"{len(dims)}, got {len(steps)}")
     f = to_float(input)
     out = []
-    from .functions import cat  # circle: functions -> tensor -> this module
-
     for d, h in zip(dims, steps):
         n = f.shape[d]
         if n < edge_order + 1:
@@ -899,7 +887,7 @@ def gradient(input: Tensor, *, spacing=1, dim=None, edge_order: int = 1) -> tupl
             else:
                 first = (at(0) * -1.5 + at(1) * 2 - at(2) * 0.5) / h
                 last = (at(-3) * 0.5 - at(-2) * 2 + at(-1) * 1.5) / h
-        out.append(cat([first, center, last], d))
+        out.append(_combine.cat([first, center, last], d))
     return tuple(out)
 
 
@@ -1001,9 +989,7 @@ def native_group_norm(input: Tensor, weight, bias, N: int, C: int, HxW: int, gro
 # -- the out= helper -------------------------------------------------------------------------------------------------
 
 def _out(out, result):
-    from .functions import write_out  # circle: functions -> tensor -> this module
-
-    return write_out(out, result)
+    return _combine.write_out(out, result)
 
 
 FUNCTIONS = {
@@ -1035,9 +1021,7 @@ METHODS = {**{n: f for n, f in FUNCTIONS.items()
 def install(cls=Tensor) -> None:
     """Add :data:`METHODS` to ``Tensor`` (leaving any method it defines itself; ``real`` and ``imag`` are
     properties that client/complex_ops.py installs)."""
-    for name, fn in METHODS.items():
-        if name not in cls.__dict__:
-            setattr(cls, name, _install.method(fn))
+    _install.install_methods(cls, METHODS)
 
 
 install()

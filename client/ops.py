@@ -14,6 +14,7 @@ from __future__ import annotations
 from tensorwire.protocol.ops import OPS, load_plugin_ops
 
 from . import autograd_hooks as _hooks
+from .tensor import Tensor
 
 
 class _Op:
@@ -24,8 +25,6 @@ class _Op:
         self.__doc__ = OPS[name].doc or f"The op {name!r} of the op table."
 
     def __call__(self, *inputs, **attrs):
-        from .tensor import Tensor
-
         first = next((t for t in inputs if isinstance(t, Tensor)), None)
         if first is None:
             raise TypeError(f"tw.ops.{self.name} needs at least one tensor input")

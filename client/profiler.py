@@ -41,6 +41,8 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from .context import current_session
+
 __all__ = ["profile", "record_function", "FunctionEvent", "FunctionEventAvg", "EventList"]
 
 _clock = time.monotonic_ns
@@ -191,8 +193,6 @@ class record_function:  # noqa: N801
         self._t0 = 0
 
     def __enter__(self):
-        from .context import current_session
-
         self._prof = getattr(current_session(), "_prof", None)
         self._t0 = _clock()
         return self
@@ -230,8 +230,6 @@ class profile:  # noqa: N801
 
     # -- the session's timed methods (instance attributes while the profile is open) -------------------------
     def __enter__(self):
-        from .context import current_session
-
         s = self._session or current_session()
         if getattr(s, "_prof", None) is not None:
             raise RuntimeError("this session is already being profiled")

@@ -72,7 +72,7 @@ class Bars:
         self.bars: dict[tuple[str, str], Any] = {}
 
     def __call__(self, p: DownloadProgress) -> None:
-        from tensorwire.hub.client import progress_bar
+        from tensorwire.hub.client import progress_bar  # lazy: the hub client's modules, once a download reports
 
         key = (p.device, p.file)
         bar = self.bars.get(key)

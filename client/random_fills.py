@@ -11,22 +11,20 @@ from tensorwire.protocol.errors import DTypeError
 
 from . import _install
 from . import array_extras as _array_extras
+from . import combine as _combine
+from . import creation as _creation
 from .tensor import Tensor, _size
 from .zero_grads import zero_grad_from
 
 
 def _uniform(like: Tensor, shape, generator=None) -> Tensor:
-    from .creation import rand  # circle: creation -> tensor -> this module
-
     dt = like.dtype if like.dtype.is_floating_point else D.get_default_dtype()
-    return rand(tuple(shape), dtype=dt, device=like._dev, generator=generator, session=like._s)
+    return _creation.rand(tuple(shape), dtype=dt, device=like._dev, generator=generator, session=like._s)
 
 
 def _normal01(like: Tensor, shape, generator=None) -> Tensor:
-    from .creation import randn  # circle: creation -> tensor -> this module
-
     dt = like.dtype if like.dtype.is_floating_point else D.get_default_dtype()
-    return randn(tuple(shape), dtype=dt, device=like._dev, generator=generator, session=like._s)
+    return _creation.randn(tuple(shape), dtype=dt, device=like._dev, generator=generator, session=like._s)
 
 
 def bernoulli(input: Tensor, p=None, *, generator=None, out=None) -> Tensor:  # noqa: A002
@@ -35,18 +33,14 @@ def bernoulli(input: Tensor, p=None, *, generator=None, out=None) -> Tensor:  # 
         raise DTypeError(f"bernoulli: expected a floating point tensor of probabilities, got {input.dtype.name}")
     prob = input if p is None else input._operand(p)
     r = (_uniform(input, input.shape, generator) < prob).to(input.dtype)
-    from .functions import write_out  # circle: functions -> tensor -> this module
-
     r = zero_grad_from(r, *([input] if prob is input else [input, prob]))  # (torch's: zero gradients)
-    return write_out(out, r)
+    return _combine.write_out(out, r)
 
 
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None, layout=None, device=None,
            pin_memory: bool = False, requires_grad: bool = False) -> Tensor:
     """Draws from N(mean, std²): tensor ``mean`` and/or ``std`` broadcast together, or numbers with ``size``
     (``layout``: ``tw.strided``, the only one torch's ``normal`` makes)."""
-    from .functions import write_out  # circle: functions -> tensor -> this module
-
     if layout is not None and layout != "strided":
         raise NotImplementedError(f"normal(layout={layout!r}): torch draws dense (strided) tensors only")
 
@@ -54,17 +48,15 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None
     if ref is None:
         if size is None:
             raise TypeError("normal() with number mean and std needs a size")
-        from .creation import randn  # circle: creation -> tensor -> this module
-
-        r = randn(_size((size,)), dtype=dtype, device=device, generator=generator) * std + mean
-        return write_out(out, r.requires_grad_(requires_grad) if requires_grad else r)
+        r = _creation.randn(_size((size,)), dtype=dtype, device=device, generator=generator) * std + mean
+        return _combine.write_out(out, r.requires_grad_(requires_grad) if requires_grad else r)
     m = ref._operand(mean)
     s = ref._operand(std)
     if isinstance(std, Tensor) and bool((std < 0).any()):
         raise ValueError("normal expects all elements of std >= 0.0")
 
     shape = _array_extras.broadcast_shapes(m.shape, s.shape)
-    return write_out(out, _normal01(ref, shape, generator) * s + m)
+    return _combine.write_out(out, _normal01(ref, shape, generator) * s + m)
 
 
 def cauchy_(self: Tensor, median: float = 0.0, sigma: float = 1.0, *, generator=None) -> Tensor:
@@ -98,9 +90,7 @@ METHODS = {"bernoulli": bernoulli, "cauchy_": cauchy_, "exponential_": exponenti
 
 def install(cls=Tensor) -> None:
     """Add :data:`METHODS` to ``Tensor`` (leaving any method it defines itself)."""
-    for name, fn in METHODS.items():
-        if name not in cls.__dict__:
-            setattr(cls, name, fn)
+    _install.install_methods(cls, METHODS, wrap=False)
 
 
 install()

@@ -35,6 +35,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+import tensorwire as tw  # (the package itself loads nothing: each check loads what it exercises)
+
 #: verdicts: ``ok``/``FAIL`` for correctness, ``met``/``missed`` for speed against a target, ``info`` for a speed
 #: row without one, ``skip`` with the reason
 FAILING = frozenset({"FAIL"})
@@ -56,9 +58,6 @@ def mixed_sessions(address: str, device: str, rounds: int = 3, token: str | None
     """Two sessions at once on ``device``, one sending large batches (2M elements, a 128-cube matmul: the worker
     runs those on its pool threads) and one small ones (its main thread), every result checked against numpy.
     Returns what went wrong (empty when all matched)."""
-    # lazy: each check loads what it exercises when it runs (start-up time)
-    import tensorwire as tw
-
     problems: list[str] = []
     rng = np.random.default_rng(7)
     big = rng.standard_normal((2048, 1024)).astype(np.float32)
@@ -110,7 +109,6 @@ def mixed_sessions(address: str, device: str, rounds: int = 3, token: str | None
 def _gradcheck_functions(device: str, rng) -> list[tuple[str, Callable, list]]:
     """``(name, fn, inputs)`` for one op of each kernel kind, float64 inputs on ``device``."""
     # lazy: each check loads what it exercises when it runs (start-up time)
-    import tensorwire as tw
     import tensorwire.nn.functional as F
 
     def t(*shape, positive=False, grad=True):
@@ -148,9 +146,6 @@ def _gradcheck_functions(device: str, rng) -> list[tuple[str, Callable, list]]:
 def gradcheck(session, device: str) -> tuple[int, list[str]]:
     """``(checked, mismatches)``: every function of :func:`_gradcheck_functions`, analytical against numerical
     directional derivatives, fetched in one round trip."""
-    # lazy: each check loads what it exercises when it runs (start-up time)
-    import tensorwire as tw
-
     recorded = []
     for name, fn, inputs in _gradcheck_functions(device, np.random.default_rng(0)):
         a, n = tw.autograd.gradcheck_terms(fn, inputs, eps=1e-6, directions=2)
@@ -184,7 +179,6 @@ def training_losses(device: str, steps: int = 6) -> tuple[list[float], str]:
     """The losses of ``steps`` Adam steps (batch 32, seed 0) of a 64-128-10 MLP on ``device``, and the data's
     name."""
     # lazy: each check loads what it exercises when it runs (start-up time)
-    import tensorwire as tw
     import tensorwire.nn.functional as F
 
     x, y, what = _digits_data()
@@ -278,9 +272,6 @@ def _on_cpu(device: str) -> bool:
 def speed_matmul(device: str, n: int | None = None, dtype: str = "float32", repeat: int | None = None) -> Speed:
     """``n``-cube matmuls (4096 on a GPU, 1024 on a CPU), ``repeat`` queued then waited for, against PyTorch's
     (cuBLAS on a GPU)."""
-    # lazy: each check loads what it exercises when it runs (start-up time)
-    import tensorwire as tw
-
     n = n or (1024 if _on_cpu(device) else 4096)
     repeat = repeat or (3 if _on_cpu(device) else 10)
     torch, tdev = torch_device(device)
@@ -312,9 +303,6 @@ def speed_matmul(device: str, n: int | None = None, dtype: str = "float32", repe
 def speed_chain(device: str, n: int | None = None) -> Speed:
     """The 8-op chain on ``n`` float32 elements (64M on a GPU, 8M on a CPU) against ``torch.compile`` of the same
     function (and eager, noted); the first 4096 results are checked against numpy in float64."""
-    # lazy: each check loads what it exercises when it runs (start-up time)
-    import tensorwire as tw
-
     n = n or (8 << 20 if _on_cpu(device) else 64 << 20)
     torch, tdev = torch_device(device)
     xn = (np.random.default_rng(0).standard_normal(n) * 0.5).astype(np.float32)
@@ -354,9 +342,6 @@ MLP_SIZES = (784, 512, 512, 10)
 def speed_mlp_step(device: str, batch: int = 256, log_every: int = 10) -> Speed:
     """A 784-512-512-10 MLP training step (forward, cross-entropy, backward, Adam) against PyTorch eager from the
     same weights and data (the first steps' losses must agree); the loss is read every ``log_every`` steps."""
-    # lazy: each check loads what it exercises when it runs (start-up time)
-    import tensorwire as tw
-
     torch, tdev = torch_device(device)
 
     def mlp(m):
@@ -437,7 +422,6 @@ class SelfTest:
 
     def run(self) -> list[Row]:
         # lazy: each check loads what it exercises when it runs (start-up time)
-        import tensorwire as tw
         from tensorwire.backends import backends
 
         backend = backends().get(self.kind)
@@ -504,16 +488,10 @@ class SelfTest:
                                           f"({what})")
 
     def _large_batch(self) -> tuple[str, str]:
-        # lazy: each check loads what it exercises when it runs (start-up time)
-        import tensorwire as tw
-
         got = (tw.ones((2048, 1024), device=self.device) * 2).sum().item()
         return ("ok" if got == 2 * 2048 * 1024 else "FAIL"), f"(ones(2048, 1024) * 2).sum() = {got:g}"
 
     def _matmul(self) -> tuple[str, str]:
-        # lazy: each check loads what it exercises when it runs (start-up time)
-        import tensorwire as tw
-
         n = 4096
         rng = np.random.default_rng(1)
         a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
@@ -530,9 +508,6 @@ class SelfTest:
         return "ok", "large batches (pool threads) and small ones (main thread) at once, all results right"
 
     def _all_reduce(self, devices: list[str]) -> tuple[str, str]:
-        # lazy: each check loads what it exercises when it runs (start-up time)
-        import tensorwire as tw
-
         if len(devices) < 2:
             return "skip", f"one {self.kind} device visible: an all_reduce needs two"
         parts = [tw.full((1 << 20,), float(i + 1), device=d) for i, d in enumerate(devices)]

@@ -20,6 +20,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from tensorwire import __version__
 from tensorwire.protocol.errors import ConfigurationError
 
 GPU_BACKENDS = ("cuda", "rocm")
@@ -166,8 +167,6 @@ def job_devices(nodes: int, per_node: list[str]) -> list[tuple[str, int]]:
 
 def render(args: argparse.Namespace) -> str:
     """The sbatch script for parsed ``tensorwire slurm`` options."""
-    from tensorwire import __version__
-
     if args.gpus_per_node and args.devices:
         raise ConfigurationError("give --gpus-per-node or --devices, not both")
     if args.devices:

@@ -20,6 +20,8 @@ from tensorwire.protocol.errors import ShapeError
 from tensorwire.protocol.shapes import norm_dim
 
 from . import _install
+from . import combine as _combine
+from . import creation as _creation
 from .tensor import Tensor
 
 Sort = namedtuple("sort", ["values", "indices"])
@@ -80,27 +82,22 @@ def unique(x, sorted: bool = True, return_inverse: bool = False, return_counts: 
            dim: int | None = None):
     """The distinct values of ``x`` (sorted), and optionally the inverse indices and the counts, as torch.unique.
     A sync point: the result's size depends on the data."""
-    from .creation import tensor  # circle: creation -> tensor -> this module
-
     a = x._numpy()
     axis = None if dim is None else norm_dim(dim, x.ndim)
     vals, inv, counts = np.unique(a, return_inverse=True, return_counts=True, axis=axis)
     if axis is None:
         inv = inv.reshape(a.shape)
-    out = [tensor(vals, dtype=x.dtype, device=x._dev, session=x._s)]
+    out = [_creation.tensor(vals, dtype=x.dtype, device=x._dev, session=x._s)]
     if return_inverse:
-        out.append(tensor(inv.astype(np.int64), device=x._dev, session=x._s))
+        out.append(_creation.tensor(inv.astype(np.int64), device=x._dev, session=x._s))
     if return_counts:
-        out.append(tensor(counts.astype(np.int64), device=x._dev, session=x._s))
+        out.append(_creation.tensor(counts.astype(np.int64), device=x._dev, session=x._s))
     return out[0] if len(out) == 1 else tuple(out)
 
 
 def multinomial(weights, num_samples: int, replacement: bool = False, *, generator=None, out=None):
     """``num_samples`` category indices per row of ``weights`` (1-D or 2-D, non-negative, not necessarily summing
     to one), drawn with or without replacement."""
-    from .creation import rand  # circle: creation -> tensor -> this module
-    from .functions import write_out  # circle: functions -> tensor -> this module
-
     if weights.ndim not in (1, 2):
         raise ShapeError(f"prob_dist must be 1 or 2 dim, got {weights.ndim}")
     if not weights.dtype.is_floating_point:
@@ -115,14 +112,14 @@ def multinomial(weights, num_samples: int, replacement: bool = False, *, generat
     w = weights.to(D.float64) if weights.dtype is not D.float64 else weights
     if replacement:
         cdf = w.cumsum(-1)
-        u = rand(*rows, num_samples, dtype=D.float64, device=weights._dev, generator=generator,
-                 session=weights._s) * cdf.narrow(-1, n - 1, 1)
+        u = _creation.rand(*rows, num_samples, dtype=D.float64, device=weights._dev, generator=generator,
+                           session=weights._s) * cdf.narrow(-1, n - 1, 1)
         idx = (cdf.unsqueeze(-2) <= u.unsqueeze(-1)).sum(-1).clamp(max=n - 1)
     else:
-        e = -(1 - rand(*rows, n, dtype=D.float64, device=weights._dev, generator=generator,
-                       session=weights._s)).log()  # Exp(1)
+        e = -(1 - _creation.rand(*rows, n, dtype=D.float64, device=weights._dev, generator=generator,
+                                 session=weights._s)).log()  # Exp(1)
         idx = argsort(w / e, -1, descending=True).narrow(-1, 0, num_samples)
-    return write_out(out, idx.to(D.int64))
+    return _combine.write_out(out, idx.to(D.int64))
 
 
 #: Tensor methods (``x.sort()`` ...): these functions with ``x`` first
@@ -132,9 +129,7 @@ METHODS = {"sort": sort, "argsort": argsort, "msort": msort, "topk": topk, "kthv
 
 def install(cls=Tensor) -> None:
     """Add :data:`METHODS` to ``Tensor`` (leaving any method it defines itself)."""
-    for name, fn in METHODS.items():
-        if name not in cls.__dict__:
-            setattr(cls, name, _install.method(fn))
+    _install.install_methods(cls, METHODS)
 
 
 install()

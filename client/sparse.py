@@ -847,9 +847,7 @@ METHODS = {"to_sparse": to_sparse, "to_sparse_coo": to_sparse, "to_sparse_csr": 
 
 def install(cls=Tensor) -> None:
     """Add :data:`METHODS` to ``Tensor`` (leaving any it defines itself), and ``is_sparse_csr`` (False)."""
-    for name, fn in METHODS.items():
-        if name not in cls.__dict__:
-            setattr(cls, name, _install.method(fn))
+    _install.install_methods(cls, METHODS)
     if "is_sparse_csr" not in cls.__dict__:
         cls.is_sparse_csr = False
 

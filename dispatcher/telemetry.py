@@ -96,6 +96,7 @@ class DispatcherCollector:
         self.d = dispatcher
 
     def collect(self):
+        # lazy: prometheus_client (~0.1 s) only when metrics are served (as protocol/metrics.py)
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         d = self.d

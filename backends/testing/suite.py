@@ -205,8 +205,9 @@ def sample_cases(cases: list, float64: bool = True) -> list:
     """A deterministic sample of the conformance suite: the first and the middle case of every op (dtypes, shapes
     and attributes vary along an op's cases), and every round-trip, replay and failure case; with ``float64=False``
     no case named float64. ``tensorwire selftest`` and the GPU backends' tests without a GPU run it: the sample covers
-    every op's launches, bindings and host steps in minutes less than the whole suite, whose kernels share the
-    lowering that the OpenCL backend's whole suite checks."""
+    every op's launches, bindings and host steps in minutes less than the whole suite (run in full by the CPU
+    backend's tests, and by the GPU backends' with ``TENSORWIRE_FULL_CONFORMANCE=1``; every kernel of the whole suite
+    is compiled for the GPU targets by ``tests/backends/test_render_targets.py``)."""
     groups: dict = {}
     for c in cases:
         if float64 or "float64" not in c.name:

@@ -7,6 +7,7 @@ twins of a suite in a few programs first (``CLRuntime.prebuild``) makes the suit
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
@@ -15,7 +16,23 @@ from tensorwire.backends import executor as X
 from tensorwire.backends import testing as T
 from tensorwire.backends.testing.cases import _Ctx, _Err
 from tensorwire.backends.testing.suite import kernel_lists  # noqa: F401 - the children's name
-from tensorwire.backends.testing.suite import sample_cases as sample  # noqa: F401 - the tests' name
+from tensorwire.backends.testing.suite import sample_cases as sample
+
+#: set to 1 to run the whole conformance suite where a backend's tests run :func:`conformance_sample` (OpenCL, and
+#: the CUDA and ROCm stand-ins): ``TENSORWIRE_FULL_CONFORMANCE=1 python -m pytest tests/backends/test_opencl.py``
+FULL_ENV = "TENSORWIRE_FULL_CONFORMANCE"
+
+
+def full_conformance() -> bool:
+    """Whether :data:`FULL_ENV` asks for the whole suite."""
+    return os.environ.get(FULL_ENV, "") not in ("", "0")
+
+
+def conformance_sample(cases: list, sampler: Callable[[list], list] = sample) -> list:
+    """The cases a backend's tests run: ``sampler(cases)`` (by default :func:`sample`, the first and the middle case of
+    every op and every round-trip, replay and failure case: the same cases on every run, no randomness), or all of
+    them when :data:`FULL_ENV` is set."""
+    return list(cases) if full_conformance() else sampler(cases)
 
 
 def run_cases(backend, cases, failed: Callable[[Exception], str] = lambda e: "fail") -> dict:

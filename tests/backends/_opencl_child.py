@@ -507,8 +507,8 @@ def main(argv: list[str]) -> int:
     cmd, out = argv[0], argv[1]
     if cmd == "info":
         result = info()
-    elif cmd == "conformance":
-        result = conformance()
+    elif cmd == "conformance":  # the named cases (";"-separated), or every case without a list
+        result = conformance([n for n in argv[2].split(";") if n] if len(argv) > 2 else None)
     elif cmd == "work_groups":  # the named cases (";"-separated) in a GPU's lowering
         result = conformance([n for n in argv[2].split(";") if n], work_groups=True)
     elif cmd == "vectors":  # the named cases (";"-separated) with vectors of 4 lanes

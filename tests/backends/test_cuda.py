@@ -10,7 +10,7 @@ real CUDA source. On the stand-in:
   ~2 min with empty caches (NVRTC 18 s, PoCL 6 s, then ~100 s of runs, mostly PoCL generating each kernel's
   work-group code at its first launch), too much of the test budget for a stand-in: every kernel's CUDA source is
   still compiled by NVRTC in test_render_targets.py, and the OpenCL backend, which shares the lowering, runs the
-  whole suite;
+  same sample (``TENSORWIRE_FULL_CONFORMANCE=1`` runs the whole suite on either);
 * the runtime's pieces (``_gpu_child.units``): allocator, OOM, pinned staging, kernel errors, PTX, disk cache, cuBLAS;
 * a real cluster whose ``cuda:0`` worker runs with the stand-in installed: moves between devices, a sample of the
   autograd gradchecks (``_gradcheck.STANDIN_GRADCHECKS``: 19 of 36, every kernel kind), digits training, memory
@@ -34,7 +34,7 @@ from tensorwire.backends.cuda import CUDABackend
 from tensorwire.backends.cuda import runtime as RT
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
-from tests.backends._child_cases import sample
+from tests.backends._child_cases import conformance_sample
 from tests.backends._gradcheck import STANDIN_GRADCHECKS, gradcheck_on
 from tests.backends._pocl import opencl_available
 
@@ -52,8 +52,9 @@ needs_no_gpu = pytest.mark.skipif(REAL.available, reason="this host has a CUDA G
 OPENCL_OK, OPENCL_WHY = opencl_available()
 needs_standin = pytest.mark.skipif(not OPENCL_OK, reason=f"the CUDA stand-in runs kernels on OpenCL: {OPENCL_WHY}")
 CASES = T.conformance_cases()
-#: the cases run on the stand-in (a real GPU runs them all): see :func:`tests.backends._child_cases.sample`
-SAMPLE = sample(CASES)
+#: the cases run on the stand-in (a real GPU runs them all; TENSORWIRE_FULL_CONFORMANCE=1 runs them all here too): see
+#: :func:`tests.backends._child_cases.conformance_sample`
+SAMPLE = conformance_sample(CASES)
 
 
 def child(command: str, tmp_dir, *args: str, timeout: float = 900) -> dict:
