@@ -15,6 +15,10 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import IndexOutOfRange
 
 from . import views as V
+from .amp import autocast_mode as _amp
+from .known_values import int64_value
+
+_amp_active = _amp._active
 
 #: the client's ``Tensor`` class: :mod:`tensorwire.tensor` imports this module and installs the class here once it
 #: exists (:func:`install`), so this module never imports ``tensor`` (no import circle)
@@ -140,14 +144,83 @@ _ALL = slice(None)
 
 def getitem(x, key):
     tk = type(key)
-    if (tk is int or tk is slice) and x._shape:  # ``x[i]``, ``x[a:b]`` (and iterating): the commonest keys
-        key = (key,) + (_ALL,) * (len(x._shape) - 1)
+    shape = x._shape
+    if shape and (tk is int or tk is slice and key.step is None):  # ``x[i]``, ``x[a:b]``: the commonest keys
+        n = shape[0]
+        if tk is int:
+            if not -n <= key < n:
+                raise IndexOutOfRange(f"index {key} is out of bounds for dimension 0 with size {n}")
+            a = key % n
+            b = a + 1
+            lens = (1, *shape[1:])
+            out = shape[1:]
+        else:
+            a, b = key.start, key.stop
+            a, b, _ = slice(a if type(a) is int else _int(a), b if type(b) is int else _int(b)).indices(n)
+            if b < a:
+                b = a
+            out = lens = (b - a, *shape[1:])
+        nd = len(shape)
+        if nd == 1:
+            return V.basic_view(x, [a], [b], [1], out, lens)
+        return V.basic_view(x, [a] + [0] * (nd - 1), [b, *shape[1:]], [1] * nd, out, lens)
+    if (tk is int or tk is slice) and shape:  # (a slice with a step)
+        key = (key,) + (_ALL,) * (len(shape) - 1)
     else:
         key = _expand_key(x, key)
         if any(_is_tensorlike(k) for k in key):
             return _advanced(x, key)
     starts, stops, steps, out = _basic_parts(x, key)
-    return x._view(V.Slice(starts, stops, steps, out, x._shape))
+    return V.basic_view(x, starts, stops, steps, out)
+
+
+def iter_known(x):
+    """``iter(x)`` for a tensor whose value the client has (``known_values``): each element is the view ``x[i]`` as
+    always, and its value is known at once (the element of ``x``'s value, while ``x`` still holds that value), so
+    reading it (``__index__`` of a slice bound) is a look-up, not a recipe followed. Each element's lazy node is made
+    directly (``Session.defer``), with the attrs key and meta every element shares worked out once; an element made
+    when that is not so (``x`` changed in place to a value the client does not have, autograd, autocast, capture) is
+    ``x[i]``'s general path."""
+    s = x._s
+    known = s._known
+    shape = x._shape
+    dt, dev = x.dtype, x._dev
+    rest, nd, out = list(shape[1:]), len(shape), shape[1:]
+    zeros = [0] * (nd - 1)
+    lens = (1, *out)
+    key_meta = V.slice_known(lens, (1,) * nd, dt)
+    then = ("reshape", {"shape": rest}, (V.reshape_key(out), (out, dt)))
+    one_d_int64 = nd == 1 and dt is D.int64
+    hid, arr, ints = None, None, None
+    for i in range(shape[0]):
+        b = x._base
+        if b is not None and b._version != x._base_version:  # (a view whose base changed: recomputed first)
+            x._refresh()
+        if x._id != hid:  # (changed in place since the last element: its value now, if the client has it)
+            hid = x._id
+            arr = known.peek(hid)
+            ints = arr.tolist() if arr is not None and one_d_int64 else None
+        if nd == 1:
+            starts, stops, steps = [i], [i + 1], [1]
+        else:
+            starts, stops, steps = [i, *zeros], [i + 1, *rest], [1] * nd
+        step = V.Slice(starts, stops, steps, out, shape)  # (x[i])
+        if arr is None or s._capture is not None or _amp_active[0] or x.requires_grad or x._shape != shape \
+                or (b is not None and b.requires_grad):
+            yield x._view(step)
+            continue
+        step._known = key_meta
+        t = s.defer("slice", (x,), {"starts": starts, "stops": stops, "steps": steps}, dev, key_meta, then,
+                    int64_value(ints[i]) if ints is not None else arr[i, ...])
+        if b is None:  # (views.mark_view's)
+            t._base = x
+            t._vsteps = (step,)
+            t._base_version = x._version
+        else:
+            t._base = b
+            t._vsteps = x._vsteps + (step,)
+            t._base_version = b._version
+        yield t
 
 
 def _split_key(x, key):

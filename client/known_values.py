@@ -26,7 +26,12 @@ from collections import OrderedDict
 
 import numpy as np
 
+from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.shapes import numel
+
+from .amp import autocast_mode as _amp
+
+_amp_active = _amp._active
 
 #: values of at most this many bytes are kept
 SMALL_BYTES = 64 << 10
@@ -39,6 +44,10 @@ HOST_OPS = frozenset({"full", "add", "sub", "mul", "neg", "abs", "floor_divide",
 HOST_ELEMENTS = 4096
 #: the longest chain of recipes kept (a value further from a known or fetched one is the device's to give)
 MAX_DEPTH = 16
+
+
+#: ``Session.record``'s ``known`` for an elementwise op of two 0-d int64 tensors (no attrs: no attrs key)
+_INT64_0D = (None, ((), D.int64))
 
 
 class KnownValues:
@@ -90,15 +99,16 @@ class KnownValues:
     def derive(self, hid: int, parent, on_host) -> None:
         """Handle ``hid``'s value is ``on_host(the parent's current value)`` (a view step's host form)."""
         pid = parent._id
-        if on_host is None or hid == pid or numel(parent._shape) * parent.dtype.itemsize > SMALL_BYTES:
-            return
-        depth = self._depth(pid)
-        if depth >= MAX_DEPTH:
+        if on_host is None or hid == pid:
             return
         value = self._values.get(pid)
         if value is not None:  # followed when read (most views of a known value are never read: ``data[i:i + 8]``)
-            self._recipes[hid] = ((), (), lambda vs: on_host(value), False, 1)
-        else:
+            self._recipes[hid] = ((), (), lambda vs: on_host(value), False, 1)  # (a kept value is small, depth 0)
+            return
+        if numel(parent._shape) * parent.dtype.itemsize > SMALL_BYTES:
+            return
+        depth = self._depth(pid)
+        if depth < MAX_DEPTH:
             self._recipes[hid] = ((parent,), (pid,), lambda vs: on_host(vs[0]), True, 1 + depth)
 
     def compute(self, hid: int, op: str, inputs, attrs, shape: tuple, dtype) -> bool:
@@ -131,6 +141,36 @@ class KnownValues:
         if out is not None:
             self.put(hid, out)
         return hid in known or hid in self._recipes
+
+    def int_scalar_op(self, t, op: str, other: int, reverse: bool):
+        """``t <op> other`` (``other <op> t`` when ``reverse``) for a 0-d int64 tensor ``t`` whose value is kept here
+        and a Python int ``other`` (``i + 8`` of a slice bound), ``op`` one of :data:`_SCALAR_INT` (lazy host ops): the
+        node ``Session.record`` would make (lazy, its value known), made directly by ``Session.defer``; None where this
+        is not that case (another op: ``Tensor._binary`` then records it as any op)."""
+        fn = _SCALAR_INT.get(op)
+        s = t._s
+        b = t._base
+        if fn is None or s._capture is not None or _amp_active[0] or t.requires_grad \
+                or not -_HALF_WRAP <= other < _HALF_WRAP \
+                or (b is not None and (b._version != t._base_version or b.requires_grad)):  # (a stale view: record's)
+            return None
+        values = self._values
+        va = values.get(t._id)
+        if va is None:
+            return None
+        o = s.scalar(other, D.int64, t._dev)  # (the operand ``Tensor._operand`` makes for an int and a 0-d int64)
+        vo = values.get(o._id)
+        if vo is None:
+            return None
+        values.move_to_end(t._id)  # (two reads, as :meth:`get` counts them)
+        values.move_to_end(o._id)
+        self.hits += 2
+        r = fn(vo.item(), va.item()) if reverse else fn(va.item(), vo.item())
+        if not -_HALF_WRAP <= r < _HALF_WRAP:
+            r = (r + _HALF_WRAP) % _WRAP - _HALF_WRAP
+        v = _INT64_VALUES.get(r)
+        return s.defer(op, [o, t] if reverse else [t, o], None, t._dev, _INT64_0D,
+                       value=int64_value(r) if v is None else v)
 
     def recipe(self, hid: int):
         """``(inputs, fn)`` when handle ``hid``'s value can be followed from its inputs' here: each input still holds
@@ -173,7 +213,7 @@ _INT64_VALUES: dict[int, np.ndarray] = {}
 _MAX_INT64_VALUES = 4096
 
 
-def _int64_value(x: int) -> np.ndarray:
+def int64_value(x: int) -> np.ndarray:
     """``np.array(x, dtype=int64)``, read-only, from :data:`_INT64_VALUES` (made once a value)."""
     v = _INT64_VALUES.get(x)
     if v is None:
@@ -196,7 +236,7 @@ def _host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
             r = fn(a.item(), b.item())
             if not -_HALF_WRAP <= r < _HALF_WRAP:
                 r = (r + _HALF_WRAP) % _WRAP - _HALF_WRAP
-            return _int64_value(r)
+            return int64_value(r)
     from tensorwire.backends.cpu.kernels import KERNELS  # (numpy only; imported on the first use)
 
     try:

@@ -613,6 +613,22 @@ class Session:
         t._init(self, hid, shape, dtype, device)
         return t
 
+    def defer(self, op: str, inputs, attrs, device: str, known: tuple, then: tuple | None = None, value=None):
+        """The lazy node ``record(op, inputs, attrs, device, known, lazy=True, then=then)`` makes outside
+        ``tw.compile``'s capture, for a caller that has checked what ``record`` checks (every input is this session's,
+        on ``device``, and no input is a view whose base changed) and, for a :data:`HOST_OPS` op, computed its value:
+        ``value`` (kept by ``known_values``). The fast paths of basic indexing, iteration and integer arithmetic on
+        known values (``client/indexing.py``, ``client/known_values.py``) make their nodes here."""
+        hid = next(self._ids)
+        if value is not None:
+            self._known.put(hid, value)
+        akey, (shape, dtype) = known
+        ids, metas = [], []
+        for t in inputs:
+            ids.append(t._id)
+            metas.append((t._shape, t.dtype))
+        return self._defer(hid, op, ids, attrs, device, metas, akey, shape, dtype, then)
+
     def _resolve(self, ids: list, where=None) -> list:
         """``ids`` (inputs of a node about to be recorded) with each lazy one recorded, or, for an alias (``t.data``,
         a reshape to the same shape), replaced by the handle it aliases (no node at all) outside ``tw.compile``.

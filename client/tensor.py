@@ -286,6 +286,10 @@ class Tensor:
         return tensor(other, device=self._dev, session=self._s)
 
     def _binary(self, op: str, other, reverse: bool = False) -> Tensor:
+        if type(other) is int and not self._shape and self.dtype is D.int64:
+            t = self._s._known.int_scalar_op(self, op, other, reverse)  # (``i + 8`` of a known slice bound)
+            if t is not None:
+                return t
         o = self._operand(other)
         # (3: this frame and its caller, one of the operator methods here, are skipped in the search for the user's
         # line, see autograd_hooks.record)
@@ -362,25 +366,8 @@ class Tensor:
         return (self[i] for i in range(self._shape[0]))
 
     def _iter_known(self):
-        """Iteration of a tensor whose value the client has (``known_values``): each element is the view ``self[i]``
-        as always, and its value is known at once (the element of the value, while the tensor still holds that
-        value), so reading it (``__index__`` of a slice bound) is a look-up, not a recipe followed."""
-        known = self._s._known
-        hid, arr = None, None
-        shape = self._shape
-        rest, n, out_shape = list(shape[1:]), len(shape), shape[1:]
-        key_meta = None  # (every element's slice node has the same attrs key and meta: worked out once)
-        for i in range(shape[0]):
-            step = V.Slice([i] + [0] * (n - 1), [i + 1] + rest, [1] * n, out_shape, shape)  # (self[i])
-            step._known = key_meta
-            t = self._view(step)
-            key_meta = step._known
-            if self._id != hid:  # (changed in place since the last element: its value now, if the client has it)
-                hid = self._id
-                arr = known.peek(hid)
-            if arr is not None:
-                known.put(t._id, arr[i, ...])
-            yield t
+        """Iteration of a tensor whose value the client has (``known_values``): ``indexing.iter_known``."""
+        return _indexing.iter_known(self)
 
     # ------------------------------------------------------------------ conversion
     def to(self, *args, dtype=None, device=None, copy: bool = False, non_blocking: bool = False,
@@ -1247,8 +1234,7 @@ class Tensor:
         return self.diagonal().sum()
 
     # ------------------------------------------------------------------ indexing
-    def __getitem__(self, key):
-        return _indexing.getitem(self, key)
+    __getitem__ = _indexing.getitem  # (the function itself: one Python call less for ``x[i]``)
 
     def __setitem__(self, key, value):
         _indexing.setitem(self, key, value)

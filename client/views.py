@@ -54,6 +54,8 @@ def _reshape(t, shape: tuple):
 class ViewStep:
     """One view op: ``forward(t)`` records it, ``inverse(parent, value)`` writes ``value`` back."""
 
+    __slots__ = ()
+
     def forward(self, t):
         raise NotImplementedError
 
@@ -62,6 +64,8 @@ class ViewStep:
 
 
 class Reshape(ViewStep):
+    __slots__ = ("shape",)
+
     def __init__(self, shape):
         self.shape = tuple(shape)
 
@@ -80,6 +84,8 @@ class Reshape(ViewStep):
 
 
 class Permute(ViewStep):
+    __slots__ = ("dims",)
+
     def __init__(self, dims):
         self.dims = tuple(dims)
 
@@ -94,6 +100,8 @@ class Permute(ViewStep):
 
 
 class Expand(ViewStep):
+    __slots__ = ("shape",)
+
     def __init__(self, shape):
         self.shape = tuple(shape)
 
@@ -108,6 +116,8 @@ class Expand(ViewStep):
 
 class Slice(ViewStep):
     """Basic indexing: a strided slice, then a reshape that drops int dims and adds None dims."""
+
+    __slots__ = ("starts", "stops", "steps", "out_shape", "in_shape", "_known")
 
     def __init__(self, starts: list, stops: list, steps: list, out_shape: tuple, in_shape: tuple | None = None):
         # (the lists are kept, not copied: the caller made them for this step, and the recorded attrs share them)
@@ -138,8 +148,7 @@ class Slice(ViewStep):
         if known is None or known[1][1] is not t.dtype:
             steps = self.steps
             lens = tuple([slice_len(a, b, st) for a, b, st in zip(self.starts, self.stops, steps)])
-            st = tuple(steps)
-            known = self._known = ((("steps", st), ("#", (lens, st))), (lens, t.dtype))  # attrs_key("slice", attrs)
+            known = self._known = slice_known(lens, tuple(steps), t.dtype)
         return known
 
     def forward(self, t):
@@ -166,9 +175,63 @@ class Slice(ViewStep):
                                                        "steps": self.steps})
 
 
+def slice_known(lens: tuple, steps: tuple, dtype) -> tuple:
+    """``Session.record``'s ``known`` for a ``slice`` node of lengths ``lens`` and steps ``steps`` (tuples of ints):
+    ``(attrs_key("slice", attrs), (lens, dtype))`` (the plan's part of a slice: its lengths and steps, not where it
+    starts)."""
+    return (("steps", steps), ("#", (lens, steps))), (lens, dtype)
+
+
+#: :func:`slice_known` of a slice with unit steps, by its lengths and dtype (a loader's slices take few lengths)
+_UNIT_SLICE_KNOWN: dict[tuple, tuple] = {}
+_MAX_UNIT_SLICE_KNOWN = 4096
+
+
+def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tuple | None = None):
+    """``x[key]`` for a basic key (ints, slices, ``None``) whose bounds ``indexing`` checked against ``x``'s shape:
+    ``x._view(Slice(starts, stops, steps, out, x._shape))``. ``lens``: the strided slice's shape, when the caller has
+    it, which it gives only for unit ``steps``. In the commonest case (``x`` outside autograd, autocast and
+    ``tw.compile``'s capture, not a view whose base changed, the slice not the whole of ``x``) the view's lazy node is
+    made directly (``Session.defer``): the node, view and known-value recipe :meth:`Slice.forward` and
+    ``Tensor._view`` make, without their general work."""
+    step = Slice(starts, stops, steps, out, x._shape)
+    s = x._s
+    b = x._base
+    if s._capture is not None or _amp_active[0] or x.requires_grad \
+            or (b is not None and (b.requires_grad or b._version != x._base_version)):
+        return x._view(step)
+    dt = x.dtype
+    if lens is None:
+        lens = tuple([slice_len(a, c, st) for a, c, st in zip(starts, stops, steps)])
+        known = slice_known(lens, tuple(steps), dt)
+    else:
+        known = _UNIT_SLICE_KNOWN.get((lens, dt))
+        if known is None:
+            if len(_UNIT_SLICE_KNOWN) >= _MAX_UNIT_SLICE_KNOWN:
+                _UNIT_SLICE_KNOWN.clear()
+            known = _UNIT_SLICE_KNOWN[(lens, dt)] = slice_known(lens, (1,) * len(lens), dt)
+    if lens == x._shape:  # (the whole of x: an alias, Slice.forward's)
+        return x._view(step)
+    step._known = known
+    then = None if lens == out else ("reshape", {"shape": list(out)}, (reshape_key(out), (out, dt)))
+    t = s.defer("slice", (x,), {"starts": starts, "stops": stops, "steps": steps}, x._dev, known, then)
+    if b is None:  # (mark_view's)
+        t._base = x
+        t._vsteps = (step,)
+        t._base_version = x._version
+    else:
+        t._base = b
+        t._vsteps = x._vsteps + (step,)
+        t._base_version = b._version
+    s._known.derive(t._id, x, step.on_host)
+    return t
+
+
 class Detached(ViewStep):
     """``t.data``: the same value outside autograd. Writes through it update the base without being recorded (and
     without torch's in-place checks on leaves), as torch's ``.data`` does."""
+
+    __slots__ = ()
 
     def forward(self, t):
         shape = t._shape
