@@ -14,6 +14,7 @@ transfer ``k`` (and is resumed with it), and ``("send", k, value)`` to hand a bu
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -21,13 +22,13 @@ from collections import OrderedDict
 import numpy as np
 
 from tensorwire.protocol.errors import DependencyFailed, ProtocolError, error_to_wire
-from tensorwire.protocol.graph import RECV, SEND, ExpandingBuilder, Value, freeze
+from tensorwire.protocol.graph import RECV, SEND, ExpandingBuilder, Value, attrs_key, freeze
 from tensorwire.protocol.ops import a_dtype, a_int, get_op
 from tensorwire.protocol.shapes import check_shape
 
 from .base import Device, Program, Step
 from .expansion_counts import counts_as
-from .hot import Tier, runs_before_compiling
+from .hot import UNKEYED, Tier, tier_for
 from .jobs import plan_work
 from .quota import peak_bytes
 
@@ -87,6 +88,7 @@ class _PlanBuilder(ExpandingBuilder):
         self.next_slot = first_slot
         self.met: set | None = None  # the composites the node being planned met (when asked: see compile_plan)
         self.memos: dict[int, list] = {}  # step index -> its remembered expansion's holder (see Plan.step_memos)
+        self.frozen = UNKEYED  # the attributes of the node :func:`_expand` expanded last, frozen (its key's)
 
     def op(self, name: str, /, *inputs: Value, **attrs) -> Value:
         if self.met is not None and get_op(name).decompose is not None:
@@ -112,15 +114,16 @@ class Plan:
         self.ext_metas = ext_metas
         self.nslots = nslots
         self.node_meta = node_meta
-        self.has_transfers = any(st.op in (SEND, RECV, COLL) for st in program.steps)
-        self.failed_nodes = [j for j, m in enumerate(node_meta) if isinstance(m, Fail)]
+        self.failed_nodes = [j for j, m in enumerate(node_meta) if type(m) is Fail]
         self.runners: dict[frozenset, object] = {}  # kept-slot set -> straight-line function
         steps = program.steps
-        self.send_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == SEND)
-        self.recv_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == RECV)
+        special = {st.op for st in steps}.intersection(_SPECIAL_OPS)  # (one pass over the steps; usually empty)
+        self.has_transfers = bool(special & _TRANSFER_OPS)
+        self.send_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == SEND) if SEND in special else _NONE
+        self.recv_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == RECV) if RECV in special else _NONE
         self.work = plan_work(steps)  # elements touched: decides where the worker runs it
-        self.worker_ops = any(st.op in WORKER_OPS for st in steps)  # reads frames or the hub
-        self.reads_hub = any(st.op == "hub_tensor" for st in steps)  # (a download: not the replay fast path's)
+        self.worker_ops = bool(special & WORKER_OPS.keys())  # reads frames or the hub
+        self.reads_hub = "hub_tensor" in special  # (a download: not the replay fast path's)
         self.peaks: dict[frozenset, int] = {}  # kept-slot set -> estimated peak bytes (see quota.peak_bytes)
         self.hot = False  # planned as the device plans fragments it compiles, however small (see hot.py)
         self.tier: Tier | None = None  # interpreted because small: how it gets compiled once hot (see hot.py)
@@ -133,6 +136,8 @@ class Plan:
         #: (:func:`_expand`) emitted: the straight-line runner specializes such a step once, not once a plan
         self.step_memos: dict[int, list] = {}
         self._dyn_ok: set = set()  # (node, its dynamic attrs' items) checked already (see check_dynamic)
+        #: each node's attributes as :func:`.hot.fragment` keys them, while the plan is being made (then None)
+        self.attrs_keys: list | None = None
 
     def check_dynamic(self, dyn: dict) -> None:
         """Raise ProtocolError unless every node's replayed dynamic attrs give it the result this plan was made for
@@ -178,6 +183,10 @@ class Plan:
         return n
 
 
+_TRANSFER_OPS = frozenset({SEND, RECV, COLL})
+_NONE: frozenset = frozenset()
+
+
 #: a fragment whose interpreted run would allocate more than this at its peak is compiled before its first run
 INTERPRET_PEAK = 256 << 20
 
@@ -219,9 +228,8 @@ def compile_plan(device: Device, nodes: list, ext_metas: list, hot: bool = False
         plan, _ = _compile(device, nodes, ext_metas, other)
     plan.hot = hot
     if tier:
-        hot_runs = runs_before_compiling(device, hot_runs, nodes, ext_metas, plan.node_meta)
-        if hot_runs > 0:
-            plan.tier = Tier(nodes, ext_metas, hot_runs)
+        plan.tier = tier_for(device, hot_runs, nodes, ext_metas, plan.node_meta, plan.attrs_keys)
+    plan.attrs_keys = None
     plan.interpreted = _interprets(device, plan)
     return plan
 
@@ -253,9 +261,8 @@ def _plan_once(device: Device, nodes: list, ext_metas: list, native: frozenset, 
         return None
     hot_runs = device.hot_runs(counts)
     if hot_runs > 0 and device.compiles_when_hot(counts):
-        hot_runs = runs_before_compiling(device, hot_runs, nodes, ext_metas, plan.node_meta)
-        if hot_runs > 0:
-            plan.tier = Tier(nodes, ext_metas, hot_runs)
+        plan.tier = tier_for(device, hot_runs, nodes, ext_metas, plan.node_meta, plan.attrs_keys)
+    plan.attrs_keys = None
     plan.interpreted = _interprets(device, plan)
     return plan
 
@@ -287,9 +294,11 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
     steps = b.steps
     want_met = met is not None
 
+    attrs_keys: list = []  # each node's attributes as hot.fragment keys them (UNKEYED: not a plain value)
     for j, node in enumerate(nodes):
         b.origin = j
         node_met = _NO_COMPOSITES
+        akey = UNKEYED
         try:
             if not isinstance(node, list) or len(node) < 3:
                 raise ProtocolError(f"bad node {node!r}")
@@ -344,6 +353,8 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
                 opdef = get_op(op)
                 n_before = len(steps)
                 meta, slot, node_met = _expand(b, native_id, op, metas, slots, attrs, want_met)
+                if not opdef.dynamic:  # (else attrs_key leaves the dynamic attributes out)
+                    akey = b.frozen
                 if opdef.dynamic and len(steps) == n_before + 1:
                     steps[-1].dynamic = True
                 if opdef.dynamic_key is not None:
@@ -355,6 +366,12 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
             node_slot.append(None)
         if want_met:
             met.append(node_met)
+        if akey is UNKEYED and type(node) is list and len(node) >= 3 and type(node[0]) is str:
+            try:
+                akey = attrs_key(node[0], node[2])
+            except Exception:  # noqa: BLE001 - (an unknown op, an attribute that is not a plain value)
+                pass
+        attrs_keys.append(akey)
     # last uses, so temporaries are freed as soon as they are consumed
     last: dict[int, int] = {}
     for i, s in enumerate(steps):
@@ -369,6 +386,7 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
     plan = Plan(program, node_slot, list(ext_metas), b.next_slot, node_meta)
     plan.dyn_checks = dyn_checks
     plan.step_memos = b.memos
+    plan.attrs_keys = attrs_keys
     return plan, b.composites
 
 
@@ -419,16 +437,16 @@ def _expand(b: _PlanBuilder, native: int, op: str, metas: list, slots: list, att
     else:
         alias = tuple([slots.index(r) for r in slots])
     try:
-        key = (op, freeze(attrs) if attrs else None, native, tuple(metas), alias)
-        hash(key)
-    except TypeError:  # (an attribute that is not a plain value: expand it as it comes)
-        key = None
-    got = None
-    if key is not None:
-        with _EXPANSIONS_LOCK:
+        frozen = freeze(attrs) if attrs else None
+        key = (op, frozen, native, tuple(metas), alias)
+        with _EXPANSIONS_LOCK:  # (the key is hashed once, here: a TypeError if it cannot be)
             got = _EXPANSIONS.get(key)
             if got is not None:
                 _EXPANSIONS.move_to_end(key)
+        b.frozen = frozen
+    except TypeError:  # (an attribute that is not a plain value: expand it as it comes)
+        key = got = None
+        b.frozen = UNKEYED
     if got is None:
         ins = [Value(m[0], m[1], s) for m, s in zip(metas, slots)]
         b.met = set() if want_met else None
@@ -751,7 +769,7 @@ def _const(device: Device, attrs: dict, frames: list, step: Step):
         raise ProtocolError(f"const names frame {fi!r}, the message has {len(frames)} buffer frames")
     buf = frames[fi]
     mv = buf.buffer if hasattr(buf, "buffer") else memoryview(buf)
-    need = int(np.prod(step.shape, dtype=np.int64)) * step.dtype.itemsize
+    need = math.prod(step.shape) * step.dtype.itemsize
     if mv.nbytes != need:
         raise ProtocolError(f"const frame holds {mv.nbytes} bytes, {list(step.shape)} {step.dtype.name} needs {need}")
     arr = np.frombuffer(mv, dtype=step.dtype.np).reshape(step.shape) if need else np.empty(step.shape,
@@ -769,6 +787,8 @@ def _hub_tensor(device: Device, attrs: dict, frames: list, step: Step):
 
 #: ops the worker itself implements (they bring data in from outside the graph), not the backend
 WORKER_OPS = {"const": _const, "hub_tensor": _hub_tensor}
+#: the steps' ops a Plan looks for when it is made (transfers, collectives, the worker's own ops)
+_SPECIAL_OPS = _TRANSFER_OPS | WORKER_OPS.keys()
 
 
 def meta_of(device: Device, buf) -> tuple | Fail:

@@ -10,14 +10,18 @@ on a background thread: gcc runs there while the plan goes on running interprete
 the worker takes it in place of the old one (:meth:`Tier.take`, between two runs), if the compiled program makes
 fewer calls than the interpreted one (the device decides: ``Device.hot_runner``); otherwise the plan stays as it is.
 
-A fragment large enough to compile is compiled after its first run (``Device.hot_runs(steps)``), unless its
+A fragment large enough to compile is compiled after its first runs (``Device.hot_runs(steps)``), unless its
 *structure* (its ops and their wiring, its inputs' dtypes and ranks) has been planned on the device at other shapes
 (:class:`Structures`): a loop whose batches change shape makes a new plan each step (the same program at new sizes),
 and a plan run once never earns its compile back (issue 37: a char-level transformer compiled a ~130 KB C library
 every step in the background, at ~2.5x the time of running interpreted, and never ran one of them); or unless the
 very same fragment was planned before (a plan the plan cache evicted, made again: compiled again, it would be
 evicted again). Such a plan waits to be hot in its own right, as a small fragment does (``Device.hot_runs()`` runs;
-never where that is 0). A fixed-shape loop plans each fragment once, and compiles it after its first run.
+never where that is 0). So does the first plan of a structure that has been planned at other shapes by the time it
+would start compiling (:meth:`Tier.ran`), or after which the device made more than :data:`CHURN` other plans: the
+first batch of a loop whose batches change shape cannot tell it from a fixed-shape loop's, its second batch can (a
+warm run of the char-level transformer compiled a new structure's first shape, ~3-6 s of gcc for a plan run once or
+twice). A fixed-shape loop plans each fragment once, and compiles it after its first runs.
 
 The compiled and the interpreted runs of a plan agree to rounding (a float32 sum accumulates in float64 in a C
 kernel, pairwise in numpy), as a fragment above the threshold agrees with one below it.
@@ -40,6 +44,26 @@ log = logging.getLogger("tensorwire.executor")
 MAX_KEEPS = 8
 #: fragment structures (and fragments) a device remembers the plans of (least recently planned forgotten first)
 STRUCTURES_REMEMBERED = 1 << 14
+#: a Tier's ``hot_runs`` when its plan is never to be compiled (its runs are counted all the same)
+NEVER = 1 << 62
+#: plans a device may make between a new plan and its early compile for it to count as a fixed loop's (see
+#: :meth:`Structures.unsettled`; the char-level transformer's warm runs replayed each round's plans, ~175 new ones
+#: between two runs of a plan, and compiled the few whose structures came once a round). Generous: a fixed-shape
+#: loop whose step is many fragments makes them all before it runs the first one again
+CHURN = 64
+
+
+class _Unkeyed:
+    """The type of :data:`UNKEYED`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNKEYED"
+
+
+#: a node's attributes that have no key (not plain values): its fragment is keyed by the object (see fragment)
+UNKEYED = _Unkeyed()
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -102,11 +126,13 @@ class Structures:
         self._shapes: OrderedDict[int, set] = OrderedDict()
         self._fragments: OrderedDict[int, None] = OrderedDict()
         self._lock = threading.Lock()
+        self.planned = 0  # plans noted so far (see :meth:`unsettled`)
 
     def settled(self, structure: int, shapes: int, fragment: int) -> bool:
         """Note a plan of ``fragment`` (of ``structure`` at ``shapes``); False when that structure was planned at
         other shapes or that fragment was planned before."""
         with self._lock:
+            self.planned += 1
             seen = self._shapes.pop(structure, None) or set()
             if len(seen) < 2:
                 seen.add(shapes)
@@ -117,6 +143,14 @@ class Structures:
                 if len(d) > STRUCTURES_REMEMBERED:
                     d.popitem(last=False)
             return len(seen) == 1 and not again
+
+    def unsettled(self, structure: int, since: int) -> bool:
+        """Whether a plan of ``structure`` made when :attr:`planned` was ``since`` is no fixed loop's after all:
+        its structure has been planned at other shapes since, or the device has made more than :data:`CHURN` other
+        plans (a loop that replays a fixed set of plans makes none; one whose fragments keep changing makes one or
+        more a step, and runs each of them seldom)."""
+        with self._lock:
+            return len(self._shapes.get(structure, ())) > 1 or self.planned - since > CHURN
 
 
 _STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> its Structures
@@ -145,36 +179,49 @@ def shapes(ext_metas: list, node_meta: list) -> int:
                  tuple([m[0] if isinstance(m, tuple) else None for m in node_meta])))
 
 
-def fragment(structure: int, shapes: int, nodes: list) -> int:
-    """A fragment, hashed: its structure, its input shapes and its nodes' attributes."""
-    return hash((structure, shapes, tuple([attrs_key(n[0], n[2]) for n in nodes])))
+def fragment(structure: int, shapes: int, nodes: list, attrs_keys: list | None = None) -> int:
+    """A fragment, hashed: its structure, its input shapes and its nodes' attributes (``attrs_keys``: each node's
+    :func:`~tensorwire.protocol.graph.attrs_key`, as planning froze them already; :data:`UNKEYED` in it, or an
+    attribute that is not a plain value: TypeError)."""
+    if attrs_keys is None:
+        attrs_keys = [attrs_key(n[0], n[2]) for n in nodes]
+    elif UNKEYED in attrs_keys:
+        raise TypeError("a node's attributes are not plain values")
+    return hash((structure, shapes, tuple(attrs_keys)))
 
 
-def runs_before_compiling(device, runs: int, nodes: list, ext_metas: list, node_meta: list) -> int:
-    """After how many runs a new plan that the device compiles when hot is compiled: ``runs`` (its steps' count,
-    ``Device.hot_runs(steps)``), or, for a structure this device has planned at other shapes or a fragment it has
-    planned before, as many as a small fragment waits (``Device.hot_runs()``; 0: never) when that is more (see the
-    module doc)."""
+def tier_for(device, runs: int, nodes: list, ext_metas: list, node_meta: list,
+             attrs_keys: list | None = None) -> Tier | None:
+    """The :class:`Tier` of a new plan that the device compiles when hot, compiled after ``runs`` runs (its steps'
+    count, ``Device.hot_runs(steps)``), or, for a structure this device has planned at other shapes or a fragment it
+    has planned before, after as many as a small fragment waits (``Device.hot_runs()``) when that is more; None: it
+    is never compiled (see the module doc). ``attrs_keys``: as :func:`fragment` takes them."""
     hot_runs = device.hot_runs()
     if 0 < hot_runs <= runs or runs <= 0:
-        return runs
+        return Tier(nodes, ext_metas, runs) if runs > 0 else None
     st, sh = structure(nodes, ext_metas), shapes(ext_metas, node_meta)
     try:
-        fr = fragment(st, sh, nodes)
+        fr = fragment(st, sh, nodes, attrs_keys)
     except TypeError:  # (attributes that are not plain values: a fragment that will not be planned again as such)
         fr = hash((st, sh, id(nodes)))
-    return runs if structures_of(device).settled(st, sh, fr) else hot_runs
+    known = structures_of(device)
+    if known.settled(st, sh, fr):
+        return Tier(nodes, ext_metas, runs, (st, known.planned))  # (early: unless it proves unsettled meanwhile)
+    return Tier(nodes, ext_metas, hot_runs) if hot_runs > 0 else None
 
 
 class Tier:
     """What a plan needs to be compiled later: its fragment, the metas of its inputs, how often it ran and with
     which kept-slot sets, and the compiled plan once it is ready (``ready``; ``done`` is set either way)."""
 
-    __slots__ = ("nodes", "ext_metas", "hot_runs", "runs", "keeps", "ready", "done")
+    __slots__ = ("nodes", "ext_metas", "hot_runs", "runs", "keeps", "ready", "done", "early")
 
-    def __init__(self, nodes: list, ext_metas: list, hot_runs: int):
+    def __init__(self, nodes: list, ext_metas: list, hot_runs: int, early: tuple | None = None):
         self.nodes, self.ext_metas = nodes, ext_metas
         self.hot_runs = hot_runs  # the runs after which it compiles (``Device.hot_runs`` of its steps)
+        #: ``(structure, Structures.planned when it was made)`` of a plan that compiles early (its structure's first
+        #: shape): it waits as long as a small fragment after all if it proves unsettled by then (see :meth:`ran`)
+        self.early = early
         self.runs = 0
         self.keeps: list[frozenset] = []
         self.ready = None
@@ -189,6 +236,10 @@ class Tier:
         if keep not in self.keeps and len(self.keeps) < MAX_KEEPS:
             self.keeps.append(keep)
         if self.runs == hot_runs:
+            early, self.early = self.early, None
+            if early is not None and structures_of(device).unsettled(*early):  # compiled when hot, if ever
+                self.hot_runs = max(device.hot_runs(), hot_runs) if device.hot_runs() > 0 else NEVER
+                return
             if not _BUDGET.admit():  # compiles are queued, or took their share of the time: try at the next run
                 self.runs -= 1
                 return

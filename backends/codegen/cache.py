@@ -38,6 +38,8 @@ BYTES_ENV = "TENSORWIRE_KERNEL_CACHE_BYTES"
 #: ~18 KiB a CPU fragment (library and source): ~29,000 fragments
 DEFAULT_BYTES = 512 << 20
 DIGEST_EXT = ".sha256"
+#: builds between two scans of the cache's folders for eviction (see :meth:`KernelCache._evict`)
+RESCAN_BUILDS = 32
 _TMP = "tmp"  # the prefix of every temporary name (a key is hexadecimal: it never starts so)
 
 log = logging.getLogger("tensorwire.kernels")
@@ -191,6 +193,10 @@ class KernelCache:
     def __init__(self, target: str, compiler_id: str):
         self.target, self.compiler_id = target, compiler_id
         self.hits = self.builds = self.rejected = self.evicted = 0
+        #: the cache's bytes at the last scan plus what this process built since (None: not scanned yet), and the
+        #: builds since that scan (see :meth:`_evict`)
+        self._bytes: int | None = None
+        self._unscanned = 0
 
     def key(self, source: str) -> str:
         h = hashlib.sha256()
@@ -232,7 +238,7 @@ class KernelCache:
                 return out, data
         data = self._build(d, key, source, src_ext, out, build, kernels, what)
         self.builds += 1
-        self._evict(d, key)
+        self._evict(d, key, len(source.encode()) + len(data) + 65)  # (the source, the artifact, its digest's line)
         return out, data
 
     def _cached(self, key: str, out: Path) -> bytes | None:
@@ -288,11 +294,19 @@ class KernelCache:
                 os.unlink(tmp)
         return data
 
-    def _evict(self, d: Path, keep: str) -> None:
+    def _evict(self, d: Path, keep: str, added: int) -> None:
         """Delete the least recently used entries of every target until the cache fits :func:`max_bytes` (never
-        ``keep``, just built; nor temporaries: another worker may be writing them, and
-        :func:`..codegen.compiler.sweep_stale` removes those a killed worker left)."""
+        ``keep``, just built, of about ``added`` bytes; nor temporaries: another worker may be writing them, and
+        :func:`..codegen.compiler.sweep_stale` removes those a killed worker left). The folders are scanned (a stat
+        of every file: ~1 s of CPU for a cache of 10,000 files) at the first build, when the bytes counted since
+        the last scan could pass the bound, and every :data:`RESCAN_BUILDS` builds (other processes build into the
+        cache too); between scans the builds' bytes are counted."""
         limit = max_bytes()
+        if self._bytes is not None and self._unscanned < RESCAN_BUILDS:
+            self._bytes += added
+            self._unscanned += 1
+            if self._bytes <= limit:
+                return
         entries: dict[tuple[Path, str], list] = {}  # (folder, key) -> [last use, bytes, paths]
         for folder in _target_folders(d.parent):
             try:
@@ -320,6 +334,7 @@ class KernelCache:
                 _unlink(p)
             total -= size
             self.evicted += 1
+        self._bytes, self._unscanned = total, 0
 
 
 def _target_folders(root: Path) -> list[Path]:

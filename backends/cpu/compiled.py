@@ -65,12 +65,14 @@ MAX_STEPS = 2048
 #: a fragment too small to compile is compiled once it has run this often (``backends/hot.py``); 0: never
 HOT_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_HOT_RUNS"
 HOT_RUNS = 100
-#: a fragment large enough to compile runs on the numpy kernels this many times while it compiles in the background
+#: a fragment large enough to compile runs on the numpy kernels this many times before it compiles in the background
 #: (``backends/hot.py``), so a new fragment never waits for gcc (issue 37: a char-level transformer whose batches
 #: changed shape every step compiled a new ~180 KB C file every few seconds, at ~8x the time of running interpreted;
-#: a cold kernel cache made every script 1.3-4x slower); 0: compiled before its first run, as before
+#: a cold kernel cache made every script 1.3-4x slower); 0: compiled before its first run, as before. Two, not one:
+#: by its second run a plan of a loop whose batches change shape has seen its structure planned at another shape,
+#: and is not compiled (a plan run once or twice never earns its ~3-6 s of gcc back)
 LARGE_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_LARGE_RUNS"
-LARGE_RUNS = 1
+LARGE_RUNS = 2
 
 #: most kernel libraries loaded at once: each maps 5 regions, and Linux allows a process 65,530
 #: (``vm.max_map_count``; ~13,000 libraries). Libraries close as the plans using them leave the plan cache; past this
@@ -336,12 +338,22 @@ def why_not() -> str:
     return _RUNTIME_WHY
 
 
+_LAST_COMPLEX: tuple = (None, 0, False)  # (the steps has_complex answered last, their count, its answer)
+
+
 def has_complex(steps) -> bool:
     """Whether any step of a fragment makes or reads a complex value (an ``expansion_counts.StepCounts``, which has
-    no steps, answers False: its fragment's steps are checked when it is planned)."""
+    no steps, answers False: its fragment's steps are checked when it is planned). The answer for the last steps
+    asked about is kept: planning a fragment asks several times (``interpreted``, ``compiles_first``, ...)."""
+    global _LAST_COMPLEX
     if not isinstance(steps, (list, tuple)):
         return False
-    return any(s.complex_dtype() is not None for s in steps)
+    last = _LAST_COMPLEX
+    if last[0] is steps and last[1] == len(steps):  # (a plan's steps do not change once it is made)
+        return last[2]
+    got = any(s.complex_dtype() is not None for s in steps)
+    _LAST_COMPLEX = (steps, len(steps), got)
+    return got
 
 
 #: elements a float32 sum adds in float32 (vectorised) before it adds the block's sum into its float64 accumulator:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tensorwire.backends import executor as X
+from tensorwire.backends import hot
 from tensorwire.backends.cpu import CompiledBackend, NumpyBackend, compiled
 from tensorwire.backends.plancache import INTERPRETED_STEP_BYTES, PLAN_STEP_BYTES, PlanCache, plan_bytes
 from tensorwire.protocol import dtypes as D
@@ -61,6 +62,47 @@ def test_a_structure_planned_at_many_shapes_compiles_once_not_once_a_shape():
     never = CompiledBackend(min_work=1 << 10, large_runs=1, hot_runs=0).open(0)
     assert X.compile_plan(never, ADAM, _metas(_adam_inputs(4096))).tier.hot_runs == 1
     assert X.compile_plan(never, ADAM, _metas(_adam_inputs(4608))).tier is None
+
+
+@needs_cc
+def test_a_first_shape_does_not_compile_once_its_structure_has_changed_shape():
+    """A large fragment compiles after its first runs (``large_runs``) only while its structure has no other
+    shapes: the first shape of a loop whose batches change shape is not compiled at its second run either (issue 37:
+    a warm run compiled such plans, ~3-6 s of gcc each for a plan run once or twice); a fixed shape still is."""
+    dev = CompiledBackend(min_work=1 << 10, large_runs=2, hot_runs=50).open(0)
+    first_ext = _adam_inputs(4096)
+    first = X.compile_plan(dev, ADAM, _metas(first_ext))
+    assert first.tier.hot_runs == 2
+    _run(dev, first, first_ext)
+    second_ext = _adam_inputs(4608)
+    second = X.compile_plan(dev, ADAM, _metas(second_ext))  # the structure at another shape
+    assert second.tier.hot_runs == 50
+    _run(dev, first, first_ext)  # its second run: it would compile now, but its structure changes shape
+    assert first.tier.hot_runs == 50 and first.tier.runs == 2 and not first.tier.done.is_set()
+    fixed = CompiledBackend(min_work=1 << 10, large_runs=2, hot_runs=50).open(0)  # (a device of its own)
+    plan = X.compile_plan(fixed, ADAM, _metas(first_ext))  # the structure at one shape: compiled after two runs
+    _run(fixed, plan, first_ext)
+    assert not plan.tier.done.is_set()
+    _run(fixed, plan, first_ext)
+    assert plan.tier.done.wait(COMPILE_S) and plan.tier.take(plan) and plan.hot
+    # nor does a fixed shape's plan if the device made more than CHURN other plans before its second run (a loop
+    # whose fragments keep changing: each of them runs seldom)
+    churned = X.compile_plan(fixed, ADAM[:2], _metas(first_ext))
+    _run(fixed, churned, first_ext)
+    x = [np.ones(4096, np.float32)]
+    for k in range(hot.CHURN + 1):  # other structures (chains of squares), planned once each
+        X.compile_plan(fixed, [["mul", [-1, -1], None]] + [["mul", [i, i], None] for i in range(k)], _metas(x))
+    _run(fixed, churned, first_ext)
+    assert churned.tier.hot_runs == 50 and not churned.tier.done.is_set()
+    # where small fragments never compile (hot_runs 0), such a first shape never compiles either
+    never = CompiledBackend(min_work=1 << 10, large_runs=2, hot_runs=0).open(0)
+    twin = [["adam_exp_avg", [-1, -2], {"beta1": 0.7, "weight_decay": 0}], ADAM[1], ADAM[2]]
+    a = X.compile_plan(never, twin, _metas(first_ext))
+    _run(never, a, first_ext)
+    X.compile_plan(never, twin, _metas(second_ext))
+    for _ in range(3):
+        _run(never, a, first_ext)
+    assert a.tier.runs == 4 and not a.tier.done.is_set()
 
 
 def _plan_sig(plan) -> list:

@@ -231,6 +231,27 @@ def test_the_cache_stays_under_its_byte_bound(cache_dir, monkeypatch):
     assert len(list(folder.glob("*.so"))) == 4
 
 
+def test_builds_scan_the_cache_only_when_it_may_be_full(cache_dir, monkeypatch):
+    """Eviction stats the cache's files (~1 s of CPU for 10,000 of them): at the first build, then only once the
+    bytes built since could pass the bound, or every RESCAN_BUILDS builds; the bound still holds."""
+    rt, dev = _device()
+    scans = []
+    folders = C._target_folders
+    monkeypatch.setattr(C, "_target_folders", lambda root: scans.append(root) or folders(root))
+    rt.build(_plan(dev, EXP, 7)[1])
+    assert len(scans) == 1  # the first build: the cache's bytes are not known yet
+    for n in range(1, 4):
+        rt.build(_plan(dev, EXP + [["exp", [i], None] for i in range(n)], 7)[1])
+    assert len(scans) == 1  # far under the bound: counted, not scanned
+    folder = rt.cache.folder()
+    one = max(p.stat().st_size for p in folder.glob("*.so"))
+    monkeypatch.setenv(C.BYTES_ENV, str(sum(p.stat().st_size for p in folder.iterdir()) + one))
+    for n in range(4, 7):
+        rt.build(_plan(dev, EXP + [["exp", [i], None] for i in range(n)], 7)[1])
+    assert len(scans) >= 2 and rt.cache.evicted >= 1  # past the bound: scanned, and the oldest evicted
+    assert sum(p.stat().st_size for p in folder.iterdir()) <= int(os.environ[C.BYTES_ENV])
+
+
 def test_libraries_are_unloaded_when_no_runner_holds_them(cache_dir):
     """Runners of many distinct fragments, all but one dropped (a plan cache evicting them): their libraries are
     closed, the one still held stays mapped and keeps answering (a runner never calls into a closed library)."""
