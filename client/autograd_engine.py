@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import sys
 import threading
 import warnings
@@ -38,18 +39,23 @@ from . import autograd_hooks as _hooks
 from . import views as V
 
 
-class _LazyTensorModule:
-    """``tensorwire.tensor``, imported on first use (it imports this module through autograd_hooks)."""
+class _LazyModule:
+    """A module imported on first use, which then replaces this object as the global ``alias``: ``tensorwire.tensor``
+    and ``tensorwire.session`` import this module (through autograd_hooks and tensor)."""
+
+    def __init__(self, name: str, alias: str):
+        self._name, self._alias = name, alias
 
     def __getattr__(self, name):
         import importlib
 
-        tensor = importlib.import_module("tensorwire.tensor")  # (the package's `tensor` is the function)
-        globals()["_T"] = tensor
-        return getattr(tensor, name)
+        module = importlib.import_module(self._name)  # (the package's `tensor` is the function: by its full name)
+        globals()[self._alias] = module
+        return getattr(module, name)
 
 
-_T = _LazyTensorModule()
+_T = _LazyModule("tensorwire.tensor", "_T")
+_S = _LazyModule("tensorwire.session", "_S")
 
 
 class AutogradError(TensorwireError, RuntimeError):
@@ -61,11 +67,19 @@ class AutogradError(TensorwireError, RuntimeError):
 # ----------------------------------------------------------------------------------------------
 # grad mode (per thread, as torch)
 
-_mode = threading.local()
+class _Mode(threading.local):
+    """The grad mode of each thread: on unless set (a class attribute, so a thread that never set it reads ``True``
+    without the failed lookup ``getattr(local, name, default)`` costs: this is read for every op recorded with an
+    input that requires grad)."""
+
+    on = True
+
+
+_mode = _Mode()
 
 
 def is_grad_enabled() -> bool:
-    return getattr(_mode, "on", True)
+    return _mode.on
 
 
 def _set(on: bool) -> None:
@@ -141,6 +155,7 @@ class inference_mode(no_grad):  # noqa: N801
 # the recorded graph
 
 _seq = itertools.count()
+_by_seq = operator.attrgetter("seq")
 _FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after they have "
           "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
           "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
@@ -259,12 +274,13 @@ def _edge(t):
 # ----------------------------------------------------------------------------------------------
 # recording hooks (called from autograd_hooks)
 
-def record_grad(session, op: str, ins, attrs, device: str, up: int = 1):
-    """Record ``op`` and attach a :class:`Node` to its output when it needs one (``up``: ``Session.record``'s)."""
+def record_grad(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
+    """Record ``op`` and attach a :class:`Node` to its output when it needs one (``up`` and ``known``:
+    ``Session.record``'s; ``known`` is the node's attrs key and output meta, which grad tracking does not change)."""
     for t in ins:
         if t._base is not None:
             sync_view(t)
-    out = session.record(op, ins, attrs, device, up=up + 1)
+    out = session.record(op, ins, attrs, device, known, up=up + 1)
     if not OPS[op].differentiable or not out.dtype.is_inexact:
         return out
     entries = []
@@ -550,7 +566,7 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
     stack = []
     direct = []
     for e, _holder, seed in roots:
-        if isinstance(e, Node):
+        if type(e) is Node:
             if id(e) not in seen:
                 seen.add(id(e))
                 stack.append(e)
@@ -561,7 +577,7 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
         nodes.append(n)
         for ent in n.entries:
             e = ent[3]
-            if isinstance(e, Node) and id(e) not in seen:
+            if type(e) is Node and id(e) not in seen:
                 seen.add(id(e))
                 stack.append(e)
     for e, seed in direct:  # roots that are leaves, retained values or custom outputs themselves
@@ -569,7 +585,7 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
     if not nodes:
         return
     visited.extend(nodes)
-    nodes.sort(key=lambda n: n.seq)
+    nodes.sort(key=_by_seq)
     index = {id(n): j for j, n in enumerate(nodes)}
 
     devs: list = []
@@ -579,8 +595,7 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
     ext_edge: list = []  # the grad edge of each external (None for constants)
     ext_index: dict = {}
     holders: dict = {}  # node index -> tensor holding its output value
-    wire_nodes = []
-    key_nodes = []
+    key_nodes = []  # per node: (its key, its refs, its device's index); the request's nodes are made from them
     for n in nodes:
         d = dev_index.get(n.dev)
         if d is None:
@@ -589,7 +604,7 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
         refs = []
         for ent in n.entries:
             obj, vid, _, e, shape, dtype = ent
-            if isinstance(e, Node):
+            if type(e) is Node:
                 r = index[id(e)]
                 if obj is not None and obj._id == vid:
                     holders.setdefault(r, obj)
@@ -607,10 +622,10 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
                     ext_src.append((ent, n))
                     ext_edge.append(e)
             refs.append(r)
-        refs = tuple(refs)
-        nk = n.key()
-        key_nodes.append((nk, refs, d))
-        wire_nodes.append([n.op, list(refs), n.attrs, d])
+        nk = n._key
+        if nk is None:
+            nk = n.key()
+        key_nodes.append((nk, tuple(refs), d))
 
     # roots, targets
     root_refs = []
@@ -642,6 +657,7 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
     skey = (tuple(key_nodes), tuple(ext_keys), tuple(devs), tuple(root_refs), tuple(target_refs))
     bw = _CACHE.get(skey)
     if bw is None:
+        wire_nodes = [[n.op, list(refs), n.attrs, d] for n, (_, refs, d) in zip(nodes, key_nodes)]
         req = {"devs": devs, "ext": [[list(s), dt, dd] for s, dt, dd, _ in ext_keys], "nodes": wire_nodes,
                "roots": root_refs, "targets": target_refs}
         stats.requests += 1
@@ -667,35 +683,42 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
                 vals.append(_missing_output(nodes[i], nodes))
             else:
                 vals.append(h)
-    from .autograd_hooks import record
-
-    out = []
+    grads = bw["grads"]
     if create_graph:
+        out = []
         for op, refs, attrs, d in bw["nodes"]:
-            out.append(record(session, op, [out[r] if r >= 0 else vals[-r - 1] for r in refs], attrs, devs[d]))
+            out.append(_hooks.record(session, op, [out[r] if r >= 0 else vals[-r - 1] for r in refs], attrs,
+                                     devs[d]))
     else:
         # replay: every node's attrs key and inferred meta are remembered from the first replay of this graph (its
         # cache key fixes the shapes and dtypes of everything it reads), and all of them come from the user's line
-        # that called backward
-        known = bw.get("known")
-        first = known is None
-        if first:
-            known = []
-        from .session import _user_frame  # (session imports this module through tensor)
-
-        where = _user_frame()
-        rec = session.record
-        for k, (op, refs, attrs, d) in enumerate(bw["nodes"]):
-            ins = [out[r] if r >= 0 else vals[-r - 1] for r in refs]
+        # that called backward; after the first replay the graph is recorded whole (``Session.record_graph``), with
+        # tensors for the gradients and the nodes whose values may be the client's (``host_nodes``) only
+        where = _S._user_frame()
+        keep = bw.get("keep")
+        if keep is not None:
+            out = session.record_graph(bw["nodes"], vals, devs, bw["known"], keep, bw["host"], where)
+        else:
+            known = bw.get("known")
+            first = known is None
             if first:
-                t = rec(op, ins, attrs, devs[d], where=where)
-                known.append((attrs_key(op, attrs), (t._shape, t.dtype)))
-            else:
-                t = rec(op, ins, attrs, devs[d], known[k], where)
-            out.append(t)
-        if first:
-            bw["known"] = known
-    for e, r in zip(target_edges, bw["grads"]):
+                known = []
+            rec = session.record
+            out = []
+            for k, (op, refs, attrs, d) in enumerate(bw["nodes"]):
+                ins = [out[r] if r >= 0 else vals[-r - 1] for r in refs]
+                if first:
+                    t = rec(op, ins, attrs, devs[d], where=where)
+                    known.append((attrs_key(op, attrs), (t._shape, t.dtype)))
+                else:
+                    t = rec(op, ins, attrs, devs[d], known[k], where)
+                out.append(t)
+            if first:
+                bw["known"] = known
+                host = bw["host"] = _S.host_nodes(bw["nodes"], known)
+                bw["keep"] = frozenset([r for r in grads if r is not None] + list(host)
+                                       + [r for j in host for r in bw["nodes"][j][1] if r >= 0])
+    for e, r in zip(target_edges, grads):
         if r is not None:
             _deliver(e, out[r], want, results, pending)
 

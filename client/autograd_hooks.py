@@ -29,15 +29,15 @@ def record(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
     here, by :mod:`tensorwire.amp.policy`, while an autocast scope is on). ``up``: how many frames above this
     function the search for the user's line starts (``Session.record``'s ``up``): 2, its caller's caller, from a
     client function that is always called by another, as ``Tensor._rec`` is. ``known``: ``Session.record``'s (the
-    node's attrs key and output meta, when the caller has them: a view step's), used where no input requires grad
-    and no autocast scope is on."""
+    node's attrs key and output meta, when the caller has them: a view step's), used unless an autocast scope cast
+    the inputs."""
     if _amp_active[0] and ins:
         ins = _amp.cast_inputs(session, op, ins, attrs, device, record)
         known = None
     for t in ins:  # (an input that requires grad first: the grad mode's thread-local is read only then)
         if requires_grad_of(t):
             if _E.is_grad_enabled():
-                return _E.record_grad(session, op, ins, attrs, device, up + 1)
+                return _E.record_grad(session, op, ins, attrs, device, up + 1, known)
             break
     return session.record(op, ins, attrs, device, known, up=up + 1)
 

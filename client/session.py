@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import weakref
+from itertools import chain
 from operator import itemgetter
 
 import numpy as np
@@ -77,6 +78,7 @@ from .tensor import Tensor
 
 _new_tensor = object.__new__
 _first = itemgetter(0)  # (a pending entry's handle)
+_inputs = itemgetter(2)  # (... and its input handles)
 
 MAX_PENDING_NODES = 8192
 MAX_PENDING_BYTES = 64 << 20
@@ -590,6 +592,88 @@ class Session:
         if len(pending) >= MAX_PENDING_NODES:
             self.flush()
         return t
+
+    def record_graph(self, nodes, vals: list, devs: list, known: list, keep, host, where) -> list:
+        """Record a graph whose every node's attrs key and output meta are known (a replayed backward graph,
+        ``autograd_engine._phase``): ``nodes`` as ``[op, refs, attrs, device index]`` (``refs``: ``j >= 0`` the output
+        of node ``j``, ``-(k + 1)`` tensor ``k`` of ``vals``), ``known`` one ``(attrs key, (shape, dtype))`` per node,
+        all from the user's line ``where``. Returns per node its output tensor when its index is in ``keep``, else None:
+        the other outputs are only read by later nodes of the graph and released once it is recorded.
+
+        It records what ``record(op, ins, attrs, devs[d], known[k], where)`` for each node in turn records, with the
+        work that cannot change between the nodes done once, and no tensor made for an output nobody keeps. The
+        nodes in ``host`` (:func:`host_nodes`: their values may be the client's) go through :meth:`record`, and must be
+        in ``keep`` with their inputs; in ``tw.compile``'s capture every node does (all outputs then get tensors)."""
+        if self._capture is not None:
+            out: list = []
+            for (op, refs, attrs, d), kn in zip(nodes, known):
+                out.append(self.record(op, [out[r] if r >= 0 else vals[-r - 1] for r in refs], attrs, devs[d], kn,
+                                       where))
+            return out
+        if self._writes is not None:
+            self.end_writes()
+        if self._mark:
+            self._ship_marked()
+        out_ids: list[int] = []  # per node: its output's handle, meta and device
+        out_metas: list = []
+        out_devs: list[str] = []
+        tensors: list = []
+        pending = self._pending
+        lazy_nodes = self._lazy
+        made = self._scalars_made
+        for j, (op, refs, attrs, d) in enumerate(nodes):
+            device = devs[d]
+            if j in host:
+                t = self.record(op, [tensors[r] if r >= 0 else vals[-r - 1] for r in refs], attrs, device, known[j],
+                                where)
+                out_ids.append(t._id)
+                out_metas.append((t._shape, t.dtype))
+                out_devs.append(device)
+                tensors.append(t)
+                pending = self._pending
+                continue
+            akey, meta = known[j]
+            metas = []
+            ids = []
+            for r in refs:
+                if r >= 0:  # (a handle made here, on its node's device)
+                    if out_devs[r] != device and op != "copy":
+                        raise _devices_differ(device, out_devs[r])
+                    metas.append(out_metas[r])
+                    ids.append(out_ids[r])
+                    continue
+                t = vals[-r - 1]  # (record's checks of an input tensor)
+                b = t._base
+                if b is not None and b._version != t._base_version:
+                    t._refresh()
+                if t._s is not self or (t._dev != device and op != "copy"):
+                    _input_error(self, t, device)
+                metas.append((t._shape, t.dtype))
+                ids.append(t._id)
+            hid = next(self._ids)
+            if lazy_nodes and not lazy_nodes.keys().isdisjoint(ids):
+                ids = self._resolve(ids, where)
+            pending.append((hid, op, tuple(ids), attrs, device, where, metas, akey))
+            out_ids.append(hid)
+            out_metas.append(meta)
+            out_devs.append(device)
+            if j in keep:
+                shape, dtype = meta
+                t = _new_tensor(Tensor)
+                t._init(self, hid, shape, dtype, device)
+                tensors.append(t)
+                if not shape and op != "full":  # (record's: a 0-d result read along with the next value read)
+                    made[hid] = device
+                    if len(made) > MAX_SCALARS_TRACKED:
+                        del made[next(iter(made))]
+            else:
+                tensors.append(None)
+            if len(pending) >= MAX_PENDING_NODES:
+                self.flush()
+                pending = self._pending
+        if not self.closed:  # (the outputs no tensor holds: released as their tensors would be)
+            self._release += [h for h, t in zip(out_ids, tensors) if t is None]
+        return tensors
 
     # (lazy nodes: a node made by :meth:`record` with ``lazy`` or a known integer result is kept here, unrecorded, and
     # recorded only when a recorded node reads it (:meth:`_resolve`), its value is fetched from a device, or a compiled
@@ -1475,15 +1559,20 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
     frames = []
     ext_meta = []
     last_dev, di = None, 0
-    for j, (hid, op, ins, attrs, device, loc, metas, akey) in enumerate(pending):
+    ref_of = refs_of.get
+    j = 0
+    for hid, op, ins, attrs, device, loc, metas, akey in pending:
         refs = []
-        for k, i in enumerate(ins):
-            r = refs_of.get(i)
-            if r is None:
-                r = refs_of[i] = -(len(ext) + 1)
-                ext.append(i)
-                ext_meta.append(metas[k])
-            refs.append(r)
+        if ins:
+            k = 0
+            for i in ins:
+                r = ref_of(i)
+                if r is None:
+                    ext.append(i)
+                    r = refs_of[i] = -len(ext)
+                    ext_meta.append(metas[k])
+                refs.append(r)
+                k += 1
         if device != last_dev:
             di = dev_index.get(device)
             if di is None:
@@ -1499,11 +1588,13 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
         outs.append(hid)
         nodes.append([op, refs, attrs, di])
         key.append(structure_key(op, tuple(refs), akey, di))
-        dynamic = OPS[op].dynamic
-        if dynamic and attrs:
-            dyn.append([j, {k: attrs[k] for k in dynamic if k in attrs}])
-        if where is not None and loc is not None:
+        if attrs:
+            dynamic = OPS[op].dynamic
+            if dynamic:
+                dyn.append([j, {k: attrs[k] for k in dynamic if k in attrs}])
+        if loc is not None and where is not None:
             where[hid] = loc
+        j += 1
     b = Batch()
     b.nodes, b.devs, b.ext, b.ext_meta, b.outs, b.dyn, b.frames = nodes, devs, ext, ext_meta, outs, dyn, frames
     b.skey = (tuple(key), tuple(devs), tuple(ext_meta)) if nodes else None
@@ -1521,7 +1612,13 @@ def prune_dead(pending: list, release: list[int]) -> tuple[list, list[int]]:
     (the ``i`` and ``i + 8`` of ``data[i:i + 8] for i in ix``, whose values the client knew: known_values), and
     ``release`` without their handles, which the devices then never make."""
     dead = set(release)
-    if dead.isdisjoint(map(_first, pending)):
+    dead.intersection_update(map(_first, pending))  # (the released handles this batch makes)
+    if not dead:
+        return pending, release
+    # the node dropped last is read by no node (its readers, after it, would be dropped too): without an unread
+    # released node of a prunable op, nothing is dropped
+    unread = dead.difference(chain.from_iterable(map(_inputs, pending)))
+    if not unread or not any(e[1] in PRUNABLE for e in pending if e[0] in unread):
         return pending, release
     needed: set[int] = set()
     kept = []
@@ -1558,8 +1655,19 @@ def _replay_route(part, temps) -> tuple:
 def _input_error(s: Session, t, device: str):
     if t._s is not s:
         raise DeviceError("tensors from different sessions cannot be mixed")
-    raise DeviceError(f"Expected all tensors to be on the same device, but found at least two devices, "
-                      f"{device} and {t._dev}!")
+    raise _devices_differ(device, t._dev)
+
+
+def _devices_differ(device: str, other: str) -> DeviceError:
+    return DeviceError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                       f"{device} and {other}!")
+
+
+def host_nodes(nodes, known) -> frozenset:
+    """The nodes of a graph (``Session.record_graph``'s ``nodes`` and ``known``) whose results ``record`` may keep on
+    the client (``known_values``): :data:`~tensorwire.known_values.HOST_OPS` ops of a non-floating result."""
+    return frozenset(j for j, (n, k) in enumerate(zip(nodes, known))
+                     if n[0] in HOST_OPS and not k[1][1].is_floating_point)
 
 
 def _progress_event(device: str, fields: dict):

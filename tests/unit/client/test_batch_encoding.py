@@ -1,0 +1,67 @@
+"""A pending batch's wire form (``session.encode_batch``) and the nodes a batch leaves out (``session.prune_dead``),
+on hand-made pending entries (``(id, op, input ids, attrs, device, line, input metas, attrs key)``, what
+``Session.record`` appends); no cluster."""
+
+from __future__ import annotations
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.graph import attrs_key, structure_key
+from tensorwire.session import encode_batch, prune_dead
+
+F = D.float32
+M = ((2, 3), F)  # (every value here: a float32 [2, 3])
+
+
+def entry(hid, op, ins, attrs=None, dev="cpu:0", line=("prog.py", 1)):
+    return (hid, op, tuple(ins), attrs, dev, line, [M] * len(ins), attrs_key(op, attrs))
+
+
+def test_refs_name_earlier_nodes_and_external_inputs_once_each():
+    sl = {"starts": [0, 0], "stops": [2, 3], "steps": [1, 1]}
+    pending = [entry(10, "add", [1, 2]), entry(11, "mul", [10, 1]), entry(12, "slice", [11], sl, dev="cpu:1"),
+               entry(13, "neg", [3], line=None)]
+    where: dict = {}
+    b = encode_batch(pending, where)
+    assert b.ext == [1, 2, 3] and b.ext_meta == [M, M, M]
+    assert b.outs == [10, 11, 12, 13]
+    assert b.devs == ["cpu:0", "cpu:1"]
+    assert b.nodes == [["add", [-1, -2], None, 0], ["mul", [0, -1], None, 0], ["slice", [1], sl, 1],
+                       ["neg", [-3], None, 0]]
+    assert b.dyn == [[2, {"starts": [0, 0], "stops": [2, 3]}]]  # (a slice's bounds: its dynamic attrs)
+    keys = tuple(structure_key(op, tuple(refs), attrs_key(op, attrs), d) for op, refs, attrs, d in b.nodes)
+    assert b.skey == (keys, ("cpu:0", "cpu:1"), (M, M, M))
+    assert where == {10: ("prog.py", 1), 11: ("prog.py", 1), 12: ("prog.py", 1)}  # (no line: not kept)
+
+
+def test_the_same_structure_gets_the_same_key_whatever_the_ids_and_bounds():
+    def batch(base, start):
+        sl = {"starts": [start, 0], "stops": [start + 1, 3], "steps": [1, 1]}
+        return encode_batch([entry(base, "add", [7, 8]), entry(base + 1, "slice", [base], sl)])
+
+    a, b = batch(100, 0), batch(200, 1)
+    assert a.skey == b.skey
+    assert a.dyn != b.dyn
+
+
+def test_an_empty_batch_has_no_key():
+    assert encode_batch([]).skey is None
+
+
+def test_released_movement_and_known_nodes_nobody_reads_are_left_out():
+    pending = [entry(1, "matmul", [0, 0]), entry(2, "reshape", [1], {"shape": [3, 2]}),
+               entry(3, "permute", [2], {"dims": [1, 0]}), entry(4, "exp", [1])]
+    kept, release = prune_dead(pending, [2, 3, 9])
+    assert [e[0] for e in kept] == [1, 4]  # (the reshape was read only by the permute, which went too)
+    assert release == [9]
+
+
+def test_released_nodes_still_read_or_that_can_fail_are_kept():
+    pending = [entry(1, "reshape", [0], {"shape": [3, 2]}), entry(2, "exp", [1]), entry(3, "matmul", [0, 0])]
+    kept, release = prune_dead(pending, [1, 2, 3])
+    assert kept is pending and release == [1, 2, 3]  # (exp and matmul are not prunable; exp reads the reshape)
+
+
+def test_nothing_released_in_the_batch_keeps_it_whole():
+    pending = [entry(1, "reshape", [0], {"shape": [3, 2]})]
+    kept, release = prune_dead(pending, [5])
+    assert kept is pending and release == [5]
