@@ -514,6 +514,41 @@ def _rms_norm(c):
     return [r * (g - y * (g * y).op("mean", dims=dims, keepdim=True))]
 
 
+@rule("batch_norm")
+def _batch_norm(c):
+    """Two ops for any number of parameters, where the decomposition's rules record ~25: ``batch_norm_grad_stats``
+    (the per-channel sums of g and g * x_hat: the bias's and the weight's gradients) and ``batch_norm_grad`` (the
+    input's, in closed form; in training the batch statistics, recomputed by ``batch_norm_stats``, depend on the
+    input). The running statistics of eval mode are constants. The backward ops are composites too: double backward
+    goes through their decompositions."""
+    x = c.x[0]
+    training = a_bool(c.a, "training")
+    eps = a_num(c.a, "eps", 1e-5)
+    has_w, has_b = a_bool(c.a, "has_weight"), a_bool(c.a, "has_bias")
+    first = 1 if training else 3
+    iw = first if has_w else None
+    ib = first + has_w if has_b else None
+    need_w = iw is not None and c.needs[iw]
+    need_b = ib is not None and c.needs[ib]
+    g = c.g.cast(x.dtype)
+    if training:
+        stats = x.op("batch_norm_stats")
+    else:
+        st = D.float32 if x.dtype in D.HALF else D.float_of(x.dtype)
+        stats = c.x[1].cast(st).op("cat", c.x[2].cast(st), dim=0)
+    gs = g.op("batch_norm_grad_stats", x, stats, eps=eps) if training and c.needs[0] or need_w or need_b else None
+    out = [None] * len(c.x)
+    if c.needs[0]:
+        extra = ([gs] if training else []) + ([c.x[iw]] if has_w else [])
+        out[0] = g.op("batch_norm_grad", x, stats, *extra, training=training, eps=eps, has_weight=has_w)
+    n = x.shape[1]
+    if need_w:
+        out[iw] = gs.op("slice", starts=[n], stops=[2 * n], steps=[1])
+    if need_b:
+        out[ib] = gs.op("slice", starts=[0], stops=[n], steps=[1])
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # movement
 

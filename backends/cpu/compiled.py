@@ -86,7 +86,8 @@ SHAPES_REMEMBERED = 1 << 16
 #: composites kept on their numpy/BLAS kernels in compiled mode (im2col + gemm beats a naive loop nest)
 HOST_COMPOSITES = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d", "max_pool2d_grad",
                              "cross_entropy_index", "cross_entropy_index_grad", "linear", "rnn_scan",
-                             "rnn_scan_grad"})
+                             "rnn_scan_grad", "batch_norm", "batch_norm_stats", "batch_norm_grad_stats",
+                             "batch_norm_grad", "batch_norm_update"})
 
 
 def find_compiler() -> tuple[str | None, str]:

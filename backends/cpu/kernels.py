@@ -736,3 +736,117 @@ def specialize(step):
         shape = step.shape
         return lambda a: np.broadcast_to(a, shape)
     return None
+
+
+# batch norm -------------------------------------------------------------------------------------
+#
+# The composites of protocol/ops/nn.py in a few numpy calls each: the input viewed as [N, C, L], per-channel sums taken
+# in float64 (the batch axis first, as whole rows, then each channel's row: numpy's pairwise summation), the
+# normalisation as ``x * a + b`` per channel as torch's CPU kernel computes it.
+
+def _bn3(x: np.ndarray) -> np.ndarray:
+    """``x`` [N, C, ...] as [N, C, L]."""
+    return x.reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]))
+
+
+def _bn_sum(v: np.ndarray) -> np.ndarray:
+    """Per-channel float64 sums of a [N, C, L] array: the batch axis first (in the array's dtype for a batch of up to
+    64, ~3x faster than converting each row to float64; its error stays within float32's tolerance), then each
+    channel's row pairwise in float64."""
+    rows = np.add.reduce(v, axis=0) if v.shape[0] <= 64 else np.add.reduce(v, axis=0, dtype=np.float64)
+    return np.add.reduce(rows, axis=1, dtype=np.float64)
+
+
+def _bn_moments(x3: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and biased variance (float64) of [N, C, L], two passes as torch's CPU."""
+    cnt = max(x3.shape[0] * x3.shape[2], 1)
+    mean = _bn_sum(x3) / cnt
+    xc = x3 - mean.astype(x3.dtype)[:, None]
+    np.multiply(xc, xc, out=xc)
+    return mean, _bn_sum(xc) / cnt
+
+
+def _bn_col(v: np.ndarray, ct: np.dtype) -> np.ndarray:
+    return v.astype(ct)[:, None]
+
+
+def _bn_affine(ins: list, a: dict) -> tuple:
+    """(weight, bias) inputs in float64, None where the op has none."""
+    it = iter(ins)
+    w = np.asarray(next(it), np.float64) if a.get("has_weight") else None
+    b = np.asarray(next(it), np.float64) if a.get("has_bias") else None
+    return w, b
+
+
+@kernel("batch_norm")
+def _batch_norm(ins, a, shape, dt):
+    ct = _compute(dt)
+    x3 = _bn3(_arr(ins[0], ct))
+    if a.get("training"):
+        mean, var = _bn_moments(x3)
+        rest = ins[1:]
+    else:
+        mean, var = np.asarray(ins[1], np.float64), np.asarray(ins[2], np.float64)
+        rest = ins[3:]
+    w, b = _bn_affine(rest, a)
+    scale = 1.0 / np.sqrt(var + a.get("eps", 1e-5))
+    if w is not None:
+        scale = scale * w
+    shift = -mean * scale if b is None else b - mean * scale
+    y = x3 * _bn_col(scale, ct)
+    y += _bn_col(shift, ct)
+    return _out(y.reshape(shape), dt)
+
+
+@kernel("batch_norm_stats")
+def _batch_norm_stats(ins, a, shape, dt):
+    mean, var = _bn_moments(_bn3(_arr(ins[0], dt.np)))  # (dt: the statistics' dtype, float32 for 16-bit inputs)
+    return np.concatenate([mean, var]).astype(dt.np)
+
+
+def _bn_stats(stats: np.ndarray, c: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, rstd) in float64 from a [2C] statistics vector."""
+    s = np.asarray(stats, np.float64)
+    return s[:c], 1.0 / np.sqrt(s[c:] + eps)
+
+
+@kernel("batch_norm_grad_stats")
+def _batch_norm_grad_stats(ins, a, shape, dt):
+    ct = dt.np  # the statistics' dtype: float32 for 16-bit inputs
+    g3, x3 = _bn3(_arr(ins[0], ct)), _bn3(_arr(ins[1], ct))
+    mean, rstd = _bn_stats(ins[2], x3.shape[1], a.get("eps", 1e-5))
+    xc = x3 - _bn_col(mean, ct)
+    np.multiply(xc, g3, out=xc)
+    return np.concatenate([_bn_sum(g3), _bn_sum(xc) * rstd]).astype(dt.np)
+
+
+@kernel("batch_norm_grad")
+def _batch_norm_grad(ins, a, shape, dt):
+    ct = _compute(dt)
+    g3, x3 = _bn3(_arr(ins[0], ct)), _bn3(_arr(ins[1], ct))
+    c = x3.shape[1]
+    mean, rstd = _bn_stats(ins[2], c, a.get("eps", 1e-5))
+    training = a.get("training")
+    rest = ins[4:] if training else ins[3:]
+    k = rstd * np.asarray(rest[0], np.float64) if a.get("has_weight") else rstd
+    dx = g3 * _bn_col(k, ct)
+    if training:
+        gs = np.asarray(ins[3], np.float64)
+        n = max(x3.shape[0] * x3.shape[2], 1)
+        # k (g - sum_g / n - (x - mean) rstd sum_gx / n)
+        xc = x3 - _bn_col(mean, ct)
+        xc *= _bn_col(-k * rstd * gs[c:] / n, ct)
+        dx += xc
+        dx -= _bn_col(k * gs[:c] / n, ct)
+    return _out(dx.reshape(shape), dt)
+
+
+@kernel("batch_norm_update")
+def _batch_norm_update(ins, a, shape, dt):
+    running = np.asarray(ins[0], np.float64)
+    stats = np.asarray(ins[1], np.float64)
+    c = running.shape[0]
+    f = 1.0 / float(ins[2]) if len(ins) > 2 else float(a["momentum"])  # (a cumulative average: 1 / count)
+    n = int(a.get("n", 2))
+    stat = stats[:c] if a["which"] == "mean" else stats[c:] * (n / (n - 1) if n > 1 else 1.0)
+    return ((1.0 - f) * running + f * stat).astype(dt.np)

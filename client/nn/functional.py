@@ -366,8 +366,19 @@ def adaptive_avg_pool1d(input: Tensor, output_size) -> Tensor:  # noqa: A002
 def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,  # noqa: A002
                weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
                momentum: float | None = 0.1, eps: float = 1e-5) -> Tensor:
-    """Batch normalisation over every dim but 1. In training mode the running statistics are updated
-    (recorded ops: the buffers are rebound to their new values, as torch updates them in place)."""
+    """Batch normalisation over every dim but 1 (torch's ``F.batch_norm``). In training mode the batch's statistics
+    normalise and the running statistics, when given, are updated: ``(1 - momentum) * running + momentum * stat``
+    with the unbiased variance (recorded ops: the buffers are rebound to their new values, as torch updates them in
+    place). One ``batch_norm`` op (``protocol/ops/nn.py``) and, in training with running statistics, one
+    ``batch_norm_stats`` and one ``batch_norm_update`` per buffer."""
+    return _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def _batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,  # noqa: A002
+                weight: Tensor | None, bias: Tensor | None, training: bool, momentum: float | None, eps: float,
+                count: Tensor | None = None) -> Tensor:
+    """:func:`batch_norm`; ``count`` (a 0-d tensor, BatchNorm's num_batches_tracked): update the running statistics
+    by the cumulative average ``running + (stat - running) / count`` instead (torch's ``momentum=None``)."""
     # torch's channels are dim 1; a 1-D input has none (only an empty one, with empty statistics, is valid)
     channels = input.shape[1] if input.ndim > 1 else 0
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
@@ -375,34 +386,30 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         if t is not None and t.numel() != channels:
             raise ShapeError(f"batch_norm: {name} should contain {channels} elements not {t.numel()} (input of "
                              f"shape {list(input.shape)}, channels in dim 1)")
-    dims = [0] + list(range(2, input.ndim))
-    shape = [1, -1] + [1] * (input.ndim - 2) if input.ndim > 1 else [-1]
-    if training and input.numel() == 0:
-        y = input.clone()  # an empty batch: nothing to normalise, the running statistics stay as they are (torch)
+    if not training and (running_mean is None or running_var is None):
+        raise ValueError("batch_norm in eval mode needs running_mean and running_var")
+    if input.numel() == 0:
+        if training or input.ndim < 2:
+            return input.clone()  # an empty batch: nothing to normalise, the running statistics stay (torch)
     elif training:
         n = input.numel() // max(channels, 1)
         if n == 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input size "
                              f"{list(input.shape)}")
-        mean = input.mean(dims)
-        xc = input - mean.reshape(shape)
-        var = (xc * xc).mean(dims)
-        if running_mean is not None and running_var is not None:
+        if running_mean is not None or running_var is not None:
             with no_grad():
-                m = 0.1 if momentum is None else momentum
-                mean_d, var_d = mean.detach(), var.detach()
-                rebind(running_mean, (running_mean * (1 - m) + mean_d * m).to(running_mean.dtype))
-                rebind(running_var, (running_var * (1 - m) + var_d * (m * n / (n - 1))).to(running_var.dtype))
-        y = xc * (var + eps).rsqrt().reshape(shape)
-    else:
-        if running_mean is None or running_var is None:
-            raise ValueError("batch_norm in eval mode needs running_mean and running_var")
-        y = (input - running_mean.reshape(shape)) * (running_var + eps).rsqrt().reshape(shape)
-    if weight is not None:
-        y = y * weight.reshape(shape)
-    if bias is not None:
-        y = y + bias.reshape(shape)
-    return y
+                stats = input._rec("batch_norm_stats", [input], {})
+                at = {"n": n} if count is not None else {"n": n, "momentum": 0.1 if momentum is None else
+                                                         float(momentum)}
+                extra = [count] if count is not None else []
+                for which, buf in (("mean", running_mean), ("var", running_var)):
+                    if buf is not None:
+                        rebind(buf, buf._rec("batch_norm_update", [buf, stats, *extra], {**at, "which": which}))
+    ins = [input] if training else [input, running_mean, running_var]
+    attrs = {"training": bool(training), "eps": float(eps), "has_weight": weight is not None,
+             "has_bias": bias is not None}
+    ins += [t if t.ndim == 1 else t.reshape(channels) for t in (weight, bias) if t is not None]
+    return input._rec("batch_norm", ins, attrs)
 
 
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,  # noqa: A002

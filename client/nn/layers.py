@@ -296,30 +296,16 @@ class _BatchNorm(Module):
         self._check_input_dim(input)
         momentum = self.momentum
         use_batch = self.training or not self.track_running_stats
+        count = None
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             with no_grad():
                 rebind(self.num_batches_tracked, self.num_batches_tracked + 1)
             if momentum is None:  # cumulative moving average: 1 / num_batches_tracked (a device scalar)
-                return self._cumulative(input)
-        return F.batch_norm(input, self.running_mean if not self.training or self.track_running_stats else None,
-                            self.running_var if not self.training or self.track_running_stats else None,
-                            self.weight, self.bias, use_batch, 0.1 if momentum is None else momentum, self.eps)
-
-    def _cumulative(self, input):  # noqa: A002
-        dims = [0] + list(range(2, input.ndim))
-        shape = [1, -1] + [1] * (input.ndim - 2)
-        n = input.numel() // input.shape[1]
-        mean = input.mean(dims)
-        xc = input - mean.reshape(shape)
-        var = (xc * xc).mean(dims)
-        with no_grad():
-            f = (1.0 / self.num_batches_tracked.to(self.running_mean.dtype))
-            rebind(self.running_mean, self.running_mean + (mean.detach() - self.running_mean) * f)
-            rebind(self.running_var, self.running_var + (var.detach() * (n / (n - 1)) - self.running_var) * f)
-        y = xc * (var + self.eps).rsqrt().reshape(shape)
-        if self.weight is not None:
-            y = y * self.weight.reshape(shape) + self.bias.reshape(shape)
-        return y
+                count = self.num_batches_tracked
+        return F._batch_norm(input, self.running_mean if not self.training or self.track_running_stats else None,
+                             self.running_var if not self.training or self.track_running_stats else None,
+                             self.weight, self.bias, use_batch, 0.1 if momentum is None else momentum, self.eps,
+                             count)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "

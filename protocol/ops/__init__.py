@@ -14,7 +14,8 @@ The table is kept by op family, one module each: :mod:`.table` (``OpDef``, the r
 :mod:`.attrs` (attribute readers), :mod:`.creation`, :mod:`.elementwise`, :mod:`.reductions`,
 :mod:`.movement`, :mod:`.indexing`, :mod:`.matmul`, :mod:`.complex_ops` (complex parts and the FFTs) (the
 primitives), then the composites:
-:mod:`.math_composites`, :mod:`.nn` (activations, normalisation, linear), :mod:`.conv` (im2col,
+:mod:`.math_composites`, :mod:`.nn` (activations, layer/RMS normalisation, linear), :mod:`.batch_norm`,
+:mod:`.conv` (im2col,
 convolution, pooling), :mod:`.losses` (fused cross entropy), :mod:`.optim` (fused optimizer
 updates) and :mod:`.recurrent` (a recurrent layer's scan and its gradient's). Importing this package
 registers all of them, in that order.
@@ -32,7 +33,7 @@ from __future__ import annotations
 # the families register their ops on import, primitives first: the table's order is this order
 # isort: off
 from . import creation, elementwise, reductions, movement, indexing, matmul, complex_ops
-from . import math_composites, nn, conv, losses, optim, recurrent
+from . import math_composites, nn, batch_norm, conv, losses, optim, recurrent
 # isort: on
 from .attrs import a_bool, a_dims, a_dtype, a_int, a_ints, a_num, a_str
 from .creation import COLLECTIVES, REDUCE_OPS, split_sizes

@@ -268,6 +268,32 @@ def _norm_last(op):
                     case(op, [P((2, 3, 4))], {"ndim": 2, "eps": 1e-3}, name="2")]
 
 
+def _batch_norm():
+    """Training (the batch statistics depend on x), eval (running statistics: constants), affine or not, 2-D to 5-D."""
+    tr = {"training": True, "eps": 1e-5}
+    aff = {"has_weight": True, "has_bias": True}
+    return [case("batch_norm", [P((4, 3))], tr, name="2d"),
+            case("batch_norm", [P((2, 3, 4)), P((3,)), P((3,))], {**tr, **aff}, name="3d-affine"),
+            case("batch_norm", [P((2, 2, 3, 2)), P((2,))], {**tr, "has_weight": True}, name="4d-weight"),
+            case("batch_norm", [P((2, 2, 2, 2, 2)), P((2,))], {**tr, "has_bias": True}, name="5d-bias"),
+            case("batch_norm", [P((2, 3, 4)), tw.tensor(RNG.uniform(-1, 1, 3)), tw.tensor(RNG.uniform(0.5, 2, 3)),
+                                P((3,)), P((3,))], {"eps": 1e-5, **aff}, name="eval")]
+
+
+def _batch_norm_grads(op):
+    """The backward ops with their inputs free (the statistics given: a double backward's view of them)."""
+    def stats(c):
+        return tw.tensor(np.concatenate([RNG.uniform(-1, 1, c), RNG.uniform(0.5, 2, c)]), requires_grad=True)
+
+    if op == "batch_norm_stats":
+        return lambda: [case(op, [P((4, 3))], name="2d"), case(op, [P((2, 3, 2, 2))], name="4d")]
+    if op == "batch_norm_grad_stats":
+        return lambda: [case(op, [P((2, 3, 4)), P((2, 3, 4)), stats(3)], {"eps": 1e-5})]
+    return lambda: [case(op, [P((2, 3, 4)), P((2, 3, 4)), stats(3), P((6,)), P((3,))],
+                         {"training": True, "eps": 1e-5, "has_weight": True}, name="train"),
+                    case(op, [P((2, 3, 4)), P((2, 3, 4)), stats(3)], {"eps": 1e-5}, name="eval")]
+
+
 def _im2col():
     return [case("im2col", [P((1, 2, 5, 5))], {"kernel": [2, 3], "stride": [1, 2], "padding": [1, 0],
                                                 "dilation": [1, 1]}, name="a"),
@@ -382,6 +408,9 @@ GENERATORS = {
     "im2col": _im2col, "conv2d": _conv2d, "conv2d_grad_input": _conv2d_grad("input"),
     "conv2d_grad_weight": _conv2d_grad("weight"), "max_pool2d": _max_pool2d, "max_pool2d_grad": _max_pool2d_grad,
     "avg_pool2d": _avg_pool2d,
+    "batch_norm": _batch_norm, "batch_norm_stats": _batch_norm_grads("batch_norm_stats"),
+    "batch_norm_grad_stats": _batch_norm_grads("batch_norm_grad_stats"),
+    "batch_norm_grad": _batch_norm_grads("batch_norm_grad"),
     "exp": unary("exp"), "log": unary("log", 0.2, 2.0), "log1p": unary("log1p", -0.5, 2.0),
     "expm1": unary("expm1"), "sqrt": unary("sqrt", 0.2, 2.0), "sin": unary("sin", -3, 3),
     "cos": unary("cos", -3, 3), "tan": unary("tan"), "tanh": unary("tanh", -2, 2), "erf": unary("erf", -2, 2),
