@@ -307,15 +307,20 @@ def idiv(a, d) -> X:
         return iconst(0)
     if a.op == "alu" and a.arg == "mul" and _factor(a.src[1]) is not None and _factor(a.src[1]) % d == 0:
         return imul(a.src[0], _factor(a.src[1]) // d)
-    split = _split_multiple(a, d)
-    if split is not None:  # (m*d*k + r) // d with 0 <= r < d: m*k
-        return imul(split[0], split[1] // d)
+    whole = _multiples(a, d)
+    if whole is not None:  # (m*d*k + ... + x) // d with x >= 0: m*k + ... + x // d
+        quotients, rest = whole
+        acc = idiv(rest, dx)
+        for q, k in quotients:
+            acc = iadd(acc, imul(q, k // d))
+        return acc
     if a.op == "alu" and a.arg == "add":  # (m*k + r) // (k*j) with 0 <= r < k: m // j
         for p, r in (a.src, a.src[::-1]):
             k = _factor(p.src[1]) if p.op == "alu" and p.arg == "mul" else None
             if k is not None and k > 0 and d % k == 0 and _known(r) and r.lo >= 0 and r.hi < k \
-                    and _known(p.src[0]) and p.src[0].lo >= 0 and (dx.op == "const" or d == k):
-                return idiv(p.src[0], d // k)
+                    and _known(p.src[0]) and p.src[0].lo >= 0:
+                # (by a parameter: (m*k) // d, free of r, so it leaves a loop over r)
+                return idiv(p.src[0], d // k) if dx.op == "const" or d == k else idiv(p, dx)
     lo = a.lo // d if _known(a) and a.lo >= 0 else None
     hi = a.hi // d if _known(a) and a.lo >= 0 else None
     return X("alu", INDEX, (a, dx), "idiv", lo, hi)
@@ -335,23 +340,43 @@ def imod(a, m) -> X:
         return a
     if a.op == "alu" and a.arg == "mul" and _factor(a.src[1]) is not None and _factor(a.src[1]) % m == 0:
         return iconst(0)
-    split = _split_multiple(a, m)
-    if split is not None:  # (m*k*q + r) % m with 0 <= r < m: r
-        return split[2]
+    whole = _multiples(a, m)
+    if whole is not None:  # (m*k*q + ... + x) % m with x >= 0: x % m
+        return imod(whole[1], mx)
     if a.op == "alu" and a.arg == "mod" and _factor(a.src[1]) is not None and _factor(a.src[1]) % m == 0:
         return imod(a.src[0], mx)  # (x % (m*k)) % m: x % m
+    if a.op == "alu" and a.arg == "add":  # (q*k + r) % (k*j) with 0 <= r < k: (q*k) % (k*j) + r, r out of the mod
+        for p, r in (a.src, a.src[::-1]):
+            k = _factor(p.src[1]) if p.op == "alu" and p.arg == "mul" else None
+            if k is not None and 0 < k < m and m % k == 0 and _known(r) and r.lo >= 0 and r.hi < k \
+                    and _known(p.src[0]) and p.src[0].lo >= 0:
+                return iadd(imod(p, mx), r)
     return X("alu", INDEX, (a, mx), "mod", 0, m - 1)
 
 
-def _split_multiple(a: X, d: int):
-    """``(q, k, r)`` when ``a`` is ``q*k + r`` with ``k`` a multiple of ``d`` and ``0 <= r < d``, else None."""
+def _terms(a: X) -> list[X]:
+    """The terms of an index sum."""
+    if a.op == "alu" and a.arg == "add" and a.dtype is INDEX and a.width == 1:
+        return _terms(a.src[0]) + _terms(a.src[1])
+    return [a]
+
+
+def _multiples(a: X, d: int):
+    """``([(q, k), ...], x)`` when the index sum ``a`` is ``q*k + ... + x`` with each ``k`` a multiple of ``d`` and
+    ``x`` non-negative, else None: then ``a // d`` is ``q*(k//d) + ... + x // d`` and ``a % d`` is ``x % d`` (exact
+    for any ``q``; ``x >= 0`` keeps C's truncating division a floor)."""
     if a.op != "alu" or a.arg != "add":
         return None
-    for p, r in (a.src, a.src[::-1]):
-        k = _factor(p.src[1]) if p.op == "alu" and p.arg == "mul" else None
-        if k is not None and k % d == 0 and _known(r) and r.lo >= 0 and r.hi < d:
-            return p.src[0], k, r
-    return None
+    quotients, rest = [], iconst(0)
+    for t in _terms(a):
+        k = _factor(t.src[1]) if t.op == "alu" and t.arg == "mul" else None
+        if k is not None and k % d == 0:
+            quotients.append((t.src[0], k))
+        else:
+            rest = iadd(rest, t)
+    if not quotients or not (rest.op == "const" or (_known(rest) and rest.lo >= 0)):
+        return None
+    return quotients, rest
 
 
 # statements -------------------------------------------------------------------------------------------

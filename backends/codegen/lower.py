@@ -19,7 +19,7 @@ from tensorwire.protocol import dtypes as D
 from . import ir
 from .elementwise import RULES, SOURCES
 from .ir import INDEX, X, const, iconst, var, where
-from .lanes import element_lanes, lane_count, vector_stores
+from .lanes import element_lanes, lane_count, substitute, vector_stores
 from .reduce import REDUCE, reduce_value
 from .schedule import KNOWN_OPS, Options, schedule
 from .vectorize import vectorize
@@ -324,7 +324,12 @@ class Lowerer:
         W = self.opts.vector
         if not W or st.dtype is not D.float32:
             g = ir.gid(n)
-            kb.emit(ir.Store(out, g, kb.compute(st, kb.at(st.shape, g))))
+            v = kb.compute(st, kb.at(st.shape, g))
+            if self.opts.nest and not kb.body:
+                d = _inner_divisor(v, ir.GID, n)
+                if d is not None:
+                    return self._nested(kb, out, n, v, d)
+            kb.emit(ir.Store(out, g, v))
             return n
         i, v, stmts = self._element(kb, st, n)
         vec = None if stmts else vectorize(v, ELEM_VAR, W)
@@ -337,6 +342,22 @@ class Lowerer:
         tail = ir.Loop(ELEM_VAR, base, size, [ir.Store(out, i, v)], independent=True)
         kb.emit(ir.If(ir.alu("le", D.bool_, base + W, size), whole, [tail]))
         return grid
+
+    @staticmethod
+    def _nested(kb: KernelBuilder, out: str, n: int, v: X, d: X) -> int:
+        """Element ``gid`` of an elementwise kernel (its value ``v``) as one item per ``d`` elements (``d`` divides
+        ``n``; see ``Options.nest``): item ``o`` loops over ``j`` < ``d`` computing element ``o * d + j``, so the
+        index arithmetic's ``gid // d`` is ``o`` and ``gid % d`` is ``j``, and the divisions left depend on ``o``
+        only, out of the inner loop (a unit-stride walk the C compiler vectorises)."""
+        dv = d.arg if d.op == "const" else d.size
+        o = var(NEST_OUTER, INDEX, 0, n // dv - 1)
+        j = var(NEST_INNER, INDEX, 0, dv - 1)
+        flat = o * d + j
+        kb.emit(ir.Let(NEST_OUTER, ir.gid(n // dv)))
+        kb.emit(ir.Loop(NEST_INNER, iconst(0), d, [ir.Store(out, flat, substitute(v, ir.GID, flat, {}))],
+                        independent=True))
+        kb.heavy = True  # (each item loops: the C target hands items out dynamically, its simd is the inner loop's)
+        return n // dv
 
     @staticmethod
     def _element(kb: KernelBuilder, st, n: int):
@@ -426,6 +447,35 @@ class Lowerer:
 ROW_VAR = "col"
 SIZE_ATTR = "#size"  # a size parameter's "attribute" in ``Launch.scalars``: ``(None, (SIZE_ATTR, role), size, INDEX)``
 ELEM_VAR = "i"  # an elementwise kernel's element index, where vectors may take the place of work items
+
+
+#: the least divisor of an elementwise kernel's index that becomes a loop over its remainders (``Options.nest``)
+NEST_MIN = 4
+NEST_OUTER, NEST_INNER = "o", "j"
+
+
+def _inner_divisor(v: X, name: str, n: int) -> X | None:
+    """The smallest divisor (a constant or a size parameter) of the index variable ``name`` (of ``n`` values) in
+    ``v``'s index arithmetic (``name // d``, ``name % d``) that divides ``n``, at least :data:`NEST_MIN` and below
+    ``n``; None if there is none."""
+    best: X | None = None
+    seen: set = set()
+
+    def walk(e: X) -> None:
+        nonlocal best
+        if id(e) in seen:
+            return
+        seen.add(id(e))
+        if e.op == "alu" and e.arg in ("idiv", "mod") and e.src[0].op == "var" and e.src[0].arg == name:
+            d = e.src[1]
+            dv = d.arg if d.op == "const" else d.size
+            if dv is not None and NEST_MIN <= dv < n and n % dv == 0 and (
+                    best is None or dv < (best.arg if best.op == "const" else best.size)):
+                best = d
+        for x in e.src:
+            walk(x)
+    walk(v)
+    return best
 
 
 def _uses(x: X, name: str) -> bool:

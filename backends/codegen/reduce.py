@@ -218,6 +218,62 @@ def group_reduce(kb, op: str, acc_dt: D.DType, start: X, stop: X, element, hi: i
     return var(total, acc_dt)
 
 
+def _runs(in_shape, axes) -> list[tuple[bool, int, int]]:
+    """The axes of a contiguous ``in_shape`` merged into runs of neighbouring reduced or kept axes (axes of size 1
+    left out): ``(reduced, extent, stride)`` for each run, outermost first."""
+    runs: list = []
+    stride = 1
+    for a in reversed(range(len(in_shape))):
+        n = in_shape[a]
+        if n == 1:
+            continue
+        red = a in axes
+        if runs and runs[-1][0] == red:
+            runs[-1] = (red, runs[-1][1] * n, runs[-1][2])
+        else:
+            runs.append((red, n, stride))
+        stride *= n
+    return runs[::-1]
+
+
+def _nested(kb, st, idx: Idx, acc_dt: D.DType, runs: list) -> X:
+    """The reduction ``st`` at output position ``idx`` over several runs of reduced axes (``runs``, see
+    :func:`_runs`; batch norm's dims (0, 2, 3) of [N, C, H, W] are the runs N and H*W): a loop over the outer runs'
+    positions, and in it :func:`reduce_loop` over the innermost run. The kept runs' coordinates come from ``idx``
+    once an output and the outer runs' once an outer step, so the inner loop reads ``base + r * stride`` (a
+    unit-stride walk when the innermost run holds the last axis) with no division in it."""
+    op, n = st.op, idx.n
+    kept = [(e, s) for red, e, s in runs if not red]
+    red = [(e, s) for r, e, s in runs if r]
+    base, below = iconst(0), math.prod(e for e, _ in kept)
+    for e, s in kept:  # the kept runs' coordinates, from the output's flat index
+        below //= e
+        base = base + ((idx.flat // n(below)) % n(e)) * n(s)
+    (inner, inner_stride), outer = red[-1], red[:-1]
+    Q = math.prod(e for e, _ in outer)
+    acc = kb.fresh("acc")
+    kb.emit(ir.Let(acc, _init(op, acc_dt)))
+    body: list = []
+    saved, kb.block = kb.block, body
+    try:
+        q = var(kb.fresh("q"), INDEX, 0, Q - 1)
+        below = Q
+        for e, s in outer:  # the outer runs' coordinates, from the outer step
+            below //= e
+            base = base + ((q // n(below)) % n(e)) * n(s)
+
+        def element(r):
+            flat = base + r * n(inner_stride)
+            return cast(kb.value(st.ins[0], Idx(tuple(st.in_meta[0][0]), flat=flat, size=idx.size)), acc_dt)
+        total = reduce_loop(kb, op, acc_dt, kb.fresh("r"), iconst(0), kb.size(f"reduce{st.out}", inner), element, 0,
+                            inner - 1)
+        body.append(ir.Assign(acc, combine(op, var(acc, acc_dt), total)))
+    finally:
+        kb.block = saved
+    kb.emit(ir.Loop(q.arg, iconst(0), kb.size(f"outer{st.out}", Q), body))
+    return cast(var(acc, acc_dt), st.dtype)
+
+
 def reduce_value(kb, st, idx: Idx) -> X:
     """The reduction ``st`` at output position ``idx``: a loop in this kernel (two stages when long)."""
     axes = reduce_axes(st)
@@ -262,6 +318,10 @@ def reduce_value(kb, st, idx: Idx) -> X:
         return cast(total, st.dtype)
 
     kb.heavy = kb.heavy or R > 16
+    if opts.nest and not kb.local:
+        runs = _runs(in_shape, axes)
+        if sum(red for red, _, _ in runs) >= 2:  # several runs of reduced axes: a loop over the outer ones
+            return _nested(kb, st, idx, acc_dt, runs)
     length = None
     if _rows(st, axes):  # whole rows: the length is a parameter (a row kernel's rows are as long as its own)
         row = kb.row_len

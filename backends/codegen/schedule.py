@@ -45,6 +45,11 @@ class Options:
     #: strides) as size parameters: a real division unless the runtime writes the size back in (the CPU does while
     #: a structure keeps it: ``CRuntime.specialise``)
     size_strides: bool = False
+    #: coordinates the index arithmetic divides out become loops (the CPU): an elementwise kernel whose element index
+    #: is divided by a size d (a per-channel broadcast's ``(i // HW) % C``) runs one item per d elements, its inner
+    #: loop a unit-stride walk; a reduction over several runs of axes (batch norm's dims (0, 2, 3)) loops over the
+    #: outer runs and reduces the innermost run in a unit-stride loop. No division is left in an inner loop.
+    nest: bool = False
 
 
 def _inline_inputs(op: str, opts: Options) -> str:

@@ -368,7 +368,8 @@ class CompiledMixin:
 
     # matmul stays on BLAS and argsort on numpy's O(n log n) sort (the generated kernel ranks in O(n^2) a row)
     lowering_options = Options(host_ops=frozenset({"matmul", "argsort"}) | HOST_COMPOSITES, host_views=True,
-                               acc64=True, acc_block=ACC_BLOCK, row_fusion=True, multi_output=True, size_strides=True)
+                               acc64=True, acc_block=ACC_BLOCK, row_fusion=True, multi_output=True, size_strides=True,
+                               nest=True)
 
     def interpreted(self, steps, hot: bool = False) -> bool:
         """Whether a fragment runs on the numpy kernels rather than compiled: too small (numpy calls cost less than
