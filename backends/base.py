@@ -177,8 +177,15 @@ class Device:
 
     def hot_runner(self, plan, keep: frozenset, calls: int):
         """The compiled runner of a hot plan for the kept slots ``keep``, or None where it would not make fewer
-        than ``calls`` calls a run (the interpreted plan's steps). Runs on a background thread."""
+        than ``calls`` calls a run (the interpreted plan's steps). Runs on a background thread. The plan takes it
+        only if it measures no slower than the interpreted runner on the plan's next runs (:meth:`hot_trials`)."""
         return None
+
+    def hot_trials(self) -> int:
+        """How many runs each way a hot plan's compiled runners are measured against its interpreted ones before
+        the plan takes them (:class:`tensorwire.backends.hot.Trial`); 0: taken unmeasured."""
+        from .hot import TRIAL_RUNS
+        return TRIAL_RUNS
 
     def runner(self, plan, keep: frozenset):
         """A callable ``run(env, dyn, frames)`` that runs a whole plan for the kept slots ``keep``, or None.

@@ -6,9 +6,21 @@ first time a machine sees a fragment, which a fragment run a few times never ear
 coming back (a training step, eager or ``tw.compile``'d, replays the same plans every step) does earn it: after
 ``Device.hot_runs()`` runs (the CPU: ``TENSORWIRE_CPU_COMPILE_HOT_RUNS``, default 100) its plan is made again the
 way the device plans fragments it compiles, and the runners for the kept-slot sets it has been run with are built,
-on a background thread: gcc runs there while the plan goes on running interpreted. When the compiled plan is ready
-the worker takes it in place of the old one (:meth:`Tier.take`, between two runs), if the compiled program makes
-fewer calls than the interpreted one (the device decides: ``Device.hot_runner``); otherwise the plan stays as it is.
+on a background thread: gcc runs there while the plan goes on running interpreted. A compiled program that would not
+make fewer calls than the interpreted one is not built (the device decides: ``Device.hot_runner``); the plan stays
+as it is.
+
+A compiled plan is taken only if it is measured no slower (:class:`Trial`; issue 37: the DCGAN and the char-level
+transformer took 1.04-1.19x the worker's CPU with the compiler on). Once it is ready, the plan's next runs alternate
+between its interpreted runner and the compiled one (a first compiled run to warm it, then ``Device.hot_trials()``
+runs each; the CPU: ``TENSORWIRE_CPU_COMPILE_TRIAL_RUNS``, default 3), each timed with the running thread's CPU time
+(``time.thread_time``: the machine is shared, wall time is not the plan's), and every one of them is a real run
+whose results the batch gets. The worker then takes the compiled plan in place of the old one (:meth:`Tier.take`,
+between two runs) if its median is at most :data:`TRIAL_MARGIN` above the interpreted median; otherwise the plan
+stays interpreted for good, and the device remembers the fragment (:meth:`Structures.note_verdict`): a plan of it made
+again (a plan the cache evicted) is never compiled. ``hot_trials() == 0`` takes a compiled plan unmeasured. The
+worker's ``stats`` count the verdicts per session (``hot_plans``: taken; ``hot_slower``: measured slower, kept
+interpreted), and each is logged at debug level.
 
 A fragment large enough to compile is compiled after its first runs (``Device.hot_runs(steps)``), unless its
 *structure* (its ops and their wiring, its inputs' dtypes and ranks) has been planned on the device at other shapes
@@ -51,6 +63,15 @@ NEVER = 1 << 62
 #: between two runs of a plan, and compiled the few whose structures came once a round). Generous: a fixed-shape
 #: loop whose step is many fragments makes them all before it runs the first one again
 CHURN = 64
+#: runs each way a hot plan's compiled runner is measured against its interpreted one (``Device.hot_trials``)
+TRIAL_RUNS = 3
+#: a trial not over after this many times its own runs (a warm-up and ``Device.hot_trials()`` each way) of its plan
+#: (they kept other slots, or the plan's runners were replaced) ends: the plan stays interpreted, unmeasured (not
+#: remembered as slower)
+TRIAL_PATIENCE = 8
+#: how much slower (a fraction of the interpreted median CPU time a run) a compiled plan may measure in its trial and
+#: still be taken: the two agree to rounding, and a compiled plan holds fewer temporaries
+TRIAL_MARGIN = 0.03
 
 
 class _Unkeyed:
@@ -125,8 +146,31 @@ class Structures:
     def __init__(self):
         self._shapes: OrderedDict[int, set] = OrderedDict()
         self._fragments: OrderedDict[int, None] = OrderedDict()
+        self._slower: OrderedDict[int, None] = OrderedDict()  # fragments whose compiled plan measured slower
         self._lock = threading.Lock()
         self.planned = 0  # plans noted so far (see :meth:`unsettled`)
+        #: trial verdicts so far: compiled plans taken, and compiled plans measured slower (kept interpreted)
+        self.verdicts = {"compiled": 0, "interpreted": 0}
+
+    def note_verdict(self, compiled: bool, fragment: int | None) -> None:
+        """Count a trial's verdict; a ``fragment`` (:func:`fragment`'s hash, or None: not keyed) whose compiled plan
+        measured slower is remembered (the last :data:`STRUCTURES_REMEMBERED`): :func:`tier_for` never compiles it
+        again."""
+        with self._lock:
+            self.verdicts["compiled" if compiled else "interpreted"] += 1
+            if not compiled and fragment is not None:
+                self._slower[fragment] = None
+                if len(self._slower) > STRUCTURES_REMEMBERED:
+                    self._slower.popitem(last=False)
+
+    def slower(self, fragment: int) -> bool:
+        """Whether ``fragment``'s compiled plan measured slower than its interpreted one (see :class:`Trial`)."""
+        return fragment in self._slower
+
+    @property
+    def any_slower(self) -> bool:
+        """Whether any fragment is remembered as slower compiled (else :func:`tier_for` need not hash a plan)."""
+        return bool(self._slower)
 
     def settled(self, structure: int, shapes: int, fragment: int) -> bool:
         """Note a plan of ``fragment`` (of ``structure`` at ``shapes``); False when that structure was planned at
@@ -197,35 +241,56 @@ def tier_for(device, runs: int, nodes: list, ext_metas: list, node_meta: list,
     has planned before, after as many as a small fragment waits (``Device.hot_runs()``) when that is more; None: it
     is never compiled (see the module doc). ``attrs_keys``: as :func:`fragment` takes them."""
     hot_runs = device.hot_runs()
+    known = structures_of(device)
+    if known.any_slower and known.slower(_fragment_of(nodes, ext_metas, node_meta, attrs_keys)):
+        return None  # its compiled plan measured slower before (see Trial)
     if 0 < hot_runs <= runs or runs <= 0:
-        return Tier(nodes, ext_metas, runs) if runs > 0 else None
+        return Tier(nodes, ext_metas, runs, attrs_keys=attrs_keys) if runs > 0 else None
     st, sh = structure(nodes, ext_metas), shapes(ext_metas, node_meta)
     try:
         fr = fragment(st, sh, nodes, attrs_keys)
     except TypeError:  # (attributes that are not plain values: a fragment that will not be planned again as such)
         fr = hash((st, sh, id(nodes)))
-    known = structures_of(device)
-    if known.settled(st, sh, fr):
-        return Tier(nodes, ext_metas, runs, (st, known.planned))  # (early: unless it proves unsettled meanwhile)
-    return Tier(nodes, ext_metas, hot_runs) if hot_runs > 0 else None
+    if known.settled(st, sh, fr):  # (early: unless it proves unsettled meanwhile)
+        return Tier(nodes, ext_metas, runs, (st, known.planned), attrs_keys=attrs_keys)
+    return Tier(nodes, ext_metas, hot_runs, attrs_keys=attrs_keys) if hot_runs > 0 else None
+
+
+def _fragment_of(nodes: list, ext_metas: list, node_meta: list, attrs_keys: list | None) -> int | None:
+    """:func:`fragment` of a plan's fragment, or None where its attributes are not plain values."""
+    st = structure(nodes, ext_metas)
+    try:
+        return fragment(st, shapes(ext_metas, node_meta), nodes, attrs_keys)
+    except TypeError:
+        return None
 
 
 class Tier:
     """What a plan needs to be compiled later: its fragment, the metas of its inputs, how often it ran and with
-    which kept-slot sets, and the compiled plan once it is ready (``ready``; ``done`` is set either way)."""
+    which kept-slot sets, the compiled plan once it is ready (``ready``; ``done`` is set either way), and its
+    :class:`Trial` against the interpreted plan (``trial``), whose verdict :meth:`take` applies."""
 
-    __slots__ = ("nodes", "ext_metas", "hot_runs", "runs", "keeps", "ready", "done", "early")
+    __slots__ = ("nodes", "ext_metas", "hot_runs", "runs", "keeps", "ready", "done", "early", "attrs_keys",
+                 "trial", "known", "verdict")
 
-    def __init__(self, nodes: list, ext_metas: list, hot_runs: int, early: tuple | None = None):
+    def __init__(self, nodes: list, ext_metas: list, hot_runs: int, early: tuple | None = None,
+                 attrs_keys: list | None = None):
         self.nodes, self.ext_metas = nodes, ext_metas
         self.hot_runs = hot_runs  # the runs after which it compiles (``Device.hot_runs`` of its steps)
         #: ``(structure, Structures.planned when it was made)`` of a plan that compiles early (its structure's first
         #: shape): it waits as long as a small fragment after all if it proves unsettled by then (see :meth:`ran`)
         self.early = early
+        self.attrs_keys = attrs_keys  # (as :func:`fragment` takes them: to remember a slower fragment)
         self.runs = 0
         self.keeps: list[frozenset] = []
         self.ready = None
         self.done = threading.Event()
+        self.trial: Trial | None = None  # made with the compiled plan; installed by :meth:`take`
+        self.known: Structures | None = None  # the device's (set when the compile starts)
+        #: None until the plan is settled; then "compiled" (taken), "slower" (the compiled plan measured slower: the
+        #: plan stays interpreted) or "not compiled" (no compiled plan was made: it would not make fewer calls, or
+        #: its compile failed; or its trial could not measure it)
+        self.verdict: str | None = None
 
     def ran(self, device, plan, keep: frozenset) -> None:
         """Count one run of ``plan`` keeping ``keep`` (the thread running it); start compiling when it is hot."""
@@ -243,6 +308,7 @@ class Tier:
             if not _BUDGET.admit():  # compiles are queued, or took their share of the time: try at the next run
                 self.runs -= 1
                 return
+            self.known = structures_of(device)
             _pool().submit(self._compile, device, plan, list(self.keeps))
 
     def _compile(self, device, plan, keeps: list[frozenset]) -> None:
@@ -260,6 +326,9 @@ class Tier:
                     hot.runners[hkeep] = run
                     built += 1
             if built == len(keeps):
+                trials = device.hot_trials()
+                if trials > 0:
+                    self.trial = Trial(plan, hot, by_node, keeps, trials)
                 self.ready = hot
         except Exception:  # the plan goes on interpreted, as it ran so far
             log.warning("compiling a hot plan failed; it stays interpreted", exc_info=True)
@@ -268,13 +337,141 @@ class Tier:
             self.done.set()
 
     def take(self, plan) -> bool:
-        """Turn ``plan`` into its compiled form, if that is ready (the thread that runs the plan, between runs);
-        True when it changed. The plan stops counting either way once its compile is over."""
+        """Turn ``plan`` into its compiled form, if that is ready and its trial found it no slower (the thread that
+        runs the plan, between runs: it installs the trial's runners on the plan first, and applies the verdict
+        once the trial has one); True when it changed. The plan stops counting once its compile is over, and is
+        settled (``verdict``) when this returns True, or False with ``plan.tier`` None."""
         if not self.done.is_set():
             return False
-        plan.tier = None
-        hot = self.ready
+        hot, trial = self.ready, self.trial
         if hot is None:
+            plan.tier = None
+            self.verdict = "not compiled"
             return False
+        if trial is not None:
+            if trial.installed is None:
+                trial.install(plan, self.runs)
+                return False
+            if trial.verdict is None and self.runs - trial.installed <= TRIAL_PATIENCE * (2 * trial.runs + 1):
+                return False
+            trial.uninstall(plan)
+            self.trial = None
+            if trial.verdict is None or trial.unmeasured:  # its runs kept other slots, or its runners went
+                plan.tier = None
+                self.ready = None
+                self.verdict = "not compiled"
+                return False
+            compiled = trial.verdict
+            log.debug("hot plan of %d steps: interpreted %.1f us, compiled %.1f us a run (medians of %d): %s",
+                      len(plan.program.steps), trial.median(0) * 1e6, trial.median(1) * 1e6, trial.runs,
+                      "compiled" if compiled else "stays interpreted")
+            if self.known is not None:
+                self.known.note_verdict(compiled, None if compiled else
+                                        _fragment_of(self.nodes, self.ext_metas, plan.node_meta, self.attrs_keys))
+            if not compiled:
+                plan.tier = None
+                self.ready = None
+                self.verdict = "slower"
+                return False
+        elif self.known is not None:
+            self.known.note_verdict(True, None)
+        plan.tier = None
+        self.verdict = "compiled"
         vars(plan).update(vars(hot))
         return True
+
+
+class Trial:
+    """A hot plan's interpreted and compiled runners, measured against each other on the plan's own runs (see the
+    module doc). :meth:`install` puts a measuring runner on the interpreted plan for each kept-slot set the compiled
+    plan was built for: a first run warms the compiled runner, then the runs alternate, interpreted first, until
+    each way has ``runs`` times (the running thread's CPU time around the runner alone); ``verdict`` is then True
+    (take the compiled plan: its median is at most :data:`TRIAL_MARGIN` above the interpreted one's, or False), and
+    later runs are interpreted until :meth:`Tier.take` applies it. A compiled run that raises settles it: False. One
+    that cannot measure (none of the kept-slot sets the plan ran with, see :data:`TRIAL_PATIENCE`) leaves the plan
+    interpreted, not remembered as slower.
+
+    The compiled runner runs on the interpreted plan's slots: the inputs are copied into a list laid out as the
+    compiled plan's (the same external inputs first), and the kept values copied back, so the batch gets the
+    values and the plan cache the layout it expects whichever way ran."""
+
+    def __init__(self, plan, hot, by_node: dict, keeps: list[frozenset], runs: int):
+        self.runs = runs
+        self.times: tuple[list[float], list[float]] = ([], [])  # interpreted, compiled: CPU seconds a run
+        self.turn = 0  # runs so far (0: the compiled warm-up is next)
+        self.verdict: bool | None = None
+        self.unmeasured = False  # no kept-slot set of the plan's could be measured: the plan stays interpreted
+        self.installed: int | None = None  # the plan's runs when the trial was installed
+        self._hot = hot
+        self._n_ext = len(plan.ext_metas)
+        self._by_node = by_node
+        self._keeps = keeps
+        self._saved: dict[frozenset, object] = {}  # kept-slot set -> the interpreted runner it replaced
+
+    def median(self, which: int) -> float:
+        t = sorted(self.times[which])
+        return t[len(t) // 2] if t else float("nan")
+
+    def install(self, plan, runs: int) -> None:
+        """Put the measuring runners on ``plan`` (the interpreted plan, run ``runs`` times so far; the thread that
+        runs it, between runs)."""
+        self.installed = runs
+        for keep in self._keeps:
+            interp = plan.runners.get(keep)
+            back = [(s, self._by_node.get(s)) for s in keep]
+            if interp is None or any(hs is None for _, hs in back):  # (not measured: runs interpreted)
+                continue
+            hkeep = frozenset(hs for _, hs in back)
+            self._saved[keep] = interp
+            plan.runners[keep] = self._runner(interp, self._hot.runners[hkeep], back)
+        if not self._saved:
+            self.verdict, self.unmeasured = False, True
+
+    def uninstall(self, plan) -> None:
+        """Give ``plan`` its interpreted runners back."""
+        for keep, interp in self._saved.items():
+            if keep in plan.runners:
+                plan.runners[keep] = interp
+        self._saved.clear()
+
+    def _runner(self, interp, compiled, back: list):
+        nslots, n_ext, times = self._hot.nslots, self._n_ext, self.times
+        clock = time.thread_time
+
+        def run_compiled(env, dyn, frames) -> float:
+            henv = [None] * nslots
+            henv[:n_ext] = env[:n_ext]
+            t0 = clock()
+            compiled(henv, dyn, frames)
+            took = clock() - t0
+            for s, hs in back:
+                env[s] = henv[hs]
+            return took
+
+        def run(env, dyn, frames):
+            if self.verdict is not None:
+                return interp(env, dyn, frames)
+            turn = self.turn
+            self.turn = turn + 1
+            if turn == 0:  # warm-up: the compiled runner's first call (its library's pages, its buffers)
+                try:
+                    run_compiled(env, dyn, frames)
+                except Exception:
+                    self.verdict = False
+                    raise
+                return None
+            if turn % 2:
+                t0 = clock()
+                interp(env, dyn, frames)
+                times[0].append(clock() - t0)
+            else:
+                try:
+                    times[1].append(run_compiled(env, dyn, frames))
+                except Exception:
+                    self.verdict = False
+                    raise
+            if len(times[1]) >= self.runs and len(times[0]) >= self.runs:
+                self.verdict = self.median(1) <= self.median(0) * (1 + TRIAL_MARGIN)
+            return None
+
+        return run

@@ -16,10 +16,13 @@ from __future__ import annotations
 import argparse
 import collections
 import contextvars
+import ctypes
 import functools
 import itertools
 import logging
 import os
+import platform
+import sys
 import threading
 import time
 from collections import deque
@@ -151,7 +154,7 @@ class _Job:
 
 class _Session:
     __slots__ = ("buffers", "jobs", "running", "errors", "ledger", "cancel_before", "draining", "spans",
-                 "spans_dropped", "hot_plans", "uploads")
+                 "spans_dropped", "hot_plans", "hot_slower", "uploads")
 
     def __init__(self, device):
         self.buffers: dict[int, object] = {}
@@ -164,6 +167,7 @@ class _Session:
         self.spans: list = []  # profiler spans of its profiled batches, until the client collects them
         self.spans_dropped = 0  # spans past MAX_SPANS, not kept
         self.hot_plans = 0  # plans compiled because they ran often (see hot.py)
+        self.hot_slower = 0  # hot plans kept interpreted: their compiled plan measured slower (see hot.py)
         self.uploads = 0  # bytes of upload frames its queued and running batches hold (see Executor._hold_uploads)
 
 
@@ -369,7 +373,7 @@ class Executor:
             out[sid.hex() if isinstance(sid, bytes) else str(sid)] = {
                 "buffers": live, "bytes": int(s.ledger.used), "plans": self.plans.session_plans(sid),
                 "plan_bytes": self.plans.session_used.get(sid, 0), "hot_plans": s.hot_plans,
-                "queued": len(s.jobs), "running": int(s.running is not None)}
+                "hot_slower": s.hot_slower, "queued": len(s.jobs), "running": int(s.running is not None)}
         return out
 
     # -- cancelling -------------------------------------------------------------------------------
@@ -630,10 +634,16 @@ class Executor:
 
     # -- the checks a batch passes before it runs (``_prepare``; ``replay_now`` makes the same) ---------------------
     def _warm(self, sid, s: _Session, plan_no: int, plan) -> None:
-        """A replayed plan that has become hot is compiled now (see hot.py)."""
-        if plan.tier is not None and plan.tier.take(plan):
+        """A replayed plan that has become hot is compiled now, if its trial found the compiled plan no slower (see
+        hot.py); the session counts the verdicts."""
+        tier = plan.tier
+        if tier is None:
+            return
+        if tier.take(plan):
             self.plans.put(sid, plan_no, plan)  # (its size changed)
             s.hot_plans += 1
+        elif tier.verdict == "slower":
+            s.hot_slower += 1
 
     def _inputs(self, s: _Session, ext_ids: list, missing=Fail):
         """The session's buffers for the batch's inputs ``ext_ids``; one it does not hold is a ``NotFound`` Fail (the
@@ -1231,6 +1241,34 @@ SLOW_BATCH_S = float(os.environ.get(SLOW_BATCH_ENV, "1000")) / 1e3
 SLOW_BATCH_NS = SLOW_BATCH_S * 1e9
 
 
+#: freed heap memory (bytes) a worker keeps for its next allocations instead of giving it back to the OS (glibc's
+#: ``M_TRIM_THRESHOLD``; ``TENSORWIRE_WORKER_TRIM_THRESHOLD``, 0: glibc's 128 KiB). With the mmap threshold fixed
+#: (:func:`~tensorwire.protocol.service.fix_mmap_threshold`), glibc gave back the top of the heap whenever more
+#: than 128 KiB of it was free: a step's numpy temporaries were freed at its end, given back, and faulted in again
+#: the next step (issue 37: a DCGAN worker took ~2,000 page faults a step, ~17 with this)
+TRIM_ENV = "TENSORWIRE_WORKER_TRIM_THRESHOLD"
+TRIM_THRESHOLD = 512 << 20
+_M_TRIM_THRESHOLD = -1  # (glibc's malloc.h)
+
+
+def tune_malloc() -> bool:
+    """Set glibc's trim threshold for this worker to ``TENSORWIRE_WORKER_TRIM_THRESHOLD`` bytes (default
+    :data:`TRIM_THRESHOLD`): the worker then holds freed heap memory up to that much and reuses it, rather than
+    return it to the OS and fault it in again. False where there is no glibc, or it is turned off (0) or malformed."""
+    raw = os.environ.get(TRIM_ENV, "").strip()
+    try:
+        n = int(raw) if raw else TRIM_THRESHOLD
+    except ValueError:
+        log.warning("%s=%r is not a number of bytes; glibc's trim threshold is left as it is", TRIM_ENV, raw)
+        return False
+    if n <= 0 or not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_TRIM_THRESHOLD, min(n, (1 << 31) - 1)))
+    except (OSError, AttributeError):
+        return False
+
+
 def _sid_text(sid) -> str:
     return sid.hex() if isinstance(sid, bytes) else str(sid)
 #: profiler spans a session's profiled batches keep on this worker until collected (the rest are counted, not kept)
@@ -1442,6 +1480,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     configure_logging()
     tune_gc()
+    tune_malloc()
     hub_loader.configure(args.hub_url, token=None if args.hub_token_file else os.environ.get("TENSORWIRE_HUB_TOKEN"),
                          token_file=args.hub_token_file)
     keys = keys_dir(args.keys)

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from tensorwire.backends import hookimpl
+from tensorwire.backends import hookimpl, hot
 from tensorwire.backends.base import Backend, Device, DeviceInfo
 from tensorwire.backends.quota import host_memory
 from tensorwire.protocol import dtypes as D
@@ -20,6 +20,9 @@ _BY_NP = D.BY_NP
 
 #: how many ``cpu:N`` devices a host offers (they share the host's memory and cores)
 CPU_DEVICES = int(os.environ.get("TENSORWIRE_CPU_DEVICES", "8"))
+#: runs each way a hot plan's compiled kernels are measured against the numpy kernels before the plan takes them
+#: (``backends/hot.py``, :class:`~tensorwire.backends.hot.Trial`; default ``hot.TRIAL_RUNS``); 0: taken unmeasured
+TRIAL_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_TRIAL_RUNS"
 
 
 class NumpyDevice(Device):
@@ -96,13 +99,16 @@ class CompiledDevice(compiled.CompiledMixin, NumpyDevice):
         super().__init__(backend, index)
         self.runtime = runtime
 
+    def hot_trials(self) -> int:
+        return self.backend.trial_runs
+
 
 class CompiledBackend(NumpyBackend):
     """The CPU backend in compiled mode: composites run through their decompositions (and fuse), except the
     few whose numpy/BLAS kernels beat a fused loop nest (:data:`compiled.HOST_COMPOSITES`)."""
 
     def __init__(self, runtime=None, min_work: int | None = None, max_steps: int | None = None,
-                 hot_runs: int | None = None, large_runs: int | None = None):
+                 hot_runs: int | None = None, large_runs: int | None = None, trial_runs: int | None = None):
         super().__init__()
         if min_work is None:
             min_work = int(os.environ.get(compiled.MIN_WORK_ENV, compiled.MIN_WORK))
@@ -112,10 +118,13 @@ class CompiledBackend(NumpyBackend):
             hot_runs = int(os.environ.get(compiled.HOT_RUNS_ENV, compiled.HOT_RUNS))
         if large_runs is None:
             large_runs = int(os.environ.get(compiled.LARGE_RUNS_ENV, compiled.LARGE_RUNS))
+        if trial_runs is None:
+            trial_runs = int(os.environ.get(TRIAL_RUNS_ENV, hot.TRIAL_RUNS))
         self.min_work = min_work  # fragments producing fewer elements in all run on the numpy kernels...
         self.max_steps = max_steps  # ...and so do fragments of more steps than this
         self.hot_runs = hot_runs  # ...until they have run this often (0: always)
         self.large_runs = large_runs  # larger ones run interpreted this often while they compile (0: compiled first)
+        self.trial_runs = trial_runs  # runs each way a compiled plan is measured before it is taken (0: unmeasured)
         self.runtime = runtime or compiled.runtime()
         if self.runtime is None:
             raise DeviceError(f"the CPU cannot compile kernels: {compiled.why_not()}")

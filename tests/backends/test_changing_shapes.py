@@ -38,7 +38,7 @@ def _mixed_inputs(n: int) -> list:
 def test_a_structure_planned_at_many_shapes_compiles_once_not_once_a_shape():
     """A fragment large enough to compile is compiled after its first run; the same structure at other sizes waits
     to be hot in its own right (``hot_runs``), as a small fragment does: plans run once are never compiled."""
-    dev = CompiledBackend(min_work=1 << 10, large_runs=1, hot_runs=50).open(0)
+    dev = CompiledBackend(min_work=1 << 10, large_runs=1, hot_runs=50, trial_runs=0).open(0)
     plans = []
     for n in [4096 + 512 * i for i in range(6)]:
         ext = _adam_inputs(n)
@@ -79,7 +79,7 @@ def test_a_first_shape_does_not_compile_once_its_structure_has_changed_shape():
     assert second.tier.hot_runs == 50
     _run(dev, first, first_ext)  # its second run: it would compile now, but its structure changes shape
     assert first.tier.hot_runs == 50 and first.tier.runs == 2 and not first.tier.done.is_set()
-    fixed = CompiledBackend(min_work=1 << 10, large_runs=2, hot_runs=50).open(0)  # (a device of its own)
+    fixed = CompiledBackend(min_work=1 << 10, large_runs=2, hot_runs=50, trial_runs=0).open(0)  # (a device of its own)
     plan = X.compile_plan(fixed, ADAM, _metas(first_ext))  # the structure at one shape: compiled after two runs
     _run(fixed, plan, first_ext)
     assert not plan.tier.done.is_set()
@@ -148,7 +148,7 @@ def test_the_same_value_twice_is_not_two_values():
 def test_an_interpreted_plan_is_cached_at_what_it_holds():
     """An interpreted plan is estimated at ``INTERPRETED_STEP_BYTES`` a step and node, a compiled one at
     ``PLAN_STEP_BYTES``: a session's share of the cache keeps that many more of a changing-shape loop's plans."""
-    dev = CompiledBackend(min_work=1 << 20, hot_runs=2).open(0)
+    dev = CompiledBackend(min_work=1 << 20, hot_runs=2, trial_runs=0).open(0)
     ext = _adam_inputs()
     plan = X.compile_plan(dev, ADAM, _metas(ext))
     units = len(plan.program.steps) + len(plan.node_slot) + 1

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tensorwire.backends import executor as X
-from tensorwire.backends.cpu import CompiledBackend, compiled
+from tensorwire.backends.cpu import CompiledBackend, CompiledDevice, compiled
 from tensorwire.protocol import dtypes as D
 
 pytestmark = pytest.mark.skipif(compiled.runtime() is None, reason=f"no C compiler: {compiled.why_not()}")
@@ -31,7 +31,7 @@ def _run(dev, plan, ext):
 
 
 def test_a_small_adam_update_is_compiled_after_it_ran_often():
-    dev = CompiledBackend(min_work=1 << 20, hot_runs=3).open(0)
+    dev = CompiledBackend(min_work=1 << 20, hot_runs=3, trial_runs=0).open(0)  # (taken unmeasured: see below)
     ext = _adam_inputs()
     plan = X.compile_plan(dev, ADAM, [(np.shape(a), D.float32) for a in ext])
     assert [s.op for s in plan.program.steps] == ["adam_exp_avg", "adam_exp_avg_sq", "adam_param"]  # numpy's
@@ -71,7 +71,8 @@ def test_no_hot_compiles_when_switched_off_or_too_long():
 
 def test_a_training_loop_on_a_cluster_switches_to_compiled_kernels_and_keeps_its_losses(monkeypatch):
     """The digits MLP's Adam steps, eager, through a worker whose plans are compiled after 5 runs: the session's
-    status counts the plans compiled, and the losses are the interpreter's to rounding."""
+    status counts the plans settled (``hot_plans`` compiled, ``hot_slower`` measured slower compiled: which way each
+    goes is the machine's to measure), and the losses are the interpreter's to rounding."""
     import tensorwire as tw
     from tests.backends._digits import adam_losses
 
@@ -84,11 +85,12 @@ def test_a_training_loop_on_a_cluster_switches_to_compiled_kernels_and_keeps_its
                 deadline = time.monotonic() + (COMPILE_S if wait else 0)
                 for _ in range(100_000):  # (bounded by the deadline) the compile ends on its own; steps take it in
                     st = s.cluster_status()
-                    hot = st["devices"]["cpu:0"].get(st["session"], {}).get("hot_plans", 0)
-                    if hot or time.monotonic() > deadline:
+                    mine = st["devices"]["cpu:0"].get(st["session"], {})
+                    settled = mine.get("hot_plans", 0) + mine.get("hot_slower", 0)
+                    if settled or time.monotonic() > deadline:
                         break
                     adam_losses("cpu:0", 6)
-                return adam_losses("cpu:0", 12), hot  # a new model, trained on the plans as they are now
+                return adam_losses("cpu:0", 12), settled  # a new model, trained on the plans as they are now
             finally:
                 s.close()
                 tw.set_session(None)
@@ -100,11 +102,88 @@ def test_a_training_loop_on_a_cluster_switches_to_compiled_kernels_and_keeps_its
     np.testing.assert_allclose(hot, cold, rtol=1e-5)
 
 
+def _settle(dev, plan, ext, outs=(10, 11, 12), keep=None, most: int = 100) -> tuple[list[dict], object]:
+    """Run ``plan`` (as the worker does: ``take`` between two runs; keeping the slots ``keep(plan)``, default all)
+    until its tier has a verdict; its results and the tier."""
+    tier, got = plan.tier, []
+    assert tier.done.wait(COMPILE_S)
+    for _ in range(most):
+        if tier.take(plan) or plan.tier is None:
+            return got, tier
+        kept = set(plan.node_slot) if keep is None else keep(plan)
+        got.append(X.run_plan(dev, plan, list(ext), list(outs), {}, [], kept))
+    raise AssertionError(f"no verdict after {most} runs")
+
+
+class _SlowCompiled(CompiledDevice):
+    """The CPU, with every hot plan's compiled runner made slower: it burns 2 ms of its thread's CPU first."""
+
+    def hot_runner(self, plan, keep, calls):
+        run = super().hot_runner(plan, keep, calls)
+        if run is None:
+            return None
+
+        def slow(env, dyn, frames, *after):
+            until = time.thread_time() + 0.002
+            while time.thread_time() < until:
+                pass
+            return run(env, dyn, frames, *after)
+        return slow
+
+
+def test_a_compiled_plan_measured_slower_stays_interpreted_and_is_not_compiled_again():
+    """Issue 37: the compiler never makes a plan slower. A hot plan runs both ways on its next runs; a compiled
+    runner measured slower than the interpreted one is dropped, the plan stays interpreted, its results are the
+    interpreter's, and the device remembers the fragment: planned again, it is never compiled."""
+    from tensorwire.backends import hot
+
+    backend = CompiledBackend(min_work=1 << 20, hot_runs=2)
+    dev = _SlowCompiled(backend, 0, backend.runtime)
+    ext = _adam_inputs()
+    metas = [(np.shape(a), D.float32) for a in ext]
+    plan = X.compile_plan(dev, ADAM, metas)
+    before = [_run(dev, plan, ext) for _ in range(2)]  # the second run starts the compile
+    during, tier = _settle(dev, plan, ext)
+    assert tier.verdict == "slower" and not plan.hot and plan.tier is None
+    assert len(during) == 1 + 2 * backend.trial_runs  # the compiled runner's warm-up, then the runs each way
+    assert hot.structures_of(dev).verdicts == {"compiled": 0, "interpreted": 1}
+    assert [s.op for s in plan.program.steps] == ["adam_exp_avg", "adam_exp_avg_sq", "adam_param"]  # numpy's still
+    for got in during + [_run(dev, plan, ext)]:  # the compiled runs of the trial gave the same values
+        for i in (10, 11, 12):
+            np.testing.assert_allclose(got[i], before[-1][i], rtol=1e-6)
+    assert X.compile_plan(dev, ADAM, metas).tier is None  # the same fragment, planned again: never compiled
+    other = X.compile_plan(dev, ADAM, [((32,), D.float32)] * 4 + metas[4:])  # another fragment (its shapes) is
+    assert other.tier is not None
+
+
+def test_a_compiled_plan_measured_faster_is_taken():
+    """The other way: a chain of 40 small elementwise ops, its last value kept, is 40 numpy calls interpreted and one
+    fused loop compiled (~4x faster here); the trial takes the compiled plan, whose values are the interpreter's.
+    (Kept whole, the chain's 40 outputs cost the compiled plan as much as the numpy calls: ~1.2x slower, measured.)"""
+    from tensorwire.backends import hot
+
+    def last(plan):
+        return {plan.node_slot[-1]}
+
+    dev = CompiledBackend(min_work=1 << 20, hot_runs=2).open(0)
+    chain = [["mul", [-1, -1], None]] + [["add" if k % 2 else "mul", [k, -1], None] for k in range(39)]
+    x = np.linspace(0.5, 1.0, 64, dtype=np.float32)
+    plan = X.compile_plan(dev, chain, [((64,), D.float32)])
+    outs = list(range(100, 140))
+    before = [X.run_plan(dev, plan, [x], outs, {}, [], last(plan)) for _ in range(2)]
+    during, tier = _settle(dev, plan, [x], outs=outs, keep=last)
+    assert tier.verdict == "compiled" and plan.hot and plan.tier is None
+    assert hot.structures_of(dev).verdicts == {"compiled": 1, "interpreted": 0}
+    for got in during + [X.run_plan(dev, plan, [x], outs, {}, [], last(plan))]:
+        assert set(got) == {139}
+        np.testing.assert_allclose(got[139], before[-1][139], rtol=1e-5)
+
+
 def test_a_closing_worker_drops_the_compiles_not_started_and_later_ones_still_run():
     from tensorwire.backends import hot
 
     hot.stop()
-    dev = CompiledBackend(min_work=1 << 20, hot_runs=1).open(0)
+    dev = CompiledBackend(min_work=1 << 20, hot_runs=1, trial_runs=0).open(0)
     ext = _adam_inputs(32)
     plan = X.compile_plan(dev, ADAM, [(np.shape(a), D.float32) for a in ext])
     _run(dev, plan, ext)
@@ -114,7 +193,7 @@ def test_a_closing_worker_drops_the_compiles_not_started_and_later_ones_still_ru
 def test_a_large_fragment_runs_interpreted_while_it_compiles_in_the_background():
     """Issue 37: no run waits for gcc. A fragment large enough to compile runs on the numpy kernels first
     (``large_runs``) while its kernels compile on the background thread; the runs after use them."""
-    dev = CompiledBackend(min_work=1 << 10, large_runs=1).open(0)
+    dev = CompiledBackend(min_work=1 << 10, large_runs=1, trial_runs=0).open(0)
     ext = _adam_inputs(4096)
     plan = X.compile_plan(dev, ADAM, [(np.shape(a), D.float32) for a in ext])
     assert plan.tier is not None and not plan.hot  # interpreted at first: no compile before the first run
@@ -140,3 +219,27 @@ def test_the_background_compiles_are_bounded():
     b.spent(0.0)
     b.spent(1e6)  # a compile that took far more than half the time since the first: no more for now
     assert not b.admit()
+
+
+def test_a_trial_that_cannot_measure_leaves_the_plan_interpreted_without_a_verdict():
+    """A plan whose runs after its compile keep other slots than those it was compiled for runs no measured run:
+    after ``TRIAL_PATIENCE`` times a trial's runs it stays interpreted, neither counted nor remembered as slower."""
+    from tensorwire.backends import hot
+
+    dev = CompiledBackend(min_work=1 << 20, hot_runs=2).open(0)
+    ext = _adam_inputs()
+    metas = [(np.shape(a), D.float32) for a in ext]
+    plan = X.compile_plan(dev, ADAM, metas)
+    for _ in range(2):
+        _run(dev, plan, ext)
+    tier = plan.tier
+    assert tier.done.wait(COMPILE_S)
+    assert not tier.take(plan) and plan.tier is tier  # the trial installed
+    last = {plan.node_slot[2]}  # (keeping the parameter only: a kept-slot set the compiled plan was not built for)
+    for _ in range(hot.TRIAL_PATIENCE * (2 * dev.hot_trials() + 1) + 1):
+        got = X.run_plan(dev, plan, list(ext), [10, 11, 12], {}, [], last)
+        assert tier.take(plan) is False
+    assert plan.tier is None and tier.verdict == "not compiled" and not plan.hot
+    assert hot.structures_of(dev).verdicts == {"compiled": 0, "interpreted": 0}
+    assert X.compile_plan(dev, ADAM, metas).tier is not None  # not remembered: planned again, it may compile
+    assert set(got) == {12}

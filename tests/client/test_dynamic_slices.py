@@ -18,9 +18,11 @@ COMPILE_S = 120  # a compile's bound on a loaded 2-core runner
 
 @pytest.fixture(scope="module")
 def hot_session(tmp_path_factory):
-    """cpu:0 compiling plans after HOT_RUNS runs, into a kernel cache of this module's own."""
+    """cpu:0 compiling plans after HOT_RUNS runs, into a kernel cache of this module's own, and taking them
+    unmeasured (``..._TRIAL_RUNS=0``: these tests are about the compiled kernels, not whether they are faster)."""
     cache = tmp_path_factory.mktemp("kernels")
-    env = {"TENSORWIRE_CPU_COMPILE_HOT_RUNS": str(HOT_RUNS), "TENSORWIRE_KERNEL_CACHE": str(cache)}
+    env = {"TENSORWIRE_CPU_COMPILE_HOT_RUNS": str(HOT_RUNS), "TENSORWIRE_KERNEL_CACHE": str(cache),
+           "TENSORWIRE_CPU_COMPILE_TRIAL_RUNS": "0"}
     with tw.LocalCluster(devices=["cpu:0"], extra_env=env, autograd=True) as c:
         s = tw.Session(c.address)
         with tw.use_session(s):
