@@ -164,7 +164,14 @@ def getitem(x, key):
         if nd == 1:
             return V.basic_view(x, [a], [b], [1], out, lens)
         return V.basic_view(x, [a] + [0] * (nd - 1), [b, *shape[1:]], [1] * nd, out, lens)
-    if (tk is int or tk is slice) and shape:  # (a slice with a step)
+    if tk is tuple:  # ``x[:, :1]``, ``x[..., 0]``, ``x[i, j]``: a key of ints, slices, None and ``...`` is read here
+        parts = _basic_tuple(shape, key)
+        if parts is not None:
+            return V.basic_view(x, *parts)
+        key = _expand_key(x, key)
+        if any(_is_tensorlike(k) for k in key):
+            return _advanced(x, key)
+    elif (tk is int or tk is slice) and shape:  # (a slice with a step)
         key = (key,) + (_ALL,) * (len(shape) - 1)
     else:
         key = _expand_key(x, key)
@@ -172,6 +179,86 @@ def getitem(x, key):
             return _advanced(x, key)
     starts, stops, steps, out = _basic_parts(x, key)
     return V.basic_view(x, starts, stops, steps, out)
+
+
+def _basic_tuple(shape: tuple, key: tuple):
+    """``_basic_parts(x, _expand_key(x, key))`` plus the strided slice's shape (``basic_view``'s ``lens``, given for
+    unit steps only), for ``x`` of shape ``shape`` and a key of ``int`` and ``slice`` (of ``int`` or None bounds and
+    step) entries, ``None`` and at most one ``...``, read in one pass. None for any other key, and for a key those
+    two functions would reject (an index out of range, too many indices, a step not above zero): they then read it,
+    and raise their errors."""
+    nd = len(shape)
+    consumed = 0
+    ell = False
+    for k in key:
+        tk = type(k)
+        if tk is int or tk is slice:
+            consumed += 1
+        elif k is Ellipsis:
+            if ell:
+                return None
+            ell = True
+        elif k is not None:
+            return None
+    if consumed > nd:
+        return None
+    starts, stops, steps, out = [], [], [], []
+    unit = True
+    d = 0
+    for k in key:
+        tk = type(k)
+        if tk is slice:
+            n = shape[d]
+            a, b, st = k.start, k.stop, k.step
+            if a is None and b is None and st is None:  # ``:``
+                starts.append(0)
+                stops.append(n)
+                steps.append(1)
+                out.append(n)
+            else:
+                if (a is not None and type(a) is not int) or (b is not None and type(b) is not int) \
+                        or (st is not None and (type(st) is not int or st <= 0)):
+                    return None
+                a, b, st = k.indices(n)
+                if b < a:
+                    b = a
+                starts.append(a)
+                stops.append(b)
+                steps.append(st)
+                if st != 1:
+                    unit = False
+                    out.append((b - a + st - 1) // st)
+                else:
+                    out.append(b - a)
+            d += 1
+        elif tk is int:
+            n = shape[d]
+            if not -n <= k < n:
+                return None
+            k %= n
+            starts.append(k)
+            stops.append(k + 1)
+            steps.append(1)
+            d += 1
+        elif k is None:
+            out.append(1)
+        else:  # ``...``: the dims no other entry takes
+            for _ in range(nd - consumed):
+                n = shape[d]
+                starts.append(0)
+                stops.append(n)
+                steps.append(1)
+                out.append(n)
+                d += 1
+    while d < nd:
+        n = shape[d]
+        starts.append(0)
+        stops.append(n)
+        steps.append(1)
+        out.append(n)
+        d += 1
+    lens = tuple([b - a for a, b in zip(starts, stops)]) if unit else None
+    return starts, stops, steps, tuple(out), lens
 
 
 def iter_known(x):

@@ -23,8 +23,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import DTypeError, IndexOutOfRange, ShapeError
+from tensorwire.protocol.errors import DTypeError, IndexOutOfRange, ShapeError, TensorwireError
+from tensorwire.protocol.graph import attrs_key as _attrs_key
 from tensorwire.protocol.ops import OPS as _OPS
+from tensorwire.protocol.ops import infer as _infer
 from tensorwire.protocol.shapes import infer_reshape, norm_dim, numel
 
 from . import _install
@@ -982,10 +984,19 @@ class Tensor:
         return out
 
     def reshape(self, *shape):
-        shape = infer_reshape(self._shape, _size(shape))
-        if shape == self._shape:
-            return self._view(V.Reshape(shape)) if self._base is not None else self._view(V.Reshape(shape))
-        return self._view(V.Reshape(shape))
+        args = tuple(shape[0]) if len(shape) == 1 and type(shape[0]) in _SEQS else shape  # (``x.view((a, b))``)
+        key = (self._shape, args)
+        out = _RESHAPES.get(key) if _ints(args) else None
+        if out is None:
+            out = infer_reshape(self._shape, _size(shape))  # (torch's errors)
+            if _ints(args):
+                _remember(_RESHAPES, key, out)
+        return self._reshaped(out)
+
+    def _reshaped(self, shape: tuple) -> Tensor:
+        """The view ``reshape(shape)`` makes, for a ``shape`` (a tuple of ints) checked against this tensor's."""
+        return V.make_view(self, V.Reshape(shape), "reshape", {"shape": list(shape)},
+                           (V.reshape_key(shape), (shape, self.dtype)))
 
     view = reshape
 
@@ -995,13 +1006,18 @@ class Tensor:
     reshape_as = view_as
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1):
-        if not self._shape:
-            return self.reshape(1)
-        s = norm_dim(start_dim, self.ndim)
-        e = norm_dim(end_dim, self.ndim)
-        if s > e:
-            raise ShapeError("flatten() has invalid args: start_dim cannot come after end_dim")
-        return self.reshape(self._shape[:s] + (numel(self._shape[s:e + 1]),) + self._shape[e + 1:])
+        key = (self._shape, start_dim, end_dim)
+        out = _FLATTENS.get(key) if type(start_dim) is int and type(end_dim) is int else None
+        if out is None:
+            if not self._shape:
+                return self.reshape(1)
+            s = norm_dim(start_dim, self.ndim)
+            e = norm_dim(end_dim, self.ndim)
+            if s > e:
+                raise ShapeError("flatten() has invalid args: start_dim cannot come after end_dim")
+            out = self._shape[:s] + (numel(self._shape[s:e + 1]),) + self._shape[e + 1:]
+            _remember(_FLATTENS, key, out)  # (norm_dim took ints only)
+        return self._reshaped(out)
 
     def ravel(self):
         return self.reshape(-1)
@@ -1026,42 +1042,86 @@ class Tensor:
         return self.reshape(tuple(s for i, s in enumerate(self._shape) if i not in dims))
 
     def unsqueeze(self, dim: int):
-        d = norm_dim(dim, self.ndim, allow_end=True)
-        return self.reshape(self._shape[:d] + (1,) + self._shape[d:])
+        key = (self._shape, dim)
+        out = _UNSQUEEZES.get(key) if type(dim) is int else None
+        if out is None:
+            d = norm_dim(dim, self.ndim, allow_end=True)
+            out = self._shape[:d] + (1,) + self._shape[d:]
+            _remember(_UNSQUEEZES, key, out)
+        return self._reshaped(out)
 
     def permute(self, *dims):
-        dims = tuple(norm_dim(d, self.ndim) for d in _size(dims))
-        if len(dims) != self.ndim or sorted(dims) != list(range(self.ndim)):
-            raise ShapeError(f"permute(): dims {list(dims)} do not match the {self.ndim} dims of the tensor")
-        if dims == tuple(range(self.ndim)):
-            return self._view(V.Reshape(self._shape))
-        return self._view(V.Permute(dims))
+        args = tuple(dims[0]) if len(dims) == 1 and type(dims[0]) in _SEQS else dims  # (``x.permute((0, 2, 1))``)
+        key = (self._shape, self.dtype, args)
+        plan = _PERMUTES.get(key) if _ints(args) else None
+        if plan is None:
+            plan = self._permute_plan(_size(dims))
+            if _ints(args):
+                _remember(_PERMUTES, key, plan)
+        return self._permuted(plan)
+
+    def _permute_plan(self, dims: tuple) -> tuple:
+        """``(dims, known)`` of ``permute(*dims)`` (``dims`` ints): the permutation checked and normalised, and its
+        node's attrs key and output meta (``Session.record``'s ``known``); ``dims`` None for the identity (a reshape to
+        the same shape, whose ``known`` :meth:`_permuted` makes). Raises torch's errors for a wrong ``dims``."""
+        nd = self.ndim
+        dims = tuple(norm_dim(d, nd) for d in dims)
+        if len(dims) != nd or sorted(dims) != list(range(nd)):
+            raise ShapeError(f"permute(): dims {list(dims)} do not match the {nd} dims of the tensor")
+        if dims == tuple(range(nd)):
+            return None, None
+        attrs = {"dims": list(dims)}
+        akey = _attrs_key("permute", attrs)
+        return dims, (akey, _infer("permute", [(self._shape, self.dtype)], attrs, akey))
+
+    def _permuted(self, plan: tuple) -> Tensor:
+        """The view ``permute`` makes for a plan of :meth:`_permute_plan`."""
+        dims, known = plan
+        if dims is None:
+            return self._reshaped(self._shape)
+        return V.make_view(self, V.Permute(dims), "permute", {"dims": list(dims)}, known)
+
+    def _transpose_plan(self, dim0: int, dim1: int) -> tuple:
+        """:meth:`_permute_plan` of ``transpose(dim0, dim1)``, memoised per shape, dtype and dims when both are ints."""
+        key = (self._shape, self.dtype, dim0, dim1)
+        plan = _TRANSPOSES.get(key) if type(dim0) is int and type(dim1) is int else None
+        if plan is None:
+            if self.ndim < 2 and not self._shape:
+                plan = (None, None)
+            else:
+                p = list(range(self.ndim))
+                a, b = norm_dim(dim0, self.ndim), norm_dim(dim1, self.ndim)
+                p[a], p[b] = p[b], p[a]
+                plan = self._permute_plan(tuple(p))
+            if type(dim0) is int and type(dim1) is int:
+                _remember(_TRANSPOSES, key, plan)
+        return plan
 
     def transpose(self, dim0: int, dim1: int):
-        if self.ndim < 2 and not self._shape:
-            return self._view(V.Reshape(self._shape))
-        p = list(range(self.ndim))
-        a, b = norm_dim(dim0, self.ndim), norm_dim(dim1, self.ndim)
-        p[a], p[b] = p[b], p[a]
-        return self.permute(*p)
+        return self._permuted(self._transpose_plan(dim0, dim1))
 
     swapaxes = transpose
     swapdims = transpose
 
     def t(self):
-        if self.ndim > 2:
+        if len(self._shape) > 2:
             raise ShapeError("t() expects a tensor with <= 2 dimensions")
-        return self.transpose(0, 1) if self.ndim == 2 else self
+        return self._permuted(self._transpose_plan(0, 1)) if len(self._shape) == 2 else self
 
     @property
     def T(self):  # noqa: N802
-        return self.permute(*reversed(range(self.ndim)))
+        key = (self._shape, self.dtype, "T")
+        plan = _PERMUTES.get(key)
+        if plan is None:
+            plan = self._permute_plan(tuple(reversed(range(self.ndim))))
+            _remember(_PERMUTES, key, plan)
+        return self._permuted(plan)
 
     @property
     def mT(self):  # noqa: N802
-        if self.ndim < 2:
+        if len(self._shape) < 2:
             raise ShapeError("tensor.mT is only supported on matrices or batches of matrices. Got 1-D tensor.")
-        return self.transpose(-2, -1)
+        return self._permuted(self._transpose_plan(-2, -1))
 
     def moveaxis(self, source, destination):
         src = [norm_dim(s, self.ndim) for s in (source if isinstance(source, (list, tuple)) else [source])]
@@ -1075,8 +1135,22 @@ class Tensor:
     movedim = moveaxis
 
     def expand(self, *sizes):
-        sizes = _size(sizes)
-        return self._view(V.Expand(tuple(sizes)))
+        args = tuple(sizes[0]) if len(sizes) == 1 and type(sizes[0]) in _SEQS else sizes  # (``x.expand(t.shape)``)
+        key = (self._shape, self.dtype, args)
+        known = _EXPANDS.get(key) if _ints(args) else None
+        if known is None:
+            sizes = _size(sizes)
+            attrs = {"shape": list(sizes)}
+            akey = _attrs_key("expand", attrs)
+            try:
+                known = (akey, _infer("expand", [(self._shape, self.dtype)], attrs, akey))
+            except TensorwireError:  # (a wrong size: the general path records it, and inference says what is wrong)
+                return self._view(V.Expand(sizes))
+            if _ints(args):
+                _remember(_EXPANDS, key, known)
+        else:
+            sizes = args
+        return V.make_view(self, V.Expand(sizes), "expand", {"shape": list(sizes)}, known)
 
     def expand_as(self, other):
         return self.expand(other.shape)
@@ -1551,6 +1625,35 @@ def _wrap_index(index: Tensor, n: int) -> Tensor:
     from .functions import where  # circle: functions -> this module
 
     return where(index < 0, index + n, index)
+
+
+#: the movement methods' checked arguments, memoised per input shape (and dtype, where the node's inference is kept)
+#: and the arguments as given, when those are ints (``type(d) is int``: no bool, no numpy int, no tensor, as the
+#: checks they skip would reject or convert them): ``reshape``/``view``'s target shape, ``flatten``'s and
+#: ``unsqueeze``'s output shape, ``permute``'s/``transpose``'s ``_permute_plan``, ``expand``'s node ``known``
+_RESHAPES: dict = {}
+_FLATTENS: dict = {}
+_UNSQUEEZES: dict = {}
+_PERMUTES: dict = {}
+_TRANSPOSES: dict = {}
+_EXPANDS: dict = {}
+_MAX_REMEMBERED = 4096
+#: the sequence types a movement method takes as its one argument (``x.view((a, b))``, ``x.expand(t.shape)``)
+_SEQS = (tuple, list, Size)
+
+
+def _ints(args: tuple) -> bool:
+    """Whether every element of ``args`` is an ``int`` (exactly: its memo key is its value)."""
+    for a in args:
+        if type(a) is not int:
+            return False
+    return True
+
+
+def _remember(memo: dict, key, value) -> None:
+    if len(memo) >= _MAX_REMEMBERED:
+        memo.clear()
+    memo[key] = value
 
 
 def _size(args) -> tuple[int, ...]:

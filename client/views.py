@@ -190,15 +190,18 @@ _MAX_UNIT_SLICE_KNOWN = 4096
 def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tuple | None = None):
     """``x[key]`` for a basic key (ints, slices, ``None``) whose bounds ``indexing`` checked against ``x``'s shape:
     ``x._view(Slice(starts, stops, steps, out, x._shape))``. ``lens``: the strided slice's shape, when the caller has
-    it, which it gives only for unit ``steps``. In the commonest case (``x`` outside autograd, autocast and
-    ``tw.compile``'s capture, not a view whose base changed, the slice not the whole of ``x``) the view's lazy node is
-    made directly (``Session.defer``): the node, view and known-value recipe :meth:`Slice.forward` and
-    ``Tensor._view`` make, without their general work."""
+    it, which it gives only for unit ``steps``. In the commonest cases (outside autocast and ``tw.compile``'s capture,
+    the slice not the whole of ``x``) the view is made directly: its lazy node (``Session.defer``) when ``x`` is
+    outside autograd and not a view whose base changed, else its nodes recorded with autograd
+    (``autograd_engine.record_grad``, which brings a stale view up to date first); the nodes, view and known-value
+    recipe :meth:`Slice.forward` and ``Tensor._view`` make, without their general work."""
     step = Slice(starts, stops, steps, out, x._shape)
     s = x._s
     b = x._base
-    if s._capture is not None or _amp_active[0] or x.requires_grad \
-            or (b is not None and (b.requires_grad or b._version != x._base_version)):
+    if s._capture is not None or _amp_active[0]:
+        return x._view(step)
+    grad = (x.requires_grad or (b is not None and b.requires_grad)) and _hooks._E.is_grad_enabled()
+    if not grad and b is not None and b._version != x._base_version:
         return x._view(step)
     dt = x.dtype
     if lens is None:
@@ -213,8 +216,20 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
     if lens == x._shape:  # (the whole of x: an alias, Slice.forward's)
         return x._view(step)
     step._known = known
-    then = None if lens == out else ("reshape", {"shape": list(out)}, (reshape_key(out), (out, dt)))
-    t = s.defer("slice", (x,), {"starts": starts, "stops": stops, "steps": steps}, x._dev, known, then)
+    if grad:  # (Slice.forward's nodes, recorded with autograd: the slice, then the reshape of its int dims)
+        record_grad = _hooks._E.record_grad
+        t = record_grad(s, "slice", [x], {"starts": starts, "stops": stops, "steps": steps}, x._dev, 2, known)
+        if lens != out:
+            attrs = {"shape": list(out)}
+            rk = (reshape_key(out), (out, dt))
+            if t.requires_grad:
+                t = record_grad(s, "reshape", [t], attrs, x._dev, 2, rk)
+            else:  # (no grad to track: ``_rec``'s lazy view)
+                t = s.record("reshape", [t], attrs, x._dev, rk, lazy=True)
+        b = x._base
+    else:
+        then = None if lens == out else ("reshape", {"shape": list(out)}, (reshape_key(out), (out, dt)))
+        t = s.defer("slice", (x,), {"starts": starts, "stops": stops, "steps": steps}, x._dev, known, then)
     if b is None:  # (mark_view's)
         t._base = x
         t._vsteps = (step,)
@@ -224,6 +239,36 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
         t._vsteps = x._vsteps + (step,)
         t._base_version = b._version
     s._known.derive(t._id, x, step.on_host)
+    return t
+
+
+def make_view(x, step: ViewStep, op: str, attrs: dict, known: tuple):
+    """``x._view(step)`` for a step whose ``forward(x)`` records one node, ``op`` of ``x`` with ``attrs``, whose attrs
+    key and output meta are ``known`` (``Session.record``'s): a permute, a reshape (to another shape or ``x``'s own),
+    an expand. Outside autocast and ``tw.compile``'s capture the node is made directly: lazy (``Session.defer``) when
+    ``x`` is outside autograd and not a view whose base changed, else recorded with autograd
+    (``autograd_engine.record_grad``, which brings a stale view up to date first), as ``_rec`` would; then the view
+    and known-value recipe of ``Tensor._view``. The movement methods of ``Tensor`` (``permute``, ``T``, ``view``,
+    ``unsqueeze`` ...) make their views here."""
+    s = x._s
+    if s._capture is not None or _amp_active[0]:
+        return x._view(step)
+    b = x._base
+    if (x.requires_grad or (b is not None and b.requires_grad)) and _hooks._E.is_grad_enabled():
+        t = _hooks._E.record_grad(s, op, [x], attrs, x._dev, 2, known)
+    elif b is None or b._version == x._base_version:
+        t = s.defer(op, (x,), attrs, x._dev, known)
+    else:  # (a view whose base changed: recomputed by the general path)
+        return x._view(step)
+    if b is None:  # (mark_view's)
+        t._base = x
+        t._vsteps = (step,)
+        t._base_version = x._version
+    else:
+        t._base = b
+        t._vsteps = x._vsteps + (step,)
+        t._base_version = b._version
+    s._known.derive(t._id, x, getattr(step, "on_host", None))
     return t
 
 
