@@ -181,6 +181,16 @@ def getitem(x, key):
     return V.basic_view(x, starts, stops, steps, out)
 
 
+def _whole_dims(shape: tuple, d: int, end: int, starts: list, stops: list, steps: list, out: list) -> int:
+    """Append dims ``d`` to ``end`` of ``shape``, taken whole, to a basic key's slice; returns ``end``."""
+    for n in shape[d:end]:
+        starts.append(0)
+        stops.append(n)
+        steps.append(1)
+        out.append(n)
+    return end
+
+
 def _basic_tuple(shape: tuple, key: tuple):
     """``_basic_parts(x, _expand_key(x, key))`` plus the strided slice's shape (``basic_view``'s ``lens``, given for
     unit steps only), for ``x`` of shape ``shape`` and a key of ``int`` and ``slice`` (of ``int`` or None bounds and
@@ -242,21 +252,9 @@ def _basic_tuple(shape: tuple, key: tuple):
             d += 1
         elif k is None:
             out.append(1)
-        else:  # ``...``: the dims no other entry takes
-            for _ in range(nd - consumed):
-                n = shape[d]
-                starts.append(0)
-                stops.append(n)
-                steps.append(1)
-                out.append(n)
-                d += 1
-    while d < nd:
-        n = shape[d]
-        starts.append(0)
-        stops.append(n)
-        steps.append(1)
-        out.append(n)
-        d += 1
+        else:  # ``...``: the dims no other entry takes, whole
+            d = _whole_dims(shape, d, d + nd - consumed, starts, stops, steps, out)
+    _whole_dims(shape, d, nd, starts, stops, steps, out)  # (and the dims after the key's, whole)
     lens = tuple([b - a for a, b in zip(starts, stops)]) if unit else None
     return starts, stops, steps, tuple(out), lens
 
@@ -299,14 +297,7 @@ def iter_known(x):
         step._known = key_meta
         t = s.defer("slice", (x,), {"starts": starts, "stops": stops, "steps": steps}, dev, key_meta, then,
                     int64_value(ints[i]) if ints is not None else arr[i, ...])
-        if b is None:  # (views.mark_view's)
-            t._base = x
-            t._vsteps = (step,)
-            t._base_version = x._version
-        else:
-            t._base = b
-            t._vsteps = x._vsteps + (step,)
-            t._base_version = b._version
+        V.mark_view(t, x, step)
         yield t
 
 

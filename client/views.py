@@ -230,14 +230,7 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
     else:
         then = None if lens == out else ("reshape", {"shape": list(out)}, (reshape_key(out), (out, dt)))
         t = s.defer("slice", (x,), {"starts": starts, "stops": stops, "steps": steps}, x._dev, known, then)
-    if b is None:  # (mark_view's)
-        t._base = x
-        t._vsteps = (step,)
-        t._base_version = x._version
-    else:
-        t._base = b
-        t._vsteps = x._vsteps + (step,)
-        t._base_version = b._version
+    mark_view(t, x, step)
     s._known.derive(t._id, x, step.on_host)
     return t
 
@@ -260,14 +253,7 @@ def make_view(x, step: ViewStep, op: str, attrs: dict, known: tuple):
         t = s.defer(op, (x,), attrs, x._dev, known)
     else:  # (a view whose base changed: recomputed by the general path)
         return x._view(step)
-    if b is None:  # (mark_view's)
-        t._base = x
-        t._vsteps = (step,)
-        t._base_version = x._version
-    else:
-        t._base = b
-        t._vsteps = x._vsteps + (step,)
-        t._base_version = b._version
+    mark_view(t, x, step)
     s._known.derive(t._id, x, getattr(step, "on_host", None))
     return t
 
