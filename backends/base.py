@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.ops import OPS, primitives
 
+from .hot import TRIAL_RUNS
+
 
 @dataclass
 class DeviceInfo:
@@ -184,7 +186,6 @@ class Device:
     def hot_trials(self) -> int:
         """How many runs each way a hot plan's compiled runners are measured against its interpreted ones before
         the plan takes them (:class:`tensorwire.backends.hot.Trial`); 0: taken unmeasured."""
-        from .hot import TRIAL_RUNS
         return TRIAL_RUNS
 
     def runner(self, plan, keep: frozenset):
