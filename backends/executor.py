@@ -125,6 +125,10 @@ class Plan:
         self.worker_ops = bool(special & WORKER_OPS.keys())  # reads frames or the hub
         self.reads_hub = "hub_tensor" in special  # (a download: not the replay fast path's)
         self.peaks: dict[frozenset, int] = {}  # kept-slot set -> estimated peak bytes (see quota.peak_bytes)
+        #: (released-outputs mask, kept nodes) -> kept-slot set (:meth:`kept_slots`), and kept-slot set -> the
+        #: ``(node, slot)`` pairs a run hands back (:func:`_kept`): a replay asks both every time (issue 37)
+        self._keeps: dict[tuple, frozenset] = {}
+        self._kept_pairs: dict[frozenset, tuple] = {}
         self.hot = False  # planned as the device plans fragments it compiles, however small (see hot.py)
         self.tier: Tier | None = None  # interpreted because small: how it gets compiled once hot (see hot.py)
         self.interpreted = True  # runs on the step-by-step kernels, not kernels compiled for it (see compile_plan)
@@ -165,6 +169,44 @@ class Plan:
                                     f"{got[1].name}, the plan holds {list(out[0])} {out[1].name}")
             if key is not None and len(ok) < MAX_DYN_CHECKED:
                 ok.add(key)
+
+    def kept_slots(self, outs, kept, release) -> frozenset:
+        """The slots a batch replaying this plan keeps: those of its outputs (``outs``, each node's id; all of them,
+        or the nodes ``kept``) that the client did not release in the same batch (``release``, ids). Cached by which
+        outputs are released and which nodes are kept: a loop replays a plan releasing the same temporaries each
+        time, and the answer otherwise costs a pass over every node in Python (at most :data:`MAX_KEEPS_PER_PLAN`
+        answers a plan)."""
+        if release:
+            gone = release if type(release) is set else set(release)
+            mask = bytes(map(gone.__contains__, outs))  # (1 where the node's output is released; a pass in C)
+        else:
+            mask = b""
+        key = (mask, None if kept is None else tuple(kept))
+        got = self._keeps.get(key)
+        if got is None:
+            slots = self.node_slot
+            n = len(slots)
+            nodes = range(len(outs)) if kept is None else kept
+            if mask:
+                keep = {slots[j] for j in nodes if j < n and not mask[j]}
+            else:
+                keep = {slots[j] for j in nodes if j < n}
+            keep.discard(None)
+            got = frozenset(keep)
+            if len(self._keeps) >= MAX_KEEPS_PER_PLAN:
+                self._keeps.pop(next(iter(self._keeps)))
+            self._keeps[key] = got
+        return got
+
+    def kept_pairs(self, keep: frozenset) -> tuple:
+        """``(node, slot)`` for each node whose value a run keeping ``keep`` hands back (cached per kept set)."""
+        got = self._kept_pairs.get(keep)
+        if got is None:
+            got = tuple((j, slot) for j, slot in enumerate(self.node_slot) if slot is not None and slot in keep)
+            if len(self._kept_pairs) >= MAX_RUNNERS_PER_PLAN:
+                self._kept_pairs.pop(next(iter(self._kept_pairs)))
+            self._kept_pairs[keep] = got
+        return got
 
     def slot_steps(self) -> dict[int, int]:
         """Each slot a step writes -> the index of that step (cached)."""
@@ -584,6 +626,8 @@ def execute(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, f
 
 
 MAX_RUNNERS_PER_PLAN = 8
+#: kept-slot sets a plan remembers by the outputs a batch released (:meth:`Plan.kept_slots`)
+MAX_KEEPS_PER_PLAN = 16
 
 
 def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, frames: list, keep: set,
@@ -616,11 +660,13 @@ def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fram
                 run(env, dyn, frames, after)
     except Exception:
         return None
-    return _kept(plan, env, outs, keep)
+    return _kept(plan, env, outs, key)
 
 
 def _kept(plan: Plan, env: list, outs: list, keep: set) -> dict:
-    result = {outs[j]: env[slot] for j, slot in enumerate(plan.node_slot) if slot is not None and slot in keep}
+    pairs = plan.kept_pairs(keep) if type(keep) is frozenset else tuple(
+        (j, slot) for j, slot in enumerate(plan.node_slot) if slot is not None and slot in keep)
+    result = {outs[j]: env[slot] for j, slot in pairs}
     if plan.failed_nodes:
         result.update(_failed_results(plan, outs))
     return result
@@ -635,7 +681,8 @@ def _run_timed(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fra
                spans: list):
     """:func:`_run_fast` with a span per step (the profiler is on). A fused runner (a compiling device) is timed as
     one span: its kernels are not the plan's steps. Host time: an asynchronous device's kernels may still run."""
-    run = _runner(device, plan, frozenset(keep))
+    key = frozenset(keep)
+    run = _runner(device, plan, key)
     prog = getattr(run, "prog", None)
     steps = plan.program.steps
     n0 = len(spans)
@@ -659,7 +706,7 @@ def _run_timed(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fra
     except Exception:  # the interpreter runs it again, step by step, with spans of its own
         del spans[n0:]
         return None
-    return _kept(plan, env, outs, keep)
+    return _kept(plan, env, outs, key)
 
 
 def _runner(device: Device, plan: Plan, key: frozenset):
@@ -715,7 +762,8 @@ def _failed_results(plan: Plan, outs: list) -> dict:
 
 
 def _build_runner(device: Device, plan: Plan, keep: frozenset):
-    """A tight loop over prepared (callable, input slots, output slot, slots to free) tuples."""
+    """A tight loop over prepared (callable, input slots, output slot, slots to free) tuples; after
+    :data:`GENERATE_AFTER` runs, the same steps as generated Python statements (:func:`_generated`)."""
     prog = []
     memos = plan.step_memos
     for k, s in enumerate(plan.program.steps):
@@ -735,6 +783,28 @@ def _build_runner(device: Device, plan: Plan, keep: frozenset):
                 memo[0] = (device, s.kernel, fn)
         prog.append((fn, s.ins, s.out, frees, None))
     prog = tuple(prog)
+    looped = _looped(prog)
+    if len(prog) > MAX_GENERATED_STEPS:
+        run = looped
+    else:
+        state: list = [0, None]  # runs so far, the generated runner once made
+
+        def run(env, dyn, frames, after=None):
+            made = state[1]
+            if made is None:
+                state[0] += 1
+                if state[0] <= GENERATE_AFTER:
+                    return looped(env, dyn, frames, after)
+                made = state[1] = _generated(prog)
+            return made(env, dyn, frames, after)
+
+    run.prog = prog  # what the profiler's timed run walks step by step
+    run.producers = {s.out: k for k, s in enumerate(plan.program.steps) if s.out >= 0}  # slot -> step making it
+    return run
+
+
+def _looped(prog: tuple):
+    """The straight-line runner of ``prog`` as a loop over its steps."""
 
     def run(env, dyn, frames, after=None):
         get = env.__getitem__
@@ -749,17 +819,68 @@ def _build_runner(device: Device, plan: Plan, keep: frozenset):
             if k == stop:
                 answer(env)
 
-    run.prog = prog  # what the profiler's timed run walks step by step
-    run.producers = {s.out: k for k, s in enumerate(plan.program.steps) if s.out >= 0}  # slot -> step making it
     return run
 
 
+#: runs of a straight-line runner (one plan, one kept-slot set) before its steps become generated Python statements
+#: (:func:`_generated`): the loop's unpacking and argument building cost ~0.5 us a step a run, compiling the
+#: statements ~30 us a step once, so a plan run once or twice (a loop whose batches change shape) never pays for it
+GENERATE_AFTER = 3
+#: a plan with more steps keeps the loop (its statements would take long to compile, and their code ~0.3 KB a step)
+MAX_GENERATED_STEPS = 1024
+#: generated runners' makers remembered by the plan's structure (its steps' slots), shared by the plans of one
+#: structure at different shapes (at most ~40 MB of code, ~0.3 KB a step)
+GENERATED_REMEMBERED = 128
+_GENERATED: OrderedDict = OrderedDict()
+_GENERATED_LOCK = threading.Lock()
+
+
+def _generated(prog: tuple):
+    """The straight-line runner of ``prog`` as one Python statement a step (``env[7] = f3(env[2], env[5])``, its
+    frees and a check for the early answer after it), the steps' callables bound as closure variables: what
+    :func:`_looped` does, without the per-step unpacking, ``map`` and ``*args`` (issue 37). The code depends only
+    on the steps' slots, so it is made once for every plan of that structure."""
+    key = tuple((ins, out, frees, dyn_node) for _, ins, out, frees, dyn_node in prog)
+    with _GENERATED_LOCK:
+        make = _GENERATED.get(key)
+        if make is not None:
+            _GENERATED.move_to_end(key)
+    if make is None:
+        lines = ["def make(fns):"]
+        if prog:
+            lines.append("    " + ", ".join(f"f{k}" for k in range(len(prog))) + ", = fns")
+        lines += ["    def run(env, dyn, frames, after=None):", "        stop, answer = after or (-1, None)"]
+        for k, (ins, out, frees, dyn_node) in enumerate(key):
+            args = ", ".join(f"env[{int(i)}]" for i in ins)
+            if dyn_node is None:
+                lines.append(f"        env[{int(out)}] = f{k}({args})")
+            else:
+                lines.append(f"        env[{int(out)}] = f{k}([{args}], dyn.get({int(dyn_node)}), frames)")
+            lines += [f"        env[{int(f)}] = None" for f in frees]
+            lines.append(f"        if stop == {k}: answer(env)")
+        lines += ["    return run"]
+        space: dict = {}
+        exec(compile("\n".join(lines), "<straight-line runner>", "exec"), space)  # noqa: S102 - our own statements
+        make = space["make"]
+        with _GENERATED_LOCK:
+            _GENERATED[key] = make
+            if len(_GENERATED) > GENERATED_REMEMBERED:
+                _GENERATED.popitem(last=False)
+    return make(tuple(p[0] for p in prog))
+
+
 def _dynamic_call(device: Device, s: Step):
-    def call(args, d, frames):
-        attrs = {**s.attrs, **d} if d else s.attrs
-        if s.op in WORKER_OPS:
-            return WORKER_OPS[s.op](device, attrs, frames, s)
-        return device.run_step(s, args, attrs)
+    """``call(args, dynamic_attrs, frames)`` for a step with dynamic attributes or a worker op (resolved once: the
+    runners call it every run)."""
+    worker_op = WORKER_OPS.get(s.op)
+    if worker_op is not None:
+        def call(args, d, frames):
+            return worker_op(device, {**s.attrs, **d} if d else s.attrs, frames, s)
+    else:
+        run_step = device.run_step
+
+        def call(args, d, frames):
+            return run_step(s, args, {**s.attrs, **d} if d else s.attrs)
     return call
 
 

@@ -203,6 +203,30 @@ class Ledger:
             del self.owners[key]
             self.used -= entry[1]
 
+    def add_all(self, bufs) -> None:
+        """:meth:`add` each of ``bufs`` (a batch's results: one call a batch on the replay path, issue 37)."""
+        storage, owners = self._storage, self.owners
+        for buf in bufs:
+            key, n = storage(buf)
+            entry = owners.get(key)
+            if entry is None:
+                owners[key] = [1, n]
+                self.used += n
+            else:
+                entry[0] += 1
+
+    def remove_all(self, bufs) -> None:
+        """:meth:`remove` each of ``bufs`` (what a batch released)."""
+        storage, owners = self._storage, self.owners
+        for buf in bufs:
+            key = storage(buf)[0]
+            entry = owners.get(key)
+            if entry is not None:
+                entry[0] -= 1
+                if entry[0] <= 0:
+                    del owners[key]
+                    self.used -= entry[1]
+
 
 def peak_bytes(steps, keep) -> int:
     """An upper estimate of the memory a run of ``steps`` allocates at its peak: every step's output is taken as

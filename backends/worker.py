@@ -89,15 +89,6 @@ def parse_device(text: str) -> tuple[str, int]:
     return kind, int(idx or 0)
 
 
-def kept_slots(slots: list, outs, kept, release) -> frozenset:
-    """The plan slots a batch keeps: those of its outputs (all, or the nodes ``kept``) that the client did not
-    release in the same batch."""
-    gone = set(release) if release else ()
-    keep = {slots[j] for j in (range(len(outs)) if kept is None else kept) if j < len(slots) and outs[j] not in gone}
-    keep.discard(None)
-    return frozenset(keep)
-
-
 def describe_job(job) -> str:
     """A batch in a few words, for a client that waits on it: its ops (the most frequent first) and node count, or
     the plan it replays."""
@@ -678,7 +669,7 @@ class Executor:
         """The job's kept slots, dynamic attributes (checked against its plan) and where it runs; ``QuotaExceeded``
         when its estimated peak would pass the session's quota."""
         plan, h = job.plan, job.h
-        job.keep = kept_slots(plan.node_slot, job.outs, job.kept, h.get("release"))
+        job.keep = plan.kept_slots(job.outs, job.kept, h.get("release"))
         dyn = h.get("dyn")
         if dyn:
             job.dyn = dict(dyn)  # ([node, attrs] pairs)
@@ -714,18 +705,14 @@ class Executor:
         ext = h.get("ext")
         if ext:
             ids.difference_update(ext)
-        pop, remove, free = bufs.pop, s.ledger.remove, self.device.free
-        for i in ids:
-            b = pop(i)
-            if not isinstance(b, Fail):
-                remove(b)
-                free(b)
+        self._free(s, [b for b in map(bufs.pop, ids) if not isinstance(b, Fail)])
 
     def _free(self, s: _Session, bufs: list) -> None:
         """Take ``bufs`` (the session let go of them) off its ledger and free them."""
+        s.ledger.remove_all(bufs)
+        free = self.device.free
         for b in bufs:
-            s.ledger.remove(b)
-            self.device.free(b)
+            free(b)
 
     def _compute(self, sid, job: _Job, scope):
         """Run the job's plan until it finishes or must wait: ``("done", result)``, ``("recv", k)`` or
@@ -1029,14 +1016,9 @@ class Executor:
                 dropped = [v for i, v in result.items() if i not in kept_ids]
                 # (a temporary's buffer is in the result only where a kept node shares its slot: that one holds it)
                 result = {i: v for i, v in result.items() if i in kept_ids}
-        added = []
-        failed = False
-        for iv in result.items():
-            if isinstance(iv[1], Fail):
-                failed = True
-            else:
-                added.append(iv)
-                ledger.add(iv[1])
+        added = [iv for iv in result.items() if not isinstance(iv[1], Fail)]
+        failed = len(added) < len(result)
+        ledger.add_all([iv[1] for iv in added])
         if self.limit is not None and added and ledger.used > self.limit:  # the estimate fell short: take it back
             before = ledger.used
             for _, v in added:

@@ -1,0 +1,137 @@
+"""What a replayed batch costs the worker besides its kernels (issue 37): the straight-line runner becomes generated
+statements after a few runs and must run exactly as its loop did (values, frees, the early answer, errors); a plan
+remembers which slots a batch keeps by the outputs it released; a session's ledger counts each allocation once,
+a batch's buffers at a time as one by one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorwire.backends import executor as X
+from tensorwire.backends.cpu import NumpyBackend
+from tensorwire.backends.quota import Ledger
+from tensorwire.protocol import dtypes as D
+
+NODES = [["mul", [-1, -2], None], ["exp", [0], None], ["add", [1, -1], None], ["sum", [2], {"dims": [0]}],
+         ["neg", [3], None]]
+OUTS = [10, 11, 12, 13, 14]
+
+
+def _plan(dev, ext):
+    return X.compile_plan(dev, NODES, [(a.shape, D.float32) for a in ext])
+
+
+def _inputs(k: int = 0):
+    return [np.linspace(0, 1 + k, 64, dtype=np.float32), np.full(64, 0.5 + k, np.float32)]
+
+
+def _runs(dev, plan, times: int, keep: frozenset):
+    """``times`` runs of the plan, each on new inputs: (its result, the env the early answer saw)."""
+    out = []
+    fetched = plan.node_slot[0]
+    for k in range(times):
+        ext = _inputs(k)
+        seen: list = []
+
+        def answer(env, seen=seen):
+            seen.append((np.array(env[fetched]), env[plan.node_slot[3]] is None))
+
+        result = X.run_plan(dev, plan, ext, OUTS, {}, [], keep, None, ([fetched], answer))
+        out.append((ext, result, seen))
+    return out
+
+
+def test_the_generated_runner_gives_what_the_loop_gave_and_answers_at_the_same_step():
+    dev = NumpyBackend().open(0)
+    plan = _plan(dev, _inputs())
+    keep = frozenset({plan.node_slot[0], plan.node_slot[4]})
+    runs = _runs(dev, plan, X.GENERATE_AFTER + 3, keep)
+    run = plan.runners[keep]
+    for ext, result, seen in runs:
+        x, y = ext
+        a = x * y
+        assert sorted(result) == [10, 14]
+        np.testing.assert_allclose(result[10], a, rtol=1e-6)
+        np.testing.assert_allclose(result[14], -(np.exp(a) + x).sum(), rtol=1e-5)
+        assert len(seen) == 1 and seen[0][1] is True  # answered before the sum was made
+        np.testing.assert_allclose(seen[0][0], a, rtol=1e-6)
+    # the runs after GENERATE_AFTER went through the generated statements: they leave the env as the loop does
+    envs = []
+    for r in (X._looped(run.prog), run):
+        env = [None] * plan.nslots
+        env[:2] = _inputs()
+        r(env, {}, [])
+        envs.append(env)
+    assert [v is None for v in envs[0]] == [v is None for v in envs[1]]
+    assert {i for i, v in enumerate(envs[1]) if v is not None} == set(keep)
+    for a, b in zip(*envs):
+        if a is not None:
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_failing_step_in_the_generated_runner_falls_back_to_the_step_by_step_run():
+    dev = NumpyBackend().open(0)
+    plan = _plan(dev, _inputs())
+    keep = frozenset({plan.node_slot[4]})
+    _runs(dev, plan, X.GENERATE_AFTER + 1, keep)
+    ext = [np.linspace(0, 1, 64, dtype=np.float32), np.ones(3, np.float32)]  # (a shape the kernels cannot take)
+    got = X.run_plan(dev, plan, ext, OUTS, {}, [], keep, None)
+    assert isinstance(got[14], X.Fail)  # named at its node by the interpreter
+    assert got[14].err.get("origin") is not None or got[14].err.get("node") is not None
+
+
+def test_plans_of_one_structure_share_their_generated_code():
+    dev = NumpyBackend().open(0)
+    small, large = _inputs(), [np.ones(256, np.float32), np.ones(256, np.float32)]
+    p1, p2 = _plan(dev, small), _plan(dev, large)
+    keep1 = frozenset({p1.node_slot[4]})
+    keep2 = frozenset({p2.node_slot[4]})
+    before = len(X._GENERATED)
+    r1 = X._generated(X._runner(dev, p1, keep1).prog)
+    r2 = X._generated(X._runner(dev, p2, keep2).prog)
+    assert r1.__code__ is r2.__code__
+    assert len(X._GENERATED) <= before + 1
+
+
+@pytest.mark.parametrize("kept", [None, [0, 3, 4]])
+def test_kept_slots_leave_out_what_the_batch_released_and_are_remembered(kept):
+    dev = NumpyBackend().open(0)
+    plan = _plan(dev, _inputs())
+    slots = plan.node_slot
+    nodes = range(len(OUTS)) if kept is None else kept
+    assert plan.kept_slots(OUTS, kept, None) == frozenset(slots[j] for j in nodes)
+    released = [11, 13, 99]  # (99: an id of an earlier batch)
+    want = frozenset(slots[j] for j in nodes if OUTS[j] not in released)
+    assert plan.kept_slots(OUTS, kept, released) == want
+    # the next replay has new ids, the same ones released: the same answer, from the cache
+    outs2 = [o + 100 for o in OUTS]
+    assert plan.kept_slots(outs2, kept, [111, 113]) is plan.kept_slots(OUTS, kept, released)
+    assert plan.kept_slots(outs2, kept, [110]) == frozenset(slots[j] for j in nodes if j != 0)
+    for k in range(2 * X.MAX_KEEPS_PER_PLAN):  # bounded
+        plan.kept_slots(OUTS, kept, [OUTS[k % len(OUTS)], 1000 + k])
+    assert len(plan._keeps) <= X.MAX_KEEPS_PER_PLAN
+
+
+def test_the_ledger_counts_an_allocation_once_whether_added_one_by_one_or_a_batch_at_a_time():
+    dev = NumpyBackend().open(0)
+    a = np.ones(100, np.float32)
+    view = a.reshape(10, 10)
+    b = np.ones(25, np.float64)
+    one, batch = Ledger(dev), Ledger(dev)
+    for buf in (a, view, b, a):
+        one.add(buf)
+    batch.add_all([a, view, b, a])
+    assert one.used == batch.used == 400 + 200
+    assert one.owners == batch.owners
+    one.remove(a)
+    one.remove(view)
+    batch.remove_all([a, view])
+    assert one.used == batch.used == 600  # (a third handle on a's allocation is left)
+    one.remove(a)
+    batch.remove_all([a, a[:50]])  # (a view never added takes off its allocation's handle, as remove does)
+    one.remove(a[:50])
+    assert one.used == batch.used == 200
+    one.remove(b)
+    batch.remove_all([b, b])  # (taken off already: nothing more changes)
+    assert one.used == batch.used == 0 and not one.owners and not batch.owners
