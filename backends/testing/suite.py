@@ -206,7 +206,7 @@ def sample_cases(cases: list, float64: bool = True) -> list:
     and attributes vary along an op's cases), and every round-trip, replay and failure case; with ``float64=False``
     no case named float64. ``tensorwire selftest`` and the GPU backends' tests without a GPU run it: the sample covers
     every op's launches, bindings and host steps in minutes less than the whole suite (run in full by the CPU
-    backend's tests, and by the GPU backends' with ``TENSORWIRE_FULL_CONFORMANCE=1``; every kernel of the whole suite
+    backend's tests, and by the GPU backends' on request: ``tests/README.md``; every kernel of the whole suite
     is compiled for the GPU targets by ``tests/backends/test_render_targets.py``)."""
     groups: dict = {}
     for c in cases:
