@@ -165,12 +165,9 @@ class KnownValues:
         values.move_to_end(t._id)  # (two reads, as :meth:`get` counts them)
         values.move_to_end(o._id)
         self.hits += 2
-        r = fn(vo.item(), va.item()) if reverse else fn(va.item(), vo.item())
-        if not -_HALF_WRAP <= r < _HALF_WRAP:
-            r = (r + _HALF_WRAP) % _WRAP - _HALF_WRAP
-        v = _INT64_VALUES.get(r)
+        a, b = (vo, va) if reverse else (va, vo)
         return s.defer(op, [o, t] if reverse else [t, o], None, t._dev, _INT64_0D,
-                       value=int64_value(r) if v is None else v)
+                       value=_scalar_int(fn, a.item(), b.item()))
 
     def recipe(self, hid: int):
         """``(inputs, fn)`` when handle ``hid``'s value can be followed from its inputs' here: each input still holds
@@ -226,6 +223,15 @@ def int64_value(x: int) -> np.ndarray:
     return v
 
 
+def _scalar_int(fn, a: int, b: int) -> np.ndarray:
+    """``fn(a, b)`` of two int64 values, wrapped to 64 bits as numpy's kernels wrap it, as the shared read-only 0-d
+    array of :func:`int64_value`."""
+    r = fn(a, b)
+    if not -_HALF_WRAP <= r < _HALF_WRAP:
+        r = (r + _HALF_WRAP) % _WRAP - _HALF_WRAP
+    return int64_value(r)
+
+
 def _host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
     """``op`` of numpy ``values`` by the CPU worker's numpy kernel, or None when it raises (the device's error is
     the one to report) or makes another shape."""
@@ -233,10 +239,7 @@ def _host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
     if fn is not None and not attrs and not shape and dtype.np == _I64 and len(values) == 2:
         a, b = values
         if a.dtype == _I64 and b.dtype == _I64 and not a.shape and not b.shape:
-            r = fn(a.item(), b.item())
-            if not -_HALF_WRAP <= r < _HALF_WRAP:
-                r = (r + _HALF_WRAP) % _WRAP - _HALF_WRAP
-            return int64_value(r)
+            return _scalar_int(fn, a.item(), b.item())
     from tensorwire.backends.cpu.kernels import KERNELS  # (numpy only; imported on the first use)
 
     try:
