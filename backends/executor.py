@@ -663,10 +663,10 @@ def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fram
     return _kept(plan, env, outs, key)
 
 
-def _kept(plan: Plan, env: list, outs: list, keep: set) -> dict:
-    pairs = plan.kept_pairs(keep) if type(keep) is frozenset else tuple(
-        (j, slot) for j, slot in enumerate(plan.node_slot) if slot is not None and slot in keep)
-    result = {outs[j]: env[slot] for j, slot in pairs}
+def _kept(plan: Plan, env: list, outs: list, keep: frozenset) -> dict:
+    """The kept nodes' values after a run: ``{node id: value}`` (and the errors of nodes that failed when the plan
+    was compiled)."""
+    result = {outs[j]: env[slot] for j, slot in plan.kept_pairs(keep)}
     if plan.failed_nodes:
         result.update(_failed_results(plan, outs))
     return result
