@@ -990,7 +990,7 @@ class Tensor:
         if out is None:
             out = infer_reshape(self._shape, _size(shape))  # (torch's errors)
             if _ints(args):
-                _remember(_RESHAPES, key, out)
+                V.remember(_RESHAPES, key, out)
         return self._reshaped(out)
 
     def _reshaped(self, shape: tuple) -> Tensor:
@@ -1016,7 +1016,7 @@ class Tensor:
             if s > e:
                 raise ShapeError("flatten() has invalid args: start_dim cannot come after end_dim")
             out = self._shape[:s] + (numel(self._shape[s:e + 1]),) + self._shape[e + 1:]
-            _remember(_FLATTENS, key, out)  # (norm_dim took ints only)
+            V.remember(_FLATTENS, key, out)  # (norm_dim took ints only)
         return self._reshaped(out)
 
     def ravel(self):
@@ -1047,7 +1047,7 @@ class Tensor:
         if out is None:
             d = norm_dim(dim, self.ndim, allow_end=True)
             out = self._shape[:d] + (1,) + self._shape[d:]
-            _remember(_UNSQUEEZES, key, out)
+            V.remember(_UNSQUEEZES, key, out)
         return self._reshaped(out)
 
     def permute(self, *dims):
@@ -1057,7 +1057,7 @@ class Tensor:
         if plan is None:
             plan = self._permute_plan(_size(dims))
             if _ints(args):
-                _remember(_PERMUTES, key, plan)
+                V.remember(_PERMUTES, key, plan)
         return self._permuted(plan)
 
     def _permute_plan(self, dims: tuple) -> tuple:
@@ -1094,7 +1094,7 @@ class Tensor:
                 p[a], p[b] = p[b], p[a]
                 plan = self._permute_plan(tuple(p))
             if type(dim0) is int and type(dim1) is int:
-                _remember(_TRANSPOSES, key, plan)
+                V.remember(_TRANSPOSES, key, plan)
         return plan
 
     def transpose(self, dim0: int, dim1: int):
@@ -1114,7 +1114,7 @@ class Tensor:
         plan = _PERMUTES.get(key)
         if plan is None:
             plan = self._permute_plan(tuple(reversed(range(self.ndim))))
-            _remember(_PERMUTES, key, plan)
+            V.remember(_PERMUTES, key, plan)
         return self._permuted(plan)
 
     @property
@@ -1147,7 +1147,7 @@ class Tensor:
             except TensorwireError:  # (a wrong size: the general path records it, and inference says what is wrong)
                 return self._view(V.Expand(sizes))
             if _ints(args):
-                _remember(_EXPANDS, key, known)
+                V.remember(_EXPANDS, key, known)
         else:
             sizes = args
         return V.make_view(self, V.Expand(sizes), "expand", {"shape": list(sizes)}, known)
@@ -1630,14 +1630,14 @@ def _wrap_index(index: Tensor, n: int) -> Tensor:
 #: the movement methods' checked arguments, memoised per input shape (and dtype, where the node's inference is kept)
 #: and the arguments as given, when those are ints (``type(d) is int``: no bool, no numpy int, no tensor, as the
 #: checks they skip would reject or convert them): ``reshape``/``view``'s target shape, ``flatten``'s and
-#: ``unsqueeze``'s output shape, ``permute``'s/``transpose``'s ``_permute_plan``, ``expand``'s node ``known``
+#: ``unsqueeze``'s output shape, ``permute``'s/``transpose``'s ``_permute_plan``, ``expand``'s node ``known`` (each kept
+#: by ``views.remember``, with its bound)
 _RESHAPES: dict = {}
 _FLATTENS: dict = {}
 _UNSQUEEZES: dict = {}
 _PERMUTES: dict = {}
 _TRANSPOSES: dict = {}
 _EXPANDS: dict = {}
-_MAX_REMEMBERED = 4096
 #: the sequence types a movement method takes as its one argument (``x.view((a, b))``, ``x.expand(t.shape)``)
 _SEQS = (tuple, list, Size)
 
@@ -1648,12 +1648,6 @@ def _ints(args: tuple) -> bool:
         if type(a) is not int:
             return False
     return True
-
-
-def _remember(memo: dict, key, value) -> None:
-    if len(memo) >= _MAX_REMEMBERED:
-        memo.clear()
-    memo[key] = value
 
 
 def _size(args) -> tuple[int, ...]:

@@ -184,7 +184,18 @@ def slice_known(lens: tuple, steps: tuple, dtype) -> tuple:
 
 #: :func:`slice_known` of a slice with unit steps, by its lengths and dtype (a loader's slices take few lengths)
 _UNIT_SLICE_KNOWN: dict[tuple, tuple] = {}
-_MAX_UNIT_SLICE_KNOWN = 4096
+#: entries a memo of the view shortcuts keeps (:func:`remember`)
+MAX_REMEMBERED = 4096
+
+
+def remember(memo: dict, key, value):
+    """Keep ``value`` under ``key`` in ``memo`` (one of the view shortcuts' memos: ``_UNIT_SLICE_KNOWN`` here,
+    ``Tensor``'s movement methods' checked arguments), emptied when it holds :data:`MAX_REMEMBERED`; returns
+    ``value``."""
+    if len(memo) >= MAX_REMEMBERED:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tuple | None = None):
@@ -210,9 +221,7 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
     else:
         known = _UNIT_SLICE_KNOWN.get((lens, dt))
         if known is None:
-            if len(_UNIT_SLICE_KNOWN) >= _MAX_UNIT_SLICE_KNOWN:
-                _UNIT_SLICE_KNOWN.clear()
-            known = _UNIT_SLICE_KNOWN[(lens, dt)] = slice_known(lens, (1,) * len(lens), dt)
+            known = remember(_UNIT_SLICE_KNOWN, (lens, dt), slice_known(lens, (1,) * len(lens), dt))
     if lens == x._shape:  # (the whole of x: an alias, Slice.forward's)
         return x._view(step)
     step._known = known
@@ -226,7 +235,6 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
                 t = record_grad(s, "reshape", [t], attrs, x._dev, 2, rk)
             else:  # (no grad to track: ``_rec``'s lazy view)
                 t = s.record("reshape", [t], attrs, x._dev, rk, lazy=True)
-        b = x._base
     else:
         then = None if lens == out else ("reshape", {"shape": list(out)}, (reshape_key(out), (out, dt)))
         t = s.defer("slice", (x,), {"starts": starts, "stops": stops, "steps": steps}, x._dev, known, then)
