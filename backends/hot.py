@@ -242,27 +242,29 @@ def tier_for(device, runs: int, nodes: list, ext_metas: list, node_meta: list,
     is never compiled (see the module doc). ``attrs_keys``: as :func:`fragment` takes them."""
     hot_runs = device.hot_runs()
     known = structures_of(device)
-    if known.any_slower and known.slower(_fragment_of(nodes, ext_metas, node_meta, attrs_keys)):
-        return None  # its compiled plan measured slower before (see Trial)
+    keys = None  # (the plan's structure, shapes and fragment, hashed once)
+    if known.any_slower:
+        keys = _keys(nodes, ext_metas, node_meta, attrs_keys)
+        if keys[2] is not None and known.slower(keys[2]):
+            return None  # its compiled plan measured slower before (see Trial)
     if 0 < hot_runs <= runs or runs <= 0:
         return Tier(nodes, ext_metas, runs, attrs_keys=attrs_keys) if runs > 0 else None
-    st, sh = structure(nodes, ext_metas), shapes(ext_metas, node_meta)
-    try:
-        fr = fragment(st, sh, nodes, attrs_keys)
-    except TypeError:  # (attributes that are not plain values: a fragment that will not be planned again as such)
+    st, sh, fr = keys or _keys(nodes, ext_metas, node_meta, attrs_keys)
+    if fr is None:  # (attributes that are not plain values: a fragment that will not be planned again as such)
         fr = hash((st, sh, id(nodes)))
     if known.settled(st, sh, fr):  # (early: unless it proves unsettled meanwhile)
         return Tier(nodes, ext_metas, runs, (st, known.planned), attrs_keys=attrs_keys)
     return Tier(nodes, ext_metas, hot_runs, attrs_keys=attrs_keys) if hot_runs > 0 else None
 
 
-def _fragment_of(nodes: list, ext_metas: list, node_meta: list, attrs_keys: list | None) -> int | None:
-    """:func:`fragment` of a plan's fragment, or None where its attributes are not plain values."""
-    st = structure(nodes, ext_metas)
+def _keys(nodes: list, ext_metas: list, node_meta: list, attrs_keys: list | None) -> tuple:
+    """``(structure, shapes, fragment)`` of a plan's fragment, hashed (:func:`structure`, :func:`shapes`,
+    :func:`fragment`); the fragment None where its attributes are not plain values."""
+    st, sh = structure(nodes, ext_metas), shapes(ext_metas, node_meta)
     try:
-        return fragment(st, shapes(ext_metas, node_meta), nodes, attrs_keys)
+        return st, sh, fragment(st, sh, nodes, attrs_keys)
     except TypeError:
-        return None
+        return st, sh, None
 
 
 class Tier:
@@ -367,7 +369,7 @@ class Tier:
                       "compiled" if compiled else "stays interpreted")
             if self.known is not None:
                 self.known.note_verdict(compiled, None if compiled else
-                                        _fragment_of(self.nodes, self.ext_metas, plan.node_meta, self.attrs_keys))
+                                        _keys(self.nodes, self.ext_metas, plan.node_meta, self.attrs_keys)[2])
             if not compiled:
                 plan.tier = None
                 self.ready = None
