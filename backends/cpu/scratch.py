@@ -15,6 +15,7 @@ to the largest request a slot has seen, up to :data:`SCRATCH_MAX` bytes; a large
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -29,7 +30,7 @@ def scratch(slot: str, shape: tuple | int, dtype) -> np.ndarray:
     """An uninitialised C-contiguous array of ``shape`` and ``dtype`` in this thread's buffer ``slot`` (see the
     module's docstring: valid until this thread takes ``slot`` again; never a kernel's result)."""
     dtype = np.dtype(dtype)
-    count = shape if isinstance(shape, int) else int(np.prod(shape, dtype=np.int64))
+    count = shape if isinstance(shape, int) else math.prod(shape)  # (np.prod costs ~10x more a call)
     nbytes = count * dtype.itemsize
     if nbytes > SCRATCH_MAX:
         return np.empty(shape, dtype)
