@@ -19,7 +19,12 @@ module's kernels; :meth:`KernelModules.launcher`: a launch). What is the same fo
   that keeps its own binaries compiles through :meth:`KernelModules.compile_in_driver`;
 * :class:`CompiledDevice`: the :class:`~.base.Device` over such a runtime: buffers, fused kernels
   (:func:`~.codegen.program.build_runner`), the step-by-step mode, the worker's own ops as host steps, and host
-  steps on the backend's kernels (:meth:`CompiledDevice.kernel_call`).
+  steps on the backend's kernels (:meth:`CompiledDevice.kernel_call`); :func:`has_complex`, :func:`refuse_complex`
+  and :func:`complex_error` for the complex values the kernel compiler has no arithmetic for.
+
+Two families share one more layer: kernels that are C functions in shared libraries (the CPU's compiled mode) share
+:mod:`.c_library` (loading and closing libraries, size specialisation, the cffi launcher), and CUDA and ROCm share
+:mod:`.gpu_runtime` (memory, staging, module loading and launches over a table of driver calls).
 
 Kernel error slots (:mod:`.kernel_errors`) are shared the same way: a launcher takes a slot with
 :meth:`~.kernel_errors.ErrorSlots.take`, a runtime's ``check_errors`` reads them with
@@ -411,14 +416,38 @@ class KernelModules:
 # -- the device -------------------------------------------------------------------------------------------------------
 
 
+_LAST_COMPLEX: tuple = (None, 0, False)  # (the steps has_complex answered last, their count, its answer)
+
+
+def has_complex(steps) -> bool:
+    """Whether any step of a fragment makes or reads a complex value (an ``expansion_counts.StepCounts``, which has
+    no steps, answers False: its fragment's steps are checked when it is planned). The answer for the last steps
+    asked about is kept: planning a fragment asks several times (the CPU's ``interpreted``, ``compiles_first``...)."""
+    global _LAST_COMPLEX
+    if not isinstance(steps, (list, tuple)):
+        return False
+    last = _LAST_COMPLEX
+    if last[0] is steps and last[1] == len(steps):  # (a plan's steps do not change once it is made)
+        return last[2]
+    got = any(s.complex_dtype() is not None for s in steps)
+    _LAST_COMPLEX = (steps, len(steps), got)
+    return got
+
+
+def complex_error(device, what: str) -> NotImplementedError:
+    """The error for ``what`` (an op on complex values, an upload of them) on ``device``, whose kernels have no
+    complex arithmetic."""
+    b = device.backend.name
+    return NotImplementedError(f"{what} values: the {b} backend ({b}:{device.index}) has no complex kernels")
+
+
 def refuse_complex(device, steps) -> None:
-    """``NotImplementedError`` naming the op and the device for a step that makes or reads a complex value: the
-    kernel compiler has no complex arithmetic (the CPU backend runs such fragments on its numpy kernels instead)."""
+    """:func:`complex_error` naming the op for a step that makes or reads a complex value: the kernel compiler has
+    no complex arithmetic (the CPU backend runs such fragments on its numpy kernels instead)."""
     for s in steps:
         dt = s.complex_dtype()
         if dt is not None:
-            raise NotImplementedError(f"{s.op} on {dt.name} values: the {device.backend.name} backend "
-                                      f"({device.backend.name}:{device.index}) has no complex kernels")
+            raise complex_error(device, f"{s.op} on {dt.name}")
 
 
 class CompiledDevice(Device):
@@ -488,4 +517,4 @@ class CompiledDevice(Device):
 
 
 __all__ = ["Allocations", "CompiledDevice", "CompilingBackend", "CountedBuffer", "Discovery", "DiscoveringBackend",
-           "Found", "KernelModules", "load_binding", "one_line"]
+           "Found", "KernelModules", "complex_error", "has_complex", "load_binding", "one_line", "refuse_complex"]

@@ -15,8 +15,9 @@ from __future__ import annotations
 import ctypes
 import threading
 
+from ..c_library import TooManyLibraries, ffi
 from ..codegen.cache import UnsafeKernelCache
-from .compiled import _FFI, TooManyLibraries, runtime
+from .compiled import runtime
 
 _LSTM = """
 void lstm_fwd_{s}(TW_U64 pre_, TW_U64 cp_, long cps, TW_U64 y_, long ys, long B, long H) {{
@@ -134,7 +135,7 @@ def cells() -> dict | None:
             for dt, (_, s, _, _) in _TYPES.items():
                 for name, sig in _SIGNATURES.items():
                     fn = getattr(lib.cdll, f"{name}_{s}")
-                    table[(name, dt)] = _FFI.cast(sig, ctypes.cast(fn, ctypes.c_void_p).value)
+                    table[(name, dt)] = ffi.cast(sig, ctypes.cast(fn, ctypes.c_void_p).value)
             table["lib"] = lib  # keeps the library loaded
             _CELLS = table
     return _CELLS

@@ -4,13 +4,12 @@ Discovery (:func:`discover`) imports MLX (never at plugin import) and finds a Me
 it uses MLX's CPU device instead, for testing where there is no Metal (Linux: ``pip install "mlx[cpu]"``). Without
 MLX or a Metal GPU, ``mps:0`` is listed unavailable with the reason.
 
-On the Metal GPU the kernel compiler fuses chains into kernels run through ``mx.fast.metal_kernel``
-(:mod:`.metal_runtime`) and the host steps it leaves (matmul, the in-place scatters, worker ops) run as MLX
-operations (:mod:`.kernels`); on MLX's CPU device (custom kernels need Metal) every step is MLX operations, the
-reference the Metal path is checked against. Either way a fragment builds MLX's lazy graph, then its deferred checks
-(index bounds, integer division by zero) run and one ``mx.eval`` evaluates its kept outputs and the Metal kernels'
-error slots, so the work, its time and its errors belong to that fragment. When anything raises, the executor re-runs
-it step by step (:meth:`MPSDevice.run_step` evaluates each step at once), which names the failing node.
+On the Metal GPU fused chains are Metal kernels (:mod:`.metal_runtime`) and host steps MLX operations
+(:mod:`.kernels`); on MLX's CPU device every step is MLX operations, the reference the Metal path is checked against.
+Either way a fragment builds MLX's lazy graph, then its deferred checks (index bounds, integer division by zero) run
+and one ``mx.eval`` evaluates its kept outputs and the Metal kernels' error slots, so the work, its time and its
+errors belong to that fragment. When anything raises, the executor re-runs it step by step
+(:meth:`MPSDevice.run_step` evaluates each step at once), which names the failing node.
 
 Memory is unified on Apple silicon: a download is a zero-copy, read-only numpy view of the evaluated array; an
 upload copies once into MLX's allocator (MLX has no API that adopts foreign memory).
@@ -32,7 +31,7 @@ from tensorwire.protocol.errors import OutOfMemory
 from ..base import Device, Step
 from ..codegen.program import build_runner
 from ..codegen.schedule import KNOWN_OPS
-from ..compiled_device import CompiledDevice, Discovery, Found, refuse_complex
+from ..compiled_device import CompiledDevice, Discovery, Found, complex_error, refuse_complex
 from ..executor import WORKER_OPS, _build_runner
 from ..quota import physical_memory
 from . import metal_runtime
@@ -131,8 +130,7 @@ class MPSDevice(CompiledDevice):
     def upload(self, array) -> object:
         a = np.asarray(array)
         if a.dtype.kind == "c":
-            raise NotImplementedError(f"upload of {a.dtype} values: the mps backend (mps:{self.index}) has no complex "
-                                      "kernels")
+            raise complex_error(self, f"upload of {a.dtype}")
         if self.gpu and a.dtype == np.float64:
             raise self.K.refuse_float64("upload")
         with self.lock:

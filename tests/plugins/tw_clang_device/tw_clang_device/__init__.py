@@ -1,23 +1,23 @@
 """An out-of-tree compiled device (``clang:0``): the C renderer's kernels compiled by clang, on host memory.
 
 The proof of ``docs/plugins.md``'s "A compiled device": a runtime file plus a renderer subclass. Everything a
-compiled device shares comes from ``tensorwire.backends.compiled_device``; this file writes only discovery (a clang
-on ``PATH``), the allocator (numpy arrays), the compiler (clang through the kernel cache) and the program (a shared
-library loaded with ctypes). Every op is a kernel (no host steps), so the conformance suite checks the C renderer
-through the whole lowering. No OpenMP: each kernel runs its grid as a loop on the calling thread.
+compiled device shares comes from ``tensorwire.backends.compiled_device`` (and the search for a C compiler from
+``tensorwire.backends.c_library``); this file writes only discovery (a clang on ``PATH``), the allocator (numpy
+arrays), the compiler (clang through the kernel cache) and the program (a shared library loaded with ctypes). Every
+op is a kernel (no host steps), so the conformance suite checks the C renderer through the whole
+lowering. No OpenMP: each kernel runs its grid as a loop on the calling thread.
 """
 
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from tensorwire.backends import hookimpl
+from tensorwire.backends.c_library import find_c_compiler
 from tensorwire.backends.codegen.c import CRenderer
 from tensorwire.backends.codegen.cache import KernelCache
 from tensorwire.backends.codegen.compiler import run_compiler
@@ -60,17 +60,8 @@ class Clang:
 
 
 def _discover() -> Found:
-    for name in CLANGS:
-        path = shutil.which(name)
-        if not path:
-            continue
-        try:
-            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if out.returncode == 0:
-            return Found([Clang(path, out.stdout.splitlines()[0].strip())])
-    return Found([], "no clang found (apt-get install clang)")
+    found = find_c_compiler(CLANGS)
+    return Found([Clang(*found)]) if found else Found([], "no clang found (apt-get install clang)")
 
 
 discover = Discovery(_discover)

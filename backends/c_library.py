@@ -1,0 +1,262 @@
+"""Kernels as C functions in shared libraries: what any device whose kernels a host C compiler builds shares.
+
+The CPU's compiled mode (:mod:`.cpu.compiled`) is one: its runtime is a :class:`LibraryRuntime` that says only which
+compiler, flags and cache it uses (:meth:`LibraryRuntime.compile_library`). What lives here once:
+
+* :func:`find_c_compiler`: the first of some compilers on ``PATH`` that answers ``--version``;
+* :class:`Library`: a loaded library, closed (``dlclose``) once nothing refers to it, the OpenMP runtime it brought in
+  kept (:func:`pin_openmp`);
+* :class:`LibraryRuntime`: a fragment's kernels with the sizes a C compiler gains from knowing written in
+  (:meth:`~LibraryRuntime.specialise`), rendered into one source, built through the kernel cache and loaded (at most
+  ``max_libraries`` at once: past it, :class:`TooManyLibraries`); each kernel a cffi function pointer
+  (:func:`c_function`) called by a launcher on numpy arrays (:meth:`~LibraryRuntime.launcher`).
+
+A loaded library stays loaded while a launcher made from it lives (each holds its :class:`Library`; a plan's
+runners hold the launchers): when the worker's plan cache evicts the last plan using it, the library is closed, so
+a worker that sees endless distinct fragments keeps a bounded number mapped.
+"""
+
+from __future__ import annotations
+
+import _ctypes
+import ctypes
+import gc
+import logging
+import os
+import shutil
+import subprocess
+import threading
+import time
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+from cffi import FFI
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import DeviceError
+
+from .codegen.ir import bind_sizes, costly_sizes
+from .codegen.program import kernel_error
+
+#: most kernel libraries loaded at once: each maps 5 regions, and Linux allows a process 65,530
+#: (``vm.max_map_count``; ~13,000 libraries). Libraries close as the plans using them leave the plan cache; past this
+#: many, new fragments run interpreted until some have (issue 34)
+MAX_LIBRARIES = 4096
+#: structures whose first sizes a runtime remembers (to write in the sizes that do not change: specialise)
+SHAPES_REMEMBERED = 1 << 16
+#: OpenMP runtimes a kernel library may load (gcc's, LLVM's, Intel's): once loaded, they stay (:func:`pin_openmp`)
+OPENMP_RUNTIMES = ("libgomp.so.1", "libomp.so.5", "libomp.so", "libiomp5.so")
+
+#: the process's cffi instance: it parses each distinct function type once
+ffi = FFI()
+log = logging.getLogger("tensorwire.kernels")
+_PINNED: list = []
+
+
+def find_c_compiler(names) -> tuple[str, str] | None:
+    """``(path, version)`` of the first of ``names`` (empty ones skipped) found on ``PATH`` whose ``--version``
+    answers, its version the first line of that answer; None when none does."""
+    for name in filter(None, names):
+        path = shutil.which(name)
+        if path:
+            try:
+                out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if out.returncode == 0:
+                return path, out.stdout.splitlines()[0].strip() if out.stdout else name
+    return None
+
+
+class TooManyLibraries(DeviceError):
+    """This process has its runtime's ``max_libraries`` kernel libraries loaded, each held by a live plan: the
+    fragment runs interpreted (the worker's plan cache evicts plans, which closes their libraries)."""
+
+
+def _dlclose(handle: int, path: str, unloaded: list) -> None:
+    """Unload a kernel library nothing refers to any more (a :class:`Library`'s finalizer)."""
+    try:
+        _ctypes.dlclose(handle)
+        unloaded[0] += 1
+    except (AttributeError, OSError):  # (no dlclose here: the library stays mapped)
+        log.debug("could not unload %s", path)
+
+
+def pin_openmp() -> None:
+    """Keep the OpenMP runtime loaded for good once a kernel library brought it in. Its thread pool outlives every
+    parallel region: closing the last library that needed it would unload the code those idle threads sleep in (a
+    segfault). A reference of our own (and ``RTLD_NODELETE``) keeps it mapped."""
+    if _PINNED:
+        return
+    flags = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_NODELETE", 0)
+    for name in OPENMP_RUNTIMES:
+        try:
+            _PINNED.append(ctypes.CDLL(name, mode=flags))  # (NOLOAD: only one that is loaded already)
+        except OSError:
+            continue
+
+
+class Library:
+    """A loaded kernel library, closed (``dlclose``) once nothing refers to it: every launcher made from it holds
+    it, so no live launcher can call into a closed library. Not at exit: a daemon thread may still be in a
+    kernel. The OpenMP runtime it brings in stays loaded (:func:`pin_openmp`)."""
+
+    def __init__(self, path: str, unloaded: list):
+        self.path = path
+        self.cdll = ctypes.CDLL(path)
+        pin_openmp()
+        fin = weakref.finalize(self, _dlclose, self.cdll._handle, path, unloaded)
+        fin.atexit = False
+
+
+def signature(k, renderer) -> str:
+    """The C function pointer type of kernel ``k`` for cffi: every buffer (and the error slot) a ``void *``, then
+    its scalars as ``renderer`` declares them. cffi parses each distinct type once; a library's symbols are found by
+    ctypes (a ``cdef`` of every kernel would parse ~0.15 ms a kernel each time a library loads)."""
+    params = ["void *"] * (len(k.bufs) + (1 if k.can_raise else 0)) + [renderer.scalar_type(s.dtype)
+                                                                        for s in k.scalars]
+    return f"void (*)({', '.join(params) or 'void'})"
+
+
+def c_function(lib: ctypes.CDLL, k, renderer):
+    """Kernel ``k`` of the loaded library ``lib`` as a cffi function pointer (``lib`` must stay loaded)."""
+    return ffi.cast(signature(k, renderer), ctypes.cast(getattr(lib, k.name), ctypes.c_void_p).value)
+
+
+class LibraryRuntime:
+    """Builds fragments' kernels into shared libraries (through the kernel cache) and calls them on numpy arrays.
+
+    A subclass gives ``renderer`` (a C renderer: buffers ``void *``, an error slot ``int64[2]`` after them), ``cache``
+    (a :class:`~.codegen.cache.KernelCache`), ``max_libraries`` and ``limit_env`` (the variable that sets it, which
+    :class:`TooManyLibraries` names) to ``__init__``, and implements :meth:`compile_library`."""
+
+    target = "c"
+
+    def __init__(self, renderer, cache, max_libraries: int, limit_env: str):
+        self.renderer, self.cache = renderer, cache
+        #: the libraries loaded now, by cache key (an entry goes when its last launcher does)
+        self._libs: weakref.WeakValueDictionary[str, Library] = weakref.WeakValueDictionary()
+        self.unloaded = [0]  # libraries closed so far (a list: the finalizers count into it)
+        self.max_libraries, self.limit_env = max_libraries, limit_env
+        self._collected = -1e9  # (monotonic) when _room last collected garbage
+        self._lock = threading.Lock()
+        self.err = np.zeros(2, np.int64)
+        #: generic source's cache key -> (its costly sizes' first values, those that changed since; see specialise)
+        self._first_sizes: OrderedDict = OrderedDict()
+
+    def compile_library(self, src_path: str, out_path: str) -> None:
+        """Build the source ``src_path`` into the shared library ``out_path`` (a temporary of the cache's)."""
+        raise NotImplementedError
+
+    def load(self, source: str, kernels=None, what: str = "") -> Library:
+        """The library of ``source``, loaded from the kernel cache (built there if absent or not trusted). Raises
+        :class:`~.codegen.cache.UnsafeKernelCache` for a cache that is not private, :class:`TooManyLibraries` past
+        ``max_libraries``. Hold the result while using its functions: it closes when nothing holds it."""
+        key = self.cache.key(source)
+        with self._lock:
+            lib = self._libs.get(key)
+            if lib is None:
+                self._room()
+                path = self.cache.get_or_build(source, ".c", ".so", self.compile_library, kernels, what)
+                try:
+                    lib = Library(path, self.unloaded)
+                except OSError:  # evicted by another worker between its check and this load: build it again
+                    path = self.cache.get_or_build(source, ".c", ".so", self.compile_library, kernels, what,
+                                                   rebuild=True)
+                    lib = Library(path, self.unloaded)
+                self._libs[key] = lib
+        return lib
+
+    def _room(self) -> None:
+        """Raise :class:`TooManyLibraries` if no other library may be loaded (after collecting the cycles that may
+        hold dead plans' libraries)."""
+        if len(self._libs) < self.max_libraries:
+            return
+        now = time.monotonic()
+        if now - self._collected > 1.0:  # (a full collection costs ~0.1 s in a large worker: at most once a second)
+            self._collected = now
+            gc.collect()
+        if len(self._libs) >= self.max_libraries:
+            raise TooManyLibraries(f"this worker has {len(self._libs)} kernel libraries loaded, all in use by its "
+                                   f"cached plans ({self.limit_env}={self.max_libraries}): the fragment runs "
+                                   f"interpreted")
+
+    def loaded(self) -> int:
+        """How many kernel libraries this runtime has loaded now."""
+        return len(self._libs)
+
+    def build(self, kernels: list) -> dict:
+        """``{kernel name: launcher(buffers, scalars)}`` for ``kernels`` (one library per fragment; each launcher
+        keeps it loaded), built as :meth:`specialise` makes them."""
+        kernels = self.specialise(kernels)
+        lib = self.load(self.renderer.render(kernels), kernels)
+        return {k.name: self.launcher(c_function(lib.cdll, k, self.renderer), k, lib) for k in kernels}
+
+    def specialise(self, kernels: list) -> list:
+        """A fragment's kernels as this runtime builds them. They take their sizes as parameters (shape-generic);
+        the sizes a C compiler gains from knowing (a loop's length, a divisor: :func:`~.codegen.ir.costly_sizes`)
+        are written in as constants (:func:`~.codegen.ir.bind_sizes`) while they keep the value they had when the
+        structure (its generic source) was first built; one that changed is a parameter from then on. So a fixed
+        shape keeps the fastest kernels, a batch that changes under a fixed width (the grid, a bias's modulus)
+        reuses the first library, and a structure compiles once more each time another of its sizes first
+        changes, not once a shape (as ``torch.compile``'s automatic dynamic shapes mark the dims that changed
+        dynamic). A fragment with no such sizes is generic from its first size: one library serves every size.
+        Remembered for :data:`SHAPES_REMEMBERED` structures."""
+        bind = self._bake(self.renderer.render(kernels), kernels)
+        return kernels if bind is None else [bind_sizes(k, names) for k, names in zip(kernels, bind)]
+
+    def _bake(self, source: str, kernels: list) -> list | None:
+        """The sizes of each kernel to write in (see :meth:`specialise`), or None: keep them all parameters."""
+        costly = [costly_sizes(k) for k in kernels]
+        if not any(costly):
+            return None
+        now = {(i, n): k.sizes[n] for i, (k, names) in enumerate(zip(kernels, costly)) for n in names}
+        key = self.cache.key(source)
+        with self._lock:
+            first, changed = self._first_sizes.setdefault(key, (now, set()))
+            changed.update(x for x, v in now.items() if first.get(x) != v)
+            bind = [{n for n in names if (i, n) not in changed} for i, names in enumerate(costly)]
+            self._first_sizes.move_to_end(key)
+            if len(self._first_sizes) > SHAPES_REMEMBERED:
+                self._first_sizes.popitem(last=False)
+        return bind
+
+    def launcher(self, f, k, lib: Library):
+        """``launch(buffers, scalars)`` calling ``f`` (kernel ``k`` of ``lib``, from :func:`c_function`): through
+        cffi, whose call costs ~0.5 us and a buffer's address ~0.2 us (a ctypes call cost ~1 us more, and numpy's
+        ``__array_interface__`` ~0.9 us a buffer). ``scalars`` are the generic kernel's: a kernel with its sizes
+        written in drops them."""
+        dtypes = [b.dtype.np for b in k.bufs]
+        err = self.err
+        from_buffer = ffi.from_buffer
+        errp = from_buffer(err)
+        ours = getattr(k, "kept_scalars", None)  # (a kernel with its sizes written in: see bind_sizes)
+
+        def launch(bufs, scalars):
+            if ours is not None:
+                scalars = [scalars[i] for i in ours]
+            ptrs = []
+            for j, dt in enumerate(dtypes):
+                b = bufs[j]
+                if type(b) is not np.ndarray or b.dtype != dt or not b.flags.c_contiguous:
+                    b = bufs[j] = np.ascontiguousarray(b, dtype=dt)  # (kept alive by bufs for the call)
+                ptrs.append(from_buffer(b))
+            if k.can_raise:
+                err[0] = 0
+                f(*ptrs, errp, *scalars)
+                if err[0]:
+                    raise kernel_error(k, int(err[0]), int(err[1]))
+            else:
+                f(*ptrs, *scalars)
+        launch.library = lib  # loaded while this launcher lives
+        return launch
+
+    @staticmethod
+    def empty(shape, dtype: D.DType):
+        """An uninitialised output buffer: a numpy array."""
+        return np.empty(shape, dtype.np)
+
+
+__all__ = ["MAX_LIBRARIES", "Library", "LibraryRuntime", "TooManyLibraries", "c_function", "ffi", "find_c_compiler",
+           "pin_openmp", "signature"]
