@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pluggy
 
+from tensorwire.protocol.errors import DeviceError
 from tensorwire.protocol.ops import load_plugin_ops
 
 from . import hookspecs
@@ -23,6 +24,8 @@ def plugin_manager() -> pluggy.PluginManager:
         pm = pluggy.PluginManager("tensorwire")
         pm.add_hookspecs(hookspecs)
         pm.load_setuptools_entrypoints("tensorwire")
+        # (and tw.backends' flag modules, which import this package, load no CPU backend, executor or kernels)
+        # circle: backends.cpu imports this package (hookimpl)
         from . import cpu
 
         if not pm.is_registered(cpu):  # the built-in backend, even when entry points are missing
@@ -48,8 +51,6 @@ def backends() -> dict:
 
 def get_backend(device_type: str):
     """The backend for a device type, or a DeviceError listing the known types."""
-    from tensorwire.protocol.errors import DeviceError
-
     found = backends()
     if device_type not in found:
         raise DeviceError(f"no backend for device type {device_type!r}; installed: {', '.join(sorted(found))}")

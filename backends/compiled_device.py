@@ -52,6 +52,7 @@ from tensorwire.protocol.errors import DeviceError, OutOfMemory
 
 from .base import Backend, Device, DeviceInfo, Step
 from .codegen.program import StepRunners, build_runner, host_step_call
+from .worker_ops import WORKER_OPS
 
 # -- discovery --------------------------------------------------------------------------------------------------------
 
@@ -493,8 +494,6 @@ class CompiledDevice(Device):
 
     def host_call(self, step: Step):
         """A callable for a host step: the worker's own ops (``const``, ``hub_tensor``)."""
-        from .executor import WORKER_OPS
-
         if step.op not in WORKER_OPS:
             raise DeviceError(f"the {self.backend.name} backend has no host kernel for {step.op!r}")
         return host_step_call(self, step)

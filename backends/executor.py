@@ -14,7 +14,6 @@ transfer ``k`` (and is resumed with it), and ``("send", k, value)`` to hand a bu
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -31,6 +30,7 @@ from .expansion_counts import counts_as
 from .hot import UNKEYED, Tier, tier_for
 from .jobs import plan_work
 from .quota import peak_bytes
+from .worker_ops import WORKER_OPS, dynamic_call
 
 log = logging.getLogger("tensorwire.executor")
 
@@ -769,7 +769,7 @@ def _build_runner(device: Device, plan: Plan, keep: frozenset):
     for k, s in enumerate(plan.program.steps):
         frees = tuple(f for f in s.frees if f not in keep) if s.frees else ()
         if s.dynamic or s.op in WORKER_OPS:
-            prog.append((_dynamic_call(device, s), s.ins, s.out, frees, s.origin))
+            prog.append((dynamic_call(device, s), s.ins, s.out, frees, s.origin))
             continue
         memo = memos.get(k)
         if memo is None:
@@ -869,45 +869,6 @@ def _generated(prog: tuple):
     return make(tuple(p[0] for p in prog))
 
 
-def _dynamic_call(device: Device, s: Step):
-    """``call(args, dynamic_attrs, frames)`` for a step with dynamic attributes or a worker op (resolved once: the
-    runners call it every run)."""
-    worker_op = WORKER_OPS.get(s.op)
-    if worker_op is not None:
-        def call(args, d, frames):
-            return worker_op(device, {**s.attrs, **d} if d else s.attrs, frames, s)
-    else:
-        run_step = device.run_step
-
-        def call(args, d, frames):
-            return run_step(s, args, {**s.attrs, **d} if d else s.attrs)
-    return call
-
-
-def _const(device: Device, attrs: dict, frames: list, step: Step):
-    fi = attrs.get("frame")
-    if not isinstance(fi, int) or not 0 <= fi < len(frames):
-        raise ProtocolError(f"const names frame {fi!r}, the message has {len(frames)} buffer frames")
-    buf = frames[fi]
-    mv = buf.buffer if hasattr(buf, "buffer") else memoryview(buf)
-    need = math.prod(step.shape) * step.dtype.itemsize
-    if mv.nbytes != need:
-        raise ProtocolError(f"const frame holds {mv.nbytes} bytes, {list(step.shape)} {step.dtype.name} needs {need}")
-    arr = np.frombuffer(mv, dtype=step.dtype.np).reshape(step.shape) if need else np.empty(step.shape,
-                                                                                           step.dtype.np)
-    return device.upload(arr)
-
-
-def _hub_tensor(device: Device, attrs: dict, frames: list, step: Step):
-    """Fetch a tensor from the cluster's hub straight into this device (the worker downloads; the client never
-    sees the bytes). See ``hub_loader``: the endpoint is the worker's configuration, never the client's."""
-    from .hub_loader import load_tensor
-
-    return device.upload(load_tensor(attrs, step.shape, step.dtype))
-
-
-#: ops the worker itself implements (they bring data in from outside the graph), not the backend
-WORKER_OPS = {"const": _const, "hub_tensor": _hub_tensor}
 #: the steps' ops a Plan looks for when it is made (transfers, collectives, the worker's own ops)
 _SPECIAL_OPS = _TRANSFER_OPS | WORKER_OPS.keys()
 

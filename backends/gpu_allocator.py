@@ -19,7 +19,8 @@ tens of microseconds, so memory is taken from the driver in *segments* and hande
 
 All work runs on one stream, so a block freed while kernels queued earlier still read it can be handed to later work
 at once: stream order keeps them apart (PyTorch's same-stream rule). The CUDA and ROCm backends share this allocator
-(through :mod:`.gpu_runtime`).
+(through :mod:`.gpu_runtime`). A tensor's buffer, :class:`GPUBuffer`, holds one block and gives it back when it dies
+(it lives here, below both the runtime and :mod:`.gpu_graphs`, which capture on such buffers).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import OutOfMemory
 
 MIN_BLOCK = 512                # requests are rounded up to multiples of this; the small pool's smallest split
@@ -265,3 +267,21 @@ class CachingAllocator:
                 "peak_allocated_bytes": self.peak_allocated, "buffers": self.blocks, "segments": len(self._segments),
                 "driver_allocs": self.driver_allocs, "driver_frees": self.driver_frees,
                 "cache_hits": self.cache_hits}
+
+
+# -- buffers --------------------------------------------------------------------------------------------------------
+
+class GPUBuffer:
+    """A device buffer: an allocator block (``ptr``, ``size``) holding a tensor of ``shape`` and ``dtype``."""
+
+    __slots__ = ("ptr", "size", "shape", "dtype", "nbytes", "_pool", "__weakref__")
+
+    def __init__(self, ptr: int, size: int, shape: tuple, dtype: D.DType, nbytes: int, pool):
+        self.ptr, self.size, self.shape, self.dtype, self.nbytes, self._pool = ptr, size, shape, dtype, nbytes, pool
+
+    def __del__(self):
+        if self._pool is not None:
+            self._pool.free(self.ptr, self.size, self.nbytes)
+
+    def __repr__(self) -> str:
+        return f"GPUBuffer({self.dtype.name}{list(self.shape)} at {self.ptr:#x})"

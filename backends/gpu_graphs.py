@@ -47,6 +47,7 @@ from tensorwire.protocol.errors import ConfigurationError, DeviceError
 
 from .codegen.lower import Launch
 from .codegen.program import scalar_value
+from .gpu_allocator import GPUBuffer
 from .kernel_errors import ErrorSlots, ThreadSlots
 
 ENV = "TENSORWIRE_CUDA_GRAPHS"
@@ -299,8 +300,6 @@ class GraphedRunner:
     def _capture(self, env, dyn, frames) -> bool:
         """Capture a run of the plain runner on static copies of ``env``'s inputs; False (the plan given up) when
         that fails."""
-        from .gpu_runtime import GPUBuffer  # circle: gpu_runtime imports this module
-
         rt = self.rt
         api = rt.api
         with rt.bound:

@@ -41,7 +41,7 @@ from .codegen.lower import lower
 from .codegen.presets import CUDA_GPU, CUDA_GPU_BLAS
 from .codegen.program import build_runner
 from .compiled_device import CompiledDevice, KernelModules, refuse_complex
-from .gpu_allocator import CachingAllocator, DriverOutOfMemory, size_class
+from .gpu_allocator import CachingAllocator, DriverOutOfMemory, GPUBuffer, size_class
 from .gpu_graphs import BLAS_WORKSPACE, GraphedRunner, GraphStats
 from .gpu_graphs import enabled as graphs_enabled
 from .kernel_errors import ErrorSlots
@@ -205,24 +205,6 @@ class ThreadBinding:
     def __exit__(self, *exc) -> bool:
         self.lock.release()
         return False
-
-
-# -- buffers --------------------------------------------------------------------------------------------------------
-
-class GPUBuffer:
-    """A device buffer: an allocator block (``ptr``, ``size``) holding a tensor of ``shape`` and ``dtype``."""
-
-    __slots__ = ("ptr", "size", "shape", "dtype", "nbytes", "_pool", "__weakref__")
-
-    def __init__(self, ptr: int, size: int, shape: tuple, dtype: D.DType, nbytes: int, pool):
-        self.ptr, self.size, self.shape, self.dtype, self.nbytes, self._pool = ptr, size, shape, dtype, nbytes, pool
-
-    def __del__(self):
-        if self._pool is not None:
-            self._pool.free(self.ptr, self.size, self.nbytes)
-
-    def __repr__(self) -> str:
-        return f"GPUBuffer({self.dtype.name}{list(self.shape)} at {self.ptr:#x})"
 
 
 # -- the runtime ----------------------------------------------------------------------------------------------------

@@ -33,6 +33,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tensorwire.hub.client import fetch, normalize_endpoint, timeouts
+from tensorwire.hub.errors import (
+    EntryNotFound,
+    HashMismatch,
+    HubError,
+    HubUnavailable,
+    InvalidPath,
+    RepositoryNotFound,
+    RevisionNotFound,
+)
+from tensorwire.hub.errors import Unauthorized as HubUnauthorized
 from tensorwire.protocol.errors import (
     DeviceError,
     ExecutionError,
@@ -41,6 +52,8 @@ from tensorwire.protocol.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
+from tensorwire.protocol.progress import Reporter, valid_id
+from tensorwire.protocol.safetensors_io import load_buffer
 
 log = logging.getLogger("tensorwire.worker.hub")
 
@@ -80,9 +93,6 @@ def _read_token_file(path: str) -> str | None:
 
 def configure(endpoint: str | None, *, token: str | None = None, token_file: str | None = None) -> HubConfig:
     """Set the cluster's hub for this worker process (call once at start; later calls replace it)."""
-    from tensorwire.hub.client import normalize_endpoint
-    from tensorwire.hub.errors import HubError
-
     global _config
     if token is None and token_file:
         token = _read_token_file(token_file)
@@ -110,9 +120,6 @@ def config() -> HubConfig:
 
 def _check_endpoint(cfg: HubConfig, asked: object) -> str:
     """The configured endpoint, after checking the one the client named (if any) is the same hub."""
-    from tensorwire.hub.client import normalize_endpoint
-    from tensorwire.hub.errors import HubError
-
     if cfg.endpoint is None:
         raise Unauthorized("this worker has no hub configured (tensorwire worker --hub-url URL, or TENSORWIRE_HUB_URL)")
     if asked is None or asked == "":
@@ -133,8 +140,6 @@ def _check_endpoint(cfg: HubConfig, asked: object) -> str:
 
 def _reporter(attrs: dict, what: str):
     """A rate-bounding reporter for this download, or None (no id in the op, or nobody to report to)."""
-    from tensorwire.protocol.progress import Reporter, valid_id
-
     pid = attrs.get("progress")
     to = getattr(reports, "to", None)
     if to is None or not valid_id(pid):
@@ -152,18 +157,6 @@ def _reporter(attrs: dict, what: str):
 
 def load_file(attrs: dict) -> np.ndarray:
     """The verified bytes of the safetensors file a ``hub_tensor`` op names, from the cluster's hub."""
-    from tensorwire.hub.client import fetch, timeouts
-    from tensorwire.hub.errors import (
-        EntryNotFound,
-        HashMismatch,
-        HubError,
-        HubUnavailable,
-        InvalidPath,
-        RepositoryNotFound,
-        RevisionNotFound,
-    )
-    from tensorwire.hub.errors import Unauthorized as HubUnauthorized
-
     cfg = config()
     endpoint = _check_endpoint(cfg, attrs.get("endpoint"))
     client_token = attrs.get("token")
@@ -218,8 +211,6 @@ def load_file(attrs: dict) -> np.ndarray:
 
 def load_tensor(attrs: dict, shape: tuple, dtype) -> np.ndarray:
     """Tensor ``attrs["name"]`` of the file, checked against the ``shape`` and ``dtype`` the client recorded."""
-    from tensorwire.protocol.safetensors_io import load_buffer
-
     raw = load_file(attrs)
     arr = load_buffer(raw, names={attrs["name"]}).get(attrs["name"])
     if arr is None:

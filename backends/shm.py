@@ -9,9 +9,13 @@ lease's root array), so a training loop reuses warm pages instead of faulting in
 from __future__ import annotations
 
 import contextlib
+import glob
 import itertools
+import logging
 import mmap
 import os
+import re
+import stat
 import weakref
 
 import numpy as np
@@ -50,10 +54,6 @@ def sweep_stale(device: str, folder: str = SHM_DIR) -> list[str]:
     process's own (so a predecessor's: this worker has made none yet) or runs no longer (as this process sees pids).
     One worker serves a device in a cluster; clusters that share one shared-memory folder across PID namespaces
     must not reuse device names (give them ``TENSORWIRE_SHM_DIR``s apart). Returns the paths removed."""
-    import glob
-    import re
-    import stat
-
     tag = device.replace(":", "-")
     name = re.compile(r"tensorwire-([0-9]{1,12})-" + re.escape(tag) + r"-[0-9]{1,12}")
     removed = []
@@ -92,8 +92,6 @@ class ShmPool:
         self.prefix = shm_prefix(os.getpid(), tag)  # the names the dispatcher and the ranks accept
         swept = sweep_stale(tag)
         if swept:
-            import logging
-
             logging.getLogger("tensorwire.worker").warning(
                 "removed %d shared-memory file(s) a previous worker of %s left behind (%s ...)", len(swept), tag,
                 swept[0])

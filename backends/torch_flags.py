@@ -27,6 +27,7 @@ class Flags:
 
 def cluster_has(kind: str) -> bool:
     """Whether the connected cluster has a ``kind`` device (asking connects, as any ``tw`` call does)."""
+    # lazy: the client (accelerator -> session, tensor); every service imports this package (backends/__init__)
     from tensorwire.accelerator import device_indices
 
     return bool(device_indices(kind))

@@ -26,6 +26,11 @@ import struct
 import sys
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no interface addresses but loopback's
+    fcntl = None
+
 ENV_IFACE = "TENSORWIRE_MPI_IFACE"
 DEFAULT_IFACE = "lo"
 
@@ -39,13 +44,13 @@ def iface_address(name: str) -> str | None:
     """The IPv4 address of interface ``name`` (``127.0.0.1`` for ``lo``), or None if it has none or is unknown."""
     if name == "lo":
         return "127.0.0.1"
+    if fcntl is None:  # pragma: no cover - not POSIX
+        return None
     try:
-        import fcntl  # lazy: POSIX only
-
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
         return socket.inet_ntoa(packed[20:24])
-    except (OSError, ImportError):
+    except OSError:
         return None
 
 

@@ -1,4 +1,5 @@
-"""The dashboard's routes (Starlette): the page, its live feed, a JSON view and the trace export.
+"""The dashboard's routes (Starlette): the page, its live feed, a JSON view and the trace export; :func:`serve` runs
+them on uvicorn.
 
 * ``/``: the page (``static/index.html``). With credentials in the query (``?token=`` the admin token, or a session
   link's ``?session=&key=``) it sets the viewer's cookie and redirects to ``/`` without them.
@@ -16,8 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 from pathlib import Path
 
+import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -32,6 +36,8 @@ from starlette.responses import (
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+
+from tensorwire.protocol.service import announce_ready
 
 from .auth import COOKIE, Gate, Viewer
 from .shaping import shape, trace
@@ -118,3 +124,15 @@ def create_app(source, gate: Gate, *, url: str = "", window_s: float = 30.0) -> 
         Route("/", page), Route("/events", events), Route("/api/view", api_view), Route("/trace.json", trace_json),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ], middleware=middleware)
+
+
+async def serve(app: Starlette, sock: socket.socket, url: str) -> None:
+    """Serve ``app`` on the listening ``sock`` with uvicorn until stopped; announce ``url`` once it serves."""
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2,
+                                           lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.02)
+    if server.started:
+        announce_ready("dashboard", url=url, pid=os.getpid())
+    await task

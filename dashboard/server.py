@@ -10,27 +10,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import socket
 
 from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, resolve_token
 from tensorwire.protocol.errors import TensorwireError, Unauthorized
-from tensorwire.protocol.service import announce_ready
 
 from .auth import Gate, is_loopback
 from .source import ClusterSource
 
 DEFAULT_PORT = 8787
+#: the packages the dashboard serves with (the optional [dashboard] extra)
+WEB_STACK = ("starlette", "uvicorn")
 
 
 def missing() -> str | None:
-    """What is missing to serve the dashboard (its web stack), or None."""
-    try:
-        # lazy: Starlette and uvicorn are the optional [dashboard] extra
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as e:
-        return f"the dashboard needs Starlette and uvicorn: pip install 'tensorwire[dashboard]' ({e})"
+    """What is missing to serve the dashboard (its web stack, the optional [dashboard] extra), or None. Looks the
+    packages up without importing them (uvicorn takes ~0.4 s; ``LocalCluster`` asks before it starts a dashboard)."""
+    absent = [name for name in WEB_STACK if importlib.util.find_spec(name) is None]
+    if absent:
+        return (f"the dashboard needs Starlette and uvicorn: pip install 'tensorwire[dashboard]' "
+                f"({', '.join(absent)} not installed)")
     return None
 
 
@@ -47,19 +48,6 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
-
-
-async def _serve(app, sock: socket.socket, url: str) -> None:
-    import uvicorn  # lazy: the optional [dashboard] extra
-
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2,
-                                           lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started and not task.done():
-        await asyncio.sleep(0.02)
-    if server.started:
-        announce_ready("dashboard", url=url, pid=os.getpid())
-    await task
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         raise Unauthorized("the dashboard reads the cluster as the admin: give --admin-token-file (tensorwire up "
                            "prints where it wrote it) or set TENSORWIRE_ADMIN_TOKEN")
     client = resolve_token(CLIENT_TOKEN_ENV, args.token_file)
-    from .app import create_app  # lazy: Starlette, the optional [dashboard] extra
+    from .app import create_app, serve  # lazy: Starlette and uvicorn, the optional [dashboard] extra (see missing)
 
     sock = _bind(args.host, args.port)
     port = sock.getsockname()[1]
@@ -102,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                            hub_metrics_url=args.hub_metrics).start()
     try:
         gate = Gate(admin, client, is_loopback(args.host))
-        asyncio.run(_serve(create_app(source, gate, url=url), sock, url))
+        asyncio.run(serve(create_app(source, gate, url=url), sock, url))
     except KeyboardInterrupt:
         pass
     finally:

@@ -16,6 +16,7 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
 
+from tensorwire.protocol.metrics import prometheus
 from tensorwire.session import Session
 from tensorwire.status import hub_health
 
@@ -82,13 +83,10 @@ class TaskStream:
 def hub_downloads(metrics_url: str, timeout: float = 2.0) -> dict:
     """The hub's download counters from its Prometheus endpoint: ``{"requests", "bytes"}`` of the download route
     (requests answered 2xx; bytes of every answer there)."""
-    # lazy: the client imports dashboard.server (LocalCluster's missing()) and never loads prometheus_client
-    from prometheus_client.parser import text_string_to_metric_families
-
     with urllib.request.urlopen(metrics_url, timeout=timeout) as r:  # noqa: S310 - the cluster's hub
         text = r.read(1 << 22).decode()
     out = {"requests": 0.0, "bytes": 0.0}
-    for fam in text_string_to_metric_families(text):
+    for fam in prometheus().parser.text_string_to_metric_families(text):
         for s in fam.samples:
             if s.labels.get("route") != HUB_DOWNLOAD_ROUTE:
                 continue

@@ -18,6 +18,8 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
+from tensorwire.protocol.metrics import prometheus
+
 #: how often the dispatcher asks its workers for their load while metrics are served
 POLL_S = 2.0
 #: the window ``status`` computes recent throughput over
@@ -96,9 +98,8 @@ class DispatcherCollector:
         self.d = dispatcher
 
     def collect(self):
-        # lazy: prometheus_client (~0.1 s) only when metrics are served (as protocol/metrics.py)
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
+        core = prometheus().core
+        CounterMetricFamily, GaugeMetricFamily = core.CounterMetricFamily, core.GaugeMetricFamily
         d = self.d
         tel: Telemetry = d.telemetry
         now = time.monotonic()

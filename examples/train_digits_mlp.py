@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from sklearn.datasets import load_digits
 from tqdm import tqdm
 
 import tensorwire as tw
@@ -19,8 +20,6 @@ import tensorwire.nn.functional as F
 
 def load_digits_split(seed: int = 0, test_fraction: float = 0.25):
     """(x_train, y_train, x_test, y_test) as float32 / int64 numpy arrays, pixels scaled to [0, 1]."""
-    from sklearn.datasets import load_digits  # lazy: scikit-learn (~1 s), the [examples] extra; only for the data
-
     d = load_digits()
     x = (d.data / 16.0).astype(np.float32)
     y = d.target.astype(np.int64)

@@ -2,7 +2,9 @@
 
 ``import tensorwire.hub`` is light: it loads only the urllib-based client helpers and the
 error types. The HTTP server (:mod:`tensorwire.hub.server`) and the SQLite storage
-(:mod:`tensorwire.hub.storage`) are imported only by whoever runs the service.
+(:mod:`tensorwire.hub.storage`) are imported only by whoever runs the service; the tensor side
+(:mod:`tensorwire.hub.tensors`: ``load``, ``load_state_dict``, ``push``, which need the client and numpy)
+when one of its names is first used.
 
 Typical use::
 
@@ -42,7 +44,23 @@ from .errors import (
     RevisionNotFound,
     Unauthorized,
 )
-from .tensors import load, load_state_dict, push, remote_header
+
+#: the names :mod:`.tensors` gives, imported from it when first asked for
+_TENSORS = frozenset({"load", "load_state_dict", "push", "remote_header"})
+
+
+def __getattr__(name: str):
+    if name in _TENSORS:
+        # lazy: hub.tensors imports the client and numpy; the hub service and the workers import this package
+        from . import tensors
+
+        return getattr(tensors, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _TENSORS)
+
 
 __all__ = [
     "DEFAULT_ENDPOINT",

@@ -24,6 +24,11 @@ from urllib.parse import quote, urlsplit
 
 from tensorwire.protocol.addresses import is_loopback_host
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: a download takes no cross-process lock (see _locked)
+    fcntl = None
+
 from ._validate import COMMIT_RE, SHA256_RE, check_file_path, check_ref_name, check_repo_id, check_revision
 from .errors import (
     BadRequest,
@@ -554,9 +559,7 @@ def _read_tree(cache: Path, endpoint: str, repo_id: str, commit: str) -> dict[st
 def _locked(lock_path: Path) -> Iterator[None]:
     _mkdir_private(lock_path.parent)
     with open(lock_path, "a+b") as fh:
-        try:
-            import fcntl  # lazy: POSIX only
-        except ImportError:  # pragma: no cover - non-POSIX: no cross-process lock
+        if fcntl is None:  # pragma: no cover - non-POSIX: no cross-process lock
             yield
             return
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
@@ -683,6 +686,14 @@ def _download(
     os.replace(part, dest)
 
 
+def _memory(size: int) -> Any:
+    """An uninitialised uint8 numpy array of ``size`` bytes, which an in-memory download fills (not
+    ``bytearray(size)``: no memset of memory about to be overwritten)."""
+    import numpy as np  # lazy: numpy only for in-memory downloads; import tensorwire.hub stays numpy-free
+
+    return np.empty(size, dtype=np.uint8)
+
+
 def _read_verified(dest: Path, sha256: str, size: int, *, into_memory: bool) -> Any:
     """The cached blob's bytes if they hash to ``sha256`` (a private copy when ``into_memory``, else True);
     None when the file is missing, of the wrong size or tampered with (a tampered file is removed)."""
@@ -697,9 +708,7 @@ def _read_verified(dest: Path, sha256: str, size: int, *, into_memory: bool) -> 
             h = hashlib.sha256()
             buf = None
             if into_memory:
-                import numpy as np  # lazy: numpy only for in-memory downloads; import tensorwire.hub stays numpy-free
-
-                buf = np.empty(size, dtype=np.uint8)
+                buf = _memory(size)
                 view = memoryview(buf)
                 got = 0
                 while got < size:  # bounded by the size checked above
@@ -838,9 +847,7 @@ def _fetch_to_memory(
     cached = _read_verified(dest, sha256, size, into_memory=True)
     if cached is not None:
         return cached
-    import numpy as np  # lazy: numpy only for in-memory downloads; import tensorwire.hub stays numpy-free
-
-    buf = np.empty(size, dtype=np.uint8)  # not bytearray(size): no memset of memory about to be overwritten
+    buf = _memory(size)
     view = memoryview(buf)
     h = hashlib.sha256()
     headers = _headers(token, **{"Accept-Encoding": "identity"})

@@ -7,7 +7,7 @@ clash); the request handler threads update them (they are thread-safe).
 
 from __future__ import annotations
 
-from tensorwire.protocol.metrics import serve_registry
+from tensorwire.protocol.metrics import prometheus, serve_registry
 
 #: route classes the metrics are labelled with (a label per URL would be unbounded)
 ROUTES = ("resolve", "api/models", "api/tw", "other")
@@ -29,9 +29,8 @@ class HubMetrics:
     """The hub's counters, and the registry the metrics endpoint serves."""
 
     def __init__(self, server=None):
-        # lazy: prometheus_client only when the hub serves metrics
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
+        prom = prometheus()
+        CollectorRegistry, Counter, Gauge, Histogram = prom.CollectorRegistry, prom.Counter, prom.Gauge, prom.Histogram
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "tensorwire_hub_requests",

@@ -14,6 +14,13 @@ import struct
 import urllib.parse
 import urllib.request
 
+import numpy as np
+
+from tensorwire import context, models, nn
+from tensorwire.progress import sink_for
+from tensorwire.protocol.safetensors_io import parse_header, save_bytes, tensor_specs
+from tensorwire.tensor import device_name
+
 from .client import _headers, _open, _token, default_endpoint, fetch, push_files, push_folder, resolve
 from .errors import EntryNotFound, Unauthorized
 
@@ -25,8 +32,6 @@ def _session_endpoint(endpoint: str | None, session) -> str:
     if endpoint:
         return endpoint
     if session is None:  # the session in use, if any (never connect just to find a URL)
-        from tensorwire import context  # lazy: the client (see load)
-
         session = getattr(context._local, "session", None) or context._default
         if session is not None and session.closed:
             session = None
@@ -56,9 +61,6 @@ def _range(url: str, start: int, end: int, token: str | None) -> bytes:
 
 def remote_header(endpoint: str, repo_id: str, commit: str, path: str, token: str | None) -> dict:
     """The JSON header of a safetensors file on the hub, read with two small Range requests."""
-    # lazy: numpy (safetensors_io): the hub service imports this package and stays numpy-free
-    from tensorwire.protocol.safetensors_io import parse_header
-
     url = f"{endpoint.rstrip('/')}/{repo_id}/resolve/{commit}/{urllib.parse.quote(path)}"
     head = _range(url, 0, 7, token)
     (n,) = struct.unpack("<Q", head[:8])
@@ -93,13 +95,7 @@ def load_state_dict(
     under ``TENSORWIRE_PROGRESS_MIN_BYTES`` (8 MiB) that end within a second, and files in a worker's cache, show
     nothing (docs/observability.md#progress).
     """
-    # lazy: the client, and numpy: the hub service imports this package and loads neither
-    from tensorwire.context import current_session
-    from tensorwire.progress import sink_for
-    from tensorwire.protocol.safetensors_io import tensor_specs
-    from tensorwire.tensor import device_name
-
-    s = session or current_session()
+    s = session or context.current_session()
     _check_cluster_hub(s, endpoint, repo_id)
     ep = _session_endpoint(endpoint, s)
     tok = _token(token)
@@ -172,11 +168,6 @@ def push(
             private=private,
             progress=progress,
         )
-    # lazy: numpy: the hub service imports this package and stays numpy-free
-    import numpy as np
-
-    from tensorwire.protocol.safetensors_io import save_bytes
-
     state = _state_dict_of(obj)
     arrays = {k: np.asarray(v.detach().numpy() if hasattr(v, "detach") else v) for k, v in state.items()}
     files: dict = {filename: save_bytes(arrays, {"format": "pt"})}
@@ -207,12 +198,7 @@ def load(
     weights are loaded by the worker that owns ``device`` straight from the hub (see
     :func:`load_state_dict`, whose ``progress`` this passes on), and the model is returned in eval mode.
     """
-    # lazy: the client, and numpy: the hub service imports this package and loads neither
-    from tensorwire import models, nn
-    from tensorwire.context import current_session
-    from tensorwire.tensor import device_name
-
-    s = session or current_session()
+    s = session or context.current_session()
     _check_cluster_hub(s, endpoint, repo_id)
     ep = _session_endpoint(endpoint, s)
     tok = _token(token)

@@ -9,6 +9,9 @@ The endpoint is bounded (issue 34): one request per connection (HTTP/1.0), which
 slowly it trickles bytes), and at most ``TENSORWIRE_METRICS_MAX_CONNECTIONS`` connections open at once: a new one
 beyond the cap closes the oldest. Idle or half-open connections therefore cost at most the cap's threads, for at
 most the timeout, and never stop a scrape from being answered.
+
+``prometheus_client`` (~0.1 s to import) is loaded by :func:`prometheus` when metrics are first served or read, the
+one place every module that uses it (the hub's and the dispatcher's collectors, the dashboard's reader) gets it from.
 """
 
 from __future__ import annotations
@@ -26,6 +29,16 @@ METRICS_TIMEOUT_S = float(os.environ.get("TENSORWIRE_METRICS_TIMEOUT", "10"))
 METRICS_MAX_CONNECTIONS = int(os.environ.get("TENSORWIRE_METRICS_MAX_CONNECTIONS", "32"))
 
 
+def prometheus():
+    """``prometheus_client``, with its ``core`` (the metric families collectors yield) and ``parser`` (the text format
+    read back) modules, imported on first use: only where metrics are served or read."""
+    # lazy: prometheus_client (~0.1 s), the dispatcher's and hub's --metrics-port and the dashboard's hub figures only
+    import prometheus_client.core
+    import prometheus_client.parser
+
+    return prometheus_client
+
+
 class _MetricsHandler(BaseHTTPRequestHandler):
     """``GET`` (any path) answers the server's registry in Prometheus's text format; nothing is logged."""
 
@@ -37,12 +50,10 @@ class _MetricsHandler(BaseHTTPRequestHandler):
         super().setup()
 
     def do_GET(self) -> None:  # noqa: N802
-        # lazy: prometheus_client (~0.1 s) only when metrics are served
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        body = generate_latest(self.server.registry)
+        prom = prometheus()
+        body = prom.generate_latest(self.server.registry)
         self.send_response(200)
-        self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.send_header("Content-Type", prom.CONTENT_TYPE_LATEST)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -137,9 +148,7 @@ class MetricsServer(ThreadingHTTPServer):
 def serve_metrics(collector, host: str, port: int):
     """Serve ``collector`` in Prometheus's text format at ``http://host:port/metrics`` from a thread of its own, with
     a registry of its own. Returns ``(server, url)``; ``server.shutdown()`` stops it."""
-    from prometheus_client import CollectorRegistry  # lazy: prometheus_client (~0.1 s) only when metrics are served
-
-    registry = CollectorRegistry(auto_describe=False)
+    registry = prometheus().CollectorRegistry(auto_describe=False)
     registry.register(collector)
     return serve_registry(registry, host, port)
 

@@ -32,6 +32,7 @@ import time
 
 from tensorwire.protocol.errors import ConfigurationError
 
+from ..quota import host_memory, parse_limit
 from .cache import KernelCompileError
 
 TIMEOUT_ENV = "TENSORWIRE_COMPILE_TIMEOUT"
@@ -82,8 +83,6 @@ def timeout_s() -> float:
 
 def memory_kib() -> str:
     """The address-space bound of one compile for ``ulimit -v``: KiB, or ``"unlimited"``."""
-    from ..quota import host_memory, parse_limit
-
     text = os.environ.get(MEMORY_ENV) or MEMORY
     try:
         n = parse_limit(text, host_memory())

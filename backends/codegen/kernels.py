@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.shapes import broadcast_many
 
 from . import ir
 from .ir import INDEX, X, alu, cast, const, iconst, var, where
@@ -273,8 +274,7 @@ VALUE_KERNELS = {"gather": _gather, "index": _index, "cat": _cat, "setslice": _s
 
 def _copy_launch(kb, st, out: str) -> None:
     """A first kernel that copies the op's input (``x``) into the output buffer."""
-    from .lower import KernelBuilder
-    cp = KernelBuilder(kb.lw, kb.lw.kernel_name())
+    cp = kb.lw.builder()
     n = math.prod(st.shape)
     o = cp.buf(("slot", st.out), st.dtype, n, out=True)
     g = ir.gid(n)
@@ -347,7 +347,6 @@ def _index_put(kb, st, out: str) -> int:
     x, v, *ixs = st.ins
     shape = tuple(st.shape)
     d, k = st.attrs["dim"], len(ixs)
-    from tensorwire.protocol.shapes import broadcast_many
     bshape = tuple(broadcast_many(*(tuple(m[0]) for m in st.in_meta[2:])))
     tshape = shape[:d] + bshape + shape[d + k:]
     m = math.prod(tshape)

@@ -19,6 +19,7 @@ from tensorwire.protocol import dtypes as D
 from . import ir
 from .elementwise import RULES, SOURCES
 from .ir import INDEX, X, const, iconst, var, where
+from .kernels import STORE_KERNELS, VALUE_KERNELS, tiled_matmul
 from .lanes import element_lanes, lane_count, substitute, vector_stores
 from .reduce import REDUCE, reduce_value
 from .schedule import KNOWN_OPS, Options, schedule
@@ -216,7 +217,6 @@ class KernelBuilder:
             if st.out in self.lw.rows.reduces:
                 return self._row_reduce(st, idx)
             return reduce_value(self, st, idx)
-        from .kernels import VALUE_KERNELS
         return VALUE_KERNELS[op](self, st, idx)
 
     def at(self, shape, flat: X) -> Idx:
@@ -265,6 +265,11 @@ class Lowerer:
         self._k += 1
         return f"k{self._k - 1}"
 
+    def builder(self) -> KernelBuilder:
+        """A new kernel's builder (its name the next one): the kernels that write their output in several launches
+        (:mod:`.kernels`' scatters) start the first one here."""
+        return KernelBuilder(self, self.kernel_name())
+
     def temp(self, numel: int, dtype: D.DType) -> int:
         self.out.temps.append((numel, dtype))
         return len(self.out.temps) - 1
@@ -281,7 +286,6 @@ class Lowerer:
         self.out.items.append(Launch(k, kb.args, kb.scalar_args, tuple(sorted(kb.origins))))
 
     def run(self) -> Lowered:
-        from .kernels import STORE_KERNELS, tiled_matmul
         for st in self.steps:
             if st.out < 0 or st.out not in self.buffers or st.out in self.carried:
                 continue
@@ -292,7 +296,7 @@ class Lowerer:
             if n == 0:
                 self.out.items.append(HostStep(st))  # an empty result: nothing to compute
                 continue
-            kb = KernelBuilder(self, self.kernel_name())
+            kb = self.builder()
             kb.origins.add(st.origin)
             out = kb.buf(("slot", st.out), st.dtype, n, out=True)
             if st.out in self.rows.roots:

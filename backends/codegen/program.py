@@ -25,7 +25,10 @@ from types import SimpleNamespace
 import numpy as np
 
 from tensorwire.protocol import errors as E
+from tensorwire.protocol.ops import OPS
 
+from ..base import Step
+from ..worker_ops import WORKER_OPS, dynamic_call
 from .ir import Kernel
 from .lower import HostStep, Launch, Lowered, attr_value, lower
 
@@ -81,7 +84,6 @@ def build_runner(device, plan, keep: frozenset, lowered: Lowered | None = None):
         if s.out >= 0:
             meta[s.out] = (tuple(s.shape), s.dtype)
     reads: dict = {}
-    from ..executor import WORKER_OPS
     for i, it in enumerate(lowered.items):
         for key in (it.args if isinstance(it, Launch) else [("slot", x) for x in it.step.ins]):
             reads[key] = i
@@ -185,10 +187,6 @@ class StepRunners:
         self._runners: OrderedDict = OrderedDict()
 
     def run(self, step, args: list, attrs: dict):
-        from tensorwire.protocol.ops import OPS
-
-        from ..base import Step
-
         slots = list(dict.fromkeys(step.ins))
         ins = tuple(slots.index(x) for x in step.ins)
         dynamic = set(getattr(OPS.get(step.op), "dynamic", None) or ())
@@ -214,8 +212,6 @@ class StepRunners:
 def host_step_call(device, step):
     """``call(args, dyn, frames)`` for a host step the executor runs itself (a worker op such as ``const`` or
     ``hub_tensor``, or a step with dynamic attributes): the step's own dynamic attributes picked from ``dyn``."""
-    from ..executor import _dynamic_call
-
-    call = _dynamic_call(device, step)
+    call = dynamic_call(device, step)
     origin = step.origin
     return lambda args, dyn, frames: call(args, dyn.get(origin) if dyn else None, frames)

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from .elementwise import RULES, SOURCES
+from .kernels import STORE_KERNELS, VALUE_KERNELS
 from .reduce import REDUCE, reduce_axes
 from .views import MOVEMENT
 
@@ -223,19 +224,6 @@ def _epilogue_ok(slot, consumers, prod, inline) -> bool:
         cur = c.out
 
 
-def _known_ops() -> frozenset:
-    from .kernels import STORE_KERNELS, VALUE_KERNELS
-    return frozenset(RULES) | frozenset(SOURCES) | MOVEMENT | REDUCE | frozenset(VALUE_KERNELS) | frozenset(
-        STORE_KERNELS)
-
-
-class _Known:
-    _ops: frozenset | None = None
-
-    def __contains__(self, op) -> bool:
-        if self._ops is None:
-            self._ops = _known_ops()
-        return op in self._ops
-
-
-KNOWN_OPS = _Known()
+#: every op a kernel can compute (the rest run as host steps: the device's own kernels or the worker's ops)
+KNOWN_OPS: frozenset[str] = (frozenset(RULES) | frozenset(SOURCES) | MOVEMENT | REDUCE | frozenset(VALUE_KERNELS)
+                             | frozenset(STORE_KERNELS))

@@ -31,6 +31,7 @@ from ..codegen.compiler import run_compiler, sweep_stale
 from ..codegen.lower import Options, lower
 from ..codegen.program import build_runner, host_step_call
 from ..compiled_device import has_complex
+from ..worker_ops import WORKER_OPS
 
 #: IEEE-preserving: no -ffast-math; -fno-math-errno / -fno-trapping-math only let gcc vectorise (libmvec calls,
 #: branch-free selects); -ffp-contract=off keeps a*b+c two roundings as numpy does; -z defs fails the link, not
@@ -215,7 +216,6 @@ class CompiledMixin:
 
     def host_call(self, step):
         """A callable for a host step: a worker op, an empty result, or the backend's numpy kernel."""
-        from ..executor import WORKER_OPS
         if step.op in WORKER_OPS or step.dynamic:
             return host_step_call(self, step)
         k = self.backend.kernels[step.op]

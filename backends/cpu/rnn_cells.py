@@ -16,6 +16,7 @@ import ctypes
 import threading
 
 from ..c_library import TooManyLibraries, ffi
+from ..codegen.c import CRenderer
 from ..codegen.cache import UnsafeKernelCache
 from .compiled import runtime
 
@@ -104,8 +105,6 @@ _SIGNATURES = {
 
 def source() -> str:
     """The C source of every cell, for float and double."""
-    from tensorwire.backends.codegen.c import CRenderer
-
     body = "".join(_LSTM.format(T=t, s=s, exp=e, tanh=th) for t, s, e, th in _TYPES.values())
     return CRenderer.headers + "#define TW_U64 unsigned long long\n" + body
 

@@ -13,14 +13,14 @@ from tensorwire.backends import hookimpl, torch_flags
 @hookimpl
 def tensorwire_backends():
     """The CUDA backend (its devices say whether cuda-python, a driver and a GPU are there)."""
-    from .backend import CUDABackend
-
-    return [CUDABackend()]
+    return [__getattr__("CUDABackend")()]
 
 
 def __getattr__(name: str):
-    # the backend class, imported when asked for: ``torch.backends.cuda``'s names below need none of it
+    # the backend class, imported when asked for (the hook above asks)
     if name == "CUDABackend":
+        # (tw.backends imports this package for torch.backends.cuda's names below, which need none of it)
+        # lazy: the compiled-device machinery
         from .backend import CUDABackend
 
         return CUDABackend

@@ -11,18 +11,22 @@ class CUDABackend(CompilingBackend):
 
     name = "cuda"
 
-    def discover(self):
-        from .runtime import discover
+    @staticmethod
+    def runtime_module():
+        """The backend's runtime module (:mod:`.runtime`), imported when devices are first listed or opened."""
+        # lazy: every worker builds every plugin's backend; the runtime (gpu_runtime, NVRTC's and cuBLAS's modules)
+        from . import runtime
 
-        return discover()
+        return runtime
+
+    def discover(self):
+        return self.runtime_module().discover()
 
     def describe(self, gpu) -> str:
         return f"{gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]})"
 
     def device(self, gpu, driver):
-        from .runtime import CUDADevice
-
-        return CUDADevice(self, gpu, driver)
+        return self.runtime_module().CUDADevice(self, gpu, driver)
 
 
 __all__ = ["CUDABackend"]

@@ -16,6 +16,8 @@ import ctypes
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 
+from .wheels import library_path
+
 INSTALL = 'pip install -e ".[cuda]" (or pip install nvidia-cublas-cu12)'
 
 OP_N = 0
@@ -44,9 +46,7 @@ class Cublas:
 
     def __init__(self, stream: int):
         try:
-            import cuda.pathfinder as pathfinder  # noqa: PLC0415 - optional dependency
-
-            lib = ctypes.CDLL(pathfinder.load_nvidia_dynamic_lib("cublas").abs_path)
+            lib = ctypes.CDLL(library_path("cublas"))
         except Exception as e:  # ImportError, or the library missing (cuda.pathfinder's DynamicLibNotFoundError)
             raise DeviceError(f"cuBLAS is not available ({type(e).__name__}: {e}); {INSTALL}") from None
         self.lib = lib

@@ -30,8 +30,11 @@ import hashlib
 import logging
 import threading
 
+from tensorwire.collectives.network import bind_env
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
+
+from .wheels import library_path
 
 log = logging.getLogger("tensorwire.nccl")
 
@@ -159,13 +162,9 @@ def load_nccl() -> Nccl:
     global _NCCL
     with _NCCL_LOCK:
         if _NCCL is None:
-            from tensorwire.collectives.network import bind_env
-
             bind_env()  # before NCCL initialises (it reads its environment once)
             try:
-                import cuda.pathfinder as pathfinder  # noqa: PLC0415 - optional dependency
-
-                _NCCL = Nccl(pathfinder.load_nvidia_dynamic_lib("nccl").abs_path)
+                _NCCL = Nccl(library_path("nccl"))
             except Exception as e:  # ImportError, or the library missing (cuda.pathfinder's DynamicLibNotFoundError)
                 raise DeviceError(f"NCCL is not available ({type(e).__name__}: {' '.join(str(e).split())}); "
                                   f"{INSTALL}") from None

@@ -44,6 +44,7 @@ from ..gpu_runtime import (
 )
 from ..gpu_runtime import LOWERING_KERNELS as GPU_LOWERING_KERNELS
 from . import cublas
+from .nccl import transport_for
 
 log = logging.getLogger("tensorwire.cuda")
 
@@ -60,7 +61,7 @@ CUDABuffer = GPUBuffer
 
 def load_driver():
     """cuda-python's driver API module (``cuda.bindings.driver``); raises ImportError without cuda-python."""
-    from cuda.bindings import driver  # noqa: PLC0415 - optional dependency
+    from cuda.bindings import driver  # lazy: cuda-python, the optional [cuda] extra (~160 ms to import)
 
     return driver
 
@@ -234,8 +235,6 @@ class CUDADevice(GPUDevice):
 
     def collective_transport(self):
         """NCCL for collectives among CUDA devices (:mod:`.nccl`), or None when NCCL does not load."""
-        from .nccl import transport_for
-
         return transport_for(self)
 
 

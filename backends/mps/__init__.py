@@ -16,15 +16,15 @@ from tensorwire.backends import hookimpl, torch_flags
 @hookimpl
 def tensorwire_backends():
     """The MPS backend (its device says whether MLX and a Metal GPU are there)."""
-    from .backend import MPSBackend  # lazy: torch.backends.mps's names (below) load no compiled-device machinery
-
-    return [MPSBackend()]
+    return [__getattr__("MPSBackend")()]
 
 
 def __getattr__(name: str):
-    # the backend class, imported when asked for: ``torch.backends.mps``'s names below need none of it
+    # the backend class, imported when asked for (the hook above asks)
     if name == "MPSBackend":
-        from .backend import MPSBackend  # lazy: as above
+        # (tw.backends imports this package for torch.backends.mps's names below, which need none of it)
+        # lazy: the compiled-device machinery
+        from .backend import MPSBackend
 
         return MPSBackend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -57,14 +57,14 @@ def load_metal_kernel(on_cpu: bool):
 class MetalKernels:
     """The Metal kernels of one device: built once per process by source, launched on MLX arrays.
 
-    Calls come from the worker's one thread; the error slots of a fragment's launches are collected per thread."""
+    Calls come from the worker's one thread; the error slots of a fragment's launches are collected per thread.
+    ``mx`` is ``mlx.core`` and ``MX`` the MLX dtype of each tensorwire dtype (:data:`.kernels.MX`), which the device
+    passes in (importing either imports MLX)."""
 
     target = "metal-mlx"
     MAX_KERNELS = 1 << 15
 
-    def __init__(self, mx, make_kernel):
-        from .kernels import MX  # lazy: MLX (kernels imports it)
-
+    def __init__(self, mx, MX: dict, make_kernel):
         self.mx, self.MX, self.make_kernel = mx, MX, make_kernel
         self.renderer = MLXMetalRenderer()
         self._kernels: OrderedDict = OrderedDict()  # source -> the built kernel

@@ -32,8 +32,9 @@ from ..base import Device, Step
 from ..codegen.program import build_runner
 from ..codegen.schedule import KNOWN_OPS
 from ..compiled_device import CompiledDevice, Discovery, Found, complex_error, refuse_complex
-from ..executor import WORKER_OPS, _build_runner
+from ..executor import _build_runner
 from ..quota import physical_memory
+from ..worker_ops import WORKER_OPS
 from . import metal_runtime
 
 #: the test-only switch: run the backend on MLX's CPU device (for hosts without Metal)
@@ -113,17 +114,15 @@ class MPSDevice(CompiledDevice):
     so every MLX call of the device holds one re-entrant lock (MLX runs one stream per device anyway)."""
 
     def __init__(self, backend, index: int, found: MLXDevice):
-        # lazy: MLX, the optional [mps] extra (kernels imports it too)
-        import mlx.core as mx
+        from . import kernels as K  # lazy: MLX, the optional [mps] extra (the MLX kernels import it)
 
-        from . import kernels as K
-
+        mx = K.mx
         self.found, self.mx, self.K = found, mx, K
         self.lock = threading.RLock()
         make_kernel = metal_runtime.load_metal_kernel(found.on_cpu)
         self.metal = self.gpu = make_kernel is not None
         mx.set_default_device(mx.cpu if found.on_cpu else mx.gpu)
-        runtime = metal_runtime.MetalKernels(mx, make_kernel) if self.metal else None
+        runtime = metal_runtime.MetalKernels(mx, K.MX, make_kernel) if self.metal else None
         super().__init__(backend, index, runtime, metal_runtime.LOWERING if self.metal else None)
 
     # buffers ------------------------------------------------------------------------------------------
@@ -243,8 +242,7 @@ def _refusing(err: Exception):
 
 def open_device(backend, found: MLXDevice) -> MPSDevice:
     """``mps:0`` for a worker, its MLX kernels put in the backend's table (where no plugin kernel is)."""
-    from .kernels import KERNELS  # lazy: MLX (kernels imports it)
-
-    for op, fn in KERNELS.items():
+    dev = MPSDevice(backend, found.index, found)
+    for op, fn in dev.K.KERNELS.items():
         backend.kernels.setdefault(op, fn)
-    return MPSDevice(backend, found.index, found)
+    return dev

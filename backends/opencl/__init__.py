@@ -10,6 +10,8 @@ from __future__ import annotations
 from tensorwire.backends import hookimpl
 from tensorwire.backends.compiled_device import CompilingBackend
 
+from .discovery import discover
+
 
 class OpenCLBackend(CompilingBackend):
     """OpenCL devices; every primitive op runs through the kernel compiler (composites fuse)."""
@@ -17,11 +19,10 @@ class OpenCLBackend(CompilingBackend):
     name = "opencl"
 
     def discover(self):
-        from .discovery import discover
-
         return discover()
 
     def device(self, dev, driver):
+        # lazy: every worker builds every plugin's backend; the runtime (kernel cache, renderer) only for a device
         from .runtime import OpenCLDevice
 
         return OpenCLDevice(self, dev.index, dev.platform, dev.device)

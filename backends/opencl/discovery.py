@@ -87,7 +87,7 @@ def pin_pocl_threads(environ=os.environ) -> bool:
 def import_cl():
     """pyopencl (ImportError without it), PoCL told first how to place its threads."""
     pin_pocl_threads()  # before PoCL starts its threads (on the first platform query)
-    import pyopencl as cl
+    import pyopencl as cl  # lazy: pyopencl, the optional [opencl] extra (~150 ms to import)
 
     return cl
 

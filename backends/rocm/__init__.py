@@ -19,20 +19,23 @@ class ROCmBackend(CompilingBackend):
 
     name = "rocm"
 
-    def discover(self):
-        from .runtime import discover
+    @staticmethod
+    def runtime_module():
+        """The backend's runtime module (:mod:`.runtime`), imported when devices are first listed or opened."""
+        # lazy: every worker builds every plugin's backend; the runtime (gpu_runtime, hipRTC's and hipBLAS's modules)
+        from . import runtime
 
-        return discover()
+        return runtime
+
+    def discover(self):
+        return self.runtime_module().discover()
 
     def describe(self, gpu) -> str:
-        from .runtime import load_compiler, matmul_path
-
-        return f"{gpu.name} ({gpu.arch}; kernels by {load_compiler()}, {matmul_path()})"
+        rt = self.runtime_module()
+        return f"{gpu.name} ({gpu.arch}; kernels by {rt.load_compiler()}, {rt.matmul_path()})"
 
     def device(self, gpu, driver):
-        from .runtime import ROCmDevice
-
-        return ROCmDevice(self, gpu, driver)
+        return self.runtime_module().ROCmDevice(self, gpu, driver)
 
 
 @hookimpl

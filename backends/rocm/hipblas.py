@@ -50,7 +50,7 @@ class HipBlas:
         if why:
             raise DeviceError(why)
         try:
-            from hip import hip, hipblas  # noqa: PLC0415 - optional dependency
+            from hip import hip, hipblas  # lazy: hip-python, the optional [rocm] extra (~300 ms to import)
         except ImportError as e:
             raise DeviceError(f"hipBLAS is not available ({e}); pip install -e \".[rocm]\"") from None
         self.lib = hipblas

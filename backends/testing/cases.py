@@ -6,6 +6,7 @@ rewrite of a fragment into primitive ops (``decompose=True``)."""
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,11 +29,22 @@ class CaseSkipped(Exception):
     """Raised by :func:`check_case` outside pytest when a case does not apply to the backend."""
 
 
+def running_pytest():
+    """The ``pytest`` module when this process runs under pytest (which has imported it), else None: a case that
+    does not apply is then a pytest skip, elsewhere a :class:`CaseSkipped` (nothing here imports pytest)."""
+    return sys.modules.get("pytest")
+
+
+def skip_exceptions() -> tuple[type[BaseException], ...]:
+    """The exceptions :func:`_skip` may raise in this process."""
+    pytest = running_pytest()
+    return (CaseSkipped,) if pytest is None else (CaseSkipped, pytest.skip.Exception)
+
+
 def _skip(reason: str):
-    try:
-        import pytest
-    except ImportError:  # pragma: no cover - pytest is the usual runner
-        raise CaseSkipped(reason) from None
+    pytest = running_pytest()
+    if pytest is None:
+        raise CaseSkipped(reason)
     pytest.skip(reason)
 
 

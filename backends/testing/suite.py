@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from tensorwire.protocol.ops import OPS, load_plugin_ops
 
-from .cases import Case, CaseSkipped, _Ctx
+from ..codegen.lower import lower
+from .cases import Case, _Ctx, skip_exceptions
 from .composites import _composite_cases, _composite_specs
 from .creation import _arange_cases, _const_cases, _full_cases, _random_cases
 from .elementwise import BINARY_REF, UNARY_REF, _binary_cases, _cast_cases, _unary_cases, _where_cases
@@ -136,11 +137,7 @@ def run_conformance(backend, device_index: int = 0, *, cases: list[Case] | None 
                     decompose: bool = False) -> ConformanceReport:
     """Run every case (or ``cases``) on ``backend`` and report; never raises for a failing case."""
     report = ConformanceReport(getattr(backend, "name", type(backend).__name__))
-    try:
-        import pytest
-        skip_exc: tuple = (CaseSkipped, pytest.skip.Exception)
-    except ImportError:  # pragma: no cover
-        skip_exc = (CaseSkipped,)
+    skip_exc = skip_exceptions()
     for case in cases if cases is not None else conformance_cases():
         try:
             check_case(backend, case, device_index, decompose=decompose)
@@ -165,8 +162,6 @@ def kernel_lists(backend, cases: list, device_index: int = 0) -> list:
     """The kernels of every fragment ``cases`` run on ``backend``'s device (one list a fragment), lowered with the
     device's ``lowering_options`` and never run: every case is run dry (it fails or skips at its first fragment,
     which is all the lowering needs)."""
-    from tensorwire.backends.codegen.lower import lower
-
     dev = _device(backend, device_index)
     lists = []
 
