@@ -43,8 +43,13 @@ def record(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
 
 
 def requires_grad_of(t) -> bool:
-    """Whether an op reading ``t`` is recorded with autograd while grad mode is on: ``t`` or its base requires grad."""
-    return t.requires_grad or (t._base is not None and t._base.requires_grad)
+    """Whether an op reading ``t`` is recorded with autograd while grad mode is on: ``t`` or its base requires grad,
+    unless ``t`` is (a view of) a ``.data`` view, which autograd never sees (``p.data.add_(p.grad.data, alpha=-lr)``
+    is a plain record, as in torch: no view of ``p`` brought up to date with ``p``'s graph first)."""
+    if t.requires_grad:
+        return True
+    b = t._base
+    return b is not None and b.requires_grad and not (t._vsteps is not None and any(s.detached for s in t._vsteps))
 
 
 def detach(t):

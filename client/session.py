@@ -81,6 +81,11 @@ _first = itemgetter(0)  # (a pending entry's handle)
 _inputs = itemgetter(2)  # (... and its input handles)
 
 MAX_PENDING_NODES = 8192
+#: ``loss.backward()`` ships the pending batch first, without waiting for an answer, when it holds at least this
+#: many nodes (TENSORWIRE_SHIP_FORWARD_NODES; 0 turns it off): the devices run the forward pass while the client
+#: records the backward pass and the update (see :meth:`Session.ship_forward`). A count of the program's own nodes,
+#: so the split is the same every time the same step runs (each side is one plan, cached like any batch's)
+SHIP_FORWARD_NODES = int(os.environ.get("TENSORWIRE_SHIP_FORWARD_NODES", "32"))
 MAX_PENDING_BYTES = 64 << 20
 MAX_PLANS = 1024
 MAX_WHERE = 1 << 16
@@ -864,6 +869,20 @@ class Session:
                 self._send_cancel()
                 raise
 
+    def ship_forward(self) -> None:
+        """Ship the pending batch now, without waiting, when it holds at least :data:`SHIP_FORWARD_NODES` nodes and
+        ``tw.compile`` is not recording: ``Tensor.backward`` calls this before it records the backward pass, so the
+        devices run the forward pass while the client records the rest of the step, instead of receiving the whole
+        step when its loss is read (``loss.item()``, then answered as soon as the forward batch has run: the value
+        is made before the batch that asks for it, ``Executor._early_slots``). Errors of the shipped nodes surface
+        at the next answer, as for any batch shipped without one. Smaller batches wait: a short forward pass is
+        not worth a message of its own."""
+        if len(self._pending) < SHIP_FORWARD_NODES or SHIP_FORWARD_NODES <= 0 or self._capture is not None \
+                or self.closed:
+            return
+        with self._lock:
+            self._flush([], False)
+
     def mark_step(self) -> None:
         """Mark the end of a step (``optimizer.step()`` calls this): everything recorded so far is shipped, without
         waiting, as soon as the next op is recorded, so the devices run this step while the client records the
@@ -1001,7 +1020,7 @@ class Session:
                 self._direct_sync(d)
         plane.route_releases(header["release"])
         if ch is not None:
-            plane.direct_made.update(i for i, _ in made)
+            plane.direct_made.update(map(_first, made))
             msg = {k: v for k, v in header.items() if k not in ("t", "k", "release", "drop_plans")}
             msg["t"] = "run"
             msg["release"], ch.releases = ch.releases, []

@@ -1563,7 +1563,9 @@ class Tensor:
     # ------------------------------------------------------------------ autograd (client/autograd_engine.py)
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
         """Accumulate this tensor's gradient into the leaves' ``.grad`` (the backward graph comes from the
-        autograd service, cached by the graph's structure, and runs on the devices)."""
+        autograd service, cached by the graph's structure, and runs on the devices). The pending forward pass is
+        shipped first when it is large enough (``Session.ship_forward``): the devices run it meanwhile."""
+        self._s.ship_forward()
         _autograd_engine.backward(self, gradient, retain_graph, create_graph, inputs)
 
     def register_post_accumulate_grad_hook(self, hook):

@@ -52,9 +52,11 @@ def _reshape(t, shape: tuple):
 
 
 class ViewStep:
-    """One view op: ``forward(t)`` records it, ``inverse(parent, value)`` writes ``value`` back."""
+    """One view op: ``forward(t)`` records it, ``inverse(parent, value)`` writes ``value`` back. ``detached``: a
+    view outside autograd (``t.data``), which ``autograd_hooks.requires_grad_of`` reads."""
 
     __slots__ = ()
+    detached = False
 
     def forward(self, t):
         raise NotImplementedError
@@ -211,7 +213,7 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
     b = x._base
     if s._capture is not None or _amp_active[0]:
         return x._view(step)
-    grad = (x.requires_grad or (b is not None and b.requires_grad)) and _hooks._E.is_grad_enabled()
+    grad = _grad_tracked(x)
     if not grad and b is not None and b._version != x._base_version:
         return x._view(step)
     dt = x.dtype
@@ -255,7 +257,7 @@ def make_view(x, step: ViewStep, op: str, attrs: dict, known: tuple):
     if s._capture is not None or _amp_active[0]:
         return x._view(step)
     b = x._base
-    if (x.requires_grad or (b is not None and b.requires_grad)) and _hooks._E.is_grad_enabled():
+    if _grad_tracked(x):
         t = _hooks._E.record_grad(s, op, [x], attrs, x._dev, 2, known)
     elif b is None or b._version == x._base_version:
         t = s.defer(op, (x,), attrs, x._dev, known)
@@ -271,6 +273,7 @@ class Detached(ViewStep):
     without torch's in-place checks on leaves), as torch's ``.data`` does."""
 
     __slots__ = ()
+    detached = True
 
     def forward(self, t):
         shape = t._shape
@@ -319,7 +322,7 @@ def root_position(t, pos: int) -> int | None:
 
 def is_detached(t) -> bool:
     """Whether ``t`` is (a view of) a ``.data`` view: in-place updates through it are outside autograd."""
-    return t._vsteps is not None and any(isinstance(s, Detached) for s in t._vsteps)
+    return t._vsteps is not None and any(s.detached for s in t._vsteps)
 
 
 def _alias(t):

@@ -1,0 +1,147 @@
+"""``loss.backward()`` ships a large pending forward pass before it records the backward pass
+(``Session.ship_forward``): the devices run the forward while the client records the rest of the step. The split
+changes when work travels, not what it computes: the losses, gradients and updates are those of one batch a step,
+answers come in order, and an error of the shipped forward still names the user's line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+from tensorwire import nn
+from tensorwire import session as session_mod
+
+from ._ref import line_of
+
+HERE = __file__
+
+
+def _rnn_steps(session, steps: int, lengths=(3, 5, 4)) -> tuple[list, list]:
+    """A char-RNN-like loop (a Python loop of cells, NLL loss, ``p.data.add_`` updates, ``loss.item()`` every step):
+    its losses, and per step whether the forward pass left the pending batch at ``backward()`` (the steps after the
+    first of each length: a first backward asks the autograd service for its graph, which ships the forward too)."""
+    tw.manual_seed(0)
+    rng = np.random.default_rng(1)
+    examples = [rng.standard_normal((n, 1, 6)) for n in lengths]  # (step k reads example k % 3)
+    i2h, i2o = nn.Linear(6 + 8, 8).double(), nn.Linear(6 + 8, 3).double()
+    params = list(i2h.parameters()) + list(i2o.parameters())
+    crit = nn.NLLLoss()
+    losses, shipped = [], []
+    for k in range(steps):
+        n = lengths[k % len(lengths)]
+        xs = tw.tensor(examples[k % len(lengths)])
+        target = tw.tensor([k % len(lengths)])
+        hidden = tw.zeros(1, 8, dtype=tw.float64)
+        for p in params:
+            p.grad = None
+        for i in range(n):
+            combined = tw.cat((xs[i], hidden), 1)
+            hidden = i2h(combined)
+            output = nn.functional.log_softmax(i2o(combined), dim=1)
+        loss = crit(output, target)
+        forward = {e[0] for e in session._pending}
+        loss.backward()
+        if k >= len(lengths):
+            shipped.append(not forward & {e[0] for e in session._pending})
+        for p in params:
+            p.data.add_(p.grad.data, alpha=-0.1)
+        losses.append(loss.item())
+    return losses, shipped
+
+
+def test_backward_ships_a_large_forward_first_and_computes_the_same(session, monkeypatch):
+    monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 0)  # off: one batch a step
+    one, shipped = _rnn_steps(session, 9)
+    assert not any(shipped)
+    monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 16)
+    sent = session._n_async
+    split, shipped = _rnn_steps(session, 9)
+    assert all(shipped)  # every step's forward (20 nodes and more) went out at backward()
+    assert session._n_async - sent >= 9  # ... as a message of its own, answered by no one
+    assert split == one  # the same values, answered in the same order
+    assert split[-1] < split[2]  # (the same example, learnt: the updates went in between, in order)
+
+
+def test_a_small_forward_waits_for_the_rest_of_its_step(session, monkeypatch):
+    monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 1000)
+    _, shipped = _rnn_steps(session, 3)
+    assert not any(shipped)
+
+
+def test_the_split_is_the_same_every_time_the_same_step_runs(session, monkeypatch):
+    """A split that moved from step to step would make new plans on the worker each time: the same three
+    step shapes replayed reuse the plans their first steps made."""
+    monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 16)
+    _rnn_steps(session, 6)
+    plans = len(session._plans)
+    _rnn_steps(session, 6)
+    assert len(session._plans) == plans
+
+
+def test_an_error_in_the_shipped_forward_names_the_users_line(session, monkeypatch):
+    monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 4)
+    w = nn.Parameter(tw.tensor(np.arange(5.0)))
+
+    def step(index):
+        h = w
+        for _ in range(6):
+            h = (h * 1.5).tanh()
+        loss = h[tw.tensor(index)].sum()  # MARK-bad-gather
+        forward = {e[0] for e in session._pending}
+        loss.backward()  # (the first time its graph comes from the autograd service: the forward goes out then too)
+        assert not forward & {e[0] for e in session._pending}  # the forward went out
+        w.data.add_(w.grad.data, alpha=-0.1)
+        w.grad = None
+        return loss.item()
+
+    assert step([0, 4]) == pytest.approx(np.tanh(np.tanh(np.tanh(np.tanh(np.tanh(np.tanh(
+        np.array([0.0, 4.0]) * 1.5) * 1.5) * 1.5) * 1.5) * 1.5) * 1.5).sum())
+    with pytest.raises(IndexError) as info:
+        step([0, 9])
+    assert f"{HERE}:{line_of(HERE, 'MARK-bad-gather')}" in str(info.value)
+    assert (tw.ones(3) * 2).tolist() == [2.0, 2.0, 2.0]  # and the session carries on
+
+
+def test_no_forward_is_shipped_while_compile_records(session, monkeypatch):
+    monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 1)
+    lin = nn.Linear(4, 2).double()
+    x = tw.tensor(np.ones((3, 4)))
+
+    @tw.compile
+    def step(x):
+        loss = lin(x).square().sum()
+        loss.backward()
+        return loss
+
+    for _ in range(3):
+        got = step(x).item()
+    lin.zero_grad()
+    ref = lin(x).square().sum()
+    assert got == ref.item()
+
+
+def test_a_cancel_stops_a_shipped_forward_and_the_session_goes_on(session, monkeypatch):
+    monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 16)
+    rng = np.random.default_rng(0)
+    w = nn.Parameter(tw.tensor(rng.standard_normal((256, 256)).astype(np.float32) / 16))
+    x0 = tw.tensor(rng.standard_normal((256, 256)).astype(np.float32))
+
+    def forward():
+        x = x0
+        for _ in range(200):  # (a chain the devices run step by step: a cancel stops it between two)
+            x = x @ w
+        return x.square().mean()
+
+    first = forward()
+    first.backward()  # (its graph from the autograd service, then cached)
+    assert np.isfinite(first.item())
+    w.grad = None
+    session.synchronize()  # (nothing in flight now: a cancel finds only what ships after this)
+    loss = forward()
+    loss.backward()  # the forward goes out here, and runs while the backward is recorded
+    tw.cancel(session)
+    with pytest.raises(tw.Cancelled):
+        loss.item()
+    assert (tw.arange(3) + 1).tolist() == [1, 2, 3]
+    session.synchronize()  # the cancel was reported once; the session is clean
