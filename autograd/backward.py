@@ -18,6 +18,8 @@ Reply::
                                                forward ext k, or seed i
     grads:   [ref or None, ...]                one per target: a backward node (each its own), or None
                                                when no gradient reaches it
+    metas:   [[shape, dtype], ...]             each backward node's output, as inferred here: the client
+                                               records the graph from them, without inferring it again
 
 The transform is a pure function of the request's structure: the service caches replies by it.
 """
@@ -40,7 +42,7 @@ class BackwardBuilder(Builder):
 
     def __init__(self):
         self.nodes: list[list] = []
-        self.metas: list = []
+        self.metas: list = []  # (shape, dtype) per node
         self.ext: list = []  # keys: ("n", j) / ("x", k) / ("s", i)
         self.ext_index: dict = {}
         self.dev = 0
@@ -61,6 +63,7 @@ class BackwardBuilder(Builder):
         if r is None:
             r = self._cse[key] = len(self.nodes)
             self.nodes.append([name, list(refs), attrs or None, self.dev])
+            self.metas.append((shape, dtype))
             if len(self.nodes) > MAX_NODES:
                 raise ProtocolError("the backward graph is too large")
         return Value(shape, dtype, r)
@@ -204,6 +207,7 @@ def _prune(b: BackwardBuilder, outs: list) -> dict:
     ext_index = {}
     ext = []
     nodes = []
+    metas = []
     for j, n in enumerate(b.nodes):
         if not live[j]:
             continue
@@ -219,5 +223,7 @@ def _prune(b: BackwardBuilder, outs: list) -> dict:
                 refs.append(k)
         new_index[j] = len(nodes)
         nodes.append([n[0], refs, n[2], n[3]])
+        shape, dtype = b.metas[j]
+        metas.append([list(shape), dtype.name])
     grads = [None if r is None else new_index[r] for r in outs]
-    return {"nodes": nodes, "ext": ext, "grads": grads}
+    return {"nodes": nodes, "ext": ext, "grads": grads, "metas": metas}

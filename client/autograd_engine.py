@@ -690,12 +690,15 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
             out.append(_hooks.record(session, op, [out[r] if r >= 0 else vals[-r - 1] for r in refs], attrs,
                                      devs[d]))
     else:
-        # replay: every node's attrs key and inferred meta are remembered from the first replay of this graph (its
-        # cache key fixes the shapes and dtypes of everything it reads), and all of them come from the user's line
-        # that called backward; after the first replay the graph is recorded whole (``Session.record_graph``), with
-        # tensors for the gradients and the nodes whose values may be the client's (``host_nodes``) only
+        # replay: every node's attrs key and output meta are known (the service's inference, ``metas``, which the
+        # cache key makes valid for every replay: it fixes the shapes and dtypes of everything the graph reads), and
+        # all of them come from the user's line that called backward; so the graph is recorded whole
+        # (``Session.record_graph``), with tensors for the gradients and the nodes whose values may be the client's
+        # (``host_nodes``) only. (A reply without ``metas``, from an older service: its first replay infers them.)
         where = _S._user_frame()
         keep = bw.get("keep")
+        if keep is None and bw.get("metas") is not None:
+            keep = _known_from_metas(bw, grads)
         if keep is not None:
             out = session.record_graph(bw["nodes"], vals, devs, bw["known"], keep, bw["host"], where)
         else:
@@ -714,13 +717,29 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
                     t = rec(op, ins, attrs, devs[d], known[k], where)
                 out.append(t)
             if first:
-                bw["known"] = known
-                host = bw["host"] = _S.host_nodes(bw["nodes"], known)
-                bw["keep"] = frozenset([r for r in grads if r is not None] + list(host)
-                                       + [r for j in host for r in bw["nodes"][j][1] if r >= 0])
+                _set_known(bw, known, grads)
     for e, r in zip(target_edges, grads):
         if r is not None:
             _deliver(e, out[r], want, results, pending)
+
+
+def _set_known(bw: dict, known: list, grads: list) -> frozenset:
+    """Keep a backward graph's per-node ``(attrs key, (shape, dtype))``, the nodes whose values may be the client's
+    and the nodes a replay keeps tensors for (the gradients, those host nodes and their inputs) in its cache entry;
+    returns the last."""
+    bw["known"] = known
+    host = bw["host"] = _S.host_nodes(bw["nodes"], known)
+    keep = bw["keep"] = frozenset([r for r in grads if r is not None] + list(host)
+                                  + [r for j in host for r in bw["nodes"][j][1] if r >= 0])
+    return keep
+
+
+def _known_from_metas(bw: dict, grads: list) -> frozenset:
+    """:func:`_set_known` from the service's ``metas`` (``[shape, dtype name]`` per node)."""
+    by_name = D.BY_NAME
+    known = [(attrs_key(op, attrs), (tuple(m[0]), by_name[m[1]]))
+             for (op, _, attrs, _), m in zip(bw["nodes"], bw["metas"])]
+    return _set_known(bw, known, grads)
 
 
 def _deliver(e, g, want, results, pending) -> None:

@@ -96,7 +96,47 @@ def _unary(fn, int_identity=False):
     return k
 
 
-KERNELS["erf"] = _unary(_erf)
+#: erf(x) = x + x q(x^2 - 1/2) on [-1, 1]: q is a degree-6 weighted least-squares fit (to minimax) of erf(x)/x - 1 in
+#: float64, its coefficients rounded to float32, constant term first. Evaluated in float32 (Horner; the shift by 1/2
+#: keeps its partial sums small), and scipy beyond, it is within 0.98 ulp of the exact erf of every float32 in [-4, 4]
+#: (94% correctly rounded; checked once against float64 over all 2.16e9 of them, and on a dense sample by
+#: tests/unit/backends/cpu/test_erf_float32.py)
+_ERF_Q = tuple(np.float32(c) for c in (-0.03453126177191734, -0.281072199344635, 0.07940997928380966,
+                                       -0.018283359706401825, 0.00348029937595129, -0.0005653963307850063,
+                                       7.85369920777157e-05))
+_ERF_ONE, _ERF_SHIFT = np.float32(1.0), np.float32(0.5)
+_ERF_POLY_MIN = 256  # below this many elements the ~20 ufunc calls cost more than scipy's loop
+
+
+def erf_float32(x: np.ndarray) -> np.ndarray:
+    """erf of a float32 array, within 1 ulp of the exact value; ~4x faster than scipy's loop (~13 ns an element,
+    GELU's largest kernel). |x| <= 1 (most of GELU's inputs over sqrt 2) by the polynomial of :data:`_ERF_Q`; the
+    rest (|x| > 1, NaN) by scipy, exactly."""
+    if x.size < _ERF_POLY_MIN:
+        return _erf(x)
+    xc = np.clip(x, -_ERF_ONE, _ERF_ONE)  # (NaN stays NaN, and fails xc == x below)
+    z = xc * xc
+    z -= _ERF_SHIFT
+    q = _ERF_Q
+    y = z * q[6]
+    for c in q[5:0:-1]:
+        y += c
+        y *= z
+    y += q[0]
+    y *= xc
+    y += xc
+    out = xc != x
+    if out.any():
+        i = np.flatnonzero(out)
+        y.put(i, _erf(np.ravel(x).take(i)))
+    return y
+
+
+def _erf_any(x: np.ndarray) -> np.ndarray:
+    return erf_float32(x) if x.dtype == np.float32 else _erf(x)  # (float64 and complex: scipy's, exact)
+
+
+KERNELS["erf"] = _unary(_erf_any)
 _sign_num = _unary(np.sign)
 
 
