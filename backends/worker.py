@@ -68,6 +68,7 @@ from tensorwire.protocol.shm_paths import host_id
 from tensorwire.protocol.wire import INLINE_MAX, array_from_frame, as_frame, frame_nbytes, pack_header, send_parts
 
 from . import get_backend, hot, hub_loader
+from .base import Device
 from .direct import ADDRESS_ENV, DirectChannel
 from .executor import Fail, builds_runner, compile_plan, execute, meta_of, run_plan
 from .idle_spin import IdleSpin, spin_from_env
@@ -169,6 +170,9 @@ class Executor:
     def __init__(self, device, device_name: str, send, *, session_limit: int | None = None,
                  plan_cache: PlanCache | None = None, pool: Pool | None = None):
         self.device = device
+        #: whether the device does anything to free a buffer (a numpy one lets its references go: ~75 calls a step
+        #: of a small training loop saved)
+        self._frees = type(device).free is not Device.free
         self.name = device_name
         self.send = send  # callable(header, frames) -> None
         self.limit = session_limit  # bytes a session may hold on this device (None: no limit)
@@ -423,9 +427,10 @@ class Executor:
 
     # -- the direct channel's replay fast path -----------------------------------------------------
     def replay_now(self, sid: bytes, run: dict, route: bytes, frames: list | tuple = ()) -> bool:
-        """Run a direct message that replays a known plan and is answered (a fetch or a sync: the commonest on a
-        direct channel, ``(x + 1).numpy()`` or a compiled step with its ``loss.item()``) at once, on this thread,
-        without queueing it: what ``_on_run``, ``_advance`` and ``_prepare`` do for it, in one pass. ``run``: the
+        """Run a direct message that replays a known plan (the commonest on a direct channel: ``(x + 1).numpy()``, a
+        compiled step with its ``loss.item()``, or a step's forward pass sent unanswered before its backward) at
+        once, on this thread, without queueing it: what ``_on_run``, ``_advance`` and ``_prepare`` do for it, in one
+        pass; an unanswered one reports its errors with the session's next answer, as a queued one does. ``run``: the
         message as ``DirectChannel.run_header`` checked it (the general path's header); ``frames``: its upload
         frames (a step's new inputs, its ``const`` nodes read them), ``REPLAY_UPLOADS_MAX`` bytes at most. Only when
         nothing else waits and nothing else is needed: the session idle and no other one runnable, no profiler, the
@@ -435,8 +440,7 @@ class Executor:
         ``_check_inputs``, ``_outputs_fresh``, ``_admit``). Otherwise False, with nothing of the session's changed:
         the message takes the general path, which queues it and says what is wrong with it."""
         plan_no = run.get("plan")
-        if (plan_no is None or run["q"] is None or not (run["fetch"] or run.get("sync")) or "nodes" in run
-                or "prof" in run):
+        if plan_no is None or "nodes" in run or "prof" in run:
             return False
         s = self.sessions.get(sid)
         if s is None or s.running is not None or s.jobs or s.draining is not None or self.ready:
@@ -710,9 +714,10 @@ class Executor:
     def _free(self, s: _Session, bufs: list) -> None:
         """Take ``bufs`` (the session let go of them) off its ledger and free them."""
         s.ledger.remove_all(bufs)
-        free = self.device.free
-        for b in bufs:
-            free(b)
+        if self._frees:
+            free = self.device.free
+            for b in bufs:
+                free(b)
 
     def _compute(self, sid, job: _Job, scope):
         """Run the job's plan until it finishes or must wait: ``("done", result)``, ``("recv", k)`` or

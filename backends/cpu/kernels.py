@@ -53,7 +53,16 @@ def _full(ins, a, shape, dt):
     v = a["value"]
     if type(v) is list:  # a complex value travels as [real, imag]
         v = complex(*v)
+    # two common fills made without np.full's wrapper (~4x the cost): zeros (a recurrent loop's first hidden state,
+    # every step) and a 0-d float (an optimizer's step size); the same values, the same conversions
+    elif (type(v) is int and v == 0) or (type(v) is float and v == 0 and math.copysign(1.0, v) > 0):
+        return np.zeros(shape, dtype=dt.np)
+    elif not shape and type(v) is float and dt.np in _FLOATS:
+        return np.array(v, dtype=dt.np)
     return np.full(shape, v, dtype=dt.np)
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 @kernel("arange")
@@ -344,7 +353,7 @@ KERNELS["copy"] = lambda ins, a, shape, dt: ins[0]  # buffers are immutable: a c
 
 @kernel("slice")
 def _slice(ins, a, shape, dt):
-    return ins[0][tuple(slice(s, e, st) for s, e, st in zip(a["starts"], a["stops"], a["steps"]))]
+    return ins[0][tuple(map(slice, a["starts"], a["stops"], a["steps"]))]
 
 
 @kernel("flip")
@@ -379,7 +388,8 @@ def _cat(ins, a, shape, dt):
 def _check_index(idx: np.ndarray, n: int, what: str, allow_negative: bool):
     if idx.size == 0:
         return idx
-    lo, hi = int(idx.min()), int(idx.max())
+    # (the ufuncs' reductions that ``min`` and ``max`` call, without their Python wrappers: a few us on a short index)
+    lo, hi = int(np.minimum.reduce(idx, axis=None)), int(np.maximum.reduce(idx, axis=None))
     if hi >= n or lo < (-n if allow_negative else 0):
         bad = hi if hi >= n else lo
         raise IndexOutOfRange(f"{what}: index {bad} is out of bounds for dimension with size {n}")
@@ -393,12 +403,28 @@ def _gather(ins, a, shape, dt):
     if x.ndim == 0:
         return x.copy()
     _check_index(idx, x.shape[dim], "gather()", False)
-    sub = tuple(slice(0, idx.shape[i]) if i != dim else slice(None) for i in range(x.ndim))
-    return np.take_along_axis(x[sub], idx.astype(np.int64, copy=False), axis=dim)
+    return x[_scatter_index(idx, dim)]  # (np.take_along_axis's fancy index, without its ~10 us of Python a call)
+
+
+def _grids(shape: tuple) -> list:
+    """``np.indices(shape, sparse=True)`` as a list, read-only and kept for the few index shapes a program uses."""
+    got = _GRIDS.get(shape)
+    if got is None:
+        if len(_GRIDS) >= 256:
+            _GRIDS.clear()
+        got = _GRIDS[shape] = list(np.indices(shape, sparse=True))
+        for g in got:
+            g.flags.writeable = False
+    return got
+
+
+_GRIDS: dict[tuple, list] = {}
 
 
 def _scatter_index(idx, dim):
-    grids = list(np.indices(idx.shape, sparse=True))
+    """The fancy index that reads or writes element ``idx[i...]`` of dimension ``dim`` at position ``i...`` of the
+    others (``np.take_along_axis``'s, and ``np.put_along_axis``'s)."""
+    grids = _grids(idx.shape).copy()
     grids[dim] = idx.astype(np.int64, copy=False)
     return tuple(grids)
 
@@ -458,11 +484,20 @@ def _setslice(ins, a, shape, dt):
 
 # matmul ---------------------------------------------------------------------------------------------------
 
+def _outer_product(x_shape, y_shape) -> bool:
+    """Whether a matmul of operands so shaped contracts a dimension of 1 (both at least 2-D): each element is one
+    product, which ``np.multiply`` broadcasting ``[..., M, 1]`` against ``[..., 1, N]`` computes 4-10x faster than
+    BLAS (a recurrent layer's weight gradient a step, ``h.T @ g``) and exactly (zeros keep their sign, as torch's)."""
+    return len(x_shape) >= 2 and len(y_shape) >= 2 and x_shape[-1] == 1
+
+
 @kernel("matmul")
 def _matmul(ins, a, shape, dt):
     x, y = ins
     ct = _compute(dt)
     x, y = _arr(x, ct), _arr(y, ct)
+    if _outer_product(x.shape, y.shape):
+        return _out(np.multiply(x, y), dt)
     if x.ndim > 2 and y.ndim == 2 and x.size:  # [..., M, K] @ [K, N]: one gemm over all the rows (numpy would
         rows = x.reshape(-1, x.shape[-1])        # make one per leading index, ~3x slower for a linear layer)
         return _out(np.matmul(rows, y).reshape(*x.shape[:-1], y.shape[1]), dt)
@@ -524,13 +559,18 @@ def _log_softmax(ins, a, shape, dt):
     ct = _compute(dt)
     if ct != dt.np or x.ndim == 0:
         return _log_softmax_steps(x, _axes({"dims": [a["dim"]]}, x.ndim), ct, dt)
-    ax = a["dim"] % x.ndim
+    return _log_softmax_along(x, a["dim"] % x.ndim)
+
+
+def _log_softmax_along(x: np.ndarray, ax: int) -> np.ndarray:
+    """:func:`_log_softmax` of a non-empty ``x`` of a dtype computed as itself (not a half type), along axis ``ax``
+    (also the straight-line runner's callable for such a step: :func:`specialize`)."""
     m = np.maximum.reduce(x, axis=ax, keepdims=True)
     if not math.isfinite(np.add.reduce(m, axis=None)):  # (an infinite or nan maximum, or a sum that overflowed)
-        m = np.where(np.isinf(m), ct.type(0), m)
+        m = np.where(np.isinf(m), x.dtype.type(0), m)
     t = x - m
     np.exp(t, out=t)
-    lse = np.add.reduce(t, axis=ax, dtype=ct, keepdims=True)
+    lse = np.add.reduce(t, axis=ax, dtype=x.dtype, keepdims=True)
     np.log(lse, out=lse)
     lse += m
     return x - lse
@@ -750,7 +790,21 @@ def specialize(step):
         shape = step.shape
         return lambda a: a.reshape(shape)
     if op == "matmul" and meta[0][1].np == dt.np and meta[1][1].np == dt.np:
-        return np.matmul
+        return np.multiply if _outer_product(meta[0][0], meta[1][0]) else np.matmul
+    if op == "linear" and len(meta[0][0]) <= 2 and all(m[1].np == dt.np for m in meta):
+        return _linear_fn(meta[0][0], meta[1][0], len(meta) > 2)
+    if op == "log_softmax" and meta[0][1].np == dt.np and dt.is_floating_point and meta[0][0] and math.prod(
+            meta[0][0]):  # (not complex, not 0-d, not empty: see _log_softmax)
+        ax = step.attrs["dim"] % len(meta[0][0])
+        return lambda a: _log_softmax_along(a, ax)
+    if op == "cat" and all(m[1].np == dt.np for m in meta):
+        ax = step.attrs["dim"] % len(step.shape)
+        cat = np.concatenate
+        return lambda *a: cat(a, axis=ax)
+    if op == "gather" and len(meta) == 2 and meta[0][0]:
+        dim = step.attrs["dim"] % len(meta[0][0])
+        n = meta[0][0][dim]
+        return lambda a, i: a[_scatter_index(_check_index(i, n, "gather()", False), dim)]
     if op == "relu":
         zero = dt.np.type(0)
         return lambda a: np.maximum(a, zero)
@@ -773,9 +827,37 @@ def specialize(step):
         dims = [d % max(len(meta[0][0]), 1) for d in step.attrs["dims"]]
         return lambda a: np.transpose(a, dims)
     if op == "expand":
-        shape = step.shape
+        shape = tuple(step.shape)
+        if math.prod(meta[0][0]) == 1:  # one value everywhere: the view made directly (np.broadcast_to: ~4 us)
+            zeros = (0,) * len(shape)
+            return lambda a: _broadcast_one(a, shape, zeros)
         return lambda a: np.broadcast_to(a, shape)
     return None
+
+
+def _broadcast_one(a, shape: tuple, zeros: tuple) -> np.ndarray:
+    """``np.broadcast_to(a, shape)`` of a one-element ``a``: a read-only view of its value, whose base is an array
+    (a full reduction's numpy scalar is made one first, as broadcast_to makes it: the quota counts the view as the
+    memory it reads, 4 bytes, not as its shape's)."""
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)
+    v = np.ndarray(shape, a.dtype, a, 0, zeros)
+    v.flags.writeable = False
+    return v
+
+
+def _linear_fn(x_shape: tuple, w_shape: tuple, bias: bool):
+    """:func:`_linear` of operands of one dtype, not a half type, ``x`` at most 2-D, as a callable ``f(x, w[, b])``."""
+    mm = np.multiply if _outer_product(x_shape, w_shape[::-1]) else np.matmul
+    if not bias:
+        return lambda x, w: mm(x, w.T)
+
+    def linear(x, w, b):
+        y = mm(x, w.T)
+        y += b
+        return y
+
+    return linear
 
 
 # batch norm -------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The direct channel's replay fast path (``Executor.replay_now``): a replay of a known plan that is answered (a fetch
-or a sync) runs as soon as the worker reads it, with the general path's checks made in one pass; anything it does not
+"""The direct channel's replay fast path (``Executor.replay_now``): a replay of a known plan (answered or not) runs as
+soon as the worker reads it, with the general path's checks made in one pass; anything it does not
 take goes the general way with nothing changed. A worker's executor and direct channel in this process, a DEALER as
 the client (the cluster-level checks of forged replays are in tests/security/test_direct_channels.py)."""
 
@@ -83,6 +83,29 @@ def test_a_known_replay_is_answered_as_soon_as_the_worker_reads_it(w):
     s = w.ex.sessions[SID]
     assert set(s.buffers) == {1, 7} and s.running is None and not s.jobs  # the releases went, as queued work's do
     assert w.ex.direct_counts["plan_hits"] == 5 and w.ex.batches_run == 7
+
+
+def test_an_unanswered_replay_runs_as_soon_as_the_worker_reads_it(w):
+    """A replay sent without an answer (a step's forward pass, sent before its backward) takes the fast path too:
+    it runs while the worker reads its socket, nothing queued, and its errors come with the session's next answer,
+    as a queued batch's do."""
+    _upload_plan(w)
+    s = w.ex.sessions[SID]
+    hits = w.ex.direct_counts["plan_hits"]
+    w.send({"t": "run", "ext": [1], "outs": [40, 41], "plan": 9, "release": [20, 21]}, np.ones(4, np.float32).tobytes())
+    assert w.answer(run=False) is None  # (no answer asked)
+    assert not s.jobs and s.running is None and not w.ex.ready  # (it ran while the worker read its socket)
+    assert set(s.buffers) >= {40, 41} and 20 not in s.buffers and s.uploads == 0
+    np.testing.assert_array_equal(s.buffers[41], X + 1)
+    w.send({"t": "run", "ext": [1], "outs": [42, 43], "plan": 9}, b"\0" * 12)  # (its const fails: reported later)
+    assert w.answer(run=False) is None and not s.jobs
+    assert isinstance(s.buffers[43], Fail)
+    w.send({"t": "run", "q": 44, "ext": [1], "outs": [44], "plan": 7, "fetch": [41, 44]})
+    h, values = w.answer(run=False)
+    assert h["t"] == "done" and [e["code"] for e in h["errors"]] == ["ProtocolError"], h
+    assert "const frame holds 12 bytes" in h["errors"][0]["message"], h
+    assert values[0].tolist() == (X + 1).tolist() and values[1].tolist() == (-X).tolist()
+    assert w.ex.direct_counts["plan_hits"] == hits + 3
 
 
 @pytest.mark.parametrize("case", ["unknown plan", "another shape", "live output", "bad dyn", "outs and out_first",
