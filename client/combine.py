@@ -10,13 +10,22 @@ as _combine``): it may be the half-run module whose import is loading them.
 
 from __future__ import annotations
 
+import numpy as np
+
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ShapeError
+from tensorwire.protocol.graph import attrs_key
 from tensorwire.protocol.shapes import norm_dim
 
+from . import autograd_hooks as _hooks
 from . import creation as _creation
+from . import views as V
+from .amp import autocast_mode as _amp
 from .tensor import Tensor
 from .zero_grads import zero_grad_from
+
+_amp_active = _amp._active
+_INDEX_DIM0_KEY = attrs_key("index", {"dim": 0})
 
 
 def _first_tensor(*xs) -> Tensor | None:
@@ -50,17 +59,78 @@ def write_out(out, result):
     return rebind(out, alias(result.to(out.dtype)))
 
 
+def _row_ranges(tensors: list):
+    """``(root, starts, length)`` when every tensor is a view of one root base that takes rows ``start:start +
+    length`` of it (one ``length`` for all, above 0), through a chain of unit-step slices that take every other dim
+    whole (``data[i:i + 8]``, also of a slice ``data[:n]``: ``views.Slice.rows``), up to date with the root, and
+    nothing is tracked by autograd, autocast or ``tw.compile``'s capture; else None."""
+    root = tensors[0]._base
+    if root is None or root.requires_grad or root._s._capture is not None or _amp_active[0]:
+        return None
+    version = root._version
+    offsets: dict = {}  # a chain's steps before its last (shared by the views of one parent) -> their row offset
+    starts = []
+    length = None
+    for t in tensors:
+        steps = t._vsteps
+        if t._base is not root or t._base_version != version or t.requires_grad:
+            return None
+        first = steps[0]
+        if type(first) is not V.Slice or first.in_shape != root._shape:  # (the chain starts at the root's shape)
+            return None
+        off = 0
+        if len(steps) > 1:
+            head = steps[-2]
+            off = offsets.get(head)
+            if off is None:
+                off = 0
+                for st in steps[:-1]:
+                    r = st.rows() if type(st) is V.Slice else None
+                    if r is None:
+                        return None
+                    off += r[0]
+                offsets[head] = off
+        last = steps[-1]
+        r = last.rows() if type(last) is V.Slice else None
+        if r is None:
+            return None
+        a, b = r
+        if length is None:
+            length = b - a
+            if length <= 0:
+                return None
+        elif b - a != length:
+            return None
+        starts.append(off + a)
+    return root, starts, length
+
+
+def _gather_rows(root, starts: list, length: int, stacked: bool) -> Tensor:
+    """Rows ``start:start + length`` of ``root`` for each of ``starts``, one after the other (``stacked``: each range
+    its own entry of a new dim 0): ONE ``index`` of ``root`` by the positions (an upload), what ``cat`` (``stack``)
+    of those row views gives, where it would record each view's slice (a batch loader's 32 windows of a text)."""
+    pos = np.add.outer(np.asarray(starts, dtype=np.int64), np.arange(length, dtype=np.int64))
+    if not stacked:
+        pos = pos.reshape(-1)
+    s, dev = root._s, root._dev
+    meta = (pos.shape + root._shape[1:], root.dtype)  # (the index op's inference, done here)
+    return _hooks.record(s, "index", [root, s.const(pos, dev)], {"dim": 0}, dev, 3, (_INDEX_DIM0_KEY, meta))
+
+
 def cat(tensors, dim: int = 0, *, out=None) -> Tensor:
-    """Concatenate tensors along ``dim`` (dtypes promote; empty 1-D tensors are skipped, as torch)."""
+    """Concatenate tensors along ``dim`` (dtypes promote; empty 1-D tensors are skipped, as torch). Views that are
+    row ranges of one base, joined along dim 0, are gathered from the base in one op (:func:`_gather_rows`)."""
     tensors = [t for t in tensors]
     if not tensors:
         raise ValueError("cat() expected a non-empty list of Tensors")
-    live = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
+    live = [t for t in tensors if t._shape != (0,)] or tensors[:1]
     if len(live) == 1:
         r = live[0].clone()
     else:
         t0 = live[0]
-        r = t0._rec("cat", live, {"dim": norm_dim(dim, t0.ndim)})
+        d = norm_dim(dim, len(t0._shape))
+        rows = _row_ranges(live) if d == 0 and len(live) == len(tensors) else None
+        r = _gather_rows(*rows, False) if rows is not None else t0._rec("cat", live, {"dim": d})
     if len(live) < len(tensors):  # the skipped ones still get torch's (zero) gradient
         kept = {id(t) for t in live}
         r = zero_grad_from(r, *(t for t in tensors if id(t) not in kept))
@@ -76,13 +146,16 @@ def stack(tensors, dim: int = 0, *, out=None) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise ValueError("stack expects a non-empty TensorList")
-    s0 = tensors[0].shape
+    s0 = tensors[0]._shape
     for t in tensors:
-        if t.shape != s0:
-            raise ShapeError(f"stack expects each tensor to be equal size, but got {list(s0)} and {list(t.shape)}")
+        if t._shape != s0:
+            raise ShapeError(f"stack expects each tensor to be equal size, but got {list(s0)} and {list(t._shape)}")
     d = norm_dim(dim, len(s0), allow_end=True)
     if d == len(s0):  # a new last dim (0-d tensors too): each one a column
         return cat([t.unsqueeze(d) for t in tensors], d, out=out)
+    rows = _row_ranges(tensors) if d == 0 and len(tensors) > 1 else None
+    if rows is not None:  # (row ranges of one base: one gather, already of the stacked shape)
+        return write_out(out, _gather_rows(*rows, True))
     # along an existing position: the tensors side by side along dim d are the stack with dims d and d + 1 merged,
     # so one cat and one reshape (two records, not one unsqueeze per tensor and a cat)
     joined = cat(tensors, d)

@@ -16,7 +16,7 @@ from tensorwire.protocol.errors import IndexOutOfRange
 
 from . import views as V
 from .amp import autocast_mode as _amp
-from .known_values import int64_value
+from .known_values import known_int64
 
 _amp_active = _amp._active
 
@@ -261,11 +261,14 @@ def _basic_tuple(shape: tuple, key: tuple):
 
 def iter_known(x):
     """``iter(x)`` for a tensor whose value the client has (``known_values``): each element is the view ``x[i]`` as
-    always, and its value is known at once (the element of ``x``'s value, while ``x`` still holds that value), so
+    always (``x``'s root base, the chain of view steps: it sees ``x``'s later updates and writes through it reach
+    ``x``), and its value is known at once (the element of ``x``'s value, while ``x`` still holds that value), so
     reading it (``__index__`` of a slice bound) is a look-up, not a recipe followed. Each element's lazy node is made
-    directly (``Session.defer``), with the attrs key and meta every element shares worked out once; an element made
-    when that is not so (``x`` changed in place to a value the client does not have, autograd, autocast, capture) is
-    ``x[i]``'s general path."""
+    directly (``Session.defer``): for a 1-d int64 ``x`` (a loader's ``for i in ix``) the 0-d ``full`` of its value
+    (``known_values.known_int64``: no input pinned; recorded only if a recorded node reads the element, and then it
+    gives that value), else ``x[i]``'s slice and reshape, with the attrs key and meta every element shares worked out
+    once. An element made when that is not so (``x`` changed in place to a value the client does not have, autograd,
+    autocast, capture) is ``x[i]``'s general path."""
     s = x._s
     known = s._known
     shape = x._shape
@@ -276,6 +279,7 @@ def iter_known(x):
     key_meta = V.slice_known(lens, (1,) * nd, dt)
     then = ("reshape", {"shape": rest}, (V.reshape_key(out), (out, dt)))
     one_d_int64 = nd == 1 and dt is D.int64
+    Slice = V.Slice
     hid, arr, ints = None, None, None
     for i in range(shape[0]):
         b = x._base
@@ -286,17 +290,19 @@ def iter_known(x):
             arr = known.peek(hid)
             ints = arr.tolist() if arr is not None and one_d_int64 else None
         if nd == 1:
-            starts, stops, steps = [i], [i + 1], [1]
+            step = Slice([i], [i + 1], [1], out, shape)  # (x[i])
         else:
-            starts, stops, steps = [i, *zeros], [i + 1, *rest], [1] * nd
-        step = V.Slice(starts, stops, steps, out, shape)  # (x[i])
+            step = Slice([i, *zeros], [i + 1, *rest], [1] * nd, out, shape)
         if arr is None or s._capture is not None or _amp_active[0] or x.requires_grad or x._shape != shape \
                 or (b is not None and b.requires_grad):
             yield x._view(step)
             continue
         step._known = key_meta
-        t = s.defer("slice", (x,), {"starts": starts, "stops": stops, "steps": steps}, dev, key_meta, then,
-                    int64_value(ints[i]) if ints is not None else arr[i, ...])
+        if ints is not None:
+            t = known_int64(s, ints[i], dev)
+        else:
+            t = s.defer("slice", (x,), {"starts": step.starts, "stops": step.stops, "steps": step.steps}, dev,
+                        key_meta, then, arr[i, ...])
         V.mark_view(t, x, step)
         yield t
 

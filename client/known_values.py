@@ -22,12 +22,14 @@ the client. Entries go when their handle is released, and the oldest go past :da
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
+from math import prod
 
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.shapes import numel
+from tensorwire.protocol.graph import attrs_key
 
 from .amp import autocast_mode as _amp
 
@@ -46,8 +48,8 @@ HOST_ELEMENTS = 4096
 MAX_DEPTH = 16
 
 
-#: ``Session.record``'s ``known`` for an elementwise op of two 0-d int64 tensors (no attrs: no attrs key)
-_INT64_0D = (None, ((), D.int64))
+#: ``Session.record``'s ``known`` for a 0-d int64 ``full`` (its ``value`` is a dynamic attribute: not in the key)
+_FULL_INT64_0D = (attrs_key("full", {"shape": [], "dtype": "int64", "value": 0}), ((), D.int64))
 
 
 class KnownValues:
@@ -84,16 +86,34 @@ class KnownValues:
 
     def put(self, hid: int, value: np.ndarray) -> None:
         """Keep ``value`` (made read-only) as handle ``hid``'s, when it is small."""
-        if value.nbytes > SMALL_BYTES or hid in self._values:
+        values = self._values
+        n = value.nbytes
+        if n > SMALL_BYTES or hid in values:
             return
         if value.flags.writeable:
             value = value.view()
             value.setflags(write=False)  # (as ``flags.writeable = False``, for half its cost)
-        self._recipes.pop(hid, None)
+        recipes = self._recipes
+        if hid in recipes:
+            del recipes[hid]
+        values[hid] = value
+        self.bytes += n
+        if self.bytes > self.limit:
+            self._evict()
+
+    def put_new(self, hid: int, value: np.ndarray) -> None:
+        """:meth:`put` for a handle just made, of which nothing is kept or followed yet, and a value already
+        read-only and small (:func:`int64_value`'s): kept without put's checks."""
         self._values[hid] = value
         self.bytes += value.nbytes
-        while self.bytes > self.limit and self._values:
-            _, old = self._values.popitem(last=False)
+        if self.bytes > self.limit:
+            self._evict()
+
+    def _evict(self) -> None:
+        """Drop the least recently used values until at most :attr:`limit` bytes are kept."""
+        values = self._values
+        while self.bytes > self.limit and values:
+            _, old = values.popitem(last=False)
             self.bytes -= old.nbytes
 
     def derive(self, hid: int, parent, on_host) -> None:
@@ -105,11 +125,11 @@ class KnownValues:
         if value is not None:  # followed when read (most views of a known value are never read: ``data[i:i + 8]``)
             self._recipes[hid] = ((), (), lambda vs: on_host(value), False, 1)  # (a kept value is small, depth 0)
             return
-        if numel(parent._shape) * parent.dtype.itemsize > SMALL_BYTES:
-            return
-        depth = self._depth(pid)
-        if depth < MAX_DEPTH:
-            self._recipes[hid] = ((parent,), (pid,), lambda vs: on_host(vs[0]), True, 1 + depth)
+        recipes = self._recipes
+        r = recipes.get(pid)
+        depth = 0 if r is None else r[4]  # (:meth:`_depth`)
+        if depth < MAX_DEPTH and prod(parent._shape) * parent.dtype.itemsize <= SMALL_BYTES:
+            recipes[hid] = ((parent,), (pid,), lambda vs: on_host(vs[0]), True, 1 + depth)
 
     def compute(self, hid: int, op: str, inputs, attrs, shape: tuple, dtype) -> bool:
         """Know handle ``hid``, ``op`` of ``inputs``, when its result is integer or bool and small (:data:`HOST_OPS`):
@@ -144,9 +164,15 @@ class KnownValues:
 
     def int_scalar_op(self, t, op: str, other: int, reverse: bool):
         """``t <op> other`` (``other <op> t`` when ``reverse``) for a 0-d int64 tensor ``t`` whose value is kept here
-        and a Python int ``other`` (``i + 8`` of a slice bound), ``op`` one of :data:`_SCALAR_INT` (lazy host ops): the
-        node ``Session.record`` would make (lazy, its value known), made directly by ``Session.defer``; None where this
-        is not that case (another op: ``Tensor._binary`` then records it as any op)."""
+        and a Python int ``other`` (``i + 8`` of a slice bound), ``op`` one of :data:`_SCALAR_INT`; None where this is
+        not that case (another op: ``Tensor._binary`` then records it as any op).
+
+        The result's value is computed here, and its tensor is ONE lazy node that gives that value, a 0-d int64
+        ``full`` (the node ``Session.scalar`` makes for a Python int), by ``Session.defer``: not the ``add`` of ``t``
+        and a scalar operand that the general path records (two nodes, two tensors, ``t`` pinned). A slice bound is
+        only read here, so the node is never recorded; a recorded node that reads it gets the same value. The result
+        is not tracked by autograd either way (an integer tensor), and in ``tw.compile``'s capture, autocast or for a
+        ``t`` that requires grad this stands aside (the general path then records the op)."""
         fn = _SCALAR_INT.get(op)
         s = t._s
         b = t._base
@@ -158,16 +184,10 @@ class KnownValues:
         va = values.get(t._id)
         if va is None:
             return None
-        o = s.scalar(other, D.int64, t._dev)  # (the operand ``Tensor._operand`` makes for an int and a 0-d int64)
-        vo = values.get(o._id)
-        if vo is None:
-            return None
-        values.move_to_end(t._id)  # (two reads, as :meth:`get` counts them)
-        values.move_to_end(o._id)
-        self.hits += 2
-        a, b = (vo, va) if reverse else (va, vo)
-        return s.defer(op, [o, t] if reverse else [t, o], None, t._dev, _INT64_0D,
-                       value=_scalar_int(fn, a.item(), b.item()))
+        values.move_to_end(t._id)  # (a read, as :meth:`get` counts it)
+        self.hits += 1
+        r = fn(other, va.item()) if reverse else fn(va.item(), other)
+        return known_int64(s, r if -_HALF_WRAP <= r < _HALF_WRAP else _wrap64(r), t._dev)
 
     def recipe(self, hid: int):
         """``(inputs, fn)`` when handle ``hid``'s value can be followed from its inputs' here: each input still holds
@@ -201,7 +221,7 @@ _WRAP = 1 << 64
 _HALF_WRAP = 1 << 63
 #: int64 arithmetic on two 0-d int64 values, in Python ints wrapped to 64 bits as numpy's kernels wrap them (the
 #: commonest host op, ``i + 8`` of a slice bound: numpy's dispatch for one element costs several times the sum)
-_SCALAR_INT = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
+_SCALAR_INT = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
 
 
 #: read-only 0-d int64 arrays by value, shared by the handles that hold that value (a loader's slice bounds, ``i + 8``,
@@ -223,13 +243,27 @@ def int64_value(x: int) -> np.ndarray:
     return v
 
 
+def known_int64(session, value: int, device: str):
+    """A new 0-d int64 tensor of ``value`` (an int in int64's range) whose value the client knows: ONE lazy ``full``
+    node (the node ``Session.scalar`` makes for a Python int, by ``Session.defer``), never recorded unless a recorded
+    node reads it, and then it gives ``value``. The 0-d int64 values the client computes or reads off a known tensor
+    (``i + 8``, the elements of an iterated ``ix``) are made here: one node, one tensor, no input pinned."""
+    t = session.defer("full", (), {"shape": [], "dtype": "int64", "value": value}, device, _FULL_INT64_0D)
+    session._known.put_new(t._id, int64_value(value))
+    return t
+
+
+def _wrap64(r: int) -> int:
+    """A Python int wrapped to int64, as numpy's kernels wrap an int64 result."""
+    if not -_HALF_WRAP <= r < _HALF_WRAP:
+        r = (r + _HALF_WRAP) % _WRAP - _HALF_WRAP
+    return r
+
+
 def _scalar_int(fn, a: int, b: int) -> np.ndarray:
     """``fn(a, b)`` of two int64 values, wrapped to 64 bits as numpy's kernels wrap it, as the shared read-only 0-d
     array of :func:`int64_value`."""
-    r = fn(a, b)
-    if not -_HALF_WRAP <= r < _HALF_WRAP:
-        r = (r + _HALF_WRAP) % _WRAP - _HALF_WRAP
-    return int64_value(r)
+    return int64_value(_wrap64(fn(a, b)))
 
 
 def _host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:

@@ -135,6 +135,18 @@ class Slice(ViewStep):
         return value[tuple(slice(a, b, s) for a, b, s in zip(self.starts, self.stops, self.steps))].reshape(
             self.out_shape)
 
+    def rows(self) -> tuple[int, int] | None:
+        """``(start, stop)`` when this step takes rows ``start:stop`` of its input along dim 0 and every other dim
+        whole, with unit steps and no dim dropped or added (``data[i:i + 8]``, ``x[2:5]`` of a matrix); else None
+        (and for a step whose input shape is not recorded)."""
+        starts, stops, in_shape = self.starts, self.stops, self.in_shape
+        if in_shape is None or not starts or self.steps.count(1) != len(starts):
+            return None
+        a, b = starts[0], stops[0]
+        if len(starts) > 1 and (any(starts[1:]) or tuple(stops[1:]) != in_shape[1:]):
+            return None
+        return (a, b) if self.out_shape == (b - a, *in_shape[1:]) else None
+
     def _sliced(self, t):
         steps = self.steps
         if steps.count(1) == len(steps) and not any(self.starts) and self.stops == list(t._shape):  # the whole of t

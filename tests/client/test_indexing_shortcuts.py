@@ -1,7 +1,10 @@
 """The client's shortcuts for basic indexing, iteration of a known tensor and integer arithmetic on known 0-d values
 (issue 37: ``views.basic_view``, ``indexing.iter_known``, ``KnownValues.int_scalar_op``, all through
 ``Session.defer``) make what the general path (``Session.record`` through a view step or ``autograd_hooks``) makes:
-the same lazy node, the same view of the same root base, the same known value, the same errors."""
+the same view of the same root base, the same known value, the same errors, and the same lazy node, but for a 0-d
+int64 whose value the shortcut knows (``i + 8``, an element of an iterated 1-d int64 ``ix``): that is ONE lazy
+``full`` of the value (``known_values.known_int64``, the node ``record("full", ...)`` makes), not the general path's
+``add`` of a scalar operand or ``slice`` of ``ix``; recorded, it gives the same value."""
 
 from __future__ import annotations
 
@@ -47,14 +50,24 @@ def _general(x, key):
     return x._view(V.Slice(*_basic_parts(x, _expand_key(x, key)), x._shape))
 
 
-def _same_view(session, fast, slow):
+def _full_node(session, value: int, device: str):
+    """The lazy node ``record`` makes for a 0-d int64 ``full`` of ``value`` (what the shortcuts make for a known 0-d
+    int64), without its handle."""
+    return _node(session, session.record("full", [], {"shape": [], "dtype": "int64", "value": value}, device,
+                                         lazy=True))
+
+
+def _same_view(session, fast, slow, node=True):
+    """``fast`` and ``slow`` are the same view (shape, dtype, root base, chain of steps) with the same value, and,
+    with ``node``, the same lazy node."""
     assert fast.shape == slow.shape and fast.dtype == slow.dtype
     assert fast._base is slow._base and fast._base_version == slow._base_version
     assert [(type(s), getattr(s, "starts", None), getattr(s, "stops", None), getattr(s, "steps", None),
              getattr(s, "out_shape", None)) for s in fast._vsteps] == \
            [(type(s), getattr(s, "starts", None), getattr(s, "stops", None), getattr(s, "steps", None),
              getattr(s, "out_shape", None)) for s in slow._vsteps]
-    assert _node(session, fast) == _node(session, slow)
+    if node:
+        assert _node(session, fast) == _node(session, slow)
     np.testing.assert_array_equal(fast.numpy(), slow.numpy())
 
 
@@ -113,14 +126,22 @@ def test_steps_and_bounds_out_of_range_behave_as_before(session):
 
 def test_iterating_a_known_tensor_makes_the_element_views_the_general_path_makes(session):
     ix = tw.tensor(np.array([[3, 1], [4, 1], [5, 9]], dtype=np.int64))
+    flat = tw.tensor([8, 2, 6])
     with counted(session, "record", "_flush") as calls:
         rows = list(ix)
         els = list(ix[0])  # (an element of a view: iterated through the view's known value)
-        values = [r.tolist() for r in rows] + [int(e) for e in els]
+        ints = list(flat)
+        values = [r.tolist() for r in rows] + [int(e) for e in els] + [int(e) for e in ints]
     assert calls["record"] == [] and calls["_flush"] == []  # no op recorded, no round trip
-    assert values == [[3, 1], [4, 1], [5, 9], 3, 1]
+    assert values == [[3, 1], [4, 1], [5, 9], 3, 1, 8, 2, 6]
     for k, r in enumerate(rows):
         _same_view(session, r, _general(ix, k))
+    for k, e in enumerate(els):
+        _same_view(session, e, _general(ix[0], k))
+    for k, e in enumerate(ints):  # a 0-d int64 element: the general path's view, its node the full of its value
+        _same_view(session, e, _general(flat, k), node=False)
+        assert _node(session, e) == _full_node(session, values[5 + k], e._dev)
+    assert tw.stack([ints[2], ints[0]]).tolist() == [6, 8]  # (read by a recorded node: the full nodes give the values)
 
 
 def test_elements_follow_in_place_updates_of_the_iterated_tensor(session):
@@ -144,21 +165,23 @@ def test_elements_follow_in_place_updates_of_the_iterated_tensor(session):
     assert got == [4, -5, -6, -7]
 
 
-def test_integer_arithmetic_on_a_known_value_makes_the_node_record_makes(session):
+def test_integer_arithmetic_on_a_known_value_makes_one_node_of_the_value(session):
     i, big = tw.tensor([7, 2**62])  # (elements of a known tensor: their values are known)
     cases = [(lambda: i + 8, "add", False, 8, 15), (lambda: 8 + i, "add", True, 8, 15),
              (lambda: i - 3, "sub", False, 3, 4), (lambda: 3 - i, "sub", True, 3, -4),
              (lambda: i * 6, "mul", False, 6, 42), (lambda: big * 4, "mul", False, 4, 0)]  # (int64 wraps)
     for fn, op, reverse, c, want in cases:
         t = i if op != "mul" or c != 4 else big
-        with counted(session, "record", "_flush") as calls:
+        with counted(session, "record", "scalar", "_flush") as calls:
             fast = fn()
-        assert calls["record"] in ([], ["full"]) and calls["_flush"] == []  # (full: the scalar operand, made once)
+        assert calls == {"record": [], "scalar": [], "_flush": []}  # one lazy node, no scalar operand, no round trip
+        assert _node(session, fast) == _full_node(session, want, t._dev)
         s = session.scalar(c, tw.int64, t._dev)
-        slow = session.record(op, [s, t] if reverse else [t, s], None, t._dev)  # (the general path)
-        assert _node(session, fast) == _node(session, slow)
+        slow = session.record(op, [s, t] if reverse else [t, s], None, t._dev)  # (the general path: the same value)
         assert session._known.peek(fast._id) == session._known.peek(slow._id) == want
-        assert int(fast) == want
+        assert int(fast) == want and fast.shape == () and fast.dtype == tw.int64
+        # read by a recorded node (the worker's cat), the lazy full is recorded and gives the general path's value
+        assert tw.stack([fast, slow]).tolist() == [want, want]
     j = i + 1
     i._base.add_(10)  # i is a view: a stale one is recomputed first, as record's inputs are
     assert int(i + 1) == 18 and int(j) == 8
