@@ -24,7 +24,7 @@ from . import combine as _combine
 from . import creation as _creation
 from . import indexing as _indexing
 from .tensor import Size, Tensor, _size
-from .views import mark_view, root_position
+from .views import ViewStep, mark_view, root_position
 from .zero_grads import zero_grad_from
 
 
@@ -724,7 +724,7 @@ def _storage(input: Tensor) -> tuple[Tensor, int]:  # noqa: A002
     return input._base, pos
 
 
-class AsStrided:
+class AsStrided(ViewStep):
     """The view step of ``as_strided``: the base's row-major elements read at fixed flat positions (a gather), and
     a write through the view scattered back into them (refused where two elements of the view share a position,
     as torch refuses writes through an overlapping view)."""
