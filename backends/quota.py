@@ -176,11 +176,14 @@ class Ledger:
     """What one session holds on a device: its buffers' allocations, each counted once however many handles
     (or views) share it."""
 
-    __slots__ = ("device", "owners", "used", "_storage")
+    __slots__ = ("device", "owners", "used", "_storage", "_storages")
 
     def __init__(self, device):
         self.device = device
         self._storage = device.storage
+        # (a device may answer for many buffers at once: ``storages(bufs)``, the list of their ``storage``)
+        many = getattr(device, "storages", None)
+        self._storages = many if many is not None else (lambda bufs: list(map(device.storage, bufs)))
         self.owners: dict = {}  # allocation key -> [handles on it, bytes]
         self.used = 0
 
@@ -205,27 +208,28 @@ class Ledger:
 
     def add_all(self, bufs) -> None:
         """:meth:`add` each of ``bufs`` (a batch's results: one call a batch on the replay path, issue 37)."""
-        storage, owners = self._storage, self.owners
-        for buf in bufs:
-            key, n = storage(buf)
+        owners, used = self.owners, self.used
+        for key, n in self._storages(bufs):
             entry = owners.get(key)
             if entry is None:
                 owners[key] = [1, n]
-                self.used += n
+                used += n
             else:
                 entry[0] += 1
+        self.used = used
 
     def remove_all(self, bufs) -> None:
         """:meth:`remove` each of ``bufs`` (what a batch released)."""
-        storage, owners = self._storage, self.owners
-        for buf in bufs:
-            key = storage(buf)[0]
+        owners, used = self.owners, self.used
+        for key, _ in self._storages(bufs):
             entry = owners.get(key)
             if entry is not None:
-                entry[0] -= 1
-                if entry[0] <= 0:
+                if entry[0] <= 1:
                     del owners[key]
-                    self.used -= entry[1]
+                    used -= entry[1]
+                else:
+                    entry[0] -= 1
+        self.used = used
 
 
 def peak_bytes(steps, keep) -> int:

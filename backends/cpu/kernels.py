@@ -224,19 +224,27 @@ _SAME_SIZE_INT = {2: np.int16, 4: np.int32, 8: np.int64}
 def _where(ins, a, shape, dt):
     c, x, y = _arr(ins[0], np.dtype(bool)), _arr(ins[1], dt.np), _arr(ins[2], dt.np)
     it = _SAME_SIZE_INT.get(dt.np.itemsize)
-    if c.size >= 4096 and (dt.np.kind == "f" or dt.np in _HALF) and it is not None:
-        # np.where branches per element and mispredicts on irregular masks (a ReLU's: ~10x slower); selecting the
-        # bits, y ^ ((x ^ y) & -c), is branch-free and exact for every value (NaN payloads, -0.0, infinities)
-        shape = tuple(shape)
-        m = c.view(np.int8).astype(it)
-        np.negative(m, out=m)  # all ones where c
-        xi, yi = x.view(it), y.view(it)
-        if y.ndim == 0 and not yi:  # y is +0.0 (a ReLU's backward): x & -c
-            return np.bitwise_and(m, xi, out=m if m.shape == shape else None).view(dt.np)
-        r = np.bitwise_xor(xi, yi)
-        r = np.bitwise_and(r, m, out=r if r.shape == shape else None)
-        return np.bitwise_xor(r, yi, out=r).view(dt.np)
+    if c.size >= _WHERE_BITS_MIN and (dt.np.kind == "f" or dt.np in _HALF) and it is not None:
+        return _where_bits(c, x, y, tuple(shape), it, dt.np)
     return np.where(c, x, y)
+
+
+_WHERE_BITS_MIN = 4096  # elements of the condition from which a float where selects bits (:func:`_where_bits`)
+
+
+def _where_bits(c: np.ndarray, x: np.ndarray, y: np.ndarray, shape: tuple, it, rt: np.dtype) -> np.ndarray:
+    """``np.where(c, x, y)`` of a bool ``c`` and float ``x``, ``y`` of dtype ``rt`` (viewed as the integers ``it`` of
+    its size) into ``shape``. np.where branches per element and mispredicts on irregular masks (a ReLU's: ~10x
+    slower); selecting the bits, y ^ ((x ^ y) & -c), is branch-free and exact for every value (NaN payloads, -0.0,
+    infinities)."""
+    m = c.view(np.int8).astype(it)
+    np.negative(m, out=m)  # all ones where c
+    xi, yi = x.view(it), y.view(it)
+    if y.ndim == 0 and not yi:  # y is +0.0 (a ReLU's backward): x & -c
+        return np.bitwise_and(m, xi, out=m if m.shape == shape else None).view(rt)
+    r = np.bitwise_xor(xi, yi)
+    r = np.bitwise_and(r, m, out=r if r.shape == shape else None)
+    return np.bitwise_xor(r, yi, out=r).view(rt)
 
 
 @kernel("cast")
@@ -607,11 +615,16 @@ def _decayed_grad(grad, param, a, ct):
 @kernel("adam_exp_avg")
 def _adam_exp_avg(ins, a, shape, dt):
     ct = _compute(dt)
-    m = _arr(ins[0], ct)
-    t = _decayed_grad(ins[1], ins[2] if len(ins) > 2 else None, a, ct) - m
-    t *= ct.type(1 - a.get("beta1", 0))
+    g = _decayed_grad(ins[1], ins[2] if len(ins) > 2 else None, a, ct)
+    return _out(_exp_avg(_arr(ins[0], ct), g, ct.type(1 - a.get("beta1", 0))), dt)
+
+
+def _exp_avg(m, g, c):
+    """m + (g - m) (1 - beta1), the new first moment (``c``: 1 - beta1 in the compute dtype)."""
+    t = g - m
+    t *= c
     t += m
-    return _out(t, dt)
+    return t
 
 
 @kernel("adam_exp_avg_sq")
@@ -619,24 +632,40 @@ def _adam_exp_avg_sq(ins, a, shape, dt):
     ct = _compute(dt)
     g = _decayed_grad(ins[1], ins[2] if len(ins) > 2 else None, a, ct)
     b2 = a.get("beta2", 0)
-    t = g * ct.type(1 - b2)
+    return _out(_exp_avg_sq(_arr(ins[0], ct), g, ct.type(1 - b2), ct.type(b2)), dt)
+
+
+def _exp_avg_sq(v, g, c, b2):
+    """g (1 - beta2) g + v beta2, the new second moment (``c``, ``b2``: 1 - beta2 and beta2 in the compute dtype)."""
+    t = g * c
     t *= g
-    t += _arr(ins[0], ct) * ct.type(b2)
-    return _out(t, dt)
+    t += v * b2
+    return t
 
 
 @kernel("adam_param")
 def _adam_param(ins, a, shape, dt):
     ct = _compute(dt)
     p, m, v, step_size, bc2_sqrt = (_arr(x, ct) for x in ins[:5])
-    denom = np.sqrt(v)
-    denom /= bc2_sqrt
-    denom += ct.type(a.get("eps", 0))
-    t = m / denom
-    t *= step_size
     if len(ins) > 5:
         p = p * _arr(ins[5], ct)
-    return _out(p - t, dt)
+    return _out(_adam_new_param(p, m, v, step_size, bc2_sqrt, ct.type(a.get("eps", 0))), dt)
+
+
+def _adam_new_param(p, m, v, step_size, bc2_sqrt, eps):
+    """p - m / (sqrt(v) / bc2_sqrt + eps) * step_size (``eps`` in the compute dtype), computed in one temporary
+    where the operands are arrays of the result's shape (each step writes elementwise into the buffer it reads:
+    the same values as a new buffer a step)."""
+    denom = np.sqrt(v)
+    denom /= bc2_sqrt
+    denom += eps
+    if type(denom) is np.ndarray and denom.shape == np.shape(m) == np.shape(p) and denom.ndim:
+        np.divide(m, denom, out=denom)
+        denom *= step_size
+        return np.subtract(p, denom, out=denom)
+    t = m / denom
+    t *= step_size
+    return p - t
 
 
 @kernel("sgd_momentum")
@@ -666,8 +695,8 @@ def _sgd_update(ins, a, shape, dt):
 
 def _ce_prep(ins, a, ct):
     """The class-major [C, N] view of the logits (numpy reduces a short row far slower than it adds rows), the
-    valid-target mask (None: every target counts), the targets (0 where ignored), x - max and log(sum(exp(x - max)))
-    per sample, and the number of valid targets.
+    valid-target mask (None: every target counts), the targets' flat positions in the [C, N] arrays (class 0 where
+    ignored), x - max ([C, N], C-contiguous) and log(sum(exp(x - max))) per sample, and the number of valid targets.
 
     The loss and its gradient read the same logits and targets one after the other (a training step's forward,
     then its backward): the last small result is kept with its inputs and reused when the next call gets the very
@@ -683,23 +712,27 @@ def _ce_prep(ins, a, ct):
     t64 = t.astype(np.int64, copy=False)
     c = xc.shape[1]
     valid, idx, n = None, t64, t64.size
-    if n:
-        lo, hi = int(t64.min()), int(t64.max())
+    if n:  # (the ufuncs' reductions that min, max and sum call, without their Python wrappers, here and below)
+        lo, hi = int(_MIN(t64, axis=None)), int(_MAX(t64, axis=None))
         if lo <= ignore <= hi:  # some targets may be ignored
             valid = t64 != ignore
             idx = np.where(valid, t64, 0)
             n = int(np.count_nonzero(valid))
-            lo, hi = int(idx.min()), int(idx.max())
+            lo, hi = int(_MIN(idx, axis=None)), int(_MAX(idx, axis=None))
         if lo < 0 or hi >= c:
             raise IndexOutOfRange(f"cross_entropy: target {lo if lo < 0 else hi} is out of bounds for {c} classes")
     xt = np.ascontiguousarray(xc.T)  # [C, N]
-    m = xt.max(axis=0)
-    if not math.isfinite(m.sum()):
+    m = _MAX(xt, axis=0)
+    if not math.isfinite(_ADD(m, axis=None)):
         m[np.isinf(m)] = 0  # rows with an infinite maximum: as the decomposition's logsumexp
     shifted = xt - m
     e = np.exp(shifted)
     log_sum = np.log(np.add.reduce(e, axis=0))
-    out = (valid, idx, shifted, log_sum, n, _positions(t64.size))
+    # the flat positions of the targets in [C, N] (one index into the raveled array reads and writes them faster
+    # than the pair of index arrays)
+    at = idx * t64.size
+    at += _positions(t64.size)
+    out = (valid, at, shifted, log_sum, n)
     if xt.size <= _CE_KEEP:
         _CE_LAST["v"] = (x, t, ignore, ct, out)
     return out
@@ -716,6 +749,7 @@ def _positions(n: int) -> np.ndarray:
     return got
 
 
+_MIN, _MAX, _ADD = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _CE_LAST: dict = {}  # "v": the last (logits, targets, ignore_index, dtype, prep) of a small cross entropy
 _CE_KEEP = 1 << 16  # logits kept at most (elements)
 _POSITIONS: dict[int, np.ndarray] = {}
@@ -725,34 +759,46 @@ _POSITIONS: dict[int, np.ndarray] = {}
 def _cross_entropy_index(ins, a, shape, dt):
     ct = _compute(dt)
     with np.errstate(all="ignore"):
-        valid, idx, shifted, log_sum, n, pos = _ce_prep(ins, a, ct)
-        loss = log_sum - shifted[idx, pos]  # -(log_softmax at the target)
-        if valid is not None:
-            loss = np.where(valid, loss, ct.type(0))
-        red = a.get("reduction", "mean")
-        if red == "none":
-            return _out(loss, dt)
-        total = np.add.reduce(loss)
-        if red == "mean":
-            total = total / ct.type(n)
-        return _out(np.asarray(total, dtype=ct), dt)
+        return _out(_ce_loss(ins, a, ct, a.get("reduction", "mean")), dt)
+
+
+def _ce_loss(ins, a: dict, ct: np.dtype, red: str) -> np.ndarray:
+    """The cross entropy of logits ``ins[0]`` at class indices ``ins[1]`` in the compute dtype ``ct``, reduced by
+    ``red`` (errors ignored by the caller: the kernel, or a straight-line runner)."""
+    valid, at, shifted, log_sum, n = _ce_prep(ins, a, ct)
+    loss = log_sum - shifted.reshape(-1)[at]  # -(log_softmax at the target)
+    if valid is not None:
+        loss = np.where(valid, loss, ct.type(0))
+    if red == "none":
+        return loss
+    total = np.add.reduce(loss)
+    if red == "mean":
+        total = total / ct.type(n)
+    return np.asarray(total, dtype=ct)
 
 
 @kernel("cross_entropy_index_grad")
 def _cross_entropy_index_grad(ins, a, shape, dt):
     ct = _compute(dt)
     with np.errstate(all="ignore"):
-        valid, idx, shifted, log_sum, n, pos = _ce_prep(ins, a, ct)
-        s = _arr(np.asarray(ins[2]), ct)
-        if a.get("reduction", "mean") == "mean":
-            s = s / ct.type(n)
-        if valid is not None:
-            s = np.where(valid, s, ct.type(0))  # [N]
-        out = shifted - log_sum
-        np.exp(out, out=out)  # softmax = exp(log_softmax), as torch's backward reads it
-        out *= s
-        out[idx, pos] -= s
-        return _out(np.ascontiguousarray(out.T), dt)
+        return _out(_ce_grad(ins, a, ct, a.get("reduction", "mean") == "mean"), dt)
+
+
+def _ce_grad(ins, a: dict, ct: np.dtype, mean: bool) -> np.ndarray:
+    """The gradient of :func:`_ce_loss` by the logits, ``ins[2]`` the loss's gradient (errors ignored by the
+    caller)."""
+    valid, at, shifted, log_sum, n = _ce_prep(ins, a, ct)
+    s = _arr(np.asarray(ins[2]), ct)
+    if mean:
+        s = s / ct.type(n)
+    if valid is not None:
+        s = np.where(valid, s, ct.type(0))  # [N]
+    out = shifted - log_sum
+    np.exp(out, out=out)  # softmax = exp(log_softmax), as torch's backward reads it
+    out *= s
+    flat = out.reshape(-1)  # (a view: out is a new C-contiguous [C, N])
+    flat[at] -= s
+    return np.ascontiguousarray(out.T)
 
 
 # specialisation: tight callables for the straight-line runner ------------------------------------------------
@@ -823,6 +869,9 @@ def specialize(step):
             first, rest, shape = tuple(range(lead)), tuple(d - lead for d in ax if d >= lead), step.shape
             return lambda a: add(add(a, axis=first), axis=rest).reshape(shape)
         return lambda a: add(a, axis=ax, keepdims=keep)  # (np.sum's own reduction, without its ~3 us of wrapping)
+    fused = _SPECIALIZE_FUSED.get(op)
+    if fused is not None and dt.np in _FLOATS:
+        return fused(step)
     if op == "permute":
         dims = [d % max(len(meta[0][0]), 1) for d in step.attrs["dims"]]
         return lambda a: np.transpose(a, dims)
@@ -833,6 +882,72 @@ def specialize(step):
             return lambda a: _broadcast_one(a, shape, zeros)
         return lambda a: np.broadcast_to(a, shape)
     return None
+
+
+# the fused kernels of a training step (its loss, an optimizer's updates, a ReLU's backward) as callables of their
+# arrays: the generic kernel's helpers with its constants and dtype checks taken once, when the step is specialized
+# (a straight-line runner runs under np.errstate(all="ignore"), as the kernels do)
+
+def _same_dtypes(step) -> bool:
+    """Whether every input of ``step`` has its result's dtype (its kernel computes in it, no cast)."""
+    dt = step.dtype.np
+    return all(m[1].np == dt for m in step.in_meta)
+
+
+def _spec_adam_exp_avg(step):
+    a = step.attrs
+    if not _same_dtypes(step) or (a.get("weight_decay", 0) and len(step.in_meta) > 2):
+        return None
+    c = step.dtype.np.type(1 - a.get("beta1", 0))
+    return lambda m, g, *_: _exp_avg(m, g, c)
+
+
+def _spec_adam_exp_avg_sq(step):
+    a = step.attrs
+    if not _same_dtypes(step) or (a.get("weight_decay", 0) and len(step.in_meta) > 2):
+        return None
+    b2 = a.get("beta2", 0)
+    c, b2 = step.dtype.np.type(1 - b2), step.dtype.np.type(b2)
+    return lambda v, g, *_: _exp_avg_sq(v, g, c, b2)
+
+
+def _spec_adam_param(step):
+    if not _same_dtypes(step) or len(step.in_meta) != 5:
+        return None
+    eps = step.dtype.np.type(step.attrs.get("eps", 0))
+    return lambda p, m, v, step_size, bc2_sqrt: _adam_new_param(p, m, v, step_size, bc2_sqrt, eps)
+
+
+def _spec_cross_entropy(step):
+    meta = step.in_meta
+    if meta[0][1] is not step.dtype or len(meta[0][0]) != 2:
+        return None
+    a, ct, red = step.attrs, step.dtype.np, step.attrs.get("reduction", "mean")
+    return lambda x, t: _ce_loss((x, t), a, ct, red)
+
+
+def _spec_cross_entropy_grad(step):
+    meta = step.in_meta
+    if meta[0][1] is not step.dtype or meta[2][1] is not step.dtype or len(meta[0][0]) != 2:
+        return None
+    a, ct, mean = step.attrs, step.dtype.np, step.attrs.get("reduction", "mean") == "mean"
+    return lambda x, t, g: _ce_grad((x, t, g), a, ct, mean)
+
+
+def _spec_where(step):
+    meta, rt = step.in_meta, step.dtype.np
+    it = _SAME_SIZE_INT.get(rt.itemsize)
+    if meta[0][1] is not D.bool_ or meta[1][1].np != rt or meta[2][1].np != rt:
+        return None
+    if math.prod(meta[0][0]) < _WHERE_BITS_MIN or it is None:
+        return np.where
+    shape = tuple(step.shape)
+    return lambda c, x, y: _where_bits(c, x, y, shape, it, rt)
+
+
+_SPECIALIZE_FUSED = {"adam_exp_avg": _spec_adam_exp_avg, "adam_exp_avg_sq": _spec_adam_exp_avg_sq,
+                     "adam_param": _spec_adam_param, "cross_entropy_index": _spec_cross_entropy,
+                     "cross_entropy_index_grad": _spec_cross_entropy_grad, "where": _spec_where}
 
 
 def _broadcast_one(a, shape: tuple, zeros: tuple) -> np.ndarray:

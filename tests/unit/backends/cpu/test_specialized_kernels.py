@@ -162,3 +162,89 @@ def test_full(value, dtype, shape):
     with np.errstate(all="ignore"):
         got = KERNELS["full"]([], {"value": value, "shape": list(shape), "dtype": dtype}, shape, dt)
         _same_bits(got, np.full(shape, v, dtype=dt.np))
+
+
+# the fused kernels of a training step (issue 30's digits MLP: cross entropy, Adam's three updates, a ReLU's backward)
+
+ADAM_SHAPES = [(128, 64), (10,), (1,), ()]
+
+
+def _adam_inputs(shape, dtype):
+    p, m, g = _special(shape, dtype), _special(shape, dtype), _special(shape, dtype)
+    v = np.abs(_special(shape, dtype))
+    return p, m, v, g
+
+
+@pytest.mark.parametrize("shape", ADAM_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("with_param", [False, True])
+def test_adam_moments(shape, dtype, with_param):
+    """m + (g - m)(1 - beta1) and g (1 - beta2) g + v beta2, as the decomposition orders them (its weight decay of 0
+    adds nothing: the parameter input is passed and unused)."""
+    p, m, v, g = _adam_inputs(shape, dtype)
+    c = dtype(1 - 0.9)
+    got, generic = _both("adam_exp_avg", [m, g, p] if with_param else [m, g], {"beta1": 0.9, "weight_decay": 0})
+    _same_bits(got, generic)
+    with np.errstate(all="ignore"):
+        _same_bits(got, np.asarray((g - m) * c + m, dtype))
+    got, generic = _both("adam_exp_avg_sq", [v, g, p] if with_param else [v, g],
+                         {"beta2": 0.999, "weight_decay": 0})
+    _same_bits(got, generic)
+    with np.errstate(all="ignore"):
+        _same_bits(got, np.asarray(g * dtype(1 - 0.999) * g + v * dtype(0.999), dtype))
+
+
+@pytest.mark.parametrize("op", ["adam_exp_avg", "adam_exp_avg_sq"])
+def test_adam_moments_with_weight_decay_stay_on_the_generic_kernel(op):
+    p, m, v, g = _adam_inputs((3, 2), np.float32)
+    got, generic = _both(op, [m, g, p], {"beta1": 0.9, "beta2": 0.99, "weight_decay": 0.01}, specialised=False)
+    _same_bits(got, generic)
+
+
+@pytest.mark.parametrize("shape", ADAM_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adam_param(shape, dtype):
+    """p - m / (sqrt(v) / bc2_sqrt + eps) * step_size, in the kernel's buffer or not: the same bits."""
+    p, m, v, _ = _adam_inputs(shape, dtype)
+    v.reshape(-1)[-1] = 0.0  # (a denominator of eps)
+    ss, bc = np.array(-0.005263157894736844, dtype), np.array(0.044710177812216, dtype)
+    got, generic = _both("adam_param", [p, m, v, ss, bc], {"eps": 1e-8})
+    _same_bits(got, generic)
+    with np.errstate(all="ignore"):
+        _same_bits(got, np.asarray(p - m / (np.sqrt(v) / bc + dtype(1e-8)) * ss, dtype))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("ignore", [-100, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cross_entropy_and_its_gradient(reduction, ignore, dtype):
+    x = _special((6, 5), dtype)
+    x[1] = np.inf  # (a row whose maximum is infinite)
+    t = np.array([0, 4, 2, 2, 1, 3], np.int64)
+    attrs = {"reduction": reduction, "ignore_index": ignore}
+    got, generic = _both("cross_entropy_index", [x, t], attrs)
+    _same_bits(got, generic)
+    g = np.array(0.75, dtype) if reduction != "none" else _special((6,), dtype)
+    got, generic = _both("cross_entropy_index_grad", [x, t, g], attrs)
+    _same_bits(got, generic)
+
+
+def test_a_cross_entropy_target_out_of_range_raises_as_the_kernel_does():
+    x, t = _special((2, 3)), np.array([0, 3], np.int64)
+    step = _step("cross_entropy_index", [x, t], {"reduction": "mean", "ignore_index": -100})
+    for fn in (DEVICE.specialize(step), lambda *a: KERNELS[step.op](list(a), step.attrs, step.shape, step.dtype)):
+        with pytest.raises(IndexOutOfRange, match="target 3 is out of bounds for 3 classes"):
+            fn(x, t)
+
+
+@pytest.mark.parametrize("shape", [(64, 128), (3, 4)])
+@pytest.mark.parametrize("y", [0.0, -0.0, 2.5, None])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_where(shape, y, dtype):
+    """A ReLU's backward (``where(x > 0, g, 0)``) and others: large conditions select bits, small ones np.where."""
+    c = RNG.standard_normal(shape) > 0
+    x = _special(shape, dtype)
+    yv = _special(shape, dtype) if y is None else np.array(y, dtype)
+    got, generic = _both("where", [c, x, yv], {})
+    _same_bits(got, generic)
+    _same_bits(got, np.where(c, x, yv))
