@@ -281,7 +281,7 @@ def record_grad(session, op: str, ins, attrs, device: str, up: int = 1, known=No
         if t._base is not None:
             sync_view(t)
     out = session.record(op, ins, attrs, device, known, up=up + 1)
-    if not OPS[op].differentiable or not out.dtype.is_inexact:
+    if out.dtype.category < 2 or not OPS[op].differentiable:  # (category < 2: not ``dtype.is_inexact``)
         return out
     entries = []
     edged = False
@@ -546,7 +546,7 @@ def _free(n) -> None:
     if n.freed:
         return
     n.freed = True
-    n.entries = tuple((None, *e[1:]) for e in n.entries)
+    n.entries = tuple([(None, e[1], e[2], e[3], e[4], e[5]) for e in n.entries])  # (the entry's tensor dropped)
     if isinstance(n, CustomNode):
         n.ctx._saved = None
 

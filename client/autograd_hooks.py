@@ -18,10 +18,15 @@ _amp_active = _amp._active
 _E: ModuleType | None = None
 
 
+#: the engine's per-thread grad mode (its ``_mode``; ``.on``: ``is_grad_enabled()``), read here without the call
+_grad_mode = None
+
+
 def install(engine: ModuleType) -> None:
     """Called once by :mod:`tensorwire.autograd_engine` as it loads."""
-    global _E
+    global _E, _grad_mode
     _E = engine
+    _grad_mode = engine._mode
 
 
 def record(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
@@ -35,8 +40,8 @@ def record(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
         ins = _amp.cast_inputs(session, op, ins, attrs, device, record)
         known = None
     for t in ins:  # (an input that requires grad first: the grad mode's thread-local is read only then)
-        if requires_grad_of(t):
-            if _E.is_grad_enabled():
+        if t.requires_grad or (t._base is not None and requires_grad_of(t)):  # (requires_grad_of, its fast part)
+            if _grad_mode.on:
                 return _E.record_grad(session, op, ins, attrs, device, up + 1, known)
             break
     return session.record(op, ins, attrs, device, known, up=up + 1)

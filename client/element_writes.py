@@ -27,6 +27,8 @@ MAX_RUN = 1 << 16
 
 
 def _as_int(k) -> int | None:
+    if type(k) is int:  # (the common case first: an int is never a bool here)
+        return k
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
         return None
     return int(k)
@@ -41,7 +43,7 @@ def element_position(x, key) -> int | None:
         return None
     pos = 0
     for d, (k, n) in enumerate(zip(key, x._shape)):
-        i = _as_int(k)
+        i = k if type(k) is int else _as_int(k)
         if i is None:
             return None
         if not -n <= i < n:
@@ -52,12 +54,15 @@ def element_position(x, key) -> int | None:
 
 def batchable(x, value) -> bool:
     """Whether ``x[...] = value`` may join a run of element writes."""
-    if isinstance(value, (bool, np.bool_)):
+    tv = type(value)
+    if tv is int or tv is float or tv is bool:  # (the common case: no ABC check)
+        pass
+    elif isinstance(value, (bool, np.bool_)):
         pass
     elif not isinstance(value, (numbers.Real, np.number)) or isinstance(value, (complex, np.complexfloating)):
         return False
     s = x._s
-    return (s._capture is None and x._base is None and not x.requires_grad and not x.dtype.is_complex
+    return (s._capture is None and x._base is None and not x.requires_grad and x.dtype.category != 3
             and not s.closed)
 
 
@@ -107,7 +112,7 @@ class ElementWrites:
 
 def write(x, key, value) -> bool:
     """``x[key] = value`` as part of a run of element writes, when it can be one (see the module doc)."""
-    if not batchable(x, value):
+    if x._base is not None or not batchable(x, value):  # (a view: never, checked first as it is cheap)
         return False
     pos = element_position(x, key)
     if pos is None:

@@ -41,6 +41,7 @@ from .sparse_layout import strided as _strided
 from .zero_grads import zero_grad_from
 
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
+_DETACHED = V.Detached()  # (``.data``'s view step: it holds nothing, so every ``.data`` shares one)
 _Number = (int, float, bool, complex, np.number, np.bool_)
 
 
@@ -454,7 +455,7 @@ class Tensor:
         """The same value outside autograd, as torch's ``.data``: it shares in-place updates both ways
         (``p.data.add_(d)`` and ``p.data.copy_(x)`` change ``p``, unrecorded and without the in-place checks on
         leaves), and it never requires grad."""
-        return self._view(V.Detached())
+        return self._view(_DETACHED)
 
     @data.setter
     def data(self, value: Tensor) -> None:
@@ -1656,6 +1657,11 @@ def _size(args) -> tuple[int, ...]:
     """Accept ``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` and ``f(Size)``."""
     if len(args) == 1 and isinstance(args[0], (tuple, list, Size)):
         args = args[0]
+    for a in args:
+        if type(a) is not int:
+            break
+    else:  # (plain ints, the usual size: as they are)
+        return tuple(args)
     out = []
     for a in args:
         if isinstance(a, Tensor):

@@ -811,7 +811,11 @@ def _none_ignored(target: Tensor, ignore_index) -> bool:
     if s._capture is not None or target._base is not None or target.dtype.is_floating_point:
         return False
     v = s._known.peek(target._id)
-    return v is not None and not (v == ignore_index).any()
+    if v is None:
+        return False
+    if v.size <= 16:  # (a few values, the usual target: Python's ``in`` on them, not numpy's compare and reduce)
+        return ignore_index not in v.ravel().tolist()
+    return not (v == ignore_index).any()
 
 
 def _nll(logp: Tensor, target: Tensor, weight, ignore_index: int, reduction: str):

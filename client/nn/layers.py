@@ -11,7 +11,7 @@ from tensorwire.tensor import Tensor
 from . import functional as F
 from . import init
 from ._tensors import no_grad, rebind
-from .module import Module
+from .module import Module, own_attr
 from .parameter import Parameter
 
 
@@ -37,7 +37,7 @@ class _Hyper(Module):
             setattr(self, k, v)
 
     def forward(self, input):  # noqa: A002
-        return getattr(F, self._fn)(input, *(getattr(self, a) for a in self._args))
+        return getattr(F, self._fn)(input, *[getattr(self, a) for a in self._args])
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={getattr(self, k)}" for k in self._repr)
@@ -73,6 +73,8 @@ class Linear(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input):  # noqa: A002
+        if type(self) is Linear:  # (no class attribute named weight or bias: read without the failed lookup first)
+            return F.linear(input, own_attr(self, "weight"), own_attr(self, "bias"))
         return F.linear(input, self.weight, self.bias)
 
     def extra_repr(self) -> str:

@@ -150,11 +150,16 @@ class Module:
         self._non_persistent_buffers_set.discard(name)
 
     def __getattr__(self, name: str):
-        d = self.__dict__
-        for dname in ("_parameters", "_buffers", "_modules"):
-            sub = d.get(dname)
-            if sub is not None and name in sub:
-                return sub[name]
+        d = self.__dict__  # (the three dicts in turn, unrolled: this runs for every ``self.weight``, ``self.fc``)
+        sub = d.get("_parameters")
+        if sub is not None and name in sub:
+            return sub[name]
+        sub = d.get("_buffers")
+        if sub is not None and name in sub:
+            return sub[name]
+        sub = d.get("_modules")
+        if sub is not None and name in sub:
+            return sub[name]
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __delattr__(self, name: str) -> None:
@@ -271,6 +276,10 @@ class Module:
         yield from self._named_members(lambda m: m._parameters.items(), prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        fast = _plain_parameters(self) if recurse and type(self).named_parameters is _NAMED_PARAMETERS else None
+        if fast is not None:  # (what the walk below yields, without its names: read every step by training loops)
+            yield from fast
+            return
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
@@ -499,3 +508,51 @@ class Module:
         elif child:
             main += "\n  " + "\n  ".join(child) + "\n"
         return main + ")"
+
+
+_MISSING = object()
+
+
+def own_attr(m: Module, name: str):
+    """``m.<name>`` for a module whose class defines no attribute ``name`` (the caller checks its class): the
+    instance's own attribute, else its registered parameter, else the general lookup. It skips what ``m.<name>`` does
+    first for a parameter: a failed look in the instance's dict, whose AttributeError (formatted, then dropped for
+    ``__getattr__``) costs more than the rest of the lookup; layers read their parameters so on every call."""
+    d = m.__dict__
+    v = d.get(name, _MISSING)
+    if v is _MISSING:
+        v = d["_parameters"].get(name, _MISSING)
+        if v is _MISSING:
+            return getattr(m, name)
+    return v
+
+
+_NAMED_PARAMETERS = Module.named_parameters
+_NAMED_MODULES = Module.named_modules
+_NAMED_MEMBERS = Module._named_members
+
+
+def _plain_parameters(root: Module) -> list | None:
+    """``list(root.parameters())`` by a plain walk of the module tree (the order of :meth:`Module.named_modules`:
+    each module before its children, a module or parameter seen before skipped), when no module in the tree overrides
+    how the tree is walked; else None (the caller walks it as named)."""
+    out: list = []
+    seen_p: set = set()
+    seen_m: set = set()
+    stack = [root]
+    while stack:
+        m = stack.pop()
+        if id(m) in seen_m:
+            continue
+        tm = type(m)
+        if tm.named_modules is not _NAMED_MODULES or tm._named_members is not _NAMED_MEMBERS:
+            return None
+        seen_m.add(id(m))
+        for p in m._parameters.values():
+            if p is not None and id(p) not in seen_p:
+                seen_p.add(id(p))
+                out.append(p)
+        subs = [c for c in m._modules.values() if c is not None]
+        subs.reverse()
+        stack += subs
+    return out
