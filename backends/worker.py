@@ -502,18 +502,26 @@ class Executor:
 
     # -- running -----------------------------------------------------------------------------------
     def run_ready(self) -> None:
-        """Advance every session that has runnable work (each until it blocks, runs dry or is handed to the pool)."""
+        """Advance every session that has runnable work (each until it blocks, runs dry or is handed to the pool, or
+        for ``RUN_SLICE_NS`` at most: then the worker's loop looks at its sockets before it runs more, so a hello on
+        the direct channel, a cancel or a ping is not kept waiting behind a long queue of batches)."""
+        until = time.monotonic_ns() + RUN_SLICE_NS
         for _ in range(len(self.ready)):
             sid = self.ready.popleft()
             s = self.sessions.get(sid)
             if s is not None:
-                self._advance(sid, s)
-        if self.stats_requests:  # after the batches that arrived before them, or STATS_WAIT_S at most
+                self._advance(sid, s, until)
+        if self.stats_requests:  # after the batches that arrived before them (on the pool: STATS_WAIT_S at most)
             oldest = min(self.pooled_seqs, default=None)
+            queued = None  # the oldest batch of a session the slice cut short: it runs before the answer, as before
+            for sid in self.ready:
+                s = self.sessions.get(sid)
+                if s is not None and s.running is None and s.jobs and (queued is None or s.jobs[0].seq < queued):
+                    queued = s.jobs[0].seq
             now = time.monotonic()
             keep = []
             for q, seq, deadline in self.stats_requests:
-                if oldest is not None and oldest <= seq and now < deadline:
+                if (queued is not None and queued <= seq) or (oldest is not None and oldest <= seq and now < deadline):
                     keep.append((q, seq, deadline))
                 else:
                     self.send({"t": "stats", "q": q, "device": self.name, "sessions": self.stats(),
@@ -530,15 +538,20 @@ class Executor:
                 self.send({"t": "done", "s": h.get("s"), "q": h.get("q"), "values": [],
                            "errors": [error_to_wire(ProtocolError("the worker rejected a malformed message"))]}, [])
 
-    def _advance(self, sid, s: _Session) -> None:
-        """Run the session's work until it blocks on a transfer, runs dry or is handed to the pool."""
-        for _ in range(1 << 30):  # bounded by the session's queue
+    def _advance(self, sid, s: _Session, until: int) -> None:
+        """Run the session's work until it blocks on a transfer, runs dry or is handed to the pool; past ``until``
+        (monotonic ns), once it ran something, the rest waits for the next ``run_ready`` (the session is ready)."""
+        for i in range(1 << 30):  # bounded by the session's queue
             job = s.running
             if job is None:
                 if s.draining is not None or not s.jobs:
                     return
+                now = time.monotonic_ns()
+                if i and now > until:
+                    self.ready.append(sid)
+                    return
                 job = s.running = s.jobs.popleft()
-                job.started = time.monotonic_ns()
+                job.started = now
                 self.progress.setdefault(sid, [0, None])[1] = job
                 if job.seq < s.cancel_before:
                     job.cancelled = True
@@ -1207,6 +1220,8 @@ class Executor:
 #: new small inputs (a name's one-hot letters, a label); larger uploads go the general way
 REPLAY_UPLOADS_MAX = 1 << 20
 STATS_WAIT_S = 1.0  # a stats request waits this long at most for batches running on the pool
+#: how long ``run_ready`` runs queued batches before the worker's loop looks at its sockets again (ns)
+RUN_SLICE_NS = 20_000_000
 #: what the executor does with each kind of ``protocol.messages.WORKER`` (the worker's loop takes ``registered``,
 #: ``refused`` and ``hb`` itself)
 WORKER_HANDLERS = {

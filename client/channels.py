@@ -36,7 +36,16 @@ from tensorwire.protocol.errors import ProtocolError
 from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.service import spin_wait
 from tensorwire.protocol.shm_paths import MappedFiles
-from tensorwire.protocol.wire import EVENTS, MAX_MESSAGE, POLLIN, array_from_frame, pack_header, recv_frames, send_parts
+from tensorwire.protocol.wire import (
+    EVENTS,
+    MAX_MESSAGE,
+    POLLIN,
+    array_from_frame,
+    pack_header,
+    recv_frames,
+    send_parts,
+    unpack_header,
+)
 
 log = logging.getLogger("tensorwire.client")
 
@@ -50,6 +59,10 @@ RENEW_BEFORE_S = 60.0
 SWITCH_BACK = 8
 #: a device whose channel failed to answer is tried again after this long
 RETRY_AFTER_S = 60.0
+#: how long a channel whose worker has not answered its hello within DIRECT_CONNECT_S is kept waiting for that answer
+#: (its device's work goes through the relay meanwhile, and direct from the answer on) before it is given up: a worker
+#: busy on its main thread answers late, not never
+HELLO_WAIT_S = float(os.environ.get("TENSORWIRE_DIRECT_HELLO_WAIT_S", "60"))
 #: releases waiting for the relay are sent on their own once there are this many
 MAX_RELAY_RELEASES = 4096
 NOT_DIRECT_OPS = frozenset(("collective", "send", "recv"))
@@ -70,7 +83,7 @@ class Channel:
     """One granted channel: a DEALER to a worker's direct socket, connected on first use."""
 
     __slots__ = ("device", "address", "wid", "cap", "expires", "key", "sock", "ok", "unanswered", "releases", "sent",
-                 "last_q", "shm", "maps", "give", "__weakref__")
+                 "last_q", "shm", "maps", "give", "hello_q", "hello_at", "__weakref__")
 
     def __init__(self, grant: dict):
         self.device: str = grant["device"]
@@ -88,6 +101,8 @@ class Channel:
         self.shm: str | None = None  # the worker's shared-memory file prefix, when it shares this host
         self.maps = MappedFiles(MAX_MAPPED_BYTES)  # the worker's files mapped here, kept for reuse
         self.give: list[str] = []  # files lent to us for fetched values whose arrays died: back with the next message
+        self.hello_q: int | None = None  # the number of the hello sent on it (None: not sent yet)
+        self.hello_at = 0.0  # when (monotonic) that hello went
 
     def open(self, ctx: zmq.Context) -> zmq.Socket:
         sock = ctx.socket(zmq.DEALER)
@@ -113,6 +128,32 @@ class Channel:
     def wait_answer(self, spin_s: float, others) -> list | bool:
         """Wait for the next message on this channel alone (:func:`wait_alone`)."""
         return wait_alone(self.sock, spin_s, others)
+
+    def hello_answer(self, wait_s: float) -> dict | None:
+        """The worker's answer to this channel's hello (``ok`` or ``error``), waiting up to ``wait_s`` for it (0: a
+        look, one system call); None when it has not come. Nothing else comes on a channel before that answer:
+        anything else read is dropped."""
+        sock = self.sock
+        if sock is None or self.hello_q is None:
+            return None
+        if wait_s > 0:
+            if not sock.poll(int(wait_s * 1000)):
+                return None
+        elif not sock.getsockopt(EVENTS) & POLLIN:
+            return None
+        for _ in range(64):  # (bounded: what is waiting)
+            try:
+                msg = recv_frames(sock, zmq.NOBLOCK)
+            except zmq.Again:
+                return None
+            try:
+                h = unpack_header(msg[0].bytes)
+            except ProtocolError:
+                log.warning("dropped a malformed message from the worker for %s", self.device)
+                continue
+            if h.get("q") == self.hello_q and h.get("t") in ("ok", "error"):
+                return h
+        return None
 
     def answered(self, q) -> None:
         """An answer to ``q`` came: every message sent up to ``q`` is in the worker's queue."""
@@ -215,12 +256,14 @@ class DataPlane:
         self.cooldown: dict[str, int] = {}  # device -> single-device batches left on the relay before going direct
         self.relay_unsynced = False  # relayed batches went out that no relayed sync has covered
         self.loc: dict[int, str] = {}  # live handle -> its device
+        self.released_loc: dict[int, str | None] = {}  # the devices of the handles the last relayed message releases
         self.direct_made: set[int] = set()  # live handles made on channels (the dispatcher has not seen them)
         self.forget: list[int] = []  # handles the dispatcher knows that were released on channels
         self.relay_releases: list[int] = []  # releases waiting for the next relayed message
         self.lost: dict[str, list[int]] = {}  # handles made on channels whose worker died, for the dispatcher
         self.plan_nodes: dict[int, tuple] = {}  # plan -> (nodes, devs, n_ext): sent again to a path lacking it
         self.plan_paths: dict[int, set] = {}  # plan -> the paths that have it ("relay" or a device)
+        self.relayed: dict[str, int] = {}  # device -> its batches relayed while its channel was not answering (status)
         self.enabled = DIRECT_ENABLED
         self.why_off = "" if self.enabled else "turned off (TENSORWIRE_DIRECT=0)"
         self.curve = keys is not None  # this client speaks CURVE: it takes encrypted channels only
@@ -302,8 +345,10 @@ class DataPlane:
         """The releases that go with a relayed message now, and their ``locs``."""
         rel, self.relay_releases = self.relay_releases, []
         locs = self.relay_locs(rel)
+        gone = self.released_loc = {}  # (the message may read them before they go: whole_on)
+        pop = self.loc.pop
         for i in rel:
-            self.loc.pop(i, None)
+            gone[i] = pop(i, None)
             self.direct_made.discard(i)
         return rel, locs
 
@@ -329,6 +374,20 @@ class DataPlane:
             return None
         return dev
 
+    def whole_on(self, msg: dict) -> str | None:
+        """The device whose worker a relayed message carrying a plan's nodes reaches with those nodes unchanged (the
+        dispatcher's fragment is the whole batch: one device, every input there, inputs numbered as first read),
+        or None. That worker then holds the plan under the session's own number (its cache is per session, on
+        either path): a replay of it on the device's channel needs no nodes."""
+        devs, nodes = msg.get("devs"), msg.get("nodes")
+        if not devs or len(devs) != 1 or batch_device(nodes, devs) is None:
+            return None
+        dev, loc, gone = devs[0], self.loc, self.released_loc
+        for i in msg.get("ext") or ():
+            if loc.get(i, gone.get(i)) != dev:
+                return None
+        return dev
+
     def touched_by_relay(self, devs: set) -> list[str]:
         """The devices in direct mode that a relayed message touching ``devs`` (None: it may touch any) takes back
         to the relay mode; the caller fences each first."""
@@ -348,7 +407,10 @@ class DataPlane:
         for d, ch in self.channels.items():
             out[d] = {"path": "direct" if d in self.direct or (ch.ok and not self.cooldown.get(d)) else "relay",
                       "address": ch.address, "connected": ch.ok, "messages": ch.sent,
-                      "shared_memory": ch.shm is not None, "encrypted": ch.key is not None}
+                      "shared_memory": ch.shm is not None, "encrypted": ch.key is not None,
+                      "relayed_waiting": self.relayed.get(d, 0)}
+            if not ch.ok and d in self.why_relay:
+                out[d]["why"] = self.why_relay[d]
         for d, why in self.why_relay.items():
             if d not in out:
                 out[d] = {"path": "relay", "why": why}

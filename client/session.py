@@ -65,6 +65,7 @@ from . import leases
 from .cancel import Waker
 from .channels import (
     DIRECT_CONNECT_S,
+    HELLO_WAIT_S,
     MAX_RELAY_RELEASES,
     RENEW_BEFORE_S,
     RETRY_AFTER_S,
@@ -411,7 +412,7 @@ class Session:
             return h, frames, None
         for dev, ch in self._plane.channels.items():
             sock = ch.sock
-            if sock is not None and sock.getsockopt(EVENTS) & POLLIN:
+            if sock is not None and ch.ok and sock.getsockopt(EVENTS) & POLLIN:  # (a hello's answer: _ready_channel)
                 got = self._from_channel(dev, ch, recv_frames(sock))
                 if got is not None:
                     return got
@@ -1084,6 +1085,10 @@ class Session:
         paths = self._plane.plan_paths.setdefault(plan, set())
         if "nodes" in msg:
             paths.clear()
+            if path == "relay":  # (its worker gets these nodes as they are: its channel need not carry them again)
+                dev = self._plane.whole_on(msg)
+                if dev is not None:
+                    paths.add(dev)
         elif path not in paths:
             known = self._plane.plan_nodes.get(plan)
             if known is not None:
@@ -1109,42 +1114,63 @@ class Session:
             return
         ch.send({"t": "plan", "plan": plan, "nodes": known[0], "devs": known[1], "ext": [0] * known[2]})
 
-    def _ready_channel(self, dev: str):
+    def _ready_channel(self, dev: str, batch: bool = True):
         """``dev``'s channel, connected and with a capability good for a while; None: ``dev``'s work goes through
-        the relay (no channel granted, or the worker did not answer on it: tried again later)."""
+        the relay (no channel granted, its worker refused it, or has not answered its hello yet). A worker that
+        does not answer within ``DIRECT_CONNECT_S`` keeps its channel: it may be busy (its main thread running
+        work queued before the hello), and its answer, when it comes, is picked up here at a later batch, which
+        then goes direct (behind ``_post``'s fence); one that has not answered within ``HELLO_WAIT_S`` is given up
+        and tried again after ``RETRY_AFTER_S``. ``batch``: a batch for ``dev`` asks (counted when it is relayed)."""
         plane = self._plane
         ch = plane.channels.get(dev)
+        if ch is not None and ch.ok and ch.expires - time.time() >= RENEW_BEFORE_S:
+            return ch
+        now = time.monotonic()
         if ch is None:  # none granted, or its worker was lost: ask again, now and then (a successor may serve it)
-            if plane.dead_time(dev, time.monotonic()) or not plane.enabled:
+            if plane.dead_time(dev, now) or not plane.enabled:
                 return None
-            plane.retry_at[dev] = time.monotonic() + RETRY_AFTER_S
+            plane.retry_at[dev] = now + RETRY_AFTER_S  # (a grant is asked for this often at most)
         if ch is None or ch.expires - time.time() < RENEW_BEFORE_S:  # (about to run out: renewed)
+            asked = ch is None
             h, _ = self._request({"t": "channel"})
             plane.grant(h.get("channels"))
             ch = plane.channels.get(dev)
             if ch is None:
                 return None
+            if asked:  # granted: its hello goes now
+                plane.retry_at.pop(dev, None)
         if ch.ok:
             return ch
-        if plane.dead_time(dev, time.monotonic()):
-            return None
-        sock = ch.open(self._ctx)
-        q = next(self._seq)
-        ch.send({"t": "hello", "q": q, "shm": SHM_MIN > 0})
-        why = None
-        if sock.poll(int(DIRECT_CONNECT_S * 1000)):
-            msg = sock.recv_multipart()
-            h = unpack_header(msg[0])
-            if h.get("t") == "ok" and h.get("q") == q:
-                ch.ok = True
-                ch.check_shm(h.get("shm"))
-                ch.unanswered = False
-                self._poller.register(sock, zmq.POLLIN)
-                plane.why_relay.pop(dev, None)
-                return ch
+        wait = 0.0
+        if ch.hello_q is None:
+            if plane.dead_time(dev, now):  # (granted again with another device's renewal: not yet)
+                return None
+            ch.open(self._ctx)
+            ch.hello_q, ch.hello_at = next(self._seq), now
+            ch.send({"t": "hello", "q": ch.hello_q, "shm": SHM_MIN > 0})
+            wait = DIRECT_CONNECT_S
+        h = ch.hello_answer(wait)
+        if h is not None and h.get("t") == "ok":
+            ch.ok = True
+            ch.check_shm(h.get("shm"))
+            ch.unanswered = False
+            self._poller.register(ch.sock, zmq.POLLIN)
+            if plane.why_relay.pop(dev, None) is not None:
+                _log.info("%s goes direct: its worker answered after %.1fs", dev, time.monotonic() - ch.hello_at)
+            return ch
+        if h is not None:
             why = f"its worker refused the channel: {(h.get('error') or {}).get('message', h.get('t'))}"
-        else:
-            why = f"no answer from its worker's direct address {ch.address} within {DIRECT_CONNECT_S:g}s"
+        elif time.monotonic() - ch.hello_at > HELLO_WAIT_S:
+            why = f"no answer from its worker's direct address {ch.address} within {HELLO_WAIT_S:g}s"
+        else:  # (late: the worker may be busy; the channel waits for its answer)
+            if batch:
+                plane.relayed[dev] = plane.relayed.get(dev, 0) + 1
+            if dev not in plane.why_relay:
+                plane.why_relay[dev] = (f"waiting for its worker to answer on its direct address {ch.address} (no "
+                                        f"answer within {DIRECT_CONNECT_S:g}s; a busy worker answers late): its "
+                                        f"work goes through the dispatcher until it does")
+                _log.info("%s goes through the dispatcher until its worker answers on %s", dev, ch.address)
+            return None
         _log.warning("%s goes through the dispatcher: %s", dev, why)
         plane.drop(dev, why)
         plane.retry_at[dev] = time.monotonic() + RETRY_AFTER_S
@@ -1466,7 +1492,7 @@ class Session:
         self._check_open()
         with self._lock:
             for dev in self.devices():
-                ch = self._ready_channel(dev)
+                ch = self._ready_channel(dev, batch=False)
                 if ch is None and dev not in self._plane.why_relay:
                     self._plane.why_relay[dev] = "its worker offers no direct channel (--direct-address none)"
             return self._plane.status()
