@@ -16,7 +16,7 @@ from tensorwire.protocol.errors import IndexOutOfRange
 
 from . import views as V
 from .amp import autocast_mode as _amp
-from .known_values import known_int64
+from .element_writes import batchable, element_position, write
 
 _amp_active = _amp._active
 
@@ -265,7 +265,7 @@ def iter_known(x):
     ``x``), and its value is known at once (the element of ``x``'s value, while ``x`` still holds that value), so
     reading it (``__index__`` of a slice bound) is a look-up, not a recipe followed. Each element's lazy node is made
     directly (``Session.defer``): for a 1-d int64 ``x`` (a loader's ``for i in ix``) the 0-d ``full`` of its value
-    (``known_values.known_int64``: no input pinned; recorded only if a recorded node reads the element, and then it
+    (``Session.known_int64``: no input pinned; recorded only if a recorded node reads the element, and then it
     gives that value), else ``x[i]``'s slice and reshape, with the attrs key and meta every element shares worked out
     once. An element made when that is not so (``x`` changed in place to a value the client does not have, autograd,
     autocast, capture) is ``x[i]``'s general path."""
@@ -299,7 +299,7 @@ def iter_known(x):
             continue
         step._known = key_meta
         if ints is not None:
-            t = known_int64(s, ints[i], dev)
+            t = s.known_int64(ints[i], dev)
         else:
             t = s.defer("slice", (x,), {"starts": step.starts, "stops": step.stops, "steps": step.steps}, dev,
                         key_meta, then, arr[i, ...])
@@ -363,7 +363,6 @@ def _advanced(x, key):
 
 
 def setitem(x, key, value):
-    from .element_writes import write
     if write(x, key, value):  # one element, a Python value: batched with the writes next to it
         return
     if x._base is not None and _view_element_write(x, key, value, write):
@@ -405,8 +404,6 @@ def _view_element_write(x, key, value, write) -> bool:
     """``x[key] = value`` for one element of a view made of basic slices and reshapes (``t[i][0][j] = 1``), written as
     that element of the root base, so it joins the base's run of element writes (``client/element_writes.py``);
     False when it cannot (the general path then records it back through the view's steps)."""
-    from .element_writes import batchable, element_position
-
     root = x._base
     if x.requires_grad or not batchable(root, value):  # (a view that requires grad: autograd's checks, general path)
         return False

@@ -23,7 +23,7 @@ the client. Entries go when their handle is released, and the oldest go past :da
 from __future__ import annotations
 
 import operator
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from math import prod
 
 import numpy as np
@@ -168,11 +168,11 @@ class KnownValues:
         not that case (another op: ``Tensor._binary`` then records it as any op).
 
         The result's value is computed here, and its tensor is ONE lazy node that gives that value, a 0-d int64
-        ``full`` (the node ``Session.scalar`` makes for a Python int), by ``Session.defer``: not the ``add`` of ``t``
-        and a scalar operand that the general path records (two nodes, two tensors, ``t`` pinned). A slice bound is
-        only read here, so the node is never recorded; a recorded node that reads it gets the same value. The result
-        is not tracked by autograd either way (an integer tensor), and in ``tw.compile``'s capture, autocast or for a
-        ``t`` that requires grad this stands aside (the general path then records the op)."""
+        ``full`` (the node ``Session.scalar`` makes for a Python int), by ``Session.known_int64``: not the ``add`` of
+        ``t`` and a scalar operand that the general path records (two nodes, two tensors, ``t`` pinned). A slice
+        bound is only read here, so the node is never recorded; a recorded node that reads it gets the same value. The
+        result is not tracked by autograd either way (an integer tensor), and in ``tw.compile``'s capture, autocast
+        or for a ``t`` that requires grad this stands aside (the general path then records the op)."""
         fn = _SCALAR_INT.get(op)
         s = t._s
         b = t._base
@@ -187,7 +187,7 @@ class KnownValues:
         values.move_to_end(t._id)  # (a read, as :meth:`get` counts it)
         self.hits += 1
         r = fn(other, va.item()) if reverse else fn(va.item(), other)
-        return known_int64(s, r if -_HALF_WRAP <= r < _HALF_WRAP else _wrap64(r), t._dev)
+        return s.known_int64(r if -_HALF_WRAP <= r < _HALF_WRAP else _wrap64(r), t._dev)
 
     def recipe(self, hid: int):
         """``(inputs, fn)`` when handle ``hid``'s value can be followed from its inputs' here: each input still holds
@@ -209,14 +209,17 @@ class KnownValues:
         """Released handles."""
         values, recipes = self._values, self._recipes
         if values:
-            for hid in values.keys() & hids:  # (most released handles were never known: only those are looked at)
-                self.bytes -= values.pop(hid).nbytes
+            gone = values.keys() & hids  # (most released handles were never known: only those are looked at)
+            if gone:
+                self.bytes -= sum(map(_nbytes, map(values.pop, gone)))
         if recipes:
-            for hid in recipes.keys() & hids:
-                del recipes[hid]
+            gone = recipes.keys() & hids
+            if gone:
+                deque(map(recipes.pop, gone), 0)  # (each popped, at C speed)
 
 
 _I64 = np.dtype(np.int64)
+_nbytes = operator.attrgetter("nbytes")
 _WRAP = 1 << 64
 _HALF_WRAP = 1 << 63
 #: int64 arithmetic on two 0-d int64 values, in Python ints wrapped to 64 bits as numpy's kernels wrap them (the
@@ -228,6 +231,8 @@ _SCALAR_INT = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
 #: take few values, again and again); each is a view of a read-only array, so no holder can make it writeable
 _INT64_VALUES: dict[int, np.ndarray] = {}
 _MAX_INT64_VALUES = 4096
+#: :func:`int64_node`'s, by value
+_INT64_NODES: dict[int, tuple] = {}
 
 
 def int64_value(x: int) -> np.ndarray:
@@ -243,14 +248,19 @@ def int64_value(x: int) -> np.ndarray:
     return v
 
 
-def known_int64(session, value: int, device: str):
-    """A new 0-d int64 tensor of ``value`` (an int in int64's range) whose value the client knows: ONE lazy ``full``
-    node (the node ``Session.scalar`` makes for a Python int, by ``Session.defer``), never recorded unless a recorded
-    node reads it, and then it gives ``value``. The 0-d int64 values the client computes or reads off a known tensor
-    (``i + 8``, the elements of an iterated ``ix``) are made here: one node, one tensor, no input pinned."""
-    t = session.defer("full", (), {"shape": [], "dtype": "int64", "value": value}, device, _FULL_INT64_0D)
-    session._known.put_new(t._id, int64_value(value))
-    return t
+def int64_node(value: int, device: str) -> tuple:
+    """``(lazy node, value)`` of a 0-d int64 tensor of ``value`` on ``device`` whose value the client knows
+    (:meth:`Session.known_int64 <tensorwire.session.Session.known_int64>`): the lazy ``full`` node that gives
+    ``value`` (``Session._defer``'s entry: the node ``Session.scalar`` makes for a Python int), and the read-only
+    array :func:`int64_value`; made once a value and device, and shared by the handles that hold that value (the
+    node is read only: recorded as it is, or dropped)."""
+    e = _INT64_NODES.get(value)
+    if e is None or e[0][3] != device:  # (the caller may have looked first: ``Session.known_int64``)
+        node = ("full", (), {"shape": [], "dtype": "int64", "value": value}, device, (), _FULL_INT64_0D[0], None, None)
+        if len(_INT64_NODES) >= _MAX_INT64_VALUES:
+            _INT64_NODES.clear()
+        e = _INT64_NODES[value] = (node, int64_value(value))
+    return e
 
 
 def _wrap64(r: int) -> int:

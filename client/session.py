@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import weakref
-from itertools import chain
+from itertools import chain, filterfalse
 from operator import itemgetter
 
 import numpy as np
@@ -74,12 +74,14 @@ from .channels import (
     batch_device,
 )
 from .gc_policy import tune_client_gc
-from .known_values import HOST_OPS, KnownValues
+from .known_values import _INT64_NODES as _int64_nodes
+from .known_values import HOST_OPS, KnownValues, int64_node
 from .tensor import Tensor
 
 _new_tensor = object.__new__
 _first = itemgetter(0)  # (a pending entry's handle)
 _inputs = itemgetter(2)  # (... and its input handles)
+_second = itemgetter(1)  # (a lazy node's input handles)
 
 MAX_PENDING_NODES = 8192
 #: ``loss.backward()`` ships the pending batch first, without waiting for an answer, when it holds at least this
@@ -719,6 +721,48 @@ class Session:
             metas.append((t._shape, t.dtype))
         return self._defer(hid, op, ids, attrs, device, metas, akey, shape, dtype, then)
 
+    def defer_view(self, op: str, x, attrs, known: tuple, then: tuple | None = None):
+        """:meth:`defer` of a node of one input ``x`` (a view of ``x``, ``client/views.py``'s shortcuts): the same
+        lazy node, made in one step."""
+        hid = next(self._ids)
+        xid = x._id
+        pins = self._pins
+        pins[xid] = pins.get(xid, 0) + 1
+        akey, (shape, dtype) = known
+        metas = [(x._shape, x.dtype)]
+        if then is not None:
+            op2, attrs2, (akey2, (shape2, dtype2)) = then
+            then = (op2, attrs2, akey2, [(shape, dtype)])
+            shape, dtype, alias = shape2, dtype2, None
+        else:
+            alias = xid if op == "reshape" and x._shape == shape else None  # (an alias: read as its input)
+        device = x._dev
+        self._lazy[hid] = (op, (xid,), attrs, device, metas, akey, alias, then)
+        t = _new_tensor(Tensor)
+        t._init(self, hid, shape, dtype, device)
+        return t
+
+    def known_int64(self, value: int, device: str):
+        """A new 0-d int64 tensor of ``value`` (an int in int64's range) on ``device`` whose value the client knows:
+        ONE lazy ``full`` node (the node :meth:`scalar` makes for a Python int; ``known_values.int64_node``), never
+        recorded unless a recorded node reads it, and then it gives ``value``; no input pinned. The 0-d int64 values
+        the client computes or reads off a known tensor (``i + 8``, the elements of an iterated ``ix``:
+        ``KnownValues.int_scalar_op``, ``indexing.iter_known``) are made here, outside ``tw.compile``'s capture:
+        :meth:`defer`'s node and ``KnownValues.put_new``'s entry, in one step (a loader makes a few hundred a
+        step)."""
+        e = _int64_nodes.get(value)
+        node, value = e if e is not None and e[0][3] == device else int64_node(value, device)
+        hid = next(self._ids)
+        self._lazy[hid] = node
+        known = self._known
+        known._values[hid] = value  # (KnownValues.put_new)
+        known.bytes += 8
+        if known.bytes > known.limit:
+            known._evict()
+        t = _new_tensor(Tensor)
+        t._init(self, hid, (), D.int64, device)
+        return t
+
     def _resolve(self, ids: list, where=None) -> list:
         """``ids`` (inputs of a node about to be recorded) with each lazy one recorded, or, for an alias (``t.data``,
         a reshape to the same shape), replaced by the handle it aliases (no node at all) outside ``tw.compile``.
@@ -756,13 +800,14 @@ class Session:
             self._pending.append((mid, op, tuple(rids), attrs, device, where, metas, akey))
             self._pending.append((hid, op2, (mid,), attrs2, device, where, metas2, akey2))
             self._release.append(mid)
-        self._unpin(ids)
+        self._unpin((i, 1) for i in ids)
 
-    def _unpin(self, ids) -> None:
-        """A lazy node that read ``ids`` was recorded or dropped: a pinned handle whose tensor is gone goes now."""
+    def _unpin(self, counts) -> None:
+        """Lazy nodes that read handles were recorded or dropped: ``counts`` gives ``(handle, how many of them read
+        it)`` pairs (a handle may come more than once); a pinned handle whose tensor is gone goes now."""
         pins, held = self._pins, self._held
-        for i in ids:
-            n = pins[i] - 1
+        for i, k in counts:
+            n = pins[i] - k
             if n:
                 pins[i] = n
                 continue
@@ -773,26 +818,32 @@ class Session:
 
     def _take_release(self) -> tuple[list[int], list[int]]:
         """The handles to release with the next message, and the lazy nodes dropped unrecorded (the handles of both
-        are gone: ``known_values`` forgets them); a handle a lazy node still reads is held back (see above)."""
+        are gone: ``known_values`` forgets them); a handle a lazy node still reads is held back (see above). A
+        step's few hundred handles (a loader's slice bounds and windows, never recorded) are sorted out by set
+        operations, not one at a time."""
         release, self._release = self._release, []
         pins, held, lazy = self._pins, self._held, self._lazy
         if not pins and not lazy:
             return release, []
         out, dropped = [], []
         while release:
-            unpin: list[int] = []  # (the inputs of the nodes dropped in this round: unpinned together, after)
-            for h in release:
-                if h in pins:
-                    held.add(h)
-                    continue
-                node = lazy.pop(h, None)
-                if node is None:
-                    out.append(h)
-                    continue
-                dropped.append(h)
-                unpin += node[1]
-            if unpin:
-                self._unpin(unpin)  # (a held handle it frees is in _release: the next round takes it)
+            kept = pins.keys() & release if pins else None  # (pinned: held until no lazy node reads them)
+            gone = lazy.keys() & release  # (lazy nodes never recorded: dropped)
+            if kept:
+                held.update(kept)
+                gone -= kept
+                kept |= gone
+            else:
+                kept = gone
+            out += filterfalse(kept.__contains__, release) if kept else release
+            if gone:
+                dropped += gone
+                nodes = list(map(lazy.pop, gone))
+                # (the inputs of the nodes dropped in this round, unpinned together, after; a held handle this frees is
+                # in _release: the next round takes it)
+                unpin = collections.Counter(chain.from_iterable(map(_second, nodes)))
+                if unpin:
+                    self._unpin(unpin.items())
             release, self._release = self._release, []
         return out, dropped
 

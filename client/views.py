@@ -251,8 +251,13 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
                 t = s.record("reshape", [t], attrs, x._dev, rk, lazy=True)
     else:
         then = None if lens == out else ("reshape", {"shape": list(out)}, (reshape_key(out), (out, dt)))
-        t = s.defer("slice", (x,), {"starts": starts, "stops": stops, "steps": steps}, x._dev, known, then)
-    mark_view(t, x, step)
+        t = s.defer_view("slice", x, {"starts": starts, "stops": stops, "steps": steps}, known, then)
+    if b is None:  # (mark_view's)
+        t._base = x
+        t._vsteps = (step,)
+        t._base_version = x._version
+    else:
+        mark_view(t, x, step)
     s._known.derive(t._id, x, step.on_host)
     return t
 
@@ -272,7 +277,7 @@ def make_view(x, step: ViewStep, op: str, attrs: dict, known: tuple):
     if _grad_tracked(x):
         t = _hooks._E.record_grad(s, op, [x], attrs, x._dev, 2, known)
     elif b is None or b._version == x._base_version:
-        t = s.defer(op, (x,), attrs, x._dev, known)
+        t = s.defer_view(op, x, attrs, known)
     else:  # (a view whose base changed: recomputed by the general path)
         return x._view(step)
     mark_view(t, x, step)

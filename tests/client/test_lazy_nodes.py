@@ -165,6 +165,41 @@ def test_a_handle_a_lazy_node_reads_is_held_until_nothing_reads_it(session):
     assert all(node[0] == "full" for node in session._lazy.values())  # (only the session's cached scalars: `+ 1`)
 
 
+def test_lazy_nodes_released_unrecorded_are_dropped_with_the_handles_they_pin(session):
+    """A base, lazy views of it, views of those, and slice bounds (``i + 1``) all released before anything read
+    them: the flushes drop every lazy node unrecorded (``Session._take_release``'s rounds: a view's parent is held
+    until the view goes, then dropped too), release to the devices only the handles they made (the base, ``ix``),
+    and forget the values and recipes the client kept for all of them."""
+    base = tw.tensor(np.arange(40, dtype=np.int64))
+    ix = tw.tensor([3, 5])
+    session.flush()
+    made = {base._id, ix._id}
+    views = [base[k:k + 8] for k in range(0, 32, 4)]
+    deeper = [v[1:3] for v in views]  # (each reads its parent's handle: pinned)
+    elements = list(ix)
+    bounds = [i + 1 for i in elements]
+    lazy = {t._id for t in views + deeper + elements + bounds}
+    assert session._pins[base._id] == len(views) and lazy <= session._lazy.keys()
+    assert all(session._known.follows(h) for h in lazy)
+    taken = []
+    take = session._take_release
+    session._take_release = lambda: taken.append(take()) or taken[-1]
+    try:
+        del base, ix, views, deeper, elements, bounds
+        gc.collect()
+        session.flush()
+        gc.collect()
+        session.flush()  # (a recipe forgotten by the first frees a parent: the base goes with the second)
+    finally:
+        del session._take_release
+    out = [h for o, _ in taken for h in o]
+    dropped = [h for _, d in taken for h in d]
+    assert set(out) == made and len(out) == len(made)  # (released once each; the lazy ones never reached a device)
+    assert set(dropped) == lazy and len(dropped) == len(lazy)
+    assert not session._pins and not session._held and not lazy & session._lazy.keys()
+    assert not any(session._known.follows(h) for h in lazy | made)
+
+
 def test_an_element_view_is_one_lazy_node_and_two_nodes_once_read(session):
     """``x[i]``: the slice and the reshape that drops the int dim wait as one node (one tensor, one handle); read by a
     recorded op, both are recorded, and the slice's handle is released once the batch ran."""

@@ -77,8 +77,8 @@ def test_a_slice_is_recorded_with_the_key_inference_would_give(session):
 
 def test_indexing_an_element_records_a_slice_and_a_reshape_in_one_call(session):
     x = tw.zeros(6, 1, 57)
-    with counted(session, "record") as (n, ops), counted(session, "defer") as (_, deferred):
-        e = x[2]  # (one lazy node for both, see test_lazy_nodes; made by Session.defer, indexing's shortcut)
+    with counted(session, "record") as (n, ops), counted(session, "defer_view") as (_, deferred):
+        e = x[2]  # (one lazy node for both, see test_lazy_nodes; made by Session.defer_view, indexing's shortcut)
         x[1:3]
     assert ops == [] and deferred == ["slice", "slice"]
     session.flush()
