@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import math
 import os
+import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -146,6 +148,15 @@ class CompilingBackend(DiscoveringBackend):
     @property
     def native(self) -> frozenset[str]:
         return frozenset()
+
+    def runtime_module(self):
+        """The ``runtime`` module of the backend class's package, imported when devices are first listed or opened
+        (every worker builds every plugin's backend; a runtime brings its driver's modules: ``gpu_runtime``, a
+        compiler's, a BLAS's)."""
+        return importlib.import_module(".runtime", sys.modules[type(self).__module__].__package__)
+
+    def discover(self):
+        return self.runtime_module().discover()
 
 
 # -- the allocator ---------------------------------------------------------------------------------------------------

@@ -11,17 +11,6 @@ class CUDABackend(CompilingBackend):
 
     name = "cuda"
 
-    @staticmethod
-    def runtime_module():
-        """The backend's runtime module (:mod:`.runtime`), imported when devices are first listed or opened."""
-        # lazy: every worker builds every plugin's backend; the runtime (gpu_runtime, NVRTC's and cuBLAS's modules)
-        from . import runtime
-
-        return runtime
-
-    def discover(self):
-        return self.runtime_module().discover()
-
     def describe(self, gpu) -> str:
         return f"{gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]})"
 

@@ -22,10 +22,7 @@ class OpenCLBackend(CompilingBackend):
         return discover()
 
     def device(self, dev, driver):
-        # lazy: every worker builds every plugin's backend; the runtime (kernel cache, renderer) only for a device
-        from .runtime import OpenCLDevice
-
-        return OpenCLDevice(self, dev.index, dev.platform, dev.device)
+        return self.runtime_module().OpenCLDevice(self, dev.index, dev.platform, dev.device)
 
 
 @hookimpl

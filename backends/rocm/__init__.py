@@ -19,17 +19,6 @@ class ROCmBackend(CompilingBackend):
 
     name = "rocm"
 
-    @staticmethod
-    def runtime_module():
-        """The backend's runtime module (:mod:`.runtime`), imported when devices are first listed or opened."""
-        # lazy: every worker builds every plugin's backend; the runtime (gpu_runtime, hipRTC's and hipBLAS's modules)
-        from . import runtime
-
-        return runtime
-
-    def discover(self):
-        return self.runtime_module().discover()
-
     def describe(self, gpu) -> str:
         rt = self.runtime_module()
         return f"{gpu.name} ({gpu.arch}; kernels by {rt.load_compiler()}, {rt.matmul_path()})"
