@@ -52,10 +52,17 @@ MAX_DEPTH = 16
 _FULL_INT64_0D = (attrs_key("full", {"shape": [], "dtype": "int64", "value": 0}), ((), D.int64))
 
 
+#: a recipe's last entry (:meth:`KnownValues.recipe`): its function takes the list of its inputs' values ...
+_OF_ALL = object()
+#: ... or the value of its one input (a view step's ``on_host``); any other entry is the value it is applied to
+_OF_INPUT = object()
+
+
 class KnownValues:
-    """Handle -> value (read-only numpy arrays), and handle -> recipe: the input tensors, their handles then, and how
-    the value follows from theirs; ``fetch_inputs`` when an input may be fetched to follow it (a view's small
-    parent: one round trip that serves all its elements)."""
+    """Handle -> value (read-only numpy arrays), and handle -> recipe: the input tensors, their handles then, how
+    the value follows from theirs, ``fetch_inputs`` when an input may be fetched to follow it (a view's small
+    parent: one round trip that serves all its elements), the depth, and what the function takes
+    (:data:`_OF_ALL`, :data:`_OF_INPUT`, or a value kept when the recipe was made)."""
 
     def __init__(self, limit: int = LIMIT_BYTES):
         self._values: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -117,19 +124,21 @@ class KnownValues:
             self.bytes -= old.nbytes
 
     def derive(self, hid: int, parent, on_host) -> None:
-        """Handle ``hid``'s value is ``on_host(the parent's current value)`` (a view step's host form)."""
+        """Handle ``hid``'s value is ``on_host(the parent's current value)`` (a view step's host form). The recipe
+        keeps ``on_host`` itself (its calling function is made by :meth:`recipe`, when read: most views of a known
+        value are never read, ``data[i:i + 8]`` of a loader)."""
         pid = parent._id
         if on_host is None or hid == pid:
             return
-        value = self._values.get(pid)
-        if value is not None:  # followed when read (most views of a known value are never read: ``data[i:i + 8]``)
-            self._recipes[hid] = ((), (), lambda vs: on_host(value), False, 1)  # (a kept value is small, depth 0)
-            return
         recipes = self._recipes
+        value = self._values.get(pid)
+        if value is not None:  # (a kept value is small: depth 0)
+            recipes[hid] = ((), (), on_host, False, 1, value)
+            return
         r = recipes.get(pid)
         depth = 0 if r is None else r[4]  # (:meth:`_depth`)
         if depth < MAX_DEPTH and prod(parent._shape) * parent.dtype.itemsize <= SMALL_BYTES:
-            recipes[hid] = ((parent,), (pid,), lambda vs: on_host(vs[0]), True, 1 + depth)
+            recipes[hid] = ((parent,), (pid,), on_host, True, 1 + depth, _OF_INPUT)
 
     def compute(self, hid: int, op: str, inputs, attrs, shape: tuple, dtype) -> bool:
         """Know handle ``hid``, ``op`` of ``inputs``, when its result is integer or bool and small (:data:`HOST_OPS`):
@@ -155,7 +164,7 @@ class KnownValues:
                 depth = 1 + max(self._depth(t._id) for t in inputs)
                 if depth <= MAX_DEPTH:
                     self._recipes[hid] = (tuple(inputs), tuple(t._id for t in inputs),
-                                          lambda vs: _host_op(op, vs, attrs, shape, dtype), False, depth)
+                                          lambda vs: _host_op(op, vs, attrs, shape, dtype), False, depth, _OF_ALL)
             return hid in known or hid in self._recipes
         out = _host_op(op, values, attrs, shape, dtype)
         if out is not None:
@@ -173,21 +182,21 @@ class KnownValues:
         bound is only read here, so the node is never recorded; a recorded node that reads it gets the same value. The
         result is not tracked by autograd either way (an integer tensor), and in ``tw.compile``'s capture, autocast
         or for a ``t`` that requires grad this stands aside (the general path then records the op)."""
+        values = self._values
+        hid = t._id
+        va = values.get(hid)  # (first: the one test most calls fail)
+        if va is None:
+            return None
         fn = _SCALAR_INT.get(op)
         s = t._s
         b = t._base
-        if fn is None or s._capture is not None or _amp_active[0] or t.requires_grad \
-                or not -_HALF_WRAP <= other < _HALF_WRAP \
+        if fn is None or s._capture is not None or _amp_active[0] or t.requires_grad or not _MIN64 <= other <= _MAX64 \
                 or (b is not None and (b._version != t._base_version or b.requires_grad)):  # (a stale view: record's)
             return None
-        values = self._values
-        va = values.get(t._id)
-        if va is None:
-            return None
-        values.move_to_end(t._id)  # (a read, as :meth:`get` counts it)
+        values.move_to_end(hid)  # (a read, as :meth:`get` counts it)
         self.hits += 1
         r = fn(other, va.item()) if reverse else fn(va.item(), other)
-        return s.known_int64(r if -_HALF_WRAP <= r < _HALF_WRAP else _wrap64(r), t._dev)
+        return s.known_int64(r if _MIN64 <= r <= _MAX64 else _wrap64(r), t._dev)
 
     def recipe(self, hid: int):
         """``(inputs, fn)`` when handle ``hid``'s value can be followed from its inputs' here: each input still holds
@@ -195,11 +204,15 @@ class KnownValues:
         r = self._recipes.get(hid)
         if r is None:
             return None
-        inputs, ids, fn, fetch_inputs, _ = r
+        inputs, ids, fn, fetch_inputs, _, arg = r
         for t, i in zip(inputs, ids):
             if t._id != i or not (i in self._values or fetch_inputs or self.recipe(i) is not None):
                 return None
-        return inputs, fn
+        if arg is _OF_ALL:
+            return inputs, fn
+        if arg is _OF_INPUT:
+            return inputs, lambda vs: fn(vs[0])
+        return inputs, lambda vs: fn(arg)  # (a view of a value kept when the view was made)
 
     def _depth(self, hid: int) -> int:
         r = self._recipes.get(hid)
@@ -222,6 +235,7 @@ _I64 = np.dtype(np.int64)
 _nbytes = operator.attrgetter("nbytes")
 _WRAP = 1 << 64
 _HALF_WRAP = 1 << 63
+_MIN64, _MAX64 = -_HALF_WRAP, _HALF_WRAP - 1
 #: int64 arithmetic on two 0-d int64 values, in Python ints wrapped to 64 bits as numpy's kernels wrap them (the
 #: commonest host op, ``i + 8`` of a slice bound: numpy's dispatch for one element costs several times the sum)
 _SCALAR_INT = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}

@@ -225,7 +225,8 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
     b = x._base
     if s._capture is not None or _amp_active[0]:
         return x._view(step)
-    grad = _grad_tracked(x)
+    # (_grad_tracked's test, read here: false at once when neither x nor its base requires grad)
+    grad = (x.requires_grad or b is not None and b.requires_grad) and _grad_tracked(x)
     if not grad and b is not None and b._version != x._base_version:
         return x._view(step)
     dt = x.dtype
@@ -257,7 +258,9 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
         t._vsteps = (step,)
         t._base_version = x._version
     else:
-        mark_view(t, x, step)
+        t._base = b
+        t._vsteps = (x._vsteps or ()) + (step,)
+        t._base_version = b._version
     s._known.derive(t._id, x, step.on_host)
     return t
 

@@ -114,3 +114,22 @@ def test_long_chains_of_derived_values_stay_right(session):
     for _ in range(300):  # longer than the recipes kept: the far end is the device's to give
         i = i + 1
     assert int(i) - int(ix[0]) == 300
+
+
+def test_windows_of_a_slice_of_a_known_text_are_read_from_the_client(session):
+    # the loader's windows ``train[i:i + 8]`` of ``train = data[:n]``: a view of a view of a kept value (each window's
+    # recipe keeps its view step, and is followed only when the window is read), and ``window + 1`` of them
+    text = np.arange(100, 300)
+    data = tw.tensor(text)
+    train = data[:150]
+    ix = tw.tensor([3, 40, 141])
+    with round_trips(session) as n:
+        wins = [train[i:i + 8] for i in ix]
+        assert [w.tolist() for w in wins] == [text[i:i + 8].tolist() for i in (3, 40, 141)]
+        assert train[2:4].tolist() == [102, 103] and (wins[1] + 1).tolist() == (text[40:48] + 1).tolist()
+        assert int(wins[2][-1]) == text[148] and int(data[:3][1]) == 101
+    assert n[0] == 0
+    data.add_(1000)  # the windows see their base's update, as torch's do
+    assert wins[0].tolist() == (text[3:11] + 1000).tolist()
+    wins[1][0] = -5  # and writes through a window reach the base
+    assert int(data[40]) == -5 and train[40:42].tolist() == [-5, text[41] + 1000]
