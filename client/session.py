@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import weakref
-from itertools import chain, filterfalse
+from itertools import chain, compress, filterfalse
 from operator import itemgetter
 
 import numpy as np
@@ -40,7 +40,7 @@ from tensorwire.protocol.errors import (
     WorkerLost,
     error_from_wire,
 )
-from tensorwire.protocol.graph import attrs_key, freeze, structure_key
+from tensorwire.protocol.graph import attrs_key, freeze
 from tensorwire.protocol.handshake import FirstAnswer
 from tensorwire.protocol.liveness import RENEWALS_PER_LEASE, SESSION_LEASE_S, set_zmq_heartbeats
 from tensorwire.protocol.ops import OPS, infer
@@ -82,6 +82,7 @@ _new_tensor = object.__new__
 _first = itemgetter(0)  # (a pending entry's handle)
 _inputs = itemgetter(2)  # (... and its input handles)
 _second = itemgetter(1)  # (a lazy node's input handles)
+_where_field = itemgetter(5)  # (a pending entry's user's line)
 
 MAX_PENDING_NODES = 8192
 #: ``loss.backward()`` ships the pending batch first, without waiting for an answer, when it holds at least this
@@ -121,14 +122,29 @@ _log = logging.getLogger("tensorwire.client")
 
 
 def _user_frame(up: int = 2):
-    """(file, line) of the first caller outside the tensorwire client package. The search starts ``up`` frames above
-    this function (2: its caller's caller): a caller that knows the frames above it to be the client's passes more,
-    and those frames are skipped unseen (each frame the walk looks at is made into a Python object, the main cost of
-    this function, which runs for every recorded op)."""
+    """Where the first caller outside the tensorwire client package is: ``(its code, the offset of its current
+    instruction)``, the ``where`` every recorded op keeps, whose (file, line) :func:`user_line` works out when
+    something needs it (an error's message, ``tw.compile``'s reasons). The search starts ``up`` frames above this
+    function (2: its caller's caller): a caller that knows the frames above it to be the client's passes more, and
+    those frames are skipped unseen (each frame the walk looks at is made into a Python object). It runs for every
+    recorded op: a frame's ``f_lineno`` would walk its code's line table from the start each time, most of this
+    function's cost, for a line that is almost never read."""
     f = sys._getframe(up)
     while f is not None and f.f_code.co_filename.startswith(_CLIENT_DIR):
         f = f.f_back
-    return (f.f_code.co_filename, f.f_lineno) if f is not None else None
+    return (f.f_code, f.f_lasti) if f is not None else None
+
+
+def user_line(where) -> tuple | None:
+    """The user's ``(file, line)`` of a recorded op's ``where`` (:func:`_user_frame`'s ``(code, instruction
+    offset)``: the line that frame's ``f_lineno`` gave when it was recorded); a ``(file, line)`` or None as it is."""
+    if where is None or type(where[0]) is str:
+        return where
+    code, lasti = where
+    for start, end, line in code.co_lines():
+        if start <= lasti < end:
+            return code.co_filename, line
+    return code.co_filename, None
 
 
 class Session:
@@ -909,7 +925,7 @@ class Session:
         """Ship the pending batch; with ``fetch`` or ``sync`` wait for and return the answer."""
         self._check_open()
         if fetch and self._capture is not None:
-            self._capture.on_read(_user_frame())  # a value read while tw.compile records: data-dependent Python
+            self._capture.on_read(user_line(_user_frame()))  # (a value read while tw.compile records: data-dependent)
         with self._lock:
             if self._lazy:  # (a value read from a device: its node is recorded now)
                 for i in fetch:
@@ -1657,18 +1673,15 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
     last_dev, di = None, 0
     ref_of = refs_of.get
     j = 0
-    for hid, op, ins, attrs, device, loc, metas, akey in pending:
+    for hid, op, ins, attrs, device, _, metas, akey in pending:
         refs = []
-        if ins:
-            k = 0
-            for i in ins:
-                r = ref_of(i)
-                if r is None:
-                    ext.append(i)
-                    r = refs_of[i] = -len(ext)
-                    ext_meta.append(metas[k])
-                refs.append(r)
-                k += 1
+        for i in ins:
+            r = ref_of(i)
+            if r is None:
+                ext.append(i)
+                r = refs_of[i] = -len(ext)
+                ext_meta.append(metas[ins.index(i)])
+            refs.append(r)
         if device != last_dev:
             di = dev_index.get(device)
             if di is None:
@@ -1683,14 +1696,15 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
         refs_of[hid] = j
         outs.append(hid)
         nodes.append([op, refs, attrs, di])
-        key.append(structure_key(op, tuple(refs), akey, di))
+        key.append((op, tuple(refs), di) if akey is None else (op, tuple(refs), akey, di))  # (graph.structure_key)
         if attrs:
             dynamic = OPS[op].dynamic
             if dynamic:
                 dyn.append([j, {k: attrs[k] for k in dynamic if k in attrs}])
-        if loc is not None and where is not None:
-            where[hid] = loc
         j += 1
+    if where is not None:  # (each node's line, but None: a node with no user's line is not kept)
+        locs = list(map(_where_field, pending))
+        where.update(compress(zip(outs, locs), locs))
     b = Batch()
     b.nodes, b.devs, b.ext, b.ext_meta, b.outs, b.dyn, b.frames = nodes, devs, ext, ext_meta, outs, dyn, frames
     b.skey = (tuple(key), tuple(devs), tuple(ext_meta)) if nodes else None
@@ -1784,4 +1798,5 @@ def _close_sink(sink) -> None:
 def _fmt_where(where) -> str | None:
     if not where:
         return None
-    return f"{where[0]}:{where[1]}"
+    file, line = user_line(where)
+    return f"{file}:{line}"

@@ -26,7 +26,7 @@ import weakref
 
 import numpy as np
 
-from tensorwire.session import _user_frame, encode_batch
+from tensorwire.session import _user_frame, encode_batch, user_line
 from tensorwire.tensor import Tensor
 
 from . import state as _state
@@ -40,7 +40,7 @@ class NotCompilable(Exception):
 
     def __init__(self, reason: str, where=None):
         self.reason = reason
-        self.where = where
+        self.where = user_line(where)
         super().__init__(reason)
 
 
@@ -295,8 +295,8 @@ class Summary:
             return None
         for j, (x, y) in enumerate(zip(a[0], b[0])):
             if x != y:
-                return other.where[j]
+                return user_line(other.where[j])
         if len(a[0]) != len(b[0]):
             k = min(len(a[0]), len(b[0]))
-            return other.where[k] if k < len(other.where) else None
+            return user_line(other.where[k]) if k < len(other.where) else None
         return None

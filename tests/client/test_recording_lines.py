@@ -5,11 +5,14 @@ Each case below records through one such path and checks every node it recorded 
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
 import tensorwire as tw
 import tensorwire.nn.functional as F
+from tensorwire.session import user_line
 
 from ._ref import line_of
 
@@ -64,5 +67,17 @@ def test_each_recorded_node_names_the_users_line(session, case):
     assert entries, "the case recorded nothing"
     want = (HERE, line_of(HERE, marker))
     # (a write through a view records its view's own slice on the line before, where ``v`` is made)
-    got = [e[5] for e in entries if not (fn.__name__ == "write_through_view" and e[5] == (HERE, want[1] - 1))]
-    assert got and all(g == want for g in got), f"{marker}: {[(e[1], e[5]) for e in entries]}"
+    lines = [user_line(e[5]) for e in entries]
+    got = [w for w in lines if not (fn.__name__ == "write_through_view" and w == (HERE, want[1] - 1))]
+    assert got and all(g == want for g in got), f"{marker}: {[(e[1], w) for e, w in zip(entries, lines)]}"
+
+
+def test_a_recorded_where_gives_the_line_f_lineno_gives():
+    """``user_line`` works out from a recorded ``(code, instruction offset)`` the line the frame's ``f_lineno`` gave
+    (every frame of this test's stack, pytest's included)."""
+    f = sys._getframe()
+    seen = 0
+    while f is not None:
+        assert user_line((f.f_code, f.f_lasti)) == (f.f_code.co_filename, f.f_lineno)
+        f, seen = f.f_back, seen + 1
+    assert seen > 3
