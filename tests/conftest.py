@@ -190,3 +190,20 @@ def session(cluster):
     yield s
     s.close()
     tw.set_session(None)
+
+
+@pytest.fixture
+def record_graph_calls(monkeypatch) -> list:
+    """A list that gets one entry per call of ``Session.record_graph`` (a backward graph recorded whole) while the
+    test runs."""
+    from tensorwire import session as S
+
+    calls: list = []
+    orig = S.Session.record_graph
+
+    def record_graph(self, *a):
+        calls.append(1)
+        return orig(self, *a)
+
+    monkeypatch.setattr(S.Session, "record_graph", record_graph)
+    return calls

@@ -15,7 +15,6 @@ except ImportError:  # (optional: the reference for the gradients' values)
 import tensorwire as tw
 import tensorwire.nn.functional as F
 from tensorwire import autograd_engine as E
-from tensorwire import session as S
 from tensorwire.autograd.backward import build_backward
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.ops import infer
@@ -50,17 +49,10 @@ def test_the_service_infers_what_the_client_would():
     assert out[bw["grads"][0]] == ((3, 5), D.float32)
 
 
-def test_a_first_replay_is_recorded_whole_as_node_by_node(session, monkeypatch):
+def test_a_first_replay_is_recorded_whole_as_node_by_node(session, monkeypatch, record_graph_calls):
     """With the service's metas the first replay of a new graph goes through ``record_graph`` and records exactly
     what node-by-node recording (an older service's reply, without metas) records; the gradients are right."""
-    wholes = []
-    orig = S.Session.record_graph
-
-    def record_graph(self, *a):
-        wholes.append(1)
-        return orig(self, *a)
-
-    monkeypatch.setattr(S.Session, "record_graph", record_graph)
+    wholes = record_graph_calls
     rng = np.random.default_rng(0)
     x = tw.tensor(rng.standard_normal((4, 3)).astype(np.float32))
     w0 = rng.standard_normal((3, 5)).astype(np.float32)
