@@ -281,7 +281,7 @@ def record_grad(session, op: str, ins, attrs, device: str, up: int = 1, known=No
         if t._base is not None:
             sync_view(t)
     out = session.record(op, ins, attrs, device, known, up=up + 1)
-    if out.dtype.category < 2 or not OPS[op].differentiable:  # (category < 2: not ``dtype.is_inexact``)
+    if not out.dtype.is_inexact or not OPS[op].differentiable:
         return out
     entries = []
     edged = False

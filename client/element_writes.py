@@ -43,7 +43,7 @@ def element_position(x, key) -> int | None:
         return None
     pos = 0
     for d, (k, n) in enumerate(zip(key, x._shape)):
-        i = k if type(k) is int else _as_int(k)
+        i = _as_int(k)
         if i is None:
             return None
         if not -n <= i < n:
@@ -62,7 +62,7 @@ def batchable(x, value) -> bool:
     elif not isinstance(value, (numbers.Real, np.number)) or isinstance(value, (complex, np.complexfloating)):
         return False
     s = x._s
-    return (s._capture is None and x._base is None and not x.requires_grad and x.dtype.category != 3
+    return (s._capture is None and x._base is None and not x.requires_grad and not x.dtype.is_complex
             and not s.closed)
 
 

@@ -129,11 +129,8 @@ def _int(v):
         if not v._shape and not v.dtype.is_floating_point:  # (a 0-d integer bound the client has, ``data[i:i + 8]``:
             s, b = v._s, v._base  # read here, as ``item`` would)
             if s._capture is None and (b is None or b._version == v._base_version):
-                known = s._known
-                a = known._values.get(v._id)
-                if a is not None:  # (KnownValues.get, read here: a read, made younger and counted)
-                    known._values.move_to_end(v._id)
-                    known.hits += 1
+                a = s._known.get(v._id)
+                if a is not None:
                     return int(a)
         return int(v.item())
     if isinstance(v, (int, np.integer)):

@@ -135,8 +135,7 @@ class KnownValues:
         if value is not None:  # (a kept value is small: depth 0)
             recipes[hid] = ((), (), on_host, False, 1, value)
             return
-        r = recipes.get(pid)
-        depth = 0 if r is None else r[4]  # (:meth:`_depth`)
+        depth = self._depth(pid)
         if depth < MAX_DEPTH and prod(parent._shape) * parent.dtype.itemsize <= SMALL_BYTES:
             recipes[hid] = ((parent,), (pid,), on_host, True, 1 + depth, _OF_INPUT)
 
@@ -269,7 +268,7 @@ def int64_node(value: int, device: str) -> tuple:
     array :func:`int64_value`; made once a value and device, and shared by the handles that hold that value (the
     node is read only: recorded as it is, or dropped)."""
     e = _INT64_NODES.get(value)
-    if e is None or e[0][3] != device:  # (the caller may have looked first: ``Session.known_int64``)
+    if e is None or e[0][3] != device:
         node = ("full", (), {"shape": [], "dtype": "int64", "value": value}, device, (), _FULL_INT64_0D[0], None, None)
         if len(_INT64_NODES) >= _MAX_INT64_VALUES:
             _INT64_NODES.clear()

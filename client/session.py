@@ -40,7 +40,7 @@ from tensorwire.protocol.errors import (
     WorkerLost,
     error_from_wire,
 )
-from tensorwire.protocol.graph import attrs_key, freeze
+from tensorwire.protocol.graph import attrs_key, freeze, structure_key
 from tensorwire.protocol.handshake import FirstAnswer
 from tensorwire.protocol.liveness import RENEWALS_PER_LEASE, SESSION_LEASE_S, set_zmq_heartbeats
 from tensorwire.protocol.ops import OPS, infer
@@ -74,7 +74,6 @@ from .channels import (
     batch_device,
 )
 from .gc_policy import tune_client_gc
-from .known_values import _INT64_NODES as _int64_nodes
 from .known_values import HOST_OPS, KnownValues, int64_node
 from .tensor import Tensor
 
@@ -766,15 +765,10 @@ class Session:
         ``KnownValues.int_scalar_op``, ``indexing.iter_known``) are made here, outside ``tw.compile``'s capture:
         :meth:`defer`'s node and ``KnownValues.put_new``'s entry, in one step (a loader makes a few hundred a
         step)."""
-        e = _int64_nodes.get(value)
-        node, value = e if e is not None and e[0][3] == device else int64_node(value, device)
+        node, value = int64_node(value, device)
         hid = next(self._ids)
         self._lazy[hid] = node
-        known = self._known
-        known._values[hid] = value  # (KnownValues.put_new)
-        known.bytes += 8
-        if known.bytes > known.limit:
-            known._evict()
+        self._known.put_new(hid, value)
         t = _new_tensor(Tensor)
         t._init(self, hid, (), D.int64, device)
         return t
@@ -1675,12 +1669,12 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
     j = 0
     for hid, op, ins, attrs, device, _, metas, akey in pending:
         refs = []
-        for i in ins:
+        for i, meta in zip(ins, metas):
             r = ref_of(i)
             if r is None:
                 ext.append(i)
                 r = refs_of[i] = -len(ext)
-                ext_meta.append(metas[ins.index(i)])
+                ext_meta.append(meta)
             refs.append(r)
         if device != last_dev:
             di = dev_index.get(device)
@@ -1696,7 +1690,7 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
         refs_of[hid] = j
         outs.append(hid)
         nodes.append([op, refs, attrs, di])
-        key.append((op, tuple(refs), di) if akey is None else (op, tuple(refs), akey, di))  # (graph.structure_key)
+        key.append(structure_key(op, tuple(refs), akey, di))
         if attrs:
             dynamic = OPS[op].dynamic
             if dynamic:

@@ -529,17 +529,9 @@ class Tensor:
 
     # ------------------------------------------------------------------ operators
     def __add__(self, o):
-        if type(o) is int and not self._shape and self.dtype is D.int64:  # (_binary's shortcut, read here first:
-            t = self._s._known.int_scalar_op(self, "add", o, False)  # ``i + 8`` of a known slice bound)
-            if t is not None:
-                return t
         return self._binary("add", o)
 
     def __radd__(self, o):
-        if type(o) is int and not self._shape and self.dtype is D.int64:  # (as __add__)
-            t = self._s._known.int_scalar_op(self, "add", o, True)
-            if t is not None:
-                return t
         return self._binary("add", o, True)
 
     def __sub__(self, o):
