@@ -176,11 +176,10 @@ class Ledger:
     """What one session holds on a device: its buffers' allocations, each counted once however many handles
     (or views) share it."""
 
-    __slots__ = ("device", "owners", "used", "_storage", "_storages")
+    __slots__ = ("device", "owners", "used", "_storages")
 
     def __init__(self, device):
         self.device = device
-        self._storage = device.storage
         # (a device may answer for many buffers at once: ``storages(bufs)``, the list of their ``storage``)
         many = getattr(device, "storages", None)
         self._storages = many if many is not None else (lambda bufs: list(map(device.storage, bufs)))
@@ -188,23 +187,12 @@ class Ledger:
         self.used = 0
 
     def add(self, buf) -> None:
-        key, n = self._storage(buf)
-        entry = self.owners.get(key)
-        if entry is None:
-            self.owners[key] = [1, n]
-            self.used += n
-        else:
-            entry[0] += 1
+        """Count ``buf`` (its storage, once however many buffers share it)."""
+        self.add_all((buf,))
 
     def remove(self, buf) -> None:
-        key, _ = self._storage(buf)
-        entry = self.owners.get(key)
-        if entry is None:
-            return
-        entry[0] -= 1
-        if entry[0] <= 0:
-            del self.owners[key]
-            self.used -= entry[1]
+        """Stop counting ``buf``; its storage's bytes go with the last buffer that shares it."""
+        self.remove_all((buf,))
 
     def add_all(self, bufs) -> None:
         """:meth:`add` each of ``bufs`` (a batch's results: one call a batch on the replay path, issue 37)."""

@@ -396,8 +396,7 @@ def _cat(ins, a, shape, dt):
 def _check_index(idx: np.ndarray, n: int, what: str, allow_negative: bool):
     if idx.size == 0:
         return idx
-    # (the ufuncs' reductions that ``min`` and ``max`` call, without their Python wrappers: a few us on a short index)
-    lo, hi = int(np.minimum.reduce(idx, axis=None)), int(np.maximum.reduce(idx, axis=None))
+    lo, hi = int(_MIN(idx, axis=None)), int(_MAX(idx, axis=None))  # (without min's and max's wrappers: see _MIN)
     if hi >= n or lo < (-n if allow_negative else 0):
         bad = hi if hi >= n else lo
         raise IndexOutOfRange(f"{what}: index {bad} is out of bounds for dimension with size {n}")
@@ -749,6 +748,8 @@ def _positions(n: int) -> np.ndarray:
     return got
 
 
+#: the ufuncs' reductions that ``min``, ``max`` and ``sum`` call, without their Python wrappers (a few us a call on the
+#: short arrays of an index check or a loss)
 _MIN, _MAX, _ADD = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _CE_LAST: dict = {}  # "v": the last (logits, targets, ignore_index, dtype, prep) of a small cross entropy
 _CE_KEEP = 1 << 16  # logits kept at most (elements)
@@ -837,13 +838,13 @@ def specialize(step):
         return lambda a: a.reshape(shape)
     if op == "matmul" and meta[0][1].np == dt.np and meta[1][1].np == dt.np:
         return np.multiply if _outer_product(meta[0][0], meta[1][0]) else np.matmul
-    if op == "linear" and len(meta[0][0]) <= 2 and all(m[1].np == dt.np for m in meta):
+    if op == "linear" and len(meta[0][0]) <= 2 and _same_dtypes(step):
         return _linear_fn(meta[0][0], meta[1][0], len(meta) > 2)
     if op == "log_softmax" and meta[0][1].np == dt.np and dt.is_floating_point and meta[0][0] and math.prod(
             meta[0][0]):  # (not complex, not 0-d, not empty: see _log_softmax)
         ax = step.attrs["dim"] % len(meta[0][0])
         return lambda a: _log_softmax_along(a, ax)
-    if op == "cat" and all(m[1].np == dt.np for m in meta):
+    if op == "cat" and _same_dtypes(step):
         ax = step.attrs["dim"] % len(step.shape)
         cat = np.concatenate
         return lambda *a: cat(a, axis=ax)
