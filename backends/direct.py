@@ -72,6 +72,7 @@ from tensorwire.protocol.wire import (
     MAX_MESSAGE,
     NOBLOCK,
     POLLIN,
+    as_frame,
     frame_nbytes,
     pack_header,
     recv_frames,
@@ -279,8 +280,6 @@ class DirectChannel:
                 except Exception as e:  # (shared memory full: a frame it is)
                     log.info("a transfer goes as a frame, not through shared memory: %s", e)
             if not shm:
-                from tensorwire.protocol.wire import as_frame
-
                 frames = [as_frame(arr)]
         frm = self.address or ""
         h = {"t": "xfer", "s": sid, "x": x, "dtype": dtype, "shape": shape, "shm": shm, "from": frm, "err": err,

@@ -17,6 +17,11 @@ from __future__ import annotations
 import os
 import re
 
+try:
+    import resource
+except ImportError:  # pragma: no cover - not POSIX
+    resource = None
+
 from tensorwire.protocol.errors import QuotaExceeded
 
 ENV = "TENSORWIRE_SESSION_MEMORY"
@@ -133,9 +138,7 @@ def rlimit_memory() -> int | None:
     """What this process's soft ``RLIMIT_AS`` leaves for new allocations: the limit less the address space mapped
     already (code, libraries, thread stacks: ~0.25 GiB when a CPU worker asks, and its threads' stacks and malloc
     arenas map ~0.45 GiB more once it runs); None when it is unlimited."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not POSIX
+    if resource is None:  # pragma: no cover - not POSIX
         return None
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY or soft < 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import collections
 import contextlib
@@ -24,13 +25,22 @@ from pathlib import Path
 
 from tensorwire.collectives import network as _network
 from tensorwire.dispatcher.liveness import RESTARTED_ENV
+from tensorwire.hub.client import DEFAULT_PORT as HUB_DEFAULT_PORT
 from tensorwire.protocol import errors as E
+from tensorwire.protocol.addresses import check_port_free
 from tensorwire.protocol.capability import DIRECT_ADDRESS_ENV
-from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, SERVICE_TOKEN_ENV, new_token
+from tensorwire.protocol.credentials import (
+    ADMIN_TOKEN_ENV,
+    CLIENT_TOKEN_ENV,
+    SERVICE_TOKEN_ENV,
+    new_token,
+    resolve_token,
+    write_token_file,
+)
 from tensorwire.protocol.curve import KEYS_ENV, is_local_address
 from tensorwire.protocol.errors import DeviceError, TensorwireError
 from tensorwire.protocol.named_service import HEARTBEAT_FILE_ENV
-from tensorwire.protocol.service import HEARTBEAT_S, LIVENESS, parse_ready
+from tensorwire.protocol.service import HEARTBEAT_S, LIVENESS, parse_ready, stop_event_on_signals
 
 log = logging.getLogger("tensorwire.cluster")
 
@@ -795,3 +805,99 @@ class LocalCluster:
 
     def __repr__(self) -> str:
         return f"LocalCluster(address={getattr(self, 'address', None)!r}, devices={self.devices})"
+
+
+# -- ``tensorwire up`` -------------------------------------------------------------------------------------------------
+
+def main(argv: list[str]) -> int:
+    """``tensorwire up``: start a local cluster, print its address and run it until Ctrl-C (or a service exits);
+    returns the exit status."""
+    r = RestartPolicy()
+    p = argparse.ArgumentParser(prog="tensorwire up", description=(
+        f"Start a local cluster; Ctrl-C stops it. A worker that exits is restarted (after {r.first_s:g} s, doubling "
+        f"to {r.max_s:g} s; at most {r.limit} restarts in {r.window_s:g} s); another service exiting stops it."))
+    p.add_argument("--devices", default="cpu:0", help="comma-separated devices (default cpu:0)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=5555, help="client port (0 picks a free one)")
+    p.add_argument("--hub-root", default=None, help="start the model hub with this storage folder")
+    p.add_argument("--hub-url", default=None, help="use a hub already running there (instead of --hub-root)")
+    p.add_argument("--hub-port", type=int, default=None,
+                   help=f"the hub's port (default {HUB_DEFAULT_PORT}, as `tensorwire hub`; 0 picks a free one)")
+    p.add_argument("--token-file", default=None,
+                   help="file holding the token clients must present (default $TENSORWIRE_TOKEN)")
+    p.add_argument("--keys", default=None, help="CURVE keys directory from `tensorwire keys` (default "
+                   "$TENSORWIRE_KEYS); required when --host is not loopback, unless --insecure")
+    p.add_argument("--insecure", action="store_true", help="listen on a non-loopback --host without CURVE")
+    p.add_argument("--log-dir", default=None, help="where services write their logs")
+    p.add_argument("--session-memory", default=None,
+                   help="most memory one session may hold on each device: 50%% (the default), 4GiB, none")
+    p.add_argument("--metrics", action="store_true",
+                   help="serve Prometheus metrics from the dispatcher and the hub on free local ports")
+    p.add_argument("--dashboard", nargs="?", type=int, const=0, default=None, metavar="PORT",
+                   help="serve the dashboard on loopback (on PORT; without one, a free port)")
+    args = p.parse_args(argv)
+    if args.hub_port is not None and args.hub_root is None:
+        p.error("--hub-port needs --hub-root (the hub's storage folder)")
+    if args.hub_url is not None and args.hub_root is not None:
+        p.error("give --hub-root (start a hub) or --hub-url (use a running one), not both")
+    hub_port = HUB_DEFAULT_PORT if args.hub_port is None else args.hub_port
+    check_port_free("the dispatcher", args.host, args.port, "--port")
+    if args.hub_root is not None:
+        check_port_free("the hub", args.host, hub_port, "--hub-port")
+    stop = stop_event_on_signals()
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    with LocalCluster(devices=devices, hub_root=args.hub_root, host=args.host, port=args.port,
+                      token=resolve_token(CLIENT_TOKEN_ENV, args.token_file), log_dir=args.log_dir,
+                      keys=args.keys, insecure=args.insecure, session_memory=args.session_memory,
+                      metrics=args.metrics, hub_port=hub_port, hub_url=args.hub_url,
+                      dashboard=False if args.dashboard is None else (args.dashboard or True)) as c:
+        admin_file = write_token_file(c.log_dir / "admin.token", c.admin_token)
+        print(f"tensorwire cluster up: {c.address}  devices: {', '.join(devices)}")
+        print(f"  connect with: tw.connect({c.address!r})  or  TENSORWIRE_ADDRESS={c.address}")
+        print(f"  admin token (every session in status): tensorwire status --address {c.address} "
+              f"--admin-token-file {admin_file}")
+        print("  listening:")
+        for line in _listening(c):
+            print(f"    {line}")
+        if c.hub_token_file:
+            print(f"  hub: {c.hub_url}  write token in: {c.hub_token_file}  (readable by you only)")
+        elif c.hub_url:
+            print(f"  hub: {c.hub_url}  (running elsewhere: the workers download from it)")
+        for name, url in c.metrics_urls.items():
+            print(f"  metrics ({name}): {url}")
+        # one write with its newline (PYTHONUNBUFFERED makes print's end a second write, which a reader that has
+        # seen this line and gone would fail with a broken pipe)
+        print(f"  logs: {c.log_dir}   (Ctrl-C stops all)\n", end="", flush=True)
+        while not stop.is_set():  # (a worker that exits is restarted by the cluster: see LocalCluster's restart)
+            dead = c.down()
+            if dead:
+                why = "; ".join(f"{n} {w}" for n, w in dead.items())
+                print(f"service(s) exited: {why}; stopping", file=sys.stderr)
+                return 1
+            stop.wait(1.0)
+    try:
+        print("tensorwire cluster stopped", flush=True)
+    except BrokenPipeError:  # `tensorwire up | tee log` on Ctrl-C: tee got the signal too and is gone
+        _drop_stdout()
+    return 0
+
+
+def _drop_stdout() -> None:
+    """Send what is left of stdout nowhere: its reader is gone (Python's advice for a broken pipe, so that the
+    flush at exit does not fail again)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _listening(c) -> list[str]:
+    """One line per service of a LocalCluster: where it listens, or whom it connects to."""
+    lines = [f"{'dispatcher':<12} {c.address}  (clients)", f"{'':<12} {c.service_address}  (services)"]
+    if c.hub_url:
+        lines.append(f"{'hub':<12} {c.hub_url}")
+    if c.dashboard_url:
+        lines.append(f"{'dashboard':<12} {c.dashboard_url}  (browser; loopback: the admin view)")
+    for name, svc in c.services.items():
+        if name not in ("dispatcher", "hub", "dashboard"):
+            lines.append(f"{name:<12} pid {svc.proc.pid}, connected to {c.service_address}")
+    return lines

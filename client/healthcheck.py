@@ -26,7 +26,8 @@ DEFAULT_TIMEOUT_S = 5.0
 
 def ping_dispatcher(address: str, *, keys: str | os.PathLike | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
     """Send the dispatcher a ``ping`` and wait for its ``pong``; ConnectionFailed if none comes within ``timeout``."""
-    # lazy: the probe loads only what its check needs (start-up time)
+    # (the hub's probe, `tensorwire health http://...` in compose.yaml's healthcheck every 30 s, needs neither)
+    # lazy: zmq and the wire (and with it numpy) load for a dispatcher ping only
     import zmq
 
     from tensorwire.protocol.addresses import check_address
@@ -62,7 +63,7 @@ def check_registered(
 ) -> None:
     """Open a session and check that every device has a worker and every named service is registered;
     ServiceUnavailable naming what is missing otherwise."""
-    # lazy: the probe loads only what its check needs (start-up time)
+    # lazy: the client's session (and the tensor core it imports) loads only for a --device/--service check
     from .session import Session
 
     s = Session(address, token, timeout=timeout, keys=keys)

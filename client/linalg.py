@@ -3,17 +3,16 @@
 factorisations and what derives from them (``det``, ``inv``, ``solve``, ``cholesky``, ``qr``, ``eigh``, ``svd``,
 ``lu``, ``ldl``, ``pinv``, ``lstsq``...: :mod:`.linalg_decomp`, run on the client's LAPACK; ``eig``/``eigvals``
 need complex dtypes and raise ``NotImplementedError``).
+
+The norms and ``matrix_power`` are defined in :mod:`.linalg_decomp` and ``matrix_exp`` in :mod:`.math_extras`
+(Tensor's method modules use them, and this module imports both), and exported here.
 """
 
 from __future__ import annotations
 
-import math
-
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import DTypeError, ShapeError
-from tensorwire.protocol.shapes import norm_dim
+from tensorwire.protocol.errors import ShapeError
 
-from . import creation as _creation
 from . import functions as _functions
 from .host_ops import LinAlgError
 from .linalg_decomp import (
@@ -36,10 +35,11 @@ from .linalg_decomp import (
     lu_factor,
     lu_factor_ex,
     lu_solve,
+    matrix_norm,
+    matrix_power,
     matrix_rank,
     pinv,
     qr,
-    singular_norm,
     slogdet,
     solve,
     solve_ex,
@@ -48,73 +48,17 @@ from .linalg_decomp import (
     svdvals,
     tensorinv,
     tensorsolve,
+    vector_norm,
 )
 from .math_extras import linalg_cross as cross
+from .math_extras import linalg_matrix_exp as matrix_exp
 from .tensor import Tensor
-from .zero_grads import zero_grad_from
 
 __all__ = ["vector_norm", "matrix_norm", "norm", "vecdot", "cross", "multi_dot", "matrix_power", "vander",
            "diagonal", "matmul", "matrix_exp", "LinAlgError", "cholesky", "cholesky_ex", "cond", "det", "eig",
            "eigh", "eigvals", "eigvalsh", "householder_product", "inv", "inv_ex", "ldl_factor", "ldl_factor_ex",
            "ldl_solve", "lstsq", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "matrix_rank", "pinv", "qr",
            "slogdet", "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "tensorinv", "tensorsolve"]
-
-
-def _dims(dim, ndim: int):
-    if dim is None:
-        return None
-    ds = [dim] if isinstance(dim, int) else list(dim)
-    return tuple(norm_dim(d, ndim) for d in ds) if ndim else tuple(ds)
-
-
-def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None, out=None) -> Tensor:  # noqa: A002
-    """The vector ``ord``-norm over ``dim`` (all elements for ``None``): max |x| for inf, min for -inf, the count of
-    non-zeros for 0, (Σ |x|^ord)^(1/ord) otherwise (a complex tensor's: its modulus's)."""
-    if not x.dtype.is_inexact:
-        raise DTypeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
-                         f"{x.dtype.name.capitalize()}")
-    if dtype is not None:
-        x = x.to(dtype)
-    dims = _dims(dim, x.ndim)
-    a = x.abs()
-    if ord == math.inf or ord == -math.inf:
-        if x.numel() == 0 and (dims is None or any(x.shape[d] == 0 for d in dims)):
-            raise ShapeError(f"linalg.vector_norm cannot compute the {ord} norm on an empty tensor because the "
-                             "operation does not have an identity")
-        red = a.amax if ord > 0 else a.amin
-        r = red(dim=dims if dims is not None else tuple(range(x.ndim)), keepdim=keepdim)
-    elif ord == 0:
-        r = (a != 0).to(a.dtype).sum(dims, keepdim=keepdim)
-    else:  # the norm op, negative ord included: its gradient is torch's, 0 where an element or the norm is 0
-        r = x._reduce("norm", list(dims) if dims is not None else None, keepdim,
-                      p=float(ord) if not isinstance(ord, int) else ord)
-
-    return _functions.write_out(out, r)
-
-
-def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002,N803
-    """The matrix norm over the two ``dim``: ``"fro"``, the max (min) absolute column (1, -1) or row (inf, -inf)
-    sum, or from the singular values: their sum (``"nuc"``), the largest (2) or smallest (-2)."""
-    if A.ndim < 2:
-        raise ShapeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
-    if dtype is not None:
-        A = A.to(dtype)
-    d0, d1 = (norm_dim(d, A.ndim) for d in dim)
-    if ord == "fro":
-        return vector_norm(A, 2, (d0, d1), keepdim)
-    if ord in ("nuc", 2, -2):
-        return singular_norm(A, ord, (d0, d1), keepdim)
-    if ord not in (1, -1, math.inf, -math.inf):
-        raise ValueError(f"linalg.matrix_norm: Order {ord} not supported.")
-    if not A.dtype.is_floating_point:
-        raise DTypeError("linalg.matrix_norm: Expected a floating point tensor as input")
-    sum_dim, red_dim = (d0, d1) if ord in (1, -1) else (d1, d0)
-    s = A.abs().sum(sum_dim, keepdim=True)
-    if ord > 0 and s.shape[red_dim] == 0:  # torch: 0 for an empty matrix (the max norms' identity)
-        r = s.sum(red_dim, keepdim=True)
-    else:
-        r = s.amax(red_dim, keepdim=True) if ord > 0 else s.amin(red_dim, keepdim=True)
-    return r if keepdim else r.squeeze(max(d0, d1)).squeeze(min(d0, d1))
 
 
 def norm(A: Tensor, ord=None, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002,N803
@@ -169,28 +113,6 @@ def multi_dot(tensors) -> Tensor:
     return r
 
 
-def matrix_power(A: Tensor, n: int) -> Tensor:  # noqa: N803
-    """A^n by repeated squaring (a negative power: the inverse's)."""
-    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
-        raise ShapeError(f"linalg.matrix_power: A must be batches of square matrices, but they are "
-                         f"{A.shape[-2] if A.ndim >= 2 else ''} by {A.shape[-1] if A.ndim else ''} matrices")
-    if n < 0:
-        return matrix_power(inv(A), -n)
-    if n == 0:
-        ident = _creation.eye(A.shape[-1], dtype=A.dtype, device=A._dev, session=A._s).expand(*A.shape).clone()
-        return zero_grad_from(ident, A)
-    if n == 1:
-        return A.clone()
-    result, base = None, A
-    while n:
-        if n & 1:
-            result = base if result is None else result.matmul(base)
-        n >>= 1
-        if n:
-            base = base.matmul(base)
-    return result
-
-
 def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803
     """The Vandermonde matrix of increasing powers x^0 .. x^(N-1) along a new last dim (torch's cumulative
     product)."""
@@ -206,29 +128,3 @@ def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803
         return ones.narrow(-1, 0, n)
 
     return _functions.cat([ones, x.unsqueeze(-1).expand(*x.shape, n - 1).cumprod(-1)], -1)
-
-
-def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803
-    """exp(A) by scaling and squaring: the Taylor series of A / 2^s to degree 18 (in float64 for float32 input),
-    squared s times, with s from the largest 1-norm in the batch (a sync point)."""
-    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
-        raise ShapeError("linalg.matrix_exp: A must be batches of square matrices")
-    if not A.dtype.is_floating_point:
-        raise DTypeError(f"linalg.matrix_exp: expected a floating point tensor, got {A.dtype.name}")
-    n = A.shape[-1]
-    if A.numel() == 0:
-        return A.clone()
-    work = D.float64 if A.dtype in (D.float32, D.float16, D.bfloat16) else A.dtype
-    x = A.to(work)
-    norm1 = float(x.abs().sum(-2).amax().item())
-    s = max(0, math.ceil(math.log2(norm1 / 0.5))) if norm1 > 0.5 and math.isfinite(norm1) else 0
-    x = x / (2.0 ** s)
-
-    ident = _creation.eye(n, dtype=work, device=A._dev, session=A._s).expand(*x.shape)
-    term, total = ident, ident
-    for k in range(1, 19):
-        term = term.matmul(x) / k
-        total = total + term
-    for _ in range(s):
-        total = total.matmul(total)
-    return total.to(A.dtype)

@@ -17,7 +17,7 @@ from collections import namedtuple
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import ShapeError
+from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.shapes import broadcast, norm_dim
 
 from . import _install
@@ -462,8 +462,6 @@ def matrix_rank(A: Tensor, tol=None, hermitian: bool = False, *, atol=None, rtol
 
 def cond(A: Tensor, p=None) -> Tensor:  # noqa: N803
     """The condition number in the ``p`` norm (``None``/2: largest / smallest singular value)."""
-    from .linalg import matrix_norm  # circle: linalg -> this module
-
     _matrix("linalg.cond", A)
     if p in (None, 2, -2):
         s = svdvals(A)
@@ -473,6 +471,85 @@ def cond(A: Tensor, p=None) -> Tensor:  # noqa: N803
     a_inv, info = inv_ex(A)
     r = matrix_norm(A, p) * matrix_norm(a_inv, p)
     return _where(info > 0, math.inf, r)
+
+
+def _dims(dim, ndim: int):
+    if dim is None:
+        return None
+    ds = [dim] if isinstance(dim, int) else list(dim)
+    return tuple(norm_dim(d, ndim) for d in ds) if ndim else tuple(ds)
+
+
+def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None, out=None) -> Tensor:  # noqa: A002
+    """The vector ``ord``-norm over ``dim`` (all elements for ``None``): max |x| for inf, min for -inf, the count of
+    non-zeros for 0, (Σ |x|^ord)^(1/ord) otherwise (a complex tensor's: its modulus's)."""
+    if not x.dtype.is_inexact:
+        raise DTypeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
+                         f"{x.dtype.name.capitalize()}")
+    if dtype is not None:
+        x = x.to(dtype)
+    dims = _dims(dim, x.ndim)
+    a = x.abs()
+    if ord == math.inf or ord == -math.inf:
+        if x.numel() == 0 and (dims is None or any(x.shape[d] == 0 for d in dims)):
+            raise ShapeError(f"linalg.vector_norm cannot compute the {ord} norm on an empty tensor because the "
+                             "operation does not have an identity")
+        red = a.amax if ord > 0 else a.amin
+        r = red(dim=dims if dims is not None else tuple(range(x.ndim)), keepdim=keepdim)
+    elif ord == 0:
+        r = (a != 0).to(a.dtype).sum(dims, keepdim=keepdim)
+    else:  # the norm op, negative ord included: its gradient is torch's, 0 where an element or the norm is 0
+        r = x._reduce("norm", list(dims) if dims is not None else None, keepdim,
+                      p=float(ord) if not isinstance(ord, int) else ord)
+
+    return _combine.write_out(out, r)
+
+
+def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002,N803
+    """The matrix norm over the two ``dim``: ``"fro"``, the max (min) absolute column (1, -1) or row (inf, -inf)
+    sum, or from the singular values: their sum (``"nuc"``), the largest (2) or smallest (-2)."""
+    if A.ndim < 2:
+        raise ShapeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
+    if dtype is not None:
+        A = A.to(dtype)
+    d0, d1 = (norm_dim(d, A.ndim) for d in dim)
+    if ord == "fro":
+        return vector_norm(A, 2, (d0, d1), keepdim)
+    if ord in ("nuc", 2, -2):
+        return singular_norm(A, ord, (d0, d1), keepdim)
+    if ord not in (1, -1, math.inf, -math.inf):
+        raise ValueError(f"linalg.matrix_norm: Order {ord} not supported.")
+    if not A.dtype.is_floating_point:
+        raise DTypeError("linalg.matrix_norm: Expected a floating point tensor as input")
+    sum_dim, red_dim = (d0, d1) if ord in (1, -1) else (d1, d0)
+    s = A.abs().sum(sum_dim, keepdim=True)
+    if ord > 0 and s.shape[red_dim] == 0:  # torch: 0 for an empty matrix (the max norms' identity)
+        r = s.sum(red_dim, keepdim=True)
+    else:
+        r = s.amax(red_dim, keepdim=True) if ord > 0 else s.amin(red_dim, keepdim=True)
+    return r if keepdim else r.squeeze(max(d0, d1)).squeeze(min(d0, d1))
+
+
+def matrix_power(A: Tensor, n: int) -> Tensor:  # noqa: N803
+    """A^n by repeated squaring (a negative power: the inverse's)."""
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+        raise ShapeError(f"linalg.matrix_power: A must be batches of square matrices, but they are "
+                         f"{A.shape[-2] if A.ndim >= 2 else ''} by {A.shape[-1] if A.ndim else ''} matrices")
+    if n < 0:
+        return matrix_power(inv(A), -n)
+    if n == 0:
+        ident = _creation.eye(A.shape[-1], dtype=A.dtype, device=A._dev, session=A._s).expand(*A.shape).clone()
+        return zero_grad_from(ident, A)
+    if n == 1:
+        return A.clone()
+    result, base = None, A
+    while n:
+        if n & 1:
+            result = base if result is None else result.matmul(base)
+        n >>= 1
+        if n:
+            base = base.matmul(base)
+    return result
 
 
 def singular_norm(A: Tensor, ord, dim, keepdim: bool) -> Tensor:  # noqa: N803, A002

@@ -92,9 +92,7 @@ def pinverse(input: Tensor, rcond: float = 1e-15) -> Tensor:  # noqa: A002
 
 
 def matrix_power(input: Tensor, n: int) -> Tensor:  # noqa: A002
-    from .linalg import matrix_power as mp  # circle: linalg -> tensor -> this module
-
-    return mp(input, n)
+    return LD.matrix_power(input, n)
 
 
 def _truncated_svd(A: Tensor, q: int):  # noqa: N803

@@ -628,65 +628,33 @@ def nanquantile(input: Tensor, q, dim=None, keepdim: bool = False, *, interpolat
 
 def matrix_exp(input: Tensor) -> Tensor:  # noqa: A002
     """exp of each square matrix (``tw.linalg.matrix_exp``)."""
-    from .linalg import matrix_exp as f  # circle: linalg -> this module
-
-    return f(input)
+    return linalg_matrix_exp(input)
 
 
-def i0(input: Tensor) -> Tensor:  # noqa: A002
-    """The modified Bessel function of the first kind, order 0 (``tw.special.i0``)."""
-    from .special import i0 as f  # circle: special -> this module
+def linalg_matrix_exp(A: Tensor) -> Tensor:  # noqa: N803
+    """``tw.linalg.matrix_exp``: exp(A) by scaling and squaring: the Taylor series of A / 2^s to degree 18 (in
+    float64 for float32 input), squared s times, with s from the largest 1-norm in the batch (a sync point)."""
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+        raise ShapeError("linalg.matrix_exp: A must be batches of square matrices")
+    if not A.dtype.is_floating_point:
+        raise DTypeError(f"linalg.matrix_exp: expected a floating point tensor, got {A.dtype.name}")
+    n = A.shape[-1]
+    if A.numel() == 0:
+        return A.clone()
+    work = D.float64 if A.dtype in (D.float32, D.float16, D.bfloat16) else A.dtype
+    x = A.to(work)
+    norm1 = float(x.abs().sum(-2).amax().item())
+    s = max(0, math.ceil(math.log2(norm1 / 0.5))) if norm1 > 0.5 and math.isfinite(norm1) else 0
+    x = x / (2.0 ** s)
 
-    return f(input)
-
-
-def erfinv(input: Tensor) -> Tensor:  # noqa: A002
-    """The inverse error function (``tw.special.erfinv``)."""
-    from .special import erfinv as f  # circle: special -> this module
-
-    return f(input)
-
-
-def lgamma(input: Tensor) -> Tensor:  # noqa: A002
-    """log|Γ(x)| (``tw.special.gammaln``)."""
-    from .special import gammaln  # circle: special -> this module
-
-    return gammaln(input)
-
-
-def digamma(input: Tensor) -> Tensor:  # noqa: A002
-    """ψ(x) (``tw.special.digamma``)."""
-    from .special import digamma as f  # circle: special -> this module
-
-    return f(input)
-
-
-def igamma(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
-    """The regularised lower incomplete gamma function P(input, other) (``tw.special.gammainc``)."""
-    from .special import gammainc  # circle: special -> this module
-
-    return gammainc(input, other)
-
-
-def igammac(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
-    """The regularised upper incomplete gamma function Q(input, other) (``tw.special.gammaincc``)."""
-    from .special import gammaincc  # circle: special -> this module
-
-    return gammaincc(input, other)
-
-
-def polygamma(n: int, input: Tensor) -> Tensor:  # noqa: A002
-    """The n-th derivative of ψ (``tw.special.polygamma``; the method is ``x.polygamma(n)``)."""
-    from .special import polygamma as f  # circle: special -> this module
-
-    return f(n, input)
-
-
-def mvlgamma(input: Tensor, p: int) -> Tensor:  # noqa: A002
-    """The multivariate log-gamma (``tw.special.multigammaln``)."""
-    from .special import multigammaln  # circle: special -> this module
-
-    return multigammaln(input, p)
+    ident = _creation.eye(n, dtype=work, device=A._dev, session=A._s).expand(*x.shape)
+    term, total = ident, ident
+    for k in range(1, 19):
+        term = term.matmul(x) / k
+        total = total + term
+    for _ in range(s):
+        total = total.matmul(total)
+    return total.to(A.dtype)
 
 
 _Mode = namedtuple("mode", ["values", "indices"])
@@ -1003,19 +971,16 @@ FUNCTIONS = {
     "addcdiv": addcdiv, "vdot": vdot, "kron": kron, "cross": cross, "diff": diff, "trapezoid": trapezoid,
     "trapz": trapz, "cumulative_trapezoid": cumulative_trapezoid, "logcumsumexp": logcumsumexp, "cummax": cummax,
     "cummin": cummin, "nanmean": nanmean, "var_mean": var_mean, "std_mean": std_mean, "dist": dist,
-    "renorm": renorm, "matrix_exp": matrix_exp, "i0": i0, "erfinv": erfinv, "median": median,
+    "renorm": renorm, "matrix_exp": matrix_exp, "median": median,
     "nanmedian": nanmedian, "quantile": quantile, "nanquantile": nanquantile, "native_layer_norm": native_layer_norm,
     "native_batch_norm": native_batch_norm, "native_group_norm": native_group_norm, "mode": mode, "frexp": frexp,
     "histc": histc, "histogram": histogram, "histogramdd": histogramdd, "gradient": gradient, "nextafter": nextafter,
-    "lgamma": lgamma, "digamma": digamma, "igamma": igamma, "igammac": igammac,
-    "polygamma": polygamma, "mvlgamma": mvlgamma,
 }
 
 #: Tensor methods torch has for these (its function names but for the few that are functions only)
 METHODS = {**{n: f for n, f in FUNCTIONS.items()
               if n not in ("trapezoid", "trapz", "cumulative_trapezoid", "var_mean", "std_mean", "rsub", "histogramdd")
-              and not n.startswith("native_") and n not in ("gradient", "real")},
-           "polygamma": lambda self, n: polygamma(n, self)}
+              and not n.startswith("native_") and n not in ("gradient", "real")}}
 
 
 def install(cls=Tensor) -> None:

@@ -35,7 +35,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-import tensorwire as tw  # (the package itself loads nothing: each check loads what it exercises)
+import tensorwire as tw
+import tensorwire.nn.functional as F
+from tensorwire.backends import backends
+from tensorwire.backends import testing as T
+from tensorwire.tensor import device_name
 
 #: verdicts: ``ok``/``FAIL`` for correctness, ``met``/``missed`` for speed against a target, ``info`` for a speed
 #: row without one, ``skip`` with the reason
@@ -108,9 +112,6 @@ def mixed_sessions(address: str, device: str, rounds: int = 3, token: str | None
 
 def _gradcheck_functions(device: str, rng) -> list[tuple[str, Callable, list]]:
     """``(name, fn, inputs)`` for one op of each kernel kind, float64 inputs on ``device``."""
-    # lazy: each check loads what it exercises when it runs (start-up time)
-    import tensorwire.nn.functional as F
-
     def t(*shape, positive=False, grad=True):
         a = rng.standard_normal(shape)
         if positive:
@@ -163,7 +164,7 @@ def gradcheck(session, device: str) -> tuple[int, list[str]]:
 def _digits_data() -> tuple[np.ndarray, np.ndarray, str]:
     """Four batches of 32 of scikit-learn's digits (pixels in [0, 1]), or a fixed synthetic set of that shape."""
     try:
-        # lazy: each check loads what it exercises when it runs (start-up time)
+        # lazy: scikit-learn, an optional dependency (without it, a synthetic set of the digits' shape)
         from sklearn.datasets import load_digits
     except ImportError:
         rng = np.random.default_rng(0)
@@ -178,9 +179,6 @@ def _digits_data() -> tuple[np.ndarray, np.ndarray, str]:
 def training_losses(device: str, steps: int = 6) -> tuple[list[float], str]:
     """The losses of ``steps`` Adam steps (batch 32, seed 0) of a 64-128-10 MLP on ``device``, and the data's
     name."""
-    # lazy: each check loads what it exercises when it runs (start-up time)
-    import tensorwire.nn.functional as F
-
     x, y, what = _digits_data()
     tw.manual_seed(0)
     model = tw.models.MLP(64, [128], 10).to(device)
@@ -201,7 +199,7 @@ def training_losses(device: str, steps: int = 6) -> tuple[list[float], str]:
 def torch_device(device: str) -> tuple[object, str | None]:
     """``(torch, torch's name of the device)``, or ``(None, why not)`` when PyTorch cannot run on it here."""
     try:
-        # lazy: each check loads what it exercises when it runs (start-up time)
+        # lazy: PyTorch, an optional dependency (the speed rows' peer; ~1 s to import)
         import torch
     except ImportError:
         return None, "PyTorch is not installed (the speed rows' peer)"
@@ -400,9 +398,6 @@ class SelfTest:
 
     def __init__(self, device: str, *, speed: bool = True, strict_speed: bool = False,
                  echo: Callable[[Row], None] | None = None):
-        # lazy: each check loads what it exercises when it runs (start-up time)
-        from tensorwire.tensor import device_name
-
         self.device = device_name(device)
         self.kind, _, index = self.device.partition(":")
         self.index = int(index or 0)
@@ -421,9 +416,6 @@ class SelfTest:
             self.echo(row)
 
     def run(self) -> list[Row]:
-        # lazy: each check loads what it exercises when it runs (start-up time)
-        from tensorwire.backends import backends
-
         backend = backends().get(self.kind)
         infos = backend.devices() if backend is not None else []
         info = next((d for d in infos if d.index == self.index), None)
@@ -458,9 +450,6 @@ class SelfTest:
         return self.rows
 
     def _conformance(self, backend) -> tuple[str, str]:
-        # lazy: each check loads what it exercises when it runs (start-up time)
-        from tensorwire.backends import testing as T
-
         cases = T.sample_cases(T.conformance_cases())
         T.prebuild_cases(backend, cases, self.index)  # (the sample's kernels in a few modules, not one a case)
         report = T.run_conformance(backend, self.index, cases=cases)

@@ -16,9 +16,10 @@ import math
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.shapes import broadcast
 
+from . import _install
 from . import array_extras as _array_extras
+from . import combine as _combine
 from . import creation as _creation
-from . import functions as _functions
 from .autograd_engine import Function
 from .math_extras import erfc, logit, sinc, xlog1py, xlogy
 from .tensor import Tensor
@@ -79,7 +80,7 @@ I1E_B = (
 
 
 def _where(cond, a, b) -> Tensor:
-    return _functions.where(cond, a, b)
+    return _combine.where(cond, a, b)
 
 
 def _result_dtype(x: Tensor) -> D.DType:
@@ -745,7 +746,7 @@ def gammaincc(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
 
 
 def _igamma(a, x, upper: bool) -> Tensor:
-    ref = _functions._first_tensor(a, x)
+    ref = _combine._first_tensor(a, x)
     a, x = (t if isinstance(t, Tensor) else ref._s.scalar(float(t), ref.dtype, ref._dev) for t in (a, x))
     dtype = D.result_type((a.dtype, a.ndim), (x.dtype, x.ndim))
     return _igamma64(_f64(a), _f64(x), upper).to(dtype if dtype.is_floating_point else D.get_default_dtype())
@@ -938,3 +939,35 @@ def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:  # noqa: A00
 
 
 _KEEP = (erfc, logit, sinc, xlog1py, xlogy)  # re-exported from math_extras
+
+
+# -- Tensor's methods and torch's main-namespace names of these functions (``x.i0()``, ``tw.lgamma``) ------------------
+
+def lgamma(input: Tensor) -> Tensor:  # noqa: A002
+    """log|Γ(x)| (``tw.special.gammaln``)."""
+    return gammaln(input)
+
+
+def igamma(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """The regularised lower incomplete gamma function P(input, other) (``tw.special.gammainc``)."""
+    return gammainc(input, other)
+
+
+def igammac(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """The regularised upper incomplete gamma function Q(input, other) (``tw.special.gammaincc``)."""
+    return gammaincc(input, other)
+
+
+def mvlgamma(input: Tensor, p: int) -> Tensor:  # noqa: A002
+    """The multivariate log-gamma (``tw.special.multigammaln``)."""
+    return multigammaln(input, p)
+
+
+#: ``tw.<name>`` functions (:func:`tensorwire._install.register`)
+FUNCTIONS = {"i0": i0, "erfinv": erfinv, "lgamma": lgamma, "digamma": digamma, "igamma": igamma, "igammac": igammac,
+             "polygamma": polygamma, "mvlgamma": mvlgamma}
+#: Tensor methods (``x.polygamma(n)`` is ``polygamma(n, x)``)
+METHODS = {**{n: f for n, f in FUNCTIONS.items() if n != "polygamma"}, "polygamma": lambda self, n: polygamma(n, self)}
+_install.install_methods(Tensor, METHODS)
+_install.register(FUNCTIONS)
+_install.loaded(__name__)

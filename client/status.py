@@ -1,4 +1,5 @@
-"""``tensorwire status``: the cluster's state as a table (``render``) and the hub's health (``hub_health``).
+"""``tensorwire status`` (:func:`main`): the cluster's state as a table (``render``) and the hub's health
+(``hub_health``); with ``--local``, this host's devices as the installed backends see them.
 
 The figures come from the dispatcher's ``stats`` answer (``Session.cluster_status``): per device its worker's load
 as reported with the answer (sessions holding state there, queued and running batches, bytes held by sessions and
@@ -8,9 +9,18 @@ the per-session limit, the backend's own memory figures) and the dispatcher's th
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import sys
+import time
 import urllib.error
 import urllib.request
+
+from tensorwire.backends import backends
+from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, resolve_token
+
+from .session import Session
 
 HUB_TIMEOUT_S = 2.0
 
@@ -95,3 +105,67 @@ def render(st: dict, address: str) -> str:
     hub = st.get("hub")
     lines.append(f"hub: {hub['url']}  {hub['detail']}" if hub else "hub: none configured (dispatcher --hub-url)")
     return "\n".join(lines)
+
+
+# -- the command -----------------------------------------------------------------------------------------------------
+
+def main(argv: list[str]) -> int:
+    """``tensorwire status``: print the cluster's state (or, with ``--local``, this host's devices); returns the exit
+    status."""
+    p = argparse.ArgumentParser(prog="tensorwire status", description="Show a cluster's state: per device its live "
+                                "sessions, memory, queue and recent throughput; the hub and the named services.")
+    p.add_argument("--address", default=os.environ.get("TENSORWIRE_ADDRESS", "tcp://127.0.0.1:5555"))
+    p.add_argument("--token-file", default=None, help="file holding the client token (default $TENSORWIRE_TOKEN)")
+    p.add_argument("--admin-token-file", default=None,
+                   help="file holding the admin token, to see every session (default $TENSORWIRE_ADMIN_TOKEN)")
+    p.add_argument("--keys", default=None, help="CURVE keys directory (default $TENSORWIRE_KEYS)")
+    p.add_argument("--json", action="store_true", help="print JSON (with --watch: one object a line)")
+    p.add_argument("--watch", nargs="?", type=float, const=2.0, default=None, metavar="SECONDS",
+                   help="refresh every SECONDS (default 2) until Ctrl-C")
+    p.add_argument("--count", type=int, default=None, help="with --watch: stop after N refreshes")
+    p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--local", action="store_true",
+                   help="list this host's devices as the installed backends see them (available or why not) instead "
+                        "of asking a cluster")
+    args = p.parse_args(argv)
+    if args.local:
+        return _local_devices(args.json)
+    if args.watch is not None and args.watch <= 0:
+        p.error("--watch needs a positive number of seconds")
+    token = resolve_token(ADMIN_TOKEN_ENV, args.admin_token_file) or resolve_token(CLIENT_TOKEN_ENV, args.token_file)
+    s = Session(args.address, token, timeout=args.timeout, keys=args.keys)
+    clear = args.watch is not None and not args.json and sys.stdout.isatty()
+    try:
+        n = 0
+        s.probe_channels()  # (which path this host's work would take to each worker: direct, or the relay and why)
+        for _ in range(args.count if args.count is not None else 1 << 62):  # bounded by --count, or Ctrl-C
+            st = s.cluster_status()
+            st["hub"] = hub_health(st.get("hub_url"))
+            if args.json:
+                print(json.dumps(st, default=str, **({} if args.watch is not None else {"indent": 2})), flush=True)
+            else:
+                print(("\x1b[H\x1b[2J" if clear else "") + render(st, args.address), flush=True)
+            n += 1
+            if args.watch is None or (args.count is not None and n >= args.count):
+                break
+            time.sleep(args.watch)
+    except KeyboardInterrupt:  # --watch ends with Ctrl-C: a clean stop, not an error
+        pass
+    finally:
+        s.close()
+    return 0
+
+
+def _local_devices(as_json: bool) -> int:
+    """``tensorwire status --local``: every installed backend's devices on this host, with the reason an
+    unavailable one gives (no driver, no GPU ...). Loads the backends (and their drivers) in this process."""
+    rows = [d.to_wire() for _, b in sorted(backends().items()) for d in b.devices()]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'device':<10} {'state':<14} {'memory':>14}  name or reason")
+    for d in rows:
+        state = "available" if d["available"] else "not available"
+        mem = human_bytes(d["memory_bytes"]) if d["memory_bytes"] else "-"
+        print(f"{d['device']:<10} {state:<14} {mem:>14}  {d['name'] if d['available'] else d['reason']}")
+    return 0
