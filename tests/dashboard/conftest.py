@@ -1,4 +1,6 @@
-"""A cluster with the dashboard, for the module that asks for it, and two client sessions on it."""
+"""A cluster with the dashboard, shared by this folder's modules (they add no service they do not stop, kill nothing
+and close their sessions: one start and stop instead of one per module), and two client sessions on it for each
+module."""
 
 from __future__ import annotations
 
@@ -9,10 +11,10 @@ from tests._processes import wait_for  # noqa: F401  (the dashboard tests import
 TOKEN = "dashboard-test-client-token"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def dash_cluster(tmp_path_factory):
     """cpu:0 and cpu:1 with a client token (session links are keyed with it), a hub serving metrics (its downloads)
-    and the dashboard on loopback."""
+    and the dashboard on loopback; one for the folder's modules."""
     pytest.importorskip("starlette", reason="the dashboard needs Starlette: pip install 'tensorwire[dashboard]'")
     pytest.importorskip("uvicorn", reason="the dashboard needs uvicorn: pip install 'tensorwire[dashboard]'")
     import tensorwire as tw

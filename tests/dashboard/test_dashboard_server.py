@@ -102,7 +102,8 @@ def test_the_live_feed_comes_at_least_once_a_second(dash_cluster):
 
 @pytest.fixture(scope="module")
 def remote_dashboard(dash_cluster, tmp_path_factory):
-    """``tensorwire dashboard`` bound beyond loopback (0.0.0.0), reached here over loopback."""
+    """``tensorwire dashboard`` bound beyond loopback (0.0.0.0), reached here over loopback; stopped when the module
+    ends (the cluster is the folder's)."""
     from tensorwire.cluster import _cli
     from tensorwire.protocol.credentials import write_token_file
 
@@ -112,7 +113,8 @@ def remote_dashboard(dash_cluster, tmp_path_factory):
     svc = dash_cluster.start_service("dashboard-any", _cli(
         "dashboard", "--address", dash_cluster.address, "--host", "0.0.0.0", "--port", "0",
         "--admin-token-file", str(admin_file), "--token-file", str(client_file)))
-    return svc.info["url"].replace("0.0.0.0", "127.0.0.1")
+    yield svc.info["url"].replace("0.0.0.0", "127.0.0.1")
+    svc.stop()
 
 
 def test_beyond_loopback_every_viewer_presents_the_admin_token_or_a_session_link(dash_cluster, remote_dashboard,

@@ -125,10 +125,15 @@ class Hosts:
         self._made, self._links = [], []
 
     # -- processes ---------------------------------------------------------------------------------
+    def spawn(self, name: str, host: str, argv: list[str], log: Path, env: dict) -> Service:
+        """Start service ``name`` (``argv``: a ``tensorwire.cli`` command line) inside host ``host``'s namespace,
+        without waiting: several started side by side, then ``wait_ready`` on each, start in the time of the
+        slowest."""
+        return Service(name, self.argv(host, argv), log, env)
+
     def service(self, name: str, host: str, argv: list[str], log: Path, env: dict, ready_s: float = 120) -> Service:
-        """Start service ``name`` (``argv``: a ``tensorwire.cli`` command line) inside host ``host``'s namespace and
-        wait for its readiness line (at most ``ready_s``; never a sleep)."""
-        svc = Service(name, self.argv(host, argv), log, env)
+        """:meth:`spawn`, then wait for its readiness line (at most ``ready_s``; never a sleep)."""
+        svc = self.spawn(name, host, argv, log, env)
         try:
             svc.wait_ready(time.monotonic() + ready_s)
         except BaseException:

@@ -29,6 +29,7 @@ from tensorwire.cluster import Service, _mpich_segments, _remove_mpich_leftovers
 from tensorwire.collectives.network import launcher
 from tensorwire.protocol.service import free_port
 from tests._ci import skip_unless_ci_installed
+from tests._processes import stop_together
 from tests.deploy.test_compose import help_text
 from tests.deploy.test_recipes import CLIENT
 
@@ -234,8 +235,7 @@ def test_the_rendered_pods_run_a_training_step(tmp_path):
                            timeout=180)
         assert "CLIENT OK" in r.stdout, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     finally:
-        for svc in reversed(services):
-            svc.stop()
+        stop_together(services)
         _remove_mpich_leftovers(segments, since)
         shutil.rmtree(shm, ignore_errors=True)
     # SIGTERM to a pod's command stops all it started (the workers' script stops its workers; mpiexec its ranks)

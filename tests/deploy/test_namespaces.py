@@ -15,9 +15,12 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
+
+from tests._processes import stop_together
 
 from .netns import Hosts, NetnsUnavailable, private_shm_argv
 
@@ -56,22 +59,28 @@ def cluster(hosts, tmp_path_factory):
     services = {}
 
     def start(name: str, ns: str, *args: str) -> None:
-        services[name] = hosts.service(name, ns, [*cli, *args], d / f"{name}.log", env)
+        services[name] = hosts.spawn(name, ns, [*cli, *args], d / f"{name}.log", env)
+
+    def ready(*names: str) -> None:  # (started side by side, ready in the time of the slowest)
+        deadline = time.monotonic() + 120
+        for name in names:
+            services[name].wait_ready(deadline)
 
     try:
         start("hub", "disp", "hub", "--root", str(hub_root), "--host", disp, "--port", "8700")
         start("dispatcher", "disp", "dispatcher", "--address", f"tcp://{disp}:5555", "--service-address",
               f"tcp://{disp}:5556", "--keys", str(keys), "--token-file", str(keys / "client.token"),
               "--hub-url", hub)
+        ready("hub", "dispatcher")  # (the services register with a dispatcher that answers)
         for dev, ns in (("cpu:0", "w0"), ("cpu:1", "w1")):
             start(dev, ns, "worker", "--device", dev, "--dispatcher", f"tcp://{disp}:5556", "--keys", str(keys),
                   "--hub-url", hub, "--threads", "1", "--direct-address", f"tcp://{hosts.addr(ns)}:5560")
         start("autograd", "disp", "autograd", "--dispatcher", f"tcp://{disp}:5556", "--keys", str(keys))
+        ready("cpu:0", "cpu:1", "autograd")
         yield {"address": f"tcp://{disp}:5555", "keys": keys, "token": (keys / "client.token").read_text().strip(),
                "hub": hub, "hub_token": (d / "hub.token").read_text().strip(), "services": services, "dir": d}
     finally:
-        for svc in services.values():
-            svc.stop()
+        stop_together(services.values())
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from tensorwire.cluster import Service
 from tensorwire.collectives.network import launcher
 from tensorwire.protocol.errors import ServiceUnavailable
 from tensorwire.protocol.service import free_port
+from tests._processes import stop_together
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SERVICES = {"dispatcher", "worker", "autograd", "collectives"}  # `tensorwire hub --root ...` serves too
@@ -141,8 +142,7 @@ def recipe(tmp_path_factory):
         wait_registered(address, ["autograd", "collectives@cpu:0", "collectives@cpu:1"], env, deadline)
         yield work, env, ports, later
     finally:
-        for svc in reversed(services):
-            svc.stop()
+        stop_together(services)
         shutil.rmtree(shm, ignore_errors=True)
 
 

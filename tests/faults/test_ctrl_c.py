@@ -10,7 +10,9 @@ import pty
 import select
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 PROGRAM = r"""
 import numpy as np
@@ -51,6 +53,23 @@ def _read_until(fd: int, marker: bytes | tuple, deadline: float) -> bytes:
     return out
 
 
+def _until_waiting_in_poll(pid: int, deadline: float) -> None:
+    """Return once the program's main thread sleeps in poll(2), its wait for the answer (past the client's short
+    spin), or at ``deadline``. A Ctrl-C typed right after "waiting" is printed, on a loaded machine, could land
+    before ``x.numpy()`` shipped the batch: it then stops nothing, and the long batch, still pending, runs with the
+    next op (the test's wait for "after:" timed out that way in a loaded run). A bounded poll of /proc, never a
+    sleep: it proves the Ctrl-C lands where the test says it does."""
+    wchan = Path(f"/proc/{pid}/task/{pid}/wchan")
+    tick = threading.Event()
+    for _ in range(1 << 20):  # bounded by the deadline
+        try:
+            if "poll" in wchan.read_text() or time.monotonic() > deadline:
+                return
+        except OSError:  # the program exited: what it printed says why
+            return
+        tick.wait(0.005)
+
+
 def _as_a_terminal_program() -> None:
     """In the child: the pty becomes its controlling terminal, and SIGINT has its default action (a test run that
     was started in the background of a non-interactive shell inherits SIGINT ignored, and Python then installs no
@@ -75,6 +94,7 @@ def test_ctrl_c_in_a_terminal_cancels_the_wait_and_keeps_the_cluster():
         for attempt in range(5):
             out += _read_until(master, f"waiting {attempt}".encode(), deadline)
             assert f"waiting {attempt}".encode() in out, out.decode(errors="replace")
+            _until_waiting_in_poll(proc.pid, time.monotonic() + 60)
             os.write(master, b"\x03")  # Ctrl-C, typed: the terminal sends SIGINT to its foreground process group
             out += _read_until(master, (b"interrupted", b"finished before"), time.monotonic() + 60)
             if b"interrupted" in out:

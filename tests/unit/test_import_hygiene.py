@@ -100,8 +100,15 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+#: the nodes that can hold statements (an expression holds none, a lambda's body included): the walk descends into
+#: these only, a tenth of a tree's nodes
+_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
 def _walk(node: ast.AST, in_function: bool, module_level: list, local: list) -> None:
     for child in ast.iter_child_nodes(node):
+        if not isinstance(child, _HOLDS_STATEMENTS):
+            continue
         if isinstance(child, (ast.Import, ast.ImportFrom)):
             (local if in_function else module_level).append(child)
         elif isinstance(child, ast.If) and _is_type_checking(child.test) and not in_function:
