@@ -12,7 +12,11 @@ import platform
 # are passive already (LocalCluster sets it).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from tests._bytecode import compile_tree  # noqa: E402
+
 from .harness import table  # noqa: E402
+
+compile_tree()  # (as a wheel install would have: the clusters' processes and the cold rows import compiled code)
 
 
 def main() -> None:

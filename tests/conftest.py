@@ -21,7 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from tests._bytecode import compile_tree
+
 os.environ.setdefault("TENSORWIRE_START_TIMEOUT", "120")
+compile_tree()  # (before any process starts: each would compile every module it imports from source)
 
 # pytest-timeout (300 s, pyproject) fails a test stuck in Python; a test stuck inside native code (a driver, MLX, a
 # compiler) never returns to the interpreter to see its signal. This watchdog runs in C, without the GIL: past it,
