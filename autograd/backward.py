@@ -56,9 +56,10 @@ class BackwardBuilder(Builder):
         return Value(tuple(shape), dtype, r)
 
     def op(self, name: str, *inputs: Value, **attrs) -> Value:
-        shape, dtype = infer(name, [(v.shape, v.dtype) for v in inputs], attrs)
+        frozen = freeze(attrs)  # (the CSE key's, and inference's memo key: see ``infer``'s ``attrs_key``)
+        shape, dtype = infer(name, [(v.shape, v.dtype) for v in inputs], attrs, frozen if attrs else None)
         refs = tuple(v.ref for v in inputs)
-        key = (name, refs, freeze(attrs), self.dev)
+        key = (name, refs, frozen, self.dev)
         r = self._cse.get(key)
         if r is None:
             r = self._cse[key] = len(self.nodes)
@@ -108,7 +109,7 @@ def build_backward(g: dict) -> dict:
             if not isinstance(r, int) or r >= j or -r > len(ext):
                 raise ProtocolError(f"node {j}: bad reference {r!r}")
             ins.append(_value_meta(r, metas, ext)[:2])
-        metas.append((*infer(op, ins, attrs or {}), d))
+        metas.append((*infer(op, ins, attrs or {}, freeze(attrs) if attrs else None), d))
 
     def meta(r):
         if not isinstance(r, int) or r >= len(metas) or -r > len(ext):

@@ -6,9 +6,9 @@ first time a machine sees a fragment, which a fragment run a few times never ear
 coming back (a training step, eager or ``tw.compile``'d, replays the same plans every step) does earn it: after
 ``Device.hot_runs()`` runs (the CPU: ``TENSORWIRE_CPU_COMPILE_HOT_RUNS``, default 100) its plan is made again the
 way the device plans fragments it compiles, and the runners for the kept-slot sets it has been run with are built,
-on a background thread: gcc runs there while the plan goes on running interpreted. A compiled program that would not
-make fewer calls than the interpreted one is not built (the device decides: ``Device.hot_runner``); the plan stays
-as it is.
+on a background thread, at a lower priority (:data:`HOT_NICE`): gcc runs there while the plan goes on running
+interpreted. A compiled program that would not make fewer calls than the interpreted one is not built (the device
+decides: ``Device.hot_runner``); the plan stays as it is.
 
 A compiled plan is taken only if it is measured no slower (:class:`Trial`; issue 37: the DCGAN and the char-level
 transformer took 1.04-1.19x the worker's CPU with the compiler on). Once it is ready, the plan's next runs alternate
@@ -32,10 +32,12 @@ every step in the background, at ~2.5x the time of running interpreted, and neve
 very same fragment was planned before (a plan the plan cache evicted, made again: compiled again, it would be
 evicted again). Such a plan waits to be hot in its own right, as a small fragment does (``Device.hot_runs()`` runs;
 never where that is 0). So does the first plan of a structure that has been planned at other shapes by the time it
-would start compiling (:meth:`Tier.ran`), or after which the device made more than :data:`CHURN` other plans: the
-first batch of a loop whose batches change shape cannot tell it from a fixed-shape loop's, its second batch can (a
-warm run of the char-level transformer compiled a new structure's first shape, ~3-6 s of gcc for a plan run once or
-twice). A fixed-shape loop plans each fragment once, and compiles it after its first runs.
+would start compiling (:meth:`Tier.ran`), or after which the device planned any structure at a new shape, or made
+more than :data:`CHURN` other plans: the first batch of a loop whose batches change shape cannot tell it from a
+fixed-shape loop's, its second batch can (a warm run of the char-level transformer compiled a new structure's first
+shape, ~3-6 s of gcc for a plan run once or twice; its forward is a structure per batch size, whose first shape may
+come again before its structure changes shape, while its backward changes shape every step). A fixed-shape loop
+plans each fragment once, and compiles it after its first runs.
 
 The compiled and the interpreted runs of a plan agree to rounding (a float32 sum accumulates in float64 in a C
 kernel, pairwise in numpy), as a fragment above the threshold agrees with one below it.
@@ -44,6 +46,8 @@ kernel, pairwise in numpy), as a fragment above the threshold agrees with one be
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 import weakref
@@ -88,15 +92,33 @@ class _Unkeyed:
 #: a node's attributes that have no key (not plain values): its fragment is keyed by the object (see fragment)
 UNKEYED = _Unkeyed()
 
+#: the nice value the background compiles run at (the compile thread's, which the compiler processes it starts
+#: inherit): a hot plan's compile is work the run can do without, and on a machine with few cores it took the cores
+#: the run's own processes wanted (issue 37: the char-RNN's first run spent ~0.7 s of gcc CPU beside a client and a
+#: worker that keep two cores busy); at a lower priority it takes what they leave idle. 0: the run's priority
+HOT_NICE = 5
+
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
+
+
+def _lower_priority() -> None:
+    """Lower the calling thread's priority by :data:`HOT_NICE` (Linux: a thread's nice value is its own, and a
+    process it starts inherits it); where that cannot be done the compiles run at the run's priority."""
+    if HOT_NICE <= 0 or not hasattr(os, "setpriority") or not sys.platform.startswith("linux"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + HOT_NICE, 19))
+    except OSError:
+        pass
 
 
 def _pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:  # one thread: compiles queue up rather than take every core at once
-            _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tensorwire-hot")
+            _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tensorwire-hot", initializer=_lower_priority)
         return _POOL
 
 
@@ -151,6 +173,8 @@ class Structures:
         self._slower: OrderedDict[int, None] = OrderedDict()  # fragments whose compiled plan measured slower
         self._lock = threading.Lock()
         self.planned = 0  # plans noted so far (see :meth:`unsettled`)
+        #: plans noted of a structure planned before at other shapes (see :meth:`unsettled`)
+        self.reshaped = 0
         #: trial verdicts so far: compiled plans taken, and compiled plans measured slower (kept interpreted)
         self.verdicts = {"compiled": 0, "interpreted": 0}
 
@@ -180,6 +204,8 @@ class Structures:
         with self._lock:
             self.planned += 1
             seen = self._shapes.pop(structure, None) or set()
+            if seen and shapes not in seen:
+                self.reshaped += 1
             if len(seen) < 2:
                 seen.add(shapes)
             self._shapes[structure] = seen
@@ -190,13 +216,18 @@ class Structures:
                     d.popitem(last=False)
             return len(seen) == 1 and not again
 
-    def unsettled(self, structure: int, since: int) -> bool:
-        """Whether a plan of ``structure`` made when :attr:`planned` was ``since`` is no fixed loop's after all:
-        its structure has been planned at other shapes since, or the device has made more than :data:`CHURN` other
-        plans (a loop that replays a fixed set of plans makes none; one whose fragments keep changing makes one or
-        more a step, and runs each of them seldom)."""
+    def unsettled(self, structure: int, since: tuple[int, int]) -> bool:
+        """Whether a plan of ``structure`` made when :attr:`planned` and :attr:`reshaped` were ``since`` is no fixed
+        loop's after all: its structure has been planned at other shapes since, or any structure has (a loop whose
+        batches change shape: one of its fragments may keep its structure's first shape for a few steps, and come
+        again before its structure changes shape; issue 37: the char-level transformer, whose forward's structure
+        is one per batch size, compiled ~1 s of gcc each for two such plans in its first run, run twice each), or the
+        device has made more than :data:`CHURN` other plans (a loop that replays a fixed set of plans makes none;
+        one whose fragments keep changing makes one or more a step, and runs each of them seldom)."""
+        planned, reshaped = since
         with self._lock:
-            return len(self._shapes.get(structure, ())) > 1 or self.planned - since > CHURN
+            return (len(self._shapes.get(structure, ())) > 1 or self.reshaped > reshaped
+                    or self.planned - planned > CHURN)
 
 
 _STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> its Structures
@@ -255,7 +286,7 @@ def tier_for(device, runs: int, nodes: list, ext_metas: list, node_meta: list,
     if fr is None:  # (attributes that are not plain values: a fragment that will not be planned again as such)
         fr = hash((st, sh, id(nodes)))
     if known.settled(st, sh, fr):  # (early: unless it proves unsettled meanwhile)
-        return Tier(nodes, ext_metas, runs, (st, known.planned), attrs_keys=attrs_keys)
+        return Tier(nodes, ext_metas, runs, (st, (known.planned, known.reshaped)), attrs_keys=attrs_keys)
     return Tier(nodes, ext_metas, hot_runs, attrs_keys=attrs_keys) if hot_runs > 0 else None
 
 
@@ -281,8 +312,9 @@ class Tier:
                  attrs_keys: list | None = None):
         self.nodes, self.ext_metas = nodes, ext_metas
         self.hot_runs = hot_runs  # the runs after which it compiles (``Device.hot_runs`` of its steps)
-        #: ``(structure, Structures.planned when it was made)`` of a plan that compiles early (its structure's first
-        #: shape): it waits as long as a small fragment after all if it proves unsettled by then (see :meth:`ran`)
+        #: ``(structure, (Structures.planned, Structures.reshaped) when it was made)`` of a plan that compiles early
+        #: (its structure's first shape): it waits as long as a small fragment after all if it proves unsettled by
+        #: then (see :meth:`ran`)
         self.early = early
         self.attrs_keys = attrs_keys  # (as :func:`fragment` takes them: to remember a slower fragment)
         self.runs = 0
@@ -313,6 +345,8 @@ class Tier:
                 self.runs -= 1
                 return
             self.known = structures_of(device)
+            log.debug("hot plan of %d steps (%d nodes) compiles after %d runs%s", len(plan.program.steps),
+                      len(self.nodes), self.runs, " (its structure's first shape)" if early is not None else "")
             _pool().submit(self._compile, device, plan, list(self.keeps))
 
     def _compile(self, device, plan, keeps: list[frozenset]) -> None:

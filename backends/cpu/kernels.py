@@ -16,10 +16,21 @@ from tensorwire.protocol import random as rng
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange
 from tensorwire.protocol.ops import COMPARE, OPS, binary_dtype
 
-try:  # scipy's erf is exact; math.erf vectorised is the fallback
-    from scipy.special import erf as _erf
-except ImportError:  # pragma: no cover - scipy is optional
-    _erf = np.vectorize(math.erf, otypes=[np.float64])
+_SCIPY_ERF = None  # (scipy's erf once imported, else math.erf vectorised)
+
+
+def _erf(x):
+    """scipy's erf (exact; math.erf vectorised where scipy is missing), imported on the first call: a client imports
+    these kernels for its host ops, and importing scipy.special took ~0.4-1.3 s of a script's first run (issue 37)."""
+    global _SCIPY_ERF
+    f = _SCIPY_ERF
+    if f is None:
+        try:
+            from scipy.special import erf as f  # lazy: ~0.4-1.3 s to import, for the first erf only
+        except ImportError:  # pragma: no cover - scipy is optional
+            f = np.vectorize(math.erf, otypes=[np.float64])
+        _SCIPY_ERF = f
+    return f(x)
 
 _HALF = tuple(d.np for d in D.HALF)  # their numpy types
 

@@ -105,6 +105,30 @@ def test_a_first_shape_does_not_compile_once_its_structure_has_changed_shape():
     assert a.tier.runs == 4 and not a.tier.done.is_set()
 
 
+@needs_cc
+def test_a_first_shape_does_not_compile_once_another_structure_has_changed_shape():
+    """A large fragment's first shape, run again before its own structure changes shape, does not compile at its
+    second run when the device planned another structure at a new shape meanwhile: a loop whose batches change
+    shape (issue 37: the char-level transformer's forward is a structure per batch size, its backward one structure
+    that changes shape every step; three forwards compiled ~1 s of gcc each, run two or three times). Counted."""
+    dev = CompiledBackend(min_work=1 << 10, large_runs=2, hot_runs=50, trial_runs=0).open(0)
+    ext = _adam_inputs(4096)
+    first = X.compile_plan(dev, ADAM, _metas(ext))
+    assert first.tier.hot_runs == 2
+    _run(dev, first, ext)
+    x = [np.ones(4096, np.float32)]
+    square = [["mul", [-1, -1], None]]
+    X.compile_plan(dev, square, _metas(x))  # another structure, planned at one shape: nothing changed shape yet
+    _run(dev, first, ext)
+    assert first.tier.done.wait(COMPILE_S) and first.tier.take(first) and first.hot  # a fixed loop's: compiled
+    second = X.compile_plan(dev, ADAM[:2], _metas(ext))  # (another structure)
+    assert second.tier.hot_runs == 2
+    _run(dev, second, ext)
+    X.compile_plan(dev, square, _metas([np.ones(4608, np.float32)]))  # the other structure at a new shape
+    _run(dev, second, ext)
+    assert second.tier.hot_runs == 50 and second.tier.runs == 2 and not second.tier.done.is_set()
+
+
 def _plan_sig(plan) -> list:
     return [(s.op, s.ins, s.shape, s.dtype, s.out, s.origin, s.dynamic, s.frees, s.in_meta) for s in
             plan.program.steps]

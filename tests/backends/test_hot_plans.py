@@ -3,6 +3,7 @@ on a background thread, and the worker swaps the compiled plan in between two ru
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -249,6 +250,28 @@ def test_the_background_compiles_are_bounded():
     b.spent(0.0)
     b.spent(1e6)  # a compile that took far more than half the time since the first: no more for now
     assert not b.admit()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own nice value is Linux's")
+def test_the_background_compiles_run_at_a_lower_priority():
+    """The compile thread runs at ``HOT_NICE`` below the worker's priority, and so do the compiler processes it
+    starts (they inherit it): a hot plan's compile takes the cores the run leaves idle (issue 37)."""
+    import os
+    import subprocess
+    import threading
+
+    from tensorwire.backends import hot
+
+    def priorities():
+        child = subprocess.run([sys.executable, "-c", "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"],
+                               capture_output=True, text=True, check=True)
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), int(child.stdout)
+
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    want = min(base + hot.HOT_NICE, 19)
+    assert hot.HOT_NICE > 0
+    assert hot._pool().submit(priorities).result(COMPILE_S) == (want, want)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # the caller's is its own
 
 
 def test_a_trial_that_cannot_measure_leaves_the_plan_interpreted_without_a_verdict():
