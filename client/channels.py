@@ -364,15 +364,17 @@ class DataPlane:
         return rel, locs
 
     # -- paths -------------------------------------------------------------------------------------
-    def direct_device(self, batch_dev: str | None, ext, fetch) -> str | None:
+    def direct_device(self, batch_dev: str | None, ext, fetch, release=()) -> str | None:
         """The device a message may go to directly, or None: ``batch_dev`` is the one device of its nodes ("" when
         it has none, None when it spans several or holds work only the relay does); its inputs and fetched values
-        must all live there."""
+        must all live there. A message of releases alone (no nodes, inputs or fetches: the flush before a service
+        request) goes to the device its ``release`` ids all live on: relayed, it took that device back to the relay
+        for :data:`SWITCH_BACK` batches (issue 37: 371 of the char-level transformer's 575 batches of a cold run)."""
         if not self.enabled or batch_dev is None:
             return None
         loc = self.loc
         dev = batch_dev or None
-        for i in itertools.chain(ext, fetch):
+        for i in itertools.chain(ext, fetch) if (ext or fetch or dev is not None) else release:
             d = loc.get(i)
             if d is None or (dev is not None and d != dev):
                 return None

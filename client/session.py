@@ -1060,7 +1060,7 @@ class Session:
         handles it keeps, with their devices. With ``reply``, returns the number its answer carries."""
         plane = self._plane
         plane.made(made)
-        dev = plane.direct_device(batch_dev, ext, fetch)
+        dev = plane.direct_device(batch_dev, ext, fetch, header["release"])
         ch = self._ready_channel(dev) if dev is not None else None
         if ch is not None:
             if dev not in plane.direct:  # relayed work may still be on its way to this worker: sync it first
