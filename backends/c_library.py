@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import _ctypes
 import ctypes
+import functools
 import gc
 import logging
 import os
@@ -50,6 +51,10 @@ OPENMP_RUNTIMES = ("libgomp.so.1", "libomp.so.5", "libomp.so", "libiomp5.so")
 
 #: the process's cffi instance: it parses each distinct function type once
 ffi = FFI()
+#: ``ffi.from_buffer(array)`` (a ``char[]`` over the array's memory) without the Python wrapper around cffi's own call
+#: (~0.3 us a buffer, a kernel launch's largest cost after the call: issue 37); the public call where cffi lacks it
+_FROM_BUFFER = (functools.partial(ffi._backend.from_buffer, ffi.BCharA)
+                if hasattr(ffi, "_backend") and hasattr(ffi, "BCharA") else ffi.from_buffer)
 log = logging.getLogger("tensorwire.kernels")
 _PINNED: list = []
 
@@ -229,7 +234,7 @@ class LibraryRuntime:
         written in drops them."""
         dtypes = [b.dtype.np for b in k.bufs]
         err = self.err
-        from_buffer = ffi.from_buffer
+        from_buffer = _FROM_BUFFER
         errp = from_buffer(err)
         ours = getattr(k, "kept_scalars", None)  # (a kernel with its sizes written in: see bind_sizes)
 
@@ -239,8 +244,13 @@ class LibraryRuntime:
             ptrs = []
             for j, dt in enumerate(dtypes):
                 b = bufs[j]
-                if type(b) is not np.ndarray or b.dtype != dt or not b.flags.c_contiguous:
-                    b = bufs[j] = np.ascontiguousarray(b, dtype=dt)  # (kept alive by bufs for the call)
+                if type(b) is np.ndarray and (b.dtype is dt or b.dtype == dt):
+                    try:  # (cffi takes a C-contiguous array's buffer and refuses any other: numpy's own check)
+                        ptrs.append(from_buffer(b))
+                        continue
+                    except ValueError:
+                        pass
+                b = bufs[j] = np.ascontiguousarray(b, dtype=dt)  # (kept alive by bufs for the call)
                 ptrs.append(from_buffer(b))
             if k.can_raise:
                 err[0] = 0

@@ -11,6 +11,7 @@ elements).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -329,8 +330,9 @@ class Lowerer:
         if not W or st.dtype is not D.float32:
             g = ir.gid(n)
             v = kb.compute(st, kb.at(st.shape, g))
-            if self.opts.nest and not kb.body:
-                d = _inner_divisor(v, ir.GID, n)
+            if self.opts.nest and all(type(s) in _NESTABLE for s in kb.body):
+                # (statements before the store: the kept values the kernel stores besides its own, see _carry)
+                d = _inner_divisor([v, *(e for s in kb.body for e in _exprs(s))], ir.GID, n)
                 if d is not None:
                     return self._nested(kb, out, n, v, d)
             kb.emit(ir.Store(out, g, v))
@@ -349,7 +351,8 @@ class Lowerer:
 
     @staticmethod
     def _nested(kb: KernelBuilder, out: str, n: int, v: X, d: X) -> int:
-        """Element ``gid`` of an elementwise kernel (its value ``v``) as one item per ``d`` elements (``d`` divides
+        """Element ``gid`` of an elementwise kernel (its value ``v``, after the statements already in its body: the
+        kept values it stores besides, ``Let`` and ``Store`` only) as one item per ``d`` elements (``d`` divides
         ``n``; see ``Options.nest``): item ``o`` loops over ``j`` < ``d`` computing element ``o * d + j``, so the
         index arithmetic's ``gid // d`` is ``o`` and ``gid % d`` is ``j``, and the divisions left depend on ``o``
         only, out of the inner loop (a unit-stride walk the C compiler vectorises)."""
@@ -357,9 +360,12 @@ class Lowerer:
         o = var(NEST_OUTER, INDEX, 0, n // dv - 1)
         j = var(NEST_INNER, INDEX, 0, dv - 1)
         flat = o * d + j
+        memo: dict = {}
+        inner = [_substituted(s, ir.GID, flat, memo) for s in kb.body]
+        inner.append(ir.Store(out, flat, substitute(v, ir.GID, flat, memo)))
+        kb.body.clear()  # (kb.block is the body: the statements move into the inner loop)
         kb.emit(ir.Let(NEST_OUTER, ir.gid(n // dv)))
-        kb.emit(ir.Loop(NEST_INNER, iconst(0), d, [ir.Store(out, flat, substitute(v, ir.GID, flat, {}))],
-                        independent=True))
+        kb.emit(ir.Loop(NEST_INNER, iconst(0), d, inner, independent=True))
         kb.heavy = True  # (each item loops: the C target hands items out dynamically, its simd is the inner loop's)
         return n // dv
 
@@ -458,10 +464,26 @@ NEST_MIN = 4
 NEST_OUTER, NEST_INNER = "o", "j"
 
 
-def _inner_divisor(v: X, name: str, n: int) -> X | None:
+#: the statements an elementwise kernel's body may hold before its store and still nest (see Lowerer._nested)
+_NESTABLE = (ir.Let, ir.Store)
+
+
+def _exprs(stmt) -> list:
+    """The expressions of a ``Let`` or ``Store``."""
+    return [stmt.value] if type(stmt) is ir.Let else [stmt.idx, stmt.value]
+
+
+def _substituted(stmt, name: str, value: X, memo: dict):
+    """A ``Let`` or ``Store`` with the index variable ``name`` replaced by ``value`` (:func:`.lanes.substitute`)."""
+    if type(stmt) is ir.Let:
+        return dataclasses.replace(stmt, value=substitute(stmt.value, name, value, memo))
+    return ir.Store(stmt.buf, substitute(stmt.idx, name, value, memo), substitute(stmt.value, name, value, memo))
+
+
+def _inner_divisor(roots: list, name: str, n: int) -> X | None:
     """The smallest divisor (a constant or a size parameter) of the index variable ``name`` (of ``n`` values) in
-    ``v``'s index arithmetic (``name // d``, ``name % d``) that divides ``n``, at least :data:`NEST_MIN` and below
-    ``n``; None if there is none."""
+    the index arithmetic (``name // d``, ``name % d``) of the expressions ``roots`` that divides ``n``, at least
+    :data:`NEST_MIN` and below ``n``; None if there is none."""
     best: X | None = None
     seen: set = set()
 
@@ -478,7 +500,8 @@ def _inner_divisor(v: X, name: str, n: int) -> X | None:
                 best = d
         for x in e.src:
             walk(x)
-    walk(v)
+    for v in roots:
+        walk(v)
     return best
 
 
@@ -489,5 +512,33 @@ def _uses(x: X, name: str) -> bool:
 
 
 def lower(steps: list, keep: set, opts: Options | None = None) -> Lowered:
-    """Group ``steps`` into kernels; the slots in ``keep`` (and everything a host step reads) become buffers."""
-    return Lowerer(steps, keep, opts or Options()).run()
+    """Group ``steps`` into kernels; the slots in ``keep`` (and everything a host step reads) become buffers. Where
+    matmul is a host op, an outer product (:func:`_outer_products`) is lowered as the elementwise product it is."""
+    opts = opts or Options()
+    if "matmul" in opts.host_ops:
+        steps = _outer_products(steps)
+    return Lowerer(steps, keep, opts).run()
+
+
+#: the dtypes whose outer products are lowered as elementwise products (a 16-bit float's product rounds through
+#: float32 in the host kernel, as the elementwise rule may not)
+_OUTER_DTYPES = frozenset({D.float32, D.float64})
+
+
+def _outer_products(steps: list) -> list:
+    """``steps`` with each matmul that contracts a dimension of 1 (``[..., M, 1] @ [..., 1, N]``, both at least 2-D,
+    of one float dtype) as a ``mul`` of the same operands, which broadcasts them to the same ``[..., M, N]``: each
+    element is one product, so the values are the host kernel's (``np.multiply``, see the CPU's ``_outer_product``),
+    zeros' signs included, and a fused kernel computes it in place of a buffer the BLAS call would write (a recurrent
+    layer's weight gradient a letter, summed over the letters and added to the weight: issue 37)."""
+    out = None
+    for k, st in enumerate(steps):
+        if st.op != "matmul" or len(st.in_meta) != 2:
+            continue
+        (xs, xt), (ys, yt) = st.in_meta
+        if len(xs) < 2 or len(ys) < 2 or xs[-1] != 1 or not (st.dtype is xt is yt) or st.dtype not in _OUTER_DTYPES:
+            continue
+        if out is None:
+            out = list(steps)
+        out[k] = dataclasses.replace(st, op="mul", attrs={}, kernel=None)
+    return steps if out is None else out

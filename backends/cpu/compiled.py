@@ -215,10 +215,18 @@ class CompiledMixin:
             return None
 
     def host_call(self, step):
-        """A callable for a host step: a worker op, an empty result, or the backend's numpy kernel."""
+        """A callable for a host step: a worker op, an empty result, or the backend's numpy kernel, specialized as
+        the interpreter's straight-line runner calls it (``specialize``: a 2-D matmul is ``np.matmul`` itself, an
+        outer product ``np.multiply``, a view its numpy view; the generic kernel's values). The generic kernel took
+        ~2-4x the specialized call's time, which made a char-RNN step's compiled plan lose its trial to the numpy
+        kernels (issue 37). A matmul of a batch of rows by a matrix keeps the generic kernel: it makes one gemm of
+        all the rows, where ``np.matmul`` makes one a batch (its values rounded as the compiled plans have them)."""
         if step.op in WORKER_OPS or step.dynamic:
             return host_step_call(self, step)
         k = self.backend.kernels[step.op]
+        if getattr(step, "kernel", None) is k and not (step.op == "matmul" and len(step.in_meta[0][0]) > 2):
+            f = self.specialize(step)
+            return lambda args, dyn, frames: f(*args)
         attrs, shape, dtype = step.attrs, step.shape, step.dtype
         return lambda args, dyn, frames: k(args, attrs, shape, dtype)
 

@@ -89,6 +89,22 @@ def test_a_channel_broadcast_loops_over_its_pixels():
     assert flat.grid == 3 * 5 * 7 * 6 and not _innermost(flat.body)  # (before: an item an element, dividing gid)
 
 
+def test_a_kernel_that_stores_a_kept_value_besides_its_own_nests_too():
+    """``w + x * y`` with ``x * y`` kept (a weight's gradient, summed over a recurrent loop's letters, and the updated
+    weight): one kernel stores both, one item a row, a loop over the row with no division in it (both stores in it);
+    before, the kept value's store kept it an item an element, dividing ``gid`` twice an element (issue 37)."""
+    nodes = [["mul", [-1, -2], None], ["add", [-3, 0], None]]
+    metas = [((128, 1), F32), ((1, 185), F32), ((128, 185), F32)]
+    plan = X.compile_plan(NumpyBackend().open(0), nodes, metas)
+    keep = {plan.node_slot[0], plan.node_slot[1]}
+    (k,) = lower(plan.program.steps, keep, CPU).kernels
+    assert k.grid == 128 and _inner_divisions(k) == 0
+    ((_, inner),) = _innermost(k.body)
+    assert sum(isinstance(s, ir.Store) for s in inner) == 2
+    (flat,) = lower(plan.program.steps, keep, dataclasses.replace(CPU, nest=False)).kernels
+    assert flat.grid == 128 * 185 and not _innermost(flat.body)
+
+
 def test_a_contiguous_chain_keeps_one_item_an_element():
     """Nothing divides the index of ``exp(x) + y``: its kernel is unchanged (one item an element, no loop)."""
     (k,) = _kernels([["exp", [-1], None], ["add", [0, -2], None]], [(6, 8), (6, 8)])
