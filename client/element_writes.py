@@ -19,11 +19,14 @@ import numbers
 import numpy as np
 
 from tensorwire.protocol.errors import IndexOutOfRange
+from tensorwire.protocol.graph import attrs_key
 
 from . import views as V
 
 #: a run of writes is recorded once it holds this many positions (its two uploads stay small)
 MAX_RUN = 1 << 16
+#: the attrs key of a run's ``index_put`` (:meth:`ElementWrites.record`: its nodes' inference is done there)
+_INDEX_PUT_KEY = attrs_key("index_put", {"dim": 0, "accumulate": False})
 
 
 def _as_int(k) -> int | None:
@@ -102,10 +105,14 @@ class ElementWrites:
         n = x.numel()
         pos = np.fromiter(self.values.keys(), np.int64, len(self.values))
         vals = np.array(list(self.values.values()), dtype=np.float64 if dt.is_floating_point else object).astype(dt.np)
-        flat = s.record("reshape", [self.before], {"shape": [n]}, x._dev)
+        # (each node's attrs key and output meta given: a reshape to (n,), the index_put of that shape, the reshape
+        # back to x's shape, whose handle the run took at its first write)
+        flat_meta = ((n,), dt)
+        flat = s.record("reshape", [self.before], {"shape": [n]}, x._dev, (V.reshape_key((n,)), flat_meta))
         out = s.record("index_put", [flat, s.const(vals, x._dev, dt), s.const(pos, x._dev)],
-                       {"dim": 0, "accumulate": False}, x._dev)
-        made = s.record("reshape", [out], {"shape": list(x._shape)}, x._dev, hid=self.hid)
+                       {"dim": 0, "accumulate": False}, x._dev, (_INDEX_PUT_KEY, flat_meta))
+        made = s.record("reshape", [out], {"shape": list(x._shape)}, x._dev, (V.reshape_key(x._shape), (x._shape, dt)),
+                        hid=self.hid)
         made._s = None  # x holds this handle: the record's own tensor must not release it when it dies
         self.before = None
 
@@ -117,6 +124,13 @@ def write(x, key, value) -> bool:
     pos = element_position(x, key)
     if pos is None:
         return False
+    write_at(x, pos, value)
+    return True
+
+
+def write_at(x, pos: int, value) -> None:
+    """``x``'s element at flat (row-major) position ``pos`` set to ``value``, in a run of element writes; ``x`` and
+    ``value`` as :func:`write` takes them (``x`` not a view, :func:`batchable`)."""
     s = x._s
     run = s._writes
     if run is None or run.target is not x or x._id != run.hid:
@@ -125,4 +139,3 @@ def write(x, key, value) -> bool:
     run.add(pos, value.item() if isinstance(value, np.generic) else value)
     if len(run.values) >= MAX_RUN:
         s.end_writes()
-    return True

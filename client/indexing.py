@@ -16,7 +16,7 @@ from tensorwire.protocol.errors import IndexOutOfRange
 
 from . import views as V
 from .amp import autocast_mode as _amp
-from .element_writes import batchable, element_position, write
+from .element_writes import batchable, element_position, write, write_at
 
 _amp_active = _amp._active
 
@@ -126,12 +126,12 @@ def _int(v):
     if v is None:
         return None
     if isinstance(v, Tensor):
-        if not v._shape and not v.dtype.is_floating_point:  # (a 0-d integer bound the client has, ``data[i:i + 8]``:
+        if not v._shape and v.dtype.category == 1:  # (a 0-d integer bound the client has, ``data[i:i + 8]``:
             s, b = v._s, v._base  # read here, as ``item`` would)
             if s._capture is None and (b is None or b._version == v._base_version):
                 a = s._known.get(v._id)
                 if a is not None:
-                    return int(a)
+                    return a.item()  # (a 0-d integer array: its Python int)
         return int(v.item())
     if isinstance(v, (int, np.integer)):
         return int(v)
@@ -156,9 +156,14 @@ def getitem(x, key):
             out = shape[1:]
         else:
             a, b = key.start, key.stop
-            a, b, _ = slice(a if type(a) is int else _int(a), b if type(b) is int else _int(b)).indices(n)
-            if b < a:
-                b = a
+            if type(a) is not int:
+                a = 0 if a is None else _int(a)
+            if type(b) is not int:
+                b = n if b is None else _int(b)
+            if not 0 <= a <= b <= n:  # (``slice.indices``' clamping, for the bounds that need it)
+                a, b, _ = slice(a, b).indices(n)
+                if b < a:
+                    b = a
             out = lens = (b - a, *shape[1:])
         nd = len(shape)
         if nd == 1:
@@ -279,6 +284,8 @@ def iter_known(x):
     key_meta = V.slice_known(lens, (1,) * nd, dt)
     then = ("reshape", {"shape": rest}, (V.reshape_key(out), (out, dt)))
     one_d_int64 = nd == 1 and dt is D.int64
+    # (a 1-d int64 x's elements: each x[i]'s step made once for every x of that length, see _element_steps)
+    steps1 = _element_steps(shape[0]) if one_d_int64 else None
     Slice = V.Slice
     hid, arr, ints = None, None, None
     for i in range(shape[0]):
@@ -289,7 +296,10 @@ def iter_known(x):
             hid = x._id
             arr = known.peek(hid)
             ints = arr.tolist() if arr is not None and one_d_int64 else None
-        if nd == 1:
+        if steps1 is not None:
+            one = steps1[i]
+            step = one[0]
+        elif nd == 1:
             step = Slice([i], [i + 1], [1], out, shape)  # (x[i])
         else:
             step = Slice([i, *zeros], [i + 1, *rest], [1] * nd, out, shape)
@@ -297,14 +307,49 @@ def iter_known(x):
                 or (b is not None and b.requires_grad):
             yield x._view(step)
             continue
-        step._known = key_meta
-        if ints is not None:
+        if ints is not None:  # (mark_view's, for a step of its own kept: x[i] of a 1-d x is a 0-d, of no parts)
             t = s.known_int64(ints[i], dev)
-        else:
-            t = s.defer("slice", (x,), {"starts": step.starts, "stops": step.stops, "steps": step.steps}, dev,
-                        key_meta, then, arr[i, ...])
+            if b is None:
+                t._base = x
+                t._vsteps = one
+                t._base_version = x._version
+            else:
+                t._base = b
+                t._vsteps = (x._vsteps or ()) + (step,)
+                t._base_version = b._version
+            yield t
+            continue
+        step._known = key_meta
+        t = s.defer("slice", (x,), {"starts": step.starts, "stops": step.stops, "steps": step.steps}, dev, key_meta,
+                    then, arr[i, ...])
         V.mark_view(t, x, step)
         yield t
+
+
+#: :func:`_element_steps`'s, by length (emptied when it holds :data:`_MAX_ELEMENT_STEPS` lengths: a known value has
+#: at most a few thousand elements, so this keeps at most a few hundred thousand small steps)
+_ELEMENT_STEPS: dict[int, tuple] = {}
+_MAX_ELEMENT_STEPS = 64
+
+
+def _element_steps(n: int) -> tuple:
+    """Per ``i < n``, ``(step,)``: the view step of ``x[i]`` for a 1-d int64 ``x`` of ``n`` elements (its slice of
+    ``[i:i + 1]`` and reshape to 0-d), with its attrs key and meta (``Slice._known``), as a view's chain of one step.
+    Made once a length and shared by the elements of every such ``x`` (a loader iterates a new ``ix`` of the same
+    length each batch): a step is never changed once made, and the chain of a 0-d view is never one whose rows are
+    read (``Slice.rows`` of this step is None), so sharing it changes nothing a step's identity keys."""
+    steps = _ELEMENT_STEPS.get(n)
+    if steps is None:
+        key_meta = V.slice_known((1,), (1,), D.int64)
+        made = []
+        for i in range(n):
+            st = V.Slice([i], [i + 1], [1], (), (n,))
+            st._known = key_meta
+            made.append((st,))
+        if len(_ELEMENT_STEPS) >= _MAX_ELEMENT_STEPS:
+            _ELEMENT_STEPS.clear()
+        steps = _ELEMENT_STEPS[n] = tuple(made)
+    return steps
 
 
 def _split_key(x, key):
@@ -365,7 +410,7 @@ def _advanced(x, key):
 def setitem(x, key, value):
     if write(x, key, value):  # one element, a Python value: batched with the writes next to it
         return
-    if x._base is not None and _view_element_write(x, key, value, write):
+    if x._base is not None and _view_element_write(x, key, value):
         return
     key = _expand_key(x, key)
     if not any(_is_tensorlike(k) for k in key):
@@ -400,7 +445,7 @@ def setitem(x, key, value):
     x._assign(new)
 
 
-def _view_element_write(x, key, value, write) -> bool:
+def _view_element_write(x, key, value) -> bool:
     """``x[key] = value`` for one element of a view made of basic slices and reshapes (``t[i][0][j] = 1``), written as
     that element of the root base, so it joins the base's run of element writes (``client/element_writes.py``);
     False when it cannot (the general path then records it back through the view's steps)."""
@@ -413,12 +458,8 @@ def _view_element_write(x, key, value, write) -> bool:
     pos = V.root_position(x, pos)
     if pos is None:
         return False
-    rkey = []
-    for n in reversed(root._shape):
-        pos, i = divmod(pos, n)
-        rkey.append(i)
-    rkey.reverse()
-    return write(root, tuple(rkey), value)
+    write_at(root, pos, value)
+    return True
 
 
 def _sub_key(ndim, adv):

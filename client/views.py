@@ -140,9 +140,13 @@ class Slice(ViewStep):
         whole, with unit steps and no dim dropped or added (``data[i:i + 8]``, ``x[2:5]`` of a matrix); else None
         (and for a step whose input shape is not recorded)."""
         starts, stops, in_shape = self.starts, self.stops, self.in_shape
-        if in_shape is None or not starts or self.steps.count(1) != len(starts):
+        if in_shape is None or not starts:
             return None
         a, b = starts[0], stops[0]
+        if len(starts) == 1:  # (a 1-d input: ``data[i:i + 8]``)
+            return (a, b) if self.steps[0] == 1 and self.out_shape == (b - a,) else None
+        if self.steps.count(1) != len(starts):
+            return None
         if len(starts) > 1 and (any(starts[1:]) or tuple(stops[1:]) != in_shape[1:]):
             return None
         return (a, b) if self.out_shape == (b - a, *in_shape[1:]) else None
@@ -237,10 +241,15 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
         known = _UNIT_SLICE_KNOWN.get((lens, dt))
         if known is None:
             known = remember(_UNIT_SLICE_KNOWN, (lens, dt), slice_known(lens, (1,) * len(lens), dt))
-    if lens == x._shape:  # (the whole of x: an alias, Slice.forward's)
-        return x._view(step)
     step._known = known
-    if grad:  # (Slice.forward's nodes, recorded with autograd: the slice, then the reshape of its int dims)
+    if lens == x._shape:  # (the whole of x, ``t[i]`` of a dim of 1: Slice.forward's one reshape of x to ``out``, an
+        attrs = {"shape": list(out)}  # alias when out is x's shape too)
+        rk = (reshape_key(out), (out, dt))
+        if grad:
+            t = _hooks._E.record_grad(s, "reshape", [x], attrs, x._dev, 2, rk)
+        else:
+            t = s.defer_view("reshape", x, attrs, rk)
+    elif grad:  # (Slice.forward's nodes, recorded with autograd: the slice, then the reshape of its int dims)
         record_grad = _hooks._E.record_grad
         t = record_grad(s, "slice", [x], {"starts": starts, "stops": stops, "steps": steps}, x._dev, 2, known)
         if lens != out:
@@ -329,14 +338,20 @@ def root_position(t, pos: int) -> int | None:
             continue  # row-major: a reshape keeps every element's flat position
         if tp is not Slice:
             return None
-        idx = []  # the position in the sliced value before its reshape: the same flat position
-        for a, b, st in zip(reversed(step.starts), reversed(step.stops), reversed(step.steps)):
-            n = slice_len(a, b, st)
-            pos, i = divmod(pos, n) if n else (pos, 0)
-            idx.append(a + i * st)
-        pos = 0
-        for i, n in zip(reversed(idx), shape):
-            pos = pos * n + i
+        # (the position in the sliced value before its reshape is the same flat position: its index in each dim,
+        # last dim first, is the input's index ``start + i * step``; the input's flat position is built up as it goes)
+        known = step._known
+        lens = known[1][0] if known is not None else \
+            [slice_len(a, b, st) for a, b, st in zip(step.starts, step.stops, step.steps)]
+        out, scale = 0, 1
+        for a, st, n, m in zip(reversed(step.starts), reversed(step.steps), reversed(lens), reversed(shape)):
+            if n:
+                pos, i = divmod(pos, n)
+            else:
+                i = 0
+            out += (a + i * st) * scale
+            scale *= m
+        pos = out
     return pos
 
 
