@@ -59,6 +59,7 @@ from tensorwire.protocol.service import (
     HEARTBEAT_S,
     LIVENESS,
     SHM_DIR,
+    StopEvent,
     announce_ready,
     profiled,
     stop_event_on_signals,
@@ -1332,7 +1333,7 @@ class Worker:
         self.channel = DirectChannel(self.ctx, device, self.instance, direct_address, keys, token, dispatcher)
         if self.channel.sock is not None:
             self.executor.channel = self.channel
-        self.stop = threading.Event()
+        self.stop = StopEvent()  # (set: the serve loop's wait for a message returns at once)
         self.epoch: str | None = None  # the epoch of the dispatcher this worker's sessions belong to
         self.spin = IdleSpin(spin_from_env())  # the main loop's busy-wait after work (TENSORWIRE_WORKER_SPIN_US)
 
@@ -1388,6 +1389,7 @@ class Worker:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(ex.wake_fd, zmq.POLLIN)  # the pool threads' outcomes
+        poller.register(self.stop, zmq.POLLIN)  # a stop
         direct = self.channel.sock
         if direct is not None:
             poller.register(direct, zmq.POLLIN)  # clients' direct channels

@@ -94,9 +94,11 @@ class Service:
     of the error raised when it cannot start (a worker's: DeviceError, or the subclass its last line names)."""
 
     def __init__(self, name: str, argv: list[str], log_path: Path, env: dict | None = None,
-                 error: type[TensorwireError] = TensorwireError):
+                 error: type[TensorwireError] = TensorwireError, launcher: bool = False):
         self.name = name
         self.error = error
+        #: its process launches the service's processes (``mpiexec``): asked to stop, it is done once they are gone
+        self.launcher = launcher
         self.started = time.monotonic()
         self.ready_at: float | None = None  # (monotonic) when its readiness line came
         self.noted = False  # its exit was seen by the cluster's supervisor
@@ -192,14 +194,30 @@ class Service:
         return not self.ended_by_us and self.proc.poll() is not None
 
     def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL when it has not exited within ``timeout`` s (:func:`stop_together`, of one)."""
+        stop_together([self], timeout)
+
+    def _terminate(self) -> None:
+        """Ask it to stop (SIGTERM), when it runs; its exit is then ours, not a failure."""
         if self.proc.poll() is None:
             self.ended_by_us = True
             self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+
+    def _stopped(self) -> bool:
+        """It exited; or it is a launcher whose processes have all exited and been reaped, which has nothing left
+        to do (MPICH's ``mpiexec.gforker`` then spins up to 2 s before it exits: it counts the ranks it waits for
+        without resetting the count, so a rank reaped after its last pipe closed, the usual order, is waited for
+        until its timeout)."""
+        if self.proc.poll() is not None:
+            return True
+        if not self.launcher:
+            return False
+        try:  # (Linux: the children of its main thread, which forks the ranks)
+            return not Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        except OSError:
+            return False
+
+    def _close_files(self) -> None:
         if self.proc.stdout:
             self.proc.stdout.close()
         self._log.close()
@@ -209,6 +227,35 @@ class Service:
         self.ended_by_us = True
         self.proc.kill()
         self.proc.wait()
+
+
+#: services stopped in a second round, after the rest (by name prefix): the others say goodbye to them as they stop
+LAST_TO_STOP = ("dispatcher", "hub")
+#: how often :func:`stop_together` looks whether the services it stops have exited
+STOP_POLL_S = 0.01
+
+
+def stop_together(services, timeout: float = 5.0) -> None:
+    """Stop ``services`` side by side, in two rounds: every one but the dispatcher and the hub
+    (:data:`LAST_TO_STOP`), then those. In each round: SIGTERM to each running one (it finishes or cancels what it
+    holds and exits), one wait for them all, then SIGKILL to any still running ``timeout`` s after the signals; a
+    launcher (``Service.launcher``) whose processes are all gone is killed at once. A round takes as long as its
+    slowest service, not the sum of them all. Their output pipes and logs are closed."""
+    services = list(services)
+    last = [s for s in services if s.name.startswith(LAST_TO_STOP)]
+    for group in ([s for s in services if s not in last], last):
+        for svc in group:
+            svc._terminate()
+        deadline = time.monotonic() + timeout
+        waiting = [svc for svc in group if not svc._stopped()]
+        while waiting and time.monotonic() < deadline:
+            time.sleep(STOP_POLL_S)
+            waiting = [svc for svc in waiting if not svc._stopped()]
+        for svc in group:
+            if svc.proc.poll() is None:  # (past the timeout, or a launcher that is done)
+                svc.proc.kill()
+            svc.proc.wait()
+            svc._close_files()
 
 
 def mpiexec() -> str | None:
@@ -432,9 +479,10 @@ class LocalCluster:
         atexit.register(self.close)
 
     def _spawn(self, name: str, argv: list[str], env: dict | None = None,
-               error: type[TensorwireError] = TensorwireError) -> Service:
+               error: type[TensorwireError] = TensorwireError, launcher: bool = False) -> Service:
         with self._lock:
-            svc = Service(name, argv, self.log_dir / f"{name.replace(':', '-')}.log", env or self.env, error)
+            svc = Service(name, argv, self.log_dir / f"{name.replace(':', '-')}.log", env or self.env, error,
+                          launcher)
             svc.spawned_at = time.time()  # (wall clock, as file times: a beat before it is a predecessor's)
             self.services[name] = svc
             self._pids.append(svc.proc.pid)
@@ -483,31 +531,32 @@ class LocalCluster:
             write_secret(self.hub_token_file, self.hub_token + "\n")
         elif self.hub_url:
             args += ["--hub-url", self.hub_url]
+        want = self.collectives if self.collectives is not None else len(self.devices) >= 2
+        if want and mpiexec() is None:
+            if self.collectives:
+                raise TensorwireError("collectives need MPI: pip install 'tensorwire[mpi]' (mpi4py and mpich)")
+            want = False
         disp = self._spawn("dispatcher", _cli(*args), self._dispatcher_env)
         if svc.startswith("ipc://"):
             # the services' address is known before the dispatcher binds it: start everyone at once (each service
-            # connects and registers when the dispatcher is up), so start-up costs one Python start, not three
+            # connects and registers when the dispatcher is up), so start-up costs one Python start, not four
             self.service_address = svc
-            workers = self._spawn_workers(self.devices)
-            autograd = self._spawn("autograd", _cli("autograd", "--dispatcher", svc)) if self.autograd else None
+            others = self._spawn_workers(self.devices)
+            if self.autograd:
+                others.append(self._spawn("autograd", _cli("autograd", "--dispatcher", svc)))
+            if want:
+                others.append(self._spawn_collectives())
         info = self._wait_ready(disp, deadline)
         self.address = info["address"]
         self.service_address = info["service_address"]
         if svc.startswith("ipc://"):
-            for w in workers:
-                self._wait_ready(w, deadline)
-            if autograd is not None:
-                self._wait_ready(autograd, deadline)
+            for other in others:
+                self._wait_ready(other, deadline)
         else:
             self.start_workers(self.devices, deadline)
             if self.autograd:
                 self.start_autograd(deadline)
-        want = self.collectives if self.collectives is not None else len(self.devices) >= 2
-        if want:
-            if mpiexec() is None:
-                if self.collectives:
-                    raise TensorwireError("collectives need MPI: pip install 'tensorwire[mpi]' (mpi4py and mpich)")
-            else:
+            if want:
                 self.start_collectives(deadline)
         if self.dashboard is not False and self.dashboard is not None:
             self.start_dashboard(deadline)
@@ -577,6 +626,13 @@ class LocalCluster:
 
     def start_collectives(self, deadline: float | None = None) -> Service:
         """Start (or restart) the collectives service: ``mpiexec -n N``, one rank per device worker."""
+        svc = self._spawn_collectives()
+        self._wait_ready(svc, deadline or time.monotonic() + START_TIMEOUT_S)
+        return svc
+
+    def _spawn_collectives(self) -> Service:
+        """Start the collectives' MPI job (stopping one that runs), not waiting for it: its ranks register with the
+        dispatcher once it is up, in any order with the workers."""
         old = self.services.get("collectives")
         if old is not None:
             old.stop()
@@ -587,9 +643,7 @@ class LocalCluster:
         # a single-host launcher that listens nowhere; the ranks bind loopback (or $TENSORWIRE_MPI_IFACE)
         argv = [*_network.launcher(len(self.devices)), *_cli("collectives", "--dispatcher", self.service_address,
                                                     "--devices", ",".join(self.devices))]
-        svc = self._spawn("collectives", argv)
-        self._wait_ready(svc, deadline or time.monotonic() + START_TIMEOUT_S)
-        return svc
+        return self._spawn("collectives", argv, launcher=True)
 
     def start_autograd(self, deadline: float | None = None) -> Service:
         """Start (or restart) the autograd service; returns when it is registered."""
@@ -766,8 +820,9 @@ class LocalCluster:
         return svc
 
     def close(self, keep_logs: bool = False) -> None:
-        """Stop every service (workers first, the dispatcher last). The cluster's own log folder is removed, unless
-        a service failed (exited without being stopped) or ``keep_logs``: then it stays, and stderr says where."""
+        """Stop every service, side by side (:func:`stop_together`: the dispatcher and the hub after the rest). The
+        cluster's own log folder is removed, unless a service failed (exited without being stopped) or ``keep_logs``:
+        then it stays, and stderr says where."""
         if self._closed:
             return
         self._closed = True
@@ -775,13 +830,10 @@ class LocalCluster:
             self._stopping.set()
             failed = self._exits + [f"{n} (exit code {s.proc.returncode})" for n, s in self.services.items()
                                     if s.failed() and not s.noted]
-        order = [n for n in self.services if n not in ("dispatcher", "hub")] + [
-            n for n in ("dispatcher", "hub") if n in self.services]
-        for n in order:
-            try:
-                self.services[n].stop()
-            except Exception:
-                pass
+        try:
+            stop_together(self.services.values())
+        except Exception:  # noqa: BLE001 - what is left of the close still runs
+            log.exception("stopping the cluster's services failed")
         if self._supervisor is not None and self._supervisor is not threading.current_thread():
             self._supervisor.join(10)  # (a restart it waited for was stopped above)
         _remove_shm_leftovers(self._pids, self.env["TENSORWIRE_SHM_DIR"])  # every process ever started

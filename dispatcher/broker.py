@@ -86,6 +86,8 @@ class Broker:
         poller = zmq.Poller()
         poller.register(self.clients, zmq.POLLIN)
         poller.register(self.services, zmq.POLLIN)
+        if hasattr(stop, "fileno"):  # (a StopEvent: a stop ends the wait at once)
+            poller.register(stop, zmq.POLLIN)
         if ready_line:
             extra = {"metrics_url": self.metrics_url} if self.metrics_url else {}
             announce_ready("dispatcher", address=self.client_addr, service_address=self.service_addr,

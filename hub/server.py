@@ -54,6 +54,9 @@ MAX_LIST = 10_000
 MAX_CARD_BYTES = 64 * 1024
 MAX_CONFIG_BYTES = 1 << 20
 MAX_COMMITS_LISTED = 1000
+#: how often the serving loop looks whether it was asked to stop (socketserver's shutdown waits for that look: a stop
+#: takes up to this long; each look is one select call)
+SHUTDOWN_POLL_S = 0.05
 _PART_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -1171,7 +1174,7 @@ def serve(
     out.write(f"{READY_MARKER} {json.dumps(ready)}\n")
     out.flush()
     try:
-        server.serve_forever(poll_interval=0.5)
+        server.serve_forever(poll_interval=SHUTDOWN_POLL_S)
     finally:
         server.server_close()
         if metrics_server is not None:

@@ -23,7 +23,7 @@ from . import PROTOCOL_VERSION
 from .addresses import check_address
 from .curve import apply_peer
 from .errors import ProtocolError, TensorwireError, error_from_wire, error_to_wire
-from .service import HEARTBEAT_S, LIVENESS, announce_ready
+from .service import HEARTBEAT_S, LIVENESS, StopEvent, announce_ready
 from .wire import MAX_MESSAGE, pack_header, send_parts, unpack_header
 
 log = logging.getLogger("tensorwire.service")
@@ -90,7 +90,10 @@ def register_service(ctx: zmq.Context, dispatcher: str, register: dict, *, keys:
     for _ in range(1 << 30):  # bounded by the stop event and the refusal deadline
         sock = connect_service(ctx, dispatcher, register, keys)
         retry = False
-        if not sock.poll(int(HEARTBEAT_S * LIVENESS * 1000)):
+        if not _wait_for_message(sock, int(HEARTBEAT_S * LIVENESS * 1000), stop):
+            if stop is not None and stop.is_set():
+                sock.close(0)
+                break
             now = time.monotonic()
             if now - told >= SILENT_WAIT_LOG_S:  # never silent: say what it waits for, then every half minute
                 told = now
@@ -117,6 +120,17 @@ def register_service(ctx: zmq.Context, dispatcher: str, register: dict, *, keys:
         if stop is not None and stop.wait(2 * HEARTBEAT_S if retry else 0):
             break
     return service_socket(ctx, dispatcher, keys)  # stopping: an unregistered socket the caller closes
+
+
+def _wait_for_message(sock: zmq.Socket, timeout_ms: int, stop: threading.Event | None) -> bool:
+    """Whether a message came on ``sock`` within ``timeout_ms``; a ``stop`` that can be polled (``StopEvent``) ends
+    the wait when it is set."""
+    if not hasattr(stop, "fileno"):
+        return bool(sock.poll(timeout_ms))
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    poller.register(stop, zmq.POLLIN)
+    return sock in dict(poller.poll(timeout_ms))
 
 
 def add_service_credential_args(parser) -> None:
@@ -213,7 +227,7 @@ class NamedService:
         self.keys = keys
         self.instance = new_instance()
         self.ctx = ctx or zmq.Context.instance()
-        self.stop = threading.Event()
+        self.stop = StopEvent()  # (set: the serve loop's wait for a message returns at once)
         self.sock: zmq.Socket | None = None
 
     def handle(self, header: dict, frames: list) -> tuple[dict, list]:
@@ -233,9 +247,12 @@ class NamedService:
         if ready_line and not self.stop.is_set():
             announce_ready(self.name, pid=os.getpid())
         last_seen = time.monotonic()
+        poller = zmq.Poller()
+        poller.register(self.stop, zmq.POLLIN)
+        poller.register(sock, zmq.POLLIN)
         try:
             while not self.stop.is_set():
-                if sock.poll(int(HEARTBEAT_S * 1000)):
+                if sock in dict(poller.poll(int(HEARTBEAT_S * 1000))):
                     for h, frames in drain(sock):
                         last_seen = time.monotonic()
                         t = h["t"]
@@ -245,8 +262,10 @@ class NamedService:
                             self._answer(h, frames)
                 if time.monotonic() - last_seen > HEARTBEAT_S * LIVENESS:
                     log.warning("dispatcher silent; reconnecting")
+                    poller.unregister(sock)
                     sock.close(0)
                     self.sock = sock = self._connect()
+                    poller.register(sock, zmq.POLLIN)
                     last_seen = time.monotonic()
         finally:
             self.stop.set()

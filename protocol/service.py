@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import json
@@ -140,11 +141,51 @@ def profiled(service: str, fn, *args):
         prof.dump_stats(os.path.join(out_dir, f"{service}-{os.getpid()}.prof"))
 
 
-def stop_event_on_signals() -> threading.Event:
-    """An event set by SIGINT/SIGTERM, so a service loop can stop cleanly."""
-    ev = threading.Event()
+class StopEvent(threading.Event):
+    """A ``threading.Event`` a zmq poller can wait on too (``poller.register(stop, zmq.POLLIN)``): its ``fileno()``
+    is readable once it is set, so a loop waiting for messages wakes at once when it is asked to stop, not at the
+    end of its poll's timeout."""
+
+    def __init__(self):
+        super().__init__()
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+
+    def set(self) -> None:
+        super().set()
+        try:
+            os.write(self._w, b"x")
+        except BlockingIOError:  # (set before: already readable)
+            pass
+
+    def clear(self) -> None:
+        super().clear()
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._r, 4096):  # (no longer readable)
+                pass
+
+    def fileno(self) -> int:
+        return self._r
+
+    def __del__(self):
+        for fd in (self._r, self._w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def stop_event_on_signals() -> StopEvent:
+    """An event set by SIGINT/SIGTERM, so a service loop can stop cleanly (and at once: :class:`StopEvent`)."""
+    ev = StopEvent()
+    setting = []  # (not empty: a handler is setting it)
 
     def handler(signum, frame):
+        # a second signal runs its handler inside the first one's ``ev.set()``, which holds the event's lock: setting
+        # it again there would wait for that lock forever (two SIGTERMs in a row hung a worker). No call comes
+        # between the check and the mark, so no handler can run in between.
+        if setting:
+            return
+        setting.append(signum)
         ev.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -45,31 +44,3 @@ def wait_for(predicate, timeout: float = 20.0, step: float = 0.1):
         time.sleep(step)
         value = predicate()
     return value
-
-
-#: services stopped in a second round, after the rest (as ``LocalCluster.close`` orders them): the others may say
-#: goodbye to them as they stop
-LAST_TO_STOP = ("dispatcher", "hub")
-
-
-def stop_together(services, timeout: float = 5.0) -> None:
-    """Stop ``services`` (``tensorwire.cluster.Service``) side by side, in two rounds: every one but the dispatcher
-    and the hub (:data:`LAST_TO_STOP`, by name prefix), then those. Each round does what ``Service.stop`` does to
-    each service, side by side: SIGTERM to each running one, one wait for them all, ``timeout`` from the signals,
-    then SIGKILL to any still running. ``Service.stop`` one after another waits for each shutdown in turn (an MPI
-    job's takes seconds)."""
-    services = list(services)
-    last = [s for s in services if s.name.startswith(LAST_TO_STOP)]
-    for group in ([s for s in services if s not in last], last):
-        for svc in group:
-            if svc.proc.poll() is None:
-                svc.ended_by_us = True  # (as Service.stop marks it: the exit is ours, not a failure)
-                svc.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for svc in group:
-            try:
-                svc.proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                svc.proc.kill()
-                svc.proc.wait()
-            svc.stop()  # (it exited: closes its output and log)

@@ -25,11 +25,10 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from tensorwire.cluster import Service, _mpich_segments, _remove_mpich_leftovers
+from tensorwire.cluster import Service, _mpich_segments, _remove_mpich_leftovers, stop_together
 from tensorwire.collectives.network import launcher
 from tensorwire.protocol.service import free_port
 from tests._ci import skip_unless_ci_installed
-from tests._processes import stop_together
 from tests.deploy.test_compose import help_text
 from tests.deploy.test_recipes import CLIENT
 
@@ -214,7 +213,8 @@ def test_the_rendered_pods_run_a_training_step(tmp_path):
                 r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
                 assert r.returncode == 0, r.stderr
                 continue
-            svc = Service(name, argv, tmp_path / f"{name.replace('/', '-')}.log", env)
+            svc = Service(name, argv, tmp_path / f"{name.replace('/', '-')}.log", env,
+                          launcher=name.endswith("/collectives"))  # (mpiexec: done once its ranks are)
             services.append(svc)
             if c.get("command") is None:  # a tensorwire service: its readiness line
                 svc.wait_ready(time.monotonic() + 60)

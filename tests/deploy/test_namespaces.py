@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from tests._processes import stop_together
+from tensorwire.cluster import stop_together
 
 from .netns import Hosts, NetnsUnavailable, private_shm_argv
 

@@ -23,11 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from tensorwire.cluster import Service
+from tensorwire.cluster import Service, stop_together
 from tensorwire.collectives.network import launcher
 from tensorwire.protocol.errors import ServiceUnavailable
 from tensorwire.protocol.service import free_port
-from tests._processes import stop_together
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SERVICES = {"dispatcher", "worker", "autograd", "collectives"}  # `tensorwire hub --root ...` serves too
@@ -135,6 +134,7 @@ def recipe(tmp_path_factory):
                 ["bash", "-c", f"cd {shlex.quote(str(work))} && exec env {line}"],
                 work / f"{what}-{len(services)}.log",
                 env,
+                launcher=what == "collectives",  # (mpiexec: done once its ranks are)
             )
             services.append(svc)
             svc.wait_ready(deadline)
