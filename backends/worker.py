@@ -31,6 +31,7 @@ import numpy as np
 import zmq
 
 from tensorwire.dispatcher.liveness import RESTARTED_ENV, RESTARTED_INFO
+from tensorwire.protocol.addresses import check_address
 from tensorwire.protocol.batch_ids import check_temps, kept_nodes, out_ids
 from tensorwire.protocol.credentials import service_token
 from tensorwire.protocol.curve import keys_dir
@@ -1488,6 +1489,7 @@ def main(argv: list[str] | None = None) -> int:
     hub_loader.configure(args.hub_url, token=None if args.hub_token_file else os.environ.get("TENSORWIRE_HUB_TOKEN"),
                          token_file=args.hub_token_file)
     keys = keys_dir(args.keys)
+    check_address(args.dispatcher, "--dispatcher")  # (before the worker takes anything: its shared-memory files)
     try:
         w = Worker(args.device, args.dispatcher, token=service_token(args.service_token_file, keys), keys=keys,
                    session_memory=args.session_memory, direct_address=args.direct_address,

@@ -52,3 +52,15 @@ def test_a_restarted_worker_sweeps_what_its_crashed_predecessor_left():
             np.testing.assert_array_equal((tw.arange(3.0, session=s) + 1).numpy(), [1, 2, 3])
         finally:
             s.close()
+
+
+def test_a_worker_given_a_bad_dispatcher_address_says_so_before_it_takes_anything(tmp_path):
+    # (the address is checked before the worker makes its shared-memory pools, whose first act is the sweep: a
+    # predecessor's files are not this run's business, and the error stays the one line it is)
+    left = _plant(tmp_path, _dead_pid(), "cpu-0-io")
+    env = {**os.environ, "TENSORWIRE_SHM_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "tensorwire.cli", "worker", "--device", "cpu:0", "--dispatcher",
+                        "localhost:5556"], capture_output=True, text=True, env=env, timeout=60)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1 and "ConfigurationError" in lines[0], r.stderr
+    assert os.path.exists(left)
