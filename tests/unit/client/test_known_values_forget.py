@@ -1,0 +1,31 @@
+"""``KnownValues.forget``: released handles leave the kept values and recipes, and the byte count follows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorwire.known_values import KnownValues, int64_value
+from tensorwire.protocol import dtypes as D
+
+
+class _Parent:
+    """What ``KnownValues.derive`` reads of a parent tensor: its handle, shape and dtype."""
+
+    def __init__(self, hid: int, shape: tuple):
+        self._id, self._shape, self.dtype = hid, shape, D.int64
+
+
+def test_forget_drops_released_values_and_recipes_and_their_bytes():
+    known = KnownValues()
+    known.put(1, np.arange(10, dtype=np.int64))
+    known.put(2, np.arange(3, dtype=np.int64))
+    known.put(3, int64_value(7))
+    known.derive(4, _Parent(1, (10,)), lambda v: v[2:5])  # (a view of a kept value: a recipe)
+    assert known.bytes == 80 + 24 + 8 and known.follows(4)
+    # a handle given twice, handles never known, and both kinds of entry in one call
+    known.forget([2, 99, 4, 2, 3, 100])
+    assert not known.has(2) and not known.has(3) and not known.follows(4)
+    assert known.has(1) and known.bytes == 80
+    known.forget([])
+    known.forget([1])
+    assert known.bytes == 0 and not known.follows(1)
