@@ -1,8 +1,8 @@
 """Tensor's methods from the modules that add them (issue 32: any client module may be imported first).
 
 ``tensorwire.tensor`` defines the class and its core methods; the modules in :data:`MODULES` add torch's derived
-math, array, complex, random, linear-algebra, sparse, sorting and special-function methods (``x.addmm``,
-``x.det``, ``x.sort``, ``x.i0``...), and import ``Tensor`` to do so. ``Tensor`` is complete once
+math, array, complex, Fourier, random, linear-algebra, sparse, sorting and special-function methods (``x.addmm``,
+``x.stft``, ``x.det``, ``x.sort``, ``x.i0``...), and import ``Tensor`` to do so. ``Tensor`` is complete once
 ``tensorwire.tensor`` has loaded: its last line calls :func:`load`, which imports each of them in order, so a Tensor
 never exists without its methods.
 
@@ -28,9 +28,10 @@ import sys
 from collections.abc import Callable
 
 #: the modules that add methods to Tensor, each after those here it imports from
-MODULES = ("tensorwire.complex_ops", "tensorwire.math_extras", "tensorwire.array_extras", "tensorwire.random_fills",
-           "tensorwire.linalg_lapack", "tensorwire.linalg_decomp", "tensorwire.linalg_legacy", "tensorwire.sparse",
-           "tensorwire.sorting", "tensorwire.special")
+MODULES = ("tensorwire.complex_ops", "tensorwire.fft", "tensorwire.math_extras", "tensorwire.array_extras",
+           "tensorwire.random_fills", "tensorwire.linalg_lapack", "tensorwire.linalg_decomp",
+           "tensorwire.linalg_legacy", "tensorwire.sparse", "tensorwire.sorting", "tensorwire.special",
+           "tensorwire.legacy_types")
 _loaded: set[str] = set()
 #: ``tw.<name>`` functions those modules give (:func:`register`); ``tensorwire.functions.METHOD_FUNCTIONS`` is this
 #: dict, its own functions taking precedence

@@ -23,6 +23,9 @@ from . import _install
 from . import combine as _combine
 from . import creation as _creation
 from . import indexing as _indexing
+from ._aliases import alias, rebind
+from .grid_sampling import grid_sampler_2d, grid_sampler_3d
+from .padding import pad as _pad
 from .tensor import Size, Tensor, _size
 from .views import ViewStep, mark_view, root_position
 from .zero_grads import zero_grad_from
@@ -221,9 +224,7 @@ def _diag_values(src: Tensor, rows: int, cols: int, offset: int) -> tuple[Tensor
     mask = (j - i) == offset
     n = rows if offset >= 0 else cols
     L = src.shape[-1]
-    from .nn.functional import pad  # lazy: importing tensorwire.nn loads its layers
-
-    v = src if L >= n else pad(src, [0, n - L])
+    v = src if L >= n else _pad(src, [0, n - L])
     v = v.narrow(-1, 0, n)
     vals = v.unsqueeze(-1).expand(*v.shape, cols) if offset >= 0 else v.unsqueeze(-2).expand(*v.shape[:-1], rows, n)
     return mask, vals
@@ -574,8 +575,6 @@ def unsafe_split(input: Tensor, split_size, dim: int = 0):  # noqa: A002
 
 def constant_pad_nd(input: Tensor, pad, value=0) -> Tensor:  # noqa: A002
     """``F.pad(input, pad, value=value)``."""
-    from .nn.functional import pad as _pad  # lazy: importing tensorwire.nn loads its layers
-
     return _pad(input, list(pad), value=value)
 
 
@@ -593,10 +592,8 @@ def block_diag(*tensors) -> Tensor:
         rt = D.promote_types(rt, t.dtype)
     cols = builtins.sum(t.shape[1] for t in ts)
     rows, left = [], 0
-    from .nn.functional import pad  # lazy: importing tensorwire.nn loads its layers
-
     for t in ts:
-        rows.append(pad(t.to(rt), [left, cols - left - t.shape[1]]))
+        rows.append(_pad(t.to(rt), [left, cols - left - t.shape[1]]))
         left += t.shape[1]
     return _cat(rows, 0)
 
@@ -649,10 +646,8 @@ def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: 
     for k in reversed(range(input.ndim)):
         pads += [0, input.shape[k] - red.shape[k]] if k != d else [0, 0]
     if any(pads):
-        from .nn.functional import pad  # lazy: importing tensorwire.nn loads its layers
-
-        red = pad(red, pads, value=ident if not isinstance(ident, bool) else int(ident))
-        count = pad(count, pads)
+        red = _pad(red, pads, value=ident if not isinstance(ident, bool) else int(ident))
+        count = _pad(count, pads)
     hit = count > 0
     if reduce == "sum":
         add = (input | red) if dt is D.bool_ else input + red
@@ -821,22 +816,6 @@ def slice_(input: Tensor, dim: int = 0, start=None, end=None, step: int = 1) -> 
     return input[tuple(key)]
 
 
-def grid_sampler_2d(input: Tensor, grid: Tensor, interpolation_mode: int, padding_mode: int,  # noqa: A002
-                    align_corners: bool) -> Tensor:
-    """ATen's 2-D grid sampler (``nn.functional.grid_sample`` with modes by number)."""
-    from .nn.grid_sample import grid_sampler_2d as f  # lazy: importing tensorwire.nn loads its layers
-
-    return f(input, grid, interpolation_mode, padding_mode, align_corners)
-
-
-def grid_sampler_3d(input: Tensor, grid: Tensor, interpolation_mode: int, padding_mode: int,  # noqa: A002
-                    align_corners: bool) -> Tensor:
-    """ATen's 3-D grid sampler."""
-    from .nn.grid_sample import grid_sampler_3d as f  # lazy: importing tensorwire.nn loads its layers
-
-    return f(input, grid, interpolation_mode, padding_mode, align_corners)
-
-
 def native_dropout_backward(grad_output: Tensor, mask: Tensor, scale: float) -> Tensor:
     """grad · mask · scale."""
     return grad_output * mask.to(grad_output.dtype) * scale
@@ -845,8 +824,6 @@ def native_dropout_backward(grad_output: Tensor, mask: Tensor, scale: float) -> 
 def resize_(self: Tensor, *size, memory_format=None) -> Tensor:
     """Give ``self`` the shape ``size`` in place, keeping its leading elements in order (new elements, where it
     grows, are zeros: torch leaves them uninitialised)."""
-    from .nn._tensors import alias, rebind  # lazy: importing tensorwire.nn loads its layers
-
     shape = _size(size)
     n, m = self.numel(), math.prod(shape)
     flat = self.reshape(-1)

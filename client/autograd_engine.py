@@ -35,27 +35,12 @@ from tensorwire.protocol.errors import ShapeError, TensorwireError
 from tensorwire.protocol.graph import attrs_key, freeze
 from tensorwire.protocol.ops import OPS
 
+from . import _factories
 from . import autograd_hooks as _hooks
 from . import views as V
-
-
-class _LazyModule:
-    """A module imported on first use, which then replaces this object as the global ``alias``: ``tensorwire.tensor``
-    and ``tensorwire.session`` import this module (through autograd_hooks and tensor)."""
-
-    def __init__(self, name: str, alias: str):
-        self._name, self._alias = name, alias
-
-    def __getattr__(self, name):
-        import importlib
-
-        module = importlib.import_module(self._name)  # (the package's `tensor` is the function: by its full name)
-        globals()[self._alias] = module
-        return getattr(module, name)
-
-
-_T = _LazyModule("tensorwire.tensor", "_T")
-_S = _LazyModule("tensorwire.session", "_S")
+from ._factories import TensorBase as _Tensor
+from ._frames import _user_frame
+from .known_values import HOST_OPS
 
 
 class AutogradError(TensorwireError, RuntimeError):
@@ -218,7 +203,7 @@ class _AccumulateGrad:
 def _edge_fn(e):
     if e is None:
         return None
-    if isinstance(e, _T.Tensor):
+    if isinstance(e, _Tensor):
         return _AccumulateGrad(e)
     return e
 
@@ -367,7 +352,7 @@ MAX_CACHE = 1024
 def _as_tuple(x):
     if x is None:
         return ()
-    if isinstance(x, _T.Tensor):
+    if isinstance(x, _Tensor):
         return (x,)
     return tuple(x)
 
@@ -378,7 +363,7 @@ def _seed(root, g):
             raise AutogradError("grad can be implicitly created only for scalar outputs")
         s = root._s.scalar(1.0, root.dtype, root._dev)
         return s if not root._shape else s.reshape(root._shape)
-    if not isinstance(g, _T.Tensor):
+    if not isinstance(g, _Tensor):
         g = root._operand(g, root.dtype)
     if g._shape != root._shape:
         raise ShapeError(f"Mismatch in shape: grad_output has a shape of {list(g._shape)} and output has a shape "
@@ -419,9 +404,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
             g = t._grad_of_values(g)
         if g is None:
             if materialize_grads:
-                from .creation import zeros_like
-
-                g = zeros_like(t)
+                g = _factories.full(t._s, tuple(t.shape), 0, t.dtype, t._dev)
             elif not allow_unused:
                 raise AutogradError(f"One of the differentiated Tensors (input {i}) appears to not have been used "
                                     "in the graph. Set allow_unused=True if this is the desired behavior.")
@@ -435,7 +418,7 @@ def _holder(t):
 
 
 def _input_edge(t):
-    if not isinstance(t, _T.Tensor):
+    if not isinstance(t, _Tensor):
         raise TypeError(f"inputs must be tensors, got {type(t).__name__}")
     if t._base is not None:
         sync_view(t)
@@ -503,7 +486,7 @@ def _run(roots, seeds, targets, retain_graph, create_graph):
         retain_graph = create_graph
     root_edges = []
     for i, (r, s) in enumerate(zip(roots, seeds)):
-        if not isinstance(r, _T.Tensor):
+        if not isinstance(r, _Tensor):
             raise TypeError("outputs must be tensors")
         if r._base is not None:
             sync_view(r)
@@ -528,7 +511,7 @@ def _run(roots, seeds, targets, retain_graph, create_graph):
             _free(n)
     if targets is None:
         for e, g in results.values():
-            if isinstance(e, _T.Tensor):
+            if isinstance(e, _Tensor):
                 _accumulate(e, g, create_graph)
             else:
                 t = e.retained() if e.retained is not None else None
@@ -642,7 +625,7 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
     for k, e in enumerate(ext_edge):
         if e is None:
             continue
-        if want is None or id(e) in want or not isinstance(e, _T.Tensor):
+        if want is None or id(e) in want or not isinstance(e, _Tensor):
             # leaves (backward), wanted inputs (grad), custom outputs (continue past them)
             target_refs.append(-(k + 1))
             target_edges.append(e)
@@ -695,7 +678,7 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
         # all of them come from the user's line that called backward; so the graph is recorded whole
         # (``Session.record_graph``), with tensors for the gradients and the nodes whose values may be the client's
         # (``host_nodes``) only. (A reply without ``metas``, from an older service: its first replay infers them.)
-        where = _S._user_frame()
+        where = _user_frame()
         keep = bw.get("keep")
         if keep is None and bw.get("metas") is not None:
             keep = _known_from_metas(bw, grads)
@@ -723,12 +706,19 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
             _deliver(e, out[r], want, results, pending)
 
 
+def host_nodes(nodes, known) -> frozenset:
+    """The nodes of a graph (``Session.record_graph``'s ``nodes`` and ``known``) whose results ``record`` may keep on
+    the client (``known_values``): :data:`~tensorwire.known_values.HOST_OPS` ops of a non-floating result."""
+    return frozenset(j for j, (n, k) in enumerate(zip(nodes, known))
+                     if n[0] in HOST_OPS and not k[1][1].is_floating_point)
+
+
 def _set_known(bw: dict, known: list, grads: list) -> frozenset:
     """Keep a backward graph's per-node ``(attrs key, (shape, dtype))``, the nodes whose values may be the client's
     and the nodes a replay keeps tensors for (the gradients, those host nodes and their inputs) in its cache entry;
     returns the last."""
     bw["known"] = known
-    host = bw["host"] = _S.host_nodes(bw["nodes"], known)
+    host = bw["host"] = host_nodes(bw["nodes"], known)
     keep = bw["keep"] = frozenset([r for r in grads if r is not None] + list(host)
                                   + [r for j in host for r in bw["nodes"][j][1] if r >= 0])
     return keep
@@ -745,7 +735,7 @@ def _known_from_metas(bw: dict, grads: list) -> frozenset:
 def _deliver(e, g, want, results, pending) -> None:
     """A gradient reached edge ``e``: keep it if wanted, queue it for a custom node's backward."""
     if want is None:
-        if isinstance(e, _T.Tensor) or e.retained is not None:
+        if isinstance(e, _Tensor) or e.retained is not None:
             _add_result(results, e, g)
     elif id(e) in want:
         _add_result(results, e, g)
@@ -859,22 +849,22 @@ class Function(metaclass=_FunctionMeta):
     def apply(cls, *args, **kwargs):
         ctx = FunctionCtx()
         for a in args:
-            if isinstance(a, _T.Tensor) and a._base is not None:
+            if isinstance(a, _Tensor) and a._base is not None:
                 sync_view(a)
-        ctx.needs_input_grad = tuple(isinstance(a, _T.Tensor) and a.requires_grad for a in args)
+        ctx.needs_input_grad = tuple(isinstance(a, _Tensor) and a.requires_grad for a in args)
         with no_grad():
             outs = cls.forward(ctx, *args, **kwargs)
         if not (is_grad_enabled() and any(ctx.needs_input_grad)):
             return outs
-        single = isinstance(outs, _T.Tensor)
+        single = isinstance(outs, _Tensor)
         seq = [outs] if single else list(outs)
-        pos = [i for i, a in enumerate(args) if isinstance(a, _T.Tensor)]
+        pos = [i for i, a in enumerate(args) if isinstance(a, _Tensor)]
         entries = tuple((args[i], args[i]._id, args[i]._version, _edge(args[i]), args[i]._shape, args[i].dtype)
                         for i in pos)
         node = CustomNode(cls, ctx, entries, pos, len(args))
         ins = {id(args[i]) for i in pos}
         for i, o in enumerate(seq):
-            if not isinstance(o, _T.Tensor):
+            if not isinstance(o, _Tensor):
                 node.outs.append(None)
                 continue
             if id(o) in ins:  # an input returned as is: give the output its own identity
@@ -889,18 +879,16 @@ class Function(metaclass=_FunctionMeta):
 
 def _run_custom(cn: CustomNode, gouts, create_graph):
     """Run a custom node's Python backward; returns the next phase's roots."""
-    from .creation import zeros
-
     if cn.freed:
         raise AutogradError(_FREED)
     gs = []
     for meta, g in zip(cn.outs, gouts):
         if g is None and meta is not None and cn.ctx.materialize_grads:
             shape, dtype, dev, s = meta
-            g = zeros(*shape, dtype=dtype, device=dev, session=s)
+            g = _factories.full(s, tuple(shape), 0, dtype, dev)
         gs.append(g)
     res = cn.fn.backward(cn.ctx, *gs)
-    if isinstance(res, _T.Tensor) or res is None:
+    if isinstance(res, _Tensor) or res is None:
         res = (res,)
     res = tuple(res)
     if len(res) != cn.nargs:
@@ -911,7 +899,7 @@ def _run_custom(cn: CustomNode, gouts, create_graph):
         g = res[pos]
         if g is None or ent[3] is None:
             continue
-        if not isinstance(g, _T.Tensor):
+        if not isinstance(g, _Tensor):
             raise TypeError(f"function {cn.name()} returned a gradient that is not a tensor")
         if g._shape != ent[4]:
             raise ShapeError(f"Function {cn.name()} returned an invalid gradient at index {pos} - got "
@@ -928,7 +916,7 @@ def _run_custom(cn: CustomNode, gouts, create_graph):
 
 def _fn_outputs(fn, inputs):
     out = fn(*inputs)
-    return (out,) if isinstance(out, _T.Tensor) else tuple(out)
+    return (out,) if isinstance(out, _Tensor) else tuple(out)
 
 
 def gradcheck_terms(fn, inputs, *, eps: float = 1e-6, directions: int = 2, seed: int = 0):
@@ -941,11 +929,9 @@ def gradcheck_terms(fn, inputs, *, eps: float = 1e-6, directions: int = 2, seed:
     are complex, ``v . y`` is ``Re(sum(y conj(v)))`` (a real loss) and the analytical term ``Re(sum(conj(grad) u))``
     (PyTorch's convention: the gradient of a complex ``a + ib`` is ``dL/da + i dL/db``).
     """
-    from .creation import tensor
-
     inputs = tuple(inputs)
     rng = np.random.default_rng(seed)
-    diff = [i for i, t in enumerate(inputs) if isinstance(t, _T.Tensor) and t.requires_grad]
+    diff = [i for i, t in enumerate(inputs) if isinstance(t, _Tensor) and t.requires_grad]
     outs = [o for o in _fn_outputs(fn, inputs) if o.dtype.is_inexact and o.requires_grad]
     analytic, numeric = [], []
     if not outs or not diff:
@@ -955,7 +941,7 @@ def gradcheck_terms(fn, inputs, *, eps: float = 1e-6, directions: int = 2, seed:
         r = rng.standard_normal(t.shape)
         if t.dtype.is_complex:
             r = r + 1j * rng.standard_normal(t.shape)
-        return tensor(r, dtype=t.dtype, device=t._dev, session=t._s)
+        return _factories.from_data(t._s, r, t.dtype, t._dev)
 
     def dot(x, w):  # Re(sum(x conj(w))): sum(x w) for real values
         return (x * w.conj()).real.sum() if x.dtype.is_complex or w.dtype.is_complex else (x * w).sum()
@@ -971,7 +957,7 @@ def gradcheck_terms(fn, inputs, *, eps: float = 1e-6, directions: int = 2, seed:
                     term = dot(u, g)
                     a = term if a is None else a + term
             if a is None:
-                a = tensor(0.0, dtype=D.to_real(outs[0].dtype), device=outs[0]._dev, session=outs[0]._s)
+                a = _factories.from_data(outs[0]._s, 0.0, D.to_real(outs[0].dtype), outs[0]._dev)
 
             def shifted(sign, us=us, vs=vs):
                 xs = list(inputs)
@@ -999,10 +985,8 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
     per input element, all recorded lazily and fetched in one round trip); ``fast_mode=True`` compares
     ``directions`` random projections ``v^T J u`` instead (torch's fast mode).
     """
-    from .creation import tensor
-
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-    diff = [i for i, t in enumerate(inputs) if isinstance(t, _T.Tensor) and t.requires_grad]
+    diff = [i for i, t in enumerate(inputs) if isinstance(t, _Tensor) and t.requires_grad]
     for i in diff:
         if inputs[i].dtype.name != "float64":
             warnings.warn(f"Input #{i} requires gradient and is not a double precision floating point. This "
@@ -1029,8 +1013,8 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
             if not o.requires_grad:
                 rows.append([None] * len(diff))
                 continue
-            gs = grad([o], [inputs[i] for i in diff], grad_outputs=[tensor(e, dtype=o.dtype, device=o._dev,
-                                                                          session=o._s)],
+            gs = grad([o], [inputs[i] for i in diff], grad_outputs=[_factories.from_data(o._s, e, o.dtype,
+                                                                                        o._dev)],
                       retain_graph=True, allow_unused=True)
             rows.append(list(gs))
     numeric = []  # per diff input, per element: (f(x+e) - f(x-e)) / 2eps, flattened over outputs
@@ -1045,7 +1029,7 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
                     arr = np.array(base, copy=True)
                     arr.reshape(-1)[k] += sign * eps
                     xs = list(inputs)
-                    xs[i] = tensor(arr, dtype=x.dtype, device=x._dev, session=x._s)
+                    xs[i] = _factories.from_data(x._s, arr, x.dtype, x._dev)
                     outs_pm.append([o for o in _fn_outputs(func, xs) if o.dtype.is_floating_point])
                 cols.append([(p - m) / (2 * eps) for p, m in zip(*outs_pm)])
             numeric.append(cols)

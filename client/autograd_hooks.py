@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from .amp import autocast_mode as _amp
+from . import autocast_state as _amp
 
 _amp_active = _amp._active
 #: the autograd engine (:mod:`tensorwire.autograd_engine`), which installs itself here when it loads (``tensor``
@@ -31,7 +31,7 @@ def install(engine: ModuleType) -> None:
 
 def record(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
     """Record ``op`` on ``device``; the single entry point for every recorded op (autocast casts its inputs
-    here, by :mod:`tensorwire.amp.policy`, while an autocast scope is on). ``up``: how many frames above this
+    here, by :mod:`tensorwire.autocast_policy`, while an autocast scope is on). ``up``: how many frames above this
     function the search for the user's line starts (``Session.record``'s ``up``): 2, its caller's caller, from a
     client function that is always called by another, as ``Tensor._rec`` is. ``known``: ``Session.record``'s (the
     node's attrs key and output meta, when the caller has them: a view step's), used unless an autocast scope cast

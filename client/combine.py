@@ -1,11 +1,10 @@
 """torch's joining and selecting functions, ``tw.cat``, ``tw.stack``, ``tw.where`` (and ``hstack``, ``vstack``),
 with the ``out=`` writer :func:`write_out`: the few module-level functions that Tensor's own methods build on.
 
-They sit below :mod:`tensorwire.functions` (which gives them as ``tw.<name>``) because the modules that add Tensor's
-methods (client/_install.py) import them at module level, while ``tensor`` loads those modules: this module
-needs only the class ``Tensor``, not its methods (``functions`` reads their docstrings when it loads), and imports
-``creation`` as a module (:func:`arange_like`). Those modules import it as a module too (``from . import combine
-as _combine``): it may be the half-run module whose import is loading them.
+They sit below :mod:`tensorwire.tensor` (which imports them for its own methods) and :mod:`tensorwire.functions`
+(which gives them as ``tw.<name>``): this module imports neither ``tensor`` nor ``creation`` (a tensor is a
+``_factories.TensorBase``; :func:`arange_like` records through the tensor's session), so it is always whole when
+``tensor`` and the modules that add Tensor's methods (client/_install.py) import it.
 """
 
 from __future__ import annotations
@@ -17,11 +16,12 @@ from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.graph import attrs_key
 from tensorwire.protocol.shapes import norm_dim
 
+from . import autocast_state as _amp
 from . import autograd_hooks as _hooks
-from . import creation as _creation
 from . import views as V
-from .amp import autocast_mode as _amp
-from .tensor import Tensor
+from ._aliases import alias, rebind
+from ._factories import TensorBase as Tensor
+from ._factories import arange_attrs
 from .zero_grads import zero_grad_from
 
 _amp_active = _amp._active
@@ -54,8 +54,6 @@ def write_out(out, result):
     if result.dtype.category > out.dtype.category:
         raise DTypeError(f"result type {result.dtype.name.capitalize()} can't be cast to the desired output type "
                          f"{out.dtype.name.capitalize()}")
-    from .nn._tensors import alias, rebind  # lazy: importing tensorwire.nn loads its layers
-
     return rebind(out, alias(result.to(out.dtype)))
 
 
@@ -192,4 +190,4 @@ def where(condition, input=None, other=None, *, out=None) -> Tensor:  # noqa: A0
 
 
 def arange_like(t: Tensor, start: int, end: int) -> Tensor:
-    return _creation.arange(start, end, device=t._dev, session=t._s)
+    return t._s.record("arange", [], arange_attrs(start, end, 1, None), t._dev)

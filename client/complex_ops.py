@@ -1,5 +1,6 @@
 """Complex tensors (issue 33): ``tw.complex``, ``tw.polar``, ``tw.view_as_real``, ``tw.view_as_complex``, the parts
-(``Tensor.real``, ``Tensor.imag``), ``conj``, ``angle``, ``isreal``, ``stft``, and ``Tensor.cfloat()``/``cdouble()``.
+(``Tensor.real``, ``Tensor.imag``), ``conj``, ``angle``, ``isreal``, and ``Tensor.cfloat()``/``cdouble()`` (``stft``:
+client/fft.py).
 
 The dtypes are ``tw.complex64`` (``tw.cfloat``) and ``tw.complex128`` (``tw.cdouble``); elementwise arithmetic,
 ``abs``, ``sgn`` (``z / |z|``: the op table's ``sign``), ``exp``, ``matmul``, the sums and the movement ops take them
@@ -24,7 +25,7 @@ from . import combine as _combine
 from .tensor import Tensor
 
 __all__ = ["angle", "complex", "conj", "conj_physical", "imag", "is_complex", "isreal", "polar", "real",
-           "resolve_conj", "resolve_neg", "stft", "view_as_complex", "view_as_real"]
+           "resolve_conj", "resolve_neg", "view_as_complex", "view_as_real"]
 
 
 def _where(cond: Tensor, a, b) -> Tensor:
@@ -132,25 +133,17 @@ def _cdouble(self: Tensor, memory_format=None) -> Tensor:
     return self.to(D.complex128)
 
 
-def stft(input: Tensor, *args, **kwargs) -> Tensor:  # noqa: A002
-    """The short-time Fourier transform: :func:`tensorwire.fft.stft`."""
-    from .fft import stft as _stft  # circle: fft -> this module
-
-    return _stft(input, *args, **kwargs)
-
-
 #: ``tw.<name>`` functions
 FUNCTIONS = {"complex": complex, "polar": polar, "view_as_real": view_as_real, "view_as_complex": view_as_complex,
              "real": real, "imag": imag, "conj": conj, "conj_physical": conj_physical, "resolve_conj": resolve_conj,
-             "resolve_neg": resolve_neg, "angle": angle, "isreal": isreal, "is_complex": is_complex,
-             "stft": stft}
+             "resolve_neg": resolve_neg, "angle": angle, "isreal": isreal, "is_complex": is_complex}
 
 
 def install(cls=Tensor) -> None:
     """The methods and properties on ``Tensor``: ``real``/``imag`` as properties (as torch's), ``conj()``,
     ``angle()``, ``cfloat()``..."""
     _install.install_methods(cls, {name: FUNCTIONS[name] for name in ("conj", "conj_physical", "resolve_conj",
-                                                                     "resolve_neg", "angle", "isreal", "stft")})
+                                                                     "resolve_neg", "angle", "isreal")})
     _install.install_methods(cls, {"is_conj": _is_conj, "is_neg": _is_conj, "cfloat": _cfloat, "cdouble": _cdouble},
                              wrap=False)
     cls.real = property(real, doc="The real part (a real tensor's is itself).")

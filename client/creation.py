@@ -8,14 +8,16 @@ import math
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import DTypeError, ShapeError
-from tensorwire.protocol.random import counters_used
-from tensorwire.protocol.shapes import check_shape, numel
+from tensorwire.protocol.errors import ShapeError
 
 # the module, not its names: a program that imports tensorwire.context first reaches this module half-way through
 # it (context -> session -> tensor -> the modules that add Tensor's methods, client/_install.py -> here)
 from . import context as _context
-from . import random as R
+from ._factories import arange_attrs as _arange_attrs
+from ._factories import from_data as _from_data
+from ._factories import full as _full
+from ._factories import random as _draw
+from .combine import write_out
 from .tensor import Tensor, _size, device_name
 
 
@@ -31,51 +33,6 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
     return t
 
 
-def _infer_np(data, dtype):
-    """numpy array for ``data`` with torch's dtype inference (Python floats -> default float)."""
-    if isinstance(data, Tensor):
-        return data._numpy()
-    if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
-        data = _tolist(data)
-    arr = np.asarray(data)
-    if dtype is not None:
-        dt = D.get(dtype)
-        if arr.dtype.kind == "f" and not dt.is_inexact and dt is not D.bool_:
-            arr = np.trunc(arr)
-        return arr.astype(dt.np) if arr.dtype != dt.np else arr
-    if isinstance(data, np.ndarray) or isinstance(data, np.generic):
-        if arr.dtype in D.BY_NP:
-            return arr
-        raise TypeError(f"can't convert np.ndarray of type {arr.dtype}; supported: {', '.join(D.BY_NAME)}")
-    if arr.dtype.kind == "f":
-        return arr.astype(D.get_default_dtype().np)
-    if arr.dtype.kind in "iu":
-        return arr.astype(np.int64)
-    if arr.dtype.kind == "b":
-        return arr
-    if arr.dtype.kind == "c":  # Python complex numbers: the default complex dtype, as torch's
-        return arr.astype(D.get_default_complex_dtype().np)
-    if arr.dtype == object or arr.dtype.kind in "US":
-        raise TypeError(f"can't convert {type(data).__name__} of mixed or non-numeric values to a tensor")
-    return arr
-
-
-def _flat(x):
-    if isinstance(x, (list, tuple)):
-        for y in x:
-            yield from _flat(y)
-    else:
-        yield x
-
-
-def _tolist(x):
-    if isinstance(x, (list, tuple)):
-        return [_tolist(y) for y in x]
-    if isinstance(x, Tensor):
-        return x.tolist()
-    return x
-
-
 def _upload(s, arr: np.ndarray, dev: str, dtype: D.DType | None = None, borrowed: bool = False) -> Tensor:
     """Record ``arr`` as a constant. ``borrowed``: ``arr`` is the caller's and may change after we return,
     so the session snapshots it (small arrays are copied; large ones are sent at once, without a copy)."""
@@ -85,9 +42,7 @@ def _upload(s, arr: np.ndarray, dev: str, dtype: D.DType | None = None, borrowed
 def tensor(data, dtype=None, device=None, requires_grad: bool = False, *, session=None) -> Tensor:
     """A tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays)."""
     s, dev = _ctx(device, session)
-    arr = _infer_np(data, dtype)
-    borrowed = isinstance(data, np.ndarray) and np.may_share_memory(arr, data)  # later writes must not show
-    return _finish(_upload(s, arr, dev, borrowed=borrowed), requires_grad)
+    return _finish(_from_data(s, data, dtype, dev), requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None, *, session=None) -> Tensor:
@@ -113,26 +68,23 @@ def from_numpy(array: np.ndarray, *, device=None, session=None) -> Tensor:
 def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
     """A tensor of ``size`` filled with ``fill_value`` (dtype inferred from the value, as torch)."""
     s, dev = _ctx(device, session)
-    shape = check_shape(_size((size,)) if not isinstance(size, int) else (size,))
-    dt = D.get(dtype) if dtype is not None else D.scalar_dtype(fill_value)
-    v = fill_value.item() if isinstance(fill_value, (np.generic, Tensor)) else fill_value
-    if isinstance(v, complex):
-        if not dt.is_complex:
-            raise DTypeError(f"full: a complex fill value needs a complex dtype, got {dt.name}")
-        v = [v.real, v.imag]  # (the wire's form of a complex attribute)
-    return _finish(s.record("full", [], {"shape": list(shape), "dtype": dt.name, "value": v}, dev), requires_grad)
+    t = _full(s, _size((size,)) if not isinstance(size, int) else (size,), fill_value, dtype, dev)
+    return t.requires_grad_(True) if requires_grad else t  # (_finish, inline: tw.zeros takes no call more)
+
+
+_plain_full = full  # (zeros and ones call it without ``out=``'s wrapper below)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
     """A tensor of zeros (default float dtype)."""
-    return full(_size(size), 0, dtype=dtype or D.get_default_dtype(), device=device,
-                requires_grad=requires_grad, session=session)
+    return _plain_full(_size(size), 0, dtype=dtype or D.get_default_dtype(), device=device,
+                       requires_grad=requires_grad, session=session)
 
 
 def ones(*size, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
     """A tensor of ones (default float dtype)."""
-    return full(_size(size), 1, dtype=dtype or D.get_default_dtype(), device=device,
-                requires_grad=requires_grad, session=session)
+    return _plain_full(_size(size), 1, dtype=dtype or D.get_default_dtype(), device=device,
+                       requires_grad=requires_grad, session=session)
 
 
 def empty(*size, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
@@ -163,26 +115,10 @@ def empty_like(input: Tensor, *, dtype=None, device=None, requires_grad: bool = 
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad: bool = False,
            session=None) -> Tensor:
     """Values from ``start`` to ``end`` (exclusive) by ``step``; int64 unless any argument is a float."""
-    if end is None:
-        start, end = 0, start
-    vals = [v.item() if isinstance(v, (Tensor, np.generic)) else v for v in (start, end, step)]
-    start, end, step = vals
-    if step == 0:
-        raise ValueError("step must be nonzero")
-    if (end - start) * step < 0:
-        raise ValueError("upper bound and lower bound inconsistent with step sign")
-    floating = any(isinstance(v, float) for v in vals)
-    dt = D.get(dtype) if dtype is not None else (D.get_default_dtype() if floating else D.int64)
-    if dt.is_complex:
-        raise DTypeError(f"arange is not implemented for {dt.name} (as in torch)")
-    if not dt.is_floating_point:  # torch counts and steps an integer range in integers (each bound truncated)
-        start, end, step = (math.trunc(v) for v in vals)
-        if step == 0:
-            raise ValueError("step must be nonzero (after truncating to an integer dtype)")
-    n = max(0, math.ceil((end - start) / step))
+    attrs = _arange_attrs(start, end, step, dtype)
     s, dev = _ctx(device, session)
-    return _finish(s.record("arange", [], {"start": start, "step": step, "n": n, "dtype": dt.name}, dev),
-                   requires_grad)
+    t = s.record("arange", [], attrs, dev)
+    return t.requires_grad_(True) if requires_grad else t
 
 
 def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad: bool = False,
@@ -228,24 +164,13 @@ def eye(n: int, m: int | None = None, *, dtype=None, device=None, requires_grad:
                    requires_grad)
 
 
-def _random(op: str, size, dtype, device, generator, session, **extra) -> Tensor:
-    s, dev = _ctx(device, session)
-    shape = check_shape(_size(size))
-    gen = generator or R.default_generator
-    counters = counters_used(op, numel(shape))
-    seed, off = gen.take(counters)
-    t = s.record(op, [], {"shape": list(shape), "dtype": dtype.name, "seed": seed, "offset": off, **extra}, dev)
-    if s._capture is not None:  # tw.compile: a replay draws from the generator as this call did
-        s._capture.provide([t], lambda: dict(zip(("seed", "offset"), gen.take(counters))))
-    return t
-
-
 def rand(*size, generator=None, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
     """Uniform on [0, 1) from the counter-based generator (same seed, same numbers on every device)."""
     dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
     if not dt.is_floating_point:
         raise TypeError(f"rand only supports floating point dtypes, got {dt}")
-    return _finish(_random("rand", size, dt, device, generator, session), requires_grad)
+    s, dev = _ctx(device, session)
+    return _finish(_draw(s, "rand", _size(size), dt, dev, generator), requires_grad)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
@@ -253,7 +178,8 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad: bool = 
     dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
     if not dt.is_floating_point:
         raise TypeError(f"randn only supports floating point dtypes, got {dt}")
-    return _finish(_random("randn", size, dt, device, generator, session), requires_grad)
+    s, dev = _ctx(device, session)
+    return _finish(_draw(s, "randn", _size(size), dt, dev, generator), requires_grad)
 
 
 def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad: bool = False,
@@ -268,7 +194,8 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
     if high <= low:
         raise ValueError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     dt = D.get(dtype) if dtype is not None else D.int64
-    return _finish(_random("randint", size, dt, device, generator, session, low=int(low), high=int(high)),
+    s, dev = _ctx(device, session)
+    return _finish(_draw(s, "randint", _size(size), dt, dev, generator, low=int(low), high=int(high)),
                    requires_grad)
 
 
@@ -303,8 +230,6 @@ def _accepts_out(fn):
     def with_out(*args, out=None, **kwargs):
         if out is None:
             return fn(*args, **kwargs)
-        from .functions import write_out  # circle: functions -> creation; functions runs once Tensor is whole
-
         if kwargs.get("dtype") is None:
             kwargs["dtype"] = out.dtype
         if kwargs.get("device") is None:

@@ -74,13 +74,10 @@ class ElementWrites:
     value."""
 
     def __init__(self, x):
-        from .tensor import Tensor
-
         s = x._s
         self.target = x
         # x takes a new handle now; ``self.before`` keeps the old one (and its value) alive until the run is recorded
-        future = Tensor.__new__(Tensor)
-        future._init(s, next(s._ids), x._shape, x.dtype, x._dev)
+        future = x._with_new_handle()
         V.assign(x, future)
         self.before = future  # after the swap it holds x's previous handle
         self.hid = x._id

@@ -6,7 +6,8 @@ PyTorch's ATen, after the input is promoted (integers to the default float; to c
 ``irfft``, ``hfft``) and zero-padded or cropped to the sizes asked for (``n``, ``s``). ``hfft*`` is ``irfft*`` of the
 conjugate, ``ihfft*`` the conjugate of ``rfft*``, each with the other direction's scale. The CPU backend computes them
 with numpy's pocketfft in double precision; autograd differentiates them with PyTorch's convention for complex
-gradients. ``fftfreq``, ``rfftfreq``, ``fftshift`` and ``ifftshift`` complete the namespace.
+gradients. ``fftfreq``, ``rfftfreq``, ``fftshift`` and ``ifftshift`` complete the namespace; :func:`stft` is also
+``tw.stft`` and ``x.stft()`` (this module is one of those that add Tensor's methods, client/_install.py).
 
 ``norm``: ``"backward"`` (default: the forward transform unscaled, the inverse scaled by 1/n), ``"ortho"`` (both by
 1/sqrt(n)) or ``"forward"`` (the forward by 1/n, the inverse unscaled).
@@ -23,10 +24,12 @@ from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.ops.complex_ops import norm_mode
 from tensorwire.protocol.shapes import norm_dim
 
+from . import _install
 from . import complex_ops as C
+from . import creation as _creation
+from .combine import write_out
 from .complex_ops import conj
-from .creation import tensor
-from .functions import write_out
+from .padding import pad
 from .tensor import Tensor
 
 __all__ = ["fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2", "rfftn", "irfftn",
@@ -212,7 +215,7 @@ def ihfftn(input: Tensor, s=None, dim=None, norm: str | None = None, *, out=None
 
 def _freqs(values: np.ndarray, d: float, n: int, dtype, device, requires_grad: bool) -> Tensor:
     dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
-    return tensor(values / (d * n), dtype=dt, device=device, requires_grad=requires_grad)
+    return _creation.tensor(values / (d * n), dtype=dt, device=device, requires_grad=requires_grad)
 
 
 def fftfreq(n: int, d: float = 1.0, *, dtype=None, device=None, requires_grad: bool = False, **_) -> Tensor:
@@ -255,8 +258,6 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
     ``[batch?, frequencies, frames]``: n_fft // 2 + 1 frequencies when ``onesided`` (the default for a real input and
     window), complex, or its ``view_as_real`` when ``return_complex=False``. ``normalized``: scaled by 1/sqrt(n_fft).
     """
-    from .nn.functional import pad  # circle: nn.functional -> ... -> this module
-
     real_input = not input.dtype.is_complex and (window is None or not window.dtype.is_complex)
     if return_complex is None:
         if real_input:
@@ -295,3 +296,8 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
     if input.ndim == 1:
         spec = spec.squeeze(0)
     return spec if return_complex else C.view_as_real(spec)
+
+
+_install.install_methods(Tensor, {"stft": stft})
+_install.register({"stft": stft})
+_install.loaded(__name__)

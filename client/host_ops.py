@@ -18,6 +18,7 @@ import numpy as np
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, TensorwireError
 
+from ._factories import from_data
 from .autograd_engine import Function
 
 if TYPE_CHECKING:  # (annotations only: importing Tensor here would load it, and the linear algebra
@@ -59,12 +60,10 @@ def _host(t: Tensor) -> np.ndarray:
 
 
 def _upload(a: np.ndarray, like: Tensor) -> Tensor:
-    from .creation import tensor  # circle: creation -> tensor -> linalg_lapack -> this module
-
     # (a complex result, an eigen-decomposition's: the complex dtype of the input's)
     dtype = like.dtype if a.dtype.kind == "f" else D.to_complex(like.dtype) if a.dtype.kind == "c" else \
         D.from_numpy(a.dtype)
-    return tensor(np.array(a, order="C"), dtype=dtype, device=like._dev, session=like._s)
+    return from_data(like._s, np.array(a, order="C"), dtype, like._dev)
 
 
 class _HostRun(Function):

@@ -14,8 +14,9 @@ import numpy as np
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import IndexOutOfRange
 
+from . import _factories
+from . import autocast_state as _amp
 from . import views as V
-from .amp import autocast_mode as _amp
 from .element_writes import batchable, element_position, write, write_at
 
 _amp_active = _amp._active
@@ -79,9 +80,7 @@ class _Bool0:
 
 
 def _as_index(x, arr):
-    from .creation import tensor
-
-    return tensor(np.asarray(arr, dtype=np.int64), device=x._dev, session=x._s)
+    return _factories.from_data(x._s, np.asarray(arr, dtype=np.int64), None, x._dev)
 
 
 def _basic_parts(x, key):

@@ -31,7 +31,7 @@ import numpy as np
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.graph import attrs_key
 
-from .amp import autocast_mode as _amp
+from . import autocast_state as _amp
 
 _amp_active = _amp._active
 
@@ -295,7 +295,7 @@ def _host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
         a, b = values
         if a.dtype == _I64 and b.dtype == _I64 and not a.shape and not b.shape:
             return _scalar_int(fn, a.item(), b.item())
-    from tensorwire.backends.cpu.kernels import KERNELS  # (numpy only; imported on the first use)
+    from tensorwire.backends.cpu.kernels import KERNELS  # lazy: runs backends.cpu's package (~50 ms), for a host op
 
     try:
         out = np.asarray(KERNELS[op](list(values), attrs or {}, shape, dtype), dtype=dtype.np)

@@ -14,7 +14,8 @@ import numpy as np
 
 from tensorwire.protocol import dtypes as D
 
-from .creation import empty, tensor
+from . import _install
+from . import creation as _creation
 from .tensor import Size, Tensor
 
 __all__ = ["FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
@@ -37,15 +38,15 @@ def _legacy_new(name: str, dtype: D.DType, args: tuple, device) -> Tensor:
     """A legacy constructor's tensor: ``(*sizes)`` or ``(Size)`` uninitialised, ``(data)`` of that data (a list, a
     tuple, an array or a tensor), ``()`` empty; of ``dtype``."""
     if len(args) == 1 and isinstance(args[0], Size):
-        return empty(*tuple(args[0]), dtype=dtype, device=device)
+        return _creation.empty(*tuple(args[0]), dtype=dtype, device=device)
     if args and all(isinstance(n, int) and not isinstance(n, bool) for n in args):
-        return empty(*args, dtype=dtype, device=device)
+        return _creation.empty(*args, dtype=dtype, device=device)
     if len(args) == 1:  # data
         if isinstance(args[0], (bool, float, complex, str, bytes, np.generic)) or args[0] is None:
             raise TypeError(f"{name}(): data must be a sequence (got {type(args[0]).__name__})")
-        return tensor(args[0], dtype=dtype, device=device)
+        return _creation.tensor(args[0], dtype=dtype, device=device)
     if not args:
-        return tensor([], dtype=dtype, device=device)
+        return _creation.tensor([], dtype=dtype, device=device)
     raise TypeError(f"{name}(): expected data or sizes (ints), got {args!r}")
 
 
@@ -53,7 +54,7 @@ def _legacy_new(name: str, dtype: D.DType, args: tuple, device) -> Tensor:
 _STATE = tuple(n for n in Tensor.__slots__ if n != "__weakref__")
 
 
-def init_legacy(self: Tensor, args: tuple, kwargs: dict) -> None:
+def init_legacy(self: Tensor, *args, **kwargs) -> None:
     """``Tensor.__init__``: torch's legacy constructor ``tw.Tensor(*sizes)`` / ``tw.Tensor(data)`` / ``tw.Tensor()``
     (the default dtype; ``device=`` only), and ``tw.Tensor(t)``: a view of ``t``, in its dtype. ``self`` is a bare
     object (``type.__call__`` made it); the new tensor's state moves into it, and the tensor it was made as gives up
@@ -87,3 +88,9 @@ ShortTensor = _make("ShortTensor", D.int16)
 CharTensor = _make("CharTensor", D.int8)
 ByteTensor = _make("ByteTensor", D.uint8)
 BoolTensor = _make("BoolTensor", D.bool_)
+
+
+# ``Tensor.__init__`` (client/_install.py loads this module with Tensor: ``tensor`` cannot import it, as it imports
+# ``creation``, which makes tensors of the current session)
+_install.install_methods(Tensor, {"__init__": init_legacy}, wrap=False)
+_install.loaded(__name__)

@@ -597,4 +597,18 @@ def lstsq(A: Tensor, B: Tensor, rcond=None, *, driver=None) -> Lstsq:  # noqa: N
     sv = s if driver in ("gelsd", "gelss") and s is not None else empty
     return Lstsq(x.squeeze(-1) if vector else x, resid, rank, sv)
 
+def tensor_norm(self: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
+    """``x.norm(p, dim, keepdim, dtype)`` (and ``tw.norm``): the ``p``-norm over ``dim`` (all elements when None;
+    ``"fro"`` is 2), or the nuclear norm of the matrices over ``dim`` (the last two by default) for ``"nuc"``. A Tensor
+    method installed here, with :func:`matrix_norm` (issue 32: ``tensor`` does not import the linear algebra)."""
+    x = self if dtype is None else self.to(dtype)
+    if p == "fro" or p is None:
+        p = 2
+    if p == "nuc":
+        return matrix_norm(x, "nuc", (-2, -1) if dim is None else dim, keepdim)
+    return x._reduce("norm", dim, keepdim, p=float(p) if not isinstance(p, int) else p)
+
+
+tensor_norm.__name__ = tensor_norm.__qualname__ = "norm"
+_install.install_methods(Tensor, {"norm": tensor_norm}, wrap=False)
 _install.loaded(__name__)

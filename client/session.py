@@ -15,7 +15,6 @@ import collections
 import itertools
 import logging
 import os
-import sys
 import threading
 import time
 import weakref
@@ -44,6 +43,7 @@ from tensorwire.protocol.graph import attrs_key, freeze, structure_key
 from tensorwire.protocol.handshake import FirstAnswer
 from tensorwire.protocol.liveness import RENEWALS_PER_LEASE, SESSION_LEASE_S, set_zmq_heartbeats
 from tensorwire.protocol.ops import OPS, infer
+from tensorwire.protocol.progress import check as check_progress
 from tensorwire.protocol.service import spare_core, spin_wait
 from tensorwire.protocol.shm_paths import host_id
 from tensorwire.protocol.wire import (
@@ -62,6 +62,7 @@ from tensorwire.protocol.wire import (
 )
 
 from . import leases
+from ._frames import _user_frame, user_line
 from .cancel import Waker
 from .channels import (
     DIRECT_CONNECT_S,
@@ -115,35 +116,8 @@ REQUEST_TIMEOUT_S = float(os.environ.get("TENSORWIRE_REQUEST_TIMEOUT", "600"))
 #: how long ``close()`` waits for the dispatcher to confirm (TENSORWIRE_CLOSE_TIMEOUT): a process that exits right
 #: after ``close()`` (``os._exit``, as multiprocessing's children do) would otherwise lose the message
 CLOSE_TIMEOUT_S = float(os.environ.get("TENSORWIRE_CLOSE_TIMEOUT", "2"))
-_CLIENT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 MAX_PROGRESS_SINKS = 64  # hub loads whose progress a session passes on at once (the oldest is dropped)
 _log = logging.getLogger("tensorwire.client")
-
-
-def _user_frame(up: int = 2):
-    """Where the first caller outside the tensorwire client package is: ``(its code, the offset of its current
-    instruction)``, the ``where`` every recorded op keeps, whose (file, line) :func:`user_line` works out when
-    something needs it (an error's message, ``tw.compile``'s reasons). The search starts ``up`` frames above this
-    function (2: its caller's caller): a caller that knows the frames above it to be the client's passes more, and
-    those frames are skipped unseen (each frame the walk looks at is made into a Python object). It runs for every
-    recorded op: a frame's ``f_lineno`` would walk its code's line table from the start each time, most of this
-    function's cost, for a line that is almost never read."""
-    f = sys._getframe(up)
-    while f is not None and f.f_code.co_filename.startswith(_CLIENT_DIR):
-        f = f.f_back
-    return (f.f_code, f.f_lasti) if f is not None else None
-
-
-def user_line(where) -> tuple | None:
-    """The user's ``(file, line)`` of a recorded op's ``where`` (:func:`_user_frame`'s ``(code, instruction
-    offset)``: the line that frame's ``f_lineno`` gave when it was recorded); a ``(file, line)`` or None as it is."""
-    if where is None or type(where[0]) is str:
-        return where
-    code, lasti = where
-    for start, end, line in code.co_lines():
-        if start <= lasti < end:
-            return code.co_filename, line
-    return code.co_filename, None
 
 
 class Session:
@@ -501,9 +475,7 @@ class Session:
 
     def _on_progress(self, h: dict) -> None:
         """Hand a progress report to its load's sink; a malformed one, or one for no load of ours, is dropped."""
-        from tensorwire.protocol.progress import check
-
-        fields = check(h)
+        fields = check_progress(h)
         device = h.get("device")
         if fields is None or type(device) is not str:
             _log.warning("dropped a malformed progress report from the dispatcher")
@@ -625,8 +597,9 @@ class Session:
 
         It records what ``record(op, ins, attrs, devs[d], known[k], where)`` for each node in turn records, with the
         work that cannot change between the nodes done once, and no tensor made for an output nobody keeps. The
-        nodes in ``host`` (:func:`host_nodes`: their values may be the client's) go through :meth:`record`, and must be
-        in ``keep`` with their inputs; in ``tw.compile``'s capture every node does (all outputs then get tensors)."""
+        nodes in ``host`` (``autograd_engine.host_nodes``: their values may be the client's) go through :meth:`record`,
+        and must be in ``keep`` with their inputs; in ``tw.compile``'s capture every node does (all outputs then get
+        tensors)."""
         if self._capture is not None:
             out: list = []
             for (op, refs, attrs, d), kn in zip(nodes, known):
@@ -1767,15 +1740,8 @@ def _devices_differ(device: str, other: str) -> DeviceError:
                        f"{device} and {other}!")
 
 
-def host_nodes(nodes, known) -> frozenset:
-    """The nodes of a graph (``Session.record_graph``'s ``nodes`` and ``known``) whose results ``record`` may keep on
-    the client (``known_values``): :data:`~tensorwire.known_values.HOST_OPS` ops of a non-floating result."""
-    return frozenset(j for j, (n, k) in enumerate(zip(nodes, known))
-                     if n[0] in HOST_OPS and not k[1][1].is_floating_point)
-
-
 def _progress_event(device: str, fields: dict):
-    from .progress import DownloadProgress
+    from .progress import DownloadProgress  # lazy: its dataclass costs ~1 ms of every import; hub loads only
 
     return DownloadProgress(device, fields["file"], fields["done"], fields["total"], fields.get("end", False))
 

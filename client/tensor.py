@@ -29,13 +29,17 @@ from tensorwire.protocol.ops import OPS as _OPS
 from tensorwire.protocol.ops import infer as _infer
 from tensorwire.protocol.shapes import infer_reshape, norm_dim, numel
 
-from . import _install
+from . import _factories, _install
 from . import autograd_engine as _autograd_engine  # noqa: F401  (it installs itself in autograd_hooks)
 from . import indexing as _indexing
 from . import views as V
+from ._aliases import alias as _alias
+from ._aliases import rebind as _rebind
+from ._factories import TensorBase
 from .autograd_hooks import check_inplace as _check_inplace
 from .autograd_hooks import detach as _detach
 from .autograd_hooks import record as _hooks_record
+from .combine import arange_like, cat, where
 from .printing import format_tensor
 from .sparse_layout import strided as _strided
 from .zero_grads import zero_grad_from
@@ -97,7 +101,7 @@ def device_name(d) -> str:
     return str(device(d))
 
 
-class Tensor:
+class Tensor(TensorBase):
     """A tensor living on a cluster device. Create tensors with ``tw.tensor``, ``tw.randn`` ...."""
 
     __slots__ = ("_s", "_id", "_shape", "dtype", "_dev", "_base", "_vsteps", "_base_version", "_version",
@@ -120,13 +124,15 @@ class Tensor:
         self._retains_grad = False
         self._ag = None
 
-    def __init__(self, *args, **kwargs):
-        # torch's legacy constructor, tw.Tensor(2, 3) / tw.Tensor([1., 2.]) / tw.Tensor(): the cluster makes its own
-        # tensors without calling the class (object.__new__ and _init), so only a program's call comes here
-        # circle: tensorwire.legacy_types imports this module
-        from .legacy_types import init_legacy
+    def _with_new_handle(self) -> Tensor:
+        """A new tensor of this one's session, shape, dtype and device, holding a handle of its own that nothing
+        has recorded yet (``element_writes`` swaps it in before a run of element writes)."""
+        t = Tensor.__new__(Tensor)
+        t._init(self._s, next(self._s._ids), self._shape, self.dtype, self._dev)
+        return t
 
-        init_legacy(self, args, kwargs)
+    # __init__: torch's legacy constructor, tw.Tensor(2, 3) / tw.Tensor([1., 2.]) / tw.Tensor(), installed by
+    # client/legacy_types.py (the cluster makes its own tensors without calling the class: object.__new__ and _init)
 
     def __del__(self):
         try:
@@ -284,9 +290,7 @@ class Tensor:
                     return self._s.scalar(v, sd, self._dev).to(self.dtype)
                 return self._s.scalar(v, self.dtype, self._dev)
             return self._s.scalar(v, sd, self._dev)
-        from .creation import tensor  # circle: creation -> this module
-
-        return tensor(other, device=self._dev, session=self._s)
+        return _factories.from_data(self._s, other, None, self._dev)
 
     def _binary(self, op: str, other, reverse: bool = False) -> Tensor:
         if type(other) is int and not self._shape and self.dtype is D.int64:
@@ -461,11 +465,9 @@ class Tensor:
     def data(self, value: Tensor) -> None:
         """``t.data = x``: ``t`` now holds ``x``'s value (its shape, dtype and device too), keeping its autograd
         flags, as torch's."""
-        from .nn._tensors import alias, rebind  # lazy: importing tensorwire.nn loads its layers
-
         if not isinstance(value, Tensor):
             raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
-        rebind(self, alias(value))
+        _rebind(self, _alias(value))
 
     def detach(self) -> Tensor:
         """A tensor with the same value, cut from the autograd graph (it shares no later updates)."""
@@ -503,26 +505,17 @@ class Tensor:
         return True
 
     def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> Tensor:
-        from .creation import tensor  # circle: creation -> this module
-
-        return tensor(data, dtype=dtype or self.dtype, device=device or self._dev, requires_grad=requires_grad,
-                      session=self._s)
+        t = _factories.from_data(self._s, data, dtype or self.dtype, _placed(self, device))
+        return t.requires_grad_(True) if requires_grad else t
 
     def new_zeros(self, *size, dtype=None, device=None) -> Tensor:
-        from .creation import full  # circle: creation -> this module
-
-        return full(_size(size), 0, dtype=dtype or self.dtype, device=device or self._dev, session=self._s)
+        return _factories.full(self._s, _size(size), 0, dtype or self.dtype, _placed(self, device))
 
     def new_ones(self, *size, dtype=None, device=None) -> Tensor:
-        from .creation import full  # circle: creation -> this module
-
-        return full(_size(size), 1, dtype=dtype or self.dtype, device=device or self._dev, session=self._s)
+        return _factories.full(self._s, _size(size), 1, dtype or self.dtype, _placed(self, device))
 
     def new_full(self, size, fill_value, dtype=None, device=None) -> Tensor:
-        from .creation import full  # circle: creation -> this module
-
-        return full(_size((size,)), fill_value, dtype=dtype or self.dtype, device=device or self._dev,
-                    session=self._s)
+        return _factories.full(self._s, _size((size,)), fill_value, dtype or self.dtype, _placed(self, device))
 
     def new_empty(self, *size, dtype=None, device=None) -> Tensor:
         return self.new_zeros(*size, dtype=dtype, device=device)
@@ -849,13 +842,9 @@ class Tensor:
         return self._rec("lerp", [self, self._operand(end), self._operand(weight)])
 
     def where(self, condition, other):
-        from .functions import where  # circle: functions -> this module
-
         return where(condition, self, other)
 
     def masked_fill(self, mask, value):
-        from .functions import where  # circle: functions -> this module
-
         v = value if isinstance(value, Tensor) else self._s.scalar(
             value.item() if isinstance(value, np.generic) else value, self.dtype, self._dev)
         return where(mask, v.to(self.dtype), self)
@@ -966,16 +955,6 @@ class Tensor:
 
     def cumprod(self, dim: int, *, dtype=None):
         return self._rec("cumprod", [self], {"dim": dim, **({"dtype": D.get(dtype).name} if dtype else {})})
-
-    def norm(self, p="fro", dim=None, keepdim: bool = False, dtype=None):
-        x = self if dtype is None else self.to(dtype)
-        if p == "fro" or p is None:
-            p = 2
-        if p == "nuc":
-            from .linalg import matrix_norm  # circle: linalg -> this module
-
-            return matrix_norm(x, "nuc", (-2, -1) if dim is None else dim, keepdim)
-        return x._reduce("norm", dim, keepdim, p=float(p) if not isinstance(p, int) else p)
 
     # ------------------------------------------------------------------ shape (views)
     def _view(self, step: V.ViewStep) -> Tensor:
@@ -1209,8 +1188,6 @@ class Tensor:
                 continue
             k = sh % n
             if k:
-                from .functions import cat  # circle: functions -> this module
-
                 out = cat([out.narrow(d, n - k, k), out.narrow(d, 0, n - k)], d)
         return out
 
@@ -1280,8 +1257,6 @@ class Tensor:
         return self._rec("triu", [self], {"diagonal": diagonal})
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
-        from .functions import arange_like  # circle: functions -> this module
-
         x = self.moveaxis([dim1, dim2], [-2, -1])
         n, m = x._shape[-2], x._shape[-1]
         rows = max(0, min(n, m - offset) if offset >= 0 else min(n + offset, m))
@@ -1294,11 +1269,7 @@ class Tensor:
     def diag(self, diagonal: int = 0):
         if self.ndim == 1:
             n = self._shape[0] + abs(diagonal)
-            from .creation import zeros  # circle: creation -> this module
-
-            out = zeros(n, n, dtype=self.dtype, device=self._dev, session=self._s)
-            from .functions import arange_like  # circle: functions -> this module
-
+            out = _factories.full(self._s, (n, n), 0, self.dtype, self._dev)
             r = arange_like(self, 0, self._shape[0]) + (0 if diagonal >= 0 else -diagonal)
             c = arange_like(self, 0, self._shape[0]) + (diagonal if diagonal >= 0 else 0)
             out[r, c] = self
@@ -1388,11 +1359,8 @@ class Tensor:
         if self.ndim == 0:
             norm_dim(dim, 1)
             return self.reshape(1).index_fill(0, index, value).reshape(())
-        from .creation import zeros  # circle: creation -> this module
-        from .functions import where  # circle: functions -> this module
-
         d = norm_dim(dim, self.ndim)
-        hit = zeros(self._shape[d], dtype=D.bool_, device=self._dev, session=self._s)
+        hit = _factories.full(self._s, (self._shape[d],), 0, D.bool_, self._dev)
         hit[index] = True  # a mask, not a write per index: a repeated index fills (and gives value's gradient) once
         shape = [1] * self.ndim
         shape[d] = -1
@@ -1416,12 +1384,10 @@ class Tensor:
                 return (self._operand(np.nonzero(a)[0].astype(np.int64)),)
             return self._operand(np.zeros((int(np.count_nonzero(a)), 0), np.int64))
         idx = np.nonzero(a)
-        from .creation import tensor  # circle: creation -> this module
-
         if as_tuple:
-            return tuple(tensor(i.astype(np.int64), device=self._dev, session=self._s) for i in idx)
-        return tensor(np.stack(idx, axis=1).astype(np.int64) if idx else np.zeros((0, 0), np.int64),
-                      device=self._dev, session=self._s)
+            return tuple(_factories.from_data(self._s, i.astype(np.int64), None, self._dev) for i in idx)
+        return _factories.from_data(self._s, np.stack(idx, axis=1).astype(np.int64) if idx else
+                                    np.zeros((0, 0), np.int64), None, self._dev)
 
     # ------------------------------------------------------------------ in-place
     def _assign(self, new: Tensor) -> Tensor:
@@ -1467,29 +1433,21 @@ class Tensor:
     def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator=None, **kw):
         """Fill with draws from U(a, b) in place (torch's ``uniform_(from=0, to=1)``; ``from``/``to`` are accepted as
         keywords too)."""
-        from .creation import rand  # circle: creation -> this module
-
         a, b = kw.pop("from", a), kw.pop("to", b)
         if kw:
             raise TypeError(f"uniform_() got unexpected keyword arguments {sorted(kw)}")
-        r = rand(self._shape, dtype=self.dtype if self.dtype.is_floating_point else None, device=self._dev,
-                 generator=generator, session=self._s)
+        r = _factories.random(self._s, "rand", self._shape, _draw_dtype(self), self._dev, generator)
         return self._assign(r * (b - a) + a)
 
     def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator=None):
         """Fill with draws from N(mean, std^2) in place."""
-        from .creation import randn  # circle: creation -> this module
-
-        r = randn(self._shape, dtype=self.dtype if self.dtype.is_floating_point else None, device=self._dev,
-                  generator=generator, session=self._s)
+        r = _factories.random(self._s, "randn", self._shape, _draw_dtype(self), self._dev, generator)
         return self._assign(r * std + mean)
 
     def fill_(self, value):
-        from .creation import full  # circle: creation -> this module
-
         if isinstance(value, Tensor):
             return self._assign(value.to(self.dtype).expand(*self._shape))
-        return self._assign(full(self._shape, value, dtype=self.dtype, device=self._dev, session=self._s))
+        return self._assign(_factories.full(self._s, self._shape, value, self.dtype, self._dev))
 
     def copy_(self, src, non_blocking: bool = False):
         src = self._operand(src)
@@ -1625,8 +1583,6 @@ for _n in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs",
 
 def _wrap_index(index: Tensor, n: int) -> Tensor:
     """Negative indices counted from the end (torch's take_along_dim and take accept them)."""
-    from .functions import where  # circle: functions -> this module
-
     return where(index < 0, index + n, index)
 
 
@@ -1686,6 +1642,16 @@ def _no_bool_sub(a: Tensor, b):
         raise DTypeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
                          "to invert a mask, use the `~` or `logical_not()` operator instead.")
     return b
+
+
+def _placed(t: Tensor, device) -> str:
+    """``device`` (a name, ``device(...)`` or an int) checked on ``t``'s session; None: ``t``'s own."""
+    return t._dev if device is None else t._s.check_device(device_name(device))
+
+
+def _draw_dtype(t: Tensor) -> D.DType:
+    """The dtype ``t.uniform_()`` and ``t.normal_()`` draw in: ``t``'s when floating, else the default float."""
+    return t.dtype if t.dtype.is_floating_point else D.get_default_dtype()
 
 
 def _fits(v: int, dt: D.DType) -> bool:

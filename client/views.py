@@ -13,8 +13,8 @@ import numpy as np
 from tensorwire.protocol.errors import TensorwireError
 from tensorwire.protocol.shapes import numel, slice_len
 
+from . import autocast_state as _amp
 from . import autograd_hooks as _hooks
-from .amp import autocast_mode as _amp
 
 _amp_active = _amp._active
 #: the view ops recorded lazily (``Session.record``'s ``lazy``: only when something reads the view)

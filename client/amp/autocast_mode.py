@@ -1,32 +1,22 @@
 """``tw.amp.autocast``: mixed precision for the ops recorded in its scope, as ``torch.autocast``.
 
-The state is per thread, as torch's: a mapping from device type to the autocast dtype. Recording
-(``autograd_hooks.record``) calls :func:`cast_inputs` for every op while any autocast is on; it casts the op's
-inputs by the op's policy (:mod:`tensorwire.amp.policy`) with recorded ``cast`` ops, so autograd sees the casts
-and gradients flow back to the float32 parameters in float32.
+The state is per thread, as torch's: a mapping from device type to the autocast dtype, in
+:mod:`tensorwire.autocast_state` (outside this package: recording reads it, and calls its ``cast_inputs`` for every
+op while any autocast is on, without loading ``GradScaler``).
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 import warnings
 
 from tensorwire.protocol import dtypes as D
 
-from .policy import DEFAULT_DTYPES, POLICIES, SUPPORTED_DTYPES
+from .._factories import TensorBase
+from ..autocast_policy import DEFAULT_DTYPES, POLICIES, SUPPORTED_DTYPES
+from ..autocast_state import _active, _eligible, _state
 
 __all__ = ["autocast", "is_autocast_available", "is_autocast_enabled", "get_autocast_dtype", "custom_fwd", "custom_bwd"]
-
-_tls = threading.local()
-_active = [0]  # autocast scopes enabled in any thread: the recording hook's fast path when nobody uses amp
-
-
-def _state() -> dict:
-    st = getattr(_tls, "state", None)
-    if st is None:
-        st = _tls.state = {}
-    return st
 
 
 def is_autocast_available(device_type: str) -> bool:
@@ -93,42 +83,6 @@ class autocast:  # noqa: N801 - torch's name
         return wrapper
 
 
-def _eligible(t, device_type: str) -> bool:
-    return t.dtype.is_floating_point and t.dtype is not D.float64 and t._dev.split(":")[0] == device_type
-
-
-def cast_inputs(session, op: str, ins, attrs, device: str, record):
-    """The inputs ``op`` runs on under the current autocast state (``ins`` itself when nothing changes);
-    ``record`` records the ``cast`` ops (the same entry point, so autograd sees them)."""
-    kind_type = device.split(":")[0]
-    target = _state().get(kind_type)
-    if target is None:
-        return ins
-    kind = POLICIES[kind_type].get(op)
-    if kind is None:
-        return ins
-    if kind == "lower":
-        want = target
-    elif kind == "fp32":
-        want = "float32"
-    elif kind == "fp32_opt_dtype":
-        if (attrs and attrs.get("dtype") is not None) or not _eligible(ins[0], kind_type):
-            return ins
-        return [_cast(session, ins[0], "float32", device, record), *ins[1:]]
-    else:  # promote
-        floats = [t.dtype for t in ins if _eligible(t, kind_type)]
-        if len(set(floats)) < 2:
-            return ins
-        want = max(floats, key=lambda d: (d.itemsize, d is D.float32)).name
-    return [_cast(session, t, want, device, record) if _eligible(t, kind_type) else t for t in ins]
-
-
-def _cast(session, t, dtype: str, device: str, record):
-    if t.dtype.name == dtype:
-        return t
-    return record(session, "cast", [t], {"dtype": dtype}, device)
-
-
 def custom_fwd(fwd=None, *, device_type: str, cast_inputs=None):
     """Decorator for a custom ``Function.forward``: with ``cast_inputs``, the forward runs with autocast off and
     its floating tensor arguments cast to ``cast_inputs`` when autocast is on; without, it runs as called."""
@@ -139,10 +93,8 @@ def custom_fwd(fwd=None, *, device_type: str, cast_inputs=None):
     def wrapper(*args, **kwargs):
         if cast_inputs is None or not is_autocast_enabled(device_type):
             return fwd(*args, **kwargs)
-        from tensorwire.tensor import Tensor  # circle: tensor -> autograd_hooks -> amp.autocast_mode
-
         def conv(v):
-            return v.to(cast_inputs) if isinstance(v, Tensor) and _eligible(v, device_type) else v
+            return v.to(cast_inputs) if isinstance(v, TensorBase) and _eligible(v, device_type) else v
 
         with autocast(device_type, enabled=False):
             return fwd(*[conv(a) for a in args], **{k: conv(v) for k, v in kwargs.items()})

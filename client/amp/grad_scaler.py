@@ -14,6 +14,9 @@ from enum import Enum
 
 import numpy as np
 
+from .._factories import TensorBase
+from ..autograd_engine import no_grad
+
 __all__ = ["GradScaler", "OptState"]
 
 
@@ -64,12 +67,10 @@ class GradScaler:
 
     def scale(self, outputs):
         """``outputs`` (a tensor, or tensors in lists/tuples/dicts) multiplied by the scale."""
-        from tensorwire.tensor import Tensor  # circle: tensor -> autograd_hooks -> amp -> amp.grad_scaler
-
         if not self._enabled:
             return outputs
         self._lazy_init()
-        if isinstance(outputs, Tensor):
+        if isinstance(outputs, TensorBase):
             return outputs * self._scale
         if isinstance(outputs, dict):
             return {k: self.scale(v) for k, v in outputs.items()}
@@ -87,8 +88,6 @@ class GradScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        from tensorwire.autograd_engine import no_grad  # circle: as in scale()
-
         inv = _f32(1.0 / self._scale)  # torch: the float64 reciprocal, rounded to float32
         found = []
         with no_grad():

@@ -19,6 +19,8 @@ from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.shapes import broadcast
 from tensorwire.tensor import Tensor
 
+from ..grid_sampling import grid_sample
+from ..padding import pad
 from ._tensors import no_grad, rebind
 from .pooling_nd import _adaptive, max_pool1d_with_indices, max_pool2d_with_indices
 
@@ -489,43 +491,6 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
 
 # ------------------------------------------------------------------------------------------------ shape
 
-def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002
-    """torch's ``F.pad``: ``pad`` lists (left, right) pairs starting from the last dim; modes
-    ``constant``, ``reflect``, ``replicate`` and ``circular``."""
-    pad = [int(p) for p in pad]
-    if len(pad) % 2 or len(pad) // 2 > input.ndim:
-        raise ValueError("Padding length must be divisible by 2 and at most twice the number of dimensions")
-    pads = [0] * (2 * input.ndim)
-    for i in range(len(pad) // 2):
-        d = input.ndim - 1 - i
-        pads[2 * d], pads[2 * d + 1] = pad[2 * i], pad[2 * i + 1]
-    if mode == "constant":
-        return input._rec("pad", [input], {"pads": pads, "value": 0 if value is None else value})
-    if mode not in ("reflect", "replicate", "circular"):
-        raise NotImplementedError(f"pad mode {mode!r} is not supported")
-    out = input
-    for d in range(input.ndim):
-        lo, hi = pads[2 * d], pads[2 * d + 1]
-        if not lo and not hi:
-            continue
-        n = out.shape[d]
-        j = np.arange(-lo, n + hi)
-        if mode == "reflect":
-            if lo >= n or hi >= n:
-                raise ValueError("reflect padding must be smaller than the input size")
-            j = np.abs(j)
-            j = np.where(j >= n, 2 * (n - 1) - j, j)
-        elif mode == "replicate":
-            j = np.clip(j, 0, n - 1)
-        else:  # torch crops the negative pads first, then wraps the positive ones around what is left
-            start, stop = max(-lo, 0), n - max(-hi, 0)
-            if stop <= start:
-                raise ValueError(f"circular padding {[lo, hi]} leaves nothing of dim {d} (size {n}) to wrap")
-            j = start + np.arange(-max(lo, 0), stop - start + max(hi, 0)) % (stop - start)
-        out = out.index_select(d, _tensor(j.astype(np.int64), device=out._dev, session=out._s))
-    return out
-
-
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
                 align_corners: bool | None = None, recompute_scale_factor=None, antialias: bool = False) -> Tensor:
     """Resize the trailing spatial dims: ``nearest``, ``nearest-exact``, ``linear``, ``bilinear``, ``trilinear``,
@@ -923,7 +888,6 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
 from .embedding_bag import embedding_bag, embedding_rows  # noqa: E402
 from .functional_extras import *  # noqa: E402,F403
 from .functional_extras import __all__ as _extras_all  # noqa: E402
-from .grid_sample import grid_sample  # noqa: E402
 from .pooling_nd import *  # noqa: E402,F403
 from .pooling_nd import __all__ as _pooling_all  # noqa: E402
 

@@ -111,5 +111,5 @@ def test_nodes_whose_values_the_client_may_keep_are_recorded_one_by_one(session,
         np.testing.assert_array_equal(x.grad.numpy(), [[0, 2], [2, 0]])
     bw = next(bw for bw in E._CACHE.values() if any(n[0] == "gt" for n in bw["nodes"]))
     host = [bw["nodes"][j][0] for j in sorted(bw["host"])]
-    assert host == ["gt"] and bw["host"] == S.host_nodes(bw["nodes"], bw["known"])
+    assert host == ["gt"] and bw["host"] == E.host_nodes(bw["nodes"], bw["known"])
     assert recorded == host

@@ -1,18 +1,25 @@
 """``grid_sample`` (and ATen's ``grid_sampler_2d``/``grid_sampler_3d``), composed of gathers (issue 33): the grid's
 normalised coordinates are mapped to pixel positions as torch maps them (``align_corners``, then the padding mode's
 clipping or reflection), and each output is a weighted sum of the input at its neighbouring pixels (bilinear or
-trilinear, nearest, bicubic in 2-D), taps outside the input counting as 0 for ``padding_mode="zeros"``."""
+trilinear, nearest, bicubic in 2-D), taps outside the input counting as 0 for ``padding_mode="zeros"``.
+
+Below :mod:`tensorwire.tensor` (it needs ``where`` alone, from :mod:`tensorwire.combine`): ``tw.grid_sampler_2d``
+(client/array_extras.py) and ``tw.nn.functional.grid_sample``, which re-exports it, both use it."""
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from tensorwire.functions import where
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError
-from tensorwire.tensor import Tensor
 
-__all__ = ["grid_sample"]
+from .combine import where
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+__all__ = ["grid_sample", "grid_sampler_2d", "grid_sampler_3d"]
 
 _MODES = {"bilinear": 0, "nearest": 1, "bicubic": 2}
 _PADS = {"zeros": 0, "border": 1, "reflection": 2}

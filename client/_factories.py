@@ -1,0 +1,130 @@
+"""Tensors a session makes from values alone: a constant from data, ``full``, the random draws and ``arange``'s
+attributes, below :mod:`tensorwire.tensor` (issue 32).
+
+Each function takes the session and a device name the caller has checked, and records through the session's one
+recording call (``s.record``, ``s.const``), so this module imports neither ``tensor`` nor ``context``: Tensor's own
+methods (``x.new_zeros``, ``x.fill_``, ``x.uniform_``, ``x.nonzero`` ...) and :mod:`tensorwire.combine` build their
+tensors here with their tensor's session, and :mod:`tensorwire.creation` (``tw.tensor``, ``tw.full``, ``tw.randn``
+...) with the current one. :class:`TensorBase` is the class ``Tensor`` derives from, so that the modules below
+``tensor`` can tell a tensor from a value without importing it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.errors import DTypeError
+from tensorwire.protocol.random import counters_used
+from tensorwire.protocol.shapes import check_shape, numel
+
+from . import random as R
+
+
+class TensorBase:
+    """The base of :class:`tensorwire.Tensor` (it holds nothing): ``isinstance(x, TensorBase)`` is true of a tensor
+    alone, for the modules ``tensor`` imports."""
+
+    __slots__ = ()
+
+
+def infer_np(data, dtype) -> np.ndarray:
+    """A numpy array for ``data`` (nested lists of numbers or tensors, numbers, numpy arrays, a tensor) with torch's
+    dtype inference (Python floats -> the default float dtype), or ``dtype``'s."""
+    if isinstance(data, TensorBase):
+        return data._numpy()
+    if isinstance(data, (list, tuple)) and any(isinstance(x, TensorBase) for x in _flat(data)):
+        data = _tolist(data)
+    arr = np.asarray(data)
+    if dtype is not None:
+        dt = D.get(dtype)
+        if arr.dtype.kind == "f" and not dt.is_inexact and dt is not D.bool_:
+            arr = np.trunc(arr)
+        return arr.astype(dt.np) if arr.dtype != dt.np else arr
+    if isinstance(data, np.ndarray) or isinstance(data, np.generic):
+        if arr.dtype in D.BY_NP:
+            return arr
+        raise TypeError(f"can't convert np.ndarray of type {arr.dtype}; supported: {', '.join(D.BY_NAME)}")
+    if arr.dtype.kind == "f":
+        return arr.astype(D.get_default_dtype().np)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "b":
+        return arr
+    if arr.dtype.kind == "c":  # Python complex numbers: the default complex dtype, as torch's
+        return arr.astype(D.get_default_complex_dtype().np)
+    if arr.dtype == object or arr.dtype.kind in "US":
+        raise TypeError(f"can't convert {type(data).__name__} of mixed or non-numeric values to a tensor")
+    return arr
+
+
+def _flat(x):
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _flat(y)
+    else:
+        yield x
+
+
+def _tolist(x):
+    if isinstance(x, (list, tuple)):
+        return [_tolist(y) for y in x]
+    if isinstance(x, TensorBase):
+        return x.tolist()
+    return x
+
+
+def from_data(s, data, dtype, dev: str):
+    """A tensor on ``dev`` holding a copy of ``data`` (``tw.tensor``'s values and dtype rules)."""
+    arr = infer_np(data, dtype)
+    borrowed = isinstance(data, np.ndarray) and np.may_share_memory(arr, data)  # later writes must not show
+    return s.const(arr, dev, borrowed=borrowed)
+
+
+def full(s, shape: tuple, fill_value, dtype, dev: str):
+    """A tensor of ``shape`` filled with ``fill_value`` (dtype inferred from the value when ``dtype`` is None)."""
+    shape = check_shape(shape)
+    dt = D.get(dtype) if dtype is not None else D.scalar_dtype(fill_value)
+    v = fill_value.item() if isinstance(fill_value, (np.generic, TensorBase)) else fill_value
+    if isinstance(v, complex):
+        if not dt.is_complex:
+            raise DTypeError(f"full: a complex fill value needs a complex dtype, got {dt.name}")
+        v = [v.real, v.imag]  # (the wire's form of a complex attribute)
+    return s.record("full", [], {"shape": list(shape), "dtype": dt.name, "value": v}, dev)
+
+
+def random(s, op: str, shape: tuple, dtype: D.DType, dev: str, generator, **extra):
+    """A draw of ``op`` (``rand``, ``randn``, ``randint``) from ``generator`` (the default one when None)."""
+    shape = check_shape(shape)
+    gen = generator or R.default_generator
+    counters = counters_used(op, numel(shape))
+    seed, off = gen.take(counters)
+    t = s.record(op, [], {"shape": list(shape), "dtype": dtype.name, "seed": seed, "offset": off, **extra}, dev)
+    if s._capture is not None:  # tw.compile: a replay draws from the generator as this call did
+        s._capture.provide([t], lambda: dict(zip(("seed", "offset"), gen.take(counters))))
+    return t
+
+
+def arange_attrs(start, end, step, dtype) -> dict:
+    """The ``arange`` op's attributes for ``arange(start, end, step)``: int64 unless any argument is a float (torch's
+    rules and errors; ``end`` None counts from 0 to ``start``)."""
+    if end is None:
+        start, end = 0, start
+    vals = [v.item() if isinstance(v, (TensorBase, np.generic)) else v for v in (start, end, step)]
+    start, end, step = vals
+    if step == 0:
+        raise ValueError("step must be nonzero")
+    if (end - start) * step < 0:
+        raise ValueError("upper bound and lower bound inconsistent with step sign")
+    floating = any(isinstance(v, float) for v in vals)
+    dt = D.get(dtype) if dtype is not None else (D.get_default_dtype() if floating else D.int64)
+    if dt.is_complex:
+        raise DTypeError(f"arange is not implemented for {dt.name} (as in torch)")
+    if not dt.is_floating_point:  # torch counts and steps an integer range in integers (each bound truncated)
+        start, end, step = (math.trunc(v) for v in vals)
+        if step == 0:
+            raise ValueError("step must be nonzero (after truncating to an integer dtype)")
+    n = max(0, math.ceil((end - start) / step))
+    return {"start": start, "step": step, "n": n, "dtype": dt.name}

@@ -1,0 +1,36 @@
+"""Where a recorded op was called from: the first frame outside the client package (:func:`_user_frame`, which
+every recorded op keeps) and its line (:func:`user_line`). Below the session and the autograd engine, which both
+record, and ``tw.compile``'s trace; it imports nothing of the package."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_CLIENT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _user_frame(up: int = 2):
+    """Where the first caller outside the tensorwire client package is: ``(its code, the offset of its current
+    instruction)``, the ``where`` every recorded op keeps, whose (file, line) :func:`user_line` works out when
+    something needs it (an error's message, ``tw.compile``'s reasons). The search starts ``up`` frames above this
+    function (2: its caller's caller): a caller that knows the frames above it to be the client's passes more, and
+    those frames are skipped unseen (each frame the walk looks at is made into a Python object). It runs for every
+    recorded op: a frame's ``f_lineno`` would walk its code's line table from the start each time, most of this
+    function's cost, for a line that is almost never read."""
+    f = sys._getframe(up)
+    while f is not None and f.f_code.co_filename.startswith(_CLIENT_DIR):
+        f = f.f_back
+    return (f.f_code, f.f_lasti) if f is not None else None
+
+
+def user_line(where) -> tuple | None:
+    """The user's ``(file, line)`` of a recorded op's ``where`` (:func:`_user_frame`'s ``(code, instruction
+    offset)``: the line that frame's ``f_lineno`` gave when it was recorded); a ``(file, line)`` or None as it is."""
+    if where is None or type(where[0]) is str:
+        return where
+    code, lasti = where
+    for start, end, line in code.co_lines():
+        if start <= lasti < end:
+            return code.co_filename, line
+    return code.co_filename, None
