@@ -22,7 +22,7 @@ import numpy as np
 
 from tensorwire.protocol.errors import DependencyFailed, ProtocolError, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND, ExpandingBuilder, Value, attrs_key, freeze
-from tensorwire.protocol.ops import a_dtype, a_int, get_op
+from tensorwire.protocol.ops import a_dtype, a_int, get_op, infer
 from tensorwire.protocol.shapes import check_shape
 
 from .base import Device, Program, Step
@@ -490,6 +490,8 @@ def _expand(b: _PlanBuilder, native: int, op: str, metas: list, slots: list, att
         key = got = None
         b.frozen = UNKEYED
     if got is None:
+        if key is not None and get_op(op).decompose is None:  # a primitive: one step, planned here (see _primitive)
+            return _primitive(b, key, op, metas, slots, alias, attrs, want_met)
         ins = [Value(m[0], m[1], s) for m, s in zip(metas, slots)]
         b.met = set() if want_met else None
         try:
@@ -515,6 +517,29 @@ def _expand(b: _PlanBuilder, native: int, op: str, metas: list, slots: list, att
     if out < 0:
         return metas[-out - 1], slots[-out - 1], composites
     return got.meta, base + out, composites
+
+
+def _primitive(b: _PlanBuilder, key: tuple, op: str, metas: list, slots: list, alias: tuple, attrs: dict,
+               want_met: bool) -> tuple[tuple, int, frozenset | set]:
+    """:func:`_expand` of a primitive node met for the first time: what ``b.op`` and :func:`_remember` make of it
+    (the op table's inference, one step into a fresh slot, remembered), without a Value per input and the builder's
+    layers (a loop whose batches change shape plans ~60 new primitive nodes a batch: issue 37)."""
+    attrs = {**attrs}  # (as ``b.op(op, **attrs)`` hands the step a dict of its own)
+    in_meta = tuple([(m[0], m[1]) for m in metas])
+    shape, dtype = infer(op, list(in_meta), attrs)
+    slot = b.next_slot
+    b.next_slot = slot + 1
+    st = Step(op, tuple(slots), attrs, shape, dtype, slot, b.origin)
+    st.in_meta = in_meta
+    memo: list = [None]  # (the step's specialized callable, shared with the plans that meet the node again)
+    b.memos[len(b.steps)] = memo
+    b.steps.append(st)
+    got = _Expansion(((op, tuple([-a - 1 for a in alias]), attrs, shape, dtype, in_meta, memo),), 0, _NO_COMPOSITES)
+    with _EXPANSIONS_LOCK:
+        _EXPANSIONS[key] = got
+        if len(_EXPANSIONS) > EXPANSIONS_REMEMBERED:
+            _EXPANSIONS.popitem(last=False)
+    return got.meta, slot, set() if want_met else _NO_COMPOSITES
 
 
 def _remember(b: _PlanBuilder, key: tuple, op: str, ins: list, attrs: dict) -> Value:

@@ -14,7 +14,7 @@ import pytest
 from tensorwire.backends import executor as X
 from tensorwire.backends.cpu import NumpyBackend, NumpyDevice
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import ProtocolError
+from tensorwire.protocol.errors import DependencyFailed, ProtocolError
 
 from .test_changing_shapes import MIXED, _metas, _mixed_inputs
 
@@ -36,23 +36,34 @@ def _run(dev, plan, ext) -> dict:
     return X.run_plan(dev, plan, list(ext), outs, {}, [], set(plan.node_slot))
 
 
+def _fresh(plan) -> int:
+    """The steps of ``plan`` no plan has specialized yet: those outside a remembered expansion, and those of one
+    whose callable is not made yet."""
+    memos = plan.step_memos
+    return sum(1 for k in range(len(plan.program.steps)) if k not in memos or memos[k][0] is None)
+
+
 def test_a_remembered_expansion_is_specialized_once_for_every_plan_it_is_in(monkeypatch):
     monkeypatch.setattr(X, "_EXPANSIONS", OrderedDict())
     dev = _CountingDevice()
     ext = _mixed_inputs(10)
     first = X.compile_plan(dev, MIXED, _metas(ext))  # expanded afresh: remembered
+    assert _fresh(first) == len(first.program.steps)
+    # a primitive node's step is its remembered expansion's from the first plan on; a composite's, from the next
+    assert 0 < len(first.step_memos) < len(first.program.steps)
     want = _run(dev, first, ext)
     assert dev.specialized == len(first.program.steps)
-    second = X.compile_plan(dev, MIXED, _metas(ext))  # from the remembered expansions: specialized once more
+    second = X.compile_plan(dev, MIXED, _metas(ext))  # from the remembered expansions: the composites' specialized
     assert len(second.step_memos) == len(second.program.steps)
+    assert _fresh(second) == len(first.program.steps) - len(first.step_memos)
     _run(dev, second, ext)
     before = dev.specialized
-    assert before == 2 * len(first.program.steps)
+    assert before == 2 * len(first.program.steps) - len(first.step_memos)
     for n in (10, 11):  # the same again, then a new batch size: only the batch's nodes are new
         ext = _mixed_inputs(n)
         plan = X.compile_plan(dev, MIXED, _metas(ext))
+        new_steps = _fresh(plan)
         got = _run(dev, plan, ext)
-        new_steps = len(plan.program.steps) - len(plan.step_memos)
         assert dev.specialized - before == new_steps
         before = dev.specialized
         if n == 10:
@@ -87,3 +98,46 @@ def test_a_replayed_dynamic_value_is_inferred_once_and_a_bad_one_is_still_refuse
     got = X.run_plan(NumpyBackend().open(0), plan, [x], [7, 8], {0: {"starts": [4, 0], "stops": [5, 4]}}, [],
                      set(plan.node_slot))
     np.testing.assert_array_equal(got[8], x[4:5] * x[4:5])
+
+
+def _prims() -> tuple[list, list, list]:
+    """A fragment of primitive nodes (a constant, inputs used twice in one node, a view) and one that fails its
+    inference (a matmul of a (3,) vector by a (4,) one), with a dependent."""
+    x = np.array([1.0, -2.0, 3.0], dtype=np.float32)
+    c = np.array([True, False, True])
+    nodes = [["full", [], {"shape": [3], "dtype": "float32", "value": 2.0}], ["mul", [-1, -1], None],
+             ["where", [-2, 1, 1], None], ["add", [2, 0], None], ["reshape", [3], {"shape": [3, 1]}],
+             ["matmul", [-1, 0], None], ["matmul", [-1, -3], None], ["neg", [6], None]]
+    return nodes, [x, c, np.ones(4, dtype=np.float32)], [(x.shape, D.float32), (c.shape, D.bool_), ((4,), D.float32)]
+
+
+def test_a_primitive_node_met_first_is_planned_as_the_op_table_builds_it(monkeypatch):
+    """A primitive node expanded for the first time is planned straight from the op table's inference (no builder
+    layers), and remembered: its step, and the plan that meets it again, are the builder's."""
+    from tensorwire.protocol.graph import ExpandingBuilder, Value
+
+    monkeypatch.setattr(X, "_EXPANSIONS", OrderedDict())
+    nodes, ext, metas = _prims()
+    dev = NumpyDevice(NumpyBackend(), 0)
+    first = X.compile_plan(dev, nodes, metas)
+    g = ExpandingBuilder()
+    vals: list = []
+    for op, refs, attrs in nodes[:6]:
+        vals.append(g.op(op, *[Value(*metas[-r - 1], -r - 1) if r < 0 else vals[r] for r in refs], **(attrs or {})))
+    steps = first.program.steps
+    assert [(s.op, s.attrs, s.shape, s.dtype) for s in steps] == [(n[0], n[2], n[3], n[4]) for n in g.nodes]
+    assert [s.in_meta for s in steps] == [tuple((vals[r].shape, vals[r].dtype) if r >= 0 else metas[-r - 1]
+                                                for r in n[1]) for n in nodes[:6]]
+    assert [s.ins for s in steps] == [(), (0, 0), (1, 4, 4), (5, 3), (6,), (0, 3)]
+    assert first.failed_nodes == [6, 7] and first.nslots == len(ext) + len(steps)
+    assert sorted(first.step_memos) == list(range(len(steps)))  # (each remembered as it was planned)
+    again = X.compile_plan(dev, nodes, metas)  # every node from its remembered expansion
+    assert [(s.op, s.ins, s.attrs, s.shape, s.dtype, s.out, s.in_meta) for s in again.program.steps] == [
+        (s.op, s.ins, s.attrs, s.shape, s.dtype, s.out, s.in_meta) for s in steps]
+    assert all(again.step_memos[k] is first.step_memos[k] for k in range(len(steps)))
+    outs = list(range(100, 100 + len(nodes)))
+    for plan in (first, again):
+        got = X.run_plan(dev, plan, list(ext), outs, {}, [], set(plan.node_slot) - {None})
+        np.testing.assert_array_equal(got[103], np.where(ext[1], ext[0] * ext[0], ext[0] * ext[0]) + 2)
+        assert isinstance(got[106], X.Fail) and got[106].err["code"] != DependencyFailed.code
+        assert got[107].err["code"] == DependencyFailed.code
