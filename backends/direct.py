@@ -117,6 +117,18 @@ def _ints(h: dict, name: str) -> list:
     return v
 
 
+_LIST, _TWO, _INT, _MAP = {list}, {2}, {int}, {dict}
+
+
+def _is_dyn(dyn) -> bool:
+    """Whether a batch's ``dyn`` is a non-empty list of ``[node, attrs]`` (an int and a map); in passes in C, not a
+    Python loop over its entries."""
+    if type(dyn) is not list or set(map(type, dyn)) != _LIST or set(map(len, dyn)) != _TWO:
+        return False
+    nodes, attrs = zip(*dyn)
+    return set(map(type, nodes)) == _INT and set(map(type, attrs)) == _MAP
+
+
 def advertised(bound: str, dispatcher: str | None) -> str:
     """The address to tell clients for a socket bound to ``bound``: a wildcard host (``0.0.0.0``, ``*``) becomes this
     host's address on the interface that reaches the dispatcher (a UDP ``connect`` picks it; nothing is sent)."""
@@ -609,8 +621,7 @@ class DirectChannel:
             run["plan"] = plan
         dyn = get("dyn")
         if dyn:  # (an empty list: no dynamic attributes, as absent)
-            if type(dyn) is not list or not all(type(d) is list and len(d) == 2 and type(d[0]) is int
-                                                and isinstance(d[1], dict) for d in dyn):
+            if not _is_dyn(dyn):
                 raise ProtocolError("'dyn' entries must be [node, attrs]")
             run["dyn"] = dyn
         elif dyn is not None and type(dyn) is not list:

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections import deque
+from types import NoneType
 
 import numpy as np
 import zmq
@@ -459,12 +460,10 @@ class Executor:
         try:
             self._bind_outputs(job, plan)
             ext_ids = run["ext"]
-            ext = self._inputs(s, ext_ids, missing=None)
-            if ext is None:  # (a missing or failed input: the general path fails the outputs that depend on it)
-                return False
-            for b in ext:
-                if type(b) is Fail:
-                    return False
+            ext = list(map(s.buffers.get, ext_ids))
+            kinds = set(map(type, ext))
+            if NoneType in kinds or Fail in kinds:  # (a missing or failed input: the general path fails the
+                return False  # outputs that depend on it)
             self._check_inputs(plan, ext, ext_ids, plan_no)
             if not self._outputs_fresh(s, job):
                 return False
@@ -655,14 +654,12 @@ class Executor:
         elif tier.verdict == "slower":
             s.hot_slower += 1
 
-    def _inputs(self, s: _Session, ext_ids: list, missing=Fail):
+    def _inputs(self, s: _Session, ext_ids: list):
         """The session's buffers for the batch's inputs ``ext_ids``; one it does not hold is a ``NotFound`` Fail (the
-        batch's dependent outputs fail with it), or, with ``missing=None``, makes the result None."""
+        batch's dependent outputs fail with it)."""
         ext = list(map(s.buffers.get, ext_ids))
         for k, b in enumerate(ext):
             if b is None:
-                if missing is None:
-                    return None
                 ext[k] = Fail(error_to_wire(NotFound(f"handle {ext_ids[k]} is not on {self.name}")))
         return ext
 
@@ -673,6 +670,11 @@ class Executor:
         if len(ext) != len(metas):
             raise ProtocolError(f"plan {plan_no} replayed with {len(ext)} inputs, it was made for {len(metas)}")
         meta = self.device.meta
+        try:
+            if list(map(meta, ext)) == metas:  # (the common case, in one pass: every input as planned)
+                return
+        except Exception:  # noqa: BLE001 - a failed input: the pass below tells which
+            pass
         for k, (b, m) in enumerate(zip(ext, metas)):
             if type(b) is not Fail and type(m) is not Fail and meta(b) != m:
                 raise ProtocolError(f"plan {plan_no} replayed with input {ext_ids[k]} of a different shape/dtype")
@@ -724,7 +726,7 @@ class Executor:
         ext = h.get("ext")
         if ext:
             ids.difference_update(ext)
-        self._free(s, [b for b in map(bufs.pop, ids) if not isinstance(b, Fail)])
+        self._free(s, [b for b in map(bufs.pop, ids) if type(b) is not Fail])
 
     def _free(self, s: _Session, bufs: list) -> None:
         """Take ``bufs`` (the session let go of them) off its ledger and free them."""
@@ -1036,15 +1038,14 @@ class Executor:
                 dropped = [v for i, v in result.items() if i not in kept_ids]
                 # (a temporary's buffer is in the result only where a kept node shares its slot: that one holds it)
                 result = {i: v for i, v in result.items() if i in kept_ids}
-        added = [iv for iv in result.items() if not isinstance(iv[1], Fail)]
-        failed = len(added) < len(result)
-        ledger.add_all([iv[1] for iv in added])
-        if self.limit is not None and added and ledger.used > self.limit:  # the estimate fell short: take it back
+        made = [v for v in result.values() if type(v) is not Fail]
+        failed = len(made) < len(result)
+        ledger.add_all(made)
+        if self.limit is not None and made and ledger.used > self.limit:  # the estimate fell short: take it back
             before = ledger.used
-            for _, v in added:
-                ledger.remove(v)
+            ledger.remove_all(made)
             err = quota_error(self.name, self.limit, ledger.used, before - ledger.used, after=True).to_wire()
-            for i, v in added:
+            for i, v in [iv for iv in result.items() if type(iv[1]) is not Fail]:
                 self.device.free(v)
                 result[i] = Fail({**err, "node": i})
             s.errors.append(err)
@@ -1059,7 +1060,7 @@ class Executor:
         release = h.get("release")
         if release:
             gone = map(bufs.pop, bufs.keys() & release)  # (the handles it holds of those released)
-            self._free(s, [b for b in gone if not isinstance(b, Fail)])
+            self._free(s, [b for b in gone if type(b) is not Fail])
         if not h.get("reply") or job.answered:
             self._done(s, job)
             return

@@ -66,7 +66,11 @@ class NumpyDevice(Device):
         storage = self.storage
         if type(self).storage is not NumpyDevice.storage:  # (a subclass's own accounting)
             return list(map(storage, bufs))
-        return [(id(b), b.nbytes) if getattr(b, "base", 0) is None else storage(b) for b in bufs]
+        # (numpy points a view of a view at the array that owns the memory: a view of an array a kernel made, the
+        # next commonest, is answered here too; longer chains and views of other objects go through storage)
+        ndarray = np.ndarray
+        return [(id(b), b.nbytes) if (a := getattr(b, "base", 0)) is None
+                else (id(a), a.nbytes) if type(a) is ndarray and a.base is None else storage(b) for b in bufs]
 
     def meta(self, buf: np.ndarray):
         dt = _BY_NP.get(buf.dtype)
