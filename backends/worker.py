@@ -351,6 +351,12 @@ class Executor:
                 "plan_cache": {"plans": len(self.plans.lru), "bytes": self.plans.used,
                                "max_bytes": self.plans.max_bytes}}
 
+    def direct_totals(self) -> list[int]:
+        """``[batches, ops, bytes]`` clients sent this worker on direct channels so far (the dispatcher's throughput
+        figures add them to the work it routed itself: ``dispatcher/telemetry.py``)."""
+        c = self.direct_counts
+        return [c["batches"], c["ops"], c["bytes_in"] + c["bytes_out"]]
+
     def busy_report(self, limit: int = 64) -> list:
         """``[[sid, batches finished, seconds the running batch has run or None, what it is or None], ...]``: what
         the heartbeat thread tells the dispatcher, so a client waiting behind long work sees it progress (and, when
@@ -1380,7 +1386,7 @@ class Worker:
 
     def serve(self, ready_line: bool = True) -> None:
         start_heartbeats(self.ctx, self.dispatcher, self.device_name, self.stop, self.instance, self.keys,
-                         extra=lambda: {"busy": self.executor.busy_report()})
+                         extra=lambda: {"busy": self.executor.busy_report(), "direct": self.executor.direct_totals()})
         self.sock = sock = None
         try:
             self.sock = sock = self._connect()

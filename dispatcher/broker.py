@@ -193,6 +193,9 @@ class Broker:
             i = h.get("i")
             if w is not None and isinstance(i, str) and hmac.compare_digest(i.encode(), w.instance.encode()):
                 w.last_seen = time.monotonic()
+                direct = h.get("direct")
+                if isinstance(direct, list):  # (a worker's totals of its direct-channel work: status's throughput)
+                    self.telemetry.note_direct(of, direct)
                 busy = h.get("busy")
                 if isinstance(busy, list):  # a worker's progress per session (what a waiting client's ping sees)
                     w.busy = {r[0]: r[1:4] for r in busy[:256] if isinstance(r, list) and len(r) == 4

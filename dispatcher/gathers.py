@@ -49,6 +49,10 @@ class Gathers:
             g.data.setdefault("memory", {})[svc.name] = memory = memory if isinstance(memory, dict) else {}
             if isinstance(load, dict):
                 self.telemetry.load[svc.name] = {**load, "memory": memory, "at": time.monotonic()}
+                d = load.get("direct")
+                if isinstance(d, dict):  # (fresher than the last heartbeat's: what status reads next)
+                    self.telemetry.note_direct(svc.name, [d.get("batches"), d.get("ops"),
+                                                          _int(d.get("bytes_in")) + _int(d.get("bytes_out"))])
         else:
             self._profile_part(g, svc, h)
         g.expect.discard(svc.name)
@@ -130,3 +134,7 @@ class Gathers:
             "name": f"worker {svc.name}", "pid": svc.info.get("pid"), "offset_ns": ((t1 - sent) + (t2 - received)) // 2,
             "rtt_ns": (received - sent) - (t2 - t1), "spans": spans[:MAX_SPANS],
             "dropped": dropped if type(dropped) is int else 0})
+
+
+def _int(v) -> int:
+    return v if type(v) is int else 0

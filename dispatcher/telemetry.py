@@ -49,6 +49,22 @@ class Telemetry:
         self.workers_lost: Counter = Counter()  # device -> times its worker was lost
         self.load: dict[str, dict] = {}  # device -> the last load its worker reported (with "at": monotonic s)
         self._history: deque = deque()  # (monotonic s, {device: (batches, ops, bytes)}) samples for rates
+        #: device -> (batches, ops, bytes) its worker ran for clients' direct channels, as it last reported them (the
+        #: work the dispatcher never sees: :meth:`rates` adds it to what it routed)
+        self.direct: dict[str, tuple[int, int, int]] = {}
+
+    def note_direct(self, device: str, totals) -> None:
+        """A worker's report of its direct-channel totals, ``[batches, ops, bytes]`` (a malformed one is dropped)."""
+        if isinstance(totals, list) and len(totals) == 3 and all(type(v) is int and v >= 0 for v in totals):
+            self.direct[device] = tuple(totals)
+
+    def _totals(self) -> dict[str, tuple[int, int, int]]:
+        """Per device: batches, ops and bytes so far, routed here and sent direct."""
+        out = {d: (c.batches, c.ops, c.bytes_in + c.bytes_out) for d, c in self.devices.items()}
+        for d, (b, o, n) in self.direct.items():
+            rb, ro, rn = out.get(d, (0, 0, 0))
+            out[d] = (rb + b, ro + o, rn + n)
+        return out
 
     def device(self, name: str) -> DeviceCounters:
         c = self.devices.get(name)
@@ -63,23 +79,24 @@ class Telemetry:
 
     def sample(self, now: float) -> None:
         """Remember the counters now (called every heartbeat), for :meth:`rates`."""
-        self._history.append((now, {d: (c.batches, c.ops, c.bytes_in + c.bytes_out) for d, c in self.devices.items()}))
+        self._history.append((now, self._totals()))
         while self._history and now - self._history[0][0] > RATE_WINDOW_S:
             self._history.popleft()
 
     def rates(self, now: float) -> dict[str, dict]:
-        """Per device: batches, ops and bytes per second over the last ``RATE_WINDOW_S`` (since the oldest sample)."""
+        """Per device: batches, ops and bytes per second over the last ``RATE_WINDOW_S`` (since the oldest sample),
+        the work routed here and the work clients sent its worker direct (as last reported) alike."""
         if not self._history:
             return {}
         t0, old = self._history[0]
         dt = max(now - t0, 1e-3)
         out = {}
-        for d, c in self.devices.items():
+        for d, (cb, co, cn) in self._totals().items():
             b, o, n = old.get(d, (0, 0, 0))
             out[d] = {
-                "batches_per_s": (c.batches - b) / dt,
-                "ops_per_s": (c.ops - o) / dt,
-                "bytes_per_s": (c.bytes_in + c.bytes_out - n) / dt,
+                "batches_per_s": (cb - b) / dt,
+                "ops_per_s": (co - o) / dt,
+                "bytes_per_s": (cn - n) / dt,
                 "window_s": dt,
             }
         return out

@@ -93,8 +93,9 @@ SERVICE = Plane("service -> dispatcher", {
                      {"v": ANY, "service": ANY, "device": ANY, "name": ANY, "info": ANY, "token": ANY,
                       "instance": ANY, "pid": ANY}),
     "hb": Kind("a heartbeat (`of`, `i`: a service's heartbeat thread, signed with its instance; `busy`: a worker's "
-               "[sid, batches finished, seconds running, what] per session)",
-               {"of": opt(STR), "i": opt(STR), "busy": opt(LIST)}),
+               "[sid, batches finished, seconds running, what] per session; `direct`: a worker's totals of the work "
+               "clients sent it on direct channels, [batches, ops, bytes])",
+               {"of": opt(STR), "i": opt(STR), "busy": opt(LIST), "direct": opt(LIST)}),
     "bye": Kind("the service stops: its name is free at once", {}),
     "done": Kind("a worker's answer to a run: values (with frames), errors, fetch errors",
                  {"s": ANY, "q": ANY, "values": opt(LIST), "errors": opt(LIST), "fetch_errors": opt(LIST)}),
