@@ -350,7 +350,7 @@ class Tier:
             _pool().submit(self._compile, device, plan, list(self.keeps))
 
     def _compile(self, device, plan, keeps: list[frozenset]) -> None:
-        from .executor import compile_plan
+        from .executor import compile_plan  # circle: executor -> hot (the executor plans with hot's tiers)
 
         t0 = time.monotonic()
         try:

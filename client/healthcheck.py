@@ -8,6 +8,9 @@ For container healthchecks (``compose.yaml``) and scripts. Three kinds of check:
   each device and each named service registered (a collectives rank registers as ``collectives@DEVICE``). This
   opens a session, so the client token applies (``--token-file`` or ``$TENSORWIRE_TOKEN``);
 * ``tensorwire health http://HOST:8700``: the model hub answers HTTP.
+
+The ping lives in :mod:`tensorwire.healthcheck_zmq` (zmq and the wire at its module level), which :func:`main`
+imports for a ``tcp://`` target only: the hub's probe loads neither zmq, numpy nor the client's session.
 """
 
 from __future__ import annotations
@@ -19,37 +22,10 @@ import urllib.error
 import urllib.request
 
 from tensorwire.protocol.credentials import CLIENT_TOKEN_ENV, resolve_token
-from tensorwire.protocol.errors import ConnectionFailed, ServiceUnavailable, TensorwireError
+from tensorwire.protocol.errors import ServiceUnavailable, TensorwireError
 
+#: seconds a probe waits for its answer (``--timeout``)
 DEFAULT_TIMEOUT_S = 5.0
-
-
-def ping_dispatcher(address: str, *, keys: str | os.PathLike | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-    """Send the dispatcher a ``ping`` and wait for its ``pong``; ConnectionFailed if none comes within ``timeout``."""
-    # (the hub's probe, `tensorwire health http://...` in compose.yaml's healthcheck every 30 s, needs neither)
-    # lazy: zmq and the wire (and with it numpy) load for a dispatcher ping only
-    import zmq
-
-    from tensorwire.protocol.addresses import check_address
-    from tensorwire.protocol.curve import apply_peer, keys_dir
-    from tensorwire.protocol.handshake import FirstAnswer
-    from tensorwire.protocol.wire import pack_header, unpack_header
-
-    check_address(address, "the dispatcher address")
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    try:
-        keys = keys_dir(keys)
-        if keys is not None:
-            apply_peer(sock, keys, "client")
-        first = FirstAnswer(sock, address)  # (a failed handshake says why at once: no keys, the wrong keys ...)
-        first.send([pack_header({"t": "ping", "q": 1})], keys=keys is not None)
-        first.wait(timeout, keys=keys is not None, hint="is it running there?")
-        h = unpack_header(sock.recv(zmq.NOBLOCK))
-        if h.get("t") != "pong":
-            raise ConnectionFailed(f"{address} answered {str(h.get('t'))[:40]!r} to a ping, not 'pong'")
-    finally:
-        sock.close(0)
 
 
 def check_registered(
@@ -123,6 +99,9 @@ def main(argv: list[str]) -> int:
             token = resolve_token(CLIENT_TOKEN_ENV, args.token_file)
             check_registered(args.target, args.device, args.service, token=token, keys=args.keys, timeout=args.timeout)
         else:
+            # lazy: zmq and the wire (and with them numpy) load for a dispatcher ping only, never for the hub's probe
+            from .healthcheck_zmq import ping_dispatcher
+
             ping_dispatcher(args.target, keys=args.keys, timeout=args.timeout)
     except TensorwireError as e:
         print(f"unhealthy: {type(e).__name__}: {e}", file=sys.stderr)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import urlsplit
 
 import zmq
@@ -58,13 +59,18 @@ def _check_curve() -> None:
         raise Unauthorized("this libzmq was built without CURVE support; install pyzmq's wheel (it bundles one)")
 
 
-def _load(path: Path, secret: bool) -> tuple[bytes, bytes | None]:
+def _auth() -> ModuleType:
+    """``zmq.auth`` (certificates, ~30 ms to import), loaded on first use: only a process with CURVE keys needs it."""
     import zmq.auth  # lazy: zmq.auth only with CURVE keys; the client imports this module
 
+    return zmq.auth
+
+
+def _load(path: Path, secret: bool) -> tuple[bytes, bytes | None]:
     if not path.is_file():
         raise Unauthorized(f"CURVE key file {path} is missing (`tensorwire keys --dir DIR` creates the keys)")
     try:
-        public, sec = zmq.auth.load_certificate(str(path))
+        public, sec = _auth().load_certificate(str(path))
     except Exception as e:  # a malformed certificate file
         raise Unauthorized(f"cannot read the CURVE key file {path}: {e}") from None
     if secret and not sec:
@@ -75,16 +81,15 @@ def _load(path: Path, secret: bool) -> tuple[bytes, bytes | None]:
 def create_keys(directory: str | os.PathLike, *, clients=("client",), services=("service",)) -> Path:
     """Create the keys directory (see the module docstring); existing pairs and tokens are kept, missing ones
     made. Secret files are readable by their owner only. Returns the directory."""
-    import zmq.auth  # lazy: zmq.auth only with CURVE keys
-
     _check_curve()
+    auth = _auth()
     d = Path(directory)
     for sub in ("", CLIENTS, SERVICES):
         (d / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o700)
     for name, authorised in [(DISPATCHER, None), *((c, CLIENTS) for c in clients), *((s, SERVICES) for s in services)]:
         if not (d / f"{name}.key_secret").is_file():
-            zmq.auth.create_certificates(str(d), name)
+            auth.create_certificates(str(d), name)
         os.chmod(d / f"{name}.key_secret", 0o600)
         if authorised is not None:
             pub = (d / f"{name}.key").read_bytes()
