@@ -8,7 +8,10 @@ seen once under a handle is that handle's value for good. The session keeps, by 
   how to compute its value from its parent's (the view step's ``on_host``): the first element read fetches the
   parent once (when it is small), and every other element comes from that value. ``data[i:i + 8] for i in ix``
   costs one round trip for ``ix``, not one per element. A view's value is computed when it is first read, not when
-  the view is made (of a known parent, from the parent's value then).
+  the view is made (of a known parent, from the parent's value then). A view of a small root through steps that
+  all have a host form keeps no recipe at all (``views.derive_view``): its value is worked out from the root's and
+  its chain of steps when read (:meth:`KnownValues.view_recipe`), so the windows a loader makes every step and
+  never reads cost nothing here.
 
 * the integer and bool results of elementwise ops (and ``full``) on such values, computed on the client too by the
   CPU worker's own numpy kernels (``backends/cpu/kernels.py``, the one definition of each op's semantics): so
@@ -159,8 +162,9 @@ class KnownValues:
                 missing = True
             values.append(v)
         if missing:
-            if all(v is not None or t._id in self._recipes for v, t in zip(values, inputs)):
-                depth = 1 + max(self._depth(t._id) for t in inputs)
+            if all(v is not None or t._id in self._recipes or t._base is not None and self.view_recipe(t) is not None
+                   for v, t in zip(values, inputs)):
+                depth = 1 + max(self._depth(t._id) or (len(t._vsteps) if t._base is not None else 0) for t in inputs)
                 if depth <= MAX_DEPTH:
                     self._recipes[hid] = (tuple(inputs), tuple(t._id for t in inputs),
                                           lambda vs: _host_op(op, vs, attrs, shape, dtype), False, depth, _OF_ALL)
@@ -199,19 +203,54 @@ class KnownValues:
 
     def recipe(self, hid: int):
         """``(inputs, fn)`` when handle ``hid``'s value can be followed from its inputs' here: each input still holds
-        the value it had then, and is known, has such a recipe, or may be fetched; else None."""
+        the value it had then, and is known, has such a recipe (or, a view, :meth:`view_recipe`'s), or may be
+        fetched; else None."""
         r = self._recipes.get(hid)
         if r is None:
             return None
         inputs, ids, fn, fetch_inputs, _, arg = r
         for t, i in zip(inputs, ids):
-            if t._id != i or not (i in self._values or fetch_inputs or self.recipe(i) is not None):
+            if t._id != i or not (i in self._values or fetch_inputs or self.recipe(i) is not None
+                                  or self.view_recipe(t) is not None):
                 return None
         if arg is _OF_ALL:
             return inputs, fn
         if arg is _OF_INPUT:
             return inputs, lambda vs: fn(vs[0])
         return inputs, lambda vs: fn(arg)  # (a view of a value kept when the view was made)
+
+    def view_recipe(self, t):
+        """``(inputs, fn)`` for a view ``t`` (``t._base`` its root) whose value follows from its root's by each view
+        step's ``on_host``, while the root holds the value it had when ``t`` was computed (the same version), is small
+        (kept, followed, or fetched: one round trip that serves all its views) and each step has a host form; else
+        None. A view of a small root keeps no recipe of its own (``views.basic_view``: a loader's windows of a text,
+        made every step and never read): this works its value out when it is read."""
+        root = t._base
+        if root is None or root._version != t._base_version:
+            return None
+        steps = t._vsteps
+        if len(steps) + self._depth(root._id) > MAX_DEPTH or not small_value(root):
+            return None
+        fns = []
+        for step in steps:
+            f = getattr(step, "on_host", None)
+            if f is None:
+                return None
+            fns.append(f)
+
+        def fn(vs):
+            v = vs[0]
+            for f in fns:
+                v = f(v)
+            return v
+        return (root,), fn
+
+    def gives(self, t) -> bool:
+        """Whether the client can give tensor ``t``'s value, as a rule (:meth:`follows` of its handle, or a view whose
+        value follows from its root's: :meth:`view_recipe`)."""
+        hid = t._id
+        return hid in self._values or hid in self._recipes or \
+            (t._base is not None and self.view_recipe(t) is not None)
 
     def _depth(self, hid: int) -> int:
         r = self._recipes.get(hid)
@@ -272,6 +311,14 @@ def int64_node(value: int, device: str) -> tuple:
             _INT64_NODES.clear()
         e = _INT64_NODES[value] = (node, int64_value(value))
     return e
+
+
+def small_value(t) -> bool:
+    """Whether tensor ``t``'s value is at most :data:`SMALL_BYTES` (one the client may keep)."""
+    n = t.dtype.itemsize
+    for d in t._shape:
+        n *= d
+    return n <= SMALL_BYTES
 
 
 def _wrap64(r: int) -> int:

@@ -1405,6 +1405,8 @@ class Session:
             if v is not None:
                 return v
             r = known.recipe(t._id)
+            if r is None and t._base is not None:  # (a view of a small root keeps no recipe: follows from the root)
+                r = known.view_recipe(t)
             if r is not None:
                 inputs, fn = r
                 try:

@@ -960,7 +960,7 @@ class Tensor(TensorBase):
     def _view(self, step: V.ViewStep) -> Tensor:
         out = V.mark_view(step.forward(self), self, step)
         if self._s._capture is None:  # a small parent's value, once the client has it, gives this one's
-            self._s._known.derive(out._id, self, getattr(step, "on_host", None))
+            V.derive_view(out, self, getattr(step, "on_host", None))
         return out
 
     def reshape(self, *shape):

@@ -15,6 +15,7 @@ from tensorwire.protocol.shapes import numel, slice_len
 
 from . import autocast_state as _amp
 from . import autograd_hooks as _hooks
+from .known_values import SMALL_BYTES
 
 _amp_active = _amp._active
 #: the view ops recorded lazily (``Session.record``'s ``lazy``: only when something reads the view)
@@ -193,6 +194,10 @@ class Slice(ViewStep):
                                                        "steps": self.steps})
 
 
+#: the view steps with a host form (``on_host``): a view made of these only follows from its root's value
+_HOST_STEPS = frozenset({Reshape, Slice})
+
+
 def slice_known(lens: tuple, steps: tuple, dtype) -> tuple:
     """``Session.record``'s ``known`` for a ``slice`` node of lengths ``lens`` and steps ``steps`` (tuples of ints):
     ``(attrs_key("slice", attrs), (lens, dtype))`` (the plan's part of a slice: its lengths and steps, not where it
@@ -223,7 +228,8 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
     the slice not the whole of ``x``) the view is made directly: its lazy node (``Session.defer``) when ``x`` is
     outside autograd and not a view whose base changed, else its nodes recorded with autograd
     (``autograd_engine.record_grad``, which brings a stale view up to date first); the nodes, view and known-value
-    recipe :meth:`Slice.forward` and ``Tensor._view`` make, without their general work."""
+    recipe :meth:`Slice.forward` and ``Tensor._view`` make (the recipe only where :func:`derive_view` keeps one),
+    without their general work."""
     step = Slice(starts, stops, steps, out, x._shape)
     s = x._s
     b = x._base
@@ -270,8 +276,33 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
         t._base = b
         t._vsteps = (x._vsteps or ()) + (step,)
         t._base_version = b._version
-    s._known.derive(t._id, x, step.on_host)
+    derive_view(t, x, step.on_host)
     return t
+
+
+def derive_view(t, x, on_host) -> None:
+    """The known-value recipe of view ``t`` just made of ``x`` by a step whose host form is ``on_host``
+    (``KnownValues.derive``), where the root base's value would not give it. A view of a small root through steps
+    that all have a host form keeps none: ``KnownValues.view_recipe`` works its value out from the root's when it is
+    read (a loader's windows of a text are made every step and never read); unless ``x`` is a view whose value the
+    client has (that value gives ``t``'s without the root's, which the client may not have)."""
+    if on_host is None:
+        return
+    root = t._base
+    known = t._s._known
+    if root is not x:
+        if x._id in known._values:
+            known.derive(t._id, x, on_host)
+            return
+        for st in x._vsteps:  # (a loop, not all(): x is most often one slice of its root)
+            if type(st) not in _HOST_STEPS:
+                known.derive(t._id, x, on_host)
+                return
+    n = root.dtype.itemsize  # (known_values.small_value, inline: this runs for every view made)
+    for d in root._shape:
+        n *= d
+    if n > SMALL_BYTES:
+        known.derive(t._id, x, on_host)
 
 
 def make_view(x, step: ViewStep, op: str, attrs: dict, known: tuple):
@@ -280,8 +311,8 @@ def make_view(x, step: ViewStep, op: str, attrs: dict, known: tuple):
     an expand. Outside autocast and ``tw.compile``'s capture the node is made directly: lazy (``Session.defer``) when
     ``x`` is outside autograd and not a view whose base changed, else recorded with autograd
     (``autograd_engine.record_grad``, which brings a stale view up to date first), as ``_rec`` would; then the view
-    and known-value recipe of ``Tensor._view``. The movement methods of ``Tensor`` (``permute``, ``T``, ``view``,
-    ``unsqueeze`` ...) make their views here."""
+    and known-value recipe of ``Tensor._view`` (where :func:`derive_view` keeps one). The movement methods of
+    ``Tensor`` (``permute``, ``T``, ``view``, ``unsqueeze`` ...) make their views here."""
     s = x._s
     if s._capture is not None or _amp_active[0]:
         return x._view(step)
@@ -293,7 +324,7 @@ def make_view(x, step: ViewStep, op: str, attrs: dict, known: tuple):
     else:  # (a view whose base changed: recomputed by the general path)
         return x._view(step)
     mark_view(t, x, step)
-    s._known.derive(t._id, x, getattr(step, "on_host", None))
+    derive_view(t, x, getattr(step, "on_host", None))
     return t
 
 

@@ -133,3 +133,28 @@ def test_windows_of_a_slice_of_a_known_text_are_read_from_the_client(session):
     assert wins[0].tolist() == (text[3:11] + 1000).tolist()
     wins[1][0] = -5  # and writes through a window reach the base
     assert int(data[40]) == -5 and train[40:42].tolist() == [-5, text[41] + 1000]
+
+
+def test_a_view_of_a_small_root_keeps_no_recipe_and_is_worked_out_from_the_root_when_read(session):
+    # (``views.derive_view``: the loader's windows, made every step and never read, keep nothing;
+    # ``KnownValues.view_recipe`` works a read one out from its root's value)
+    data = tw.tensor(np.arange(100, 300))
+    train = data[:150]
+    wins = [train[i:i + 8] for i in tw.tensor([3, 40])]
+    known = session._known
+    assert not any(w._id in known._recipes for w in wins + [train]) and all(known.gives(w) for w in wins)
+    with round_trips(session) as n:
+        assert wins[1].tolist() == list(range(140, 148)) and wins[0][1:3].reshape(2, 1).tolist() == [[104], [105]]
+    assert n[0] == 0
+    dev = tw.arange(1000)  # a small root the client has not: read once, for all its views
+    with round_trips(session) as n:
+        assert dev[10:20][2:4].tolist() == [12, 13] and dev[500:502].tolist() == [500, 501]
+    assert n[0] == 1
+    big = tw.arange(20000)  # too big to keep: a view of a view whose value the client has is read from that value
+    part = big[:50]
+    part.tolist()
+    with round_trips(session) as n:
+        assert part[2:4].tolist() == [2, 3] and part.reshape(5, 10)[1].tolist() == list(range(10, 20))
+    assert n[0] == 0
+    data.add_(1)  # (a window made before the update reads the root's new value, as torch's do)
+    assert wins[1].tolist() == list(range(141, 149))

@@ -180,7 +180,7 @@ def test_lazy_nodes_released_unrecorded_are_dropped_with_the_handles_they_pin(se
     bounds = [i + 1 for i in elements]
     lazy = {t._id for t in views + deeper + elements + bounds}
     assert session._pins[base._id] == len(views) and lazy <= session._lazy.keys()
-    assert all(session._known.follows(h) for h in lazy)
+    assert all(session._known.gives(t) for t in views + deeper + elements + bounds)
     taken = []
     take = session._take_release
     session._take_release = lambda: taken.append(take()) or taken[-1]

@@ -82,7 +82,7 @@ def _trace(session, env: dict, chain: str, grad: bool):
             [(type(s).__name__, {a: getattr(s, a) for a in getattr(s, "__slots__", ()) if a != "_known"})
              for s in (r._vsteps or ())])
     return (pending, lazy, _rel(r._id, base), r.shape, r.dtype, r.requires_grad, view, _grad_chain(r),
-            r._id in session._known._recipes), r
+            session._known.gives(r)), r
 
 
 def _env(requires_grad: bool) -> dict:
