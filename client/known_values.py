@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import operator
 from collections import OrderedDict, deque
-from math import prod
 
 import numpy as np
 
@@ -139,7 +138,7 @@ class KnownValues:
             recipes[hid] = ((), (), on_host, False, 1, value)
             return
         depth = self._depth(pid)
-        if depth < MAX_DEPTH and prod(parent._shape) * parent.dtype.itemsize <= SMALL_BYTES:
+        if depth < MAX_DEPTH and small_value(parent):
             recipes[hid] = ((parent,), (pid,), on_host, True, 1 + depth, _OF_INPUT)
 
     def compute(self, hid: int, op: str, inputs, attrs, shape: tuple, dtype) -> bool:

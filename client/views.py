@@ -15,7 +15,7 @@ from tensorwire.protocol.shapes import numel, slice_len
 
 from . import autocast_state as _amp
 from . import autograd_hooks as _hooks
-from .known_values import SMALL_BYTES
+from .known_values import small_value
 
 _amp_active = _amp._active
 #: the view ops recorded lazily (``Session.record``'s ``lazy``: only when something reads the view)
@@ -291,17 +291,14 @@ def derive_view(t, x, on_host) -> None:
     root = t._base
     known = t._s._known
     if root is not x:
-        if x._id in known._values:
+        if known.has(x._id):
             known.derive(t._id, x, on_host)
             return
         for st in x._vsteps:  # (a loop, not all(): x is most often one slice of its root)
             if type(st) not in _HOST_STEPS:
                 known.derive(t._id, x, on_host)
                 return
-    n = root.dtype.itemsize  # (known_values.small_value, inline: this runs for every view made)
-    for d in root._shape:
-        n *= d
-    if n > SMALL_BYTES:
+    if not small_value(root):
         known.derive(t._id, x, on_host)
 
 

@@ -13,6 +13,7 @@ from .state import (
     ServiceInfo,
     Session,
 )
+from .telemetry import _num
 
 log = logging.getLogger("tensorwire.dispatcher")
 
@@ -52,7 +53,7 @@ class Gathers:
                 d = load.get("direct")
                 if isinstance(d, dict):  # (fresher than the last heartbeat's: what status reads next)
                     self.telemetry.note_direct(svc.name, [d.get("batches"), d.get("ops"),
-                                                          _int(d.get("bytes_in")) + _int(d.get("bytes_out"))])
+                                                          _num(d, "bytes_in") + _num(d, "bytes_out")])
         else:
             self._profile_part(g, svc, h)
         g.expect.discard(svc.name)
@@ -134,7 +135,3 @@ class Gathers:
             "name": f"worker {svc.name}", "pid": svc.info.get("pid"), "offset_ns": ((t1 - sent) + (t2 - received)) // 2,
             "rtt_ns": (received - sent) - (t2 - t1), "spans": spans[:MAX_SPANS],
             "dropped": dropped if type(dropped) is int else 0})
-
-
-def _int(v) -> int:
-    return v if type(v) is int else 0
