@@ -47,7 +47,7 @@ from tensorwire.protocol.errors import (
 )
 from tensorwire.protocol.graph import RECV, SEND
 from tensorwire.protocol.logs import configure as configure_logging
-from tensorwire.protocol.messages import WORKER, check
+from tensorwire.protocol.messages import DIRECT_TOTALS, WORKER, check
 from tensorwire.protocol.named_service import (
     add_service_credential_args,
     drain,
@@ -352,10 +352,11 @@ class Executor:
                                "max_bytes": self.plans.max_bytes}}
 
     def direct_totals(self) -> list[int]:
-        """``[batches, ops, bytes]`` clients sent this worker on direct channels so far (the dispatcher's throughput
-        figures add them to the work it routed itself: ``dispatcher/telemetry.py``)."""
+        """The counts of ``DIRECT_TOTALS`` (batches, ops, bytes in and out, plan hits and misses) clients sent this
+        worker on direct channels so far, for its heartbeat (the dispatcher's throughput figures and metrics add
+        them to the work it routed itself: ``dispatcher/telemetry.py``)."""
         c = self.direct_counts
-        return [c["batches"], c["ops"], c["bytes_in"] + c["bytes_out"]]
+        return [c[k] for k in DIRECT_TOTALS]
 
     def busy_report(self, limit: int = 64) -> list:
         """``[[sid, batches finished, seconds the running batch has run or None, what it is or None], ...]``: what

@@ -15,7 +15,12 @@ channel: ``backends.direct``) are bounded here, per connection (routing id):
   ``ZMQ_ROUTER_MANDATORY``, and every send is non-blocking: a message to a full connection is dropped; if it answered
   a numbered request, its ``OutOfMemory`` error is owed (at most ``MAX_OWED`` per connection) and sent, in order,
   as soon as the connection has room (at the client's next message, or the next heartbeat). A message to a
-  connection that is gone is dropped, as before.
+  connection that is gone is dropped, as before. The dispatcher's socket for services has no send high-water mark
+  (``SERVICE_HWM``): a ROUTER past it drops a peer's messages without a word, and a worker whose main thread fell
+  more than ~1000 messages behind (a session's long queue of small relayed batches on a loaded host) lost batches,
+  whose outputs a later batch then did not find (``NotFound``); the messages wait in the dispatcher instead, as
+  long as the worker's connection lives (libzmq's heartbeats close the connection of a process that stopped
+  answering, and what waited for it goes with it).
 - **Read-ahead.** ``ZMQ_RCVHWM`` is ``RECV_HWM`` (16) per connection: libzmq reads that many messages of one
   connection ahead of the service's loop and then stops reading it (TCP pushes back), so a peer that sends faster
   than a busy service reads keeps the excess in its own send queue, not in the service. With libzmq's default
@@ -54,6 +59,9 @@ ANSWER_BYTES_TOTAL = int(os.environ.get("TENSORWIRE_ANSWER_BYTES_TOTAL", str(1 <
 ANSWER_HWM = int(os.environ.get("TENSORWIRE_ANSWER_HWM", "1000"))
 #: messages libzmq reads ahead from one connection before the service's loop takes them (``ZMQ_RCVHWM``)
 RECV_HWM = 16
+#: the dispatcher's send high-water mark toward services (``ZMQ_SNDHWM``; 0: none): work relayed to a worker is never
+#: dropped (see the module doc, "Messages")
+SERVICE_HWM = 0
 #: frames from this size on are sent without a copy and tracked; smaller ones count against the HWM only
 TRACK_MIN = 64 << 10
 _MORE = NOBLOCK | SNDMORE

@@ -13,7 +13,6 @@ from .state import (
     ServiceInfo,
     Session,
 )
-from .telemetry import _num
 
 log = logging.getLogger("tensorwire.dispatcher")
 
@@ -50,10 +49,8 @@ class Gathers:
             g.data.setdefault("memory", {})[svc.name] = memory = memory if isinstance(memory, dict) else {}
             if isinstance(load, dict):
                 self.telemetry.load[svc.name] = {**load, "memory": memory, "at": time.monotonic()}
-                d = load.get("direct")
-                if isinstance(d, dict):  # (fresher than the last heartbeat's: what status reads next)
-                    self.telemetry.note_direct(svc.name, [d.get("batches"), d.get("ops"),
-                                                          _num(d, "bytes_in") + _num(d, "bytes_out")])
+                # (fresher than the last heartbeat's: what status and the metrics read next)
+                self.telemetry.note_direct(svc.name, load.get("direct"))
         else:
             self._profile_part(g, svc, h)
         g.expect.discard(svc.name)

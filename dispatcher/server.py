@@ -58,7 +58,7 @@ from tensorwire.protocol.service import (
 )
 from tensorwire.protocol.wire import MAX_MESSAGE
 
-from .answers import RECV_HWM, Answers, bound_socket
+from .answers import RECV_HWM, SERVICE_HWM, Answers, bound_socket
 from .broker import Broker
 from .coordination import Collectives
 from .gathers import Gathers
@@ -112,6 +112,10 @@ class Dispatcher(Broker, Sessions, Routing, Collectives, Gathers):
                          "services by their heartbeats", zmq.zmq_version())
         bound_socket(self.clients)  # what a client that does not read may cost (dispatcher/answers.py)
         self.services.setsockopt(zmq.RCVHWM, RECV_HWM)  # a worker's relayed answers wait in the worker, not here
+        # what goes to a service is never dropped (a ROUTER drops a message to a peer past its send high-water mark,
+        # silently): a worker whose main thread is behind (a long queue, a loaded host) lost relayed batches, and its
+        # session's next read of their outputs failed with NotFound (see dispatcher/answers.py, "Messages")
+        self.services.setsockopt(zmq.SNDHWM, SERVICE_HWM)
         self.answers = Answers(self.clients, "the dispatcher")
         try:
             self.client_addr = self._bind(self.clients, client_addr, "--address")

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from tensorwire.protocol.messages import DIRECT_TOTALS
 from tensorwire.protocol.metrics import prometheus
 
 #: how often the dispatcher asks its workers for their load while metrics are served
@@ -36,6 +37,37 @@ class DeviceCounters:
     bytes_out: int = 0  # result frames its worker sent back (fetches)
 
 
+@dataclass(frozen=True)
+class DirectCounts:
+    """What clients sent one device's worker on its direct channels so far, as the worker last reported it (its
+    heartbeat: the counts of ``DIRECT_TOTALS``; its load: those and the errors by code)."""
+
+    batches: int = 0
+    ops: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    plan_hits: int = 0
+    plan_misses: int = 0
+    errors: dict = field(default_factory=dict)  # error code -> errors answered on its channels (load reports only)
+
+
+@dataclass(frozen=True)
+class PathTotals:
+    """One device's totals by path: what the dispatcher routed to its worker (``relay``) and what clients sent that
+    worker on direct channels (``direct``), and their sum (``both``): the one place the two are added, which
+    ``status``'s rates and the metrics both read."""
+
+    relay: DeviceCounters
+    direct: DirectCounts
+    both: DeviceCounters
+
+    @classmethod
+    def of(cls, relay: DeviceCounters | None, direct: DirectCounts | None) -> PathTotals:
+        r, d = relay or DeviceCounters(), direct or DirectCounts()
+        return cls(r, d, DeviceCounters(r.batches + d.batches, r.ops + d.ops, r.bytes_in + d.bytes_in,
+                                        r.bytes_out + d.bytes_out))
+
+
 class Telemetry:
     """The dispatcher's counters and the workers' last reported load (main thread writes, anyone reads)."""
 
@@ -49,22 +81,48 @@ class Telemetry:
         self.workers_lost: Counter = Counter()  # device -> times its worker was lost
         self.load: dict[str, dict] = {}  # device -> the last load its worker reported (with "at": monotonic s)
         self._history: deque = deque()  # (monotonic s, {device: (batches, ops, bytes)}) samples for rates
-        #: device -> (batches, ops, bytes) its worker ran for clients' direct channels, as it last reported them (the
-        #: work the dispatcher never sees: :meth:`rates` adds it to what it routed)
-        self.direct: dict[str, tuple[int, int, int]] = {}
+        #: device -> what its worker ran for clients' direct channels, as it last reported it (the work the
+        #: dispatcher never sees: :meth:`by_path` adds it to what it routed)
+        self.direct: dict[str, DirectCounts] = {}
 
-    def note_direct(self, device: str, totals) -> None:
-        """A worker's report of its direct-channel totals, ``[batches, ops, bytes]`` (a malformed one is dropped)."""
-        if isinstance(totals, list) and len(totals) == 3 and all(type(v) is int and v >= 0 for v in totals):
-            self.direct[device] = tuple(totals)
+    def note_direct(self, device: str, report) -> None:
+        """A worker's report of its direct-channel totals: its heartbeat's list (the counts of ``DIRECT_TOTALS``, in
+        order; the errors stay as last reported) or its load's ``direct`` map (those counts and ``errors``). A
+        malformed one is dropped."""
+        if isinstance(report, list):
+            counts = report
+            errors = self.direct[device].errors if device in self.direct else {}
+        elif isinstance(report, dict):
+            counts = [report.get(k) for k in DIRECT_TOTALS]
+            e = report.get("errors")
+            errors = {str(k)[:64]: n for k, n in e.items() if type(n) is int and n >= 0} if isinstance(e, dict) else {}
+        else:
+            return
+        if len(counts) == len(DIRECT_TOTALS) and all(type(v) is int and v >= 0 for v in counts):
+            self.direct[device] = DirectCounts(*counts, errors=errors)  # (a new record: readers see one report whole)
+
+    def by_path(self) -> dict[str, PathTotals]:
+        """Per device: its totals so far by path, and their sum (read from any thread: snapshots of the loop's
+        dictionaries)."""
+        devices, direct = dict(list(self.devices.items())), dict(list(self.direct.items()))
+        return {d: PathTotals.of(devices.get(d), direct.get(d)) for d in devices.keys() | direct.keys()}
+
+    def plan_totals(self) -> tuple[int, int]:
+        """Batches replayed by plan number and batches that sent their structure, routed here and sent direct."""
+        direct = list(self.direct.values())
+        return (self.plan_hits + sum(d.plan_hits for d in direct),
+                self.plan_misses + sum(d.plan_misses for d in direct))
+
+    def error_totals(self) -> Counter:
+        """Errors reported to clients by code, by the dispatcher and on direct channels (as last reported)."""
+        errors = Counter(self.errors)
+        for d in list(self.direct.values()):
+            errors.update(d.errors)
+        return errors
 
     def _totals(self) -> dict[str, tuple[int, int, int]]:
         """Per device: batches, ops and bytes so far, routed here and sent direct."""
-        out = {d: (c.batches, c.ops, c.bytes_in + c.bytes_out) for d, c in self.devices.items()}
-        for d, (b, o, n) in self.direct.items():
-            rb, ro, rn = out.get(d, (0, 0, 0))
-            out[d] = (rb + b, ro + o, rn + n)
-        return out
+        return {d: (t.both.batches, t.both.ops, t.both.bytes_in + t.both.bytes_out) for d, t in self.by_path().items()}
 
     def device(self, name: str) -> DeviceCounters:
         c = self.devices.get(name)
@@ -102,12 +160,6 @@ class Telemetry:
         return out
 
 
-def _num(d, key: str) -> int:
-    """``d[key]`` when ``d`` is a worker's report and that is a count; 0 otherwise."""
-    v = d.get(key) if isinstance(d, dict) else None
-    return v if type(v) is int else 0
-
-
 class DispatcherCollector:
     """A Prometheus collector over a live :class:`~tensorwire.dispatcher.server.Dispatcher`."""
 
@@ -126,9 +178,9 @@ class DispatcherCollector:
         c = CounterMetricFamily("tensorwire_sessions_opened", "Sessions opened since the dispatcher started")
         c.add_metric([], tel.sessions_opened)
         yield c
-        # what clients sent their workers on direct channels, as each worker last reported it (its load)
-        direct = {dev: ld.get("direct") for dev, ld in list(tel.load.items()) if isinstance(ld.get("direct"), dict)}
-        names = sorted(set(tel.devices) | set(direct))
+        # routed by the dispatcher and sent on direct channels (as each worker last reported it), added in one place
+        totals = tel.by_path()
+        names = sorted(totals)
         for name, attr, doc in (
             ("batches", "batches", "Batches run on a device's worker (routed by the dispatcher or sent on a direct "
                                    "channel)"),
@@ -136,8 +188,7 @@ class DispatcherCollector:
         ):
             c = CounterMetricFamily(f"tensorwire_{name}", doc, labels=["device"])
             for dev in names:
-                cnt = tel.devices.get(dev)
-                c.add_metric([dev], (getattr(cnt, attr) if cnt else 0) + _num(direct.get(dev), attr))
+                c.add_metric([dev], getattr(totals[dev].both, attr))
             yield c
         c = CounterMetricFamily(
             "tensorwire_bytes",
@@ -145,25 +196,20 @@ class DispatcherCollector:
             labels=["device", "direction"],
         )
         for dev in names:
-            cnt = tel.devices.get(dev)
-            c.add_metric([dev, "in"], (cnt.bytes_in if cnt else 0) + _num(direct.get(dev), "bytes_in"))
-            c.add_metric([dev, "out"], (cnt.bytes_out if cnt else 0) + _num(direct.get(dev), "bytes_out"))
+            c.add_metric([dev, "in"], totals[dev].both.bytes_in)
+            c.add_metric([dev, "out"], totals[dev].both.bytes_out)
         yield c
         c = CounterMetricFamily(
             "tensorwire_plan_cache",
             "Batches by plan-cache outcome: replayed by number (hit) or sent with their structure (miss)",
             labels=["result"],
         )
-        c.add_metric(["hit"], tel.plan_hits + sum(_num(v, "plan_hits") for v in direct.values()))
-        c.add_metric(["miss"], tel.plan_misses + sum(_num(v, "plan_misses") for v in direct.values()))
+        hits, misses = tel.plan_totals()
+        c.add_metric(["hit"], hits)
+        c.add_metric(["miss"], misses)
         yield c
         c = CounterMetricFamily("tensorwire_errors", "Errors reported to clients, by error code", labels=["code"])
-        errors = Counter(tel.errors)
-        for v in direct.values():
-            e = v.get("errors")
-            if isinstance(e, dict):
-                errors.update({str(k)[:64]: n for k, n in e.items() if type(n) is int})
-        for code, n in list(errors.items()):
+        for code, n in tel.error_totals().items():
             c.add_metric([code], n)
         yield c
         answers = getattr(d, "answers", None)

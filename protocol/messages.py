@@ -88,13 +88,17 @@ CLIENT = Plane("client -> dispatcher", {
     "service": Kind("a request for a named service (autograd ...) -> service_reply", {**_Q, **_K, "service": STR}),
 })
 
+#: what a worker's heartbeat ``direct`` list counts, in order: the work clients sent it on direct channels so far
+#: (the dispatcher never sees it; ``dispatcher/telemetry.py`` adds it to the work it routed)
+DIRECT_TOTALS = ("batches", "ops", "bytes_in", "bytes_out", "plan_hits", "plan_misses")
+
 SERVICE = Plane("service -> dispatcher", {
     "register": Kind("register a worker (a device) or a named service with the service credential",
                      {"v": ANY, "service": ANY, "device": ANY, "name": ANY, "info": ANY, "token": ANY,
                       "instance": ANY, "pid": ANY}),
     "hb": Kind("a heartbeat (`of`, `i`: a service's heartbeat thread, signed with its instance; `busy`: a worker's "
                "[sid, batches finished, seconds running, what] per session; `direct`: a worker's totals of the work "
-               "clients sent it on direct channels, [batches, ops, bytes])",
+               "clients sent it on direct channels, the counts of DIRECT_TOTALS in order)",
                {"of": opt(STR), "i": opt(STR), "busy": opt(LIST), "direct": opt(LIST)}),
     "bye": Kind("the service stops: its name is free at once", {}),
     "done": Kind("a worker's answer to a run: values (with frames), errors, fetch errors",
