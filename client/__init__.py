@@ -69,7 +69,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
              "full_like", "linspace", "logspace", "ones", "ones_like", "rand", "rand_like", "randint", "randint_like",
              "randn", "randn_like", "randperm", "tensor", "zeros", "zeros_like"),
     **_names("tensorwire.functions", "cancel", "cat", "concat", "concatenate", "devices", "einsum",
-             "get_default_device", "hstack", "is_tensor", "matmul", "max", "memory_stats", "min",
+             "get_default_device", "hstack", "is_tensor", "matmul", "max", "memory_stats", "min", "result_type",
              "set_default_device", "stack", "synchronize", "tensordot", "vstack", "where"),
     **_names("tensorwire.random", "Generator", "default_generator", "initial_seed", "manual_seed", "seed"),
     "Session": ("tensorwire.session", "Session"),
@@ -136,17 +136,6 @@ class _Package(_types.ModuleType):
 
 
 _sys.modules[__name__].__class__ = _Package
-
-
-def result_type(a, b):
-    """The dtype ``a op b`` produces (PyTorch's rules)."""
-    # lazy: ``import tensorwire`` loads nothing heavy (tests/client/test_lazy_imports.py)
-    from tensorwire.protocol import dtypes
-
-    from .tensor import Tensor
-
-    ops = [(x.dtype, x.ndim) if _builtins.isinstance(x, Tensor) else x for x in (a, b)]
-    return dtypes.result_type(*ops)
 
 
 def is_floating_point(t) -> _builtins.bool:

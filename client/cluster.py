@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from tensorwire.collectives import network as _network
+from tensorwire.dashboard import missing as dashboard_missing
 from tensorwire.dispatcher.liveness import RESTARTED_ENV
 from tensorwire.hub.client import DEFAULT_PORT as HUB_DEFAULT_PORT
 from tensorwire.protocol import errors as E
@@ -563,9 +564,7 @@ class LocalCluster:
 
     def start_dashboard(self, deadline: float | None = None) -> Service:
         """Serve the dashboard (``tensorwire dashboard``) on loopback, as the admin; ``dashboard_url`` says where."""
-        from tensorwire.dashboard.server import missing  # lazy: it loads the client's session and tensor
-
-        why = missing()
+        why = dashboard_missing()
         if why:
             raise TensorwireError(why)
         port = 0 if self.dashboard is True else int(self.dashboard)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import string
 
+from tensorwire.protocol import dtypes
 from tensorwire.protocol.errors import ShapeError
 from tensorwire.protocol.ops import OPS
 
@@ -183,6 +184,12 @@ def get_default_device():
 
 def is_tensor(obj) -> bool:
     return isinstance(obj, Tensor)
+
+
+def result_type(a, b):
+    """The dtype ``a op b`` produces (PyTorch's rules)."""
+    ops = [(x.dtype, x.ndim) if isinstance(x, Tensor) else x for x in (a, b)]
+    return dtypes.result_type(*ops)
 
 
 def numel(t: Tensor) -> int:

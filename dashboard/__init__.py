@@ -11,6 +11,23 @@ keeping a little history), :mod:`.shaping` (what one viewer sees, and the trace 
 :mod:`.app` (the routes) and :mod:`.server` (the command and uvicorn).
 """
 
+import importlib.util
+
 from .auth import Viewer, session_key, session_link
 
-__all__ = ["Viewer", "session_key", "session_link"]
+#: the packages the dashboard serves with (the optional [dashboard] extra)
+WEB_STACK = ("starlette", "uvicorn")
+
+
+def missing() -> str | None:
+    """What is missing to serve the dashboard (its web stack, the optional [dashboard] extra), or None. Looks the
+    packages up without importing them (uvicorn takes ~0.4 s; ``LocalCluster`` asks before it starts a dashboard,
+    without loading :mod:`.server`, which loads the client's session)."""
+    absent = [name for name in WEB_STACK if importlib.util.find_spec(name) is None]
+    if absent:
+        return (f"the dashboard needs Starlette and uvicorn: pip install 'tensorwire[dashboard]' "
+                f"({', '.join(absent)} not installed)")
+    return None
+
+
+__all__ = ["Viewer", "missing", "session_key", "session_link"]

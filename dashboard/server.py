@@ -10,29 +10,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
 import socket
 
 from tensorwire.protocol.credentials import ADMIN_TOKEN_ENV, CLIENT_TOKEN_ENV, resolve_token
 from tensorwire.protocol.errors import TensorwireError, Unauthorized
 
+from . import missing
 from .auth import Gate, is_loopback
 from .source import ClusterSource
 
 DEFAULT_PORT = 8787
-#: the packages the dashboard serves with (the optional [dashboard] extra)
-WEB_STACK = ("starlette", "uvicorn")
-
-
-def missing() -> str | None:
-    """What is missing to serve the dashboard (its web stack, the optional [dashboard] extra), or None. Looks the
-    packages up without importing them (uvicorn takes ~0.4 s; ``LocalCluster`` asks before it starts a dashboard)."""
-    absent = [name for name in WEB_STACK if importlib.util.find_spec(name) is None]
-    if absent:
-        return (f"the dashboard needs Starlette and uvicorn: pip install 'tensorwire[dashboard]' "
-                f"({', '.join(absent)} not installed)")
-    return None
 
 
 def _bind(host: str, port: int) -> socket.socket:

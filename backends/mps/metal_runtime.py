@@ -36,6 +36,7 @@ from tensorwire.protocol import dtypes as D
 from ..codegen.presets import METAL_MLX
 from ..codegen.program import debug_kernels, kernel_error, print_source
 from .metal import STORAGE_MLX, MLXMetalRenderer, mlx_source, scalar_mlx
+from .optional_imports import mlx_core
 
 #: how the kernel compiler lowers for the Metal GPU: a GPU's work groups and tiles; as MLX ops (host steps): matmul
 #: (MLX's GEMM), the in-place scatters, and the sources that compute in float64 (see :mod:`..codegen.presets`)
@@ -49,9 +50,7 @@ def load_metal_kernel(on_cpu: bool):
     where custom kernels need a Metal GPU the host does not have."""
     if on_cpu:
         return None
-    import mlx.core as mx  # lazy: MLX, the optional [mps] extra
-
-    return mx.fast.metal_kernel
+    return mlx_core().fast.metal_kernel
 
 
 class MetalKernels:

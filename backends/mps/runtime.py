@@ -36,6 +36,7 @@ from ..executor import _build_runner
 from ..quota import physical_memory
 from ..worker_ops import WORKER_OPS
 from . import metal_runtime
+from .optional_imports import mlx_core
 
 #: the test-only switch: run the backend on MLX's CPU device (for hosts without Metal)
 ON_CPU_ENV = "TENSORWIRE_MPS_ON_CPU"
@@ -59,7 +60,7 @@ def on_cpu_requested() -> bool:
 
 def _discover() -> Found:
     try:
-        import mlx.core as mx  # lazy: MLX, the optional [mps] extra, may be absent
+        mx = mlx_core()
     except Exception as e:  # not installed, or a build that does not load here
         return Found([], f"mlx is not installed or does not load ({type(e).__name__}: {e}); {INSTALL}")
     version = getattr(mx, "__version__", "?")

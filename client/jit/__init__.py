@@ -19,6 +19,7 @@ import warnings
 from collections import OrderedDict
 
 from tensorwire.context import current_session
+from tensorwire.nn.module import Module
 from tensorwire.protocol.errors import CompileError
 
 from .graph import RETRACE, CompiledGraph
@@ -171,8 +172,6 @@ def compile(
         raise TypeError(f"tw.compile expects a function or a module, got {type(model).__name__}")
     if disable:
         return model
-    from tensorwire.nn import Module  # circle: nn.module -> jit.state (this package) -> nn
-
     if isinstance(model, Module):
         return CompiledFunction(model.__call__, fullgraph, dynamic, backend, mode, options)
     return CompiledFunction(model, fullgraph, dynamic, backend, mode, options)

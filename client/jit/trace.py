@@ -26,10 +26,10 @@ import weakref
 
 import numpy as np
 
+from tensorwire import jit_state as _state
 from tensorwire.session import _user_frame, encode_batch, user_line
 from tensorwire.tensor import Tensor
 
-from . import state as _state
 from .pytree import flatten
 
 ARG, GRAD, OBJ = 0, 1, 2  # slot kinds: a tensor argument, a leaf's .grad, an object that existed before the call

@@ -11,18 +11,51 @@ import math
 
 import numpy as np
 
-from tensorwire.creation import arange, ones, rand
-from tensorwire.creation import tensor as _tensor
+from tensorwire.creation import arange, ones
 from tensorwire.functions import cat, where
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import DTypeError, ShapeError
+from tensorwire.protocol.errors import ShapeError
 from tensorwire.protocol.shapes import broadcast
 from tensorwire.tensor import Tensor
 
 from ..grid_sampling import grid_sample
 from ..padding import pad
 from ._tensors import no_grad, rebind
-from .pooling_nd import _adaptive, max_pool1d_with_indices, max_pool2d_with_indices
+
+# the sections that other modules of the package build on, each a module of its own (functional_extras and
+# pooling_nd import them, and this module re-exports those two: issue 32, no circle)
+from .activations import (
+    dropout,
+    elu,
+    gelu,
+    glu,
+    hardtanh,
+    leaky_relu,
+    log_softmax,
+    logsigmoid,
+    mish,
+    relu,
+    relu6,
+    sigmoid,
+    silu,
+    softmax,
+    softmin,
+    softplus,
+    tanh,
+)
+from .interpolation import interpolate
+from .linear_maps import _pair, bilinear, conv1d, conv2d, conv_transpose1d, conv_transpose2d, linear, unfold
+from .loss_functions import (
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cross_entropy,
+    huber_loss,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+    smooth_l1_loss,
+)
+from .pooling_nd import max_pool1d_with_indices, max_pool2d_with_indices
 
 __all__ = [
     "relu", "relu6", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax", "leaky_relu", "softplus", "elu",
@@ -36,253 +69,8 @@ __all__ = [
 ]
 
 
-def _pair(v, n: int = 2) -> list[int]:
-    if isinstance(v, (tuple, list)):
-        if len(v) == 1:
-            return [int(v[0])] * n
-        if len(v) != n:
-            raise ValueError(f"expected {n} values, got {list(v)}")
-        return [int(x) for x in v]
-    return [int(v)] * n
-
-
 def _scalar_like(x: Tensor, v, dtype=None) -> Tensor:
     return x._s.scalar(v, dtype or x.dtype, x._dev)
-
-
-# ------------------------------------------------------------------------------------------------ activations
-
-def relu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
-    return input.relu_() if inplace else input.relu()
-
-
-def relu6(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
-    out = input._rec("relu6", [input])
-    return input._assign(out) if inplace else out
-
-
-def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
-    """GELU; ``approximate="tanh"`` gives the tanh approximation, as torch."""
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
-    return input._rec("gelu", [input], {"approximate": approximate})
-
-
-def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
-    out = input._rec("silu", [input])
-    return input._assign(out) if inplace else out
-
-
-def mish(input: Tensor) -> Tensor:  # noqa: A002
-    return input * softplus(input).tanh()
-
-
-def tanh(input: Tensor) -> Tensor:  # noqa: A002
-    return input.tanh()
-
-
-def sigmoid(input: Tensor) -> Tensor:  # noqa: A002
-    return input.sigmoid()
-
-
-def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
-    return -softplus(-input)
-
-
-def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:  # noqa: A002
-    out = input._rec("leaky_relu", [input], {"negative_slope": float(negative_slope)})
-    return input._assign(out) if inplace else out
-
-
-def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
-    return input._rec("softplus", [input], {"beta": float(beta), "threshold": float(threshold)})
-
-
-def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
-    out = where(input > 0, input, input.expm1() * alpha)
-    return input._assign(out) if inplace else out
-
-
-def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
-    """``input`` clamped to ``[min_val, max_val]``. An integer input keeps its dtype, the bounds truncated towards
-    zero (torch's ``hardtanh(int64, -0.5, 0.5)`` is all zeros); torch refuses bool, and so do we."""
-    if input.dtype is D.bool_:
-        raise DTypeError("hardtanh: bool inputs are not supported (as in torch); convert first (x.long())")
-    if not input.dtype.is_floating_point:
-        min_val, max_val = math.trunc(min_val), math.trunc(max_val)
-    out = input.clamp(min_val, max_val)
-    return input._assign(out) if inplace else out
-
-
-def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
-    a, b = input.chunk(2, dim)
-    return a * b.sigmoid()
-
-
-def softmax(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:  # noqa: A002
-    return input.softmax(_softmax_dim(input, dim), dtype=dtype)
-
-
-def softmin(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:  # noqa: A002
-    return (-input).softmax(_softmax_dim(input, dim), dtype=dtype)
-
-
-def log_softmax(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:  # noqa: A002
-    return input.log_softmax(_softmax_dim(input, dim), dtype=dtype)
-
-
-def _softmax_dim(x: Tensor, dim):
-    if dim is not None:
-        return dim
-    return 0 if x.ndim in (0, 1, 3) else 1  # torch's legacy implicit choice
-
-
-def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
-    """Zero elements with probability ``p`` and scale the rest by ``1 / (1 - p)``; the mask comes from the
-    cluster's counter-based generator (``tw.manual_seed``), so it differs from torch's."""
-    if p < 0 or p > 1:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if not training or p == 0:
-        return input
-    if p == 1:
-        out = input * 0
-    else:
-        keep = rand(input.shape, dtype=input.dtype, device=input._dev, session=input._s) >= p
-        out = input * keep * (1.0 / (1.0 - p))
-    return input._assign(out) if inplace else out
-
-
-# ------------------------------------------------------------------------------------------------ linear
-
-def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
-    """``input @ weight.T + bias`` (one ``linear`` op)."""
-    ins = [input, weight] if bias is None else [input, weight, bias]
-    return input._rec("linear", ins)
-
-
-def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``y[..., o] = sum_ij x1[..., i] W[o, i, j] x2[..., j] + b[o]``."""
-    o, i, j = weight.shape
-    lead = input1.shape[:-1]
-    x1 = input1.reshape(-1, i)
-    x2 = input2.reshape(-1, j)
-    t = (x1 @ weight.permute(1, 0, 2).reshape(i, o * j)).reshape(-1, o, j)
-    y = (t * x2.unsqueeze(1)).sum(-1)
-    if bias is not None:
-        y = y + bias
-    return y.reshape(*lead, o)
-
-
-def _conv_padding(padding, k, dilation, n):
-    if isinstance(padding, str):
-        if padding == "valid":
-            return [0] * n, None
-        if padding == "same":
-            total = [d * (kk - 1) for kk, d in zip(k, dilation)]
-            lo = [t // 2 for t in total]
-            extra = [t - 2 * lo_ for t, lo_ in zip(total, lo)]
-            return lo, extra if any(extra) else None
-        raise ValueError(f"Invalid padding string {padding!r}, should be one of ['valid', 'same']")
-    return _pair(padding, n), None
-
-
-def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,  # noqa: A002
-           groups: int = 1) -> Tensor:
-    """2-D cross-correlation as torch (``padding`` may be an int, a pair, ``"same"`` or ``"valid"``)."""
-    unbatched = input.ndim == 3
-    if unbatched:
-        input = input.unsqueeze(0)  # noqa: A001
-    stride, dilation = _pair(stride), _pair(dilation)
-    if isinstance(padding, str) and padding == "same" and any(s != 1 for s in stride):
-        raise ValueError("padding='same' is not supported for strided convolutions")
-    pad_, extra = _conv_padding(padding, weight.shape[2:], dilation, 2)
-    if extra is not None:  # asymmetric 'same': the extra goes at the end, as torch
-        input = input._rec("pad", [input], {"pads": [0, 0, 0, 0, 0, extra[0], 0, extra[1]], "value": 0})  # noqa: A001
-    ins = [input, weight] if bias is None else [input, weight, bias]  # conv2d adds a bias [O] itself
-    y = input._rec("conv2d", ins, {"stride": stride, "padding": pad_, "dilation": dilation, "groups": int(groups)})
-    return y.squeeze(0) if unbatched else y
-
-
-def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,  # noqa: A002
-           groups: int = 1) -> Tensor:
-    """1-D cross-correlation (a conv2d over a height-1 image)."""
-    unbatched = input.ndim == 2
-    if unbatched:
-        input = input.unsqueeze(0)  # noqa: A001
-    s, d = _pair(stride, 1)[0], _pair(dilation, 1)[0]
-    if isinstance(padding, str):
-        pad_, extra = _conv_padding(padding, weight.shape[2:], [d], 1)
-        if extra is not None:
-            input = input._rec("pad", [input], {"pads": [0, 0, 0, 0, 0, extra[0]], "value": 0})  # noqa: A001
-        p = pad_[0]
-    else:
-        p = _pair(padding, 1)[0]
-    y = conv2d(input.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (1, d), groups).squeeze(2)
-    return y.squeeze(0) if unbatched else y
-
-
-def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,  # noqa: A002
-                     output_padding=0, groups: int = 1, dilation=1) -> Tensor:
-    """2-D transposed convolution as torch (``weight`` is ``[C_in, C_out / groups, kh, kw]``): the gradient of a
-    conv2d with respect to its input, i.e. one ``conv2d_grad_input`` op whose ``input_size`` is the output size
-    ``(H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1``."""
-    unbatched = input.ndim == 3
-    x = input.unsqueeze(0) if unbatched else input
-    if x.ndim != 4 or weight.ndim != 4:
-        raise ShapeError(f"conv_transpose2d: expected a 3-D or 4-D input and a 4-D weight, got input "
-                         f"{list(input.shape)} and weight {list(weight.shape)}")
-    s, p, op, d = _pair(stride), _pair(padding), _pair(output_padding), _pair(dilation)
-    groups = int(groups)
-    if groups < 1 or weight.shape[0] % groups or x.shape[1] != weight.shape[0]:
-        raise ShapeError(f"Given transposed=1, weight of size {list(weight.shape)}, expected input{list(x.shape)} to "
-                         f"have {weight.shape[0]} channels, but got {x.shape[1]} channels instead (groups={groups})")
-    if any(o >= max(si, di) for o, si, di in zip(op, s, d)):
-        raise ValueError(f"output padding must be smaller than either stride or dilation, but got output_padding "
-                         f"{op}, stride {s}, dilation {d}")
-    size = [(n - 1) * si - 2 * pi + di * (k - 1) + 1
-            for n, si, pi, di, k in zip(x.shape[2:], s, p, d, weight.shape[2:])]
-    if any(n + o < 1 for n, o in zip(size, op)):
-        raise ShapeError(f"Given input size per channel: {list(x.shape[2:])}. Calculated output size: "
-                         f"{[n + o for n, o in zip(size, op)]}. Output size is too small")
-    # conv2d_grad_input checks that a conv2d of the output size gives the input's size, which holds for an
-    # output_padding below the stride. A larger one (allowed below the dilation) reaches into the high-side
-    # padding, whose first positions hold real values: run with the padding cut by it (q = p - o, at least 0),
-    # drop the p - q extra leading positions, and pad with zeros what still lies past the full output (o - p)
-    big = [o >= si for o, si in zip(op, s)]
-    q = [max(pi - o, 0) if b else pi for pi, o, b in zip(p, op, big)]
-    y = x._rec("conv2d_grad_input", [x, weight], {"stride": s, "padding": q, "dilation": d, "groups": groups,
-                                                  "input_size": [n + 2 * (pi - qi) + (0 if b else o) for n, pi, qi,
-                                                                 o, b in zip(size, p, q, op, big)]})
-    lead = [pi - qi for pi, qi in zip(p, q)]
-    if any(lead):
-        y = y[:, :, lead[0]:, lead[1]:]
-    tail = [max(o - pi, 0) if b else 0 for o, pi, b in zip(op, p, big)]
-    if any(tail):
-        y = pad(y, (0, tail[1], 0, tail[0]))
-    if bias is not None:
-        y = y + bias.reshape(1, -1, 1, 1)
-    return y.squeeze(0) if unbatched else y
-
-
-def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,  # noqa: A002
-                     output_padding=0, groups: int = 1, dilation=1) -> Tensor:
-    """1-D transposed convolution (``conv_transpose2d`` over a height-1 image); ``weight`` is
-    ``[C_in, C_out / groups, k]``."""
-    unbatched = input.ndim == 2
-    x = input.unsqueeze(0) if unbatched else input
-    if x.ndim != 3 or weight.ndim != 3:
-        raise ShapeError(f"conv_transpose1d: expected a 2-D or 3-D input and a 3-D weight, got input "
-                         f"{list(input.shape)} and weight {list(weight.shape)}")
-    y = conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, _pair(stride, 1)[0]),
-                         (0, _pair(padding, 1)[0]), (0, _pair(output_padding, 1)[0]), groups,
-                         (1, _pair(dilation, 1)[0])).squeeze(2)
-    return y.squeeze(0) if unbatched else y
-
-
-def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:  # noqa: A002
-    """im2col: ``[N, C, H, W] -> [N, C * kh * kw, L]`` (torch's ordering)."""
-    return input._rec("im2col", [input], {"kernel": _pair(kernel_size), "stride": _pair(stride),
-                                          "padding": _pair(padding), "dilation": _pair(dilation)})
 
 
 # ------------------------------------------------------------------------------------------------ pooling
@@ -489,87 +277,6 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     return (tensor.unsqueeze(-1) == classes).long()
 
 
-# ------------------------------------------------------------------------------------------------ shape
-
-def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
-                align_corners: bool | None = None, recompute_scale_factor=None, antialias: bool = False) -> Tensor:
-    """Resize the trailing spatial dims: ``nearest``, ``nearest-exact``, ``linear``, ``bilinear``, ``trilinear``,
-    ``bicubic`` and ``area`` (index gathers with weights computed on the client; every mode is separable)."""
-    nsp = input.ndim - 2
-    if nsp < 1:
-        raise ValueError("interpolate expects a batched input (N, C, ...)")
-    in_sizes = list(input.shape[2:])
-    if size is not None:
-        out_sizes = _pair(size, nsp)
-        scales = [None] * nsp
-    elif scale_factor is not None:
-        sf = list(scale_factor) if isinstance(scale_factor, (tuple, list)) else [scale_factor] * nsp
-        out_sizes = [int(math.floor(n * s)) for n, s in zip(in_sizes, sf)]
-        scales = [None if recompute_scale_factor else s for s in sf]
-    else:
-        raise ValueError("either size or scale_factor should be defined")
-    out = input
-    for i, (n, m, sc) in enumerate(zip(in_sizes, out_sizes, scales)):
-        d = 2 + i
-        dst = np.arange(m, dtype=np.float64)
-        if mode in ("nearest", "nearest-exact"):
-            scale = (1.0 / sc) if sc else n / m
-            at = dst + 0.5 if mode == "nearest-exact" else dst  # nearest-exact: the pixel centres, as torch
-            src = np.minimum(np.floor(at * scale).astype(np.int64), n - 1)
-            out = out.index_select(d, _tensor(src, device=out._dev, session=out._s))
-        elif mode == "area":  # adaptive average pooling, one dim at a time (a box's mean is separable)
-            (pos, ok), = _adaptive([n], [m])
-            k = pos.shape[1]
-            x = out.movedim(d, -1)
-            idx = _tensor(np.where(ok, pos, 0).reshape(-1), device=out._dev, session=out._s)
-            win = x.index_select(x.ndim - 1, idx).reshape(*x.shape[:-1], m, k)
-            okt = _tensor(ok, device=out._dev, session=out._s)
-            total = where(okt, win, win.new_zeros(())).sum(-1)
-            out = (total / _tensor(ok.sum(1).astype(np.float64), device=out._dev, session=out._s).to(
-                total.dtype)).movedim(-1, d)
-        elif mode == "bicubic":  # Keys' cubic convolution (A = -0.75) over 4 clamped neighbours, as torch
-            if align_corners:
-                pos = dst * ((n - 1) / (m - 1) if m > 1 else 0.0)
-            else:
-                scale = (1.0 / sc) if sc else n / m
-                pos = (dst + 0.5) * scale - 0.5
-            base = np.floor(pos)
-            t = pos - base
-            a_ = -0.75
-            ws = [((a_ * (t + 1) - 5 * a_) * (t + 1) + 8 * a_) * (t + 1) - 4 * a_,
-                  ((a_ + 2) * t - (a_ + 3)) * t * t + 1,
-                  ((a_ + 2) * (1 - t) - (a_ + 3)) * (1 - t) * (1 - t) + 1,
-                  ((a_ * (2 - t) - 5 * a_) * (2 - t) + 8 * a_) * (2 - t) - 4 * a_]
-            shape = [1] * out.ndim
-            shape[d] = m
-            acc = None
-            for j, wj in enumerate(ws):
-                ij = np.clip(base.astype(np.int64) - 1 + j, 0, n - 1)
-                g = out.index_select(d, _tensor(ij, device=out._dev, session=out._s))
-                term = g * _tensor(wj.astype(out.dtype.np).reshape(shape), device=out._dev, session=out._s)
-                acc = term if acc is None else acc + term
-            out = acc
-        elif mode in ("linear", "bilinear", "trilinear"):
-            if align_corners:
-                s = (n - 1) / (m - 1) if m > 1 else 0.0
-                pos = dst * s
-            else:
-                scale = (1.0 / sc) if sc else n / m
-                pos = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
-            i0 = np.minimum(np.floor(pos).astype(np.int64), n - 1)
-            i1 = np.minimum(i0 + 1, n - 1)
-            lam = (pos - i0).astype(out.dtype.np if out.dtype.is_floating_point else np.float32)
-            shape = [1] * out.ndim
-            shape[d] = m
-            w = _tensor(lam.reshape(shape), device=out._dev, session=out._s)
-            a = out.index_select(d, _tensor(i0, device=out._dev, session=out._s))
-            b = out.index_select(d, _tensor(i1, device=out._dev, session=out._s))
-            out = a + (b - a) * w
-        else:
-            raise NotImplementedError(f"interpolate mode {mode!r} is not supported")
-    return out
-
-
 # ------------------------------------------------------------------------------------------------ attention
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
@@ -708,180 +415,6 @@ def mha_batch_first(query, key, value, num_heads, in_proj_weight, in_proj_bias, 
     if need_weights:
         weights = attn.mean(1) if average_attn_weights else attn
     return out, weights
-
-
-# ------------------------------------------------------------------------------------------------ losses
-
-def _reduce(loss: Tensor, reduction: str) -> Tensor:
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "none":
-        return loss
-    raise ValueError(f"{reduction} is not a valid value for reduction")
-
-
-def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:  # noqa: A002
-    d = input - target
-    return _reduce(d * d, reduction)
-
-
-def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:  # noqa: A002
-    return _reduce((input - target).abs(), reduction)
-
-
-def smooth_l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",  # noqa: A002
-                   beta: float = 1.0) -> Tensor:
-    d = (input - target).abs()
-    if beta == 0:
-        return _reduce(d, reduction)
-    return _reduce(where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction)
-
-
-def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:  # noqa: A002
-    d = (input - target).abs()
-    return _reduce(where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta), reduction)
-
-
-def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,  # noqa: A002
-             ignore_index: int = -100, reduce=None, reduction: str = "mean") -> Tensor:
-    """Negative log-likelihood of class indices ``target`` under log-probabilities ``input`` ([N, C, ...])."""
-    if weight is None and reduction in ("mean", "sum", "none") and input.dtype in _EXACT_COUNT \
-            and _none_ignored(target, ignore_index):
-        # every target counts: the loss without the mask and per-element weights of ones, the same values in 6
-        # nodes rather than 11 (and a backward graph that much smaller)
-        unbatched = input.ndim == 1
-        lp = input.unsqueeze(0) if unbatched else input
-        lp = lp.movedim(1, -1) if lp.ndim > 2 else lp
-        idx = target.unsqueeze(0) if unbatched else target
-        picked = -lp.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
-        if reduction == "mean":
-            return picked.sum() / picked.numel()  # (the general path's sum of weights: the count, exactly)
-        if reduction == "sum":
-            return picked.sum()
-        return picked.squeeze(0) if unbatched else picked
-    return _nll(input, target, weight, ignore_index, reduction)[0]
-
-
-#: the dtypes in which a sum of ones is the count exactly (for any batch a loss is computed on)
-_EXACT_COUNT = (D.float32, D.float64)
-
-
-def _none_ignored(target: Tensor, ignore_index) -> bool:
-    """Whether no element of ``target`` is ``ignore_index``, by its value the client holds (a target made from host
-    data, as most are); False when it does not hold it, or while ``tw.compile`` records (a replay may read other
-    targets)."""
-    s = target._s
-    if s._capture is not None or target._base is not None or target.dtype.is_floating_point:
-        return False
-    v = s._known.peek(target._id)
-    if v is None:
-        return False
-    if v.size <= 16:  # (a few values, the usual target: Python's ``in`` on them, not numpy's compare and reduce)
-        return ignore_index not in v.ravel().tolist()
-    return not (v == ignore_index).any()
-
-
-def _nll(logp: Tensor, target: Tensor, weight, ignore_index: int, reduction: str):
-    """(loss, per-element weights or None, valid mask or None) for class-index targets."""
-    unbatched = logp.ndim == 1
-    if unbatched:
-        logp = logp.unsqueeze(0)
-        target = target.unsqueeze(0)
-    lp = logp.movedim(1, -1) if logp.ndim > 2 else logp  # [..., C]
-    valid = None
-    idx = target
-    if ignore_index is not None:
-        valid = target != ignore_index
-        idx = where(valid, target, 0)
-    picked = -lp.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
-    w = None
-    if weight is not None:
-        w = weight.index_select(0, idx.reshape(-1)).reshape(idx.shape)
-        if valid is not None:
-            w = where(valid, w, 0.0)
-    elif valid is not None:
-        w = valid.to(picked.dtype)
-    loss = picked * w if w is not None else picked
-    if reduction == "mean":
-        return (loss.sum() / w.sum() if w is not None else loss.mean()), w, valid
-    if unbatched and reduction == "none":
-        loss = loss.squeeze(0)  # an unbatched input's loss is 0-d, as torch's
-    return _reduce(loss, reduction), w, valid
-
-
-def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,  # noqa: A002
-                  ignore_index: int = -100, reduce=None, reduction: str = "mean",
-                  label_smoothing: float = 0.0) -> Tensor:
-    """torch's cross entropy: class-index targets (with ``ignore_index``) or class-probability targets,
-    optional class ``weight`` and ``label_smoothing``."""
-    if (input.ndim == 2 and target.ndim == 1 and not target.dtype.is_floating_point and weight is None
-            and label_smoothing <= 0 and reduction in ("mean", "sum", "none") and input.shape[1] > 0
-            and input.dtype.is_floating_point and isinstance(ignore_index, int)):
-        # the common case: one fused op forward, one backward (the op table's cross_entropy_index)
-        return input._rec("cross_entropy_index", [input, target],
-                          {"reduction": reduction, "ignore_index": int(ignore_index)})
-    cdim = 1 if input.ndim > 1 else 0
-    c = input.shape[cdim]
-    logp = input.log_softmax(cdim)
-    if target.dtype.is_floating_point:  # probabilities
-        t = target
-        if label_smoothing > 0:
-            t = t * (1 - label_smoothing) + label_smoothing / c
-        prod = logp * t
-        if weight is not None:
-            prod = prod * weight.reshape([-1] + [1] * (input.ndim - cdim - 1))
-        loss = -prod.sum(cdim)
-        if reduction == "mean":
-            return loss.sum() / (input.numel() // c) if input.ndim > 1 else loss
-        return _reduce(loss, reduction)
-    nll, w, valid = _nll(logp, target, weight, ignore_index, reduction)
-    if label_smoothing <= 0:
-        return nll
-    lp = logp.movedim(cdim, -1) if logp.ndim > 2 else logp
-    if lp.ndim == 1:
-        lp = lp.unsqueeze(0)
-    smooth = -(lp * weight).sum(-1) if weight is not None else -lp.sum(-1)
-    if valid is not None:
-        smooth = where(valid.reshape(smooth.shape), smooth, 0.0)
-    if reduction == "mean":
-        smooth = smooth.sum() / w.sum() if w is not None else smooth.mean()
-    else:
-        smooth = _reduce(smooth, reduction)
-        if input.ndim == 1 and reduction == "none":
-            smooth = smooth.squeeze(0)
-    return nll * (1 - label_smoothing) + smooth * (label_smoothing / c)
-
-
-def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,  # noqa: A002
-                         reduce=None, reduction: str = "mean") -> Tensor:
-    """-(t log x + (1 - t) log(1 - x)), each log clamped at -100 as torch."""
-    if tuple(input.shape) != tuple(target.shape):
-        raise ValueError(f"Using a target size ({list(target.shape)}) that is different to the input size "
-                         f"({list(input.shape)}) is deprecated. Please ensure they have the same size.")
-    lx = input.log().clamp(min=-100)
-    l1 = (1 - input).log().clamp(min=-100)
-    loss = -(target * lx + (1 - target) * l1)
-    if weight is not None:
-        loss = loss * weight
-    return _reduce(loss, reduction)
-
-
-def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
-                                     size_average=None, reduce=None, reduction: str = "mean",
-                                     pos_weight: Tensor | None = None) -> Tensor:
-    """Stable BCE on logits: (1 - t) x + (1 + (pw - 1) t) (log1p(exp(-|x|)) + max(-x, 0))."""
-    if tuple(input.shape) != tuple(target.shape):
-        raise ValueError(f"Target size ({list(target.shape)}) must be the same as input size ({list(input.shape)})")
-    sp = (-input.abs()).exp().log1p() + (-input).relu()
-    if pos_weight is not None:
-        loss = (1 - target) * input + (1 + (pos_weight - 1) * target) * sp
-    else:
-        loss = (1 - target) * input + sp
-    if weight is not None:
-        loss = loss * weight
-    return _reduce(loss, reduction)
 
 
 # the rest of torch's functional API, composed of the above (issue 33)

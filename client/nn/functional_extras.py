@@ -19,6 +19,12 @@ from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.tensor import Tensor
 from tensorwire.zero_grads import zero_grad_from
 
+from ..padding import pad
+from .activations import logsigmoid
+from .interpolation import interpolate
+from .linear_maps import linear
+from .loss_functions import _reduce, cross_entropy
+
 __all__ = [
     "celu", "selu", "hardshrink", "softshrink", "softsign", "tanhshrink", "threshold", "hardsigmoid", "hardswish",
     "prelu", "rrelu", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d",
@@ -30,23 +36,12 @@ __all__ = [
 ]
 
 
-def _functional():
-    """``nn.functional``, which re-exports this module's names: imported on first use, not at import time."""
-    from . import functional  # circle: nn.functional re-exports nn.functional_extras
-
-    return functional
-
-
 def _where(cond, a, b) -> Tensor:
     return where(cond, a, b)
 
 
 def _inplace(input: Tensor, out: Tensor, inplace: bool) -> Tensor:  # noqa: A002
     return input._assign(out) if inplace else out
-
-
-def _reduce(loss: Tensor, reduction: str) -> Tensor:
-    return _functional()._reduce(loss, reduction)
 
 
 def _float_only(name: str, x: Tensor) -> None:
@@ -288,7 +283,6 @@ def soft_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=No
 def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
                                 size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """-(t log σ(x) + (1 - t) log σ(-x)), averaged over the classes (the last dim)."""
-    logsigmoid = _functional().logsigmoid
     loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
     if weight is not None:
         loss = loss * weight
@@ -438,7 +432,6 @@ def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: flo
         raise ShapeError(f"Expected 3D or higher dimensionality input (got {input.ndim} dimensions)")
     if input.numel() == 0:
         return input
-    pad = _functional().pad
     sq = input * input
     c = input.shape[1]
     moved = sq.movedim(1, -1)
@@ -491,17 +484,17 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
 
 def upsample(input: Tensor, size=None, scale_factor=None, mode: str = "nearest", align_corners=None) -> Tensor:  # noqa: A002
     """:func:`interpolate`'s old name."""
-    return _functional().interpolate(input, size, scale_factor, mode, align_corners)
+    return interpolate(input, size, scale_factor, mode, align_corners)
 
 
 def upsample_nearest(input: Tensor, size=None, scale_factor=None) -> Tensor:  # noqa: A002
     """``interpolate(mode="nearest")``."""
-    return _functional().interpolate(input, size, scale_factor, mode="nearest")
+    return interpolate(input, size, scale_factor, mode="nearest")
 
 
 def upsample_bilinear(input: Tensor, size=None, scale_factor=None) -> Tensor:  # noqa: A002
     """``interpolate(mode="bilinear", align_corners=True)``."""
-    return _functional().interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
 
 
 # -- fused forms -----------------------------------------------------------------------------------------------------
@@ -511,7 +504,6 @@ def linear_cross_entropy(input: Tensor, linear_weight: Tensor, target: Tensor, *
                          ignore_index: int | None = None, label_smoothing: float = 0.0, options=None) -> Tensor:
     """``cross_entropy(linear(input, linear_weight, linear_bias), target, ...)`` (torch's fused form; ``options``
     tune torch's chunking, which changes nothing here)."""
-    cross_entropy, linear = _functional().cross_entropy, _functional().linear
     if input.ndim not in (1, 2):
         raise ShapeError(f"expected input with dimensionality 1 or 2, got {input.ndim}")
     if linear_weight.ndim < 2 or linear_weight.shape[-1] != input.shape[-1]:
@@ -583,7 +575,6 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths, 
     em = lp.gather(2, lp._operand(ext).unsqueeze(0).expand(T, N, L))  # (T, N, L)
     em = _where(lp._operand(valid), em, neg)
     skip_t = lp._operand(skip)
-    pad = _functional().pad
 
     def safe_log(v):  # log, -inf at 0 with a zero gradient there (no inf * 0 = NaN where a path is impossible)
         empty = v == 0

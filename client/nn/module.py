@@ -7,8 +7,8 @@ import itertools
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator
 
+from tensorwire import jit_state as _jit
 from tensorwire.creation import zeros_like
-from tensorwire.jit import state as _jit
 from tensorwire.protocol import dtypes as D
 from tensorwire.tensor import Tensor, cuda_device
 

@@ -16,17 +16,13 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError
 from tensorwire.tensor import Tensor
 
+from ..padding import pad
+from .linear_maps import conv2d, conv_transpose2d
+
 __all__ = ["max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d", "avg_pool3d",
            "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_avg_pool3d", "conv3d",
            "max_unpool1d", "max_unpool2d", "max_unpool3d", "fractional_max_pool2d", "fractional_max_pool3d",
            "conv_transpose3d"]
-
-
-def _functional():
-    """``nn.functional``, which re-exports this module's names: imported on first use, not at import time."""
-    from . import functional  # circle: nn.functional re-exports nn.pooling_nd
-
-    return functional
 
 
 def _tuple(v, n: int, name: str) -> list[int]:
@@ -235,7 +231,6 @@ def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:  # noqa: A002
 def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,  # noqa: A002
            groups: int = 1) -> Tensor:
     """3-D cross-correlation: for each kernel depth, a ``conv2d`` of the input's depth slices it meets, summed."""
-    conv2d, pad = _functional().conv2d, _functional().pad
     xb, unbatched = _batched(input, 3, "conv3d")
     s, d = _tuple(stride, 3, "stride"), _tuple(dilation, 3, "dilation")
     kd, kh, kw = weight.shape[2:]
@@ -393,7 +388,6 @@ def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
     """3-D transposed convolution (``weight`` is ``[C_in, C_out / groups, kd, kh, kw]``): for each kernel depth, a
     ``conv_transpose2d`` of every input depth slice, added at the output depths it reaches, then cropped by
     ``padding``."""
-    conv_transpose2d = _functional().conv_transpose2d
     xb, unbatched = _batched(input, 3, "conv_transpose3d")
     s, d = _tuple(stride, 3, "stride"), _tuple(dilation, 3, "dilation")
     p, op = _tuple(padding, 3, "padding"), _tuple(output_padding, 3, "output_padding")

@@ -10,6 +10,7 @@ import tensorwire as tw
 from tensorwire import nn
 from tensorwire.autograd_hooks import requires_grad_of
 from tensorwire.nn import functional as F
+from tensorwire.nn import loss_functions
 
 from ._ref import torch
 
@@ -36,7 +37,7 @@ def test_nll_loss_on_known_targets_takes_fewer_nodes_with_the_same_values(sessio
     logits = rng.standard_normal(shape).astype(np.float32)
     target = rng.integers(0, shape[1], (shape[0], *shape[2:]))
     fast = _loss_and_grad(session, logits, target, reduction)
-    monkeypatch.setattr(F, "_none_ignored", lambda target, ignore_index: False)  # the general path
+    monkeypatch.setattr(loss_functions, "_none_ignored", lambda target, ignore_index: False)  # the general path
     general = _loss_and_grad(session, logits, target, reduction)
     np.testing.assert_array_equal(fast[0], general[0])  # the same arithmetic: bit for bit
     np.testing.assert_array_equal(fast[1], general[1])
@@ -66,7 +67,7 @@ def test_nll_loss_unbatched_and_ignored_targets(session):
 def test_a_target_the_client_does_not_hold_takes_the_general_path(session):
     target = tw.tensor([1, 0, 2])
     session._known.forget([target._id])  # (as a target computed on the devices: its values are not the client's)
-    assert not F._none_ignored(target, -100)
+    assert not loss_functions._none_ignored(target, -100)
     lp = tw.tensor(np.log(np.full((3, 3), 1 / 3)))
     assert F.nll_loss(lp, target).item() == pytest.approx(np.log(3))
 

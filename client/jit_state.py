@@ -1,7 +1,9 @@
 """Which ``tw.compile`` traces are recording now, for hooks in code that knows no session (``Module.__call__``).
 
 Code that holds a tensor reaches the trace through its session (``t._s._capture``); this module is for the rest,
-and costs one module-attribute test when nothing is being traced.
+and costs one module-attribute test when nothing is being traced. It lies outside the ``jit`` package (whose
+``__init__`` imports ``nn.Module``, for ``tw.compile(module)``), so ``nn.module`` reads it without loading the
+package: ``jit -> nn -> jit_state``, no circle (issue 32).
 """
 
 from __future__ import annotations
