@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.ops import OPS, primitives
 
-from .hot import TRIAL_RUNS
+#: runs each way a hot plan's compiled runner is measured against its interpreted one (:meth:`Device.hot_trials`;
+#: ``backends/hot.py``'s :class:`~tensorwire.backends.hot.Trial`)
+TRIAL_RUNS = 5
+
 
 
 @dataclass
@@ -182,6 +185,13 @@ class Device:
         than ``calls`` calls a run (the interpreted plan's steps). Runs on a background thread. The plan takes it
         only if it measures no slower than the interpreted runner on the plan's next runs (:meth:`hot_trials`)."""
         return None
+
+    def hot_build_runs(self) -> int:
+        """After how many runs a plan that became hot after :meth:`hot_runs` runs (the default, a small fragment's)
+        is compiled when its kernels must be built (not in the kernel cache yet: the compiler runs, which costs far
+        more than loading them); until then it stays interpreted (see :mod:`tensorwire.backends.hot`). 0 (the
+        default): as soon as it is hot."""
+        return 0
 
     def hot_trials(self) -> int:
         """How many runs each way a hot plan's compiled runners are measured against its interpreted ones before

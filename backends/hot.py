@@ -8,7 +8,13 @@ coming back (a training step, eager or ``tw.compile``'d, replays the same plans 
 way the device plans fragments it compiles, and the runners for the kept-slot sets it has been run with are built,
 on a background thread, at a lower priority (:data:`HOT_NICE`): gcc runs there while the plan goes on running
 interpreted. A compiled program that would not make fewer calls than the interpreted one is not built (the device
-decides: ``Device.hot_runner``); the plan stays as it is.
+decides: ``Device.hot_runner``); the plan stays as it is. What it costs depends on the kernel cache: kernels a run
+before built load in milliseconds, while building them runs the compiler (the CPU: ~0.1-0.3 s of gcc a fragment,
+against a fraction of a millisecond a run that the compiled plan saves at best). So a hot plan compiles then only if
+its kernels are all in the cache (``codegen.cache.cached_only``: nothing is built); otherwise it goes on interpreted
+until it has run ``Device.hot_build_runs()`` times (the CPU: ``TENSORWIRE_CPU_COMPILE_BUILD_RUNS``, default 1000),
+and compiles then, building them (issue 37: a cold char-RNN run of 800 steps built five libraries, ~1 s of gcc beside
+a client and a worker that keep two cores busy, for ~65 ms its compiled plans saved).
 
 A compiled plan is taken only if it is measured no slower (:class:`Trial`; issue 37: the DCGAN and the char-level
 transformer took 1.04-1.19x the worker's CPU with the compiler on). Once it is ready, the plan's next runs alternate
@@ -53,8 +59,11 @@ import time
 import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 from tensorwire.protocol.graph import attrs_key
+
+from .codegen.cache import NotCached, cached_only
 
 log = logging.getLogger("tensorwire.executor")
 
@@ -69,8 +78,6 @@ NEVER = 1 << 62
 #: between two runs of a plan, and compiled the few whose structures came once a round). Generous: a fixed-shape
 #: loop whose step is many fragments makes them all before it runs the first one again
 CHURN = 64
-#: runs each way a hot plan's compiled runner is measured against its interpreted one (``Device.hot_trials``)
-TRIAL_RUNS = 5
 #: a trial not over after this many times its own runs (a warm-up and ``Device.hot_trials()`` each way) of its plan
 #: (they kept other slots, or the plan's runners were replaced) ends: the plan stays interpreted, unmeasured (not
 #: remembered as slower)
@@ -345,34 +352,49 @@ class Tier:
                 self.runs -= 1
                 return
             self.known = structures_of(device)
+            # a small fragment's plan (hot after the device's hot_runs) has its kernels built only once it has run
+            # hot_build_runs times: until then it compiles only if they are in the kernel cache (see _compile)
+            build_runs = device.hot_build_runs() if early is None and hot_runs >= device.hot_runs() else 0
             log.debug("hot plan of %d steps (%d nodes) compiles after %d runs%s", len(plan.program.steps),
-                      len(self.nodes), self.runs, " (its structure's first shape)" if early is not None else "")
-            _pool().submit(self._compile, device, plan, list(self.keeps))
+                      len(self.nodes), self.runs, " (its structure's first shape)" if early is not None else
+                      " if its kernels are in the cache" if build_runs > self.runs else "")
+            _pool().submit(self._compile, device, plan, list(self.keeps), build_runs if build_runs > self.runs else 0)
 
-    def _compile(self, device, plan, keeps: list[frozenset]) -> None:
+    def _compile(self, device, plan, keeps: list[frozenset], build_runs: int = 0) -> None:
+        """Compile the plan for the kept-slot sets ``keeps`` (the compile thread). ``build_runs`` > 0: only if its
+        kernels are all in the kernel cache; otherwise nothing is built, and the plan goes on interpreted until it
+        has run ``build_runs`` times, when :meth:`ran` starts its compile again (building them)."""
         from .executor import compile_plan  # circle: executor -> hot (the executor plans with hot's tiers)
 
         t0 = time.monotonic()
+        waits = False
         try:
-            hot = compile_plan(device, self.nodes, self.ext_metas, hot=True)
-            by_node = {s: hot.node_slot[j] for j, s in enumerate(plan.node_slot) if s is not None}
-            built = 0
-            for keep in keeps:
-                hkeep = frozenset(by_node[s] for s in keep if by_node.get(s) is not None)
-                run = device.hot_runner(hot, hkeep, len(plan.program.steps))
-                if run is not None:
-                    hot.runners[hkeep] = run
-                    built += 1
+            with cached_only() if build_runs else nullcontext():
+                hot = compile_plan(device, self.nodes, self.ext_metas, hot=True)
+                by_node = {s: hot.node_slot[j] for j, s in enumerate(plan.node_slot) if s is not None}
+                built = 0
+                for keep in keeps:
+                    hkeep = frozenset(by_node[s] for s in keep if by_node.get(s) is not None)
+                    run = device.hot_runner(hot, hkeep, len(plan.program.steps))
+                    if run is not None:
+                        hot.runners[hkeep] = run
+                        built += 1
             if built == len(keeps):
                 trials = device.hot_trials()
                 if trials > 0:
                     self.trial = Trial(plan, hot, by_node, keeps, trials)
                 self.ready = hot
+        except NotCached:  # the compiler would run: not before the plan has run build_runs times
+            waits = True
+            self.hot_runs = max(build_runs, self.runs + 1)
+            log.debug("hot plan of %d steps: its kernels are not in the kernel cache; it compiles after %d runs",
+                      len(plan.program.steps), self.hot_runs)
         except Exception:  # the plan goes on interpreted, as it ran so far
             log.warning("compiling a hot plan failed; it stays interpreted", exc_info=True)
         finally:
             _BUDGET.spent(time.monotonic() - t0)
-            self.done.set()
+            if not waits:
+                self.done.set()
 
     def take(self, plan) -> bool:
         """Turn ``plan`` into its compiled form, if that is ready and its trial found it no slower (the thread that

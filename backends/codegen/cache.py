@@ -26,7 +26,9 @@ import logging
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tensorwire.protocol.errors import ConfigurationError, DeviceError
@@ -48,6 +50,26 @@ _logged: set[str] = set()
 
 class KernelCompileError(DeviceError):
     """A generated kernel failed to compile: a bug in the kernel compiler (the message names the source file)."""
+
+
+class NotCached(Exception):
+    """A kernel that is not in the cache, asked for within :func:`cached_only` (nothing was built)."""
+
+
+_CACHED_ONLY = threading.local()
+
+
+@contextmanager
+def cached_only() -> Iterator[None]:
+    """Within it, on this thread, a kernel absent from the cache (or failing its check) raises :class:`NotCached`
+    instead of being built: a caller that would compile only when the compiler need not run (a hot plan whose
+    kernels a run before built: ``backends/hot.py``) finds out what it costs without paying it."""
+    before = getattr(_CACHED_ONLY, "on", False)
+    _CACHED_ONLY.on = True
+    try:
+        yield
+    finally:
+        _CACHED_ONLY.on = before
 
 
 class UnsafeKernelCache(ConfigurationError):
@@ -236,6 +258,8 @@ class KernelCache:
             if data is not None:
                 self.hits += 1
                 return out, data
+        if getattr(_CACHED_ONLY, "on", False):
+            raise NotCached(f"{what or _describe(kernels)} is not in the kernel cache {d}")
         data = self._build(d, key, source, src_ext, out, build, kernels, what)
         self.builds += 1
         self._evict(d, key, len(source.encode()) + len(data) + 65)  # (the source, the artifact, its digest's line)

@@ -7,8 +7,8 @@ import os
 
 import numpy as np
 
-from tensorwire.backends import hookimpl, hot
-from tensorwire.backends.base import Backend, Device, DeviceInfo
+from tensorwire.backends import hookimpl
+from tensorwire.backends.base import TRIAL_RUNS, Backend, Device, DeviceInfo
 from tensorwire.backends.quota import host_memory
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
@@ -21,7 +21,7 @@ _BY_NP = D.BY_NP
 #: how many ``cpu:N`` devices a host offers (they share the host's memory and cores)
 CPU_DEVICES = int(os.environ.get("TENSORWIRE_CPU_DEVICES", "8"))
 #: runs each way a hot plan's compiled kernels are measured against the numpy kernels before the plan takes them
-#: (``backends/hot.py``, :class:`~tensorwire.backends.hot.Trial`; default ``hot.TRIAL_RUNS``); 0: taken unmeasured
+#: (``backends/hot.py``, :class:`~tensorwire.backends.hot.Trial`; default ``base.TRIAL_RUNS``); 0: taken unmeasured
 TRIAL_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_TRIAL_RUNS"
 
 
@@ -131,7 +131,7 @@ class CompiledBackend(NumpyBackend):
         if large_runs is None:
             large_runs = int(os.environ.get(compiled.LARGE_RUNS_ENV, compiled.LARGE_RUNS))
         if trial_runs is None:
-            trial_runs = int(os.environ.get(TRIAL_RUNS_ENV, hot.TRIAL_RUNS))
+            trial_runs = int(os.environ.get(TRIAL_RUNS_ENV, TRIAL_RUNS))
         self.min_work = min_work  # fragments producing fewer elements in all run on the numpy kernels...
         self.max_steps = max_steps  # ...and so do fragments of more steps than this
         self.hot_runs = hot_runs  # ...until they have run this often (0: always)

@@ -54,6 +54,11 @@ MAX_STEPS = 2048
 #: a fragment too small to compile is compiled once it has run this often (``backends/hot.py``); 0: never
 HOT_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_HOT_RUNS"
 HOT_RUNS = 100
+#: a hot fragment (:data:`HOT_RUNS`) whose kernels are not in the kernel cache waits until it has run this often
+#: (``backends/hot.py``): ~0.1-0.3 s of gcc against a compiled plan saving 0-70 us of a ~250 us run (issue 37: the
+#: char-RNN's cold run); kernels a run before built load in milliseconds, at HOT_RUNS runs. 0: no wait
+BUILD_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_BUILD_RUNS"
+BUILD_RUNS = 1000
 #: a fragment large enough to compile runs on the numpy kernels this many times before it compiles in the background
 #: (``backends/hot.py``), so a new fragment never waits for gcc (issue 37: a char-level transformer whose batches
 #: changed shape every step compiled a new ~180 KB C file every few seconds, at ~8x the time of running interpreted;
@@ -186,6 +191,9 @@ class CompiledMixin:
         if steps is not None and b.large_runs > 0 and self._large(steps):
             return b.large_runs
         return b.hot_runs
+
+    def hot_build_runs(self) -> int:
+        return int(os.environ.get(BUILD_RUNS_ENV, BUILD_RUNS))
 
     def compiles_first(self, steps) -> bool:
         return len(steps) <= self.backend.max_steps and self._large(steps) and not has_complex(steps)

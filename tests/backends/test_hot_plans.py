@@ -21,6 +21,13 @@ ADAM = [["adam_exp_avg", [-1, -2], {"beta1": 0.9, "weight_decay": 0}],
 COMPILE_S = 120  # bound on one background compile (gcc, a cold kernel cache, a busy machine)
 
 
+@pytest.fixture(autouse=True)
+def _build_when_hot(monkeypatch):
+    """Hot plans here compile as soon as they are hot, their kernels cached or not (the CPU's default waits
+    ``BUILD_RUNS`` runs before it runs the compiler for a small fragment: see the test of that below)."""
+    monkeypatch.setenv(compiled.BUILD_RUNS_ENV, "0")
+
+
 def _adam_inputs(n: int = 64):
     rng = np.random.default_rng(0)
     m, g, v, p = (rng.random(n, dtype=np.float32) for _ in range(4))
@@ -296,3 +303,43 @@ def test_a_trial_that_cannot_measure_leaves_the_plan_interpreted_without_a_verdi
     assert hot.structures_of(dev).verdicts == {"compiled": 0, "interpreted": 0}
     assert X.compile_plan(dev, ADAM, metas).tier is not None  # not remembered: planned again, it may compile
     assert set(got) == {12}
+
+
+def test_a_hot_plan_whose_kernels_are_not_cached_waits_before_the_compiler_runs(tmp_path, monkeypatch):
+    """Issue 37: a small fragment's compile costs ~0.2 s of gcc the first time a machine sees it, against well under
+    a millisecond a run interpreted. Hot after ``hot_runs`` runs, its plan compiles then only if its kernels are in the
+    kernel cache; otherwise nothing is built, and it runs interpreted until it has run ``BUILD_RUNS`` times. A plan
+    of the same fragment made after that (its kernels cached now) compiles once hot."""
+    from tensorwire.backends import hot
+
+    monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))  # (empty: no kernel of this test's is built)
+    monkeypatch.setenv(compiled.BUILD_RUNS_ENV, "5")
+    dev = CompiledBackend(min_work=1 << 20, hot_runs=2, trial_runs=0).open(0)
+    chain = [["tanh", [-1], None], ["exp", [0], None], ["neg", [1], None], ["sigmoid", [2], None]]
+    x = np.linspace(-1, 1, 24, dtype=np.float32)
+    metas = [((24,), D.float32)]
+
+    def libraries() -> int:
+        return sum(1 for p in tmp_path.rglob("*.so") if p.is_file())
+
+    def run(plan):
+        return X.run_plan(dev, plan, [x], [0, 1, 2, 3], {}, [], set(plan.node_slot))
+
+    plan = X.compile_plan(dev, chain, metas)
+    want = run(plan)[3]
+    run(plan)  # hot: its compile starts, finds its kernels absent from the cache, and builds nothing
+    hot._pool().submit(lambda: None).result(COMPILE_S)  # (the compile thread runs one task at a time, in order)
+    tier = plan.tier
+    assert tier.hot_runs == 5 and not tier.done.is_set() and not tier.take(plan)
+    assert libraries() == 0
+    for _ in range(3):  # the fifth run starts the compile again, which builds them
+        got = run(plan)[3]
+        np.testing.assert_array_equal(got, want)  # (interpreted all along)
+    assert tier.done.wait(COMPILE_S) and tier.take(plan) and plan.hot
+    assert libraries() == 1
+    np.testing.assert_allclose(run(plan)[3], want, rtol=1e-6)
+
+    again = X.compile_plan(dev, chain, metas)  # cached now: compiled once hot
+    run(again)
+    run(again)
+    assert again.tier.done.wait(COMPILE_S) and again.tier.take(again) and again.hot

@@ -22,7 +22,7 @@ def hot_session(tmp_path_factory):
     unmeasured (``..._TRIAL_RUNS=0``: these tests are about the compiled kernels, not whether they are faster)."""
     cache = tmp_path_factory.mktemp("kernels")
     env = {"TENSORWIRE_CPU_COMPILE_HOT_RUNS": str(HOT_RUNS), "TENSORWIRE_KERNEL_CACHE": str(cache),
-           "TENSORWIRE_CPU_COMPILE_TRIAL_RUNS": "0"}
+           "TENSORWIRE_CPU_COMPILE_TRIAL_RUNS": "0", "TENSORWIRE_CPU_COMPILE_BUILD_RUNS": "0"}
     with tw.LocalCluster(devices=["cpu:0"], extra_env=env, autograd=True) as c:
         s = tw.Session(c.address)
         with tw.use_session(s):
