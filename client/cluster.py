@@ -41,7 +41,7 @@ from tensorwire.protocol.credentials import (
 from tensorwire.protocol.curve import KEYS_ENV, is_local_address
 from tensorwire.protocol.errors import DeviceError, TensorwireError
 from tensorwire.protocol.named_service import HEARTBEAT_FILE_ENV
-from tensorwire.protocol.service import HEARTBEAT_S, LIVENESS, parse_ready, stop_event_on_signals
+from tensorwire.protocol.service import HEARTBEAT_ENV, HEARTBEAT_S, LIVENESS, parse_ready, stop_event_on_signals
 
 log = logging.getLogger("tensorwire.cluster")
 
@@ -51,7 +51,8 @@ PROBE_TIMEOUT_S = 20.0
 #: how often the cluster looks at its workers' processes (a worker that exited is noticed within this)
 SUPERVISE_S = 0.1
 #: a live worker whose heartbeats stopped this long ago is killed and restarted (the dispatcher declares it lost after
-#: HEARTBEAT_S * LIVENESS; a little more, so the sessions hear WorkerLost first)
+#: HEARTBEAT_S * LIVENESS; a little more, so the sessions hear WorkerLost first). A cluster whose services beat at
+#: another period (HEARTBEAT_ENV in its environment) scales it: ``LocalCluster._silent_s``
 SILENT_S = HEARTBEAT_S * LIVENESS + 2.0
 #: the line a service command prints last when it fails (``tensorwire.cli.main``): ``tensorwire: DeviceError: ...``
 _ERROR_LINE = re.compile(r"^tensorwire: ([A-Za-z_]\w*): (.*)$")
@@ -421,6 +422,7 @@ class LocalCluster:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, **(extra_env or {})}
+        self._silent_s = SILENT_S * float(self.env.get(HEARTBEAT_ENV, HEARTBEAT_S)) / HEARTBEAT_S
         self.service_token = new_token()
         self.admin_token = new_token()
         self.env[SERVICE_TOKEN_ENV] = self.service_token
@@ -752,7 +754,7 @@ class LocalCluster:
             r = self._restarts.setdefault(name, _Restarts(self.restart_policy))
             now = time.monotonic()
             silent = self._silent_for(name, svc) if svc.alive() and not svc.noted else 0.0
-            if silent > SILENT_S:  # alive but not answering (stopped, or stuck holding the GIL): as if it died
+            if silent > self._silent_s:  # alive but not answering (stopped, or stuck holding the GIL): as if it died
                 svc.proc.kill()
                 svc.proc.wait()
                 self._note_exit(name, svc, r, f"stopped answering (no heartbeat for {silent:.0f} s; killed)", now)

@@ -17,7 +17,9 @@ import time
 READY = "TENSORWIRE-READY"
 #: where workers put the shared-memory files they exchange with their collectives rank
 SHM_DIR = os.environ.get("TENSORWIRE_SHM_DIR", "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
-HEARTBEAT_S = 0.5  # services and the dispatcher exchange a heartbeat this often
+#: the setting of :data:`HEARTBEAT_S` (a test cluster that waits for a lost service sets it shorter)
+HEARTBEAT_ENV = "TENSORWIRE_HEARTBEAT_S"
+HEARTBEAT_S = float(os.environ.get(HEARTBEAT_ENV, "0.5"))  # services and the dispatcher exchange a heartbeat this often
 LIVENESS = 10  # ... and declare the other side dead after this many missed heartbeats
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 import tensorwire as tw
 from tensorwire.protocol.service import free_port
+from tests._liveness import FAST_HEARTBEAT
 from tests._processes import stderr_until
 
 
@@ -33,6 +34,22 @@ def _read_until(proc, needle: str, timeout: float = 120.0, stream=None) -> str:
     return out
 
 
+def _run_all(commands: list[list[str]], timeout: float = 60) -> list[subprocess.CompletedProcess]:
+    """Run ``commands`` side by side; each one's completed process (text output), in order."""
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands]
+    done = []
+    try:
+        for c, p in zip(commands, procs):
+            out, err = p.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(c, p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return done
+
+
 def test_up_status_and_ctrl_c():
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tensorwire.cli", "up", "--devices", "cpu:0,cpu:1", "--port",
@@ -46,18 +63,16 @@ def test_up_status_and_ctrl_c():
             x = tw.arange(4.0, device="cpu:1")
             np.testing.assert_array_equal((x * 2).numpy(), [0, 2, 4, 6])
             keep = x  # noqa: F841 - holds one buffer on cpu:1 for status to show
-            st = subprocess.run([sys.executable, "-m", "tensorwire.cli", "status", "--address", address],
-                                capture_output=True, text=True, timeout=60)
-            assert st.returncode == 0, st.stderr
-            assert "cpu:0" in st.stdout and "cpu:1" in st.stdout and "autograd" in st.stdout
             # another session's buffers show only with the admin token, which `up` wrote to a file of its own
             admin_file = out.split("--admin-token-file ", 1)[1].split()[0]
+            status = [sys.executable, "-m", "tensorwire.cli", "status", "--address", address]
+            # the three asks at once (each is a Python start): plain, --json, --json with the admin token
+            admin = [*status, "--json", "--admin-token-file", admin_file]
+            st, plain, js = _run_all([status, [*status, "--json"], admin])
+            assert st.returncode == 0, st.stderr
+            assert "cpu:0" in st.stdout and "cpu:1" in st.stdout and "autograd" in st.stdout
             assert os.stat(admin_file).st_mode & 0o077 == 0  # readable by its owner only
-            plain = subprocess.run([sys.executable, "-m", "tensorwire.cli", "status", "--address", address, "--json"],
-                                   capture_output=True, text=True, timeout=60)
-            assert s.session_id not in plain.stdout
-            js = subprocess.run([sys.executable, "-m", "tensorwire.cli", "status", "--address", address, "--json",
-                                 "--admin-token-file", admin_file], capture_output=True, text=True, timeout=60)
+            assert plain.returncode == 0 and s.session_id not in plain.stdout, plain.stderr
             mine = json.loads(js.stdout)["devices"]["cpu:1"][s.session_id]
             assert mine["buffers"] >= 1 and mine["bytes"] >= 32
         s.close()
@@ -95,7 +110,8 @@ def test_a_worker_without_its_dispatcher_says_so():
 
     port = free_port()  # nobody listens there
     p = subprocess.Popen([sys.executable, "-m", "tensorwire.cli", "worker", "--device", "cpu:0", "--dispatcher",
-                          f"tcp://127.0.0.1:{port}"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+                          f"tcp://127.0.0.1:{port}"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                         env={**os.environ, **FAST_HEARTBEAT})  # (it says so after one liveness period: 2.5 s)
     try:
         text = stderr_until(p, b"no answer from the dispatcher", 60)
         assert f"no answer from the dispatcher at tcp://127.0.0.1:{port} after" in text, text

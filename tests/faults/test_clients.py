@@ -105,7 +105,7 @@ def test_a_client_busy_on_its_direct_channel_keeps_its_session(cluster, session)
     a = tw.arange(5.0, device="cpu:1", session=s)
     a.numpy()
     assert s._plane.channels, "this test needs the direct path"
-    deadline = time.monotonic() + LEASE_S * 2.5
+    deadline = time.monotonic() + LEASE_S * 2  # two leases: unrenewed, the session expires within one and a tick
     with s._lock:  # (reentrant: the session's own calls go on; the lease thread cannot get it)
         while time.monotonic() < deadline:
             (a * 1.5).sum().item()  # a float result: a round trip each, on cpu:1's channel

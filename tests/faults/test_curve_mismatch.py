@@ -17,6 +17,7 @@ import sys
 import pytest
 
 import tensorwire as tw
+from tests._liveness import FAST_HEARTBEAT
 from tests._processes import mixed_keys, stderr_until
 
 #: a keyless connect, five times over (the hang seen once in 25 tries was a race, if anything): each must fail well
@@ -136,10 +137,10 @@ def test_a_client_with_the_wrong_keys_fails_at_once_naming_which(cluster, keys, 
 
 
 def test_a_worker_without_keys_says_what_it_waits_for(cluster):
-    """At the default log level, within the registration's liveness period (5 s) plus start-up."""
+    """At the default log level, within the registration's liveness period (5 s; 2.5 s here) plus start-up."""
     p = subprocess.Popen([sys.executable, "-m", "tensorwire.cli", "worker", "--device", "cpu:1", "--dispatcher",
                           cluster.service_address], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                         env=_clean_env())
+                         env={**_clean_env(), **FAST_HEARTBEAT})
     try:
         text = stderr_until(p, b"still trying", 45)
         assert f"no answer from the dispatcher at {cluster.service_address} after" in text, text

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import tensorwire as tw
+from tests._liveness import FAST_HEARTBEAT
 
 from ._background import in_background
 from .conftest import wait_until
@@ -104,9 +105,10 @@ def _libraries(folder: Path) -> list[Path]:
 
 
 def test_another_session_is_served_while_a_batch_compiles(tmp_path):
-    """A session's batch compiles for ~5 s; meanwhile another session's small ops on the same worker answer in
-    milliseconds (before: each waited for the whole compile), and the batch still runs compiled."""
-    delay = 5.0
+    """A session's batch compiles for ~4 s; meanwhile another session's small ops on the same worker answer in
+    milliseconds (before: each waited for the whole compile, twice VICTIM_WORST_S), and the batch still runs
+    compiled."""
+    delay = 2 * VICTIM_WORST_S
     with _cluster(tmp_path, delay) as c:
         compiling, victim = tw.Session(c.address), tw.Session(c.address)
         try:
@@ -166,8 +168,9 @@ def test_killing_the_worker_mid_compile_kills_the_compiler_and_leaves_no_tempora
     """SIGKILL to the worker while gcc's wrapper runs: within seconds no process of the compile is left (before: it
     slept on, then compiled into a temporary nobody would rename or remove) and no ``*.tmp`` is left in the kernel
     cache. A temporary left by an older crash (past the stale age) goes when the restarted worker first compiles;
-    a recent one (a live compile's, maybe another worker's) stays."""
-    with _cluster(tmp_path, 30.0) as c:
+    a recent one (a live compile's, maybe another worker's) stays. (The cluster beats twice as often as the default:
+    the session hears WorkerLost 2.5 s after the kill.)"""
+    with _cluster(tmp_path, 30.0, **FAST_HEARTBEAT) as c:
         s = tw.Session(c.address)
         try:
             th, out = in_background(lambda: _compiled_op(s, 5.0).item())

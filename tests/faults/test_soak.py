@@ -1,6 +1,11 @@
 """A small soak: N sessions x M ops with random faults (seeded): workers killed and restarted, clients killed, sessions
 closed mid-way, malformed messages. Afterwards no buffers are left and the services' memory is back to its starting
-level. Bounded to ~60 s on the 2-vCPU test machine."""
+level. Bounded to ~60 s on the 2-vCPU test machine.
+
+Sized to what it asserts: with this seed every kind of fault happens within the first ~370 of the 1,600 ops (4 worker
+kills, 4 client kills, ~30 closes, ~30 malformed messages); the ~1,200 ops after the last kill are the soak the
+memory check reads. (It ran 3,200 ops before: the same kills, ~18 s more at load 13 on 2 cores, and the same RSS
+growth, ~2 MiB.)"""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from .conftest import buffers, rss_mb, wait_until
 
 SEED = 16
 N_SESSIONS = 4
-M_OPS = 800
+M_OPS = 400  # per session; the faults' odds are per op (see the docstring)
 TIME_BOUND_S = 60
 LEASE_S = 3.0
 

@@ -137,9 +137,9 @@ def test_closing_the_session_stops_its_work(cluster):
         time.sleep(0.05)
     s.close()
     del total
-    time.sleep(1.0)  # one step (~50 ms here) may still finish
+    time.sleep(0.5)  # one step (~50 ms here) may still finish
     idle0, w0 = _cpu_seconds(pid), time.monotonic()
-    time.sleep(2.0)
+    time.sleep(1.0)  # (100 clock ticks: a core's half is 50 of them)
     used = (_cpu_seconds(pid) - idle0) / (time.monotonic() - w0)
     assert used < 0.5, f"the worker still uses {used:.0%} of a core after the session closed"
     other = tw.Session(cluster.address)
