@@ -34,6 +34,11 @@ class CUDARenderer(CStyleRenderer):
     restrict = "__restrict__"
     #: the qualifiers that make a kernel entry point
     entry = 'extern "C" __global__'
+    GLOBAL_ID = "(long long)blockIdx.x * blockDim.x + threadIdx.x"
+    LOCAL_ID = "(long long)threadIdx.x"
+    GROUP_ID = "(long long)blockIdx.x"
+    BARRIER = "__syncthreads()"
+    GROUP_MEMORY = "__shared__"
 
     def buf_param(self, b: ir.Buf) -> str:
         const = "" if b.out else "const "
@@ -71,25 +76,8 @@ class CUDARenderer(CStyleRenderer):
     def pack(self, vtype: str, lanes: list[str]) -> str:
         return f"{{{{{', '.join(lanes)}}}}}"  # (the initialiser of the local that holds it)
 
-    def global_id(self) -> str:
-        return "(long long)blockIdx.x * blockDim.x + threadIdx.x"
-
-    def local_id(self) -> str:
-        return "(long long)threadIdx.x"
-
-    def group_id(self) -> str:
-        return "(long long)blockIdx.x"
-
-    def barrier(self) -> str:
-        return "__syncthreads()"
-
-    def local_decl(self, a: ir.Local) -> str:
-        return f"__shared__ {self.reg(a.dtype)} {a.name}[{a.size}];"
-
-    def wrap(self, k: ir.Kernel, body: list[str]) -> str:
-        bounds = f" __launch_bounds__({k.local})" if k.local else ""
-        sig = f"{self.entry}{bounds} void {k.name}({', '.join(self.params(k))})"
-        return "\n".join([sig + " {", *self.ids(k), *body, "}"])
+    def qualifiers(self, k: ir.Kernel) -> str:
+        return f"{self.entry} __launch_bounds__({k.local})" if k.local else self.entry
 
 
 __all__ = ["CUDARenderer"]

@@ -28,7 +28,7 @@ from tensorwire.protocol.errors import DTypeError
 
 from . import ir
 from .ir import X
-from .render import PREAMBLE_HALF, CStyleRenderer
+from .render import PREAMBLE_HALF, RNG_BITS, CStyleRenderer
 
 #: log1p, expm1 and erf for float (Metal has none of them)
 PREAMBLE_MATH = r"""
@@ -70,13 +70,7 @@ TW_FN float tw_erf(float a) {  /* minimax approximations, below 1 ulp of error o
 """
 
 #: the random helpers without float64 (see the module doc); TW_CLZ64 / TW_MULHI64 are 64-bit clz and high product
-PREAMBLE_RNG_METAL = r"""
-TW_FN TW_I64 tw_rng_bits(TW_I64 seed, TW_I64 counter) {
-  TW_U64 z = (TW_U64)seed * TW_U64C(0x9E3779B97F4A7C15) + (TW_U64)counter;
-  z = (z ^ (z >> 30)) * TW_U64C(0xBF58476D1CE4E5B9);
-  z = (z ^ (z >> 27)) * TW_U64C(0x94D049BB133111EB);
-  return (TW_I64)(z ^ (z >> 31));
-}
+PREAMBLE_RNG_METAL = RNG_BITS + r"""
 TW_FN float tw_rand_f32(TW_I64 w, TW_I64 p) {
   return (float)(((TW_U64)w) >> (64 - p)) * (1.0f / (float)((TW_I64)1 << p));
 }
@@ -124,6 +118,11 @@ class MetalRenderer(CStyleRenderer):
     int64_suffix = "l"
     float_suffix = False
     math_names = MATH
+    GLOBAL_ID = "(long)tid.x"
+    LOCAL_ID = "(long)ltid.x"
+    GROUP_ID = "(long)tgid.x"
+    BARRIER = "threadgroup_barrier(mem_flags::mem_threadgroup)"
+    GROUP_MEMORY = "threadgroup"
     headers = "#include <metal_stdlib>\nusing namespace metal;\n"
     macros = r"""#define TW_FN inline
 #define TW_I64 long
@@ -177,24 +176,8 @@ class MetalRenderer(CStyleRenderer):
                              "device (or dtype) before lowering")
         return super().kernel(k)
 
-    def global_id(self) -> str:
-        return "(long)tid.x"
-
-    def local_id(self) -> str:
-        return "(long)ltid.x"
-
-    def group_id(self) -> str:
-        return "(long)tgid.x"
-
-    def barrier(self) -> str:
-        return "threadgroup_barrier(mem_flags::mem_threadgroup)"
-
-    def local_decl(self, a: ir.Local) -> str:
-        return f"threadgroup {self.reg(a.dtype)} {a.name}[{a.size}];"
-
-    def wrap(self, k: ir.Kernel, body: list[str]) -> str:
-        sig = f"kernel void {k.name}({', '.join(self.params(k))})"
-        return "\n".join([sig + " {", *self.ids(k), *body, "}"])
+    def qualifiers(self, k: ir.Kernel) -> str:
+        return "kernel"
 
 
 def float64_use(k: ir.Kernel) -> str | None:

@@ -27,6 +27,11 @@ class OpenCLRenderer(CStyleRenderer):
     index_type = "long"
     int64_suffix = "l"
     float_suffix = False
+    GLOBAL_ID = "get_global_id(0)"
+    LOCAL_ID = "get_local_id(0)"
+    GROUP_ID = "get_group_id(0)"
+    BARRIER = "barrier(CLK_LOCAL_MEM_FENCE)"
+    GROUP_MEMORY = "__local"
     headers = "#pragma OPENCL FP_CONTRACT OFF\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
     macros = r"""#define TW_FN static inline
 #define TW_I64 long
@@ -91,23 +96,6 @@ class OpenCLRenderer(CStyleRenderer):
     def lane(self, a: str, i: int) -> str:
         return f"{a}.s{i:x}"
 
-    def global_id(self) -> str:
-        return "get_global_id(0)"
-
-    def local_id(self) -> str:
-        return "get_local_id(0)"
-
-    def group_id(self) -> str:
-        return "get_group_id(0)"
-
-    def barrier(self) -> str:
-        return "barrier(CLK_LOCAL_MEM_FENCE)"
-
-    def local_decl(self, a: ir.Local) -> str:
-        return f"__local {self.reg(a.dtype)} {a.name}[{a.size}];"
-
-    def wrap(self, k: ir.Kernel, body: list[str]) -> str:
+    def qualifiers(self, k: ir.Kernel) -> str:
         # a work-group kernel declares its size: the driver can then compile for exactly that group
-        attr = f"__attribute__((reqd_work_group_size({k.local}, 1, 1))) " if k.local else ""
-        sig = f"__kernel {attr}void {k.name}({', '.join(self.params(k))})"
-        return "\n".join([sig + " {", *self.ids(k), *body, "}"])
+        return f"__kernel __attribute__((reqd_work_group_size({k.local}, 1, 1)))" if k.local else "__kernel"

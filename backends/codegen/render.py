@@ -57,13 +57,16 @@ TW_FN float tw_rnd_f16(float f) { return tw_f16_to_f32(tw_f32_to_f16(f)); }
 TW_FN float tw_rnd_bf16(float f) { return tw_bf16_to_f32(tw_f32_to_bf16(f)); }
 """
 
-PREAMBLE_RNG = r"""
+#: splitmix64 of ``(seed, counter)``, the random ops' bit source on every target (as :mod:`tensorwire.protocol.random`)
+RNG_BITS = r"""
 TW_FN TW_I64 tw_rng_bits(TW_I64 seed, TW_I64 counter) {
   TW_U64 z = (TW_U64)seed * TW_U64C(0x9E3779B97F4A7C15) + (TW_U64)counter;
   z = (z ^ (z >> 30)) * TW_U64C(0xBF58476D1CE4E5B9);
   z = (z ^ (z >> 27)) * TW_U64C(0x94D049BB133111EB);
   return (TW_I64)(z ^ (z >> 31));
-}
+}"""
+
+PREAMBLE_RNG = RNG_BITS + r"""
 TW_FN double tw_u53(TW_I64 w) { return (double)(((TW_U64)w) >> 11) * 1.1102230246251565e-16; }
 TW_FN float tw_rand_f32(TW_I64 w, TW_I64 p) {
   return (float)(((TW_U64)w) >> (64 - p)) * (1.0f / (float)((TW_I64)1 << p));
@@ -374,21 +377,35 @@ class CStyleRenderer:
     def lane(self, a: str, i: int) -> str:
         raise NotImplementedError(f"the {self.target} target has no vector types")
 
-    # work groups (kernels with ``Kernel.local``; a target that has them overrides these) ---------------------
+    # work items and groups (kernels with ``Kernel.local``): a GPU target spells these, the others leave None ----
+    #: the work item's index in the grid, in its group, and its group's index (expressions of the index type)
+    GLOBAL_ID: str | None = None
+    LOCAL_ID: str | None = None
+    GROUP_ID: str | None = None
+    #: the statement that waits for the whole group, and the qualifier of the group's shared arrays
+    BARRIER: str | None = None
+    GROUP_MEMORY: str | None = None
+
+    def _spelling(self, name: str, what: str) -> str:
+        s = getattr(self, name)
+        if s is None:
+            raise NotImplementedError(f"the {self.target} target has no {what}")
+        return s
+
     def barrier(self) -> str:
-        raise NotImplementedError(f"the {self.target} target has no work-group barrier")
+        return self._spelling("BARRIER", "work-group barrier")
 
     def local_decl(self, a: ir.Local) -> str:
-        raise NotImplementedError(f"the {self.target} target has no work-group memory")
+        return f"{self._spelling('GROUP_MEMORY', 'work-group memory')} {self.reg(a.dtype)} {a.name}[{a.size}];"
 
     def global_id(self) -> str:
-        raise NotImplementedError
+        return self._spelling("GLOBAL_ID", "work-item index")
 
     def local_id(self) -> str:
-        raise NotImplementedError
+        return self._spelling("LOCAL_ID", "work groups")
 
     def group_id(self) -> str:
-        raise NotImplementedError
+        return self._spelling("GROUP_ID", "work groups")
 
     def ids(self, k: ir.Kernel) -> list[str]:
         """The kernel's first lines: ``gid`` (and ``lid``, ``grp`` and the group's arrays in a work-group kernel),
@@ -431,8 +448,15 @@ class CStyleRenderer:
         body = self.block(k.body, {}, "    ")
         return self.wrap(k, body)
 
-    def wrap(self, k: ir.Kernel, body: list[str]) -> str:
+    def qualifiers(self, k: ir.Kernel) -> str:
+        """What a GPU kernel's signature has before ``void``: the target's entry-point qualifier, and attributes
+        (a work-group kernel's size where the target declares it)."""
         raise NotImplementedError
+
+    def wrap(self, k: ir.Kernel, body: list[str]) -> str:
+        """Kernel ``k``'s source: its signature, its work-item ids (:meth:`ids`) and ``body``."""
+        sig = f"{self.qualifiers(k)} void {k.name}({', '.join(self.params(k))})"
+        return "\n".join([sig + " {", *self.ids(k), *body, "}"])
 
     def _hsuffix(self, dt: D.DType) -> str:
         return "_" + dt.name

@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from tensorwire.backends.array_kernels import axes as _axes
+from tensorwire.backends.array_kernels import movement_kernels, registrar, scatter_operands
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol import random as rng
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange
@@ -48,13 +50,8 @@ def _arr(x, dt: np.dtype) -> np.ndarray:
 
 
 KERNELS: dict = {}
-
-
-def kernel(name):
-    def deco(fn):
-        KERNELS[name] = fn
-        return fn
-    return deco
+#: ``@kernel(name)``: enters a kernel into :data:`KERNELS`
+kernel = registrar(KERNELS)
 
 
 # creation -------------------------------------------------------------------------------------
@@ -275,13 +272,6 @@ def _cast(ins, a, shape, dt):
 
 # reductions ----------------------------------------------------------------------------------------
 
-def _axes(a, ndim):
-    d = a.get("dims")
-    if d is None:
-        return tuple(range(ndim))
-    return tuple(x % max(ndim, 1) for x in ([d] if isinstance(d, int) else d)) if ndim else ()
-
-
 @kernel("sum")
 def _sum(ins, a, shape, dt):
     x = ins[0]
@@ -364,10 +354,7 @@ def _cumprod(ins, a, shape, dt):
 # movement --------------------------------------------------------------------------------------------
 
 KERNELS["reshape"] = lambda ins, a, shape, dt: ins[0].reshape(shape)
-KERNELS["permute"] = lambda ins, a, shape, dt: np.transpose(ins[0], [d % max(ins[0].ndim, 1)
-                                                                     for d in a["dims"]])
-KERNELS["expand"] = lambda ins, a, shape, dt: np.broadcast_to(ins[0], shape)
-KERNELS["copy"] = lambda ins, a, shape, dt: ins[0]  # buffers are immutable: a copy may share memory
+KERNELS.update(movement_kernels(np))  # permute, expand, copy
 
 
 @kernel("slice")
@@ -449,9 +436,7 @@ def _scatter_index(idx, dim):
 
 @kernel("scatter")
 def _scatter(ins, a, shape, dt):
-    x, idx, src = ins
-    dim = a["dim"] % max(x.ndim, 1)
-    _check_index(idx, x.shape[dim] if x.ndim else 1, "scatter()", False)
+    x, idx, src, dim = scatter_operands(ins, a, "scatter()", _check_index)
     out = np.array(x, copy=True)
     out[_scatter_index(idx, dim)] = _arr(src[tuple(slice(0, n) for n in idx.shape)], dt.np)
     return out
@@ -459,9 +444,7 @@ def _scatter(ins, a, shape, dt):
 
 @kernel("scatter_add")
 def _scatter_add(ins, a, shape, dt):
-    x, idx, src = ins
-    dim = a["dim"] % max(x.ndim, 1)
-    _check_index(idx, x.shape[dim] if x.ndim else 1, "scatter_add()", False)
+    x, idx, src, dim = scatter_operands(ins, a, "scatter_add()", _check_index)
     out = np.array(x, copy=True)
     np.add.at(out, _scatter_index(idx, dim), _arr(src[tuple(slice(0, n) for n in idx.shape)], dt.np))
     return out

@@ -10,33 +10,12 @@ hosts without Metal (Linux: ``pip install "mlx[cpu]"``).
 
 from __future__ import annotations
 
-from tensorwire.backends import hookimpl, torch_flags
+from tensorwire.backends.lazy_plugin import lazy_backend, torch_availability
 
-
-@hookimpl
-def tensorwire_backends():
-    """The MPS backend (its device says whether MLX and a Metal GPU are there)."""
-    return [__getattr__("MPSBackend")()]
-
-
-def __getattr__(name: str):
-    # the backend class, imported when asked for (the hook above asks)
-    if name == "MPSBackend":
-        # (tw.backends imports this package for torch.backends.mps's names below, which need none of it)
-        # lazy: the compiled-device machinery
-        from .backend import MPSBackend
-
-        return MPSBackend
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+#: the plugin's hook (one MPSBackend: its device says whether MLX and a Metal GPU are there), and ``MPSBackend``
+#: imported when asked for (see :mod:`tensorwire.backends.lazy_plugin`)
+tensorwire_backends, __getattr__ = lazy_backend(__name__, "MPSBackend")
 
 # -- torch.backends.mps's names, for programs written for PyTorch (see tensorwire.backends.torch_flags) -----------
 
-def is_built() -> bool:
-    """True: the client needs no MPS build of its own (the cluster's workers run the kernels)."""
-    return True
-
-
-def is_available() -> bool:
-    """Whether the connected cluster has an ``mps`` device."""
-    return torch_flags.cluster_has("mps")
+is_built, is_available = torch_availability("mps")

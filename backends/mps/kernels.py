@@ -27,6 +27,8 @@ import ml_dtypes
 import mlx.core as mx
 import numpy as np
 
+from tensorwire.backends.array_kernels import axes as _axes
+from tensorwire.backends.array_kernels import movement_kernels, registrar, scatter_operands
 from tensorwire.backends.cpu.kernels import KERNELS as NUMPY_KERNELS
 from tensorwire.backends.cpu.kernels import _erf as erf  # scipy's, else math.erf vectorised
 from tensorwire.protocol import dtypes as D
@@ -108,13 +110,8 @@ def raise_failed(checks: list) -> None:
 
 
 KERNELS: dict = {}
-
-
-def kernel(name):
-    def deco(fn):
-        KERNELS[name] = fn
-        return fn
-    return deco
+#: ``@kernel(name)``: enters a kernel into :data:`KERNELS`
+kernel = registrar(KERNELS)
 
 
 # -- creation -------------------------------------------------------------------------------------------------------
@@ -270,13 +267,6 @@ def _cast(ins, a, shape, dt):
 
 # -- reductions -----------------------------------------------------------------------------------------------------
 
-def _axes(a, ndim):
-    d = a.get("dims")
-    if d is None:
-        return tuple(range(ndim))
-    return tuple(x % max(ndim, 1) for x in ([d] if isinstance(d, int) else d)) if ndim else ()
-
-
 def _reducer(fn, identity):
     def k(ins, a, shape, dt):
         x = _as(ins[0], _compute(dt))
@@ -360,9 +350,7 @@ KERNELS["cumprod"] = _scan(mx.cumprod)
 # -- movement -------------------------------------------------------------------------------------------------------
 
 KERNELS["reshape"] = lambda ins, a, shape, dt: mx.reshape(ins[0], tuple(shape))
-KERNELS["permute"] = lambda ins, a, shape, dt: mx.transpose(ins[0], [d % max(ins[0].ndim, 1) for d in a["dims"]])
-KERNELS["expand"] = lambda ins, a, shape, dt: mx.broadcast_to(ins[0], tuple(shape))
-KERNELS["copy"] = lambda ins, a, shape, dt: ins[0]  # buffers are immutable: a copy may share memory
+KERNELS.update(movement_kernels(mx))  # permute, expand, copy
 
 
 def _slices(a) -> tuple:
@@ -453,9 +441,7 @@ def _scatter_src(src: mx.array, idx: mx.array, dt: D.DType) -> mx.array:
 
 @kernel("scatter")
 def _scatter(ins, a, shape, dt):
-    x, idx, src = ins
-    dim = a["dim"] % max(x.ndim, 1)
-    _check_index(idx, x.shape[dim] if x.ndim else 1, "scatter()", False)
+    x, idx, src, dim = scatter_operands(ins, a, "scatter()", _check_index)
     if x.ndim == 0 or idx.size == 0:
         return x if idx.size == 0 else _as(src.reshape(()), dt)
     out = mx.array(x)  # a new array object: item assignment rebinds it, never x
@@ -465,9 +451,7 @@ def _scatter(ins, a, shape, dt):
 
 @kernel("scatter_add")
 def _scatter_add(ins, a, shape, dt):
-    x, idx, src = ins
-    dim = a["dim"] % max(x.ndim, 1)
-    _check_index(idx, x.shape[dim] if x.ndim else 1, "scatter_add()", False)
+    x, idx, src, dim = scatter_operands(ins, a, "scatter_add()", _check_index)
     if idx.size == 0:
         return x
     if x.ndim == 0:

@@ -57,15 +57,9 @@ class MLXMetalRenderer(MetalRenderer):
     """:class:`MetalRenderer` spelled for ``mx.fast.metal_kernel``: a body without signature, MLX's thread ids."""
 
     target = "metal-mlx"
-
-    def global_id(self) -> str:
-        return "(long)thread_position_in_grid.x"
-
-    def local_id(self) -> str:
-        return "(long)thread_position_in_threadgroup.x"
-
-    def group_id(self) -> str:
-        return "(long)threadgroup_position_in_grid.x"
+    GLOBAL_ID = "(long)thread_position_in_grid.x"
+    LOCAL_ID = "(long)thread_position_in_threadgroup.x"
+    GROUP_ID = "(long)threadgroup_position_in_grid.x"
 
     def wrap(self, k: ir.Kernel, body: list[str]) -> str:
         return "\n".join([*self.ids(k), *body])

@@ -35,6 +35,17 @@ def conformance_sample(cases: list, sampler: Callable[[list], list] = sample) ->
     return list(cases) if full_conformance() else sampler(cases)
 
 
+def assert_case_passed(outcomes: dict, name: str, stepwise_ok: bool = False) -> None:
+    """A test's check of one case's outcome from :func:`run_cases` (as a child wrote it): skipped with the case's
+    reason, else passed, and as fused kernels (run step by step only where a node is meant to fail, unless
+    ``stepwise_ok``)."""
+    status, msg, stepwise, expects_failure = outcomes[name]
+    if status == "skip":
+        pytest.skip(msg)
+    assert status == "ok", msg
+    assert stepwise_ok or not stepwise or expects_failure, f"{name} ran step by step although nothing was meant to fail"
+
+
 def run_cases(backend, cases, failed: Callable[[Exception], str] = lambda e: "fail") -> dict:
     """``{name: [status, message, ran step by step, a failure was expected]}`` for every case run on ``backend``:
     status ``ok``, ``skip``, or ``failed(exception)`` (``fail`` unless the caller names a kinder one). "Step by step"

@@ -15,11 +15,9 @@ errors, the disk cache, BLAS matmul, and per target: CUDA's PTX fallback, ROCm's
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 import time
-import traceback
 from types import SimpleNamespace
 
 import numpy as np
@@ -32,6 +30,7 @@ from tensorwire.backends import testing as T  # noqa: E402
 from tensorwire.backends.testing import suite as TS  # noqa: E402
 from tensorwire.protocol import dtypes as D  # noqa: E402
 from tests.backends._child_cases import kernel_lists, run_cases  # noqa: E402
+from tests.backends._child_process import checks_named, names, run_checks, serve  # noqa: E402
 
 #: per target: the backend's package, the stand-in module, the stand-in's names of the allocation, free and upload
 #: calls, and the stand-in configuration a disk-cache check uses (a GPU whose compile target no other check uses)
@@ -693,14 +692,7 @@ GRAPH_CHECKS = [_graphs_replay_as_the_plain_runner, _dynamic_scalars_are_launche
 
 
 def graphs() -> dict:
-    out = {}
-    for fn in GRAPH_CHECKS:
-        try:
-            fn()
-            out[fn.__name__[1:]] = ""
-        except Exception:
-            out[fn.__name__[1:]] = traceback.format_exc()
-    return out
+    return run_checks(checks_named(*GRAPH_CHECKS))
 
 
 #: the checks of each target
@@ -718,31 +710,17 @@ UNITS = {
 
 
 def units() -> dict:
-    out = {}
-    for fn in UNITS[G.name]:
-        name = fn.__name__[1:]
-        try:
-            fn()
-            out[name] = ""
-        except Exception:
-            out[name] = traceback.format_exc()
-    return out
+    return run_checks(checks_named(*UNITS[G.name]))
+
+
+#: command -> what it writes, from the command's arguments
+COMMANDS = {"conformance": lambda args: conformance(names(args)), "units": lambda args: units(),
+            "graphs": lambda args: graphs()}
 
 
 def main(argv: list[str]) -> int:
     select(argv[0])
-    cmd, out = argv[1], argv[2]
-    if cmd == "conformance":
-        result = conformance([n for n in argv[3].split(";") if n] if len(argv) > 3 else None)
-    elif cmd == "units":
-        result = units()
-    elif cmd == "graphs":
-        result = graphs()
-    else:
-        raise SystemExit(f"unknown command {cmd!r}")
-    with open(out, "w") as f:
-        json.dump(result, f)
-    return 0
+    return serve(COMMANDS, argv[1:])
 
 
 if __name__ == "__main__":

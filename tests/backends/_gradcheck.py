@@ -1,4 +1,5 @@
-"""The autograd gradchecks run on a GPU backend's device (tests/backends/test_cuda.py, test_rocm.py)."""
+"""The autograd gradchecks run on a device backend's device (tests/backends/test_cuda.py, test_rocm.py, test_mps.py,
+test_opencl.py)."""
 
 from __future__ import annotations
 

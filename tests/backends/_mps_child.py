@@ -11,11 +11,9 @@ and checks the JSON this writes. Commands: ``conformance`` (a deterministic samp
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-import traceback
 
 import numpy as np
 
@@ -30,6 +28,7 @@ from tensorwire.protocol import dtypes as D  # noqa: E402
 from tests.backends import _metal_standin as S  # noqa: E402
 from tests.backends._child_cases import kernel_lists, run_cases  # noqa: E402
 from tests.backends._child_cases import sample as _sample  # noqa: E402
+from tests.backends._child_process import checks_named, run_checks, serve  # noqa: E402
 
 #: the Metal GPU refuses float64 tensors (as PyTorch's MPS): a case that needs them is "refused", not failed. A
 #: kernel that needs float64 inside ("Metal has no float64: kernel ...") is a failure.
@@ -149,41 +148,22 @@ def _float64_is_refused_naming_the_op():
     np.testing.assert_allclose(dev.download(res[11]), np.ones(3))  # the float32 node ran (as a Metal kernel)
 
 
-UNITS = {
-    f.__name__[1:]: f
-    for f in (
-        _a_chain_is_one_launch_and_matmul_an_mlx_op,
-        _kernel_errors_are_raised_after_evaluation,
-        _kernels_are_built_once_per_source_and_buffers,
-        _float64_is_refused_naming_the_op,
-    )
-}
+UNITS = checks_named(_a_chain_is_one_launch_and_matmul_an_mlx_op, _kernel_errors_are_raised_after_evaluation,
+                     _kernels_are_built_once_per_source_and_buffers, _float64_is_refused_naming_the_op)
 
 
 def units() -> dict:
-    out = {}
-    for name, fn in UNITS.items():
-        try:
-            fn()
-            out[name] = ""
-        except Exception:
-            out[name] = traceback.format_exc()
-    return out
+    return run_checks(UNITS)
+
+
+#: command -> what it writes, from the command's arguments
+COMMANDS = {"conformance": lambda args: conformance(), "units": lambda args: units()}
 
 
 def main(argv: list[str]) -> int:
-    cmd, out = argv[0], argv[1]
     if os.environ.get("TENSORWIRE_MPS_ON_CPU", "") in ("", "0"):
         raise SystemExit("run with TENSORWIRE_MPS_ON_CPU=1 (the stand-in runs on MLX's CPU device)")
-    if cmd == "conformance":
-        result = conformance()
-    elif cmd == "units":
-        result = units()
-    else:
-        raise SystemExit(f"unknown command {cmd!r}")
-    with open(out, "w") as f:
-        json.dump(result, f)
-    return 0
+    return serve(COMMANDS, argv)
 
 
 if __name__ == "__main__":

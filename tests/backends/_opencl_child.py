@@ -15,11 +15,9 @@ Oclgrind, run with its variables set).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-import traceback
 
 import numpy as np
 
@@ -35,6 +33,7 @@ from tensorwire.protocol import dtypes as D
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from tests.backends._child_cases import kernel_lists, run_cases  # noqa: E402
+from tests.backends._child_process import names, run_checks, serve  # noqa: E402
 
 
 def info() -> dict:
@@ -184,15 +183,7 @@ UNITS = {"discovery_reasons": _discovery_reasons, "simulator_listed_only_when_se
 
 
 def units() -> dict:
-    dev = OpenCLBackend().open(0)
-    out = {}
-    for name, fn in UNITS.items():
-        try:
-            fn(dev)
-            out[name] = ""
-        except Exception:
-            out[name] = traceback.format_exc()
-    return out
+    return run_checks(UNITS, OpenCLBackend().open(0))
 
 
 # -- vector loops in the device's own lowering (Options.vector) --------------------------------------------------------
@@ -418,14 +409,7 @@ VECTOR_CHECKS = {"unary_on_vectors": _unary_on_vectors, "binary_on_vectors": _bi
 def vector_checks() -> dict:
     dev = OpenCLBackend().open(0)
     assert dev.lowering_options.vector == 16, dev.lowering_options
-    out = {}
-    for name, fn in VECTOR_CHECKS.items():
-        try:
-            fn(dev)
-            out[name] = ""
-        except Exception:
-            out[name] = traceback.format_exc()
-    return out
+    return run_checks(VECTOR_CHECKS, dev)
 
 
 # -- Oclgrind ---------------------------------------------------------------------------------------------------------
@@ -503,27 +487,20 @@ def _kernels_of(dev, plan):
     return lower(plan.program.steps, {s for s in plan.node_slot}, dev.lowering_options).kernels
 
 
+#: command -> what it writes, from the command's arguments
+COMMANDS = {
+    "info": lambda args: info(),
+    "conformance": lambda args: conformance(names(args)),  # the named cases, or every case without a list
+    "work_groups": lambda args: conformance(names(args), work_groups=True),  # in a GPU's lowering
+    "vectors": lambda args: conformance(names(args), vectors=4),  # with vectors of 4 lanes
+    "vector_checks": lambda args: vector_checks(),
+    "units": lambda args: units(),
+    "grind": lambda args: grind(names(args), args[1:]),
+}
+
+
 def main(argv: list[str]) -> int:
-    cmd, out = argv[0], argv[1]
-    if cmd == "info":
-        result = info()
-    elif cmd == "conformance":  # the named cases (";"-separated), or every case without a list
-        result = conformance([n for n in argv[2].split(";") if n] if len(argv) > 2 else None)
-    elif cmd == "work_groups":  # the named cases (";"-separated) in a GPU's lowering
-        result = conformance([n for n in argv[2].split(";") if n], work_groups=True)
-    elif cmd == "vectors":  # the named cases (";"-separated) with vectors of 4 lanes
-        result = conformance([n for n in argv[2].split(";") if n], vectors=4)
-    elif cmd == "vector_checks":
-        result = vector_checks()
-    elif cmd == "units":
-        result = units()
-    elif cmd == "grind":
-        result = grind([n for n in argv[2].split(";") if n], argv[3:])
-    else:
-        raise SystemExit(f"unknown command {cmd!r}")
-    with open(out, "w") as f:
-        json.dump(result, f)
-    return 0
+    return serve(COMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,9 @@ Tests marked ``gpu`` run the same on a real GPU and skip with the reason elsewhe
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
+from functools import partial
 
 import numpy as np
 import pytest
@@ -32,9 +31,11 @@ import pytest
 from tensorwire.backends import testing as T
 from tensorwire.backends.cuda import CUDABackend
 from tensorwire.backends.cuda import runtime as RT
-from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
-from tests.backends._child_cases import conformance_sample
+from tests.backends import _device_checks as DC
+from tests.backends import _gpu_clusters as GC
+from tests.backends._child_cases import assert_case_passed, conformance_sample
+from tests.backends._child_process import child_fixture, run_child
 from tests.backends._gradcheck import STANDIN_GRADCHECKS, gradcheck_on
 from tests.backends._pocl import opencl_available
 
@@ -50,21 +51,15 @@ needs_no_gpu = pytest.mark.skipif(REAL.available, reason="this host has a CUDA G
 
 
 OPENCL_OK, OPENCL_WHY = opencl_available()
-needs_standin = pytest.mark.skipif(not OPENCL_OK, reason=f"the CUDA stand-in runs kernels on OpenCL: {OPENCL_WHY}")
+#: why the stand-in cannot run here (None where it can)
+STANDIN_WHY = None if OPENCL_OK else f"the CUDA stand-in runs kernels on OpenCL: {OPENCL_WHY}"
+needs_standin = pytest.mark.skipif(STANDIN_WHY is not None, reason=str(STANDIN_WHY))
 CASES = T.conformance_cases()
 #: the cases run on the stand-in (a real GPU runs them all; TENSORWIRE_FULL_CONFORMANCE=1 runs them all here too): see
 #: :func:`tests.backends._child_cases.conformance_sample`
 SAMPLE = conformance_sample(CASES)
-
-
-def child(command: str, tmp_dir, *args: str, timeout: float = 900) -> dict:
-    out = os.path.join(str(tmp_dir), f"{command}.json")
-    r = subprocess.run([sys.executable, CHILD, "cuda", command, out, *args], capture_output=True, text=True,
-                       timeout=timeout)
-    if r.returncode != 0 or not os.path.exists(out):
-        raise AssertionError(f"{CHILD} {command} exited with {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
-    with open(out) as f:
-        return json.load(f)
+#: ``child(command, tmp_dir, *args)``: ``_gpu_child.py cuda COMMAND``'s JSON result
+child = partial(run_child, [CHILD, "cuda"])
 
 
 # -- discovery, for real --------------------------------------------------------------------------------------------
@@ -90,24 +85,11 @@ def test_without_cuda_python_the_plugin_still_loads(monkeypatch):
 
 @needs_no_gpu
 def test_a_cluster_asked_for_cuda0_fails_at_once_with_the_reason():
-    import tensorwire as tw
-
-    with pytest.raises(tw.TensorwireError) as e:
-        tw.LocalCluster(devices=["cuda:0"], autograd=False)
-    msg = str(e.value)
-    assert isinstance(e.value, tw.DeviceError) and "; available devices: cpu:0" in msg, msg  # at once (issue 34)
-    assert "cuda:0 is not available: " + REAL.reason[:60] in msg, msg
+    DC.assert_cluster_refuses("cuda:0", REAL.reason[:60])
 
 
 def test_status_local_lists_this_hosts_devices():
-    r = subprocess.run([sys.executable, "-m", "tensorwire.cli", "status", "--local"], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    line = next(x for x in r.stdout.splitlines() if x.startswith("cuda:0"))
-    if REAL.available:
-        assert "available" in line and REAL.name[:20] in line, line
-    else:
-        assert "not available" in line and REAL.reason[:40] in line, r.stdout
+    DC.assert_status_local_lists("cuda:0", REAL)
 
 
 def test_every_primitive_compiles():
@@ -127,11 +109,7 @@ def test_compile_target_prefers_the_gpus_own_cubin():
 
 # -- the host code on the stand-in ----------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def conformance(tmp_path_factory):
-    if not OPENCL_OK:
-        pytest.skip(f"the CUDA stand-in runs kernels on OpenCL: {OPENCL_WHY}")
-    return child("conformance", tmp_path_factory.mktemp("cuda"), ";".join(c.name for c in SAMPLE))
+conformance = child_fixture(child, "conformance", ";".join(c.name for c in SAMPLE), skip=STANDIN_WHY)
 
 
 @needs_standin
@@ -139,11 +117,7 @@ def conformance(tmp_path_factory):
 def test_conformance_on_the_standin(conformance, case):
     """Every sampled case passes through the CUDA backend's host code, as fused kernels (step by step only where a
     node is meant to fail)."""
-    status, msg, stepwise, expects_failure = conformance["cases"][case.name]
-    if status == "skip":
-        pytest.skip(msg)
-    assert status == "ok", msg
-    assert not stepwise or expects_failure, f"{case} ran step by step although nothing was meant to fail"
+    assert_case_passed(conformance["cases"], case.name)
 
 
 @needs_standin
@@ -155,11 +129,7 @@ def test_conformance_used_prebuilt_modules_cublas_and_the_pool(conformance):
     assert stats["memory"]["cache_hits"] > stats["memory"]["driver_allocs"] * 10, stats["memory"]
 
 
-@pytest.fixture(scope="module")
-def units(tmp_path_factory):
-    if not OPENCL_OK:
-        pytest.skip(f"the CUDA stand-in runs kernels on OpenCL: {OPENCL_WHY}")
-    return child("units", tmp_path_factory.mktemp("cuda"))
+units = child_fixture(child, "units", skip=STANDIN_WHY)
 
 
 @needs_standin
@@ -175,19 +145,9 @@ def test_runtime(units, name):
 
 # -- a real cluster, its cuda:0 worker on the stand-in --------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cluster():
-    """cpu:0 and a cuda:0 worker process that runs the backend on the stand-in."""
-    import tensorwire as tw
-
-    if not OPENCL_OK:
-        pytest.skip(f"the CUDA stand-in runs kernels on OpenCL: {OPENCL_WHY}")
-    # graphs on (off by default until a real GPU has run them): the compiled training step below replays as graphs
-    with tw.LocalCluster(devices=["cpu:0"], collectives=False, extra_env={"TENSORWIRE_CUDA_GRAPHS": "1"}) as c:
-        # no session quota on cuda:0: the out-of-memory test reaches the device's own limit (the stand-in's 1 GiB)
-        c.start_service("cuda:0", [sys.executable, STANDIN, "worker", "--device", "cuda:0", "--dispatcher",
-                                   c.service_address, "--threads", "1", "--session-memory", "none"])
-        yield c
+#: cpu:0 and a cuda:0 worker process that runs the backend on the stand-in; graphs on (off by default until a real
+#: GPU has run them): the compiled training step below replays as graphs
+cluster = GC.standin_cluster(STANDIN, "cuda:0", STANDIN_WHY, extra_env={"TENSORWIRE_CUDA_GRAPHS": "1"})
 
 
 @needs_standin
@@ -197,40 +157,24 @@ def test_the_cluster_lists_the_device(session, cluster):
 
 
 @needs_standin
-@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16",
-                                   "float32", "float64"])
+@pytest.mark.parametrize("dtype", DC.DTYPES)
 def test_moves_between_cpu_and_cuda(session, dtype):
-    import tensorwire as tw
-
-    a = (np.random.default_rng(0).standard_normal((3, 5)) * 4).astype(D.get(dtype).np)
-    y = tw.tensor(a, device="cpu:0").to("cuda:0")
-    assert str(y.device) == "cuda:0"
-    np.testing.assert_array_equal(y.to("cpu:0").numpy(), a)
-    np.testing.assert_array_equal(y.numpy(), a)
+    DC.assert_moves_between_cpu_and("cuda:0", dtype)
 
 
 @needs_standin
 def test_memory_stats_report_allocated_and_reserved_bytes(session):
     import tensorwire as tw
 
-    x = tw.ones((1000,), device="cuda:0") * 2
-    x.numpy()
-    dev = tw.memory_stats()["devices"]["cuda:0"]
-    assert dev["allocated_bytes"] >= 4096 and dev["reserved_bytes"] >= dev["allocated_bytes"], dev
-    assert dev["total_bytes"] == 1 << 30 and dev["bytes"] >= 4000, dev
-    del x
-    after = tw.memory_stats()["devices"]["cuda:0"]
+    dev = DC.stats_with_a_small_tensor("cuda:0", 1 << 30)  # the stand-in's 1 GiB
+    assert dev["bytes"] >= 4000, dev
+    after = tw.memory_stats()["devices"]["cuda:0"]  # the tensor dropped
     assert after["allocated_bytes"] < dev["allocated_bytes"] and after["reserved_bytes"] == dev["reserved_bytes"]
 
 
 @needs_standin
 def test_out_of_memory_is_typed_and_the_worker_keeps_serving(session):
-    import tensorwire as tw
-
-    huge = tw.zeros(((1 << 30) // 4 + 1,), device="cuda:0")  # more than the stand-in's 1 GiB
-    with pytest.raises(tw.OutOfMemory, match="out of memory"):
-        huge.numpy()
-    assert tw.ones(3, device="cuda:0").sum().item() == 3.0
+    DC.assert_out_of_memory_leaves_the_worker_serving("cuda:0", 1 << 30, match="out of memory")  # the stand-in's
 
 
 @needs_standin
@@ -261,11 +205,7 @@ def test_two_sessions_mixing_large_and_small_batches(session, cluster):
 
 @needs_standin
 def test_digits_mlp_trains_the_same_on_the_standin(session):
-    from tests.backends._digits import adam_losses as losses
-
-    cpu, cuda = losses("cpu:0"), losses("cuda:0")
-    assert cpu[-1] < cpu[0]
-    np.testing.assert_allclose(cuda, cpu, rtol=1e-4)
+    DC.assert_digits_train_as_on_cpu("cuda:0", rtol=1e-4)
 
 
 @needs_standin
@@ -321,29 +261,14 @@ def test_conformance_on_a_gpu(case, gpu_kernels):
     T.check_case(_GPU_BACKEND, case)
 
 
-@pytest.fixture(scope="module")
-def gpu_session():
-    import tensorwire as tw
-
-    if not REAL.available:
-        pytest.skip(NO_GPU)
-    # graphs on: a real GPU is where they are proven (off by default until then)
-    with tw.LocalCluster(devices=["cpu:0", "cuda:0"], collectives=False,
-                         extra_env={"TENSORWIRE_CUDA_GRAPHS": "1"}) as c:
-        s = tw.connect(c.address)
-        yield s
-        s.close()
-        tw.set_session(None)
+#: graphs on: a real GPU is where they are proven (off by default until then)
+gpu_session = GC.gpu_session("cuda:0", None if REAL.available else NO_GPU, extra_env={"TENSORWIRE_CUDA_GRAPHS": "1"})
 
 
 @gpu
 @needs_gpu
 def test_digits_mlp_trains_the_same_on_a_gpu(gpu_session):
-    from tests.backends._digits import adam_losses as losses
-
-    cpu, cuda = losses("cpu:0"), losses("cuda:0")
-    assert cpu[-1] < cpu[0]
-    np.testing.assert_allclose(cuda, cpu, rtol=1e-3)
+    DC.assert_digits_train_as_on_cpu("cuda:0", rtol=1e-3)
 
 
 @gpu

@@ -20,6 +20,8 @@ from tensorwire.backends.mps import MPSBackend
 from tensorwire.backends.mps import runtime as RT
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError, DTypeError
+from tests.backends import _device_checks as DC
+from tests.backends._gradcheck import gradcheck_on
 
 mx = pytest.importorskip("mlx.core", reason=f"mlx is not installed: {RT.INSTALL}")
 
@@ -174,40 +176,17 @@ def test_listing_names_the_device(session, cluster):
 
 @pytest.mark.skipif(mx.metal.is_available(), reason="this host has a Metal GPU")
 def test_unavailable_device_in_a_cluster_says_why():
-    import tensorwire as tw
-
-    with pytest.raises(tw.TensorwireError) as e:  # the switch off for the worker
-        tw.LocalCluster(devices=["mps:0"], autograd=False, collectives=False, extra_env={RT.ON_CPU_ENV: ""})
-    msg = str(e.value)
-    assert isinstance(e.value, tw.DeviceError) and "; available devices: cpu:0" in msg, msg  # at once (issue 34)
-    assert "mps:0 is not available: no Metal GPU" in msg, msg
+    # the switch off for the worker
+    DC.assert_cluster_refuses("mps:0", "no Metal GPU", collectives=False, extra_env={RT.ON_CPU_ENV: ""})
 
 
-@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16",
-                                   "float32", "float64"])
+@pytest.mark.parametrize("dtype", DC.DTYPES)
 def test_moves_between_cpu_and_mps(session, dtype):
-    import tensorwire as tw
-
-    rng = np.random.default_rng(0)
-    a = (rng.standard_normal((3, 5)) * 4).astype(D.get(dtype).np)
-    x = tw.tensor(a, device="cpu:0")
-    y = x.to("mps:0")
-    assert str(y.device) == "mps:0"
-    np.testing.assert_array_equal(y.to("cpu:0").numpy(), a)
-    np.testing.assert_array_equal(y.numpy(), a)
+    DC.assert_moves_between_cpu_and("mps:0", dtype)
 
 
 def test_compute_across_devices(session):
-    import tensorwire as tw
-
-    a = np.arange(12, dtype=np.float32).reshape(3, 4)
-    x = tw.tensor(a, device="cpu:0")
-    y = (x.to("mps:0") * 2 + 1).sum(0)  # on mps:0
-    z = (y.to("cpu:0") - 1).softmax(0)  # back on cpu:0
-    want = np.exp((a * 2 + 1).sum(0) - 1)
-    np.testing.assert_allclose(z.numpy(), want / want.sum(), rtol=1e-5)
-    with pytest.raises(tw.DeviceError):
-        (x + y).numpy()
+    DC.assert_computes_across_devices("mps:0")
 
 
 def test_errors_stay_with_their_node_in_a_cluster(session):
@@ -221,47 +200,14 @@ def test_errors_stay_with_their_node_in_a_cluster(session):
     assert good.item() == 18
 
 
-GRADCHECK_OPS = ["add", "mul", "div", "pow", "exp", "log", "tanh", "sigmoid", "sum", "mean", "amax", "prod",
-                 "softmax", "log_softmax", "logsumexp", "matmul", "linear", "gather", "scatter_add", "index",
-                 "index_put", "cat", "pad", "slice", "permute", "expand", "cumsum", "cumprod", "where", "layer_norm",
-                 "cross_entropy_index", "conv2d", "max_pool2d", "avg_pool2d", "norm", "var"]
-
-
 def test_gradcheck_on_mps(session):
     """A representative set of tests/autograd/test_ops_gradcheck.py's checks, on mps:0 (float64, MLX's CPU)."""
-    import tensorwire as tw
-
-    from ..autograd import test_ops_gradcheck as G
-
-    rng_state = G.RNG.bit_generator.state  # leave that module's inputs as they would be without us
-    tw.set_default_device("mps:0")
-    try:
-        recorded = []
-        for op in GRADCHECK_OPS:
-            for name, fn, inputs in G.GENERATORS[op]():
-                assert all(str(t.device) == "mps:0" for t in inputs)
-                a, n = tw.autograd.gradcheck_terms(fn, inputs, eps=1e-6, directions=2)
-                recorded.append((name, a, n))
-        vals = session.flush(fetch=[t._id for _, a, n in recorded for t in a + n])
-    finally:
-        tw.set_default_device("cpu:0")
-        G.RNG.bit_generator.state = rng_state
-    bad = []
-    for name, a, n in recorded:
-        for x, y in zip(a, n):
-            x, y = float(vals[x._id]), float(vals[y._id])
-            if not abs(x - y) <= 1e-6 + 1e-5 * abs(y):
-                bad.append((name, x, y))
-    assert not bad, f"analytical vs numerical gradients differ on mps:0: {bad}"
+    gradcheck_on(session, "mps:0")
 
 
 def test_digits_mlp_trains_the_same_on_mps(session):
     """A few Adam steps of the digits MLP give the same losses on mps:0 as on cpu:0 (float32, within 1e-4)."""
-    from tests.backends._digits import adam_losses as losses
-
-    cpu, mps = losses("cpu:0"), losses("mps:0")
-    assert cpu[-1] < cpu[0]
-    np.testing.assert_allclose(mps, cpu, rtol=1e-4)
+    DC.assert_digits_train_as_on_cpu("mps:0", rtol=1e-4)
 
 
 # -- on a Mac: the Metal GPU ----------------------------------------------------------------------------------------

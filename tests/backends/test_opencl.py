@@ -19,34 +19,24 @@ targets by test_render_targets.py, and every case runs on the CPU backend (tests
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
+from functools import partial
 
-import numpy as np
 import pytest
 
 from tensorwire.backends import testing as T
 from tensorwire.backends.opencl import OpenCLBackend
 from tensorwire.backends.opencl import discovery as DISC
 from tensorwire.backends.opencl import runtime as RT
-from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
-from tests.backends._child_cases import conformance_sample, full_conformance
+from tests.backends import _device_checks as DC
+from tests.backends._child_cases import assert_case_passed, conformance_sample, full_conformance
+from tests.backends._child_process import child_fixture, run_child
+from tests.backends._gradcheck import gradcheck_on
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_opencl_child.py")
-
-
-def child(command: str, tmp_dir, *args: str, env: dict | None = None, timeout: float = 900):
-    """Run ``_opencl_child.py COMMAND`` and return its JSON result (failing with its output when it crashed)."""
-    out = os.path.join(str(tmp_dir), f"{command}.json")
-    r = subprocess.run([sys.executable, CHILD, command, out, *args], capture_output=True, text=True,
-                       timeout=timeout, env={**os.environ, **(env or {})})
-    if r.returncode != 0 or not os.path.exists(out):
-        raise AssertionError(f"{CHILD} {command} exited with {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
-    with open(out) as f:
-        return json.load(f)
+#: ``child(command, tmp_dir, *args, env=None, timeout=900)``: ``_opencl_child.py COMMAND``'s JSON result
+child = partial(run_child, [CHILD])
 
 
 def _info() -> dict:
@@ -66,19 +56,13 @@ SAMPLE = conformance_sample(CASES)
 
 # -- the conformance suite ------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def conformance(tmp_path_factory):
-    return child("conformance", tmp_path_factory.mktemp("opencl"), ";".join(c.name for c in SAMPLE))
+conformance = child_fixture(child, "conformance", ";".join(c.name for c in SAMPLE))
 
 
 @pytest.mark.parametrize("case", SAMPLE, ids=str)
 def test_conformance(conformance, case):
     """Every sampled case passes, as fused kernels: the step-by-step mode runs only where a node is meant to fail."""
-    status, msg, stepwise, expects_failure = conformance["cases"][case.name]
-    if status == "skip":
-        pytest.skip(msg)
-    assert status == "ok", msg
-    assert not stepwise or expects_failure, f"{case} ran step by step although nothing was meant to fail"
+    assert_case_passed(conformance["cases"], case.name)
 
 
 def test_prebuilt_kernels_were_used(conformance):
@@ -107,17 +91,12 @@ def _work_group_cases() -> list[str]:
 WORK_GROUP_CASES = _work_group_cases()
 
 
-@pytest.fixture(scope="module")
-def work_groups(tmp_path_factory):
-    return child("work_groups", tmp_path_factory.mktemp("opencl"), ";".join(WORK_GROUP_CASES))
+work_groups = child_fixture(child, "work_groups", ";".join(WORK_GROUP_CASES))
 
 
 @pytest.mark.parametrize("case", WORK_GROUP_CASES)
 def test_conformance_in_work_groups(work_groups, case):
-    status, msg, _stepwise, _expects_failure = work_groups["cases"][case]
-    if status == "skip":
-        pytest.skip(msg)
-    assert status == "ok", msg
+    assert_case_passed(work_groups["cases"], case, stepwise_ok=True)
 
 
 def test_work_group_kernels_were_made(work_groups):
@@ -144,18 +123,12 @@ def _vector_cases() -> list[str]:
 VECTOR_CASES = _vector_cases()
 
 
-@pytest.fixture(scope="module")
-def vectors(tmp_path_factory):
-    return child("vectors", tmp_path_factory.mktemp("opencl"), ";".join(VECTOR_CASES))
+vectors = child_fixture(child, "vectors", ";".join(VECTOR_CASES))
 
 
 @pytest.mark.parametrize("case", VECTOR_CASES)
 def test_conformance_with_vectors(vectors, case):
-    status, msg, stepwise, expects_failure = vectors["cases"][case]
-    if status == "skip":
-        pytest.skip(msg)
-    assert status == "ok", msg
-    assert not stepwise or expects_failure, f"{case} ran step by step although nothing was meant to fail"
+    assert_case_passed(vectors["cases"], case)
 
 
 def test_vector_kernels_were_made(vectors):
@@ -170,9 +143,7 @@ def test_every_primitive_compiles():
 
 # -- the runtime's pieces -------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def units(tmp_path_factory):
-    return child("units", tmp_path_factory.mktemp("opencl"))
+units = child_fixture(child, "units")
 
 
 @pytest.mark.parametrize("name", ["discovery_reasons", "simulator_listed_only_when_selected",
@@ -182,9 +153,7 @@ def test_runtime(units, name):
     assert units[name] == "", units[name]
 
 
-@pytest.fixture(scope="module")
-def vector_checks(tmp_path_factory):
-    return child("vector_checks", tmp_path_factory.mktemp("opencl"))
+vector_checks = child_fixture(child, "vector_checks")
 
 
 @pytest.mark.parametrize("name", ["unary_on_vectors", "binary_on_vectors", "slices_at_any_offset",
@@ -224,94 +193,30 @@ def test_listing_names_the_device(session, cluster, capsys):
 
 
 def test_unavailable_device_in_a_cluster_says_why():
-    import tensorwire as tw
-
-    with pytest.raises(tw.TensorwireError) as e:
-        tw.LocalCluster(devices=["opencl:0"], autograd=False, extra_env={RT.PLATFORM_ENV: "no-such-platform"})
-    msg = str(e.value)
-    assert isinstance(e.value, tw.DeviceError) and "; available devices: cpu:0" in msg, msg  # at once (issue 34)
-    assert "opencl:0 is not available: no OpenCL platform matches" in msg, msg
+    DC.assert_cluster_refuses("opencl:0", "no OpenCL platform matches", extra_env={RT.PLATFORM_ENV: "no-such-platform"})
 
 
-@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16",
-                                   "float32", "float64"])
+@pytest.mark.parametrize("dtype", DC.DTYPES)
 def test_moves_between_cpu_and_opencl(session, dtype):
-    import tensorwire as tw
-
-    rng = np.random.default_rng(0)
-    a = (rng.standard_normal((3, 5)) * 4).astype(D.get(dtype).np)
-    x = tw.tensor(a, device="cpu:0")
-    y = x.to("opencl:0")
-    assert str(y.device) == "opencl:0"
-    back = y.to("cpu:0")
-    np.testing.assert_array_equal(back.numpy(), a)
-    np.testing.assert_array_equal(y.numpy(), a)
+    DC.assert_moves_between_cpu_and("opencl:0", dtype)
 
 
 def test_compute_across_devices(session):
-    import tensorwire as tw
-
-    a = np.arange(12, dtype=np.float32).reshape(3, 4)
-    x = tw.tensor(a, device="cpu:0")
-    y = (x.to("opencl:0") * 2 + 1).sum(0)  # on opencl:0
-    z = (y.to("cpu:0") - 1).softmax(0)      # back on cpu:0
-    want = np.exp((a * 2 + 1).sum(0) - 1)
-    np.testing.assert_allclose(z.numpy(), want / want.sum(), rtol=1e-5)
-    with pytest.raises(tw.DeviceError):
-        (x + y).numpy()
+    DC.assert_computes_across_devices("opencl:0")
 
 
 def test_out_of_memory_leaves_the_worker_serving(session):
-    import tensorwire as tw
-
-    huge = tw.zeros((DEVICE["memory_bytes"] // 4 + 1,), device="opencl:0")  # more than the device has
-    with pytest.raises(tw.OutOfMemory):
-        huge.numpy()
-    assert tw.ones(3, device="opencl:0").sum().item() == 3.0
-
-
-GRADCHECK_OPS = ["add", "mul", "div", "pow", "exp", "log", "tanh", "sigmoid", "sum", "mean", "amax", "prod",
-                 "softmax", "log_softmax", "logsumexp", "matmul", "linear", "gather", "scatter_add", "index",
-                 "index_put", "cat", "pad", "slice", "permute", "expand", "cumsum", "cumprod", "where", "layer_norm",
-                 "cross_entropy_index", "conv2d", "max_pool2d", "avg_pool2d", "norm", "var"]
+    DC.assert_out_of_memory_leaves_the_worker_serving("opencl:0", DEVICE["memory_bytes"])
 
 
 def test_gradcheck_on_opencl(session):
     """A representative set of tests/autograd/test_ops_gradcheck.py's checks, on opencl:0 (float64)."""
-    import tensorwire as tw
-
-    from ..autograd import test_ops_gradcheck as G
-
-    GENERATORS = G.GENERATORS
-    rng_state = G.RNG.bit_generator.state  # leave that module's inputs as they would be without us
-    tw.set_default_device("opencl:0")
-    try:
-        recorded = []
-        for op in GRADCHECK_OPS:
-            for name, fn, inputs in GENERATORS[op]():
-                assert all(str(t.device) == "opencl:0" for t in inputs)
-                a, n = tw.autograd.gradcheck_terms(fn, inputs, eps=1e-6, directions=2)
-                recorded.append((name, a, n))
-        vals = session.flush(fetch=[t._id for _, a, n in recorded for t in a + n])
-    finally:
-        tw.set_default_device("cpu:0")
-        G.RNG.bit_generator.state = rng_state
-    bad = []
-    for name, a, n in recorded:
-        for x, y in zip(a, n):
-            x, y = float(vals[x._id]), float(vals[y._id])
-            if not abs(x - y) <= 1e-6 + 1e-5 * abs(y):
-                bad.append((name, x, y))
-    assert not bad, f"analytical vs numerical gradients differ on opencl:0: {bad}"
+    gradcheck_on(session, "opencl:0")
 
 
 def test_digits_mlp_trains_the_same_on_opencl(session):
     """A few Adam steps of the digits MLP give the same losses on opencl:0 as on cpu:0."""
-    from tests.backends._digits import adam_losses as losses
-
-    cpu, ocl = losses("cpu:0"), losses("opencl:0")
-    assert cpu[-1] < cpu[0]
-    np.testing.assert_allclose(ocl, cpu, rtol=1e-4)
+    DC.assert_digits_train_as_on_cpu("opencl:0", rtol=1e-4)
 
 
 # -- Oclgrind: the generated kernels under a memory checker ---------------------------------------------------------

@@ -6,35 +6,15 @@ kernel fuses after it (``-ffp-contract=off``: a product and a sum round apart, a
 
 from __future__ import annotations
 
-import collections
-
 import numpy as np
 import pytest
 
 from tensorwire.backends import executor as X
 from tensorwire.backends.codegen.lower import HostStep, lower
-from tensorwire.backends.cpu import CompiledBackend, compiled
+from tensorwire.backends.cpu import compiled
 from tensorwire.protocol import dtypes as D
 
 pytestmark = pytest.mark.skipif(compiled.runtime() is None, reason=f"no C compiler: {compiled.why_not()}")
-
-
-@pytest.fixture(scope="module")
-def device():
-    return CompiledBackend(min_work=0, large_runs=0).open(0)  # every fragment compiled, however small
-
-
-@pytest.fixture
-def fallbacks(monkeypatch):
-    """Counts the fragments the executor had to interpret step by step (a fused kernel failed)."""
-    seen = collections.Counter()
-    real = X.execute
-
-    def execute(*a, **k):
-        seen["n"] += 1
-        return real(*a, **k)
-    monkeypatch.setattr(X, "execute", execute)
-    return seen
 
 
 #: two letters' weight gradients summed and taken off the weight: ``w + (x1 @ y1 + x2 @ y2) * -0.05``
@@ -62,17 +42,17 @@ def _numpy(ins: list, dt) -> np.ndarray:
 
 @pytest.mark.parametrize("lead,m,n", [((), 128, 185), ((), 1, 7), ((), 5, 1), ((3,), 4, 6)])
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
-def test_outer_products_fuse_and_match_numpy_bit_for_bit(device, fallbacks, lead, m, n, dt):
+def test_outer_products_fuse_and_match_numpy_bit_for_bit(compiled_device, fallbacks, lead, m, n, dt):
     ins = _inputs(np.random.default_rng(0), lead, m, n, dt)
     nodes = [list(x) for x in NODES]
     nodes[3] = ["full", [], {"shape": [], "dtype": D.from_numpy(np.dtype(dt)).name, "value": -0.05}]
-    plan = X.compile_plan(device, nodes, [(a.shape, D.from_numpy(a.dtype)) for a in ins])
+    plan = X.compile_plan(compiled_device, nodes, [(a.shape, D.from_numpy(a.dtype)) for a in ins])
     keep = {plan.node_slot[-1], plan.node_slot[2]}  # (the summed gradient is kept too: p.grad)
-    host = [it.step.op for it in lower(plan.program.steps, keep, device.lowering_options).items
+    host = [it.step.op for it in lower(plan.program.steps, keep, compiled_device.lowering_options).items
             if isinstance(it, HostStep)]
     assert "matmul" not in host
     ids = list(range(100, 100 + len(nodes)))
-    got = X.run_plan(device, plan, list(ins), ids, {}, [], keep)
+    got = X.run_plan(compiled_device, plan, list(ins), ids, {}, [], keep)
     x1, y1, x2, y2, _ = ins
     with np.errstate(all="ignore"):
         want_grad, want_w = np.add(np.multiply(x1, y1), np.multiply(x2, y2)), _numpy(ins, dt)
@@ -84,9 +64,9 @@ def test_outer_products_fuse_and_match_numpy_bit_for_bit(device, fallbacks, lead
     assert fallbacks["n"] == 0
 
 
-def test_a_matmul_that_contracts_more_stays_on_blas(device):
+def test_a_matmul_that_contracts_more_stays_on_blas(compiled_device):
     """``[M, K] @ [K, N]`` with K > 1 is a host step (BLAS), as before."""
     ins = [np.ones((3, 2), np.float32), np.ones((2, 4), np.float32)]
-    plan = X.compile_plan(device, [["matmul", [-1, -2], None]], [(a.shape, D.float32) for a in ins])
-    items = lower(plan.program.steps, {plan.node_slot[-1]}, device.lowering_options).items
+    plan = X.compile_plan(compiled_device, [["matmul", [-1, -2], None]], [(a.shape, D.float32) for a in ins])
+    items = lower(plan.program.steps, {plan.node_slot[-1]}, compiled_device.lowering_options).items
     assert [it.step.op for it in items if isinstance(it, HostStep)] == ["matmul"]

@@ -27,8 +27,8 @@ import json
 import os
 import subprocess
 import sys
+from functools import partial
 
-import numpy as np
 import pytest
 
 from tensorwire.backends import testing as T
@@ -36,9 +36,11 @@ from tensorwire.backends.codegen.compiler_hip import hip_unavailable
 from tensorwire.backends.rocm import ROCmBackend
 from tensorwire.backends.rocm import runtime as RT
 from tensorwire.backends.testing.suite import _device
-from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
-from tests.backends._child_cases import conformance_sample
+from tests.backends import _device_checks as DC
+from tests.backends import _gpu_clusters as GC
+from tests.backends._child_cases import assert_case_passed, conformance_sample
+from tests.backends._child_process import child_fixture, run_child
 from tests.backends._gradcheck import gradcheck_on
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -88,16 +90,8 @@ SAMPLE = conformance_sample(CASES, _sample)
 #: ~65 kernels; the whole sample's 192 took 28 s of hipRTC on a quiet 2-core machine, on every run).
 #: test_render_targets.py compiles every conformance fragment for gfx90a through the kernel cache.
 COMPILE_SAMPLE = SAMPLE[::3]
-
-
-def child(command: str, tmp_dir, *args: str, timeout: float = 900) -> dict:
-    out = os.path.join(str(tmp_dir), f"{command}.json")
-    r = subprocess.run([sys.executable, CHILD, "rocm", command, out, *args], capture_output=True, text=True,
-                       timeout=timeout)
-    if r.returncode != 0 or not os.path.exists(out):
-        raise AssertionError(f"{CHILD} {command} exited with {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
-    with open(out) as f:
-        return json.load(f)
+#: ``child(command, tmp_dir, *args)``: ``_gpu_child.py rocm COMMAND``'s JSON result
+child = partial(run_child, [CHILD, "rocm"])
 
 
 # -- discovery, for real --------------------------------------------------------------------------------------------
@@ -161,24 +155,11 @@ def test_hiprtc_is_looked_for_in_its_own_library_first(monkeypatch):
 
 @needs_no_gpu
 def test_a_cluster_asked_for_rocm0_fails_at_once_with_the_reason():
-    import tensorwire as tw
-
-    with pytest.raises(tw.TensorwireError) as e:
-        tw.LocalCluster(devices=["rocm:0"], autograd=False)
-    msg = str(e.value)
-    assert isinstance(e.value, tw.DeviceError) and "; available devices: cpu:0" in msg, msg  # at once (issue 34)
-    assert "rocm:0 is not available: " + REAL.reason[:60] in msg, msg
+    DC.assert_cluster_refuses("rocm:0", REAL.reason[:60])
 
 
 def test_status_local_lists_rocm0():
-    r = subprocess.run([sys.executable, "-m", "tensorwire.cli", "status", "--local"], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    line = next(x for x in r.stdout.splitlines() if x.startswith("rocm:0"))
-    if REAL.available:
-        assert "available" in line and REAL.name[:20] in line, line
-    else:
-        assert "not available" in line and REAL.reason[:40] in line, r.stdout
+    DC.assert_status_local_lists("rocm:0", REAL)
 
 
 def test_every_primitive_compiles():
@@ -235,11 +216,7 @@ def test_sampled_conformance_kernels_compile_for(arch, monkeypatch, tmp_path):
 
 # -- the host code on the stand-in ----------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def conformance(tmp_path_factory):
-    if STANDIN_WHY:
-        pytest.skip(STANDIN_WHY)
-    return child("conformance", tmp_path_factory.mktemp("rocm"), ";".join(c.name for c in SAMPLE))
+conformance = child_fixture(child, "conformance", ";".join(c.name for c in SAMPLE), skip=STANDIN_WHY)
 
 
 @needs_standin
@@ -247,11 +224,7 @@ def conformance(tmp_path_factory):
 def test_conformance_on_the_standin(conformance, case):
     """Each sampled case passes through the ROCm backend's host code, as fused kernels (step by step only where a
     node is meant to fail)."""
-    status, msg, stepwise, expects_failure = conformance["cases"][case.name]
-    if status == "skip":
-        pytest.skip(msg)
-    assert status == "ok", msg
-    assert not stepwise or expects_failure, f"{case} ran step by step although nothing was meant to fail"
+    assert_case_passed(conformance["cases"], case.name)
 
 
 @needs_standin
@@ -263,11 +236,7 @@ def test_conformance_used_prebuilt_modules_hipblas_and_the_pool(conformance):
     assert stats["memory"]["cache_hits"] > stats["memory"]["driver_allocs"] * 5, stats["memory"]
 
 
-@pytest.fixture(scope="module")
-def units(tmp_path_factory):
-    if STANDIN_WHY:
-        pytest.skip(STANDIN_WHY)
-    return child("units", tmp_path_factory.mktemp("rocm"))
+units = child_fixture(child, "units", skip=STANDIN_WHY)
 
 
 @needs_standin
@@ -283,25 +252,14 @@ def test_runtime(units, name):
 
 # -- a real cluster, its rocm:0 worker on the stand-in --------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cluster():
-    """cpu:0 and a rocm:0 worker process that runs the backend on the stand-in."""
-    import tensorwire as tw
-
-    if STANDIN_WHY:
-        pytest.skip(STANDIN_WHY)
-    with tw.LocalCluster(devices=["cpu:0"], collectives=False) as c:
-        # no session quota on rocm:0: the out-of-memory test reaches the device's own limit (the stand-in's 1 GiB)
-        c.start_service("rocm:0", [sys.executable, STANDIN, "worker", "--device", "rocm:0", "--dispatcher",
-                                   c.service_address, "--threads", "1", "--session-memory", "none"])
-        yield c
+#: cpu:0 and a rocm:0 worker process that runs the backend on the stand-in
+cluster = GC.standin_cluster(STANDIN, "rocm:0", STANDIN_WHY)
 
 
 @pytest.fixture(scope="module")
 def second_gpu(cluster):
     """rocm:1 on the stand-in (two GPUs): a thread that never called hipSetDevice works on GPU 0."""
-    cluster.start_service("rocm:1", [sys.executable, STANDIN, "worker", "--device", "rocm:1", "--dispatcher",
-                                     cluster.service_address, "--threads", "1"])
+    cluster.start_service("rocm:1", GC.standin_worker(STANDIN, "rocm:1", cluster.service_address))
     return "rocm:1"
 
 
@@ -324,28 +282,13 @@ def test_the_cluster_lists_the_device(session, cluster):
 @needs_standin
 @pytest.mark.parametrize("dtype", ["bool", "int8", "int64", "float16", "bfloat16", "float32", "float64"])
 def test_moves_between_cpu_and_rocm(session, dtype):
-    import tensorwire as tw
-
-    a = (np.random.default_rng(0).standard_normal((3, 5)) * 4).astype(D.get(dtype).np)
-    y = tw.tensor(a, device="cpu:0").to("rocm:0")
-    assert str(y.device) == "rocm:0"
-    np.testing.assert_array_equal(y.to("cpu:0").numpy(), a)
-    np.testing.assert_array_equal(y.numpy(), a)
+    DC.assert_moves_between_cpu_and("rocm:0", dtype)
 
 
 @needs_standin
 def test_memory_stats_and_out_of_memory(session):
-    import tensorwire as tw
-
-    x = tw.ones((1000,), device="rocm:0") * 2
-    x.numpy()
-    dev = tw.memory_stats()["devices"]["rocm:0"]
-    assert dev["allocated_bytes"] >= 4096 and dev["reserved_bytes"] >= dev["allocated_bytes"], dev
-    assert dev["total_bytes"] == 1 << 30, dev
-    huge = tw.zeros(((1 << 30) // 4 + 1,), device="rocm:0")  # more than the stand-in's 1 GiB
-    with pytest.raises(tw.OutOfMemory, match="out of memory"):
-        huge.numpy()
-    assert tw.ones(3, device="rocm:0").sum().item() == 3.0  # the worker keeps serving
+    DC.stats_with_a_small_tensor("rocm:0", 1 << 30)  # the stand-in's 1 GiB
+    DC.assert_out_of_memory_leaves_the_worker_serving("rocm:0", 1 << 30, match="out of memory")
 
 
 #: a sample of test_cuda.py's gradchecks (each new fragment is a clang run here: 8 ops took 45 s): a reduction and
@@ -360,11 +303,7 @@ def test_gradcheck_on_the_standin(session):
 
 @needs_standin
 def test_digits_mlp_trains_the_same_on_the_standin(session):
-    from tests.backends._digits import adam_losses as losses
-
-    cpu, rocm = losses("cpu:0"), losses("rocm:0")
-    assert cpu[-1] < cpu[0]
-    np.testing.assert_allclose(rocm, cpu, rtol=1e-4)
+    DC.assert_digits_train_as_on_cpu("rocm:0", rtol=1e-4)
 
 
 # -- a real GPU -----------------------------------------------------------------------------------------------------
@@ -379,27 +318,13 @@ def test_conformance_on_a_gpu(case):
     T.check_case(_GPU_BACKEND, case)
 
 
-@pytest.fixture(scope="module")
-def gpu_session():
-    import tensorwire as tw
-
-    if not REAL.available:
-        pytest.skip(NO_GPU)
-    with tw.LocalCluster(devices=["cpu:0", "rocm:0"], collectives=False) as c:
-        s = tw.connect(c.address)
-        yield s
-        s.close()
-        tw.set_session(None)
+gpu_session = GC.gpu_session("rocm:0", None if REAL.available else NO_GPU)
 
 
 @gpu
 @needs_gpu
 def test_digits_mlp_trains_the_same_on_a_gpu(gpu_session):
-    from tests.backends._digits import adam_losses as losses
-
-    cpu, rocm = losses("cpu:0"), losses("rocm:0")
-    assert cpu[-1] < cpu[0]
-    np.testing.assert_allclose(rocm, cpu, rtol=1e-3)
+    DC.assert_digits_train_as_on_cpu("rocm:0", rtol=1e-3)
 
 
 @gpu
