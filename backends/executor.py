@@ -14,6 +14,7 @@ transfer ``k`` (and is resumed with it), and ``("send", k, value)`` to hand a bu
 from __future__ import annotations
 
 import logging
+import marshal
 import threading
 import time
 from collections import OrderedDict
@@ -39,6 +40,8 @@ COLL = "collective"
 MAX_FRAGMENT_NODES = 1 << 20
 #: dynamic attribute values a plan remembers as checked (:meth:`Plan.check_dynamic`)
 MAX_DYN_CHECKED = 1024
+#: whole dynamic-attribute maps (a batch's ``dyn``) a plan remembers as checked (:meth:`Plan.check_dynamic`)
+MAX_DYN_SEEN = 64
 
 
 class Fail:
@@ -140,6 +143,7 @@ class Plan:
         #: (:func:`_expand`) emitted: the straight-line runner specializes such a step once, not once a plan
         self.step_memos: dict[int, list] = {}
         self._dyn_ok: set = set()  # (node, its dynamic attrs' items) checked already (see check_dynamic)
+        self._dyn_seen: set = set()  # whole ``dyn`` maps checked already, marshalled (see check_dynamic)
         #: each node's attributes as :func:`.hot.fragment` keys them, while the plan is being made (then None)
         self.attrs_keys: list | None = None
 
@@ -149,7 +153,16 @@ class Plan:
         them. Values checked once are not inferred again: a loop replays a plan with a few values each (the
         letters of a name, the rows of a batch), and a check costs an inference, several times the kernel's time
         for the small ones (issue 37); only attributes that are ints or lists of ints are remembered (type-exact:
-        ``True`` is not ``1``), at most :data:`MAX_DYN_CHECKED` a plan."""
+        ``True`` is not ``1``), at most :data:`MAX_DYN_CHECKED` a plan. A whole ``dyn`` that passed before passes
+        at once (its marshalled bytes: types and values; a step's replay repeats its plan's last values), at most
+        :data:`MAX_DYN_SEEN` a plan."""
+        seen = self._dyn_seen
+        try:  # (the whole batch's values, types included: True and 1.0 are not 1; a replay repeats them, issue 37)
+            whole = marshal.dumps(dyn, 2)  # (version 2: no back-references, so equal values marshal alike)
+        except ValueError:  # (a value marshal does not take: checked entry by entry)
+            whole = None
+        if whole in seen:
+            return
         checks = self.dyn_checks
         ok = self._dyn_ok
         for j, d in dyn.items():
@@ -169,6 +182,8 @@ class Plan:
                                     f"{got[1].name}, the plan holds {list(out[0])} {out[1].name}")
             if key is not None and len(ok) < MAX_DYN_CHECKED:
                 ok.add(key)
+        if whole is not None and len(seen) < MAX_DYN_SEEN:
+            seen.add(whole)
 
     def kept_slots(self, outs, kept, release) -> frozenset:
         """The slots a batch replaying this plan keeps: those of its outputs (``outs``, each node's id; all of them,
@@ -571,7 +586,7 @@ def run_plan(device: Device, plan: Plan, ext: list, outs: list[int], dyn: dict, 
     append one ``(op, "kernel", start_ns, duration_ns, args)`` per step to (the profiler is on for this batch).
     ``answer``: ``(slots, fn)``, call ``fn(env)`` as soon as those kept slots hold their values and the run has gone
     well so far (see :func:`_run_fast`), so that a fetch is answered while the rest of the plan runs."""
-    if not any(isinstance(b, Fail) for b in ext):
+    if Fail not in map(type, ext):  # (a pass in C: Fail has no subclasses)
         env: list = [None] * plan.nslots
         env[:len(ext)] = ext
         if spans is None:

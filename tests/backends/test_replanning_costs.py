@@ -141,3 +141,18 @@ def test_a_primitive_node_met_first_is_planned_as_the_op_table_builds_it(monkeyp
         np.testing.assert_array_equal(got[103], np.where(ext[1], ext[0] * ext[0], ext[0] * ext[0]) + 2)
         assert isinstance(got[106], X.Fail) and got[106].err["code"] != DependencyFailed.code
         assert got[107].err["code"] == DependencyFailed.code
+
+
+def test_a_replays_whole_dynamic_values_pass_once_checked_and_only_with_the_same_types():
+    x, plan = _slice_plan()
+    for _ in range(3):  # a step's replay sends its plan the same values: checked once, remembered whole
+        plan.check_dynamic({0: {"starts": [2, 0], "stops": [3, 4]}})
+    assert len(plan._dyn_seen) == 1
+    with pytest.raises(ProtocolError, match="list of ints"):  # equal to 2, but a float: not the values checked
+        plan.check_dynamic({0: {"starts": [2.0, 0], "stops": [3, 4]}})
+    with pytest.raises(ProtocolError, match="list of ints"):
+        plan.check_dynamic({0: {"starts": [True, 0], "stops": [2, 4]}})
+    assert len(plan._dyn_seen) == 1
+    for k in range(2 * X.MAX_DYN_SEEN):  # bounded
+        plan.check_dynamic({0: {"starts": [k % 6, 0], "stops": [k % 6 + 1, 4]}, 1: {"tag": k}})
+    assert len(plan._dyn_seen) == X.MAX_DYN_SEEN

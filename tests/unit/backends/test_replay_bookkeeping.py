@@ -135,3 +135,46 @@ def test_the_ledger_counts_an_allocation_once_whether_added_one_by_one_or_a_batc
     one.remove(b)
     batch.remove_all([b, b])  # (taken off already: nothing more changes)
     assert one.used == batch.used == 0 and not one.owners and not batch.owners
+
+
+def test_the_ledger_agrees_with_a_handle_count_per_allocation_over_random_batches():
+    """Batches of fresh arrays, views of each other and of held arrays, repeats, and removals of handles never added
+    or already gone: the ledger holds what counting handles per allocation one at a time holds."""
+    dev = NumpyBackend().open(0)
+    rng = np.random.default_rng(7)
+    ledger = Ledger(dev)
+    ref: dict = {}  # allocation key -> [handles, bytes]
+    live: list = []  # buffers with a handle on them (a buffer may be listed more than once)
+
+    def key(buf):
+        return dev.storage(buf)
+
+    for _ in range(400):
+        batch = []
+        for _ in range(int(rng.integers(0, 12))):
+            pick = rng.random()
+            if pick < 0.5 or not live:
+                batch.append(np.zeros(int(rng.integers(1, 64)), np.float32))
+            elif pick < 0.8:
+                src = live[int(rng.integers(len(live)))]
+                batch.append(src.reshape(-1)[: max(1, src.size // 2)])
+            else:
+                batch.append(batch[-1] if batch else live[int(rng.integers(len(live)))])
+        if rng.random() < 0.5:
+            ledger.add_all(batch)
+            for b in batch:
+                k, n = key(b)
+                ref.setdefault(k, [0, n])[0] += 1
+            live.extend(batch)
+        else:
+            gone = [live.pop(int(rng.integers(len(live)))) for _ in range(min(len(live), int(rng.integers(0, 8))))]
+            gone += batch[:2]  # (never added: their allocation loses a handle if it is counted, as remove does)
+            ledger.remove_all(gone)
+            for b in gone:
+                k, _ = key(b)
+                if k in ref:
+                    ref[k][0] -= 1
+                    if ref[k][0] <= 0:
+                        del ref[k]
+        assert ledger.used == sum(n for _, n in ref.values())
+        assert ledger.owners == ref
