@@ -259,6 +259,11 @@ def _edge(t):
 # ----------------------------------------------------------------------------------------------
 # recording hooks (called from autograd_hooks)
 
+#: the dtypes whose values can require gradients (``DType.is_inexact``), as a set: read for every op recorded with
+#: grad, where the property's call would cost more than the test
+_INEXACT = frozenset(d for d in D.ALL if d.is_inexact)
+
+
 def record_grad(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
     """Record ``op`` and attach a :class:`Node` to its output when it needs one (``up`` and ``known``:
     ``Session.record``'s; ``known`` is the node's attrs key and output meta, which grad tracking does not change)."""
@@ -266,7 +271,7 @@ def record_grad(session, op: str, ins, attrs, device: str, up: int = 1, known=No
         if t._base is not None:
             sync_view(t)
     out = session.record(op, ins, attrs, device, known, up=up + 1)
-    if not out.dtype.is_inexact or not OPS[op].differentiable:
+    if out.dtype not in _INEXACT or not OPS[op].differentiable:
         return out
     entries = []
     edged = False

@@ -14,7 +14,17 @@ if TYPE_CHECKING:
     from .session import Session
 
 _default: Session | None = None
-_local = threading.local()
+
+
+class _Local(threading.local):
+    """Each thread's ``use_session`` session: None unless set (a class attribute, so a thread that never set one
+    reads None without the failed lookup ``getattr(local, name, default)`` costs: every module-level function that
+    records reads it)."""
+
+    session = None
+
+
+_local = _Local()
 _lock = threading.Lock()
 
 
@@ -60,7 +70,7 @@ def current_session() -> Session:
 
     The first use without ``tw.connect()`` connects as ``tw.connect()`` with no arguments would.
     """
-    s = getattr(_local, "session", None)
+    s = _local.session
     if s is not None:
         return s
     if _default is None or _default.closed:
@@ -84,7 +94,7 @@ class use_session:  # noqa: N801
         self.s = s
 
     def __enter__(self):
-        self.prev = getattr(_local, "session", None)
+        self.prev = _local.session
         _local.session = self.s
         return self.s
 

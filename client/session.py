@@ -82,6 +82,7 @@ _new_tensor = object.__new__
 _first = itemgetter(0)  # (a pending entry's handle)
 _inputs = itemgetter(2)  # (... and its input handles)
 _second = itemgetter(1)  # (a lazy node's input handles)
+_op = itemgetter(1)  # (a pending entry's op)
 _where_field = itemgetter(5)  # (a pending entry's user's line)
 
 MAX_PENDING_NODES = 8192
@@ -1697,7 +1698,8 @@ def prune_dead(pending: list, release: list[int]) -> tuple[list, list[int]]:
     # the node dropped last is read by no node (its readers, after it, would be dropped too): without an unread
     # released node of a prunable op, nothing is dropped
     unread = dead.difference(chain.from_iterable(map(_inputs, pending)))
-    if not unread or not any(e[1] in PRUNABLE for e in pending if e[0] in unread):
+    if not unread or PRUNABLE.isdisjoint(map(dict(zip(map(_first, pending), map(_op, pending))).__getitem__,
+                                             unread)):
         return pending, release
     needed: set[int] = set()
     kept = []

@@ -123,7 +123,12 @@ def freeze(v):
                 return tuple(map(freeze, v))
         return tuple(v)
     if t is dict:
-        return tuple([(k, freeze(x)) for k, x in v.items()])
+        items = tuple(v.items())
+        for _, x in items:  # (values that are their own frozen form, the common case: the items as they are)
+            tx = type(x)
+            if tx is not int and tx is not str and x is not None:
+                return tuple([(k, freeze(x)) for k, x in items])
+        return items
     if isinstance(v, (float, np.floating)):
         return (t, _float_bits(v))
     if isinstance(v, (complex, np.complexfloating)):
