@@ -295,6 +295,8 @@ def record_grad(session, op: str, ins, attrs, device: str, up: int = 1, known=No
 def sync_view(t) -> None:
     """Bring a view up to date with its base, with the autograd graph of its current value."""
     root = t._base
+    if t._base_version == V.LIGHT:  # (a light window, views.basic_view: materialized first, as any reader does)
+        t._refresh()
     if root._version == t._base_version and (not root.requires_grad or t._ag == t._id or not is_grad_enabled()):
         return
     v = root

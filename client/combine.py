@@ -22,6 +22,7 @@ from . import views as V
 from ._aliases import alias, rebind
 from ._factories import TensorBase as Tensor
 from ._factories import arange_attrs
+from .known_values import LIGHT
 from .zero_grads import zero_grad_from
 
 _amp_active = _amp._active
@@ -60,23 +61,42 @@ def write_out(out, result):
 def _row_ranges(tensors: list):
     """``(root, starts, length)`` when every tensor is a view of one root base that takes rows ``start:start +
     length`` of it (one ``length`` for all, above 0), through a chain of unit-step slices that take every other dim
-    whole (``data[i:i + 8]``, also of a slice ``data[:n]``: ``views.Slice.rows``), up to date with the root, and
-    nothing is tracked by autograd, autocast or ``tw.compile``'s capture; else None."""
+    whole (``data[i:i + 8]``, also of a slice ``data[:n]``: ``views.Slice.rows``), up to date with the root or a
+    light window (``views.basic_view``: read as the root is now), and nothing is tracked by autograd, autocast or
+    ``tw.compile``'s capture; else None."""
     root = tensors[0]._base
     if root is None or root.requires_grad or root._s._capture is not None or _amp_active[0]:
         return None
     version = root._version
+    shape = root._shape
     offsets: dict = {}  # a chain's steps before its last (shared by the views of one parent) -> their row offset
     starts = []
-    length = None
+    length = tensors[0]._shape[0] if tensors[0]._shape else 0
+    if length <= 0:
+        return None
     for t in tensors:
+        if t._base is not root or t.requires_grad:
+            return None
         steps = t._vsteps
-        if t._base is not root or t._base_version != version or t.requires_grad:
+        last = steps[-1]
+        if type(last) is not V.Slice:
             return None
+        if t._base_version == LIGHT:  # (its last step takes rows of its parent, by construction)
+            a = last.starts[0]
+            if last.out_shape[0] != length:
+                return None
+        else:
+            if t._base_version != version:
+                return None
+            r = last.rows()
+            if r is None:
+                return None
+            a, b = r
+            if b - a != length:
+                return None
         first = steps[0]
-        if type(first) is not V.Slice or first.in_shape != root._shape:  # (the chain starts at the root's shape)
+        if type(first) is not V.Slice or first.in_shape != shape:  # (the chain starts at the root's shape)
             return None
-        off = 0
         if len(steps) > 1:
             head = steps[-2]
             off = offsets.get(head)
@@ -88,18 +108,8 @@ def _row_ranges(tensors: list):
                         return None
                     off += r[0]
                 offsets[head] = off
-        last = steps[-1]
-        r = last.rows() if type(last) is V.Slice else None
-        if r is None:
-            return None
-        a, b = r
-        if length is None:
-            length = b - a
-            if length <= 0:
-                return None
-        elif b - a != length:
-            return None
-        starts.append(off + a)
+            a += off
+        starts.append(a)
     return root, starts, length
 
 

@@ -30,6 +30,7 @@ def install(tensor_class: type) -> None:
     """Called once by :mod:`tensorwire.tensor` after ``Tensor`` is defined."""
     global Tensor
     Tensor = tensor_class
+    V.Tensor = tensor_class  # (the light windows basic_view makes)
 
 
 def _is_tensorlike(k) -> bool:

@@ -46,6 +46,10 @@ HOST_OPS = frozenset({"full", "add", "sub", "mul", "neg", "abs", "floor_divide",
                       "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
                       "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where", "cast"})
 HOST_ELEMENTS = 4096
+#: the ``_base_version`` of a light window (``views.basic_view``): no root's version (those count up from 0), so every
+#: reader that brings a view whose base changed up to date (``Tensor._refresh``: ``Session.record``, ``_numpy``,
+#: ``assign``, a compiled graph's arguments ...) materializes a light window first (``views.refresh``)
+LIGHT = -1
 #: the longest chain of recipes kept (a value further from a known or fetched one is the device's to give)
 MAX_DEPTH = 16
 
@@ -225,8 +229,8 @@ class KnownValues:
         None. A view of a small root keeps no recipe of its own (``views.basic_view``: a loader's windows of a text,
         made every step and never read): this works its value out when it is read."""
         root = t._base
-        if root is None or root._version != t._base_version:
-            return None
+        if root is None or root._version != t._base_version and t._base_version != LIGHT:  # (a light window is the
+            return None  # root's as it is now: views.basic_view)
         steps = t._vsteps
         if len(steps) + self._depth(root._id) > MAX_DEPTH or not small_value(root):
             return None

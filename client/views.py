@@ -15,7 +15,7 @@ from tensorwire.protocol.shapes import numel, slice_len
 
 from . import autocast_state as _amp
 from . import autograd_hooks as _hooks
-from .known_values import small_value
+from .known_values import LIGHT, small_value
 
 _amp_active = _amp._active
 #: the view ops recorded lazily (``Session.record``'s ``lazy``: only when something reads the view)
@@ -120,7 +120,9 @@ class Expand(ViewStep):
 class Slice(ViewStep):
     """Basic indexing: a strided slice, then a reshape that drops int dims and adds None dims."""
 
-    __slots__ = ("starts", "stops", "steps", "out_shape", "in_shape", "_known")
+    #: ``_light``: for a light window's own step (:func:`basic_view`), ``(parent, its handle, the root's version)``
+    #: when the window was taken, until the window is materialized (:func:`refresh`); else None
+    __slots__ = ("starts", "stops", "steps", "out_shape", "in_shape", "_known", "_light")
 
     def __init__(self, starts: list, stops: list, steps: list, out_shape: tuple, in_shape: tuple | None = None):
         # (the lists are kept, not copied: the caller made them for this step, and the recorded attrs share them)
@@ -130,6 +132,7 @@ class Slice(ViewStep):
         #: the slice is recorded with its key and meta given (its lengths and steps: the plan's part of a slice)
         self.in_shape = in_shape
         self._known = None
+        self._light = None
 
     def on_host(self, value: np.ndarray) -> np.ndarray:
         """The view of a host value (a value the client already has, see ``known_values``)."""
@@ -229,7 +232,8 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
     outside autograd and not a view whose base changed, else its nodes recorded with autograd
     (``autograd_engine.record_grad``, which brings a stale view up to date first); the nodes, view and known-value
     recipe :meth:`Slice.forward` and ``Tensor._view`` make (the recipe only where :func:`derive_view` keeps one),
-    without their general work."""
+    without their general work. Rows of ``x`` outside autograd (``data[i:i + 8]``) are a light window
+    (:func:`_light_window`): no node until something other than ``stack``/``cat`` reads it."""
     step = Slice(starts, stops, steps, out, x._shape)
     s = x._s
     b = x._base
@@ -240,6 +244,9 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
     if not grad and b is not None and b._version != x._base_version:
         return x._view(step)
     dt = x.dtype
+    if lens is not None and not grad and lens == out and out[0] and out[0] != x._shape[0] \
+            and (len(out) == 1 or out[1:] == x._shape[1:]):  # (rows of x, not all of them, with unit steps)
+        return _light_window(s, x, b, step, out, dt)
     if lens is None:
         lens = tuple([slice_len(a, c, st) for a, c, st in zip(starts, stops, steps)])
         known = slice_known(lens, tuple(steps), dt)
@@ -278,6 +285,64 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
         t._base_version = b._version
     derive_view(t, x, step.on_host)
     return t
+
+
+#: the lazy entry (``Session._lazy``) a light window's handle holds while it is light: no node, no input pinned, so
+#: its handle goes as a lazy node dropped unrecorded does (``Session._take_release``), never to a device. Never
+#: recorded: a light window is materialized (given another handle) before anything reads its handle
+_LIGHT_NODE = ("light window", (), None, None, [], None, None, None)
+#: the client's ``Tensor`` class, installed by ``indexing.install`` (this module never imports ``tensor``)
+Tensor: type | None = None
+_new_tensor = object.__new__
+
+
+def _light_window(s, x, b, step: Slice, out: tuple, dt):
+    """A light window: ``x[a:b]`` of rows of ``x`` (a unit-step slice of dim 0 taking every other dim whole, not
+    empty), outside autograd, autocast and capture, ``x`` up to date with its root. It is a view of ``x``'s root
+    (``_base``, ``_vsteps`` as any view) that records nothing and pins nothing while only ``stack``/``cat`` read it
+    (``combine._row_ranges``: the windows of one root are ONE gather of the root's rows, a batch loader's
+    ``torch.stack([data[i:i + 8] for i in ix])``). Its ``_base_version`` is :data:`LIGHT`: anything else that reads it
+    brings it up to date first (:func:`refresh`), and so gets, in program order, the lazy node ``basic_view`` makes
+    for any other view (the same node, when neither the root nor ``x`` changed since; else the view recomputed from
+    the root as it is now, what torch's shared storage shows)."""
+    hid = next(s._ids)
+    s._lazy[hid] = _LIGHT_NODE
+    t = _new_tensor(Tensor)
+    t._init(s, hid, out, dt, x._dev)
+    if b is None:
+        t._base = x
+        t._vsteps = (step,)
+        step._light = (x, x._id, x._version)
+    else:
+        t._base = b
+        t._vsteps = x._vsteps + (step,)
+        step._light = (x, x._id, b._version)
+    t._base_version = LIGHT
+    return t
+
+
+def _materialize(view) -> None:
+    """Bring light window ``view`` (:func:`_light_window`) up to date: give it the lazy node of its slice of its
+    parent (``basic_view``'s, and the known-value recipe ``derive_view`` keeps) when neither its root nor the parent
+    changed since it was taken, else recompute it from its root as :func:`refresh` does any view whose base changed."""
+    steps = view._vsteps
+    step = steps[-1]
+    x, xid, version = step._light
+    step._light = None  # (its parent no longer held)
+    root = view._base
+    s = view._s
+    if root._version == version and x._id == xid and s._capture is None:
+        t = s.defer_view("slice", x, {"starts": step.starts, "stops": step.stops, "steps": step.steps},
+                         step._key_meta(x))
+    else:
+        t = root
+        for st in steps:
+            t = st.forward(t)
+        x = None
+    _swap(view, t)
+    view._base_version = root._version
+    if x is not None:
+        derive_view(view, x, step.on_host)
 
 
 def derive_view(t, x, on_host) -> None:
@@ -402,9 +467,13 @@ def mark_view(out, src, step: ViewStep):
 
 
 def refresh(view) -> None:
-    """Recompute a view whose base changed since it was computed."""
+    """Recompute a view whose base changed since it was computed (a light window: materialize it, see
+    :func:`_materialize`)."""
     root = view._base
     if root._version == view._base_version:
+        return
+    if view._base_version == LIGHT:
+        _materialize(view)
         return
     t = root
     for step in view._vsteps:

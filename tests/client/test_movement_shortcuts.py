@@ -50,6 +50,19 @@ def _general(monkeypatch):
     monkeypatch.setattr(I, "_basic_tuple", lambda shape, key: None)
 
 
+def _no_light_windows(monkeypatch):
+    """Makes ``views.basic_view`` give a row slice the lazy view it gives any other slice, not a light window (no node
+    until read: ``test_light_windows.py``), so that what the shortcuts record is comparable with the general path."""
+    def lazy_view(s, x, b, step, out, dt):
+        t = s.defer_view("slice", x, {"starts": step.starts, "stops": step.stops, "steps": step.steps},
+                         step._key_meta(x))
+        V.mark_view(t, x, step)
+        V.derive_view(t, x, step.on_host)
+        return t
+
+    monkeypatch.setattr(V, "_light_window", lazy_view)
+
+
 def _rel(i, base: int):
     """Handle ``i`` counted from ``base`` (a handle made before: as it is)."""
     return i - base if i is not None and i >= base else i
@@ -96,6 +109,7 @@ def _env(requires_grad: bool) -> dict:
 @pytest.mark.parametrize("mode", ["grad", "no_grad", "plain"])
 def test_the_shortcuts_record_what_the_general_path_records(session, monkeypatch, mode):
     env = _env(mode != "plain")
+    _no_light_windows(monkeypatch)
     fast = {}
     for chain in CHAINS:
         _trace(session, env, chain, mode != "no_grad")  # (the first time fills the memos: the second reads them)

@@ -79,7 +79,9 @@ def test_indexing_an_element_records_a_slice_and_a_reshape_in_one_call(session):
     x = tw.zeros(6, 1, 57)
     with counted(session, "record") as (n, ops), counted(session, "defer_view") as (_, deferred):
         e = x[2]  # (one lazy node for both, see test_lazy_nodes; made by Session.defer_view, indexing's shortcut)
-        x[1:3]
+        w = x[1:3]  # (rows: a light window, views.basic_view, no node until read)
+        assert ops == [] and deferred == ["slice"]
+        w._refresh()  # (read: its lazy slice, made by Session.defer_view too)
     assert ops == [] and deferred == ["slice", "slice"]
     session.flush()
     e + 0

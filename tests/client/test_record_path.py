@@ -8,6 +8,7 @@ import gc
 import numpy as np
 
 import tensorwire as tw
+from tensorwire.known_values import LIGHT
 from tensorwire.protocol.graph import attrs_key
 from tensorwire.protocol.ops import infer
 
@@ -34,6 +35,8 @@ def test_a_slice_bounded_by_known_values_is_one_lazy_slice_with_the_inferred_key
     ix = tw.tensor([3, 40, 91])
     for i in ix:
         s = data[i:i + 8]
+        assert s._base_version == LIGHT and _lazy_node(session, s)[0] == "light window"  # (views.basic_view)
+        s._refresh()  # (what a reader other than stack/cat does first: the window becomes its slice's lazy node)
         op, attrs, akey, then = _lazy_node(session, s)
         assert op == "slice" and then is None
         assert akey == attrs_key("slice", attrs)
