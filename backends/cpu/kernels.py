@@ -379,7 +379,11 @@ def _pad(ins, a, shape, dt):
     lo = [max(p[2 * i], 0) for i in range(x.ndim)]
     # filled, then the input copied in: ~2x faster than np.pad, which fills each side axis by axis (a slice's
     # gradient is a pad of the whole source, ~10 MB a step for a recurrent layer's packed output)
-    out = np.full(tuple(shape), np.asarray(a.get("value", 0)).astype(x.dtype), x.dtype)
+    # (a zero pad, the gradient's, from np.zeros: calloc'd memory needs no fill pass, ~1.5x faster for 8 MB)
+    v = a.get("value", 0)
+    zero = type(v) in (int, float, bool) and v == 0 and math.copysign(1.0, v) > 0  # (not -0.0: its sign is kept)
+    out = np.zeros(tuple(shape), x.dtype) if zero else np.full(
+        tuple(shape), np.asarray(v).astype(x.dtype), x.dtype)
     out[tuple(slice(b, b + n) for b, n in zip(lo, x.shape))] = x
     return out
 

@@ -21,14 +21,19 @@ from ..codegen.cache import UnsafeKernelCache
 from .compiled import runtime
 
 _LSTM = """
-void lstm_fwd_{s}(TW_U64 pre_, TW_U64 cp_, long cps, TW_U64 y_, long ys, long B, long H) {{
-  const {T} *pre = (const {T} *)pre_, *cp = (const {T} *)cp_; {T} *y = ({T} *)y_;
+void lstm_fwd_{s}(TW_U64 pre_, TW_U64 bias_, TW_U64 x_, TW_U64 cp_, long cps, TW_U64 y_, long ys, long B,
+                  long H) {{
+  const {T} *pre = (const {T} *)pre_, *bias = (const {T} *)bias_, *x = (const {T} *)x_, *cp = (const {T} *)cp_;
+  {T} *y = ({T} *)y_;
   for (long b = 0; b < B; b++) {{
-    const {T} *p = pre + b * 4 * H, *c0 = cp + b * cps; {T} *r = y + b * ys;
+    const {T} *p = pre + b * 4 * H, *xr = x + b * 4 * H, *c0 = cp + b * cps; {T} *r = y + b * ys;
     #pragma omp simd
     for (long j = 0; j < H; j++) {{
-      {T} i = 1 / (1 + {exp}(-p[j])), f = 1 / (1 + {exp}(-p[H + j])), g = {tanh}(p[2 * H + j]);
-      {T} o = 1 / (1 + {exp}(-p[3 * H + j]));
+      /* (h W_hh^T + b_hh) + gi_t, rounded in that order as the numpy steps add them */
+      {T} ai = (p[j] + bias[j]) + xr[j], af = (p[H + j] + bias[H + j]) + xr[H + j];
+      {T} ag = (p[2 * H + j] + bias[2 * H + j]) + xr[2 * H + j], ao = (p[3 * H + j] + bias[3 * H + j]) + xr[3 * H + j];
+      {T} i = 1 / (1 + {exp}(-ai)), f = 1 / (1 + {exp}(-af)), g = {tanh}(ag);
+      {T} o = 1 / (1 + {exp}(-ao));
       {T} c = f * c0[j] + i * g;
       r[j] = o * {tanh}(c); r[H + j] = c; r[2 * H + j] = i; r[3 * H + j] = f; r[4 * H + j] = g; r[5 * H + j] = o;
     }}
@@ -93,7 +98,8 @@ void gru_bwd_{s}(TW_U64 y_, long ys, TW_U64 gy_, long gs, int gates, TW_U64 hp_,
 
 _TYPES = {"float32": ("float", "f32", "expf", "tanhf"), "float64": ("double", "f64", "exp", "tanh")}
 _SIGNATURES = {
-    "lstm_fwd": "void (*)(unsigned long long, unsigned long long, long, unsigned long long, long, long, long)",
+    "lstm_fwd": "void (*)(unsigned long long, unsigned long long, unsigned long long, unsigned long long, long, "
+                "unsigned long long, long, long, long)",
     "lstm_bwd": "void (*)(unsigned long long, long, unsigned long long, long, int, unsigned long long, long, "
                 "unsigned long long, unsigned long long, unsigned long long, long, long)",
     "gru_fwd": "void (*)(unsigned long long, long, unsigned long long, unsigned long long, long, unsigned long long, "
