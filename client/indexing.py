@@ -129,7 +129,7 @@ def _int(v):
         if not v._shape and v.dtype.category == 1:  # (a 0-d integer bound the client has, ``data[i:i + 8]``:
             s, b = v._s, v._base  # read here, as ``item`` would)
             if s._capture is None and (b is None or b._version == v._base_version):
-                a = s._known.get(v._id)
+                a = s._known.peek(v._id)  # (not counted as a read: a bound's read is the dict's get alone)
                 if a is not None:
                     return a.item()  # (a 0-d integer array: its Python int)
         return int(v.item())

@@ -26,7 +26,7 @@ the client. Entries go when their handle is released, and the oldest go past :da
 from __future__ import annotations
 
 import operator
-from collections import OrderedDict, deque
+from collections import deque
 
 import numpy as np
 
@@ -71,22 +71,27 @@ class KnownValues:
     (:data:`_OF_ALL`, :data:`_OF_INPUT`, or a value kept when the recipe was made)."""
 
     def __init__(self, limit: int = LIMIT_BYTES):
-        self._values: OrderedDict[int, np.ndarray] = OrderedDict()
+        # (a plain dict whose order is the reads' recency, least recent first: a read moves its entry to the end. Not
+        # an OrderedDict: a loader keeps and forgets a few hundred slice bounds a step, and a dict's store and pop
+        # cost about half an OrderedDict's)
+        self._values: dict[int, np.ndarray] = {}
         self._recipes: dict[int, tuple] = {}
         self.bytes = 0
         self.limit = limit
         self.hits = 0  # reads answered here (tests and stats)
+        #: ``peek(hid)``: handle ``hid``'s value if kept, not counted as a read and its age unchanged (the dict's own
+        #: ``get``, called directly: a slice bound's read, ``indexing._int``, and ``known_int_op`` make it a few hundred
+        #: times a step)
+        self.peek = self._values.get
 
     def get(self, hid: int) -> np.ndarray | None:
-        v = self._values.get(hid)
+        """Handle ``hid``'s value if kept, counted as a read (it becomes the most recently read)."""
+        values = self._values
+        v = values.pop(hid, None)
         if v is not None:
-            self._values.move_to_end(hid)
+            values[hid] = v
             self.hits += 1
         return v
-
-    def peek(self, hid: int) -> np.ndarray | None:
-        """Handle ``hid``'s value if kept (not counted as a read, its age unchanged)."""
-        return self._values.get(hid)
 
     def has(self, hid: int) -> bool:
         """Whether handle ``hid``'s value is kept (not counted as a read)."""
@@ -114,19 +119,25 @@ class KnownValues:
         if self.bytes > self.limit:
             self._evict()
 
-    def put_new(self, hid: int, value: np.ndarray) -> None:
-        """:meth:`put` for a handle just made, of which nothing is kept or followed yet, and a value already
-        read-only and small (:func:`int64_value`'s): kept without put's checks."""
-        self._values[hid] = value
-        self.bytes += value.nbytes
+    def put_int64(self, hid: int, value: int, device: str) -> tuple:
+        """Keep ``value`` (an int in int64's range) as the value of handle ``hid``, just made (nothing kept or
+        followed for it yet), a 0-d int64 on ``device``; returns the lazy node that gives it (:func:`int64_node`'s,
+        shared by the handles of that value: ``Session.known_int64`` keeps it as the handle's lazy node). One call for
+        the node and the value: the client makes a few hundred of these a step (a loader's slice bounds)."""
+        e = _INT64_NODES.get(value)
+        if e is None or e[0][3] != device:
+            e = int64_node(value, device)
+        self._values[hid] = e[1]
+        self.bytes += 8
         if self.bytes > self.limit:
             self._evict()
+        return e[0]
 
     def _evict(self) -> None:
         """Drop the least recently used values until at most :attr:`limit` bytes are kept."""
         values = self._values
         while self.bytes > self.limit and values:
-            _, old = values.popitem(last=False)
+            old = values.pop(next(iter(values)))  # (the first entry: the least recently read)
             self.bytes -= old.nbytes
 
     def derive(self, hid: int, parent, on_host) -> None:
@@ -176,33 +187,6 @@ class KnownValues:
         if out is not None:
             self.put(hid, out)
         return hid in known or hid in self._recipes
-
-    def int_scalar_op(self, t, op: str, other: int, reverse: bool):
-        """``t <op> other`` (``other <op> t`` when ``reverse``) for a 0-d int64 tensor ``t`` whose value is kept here
-        and a Python int ``other`` (``i + 8`` of a slice bound), ``op`` one of :data:`_SCALAR_INT`; None where this is
-        not that case (another op: ``Tensor._binary`` then records it as any op).
-
-        The result's value is computed here, and its tensor is ONE lazy node that gives that value, a 0-d int64
-        ``full`` (the node ``Session.scalar`` makes for a Python int), by ``Session.known_int64``: not the ``add`` of
-        ``t`` and a scalar operand that the general path records (two nodes, two tensors, ``t`` pinned). A slice
-        bound is only read here, so the node is never recorded; a recorded node that reads it gets the same value. The
-        result is not tracked by autograd either way (an integer tensor), and in ``tw.compile``'s capture, autocast
-        or for a ``t`` that requires grad this stands aside (the general path then records the op)."""
-        values = self._values
-        hid = t._id
-        va = values.get(hid)  # (first: the one test most calls fail)
-        if va is None:
-            return None
-        fn = _SCALAR_INT.get(op)
-        s = t._s
-        b = t._base
-        if fn is None or s._capture is not None or _amp_active[0] or t.requires_grad or not _MIN64 <= other <= _MAX64 \
-                or (b is not None and (b._version != t._base_version or b.requires_grad)):  # (a stale view: record's)
-            return None
-        values.move_to_end(hid)  # (a read, as :meth:`get` counts it)
-        self.hits += 1
-        r = fn(other, va.item()) if reverse else fn(va.item(), other)
-        return s.known_int64(r if _MIN64 <= r <= _MAX64 else _wrap64(r), t._dev)
 
     def recipe(self, hid: int):
         """``(inputs, fn)`` when handle ``hid``'s value can be followed from its inputs' here: each input still holds
@@ -278,6 +262,34 @@ _MIN64, _MAX64 = -_HALF_WRAP, _HALF_WRAP - 1
 #: int64 arithmetic on two 0-d int64 values, in Python ints wrapped to 64 bits as numpy's kernels wrap them (the
 #: commonest host op, ``i + 8`` of a slice bound: numpy's dispatch for one element costs several times the sum)
 _SCALAR_INT = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
+
+
+def rsub(a: int, b: int) -> int:
+    """``b - a``: ``other - t`` (``Tensor.__rsub__``) as :func:`known_int_op`'s ``fn(t's value, other)``."""
+    return b - a
+
+
+def known_int_op(t, fn, other: int):
+    """``fn(t's value, other)`` for a 0-d int64 tensor ``t`` whose value the client keeps and a Python int ``other``
+    in int64's range (``i + 8`` of a slice bound: ``Tensor.__add__`` and its kin call this first), computed here on
+    Python ints and wrapped to int64 as torch's (and numpy's) int64 arithmetic wraps; the result is torch's dtype for
+    an int64 tensor with a Python int, int64. Its tensor is ``Session.known_int64``'s: ONE lazy 0-d int64 ``full`` of
+    the value (the node ``Session.scalar`` makes for a Python int), recorded only if a recorded node reads it, not the
+    ``add`` of ``t`` and a scalar operand that the general path records (two nodes, ``t`` pinned). None where this
+    is not that case: the value not kept, ``other`` past int64's range (the general path's), in
+    ``tw.compile``'s capture (a replay's values are new each time) or autocast, ``t`` a view whose base changed
+    since (recomputed by the general path first) or tracked by autograd (an integer tensor never is, as in torch);
+    the caller then records the op as any op."""
+    s = t._s
+    va = s._known.peek(t._id)  # (first: the one test most calls fail)
+    if va is None:
+        return None
+    b = t._base
+    if s._capture is not None or _amp_active[0] or t.requires_grad or not _MIN64 <= other <= _MAX64 \
+            or (b is not None and (b._version != t._base_version or b.requires_grad)):  # (a stale view: record's)
+        return None
+    r = fn(va.item(), other)
+    return s.known_int64(r if _MIN64 <= r <= _MAX64 else _wrap64(r), t._dev)
 
 
 #: read-only 0-d int64 arrays by value, shared by the handles that hold that value (a loader's slice bounds, ``i + 8``,

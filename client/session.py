@@ -75,10 +75,11 @@ from .channels import (
     batch_device,
 )
 from .gc_policy import tune_client_gc
-from .known_values import HOST_OPS, KnownValues, int64_node
+from .known_values import HOST_OPS, KnownValues
 from .tensor import Tensor
 
 _new_tensor = object.__new__
+_INT64 = D.int64
 _first = itemgetter(0)  # (a pending entry's handle)
 _inputs = itemgetter(2)  # (... and its input handles)
 _second = itemgetter(1)  # (a lazy node's input handles)
@@ -736,15 +737,13 @@ class Session:
         ONE lazy ``full`` node (the node :meth:`scalar` makes for a Python int; ``known_values.int64_node``), never
         recorded unless a recorded node reads it, and then it gives ``value``; no input pinned. The 0-d int64 values
         the client computes or reads off a known tensor (``i + 8``, the elements of an iterated ``ix``:
-        ``KnownValues.int_scalar_op``, ``indexing.iter_known``) are made here, outside ``tw.compile``'s capture:
-        :meth:`defer`'s node and ``KnownValues.put_new``'s entry, in one step (a loader makes a few hundred a
-        step)."""
-        node, value = int64_node(value, device)
+        ``known_values.known_int_op``, ``indexing.iter_known``) are made here, outside ``tw.compile``'s capture:
+        :meth:`defer`'s node and the known value, in one step (``KnownValues.put_int64``: a loader makes a few hundred
+        a step)."""
         hid = next(self._ids)
-        self._lazy[hid] = node
-        self._known.put_new(hid, value)
+        self._lazy[hid] = self._known.put_int64(hid, value, device)
         t = _new_tensor(Tensor)
-        t._init(self, hid, (), D.int64, device)
+        t._init(self, hid, (), _INT64, device)
         return t
 
     def _resolve(self, ids: list, where=None) -> list:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import copy
 import math
+import operator
 from collections import namedtuple
 from collections.abc import Sequence
 
@@ -40,6 +41,8 @@ from .autograd_hooks import check_inplace as _check_inplace
 from .autograd_hooks import detach as _detach
 from .autograd_hooks import record as _hooks_record
 from .combine import arange_like, cat, where
+from .known_values import known_int_op as _known_int_op
+from .known_values import rsub as _rsub
 from .printing import format_tensor
 from .sparse_layout import strided as _strided
 from .zero_grads import zero_grad_from
@@ -47,6 +50,8 @@ from .zero_grads import zero_grad_from
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
 _DETACHED = V.Detached()  # (``.data``'s view step: it holds nothing, so every ``.data`` shares one)
 _Number = (int, float, bool, complex, np.number, np.bool_)
+_INT64 = D.int64
+_op_add, _op_sub, _op_mul = operator.add, operator.sub, operator.mul
 
 
 class Size(tuple):
@@ -293,10 +298,6 @@ class Tensor(TensorBase):
         return _factories.from_data(self._s, other, None, self._dev)
 
     def _binary(self, op: str, other, reverse: bool = False) -> Tensor:
-        if type(other) is int and not self._shape and self.dtype is D.int64:
-            t = self._s._known.int_scalar_op(self, op, other, reverse)  # (``i + 8`` of a known slice bound)
-            if t is not None:
-                return t
         o = self._operand(other)
         # (3: this frame and its caller, one of the operator methods here, are skipped in the search for the user's
         # line, see autograd_hooks.record)
@@ -521,22 +522,42 @@ class Tensor(TensorBase):
         return self.new_zeros(*size, dtype=dtype, device=device)
 
     # ------------------------------------------------------------------ operators
+    # (``+``, ``-``, ``*`` of a 0-d int64 whose value the client keeps and a Python int, ``i + 8`` of a slice bound:
+    # computed on the client first, ``known_values.known_int_op``; the general path when it stands aside)
     def __add__(self, o):
+        if type(o) is int and self.dtype is _INT64 and not self._shape \
+                and (t := _known_int_op(self, _op_add, o)) is not None:
+            return t
         return self._binary("add", o)
 
     def __radd__(self, o):
+        if type(o) is int and self.dtype is _INT64 and not self._shape \
+                and (t := _known_int_op(self, _op_add, o)) is not None:
+            return t
         return self._binary("add", o, True)
 
     def __sub__(self, o):
+        if type(o) is int and self.dtype is _INT64 and not self._shape \
+                and (t := _known_int_op(self, _op_sub, o)) is not None:
+            return t
         return self._binary("sub", _no_bool_sub(self, o))
 
     def __rsub__(self, o):
+        if type(o) is int and self.dtype is _INT64 and not self._shape \
+                and (t := _known_int_op(self, _rsub, o)) is not None:
+            return t
         return self._binary("sub", _no_bool_sub(self, o), True)
 
     def __mul__(self, o):
+        if type(o) is int and self.dtype is _INT64 and not self._shape \
+                and (t := _known_int_op(self, _op_mul, o)) is not None:
+            return t
         return self._binary("mul", o)
 
     def __rmul__(self, o):
+        if type(o) is int and self.dtype is _INT64 and not self._shape \
+                and (t := _known_int_op(self, _op_mul, o)) is not None:
+            return t
         return self._binary("mul", o, True)
 
     def __truediv__(self, o):

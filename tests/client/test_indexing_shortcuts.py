@@ -1,5 +1,5 @@
 """The client's shortcuts for basic indexing, iteration of a known tensor and integer arithmetic on known 0-d values
-(issue 37: ``views.basic_view``, ``indexing.iter_known``, ``KnownValues.int_scalar_op``, all through
+(issue 37: ``views.basic_view``, ``indexing.iter_known``, ``known_values.known_int_op``, all through
 ``Session.defer``) make what the general path (``Session.record`` through a view step or ``autograd_hooks``) makes:
 the same view of the same root base, the same known value, the same errors, and the same lazy node, but for a 0-d
 int64 whose value the shortcut knows (``i + 8``, an element of an iterated 1-d int64 ``ix``): that is ONE lazy

@@ -52,7 +52,7 @@ def test_a_float_op_never_asks_the_known_values(session):
     known.compute = lambda *args: calls.append((args[1], args[5])) or orig(*args)  # (op, result dtype)
     try:
         c = a + b
-        i = tw.tensor([2]) + 3  # (1-d: a 0-d int64 with a Python int takes the shortcut, KnownValues.int_scalar_op)
+        i = tw.tensor([2]) + 3  # (1-d: a 0-d int64 with a Python int takes the shortcut, known_values.known_int_op)
     finally:
         del known.compute
     assert ("add", tw.int64) in calls and not [dt for _, dt in calls if dt.is_floating_point]

@@ -29,3 +29,17 @@ def test_forget_drops_released_values_and_recipes_and_their_bytes():
     known.forget([])
     known.forget([1])
     assert known.bytes == 0 and not known.follows(1)
+
+
+def test_past_the_limit_the_least_recently_read_values_go_first():
+    known = KnownValues(limit=24)
+    for hid in (1, 2, 3):
+        known.put(hid, int64_value(hid))
+    assert known.get(1) == 1 and known.hits == 1  # (1 read: 2 is now the least recently read)
+    assert known.peek(2) == 2 and known.has(3)  # (neither counts as a read)
+    known.put(4, int64_value(4))
+    assert not known.has(2) and [h for h in (1, 3, 4) if known.has(h)] == [1, 3, 4] and known.bytes == 24
+    known.put_int64(5, 5, "cpu:0")  # (a slice bound's value: kept as any value)
+    assert not known.has(3) and known.get(5) == 5 and known.bytes == 24
+    known.put(6, int64_value(6))
+    assert not known.has(1) and known.has(4) and known.has(5) and known.has(6)
