@@ -189,13 +189,15 @@ class Device:
     def hot_build_runs(self) -> int:
         """After how many runs a plan that became hot after :meth:`hot_runs` runs (the default, a small fragment's)
         is compiled when its kernels must be built (not in the kernel cache yet: the compiler runs, which costs far
-        more than loading them); until then it stays interpreted (see :mod:`tensorwire.backends.hot`). 0 (the
-        default): as soon as it is hot."""
+        more than loading them); until then it stays interpreted (see :mod:`tensorwire.backends.hot`). So does a
+        later plan of a fragment whose compiled plan the device measured before, when its kernels have left the
+        cache. 0 (the default): as soon as it is hot."""
         return 0
 
     def hot_trials(self) -> int:
         """How many runs each way a hot plan's compiled runners are measured against its interpreted ones before
-        the plan takes them (:class:`tensorwire.backends.hot.Trial`); 0: taken unmeasured."""
+        the plan takes them (:class:`tensorwire.backends.hot.Trial`; the runs are the device's, counted by fragment
+        across plans and sessions); 0: taken unmeasured."""
         return TRIAL_RUNS
 
     def runner(self, plan, keep: frozenset):

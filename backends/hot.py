@@ -25,10 +25,23 @@ whose results the batch gets. The worker then takes the compiled plan in place o
 between two runs) if its fastest run is at most :data:`TRIAL_MARGIN` above the interpreted one's fastest (what
 others running on the machine do to a run, cache misses and a shared core's cycles, only ever adds to its time:
 medians of 3 runs took a char-RNN step's plan compiled at ~1.5x its interpreted time, issue 37); otherwise the plan
-stays interpreted for good, and the device remembers the fragment (:meth:`Structures.note_verdict`): a plan of it made
-again (a plan the cache evicted) is never compiled. ``hot_trials() == 0`` takes a compiled plan unmeasured. The
-worker's ``stats`` count the verdicts per session (``hot_plans``: taken; ``hot_slower``: measured slower, kept
-interpreted), and each is logged at debug level.
+stays interpreted for good. ``hot_trials() == 0`` takes a compiled plan unmeasured.
+
+The trial's times and its verdict are the device's, kept by fragment (:class:`Measured`, :meth:`Structures.measure`:
+the hash of :func:`fragment`; the last :data:`STRUCTURES_REMEMBERED` fragments used), not the plan's: plans are a
+session's, and a script run again is a new session whose plans are new (issue 37: the BiLSTM's large fragments, 8
+steps a run, compile after 2 runs, and their trial could not end within a run: it was lost with the session, and the
+next run's plans of them, of fragments planned before, waited ``Device.hot_runs()`` runs to begin one again). A plan
+made later of a fragment measured before (another session's, or one the plan cache evicted) compiles after its first
+run, from the kernel cache (``codegen.cache.cached_only``; its kernels were built for the trial; a miss waits
+``Device.hot_build_runs()`` runs, as a small fragment's): one whose compiled plan was taken is taken unmeasured; one
+whose trial is not over installs a trial that goes on from the runs measured so far (a warm-up of its own compiled
+runner, then each run the way measured fewer times), adding runs, not starting over; one measured slower is never
+compiled. Nothing else passes between sessions: the times are CPU seconds, no buffer or value of a session's. The
+worker's ``stats`` count the verdicts applied to the session's plans (``hot_plans``: plans compiled, after a trial
+or on an earlier trial's verdict; ``hot_slower``: trials that ended in the session measuring the compiled plan slower,
+which leaves the plan interpreted; a plan of a fragment known slower is not counted: it is never compiled), and each
+trial's verdict is logged at debug level.
 
 A fragment large enough to compile is compiled after its first runs (``Device.hot_runs(steps)``), unless its
 *structure* (its ops and their wiring, its inputs' dtypes and ranks) has been planned on the device at other shapes
@@ -170,6 +183,20 @@ class Budget:
 _BUDGET = Budget()
 
 
+class Measured:
+    """A fragment's trial on a device (:class:`Trial`), kept by the device (:meth:`Structures.measure`) beyond the
+    plan and the session that ran it: the CPU seconds of each run of its interpreted and its compiled runners
+    (``times``: the trials of later plans of the fragment add theirs), and the verdict once there is one
+    (``compiled``: True, the compiled plan was taken; False, it measured slower; None, not over yet). Plain numbers:
+    no plan, buffer or value of a session's."""
+
+    __slots__ = ("times", "compiled")
+
+    def __init__(self):
+        self.times: tuple[list[float], list[float]] = ([], [])  # interpreted, compiled: CPU seconds a run
+        self.compiled: bool | None = None
+
+
 class Structures:
     """What one device has planned: the shapes each fragment structure was planned at, and the fragments planned
     (hashes: :func:`structure`, :func:`shapes`, :func:`fragment`; the last :data:`STRUCTURES_REMEMBERED` of each)."""
@@ -177,33 +204,49 @@ class Structures:
     def __init__(self):
         self._shapes: OrderedDict[int, set] = OrderedDict()
         self._fragments: OrderedDict[int, None] = OrderedDict()
-        self._slower: OrderedDict[int, None] = OrderedDict()  # fragments whose compiled plan measured slower
+        #: fragments whose compiled plan this device has measured: their trials, over or not (see :class:`Measured`)
+        self._measured: OrderedDict[int, Measured] = OrderedDict()
         self._lock = threading.Lock()
         self.planned = 0  # plans noted so far (see :meth:`unsettled`)
         #: plans noted of a structure planned before at other shapes (see :meth:`unsettled`)
         self.reshaped = 0
-        #: trial verdicts so far: compiled plans taken, and compiled plans measured slower (kept interpreted)
+        #: verdicts applied to plans so far: compiled plans taken (after a trial, unmeasured, or on an earlier trial's
+        #: verdict), and compiled plans measured slower by a trial (kept interpreted)
         self.verdicts = {"compiled": 0, "interpreted": 0}
 
-    def note_verdict(self, compiled: bool, fragment: int | None) -> None:
-        """Count a trial's verdict; a ``fragment`` (:func:`fragment`'s hash, or None: not keyed) whose compiled plan
-        measured slower is remembered (the last :data:`STRUCTURES_REMEMBERED`): :func:`tier_for` never compiles it
-        again."""
+    def note_verdict(self, compiled: bool) -> None:
+        """Count a verdict applied to a plan (:meth:`Tier.take`; a compiled plan taken unmeasured counts as
+        compiled). The verdict itself is the fragment's :class:`Measured`'s, which its trial sets."""
         with self._lock:
             self.verdicts["compiled" if compiled else "interpreted"] += 1
-            if not compiled and fragment is not None:
-                self._slower[fragment] = None
-                if len(self._slower) > STRUCTURES_REMEMBERED:
-                    self._slower.popitem(last=False)
+
+    def measured(self, fragment: int) -> Measured | None:
+        """``fragment``'s trial on this device (:class:`Measured`: over or not), or None where it has had none
+        (or has been forgotten: the last :data:`STRUCTURES_REMEMBERED` fragments used are remembered)."""
+        with self._lock:
+            got = self._measured.get(fragment)
+            if got is not None:
+                self._measured.move_to_end(fragment)
+            return got
+
+    def measure(self, fragment: int) -> Measured:
+        """``fragment``'s trial on this device, made if it has none (see :meth:`measured`)."""
+        with self._lock:
+            got = self._measured.pop(fragment, None) or Measured()
+            self._measured[fragment] = got
+            if len(self._measured) > STRUCTURES_REMEMBERED:
+                self._measured.popitem(last=False)
+            return got
 
     def slower(self, fragment: int) -> bool:
         """Whether ``fragment``'s compiled plan measured slower than its interpreted one (see :class:`Trial`)."""
-        return fragment in self._slower
+        got = self._measured.get(fragment)
+        return got is not None and got.compiled is False
 
     @property
-    def any_slower(self) -> bool:
-        """Whether any fragment is remembered as slower compiled (else :func:`tier_for` need not hash a plan)."""
-        return bool(self._slower)
+    def any_measured(self) -> bool:
+        """Whether any fragment's compiled plan has been measured (else :func:`tier_for` need not hash a plan)."""
+        return bool(self._measured)
 
     def settled(self, structure: int, shapes: int, fragment: int) -> bool:
         """Note a plan of ``fragment`` (of ``structure`` at ``shapes``); False when that structure was planned at
@@ -278,15 +321,20 @@ def tier_for(device, runs: int, nodes: list, ext_metas: list, node_meta: list,
              attrs_keys: list | None = None) -> Tier | None:
     """The :class:`Tier` of a new plan that the device compiles when hot, compiled after ``runs`` runs (its steps'
     count, ``Device.hot_runs(steps)``), or, for a structure this device has planned at other shapes or a fragment it
-    has planned before, after as many as a small fragment waits (``Device.hot_runs()``) when that is more; None: it
-    is never compiled (see the module doc). ``attrs_keys``: as :func:`fragment` takes them."""
+    has planned before, after as many as a small fragment waits (``Device.hot_runs()``) when that is more; after its
+    first run, for a fragment whose compiled plan the device measured before and took, or has not finished measuring
+    (:meth:`Structures.measured`); None: it is never compiled (a fragment whose compiled plan measured slower; see
+    the module doc). ``attrs_keys``: as :func:`fragment` takes them."""
     hot_runs = device.hot_runs()
     known = structures_of(device)
     keys = None  # (the plan's structure, shapes and fragment, hashed once)
-    if known.any_slower:
+    if known.any_measured and runs > 0:
         keys = _keys(nodes, ext_metas, node_meta, attrs_keys)
-        if keys[2] is not None and known.slower(keys[2]):
-            return None  # its compiled plan measured slower before (see Trial)
+        measured = known.measured(keys[2]) if keys[2] is not None else None
+        if measured is not None:  # a plan of it was compiled before (see Trial): its verdict, or the rest of its trial
+            if measured.compiled is False:
+                return None  # its compiled plan measured slower
+            return Tier(nodes, ext_metas, 1, attrs_keys=attrs_keys, measured=measured, fragment=keys[2])
     if 0 < hot_runs <= runs or runs <= 0:
         return Tier(nodes, ext_metas, runs, attrs_keys=attrs_keys) if runs > 0 else None
     st, sh, fr = keys or _keys(nodes, ext_metas, node_meta, attrs_keys)
@@ -310,20 +358,25 @@ def _keys(nodes: list, ext_metas: list, node_meta: list, attrs_keys: list | None
 class Tier:
     """What a plan needs to be compiled later: its fragment, the metas of its inputs, how often it ran and with
     which kept-slot sets, the compiled plan once it is ready (``ready``; ``done`` is set either way), and its
-    :class:`Trial` against the interpreted plan (``trial``), whose verdict :meth:`take` applies."""
+    :class:`Trial` against the interpreted plan (``trial``), whose verdict :meth:`take` applies. ``measured``: the
+    device's trial of the fragment (``fragment``: its hash) when a plan of it was compiled before: the plan compiles
+    from the kernel cache after its first run, and is taken unmeasured (its compiled plan was taken before) or goes
+    on with that trial, adding its runs."""
 
     __slots__ = ("nodes", "ext_metas", "hot_runs", "runs", "keeps", "ready", "done", "early", "attrs_keys",
-                 "trial", "known", "verdict")
+                 "trial", "known", "verdict", "measured", "fragment")
 
     def __init__(self, nodes: list, ext_metas: list, hot_runs: int, early: tuple | None = None,
-                 attrs_keys: list | None = None):
+                 attrs_keys: list | None = None, measured: Measured | None = None, fragment: int | None = None):
         self.nodes, self.ext_metas = nodes, ext_metas
         self.hot_runs = hot_runs  # the runs after which it compiles (``Device.hot_runs`` of its steps)
         #: ``(structure, (Structures.planned, Structures.reshaped) when it was made)`` of a plan that compiles early
         #: (its structure's first shape): it waits as long as a small fragment after all if it proves unsettled by
         #: then (see :meth:`ran`)
         self.early = early
-        self.attrs_keys = attrs_keys  # (as :func:`fragment` takes them: to remember a slower fragment)
+        self.attrs_keys = attrs_keys  # (as :func:`fragment` takes them: to key its trial on the device)
+        self.measured = measured
+        self.fragment = fragment  # (:func:`fragment`'s hash, once known; None where not keyed)
         self.runs = 0
         self.keeps: list[frozenset] = []
         self.ready = None
@@ -353,11 +406,15 @@ class Tier:
                 return
             self.known = structures_of(device)
             # a small fragment's plan (hot after the device's hot_runs) has its kernels built only once it has run
-            # hot_build_runs times: until then it compiles only if they are in the kernel cache (see _compile)
-            build_runs = device.hot_build_runs() if early is None and hot_runs >= device.hot_runs() else 0
-            log.debug("hot plan of %d steps (%d nodes) compiles after %d runs%s", len(plan.program.steps),
+            # hot_build_runs times: until then it compiles only if they are in the kernel cache (see _compile); so
+            # does a plan of a fragment compiled before (its kernels were built then)
+            build_runs = (device.hot_build_runs() if self.measured is not None
+                          or (early is None and hot_runs >= device.hot_runs()) else 0)
+            log.debug("hot plan of %d steps (%d nodes) compiles after %d runs%s%s", len(plan.program.steps),
                       len(self.nodes), self.runs, " (its structure's first shape)" if early is not None else
-                      " if its kernels are in the cache" if build_runs > self.runs else "")
+                      " if its kernels are in the cache" if build_runs > self.runs else "",
+                      "" if self.measured is None else " (taken before)" if self.measured.compiled else
+                      " (its trial goes on)")
             _pool().submit(self._compile, device, plan, list(self.keeps), build_runs if build_runs > self.runs else 0)
 
     def _compile(self, device, plan, keeps: list[frozenset], build_runs: int = 0) -> None:
@@ -369,6 +426,8 @@ class Tier:
         t0 = time.monotonic()
         waits = False
         try:
+            if self.measured is not None and self.measured.compiled is False:  # (measured slower meanwhile)
+                return
             with cached_only() if build_runs else nullcontext():
                 hot = compile_plan(device, self.nodes, self.ext_metas, hot=True)
                 by_node = {s: hot.node_slot[j] for j, s in enumerate(plan.node_slot) if s is not None}
@@ -381,8 +440,13 @@ class Tier:
                         built += 1
             if built == len(keeps):
                 trials = device.hot_trials()
-                if trials > 0:
-                    self.trial = Trial(plan, hot, by_node, keeps, trials)
+                measured = self.measured
+                if trials > 0 and (measured is None or measured.compiled is None):
+                    if measured is None:  # the device keeps the trial (a later plan of the fragment goes on with it)
+                        if self.fragment is None:
+                            self.fragment = _keys(self.nodes, self.ext_metas, plan.node_meta, self.attrs_keys)[2]
+                        measured = Measured() if self.fragment is None else self.known.measure(self.fragment)
+                    self.trial = Trial(plan, hot, by_node, keeps, trials, measured)
                 self.ready = hot
         except NotCached:  # the compiler would run: not before the plan has run build_runs times
             waits = True
@@ -426,15 +490,14 @@ class Tier:
                       len(plan.program.steps), trial.best(0) * 1e6, trial.best(1) * 1e6, trial.runs,
                       "compiled" if compiled else "stays interpreted")
             if self.known is not None:
-                self.known.note_verdict(compiled, None if compiled else
-                                        _keys(self.nodes, self.ext_metas, plan.node_meta, self.attrs_keys)[2])
+                self.known.note_verdict(compiled)
             if not compiled:
                 plan.tier = None
                 self.ready = None
                 self.verdict = "slower"
                 return False
         elif self.known is not None:
-            self.known.note_verdict(True, None)
+            self.known.note_verdict(True)
         plan.tier = None
         self.verdict = "compiled"
         vars(plan).update(vars(hot))
@@ -444,20 +507,25 @@ class Tier:
 class Trial:
     """A hot plan's interpreted and compiled runners, measured against each other on the plan's own runs (see the
     module doc). :meth:`install` puts a measuring runner on the interpreted plan for each kept-slot set the compiled
-    plan was built for: a first run warms the compiled runner, then the runs alternate, interpreted first, until
-    each way has ``runs`` times (the running thread's CPU time around the runner alone); ``verdict`` is then True
-    (take the compiled plan: its fastest run is at most :data:`TRIAL_MARGIN` above the interpreted one's, or False), and
-    later runs are interpreted until :meth:`Tier.take` applies it. A compiled run that raises settles it: False. One
-    that cannot measure (none of the kept-slot sets the plan ran with, see :data:`TRIAL_PATIENCE`) leaves the plan
-    interpreted, not remembered as slower.
+    plan was built for: a first run warms the compiled runner, then each run goes the way measured fewer times so far
+    (interpreted first: a new trial alternates), until each way has ``runs`` times (the running thread's CPU time
+    around the runner alone); ``verdict`` is then True (take the compiled plan: its fastest run is at most
+    :data:`TRIAL_MARGIN` above the interpreted one's, or False), and later runs are interpreted until :meth:`Tier.take`
+    applies it. A compiled run that raises settles it: False. One that cannot measure (none of the kept-slot sets the
+    plan ran with, see :data:`TRIAL_PATIENCE`) leaves the plan interpreted, not remembered as slower.
+
+    The times and the verdict are the device's (``measured``, :class:`Measured`, kept by fragment): a trial that a
+    plan's session did not see to its end goes on with the next plan of the fragment, from the runs measured so far;
+    one that others' runs ended is decided at its first run.
 
     The compiled runner runs on the interpreted plan's slots: the inputs are copied into a list laid out as the
     compiled plan's (the same external inputs first), and the kept values copied back, so the batch gets the
     values and the plan cache the layout it expects whichever way ran."""
 
-    def __init__(self, plan, hot, by_node: dict, keeps: list[frozenset], runs: int):
+    def __init__(self, plan, hot, by_node: dict, keeps: list[frozenset], runs: int, measured: Measured | None = None):
         self.runs = runs
-        self.times: tuple[list[float], list[float]] = ([], [])  # interpreted, compiled: CPU seconds a run
+        self.measured = measured if measured is not None else Measured()
+        self.times = self.measured.times  # interpreted, compiled: CPU seconds a run (this plan's and earlier ones')
         self.turn = 0  # runs so far (0: the compiled warm-up is next)
         self.verdict: bool | None = None
         self.unmeasured = False  # no kept-slot set of the plan's could be measured: the plan stays interpreted
@@ -472,6 +540,15 @@ class Trial:
         """The fastest run's CPU seconds, interpreted (``which`` 0) or compiled (1); nan before any."""
         t = self.times[which]
         return min(t) if t else float("nan")
+
+    def _settle(self, compiled: bool) -> None:
+        self.verdict = self.measured.compiled = compiled
+
+    def _decided(self) -> bool:
+        """Settle the trial once each way has its runs (here or in earlier plans of the fragment); whether it is."""
+        if self.verdict is None and len(self.times[0]) >= self.runs and len(self.times[1]) >= self.runs:
+            self._settle(self.best(1) <= self.best(0) * (1 + TRIAL_MARGIN))
+        return self.verdict is not None
 
     def install(self, plan, runs: int) -> None:
         """Put the measuring runners on ``plan`` (the interpreted plan, run ``runs`` times so far; the thread that
@@ -510,7 +587,7 @@ class Trial:
             return took
 
         def run(env, dyn, frames):
-            if self.verdict is not None:
+            if self.verdict is not None or self._decided():
                 return interp(env, dyn, frames)
             turn = self.turn
             self.turn = turn + 1
@@ -518,10 +595,10 @@ class Trial:
                 try:
                     run_compiled(env, dyn, frames)
                 except Exception:
-                    self.verdict = False
+                    self._settle(False)
                     raise
                 return None
-            if turn % 2:
+            if len(times[0]) <= len(times[1]):
                 t0 = clock()
                 interp(env, dyn, frames)
                 times[0].append(clock() - t0)
@@ -529,10 +606,9 @@ class Trial:
                 try:
                     times[1].append(run_compiled(env, dyn, frames))
                 except Exception:
-                    self.verdict = False
+                    self._settle(False)
                     raise
-            if len(times[1]) >= self.runs and len(times[0]) >= self.runs:
-                self.verdict = self.best(1) <= self.best(0) * (1 + TRIAL_MARGIN)
+            self._decided()
             return None
 
         return run

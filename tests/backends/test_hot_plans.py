@@ -343,3 +343,74 @@ def test_a_hot_plan_whose_kernels_are_not_cached_waits_before_the_compiler_runs(
     run(again)
     run(again)
     assert again.tier.done.wait(COMPILE_S) and again.tier.take(again) and again.hot
+
+
+def _chain_plan(dev):
+    """The 40-op chain of the test above (compiled ~4x faster, its last value kept), planned; its input and keep."""
+    chain = [["mul", [-1, -1], None]] + [["add" if k % 2 else "mul", [k, -1], None] for k in range(39)]
+    x = np.linspace(0.5, 1.0, 64, dtype=np.float32)
+    plan = X.compile_plan(dev, chain, [((64,), D.float32)])
+    return plan, [x], (lambda plan: {plan.node_slot[-1]})
+
+
+def _run_chain(dev, plan, ext, keep) -> dict:
+    return X.run_plan(dev, plan, list(ext), list(range(100, 140)), {}, [], keep(plan))
+
+
+def test_a_trial_its_plan_did_not_finish_goes_on_in_a_later_plan_of_the_fragment():
+    """Issue 37: a trial's runs are the device's, kept by fragment, not the plan's. A plan dropped mid-trial (its
+    session ended) leaves its runs measured; the next plan of the same fragment compiles after its first run (its
+    kernels are cached) and its trial adds the runs still missing, not starting over."""
+    from tensorwire.backends import hot
+
+    dev = CompiledBackend(min_work=1 << 20, hot_runs=2, trial_runs=5).open(0)
+    plan, ext, keep = _chain_plan(dev)
+    want = [_run_chain(dev, plan, ext, keep) for _ in range(2)][-1]  # the second run starts the compile
+    tier = plan.tier
+    assert tier.done.wait(COMPILE_S) and not tier.take(plan)  # the trial installed
+    for _ in range(1 + 3):  # its warm-up, then 3 measured runs (2 interpreted, 1 compiled)
+        _run_chain(dev, plan, ext, keep)
+    measured = hot.structures_of(dev).measured(tier.fragment)
+    assert measured is not None and measured.compiled is None
+    assert [len(t) for t in measured.times] == [2, 1]
+    del plan, tier  # (the session ends: its plans go)
+
+    again, _, _ = _chain_plan(dev)  # the same fragment, planned again
+    tier = again.tier
+    assert tier is not None and tier.measured is measured and tier.hot_runs == 1
+    _run_chain(dev, again, ext, keep)  # its first run starts the compile (from the kernel cache)
+    during, tier = _settle(dev, again, ext, outs=range(100, 140), keep=keep)
+    assert len(during) == 1 + (5 - 2) + (5 - 1)  # its own warm-up, then only the runs missing each way
+    assert [len(t) for t in measured.times] == [5, 5]
+    assert tier.verdict == "compiled" and again.hot and measured.compiled is True
+    assert hot.structures_of(dev).verdicts == {"compiled": 1, "interpreted": 0}
+    for got in during + [_run_chain(dev, again, ext, keep)]:
+        np.testing.assert_allclose(got[139], want[139], rtol=1e-5)
+
+
+def test_a_fragment_whose_compiled_plan_was_taken_starts_compiled_from_the_kernel_cache(tmp_path, monkeypatch):
+    """A later plan of a fragment whose compiled plan its trial took compiles after its first run and is taken with
+    no trial, from the kernel cache: nothing is built (a miss would wait ``BUILD_RUNS`` runs, as a small fragment's
+    plan does: see the test above)."""
+    from tensorwire.backends import hot
+
+    monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path / "kernels"))
+    dev = CompiledBackend(min_work=1 << 20, hot_runs=2, trial_runs=2).open(0)
+    plan, ext, keep = _chain_plan(dev)
+    want = [_run_chain(dev, plan, ext, keep) for _ in range(2)][-1]
+    _, tier = _settle(dev, plan, ext, outs=range(100, 140), keep=keep)
+    assert tier.verdict == "compiled" and plan.hot
+
+    def libraries() -> int:
+        return sum(1 for p in tmp_path.rglob("*.so") if p.is_file())
+
+    built = libraries()
+    monkeypatch.setenv(compiled.BUILD_RUNS_ENV, "50")  # (the CPU's default: a compile from the kernel cache only)
+    again, _, _ = _chain_plan(dev)
+    assert again.tier.hot_runs == 1 and again.tier.measured.compiled is True
+    _run_chain(dev, again, ext, keep)
+    assert again.tier.done.wait(COMPILE_S) and again.tier.trial is None
+    assert again.tier.take(again) and again.hot  # taken unmeasured: its trial took it before
+    assert libraries() == built
+    assert hot.structures_of(dev).verdicts == {"compiled": 2, "interpreted": 0}
+    np.testing.assert_allclose(_run_chain(dev, again, ext, keep)[139], want[139], rtol=1e-5)
