@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import operator
 import os
 import re
 import weakref
@@ -67,6 +68,7 @@ HELLO_WAIT_S = float(os.environ.get("TENSORWIRE_DIRECT_HELLO_WAIT_S", "60"))
 #: releases waiting for the relay are sent on their own once there are this many
 MAX_RELAY_RELEASES = 4096
 NOT_DIRECT_OPS = frozenset(("collective", "send", "recv"))
+_node_op = operator.itemgetter(0)  # (a wire node's op)
 #: how long a wait for an answer due on a channel blocks on that channel alone before it watches every socket of the
 #: session: a cancel from another thread, or a message of the dispatcher, is seen within this (Ctrl-C at once: the
 #: read is interrupted)
@@ -442,10 +444,7 @@ def batch_device(nodes, devs) -> str | None:
     that only the relay carries (collectives)."""
     if not nodes:
         return ""
-    if len(devs) != 1:
+    if len(devs) != 1 or not NOT_DIRECT_OPS.isdisjoint(map(_node_op, nodes)):
         return None
-    for n in nodes:
-        if n[0] in NOT_DIRECT_OPS:
-            return None
     return devs[0]
 

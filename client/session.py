@@ -18,7 +18,7 @@ import os
 import threading
 import time
 import weakref
-from itertools import chain, compress, filterfalse
+from itertools import chain, compress, filterfalse, repeat
 from operator import itemgetter
 
 import numpy as np
@@ -39,7 +39,7 @@ from tensorwire.protocol.errors import (
     WorkerLost,
     error_from_wire,
 )
-from tensorwire.protocol.graph import attrs_key, freeze, structure_key
+from tensorwire.protocol.graph import attrs_key, freeze
 from tensorwire.protocol.handshake import FirstAnswer
 from tensorwire.protocol.liveness import RENEWALS_PER_LEASE, SESSION_LEASE_S, set_zmq_heartbeats
 from tensorwire.protocol.ops import OPS, infer
@@ -173,7 +173,10 @@ class Session:
         self._live_plans: set[int] = set()  # the plan numbers in _plans (a compiled graph checks its own is live)
         self._plan_ids = itertools.count(1)
         self._drop_plans: list[int] = []
-        self._where: dict[int, tuple] = {}
+        # (per batch sent, newest last: its output ids and each node's user's line, for errors; at most about
+        # MAX_WHERE nodes: a list appended per batch, searched only when an error names a node)
+        self._where: collections.deque = collections.deque()
+        self._where_n = 0
         self._replayed: collections.deque = collections.deque(maxlen=64)  # (first id, where list) per replay
         self._deferred = None  # a compiled graph's replay message, sent with the next message (see replay())
         self._n_async = 0  # batches sent without an answer to wait for
@@ -506,7 +509,11 @@ class Session:
         """The user's (file, line) that recorded ``node``: a batch's node, or a node of a compiled graph's replay."""
         if node is None:
             return None
-        where = self._where.get(node)
+        where = None
+        for outs, lines in reversed(self._where):
+            if node in outs:
+                where = lines[outs.index(node)]
+                break
         if where is None:
             for first, lines in self._replayed:
                 if first <= node < first + len(lines):
@@ -995,11 +1002,12 @@ class Session:
                     reply: bool = False, wait_sent: bool = False) -> int | None:
         """Send ``pending`` as one batch message (as a plan replay when its structure was sent before);
         with ``reply``, number it and return the number the answer will carry."""
-        where = self._where
-        b = encode_batch(pending, where)
-        if len(where) > MAX_WHERE:
-            for k in list(itertools.islice(where, len(where) - MAX_WHERE // 2)):
-                del where[k]
+        b = encode_batch(pending)
+        where = self._where  # (each node's line, kept as the batch's two lists: no entry a node)
+        where.append((b.outs, list(map(_where_field, pending))))
+        self._where_n += len(pending)
+        while self._where_n > MAX_WHERE:
+            self._where_n -= len(where.popleft()[0])
         header = {"t": "batch", "k": self._key, "ext": b.ext, "outs": b.outs, "fetch": fetch, "release": release,
                   "sync": sync}
         if self._prof is not None:  # a profile is open: number the batch, so every process's spans name it
@@ -1021,7 +1029,7 @@ class Session:
                                 f"(TENSORWIRE_MAX_MESSAGE); upload the data in smaller tensors")
         devs = b.devs
         made = [(hid, devs[n[3]]) for hid, n in zip(b.outs, b.nodes)] if len(devs) != 1 else \
-            [(hid, devs[0]) for hid in b.outs]
+            list(zip(b.outs, repeat(devs[0])))
         return self._post(header, b.frames, batch_device(b.nodes, devs), made, b.ext, fetch, reply=reply,
                           wait_sent=wait_sent)
 
@@ -1056,7 +1064,9 @@ class Session:
         plane.route_releases(header["release"])
         if ch is not None:
             plane.direct_made.update(map(_first, made))
-            msg = {k: v for k, v in header.items() if k not in ("t", "k", "release", "drop_plans")}
+            msg = header.copy()  # (the dispatcher's fields dropped, in C)
+            del msg["t"], msg["k"], msg["release"]
+            msg.pop("drop_plans", None)
             msg["t"] = "run"
             msg["release"], ch.releases = ch.releases, []
             if not msg.get("sync"):
@@ -1628,48 +1638,58 @@ class Batch:
 
 def encode_batch(pending: list, where: dict | None = None) -> Batch:
     """Encode pending entries (``[id, op, input ids, attrs, device, where, input metas, attrs key]``) as a batch;
-    each node's recording line goes into ``where`` (by output id) when given."""
+    each node's recording line goes into ``where`` (by output id) when given.
+
+    One pass over the entries, using what :meth:`Session.record` computed (the attrs key, the input metas): a node's
+    refs are looked up in C (``map``), and only a node reading a handle no earlier node made (an external input, the
+    first time it is read) takes the slower path; its structure key is :func:`structure_key`'s, built inline."""
     refs_of: dict[int, int] = {}  # handle -> its ref: j >= 0 the output of node j, -(k + 1) external input k
     ext: list[int] = []
+    ext_meta: list = []
     devs: list[str] = []
-    dev_index: dict[str, int] = {}
     nodes = []
-    outs = []
     key = []
     dyn = []
     frames = []
-    ext_meta = []
+    outs = list(map(_first, pending))
     last_dev, di = None, 0
     ref_of = refs_of.get
     j = 0
     for hid, op, ins, attrs, device, _, metas, akey in pending:
-        refs = []
-        for i, meta in zip(ins, metas):
-            r = ref_of(i)
-            if r is None:
-                ext.append(i)
-                r = refs_of[i] = -len(ext)
-                ext_meta.append(meta)
-            refs.append(r)
+        refs = list(map(ref_of, ins))
+        if None in refs:  # (an external input read for the first time)
+            for k, r in enumerate(refs):
+                if r is None:
+                    i = ins[k]
+                    r = ref_of(i)  # (read twice by this node: the first read made its ref)
+                    if r is None:
+                        ext.append(i)
+                        ext_meta.append(metas[k])
+                        r = refs_of[i] = -len(ext)
+                    refs[k] = r
         if device != last_dev:
-            di = dev_index.get(device)
-            if di is None:
-                di = dev_index[device] = len(devs)
+            if device in devs:
+                di = devs.index(device)
+            else:
+                di = len(devs)
                 devs.append(device)
             last_dev = device
-        if op == "const":
-            arr = attrs["frame"]
-            attrs = {"shape": attrs["shape"], "dtype": attrs["dtype"], "frame": len(frames)}
-            frames.append(as_frame(arr))
-            akey = attrs_key(op, attrs)
-        refs_of[hid] = j
-        outs.append(hid)
-        nodes.append([op, refs, attrs, di])
-        key.append(structure_key(op, tuple(refs), akey, di))
         if attrs:
+            if op == "const":
+                arr = attrs["frame"]
+                attrs = {"shape": attrs["shape"], "dtype": attrs["dtype"], "frame": len(frames)}
+                frames.append(as_frame(arr))
+                akey = attrs_key(op, attrs)
             dynamic = OPS[op].dynamic
             if dynamic:
-                dyn.append([j, {k: attrs[k] for k in dynamic if k in attrs}])
+                d = {}
+                for k in dynamic:
+                    if k in attrs:
+                        d[k] = attrs[k]
+                dyn.append([j, d])
+        refs_of[hid] = j
+        nodes.append([op, refs, attrs, di])
+        key.append((op, tuple(refs), di) if akey is None else (op, tuple(refs), akey, di))  # (structure_key's)
         j += 1
     if where is not None:  # (each node's line, but None: a node with no user's line is not kept)
         locs = list(map(_where_field, pending))
@@ -1697,8 +1717,7 @@ def prune_dead(pending: list, release: list[int]) -> tuple[list, list[int]]:
     # the node dropped last is read by no node (its readers, after it, would be dropped too): without an unread
     # released node of a prunable op, nothing is dropped
     unread = dead.difference(chain.from_iterable(map(_inputs, pending)))
-    if not unread or PRUNABLE.isdisjoint(map(dict(zip(map(_first, pending), map(_op, pending))).__getitem__,
-                                             unread)):
+    if not unread or PRUNABLE.isdisjoint(compress(map(_op, pending), map(unread.__contains__, map(_first, pending)))):
         return pending, release
     needed: set[int] = set()
     kept = []

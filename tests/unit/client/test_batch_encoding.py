@@ -43,6 +43,13 @@ def test_the_same_structure_gets_the_same_key_whatever_the_ids_and_bounds():
     assert a.dyn != b.dyn
 
 
+def test_an_external_input_read_twice_by_one_node_is_one_input():
+    b = encode_batch([entry(10, "mul", [1, 1]), entry(11, "add", [10, 2]), entry(12, "mul", [2, 11]),
+                      entry(13, "add", [3, 1])])
+    assert b.ext == [1, 2, 3] and b.ext_meta == [M, M, M]
+    assert [n[1] for n in b.nodes] == [[-1, -1], [0, -2], [-2, 1], [-3, -1]]
+
+
 def test_an_empty_batch_has_no_key():
     assert encode_batch([]).skey is None
 
