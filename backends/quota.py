@@ -179,7 +179,7 @@ class Ledger:
     """What one session holds on a device: its buffers' allocations, each counted once however many handles
     (or views) share it."""
 
-    __slots__ = ("device", "owners", "used", "_storages")
+    __slots__ = ("device", "owners", "used", "_storages", "_handles")
 
     def __init__(self, device):
         self.device = device
@@ -188,6 +188,37 @@ class Ledger:
         self._storages = many if many is not None else (lambda bufs: list(map(device.storage, bufs)))
         self.owners: dict = {}  # allocation key -> [handles on it, bytes]
         self.used = 0
+        self._handles: dict = {}  # handle id -> its allocation key, for what :meth:`hold` counted
+
+    def hold(self, bufs: dict) -> None:
+        """Count the buffers of ``bufs`` (handle id -> buffer, as a session holds them), as :meth:`add_all` does,
+        and remember each handle's allocation, so that :meth:`drop` takes them off by id without asking the device
+        again (issue 37: a replay releases a few dozen handles a batch). A handle held again is counted again."""
+        handles, owners, used = self._handles, self.owners, self.used
+        for i, (key, n) in zip(bufs, self._storages(bufs.values())):
+            handles[i] = key
+            entry = owners.get(key)
+            if entry is None:
+                owners[key] = [1, n]
+                used += n
+            else:
+                entry[0] += 1
+        self.used = used
+
+    def drop(self, ids) -> None:
+        """Stop counting the handles ``ids`` that :meth:`hold` counted (any other id is passed over: a failed
+        output's, or one dropped already); an allocation's bytes go with the last handle on it."""
+        pop, owners, used = self._handles.pop, self.owners, self.used
+        for i in ids:
+            key = pop(i, None)  # (None for an id not held: no allocation has that key)
+            entry = owners.get(key)
+            if entry is not None:
+                if entry[0] <= 1:
+                    del owners[key]
+                    used -= entry[1]
+                else:
+                    entry[0] -= 1
+        self.used = used
 
     def add(self, buf) -> None:
         """Count ``buf`` (its storage, once however many buffers share it)."""
@@ -198,7 +229,7 @@ class Ledger:
         self.remove_all((buf,))
 
     def add_all(self, bufs) -> None:
-        """:meth:`add` each of ``bufs`` (a batch's results: one call a batch on the replay path, issue 37)."""
+        """:meth:`add` each of ``bufs`` (a batch's buffers at a time)."""
         owners, used = self.owners, self.used
         for key, n in self._storages(bufs):
             entry = owners.get(key)
@@ -210,7 +241,7 @@ class Ledger:
         self.used = used
 
     def remove_all(self, bufs) -> None:
-        """:meth:`remove` each of ``bufs`` (what a batch released)."""
+        """:meth:`remove` each of ``bufs`` (a batch's buffers at a time)."""
         owners, used = self.owners, self.used
         for key, _ in self._storages(bufs):
             entry = owners.get(key)

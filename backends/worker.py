@@ -733,15 +733,18 @@ class Executor:
         ext = h.get("ext")
         if ext:
             ids.difference_update(ext)
-        self._free(s, [b for b in map(bufs.pop, ids) if type(b) is not Fail])
+        self._free(s, ids)
 
-    def _free(self, s: _Session, bufs: list) -> None:
-        """Take ``bufs`` (the session let go of them) off its ledger and free them."""
-        s.ledger.remove_all(bufs)
+    def _free(self, s: _Session, ids: set) -> None:
+        """Let go of the session's handles ``ids`` (it holds each; the client released them): off its buffers and
+        its ledger (by id: what ``_finish`` held), and freed."""
+        s.ledger.drop(ids)
+        gone = list(map(s.buffers.pop, ids))
         if self._frees:
             free = self.device.free
-            for b in bufs:
-                free(b)
+            for b in gone:
+                if type(b) is not Fail:
+                    free(b)
 
     def _compute(self, sid, job: _Job, scope):
         """Run the job's plan until it finishes or must wait: ``("done", result)``, ``("recv", k)`` or
@@ -1045,14 +1048,14 @@ class Executor:
                 dropped = [v for i, v in result.items() if i not in kept_ids]
                 # (a temporary's buffer is in the result only where a kept node shares its slot: that one holds it)
                 result = {i: v for i, v in result.items() if i in kept_ids}
-        made = [v for v in result.values() if type(v) is not Fail]
+        made = {i: v for i, v in result.items() if type(v) is not Fail}  # (the buffers it made, by id)
         failed = len(made) < len(result)
-        ledger.add_all(made)
+        ledger.hold(made)
         if self.limit is not None and made and ledger.used > self.limit:  # the estimate fell short: take it back
             before = ledger.used
-            ledger.remove_all(made)
+            ledger.drop(made)
             err = quota_error(self.name, self.limit, ledger.used, before - ledger.used, after=True).to_wire()
-            for i, v in [iv for iv in result.items() if type(iv[1]) is not Fail]:
+            for i, v in list(made.items()):
                 self.device.free(v)
                 result[i] = Fail({**err, "node": i})
             s.errors.append(err)
@@ -1066,8 +1069,7 @@ class Executor:
             s.errors.append(_cancelled_err())
         release = h.get("release")
         if release:
-            gone = map(bufs.pop, bufs.keys() & release)  # (the handles it holds of those released)
-            self._free(s, [b for b in gone if type(b) is not Fail])
+            self._free(s, bufs.keys() & release)  # (the handles it holds of those released)
         if not h.get("reply") or job.answered:
             self._done(s, job)
             return

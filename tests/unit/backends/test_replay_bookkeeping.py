@@ -178,3 +178,44 @@ def test_the_ledger_agrees_with_a_handle_count_per_allocation_over_random_batche
                         del ref[k]
         assert ledger.used == sum(n for _, n in ref.values())
         assert ledger.owners == ref
+
+
+def test_the_ledger_counts_handles_held_and_dropped_by_id_as_one_by_one():
+    """``hold`` (a batch's results by handle id) and ``drop`` (released ids) keep the counts that ``add``/``remove``
+    one buffer at a time keep: fresh arrays, views of each other and of held ones, one array under several handles,
+    ids dropped twice, ids never held, and a handle named twice in one release."""
+    dev = NumpyBackend().open(0)
+    rng = np.random.default_rng(11)
+    ledger, one = Ledger(dev), Ledger(dev)
+    held: dict = {}  # handle id -> buffer
+    next_id = 0
+    for _ in range(500):
+        if rng.random() < 0.55 or not held:
+            batch = {}
+            for _ in range(int(rng.integers(0, 10))):
+                pick = rng.random()
+                if pick < 0.5 or not held:
+                    buf = np.zeros(int(rng.integers(1, 64)), np.float32)
+                elif pick < 0.8:
+                    src = list(held.values())[int(rng.integers(len(held)))]
+                    buf = src.reshape(-1)[: max(1, src.size // 2)]
+                else:  # (one array under another handle)
+                    buf = list({**held, **batch}.values())[int(rng.integers(len(held) + len(batch)))]
+                batch[next_id] = buf
+                next_id += 1
+            ledger.hold(batch)
+            for b in batch.values():
+                one.add(b)
+            held.update(batch)
+        else:
+            ids = list(held)
+            gone = [ids[int(rng.integers(len(ids)))] for _ in range(int(rng.integers(0, 8)))]
+            gone += [next_id + 1000, gone[0]] if gone else [next_id + 1000]  # (never held; named twice)
+            ledger.drop(gone)
+            for i in dict.fromkeys(gone):
+                if i in held:
+                    one.remove(held.pop(i))
+        assert ledger.used == one.used
+        assert ledger.owners == one.owners
+    ledger.drop(list(held))
+    assert ledger.used == 0 and not ledger.owners
