@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from operator import itemgetter
 
 try:
     import resource
@@ -175,6 +176,9 @@ def fmt_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+_key = itemgetter(0)  # (an allocation's key, of a device's ``(key, bytes)``)
+
+
 class Ledger:
     """What one session holds on a device: its buffers' allocations, each counted once however many handles
     (or views) share it."""
@@ -194,31 +198,15 @@ class Ledger:
         """Count the buffers of ``bufs`` (handle id -> buffer, as a session holds them), as :meth:`add_all` does,
         and remember each handle's allocation, so that :meth:`drop` takes them off by id without asking the device
         again (issue 37: a replay releases a few dozen handles a batch). A handle held again is counted again."""
-        handles, owners, used = self._handles, self.owners, self.used
-        for i, (key, n) in zip(bufs, self._storages(bufs.values())):
-            handles[i] = key
-            entry = owners.get(key)
-            if entry is None:
-                owners[key] = [1, n]
-                used += n
-            else:
-                entry[0] += 1
-        self.used = used
+        pairs = self._storages(bufs.values())
+        self._handles.update(zip(bufs, map(_key, pairs)))
+        self._count(pairs)
 
     def drop(self, ids) -> None:
         """Stop counting the handles ``ids`` that :meth:`hold` counted (any other id is passed over: a failed
         output's, or one dropped already); an allocation's bytes go with the last handle on it."""
-        pop, owners, used = self._handles.pop, self.owners, self.used
-        for i in ids:
-            key = pop(i, None)  # (None for an id not held: no allocation has that key)
-            entry = owners.get(key)
-            if entry is not None:
-                if entry[0] <= 1:
-                    del owners[key]
-                    used -= entry[1]
-                else:
-                    entry[0] -= 1
-        self.used = used
+        pop = self._handles.pop
+        self._uncount([pop(i, None) for i in ids])  # (None for an id not held: no allocation has that key)
 
     def add(self, buf) -> None:
         """Count ``buf`` (its storage, once however many buffers share it)."""
@@ -230,8 +218,16 @@ class Ledger:
 
     def add_all(self, bufs) -> None:
         """:meth:`add` each of ``bufs`` (a batch's buffers at a time)."""
+        self._count(self._storages(bufs))
+
+    def remove_all(self, bufs) -> None:
+        """:meth:`remove` each of ``bufs`` (a batch's buffers at a time)."""
+        self._uncount(list(map(_key, self._storages(bufs))))
+
+    def _count(self, pairs) -> None:
+        """Count each ``(allocation key, bytes)`` of ``pairs``: an allocation's bytes once, its handles each."""
         owners, used = self.owners, self.used
-        for key, n in self._storages(bufs):
+        for key, n in pairs:
             entry = owners.get(key)
             if entry is None:
                 owners[key] = [1, n]
@@ -240,10 +236,10 @@ class Ledger:
                 entry[0] += 1
         self.used = used
 
-    def remove_all(self, bufs) -> None:
-        """:meth:`remove` each of ``bufs`` (a batch's buffers at a time)."""
+    def _uncount(self, keys) -> None:
+        """Take one handle off each allocation of ``keys``; its bytes go with its last handle (unknown keys pass)."""
         owners, used = self.owners, self.used
-        for key, _ in self._storages(bufs):
+        for key in keys:
             entry = owners.get(key)
             if entry is not None:
                 if entry[0] <= 1:
