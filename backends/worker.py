@@ -1268,7 +1268,10 @@ _M_TRIM_THRESHOLD = -1  # (glibc's malloc.h)
 def tune_malloc() -> bool:
     """Set glibc's trim threshold for this worker to ``TENSORWIRE_WORKER_TRIM_THRESHOLD`` bytes (default
     :data:`TRIM_THRESHOLD`): the worker then holds freed heap memory up to that much and reuses it, rather than
-    return it to the OS and fault it in again. False where there is no glibc, or it is turned off (0) or malformed."""
+    return it to the OS and fault it in again. It keeps blocks under the services' mmap threshold
+    (:data:`~tensorwire.protocol.service.MMAP_THRESHOLD`); setting it also stops glibc's mmap threshold
+    from moving, so with ``TENSORWIRE_MMAP_THRESHOLD=0`` a worker's stays at glibc's 128 KiB. False where there is
+    no glibc, or it is turned off (0) or malformed."""
     raw = os.environ.get(TRIM_ENV, "").strip()
     try:
         n = int(raw) if raw else TRIM_THRESHOLD

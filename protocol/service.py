@@ -92,8 +92,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 #: allocations of at least this many bytes get pages of their own, returned when freed (glibc's ``M_MMAP_THRESHOLD``;
-#: ``TENSORWIRE_MMAP_THRESHOLD``, 0 leaves glibc's default, which grows with the largest block freed)
-MMAP_THRESHOLD = 4 << 20
+#: ``TENSORWIRE_MMAP_THRESHOLD``, 0 leaves glibc's default, which grows with the largest block freed, except in a
+#: worker, whose trim threshold fixes it at 128 KiB). 16 MiB: a BiLSTM step's 4-9 MB blocks come from a worker's
+#: kept heap instead of being mapped and faulted in afresh each time (docs/architecture.md, issue 37)
+MMAP_THRESHOLD = 16 << 20
 
 
 def tune_gc() -> None:
@@ -102,8 +104,8 @@ def tune_gc() -> None:
     blocks (tensors, message frames) are mapped on their own and unmapped when freed: glibc's default threshold
     rises to the largest block freed so far, after which freed megabytes stay in the heap, and a service's memory
     then depends on the order its blocks came and went (a worker taking 96 MiB of uploads under a 16 MiB quota
-    peaked 28-63 MiB over its start, 38-44 with the threshold fixed; blocks under 4 MiB, reused most, stay in the
-    heap, and a larger block's page faults are small beside the work it holds)."""
+    peaked 28-63 MiB over its start, 38-44 with the threshold fixed; blocks under the threshold, reused most, stay in
+    the heap, and a larger block's page faults are small beside the work it holds)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
