@@ -9,12 +9,14 @@ from tensorwire.protocol.errors import ShapeError
 from tensorwire.tensor import Tensor
 
 
-def _pair(v, n: int = 2) -> list[int]:
+def _pair(v, n: int = 2, name: str | None = None) -> list[int]:
+    """``v`` (an int, or a list or tuple of 1 or ``n`` ints) as ``n`` ints; ``name``: the argument an error names."""
     if isinstance(v, (tuple, list)):
         if len(v) == 1:
             return [int(v[0])] * n
         if len(v) != n:
-            raise ValueError(f"expected {n} values, got {list(v)}")
+            raise ValueError(f"expected {n} values, got {list(v)}" if name is None else
+                             f"{name} must be an int or a tuple of {n} ints, got {list(v)}")
         return [int(x) for x in v]
     return [int(v)] * n
 

@@ -17,22 +17,12 @@ from tensorwire.protocol.errors import ShapeError
 from tensorwire.tensor import Tensor
 
 from ..padding import pad
-from .linear_maps import conv2d, conv_transpose2d
+from .linear_maps import _pair, conv2d, conv_transpose2d
 
 __all__ = ["max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d", "avg_pool3d",
            "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_avg_pool3d", "conv3d",
            "max_unpool1d", "max_unpool2d", "max_unpool3d", "fractional_max_pool2d", "fractional_max_pool3d",
            "conv_transpose3d"]
-
-
-def _tuple(v, n: int, name: str) -> list[int]:
-    if isinstance(v, (tuple, list)):
-        if len(v) == 1:
-            return [int(v[0])] * n
-        if len(v) != n:
-            raise ValueError(f"{name} must be an int or a tuple of {n} ints, got {list(v)}")
-        return [int(x) for x in v]
-    return [int(v)] * n
 
 
 def _out_len(L: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:  # noqa: N803
@@ -132,9 +122,9 @@ def _max_windows(x: Tensor, n: int, per_dim, outs, return_indices: bool, name: s
 
 
 def _max_pool(input: Tensor, n: int, kernel_size, stride, padding, dilation, ceil_mode, return_indices, name):  # noqa: A002
-    k = _tuple(kernel_size, n, "kernel_size")
-    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _tuple(stride, n, "stride")
-    p, d = _tuple(padding, n, "padding"), _tuple(dilation, n, "dilation")
+    k = _pair(kernel_size, n, "kernel_size")
+    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _pair(stride, n, "stride")
+    p, d = _pair(padding, n, "padding"), _pair(dilation, n, "dilation")
     if any(pp > kk // 2 for pp, kk in zip(p, k)):
         raise ValueError(f"{name}: pad should be at most half of effective kernel size, but got pad={p}, "
                          f"kernel_size={k}")
@@ -165,9 +155,9 @@ def avg_pool3d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
                count_include_pad: bool = True, divisor_override=None) -> Tensor:
     """3-D average pooling with torch's divisors (the padded window, or its part inside the input)."""
     n = 3
-    k = _tuple(kernel_size, n, "kernel_size")
-    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _tuple(stride, n, "stride")
-    p = _tuple(padding, n, "padding")
+    k = _pair(kernel_size, n, "kernel_size")
+    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _pair(stride, n, "stride")
+    p = _pair(padding, n, "padding")
     xb, unbatched = _batched(input, n, "avg_pool3d")
     spatial = list(xb.shape[2:])
     per_dim, outs = _sliding(spatial, k, s, p, [1] * n, ceil_mode)
@@ -192,7 +182,7 @@ def avg_pool3d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
 def _adaptive_max(input: Tensor, n: int, output_size, return_indices: bool, name: str):  # noqa: A002
     xb, _ = _batched(input, n, name)
     spatial = list(xb.shape[2:])
-    out = _tuple(output_size, n, "output_size") if not isinstance(output_size, (tuple, list)) else \
+    out = _pair(output_size, n, "output_size") if not isinstance(output_size, (tuple, list)) else \
         [spatial[i] if v is None else int(v) for i, v in enumerate(output_size)]
     if any(L == 0 for L in spatial):
         raise ShapeError(f"{name}: expected non-empty spatial dims, got {spatial}")
@@ -219,7 +209,7 @@ def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:  # noqa: A002
     n = 3
     xb, unbatched = _batched(input, n, "adaptive_avg_pool3d")
     spatial = list(xb.shape[2:])
-    out = _tuple(output_size, n, "output_size") if not isinstance(output_size, (tuple, list)) else \
+    out = _pair(output_size, n, "output_size") if not isinstance(output_size, (tuple, list)) else \
         [spatial[i] if v is None else int(v) for i, v in enumerate(output_size)]
     flat, valid = _grid(_adaptive(spatial, out), spatial)
     x = xb if xb.dtype.is_floating_point else xb.float()
@@ -232,7 +222,7 @@ def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
            groups: int = 1) -> Tensor:
     """3-D cross-correlation: for each kernel depth, a ``conv2d`` of the input's depth slices it meets, summed."""
     xb, unbatched = _batched(input, 3, "conv3d")
-    s, d = _tuple(stride, 3, "stride"), _tuple(dilation, 3, "dilation")
+    s, d = _pair(stride, 3, "stride"), _pair(dilation, 3, "dilation")
     kd, kh, kw = weight.shape[2:]
     if isinstance(padding, str):
         if padding == "valid":
@@ -246,7 +236,7 @@ def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
         else:
             raise ValueError(f"Invalid padding string {padding!r}, should be one of 'valid' or 'same'")
     else:
-        lo = hi = _tuple(padding, 3, "padding")
+        lo = hi = _pair(padding, 3, "padding")
     x = pad(xb, [lo[2], hi[2], lo[1], hi[1], lo[0], hi[0]]) if any(lo) or any(hi) else xb
     n, c, D_, H, W = x.shape  # noqa: N806
     od = (D_ - d[0] * (kd - 1) - 1) // s[0] + 1
@@ -270,9 +260,9 @@ def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
 
 
 def _max_unpool(input: Tensor, indices: Tensor, n: int, kernel_size, stride, padding, output_size, name):  # noqa: A002
-    k = _tuple(kernel_size, n, "kernel_size")
-    s = k if stride is None else _tuple(stride, n, "stride")
-    p = _tuple(padding, n, "padding")
+    k = _pair(kernel_size, n, "kernel_size")
+    s = k if stride is None else _pair(stride, n, "stride")
+    p = _pair(padding, n, "padding")
     xb, unbatched = _batched(input, n, name)
     ib = indices.unsqueeze(0) if unbatched else indices
     spatial = list(xb.shape[2:])
@@ -325,17 +315,17 @@ def _intervals(u: np.ndarray, n: int, o: int, k: int) -> np.ndarray:
 def _fractional(input: Tensor, n: int, kernel_size, output_size, output_ratio, return_indices,  # noqa: A002
                 _random_samples, name: str):
     xb, unbatched = _batched(input, n, name)
-    k = _tuple(kernel_size, n, "kernel_size")
+    k = _pair(kernel_size, n, "kernel_size")
     spatial = list(xb.shape[2:])
     if output_size is None:
         if output_ratio is None:
             raise ValueError(f"{name} requires specifying either an output_size or an output_ratio")
-        ratio = _tuple(output_ratio, n, "output_ratio") if not isinstance(output_ratio, (tuple, list)) else \
+        ratio = _pair(output_ratio, n, "output_ratio") if not isinstance(output_ratio, (tuple, list)) else \
             [float(r) for r in output_ratio]
         ratio = ratio * n if len(ratio) == 1 else ratio
         out = [int(L * r) for L, r in zip(spatial, ratio)]
     else:
-        out = _tuple(output_size, n, "output_size")
+        out = _pair(output_size, n, "output_size")
     for L, o, kk in zip(spatial, out, k):
         if o + kk - 1 > L:
             raise ShapeError(f"{name}: output size {o} is too large for input size {L} and pool size {kk}")
@@ -389,8 +379,8 @@ def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
     ``conv_transpose2d`` of every input depth slice, added at the output depths it reaches, then cropped by
     ``padding``."""
     xb, unbatched = _batched(input, 3, "conv_transpose3d")
-    s, d = _tuple(stride, 3, "stride"), _tuple(dilation, 3, "dilation")
-    p, op = _tuple(padding, 3, "padding"), _tuple(output_padding, 3, "output_padding")
+    s, d = _pair(stride, 3, "stride"), _pair(dilation, 3, "dilation")
+    p, op = _pair(padding, 3, "padding"), _pair(output_padding, 3, "output_padding")
     for o, ss, dd in zip(op, s, d):
         if o >= ss and o >= dd:
             raise ValueError("output padding must be smaller than either stride or dilation, but got "
