@@ -31,10 +31,11 @@ workspace exist) its next run is *captured* (``cuStreamBeginCapture`` in thread-
   worker's cache); the runner holds the plain runner and so its launchers, which keep their modules loaded
   (:class:`~.compiled_device.KernelModules`): no module is unloaded under a live graph.
 
-**Off by default** until it has run on a real GPU: only the driver's documented capture rules have been checked,
-and a driver's thread semantics are what broke the first real-GPU contact (issue 31). ``TENSORWIRE_CUDA_GRAPHS=1``
-turns graphs on; ``TENSORWIRE_CUDA_GRAPH_WARMUP`` sets the ordinary runs before a capture. The counts
-are in the device's ``memory()`` (the worker's stats): ``graphs``.
+**On by default** since it ran on a real GPU (an NVIDIA H200, session 29: the selftest and the whole ``gpu``-marked
+suite with graphs; the MLP step's row 1.75x -> 0.80x PyTorch eager). ``TENSORWIRE_CUDA_GRAPHS=0`` turns graphs off;
+``TENSORWIRE_CUDA_GRAPH_WARMUP`` sets the ordinary runs before a capture. A plan whose replay would copy more than
+:data:`COPY_BYTES_PER_CALL` a device call saved runs without a graph (a graph saves host time, not GPU time). The
+counts are in the device's ``memory()`` (the worker's stats): ``graphs``.
 """
 
 from __future__ import annotations
@@ -60,11 +61,16 @@ MAX_GRAPH_BYTES = 1 << 30
 BLAS_WORKSPACE = 32 << 20
 #: consecutive replays with inputs of other shapes after which a plan stops trying
 MAX_MISMATCHES = 3
+#: bytes a replay may copy (static inputs in, the graph's outputs out) per device call the graph saves: a graph
+#: saves the host's cost of each launch and BLAS call (~10-40 us from Python), and a copy of 16 MiB costs ~8 us on an
+#: H200 (~4.3 TB/s counting bytes read and written); a plan that would copy more runs without a graph (an 8-op chain
+#: on 64M float32 elements, one launch and 512 MB of copies, ran 0.8 -> 1.4 ms with one on an H200)
+COPY_BYTES_PER_CALL = 16 << 20
 
 
 def enabled() -> bool:
-    """Whether plans are captured as graphs (``TENSORWIRE_CUDA_GRAPHS``: off unless ``1``/``on``/``true``/``yes``)."""
-    return os.environ.get(ENV, "0").strip().lower() in ("1", "on", "true", "yes")
+    """Whether plans are captured as graphs (``TENSORWIRE_CUDA_GRAPHS``: on unless ``0``/``off``/``false``/``no``)."""
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def warmup_runs() -> int:
@@ -243,6 +249,8 @@ class GraphedRunner:
         self.rt, self.run = rt, run
         self.producers = getattr(run, "producers", None)
         self.names, self.dynamic, self.raises = plan_launches(lowered)
+        #: the device calls a replay saves: kernel launches and host steps (cuBLAS calls)
+        self.calls = max(1, sum(1 for it in lowered.items if not isinstance(it, Launch) or it.kernel.grid > 0))
         self.warmup = warmup_runs() if warmup is None else warmup
         self.runs = 0
         self.off: str | None = None  # why this plan runs without a graph, for good
@@ -307,6 +315,9 @@ class GraphedRunner:
                 rt.prepare_graphs()
             except DeviceError as e:
                 return self._give_up(f"no BLAS workspace: {_reason(e)}")
+            budget = self.calls * COPY_BYTES_PER_CALL
+            if sum(b.nbytes for b in env if isinstance(b, GPUBuffer)) > budget:
+                return self._give_up("copies outweigh the calls saved")
             env2 = list(env)
             inputs = []
             for i, b in enumerate(env):
@@ -362,6 +373,10 @@ class GraphedRunner:
             self._finalizer.atexit = False
             if sum(b.nbytes for b in held) > MAX_GRAPH_BYTES:
                 return self._give_up("the graph would hold more than MAX_GRAPH_BYTES")
+            own_bytes = {id(b): b.nbytes for _, kind, b in outputs if kind == "own"}
+            copied = sum(s.nbytes for _, s in inputs) + sum(own_bytes.values())
+            if copied > budget:
+                return self._give_up("copies outweigh the calls saved")
             return True
 
     def release(self) -> None:
@@ -435,5 +450,5 @@ class GraphedRunner:
             raise failed[1]
 
 
-__all__ = ["BLAS_WORKSPACE", "ENV", "MAX_GRAPH_BYTES", "WARMUP", "WARMUP_ENV", "Capture", "GraphStats",
-           "GraphUnsupported", "GraphedRunner", "destroy", "enabled", "plan_launches", "warmup_runs"]
+__all__ = ["BLAS_WORKSPACE", "COPY_BYTES_PER_CALL", "ENV", "MAX_GRAPH_BYTES", "WARMUP", "WARMUP_ENV", "Capture",
+           "GraphStats", "GraphUnsupported", "GraphedRunner", "destroy", "enabled", "plan_launches", "warmup_runs"]

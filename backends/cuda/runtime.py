@@ -19,7 +19,7 @@ the plugin imports on a host without cuda-python or a driver.
   the end of the run (:mod:`..kernel_errors`).
 * **Graphs**: a plan that keeps being replayed is captured as CUDA graphs after a few runs
   (``cuStreamBeginCapture`` ... ``cuGraphInstantiate``) and replayed with ``cuGraphLaunch`` (:mod:`..gpu_graphs`;
-  ``TENSORWIRE_CUDA_GRAPHS=1`` turns that on; off by default until a real GPU has run it).
+  on by default since it ran on an H200; ``TENSORWIRE_CUDA_GRAPHS=0`` turns it off).
 """
 
 from __future__ import annotations

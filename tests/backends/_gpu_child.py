@@ -672,9 +672,45 @@ def _the_graph_goes_with_its_plan():
     assert dev.download(out3).tolist() == [3.0] * 4
 
 
+def _copies_larger_than_the_calls_saved_run_plain():
+    """A graph saves host time per device call, and its replay copies the static inputs in and the outputs out: a
+    plan that would copy more than ``COPY_BYTES_PER_CALL`` per call saved keeps its plain runner, with the reason
+    counted (here the budget is made small: a one-launch plan over 4 KB), while one within it is captured."""
+    from tensorwire.backends import gpu_graphs
+
+    drv, dev = _graph_device(True)
+    a = np.arange(1024, dtype=np.float32)
+    old = gpu_graphs.COPY_BYTES_PER_CALL
+    gpu_graphs.COPY_BYTES_PER_CALL = 3 << 10  # 1024 float32 in and out: 8 KB for one call
+    try:
+        plan = X.compile_plan(dev, [["exp", [-1], None]], [((1024,), D.float32)])
+        outs = _runs(dev, plan, lambda i, prev: [dev.upload(a)], 5)
+        np.testing.assert_allclose(dev.download(outs[-1][0]), np.exp(a), rtol=1e-6)
+        stats = dev.memory()["graphs"]
+        assert stats["captured"] == 0 and stats["fallbacks"] == {"copies outweigh the calls saved": 1}, stats
+        assert drv.calls.get("cuStreamBeginCapture", 0) == 0  # decided before capturing: the inputs alone are over
+        gpu_graphs.COPY_BYTES_PER_CALL = 8 << 10  # 4 KB in and 4 KB out: within the budget, captured
+        plan = X.compile_plan(dev, [["sin", [-1], None]], [((1024,), D.float32)])
+        outs = _runs(dev, plan, lambda i, prev: [dev.upload(a)], 5)
+        np.testing.assert_allclose(dev.download(outs[-1][0]), np.sin(a), rtol=1e-6)
+        stats = dev.memory()["graphs"]
+        warm = next(iter(plan.runners.values())).warmup
+        assert stats["captured"] == 1 and stats["replays"] == 5 - warm and len(stats["fallbacks"]) == 1, stats
+    finally:
+        gpu_graphs.COPY_BYTES_PER_CALL = old
+
+
 def _graphs_off_by_the_knob():
-    """``TENSORWIRE_CUDA_GRAPHS=0``: plans keep their plain runners and nothing is captured."""
-    from tensorwire.backends.gpu_graphs import GraphedRunner
+    """Graphs are on by default; ``TENSORWIRE_CUDA_GRAPHS=0``: plans keep their plain runners and nothing is
+    captured."""
+    from tensorwire.backends.gpu_graphs import ENV, GraphedRunner, enabled
+
+    was = os.environ.pop(ENV, None)
+    try:
+        assert enabled()
+    finally:
+        if was is not None:
+            os.environ[ENV] = was
 
     drv, dev = _graph_device(False)
     a = np.arange(10, dtype=np.float32)
@@ -688,7 +724,7 @@ def _graphs_off_by_the_knob():
 GRAPH_CHECKS = [_graphs_replay_as_the_plain_runner, _dynamic_scalars_are_launched_between_segments,
                 _a_host_read_mid_plan_falls_back, _kernel_errors_in_a_graph_are_read_once_a_replay,
                 _dynamic_launches_keep_their_error_slots, _a_new_batch_size_captures_its_own_graph,
-                _the_graph_goes_with_its_plan, _graphs_off_by_the_knob]
+                _the_graph_goes_with_its_plan, _copies_larger_than_the_calls_saved_run_plain, _graphs_off_by_the_knob]
 
 
 def graphs() -> dict:
