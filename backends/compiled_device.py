@@ -153,6 +153,7 @@ class CompilingBackend(DiscoveringBackend):
         """The ``runtime`` module of the backend class's package, imported when devices are first listed or opened
         (every worker builds every plugin's backend; a runtime brings its driver's modules: ``gpu_runtime``, a
         compiler's, a BLAS's)."""
+        # lazy: the runtime of whichever backend class this is, named by its package, with its driver's modules
         return importlib.import_module(".runtime", sys.modules[type(self).__module__].__package__)
 
     def discover(self):

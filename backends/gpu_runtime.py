@@ -4,11 +4,13 @@ CUDA's driver API and HIP are the same API spelled twice (``cuMemAlloc``/``hipMa
 ``cuModuleLoadData``/``hipModuleLoadData``, ``cuLaunchKernel``/``hipModuleLaunchKernel`` ...), and their Python
 bindings (cuda-python, hip-python) share one convention: every call returns a tuple ``(error, *values)`` whose error
 is an enum member that is 0 on success. So the logic lives here once, over a small :class:`DriverApi` that each
-backend fills with its own names and enums; the backends keep only what differs (discovery, the compiler and its
-target, the BLAS library):
+backend fills with its own column of :data:`SPELLINGS` and :data:`ENUM_SPELLINGS` (the two APIs' names side by
+side); the backends keep only what differs (how a GPU is described and made current, the compiler and its target,
+the BLAS library):
 
 * :class:`DriverApi`: the calls, by role, of one binding module (:meth:`DriverApi.check` turns a result tuple into
-  its values or a :class:`DriverError`).
+  its values or a :class:`DriverError`), and discovery over them (:meth:`DriverApi.discover`: init, count, each
+  GPU; the reason when there is none).
 * :class:`GPUBuffer`: a block of :class:`~.gpu_allocator.CachingAllocator` holding one tensor; it returns its block
   when the last reference drops.
 * :class:`GPURuntime`: one GPU's stream, memory (caching allocator; uploads and downloads through reused pinned
@@ -40,7 +42,7 @@ from .codegen.cache import KernelCompileError
 from .codegen.lower import lower
 from .codegen.presets import CUDA_GPU, CUDA_GPU_BLAS
 from .codegen.program import build_runner
-from .compiled_device import CompiledDevice, KernelModules, refuse_complex
+from .compiled_device import CompiledDevice, Found, KernelModules, load_binding, refuse_complex
 from .gpu_allocator import CachingAllocator, DriverOutOfMemory, GPUBuffer, size_class
 from .gpu_graphs import BLAS_WORKSPACE, GraphedRunner, GraphStats
 from .gpu_graphs import enabled as graphs_enabled
@@ -98,17 +100,75 @@ def check_result(what: str, result, ok, error_text):
     return result[1] if len(result) == 2 else result[1:]
 
 
-class DriverApi:
-    """The driver calls :class:`GPURuntime` makes, by role, bound to one binding module (``mod``).
+def c_text(value) -> str:
+    """A C string from a binding (``bytes``, hip-python's ``CStr``, or ``str``) as ``str``, up to its first NUL."""
+    if hasattr(value, "decode"):
+        try:
+            value = value.decode(errors="replace")
+        except TypeError:  # CStr.decode takes no keyword
+            value = value.decode()
+    return str(value).split("\0", 1)[0].strip()
 
-    A subclass names each role's function in :attr:`CALLS` (same arguments in CUDA and HIP) and gives the enums the
-    calls need: :meth:`success`, :meth:`out_of_memory`, :meth:`error_text`, :meth:`make_current` (the GPU's context),
-    :meth:`bind` (make it the calling thread's), :meth:`stream_flags`, :meth:`event_flags`,
-    :meth:`max_threads_attribute`, and the ``extra`` argument of a launch.
+
+#: each driver role's function in CUDA's driver API and in HIP, the same API spelled twice (the same arguments in
+#: both; None where the HIP runtime does not use the role): ``init``, ``device_count`` and ``error_string`` serve
+#: discovery and messages, the rest the runtime and (CUDA only, so far) graph capture (:mod:`.gpu_graphs`)
+SPELLINGS = {
+    "init": ("cuInit", "hipInit"), "device_count": ("cuDeviceGetCount", "hipGetDeviceCount"),
+    "error_string": ("cuGetErrorString", "hipGetErrorString"),
+    "stream_create": ("cuStreamCreate", "hipStreamCreateWithFlags"),
+    "stream_synchronize": ("cuStreamSynchronize", "hipStreamSynchronize"), "alloc": ("cuMemAlloc", "hipMalloc"),
+    "free": ("cuMemFree", "hipFree"), "host_alloc": ("cuMemHostAlloc", "hipHostMalloc"),
+    "host_free": ("cuMemFreeHost", "hipHostFree"), "copy_htod_async": ("cuMemcpyHtoDAsync", "hipMemcpyHtoDAsync"),
+    "copy_dtoh_async": ("cuMemcpyDtoHAsync", "hipMemcpyDtoHAsync"), "copy_dtod_async": ("cuMemcpyDtoDAsync", None),
+    "memset_async": ("cuMemsetD8Async", "hipMemsetD8Async"),
+    "event_create": ("cuEventCreate", "hipEventCreateWithFlags"), "event_record": ("cuEventRecord", "hipEventRecord"),
+    "event_query": ("cuEventQuery", "hipEventQuery"),
+    "event_synchronize": ("cuEventSynchronize", "hipEventSynchronize"),
+    "event_destroy": ("cuEventDestroy", "hipEventDestroy"), "module_load": ("cuModuleLoadData", "hipModuleLoadData"),
+    "module_unload": ("cuModuleUnload", "hipModuleUnload"),
+    "module_function": ("cuModuleGetFunction", "hipModuleGetFunction"),
+    "function_attribute": ("cuFuncGetAttribute", "hipFuncGetAttribute"),
+    "launch": ("cuLaunchKernel", "hipModuleLaunchKernel"), "begin_capture": ("cuStreamBeginCapture", None),
+    "end_capture": ("cuStreamEndCapture", None), "graph_instantiate": ("cuGraphInstantiate", None),
+    "graph_launch": ("cuGraphLaunch", None), "graph_exec_destroy": ("cuGraphExecDestroy", None),
+    "graph_destroy": ("cuGraphDestroy", None), "exchange_capture_mode": ("cuThreadExchangeStreamCaptureMode", None),
+}
+#: the enum members the calls need, by role, in the same two spellings (dotted paths in the binding module)
+ENUM_SPELLINGS = {
+    "success": ("CUresult.CUDA_SUCCESS", "hipError_t.hipSuccess"),
+    "out_of_memory": ("CUresult.CUDA_ERROR_OUT_OF_MEMORY", "hipError_t.hipErrorOutOfMemory"),
+    "stream_flags": ("CUstream_flags.CU_STREAM_NON_BLOCKING", "hipStreamNonBlocking"),
+    "event_flags": ("CUevent_flags.CU_EVENT_DISABLE_TIMING", "hipEventDisableTiming"),
+    "max_threads": ("CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK",
+                    "hipFunction_attribute.HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"),
+    "capture_thread_local": ("CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL", None),
+    "capture_relaxed": ("CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED", None),
+}
+#: the column of :data:`SPELLINGS` and :data:`ENUM_SPELLINGS` each API reads
+CUDA_SPELLING, HIP_SPELLING = 0, 1
+
+
+def spelled(table: dict[str, tuple], column: int) -> dict[str, str]:
+    """``{role: name}`` of one API's column of a spelling table (the roles it has)."""
+    return {role: names[column] for role, names in table.items() if names[column] is not None}
+
+
+class DriverApi:
+    """The driver calls :class:`GPURuntime` and discovery make, by role, bound to one binding module (``mod``).
+
+    The logic is written once here; a subclass gives only what its API spells differently: each role's function in
+    :attr:`CALLS` (same arguments in CUDA and HIP), the enum members the calls need in :attr:`ENUMS`, the runtime's
+    name in discovery's reasons (:attr:`RUNTIME`), how a GPU is described (:meth:`gpu`), made current
+    (:meth:`make_current`) and bound to a thread (:meth:`bind`), and the ``extra`` argument of a launch.
     """
 
-    #: role -> the binding's function name
+    #: role -> the binding's function name (the API's column of :data:`SPELLINGS`)
     CALLS: dict[str, str] = {}
+    #: role -> the binding's enum member, a dotted path in the module (the API's column of :data:`ENUM_SPELLINGS`)
+    ENUMS: dict[str, str] = {}
+    #: the runtime as discovery's reasons name it ("the CUDA driver")
+    RUNTIME = ""
     #: what a launch passes as ``extra`` (no packed arguments)
     LAUNCH_EXTRA: object = None
     #: whether plans are captured as graphs (:mod:`.gpu_graphs`): the roles ``begin_capture``, ``end_capture``,
@@ -124,15 +184,46 @@ class DriverApi:
         self.ok = self.success()
         self.oom = self.out_of_memory()
 
+    def enum(self, role: str):
+        """The binding's enum member :attr:`ENUMS` names for ``role``."""
+        value = self.mod
+        for name in self.ENUMS[role].split("."):
+            value = getattr(value, name)
+        return value
+
     def success(self):
-        raise NotImplementedError
+        return self.enum("success")
 
     def out_of_memory(self):
-        raise NotImplementedError
+        return self.enum("out_of_memory")
+
+    def stream_flags(self) -> int:
+        return int(self.enum("stream_flags"))
+
+    def event_flags(self) -> int:
+        return int(self.enum("event_flags"))
+
+    def max_threads_attribute(self):
+        return self.enum("max_threads")
+
+    def capture_mode_thread_local(self):
+        """The capture mode in which the capturing thread may make no call that is unsafe during a capture."""
+        return self.enum("capture_thread_local")
+
+    def capture_mode_relaxed(self):
+        """The capture mode in which such calls (an allocation) are allowed."""
+        return self.enum("capture_relaxed")
 
     def error_text(self, err) -> str:
-        """``NAME: description`` of an error enum member."""
-        raise NotImplementedError
+        """``NAME: description`` of an error enum member (the name alone where the driver describes it no
+        better)."""
+        name = getattr(err, "name", str(err))
+        try:
+            e2, text = self.error_string(err)
+            text = c_text(text) if e2 == self.ok else ""
+        except Exception:  # noqa: BLE001 - only for the message
+            text = ""
+        return f"{name}: {text}" if text and text != name else name
 
     def make_current(self, gpu) -> object:
         """Open ``gpu``'s context and make it the calling thread's; returns what keeps the context (or None)."""
@@ -144,23 +235,6 @@ class DriverApi:
         GPU does this first (see :class:`ThreadBinding`)."""
         raise NotImplementedError
 
-    def stream_flags(self) -> int:
-        raise NotImplementedError
-
-    def event_flags(self) -> int:
-        raise NotImplementedError
-
-    def max_threads_attribute(self):
-        raise NotImplementedError
-
-    def capture_mode_thread_local(self):
-        """The capture mode in which the capturing thread may make no call that is unsafe during a capture."""
-        raise NotImplementedError
-
-    def capture_mode_relaxed(self):
-        """The capture mode in which such calls (an allocation) are allowed."""
-        raise NotImplementedError
-
     def check(self, what: str, result):
         """The values of a call's result tuple ``(error, *values)``, or :class:`DriverError` naming ``what``."""
         return check_result(what, result, self.ok, self.error_text)
@@ -168,6 +242,42 @@ class DriverApi:
     def call(self, role: str, *args):
         """Call ``role`` and :meth:`check` its result."""
         return self.check(self.CALLS[role], getattr(self, role)(*args))
+
+    # discovery --------------------------------------------------------------------------------------------------
+    def init_failed(self, err) -> str:
+        """The reason there are no GPUs when the ``init`` call returned the error ``err``."""
+        return f"{self.CALLS['init']} failed ({self.error_text(err)})"
+
+    def gpus(self) -> list:
+        """The GPUs the driver lists, each as :meth:`gpu` describes it (raises :class:`DriverError`)."""
+        return [self.gpu(i) for i in range(int(self.call("device_count")))]
+
+    def gpu(self, index: int):
+        """GPU ``index`` as discovery records it (``index``, ``name``, ``memory_bytes`` and what the runtime needs)."""
+        raise NotImplementedError
+
+    @classmethod
+    def discover(cls, load, binding: str, install: str) -> Found:
+        """This host's GPUs through the binding ``load()`` imports (``binding``, installed as ``install`` says):
+        the ``init`` call, then :meth:`gpus`; without the binding, the driver or a GPU, the reason is the error the
+        binding or the driver gave."""
+        mod, missing = load_binding(load, binding, install)
+        if missing is not None:
+            return missing
+        try:
+            (err,) = getattr(mod, cls.CALLS["init"])(0)
+        except Exception as e:  # noqa: BLE001 - no driver library: the loader's error, whatever its type
+            return Found.failed(f"{cls.RUNTIME} is not available", e)
+        api = cls(mod)
+        if err != api.ok:
+            return Found([], api.init_failed(err))
+        try:
+            gpus = api.gpus()
+        except DriverError as e:
+            return Found([], str(e))
+        if not gpus:
+            return Found([], f"{cls.RUNTIME} reports no GPU ({cls.CALLS['device_count']} = 0)")
+        return Found(gpus, "", mod)
 
 
 class ThreadBinding:
@@ -599,5 +709,6 @@ class GPUDevice(CompiledDevice):
         return out
 
 
-__all__ = ["BLOCK", "LOWERING_BLAS", "LOWERING_KERNELS", "STAGING_CHUNK", "STAGING_LIMIT", "DriverApi", "DriverError",
-           "GPUBuffer", "GPUDevice", "GPURuntime", "ThreadBinding", "check_result"]
+__all__ = ["BLOCK", "CUDA_SPELLING", "ENUM_SPELLINGS", "HIP_SPELLING", "LOWERING_BLAS", "LOWERING_KERNELS",
+           "SPELLINGS", "STAGING_CHUNK", "STAGING_LIMIT", "DriverApi", "DriverError", "GPUBuffer", "GPUDevice",
+           "GPURuntime", "ThreadBinding", "c_text", "check_result", "spelled"]

@@ -17,6 +17,7 @@ def lazy_backend(package: str, cls: str) -> tuple[Callable, Callable]:
     are there), the module attribute ``cls`` imports it."""
 
     def load():
+        # lazy: the plugin's backend module, named by its package (every worker lists every plugin; each at first use)
         return getattr(importlib.import_module(f"{package}.backend"), cls)
 
     @hookimpl

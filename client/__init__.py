@@ -94,6 +94,7 @@ _resolved: set[str] = set()
 
 def _method_functions() -> dict:
     """``tw.abs(x)`` and the rest of the Tensor methods as functions (names the table above does not bind)."""
+    # lazy: the client core, at the first such name only (import tensorwire imports nothing heavy)
     return getattr(_importlib.import_module("tensorwire.functions"), "METHOD_FUNCTIONS", {})
 
 
@@ -111,7 +112,9 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'tensorwire' has no attribute {name!r}")
     module, attr = spec
     for extra in _EXTRA.get(name, ()):
+        # lazy: the modules a public name needs loaded first (_EXTRA), at its first use (PEP 562)
         _importlib.import_module(extra)
+    # lazy: the module behind a public name (_LAZY), at its first use (PEP 562)
     value = _importlib.import_module(module)
     if attr is not None:
         value = getattr(value, attr)

@@ -46,6 +46,7 @@ def load() -> None:
             continue
         if name in sys.modules:  # being imported (a failed import leaves no entry): it goes on from here
             return
+        # circle: tensor -> _install -> MODULES -> tensor (each adds its methods to Tensor as it loads, in order)
         importlib.import_module(name)
 
 

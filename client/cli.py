@@ -60,6 +60,7 @@ def command(name: str) -> Callable[[list[str]], int]:
     """The ``main`` of subcommand ``name`` (:data:`COMMANDS`), its module imported now; KeyError for an unknown
     one."""
     module, _, function = COMMANDS[name].partition(":")
+    # lazy: the subcommand's module, named in COMMANDS: a command's start pays for its own imports only
     return getattr(importlib.import_module(module), function)
 
 

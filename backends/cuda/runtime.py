@@ -30,9 +30,12 @@ import logging
 from ..codegen.cache import KernelCache, KernelCompileError
 from ..codegen.compiler_cuda import NVRTC_OPTIONS, compile_cubin, compile_ptx, nvrtc_version, supported_archs
 from ..codegen.cuda import CUDARenderer
-from ..compiled_device import Discovery, Found, load_binding
+from ..compiled_device import Discovery, Found
 from ..gpu_runtime import (
+    CUDA_SPELLING,
+    ENUM_SPELLINGS,
     LOWERING_BLAS,
+    SPELLINGS,
     STAGING_CHUNK,
     STAGING_LIMIT,
     DriverApi,
@@ -40,7 +43,8 @@ from ..gpu_runtime import (
     GPUBuffer,
     GPUDevice,
     GPURuntime,
-    check_result,
+    c_text,
+    spelled,
 )
 from ..gpu_runtime import LOWERING_KERNELS as GPU_LOWERING_KERNELS
 from . import cublas
@@ -71,21 +75,6 @@ def load_blas(stream: int):
     return cublas.Cublas(stream)
 
 
-def _error_text(drv, err) -> str:
-    try:
-        e2, s = drv.cuGetErrorString(err)
-        text = s.decode(errors="replace") if isinstance(s, bytes) and e2 == drv.CUresult.CUDA_SUCCESS else ""
-    except Exception:  # noqa: BLE001 - only for the message
-        text = ""
-    name = getattr(err, "name", str(err))
-    return f"{name}: {text}" if text else name
-
-
-def _call(drv, what: str, result):
-    """The values of a driver call's result tuple ``(CUresult, *values)``, or :class:`DriverError`."""
-    return check_result(what, result, drv.CUresult.CUDA_SUCCESS, lambda err: _error_text(drv, err))
-
-
 # -- discovery ----------------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -100,34 +89,7 @@ class GPU:
 
 
 def _discover() -> Found:
-    drv, missing = load_binding(load_driver, "cuda-python", INSTALL)
-    if missing is not None:
-        return missing
-    try:
-        (err,) = drv.cuInit(0)
-    except Exception as e:  # noqa: BLE001 - no libcuda: cuda.pathfinder's DynamicLibNotFoundError and the like
-        return Found.failed("the CUDA driver is not available", e)
-    if err != drv.CUresult.CUDA_SUCCESS:
-        return Found([], f"cuInit failed ({_error_text(drv, err)})")
-    try:
-        n = _call(drv, "cuDeviceGetCount", drv.cuDeviceGetCount())
-        if n == 0:
-            return Found([], "the CUDA driver reports no GPU (cuDeviceGetCount = 0)")
-        gpus = []
-        attr = drv.CUdevice_attribute
-        for i in range(int(n)):
-            dev = _call(drv, "cuDeviceGet", drv.cuDeviceGet(i))
-            name = _call(drv, "cuDeviceGetName", drv.cuDeviceGetName(256, dev))
-            name = name.split(b"\0", 1)[0].decode(errors="replace").strip() if isinstance(name, bytes) else str(name)
-            mem = _call(drv, "cuDeviceTotalMem", drv.cuDeviceTotalMem(dev))
-            major = _call(drv, "cuDeviceGetAttribute", drv.cuDeviceGetAttribute(
-                attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
-            minor = _call(drv, "cuDeviceGetAttribute", drv.cuDeviceGetAttribute(
-                attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev))
-            gpus.append(GPU(i, dev, name, int(mem), (int(major), int(minor))))
-    except DriverError as e:
-        return Found([], str(e))
-    return Found(gpus, "", drv)
+    return CUDAApi.discover(load_driver, "cuda-python", INSTALL)
 
 
 #: ``discover(refresh=False)``: the CUDA devices of this host (cached for the process)
@@ -152,53 +114,29 @@ def compile_target(capability: tuple[int, int], archs: list[int]) -> tuple[str, 
 class CUDAApi(DriverApi):
     """cuda-python's driver API in :class:`~..gpu_runtime.DriverApi`'s roles."""
 
-    CALLS = {"stream_create": "cuStreamCreate", "stream_synchronize": "cuStreamSynchronize",
-             "alloc": "cuMemAlloc", "free": "cuMemFree", "host_alloc": "cuMemHostAlloc", "host_free": "cuMemFreeHost",
-             "copy_htod_async": "cuMemcpyHtoDAsync", "copy_dtoh_async": "cuMemcpyDtoHAsync",
-             "memset_async": "cuMemsetD8Async", "event_create": "cuEventCreate", "event_record": "cuEventRecord",
-             "event_query": "cuEventQuery", "event_synchronize": "cuEventSynchronize",
-             "event_destroy": "cuEventDestroy", "module_load": "cuModuleLoadData", "module_unload": "cuModuleUnload",
-             "module_function": "cuModuleGetFunction", "function_attribute": "cuFuncGetAttribute",
-             "launch": "cuLaunchKernel", "copy_dtod_async": "cuMemcpyDtoDAsync",
-             "begin_capture": "cuStreamBeginCapture", "end_capture": "cuStreamEndCapture",
-             "graph_instantiate": "cuGraphInstantiate", "graph_launch": "cuGraphLaunch",
-             "graph_exec_destroy": "cuGraphExecDestroy", "graph_destroy": "cuGraphDestroy",
-             "exchange_capture_mode": "cuThreadExchangeStreamCaptureMode"}
+    CALLS = spelled(SPELLINGS, CUDA_SPELLING)
+    ENUMS = spelled(ENUM_SPELLINGS, CUDA_SPELLING)
+    RUNTIME = "the CUDA driver"
     LAUNCH_EXTRA = 0
     GRAPHS = True
 
-    def success(self):
-        return self.mod.CUresult.CUDA_SUCCESS
-
-    def out_of_memory(self):
-        return self.mod.CUresult.CUDA_ERROR_OUT_OF_MEMORY
-
-    def error_text(self, err) -> str:
-        return _error_text(self.mod, err)
+    def gpu(self, index: int) -> GPU:
+        drv, attr = self.mod, self.mod.CUdevice_attribute
+        dev = self.check("cuDeviceGet", drv.cuDeviceGet(index))
+        name = c_text(self.check("cuDeviceGetName", drv.cuDeviceGetName(256, dev)))
+        mem = self.check("cuDeviceTotalMem", drv.cuDeviceTotalMem(dev))
+        major, minor = (self.check("cuDeviceGetAttribute", drv.cuDeviceGetAttribute(a, dev))
+                        for a in (attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                  attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+        return GPU(index, dev, name, int(mem), (int(major), int(minor)))
 
     def make_current(self, gpu):
-        drv = self.mod
-        ctx = _call(drv, "cuDevicePrimaryCtxRetain", drv.cuDevicePrimaryCtxRetain(gpu.handle))
+        ctx = self.check("cuDevicePrimaryCtxRetain", self.mod.cuDevicePrimaryCtxRetain(gpu.handle))
         self.bind(gpu, ctx)
         return ctx
 
     def bind(self, gpu, ctx) -> None:
-        _call(self.mod, "cuCtxSetCurrent", self.mod.cuCtxSetCurrent(ctx))
-
-    def stream_flags(self) -> int:
-        return int(self.mod.CUstream_flags.CU_STREAM_NON_BLOCKING)
-
-    def event_flags(self) -> int:
-        return int(self.mod.CUevent_flags.CU_EVENT_DISABLE_TIMING)
-
-    def max_threads_attribute(self):
-        return self.mod.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
-
-    def capture_mode_thread_local(self):
-        return self.mod.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-
-    def capture_mode_relaxed(self):
-        return self.mod.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        self.check("cuCtxSetCurrent", self.mod.cuCtxSetCurrent(ctx))
 
 
 class CUDARuntime(GPURuntime):

@@ -28,8 +28,20 @@ import os
 from ..codegen.cache import KernelCache, KernelCompileError
 from ..codegen.compiler_hip import HIP_OPTIONS, compile_hip, compiler_id, hip_compiler
 from ..codegen.hip import HIPRenderer
-from ..compiled_device import Discovery, Found, load_binding
-from ..gpu_runtime import LOWERING_BLAS, LOWERING_KERNELS, DriverApi, DriverError, GPUDevice, GPURuntime, check_result
+from ..compiled_device import Discovery, Found
+from ..gpu_runtime import (
+    ENUM_SPELLINGS,
+    HIP_SPELLING,
+    LOWERING_BLAS,
+    LOWERING_KERNELS,
+    SPELLINGS,
+    DriverApi,
+    DriverError,
+    GPUDevice,
+    GPURuntime,
+    c_text,
+    spelled,
+)
 from . import hipblas
 
 log = logging.getLogger("tensorwire.rocm")
@@ -68,31 +80,6 @@ def load_compiler() -> str:
     return which
 
 
-def _error_text(hip, err) -> str:
-    name = getattr(err, "name", str(err))
-    try:
-        e2, text = hip.hipGetErrorString(err)
-        text = _text(text) if e2 == hip.hipError_t.hipSuccess else ""
-    except Exception:  # noqa: BLE001 - only for the message
-        text = ""
-    return f"{name}: {text}" if text and text != name else name
-
-
-def _text(value) -> str:
-    """A C string from hip-python (``bytes``, its ``CStr``, or ``str``) as ``str``, up to its first NUL."""
-    if hasattr(value, "decode"):
-        try:
-            value = value.decode(errors="replace")
-        except TypeError:  # CStr.decode takes no keyword
-            value = value.decode()
-    return str(value).split("\0", 1)[0].strip()
-
-
-def _call(hip, what: str, result):
-    """The values of a HIP call's result tuple ``(hipError_t, *values)``, or :class:`DriverError`."""
-    return check_result(what, result, hip.hipError_t.hipSuccess, lambda err: _error_text(hip, err))
-
-
 # -- discovery ----------------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -107,38 +94,15 @@ class GPU:
 
 
 def _discover() -> Found:
-    hip, missing = load_binding(load_hip, "hip-python", INSTALL)
-    if missing is not None:
-        return missing
-    try:
-        (err,) = hip.hipInit(0)
-    except Exception as e:  # noqa: BLE001 - no libamdhip64: hip-python's RuntimeError from dlopen
-        return Found.failed("the ROCm runtime is not available", e)
-    codes = hip.hipError_t
-    if err in (codes.hipErrorNoDevice, codes.hipErrorInvalidDevice):
-        return Found([], f"the ROCm runtime finds no AMD GPU (hipInit: {_error_text(hip, err)}; is /dev/kfd there "
-                         "and readable by this user?)")
-    if err != codes.hipSuccess:
-        return Found([], f"hipInit failed ({_error_text(hip, err)})")
-    try:
-        n = _call(hip, "hipGetDeviceCount", hip.hipGetDeviceCount())
-        if n == 0:
-            return Found([], "the ROCm runtime reports no GPU (hipGetDeviceCount = 0)")
-        gpus = []
-        for i in range(int(n)):
-            props = hip.hipDeviceProp_t()
-            _call(hip, "hipGetDeviceProperties", hip.hipGetDeviceProperties(props, i))
-            target_id = _text(props.gcnArchName)
-            gpus.append(GPU(i, _text(props.name), int(props.totalGlobalMem), target_id.split(":", 1)[0], target_id))
-    except DriverError as e:
-        return Found([], str(e))
-    except Exception as e:  # noqa: BLE001 - a runtime older than the bindings (a missing symbol) and the like
-        return Found.failed("the ROCm runtime cannot list its GPUs", e)
+    found = HIPApi.discover(load_hip, "hip-python", INSTALL)
+    if not found.available:
+        return found
     try:
         load_compiler()
     except KernelCompileError as e:
-        return Found([], f"AMD GPUs found ({', '.join(g.name for g in gpus)}) but kernels cannot be compiled: {e}")
-    return Found(gpus, "", hip)
+        return Found([], f"AMD GPUs found ({', '.join(g.name for g in found.devices)}) but kernels cannot be "
+                         f"compiled: {e}")
+    return found
 
 
 #: ``discover(refresh=False)``: the AMD GPUs of this host (cached for the process)
@@ -156,41 +120,38 @@ def matmul_path() -> str:
 class HIPApi(DriverApi):
     """hip-python's HIP module in :class:`~..gpu_runtime.DriverApi`'s roles."""
 
-    CALLS = {"stream_create": "hipStreamCreateWithFlags", "stream_synchronize": "hipStreamSynchronize",
-             "alloc": "hipMalloc", "free": "hipFree", "host_alloc": "hipHostMalloc", "host_free": "hipHostFree",
-             "copy_htod_async": "hipMemcpyHtoDAsync", "copy_dtoh_async": "hipMemcpyDtoHAsync",
-             "memset_async": "hipMemsetD8Async", "event_create": "hipEventCreateWithFlags",
-             "event_record": "hipEventRecord", "event_query": "hipEventQuery",
-             "event_synchronize": "hipEventSynchronize", "event_destroy": "hipEventDestroy",
-             "module_load": "hipModuleLoadData", "module_unload": "hipModuleUnload",
-             "module_function": "hipModuleGetFunction", "function_attribute": "hipFuncGetAttribute",
-             "launch": "hipModuleLaunchKernel"}
+    CALLS = spelled(SPELLINGS, HIP_SPELLING)
+    ENUMS = spelled(ENUM_SPELLINGS, HIP_SPELLING)
+    RUNTIME = "the ROCm runtime"
     LAUNCH_EXTRA = None
 
-    def success(self):
-        return self.mod.hipError_t.hipSuccess
+    def init_failed(self, err) -> str:
+        codes = self.mod.hipError_t
+        if err in (codes.hipErrorNoDevice, codes.hipErrorInvalidDevice):
+            return (f"the ROCm runtime finds no AMD GPU (hipInit: {self.error_text(err)}; is /dev/kfd there and "
+                    "readable by this user?)")
+        return super().init_failed(err)
 
-    def out_of_memory(self):
-        return self.mod.hipError_t.hipErrorOutOfMemory
+    def gpus(self) -> list:
+        try:
+            return super().gpus()
+        except DriverError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a runtime older than the bindings (a missing symbol) and the like
+            raise DriverError(Found.failed("the ROCm runtime cannot list its GPUs", e).reason) from e
 
-    def error_text(self, err) -> str:
-        return _error_text(self.mod, err)
+    def gpu(self, index: int) -> GPU:
+        props = self.mod.hipDeviceProp_t()
+        self.check("hipGetDeviceProperties", self.mod.hipGetDeviceProperties(props, index))
+        target_id = c_text(props.gcnArchName)
+        return GPU(index, c_text(props.name), int(props.totalGlobalMem), target_id.split(":", 1)[0], target_id)
 
     def make_current(self, gpu):
         self.bind(gpu, None)  # (HIP has no context object: the device is the thread's)
         return None
 
     def bind(self, gpu, ctx) -> None:
-        _call(self.mod, "hipSetDevice", self.mod.hipSetDevice(gpu.index))
-
-    def stream_flags(self) -> int:
-        return int(self.mod.hipStreamNonBlocking)
-
-    def event_flags(self) -> int:
-        return int(self.mod.hipEventDisableTiming)
-
-    def max_threads_attribute(self):
-        return self.mod.hipFunction_attribute.HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+        self.check("hipSetDevice", self.mod.hipSetDevice(gpu.index))
 
 
 class ROCmRuntime(GPURuntime):

@@ -1,11 +1,35 @@
-"""The clusters the GPU backends' tests start (test_cuda.py, test_rocm.py), as module fixtures: one whose GPU worker
-runs the backend on its API stand-in, and a session on one with this host's real GPU."""
+"""What the GPU backends' tests (test_cuda.py, test_rocm.py) share: this host's real GPU and the marks taken from it
+(:class:`HostGPU`), the child process that runs the backend on its API stand-in (:data:`CHILD`), and the clusters they
+start, as module fixtures: one whose GPU worker runs the backend on its stand-in, and a session on one with this
+host's real GPU."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
+
+#: the folder of the backend tests, where the stand-ins are
+HERE = os.path.dirname(os.path.abspath(__file__))
+#: the child process that runs a GPU backend on its stand-in (``_gpu_child.py BACKEND COMMAND ...``)
+CHILD = os.path.join(HERE, "_gpu_child.py")
+
+
+class HostGPU:
+    """Device 0 of a GPU backend on this host (discovery for real: a GPU, or the reason there is none) and the marks
+    its tests take from it."""
+
+    def __init__(self, backend, vendor: str, has_gpu: str):
+        #: discovery's record of the device
+        self.found = backend.devices()[0]
+        available = self.found.available
+        #: why a test of the real GPU cannot run here (None where it can)
+        self.no_gpu = None if available else f"no usable {vendor} GPU here: {self.found.reason}"
+        #: why a test of the path without a GPU cannot run here (``has_gpu`` where there is one, else None)
+        self.has_gpu = has_gpu if available else None
+        self.needs_gpu = pytest.mark.skipif(not available, reason=str(self.no_gpu))
+        self.needs_no_gpu = pytest.mark.skipif(available, reason=str(self.has_gpu))
 
 
 def standin_worker(standin: str, device: str, dispatcher: str, *extra: str) -> list[str]:

@@ -34,21 +34,16 @@ from tensorwire.backends.cuda import runtime as RT
 from tensorwire.protocol.errors import DeviceError
 from tests.backends import _device_checks as DC
 from tests.backends import _gpu_clusters as GC
-from tests.backends._child_cases import assert_case_passed, conformance_sample
+from tests.backends._child_cases import conformance_sample
 from tests.backends._child_process import child_fixture, run_child
-from tests.backends._gradcheck import STANDIN_GRADCHECKS, gradcheck_on
+from tests.backends._gradcheck import STANDIN_GRADCHECKS
 from tests.backends._pocl import opencl_available
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CHILD = os.path.join(HERE, "_gpu_child.py")
-STANDIN = os.path.join(HERE, "_cuda_standin.py")
-REAL = CUDABackend().devices()[0]  # discovery on this host's real driver (or its absence)
-NO_GPU = f"no usable CUDA GPU here: {REAL.reason}"
-gpu = pytest.mark.gpu
-needs_gpu = pytest.mark.skipif(not REAL.available, reason=NO_GPU)
-needs_no_gpu = pytest.mark.skipif(REAL.available, reason="this host has a CUDA GPU; the no-driver path is not here")
-
-
+STANDIN = os.path.join(GC.HERE, "_cuda_standin.py")
+#: this host's real GPU (discovery on its driver, or the reason there is none)
+HOST = GC.HostGPU(CUDABackend(), "CUDA", "this host has a CUDA GPU; the no-driver path is not here")
+REAL = HOST.found
+gpu, needs_gpu, needs_no_gpu = pytest.mark.gpu, HOST.needs_gpu, HOST.needs_no_gpu
 
 OPENCL_OK, OPENCL_WHY = opencl_available()
 #: why the stand-in cannot run here (None where it can)
@@ -59,7 +54,19 @@ CASES = T.conformance_cases()
 #: :func:`tests.backends._child_cases.conformance_sample`
 SAMPLE = conformance_sample(CASES)
 #: ``child(command, tmp_dir, *args)``: ``_gpu_child.py cuda COMMAND``'s JSON result
-child = partial(run_child, [CHILD, "cuda"])
+child = partial(run_child, [GC.CHILD, "cuda"])
+#: the device-generic tests' record (``_device_checks``): their cluster and child tests run on the stand-in
+UNDER_TEST = DC.DeviceUnderTest(
+    "cuda:0", gradchecks=tuple(STANDIN_GRADCHECKS), conformance=tuple(SAMPLE), found=REAL,
+    runtime_checks=("allocator_reuses_blocks", "out_of_memory_after_emptying_the_cache",
+                    "large_transfers_go_in_pinned_chunks", "kernel_errors_are_raised_and_cleared",
+                    "kernel_errors_are_read_once_a_fragment", "modules_are_unloaded_past_max_kernels",
+                    "ptx_when_nvrtc_does_not_know_the_gpu", "kernels_are_cached_on_disk", "matmul_runs_on_the_blas"),
+    refusal=(REAL.reason[:60], {}), refusal_skip=HOST.has_gpu)
+
+
+class TestOnTheDevice(DC.ClusterTests, DC.ChildTests, DC.RealGPUTests):
+    """The device-generic tests (``_device_checks``) on :data:`UNDER_TEST`."""
 
 
 # -- discovery, for real --------------------------------------------------------------------------------------------
@@ -83,15 +90,6 @@ def test_without_cuda_python_the_plugin_still_loads(monkeypatch):
     assert not info.available and "cuda-python is not installed" in info.reason and ".[cuda]" in info.reason
 
 
-@needs_no_gpu
-def test_a_cluster_asked_for_cuda0_fails_at_once_with_the_reason():
-    DC.assert_cluster_refuses("cuda:0", REAL.reason[:60])
-
-
-def test_status_local_lists_this_hosts_devices():
-    DC.assert_status_local_lists("cuda:0", REAL)
-
-
 def test_every_primitive_compiles():
     b = CUDABackend()
     assert not b.missing_primitives() and b.native == frozenset()
@@ -113,14 +111,6 @@ conformance = child_fixture(child, "conformance", ";".join(c.name for c in SAMPL
 
 
 @needs_standin
-@pytest.mark.parametrize("case", SAMPLE, ids=str)
-def test_conformance_on_the_standin(conformance, case):
-    """Every sampled case passes through the CUDA backend's host code, as fused kernels (step by step only where a
-    node is meant to fail)."""
-    assert_case_passed(conformance["cases"], case.name)
-
-
-@needs_standin
 def test_conformance_used_prebuilt_modules_cublas_and_the_pool(conformance):
     stats = conformance["prebuild"]
     assert stats["kernels"] > 250 and stats["modules"] < 20, stats  # the sample's ~320 kernels, a few modules
@@ -130,17 +120,6 @@ def test_conformance_used_prebuilt_modules_cublas_and_the_pool(conformance):
 
 
 units = child_fixture(child, "units", skip=STANDIN_WHY)
-
-
-@needs_standin
-@pytest.mark.parametrize("name", ["allocator_reuses_blocks", "out_of_memory_after_emptying_the_cache",
-                                  "large_transfers_go_in_pinned_chunks", "kernel_errors_are_raised_and_cleared",
-                                  "kernel_errors_are_read_once_a_fragment",
-                                  "modules_are_unloaded_past_max_kernels",
-                                  "ptx_when_nvrtc_does_not_know_the_gpu", "kernels_are_cached_on_disk",
-                                  "matmul_runs_on_the_blas"])
-def test_runtime(units, name):
-    assert units[name] == "", units[name]
 
 
 # -- a real cluster, its cuda:0 worker on the stand-in --------------------------------------------------------------
@@ -157,12 +136,6 @@ def test_the_cluster_lists_the_device(session, cluster):
 
 
 @needs_standin
-@pytest.mark.parametrize("dtype", DC.DTYPES)
-def test_moves_between_cpu_and_cuda(session, dtype):
-    DC.assert_moves_between_cpu_and("cuda:0", dtype)
-
-
-@needs_standin
 def test_memory_stats_report_allocated_and_reserved_bytes(session):
     import tensorwire as tw
 
@@ -175,11 +148,6 @@ def test_memory_stats_report_allocated_and_reserved_bytes(session):
 @needs_standin
 def test_out_of_memory_is_typed_and_the_worker_keeps_serving(session):
     DC.assert_out_of_memory_leaves_the_worker_serving("cuda:0", 1 << 30, match="out of memory")  # the stand-in's
-
-
-@needs_standin
-def test_gradcheck_on_the_standin(session):
-    gradcheck_on(session, "cuda:0", STANDIN_GRADCHECKS)
 
 
 @needs_standin
@@ -201,11 +169,6 @@ def test_two_sessions_mixing_large_and_small_batches(session, cluster):
     from tensorwire.selftest import mixed_sessions
 
     assert mixed_sessions(cluster.address, "cuda:0") == []
-
-
-@needs_standin
-def test_digits_mlp_trains_the_same_on_the_standin(session):
-    DC.assert_digits_train_as_on_cpu("cuda:0", rtol=1e-4)
 
 
 @needs_standin
@@ -262,19 +225,7 @@ def test_conformance_on_a_gpu(case, gpu_kernels):
 
 
 #: graphs on: a real GPU is where they are proven (off by default until then)
-gpu_session = GC.gpu_session("cuda:0", None if REAL.available else NO_GPU, extra_env={"TENSORWIRE_CUDA_GRAPHS": "1"})
-
-
-@gpu
-@needs_gpu
-def test_digits_mlp_trains_the_same_on_a_gpu(gpu_session):
-    DC.assert_digits_train_as_on_cpu("cuda:0", rtol=1e-3)
-
-
-@gpu
-@needs_gpu
-def test_gradcheck_on_a_gpu(gpu_session):
-    gradcheck_on(gpu_session, "cuda:0")
+gpu_session = GC.gpu_session("cuda:0", HOST.no_gpu, extra_env={"TENSORWIRE_CUDA_GRAPHS": "1"})
 
 
 @gpu

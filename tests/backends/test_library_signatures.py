@@ -114,6 +114,21 @@ def test_driver_enum_members_exist():
     assert len(used) >= 8, used
     missing = [f"{e}.{m}" for e, m in set(used) if not hasattr(getattr(drv, e, None), m)]
     assert missing == []
+    from tensorwire.backends.cuda.runtime import CUDAApi
+
+    assert _unresolved(drv, CUDAApi.ENUMS.values()) == []  # the enums the shared runtime reads, by role
+
+
+def _unresolved(module, paths) -> list[str]:
+    """The dotted enum paths (``CUresult.CUDA_SUCCESS``) that ``module`` does not have."""
+    out = []
+    for path in paths:
+        value = module
+        for name in path.split("."):
+            value = getattr(value, name, None)
+        if value is None:
+            out.append(path)
+    return out
 
 
 def test_nvrtc_calls_exist():
@@ -216,6 +231,7 @@ def test_hip_calls_exist_and_the_standin_takes_their_arguments():
     enums = re.findall(r"\b(?:hip|mod)\.(hip\w+?_t|hipStreamNonBlocking|hipEventDisableTiming)\b",
                        _source(*ROCM_SOURCES))
     assert all(hasattr(hip, e) for e in enums), enums
+    assert _unresolved(hip, HIPApi.ENUMS.values()) == []  # the enums the shared runtime reads, by role
 
 
 def test_hipblas_names_exist():

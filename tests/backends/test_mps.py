@@ -21,12 +21,20 @@ from tensorwire.backends.mps import runtime as RT
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError, DTypeError
 from tests.backends import _device_checks as DC
-from tests.backends._gradcheck import gradcheck_on
 
 mx = pytest.importorskip("mlx.core", reason=f"mlx is not installed: {RT.INSTALL}")
 
 CASES = T.conformance_cases()
 ON_CPU = {RT.ON_CPU_ENV: "1"}
+#: the device-generic tests' record (``_device_checks``), on MLX's CPU device; a cluster with the switch off for its
+#: worker refuses mps:0 where there is no Metal GPU
+UNDER_TEST = DC.DeviceUnderTest(
+    "mps:0", refusal=("no Metal GPU", {"collectives": False, "extra_env": {RT.ON_CPU_ENV: ""}}),
+    refusal_skip="this host has a Metal GPU" if mx.metal.is_available() else None)
+
+
+class TestOnTheDevice(DC.ClusterTests, DC.AcrossDevicesTests):
+    """The device-generic tests (``_device_checks``) on :data:`UNDER_TEST`."""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -174,21 +182,6 @@ def test_listing_names_the_device(session, cluster):
     assert info["mps:0"]["available"] and info["mps:0"]["name"].startswith("MLX ")
 
 
-@pytest.mark.skipif(mx.metal.is_available(), reason="this host has a Metal GPU")
-def test_unavailable_device_in_a_cluster_says_why():
-    # the switch off for the worker
-    DC.assert_cluster_refuses("mps:0", "no Metal GPU", collectives=False, extra_env={RT.ON_CPU_ENV: ""})
-
-
-@pytest.mark.parametrize("dtype", DC.DTYPES)
-def test_moves_between_cpu_and_mps(session, dtype):
-    DC.assert_moves_between_cpu_and("mps:0", dtype)
-
-
-def test_compute_across_devices(session):
-    DC.assert_computes_across_devices("mps:0")
-
-
 def test_errors_stay_with_their_node_in_a_cluster(session):
     import tensorwire as tw
 
@@ -198,16 +191,6 @@ def test_errors_stay_with_their_node_in_a_cluster(session):
     with pytest.raises(tw.TensorwireError, match="integer division by zero"):
         bad.numpy()
     assert good.item() == 18
-
-
-def test_gradcheck_on_mps(session):
-    """A representative set of tests/autograd/test_ops_gradcheck.py's checks, on mps:0 (float64, MLX's CPU)."""
-    gradcheck_on(session, "mps:0")
-
-
-def test_digits_mlp_trains_the_same_on_mps(session):
-    """A few Adam steps of the digits MLP give the same losses on mps:0 as on cpu:0 (float32, within 1e-4)."""
-    DC.assert_digits_train_as_on_cpu("mps:0", rtol=1e-4)
 
 
 # -- on a Mac: the Metal GPU ----------------------------------------------------------------------------------------

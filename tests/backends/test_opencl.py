@@ -32,7 +32,6 @@ from tensorwire.protocol.errors import DeviceError
 from tests.backends import _device_checks as DC
 from tests.backends._child_cases import assert_case_passed, conformance_sample, full_conformance
 from tests.backends._child_process import child_fixture, run_child
-from tests.backends._gradcheck import gradcheck_on
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_opencl_child.py")
 #: ``child(command, tmp_dir, *args, env=None, timeout=900)``: ``_opencl_child.py COMMAND``'s JSON result
@@ -52,17 +51,23 @@ pytestmark = pytest.mark.skipif(not DEVICE["available"], reason=f"no usable Open
 CASES = T.conformance_cases()
 #: the conformance cases run here (see the module doc): a sample, or all with TENSORWIRE_FULL_CONFORMANCE=1
 SAMPLE = conformance_sample(CASES)
+#: the device-generic tests' record (``_device_checks``); a cluster whose worker looks for a platform that is not there
+#: refuses opencl:0
+UNDER_TEST = DC.DeviceUnderTest(
+    "opencl:0", conformance=tuple(SAMPLE),
+    runtime_checks=("discovery_reasons", "simulator_listed_only_when_selected", "compile_error_names_the_source",
+                    "buffers_roundtrip_and_memory", "too_large_allocation_is_out_of_memory",
+                    "kernels_are_shared_between_fragments"),
+    refusal=("no OpenCL platform matches", {"extra_env": {RT.PLATFORM_ENV: "no-such-platform"}}))
+
+
+class TestOnTheDevice(DC.ClusterTests, DC.AcrossDevicesTests, DC.ChildTests):
+    """The device-generic tests (``_device_checks``) on :data:`UNDER_TEST`."""
 
 
 # -- the conformance suite ------------------------------------------------------------------------------------------
 
 conformance = child_fixture(child, "conformance", ";".join(c.name for c in SAMPLE))
-
-
-@pytest.mark.parametrize("case", SAMPLE, ids=str)
-def test_conformance(conformance, case):
-    """Every sampled case passes, as fused kernels: the step-by-step mode runs only where a node is meant to fail."""
-    assert_case_passed(conformance["cases"], case.name)
 
 
 def test_prebuilt_kernels_were_used(conformance):
@@ -146,13 +151,6 @@ def test_every_primitive_compiles():
 units = child_fixture(child, "units")
 
 
-@pytest.mark.parametrize("name", ["discovery_reasons", "simulator_listed_only_when_selected",
-                                  "compile_error_names_the_source", "buffers_roundtrip_and_memory",
-                                  "too_large_allocation_is_out_of_memory", "kernels_are_shared_between_fragments"])
-def test_runtime(units, name):
-    assert units[name] == "", units[name]
-
-
 vector_checks = child_fixture(child, "vector_checks")
 
 
@@ -192,31 +190,8 @@ def test_listing_names_the_device(session, cluster, capsys):
     assert "opencl:0" in out and DEVICE["name"][:24] in out
 
 
-def test_unavailable_device_in_a_cluster_says_why():
-    DC.assert_cluster_refuses("opencl:0", "no OpenCL platform matches", extra_env={RT.PLATFORM_ENV: "no-such-platform"})
-
-
-@pytest.mark.parametrize("dtype", DC.DTYPES)
-def test_moves_between_cpu_and_opencl(session, dtype):
-    DC.assert_moves_between_cpu_and("opencl:0", dtype)
-
-
-def test_compute_across_devices(session):
-    DC.assert_computes_across_devices("opencl:0")
-
-
 def test_out_of_memory_leaves_the_worker_serving(session):
     DC.assert_out_of_memory_leaves_the_worker_serving("opencl:0", DEVICE["memory_bytes"])
-
-
-def test_gradcheck_on_opencl(session):
-    """A representative set of tests/autograd/test_ops_gradcheck.py's checks, on opencl:0 (float64)."""
-    gradcheck_on(session, "opencl:0")
-
-
-def test_digits_mlp_trains_the_same_on_opencl(session):
-    """A few Adam steps of the digits MLP give the same losses on opencl:0 as on cpu:0."""
-    DC.assert_digits_train_as_on_cpu("opencl:0", rtol=1e-4)
 
 
 # -- Oclgrind: the generated kernels under a memory checker ---------------------------------------------------------

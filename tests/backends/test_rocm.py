@@ -13,7 +13,7 @@ every kernel's real HIP source for the stand-in GPU's gfx target. On the stand-i
 * the runtime's pieces (``_gpu_child.units``): allocator, OOM, pinned staging, kernel errors, gfx target, disk cache,
   hipBLAS and its absence;
 * a real cluster whose ``rocm:0`` worker runs with the stand-in installed: moves between devices, a sample of the
-  autograd gradchecks (:data:`GRADCHECK_SAMPLE`), digits training, memory statistics and out-of-memory errors.
+  autograd gradchecks (``UNDER_TEST.gradchecks``), digits training, memory statistics and out-of-memory errors.
 
 The compile check runs in this process: the backend's own compile path (``ROCmRuntime.prebuild`` with hipRTC where
 libamdhip64 has it, else clang) builds the kernels of every third sampled case (:data:`COMPILE_SAMPLE`) for gfx90a
@@ -39,18 +39,14 @@ from tensorwire.backends.testing.suite import _device
 from tensorwire.protocol.errors import DeviceError
 from tests.backends import _device_checks as DC
 from tests.backends import _gpu_clusters as GC
-from tests.backends._child_cases import assert_case_passed, conformance_sample
+from tests.backends._child_cases import conformance_sample
 from tests.backends._child_process import child_fixture, run_child
-from tests.backends._gradcheck import gradcheck_on
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CHILD = os.path.join(HERE, "_gpu_child.py")
-STANDIN = os.path.join(HERE, "_hip_standin.py")
-REAL = ROCmBackend().devices()[0]  # discovery on this host's real runtime (or its absence)
-NO_GPU = f"no usable AMD GPU here: {REAL.reason}"
-gpu = pytest.mark.gpu
-needs_gpu = pytest.mark.skipif(not REAL.available, reason=NO_GPU)
-needs_no_gpu = pytest.mark.skipif(REAL.available, reason="this host has an AMD GPU; the no-GPU path is not here")
+STANDIN = os.path.join(GC.HERE, "_hip_standin.py")
+#: this host's real GPU (discovery on its driver, or the reason there is none)
+HOST = GC.HostGPU(ROCmBackend(), "AMD", "this host has an AMD GPU; the no-GPU path is not here")
+REAL = HOST.found
+gpu, needs_gpu, needs_no_gpu = pytest.mark.gpu, HOST.needs_gpu, HOST.needs_no_gpu
 
 
 def _standin_why() -> str | None:
@@ -91,7 +87,23 @@ SAMPLE = conformance_sample(CASES, _sample)
 #: test_render_targets.py compiles every conformance fragment for gfx90a through the kernel cache.
 COMPILE_SAMPLE = SAMPLE[::3]
 #: ``child(command, tmp_dir, *args)``: ``_gpu_child.py rocm COMMAND``'s JSON result
-child = partial(run_child, [CHILD, "rocm"])
+child = partial(run_child, [GC.CHILD, "rocm"])
+#: the device-generic tests' record (``_device_checks``): their cluster and child tests run on the stand-in, with a
+#: sample of test_cuda.py's gradchecks (each new fragment is a clang run here: 8 ops took 45 s): a reduction and
+#: matmul on hipBLAS
+UNDER_TEST = DC.DeviceUnderTest(
+    "rocm:0", move_dtypes=("bool", "int8", "int64", "float16", "bfloat16", "float32", "float64"),
+    gradchecks=("softmax", "matmul"), conformance=tuple(SAMPLE), found=REAL,
+    runtime_checks=("allocator_reuses_blocks", "out_of_memory_after_emptying_the_cache",
+                    "large_transfers_go_in_pinned_chunks", "kernel_errors_are_raised_and_cleared",
+                    "kernel_errors_are_read_once_a_fragment", "modules_are_unloaded_past_max_kernels",
+                    "rocm_compiles_for_the_gpus_gfx_target", "kernels_are_cached_on_disk", "matmul_runs_on_the_blas",
+                    "rocm_matmul_without_hipblas_runs_as_kernels"),
+    refusal=(REAL.reason[:60], {}), refusal_skip=HOST.has_gpu)
+
+
+class TestOnTheDevice(DC.ClusterTests, DC.ChildTests, DC.RealGPUTests):
+    """The device-generic tests (``_device_checks``) on :data:`UNDER_TEST`."""
 
 
 # -- discovery, for real --------------------------------------------------------------------------------------------
@@ -153,15 +165,6 @@ def test_hiprtc_is_looked_for_in_its_own_library_first(monkeypatch):
     assert "libhiprtc, libamdhip64" in H._LIB_WHY
 
 
-@needs_no_gpu
-def test_a_cluster_asked_for_rocm0_fails_at_once_with_the_reason():
-    DC.assert_cluster_refuses("rocm:0", REAL.reason[:60])
-
-
-def test_status_local_lists_rocm0():
-    DC.assert_status_local_lists("rocm:0", REAL)
-
-
 def test_every_primitive_compiles():
     b = ROCmBackend()
     assert not b.missing_primitives() and b.native == frozenset()
@@ -220,14 +223,6 @@ conformance = child_fixture(child, "conformance", ";".join(c.name for c in SAMPL
 
 
 @needs_standin
-@pytest.mark.parametrize("case", SAMPLE, ids=str)
-def test_conformance_on_the_standin(conformance, case):
-    """Each sampled case passes through the ROCm backend's host code, as fused kernels (step by step only where a
-    node is meant to fail)."""
-    assert_case_passed(conformance["cases"], case.name)
-
-
-@needs_standin
 def test_conformance_used_prebuilt_modules_hipblas_and_the_pool(conformance):
     stats = conformance["prebuild"]
     assert stats["kernels"] > 100 and stats["modules"] < 10, stats
@@ -237,17 +232,6 @@ def test_conformance_used_prebuilt_modules_hipblas_and_the_pool(conformance):
 
 
 units = child_fixture(child, "units", skip=STANDIN_WHY)
-
-
-@needs_standin
-@pytest.mark.parametrize("name", ["allocator_reuses_blocks", "out_of_memory_after_emptying_the_cache",
-                                  "large_transfers_go_in_pinned_chunks", "kernel_errors_are_raised_and_cleared",
-                                  "kernel_errors_are_read_once_a_fragment",
-                                  "modules_are_unloaded_past_max_kernels",
-                                  "rocm_compiles_for_the_gpus_gfx_target", "kernels_are_cached_on_disk",
-                                  "matmul_runs_on_the_blas", "rocm_matmul_without_hipblas_runs_as_kernels"])
-def test_runtime(units, name):
-    assert units[name] == "", units[name]
 
 
 # -- a real cluster, its rocm:0 worker on the stand-in --------------------------------------------------------------
@@ -280,30 +264,9 @@ def test_the_cluster_lists_the_device(session, cluster):
 
 
 @needs_standin
-@pytest.mark.parametrize("dtype", ["bool", "int8", "int64", "float16", "bfloat16", "float32", "float64"])
-def test_moves_between_cpu_and_rocm(session, dtype):
-    DC.assert_moves_between_cpu_and("rocm:0", dtype)
-
-
-@needs_standin
 def test_memory_stats_and_out_of_memory(session):
     DC.stats_with_a_small_tensor("rocm:0", 1 << 30)  # the stand-in's 1 GiB
     DC.assert_out_of_memory_leaves_the_worker_serving("rocm:0", 1 << 30, match="out of memory")
-
-
-#: a sample of test_cuda.py's gradchecks (each new fragment is a clang run here: 8 ops took 45 s): a reduction and
-#: matmul on hipBLAS
-GRADCHECK_SAMPLE = ["softmax", "matmul"]
-
-
-@needs_standin
-def test_gradcheck_on_the_standin(session):
-    gradcheck_on(session, "rocm:0", GRADCHECK_SAMPLE)
-
-
-@needs_standin
-def test_digits_mlp_trains_the_same_on_the_standin(session):
-    DC.assert_digits_train_as_on_cpu("rocm:0", rtol=1e-4)
 
 
 # -- a real GPU -----------------------------------------------------------------------------------------------------
@@ -318,18 +281,4 @@ def test_conformance_on_a_gpu(case):
     T.check_case(_GPU_BACKEND, case)
 
 
-gpu_session = GC.gpu_session("rocm:0", None if REAL.available else NO_GPU)
-
-
-@gpu
-@needs_gpu
-def test_digits_mlp_trains_the_same_on_a_gpu(gpu_session):
-    DC.assert_digits_train_as_on_cpu("rocm:0", rtol=1e-3)
-
-
-@gpu
-@needs_gpu
-def test_gradcheck_on_a_gpu(gpu_session):
-    from tests.backends._gradcheck import GRADCHECK_OPS
-
-    gradcheck_on(gpu_session, "rocm:0", GRADCHECK_OPS)
+gpu_session = GC.gpu_session("rocm:0", HOST.no_gpu)
