@@ -194,6 +194,13 @@ class Device:
         cache. 0 (the default): as soon as it is hot."""
         return 0
 
+    def hot_build_time(self) -> float:
+        """How many times the expected CPU time of building its kernels (the kernel cache's
+        ``expected_seconds``) a large fragment's interpreted runs must have taken before they are built, when they
+        are not in the kernel cache: one compiled after ``hot_runs(steps)`` runs, fewer than a small fragment's (see
+        :mod:`tensorwire.backends.hot`). 0 (the default): built when it is hot."""
+        return 0.0
+
     def hot_trials(self) -> int:
         """How many runs each way a hot plan's compiled runners are measured against its interpreted ones before
         the plan takes them (:class:`tensorwire.backends.hot.Trial`; the runs are the device's, counted by fragment

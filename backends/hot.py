@@ -58,6 +58,17 @@ shape, ~3-6 s of gcc for a plan run once or twice; its forward is a structure pe
 come again before its structure changes shape, while its backward changes shape every step). A fixed-shape loop
 plans each fragment once, and compiles it after its first runs.
 
+A large fragment's compile runs the compiler only once it has earned it too (issue 37: an 8-step BiLSTM's cold run
+spent ~1.5 s of gcc on kernels it never ran): after its first runs it compiles if its kernels are all in the kernel
+cache (``cached_only``, as above; a load); otherwise its runs on the interpreter are timed (the running thread's CPU
+time, as a trial's) and it compiles, building them, once they have taken ``Device.hot_build_time()`` times what the
+build is expected to take (the CPU: ``TENSORWIRE_CPU_COMPILE_BUILD_TIME``, default 1; ``NotCached.seconds``, the
+kernel cache's ``expected_seconds``: its source at the rate this worker's builds have taken, CPU seconds of the
+compiler's processes). A compile a fragment's runs have not paid for is seldom paid back within them; one they have
+paid for costs at most as much again. The time spent is the device's, kept by fragment (:class:`Earning`,
+:meth:`Structures.earning`), like a trial's: a later plan of the fragment (the script run again) asks the kernel
+cache after its first run, and goes on from the time spent so far.
+
 The compiled and the interpreted runs of a plan agree to rounding (a float32 sum accumulates in float64 in a C
 kernel, pairwise in numpy), as a fragment above the threshold agrees with one below it.
 """
@@ -197,6 +208,22 @@ class Measured:
         self.compiled: bool | None = None
 
 
+class Earning:
+    """A large fragment's wait for its kernels' build (see the module doc), kept by the device by fragment
+    (:meth:`Structures.earning`) beyond the plan and the session that ran it: the CPU seconds its interpreted runs
+    have taken (``spent``) and what building its kernels is expected to cost, times the device's
+    ``hot_build_time()`` (``cost``; None until its compile found them not in the kernel cache)."""
+
+    __slots__ = ("spent", "cost")
+
+    def __init__(self):
+        self.spent = 0.0
+        self.cost: float | None = None
+
+    def earned(self) -> bool:
+        return self.cost is not None and self.spent >= self.cost
+
+
 class Structures:
     """What one device has planned: the shapes each fragment structure was planned at, and the fragments planned
     (hashes: :func:`structure`, :func:`shapes`, :func:`fragment`; the last :data:`STRUCTURES_REMEMBERED` of each)."""
@@ -206,6 +233,8 @@ class Structures:
         self._fragments: OrderedDict[int, None] = OrderedDict()
         #: fragments whose compiled plan this device has measured: their trials, over or not (see :class:`Measured`)
         self._measured: OrderedDict[int, Measured] = OrderedDict()
+        #: large fragments whose kernels wait to be built: the time their runs have spent (see :class:`Earning`)
+        self._earning: OrderedDict[int, Earning] = OrderedDict()
         self._lock = threading.Lock()
         self.planned = 0  # plans noted so far (see :meth:`unsettled`)
         #: plans noted of a structure planned before at other shapes (see :meth:`unsettled`)
@@ -238,6 +267,27 @@ class Structures:
                 self._measured.popitem(last=False)
             return got
 
+    def earning(self, fragment: int) -> Earning | None:
+        """``fragment``'s wait for its kernels' build (:class:`Earning`), or None where it has none."""
+        with self._lock:
+            got = self._earning.get(fragment)
+            if got is not None:
+                self._earning.move_to_end(fragment)
+            return got
+
+    def keep_earning(self, fragment: int, earning: Earning) -> None:
+        """Remember ``earning`` as ``fragment``'s (a later plan of it goes on from the time spent so far)."""
+        with self._lock:
+            self._earning[fragment] = earning
+            self._earning.move_to_end(fragment)
+            if len(self._earning) > STRUCTURES_REMEMBERED:
+                self._earning.popitem(last=False)
+
+    def earned(self, fragment: int) -> None:
+        """Forget ``fragment``'s wait: its compile has begun building its kernels (or found them cached)."""
+        with self._lock:
+            self._earning.pop(fragment, None)
+
     def slower(self, fragment: int) -> bool:
         """Whether ``fragment``'s compiled plan measured slower than its interpreted one (see :class:`Trial`)."""
         got = self._measured.get(fragment)
@@ -245,8 +295,9 @@ class Structures:
 
     @property
     def any_measured(self) -> bool:
-        """Whether any fragment's compiled plan has been measured (else :func:`tier_for` need not hash a plan)."""
-        return bool(self._measured)
+        """Whether any fragment's compiled plan has been measured, or waits to earn its build (else
+        :func:`tier_for` need not hash a plan)."""
+        return bool(self._measured) or bool(self._earning)
 
     def settled(self, structure: int, shapes: int, fragment: int) -> bool:
         """Note a plan of ``fragment`` (of ``structure`` at ``shapes``); False when that structure was planned at
@@ -335,13 +386,17 @@ def tier_for(device, runs: int, nodes: list, ext_metas: list, node_meta: list,
             if measured.compiled is False:
                 return None  # its compiled plan measured slower
             return Tier(nodes, ext_metas, 1, attrs_keys=attrs_keys, measured=measured, fragment=keys[2])
+        earning = known.earning(keys[2]) if keys[2] is not None else None
+        if earning is not None:  # a plan of it waited to earn its kernels' build: this one goes on from there
+            return Tier(nodes, ext_metas, 1, attrs_keys=attrs_keys, fragment=keys[2], earning=earning)
     if 0 < hot_runs <= runs or runs <= 0:
         return Tier(nodes, ext_metas, runs, attrs_keys=attrs_keys) if runs > 0 else None
-    st, sh, fr = keys or _keys(nodes, ext_metas, node_meta, attrs_keys)
-    if fr is None:  # (attributes that are not plain values: a fragment that will not be planned again as such)
-        fr = hash((st, sh, id(nodes)))
-    if known.settled(st, sh, fr):  # (early: unless it proves unsettled meanwhile)
-        return Tier(nodes, ext_metas, runs, (st, (known.planned, known.reshaped)), attrs_keys=attrs_keys)
+    st, sh, keyed = keys or _keys(nodes, ext_metas, node_meta, attrs_keys)
+    # (attributes that are not plain values: a fragment that will not be planned again as such)
+    fr = keyed if keyed is not None else hash((st, sh, id(nodes)))
+    if known.settled(st, sh, fr):  # (early: unless it proves unsettled meanwhile; built once it has earned it)
+        return Tier(nodes, ext_metas, runs, (st, (known.planned, known.reshaped)), attrs_keys=attrs_keys,
+                    fragment=keyed, earning=Earning() if device.hot_build_time() > 0 else None)
     return Tier(nodes, ext_metas, hot_runs, attrs_keys=attrs_keys) if hot_runs > 0 else None
 
 
@@ -364,10 +419,11 @@ class Tier:
     on with that trial, adding its runs."""
 
     __slots__ = ("nodes", "ext_metas", "hot_runs", "runs", "keeps", "ready", "done", "early", "attrs_keys",
-                 "trial", "known", "verdict", "measured", "fragment")
+                 "trial", "known", "verdict", "measured", "fragment", "earning", "_timed")
 
     def __init__(self, nodes: list, ext_metas: list, hot_runs: int, early: tuple | None = None,
-                 attrs_keys: list | None = None, measured: Measured | None = None, fragment: int | None = None):
+                 attrs_keys: list | None = None, measured: Measured | None = None, fragment: int | None = None,
+                 earning: Earning | None = None):
         self.nodes, self.ext_metas = nodes, ext_metas
         self.hot_runs = hot_runs  # the runs after which it compiles (``Device.hot_runs`` of its steps)
         #: ``(structure, (Structures.planned, Structures.reshaped) when it was made)`` of a plan that compiles early
@@ -377,6 +433,10 @@ class Tier:
         self.attrs_keys = attrs_keys  # (as :func:`fragment` takes them: to key its trial on the device)
         self.measured = measured
         self.fragment = fragment  # (:func:`fragment`'s hash, once known; None where not keyed)
+        #: a large fragment's: its kernels are built only once its interpreted runs have earned it (see
+        #: :class:`Earning`; the runs are timed until then: ``_timed``, kept-slot set -> the runner timed)
+        self.earning = earning
+        self._timed: dict = {}
         self.runs = 0
         self.keeps: list[frozenset] = []
         self.ready = None
@@ -396,26 +456,72 @@ class Tier:
             return
         if keep not in self.keeps and len(self.keeps) < MAX_KEEPS:
             self.keeps.append(keep)
+        earning = self.earning
+        if earning is not None:
+            self._time(plan, keep)
+            if earning.earned():  # its runs have taken what building its kernels is expected to: build them now
+                hot_runs = self.hot_runs = self.runs
         if self.runs == hot_runs:
             early, self.early = self.early, None
             if early is not None and structures_of(device).unsettled(*early):  # compiled when hot, if ever
                 self.hot_runs = max(device.hot_runs(), hot_runs) if device.hot_runs() > 0 else NEVER
+                self.earning = None  # (as a small fragment's: see build_runs below)
+                self._untime(plan)
                 return
             if not _BUDGET.admit():  # compiles are queued, or took their share of the time: try at the next run
                 self.runs -= 1
                 return
             self.known = structures_of(device)
-            # a small fragment's plan (hot after the device's hot_runs) has its kernels built only once it has run
-            # hot_build_runs times: until then it compiles only if they are in the kernel cache (see _compile); so
-            # does a plan of a fragment compiled before (its kernels were built then)
-            build_runs = (device.hot_build_runs() if self.measured is not None
-                          or (early is None and hot_runs >= device.hot_runs()) else 0)
+            # the compiler runs only for a plan that has earned it; until then a plan compiles only if its kernels
+            # are all in the kernel cache (see _compile): a large fragment's until its runs have taken the time its
+            # build is expected to take (earning; NEVER: no count of runs), a small fragment's plan (hot after the
+            # device's hot_runs) until it has run hot_build_runs times; so does a plan of a fragment compiled before
+            # (its kernels were built then)
+            if earning is not None:
+                build_runs = 0 if earning.earned() else NEVER
+            else:
+                build_runs = (device.hot_build_runs() if self.measured is not None
+                              or (early is None and hot_runs >= device.hot_runs()) else 0)
+            if build_runs <= self.runs:
+                self._untime(plan)
             log.debug("hot plan of %d steps (%d nodes) compiles after %d runs%s%s", len(plan.program.steps),
                       len(self.nodes), self.runs, " (its structure's first shape)" if early is not None else
-                      " if its kernels are in the cache" if build_runs > self.runs else "",
+                      " if its kernels are in the cache" if build_runs > self.runs else
+                      f" (its runs took {earning.spent:.3f} s, its build ~{earning.cost:.3f} s)"
+                      if earning is not None else "",
                       "" if self.measured is None else " (taken before)" if self.measured.compiled else
                       " (its trial goes on)")
             _pool().submit(self._compile, device, plan, list(self.keeps), build_runs if build_runs > self.runs else 0)
+
+    def _time(self, plan, keep: frozenset) -> None:
+        """Have ``plan``'s runner for ``keep`` add the CPU time of each run to :attr:`earning` (from the next run:
+        this one's runner was fetched already)."""
+        run = plan.runners.get(keep)
+        earning = self.earning
+        if run is None or getattr(run, "earning", None) is earning:
+            return
+        clock = time.thread_time
+
+        def timed(*args):
+            t0 = clock()
+            try:
+                return run(*args)
+            finally:
+                earning.spent += clock() - t0
+
+        timed.earning = earning
+        producers = getattr(run, "producers", None)
+        if producers is not None:  # (it answers as early as the runner it times)
+            timed.producers = producers
+        self._timed[keep] = run
+        plan.runners[keep] = timed
+
+    def _untime(self, plan) -> None:
+        """Give ``plan`` back the runners :meth:`_time` timed."""
+        for keep, run in self._timed.items():
+            if getattr(plan.runners.get(keep), "earning", None) is not None:
+                plan.runners[keep] = run
+        self._timed.clear()
 
     def _compile(self, device, plan, keeps: list[frozenset], build_runs: int = 0) -> None:
         """Compile the plan for the kept-slot sets ``keeps`` (the compile thread). ``build_runs`` > 0: only if its
@@ -432,12 +538,21 @@ class Tier:
                 hot = compile_plan(device, self.nodes, self.ext_metas, hot=True)
                 by_node = {s: hot.node_slot[j] for j, s in enumerate(plan.node_slot) if s is not None}
                 built = 0
+                missing: NotCached | None = None
                 for keep in keeps:
                     hkeep = frozenset(by_node[s] for s in keep if by_node.get(s) is not None)
-                    run = device.hot_runner(hot, hkeep, len(plan.program.steps))
+                    try:
+                        run = device.hot_runner(hot, hkeep, len(plan.program.steps))
+                    except NotCached as e:  # (a large fragment's other kept-slot sets are priced too: its build
+                        if self.earning is None:  # would make them all)
+                            raise
+                        missing = e if missing is None else NotCached(str(missing), missing.seconds + e.seconds)
+                        continue
                     if run is not None:
                         hot.runners[hkeep] = run
                         built += 1
+                if missing is not None:
+                    raise missing
             if built == len(keeps):
                 trials = device.hot_trials()
                 measured = self.measured
@@ -448,16 +563,26 @@ class Tier:
                         measured = Measured() if self.fragment is None else self.known.measure(self.fragment)
                     self.trial = Trial(plan, hot, by_node, keeps, trials, measured)
                 self.ready = hot
-        except NotCached:  # the compiler would run: not before the plan has run build_runs times
+        except NotCached as e:  # the compiler would run: not before the plan has earned it
             waits = True
+            earning = self.earning
+            if earning is not None:  # its runs must take the time building its kernels is expected to take
+                earning.cost = e.seconds * device.hot_build_time()
+                if self.fragment is not None:  # (a later plan of the fragment goes on from the time spent)
+                    self.known.keep_earning(self.fragment, earning)
+                log.debug("hot plan of %d steps: its kernels are not in the kernel cache; it compiles once its runs "
+                          "have taken %.3f s (%.3f s so far)", len(plan.program.steps), earning.cost, earning.spent)
+            else:
+                log.debug("hot plan of %d steps: its kernels are not in the kernel cache; it compiles after %d runs",
+                          len(plan.program.steps), max(build_runs, self.runs + 1))
             self.hot_runs = max(build_runs, self.runs + 1)
-            log.debug("hot plan of %d steps: its kernels are not in the kernel cache; it compiles after %d runs",
-                      len(plan.program.steps), self.hot_runs)
         except Exception:  # the plan goes on interpreted, as it ran so far
             log.warning("compiling a hot plan failed; it stays interpreted", exc_info=True)
         finally:
             _BUDGET.spent(time.monotonic() - t0)
             if not waits:
+                if self.earning is not None and self.fragment is not None:  # (built, or found cached: no more waits)
+                    self.known.earned(self.fragment)
                 self.done.set()
 
     def take(self, plan) -> bool:
@@ -467,6 +592,8 @@ class Tier:
         settled (``verdict``) when this returns True, or False with ``plan.tier`` None."""
         if not self.done.is_set():
             return False
+        if self._timed:  # (its kernels were in the cache after all)
+            self._untime(plan)
         hot, trial = self.ready, self.trial
         if hot is None:
             plan.tier = None

@@ -27,9 +27,15 @@ import os
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - not POSIX
+    resource = None
 
 from tensorwire.protocol.errors import ConfigurationError, DeviceError
 
@@ -42,6 +48,11 @@ DEFAULT_BYTES = 512 << 20
 DIGEST_EXT = ".sha256"
 #: builds between two scans of the cache's folders for eviction (see :meth:`KernelCache._evict`)
 RESCAN_BUILDS = 32
+#: a build's expected CPU seconds a byte of source before this process has measured any (gcc -O3 on the CPU's C
+#: kernels, 2 to 250 KB: 25-60 us a byte, ~40 on average; see :meth:`KernelCache.expected_seconds`), and how many
+#: bytes of builds that guess weighs as (this process's builds soon outweigh it)
+BUILD_RATE = 40e-6
+BUILD_RATE_WEIGHT = 64 << 10
 _TMP = "tmp"  # the prefix of every temporary name (a key is hexadecimal: it never starts so)
 
 log = logging.getLogger("tensorwire.kernels")
@@ -53,7 +64,12 @@ class KernelCompileError(DeviceError):
 
 
 class NotCached(Exception):
-    """A kernel that is not in the cache, asked for within :func:`cached_only` (nothing was built)."""
+    """A kernel that is not in the cache, asked for within :func:`cached_only` (nothing was built). ``seconds``: what
+    building it is expected to cost (:meth:`KernelCache.expected_seconds`)."""
+
+    def __init__(self, message: str, seconds: float = 0.0):
+        super().__init__(message)
+        self.seconds = seconds
 
 
 _CACHED_ONLY = threading.local()
@@ -110,6 +126,15 @@ def _describe(kernels) -> str:
 
 
 # -- trust ------------------------------------------------------------------------------------------------------------
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this thread and of this process's children waited for (a compiler process, its own children
+    included): what a build costs, in the time a plan's runs are measured in (``time.thread_time``)."""
+    if resource is None:  # (Windows)
+        return time.thread_time()
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.thread_time() + r.ru_utime + r.ru_stime
+
 
 def _uid() -> int | None:
     return os.geteuid() if hasattr(os, "geteuid") else None  # (no owners to check on Windows)
@@ -215,6 +240,9 @@ class KernelCache:
     def __init__(self, target: str, compiler_id: str):
         self.target, self.compiler_id = target, compiler_id
         self.hits = self.builds = self.rejected = self.evicted = 0
+        #: CPU seconds this process's builds took (the compiler's, or the thread's where it runs in-process) and
+        #: their sources' bytes: the rate :meth:`expected_seconds` goes by
+        self.build_seconds, self.build_bytes = 0.0, 0
         #: the cache's bytes at the last scan plus what this process built since (None: not scanned yet), and the
         #: builds since that scan (see :meth:`_evict`)
         self._bytes: int | None = None
@@ -259,11 +287,22 @@ class KernelCache:
                 self.hits += 1
                 return out, data
         if getattr(_CACHED_ONLY, "on", False):
-            raise NotCached(f"{what or _describe(kernels)} is not in the kernel cache {d}")
+            raise NotCached(f"{what or _describe(kernels)} is not in the kernel cache {d}",
+                            self.expected_seconds(source))
+        cpu0 = _cpu_seconds()
         data = self._build(d, key, source, src_ext, out, build, kernels, what)
+        self.build_seconds += max(0.0, _cpu_seconds() - cpu0)
+        self.build_bytes += len(source)
         self.builds += 1
         self._evict(d, key, len(source.encode()) + len(data) + 65)  # (the source, the artifact, its digest's line)
         return out, data
+
+    def expected_seconds(self, source: str) -> float:
+        """The CPU seconds building ``source`` is expected to take: its length at the rate this process's builds
+        have taken (:attr:`build_seconds` over :attr:`build_bytes`), weighed with :data:`BUILD_RATE` (what a build
+        costs grows with its source: gcc's time with the kernels in it)."""
+        rate = ((self.build_seconds + BUILD_RATE * BUILD_RATE_WEIGHT) / (self.build_bytes + BUILD_RATE_WEIGHT))
+        return rate * len(source)
 
     def _cached(self, key: str, out: Path) -> bytes | None:
         """The artifact's bytes if it is there, this user's, and matches its digest; touched (recently used)."""

@@ -33,40 +33,28 @@ from ..codegen.program import build_runner, host_step_call
 from ..compiled_device import has_complex
 from ..worker_ops import WORKER_OPS
 
+# the policy's knobs, read as compiled.<NAME> (backends/cpu/__init__.py, tests)
+from .compiled_policy import (  # noqa: F401
+    BUILD_RUNS,
+    BUILD_RUNS_ENV,
+    BUILD_TIME,
+    BUILD_TIME_ENV,
+    HOT_RUNS,
+    HOT_RUNS_ENV,
+    LARGE_RUNS,
+    LARGE_RUNS_ENV,
+    MAX_STEPS,
+    MAX_STEPS_ENV,
+    MIN_WORK,
+    MIN_WORK_ENV,
+)
+
 #: IEEE-preserving: no -ffast-math; -fno-math-errno / -fno-trapping-math only let gcc vectorise (libmvec calls,
 #: branch-free selects); -ffp-contract=off keeps a*b+c two roundings as numpy does; -z defs fails the link, not
 #: the load, if this glibc lacks a vector math function
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fwrapv", "-fno-math-errno",
          "-fno-trapping-math", "-Wl,-z,defs")
 COMPILE_ENV = "TENSORWIRE_CPU_COMPILE"
-#: fragments whose steps produce fewer elements than this in all run on the numpy kernels until they are hot
-#: (:data:`HOT_RUNS`): a compile costs ~60-300 ms the first time a machine sees a fragment, which a small fragment
-#: run a few times never earns back (set when a ctypes launch cost ~5 us: a digits CNN step took 1.8 ms compiled
-#: against 1.1 ms on numpy; through cffi the compiled step is no slower)
-MIN_WORK_ENV = "TENSORWIRE_CPU_COMPILE_MIN_ELEMENTS"
-MIN_WORK = 1 << 20
-#: fragments of more steps than this run on the numpy kernels too: gcc's time grows with the kernels of a fragment
-#: (2,100 kernels: ~25 s), and such fragments are rarely run twice. A loop that records without reading ships
-#: 8,192 ops a batch, each batch a new fragment (the README's polynomial fit: five compiles, 145 s on a fresh
-#: machine); the largest fragment of a MiniLM forward has 956 steps
-MAX_STEPS_ENV = "TENSORWIRE_CPU_COMPILE_MAX_STEPS"
-MAX_STEPS = 2048
-#: a fragment too small to compile is compiled once it has run this often (``backends/hot.py``); 0: never
-HOT_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_HOT_RUNS"
-HOT_RUNS = 100
-#: a hot fragment (:data:`HOT_RUNS`) whose kernels are not in the kernel cache waits until it has run this often
-#: (``backends/hot.py``): ~0.1-0.3 s of gcc against a compiled plan saving 0-70 us of a ~250 us run (issue 37: the
-#: char-RNN's cold run); kernels a run before built load in milliseconds, at HOT_RUNS runs. 0: no wait
-BUILD_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_BUILD_RUNS"
-BUILD_RUNS = 1000
-#: a fragment large enough to compile runs on the numpy kernels this many times before it compiles in the background
-#: (``backends/hot.py``), so a new fragment never waits for gcc (issue 37: a char-level transformer whose batches
-#: changed shape every step compiled a new ~180 KB C file every few seconds, at ~8x the time of running interpreted;
-#: a cold kernel cache made every script 1.3-4x slower); 0: compiled before its first run, as before. Two, not one:
-#: by its second run a plan of a loop whose batches change shape has seen its structure planned at another shape,
-#: and is not compiled (a plan run once or twice never earns its ~3-6 s of gcc back)
-LARGE_RUNS_ENV = "TENSORWIRE_CPU_COMPILE_LARGE_RUNS"
-LARGE_RUNS = 2
 
 #: sets the most kernel libraries a worker keeps loaded (default :data:`~..c_library.MAX_LIBRARIES`; issue 34)
 MAX_LIBRARIES_ENV = "TENSORWIRE_CPU_MAX_LIBRARIES"
@@ -194,6 +182,9 @@ class CompiledMixin:
 
     def hot_build_runs(self) -> int:
         return int(os.environ.get(BUILD_RUNS_ENV, BUILD_RUNS))
+
+    def hot_build_time(self) -> float:
+        return float(os.environ.get(BUILD_TIME_ENV, BUILD_TIME))
 
     def compiles_first(self, steps) -> bool:
         return len(steps) <= self.backend.max_steps and self._large(steps) and not has_complex(steps)

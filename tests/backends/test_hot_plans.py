@@ -24,8 +24,10 @@ COMPILE_S = 120  # bound on one background compile (gcc, a cold kernel cache, a 
 @pytest.fixture(autouse=True)
 def _build_when_hot(monkeypatch):
     """Hot plans here compile as soon as they are hot, their kernels cached or not (the CPU's default waits
-    ``BUILD_RUNS`` runs before it runs the compiler for a small fragment: see the test of that below)."""
+    ``BUILD_RUNS`` runs before it runs the compiler for a small fragment, and a large fragment until its runs have
+    taken ``BUILD_TIME`` times the build's expected time: see the tests of those below)."""
     monkeypatch.setenv(compiled.BUILD_RUNS_ENV, "0")
+    monkeypatch.setenv(compiled.BUILD_TIME_ENV, "0")
 
 
 def _adam_inputs(n: int = 64):
@@ -343,6 +345,65 @@ def test_a_hot_plan_whose_kernels_are_not_cached_waits_before_the_compiler_runs(
     run(again)
     run(again)
     assert again.tier.done.wait(COMPILE_S) and again.tier.take(again) and again.hot
+
+
+def test_a_large_fragment_whose_kernels_are_not_cached_builds_them_once_its_runs_have_earned_it(tmp_path, monkeypatch):
+    """Issue 37: a large fragment compiles after ``large_runs`` runs from the kernel cache; when its kernels are not
+    there nothing is built until its runs on the numpy kernels have taken ``BUILD_TIME`` times what building them is
+    expected to take (the kernel cache's ``expected_seconds``; an 8-step BiLSTM spent ~1.5 s of gcc on kernels it
+    never ran). The time is the device's, kept by fragment: a later plan of it (another session's) goes on from the
+    time spent so far; once built, a new device's plan of it compiles after ``large_runs`` runs, building nothing."""
+    from tensorwire.backends import hot
+
+    monkeypatch.setenv("TENSORWIRE_KERNEL_CACHE", str(tmp_path))  # (empty)
+    monkeypatch.setenv(compiled.BUILD_TIME_ENV, "1e9")  # (its runs never take a billion builds' time)
+
+    def libraries() -> int:
+        return sum(1 for p in tmp_path.rglob("*.so") if p.is_file())
+
+    def device():
+        return CompiledBackend(min_work=1 << 10, large_runs=2, trial_runs=0).open(0)
+
+    dev = device()
+    ext = _adam_inputs(4096)
+    metas = [(np.shape(a), D.float32) for a in ext]
+    plan = X.compile_plan(dev, ADAM, metas)
+    tier = plan.tier
+    assert tier is not None and tier.earning is not None and tier.hot_runs == 2
+    want = _run(dev, plan, ext)
+    _run(dev, plan, ext)  # its compile starts: from the kernel cache only, which has none of its kernels
+    hot._pool().submit(lambda: None).result(COMPILE_S)  # (the compile thread runs one task at a time, in order)
+    earning = tier.earning
+    assert earning.cost is not None and earning.cost > 0 and not tier.done.is_set() and libraries() == 0
+    for _ in range(3):
+        got = _run(dev, plan, ext)
+        for i in (10, 11, 12):
+            np.testing.assert_array_equal(got[i], want[i])  # (interpreted all along)
+    assert earning.spent > 0 and not earning.earned() and not tier.take(plan) and libraries() == 0
+    assert hot.structures_of(dev).earning(tier.fragment) is earning
+    del plan, tier  # (the session ends: its plans go)
+
+    monkeypatch.setenv(compiled.BUILD_TIME_ENV, "1e-9")  # its runs so far pay for the build many times over
+    again = X.compile_plan(dev, ADAM, metas)
+    tier = again.tier
+    assert tier.earning is earning and tier.hot_runs == 1  # goes on from the time spent
+    _run(dev, again, ext)  # its compile asks the kernel cache again, then waits for its runs' time
+    hot._pool().submit(lambda: None).result(COMPILE_S)
+    assert earning.earned() and libraries() == 0
+    _run(dev, again, ext)  # earned: this run starts the build
+    assert tier.done.wait(COMPILE_S) and tier.take(again) and again.hot
+    assert libraries() == 1 and hot.structures_of(dev).earning(tier.fragment) is None
+    after = _run(dev, again, ext)
+    for i in (10, 11, 12):
+        np.testing.assert_allclose(after[i], want[i], rtol=1e-6)
+
+    monkeypatch.setenv(compiled.BUILD_TIME_ENV, "1e9")
+    fresh = device()  # (another worker: no trial or time of the fragment's)
+    plan = X.compile_plan(fresh, ADAM, metas)
+    _run(fresh, plan, ext)
+    _run(fresh, plan, ext)  # cached: compiles now, from the kernel cache
+    assert plan.tier.done.wait(COMPILE_S) and plan.tier.take(plan) and plan.hot
+    assert libraries() == 1
 
 
 def _chain_plan(dev):
