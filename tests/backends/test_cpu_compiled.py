@@ -14,6 +14,7 @@ from tensorwire.backends.codegen import lower
 from tensorwire.backends.codegen.cache import KernelCompileError
 from tensorwire.backends.cpu import CompiledBackend, NumpyBackend, compiled, make_backend
 from tensorwire.protocol import dtypes as D
+from tests._prebuild import prebuild_c_kernels
 
 pytestmark = pytest.mark.skipif(compiled.runtime() is None, reason=f"no C compiler: {compiled.why_not()}")
 
@@ -25,6 +26,7 @@ EXPECT_FALLBACK = ("failure[", "gather[out-of-range", "scatter[out-of-range", "s
 
 @pytest.fixture(scope="module")
 def backend():
+    prebuild_c_kernels(CASES)  # a cold kernel cache's ~1,500 libraries built on every core first (tests/_prebuild.py)
     return CompiledBackend(min_work=0, large_runs=0)  # every fragment compiled, however small
 
 

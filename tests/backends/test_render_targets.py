@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,7 @@ from tensorwire.backends.cpu import CompiledBackend, CompiledDevice, NumpyBacken
 from tensorwire.backends.gpu_runtime import LOWERING_KERNELS as LOWERING_CUDA
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError
+from tests._prebuild import prebuild_c_kernels
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE_ENV = "TENSORWIRE_UPDATE_GOLDEN"
@@ -125,6 +127,7 @@ def fragments():
     backend = _RecordingBackend(_RecordingRuntime(rt, cpu), gpu, cuda)
     t0 = time.perf_counter()
     cases = T.conformance_cases()
+    prebuild_c_kernels(cases)  # (tests/_prebuild.py: after test_cpu_compiled.py in a run, the cache has them all)
     failed = []
     for case in cases:
         try:
@@ -171,20 +174,32 @@ def _through_cache(target: str, compiler: str, compile_source):
 
 def _compile_all(renderer, frags: list, compile_one, every: int = 1) -> tuple[int, int, float]:
     """Compile every distinct fragment (every ``every``-th of them) in batches; ``(fragments, kernels, seconds)``. A
-    failing batch is split to name each failing fragment (its kernels' buffers, the compiler's log)."""
+    failing batch is split to name each failing fragment (its kernels' buffers, the compiler's log). The batches
+    compile on one thread a core, as the GPU runtimes' own prebuilds do (``KernelModules.PARALLEL_COMPILE``; the
+    kernel cache writes each entry atomically): hipRTC (through ctypes) and clang (a process) compile side by side
+    with a cold cache; NVRTC through cuda-python was measured no faster (two compiles at once took twice one's
+    time); a warm cache only reads."""
     frags = _distinct(renderer, frags)[::every]
     t0 = time.perf_counter()
-    failures = []
-    for part, source in _batches(renderer, frags):
+
+    def batch(item) -> list[str]:
+        part, source = item
         try:
             compile_one(source)
+            return []
         except KernelCompileError:
-            for f in part:
-                try:
-                    compile_one(renderer.render(f))
-                except KernelCompileError as e:
-                    what = "; ".join(f"{k.name}({', '.join(b.dtype.name for b in k.bufs)})" for k in f)
-                    failures.append(f"{what}: {str(e)[:1500]}\n--- source:\n{renderer.render(f)[-3000:]}")
+            pass
+        failures = []
+        for f in part:
+            try:
+                compile_one(renderer.render(f))
+            except KernelCompileError as e:
+                what = "; ".join(f"{k.name}({', '.join(b.dtype.name for b in k.bufs)})" for k in f)
+                failures.append(f"{what}: {str(e)[:1500]}\n--- source:\n{renderer.render(f)[-3000:]}")
+        return failures
+
+    with ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="render-targets") as ex:
+        failures = [msg for found in ex.map(batch, _batches(renderer, frags)) for msg in found]
     assert not failures, f"{len(failures)} fragments do not compile; the first:\n{failures[0]}"
     return len(frags), sum(len(f) for f in frags), time.perf_counter() - t0
 
@@ -337,13 +352,17 @@ def test_hip_compiles_every_fragment(fragments):
 
 @pytest.mark.skipif(hip_unavailable("clang") is not None, reason=str(hip_unavailable("clang")))
 def test_hip_clang_path(fragments):
-    """The clang path (used without hipRTC) on a sample, with the runtime include its renderer adds."""
+    """The clang path (used without hipRTC) on a sample, with the runtime include its renderer adds. The sample's
+    program goes through the kernel cache as the other compile checks do (a warm run reads back the image clang
+    made for this source, version and options); the include check below always runs clang."""
     _, _, frags = fragments
     r = HIPRenderer.for_compiler("clang")
     assert r.render(frags[0]).startswith("#include <hip/hip_runtime.h>")
     sample = _distinct(r, frags)[::40]
     _, source = next(_batches(r, sample, len(sample)))
-    assert compile_hip(source, "gfx90a", compiler="clang")[:4] == b"\x7fELF"
+    image_of = _through_cache("rocm", f"gfx90a {compiler_id('clang')} {' '.join(HIP_OPTIONS)}",
+                              lambda src: compile_hip(src, "gfx90a", compiler="clang"))
+    assert image_of(source)[:4] == b"\x7fELF"
     # a source rendered for hipRTC gets the include added
     assert compile_hip(HIPRenderer(False).render(frags[0]), compiler="clang")[:4] == b"\x7fELF"
 

@@ -17,10 +17,18 @@ import zmq
 
 import tensorwire as tw
 from tensorwire.protocol import PROTOCOL_VERSION
+from tests._liveness import FAST_HEARTBEAT
 
 from .conftest import buffers, wait_until
 
 LEASE_S = 4.0  # this module's dispatcher leases sessions for 4 s (the default is 10 s), to keep the tests short
+#: the big-message flood against this module's cluster, which declares a silent service dead after 2.5 s (the fast
+#: heartbeat of tests/_liveness.py): 8 messages of 8 MB (``outs`` of 2**23 ids, ~0.5 s of the dispatcher's time each
+#: on 2 cores) and one fetch of 6 M unknown ids (~1 s). Each message and the whole flood stand to that bound as the
+#: 16 MB messages and the 12 M fetch did to the default 5 s, in half the time
+FLOOD_MESSAGES = 8
+FLOOD_OUT_IDS = 2**23
+FLOOD_FETCH_IDS = 6_000_000
 LEASE_BOUND_S = LEASE_S + 20  # measured: released ~LEASE_S + 0.5 s after the kill (the heartbeat tick)
 
 
@@ -30,7 +38,7 @@ def cluster():
         devices=["cpu:0", "cpu:1"],
         autograd=False,
         collectives=False,
-        extra_env={"TENSORWIRE_SESSION_LEASE_S": str(LEASE_S)},
+        extra_env={"TENSORWIRE_SESSION_LEASE_S": str(LEASE_S), **FAST_HEARTBEAT},
     ) as c:
         yield c
 
@@ -145,6 +153,9 @@ def test_big_legal_client_messages_do_not_get_workers_declared_dead(cluster, ses
     keep = [tw.arange(4.0, device=d) + 1 for d in ("cpu:0", "cpu:1")]
     for k in keep:
         k.numpy()
+    # the messages' bodies are made before the session opens: on a loaded machine making them took longer than the
+    # module's 4 s lease, which expired the flooding session before its first message arrived
+    out_ids, fetch_ids = [1] * FLOOD_OUT_IDS, list(range(FLOOD_FETCH_IDS))
     raw = zmq.Context.instance().socket(zmq.DEALER)
     raw.setsockopt(zmq.LINGER, 0)
     raw.setsockopt(zmq.RCVTIMEO, 120_000)
@@ -153,13 +164,13 @@ def test_big_legal_client_messages_do_not_get_workers_declared_dead(cluster, ses
     welcome = msgpack.unpackb(raw.recv())
     assert welcome["t"] == "welcome"
     key = welcome["key"]  # every message proves the session with its key
-    outs = msgpack.packb({"t": "batch", "q": 1, "k": key, "outs": [1] * 2**24, "sync": True})  # 16 MB, ~1 s each
-    fetch = msgpack.packb({"t": "batch", "q": 2, "k": key, "fetch": list(range(12_000_000))})  # 60 MB unknown ids
+    outs = msgpack.packb({"t": "batch", "q": 1, "k": key, "outs": out_ids, "sync": True})  # 8 MB, ~0.5 s each
+    fetch = msgpack.packb({"t": "batch", "q": 2, "k": key, "fetch": fetch_ids})  # 30 MB of unknown ids
     t0 = time.monotonic()
-    for _ in range(8):
+    for _ in range(FLOOD_MESSAGES):
         raw.send(outs, copy=False)
     raw.send(fetch, copy=False)
-    replies = [msgpack.unpackb(raw.recv()) for _ in range(9)]
+    replies = [msgpack.unpackb(raw.recv()) for _ in range(FLOOD_MESSAGES + 1)]
     busy = time.monotonic() - t0
     raw.close(0)
     for k in keep:  # the workers were never declared dead: nothing was lost
