@@ -80,6 +80,14 @@ OTHERS_EVERY = 16
 SHM_MIN = int(os.environ.get("TENSORWIRE_SHM_MIN_BYTES", str(1 << 20)))
 #: the mappings of a worker's shared-memory files a channel keeps for reuse (warm pages, no new page faults)
 MAX_MAPPED_BYTES = int(os.environ.get("TENSORWIRE_SHM_MAPPED_BYTES", str(2 << 30)))
+#: relayed batches a session may have sent that no answer has covered yet (``TENSORWIRE_RELAY_MAX_BATCHES``): past it
+#: the next relayed batch waits for answers (back-pressure, see :class:`RelayWindow`)
+RELAY_MAX_BATCHES = int(os.environ.get("TENSORWIRE_RELAY_MAX_BATCHES", "256"))
+#: ... and their frames' bytes (``TENSORWIRE_RELAY_MAX_BYTES``); one batch goes whatever its size when none is waiting
+RELAY_MAX_BYTES = int(os.environ.get("TENSORWIRE_RELAY_MAX_BYTES", str(256 << 20)))
+#: marks per window: a relayed batch is sent as a mark (numbered, with a sync) every 1/RELAY_MARKS of either bound,
+#: so a full window frees a quarter of itself at a time, not all of it at once
+RELAY_MARKS = 4
 
 
 class Channel:
@@ -437,6 +445,76 @@ class DataPlane:
         """A device whose channel did not answer is tried again only after RETRY_AFTER_S."""
         t = self.retry_at.get(device)
         return t is not None and now < t
+
+
+class RelayWindow:
+    """A bound on a session's relayed batches that no answer has covered yet (back-pressure, as a bounded queue).
+
+    Relayed batches shipped without waiting (``Session._send_async``) get no answer of their own, and the dispatcher
+    keeps what it relays to a worker until the worker reads it (``dispatcher/answers.py``, ``SERVICE_HWM``): a client
+    that relays faster than the worker runs would grow the dispatcher's memory without end. So every
+    ``1/RELAY_MARKS`` of the window one such batch goes as a *mark*: numbered, with ``sync``, so the dispatcher
+    answers it once it and everything relayed before it has run (the session's work runs in order). A relayed sync
+    or fence the session waits for anyway is a mark too. While ``max_batches`` batches or ``max_bytes`` bytes are
+    unanswered, the session's next shipment (``Session._flush``, before it takes what is pending) waits for the
+    oldest mark (``Session._wait``: pings, cancellation, the lease and the liveness bound as for any answer); a
+    mark's answer covers every batch sent before it. Nothing is dropped and nothing fails for being behind. The
+    counts are cumulative; ``marks`` maps a mark's number to the counts at its send."""
+
+    __slots__ = ("max_batches", "max_bytes", "sent", "sent_bytes", "done", "done_bytes", "marks", "next_mark",
+                 "next_mark_bytes", "waits", "peak")
+
+    def __init__(self, max_batches: int = RELAY_MAX_BATCHES, max_bytes: int = RELAY_MAX_BYTES):
+        self.max_batches = max(1, max_batches)
+        self.max_bytes = max(1, max_bytes)
+        self.sent = self.sent_bytes = 0  # relayed batches (and their frames' bytes) sent so far
+        self.done = self.done_bytes = 0  # ... of which an answer covered this many
+        self.marks: dict[int, tuple[int, int]] = {}  # q of a mark not answered yet -> (sent, sent_bytes) after it
+        self.next_mark = self.next_mark_bytes = 0  # the next batch past these counts goes as a mark
+        self.waits = 0  # times a relayed batch waited for answers (status)
+        self.peak = 0  # the most batches unanswered at once (status, tests)
+
+    @property
+    def unanswered(self) -> int:
+        """Relayed batches sent that no answer has covered yet."""
+        return self.sent - self.done
+
+    def full(self) -> bool:
+        """Whether the next relayed batch must wait for an answer first (never when every mark is answered)."""
+        return bool(self.marks) and (self.sent - self.done >= self.max_batches
+                                     or self.sent_bytes - self.done_bytes >= self.max_bytes)
+
+    def send(self, nbytes: int) -> bool:
+        """Count one relayed batch about to go; True: send it as a mark (numbered, with ``sync``)."""
+        self.sent += 1
+        self.sent_bytes += nbytes
+        if self.sent - self.done > self.peak:
+            self.peak = self.sent - self.done
+        return self.sent >= self.next_mark or self.sent_bytes >= self.next_mark_bytes
+
+    def marked(self, q: int) -> None:
+        """The batch just counted went numbered as ``q``, with a sync: its answer covers it and all before it."""
+        self.marks[q] = (self.sent, self.sent_bytes)
+        self.next_mark = self.sent + max(1, self.max_batches // RELAY_MARKS)
+        self.next_mark_bytes = self.sent_bytes + max(1, self.max_bytes // RELAY_MARKS)
+
+    def answered(self, q: int) -> None:
+        """Mark ``q`` was answered (or its wait ended): it and every older mark are covered."""
+        counts = self.marks.pop(q, None)
+        if counts is None:
+            return
+        for k in [k for k in self.marks if k < q]:
+            del self.marks[k]
+        self.done = max(self.done, counts[0])
+        self.done_bytes = max(self.done_bytes, counts[1])
+
+    def oldest(self) -> int:
+        """The number of the oldest mark not answered yet (``full`` says there is one)."""
+        return next(iter(self.marks))
+
+    def status(self) -> dict:
+        return {"unanswered": self.unanswered, "unanswered_bytes": self.sent_bytes - self.done_bytes,
+                "max_batches": self.max_batches, "max_bytes": self.max_bytes, "waits": self.waits, "peak": self.peak}
 
 
 def batch_device(nodes, devs) -> str | None:

@@ -30,6 +30,7 @@ from tensorwire.protocol.addresses import check_address
 from tensorwire.protocol.batch_ids import kept_nodes
 from tensorwire.protocol.curve import apply_peer, keys_dir
 from tensorwire.protocol.errors import (
+    Cancelled,
     ConnectionFailed,
     DependencyFailed,
     DeviceError,
@@ -72,6 +73,7 @@ from .channels import (
     RETRY_AFTER_S,
     SHM_MIN,
     DataPlane,
+    RelayWindow,
     batch_device,
 )
 from .gc_policy import tune_client_gc
@@ -219,6 +221,7 @@ class Session:
         self.services_at_open = [str(n) for n in h.get("services") or []]
         self.default_device = self._devices[0] if self._devices else "cpu:0"
         self._plane = DataPlane(h.get("channels"), self._keys)
+        self._relay = RelayWindow()  # the bound on relayed batches not answered yet (back-pressure, see channels.py)
         self._q_dev: dict[int, str] = {}  # numbered messages sent on a channel, waiting: q -> device
         self._carried: list = []  # errors a fence's answer brought, raised with the next answer
         self._finalizer = weakref.finalize(self, Session._close_socket, self._sock, self._key)
@@ -277,11 +280,11 @@ class Session:
         """Send a message and wait for the answer with the same ``q``."""
         return self._wait(self._send_numbered(header, frames), timeout)
 
-    def _send_numbered(self, header: dict, frames=()) -> int:
+    def _send_numbered(self, header: dict, frames=(), wait_sent: bool = False) -> int:
         """Send a message that will be answered; returns the number ``q`` its answer carries."""
         q = header["q"] = next(self._seq)
         header["k"] = self._key
-        send_parts(self._sock, [pack_header(header), *frames])
+        send_parts(self._sock, [pack_header(header), *frames], wait_sent=wait_sent)
         self._async_before = (q, self._n_async)
         return q
 
@@ -290,19 +293,20 @@ class Session:
         send_parts(self._sock, [pack_header(header), *frames], wait_sent=wait_sent)
         self._n_async += 1
 
-    def _wait(self, q: int, timeout: float | None = None):
+    def _wait(self, q: int, timeout: float | None = None, spin: bool = True):
         """Wait for the answer ``q``, from the dispatcher or from a worker's direct channel. While waiting, ping the
         dispatcher now and then: a dispatcher that stops answering pings is reported within ``LIVENESS_S``, however
         long the work itself takes, and a worker that a direct answer waits on is reported lost (``WorkerLost``) as
         soon as the dispatcher knows it is gone. ``timeout`` counts time without progress: a ping's answer that shows
         one of the session's batches finished since the last one starts it again (work still running is not a
-        timeout), and the error names what a worker has been running when nothing finished."""
+        timeout), and the error names what a worker has been running when nothing finished. ``spin``: False for a
+        wait known to be long (the relay's window), which blocks at once rather than busy-wait."""
         timeout = REQUEST_TIMEOUT_S if timeout is None else timeout
         start = time.monotonic()
         ping_sent = None
         finished = progress = None  # the last pong's batches finished per device, and its whole report
         before = self._async_before[1] if self._async_before[0] == q else self._n_async
-        spin = CLIENT_SPIN_S if before - self._n_async_done <= SPIN_AHEAD_MAX and spare_core(start) else 0.0
+        spin = CLIENT_SPIN_S if spin and before - self._n_async_done <= SPIN_AHEAD_MAX and spare_core(start) else 0.0
         alone = True  # an answer due on a channel is waited for on that channel alone first (Channel.wait_answer)
         for _ in range(1 << 24):
             now = time.monotonic()
@@ -373,9 +377,15 @@ class Session:
                 if hq == q:
                     self._n_async_done = max(self._n_async_done, before)  # (a session's messages run in order)
                     self._q_dev.pop(q, None)
+                    if self._relay.marks:  # (a relayed sync: it covers the relayed batches before it)
+                        self._relay.answered(q)
                     if t == "error":
                         raise self._error(h["error"])
                     return h, frames
+                if dev is None and type(hq) is int and hq in self._relay.marks:  # a mark's answer (RelayWindow)
+                    self._relay.answered(hq)
+                    self._carry_answer(h)
+                    continue
                 if t == "error" and hq is None:
                     raise self._error(h["error"])
         raise ProtocolError("too many unrelated messages")
@@ -951,7 +961,10 @@ class Session:
         rest of the batch while the caller goes on with the value, and errors of that rest surface at the next sync
         point, as for any batch shipped without an answer. A compiled graph's replay waiting to go (:meth:`replay`)
         goes first, carrying the fetch or sync itself when nothing was recorded after it (one message for
-        ``step(x); loss.item()``)."""
+        ``step(x); loss.item()``). While the relay's window is full (:class:`RelayWindow`) it first waits for answers,
+        before it takes anything pending: a wait that ends in an error (a cancel, Ctrl-C) loses nothing."""
+        if self._relay.marks and self._relay.full():  # (back-pressure: too much relayed and not answered yet)
+            self._relay_wait()
         if self._writes is not None:
             self.end_writes()
         self._mark = False
@@ -1110,11 +1123,19 @@ class Session:
                 header["lost"], plane.lost = plane.lost, {}
             self._attach_plan(header, "relay")
             plane.relay_unsynced = True
-            if reply:
+            relay = self._relay
+            if reply:  # (waited for now: counted only when it covers the batches before it, a sync)
                 q = self._send_numbered(header, frames)
+                if header.get("sync"):
+                    relay.send(0)
+                    relay.marked(q)
             else:
                 q = None
-                self._send_async(header, frames, wait_sent=wait_sent)
+                if relay.send(sum(map(frame_nbytes, frames)) if frames else 0):  # a mark (see RelayWindow): numbered,
+                    header["sync"] = True  # answered once it ran; nobody waits for it now
+                    relay.marked(self._send_numbered(header, frames, wait_sent=wait_sent))
+                else:
+                    self._send_async(header, frames, wait_sent=wait_sent)
         self._send_channel_releases(dev if ch is not None else None)
         if len(plane.relay_releases) > MAX_RELAY_RELEASES:
             self._post({"t": "batch", "k": self._key, "ext": [], "outs": [], "fetch": [], "release": [],
@@ -1234,9 +1255,34 @@ class Session:
         header = {"t": "batch", "k": self._key, "ext": [], "outs": [], "fetch": [], "release": rel, "sync": True}
         if locs:
             header["locs"] = locs
-        h, _ = self._wait(self._send_numbered(header))
+        self._relay.send(0)
+        q = self._send_numbered(header)
+        self._relay.marked(q)
+        h, _ = self._wait(q)
         self._plane.relay_unsynced = False
         self._carry(h)
+
+    def _relay_wait(self) -> None:
+        """Back-pressure (:class:`RelayWindow`): wait for the oldest marks' answers until the next relayed batch may
+        go (at the start of :meth:`_flush`, so the batch stays pending if it raises). It is a wait like any other
+        (``_wait``): Ctrl-C stops it (and the work, see :meth:`flush`), a dispatcher that stops answering, a lost
+        worker and the request timeout end it with their errors. The marks' errors are the next answer's, as a
+        fence's; a cancel's is raised here, the wait being where the program is."""
+        relay = self._relay
+        relay.waits += 1
+        while relay.full():
+            h, _ = self._wait(relay.oldest(), spin=False)  # (behind a quarter of a window at least: no busy-wait)
+            if any(type(e) is dict and e.get("code") == Cancelled.code for e in h.get("errors") or ()):
+                self._result(h, [], ())
+            self._carry(h)
+
+    def _carry_answer(self, h: dict) -> None:
+        """Keep the errors of an answer nobody waits for (a mark's: :class:`RelayWindow`) for the next answer."""
+        if h.get("t") == "error":
+            if isinstance(h.get("error"), dict):
+                self._carried.append(h["error"])
+        else:
+            self._carry(h)
 
     def _direct_sync(self, dev: str) -> None:
         """Fence: wait until everything sent on ``dev``'s channel has run (its errors come with the next answer)."""

@@ -18,7 +18,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from tensorwire.protocol.messages import DIRECT_TOTALS
+from tensorwire.protocol.messages import DIRECT_TOTALS, DIRECT_TOTALS_MIN
 from tensorwire.protocol.metrics import prometheus
 
 #: how often the dispatcher asks its workers for their load while metrics are served
@@ -88,9 +88,14 @@ class Telemetry:
     def note_direct(self, device: str, report) -> None:
         """A worker's report of its direct-channel totals: its heartbeat's list (the counts of ``DIRECT_TOTALS``, in
         order; the errors stay as last reported) or its load's ``direct`` map (those counts and ``errors``). A
-        malformed one is dropped."""
+        malformed one is dropped. A shorter list (at least ``DIRECT_TOTALS_MIN``) is a worker of an earlier version
+        during a rolling upgrade: the counts it does not send are zero (its third, the bytes both ways, counts as
+        ``bytes_in``: the totals and rates stay right); a longer one, from a worker newer than this dispatcher, is
+        malformed (docs/architecture.md, "Mixed versions")."""
         if isinstance(report, list):
             counts = report
+            if DIRECT_TOTALS_MIN <= len(counts) < len(DIRECT_TOTALS):
+                counts = [*counts, *(0,) * (len(DIRECT_TOTALS) - len(counts))]
             errors = self.direct[device].errors if device in self.direct else {}
         elif isinstance(report, dict):
             counts = [report.get(k) for k in DIRECT_TOTALS]

@@ -91,6 +91,10 @@ CLIENT = Plane("client -> dispatcher", {
 #: what a worker's heartbeat ``direct`` list counts, in order: the work clients sent it on direct channels so far
 #: (the dispatcher never sees it; ``dispatcher/telemetry.py`` adds it to the work it routed)
 DIRECT_TOTALS = ("batches", "ops", "bytes_in", "bytes_out", "plan_hits", "plan_misses")
+#: the shortest ``direct`` list a worker may send: a worker of an earlier version, during a rolling upgrade, sends the
+#: counts of its version (the oldest: ``[batches, ops, bytes]``); the counts it lacks are zero. The tuple only ever
+#: grows at its end; a longer list (a worker newer than its dispatcher) is refused: upgrade the dispatcher first
+DIRECT_TOTALS_MIN = 3
 
 SERVICE = Plane("service -> dispatcher", {
     "register": Kind("register a worker (a device) or a named service with the service credential",

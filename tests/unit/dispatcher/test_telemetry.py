@@ -34,11 +34,26 @@ def test_rates_add_a_worker_s_direct_work_to_what_the_dispatcher_routed():
 
 
 def test_a_malformed_direct_report_is_dropped():
+    """Too short for any version, too long (a worker newer than its dispatcher), or a count that is not a count."""
     t = Telemetry()
-    for bad in (None, [1, 2, 3], _hb(1, 2)[:-1], [1, 2, -3, 0, 0, 0], [1, "2", 3, 0, 0, 0], [1.0, 2, 3, 0, 0, 0],
-                {"batches": 1}, {**dict(zip(DIRECT_TOTALS, _hb(1, 2))), "ops": None}, 7):
+    for bad in (None, [], [1, 2], [*_hb(1, 2), 0], [1, 2, -3, 0, 0, 0], [1, "2", 3, 0, 0, 0], [1.0, 2, 3, 0, 0, 0],
+                [1, 2, "3"], [1, 2, 3.0], [1, True, 3], {"batches": 1}, {**dict(zip(DIRECT_TOTALS, _hb(1, 2))),
+                                                                         "ops": None}, 7):
         t.note_direct("cpu:0", bad)
     assert t.direct == {}
+
+
+def test_an_earlier_worker_s_shorter_direct_list_counts_what_it_lacks_as_zero():
+    """A rolling upgrade: a worker of the version before sends ``[batches, ops, bytes]`` (its bytes both ways); the
+    dispatcher keeps it (the missing counts zero, the bytes as ``bytes_in``) instead of dropping its every report,
+    so status's rates and the metrics' totals count that worker's direct work meanwhile."""
+    t = Telemetry()
+    t.sample(0.0)
+    t.note_direct("cpu:0", [10, 30, 4096])
+    assert t.direct["cpu:0"] == DirectCounts(10, 30, 4096, 0, 0, 0, {})
+    assert t.rates(2.0)["cpu:0"]["bytes_per_s"] == 4096 / 2 and t.rates(2.0)["cpu:0"]["batches_per_s"] == 10 / 2
+    t.note_direct("cpu:0", _hb(1, 2)[:-1])  # (any length in between: a version in between)
+    assert t.direct["cpu:0"] == DirectCounts(1, 2, 0, 0, 0, 0, {})
 
 
 def test_a_load_report_and_a_heartbeat_fill_one_record():
