@@ -293,19 +293,18 @@ def record_grad(session, op: str, ins, attrs, device: str, up: int = 1, known=No
 
 
 def sync_view(t) -> None:
-    """Bring a view up to date with its base, with the autograd graph of its current value."""
+    """Bring a view up to date with its base, with the autograd graph of its current value: ``views.refresh`` (a light
+    window as any view whose base changed), and again from its root when the root requires grad and the view's value
+    has no graph of it yet (made outside autograd). The view of a root that requires grad takes the recomputed value's
+    autograd fields (its graph is its root's); any other keeps its own (a leaf view: ``x[5:15].requires_grad_()``)."""
     root = t._base
-    if t._base_version == V.LIGHT:  # (a light window, views.basic_view: materialized first, as any reader does)
-        t._refresh()
-    if root._version == t._base_version and (not root.requires_grad or t._ag == t._id or not is_grad_enabled()):
+    graph = root.requires_grad and t._ag != t._id and is_grad_enabled()
+    if root._version == t._base_version and not graph:
         return
-    v = root
-    for step in t._vsteps:
-        v = step.forward(v)
-    V._swap(t, v)
-    t._base_version = root._version
-    t.requires_grad, t.grad_fn, t._ag = v.requires_grad, v.grad_fn, t._id
-    v.requires_grad, v.grad_fn, v._ag = False, None, None
+    v = V.refresh(t, graph)
+    if root.requires_grad:
+        t.requires_grad, t.grad_fn, t._ag = v.requires_grad, v.grad_fn, t._id
+        v.requires_grad, v.grad_fn, v._ag = False, None, None
 
 
 def check_inplace(t, new) -> None:

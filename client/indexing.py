@@ -147,14 +147,7 @@ def getitem(x, key):
     shape = x._shape
     if shape and (tk is int or tk is slice and key.step is None):  # ``x[i]``, ``x[a:b]``: the commonest keys
         n = shape[0]
-        if tk is int:
-            if not -n <= key < n:
-                raise IndexOutOfRange(f"index {key} is out of bounds for dimension 0 with size {n}")
-            a = key % n
-            b = a + 1
-            lens = (1, *shape[1:])
-            out = shape[1:]
-        else:
+        if tk is slice:  # (rows a:b, a step shared by their views: views.row_view)
             a, b = key.start, key.stop
             if type(a) is not int:
                 a = 0 if a is None else _int(a)
@@ -164,7 +157,13 @@ def getitem(x, key):
                 a, b, _ = slice(a, b).indices(n)
                 if b < a:
                     b = a
-            out = lens = (b - a, *shape[1:])
+            return V.row_view(x, a, b)
+        if not -n <= key < n:
+            raise IndexOutOfRange(f"index {key} is out of bounds for dimension 0 with size {n}")
+        a = key % n
+        b = a + 1
+        lens = (1, *shape[1:])
+        out = shape[1:]
         nd = len(shape)
         if nd == 1:
             return V.basic_view(x, [a], [b], [1], out, lens)
@@ -265,6 +264,42 @@ def _basic_tuple(shape: tuple, key: tuple):
 
 
 def iter_known(x):
+    """``iter(x)`` for a tensor whose value the client has (``known_values``): :func:`_iter_known`'s elements. Those
+    of a 1-d int64 ``x`` outside autograd, autocast and capture, up to date with its root (a loader's ``for i in ix``)
+    are made at once, as torch's ``iter`` (``unbind``) makes its views (:func:`_int64_elements`)."""
+    s = x._s
+    b = x._base
+    if x.dtype is D.int64 and len(x._shape) == 1 and s._capture is None and not _amp_active[0] \
+            and not x.requires_grad and (b is None or b._version == x._base_version and not b.requires_grad):
+        arr = s._known.peek(x._id)
+        if arr is not None:
+            return iter(_int64_elements(x, arr.tolist()))
+    return _iter_known(x)
+
+
+def _int64_elements(x, ints: list) -> list:
+    """The elements of a 1-d int64 ``x`` whose value is ``ints`` (:func:`iter_known`'s case): each the view ``x[i]``
+    (``x``'s root base, the chain of view steps: it sees ``x``'s later updates, recomputed from its root when read
+    then, and writes through it reach ``x``) whose lazy node is the 0-d ``full`` of its value
+    (``Session.known_int64``: no input pinned, recorded only if a recorded node reads it), its step shared
+    (:func:`_element_steps`)."""
+    make, dev = x._s.known_int64, x._dev
+    root = x._base
+    if root is None:
+        root, chain, version = x, (), x._version
+    else:
+        chain, version = x._vsteps, root._version
+    out = []
+    for v, one in zip(ints, _element_steps(len(ints))):
+        t = make(v, dev)
+        t._base = root
+        t._vsteps = chain + one if chain else one
+        t._base_version = version
+        out.append(t)
+    return out
+
+
+def _iter_known(x):
     """``iter(x)`` for a tensor whose value the client has (``known_values``): each element is the view ``x[i]`` as
     always (``x``'s root base, the chain of view steps: it sees ``x``'s later updates and writes through it reach
     ``x``), and its value is known at once (the element of ``x``'s value, while ``x`` still holds that value), so

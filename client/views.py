@@ -118,11 +118,10 @@ class Expand(ViewStep):
 
 
 class Slice(ViewStep):
-    """Basic indexing: a strided slice, then a reshape that drops int dims and adds None dims."""
+    """Basic indexing: a strided slice, then a reshape that drops int dims and adds None dims. A step is never changed
+    once made (``_known`` is a cache of what its fields give), so views may share one (:func:`row_view`)."""
 
-    #: ``_light``: for a light window's own step (:func:`basic_view`), ``(parent, its handle, the root's version)``
-    #: when the window was taken, until the window is materialized (:func:`refresh`); else None
-    __slots__ = ("starts", "stops", "steps", "out_shape", "in_shape", "_known", "_light")
+    __slots__ = ("starts", "stops", "steps", "out_shape", "in_shape", "_known")
 
     def __init__(self, starts: list, stops: list, steps: list, out_shape: tuple, in_shape: tuple | None = None):
         # (the lists are kept, not copied: the caller made them for this step, and the recorded attrs share them)
@@ -132,7 +131,6 @@ class Slice(ViewStep):
         #: the slice is recorded with its key and meta given (its lengths and steps: the plan's part of a slice)
         self.in_shape = in_shape
         self._known = None
-        self._light = None
 
     def on_host(self, value: np.ndarray) -> np.ndarray:
         """The view of a host value (a value the client already has, see ``known_values``)."""
@@ -214,14 +212,43 @@ _UNIT_SLICE_KNOWN: dict[tuple, tuple] = {}
 MAX_REMEMBERED = 4096
 
 
-def remember(memo: dict, key, value):
-    """Keep ``value`` under ``key`` in ``memo`` (one of the view shortcuts' memos: ``_UNIT_SLICE_KNOWN`` here,
-    ``Tensor``'s movement methods' checked arguments), emptied when it holds :data:`MAX_REMEMBERED`; returns
-    ``value``."""
-    if len(memo) >= MAX_REMEMBERED:
+def remember(memo: dict, key, value, limit: int = MAX_REMEMBERED):
+    """Keep ``value`` under ``key`` in ``memo`` (one of the view shortcuts' memos: ``_UNIT_SLICE_KNOWN`` and
+    ``_ROW_STEPS`` here, ``Tensor``'s movement methods' checked arguments), emptied when it holds ``limit`` entries
+    (:data:`MAX_REMEMBERED` unless told); returns ``value``."""
+    if len(memo) >= limit:
         memo.clear()
     memo[key] = value
     return value
+
+
+#: :func:`row_view`'s view steps, by ``(input shape, a, b)``: a loader takes windows of one text at the same few
+#: thousand offsets again and again (each step a few hundred bytes; emptied at :data:`MAX_ROW_STEPS`)
+_ROW_STEPS: dict[tuple, Slice] = {}
+MAX_ROW_STEPS = 16384
+
+
+def row_view(x, a: int, b: int):
+    """``x[a:b]``: rows ``a:b`` of ``x`` (``0 <= a <= b <= x.shape[0]``, checked by the caller), every other dim
+    whole. :func:`basic_view`'s view, with a view step shared by every view of those rows of a tensor of ``x``'s
+    shape (made once, :data:`_ROW_STEPS`: a step is never changed once made). Rows of ``x``, not all of them, outside
+    autograd, autocast and capture, ``x`` up to date with its root, are a light window (:func:`_light_window`), made
+    here at once: a loader's ``data[i:i + 8]``."""
+    shape = x._shape
+    key = (shape, a, b)
+    step = _ROW_STEPS.get(key)
+    if step is None:
+        nd = len(shape)
+        step = remember(_ROW_STEPS, key, Slice([a] + [0] * (nd - 1), [b, *shape[1:]], [1] * nd,
+                                               (b - a, *shape[1:]), shape), MAX_ROW_STEPS)
+    s = x._s
+    root = x._base
+    if 0 < b - a < shape[0] and s._capture is None and not _amp_active[0] \
+            and (root is None or root._version == x._base_version) \
+            and not ((x.requires_grad or root is not None and root.requires_grad) and _grad_tracked(x)):
+        return _light_window(s, x, root, step, step.out_shape, x.dtype)
+    out = step.out_shape
+    return _basic_view(x, step, out, out)
 
 
 def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tuple | None = None):
@@ -234,7 +261,11 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
     recipe :meth:`Slice.forward` and ``Tensor._view`` make (the recipe only where :func:`derive_view` keeps one),
     without their general work. Rows of ``x`` outside autograd (``data[i:i + 8]``) are a light window
     (:func:`_light_window`): no node until something other than ``stack``/``cat`` reads it."""
-    step = Slice(starts, stops, steps, out, x._shape)
+    return _basic_view(x, Slice(starts, stops, steps, out, x._shape), out, lens)
+
+
+def _basic_view(x, step: Slice, out: tuple, lens: tuple | None):
+    """:func:`basic_view` of ``x`` by ``step`` (whose output shape is ``out``; ``lens`` as there)."""
     s = x._s
     b = x._base
     if s._capture is not None or _amp_active[0]:
@@ -247,6 +278,7 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
     if lens is not None and not grad and lens == out and out[0] and out[0] != x._shape[0] \
             and (len(out) == 1 or out[1:] == x._shape[1:]):  # (rows of x, not all of them, with unit steps)
         return _light_window(s, x, b, step, out, dt)
+    starts, stops, steps = step.starts, step.stops, step.steps
     if lens is None:
         lens = tuple([slice_len(a, c, st) for a, c, st in zip(starts, stops, steps)])
         known = slice_known(lens, tuple(steps), dt)
@@ -287,10 +319,13 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
     return t
 
 
-#: the lazy entry (``Session._lazy``) a light window's handle holds while it is light: no node, no input pinned, so
-#: its handle goes as a lazy node dropped unrecorded does (``Session._take_release``), never to a device. Never
+#: the op of the lazy entry (``Session._lazy``) a light window's handle holds while it is light: no node, no input
+#: pinned (its inputs ``()``), so its handle goes as a lazy node dropped unrecorded does (``Session._take_release``),
+#: never to a device; its attrs ``(parent, the parent's handle, the root's version)`` when the window was taken. Never
 #: recorded: a light window is materialized (given another handle) before anything reads its handle
-_LIGHT_NODE = ("light window", (), None, None, [], None, None, None)
+LIGHT_OP = "light window"
+#: a light window's entry once materialized (its parent no longer held), until its old handle goes
+_LIGHT_NODE = (LIGHT_OP, (), None, None, (), None, None, None)
 #: the client's ``Tensor`` class, installed by ``indexing.install`` (this module never imports ``tensor``)
 Tensor: type | None = None
 _new_tensor = object.__new__
@@ -304,45 +339,52 @@ def _light_window(s, x, b, step: Slice, out: tuple, dt):
     ``torch.stack([data[i:i + 8] for i in ix])``). Its ``_base_version`` is :data:`LIGHT`: anything else that reads it
     brings it up to date first (:func:`refresh`), and so gets, in program order, the lazy node ``basic_view`` makes
     for any other view (the same node, when neither the root nor ``x`` changed since; else the view recomputed from
-    the root as it is now, what torch's shared storage shows)."""
+    the root as it is now, what torch's shared storage shows). What that needs (``x``, its handle and the root's
+    version now) is its handle's lazy entry (:data:`LIGHT_OP`): its step may be shared (:func:`row_view`)."""
     hid = next(s._ids)
-    s._lazy[hid] = _LIGHT_NODE
     t = _new_tensor(Tensor)
     t._init(s, hid, out, dt, x._dev)
     if b is None:
         t._base = x
         t._vsteps = (step,)
-        step._light = (x, x._id, x._version)
+        s._lazy[hid] = (LIGHT_OP, (), (x, x._id, x._version), None, (), None, None, None)
     else:
         t._base = b
         t._vsteps = x._vsteps + (step,)
-        step._light = (x, x._id, b._version)
+        s._lazy[hid] = (LIGHT_OP, (), (x, x._id, b._version), None, (), None, None, None)
     t._base_version = LIGHT
     return t
 
 
-def _materialize(view) -> None:
+def _materialize(view):
     """Bring light window ``view`` (:func:`_light_window`) up to date: give it the lazy node of its slice of its
     parent (``basic_view``'s, and the known-value recipe ``derive_view`` keeps) when neither its root nor the parent
-    changed since it was taken, else recompute it from its root as :func:`refresh` does any view whose base changed."""
+    changed since it was taken, else recompute it from its root as :func:`refresh` does any view whose base changed
+    (and so when its handle no longer holds its light entry: ``out=`` gave it another). Returns :func:`refresh`'s."""
     steps = view._vsteps
     step = steps[-1]
-    x, xid, version = step._light
-    step._light = None  # (its parent no longer held)
     root = view._base
     s = view._s
-    if root._version == version and x._id == xid and s._capture is None:
+    lazy = s._lazy
+    node = lazy.get(view._id)
+    x = None
+    if node is not None and node[0] is LIGHT_OP and node[2] is not None:
+        lazy[view._id] = _LIGHT_NODE  # (its parent no longer held)
+        x, xid, version = node[2]
+        if root._version != version or x._id != xid or s._capture is not None:
+            x = None
+    if x is not None:
         t = s.defer_view("slice", x, {"starts": step.starts, "stops": step.stops, "steps": step.steps},
                          step._key_meta(x))
     else:
         t = root
         for st in steps:
             t = st.forward(t)
-        x = None
     _swap(view, t)
     view._base_version = root._version
     if x is not None:
         derive_view(view, x, step.on_host)
+    return t
 
 
 def derive_view(t, x, on_host) -> None:
@@ -466,20 +508,24 @@ def mark_view(out, src, step: ViewStep):
     return out
 
 
-def refresh(view) -> None:
+def refresh(view, again: bool = False):
     """Recompute a view whose base changed since it was computed (a light window: materialize it, see
-    :func:`_materialize`)."""
+    :func:`_materialize`); ``again``: recompute it from its root even when it is up to date (a light window too, not
+    given its parent's lazy slice): ``autograd_engine.sync_view``, for the autograd graph of its root's value, which
+    its steps record. Returns the tensor the view's old value went to (holding the new value's autograd fields: the
+    caller may move them to the view), or None when it was up to date."""
     root = view._base
-    if root._version == view._base_version:
-        return
-    if view._base_version == LIGHT:
-        _materialize(view)
-        return
+    if not again:
+        if root._version == view._base_version:
+            return None
+        if view._base_version == LIGHT:
+            return _materialize(view)
     t = root
     for step in view._vsteps:
         t = step.forward(t)
     _swap(view, t)
     view._base_version = root._version
+    return t
 
 
 def _swap(a, b) -> None:

@@ -19,7 +19,6 @@ import warnings
 from collections import OrderedDict
 
 from tensorwire.context import current_session
-from tensorwire.known_values import LIGHT
 from tensorwire.nn.module import Module
 from tensorwire.protocol.errors import CompileError
 
@@ -104,9 +103,9 @@ class CompiledFunction:
         s = self._session(tensors)
         if s is None or s._capture is not None:  # several sessions, or inside another compiled call: run as is
             return self.fn(*args, **kwargs)
-        for t in tensors:  # (a light window, views.basic_view: materialized before the trace, as a replay does)
-            if t._base_version == LIGHT:
-                t._refresh()
+        for t in tensors:  # (a view whose base changed, a light window too: brought up to date before the trace, as
+            if t._base is not None:  # CompiledGraph.replay does its arguments, so the trace reads the handle a replay
+                t._refresh()  # is given)
         trace = Trace(s, tensors, entry.last)
         self.stats["traces"] += 1
         entry.traces += 1

@@ -250,3 +250,56 @@ def test_a_compiled_function_takes_light_windows_traced_and_replayed(session):
                                           * 3 + np.arange(k, k + 5))
         stats.append(dict(f.stats))
     assert stats[0] == stats[1] and stats[0]["replays"] > 0, stats  # (one graph, whatever rows the windows take)
+
+
+@needs_torch
+def test_windows_of_the_same_rows_share_their_step_and_each_still_shows_its_own_root(session):
+    a_np, b_np = TEXT[:40].copy(), TEXT[40:80].copy()
+    a, b, ra, rb = tw.tensor(a_np), tw.tensor(b_np), torch.tensor(a_np), torch.tensor(b_np)
+    wa, wb, wa2 = a[3:11], b[3:11], a[3:11]
+    assert wa._vsteps[-1] is wb._vsteps[-1] is wa2._vsteps[-1]  # (views.row_view: made once for rows 3:11 of 40)
+    assert all(w._base_version == LIGHT for w in (wa, wb, wa2))
+    a.mul_(3)  # (a window's parent and version are its handle's, not its shared step's)
+    ra.mul_(3)
+    _same(wa + 0, ra[3:11] + 0)
+    _same(wb, rb[3:11])
+    b[5] = -4
+    rb[5] = -4
+    _same(tw.stack([wb, wa2]), torch.stack([rb[3:11], ra[3:11]]))
+    c = a[1:35]  # (a view of another shape: rows 3:11 of it, another step)
+    assert c[3:11]._vsteps[-1] is not wa._vsteps[-1]
+    _same(c[3:11], ra[1:35][3:11])
+
+
+@needs_torch
+def test_a_stale_view_argument_of_a_compiled_function_is_read_as_a_replay_reads_it(session):
+    data, ref = tw.tensor(np.arange(24.0).reshape(6, 4)), torch.tensor(np.arange(24.0).reshape(6, 4))
+    f = tw.compile(lambda v: v * 2 + 1)
+    for k in range(5):  # (traced, then replayed: each call after the root changed in place)
+        v, rv = data[:, 1:3], ref[:, 1:3]  # (not rows: an ordinary view)
+        data.add_(k)
+        ref.add_(k)
+        _same(f(v), rv * 2 + 1)
+    assert f.stats["replays"] > 0, f.stats
+
+
+@needs_torch
+def test_a_light_window_read_by_autograd_is_brought_up_to_date_as_any_view(session):
+    w = tw.tensor(np.arange(10, dtype=np.float32), requires_grad=True)
+    rw = torch.tensor(np.arange(10, dtype=np.float32), requires_grad=True)
+    with tw.no_grad():
+        part = w[2:6]
+        w.mul_(2)  # (after the window was taken: it shows the new value)
+    with torch.no_grad():
+        rpart = rw[2:6]
+        rw.mul_(2)
+    assert part._base_version == LIGHT
+    x, rx = tw.tensor(np.ones(4, dtype=np.float32), requires_grad=True), torch.ones(4, requires_grad=True)
+    with tw.no_grad():
+        y = part * x  # (read under no_grad: no graph)
+    with torch.no_grad():
+        ry = rpart * rx
+    _same(y, ry)
+    (part.detach() * x).sum().backward()
+    (rpart.detach() * rx).sum().backward()
+    _same(x.grad, rx.grad)
