@@ -176,6 +176,8 @@ class Executor:
         #: whether the device does anything to free a buffer (a numpy one lets its references go: ~75 calls a step
         #: of a small training loop saved)
         self._frees = type(device).free is not Device.free
+        #: the metas of a list of buffers (a device may answer for many at once: ``metas(bufs)``)
+        self._metas = getattr(device, "metas", None) or (lambda bufs: list(map(device.meta, bufs)))
         self.name = device_name
         self.send = send  # callable(header, frames) -> None
         self.limit = session_limit  # bytes a session may hold on this device (None: no limit)
@@ -678,7 +680,7 @@ class Executor:
             raise ProtocolError(f"plan {plan_no} replayed with {len(ext)} inputs, it was made for {len(metas)}")
         meta = self.device.meta
         try:
-            if list(map(meta, ext)) == metas:  # (the common case, in one pass: every input as planned)
+            if self._metas(ext) == metas:  # (the common case, in one pass: every input as planned)
                 return
         except Exception:  # noqa: BLE001 - a failed input: the pass below tells which
             pass
@@ -1048,8 +1050,8 @@ class Executor:
                 dropped = [v for i, v in result.items() if i not in kept_ids]
                 # (a temporary's buffer is in the result only where a kept node shares its slot: that one holds it)
                 result = {i: v for i, v in result.items() if i in kept_ids}
-        made = {i: v for i, v in result.items() if type(v) is not Fail}  # (the buffers it made, by id)
-        failed = len(made) < len(result)
+        failed = Fail in map(type, result.values())  # (a pass in C: Fail has no subclasses)
+        made = {i: v for i, v in result.items() if type(v) is not Fail} if failed else result  # (its buffers, by id)
         ledger.hold(made)
         if self.limit is not None and made and ledger.used > self.limit:  # the estimate fell short: take it back
             before = ledger.used

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from operator import attrgetter
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from . import compiled, complex_kernels, conv, pooling, recurrent  # noqa: F401 
 from .kernels import KERNELS, specialize
 
 _BY_NP = D.BY_NP
+_shape, _dtype = attrgetter("shape"), attrgetter("dtype")
 
 #: how many ``cpu:N`` devices a host offers (they share the host's memory and cores)
 CPU_DEVICES = int(os.environ.get("TENSORWIRE_CPU_DEVICES", "8"))
@@ -75,6 +77,16 @@ class NumpyDevice(Device):
     def meta(self, buf: np.ndarray):
         dt = _BY_NP.get(buf.dtype)
         return buf.shape, dt if dt is not None else D.from_numpy(buf.dtype)
+
+    def metas(self, bufs: list) -> list:
+        """:meth:`meta` of each of ``bufs`` (a replay's inputs, checked against its plan's), in passes in C when
+        each is an array of a dtype the wire names."""
+        if type(self).meta is NumpyDevice.meta:
+            try:
+                return list(zip(map(_shape, bufs), map(_BY_NP.__getitem__, map(_dtype, bufs))))
+            except (AttributeError, KeyError):  # (not an array, or a dtype meta names the long way)
+                pass
+        return list(map(self.meta, bufs))
 
     def specialize(self, step):
         if step.kernel is KERNELS.get(step.op):  # not replaced by a plugin kernel

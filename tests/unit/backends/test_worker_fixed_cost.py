@@ -24,6 +24,19 @@ def test_the_batch_storage_lookup_answers_as_storage_does_for_every_kind_of_buff
             np.float32(2.5), np.ones((2, 2))[0]]
     assert dev.storages(bufs) == list(map(dev.storage, bufs))
     assert dev.storages(bufs)[1] == (id(owner), owner.nbytes)  # (a view counts as the array it views)
+    fresh = [owner, np.ones((2, 3)), np.float32(2.5)]  # (no views: every one its own allocation)
+    assert dev.storages(fresh) == list(map(dev.storage, fresh)) == [(id(b), b.nbytes) for b in fresh]
+    assert dev.storages(iter(bufs)) == list(map(dev.storage, bufs)) and dev.storages([]) == []
+
+
+def test_the_batch_meta_lookup_answers_as_meta_does():
+    dev = NumpyBackend().open(0)
+    bufs = [np.ones((2, 3), np.float32), np.float32(2.5), np.arange(3), np.ones(2, np.complex64),
+            np.zeros((0, 4), np.bool_), np.ones(3, np.float16)[::2]]
+    assert dev.metas(bufs) == list(map(dev.meta, bufs))
+    assert dev.metas(bufs)[0] == ((2, 3), D.float32)
+    with pytest.raises(Exception):  # noqa: B017,PT011 - (not a buffer: meta's own error, as one by one)
+        dev.metas([bufs[0], Fail({"code": "ExecutionError", "message": "x"})])
 
 
 @pytest.mark.parametrize("dyn, ok", [

@@ -55,3 +55,19 @@ def test_check_refuses_unknown_kinds_and_wrong_types():
         with pytest.raises(ProtocolError) as e:
             check(plane, h)
         assert "Error" not in e.value.message and e.value.code == "ProtocolError"
+
+
+def test_check_takes_exactly_the_types_each_field_lists():
+    """Every field of every kind, with a value of each type msgpack gives: taken when its type is listed (or the
+    field is unchecked), refused otherwise, and the error names the field."""
+    values = [0, 1.5, "s", b"b", True, [1], {"a": 1}, None]
+    for plane in (CLIENT, WORKER, DIRECT, SERVICE):
+        for t, kind in plane.kinds.items():
+            for name, types in kind.fields.items():
+                for v in values:
+                    h = {"t": t, name: v, "unlisted": 2.5}
+                    if types is None or type(v) in types:
+                        assert check(plane, h) == t
+                    else:
+                        with pytest.raises(ProtocolError, match=repr(name)):
+                            check(plane, h)
