@@ -12,8 +12,9 @@ load. Either token is only ever sent to the configured endpoint.
 
 Every load asks the hub for the revision with that token (``fetch(..., revalidate=True)``), so a private
 repository one session could read is not served to another from the worker's cache; the bytes come from the
-verified cache when present. Requests are bounded (connect and read timeouts, see ``tensorwire.hub.client``), and a
-hub that cannot be reached gives one fixed error text, whatever the reason, so errors tell nothing about ports.
+verified cache when present. Requests are bounded (connect and read timeouts, see
+``tensorwire.protocol.hub.client``), and a hub that cannot be reached gives one fixed error text, whatever the reason,
+so errors tell nothing about ports.
 
 Progress. A ``hub_tensor`` whose ``progress`` attribute holds the client's id for the load has its download reported
 to that session (``tensorwire.protocol.progress``): the executor says where reports go for the batch it runs
@@ -33,17 +34,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tensorwire.hub.client import fetch, normalize_endpoint, timeouts
-from tensorwire.hub.errors import (
-    EntryNotFound,
-    HashMismatch,
-    HubError,
-    HubUnavailable,
-    InvalidPath,
-    RepositoryNotFound,
-    RevisionNotFound,
-)
-from tensorwire.hub.errors import Unauthorized as HubUnauthorized
 from tensorwire.protocol.errors import (
     DeviceError,
     ExecutionError,
@@ -52,6 +42,17 @@ from tensorwire.protocol.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
+from tensorwire.protocol.hub.client import fetch, normalize_endpoint, timeouts
+from tensorwire.protocol.hub.errors import (
+    EntryNotFound,
+    HashMismatch,
+    HubError,
+    HubUnavailable,
+    InvalidPath,
+    RepositoryNotFound,
+    RevisionNotFound,
+)
+from tensorwire.protocol.hub.errors import Unauthorized as HubUnauthorized
 from tensorwire.protocol.progress import Reporter, valid_id
 from tensorwire.protocol.safetensors_io import load_buffer
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from tensorwire.backends import hookimpl, torch_flags
+from tensorwire.backends import hookimpl
 
 
 def lazy_backend(package: str, cls: str) -> tuple[Callable, Callable]:
@@ -40,7 +40,10 @@ def torch_availability(kind: str) -> tuple[Callable[[], bool], Callable[[], bool
         return True
 
     def is_available() -> bool:
-        return torch_flags.cluster_has(kind)
+        # lazy: the client (accelerator -> session, tensor), asked only by a program; the workers import this module
+        from tensorwire.accelerator import device_indices
+
+        return bool(device_indices(kind))  # asking connects, as any ``tw`` call does
 
     is_built.__doc__ = (f"True: the client needs no {kind.upper()} build of its own (the cluster's workers run the "
                         "kernels).")

@@ -3,7 +3,9 @@
 ``torch.backends.cuda.matmul.allow_tf32 = True``, ``torch.backends.cudnn.benchmark = True`` and the like are
 accepted settings: tensorwire's kernels never use TF32 or reduced-precision reductions (results stay those of the
 conformance suite), and there is no cuDNN to tune. ``torch.backends.mps.is_available()`` and
-``torch.backends.cuda.is_built()`` answer from the connected cluster, like ``tw.cuda.is_available()``.
+``torch.backends.cuda.is_built()`` answer from the connected cluster, like ``tw.cuda.is_available()``
+(:func:`tensorwire.backends.lazy_plugin.torch_availability`: this module, which ``tensorwire.backends`` imports for
+every service, needs nothing of the client).
 
 ``cudnn``, ``mkldnn`` and ``opt_einsum`` are submodules of their own (``import torch.backends.cudnn as cudnn``), whose
 settings are module attributes, as in torch; ``cuda`` and ``mps`` are the plugin packages, which take their settings
@@ -23,14 +25,6 @@ class Flags:
 
     def __repr__(self) -> str:
         return f"Flags({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
-
-
-def cluster_has(kind: str) -> bool:
-    """Whether the connected cluster has a ``kind`` device (asking connects, as any ``tw`` call does)."""
-    # lazy: the client (accelerator -> session, tensor); every service imports this package (backends/__init__)
-    from tensorwire.accelerator import device_indices
-
-    return bool(device_indices(kind))
 
 
 @contextlib.contextmanager

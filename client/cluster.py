@@ -26,7 +26,6 @@ from pathlib import Path
 from tensorwire.collectives import network as _network
 from tensorwire.dashboard import missing as dashboard_missing
 from tensorwire.dispatcher.liveness import RESTARTED_ENV
-from tensorwire.hub.client import DEFAULT_PORT as HUB_DEFAULT_PORT
 from tensorwire.protocol import errors as E
 from tensorwire.protocol.addresses import check_port_free
 from tensorwire.protocol.capability import DIRECT_ADDRESS_ENV
@@ -40,6 +39,7 @@ from tensorwire.protocol.credentials import (
 )
 from tensorwire.protocol.curve import KEYS_ENV, is_local_address
 from tensorwire.protocol.errors import DeviceError, TensorwireError
+from tensorwire.protocol.hub.client import DEFAULT_PORT as HUB_DEFAULT_PORT
 from tensorwire.protocol.named_service import HEARTBEAT_FILE_ENV
 from tensorwire.protocol.service import HEARTBEAT_ENV, HEARTBEAT_S, LIVENESS, parse_ready, stop_event_on_signals
 
@@ -527,7 +527,8 @@ class LocalCluster:
         if hub is not None:
             self.hub_url = self._wait_ready(hub, deadline)["url"]
             args += ["--hub-url", self.hub_url]
-            from tensorwire.hub.server import create_token  # lazy: the hub's server modules, for a cluster with a hub
+            # lazy: the hub's store (sqlite3), for a cluster that starts a hub
+            from tensorwire.protocol.hub.storage import create_token
 
             self.hub_token = create_token(str(self.hub_root), "local-cluster", write=True)
             self.hub_token_file = self.log_dir / "hub-token"

@@ -4,7 +4,7 @@ A load that asks for progress gets an id from its session (:meth:`Session.watch_
 ``hub_tensor`` ops; the workers report their downloads under it, the dispatcher passes the reports to this session
 only, and the session hands each to the load's sink while it waits for an answer (``tensorwire.protocol.progress``
 has the message). A sink is a callable taking a :class:`DownloadProgress`: the user's own, or :class:`Bars`, which
-draws the hub CLI's bars (``tensorwire.hub.client.progress_bar``) on stderr.
+draws the hub CLI's bars (``tensorwire.protocol.hub.client.progress_bar``) on stderr.
 
 When bars are drawn (:func:`bars_enabled`): ``progress=False`` never; ``TENSORWIRE_PROGRESS=0`` never, whatever the
 code says (as ``HF_HUB_DISABLE_PROGRESS_BARS=1``); ``progress=True`` or ``TENSORWIRE_PROGRESS=1`` also when stderr is
@@ -72,7 +72,8 @@ class Bars:
         self.bars: dict[tuple[str, str], Any] = {}
 
     def __call__(self, p: DownloadProgress) -> None:
-        from tensorwire.hub.client import progress_bar  # lazy: the hub client's modules, once a download reports
+        # lazy: the hub's HTTP client (urllib, http.client), once a download reports
+        from tensorwire.protocol.hub.client import progress_bar
 
         key = (p.device, p.file)
         bar = self.bars.get(key)

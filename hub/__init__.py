@@ -1,10 +1,12 @@
-"""tensorwire model hub: client helpers (this package) and the hub service (``server``, ``storage``).
+"""tensorwire model hub: client helpers (this package) and the hub service (``server``, ``cli``).
 
 ``import tensorwire.hub`` is light: it loads only the urllib-based client helpers and the
-error types. The HTTP server (:mod:`tensorwire.hub.server`) and the SQLite storage
-(:mod:`tensorwire.hub.storage`) are imported only by whoever runs the service; the tensor side
-(:mod:`tensorwire.hub.tensors`: ``load``, ``load_state_dict``, ``push``, which need the client and numpy)
-when one of its names is first used.
+error types (:mod:`tensorwire.protocol.hub.client`, :mod:`~tensorwire.protocol.hub.errors`). The HTTP server
+(:mod:`tensorwire.hub.server`) and the SQLite storage (:mod:`tensorwire.protocol.hub.storage`) are imported only by
+whoever runs the service; the tensor side (:mod:`tensorwire.hub.tensors`: ``load``, ``load_state_dict``, ``push``,
+which need the client and numpy) when one of its names is first used. What the client, a local cluster and the
+workers need of the hub lives in :mod:`tensorwire.protocol.hub`, outside this package: this package depends on the
+client (its tensor side), the client never on this package.
 
 Typical use::
 
@@ -18,7 +20,7 @@ The hub also speaks the read side of the Hugging Face Hub API, so
 
 from __future__ import annotations
 
-from .client import (
+from tensorwire.protocol.hub.client import (
     DEFAULT_ENDPOINT,
     create_tag,
     default_cache_dir,
@@ -29,7 +31,7 @@ from .client import (
     push_folder,
     resolve,
 )
-from .errors import (
+from tensorwire.protocol.hub.errors import (
     BadRequest,
     Conflict,
     EntryNotFound,

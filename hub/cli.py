@@ -25,13 +25,13 @@ from pathlib import Path
 from tensorwire.protocol.addresses import is_address_in_use, port_in_use
 from tensorwire.protocol.credentials import write_token_file
 from tensorwire.protocol.errors import ConfigurationError
+from tensorwire.protocol.hub.client import DEFAULT_PORT, create_tag, list_repos, push_folder
+from tensorwire.protocol.hub.errors import HubError
+from tensorwire.protocol.hub.storage import DEFAULT_MAX_BLOB, Storage, create_token
 from tensorwire.protocol.logs import configure as configure_logging
 from tensorwire.protocol.metrics import add_metrics_args
 
-from .client import DEFAULT_PORT, create_tag, list_repos, push_folder
-from .errors import HubError
-from .server import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, create_token, serve
-from .storage import DEFAULT_MAX_BLOB, Storage
+from .server import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, serve
 
 _COMMANDS = ("serve", "push", "ls", "token", "tag")
 

@@ -24,9 +24,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, BinaryIO
 from urllib.parse import parse_qs, quote, unquote
 
-from . import safetensors_check
-from ._validate import check_file_path, check_ref_name, check_repo_id, check_revision, check_sha256
-from .errors import (
+from tensorwire.protocol.hub import safetensors_check
+from tensorwire.protocol.hub._validate import (
+    check_file_path,
+    check_ref_name,
+    check_repo_id,
+    check_revision,
+    check_sha256,
+)
+from tensorwire.protocol.hub.errors import (
     BadRequest,
     EntryNotFound,
     Forbidden,
@@ -36,8 +42,19 @@ from .errors import (
     RepositoryNotFound,
     Unauthorized,
 )
+from tensorwire.protocol.hub.storage import (
+    DEFAULT_MAX_BLOB,
+    Commit,
+    FileEntry,
+    Repo,
+    Storage,
+    Token,
+    create_token,
+    git_oid,
+    lfs_pointer,
+)
+
 from .metrics import HubMetrics
-from .storage import DEFAULT_MAX_BLOB, Commit, FileEntry, Repo, Storage, Token, git_oid, lfs_pointer
 
 log = logging.getLogger("tensorwire.hub")
 
@@ -1090,17 +1107,6 @@ class HubHandler(BaseHTTPRequestHandler):
 
 
 # ---------------------------------------------------------------------- entry points
-
-
-def create_token(
-    root: str | os.PathLike, name: str = "default", write: bool = True, scopes: list[str] | None = None
-) -> str:
-    """Create an API token in the hub stored at ``root`` and return it (it is stored hashed).
-
-    ``scopes`` (e.g. ``["write:acme", "read:other/model"]``) makes a fine-grained token limited to those
-    namespaces and repositories; without it the token is global (read, and write when ``write``).
-    """
-    return Storage(root).create_token(name, write, scopes)
 
 
 def make_server(

@@ -18,11 +18,19 @@ import numpy as np
 
 from tensorwire import context, models, nn
 from tensorwire.progress import sink_for
+from tensorwire.protocol.hub.client import (
+    _headers,
+    _open,
+    _token,
+    default_endpoint,
+    fetch,
+    push_files,
+    push_folder,
+    resolve,
+)
+from tensorwire.protocol.hub.errors import EntryNotFound, Unauthorized
 from tensorwire.protocol.safetensors_io import parse_header, save_bytes, tensor_specs
 from tensorwire.tensor import device_name
-
-from .client import _headers, _open, _token, default_endpoint, fetch, push_files, push_folder, resolve
-from .errors import EntryNotFound, Unauthorized
 
 MAX_HEADER = 100_000_000
 

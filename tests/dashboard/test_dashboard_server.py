@@ -69,7 +69,7 @@ def test_loopback_dashboard_is_the_admin_view_for_loopback_hosts_only(dash_clust
 
 
 def test_the_hubs_downloads_show(dash_cluster):
-    from tensorwire.hub.client import push_files
+    from tensorwire.protocol.hub.client import push_files
 
     push_files("dash/tiny", {"w.bin": b"x" * 4096}, endpoint=dash_cluster.hub_url, token=dash_cluster.hub_token)
     with urllib.request.urlopen(f"{dash_cluster.hub_url}/dash/tiny/resolve/main/w.bin", timeout=10) as r:

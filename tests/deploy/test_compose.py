@@ -21,8 +21,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from tensorwire.cli import main as cli_main
-from tensorwire.hub.client import DEFAULT_PORT as HUB_PORT
 from tensorwire.protocol.credentials import ADMIN_TOKEN_FILE, CLIENT_TOKEN_FILE
+from tensorwire.protocol.hub.client import DEFAULT_PORT as HUB_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = YAML(typ="safe").load((ROOT / "compose.yaml").read_text())

@@ -238,12 +238,12 @@ def test_version():
 
 
 def test_up_with_a_hub_binds_the_documented_port_and_says_where_everything_listens(tmp_path):
-    """`tensorwire up --hub-root` binds 8700 (tensorwire.hub.client.DEFAULT_PORT) unless told otherwise. Other
+    """`tensorwire up --hub-root` binds 8700 (tensorwire.protocol.hub.client.DEFAULT_PORT) unless told otherwise. Other
     programs on a shared machine may hold 8700: then the answer must be the one-line error naming --hub-port."""
     import selectors
     import signal
 
-    from tensorwire.hub.client import DEFAULT_PORT
+    from tensorwire.protocol.hub.client import DEFAULT_PORT
 
     assert DEFAULT_PORT == 8700
     proc = subprocess.Popen(

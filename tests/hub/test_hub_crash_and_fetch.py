@@ -17,8 +17,8 @@ import pytest
 import safetensors.numpy as stnp
 
 import tensorwire.hub as twhub
-from tensorwire.hub import client as hubclient
 from tensorwire.hub.server import create_token
+from tensorwire.protocol.hub import client as hubclient
 
 
 def _sha(b: bytes) -> str:

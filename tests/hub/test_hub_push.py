@@ -62,7 +62,7 @@ def base(hub):
 
 
 def test_safetensors_checker_unit():
-    from tensorwire.hub.safetensors_check import validate_bytes
+    from tensorwire.protocol.hub.safetensors_check import validate_bytes
 
     assert set(validate_bytes(GOOD)) == {"w", "b"}
     for name, blob in BAD_SAFETENSORS.items():

@@ -1,6 +1,6 @@
 """Validation of the names that cross the hub's boundary: repo ids, revisions, file paths, digests.
 
-Every function raises :class:`~tensorwire.hub.errors.InvalidPath` (or ``BadRequest``) with a
+Every function raises :class:`~tensorwire.protocol.hub.errors.InvalidPath` (or ``BadRequest``) with a
 message that says what is wrong; none of them touches the disk.
 """
 

@@ -390,7 +390,7 @@ def push_folder(
     ``.git`` and the top-level ``.cache`` folder are skipped. Returns the new commit id.
 
     ``endpoint`` defaults to ``$TENSORWIRE_HUB_URL`` then ``http://127.0.0.1:8700``; ``token`` to
-    ``$TENSORWIRE_HUB_TOKEN``. Raises :class:`~tensorwire.hub.errors.HubError` subclasses.
+    ``$TENSORWIRE_HUB_TOKEN``. Raises :class:`~tensorwire.protocol.hub.errors.HubError` subclasses.
     """
     root = Path(folder)
     if not root.is_dir():

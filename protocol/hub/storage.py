@@ -14,8 +14,8 @@ SQLite transaction (WAL, ``synchronous=FULL``) that inserts the commit row, its 
 moves the branch. A reader therefore sees either the old head or the new one, never a partial
 revision, and a process killed at any point leaves at worst unreferenced blobs or temp files.
 
-This module imports ``sqlite3`` and is only loaded by the server and the CLI, never by
-``import tensorwire.hub``.
+This module imports ``sqlite3`` and is only loaded by the server, the CLI and a local cluster that starts a hub
+(:func:`create_token`), never by ``import tensorwire.hub``.
 """
 
 from __future__ import annotations
@@ -759,6 +759,18 @@ class Storage:
         return Repo(repo.id, repo.name, bool(private), repo.created_at)
 
 
+def create_token(
+    root: str | os.PathLike, name: str = "default", write: bool = True, scopes: list[str] | None = None
+) -> str:
+    """Create an API token in the hub stored at ``root`` and return it (it is stored hashed): what
+    :meth:`Storage.create_token` does, for the hub's CLI, its server module and a local cluster that starts a hub.
+
+    ``scopes`` (e.g. ``["write:acme", "read:other/model"]``) makes a fine-grained token limited to those
+    namespaces and repositories; without it the token is global (read, and write when ``write``).
+    """
+    return Storage(root).create_token(name, write, scopes)
+
+
 __all__ = [
     "Storage",
     "Token",
@@ -770,4 +782,5 @@ __all__ = [
     "git_oid",
     "lfs_pointer",
     "now_iso",
+    "create_token",
 ]
