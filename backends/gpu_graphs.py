@@ -31,8 +31,9 @@ workspace exist) its next run is *captured* (``cuStreamBeginCapture`` in thread-
   worker's cache); the runner holds the plain runner and so its launchers, which keep their modules loaded
   (:class:`~.compiled_device.KernelModules`): no module is unloaded under a live graph.
 
-**On by default** since it ran on a real GPU (an NVIDIA H200, session 29: the selftest and the whole ``gpu``-marked
-suite with graphs; the MLP step's row 1.75x -> 0.80x PyTorch eager). ``TENSORWIRE_CUDA_GRAPHS=0`` turns graphs off;
+**On by default** since it ran on a real GPU (an NVIDIA H200, session 29: every selftest row with graphs, the
+conformance sample, gradchecks, training and two sessions included; the MLP step's row 1.75x -> 0.80x PyTorch
+eager; the ``gpu``-marked suite ran there with graphs off). ``TENSORWIRE_CUDA_GRAPHS=0`` turns graphs off;
 ``TENSORWIRE_CUDA_GRAPH_WARMUP`` sets the ordinary runs before a capture. A plan whose replay would copy more than
 :data:`COPY_BYTES_PER_CALL` a device call saved runs without a graph (a graph saves host time, not GPU time). The
 counts are in the device's ``memory()`` (the worker's stats): ``graphs``.
