@@ -6,36 +6,5 @@ the workers and the hub's server raise and catch them); ``tensorwire.hub`` expor
 
 from __future__ import annotations
 
-from tensorwire.protocol.hub.errors import (
-    BadRequest,
-    Conflict,
-    EntryNotFound,
-    Forbidden,
-    HashMismatch,
-    HubError,
-    HubUnavailable,
-    InvalidPath,
-    InvalidSafetensors,
-    PayloadTooLarge,
-    RepositoryNotFound,
-    RevisionNotFound,
-    Unauthorized,
-    error_from_code,
-)
-
-__all__ = [
-    "HubError",
-    "BadRequest",
-    "InvalidPath",
-    "HashMismatch",
-    "InvalidSafetensors",
-    "Unauthorized",
-    "Forbidden",
-    "RepositoryNotFound",
-    "RevisionNotFound",
-    "EntryNotFound",
-    "Conflict",
-    "PayloadTooLarge",
-    "HubUnavailable",
-    "error_from_code",
-]
+from tensorwire.protocol.hub.errors import *  # noqa: F403 - the same names, listed once (protocol/hub/errors.py)
+from tensorwire.protocol.hub.errors import __all__  # noqa: F401
