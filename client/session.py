@@ -186,7 +186,8 @@ class Session:
         self._async_before = (None, 0)  # (q, _n_async) when the last numbered message went out
         self._capture = None  # the tw.compile trace recording this session's ops, if any (tensorwire.jit)
         self._along: frozenset = frozenset()  # the handles the fetch in progress takes along (see _take_along)
-        self._scalars: dict = {}
+        self._scalars: dict = {}  # Python scalar operand's key -> its 0-d tensor (see scalar)
+        self._scalar_attrs: dict = {}  # ... and the attributes of the `full` node that makes it (see _forget_cached)
         self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
         self._lost = False  # the dispatcher stopped answering (close() does not wait for it then)
         self._prof = None  # the open tw.profiler.profile, if any (see profiler.py: it times this session's methods)
@@ -893,10 +894,13 @@ class Session:
         t = self._scalars.get(key)
         if t is None or t._s is not self:
             v = [value.real, value.imag] if isinstance(value, complex) else value  # (a complex attribute's form)
-            t = self.record("full", [], {"shape": [], "dtype": dtype.name, "value": v}, device)
+            attrs = {"shape": [], "dtype": dtype.name, "value": v}
+            t = self.record("full", [], attrs, device)
             if len(self._scalars) >= 512:
-                self._scalars.pop(next(iter(self._scalars)))
+                old = next(iter(self._scalars))
+                del self._scalars[old], self._scalar_attrs[old]
             self._scalars[key] = t
+            self._scalar_attrs[key] = dict(attrs)
         return t
 
     def release(self, hid: int) -> None:
@@ -1438,13 +1442,36 @@ class Session:
         raise ProtocolError("an answer named a shared-memory file of no worker this session talks to")
 
     def _forget_lost(self, errs: list) -> None:
-        """A worker was lost: forget the cached scalar tensors that lived on its device (they would fail every op
-        that uses them), so the session works again as soon as a worker serves the device."""
+        """A worker was lost (an error of ``errs`` says so): what the client cached on its device is gone
+        (:meth:`_forget_cached`), so the session works again as soon as a worker serves the device."""
         for err in errs:
             dev = err.get("device") if err.get("code") == WorkerLost.code else None
-            if dev is not None and self._scalars:
-                for key in [k for k in self._scalars if k[3] == dev]:
-                    del self._scalars[key]
+            if dev is not None:
+                self._forget_cached(dev)
+
+    def _forget_cached(self, device: str | None = None) -> None:
+        """The one place where values the client cached on the cluster for itself are given up when they may be gone:
+        the tensors of Python scalars (:meth:`scalar`) on ``device`` (on every device when None), after their worker
+        was lost (:meth:`_forget_lost`) or a cancel that may have stopped the batches that made them
+        (:meth:`_send_cancel`). Kept, each would fail every op that reads it with ``DependencyFailed`` for the rest
+        of the session. Each such tensor object is given a new, lazy ``full`` node of its value instead (recorded
+        when something reads it; its old handle released as a dead tensor's), so whatever holds the object, the
+        cache or a compiled graph that reads it as an input, reads a value that exists. A scalar still lazy (never
+        sent) made nothing on a device yet and stays. During ``tw.compile``'s capture the trace knows these objects
+        by their handles: they are only forgotten then (the next use makes new ones)."""
+        scalars = self._scalars
+        if not scalars:
+            return
+        lazy = self._lazy
+        gone = [k for k, t in scalars.items() if (device is None or k[3] == device) and t._id not in lazy]
+        if self._capture is not None:
+            for key in gone:
+                del scalars[key], self._scalar_attrs[key]
+            return
+        for key in gone:
+            t = scalars[key]
+            fresh = self.record("full", [], self._scalar_attrs[key], key[3], lazy=True)
+            t._id, fresh._id = fresh._id, t._id  # (``fresh`` dies with the old handle: released with the next batch)
 
     def _note_raised(self, err: dict) -> None:
         self._raised[(err.get("code"), err.get("message"))] = None
@@ -1611,6 +1638,11 @@ class Session:
             self._waker.set()
 
     def _send_cancel(self) -> None:
+        """Tell the dispatcher and each worker with a channel to stop this session's submitted work. The cancel may
+        stop batches whose results the client cached (a scalar's tensor): those get new nodes here
+        (:meth:`_forget_cached`), before any op recorded after the cancel reads them (its batch ships after the
+        cancel, so it runs)."""
+        self._forget_cached()
         try:
             self._sock.send(pack_header({"t": "cancel", "k": self._key}), zmq.NOBLOCK)
             for ch in self._plane.channels.values():  # the work sent on channels: each worker hears it directly

@@ -362,9 +362,10 @@ class Routing:
         err = input_failed(ext, failed_ext)
         w = self.workers.get(err.device) if isinstance(err, WorkerLost) and err.device else None
         why = w.info.get(RESTARTED_INFO) if w is not None else None
-        if isinstance(why, str) and why:
-            err = WorkerLost(f"{err.message}. Its worker has been restarted since: the lost one {why[:300]}. Tensors "
-                             f"made on {err.device} now work", device=err.device)
+        if isinstance(why, str) and why:  # (said of this batch only: the cause its dependents name stays the root)
+            err.message = (f"{err.message}. Its worker has been restarted since: the lost one {why[:300]}. Tensors "
+                           f"made on {err.device} now work")
+            err.args = (err._text(),)
         return err
 
     def _peer(self, src: str, dst: str) -> list | None:

@@ -87,13 +87,60 @@ def wire_error(err, keep=("node", "origin")) -> dict:
 
 
 
+#: the longest root-cause message a derived error repeats (a longer one is cut, marked with "..."): the message of a
+#: batch that failed with its input stays short however long the chain of failures behind it
+MAX_CAUSE_CHARS = 1000
+
+
+class InputLost(WorkerLost):
+    """``WorkerLost`` for a batch whose input was lost before reaching a worker: its wire form also carries
+    ``cause``, the first failure's ``{"code", "message"}``, so the next batch that reads one of its outputs names that
+    root, not this error (``input_failed``: the messages of a chain of failures do not nest)."""
+
+    def __init__(self, message: str, *, device: str | None, cause: dict):
+        self.cause = cause
+        super().__init__(message, device=device)
+
+    def to_wire(self) -> dict:
+        return {**super().to_wire(), "cause": self.cause}
+
+
+class InputFailed(DependencyFailed):
+    """``DependencyFailed`` for a batch whose input failed before reaching a worker; its wire form carries ``cause``
+    as :class:`InputLost`'s does."""
+
+    def __init__(self, message: str, *, cause: dict):
+        self.cause = cause
+        super().__init__(message)
+
+    def to_wire(self) -> dict:
+        return {**super().to_wire(), "cause": self.cause}
+
+
+def root_cause(err: dict) -> dict:
+    """The first failure behind the wire error ``err``: its ``cause`` when the dispatcher derived it from an earlier
+    failure (:func:`input_failed`), else ``err``'s own code and message; the message cut to ``MAX_CAUSE_CHARS``."""
+    cause = err.get("cause")
+    if not (isinstance(cause, dict) and isinstance(cause.get("code"), str) and isinstance(cause.get("message"), str)):
+        cause = err
+    code, message = str(cause.get("code"))[:64], str(cause.get("message"))
+    if len(message) > MAX_CAUSE_CHARS:
+        message = message[:MAX_CAUSE_CHARS - 3] + "..."
+    return {"code": code, "message": message}
+
+
 def input_failed(ext: list[int], failed_ext: dict) -> TensorwireError:
     """The error of a batch with an input that failed before reaching a worker: a lost input is lost again
-    (``WorkerLost``, naming its device); any other failure becomes ``DependencyFailed`` naming it."""
+    (``WorkerLost``, naming its device); any other failure becomes ``DependencyFailed``. The message names the input
+    this batch lacked and the first failure behind it (:func:`root_cause`) once: after a lost worker, the thousandth
+    batch of a chain reads as the first one does, not as a thousand nested messages."""
     k, err = next(iter(failed_ext.items()))
+    cause = root_cause(err)
     if err.get("code") == WorkerLost.code:
-        return WorkerLost(f"input {ext[k]} was lost: {err.get('message')}", device=err.get("device"))
-    return DependencyFailed(f"input {ext[k]} failed earlier ({err.get('code')}: {err.get('message')})")
+        device = err.get("device")
+        return InputLost(f"input {ext[k]} was lost: {cause['message']}",
+                         device=device if isinstance(device, str) else None, cause=cause)
+    return InputFailed(f"input {ext[k]} failed earlier ({cause['code']}: {cause['message']})", cause=cause)
 
 
 

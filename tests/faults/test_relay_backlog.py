@@ -166,8 +166,7 @@ def test_a_client_waiting_at_its_bound_for_a_worker_that_dies_gets_worker_lost()
 
 def _read_after_cancel(s: tw.Session) -> np.ndarray:
     """A new value's read after a cancel: the first answer may report the cancel (once), the next is the value. (Two
-    uploads, no Python scalar: a cached scalar tensor made by a batch the cancel stopped stays failed, a separate
-    defect of the scalar cache.)"""
+    uploads; a Python scalar would do as well: a cancel remakes the session's cached scalars, test_failure_chains)"""
     z = s.const(np.ones(4, np.float32), "cpu:0") + s.const(np.ones(4, np.float32), "cpu:0")
     try:
         return z.numpy()
