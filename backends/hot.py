@@ -194,6 +194,25 @@ class Budget:
 _BUDGET = Budget()
 
 
+def build_in_background(build) -> bool:
+    """Run ``build()`` on the compile thread, as a hot plan's compile (lower priority, one at a time, within the
+    compiles' :class:`Budget`): False when the budget does not admit it now (ask again later). For kernels other
+    than a plan's whose build has been earned as a large fragment's is (:class:`Earning`; the CPU's recurrent cells:
+    ``backends/cpu/rnn_cells.py``); ``build`` handles its own errors."""
+    if not _BUDGET.admit():
+        return False
+
+    def run() -> None:
+        t0 = time.monotonic()
+        try:
+            build()
+        finally:
+            _BUDGET.spent(time.monotonic() - t0)
+
+    _pool().submit(run)
+    return True
+
+
 class Measured:
     """A fragment's trial on a device (:class:`Trial`), kept by the device (:meth:`Structures.measure`) beyond the
     plan and the session that ran it: the CPU seconds of each run of its interpreted and its compiled runners

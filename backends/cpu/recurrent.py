@@ -4,12 +4,15 @@
 Each runs a whole layer's direction in one call: per step one BLAS product (``[B, H] x [H, G*H]`` forward,
 ``[B, G*H] x [G*H, H]`` backward) and the cell's pointwise math, written straight into the packed output, where the
 decomposition records ~20-40 ops a step. The pointwise step of the LSTM and the GRU is a fused C function
-(:mod:`.rnn_cells`) where the CPU compiles, else a few numpy calls (the ``_np`` cells here, the same formulas);
-the plain RNN's is one numpy call either way. Half-precision inputs are computed in float32 and rounded once, as
-torch's CPU kernels do.
+(:mod:`.rnn_cells`) where the CPU compiles and its library is loaded, else a few numpy calls (the ``_NumpyCells``
+here, the same formulas; while the library waits for the scans to earn its build, their time is counted toward it:
+``rnn_cells.spent``); the plain RNN's is one numpy call either way. Half-precision inputs are computed in float32
+and rounded once, as torch's CPU kernels do.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -52,9 +55,19 @@ def _dtanh(d: np.ndarray, t: np.ndarray, tmp: np.ndarray) -> None:
 
 
 class _NumpyCells:
-    def __init__(self, B: int, H: int, ct):
+    """The cells in numpy. ``timed``: the scan's CPU time from here to :meth:`done` counts toward the C cells' build
+    (:func:`.rnn_cells.spent`)."""
+
+    def __init__(self, B: int, H: int, ct, timed: bool = False):
         self.H = H
         self.tmp, self.tmp2 = np.empty((B, H), ct), np.empty((B, H), ct)
+        self.t0 = time.thread_time() if timed else None
+
+    def done(self) -> None:
+        """The scan is over: count its time (if timed)."""
+        if self.t0 is not None:
+            rnn_cells.spent(time.thread_time() - self.t0)
+            self.t0 = None
 
     def lstm_fwd(self, pre, b, x, cp, yt):
         H, tmp = self.H, self.tmp
@@ -146,6 +159,9 @@ class _CCells:
     def _rs(self, a) -> int:
         return a.strides[0] // self.isz
 
+    def done(self) -> None:
+        """(Nothing to count: see :meth:`_NumpyCells.done`.)"""
+
     def lstm_fwd(self, pre, b, x, cp, yt):
         A = rnn_cells.address
         self.f["lstm_fwd"](A(pre), A(b), A(x), A(cp), self._rs(cp), A(yt), self._rs(yt), self.B, self.H)
@@ -199,8 +215,9 @@ class _CCells:
 
 
 def _cells(mode: str, B: int, H: int, ct):
-    fns = rnn_cells.cells() if mode in ("lstm", "gru") and np.dtype(ct).name in ("float32", "float64") else None
-    return _CCells(fns, B, H, ct) if fns else _NumpyCells(B, H, ct)
+    fused = mode in ("lstm", "gru") and np.dtype(ct).name in ("float32", "float64")
+    fns = rnn_cells.cells() if fused else None
+    return _CCells(fns, B, H, ct) if fns else _NumpyCells(B, H, ct, timed=fused and rnn_cells.waiting())
 
 
 # ------------------------------------------------------------------------------------------------ the scans
@@ -239,6 +256,7 @@ def _rnn_scan(ins, a, shape, dt):
             else:
                 np.tanh(pre, out=yt)
         h = yt[:, :H]
+    cells.done()
     return _out(y, dt)
 
 
@@ -262,6 +280,7 @@ def _rnn_scan_grad(ins, a, shape, dt):
         dh, dc = cells.lstm_scan_grad(y, gy, gates, c0, w, out, order, prev)
     else:
         dh, dc = _grad_steps(mode, cells, y, gy, gates, h0, c0, w, out, order, prev)
+        cells.done()
     last = out[T]
     last[...] = 0
     last[:, :H] = dh

@@ -8,17 +8,35 @@ are addresses and element counts (one cffi call ~1 us); every matrix is rows of 
 stride given. Where the CPU cannot compile (``TENSORWIRE_CPU_COMPILE=0``, no compiler), :func:`cells` is None and
 the scans keep their numpy steps, as they do while the kernel cache is refused (not private: see
 :mod:`~tensorwire.backends.codegen.cache`).
+
+The library is built only once the scans have earned it, as a large fragment's kernels are (``backends/hot.py``;
+issue 37: an 8-step BiLSTM's cold run spent ~0.6-0.8 s of gcc on it, on the worker's execution thread, inside its
+first scan): found in the kernel cache, it loads at once (``cached_only``); otherwise the scans run their numpy steps,
+timed (the running thread's CPU, :func:`spent`), until they have taken ``TENSORWIRE_CPU_COMPILE_BUILD_TIME`` times
+what the build is expected to take (``NotCached.seconds``: the kernel cache's ``expected_seconds``), kept in a
+:class:`~tensorwire.backends.hot.Earning` for the worker's life; it is then built on the compile thread
+(``hot.build_in_background``) and later scans use it. 0: built on first use, on the calling thread (the test suite's
+setting). The C and the numpy cells agree to rounding (libmvec's ``exp``/``tanh`` against numpy's: ~45% of a scan's
+elements differ, by an ulp or two a step), so a run's results change in their last bits where the scans switch.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
+import os
 import threading
+from contextlib import nullcontext
 
 from ..c_library import TooManyLibraries, ffi
 from ..codegen.c import CRenderer
-from ..codegen.cache import UnsafeKernelCache
+from ..codegen.cache import NotCached, UnsafeKernelCache, cached_only
+from ..hot import Earning, build_in_background
 from .compiled import runtime
+from .compiled_policy import BUILD_TIME, BUILD_TIME_ENV
+
+log = logging.getLogger("tensorwire.kernels")
+WHAT = "the recurrent cells"
 
 _LSTM = """
 void lstm_fwd_{s}(TW_U64 pre_, TW_U64 bias_, TW_U64 x_, TW_U64 cp_, long cps, TW_U64 y_, long ys, long B,
@@ -118,32 +136,100 @@ def source() -> str:
 _CELLS: dict | None = None
 _WHY = ""
 _LOCK = threading.Lock()
+#: the library's wait for its build while it is not in the kernel cache (the scans' numpy time against the build's
+#: expected cost; see the module doc), None when not waiting; and whether its build is queued or running
+_EARNING: Earning | None = None
+_BUILDING = False
+
+
+def build_time() -> float:
+    """How many times the build's expected CPU time the scans' numpy steps must take before the library is built
+    (``TENSORWIRE_CPU_COMPILE_BUILD_TIME``, as a large fragment's: ``CompiledMixin.hot_build_time``)."""
+    return float(os.environ.get(BUILD_TIME_ENV, BUILD_TIME))
 
 
 def cells() -> dict | None:
-    """``{(cell, dtype name): function}`` (cell: lstm_fwd, lstm_bwd, gru_fwd, gru_bwd), compiled on first use; None
-    where the CPU cannot compile."""
-    global _CELLS, _WHY
-    if _CELLS is not None or _WHY:
+    """``{(cell, dtype name): function}`` (cell: lstm_fwd, lstm_bwd, gru_fwd, gru_bwd): loaded on first use if the
+    kernel cache has the library, else None until the scans have earned its build (:func:`spent`; built at once where
+    :func:`build_time` is 0); None for good where the CPU cannot compile."""
+    global _CELLS, _WHY, _EARNING
+    if _CELLS is not None or _WHY or _EARNING is not None:
         return _CELLS
     with _LOCK:
-        if _CELLS is None and not _WHY:
+        if _CELLS is None and not _WHY and _EARNING is None:
             rt = runtime()
             if rt is None:
                 _WHY = "no C runtime"
                 return None
+            factor = build_time()
             try:
-                lib = rt.load(source(), what="the recurrent cells")
+                with cached_only() if factor > 0 else nullcontext():
+                    lib = rt.load(source(), what=WHAT)
+            except NotCached as e:  # the scans run their numpy steps until they have paid for the build
+                earning = Earning()
+                earning.cost = e.seconds * factor
+                _EARNING = earning
+                log.debug("%s are not in the kernel cache: built once the scans' numpy steps have taken %.3f s",
+                          WHAT, earning.cost)
+                return None
             except (UnsafeKernelCache, TooManyLibraries):  # numpy steps, and asked again next time
                 return None
-            table = {}
-            for dt, (_, s, _, _) in _TYPES.items():
-                for name, sig in _SIGNATURES.items():
-                    fn = getattr(lib.cdll, f"{name}_{s}")
-                    table[(name, dt)] = ffi.cast(sig, ctypes.cast(fn, ctypes.c_void_p).value)
-            table["lib"] = lib  # keeps the library loaded
-            _CELLS = table
+            _CELLS = _table(lib)
     return _CELLS
+
+
+def waiting() -> bool:
+    """Whether the library waits for the scans to earn its build (their numpy steps are to be timed: :func:`spent`)."""
+    return _EARNING is not None and not _BUILDING
+
+
+def spent(seconds: float) -> None:
+    """Count ``seconds`` of CPU that a scan took on the numpy cells while the library waits (:func:`cells`); once the
+    scans have taken what the build is expected to cost (times :func:`build_time`), start it on the compile thread."""
+    global _BUILDING
+    earning = _EARNING
+    if earning is None or _BUILDING:
+        return
+    earning.spent += seconds
+    if not earning.earned():
+        return
+    with _LOCK:
+        if _BUILDING or _EARNING is not earning:
+            return
+        _BUILDING = True
+    log.debug("building %s: the scans' numpy steps took %.3f s (its build ~%.3f s)", WHAT, earning.spent,
+              earning.cost)
+    if not build_in_background(_build):  # (other compiles queued: at the next scan)
+        _BUILDING = False
+
+
+def _build() -> None:
+    """Build (or load) the library for later scans (the compile thread)."""
+    global _CELLS, _WHY, _EARNING, _BUILDING
+    rt = runtime()
+    try:
+        table = _table(rt.load(source(), what=WHAT))
+    except (UnsafeKernelCache, TooManyLibraries):  # numpy steps, and tried again at the next scan
+        _BUILDING = False
+        return
+    except Exception:
+        log.warning("building %s failed; the scans keep their numpy steps", WHAT, exc_info=True)
+        with _LOCK:
+            _WHY, _EARNING, _BUILDING = "its build failed", None, False
+        return
+    with _LOCK:
+        _CELLS, _EARNING, _BUILDING = table, None, False
+    log.debug("%s are built: the scans use them from now on", WHAT)
+
+
+def _table(lib) -> dict:
+    table = {}
+    for dt, (_, s, _, _) in _TYPES.items():
+        for name, sig in _SIGNATURES.items():
+            fn = getattr(lib.cdll, f"{name}_{s}")
+            table[(name, dt)] = ffi.cast(sig, ctypes.cast(fn, ctypes.c_void_p).value)
+    table["lib"] = lib  # keeps the library loaded
+    return table
 
 
 def address(a) -> int:

@@ -101,3 +101,117 @@ def test_c_lstm_loops_match_numpy_steps(monkeypatch, T, b, reverse):
     for g, w_ in zip(got, want):
         assert g.shape == w_.shape
         np.testing.assert_allclose(g, w_, rtol=2e-5, atol=2e-5)
+
+
+# -- when the cells' library is built: loaded at once when cached, else once the scans have earned it -----------------
+
+COMPILE_S = 120
+
+
+@pytest.fixture
+def fresh_cells(tmp_path, monkeypatch):
+    """The cells as a new worker finds them, with an empty kernel cache of its own: nothing loaded, built or waited
+    for (the module's state restored after the test). Returns the fresh C runtime."""
+    from tensorwire.backends.codegen import cache as C
+    from tensorwire.backends.cpu import compiled
+
+    if compiled.runtime() is None:
+        pytest.skip("the CPU cannot compile here: the scans use their numpy cells")
+    monkeypatch.setenv(C.CACHE_ENV, str(tmp_path / "kernels"))
+    return _new_worker(monkeypatch)
+
+
+def _new_worker(monkeypatch):
+    """A new worker process's C runtime and cells (nothing loaded), on the same kernel cache."""
+    from tensorwire.backends.cpu import compiled
+
+    base = compiled.runtime()
+    rt = compiled.CRuntime(base.compiler, base.version)
+    monkeypatch.setattr(compiled, "_RUNTIME", rt)
+    for name, value in (("_CELLS", None), ("_WHY", ""), ("_EARNING", None), ("_BUILDING", False)):
+        monkeypatch.setattr(rnn_cells, name, value)
+    return rt
+
+
+def _lstm_case(T=6, b=4, seed=5):
+    rng = np.random.RandomState(seed)
+    gi = rng.randn(T, b, 4 * H).astype(np.float32)
+    h0, c0 = rng.randn(b, H).astype(np.float32), rng.randn(b, H).astype(np.float32)
+    w, bias = rng.randn(4 * H, H).astype(np.float32) * 0.3, rng.randn(4 * H).astype(np.float32)
+    return gi, h0, c0, w, bias
+
+
+def _scan_and_grad(gi, h0, c0, w, bias):
+    a = {"mode": "lstm", "reverse": False}
+    y = KERNELS["rnn_scan"]([gi, h0, c0, w, bias], a, None, D.float32)
+    gy = np.zeros_like(y)
+    gy[:, :, :H] = 1
+    return y, KERNELS["rnn_scan_grad"]([y, gy, h0, c0, w], a, None, D.float32)
+
+
+def _numpy_scan_and_grad(monkeypatch, *case):
+    with monkeypatch.context() as m:
+        m.setattr(recurrent, "_cells", lambda mode, B_, H_, ct: recurrent._NumpyCells(B_, H_, ct))
+        return _scan_and_grad(*case)
+
+
+def test_cached_cells_load_at_first_use(fresh_cells, monkeypatch):
+    """A library a run before built (here: built with the rule off) loads at once with the rule on: no build, no
+    wait, the scans use it from their first step."""
+    monkeypatch.setenv(rnn_cells.BUILD_TIME_ENV, "0")
+    assert rnn_cells.cells() is not None and fresh_cells.cache.builds == 1  # (built on first use: the rule is off)
+    rt = _new_worker(monkeypatch)
+    monkeypatch.setenv(rnn_cells.BUILD_TIME_ENV, "1e9")  # (its scans would never earn a build)
+    assert rnn_cells.cells() is not None and rt.cache.builds == 0 and rt.cache.hits == 1
+    assert not rnn_cells.waiting()
+    got = _scan_and_grad(*_lstm_case())
+    want = _numpy_scan_and_grad(monkeypatch, *_lstm_case())
+    assert any((g != w_).any() for g, w_ in zip(got, want))  # (the C cells ran: they round differently)
+    for g, w_ in zip(got, want):
+        np.testing.assert_allclose(g, w_, rtol=2e-5, atol=2e-5)
+
+
+def test_uncached_cells_wait_for_the_scans_to_earn_their_build(fresh_cells, monkeypatch):
+    """Not in the kernel cache: nothing is built at first use; the scans run their numpy cells (the same bits as
+    forced numpy cells) and their CPU time is counted against the build's expected cost."""
+    monkeypatch.setenv(rnn_cells.BUILD_TIME_ENV, "1e9")
+    assert rnn_cells.cells() is None and rnn_cells.waiting()
+    earning = rnn_cells._EARNING
+    assert earning.cost == pytest.approx(1e9 * fresh_cells.cache.expected_seconds(rnn_cells.source()))
+    assert earning.spent == 0
+    got = _scan_and_grad(*_lstm_case())
+    spent = earning.spent
+    assert spent > 0  # (the forward scan and its gradient, timed)
+    want = _numpy_scan_and_grad(monkeypatch, *_lstm_case())
+    assert earning.spent == spent  # (cells forced to numpy are not the waiting scans': not counted)
+    for g, w_ in zip(got, want):
+        np.testing.assert_array_equal(g, w_)
+    a = {"mode": "rnn_tanh", "reverse": False}  # (the plain RNN has no C cell: its time does not count)
+    gi, h0 = np.ones((3, 2, H), np.float32), np.zeros((2, H), np.float32)
+    KERNELS["rnn_scan"]([gi, h0, np.eye(H, dtype=np.float32), np.zeros(H, np.float32)], a, None, D.float32)
+    assert earning.spent == spent
+    assert rnn_cells.cells() is None and fresh_cells.cache.builds == 0
+    assert not any(fresh_cells.cache.folder().glob("*.so"))
+
+
+def test_earned_cells_are_built_in_the_background_for_later_scans(fresh_cells, monkeypatch):
+    """Once the scans' numpy time has paid for the build, it runs on the compile thread (``hot``'s); later scans use
+    the library, and a later worker loads it from the kernel cache."""
+    from tensorwire.backends import hot
+
+    monkeypatch.setenv(rnn_cells.BUILD_TIME_ENV, "1e-9")  # (one scan pays for it many times over)
+    assert rnn_cells.cells() is None and fresh_cells.cache.builds == 0
+    want = _scan_and_grad(*_lstm_case())  # numpy cells; the build starts
+    for _ in range(3):  # (the compiles' budget may defer it to a later scan)
+        hot._pool().submit(lambda: None).result(COMPILE_S)  # (the compile thread runs one task at a time, in order)
+        if rnn_cells.cells() is not None:
+            break
+        _scan_and_grad(*_lstm_case())
+    assert rnn_cells.cells() is not None and fresh_cells.cache.builds == 1 and not rnn_cells.waiting()
+    got = _scan_and_grad(*_lstm_case())
+    assert any((g != w_).any() for g, w_ in zip(got, want))  # the C cells now
+    for g, w_ in zip(got, want):
+        np.testing.assert_allclose(g, w_, rtol=2e-5, atol=2e-5)
+    rt = _new_worker(monkeypatch)  # a later worker loads it (no build, no wait)
+    monkeypatch.setenv(rnn_cells.BUILD_TIME_ENV, "1e9")
+    assert rnn_cells.cells() is not None and rt.cache.builds == 0 and rt.cache.hits == 1
