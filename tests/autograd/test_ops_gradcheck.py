@@ -16,6 +16,7 @@ import pytest
 import tensorwire as tw
 from tensorwire.autograd_hooks import record
 from tensorwire.protocol.ops import OPS
+from tests._prebuild import batch_kernel_lists, prebuild_c_fragments, recorded_batches
 from tests.conftest import CPU_MODES
 
 RNG = np.random.default_rng(1234)
@@ -451,17 +452,23 @@ def test_every_op_has_a_generator():
 
 
 @pytest.fixture(scope="module", params=list(CPU_MODES))
-def cluster(request, shared_clusters):
-    """The run's shared cluster of each CPU mode (``tests/conftest.py``'s ``CPU_MODES``: every fragment compiled to
-    fused C kernels, and the numpy interpreter): the gradchecks hold in both."""
-    return shared_clusters.cpu_mode(request.param)
+def mode(request) -> str:
+    """The CPU mode the module's checks run in (``tests/conftest.py``'s ``CPU_MODES``): every fragment compiled to
+    fused C kernels, and the numpy interpreter: the gradchecks hold in both."""
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def checks(session):
-    """Run every generated check, all fetched in one round trip: {op: [(case, analytic, numeric)]}."""
+def cluster(mode, shared_clusters):
+    """The run's shared cluster of the mode."""
+    return shared_clusters.cpu_mode(mode)
+
+
+def record_checks(ops: list | None = None) -> dict:
+    """Record every generated check of ``ops`` (default: all) on the current session, nothing fetched:
+    {op: [(case, analytic, numeric)]}."""
     recorded = {}
-    for op in DIFFERENTIABLE:
+    for op in DIFFERENTIABLE if ops is None else ops:
         gen = GENERATORS.get(op)
         if gen is None:
             continue
@@ -469,8 +476,55 @@ def checks(session):
             a, n = tw.autograd.gradcheck_terms(fn, inputs, eps=1e-6, directions=2)
             assert a, f"{name}: no gradient path"
             recorded.setdefault(op, []).append((name, a, n))
-    ids = [t._id for cases in recorded.values() for _, a, n in cases for t in a + n]
-    vals = session.flush(fetch=ids)
+    return recorded
+
+
+def _fetch_ids(recorded: dict) -> list:
+    return [t._id for cases in recorded.values() for _, a, n in cases for t in a + n]
+
+
+#: ops whose checks' libraries are looked up in the kernel cache before deciding that it is warm
+PROBE_OPS = 10
+
+
+def _batches(cluster, session, ops: list) -> list:
+    """The batches the checks of ``ops`` send, recorded on a session of their own on ``cluster`` and run there (for
+    some of the ops, the last, which carries the fetch, left out: the whole run's batch there holds more); the
+    checks' random values are drawn again after it, as if it had not run, and ``session`` is the default again."""
+    state = RNG.bit_generator.state
+    probe = tw.connect(cluster.address)
+    try:
+        with recorded_batches(probe) as batches:
+            recorded = record_checks(ops)  # (held until fetched: a tensor let go is released)
+            shipped = len(batches)
+            probe.flush(fetch=_fetch_ids(recorded))
+    finally:
+        probe.close()
+        tw.set_session(session)
+        RNG.bit_generator.state = state
+    return batches if len(ops) == len(DIFFERENTIABLE) else batches[:shipped]
+
+
+def prebuild_compiled_checks(numpy_cluster, session) -> dict:
+    """Build the ~330 libraries the compiled mode's worker builds for the checks (one a batch, each a gcc: ~130 s
+    one after another with a cold kernel cache, past pytest-timeout's 300 s under load) ahead, one compiler a core
+    (``tests/_prebuild.py``): the checks recorded on the numpy mode's cluster (which compiles nothing), their batches
+    planned here as the compiled worker plans them. A warm cache costs the first :data:`PROBE_OPS` ops' checks."""
+    env = CPU_MODES["compiled"]
+    return prebuild_c_fragments(
+        lambda backend, n: batch_kernel_lists(backend, _batches(numpy_cluster, session, DIFFERENTIABLE[:n])),
+        min_work=int(env["TENSORWIRE_CPU_COMPILE_MIN_ELEMENTS"]),
+        large_runs=int(env["TENSORWIRE_CPU_COMPILE_LARGE_RUNS"]), probe=PROBE_OPS)
+
+
+@pytest.fixture(scope="module")
+def checks(mode, session, shared_clusters):
+    """Run every generated check, all fetched in one round trip: {op: [(case, analytic, numeric)]}. The compiled
+    mode's libraries are built ahead, in parallel (:func:`prebuild_compiled_checks`)."""
+    if mode == "compiled":
+        prebuild_compiled_checks(shared_clusters.cpu_mode("numpy"), session)
+    recorded = record_checks()
+    vals = session.flush(fetch=_fetch_ids(recorded))
     out = {}
     for op, cases in recorded.items():
         out[op] = [(name, [float(vals[t._id]) for t in a], [float(vals[t._id]) for t in n]) for name, a, n in cases]
