@@ -600,6 +600,8 @@ class DirectChannel:
             elif not is_int_list(v):
                 raise ProtocolError(f"'{k}' must be a list of ints")
             run[k] = v
+        # (a set: the worker looks each of its outputs up in it, and it up in the session's handles, twice a batch)
+        run["release"] = set(run["release"])
         if "out_first" in h:
             first = h["out_first"]
             if type(first) is not int or "outs" in h:

@@ -127,11 +127,11 @@ class Plan:
         self.work = plan_work(steps)  # elements touched: decides where the worker runs it
         self.worker_ops = bool(special & WORKER_OPS.keys())  # reads frames or the hub
         self.reads_hub = "hub_tensor" in special  # (a download: not the replay fast path's)
-        self.peaks: dict[frozenset, int] = {}  # kept-slot set -> estimated peak bytes (see quota.peak_bytes)
-        #: (released-outputs mask, kept nodes) -> kept-slot set (:meth:`kept_slots`), and kept-slot set -> the
-        #: ``(node, slot)`` pairs a run hands back (:func:`_kept`): a replay asks both every time (issue 37)
-        self._keeps: dict[tuple, frozenset] = {}
-        self._kept_pairs: dict[frozenset, tuple] = {}
+        #: (released-outputs mask, kept nodes) -> what replays keeping those outputs share (:meth:`kept`), and
+        #: kept-slot set -> the same :class:`Kept` (one a set, however many masks give it): a replay asks every time
+        #: (issue 37)
+        self._keeps: dict[tuple, Kept] = {}
+        self._kepts: dict[frozenset, Kept] = {}
         self.hot = False  # planned as the device plans fragments it compiles, however small (see hot.py)
         self.tier: Tier | None = None  # interpreted because small: how it gets compiled once hot (see hot.py)
         self.interpreted = True  # runs on the step-by-step kernels, not kernels compiled for it (see compile_plan)
@@ -185,12 +185,12 @@ class Plan:
         if whole is not None and len(seen) < MAX_DYN_SEEN:
             seen.add(whole)
 
-    def kept_slots(self, outs, kept, release) -> frozenset:
-        """The slots a batch replaying this plan keeps: those of its outputs (``outs``, each node's id; all of them,
-        or the nodes ``kept``) that the client did not release in the same batch (``release``, ids). Cached by which
-        outputs are released and which nodes are kept: a loop replays a plan releasing the same temporaries each
-        time, and the answer otherwise costs a pass over every node in Python (at most :data:`MAX_KEEPS_PER_PLAN`
-        answers a plan)."""
+    def kept(self, outs, kept, release) -> Kept:
+        """What a batch replaying this plan keeps (:class:`Kept`): the slots of its outputs (``outs``, each node's id;
+        all of them, or the nodes ``kept``) that the client did not release in the same batch (``release``, ids).
+        Made once by which outputs are released and which nodes are kept: a loop replays a plan releasing the same
+        temporaries each time, and the answer otherwise costs a pass over every node in Python (at most
+        :data:`MAX_KEEPS_PER_PLAN` answers a plan)."""
         if release:
             gone = release if type(release) is set else set(release)
             mask = bytes(map(gone.__contains__, outs))  # (1 where the node's output is released; a pass in C)
@@ -207,21 +207,29 @@ class Plan:
             else:
                 keep = {slots[j] for j in nodes if j < n}
             keep.discard(None)
-            got = frozenset(keep)
+            got = self.kept_set(frozenset(keep))
             if len(self._keeps) >= MAX_KEEPS_PER_PLAN:
                 self._keeps.pop(next(iter(self._keeps)))
             self._keeps[key] = got
         return got
 
-    def kept_pairs(self, keep: frozenset) -> tuple:
-        """``(node, slot)`` for each node whose value a run keeping ``keep`` hands back (cached per kept set)."""
-        got = self._kept_pairs.get(keep)
+    def kept_slots(self, outs, kept, release) -> frozenset:
+        """The slots a batch replaying this plan keeps (:meth:`kept`'s ``keep``)."""
+        return self.kept(outs, kept, release).keep
+
+    def kept_set(self, keep: frozenset) -> Kept:
+        """The :class:`Kept` of runs keeping the slots ``keep`` (made once, at most :data:`MAX_RUNNERS_PER_PLAN` a
+        plan)."""
+        got = self._kepts.get(keep)
         if got is None:
-            got = tuple((j, slot) for j, slot in enumerate(self.node_slot) if slot is not None and slot in keep)
-            if len(self._kept_pairs) >= MAX_RUNNERS_PER_PLAN:
-                self._kept_pairs.pop(next(iter(self._kept_pairs)))
-            self._kept_pairs[keep] = got
+            if len(self._kepts) >= MAX_RUNNERS_PER_PLAN:
+                self._kepts.pop(next(iter(self._kepts)))
+            got = self._kepts[keep] = Kept(self, keep)
         return got
+
+    def kept_pairs(self, keep: frozenset) -> tuple:
+        """``(node, slot)`` for each node whose value a run keeping ``keep`` hands back (:attr:`Kept.pairs`)."""
+        return self.kept_set(keep).pairs
 
     def slot_steps(self) -> dict[int, int]:
         """Each slot a step writes -> the index of that step (cached)."""
@@ -231,12 +239,31 @@ class Plan:
         return made
 
     def peak(self, keep: frozenset) -> int:
-        """Estimated peak bytes a run keeping ``keep`` allocates (cached per kept set)."""
-        n = self.peaks.get(keep)
+        """Estimated peak bytes a run keeping ``keep`` allocates (:meth:`Kept.peak`)."""
+        return self.kept_set(keep).peak(self)
+
+
+class Kept:
+    """What every replay of a plan that keeps the same slots shares, made at the first such replay
+    (:meth:`Plan.kept`) and read by the next ones instead of worked out again (issue 37: a loop replays each of its
+    plans the same way every step): the kept-slot set ``keep``, the ``(node, slot)`` pairs a run hands back
+    (``pairs``: each node whose slot is kept, in node order), the same as node -> slot (``slot_of``: which fetched
+    outputs a run can answer early, ``Executor._early_slots``), and the run's estimated peak bytes (:meth:`peak`, made
+    when a quota first asks)."""
+
+    __slots__ = ("keep", "pairs", "slot_of", "_peak")
+
+    def __init__(self, plan: Plan, keep: frozenset):
+        self.keep = keep
+        self.pairs = tuple((j, slot) for j, slot in enumerate(plan.node_slot) if slot is not None and slot in keep)
+        self.slot_of = dict(self.pairs)
+        self._peak: int | None = None
+
+    def peak(self, plan: Plan) -> int:
+        """Estimated peak bytes a run of ``plan`` keeping :attr:`keep` allocates (:func:`.quota.peak_bytes`)."""
+        n = self._peak
         if n is None:
-            if len(self.peaks) >= MAX_RUNNERS_PER_PLAN:
-                self.peaks.pop(next(iter(self.peaks)))
-            n = self.peaks[keep] = peak_bytes(self.program.steps, keep)
+            n = self._peak = peak_bytes(plan.program.steps, self.keep)
         return n
 
 
@@ -691,22 +718,37 @@ def _run_fast(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fram
         if producers is not None:
             after = (max((producers.get(slot, -1) for slot in answer[0]), default=-1), answer[1])
     try:
-        with np.errstate(all="ignore"):
-            if after is None:
-                run(env, dyn, frames)
-            else:
-                if after[0] < 0:  # everything fetched was there before the plan ran
-                    after[1](env)
-                run(env, dyn, frames, after)
+        if after is None:
+            _quietly(run, env, dyn, frames)
+        else:
+            if after[0] < 0:  # everything fetched was there before the plan ran
+                _quietly(after[1], env)
+            _quietly(run, env, dyn, frames, after)
     except Exception:
         return None
     return _kept(plan, env, outs, key)
 
 
+def _call(fn, *args):
+    return fn(*args)
+
+
+if np.lib.NumpyVersion(np.__version__) >= "2.0.0":  # (numpy 2 keeps its errstate in a context variable)
+    #: ``fn(*args)`` with numpy's floating-point warnings off, as every run of a plan (an overflow or a division by
+    #: zero makes an inf or a nan, as in torch): ``np.errstate``'s decorator form, so that a replay's run costs one
+    #: call through it, not an ``errstate`` made, entered and left (issue 37)
+    _quietly = np.errstate(all="ignore")(_call)
+else:  # (numpy 1's decorator keeps the state it restores on its one instance, which threads would share)
+    def _quietly(fn, *args):
+        with np.errstate(all="ignore"):
+            return fn(*args)
+
+
 def _kept(plan: Plan, env: list, outs: list, keep: frozenset) -> dict:
     """The kept nodes' values after a run: ``{node id: value}`` (and the errors of nodes that failed when the plan
     was compiled)."""
-    result = {outs[j]: env[slot] for j, slot in plan.kept_pairs(keep)}
+    shape = plan._kepts.get(keep)  # (made by the worker's Plan.kept, or here the first time)
+    result = {outs[j]: env[slot] for j, slot in (shape or plan.kept_set(keep)).pairs}
     if plan.failed_nodes:
         result.update(_failed_results(plan, outs))
     return result
@@ -919,4 +961,4 @@ def meta_of(device: Device, buf) -> tuple | Fail:
     return device.meta(buf)
 
 
-__all__ = ["Fail", "Plan", "builds_runner", "compile_plan", "execute", "meta_of", "run_plan"]
+__all__ = ["Fail", "Kept", "Plan", "builds_runner", "compile_plan", "execute", "meta_of", "run_plan"]

@@ -73,7 +73,7 @@ from tensorwire.protocol.wire import INLINE_MAX, array_from_frame, as_frame, fra
 from . import get_backend, hot, hub_loader
 from .base import Device
 from .direct import ADDRESS_ENV, DirectChannel
-from .executor import Fail, builds_runner, compile_plan, execute, meta_of, run_plan
+from .executor import Fail, Kept, builds_runner, compile_plan, execute, meta_of, run_plan
 from .idle_spin import IdleSpin, spin_from_env
 from .jobs import OFFLOAD_WORK, CancelScope, Interrupt, Pool
 from .plancache import PlanCache
@@ -116,7 +116,7 @@ class _Job:
 
     __slots__ = ("h", "frames", "seq", "plan", "ext", "outs", "kept", "keep", "dyn", "gen", "wait", "value", "offload",
                  "pooled", "scope", "sent", "recvd", "cancelled", "ctx", "started", "spans", "answered", "route",
-                 "uploads", "refused")
+                 "uploads", "refused", "shape")
 
     def __init__(self, h: dict, frames: list, seq: int, route: bytes | None = None):
         self.h = h
@@ -128,6 +128,7 @@ class _Job:
         self.outs: list | range = []  # each node's output id
         self.kept: list[int] | None = None  # the nodes that are not temporaries (None: all; protocol.batch_ids)
         self.keep: frozenset = frozenset()
+        self.shape: Kept | None = None  # what its replays of its plan keeping ``keep`` share (set by _admit)
         self.dyn: dict = {}
         self.gen = None  # the interpreter, for plans with transfers or collectives
         self.ctx: contextvars.Context | None = None  # the context the interpreter runs in
@@ -227,6 +228,9 @@ class Executor:
         sid = h["s"]
         s = self._session(sid)
         self.seq += 1
+        release = h.get("release")
+        if release and type(release) is not set:  # (as a direct batch's: DirectChannel.run_header)
+            h["release"] = set(release)
         job = _Job(h, frames, self.seq, route)
         if frames:
             self._hold_uploads(s, job)
@@ -699,7 +703,8 @@ class Executor:
         """The job's kept slots, dynamic attributes (checked against its plan) and where it runs; ``QuotaExceeded``
         when its estimated peak would pass the session's quota."""
         plan, h = job.plan, job.h
-        job.keep = plan.kept_slots(job.outs, job.kept, h.get("release"))
+        shape = job.shape = plan.kept(job.outs, job.kept, h.get("release"))
+        job.keep = shape.keep
         dyn = h.get("dyn")
         if dyn:
             job.dyn = dict(dyn)  # ([node, attrs] pairs)
@@ -708,7 +713,7 @@ class Executor:
         # large work, or a compile (seconds of gcc) first: off the main thread, which serves the other sessions
         job.offload = plan.work >= OFFLOAD_WORK or builds_runner(self.device, plan, job.keep)
         if self.limit is not None and not job.cancelled:
-            need = plan.peak(job.keep)
+            need = shape.peak(plan)
             if s.ledger.used + need > self.limit:
                 raise quota_error(self.name, self.limit, s.ledger.used, need)
 
@@ -1155,15 +1160,15 @@ class Executor:
         fetch = h.get("fetch")
         if not fetch or not h.get("reply") or h.get("sync") or job.spans is not None or job.answered:
             return None
-        outs, node_slot, keep = job.outs, job.plan.node_slot, job.keep
+        outs, slot_of = job.outs, job.shape.slot_of
         made = {}
         for i in fetch:
             try:
                 j = outs.index(i)
             except ValueError:  # made before this batch: answered from the session's buffers
                 continue
-            slot = node_slot[j] if j < len(node_slot) else None
-            if slot is None or slot not in keep:  # released by this very batch: the answer at the end says so
+            slot = slot_of.get(j)  # (None: not kept, released by this very batch: the answer at the end says so)
+            if slot is None:
                 return None
             made[i] = slot
         return made

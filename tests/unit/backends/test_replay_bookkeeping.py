@@ -113,6 +113,40 @@ def test_kept_slots_leave_out_what_the_batch_released_and_are_remembered(kept):
     assert len(plan._keeps) <= X.MAX_KEEPS_PER_PLAN
 
 
+def test_replays_keeping_the_same_slots_share_one_kept_with_its_pairs_slots_and_peak():
+    dev = NumpyBackend().open(0)
+    plan = _plan(dev, _inputs())
+    slots = plan.node_slot
+    first = plan.kept(OUTS, None, {11, 99})
+    # the next replay: new ids, the same output released (a list or a set)
+    again = plan.kept([o + 100 for o in OUTS], None, [111, 5])
+    assert again is first
+    assert first.keep == frozenset(slots[j] for j in range(len(OUTS)) if j != 1) - {None}
+    want = tuple((j, s) for j, s in enumerate(slots) if s is not None and s in first.keep)
+    assert first.pairs == want and first.slot_of == dict(want)
+    assert plan.kept_pairs(first.keep) is first.pairs
+    assert first.peak(plan) == plan.peak(first.keep) == X.peak_bytes(plan.program.steps, first.keep)
+    # another release that keeps the same slots (if any) shares the object; another set gets its own
+    other = plan.kept(OUTS, None, None)
+    assert (other is first) == (other.keep == first.keep)
+    result = X.run_plan(dev, plan, _inputs(), OUTS, {}, [], first.keep)
+    assert set(result) == {OUTS[j] for j, _ in first.pairs}
+
+
+def test_a_plans_run_warns_of_nothing_and_leaves_numpys_error_state_as_it_was():
+    dev = NumpyBackend().open(0)
+    nodes = [["div", [-1, -2], None], ["exp", [0], None]]
+    plan = X.compile_plan(dev, nodes, [((4,), D.float32), ((4,), D.float32)])
+    before = np.geterr()
+    with np.errstate(all="raise"):
+        for _ in range(X.GENERATE_AFTER + 2):  # (the looped runner, then the generated one)
+            got = X.run_plan(dev, plan, [np.array([1, -1, 0, 100], np.float32), np.zeros(4, np.float32)], [0, 1],
+                             {}, [], frozenset(plan.node_slot))
+            assert np.isinf(got[1][0]) and np.isnan(got[0][2])
+            assert np.geterr()["divide"] == "raise"
+    assert np.geterr() == before
+
+
 def test_the_ledger_counts_an_allocation_once_whether_added_one_by_one_or_a_batch_at_a_time():
     dev = NumpyBackend().open(0)
     a = np.ones(100, np.float32)
