@@ -20,7 +20,6 @@ import threading
 import time
 
 import numpy as np
-import psutil
 import pytest
 
 import tensorwire as tw
@@ -105,8 +104,8 @@ def test_a_client_relaying_to_a_stopped_worker_waits_at_its_bound(cluster, uploa
     try:
         y = s.const(np.zeros(shape, np.float32), "cpu:0")
         np.testing.assert_array_equal(y.numpy(), np.zeros(shape))
-        dispatcher = psutil.Process(cluster.services["dispatcher"].proc.pid)
-        rss0 = dispatcher.memory_info().rss
+        dispatcher = cluster.services["dispatcher"].proc.pid
+        rss0 = _rss(dispatcher)
         pid = cluster.services["cpu:0"].proc.pid
         os.kill(pid, signal.SIGSTOP)
         sender = _Sender(s, y, n, upload)
@@ -120,10 +119,10 @@ def test_a_client_relaying_to_a_stopped_worker_waits_at_its_bound(cluster, uploa
             else:
                 assert (s._relay.sent_bytes - s._relay.done_bytes) < (8 << 20) + (256 << 10) and sent <= 34
             time.sleep(0.5)  # (the window's last messages reach the dispatcher: libzmq queues them on both sides)
-            rss_at_bound = dispatcher.memory_info().rss
+            rss_at_bound = _rss(dispatcher)
             time.sleep(0.5)  # (the sender is blocked: nothing more may reach the dispatcher meanwhile)
             assert sender.sent == sent and sender.is_alive()
-            rss_later = dispatcher.memory_info().rss
+            rss_later = _rss(dispatcher)
             assert rss_later - rss_at_bound < 4 << 20, (rss_at_bound, rss_later)
             print(f"dispatcher RSS: {rss0 >> 20} MiB before, {rss_later >> 20} MiB at the bound ({sent} sent)")
             if upload:  # what it holds for the stopped worker is the window, not the program's 150 MiB
@@ -162,6 +161,12 @@ def test_a_client_waiting_at_its_bound_for_a_worker_that_dies_gets_worker_lost()
         finally:
             s.close()
 
+
+
+def _rss(pid: int) -> int:
+    """A process's resident memory in bytes (Linux's /proc: the services run on this host)."""
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _read_after_cancel(s: tw.Session) -> np.ndarray:
