@@ -27,6 +27,7 @@ STEPS = 40
 def _queue_relayed_work(s: tw.Session, n: int = BUSY_BATCHES):
     """``n`` single-device batches sent through the dispatcher without waiting: they queue on cpu:0's worker."""
     s._plane.enabled = False  # (as TENSORWIRE_DIRECT=0 for this session: the relay takes everything)
+    s._relay.max_batches = n + 1  # (the whole queue on the worker at once: the relay's window would hold it to 256)
     rng = np.random.default_rng(0)
     w = s.const((rng.standard_normal((96, 96)) / 96).astype(np.float32), "cpu:0")
     x = s.const(rng.standard_normal((96, 96)).astype(np.float32), "cpu:0")
