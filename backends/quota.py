@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from itertools import repeat
 from operator import itemgetter
 
 try:
@@ -205,17 +206,7 @@ class Ledger:
     def drop(self, ids) -> None:
         """Stop counting the handles ``ids`` that :meth:`hold` counted (any other id is passed over: a failed
         output's, or one dropped already); an allocation's bytes go with the last handle on it."""
-        pop, owners, used = self._handles.pop, self.owners, self.used
-        for i in ids:  # (:meth:`_uncount` of their keys, in the same pass: a replay drops a dozen or two a batch)
-            key = pop(i, None)  # (None for an id not held: no allocation has that key)
-            entry = owners.get(key)
-            if entry is not None:
-                if entry[0] <= 1:
-                    del owners[key]
-                    used -= entry[1]
-                else:
-                    entry[0] -= 1
-        self.used = used
+        self._uncount(map(self._handles.pop, ids, repeat(None)))  # (None for an id not held: no allocation has it)
 
     def add(self, buf) -> None:
         """Count ``buf`` (its storage, once however many buffers share it)."""
