@@ -747,8 +747,7 @@ else:  # (numpy 1's decorator keeps the state it restores on its one instance, w
 def _kept(plan: Plan, env: list, outs: list, keep: frozenset) -> dict:
     """The kept nodes' values after a run: ``{node id: value}`` (and the errors of nodes that failed when the plan
     was compiled)."""
-    shape = plan._kepts.get(keep)  # (made by the worker's Plan.kept, or here the first time)
-    result = {outs[j]: env[slot] for j, slot in (shape or plan.kept_set(keep)).pairs}
+    result = {outs[j]: env[slot] for j, slot in plan.kept_pairs(keep)}
     if plan.failed_nodes:
         result.update(_failed_results(plan, outs))
     return result

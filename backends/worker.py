@@ -116,7 +116,7 @@ class _Job:
 
     __slots__ = ("h", "frames", "seq", "plan", "ext", "outs", "kept", "keep", "dyn", "gen", "wait", "value", "offload",
                  "pooled", "scope", "sent", "recvd", "cancelled", "ctx", "started", "spans", "answered", "route",
-                 "uploads", "refused", "shape")
+                 "uploads", "refused", "keeping")
 
     def __init__(self, h: dict, frames: list, seq: int, route: bytes | None = None):
         self.h = h
@@ -128,7 +128,7 @@ class _Job:
         self.outs: list | range = []  # each node's output id
         self.kept: list[int] | None = None  # the nodes that are not temporaries (None: all; protocol.batch_ids)
         self.keep: frozenset = frozenset()
-        self.shape: Kept | None = None  # what its replays of its plan keeping ``keep`` share (set by _admit)
+        self.keeping: Kept | None = None  # what replays of its plan keeping ``keep`` share (set by _admit)
         self.dyn: dict = {}
         self.gen = None  # the interpreter, for plans with transfers or collectives
         self.ctx: contextvars.Context | None = None  # the context the interpreter runs in
@@ -703,8 +703,8 @@ class Executor:
         """The job's kept slots, dynamic attributes (checked against its plan) and where it runs; ``QuotaExceeded``
         when its estimated peak would pass the session's quota."""
         plan, h = job.plan, job.h
-        shape = job.shape = plan.kept(job.outs, job.kept, h.get("release"))
-        job.keep = shape.keep
+        keeping = job.keeping = plan.kept(job.outs, job.kept, h.get("release"))
+        job.keep = keeping.keep
         dyn = h.get("dyn")
         if dyn:
             job.dyn = dict(dyn)  # ([node, attrs] pairs)
@@ -713,7 +713,7 @@ class Executor:
         # large work, or a compile (seconds of gcc) first: off the main thread, which serves the other sessions
         job.offload = plan.work >= OFFLOAD_WORK or builds_runner(self.device, plan, job.keep)
         if self.limit is not None and not job.cancelled:
-            need = shape.peak(plan)
+            need = keeping.peak(plan)
             if s.ledger.used + need > self.limit:
                 raise quota_error(self.name, self.limit, s.ledger.used, need)
 
@@ -1160,7 +1160,7 @@ class Executor:
         fetch = h.get("fetch")
         if not fetch or not h.get("reply") or h.get("sync") or job.spans is not None or job.answered:
             return None
-        outs, slot_of = job.outs, job.shape.slot_of
+        outs, slot_of = job.outs, job.keeping.slot_of
         made = {}
         for i in fetch:
             try:
