@@ -47,6 +47,7 @@ from .compiled_policy import (  # noqa: F401
     MAX_STEPS_ENV,
     MIN_WORK,
     MIN_WORK_ENV,
+    build_time,
 )
 
 #: IEEE-preserving: no -ffast-math; -fno-math-errno / -fno-trapping-math only let gcc vectorise (libmvec calls,
@@ -184,7 +185,7 @@ class CompiledMixin:
         return int(os.environ.get(BUILD_RUNS_ENV, BUILD_RUNS))
 
     def hot_build_time(self) -> float:
-        return float(os.environ.get(BUILD_TIME_ENV, BUILD_TIME))
+        return build_time()
 
     def compiles_first(self, steps) -> bool:
         return len(steps) <= self.backend.max_steps and self._large(steps) and not has_complex(steps)

@@ -3,6 +3,8 @@ small fragments run on the numpy kernels until they are hot, long ones always, l
 the compiler runs only for a fragment that has earned it. Each knob has its ``TENSORWIRE_CPU_COMPILE_*`` variable
 (docs/configuration.md); ``compiled`` gives them as ``compiled.<NAME>``."""
 
+import os
+
 #: fragments whose steps produce fewer elements than this in all run on the numpy kernels until they are hot
 #: (:data:`HOT_RUNS`): a compile costs ~60-300 ms the first time a machine sees a fragment, which a small fragment
 #: run a few times never earns back (set when a ctypes launch cost ~5 us: a digits CNN step took 1.8 ms compiled
@@ -38,3 +40,9 @@ LARGE_RUNS = 2
 #: against 2.03 s without); kernels a run before built load at LARGE_RUNS runs. 0: built at LARGE_RUNS runs
 BUILD_TIME_ENV = "TENSORWIRE_CPU_COMPILE_BUILD_TIME"
 BUILD_TIME = 1.0
+
+
+def build_time() -> float:
+    """:data:`BUILD_TIME` as the environment sets it now (read at each use: a large fragment's compile,
+    ``CompiledMixin.hot_build_time``, and the recurrent cells' library, ``rnn_cells``, ask the same setting)."""
+    return float(os.environ.get(BUILD_TIME_ENV, BUILD_TIME))

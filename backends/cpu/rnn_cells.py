@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import threading
 from contextlib import nullcontext
 
@@ -33,7 +32,7 @@ from ..codegen.c import CRenderer
 from ..codegen.cache import NotCached, UnsafeKernelCache, cached_only
 from ..hot import Earning, build_in_background
 from .compiled import runtime
-from .compiled_policy import BUILD_TIME, BUILD_TIME_ENV
+from .compiled_policy import BUILD_TIME_ENV, build_time  # noqa: F401 - BUILD_TIME_ENV: its tests set it
 
 log = logging.getLogger("tensorwire.kernels")
 WHAT = "the recurrent cells"
@@ -140,12 +139,6 @@ _LOCK = threading.Lock()
 #: expected cost; see the module doc), None when not waiting; and whether its build is queued or running
 _EARNING: Earning | None = None
 _BUILDING = False
-
-
-def build_time() -> float:
-    """How many times the build's expected CPU time the scans' numpy steps must take before the library is built
-    (``TENSORWIRE_CPU_COMPILE_BUILD_TIME``, as a large fragment's: ``CompiledMixin.hot_build_time``)."""
-    return float(os.environ.get(BUILD_TIME_ENV, BUILD_TIME))
 
 
 def cells() -> dict | None:
