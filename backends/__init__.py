@@ -11,8 +11,7 @@ from tensorwire.protocol.errors import DeviceError
 from tensorwire.protocol.ops import load_plugin_ops
 
 from . import hookspecs
-
-hookimpl = pluggy.HookimplMarker("tensorwire")
+from .hookspecs import hookimpl
 
 _pm: pluggy.PluginManager | None = None
 
@@ -24,8 +23,8 @@ def plugin_manager() -> pluggy.PluginManager:
         pm = pluggy.PluginManager("tensorwire")
         pm.add_hookspecs(hookspecs)
         pm.load_setuptools_entrypoints("tensorwire")
-        # (and tw.backends' flag modules, which import this package, load no CPU backend, executor or kernels)
-        # circle: backends.cpu imports this package (hookimpl)
+        # (tw.backends' flag modules, which import this package, load no CPU backend, executor or kernels)
+        # lazy: the CPU backend's package (numpy, its kernels, the compiler's), for the plugin manager only
         from . import cpu
 
         if not pm.is_registered(cpu):  # the built-in backend, even when entry points are missing

@@ -312,7 +312,7 @@ def compile_plan(device: Device, nodes: list, ext_metas: list, hot: bool = False
         plan, _ = _compile(device, nodes, ext_metas, other)
     plan.hot = hot
     if tier:
-        plan.tier = tier_for(device, hot_runs, nodes, ext_metas, plan.node_meta, plan.attrs_keys)
+        plan.tier = tier_for(compile_plan, device, hot_runs, nodes, ext_metas, plan.node_meta, plan.attrs_keys)
     plan.attrs_keys = None
     plan.interpreted = _interprets(device, plan)
     return plan
@@ -345,7 +345,7 @@ def _plan_once(device: Device, nodes: list, ext_metas: list, native: frozenset, 
         return None
     hot_runs = device.hot_runs(counts)
     if hot_runs > 0 and device.compiles_when_hot(counts):
-        plan.tier = tier_for(device, hot_runs, nodes, ext_metas, plan.node_meta, plan.attrs_keys)
+        plan.tier = tier_for(compile_plan, device, hot_runs, nodes, ext_metas, plan.node_meta, plan.attrs_keys)
     plan.attrs_keys = None
     plan.interpreted = _interprets(device, plan)
     return plan

@@ -29,6 +29,9 @@ from __future__ import annotations
 import pluggy
 
 hookspec = pluggy.HookspecMarker("tensorwire")
+#: the marker of a plugin's hook functions (``tensorwire.backends.hookimpl`` re-exports it: plugins import it from
+#: there; the built-in backends import it from here, below the package, which loads the CPU backend on first use)
+hookimpl = pluggy.HookimplMarker("tensorwire")
 
 
 @hookspec

@@ -82,6 +82,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 
@@ -387,14 +388,15 @@ def fragment(structure: int, shapes: int, nodes: list, attrs_keys: list | None =
     return hash((structure, shapes, tuple(attrs_keys)))
 
 
-def tier_for(device, runs: int, nodes: list, ext_metas: list, node_meta: list,
+def tier_for(planner: Callable, device, runs: int, nodes: list, ext_metas: list, node_meta: list,
              attrs_keys: list | None = None) -> Tier | None:
     """The :class:`Tier` of a new plan that the device compiles when hot, compiled after ``runs`` runs (its steps'
     count, ``Device.hot_runs(steps)``), or, for a structure this device has planned at other shapes or a fragment it
     has planned before, after as many as a small fragment waits (``Device.hot_runs()``) when that is more; after its
     first run, for a fragment whose compiled plan the device measured before and took, or has not finished measuring
     (:meth:`Structures.measured`); None: it is never compiled (a fragment whose compiled plan measured slower; see
-    the module doc). ``attrs_keys``: as :func:`fragment` takes them."""
+    the module doc). ``attrs_keys``: as :func:`fragment` takes them. ``planner``: how the plan is made again once it
+    is hot (the executor's ``compile_plan``, which plans with these tiers: it is handed down, not imported back)."""
     hot_runs = device.hot_runs()
     known = structures_of(device)
     keys = None  # (the plan's structure, shapes and fragment, hashed once)
@@ -404,19 +406,19 @@ def tier_for(device, runs: int, nodes: list, ext_metas: list, node_meta: list,
         if measured is not None:  # a plan of it was compiled before (see Trial): its verdict, or the rest of its trial
             if measured.compiled is False:
                 return None  # its compiled plan measured slower
-            return Tier(nodes, ext_metas, 1, attrs_keys=attrs_keys, measured=measured, fragment=keys[2])
+            return Tier(planner, nodes, ext_metas, 1, attrs_keys=attrs_keys, measured=measured, fragment=keys[2])
         earning = known.earning(keys[2]) if keys[2] is not None else None
         if earning is not None:  # a plan of it waited to earn its kernels' build: this one goes on from there
-            return Tier(nodes, ext_metas, 1, attrs_keys=attrs_keys, fragment=keys[2], earning=earning)
+            return Tier(planner, nodes, ext_metas, 1, attrs_keys=attrs_keys, fragment=keys[2], earning=earning)
     if 0 < hot_runs <= runs or runs <= 0:
-        return Tier(nodes, ext_metas, runs, attrs_keys=attrs_keys) if runs > 0 else None
+        return Tier(planner, nodes, ext_metas, runs, attrs_keys=attrs_keys) if runs > 0 else None
     st, sh, keyed = keys or _keys(nodes, ext_metas, node_meta, attrs_keys)
     # (attributes that are not plain values: a fragment that will not be planned again as such)
     fr = keyed if keyed is not None else hash((st, sh, id(nodes)))
     if known.settled(st, sh, fr):  # (early: unless it proves unsettled meanwhile; built once it has earned it)
-        return Tier(nodes, ext_metas, runs, (st, (known.planned, known.reshaped)), attrs_keys=attrs_keys,
+        return Tier(planner, nodes, ext_metas, runs, (st, (known.planned, known.reshaped)), attrs_keys=attrs_keys,
                     fragment=keyed, earning=Earning() if device.hot_build_time() > 0 else None)
-    return Tier(nodes, ext_metas, hot_runs, attrs_keys=attrs_keys) if hot_runs > 0 else None
+    return Tier(planner, nodes, ext_metas, hot_runs, attrs_keys=attrs_keys) if hot_runs > 0 else None
 
 
 def _keys(nodes: list, ext_metas: list, node_meta: list, attrs_keys: list | None) -> tuple:
@@ -437,12 +439,13 @@ class Tier:
     from the kernel cache after its first run, and is taken unmeasured (its compiled plan was taken before) or goes
     on with that trial, adding its runs."""
 
-    __slots__ = ("nodes", "ext_metas", "hot_runs", "runs", "keeps", "ready", "done", "early", "attrs_keys",
+    __slots__ = ("planner", "nodes", "ext_metas", "hot_runs", "runs", "keeps", "ready", "done", "early", "attrs_keys",
                  "trial", "known", "verdict", "measured", "fragment", "earning", "_timed")
 
-    def __init__(self, nodes: list, ext_metas: list, hot_runs: int, early: tuple | None = None,
+    def __init__(self, planner: Callable, nodes: list, ext_metas: list, hot_runs: int, early: tuple | None = None,
                  attrs_keys: list | None = None, measured: Measured | None = None, fragment: int | None = None,
                  earning: Earning | None = None):
+        self.planner = planner  # (``compile_plan``'s signature: see :func:`tier_for`)
         self.nodes, self.ext_metas = nodes, ext_metas
         self.hot_runs = hot_runs  # the runs after which it compiles (``Device.hot_runs`` of its steps)
         #: ``(structure, (Structures.planned, Structures.reshaped) when it was made)`` of a plan that compiles early
@@ -546,15 +549,13 @@ class Tier:
         """Compile the plan for the kept-slot sets ``keeps`` (the compile thread). ``build_runs`` > 0: only if its
         kernels are all in the kernel cache; otherwise nothing is built, and the plan goes on interpreted until it
         has run ``build_runs`` times, when :meth:`ran` starts its compile again (building them)."""
-        from .executor import compile_plan  # circle: executor -> hot (the executor plans with hot's tiers)
-
         t0 = time.monotonic()
         waits = False
         try:
             if self.measured is not None and self.measured.compiled is False:  # (measured slower meanwhile)
                 return
             with cached_only() if build_runs else nullcontext():
-                hot = compile_plan(device, self.nodes, self.ext_metas, hot=True)
+                hot = self.planner(device, self.nodes, self.ext_metas, hot=True)
                 by_node = {s: hot.node_slot[j] for j, s in enumerate(plan.node_slot) if s is not None}
                 built = 0
                 missing: NotCached | None = None

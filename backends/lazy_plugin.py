@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from tensorwire.backends import hookimpl
+from tensorwire.backends.hookspecs import hookimpl
 
 
 def lazy_backend(package: str, cls: str) -> tuple[Callable, Callable]:

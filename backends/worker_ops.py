@@ -16,6 +16,7 @@ import numpy as np
 from tensorwire.protocol.errors import ProtocolError
 
 from .base import Device, Step
+from .hub_loader import load_tensor
 
 
 def _const(device: Device, attrs: dict, frames: list, step: Step):
@@ -35,10 +36,6 @@ def _const(device: Device, attrs: dict, frames: list, step: Step):
 def _hub_tensor(device: Device, attrs: dict, frames: list, step: Step):
     """Fetch a tensor from the cluster's hub straight into this device (the worker downloads; the client never
     sees the bytes). See ``hub_loader``: the endpoint is the worker's configuration, never the client's."""
-    # (every compiled device's plugin imports this module; a worker has the hub client already: it configures its hub)
-    # lazy: the hub client (urllib.request, http.client: ~45 modules), for a hub_tensor only
-    from .hub_loader import load_tensor
-
     return device.upload(load_tensor(attrs, step.shape, step.dtype))
 
 

@@ -92,10 +92,17 @@ _GUARDED = frozenset({n for n, (_, attr) in _LAZY.items() if attr is not None} |
 _resolved: set[str] = set()
 
 
+def _load(module: str) -> _types.ModuleType:
+    """Import ``module`` at the first use of a public name that needs it: the module behind the name (:data:`_LAZY`),
+    those it needs loaded first (:data:`_EXTRA`), or ``tensorwire.functions`` for the method functions."""
+    # lazy: the module behind a public name (_LAZY, _EXTRA), at its first use (PEP 562): import tensorwire is light
+    return _importlib.import_module(module)
+
+
 def _method_functions() -> dict:
-    """``tw.abs(x)`` and the rest of the Tensor methods as functions (names the table above does not bind)."""
-    # lazy: the client core, at the first such name only (import tensorwire imports nothing heavy)
-    return getattr(_importlib.import_module("tensorwire.functions"), "METHOD_FUNCTIONS", {})
+    """``tw.abs(x)`` and the rest of the Tensor methods as functions (names the table above does not bind): the
+    client core, loaded at the first such name only."""
+    return getattr(_load("tensorwire.functions"), "METHOD_FUNCTIONS", {})
 
 
 def __getattr__(name: str):
@@ -112,10 +119,8 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'tensorwire' has no attribute {name!r}")
     module, attr = spec
     for extra in _EXTRA.get(name, ()):
-        # lazy: the modules a public name needs loaded first (_EXTRA), at its first use (PEP 562)
-        _importlib.import_module(extra)
-    # lazy: the module behind a public name (_LAZY), at its first use (PEP 562)
-    value = _importlib.import_module(module)
+        _load(extra)
+    value = _load(module)
     if attr is not None:
         value = getattr(value, attr)
     _resolved.add(name)

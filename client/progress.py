@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tensorwire.protocol.hub.client import progress_bar
 from tensorwire.protocol.progress import ENV
 
 _OFF = ("0", "false", "no", "off")
@@ -72,9 +73,6 @@ class Bars:
         self.bars: dict[tuple[str, str], Any] = {}
 
     def __call__(self, p: DownloadProgress) -> None:
-        # lazy: the hub's HTTP client (urllib, http.client), once a download reports
-        from tensorwire.protocol.hub.client import progress_bar
-
         key = (p.device, p.file)
         bar = self.bars.get(key)
         if bar is None:

@@ -8,8 +8,8 @@ from operator import attrgetter
 
 import numpy as np
 
-from tensorwire.backends import hookimpl
 from tensorwire.backends.base import TRIAL_RUNS, Backend, Device, DeviceInfo
+from tensorwire.backends.hookspecs import hookimpl
 from tensorwire.backends.quota import host_memory
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError

@@ -7,8 +7,8 @@ available, with the reason. See :mod:`.discovery` for discovery and :mod:`.runti
 
 from __future__ import annotations
 
-from tensorwire.backends import hookimpl
 from tensorwire.backends.compiled_device import CompilingBackend
+from tensorwire.backends.hookspecs import hookimpl
 
 from .discovery import discover
 

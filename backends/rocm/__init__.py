@@ -10,8 +10,8 @@ reason. Memory, transfers and launches are the CUDA backend's code (:mod:`..gpu_
 
 from __future__ import annotations
 
-from tensorwire.backends import hookimpl
 from tensorwire.backends.compiled_device import CompilingBackend
+from tensorwire.backends.hookspecs import hookimpl
 
 
 class ROCmBackend(CompilingBackend):

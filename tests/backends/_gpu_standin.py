@@ -41,6 +41,8 @@ from tensorwire.backends.gpu_runtime import SCALAR_CTYPES
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 
+from ._pocl import OpenCLTwins, record_renders
+
 BASE = 0x7A00_0000_0000  # device addresses start here (nothing of the host's lives there)
 ALIGN = 256
 #: capture modes, as CUDA numbers them (``CUstreamCaptureMode``)
@@ -55,7 +57,7 @@ class Capture:
         self.mode, self.thread, self.nodes, self.invalid = mode, threading.get_ident(), [], False
 
 
-class StandInGPU:
+class StandInGPU(OpenCLTwins):
     """Memory, modules and launches of ``gpus`` made-up GPUs of ``memory_bytes`` each (one address space).
 
     As on a GPU, the stream's work runs later than it is queued: copies, memsets, launches and BLAS calls are queued
@@ -64,6 +66,8 @@ class StandInGPU:
     ready" for work it then lets run), or a free. So host memory read after a queued device-to-host copy without a
     synchronisation holds stale bytes, and a pinned staging block reused before its copy ran corrupts the copy,
     as they would on a GPU."""
+
+    standin = "GPU stand-in"
 
     def __init__(self, gpus: int = 1, name: str = "Stand-in GPU (PoCL)", memory_bytes: int = 1 << 30):
         self.gpus, self.name, self.memory_bytes = gpus, name, memory_bytes
@@ -83,7 +87,6 @@ class StandInGPU:
         self.calls: dict[str, int] = {}
         self.launches = 0
         self.initialised = False
-        self._cl = None
         self.capture: Capture | None = None  # the stream's capture in progress
         self._graphs: dict[int, list] = {}  # graph -> its recorded work [(fn, kernel function or None)]
         self._execs: dict[int, list] = {}  # instantiated graph -> the same
@@ -319,22 +322,6 @@ class StandInGPU:
         entry = self._functions.get(fn)
         return entry is not None and entry[1] in self._modules
 
-    def opencl(self):
-        """The PoCL device that runs the kernels' OpenCL twins (opened on first use)."""
-        if self._cl is None:
-            from tensorwire.backends.opencl import OpenCLBackend
-
-            backend = OpenCLBackend()
-            info = backend.devices()[0]
-            if not info.available:
-                raise RuntimeError(f"the GPU stand-in runs kernels on OpenCL, which is not available: {info.reason}")
-            self._cl = backend.open(0)
-        return self._cl
-
-    def prebuild_twins(self, kernel_lists: list) -> int:
-        """Build the OpenCL twins of many kernels in a few programs (PoCL's cost is per program)."""
-        return self.opencl().runtime.prebuild(kernel_lists)
-
     def launch(self, fn, gx, gy, gz, bx, by, bz, params) -> str | None:
         """Run function ``fn``'s OpenCL twin over ``gx`` blocks of ``bx`` threads with the arguments at ``params``;
         None when queued, else why the real API refuses the launch: ``"handle"`` for a function whose module was
@@ -459,13 +446,5 @@ _REGISTRIES: list[dict] = [{}]
 
 def hook_renderer(gpu: StandInGPU) -> None:
     """Make every kernel the CUDA (or HIP) renderer renders from now on findable by name in ``gpu.registry``."""
-    if not getattr(CUDARenderer.render, "_standin", False):
-        real = CUDARenderer.render
-
-        def render(self, kernels):
-            for k in kernels:
-                _REGISTRIES[-1][k.name] = k
-            return real(self, kernels)
-        render._standin = True
-        CUDARenderer.render = render
+    record_renders(CUDARenderer, _REGISTRIES)
     _REGISTRIES.append(gpu.registry)

@@ -40,11 +40,17 @@ import numpy as np
 
 from tensorwire.backends.mps.metal import STORAGE_MLX, MLXMetalRenderer, mlx_source, scalar_mlx
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+from tests.backends._pocl import OpenCLTwins, record_renders  # noqa: E402
+
 POISON = 0xA5  # the byte an output starts as without init_value
 
 
-class StandInMetal:
+class StandInMetal(OpenCLTwins):
     """``mx.fast.metal_kernel`` on PoCL: kernels found by name, run as their OpenCL twins."""
+
+    standin = "Metal stand-in"
 
     def __init__(self):
         self.registry: dict = {}  # kernel name -> ir.Kernel (filled by install's render hook)
@@ -52,7 +58,6 @@ class StandInMetal:
         self.unbuilt: list = []  # kernels whose OpenCL twins are not built yet (built together at the next launch)
         self.built = 0
         self.launches = 0
-        self._cl = None
 
     def metal_kernel(
         self,
@@ -81,22 +86,6 @@ class StandInMetal:
         self.built += 1
         self.unbuilt.append(k)
         return _Kernel(self, k)
-
-    def opencl(self):
-        """The PoCL device that runs the kernels' OpenCL twins (opened on first use)."""
-        if self._cl is None:
-            from tensorwire.backends.opencl import OpenCLBackend
-
-            backend = OpenCLBackend()
-            info = backend.devices()[0]
-            if not info.available:
-                raise RuntimeError(f"the Metal stand-in runs kernels on OpenCL, which is not available: {info.reason}")
-            self._cl = backend.open(0)
-        return self._cl
-
-    def prebuild_twins(self, kernel_lists: list) -> int:
-        """Build the OpenCL twins of many kernels in a few programs (PoCL's cost is per program)."""
-        return self.opencl().runtime.prebuild(kernel_lists)
 
 
 class _Kernel:
@@ -216,16 +205,7 @@ def install(metal_runtime) -> StandInMetal:
     path on MLX's CPU; returns the stand-in. Devices opened before keep what they had."""
     metal = StandInMetal()
     metal_runtime.load_metal_kernel = lambda on_cpu: metal.metal_kernel  # on MLX's CPU too
-    if not getattr(MLXMetalRenderer.render, "_standin", False):
-        real = MLXMetalRenderer.render
-
-        def render(self, kernels):
-            for k in kernels:
-                _REGISTRIES[-1][k.name] = k
-            return real(self, kernels)
-
-        render._standin = True
-        MLXMetalRenderer.render = render
+    record_renders(MLXMetalRenderer, _REGISTRIES)
     _REGISTRIES.append(metal.registry)
     return metal
 
