@@ -14,6 +14,7 @@ relayed batches or ``TENSORWIRE_RELAY_MAX_BYTES`` of their frames that no answer
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -213,6 +214,20 @@ def test_tw_cancel_ends_a_wait_at_the_bound(cluster):
         s.close()
 
 
+@contextlib.contextmanager
+def _ctrl_c_raises():
+    """SIGINT raises ``KeyboardInterrupt`` in the main thread meanwhile, as in a program started from a terminal. A
+    test run started in the background of a non-interactive shell (``pytest ... &``, a script's job) inherits SIGINT
+    ignored, and Python then installs no handler: the signal did nothing, the wait at the bound went on until the
+    dispatcher declared the stopped worker lost (``HEARTBEAT_S * LIVENESS``), its marks' ``WorkerLost`` answers
+    emptied the window, and the loop ran to its end ("DID NOT RAISE"). The inherited handler is restored after."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def test_ctrl_c_ends_a_wait_at_the_bound(cluster):
     """Ctrl-C while the program waits at its bound for a stopped worker: ``KeyboardInterrupt`` at once (the queued
     work is cancelled, as for any interrupted wait), and the session works on once the worker continues."""
@@ -221,19 +236,26 @@ def test_ctrl_c_ends_a_wait_at_the_bound(cluster):
         y = s.const(np.zeros(4, np.float32), "cpu:0")
         y.numpy()
         pid = cluster.services["cpu:0"].proc.pid
-        interrupter = threading.Thread(daemon=True, target=lambda: (
-            _until(lambda: s._relay.waits > 0, "the program waits at its bound"), os.kill(os.getpid(), signal.SIGINT)))
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            interrupter.start()
-            with pytest.raises(KeyboardInterrupt):
-                for _ in range(10_000):
-                    y = y + 1
-                    s.flush()
-            assert s._relay.waits > 0
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        interrupter.join(10)
+        interrupted: list[int] = []  # (the relay's waits when the interrupter sent SIGINT)
+
+        def interrupt():
+            _until(lambda: s._relay.waits > 0, "the program waits at its bound")
+            interrupted.append(s._relay.waits)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        interrupter = threading.Thread(daemon=True, target=interrupt)
+        with _ctrl_c_raises():
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                interrupter.start()
+                with pytest.raises(KeyboardInterrupt):
+                    for _ in range(10_000):
+                        y = y + 1
+                        s.flush()
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            interrupter.join(10)
+        assert interrupted == [1] and s._relay.waits == 1, (interrupted, s._relay.waits)  # (one wait, interrupted)
         np.testing.assert_array_equal(_read_after_cancel(s), np.full(4, 2, np.float32))
     finally:
         s.close()

@@ -15,11 +15,13 @@ from tensorwire.backends.idle_spin import MAX_SKIP, IdleSpin, spin_from_env
 
 
 @pytest.fixture
-def pair():
+def pair(request):
     ctx = zmq.Context.instance()
     a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
-    a.bind("inproc://idle-spin")
-    b.connect("inproc://idle-spin")
+    # (a name per test: closing the last test's socket frees its endpoint on zmq's I/O thread, later under load)
+    endpoint = f"inproc://idle-spin-{request.node.name}"
+    a.bind(endpoint)
+    b.connect(endpoint)
     yield a, b
     a.close(0)
     b.close(0)
