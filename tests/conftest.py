@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._bytecode import compile_tree
+from tests._bytecode import compile_tree, writing_bytecode
 
 os.environ.setdefault("TENSORWIRE_START_TIMEOUT", "120")
 # A large fragment whose kernels are not cached compiles once its runs have paid for the build in time
@@ -72,6 +72,14 @@ def _module_markers(path: str) -> tuple:
     if any(rel == s or (s.endswith("/") and rel.startswith(s)) for s in SLOW):
         marks.append(pytest.mark.slow)
     return tuple(marks)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    """Collect with bytecode written (``tests/_bytecode.py``): pytest caches each test module's rewritten asserts
+    instead of rewriting ~330 modules on every run."""
+    with writing_bytecode():
+        yield
 
 
 def pytest_collection_modifyitems(config, items):
