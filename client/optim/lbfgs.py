@@ -6,6 +6,14 @@ cluster as lazy tensors; only the decisions torch takes on a Python ``bool`` or 
 stopping tests, the line search's step lengths) fetch a number. The line search works on those numbers as
 Python floats: identical to torch's 0-d tensor arithmetic for float64 parameters, within float32 rounding
 (one ulp per operation) for float32 ones.
+
+The numbers a decision needs are recorded as soon as what they depend on is, and read together (:func:`_floats`):
+after an evaluation of the closure, its loss, the gradient's largest entry, the last step's largest entry, the
+next iteration's curvature ``y.s`` and the slope ``g.d`` of its direction go in one round trip, where torch's order
+reads them one at a time. The direction is recorded before ``y.s`` is known, from the memory with the pair
+``(y, s)`` taken (torch takes it when ``y.s > 1e-10``, nearly always); when the pair is refused it is computed again
+from the memory as it was, and its slope read on its own. An iteration then waits once, not five times; the values
+and the decisions are torch's.
 """
 
 from __future__ import annotations
@@ -14,10 +22,21 @@ from tensorwire.autograd_engine import enable_grad
 from tensorwire.creation import zeros
 from tensorwire.functions import cat
 from tensorwire.nn._tensors import alias, no_grad, rebind
+from tensorwire.tensor import Tensor
 
 from .optimizer import Optimizer
 
 __all__ = ["LBFGS"]
+
+
+def _floats(*values) -> list:
+    """``float`` of each value (0-d tensors or numbers; ``None`` stays ``None``), the tensors read in one round
+    trip: the newest is read first, and the session fetches the 0-d results recorded before it along with it
+    (``Session.fetch``), so the others are known by then."""
+    tensors = [v for v in values if isinstance(v, Tensor)]
+    if len(tensors) > 1:
+        float(max(tensors, key=lambda v: v._id))
+    return [None if v is None else float(v) for v in values]
 
 
 def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None):
@@ -40,11 +59,12 @@ def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None):
 
 def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_change=1e-9, max_ls=25):
     """torch's strong-Wolfe line search; returns ``(f_new, g_new, t, evaluations)``. ``f``, ``t`` and ``gtd``
-    are Python floats, ``g`` and ``d`` flat tensors."""
-    d_norm = float(d.abs().max())
-    f_new, g_new = obj_func(x, t, d)
+    are Python floats, ``g`` and ``d`` flat tensors. ``obj_func(x, t, d)`` returns the loss, the flat gradient and
+    its slope along ``d`` at ``x + t d`` (the numbers read together)."""
+    d_norm = d.abs().max()  # (read along with the first evaluation)
+    f_new, g_new, gtd_new = obj_func(x, t, d)
+    d_norm = float(d_norm)
     ls_func_evals = 1
-    gtd_new = float(g_new.dot(d))
     t_prev, f_prev, g_prev, gtd_prev = 0, f, g, gtd
     done = False
     ls_iter = 0
@@ -67,9 +87,8 @@ def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_chang
         tmp = t
         t = _cubic_interpolate(t_prev, f_prev, gtd_prev, t, f_new, gtd_new, bounds=(min_step, max_step))
         t_prev, f_prev, g_prev, gtd_prev = tmp, f_new, g_new, gtd_new
-        f_new, g_new = obj_func(x, t, d)
+        f_new, g_new, gtd_new = obj_func(x, t, d)
         ls_func_evals += 1
-        gtd_new = float(g_new.dot(d))
         ls_iter += 1
     if ls_iter == max_ls:
         bracket, bracket_f, bracket_g = [0, t], [f, f_new], [g, g_new]
@@ -90,9 +109,8 @@ def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_chang
                 insuf_progress = True
         else:
             insuf_progress = False
-        f_new, g_new = obj_func(x, t, d)
+        f_new, g_new, gtd_new = obj_func(x, t, d)
         ls_func_evals += 1
-        gtd_new = float(g_new.dot(d))
         ls_iter += 1
         if f_new > (f + c1 * t * gtd) or f_new >= bracket_f[low_pos]:
             bracket[high_pos], bracket_f[high_pos] = t, f_new
@@ -179,24 +197,76 @@ class LBFGS(Optimizer):
             rebind(p, alias(v))
 
     def _directional_evaluate(self, closure, x, t, d):
+        """Loss, flat gradient and the gradient's slope along ``d`` at ``x + t d``; the parameters are put back."""
         self._add_grad(t, d)
-        loss = float(closure())
+        loss = closure()
         flat_grad = self._gather_flat_grad()
         self._set_param(x)
-        return loss, flat_grad
+        loss, gtd = _floats(loss, flat_grad.dot(d))
+        return loss, flat_grad, gtd
 
     def step(self, closure):
         """Up to ``max_iter`` L-BFGS iterations; ``closure`` re-evaluates the model and returns the loss.
         Returns the loss of the first evaluation, as torch."""
+        sessions = {p._s for p in self._params}
+
         def evaluate():
             with enable_grad():
-                return closure()
+                loss = closure()
+            for sess in sessions:  # (the backward goes out with the next op: the devices run it while the
+                sess.mark_step()  # numbers to read and the next direction are recorded)
+            return loss
 
         with no_grad():
             out = self._step(evaluate)
-        for sess in {p._s for p in self._params}:
+        for sess in sessions:
             sess.mark_step()
         return out
+
+    @staticmethod
+    def _curvature(flat_grad, prev_flat_grad, d, t) -> tuple:
+        """``(y, s, y.s)`` of the last step: the change of the gradient and the step taken (``d t``)."""
+        y = flat_grad - prev_flat_grad
+        s = d * t
+        return y, s, y.dot(s)
+
+    @staticmethod
+    def _remember(memory: tuple, y, s, ys, history_size: int) -> tuple:
+        """The memory ``(old_dirs, old_stps, ro, H_diag)`` with the pair ``(y, s)`` added (the oldest dropped at
+        ``history_size``), as new lists: the caller keeps the old memory until the pair is known to be taken."""
+        old_dirs, old_stps, ro, _ = memory
+        drop = 1 if len(old_dirs) == history_size else 0
+        return old_dirs[drop:] + [y], old_stps[drop:] + [s], ro[drop:] + [1.0 / ys], ys / y.dot(y)
+
+    @staticmethod
+    def _two_loop(flat_grad, memory: tuple):
+        """The direction ``d = -H g`` by the two-loop recursion over the memory (0-d tensors stay lazy)."""
+        old_dirs, old_stps, ro, H_diag = memory
+        num_old = len(old_dirs)
+        al = [None] * num_old
+        q = -flat_grad
+        for i in range(num_old - 1, -1, -1):
+            al[i] = old_stps[i].dot(q) * ro[i]
+            q = q - old_dirs[i] * al[i]
+        r = q * H_diag
+        for i in range(num_old):
+            be_i = old_dirs[i].dot(r) * ro[i]
+            r = r + old_stps[i] * (al[i] - be_i)
+        return r
+
+    def _next_direction(self, flat_grad, prev_flat_grad, d, t, memory, history_size: int) -> tuple:
+        """What the next iteration needs, recorded ahead of its reads: ``(ys, s, memory, d, gtd)``, the curvature
+        ``y.s`` and the step ``s`` just taken (None, None on the first iteration of all), then the candidate: the
+        memory with the pair ``(y, s)`` taken, the direction from it and its slope ``g.d`` (a 0-d tensor). torch
+        takes the pair when ``y.s > 1e-10`` (nearly always); when it does not, the caller computes the direction
+        again from the memory as it was."""
+        if d is None:  # the first iteration of all: the steepest descent
+            d = -flat_grad
+            return None, None, ([], [], [], 1), d, flat_grad.dot(d)
+        y, s, ys = self._curvature(flat_grad, prev_flat_grad, d, t)
+        memory = self._remember(memory, y, s, ys, history_size)
+        d = self._two_loop(flat_grad, memory)
+        return ys, s, memory, d, flat_grad.dot(d)
 
     def _step(self, closure):
         group = self.param_groups[0]
@@ -208,56 +278,35 @@ class LBFGS(Optimizer):
         state.setdefault("func_evals", 0)
         state.setdefault("n_iter", 0)
         orig_loss = closure()
-        loss = float(orig_loss)
         current_evals = 1
         state["func_evals"] += 1
         flat_grad = self._gather_flat_grad()
-        if float(flat_grad.abs().max()) <= tolerance_grad:
-            return orig_loss
-
         d, t = state.get("d"), state.get("t")
-        old_dirs, old_stps, ro = state.get("old_dirs"), state.get("old_stps"), state.get("ro")
-        H_diag = state.get("H_diag")
+        memory = (state.get("old_dirs"), state.get("old_stps"), state.get("ro"), state.get("H_diag"))
         prev_flat_grad, prev_loss = state.get("prev_flat_grad"), state.get("prev_loss")
+        # the first iteration's numbers, recorded now and read in one round trip: the loss, the stopping test, the
+        # first step's scale (on the first iteration of all), the curvature and the candidate direction's slope
+        first = state["n_iter"] == 0
+        ys, _, next_memory, next_d, next_gtd = self._next_direction(
+            flat_grad, prev_flat_grad, None if first else d, t, memory, history_size)
+        loss, grad_max, grad_sum, ys_value, gtd_value = _floats(
+            orig_loss, flat_grad.abs().max(), flat_grad.abs().sum() if first else None, ys, next_gtd)
+        if grad_max <= tolerance_grad:
+            return orig_loss
 
         n_iter = 0
         while n_iter < max_iter:
             n_iter += 1
             state["n_iter"] += 1
-            if state["n_iter"] == 1:
-                d = -flat_grad
-                old_dirs, old_stps, ro = [], [], []
-                H_diag = 1
-            else:
-                y = flat_grad - prev_flat_grad
-                s = d * t
-                ys = y.dot(s)
-                if float(ys) > 1e-10:  # update the memory
-                    if len(old_dirs) == history_size:
-                        old_dirs.pop(0)
-                        old_stps.pop(0)
-                        ro.pop(0)
-                    old_dirs.append(y)
-                    old_stps.append(s)
-                    ro.append(1.0 / ys)
-                    H_diag = ys / y.dot(y)
-                # two-loop recursion: d = -H g (0-d tensors stay lazy on the device)
-                num_old = len(old_dirs)
-                al = [None] * num_old
-                q = -flat_grad
-                for i in range(num_old - 1, -1, -1):
-                    al[i] = old_stps[i].dot(q) * ro[i]
-                    q = q - old_dirs[i] * al[i]
-                r = q * H_diag
-                for i in range(num_old):
-                    be_i = old_dirs[i].dot(r) * ro[i]
-                    r = r + old_stps[i] * (al[i] - be_i)
-                d = r
+            if state["n_iter"] == 1 or ys_value > 1e-10:  # the pair (y, s) goes into the memory
+                memory, d, gtd = next_memory, next_d, gtd_value
+            else:  # (the candidate assumed it would: the direction from the memory as it was)
+                d = self._two_loop(flat_grad, memory)
+                gtd = float(flat_grad.dot(d))
             prev_flat_grad = alias(flat_grad)
             prev_loss = loss
             # step length: the first iteration is scaled by the gradient's 1-norm
-            t = min(1.0, 1.0 / float(flat_grad.abs().sum())) * lr if state["n_iter"] == 1 else lr
-            gtd = float(flat_grad.dot(d))
+            t = min(1.0, 1.0 / grad_sum) * lr if state["n_iter"] == 1 else lr
             if gtd > -tolerance_change:  # not a descent direction
                 break
 
@@ -274,25 +323,38 @@ class LBFGS(Optimizer):
                     obj_func, x_init, t, d, loss, flat_grad, gtd, max_ls=max_eval - current_evals
                 )
                 self._add_grad(t, d)
-                opt_cond = float(flat_grad.abs().max()) <= tolerance_grad
+                new_loss = None
             else:
                 self._add_grad(t, d)
-                opt_cond = False
+                new_loss = None
                 if n_iter != max_iter:
-                    loss = float(closure())
+                    new_loss = closure()
                     flat_grad = self._gather_flat_grad()
-                    opt_cond = float(flat_grad.abs().max()) <= tolerance_grad
                     ls_func_evals = 1
             current_evals += ls_func_evals
             state["func_evals"] += ls_func_evals
+            opt_cond, step_max = False, None
+            if line_search_fn is not None or new_loss is not None:
+                # the stopping tests' numbers and, when another iteration may follow, its curvature and candidate
+                # direction's slope, read in one round trip
+                if n_iter < max_iter and current_evals < max_eval:
+                    ys, s, next_memory, next_d, next_gtd = self._next_direction(
+                        flat_grad, prev_flat_grad, d, t, memory, history_size)
+                else:
+                    s, ys, next_gtd = d * t, None, None
+                loss_value, grad_max, step_max, ys_value, gtd_value = _floats(
+                    new_loss, flat_grad.abs().max(), s.abs().max(), ys, next_gtd)
+                loss = loss if new_loss is None else loss_value
+                opt_cond = grad_max <= tolerance_grad
 
             if n_iter == max_iter or current_evals >= max_eval or opt_cond:
                 break
-            if float((d * t).abs().max()) <= tolerance_change:
+            if step_max <= tolerance_change:
                 break
             if abs(loss - prev_loss) < tolerance_change:
                 break
 
+        old_dirs, old_stps, ro, H_diag = memory
         state.update(
             d=d,
             t=t,

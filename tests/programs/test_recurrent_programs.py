@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tensorwire as tw
+
 from ..nn._util import needs_autograd, needs_torch
-from ._harness import compare
+from ._harness import compare, load, tensorwire_as_torch
 
 pytestmark = [needs_torch, needs_autograd]
 
@@ -48,3 +50,29 @@ def test_harness_restores_torch(session):
     with pytest.raises(ModuleNotFoundError):
         with tensorwire_as_torch():
             import torch.no_such_module  # noqa: F401
+
+
+def test_sine_wave_lbfgs_round_trips(session):
+    """LBFGS reads the numbers its decisions need together: after each evaluation of the closure, the loss, the
+    gradient's largest entry, the step's largest entry, the next curvature ``y.s`` and the next direction's slope
+    ``g.d`` in one round trip (torch's order would wait five times an iteration), four iterations a step."""
+    waits = [0]
+    flush = session._flush
+
+    def counted(fetch, sync, *a, **k):
+        waits[0] += bool(fetch or sync)
+        return flush(fetch, sync, *a, **k)
+
+    with tensorwire_as_torch():
+        prog = load(HERE / "sine_wave_lstm.py")
+        tw.manual_seed(0)
+        model = prog.build_model()
+        session._flush = counted
+        try:
+            losses = prog.train(model, 2)
+        finally:
+            del session._flush
+    assert len(losses) == 3 and all(np.isfinite(losses))
+    # 2 steps x (1 after the first evaluation + 3 after the re-evaluations), and the evaluation's read (19 a step
+    # when each number was read on its own)
+    assert 0 < waits[0] <= 2 * 4 + 1, waits[0]
