@@ -4,7 +4,7 @@
 the address its banner prints and computes; the worker is killed (the cluster says so, names the log, restarts it);
 Ctrl-C is typed into the terminal (the cluster stops, says where the kept logs are, and nothing it started is left
 running); a client pointed at the wrong address fails within its bound, naming the address; the README's first
-command runs as written in a new virtualenv. The README's snippets are run by tests/deploy/test_readme.py. About 45 s
+command runs as written in a new virtualenv. The README's snippets are run by tests/deploy/test_readme.py. About 38 s
 on a quiet 2-core machine (the virtualenv's install from pip's cache included).
 """
 
@@ -200,7 +200,8 @@ def _readme_first_command() -> str:
 def test_the_readmes_first_command_in_a_fresh_virtualenv(tmp_path):
     """A new virtualenv (nothing of this run's packages), the README's first command as written, from a copy of the
     tree a clone gives: it installs, trains on an embedded cluster, prints the test accuracy and exits 0, and leaves
-    no process behind. (~20 s with pip's cache; where the package index cannot be reached, it skips.)"""
+    no process behind. (~26 s on a quiet 2-core machine, 40 s when pip writes the packages' bytecode: the venv ~5 s,
+    pip ~20 s, the example ~6 s; where the package index cannot be reached, it skips.)"""
     command = _readme_first_command()
     assert command.startswith("pip install") and "examples/train_digits_mlp.py" in command, command
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=False)
@@ -213,7 +214,11 @@ def test_the_readmes_first_command_in_a_fresh_virtualenv(tmp_path):
             (tree / rel).write_bytes((REPO / rel).read_bytes())
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    env = {**_env(), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv)}
+    env = {**_env(), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv),
+           # pip's --no-compile, through the environment (pip sets its ``compile`` option to this value: "0" is
+           # off): the installed packages' bytecode is not written ahead (scipy's and scikit-learn's, 12 of the
+           # install's 17 s on a quiet 2-core machine); Python compiles what the example imports, as it runs
+           "PIP_NO_COMPILE": "0"}
     env.pop("PYTHONPATH", None)
     p = subprocess.run(["bash", "-c", command], cwd=tree, env=env, capture_output=True, text=True, timeout=900,
                        start_new_session=True)
