@@ -13,7 +13,8 @@ is then
   ``DTypeError`` naming its kernel, and a handful of kernels match the golden sources in ``golden/``.
 
 Compiling one program per fragment costs a fixed NVRTC/hipRTC start-up each time, so fragments are batched
-(:data:`BATCH` per program, kernels renamed ``f<i>_<name>``): about 5x faster with NVRTC, 20x with hipRTC.
+(:data:`BATCH` per program on average, cut by content: :func:`_batches`; kernels renamed ``f<j>_<name>``): about 5x
+faster with NVRTC, 20x with hipRTC.
 When a batch fails, its fragments are compiled one by one to name the failing ones. Set
 ``TENSORWIRE_UPDATE_GOLDEN=1`` to rewrite the golden files from the current renderer.
 
@@ -28,6 +29,7 @@ one for sm_90).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import re
@@ -198,10 +200,28 @@ def _covering(renderer, frags: list) -> list:
 
 
 def _batches(renderer, frags: list, size: int = BATCH):
-    """``(fragments, source)`` per batch: the fragments' kernels renamed apart, rendered as one program."""
-    for i in range(0, len(frags), size):
-        part = frags[i:i + size]
-        ks = [dataclasses.replace(k, name=f"f{i + j}_{k.name}") for j, f in enumerate(part) for k in f]
+    """``(fragments, source)`` per batch: the fragments' kernels renamed apart (``f<j>_``, ``j`` its place in the
+    batch), rendered as one program. The batches are cut by content, so that the kernel cache keeps serving them when
+    the fragments change: the fragments go in the order of their source's hash, and a batch ends after a fragment
+    whose hash is 0 modulo ``size`` (``size`` on average; at ``2 size`` at most). A fragment added or gone (a new op,
+    or a plugin op an earlier test of the run registered) then changes its own batch only, where cutting the list
+    every ``size`` fragments shifted every batch after it and compiled them all again. All in one batch when they
+    are at most ``size``."""
+    if len(frags) <= size:
+        cuts = [frags]
+    else:
+        keyed = sorted(((hashlib.blake2b(renderer.render(f).encode(), digest_size=8).digest(), i) for i, f in
+                        enumerate(frags)))
+        cuts, part = [], []
+        for digest, i in keyed:
+            part.append(frags[i])
+            if int.from_bytes(digest, "little") % size == 0 or len(part) >= 2 * size:
+                cuts.append(part)
+                part = []
+        if part:
+            cuts.append(part)
+    for part in cuts:
+        ks = [dataclasses.replace(k, name=f"f{j}_{k.name}") for j, f in enumerate(part) for k in f]
         yield part, renderer.render(ks)
 
 
