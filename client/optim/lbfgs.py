@@ -311,6 +311,7 @@ class LBFGS(Optimizer):
                 break
 
             ls_func_evals = 0
+            new_loss = None  # (the loss of a re-evaluation without a line search, read below with the rest)
             if line_search_fn is not None:
                 if line_search_fn != "strong_wolfe":
                     raise RuntimeError("only 'strong_wolfe' is supported")
@@ -323,10 +324,8 @@ class LBFGS(Optimizer):
                     obj_func, x_init, t, d, loss, flat_grad, gtd, max_ls=max_eval - current_evals
                 )
                 self._add_grad(t, d)
-                new_loss = None
             else:
                 self._add_grad(t, d)
-                new_loss = None
                 if n_iter != max_iter:
                     new_loss = closure()
                     flat_grad = self._gather_flat_grad()
