@@ -26,6 +26,7 @@ from tensorwire.protocol.hub.client import (
     fetch,
     push_files,
     push_folder,
+    read_body,
     resolve,
 )
 from tensorwire.protocol.hub.errors import EntryNotFound, Unauthorized
@@ -62,9 +63,9 @@ def _check_cluster_hub(session, endpoint: str | None, repo_id: str) -> None:
 
 
 def _range(url: str, start: int, end: int, token: str | None) -> bytes:
+    """Bytes ``start`` to ``end`` (inclusive) of the file at ``url``; ``HubUnavailable`` if the answer is cut off."""
     with _open(urllib.request.Request(url, headers=_headers(token, Range=f"bytes={start}-{end}")), 60.0) as resp:
-        data = resp.read(end - start + 1)
-    return data
+        return read_body(resp, url, end - start + 1)
 
 
 def remote_header(endpoint: str, repo_id: str, commit: str, path: str, token: str | None) -> dict:

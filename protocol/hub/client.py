@@ -203,6 +203,19 @@ def _open(req: urllib.request.Request, timeout: float | tuple[float, float] | No
         raise HubUnavailable(f"cannot reach the hub at {req.full_url}: {e}") from None
 
 
+def read_body(resp: Any, url: str, size: int | None = None) -> bytes:
+    """The body of the answer ``resp`` to a request of ``url``: all of it, or exactly ``size`` bytes. A hub that
+    dies or drops the connection part-way raises ``HubUnavailable`` (never a short body, which a parser downstream
+    would misread)."""
+    try:
+        data = resp.read() if size is None else resp.read(size)
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        raise HubUnavailable(f"the hub's answer to {url} was cut off: {e!r}") from None
+    if size is not None and len(data) != size:
+        raise HubUnavailable(f"the hub's answer to {url} was cut off after {len(data)} of {size} bytes")
+    return data
+
+
 def _to_hub_error(e: urllib.error.HTTPError) -> HubError:
     code = e.headers.get("X-Error-Code") if e.headers else None
     message = (e.headers.get("X-Error-Message") if e.headers else None) or str(e.reason)
@@ -240,7 +253,7 @@ def _request(
         hdrs["Content-Type"] = "application/json"
     req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
     with _open(req, timeout) as resp:
-        raw = resp.read()
+        raw = read_body(resp, url)
     return json.loads(raw.decode("utf-8")) if raw else None
 
 
