@@ -84,7 +84,12 @@ def pytest_collection(session):
 
 def pytest_collection_modifyitems(config, items):
     """Mark each test by its folder (:data:`FOLDER_MARKERS`) and its module's cost (:data:`SLOW`), worked out once a
-    module (~22,000 tests in ~150 modules)."""
+    module (~22,000 tests in ~330 modules), and run the slow modules first.
+
+    The order is for the README's ``-n auto`` run (pytest-xdist, ``--dist loadfile --no-loadscope-reorder`` in
+    pyproject's ``addopts``): each worker takes the next whole module when it is nearly done with its last, so the
+    long modules start first and the many short ones fill in at the end, instead of a 30 s module starting last
+    while the other worker sits idle. A stable sort: each module's tests stay together and in their order."""
     by_module: dict[str, tuple] = {}
     for item in items:
         path = str(item.path)
@@ -93,6 +98,8 @@ def pytest_collection_modifyitems(config, items):
             marks = by_module[path] = _module_markers(path)
         for mark in marks:
             item.add_marker(mark)
+    slow_modules = {path for path, marks in by_module.items() if pytest.mark.slow in marks}
+    items.sort(key=lambda item: str(item.path) not in slow_modules)
 
 
 def _stderr_fd(config) -> int:
