@@ -16,8 +16,8 @@ every kernel's real HIP source for the stand-in GPU's gfx target. On the stand-i
   autograd gradchecks (``UNDER_TEST.gradchecks``), digits training, memory statistics and out-of-memory errors.
 
 The compile check runs in this process: the backend's own compile path (``ROCmRuntime.prebuild`` with hipRTC where
-libamdhip64 has it, else clang) builds the kernels of every third sampled case (:data:`COMPILE_SAMPLE`) for gfx90a
-(and gfx942 where the compiler knows it) in a cold cache.
+libamdhip64 has it, else clang) builds the kernels of every third sampled case but the float16 ones
+(:data:`COMPILE_SAMPLE`) for gfx90a (and gfx942 where the compiler knows it) in a cold cache.
 Tests marked ``gpu`` run on a real AMD GPU and skip with the reason elsewhere.
 """
 
@@ -82,10 +82,13 @@ def _sample(cases: list) -> list:
 
 #: the conformance cases run on the stand-in (see the module doc; TENSORWIRE_FULL_CONFORMANCE=1 runs them all)
 SAMPLE = conformance_sample(CASES, _sample)
-#: the cases whose kernels the compile check builds cold for each gfx target: every third of :data:`SAMPLE` (~45 ops,
-#: ~65 kernels; the whole sample's 192 took 28 s of hipRTC on a quiet 2-core machine, on every run).
-#: test_render_targets.py compiles every conformance fragment for gfx90a through the kernel cache.
-COMPILE_SAMPLE = SAMPLE[::3]
+#: the cases whose kernels the compile check builds cold for each gfx target: every third of :data:`SAMPLE` but its
+#: float16 cases (~40 ops, ~50 kernels, ~80 KB of source: ~4 s of hipRTC). The check is of the runtime's compile
+#: path (modules of hash-named kernels, the kernel cache, the module loader), which any kernel takes; the float16
+#: cases' kernels (the unrolled LSTM, convolution and pooling ones: ~380 KB, 80% of the source, ~17 s of hipRTC on
+#: every cold run) are compiled for gfx90a by test_render_targets.py's hipRTC check (every line shape the renderer
+#: writes) and by clang in the stand-in's conformance run (every kernel of :data:`SAMPLE`).
+COMPILE_SAMPLE = [c for c in SAMPLE[::3] if "float16" not in c.name]
 #: ``child(command, tmp_dir, *args)``: ``_gpu_child.py rocm COMMAND``'s JSON result
 child = partial(run_child, [GC.CHILD, "rocm"])
 #: the device-generic tests' record (``_device_checks``): their cluster and child tests run on the stand-in, with a
@@ -189,9 +192,10 @@ def _compiles_for(compiler: str, arch: str) -> str | None:
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
 def test_sampled_conformance_kernels_compile_for(arch, monkeypatch):
     """``ROCmRuntime.prebuild`` (hipRTC where it loads, else clang) compiles the kernels of
-    :data:`COMPILE_SAMPLE` (sampled: every third op of :data:`SAMPLE`) for ``arch``, each module compiled now or
-    read back verified from the kernel cache, whose key holds the arch, the compiler and its options (a cold cache
-    compiles them all, ~15 s; the runtime's compile into a cold cache is checked every run by ``_gpu_child.py``'s
+    :data:`COMPILE_SAMPLE` (sampled: every third op of :data:`SAMPLE` but the float16 ones) for ``arch``, 16
+    kernels to a module (compiled a thread a core), each module compiled now or read back verified from the kernel
+    cache, whose key holds the arch, the compiler and its options (a cold cache compiles them all, ~4 s of hipRTC;
+    the runtime's compile into a cold cache is checked every run by ``_gpu_child.py``'s
     ``_kernels_are_cached_on_disk``, and this arch by :func:`_compiles_for` here); the stand-in's module loader
     checks each image is an AMDGPU code object that holds its functions (nothing runs, so PoCL stays out of this
     process)."""
@@ -211,9 +215,10 @@ def test_sampled_conformance_kernels_compile_for(arch, monkeypatch):
     lists = C.kernel_lists(backend, COMPILE_SAMPLE)
     dev = _device(backend, 0)
     assert dev.runtime.compiler == compiler and dev.runtime.arch == arch
-    modules = dev.runtime.prebuild(lists)
+    modules = dev.runtime.prebuild(lists, 16)
     kernels = sum(len(k) for k in lists)
-    assert modules >= 1 and len(dev.runtime._kernels) > 40 and kernels > 40, (modules, kernels)
+    assert modules == -(-len(dev.runtime._kernels) // 16) and len(dev.runtime._kernels) > 40 and kernels > 40, (
+        modules, kernels)
     cache = dev.runtime.cache
     assert hip.calls["hipModuleLoadData"] == modules and cache.builds + cache.hits == modules, (
         modules, cache.builds, cache.hits)
@@ -229,7 +234,9 @@ conformance = child_fixture(child, "conformance", ";".join(c.name for c in SAMPL
 @needs_standin
 def test_conformance_used_prebuilt_modules_hipblas_and_the_pool(conformance):
     stats = conformance["prebuild"]
-    assert stats["kernels"] > 100 and stats["modules"] < 10, stats
+    # the sample's ~200 distinct kernels compiled together, ``per_module`` to a module (not a module a fragment)
+    assert stats["kernels"] > 100 and stats["modules"] == -(-stats["kernels"] // stats["per_module"]), stats
+    assert stats["modules"] < stats["fragments"] // 4, stats
     assert stats["builds_after_prebuild"] < 40, stats
     assert stats["gemms"] >= 2, stats  # float matmuls (and convolutions) went to hipBLAS
     assert stats["memory"]["cache_hits"] > stats["memory"]["driver_allocs"] * 5, stats["memory"]
