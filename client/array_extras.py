@@ -536,7 +536,7 @@ def fill(input: Tensor, value) -> Tensor:  # noqa: A002
 
 def zero_(input: Tensor) -> Tensor:  # noqa: A002
     """``input`` filled with zeros in place (its gradient then zeros, as torch's, where it requires grad)."""
-    return input._assign(zero_grad_from(input.new_zeros(input.shape), input))
+    return input.zero_()
 
 
 def scalar_tensor(s, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:

@@ -34,7 +34,6 @@ from . import _factories, _install
 from . import autograd_engine as _autograd_engine  # noqa: F401  (it installs itself in autograd_hooks)
 from . import indexing as _indexing
 from . import views as V
-from ._aliases import alias as _alias
 from ._aliases import rebind as _rebind
 from ._factories import TensorBase
 from .autograd_hooks import check_inplace as _check_inplace
@@ -465,10 +464,14 @@ class Tensor(TensorBase):
     @data.setter
     def data(self, value: Tensor) -> None:
         """``t.data = x``: ``t`` now holds ``x``'s value (its shape, dtype and device too), keeping its autograd
-        flags, as torch's."""
+        flags, as torch's. ``x`` a view that already holds ``t``'s whole value (``t.data`` after an in-place update:
+        ``p.data -= lr * g`` assigns ``p.data`` back) changes nothing and records nothing; any other ``x`` is aliased
+        lazily (no node: the ops reading ``t`` read ``x``'s value)."""
         if not isinstance(value, Tensor):
             raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
-        _rebind(self, _alias(value))
+        if V.is_alias_of(value, self):
+            return
+        _rebind(self, V.detached_alias(value))
 
     def detach(self) -> Tensor:
         """A tensor with the same value, cut from the autograd graph (it shares no later updates)."""
@@ -1449,6 +1452,7 @@ class Tensor(TensorBase):
     clip_ = clamp_
 
     def zero_(self):
+        """Fill with zeros in place (``fill_(0)``)."""
         return self.fill_(0)
 
     def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator=None, **kw):
@@ -1466,9 +1470,16 @@ class Tensor(TensorBase):
         return self._assign(r * std + mean)
 
     def fill_(self, value):
+        """Fill with ``value`` (a number, or a 0-d tensor) in place. A number is one ``full`` node, which the tensor
+        (or, for a view, its base) takes; a 0-d tensor filled with a Python number takes the session's cached
+        scalar instead (``Session.scalar``, which ``x + 1`` reads too), through a lazy alias: no node at all
+        (``p.grad.zero_()`` of a scalar parameter, a step counter's reset)."""
         if isinstance(value, Tensor):
             return self._assign(value.to(self.dtype).expand(*self._shape))
-        return self._assign(_factories.full(self._s, self._shape, value, self.dtype, self._dev))
+        s = self._s
+        if not self._shape and type(value) in _FILL_SCALARS and s._capture is None:
+            return self._assign(V.detached_alias(s.scalar(value, self.dtype, self._dev)))
+        return self._assign(_factories.full(s, self._shape, value, self.dtype, self._dev))
 
     def copy_(self, src, non_blocking: bool = False):
         src = self._operand(src)
@@ -1620,6 +1631,7 @@ _TRANSPOSES: dict = {}
 _EXPANDS: dict = {}
 #: the sequence types a movement method takes as its one argument (``x.view((a, b))``, ``x.expand(t.shape)``)
 _SEQS = (tuple, list, Size)
+_FILL_SCALARS = (builtins.bool, builtins.int, builtins.float)  # (``fill_``'s numbers a cached scalar gives)
 
 
 def _ints(args: tuple) -> bool:

@@ -440,16 +440,46 @@ class Detached(ViewStep):
     detached = True
 
     def forward(self, t):
-        shape = t._shape
-        return t._s.record("reshape", [t], {"shape": list(shape)}, t._dev, (reshape_key(shape), (shape, t.dtype)),
-                           lazy=True)
+        return detached_alias(t)
 
     def inverse(self, parent, value):
         shape = parent._shape
+        if value._shape == shape:
+            return detached_alias(value)
         if numel(value._shape) != numel(shape):  # (inference says what is wrong)
             return value._s.record("reshape", [value], {"shape": list(shape)}, value._dev)
         return value._s.record("reshape", [value], {"shape": list(shape)}, value._dev,
                                (reshape_key(shape), (shape, value.dtype)), lazy=True)
+
+
+def detached_alias(t):
+    """A new tensor holding ``t``'s value outside autograd: a reshape to its own shape, lazy (outside ``tw.compile``'s
+    capture an op that reads it reads ``t``'s handle, ``Session._resolve``: no node is recorded for it)."""
+    shape = t._shape
+    s = t._s
+    known = (reshape_key(shape), (shape, t.dtype))
+    b = t._base
+    if s._capture is None and t.dtype.is_floating_point and (b is None or b._version == t._base_version):
+        # (what ``record`` does for it, in one step: no known value to keep for a floating tensor, no view to refresh)
+        return s.defer_view("reshape", t, {"shape": list(shape)}, known)
+    return s.record("reshape", [t], {"shape": list(shape)}, t._dev, known, lazy=True)
+
+
+#: the view steps that keep every element's flat position and the dtype: a chain of them that ends in its root's shape
+#: is the root's whole value as it is
+_ALIAS_STEPS = (Reshape, Detached)
+
+
+def is_alias_of(view, t) -> bool:
+    """Whether ``view`` is a view of the tensor ``t`` (a root, not a view) that holds ``t``'s whole value as it is:
+    ``t.data``, ``t.view(-1).view(t.shape)``, ``t.data.data`` (its value is ``t``'s now, whatever ``t`` had when it
+    was computed: a view follows its base's updates)."""
+    if view._base is not t or view._shape != t._shape:
+        return False
+    for step in view._vsteps:
+        if type(step) not in _ALIAS_STEPS:
+            return False
+    return True
 
 
 def root_position(t, pos: int) -> int | None:
@@ -492,7 +522,12 @@ def root_position(t, pos: int) -> int | None:
 
 def is_detached(t) -> bool:
     """Whether ``t`` is (a view of) a ``.data`` view: in-place updates through it are outside autograd."""
-    return t._vsteps is not None and any(s.detached for s in t._vsteps)
+    steps = t._vsteps
+    if steps is not None:
+        for s in steps:  # (a loop, not any(): most views have one step)
+            if s.detached:
+                return True
+    return False
 
 
 def _alias(t):
