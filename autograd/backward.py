@@ -44,6 +44,7 @@ class BackwardBuilder(Builder):
         self.nodes: list[list] = []
         self.metas: list = []  # (shape, dtype) per node
         self.ext: list = []  # keys: ("n", j) / ("x", k) / ("s", i)
+        self.ext_metas: list = []  # (shape, dtype) per external
         self.ext_index: dict = {}
         self.dev = 0
         self._cse: dict = {}
@@ -53,7 +54,16 @@ class BackwardBuilder(Builder):
         if r is None:
             r = self.ext_index[key] = -(len(self.ext) + 1)
             self.ext.append(key)
+            self.ext_metas.append((tuple(shape), dtype))
         return Value(tuple(shape), dtype, r)
+
+    def producer(self, v: Value) -> tuple[str, list[Value], dict] | None:
+        """``(op, inputs, attrs)`` of the node that made ``v``; None for an external. A rule may read how its
+        output's gradient was made (``autograd/vjp.py``'s :func:`~.vjp.padded_parts`)."""
+        if v.ref < 0:
+            return None
+        name, refs, attrs, _ = self.nodes[v.ref]
+        return name, [Value(*(self.metas[r] if r >= 0 else self.ext_metas[-r - 1]), r) for r in refs], attrs or {}
 
     def op(self, name: str, *inputs: Value, **attrs) -> Value:
         frozen = freeze(attrs)  # (the CSE key's, and inference's memo key: see ``infer``'s ``attrs_key``)

@@ -21,6 +21,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, ProtocolError
 from tensorwire.protocol.graph import Builder, Value
 from tensorwire.protocol.ops import OPS, a_bool, a_dims, a_int, a_num, get_op
+from tensorwire.protocol.ops.recurrent import GRAD_PARTS
 from tensorwire.protocol.shapes import numel
 
 RULES: dict = {}
@@ -124,8 +125,17 @@ class T:
         return self.op("sum", dims=list(dims), keepdim=keepdim)
 
     def reshape(self, shape):
+        """``self`` reshaped; a reshape of a reshape is one reshape of the first's input (where the builder says
+        how values were made: ``producer``), and no op at all where that input has the shape."""
         shape = list(shape)
-        return self if list(self.shape) == shape else self.op("reshape", shape=shape)
+        if list(self.shape) == shape:
+            return self
+        producer = getattr(self.b, "producer", None)
+        made = producer(self.v) if producer is not None else None
+        if made is not None and made[0] == "reshape":
+            src = T(self.b, made[1][0])
+            return src if list(src.shape) == shape else src.op("reshape", shape=shape)
+        return self.op("reshape", shape=shape)
 
     def expand(self, shape):
         return self if tuple(self.shape) == tuple(shape) else self.op("expand", shape=list(shape))
@@ -769,39 +779,136 @@ def _max_pool2d(c):
     at = {k: c.a[k] for k in ("kernel", "stride", "padding", "dilation", "ceil_mode") if k in c.a}
     return [c.x[0].op("max_pool2d_grad", c.g.cast(c.x[0].dtype), **at)]
 
+MAX_PARTS = 8  # padded_parts gives up on a gradient summed from more pieces than this
+
+
+def padded_parts(b: Builder, g: Value) -> list[tuple[tuple[int, ...], tuple[int, ...], Value]] | None:
+    """``g`` as a sum of zero-padded pieces, as the builder recorded it: ``[(starts, sizes, piece)]``, each piece
+    ``g``'s values in the box ``starts`` / ``sizes`` (in ``g``'s dimensions; the piece's shape is the box's up to
+    dimensions of 1) and zeros outside.
+
+    The gradient of a value read through slices is made so: each slice's VJP pads its gradient back with zeros,
+    ``add`` sums them, with ``reshape`` s that only add or drop dimensions of 1 between. A rule that can take the
+    pieces as they are (``rnn_scan``'s: its output's and its final state's gradients) spares the padding and the
+    adds, which are pruned from the backward graph when nothing else reads them. None where the builder cannot say
+    how ``g`` was made (it has no ``producer``) or the pieces are more than :data:`MAX_PARTS`; a value made
+    otherwise is one piece covering its box."""
+    producer = getattr(b, "producer", None)
+    if producer is None:
+        return None
+    out: list = []
+
+    def walk(v: Value, where: list, starts: list[int], sizes: list[int], depth: int) -> bool:
+        # v's values land in the box starts/sizes of g; ``where``: g's dimension of each of v's (None: a dimension
+        # of 1 that g's box does not follow)
+        made = producer(v) if depth < 32 else None
+        if made is not None:
+            name, ins, attrs = made
+            if name == "add" and all(tuple(x.shape) == tuple(v.shape) and x.dtype is v.dtype for x in ins):
+                return walk(ins[0], where, starts, sizes, depth + 1) and walk(ins[1], where, starts, sizes, depth + 1)
+            pads = attrs.get("pads") if name == "pad" and attrs.get("value", 0) == 0 else None
+            if pads is not None and len(pads) == 2 * len(where) and min(pads, default=0) >= 0 and \
+                    all(where[k] is not None or not (pads[2 * k] or pads[2 * k + 1]) for k in range(len(where))):
+                st, sz = list(starts), list(sizes)
+                for k, d in enumerate(where):
+                    if d is not None:
+                        st[d] += pads[2 * k]
+                        sz[d] = ins[0].shape[k]
+                return walk(ins[0], where, st, sz, depth + 1)
+            if name == "reshape":
+                inner = tuple(ins[0].shape)
+                if [n for n in inner if n != 1] == [n for n in v.shape if n != 1]:
+                    big = iter(d for d, n in zip(where, v.shape) if n != 1)
+                    return walk(ins[0], [next(big) if n != 1 else None for n in inner], starts, sizes, depth + 1)
+        if len(out) >= MAX_PARTS:
+            return False
+        out.append((tuple(starts), tuple(sizes), v))
+        return True
+
+    n = len(g.shape)
+    return out if walk(g, list(range(n)), [0] * n, list(g.shape), 0) else None
+
+
 @rule("rnn_scan")
 def _rnn_scan(c):
     """One ``rnn_scan_grad`` for the sequential part (each step's gate gradients and the initial state's), then
     the weight gradient as ONE product over the whole sequence, ``dW_hh = sum_t dgh_t^T h_{t-1}``, and the bias's
     as a sum, where the unrolled decomposition's rules record ~40 ops a step (``rnn_scan_grad`` is a composite
-    too: double backward goes through its decomposition)."""
+    too: double backward goes through its decomposition).
+
+    The output's gradient goes to ``rnn_scan_grad`` in the parts the layer's outputs got (:func:`_scan_grad_parts`:
+    its output's, its final ``h``'s and ``c``'s), not padded into the packed ``[T, B, S]`` and summed first."""
     mode, reverse = c.a.get("mode", "lstm"), a_bool(c.a, "reverse")
     gi, h0 = c.x[0], c.x[1]
     T_, B, GH = gi.shape
     H = h0.shape[1]
     y = c.y
-    d = y.op("rnn_scan_grad", c.g.cast(y.dtype), *c.x[1:-1], mode=mode, reverse=reverse)
-    part = lambda v, t0, t1, a, b: v.op("slice", starts=[t0, 0, a], stops=[t1, B, b], steps=[1, 1, 1])  # noqa: E731
-    dgi = part(d, 0, T_, 0, GH)
-    dgh = dgi if mode != "gru" else part(d, 0, T_, 0, 2 * H).op("cat", part(d, 0, T_, 3 * H, 4 * H), dim=2)
-    grads = [dgi if c.needs[0] else None]
-    grads.append(part(d, T_, T_ + 1, 0, H).reshape([B, H]) if c.needs[1] else None)
+    names, parts = _scan_grad_parts(c.b, c.g.cast(y.dtype), mode, reverse, H)
+    at = {"mode": mode, "reverse": reverse}
+    if names != ["y"]:
+        at["grads"] = names
+    d = y.op("rnn_scan_grad", *parts, *c.x[1:-1], **at)
+    # read as rows [(T + 1) * B, W]: a state's gradient is one slice of it, each step's gates' the first T * B rows
+    # (as the weight's product wants them; the input projection's VJP reshapes them back to this)
+    n = T_ * B
+    d2 = d.reshape([n + B, d.shape[2]])
+    rows = lambda r0, r1, a, b: d2.op("slice", starts=[r0, a], stops=[r1, b], steps=[1, 1])  # noqa: E731
+    dgi = rows(0, n, 0, GH)
+    dgh = dgi if mode != "gru" else rows(0, n, 0, 2 * H).op("cat", rows(0, n, 3 * H, 4 * H), dim=1)
+    grads = [dgi.reshape([T_, B, GH]) if c.needs[0] else None]
+    grads.append(rows(n, n + B, 0, H) if c.needs[1] else None)
     if mode == "lstm":
-        grads.append(part(d, T_, T_ + 1, H, 2 * H).reshape([B, H]) if c.needs[2] else None)
+        grads.append(rows(n, n + B, H, 2 * H) if c.needs[2] else None)
     gw = None
     if c.needs[-2]:
         # h_{t-1} for every step in the order of t: h0 comes first going forward, last going backward
-        h0_ = h0.reshape([1, B, H])
         if T_ == 1:
-            prev = h0_
-        elif reverse:
-            prev = part(y, 1, T_, 0, H).op("cat", h0_, dim=0)
+            prev = h0
         else:
-            prev = h0_.op("cat", part(y, 0, T_ - 1, 0, H), dim=0)
-        gw = dgh.reshape([T_ * B, GH]).permute([1, 0]).op("matmul", prev.reshape([T_ * B, H]))
+            part = lambda v, t0, t1: v.op("slice", starts=[t0, 0, 0], stops=[t1, B, H], steps=[1, 1, 1])  # noqa: E731
+            h0_ = h0.reshape([1, B, H])
+            prev = part(y, 1, T_).op("cat", h0_, dim=0) if reverse else h0_.op("cat", part(y, 0, T_ - 1), dim=0)
+        gw = dgh.permute([1, 0]).op("matmul", prev.reshape([n, H]))
     grads.append(gw)
-    grads.append(dgh.sum([0, 1]) if c.needs[-1] else None)
+    # the bias's: summed as the input projection's bias is (a cell's: a linear of [B, in]; a layer's: of [T, B, in]),
+    # so that the backward graph computes the two once where they are the same (lstm, rnn)
+    grads.append((dgh.sum([0]) if T_ == 1 else dgh.reshape([T_, B, dgh.shape[1]]).sum([0, 1])) if c.needs[-1]
+                 else None)
     return grads
+
+
+def _scan_grad_parts(b: Builder, g: T, mode: str, reverse: bool, H: int) -> tuple[list[str], list[T]]:
+    """``rnn_scan``'s output gradient ``g`` (``[T, B, S]``) as ``rnn_scan_grad``'s parts (``grads``, in
+    ``GRAD_PARTS``' order, and their values): where :func:`padded_parts` finds it made of pieces that each are
+    a layer output's gradient (``h`` of every step: ``"out"``) or the final state's (the last step's ``h``: ``"h"``,
+    its ``c``: ``"c"``), those; else the whole, ``"y"``."""
+    T_, B, _ = g.shape
+    last = 0 if reverse else T_ - 1
+    pieces = padded_parts(b, g.v)
+    found: dict[str, list[T]] = {}
+    for starts, sizes, v in pieces or ():
+        t0, b0, k0 = starts
+        nt, nb, nk = sizes
+        kind = None
+        if b0 == 0 and nb == B and nk == H and k0 in (0, H):
+            if nt == 1 and t0 == last:
+                kind = "h" if k0 == 0 else ("c" if mode == "lstm" else None)
+            elif nt == T_ and k0 == 0:
+                kind = "out"
+        if kind is None or v.dtype is not g.dtype:
+            return ["y"], [g]
+        shape = [T_, B, H] if kind == "out" else [B, H]
+        found.setdefault(kind, []).append(T(b, v).reshape(shape))
+    if not found:
+        return ["y"], [g]
+    names = [k for k in GRAD_PARTS if k in found]
+    vals = []
+    for k in names:
+        s = found[k][0]
+        for v in found[k][1:]:
+            s = s + v
+        vals.append(s)
+    return names, vals
 
 
 # ----------------------------------------------------------------------------------------------

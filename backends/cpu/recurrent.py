@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from tensorwire.protocol.ops.recurrent import GRAD, PACKED, scan_order
+from tensorwire.protocol.ops.recurrent import GRAD, PACKED, grad_parts, scan_order
 
 from . import rnn_cells
 from .kernels import _arr, _compute, _out, kernel
@@ -188,11 +188,11 @@ class _CCells:
             ca, cs = row + H * isz, ys  # the step's c: columns H:2H of its packed row
             h = y[t, :, :H]
 
-    def lstm_scan_grad(self, y, gy, gates, c0, w, out, order, prev) -> tuple:
-        """The backward loop into ``out[t]`` (``t`` in reverse ``order``); ``prev``: the step before each. Returns
-        the carried ``(dh, dc)`` of the initial state."""
+    def lstm_scan_grad(self, y, gy, gates, c0, w, out, order, prev, dh, dc) -> tuple:
+        """The backward loop into ``out[t]`` (``t`` in reverse ``order``); ``prev``: the step before each; ``dh``,
+        ``dc``: the final state's gradient, carried back in place. Returns the carried ``(dh, dc)`` of the initial
+        state."""
         A, f, B, H, isz = rnn_cells.address, self.f["lstm_bwd"], self.B, self.H, self.isz
-        dh, dc = np.zeros((B, H), y.dtype), np.zeros((B, H), y.dtype)
         ya, yst, ys = A(y), y.strides[0], y.strides[1] // isz
         ga, gst, gs = A(gy), gy.strides[0], gy.strides[1] // isz
         oa, ost, dha, dca = A(out), out.strides[0], A(dh), A(dc)
@@ -264,22 +264,27 @@ def _rnn_scan(ins, a, shape, dt):
 def _rnn_scan_grad(ins, a, shape, dt):
     ct = _compute(dt)
     mode = a.get("mode", "lstm")
-    y, gy = np.ascontiguousarray(_arr(ins[0], ct)), np.ascontiguousarray(_arr(ins[1], ct))
-    h0 = np.ascontiguousarray(_arr(ins[2], ct))
-    c0 = np.ascontiguousarray(_arr(ins[3], ct)) if mode == "lstm" else None
+    names = grad_parts(a)
+    k = len(names)
+    y = np.ascontiguousarray(_arr(ins[0], ct))
+    parts = {n: np.ascontiguousarray(_arr(v, ct)) for n, v in zip(names, ins[1:1 + k])}
+    h0 = np.ascontiguousarray(_arr(ins[1 + k], ct))
+    c0 = np.ascontiguousarray(_arr(ins[2 + k], ct)) if mode == "lstm" else None
     w = _arr(ins[-1], ct)
     T, B, _ = y.shape
     H = h0.shape[1]
     out = np.empty((T + 1, B, GRAD[mode] * H), ct)
-    # the packed gates' own gradients are zero unless something read them: skip adding them then
-    gates = bool(gy[:, :, 2 * H if mode == "lstm" else H:].any())
+    gy, gates = _step_grads(mode, parts, T, B, H, ct)
+    # the final state's gradient starts the carried (dh, dc); zeros where not given
+    dh0 = parts["h"].copy() if "h" in parts else np.zeros((B, H), ct)
+    dc0 = (parts["c"].copy() if "c" in parts else np.zeros((B, H), ct)) if mode == "lstm" else None
     cells = _cells(mode, B, H, ct)
     order = list(scan_order(T, a.get("reverse", False)))
     prev = dict(zip(order[1:], order))  # the step before t in the scan's order
     if mode == "lstm" and isinstance(cells, _CCells):  # the whole loop in the cells
-        dh, dc = cells.lstm_scan_grad(y, gy, gates, c0, w, out, order, prev)
+        dh, dc = cells.lstm_scan_grad(y, gy, gates, c0, w, out, order, prev, dh0, dc0)
     else:
-        dh, dc = _grad_steps(mode, cells, y, gy, gates, h0, c0, w, out, order, prev)
+        dh, dc = _grad_steps(mode, cells, y, gy, gates, h0, c0, w, out, order, prev, dh0, dc0)
         cells.done()
     last = out[T]
     last[...] = 0
@@ -289,12 +294,32 @@ def _rnn_scan_grad(ins, a, shape, dt):
     return _out(out, dt)
 
 
-def _grad_steps(mode, cells, y, gy, gates, h0, c0, w, out, order, prev) -> tuple:
-    """The backward loop of :func:`_rnn_scan_grad` a step at a time: the carried ``(dh, dc or None)`` of the initial
-    state."""
+def _step_grads(mode: str, parts: dict, T: int, B: int, H: int, ct) -> tuple[np.ndarray, bool]:
+    """The per-step gradient the cells read (``gy[t]``, ``[B, W]`` rows: ``h``'s in ``[:H]``, lstm ``c``'s in
+    ``[H:2H]``, the gates' after them where ``gates``) from the given parts (``"y"``, ``"out"``; the final state's
+    start the carried gradients instead), and whether it holds the gates' (skipped when all zeros)."""
+    gy, gout = parts.get("y"), parts.get("out")
+    if gy is not None:
+        # the packed gates' own gradients are zero unless something read them: skip adding them then
+        gates = bool(gy[:, :, 2 * H if mode == "lstm" else H:].any())
+        if gout is not None:
+            gy = gy.copy()
+            gy[:, :, :H] += gout
+        return gy, gates
+    W = 2 * H if mode == "lstm" else H  # what the cells read of a step's row without the gates
+    if gout is not None:
+        if W == H:
+            return gout, False
+        gy = np.zeros((T, B, W), ct)
+        gy[:, :, :H] = gout
+        return gy, False
+    return np.broadcast_to(np.zeros((1, B, W), ct), (T, B, W)), False  # every step reads the same zero row
+
+
+def _grad_steps(mode, cells, y, gy, gates, h0, c0, w, out, order, prev, dh, dc) -> tuple:
+    """The backward loop of :func:`_rnn_scan_grad` a step at a time from the final state's gradient ``dh``, ``dc``
+    (lstm; carried in place): the carried ``(dh, dc or None)`` of the initial state."""
     ct, (B, H) = y.dtype, h0.shape
-    dh = np.zeros((B, H), ct)
-    dc = np.zeros((B, H), ct) if mode == "lstm" else None
     tmp, direct = np.empty((B, H), ct), np.empty((B, H), ct)
     for t in reversed(order):
         p = prev.get(t)

@@ -85,11 +85,33 @@ def scan_grad_ref(mode: str, reverse: bool, y, gy, h0, c0, w):
     return np.concatenate([np.stack(rows), last[None]])
 
 
+def packed_grad(mode: str, reverse: bool, grads, parts, T: int, B: int, H: int, S: int, dtype=np.float64):
+    """The packed output's gradient ``[T, B, S]`` that ``rnn_scan_grad``'s given ``parts`` (named by ``grads``)
+    sum to, summed in ``dtype`` in their order."""
+    gy = np.zeros((T, B, S), dtype)
+    last = 0 if reverse else T - 1
+    for name, v in zip(grads, parts):
+        if name == "y":
+            gy += v
+        elif name == "out":
+            gy[:, :, :H] += v
+        elif name == "h":
+            gy[last, :, :H] += v
+        else:
+            gy[last, :, H:2 * H] += v
+    return gy
+
+
 _SHAPES = {"lstm": (4, 6), "gru": (3, 5), "rnn_tanh": (1, 1), "rnn_relu": (1, 1)}  # (gates, packed) per H
+#: ``rnn_scan_grad`` given its output's gradient in parts (``grads``): a layer's output and final state, the state
+#: alone, the packed whole with them
+_PARTS = (("lstm", ("out", "h", "c")), ("lstm", ("c",)), ("lstm", ("y", "out", "h", "c")), ("gru", ("out", "h")),
+          ("rnn_tanh", ("h",)), ("rnn_relu", ("out",)))
 
 
 def recurrent_specs(op: str):
-    """Specs for ``rnn_scan`` / ``rnn_scan_grad``: T=3, B=2, H=3, every mode, forward and reverse."""
+    """Specs for ``rnn_scan`` / ``rnn_scan_grad``: T=3, B=2, H=3, every mode, forward and reverse (and
+    ``rnn_scan_grad`` given its output's gradient in parts, :data:`_PARTS`)."""
     T, B, H = 3, 2, 3
     out = []
     for mode, (G, S) in _SHAPES.items():
@@ -107,4 +129,19 @@ def recurrent_specs(op: str):
                     c0 = xs[3] if mode == "lstm" else None
                     return scan_grad_ref(mode, reverse, xs[0], xs[1], xs[2], c0, xs[-1])
                 out.append((tag, [(T, B, S * H), (T, B, S * H), *states, (G * H, H)], (-1, 1), attrs, ref))
+    if op == "rnn_scan_grad":
+        for mode, grads in _PARTS:
+            G, S = _SHAPES[mode]
+            for reverse in (False, True):
+                states = [(B, H), (B, H)] if mode == "lstm" else [(B, H)]
+                shapes = {"y": (T, B, S * H), "out": (T, B, H), "h": (B, H), "c": (B, H)}
+                k = len(grads)
+
+                def ref(xs, dt, mode=mode, reverse=reverse, grads=grads, k=k, S=S):
+                    gy = packed_grad(mode, reverse, grads, xs[1:1 + k], T, B, H, S * H)
+                    c0 = xs[2 + k] if mode == "lstm" else None
+                    return scan_grad_ref(mode, reverse, xs[0], gy, xs[1 + k], c0, xs[-1])
+                out.append((f"{mode}{'-reverse' if reverse else ''}-{'-'.join(grads)}",
+                            [(T, B, S * H), *(shapes[g] for g in grads), *states, (G * H, H)], (-1, 1),
+                            {"mode": mode, "reverse": reverse, "grads": list(grads)}, ref))
     return out

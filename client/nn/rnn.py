@@ -33,9 +33,10 @@ _GATES = {mode.upper(): g for mode, g in GATES.items()}  # torch's mode names: "
 
 
 def _scan(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
-          reverse: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+          reverse: bool = False, outputs: bool = True) -> tuple[Tensor | None, Tensor, Tensor | None]:
     """Run the recurrence over the time-major input projection ``gi`` ``[T, B, G*H]`` (``x W_ih^T + b_ih``) from
-    ``h`` (and ``c``) as one ``rnn_scan``: ``(outputs [T, B, H], final h, final c or None)``."""
+    ``h`` (and ``c``) as one ``rnn_scan``: ``(outputs [T, B, H], final h, final c or None)``; ``outputs`` None
+    without ``outputs`` (a cell: its one step's output is its final ``h``)."""
     if gi.dtype is not w_hh.dtype:  # an autocast input projection
         gi = gi.to(w_hh.dtype)
     if b_hh is None:
@@ -44,7 +45,7 @@ def _scan(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh
     y = gi._rec("rnn_scan", ins, {"mode": mode.lower(), "reverse": reverse})
     H = h.shape[-1]
     last = y[0 if reverse else y.shape[0] - 1]
-    return y[:, :, :H], last[:, :H], (last[:, H:2 * H] if mode == "LSTM" else None)
+    return y[:, :, :H] if outputs else None, last[:, :H], (last[:, H:2 * H] if mode == "LSTM" else None)
 
 
 # an LSTM with a projection records one step at a time (the scan has no projection): ``gi`` is the step's input
@@ -468,7 +469,7 @@ class RNNCell(RNNCellBase):
         x, (h,), batched = self._prepare(input, hx, 1)
         mode = "RNN_RELU" if self.nonlinearity == "relu" else "RNN_TANH"
         _, h, _ = _scan(mode, F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, None, self.weight_hh,
-                        self.bias_hh)
+                        self.bias_hh, outputs=False)
         return h if batched else h.squeeze(0)
 
 
@@ -480,7 +481,7 @@ class LSTMCell(RNNCellBase):
     def forward(self, input, hx=None):  # noqa: A002
         x, (h, c), batched = self._prepare(input, hx, 2)
         _, h, c = _scan("LSTM", F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, c, self.weight_hh,
-                        self.bias_hh)
+                        self.bias_hh, outputs=False)
         return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
 
 
@@ -492,5 +493,5 @@ class GRUCell(RNNCellBase):
     def forward(self, input, hx=None):  # noqa: A002
         x, (h,), batched = self._prepare(input, hx, 1)
         _, h, _ = _scan("GRU", F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, None, self.weight_hh,
-                        self.bias_hh)
+                        self.bias_hh, outputs=False)
         return h if batched else h.squeeze(0)

@@ -20,6 +20,18 @@ The scan's output packs, per step ``t`` (``[T, B, S]``), the state and what the 
 The gradient's output is ``[T + 1, B, W]``: rows ``0..T-1`` the gradients of each step's pre-activation gates (lstm
 ``W = 4H``: i f g o; rnn ``W = H``; gru ``W = 4H``: r z n for ``gi`` and ``r * dn`` for ``gh``'s n part), row ``T``
 the initial state's (``dh0`` in ``[:H]``, ``dc0`` in ``[H:2H]`` for lstm).
+
+The gradient's inputs are ``y``, then the parts of ``y``'s gradient that its ``grads`` attribute names (in the order
+of :data:`GRAD_PARTS`; ``["y"]`` when absent), then ``h0`` (``c0``) and ``w_hh``. ``y``'s gradient is their sum, a
+part not given counting as zeros:
+
+- ``"y"``: the whole packed output's, ``[T, B, S]``;
+- ``"out"``: each step's ``h``, ``[T, B, H]`` (a layer's output);
+- ``"h"`` / ``"c"``: the last step's ``h`` / ``c`` (lstm), ``[B, H]`` (the final state; the last step in the scan's
+  order: ``T - 1``, or ``0`` with ``reverse``).
+
+So the usual layer's gradient (its output's, its final state's) reaches the op as the parts the user's slices got,
+not assembled into a packed ``[T, B, S]`` zero canvas first (pads and adds: ~4 recorded ops a cell step).
 """
 
 from __future__ import annotations
@@ -35,6 +47,8 @@ GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 PACKED = {"lstm": 6, "gru": 5, "rnn_tanh": 1, "rnn_relu": 1}
 #: the gradient's width per step, in hidden sizes
 GRAD = {"lstm": 4, "gru": 4, "rnn_tanh": 1, "rnn_relu": 1}
+#: the parts of the packed output's gradient ``rnn_scan_grad`` may be given (its ``grads`` attribute), in order
+GRAD_PARTS = ("y", "out", "h", "c")
 
 
 def _states(mode: str) -> int:
@@ -68,13 +82,30 @@ def _check_common(kind: str, mode: str, metas, lead: str) -> tuple[int, int, int
     return s0[0], s0[1], H, d0
 
 
-def _mode(op: str, metas, attrs, first: str, last: str) -> str:
-    """The checked ``mode`` and ``reverse`` attributes, and the input count (``first``, the state(s), ``last``)."""
+def grad_parts(attrs) -> tuple[str, ...]:
+    """``rnn_scan_grad``'s checked ``grads`` attribute: the gradient parts it is given, in :data:`GRAD_PARTS`'
+    order, at least one."""
+    v = attrs.get("grads")
+    if v is None:
+        return ("y",)
+    if not isinstance(v, (list, tuple)) or not v or any(p not in GRAD_PARTS for p in v) \
+            or list(v) != sorted(set(v), key=GRAD_PARTS.index):
+        raise ProtocolError(f"attribute 'grads' must name some of {list(GRAD_PARTS)}, each once, in that order; "
+                            f"got {v!r}")
+    mode = attrs.get("mode", "lstm")
+    if "c" in v and mode != "lstm":
+        raise ProtocolError(f"rnn_scan_grad: a {mode} scan has no cell state: 'grads' cannot name 'c'")
+    return tuple(v)
+
+
+def _mode(op: str, metas, attrs, first: str, last: str, extra: int = 0) -> str:
+    """The checked ``mode`` and ``reverse`` attributes, and the input count (``first``, ``extra`` more, the
+    state(s), ``last``)."""
     mode = a_str(attrs, "mode", MODES)
     a_bool(attrs, "reverse")
     n = _states(mode)
-    if len(metas) != 3 + n:
-        raise ProtocolError(f"op {op} ({mode}) takes {3 + n} inputs ({first}, {'h0, c0' if n == 2 else 'h0'}, "
+    if len(metas) != 3 + n + extra:
+        raise ProtocolError(f"op {op} ({mode}) takes {3 + n + extra} inputs ({first}, {'h0, c0' if n == 2 else 'h0'}, "
                             f"{last}), got {len(metas)}")
     return mode
 
@@ -90,15 +121,19 @@ def _scan_infer(metas, attrs):
 
 
 def _grad_infer(metas, attrs):
-    mode = _mode("rnn_scan_grad", metas, attrs, "y, gy", "w_hh")
-    (sy, _), (sg, _) = metas[0], metas[1]
-    if tuple(sy) != tuple(sg):
-        raise ShapeError(f"rnn_scan_grad: the gradient {list(sg)} must have the output's shape {list(sy)}")
-    T, B, H, dt = _check_common("rnn_scan_grad", mode, [metas[0]] + metas[2:], "y")
+    parts = grad_parts(attrs)
+    k = len(parts)
+    mode = _mode("rnn_scan_grad", metas, attrs, f"y, {', '.join('g' + p for p in parts)}", "w_hh", k - 1)
+    sy = metas[0][0]
+    T, B, H, dt = _check_common("rnn_scan_grad", mode, [metas[0]] + metas[1 + k:], "y")
     if sy[2] != PACKED[mode] * H:
         raise ShapeError(f"rnn_scan_grad: y must be [T, B, {PACKED[mode] * H}], got {list(sy)}")
-    if metas[1][1] is not dt:
-        raise DTypeError(f"rnn_scan_grad: every input must be {dt.name}, got {metas[1][1].name}")
+    want = {"y": tuple(sy), "out": (T, B, H), "h": (B, H), "c": (B, H)}
+    for p, (s, d) in zip(parts, metas[1:1 + k]):
+        if tuple(s) != want[p]:
+            raise ShapeError(f"rnn_scan_grad: the gradient part {p!r} must be {list(want[p])}, got {list(s)}")
+        if d is not dt:
+            raise DTypeError(f"rnn_scan_grad: every input must be {dt.name}, got {d.name}")
     return (T + 1, B, GRAD[mode] * H), dt
 
 
@@ -162,37 +197,51 @@ def _rnn_scan(g, gi, h, *rest):
     return outs[0] if T == 1 else g.op("cat", *outs, dim=0)
 
 
-@composite("rnn_scan_grad", None, _grad_infer, attrs=("mode", "reverse"))
-def _rnn_scan_grad(g, y, gy, h0, *rest):
+@composite("rnn_scan_grad", None, _grad_infer, attrs=("mode", "reverse", "grads"))
+def _rnn_scan_grad(g, y, *rest):
     """The gradients of ``rnn_scan``'s pre-activation gates per step and of its initial state, given its packed
-    output ``y`` and that output's gradient ``gy`` (every packed part's gradient counts)."""
+    output ``y`` and the parts of that output's gradient that ``grads`` names (every packed part's gradient counts;
+    a part not given adds nothing)."""
     *rest, attrs = rest
     mode, reverse = attrs.get("mode", "lstm"), attrs.get("reverse", False)
-    c0 = rest[0] if mode == "lstm" else None
+    names = grad_parts(attrs)
+    parts = dict(zip(names, rest))
+    rest = rest[len(names):]
+    h0 = rest[0]
+    c0 = rest[1] if mode == "lstm" else None
     w_hh = rest[-1]
+    gy, gout = parts.get("y"), parts.get("out")
     T, B, _ = y.shape
     H = h0.shape[1]
     one = _scalar(g, 1, y.dtype)
     order = list(scan_order(T, reverse))
     prev = {t: p for p, t in zip(order, order[1:])}  # the step before t in the scan's order
-    dh = dc = None
+    dh, dc = parts.get("h"), parts.get("c")  # the final state's gradient, carried back from the last step
+
+    def plus(a, b):  # a sum of gradients, None counting as zeros
+        return b if a is None else a if b is None else g.op("add", a, b)
+
+    def given(k):  # the packed output's given gradient at step t, columns [k*H, (k+1)*H) (None: zeros)
+        return None if gy is None else _row(g, gy, t, k, k + 1, H)
+
     rows = [None] * T
     for t in reversed(order):
         p = prev.get(t)
-        gh_t = _row(g, gy, t, 0, 1, H)
-        dh = gh_t if dh is None else g.op("add", gh_t, dh)
+        gh_t = plus(given(0), None if gout is None else _row(g, gout, t))
+        dh = plus(gh_t, dh)
+        if dh is None:  # no gradient reaches this step's h (nor any later step's)
+            dh = g.op("full", shape=[B, H], dtype=y.dtype.name, value=0)
         if mode == "lstm":
             c_t = _row(g, y, t, 1, 2, H)
             c_prev = c0 if p is None else _row(g, y, p, 1, 2, H)
             i, f, gg, o = (_row(g, y, t, k, k + 1, H) for k in (2, 3, 4, 5))
             tc = g.op("tanh", c_t)
-            gc = _row(g, gy, t, 1, 2, H)
-            dc = gc if dc is None else g.op("add", gc, dc)
-            dc = g.op("add", dc, g.op("mul", g.op("mul", dh, o), g.op("sub", one, g.op("mul", tc, tc))))
-            do = g.op("add", g.op("mul", dh, tc), _row(g, gy, t, 5, 6, H))
-            di = g.op("add", g.op("mul", dc, gg), _row(g, gy, t, 2, 3, H))
-            dg = g.op("add", g.op("mul", dc, i), _row(g, gy, t, 4, 5, H))
-            df = g.op("add", g.op("mul", dc, c_prev), _row(g, gy, t, 3, 4, H))
+            dc = plus(given(1), dc)
+            dc = plus(dc, g.op("mul", g.op("mul", dh, o), g.op("sub", one, g.op("mul", tc, tc))))
+            do = plus(g.op("mul", dh, tc), given(5))
+            di = plus(g.op("mul", dc, gg), given(2))
+            dg = plus(g.op("mul", dc, i), given(4))
+            df = plus(g.op("mul", dc, c_prev), given(3))
             sig = lambda d, s: g.op("mul", d, g.op("mul", s, g.op("sub", one, s)))  # noqa: E731
             parts = [sig(di, i), sig(df, f), g.op("mul", dg, g.op("sub", one, g.op("mul", gg, gg))), sig(do, o)]
             dgh = g.op("cat", *parts, dim=1)
@@ -201,11 +250,11 @@ def _rnn_scan_grad(g, y, gy, h0, *rest):
         elif mode == "gru":
             h_prev = h0 if p is None else _row(g, y, p, 0, 1, H)
             r, z, n, hn = (_row(g, y, t, k, k + 1, H) for k in (1, 2, 3, 4))
-            dn = g.op("add", g.op("mul", dh, g.op("sub", one, z)), _row(g, gy, t, 3, 4, H))
-            dz = g.op("add", g.op("mul", dh, g.op("sub", h_prev, n)), _row(g, gy, t, 2, 3, H))
+            dn = plus(g.op("mul", dh, g.op("sub", one, z)), given(3))
+            dz = plus(g.op("mul", dh, g.op("sub", h_prev, n)), given(2))
             dpn = g.op("mul", dn, g.op("sub", one, g.op("mul", n, n)))
-            dr = g.op("add", g.op("mul", dpn, hn), _row(g, gy, t, 1, 2, H))
-            dhn = g.op("add", g.op("mul", dpn, r), _row(g, gy, t, 4, 5, H))
+            dr = plus(g.op("mul", dpn, hn), given(1))
+            dhn = plus(g.op("mul", dpn, r), given(4))
             dpr = g.op("mul", dr, g.op("mul", r, g.op("sub", one, r)))
             dpz = g.op("mul", dz, g.op("mul", z, g.op("sub", one, z)))
             row = g.op("cat", dpr, dpz, dpn, dhn, dim=1)
