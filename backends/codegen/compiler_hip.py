@@ -10,8 +10,8 @@ OpenCL targets. No GPU is needed to compile. :func:`hip_unavailable` says why no
 clang parses ``hip/hip_runtime.h`` (~60,000 lines) for every source: ~0.9 s of a small module's ~1.1 s. A process
 parses it once, into a precompiled header for each (architecture, options) it compiles for (:func:`_clang_pch`, in a
 folder of the process's own, removed at exit, or by the next process to build one if this one was killed), and each
-compile then includes that: the code object is the same, byte for byte, and a small module takes ~0.25 s. Should the header fail to build, or clang refuse it (a header
-changed since), the source is compiled as it is.
+compile then includes that: the code object is the same, byte for byte, and a small module takes ~0.25 s. Should the
+header fail to build, or clang refuse it (a header changed since), the source is compiled as it is.
 """
 
 from __future__ import annotations
