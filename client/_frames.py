@@ -8,19 +8,17 @@ import os
 import sys
 
 _CLIENT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_getframe = sys._getframe
 #: per code file name seen by :func:`_user_frame`: whether it is the user's (outside the client package). A dict hit
 #: on the name (a string, its hash cached) is what every recorded op's search costs once the file was seen, where
-#: ``str.startswith`` is a method call; ``Session.record`` looks its caller's file up here itself and calls
-#: :func:`_user_frame` only when the file is not known to be the user's
-USER_FILES: dict[str, bool] = {}
+#: ``str.startswith`` is a method call
+_USER_FILES: dict[str, bool] = {}
 _MAX_FILES = 4096  # (code made by exec/compile under ever new names: the table starts again past this)
 
 
 def _is_user_file(name: str) -> bool:
-    if len(USER_FILES) >= _MAX_FILES:
-        USER_FILES.clear()
-    user = USER_FILES[name] = not name.startswith(_CLIENT_DIR)
+    if len(_USER_FILES) >= _MAX_FILES:
+        _USER_FILES.clear()
+    user = _USER_FILES[name] = not name.startswith(_CLIENT_DIR)
     return user
 
 
@@ -32,13 +30,8 @@ def _user_frame(up: int = 2):
     those frames are skipped unseen (each frame the walk looks at is made into a Python object). It runs for every
     recorded op: a frame's ``f_lineno`` would walk its code's line table from the start each time, most of this
     function's cost, for a line that is almost never read."""
-    return user_frame_from(_getframe(up))
-
-
-def user_frame_from(f):
-    """:func:`_user_frame`'s search, from frame ``f`` on (a caller that has looked at ``f`` already: ``Session.record``
-    checks its caller's file first)."""
-    files = USER_FILES
+    f = sys._getframe(up)
+    files = _USER_FILES
     while f is not None:
         code = f.f_code
         name = code.co_filename

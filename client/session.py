@@ -63,8 +63,7 @@ from tensorwire.protocol.wire import (
 )
 
 from . import leases
-from ._frames import USER_FILES as _USER_FILES
-from ._frames import _getframe, _user_frame, user_frame_from, user_line
+from ._frames import _user_frame, user_line
 from .cancel import Waker
 from .channels import (
     DIRECT_CONNECT_S,
@@ -555,22 +554,16 @@ class Session:
         if then is not None and (not lazy or self._capture is not None):
             first = self.record(op, inputs, attrs, device, known, where, up=up + 1, lazy=lazy)
             return self.record(then[0], [first], then[1], device, then[2], where, up=up + 1, lazy=lazy)
-        if len(inputs) == 2 and (x := inputs[0])._base is None and (y := inputs[1])._base is None \
-                and x._s is self and y._s is self and x._dev == device and y._dev == device:
-            # (a binary op on two tensors of this session and device, neither a view: the loop below, unrolled)
-            metas = [(x._shape, x.dtype), (y._shape, y.dtype)]
-            ids = [x._id, y._id]
-        else:
-            metas = []
-            ids = []
-            for t in inputs:
-                b = t._base
-                if b is not None and b._version != t._base_version:  # (a view whose base changed: recomputed)
-                    t._refresh()
-                if t._s is not self or (t._dev != device and op != "copy"):
-                    _input_error(self, t, device)
-                metas.append((t._shape, t.dtype))
-                ids.append(t._id)
+        metas = []
+        ids = []
+        for t in inputs:
+            b = t._base
+            if b is not None and b._version != t._base_version:  # (a view whose base changed: recomputed)
+                t._refresh()
+            if t._s is not self or (t._dev != device and op != "copy"):
+                _input_error(self, t, device)
+            metas.append((t._shape, t.dtype))
+            ids.append(t._id)
         if known is None:
             akey = attrs_key(op, attrs) if attrs else None
             shape, dtype = infer(op, metas, attrs, akey)
@@ -591,10 +584,8 @@ class Session:
             self.end_writes()
         if self._mark:
             self._ship_marked()
-        if where is None:  # (_user_frame's search, its first step inline: the caller's file, known to be the user's)
-            f = _getframe(up)
-            code = f.f_code
-            where = (code, f.f_lasti) if _USER_FILES.get(code.co_filename) else user_frame_from(f)
+        if where is None:
+            where = _user_frame(up + 1)
         lazy_nodes = self._lazy
         if lazy_nodes and not lazy_nodes.keys().isdisjoint(ids):
             ids = self._resolve(ids, where)

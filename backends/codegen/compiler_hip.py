@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import glob
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -199,7 +200,7 @@ def _clang_base(clang: str, rocm: str, bitcode: str, arch: str, options) -> list
 _PCH: dict[tuple, str | None] = {}
 _PCH_LOCK = threading.Lock()
 _PCH_DIR: list[str] = []  # this process's folder of them (made at the first, removed at exit)
-_PCH_MADE: list[tuple] = []  # the keys of the headers built (each a file of its own)
+_PCH_NUMBER = itertools.count(1)  # each header built is a file of its own: runtime<n>.h / .pch
 #: clang's complaints about a precompiled header itself (a header changed since, a mismatched option, a lost file)
 _PCH_FAULT = re.compile(r"PCH file|precompiled (header|file)|module file", re.IGNORECASE)
 
@@ -238,8 +239,7 @@ def _clang_pch(base: list[str]) -> str | None:
             _PCH_DIR.append(tempfile.mkdtemp(prefix=f"tw-hip-pch-{os.getpid()}-"))
             atexit.register(_remove_pch_dir, _PCH_DIR[0], os.getpid())
         d = _PCH_DIR[0]
-        _PCH_MADE.append(key)
-        n = len(_PCH_MADE)
+        n = next(_PCH_NUMBER)
         header, pch = os.path.join(d, f"runtime{n}.h"), os.path.join(d, f"runtime{n}.pch")
         with open(header, "w") as f:
             f.write(HIP_RUNTIME_INCLUDE)

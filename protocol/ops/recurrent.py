@@ -243,8 +243,8 @@ def _rnn_scan_grad(g, y, *rest):
             dg = plus(g.op("mul", dc, i), given(4))
             df = plus(g.op("mul", dc, c_prev), given(3))
             sig = lambda d, s: g.op("mul", d, g.op("mul", s, g.op("sub", one, s)))  # noqa: E731
-            parts = [sig(di, i), sig(df, f), g.op("mul", dg, g.op("sub", one, g.op("mul", gg, gg))), sig(do, o)]
-            dgh = g.op("cat", *parts, dim=1)
+            gate_grads = [sig(di, i), sig(df, f), g.op("mul", dg, g.op("sub", one, g.op("mul", gg, gg))), sig(do, o)]
+            dgh = g.op("cat", *gate_grads, dim=1)
             dc = g.op("mul", dc, f)
             row = dgh
         elif mode == "gru":
