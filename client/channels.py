@@ -22,7 +22,6 @@ know are reported to it (``forget``) so its table does not grow.
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import operator
@@ -324,8 +323,8 @@ class DataPlane:
         self.channels.clear()
 
     # -- handles -----------------------------------------------------------------------------------
-    def made(self, ids_devs) -> None:
-        """Handles a batch keeps (``(id, device)`` pairs), whichever path it takes."""
+    def made(self, ids_devs: dict) -> None:
+        """Handles a batch keeps (id -> device), whichever path it takes."""
         self.loc.update(ids_devs)
 
     def route_releases(self, release: list[int]) -> None:
@@ -333,14 +332,16 @@ class DataPlane:
         loc, direct_made, direct = self.loc, self.direct_made, self.direct
         if len(direct) == 1 and release:
             (d,) = direct
-            n = len(release)
-            if list(map(loc.get, release)).count(d) == n and len(ids := set(release)) == n:
-                # (all on the one direct device, none twice: what the loop below does, a set operation at a time)
-                collections.deque(map(loc.__delitem__, release), 0)
+            devs = list(map(loc.pop, release, itertools.repeat(None)))
+            if devs.count(d) == len(release):
+                # (all on the one direct device, none twice (a second pop finds none): what the loop below does, a
+                # pass at a time; the handles made on the channel, the commonest, tell the dispatcher nothing)
                 self.channels[d].releases += release
-                self.forget += itertools.filterfalse(direct_made.__contains__, release)
-                direct_made.difference_update(ids)
+                if not direct_made.issuperset(release):
+                    self.forget += itertools.filterfalse(direct_made.__contains__, release)
+                direct_made.difference_update(release)
                 return
+            loc.update(itertools.compress(zip(release, devs), devs))  # (put back: the loop below sorts them out)
         for i in release:
             d = loc.get(i)
             if d is not None and d in direct:
@@ -517,12 +518,13 @@ class RelayWindow:
                 "max_batches": self.max_batches, "max_bytes": self.max_bytes, "waits": self.waits, "peak": self.peak}
 
 
-def batch_device(nodes, devs) -> str | None:
+def batch_device(nodes, devs, op=_node_op) -> str | None:
     """The one device a batch's nodes run on ("" for no nodes), or None when they span several or include work
-    that only the relay carries (collectives)."""
+    that only the relay carries (collectives). ``op``: a node's op (wire nodes by default; the session passes its
+    pending entries' getter)."""
     if not nodes:
         return ""
-    if len(devs) != 1 or not NOT_DIRECT_OPS.isdisjoint(map(_node_op, nodes)):
+    if len(devs) != 1 or not NOT_DIRECT_OPS.isdisjoint(map(op, nodes)):
         return None
     return devs[0]
 

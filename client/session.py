@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from itertools import chain, compress, filterfalse, repeat
-from operator import itemgetter
+from operator import getitem, itemgetter
 
 import numpy as np
 import zmq
@@ -986,7 +986,7 @@ class Session:
             ((part, ext, first, dyn, temps, frames), extra), self._deferred = self._deferred, None
             header = self._replay_header(part, ext, first, dyn, extra + release, temps)
             route = _replay_route(part, temps)
-            made = [(first + j, dev) for j, dev in route[1]]
+            made = {first + j: dev for j, dev in route[1]}
             release = []  # (applied after the replay's work, like every release)
             if not pending and (fetch or sync):
                 header["fetch"], header["sync"] = fetch, sync
@@ -1019,7 +1019,7 @@ class Session:
                     reply: bool = False, wait_sent: bool = False) -> int | None:
         """Send ``pending`` as one batch message (as a plan replay when its structure was sent before);
         with ``reply``, number it and return the number the answer will carry."""
-        b = encode_batch(pending)
+        b = encode_known(pending)
         where = self._where  # (each node's line, kept as the batch's two lists: no entry a node)
         where.append((b.outs, list(map(_where_field, pending))))
         self._where_n += len(pending)
@@ -1029,9 +1029,11 @@ class Session:
                   "sync": sync}
         if self._prof is not None:  # a profile is open: number the batch, so every process's spans name it
             header["prof"] = self._prof.next_batch()
-        if b.nodes:
+        if b.skey is not None:
             plan, new = self.plan_number(b.skey)
             if new:
+                if b.nodes is None:  # (a structure seen before whose plan was evicted since: its nodes travel again)
+                    b = encode_batch(pending)
                 header["nodes"] = b.nodes
                 header["devs"] = b.devs
                 self._plane.plan_nodes[plan] = (b.nodes, b.devs, len(b.ext))
@@ -1045,9 +1047,8 @@ class Session:
             raise ProtocolError(f"a batch of {size} bytes exceeds the maximum message size of {MAX_MESSAGE} bytes "
                                 f"(TENSORWIRE_MAX_MESSAGE); upload the data in smaller tensors")
         devs = b.devs
-        made = [(hid, devs[n[3]]) for hid, n in zip(b.outs, b.nodes)] if len(devs) != 1 else \
-            list(zip(b.outs, repeat(devs[0])))
-        return self._post(header, b.frames, batch_device(b.nodes, devs), made, b.ext, fetch, reply=reply,
+        made = dict(zip(b.outs, map(_device_field, pending) if len(devs) != 1 else repeat(devs[0])))
+        return self._post(header, b.frames, batch_device(pending, devs, _op), made, b.ext, fetch, reply=reply,
                           wait_sent=wait_sent)
 
     # ------------------------------------------------------------------ paths (see channels.py)
@@ -1055,7 +1056,8 @@ class Session:
               wait_sent: bool = False) -> int | None:
         """Send a batch message (in the dispatcher's form) by the path its handles allow: the direct channel of
         the one device it touches, else the relay; fence first where the path of a device changes. ``made``: the
-        handles it keeps, with their devices. With ``reply``, returns the number its answer carries."""
+        handles it keeps, and their devices (a dict: merged into the plane's tables whole, no pass of Python calls a
+        handle). With ``reply``, returns the number its answer carries."""
         plane = self._plane
         plane.made(made)
         dev = plane.direct_device(batch_dev, ext, fetch, header["release"])
@@ -1067,7 +1069,7 @@ class Session:
                 plane.direct.add(dev)
             plane.used.add(dev)
         else:
-            touched: set | None = {d for _, d in made}  # (the devices it touches: None, any)
+            touched: set | None = set(made.values())  # (the devices it touches: None, any)
             loc = plane.loc
             for i in itertools.chain(ext, fetch, header["release"]):
                 d = loc.get(i)
@@ -1080,7 +1082,7 @@ class Session:
                 self._direct_sync(d)
         plane.route_releases(header["release"])
         if ch is not None:
-            plane.direct_made.update(map(_first, made))
+            plane.direct_made.update(made)
             msg = header.copy()  # (the dispatcher's fields dropped, in C)
             del msg["t"], msg["k"], msg["release"]
             msg.pop("drop_plans", None)
@@ -1143,7 +1145,7 @@ class Session:
         self._send_channel_releases(dev if ch is not None else None)
         if len(plane.relay_releases) > MAX_RELAY_RELEASES:
             self._post({"t": "batch", "k": self._key, "ext": [], "outs": [], "fetch": [], "release": [],
-                        "sync": False}, (), "", [], (), ())
+                        "sync": False}, (), "", {}, (), ())
         return q
 
     def _attach_plan(self, msg: dict, path: str) -> None:
@@ -1778,6 +1780,112 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
     return b
 
 
+_device_field = itemgetter(4)  # (a pending entry's device)
+_metas_field = itemgetter(6)  # (... its input metas)
+_akey_field = itemgetter(7)  # (... its attrs key)
+#: batch structures seen, by :func:`_signature`: what :func:`encode_batch` derived from one (``skey``, ``devs``, where
+#: its dynamic attributes and its external inputs' first reads are); bounded as the plans are. A pure function of the
+#: structure, shared by sessions
+MAX_SHAPES = MAX_PLANS
+_shapes: dict = {}
+_shapes_lock = threading.Lock()
+
+
+class _StructureKey(tuple):
+    """A ``Batch.skey`` that hashes once: the one object of a structure seen before is the session's plan key
+    (``Session.plan_number`` looks it up each batch; a plain tuple's hash walks every node's key each time)."""
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("h")
+        if h is None:
+            h = self.__dict__["h"] = tuple.__hash__(self)
+        return h
+
+
+def _signature(pending: list) -> tuple:
+    """``(signature, outs, ext)`` of pending entries, in a few C passes over the whole batch rather than a Python
+    step a node. Two batches with equal signatures and equal metas of their external inputs have equal structure
+    keys (``Batch.skey``), devices and dynamic attribute positions: it holds every input's ref (flat, with each
+    node's input count), each node's op, attrs key and device; not an upload's shape and dtype (a const node's key
+    is made from them: :func:`_const_keys`). A node reads only handles made before it: an output's ref is its
+    index."""
+    outs = list(map(_first, pending))
+    refs_of = dict(zip(outs, range(len(outs))))
+    ins = list(chain.from_iterable(map(_inputs, pending)))
+    ext = list(dict.fromkeys(filterfalse(refs_of.__contains__, ins)))  # (in the order first read)
+    if ext:
+        refs_of.update(zip(ext, itertools.count(-1, -1)))
+    sig = (tuple(map(refs_of.__getitem__, ins)), tuple(map(len, map(_inputs, pending))), tuple(map(_op, pending)),
+           tuple(map(_akey_field, pending)), tuple(map(_device_field, pending)))
+    return sig, outs, ext
+
+
+def _const_keys(pending: list, js) -> list:
+    """The shape and dtype of each upload (const node) at ``js``: with the signature, they make its key."""
+    out = []
+    for j in js:
+        a = pending[j][3]
+        out.append((tuple(a["shape"]), a["dtype"]) if a else None)
+    return out
+
+
+def encode_known(pending: list) -> Batch:
+    """:func:`encode_batch`'s batch for the session's send path: a structure seen before (an equal
+    :func:`_signature`, and equal metas of the external inputs) reuses what was derived from it, and its batch has
+    no ``nodes`` (None: a replay of its plan needs none; :func:`encode_batch` makes them when its plan is gone).
+    ``ext``, ``dyn`` and ``frames`` are this batch's."""
+    if not pending:
+        return encode_batch(pending)
+    sig, outs, ext = _signature(pending)
+    shape = _shapes.get(sig)
+    if shape is not None:
+        skey, devs, spec, first_reads, consts = shape
+        # (each external input's meta where it is first read: the node, and its place among that node's inputs)
+        ext_meta = tuple(map(getitem, map(_metas_field, map(pending.__getitem__, first_reads[0])), first_reads[1]))
+        if ext_meta == skey[2] and (not consts[0] or _const_keys(pending, consts[0]) == consts[1]):
+            return _known_batch(pending, skey, devs, spec, outs, ext, list(ext_meta))
+    b = encode_batch(pending)
+    b.skey = _StructureKey(b.skey)
+    # (the nodes whose dynamic attributes a replay carries: any with attrs, of an op that has dynamic ones)
+    spec = [(j, OPS[n[0]].dynamic) for j, n in enumerate(b.nodes) if OPS[n[0]].dynamic]
+    seen, js, ks = set(), [], []
+    for j, n in enumerate(b.nodes):
+        for k, r in enumerate(n[1]):
+            if r < 0 and r not in seen:
+                seen.add(r)
+                js.append(j)
+                ks.append(k)
+    const_js = [j for j, n in enumerate(b.nodes) if n[0] == "const"]
+    shape = (b.skey, b.devs, spec, (js, ks), (const_js, _const_keys(pending, const_js)))
+    with _shapes_lock:  # (sessions of several threads share it: one evicts at a time)
+        if len(_shapes) >= MAX_SHAPES and sig not in _shapes:
+            del _shapes[next(iter(_shapes))]
+        _shapes[sig] = shape
+    return b
+
+
+def _known_batch(pending: list, skey, devs, spec, outs, ext, ext_meta) -> Batch:
+    """The batch of a structure seen before: this batch's dynamic attributes and uploads, at the places its spec
+    says, and no nodes."""
+    dyn, frames = [], []
+    for j, dynamic in spec:
+        attrs = pending[j][3]
+        if not attrs:
+            continue
+        if "frame" in attrs and pending[j][1] == "const":  # (an upload: its bytes become a frame of the message)
+            frames.append(as_frame(attrs["frame"]))
+            attrs = {"frame": len(frames) - 1}
+        d = {}
+        for k in dynamic:
+            if k in attrs:
+                d[k] = attrs[k]
+        dyn.append([j, d])
+    b = Batch()
+    b.nodes, b.devs, b.ext, b.ext_meta, b.outs, b.dyn, b.frames, b.skey = None, devs, ext, ext_meta, outs, dyn, \
+        frames, skey
+    return b
+
+
 #: ops whose result a batch may leave out when nobody reads it: they cannot fail once inference passed on the client
 #: (so leaving one out loses no error) and change nothing but their result
 PRUNABLE = frozenset((HOST_OPS - {"floor_divide", "remainder"}) | {"const"}
@@ -1795,7 +1903,7 @@ def prune_dead(pending: list, release: list[int]) -> tuple[list, list[int]]:
     # the node dropped last is read by no node (its readers, after it, would be dropped too): without an unread
     # released node of a prunable op, nothing is dropped
     unread = dead.difference(chain.from_iterable(map(_inputs, pending)))
-    if not unread or PRUNABLE.isdisjoint(compress(map(_op, pending), map(unread.__contains__, map(_first, pending)))):
+    if not unread or PRUNABLE.isdisjoint(map(_op, compress(pending, map(unread.__contains__, map(_first, pending))))):
         return pending, release
     needed: set[int] = set()
     kept = []

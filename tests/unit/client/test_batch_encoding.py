@@ -72,3 +72,38 @@ def test_nothing_released_in_the_batch_keeps_it_whole():
     pending = [entry(1, "reshape", [0], {"shape": [3, 2]})]
     kept, release = prune_dead(pending, [5])
     assert kept is pending and release == [5]
+
+
+def _upload(hid, shape, value):
+    import numpy as np
+
+    arr = np.full(shape, value, np.float32)
+    return (hid, "const", [], {"shape": list(shape), "dtype": "float32", "frame": arr}, "cpu:0", None, (), None)
+
+
+def test_a_structure_seen_before_is_encoded_as_the_full_encoding_without_its_nodes():
+    from tensorwire.session import encode_known
+
+    def batch(base, start, shape=(2, 3)):
+        sl = {"starts": [start, 0], "stops": [start + 1, 3], "steps": [1, 1]}
+        return [_upload(base, shape, start), entry(base + 1, "add", [base, 7]),
+                entry(base + 2, "slice", [base + 1], sl), entry(base + 3, "mul", [base + 2, 7]),
+                entry(base + 4, "add", [base + 3, 8])]
+
+    for pending, seen in ((batch(100, 0), False), (batch(200, 1), True), (batch(300, 1, (3, 2)), False)):
+        full, b = encode_batch(pending), encode_known(pending)
+        assert (b.nodes is None) == seen
+        assert b.skey == full.skey and b.devs == full.devs and b.outs == full.outs
+        assert b.ext == full.ext and b.ext_meta == full.ext_meta and b.dyn == full.dyn
+        assert [bytes(f) for f in b.frames] == [bytes(f) for f in full.frames]
+
+
+def test_a_structure_seen_before_with_other_input_metas_is_encoded_again():
+    from tensorwire.session import encode_known
+
+    other = ((4,), F)
+    first = [entry(500, "add", [1, 2]), entry(501, "neg", [500])]
+    encode_known(first)
+    pending = [(600, "add", (3, 4), None, "cpu:0", None, [other, other], None), entry(601, "neg", [600])]
+    b = encode_known(pending)
+    assert b.nodes is not None and b.ext_meta == [other, other] == list(encode_batch(pending).skey[2])
