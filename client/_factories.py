@@ -17,6 +17,8 @@ import numpy as np
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError
+from tensorwire.protocol.graph import attrs_key
+from tensorwire.protocol.ops import infer
 from tensorwire.protocol.random import counters_used
 from tensorwire.protocol.shapes import check_shape, numel
 
@@ -92,7 +94,25 @@ def full(s, shape: tuple, fill_value, dtype, dev: str):
         if not dt.is_complex:
             raise DTypeError(f"full: a complex fill value needs a complex dtype, got {dt.name}")
         v = [v.real, v.imag]  # (the wire's form of a complex attribute)
-    return s.record("full", [], {"shape": list(shape), "dtype": dt.name, "value": v}, dev)
+    attrs = {"shape": list(shape), "dtype": dt.name, "value": v}
+    tv = type(v)
+    if tv is not int and tv is not float and tv is not bool:
+        return s.record("full", [], attrs, dev)
+    # (a real value: the node's attrs key and meta depend on the shape, dtype and the value's type alone, whatever
+    # value: found once for them, not by every zeros, ones and full)
+    key = (shape, dt, tv)
+    known = _FULL_KNOWN.get(key)
+    if known is None:
+        if len(_FULL_KNOWN) >= MAX_FULL_KNOWN:
+            _FULL_KNOWN.clear()
+        known = _FULL_KNOWN[key] = (attrs_key("full", attrs), infer("full", [], attrs))
+    return s.record("full", [], attrs, dev, known)
+
+
+#: :func:`full`'s node's ``(attrs key, (shape, dtype))`` (``Session.record``'s ``known``), by its shape, dtype and the
+#: fill value's type; emptied when it holds :data:`MAX_FULL_KNOWN` entries
+_FULL_KNOWN: dict[tuple, tuple] = {}
+MAX_FULL_KNOWN = 4096
 
 
 def random(s, op: str, shape: tuple, dtype: D.DType, dev: str, generator, **extra):

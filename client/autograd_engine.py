@@ -551,13 +551,13 @@ def _add_result(results, e, g):
 def _phase(session, roots, want, results, pending, visited, create_graph) -> None:
     """One request: gradients from ``roots`` (edge, holder, seed) down to leaves, targets and custom nodes."""
     nodes: list = []
-    seen: set = set()
+    seen: set = set()  # (of nodes themselves, here and in ``index``: a Node hashes and compares by identity)
     stack = []
     direct = []
     for e, _holder, seed in roots:
         if type(e) is Node:
-            if id(e) not in seen:
-                seen.add(id(e))
+            if e not in seen:
+                seen.add(e)
                 stack.append(e)
         else:
             direct.append((e, seed))
@@ -566,8 +566,8 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
         nodes.append(n)
         for ent in n.entries:
             e = ent[3]
-            if type(e) is Node and id(e) not in seen:
-                seen.add(id(e))
+            if type(e) is Node and e not in seen:
+                seen.add(e)
                 stack.append(e)
     for e, seed in direct:  # roots that are leaves, retained values or custom outputs themselves
         _deliver(e, seed.clone(), want, results, pending)
@@ -575,7 +575,7 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
         return
     visited.extend(nodes)
     nodes.sort(key=_by_seq)
-    index = {id(n): j for j, n in enumerate(nodes)}
+    index = {n: j for j, n in enumerate(nodes)}
 
     devs: list = []
     dev_index: dict = {}
@@ -594,7 +594,7 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
         for ent in n.entries:
             obj, vid, _, e, shape, dtype = ent
             if type(e) is Node:
-                r = index[id(e)]
+                r = index[e]
                 if obj is not None and obj._id == vid:
                     holders.setdefault(r, obj)
             else:
@@ -621,7 +621,7 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
     seeds = []
     for e, holder, seed in roots:
         if isinstance(e, Node):
-            j = index[id(e)]
+            j = index[e]
             root_refs.append(j)
             seeds.append(seed)
             if holder is not None:
@@ -689,7 +689,10 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
         if keep is None and bw.get("metas") is not None:
             keep = _known_from_metas(bw, grads)
         if keep is not None:
-            out = session.record_graph(bw["nodes"], vals, devs, bw["known"], keep, bw["host"], where)
+            plan = bw.get("plan")  # (record_graph's per-node work that the graph fixes: kept with it, made once)
+            if plan is None:
+                plan = bw["plan"] = session.graph_plan(bw["nodes"], devs, bw["known"], keep, bw["host"])
+            out = session.record_graph(bw["nodes"], vals, devs, bw["known"], keep, bw["host"], where, plan)
         else:
             known = bw.get("known")
             first = known is None

@@ -128,10 +128,14 @@ def _gather_rows(root, starts: list, length: int, stacked: bool) -> Tensor:
 def cat(tensors, dim: int = 0, *, out=None) -> Tensor:
     """Concatenate tensors along ``dim`` (dtypes promote; empty 1-D tensors are skipped, as torch). Views that are
     row ranges of one base, joined along dim 0, are gathered from the base in one op (:func:`_gather_rows`)."""
-    tensors = [t for t in tensors]
+    tensors = list(tensors)
     if not tensors:
         raise ValueError("cat() expected a non-empty list of Tensors")
-    live = [t for t in tensors if t._shape != (0,)] or tensors[:1]
+    live = tensors
+    for t in tensors:  # (a loop, no list made: an empty 1-D tensor is rare)
+        if t._shape == (0,):
+            live = [t for t in tensors if t._shape != (0,)] or tensors[:1]
+            break
     if len(live) == 1:
         r = live[0].clone()
     else:

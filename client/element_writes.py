@@ -22,6 +22,7 @@ from tensorwire.protocol.errors import IndexOutOfRange
 from tensorwire.protocol.graph import attrs_key
 
 from . import views as V
+from ._frames import _user_frame
 
 #: a run of writes is recorded once it holds this many positions (its two uploads stay small)
 MAX_RUN = 1 << 16
@@ -40,6 +41,12 @@ def _as_int(k) -> int | None:
 def element_position(x, key) -> int | None:
     """The flat (row-major) position that ``key`` names in ``x`` when it names one element by Python ints, else
     None; raises torch's IndexError for an int out of range."""
+    shape = x._shape
+    if type(key) is int and len(shape) == 1:  # (``x[i]`` of a 1-d tensor or view, the commonest: the loop below's)
+        n = shape[0]
+        if not -n <= key < n:
+            raise IndexOutOfRange(f"index {key} is out of bounds for dimension 0 with size {n}")
+        return key + n if key < 0 else key
     if not isinstance(key, tuple):
         key = (key,)
     if len(key) != len(x._shape) or not key:
@@ -103,13 +110,15 @@ class ElementWrites:
         pos = np.fromiter(self.values.keys(), np.int64, len(self.values))
         vals = np.array(list(self.values.values()), dtype=np.float64 if dt.is_floating_point else object).astype(dt.np)
         # (each node's attrs key and output meta given: a reshape to (n,), the index_put of that shape, the reshape
-        # back to x's shape, whose handle the run took at its first write)
+        # back to x's shape, whose handle the run took at its first write; all five name the user's line that ended
+        # the run, found once: this runs below the session's record, end_writes and the client's calls above them)
+        where = _user_frame()
         flat_meta = ((n,), dt)
-        flat = s.record("reshape", [self.before], {"shape": [n]}, x._dev, (V.reshape_key((n,)), flat_meta))
-        out = s.record("index_put", [flat, s.const(vals, x._dev, dt), s.const(pos, x._dev)],
-                       {"dim": 0, "accumulate": False}, x._dev, (_INDEX_PUT_KEY, flat_meta))
+        flat = s.record("reshape", [self.before], {"shape": [n]}, x._dev, (V.reshape_key((n,)), flat_meta), where)
+        out = s.record("index_put", [flat, s.const(vals, x._dev, dt, where=where), s.const(pos, x._dev, where=where)],
+                       {"dim": 0, "accumulate": False}, x._dev, (_INDEX_PUT_KEY, flat_meta), where)
         made = s.record("reshape", [out], {"shape": list(x._shape)}, x._dev, (V.reshape_key(x._shape), (x._shape, dt)),
-                        hid=self.hid)
+                        where, hid=self.hid)
         made._s = None  # x holds this handle: the record's own tensor must not release it when it dies
         self.before = None
 

@@ -160,14 +160,7 @@ def getitem(x, key):
             return V.row_view(x, a, b)
         if not -n <= key < n:
             raise IndexOutOfRange(f"index {key} is out of bounds for dimension 0 with size {n}")
-        a = key % n
-        b = a + 1
-        lens = (1, *shape[1:])
-        out = shape[1:]
-        nd = len(shape)
-        if nd == 1:
-            return V.basic_view(x, [a], [b], [1], out, lens)
-        return V.basic_view(x, [a] + [0] * (nd - 1), [b, *shape[1:]], [1] * nd, out, lens)
+        return V.index_view(x, key if key >= 0 else key + n)
     if tk is tuple:  # ``x[:, :1]``, ``x[..., 0]``, ``x[i, j]``: a key of ints, slices, None and ``...`` is read here
         parts = _basic_tuple(shape, key)
         if parts is not None:

@@ -608,7 +608,7 @@ class Session:
             self.flush()
         return t
 
-    def record_graph(self, nodes, vals: list, devs: list, known: list, keep, host, where) -> list:
+    def record_graph(self, nodes, vals: list, devs: list, known: list, keep, host, where, plan=None) -> list:
         """Record a graph whose every node's attrs key and output meta are known (a replayed backward graph,
         ``autograd_engine._phase``): ``nodes`` as ``[op, refs, attrs, device index]`` (``refs``: ``j >= 0`` the output
         of node ``j``, ``-(k + 1)`` tensor ``k`` of ``vals``), ``known`` one ``(attrs key, (shape, dtype))`` per node,
@@ -619,7 +619,8 @@ class Session:
         work that cannot change between the nodes done once, and no tensor made for an output nobody keeps. The
         nodes in ``host`` (``autograd_engine.host_nodes``: their values may be the client's) go through :meth:`record`,
         and must be in ``keep`` with their inputs; in ``tw.compile``'s capture every node does (all outputs then get
-        tensors)."""
+        tensors). ``plan``: :meth:`graph_plan` of the graph, which a caller that records it again keeps (made here
+        when not given)."""
         if self._capture is not None:
             out: list = []
             for (op, refs, attrs, d), kn in zip(nodes, known):
@@ -630,50 +631,57 @@ class Session:
             self.end_writes()
         if self._mark:
             self._ship_marked()
-        out_ids: list[int] = []  # per node: its output's handle, meta and device
-        out_metas: list = []
-        out_devs: list[str] = []
+        if plan is None:
+            plan = self.graph_plan(nodes, devs, known, keep, host)
+        out_ids: list[int] = []  # per node: its output's handle
         tensors: list = []
         pending = self._pending
         lazy_nodes = self._lazy
         made = self._scalars_made
-        for j, (op, refs, attrs, d) in enumerate(nodes):
-            device = devs[d]
-            if j in host:
-                t = self.record(op, [tensors[r] if r >= 0 else vals[-r - 1] for r in refs], attrs, device, known[j],
-                                where)
-                out_ids.append(t._id)
-                out_metas.append((t._shape, t.dtype))
-                out_devs.append(device)
-                tensors.append(t)
-                pending = self._pending
-                continue
-            akey, meta = known[j]
-            metas = []
-            ids = []
-            for r in refs:
-                if r >= 0:  # (a handle made here, on its node's device)
-                    if out_devs[r] != device and op != "copy":
-                        raise _devices_differ(device, out_devs[r])
-                    metas.append(out_metas[r])
-                    ids.append(out_ids[r])
+        counter = self._ids
+        for j, p in enumerate(plan):
+            if p is not None:  # (inputs all made here, no check to make: the node's entry as it is planned)
+                op, attrs, device, akey, meta, metas, getter, r0, kept = p
+                hid = next(counter)
+                pending.append((hid, op, getter(out_ids) if getter is not None else (out_ids[r0],), attrs, device,
+                                where, metas, akey))
+                out_ids.append(hid)
+            else:
+                op, refs, attrs, d = nodes[j]
+                device = devs[d]
+                if j in host:
+                    t = self.record(op, [tensors[r] if r >= 0 else vals[-r - 1] for r in refs], attrs, device,
+                                    known[j], where)
+                    out_ids.append(t._id)
+                    tensors.append(t)
+                    pending = self._pending
                     continue
-                t = vals[-r - 1]  # (record's checks of an input tensor)
-                b = t._base
-                if b is not None and b._version != t._base_version:
-                    t._refresh()
-                if t._s is not self or (t._dev != device and op != "copy"):
-                    _input_error(self, t, device)
-                metas.append((t._shape, t.dtype))
-                ids.append(t._id)
-            hid = next(self._ids)
-            if lazy_nodes and not lazy_nodes.keys().isdisjoint(ids):
-                ids = self._resolve(ids, where)
-            pending.append((hid, op, tuple(ids), attrs, device, where, metas, akey))
-            out_ids.append(hid)
-            out_metas.append(meta)
-            out_devs.append(device)
-            if j in keep:
+                akey, meta = known[j]
+                metas = []
+                ids = []
+                for r in refs:
+                    if r >= 0:  # (a handle made here, on its node's device)
+                        rdev = devs[nodes[r][3]]
+                        if rdev != device and op != "copy":
+                            raise _devices_differ(device, rdev)
+                        metas.append(known[r][1])
+                        ids.append(out_ids[r])
+                        continue
+                    t = vals[-r - 1]  # (record's checks of an input tensor)
+                    b = t._base
+                    if b is not None and b._version != t._base_version:
+                        t._refresh()
+                    if t._s is not self or (t._dev != device and op != "copy"):
+                        _input_error(self, t, device)
+                    metas.append((t._shape, t.dtype))
+                    ids.append(t._id)
+                hid = next(counter)
+                if lazy_nodes and not lazy_nodes.keys().isdisjoint(ids):
+                    ids = self._resolve(ids, where)
+                pending.append((hid, op, tuple(ids), attrs, device, where, metas, akey))
+                out_ids.append(hid)
+                kept = j in keep
+            if kept:
                 shape, dtype = meta
                 t = _new_tensor(Tensor)
                 t._init(self, hid, shape, dtype, device)
@@ -690,6 +698,26 @@ class Session:
         if not self.closed:  # (the outputs no tensor holds: released as their tensors would be)
             self._release += [h for h, t in zip(out_ids, tensors) if t is None]
         return tensors
+
+    @staticmethod
+    def graph_plan(nodes, devs: list, known: list, keep, host) -> list:
+        """What :meth:`record_graph` does for each node of a graph that the graph alone fixes (its arguments but
+        ``vals`` and ``where``): per node ``(op, attrs, device, attrs key, meta, input metas, getter, ref, kept)``
+        when every input is the output of an earlier node of the graph on the node's device (or the node is a
+        ``copy``) that is not in ``host`` (so never a lazy handle): its entry needs the input handles alone
+        (``getter(handles)``, or the handle of ``ref`` for one input), and ``kept``: whether it is in ``keep``. None for
+        the other nodes, recorded with :meth:`record`'s checks. (The input metas list is shared by the entries of
+        every recording of the graph: an entry's fields are never changed.)"""
+        plan: list = []
+        for j, ((op, refs, attrs, d), (akey, meta)) in enumerate(zip(nodes, known)):
+            device = devs[d]
+            if j in host or not refs or any(r < 0 or r in host or (devs[nodes[r][3]] != device and op != "copy")
+                                            for r in refs):
+                plan.append(None)
+                continue
+            getter = itemgetter(*refs) if len(refs) > 1 else None
+            plan.append((op, attrs, device, akey, meta, [known[r][1] for r in refs], getter, refs[0], j in keep))
+        return plan
 
     # (lazy nodes: a node made by :meth:`record` with ``lazy`` or a known integer result is kept here, unrecorded, and
     # recorded only when a recorded node reads it (:meth:`_resolve`), its value is fetched from a device, or a compiled
@@ -848,12 +876,14 @@ class Session:
             release, self._release = self._release, []
         return out, dropped
 
-    def const(self, array: np.ndarray, device: str, dtype: D.DType | None = None, *, borrowed: bool = False):
+    def const(self, array: np.ndarray, device: str, dtype: D.DType | None = None, *, borrowed: bool = False,
+              where=None):
         """Record a tensor whose bytes travel with the next batch (an upload).
 
         ``borrowed``: the array belongs to the caller, who may change it after this returns. A small one is
         copied; a large one is sent at once without a copy, and this returns once zmq has handed its bytes
-        to the kernel (the upload is then synchronous, like torch's ``.to(device)``).
+        to the kernel (the upload is then synchronous, like torch's ``.to(device)``). ``where``: the user's line, when
+        the caller has it (:meth:`record`'s).
         """
         if self._writes is not None:
             self.end_writes()
@@ -871,7 +901,7 @@ class Session:
             array = array.copy()
         hid = next(self._ids)
         entry = (hid, "const", [], {"shape": list(array.shape), "dtype": dt.name, "frame": array}, device,
-                 _user_frame(), (), None)
+                 _user_frame() if where is None else where, (), None)
         self._pending.append(entry)
         self._pending_bytes += array.nbytes
         t = Tensor.__new__(Tensor)

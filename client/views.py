@@ -121,7 +121,7 @@ class Slice(ViewStep):
     """Basic indexing: a strided slice, then a reshape that drops int dims and adds None dims. A step is never changed
     once made (``_known`` is a cache of what its fields give), so views may share one (:func:`row_view`)."""
 
-    __slots__ = ("starts", "stops", "steps", "out_shape", "in_shape", "_known")
+    __slots__ = ("starts", "stops", "steps", "out_shape", "in_shape", "_known", "_pos")
 
     def __init__(self, starts: list, stops: list, steps: list, out_shape: tuple, in_shape: tuple | None = None):
         # (the lists are kept, not copied: the caller made them for this step, and the recorded attrs share them)
@@ -131,6 +131,7 @@ class Slice(ViewStep):
         #: the slice is recorded with its key and meta given (its lengths and steps: the plan's part of a slice)
         self.in_shape = in_shape
         self._known = None
+        self._pos = None  # (root_position's map of flat positions, for one input shape: _pos_map)
 
     def on_host(self, value: np.ndarray) -> np.ndarray:
         """The view of a host value (a value the client already has, see ``known_values``)."""
@@ -264,8 +265,44 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
     return _basic_view(x, Slice(starts, stops, steps, out, x._shape), out, lens)
 
 
-def _basic_view(x, step: Slice, out: tuple, lens: tuple | None):
-    """:func:`basic_view` of ``x`` by ``step`` (whose output shape is ``out``; ``lens`` as there)."""
+#: :func:`index_view`'s pieces, by ``(input shape, index, dtype)``: the view step of ``x[i]`` (its ``_known`` set), its
+#: output shape and lengths, and its nodes' attrs (``_basic_view``'s ``made``); made once, as a step and the attrs of a
+#: recorded node are never changed (emptied at :data:`MAX_ROW_STEPS`)
+_INDEX_VIEWS: dict[tuple, tuple] = {}
+
+
+def index_view(x, a: int):
+    """``x[a]`` for an int ``0 <= a < x.shape[0]`` (checked by the caller): :func:`basic_view`'s view, its step,
+    lengths, known meta and attrs made once per input shape, index and dtype (:data:`_INDEX_VIEWS`): a loop's
+    ``line[i]``, ``t[i][0]``."""
+    shape = x._shape
+    dt = x.dtype
+    key = (shape, a, dt)
+    got = _INDEX_VIEWS.get(key)
+    if got is None:
+        got = remember(_INDEX_VIEWS, key, _index_parts(shape, a, dt), MAX_ROW_STEPS)
+    step, out, lens, made = got
+    return _basic_view(x, step, out, lens, made)
+
+
+def _index_parts(shape: tuple, a: int, dt) -> tuple:
+    """:func:`index_view`'s pieces for ``x[a]`` of an ``x`` of ``shape`` and ``dt``: ``(step, out, lens, made)``."""
+    nd = len(shape)
+    out = shape[1:]
+    lens = (1, *out)
+    step = Slice([a] + [0] * (nd - 1), [a + 1, *out], [1] * nd, out, shape)
+    # (the slice's known meta kept in ``made`` too: ``Slice._key_meta`` may set the step's for another dtype, when a
+    # view made by it is recomputed from a root whose dtype changed)
+    known = step._known = slice_known(lens, (1,) * nd, dt)
+    made = ({"starts": step.starts, "stops": step.stops, "steps": step.steps},
+            ("reshape", {"shape": list(out)}, (reshape_key(out), (out, dt))), known)
+    return step, out, lens, made
+
+
+def _basic_view(x, step: Slice, out: tuple, lens: tuple | None, made: tuple | None = None):
+    """:func:`basic_view` of ``x`` by ``step`` (whose output shape is ``out``; ``lens`` as there). ``made``: the slice
+    node's attrs, the reshape after it (``Session.defer``'s ``then``) and the slice's known meta, when the caller has
+    them (then ``lens`` is given too, and ``lens != out``: :func:`index_view`)."""
     s = x._s
     b = x._base
     if s._capture is not None or _amp_active[0]:
@@ -275,6 +312,8 @@ def _basic_view(x, step: Slice, out: tuple, lens: tuple | None):
     if not grad and b is not None and b._version != x._base_version:
         return x._view(step)
     dt = x.dtype
+    if made is not None:
+        return _made_view(s, x, b, step, lens, grad, made)
     if lens is not None and not grad and lens == out and out[0] and out[0] != x._shape[0] \
             and (len(out) == 1 or out[1:] == x._shape[1:]):  # (rows of x, not all of them, with unit steps)
         return _light_window(s, x, b, step, out, dt)
@@ -307,6 +346,36 @@ def _basic_view(x, step: Slice, out: tuple, lens: tuple | None):
     else:
         then = None if lens == out else ("reshape", {"shape": list(out)}, (reshape_key(out), (out, dt)))
         t = s.defer_view("slice", x, {"starts": starts, "stops": stops, "steps": steps}, known, then)
+    if b is None:  # (mark_view's)
+        t._base = x
+        t._vsteps = (step,)
+        t._base_version = x._version
+    else:
+        t._base = b
+        t._vsteps = (x._vsteps or ()) + (step,)
+        t._base_version = b._version
+    derive_view(t, x, step.on_host)
+    return t
+
+
+def _made_view(s, x, b, step: Slice, lens: tuple, grad: bool, made: tuple):
+    """:func:`_basic_view`'s view for a caller that gave ``made`` (its attrs made once; ``lens != out``): the same
+    nodes, view and known-value recipe."""
+    sattrs, then, known = made
+    if lens == x._shape:  # (the whole of x, ``t[i]`` of a dim of 1: one reshape of x, as _basic_view)
+        if grad:
+            t = _hooks._E.record_grad(s, "reshape", [x], then[1], x._dev, 3, then[2])
+        else:
+            t = s.defer_view("reshape", x, then[1], then[2])
+    elif grad:
+        record_grad = _hooks._E.record_grad
+        t = record_grad(s, "slice", [x], sattrs, x._dev, 3, known)
+        if t.requires_grad:
+            t = record_grad(s, "reshape", [t], then[1], x._dev, 3, then[2])
+        else:  # (no grad to track: ``_rec``'s lazy view)
+            t = s.record("reshape", [t], then[1], x._dev, then[2], lazy=True)
+    else:
+        t = s.defer_view("slice", x, sattrs, known, then)
     if b is None:  # (mark_view's)
         t._base = x
         t._vsteps = (step,)
@@ -488,36 +557,52 @@ def root_position(t, pos: int) -> int | None:
     None. Lets a Python value written to one element of a view (``x[i][0][j] = 1``) join the base's run of element
     writes (``client/element_writes.py``) instead of recording the write back through every step."""
     steps = t._vsteps
-    parents = [t._base._shape]  # each step's input shape
-    for step in steps[:-1]:
+    k = len(steps)
+    while k:  # (last step first: row-major, a reshape keeps every element's flat position, a slice maps it)
+        k -= 1
+        step = steps[k]
         tp = type(step)
         if tp is Reshape:
-            parents.append(step.shape)
-        elif tp is Slice:
-            parents.append(step.out_shape)
-        else:
-            return None
-    for step, shape in zip(reversed(steps), reversed(parents)):
-        tp = type(step)
-        if tp is Reshape:
-            continue  # row-major: a reshape keeps every element's flat position
+            continue
         if tp is not Slice:
             return None
-        # (the position in the sliced value before its reshape is the same flat position: its index in each dim,
-        # last dim first, is the input's index ``start + i * step``; the input's flat position is built up as it goes)
-        known = step._known
-        lens = known[1][0] if known is not None else \
-            [slice_len(a, b, st) for a, b, st in zip(step.starts, step.stops, step.steps)]
-        out, scale = 0, 1
-        for a, st, n, m in zip(reversed(step.starts), reversed(step.steps), reversed(lens), reversed(shape)):
-            if n:
-                pos, i = divmod(pos, n)
+        if k:  # (the step's input shape: its parent step's output, or the root's)
+            prev = steps[k - 1]
+            tq = type(prev)
+            if tq is Reshape:
+                shape = prev.shape
+            elif tq is Slice:
+                shape = prev.out_shape
             else:
-                i = 0
-            out += (a + i * st) * scale
-            scale *= m
+                return None
+        else:
+            shape = t._base._shape
+        m = step._pos
+        if m is None or m[0] != shape:
+            m = step._pos = _pos_map(step, shape)
+        out = m[1]
+        for n, mult in m[2]:
+            pos, i = divmod(pos, n)
+            out += i * mult
         pos = out
     return pos
+
+
+def _pos_map(step: Slice, shape: tuple) -> tuple:
+    """``(shape, offset, digits)``: slice ``step`` of an input of ``shape`` takes the element at flat position ``pos``
+    of its (row-major) output from flat position ``offset + sum(i * mult)`` of its input, where the ``i`` are the
+    digits of ``pos`` in the radices ``n`` of ``digits`` (``(n, mult)`` pairs, last dim first; dims of length 0 or 1
+    have no digit: their index is 0)."""
+    known = step._known
+    lens = known[1][0] if known is not None else \
+        [slice_len(a, b, st) for a, b, st in zip(step.starts, step.stops, step.steps)]
+    offset, scale, digits = 0, 1, []
+    for a, st, n, m in zip(reversed(step.starts), reversed(step.steps), reversed(lens), reversed(shape)):
+        offset += a * scale
+        if n > 1:
+            digits.append((n, st * scale))
+        scale *= m
+    return shape, offset, tuple(digits)
 
 
 def is_detached(t) -> bool:
@@ -582,6 +667,15 @@ def assign(t, new) -> None:
     root = t._base
     if root._version != t._base_version:
         refresh(t)
+    if is_detached(t) and root._s._capture is None and is_alias_of(t, root):
+        # (``p.data.add_(...)``: the whole of root's value written outside autograd. Root takes new's handle itself
+        # and t an alias of it: the other way round, as below, root would hold the alias, and every later read of it,
+        # a parameter read by every step, would resolve it)
+        _swap(root, new)
+        root._version += 1
+        _swap(t, detached_alias(root))
+        t._base_version = root._version
+        return
     vals = [root]
     for step in t._vsteps[:-1]:
         vals.append(step.forward(vals[-1]))
