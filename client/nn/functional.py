@@ -262,7 +262,12 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
     """Rows of ``weight`` picked by the integer tensor ``input``; rows at ``padding_idx`` get no gradient; rows whose
     norm is above ``max_norm`` are scaled down to it in ``weight`` itself first (as torch); ``scale_grad_by_freq``
     divides each row's gradient by its index's count in ``input``; ``sparse=True`` gives the same (dense) gradient:
-    tensorwire has no sparse tensors."""
+    tensorwire has no sparse tensors.
+
+    Without those options it is one ``index`` node, which takes an index of any shape (``weight[input]``): no
+    flattening of ``input`` and reshaping of the rows around it, forward or backward."""
+    if padding_idx is None and max_norm is None and not scale_grad_by_freq and weight.ndim == 2:
+        return weight._rec("index", [weight, input], {"dim": 0})
     out = embedding_rows(input.reshape(-1), weight, padding_idx, max_norm, norm_type, scale_grad_by_freq)
     return out.reshape(*input.shape, weight.shape[1])
 

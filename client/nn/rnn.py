@@ -32,20 +32,38 @@ _GATES = {mode.upper(): g for mode, g in GATES.items()}  # torch's mode names: "
 # ------------------------------------------------------------------------------------------------ the recurrence
 
 
-def _scan(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
-          reverse: bool = False, outputs: bool = True) -> tuple[Tensor | None, Tensor, Tensor | None]:
-    """Run the recurrence over the time-major input projection ``gi`` ``[T, B, G*H]`` (``x W_ih^T + b_ih``) from
-    ``h`` (and ``c``) as one ``rnn_scan``: ``(outputs [T, B, H], final h, final c or None)``; ``outputs`` None
-    without ``outputs`` (a cell: its one step's output is its final ``h``)."""
+def _packed(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
+            reverse: bool) -> Tensor:
+    """The recurrence over the time-major input projection ``gi`` ``[T, B, G*H]`` (``x W_ih^T + b_ih``) from ``h``
+    (and ``c``) as one ``rnn_scan``: its packed output ``[T, B, S]`` (each step's ``h`` in ``[:H]``, an LSTM's ``c``
+    in ``[H:2H]``)."""
     if gi.dtype is not w_hh.dtype:  # an autocast input projection
         gi = gi.to(w_hh.dtype)
     if b_hh is None:
         b_hh = w_hh.new_zeros(w_hh.shape[0])
     ins = [gi, h] + ([c] if mode == "LSTM" else []) + [w_hh, b_hh]
-    y = gi._rec("rnn_scan", ins, {"mode": mode.lower(), "reverse": reverse})
+    return gi._rec("rnn_scan", ins, {"mode": mode.lower(), "reverse": reverse})
+
+
+def _scan(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
+          reverse: bool = False, outputs: bool = True) -> tuple[Tensor | None, Tensor, Tensor | None]:
+    """:func:`_packed`'s recurrence as ``(outputs [T, B, H], final h [B, H], final c or None)``; ``outputs`` None
+    without ``outputs`` (a cell: its one step's output is its final ``h``)."""
+    y = _packed(mode, gi, h, c, w_hh, b_hh, reverse)
     H = h.shape[-1]
     last = y[0 if reverse else y.shape[0] - 1]
     return y[:, :, :H] if outputs else None, last[:, :H], (last[:, H:2 * H] if mode == "LSTM" else None)
+
+
+def _layer_scan(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
+                reverse: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """:func:`_packed`'s recurrence for a layer: ``(outputs [T, B, H], final h [1, B, H], final c [1, B, H] or
+    None)``, the final states as one slice each of the last step's row, in the shape the layer's ``h_n``/``c_n``
+    join them in (a ``cat``, not a ``stack``: no ``[B, H]`` step between, ~3 recorded ops fewer a layer)."""
+    y = _packed(mode, gi, h, c, w_hh, b_hh, reverse)
+    H = h.shape[-1]
+    t = 0 if reverse else y.shape[0] - 1
+    return y[:, :, :H], y[t:t + 1, :, :H], (y[t:t + 1, :, H:2 * H] if mode == "LSTM" else None)
 
 
 # an LSTM with a projection records one step at a time (the scan has no projection): ``gi`` is the step's input
@@ -180,8 +198,12 @@ class RNNBase(Module):
         size = self.hidden_size if cell or self.proj_size == 0 else self.proj_size
         return self.num_layers * nd, batch, size
 
+    def _first_weight(self) -> Tensor:
+        """``_flat_weights[0]`` (whose dtype the inputs must have) without building the whole list."""
+        return getattr(self, self._flat_weights_names[0])
+
     def _check_input(self, x: Tensor) -> None:
-        _check_dtype(type(self).__name__, x, self._flat_weights[0])
+        _check_dtype(type(self).__name__, x, self._first_weight())
         if x.shape[-1] != self.input_size:
             raise ShapeError(
                 f"input.size(-1) must be equal to input_size. Expected {self.input_size}, got {x.shape[-1]}"
@@ -223,18 +245,19 @@ class RNNBase(Module):
                 if tuple(s.shape) != exp:
                     what = "Expected hidden[1] size {}, got {}" if i == 1 else "Expected hidden size {}, got {}"
                     raise ShapeError(what.format(exp, list(s.shape)))
-                _check_dtype(kind, s, self._flat_weights[0])
+                _check_dtype(kind, s, self._first_weight())
         return x, batched, states
 
     def _projected_steps(self, gi: Tensor, h: Tensor, c: Tensor, weights, reverse: bool):
-        """An LSTM with ``proj_size``, step by step over the time-major ``gi``: (outputs [T, B, P], final h, c)."""
+        """An LSTM with ``proj_size``, step by step over the time-major ``gi``: (outputs [T, B, P], final h
+        [1, B, P], final c [1, B, H])."""
         _, w_hh, _, b_hh, w_hr = weights
         steps = range(gi.shape[0] - 1, -1, -1) if reverse else range(gi.shape[0])
         outs: list[Tensor | None] = [None] * gi.shape[0]
         for t in steps:
             h, c = _lstm_step(gi[t], h, c, w_hh, b_hh, w_hr)
             outs[t] = h
-        return stack(outs, 0), h, c
+        return stack(outs, 0), h.unsqueeze(0), c.unsqueeze(0)
 
     def forward(self, input, hx=None):  # noqa: A002
         """``(output, h_n)`` (``(output, (h_n, c_n))`` for LSTM); ``output`` is ``[L, N, D*H_out]`` (``[N, L, ...]``
@@ -256,7 +279,7 @@ class RNNBase(Module):
                 if self.proj_size:
                     out, h, c = self._projected_steps(gi, h0[k], c0[k], weights, reverse=direction == 1)
                 else:
-                    out, h, c = _scan(self.mode, gi, h0[k], c0[k], weights[1], weights[3], reverse=direction == 1)
+                    out, h, c = _layer_scan(self.mode, gi, h0[k], c0[k], weights[1], weights[3], direction == 1)
                 outs.append(out)
                 h_n.append(h)
                 c_n.append(c)
@@ -267,12 +290,12 @@ class RNNBase(Module):
             x = x.transpose(0, 1)
         tdim = 1 if self.batch_first else 0
         out = x if batched else x.squeeze(1 - tdim)  # the batch dim
-        hn = stack(h_n, 0)
+        hn = cat(h_n, 0)  # (each [1, B, H]; one layer's: a copy, never a view of the output it overlaps)
         if not batched:
             hn = hn.squeeze(1)
         if self.mode != "LSTM":
             return out, hn
-        cn = stack(c_n, 0)
+        cn = cat(c_n, 0)
         return out, (hn, cn if batched else cn.squeeze(1))
 
     def extra_repr(self) -> str:

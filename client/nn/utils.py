@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from tensorwire.creation import tensor
-from tensorwire.functions import cat, stack
+from tensorwire.functions import cat
 from tensorwire.tensor import Tensor
 
 from ._tensors import no_grad, rebind
@@ -27,13 +27,27 @@ def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = F
         return tensor(0.0)
     norm_type = float(norm_type)
     dev = tensors[0]._dev
-    norms = [t.norm(norm_type).to(dev) for t in tensors]
-    total = norms[0] if len(norms) == 1 else stack(norms).norm(norm_type)
+    if len(tensors) == 1:
+        total = tensors[0].norm(norm_type)
+        total = total if total._dev == dev else total.to(dev)
+    else:
+        # torch's norm of the stacked norms: each norm taken with its dims kept, so a 1-D tensor's is a [1] row
+        # already, and the rows joined with one cat (a stack of 0-d norms records a reshape for each)
+        norms = [_norm_row(t, norm_type, dev) for t in tensors]
+        total = cat(norms).norm(norm_type)
     if error_if_nonfinite and not math.isfinite(total.item()):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
                            "it cannot be clipped. To disable this error and scale the gradients by the non-finite "
                            "norm anyway, set `error_if_nonfinite=False`")
     return total
+
+
+def _norm_row(t: Tensor, norm_type: float, dev: str) -> Tensor:
+    """``t``'s ``norm_type``-norm over all its elements as a ``[1]`` tensor on ``dev``."""
+    n = t.norm(norm_type, None, True)  # (shape [1] * t.ndim)
+    if n.ndim != 1:
+        n = n.reshape(1)
+    return n if n._dev == dev else n.to(dev)
 
 
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
@@ -47,9 +61,15 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
         return tensor(0.0)
     total = get_total_norm(grads, norm_type, error_if_nonfinite)
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    scales: dict = {}  # the scale per (device, dtype) of the gradients: converted once, not once a parameter
     for p in params:
-        if p.grad is not None:
-            p.grad = p.grad * coef.to(p.grad._dev).to(p.grad.dtype)
+        g = p.grad
+        if g is not None:
+            key = (g._dev, g.dtype)
+            c = scales.get(key)
+            if c is None:
+                c = scales[key] = coef.to(g._dev).to(g.dtype)
+            p.grad = g * c
     return total
 
 

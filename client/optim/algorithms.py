@@ -14,8 +14,10 @@ import numpy as np
 
 from tensorwire.creation import full_like, zeros_like
 from tensorwire.protocol.dtypes import get_default_dtype
+from tensorwire.protocol.graph import attrs_key
+from tensorwire.protocol.ops.table import infer
 
-from .optimizer import _STEP, Optimizer, _set_state, required
+from .optimizer import _STEP, _WHERE, Optimizer, _set_state, required
 
 
 def _c(p, v):
@@ -31,7 +33,8 @@ def _d(p, v, replay=None):
     key = (float(v), p.dtype.name, p._dev, id(p._s))
     t = _STEP.get(key)
     if t is None:
-        t = _STEP[key] = p._s.record("full", [], {"shape": [], "dtype": p.dtype.name, "value": float(v)}, p._dev)
+        t = _STEP[key] = p._s.record("full", [], {"shape": [], "dtype": p.dtype.name, "value": float(v)}, p._dev,
+                                     where=_STEP.get(_WHERE))
         cap = p._s._capture
         if cap is not None and replay is not None:
             cap.provide([t], lambda: {"value": float(replay())})
@@ -51,10 +54,52 @@ def _bump(state) -> None:
     state["step"] += 1
 
 
-def _fused(p, op: str, ins: list, attrs: dict):
+def _fused(p, op: str, ins: list, attrs: dict, akey=None):
     """One fused update op (``protocol/ops/optim.py``: adam_*, sgd_*) on ``p``'s device, outside autograd (the
-    updates are not differentiable and run under no_grad)."""
-    return p._s.record(op, ins, attrs, p._dev)
+    updates are not differentiable and run under no_grad), from the step's user line (found once a step).
+
+    ``akey``: the attrs key of ``attrs``, when the caller made it once for many parameters (:func:`_adam_group`);
+    the output's meta then still comes from inference (memoised), which checks the inputs' shapes."""
+    where = _STEP.get(_WHERE)
+    if akey is None:
+        return p._s.record(op, ins, attrs, p._dev, where=where)
+    known = (akey, infer(op, [(t._shape, t.dtype) for t in ins], attrs, akey))
+    return p._s.record(op, ins, attrs, p._dev, known, where)
+
+
+_ADAM_OPS = ("adam_exp_avg", "adam_exp_avg_sq", "adam_param")
+
+
+def _adam_group(group: dict) -> tuple:
+    """What every parameter of ``group`` shares in the Adam step being recorded, made once a step per group (the
+    hyperparameters, which nothing changes during a step): ``(lr, beta1, beta2, weight_decay, decoupled, l2,
+    attrs of the three ops, their attrs keys)``."""
+    key = ("adam", id(group))
+    got = _STEP.get(key)
+    if got is None:
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        decoupled = bool(wd != 0 and group.get("decoupled_weight_decay"))
+        l2 = wd if wd != 0 and not decoupled else 0
+        attrs = ({"beta1": b1, "weight_decay": l2}, {"beta2": b2, "weight_decay": l2}, {"eps": eps})
+        akeys = tuple(attrs_key(op, a) for op, a in zip(_ADAM_OPS, attrs))
+        got = _STEP[key] = (lr, b1, b2, wd, decoupled, l2, attrs, akeys)
+    return got
+
+
+def _adam_scalars(group: dict, p, state: dict, step: int) -> list:
+    """``adam_param``'s 0-d inputs for a parameter of ``group`` at ``step``: the step size, the square root of the
+    second bias correction (and AdamW's decay); the same tensors for every parameter of the group at that step
+    count, found with one lookup rather than one :func:`_d` each (the replays read ``state``'s count, as before)."""
+    key = ("adam_scalars", id(group), step, p.dtype, p._dev, id(p._s))
+    got = _STEP.get(key)
+    if got is None:
+        lr, b1, b2, wd, decoupled = _adam_group(group)[:5]
+        got = [_d(p, lr / (1 - b1 ** step), lambda: group["lr"] / (1 - b1 ** state["step"])),
+               _d(p, math.sqrt(1 - b2 ** step), lambda: math.sqrt(1 - b2 ** state["step"]))]
+        if decoupled:
+            got.append(_d(p, 1 - lr * wd, lambda: 1 - group["lr"] * wd))
+        _STEP[key] = got
+    return got
 
 
 def _zeros_like(p):
@@ -122,7 +167,6 @@ class Adam(Optimizer):
                                       decoupled_weight_decay=decoupled_weight_decay))
 
     def _update(self, group, p, grad, state):
-        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         if not state:
             state["step"] = 0
             state["exp_avg"] = _zeros_like(p)
@@ -130,22 +174,14 @@ class Adam(Optimizer):
             if group["amsgrad"]:
                 state["max_exp_avg_sq"] = _zeros_like(p)
         step = _count_step(p, state)
-        decoupled = wd != 0 and group.get("decoupled_weight_decay")
-        l2 = wd if wd != 0 and not decoupled else 0
+        l2, attrs, akeys = _adam_group(group)[5:]
         ins = [grad, p] if l2 else [grad]
-        m = _set_state(state, "exp_avg", _fused(p, "adam_exp_avg", [state["exp_avg"], *ins],
-                                                {"beta1": b1, "weight_decay": l2}))
-        v = _set_state(state, "exp_avg_sq", _fused(p, "adam_exp_avg_sq", [state["exp_avg_sq"], *ins],
-                                                   {"beta2": b2, "weight_decay": l2}))
+        m = _set_state(state, "exp_avg", _fused(p, "adam_exp_avg", [state["exp_avg"], *ins], attrs[0], akeys[0]))
+        v = _set_state(state, "exp_avg_sq", _fused(p, "adam_exp_avg_sq", [state["exp_avg_sq"], *ins], attrs[1],
+                                                   akeys[1]))
         if group["amsgrad"]:
             v = _set_state(state, "max_exp_avg_sq", state["max_exp_avg_sq"].maximum(v))
-        bc1 = 1 - b1 ** step
-        bc2 = 1 - b2 ** step
-        ins = [p, m, v, _d(p, lr / bc1, lambda: group["lr"] / (1 - b1 ** state["step"])),
-               _d(p, math.sqrt(bc2), lambda: math.sqrt(1 - b2 ** state["step"]))]
-        if decoupled:
-            ins.append(_d(p, 1 - lr * wd, lambda: 1 - group["lr"] * wd))
-        return _fused(p, "adam_param", ins, {"eps": eps})
+        return _fused(p, "adam_param", [p, m, v, *_adam_scalars(group, p, state, step)], attrs[2], akeys[2])
 
 
 class AdamW(Adam):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 
+from tensorwire._frames import _user_frame
 from tensorwire.autograd_engine import enable_grad
 from tensorwire.creation import zeros_like
 from tensorwire.nn._tensors import alias, no_grad, rebind
@@ -24,9 +25,13 @@ class _RequiredParameter:
 
 required = _RequiredParameter()
 
-#: the dynamic-hyperparameter nodes of the step being recorded, shared by its parameters (``algorithms._d``);
-#: cleared before and after each step
+#: what the parameters share in the step being recorded: its dynamic-hyperparameter nodes (``algorithms._d``),
+#: Adam's per-group attrs and scalars (``algorithms._adam_group``, ``_adam_scalars``) and, under ``_WHERE``, the
+#: user's line of the step; cleared before and after each step
 _STEP: dict = {}
+#: ``_STEP``'s key of the user's line (``_frames._user_frame``) the step's ops record: found once a step, not once an
+#: op (each op's own search would walk up through the optimizer's frames to the same line)
+_WHERE = object()
 
 
 class Optimizer:
@@ -99,6 +104,7 @@ class Optimizer:
                     sess._capture.unsupported(f"{type(self).__name__}.step() keeps Python state that a replay "
                                               "would not update (tw.compile replays SGD, Adam and AdamW steps)")
         _STEP.clear()
+        _STEP[_WHERE] = _user_frame(2)
         try:
             with no_grad():
                 for group in self.param_groups:
