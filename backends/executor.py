@@ -23,7 +23,7 @@ import numpy as np
 
 from tensorwire.protocol.errors import DependencyFailed, ProtocolError, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND, ExpandingBuilder, Value, attrs_key, freeze
-from tensorwire.protocol.ops import a_dtype, a_int, get_op, infer
+from tensorwire.protocol.ops import OPS, a_dtype, a_int, get_op, infer
 from tensorwire.protocol.shapes import check_shape
 
 from .base import Device, Program, Step
@@ -775,7 +775,7 @@ def _run_timed(device: Device, plan: Plan, env: list, outs: list, dyn: dict, fra
                 spans.append(("fused kernels", "kernel", t0, time.monotonic_ns() - t0, {"steps": len(steps)}))
             else:
                 get = env.__getitem__
-                for (fn, ins, out, frees, dyn_node), st in zip(prog, steps):
+                for (fn, ins, out, frees, dyn_node), st in zip(prog, run.steps):
                     t0 = time.monotonic_ns()
                     if dyn_node is None:
                         env[out] = fn(*map(get, ins))
@@ -842,13 +842,56 @@ def _failed_results(plan: Plan, outs: list) -> dict:
     return out
 
 
+#: the kinds of op (``OpDef.kind``) whose steps depend on more than their inputs and attributes (a random op's
+#: stream, the worker's frames, the hub or the other devices): run whether their values are needed or not
+_RUN_ALWAYS_KINDS = frozenset({"random", "worker"})
+
+
+def _skippable(s: Step) -> bool:
+    """Whether step ``s`` may be left out of a run that needs nothing it makes: a plain op, not dynamic, that
+    reads only its inputs. What such a step makes, or the error it raises, is seen only through a slot the run keeps
+    (a run hands back its kept slots; the step-by-step run reports the failures of those only, :func:`execute`), so
+    leaving it out changes nothing a client sees (issue 37: a char-RNN's forward makes an output a letter and its
+    loss reads the last one)."""
+    op = OPS.get(s.op)
+    return op is not None and op.kind not in _RUN_ALWAYS_KINDS and not s.dynamic and s.op not in WORKER_OPS
+
+
+def _needed_steps(steps, keep: frozenset) -> list[bool]:
+    """Which of ``steps`` a run keeping the slots ``keep`` runs: all but the skippable ones (:func:`_skippable`)
+    whose output neither ``keep`` nor a later needed step reads (one backward pass over the slots' liveness: the
+    steps the run needs are made once, with its runner, not looked for at each run)."""
+    live = set(keep)
+    need = [True] * len(steps)
+    for k in range(len(steps) - 1, -1, -1):
+        s = steps[k]
+        if s.out not in live and s.out >= 0 and _skippable(s):
+            need[k] = False
+            continue
+        live.discard(s.out)  # (written here: the slot's earlier value is not what later steps read)
+        live.update(s.ins)
+    return need
+
+
 def _build_runner(device: Device, plan: Plan, keep: frozenset):
     """A tight loop over prepared (callable, input slots, output slot, slots to free) tuples; after
-    :data:`GENERATE_AFTER` runs, the same steps as generated Python statements (:func:`_generated`)."""
+    :data:`GENERATE_AFTER` runs, the same steps as generated Python statements (:func:`_generated`). Steps whose
+    values the run does not need are left out (:func:`_needed_steps`); what they freed goes after the next step."""
     prog = []
+    ran = []  # the steps of ``prog``, in order
     memos = plan.step_memos
-    for k, s in enumerate(plan.program.steps):
+    steps = plan.program.steps
+    need = _needed_steps(steps, keep)
+    carried: tuple = ()  # slots the steps left out would have freed
+    for k, s in enumerate(steps):
         frees = tuple(f for f in s.frees if f not in keep) if s.frees else ()
+        if not need[k]:
+            carried += frees
+            continue
+        if carried:  # (not the slot this step writes: that value is new)
+            frees = tuple(f for f in carried if f != s.out) + frees
+            carried = ()
+        ran.append(s)
         if s.dynamic or s.op in WORKER_OPS:
             prog.append((dynamic_call(device, s), s.ins, s.out, frees, s.origin))
             continue
@@ -879,8 +922,9 @@ def _build_runner(device: Device, plan: Plan, keep: frozenset):
                 made = state[1] = _generated(prog)
             return made(env, dyn, frames, after)
 
-    run.prog = prog  # what the profiler's timed run walks step by step
-    run.producers = {s.out: k for k, s in enumerate(plan.program.steps) if s.out >= 0}  # slot -> step making it
+    run.prog = prog  # what the profiler's timed run walks step by step ...
+    run.steps = tuple(ran)  # ... with the step of each item
+    run.producers = {s.out: k for k, s in enumerate(ran) if s.out >= 0}  # slot -> item making it
     return run
 
 

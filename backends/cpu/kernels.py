@@ -861,6 +861,10 @@ def specialize(step):
         add = np.add.reduce
         ax = _axes(step.attrs, len(meta[0][0]))
         keep = step.attrs.get("keepdim", False)
+        if ax and all(meta[0][0][d] == 1 for d in ax):  # one element a sum: the reduction's identity plus it, as
+            shape, zero, plus = tuple(step.shape), np.zeros((), dt.np), np.add  # numpy's reduce adds it (-0.0 sums
+            zero.flags.writeable = False  # to 0.0), without a reduction's setup (a gradient's bias row); a 0-d
+            return lambda a: plus(a.reshape(shape), zero)  # array, not a scalar: numpy converts a scalar each call
         lead = 0  # the leading axes reduced: summed first, as whole rows (numpy reduces many short rows slowly)
         while lead in ax:
             lead += 1
