@@ -346,7 +346,13 @@ def _basic_view(x, step: Slice, out: tuple, lens: tuple | None, made: tuple | No
     else:
         then = None if lens == out else ("reshape", {"shape": list(out)}, (reshape_key(out), (out, dt)))
         t = s.defer_view("slice", x, {"starts": starts, "stops": stops, "steps": steps}, known, then)
-    if b is None:  # (mark_view's)
+    return _linked(t, x, b, step)
+
+
+def _linked(t, x, b, step: Slice):
+    """``t``, made a view of ``x`` (whose base is ``b``, or None: ``x`` is a root) by ``step`` (``mark_view``'s
+    links, for the view makers here), with its known value derived from ``x``'s."""
+    if b is None:
         t._base = x
         t._vsteps = (step,)
         t._base_version = x._version
@@ -376,16 +382,7 @@ def _made_view(s, x, b, step: Slice, lens: tuple, grad: bool, made: tuple):
             t = s.record("reshape", [t], then[1], x._dev, then[2], lazy=True)
     else:
         t = s.defer_view("slice", x, sattrs, known, then)
-    if b is None:  # (mark_view's)
-        t._base = x
-        t._vsteps = (step,)
-        t._base_version = x._version
-    else:
-        t._base = b
-        t._vsteps = (x._vsteps or ()) + (step,)
-        t._base_version = b._version
-    derive_view(t, x, step.on_host)
-    return t
+    return _linked(t, x, b, step)
 
 
 #: the op of the lazy entry (``Session._lazy``) a light window's handle holds while it is light: no node, no input
