@@ -209,6 +209,13 @@ def _remainder(x, y):
 def _pow(x, y):
     if x.dtype.kind in "iu" and np.any(y < 0):
         raise ValueError("Integers to negative integer powers are not allowed.")
+    if y.size == 1 and x.dtype.kind == "f" and y.ndim <= x.ndim:  # (a float base to one exponent)
+        e = y.item() if y.ndim == 0 else y.reshape(-1)[0]
+        if e == 2 or e == 3:
+            # torch's CPU pow multiplies for these (its pow_tensor_scalar_optimized_kernel): x * x, x * x * x, to the
+            # bit; numpy's power calls pow() per element, ~30x slower (120 us against 4 for 2,000 floats)
+            r = np.multiply(x, x)
+            return np.multiply(r, x, out=r) if e == 3 else r
     return np.power(x, y)
 
 
