@@ -23,6 +23,7 @@ from tensorwire.protocol.random import counters_used
 from tensorwire.protocol.shapes import check_shape, numel
 
 from . import random as R
+from .views import remember
 
 
 class TensorBase:
@@ -103,9 +104,7 @@ def full(s, shape: tuple, fill_value, dtype, dev: str):
     key = (shape, dt, tv)
     known = _FULL_KNOWN.get(key)
     if known is None:
-        if len(_FULL_KNOWN) >= MAX_FULL_KNOWN:
-            _FULL_KNOWN.clear()
-        known = _FULL_KNOWN[key] = (attrs_key("full", attrs), infer("full", [], attrs))
+        known = remember(_FULL_KNOWN, key, (attrs_key("full", attrs), infer("full", [], attrs)), MAX_FULL_KNOWN)
     return s.record("full", [], attrs, dev, known)
 
 

@@ -38,6 +38,11 @@ def _as_int(k) -> int | None:
     return int(k)
 
 
+def out_of_bounds(i: int, dim: int, size: int) -> IndexOutOfRange:
+    """torch's IndexError for int ``i`` outside dimension ``dim`` of length ``size``."""
+    return IndexOutOfRange(f"index {i} is out of bounds for dimension {dim} with size {size}")
+
+
 def element_position(x, key) -> int | None:
     """The flat (row-major) position that ``key`` names in ``x`` when it names one element by Python ints, else
     None; raises torch's IndexError for an int out of range."""
@@ -45,7 +50,7 @@ def element_position(x, key) -> int | None:
     if type(key) is int and len(shape) == 1:  # (``x[i]`` of a 1-d tensor or view, the commonest: the loop below's)
         n = shape[0]
         if not -n <= key < n:
-            raise IndexOutOfRange(f"index {key} is out of bounds for dimension 0 with size {n}")
+            raise out_of_bounds(key, 0, n)
         return key + n if key < 0 else key
     if not isinstance(key, tuple):
         key = (key,)
@@ -57,7 +62,7 @@ def element_position(x, key) -> int | None:
         if i is None:
             return None
         if not -n <= i < n:
-            raise IndexOutOfRange(f"index {i} is out of bounds for dimension {d} with size {n}")
+            raise out_of_bounds(i, d, n)
         pos = pos * n + (i + n if i < 0 else i)
     return pos
 

@@ -17,7 +17,7 @@ from tensorwire.protocol.errors import IndexOutOfRange
 from . import _factories
 from . import autocast_state as _amp
 from . import views as V
-from .element_writes import batchable, element_position, write, write_at
+from .element_writes import batchable, element_position, out_of_bounds, write, write_at
 
 _amp_active = _amp._active
 
@@ -113,7 +113,7 @@ def _basic_parts(x, key):
         else:
             i = _int(k)
             if not -n <= i < n:
-                raise IndexOutOfRange(f"index {i} is out of bounds for dimension {d} with size {n}")
+                raise out_of_bounds(i, d, n)
             i %= n
             starts.append(i)
             stops.append(i + 1)
@@ -159,7 +159,7 @@ def getitem(x, key):
                     b = a
             return V.row_view(x, a, b)
         if not -n <= key < n:
-            raise IndexOutOfRange(f"index {key} is out of bounds for dimension 0 with size {n}")
+            raise out_of_bounds(key, 0, n)
         return V.index_view(x, key if key >= 0 else key + n)
     if tk is tuple:  # ``x[:, :1]``, ``x[..., 0]``, ``x[i, j]``: a key of ints, slices, None and ``...`` is read here
         parts = _basic_tuple(shape, key)
