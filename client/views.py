@@ -300,9 +300,9 @@ def _index_parts(shape: tuple, a: int, dt) -> tuple:
 
 
 def _basic_view(x, step: Slice, out: tuple, lens: tuple | None, made: tuple | None = None):
-    """:func:`basic_view` of ``x`` by ``step`` (whose output shape is ``out``; ``lens`` as there). ``made``: the slice
-    node's attrs, the reshape after it (``Session.defer``'s ``then``) and the slice's known meta, when the caller has
-    them (then ``lens`` is given too, and ``lens != out``: :func:`index_view`)."""
+    """:func:`basic_view` of ``x`` by ``step`` (whose output shape is ``out``; ``lens`` as there). ``made``:
+    :func:`_made_view`'s, when the caller has them (then ``lens`` is given too, and ``lens != out``:
+    :func:`index_view`)."""
     s = x._s
     b = x._base
     if s._capture is not None or _amp_active[0]:
@@ -326,33 +326,34 @@ def _basic_view(x, step: Slice, out: tuple, lens: tuple | None, made: tuple | No
         if known is None:
             known = remember(_UNIT_SLICE_KNOWN, (lens, dt), slice_known(lens, (1,) * len(lens), dt))
     step._known = known
-    if lens == x._shape:  # (the whole of x, ``t[i]`` of a dim of 1: Slice.forward's one reshape of x to ``out``, an
-        attrs = {"shape": list(out)}  # alias when out is x's shape too)
-        rk = (reshape_key(out), (out, dt))
+    # (Slice.forward's nodes: the slice, then the reshape of its int dims when there are any; the whole of x, ``t[i]``
+    # of a dim of 1, is one reshape of x to ``out``, an alias when out is x's shape too)
+    then = ("reshape", {"shape": list(out)}, (reshape_key(out), (out, dt))) if lens != out or lens == x._shape \
+        else None
+    return _made_view(s, x, b, step, lens, grad, ({"starts": starts, "stops": stops, "steps": steps}, then, known))
+
+
+def _made_view(s, x, b, step: Slice, lens: tuple, grad: bool, made: tuple):
+    """:func:`_basic_view`'s nodes and view, from ``made``: the slice node's attrs, the reshape after it
+    (``Session.defer``'s ``then``: ``(op, attrs, known)``, or None when the slice needs none) and the slice's known
+    meta (:func:`index_view` makes them once per shape, index and dtype)."""
+    sattrs, then, known = made
+    if lens == x._shape:  # (the whole of x: one reshape of x)
         if grad:
-            t = _hooks._E.record_grad(s, "reshape", [x], attrs, x._dev, 2, rk)
+            t = _hooks._E.record_grad(s, "reshape", [x], then[1], x._dev, 3, then[2])
         else:
-            t = s.defer_view("reshape", x, attrs, rk)
-    elif grad:  # (Slice.forward's nodes, recorded with autograd: the slice, then the reshape of its int dims)
+            t = s.defer_view("reshape", x, then[1], then[2])
+    elif grad:  # (recorded with autograd: the slice, then its reshape)
         record_grad = _hooks._E.record_grad
-        t = record_grad(s, "slice", [x], {"starts": starts, "stops": stops, "steps": steps}, x._dev, 2, known)
-        if lens != out:
-            attrs = {"shape": list(out)}
-            rk = (reshape_key(out), (out, dt))
+        t = record_grad(s, "slice", [x], sattrs, x._dev, 3, known)
+        if then is not None:
             if t.requires_grad:
-                t = record_grad(s, "reshape", [t], attrs, x._dev, 2, rk)
+                t = record_grad(s, "reshape", [t], then[1], x._dev, 3, then[2])
             else:  # (no grad to track: ``_rec``'s lazy view)
-                t = s.record("reshape", [t], attrs, x._dev, rk, lazy=True)
+                t = s.record("reshape", [t], then[1], x._dev, then[2], lazy=True)
     else:
-        then = None if lens == out else ("reshape", {"shape": list(out)}, (reshape_key(out), (out, dt)))
-        t = s.defer_view("slice", x, {"starts": starts, "stops": stops, "steps": steps}, known, then)
-    return _linked(t, x, b, step)
-
-
-def _linked(t, x, b, step: Slice):
-    """``t``, made a view of ``x`` (whose base is ``b``, or None: ``x`` is a root) by ``step`` (``mark_view``'s
-    links, for the view makers here), with its known value derived from ``x``'s."""
-    if b is None:
+        t = s.defer_view("slice", x, sattrs, known, then)
+    if b is None:  # (mark_view's links)
         t._base = x
         t._vsteps = (step,)
         t._base_version = x._version
@@ -362,27 +363,6 @@ def _linked(t, x, b, step: Slice):
         t._base_version = b._version
     derive_view(t, x, step.on_host)
     return t
-
-
-def _made_view(s, x, b, step: Slice, lens: tuple, grad: bool, made: tuple):
-    """:func:`_basic_view`'s view for a caller that gave ``made`` (its attrs made once; ``lens != out``): the same
-    nodes, view and known-value recipe."""
-    sattrs, then, known = made
-    if lens == x._shape:  # (the whole of x, ``t[i]`` of a dim of 1: one reshape of x, as _basic_view)
-        if grad:
-            t = _hooks._E.record_grad(s, "reshape", [x], then[1], x._dev, 3, then[2])
-        else:
-            t = s.defer_view("reshape", x, then[1], then[2])
-    elif grad:
-        record_grad = _hooks._E.record_grad
-        t = record_grad(s, "slice", [x], sattrs, x._dev, 3, known)
-        if t.requires_grad:
-            t = record_grad(s, "reshape", [t], then[1], x._dev, 3, then[2])
-        else:  # (no grad to track: ``_rec``'s lazy view)
-            t = s.record("reshape", [t], then[1], x._dev, then[2], lazy=True)
-    else:
-        t = s.defer_view("slice", x, sattrs, known, then)
-    return _linked(t, x, b, step)
 
 
 #: the op of the lazy entry (``Session._lazy``) a light window's handle holds while it is light: no node, no input

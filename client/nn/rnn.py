@@ -45,14 +45,13 @@ def _packed(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_
     return gi._rec("rnn_scan", ins, {"mode": mode.lower(), "reverse": reverse})
 
 
-def _scan(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
-          reverse: bool = False, outputs: bool = True) -> tuple[Tensor | None, Tensor, Tensor | None]:
-    """:func:`_packed`'s recurrence as ``(outputs [T, B, H], final h [B, H], final c or None)``; ``outputs`` None
-    without ``outputs`` (a cell: its one step's output is its final ``h``)."""
-    y = _packed(mode, gi, h, c, w_hh, b_hh, reverse)
+def _cell(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh: Tensor | None
+          ) -> tuple[Tensor, Tensor | None]:
+    """:func:`_packed`'s recurrence over the one step of a cell (``gi`` ``[1, B, G*H]``): ``(h' [B, H], c' or
+    None)``."""
+    last = _packed(mode, gi, h, c, w_hh, b_hh, False)[0]
     H = h.shape[-1]
-    last = y[0 if reverse else y.shape[0] - 1]
-    return y[:, :, :H] if outputs else None, last[:, :H], (last[:, H:2 * H] if mode == "LSTM" else None)
+    return last[:, :H], (last[:, H:2 * H] if mode == "LSTM" else None)
 
 
 def _layer_scan(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
@@ -491,8 +490,8 @@ class RNNCell(RNNCellBase):
             raise ValueError(f"Unknown nonlinearity: {self.nonlinearity}")
         x, (h,), batched = self._prepare(input, hx, 1)
         mode = "RNN_RELU" if self.nonlinearity == "relu" else "RNN_TANH"
-        _, h, _ = _scan(mode, F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, None, self.weight_hh,
-                        self.bias_hh, outputs=False)
+        h, _ = _cell(mode, F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, None, self.weight_hh,
+                     self.bias_hh)
         return h if batched else h.squeeze(0)
 
 
@@ -503,8 +502,8 @@ class LSTMCell(RNNCellBase):
 
     def forward(self, input, hx=None):  # noqa: A002
         x, (h, c), batched = self._prepare(input, hx, 2)
-        _, h, c = _scan("LSTM", F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, c, self.weight_hh,
-                        self.bias_hh, outputs=False)
+        h, c = _cell("LSTM", F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, c, self.weight_hh,
+                     self.bias_hh)
         return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
 
 
@@ -515,6 +514,6 @@ class GRUCell(RNNCellBase):
 
     def forward(self, input, hx=None):  # noqa: A002
         x, (h,), batched = self._prepare(input, hx, 1)
-        _, h, _ = _scan("GRU", F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, None, self.weight_hh,
-                        self.bias_hh, outputs=False)
+        h, _ = _cell("GRU", F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, None, self.weight_hh,
+                     self.bias_hh)
         return h if batched else h.squeeze(0)

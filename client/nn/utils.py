@@ -29,7 +29,6 @@ def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = F
     dev = tensors[0]._dev
     if len(tensors) == 1:
         total = tensors[0].norm(norm_type)
-        total = total if total._dev == dev else total.to(dev)
     else:
         # torch's norm of the stacked norms: each norm taken with its dims kept, so a 1-D tensor's is a [1] row
         # already, and the rows joined with one cat (a stack of 0-d norms records a reshape for each)
