@@ -298,7 +298,7 @@ def sync_view(t) -> None:
     has no graph of it yet (made outside autograd). The view of a root that requires grad takes the recomputed value's
     autograd fields (its graph is its root's); any other keeps its own (a leaf view: ``x[5:15].requires_grad_()``)."""
     root = t._base
-    graph = root.requires_grad and t._ag != t._id and is_grad_enabled()
+    graph = root.requires_grad and t._ag != t._id and _mode.on
     if root._version == t._base_version and not graph:
         return
     v = V.refresh(t, graph)
@@ -308,7 +308,8 @@ def sync_view(t) -> None:
 
 
 def check_inplace(t, new) -> None:
-    if not is_grad_enabled() or V.is_detached(t):
+    """Reject in-place updates autograd cannot represent (torch's errors: in-place on a leaf ...)."""
+    if not _mode.on or V.is_detached(t):
         return
     if t._base is None:
         if t.requires_grad and t.grad_fn is None:
@@ -322,7 +323,7 @@ def check_inplace(t, new) -> None:
 
 def after_inplace(t, new) -> None:
     """``t`` now holds ``new``'s value and ``new`` the old one: move the graph metadata with them."""
-    if not is_grad_enabled():
+    if not _mode.on:
         return
     old = (t.requires_grad, t.grad_fn, t._ag)
     if new.requires_grad:
@@ -436,13 +437,18 @@ def _input_edge(t):
 def _accumulate(t, g, create_graph: bool) -> None:
     if g._shape != t._shape:
         g = g.expand(*t._shape) if g._shape != t._shape else g
-    if t.grad is None:
+    grad = t.grad
+    if grad is None:
         t.grad = g
     elif create_graph:
-        t.grad = t.grad + g
-    else:
-        with no_grad():
-            t.grad._assign(t.grad + g)
+        t.grad = grad + g
+    else:  # (``no_grad``'s switch, made here without its object: every leaf of every backward pass comes here)
+        prev = _mode.on
+        _mode.on = False
+        try:
+            grad._assign(grad + g)
+        finally:
+            _mode.on = prev
     entry = _POST_ACCUMULATE_HOOKS.get(id(t))
     if entry is not None and entry[0]() is t and entry[1]:
         with no_grad():

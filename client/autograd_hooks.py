@@ -54,17 +54,19 @@ def requires_grad_of(t) -> bool:
     if t.requires_grad:
         return True
     b = t._base
-    return b is not None and b.requires_grad and not (t._vsteps is not None and any(s.detached for s in t._vsteps))
+    if b is None or not b.requires_grad:
+        return False
+    steps = t._vsteps
+    if steps is not None:
+        for s in steps:  # (a loop, not any() of a generator: most views have one step)
+            if s.detached:
+                return False
+    return True
 
 
 def detach(t):
     """A tensor with ``t``'s value, cut from the autograd graph."""
     return _E.detach(t)
-
-
-def check_inplace(t, new) -> None:
-    """Reject in-place updates autograd cannot represent (torch's errors: in-place on a leaf ...)."""
-    _E.check_inplace(t, new)
 
 
 def after_inplace(t, new) -> None:

@@ -31,12 +31,11 @@ from tensorwire.protocol.ops import infer as _infer
 from tensorwire.protocol.shapes import infer_reshape, norm_dim, numel
 
 from . import _factories, _install
-from . import autograd_engine as _autograd_engine  # noqa: F401  (it installs itself in autograd_hooks)
+from . import autograd_engine as _autograd_engine  # (it installs itself in autograd_hooks too)
 from . import indexing as _indexing
 from . import views as V
 from ._aliases import rebind as _rebind
 from ._factories import TensorBase
-from .autograd_hooks import check_inplace as _check_inplace
 from .autograd_hooks import detach as _detach
 from .autograd_hooks import record as _hooks_record
 from .combine import arange_like, cat, where
@@ -47,7 +46,6 @@ from .sparse_layout import strided as _strided
 from .zero_grads import zero_grad_from
 
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
-_DETACHED = V.Detached()  # (``.data``'s view step: it holds nothing, so every ``.data`` shares one)
 _Number = (int, float, bool, complex, np.number, np.bool_)
 _INT64 = D.int64
 _op_add, _op_sub, _op_mul = operator.add, operator.sub, operator.mul
@@ -276,6 +274,10 @@ class Tensor(TensorBase):
     def _operand(self, other, dtype: D.DType | None = None) -> Tensor:
         if isinstance(other, Tensor):
             return other
+        if dtype is None and type(other) in _FILL_SCALARS and self.dtype.is_floating_point:
+            # (a Python bool, int or float with a floating tensor: the scalar in the tensor's dtype, what the general
+            # path below comes to for each, without its tests)
+            return self._s.scalar(other, self.dtype, self._dev)
         if isinstance(other, _Number):
             v = other.item() if isinstance(other, (np.number, np.bool_)) else other
             sd = dtype or D.scalar_dtype(v)
@@ -297,7 +299,7 @@ class Tensor(TensorBase):
         return _factories.from_data(self._s, other, None, self._dev)
 
     def _binary(self, op: str, other, reverse: bool = False) -> Tensor:
-        o = self._operand(other)
+        o = other if isinstance(other, Tensor) else self._operand(other)
         # (3: this frame and its caller, one of the operator methods here, are skipped in the search for the user's
         # line, see autograd_hooks.record)
         return _hooks_record(self._s, op, [o, self] if reverse else [self, o], None, self._dev, 3)
@@ -459,7 +461,7 @@ class Tensor(TensorBase):
         """The same value outside autograd, as torch's ``.data``: it shares in-place updates both ways
         (``p.data.add_(d)`` and ``p.data.copy_(x)`` change ``p``, unrecorded and without the in-place checks on
         leaves), and it never requires grad."""
-        return self._view(_DETACHED)
+        return V.data_view(self)
 
     @data.setter
     def data(self, value: Tensor) -> None:
@@ -1423,7 +1425,8 @@ class Tensor(TensorBase):
                 raise DTypeError(f"result type {new.dtype.name.capitalize()} can't be cast to the desired output "
                                  f"type {self.dtype.name.capitalize()}")
             new = new.to(self.dtype)
-        _check_inplace(self, new)
+        if self.requires_grad or self._base is not None:  # (else nothing for autograd to refuse)
+            _autograd_engine.check_inplace(self, new)
         if self.requires_grad and not new.requires_grad:
             # torch keeps the history: a tensor that requires grad still does after an in-place op, and what its old
             # value came from gets a zero gradient (fill_, zero_, copy_ of a value without history)

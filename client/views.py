@@ -511,6 +511,26 @@ def detached_alias(t):
     return s.record("reshape", [t], {"shape": list(shape)}, t._dev, known, lazy=True)
 
 
+#: ``t.data``'s view step (it holds nothing, so every ``.data`` shares one) and the steps of a ``.data`` of a root
+DETACHED = Detached()
+_DATA_STEPS = (DETACHED,)
+
+
+def data_view(t):
+    """``t.data``: :func:`detached_alias` of ``t`` made a view of ``t`` (``t._view(DETACHED)``). Of a floating root
+    outside ``tw.compile``'s capture, the usual ``p.data`` of an update, the lazy alias and its view fields are made
+    in one step (a detached step has no host form: no known-value recipe to keep, see :func:`derive_view`)."""
+    s = t._s
+    if t._base is None and s._capture is None and t.dtype.is_floating_point:
+        shape = t._shape
+        out = s.defer_view("reshape", t, {"shape": list(shape)}, (reshape_key(shape), (shape, t.dtype)))
+        out._base = t
+        out._vsteps = _DATA_STEPS
+        out._base_version = t._version
+        return out
+    return t._view(DETACHED)
+
+
 #: the view steps that keep every element's flat position and the dtype: a chain of them that ends in its root's shape
 #: is the root's whole value as it is
 _ALIAS_STEPS = (Reshape, Detached)
@@ -639,19 +659,20 @@ def assign(t, new) -> None:
     if t._base is None:
         _swap(t, new)
         t._version += 1
-        _hooks.after_inplace(t, new)
+        if new.requires_grad or t.grad_fn is not None:  # (else no graph to move: ``after_inplace`` does nothing)
+            _hooks.after_inplace(t, new)
         return
     root = t._base
     if root._version != t._base_version:
         refresh(t)
     if is_detached(t) and root._s._capture is None and is_alias_of(t, root):
-        # (``p.data.add_(...)``: the whole of root's value written outside autograd. Root takes new's handle itself
-        # and t an alias of it: the other way round, as below, root would hold the alias, and every later read of it,
-        # a parameter read by every step, would resolve it)
+        # (``p.data.add_(...)``: the whole of root's value written outside autograd. Root takes new's handle itself:
+        # the other way round, as below, root would hold an alias, and every later read of it, a parameter read by
+        # every step, would resolve it. t is left behind root's version, as any other view of root now is: the first
+        # read of it, if any, brings it up to date (``refresh``); most such views die unread, ``p.data`` of an
+        # update)
         _swap(root, new)
         root._version += 1
-        _swap(t, detached_alias(root))
-        t._base_version = root._version
         return
     vals = [root]
     for step in t._vsteps[:-1]:

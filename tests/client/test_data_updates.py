@@ -125,3 +125,20 @@ def test_a_0d_zero_of_a_non_leaf_gives_torch_s_gradient(session):
     with tw.no_grad():
         p.zero_()
     assert p.item() == 0.0 and p.requires_grad and p.is_leaf
+
+
+def test_a_data_view_written_then_read_follows_its_base(session):
+    """A write through ``p.data`` leaves that view behind ``p``'s version (no new alias made for it, most such views
+    die unread): a later write or read through it brings it up to date first."""
+    p = tw.tensor([1.0, 2.0], requires_grad=True)
+    d = p.data
+    d.add_(1).mul_(2)  # (chained on one view: the second write reads the first's result)
+    assert p.tolist() == [4.0, 6.0] and d.tolist() == [4.0, 6.0]
+    p.data.sub_(1)
+    assert d.tolist() == [3.0, 5.0] and (d + 0).tolist() == [3.0, 5.0]
+    session.flush()
+    lazy = len(session._lazy)
+    e = p.data
+    e.add_(1)
+    assert len(session._lazy) == lazy + 1  # (``p.data``'s alias alone)
+    assert e.tolist() == [4.0, 6.0] and p.tolist() == [4.0, 6.0] and not e.requires_grad
