@@ -23,6 +23,7 @@ import ctypes
 import functools
 import gc
 import logging
+import operator
 import os
 import shutil
 import subprocess
@@ -55,6 +56,10 @@ ffi = FFI()
 #: (~0.3 us a buffer, a kernel launch's largest cost after the call: issue 37); the public call where cffi lacks it
 _FROM_BUFFER = (functools.partial(ffi._backend.from_buffer, ffi.BCharA)
                 if hasattr(ffi, "_backend") and hasattr(ffi, "BCharA") else ffi.from_buffer)
+#: ``(from_buffer, ctype)``: ``from_buffer(ctype, array)`` is :data:`_FROM_BUFFER`'s call without the partial in
+#: between (~0.15 us less; a runner's loop over its kernels' buffers: :func:`.codegen.program._run_on_pointers`)
+RAW_FROM_BUFFER = ((ffi._backend.from_buffer, ffi.BCharA) if hasattr(ffi, "_backend") and hasattr(ffi, "BCharA")
+                   else (lambda _ctype, b: ffi.from_buffer(b), None))
 log = logging.getLogger("tensorwire.kernels")
 _PINNED: list = []
 
@@ -127,6 +132,25 @@ def signature(k, renderer) -> str:
 def c_function(lib: ctypes.CDLL, k, renderer):
     """Kernel ``k`` of the loaded library ``lib`` as a cffi function pointer (``lib`` must stay loaded)."""
     return ffi.cast(signature(k, renderer), ctypes.cast(getattr(lib, k.name), ctypes.c_void_p).value)
+
+
+_dtype_of = operator.attrgetter("dtype")
+
+
+def pointer(buf, dtype: np.dtype):
+    """A kernel's pointer to ``buf`` as a C-contiguous array of ``dtype`` (a ``char[]`` cdata that keeps the array
+    alive; copied where it is not one: a view, another dtype). A launcher's ``pointers(ptrs, scalars)`` runs its
+    kernel on such pointers, in its ``dtypes``: a runner whose kernels read a buffer several times asks once
+    (~0.5 us a buffer; issue 30: a polynomial fit's 7 kernels take 47 buffers, 29 of them distinct). The launcher
+    carries this function (``launch.pointer``) and :data:`RAW_FROM_BUFFER` (``launch.raw_from_buffer``) for the
+    runner (:func:`.codegen.program._run_on_pointers`), which does not import this module (it imports the runner)."""
+    if isinstance(buf, (np.ndarray, np.generic)) and (buf.dtype is dtype or buf.dtype == dtype):
+        try:  # (cffi takes a C-contiguous buffer and refuses any other; a numpy scalar's, read in place: only a
+            # kernel's input can be one, its outputs are arrays the run makes)
+            return _FROM_BUFFER(buf)
+        except ValueError:
+            pass
+    return _FROM_BUFFER(np.ascontiguousarray(buf, dtype=dtype))
 
 
 class LibraryRuntime:
@@ -238,20 +262,9 @@ class LibraryRuntime:
         errp = from_buffer(err)
         ours = getattr(k, "kept_scalars", None)  # (a kernel with its sizes written in: see bind_sizes)
 
-        def launch(bufs, scalars):
+        def call(ptrs, scalars):
             if ours is not None:
                 scalars = [scalars[i] for i in ours]
-            ptrs = []
-            for j, dt in enumerate(dtypes):
-                b = bufs[j]
-                if type(b) is np.ndarray and (b.dtype is dt or b.dtype == dt):
-                    try:  # (cffi takes a C-contiguous array's buffer and refuses any other: numpy's own check)
-                        ptrs.append(from_buffer(b))
-                        continue
-                    except ValueError:
-                        pass
-                b = bufs[j] = np.ascontiguousarray(b, dtype=dt)  # (kept alive by bufs for the call)
-                ptrs.append(from_buffer(b))
             if k.can_raise:
                 err[0] = 0
                 f(*ptrs, errp, *scalars)
@@ -259,7 +272,20 @@ class LibraryRuntime:
                     raise kernel_error(k, int(err[0]), int(err[1]))
             else:
                 f(*ptrs, *scalars)
-        launch.library = lib  # loaded while this launcher lives
+
+        def launch(bufs, scalars):
+            try:  # (cffi takes a C-contiguous buffer and refuses any other: numpy's own check; a numpy scalar's
+                # too, whose value the call reads in place)
+                ptrs = list(map(from_buffer, bufs))
+                if list(map(_dtype_of, bufs)) != dtypes:
+                    raise ValueError
+            except (ValueError, TypeError, AttributeError):  # (a view, another dtype, not an array)
+                ptrs = [pointer(b, dt) for b, dt in zip(bufs, dtypes)]
+            call(ptrs, scalars)
+        launch.library = call.library = lib  # loaded while this launcher (or its pointers' form) lives
+        # (a runner that keeps each buffer's pointer for the run makes them with these and calls the kernel on them:
+        # see pointer)
+        launch.pointers, launch.dtypes, launch.pointer, launch.raw_from_buffer = call, dtypes, pointer, RAW_FROM_BUFFER
         return launch
 
     @staticmethod
@@ -269,4 +295,4 @@ class LibraryRuntime:
 
 
 __all__ = ["MAX_LIBRARIES", "Library", "LibraryRuntime", "TooManyLibraries", "c_function", "ffi", "find_c_compiler",
-           "pin_openmp", "signature"]
+           "pin_openmp", "pointer", "RAW_FROM_BUFFER", "signature"]

@@ -442,11 +442,15 @@ class CStyleRenderer:
 
     def kernel(self, k: ir.Kernel) -> str:
         """The source of one kernel function (the preamble not included)."""
+        self.begin(k)
+        body = self.block(k.body, {}, "    ")
+        return self.wrap(k, body)
+
+    def begin(self, k: ir.Kernel) -> None:
+        """Start rendering kernel ``k``: its names and buffers' dtypes (what :meth:`block` reads)."""
         self._n = 0
         self._buf_dtype = {b.name: b.dtype for b in k.bufs}
         self._locals = {a.name for a in k.locals}
-        body = self.block(k.body, {}, "    ")
-        return self.wrap(k, body)
 
     def qualifiers(self, k: ir.Kernel) -> str:
         """What a GPU kernel's signature has before ``void``: the target's entry-point qualifier, and attributes

@@ -98,7 +98,7 @@ def test_thirty_batch_sizes_compile_each_structure_twice_at_most(name, tmp_path,
     rt, dev = _counting_device(tmp_path, monkeypatch)
     _run(dev, name, *VARYING[0])
     (first,) = tmp_path.glob("c/*.c")
-    assert "gid < s" in first.read_text()  # the grid is a parameter from the first size on
+    assert "_items(0, s" in first.read_text()  # the grid is a parameter from the first size on (its items' bound)
     for rows, length in VARYING[1:]:
         _run(dev, name, rows, length)
     assert rt.cache.builds == 2, f"{name}: {rt.cache.builds} compiles over {len(VARYING)} sizes"
