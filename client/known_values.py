@@ -244,14 +244,19 @@ class KnownValues:
         return 0 if r is None else r[4]
 
     def forget(self, hids) -> None:
-        """Released handles."""
+        """Released handles (any iterable; a set is best: see below)."""
         values, recipes = self._values, self._recipes
-        # (each handle looked up once, at C speed: the work follows the few hundred handles a flush releases, not
-        # the entries kept; popped as it is found, so a handle given twice goes once)
+        # (the handles kept among them, at C speed: a set of handles and a table meet by walking the smaller of the two
+        # (a flush's set of a few hundred releases, a table of a few entries), a list of handles by walking the list;
+        # a handle given twice goes once)
         if values:
-            self.bytes -= sum(map(_nbytes, map(values.pop, filter(values.__contains__, hids))))
+            kept = values.keys() & hids
+            if kept:
+                self.bytes -= sum(map(_nbytes, map(values.pop, kept)))
         if recipes:
-            deque(map(recipes.pop, filter(recipes.__contains__, hids)), 0)
+            kept = recipes.keys() & hids
+            if kept:
+                deque(map(recipes.pop, kept), 0)
 
 
 _I64 = np.dtype(np.int64)

@@ -84,7 +84,6 @@ _new_tensor = object.__new__
 _INT64 = D.int64
 _first = itemgetter(0)  # (a pending entry's handle)
 _inputs = itemgetter(2)  # (... and its input handles)
-_second = itemgetter(1)  # (a lazy node's input handles)
 _op = itemgetter(1)  # (a pending entry's op)
 _where_field = itemgetter(5)  # (a pending entry's user's line)
 
@@ -867,12 +866,14 @@ class Session:
             out += filterfalse(kept.__contains__, release) if kept else release
             if gone:
                 dropped += gone
-                nodes = list(map(lazy.pop, gone))
-                # (the inputs of the nodes dropped in this round, unpinned together, after; a held handle this frees is
-                # in _release: the next round takes it)
-                unpin = collections.Counter(chain.from_iterable(map(_second, nodes)))
-                if unpin:
-                    self._unpin(unpin.items())
+                reads = []
+                for i in gone:
+                    reads += lazy.pop(i)[1]
+                # (the inputs of the nodes dropped in this round, unpinned together, after, one read at a time: a
+                # Counter of them costs more than the reads it saves; a held handle this frees is in _release: the
+                # next round takes it)
+                if reads:
+                    self._unpin(zip(reads, repeat(1)))
             release, self._release = self._release, []
         return out, dropped
 
@@ -1005,13 +1006,17 @@ class Session:
         pending, self._pending = self._pending, []
         self._pending_bytes = 0
         release, dropped = self._take_release()
-        self._known.forget(release)
+        if release:
+            # (one set of the released handles for every look-up below: each then walks the smaller of it and its own
+            # table, a few entries, rather than the whole release list once per table)
+            gone = set(release)
+            self._known.forget(gone)
+            if self._scalars_made:
+                self._forget_scalars(gone)
+            if pending and self._capture is None:
+                pending, release = prune_dead(pending, release, gone)
         if dropped:
             self._known.forget(dropped)
-        if self._scalars_made:
-            self._forget_scalars(release)
-        if release and pending and self._capture is None:
-            pending, release = prune_dead(pending, release)
         if self._deferred is not None:
             ((part, ext, first, dyn, temps, frames), extra), self._deferred = self._deferred, None
             header = self._replay_header(part, ext, first, dyn, extra + release, temps)
@@ -1050,6 +1055,7 @@ class Session:
         """Send ``pending`` as one batch message (as a plan replay when its structure was sent before);
         with ``reply``, number it and return the number the answer will carry."""
         b = encode_known(pending)
+        device = b.device  # (the structure's: kept if the nodes are made again below)
         where = self._where  # (each node's line, kept as the batch's two lists: no entry a node)
         where.append((b.outs, list(map(_where_field, pending))))
         self._where_n += len(pending)
@@ -1078,8 +1084,7 @@ class Session:
                                 f"(TENSORWIRE_MAX_MESSAGE); upload the data in smaller tensors")
         devs = b.devs
         made = dict(zip(b.outs, map(_device_field, pending) if len(devs) != 1 else repeat(devs[0])))
-        return self._post(header, b.frames, batch_device(pending, devs, _op), made, b.ext, fetch, reply=reply,
-                          wait_sent=wait_sent)
+        return self._post(header, b.frames, device, made, b.ext, fetch, reply=reply, wait_sent=wait_sent)
 
     # ------------------------------------------------------------------ paths (see channels.py)
     def _post(self, header: dict, frames, batch_dev: str | None, made: list, ext, fetch, *, reply: bool = False,
@@ -1546,9 +1551,12 @@ class Session:
         return v
 
     def _forget_scalars(self, hids) -> None:
+        """Handles ``hids`` (any iterable; best a set) leave the 0-d results not read yet."""
         made = self._scalars_made
-        for hid in list(filter(made.__contains__, hids)):  # (few of the handles are 0-d results not read yet; the
-            made.pop(hid, None)  # look-ups follow the handles given, at C speed, not the results remembered: 4096)
+        # (few of the handles are such results: a set of them and the results remembered (up to 4096) meet by walking
+        # the smaller, a list by walking the list, at C speed)
+        for hid in made.keys() & hids:
+            del made[hid]
 
     def _take_along(self, t) -> list[int]:
         """The 0-d results to fetch along with ``t`` (and forget here): the live ones on its device not read yet
@@ -1741,9 +1749,10 @@ class Session:
 class Batch:
     """A pending batch in wire form: ``nodes`` (``[op, refs, attrs, device index]``), ``devs``, the external input
     ids ``ext`` and their metas, the output ids ``outs``, ``dyn`` (``[node, dynamic attrs]``), the raw ``frames``
-    of uploads and ``skey``, the structure a plan is keyed by."""
+    of uploads and ``skey``, the structure a plan is keyed by; :func:`encode_known`'s also ``device``, the one device
+    its nodes run on (``channels.batch_device``'s)."""
 
-    __slots__ = ("nodes", "devs", "ext", "ext_meta", "outs", "dyn", "frames", "skey")
+    __slots__ = ("nodes", "devs", "ext", "ext_meta", "outs", "dyn", "frames", "skey", "device")
 
 
 def encode_batch(pending: list, where: dict | None = None) -> Batch:
@@ -1813,11 +1822,12 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
 _device_field = itemgetter(4)  # (a pending entry's device)
 _metas_field = itemgetter(6)  # (... its input metas)
 _akey_field = itemgetter(7)  # (... its attrs key)
-#: batch structures seen, by :func:`_signature`: what :func:`encode_batch` derived from one (``skey``, ``devs``, where
-#: its dynamic attributes and its external inputs' first reads are); bounded as the plans are. A pure function of the
-#: structure, shared by sessions
+#: batch structures seen: what :func:`encode_batch` derived from one (:class:`_Shape`), by the tuple of its nodes' ops,
+#: a few shapes a key at most; bounded as the plans are. A pure function of the structure, shared by sessions
 MAX_SHAPES = MAX_PLANS
+MAX_SHAPES_PER_OPS = 8
 _shapes: dict = {}
+_n_shapes = 0
 _shapes_lock = threading.Lock()
 
 
@@ -1832,26 +1842,107 @@ class _StructureKey(tuple):
         return h
 
 
-def _signature(pending: list) -> tuple:
-    """``(signature, outs, ext)`` of pending entries, in a few C passes over the whole batch rather than a Python
-    step a node. Two batches with equal signatures and equal metas of their external inputs have equal structure
-    keys (``Batch.skey``), devices and dynamic attribute positions: it holds every input's ref (flat, with each
-    node's input count), each node's op, attrs key and device; not an upload's shape and dtype (a const node's key
-    is made from them: :func:`_const_keys`). A node reads only handles made before it: an output's ref is its
-    index."""
+class _Shape(tuple):
+    """A batch structure seen before, as :func:`encode_known` checks a batch against it: ``refs`` (each input's ref,
+    flat: ``j >= 0`` node j's output, ``-(k + 1)`` external input k), each node's input count, attrs key and device,
+    the flat places of the external inputs' first reads; and what it derived: ``skey``, ``devs``, the batch device
+    (``channels.batch_device``), the dynamic attributes' ``spec``, the first reads as ``(nodes, places among their
+    inputs)`` and the uploads' ``(nodes, keys)``."""
+
+    __slots__ = ()
+    refs, counts, akeys, devices, first_at, skey, devs, device, spec, first_reads, consts = (
+        property(itemgetter(k)) for k in range(11))
+
+
+def _matches(shape: _Shape, outs: list, ins: list, ext: list) -> bool:
+    """Whether a batch whose nodes have ``shape``'s ops, input counts, attrs keys and devices, making ``outs`` and
+    reading ``ins`` (flat), with ``ext`` the handles at ``shape``'s first reads, has ``shape``'s refs: each input is
+    the output or the external input its ref names (one C pass: a ref indexes ``outs + ext`` reversed, a negative
+    ref counting from its end), and the external inputs are distinct handles no node of the batch makes (so each is
+    numbered by its first read, as :func:`encode_batch` numbers them)."""
+    if list(map((outs + ext[::-1]).__getitem__, shape.refs)) != ins:
+        return False
+    if not ext:
+        return True
+    distinct = set(ext)
+    return len(distinct) == len(ext) and distinct.isdisjoint(outs)
+
+
+def encode_known(pending: list) -> Batch:
+    """:func:`encode_batch`'s batch for the session's send path, with ``device`` (``channels.batch_device``'s): a
+    structure seen before (the same ops, input counts, attrs keys, devices and refs, and equal metas of the external
+    inputs) reuses what was derived from it, and its batch has no ``nodes`` (None: a replay of its plan needs none;
+    :func:`encode_batch` makes them when its plan is gone). ``ext``, ``dyn`` and ``frames`` are this batch's. A batch
+    is checked against the structures of its ops in a few C passes over its entries, with no key built and hashed
+    from all of them."""
+    if not pending:
+        b = encode_batch(pending)
+        b.device = batch_device(pending, b.devs, _op)
+        return b
+    ops = tuple(map(_op, pending))
     outs = list(map(_first, pending))
-    refs_of = dict(zip(outs, range(len(outs))))
-    ins = list(chain.from_iterable(map(_inputs, pending)))
-    ext = list(dict.fromkeys(filterfalse(refs_of.__contains__, ins)))  # (in the order first read)
-    if ext:
-        refs_of.update(zip(ext, itertools.count(-1, -1)))
-    sig = (tuple(map(refs_of.__getitem__, ins)), tuple(map(len, map(_inputs, pending))), tuple(map(_op, pending)),
-           tuple(map(_akey_field, pending)), tuple(map(_device_field, pending)))
-    return sig, outs, ext
+    inputs = list(map(_inputs, pending))
+    ins = list(chain.from_iterable(inputs))
+    counts = tuple(map(len, inputs))
+    akeys = tuple(map(_akey_field, pending))
+    devices = tuple(map(_device_field, pending))
+    for shape in _shapes.get(ops, ()):
+        if shape.counts != counts or shape.devices != devices or shape.akeys != akeys:
+            continue
+        ext = list(map(ins.__getitem__, shape.first_at))
+        if not _matches(shape, outs, ins, ext):
+            continue
+        js, ks = shape.first_reads
+        # (each external input's meta where it is first read: the node, and its place among that node's inputs)
+        ext_meta = tuple(map(getitem, map(_metas_field, map(pending.__getitem__, js)), ks))
+        consts = shape.consts
+        if ext_meta == shape.skey[2] and (not consts[0] or _const_keys(pending, consts[0]) == consts[1]):
+            return _known_batch(pending, shape, outs, ext, list(ext_meta))
+    b = encode_batch(pending)
+    b.skey = _StructureKey(b.skey)
+    b.device = batch_device(pending, b.devs, _op)
+    _remember(ops, _shape_of(b, pending, counts, akeys, devices))
+    return b
+
+
+def _shape_of(b: Batch, pending: list, counts: tuple, akeys: tuple, devices: tuple) -> _Shape:
+    """The :class:`_Shape` of a batch :func:`encode_batch` made (``b``, with its ``device``) of ``pending``."""
+    # (the nodes whose dynamic attributes a replay carries: any with attrs, of an op that has dynamic ones)
+    spec = [(j, OPS[n[0]].dynamic) for j, n in enumerate(b.nodes) if OPS[n[0]].dynamic]
+    refs = list(chain.from_iterable(n[1] for n in b.nodes))
+    seen, js, ks, first_at = set(), [], [], []
+    at = 0
+    for j, n in enumerate(b.nodes):
+        for k, r in enumerate(n[1]):
+            if r < 0 and r not in seen:
+                seen.add(r)
+                js.append(j)
+                ks.append(k)
+                first_at.append(at)
+            at += 1
+    const_js = [j for j, n in enumerate(b.nodes) if n[0] == "const"]
+    return _Shape((tuple(refs), counts, akeys, devices, tuple(first_at), b.skey, b.devs, b.device, spec, (js, ks),
+                   (const_js, _const_keys(pending, const_js))))
+
+
+def _remember(ops: tuple, shape: _Shape) -> None:
+    """Keep ``shape`` under its ops: the newest first, at most :data:`MAX_SHAPES_PER_OPS` of them (a structure of
+    these ops seen again with other input metas, or another wiring, replaces the oldest); past :data:`MAX_SHAPES`
+    in all, the ops seen first go. The lists are replaced, never changed in place: a reader in another thread walks
+    the one it took."""
+    global _n_shapes
+    with _shapes_lock:  # (sessions of several threads share it: one changes it at a time)
+        old = _shapes.pop(ops, ())
+        _n_shapes -= len(old)
+        while _shapes and _n_shapes >= MAX_SHAPES:
+            _n_shapes -= len(_shapes.pop(next(iter(_shapes))))
+        kept = [shape, *old[:MAX_SHAPES_PER_OPS - 1]]
+        _shapes[ops] = kept
+        _n_shapes += len(kept)
 
 
 def _const_keys(pending: list, js) -> list:
-    """The shape and dtype of each upload (const node) at ``js``: with the signature, they make its key."""
+    """The shape and dtype of each upload (const node) at ``js``: with the structure, they make its key."""
     out = []
     for j in js:
         a = pending[j][3]
@@ -1859,46 +1950,11 @@ def _const_keys(pending: list, js) -> list:
     return out
 
 
-def encode_known(pending: list) -> Batch:
-    """:func:`encode_batch`'s batch for the session's send path: a structure seen before (an equal
-    :func:`_signature`, and equal metas of the external inputs) reuses what was derived from it, and its batch has
-    no ``nodes`` (None: a replay of its plan needs none; :func:`encode_batch` makes them when its plan is gone).
-    ``ext``, ``dyn`` and ``frames`` are this batch's."""
-    if not pending:
-        return encode_batch(pending)
-    sig, outs, ext = _signature(pending)
-    shape = _shapes.get(sig)
-    if shape is not None:
-        skey, devs, spec, first_reads, consts = shape
-        # (each external input's meta where it is first read: the node, and its place among that node's inputs)
-        ext_meta = tuple(map(getitem, map(_metas_field, map(pending.__getitem__, first_reads[0])), first_reads[1]))
-        if ext_meta == skey[2] and (not consts[0] or _const_keys(pending, consts[0]) == consts[1]):
-            return _known_batch(pending, skey, devs, spec, outs, ext, list(ext_meta))
-    b = encode_batch(pending)
-    b.skey = _StructureKey(b.skey)
-    # (the nodes whose dynamic attributes a replay carries: any with attrs, of an op that has dynamic ones)
-    spec = [(j, OPS[n[0]].dynamic) for j, n in enumerate(b.nodes) if OPS[n[0]].dynamic]
-    seen, js, ks = set(), [], []
-    for j, n in enumerate(b.nodes):
-        for k, r in enumerate(n[1]):
-            if r < 0 and r not in seen:
-                seen.add(r)
-                js.append(j)
-                ks.append(k)
-    const_js = [j for j, n in enumerate(b.nodes) if n[0] == "const"]
-    shape = (b.skey, b.devs, spec, (js, ks), (const_js, _const_keys(pending, const_js)))
-    with _shapes_lock:  # (sessions of several threads share it: one evicts at a time)
-        if len(_shapes) >= MAX_SHAPES and sig not in _shapes:
-            del _shapes[next(iter(_shapes))]
-        _shapes[sig] = shape
-    return b
-
-
-def _known_batch(pending: list, skey, devs, spec, outs, ext, ext_meta) -> Batch:
+def _known_batch(pending: list, shape: _Shape, outs, ext, ext_meta) -> Batch:
     """The batch of a structure seen before: this batch's dynamic attributes and uploads, at the places its spec
     says, and no nodes."""
     dyn, frames = [], []
-    for j, dynamic in spec:
+    for j, dynamic in shape.spec:
         attrs = pending[j][3]
         if not attrs:
             continue
@@ -1911,8 +1967,9 @@ def _known_batch(pending: list, skey, devs, spec, outs, ext, ext_meta) -> Batch:
                 d[k] = attrs[k]
         dyn.append([j, d])
     b = Batch()
-    b.nodes, b.devs, b.ext, b.ext_meta, b.outs, b.dyn, b.frames, b.skey = None, devs, ext, ext_meta, outs, dyn, \
-        frames, skey
+    b.nodes, b.devs, b.ext, b.ext_meta, b.outs, b.dyn, b.frames, b.skey = None, shape.devs, ext, ext_meta, outs, \
+        dyn, frames, shape.skey
+    b.device = shape.device
     return b
 
 
@@ -1922,12 +1979,12 @@ PRUNABLE = frozenset((HOST_OPS - {"floor_divide", "remainder"}) | {"const"}
                      | {name for name, o in OPS.items() if o.kind == "movement"})
 
 
-def prune_dead(pending: list, release: list[int]) -> tuple[list, list[int]]:
+def prune_dead(pending: list, release: list[int], gone: set | None = None) -> tuple[list, list[int]]:
     """``pending`` without the nodes whose results were released before they shipped and that no kept node reads
     (the ``i`` and ``i + 8`` of ``data[i:i + 8] for i in ix``, whose values the client knew: known_values), and
-    ``release`` without their handles, which the devices then never make."""
-    dead = set(release)
-    dead.intersection_update(map(_first, pending))  # (the released handles this batch makes)
+    ``release`` without their handles, which the devices then never make. ``gone``: ``set(release)``, when the
+    caller has it."""
+    dead = (set(release) if gone is None else gone).intersection(map(_first, pending))  # (released, made here)
     if not dead:
         return pending, release
     # the node dropped last is read by no node (its readers, after it, would be dropped too): without an unread

@@ -107,3 +107,25 @@ def test_a_structure_seen_before_with_other_input_metas_is_encoded_again():
     pending = [(600, "add", (3, 4), None, "cpu:0", None, [other, other], None), entry(601, "neg", [600])]
     b = encode_known(pending)
     assert b.nodes is not None and b.ext_meta == [other, other] == list(encode_batch(pending).skey[2])
+
+
+def test_a_batch_of_the_same_ops_wired_otherwise_is_not_taken_for_a_structure_seen_before():
+    # (encode_known checks a batch against the structures of its ops by their refs: each input must be the output or
+    # the external input the structure names, and the external inputs distinct handles no node of the batch makes)
+    from tensorwire.session import encode_known
+
+    def check(pending, seen):
+        full, b = encode_batch(pending), encode_known(pending)
+        assert (b.nodes is None) == seen
+        assert b.skey == full.skey and b.ext == full.ext and b.outs == full.outs and b.ext_meta == full.ext_meta
+        assert b.device == "cpu:0"
+
+    def batch(base, a, b, c):  # (a mul of two inputs, then an add of the mul's output and a third)
+        return [entry(base, "mul", [a, b]), entry(base + 1, "add", [base if c is None else c, a])]
+
+    check(batch(900, 1, 2, None), False)
+    check(batch(910, 3, 4, None), True)  # (the same wiring, other handles)
+    check(batch(920, 5, 5, None), False)  # (one external read twice: not two)
+    check(batch(930, 6, 7, 8), False)  # (the add reads a third external, not the mul)
+    check(batch(940, 6, 7, 940), True)  # (the add reads the mul's output again, by its handle)
+    check(batch(950, 9, 10, 951), False)  # (a handle the batch makes later, read as if external)

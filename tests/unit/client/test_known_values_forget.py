@@ -43,3 +43,16 @@ def test_past_the_limit_the_least_recently_read_values_go_first():
     assert not known.has(3) and known.get(5) == 5 and known.bytes == 24
     known.put(6, int64_value(6))
     assert not known.has(1) and known.has(4) and known.has(5) and known.has(6)
+
+
+def test_forget_takes_a_set_of_handles_as_a_list_of_them():
+    # (a flush passes one set of its releases, which meets the kept tables by walking the smaller of the two)
+    def kept(hids):
+        known = KnownValues()
+        for hid in (1, 2, 3):
+            known.put(hid, int64_value(hid))
+        known.derive(4, _Parent(1, (10,)), lambda v: v)
+        known.forget(hids)
+        return [known.has(h) or known.follows(h) for h in (1, 2, 3, 4)], known.bytes
+
+    assert kept({2, 4, *range(100, 200)}) == kept([2, 4, *range(100, 200)]) == ([True, False, True, False], 16)
