@@ -184,16 +184,25 @@ class Ledger:
     """What one session holds on a device: its buffers' allocations, each counted once however many handles
     (or views) share it."""
 
-    __slots__ = ("device", "owners", "used", "_storages", "_handles")
+    __slots__ = ("device", "sizes", "shared", "used", "_storages", "_handles")
 
     def __init__(self, device):
         self.device = device
         # (a device may answer for many buffers at once: ``storages(bufs)``, the list of their ``storage``)
         many = getattr(device, "storages", None)
         self._storages = many if many is not None else (lambda bufs: list(map(device.storage, bufs)))
-        self.owners: dict = {}  # allocation key -> [handles on it, bytes]
+        # (the counts as two maps, no list per allocation: the commonest batch, fresh allocations under one handle
+        # each, is counted without one and taken off in a pass in C, not a Python loop per buffer: issue 37)
+        self.sizes: dict = {}  # allocation key -> its bytes, for each allocation a handle is on
+        self.shared: dict = {}  # allocation key -> the handles on it, where there are more than one
         self.used = 0
         self._handles: dict = {}  # handle id -> its allocation key, for what :meth:`hold` counted
+
+    @property
+    def owners(self) -> dict:
+        """Allocation key -> ``[handles on it, bytes]`` for each allocation counted (made on demand)."""
+        shared = self.shared
+        return {key: [shared.get(key, 1), n] for key, n in self.sizes.items()}
 
     def hold(self, bufs: dict) -> None:
         """Count the buffers of ``bufs`` (handle id -> buffer, as a session holds them), as :meth:`add_all` does,
@@ -206,7 +215,7 @@ class Ledger:
     def drop(self, ids) -> None:
         """Stop counting the handles ``ids`` that :meth:`hold` counted (any other id is passed over: a failed
         output's, or one dropped already); an allocation's bytes go with the last handle on it."""
-        self._uncount(map(self._handles.pop, ids, repeat(None)))  # (None for an id not held: no allocation has it)
+        self._uncount(list(map(self._handles.pop, ids, repeat(None))))  # (None for an id not held: no allocation)
 
     def add(self, buf) -> None:
         """Count ``buf`` (its storage, once however many buffers share it)."""
@@ -226,27 +235,31 @@ class Ledger:
 
     def _count(self, pairs) -> None:
         """Count each ``(allocation key, bytes)`` of ``pairs``: an allocation's bytes once, its handles each."""
-        owners, used = self.owners, self.used
+        sizes = self.sizes
+        shared, used = self.shared, self.used
         for key, n in pairs:
-            entry = owners.get(key)
-            if entry is None:
-                owners[key] = [1, n]
-                used += n
+            if key in sizes:
+                shared[key] = shared.get(key, 1) + 1
             else:
-                entry[0] += 1
+                sizes[key] = n
+                used += n
         self.used = used
 
-    def _uncount(self, keys) -> None:
+    def _uncount(self, keys: list) -> None:
         """Take one handle off each allocation of ``keys``; its bytes go with its last handle (unknown keys pass)."""
-        owners, used = self.owners, self.used
+        sizes, shared = self.sizes, self.shared
+        if not shared or shared.keys().isdisjoint(keys):  # (one handle on each: all go; a key named again, or
+            self.used -= sum(map(sizes.pop, keys, repeat(0)))  # unknown, is gone already and takes 0 off)
+            return
+        used = self.used
         for key in keys:
-            entry = owners.get(key)
-            if entry is not None:
-                if entry[0] <= 1:
-                    del owners[key]
-                    used -= entry[1]
-                else:
-                    entry[0] -= 1
+            n = shared.get(key)
+            if n is None:
+                used -= sizes.pop(key, 0)
+            elif n > 2:
+                shared[key] = n - 1
+            else:
+                del shared[key]
         self.used = used
 
 

@@ -1086,7 +1086,8 @@ class Executor:
             except Exception as e:  # (a GPU's asynchronous error surfaces at the wait)
                 s.errors.append(error_to_wire(e))
         t0 = time.monotonic_ns() if job.spans is not None and h.get("fetch") else 0
-        values, frames, fetch_errors = self._fetched(h.get("fetch") or (), bufs.get,
+        fetch = h.get("fetch") or ()
+        values, frames, fetch_errors = self._fetched(fetch, list(map(bufs.get, fetch)),
                                                      INLINE_MAX if job.route is not None else 0)
         if t0:
             job.spans.append(("transfer::fetch", "transfer", t0, time.monotonic_ns() - t0, {
@@ -1122,12 +1123,14 @@ class Executor:
                     sizes = None
             self.channel.send(job.route, msg, frames, sizes)
 
-    def _fetched(self, fetch, get, inline: int = 0) -> tuple[list, list, list]:
-        """The answer to a fetch: ``(values, frames, fetch_errors)`` for the ids ``fetch``, each buffer ``get(id)``; a
-        value of at most ``inline`` bytes goes in its descriptor (``protocol.wire.INLINE_MAX``), not a frame."""
-        values, frames, fetch_errors = [], [], []
-        for i in fetch:
-            b = get(i)
+    def _fetched(self, fetch, bufs: list, inline: int = 0) -> tuple[list, list, list]:
+        """The answer to a fetch: ``(values, frames, fetch_errors)`` for the ids ``fetch``, whose buffers are ``bufs``
+        (None: not held); a value of at most ``inline`` bytes goes in its descriptor (``protocol.wire.INLINE_MAX``),
+        not a frame."""
+        values: list = []
+        frames: list = []
+        fetch_errors: list = []
+        for i, b in zip(fetch, bufs):
             if b is None:
                 fetch_errors.append(error_to_wire(NotFound(f"handle {i} does not exist on {self.name}"), i))
             elif isinstance(b, Fail):
@@ -1180,10 +1183,13 @@ class Executor:
         s = self.sessions.get(sid)
         if s is None:
             return
-        bufs = s.buffers
-        values, frames, fetch_errors = self._fetched(
-            job.h["fetch"], lambda i: env[made[i]] if i in made else bufs.get(i),
-            INLINE_MAX if job.route is not None else 0)
+        fetch = job.h["fetch"]
+        if len(made) == len(fetch):  # (all made by this batch, the commonest: ``made`` lists them in fetch order)
+            got = list(map(env.__getitem__, made.values()))
+        else:
+            bufs = s.buffers
+            got = [env[made[i]] if i in made else bufs.get(i) for i in fetch]
+        values, frames, fetch_errors = self._fetched(fetch, got, INLINE_MAX if job.route is not None else 0)
         msg = {"t": "done", "s": sid, "q": job.h.get("q"), "values": values, "fetch_errors": fetch_errors}
         if scope is None:
             self._send_answer(s, job, msg, frames)

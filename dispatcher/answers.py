@@ -189,6 +189,9 @@ class Answers:
         """``sizes``: the frames' sizes (None: every frame is smaller than ``TRACK_MIN``; ``()``: not known)."""
         sock = self.sock
         sock.send(ident, _MORE)  # (a full or unknown peer raises here, before anything is queued)
+        if not frames:  # (the commonest answer: its header alone)
+            sock.send(pack_header(header), NOBLOCK, copy=True)
+            return
         parts = [pack_header(header), *frames]
         last = len(parts) - 1
         for i, p in enumerate(parts):
