@@ -672,6 +672,27 @@ def _adam_new_param(p, m, v, step_size, bc2_sqrt, eps):
     return p - t
 
 
+@kernel("lbfgs_direction")
+def _lbfgs_direction(ins, a, shape, dt):
+    """L-BFGS's two-loop recursion (``protocol/ops/optim.py``) in one kernel: the decomposition's numpy steps in its
+    order (each dot product a product then ``np.sum``), two ``[n]`` temporaries in all."""
+    ct = _compute(dt)
+    g, h_diag, *rest = (_arr(x, ct) for x in ins)
+    m = len(rest) // 3
+    dirs, stps, ro = rest[:m], rest[m:2 * m], rest[2 * m:]
+    q = np.negative(g)
+    tmp = np.empty_like(q)
+    al = [None] * m
+    for i in range(m - 1, -1, -1):
+        al[i] = np.sum(np.multiply(stps[i], q, out=tmp), dtype=ct) * ro[i]
+        q -= np.multiply(dirs[i], al[i], out=tmp)
+    r = q * h_diag
+    for i in range(m):
+        be = np.sum(np.multiply(dirs[i], r, out=tmp), dtype=ct) * ro[i]
+        r += np.multiply(stps[i], al[i] - be, out=tmp)
+    return _out(r, dt)
+
+
 @kernel("sgd_momentum")
 def _sgd_momentum(ins, a, shape, dt):
     ct = _compute(dt)

@@ -152,7 +152,7 @@ class _CCells:
     """The same cells through :mod:`.rnn_cells`: addresses and row strides of the views."""
 
     def __init__(self, fns: dict, B: int, H: int, ct):
-        self.B, self.H, self.isz = B, H, np.dtype(ct).itemsize
+        self.B, self.H, self.isz, self.fns = B, H, np.dtype(ct).itemsize, fns
         name = np.dtype(ct).name
         self.f = {k: fns[(k, name)] for k in ("lstm_fwd", "lstm_bwd", "gru_fwd", "gru_bwd")}
 
@@ -214,10 +214,26 @@ class _CCells:
                           A(direct), self.B, self.H)
 
 
+#: the compute types the C cells are built for
+_FUSED_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: ``(B, H, compute type) -> _CCells``: a cell's scan of one step costs ~20 us of Python around ~1 us of math, and
+#: building its ``_CCells`` (the table's lookups by dtype name) was ~6 us of that; they hold no per-scan state
+_CCELLS: dict = {}
+_CCELLS_MAX = 64
+
+
 def _cells(mode: str, B: int, H: int, ct):
-    fused = mode in ("lstm", "gru") and np.dtype(ct).name in ("float32", "float64")
+    fused = mode in ("lstm", "gru") and ct in _FUSED_TYPES
     fns = rnn_cells.cells() if fused else None
-    return _CCells(fns, B, H, ct) if fns else _NumpyCells(B, H, ct, timed=fused and rnn_cells.waiting())
+    if not fns:
+        return _NumpyCells(B, H, ct, timed=fused and rnn_cells.waiting())
+    key = (B, H, ct)
+    cells = _CCELLS.get(key)
+    if cells is None or cells.fns is not fns:  # first of its shape, or the library was reloaded
+        if len(_CCELLS) >= _CCELLS_MAX:
+            _CCELLS.clear()
+        cells = _CCELLS[key] = _CCells(fns, B, H, ct)
+    return cells
 
 
 # ------------------------------------------------------------------------------------------------ the scans
@@ -313,7 +329,9 @@ def _step_grads(mode: str, parts: dict, T: int, B: int, H: int, ct) -> tuple[np.
         gy = np.zeros((T, B, W), ct)
         gy[:, :, :H] = gout
         return gy, False
-    return np.broadcast_to(np.zeros((1, B, W), ct), (T, B, W)), False  # every step reads the same zero row
+    zero = np.zeros((1, B, W), ct)
+    # every step reads the same zero row (a cell's one step reads it as it is: broadcast_to costs ~5 us)
+    return (zero if T == 1 else np.broadcast_to(zero, (T, B, W))), False
 
 
 def _grad_steps(mode, cells, y, gy, gates, h0, c0, w, out, order, prev, dh, dc) -> tuple:

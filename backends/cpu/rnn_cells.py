@@ -227,4 +227,7 @@ def _table(lib) -> dict:
 
 def address(a) -> int:
     """The address of a numpy array's first element."""
-    return a.__array_interface__["data"][0]
+    try:  # ~0.35 us, where the array interface's dict costs ~1.1 us (a scan takes ~11 addresses)
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):  # read-only, not contiguous, or empty
+        return a.__array_interface__["data"][0]

@@ -24,6 +24,21 @@ def _sgd_update_ref(xs, wd, mom):
     return xs[0] - xs[2] * d
 
 
+def _two_loop_ref(xs):
+    """L-BFGS's two-loop recursion, as torch's ``LBFGS.step`` writes it (inputs g, H_diag, ys, ss, ros)."""
+    g, h_diag, rest = xs[0], xs[1], xs[2:]
+    m = len(rest) // 3
+    dirs, stps, ro = rest[:m], rest[m:2 * m], rest[2 * m:]
+    q, al = -g, [None] * m
+    for i in range(m - 1, -1, -1):
+        al[i] = np.dot(stps[i], q) * ro[i]
+        q = q - dirs[i] * al[i]
+    r = q * h_diag
+    for i in range(m):
+        r = r + stps[i] * (al[i] - np.dot(dirs[i], r) * ro[i])
+    return r
+
+
 # the fused optimizer updates (positive inputs: exp_avg_sq, bias corrections and lr are never negative)
 _OPTIM_SPECS = {
     "adam_exp_avg": [
@@ -41,6 +56,9 @@ _OPTIM_SPECS = {
          lambda xs, dt: _adam_param_ref(xs, 1e-3)),
         ("decoupled", [(4,), (4,), (4,), (), (), ()], (0.1, 2), {"eps": 0.1},
          lambda xs, dt: _adam_param_ref(xs, 0.1))],
+    "lbfgs_direction": [
+        ("one-pair", [(5,), (), (5,), (5,), ()], (0.1, 2), {}, lambda xs, dt: _two_loop_ref(xs)),
+        ("three-pairs", [(4,), ()] + [(4,)] * 6 + [()] * 3, (0.1, 2), {}, lambda xs, dt: _two_loop_ref(xs))],
     "sgd_momentum": [
         ("plain", [(3, 4), (3, 4)], (-2, 2), {"momentum": 0.9},
          lambda xs, dt: 0.9 * xs[0] + xs[1]),

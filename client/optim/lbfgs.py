@@ -183,10 +183,13 @@ class LBFGS(Optimizer):
         return cat(views, 0)
 
     def _add_grad(self, step_size: float, update) -> None:
+        """Each parameter plus its piece of ``update`` times ``step_size``: the flat vector scaled once, not each
+        piece (the same products; one recorded op a parameter fewer)."""
+        update = update * step_size
         offset = 0
         for p in self._params:
             n = p.numel()
-            rebind(p, p + update[offset : offset + n].reshape(p.shape) * step_size)
+            rebind(p, p + update[offset : offset + n].reshape(p.shape))
             offset += n
 
     def _clone_param(self):
@@ -240,9 +243,14 @@ class LBFGS(Optimizer):
 
     @staticmethod
     def _two_loop(flat_grad, memory: tuple):
-        """The direction ``d = -H g`` by the two-loop recursion over the memory (0-d tensors stay lazy)."""
+        """The direction ``d = -H g`` by the two-loop recursion over the memory (0-d tensors stay lazy): one
+        ``lbfgs_direction`` op (``protocol/ops/optim.py``) where every number is a tensor of the gradient's dtype, in
+        place of ~11 recorded ops a remembered pair."""
         old_dirs, old_stps, ro, H_diag = memory
         num_old = len(old_dirs)
+        ins = [flat_grad, H_diag, *old_dirs, *old_stps, *ro]
+        if num_old and all(isinstance(v, Tensor) and v.dtype is flat_grad.dtype for v in ins):
+            return flat_grad._rec("lbfgs_direction", ins)
         al = [None] * num_old
         q = -flat_grad
         for i in range(num_old - 1, -1, -1):

@@ -114,3 +114,46 @@ def _sgd_update(g, p, d, lr, *rest):
     if buf:
         d = g.op("add", d, g.op("mul", _upd_in(g, buf[0], dt), _scalar(g, a_num(attrs, "momentum", 0), dt)))
     return g.op("sub", p, g.op("mul", d, _upd_in(g, lr, dt)))
+
+
+def _two_loop_infer(metas, attrs):
+    """``lbfgs_direction``: inputs ``g`` ``[n]``, ``H_diag`` (0-d), then ``m >= 1`` each of the curvature pairs'
+    ``y`` ``[n]``, their ``s`` ``[n]`` and ``ro = 1 / y.s`` (0-d), oldest first; all one float dtype. Output ``[n]``."""
+    if len(metas) < 5 or (len(metas) - 2) % 3:
+        raise ProtocolError(f"lbfgs_direction takes g, H_diag and m >= 1 triples (y, s, ro), got {len(metas)} inputs")
+    m = (len(metas) - 2) // 3
+    (s, d) = metas[0]
+    if len(s) != 1:
+        raise ShapeError(f"lbfgs_direction: g must be 1-D, got shape {list(s)}")
+    for i, (si, di) in enumerate(metas):
+        if not di.is_floating_point or di is not d:
+            raise DTypeError(f"lbfgs_direction: every input must be {d.name}, got {di.name} for input {i}")
+        want = () if i == 1 or i >= 2 + 2 * m else tuple(s)
+        if tuple(si) != want:
+            raise ShapeError(f"lbfgs_direction: input {i} has shape {list(si)}, expected {list(want)}")
+    return tuple(s), d
+
+
+@composite("lbfgs_direction", None, _two_loop_infer, differentiable=False)
+def _lbfgs_direction(g, grad, h_diag, *rest):
+    """L-BFGS's direction ``-H g`` by the two-loop recursion over the memory (torch's ``LBFGS.step``), as one node
+    where the recursion records ~11 elementwise nodes a remembered pair: ``q = -g``; newest to oldest
+    ``al_i = (s_i . q) ro_i``, ``q -= y_i al_i``; ``r = q H_diag``; oldest to newest ``be_i = (y_i . r) ro_i``,
+    ``r += s_i (al_i - be_i)`` (inputs ``g``, ``H_diag``, the ``y``s, the ``s``s, the ``ro``s)."""
+    *rest, _attrs = rest
+    m = len(rest) // 3
+    dirs, stps, ro = rest[:m], rest[m:2 * m], rest[2 * m:]
+
+    def dot(a, b):
+        return g.op("sum", g.op("mul", a, b), dims=None, keepdim=False)
+
+    q = g.op("neg", grad)
+    al = [None] * m
+    for i in range(m - 1, -1, -1):
+        al[i] = g.op("mul", dot(stps[i], q), ro[i])
+        q = g.op("sub", q, g.op("mul", dirs[i], al[i]))
+    r = g.op("mul", q, h_diag)
+    for i in range(m):
+        be = g.op("mul", dot(dirs[i], r), ro[i])
+        r = g.op("add", r, g.op("mul", stps[i], g.op("sub", al[i], be)))
+    return r

@@ -77,3 +77,36 @@ def _quadratic():
         return (r * r).sum() + (x * x * x * x).sum() * 0.1
 
     return x, loss_fn
+
+
+def test_lbfgs_direction_is_one_op_with_the_recursion_s_values(session):
+    """The two-loop recursion records one ``lbfgs_direction`` op (not ~11 a remembered pair), and its direction is
+    the op-by-op recursion's bit for bit (the CPU kernel runs the decomposition's numpy steps in its order)."""
+    from tensorwire.optim.lbfgs import LBFGS
+
+    rng = np.random.default_rng(5)
+    vec = lambda: tw.tensor(rng.standard_normal(7))  # noqa: E731
+    g, dirs, stps = vec(), [vec() for _ in range(3)], [vec() for _ in range(3)]
+    ro = [1.0 / y.dot(s) for y, s in zip(dirs, stps)]
+    h_diag = dirs[-1].dot(stps[-1]) / dirs[-1].dot(dirs[-1])
+    ops = []
+    record = session.record
+
+    def counted(op, *a, **k):
+        ops.append(op)
+        return record(op, *a, **k)
+
+    session.record = counted
+    try:
+        d = LBFGS._two_loop(g, (dirs, stps, ro, h_diag))
+    finally:
+        del session.record
+    assert ops == ["lbfgs_direction"]
+    q, al = -g, [None] * 3
+    for i in (2, 1, 0):
+        al[i] = stps[i].dot(q) * ro[i]
+        q = q - dirs[i] * al[i]
+    r = q * h_diag
+    for i in range(3):
+        r = r + stps[i] * (al[i] - dirs[i].dot(r) * ro[i])
+    np.testing.assert_array_equal(d.numpy(), r.numpy())
