@@ -33,7 +33,7 @@ import numpy as np
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError, TensorwireError
 from tensorwire.protocol.graph import attrs_key, freeze
-from tensorwire.protocol.ops import OPS
+from tensorwire.protocol.ops import OPS, infer
 
 from . import _factories
 from . import autograd_hooks as _hooks
@@ -174,9 +174,12 @@ class Node:
         return f"{_camel(self.op)}Backward0"
 
     def key(self):
+        """The node's op and attributes, hashable (a backward graph's cache key is made of them): the op alone when it
+        has no attributes."""
         k = self._key
         if k is None:
-            k = self._key = (self.op, freeze(self.attrs) if self.attrs else None)
+            a = self.attrs
+            k = self._key = (self.op, freeze(a)) if a else self.op
         return k
 
     @property
@@ -434,7 +437,9 @@ def _input_edge(t):
     return _edge(t)
 
 
-def _accumulate(t, g, create_graph: bool) -> None:
+def _accumulate(t, g, create_graph: bool, where=None) -> None:
+    """Add gradient ``g`` to leaf ``t``'s ``.grad`` (in place, outside autograd, unless ``create_graph``), then run
+    its post-accumulate hooks. ``where``: the user's line the backward pass came from, when the caller has it."""
     if g._shape != t._shape:
         g = g.expand(*t._shape) if g._shape != t._shape else g
     grad = t.grad
@@ -442,18 +447,37 @@ def _accumulate(t, g, create_graph: bool) -> None:
         t.grad = g
     elif create_graph:
         t.grad = grad + g
-    else:  # (``no_grad``'s switch, made here without its object: every leaf of every backward pass comes here)
-        prev = _mode.on
+    elif _mode.on:  # (``no_grad``'s switch, made here without its object, unless the caller made it: ``_run`` does)
         _mode.on = False
         try:
-            grad._assign(grad + g)
+            grad._assign(_sum_into(grad, g, where))
         finally:
-            _mode.on = prev
+            _mode.on = True
+    else:
+        grad._assign(_sum_into(grad, g, where))
     entry = _POST_ACCUMULATE_HOOKS.get(id(t))
     if entry is not None and entry[0]() is t and entry[1]:
         with no_grad():
             for h in list(entry[1].values()):
                 h(t)
+
+
+#: ``(shape, dtype)`` -> the ``known`` (attrs key, output meta) of ``add`` of two tensors of that shape and dtype: the
+#: inference every accumulation into an existing ``.grad`` would redo (a few entries: one per parameter shape)
+_ADD_KNOWN: dict = {}
+
+
+def _sum_into(grad, g, where):
+    """``grad + g`` outside grad mode, as ``Tensor.__add__`` records it: the same node, from the same user's line
+    (``where``, found once per backward pass), with the output meta inferred once per shape and dtype. A pair of
+    another shape, dtype or device, or under autocast (which may cast the inputs), takes ``+`` itself."""
+    if where is None or grad._shape != g._shape or grad.dtype is not g.dtype or _hooks._amp_active[0]:
+        return grad + g
+    key = (grad._shape, grad.dtype)
+    known = _ADD_KNOWN.get(key)
+    if known is None:
+        known = V.remember(_ADD_KNOWN, key, (None, infer("add", [key, key], None, None)))
+    return grad._s.record("add", [grad, g], None, grad._dev, known, where)
 
 
 # id(tensor) -> (weakref to it, {key: hook}); keyed by id because Tensor.__eq__ is elementwise
@@ -511,24 +535,24 @@ def _run(roots, seeds, targets, retain_graph, create_graph):
     pending: dict[int, list] = {}  # id(custom node) -> [node, [grad per output]]
     visited: list = []
     phase = root_edges
-    with (enable_grad() if create_graph else no_grad()):
+    prev = _mode.on  # (``enable_grad``/``no_grad``'s switch, without their objects: a thread-local, read and set once)
+    _mode.on = bool(create_graph)
+    try:
         while True:
             _phase(session, phase, want, results, pending, visited, create_graph)
             if not pending:
                 break
             cn, gouts = pending.pop(max(pending, key=lambda k: pending[k][0].seq))
             phase = _run_custom(cn, gouts, create_graph)
-    if not retain_graph:
-        for n in visited:
-            _free(n)
+        if not retain_graph:
+            _free_all(visited)
+        if targets is None and not create_graph:  # (in place into the leaves' .grad: outside grad mode, as here)
+            _accumulate_all(results, False)
+    finally:
+        _mode.on = prev
     if targets is None:
-        for e, g in results.values():
-            if isinstance(e, _Tensor):
-                _accumulate(e, g, create_graph)
-            else:
-                t = e.retained() if e.retained is not None else None
-                if t is not None:
-                    _accumulate(t, g, create_graph)
+        if create_graph:  # (with the graph of the sum: in the caller's grad mode)
+            _accumulate_all(results, True)
         return None
     out = [None] * len(targets)
     for k, e in enumerate(targets):
@@ -537,13 +561,31 @@ def _run(roots, seeds, targets, retain_graph, create_graph):
     return out
 
 
-def _free(n) -> None:
-    if n.freed:
-        return
-    n.freed = True
-    n.entries = tuple([(None, e[1], e[2], e[3], e[4], e[5]) for e in n.entries])  # (the entry's tensor dropped)
-    if isinstance(n, CustomNode):
-        n.ctx._saved = None
+def _accumulate_all(results: dict, create_graph: bool) -> None:
+    """:func:`_accumulate` of each gradient of a backward pass (``_run``'s ``results``) into its leaf, or retained
+    non-leaf, in the order they came."""
+    where = None if create_graph or not results else _user_frame()
+    for e, g in results.values():
+        if isinstance(e, _Tensor):
+            _accumulate(e, g, create_graph, where)
+        else:
+            t = e.retained() if e.retained is not None else None
+            if t is not None:
+                _accumulate(t, g, create_graph, where)
+
+
+def _free_all(nodes) -> None:
+    """Free the graph of ``nodes`` (a pass's visited nodes): each entry's tensor dropped (what the node keeps alive on
+    the devices), the rest kept for the messages of a later use (``_FREED``, ``next_functions``)."""
+    for n in nodes:
+        if not n.freed:
+            n.freed = True
+            ents = []  # (a loop here, not a comprehension: one a node would make a function and its frame, each time)
+            for e in n.entries:
+                ents.append((None, e[1], e[2], e[3], e[4], e[5]))
+            n.entries = tuple(ents)
+            if isinstance(n, CustomNode):
+                n.ctx._saved = None
 
 
 def _add_result(results, e, g):
@@ -554,10 +596,10 @@ def _add_result(results, e, g):
         got[1] = got[1] + g
 
 
-def _phase(session, roots, want, results, pending, visited, create_graph) -> None:
-    """One request: gradients from ``roots`` (edge, holder, seed) down to leaves, targets and custom nodes."""
-    nodes: list = []
-    seen: set = set()  # (of nodes themselves, here and in ``index``: a Node hashes and compares by identity)
+def _walk(roots) -> tuple[list, list]:
+    """The nodes reachable from ``roots`` (edge, holder, seed), in recording order, and the roots whose edge is no
+    node (leaves, retained values, custom outputs) as ``(edge, seed)``."""
+    seen: set = set()  # (of nodes themselves: a Node hashes and compares by identity)
     stack = []
     direct = []
     for e, _holder, seed in roots:
@@ -567,6 +609,7 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
                 stack.append(e)
         else:
             direct.append((e, seed))
+    nodes: list = []
     while stack:
         n = stack.pop()
         nodes.append(n)
@@ -575,52 +618,90 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
             if type(e) is Node and e not in seen:
                 seen.add(e)
                 stack.append(e)
+    nodes.sort(key=_by_seq)
+    return nodes, direct
+
+
+class _Structure:
+    """A pass's subgraph as :func:`_phase` keys and replays it. ``key``: its structure, flat (per node: its
+    :meth:`Node.key`, device index, input count and input refs, ``j >= 0`` node ``j``, ``-(k + 1)`` external ``k``);
+    ``ext``: flat too, ``(shape, dtype name, device index, has an edge)`` per external (an input that is no node of
+    the subgraph: leaf, constant, custom output), in first-use order; ``ext_src``: ``(entry, node)`` per external,
+    where its value comes from; ``ext_edge``: its grad edge (None for a constant); ``holders``: node index -> a
+    tensor holding its output value."""
+
+    __slots__ = ("index", "devs", "key", "ext", "ext_src", "ext_edge", "holders")
+
+    def __init__(self, nodes: list):
+        self.index = index = {n: j for j, n in enumerate(nodes)}
+        self.devs = devs = []
+        dev_index: dict = {}
+        key: list = []
+        ext: list = []
+        self.ext_src = ext_src = []
+        self.ext_edge = ext_edge = []
+        ext_index: dict = {}
+        self.holders = holders = {}
+        dev = d = None
+        for n in nodes:
+            if n.dev != dev:  # (a graph's nodes are on one device, most often)
+                dev = n.dev
+                d = dev_index.get(dev)
+                if d is None:
+                    d = dev_index[dev] = len(devs)
+                    devs.append(dev)
+            nk = n._key
+            if nk is None:
+                nk = n.key()
+            ents = n.entries
+            key += (nk, d, len(ents))
+            for ent in ents:
+                obj, vid, _, e, shape, dtype = ent
+                if type(e) is Node:
+                    r = index[e]
+                    if r not in holders and obj is not None and obj._id == vid:
+                        holders[r] = obj
+                else:
+                    k = vid if e is None else (id(e), vid)  # (a constant by its value id alone: an int, no tuple)
+                    r = ext_index.get(k)
+                    if r is None:
+                        r = ext_index[k] = -(len(ext_src) + 1)
+                        edev = obj._dev if obj is not None else dev
+                        dd = dev_index.get(edev)
+                        if dd is None:
+                            dd = dev_index[edev] = len(devs)
+                            devs.append(edev)
+                        ext += (shape, dtype.name, dd, e is not None)
+                        ext_src.append((ent, n))
+                        ext_edge.append(e)
+                key.append(r)
+        self.key = key
+        self.ext = ext
+
+    def request(self, nodes: list, root_refs: list, target_refs: list) -> dict:
+        """The autograd service's request for this subgraph (its structure alone, never values)."""
+        key = self.key
+        wire_nodes = []
+        i = 0
+        for n in nodes:
+            d, c = key[i + 1], key[i + 2]
+            wire_nodes.append([n.op, list(key[i + 3:i + 3 + c]), n.attrs, d])
+            i += 3 + c
+        x = self.ext
+        ext = [[list(x[i]), x[i + 1], x[i + 2]] for i in range(0, len(x), 4)]
+        return {"devs": self.devs, "ext": ext, "nodes": wire_nodes, "roots": root_refs, "targets": target_refs}
+
+
+def _phase(session, roots, want, results, pending, visited, create_graph) -> None:
+    """One request: gradients from ``roots`` (edge, holder, seed) down to leaves, targets and custom nodes."""
+    nodes, direct = _walk(roots)
     for e, seed in direct:  # roots that are leaves, retained values or custom outputs themselves
         _deliver(e, seed.clone(), want, results, pending)
     if not nodes:
         return
     visited.extend(nodes)
-    nodes.sort(key=_by_seq)
-    index = {n: j for j, n in enumerate(nodes)}
-
-    devs: list = []
-    dev_index: dict = {}
-    ext_keys: list = []  # structural key per external
-    ext_src: list = []  # (entry, node) per external: where its value comes from
-    ext_edge: list = []  # the grad edge of each external (None for constants)
-    ext_index: dict = {}
-    holders: dict = {}  # node index -> tensor holding its output value
-    key_nodes = []  # per node: (its key, its refs, its device's index); the request's nodes are made from them
-    for n in nodes:
-        d = dev_index.get(n.dev)
-        if d is None:
-            d = dev_index[n.dev] = len(devs)
-            devs.append(n.dev)
-        refs = []
-        for ent in n.entries:
-            obj, vid, _, e, shape, dtype = ent
-            if type(e) is Node:
-                r = index[e]
-                if obj is not None and obj._id == vid:
-                    holders.setdefault(r, obj)
-            else:
-                k = (id(e), vid) if e is not None else (None, vid)
-                r = ext_index.get(k)
-                if r is None:
-                    r = ext_index[k] = -(len(ext_keys) + 1)
-                    edev = obj._dev if obj is not None else n.dev
-                    dd = dev_index.get(edev)
-                    if dd is None:
-                        dd = dev_index[edev] = len(devs)
-                        devs.append(edev)
-                    ext_keys.append((shape, dtype.name, dd, e is not None))
-                    ext_src.append((ent, n))
-                    ext_edge.append(e)
-            refs.append(r)
-        nk = n._key
-        if nk is None:
-            nk = n.key()
-        key_nodes.append((nk, tuple(refs), d))
+    st = _Structure(nodes)
+    index, holders, ext_src, ext_edge, devs = st.index, st.holders, st.ext_src, st.ext_edge, st.devs
 
     # roots, targets
     root_refs = []
@@ -649,14 +730,12 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
     if not target_refs:
         return
 
-    skey = (tuple(key_nodes), tuple(ext_keys), tuple(devs), tuple(root_refs), tuple(target_refs))
+    skey = (tuple(st.key), tuple(st.ext), tuple(devs), tuple(root_refs), tuple(target_refs))
     bw = _CACHE.get(skey)
     if bw is None:
-        wire_nodes = [[n.op, list(refs), n.attrs, d] for n, (_, refs, d) in zip(nodes, key_nodes)]
-        req = {"devs": devs, "ext": [[list(s), dt, dd] for s, dt, dd, _ in ext_keys], "nodes": wire_nodes,
-               "roots": root_refs, "targets": target_refs}
         stats.requests += 1
-        h, _ = session.service_request("autograd", {"op": "backward", "g": req})
+        h, _ = session.service_request("autograd", {"op": "backward", "g": st.request(nodes, root_refs,
+                                                                                        target_refs)})
         bw = h["bw"]
         if len(_CACHE) >= MAX_CACHE:
             _CACHE.pop(next(iter(_CACHE)))
@@ -671,10 +750,11 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
             vals.append(seeds[i])
         elif kind == "x":
             ent, n = ext_src[i]
-            vals.append(_value(ent, n))
+            obj = ent[0]  # (intact and no view, the common case, checked here; ``_value`` checks the others)
+            vals.append(obj if obj is not None and obj._id == ent[1] and obj._base is None else _value(ent, n))
         else:
             h = holders.get(i)
-            if h is None or _stale_view(h):
+            if h is None or (h._base is not None and _stale_view(h)):
                 vals.append(_missing_output(nodes[i], nodes))
             else:
                 vals.append(h)

@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from itertools import chain, compress, filterfalse, repeat
-from operator import getitem, itemgetter
+from operator import call, getitem, itemgetter
 
 import numpy as np
 import zmq
@@ -632,13 +632,17 @@ class Session:
             self._ship_marked()
         if plan is None:
             plan = self.graph_plan(nodes, devs, known, keep, host)
+        if plan.whole:
+            tensors = self._record_whole(plan, nodes, vals, devs, known, where)
+            if tensors is not None:
+                return tensors
         out_ids: list[int] = []  # per node: its output's handle
         tensors: list = []
         pending = self._pending
         lazy_nodes = self._lazy
         made = self._scalars_made
         counter = self._ids
-        for j, p in enumerate(plan):
+        for j, p in enumerate(plan.steps):
             if p is not None:  # (inputs all made here, no check to make: the node's entry as it is planned)
                 op, attrs, device, akey, meta, metas, getter, r0, kept = p
                 hid = next(counter)
@@ -698,25 +702,73 @@ class Session:
             self._release += [h for h, t in zip(out_ids, tensors) if t is None]
         return tensors
 
+    def _record_whole(self, plan: GraphPlan, nodes, vals: list, devs: list, known: list, where) -> list | None:
+        """:meth:`record_graph`'s recording in one pass, when the node-by-node one would find nothing to check,
+        resolve or flush on the way: every tensor of ``vals`` is this session's, on the device its readers need, no
+        view behind its base, no lazy node, and of the meta it had when ``plan.entries`` were made (then the graph's
+        entries are its templates with the handles filled in, numbered as one after the other, and the pending batch
+        has room for them all). None, having recorded nothing, otherwise."""
+        n = len(nodes)
+        pending = self._pending
+        if len(pending) + n >= MAX_PENDING_NODES:
+            return None
+        vids = []
+        for t in vals:
+            b = t._base
+            if t._s is not self or (b is not None and b._version != t._base_version):
+                return None
+            vids.append(t._id)
+        lazy_nodes = self._lazy
+        if lazy_nodes and not lazy_nodes.keys().isdisjoint(vids):
+            return None
+        if plan.entries is None:
+            plan.make_entries(nodes, vals, devs, known)
+        vmeta = plan.vmeta
+        if len(vals) != len(vmeta):
+            return None
+        for t, (shape, dtype, dev) in zip(vals, vmeta):
+            if t._shape != shape or t.dtype is not dtype or (dev is not None and t._dev != dev):
+                return None
+        first = self.take_ids(n)
+        hids = (*range(first, first + n), *reversed(vids))  # (``hids[r]``: node ``r``'s handle, or ``vals[-r - 1]``'s)
+        ops, getters, attrs, devices, metas, akeys = plan.entries
+        # (the entries made by zip, each node's input handles by its getter: no bytecode runs per node)
+        pending += zip(range(first, first + n), ops, map(call, getters, repeat(hids, n)), attrs, devices,
+                       repeat(where, n), metas, akeys)
+        tensors: list = [None] * n
+        made = self._scalars_made
+        for j, op, shape, dtype, device in plan.kept:
+            hid = first + j
+            t = _new_tensor(Tensor)
+            t._init(self, hid, shape, dtype, device)
+            tensors[j] = t
+            if not shape and op != "full":  # (record's: a 0-d result read along with the next value read)
+                made[hid] = device
+                if len(made) > MAX_SCALARS_TRACKED:
+                    del made[next(iter(made))]
+        if not self.closed:  # (the outputs no tensor holds: released as their tensors would be)
+            self._release += [first + j for j in plan.drop]
+        return tensors
+
     @staticmethod
-    def graph_plan(nodes, devs: list, known: list, keep, host) -> list:
+    def graph_plan(nodes, devs: list, known: list, keep, host) -> GraphPlan:
         """What :meth:`record_graph` does for each node of a graph that the graph alone fixes (its arguments but
-        ``vals`` and ``where``): per node ``(op, attrs, device, attrs key, meta, input metas, getter, ref, kept)``
-        when every input is the output of an earlier node of the graph on the node's device (or the node is a
-        ``copy``) that is not in ``host`` (so never a lazy handle): its entry needs the input handles alone
-        (``getter(handles)``, or the handle of ``ref`` for one input), and ``kept``: whether it is in ``keep``. None for
-        the other nodes, recorded with :meth:`record`'s checks. (The input metas list is shared by the entries of
-        every recording of the graph: an entry's fields are never changed.)"""
-        plan: list = []
+        ``vals`` and ``where``), as a :class:`GraphPlan`. Its ``steps``: per node ``(op, attrs, device, attrs key, meta,
+        input metas, getter, ref, kept)`` when every input is the output of an earlier node of the graph on the node's
+        device (or the node is a ``copy``) that is not in ``host`` (so never a lazy handle): its entry needs the input
+        handles alone (``getter(handles)``, or the handle of ``ref`` for one input), and ``kept``: whether it is in
+        ``keep``. None for the other nodes, recorded with :meth:`record`'s checks. (The input metas list is shared by
+        the entries of every recording of the graph: an entry's fields are never changed.)"""
+        steps: list = []
         for j, ((op, refs, attrs, d), (akey, meta)) in enumerate(zip(nodes, known)):
             device = devs[d]
             if j in host or not refs or any(r < 0 or r in host or (devs[nodes[r][3]] != device and op != "copy")
                                             for r in refs):
-                plan.append(None)
+                steps.append(None)
                 continue
             getter = itemgetter(*refs) if len(refs) > 1 else None
-            plan.append((op, attrs, device, akey, meta, [known[r][1] for r in refs], getter, refs[0], j in keep))
-        return plan
+            steps.append((op, attrs, device, akey, meta, [known[r][1] for r in refs], getter, refs[0], j in keep))
+        return GraphPlan(steps, nodes, devs, known, keep, host)
 
     # (lazy nodes: a node made by :meth:`record` with ``lazy`` or a known integer result is kept here, unrecorded, and
     # recorded only when a recorded node reads it (:meth:`_resolve`), its value is fetched from a device, or a compiled
@@ -1745,6 +1797,53 @@ class Session:
     def __exit__(self, *exc):
         self.close()
 
+
+class GraphPlan:
+    """What :meth:`Session.record_graph` does for a graph that the graph alone fixes (:meth:`Session.graph_plan`; its
+    caller keeps it with the graph). ``steps``: the node-by-node recording's, per node (see ``graph_plan``). ``whole``:
+    whether the graph can be recorded in one pass (:meth:`Session._record_whole`): no node in ``host``, and no node
+    reading another's output from another device but a ``copy``. ``kept``: ``(index, op, shape, dtype, device)`` of
+    each node in ``keep``, ``drop`` the other indices. ``entries``: the nodes' pending entries but for their handles,
+    as columns ``(ops, getters, attrs, devices, input metas, attrs keys)`` (a node's input handles: its getter
+    applied to the tuple of the graph's handles then ``vals``' in reverse), made at the first whole recording for the
+    metas its ``vals`` had then: ``vmeta``, ``(shape, dtype, device)`` per tensor of ``vals`` (device: the one the
+    nodes reading it need, None when only ``copy`` nodes do)."""
+
+    __slots__ = ("steps", "whole", "kept", "drop", "vdev", "vmeta", "entries")
+
+    def __init__(self, steps: list, nodes, devs: list, known: list, keep, host):
+        self.steps = steps
+        vdev: dict = {}
+        whole = not host
+        for op, refs, _, d in nodes if whole else ():
+            device = devs[d]
+            for r in refs:
+                if r >= 0:
+                    if devs[nodes[r][3]] != device and op != "copy":
+                        whole = False
+                elif op != "copy" and vdev.setdefault(-r - 1, device) != device:
+                    whole = False
+        self.whole = whole
+        self.vdev = vdev
+        self.kept = [(j, nodes[j][0], *known[j][1], devs[nodes[j][3]]) for j in range(len(nodes)) if j in keep]
+        self.drop = [j for j in range(len(nodes)) if j not in keep]
+        self.vmeta = None
+        self.entries = None
+
+    def make_entries(self, nodes, vals: list, devs: list, known: list) -> None:
+        """The entries' templates, for the metas of ``vals``."""
+        vdev = self.vdev
+        vmeta = self.vmeta = [(t._shape, t.dtype, vdev.get(k)) for k, t in enumerate(vals)]
+        size = len(nodes) + len(vals)  # (of the handles: a ref made an index into them, ``vals``' from the end)
+        getters, metas = [], []
+        for _, refs, _, _ in nodes:
+            at = [r if r >= 0 else size + r for r in refs]
+            # (one input: a slice, so that the handle comes as a 1-tuple, as the entries' input handles all do)
+            getters.append(itemgetter(*at) if len(at) > 1 else itemgetter(slice(at[0], at[0] + 1) if at else
+                                                                          slice(0, 0)))
+            metas.append([known[r][1] if r >= 0 else vmeta[-r - 1][:2] for r in refs])
+        self.entries = ([n[0] for n in nodes], getters, [n[2] for n in nodes], [devs[n[3]] for n in nodes], metas,
+                        [k[0] for k in known])
 
 class Batch:
     """A pending batch in wire form: ``nodes`` (``[op, refs, attrs, device index]``), ``devs``, the external input
