@@ -98,14 +98,14 @@ def full(s, shape: tuple, fill_value, dtype, dev: str):
     attrs = {"shape": list(shape), "dtype": dt.name, "value": v}
     tv = type(v)
     if tv is not int and tv is not float and tv is not bool:
-        return s.record("full", [], attrs, dev)
+        return s.record("full", [], attrs, dev, up=2)  # (2: the search for the user's line starts above this frame)
     # (a real value: the node's attrs key and meta depend on the shape, dtype and the value's type alone, whatever
     # value: found once for them, not by every zeros, ones and full)
     key = (shape, dt, tv)
     known = _FULL_KNOWN.get(key)
     if known is None:
         known = remember(_FULL_KNOWN, key, (attrs_key("full", attrs), infer("full", [], attrs)), MAX_FULL_KNOWN)
-    return s.record("full", [], attrs, dev, known)
+    return s.record("full", [], attrs, dev, known, up=2)
 
 
 #: :func:`full`'s node's ``(attrs key, (shape, dtype))`` (``Session.record``'s ``known``), by its shape, dtype and the

@@ -140,13 +140,16 @@ def cat(tensors, dim: int = 0, *, out=None) -> Tensor:
         r = live[0].clone()
     else:
         t0 = live[0]
-        d = norm_dim(dim, len(t0._shape))
+        nd = len(t0._shape)
+        d = dim if type(dim) is int and 0 <= dim < nd else norm_dim(dim, nd)  # (norm_dim's answer for a dim in range)
         rows = _row_ranges(live) if d == 0 and len(live) == len(tensors) else None
-        r = _gather_rows(*rows, False) if rows is not None else t0._rec("cat", live, {"dim": d})
+        # (recorded here, not by ``t0._rec``: one call less, and the search for the user's line starts above this frame)
+        r = _gather_rows(*rows, False) if rows is not None else \
+            _hooks.record(t0._s, "cat", live, {"dim": d}, t0._dev, 2)
     if len(live) < len(tensors):  # the skipped ones still get torch's (zero) gradient
         kept = {id(t) for t in live}
         r = zero_grad_from(r, *(t for t in tensors if id(t) not in kept))
-    return write_out(out, r)
+    return r if out is None else write_out(out, r)
 
 
 concat = cat

@@ -18,6 +18,7 @@ import numbers
 
 import numpy as np
 
+from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import IndexOutOfRange
 from tensorwire.protocol.graph import attrs_key
 
@@ -26,6 +27,9 @@ from ._frames import _user_frame
 
 #: a run of writes is recorded once it holds this many positions (its two uploads stay small)
 MAX_RUN = 1 << 16
+#: the complex dtypes (``DType.is_complex``: their writes take the general path), a set: its test costs less than the
+#: property
+_COMPLEX = frozenset(d for d in D.ALL if d.is_complex)
 #: the attrs key of a run's ``index_put`` (:meth:`ElementWrites.record`: its nodes' inference is done there)
 _INDEX_PUT_KEY = attrs_key("index_put", {"dim": 0, "accumulate": False})
 
@@ -77,7 +81,7 @@ def batchable(x, value) -> bool:
     elif not isinstance(value, (numbers.Real, np.number)) or isinstance(value, (complex, np.complexfloating)):
         return False
     s = x._s
-    return (s._capture is None and x._base is None and not x.requires_grad and not x.dtype.is_complex
+    return (s._capture is None and x._base is None and not x.requires_grad and x.dtype not in _COMPLEX
             and not s.closed)
 
 
@@ -107,8 +111,9 @@ class ElementWrites:
             x._s._known.forget([self.hid])
             x._s._known.put(self.hid, arr)
 
-    def record(self) -> None:
-        """Record the run: ``index_put`` of every position's last value into the flattened old value, reshaped."""
+    def record(self, where=None) -> None:
+        """Record the run: ``index_put`` of every position's last value into the flattened old value, reshaped.
+        ``where``: the user's line that ended the run, when the caller has it (``Session.record``'s)."""
         x, s = self.target, self.target._s
         dt = x.dtype
         n = x.numel()
@@ -116,11 +121,15 @@ class ElementWrites:
         vals = np.array(list(self.values.values()), dtype=np.float64 if dt.is_floating_point else object).astype(dt.np)
         # (each node's attrs key and output meta given: a reshape to (n,), the index_put of that shape, the reshape
         # back to x's shape, whose handle the run took at its first write; all five name the user's line that ended
-        # the run, found once: this runs below the session's record, end_writes and the client's calls above them)
-        where = _user_frame()
+        # the run, found once: this runs below the session's record, end_writes and the client's calls above them;
+        # the values and positions are kept by the client (known_values) only where it computes x's value)
+        if where is None:
+            where = _user_frame()
         flat_meta = ((n,), dt)
+        keep = self.known is not None
         flat = s.record("reshape", [self.before], {"shape": [n]}, x._dev, (V.reshape_key((n,)), flat_meta), where)
-        out = s.record("index_put", [flat, s.const(vals, x._dev, dt, where=where), s.const(pos, x._dev, where=where)],
+        out = s.record("index_put", [flat, s.const(vals, x._dev, dt, where=where, keep=keep),
+                                     s.const(pos, x._dev, where=where, keep=keep)],
                        {"dim": 0, "accumulate": False}, x._dev, (_INDEX_PUT_KEY, flat_meta), where)
         made = s.record("reshape", [out], {"shape": list(x._shape)}, x._dev, (V.reshape_key(x._shape), (x._shape, dt)),
                         where, hid=self.hid)

@@ -436,9 +436,11 @@ def _advanced(x, key):
 
 
 def setitem(x, key, value):
-    if write(x, key, value):  # one element, a Python value: batched with the writes next to it
-        return
-    if x._base is not None and _view_element_write(x, key, value):
+    """``x[key] = value`` (``Tensor.__setitem__`` itself)."""
+    if x._base is None:
+        if write(x, key, value):  # one element, a Python value: batched with the writes next to it
+            return
+    elif _view_element_write(x, key, value):  # (one element of a view: as one of its root's)
         return
     key = _expand_key(x, key)
     if not any(_is_tensorlike(k) for k in key):

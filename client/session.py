@@ -579,12 +579,14 @@ class Session:
                     lazy = True  # (its value is the client's to give: deferred; a tensor made to be filled is not)
             if lazy:
                 return self._defer(hid, op, ids, attrs, device, metas, akey, shape, dtype, then)
-        if self._writes is not None:
-            self.end_writes()
-        if self._mark:
-            self._ship_marked()
         if where is None:
             where = _user_frame(up + 1)
+        run = self._writes
+        if run is not None:  # (end_writes, given this op's line: the run's nodes name it, found once)
+            self._writes = None
+            run.record(where)
+        if self._mark:
+            self._ship_marked()
         lazy_nodes = self._lazy
         if lazy_nodes and not lazy_nodes.keys().isdisjoint(ids):
             ids = self._resolve(ids, where)
@@ -871,7 +873,8 @@ class Session:
             self.end_writes()
         if where is None:
             where = _user_frame()
-        rids = self._resolve(ids, where) if self._lazy else ids
+        lazy = self._lazy
+        rids = self._resolve(ids, where) if lazy and not lazy.keys().isdisjoint(ids) else ids  # (record's test)
         if then is None:
             self._pending.append((hid, op, tuple(rids), attrs, device, where, metas, akey))
         else:  # (a pair: the first node's result gets a handle of its own, released once the second has read it)
@@ -880,7 +883,7 @@ class Session:
             self._pending.append((mid, op, tuple(rids), attrs, device, where, metas, akey))
             self._pending.append((hid, op2, (mid,), attrs2, device, where, metas2, akey2))
             self._release.append(mid)
-        self._unpin((i, 1) for i in ids)
+        self._unpin(zip(ids, repeat(1)))  # (pairs made by zip: no generator's frame run per input)
 
     def _unpin(self, counts) -> None:
         """Lazy nodes that read handles were recorded or dropped: ``counts`` gives ``(handle, how many of them read
@@ -930,13 +933,14 @@ class Session:
         return out, dropped
 
     def const(self, array: np.ndarray, device: str, dtype: D.DType | None = None, *, borrowed: bool = False,
-              where=None):
+              where=None, keep: bool = True):
         """Record a tensor whose bytes travel with the next batch (an upload).
 
         ``borrowed``: the array belongs to the caller, who may change it after this returns. A small one is
         copied; a large one is sent at once without a copy, and this returns once zmq has handed its bytes
         to the kernel (the upload is then synchronous, like torch's ``.to(device)``). ``where``: the user's line, when
-        the caller has it (:meth:`record`'s).
+        the caller has it (:meth:`record`'s). ``keep``: False when the client need not keep the value
+        (``known_values``): a caller's operand that no host computation will read.
         """
         if self._writes is not None:
             self.end_writes()
@@ -961,7 +965,7 @@ class Session:
         t._init(self, hid, tuple(array.shape), dt, device)
         if self._capture is not None:
             self._capture.on_record(entry, t, ())
-        elif not send_now:  # (the array is the session's own: copied, or made for this call)
+        elif keep and not send_now:  # (the array is the session's own: copied, or made for this call)
             self._known.put(hid, array)
         if send_now:
             with self._lock:

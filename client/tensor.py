@@ -269,7 +269,9 @@ class Tensor(TensorBase):
 
     # ------------------------------------------------------------------ recording helpers
     def _rec(self, op: str, ins: Sequence[Tensor], attrs=None) -> Tensor:
-        return _hooks_record(self._s, op, ins, attrs, self._dev, 2)  # (2: the user's line is above this frame)
+        # (3: the search for the user's line starts above this method's caller, which is always the client's: only
+        # the client's functions call ``_rec``; each frame the search walks is made into a Python object)
+        return _hooks_record(self._s, op, ins, attrs, self._dev, 3)
 
     def _operand(self, other, dtype: D.DType | None = None) -> Tensor:
         if isinstance(other, Tensor):
@@ -877,11 +879,12 @@ class Tensor(TensorBase):
 
     def softmax(self, dim: int, dtype=None):
         x = self if dtype is None else self.to(dtype)
-        return x._rec("softmax", [x], {"dim": dim})
+        # (recorded here, not by _rec: one call less, and the search for the user's line starts above this frame)
+        return _hooks_record(x._s, "softmax", [x], {"dim": dim}, x._dev, 2)
 
     def log_softmax(self, dim: int, dtype=None):
         x = self if dtype is None else self.to(dtype)
-        return x._rec("log_softmax", [x], {"dim": dim})
+        return _hooks_record(x._s, "log_softmax", [x], {"dim": dim}, x._dev, 2)  # (as softmax)
 
     # ------------------------------------------------------------------ reductions
     def _reduce(self, op: str, dim, keepdim: bool, **extra):
@@ -893,7 +896,9 @@ class Tensor(TensorBase):
             dim = None
         attrs = {"dims": _dims_attr(dim), "keepdim": keepdim}
         attrs.update(extra)
-        return self._rec(op, [self], attrs)
+        # (recorded here, not by _rec, one call less; 3: the search for the user's line starts above the caller of
+        # this method's caller, as only the client's functions call it)
+        return _hooks_record(self._s, op, [self], attrs, self._dev, 3)
 
     def sum(self, dim=None, keepdim: bool = False, *, dtype=None):
         return self._reduce("sum", dim, keepdim, **({"dtype": D.get(dtype).name} if dtype is not None else {}))
@@ -1308,8 +1313,7 @@ class Tensor(TensorBase):
     # ------------------------------------------------------------------ indexing
     __getitem__ = _indexing.getitem  # (the function itself: one Python call less for ``x[i]``)
 
-    def __setitem__(self, key, value):
-        _indexing.setitem(self, key, value)
+    __setitem__ = _indexing.setitem  # (as ``__getitem__``: ``t[i][0][j] = 1`` in a loop, one Python call less)
 
     def gather(self, dim: int, index):
         if not index._shape or not self._shape or 0 in index._shape:

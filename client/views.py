@@ -266,8 +266,9 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
 
 
 #: :func:`index_view`'s pieces, by ``(input shape, index, dtype)``: the view step of ``x[i]`` (its ``_known`` set), its
-#: output shape and lengths, and its nodes' attrs (``_basic_view``'s ``made``); made once, as a step and the attrs of a
-#: recorded node are never changed (emptied at :data:`MAX_ROW_STEPS`)
+#: output shape and lengths, its nodes' attrs (``_basic_view``'s ``made``) and whether ``x``'s value is small
+#: (:func:`small_value`, a function of the shape and dtype); made once, as a step and the attrs of a recorded node are
+#: never changed (emptied at :data:`MAX_ROW_STEPS`)
 _INDEX_VIEWS: dict[tuple, tuple] = {}
 
 
@@ -280,8 +281,30 @@ def index_view(x, a: int):
     key = (shape, a, dt)
     got = _INDEX_VIEWS.get(key)
     if got is None:
-        got = remember(_INDEX_VIEWS, key, _index_parts(shape, a, dt), MAX_ROW_STEPS)
-    step, out, lens, made = got
+        got = remember(_INDEX_VIEWS, key, (*_index_parts(shape, a, dt), small_value(x)), MAX_ROW_STEPS)
+    step, out, lens, made, small = got
+    s = x._s
+    b = x._base
+    if not x.requires_grad and s._capture is None and not _amp_active[0] \
+            and (b is None or not b.requires_grad and b._version == x._base_version):
+        # (what _basic_view and _made_view do for x outside autograd, x a root or a view up to date with its root,
+        # done here: an index in a loop, ``line[i]``, ``t[i][0]``, makes several a step; the whole of x, a dim of 1,
+        # is one reshape of x)
+        then = made[1]
+        t = s.defer_view("slice", x, made[0], made[2], then) if lens != shape else \
+            s.defer_view("reshape", x, then[1], then[2])
+        if b is None:
+            t._base = x
+            t._vsteps = (step,)
+            t._base_version = x._version
+            if not small:  # (derive_view's test for a view of a root: ``small`` is small_value(x), by x's key)
+                s._known.derive(t._id, x, step.on_host)
+        else:
+            t._base = b
+            t._vsteps = (x._vsteps or ()) + (step,)
+            t._base_version = b._version
+            derive_view(t, x, step.on_host)
+        return t
     return _basic_view(x, step, out, lens, made)
 
 
@@ -468,7 +491,9 @@ def make_view(x, step: ViewStep, op: str, attrs: dict, known: tuple):
         return x._view(step)
     b = x._base
     if _grad_tracked(x):
-        t = _hooks._E.record_grad(s, op, [x], attrs, x._dev, 2, known)
+        # (3: the search for the user's line starts above the caller of this function's caller, Tensor's method, as
+        # only Tensor's methods call this function)
+        t = _hooks._E.record_grad(s, op, [x], attrs, x._dev, 3, known)
     elif b is None or b._version == x._base_version:
         t = s.defer_view(op, x, attrs, known)
     else:  # (a view whose base changed: recomputed by the general path)

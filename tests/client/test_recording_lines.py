@@ -50,11 +50,33 @@ def _cases(x, y, w, lin):
     def inplace():
         x.add_(1)  # MARK-inplace
 
-    fns = [binary, reverse, single_view, view_of_view, write_through_view, grad_op, module, functional, inplace]
+    def cat():
+        return tw.cat((x[0:1], y), 0)  # MARK-cat
+
+    def log_softmax():
+        return x.log_softmax(1)  # MARK-log-softmax
+
+    def grad_view():
+        return w.unsqueeze(0)  # MARK-grad-view
+
+    # (a run of element writes records nothing; the op that ends it records the run's nodes, on its own line)
+    def element_writes():
+        y[1][0] = 5.0
+        return y + 0  # MARK-element-writes
+
+    def known_element_writes():  # (x's value is the client's: the run keeps its values and positions too)
+        x[2][1] = 5.0
+        return x * 2  # MARK-known-element-writes
+
+    def factory():
+        return tw.zeros(2, 2)  # MARK-factory
+
+    fns = [binary, reverse, single_view, view_of_view, write_through_view, grad_op, module, functional, inplace,
+           cat, log_softmax, grad_view, element_writes, known_element_writes, factory]
     return [("MARK-" + fn.__name__.replace("_", "-"), fn) for fn in fns]
 
 
-@pytest.mark.parametrize("case", range(9))
+@pytest.mark.parametrize("case", range(15))
 def test_each_recorded_node_names_the_users_line(session, case):
     x = tw.tensor(np.arange(9, dtype=np.float32).reshape(3, 3))
     y = tw.ones(3, 3)
