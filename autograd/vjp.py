@@ -472,12 +472,11 @@ def _silu(c):
 
 @rule("gelu")
 def _gelu(c):
+    """Exact GELU: g * (Phi(x) + x phi(x)) as one ``gelu_grad`` op (a composite of that math); the tanh approximation
+    goes through the forward's decomposition."""
     if c.a.get("approximate", "none") != "none":
         return NotImplemented
-    x = c.x[0].cast(c.g.dtype)
-    cdf = ((x * (1 / math.sqrt(2.0))).op("erf") + 1) * 0.5
-    pdf = (x * x * -0.5).op("exp") * (1 / math.sqrt(2 * math.pi))
-    return [c.g * (cdf + x * pdf)]
+    return [c.g.op("gelu_grad", c.x[0])]
 
 
 @rule("leaky_relu")
@@ -504,14 +503,9 @@ def _last_dims(c):
 
 @rule("layer_norm")
 def _layer_norm(c):
-    """rstd * (g - mean(g) - y * mean(g * y)) with y the output."""
-    dims = _last_dims(c)
-    x = c.x[0].cast(c.g.dtype)
-    xc = x - x.op("mean", dims=dims, keepdim=True)
-    var = (xc * xc).op("mean", dims=dims, keepdim=True)
-    rstd = (var + a_num(c.a, "eps", 1e-5)).op("rsqrt")
-    g, y = c.g, c.y
-    return [rstd * (g - g.op("mean", dims=dims, keepdim=True) - y * (g * y).op("mean", dims=dims, keepdim=True))]
+    """rstd * (g - mean(g) - y * mean(g * y)) with y the output: one ``layer_norm_grad`` op (a composite of that math:
+    double backward goes through its decomposition)."""
+    return [c.g.op("layer_norm_grad", c.x[0], c.y, ndim=a_int(c.a, "ndim", 1), eps=a_num(c.a, "eps", 1e-5))]
 
 
 @rule("rms_norm")

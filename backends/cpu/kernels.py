@@ -1118,3 +1118,50 @@ def _batch_norm_update(ins, a, shape, dt):
     n = int(a.get("n", 2))
     stat = stats[:c] if a["which"] == "mean" else stats[c:] * (n / (n - 1) if n > 1 else 1.0)
     return ((1.0 - f) * running + f * stat).astype(dt.np)
+
+
+# layer norm's and GELU's backward ----------------------------------------------------------------
+
+@kernel("layer_norm_grad")
+def _layer_norm_grad(ins, a, shape, dt):
+    """rstd * (g - mean(g) - y * mean(g * y)) over the last ``ndim`` dims, rstd from x (two passes, as the forward).
+    As rows of the normalised size, each row's mean a product with a column of 1 / k: at a GPT's [B*T, C] sizes a
+    BLAS product takes ~1 us where a ufunc reduce along short rows takes ~4 (``ndarray.mean`` ~6)."""
+    ct = _compute(dt)
+    lead = len(shape) - int(a.get("ndim", 1))
+    rows, k = math.prod(shape[:lead]), math.prod(shape[lead:])
+    g, x, y = (_arr(t, ct).reshape(rows, k) for t in ins)
+    avg = np.full((k, 1), 1 / max(k, 1), ct)
+    xc = x - x @ avg
+    xc *= xc
+    rstd = xc @ avg
+    rstd += ct.type(a.get("eps", 1e-5))
+    np.sqrt(rstd, out=rstd)
+    np.reciprocal(rstd, out=rstd)
+    gy = g * y
+    dx = g - g @ avg
+    y = y * (gy @ avg)
+    dx -= y
+    dx *= rstd
+    return _out(dx.reshape(shape), dt)
+
+
+_SQRT_HALF, _INV_SQRT_2PI = 1 / math.sqrt(2.0), 1 / math.sqrt(2 * math.pi)
+
+
+@kernel("gelu_grad")
+def _gelu_grad(ins, a, shape, dt):
+    """g * (Phi(x) + x phi(x)): exact GELU's input gradient."""
+    ct = _compute(dt)
+    g, x = _arr(ins[0], ct), _arr(ins[1], ct)
+    cdf = _erf_any(x * ct.type(_SQRT_HALF))
+    cdf += ct.type(1)
+    cdf *= ct.type(0.5)
+    pdf = x * x
+    pdf *= ct.type(-0.5)
+    pdf = np.exp(pdf)
+    pdf *= ct.type(_INV_SQRT_2PI)
+    pdf *= x
+    pdf += cdf
+    pdf *= g
+    return _out(pdf, dt)

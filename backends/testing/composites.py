@@ -188,6 +188,21 @@ def _composite_specs(op: str):
             return x / np.sqrt((x ** 2).mean(axis=ax, keepdims=True) + eps)
         return [("last", [(3, 8)], (-3, 3), {}, lambda xs, dt: norm(xs[0], 1, 1e-5)),
                 ("last2", [(2, 3, 4)], (-3, 3), {"ndim": 2, "eps": 1e-3}, lambda xs, dt: norm(xs[0], 2, 1e-3))]
+    if op == "layer_norm_grad":
+        def ln_grad(xs, n, eps):
+            g, x, y = xs
+            ax = tuple(range(x.ndim - n, x.ndim))
+            xc = x - x.mean(axis=ax, keepdims=True)
+            rstd = 1 / np.sqrt((xc ** 2).mean(axis=ax, keepdims=True) + eps)
+            return rstd * (g - g.mean(axis=ax, keepdims=True) - y * (g * y).mean(axis=ax, keepdims=True))
+        return [("last", [(3, 8)] * 3, (-3, 3), {}, lambda xs, dt: ln_grad(xs, 1, 1e-5)),
+                ("last2", [(2, 3, 4)] * 3, (-3, 3), {"ndim": 2, "eps": 1e-3}, lambda xs, dt: ln_grad(xs, 2, 1e-3))]
+    if op == "gelu_grad":
+        def gelu_grad(xs, dt):
+            g, x = xs
+            return g * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+        return [("2d", [(3, 4)] * 2, (-4, 4), {}, gelu_grad), ("0d", [()] * 2, (-4, 4), {}, gelu_grad),
+                ("empty", [(0, 3)] * 2, (-4, 4), {}, gelu_grad)]
     if op == "im2col":
         return [("k2", [(2, 3, 4, 5)], (-2, 2), {"kernel": [2, 2]}, lambda xs, dt: _im2col_ref(xs[0], (2, 2))),
                 ("strided-padded-dilated", [(1, 2, 5, 6)], (-2, 2),

@@ -406,6 +406,12 @@ GENERATORS = {
     "linear": lambda: [case("linear", [P((3, 4)), P((5, 4)), P((5,))], name="bias"),
                        case("linear", [P((2, 3, 4)), P((5, 4))], name="nobias")],
     "softplus": _softplus, "layer_norm": _norm_last("layer_norm"), "rms_norm": _norm_last("rms_norm"),
+    # the backward ops with every input free (a double backward's view: y, the forward's output, is an input too)
+    "gelu_grad": lambda: [case("gelu_grad", [P((3, 4)), P((3, 4), -2, 2)])],
+    "layer_norm_grad": lambda: [case("layer_norm_grad", [P((3, 4)), P((3, 4)), P((3, 4))], {"ndim": 1, "eps": 1e-5},
+                                     name="1"),
+                                case("layer_norm_grad", [P((2, 3, 4)), P((2, 3, 4)), P((2, 3, 4))],
+                                     {"ndim": 2, "eps": 1e-3}, name="2")],
     "im2col": _im2col, "conv2d": _conv2d, "conv2d_grad_input": _conv2d_grad("input"),
     "conv2d_grad_weight": _conv2d_grad("weight"), "max_pool2d": _max_pool2d, "max_pool2d_grad": _max_pool2d_grad,
     "avg_pool2d": _avg_pool2d,
