@@ -293,17 +293,11 @@ def index_view(x, a: int):
         then = made[1]
         t = s.defer_view("slice", x, made[0], made[2], then) if lens != shape else \
             s.defer_view("reshape", x, then[1], then[2])
-        if b is None:
-            t._base = x
-            t._vsteps = (step,)
-            t._base_version = x._version
-            if not small:  # (derive_view's test for a view of a root: ``small`` is small_value(x), by x's key)
-                s._known.derive(t._id, x, step.on_host)
-        else:
-            t._base = b
-            t._vsteps = (x._vsteps or ()) + (step,)
-            t._base_version = b._version
+        mark_view(t, x, step)
+        if b is not None:
             derive_view(t, x, step.on_host)
+        elif not small:  # (derive_view's test for a view of a root: ``small`` is small_value(x), by x's key)
+            s._known.derive(t._id, x, step.on_host)
         return t
     return _basic_view(x, step, out, lens, made)
 
@@ -376,14 +370,7 @@ def _made_view(s, x, b, step: Slice, lens: tuple, grad: bool, made: tuple):
                 t = s.record("reshape", [t], then[1], x._dev, then[2], lazy=True)
     else:
         t = s.defer_view("slice", x, sattrs, known, then)
-    if b is None:  # (mark_view's links)
-        t._base = x
-        t._vsteps = (step,)
-        t._base_version = x._version
-    else:
-        t._base = b
-        t._vsteps = (x._vsteps or ()) + (step,)
-        t._base_version = b._version
+    mark_view(t, x, step)
     derive_view(t, x, step.on_host)
     return t
 

@@ -158,6 +158,20 @@ def build_runner(device, plan, keep: frozenset, lowered: Lowered | None = None):
     return run
 
 
+def _launch_args(w: list, outs, scalars, dynamic, dyn, empty):
+    """Before a kernel launch: its outputs not made yet allocated in ``w``; its scalars, with this run's dynamic
+    attributes in place of the plan's."""
+    for j, (shape, dt) in outs:
+        if w[j] is None:
+            w[j] = empty(shape, dt)
+    if dynamic and dyn:
+        scalars = list(scalars)
+        for j, s, name in dynamic:
+            if name in dyn.get(s[0], ()):
+                scalars[j] = scalar_value(s, dyn)
+    return scalars
+
+
 def _run_items(program: list, empty, pad: list, check):
     """The loop over a runner's items (:func:`build_runner`); ``check`` (kernel errors) before an early answer. A
     runtime whose launchers take pointers (:func:`.c_library.pointer`) runs through :func:`_run_on_pointers`."""
@@ -170,14 +184,7 @@ def _run_items(program: list, empty, pad: list, check):
         stop, answer = after or (-1, None)
         for i, (call, args, outs, scalars, dynamic, free, out) in enumerate(program):
             if outs is not None:  # a kernel launch
-                for j, (shape, dt) in outs:
-                    if w[j] is None:
-                        w[j] = empty(shape, dt)
-                if dynamic and dyn:
-                    scalars = list(scalars)
-                    for j, s, name in dynamic:
-                        if name in dyn.get(s[0], ()):
-                            scalars[j] = scalar_value(s, dyn)
+                scalars = _launch_args(w, outs, scalars, dynamic, dyn, empty)
                 made = call([w[j] for j in args], scalars)
                 if made is not None:  # immutable buffers (MLX): the launcher returns its outputs instead
                     for (j, _), buf in zip(outs, made):
@@ -215,14 +222,7 @@ def _run_on_pointers(program: list, empty, pad: list, check):
         stop, answer = after or (-1, None)
         for i, (call, args, outs, scalars, dynamic, free, out) in enumerate(items):
             if outs is not None:  # a kernel launch
-                for j, (shape, dt) in outs:
-                    if w[j] is None:
-                        w[j] = empty(shape, dt)
-                if dynamic and dyn:
-                    scalars = list(scalars)
-                    for j, s, name in dynamic:
-                        if name in dyn.get(s[0], ()):
-                            scalars[j] = scalar_value(s, dyn)
+                scalars = _launch_args(w, outs, scalars, dynamic, dyn, empty)
                 ptrs = []
                 for j, dt in args:
                     if ptr_dt[j] is not dt:
