@@ -172,6 +172,13 @@ def _launch_args(w: list, outs, scalars, dynamic, dyn, empty):
     return scalars
 
 
+def _answer_early(answer, w: list, check) -> None:
+    """Answer a fetch from ``w`` while the rest of the run goes on, after the kernels' errors so far (``check``)."""
+    if check is not None:
+        check()
+    answer(w)
+
+
 def _run_items(program: list, empty, pad: list, check):
     """The loop over a runner's items (:func:`build_runner`); ``check`` (kernel errors) before an early answer. A
     runtime whose launchers take pointers (:func:`.c_library.pointer`) runs through :func:`_run_on_pointers`."""
@@ -194,9 +201,7 @@ def _run_items(program: list, empty, pad: list, check):
             for j in free:
                 w[j] = None
             if i == stop:  # the fetched values are made: answer while the rest runs (see executor._run_fast)
-                if check is not None:
-                    check()
-                answer(w)
+                _answer_early(answer, w, check)
         env[:] = w[:len(env)]
 
     return run
@@ -243,9 +248,7 @@ def _run_on_pointers(program: list, empty, pad: list, check):
             for j in free:
                 w[j] = ptr[j] = ptr_dt[j] = None
             if i == stop:  # the fetched values are made: answer while the rest runs (see executor._run_fast)
-                if check is not None:
-                    check()
-                answer(w)
+                _answer_early(answer, w, check)
         env[:] = w[:len(env)]
 
     return run
