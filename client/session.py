@@ -601,10 +601,7 @@ class Session:
         if capture is not None:
             capture.on_record(entry, t, inputs)
         elif not shape and op != "full":  # a 0-d result: read along with the next value read (see fetch)
-            made = self._scalars_made
-            made[hid] = device
-            if len(made) > MAX_SCALARS_TRACKED:
-                del made[next(iter(made))]
+            self._scalar_made(hid, device)
         if len(pending) >= MAX_PENDING_NODES:
             self.flush()
         return t
@@ -642,7 +639,6 @@ class Session:
         tensors: list = []
         pending = self._pending
         lazy_nodes = self._lazy
-        made = self._scalars_made
         counter = self._ids
         for j, p in enumerate(plan.steps):
             if p is not None:  # (inputs all made here, no check to make: the node's entry as it is planned)
@@ -692,9 +688,7 @@ class Session:
                 t._init(self, hid, shape, dtype, device)
                 tensors.append(t)
                 if not shape and op != "full":  # (record's: a 0-d result read along with the next value read)
-                    made[hid] = device
-                    if len(made) > MAX_SCALARS_TRACKED:
-                        del made[next(iter(made))]
+                    self._scalar_made(hid, device)
             else:
                 tensors.append(None)
             if len(pending) >= MAX_PENDING_NODES:
@@ -738,16 +732,13 @@ class Session:
         pending += zip(range(first, first + n), ops, map(call, getters, repeat(hids, n)), attrs, devices,
                        repeat(where, n), metas, akeys)
         tensors: list = [None] * n
-        made = self._scalars_made
         for j, op, shape, dtype, device in plan.kept:
             hid = first + j
             t = _new_tensor(Tensor)
             t._init(self, hid, shape, dtype, device)
             tensors[j] = t
             if not shape and op != "full":  # (record's: a 0-d result read along with the next value read)
-                made[hid] = device
-                if len(made) > MAX_SCALARS_TRACKED:
-                    del made[next(iter(made))]
+                self._scalar_made(hid, device)
         if not self.closed:  # (the outputs no tensor holds: released as their tensors would be)
             self._release += [first + j for j in plan.drop]
         return tensors
@@ -1606,6 +1597,14 @@ class Session:
                     known.put(hid, x)
         return v
 
+    def _scalar_made(self, hid: int, device: str) -> None:
+        """A 0-d result ``hid`` was recorded on ``device``: a fetch takes it along until it is read (:meth:`fetch`;
+        the newest :data:`MAX_SCALARS_TRACKED` are remembered)."""
+        made = self._scalars_made
+        made[hid] = device
+        if len(made) > MAX_SCALARS_TRACKED:
+            del made[next(iter(made))]
+
     def _forget_scalars(self, hids) -> None:
         """Handles ``hids`` (any iterable; best a set) leave the 0-d results not read yet."""
         made = self._scalars_made
@@ -1858,6 +1857,15 @@ class Batch:
     __slots__ = ("nodes", "devs", "ext", "ext_meta", "outs", "dyn", "frames", "skey", "device")
 
 
+def _dynamic_attrs(attrs: dict, dynamic) -> dict:
+    """The attributes of ``attrs`` among an op's ``dynamic`` ones: what a replay of its node carries."""
+    d = {}
+    for k in dynamic:
+        if k in attrs:
+            d[k] = attrs[k]
+    return d
+
+
 def encode_batch(pending: list, where: dict | None = None) -> Batch:
     """Encode pending entries (``[id, op, input ids, attrs, device, where, input metas, attrs key]``) as a batch;
     each node's recording line goes into ``where`` (by output id) when given.
@@ -1904,11 +1912,7 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
                 akey = attrs_key(op, attrs)
             dynamic = OPS[op].dynamic
             if dynamic:
-                d = {}
-                for k in dynamic:
-                    if k in attrs:
-                        d[k] = attrs[k]
-                dyn.append([j, d])
+                dyn.append([j, _dynamic_attrs(attrs, dynamic)])
         refs_of[hid] = j
         nodes.append([op, refs, attrs, di])
         key.append((op, tuple(refs), di) if akey is None else (op, tuple(refs), akey, di))  # (structure_key's)
@@ -2064,11 +2068,7 @@ def _known_batch(pending: list, shape: _Shape, outs, ext, ext_meta) -> Batch:
         if "frame" in attrs and pending[j][1] == "const":  # (an upload: its bytes become a frame of the message)
             frames.append(as_frame(attrs["frame"]))
             attrs = {"frame": len(frames) - 1}
-        d = {}
-        for k in dynamic:
-            if k in attrs:
-                d[k] = attrs[k]
-        dyn.append([j, d])
+        dyn.append([j, _dynamic_attrs(attrs, dynamic)])
     b = Batch()
     b.nodes, b.devs, b.ext, b.ext_meta, b.outs, b.dyn, b.frames, b.skey = None, shape.devs, ext, ext_meta, outs, \
         dyn, frames, shape.skey

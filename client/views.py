@@ -266,9 +266,8 @@ def basic_view(x, starts: list, stops: list, steps: list, out: tuple, lens: tupl
 
 
 #: :func:`index_view`'s pieces, by ``(input shape, index, dtype)``: the view step of ``x[i]`` (its ``_known`` set), its
-#: output shape and lengths, its nodes' attrs (``_basic_view``'s ``made``) and whether ``x``'s value is small
-#: (:func:`small_value`, a function of the shape and dtype); made once, as a step and the attrs of a recorded node are
-#: never changed (emptied at :data:`MAX_ROW_STEPS`)
+#: output shape and lengths, and its nodes' attrs (``_basic_view``'s ``made``); made once, as a step and the attrs of a
+#: recorded node are never changed (emptied at :data:`MAX_ROW_STEPS`)
 _INDEX_VIEWS: dict[tuple, tuple] = {}
 
 
@@ -281,24 +280,15 @@ def index_view(x, a: int):
     key = (shape, a, dt)
     got = _INDEX_VIEWS.get(key)
     if got is None:
-        got = remember(_INDEX_VIEWS, key, (*_index_parts(shape, a, dt), small_value(x)), MAX_ROW_STEPS)
-    step, out, lens, made, small = got
+        got = remember(_INDEX_VIEWS, key, _index_parts(shape, a, dt), MAX_ROW_STEPS)
+    step, out, lens, made = got
     s = x._s
     b = x._base
     if not x.requires_grad and s._capture is None and not _amp_active[0] \
             and (b is None or not b.requires_grad and b._version == x._base_version):
-        # (what _basic_view and _made_view do for x outside autograd, x a root or a view up to date with its root,
-        # done here: an index in a loop, ``line[i]``, ``t[i][0]``, makes several a step; the whole of x, a dim of 1,
-        # is one reshape of x)
-        then = made[1]
-        t = s.defer_view("slice", x, made[0], made[2], then) if lens != shape else \
-            s.defer_view("reshape", x, then[1], then[2])
-        mark_view(t, x, step)
-        if b is not None:
-            derive_view(t, x, step.on_host)
-        elif not small:  # (derive_view's test for a view of a root: ``small`` is small_value(x), by x's key)
-            s._known.derive(t._id, x, step.on_host)
-        return t
+        # (x outside autograd, a root or a view up to date with its root: _basic_view's tests come to _made_view
+        # without grad; an index in a loop, ``line[i]``, ``t[i][0]``, makes several a step)
+        return _made_view(s, x, b, step, lens, False, made)
     return _basic_view(x, step, out, lens, made)
 
 
@@ -523,9 +513,8 @@ def detached_alias(t):
     return s.record("reshape", [t], {"shape": list(shape)}, t._dev, known, lazy=True)
 
 
-#: ``t.data``'s view step (it holds nothing, so every ``.data`` shares one) and the steps of a ``.data`` of a root
+#: ``t.data``'s view step (it holds nothing, so every ``.data`` shares one)
 DETACHED = Detached()
-_DATA_STEPS = (DETACHED,)
 
 
 def data_view(t):
@@ -535,11 +524,8 @@ def data_view(t):
     s = t._s
     if t._base is None and s._capture is None and t.dtype.is_floating_point:
         shape = t._shape
-        out = s.defer_view("reshape", t, {"shape": list(shape)}, (reshape_key(shape), (shape, t.dtype)))
-        out._base = t
-        out._vsteps = _DATA_STEPS
-        out._base_version = t._version
-        return out
+        return mark_view(s.defer_view("reshape", t, {"shape": list(shape)}, (reshape_key(shape), (shape, t.dtype))),
+                         t, DETACHED)
     return t._view(DETACHED)
 
 
