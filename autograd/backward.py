@@ -146,19 +146,29 @@ def build_backward(g: dict) -> dict:
         return dep[r] if r >= 0 else r in dep_ext
 
     b = BackwardBuilder()
-    grads: dict[int, Value] = {}
+    # each value's gradient as the pieces that reached it, summed once it is read (:func:`_sum`): a weight used at
+    # every step of a loop gets one ``add_n`` of its pieces, not an ``add`` a piece
+    pieces: dict[int, list[Value]] = {}
 
     def fwd(r) -> Value:
         s, dt, _ = meta(r)
         return b.external(("n", r) if r >= 0 else ("x", -r - 1), s, dt)
 
     def accumulate(r, v: Value):
-        prev = grads.get(r)
-        if prev is None:
-            grads[r] = v
+        got = pieces.get(r)
+        if got is None:
+            pieces[r] = [v]
         else:
+            got.append(v)
+
+    def total(r) -> Value | None:
+        got = pieces.get(r)
+        if got is None:
+            return None
+        if len(got) > 1:
             b.dev = meta(r)[2]
-            grads[r] = b.op("add", prev, v)
+            got[:] = [_sum(b, got)]
+        return got[0]
 
     for i, r in enumerate(roots):
         if depends(r):
@@ -166,7 +176,7 @@ def build_backward(g: dict) -> dict:
             accumulate(r, b.external(("s", i), s, dt))
 
     for j in range(len(nodes) - 1, -1, -1):
-        gj = grads.get(j)
+        gj = total(j)
         if gj is None:
             continue
         op, refs, attrs, d = nodes[j]
@@ -184,7 +194,7 @@ def build_backward(g: dict) -> dict:
     out_refs = []
     used = set()
     for r in targets:
-        v = grads.get(r)
+        v = total(r)
         if v is None:
             out_refs.append(None)
             continue
@@ -196,6 +206,19 @@ def build_backward(g: dict) -> dict:
         used.add(v.ref)
         out_refs.append(v.ref)
     return _prune(b, out_refs)
+
+
+def _sum(b: BackwardBuilder, vs: list[Value]) -> Value:
+    """The sum of a value's gradient pieces in the order they came: one ``add_n`` where there are more than two of one
+    shape and (inexact) dtype, else ``add`` s (two pieces stay an ``add``: the form rules such as ``rnn_scan``'s read
+    back through ``padded_parts``). Both add left to right, so the sums are the same to the bit."""
+    v0 = vs[0]
+    if len(vs) > 2 and v0.dtype.is_inexact and all(v.shape == v0.shape and v.dtype is v0.dtype for v in vs):
+        return b.op("add_n", *vs)
+    s = v0
+    for v in vs[1:]:
+        s = b.op("add", s, v)
+    return s
 
 
 def _value_meta(r, metas, ext):

@@ -298,6 +298,12 @@ def _where(c):
     return [None, where(cond, c.g, 0) if c.needs[1] else None, where(cond, 0, c.g) if c.needs[2] else None]
 
 
+@rule("add_n")
+def _add_n(c):
+    """Each input's gradient is the output's (the sum's, as ``add``'s)."""
+    return [c.g if need else None for need in c.needs]
+
+
 @rule("lerp")
 def _lerp(c):
     a, b, w = c.x
@@ -798,8 +804,8 @@ def padded_parts(b: Builder, g: Value) -> list[tuple[tuple[int, ...], tuple[int,
         made = producer(v) if depth < 32 else None
         if made is not None:
             name, ins, attrs = made
-            if name == "add" and all(tuple(x.shape) == tuple(v.shape) and x.dtype is v.dtype for x in ins):
-                return walk(ins[0], where, starts, sizes, depth + 1) and walk(ins[1], where, starts, sizes, depth + 1)
+            if name in ("add", "add_n") and all(tuple(x.shape) == tuple(v.shape) and x.dtype is v.dtype for x in ins):
+                return all(walk(x, where, starts, sizes, depth + 1) for x in ins)
             pads = attrs.get("pads") if name == "pad" and attrs.get("value", 0) == 0 else None
             if pads is not None and len(pads) == 2 * len(where) and min(pads, default=0) >= 0 and \
                     all(where[k] is not None or not (pads[2 * k] or pads[2 * k + 1]) for k in range(len(where))):
@@ -834,7 +840,7 @@ def _rnn_scan(c):
     its output's, its final ``h``'s and ``c``'s), not padded into the packed ``[T, B, S]`` and summed first."""
     mode, reverse = c.a.get("mode", "lstm"), a_bool(c.a, "reverse")
     gi, h0 = c.x[0], c.x[1]
-    T_, B, GH = gi.shape
+    T_, B, GH = (1, *gi.shape) if len(gi.shape) == 2 else gi.shape  # (a cell's one step: 2-D, see the op)
     H = h0.shape[1]
     y = c.y
     names, parts = _scan_grad_parts(c.b, c.g.cast(y.dtype), mode, reverse, H)
@@ -845,11 +851,11 @@ def _rnn_scan(c):
     # read as rows [(T + 1) * B, W]: a state's gradient is one slice of it, each step's gates' the first T * B rows
     # (as the weight's product wants them; the input projection's VJP reshapes them back to this)
     n = T_ * B
-    d2 = d.reshape([n + B, d.shape[2]])
+    d2 = d.reshape([n + B, d.shape[-1]])
     rows = lambda r0, r1, a, b: d2.op("slice", starts=[r0, a], stops=[r1, b], steps=[1, 1])  # noqa: E731
     dgi = rows(0, n, 0, GH)
     dgh = dgi if mode != "gru" else rows(0, n, 0, 2 * H).op("cat", rows(0, n, 3 * H, 4 * H), dim=1)
-    grads = [dgi.reshape([T_, B, GH]) if c.needs[0] else None]
+    grads = [dgi.reshape(gi.shape) if c.needs[0] else None]
     grads.append(rows(n, n + B, 0, H) if c.needs[1] else None)
     if mode == "lstm":
         grads.append(rows(n, n + B, H, 2 * H) if c.needs[2] else None)
@@ -876,13 +882,14 @@ def _scan_grad_parts(b: Builder, g: T, mode: str, reverse: bool, H: int) -> tupl
     ``GRAD_PARTS``' order, and their values): where :func:`padded_parts` finds it made of pieces that each are
     a layer output's gradient (``h`` of every step: ``"out"``) or the final state's (the last step's ``h``: ``"h"``,
     its ``c``: ``"c"``), those; else the whole, ``"y"``."""
-    T_, B, _ = g.shape
+    step = len(g.shape) == 2  # a cell's one step: ``[B, S]``, its parts 2-D
+    T_, B, _ = (1, *g.shape) if step else g.shape
     last = 0 if reverse else T_ - 1
     pieces = padded_parts(b, g.v)
     found: dict[str, list[T]] = {}
     for starts, sizes, v in pieces or ():
-        t0, b0, k0 = starts
-        nt, nb, nk = sizes
+        t0, b0, k0 = (0, *starts) if step else starts
+        nt, nb, nk = (1, *sizes) if step else sizes
         kind = None
         if b0 == 0 and nb == B and nk == H and k0 in (0, H):
             if nt == 1 and t0 == last:
@@ -891,7 +898,7 @@ def _scan_grad_parts(b: Builder, g: T, mode: str, reverse: bool, H: int) -> tupl
                 kind = "out"
         if kind is None or v.dtype is not g.dtype:
             return ["y"], [g]
-        shape = [T_, B, H] if kind == "out" else [B, H]
+        shape = [T_, B, H] if kind == "out" and not step else [B, H]
         found.setdefault(kind, []).append(T(b, v).reshape(shape))
     if not found:
         return ["y"], [g]
@@ -933,9 +940,9 @@ def _float(d: D.DType) -> bool:
 #: ops whose rules read no input or output value (movement, indexing, sums, where, casts) or handle complex values
 #: themselves (abs: g * sgn(z); the complex ops of protocol/ops/complex_ops.py declare ``extra["complex_vjp"]``)
 COMPLEX_AS_IS = frozenset({
-    "add", "sub", "neg", "sum", "mean", "cumsum", "reshape", "permute", "expand", "slice", "flip", "pad", "cat",
-    "tril", "triu", "gather", "scatter", "scatter_add", "index", "index_put", "setslice", "where", "cast", "copy",
-    "abs"})
+    "add", "add_n", "sub", "neg", "sum", "mean", "cumsum", "reshape", "permute", "expand", "slice", "flip", "pad",
+    "cat", "tril", "triu", "gather", "scatter", "scatter_add", "index", "index_put", "setslice", "where", "cast",
+    "copy", "abs"})
 #: holomorphic ops with real coefficients (f(conj z) = conj f(z)): for them torch's gradient g * conj(f'(z)) is the
 #: real rule, g * f'(z), evaluated at the conjugates of the inputs and output, so the rule reads those
 COMPLEX_BY_CONJ = frozenset({

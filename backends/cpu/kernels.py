@@ -693,6 +693,21 @@ def _lbfgs_direction(ins, a, shape, dt):
     return _out(r, dt)
 
 
+@kernel("add_n")
+def _add_n(ins, a, shape, dt):
+    """The inputs summed left to right (``protocol/ops/math_composites.py``), rounded to ``dt`` after each addition
+    as the chain of ``add`` kernels would: bit-equal to it, in one result array."""
+    ct = _compute(dt)
+    acc = np.add(_arr(ins[0], ct), _arr(ins[1], ct), out=np.empty(ins[0].shape, ct))  # (an array, even 0-d)
+    if ct == dt.np:
+        for x in ins[2:]:
+            np.add(acc, x, out=acc)
+        return acc
+    for x in ins[2:]:  # a half dtype: computed in float32, rounded each time
+        np.add(_arr(_out(acc, dt), ct), _arr(x, ct), out=acc)
+    return _out(acc, dt)
+
+
 @kernel("sgd_momentum")
 def _sgd_momentum(ins, a, shape, dt):
     ct = _compute(dt)

@@ -155,6 +155,7 @@ class _CCells:
         self.B, self.H, self.isz, self.fns = B, H, np.dtype(ct).itemsize, fns
         name = np.dtype(ct).name
         self.f = {k: fns[(k, name)] for k in ("lstm_fwd", "lstm_bwd", "gru_fwd", "gru_bwd")}
+        self.zero = np.zeros((B, 2 * H), ct)  # an LSTM step's h and c gradient rows where none are given (read only)
 
     def _rs(self, a) -> int:
         return a.strides[0] // self.isz
@@ -204,6 +205,26 @@ class _CCells:
             np.matmul(out[t], w, out=dh)
         return dh, dc
 
+    # a cell's one step (2-D ``gi`` / ``y``), the loops above for T = 1 without their bookkeeping: about half the
+    # ~30-60 us of Python a one-step scan and its gradient took around ~2 us of math (two of each a cell's time step)
+
+    def lstm_step(self, gi, h, c, wt, b, y) -> None:
+        """:meth:`lstm_scan` of one step: ``y`` ``[B, 6H]`` from ``gi`` ``[B, 4H]``, ``h``, ``c``."""
+        A = rnn_cells.address
+        pre = np.matmul(h, wt)
+        self.f["lstm_fwd"](A(pre), A(b), A(gi), A(c), self._rs(c), A(y), self._rs(y), self.B, self.H)
+
+    def lstm_step_grad(self, y, c0, w, out, dh, dc) -> None:
+        """:meth:`lstm_scan_grad` of one step given the final state's gradients ``dh``, ``dc`` alone (a cell's
+        outputs'), and the initial state's row: ``out`` ``[2B, 4H]``, the gates' rows then ``dh0 | dc0 | 0``."""
+        A, B, H = rnn_cells.address, self.B, self.H
+        self.f["lstm_bwd"](A(y), self._rs(y), A(self.zero), 2 * H, 0, A(c0), self._rs(c0), A(dh), A(dc), A(out), B, H)
+        np.matmul(out[:B], w, out=dh)
+        last = out[B:]
+        last[:, 2 * H:] = 0
+        last[:, :H] = dh
+        last[:, H:2 * H] = dc
+
     def gru_fwd(self, x, gh, hp, yt):
         A = rnn_cells.address
         self.f["gru_fwd"](A(x), self._rs(x), A(gh), A(hp), self._rs(hp), A(yt), self._rs(yt), self.B, self.H)
@@ -246,14 +267,30 @@ def _rnn_scan(ins, a, shape, dt):
     gi, h = np.ascontiguousarray(_arr(ins[0], ct)), np.ascontiguousarray(_arr(ins[1], ct))
     c = np.ascontiguousarray(_arr(ins[2], ct)) if mode == "lstm" else None
     w, b = _arr(ins[-2], ct), np.ascontiguousarray(_arr(ins[-1], ct))
+    step = gi.ndim == 2  # a cell's one step (``[B, G*H]`` in, ``[B, S]`` out): the scan of one, on views
+    if step:
+        B, H = h.shape
+        if mode == "lstm":
+            cells = _cells(mode, B, H, ct)
+            if isinstance(cells, _CCells):
+                y = np.empty((B, PACKED[mode] * H), ct)
+                cells.lstm_step(gi, h, c, w.T, b, y)
+                return _out(y, dt)
+        gi = gi.reshape(1, *gi.shape)
     T, B, GH = gi.shape
     H = h.shape[1]
     y = np.empty((T, B, PACKED[mode] * H), ct)
+    y = _scan_into(mode, a, gi, h, c, w, b, y, ct, T, B, GH, H)
+    return _out(y[0] if step else y, dt)
+
+
+def _scan_into(mode, a, gi, h, c, w, b, y, ct, T, B, GH, H) -> np.ndarray:
+    """:func:`_rnn_scan`'s loop, written into ``y`` ``[T, B, S]`` (returned)."""
     wt = w.T  # BLAS reads the transposed weight in place
     cells = _cells(mode, B, H, ct)
     if mode == "lstm" and isinstance(cells, _CCells):  # the whole loop in the cells
         cells.lstm_scan(gi, h, c, wt, b, y, scan_order(T, a.get("reverse", False)))
-        return _out(y, dt)
+        return y
     pre = np.empty((B, GH), ct)
     for t in scan_order(T, a.get("reverse", False)):
         np.matmul(h, wt, out=pre)
@@ -273,7 +310,7 @@ def _rnn_scan(ins, a, shape, dt):
                 np.tanh(pre, out=yt)
         h = yt[:, :H]
     cells.done()
-    return _out(y, dt)
+    return y
 
 
 @kernel("rnn_scan_grad")
@@ -282,8 +319,16 @@ def _rnn_scan_grad(ins, a, shape, dt):
     mode = a.get("mode", "lstm")
     names = grad_parts(a)
     k = len(names)
+    if ins[0].ndim == 2 and mode == "lstm" and names[0] in ("h", "c"):  # a cell's step, given its states' gradients
+        d = _lstm_step_grad(ins, names, ct)
+        if d is not None:
+            return _out(d, dt)
     y = np.ascontiguousarray(_arr(ins[0], ct))
     parts = {n: np.ascontiguousarray(_arr(v, ct)) for n, v in zip(names, ins[1:1 + k])}
+    step = y.ndim == 2
+    if step:  # a cell's one step: the 2-D y and its parts as a scan of one (views); the result's rows out
+        y = y.reshape(1, *y.shape)
+        parts = {n: v.reshape(1, *v.shape) if n in ("y", "out") else v for n, v in parts.items()}
     h0 = np.ascontiguousarray(_arr(ins[1 + k], ct))
     c0 = np.ascontiguousarray(_arr(ins[2 + k], ct)) if mode == "lstm" else None
     w = _arr(ins[-1], ct)
@@ -307,7 +352,25 @@ def _rnn_scan_grad(ins, a, shape, dt):
     last[:, :H] = dh
     if mode == "lstm":
         last[:, H:2 * H] = dc
-    return _out(out, dt)
+    return _out(out.reshape(2 * B, out.shape[2]) if step else out, dt)
+
+
+def _lstm_step_grad(ins, names: tuple, ct) -> np.ndarray | None:
+    """:func:`_rnn_scan_grad` of an LSTM cell's one step given its final state's gradients alone (``names``: ``h``
+    and / or ``c``), through :meth:`_CCells.lstm_step_grad`; None where the C cells are not loaded."""
+    k = len(names)
+    B, H = ins[1 + k].shape
+    cells = _cells("lstm", B, H, ct)
+    if not isinstance(cells, _CCells):
+        return None
+    parts = dict(zip(names, ins[1:1 + k]))
+    # the carried (dh, dc) start as the given gradients (copies: the cell updates them in place), zeros where not
+    dh = np.array(_arr(parts["h"], ct), order="C") if "h" in parts else np.zeros((B, H), ct)
+    dc = np.array(_arr(parts["c"], ct), order="C") if "c" in parts else np.zeros((B, H), ct)
+    out = np.empty((2 * B, GRAD["lstm"] * H), ct)
+    cells.lstm_step_grad(np.ascontiguousarray(_arr(ins[0], ct)), np.ascontiguousarray(_arr(ins[2 + k], ct)),
+                         _arr(ins[-1], ct), out, dh, dc)
+    return out
 
 
 def _step_grads(mode: str, parts: dict, T: int, B: int, H: int, ct) -> tuple[np.ndarray, bool]:

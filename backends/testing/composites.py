@@ -197,6 +197,10 @@ def _composite_specs(op: str):
             return rstd * (g - g.mean(axis=ax, keepdims=True) - y * (g * y).mean(axis=ax, keepdims=True))
         return [("last", [(3, 8)] * 3, (-3, 3), {}, lambda xs, dt: ln_grad(xs, 1, 1e-5)),
                 ("last2", [(2, 3, 4)] * 3, (-3, 3), {"ndim": 2, "eps": 1e-3}, lambda xs, dt: ln_grad(xs, 2, 1e-3))]
+    if op == "add_n":
+        return [("2d-3", [(3, 4)] * 3, (-3, 3), {}, lambda xs, dt: xs[0] + xs[1] + xs[2]),
+                ("0d-5", [()] * 5, (-3, 3), {}, lambda xs, dt: xs[0] + xs[1] + xs[2] + xs[3] + xs[4]),
+                ("empty-2", [(0, 3)] * 2, (-3, 3), {}, lambda xs, dt: xs[0] + xs[1])]
     if op == "gelu_grad":
         def gelu_grad(xs, dt):
             g, x = xs

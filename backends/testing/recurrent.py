@@ -144,4 +144,38 @@ def recurrent_specs(op: str):
                 out.append((f"{mode}{'-reverse' if reverse else ''}-{'-'.join(grads)}",
                             [(T, B, S * H), *(shapes[g] for g in grads), *states, (G * H, H)], (-1, 1),
                             {"mode": mode, "reverse": reverse, "grads": list(grads)}, ref))
+    return out + _step_specs(op, B, H)
+
+
+#: a cell's one step (2-D ``gi`` / ``y``): the scans' references of a sequence of one, ``rnn_scan_grad`` given its
+#: output's whole gradient or the final state's parts
+_STEP = (("lstm", ("y",)), ("lstm", ("h", "c")), ("gru", ("h",)), ("rnn_tanh", ("y",)))
+
+
+def _step_specs(op: str, B: int, H: int) -> list:
+    out = []
+    for mode, grads in _STEP:
+        G, S = _SHAPES[mode]
+        attrs = {"mode": mode, "reverse": False}
+        states = [(B, H), (B, H)] if mode == "lstm" else [(B, H)]
+        if op == "rnn_scan":
+            if grads != ("y",) and mode == "lstm":
+                continue
+
+            def ref(xs, dt, mode=mode):
+                c = xs[2] if mode == "lstm" else None
+                return scan_ref(mode, False, xs[0][None], xs[1], c, xs[-2], xs[-1])[0]
+            out.append((f"{mode}-step", [(B, G * H), *states, (G * H, H), (G * H,)], (-1, 1), attrs, ref))
+            continue
+        k = len(grads)
+        shapes = {"y": (B, S * H), "h": (B, H), "c": (B, H)}
+
+        def ref(xs, dt, mode=mode, grads=grads, k=k, S=S):
+            parts = [v[None] if g == "y" else v for g, v in zip(grads, xs[1:1 + k])]
+            gy = packed_grad(mode, False, grads, parts, 1, B, H, S * H)
+            c0 = xs[2 + k] if mode == "lstm" else None
+            d = scan_grad_ref(mode, False, xs[0][None], gy, xs[1 + k], c0, xs[-1])
+            return d.reshape(2 * B, d.shape[2])
+        out.append((f"{mode}-step-{'-'.join(grads)}", [(B, S * H), *(shapes[g] for g in grads), *states, (G * H, H)],
+                    (-1, 1), attrs | ({} if grads == ("y",) else {"grads": list(grads)}), ref))
     return out

@@ -47,9 +47,9 @@ def _packed(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_
 
 def _cell(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh: Tensor | None
           ) -> tuple[Tensor, Tensor | None]:
-    """:func:`_packed`'s recurrence over the one step of a cell (``gi`` ``[1, B, G*H]``): ``(h' [B, H], c' or
-    None)``."""
-    last = _packed(mode, gi, h, c, w_hh, b_hh, False)[0]
+    """:func:`_packed`'s recurrence over the one step of a cell (``gi`` ``[B, G*H]``: the scan's one-step form, whose
+    result is ``[B, S]``, no reshape on either side): ``(h' [B, H], c' or None)``."""
+    last = _packed(mode, gi, h, c, w_hh, b_hh, False)
     H = h.shape[-1]
     return last[:, :H], (last[:, H:2 * H] if mode == "LSTM" else None)
 
@@ -445,26 +445,31 @@ class RNNCellBase(Module):
 
     def _prepare(self, input, hx, n_states: int):  # noqa: A002
         """(batched input, batched states, batched?) with torch's checks; missing states are zeros."""
+        # (read through the tensors' ``_shape`` tuples: a cell runs this every time step, and ``.shape`` / ``.ndim``
+        # make a ``Size`` each)
         kind = type(self).__name__
-        if input.ndim not in (1, 2):
-            raise ValueError(f"{kind}: Expected input to be 1D or 2D, got {input.ndim}D instead")
+        shape = input._shape
+        if len(shape) not in (1, 2):
+            raise ValueError(f"{kind}: Expected input to be 1D or 2D, got {len(shape)}D instead")
         _check_dtype(kind, input, self.weight_ih)
-        if input.shape[-1] != self.input_size:
-            raise ShapeError(f"input has inconsistent input_size: got {input.shape[-1]} expected {self.input_size}")
-        batched = input.ndim == 2
+        if shape[-1] != self.input_size:
+            raise ShapeError(f"input has inconsistent input_size: got {shape[-1]} expected {self.input_size}")
+        batched = len(shape) == 2
         x = input if batched else input.unsqueeze(0)
+        want = (x._shape[0], self.hidden_size)
         if hx is None:
-            z = x.new_zeros(x.shape[0], self.hidden_size)
+            z = x.new_zeros(*want)
             return x, [z] * n_states, batched
         states = list(hx) if n_states == 2 else [hx]
         for i, s in enumerate(states):
-            if s.ndim not in (1, 2):
+            if len(s._shape) not in (1, 2):
                 what = f"hx[{i}]" if n_states == 2 else "hidden"
-                raise ValueError(f"{kind}: Expected {what} to be 1D or 2D, got {s.ndim}D instead")
-        states = [s if batched else s.unsqueeze(0) for s in states]
+                raise ValueError(f"{kind}: Expected {what} to be 1D or 2D, got {len(s._shape)}D instead")
+        if not batched:
+            states = [s.unsqueeze(0) for s in states]
         for s in states:
-            if tuple(s.shape) != (x.shape[0], self.hidden_size):
-                raise ShapeError(f"{kind}: Expected hidden size {(x.shape[0], self.hidden_size)}, got {list(s.shape)}")
+            if s._shape != want:
+                raise ShapeError(f"{kind}: Expected hidden size {want}, got {list(s._shape)}")
         return x, states, batched
 
     def extra_repr(self) -> str:
@@ -490,7 +495,7 @@ class RNNCell(RNNCellBase):
             raise ValueError(f"Unknown nonlinearity: {self.nonlinearity}")
         x, (h,), batched = self._prepare(input, hx, 1)
         mode = "RNN_RELU" if self.nonlinearity == "relu" else "RNN_TANH"
-        h, _ = _cell(mode, F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, None, self.weight_hh,
+        h, _ = _cell(mode, F.linear(x, self.weight_ih, self.bias_ih), h, None, self.weight_hh,
                      self.bias_hh)
         return h if batched else h.squeeze(0)
 
@@ -502,7 +507,7 @@ class LSTMCell(RNNCellBase):
 
     def forward(self, input, hx=None):  # noqa: A002
         x, (h, c), batched = self._prepare(input, hx, 2)
-        h, c = _cell("LSTM", F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, c, self.weight_hh,
+        h, c = _cell("LSTM", F.linear(x, self.weight_ih, self.bias_ih), h, c, self.weight_hh,
                      self.bias_hh)
         return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
 
@@ -514,6 +519,6 @@ class GRUCell(RNNCellBase):
 
     def forward(self, input, hx=None):  # noqa: A002
         x, (h,), batched = self._prepare(input, hx, 1)
-        h, _ = _cell("GRU", F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0), h, None, self.weight_hh,
+        h, _ = _cell("GRU", F.linear(x, self.weight_ih, self.bias_ih), h, None, self.weight_hh,
                      self.bias_hh)
         return h if batched else h.squeeze(0)

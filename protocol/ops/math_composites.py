@@ -332,3 +332,30 @@ def _eye(g, attrs):
 def _relu6(g, x, attrs):
     """min(max(x, 0), 6)."""
     return g.op("clamp", x, min=0, max=6)
+
+
+def _add_n_infer(metas, attrs):
+    """``add_n``: at least two inputs, all of one shape and one floating or complex dtype; the output is theirs."""
+    if len(metas) < 2:
+        raise ShapeError(f"add_n takes at least 2 inputs, got {len(metas)}")
+    (s, d) = metas[0]
+    if not d.is_inexact:
+        raise DTypeError(f"add_n: the inputs must be floating or complex, got {d.name}")
+    for i, (si, di) in enumerate(metas):
+        if di is not d:
+            raise DTypeError(f"add_n: every input must be {d.name}, got {di.name} for input {i}")
+        if tuple(si) != tuple(s):
+            raise ShapeError(f"add_n: every input must have shape {list(s)}, got {list(si)} for input {i}")
+    return tuple(s), d
+
+
+@composite("add_n", None, _add_n_infer)
+def _add_n(g, *rest):
+    """The sum of its inputs, added left to right: ``((x0 + x1) + x2) + ...`` (rounded after each addition, as
+    that chain of ``add`` s). One op where a backward pass summed a weight's gradient from each use of it (a
+    recurrent cell's, once a time step) with an ``add`` each."""
+    *xs, _attrs = rest
+    s = xs[0]
+    for x in xs[1:]:
+        s = g.op("add", s, x)
+    return s

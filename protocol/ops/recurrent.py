@@ -32,6 +32,10 @@ part not given counting as zeros:
 
 So the usual layer's gradient (its output's, its final state's) reaches the op as the parts the user's slices got,
 not assembled into a packed ``[T, B, S]`` zero canvas first (pads and adds: ~4 recorded ops a cell step).
+
+A cell's one step may drop the time dimension: ``gi`` ``[B, G*H]`` gives ``y`` ``[B, S]``, and the gradient of a
+2-D ``y`` (its ``"y"`` / ``"out"`` parts ``[B, .]``) is the ``[T + 1, B, W]`` result's rows, ``[2B, W]`` (as the
+VJP rule reads it); a cell records no reshape around its scan.
 """
 
 from __future__ import annotations
@@ -55,12 +59,18 @@ def _states(mode: str) -> int:
     return 2 if mode == "lstm" else 1
 
 
+def _steps(s0) -> tuple[int, ...]:
+    """A scan's leading input shape as ``(T, B, W)``: a 2-D ``[B, W]`` is the one step of a cell (see the module)."""
+    return (1, *s0) if len(s0) == 2 else tuple(s0)
+
+
 def _check_common(kind: str, mode: str, metas, lead: str) -> tuple[int, int, int, D.DType]:
     """(T, B, H, dtype) after checking the inputs after the first: the initial state(s) ``[B, H]``, ``w_hh``
     ``[G*H, H]`` (and, for the scan, ``b_hh`` ``[G*H]``), all of the first input's float dtype."""
     (s0, d0) = metas[0]
-    if len(s0) != 3:
-        raise ShapeError(f"{kind}: {lead} must be 3-D [T, B, .], got shape {list(s0)}")
+    if len(s0) not in (2, 3):
+        raise ShapeError(f"{kind}: {lead} must be 3-D [T, B, .] (or 2-D [B, .], one step), got shape {list(s0)}")
+    s0 = _steps(s0)
     if s0[0] == 0:
         raise ShapeError("Expected sequence length to be larger than 0 in RNN")
     if not d0.is_floating_point:
@@ -82,19 +92,35 @@ def _check_common(kind: str, mode: str, metas, lead: str) -> tuple[int, int, int
     return s0[0], s0[1], H, d0
 
 
+#: ``(grads, mode) -> grads`` of the attributes :func:`grad_parts` passed (a kernel checks its own at every call: a
+#: cell's gradient, each time step)
+_PASSED: dict = {}
+
+
 def grad_parts(attrs) -> tuple[str, ...]:
     """``rnn_scan_grad``'s checked ``grads`` attribute: the gradient parts it is given, in :data:`GRAD_PARTS`'
     order, at least one."""
     v = attrs.get("grads")
     if v is None:
         return ("y",)
+    mode = attrs.get("mode", "lstm")
+    key = None
+    if isinstance(v, (list, tuple)):
+        try:
+            key = (tuple(v), mode)
+            got = _PASSED.get(key)
+        except TypeError:  # (unhashable names or mode: refused below)
+            key = got = None
+        if got is not None:
+            return got
     if not isinstance(v, (list, tuple)) or not v or any(p not in GRAD_PARTS for p in v) \
             or list(v) != sorted(set(v), key=GRAD_PARTS.index):
         raise ProtocolError(f"attribute 'grads' must name some of {list(GRAD_PARTS)}, each once, in that order; "
                             f"got {v!r}")
-    mode = attrs.get("mode", "lstm")
     if "c" in v and mode != "lstm":
         raise ProtocolError(f"rnn_scan_grad: a {mode} scan has no cell state: 'grads' cannot name 'c'")
+    if key is not None and len(_PASSED) < 64:
+        _PASSED[key] = key[0]
     return tuple(v)
 
 
@@ -113,11 +139,11 @@ def _mode(op: str, metas, attrs, first: str, last: str, extra: int = 0) -> str:
 def _scan_infer(metas, attrs):
     mode = _mode("rnn_scan", metas, attrs, "gi", "w_hh, b_hh")
     T, B, H, dt = _check_common("rnn_scan", mode, metas, "gi")
-    if metas[0][0][2] != GATES[mode] * H:
+    if metas[0][0][-1] != GATES[mode] * H:
         raise ShapeError(f"rnn_scan: gi must be [T, B, {GATES[mode] * H}], got {list(metas[0][0])}")
     if tuple(metas[-1][0]) != (GATES[mode] * H,):
         raise ShapeError(f"rnn_scan: bias_hh must be [{GATES[mode] * H}], got {list(metas[-1][0])}")
-    return (T, B, PACKED[mode] * H), dt
+    return ((B, PACKED[mode] * H) if len(metas[0][0]) == 2 else (T, B, PACKED[mode] * H)), dt
 
 
 def _grad_infer(metas, attrs):
@@ -126,15 +152,16 @@ def _grad_infer(metas, attrs):
     mode = _mode("rnn_scan_grad", metas, attrs, f"y, {', '.join('g' + p for p in parts)}", "w_hh", k - 1)
     sy = metas[0][0]
     T, B, H, dt = _check_common("rnn_scan_grad", mode, [metas[0]] + metas[1 + k:], "y")
-    if sy[2] != PACKED[mode] * H:
+    if sy[-1] != PACKED[mode] * H:
         raise ShapeError(f"rnn_scan_grad: y must be [T, B, {PACKED[mode] * H}], got {list(sy)}")
-    want = {"y": tuple(sy), "out": (T, B, H), "h": (B, H), "c": (B, H)}
+    step = len(sy) == 2  # a cell's one step: every part 2-D, the result as its rows
+    want = {"y": tuple(sy), "out": (B, H) if step else (T, B, H), "h": (B, H), "c": (B, H)}
     for p, (s, d) in zip(parts, metas[1:1 + k]):
         if tuple(s) != want[p]:
             raise ShapeError(f"rnn_scan_grad: the gradient part {p!r} must be {list(want[p])}, got {list(s)}")
         if d is not dt:
             raise DTypeError(f"rnn_scan_grad: every input must be {dt.name}, got {d.name}")
-    return (T + 1, B, GRAD[mode] * H), dt
+    return ((2 * B, GRAD[mode] * H) if step else (T + 1, B, GRAD[mode] * H)), dt
 
 
 # ------------------------------------------------------------------------------------------------ decompositions
@@ -167,6 +194,9 @@ def _rnn_scan(g, gi, h, *rest):
     mode, reverse = attrs.get("mode", "lstm"), attrs.get("reverse", False)
     c = rest[0] if mode == "lstm" else None
     w_hh, b_hh = rest[-2], rest[-1]
+    if len(gi.shape) == 2:  # a cell's one step: the scan of [1, B, G*H], its result's row
+        y = _rnn_scan(g, g.op("reshape", gi, shape=[1, *gi.shape]), h, *rest, attrs)
+        return g.op("reshape", y, shape=list(y.shape[1:]))
     T, B, _ = gi.shape
     H = h.shape[1]
     wt = g.op("permute", w_hh, dims=[1, 0])
@@ -205,6 +235,10 @@ def _rnn_scan_grad(g, y, *rest):
     *rest, attrs = rest
     mode, reverse = attrs.get("mode", "lstm"), attrs.get("reverse", False)
     names = grad_parts(attrs)
+    if len(y.shape) == 2:  # a cell's one step: the gradient of the scan of one step, as its rows [2B, W]
+        up = [g.op("reshape", v, shape=[1, *v.shape]) if n in ("y", "out") else v for n, v in zip(names, rest)]
+        d = _rnn_scan_grad(g, g.op("reshape", y, shape=[1, *y.shape]), *up, *rest[len(names):], attrs)
+        return g.op("reshape", d, shape=[2 * y.shape[0], d.shape[2]])
     parts = dict(zip(names, rest))
     rest = rest[len(names):]
     h0 = rest[0]

@@ -395,6 +395,13 @@ def _rnn(op):
                 else:
                     w = PACKED[mode] * H
                     out.append(case(op, [P((3, 2, w), 0.1, 0.9), P((3, 2, w)), *states, P((g, H))], attrs, name=name))
+                if not rev:  # a cell's one step: 2-D gi / y
+                    if op == "rnn_scan":
+                        out.append(case(op, [P((2, g)), *states, P((g, H)), P((g,))], attrs, name=name + "-step"))
+                    else:
+                        w = PACKED[mode] * H
+                        out.append(case(op, [P((2, w), 0.1, 0.9), P((2, w)), *states, P((g, H))], attrs,
+                                        name=name + "-step"))
         return out
     return gen
 
@@ -408,6 +415,8 @@ GENERATORS = {
     "softplus": _softplus, "layer_norm": _norm_last("layer_norm"), "rms_norm": _norm_last("rms_norm"),
     # the backward ops with every input free (a double backward's view: y, the forward's output, is an input too)
     "gelu_grad": lambda: [case("gelu_grad", [P((3, 4)), P((3, 4), -2, 2)])],
+    "add_n": lambda: [case("add_n", [P((3, 4)), P((3, 4)), P((3, 4))], name="3"),
+                      case("add_n", [P(()), P(())], name="0d")],
     "layer_norm_grad": lambda: [case("layer_norm_grad", [P((3, 4)), P((3, 4)), P((3, 4))], {"ndim": 1, "eps": 1e-5},
                                      name="1"),
                                 case("layer_norm_grad", [P((2, 3, 4)), P((2, 3, 4)), P((2, 3, 4))],

@@ -215,3 +215,26 @@ def test_earned_cells_are_built_in_the_background_for_later_scans(fresh_cells, m
     rt = _new_worker(monkeypatch)  # a later worker loads it (no build, no wait)
     monkeypatch.setenv(rnn_cells.BUILD_TIME_ENV, "1e9")
     assert rnn_cells.cells() is not None and rt.cache.builds == 0 and rt.cache.hits == 1
+
+
+@pytest.mark.parametrize("ct", [np.float32, np.float64])
+@pytest.mark.parametrize("names", [("h", "c"), ("h",), ("c",)])
+def test_c_lstm_one_step_is_the_scan_of_one_bit_for_bit(ct, names):
+    """A cell's one step (2-D ``gi`` / ``y``: ``_CCells.lstm_step`` and ``lstm_step_grad``, without the loops'
+    bookkeeping) gives the 3-D scan of one step's values bit for bit: the packed row, and the gradient's rows."""
+    _fns()
+    dt = D.from_numpy(np.dtype(ct))
+    rng = np.random.RandomState(5)
+    gi, h0, c0 = rng.randn(B, 4 * H).astype(ct), rng.randn(B, H).astype(ct), rng.randn(B, H).astype(ct)
+    w, bias = rng.randn(4 * H, H).astype(ct) * 0.3, rng.randn(4 * H).astype(ct)
+    a = {"mode": "lstm", "reverse": False}
+    y = KERNELS["rnn_scan"]([gi, h0, c0, w, bias], a, None, dt)
+    y3 = KERNELS["rnn_scan"]([gi[None], h0, c0, w, bias], a, None, dt)
+    assert y.shape == (B, 6 * H)
+    np.testing.assert_array_equal(y, y3[0])
+    parts = [rng.randn(B, H).astype(ct) for _ in names]
+    ag = dict(a, grads=list(names))
+    d = KERNELS["rnn_scan_grad"]([y, *parts, h0, c0, w], ag, None, dt)
+    d3 = KERNELS["rnn_scan_grad"]([y3, *parts, h0, c0, w], ag, None, dt)
+    assert d.shape == (2 * B, 4 * H)
+    np.testing.assert_array_equal(d, d3.reshape(2 * B, 4 * H))
