@@ -11,10 +11,11 @@ interpreted. A compiled program that would not make fewer calls than the interpr
 decides: ``Device.hot_runner``); the plan stays as it is. What it costs depends on the kernel cache: kernels a run
 before built load in milliseconds, while building them runs the compiler (the CPU: ~0.1-0.3 s of gcc a fragment,
 against a fraction of a millisecond a run that the compiled plan saves at best). So a hot plan compiles then only if
-its kernels are all in the cache (``codegen.cache.cached_only``: nothing is built); otherwise it goes on interpreted
-until it has run ``Device.hot_build_runs()`` times (the CPU: ``TENSORWIRE_CPU_COMPILE_BUILD_RUNS``, default 1000),
-and compiles then, building them (issue 37: a cold char-RNN run of 800 steps built five libraries, ~1 s of gcc beside
-a client and a worker that keep two cores busy, for ~65 ms its compiled plans saved).
+its kernels are all in the cache (``codegen.cache.cached_only``: nothing is built; a cache that holds nothing,
+``codegen.cache.holds_nothing``, is not asked); otherwise it goes on interpreted until it has run
+``Device.hot_build_runs()`` times (the CPU: ``TENSORWIRE_CPU_COMPILE_BUILD_RUNS``, default 1000), and compiles then,
+building them (issue 37: a cold char-RNN run of 800 steps built five libraries, ~1 s of gcc beside a client and a
+worker that keep two cores busy, for ~65 ms its compiled plans saved).
 
 A compiled plan is taken only if it is measured no slower (:class:`Trial`; issue 37: the DCGAN and the char-level
 transformer took 1.04-1.19x the worker's CPU with the compiler on). Once it is ready, the plan's next runs alternate
@@ -88,7 +89,7 @@ from contextlib import nullcontext
 
 from tensorwire.protocol.graph import attrs_key
 
-from .codegen.cache import NotCached, cached_only
+from .codegen.cache import NotCached, cached_only, holds_nothing
 
 log = logging.getLogger("tensorwire.executor")
 
@@ -490,10 +491,6 @@ class Tier:
                 self.earning = None  # (as a small fragment's: see build_runs below)
                 self._untime(plan)
                 return
-            if not _BUDGET.admit():  # compiles are queued, or took their share of the time: try at the next run
-                self.runs -= 1
-                return
-            self.known = structures_of(device)
             # the compiler runs only for a plan that has earned it; until then a plan compiles only if its kernels
             # are all in the kernel cache (see _compile): a large fragment's until its runs have taken the time its
             # build is expected to take (earning; NEVER: no count of runs), a small fragment's plan (hot after the
@@ -504,6 +501,13 @@ class Tier:
             else:
                 build_runs = (device.hot_build_runs() if self.measured is not None
                               or (early is None and hot_runs >= device.hot_runs()) else 0)
+            if build_runs > self.runs and earning is None and holds_nothing():
+                self._wait_for_build(plan, build_runs)
+                return
+            if not _BUDGET.admit():  # compiles are queued, or took their share of the time: try at the next run
+                self.runs -= 1
+                return
+            self.known = structures_of(device)
             if build_runs <= self.runs:
                 self._untime(plan)
             log.debug("hot plan of %d steps (%d nodes) compiles after %d runs%s%s", len(plan.program.steps),
@@ -514,6 +518,15 @@ class Tier:
                       "" if self.measured is None else " (taken before)" if self.measured.compiled else
                       " (its trial goes on)")
             _pool().submit(self._compile, device, plan, list(self.keeps), build_runs if build_runs > self.runs else 0)
+
+    def _wait_for_build(self, plan, build_runs: int) -> None:
+        """Go on interpreted until the plan has run ``build_runs`` times, as a compile that found its kernels not in
+        the kernel cache does (:meth:`_compile`), without that compile: the cache holds nothing
+        (:func:`~.codegen.cache.holds_nothing`), so it would plan, lower and render the fragment on the compile
+        thread only to find out (issue 37: a cold char-RNN run spent ~240M instructions there, beside its runs)."""
+        log.debug("hot plan of %d steps: the kernel cache is empty; it compiles after %d runs",
+                  len(plan.program.steps), build_runs)
+        self.hot_runs = build_runs
 
     def _time(self, plan, keep: frozenset) -> None:
         """Have ``plan``'s runner for ``keep`` add the CPU time of each run to :attr:`earning` (from the next run:
