@@ -23,6 +23,9 @@ CASES = [
      "channels_last"),
     ("cl-stride-over-kernel", (2, 8, 9, 9), (3, 8, 2, 2), {"stride": [3, 3]}, "channels_last"),
     ("cl-uncovered-tail", (2, 8, 8, 7), (4, 8, 3, 3), {"stride": [2, 2]}, "channels_last"),
+    # the input gradient's col2im in runs (kernel width a multiple of the column stride), kernel rows dilated
+    ("cl-runs-row-dilation", (2, 8, 9, 10), (3, 8, 2, 4), {"stride": [2, 2], "padding": [1, 1], "dilation": [2, 1]},
+     "channels_last"),
     ("flat-groups", (2, 8, 6, 6), (4, 4, 3, 3), {"stride": [2, 2], "groups": 2}, "flat"),
     ("flat-few-channels", (2, 3, 7, 7), (4, 3, 3, 3), {"stride": [2, 2], "padding": [1, 1]}, "flat"),
 ]
@@ -64,6 +67,14 @@ def test_channels_last_blocks_of_single_images(monkeypatch):
     """Columns too big for one block run a block of images at a time (here one image each): the same results."""
     monkeypatch.setattr(conv, "_CHANNELS_LAST_BLOCK", 1)
     for got, want in _run((3, 8, 7, 6), (4, 8, 3, 2), {"stride": [2, 1], "padding": [1, 2]}, np.float64, True):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11 * np.abs(want).max())
+
+
+def test_flat_column_blocks_of_single_images(monkeypatch):
+    """A cap on the positions of the flat layout's column blocks (here one image each): the same results, the weight
+    gradient summed over the blocks."""
+    monkeypatch.setattr(conv, "_CONV_BLOCK_POSITIONS", 1)
+    for got, want in _run((3, 3, 7, 7), (4, 3, 3, 3), {"stride": [2, 2], "padding": [1, 1]}, np.float64, False):
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11 * np.abs(want).max())
 
 
