@@ -12,6 +12,7 @@ from tensorwire.tensor import Tensor
 from . import functional as F
 from . import init
 from ._tensors import no_grad, rebind
+from .activations import _softmax_dim
 from .linear_maps import linear as _linear
 from .module import Module, own_attr
 from .parameter import Parameter
@@ -616,6 +617,17 @@ class Softmax(_Hyper):
     def __init__(self, dim: int | None = None):
         super().__init__(dim=dim)
 
+    def forward(self, input):  # noqa: A002
+        name = self._fn
+        fn = getattr(F, name)
+        direct = _DIRECT.get(name)
+        if direct is not None and fn is direct[0] and isinstance(input, Tensor) \
+                and getattr(type(input), name) is direct[1]:
+            # (F.<fn>'s and the tensor method's one op, recorded here as Linear's: two calls fewer, and the search for
+            # the user's line every recorded op makes starts above this frame, at Module.__call__ or the user's call)
+            return _record(input._s, name, [input], {"dim": _softmax_dim(input, self.dim)}, input._dev, 2)
+        return fn(input, self.dim)
+
 
 class LogSoftmax(Softmax):
     _fn = "log_softmax"
@@ -623,6 +635,11 @@ class LogSoftmax(Softmax):
 
 class Softmin(Softmax):
     _fn = "softmin"
+
+
+#: the ops :meth:`Softmax.forward` records itself: by name, (F's function, the tensor method) whose work it does, while
+#: neither is replaced (by the program, or by a subclass of Tensor for the method)
+_DIRECT = {"softmax": (F.softmax, Tensor.softmax), "log_softmax": (F.log_softmax, Tensor.log_softmax)}
 
 
 class GLU(_Hyper):

@@ -46,17 +46,20 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_a
     """Negative log-likelihood of class indices ``target`` under log-probabilities ``input`` ([N, C, ...])."""
     if weight is None and reduction in ("mean", "sum", "none") and input.dtype in _EXACT_COUNT \
             and _none_ignored(target, ignore_index):
-        # every target counts: the loss without the mask and per-element weights of ones, the same values in 6
+        # every target counts: the loss without the mask and per-element weights of ones, the same values in 4
         # nodes rather than 11 (and a backward graph that much smaller)
         unbatched = input.ndim == 1
         lp = input.unsqueeze(0) if unbatched else input
         lp = lp.movedim(1, -1) if lp.ndim > 2 else lp
         idx = target.unsqueeze(0) if unbatched else target
-        picked = -lp.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+        picked = lp.gather(-1, idx.unsqueeze(-1))  # (the log-probabilities picked, with a last dim of 1)
+        # (a reduction sums the picked values as they are and negates once: -sum(x) is sum(-x) exactly, rounding
+        # being symmetric, and s / -n is -(s / n); the gradient's values are the same too)
         if reduction == "mean":
-            return picked.sum() / picked.numel()  # (the general path's sum of weights: the count, exactly)
+            return picked.sum() / -picked.numel()  # (the general path's sum of weights: the count, exactly)
         if reduction == "sum":
-            return picked.sum()
+            return -picked.sum()
+        picked = -picked.squeeze(-1)
         return picked.squeeze(0) if unbatched else picked
     return _nll(input, target, weight, ignore_index, reduction)[0]
 
