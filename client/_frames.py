@@ -8,17 +8,22 @@ import os
 import sys
 
 _CLIENT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-#: per code file name seen by :func:`_user_frame`: whether it is the user's (outside the client package). A dict hit
-#: on the name (a string, its hash cached) is what every recorded op's search costs once the file was seen, where
-#: ``str.startswith`` is a method call
-_USER_FILES: dict[str, bool] = {}
-_MAX_FILES = 4096  # (code made by exec/compile under ever new names: the table starts again past this)
+#: the code file names seen by :func:`_user_frame`, the user's (outside the client package) and the client's. A set
+#: hit on the name (a string, its hash cached) is what every recorded op's search costs once the file was seen: one
+#: ``in`` test, where ``str.startswith`` or a dict's ``get`` is a method call
+_USER_FILES: set[str] = set()
+_CLIENT_FILES: set[str] = set()
+_MAX_FILES = 4096  # (code made by exec/compile under ever new names: the sets start again past this)
+_getframe = sys._getframe
 
 
 def _is_user_file(name: str) -> bool:
-    if len(_USER_FILES) >= _MAX_FILES:
+    """Whether code file ``name`` is the user's, remembered in :data:`_USER_FILES` or :data:`_CLIENT_FILES`."""
+    if len(_USER_FILES) + len(_CLIENT_FILES) >= _MAX_FILES:
         _USER_FILES.clear()
-    user = _USER_FILES[name] = not name.startswith(_CLIENT_DIR)
+        _CLIENT_FILES.clear()
+    user = not name.startswith(_CLIENT_DIR)
+    (_USER_FILES if user else _CLIENT_FILES).add(name)
     return user
 
 
@@ -30,15 +35,12 @@ def _user_frame(up: int = 2):
     those frames are skipped unseen (each frame the walk looks at is made into a Python object). It runs for every
     recorded op: a frame's ``f_lineno`` would walk its code's line table from the start each time, most of this
     function's cost, for a line that is almost never read."""
-    f = sys._getframe(up)
-    files = _USER_FILES
+    f = _getframe(up)
+    user_files, client_files = _USER_FILES, _CLIENT_FILES
     while f is not None:
         code = f.f_code
         name = code.co_filename
-        user = files.get(name)
-        if user is None:
-            user = _is_user_file(name)
-        if user:
+        if name in user_files or name not in client_files and _is_user_file(name):
             return (code, f.f_lasti)
         f = f.f_back
     return None

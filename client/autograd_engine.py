@@ -158,7 +158,7 @@ class Node:
     __slots__ = ("op", "attrs", "entries", "dev", "seq", "shape", "dtype", "freed", "retained", "_key",
                  "__weakref__")
 
-    def __init__(self, op, attrs, entries, dev, shape, dtype):
+    def _init(self, op, attrs, entries, dev, shape, dtype) -> None:
         self.op = op
         self.attrs = attrs
         self.entries = entries
@@ -168,7 +168,11 @@ class Node:
         self.dtype = dtype
         self.freed = False
         self.retained = None
-        self._key = None
+        self._key = None if attrs else op  # (:meth:`key`'s, without its call, for a node without attributes)
+
+    # (``record_grad`` makes its nodes as ``_new_node(Node)`` then ``_init``, as the session makes tensors: calling the
+    # class runs ``type.__call__``'s generic path to a Python ``__init__``, a good part of a node's cost)
+    __init__ = _init
 
     def name(self) -> str:
         return f"{_camel(self.op)}Backward0"
@@ -265,6 +269,7 @@ def _edge(t):
 #: the dtypes whose values can require gradients (``DType.is_inexact``), as a set: read for every op recorded with
 #: grad, where the property's call would cost more than the test
 _INEXACT = frozenset(d for d in D.ALL if d.is_inexact)
+_new_node = object.__new__
 
 
 def record_grad(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
@@ -273,7 +278,7 @@ def record_grad(session, op: str, ins, attrs, device: str, up: int = 1, known=No
     for t in ins:
         if t._base is not None:
             sync_view(t)
-    out = session.record(op, ins, attrs, device, known, up=up + 1)
+    out = session.record(op, ins, attrs, device, known, None, None, up + 1)  # (where, hid, up: positional, cheaper)
     if out.dtype not in _INEXACT or not OPS[op].differentiable:
         return out
     entries = []
@@ -288,9 +293,10 @@ def record_grad(session, op: str, ins, attrs, device: str, up: int = 1, known=No
         entries.append((t, t._id, t._version, e, t._shape, t.dtype))
     if not edged:
         return out
-    entries = tuple(entries)
+    node = _new_node(Node)
+    node._init(op, attrs, tuple(entries), device, out._shape, out.dtype)
     out.requires_grad = True
-    out.grad_fn = Node(op, attrs, entries, device, out._shape, out.dtype)
+    out.grad_fn = node
     out._ag = out._id
     return out
 

@@ -44,7 +44,7 @@ def record(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
             if _grad_mode.on:
                 return _E.record_grad(session, op, ins, attrs, device, up + 1, known)
             break
-    return session.record(op, ins, attrs, device, known, up=up + 1)
+    return session.record(op, ins, attrs, device, known, None, None, up + 1)  # (where, hid, up: positional, cheaper)
 
 
 def requires_grad_of(t) -> bool:

@@ -500,17 +500,28 @@ class Detached(ViewStep):
                                (reshape_key(shape), (shape, value.dtype)), lazy=True)
 
 
+#: an alias's node pieces (a reshape to its input's own shape: :func:`detached_alias`, :func:`data_view`) by
+#: ``(shape, dtype)``: its attrs and ``(attrs key, meta)``, made once per shape and dtype (a recorded node's attrs are
+#: never changed), where each ``p.data`` of an update would build them anew
+_ALIASES: dict[tuple, tuple] = {}
+
+
+def _alias_parts(shape: tuple, dt) -> tuple:
+    """``(attrs, known)`` of the alias node of a tensor of ``shape`` and ``dt``, remembered in :data:`_ALIASES`."""
+    return remember(_ALIASES, (shape, dt), ({"shape": list(shape)}, (reshape_key(shape), (shape, dt))))
+
+
 def detached_alias(t):
     """A new tensor holding ``t``'s value outside autograd: a reshape to its own shape, lazy (outside ``tw.compile``'s
     capture an op that reads it reads ``t``'s handle, ``Session._resolve``: no node is recorded for it)."""
     shape = t._shape
     s = t._s
-    known = (reshape_key(shape), (shape, t.dtype))
+    attrs, known = _ALIASES.get((shape, t.dtype)) or _alias_parts(shape, t.dtype)
     b = t._base
     if s._capture is None and t.dtype.is_floating_point and (b is None or b._version == t._base_version):
         # (what ``record`` does for it, in one step: no known value to keep for a floating tensor, no view to refresh)
-        return s.defer_view("reshape", t, {"shape": list(shape)}, known)
-    return s.record("reshape", [t], {"shape": list(shape)}, t._dev, known, lazy=True)
+        return s.defer_view("reshape", t, attrs, known)
+    return s.record("reshape", [t], attrs, t._dev, known, lazy=True)
 
 
 #: ``t.data``'s view step (it holds nothing, so every ``.data`` shares one)
@@ -524,8 +535,8 @@ def data_view(t):
     s = t._s
     if t._base is None and s._capture is None and t.dtype.is_floating_point:
         shape = t._shape
-        return mark_view(s.defer_view("reshape", t, {"shape": list(shape)}, (reshape_key(shape), (shape, t.dtype))),
-                         t, DETACHED)
+        attrs, known = _ALIASES.get((shape, t.dtype)) or _alias_parts(shape, t.dtype)
+        return mark_view(s.defer_view("reshape", t, attrs, known), t, DETACHED)
     return t._view(DETACHED)
 
 
