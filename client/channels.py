@@ -383,10 +383,13 @@ class DataPlane:
         for :data:`SWITCH_BACK` batches (issue 37: 371 of the char-level transformer's 575 batches of a cold run)."""
         if not self.enabled or batch_dev is None:
             return None
-        loc = self.loc
         dev = batch_dev or None
-        for i in itertools.chain(ext, fetch) if (ext or fetch or dev is not None) else release:
-            d = loc.get(i)
+        # (the devices of its handles, in one C pass: one device, known, and the nodes' own if they have one)
+        found = set(map(self.loc.get, itertools.chain(ext, fetch) if (ext or fetch or dev is not None) else release))
+        if found:
+            if len(found) != 1:
+                return None
+            d = found.pop()
             if d is None or (dev is not None and d != dev):
                 return None
             dev = d

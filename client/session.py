@@ -306,7 +306,9 @@ class Session:
         ping_sent = None
         finished = progress = None  # the last pong's batches finished per device, and its whole report
         before = self._async_before[1] if self._async_before[0] == q else self._n_async
-        spin = CLIENT_SPIN_S if spin and before - self._n_async_done <= SPIN_AHEAD_MAX and spare_core(start) else 0.0
+        # (spare_core reads the load average: not asked when spinning is off)
+        spin = CLIENT_SPIN_S if spin and CLIENT_SPIN_S > 0 and before - self._n_async_done <= SPIN_AHEAD_MAX \
+            and spare_core(start) else 0.0
         alone = True  # an answer due on a channel is waited for on that channel alone first (Channel.wait_answer)
         for _ in range(1 << 24):
             now = time.monotonic()
@@ -1053,6 +1055,7 @@ class Session:
         pending, self._pending = self._pending, []
         self._pending_bytes = 0
         release, dropped = self._take_release()
+        b = None  # (the batch's encoding, when made here)
         if release:
             # (one set of the released handles for every look-up below: each then walks the smaller of it and its own
             # table, a few entries, rather than the whole release list once per table)
@@ -1061,7 +1064,13 @@ class Session:
             if self._scalars_made:
                 self._forget_scalars(gone)
             if pending and self._capture is None:
-                pending, release = prune_dead(pending, release, gone)
+                # (a structure seen before says from its unread nodes alone whether a node may be left out; another
+                # is pruned first, and encoded as what is left)
+                b = find_known(pending)
+                if b is None or may_prune(b, gone):
+                    kept, release = prune_dead(pending, release, gone)
+                    if kept is not pending:
+                        pending, b = kept, None
         if dropped:
             self._known.forget(dropped)
         if self._deferred is not None:
@@ -1081,9 +1090,9 @@ class Session:
                 self._sync_paths()
                 return self._result({}, [], ())
         if not (fetch or sync):
-            self._send_batch(pending, fetch, False, release, wait_sent=wait_sent)
+            self._send_batch(pending, fetch, False, release, wait_sent=wait_sent, b=b)
             return None
-        return self._answered(self._send_batch(pending, fetch, sync, release, reply=True), fetch, sync)
+        return self._answered(self._send_batch(pending, fetch, sync, release, reply=True, b=b), fetch, sync)
 
     def _answered(self, q: int, fetch: list[int], sync: bool):
         """Wait for the answer ``q`` of a message with a fetch or a sync. A sync rode with that message on its own
@@ -1098,13 +1107,15 @@ class Session:
         return self._result(h, rframes, fetch)
 
     def _send_batch(self, pending: list, fetch: list[int], sync: bool, release: list[int], *,
-                    reply: bool = False, wait_sent: bool = False) -> int | None:
+                    reply: bool = False, wait_sent: bool = False, b: Batch | None = None) -> int | None:
         """Send ``pending`` as one batch message (as a plan replay when its structure was sent before);
-        with ``reply``, number it and return the number the answer will carry."""
-        b = encode_known(pending)
+        with ``reply``, number it and return the number the answer will carry. ``b``: its encoding, when the caller
+        made it."""
+        if b is None:
+            b = encode_known(pending)
         device = b.device  # (the structure's: kept if the nodes are made again below)
         where = self._where  # (each node's line, kept as the batch's two lists: no entry a node)
-        where.append((b.outs, list(map(_where_field, pending))))
+        where.append((b.outs, b.lines if b.nodes is None else list(map(_where_field, pending))))
         self._where_n += len(pending)
         while self._where_n > MAX_WHERE:
             self._where_n -= len(where.popleft()[0])
@@ -1125,12 +1136,12 @@ class Session:
             header["plan"] = plan
         if self._drop_plans:
             header["drop_plans"], self._drop_plans = self._drop_plans, []
-        size = sum(map(frame_nbytes, b.frames))
+        size = sum(map(frame_nbytes, b.frames)) if b.frames else 0
         if size > MAX_MESSAGE:
             raise ProtocolError(f"a batch of {size} bytes exceeds the maximum message size of {MAX_MESSAGE} bytes "
                                 f"(TENSORWIRE_MAX_MESSAGE); upload the data in smaller tensors")
         devs = b.devs
-        made = dict(zip(b.outs, map(_device_field, pending) if len(devs) != 1 else repeat(devs[0])))
+        made = dict.fromkeys(b.outs, devs[0]) if len(devs) == 1 else dict(zip(b.outs, map(_device_field, pending)))
         return self._post(header, b.frames, device, made, b.ext, fetch, reply=reply, wait_sent=wait_sent)
 
     # ------------------------------------------------------------------ paths (see channels.py)
@@ -1176,7 +1187,7 @@ class Session:
             if ch.shm is not None:  # this host's shared memory: large values skip the socket
                 if fetch:
                     msg["shm"] = SHM_MIN
-                big = [k for k, f in enumerate(frames) if frame_nbytes(f) >= SHM_MIN]
+                big = [k for k, f in enumerate(frames) if frame_nbytes(f) >= SHM_MIN] if frames else None
                 if big:
                     frames = list(frames)
                     paths = self._shm_take(dev, ch, [frame_nbytes(frames[k]) for k in big])
@@ -1852,9 +1863,10 @@ class Batch:
     """A pending batch in wire form: ``nodes`` (``[op, refs, attrs, device index]``), ``devs``, the external input
     ids ``ext`` and their metas, the output ids ``outs``, ``dyn`` (``[node, dynamic attrs]``), the raw ``frames``
     of uploads and ``skey``, the structure a plan is keyed by; :func:`encode_known`'s also ``device``, the one device
-    its nodes run on (``channels.batch_device``'s)."""
+    its nodes run on (``channels.batch_device``'s), and :func:`find_known`'s ``shape``, the structure it matched, and
+    ``lines``, each node's user's line."""
 
-    __slots__ = ("nodes", "devs", "ext", "ext_meta", "outs", "dyn", "frames", "skey", "device")
+    __slots__ = ("nodes", "devs", "ext", "ext_meta", "outs", "dyn", "frames", "skey", "device", "shape", "lines")
 
 
 def _dynamic_attrs(attrs: dict, dynamic) -> dict:
@@ -1950,24 +1962,38 @@ class _StructureKey(tuple):
 
 
 class _Shape(tuple):
-    """A batch structure seen before, as :func:`encode_known` checks a batch against it: ``refs`` (each input's ref,
+    """A batch structure seen before, as :func:`find_known` checks a batch against it: ``refs`` (each input's ref,
     flat: ``j >= 0`` node j's output, ``-(k + 1)`` external input k), each node's input count, attrs key and device,
     the flat places of the external inputs' first reads; and what it derived: ``skey``, ``devs``, the batch device
-    (``channels.batch_device``), the dynamic attributes' ``spec``, the first reads as ``(nodes, places among their
-    inputs)`` and the uploads' ``(nodes, keys)``."""
+    (``channels.batch_device``), the dynamic attributes' ``spec`` (``(node, their names, whether it is an upload)``
+    for each node of an op that has some), the first reads as ``(nodes, places among their
+    inputs)``, the uploads' ``(nodes, keys)``, the pickers of ``refs`` and of ``first_at`` (:func:`_picker`) and
+    ``unread``: the nodes no node of the batch reads whose op :data:`PRUNABLE` names, the only ones
+    :func:`prune_dead` may start from."""
 
     __slots__ = ()
-    refs, counts, akeys, devices, first_at, skey, devs, device, spec, first_reads, consts = (
-        property(itemgetter(k)) for k in range(11))
+    refs, counts, akeys, devices, first_at, skey, devs, device, spec, first_reads, consts, pick_refs, pick_first, \
+        unread = (property(itemgetter(k)) for k in range(14))
+
+
+def _picker(places) -> object:
+    """A function of a sequence that returns its items at ``places``, as a tuple, in one C call
+    (``operator.itemgetter``, whose one-place form returns the item itself, not a tuple of it)."""
+    if len(places) > 1:
+        return itemgetter(*places)
+    if places:
+        k = places[0]
+        return lambda seq: (seq[k],)
+    return lambda seq: ()
 
 
 def _matches(shape: _Shape, outs: list, ins: list, ext: list) -> bool:
     """Whether a batch whose nodes have ``shape``'s ops, input counts, attrs keys and devices, making ``outs`` and
     reading ``ins`` (flat), with ``ext`` the handles at ``shape``'s first reads, has ``shape``'s refs: each input is
-    the output or the external input its ref names (one C pass: a ref indexes ``outs + ext`` reversed, a negative
+    the output or the external input its ref names (one C call: a ref indexes ``outs + ext`` reversed, a negative
     ref counting from its end), and the external inputs are distinct handles no node of the batch makes (so each is
     numbered by its first read, as :func:`encode_batch` numbers them)."""
-    if list(map((outs + ext[::-1]).__getitem__, shape.refs)) != ins:
+    if list(shape.pick_refs(outs + ext[::-1])) != ins:
         return False
     if not ext:
         return True
@@ -1977,34 +2003,20 @@ def _matches(shape: _Shape, outs: list, ins: list, ext: list) -> bool:
 
 def encode_known(pending: list) -> Batch:
     """:func:`encode_batch`'s batch for the session's send path, with ``device`` (``channels.batch_device``'s): a
-    structure seen before (the same ops, input counts, attrs keys, devices and refs, and equal metas of the external
-    inputs) reuses what was derived from it, and its batch has no ``nodes`` (None: a replay of its plan needs none;
-    :func:`encode_batch` makes them when its plan is gone). ``ext``, ``dyn`` and ``frames`` are this batch's. A batch
-    is checked against the structures of its ops in a few C passes over its entries, with no key built and hashed
-    from all of them."""
+    structure seen before reuses what was derived from it (:func:`find_known`), and its batch has no ``nodes`` (None:
+    a replay of its plan needs none; :func:`encode_batch` makes them when its plan is gone). ``ext``, ``dyn`` and
+    ``frames`` are this batch's. A structure not seen before is remembered."""
+    b = find_known(pending) if pending else None
+    if b is not None:
+        return b
     if not pending:
         b = encode_batch(pending)
         b.device = batch_device(pending, b.devs, _op)
         return b
     ops = tuple(map(_op, pending))
-    outs = list(map(_first, pending))
-    inputs = list(map(_inputs, pending))
-    ins = list(chain.from_iterable(inputs))
-    counts = tuple(map(len, inputs))
+    counts = tuple(map(len, map(_inputs, pending)))
     akeys = tuple(map(_akey_field, pending))
     devices = tuple(map(_device_field, pending))
-    for shape in _shapes.get(ops, ()):
-        if shape.counts != counts or shape.devices != devices or shape.akeys != akeys:
-            continue
-        ext = list(map(ins.__getitem__, shape.first_at))
-        if not _matches(shape, outs, ins, ext):
-            continue
-        js, ks = shape.first_reads
-        # (each external input's meta where it is first read: the node, and its place among that node's inputs)
-        ext_meta = tuple(map(getitem, map(_metas_field, map(pending.__getitem__, js)), ks))
-        consts = shape.consts
-        if ext_meta == shape.skey[2] and (not consts[0] or _const_keys(pending, consts[0]) == consts[1]):
-            return _known_batch(pending, shape, outs, ext, list(ext_meta))
     b = encode_batch(pending)
     b.skey = _StructureKey(b.skey)
     b.device = batch_device(pending, b.devs, _op)
@@ -2012,10 +2024,46 @@ def encode_known(pending: list) -> Batch:
     return b
 
 
+def find_known(pending: list) -> Batch | None:
+    """The batch of ``pending`` (not empty) when its structure was seen before (the same ops, input counts, attrs
+    keys, devices and refs, and equal metas of the external inputs), else None, with nothing derived or remembered
+    (the session's flush then leaves out dead nodes first, :func:`prune_dead`, and encodes what is left). A batch is
+    checked against the structures of its ops in a few C passes over its entries, with no key built and hashed from
+    all of them (the entries' fields are taken apart in one: ``zip``)."""
+    hids, ops, inputs, attrs, devices, lines, metas, akeys = zip(*pending)
+    shapes = _shapes.get(ops)
+    if not shapes:
+        return None
+    outs = list(hids)
+    ins = list(chain.from_iterable(inputs))
+    counts = tuple(map(len, inputs))
+    for shape in shapes:
+        if shape.counts != counts or shape.devices != devices or shape.akeys != akeys:
+            continue
+        ext = list(shape.pick_first(ins))
+        if not _matches(shape, outs, ins, ext):
+            continue
+        js, ks = shape.first_reads
+        # (each external input's meta where it is first read: the node, and its place among that node's inputs)
+        ext_meta = tuple(map(getitem, map(metas.__getitem__, js), ks))
+        consts = shape.consts
+        if ext_meta == shape.skey[2] and (not consts[0] or _const_keys(pending, consts[0]) == consts[1]):
+            return _known_batch(attrs, lines, shape, outs, ext, list(ext_meta))
+    return None
+
+
+def may_prune(b: Batch, gone: set) -> bool:
+    """Whether :func:`prune_dead` may leave a node out of ``b`` (a batch :func:`find_known` made) when the handles
+    ``gone`` are released with it: one of its unread nodes of a prunable op is among them. False: it would keep the
+    batch whole, and need not look."""
+    unread = b.shape.unread
+    return bool(unread) and not gone.isdisjoint(map(b.outs.__getitem__, unread))
+
+
 def _shape_of(b: Batch, pending: list, counts: tuple, akeys: tuple, devices: tuple) -> _Shape:
     """The :class:`_Shape` of a batch :func:`encode_batch` made (``b``, with its ``device``) of ``pending``."""
     # (the nodes whose dynamic attributes a replay carries: any with attrs, of an op that has dynamic ones)
-    spec = [(j, OPS[n[0]].dynamic) for j, n in enumerate(b.nodes) if OPS[n[0]].dynamic]
+    spec = [(j, OPS[n[0]].dynamic, n[0] == "const") for j, n in enumerate(b.nodes) if OPS[n[0]].dynamic]
     refs = list(chain.from_iterable(n[1] for n in b.nodes))
     seen, js, ks, first_at = set(), [], [], []
     at = 0
@@ -2028,8 +2076,10 @@ def _shape_of(b: Batch, pending: list, counts: tuple, akeys: tuple, devices: tup
                 first_at.append(at)
             at += 1
     const_js = [j for j, n in enumerate(b.nodes) if n[0] == "const"]
+    read = {r for r in refs if r >= 0}
+    unread = tuple(j for j, n in enumerate(b.nodes) if j not in read and n[0] in PRUNABLE)
     return _Shape((tuple(refs), counts, akeys, devices, tuple(first_at), b.skey, b.devs, b.device, spec, (js, ks),
-                   (const_js, _const_keys(pending, const_js))))
+                   (const_js, _const_keys(pending, const_js)), _picker(refs), _picker(first_at), unread))
 
 
 def _remember(ops: tuple, shape: _Shape) -> None:
@@ -2057,22 +2107,22 @@ def _const_keys(pending: list, js) -> list:
     return out
 
 
-def _known_batch(pending: list, shape: _Shape, outs, ext, ext_meta) -> Batch:
-    """The batch of a structure seen before: this batch's dynamic attributes and uploads, at the places its spec
-    says, and no nodes."""
+def _known_batch(attrs: tuple, lines: tuple, shape: _Shape, outs, ext, ext_meta) -> Batch:
+    """The batch of a structure seen before, whose nodes have ``attrs`` and were recorded at ``lines``: this batch's
+    dynamic attributes and uploads, at the places its spec says, and no nodes."""
     dyn, frames = [], []
-    for j, dynamic in shape.spec:
-        attrs = pending[j][3]
-        if not attrs:
+    for j, dynamic, upload in shape.spec:
+        a = attrs[j]
+        if not a:
             continue
-        if "frame" in attrs and pending[j][1] == "const":  # (an upload: its bytes become a frame of the message)
-            frames.append(as_frame(attrs["frame"]))
-            attrs = {"frame": len(frames) - 1}
-        dyn.append([j, _dynamic_attrs(attrs, dynamic)])
+        if upload and "frame" in a:  # (an upload: its bytes become a frame of the message)
+            frames.append(as_frame(a["frame"]))
+            a = {"frame": len(frames) - 1}
+        dyn.append([j, _dynamic_attrs(a, dynamic)])
     b = Batch()
     b.nodes, b.devs, b.ext, b.ext_meta, b.outs, b.dyn, b.frames, b.skey = None, shape.devs, ext, ext_meta, outs, \
         dyn, frames, shape.skey
-    b.device = shape.device
+    b.device, b.shape, b.lines = shape.device, shape, lines
     return b
 
 

@@ -129,3 +129,23 @@ def test_a_batch_of_the_same_ops_wired_otherwise_is_not_taken_for_a_structure_se
     check(batch(930, 6, 7, 8), False)  # (the add reads a third external, not the mul)
     check(batch(940, 6, 7, 940), True)  # (the add reads the mul's output again, by its handle)
     check(batch(950, 9, 10, 951), False)  # (a handle the batch makes later, read as if external)
+
+
+def test_a_known_structure_says_whether_prune_dead_would_leave_a_node_out():
+    # (the session's flush asks the structure first, from its unread nodes of a prunable op, and calls prune_dead only
+    # when one of them is released: both must agree on every release)
+    from tensorwire.session import encode_known, find_known, may_prune
+
+    def batch(base):  # a matmul read by a reshape (read by a permute nobody reads) and by an exp nobody reads
+        return [entry(base, "matmul", [1, 1]), entry(base + 1, "reshape", [base], {"shape": [3, 2]}),
+                entry(base + 2, "permute", [base + 1], {"dims": [1, 0]}), entry(base + 3, "exp", [base])]
+
+    assert find_known(batch(1000)) is None  # (never seen: nothing derived, nothing remembered)
+    assert find_known(batch(1000)) is None
+    encode_known(batch(1000))
+    pending = batch(1100)
+    b = find_known(pending)
+    assert b is not None and b.nodes is None and b.outs == [1100, 1101, 1102, 1103]
+    for gone in ({1102}, {1101, 1102}, {1101}, {1100, 1103}, {1103, 7}, {1100, 1101, 1102, 1103}, set()):
+        kept, _ = prune_dead(pending, sorted(gone), gone)
+        assert may_prune(b, gone) == (kept is not pending), gone
