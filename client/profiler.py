@@ -244,24 +244,24 @@ class profile:  # noqa: N801
         )
         shapes = self.record_shapes
 
-        def timed_record(op, inputs, attrs, device, known=None, where=None, **kw):
+        def timed_record(op, inputs, attrs, device, *rest, **kw):  # (record's own arguments, positional or not)
             t0 = _clock()
-            out = record(op, inputs, attrs, device, known, where, **kw)
+            out = record(op, inputs, attrs, device, *rest, **kw)
             args = {"device": device}
             if shapes:
                 args["input_shapes"] = [list(t.shape) for t in inputs]
             self._span(op, "record", t0, _clock() - t0, args)
             return out
 
-        def timed_const(array, device, dtype=None, *, borrowed=False):
+        def timed_const(array, device, *rest, **kw):
             t0 = _clock()
-            out = const(array, device, dtype, borrowed=borrowed)
+            out = const(array, device, *rest, **kw)
             self._span("transfer::upload", "transfer", t0, _clock() - t0, {"device": device, "bytes": array.nbytes})
             return out
 
-        def timed_send_batch(pending, fetch, sync, release, *, reply=False, wait_sent=False):
+        def timed_send_batch(pending, fetch, sync, release, **kw):  # (its keywords passed on as they come)
             t0 = _clock()
-            q = send_batch(pending, fetch, sync, release, reply=reply, wait_sent=wait_sent)
+            q = send_batch(pending, fetch, sync, release, **kw)
             self._span(
                 "client::ship",
                 "client",
@@ -273,8 +273,8 @@ class profile:  # noqa: N801
                 self._waiting[q] = (self._last_batch, t0)
             return q
 
-        def timed_wait(q, timeout=None):
-            out = wait(q, timeout)
+        def timed_wait(q, *rest, **kw):
+            out = wait(q, *rest, **kw)
             started = self._waiting.pop(q, None)
             if started is not None:
                 self._span("client::batch", "client", started[1], _clock() - started[1], {"batch": started[0]})

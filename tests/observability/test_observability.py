@@ -151,6 +151,22 @@ def test_profiler_off_restores_the_session(sess):
         tw.profiler.profile().__enter__()
 
 
+def test_the_profiler_passes_every_argument_of_what_it_times(sess):
+    # its wrappers take what the session's functions take, however they are called: element writes upload with
+    # const's keywords, autograd records positionally, a flush hands its encoding to _send_batch
+    x = tw.zeros(4)
+    w = tw.ones(4, requires_grad=True)
+    with tw.profiler.profile() as prof:
+        x[1] = 2.0
+        x[3] = 5.0
+        loss = (w * x).sum()
+        loss.backward()
+        assert loss.item() == 7.0
+        assert (x.tolist(), w.grad.tolist()) == ([0.0, 2.0, 0.0, 5.0], [0.0, 2.0, 0.0, 5.0])
+    names = {e.name for e in prof.events()}
+    assert {"index_put", "mul", "transfer::upload", "client::ship"} <= names
+
+
 def test_malformed_profile_flag_is_refused_and_the_dispatcher_carries_on(sess):
     with sess._lock:
         h, _ = sess._request({"t": "batch", "ext": [], "outs": [], "fetch": [], "release": [], "sync": True,
