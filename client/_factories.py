@@ -20,7 +20,7 @@ from tensorwire.protocol.errors import DTypeError
 from tensorwire.protocol.graph import attrs_key
 from tensorwire.protocol.ops import infer
 from tensorwire.protocol.random import counters_used
-from tensorwire.protocol.shapes import check_shape, numel
+from tensorwire.protocol.shapes import MAX_NDIM, MAX_NUMEL, check_shape, numel
 
 from . import random as R
 from .views import remember
@@ -38,7 +38,7 @@ def infer_np(data, dtype) -> np.ndarray:
     dtype inference (Python floats -> the default float dtype), or ``dtype``'s."""
     if isinstance(data, TensorBase):
         return data._numpy()
-    if isinstance(data, (list, tuple)) and any(isinstance(x, TensorBase) for x in _flat(data)):
+    if isinstance(data, (list, tuple)) and not _numbers(data) and any(isinstance(x, TensorBase) for x in _flat(data)):
         data = _tolist(data)
     arr = np.asarray(data)
     if dtype is not None:
@@ -61,6 +61,19 @@ def infer_np(data, dtype) -> np.ndarray:
     if arr.dtype == object or arr.dtype.kind in "US":
         raise TypeError(f"can't convert {type(data).__name__} of mixed or non-numeric values to a tensor")
     return arr
+
+
+#: the types of the entries :func:`_numbers` passes
+_NUMBER_TYPES = frozenset((int, float, bool))
+
+
+def _numbers(data) -> bool:
+    """Whether every entry of list or tuple ``data`` is a Python int, float or bool (``[k]``, a row of numbers: no
+    tensor in it, found without :func:`_flat`'s generators)."""
+    for x in data:
+        if type(x) not in _NUMBER_TYPES:
+            return False
+    return True
 
 
 def _flat(x):
@@ -88,8 +101,8 @@ def from_data(s, data, dtype, dev: str):
 
 def full(s, shape: tuple, fill_value, dtype, dev: str):
     """A tensor of ``shape`` filled with ``fill_value`` (dtype inferred from the value when ``dtype`` is None)."""
-    shape = check_shape(shape)
-    dt = D.get(dtype) if dtype is not None else D.scalar_dtype(fill_value)
+    shape = _checked(shape)
+    dt = dtype if type(dtype) is D.DType else D.get(dtype) if dtype is not None else D.scalar_dtype(fill_value)
     v = fill_value.item() if isinstance(fill_value, (np.generic, TensorBase)) else fill_value
     if isinstance(v, complex):
         if not dt.is_complex:
@@ -106,6 +119,19 @@ def full(s, shape: tuple, fill_value, dtype, dev: str):
     if known is None:
         known = remember(_FULL_KNOWN, key, (attrs_key("full", attrs), infer("full", [], attrs)), MAX_FULL_KNOWN)
     return s.record("full", [], attrs, dev, known, up=2)
+
+
+def _checked(shape) -> tuple:
+    """``check_shape(shape)``: a tuple of non-negative Python ints within the bounds is its own checked shape (the
+    usual size, ``tw.zeros(5, 1, 57)``'s), found without ``check_shape``'s generator."""
+    if type(shape) is tuple and len(shape) <= MAX_NDIM:
+        for d in shape:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            if math.prod(shape) <= MAX_NUMEL:
+                return shape
+    return check_shape(shape)
 
 
 #: :func:`full`'s node's ``(attrs key, (shape, dtype))`` (``Session.record``'s ``known``), by its shape, dtype and the

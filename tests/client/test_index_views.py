@@ -83,3 +83,38 @@ def test_an_update_through_data_leaves_the_root_holding_the_new_value(session):
     assert p.requires_grad and p.grad_fn is None and p._version == 3
     (p * p).sum().backward()
     np.testing.assert_array_equal(p.grad.numpy(), [0.0, 4.0, 8.0])
+
+
+def test_views_of_views_follow_their_root(session):
+    # (a small root, whose value the client keeps, and one above known_values' small bound; a view of a view's
+    # value, and after an update of the root)
+    for n in (3, 5000):
+        base = np.arange(n * 2 * 4, dtype=np.int64).reshape(n, 2, 4)
+        x = tw.tensor(base)
+        v = x[n - 1][1]
+        assert v.shape == (4,)
+        assert v.tolist() == base[n - 1, 1].tolist()
+        assert v[2].item() == base[n - 1, 1, 2]
+        x.add_(1)
+        assert v.tolist() == (base[n - 1, 1] + 1).tolist()
+        w = x[0][0]
+        w[3] = -7  # (an element write through the view: seen by the root)
+        assert x[0, 0, 3].item() == -7 and w.tolist() == [1, 2, 3, -7]
+
+
+def test_full_shapes_are_checked_as_before(session):
+    assert tw.zeros(2, 0, 3).shape == (2, 0, 3)
+    assert tw.zeros((2, 3)).shape == (2, 3)
+    assert tw.full((np.int64(2), 3), 1.5).tolist() == [[1.5] * 3] * 2
+    for bad in ((2, -1), (2.0, 3)):
+        try:
+            tw.full(bad, 1.0)
+        except Exception:  # noqa: BLE001 (the shape's own error, as before: ShapeError or TypeError)
+            continue
+        raise AssertionError(f"full{bad!r} did not raise")
+
+
+def test_tensor_of_a_flat_list_of_numbers(session):
+    assert tw.tensor([3], dtype=tw.long).tolist() == [3]
+    assert tw.tensor([1, 2.5, True]).dtype == tw.float32
+    assert tw.tensor([tw.tensor(2.0), 3.0]).tolist() == [2.0, 3.0]  # (a tensor among the numbers: read as its value)
