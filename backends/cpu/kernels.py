@@ -480,10 +480,29 @@ def _index_put(ins, a, shape, dt):
     out = np.array(x, copy=True)
     val = _arr(v, dt.np)
     if a.get("accumulate"):
-        np.add.at(out, key, np.broadcast_to(val, out[key].shape))
+        _add_at(out, key, val, a["dim"], len(idx))
     else:
         out[key] = val
     return out
+
+
+def _add_at(out: np.ndarray, key: tuple, val: np.ndarray, dim: int, n_idx: int) -> None:
+    """``out[key] += val`` in place, repeated indices adding up in the order of ``out[key]``'s elements (numpy's
+    ``add.at``). One index along dim 0 of a row-major ``out`` (an embedding's gradient) is ``add.at`` over the flat
+    ``out`` at each element's position: the same additions in the same order, ~4x faster than ``add.at``'s row by
+    row path for rows of 64 floats."""
+    i = key[0] if dim == 0 and n_idx == 1 and out.size and out.flags.c_contiguous else None
+    rows = out.shape[0] if out.ndim else 0
+    # (an index out of bounds takes add.at's own path, which raises numpy's IndexError: a flat position made of
+    # one past -rows would wrap to another row)
+    if i is not None and i.size and -rows <= i.min() and i.max() < rows:
+        if i.min() < 0:
+            i = np.where(i < 0, i + rows, i)
+        inner = out.size // out.shape[0]
+        pos = (i.reshape(-1, 1) * inner + np.arange(inner)).reshape(-1)
+        np.add.at(out.reshape(-1), pos, np.broadcast_to(val, i.shape + out.shape[1:]).reshape(-1))
+        return
+    np.add.at(out, key, np.broadcast_to(val, out[key].shape))
 
 
 @kernel("setslice")
@@ -958,9 +977,13 @@ def _spec_adam_exp_avg_sq(step):
 
 
 def _spec_adam_param(step):
-    if not _same_dtypes(step) or len(step.in_meta) != 5:
+    n = len(step.in_meta)
+    if not _same_dtypes(step) or n not in (5, 6):
         return None
     eps = step.dtype.np.type(step.attrs.get("eps", 0))
+    if n == 6:  # AdamW's: the parameter decayed first (``p * (1 - lr wd)``), as the generic kernel does
+        return lambda p, m, v, step_size, bc2_sqrt, decay: _adam_new_param(p * decay, m, v, step_size, bc2_sqrt,
+                                                                           eps)
     return lambda p, m, v, step_size, bc2_sqrt: _adam_new_param(p, m, v, step_size, bc2_sqrt, eps)
 
 

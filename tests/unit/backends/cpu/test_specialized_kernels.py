@@ -214,6 +214,19 @@ def test_adam_param(shape, dtype):
         _same_bits(got, np.asarray(p - m / (np.sqrt(v) / bc + dtype(1e-8)) * ss, dtype))
 
 
+@pytest.mark.parametrize("shape", ADAM_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adamw_param(shape, dtype):
+    """AdamW's update (a sixth input, the decay ``1 - lr wd``) is specialised too: the parameter decayed, then
+    Adam's update, the generic kernel's bits."""
+    p, m, v, _ = _adam_inputs(shape, dtype)
+    ss, bc, decay = (np.array(x, dtype) for x in (-0.005263157894736844, 0.044710177812216, 1 - 1e-3 * 0.1))
+    got, generic = _both("adam_param", [p, m, v, ss, bc, decay], {"eps": 1e-8})
+    _same_bits(got, generic)
+    with np.errstate(all="ignore"):
+        _same_bits(got, np.asarray(p * decay - m / (np.sqrt(v) / bc + dtype(1e-8)) * ss, dtype))
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("ignore", [-100, 2])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
