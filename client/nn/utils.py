@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import math
 
+from tensorwire import autograd_hooks
+from tensorwire._frames import _user_frame
 from tensorwire.creation import tensor
 from tensorwire.functions import cat
+from tensorwire.protocol.graph import attrs_key
+from tensorwire.protocol.ops.table import infer
 from tensorwire.tensor import Tensor
 
 from ._tensors import no_grad, rebind
@@ -32,7 +36,9 @@ def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = F
     else:
         # torch's norm of the stacked norms: each norm taken with its dims kept, so a 1-D tensor's is a [1] row
         # already, and the rows joined with one cat (a stack of 0-d norms records a reshape for each)
-        norms = [_norm_row(t, norm_type, dev) for t in tensors]
+        where, attrs = _user_frame(1), {"dims": None, "keepdim": True, "p": norm_type}
+        akey = attrs_key("norm", attrs)  # (one attrs dict and key for every norm)
+        norms = [_norm_row(t, norm_type, dev, where, attrs, akey) for t in tensors]
         total = cat(norms).norm(norm_type)
     if error_if_nonfinite and not math.isfinite(total.item()):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
@@ -41,9 +47,12 @@ def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = F
     return total
 
 
-def _norm_row(t: Tensor, norm_type: float, dev: str) -> Tensor:
-    """``t``'s ``norm_type``-norm over all its elements as a ``[1]`` tensor on ``dev``."""
-    n = t.norm(norm_type, None, True)  # (shape [1] * t.ndim)
+def _norm_row(t: Tensor, norm_type: float, dev: str, where, attrs: dict, akey) -> Tensor:
+    """``t``'s ``norm_type``-norm over all its elements as a ``[1]`` tensor on ``dev``; ``where``, ``attrs`` and
+    ``akey``: the user's line, the norm's attrs and their key, made once for all the norms (:func:`_record_direct`)."""
+    n = _record_direct(t, "norm", [t], attrs, akey, where)
+    if n is None:
+        n = t.norm(norm_type, None, True)  # (shape [1] * t.ndim)
     if n.ndim != 1:
         n = n.reshape(1)
     return n if n._dev == dev else n.to(dev)
@@ -61,6 +70,7 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
     total = get_total_norm(grads, norm_type, error_if_nonfinite)
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
     scales: dict = {}  # the scale per (device, dtype) of the gradients: converted once, not once a parameter
+    where = _user_frame(1)
     for p in params:
         g = p.grad
         if g is not None:
@@ -68,8 +78,20 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
             c = scales.get(key)
             if c is None:
                 c = scales[key] = coef.to(g._dev).to(g.dtype)
-            p.grad = g * c
+            scaled = _record_direct(g, "mul", [g, c], None, None, where)
+            p.grad = scaled if scaled is not None else g * c
     return total
+
+
+def _record_direct(t: Tensor, op: str, ins: list, attrs: dict | None, akey, where) -> Tensor | None:
+    """``op`` recorded on ``t``'s session outside autograd, as torch's clipping runs under ``no_grad``, with its
+    output meta inferred from a memo and the user's line found once for all the gradients (as an optimizer's
+    updates are, ``optim/algorithms.py``); None while an autocast scope is on (its casts apply: the caller records
+    the usual way). ``akey``: the attrs key of ``attrs``."""
+    if autograd_hooks._amp_active[0]:
+        return None
+    known = (akey, infer(op, [(x._shape, x.dtype) for x in ins], attrs, akey))
+    return t._s.record(op, ins, attrs, t._dev, known, where)
 
 
 def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:

@@ -33,12 +33,26 @@ def _d(p, v, replay=None):
     key = (float(v), p.dtype.name, p._dev, id(p._s))
     t = _STEP.get(key)
     if t is None:
-        t = _STEP[key] = p._s.record("full", [], {"shape": [], "dtype": p.dtype.name, "value": float(v)}, p._dev,
-                                     where=_STEP.get(_WHERE))
+        attrs = {"shape": [], "dtype": p.dtype.name, "value": float(v)}
+        t = _STEP[key] = p._s.record("full", [], attrs, p._dev, _full_known(attrs), _STEP.get(_WHERE))
         cap = p._s._capture
         if cap is not None and replay is not None:
             cap.provide([t], lambda: {"value": float(replay())})
     return t
+
+
+#: Session.record's ``known`` (attrs key, output meta) of a 0-d ``full`` by dtype name: its value, the one dynamic
+#: attribute, is in neither, so one inference serves every step's hyperparameters
+_FULL_0D: dict = {}
+
+
+def _full_known(attrs: dict) -> tuple:
+    """The ``known`` of a 0-d ``full`` with ``attrs`` (inferred once per dtype)."""
+    known = _FULL_0D.get(attrs["dtype"])
+    if known is None:
+        akey = attrs_key("full", attrs)
+        known = _FULL_0D[attrs["dtype"]] = (akey, infer("full", [], attrs, akey))
+    return known
 
 
 def _count_step(p, state) -> int:

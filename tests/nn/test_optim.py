@@ -216,6 +216,21 @@ def test_clip_grad_norm(session):
     assert float(ps[1].sum()) == 5
 
 
+def test_clip_grad_norm_records_outside_autograd(session):
+    """As torch's (under ``no_grad``): gradients that require grad (``create_graph``) are scaled, and the norm
+    taken, without a graph; the values as before."""
+    ws = [nn.Parameter(tw.tensor(v, dtype=tw.float64)) for v in ([[1.0, -2.0], [0.5, 3.0]], [2.0, -1.0])]
+    (sum((w ** 3).sum() for w in ws)).backward(create_graph=True)
+    assert all(w.grad.requires_grad for w in ws)
+    gs = [3 * np.asarray(v) ** 2 for v in ([[1.0, -2.0], [0.5, 3.0]], [2.0, -1.0])]
+    total = math.sqrt(sum(float((g ** 2).sum()) for g in gs))
+    n = nn.utils.clip_grad_norm_(ws, 1.0)
+    assert not n.requires_grad and n.item() == pytest.approx(total)
+    for w, g in zip(ws, gs):
+        assert not w.grad.requires_grad
+        np.testing.assert_allclose(w.grad.detach().numpy(), g / (total + 1e-6), rtol=1e-12)
+
+
 _GROUPED = [
     ("SGD", dict(lr=0.1, momentum=0.9), dict(lr=0.01, nesterov=True, momentum=0.5)),
     ("Adam", dict(lr=0.01), dict(lr=0.1, betas=(0.5, 0.6), amsgrad=True, weight_decay=0.1)),
