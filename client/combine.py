@@ -63,17 +63,18 @@ def _row_ranges(tensors: list):
     length`` of it (one ``length`` for all, above 0), through a chain of unit-step slices that take every other dim
     whole (``data[i:i + 8]``, also of a slice ``data[:n]``: ``views.Slice.rows``), up to date with the root or a
     light window (``views.basic_view``: read as the root is now), and nothing is tracked by autograd, autocast or
-    ``tw.compile``'s capture; else None."""
+    ``tw.compile``'s capture; else None. One pass: the windows of one parent share the steps before their last, whose
+    row offset is worked out once (:func:`_chain_offset`)."""
     root = tensors[0]._base
     if root is None or root.requires_grad or root._s._capture is not None or _amp_active[0]:
         return None
     version = root._version
     shape = root._shape
-    offsets: dict = {}  # a chain's steps before its last (shared by the views of one parent) -> their row offset
-    starts = []
     length = tensors[0]._shape[0] if tensors[0]._shape else 0
     if length <= 0:
         return None
+    starts = []
+    prefix = off = None  # the steps before the last of the tensor before, and their row offset
     for t in tensors:
         if t._base is not root or t.requires_grad:
             return None
@@ -82,42 +83,69 @@ def _row_ranges(tensors: list):
         if type(last) is not V.Slice:
             return None
         if t._base_version == LIGHT:  # (its last step takes rows of its parent, by construction)
-            a = last.starts[0]
             if last.out_shape[0] != length:
                 return None
+            a = last.starts[0]
         else:
             if t._base_version != version:
                 return None
             r = last.rows()
-            if r is None:
+            if r is None or r[1] - r[0] != length:
                 return None
-            a, b = r
-            if b - a != length:
+            a = r[0]
+        if len(steps) == 1:
+            if last.in_shape != shape:  # (the chain starts at the root's shape)
                 return None
-        first = steps[0]
-        if type(first) is not V.Slice or first.in_shape != shape:  # (the chain starts at the root's shape)
-            return None
-        if len(steps) > 1:
-            head = steps[-2]
-            off = offsets.get(head)
+            starts.append(a)
+            continue
+        head = steps[:-1]
+        if head != prefix:  # (a tuple of the same step objects compares by identity first: one parent's windows)
+            off = _chain_offset(head, shape)
             if off is None:
-                off = 0
-                for st in steps[:-1]:
-                    r = st.rows() if type(st) is V.Slice else None
-                    if r is None:
-                        return None
-                    off += r[0]
-                offsets[head] = off
-            a += off
-        starts.append(a)
+                return None
+            prefix = head
+        starts.append(a + off)
     return root, starts, length
+
+
+def _chain_offset(steps: tuple, shape: tuple) -> int | None:
+    """The row of a root of ``shape`` that row 0 of the view through ``steps`` is: the sum of their row starts,
+    when each takes rows of its input (``views.Slice.rows``) and the first takes them of the root's shape; else
+    None."""
+    first = steps[0]
+    if type(first) is not V.Slice or first.in_shape != shape:
+        return None
+    off = 0
+    for st in steps:
+        r = st.rows() if type(st) is V.Slice else None
+        if r is None:
+            return None
+        off += r[0]
+    return off
+
+
+#: :func:`_arange_row`'s rows, by length (read-only)
+_ARANGE_ROWS: dict[int, np.ndarray] = {}
+
+
+def _arange_row(length: int) -> np.ndarray:
+    """``arange(length)`` as a read-only ``(1, length)`` int64 array, made once per length."""
+    row = _ARANGE_ROWS.get(length)
+    if row is None:
+        if len(_ARANGE_ROWS) >= 256:  # (a bounded memo: programs take few window lengths)
+            _ARANGE_ROWS.clear()
+        row = _ARANGE_ROWS[length] = np.arange(length, dtype=np.int64).reshape(1, length)
+        row.flags.writeable = False
+    return row
 
 
 def _gather_rows(root, starts: list, length: int, stacked: bool) -> Tensor:
     """Rows ``start:start + length`` of ``root`` for each of ``starts``, one after the other (``stacked``: each range
     its own entry of a new dim 0): ONE ``index`` of ``root`` by the positions (an upload), what ``cat`` (``stack``)
     of those row views gives, where it would record each view's slice (a batch loader's 32 windows of a text)."""
-    pos = np.add.outer(np.asarray(starts, dtype=np.int64), np.arange(length, dtype=np.int64))
+    # (a column of the starts plus a row of 0..length-1, broadcast: fewer instructions than ``np.add.outer`` of a
+    # converted list; the row kept per length, never written)
+    pos = np.fromiter(starts, np.int64, len(starts)).reshape(-1, 1) + _arange_row(length)
     if not stacked:
         pos = pos.reshape(-1)
     s, dev = root._s, root._dev

@@ -185,6 +185,18 @@ def test_windows_of_two_roots_in_one_stack(session):
 
 
 @needs_torch
+def test_windows_of_parents_that_share_their_last_step_keep_each_parent_s_offset(session):
+    # (``r[2:10][0:5]`` and ``r[3:11][0:5]``: two parents whose last step is one shared object, ``row_view``'s step
+    # of rows 0:5 of a length-8 tensor; their windows are rows of the root at different offsets)
+    data, ref, train, rtrain = _pair()
+    parts = lambda r: [r[2:10][0:5][1:3], r[3:11][0:5][1:3], r[40:48][0:5][0:2]]  # noqa: E731
+    s, ops = _recorded(session, lambda: tw.stack(parts(train)))
+    assert "index" in ops, ops
+    _same(s, torch.stack(parts(rtrain)))
+    _same(tw.cat(parts(data)), torch.cat(parts(ref)))
+
+
+@needs_torch
 @pytest.mark.parametrize("bounds", [(-8, None), (-300, 5), (185, 400), (-5, -1), (50, 10), (0, 190), (400, 500)])
 def test_negative_and_out_of_range_bounds_are_torch_s(session, bounds):
     data, ref, train, rtrain = _pair()
