@@ -20,7 +20,7 @@ from tensorwire.protocol.errors import DTypeError
 from tensorwire.protocol.graph import attrs_key
 from tensorwire.protocol.ops import infer
 from tensorwire.protocol.random import counters_used
-from tensorwire.protocol.shapes import MAX_NDIM, MAX_NUMEL, check_shape, numel
+from tensorwire.protocol.shapes import check_shape, numel
 
 from . import random as R
 from .views import remember
@@ -101,7 +101,7 @@ def from_data(s, data, dtype, dev: str):
 
 def full(s, shape: tuple, fill_value, dtype, dev: str):
     """A tensor of ``shape`` filled with ``fill_value`` (dtype inferred from the value when ``dtype`` is None)."""
-    shape = _checked(shape)
+    shape = check_shape(shape)
     dt = dtype if type(dtype) is D.DType else D.get(dtype) if dtype is not None else D.scalar_dtype(fill_value)
     v = fill_value.item() if isinstance(fill_value, (np.generic, TensorBase)) else fill_value
     if isinstance(v, complex):
@@ -119,19 +119,6 @@ def full(s, shape: tuple, fill_value, dtype, dev: str):
     if known is None:
         known = remember(_FULL_KNOWN, key, (attrs_key("full", attrs), infer("full", [], attrs)), MAX_FULL_KNOWN)
     return s.record("full", [], attrs, dev, known, up=2)
-
-
-def _checked(shape) -> tuple:
-    """``check_shape(shape)``: a tuple of non-negative Python ints within the bounds is its own checked shape (the
-    usual size, ``tw.zeros(5, 1, 57)``'s), found without ``check_shape``'s generator."""
-    if type(shape) is tuple and len(shape) <= MAX_NDIM:
-        for d in shape:
-            if type(d) is not int or d < 0:
-                break
-        else:
-            if math.prod(shape) <= MAX_NUMEL:
-                return shape
-    return check_shape(shape)
 
 
 #: :func:`full`'s node's ``(attrs key, (shape, dtype))`` (``Session.record``'s ``known``), by its shape, dtype and the

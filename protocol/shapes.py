@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 
 from .errors import IndexOutOfRange, ProtocolError, ShapeError
@@ -16,6 +17,13 @@ def check_shape(shape) -> Shape:
     """Validate a shape from the wire or the user: a sequence of non-negative ints, bounded."""
     if isinstance(shape, int):
         shape = (shape,)
+    elif type(shape) is tuple and len(shape) <= MAX_NDIM:  # (the usual case, a tuple of plain ints: itself)
+        for s in shape:
+            if type(s) is not int or s < 0:
+                break
+        else:
+            if math.prod(shape) <= MAX_NUMEL:
+                return shape
     try:  # operator.index: ints and numpy ints; a float (2.5) or a string is not a size
         out = tuple(operator.index(s) for s in shape)
     except (TypeError, ValueError):

@@ -495,8 +495,9 @@ def _add_at(out: np.ndarray, key: tuple, val: np.ndarray, dim: int, n_idx: int) 
     rows = out.shape[0] if out.ndim else 0
     # (an index out of bounds takes add.at's own path, which raises numpy's IndexError: a flat position made of
     # one past -rows would wrap to another row)
-    if i is not None and i.size and -rows <= i.min() and i.max() < rows:
-        if i.min() < 0:
+    lo = int(i.min()) if i is not None and i.size else None
+    if lo is not None and -rows <= lo and i.max() < rows:
+        if lo < 0:
             i = np.where(i < 0, i + rows, i)
         inner = out.size // out.shape[0]
         pos = (i.reshape(-1, 1) * inner + np.arange(inner)).reshape(-1)

@@ -220,10 +220,7 @@ class _CCells:
         A, B, H = rnn_cells.address, self.B, self.H
         self.f["lstm_bwd"](A(y), self._rs(y), A(self.zero), 2 * H, 0, A(c0), self._rs(c0), A(dh), A(dc), A(out), B, H)
         np.matmul(out[:B], w, out=dh)
-        last = out[B:]
-        last[:, 2 * H:] = 0
-        last[:, :H] = dh
-        last[:, H:2 * H] = dc
+        _state_rows(out[B:], dh, dc, H)
 
     def gru_fwd(self, x, gh, hp, yt):
         A = rnn_cells.address
@@ -336,9 +333,7 @@ def _rnn_scan_grad(ins, a, shape, dt):
     H = h0.shape[1]
     out = np.empty((T + 1, B, GRAD[mode] * H), ct)
     gy, gates = _step_grads(mode, parts, T, B, H, ct)
-    # the final state's gradient starts the carried (dh, dc); zeros where not given
-    dh0 = parts["h"].copy() if "h" in parts else np.zeros((B, H), ct)
-    dc0 = (parts["c"].copy() if "c" in parts else np.zeros((B, H), ct)) if mode == "lstm" else None
+    dh0, dc0 = _carried_start(mode, parts, B, H, ct)
     cells = _cells(mode, B, H, ct)
     order = list(scan_order(T, a.get("reverse", False)))
     prev = dict(zip(order[1:], order))  # the step before t in the scan's order
@@ -347,12 +342,27 @@ def _rnn_scan_grad(ins, a, shape, dt):
     else:
         dh, dc = _grad_steps(mode, cells, y, gy, gates, h0, c0, w, out, order, prev, dh0, dc0)
         cells.done()
-    last = out[T]
-    last[...] = 0
-    last[:, :H] = dh
-    if mode == "lstm":
-        last[:, H:2 * H] = dc
+    _state_rows(out[T], dh, dc, H)
     return _out(out.reshape(2 * B, out.shape[2]) if step else out, dt)
+
+
+def _carried_start(mode: str, parts: dict, B: int, H: int, ct) -> tuple:
+    """The carried ``(dh, dc)`` a backward loop starts from: copies of the final state's given gradients (the cells
+    update them in place), zeros where not given; ``dc`` None but for an LSTM."""
+    dh = np.array(_arr(parts["h"], ct), order="C") if "h" in parts else np.zeros((B, H), ct)
+    if mode != "lstm":
+        return dh, None
+    return dh, np.array(_arr(parts["c"], ct), order="C") if "c" in parts else np.zeros((B, H), ct)
+
+
+def _state_rows(last: np.ndarray, dh, dc, H: int) -> None:
+    """The gradient's rows of the initial state: ``dh0 | dc0`` (an LSTM's) then zeros, into ``last``."""
+    last[:, :H] = dh
+    k = H
+    if dc is not None:
+        last[:, H:2 * H] = dc
+        k = 2 * H
+    last[:, k:] = 0
 
 
 def _lstm_step_grad(ins, names: tuple, ct) -> np.ndarray | None:
@@ -363,10 +373,7 @@ def _lstm_step_grad(ins, names: tuple, ct) -> np.ndarray | None:
     cells = _cells("lstm", B, H, ct)
     if not isinstance(cells, _CCells):
         return None
-    parts = dict(zip(names, ins[1:1 + k]))
-    # the carried (dh, dc) start as the given gradients (copies: the cell updates them in place), zeros where not
-    dh = np.array(_arr(parts["h"], ct), order="C") if "h" in parts else np.zeros((B, H), ct)
-    dc = np.array(_arr(parts["c"], ct), order="C") if "c" in parts else np.zeros((B, H), ct)
+    dh, dc = _carried_start("lstm", dict(zip(names, ins[1:1 + k])), B, H, ct)
     out = np.empty((2 * B, GRAD["lstm"] * H), ct)
     cells.lstm_step_grad(np.ascontiguousarray(_arr(ins[0], ct)), np.ascontiguousarray(_arr(ins[2 + k], ct)),
                          _arr(ins[-1], ct), out, dh, dc)

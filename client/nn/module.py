@@ -278,7 +278,7 @@ class Module:
     def _remove_from(self, name: str, keep: str) -> None:
         self.__dict__.pop(name, None)
         self.__dict__.get(_MIRRORS, set()).discard(name)
-        for dname in ("_parameters", "_buffers", "_modules"):
+        for dname in _STORES:
             if dname != keep:
                 self.__dict__[dname].pop(name, None)
         self._non_persistent_buffers_set.discard(name)
