@@ -907,23 +907,20 @@ def _build_runner(device: Device, plan: Plan, keep: frozenset):
                 memo[0] = (device, s.kernel, fn)
         prog.append((fn, s.ins, s.out, frees, None))
     prog = tuple(prog)
-    inputs = len(plan.ext_metas)
     looped = _looped(prog)
-    if len(prog) > MAX_GENERATED_STEPS or any(p[2] < 0 for p in prog):  # (a step without a slot: a transfer)
+    if len(prog) > MAX_GENERATED_STEPS:
         run = looped
     else:
-        counts: dict = {}  # item the run answers after (-1: none) -> runs so far ...
-        made: dict = {}  # ... and its generated runner once made
+        state: list = [0, None]  # runs so far, the generated runner once made
 
         def run(env, dyn, frames, after=None):
-            stop = -1 if after is None or after[0] < 0 else after[0]  # (-1: answered before the run, or not at all)
-            gen = made.get(stop)
-            if gen is None:
-                n = counts[stop] = counts.get(stop, 0) + 1
-                if n <= GENERATE_AFTER or len(made) >= GENERATED_VARIANTS:
+            made = state[1]
+            if made is None:
+                state[0] += 1
+                if state[0] <= GENERATE_AFTER:
                     return looped(env, dyn, frames, after)
-                gen = made[stop] = _generated(prog, stop, inputs)
-            return gen(env, dyn, frames, None if after is None else after[1])
+                made = state[1] = _generated(prog)
+            return made(env, dyn, frames, after)
 
     run.prog = prog  # what the profiler's timed run walks step by step ...
     run.steps = tuple(ran)  # ... with the step of each item
@@ -951,14 +948,9 @@ def _looped(prog: tuple):
 
 
 #: runs of a straight-line runner (one plan, one kept-slot set) before its steps become generated Python statements
-#: (:func:`_generated`): the loop costs ~0.25 us a step a run more than the statements (~65 ns a step with trivial
-#: kernels), compiling them ~12 us a step once, so a plan run once or twice (a loop whose batches change shape)
-#: never pays for it
+#: (:func:`_generated`): the loop's unpacking and argument building cost ~0.5 us a step a run, compiling the
+#: statements ~30 us a step once, so a plan run once or twice (a loop whose batches change shape) never pays for it
 GENERATE_AFTER = 3
-#: generated runners of one straight-line runner, one for each item a run answers after (a plan answers after the
-#: same item each run, or after none: the generated code answers there without a check at every step); runs
-#: answering after yet another item keep the loop
-GENERATED_VARIANTS = 4
 #: a plan with more steps keeps the loop (its statements would take long to compile, and their code ~0.3 KB a step)
 MAX_GENERATED_STEPS = 1024
 #: generated runners' makers remembered by the plan's structure (its steps' slots), shared by the plans of one
@@ -968,86 +960,38 @@ _GENERATED: OrderedDict = OrderedDict()
 _GENERATED_LOCK = threading.Lock()
 
 
-def _generated(prog: tuple, stop: int = -1, inputs: int = 0):
-    """The straight-line runner of ``prog`` as one Python statement a step over locals (``s7 = f3(s2, s5)``), one
-    freeing the step's dead slots (``s2 = s5 = None``) and, after item ``stop`` only (-1: none), the early answer
-    (``answer(env)``), the steps' callables bound as closure variables: what :func:`_looped` does, without the
-    per-step unpacking, ``map``, ``*args``, list subscripts and answer check (issue 37: it compiles in ~3/5 the
-    instructions of ``env[i]`` statements with a check at each step). ``inputs``: the slots ``env`` holds inputs in
-    (:func:`_generated_maker`). It is called as ``run(env, dyn, frames, answer)``. The code depends only on the
-    steps' slots, ``stop`` and ``inputs``, so it is made once for every plan of that structure."""
-    key = (tuple((ins, out, frees, dyn_node) for _, ins, out, frees, dyn_node in prog), stop, inputs)
+def _generated(prog: tuple):
+    """The straight-line runner of ``prog`` as one Python statement a step (``env[7] = f3(env[2], env[5])``, its
+    frees and a check for the early answer after it), the steps' callables bound as closure variables: what
+    :func:`_looped` does, without the per-step unpacking, ``map`` and ``*args`` (issue 37). The code depends only
+    on the steps' slots, so it is made once for every plan of that structure."""
+    key = tuple((ins, out, frees, dyn_node) for _, ins, out, frees, dyn_node in prog)
     with _GENERATED_LOCK:
         make = _GENERATED.get(key)
         if make is not None:
             _GENERATED.move_to_end(key)
     if make is None:
-        make = _generated_maker(key[0], stop, inputs)
+        lines = ["def make(fns):"]
+        if prog:
+            lines.append("    " + ", ".join(f"f{k}" for k in range(len(prog))) + ", = fns")
+        lines += ["    def run(env, dyn, frames, after=None):", "        stop, answer = after or (-1, None)"]
+        for k, (ins, out, frees, dyn_node) in enumerate(key):
+            args = ", ".join(f"env[{int(i)}]" for i in ins)
+            if dyn_node is None:
+                lines.append(f"        env[{int(out)}] = f{k}({args})")
+            else:
+                lines.append(f"        env[{int(out)}] = f{k}([{args}], dyn.get({int(dyn_node)}), frames)")
+            lines += [f"        env[{int(f)}] = None" for f in frees]
+            lines.append(f"        if stop == {k}: answer(env)")
+        lines += ["    return run"]
+        space: dict = {}
+        exec(compile("\n".join(lines), "<straight-line runner>", "exec"), space)  # noqa: S102 - our own statements
+        make = space["make"]
         with _GENERATED_LOCK:
             _GENERATED[key] = make
             if len(_GENERATED) > GENERATED_REMEMBERED:
                 _GENERATED.popitem(last=False)
     return make(tuple(p[0] for p in prog))
-
-
-def _generated_maker(steps: tuple, stop: int, inputs: int):
-    """``make(fns)`` -> the generated runner of ``steps`` (``(ins, out, frees, dyn_node)`` each, every ``out`` a
-    slot) for an ``env`` holding the run's inputs in its first ``inputs`` slots and None in the others (as
-    :func:`run_plan` makes it), see :func:`_generated`. Slot ``i`` lives in the local ``s<i>`` while the run goes:
-    read from ``env`` at the start when a step reads it before any writes or frees it, written back to ``env``
-    before the early answer and at the end, and a free clears ``env``'s slot too where ``env`` holds a value (an
-    input, a value written back), so that ``env`` is at the answer and ends as :func:`_looped` leaves it, and memory
-    is freed at the same steps. A local step is half the tokens of an ``env[i]`` one (parsing is most of the
-    compile) and runs without subscripts."""
-    body: list = []
-    loaded: list = []  # slots read from env at the start (a step reads them before any step writes or frees them)
-    touched: set = set()  # slots a step has read, written or freed so far
-    in_env = set(range(inputs))  # slots env holds a value in (inputs, values written back)
-    held: dict = {}  # slots whose local holds a value env lacks (a dict: in order)
-    for k, (ins, out, frees, dyn_node) in enumerate(steps):
-        for i in ins:
-            if i not in touched:
-                loaded.append(i)
-                touched.add(i)
-                in_env.add(i)  # (env holds what is read from it: a free clears it there too, whatever run_plan put)
-        args = ", ".join(f"s{int(i)}" for i in ins)
-        call = f"f{k}({args})" if dyn_node is None else f"f{k}([{args}], dyn.get({int(dyn_node)}), frames)"
-        body.append(f"s{int(out)} = {call}")
-        touched.add(out)
-        held[out] = None
-        if frees:
-            touched.update(frees)
-            for f in frees:
-                held.pop(f, None)
-            targets = [f"s{int(f)}" for f in frees] + [f"env[{int(f)}]" for f in frees if f in in_env]
-            in_env.difference_update(frees)
-            body.append(" = ".join(targets) + " = None")
-        if k == stop:
-            body += _written_back(held, in_env)
-            body.append("answer(env)")
-    body += _written_back(held, in_env)
-    lines = ["def make(fns):"]
-    if steps:
-        lines.append("    " + ", ".join(f"f{k}" for k in range(len(steps))) + ", = fns")
-    lines.append("    def run(env, dyn, frames, answer):")
-    if loaded:
-        lines.append("        " + ", ".join(f"s{int(i)}" for i in loaded) + ", = "
-                     + ", ".join(f"env[{int(i)}]" for i in loaded) + ",")
-    lines += ["        " + b for b in body]
-    lines += ["        return None", "    return run"]
-    space: dict = {}
-    exec(compile("\n".join(lines), "<straight-line runner>", "exec"), space)  # noqa: S102 - our own statements
-    return space["make"]
-
-
-def _written_back(held: dict, in_env: set) -> list:
-    """The statement writing the locals ``held`` back to ``env`` (none when empty); they are then in ``env``."""
-    if not held:
-        return []
-    slots = [int(i) for i in held]
-    in_env.update(slots)
-    held.clear()
-    return [", ".join(f"env[{i}]" for i in slots) + ", = " + ", ".join(f"s{i}" for i in slots) + ","]
 
 
 #: the steps' ops a Plan looks for when it is made (transfers, collectives, the worker's own ops)
