@@ -1173,9 +1173,12 @@ class Session:
                     break
             for d in plane.touched_by_relay(touched):
                 self._direct_sync(d)
+        if ch is not None:
+            # (before the releases: a handle this message makes and releases is then one the dispatcher never knew,
+            # not a handle for it to forget, and leaves the table of channel-made handles with its release)
+            plane.direct_made.update(made)
         plane.route_releases(header["release"])
         if ch is not None:
-            plane.direct_made.update(made)
             msg = header.copy()  # (the dispatcher's fields dropped, in C)
             del msg["t"], msg["k"], msg["release"]
             msg.pop("drop_plans", None)
