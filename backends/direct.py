@@ -55,13 +55,14 @@ import weakref
 import numpy as np
 import zmq
 
-from tensorwire.dispatcher.answers import Answers, bound_socket, connection_of
+from tensorwire.dispatcher.answers import ANSWER_BYTES, ANSWER_HWM, Answers, bound_socket, connection_of
 from tensorwire.protocol.addresses import check_address
 from tensorwire.protocol.batch_ids import is_int_list
 from tensorwire.protocol.capability import DIRECT_ADDRESS_ENV, channel_key, check_peer, peer_key, peer_mac, verify
 from tensorwire.protocol.curve import apply_pinned, is_local_address, load_key_pair
 from tensorwire.protocol.errors import DeviceError, ProtocolError, TensorwireError, Unauthorized, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND
+from tensorwire.protocol.lane import LANE_ENABLED, LANE_ROUTE, LaneListener
 from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.messages import DIRECT, check
 from tensorwire.protocol.ops import OPS
@@ -208,6 +209,7 @@ class DirectChannel:
         self.lent: dict[bytes, dict] = {}  # session -> {path: ShmFile} on loan to it
         self.routes: dict[bytes, tuple] = {}  # session -> (routing id, connection) of its channel, while it lives
         self.probe: tuple[str, str] | None = None  # (path, nonce) of the same-host probe
+        self.lane = None
         self.alone_skip = 0  # chances to read alone skipped after the last read alone that timed out ...
         self.alone_skip_next = 1  # ... and how many the next such read skips
         address = address if address is not None else os.environ.get(ADDRESS_ENV, DEFAULT_ADDRESS)
@@ -250,11 +252,23 @@ class DirectChannel:
             return
         self.answers = Answers(sock, f"the worker for {self.device}")
         self.sock = sock
+        self.lane: LaneListener | None = None  # the same-host lane (protocol/lane.py), for clients on this host
+        if LANE_ENABLED:
+            try:
+                self.lane = LaneListener(device, ANSWER_BYTES, ANSWER_HWM, MAX_MESSAGE, SHM_DIR, pack_header)
+                self._both = zmq.Poller()  # (read_alone's wait on the channel and the lane together)
+                self._both.register(sock, zmq.POLLIN)
+                self._both.register(self.lane, zmq.POLLIN)
+            except OSError as e:
+                log.warning("no same-host lane for the direct channel: %s", e)
 
     def close(self) -> None:
         if self.sock is not None:
             self.sock.close(0)
             self.sock = None
+        if self.lane is not None:
+            self.lane.close()
+            self.lane = None
         for p in self.peers.values():
             p.close(0)
         self.peers.clear()
@@ -450,7 +464,11 @@ class DirectChannel:
     def send(self, route: bytes, header: dict, frames=(), sizes: list | None = None) -> None:
         """Answer a client on its channel, within the bounds of ``dispatcher/answers.py``: an answer dropped at a
         bound reaches the client as an ``OutOfMemory`` error with its ``q``. ``sizes``: the frames' sizes in bytes,
-        where the caller knows them."""
+        where the caller knows them. An answer to a lane's connection goes on the lane, within the same bounds."""
+        if len(route) == 11 and route.startswith(LANE_ROUTE):
+            if self.lane is not None:
+                self.lane.send(route, [pack_header(header), *frames], header.get("q"))
+            return
         self.answers.send(route, header, frames, sizes)
 
     def forget(self, sid: bytes) -> None:
@@ -461,7 +479,18 @@ class DirectChannel:
         self.drop(sid)
         route = self.routes.pop(sid, None)
         if route is not None and route[0] not in {r[0] for r in self.routes.values()}:  # its unread answers go too
-            self.answers.release(*route)
+            if self.lane is not None and route[0] in self.lane.conns:
+                self.lane.end(route[0])
+            else:
+                self.answers.release(*route)
+
+    def receive_lane(self, executor) -> int:
+        """Take what waits on the same-host lane (at most 1000 messages: new connections accepted, queued answers
+        written on the way) and hand it to ``executor``; returns the number taken."""
+        msgs = self.lane.take()
+        for msg in msgs:
+            self.take(executor, msg)
+        return len(msgs)
 
     def receive(self, executor) -> int:
         """Take what is waiting on the socket (at most 1000 messages) and hand it to ``executor``; returns the
@@ -491,7 +520,23 @@ class DirectChannel:
             return None
         if other.getsockopt(EVENTS) & POLLIN:
             return None
-        sock = self.sock
+        sock, lane = self.sock, self.lane
+        if lane is not None and lane.conns:  # (clients on the lane: both watched, in one poll once the spin ends)
+            if spin.wait(lambda _timeout: lane.ready() or sock.getsockopt(EVENTS) & POLLIN) or \
+                    self._both.poll(ALONE_READ_MS):
+                msgs = lane.take(1)
+                if msgs:
+                    self.alone_skip_next = 1
+                    return msgs[0]
+                try:
+                    msg = recv_frames(sock, NOBLOCK)
+                    self.alone_skip_next = 1
+                    return msg
+                except zmq.Again:
+                    return None  # (a connection, a write, part of a message: the loop's poll sees what follows)
+            self.alone_skip = self.alone_skip_next
+            self.alone_skip_next = min(self.alone_skip_next * 2, MAX_ALONE_SKIP)
+            return None
         if spin.wait(lambda _timeout: sock.getsockopt(EVENTS) & POLLIN):
             flags = NOBLOCK  # (a message is there)
         else:
@@ -561,6 +606,12 @@ class DirectChannel:
         ok = {"t": "ok", "q": q, "device": self.device}
         if h.get("shm") is True:
             ok["shm"] = self._probe()
+        lane = self.lane
+        if lane is not None:
+            if route in lane.conns:  # (on the lane: the nonce its client was told on the channel, as proof)
+                ok["nonce"] = lane.nonce
+            elif h.get("lane") is True:
+                ok["lane"] = {"path": lane.path, "nonce": lane.nonce}
         self.send(route, ok)
 
     def _shm_take(self, executor, route: bytes, sid: bytes, h: dict, frames: list, q) -> None:
@@ -608,7 +659,7 @@ class DirectChannel:
                 raise ProtocolError("batch 'out_first' must be an int, and comes instead of 'outs'")
             run["out_first"] = first
         else:
-            run["outs"] = _ints(h, "outs")
+            run["outs"] = [] if outs is None else outs
         plan = get("plan")
         if plan is not None and type(plan) is not int:
             raise ProtocolError("'plan' must be an int")

@@ -1420,6 +1420,9 @@ class Worker:
         direct = self.channel.sock
         if direct is not None:
             poller.register(direct, zmq.POLLIN)  # clients' direct channels
+        lane = self.channel.lane.fileno() if self.channel.lane is not None else None
+        if lane is not None:
+            poller.register(lane, zmq.POLLIN)  # ... and their same-host lanes (protocol/lane.py; polled by descriptor)
         last_seen = time.monotonic()
         spin = self.spin
         alone = False  # the last turn took direct messages only: wait on the direct socket alone first
@@ -1449,6 +1452,10 @@ class Worker:
                     self.channel.receive(ex)
                     spin.worked()
                     alone = sock not in events and ex.wake_fd not in events
+                if lane is not None and lane in events:
+                    if self.channel.receive_lane(ex):
+                        spin.worked()
+                        alone = sock not in events and ex.wake_fd not in events
                 if self.channel.peer_give:  # other workers' files our arrays no longer use
                     self.channel.flush_gives()
                 if direct is not None:  # answers its clients' connections took; errors owed to full ones

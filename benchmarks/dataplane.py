@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -62,6 +65,45 @@ class SpinningEcho(Echo):
             self.sock.recv(copy=False)
 
 
+#: a raw Unix-socket echo: what the same-host lane (``protocol/lane.py``) costs at least
+UNIX_ECHO = r"""
+import os, socket, sys
+path = os.path.join(sys.argv[1], "unix-echo.sock")
+lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+lst.bind(path)
+lst.listen(1)
+print(path, flush=True)
+c, _ = lst.accept()
+while True:
+    m = c.recv(65536)
+    if not m or m == b"stop":
+        break
+    c.sendall(m)
+"""
+
+
+class UnixEcho:
+    """A raw echo over a Unix stream socket in another process, both sides blocking in ``recv``: the peer of the
+    lane's rows (16-byte messages, read whole by one ``recv`` each)."""
+
+    def __init__(self, folder: str):
+        self.proc = subprocess.Popen([sys.executable, "-c", UNIX_ECHO, folder], stdout=subprocess.PIPE)
+        path = self.proc.stdout.readline().decode().strip()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+
+    def roundtrip(self, payload) -> None:
+        self.sock.sendall(payload)
+        got = 0
+        while got < len(payload):  # (bounded by the payload: each recv brings at least a byte)
+            got += len(self.sock.recv(65536))
+
+    def close(self) -> None:
+        self.sock.sendall(b"stop")
+        self.proc.wait(10)
+        self.sock.close()
+
+
 def _nothing_else() -> bool:
     return False
 
@@ -71,6 +113,16 @@ def _cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _on_lane(address: str) -> bool:
+    """Whether a session's channel to cpu:0 runs on the same-host lane."""
+    s = _session(address, True)
+    with tw.use_session(s):
+        (tw.ones(1) + 1).numpy()
+        on = bool(s.cluster_status()["data_plane"]["cpu:0"].get("lane"))
+    s.close()
+    return on
 
 
 def _session(address: str, direct: bool) -> tw.Session:
@@ -104,7 +156,8 @@ def _roundtrip(address: str, echoes: list[Echo], direct: bool, rounds: int = 9) 
     return ours, peers
 
 
-def bench_roundtrip(address: str, echo: Echo, ipc_echo: Echo, ipc_spinning: Echo | None = None) -> list[Result]:
+def bench_roundtrip(address: str, echo: Echo, ipc_echo: Echo, ipc_spinning: Echo | None = None,
+                    unix_echo: UnixEcho | None = None) -> list[Result]:
     """``(x + 1).numpy()`` on a direct channel (a unix socket on a local cluster), and through the relay (TCP to
     the dispatcher), each against a raw DEALER/ROUTER echo between two processes on the same transport. The target
     row's echo blocks on both sides (raw pyzmq's ``recv``), while our client and worker busy-wait briefly while a
@@ -112,15 +165,21 @@ def bench_roundtrip(address: str, echo: Echo, ipc_echo: Echo, ipc_spinning: Echo
     ours, peers = _roundtrip(address, [ipc_echo] + ([ipc_spinning] if ipc_spinning else []), True)
     r = ours / peers[0]
     load = os.getloadavg()[0]
+    lane = "on the same-host lane (protocol/lane.py)" if _on_lane(address) else "on its ZeroMQ socket"
     out = [Result("one-op round trip `(x + 1).numpy()` on a direct channel vs raw pyzmq DEALER/ROUTER echo of 16 B "
                   "between two processes, both on a unix socket", ours * 1e6, peers[0] * 1e6, "us", r, "<= 2.0x",
                   r <= 2.0, f"the echo blocks in recv on both sides; ours spin while a core is spare (client "
                   f"{CLIENT_SPIN_S * 1e3:g} ms, worker {spin_from_env() * 1e6:g} us); 1-minute load {load:.2f} on "
-                  f"{os.cpu_count()} cores{'' if spare_core(time.monotonic()) else ' (no core spare: nobody spins)'}")]
+                  f"{os.cpu_count()} cores{'' if spare_core(time.monotonic()) else ' (no core spare: nobody spins)'}; "
+                  f"the channel ran {lane}")]
     if ipc_spinning is not None:
         out.append(Result("the same direct round trip vs the echo waiting as ours do (both sides spin with the same "
                           "bounds and rule), unix socket", ours * 1e6, peers[1] * 1e6, "us", ours / peers[1],
                           "report", True))
+    if unix_echo is not None:
+        ours, peers = _roundtrip(address, [unix_echo], True)
+        out.append(Result(f"the same direct round trip ({lane}) vs a raw Unix-socket echo, both sides blocking",
+                          ours * 1e6, peers[0] * 1e6, "us", ours / peers[0], "report", True))
     ours, peers = _roundtrip(address, [echo], True)
     out.append(Result("the same direct round trip vs the echo on TCP loopback", ours * 1e6, peers[0] * 1e6, "us",
                       ours / peers[0], "report", True))
@@ -347,10 +406,11 @@ def run_all() -> list[Result]:
     folder = tempfile.mkdtemp(prefix="tw-echo-")
     ipc_echo = Echo(f"ipc://{folder}/echo.sock")
     ipc_spinning = SpinningEcho(f"ipc://{folder}/spinning.sock")
+    unix_echo = UnixEcho(folder)
     try:
         results.append(bench_worker_part())
         with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS) as c:  # (as the compile group's)
-            results.extend(bench_roundtrip(c.address, echo, ipc_echo, ipc_spinning))
+            results.extend(bench_roundtrip(c.address, echo, ipc_echo, ipc_spinning, unix_echo))
             results.extend(bench_dispatcher_cpu(c.address, c.services["dispatcher"].proc.pid))
             for k in (1, 10):
                 r = bench_step_vs_torch(c.address, k)
@@ -363,5 +423,6 @@ def run_all() -> list[Result]:
         echo.close()
         ipc_echo.close()
         ipc_spinning.close()
+        unix_echo.close()
         shutil.rmtree(folder, ignore_errors=True)
     return results

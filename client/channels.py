@@ -34,6 +34,7 @@ import zmq
 
 from tensorwire.protocol.curve import apply_pinned
 from tensorwire.protocol.errors import ProtocolError
+from tensorwire.protocol.lane import LANE_ENABLED, LaneClosed, LaneSocket
 from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.service import spin_wait
 from tensorwire.protocol.shm_paths import MappedFiles
@@ -164,6 +165,39 @@ class Channel:
             if h.get("q") == self.hello_q and h.get("t") in ("ok", "error"):
                 return h
         return None
+
+    def to_lane(self, info, q: int, wait_s: float) -> bool:
+        """Move this channel onto the worker's same-host lane (``protocol/lane.py``), named in its hello's answer
+        (``info``: ``{path, nonce}``): connect, say hello there with the capability, and check that the answer
+        carries the nonce the channel was told (the worker's own socket, on this host). Then the lane replaces the
+        DEALER (nothing is outstanding on it: the hello was answered). False, and the DEALER kept, when any of it
+        fails."""
+        if not (LANE_ENABLED and isinstance(info, dict) and isinstance(info.get("path"), str)
+                and isinstance(info.get("nonce"), str)):
+            return False
+        try:
+            lane = LaneSocket(info["path"], max(1, int(CHANNEL_BLOCK_S * 1000)), self.device)
+        except OSError as e:  # (another host's path, or the worker went: the DEALER serves)
+            log.debug("no same-host lane to %s: %s", self.device, e)
+            return False
+        try:
+            lane.send_message([pack_header({"t": "hello", "q": q, "cap": self.cap})])
+            if lane.poll(int(wait_s * 1000)):
+                h = unpack_header(lane.recv_message()[0].bytes)
+                if h.get("t") == "ok" and h.get("q") == q and h.get("nonce") == info["nonce"]:
+                    self.sock.close(0)
+                    self.sock = lane
+                    return True
+            log.info("the same-host lane to %s did not answer as its worker: the channel stays on %s", self.device,
+                     self.address)
+        except (OSError, zmq.ZMQError, ProtocolError, LaneClosed) as e:
+            log.info("the same-host lane to %s failed (%s): the channel stays on %s", self.device, e, self.address)
+        lane.close()
+        return False
+
+    @property
+    def on_lane(self) -> bool:
+        return type(self.sock) is LaneSocket
 
     def answered(self, q) -> None:
         """An answer to ``q`` came: every message sent up to ``q`` is in the worker's queue."""
@@ -434,7 +468,7 @@ class DataPlane:
         for d, ch in self.channels.items():
             out[d] = {"path": "direct" if d in self.direct or (ch.ok and not self.cooldown.get(d)) else "relay",
                       "address": ch.address, "connected": ch.ok, "messages": ch.sent,
-                      "shared_memory": ch.shm is not None, "encrypted": ch.key is not None,
+                      "shared_memory": ch.shm is not None, "encrypted": ch.key is not None, "lane": ch.on_lane,
                       "relayed_waiting": self.relayed.get(d, 0)}
             if not ch.ok and d in self.why_relay:
                 out[d]["why"] = self.why_relay[d]

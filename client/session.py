@@ -42,6 +42,7 @@ from tensorwire.protocol.errors import (
 )
 from tensorwire.protocol.graph import attrs_key, freeze
 from tensorwire.protocol.handshake import FirstAnswer
+from tensorwire.protocol.lane import LANE_ENABLED, LaneClosed
 from tensorwire.protocol.liveness import RENEWALS_PER_LEASE, SESSION_LEASE_S, set_zmq_heartbeats
 from tensorwire.protocol.ops import OPS, infer
 from tensorwire.protocol.progress import check as check_progress
@@ -324,7 +325,11 @@ class Session:
             held = None  # the message a read of the awaited channel alone brought
             ch = self._plane.channels.get(self._q_dev.get(q)) if alone else None
             if ch is not None and ch.ok and ch.sock is not None:  # (an answer due on one channel: watch it alone)
-                held = ch.wait_answer(spin, self._others_waiting)
+                try:
+                    held = ch.wait_answer(spin, self._others_waiting)
+                except LaneClosed as e:
+                    self._lane_closed(e.device, q)
+                    continue
                 if held is False:  # (nothing within its bounds: from now on every socket, at once)
                     alone, spin = False, 0.0
                     continue
@@ -343,7 +348,11 @@ class Session:
             if self._waker.is_set and self._waker.take():  # tw.cancel() from another thread: this thread owns the
                 self._send_cancel()  # socket
             for k in range(64):  # what is waiting on every socket (bounded: then poll again)
-                got = self._next_message(self._q_dev.get(q) if k == 0 else None, held if k == 0 else None)
+                try:
+                    got = self._next_message(self._q_dev.get(q) if k == 0 else None, held if k == 0 else None)
+                except LaneClosed as e:
+                    self._lane_closed(e.device, q)
+                    continue
                 if got is None:
                     if k == 0 and self._waker.take():  # (woken by the waker's pipe alone: drained here)
                         self._send_cancel()
@@ -391,6 +400,19 @@ class Session:
                 if t == "error" and hq is None:
                     raise self._error(h["error"])
         raise ProtocolError("too many unrelated messages")
+
+    def _lane_closed(self, dev: str | None, q: int) -> None:
+        """``dev``'s worker closed this session's same-host lane (``protocol/lane.py``): it exited, or dropped the
+        session. Its channel goes, with the tensors made on it; the answer ``q``, when it was due there, fails with
+        ``WorkerLost`` (a ZeroMQ channel learns the same from the dispatcher's next pong, later)."""
+        if dev is None or dev not in self._plane.channels:
+            return
+        why = "its worker closed the same-host lane (the worker exited, or dropped this session)"
+        if self._q_dev.get(q) == dev:
+            self._q_dev.pop(q, None)
+            raise self._channel_lost(dev, why, f"the worker for {dev} closed this session's lane while it waited "
+                                               f"for it; tensors on {dev} are lost")
+        self._drop_channel(dev, why, lost=True)
 
     def _others_waiting(self) -> bool:
         """Whether a wait on one channel alone must look elsewhere: a cancel from another thread, or a message on the
@@ -1314,13 +1336,14 @@ class Session:
                 return None
             ch.open(self._ctx)
             ch.hello_q, ch.hello_at = next(self._seq), now
-            ch.send({"t": "hello", "q": ch.hello_q, "shm": SHM_MIN > 0})
+            ch.send({"t": "hello", "q": ch.hello_q, "shm": SHM_MIN > 0, "lane": LANE_ENABLED})
             wait = DIRECT_CONNECT_S
         h = ch.hello_answer(wait)
         if h is not None and h.get("t") == "ok":
             ch.ok = True
             ch.check_shm(h.get("shm"))
             ch.unanswered = False
+            ch.to_lane(h.get("lane"), next(self._seq), DIRECT_CONNECT_S)
             self._poller.register(ch.sock, zmq.POLLIN)
             if plane.why_relay.pop(dev, None) is not None:
                 _log.info("%s goes direct: its worker answered after %.1fs", dev, time.monotonic() - ch.hello_at)

@@ -97,8 +97,9 @@ def render(st: dict, address: str) -> str:
         lines.append("data plane (this host's path to each worker):")
         for d, p in sorted(plane.items()):
             if p.get("path") == "direct":
-                how = ", ".join(w for w, on in (("shared memory", p.get("shared_memory")),
-                                                ("CURVE", p.get("encrypted"))) if on)
+                how = ", ".join(w for w, on in (("same-host lane", p.get("lane")),
+                                                ("shared memory", p.get("shared_memory")),
+                                                ("CURVE", p.get("encrypted") and not p.get("lane"))) if on)
                 lines.append(f"  {d:<10} direct  {p.get('address', '')}" + (f"  ({how})" if how else ""))
             else:
                 lines.append(f"  {d:<10} relay   through the dispatcher: {p.get('why') or 'not used yet'}")

@@ -139,8 +139,9 @@ WORKER = Plane("dispatcher -> worker", {
 })
 
 DIRECT = Plane("client or worker -> worker (direct channel)", {
-    "hello": Kind("check the channel (`shm`: ask for the same-host probe) -> ok {device, shm}",
-                  {**_Q, "cap": ANY, "shm": opt(BOOL)}),
+    "hello": Kind("check the channel (`shm`: ask for the same-host probe; `lane`: for the same-host lane's path) -> "
+                  "ok {device, shm, lane}; on the lane itself -> ok {device, nonce}",
+                  {**_Q, "cap": ANY, "shm": opt(BOOL), "lane": opt(BOOL)}),
     "run": Kind("a batch on this device alone -> done (with `q`); `shm`: fetch large values through files",
                 {**_Q, "cap": ANY, **_BATCH, "shm": opt(INT), "shm_frames": opt(LIST), "shm_give": opt(LIST)}),
     "plan": Kind("a plan's nodes again, after need_plan", {"cap": ANY, "plan": ANY, "nodes": ANY, "devs": ANY}),

@@ -18,6 +18,7 @@ import zmq
 from . import PROTOCOL_VERSION
 from . import dtypes as D
 from .errors import ProtocolError, TensorwireError
+from .lane import LaneSocket
 from .shapes import MAX_NDIM, MAX_NUMEL, check_shape, numel
 
 #: the largest message a socket accepts (bytes, whole message); a peer sending more is cut off by zmq
@@ -147,6 +148,8 @@ def recv_frames(sock, flags: int = 0) -> list:
     """One multipart message as ``zmq.Frame`` objects (no copies). Reads each frame's ``more`` flag rather than
     asking the socket (``recv_multipart`` calls ``getsockopt(RCVMORE)`` per frame, which builds an enum member each
     time: about a microsecond a frame on the hot paths)."""
+    if type(sock) is LaneSocket:
+        return sock.recv_message(flags)
     f = sock.recv(flags, copy=False)
     parts = [f]
     while f.more:
@@ -160,6 +163,9 @@ def send_parts(sock, parts, wait_sent: bool = False) -> None:
 
     ``wait_sent``: return only once zmq no longer needs the large frames' memory (the caller may reuse it).
     """
+    if type(sock) is LaneSocket:  # (its writes are done when it returns)
+        sock.send_message(parts)
+        return
     last = len(parts) - 1
     trackers = []
     for i, p in enumerate(parts):
