@@ -186,6 +186,8 @@ class Session:
         self._async_before = (None, 0)  # (q, _n_async) when the last numbered message went out
         self._capture = None  # the tw.compile trace recording this session's ops, if any (tensorwire.jit)
         self._along: frozenset = frozenset()  # the handles the fetch in progress takes along (see _take_along)
+        self._ahead: dict[int, int] = {}  # live 0-d results whose values an answer not read yet brings: handle -> q
+        self._ahead_q: dict[int, list[int]] = {}  # ... and per such answer, its handles (see ship_forward)
         self._scalars: dict = {}  # Python scalar operand's key -> its 0-d tensor (see scalar)
         self._scalar_attrs: dict = {}  # ... and the attributes of the `full` node that makes it (see _forget_cached)
         self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
@@ -363,6 +365,10 @@ class Session:
                     self._n_async_done = max(self._n_async_done, before)
                     self._q_dev.pop(q, None)
                     return h, frames
+                if type(hq) is int and hq in self._ahead_q:  # (values asked back ahead: kept for their reads)
+                    self._q_dev.pop(hq, None)
+                    self._take_ahead(h, frames)
+                    continue
                 if t == "progress":  # a worker's download for one of this session's hub loads
                     self._on_progress(h)
                     continue
@@ -1034,12 +1040,18 @@ class Session:
         step when its loss is read (``loss.item()``, then answered as soon as the forward batch has run: the value
         is made before the batch that asks for it, ``Executor._early_slots``). Errors of the shipped nodes surface
         at the next answer, as for any batch shipped without one. Smaller batches wait: a short forward pass is
-        not worth a message of its own."""
+        not worth a message of its own.
+
+        The batch asks back for its live 0-d results (a loss, the commonest value read after ``backward()``): the
+        worker answers with them as soon as they are made, and nobody waits for that answer. The value read later
+        (``loss.item()`` after ``backward()`` and the update) is then the client's: the work recorded since goes out
+        without waiting, and the read waits only for the forward's answer, which has usually come meanwhile
+        (:meth:`_value_ahead`), instead of a round trip behind the backward pass."""
         if len(self._pending) < SHIP_FORWARD_NODES or SHIP_FORWARD_NODES <= 0 or self._capture is not None \
                 or self.closed:
             return
         with self._lock:
-            self._flush([], False)
+            self._flush([], False, ahead=True)
 
     def mark_step(self) -> None:
         """Mark the end of a step (``optimizer.step()`` calls this): everything recorded so far is shipped, without
@@ -1061,14 +1073,16 @@ class Session:
         if run is not None:
             run.record()
 
-    def _flush(self, fetch: list[int], sync: bool, wait_sent: bool = False):
+    def _flush(self, fetch: list[int], sync: bool, wait_sent: bool = False, ahead: bool = False):
         """Ship the pending batch, with the fetch or sync if any. A fetch of a value recorded before the end of the
         batch is answered as soon as the devices made it (``Executor._early_slots`` in the worker): they run the
         rest of the batch while the caller goes on with the value, and errors of that rest surface at the next sync
         point, as for any batch shipped without an answer. A compiled graph's replay waiting to go (:meth:`replay`)
         goes first, carrying the fetch or sync itself when nothing was recorded after it (one message for
         ``step(x); loss.item()``). While the relay's window is full (:class:`RelayWindow`) it first waits for answers,
-        before it takes anything pending: a wait that ends in an error (a cancel, Ctrl-C) loses nothing."""
+        before it takes anything pending: a wait that ends in an error (a cancel, Ctrl-C) loses nothing. ``ahead``
+        (without fetch or sync): the batch asks back for its live 0-d results, an answer nobody waits for
+        (:meth:`ship_forward`)."""
         if self._relay.marks and self._relay.full():  # (back-pressure: too much relayed and not answered yet)
             self._relay_wait()
         if self._writes is not None:
@@ -1083,6 +1097,9 @@ class Session:
             # table, a few entries, rather than the whole release list once per table)
             gone = set(release)
             self._known.forget(gone)
+            if self._ahead:
+                for hid in self._ahead.keys() & gone:
+                    del self._ahead[hid]
             if self._scalars_made:
                 self._forget_scalars(gone)
             if pending and self._capture is None:
@@ -1112,6 +1129,12 @@ class Session:
                 self._sync_paths()
                 return self._result({}, [], ())
         if not (fetch or sync):
+            ids = self._ahead_ids(pending) if ahead else None
+            if ids:
+                q = self._send_batch(pending, ids, False, release, reply=True, wait_sent=wait_sent, b=b)
+                self._ahead_q[q] = ids
+                self._ahead.update(dict.fromkeys(ids, q))
+                return None
             self._send_batch(pending, fetch, False, release, wait_sent=wait_sent, b=b)
             return None
         return self._answered(self._send_batch(pending, fetch, sync, release, reply=True, b=b), fetch, sync)
@@ -1620,6 +1643,11 @@ class Session:
                 if v is not None and v.shape == t._shape:
                     known.put(t._id, v)
                     return v
+            q = self._ahead.get(t._id) if self._ahead else None
+            if q is not None:  # (its value comes with the answer of a batch shipped ahead: ship_forward)
+                v = self._value_ahead(t, q)
+                if v is not None:
+                    return v
         extra = self._take_along(t) if known is not None else ()
         try:
             vals = self.flush(fetch=[t._id, *extra])
@@ -1671,6 +1699,58 @@ class Session:
         self._forget_scalars(out)
         self._along = frozenset(out)
         return out
+
+    def _ahead_ids(self, pending: list) -> list[int]:
+        """The live 0-d results among ``pending``'s outputs not read yet (at most :data:`MAX_PREFETCH`), taken off
+        the ones a later fetch would take along: a batch shipped ahead asks for them back (:meth:`ship_forward`)."""
+        made = self._scalars_made
+        if not made:
+            return []
+        outs = {e[0] for e in pending}
+        ids = [hid for hid in made if hid in outs][:MAX_PREFETCH]
+        self._forget_scalars(ids)
+        return ids
+
+    def _take_ahead(self, h: dict, frames) -> None:
+        """The answer of a batch shipped ahead (:meth:`ship_forward`), read now: the values of its handles still
+        alive become the client's (``known_values``); errors of its batch go with the next answer, as a batch's
+        shipped without one do (a value that did not come is fetched, and its error raised, when it is read)."""
+        hids = self._ahead_q.pop(h.get("q"), ())
+        ahead = self._ahead
+        live = [hid for hid in hids if ahead.pop(hid, None) is not None]
+        if h.get("t") != "done":
+            self._carry_answer(h)
+            return
+        if h.get("errors"):
+            self._carried.extend(h["errors"])
+        if not live:
+            return
+        live = set(live)
+        known = self._known
+        for desc in h.get("values") or ():
+            if isinstance(desc, list) and desc and desc[0] in live:
+                hid, arr = self._shm_value(desc) if len(desc) == 5 else array_from_frame(desc, frames)
+                known.put(hid, arr)
+
+    def _value_ahead(self, t, q: int) -> np.ndarray | None:
+        """``t``'s value, which the answer ``q`` of a batch shipped ahead brings: what was recorded since goes out
+        without waiting (it runs while the value comes), then that answer is waited for, unless a wait read it
+        already. None when it did not bring the value (the caller fetches it, and raises its error)."""
+        self._check_open()
+        with self._lock:
+            try:
+                if q in self._ahead_q:
+                    self._flush([], False)
+                if q in self._ahead_q:  # (not read by a wait of that flush)
+                    h, frames = self._wait(q)
+                    self._take_ahead(h, frames)
+            except BaseException as e:  # (its error is the read's; the answer is not waited for again)
+                for hid in self._ahead_q.pop(q, ()):
+                    self._ahead.pop(hid, None)
+                if isinstance(e, KeyboardInterrupt):  # Ctrl-C while waiting stops the work too, not only the wait
+                    self._send_cancel()
+                raise
+        return self._known.get(t._id)
 
     def synchronize(self) -> None:
         """Wait until everything submitted has run; raise any deferred error."""

@@ -58,9 +58,37 @@ def test_backward_ships_a_large_forward_first_and_computes_the_same(session, mon
     sent = session._n_async
     split, shipped = _rnn_steps(session, 9)
     assert all(shipped)  # every step's forward (20 nodes and more) went out at backward()
-    assert session._n_async - sent >= 9  # ... as a message of its own, answered by no one
+    assert session._n_async - sent >= 9  # ... and each step's rest, after it, as a message answered by no one
     assert split == one  # the same values, answered in the same order
     assert split[-1] < split[2]  # (the same example, learnt: the updates went in between, in order)
+
+
+def test_the_loss_read_after_the_update_comes_with_the_forwards_answer(session, monkeypatch):
+    """The shipped forward asks back for its live 0-d results: ``loss.item()`` after the update reads the loss from
+    that answer (waiting for it if it has not come), and the backward pass and the update go out after it as a
+    message answered by no one, instead of one whose answer the read waits behind."""
+    monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 0)
+    ref, _ = _rnn_steps(session, 6)
+    monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 16)
+    waited, seen = [], []
+    wait, backward = session._wait, tw.Tensor.backward
+
+    def counting_wait(q, *a, **k):
+        waited.append(q)
+        return wait(q, *a, **k)
+
+    def watching_backward(self, *a, **k):  # (right after it: which answer brings the loss)
+        backward(self, *a, **k)
+        seen.append(session._ahead.get(self._id))
+
+    monkeypatch.setattr(session, "_wait", counting_wait)
+    monkeypatch.setattr(tw.Tensor, "backward", watching_backward)
+    got, _ = _rnn_steps(session, 6)
+    assert got == ref  # the same values, in the same order
+    ahead = seen[3:]  # (the first step of each length asks the autograd service for its graph: no ahead there)
+    assert all(q is not None for q in ahead), seen
+    assert set(ahead) <= set(waited)  # each read waited for that answer (nothing else read it first here)...
+    assert not session._ahead and not session._ahead_q  # ... and took it
 
 
 def test_a_small_forward_waits_for_the_rest_of_its_step(session, monkeypatch):
