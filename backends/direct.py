@@ -118,16 +118,16 @@ def _ints(h: dict, name: str) -> list:
     return v
 
 
-_LIST, _TWO, _INT, _MAP = {list}, {2}, {int}, {dict}
-
-
 def _is_dyn(dyn) -> bool:
-    """Whether a batch's ``dyn`` is a non-empty list of ``[node, attrs]`` (an int and a map); in passes in C, not a
-    Python loop over its entries."""
-    if type(dyn) is not list or set(map(type, dyn)) != _LIST or set(map(len, dyn)) != _TWO:
+    """Whether a batch's ``dyn`` is a non-empty list of ``[node, attrs]`` (an int and a map). A plain loop: passes in
+    C (``set(map(type, ...))`` over the entries, their nodes and their attrs) cost ~0.9 us for one entry against
+    0.15 us, and more at every length measured (up to 50 entries)."""
+    if type(dyn) is not list or not dyn:
         return False
-    nodes, attrs = zip(*dyn)
-    return set(map(type, nodes)) == _INT and set(map(type, attrs)) == _MAP
+    for e in dyn:
+        if type(e) is not list or len(e) != 2 or type(e[0]) is not int or type(e[1]) is not dict:
+            return False
+    return True
 
 
 def advertised(bound: str, dispatcher: str | None) -> str:
@@ -659,7 +659,7 @@ class DirectChannel:
                 raise ProtocolError("batch 'out_first' must be an int, and comes instead of 'outs'")
             run["out_first"] = first
         else:
-            run["outs"] = [] if outs is None else outs
+            run["outs"] = _ints(h, "outs")
         plan = get("plan")
         if plan is not None and type(plan) is not int:
             raise ProtocolError("'plan' must be an int")

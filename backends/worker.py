@@ -1130,20 +1130,21 @@ class Executor:
         values: list = []
         frames: list = []
         fetch_errors: list = []
+        download, meta = self.device.download, self.device.meta  # (looked up once: a step fetches several values)
         for i, b in zip(fetch, bufs):
             if b is None:
                 fetch_errors.append(error_to_wire(NotFound(f"handle {i} does not exist on {self.name}"), i))
-            elif isinstance(b, Fail):
+            elif type(b) is Fail:  # (Fail has no subclasses)
                 e = dict(b.err)
                 e["fetched"] = i
                 fetch_errors.append(e)
             else:
                 try:
-                    arr = self.device.download(b)
+                    arr = download(b)
                 except Exception as e:
                     fetch_errors.append(error_to_wire(e, i))
                     continue
-                shape, dt = self.device.meta(b)
+                shape, dt = meta(b)
                 if inline and arr.nbytes <= inline:
                     values.append([i, dt.name, list(shape), arr.tobytes()])
                 else:
