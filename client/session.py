@@ -365,7 +365,7 @@ class Session:
                     self._n_async_done = max(self._n_async_done, before)
                     self._q_dev.pop(q, None)
                     return h, frames
-                if type(hq) is int and hq in self._ahead_q:  # (values asked back ahead: kept for their reads)
+                if type(hq) is int and hq != q and hq in self._ahead_q:  # (values asked back ahead: kept for reads)
                     self._q_dev.pop(hq, None)
                     self._take_ahead(h, frames)
                     continue

@@ -91,6 +91,22 @@ def test_the_loss_read_after_the_update_comes_with_the_forwards_answer(session, 
     assert not session._ahead and not session._ahead_q  # ... and took it
 
 
+def test_values_ahead_through_the_dispatcher_too(session, cluster, monkeypatch):
+    """With no direct channel the forward and its answer go through the dispatcher (a ``result``, not a worker's
+    ``done``): the read still takes its value from that answer, once, and the values are those of one batch."""
+    monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 16)
+    ref, _ = _rnn_steps(session, 6)
+    relayed = tw.Session(cluster.address)
+    relayed._plane.enabled = False
+    try:
+        with tw.use_session(relayed):
+            got, shipped = _rnn_steps(relayed, 6)
+        assert all(shipped) and got == ref
+        assert not relayed._ahead and not relayed._ahead_q
+    finally:
+        relayed.close()
+
+
 def test_a_small_forward_waits_for_the_rest_of_its_step(session, monkeypatch):
     monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 1000)
     _, shipped = _rnn_steps(session, 3)
