@@ -104,6 +104,9 @@ MAX_SCALARS_TRACKED = 4096
 LAZY_HOST_OPS = HOST_OPS - {"floor_divide", "remainder"}
 #: ... and the most of them one fetch takes along
 MAX_PREFETCH = 1024
+#: answers of batches shipped ahead (``Session.ship_forward``) not read yet, at most: a loop that reads none of their
+#: values would leave them to pile up unread at the worker (its answer bounds then drop answers that are waited for)
+MAX_AHEAD = 4
 #: how long a client busy-waits for an answer before it blocks (TENSORWIRE_CLIENT_SPIN_MS). A blocked process on a
 #: virtual machine wakes slowly (an idle vCPU halts: hundreds of microseconds per message); the client has nothing else
 #: to do while it waits, and yields its core between checks, so the services run as soon as they are ready.
@@ -1051,6 +1054,8 @@ class Session:
                 or self.closed:
             return
         with self._lock:
+            while len(self._ahead_q) >= MAX_AHEAD:  # (a loop that reads none of them: their answers read, in order)
+                self._await_ahead(next(iter(self._ahead_q)))
             self._flush([], False, ahead=True)
 
     def mark_step(self) -> None:
@@ -1741,16 +1746,24 @@ class Session:
             try:
                 if q in self._ahead_q:
                     self._flush([], False)
-                if q in self._ahead_q:  # (not read by a wait of that flush)
-                    h, frames = self._wait(q)
-                    self._take_ahead(h, frames)
-            except BaseException as e:  # (its error is the read's; the answer is not waited for again)
-                for hid in self._ahead_q.pop(q, ()):
-                    self._ahead.pop(hid, None)
-                if isinstance(e, KeyboardInterrupt):  # Ctrl-C while waiting stops the work too, not only the wait
-                    self._send_cancel()
+                self._await_ahead(q)
+            except KeyboardInterrupt:  # Ctrl-C while waiting stops the work too, not only the wait
+                self._send_cancel()
                 raise
         return self._known.get(t._id)
+
+    def _await_ahead(self, q: int) -> None:
+        """Take the answer ``q`` of a batch shipped ahead, waiting for it unless a wait read it already. A wait that
+        fails (its error is the caller's) leaves it not waited for again."""
+        if q not in self._ahead_q:
+            return
+        try:
+            h, frames = self._wait(q)
+        except BaseException:
+            for hid in self._ahead_q.pop(q, ()):
+                self._ahead.pop(hid, None)
+            raise
+        self._take_ahead(h, frames)
 
     def synchronize(self) -> None:
         """Wait until everything submitted has run; raise any deferred error."""

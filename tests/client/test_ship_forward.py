@@ -107,6 +107,28 @@ def test_values_ahead_through_the_dispatcher_too(session, cluster, monkeypatch):
         relayed.close()
 
 
+def test_answers_ahead_that_nobody_reads_stay_few(session, monkeypatch):
+    """A loop that never reads its loss leaves no pile of unread answers at the worker (whose answer bounds would
+    then drop answers someone waits for): past ``MAX_AHEAD`` the oldest is read before the next forward goes."""
+    monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 8)
+    monkeypatch.setattr(session_mod, "MAX_AHEAD", 2)
+    lin = nn.Linear(6, 6).double()
+    x = tw.tensor(np.random.default_rng(0).standard_normal((4, 6)))
+    losses = []
+    for _ in range(12):
+        h = x
+        for _ in range(4):
+            h = lin(h).tanh()
+        loss = h.square().sum()
+        loss.backward()
+        for p in lin.parameters():
+            p.data.add_(p.grad.data, alpha=-0.01)
+            p.grad = None
+        losses.append(loss)
+        assert len(session._ahead_q) <= 2
+    assert losses[-1].item() < losses[0].item()  # (both read: the newest from its answer, the oldest fetched)
+
+
 def test_a_small_forward_waits_for_the_rest_of_its_step(session, monkeypatch):
     monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 1000)
     _, shipped = _rnn_steps(session, 3)
