@@ -52,6 +52,8 @@ HOST_ELEMENTS = 4096
 LIGHT = -1
 #: the longest chain of recipes kept (a value further from a known or fetched one is the device's to give)
 MAX_DEPTH = 16
+#: the most values brought before they were asked for (:meth:`KnownValues.brought`) followed until they are read
+MAX_BROUGHT = 4096
 
 
 #: ``Session.record``'s ``known`` for a 0-d int64 ``full`` (its ``value`` is a dynamic attribute: not in the key)
@@ -79,6 +81,14 @@ class KnownValues:
         self.bytes = 0
         self.limit = limit
         self.hits = 0  # reads answered here (tests and stats)
+        # (:meth:`bring`'s policy: values brought before they were asked for, not read yet: handle -> the number of the
+        # round trip that brought them; the values of the two latest such round trips that died unread since one was
+        # last read; how many the latest brought, and its number; the newest handle a round trip passed over)
+        self._brought: dict[int, int] = {}
+        self._wasted = 0
+        self._round = 0
+        self._rounds = 0
+        self._passed = 0
         #: ``peek(hid)``: handle ``hid``'s value if kept, not counted as a read and its age unchanged (the dict's own
         #: ``get``, called directly: a slice bound's read, ``indexing._int``, and ``known_int_op`` make it a few hundred
         #: times a step)
@@ -91,6 +101,9 @@ class KnownValues:
         if v is not None:
             values[hid] = v
             self.hits += 1
+            if hid in self._brought:  # (bringing values pays: see bring)
+                del self._brought[hid]
+                self._wasted = 0
         return v
 
     def has(self, hid: int) -> bool:
@@ -118,6 +131,38 @@ class KnownValues:
         self.bytes += n
         if self.bytes > self.limit:
             self._evict()
+
+    def bring(self, hids: list) -> bool:
+        """Whether a round trip should bring the values of ``hids``, not asked for (``Session._take_along``: a fetch
+        takes the 0-d results not read yet along, so reading a list of losses after a loop is one round trip). Not
+        while the values brought keep dying unread (each costs the client ~16k instructions, and the worker work, for
+        nothing): once the values of the two latest round trips that brought some died with none read since, a round
+        trip that could bring as many as the latest did brings none (the same pattern of values), until a value
+        brought is read again or :meth:`missed` says a read came that bringing would have saved. Any other count is
+        another pattern (the burst of a list of losses read after a loop) and is brought: a wrong "no" costs a round
+        trip (hundreds of microseconds), a wrong "yes" tens."""
+        if len(hids) != self._round or self._wasted < 2 * self._round:
+            return True
+        self._passed = max(self._passed, max(hids))
+        return False
+
+    def brought(self, hids: list) -> None:
+        """The values of handles ``hids`` were brought (and kept) before anyone asked for them: :meth:`get` and
+        :meth:`forget` follow what becomes of them (:meth:`bring`)."""
+        if not hids:
+            return
+        b = self._brought
+        self._rounds += 1
+        b.update(dict.fromkeys(hids, self._rounds))
+        self._round = len(hids)
+        while len(b) > MAX_BROUGHT:  # (the oldest, unread and alive for long: no longer followed)
+            del b[next(iter(b))]
+
+    def missed(self, hid: int) -> None:
+        """Handle ``hid``'s value, a 0-d result not read yet, is fetched on its own: when a round trip before passed
+        it over (:meth:`bring` said no), that read is one bringing would have saved, and bringing values pays again."""
+        if hid <= self._passed:
+            self._wasted = 0
 
     def put_int64(self, hid: int, value: int, device: str) -> tuple:
         """Keep ``value`` (an int in int64's range) as the value of handle ``hid``, just made (nothing kept or
@@ -245,7 +290,12 @@ class KnownValues:
 
     def forget(self, hids) -> None:
         """Released handles (any iterable; a set is best: see below)."""
-        values, recipes = self._values, self._recipes
+        values, recipes, brought = self._values, self._recipes, self._brought
+        if brought:
+            dead = brought.keys() & hids
+            if dead:  # (values brought that died unread: see bring; those of older round trips, kept long, not counted)
+                recent = self._rounds - 1
+                self._wasted += sum(brought.pop(hid) >= recent for hid in dead)
         # (the handles kept among them, at C speed: a set of handles and a table meet by walking the smaller of the two
         # (a flush's set of a few hundred releases, a table of a few entries), a list of handles by walking the list;
         # a handle given twice goes once)

@@ -1661,10 +1661,12 @@ class Session:
         v = vals[t._id]
         if known is not None:
             known.put(t._id, v)
-            for hid in extra:
-                x = vals.get(hid)
-                if x is not None:
-                    known.put(hid, x)
+            if extra:
+                for hid in extra:
+                    x = vals.get(hid)
+                    if x is not None:
+                        known.put(hid, x)
+                known.brought(extra)
         return v
 
     def _scalar_made(self, hid: int, device: str) -> None:
@@ -1687,20 +1689,24 @@ class Session:
         """The 0-d results to fetch along with ``t`` (and forget here): the live ones on its device not read yet
         that were made before it or have gone out already (so the answer does not wait for work recorded after
         ``t``), at most :data:`MAX_PREFETCH`. Reading a list of per-step losses after a loop
-        (``[l.item() for l in losses]``) then costs one round trip, not one a step: each is a few bytes."""
+        (``[l.item() for l in losses]``) then costs one round trip, not one a step: each is a few bytes. None while
+        the values taken along keep dying unread (polyfit's 0-d parameters, new each step): ``KnownValues.bring``."""
         made = self._scalars_made
         if not made:
             return []
-        made.pop(t._id, None)
+        dev, tid, known = t._dev, t._id, self._known
+        if made.pop(tid, None) is not None:  # (a 0-d result not read yet, read on its own: see KnownValues.bring)
+            known.missed(tid)
         self._forget_scalars(self._release)  # (dead: their releases go with this fetch)
         first_pending = self._pending[0][0] if self._pending else None
-        dev, tid, known = t._dev, t._id, self._known
         out = []
         for hid, d in made.items():
             if d == dev and (first_pending is None or hid < first_pending or hid < tid) and not known.has(hid):
                 out.append(hid)
                 if len(out) >= MAX_PREFETCH:
                     break
+        if not out or not known.bring(out):  # (passed over: kept as results not read yet)
+            return []
         self._forget_scalars(out)
         self._along = frozenset(out)
         return out

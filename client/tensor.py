@@ -334,7 +334,7 @@ class Tensor(TensorBase):
     def item(self):
         if self.numel() != 1:
             raise ValueError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
-        return self._numpy().reshape(()).item()
+        return self._numpy().item()  # (an array of one element gives it whatever its shape: no reshape first)
 
     def tolist(self):
         arr = self._numpy()
