@@ -2088,13 +2088,14 @@ class _StructureKey(tuple):
 
 class _Shape(tuple):
     """A batch structure seen before, as :func:`find_known` checks a batch against it: ``refs`` (each input's ref,
-    flat: ``j >= 0`` node j's output, ``-(k + 1)`` external input k), each node's input count, attrs key and device,
-    the flat places of the external inputs' first reads; and what it derived: ``skey``, ``devs``, the batch device
-    (``channels.batch_device``), the dynamic attributes' ``spec`` (``(node, their names, whether it is an upload)``
-    for each node of an op that has some), the first reads as ``(nodes, places among their
-    inputs)``, the uploads' ``(nodes, keys)``, the pickers of ``refs`` and of ``first_at`` (:func:`_picker`) and
-    ``unread``: the nodes no node of the batch reads whose op :data:`PRUNABLE` names, the only ones
-    :func:`prune_dead` may start from."""
+    flat: ``j >= 0`` node j's output, ``-(k + 1)`` external input k), ``counts``: the input counts its ops do not
+    fix (``(picker of those nodes' inputs, their counts)``: a variadic op's, or a count other than its op's), each
+    node's attrs key and device, the flat places of the external inputs' first reads; and what it derived:
+    ``skey``, ``devs``, the batch device (``channels.batch_device``), the dynamic attributes' ``spec`` (``(node,
+    their names, whether it is an upload)`` for each node of an op that has some), the first reads as ``(nodes,
+    places among their inputs)``, the uploads' ``(nodes, keys)``, the pickers of ``refs`` and of ``first_at``
+    (:func:`_picker`) and ``unread``: the nodes no node of the batch reads whose op :data:`PRUNABLE` names, the only
+    ones :func:`prune_dead` may start from."""
 
     __slots__ = ()
     refs, counts, akeys, devices, first_at, skey, devs, device, spec, first_reads, consts, pick_refs, pick_first, \
@@ -2112,13 +2113,13 @@ def _picker(places) -> object:
     return lambda seq: ()
 
 
-def _matches(shape: _Shape, outs: list, ins: list, ext: list) -> bool:
+def _matches(shape: _Shape, outs: list, ins: tuple, ext: list) -> bool:
     """Whether a batch whose nodes have ``shape``'s ops, input counts, attrs keys and devices, making ``outs`` and
     reading ``ins`` (flat), with ``ext`` the handles at ``shape``'s first reads, has ``shape``'s refs: each input is
     the output or the external input its ref names (one C call: a ref indexes ``outs + ext`` reversed, a negative
     ref counting from its end), and the external inputs are distinct handles no node of the batch makes (so each is
     numbered by its first read, as :func:`encode_batch` numbers them)."""
-    if list(shape.pick_refs(outs + ext[::-1])) != ins:
+    if shape.pick_refs(outs + ext[::-1]) != ins:
         return False
     if not ext:
         return True
@@ -2154,16 +2155,20 @@ def find_known(pending: list) -> Batch | None:
     keys, devices and refs, and equal metas of the external inputs), else None, with nothing derived or remembered
     (the session's flush then leaves out dead nodes first, :func:`prune_dead`, and encodes what is left). A batch is
     checked against the structures of its ops in a few C passes over its entries, with no key built and hashed from
-    all of them (the entries' fields are taken apart in one: ``zip``)."""
+    all of them (the entries' fields are taken apart in one: ``zip``). The input count of a node whose op fixes it
+    (``OpDef.nin``) is the op's: inference checked it when the node was recorded, so the ops say it and only the
+    others are compared (a pass over every node's inputs less)."""
     hids, ops, inputs, attrs, devices, lines, metas, akeys = zip(*pending)
     shapes = _shapes.get(ops)
     if not shapes:
         return None
     outs = list(hids)
-    ins = list(chain.from_iterable(inputs))
-    counts = tuple(map(len, inputs))
+    ins = tuple(chain.from_iterable(inputs))  # (a tuple: what the shape's picker returns, compared as it comes)
     for shape in shapes:
-        if shape.counts != counts or shape.devices != devices or shape.akeys != akeys:
+        if shape.devices != devices or shape.akeys != akeys:
+            continue
+        pick, want = shape.counts
+        if want and tuple(map(len, pick(inputs))) != want:
             continue
         ext = list(shape.pick_first(ins))
         if not _matches(shape, outs, ins, ext):
@@ -2203,8 +2208,11 @@ def _shape_of(b: Batch, pending: list, counts: tuple, akeys: tuple, devices: tup
     const_js = [j for j, n in enumerate(b.nodes) if n[0] == "const"]
     read = {r for r in refs if r >= 0}
     unread = tuple(j for j, n in enumerate(b.nodes) if j not in read and n[0] in PRUNABLE)
-    return _Shape((tuple(refs), counts, akeys, devices, tuple(first_at), b.skey, b.devs, b.device, spec, (js, ks),
-                   (const_js, _const_keys(pending, const_js)), _picker(refs), _picker(first_at), unread))
+    # (the nodes whose input count their op does not fix: find_known compares only theirs)
+    varied = [j for j, n in enumerate(b.nodes) if getattr(OPS.get(n[0]), "nin", None) != counts[j]]
+    return _Shape((tuple(refs), (_picker(varied), tuple(counts[j] for j in varied)), akeys, devices, tuple(first_at),
+                   b.skey, b.devs, b.device, spec, (js, ks), (const_js, _const_keys(pending, const_js)), _picker(refs),
+                   _picker(first_at), unread))
 
 
 def _remember(ops: tuple, shape: _Shape) -> None:

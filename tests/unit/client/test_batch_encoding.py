@@ -149,3 +149,46 @@ def test_a_known_structure_says_whether_prune_dead_would_leave_a_node_out():
     for gone in ({1102}, {1101, 1102}, {1101}, {1100, 1103}, {1103, 7}, {1100, 1101, 1102, 1103}, set()):
         kept, _ = prune_dead(pending, sorted(gone), gone)
         assert may_prune(b, gone) == (kept is not pending), gone
+
+
+def test_variadic_nodes_reading_the_same_handles_split_otherwise_are_not_a_structure_seen_before():
+    # (find_known compares the input counts of the nodes whose op does not fix them, a cat's: two cats reading 1, 2, 3
+    # as [1, 2] + [3] or as [1] + [2, 3] read the same handles in the same order, and are two structures)
+    from tensorwire.session import encode_known, find_known
+
+    def batch(base, split):
+        ins = [base - 3, base - 2, base - 1]
+        return [entry(base, "cat", ins[:split], {"dim": 0}), entry(base + 1, "cat", ins[split:], {"dim": 0})]
+
+    encode_known(batch(2003, 2))
+    assert find_known(batch(2103, 2)) is not None  # (the same split, other handles)
+    assert find_known(batch(2203, 1)) is None
+    b = encode_known(batch(2303, 1))
+    assert b.nodes is not None and [n[1] for n in b.nodes] == [[-1], [-2, -3]]
+    assert find_known(batch(2403, 1)) is not None and find_known(batch(2503, 2)) is not None
+
+
+def test_a_known_structure_s_uploads_travel_as_the_same_bytes_as_a_new_one_s():
+    # (a structure seen before makes its uploads' frames from the attrs as a new batch makes them from its nodes: the
+    # same bytes for every dtype, bfloat16 and complex included, and an empty upload as an empty frame)
+    import numpy as np
+
+    from tensorwire.session import encode_batch, encode_known, find_known
+
+    def batch(base, arrays):
+        return [(base + k, "const", (), {"shape": list(a.shape), "dtype": D.from_numpy(a.dtype).name, "frame": a},
+                 "cpu:0", None, [], None) for k, a in enumerate(arrays)]
+
+    def arrays(seed):
+        r = np.random.default_rng(seed)
+        return [r.standard_normal((2, 3)).astype(np.float32), np.array(seed, np.int64), np.zeros((0, 4), np.float32),
+                r.standard_normal(3).astype(D.bfloat16.np), (r.standard_normal(2) + 1j).astype(np.complex64),
+                np.array([True, False])]
+
+    encode_known(batch(3000, arrays(0)))
+    pending = batch(3100, arrays(1))
+    b = find_known(pending)
+    assert b is not None and b.nodes is None
+    want = encode_batch(pending).frames
+    assert [bytes(f) for f in b.frames] == [bytes(f) for f in want] and bytes(want[1]) == np.int64(1).tobytes()
+    assert [len(bytes(f)) for f in b.frames] == [24, 8, 0, 6, 16, 2]
