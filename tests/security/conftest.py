@@ -31,6 +31,34 @@ def raw_socket(address: str, routing_id: bytes | None = None, timeout_ms: int = 
     return s
 
 
+class RawLane:
+    """A raw same-host lane to a worker (``protocol/lane.py``), spoken as the raw DEALERs here are
+    (``send_multipart``, ``recv_multipart``): its path asked for in a hello on the worker's channel ``dealer`` under
+    capability ``cap``, as a client does."""
+
+    def __init__(self, dealer: zmq.Socket, cap: bytes, timeout_ms: int = 15000):
+        from tensorwire.protocol.lane import LaneSocket
+
+        send(dealer, {"t": "hello", "q": 0, "cap": cap, "lane": True})
+        ok = recv(dealer)
+        assert ok["t"] == "ok" and set(ok["lane"]) == {"path", "nonce"}, ok
+        self.info = ok["lane"]
+        self.sock = LaneSocket(self.info["path"], timeout_ms)
+
+    def send_multipart(self, parts) -> None:
+        from tensorwire.protocol.wire import send_parts
+
+        send_parts(self.sock, parts)
+
+    def recv_multipart(self) -> list[bytes]:
+        from tensorwire.protocol.wire import recv_frames
+
+        return [f.bytes if hasattr(f, "bytes") else bytes(f) for f in recv_frames(self.sock)]
+
+    def close(self, linger=None) -> None:
+        self.sock.close()
+
+
 def send(s: zmq.Socket, header: dict, *frames: bytes) -> None:
     s.send_multipart([msgpack.packb(header, use_bin_type=True), *frames])
 

@@ -17,7 +17,7 @@ from tensorwire.protocol.capability import CAP_BYTES, channel_key, issue, verify
 from tensorwire.protocol.errors import Unauthorized
 from tensorwire.protocol.wire import array_from_frame
 
-from .conftest import CLIENT_TOKEN, check_typed, hello, raw_socket, recv, send
+from .conftest import CLIENT_TOKEN, RawLane, check_typed, hello, raw_socket, recv, send
 
 VALUES = np.linspace(-1, 1, 5, dtype=np.float32)
 
@@ -62,16 +62,26 @@ def _grant(welcome: dict, device: str) -> dict:
     return g
 
 
-@pytest.fixture(scope="module")
-def attacker(cluster):
-    """A raw session of its own (with its own grants) and a raw DEALER on cpu:0's direct channel."""
+@pytest.fixture(scope="module", params=["channel", "lane"])
+def attacker(cluster, request):
+    """A raw session of its own (with its own grants) and a raw peer of cpu:0's worker: a DEALER on its direct
+    channel, or its same-host lane (``protocol/lane.py``), where every attack must fare as on the channel."""
     d = raw_socket(cluster.address)
     w = hello(d, CLIENT_TOKEN)
     g = _grant(w, "cpu:0")
     c = raw_socket(g["address"])
-    yield d, w, g, c
+    lane = RawLane(c, g["cap"]) if request.param == "lane" else None
+    yield d, w, g, lane or c
     d.close(0)
     c.close(0)
+    if lane is not None:
+        lane.close()
+
+
+def _hello_ok(c, q: int) -> dict:
+    """The worker's answer to a hello numbered ``q`` on ``c``: on the lane it carries the nonce (the proof it is the
+    worker's socket)."""
+    return {"t": "ok", "q": q, "device": "cpu:0", **({"nonce": c.info["nonce"]} if isinstance(c, RawLane) else {})}
 
 
 def test_single_device_work_goes_direct(victim):
@@ -86,8 +96,7 @@ def test_single_device_work_goes_direct(victim):
 def test_worker_answers_its_own_capability(attacker):
     _, _, g, c = attacker
     send(c, {"t": "hello", "q": 1, "cap": g["cap"]})
-    h = recv(c)
-    assert h == {"t": "ok", "q": 1, "device": "cpu:0"}
+    assert recv(c) == _hello_ok(c, 1)
 
 
 @pytest.mark.parametrize("cap", ["missing", "random", "other-device", "altered-sid", "truncated"])
@@ -395,7 +404,7 @@ def test_a_client_cannot_pass_itself_off_as_a_worker(attacker, victim):
     send(c, forged, np.zeros(5, np.float32).tobytes())
     send(c, {"t": "xfer_give", "paths": ["/dev/shm/x"], "mac": os.urandom(32)})
     send(c, {"t": "hello", "q": 40, "cap": g["cap"]})  # the worker is fine, and answered nothing to the forgeries
-    assert recv(c) == {"t": "ok", "q": 40, "device": "cpu:0"}
+    assert recv(c) == _hello_ok(c, 40)
     moved = (y.to("cpu:1") + 0).numpy()
     np.testing.assert_allclose(moved, np.exp(VALUES * 2), rtol=1e-6)
 
