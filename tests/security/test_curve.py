@@ -115,7 +115,7 @@ def test_direct_channels_are_encrypted_too(cluster, keys, monkeypatch):
     """With keys, a worker's direct channel runs CURVE with the service key pair, and the client pins the key the
     dispatcher's grant named: a wiretap between client and worker sees the tensor go by, and cannot read it. (The
     same-host lane, a Unix socket only this user can open, is kept out here: it never crosses a network, see
-    tests/security/test_lane.py.)"""
+    tests/security/test_direct_channels.py.)"""
     monkeypatch.setattr("tensorwire.channels.LANE_ENABLED", False)
     s = tw.Session(cluster.address, CLIENT_TOKEN, keys=keys)
     ch = s._plane.channels["cpu:0"]

@@ -1,12 +1,17 @@
 """Issue 30: direct channels. Single-device work goes straight to the worker under a capability the dispatcher
 granted; the worker checks it by itself. A capability is bound to its session, its worker process, the
 dispatcher's epoch and an expiry; a forged, altered or foreign one is refused with a typed error; a malformed
-direct message changes nothing; and a session's order holds when its work moves between the two paths."""
+direct message changes nothing; and a session's order holds when its work moves between the two paths. On the
+workers' host the channel runs on the same-host lane (``protocol/lane.py``): the attacks below run on both it and
+the ZeroMQ channel (``attacker``), and a broken frame table on the lane closes that connection alone."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import socket
+import stat
+import struct
 
 import msgpack
 import numpy as np
@@ -91,6 +96,28 @@ def test_single_device_work_goes_direct(victim):
     plane = s.cluster_status()["data_plane"]
     assert plane["cpu:0"]["path"] == "direct" and plane["cpu:0"]["connected"], plane
     assert plane["cpu:0"]["messages"] >= 3, plane
+
+
+def test_a_session_on_the_workers_host_runs_on_a_lane_only_its_user_can_open(victim):
+    s, x, y = victim
+    assert s.cluster_status()["data_plane"]["cpu:0"]["lane"]
+    folder = os.path.dirname(s._plane.channels["cpu:0"].sock.sock.getpeername())
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700 and os.stat(folder).st_uid == os.getuid()
+
+
+def test_a_broken_frame_table_on_the_lane_closes_that_connection_and_nothing_else(victim):
+    s, x, y = victim
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    raw.settimeout(15)
+    raw.connect(s._plane.channels["cpu:0"].sock.sock.getpeername())
+    raw.sendall(struct.pack("<QI", 12, 2) + struct.pack("<Q", 1 << 40) + b"abcd")  # (sizes past the body)
+    try:
+        assert raw.recv(16) == b""
+    except ConnectionResetError:
+        pass
+    raw.close()
+    assert float((y + 1).sum().item()) == pytest.approx(float(np.sum(np.exp(VALUES * 2) + 1)), rel=1e-5)
+    assert s.cluster_status()["data_plane"]["cpu:0"]["lane"]
 
 
 def test_worker_answers_its_own_capability(attacker):
