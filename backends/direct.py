@@ -62,7 +62,7 @@ from tensorwire.protocol.capability import DIRECT_ADDRESS_ENV, channel_key, chec
 from tensorwire.protocol.curve import apply_pinned, is_local_address, load_key_pair
 from tensorwire.protocol.errors import DeviceError, ProtocolError, TensorwireError, Unauthorized, error_to_wire
 from tensorwire.protocol.graph import RECV, SEND
-from tensorwire.protocol.lane import LANE_ENABLED, LANE_ROUTE, LaneListener
+from tensorwire.protocol.lane import LANE_ENABLED, LaneListener, is_lane_route
 from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.messages import DIRECT, check
 from tensorwire.protocol.ops import OPS
@@ -209,7 +209,7 @@ class DirectChannel:
         self.lent: dict[bytes, dict] = {}  # session -> {path: ShmFile} on loan to it
         self.routes: dict[bytes, tuple] = {}  # session -> (routing id, connection) of its channel, while it lives
         self.probe: tuple[str, str] | None = None  # (path, nonce) of the same-host probe
-        self.lane = None
+        self.lane: LaneListener | None = None  # the same-host lane (protocol/lane.py), for clients on this host
         self.alone_skip = 0  # chances to read alone skipped after the last read alone that timed out ...
         self.alone_skip_next = 1  # ... and how many the next such read skips
         address = address if address is not None else os.environ.get(ADDRESS_ENV, DEFAULT_ADDRESS)
@@ -252,7 +252,6 @@ class DirectChannel:
             return
         self.answers = Answers(sock, f"the worker for {self.device}")
         self.sock = sock
-        self.lane: LaneListener | None = None  # the same-host lane (protocol/lane.py), for clients on this host
         if LANE_ENABLED:
             try:
                 self.lane = LaneListener(device, ANSWER_BYTES, ANSWER_HWM, MAX_MESSAGE, SHM_DIR, pack_header)
@@ -465,7 +464,7 @@ class DirectChannel:
         """Answer a client on its channel, within the bounds of ``dispatcher/answers.py``: an answer dropped at a
         bound reaches the client as an ``OutOfMemory`` error with its ``q``. ``sizes``: the frames' sizes in bytes,
         where the caller knows them. An answer to a lane's connection goes on the lane, within the same bounds."""
-        if len(route) == 11 and route.startswith(LANE_ROUTE):
+        if is_lane_route(route):
             if self.lane is not None:
                 self.lane.send(route, [pack_header(header), *frames], header.get("q"))
             return
@@ -479,8 +478,9 @@ class DirectChannel:
         self.drop(sid)
         route = self.routes.pop(sid, None)
         if route is not None and route[0] not in {r[0] for r in self.routes.values()}:  # its unread answers go too
-            if self.lane is not None and route[0] in self.lane.conns:
-                self.lane.end(route[0])
+            if is_lane_route(route[0]):
+                if self.lane is not None:
+                    self.lane.end(route[0])
             else:
                 self.answers.release(*route)
 

@@ -170,7 +170,7 @@ class Channel:
         """Move this channel onto the worker's same-host lane (``protocol/lane.py``), named in its hello's answer
         (``info``: ``{path, nonce}``): connect, say hello there with the capability, and check that the answer
         carries the nonce the channel was told (the worker's own socket, on this host). Then the lane replaces the
-        DEALER (nothing is outstanding on it: the hello was answered). False, and the DEALER kept, when any of it
+        DEALER (no answer is pending on it: the hello was answered). False, and the DEALER kept, when any of it
         fails."""
         if not (LANE_ENABLED and isinstance(info, dict) and isinstance(info.get("path"), str)
                 and isinstance(info.get("nonce"), str)):

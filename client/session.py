@@ -1550,14 +1550,15 @@ class Session:
             header["drop_plans"], self._drop_plans = self._drop_plans, []
         return header
 
+    def _value(self, desc, frames) -> tuple[int, np.ndarray]:
+        """``(handle, value)`` of one value descriptor of an answer: in a frame of it, in its header, or in a
+        shared-memory file of the worker's (five fields, see channels.py)."""
+        if isinstance(desc, list) and len(desc) == 5:
+            return self._shm_value(desc)
+        return array_from_frame(desc, frames)
+
     def _result(self, h: dict, frames, fetch):
-        values = {}
-        for desc in h.get("values") or ():
-            if isinstance(desc, list) and len(desc) == 5:  # in a shared-memory file of the worker's (channels.py)
-                hid, arr = self._shm_value(desc)
-            else:
-                hid, arr = array_from_frame(desc, frames)
-            values[hid] = arr
+        values = dict(self._value(desc, frames) for desc in h.get("values") or ())
         errs = h.get("errors") or []
         if self._carried:  # what the fences reported meanwhile
             errs, self._carried = self._carried + list(errs), []
@@ -1740,8 +1741,7 @@ class Session:
         known = self._known
         for desc in h.get("values") or ():
             if isinstance(desc, list) and desc and desc[0] in live:
-                hid, arr = self._shm_value(desc) if len(desc) == 5 else array_from_frame(desc, frames)
-                known.put(hid, arr)
+                known.put(*self._value(desc, frames))
 
     def _value_ahead(self, t, q: int) -> np.ndarray | None:
         """``t``'s value, which the answer ``q`` of a batch shipped ahead brings: what was recorded since goes out

@@ -58,6 +58,11 @@ POLLIN = zmq.POLLIN
 EVENTS = zmq.EVENTS
 
 
+def is_lane_route(route: bytes) -> bool:
+    """Whether ``route`` is a lane connection's routing id (``LANE_ROUTE`` and its 8-byte number)."""
+    return len(route) == len(LANE_ROUTE) + 8 and route.startswith(LANE_ROUTE)
+
+
 class LaneClosed(ConnectionError):
     """The other end of a lane closed it (a worker that exited, or closed a connection that broke its bounds).
     ``device``: the device whose channel the lane was."""
@@ -323,7 +328,7 @@ class LaneListener:
             except OSError:
                 return
             sock.setblocking(False)
-            c = _Conn(sock, LANE_ROUTE + next(self._ids).to_bytes(8, "big"))
+            c = _Conn(sock, LANE_ROUTE + next(self._ids).to_bytes(8, "big"))  # (see is_lane_route)
             self.conns[c.route] = c
             self.selector.register(sock, selectors.EVENT_READ, c)
 
