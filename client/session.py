@@ -569,13 +569,15 @@ class Session:
 
     # ------------------------------------------------------------------ recording
     def record(self, op: str, inputs, attrs: dict | None, device: str, known=None, where=None, hid=None, up=1,
-               lazy: bool = False, then: tuple | None = None):
+               lazy: bool = False, then: tuple | None = None, akey=None):
         """Record one op; returns the output Tensor (shape and dtype inferred here).
 
         ``known``: ``(attrs_key, (shape, dtype))`` of a node whose inference the caller has done before for inputs
         of the same shapes (a replayed backward graph); ``where``: the user's (file, line) it comes from, when the
         caller knows it; ``up``: where the search for that line starts, in frames above this method (1: its caller;
-        only frames of the client's own functions may be skipped, see :func:`_user_frame`). All three only save
+        only frames of the client's own functions may be skipped, see :func:`_user_frame`); ``akey``: the attrs key
+        of ``attrs``, when the caller made it once for many nodes (an optimizer's updates, a clipping's), without
+        ``known`` (the output's meta is then inferred, memoised, checking the inputs' shapes). All four only save
         work. ``hid``: the output's handle, taken before (a run of element writes, ``client/element_writes.py``).
 
         ``lazy``: the node may stay unrecorded until something needs it (a view step without autograd, see
@@ -597,7 +599,8 @@ class Session:
             metas.append((t._shape, t.dtype))
             ids.append(t._id)
         if known is None:
-            akey = attrs_key(op, attrs) if attrs else None
+            if akey is None and attrs:
+                akey = attrs_key(op, attrs)
             shape, dtype = infer(op, metas, attrs, akey)
         else:
             akey, (shape, dtype) = known

@@ -10,7 +10,6 @@ from tensorwire._frames import _user_frame
 from tensorwire.creation import tensor
 from tensorwire.functions import cat
 from tensorwire.protocol.graph import attrs_key
-from tensorwire.protocol.ops.table import infer
 from tensorwire.tensor import Tensor
 
 from ._tensors import no_grad, rebind
@@ -85,13 +84,12 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
 
 def _record_direct(t: Tensor, op: str, ins: list, attrs: dict | None, akey, where) -> Tensor | None:
     """``op`` recorded on ``t``'s session outside autograd, as torch's clipping runs under ``no_grad``, with its
-    output meta inferred from a memo and the user's line found once for all the gradients (as an optimizer's
+    attrs key and the user's line found once for all the gradients (``Session.record``'s ``akey``, as an optimizer's
     updates are, ``optim/algorithms.py``); None while an autocast scope is on (its casts apply: the caller records
     the usual way). ``akey``: the attrs key of ``attrs``."""
     if autograd_hooks._amp_active[0]:
         return None
-    known = (akey, infer(op, [(x._shape, x.dtype) for x in ins], attrs, akey))
-    return t._s.record(op, ins, attrs, t._dev, known, where)
+    return t._s.record(op, ins, attrs, t._dev, where=where, akey=akey)
 
 
 def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:

@@ -72,13 +72,8 @@ def _fused(p, op: str, ins: list, attrs: dict, akey=None):
     """One fused update op (``protocol/ops/optim.py``: adam_*, sgd_*) on ``p``'s device, outside autograd (the
     updates are not differentiable and run under no_grad), from the step's user line (found once a step).
 
-    ``akey``: the attrs key of ``attrs``, when the caller made it once for many parameters (:func:`_adam_group`);
-    the output's meta then still comes from inference (memoised), which checks the inputs' shapes."""
-    where = _STEP.get(_WHERE)
-    if akey is None:
-        return p._s.record(op, ins, attrs, p._dev, where=where)
-    known = (akey, infer(op, [(t._shape, t.dtype) for t in ins], attrs, akey))
-    return p._s.record(op, ins, attrs, p._dev, known, where)
+    ``akey``: the attrs key of ``attrs``, when the caller made it once for many parameters (:func:`_adam_group`)."""
+    return p._s.record(op, ins, attrs, p._dev, where=_STEP.get(_WHERE), akey=akey)
 
 
 _ADAM_OPS = ("adam_exp_avg", "adam_exp_avg_sq", "adam_param")
