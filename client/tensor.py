@@ -672,10 +672,26 @@ class Tensor(TensorBase):
     not_equal = __ne__
 
     def add(self, other, *, alpha=1):
-        return self + (other * alpha if alpha != 1 else other)
+        if alpha == 1:
+            return self + other
+        t = self._scaled(other, alpha)
+        return self + other * alpha if t is None else t
 
     def sub(self, other, *, alpha=1):
-        return self - (other * alpha if alpha != 1 else other)
+        if alpha == 1:
+            return self - other
+        t = self._scaled(other, -alpha)
+        return self - other * alpha if t is None else t
+
+    def _scaled(self, other, alpha) -> Tensor | None:
+        """``self + alpha * other`` as one node (``add_scaled``) for two tensors of one floating dtype and a Python
+        float or int ``alpha`` (a hand-written update, ``p.data.add_(g, alpha=-lr)``, then records one op a
+        parameter, not a mul and an add); None otherwise (the caller records the two ops, which keep torch's rules
+        for integers, bools and mixed dtypes)."""
+        if type(alpha) not in _SCALE_NUMBERS or not isinstance(other, Tensor) or other.dtype is not self.dtype \
+                or not self.dtype.is_floating_point:
+            return None
+        return self._rec("add_scaled", [self, other, self._s.scalar(alpha, self.dtype, self._dev)])
 
     subtract = sub
 
@@ -1639,6 +1655,7 @@ _EXPANDS: dict = {}
 #: the sequence types a movement method takes as its one argument (``x.view((a, b))``, ``x.expand(t.shape)``)
 _SEQS = (tuple, list, Size)
 _FILL_SCALARS = (builtins.bool, builtins.int, builtins.float)  # (``fill_``'s numbers a cached scalar gives)
+_SCALE_NUMBERS = (builtins.int, builtins.float)  # (an ``alpha`` that ``add_scaled`` takes: a bool is not a scale)
 
 
 def _ints(args: tuple) -> bool:

@@ -108,6 +108,9 @@ def _composite_specs(op: str):
     if op == "lerp":
         return [("same", [(2, 3), (2, 3), (2, 3)], (-2, 2), {}, lambda xs, dt: xs[0] + xs[2] * (xs[1] - xs[0])),
                 ("bcast", [(2, 3), (3,), ()], (-2, 2), {}, lambda xs, dt: xs[0] + xs[2] * (xs[1] - xs[0]))]
+    if op == "add_scaled":
+        return [("same", [(2, 3), (2, 3), ()], (-2, 2), {}, lambda xs, dt: xs[0] + xs[1] * xs[2]),
+                ("bcast", [(2, 3), (3,), ()], (-2, 2), {}, lambda xs, dt: xs[0] + xs[1] * xs[2])]
     if op == "mean":
         return reduction(lambda x, ax, k: np.mean(x, axis=ax, keepdims=k)) + [
             ("empty", [(0, 3)], (-3, 3), {"dims": [1]}, lambda xs, dt: np.zeros((0,))),

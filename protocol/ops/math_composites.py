@@ -138,6 +138,32 @@ def _lerp(g, a, b, w, attrs):
     return g.op("add", a, g.op("mul", w, g.op("sub", b, a)))
 
 
+def _add_scaled_infer(metas, attrs):
+    (sx, dx), (sy, dy), (sa, da) = metas
+    if sa:
+        raise ShapeError(f"add_scaled: alpha must be a 0-d tensor, got shape {list(sa)}")
+    d = binary_dtype(metas[:2])
+    if not d.is_floating_point:  # (torch refuses a float alpha for integers; the client keeps those on add + mul)
+        raise DTypeError(f"add_scaled takes floating tensors, got {d.name}")
+    if not da.is_floating_point:
+        raise DTypeError(f"add_scaled: alpha must be a floating 0-d tensor, got {da.name}")
+    return broadcast_many(sx, sy), d
+
+
+@composite("add_scaled", 3, _add_scaled_infer)
+def _add_scaled(g, x, y, alpha, attrs):
+    """x + alpha * y, in the promoted float dtype (torch's ``add(x, y, alpha=)``; ``sub`` is alpha's negation,
+    which is exact): one node where an update ``p.add_(g, alpha=-lr)`` would record a mul and an add."""
+    _, d = _add_scaled_infer([(x.shape, x.dtype), (y.shape, y.dtype), (alpha.shape, alpha.dtype)], attrs)
+    if y.dtype is not d:
+        y = g.op("cast", y, dtype=d.name)
+    if alpha.dtype is not d:
+        alpha = g.op("cast", alpha, dtype=d.name)
+    if x.dtype is not d:
+        x = g.op("cast", x, dtype=d.name)
+    return g.op("add", x, g.op("mul", y, alpha))
+
+
 def _mean_infer(metas, attrs):
     (s, d), = metas
     if attrs.get("dtype") is not None:

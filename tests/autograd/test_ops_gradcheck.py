@@ -253,6 +253,11 @@ def _lerp():
             case("lerp", [P((3, 1)), P((4,)), P(())], name="bcast")]
 
 
+def _add_scaled():
+    return [case("add_scaled", [P((3, 4)), P((3, 4)), P(())], name="same"),
+            case("add_scaled", [P((3, 1)), P((4,)), P(())], name="bcast")]
+
+
 def _maxmin(op):
     return lambda: [case(op, _distinct_pair(sa, sb), name=f"{sa}{sb}") for sa, sb in BCAST] + \
         [case(op, [P((3, 4)), tw.tensor(0.0, dtype=tw.float64)], name="const")]
@@ -450,6 +455,7 @@ GENERATORS = {
     "relu": unary("relu", away=0.05), "sigmoid": unary("sigmoid", -3, 3), "square": unary("square"),
     "rsqrt": unary("rsqrt", 0.2, 2.0), "exp2": unary("exp2"), "log2": unary("log2", 0.2, 2.0),
     "log10": unary("log10", 0.2, 2.0), "clamp": _clamp, "nan_to_num": unary("nan_to_num"), "lerp": _lerp,
+    "add_scaled": _add_scaled,
     "mean": reduce_("mean"), "var": _var("var"), "std": _var("std"), "logsumexp": reduce_("logsumexp", -2, 2),
     "softmax": _softmax("softmax"), "log_softmax": _softmax("log_softmax"), "norm": _norm,
     "cross_entropy_index": _cross_entropy(False), "cross_entropy_index_grad": _cross_entropy(True),

@@ -87,3 +87,40 @@ def test_ops_on_a_data_view_of_a_parameter_are_outside_autograd(session):
     np.testing.assert_array_equal(p.detach().numpy(), np.arange(3.0) - 0.5)
     (p * p).sum().backward()
     np.testing.assert_array_equal(p.grad.numpy(), 1 + 2 * (np.arange(3.0) - 0.5))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_add_and_sub_with_alpha_record_one_node_with_the_two_ops_values(session, dtype):
+    """``p.add_(g, alpha=)`` and ``sub`` record one ``add_scaled`` node (a hand-written update's op a parameter),
+    bit-equal to the mul and the add they replace, gradients included."""
+    rng = np.random.default_rng(2)
+    xv, yv = rng.standard_normal((3, 4)).astype(dtype), rng.standard_normal(4).astype(dtype)
+    for alpha in (-0.05, 3, 0.0):
+        x, y = tw.tensor(xv, requires_grad=True), tw.tensor(yv, requires_grad=True)
+        session.flush()
+        before = _nodes(session)
+        added, subbed = x.add(y, alpha=alpha), x.sub(y, alpha=alpha)
+        assert _nodes(session) - before <= 4  # (two nodes and at most one cached scalar each: was six)
+        assert [e[1] for e in session._pending][-1] == "add_scaled"
+        a = dtype(alpha)
+        np.testing.assert_array_equal(added.detach().numpy(), xv + yv * a)
+        np.testing.assert_array_equal(subbed.detach().numpy(), xv - yv * a)
+        (added.sum() + 2 * subbed.sum()).backward()
+        np.testing.assert_array_equal(x.grad.numpy(), np.full(xv.shape, 3, dtype))
+        np.testing.assert_allclose(y.grad.numpy(), np.full(4, 3 * alpha - 6 * alpha, dtype), rtol=1e-6)
+        p = tw.tensor(xv)
+        p.add_(tw.tensor(yv), alpha=alpha)
+        np.testing.assert_array_equal(p.numpy(), xv + yv * a)
+    if torch is not None:
+        tx, ty = torch.tensor(xv), torch.tensor(yv)
+        np.testing.assert_allclose(tw.tensor(xv).sub(tw.tensor(yv), alpha=0.3).numpy(),
+                                   torch.sub(tx, ty, alpha=0.3).numpy(), rtol=1e-6)
+
+
+def test_add_with_alpha_keeps_torch_rules_off_the_one_node_path(session):
+    """Integers, mixed dtypes and Python operands keep the two-op path and torch's results."""
+    i = tw.tensor([1, 2])
+    assert i.add(tw.tensor([1, 1]), alpha=3).tolist() == [4, 5] and i.add(tw.tensor([1, 1]), alpha=3).dtype == tw.int64
+    m = tw.tensor(np.ones(2, np.float64)).add(tw.tensor(np.ones(2, np.float32)), alpha=0.5)
+    assert m.dtype == tw.float64 and m.tolist() == [1.5, 1.5]
+    assert tw.tensor([1.0, 2.0]).sub(1, alpha=2).tolist() == [-1.0, 0.0]
