@@ -412,16 +412,10 @@ class Session:
 
     def _lane_closed(self, dev: str | None, q: int) -> None:
         """``dev``'s worker closed this session's same-host lane (``protocol/lane.py``): it exited, or dropped the
-        session. Its channel goes, with the tensors made on it; the answer ``q``, when it was due there, fails with
-        ``WorkerLost`` (a ZeroMQ channel learns the same from the dispatcher's next pong, later)."""
-        if dev is None or dev not in self._plane.channels:
-            return
-        why = "its worker closed the same-host lane (the worker exited, or dropped this session)"
-        if self._q_dev.get(q) == dev:
-            self._q_dev.pop(q, None)
-            raise self._channel_lost(dev, why, f"the worker for {dev} closed this session's lane while it waited "
-                                               f"for it; tensors on {dev} are lost")
-        self._drop_channel(dev, why, lost=True)
+        session. As :meth:`_workers_lost` (a ZeroMQ channel learns the same from the dispatcher's next pong, later)."""
+        if dev is not None:
+            self._workers_lost([dev], q, "its worker closed the same-host lane (the worker exited, or dropped this "
+                               "session)", "the worker for {dev} closed this session's lane while it waited for it")
 
     def _others_waiting(self) -> bool:
         """Whether a wait on one channel alone must look elsewhere: a cancel from another thread, or a message on the
@@ -468,17 +462,18 @@ class Session:
         ch.answered(h.get("q"))
         return h, msg[1:], dev
 
-    def _workers_lost(self, lost: list, q: int) -> None:
-        """The dispatcher says the workers of ``lost`` are gone (or another process serves the device now): drop
-        their channels; the answer ``q`` waited on one of them fails with ``WorkerLost``."""
+    def _workers_lost(self, lost: list, q: int, why: str = "its worker was lost",
+                      waited_why: str = "the worker for {dev} was lost while this session waited for it") -> None:
+        """The workers of the devices ``lost`` are gone (the dispatcher says so, or another process serves the device
+        now): their channels go, with the tensors made on them; the answer ``q``, when it was due on one of them,
+        fails with ``WorkerLost`` (``waited_why``, of that ``dev``, says how)."""
         waited = self._q_dev.get(q)
         for dev in lost:
             if isinstance(dev, str) and dev in self._plane.channels and dev != waited:
-                self._drop_channel(dev, "its worker was lost", lost=True)
+                self._drop_channel(dev, why, lost=True)
         if waited in lost:
             self._q_dev.pop(q, None)
-            raise self._channel_lost(waited, "its worker was lost", f"the worker for {waited} was lost while this "
-                                     f"session waited for it; tensors on {waited} are lost")
+            raise self._channel_lost(waited, why, f"{waited_why.format(dev=waited)}; tensors on {waited} are lost")
 
     def _refused(self, dev: str, err: dict) -> TensorwireError:
         """A worker refused this session's capability: another worker process serves the device now (a restart on
