@@ -71,7 +71,7 @@ def test_a_linear_layer_records_one_node(session):
 
 def test_sgd_by_hand_through_data_records_no_alias(session):
     """``p.data.add_(p.grad.data, alpha=-lr)``: ``.data`` is an alias, read as the value it aliases; the update is the
-    scaled gradient and its sum (no ``reshape`` of the parameter or its gradient before or after)."""
+    scaled gradient added in one node, add_scaled (no ``reshape`` of the parameter or its gradient before or after)."""
     lin = tw.nn.Linear(4, 2)
     x = tw.randn(3, 4)
     lin(x).sum().backward()
@@ -83,7 +83,7 @@ def test_sgd_by_hand_through_data_records_no_alias(session):
             p.data.add_(p.grad.data, alpha=-0.1)
 
     _, ops = _recorded(session, update)
-    assert [op for op in ops if op != "full"] == ["mul", "add"] * 2, ops  # (full: the cached scalar -0.1)
+    assert [op for op in ops if op != "full"] == ["add_scaled"] * 2, ops  # (full: the cached scalar -0.1)
     for p, b, g in zip(lin.parameters(), before, grads):
         np.testing.assert_allclose(p.detach().numpy(), b - 0.1 * g, rtol=1e-6)
         assert p.requires_grad and p.is_leaf
