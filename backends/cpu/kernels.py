@@ -1068,13 +1068,22 @@ def _bn_moments(x3: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel mean and biased variance (float64) of [N, C, L], two passes as torch's CPU."""
     cnt = max(x3.shape[0] * x3.shape[2], 1)
     mean = _bn_sum(x3) / cnt
-    xc = x3 - mean.astype(x3.dtype)[:, None]
+    xc = x3 - _bn_col(mean, x3.dtype, x3.shape[2])
     np.multiply(xc, xc, out=xc)
     return mean, _bn_sum(xc) / cnt
 
 
-def _bn_col(v: np.ndarray, ct: np.dtype) -> np.ndarray:
-    return v.astype(ct)[:, None]
+#: the longest rows of a [N, C, L] batch-norm input whose per-channel ops take the channel values as a [C, L] block
+_BN_BLOCK_ROWS = 256
+
+
+def _bn_col(v: np.ndarray, ct: np.dtype, length: int) -> np.ndarray:
+    """A per-channel [C] vector in ``ct`` for an op against a [N, C, length] array: a [C, length] block where the rows
+    are short (numpy then runs the op as N passes over C*length contiguous values; against a [C, 1] column it runs
+    N*C rows of ``length``, with DCGAN's [32, 64, 4, 4] ~1.6x slower), else that column. The same values either
+    way."""
+    col = v.astype(ct)[:, None]
+    return np.repeat(col, length, axis=1) if 1 < length <= _BN_BLOCK_ROWS else col
 
 
 def _bn_affine(ins: list, a: dict) -> tuple:
@@ -1100,8 +1109,8 @@ def _batch_norm(ins, a, shape, dt):
     if w is not None:
         scale = scale * w
     shift = -mean * scale if b is None else b - mean * scale
-    y = x3 * _bn_col(scale, ct)
-    y += _bn_col(shift, ct)
+    y = x3 * _bn_col(scale, ct, x3.shape[2])
+    y += _bn_col(shift, ct, x3.shape[2])
     return _out(y.reshape(shape), dt)
 
 
@@ -1122,7 +1131,7 @@ def _batch_norm_grad_stats(ins, a, shape, dt):
     ct = dt.np  # the statistics' dtype: float32 for 16-bit inputs
     g3, x3 = _bn3(_arr(ins[0], ct)), _bn3(_arr(ins[1], ct))
     mean, rstd = _bn_stats(ins[2], x3.shape[1], a.get("eps", 1e-5))
-    xc = x3 - _bn_col(mean, ct)
+    xc = x3 - _bn_col(mean, ct, x3.shape[2])
     np.multiply(xc, g3, out=xc)
     return np.concatenate([_bn_sum(g3), _bn_sum(xc) * rstd]).astype(dt.np)
 
@@ -1136,15 +1145,16 @@ def _batch_norm_grad(ins, a, shape, dt):
     training = a.get("training")
     rest = ins[4:] if training else ins[3:]
     k = rstd * np.asarray(rest[0], np.float64) if a.get("has_weight") else rstd
-    dx = g3 * _bn_col(k, ct)
+    ln = x3.shape[2]
+    dx = g3 * _bn_col(k, ct, ln)
     if training:
         gs = np.asarray(ins[3], np.float64)
         n = max(x3.shape[0] * x3.shape[2], 1)
         # k (g - sum_g / n - (x - mean) rstd sum_gx / n)
-        xc = x3 - _bn_col(mean, ct)
-        xc *= _bn_col(-k * rstd * gs[c:] / n, ct)
+        xc = x3 - _bn_col(mean, ct, ln)
+        xc *= _bn_col(-k * rstd * gs[c:] / n, ct, ln)
         dx += xc
-        dx -= _bn_col(k * gs[:c] / n, ct)
+        dx -= _bn_col(k * gs[:c] / n, ct, ln)
     return _out(dx.reshape(shape), dt)
 
 
