@@ -10,7 +10,11 @@ layout of those columns is chosen per call from the convolution's shape (:func:`
   by channels ([N*oh*ow, O]), and one copy transposes the result back to NCHW. The input gradient's col2im adds the
   columns of a kernel row's stride kernel columns at once, computed apart: their targets make one run of
   ow*stride*C values per output row (:func:`_cl_col2im_runs`; stride x stride positions at a time otherwise);
-* ``flat``: everything else (stride 1, grouped, few channels), channel-major on the flat grid described below.
+* ``flat``: everything else (stride 1, grouped, few channels), channel-major on the flat grid described below. A
+  strided conv there whose kernel is a multiple of its stride (DCGAN's first layer) runs its forward and weight
+  gradient as the stride-1 conv of the input's space-to-depth (:func:`_space_to_depth`), whose columns are
+  (kh/sh)*(kw/sw) copies of unit-stride windows a block where the strided windows took kh*kw copies at the stride
+  (DCGAN's first layer: 4 copies instead of 16; its forward ~15%, its weight gradient ~30% faster).
 """
 
 from __future__ import annotations
@@ -210,11 +214,12 @@ def _conv_geom(a):
 class _ConvGrid:
     """Where the positions of a conv2d with input [n, c, h, wd] and output [n, ., oh, ow] live (see above)."""
 
-    def __init__(self, n: int, c: int, h: int, wd: int, kh: int, kw: int, oh: int, ow: int, a: dict, ct: np.dtype):
+    def __init__(self, n: int, c: int, h: int, wd: int, kh: int, kw: int, oh: int, ow: int, a: dict, ct: np.dtype,
+                 flat: bool | None = None):
         (sh, sw), (ph, pw), (dh, dw), self.groups = _conv_geom(a)
         self.oh, self.ow, self.ct = oh, ow, ct
         self.pad = (ph, pw)
-        self.flat = sh == sw == 1
+        self.flat = sh == sw == 1 if flat is None else flat  # (False: windows over the outputs, stride 1 or not)
         if self.flat:  # ph zero rows between images (more where the outputs overhang the input), pw between rows
             self.hr, self.wr = h + max(ph, oh - h), wd + max(pw, ow - wd)
             self.hg, self.wg = self.hr, self.wr
@@ -274,6 +279,55 @@ class _ConvGrid:
         return cols.reshape(-1, b)
 
 
+def _s2d_factor(a: dict, kh: int, kw: int) -> tuple[int, int] | None:
+    """The stride ``(sh, sw)`` by which a flat-layout conv2d (or its weight gradient) with attributes ``a`` and a kh x
+    kw kernel runs as the stride-1 conv of its input's space-to-depth, or None (stride 1, dilated, grouped, or a
+    kernel that is not a multiple of the stride)."""
+    (sh, sw), _, (dh, dw), groups = _conv_geom(a)
+    if (sh, sw) == (1, 1) or (dh, dw) != (1, 1) or groups != 1 or kh % sh or kw % sw:
+        return None
+    return sh, sw
+
+
+def _space_to_depth(x: np.ndarray, a: dict, oh: int, ow: int, kh: int, kw: int, ct: np.dtype) -> np.ndarray:
+    """x [N, C, H, W] zero-padded by ``a``'s padding, as [N, C*sh*sw, hq, wq] with channel (c, pi, pj) at (p, q)
+    holding the padded input at (p*sh + pi, q*sw + pj): the conv with stride (sh, sw) and kernel kh x kw is the
+    stride-1 conv of this with kernel kh/sh x kw/sw (:func:`_s2d_weight`), whose outputs [:oh, :ow] are its own.
+    A scratch buffer (slot ``s2d``)."""
+    n, c, h, wd = x.shape
+    (sh, sw), (ph, pw), _, _ = _conv_geom(a)
+    hq, wq = oh + kh // sh - 1, ow + kw // sw - 1  # (the windows of the outputs: the rest of the input is unread)
+    out = scratch_zeros("s2d", (c, sh, sw, n, hq, wq), ct).transpose(3, 0, 1, 2, 4, 5)  # (the grid's order)
+    for pi in range(sh):
+        p0 = -(-(ph - pi) // sh) if ph > pi else 0  # the first row p whose input row p*sh + pi - ph is >= 0
+        p1 = min(hq, (h - 1 + ph - pi) // sh + 1)
+        for pj in range(sw):
+            q0 = -(-(pw - pj) // sw) if pw > pj else 0
+            q1 = min(wq, (wd - 1 + pw - pj) // sw + 1)
+            if p1 > p0 and q1 > q0:
+                y0, x0 = p0 * sh + pi - ph, q0 * sw + pj - pw
+                out[:, :, pi, pj, p0:p1, q0:q1] = x[:, :, y0:y0 + (p1 - p0 - 1) * sh + 1:sh,
+                                                    x0:x0 + (q1 - q0 - 1) * sw + 1:sw]
+    return out.reshape(n, c * sh * sw, hq, wq)  # (a view)
+
+
+def _s2d_weight(w: np.ndarray, sh: int, sw: int) -> np.ndarray:
+    """w [O, C, kh, kw] as the space-to-depth conv's [O, C*sh*sw, kh/sh, kw/sw] (see :func:`_space_to_depth`)."""
+    o, c, kh, kw = w.shape
+    return w.reshape(o, c, kh // sh, sh, kw // sw, sw).transpose(0, 1, 3, 5, 2, 4).reshape(o, c * sh * sw, kh // sh,
+                                                                                          kw // sw)
+
+
+def _s2d_weight_back(g: np.ndarray, sh: int, sw: int) -> np.ndarray:
+    """The inverse of :func:`_s2d_weight`: a [O, C*sh*sw, kh/sh, kw/sw] gradient as [O, C, kh, kw]."""
+    o, cs, qh, qw = g.shape
+    return g.reshape(o, cs // (sh * sw), sh, sw, qh, qw).transpose(0, 1, 4, 2, 5, 3).reshape(o, cs // (sh * sw),
+                                                                                           qh * sh, qw * sw)
+
+
+_STRIDE_1 = {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 1}
+
+
 def _conv_emit(y: np.ndarray, shape, dt: D.DType) -> np.ndarray:
     out = np.empty(shape, dt.np)
     out[...] = y  # one copy that transposes, crops and casts
@@ -308,7 +362,11 @@ def _conv2d(ins, a, shape, dt):
         return _out(y.reshape(shape), dt)
     if layout == "channels_last":
         return _cl_conv2d(x, w, b, a, shape, dt, ct)
-    gr = _ConvGrid(n, c, x.shape[2], x.shape[3], kh, kw, oh, ow, a, ct)
+    if (f := _s2d_factor(a, kh, kw)) is not None:
+        x, w, a = _space_to_depth(x, a, oh, ow, kh, kw, ct), _s2d_weight(w, *f), _STRIDE_1
+        o, cg, kh, kw = w.shape
+        c = cg
+    gr = _ConvGrid(n, c, x.shape[2], x.shape[3], kh, kw, oh, ow, a, ct, False if f is not None else None)
     g = gr.groups
     wm = w.reshape(g, o // g, cg * kh * kw)
     y = scratch("out", (o, gr.m), ct)
@@ -332,14 +390,20 @@ def _conv2d_grad_weight(ins, a, shape, dt):
         return _out((gy.reshape(n, o).T @ x.reshape(n, -1)).reshape(shape), dt)
     if layout == "channels_last":
         return _cl_conv2d_grad_weight(x, gy, a, shape, dt, ct)
-    gr = _ConvGrid(n, c, h, wd, kh, kw, gy.shape[2], gy.shape[3], a, ct)
+    f = _s2d_factor(a, kh, kw)
+    if f is not None:
+        x, a = _space_to_depth(x, a, gy.shape[2], gy.shape[3], kh, kw, ct), _STRIDE_1
+        n, c, h, wd = x.shape
+        kh, kw = kh // f[0], kw // f[1]
+    gr = _ConvGrid(n, c, h, wd, kh, kw, gy.shape[2], gy.shape[3], a, ct, False if f is not None else None)
     g = gr.groups
     gm = gr.out_grid(gy)
     acc = None  # cols @ gy^T [G, cg*kh*kw, O/G]: OpenBLAS's faster orientation
     for s, e, cols in _input_column_blocks(gr, x, c * kh * kw, ct):
         t = cols.reshape(g, -1, e - s) @ gm[:, s:e].reshape(g, o // g, e - s).transpose(0, 2, 1)
         acc = t if acc is None else np.add(acc, t, out=acc)
-    return _out(acc.transpose(0, 2, 1).reshape(shape), dt)
+    gw = acc.transpose(0, 2, 1).reshape(o, c // g, kh, kw)
+    return _out(np.ascontiguousarray(_s2d_weight_back(gw, *f)) if f is not None else gw.reshape(shape), dt)
 
 
 @kernel("conv2d_grad_input")

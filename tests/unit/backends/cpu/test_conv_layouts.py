@@ -28,6 +28,11 @@ CASES = [
      "channels_last"),
     ("flat-groups", (2, 8, 6, 6), (4, 4, 3, 3), {"stride": [2, 2], "groups": 2}, "flat"),
     ("flat-few-channels", (2, 3, 7, 7), (4, 3, 3, 3), {"stride": [2, 2], "padding": [1, 1]}, "flat"),
+    # strided, the kernel a multiple of the stride: the forward and weight gradient run on the space-to-depth
+    ("flat-s2d-dcgan", (2, 1, 8, 8), (3, 1, 4, 4), {"stride": [2, 2], "padding": [1, 1]}, "flat"),
+    ("flat-s2d-rect-wide-pad", (2, 3, 9, 7), (4, 3, 4, 3), {"stride": [2, 3], "padding": [2, 1]}, "flat"),
+    ("flat-s2d-uncovered-tail", (1, 2, 10, 9), (2, 2, 2, 2), {"stride": [2, 2]}, "flat"),
+    ("flat-s2d-one-column", (2, 1, 6, 5), (2, 1, 4, 1), {"stride": [2, 1], "padding": [1, 0]}, "flat"),
 ]
 
 
@@ -57,6 +62,7 @@ def _run(sx, sw_, a, dtype, with_bias):
 @pytest.mark.parametrize("name,sx,sw_,a,layout", CASES, ids=[c[0] for c in CASES])
 def test_layout_matches_reference(name, sx, sw_, a, layout, dtype):
     assert conv._layout(sx[0], sx[1], sx[2], sx[3], sw_[2], sw_[3], a) == layout
+    assert (layout == "flat" and conv._s2d_factor(a, sw_[2], sw_[3]) is not None) == name.startswith("flat-s2d")
     tol = 1e-4 if dtype == np.float32 else 1e-11
     for got, want in _run(sx, sw_, a, dtype, with_bias=name.startswith(("dense", "cl-stride-pad"))):
         assert got.dtype == dtype and got.shape == want.shape
