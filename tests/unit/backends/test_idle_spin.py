@@ -56,9 +56,21 @@ def test_no_spin_unless_the_last_iteration_did_work(pair):
     assert time.perf_counter() - t0 < 1.0
 
 
+class _Clock:
+    """A clock the test moves: each read is ``step`` seconds after the last."""
+
+    def __init__(self, step: float):
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
 def test_misses_back_off_and_a_catch_resets(pair):
     a, b = pair
     spin = IdleSpin(0.001, cores=2)
+    spin.clock = _Clock(1.0)  # (the work after each miss comes long after it: a miss, not a message just late)
     skipped = []
     for _ in range(8):  # each miss skips twice as many idle periods as the last one
         spin.worked()
@@ -103,3 +115,39 @@ def test_the_knob():
     for bad in ("fast", "-1", "nan"):
         with pytest.raises(ValueError, match="TENSORWIRE_WORKER_SPIN_US"):
             spin_from_env({"TENSORWIRE_WORKER_SPIN_US": bad})
+
+
+def test_work_just_after_a_spin_gave_up_lengthens_the_bound(pair):
+    """A message that comes soon after the spin gave up (a loop that records ~300 us between its messages against a
+    250 us bound) is no miss: the bound grows to catch the next one, up to MAX_BOUND_FACTOR times the set bound; a
+    pause halves it back."""
+    a, b = pair
+    spin = IdleSpin(0.001, cores=2)
+    clock = spin.clock = _Clock(0.0)
+    spin.worked()
+    assert spin.wait(a.poll) is None and spin.skip == 1  # (the spin caught nothing ...)
+    clock.now += 0.0016  # (... and the next message came 1.6 ms after it started)
+    spin.worked()
+    assert spin.skip == 0 and spin.skip_next == 1 and spin.bound == pytest.approx(0.002)
+    t0 = time.perf_counter()
+    assert spin.wait(a.poll) is None and time.perf_counter() - t0 >= 0.002 - 1e-4  # (it spun the longer bound)
+    clock.now += 0.1  # far later than any spin: a pause
+    spin.worked()
+    assert spin.bound == pytest.approx(0.001)
+    for _ in range(3):  # never past its cap
+        spin.skip = 0
+        spin.worked()
+        spin.wait(a.poll)
+        clock.now += 0.00099 * idle_spin.MAX_BOUND_FACTOR
+        spin.worked()
+    assert spin.bound == pytest.approx(0.001 * idle_spin.MAX_BOUND_FACTOR)
+    b.send(b"x")
+    spin.skip = 0
+    spin.worked()
+    assert spin.wait(a.poll) == zmq.POLLIN and a.recv() == b"x"  # (caught at once: the bound eases 2%)
+    assert spin.bound == pytest.approx(0.98 * 0.001 * idle_spin.MAX_BOUND_FACTOR)
+    for _ in range(200):  # ... back to the set bound, catch by catch
+        b.send(b"x")
+        spin.worked()
+        assert spin.wait(a.poll) and a.recv() == b"x"
+    assert spin.bound == pytest.approx(0.001)
