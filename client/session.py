@@ -92,8 +92,11 @@ MAX_PENDING_NODES = 8192
 #: ``loss.backward()`` ships the pending batch first, without waiting for an answer, when it holds at least this
 #: many nodes (TENSORWIRE_SHIP_FORWARD_NODES; 0 turns it off): the devices run the forward pass while the client
 #: records the backward pass and the update (see :meth:`Session.ship_forward`). A count of the program's own nodes,
-#: so the split is the same every time the same step runs (each side is one plan, cached like any batch's)
-SHIP_FORWARD_NODES = int(os.environ.get("TENSORWIRE_SHIP_FORWARD_NODES", "32"))
+#: so the split is the same every time the same step runs (each side is one plan, cached like any batch's). 8, not
+#: 32 since session 36: on the lane a message costs the client ~10 us, and a forward that waits for the read costs
+#: it a round trip (the char-RNN classifier's names under six letters, a fifth of its steps: a step 614-630 -> 558-584
+#: us)
+SHIP_FORWARD_NODES = int(os.environ.get("TENSORWIRE_SHIP_FORWARD_NODES", "8"))
 MAX_PENDING_BYTES = 64 << 20
 MAX_PLANS = 1024
 MAX_WHERE = 1 << 16
