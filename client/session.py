@@ -107,8 +107,9 @@ MAX_SCALARS_TRACKED = 4096
 LAZY_HOST_OPS = HOST_OPS - {"floor_divide", "remainder"}
 #: ... and the most of them one fetch takes along
 MAX_PREFETCH = 1024
-#: answers of batches shipped ahead (``Session.ship_forward``) not read yet, at most: a loop that reads none of their
-#: values would leave them to pile up unread at the worker (its answer bounds then drop answers that are waited for)
+#: answers of batches shipped ahead (``Session.ship_forward``) not read yet, at most: past them no forward is shipped
+#: ahead (the loop reads none of their values; they would pile up unread at the worker, whose answer bounds then drop
+#: answers that are waited for)
 MAX_AHEAD = 4
 #: how long a client busy-waits for an answer before it blocks (TENSORWIRE_CLIENT_SPIN_MS). A blocked process on a
 #: virtual machine wakes slowly (an idle vCPU halts: hundreds of microseconds per message); the client has nothing else
@@ -1050,13 +1051,17 @@ class Session:
         worker answers with them as soon as they are made, and nobody waits for that answer. The value read later
         (``loss.item()`` after ``backward()`` and the update) is then the client's: the work recorded since goes out
         without waiting, and the read waits only for the forward's answer, which has usually come meanwhile
-        (:meth:`_value_ahead`), instead of a round trip behind the backward pass."""
+        (:meth:`_value_ahead`), instead of a round trip behind the backward pass.
+
+        With :data:`MAX_AHEAD` such answers unread, the loop does not read its values after each step (it reads its
+        losses after the loop, or every so many steps): the forward then stays with the rest of its step, one
+        message, until a wait has read them. A step in two messages costs the devices a message more and a plan
+        split in two, which only the read it speeds up pays for (the GCN script, which reads its losses after its
+        loop: ~30% slower shipped ahead each step, whether or not it waited for the unread answers)."""
         if len(self._pending) < SHIP_FORWARD_NODES or SHIP_FORWARD_NODES <= 0 or self._capture is not None \
-                or self.closed:
+                or self.closed or len(self._ahead_q) >= MAX_AHEAD:
             return
         with self._lock:
-            while len(self._ahead_q) >= MAX_AHEAD:  # (a loop that reads none of them: their answers read, in order)
-                self._await_ahead(next(iter(self._ahead_q)))
             self._flush([], False, ahead=True)
 
     def mark_step(self) -> None:
