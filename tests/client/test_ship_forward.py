@@ -107,17 +107,21 @@ def test_values_ahead_through_the_dispatcher_too(session, cluster, monkeypatch):
         relayed.close()
 
 
-def test_answers_ahead_that_nobody_reads_stay_few(session, monkeypatch):
+@pytest.mark.parametrize("unread_nodes,messages", [(1000, 0), (4, 1)])  # (no step ends in a sync here)
+def test_answers_ahead_that_nobody_reads_stay_few(session, monkeypatch, unread_nodes, messages):
     """A loop that never reads its loss leaves no pile of unread answers at the worker (whose answer bounds would
-    then drop answers someone waits for): past ``MAX_AHEAD`` the forward stays with the rest of its step, and the
-    loop does not wait for the devices."""
+    then drop answers someone waits for): past ``MAX_AHEAD`` the forward asks for nothing, and stays with the rest of
+    its step unless it has ``SHIP_UNREAD_NODES``; the loop does not wait for the devices."""
     monkeypatch.setattr(session_mod, "SHIP_FORWARD_NODES", 8)
+    monkeypatch.setattr(session_mod, "SHIP_UNREAD_NODES", unread_nodes)
     monkeypatch.setattr(session_mod, "MAX_AHEAD", 2)
     lin = nn.Linear(6, 6).double()
     x = tw.tensor(np.random.default_rng(0).standard_normal((4, 6)))
     waits = []
     losses = []
+    sent = []
     for step in range(12):
+        sent.append(session._n_async)
         h = x
         for _ in range(4):
             h = lin(h).tanh()
@@ -132,6 +136,8 @@ def test_answers_ahead_that_nobody_reads_stay_few(session, monkeypatch):
             wait = session._wait
             monkeypatch.setattr(session, "_wait", lambda *a, wait=wait, **k: waits.append(a) or wait(*a, **k))
     assert not waits  # (the loop never waited for the devices)
+    assert {b - a for a, b in zip(sent[4:], sent[5:])} == {messages}  # (messages a step, past the unread answers)
+    assert len(session._ahead_q) == 2
     assert losses[-1].item() < losses[0].item()  # (both read: the newest fetched, the oldest from its answer)
 
 
