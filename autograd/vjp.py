@@ -528,20 +528,24 @@ def _rms_norm(c):
 def _batch_norm(c):
     """Two ops for any number of parameters, where the decomposition's rules record ~25: ``batch_norm_grad_stats``
     (the per-channel sums of g and g * x_hat: the bias's and the weight's gradients) and ``batch_norm_grad`` (the
-    input's, in closed form; in training the batch statistics, recomputed by ``batch_norm_stats``, depend on the
-    input). The running statistics of eval mode are constants. The backward ops are composites too: double backward
+    input's, in closed form; in training the batch statistics, the forward's ``stats`` input or else recomputed by
+    ``batch_norm_stats``, depend on the input: that input gets no gradient of its own). The running statistics of
+    eval mode are constants. The backward ops are composites too: double backward
     goes through their decompositions."""
     x = c.x[0]
     training = a_bool(c.a, "training")
     eps = a_num(c.a, "eps", 1e-5)
     has_w, has_b = a_bool(c.a, "has_weight"), a_bool(c.a, "has_bias")
-    first = 1 if training else 3
+    given = training and a_bool(c.a, "has_stats")  # (the forward's batch statistics, an input: no gradient)
+    first = (1 + given) if training else 3
     iw = first if has_w else None
     ib = first + has_w if has_b else None
     need_w = iw is not None and c.needs[iw]
     need_b = ib is not None and c.needs[ib]
     g = c.g.cast(x.dtype)
-    if training:
+    if given:
+        stats = c.x[1]
+    elif training:
         stats = x.op("batch_norm_stats")
     else:
         st = D.float32 if x.dtype in D.HALF else D.float_of(x.dtype)

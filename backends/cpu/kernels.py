@@ -1098,7 +1098,12 @@ def _bn_affine(ins: list, a: dict) -> tuple:
 def _batch_norm(ins, a, shape, dt):
     ct = _compute(dt)
     x3 = _bn3(_arr(ins[0], ct))
-    if a.get("training"):
+    if a.get("training") and a.get("has_stats"):  # (the batch statistics given: batch_norm_stats's [2C])
+        st = np.asarray(ins[1], np.float64)
+        c = x3.shape[1]
+        mean, var = st[:c], st[c:]
+        rest = ins[2:]
+    elif a.get("training"):
         mean, var = _bn_moments(x3)
         rest = ins[1:]
     else:

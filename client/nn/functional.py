@@ -159,8 +159,8 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     """Batch normalisation over every dim but 1 (torch's ``F.batch_norm``). In training mode the batch's statistics
     normalise and the running statistics, when given, are updated: ``(1 - momentum) * running + momentum * stat``
     with the unbiased variance (recorded ops: the buffers are rebound to their new values, as torch updates them in
-    place). One ``batch_norm`` op (``protocol/ops/nn.py``) and, in training with running statistics, one
-    ``batch_norm_stats`` and one ``batch_norm_update`` per buffer."""
+    place). One ``batch_norm`` op (``protocol/ops/batch_norm.py``) and, in training, the ``batch_norm_stats`` it
+    reads (with the backward and one ``batch_norm_update`` per running buffer)."""
     return _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
 
 
@@ -186,18 +186,22 @@ def _batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor 
         if n == 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input size "
                              f"{list(input.shape)}")
-        if running_mean is not None or running_var is not None:
-            with no_grad():
-                stats = input._rec("batch_norm_stats", [input], {})
+        # (made once: the normalisation, the running buffers and the backward read them; with its history, which
+        # a double backward differentiates, though batch_norm's rule gives it no gradient of its own)
+        stats = input._rec("batch_norm_stats", [input], {})
+        with no_grad():
+            if running_mean is not None or running_var is not None:
                 at = {"n": n} if count is not None else {"n": n, "momentum": 0.1 if momentum is None else
                                                          float(momentum)}
                 extra = [count] if count is not None else []
                 for which, buf in (("mean", running_mean), ("var", running_var)):
                     if buf is not None:
                         rebind(buf, buf._rec("batch_norm_update", [buf, stats, *extra], {**at, "which": which}))
-    ins = [input] if training else [input, running_mean, running_var]
+    ins = [input, stats] if training else [input, running_mean, running_var]
     attrs = {"training": bool(training), "eps": float(eps), "has_weight": weight is not None,
              "has_bias": bias is not None}
+    if training:
+        attrs["has_stats"] = True
     ins += [t if t.ndim == 1 else t.reshape(channels) for t in (weight, bias) if t is not None]
     return input._rec("batch_norm", ins, attrs)
 

@@ -16,9 +16,11 @@ from .table import OPS, _scalar, composite
 # ------------------------------------------------------------------------------------------------ batch norm
 #
 # torch's batch norm: statistics over every dim but 1 (the channels). One output per node, so training records
-# ``batch_norm(x, [weight], [bias])`` (it computes the batch statistics itself, so its gradient with respect to x is
-# the plain partial derivative) and, when running statistics are tracked, ``batch_norm_stats(x)`` feeding one
-# ``batch_norm_update`` per buffer. The backward is ``batch_norm_grad_stats`` (the per-channel sums of g and
+# ``batch_norm_stats(x)`` and ``batch_norm(x, stats, [weight], [bias])`` (``has_stats``; without it batch_norm computes
+# the statistics itself), the statistics also feeding one ``batch_norm_update`` per tracked running buffer and the
+# backward, which would otherwise compute them twice more (three passes over x, ~0.7 ms of a DCGAN step). The
+# gradient of batch_norm with respect to x accounts for the statistics' dependence on x, and ``stats`` gets none
+# (its history serves a double backward). The backward is ``batch_norm_grad_stats`` (the per-channel sums of g and
 # g * x_hat, which are also the bias's and the weight's gradients) and ``batch_norm_grad`` (the input's gradient in
 # closed form). Statistics travel as one [2C] vector: the means, then the biased variances (float32 for 16-bit
 # inputs, as torch's CPU keeps them). Eval mode normalises with the running statistics instead.
@@ -66,14 +68,24 @@ def _bn_eps(attrs: dict) -> float:
     return eps
 
 
+def _bn_norm_inputs(attrs: dict) -> tuple[str, ...]:
+    """The inputs of ``batch_norm`` between x and the weight: the batch statistics in training when ``has_stats``
+    says they are given, the running ones in eval."""
+    if a_bool(attrs, "training"):
+        return ("stats",) if a_bool(attrs, "has_stats") else ()
+    return "running_mean", "running_var"
+
+
 def _batch_norm_infer(metas, attrs):
     (s, d) = metas[0]
     c = _bn_input("batch_norm", s, d)
     _bn_eps(attrs)
-    training = a_bool(attrs, "training")
-    names = _bn_layout("batch_norm", len(metas), attrs, 1, () if training else ("running_mean", "running_var"))
+    names = _bn_layout("batch_norm", len(metas), attrs, 1, _bn_norm_inputs(attrs))
     for name, m in zip(names, metas[1:]):
-        _bn_per_channel("batch_norm", name, m, c)
+        if name == "stats":
+            _bn_stats_meta("batch_norm", m, c, d)
+        else:
+            _bn_per_channel("batch_norm", name, m, c)
     return tuple(s), d
 
 
@@ -107,18 +119,20 @@ def _bn_as(g, v, dt: D.DType):
     return v if v.dtype is dt else g.op("cast", v, dtype=dt.name)
 
 
-@composite("batch_norm", None, _batch_norm_infer, attrs=("training", "eps", "has_weight", "has_bias"))
+@composite("batch_norm", None, _batch_norm_infer, attrs=("training", "eps", "has_weight", "has_bias", "has_stats"))
 def _batch_norm(g, x, *rest):
     """Batch normalisation (torch's ``F.batch_norm``): ``x * a + b`` per channel (dim 1) with ``a = weight * rstd``,
-    ``b = bias - mean * a``, ``rstd = 1 / sqrt(var + eps)``. Training (inputs x[, weight][, bias]): the batch's mean
-    and biased variance over every dim but 1; eval (inputs x, running_mean, running_var[, weight][, bias]): the
-    running statistics."""
+    ``b = bias - mean * a``, ``rstd = 1 / sqrt(var + eps)``. Training (inputs x[, stats][, weight][, bias]): the
+    batch's mean and biased variance over every dim but 1 (``stats``, ``batch_norm_stats(x)``, when ``has_stats``);
+    eval (inputs x, running_mean, running_var[, weight][, bias]): the running statistics."""
     *ins, attrs = rest
     training = a_bool(attrs, "training")
     st = _bn_stat_dtype(x.dtype)
-    names = _bn_layout("batch_norm", 1 + len(ins), attrs, 1, () if training else ("running_mean", "running_var"))
+    names = _bn_layout("batch_norm", 1 + len(ins), attrs, 1, _bn_norm_inputs(attrs))
     named = dict(zip(names, ins))
-    if training:
+    if "stats" in named:
+        mu, var = _bn_split(g, named["stats"], x.shape[1])
+    elif training:
         mu, var = _bn_moments(g, x)
     else:
         mu, var = _bn_as(g, named["running_mean"], st), _bn_as(g, named["running_var"], st)

@@ -63,3 +63,20 @@ def test_channel_blocks_and_columns_agree_bitwise(shape, monkeypatch):
     monkeypatch.setattr(kernels, "_BN_BLOCK_ROWS", 0)
     for a, b in zip(blocks, _run(shape)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_batch_norm_reads_given_statistics(shape):
+    """In training with ``has_stats`` the kernel normalises with the [2C] statistics it is given (batch_norm_stats's,
+    which the client records once for the normalisation, the running buffers and the backward): the output of the
+    statistics it computes itself, within float32 rounding of the statistics."""
+    x, _, w, b = _inputs(shape)
+    f32 = D.float32
+    train = {"training": True, "eps": EPS, "has_weight": True, "has_bias": True}
+    stats = KERNELS["batch_norm_stats"]([x], {}, (2 * shape[1],), f32)
+    given = KERNELS["batch_norm"]([x, stats, w, b], {**train, "has_stats": True}, shape, f32)
+    own = KERNELS["batch_norm"]([x, w, b], train, shape, f32)
+    np.testing.assert_allclose(given, own, rtol=1e-5, atol=1e-5)
+    with pytest.raises(AssertionError):  # (it does read them)
+        np.testing.assert_allclose(KERNELS["batch_norm"]([x, stats * 2, w, b], {**train, "has_stats": True}, shape,
+                                                         f32), own, rtol=1e-5, atol=1e-5)
