@@ -11,22 +11,14 @@ import pytest
 
 import tensorwire as tw
 
+from ._calls import counted
+
 
 @contextlib.contextmanager
 def round_trips(session):
     """Counts the batches the session ships while the block runs (``n[0]``)."""
-    n = [0]
-    orig = session._flush
-
-    def counted(*a, **k):
-        n[0] += 1
-        return orig(*a, **k)
-
-    session._flush = counted
-    try:
+    with counted(session, "_flush") as (n, _):
         yield n
-    finally:
-        del session._flush
 
 
 def test_iterating_a_fetched_small_tensor_makes_no_round_trip(session):

@@ -4,7 +4,6 @@ and the collector's settings in a client process. Ops are counted at ``Session.r
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -17,24 +16,7 @@ from tensorwire import views as V
 from tensorwire.indexing import _basic_parts, _expand_key
 from tensorwire.protocol.graph import attrs_key
 
-
-@contextlib.contextmanager
-def counted(session, method: str):
-    """Counts the calls of ``session.<method>`` while the block runs (``n[0]``; ``ops``: each call's first
-    argument)."""
-    n, ops = [0], []
-    orig = getattr(session, method)
-
-    def wrapper(*a, **k):
-        n[0] += 1
-        ops.append(a[0] if a else None)
-        return orig(*a, **k)
-
-    setattr(session, method, wrapper)
-    try:
-        yield n, ops
-    finally:
-        delattr(session, method)
+from ._calls import counted
 
 
 @pytest.mark.parametrize("dim", [0, 1, -2, 2])

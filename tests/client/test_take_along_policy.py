@@ -8,6 +8,8 @@ import contextlib
 
 import tensorwire as tw
 
+from ._calls import counted
+
 
 @contextlib.contextmanager
 def taken_along(session):
@@ -25,22 +27,6 @@ def taken_along(session):
         yield rounds
     finally:
         del session._take_along
-
-
-@contextlib.contextmanager
-def waits(session):
-    n = [0]
-    orig = session._wait
-
-    def wrapper(*a, **k):
-        n[0] += 1
-        return orig(*a, **k)
-
-    session._wait = wrapper
-    try:
-        yield n
-    finally:
-        del session._wait
 
 
 def _step(w, k: float, kept: list | None = None):
@@ -64,7 +50,7 @@ def test_values_taken_along_that_die_unread_stop_being_taken_then_come_back(sess
     # a read that taking along would have saved: taken along again, the rest of the list with it
     kept = []
     assert _step(w, 10.0, kept) == 20.0  # (passes them over)
-    with waits(session) as n, taken_along(session) as rounds:
+    with counted(session, "_wait") as (n, _), taken_along(session) as rounds:
         assert [x.item() for x in kept] == [20.0, 22.0, 24.0]
     assert n[0] == 1 and [len(r) for r in rounds] == [2]
 
@@ -77,6 +63,6 @@ def test_a_list_read_after_a_loop_is_one_round_trip_while_taking_along_is_off(se
     assert rounds[-1] == []
     losses = [(w * float(k)).sum() for k in range(12)]
     session.flush()
-    with waits(session) as n:
+    with counted(session, "_wait") as (n, _):
         got = [lv.item() for lv in losses]
     assert got == [3.0 * k for k in range(12)] and n[0] == 1  # (more values than the steps brought: taken along)
