@@ -483,9 +483,11 @@ class LocalCluster:
 
     def _spawn(self, name: str, argv: list[str], env: dict | None = None,
                error: type[TensorwireError] = TensorwireError, launcher: bool = False) -> Service:
+        env = env or self.env
+        if launcher:  # an MPI launcher (Open MPI's refuses root unless told: collectives/network.py)
+            env = _network.launcher_env(env)
         with self._lock:
-            svc = Service(name, argv, self.log_dir / f"{name.replace(':', '-')}.log", env or self.env, error,
-                          launcher)
+            svc = Service(name, argv, self.log_dir / f"{name.replace(':', '-')}.log", env, error, launcher)
             svc.spawned_at = time.time()  # (wall clock, as file times: a beat before it is a predecessor's)
             self.services[name] = svc
             self._pids.append(svc.proc.pid)
@@ -815,9 +817,10 @@ class LocalCluster:
                     out[name] = svc.exit_reason()
             return out
 
-    def start_service(self, name: str, argv: list[str]) -> Service:
-        """Start another service (autograd, collectives...) and wait for its readiness line."""
-        svc = self._spawn(name, argv)
+    def start_service(self, name: str, argv: list[str], launcher: bool = False) -> Service:
+        """Start another service (autograd, collectives...) and wait for its readiness line. ``launcher``: ``argv``
+        starts an MPI job (:func:`tensorwire.collectives.network.launcher`), whose ranks are its processes."""
+        svc = self._spawn(name, argv, launcher=launcher)
         self._wait_ready(svc, time.monotonic() + START_TIMEOUT_S)
         return svc
 

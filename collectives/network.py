@@ -14,6 +14,10 @@ memory and writes collective results into it, so nobody off the host should be a
   and ``tensorwire up`` run): it forks the ranks and talks PMI over inherited pipes, so it listens nowhere.
   Hydra (``mpiexec``) is the fallback; its control port binds every interface whatever its options say, which
   ``docs/security.md`` records.
+- **Root.** Open MPI's ``mpiexec`` refuses to start as root unless told (a container's default user, the image of a
+  GPU machine). :func:`launcher_env` tells it, for the collectives' own job only (``OMPI_ALLOW_RUN_AS_ROOT`` and its
+  confirmation; MPICH ignores both). The ranks run our command and nothing else; an operator who set the variables
+  keeps their values.
 """
 
 from __future__ import annotations
@@ -100,4 +104,13 @@ def launcher(n: int) -> list[str] | None:
     return [exe, "-n", str(n)]
 
 
-__all__ = ["bind_env", "iface", "iface_address", "launcher", "mpiexec", "ENV_IFACE"]
+def launcher_env(environ: dict) -> dict:
+    """``environ`` with what the launcher needs to start as root (see the module's docstring): Open MPI's consent
+    to run as root where this process is root and the operator has not said otherwise; else ``environ`` itself."""
+    geteuid = getattr(os, "geteuid", None)
+    if geteuid is None or geteuid() != 0:
+        return environ
+    return {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **environ}
+
+
+__all__ = ["bind_env", "iface", "iface_address", "launcher", "launcher_env", "mpiexec", "ENV_IFACE"]

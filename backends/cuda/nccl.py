@@ -38,7 +38,7 @@ from .wheels import library_path
 
 log = logging.getLogger("tensorwire.nccl")
 
-INSTALL = 'pip install -e ".[cuda]" (or pip install nvidia-nccl-cu12)'
+INSTALL = 'pip install -e ".[cuda]" (or pip install nvidia-nccl-cu12; nvidia-nccl-cu13 with CUDA 13)'
 TRANSPORT = "nccl"
 UNIQUE_ID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES
 
