@@ -3,10 +3,10 @@
 
 The rows are ``tensorwire selftest``'s speed rows (:mod:`tensorwire.selftest`, their one home), against PyTorch on the
 same GPU, run in the same process and interleaved: matmul for 1024- and 4096-cubes in float32 and float16 (cuBLAS on
-both sides; target at least 0.9x), the 8-op elementwise chain on 64M float32 elements against ``torch.compile``
-(target at least 1.0x; eager's time is noted), and a 784-512-512-10 MLP training step against PyTorch CUDA eager
-(target at most 1.2x its time). Each timed round queues the work and then waits for the device (ours:
-``tw.synchronize()`` or a loss read; torch: ``torch.cuda.synchronize()``).
+both sides; target at least 0.9x), the 8-op elementwise chain on 64M float32 elements, ``tw.compile`` against
+``torch.compile`` (target at least 1.0x; both eager times are noted), and a 784-512-512-10 MLP training step
+against PyTorch CUDA eager (target at most 1.2x its time). Each timed round queues the work and then waits for the
+device (ours: ``tw.synchronize()`` or a loss read; torch: ``torch.cuda.synchronize()``).
 """
 
 from __future__ import annotations
