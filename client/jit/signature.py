@@ -16,16 +16,25 @@ from tensorwire.tensor import Tensor
 
 from .pytree import flatten
 
+#: the structure of ``(args, {})`` for a call of n positional tensors, by n (see :func:`signature`'s quick path)
+_TENSOR_ARGS_SPECS: dict[int, tuple] = {}
+
 
 def signature(args: tuple, kwargs: dict) -> tuple[tuple, list, list[Tensor]]:
     """``(key, leaves, tensors)``: the cache key of a call, its flattened leaves and the tensor leaves in order."""
-    leaves: list = []
-    spec = flatten((args, kwargs), leaves)
+    if not kwargs and all(type(a) is Tensor for a in args):  # (the common call, its key made without a walk)
+        spec = _TENSOR_ARGS_SPECS.get(len(args))
+        if spec is None:
+            spec = _TENSOR_ARGS_SPECS[len(args)] = flatten((args, kwargs), [])
+        leaves = list(args)
+    else:
+        leaves = []
+        spec = flatten((args, kwargs), leaves)
     parts = []
     tensors: list[Tensor] = []
     first: dict[int, int] = {}
     for x in leaves:
-        if isinstance(x, Tensor):
+        if type(x) is Tensor or isinstance(x, Tensor):
             k = first.setdefault(id(x), len(tensors))
             tensors.append(x)
             parts.append((x._shape, x.dtype.name, x._dev, x.requires_grad, id(x._s), k))

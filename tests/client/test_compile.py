@@ -255,6 +255,23 @@ def test_a_new_shape_or_scalar_records_again_and_the_cache_is_bounded(session):
     assert len(f._cache) == jit.CACHE_SIZE
 
 
+def test_a_call_of_tensors_alone_is_keyed_as_the_general_walk_keys_it(session):
+    """``signature``'s quick path (positional tensors only) makes the key the walk over ``(args, kwargs)`` makes:
+    the same tensor twice, two tensors, none; a Parameter (a subclass) and keywords take the walk itself."""
+    from tensorwire.jit.pytree import flatten
+    from tensorwire.jit.signature import signature
+
+    x, y = tw.ones(2, 3), tw.zeros(4)
+    for args in ((x,), (x, y), (x, x), (y, x, y), ()):
+        key, leaves, tensors = signature(args, {})
+        walked: list = []
+        assert key[0] == flatten((args, {}), walked) and leaves == walked == list(tensors), args
+    assert signature((x, y), {})[0] != signature((y, x), {})[0]
+    assert signature((x,), {})[0] != signature((x, x), {})[0]
+    p = nn.Parameter(tw.ones(2, 3))
+    assert signature((p,), {})[2] == [p] and signature((x,), {"k": 1})[1] == [x, 1]
+
+
 def test_an_error_inside_a_replayed_graph_names_the_users_line(session):
     @tw.compile
     def pick(x, i):
