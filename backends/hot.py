@@ -26,7 +26,10 @@ whose results the batch gets. The worker then takes the compiled plan in place o
 between two runs) if its fastest run is at most :data:`TRIAL_MARGIN` above the interpreted one's fastest (what
 others running on the machine do to a run, cache misses and a shared core's cycles, only ever adds to its time:
 medians of 3 runs took a char-RNN step's plan compiled at ~1.5x its interpreted time, issue 37); otherwise the plan
-stays interpreted for good. ``hot_trials() == 0`` takes a compiled plan unmeasured.
+stays interpreted for good. A compiled run that takes at most :data:`TRIAL_DECISIVE` (half) of the interpreted
+fastest so far ends the trial at once, compiled: no load doubles a run's CPU time, and the slow way's remaining runs
+would only cost (session 37: an 8-op chain on 8M floats ran 50 ms a run interpreted against 7 compiled, for five
+runs). ``hot_trials() == 0`` takes a compiled plan unmeasured.
 
 The trial's times and its verdict are the device's, kept by fragment (:class:`Measured`, :meth:`Structures.measure`:
 the hash of :func:`fragment`; the last :data:`STRUCTURES_REMEMBERED` fragments used), not the plan's: plans are a
@@ -111,6 +114,11 @@ TRIAL_PATIENCE = 8
 #: how much slower (a fraction of the interpreted fastest CPU time a run) a compiled plan may measure in its trial and
 #: still be taken: the two agree to rounding, and a compiled plan holds fewer temporaries
 TRIAL_MARGIN = 0.03
+#: a compiled run at most this fraction of the interpreted fastest run so far settles the trial at once: compiled. The
+#: times are the running thread's CPU time, which others' load only inflates by cache misses and a shared core's
+#: cycles, never twice over; the interpreted way's further runs would cost what a slow plan costs for nothing (an
+#: 8-op chain on 8M floats: 50 ms a run interpreted, 7 compiled, five runs each way)
+TRIAL_DECISIVE = 0.5
 
 
 class _Unkeyed:
@@ -670,9 +678,10 @@ class Trial:
     plan was built for: a first run warms the compiled runner, then each run goes the way measured fewer times so far
     (interpreted first: a new trial alternates), until each way has ``runs`` times (the running thread's CPU time
     around the runner alone); ``verdict`` is then True (take the compiled plan: its fastest run is at most
-    :data:`TRIAL_MARGIN` above the interpreted one's, or False), and later runs are interpreted until :meth:`Tier.take`
-    applies it. A compiled run that raises settles it: False. One that cannot measure (none of the kept-slot sets the
-    plan ran with, see :data:`TRIAL_PATIENCE`) leaves the plan interpreted, not remembered as slower.
+    :data:`TRIAL_MARGIN` above the interpreted one's, or False), or True as soon as a compiled run took at most
+    :data:`TRIAL_DECISIVE` of the interpreted fastest; later runs are interpreted until :meth:`Tier.take` applies it.
+    A compiled run that raises settles it: False. One that cannot measure (none of the kept-slot sets the plan ran
+    with, see :data:`TRIAL_PATIENCE`) leaves the plan interpreted, not remembered as slower.
 
     The times and the verdict are the device's (``measured``, :class:`Measured`, kept by fragment): a trial that a
     plan's session did not see to its end goes on with the next plan of the fragment, from the runs measured so far;
@@ -705,9 +714,14 @@ class Trial:
         self.verdict = self.measured.compiled = compiled
 
     def _decided(self) -> bool:
-        """Settle the trial once each way has its runs (here or in earlier plans of the fragment); whether it is."""
-        if self.verdict is None and len(self.times[0]) >= self.runs and len(self.times[1]) >= self.runs:
-            self._settle(self.best(1) <= self.best(0) * (1 + TRIAL_MARGIN))
+        """Settle the trial once each way has its runs (here or in earlier plans of the fragment), or as soon as a
+        compiled run took at most :data:`TRIAL_DECISIVE` of the interpreted fastest; whether it is settled."""
+        if self.verdict is None:
+            interp, comp = self.times
+            if interp and comp and min(comp) <= min(interp) * TRIAL_DECISIVE:
+                self._settle(True)
+            elif len(interp) >= self.runs and len(comp) >= self.runs:
+                self._settle(self.best(1) <= self.best(0) * (1 + TRIAL_MARGIN))
         return self.verdict is not None
 
     def install(self, plan, runs: int) -> None:
