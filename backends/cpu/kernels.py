@@ -1098,19 +1098,19 @@ def _bn_affine(ins: list, a: dict) -> tuple:
 def _batch_norm(ins, a, shape, dt):
     ct = _compute(dt)
     x3 = _bn3(_arr(ins[0], ct))
+    eps = a.get("eps", 1e-5)
     if a.get("training") and a.get("has_stats"):  # (the batch statistics given: batch_norm_stats's [2C])
-        st = np.asarray(ins[1], np.float64)
-        c = x3.shape[1]
-        mean, var = st[:c], st[c:]
+        mean, scale = _bn_stats(ins[1], x3.shape[1], eps)
         rest = ins[2:]
-    elif a.get("training"):
-        mean, var = _bn_moments(x3)
-        rest = ins[1:]
     else:
-        mean, var = np.asarray(ins[1], np.float64), np.asarray(ins[2], np.float64)
-        rest = ins[3:]
+        if a.get("training"):
+            mean, var = _bn_moments(x3)
+            rest = ins[1:]
+        else:
+            mean, var = np.asarray(ins[1], np.float64), np.asarray(ins[2], np.float64)
+            rest = ins[3:]
+        scale = 1.0 / np.sqrt(var + eps)
     w, b = _bn_affine(rest, a)
-    scale = 1.0 / np.sqrt(var + a.get("eps", 1e-5))
     if w is not None:
         scale = scale * w
     shift = -mean * scale if b is None else b - mean * scale
