@@ -34,7 +34,7 @@ def signature(args: tuple, kwargs: dict) -> tuple[tuple, list, list[Tensor]]:
     tensors: list[Tensor] = []
     first: dict[int, int] = {}
     for x in leaves:
-        if type(x) is Tensor or isinstance(x, Tensor):
+        if isinstance(x, Tensor):
             k = first.setdefault(id(x), len(tensors))
             tensors.append(x)
             parts.append((x._shape, x.dtype.name, x._dev, x.requires_grad, id(x._s), k))
