@@ -31,7 +31,7 @@ from collections.abc import Callable
 MODULES = ("tensorwire.complex_ops", "tensorwire.fft", "tensorwire.math_extras", "tensorwire.array_extras",
            "tensorwire.random_fills", "tensorwire.linalg_lapack", "tensorwire.linalg_decomp",
            "tensorwire.linalg_legacy", "tensorwire.sparse", "tensorwire.sorting", "tensorwire.special",
-           "tensorwire.legacy_types")
+           "tensorwire.legacy_types", "tensorwire.index_functions", "tensorwire.inplace")
 _loaded: set[str] = set()
 #: ``tw.<name>`` functions those modules give (:func:`register`); ``tensorwire.functions.METHOD_FUNCTIONS`` is this
 #: dict, its own functions taking precedence

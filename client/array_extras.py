@@ -23,6 +23,7 @@ from . import _install
 from . import combine as _combine
 from . import creation as _creation
 from . import indexing as _indexing
+from . import views as V
 from ._aliases import alias, rebind
 from .grid_sampling import grid_sampler_2d, grid_sampler_3d
 from .padding import pad as _pad
@@ -709,14 +710,12 @@ def _storage(input: Tensor) -> tuple[Tensor, int]:  # noqa: A002
     contiguous) and ``input``'s storage offset in it."""
     if input._base is None:
         return input, 0
-    if not input.numel() or not any(type(s).__name__ == "Slice" for s in input._vsteps):
-        return input._base, 0  # (reshapes, permutes and expands keep the first element where the base has it)
-    pos = root_position(input, 0)
-    if pos is None:
-        raise NotImplementedError("as_strided of a permuted or expanded view without a storage_offset: tensorwire "
-                                  "keeps no strides for it; pass storage_offset= (counted in the base's "
-                                  "row-major elements) or clone() the view first")
-    return input._base, pos
+    got = V.layout(input)
+    if got is None:
+        raise NotImplementedError("as_strided of a view that no strides describe (a reshape torch would have "
+                                  "copied): pass storage_offset= (counted in the base's row-major elements) or "
+                                  "clone() the view first")
+    return input._base, got[1]
 
 
 class AsStrided(ViewStep):

@@ -155,8 +155,8 @@ class Node:
     """One recorded differentiable op (a ``grad_fn``). ``entries``: per input
     ``(tensor, value id, version, edge, shape, dtype)``."""
 
-    __slots__ = ("op", "attrs", "entries", "dev", "seq", "shape", "dtype", "freed", "retained", "_key",
-                 "__weakref__")
+    __slots__ = ("op", "attrs", "entries", "dev", "seq", "shape", "dtype", "freed", "retained", "hooks", "holder",
+                 "_key", "__weakref__")
 
     def _init(self, op, attrs, entries, dev, shape, dtype) -> None:
         self.op = op
@@ -168,6 +168,8 @@ class Node:
         self.dtype = dtype
         self.freed = False
         self.retained = None
+        self.hooks = None  # {key: hook} of its output's ``register_hook`` (a boundary of the passes: _run_hooked)
+        self.holder = None  # ... and a weak reference to that output, whose value the pass below may read
         self._key = None if attrs else op  # (:meth:`key`'s, without its call, for a node without attributes)
 
     # (``record_grad`` makes its nodes as ``_new_node(Node)`` then ``_init``, as the session makes tensors: calling the
@@ -538,9 +540,16 @@ def _run(roots, seeds, targets, retain_graph, create_graph):
     session = roots[0]._s if roots else None
     want = None if targets is None else {id(e): k for k, e in enumerate(targets)}
     results: dict[int, list] = {}  # id(edge) -> [edge, grad]
-    pending: dict[int, list] = {}  # id(custom node) -> [node, [grad per output]]
+    pending: dict[int, list] = {}  # id(custom or hooked node) -> [node, [grad per output]]
     visited: list = []
     phase = root_edges
+    if _HOOKED[0]:  # (a root whose output has hooks: its seed goes through them, in its turn)
+        phase = []
+        for e, holder, seed in root_edges:
+            if type(e) is Node and e.hooks is not None:
+                _deliver(e, seed, want, results, pending)
+            else:
+                phase.append((e, holder, seed))
     prev = _mode.on  # (``enable_grad``/``no_grad``'s switch, without their objects: a thread-local, read and set once)
     _mode.on = bool(create_graph)
     try:
@@ -549,7 +558,12 @@ def _run(roots, seeds, targets, retain_graph, create_graph):
             if not pending:
                 break
             cn, gouts = pending.pop(max(pending, key=lambda k: pending[k][0].seq))
-            phase = _run_custom(cn, gouts, create_graph)
+            if type(cn) is Node:
+                phase = _run_hooked(cn, gouts[0], want, results)
+            else:
+                phase = _run_custom(cn, gouts, create_graph)
+        if _LEAF_HOOKS:
+            _run_leaf_hooks(results)
         if not retain_graph:
             _free_all(visited)
         if targets is None and not create_graph:  # (in place into the leaves' .grad: outside grad mode, as here)
@@ -621,7 +635,7 @@ def _walk(roots) -> tuple[list, list]:
         nodes.append(n)
         for ent in n.entries:
             e = ent[3]
-            if type(e) is Node and e not in seen:
+            if type(e) is Node and e not in seen and e.hooks is None:  # (a hooked node: a boundary, _run_hooked)
                 seen.add(e)
                 stack.append(e)
     nodes.sort(key=_by_seq)
@@ -663,8 +677,8 @@ class _Structure:
             key += (nk, d, len(ents))
             for ent in ents:
                 obj, vid, _, e, shape, dtype = ent
-                if type(e) is Node:
-                    r = index[e]
+                r = index.get(e) if type(e) is Node else None
+                if r is not None:
                     if r not in holders and obj is not None and obj._id == vid:
                         holders[r] = obj
                 else:
@@ -729,6 +743,8 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
             target_refs.append(-(k + 1))
             target_edges.append(e)
     for j, n in enumerate(nodes):
+        if n.hooks is not None:  # (a hooked node is a root here: _run_hooked delivered its gradient)
+            continue
         if (want is not None and id(n) in want) or (want is None and n.retained is not None
                                                     and n.retained() is not None):
             target_refs.append(j)
@@ -834,7 +850,15 @@ def _known_from_metas(bw: dict, grads: list) -> frozenset:
 
 
 def _deliver(e, g, want, results, pending) -> None:
-    """A gradient reached edge ``e``: keep it if wanted, queue it for a custom node's backward."""
+    """A gradient reached edge ``e``: keep it if wanted, queue it for a custom node's backward or a hooked node's
+    hooks (summed with what else reaches it, until every later node has run: ``_run`` takes them by ``seq``)."""
+    if type(e) is Node and e.hooks is not None:
+        slot = pending.get(id(e))
+        if slot is None:
+            pending[id(e)] = [e, [g]]
+        else:
+            slot[1][0] = slot[1][0] + g
+        return
     if want is None:
         if isinstance(e, _Tensor) or e.retained is not None:
             _add_result(results, e, g)
@@ -976,6 +1000,106 @@ class Function(metaclass=_FunctionMeta):
                 o.grad_fn = FunctionOutput(node, i, o)
                 o._ag = o._id
         return seq[0] if single else type(outs)(seq) if isinstance(outs, tuple) else seq
+
+
+# ----------------------------------------------------------------------------------------------
+# tensor hooks (Tensor.register_hook)
+
+#: leaf tensor id -> (weak reference to it, {key: hook}); a non-leaf's hooks are its grad_fn's (``Node.hooks``)
+_LEAF_HOOKS: dict[int, tuple] = {}
+#: whether any non-leaf has ever had a hook (``_run`` looks at its roots only then)
+_HOOKED = [False]
+
+
+class RemovableHandle:
+    """What ``register_hook`` returns: ``remove()`` takes the hook off (a context manager too, as torch's)."""
+
+    def __init__(self, hooks: dict, key):
+        self._hooks, self._key = hooks, key
+
+    def remove(self) -> None:
+        self._hooks.pop(self._key, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def register_hook(t, hook):
+    """Call ``hook(grad)`` each time the gradient with respect to ``t`` is computed (torch's ``register_hook``): its
+    result, unless None, takes the gradient's place, for ``t``'s ``.grad`` (a leaf, or a non-leaf that retains it)
+    and, for a non-leaf, for everything the backward pass computes below it. Hooks run in the order they were
+    registered, on the client, with the gradient as a tensor of the pass (its ops are recorded with the pass's).
+    A hooked non-leaf is a boundary of the backward pass: the pass stops at it, as at a custom ``Function``, until
+    every later node has sent its part of the gradient, then goes on from it with what the hooks returned."""
+    if not callable(hook):
+        raise TypeError(f"register_hook expects a callable, got {type(hook).__name__}")
+    if not t.requires_grad:
+        raise AutogradError("cannot register a hook on a tensor that doesn't require gradient")
+    if t._base is not None:
+        sync_view(t)
+    e = _edge(t)
+    if isinstance(e, _Tensor):
+        tid = id(t)
+        entry = _LEAF_HOOKS.get(tid)
+        if entry is None or entry[0]() is not t:
+            hooks = _LEAF_HOOKS
+            entry = hooks[tid] = (weakref.ref(t, lambda _r: hooks.pop(tid, None)), {})
+        hooks = entry[1]
+    elif type(e) is Node:
+        if e.hooks is None:
+            e.hooks = {}
+            e.holder = weakref.ref(t)
+            _HOOKED[0] = True
+        hooks = e.hooks
+    else:
+        raise NotImplementedError("register_hook on an output of a custom autograd.Function is not supported: "
+                                  "register it on a tensor computed from that output (x * 1), or in the "
+                                  "Function's backward")
+    key = next(_hook_ids)
+    hooks[key] = hook
+    return RemovableHandle(hooks, key)
+
+
+def _call_hooks(hooks: dict, g):
+    """``g`` through each hook in turn (one returning None leaves it as it was)."""
+    for h in list(hooks.values()):
+        r = h(g)
+        if r is None:
+            continue
+        if not isinstance(r, _Tensor):
+            raise TypeError(f"a gradient hook returned {type(r).__name__}: it must return a tensor or None")
+        if r._shape != g._shape:
+            raise ShapeError(f"hook '{getattr(h, '__name__', 'hook')}' has changed the size of value: expected "
+                             f"{list(g._shape)}, got {list(r._shape)}")
+        g = r if r.dtype is g.dtype else r.to(g.dtype)
+    return g
+
+
+def _run_hooked(n: Node, g, want, results) -> list:
+    """A hooked node's turn (every later node has run): its gradient through its hooks, kept where it is wanted
+    (retained, or a target of ``grad``: after the hooks, as torch's), then the next phase's root."""
+    if n.freed:
+        raise AutogradError(_FREED)
+    g = _call_hooks(n.hooks, g) if n.hooks else g
+    if (want is None and n.retained is not None and n.retained() is not None) or (want is not None and id(n) in want):
+        _add_result(results, n, g)
+    holder = n.holder() if n.holder is not None else None
+    if holder is not None and holder.grad_fn is not n:  # (written in place since: its value is another's)
+        holder = None
+    return [(n, holder, g)]
+
+
+def _run_leaf_hooks(results: dict) -> None:
+    """The gradients of hooked leaves (each whole: the pass is over) through their hooks, before they are kept."""
+    for got in results.values():
+        e = got[0]
+        if isinstance(e, _Tensor):
+            entry = _LEAF_HOOKS.get(id(e))
+            if entry is not None and entry[0]() is e and entry[1]:
+                got[1] = _call_hooks(entry[1], got[1])
 
 
 def _run_custom(cn: CustomNode, gouts, create_graph):

@@ -528,6 +528,51 @@ class Tensor(TensorBase):
     def new_empty(self, *size, dtype=None, device=None) -> Tensor:
         return self.new_zeros(*size, dtype=dtype, device=device)
 
+    def new(self, *args, device=None) -> Tensor:
+        """torch's legacy constructor on this tensor's dtype and device: ``x.new(2, 3)`` (or a ``Size``) is a new
+        tensor of that size (zeros here: tensorwire has no uninitialised memory), ``x.new(data)`` one of that data
+        (a list, an array or a tensor), ``x.new()`` an empty one."""
+        if not args:
+            return self.new_zeros(0, device=device)
+        if len(args) == 1 and not isinstance(args[0], int):
+            data = args[0]
+            if isinstance(data, Size):  # (a plain tuple is data, as in torch: ``x.new((2, 3))`` holds 2 and 3)
+                return self.new_zeros(*data, device=device)
+            return self.new_tensor(data.detach() if isinstance(data, Tensor) else data, device=device)
+        return self.new_zeros(*args, device=device)
+
+    def stride(self, dim: int | None = None):
+        """The strides in elements (one dim's with ``dim``), as torch reports them: row-major for a tensor that is no
+        view; a view's as its steps from its root base make them (``x.t().stride()`` is ``(1, rows)``), the layout
+        ``Tensor.as_strided`` reads (``views.strides``)."""
+        st = V.strides(self)[0]
+        if dim is None:
+            return st
+        return st[norm_dim(dim, len(st))]
+
+    def storage_offset(self) -> int:
+        """Where this tensor starts in its root base's row-major elements (0 for a tensor that is no view)."""
+        return V.strides(self)[1]
+
+    def get_device(self) -> int:
+        """The device's index, and -1 for a CPU device, as torch's (``cpu:1`` too: torch has one CPU)."""
+        dev = self.device
+        return -1 if dev.type == "cpu" else dev.index
+
+    def type_as(self, other: Tensor) -> Tensor:
+        """This tensor as ``other``'s dtype, moved to ``other``'s device when that is of another kind (torch's
+        ``self.type(other.type())``: a CPU tensor ``type_as`` a CUDA one goes to CUDA); self when both match."""
+        if not isinstance(other, Tensor):
+            raise TypeError(f"type_as(): argument 'other' must be Tensor, not {type(other).__name__}")
+        device = other.device if other.device.type != self.device.type else None
+        return self.to(dtype=other.dtype, device=device)
+
+    def pin_memory(self, device=None) -> Tensor:
+        """torch pins a host tensor's pages for fast copies to a GPU. A tensorwire tensor lives on a worker, and an
+        upload or a move between devices already goes through shared memory or the transport's own buffers: there
+        is nothing to pin, and this returns the tensor (as torch does for one already pinned)."""
+        return self
+
     # ------------------------------------------------------------------ operators
     # (``+``, ``-``, ``*`` of a 0-d int64 whose value the client keeps and a Python int, ``i + 8`` of a slice bound:
     # computed on the client first, ``known_values.known_int_op``; the general path when it stands aside)
@@ -1581,6 +1626,12 @@ class Tensor(TensorBase):
         shipped first when it is large enough (``Session.ship_forward``): the devices run it meanwhile."""
         self._s.ship_forward()
         _autograd_engine.backward(self, gradient, retain_graph, create_graph, inputs)
+
+    def register_hook(self, hook):
+        """Call ``hook(grad)`` each time the gradient with respect to this tensor is computed; a tensor it returns
+        replaces the gradient (``p.register_hook(lambda g: g.clamp(-1, 1))``). Returns a handle with ``remove()``.
+        See ``autograd_engine.register_hook``."""
+        return _autograd_engine.register_hook(self, hook)
 
     def register_post_accumulate_grad_hook(self, hook):
         """Call ``hook(self)`` after each backward pass accumulated into this leaf's ``.grad``."""

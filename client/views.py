@@ -611,6 +611,123 @@ def _pos_map(step: Slice, shape: tuple) -> tuple:
     return shape, offset, tuple(digits)
 
 
+def contiguous_strides(shape) -> tuple[int, ...]:
+    """The row-major strides (in elements) of ``shape``, as torch gives a contiguous tensor: a dim of length 0 or 1
+    has the stride the dims after it make."""
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(out))
+
+
+def _view_strides(old_shape, old_strides, new_shape) -> list[int] | None:
+    """The strides of ``new_shape`` viewing a tensor of ``old_shape`` and ``old_strides`` without a copy, or None when
+    no strides can (torch's ``computeStride``: runs of dims that are contiguous with each other may be split or
+    merged; dims of length 1 take any stride)."""
+    if not old_shape:  # (a 0-d tensor's views: dims of length 1)
+        return [1] * len(new_shape)
+    if numel(old_shape) == 0:
+        return list(old_strides) if list(old_shape) == list(new_shape) else list(contiguous_strides(new_shape))
+    new_strides = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base_stride = old_strides[-1] if old_strides else 1
+    tensor_numel, view_numel = 1, 1
+    for tensor_d in range(len(old_shape) - 1, -1, -1):
+        tensor_numel *= old_shape[tensor_d]
+        if tensor_d == 0 or (old_shape[tensor_d - 1] != 1
+                             and old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_strides[view_d] = view_numel * chunk_base_stride
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = old_strides[tensor_d - 1]
+                tensor_numel, view_numel = 1, 1
+    return None if view_d != -1 else new_strides
+
+
+def strides(t) -> tuple[tuple[int, ...], int]:
+    """``(strides, storage offset)`` of ``t`` in elements, as torch reports them (``Tensor.stride()``,
+    ``storage_offset()``): :func:`layout`'s, and for a view no strides describe what the view's value is on the
+    worker: contiguous, at offset 0."""
+    got = layout(t)
+    return got if got is not None else (contiguous_strides(t._shape), 0)
+
+
+def layout(t) -> tuple[tuple[int, ...], int] | None:
+    """``(strides, storage offset)`` of ``t`` in its root base's row-major elements (a worker's tensors are
+    contiguous, so those stand for the storage, as ``Tensor.as_strided`` reads it), or None for a view no strides
+    describe. A tensor that is no view is contiguous; a view's strides follow its steps from its root: a slice moves
+    the offset and multiplies the strides, a permute permutes them, an expand gives 0 to the dims it broadcasts, a
+    reshape splits or merges them as torch's view does (None where torch would have copied), an ``as_strided``
+    view's are its positions' lattice (None where they are none)."""
+    base = t._base
+    if base is None:
+        return contiguous_strides(t._shape), 0
+    shape, st, off = list(base._shape), list(contiguous_strides(base._shape)), 0
+    for step in t._vsteps:
+        tp = type(step)
+        if tp is Detached:
+            continue
+        if tp is Permute:
+            shape, st = [shape[d] for d in step.dims], [st[d] for d in step.dims]
+        elif tp is Expand:
+            new = list(step.shape)
+            lead = len(new) - len(shape)
+            st = [0] * lead + [0 if (shape[i] == 1 and new[lead + i] != 1) else st[i] for i in range(len(shape))]
+            shape = new
+        elif tp is Slice:
+            lens = [slice_len(a, b, k) for a, b, k in zip(step.starts, step.stops, step.steps)]
+            off += sum(a * s for a, s in zip(step.starts, st) if a)
+            st = [s * k for s, k in zip(st, step.steps)]
+            shape = lens
+            out = list(step.out_shape)
+            if out != shape:
+                new_st = _view_strides(shape, st, out)
+                if new_st is None:
+                    break
+                shape, st = out, new_st
+        elif tp is Reshape:
+            new_st = _view_strides(shape, st, list(step.shape))
+            if new_st is None:
+                break
+            shape, st = list(step.shape), new_st
+        else:
+            positions = getattr(step, "positions", None)  # (``as_strided``'s step: its positions in the root)
+            if positions is None or positions.size == 0:
+                break
+            lattice = _lattice(positions)
+            if lattice is None:
+                break
+            shape, (st, off) = list(positions.shape), lattice
+    else:
+        if tuple(shape) == tuple(t._shape):
+            return tuple(int(s) for s in st), int(off)
+    return None
+
+
+def _lattice(positions: np.ndarray) -> tuple[list[int], int] | None:
+    """``(strides, offset)`` with ``positions == offset + sum(index_d * stride_d)``, or None when none exist."""
+    off = int(positions.flat[0])
+    st = []
+    for d, n in enumerate(positions.shape):
+        if n > 1:
+            idx = [0] * positions.ndim
+            idx[d] = 1
+            st.append(int(positions[tuple(idx)]) - off)
+        else:
+            st.append(contiguous_strides(positions.shape)[d])
+    grid = np.full(positions.shape, off, dtype=np.int64)
+    for d, s in enumerate(st):
+        shape = [1] * positions.ndim
+        shape[d] = positions.shape[d]
+        grid = grid + (np.arange(positions.shape[d], dtype=np.int64) * s).reshape(shape)
+    return (st, off) if np.array_equal(grid, positions) else None
+
+
 def is_detached(t) -> bool:
     """Whether ``t`` is (a view of) a ``.data`` view: in-place updates through it are outside autograd."""
     steps = t._vsteps

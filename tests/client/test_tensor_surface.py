@@ -1,0 +1,162 @@
+"""torch Tensor methods and functions filled in (against torch): the in-place variants (``x.atan2_(y)``), ``stride()``
+and ``storage_offset()`` of views (and ``as_strided`` with them), ``new``, ``type_as``, ``get_device``,
+``pin_memory``, and the index functions ``bincount``, ``triu_indices``, ``tril_indices``, ``unravel_index``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+
+pytestmark = pytest.mark.usefixtures("session")
+
+TORCH_WHY = "PyTorch is the reference here (pip install torch==2.13.0)"
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch", reason=TORCH_WHY)
+
+
+A = np.array([[0.5, -1.25, 2.0], [0.75, 3.0, -0.5]], np.float32)
+B = np.array([[1.5, 0.5, -2.0], [2.0, -0.25, 1.0]], np.float32)
+
+# method, its arguments (a string "B": the tensor made of B), the dtype the tensor is in
+INPLACE = [("atan2", ("B",), np.float32), ("arctan2", ("B",), np.float32), ("hypot", ("B",), np.float32),
+           ("fmod", ("B",), np.float32), ("copysign", ("B",), np.float32), ("xlogy", ("B",), np.float32),
+           ("clamp_min", (0.6,), np.float32), ("clamp_max", (0.6,), np.float32), ("eq", ("B",), np.float32),
+           ("lt", ("B",), np.float32), ("greater_equal", ("B",), np.float32), ("cumsum", (1,), np.float32),
+           ("cumprod", (0,), np.float32), ("tril", (), np.float32), ("triu", (1,), np.float32),
+           ("sinh", (), np.float32), ("asin", (), np.float32), ("acosh", (), np.float32), ("sgn", (), np.float32),
+           ("deg2rad", (), np.float32), ("negative", (), np.float32), ("true_divide", ("B",), np.float32),
+           ("bitwise_and", ("B",), np.int64), ("bitwise_not", (), np.int64), ("logical_xor", ("B",), np.float32)]
+
+
+@pytest.mark.parametrize("name,args,dtype", INPLACE, ids=[c[0] for c in INPLACE])
+def test_inplace_variants_match_torch(torch, name, args, dtype):
+    a, b = (A * 4).astype(dtype), (B * 4).astype(dtype)
+    if name == "acosh":
+        a = np.abs(a) + 1
+    if name == "asin":
+        a = a / 16
+    tt, tw_ = torch.tensor(a), tw.tensor(a)
+    view = tw_[1]  # (a view of the row written: it sees the update)
+    r1 = getattr(tt, name + "_")(*[torch.tensor(b) if x == "B" else x for x in args])
+    r2 = getattr(tw_, name + "_")(*[tw.tensor(b) if x == "B" else x for x in args])
+    assert r2 is tw_ and r1 is tt
+    np.testing.assert_allclose(tw_.numpy(), tt.numpy(), rtol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(view.numpy(), tt.numpy()[1], rtol=1e-6, equal_nan=True)
+    assert tw_.dtype.name == str(tt.dtype).removeprefix("torch.")
+
+
+def test_inplace_variants_keep_torch_casting_rules():
+    with pytest.raises(tw.DTypeError, match="can't be cast"):
+        tw.tensor([1, 2]).asin_()
+    with pytest.raises(tw.DTypeError, match="float_power_"):
+        tw.tensor([1.0, 2.0]).float_power_(2)
+    x = tw.tensor([1.0, 2.0], dtype=tw.float64)
+    x.float_power_(2)
+    assert x.tolist() == [1.0, 4.0]
+    leaf = tw.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(tw.TensorwireError, match="leaf"):
+        leaf.atan2_(tw.tensor([1.0, 1.0]))
+
+
+VIEWS = [lambda x: x, lambda x: x[1], lambda x: x[:, 1:3], lambda x: x.transpose(0, 2), lambda x: x[:, ::2, 1:],
+         lambda x: x.permute(2, 0, 1)[1:], lambda x: x[0].t(), lambda x: x.reshape(6, 4)[2:5],
+         lambda x: x[:, 1].unsqueeze(1), lambda x: x[None, :, 2], lambda x: x[1, 1:2, :].expand(3, 4),
+         lambda x: x[..., 1], lambda x: x.view(-1)[3:10:2], lambda x: x[1:, :2].reshape(2, 4),
+         lambda x: x.transpose(1, 2)[:, 1:, ::2], lambda x: x.narrow(2, 1, 2).squeeze(0)]
+
+
+@pytest.mark.parametrize("k", range(len(VIEWS)))
+def test_strides_and_offsets_of_views_match_torch(torch, k):
+    base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    tv, wv = VIEWS[k](torch.from_numpy(base.copy())), VIEWS[k](tw.tensor(base))
+    assert wv.stride() == tv.stride()
+    assert wv.storage_offset() == tv.storage_offset()
+    assert [wv.stride(d) for d in range(wv.ndim)] == [tv.stride(d) for d in range(tv.ndim)]
+    # as_strided reads the root's storage: the view's own layout reads back the view
+    again = tw.as_strided(wv, wv.shape, wv.stride(), wv.storage_offset())
+    np.testing.assert_array_equal(again.numpy(), tv.numpy())
+
+
+def test_a_reshape_torch_would_copy_reads_as_contiguous(torch):
+    base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = torch.from_numpy(base.copy()).transpose(0, 2).reshape(4, 6)  # (torch copies: contiguous, offset 0)
+    w = tw.tensor(base).transpose(0, 2).reshape(4, 6)
+    assert w.stride() == t.stride() == (6, 1) and w.storage_offset() == t.storage_offset() == 0
+
+
+def test_new_type_as_get_device_pin_memory(torch):
+    x = tw.zeros(2)
+    assert x.new(2, 3).shape == (2, 3) and x.new(2, 3).dtype is tw.float32
+    assert x.new(tw.Size([3])).shape == (3,) and x.new().shape == (0,)
+    assert x.new((2, 3)).tolist() == torch.zeros(2).new((2, 3)).tolist() == [2.0, 3.0]
+    assert tw.zeros(2, dtype=tw.int32).new([1, 2]).dtype is tw.int32
+    assert tw.tensor([1, 2]).type_as(tw.zeros(1, dtype=tw.float64)).dtype is tw.float64
+    with pytest.raises(TypeError):
+        x.type_as(1.0)
+    assert x.get_device() == torch.zeros(2).get_device() == -1
+    assert x.pin_memory() is x and not x.is_pinned()
+
+
+BINCOUNT = [([0, 1, 1, 3], None, 0), ([0, 1, 1, 3], [0.5, 1, 1, 2], 0), ([2, 2], None, 5), ([], None, 3),
+            ([4], [2.0], 0), ([1, 0, 2], [1.0, 2.0, 3.0], 1)]
+
+
+@pytest.mark.parametrize("values,weights,minlength", BINCOUNT)
+@pytest.mark.parametrize("wdtype", ["float32", "float64", "int32"])
+def test_bincount_matches_torch(torch, values, weights, minlength, wdtype):
+    x = np.array(values, np.int64)
+    w = None if weights is None else np.array(weights, wdtype)
+    want = torch.bincount(torch.from_numpy(x), None if w is None else torch.from_numpy(w), minlength)
+    got = tw.bincount(tw.tensor(x), None if w is None else tw.tensor(w), minlength)
+    assert got.tolist() == want.tolist() and got.dtype.name == str(want.dtype).removeprefix("torch.")
+    assert tw.tensor(x).bincount(None if w is None else tw.tensor(w), minlength=minlength).tolist() == want.tolist()
+
+
+def test_bincount_refuses_what_torch_refuses():
+    with pytest.raises(ValueError, match="non-negative"):
+        tw.bincount(tw.tensor([-1, 2]))
+    with pytest.raises(tw.DTypeError):
+        tw.bincount(tw.tensor([1.0]))
+    with pytest.raises(tw.ShapeError, match="1-d"):
+        tw.bincount(tw.tensor([[1]]))
+    with pytest.raises(tw.ShapeError, match="same length"):
+        tw.bincount(tw.tensor([1, 2]), tw.tensor([1.0]))
+    with pytest.raises(ValueError, match="minlength"):
+        tw.bincount(tw.tensor([1]), minlength=-1)
+
+
+@pytest.mark.parametrize("row,col,offset", [(3, 3, 0), (3, 4, -1), (4, 3, 1), (0, 3, 0), (3, 3, 10), (3, 3, -10),
+                                            (1, 5, 2)])
+def test_triangle_indices_match_torch(torch, row, col, offset):
+    for name in ("triu_indices", "tril_indices"):
+        want, got = getattr(torch, name)(row, col, offset), getattr(tw, name)(row, col, offset)
+        assert got.shape == tuple(want.shape) and got.tolist() == want.tolist() and got.dtype is tw.int64
+    assert tw.tril_indices(3, 3, dtype=tw.int32).dtype is tw.int32
+    with pytest.raises(ValueError, match="non-negative"):
+        tw.triu_indices(-1, 3)
+    with pytest.raises(tw.DTypeError):
+        tw.triu_indices(3, 3, dtype=tw.float32)
+
+
+@pytest.mark.parametrize("indices,shape", [([4, 1, -1, 6, -7], (2, 3)), ([[1, 5]], (2, 3)), ([1, 2], 3),
+                                           ([7, 0], (2, 2, 2)), (5, (2, 3))])
+def test_unravel_index_matches_torch(torch, indices, shape):
+    want = torch.unravel_index(torch.tensor(indices), shape)
+    got = tw.unravel_index(tw.tensor(indices), shape)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.tolist() == b.tolist() and a.dtype is tw.int64
+
+
+def test_unravel_index_refuses_what_torch_refuses():
+    with pytest.raises(TypeError, match="integer dtype"):
+        tw.unravel_index(tw.tensor([1.0]), (2, 3))
+    with pytest.raises(ValueError, match="negative"):
+        tw.unravel_index(tw.tensor([1]), (2, -3))
+    with pytest.raises(TypeError):
+        tw.unravel_index(3, (2, 3))
