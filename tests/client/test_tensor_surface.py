@@ -160,3 +160,42 @@ def test_unravel_index_refuses_what_torch_refuses():
         tw.unravel_index(tw.tensor([1]), (2, -3))
     with pytest.raises(TypeError):
         tw.unravel_index(3, (2, 3))
+
+
+@pytest.mark.parametrize("shape,wrap", [((3, 3), False), ((7, 3), True), ((7, 3), False), ((2, 2, 2), False),
+                                        ((3, 5), False)])
+def test_fill_diagonal_matches_torch(torch, shape, wrap):
+    t, w = torch.zeros(shape), tw.zeros(*shape)
+    t.fill_diagonal_(5, wrap=wrap)
+    assert w.fill_diagonal_(5, wrap=wrap) is w
+    np.testing.assert_array_equal(w.numpy(), t.numpy())
+    with pytest.raises(tw.ShapeError, match="equal length"):
+        tw.zeros(2, 3, 4).fill_diagonal_(1)
+
+
+def test_random_and_bernoulli_fill_in_place_with_torch_ranges():
+    x = tw.zeros(2000)
+    assert x.random_() is x
+    v = x.numpy()
+    assert v.min() >= 0 and v.max() <= 2**24 and v.max() > 2**20 and np.all(v == np.round(v))
+    b = tw.zeros(2000, dtype=tw.int8).random_().numpy()
+    assert b.min() >= 0 and b.max() <= 127 and b.max() > 100
+    assert set(tw.zeros(300).random_(5).tolist()) == {0, 1, 2, 3, 4}
+    assert set(tw.zeros(300).random_(2, 4).tolist()) == {2, 3}
+    assert set(tw.zeros(300, dtype=tw.bool).random_().tolist()) == {False, True}
+    with pytest.raises(ValueError):
+        tw.zeros(3).random_(4, 2)
+    m = tw.zeros(4000).bernoulli_(0.3).mean().item()
+    assert 0.25 < m < 0.35
+    assert tw.zeros(2, dtype=tw.int64).bernoulli_(tw.tensor([0.0, 1.0])).tolist() == [0, 1]
+
+
+def test_detach_in_place_and_product_updates(torch):
+    x = tw.ones(2, requires_grad=True)
+    y = x * 2
+    assert y.detach_() is y and not y.requires_grad and y.grad_fn is None and y.is_leaf
+    with pytest.raises(tw.TensorwireError, match="views in-place"):
+        (x * 2)[0:1].detach_()
+    a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.ones((4, 3), np.float32)
+    want = torch.zeros(2, 3).addmm_(torch.from_numpy(a), torch.from_numpy(b), alpha=2)
+    np.testing.assert_array_equal(tw.zeros(2, 3).addmm_(tw.tensor(a), tw.tensor(b), alpha=2).numpy(), want.numpy())
