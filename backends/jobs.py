@@ -21,7 +21,9 @@ import os
 import queue
 import threading
 
-POOL_ENV = "TENSORWIRE_EXEC_THREADS"
+from tensorwire.protocol.service import EXEC_THREADS_DEFAULT
+from tensorwire.protocol.service import EXEC_THREADS_ENV as POOL_ENV
+
 OFFLOAD_ENV = "TENSORWIRE_OFFLOAD_WORK"
 #: batches touching at least this many elements run on the pool (~a few ms of work on one core)
 OFFLOAD_WORK = int(os.environ.get(OFFLOAD_ENV, str(1 << 21)))
@@ -102,7 +104,7 @@ class Pool:
     on about one call in four when the pool's four threads took turns)."""
 
     def __init__(self, threads: int | None = None):
-        self.size = max(1, int(os.environ.get(POOL_ENV, "4")) if threads is None else int(threads))
+        self.size = max(1, int(os.environ.get(POOL_ENV, EXEC_THREADS_DEFAULT)) if threads is None else int(threads))
         self.threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._idle: list[queue.SimpleQueue] = []  # the idle threads' inboxes, the one idle most recently last

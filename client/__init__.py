@@ -80,6 +80,28 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     **_names("tensorwire.legacy_types", "BFloat16Tensor", "BoolTensor", "ByteTensor", "CharTensor", "DoubleTensor",
              "FloatTensor", "HalfTensor", "IntTensor", "LongTensor", "ShortTensor"),
     "ops": ("tensorwire.ops", "ops"),  # every op by name, plugins' custom ops included: torch.ops
+    # torch's process-wide settings (what each does here: client/torch_settings.py) and dtype limits
+    **_names("tensorwire.dtype_info", "finfo", "iinfo"),
+    **_names("tensorwire.torch_settings", "set_num_threads", "get_num_threads", "set_num_interop_threads",
+             "get_num_interop_threads", "use_deterministic_algorithms", "are_deterministic_algorithms_enabled",
+             "is_deterministic_algorithms_warn_only_enabled", "set_deterministic_debug_mode",
+             "get_deterministic_debug_mode", "set_float32_matmul_precision", "get_float32_matmul_precision"),
+    "set_printoptions": ("tensorwire.printing", "set_printoptions"),
+    **_names("tensorwire.random", "get_rng_state", "set_rng_state"),
+    # torch-namespace functions: creation, windows, and nn.functional's ops as torch.X (F.X itself where torch.X
+    # takes F.X's arguments; an adapter in client/torch_namespace.py where ATen's signature differs)
+    **_names("tensorwire.creation_extras", "asarray", "range"),
+    **_names("tensorwire.windows", "bartlett_window", "blackman_window", "hamming_window", "hann_window",
+             "kaiser_window"),
+    **_names("tensorwire.nn.functional", "adaptive_avg_pool1d", "bilinear", "celu", "conv1d", "conv2d", "conv3d",
+             "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cosine_similarity", "hardshrink",
+             "pairwise_distance", "pdist", "pixel_shuffle", "pixel_unshuffle", "prelu", "rms_norm", "selu",
+             "threshold"),
+    **_names("tensorwire.torch_namespace", "adaptive_max_pool1d", "alpha_dropout", "avg_pool1d", "batch_norm",
+             "binary_cross_entropy_with_logits", "cosine_embedding_loss", "dropout", "embedding",
+             "feature_alpha_dropout", "group_norm", "hinge_embedding_loss", "instance_norm", "kl_div", "layer_norm",
+             "margin_ranking_loss", "max_pool1d", "max_pool2d", "max_pool3d", "poisson_nll_loss", "row_stack",
+             "rrelu", "triplet_margin_loss"),
 }
 #: modules a name needs besides its own: torch.backends.{cuda,mps} are the plugin packages, which load without
 #: their drivers and carry torch's flags
@@ -171,3 +193,8 @@ __all__ += ["compile", "CompileError", "CompileWarning"]  # issue 19: capture a 
 __all__ += ["BFloat16Tensor", "BoolTensor", "ByteTensor", "CharTensor", "DoubleTensor", "FloatTensor", "HalfTensor",
             "IntTensor", "LongTensor", "ShortTensor"]  # torch.FloatTensor, ...: older scripts build tensors with them
 __all__ += ["profiler", "progress"]  # issue 18: tw.profiler.profile(), hub download progress
+__all__ += ["finfo", "iinfo", "set_num_threads", "get_num_threads", "set_num_interop_threads",
+            "get_num_interop_threads", "use_deterministic_algorithms", "are_deterministic_algorithms_enabled",
+            "is_deterministic_algorithms_warn_only_enabled", "set_deterministic_debug_mode",
+            "get_deterministic_debug_mode", "set_float32_matmul_precision", "get_float32_matmul_precision",
+            "set_printoptions", "get_rng_state", "set_rng_state"]  # torch's process-wide settings

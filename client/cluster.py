@@ -41,7 +41,16 @@ from tensorwire.protocol.curve import KEYS_ENV, is_local_address
 from tensorwire.protocol.errors import DeviceError, TensorwireError
 from tensorwire.protocol.hub.client import DEFAULT_PORT as HUB_DEFAULT_PORT
 from tensorwire.protocol.named_service import HEARTBEAT_FILE_ENV
-from tensorwire.protocol.service import HEARTBEAT_ENV, HEARTBEAT_S, LIVENESS, parse_ready, stop_event_on_signals
+from tensorwire.protocol.service import (
+    EXEC_THREADS_DEFAULT,
+    EXEC_THREADS_ENV,
+    HEARTBEAT_ENV,
+    HEARTBEAT_S,
+    LIVENESS,
+    default_worker_threads,
+    parse_ready,
+    stop_event_on_signals,
+)
 
 log = logging.getLogger("tensorwire.cluster")
 
@@ -661,9 +670,21 @@ class LocalCluster:
         for w in self._spawn_workers(devices):
             self._wait_ready(w, deadline)
 
+    @property
+    def threads(self) -> int:
+        """The BLAS/OpenMP threads each worker runs kernels on (its ``--threads``): ``worker_threads``, else
+        :func:`default_worker_threads`."""
+        return self.worker_threads or default_worker_threads(len(self.devices))
+
+    @property
+    def exec_threads(self) -> int:
+        """The threads each worker runs sessions' larger batches on beside its main loop
+        (``TENSORWIRE_EXEC_THREADS`` in the cluster's environment, which its workers inherit; default 4)."""
+        return int(self.env.get(EXEC_THREADS_ENV, EXEC_THREADS_DEFAULT))
+
     def _spawn_workers(self, devices) -> list[Service]:
         """Start workers for ``devices`` (not waiting for them)."""
-        threads = str(self.worker_threads or max(1, (os.cpu_count() or 1) // max(1, len(self.devices))))
+        threads = str(self.threads)
         for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             self.env.setdefault(v, threads)
         # OpenBLAS's idle threads busy-wait ~2^28 cycles (~0.1 s) after every multiply before they sleep, taking the

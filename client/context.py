@@ -6,6 +6,8 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from tensorwire.protocol.service import EXEC_THREADS_ENV
+
 # the module, not its names: a program that imports tensorwire.session first reaches this module half-way through
 # session (session -> tensor -> the modules that add Tensor's methods, client/_install.py -> creation -> here)
 from . import session as _session
@@ -27,14 +29,21 @@ class _Local(threading.local):
 _local = _Local()
 _lock = threading.Lock()
 
+#: the embedded cluster's settings, for the next ``connect()`` without an address (None: the cluster's defaults):
+#: its workers' BLAS/OpenMP threads (``tw.set_num_threads``) and their batch pools' threads
+#: (``tw.set_num_interop_threads``), see client/torch_settings.py
+embedded_threads: int | None = None
+embedded_exec_threads: int | None = None
+
 
 def connect(address: str | None = None, token: str | None = None, *, timeout: float | None = None,
             devices=None, keys: str | os.PathLike | None = None) -> Session:
     """Connect to a dispatcher and make the session the default one; returns the :class:`Session`.
 
     With no ``address``: ``TENSORWIRE_ADDRESS`` if set, otherwise a :class:`LocalCluster` started for
-    this session (the embedded default, devices ``cpu:0`` unless ``devices=`` says otherwise), which
-    stops when the session closes or the interpreter exits. ``token`` falls back to
+    this session (the embedded default, devices ``cpu:0`` unless ``devices=`` says otherwise; its workers' threads
+    as ``tw.set_num_threads`` and ``tw.set_num_interop_threads`` said), which stops when the session closes or the
+    interpreter exits. ``token`` falls back to
     ``TENSORWIRE_TOKEN``; ``keys`` (a CURVE keys directory, see docs/security.md) to ``TENSORWIRE_KEYS``.
     """
     global _default
@@ -44,7 +53,8 @@ def connect(address: str | None = None, token: str | None = None, *, timeout: fl
     if not address:
         from .cluster import LocalCluster  # lazy: the embedded cluster's module, for a connect without an address
 
-        cluster = LocalCluster(devices=devices or ("cpu:0",))
+        env = {EXEC_THREADS_ENV: str(embedded_exec_threads)} if embedded_exec_threads is not None else None
+        cluster = LocalCluster(devices=devices or ("cpu:0",), worker_threads=embedded_threads, extra_env=env)
         address = cluster.address
     try:
         s = _session.Session(address, token, timeout=timeout, cluster=cluster, keys=keys)

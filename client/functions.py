@@ -207,7 +207,8 @@ _METHODS = (
     "select tril triu diagonal diag trace gather scatter scatter_add index_select index_add take_along_dim "
     "masked_fill masked_select nonzero softmax log_softmax clone detach bitwise_and bitwise_or bitwise_xor "
     "bitwise_not eq ne lt le gt ge dot inner outer mv mm bmm aminmax sort argsort msort topk kthvalue unique "
-    "multinomial"
+    "multinomial greater greater_equal less less_equal not_equal ravel numel is_nonzero is_same_size is_signed "
+    "clamp_min clamp_max"
 ).split() + [n for op in OPS.values() for n in op.methods]
 
 

@@ -1,7 +1,8 @@
 """``repr`` of tensors, printed like torch's (``torch/_tensor_str.py``'s algorithm, on numpy values).
 
 Differences: the dtype is shown as ``dtype=tensorwire.float16``, and the device is shown unless it
-is ``cpu:0``.
+is ``cpu:0``. :func:`set_printoptions` (``tw.set_printoptions``) sets the options below, as torch's does its
+``PRINT_OPTS``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,49 @@ import numpy as np
 
 from tensorwire.protocol import dtypes as D
 
+#: digits after the point (torch's ``precision``)
 PRECISION = 4
+#: a tensor of more elements than this is summarized: its first and last EDGEITEMS rows and columns, and "..."
 THRESHOLD = 1000
 EDGEITEMS = 3
+#: the columns a line fills before it wraps
 LINEWIDTH = 80
+#: scientific notation: True always, False never, None chosen from the values (torch's rule, :class:`_Formatter`)
+SCI_MODE: bool | None = None
+
+#: torch's profiles: (precision, threshold, edgeitems, linewidth)
+PROFILES = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80), "full": (4, math.inf, 3, 80)}
+
+
+def set_printoptions(precision: int | None = None, threshold: float | None = None, edgeitems: int | None = None,
+                     linewidth: int | None = None, profile: str | None = None, sci_mode: bool | None = None) -> None:
+    """Set how tensors print (torch.set_printoptions): ``repr(t)`` follows these from then on, in this process.
+
+    ``precision``: digits after the point (default 4); ``threshold``: a tensor of more elements is summarized
+    (default 1000); ``edgeitems``: the rows and columns a summary keeps at each end (default 3); ``linewidth``: the
+    columns a line fills (default 80); ``profile``: ``"default"``, ``"short"`` (precision 2, edgeitems 2) or
+    ``"full"`` (never summarized) sets those four first (an unknown name changes nothing, as in torch);
+    ``sci_mode``: True or False forces scientific notation on or off, None (what every call without it sets, as in
+    torch) lets the values choose."""
+    global PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH, SCI_MODE
+    if profile in PROFILES:
+        PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH = PROFILES[profile]
+    if precision is not None:
+        PRECISION = precision
+    if threshold is not None:
+        THRESHOLD = threshold
+    if edgeitems is not None:
+        EDGEITEMS = edgeitems
+    if linewidth is not None:
+        LINEWIDTH = linewidth
+    SCI_MODE = sci_mode
+
+
+def get_printoptions() -> dict:
+    """The current print options, as torch's ``torch._tensor_str.get_printoptions()`` (torch 2.13 has no
+    ``torch.get_printoptions``): ``precision``, ``threshold``, ``edgeitems``, ``linewidth``, ``sci_mode``."""
+    return {"precision": PRECISION, "threshold": THRESHOLD, "edgeitems": EDGEITEMS, "linewidth": LINEWIDTH,
+            "sci_mode": SCI_MODE}
 
 
 class _Formatter:
@@ -37,7 +77,7 @@ class _Formatter:
         absv = np.abs(vals)
         lo, hi = float(absv.min()), float(absv.max())
         self.int_mode = bool(np.all(vals == np.ceil(vals)))
-        self.sci_mode = hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4
+        self.sci_mode = (hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4) if SCI_MODE is None else bool(SCI_MODE)
         for v in vals.tolist():
             if self.sci_mode:
                 n = len(f"{v:.{PRECISION}e}")

@@ -2,11 +2,55 @@
 
 Random ops carry ``seed`` and ``offset`` attributes; the backend computes the numbers from them, so
 the same seed gives the same numbers on every device and backend, and nothing random is sent.
+
+The state is those two numbers: ``Generator.get_state()`` gives them as a tuple, ``tw.get_rng_state()`` as torch's
+kind of state, a uint8 tensor on ``cpu:0`` (:data:`STATE_MAGIC`, then the seed and the offset, 8 bytes each, little
+endian), which ``tw.set_rng_state`` and ``Generator.set_state`` take back. A state from torch (its CPU generator's
+5056 bytes of Mersenne Twister, or a CUDA generator's 16) is another algorithm's and is refused.
 """
 
 from __future__ import annotations
 
 import random as _pyrandom
+
+# (the package, for tw.tensor and tw.uint8 at call time: the client core imports this module as it loads)
+import tensorwire as _tw
+
+#: the first bytes of a state from :func:`get_rng_state`
+STATE_MAGIC = b"twrg"
+STATE_BYTES = len(STATE_MAGIC) + 16
+
+
+def encode_state(seed: int, offset: int) -> bytes:
+    """A generator's (seed, offset) as :func:`get_rng_state`'s bytes (both modulo 2**64: what the counters use)."""
+    return STATE_MAGIC + (seed % (1 << 64)).to_bytes(8, "little") + (offset % (1 << 64)).to_bytes(8, "little")
+
+
+def decode_state(state) -> tuple[int, int]:
+    """(seed, offset) from a state :func:`get_rng_state` made (a uint8 tensor, or its bytes) or from
+    ``Generator.get_state()``'s tuple; TypeError or RuntimeError, saying why, for anything else (a torch state)."""
+    if isinstance(state, (tuple, list)) and len(state) == 2:
+        return int(state[0]), int(state[1])
+    if type(state).__module__.startswith("torch"):
+        raise TypeError("set_rng_state: got a torch generator state; tensorwire's generator is counter-based (a seed "
+                        "and an offset, tw.get_rng_state()) and cannot take another algorithm's state: seed it with "
+                        "tw.manual_seed instead")
+    if isinstance(state, (bytes, bytearray)):
+        data = bytes(state)
+    elif isinstance(state, _tw.Tensor):
+        if state.dtype is not _tw.uint8:
+            raise TypeError(f"RNG state must be a uint8 tensor (tensorwire.ByteTensor), got {state.dtype}")
+        data = bytes(state.reshape(-1).tolist())
+    else:
+        raise TypeError(f"expected a uint8 tensor from tw.get_rng_state(), but got {type(state).__name__}")
+    if len(data) != STATE_BYTES or not data.startswith(STATE_MAGIC):
+        torchs = {5056: " (the size of torch's CPU generator state: Mersenne Twister's, another algorithm)",
+                  16: " (the size of torch's CUDA generator state, whose Philox numbers differ from tensorwire's)"}
+        raise RuntimeError(f"expected a tensorwire generator state of {STATE_BYTES} bytes from tw.get_rng_state() "
+                           f"(starting {STATE_MAGIC!r}), but got {len(data)} bytes{torchs.get(len(data), '')}: "
+                           f"tensorwire's generator is counter-based (a seed and an offset) and takes no other state")
+    n = len(STATE_MAGIC)
+    return int.from_bytes(data[n:n + 8], "little"), int.from_bytes(data[n + 8:], "little")
 
 
 class Generator:
@@ -29,10 +73,13 @@ class Generator:
         return self._seed
 
     def get_state(self) -> tuple[int, int]:
+        """The state: ``(seed, offset)`` (``tw.get_rng_state()`` gives the default generator's as torch's uint8
+        tensor)."""
         return (self._seed, self._offset)
 
     def set_state(self, state) -> None:
-        self._seed, self._offset = int(state[0]), int(state[1])
+        """Restore a state: :meth:`get_state`'s tuple, or a uint8 tensor from ``tw.get_rng_state()``."""
+        self._seed, self._offset = decode_state(state)
 
     def take(self, counters: int) -> tuple[int, int]:
         """Reserve ``counters`` counters; returns the (seed, offset) attributes of the op."""
@@ -55,3 +102,15 @@ def initial_seed() -> int:
 
 def seed() -> int:
     return default_generator.seed()
+
+
+def get_rng_state():
+    """The default generator's state as a uint8 tensor on ``cpu:0`` (torch.get_rng_state; 20 bytes: see this
+    module's docstring), for :func:`set_rng_state`."""
+    return _tw.tensor(list(encode_state(*default_generator.get_state())), dtype=_tw.uint8, device="cpu:0")
+
+
+def set_rng_state(new_state) -> None:
+    """Restore the default generator's state from :func:`get_rng_state`'s tensor (torch.set_rng_state): the numbers
+    drawn after it are those drawn after that call. A torch state (another algorithm) is refused, saying so."""
+    default_generator.set_state(new_state)

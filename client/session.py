@@ -130,6 +130,10 @@ REQUEST_TIMEOUT_S = float(os.environ.get("TENSORWIRE_REQUEST_TIMEOUT", "600"))
 #: after ``close()`` (``os._exit``, as multiprocessing's children do) would otherwise lose the message
 CLOSE_TIMEOUT_S = float(os.environ.get("TENSORWIRE_CLOSE_TIMEOUT", "2"))
 MAX_PROGRESS_SINKS = 64  # hub loads whose progress a session passes on at once (the oldest is dropped)
+#: while ``tw.use_deterministic_algorithms(True)`` is on, ``check(op, attrs, device, dtype)``: called for each op
+#: recorded (its output's dtype), it raises, or warns, for an op whose kernel on that device is not deterministic
+#: (``client/torch_settings.py`` installs it); None otherwise (one lookup an op)
+deterministic_check = None
 _log = logging.getLogger("tensorwire.client")
 
 
@@ -605,6 +609,8 @@ class Session:
             shape, dtype = infer(op, metas, attrs, akey)
         else:
             akey, (shape, dtype) = known
+        if deterministic_check is not None:
+            deterministic_check(op, attrs, device, dtype)
         if hid is None:
             hid = next(self._ids)
         capture = self._capture
@@ -662,6 +668,9 @@ class Session:
                 out.append(self.record(op, [out[r] if r >= 0 else vals[-r - 1] for r in refs], attrs, devs[d], kn,
                                        where))
             return out
+        if deterministic_check is not None:
+            for (op, _, attrs, d), (_, (_, dtype)) in zip(nodes, known):
+                deterministic_check(op, attrs, devs[d], dtype)
         if self._writes is not None:
             self.end_writes()
         if self._mark:

@@ -21,6 +21,16 @@ SHM_DIR = os.environ.get("TENSORWIRE_SHM_DIR", "/dev/shm" if os.path.isdir("/dev
 HEARTBEAT_ENV = "TENSORWIRE_HEARTBEAT_S"
 HEARTBEAT_S = float(os.environ.get(HEARTBEAT_ENV, "0.5"))  # services and the dispatcher exchange a heartbeat this often
 LIVENESS = 10  # ... and declare the other side dead after this many missed heartbeats
+#: the threads a worker runs sessions' larger batches on beside its main loop (``backends/jobs.py``'s pool; a
+#: ``LocalCluster`` passes it on to its workers: ``tw.set_num_interop_threads``)
+EXEC_THREADS_ENV = "TENSORWIRE_EXEC_THREADS"
+EXEC_THREADS_DEFAULT = 4
+
+
+def default_worker_threads(devices: int) -> int:
+    """The BLAS/OpenMP threads each of a host's ``devices`` workers runs kernels on when its cluster is given no
+    number (``LocalCluster(worker_threads=None)``): the host's cores shared out between them."""
+    return max(1, (os.cpu_count() or 1) // max(1, devices))
 
 
 def spin_wait(poll, spin_s: float):
