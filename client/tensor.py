@@ -675,6 +675,18 @@ class Tensor(TensorBase):
     def __rxor__(self, o):
         return self._bitwise("xor", o, True)
 
+    def __lshift__(self, o):
+        return self._binary("bitwise_left_shift", o)
+
+    def __rlshift__(self, o):
+        return self._binary("bitwise_left_shift", o, True)
+
+    def __rshift__(self, o):
+        return self._binary("bitwise_right_shift", o)
+
+    def __rrshift__(self, o):
+        return self._binary("bitwise_right_shift", o, True)
+
     def _bitwise(self, kind: str, o, reverse: bool = False):
         ot = self._operand(o)
         if self.dtype.is_floating_point or ot.dtype.is_floating_point:
@@ -1614,6 +1626,12 @@ class Tensor(TensorBase):
 
     def __ixor__(self, o):
         return self._assign(self ^ o)
+
+    def __ilshift__(self, o):
+        return self._assign(self << o)
+
+    def __irshift__(self, o):
+        return self._assign(self >> o)
 
     # ------------------------------------------------------------------ views plumbing
     def _refresh(self) -> None:

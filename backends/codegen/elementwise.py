@@ -178,6 +178,48 @@ def _bitwise(op):
     return rule
 
 
+def _shift(op):
+    """torch's shifts in the result dtype: a count below 0 or past the width shifts every bit out (0 for ``shl``; for
+    ``shr`` the sign's copies, ``a >> (width - 1)``, and 0 for uint8). C never shifts by such a count (undefined;
+    OpenCL takes it modulo the width): it is clamped to ``width - 1``, which is also the signed right shift's edge
+    value, and the other edges select 0. 8- and 16-bit operands shift in C's int and are cast back to the dtype, so
+    ``int8 1 << 7`` is -128, as torch's truncation."""
+    def rule(kb, st, vals):
+        dt = st.dtype
+        a, b = cast(vals[0], dt), cast(vals[1], dt)
+        top = const(8 * dt.itemsize - 1, dt)
+        bad = alu("gt", BOOL, b, top)
+        if dt.is_signed:
+            bad = alu("lor", BOOL, alu("lt", BOOL, b, const(0, dt)), bad)
+        v = alu(op, dt, a, where(bad, top, b))
+        if op == "shr" and dt.is_signed:
+            return v
+        return where(bad, const(0, dt), v)
+    return rule
+
+
+def _gcd(kb, st, vals):
+    return fn("igcd", st.dtype, cast(vals[0], st.dtype), cast(vals[1], st.dtype))
+
+
+def _lcm(kb, st, vals):
+    """torch's ``|a / gcd * b|``, 0 where the gcd is 0. Its kernel computes 8- and 16-bit dtypes in C's int (exact;
+    the |.| then truncated) and the others in the dtype (wrapping before the |.|): the same here. The divisor is never
+    0 or -1 in C (-1: a negation, which wraps the minimum where torch's division traps)."""
+    dt = st.dtype
+    a, b = cast(vals[0], dt), cast(vals[1], dt)
+    g = fn("igcd", dt, a, b)
+    wt = dt if dt.itemsize >= 4 else D.int32
+    a, b, gw = cast(a, wt), cast(b, wt), cast(g, wt)
+    zero, minus_one = const(0, wt), const(-1, wt)
+    is_zero, is_minus_one = alu("eq", BOOL, gw, zero), alu("eq", BOOL, gw, minus_one)
+    divisor = where(alu("lor", BOOL, is_zero, is_minus_one), const(1, wt), gw)
+    q = where(is_minus_one, alu("neg", wt, a), alu("idiv", wt, a, divisor))
+    p = alu("mul", wt, q, b)
+    r = cast(where(alu("lt", BOOL, p, zero), alu("neg", wt, p), p), dt)
+    return where(is_zero, const(0, dt), r)
+
+
 def _where(kb, st, vals):
     c, a, b = vals
     c = c if c.dtype is BOOL else alu("ne", BOOL, c, const(0, c.dtype))
@@ -254,6 +296,7 @@ RULES: dict = {
     **{op: _compare(op) for op in ("eq", "ne", "lt", "le", "gt", "ge")},
     "logical_and": _logical("land"), "logical_or": _logical("lor"), "logical_xor": _logical("ne"),
     "bitwise_and": _bitwise("and"), "bitwise_or": _bitwise("or"), "bitwise_xor": _bitwise("xor"),
+    "bitwise_left_shift": _shift("shl"), "bitwise_right_shift": _shift("shr"), "gcd": _gcd, "lcm": _lcm,
     "where": _where, "cast": _cast, "copy": _copy,
 }
 

@@ -60,6 +60,7 @@ HELPERS = {
     "fdiv_floor": 2, "fmod_py": 2,   # numpy's floor_divide / remainder on floats
     "idiv_floor": 2, "imod_py": 2,   # the same on integers (the divisor is checked non-zero first)
     "ipow": 2,                       # integer power (exponent checked non-negative first)
+    "igcd": 2,                       # torch's integer gcd: Euclid on |a| and |b| in the operands' dtype
     "rng_bits": 2,                   # SplitMix64(seed, counter) -> uint64 as int64 bits
     "u53": 1,                        # (bits >> 11) * 2**-53, float64
     "randn": 3,                      # Box-Muller of counters (seed, offset + 2i, offset + 2i + 1), float64

@@ -113,6 +113,14 @@ HELPER_TEMPLATES = {
   while (b) {{ if (b & 1) r = ({T})(r * a); a = ({T})(a * a); b >>= 1; }}
   return r;
 }}""",
+    # torch's calc_gcd: |a| and |b| in the dtype (the minimum's wraps to itself), then Euclid with C's remainder (its
+    # sign the dividend's: gcd(-128, 6) is -2 in int8, as torch's); the minimum by -1 never comes up, so nothing traps
+    "igcd": r"""TW_FN {T} tw_igcd{S}({T} a, {T} b) {{
+  if (a < 0) a = ({T})(0 - a);
+  if (b < 0) b = ({T})(0 - b);
+  while (a != 0) {{ {T} c = a; a = ({T})(b % a); b = c; }}
+  return b;
+}}""",
 }
 
 

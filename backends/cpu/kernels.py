@@ -219,7 +219,51 @@ def _pow(x, y):
     return np.power(x, y)
 
 
-for _n, _f in (("floor_divide", _floordiv), ("remainder", _remainder), ("pow", _pow)):
+def _gcd(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """torch's gcd of two arrays of one integer dtype (its ``calc_gcd``: Euclid on |x| and |y| in the dtype, with C's
+    truncating remainder). That is numpy's gcd except where an operand is a signed dtype's minimum, whose |.| wraps to
+    itself in torch's loop (gcd(-128, 6) is -2 in int8, gcd(-128, 0) is -128): those elements run the loop."""
+    g = np.asarray(np.gcd(x, y))
+    if x.dtype.kind != "i":
+        return g
+    lo = np.iinfo(x.dtype).min
+    at = (x == lo) | (y == lo)
+    if not at.any():
+        return g
+    a, b = (np.broadcast_to(v, g.shape)[at] for v in (x, y))
+    a, b = np.abs(a), np.abs(b)  # (numpy's |.| wraps the minimum to itself, as C's)
+    while True:
+        nz = a != 0
+        if not nz.any():
+            break
+        c = a[nz]
+        a[nz] = np.fmod(b[nz], c)  # (C's %: the dividend's sign; never the minimum by -1 here)
+        b[nz] = c
+    g[at] = b
+    return g
+
+
+def _lcm(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """torch's lcm, ``|x / gcd(x, y) * y|`` in the dtype (0 where the gcd is 0). Its kernel computes 8- and 16-bit
+    dtypes in C's int (exact, then truncated) and the others in the dtype, wrapping before the |.|; numpy's lcm takes
+    the |.| of the operands first, which differs where the product overflows. Here the product is exact in int64
+    (int64: wrapping) and wrapped as torch's; where torch's division traps (the minimum by a gcd of -1), it wraps."""
+    g = _gcd(x, y)
+    wide = x.dtype.itemsize >= 4
+    ct = x.dtype if x.dtype.itemsize == 8 else np.dtype(np.int64)
+    g, a, b = g.astype(ct), x.astype(ct), y.astype(ct)
+    with np.errstate(all="ignore"):
+        neg = g == -1
+        q = np.where(neg, np.negative(a), a // np.where((g == 0) | neg, 1, g))  # exact: g divides a
+        p = np.multiply(q, b)
+        if wide:
+            p = np.abs(p.astype(x.dtype))
+        else:
+            p = np.abs(p).astype(x.dtype)
+    return np.where(g == 0, x.dtype.type(0), p)
+
+
+for _n, _f in (("floor_divide", _floordiv), ("remainder", _remainder), ("pow", _pow), ("gcd", _gcd), ("lcm", _lcm)):
     KERNELS[_n] = _binary(_f)
 for _n, _f in (("logical_and", np.logical_and), ("logical_or", np.logical_or),
                ("logical_xor", np.logical_xor)):

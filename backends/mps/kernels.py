@@ -236,8 +236,37 @@ def _pow(x, y):
     return mx.power(x, y)
 
 
-for _n, _f in (("floor_divide", _zero_divisor("division")), ("remainder", _zero_divisor("modulo")), ("pow", _pow)):
+def _shift(left: bool):
+    """torch's shift of two arrays of one integer dtype. MLX's shifts are the machine's, which takes the count modulo
+    the width on 32- and 64-bit lanes (``mx.left_shift(1, 33)`` is 2 in int32); torch's count below 0 or past the
+    width shifts every bit out (0, or the sign's copies for a right shift). So the count is clamped to the width less
+    one, where a signed right shift gives the sign's copies, and the other edges select 0."""
+    def fn(x, y):
+        dt = dtype_of(x)
+        top = 8 * dt.itemsize - 1
+        bad = mx.greater(y, top)
+        if dt.is_signed:
+            bad = mx.logical_or(bad, mx.less(y, 0))
+        n = mx.where(bad, mx.array(top, dtype=x.dtype), y)
+        if left:
+            return mx.where(bad, mx.zeros_like(x), mx.left_shift(x, n))
+        r = mx.right_shift(x, n)
+        return r if dt.is_signed else mx.where(bad, mx.zeros_like(x), r)
+    return fn
+
+
+def _on_host(name: str):
+    """The numpy kernel ``name`` on the arrays' (unified) memory: torch's gcd and lcm, which MLX has not."""
+    def k(ins, a, shape, dt):
+        x, y = (np.asarray(_as(v, dt)) for v in ins)
+        return upload_numpy(np.asarray(NUMPY_KERNELS[name]([x, y], a, shape, dt)))
+    return k
+
+
+for _n, _f in (("floor_divide", _zero_divisor("division")), ("remainder", _zero_divisor("modulo")), ("pow", _pow),
+               ("bitwise_left_shift", _shift(True)), ("bitwise_right_shift", _shift(False))):
     KERNELS[_n] = _binary(_f)
+KERNELS["gcd"], KERNELS["lcm"] = _on_host("gcd"), _on_host("lcm")
 for _n, _f in (("logical_and", mx.logical_and), ("logical_or", mx.logical_or),
                ("logical_xor", lambda x, y: mx.not_equal(x, y))):
     KERNELS[_n] = (lambda f: lambda ins, a, s, dt: f(_as(ins[0], D.bool_), _as(ins[1], D.bool_)))(_f)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.ops import FLOAT_UNARY, OPS
+from tensorwire.protocol.ops import FLOAT_UNARY, OPS, binary_dtype
 
 from .cases import Case, _Graph
 from .inputs import SELECTED_DTYPES, SPECIAL, _accepts, _case, _f64, _sh, _vals
@@ -87,11 +87,74 @@ BINARY_REF: dict[str, Callable] = {
     "logical_and": lambda a, b: (a != 0) & (b != 0), "logical_or": lambda a, b: (a != 0) | (b != 0),
     "logical_xor": lambda a, b: (a != 0) ^ (b != 0),
     "bitwise_and": None, "bitwise_or": None, "bitwise_xor": None,  # on int64, see _binary_ref
+    # in the result dtype, on Python ints (torch's definitions, not numpy's functions: see _INTEGER_REF)
+    "bitwise_left_shift": None, "bitwise_right_shift": None, "gcd": None, "lcm": None,
 }
 _BITWISE = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor}
 
 
+def _wrap(v: int, dt: D.DType) -> int:
+    """The integer ``v`` modulo 2**width, in ``dt``'s range (two's complement)."""
+    w = 8 * dt.itemsize
+    v &= (1 << w) - 1
+    return v - (1 << w) if dt.is_signed and v >> (w - 1) else v
+
+
+def _lshift_ref(a: int, b: int, dt: D.DType) -> int:
+    """torch's left shift: the count below 0 or not below the width gives 0, else the product truncated."""
+    return _wrap(a << b, dt) if 0 <= b < 8 * dt.itemsize else 0
+
+
+def _rshift_ref(a: int, b: int, dt: D.DType) -> int:
+    """torch's right shift: arithmetic (Python's >> floors, as the sign's copies do); the count below 0 or not below
+    the width less one for signed dtypes shifts by that (-1 or 0), by the width for uint8 (0)."""
+    top = 8 * dt.itemsize - dt.is_signed
+    return a >> b if 0 <= b < top else a >> top
+
+
+def _c_rem(b: int, a: int) -> int:
+    """C's ``b % a``: truncating, the dividend's sign."""
+    r = abs(b) % abs(a)
+    return -r if b < 0 else r
+
+
+def _gcd_ref(a: int, b: int, dt: D.DType) -> int:
+    """torch's calc_gcd in ``dt``: |a| and |b| in the dtype (the minimum's wraps to itself), then Euclid with C's
+    remainder."""
+    a, b = _wrap(abs(a), dt), _wrap(abs(b), dt)
+    while a:
+        a, b = _c_rem(b, a), a
+    return b
+
+
+def _lcm_ref(a: int, b: int, dt: D.DType) -> int:
+    """torch's ``|a / gcd * b|``: 8- and 16-bit dtypes computed exactly (C's int) and the |.| truncated; the others
+    wrapped to the dtype before the |.| (the minimum over a gcd of -1, where torch's division traps, wraps)."""
+    g = _gcd_ref(a, b, dt)
+    if g == 0:
+        return 0
+    q, r = divmod(a, g)
+    assert r == 0, (a, b, g)
+    p = q * b
+    return _wrap(abs(p if dt.itemsize < 4 else _wrap(p, dt)), dt)
+
+
+_INTEGER_REF = {"bitwise_left_shift": _lshift_ref, "bitwise_right_shift": _rshift_ref, "gcd": _gcd_ref,
+                "lcm": _lcm_ref}
+
+
+def _integer_ref(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``op`` of ``a`` and ``b`` (broadcast) in their result dtype, element by element on Python ints."""
+    dt = binary_dtype([(a.shape, D.from_numpy(a.dtype)), (b.shape, D.from_numpy(b.dtype))])
+    f = _INTEGER_REF[op]
+    x, y = np.broadcast_arrays(a.astype(dt.np), b.astype(dt.np))
+    out = [f(int(u), int(v), dt) for u, v in zip(x.ravel().tolist(), y.ravel().tolist())]
+    return np.array(out, dtype=dt.np).reshape(x.shape)
+
+
 def _binary_ref(op, a, b):
+    if op in _INTEGER_REF:
+        return _integer_ref(op, a, b)
     if op in _BITWISE:
         if a.dtype == np.bool_ and b.dtype == np.bool_:
             return _BITWISE[op](a, b)
@@ -100,6 +163,14 @@ def _binary_ref(op, a, b):
 
 
 def _binary_inputs(op, rng, sa, da, sb, db):
+    if op in _INTEGER_REF:  # a over the dtype's range and small values; shift counts past both ends of the width
+        dt = binary_dtype([(sa, da), (sb, db)])
+        a = _int_vals(rng, sa, da, small=op in ("gcd", "lcm"))
+        if op in ("gcd", "lcm"):
+            return a, _int_vals(rng, sb, db, small=True)
+        w = 8 * dt.itemsize
+        b = rng.integers(-2 if db.is_signed else 0, w + 3, size=tuple(sb))
+        return a, (b > 0 if db is D.bool_ else b.astype(db.np))
     if op == "pow":
         a = _vals(rng, sa, da, 0.25 if da.is_floating_point else 0, 2.0 if da.is_floating_point else 3, None)
         b = _vals(rng, sb, db, -2.0 if db.is_floating_point else 0, 2.0 if db.is_floating_point else 3, 0.5)
@@ -118,6 +189,61 @@ def _binary_inputs(op, rng, sa, da, sb, db):
             sign = np.where(rng.random(sb) < 0.5, -1, 1)
             b = (mag * sign).astype(db.np) if db.is_signed or db.is_floating_point else mag
     return a, b
+
+
+def _int_vals(rng, shape, dt: D.DType, small: bool) -> np.ndarray:
+    """Integers of ``dt``: half from [-12, 12] (zeros, negatives, common divisors), half over the dtype's range (only
+    the small ones when ``small``: lcm's products of large values all overflow)."""
+    shape = tuple(shape)
+    if dt is D.bool_:
+        return rng.random(shape) < 0.5
+    info = np.iinfo(dt.np)
+    v = rng.integers(max(info.min, -12), 13, size=shape)
+    if not small:
+        v = np.where(rng.random(shape) < 0.5, v, rng.integers(info.min, info.max, size=shape, endpoint=True))
+    return v.astype(dt.np)
+
+
+#: the integer dtypes of the integer-only ops' edge cases (the suite's other cases have only int32 and int64)
+_INT_DTYPES = (D.int8, D.int16, D.int32, D.int64, D.uint8)
+
+
+def _edge_values(dt: D.DType) -> np.ndarray:
+    """The dtype's ends and the values next to them, zero, and small values of both signs with common divisors."""
+    info = np.iinfo(dt.np)
+    small = (-16, -12, -9, -6, -5, -4, -1, 0, 1, 3, 4, 6, 9, 12, 16, 77)
+    vals = {info.min, info.min + 1, info.max - 1, info.max, *(v for v in small if v >= info.min)}
+    return np.array(sorted(vals), dtype=dt.np)
+
+
+def _integer_edge_cases(op: str) -> Iterator[Case]:
+    """Every edge value against every count from -2 to the width + 2 (uint8: to the width + 2, and 254, 255) for the
+    shifts, against every edge value for gcd and lcm: a column against a row (broadcast), per integer dtype."""
+    for dt in _INT_DTYPES:
+        def build(rng, dt=dt):
+            g = _Graph()
+            a = _edge_values(dt)
+            if op in ("gcd", "lcm"):
+                b = a
+            else:
+                w = 8 * dt.itemsize
+                b = np.arange(-2, w + 3) if dt.is_signed else np.concatenate([np.arange(0, w + 3), [254, 255]])
+                b = b.astype(dt.np)
+            a, b = a[:, None], b[None, :]
+            g.ref(g.op(op, g.input(a), g.input(b)), _binary_ref(op, a, b))
+            return g
+        yield _case(f"{op}[{dt.name}:edges]", op, build)
+    # the narrow dtypes over shapes and promotions (an int8 tensor with a 0-d int64 is int8; a bool tensor with one
+    # is int64; uint8 with int8 is int16)
+    for da, sa, db, sb in ((D.int8, (2, 3), D.int8, ()), (D.int16, (0, 3), D.int16, (1, 3)), (D.uint8, (), D.uint8, ()),
+                           (D.int8, (3, 4), D.int64, ()), (D.bool_, (2, 3), D.int64, ()),
+                           (D.uint8, (2, 3), D.int8, (3,))):
+        def build(rng, da=da, sa=sa, db=db, sb=sb):
+            g = _Graph()
+            a, b = _binary_inputs(op, rng, sa, da, sb, db)
+            g.ref(g.op(op, g.input(a), g.input(b)), _binary_ref(op, a, b))
+            return g
+        yield _case(f"{op}[{da.name}:{_sh(sa)},{db.name}:{_sh(sb)}]", op, build)
 
 
 def _binary_cases(op: str) -> Iterator[Case]:
@@ -149,6 +275,9 @@ def _binary_cases(op: str) -> Iterator[Case]:
             g.ref(g.op(op, g.input(a), g.input(b)), _binary_ref(op, a, b))
             return g
         yield _case(name, op, build)
+    if op in _INTEGER_REF:
+        yield from _integer_edge_cases(op)
+        return
     if op not in ("floor_divide", "remainder", "pow") and op not in _BITWISE:
         for dt in (D.float32, D.float16):
             def build_special(rng, dt=dt):

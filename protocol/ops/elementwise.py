@@ -320,6 +320,39 @@ for _n in ("bitwise_and", "bitwise_or", "bitwise_xor"):
     register_op(OpDef(_n, 2, _binary_int(_n), kind="binary", differentiable=False, array_fn=_n))
 
 
+def _integer_only(name):
+    """Inference of torch's integer-only binary ops: the common dtype (torch's result_type, so a bool tensor with an
+    integer tensor or a Python int is that integer dtype) must be an integer one; bool with bool, floats and complex
+    are refused, as torch's kernels refuse them (``"lshift_cpu" not implemented for 'Float'``)."""
+    def f(metas, attrs):
+        d = binary_dtype(metas)
+        if d.category != 1:
+            raise DTypeError(f"{name} is only supported for integer tensors, got {d}")
+        return broadcast(metas[0][0], metas[1][0]), d
+    return f
+
+
+#: torch's integer-only binary ops: name -> (array function, doc). The shifts are numpy's and MLX's functions of that
+#: name (torch's edge counts: a count below 0 or not below the width shifts every bit out, the sign's copies for a
+#: right shift; MLX's kernel is written by hand, it masks the count); numpy's gcd and lcm differ from torch's at the
+#: dtype's minimum and where lcm overflows, and MLX has neither, so those kernels (and the suite's references) are
+#: written by hand: array function None
+INTEGER_BINARY = {
+    "bitwise_left_shift": ("bitwise_left_shift", "a << b in a's and b's common integer dtype, truncated to it; 0 where "
+                           "b < 0 or b >= the dtype's width (torch's)."),
+    "bitwise_right_shift": ("bitwise_right_shift", "a >> b (arithmetic) in the common integer dtype; where b < 0 or b "
+                            "is past the width, the sign's copies (-1 or 0; 0 for uint8), as torch's."),
+    "gcd": (None, "Greatest common divisor in the common integer dtype, torch's: Euclid on |a| and |b| (gcd(0, 0) is "
+            "0; |.| of the dtype's minimum wraps to itself, as torch's does)."),
+    "lcm": (None, "Least common multiple in the common integer dtype, torch's |a / gcd(a, b) * b| (0 where either is "
+            "0; overflow wraps as torch's does, and so does the minimum over a gcd of -1, where torch's division "
+            "traps)."),
+}
+for _n, (_f, _doc) in INTEGER_BINARY.items():
+    register_op(OpDef(_n, 2, _integer_only(_n), kind="binary", differentiable=False, array_fn=_f, methods=(_n,),
+                      doc=_doc))
+
+
 def _where_infer(metas, attrs):
     (sc, dc), (sa, da), (sb, db) = metas
     return broadcast_many(sc, sa, sb), binary_dtype([(sa, da), (sb, db)])

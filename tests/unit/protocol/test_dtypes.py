@@ -143,7 +143,9 @@ def test_hand_table_agrees_with_torch(torch):
 
 _BINARY_TORCH = {"add": "add", "mul": "mul", "div": "div", "maximum": "maximum", "eq": "eq", "lt": "lt",
                  "atan2": "atan2", "remainder": "remainder", "floor_divide": "floor_divide",
-                 "logical_and": "logical_and", "bitwise_and": "bitwise_and", "pow": "pow", "sub": "sub"}
+                 "logical_and": "logical_and", "bitwise_and": "bitwise_and", "pow": "pow", "sub": "sub",
+                 "bitwise_left_shift": "bitwise_left_shift", "bitwise_right_shift": "bitwise_right_shift",
+                 "gcd": "gcd", "lcm": "lcm"}
 
 
 @pytest.mark.parametrize("op", sorted(_BINARY_TORCH))
@@ -163,6 +165,25 @@ def test_binary_op_result_dtypes_match_torch(torch, op):
         assert got.name == _name(want), (op, a, na, b, nb)
         checked += 1
     assert checked
+
+
+@pytest.mark.parametrize("op", ["bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm"])
+def test_integer_only_ops_refuse_what_torch_refuses(torch, op):
+    """torch's integer-only binary ops: the op table refuses exactly the dtype pairs torch's CPU kernels refuse
+    (floats, complex, bool with bool; a bool tensor with an integer one is that integer dtype, accepted)."""
+    fn = getattr(torch, op)
+    for (a, na), (b, nb) in itertools.product(itertools.product(ALL, (1, 0)), repeat=2):
+        try:
+            fn(_t(torch, a, na), _t(torch, b, nb))
+            torch_accepts = True
+        except (RuntimeError, TypeError):  # (torch's NotImplementedError is a RuntimeError)
+            torch_accepts = False
+        try:
+            O.infer(op, [((2,) * na, a), ((2,) * nb, b)], {})
+            accepts = True
+        except DTypeError:
+            accepts = False
+        assert accepts == torch_accepts, (op, a.name, na, b.name, nb, torch_accepts)
 
 
 @pytest.mark.parametrize("op", ["exp", "sqrt", "sin", "neg", "abs", "floor", "sum", "mean", "cumsum", "argmax",

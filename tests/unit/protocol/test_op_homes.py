@@ -45,6 +45,26 @@ def test_every_op_with_an_array_function_has_an_mlx_kernel():
         assert name in MLX_KERNELS, name
 
 
+def test_integer_only_ops_have_every_home():
+    """torch's integer-only binary ops. The shifts' array functions are numpy's and MLX's (MLX's kernel is written by
+    hand: it masks the count); gcd and lcm have none (numpy's differ from torch's at the dtype's minimum and where lcm
+    overflows, and MLX has neither), so their kernels and references are written by hand. Each gets every home."""
+    import tensorwire as tw
+    from tensorwire.backends.codegen.elementwise import RULES as LOWERING
+    from tensorwire.tensor import Tensor
+
+    for name in ("bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm"):
+        op = OPS[name]
+        assert op.kind == "binary" and op.nin == 2 and not op.differentiable and op.methods == (name,), name
+        assert name in KERNELS and name in LOWERING and BINARY_REF.get(name, False) is None, name
+        assert callable(getattr(Tensor, name)) and callable(getattr(tw, name)), name
+        assert op.array_fn == (name if "shift" in name else None), name
+    if HAS_MLX:
+        from tensorwire.backends.mps.kernels import KERNELS as MLX_KERNELS
+
+        assert {"bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm"} <= set(MLX_KERNELS)
+
+
 def test_methods_functions_and_autocast_come_from_the_table():
     import tensorwire as tw
     from tensorwire.amp.policy import POLICIES
