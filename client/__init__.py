@@ -70,6 +70,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
              "randn", "randn_like", "randperm", "tensor", "zeros", "zeros_like"),
     **_names("tensorwire.functions", "cancel", "cat", "concat", "concatenate", "devices", "einsum",
              "get_default_device", "hstack", "is_tensor", "matmul", "max", "memory_stats", "min", "result_type",
+             "typename",
              "set_default_device", "stack", "synchronize", "tensordot", "vstack", "where"),
     **_names("tensorwire.random", "Generator", "default_generator", "initial_seed", "manual_seed", "seed"),
     "Session": ("tensorwire.session", "Session"),
@@ -90,7 +91,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     **_names("tensorwire.random", "get_rng_state", "set_rng_state"),
     # torch-namespace functions: creation, windows, and nn.functional's ops as torch.X (F.X itself where torch.X
     # takes F.X's arguments; an adapter in client/torch_namespace.py where ATen's signature differs)
-    **_names("tensorwire.creation_extras", "asarray", "range"),
+    **_names("tensorwire.creation_extras", "asarray", "range", "vander"),
+    "can_cast": ("tensorwire.dtype_info", "can_cast"),
     **_names("tensorwire.windows", "bartlett_window", "blackman_window", "hamming_window", "hann_window",
              "kaiser_window"),
     **_names("tensorwire.nn.functional", "adaptive_avg_pool1d", "bilinear", "celu", "conv1d", "conv2d", "conv3d",
@@ -101,6 +103,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
              "binary_cross_entropy_with_logits", "cosine_embedding_loss", "dropout", "embedding",
              "feature_alpha_dropout", "group_norm", "hinge_embedding_loss", "instance_norm", "kl_div", "layer_norm",
              "margin_ranking_loss", "max_pool1d", "max_pool2d", "max_pool3d", "poisson_nll_loss", "row_stack",
+             "chain_matmul",
              "rrelu", "triplet_margin_loss"),
 }
 #: modules a name needs besides its own: torch.backends.{cuda,mps} are the plugin packages, which load without

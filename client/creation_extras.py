@@ -1,5 +1,5 @@
 """torch's remaining creation functions in the torch namespace: ``tw.range`` (torch's deprecated end-inclusive
-``range``) and ``tw.asarray``."""
+``range``), ``tw.asarray`` and ``tw.vander``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 from tensorwire.protocol import dtypes as D
 
 from . import creation as _creation
+from . import linalg as _linalg
 from .combine import write_out
 from .tensor import Tensor, device_name
 
@@ -88,3 +89,16 @@ def asarray(obj, *, dtype=None, device=None, copy: bool | None = None, requires_
     if requires_grad and not out.requires_grad:
         out.requires_grad_(True)
     return out
+
+
+def vander(x: Tensor, N: int | None = None, increasing: bool = False) -> Tensor:  # noqa: N803 - torch's name
+    """The Vandermonde matrix of the 1-d ``x``: column ``j`` is ``x ** (N - 1 - j)`` (``increasing``: ``x ** j``), ``N``
+    columns (default ``len(x)``), in ``x``'s dtype, as torch's (``tw.linalg.vander`` is the increasing one)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"vander(): argument 'x' must be Tensor, not {type(x).__name__}")
+    if x.ndim != 1:
+        raise ValueError("x must be a one-dimensional tensor.")
+    if N is not None and N < 0:
+        raise ValueError("N must be non-negative.")
+    out = _linalg.vander(x, N=N)
+    return out if increasing else out.flip(-1)

@@ -186,6 +186,19 @@ def is_tensor(obj) -> bool:
     return isinstance(obj, Tensor)
 
 
+def typename(obj) -> str:
+    """A tensor's ``type()`` (``"tensorwire.float32"``), else the object's qualified name (``"int"``,
+    ``"tensorwire.nn.modules.linear.Linear"`` for the class), as torch's ``typename``."""
+    if isinstance(obj, Tensor):
+        return obj.type()
+    module = getattr(obj, "__module__", "") or ""
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if qualname is None:
+        module, qualname = obj.__class__.__module__ or "", obj.__class__.__qualname__
+    return qualname if module in ("", "builtins") else f"{module}.{qualname}"
+
+
+
 def result_type(a, b):
     """The dtype ``a op b`` produces (PyTorch's rules)."""
     ops = [(x.dtype, x.ndim) if isinstance(x, Tensor) else x for x in (a, b)]
@@ -208,7 +221,12 @@ _METHODS = (
     "masked_fill masked_select nonzero softmax log_softmax clone detach bitwise_and bitwise_or bitwise_xor "
     "bitwise_not eq ne lt le gt ge dot inner outer mv mm bmm aminmax sort argsort msort topk kthvalue unique "
     "multinomial greater greater_equal less less_equal not_equal ravel numel is_nonzero is_same_size is_signed "
-    "clamp_min clamp_max"
+    "clamp_min clamp_max get_device index_fill index_put_ is_conj is_neg is_inference "
+    # torch's in-place functions (``torch.relu_(x)`` is ``x.relu_()``)
+    "abs_ acos_ acosh_ addmv_ arccos_ arccosh_ arcsin_ arcsinh_ arctan_ arctanh_ asin_ asinh_ atan_ atanh_ ceil_ "
+    "clamp_ clamp_max_ clamp_min_ clip_ conj_physical_ cos_ cosh_ deg2rad_ detach_ erf_ erfc_ exp2_ exp_ expm1_ "
+    "fill_ fix_ floor_ frac_ gcd_ i0_ lcm_ ldexp_ log10_ log1p_ log2_ log_ logit_ nan_to_num_ neg_ negative_ "
+    "rad2deg_ reciprocal_ relu_ round_ rsqrt_ sigmoid_ sin_ sinc_ sinh_ sqrt_ square_ tan_ tanh_ trunc_ xlogy_"
 ).split() + [n for op in OPS.values() for n in op.methods]
 
 

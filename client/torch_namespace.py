@@ -13,6 +13,7 @@ differ by mode and device; ``tw.nn.functional.embedding_bag`` gives the result.
 from __future__ import annotations
 
 from . import creation as _creation
+from . import linalg as _linalg
 from .combine import vstack, where, write_out
 from .nn import functional as F
 from .tensor import Tensor
@@ -182,3 +183,11 @@ def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool, full: bool,
                      reduction: int) -> Tensor:
     """torch.poisson_nll_loss: every argument required, in ATen's order (``eps`` before the int reduction)."""
     return F.poisson_nll_loss(input, target, log_input, full, eps=eps, reduction=_reduction(reduction))
+
+
+def chain_matmul(*matrices: Tensor) -> Tensor:
+    """The product of the matrices, in the cheapest order (torch's deprecated ``chain_matmul``, which takes them as
+    arguments: ``tw.linalg.multi_dot`` of their list; one matrix is returned as it is)."""
+    if len(matrices) == 1:
+        return matrices[0]
+    return _linalg.multi_dot(matrices)

@@ -199,3 +199,26 @@ def test_detach_in_place_and_product_updates(torch):
     a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.ones((4, 3), np.float32)
     want = torch.zeros(2, 3).addmm_(torch.from_numpy(a), torch.from_numpy(b), alpha=2)
     np.testing.assert_array_equal(tw.zeros(2, 3).addmm_(tw.tensor(a), tw.tensor(b), alpha=2).numpy(), want.numpy())
+
+
+def test_in_place_functions_vander_chain_matmul_can_cast_typename(torch):
+    x = tw.tensor([0.25, -1.5, 4.0])
+    assert tw.relu_(x) is x and x.tolist() == [0.25, 0.0, 4.0]
+    assert tw.clamp_(x, max=1.0).tolist() == [0.25, 0.0, 1.0]
+    assert tw.get_device(x) == -1 and not tw.is_conj(x) and not tw.is_neg(x)
+    for v, n, inc in (([1.0, 2, 3], None, False), ([1, 2, 3], 2, True), ([2.0, -1], 4, False)):
+        want = torch.vander(torch.tensor(v), N=n, increasing=inc)
+        got = tw.vander(tw.tensor(v), N=n, increasing=inc)
+        assert got.tolist() == want.tolist() and got.dtype.name == str(want.dtype).removeprefix("torch.")
+    with pytest.raises(ValueError):
+        tw.vander(tw.ones(2, 2))
+    a, b, c = (np.arange(k * m, dtype=np.float64).reshape(k, m) for k, m in ((2, 3), (3, 4), (4, 2)))
+    np.testing.assert_allclose(tw.chain_matmul(tw.tensor(a), tw.tensor(b), tw.tensor(c)).numpy(), a @ b @ c)
+    dts = ["bool", "uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "complex64"]
+    for f in dts:
+        for t in dts:
+            assert tw.can_cast(getattr(tw, f), getattr(tw, t)) == torch.can_cast(getattr(torch, f), getattr(torch, t))
+    with pytest.raises(TypeError):
+        tw.can_cast(tw.zeros(1), tw.float32)
+    assert tw.typename(tw.zeros(2)) == "tensorwire.float32" and tw.typename(3) == "int"
+    assert tw.typename(tw.nn.Linear).endswith("Linear")
