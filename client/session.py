@@ -1227,11 +1227,14 @@ class Session:
         plane.made(made)
         dev = plane.direct_device(batch_dev, ext, fetch, header["release"])
         ch = self._ready_channel(dev) if dev is not None else None
-        if ch is not None:
-            if dev not in plane.direct:  # relayed work may still be on its way to this worker: sync it first
-                if plane.relay_unsynced:
-                    self._relay_sync()
+        if ch is not None and dev not in plane.direct:  # relayed work may still be on its way to this worker: sync it
+            if plane.relay_unsynced:
+                self._relay_sync()
+            if plane.channels.get(dev) is ch:
                 plane.direct.add(dev)
+            else:  # (the sync's wait heard that the worker is gone and dropped its channel: the relay reports it)
+                ch = None
+        if ch is not None:
             plane.used.add(dev)
         else:
             touched: set | None = set(made.values())  # (the devices it touches: None, any)
