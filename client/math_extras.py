@@ -194,18 +194,27 @@ def logaddexp2(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     return _where(a.isinf() & (a == b), a, r)
 
 
+def _x_times_log(x: Tensor, y: Tensor, log_y: Tensor, positive: Tensor) -> Tensor:
+    """``x * log_y`` that is 0 where x == 0 whatever ``log_y`` is, with torch's gradients: ``log_y`` for x (at x == 0
+    too, where the logarithm's argument is positive: ``positive``) and ``x / y``'s for y. The logarithm is taken
+    only where x != 0 or its argument is positive, and counts 0 elsewhere; an infinite one times x == 0 counts 0 (its
+    gradient for x there is 0, where torch's is the infinity)."""
+    keep = (x != 0) | positive
+    log_kept = _where(keep, log_y, 0.0)
+    log_kept = _where((x == 0) & log_kept.isinf(), 0.0, log_kept)
+    return _where(y.isnan(), y, x * log_kept)
+
+
 def xlogy(input, other) -> Tensor:  # noqa: A002
-    """x log(y), 0 where x == 0 (NaN where y is NaN)."""
+    """x log(y), 0 where x == 0 (NaN where y is NaN); torch's gradients (log y for x, also at x == 0)."""
     x, y = _pair_float(input, other)
-    r = _where(x == 0, _t(0.0, x).to(x.dtype), x * y.log())
-    return _where(y.isnan(), y, r)
+    return _x_times_log(x, y, _where((x != 0) | (y > 0), y, 1.0).log(), y > 0)
 
 
 def xlog1py(input, other) -> Tensor:  # noqa: A002
-    """x log1p(y), 0 where x == 0 (NaN where y is NaN)."""
+    """x log1p(y), 0 where x == 0 (NaN where y is NaN); torch's gradients (log1p y for x, also at x == 0)."""
     x, y = _pair_float(input, other)
-    r = _where(x == 0, _t(0.0, x).to(x.dtype), x * y.log1p())
-    return _where(y.isnan(), y, r)
+    return _x_times_log(x, y, _where((x != 0) | (y > -1), y, 0.0).log1p(), y > -1)
 
 
 def ldexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002

@@ -672,7 +672,9 @@ def _lgamma64(x: Tensor) -> Tensor:
     t = z + 7.5
     lg = 0.5 * math.log(2 * math.pi) + (z + 0.5) * t.log() - t + acc.log()
     r = x - x.round()  # sin(π x) from the distance to the nearest integer: exact for large |x|
-    sin_pi = (r * math.pi).sin().abs()
+    # (1 where the reflection is not taken: sin(π x) is 0 at the integers, and log's inf derivative there would make
+    # the unselected branch's gradient 0 * inf = NaN)
+    sin_pi = _where(refl, (r * math.pi).sin().abs(), 1.0)
     out = _where(refl, math.log(math.pi) - sin_pi.log() - lg, lg)
     out = _where(refl & (r == 0), x.new_full((), math.inf), out)
     return _where(x.isinf(), x.abs(), out)
@@ -771,7 +773,9 @@ def _digamma64(x: Tensor) -> Tensor:
     z = 1 / (y * y)
     poly = _poly(z, _PSI_A)
     out = result + y.log() - 0.5 / y - _where(y < 1e17, z * poly, z * 0)
-    out = _where(neg, out - math.pi / (math.pi * frac).tan(), out)
+    # (the reflection's tan at a safe point where it is not taken: tan(π frac) is 0 at the integers, where the
+    # unselected branch's gradient would be 0 * inf = NaN)
+    out = _where(neg, out - math.pi / _where(neg, math.pi * frac, 0.25 * math.pi).tan(), out)
     out = _where(neg & (frac == 0), x.new_full((), math.nan), out)
     zero = x == 0
     return _where(zero, _where((1 / x) > 0, x.new_full((), -math.inf), x.new_full((), math.inf)), out)

@@ -173,10 +173,11 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
                                      size_average=None, reduce=None, reduction: str = "mean",
                                      pos_weight: Tensor | None = None) -> Tensor:
-    """Stable BCE on logits: (1 - t) x + (1 + (pw - 1) t) (log1p(exp(-|x|)) + max(-x, 0))."""
+    """Stable BCE on logits: (1 - t) x + (1 + (pw - 1) t) softplus(-x), whose gradient is torch's, sigmoid(x) - t
+    scaled, everywhere (softplus' rule: at x == 0 too, where |x| and max(-x, 0) have subgradients of their own)."""
     if tuple(input.shape) != tuple(target.shape):
         raise ValueError(f"Target size ({list(target.shape)}) must be the same as input size ({list(input.shape)})")
-    sp = (-input.abs()).exp().log1p() + (-input).relu()
+    sp = (-input)._rec("softplus", [-input], {"beta": 1.0, "threshold": 20.0})
     if pos_weight is not None:
         loss = (1 - target) * input + (1 + (pos_weight - 1) * target) * sp
     else:

@@ -1,6 +1,7 @@
 """Gradients the op_db backward check found wrong (issue 33), each against float64 finite differences or torch's
 formula: cumprod through zeros, a p-norm at zero elements, pinv of a rank-deficient matrix and lstsq, polygamma,
-I1 at 0, atanh near ±1, index_fill with a repeated index."""
+I1 at 0, atanh near ±1, index_fill with a repeated index; lgamma and digamma at the integers, xlogy at x = 0 and
+BCE on logits at 0 (session 38, found by the distributions' tests)."""
 
 from __future__ import annotations
 
@@ -226,3 +227,35 @@ def test_an_in_place_overwrite_keeps_the_history(how):
     if how == "a_view_filled":  # row 1 keeps 2a: d(4a^2)/da = 8a
         want[1] = 8 * np.arange(3.0, 6.0)
     np.testing.assert_array_equal(a.grad.numpy(), want)
+
+
+def test_lgamma_and_digamma_gradients_at_the_integers():
+    """ψ(x) and ψ'(x) at 1, 2, 3 (were NaN: the reflection branch's pole, discarded by a where, reached the
+    gradient), and between them."""
+    x = [1.0, 2.0, 3.0, 0.3, -1.5, 7.25]
+    digamma = [-0.5772156649015329, 0.42278433509846713, 0.9227843350984671, -3.502524222200133, 0.7031566406452434,
+               1.9104535268837362]
+    xl = _leaf(x)
+    np.testing.assert_allclose(_grad(xl.lgamma().sum(), xl), digamma, rtol=1e-9)
+    trigamma = [math.pi ** 2 / 6, math.pi ** 2 / 6 - 1, math.pi ** 2 / 6 - 1.25]
+    xd = _leaf(x[:3])
+    np.testing.assert_allclose(_grad(xd.digamma().sum(), xd), trigamma, rtol=1e-8)
+
+
+def test_xlogy_gradient_at_zero_x_is_torchs():
+    """d/dx x log y = log y, at x = 0 too where y > 0 (was 0); 0 where x = 0 and y <= 0; d/dy = x / y."""
+    x, y = _leaf([0.0, 0.0, 0.0, 1.0, 2.0]), _leaf([2.0, 0.0, -1.0, 0.0, 3.0])
+    out = tw.xlogy(x, y)
+    assert out.detach().tolist() == [0.0, 0.0, 0.0, -math.inf, 2 * math.log(3.0)]
+    gx, gy = tw.autograd.grad(out.sum(), [x, y])
+    np.testing.assert_allclose(gx.numpy(), [math.log(2.0), 0.0, 0.0, -math.inf, math.log(3.0)])
+    np.testing.assert_allclose(gy.numpy(), [0.0, 0.0, 0.0, math.inf, 2 / 3])
+
+
+def test_bce_with_logits_gradient_at_zero_is_sigmoid_minus_target():
+    """sigmoid(0) - t: -1/2 and +1/2 (was 0 and 1: the subgradients of |x| and max(-x, 0))."""
+    x = _leaf([0.0, 0.0, 1.5, -3.0])
+    t = tw.tensor([1.0, 0.0, 0.25, 1.0], dtype=tw.float64)
+    loss = tw.nn.functional.binary_cross_entropy_with_logits(x, t, reduction="sum")
+    sig = 1 / (1 + np.exp(-np.array([0.0, 0.0, 1.5, -3.0])))
+    np.testing.assert_allclose(_grad(loss, x), sig - np.array([1.0, 0.0, 0.25, 1.0]), rtol=1e-12)
