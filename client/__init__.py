@@ -53,6 +53,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     **_submodules("accelerator", "amp", "autograd", "backends", "cuda", "distributed", "hub", "jit", "models", "mps",
                   "nn", "onnx", "optim", "profiler", "progress", "random", "utils"),
     **_submodules("fft", "linalg", "masked", "signal", "special"),  # issue 33: torch.fft, .linalg, .masked, ...
+    **_submodules("distributions"),  # torch.distributions (client/distributions/)
     # issue 33: sparse tensors (torch.sparse, torch.sparse_coo_tensor ...) and layouts
     **_submodules("sparse"),
     **_names("tensorwire.sparse", "sparse_coo_tensor", "sparse_csr_tensor", "spmm"),
@@ -99,6 +100,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
              "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cosine_similarity", "hardshrink",
              "pairwise_distance", "pdist", "pixel_shuffle", "pixel_unshuffle", "prelu", "rms_norm", "selu",
              "threshold"),
+    # torch.testing (assert_close, make_tensor); autograd's anomaly mode switches, as torch.X too
+    **_submodules("testing"),
+    **_names("tensorwire.anomaly_mode", "is_anomaly_enabled", "is_anomaly_check_nan_enabled", "set_anomaly_enabled"),
     **_names("tensorwire.torch_namespace", "adaptive_max_pool1d", "alpha_dropout", "avg_pool1d", "batch_norm",
              "binary_cross_entropy_with_logits", "cosine_embedding_loss", "dropout", "embedding",
              "feature_alpha_dropout", "group_norm", "hinge_embedding_loss", "instance_norm", "kl_div", "layer_norm",

@@ -36,6 +36,7 @@ from tensorwire.protocol.graph import attrs_key, freeze
 from tensorwire.protocol.ops import OPS, infer
 
 from . import _factories
+from . import anomaly_mode as _anomaly
 from . import autograd_hooks as _hooks
 from . import views as V
 from ._factories import TensorBase as _Tensor
@@ -751,6 +752,8 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
             target_edges.append(n)
     if not target_refs:
         return
+    # anomaly mode: every op's output gradient is asked for too, and checked for NaN after the phase (anomaly_mode)
+    delivered = _anomaly.watch(nodes, target_refs) if _anomaly.checking() else None
 
     skey = (tuple(st.key), tuple(st.ext), tuple(devs), tuple(root_refs), tuple(target_refs))
     bw = _CACHE.get(skey)
@@ -821,6 +824,8 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
     for e, r in zip(target_edges, grads):
         if r is not None:
             _deliver(e, out[r], want, results, pending)
+    if delivered is not None:
+        _anomaly.check(sys.modules[__name__], session, nodes, roots, target_refs, target_edges, grads, out)
 
 
 def host_nodes(nodes, known) -> frozenset:

@@ -1,8 +1,10 @@
-"""``Sequential``, ``ModuleList``, ``ModuleDict``, ``ParameterList``, ``ParameterDict``."""
+"""``Sequential``, ``ModuleList``, ``ModuleDict``, ``ParameterList``, ``ParameterDict`` (and torch's deprecated
+``Container``)."""
 
 from __future__ import annotations
 
 import operator
+import warnings
 from collections import OrderedDict
 from itertools import islice
 
@@ -206,3 +208,14 @@ class ParameterDict(_DictMixin):
         super().__init__()
         if parameters is not None:
             self.update(parameters)
+
+
+class Container(Module):
+    """torch's deprecated ``nn.Container``: a module whose keyword arguments become its submodules."""
+
+    def __init__(self, **kwargs):
+        warnings.warn("`nn.Container` is deprecated. All of its functionality is now implemented in `nn.Module`. "
+                      "Subclass that instead.", FutureWarning, stacklevel=2)
+        super().__init__()
+        for key, value in kwargs.items():
+            self.add_module(key, value)

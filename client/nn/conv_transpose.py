@@ -1,7 +1,9 @@
-"""``ConvTranspose1d`` / ``ConvTranspose2d`` with torch's arguments, parameter layout and initialisation.
+"""``ConvTranspose1d`` / ``ConvTranspose2d`` / ``ConvTranspose3d`` with torch's arguments, parameter layout and
+initialisation.
 
 The forward pass is ``F.conv_transpose2d``: one ``conv2d_grad_input`` op (the gradient of a convolution with
-respect to its input is the transposed convolution), so every backend runs it and autograd differentiates it.
+respect to its input is the transposed convolution), so every backend runs it and autograd differentiates it;
+``F.conv_transpose3d`` is one ``conv_transpose2d`` per kernel depth (``nn/pooling_nd.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from . import init
 from .layers import _param
 from .module import Module
 
-__all__ = ["ConvTranspose1d", "ConvTranspose2d"]
+__all__ = ["ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
 
 class _ConvTransposeNd(Module):
@@ -140,5 +142,17 @@ class ConvTranspose1d(_ConvTransposeNd):
     def forward(self, input, output_size=None):  # noqa: A002
         op = self._output_padding(input, output_size)
         return F.conv_transpose1d(
+            input, self.weight, self.bias, self.stride, self.padding, op, self.groups, self.dilation
+        )
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """torch's ``nn.ConvTranspose3d`` over ``[N, C, D, H, W]`` (or ``[C, D, H, W]``)."""
+
+    _n = 3
+
+    def forward(self, input, output_size=None):  # noqa: A002
+        op = self._output_padding(input, output_size)
+        return F.conv_transpose3d(
             input, self.weight, self.bias, self.stride, self.padding, op, self.groups, self.dilation
         )

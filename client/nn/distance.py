@@ -19,9 +19,6 @@ class PairwiseDistance(Module):
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
 
-    def extra_repr(self) -> str:
-        return f"p={self.norm}, eps={self.eps}, keepdim={self.keepdim}"
-
 
 class CosineSimilarity(Module):
     """The cosine of the angle between ``x1`` and ``x2`` along ``dim`` (torch's ``nn.CosineSimilarity``)."""
@@ -32,6 +29,3 @@ class CosineSimilarity(Module):
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         return F.cosine_similarity(x1, x2, self.dim, self.eps)
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}, eps={self.eps}"

@@ -1,19 +1,24 @@
 """``nn.functional.embedding``'s options and ``embedding_bag`` (issue 33), composed of tensor methods: the rows of
 ``weight`` at ``input``, renormalised in place where ``max_norm`` says (torch's ``embedding_renorm_``), their
 gradient scaled by each index's frequency in the batch (``scale_grad_by_freq``), and reduced by bag (``sum``,
-``mean``, ``max``) for ``embedding_bag``. Re-exported by :mod:`tensorwire.nn.functional`.
+``mean``, ``max``) for ``embedding_bag``. Re-exported by :mod:`tensorwire.nn.functional`. The module
+:class:`EmbeddingBag` (torch's, over ``embedding_bag``) lives here too.
 """
 
 from __future__ import annotations
 
 from tensorwire.array_extras import searchsorted
 from tensorwire.autograd_engine import no_grad
-from tensorwire.creation import arange
+from tensorwire.creation import arange, empty
 from tensorwire.functions import where
 from tensorwire.protocol.errors import ShapeError
 from tensorwire.tensor import Tensor
 
-__all__ = ["embedding_rows", "embedding_bag"]
+from . import init
+from .module import Module
+from .parameter import Parameter
+
+__all__ = ["embedding_rows", "embedding_bag", "EmbeddingBag"]
 
 
 def _renorm_(weight: Tensor, idx: Tensor, max_norm: float, norm_type: float) -> None:
@@ -123,3 +128,74 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, 
         return total
     count = weight.new_zeros((nbags,)).index_add(0, into, valid.to(weight.dtype))
     return total / count.clamp(min=1).unsqueeze(1)
+
+
+class EmbeddingBag(Module):
+    """Sums, means or maxima of bags of embeddings without materialising the rows in between (torch's
+    ``nn.EmbeddingBag``, over :func:`embedding_bag`): ``forward(input, offsets=None, per_sample_weights=None)``.
+    ``weight`` ``[num_embeddings, embedding_dim]`` is drawn from N(0, 1), its ``padding_idx`` row zero."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
+                 _weight: Tensor | None = None, include_last_offset: bool = False, padding_idx: int | None = None,
+                 device=None, dtype=None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
+        if padding_idx is not None:
+            if padding_idx > 0 and padding_idx >= num_embeddings:
+                raise AssertionError("padding_idx must be within num_embeddings")
+            if padding_idx < 0:
+                if padding_idx < -num_embeddings:
+                    raise AssertionError("padding_idx must be within num_embeddings")
+                padding_idx = num_embeddings + padding_idx
+        self.padding_idx = padding_idx
+        if _weight is None:
+            self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype, device=device))
+            self.reset_parameters()
+        else:
+            if list(_weight.shape) != [num_embeddings, embedding_dim]:
+                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
+            self.weight = Parameter(_weight)
+        self.mode = mode
+        self.sparse = sparse
+        self.include_last_offset = include_last_offset
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight[self.padding_idx] = 0
+
+    def forward(self, input: Tensor, offsets: Tensor | None = None,  # noqa: A002
+                per_sample_weights: Tensor | None = None) -> Tensor:
+        return embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type, self.scale_grad_by_freq,
+                             self.mode, self.sparse, per_sample_weights, self.include_last_offset, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm!r}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type!r}"
+        if self.scale_grad_by_freq is not False:
+            s += f", scale_grad_by_freq={self.scale_grad_by_freq!r}"
+        s += f", mode={self.mode!r}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx!r}"
+        return s
+
+    @classmethod
+    def from_pretrained(cls, embeddings: Tensor, freeze: bool = True, max_norm: float | None = None,
+                        norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
+                        sparse: bool = False, include_last_offset: bool = False,
+                        padding_idx: int | None = None) -> EmbeddingBag:
+        """An EmbeddingBag holding ``embeddings`` (``[rows, cols]``), frozen unless ``freeze=False``."""
+        if embeddings.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        rows, cols = embeddings.shape
+        bag = cls(num_embeddings=rows, embedding_dim=cols, _weight=embeddings, max_norm=max_norm,
+                  norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq, mode=mode, sparse=sparse,
+                  include_last_offset=include_last_offset, padding_idx=padding_idx)
+        bag.weight.requires_grad = not freeze
+        return bag

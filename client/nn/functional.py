@@ -44,7 +44,7 @@ from .activations import (
     tanh,
 )
 from .interpolation import interpolate
-from .linear_maps import _pair, bilinear, conv1d, conv2d, conv_transpose1d, conv_transpose2d, linear, unfold
+from .linear_maps import _pair, bilinear, conv1d, conv2d, conv_transpose1d, conv_transpose2d, fold, linear, unfold
 from .loss_functions import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -55,17 +55,17 @@ from .loss_functions import (
     nll_loss,
     smooth_l1_loss,
 )
-from .pooling_nd import max_pool1d_with_indices, max_pool2d_with_indices
+from .pooling_nd import avg_pool3d, max_pool1d_with_indices, max_pool2d_with_indices, max_pool3d
 
 __all__ = [
     "relu", "relu6", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax", "leaky_relu", "softplus", "elu",
     "hardtanh", "mish", "dropout", "linear", "bilinear", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d",
     "max_pool1d", "max_pool2d",
     "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "batch_norm", "layer_norm",
-    "group_norm", "rms_norm", "embedding", "one_hot", "pad", "interpolate", "unfold", "normalize",
+    "group_norm", "rms_norm", "embedding", "one_hot", "pad", "interpolate", "unfold", "fold", "normalize",
     "cosine_similarity", "scaled_dot_product_attention", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
     "cross_entropy", "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "softmin", "glu",
-    "logsigmoid", "multi_head_attention_forward",
+    "logsigmoid", "multi_head_attention_forward", "lp_pool1d", "lp_pool2d", "lp_pool3d",
 ]
 
 
@@ -149,6 +149,36 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:  # noqa: A002
 def adaptive_avg_pool1d(input: Tensor, output_size) -> Tensor:  # noqa: A002
     o = output_size[0] if isinstance(output_size, (tuple, list)) else output_size
     return adaptive_avg_pool2d(input.unsqueeze(-2), (1, o)).squeeze(-2)
+
+
+def _lp_pool(input: Tensor, n: int, norm_type, kernel_size, stride, ceil_mode: bool) -> Tensor:  # noqa: A002
+    """torch's ``lp_pool{n}d``: ``(sum over the window of x ** p) ** (1 / p)``, computed as torch does (the window's
+    mean of ``x ** p``, times its size: a negative sum, possible for odd ``p``, gives NaN as torch's); ``p`` = ``inf``
+    / ``-inf``: the max / min of ``|x|`` (torch's max pools)."""
+    mx, avg = {1: (max_pool1d, avg_pool1d), 2: (max_pool2d, avg_pool2d), 3: (max_pool3d, avg_pool3d)}[n]
+    if isinstance(norm_type, (int, float)):
+        if norm_type == math.inf:
+            return mx(input.abs(), kernel_size, stride, 0, 1, ceil_mode)
+        if norm_type == -math.inf:
+            return -mx(-input.abs(), kernel_size, stride, 0, 1, ceil_mode)
+    out = avg(input.pow(norm_type), kernel_size, stride, 0, ceil_mode)
+    size = kernel_size if n == 1 else math.prod(_pair(kernel_size, n))
+    return (out.sign() * relu(out.abs())).mul(size).pow(1.0 / norm_type)
+
+
+def lp_pool1d(input: Tensor, norm_type, kernel_size, stride=None, ceil_mode: bool = False) -> Tensor:  # noqa: A002
+    """Power-average pooling over ``[N, C, L]`` (torch's ``F.lp_pool1d``)."""
+    return _lp_pool(input, 1, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(input: Tensor, norm_type, kernel_size, stride=None, ceil_mode: bool = False) -> Tensor:  # noqa: A002
+    """Power-average pooling over ``[N, C, H, W]`` (torch's ``F.lp_pool2d``)."""
+    return _lp_pool(input, 2, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool3d(input: Tensor, norm_type, kernel_size, stride=None, ceil_mode: bool = False) -> Tensor:  # noqa: A002
+    """Power-average pooling over ``[N, C, D, H, W]`` (torch's ``F.lp_pool3d``)."""
+    return _lp_pool(input, 3, norm_type, kernel_size, stride, ceil_mode)
 
 
 # ------------------------------------------------------------------------------------------------ normalisation

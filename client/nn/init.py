@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 
+from tensorwire import random as R
 from tensorwire import views as V
 from tensorwire.creation import eye, full, rand, randn
 from tensorwire.creation import tensor as _tensor
@@ -18,7 +19,8 @@ from ._tensors import no_grad, rebind
 
 __all__ = ["skip_init", "calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_",
            "eye_", "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
-           "_calculate_fan_in_and_fan_out"]
+           "sparse_", "_calculate_fan_in_and_fan_out", "_calculate_correct_fan", "uniform", "normal", "constant",
+           "xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal", "orthogonal", "sparse", "dirac"]
 
 
 def calculate_gain(nonlinearity: str, param=None) -> float:
@@ -44,6 +46,11 @@ def _calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
     for s in tensor.shape[2:]:
         rf *= s
     return tensor.shape[1] * rf, tensor.shape[0] * rf
+
+
+def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
+    """The fan in or out of ``tensor`` as Kaiming's initialisers read it (``mode``: ``"fan_in"`` or ``"fan_out"``)."""
+    return _fan(tensor, mode)
 
 
 def _fan(tensor: Tensor, mode: str) -> int:
@@ -143,6 +150,8 @@ def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
     d = tensor.ndim
     if d not in (3, 4, 5):
         raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    if tensor.shape[0] % groups != 0:
+        raise ValueError("dim 0 must be divisible by groups")
     arr = np.zeros(tensor.shape, dtype=np.float64)
     out_g = tensor.shape[0] // groups
     mind = min(out_g, tensor.shape[1])
@@ -200,3 +209,60 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
         q = q.T
     return _set(tensor, _tensor((q * gain).reshape(tensor.shape), dtype=tensor.dtype, device=tensor._dev,
                                 session=tensor._s))
+
+
+def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator=None) -> Tensor:
+    """A 2-D ``tensor`` drawn from N(0, std) with ``ceil(sparsity * rows)`` zeros in each column, at rows drawn at
+    random per column (Martens 2010; torch's ``sparse_``). The rows are chosen on the client by a numpy generator
+    seeded from the tensorwire generator (reproducible under ``tw.manual_seed``; other rows than torch's
+    ``randperm``), the values drawn on the cluster."""
+    if tensor.ndim != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    if _SKIP[0]:
+        return tensor
+    rows, cols = tensor.shape
+    num_zeros = math.ceil(sparsity * rows)
+    seed, off = (generator if generator is not None else R.default_generator).take(1)
+    rng = np.random.default_rng([seed % (1 << 63), off])  # (as the data loader's shuffles: no round trip)
+    keep = np.ones((rows, cols), dtype=bool)
+    for c in range(cols):
+        keep[rng.permutation(rows)[:num_zeros], c] = False
+    mask = _tensor(keep, device=tensor._dev, session=tensor._s)
+    x = _rand(tensor, "randn", generator) * std
+    return _set(tensor, where(mask, x, x.new_zeros(())))
+
+
+def _make_deprecate(meth):
+    """torch's deprecated name of ``meth`` (its name without the trailing underscore): warns, then calls it."""
+    new_name = meth.__name__
+    old_name = new_name[:-1]
+
+    def deprecated_init(*args, **kwargs):
+        warnings.warn(f"`nn.init.{old_name}` is now deprecated in favor of `nn.init.{new_name}`.", FutureWarning,
+                      stacklevel=2)
+        return meth(*args, **kwargs)
+
+    deprecated_init.__doc__ = f"""{old_name}(...)
+
+    Deprecated in favor of :func:`{new_name}` (a ``FutureWarning``, as torch's); see it for details."""
+    deprecated_init.__name__ = old_name
+    return deprecated_init
+
+
+uniform = _make_deprecate(uniform_)
+normal = _make_deprecate(normal_)
+constant = _make_deprecate(constant_)
+xavier_uniform = _make_deprecate(xavier_uniform_)
+xavier_normal = _make_deprecate(xavier_normal_)
+kaiming_uniform = _make_deprecate(kaiming_uniform_)
+kaiming_normal = _make_deprecate(kaiming_normal_)
+orthogonal = _make_deprecate(orthogonal_)
+sparse = _make_deprecate(sparse_)
+dirac = _make_deprecate(dirac_)
+
+# torch's private helpers that some scripts call: the no-grad fills, under their names
+_no_grad_uniform_ = uniform_
+_no_grad_normal_ = normal_
+_no_grad_trunc_normal_ = trunc_normal_
+_no_grad_fill_ = constant_
+_no_grad_zero_ = zeros_

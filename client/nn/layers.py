@@ -200,6 +200,17 @@ class Conv1d(_ConvNd):
         return F.conv1d(x, self.weight, self.bias, self.stride, p, self.dilation, self.groups)
 
 
+class Conv3d(_ConvNd):
+    """3-D convolution over ``[N, C, D, H, W]`` (or ``[C, D, H, W]``): ``F.conv3d``, a sum of ``conv2d`` over the
+    kernel's depth (``nn/pooling_nd.py``)."""
+
+    _n = 3
+
+    def forward(self, input):  # noqa: A002
+        x, p = self._padded(input)
+        return F.conv3d(x, self.weight, self.bias, self.stride, p, self.dilation, self.groups)
+
+
 class _Pool(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
         super().__init__()
@@ -266,15 +277,21 @@ class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
         return F.adaptive_avg_pool1d(input, self.output_size)
 
 
-class _BatchNorm(Module):
+class _NormBase(Module):
+    """What batch and instance normalisation share (torch's ``_NormBase``): ``num_features``, ``eps``, ``momentum``,
+    the affine ``weight``/``bias`` (``bias=False`` keeps the weight only) and the running statistics."""
+
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, device=None, dtype=None):
+                 track_running_stats: bool = True, device=None, dtype=None, *, bias: bool = True):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         if affine:
             self.weight = Parameter(ones(num_features, dtype=dtype, device=device))
-            self.bias = Parameter(zeros(num_features, dtype=dtype, device=device))
+            if bias:
+                self.bias = Parameter(zeros(num_features, dtype=dtype, device=device))
+            else:
+                self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -297,11 +314,18 @@ class _BatchNorm(Module):
         self.reset_running_stats()
         if self.affine:
             init.ones_(self.weight)
-            init.zeros_(self.bias)
+            if self.bias is not None:
+                init.zeros_(self.bias)
 
     def _check_input_dim(self, x) -> None:
         pass
 
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+
+
+class _BatchNorm(_NormBase):
     def forward(self, input):  # noqa: A002
         self._check_input_dim(input)
         momentum = self.momentum
@@ -317,10 +341,6 @@ class _BatchNorm(Module):
                              self.weight, self.bias, use_batch, 0.1 if momentum is None else momentum, self.eps,
                              count)
 
-    def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
-
 
 class BatchNorm1d(_BatchNorm):
     def _check_input_dim(self, x) -> None:
@@ -332,6 +352,14 @@ class BatchNorm2d(_BatchNorm):
     def _check_input_dim(self, x) -> None:
         if x.ndim != 4:
             raise ValueError(f"expected 4D input (got {x.ndim}D input)")
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalisation over ``[N, C, D, H, W]`` (torch's ``nn.BatchNorm3d``)."""
+
+    def _check_input_dim(self, x) -> None:
+        if x.ndim != 5:
+            raise ValueError(f"expected 5D input (got {x.ndim}D input)")
 
 
 class LayerNorm(Module):
@@ -648,3 +676,134 @@ class GLU(_Hyper):
 
     def __init__(self, dim: int = -1):
         super().__init__(dim=dim)
+
+
+class LogSigmoid(Module):
+    """``log(sigmoid(x))`` (``F.logsigmoid``)."""
+
+    def forward(self, input):  # noqa: A002
+        return F.logsigmoid(input)
+
+
+class Hardswish(_Act):
+    """``x * relu6(x + 3) / 6`` (``F.hardswish``); torch's repr shows no ``inplace``."""
+
+    _fn = "hardswish"
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+class Hardsigmoid(Hardswish):
+    """``relu6(x + 3) / 6`` (``F.hardsigmoid``)."""
+
+    _fn = "hardsigmoid"
+
+
+class Hardshrink(_Hyper):
+    """``x`` where ``|x| > lambd``, else 0 (``F.hardshrink``)."""
+
+    _fn = "hardshrink"
+    _args = ("lambd",)
+
+    def __init__(self, lambd: float = 0.5):
+        super().__init__(lambd=lambd)
+
+    def extra_repr(self) -> str:
+        return f"{self.lambd}"
+
+
+class Softshrink(Hardshrink):
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, else 0 (``F.softshrink``)."""
+
+    _fn = "softshrink"
+
+
+class Tanhshrink(Module):
+    """``x - tanh(x)`` (``F.tanhshrink``)."""
+
+    def forward(self, input):  # noqa: A002
+        return F.tanhshrink(input)
+
+
+class Softsign(Module):
+    """``x / (1 + |x|)`` (``F.softsign``)."""
+
+    def forward(self, input):  # noqa: A002
+        return F.softsign(input)
+
+
+class CELU(_Hyper):
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (``F.celu``)."""
+
+    _fn = "celu"
+    _args = ("alpha", "inplace")
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__(alpha=alpha, inplace=inplace)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
+
+
+class SELU(_Act):
+    """The scaled ELU with torch's constants (``F.selu``)."""
+
+    _fn = "selu"
+
+
+class Threshold(_Hyper):
+    """``x`` where ``x > threshold``, else ``value`` (``F.threshold``)."""
+
+    _fn = "threshold"
+    _args = ("threshold", "value", "inplace")
+
+    def __init__(self, threshold: float, value: float, inplace: bool = False):
+        super().__init__(threshold=threshold, value=value, inplace=inplace)
+
+    def extra_repr(self) -> str:
+        return f"threshold={self.threshold}, value={self.value}" + (", inplace=True" if self.inplace else "")
+
+
+class PReLU(Module):
+    """``max(0, x) + weight * min(0, x)`` with a learned slope per channel (``num_parameters``: 1 or the channels),
+    initialised to ``init`` (``F.prelu``)."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None):
+        self.num_parameters = num_parameters
+        super().__init__()
+        self.init = init
+        self.weight = _param(num_parameters, device=device, dtype=dtype)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.constant_(self.weight, self.init)
+
+    def forward(self, input):  # noqa: A002
+        return F.prelu(input, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
+
+
+class RReLU(_Hyper):
+    """Leaky ReLU whose negative slope is drawn from ``U(lower, upper)`` per element in training (the cluster's
+    generator: the draws differ from torch's) and is their mean in eval (``F.rrelu``)."""
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
+        super().__init__(lower=lower, upper=upper, inplace=inplace)
+
+    def forward(self, input):  # noqa: A002
+        return F.rrelu(input, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}" + (", inplace=True" if self.inplace else "")
+
+
+class Softmax2d(Module):
+    """Softmax over the channels of a ``[N, C, H, W]`` or ``[C, H, W]`` input (dim -3)."""
+
+    def forward(self, input):  # noqa: A002
+        if input.ndim not in (3, 4):
+            raise ValueError(f"Softmax2d: expected input to be 3D or 4D, got {input.ndim}D instead")
+        return F.softmax(input, -3)

@@ -1,8 +1,10 @@
 """``tw.nn.functional``'s linear maps: ``linear``, ``bilinear``, the convolutions (``conv1d``, ``conv2d`` and
-their transposes: one ``conv2d`` / ``conv2d_grad_input`` op each) and ``unfold`` (im2col).
+their transposes: one ``conv2d`` / ``conv2d_grad_input`` op each), ``unfold`` (im2col) and ``fold`` (col2im).
 :mod:`tensorwire.nn.functional` re-exports them; :mod:`.pooling_nd` builds ``conv3d`` on ``conv2d``."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from tensorwire.padding import pad
 from tensorwire.protocol.errors import ShapeError
@@ -152,3 +154,37 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
     return input._rec("im2col", [input], {"kernel": _pair(kernel_size), "stride": _pair(stride),
                                           "padding": _pair(padding), "dilation": _pair(dilation)})
 
+
+
+def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:  # noqa: A002
+    """col2im, :func:`unfold`'s adjoint: ``[N, C * kh * kw, L] -> [N, C, H, W]`` (or unbatched), each block's values
+    added at the positions it came from (overlaps summed). It is the transposed convolution of the blocks (seen as
+    an ``[N, C * kh * kw, Lh, Lw]`` image) with a one-hot kernel per channel group (``groups=C``): one
+    ``conv2d_grad_input`` op, differentiable as such. The products with the kernel's zeros are exact zeros, so the
+    sums are torch's, except that an infinite value also makes NaN at the other positions of its block's window."""
+    unbatched = input.ndim == 2
+    x = input.unsqueeze(0) if unbatched else input
+    if x.ndim != 3:
+        raise ShapeError(f"Input Error: Only unbatched (2D) or batched (3D) input Tensors are supported (got "
+                         f"{input.ndim}D)")
+    out, k = _pair(output_size, 2, "output_size"), _pair(kernel_size, 2, "kernel_size")
+    d, p, s = _pair(dilation, 2, "dilation"), _pair(padding, 2, "padding"), _pair(stride, 2, "stride")
+    kk = k[0] * k[1]
+    if x.shape[1] % kk:
+        raise ShapeError(f"Expected size of input's dimension 1 to be divisible by the product of kernel_size, but "
+                         f"got input.size(1)={x.shape[1]} and kernel_size={tuple(k)}")
+    blocks = [(o + 2 * pp - dd * (kd - 1) - 1) // ss + 1 for o, pp, dd, kd, ss in zip(out, p, d, k, s)]
+    if min(blocks) < 1 or blocks[0] * blocks[1] != x.shape[2]:
+        raise ShapeError(f"Given output_size={tuple(out)}, kernel_size={tuple(k)}, dilation={tuple(d)}, "
+                         f"padding={tuple(p)}, stride={tuple(s)}, expected size of input's dimension 2 to match the "
+                         f"calculated number of sliding blocks {blocks[0]} * {blocks[1]} = {blocks[0] * blocks[1]}, "
+                         f"but got input.size(2)={x.shape[2]}.")
+    c = x.shape[1] // kk
+    onehot = np.zeros((c * kk, 1, k[0], k[1]), dtype=x.dtype.np)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            onehot[i * k[1] + j::kk, 0, i, j] = 1
+    base = [(b - 1) * ss - 2 * pp + dd * (kd - 1) + 1 for b, ss, pp, dd, kd in zip(blocks, s, p, d, k)]
+    y = conv_transpose2d(x.reshape(x.shape[0], x.shape[1], blocks[0], blocks[1]), x._operand(onehot, x.dtype), None,
+                         s, p, [o - b for o, b in zip(out, base)], c, d)
+    return y.squeeze(0) if unbatched else y

@@ -6,7 +6,7 @@ from tensorwire.creation import empty
 from tensorwire.protocol import dtypes as D
 from tensorwire.tensor import Tensor
 
-from ._tensors import alias
+from ._tensors import alias, rebind
 
 
 def _adopt(cls, data: Tensor, requires_grad: bool):
@@ -64,3 +64,66 @@ class Buffer:
 
 def is_float(t: Tensor) -> bool:
     return t.dtype.is_floating_point and t.dtype is not D.bool_
+
+
+class UninitializedParameter(Parameter):
+    """A parameter whose shape is not known yet (a lazy module's, until its first call): an empty tensor until
+    :meth:`materialize` gives it a shape, after which it is a plain :class:`Parameter` (the same object: optimizers
+    and users holding it see the materialised value, as in torch)."""
+
+    __slots__ = ()
+    cls_to_become = Parameter
+
+    def __new__(cls, requires_grad: bool = True, device=None, dtype=None):
+        return _adopt(cls, empty(0, dtype=dtype, device=device), requires_grad)
+
+    def __init__(self, requires_grad: bool = True, device=None, dtype=None):
+        pass
+
+    def materialize(self, shape, device=None, dtype=None) -> None:
+        """Become an (uninitialised) tensor of ``shape`` on ``device`` with ``dtype`` (default: its own)."""
+        _materialize(self, shape, device, dtype)
+
+    def __repr__(self) -> str:
+        return "<UninitializedParameter>"
+
+    __str__ = __repr__
+
+    def __deepcopy__(self, memo):
+        if id(self) not in memo:
+            memo[id(self)] = type(self)(self.requires_grad, self._dev, self.dtype)
+        return memo[id(self)]
+
+
+class UninitializedBuffer(Tensor):
+    """A buffer whose shape is not known yet (a lazy module's running statistics): becomes a plain tensor at
+    :meth:`materialize`."""
+
+    __slots__ = ()
+    cls_to_become = Tensor
+
+    def __new__(cls, requires_grad: bool = False, device=None, dtype=None):
+        return _adopt(cls, empty(0, dtype=dtype, device=device), requires_grad)
+
+    def __init__(self, requires_grad: bool = False, device=None, dtype=None):
+        pass
+
+    def materialize(self, shape, device=None, dtype=None) -> None:
+        """Become an (uninitialised) tensor of ``shape`` on ``device`` with ``dtype`` (default: its own)."""
+        _materialize(self, shape, device, dtype)
+
+    def __repr__(self) -> str:
+        return "<UninitializedBuffer>"
+
+    __str__ = __repr__
+
+
+def _materialize(t, shape, device, dtype) -> None:
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    rebind(t, empty(*shape, dtype=dtype or t.dtype, device=device or t._dev))
+    t.__class__ = type(t).cls_to_become
+
+
+def is_lazy(param) -> bool:
+    """Whether ``param`` is an :class:`UninitializedParameter` or :class:`UninitializedBuffer`."""
+    return isinstance(param, (UninitializedParameter, UninitializedBuffer))

@@ -5,7 +5,12 @@ A layer projects the whole input sequence with one ``linear`` per layer and dire
 as ONE ``rnn_scan`` op (:mod:`tensorwire.protocol.ops.recurrent`): the CPU runs it in one kernel, other backends
 through its decomposition; its gradient is one ``rnn_scan_grad`` plus one product for the weight, as cuDNN's RNN
 does. A cell is a scan of one step. Only an LSTM with ``proj_size`` records its steps one by one. Nothing syncs.
-``PackedSequence`` inputs are not supported.
+
+A layer also takes a :class:`~tensorwire.nn.utils.rnn.PackedSequence` (sequences of different lengths), as torch's:
+each direction runs its scan over the padded batch (gathered from the packed rows by one ``index_select``) in which
+the backward direction's sequences are reversed each within its own length, so both directions start where torch's
+do; the outputs are gathered back to packed rows and the final states from each sequence's last valid step. Steps
+past a sequence's end are computed but read by nothing: their gradient is zero, so they add nothing to any other.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ import math
 import numbers
 import warnings
 
+import numpy as np
+
+from tensorwire.creation import tensor
 from tensorwire.functions import cat, stack
 from tensorwire.protocol.errors import DTypeError, ShapeError
 from tensorwire.protocol.ops.recurrent import GATES
@@ -23,6 +31,7 @@ from . import functional as F
 from . import init
 from .layers import _param
 from .module import Module
+from .utils.rnn import PackedSequence, batch_sizes_of
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
@@ -89,6 +98,62 @@ def _check_dtype(kind: str, x: Tensor, w: Tensor) -> None:
             f"{kind} input dtype ({x.dtype}) does not match weight dtype ({w.dtype}). Convert input: "
             f"input.to({w.dtype}), or convert model: model.to({x.dtype})"
         )
+
+
+class _PackedRows:
+    """The gathers between a packed batch's rows and the padded time-major batch ``[T, B]`` its recurrences run on,
+    for batch sizes ``bs`` (sequences sorted by decreasing length; row ``offsets[t] + b`` holds step ``t`` of
+    sequence ``b``). The indices are computed here and uploaded once each, as a forward pass first needs them
+    (every layer and direction shares them)."""
+
+    def __init__(self, bs: np.ndarray, like: Tensor):
+        self.like = like
+        T, B = bs.size, int(bs[0])
+        self.T, self.B = T, B
+        lens = (bs[None, :] > np.arange(B)[:, None]).sum(1)  # each sequence's length
+        offsets = np.concatenate([[0], np.cumsum(bs)[:-1]])
+        t, b = np.arange(T)[:, None], np.arange(B)[None, :]
+        valid = t < lens[None, :]
+        back = np.maximum(lens[None, :] - 1 - t, 0)  # the step read at reversed step t
+        tt, jj = np.nonzero(valid)  # each packed row's step and sequence, in the packed order
+        self._np = {
+            # padded position (t, b) <- packed row; a position past the sequence's end reads its first step (any
+            # valid row does: nothing reads what the scan makes of it)
+            "in": np.where(valid, offsets[t] + b, b),
+            "in_rev": np.where(valid, offsets[back] + b, b),
+            # packed row (t, b) <- padded position (its step t, or its step len - 1 - t reversed)
+            "out": tt * B + jj,
+            "out_rev": (lens[jj] - 1 - tt) * B + jj,
+            # each sequence's last valid step (in either direction's scan)
+            "last": (lens - 1) * B + np.arange(B),
+        }
+        self._idx: dict[str, Tensor] = {}
+
+    def _index(self, name: str) -> Tensor:
+        t = self._idx.get(name)
+        if t is None:
+            like = self.like
+            t = self._idx[name] = tensor(self._np[name].reshape(-1).astype(np.int64), device=like._dev,
+                                         session=like._s)
+        return t
+
+    def padded(self, rows: Tensor, reverse: bool) -> Tensor:
+        """Packed rows ``[N, W]`` as the padded ``[T, B, W]`` (each sequence reversed within its length with
+        ``reverse``)."""
+        return rows.index_select(0, self._index("in_rev" if reverse else "in")).reshape(self.T, self.B,
+                                                                                          rows.shape[-1])
+
+    def flat(self, y: Tensor) -> Tensor:
+        """A padded ``[T, B, W]`` as its ``[T*B, W]`` rows."""
+        return y.reshape(self.T * self.B, y.shape[-1])
+
+    def packed(self, flat: Tensor, reverse: bool) -> Tensor:
+        """The packed rows ``[N, W]`` of :meth:`flat` rows (of a scan over :meth:`padded` ``(reverse)``)."""
+        return flat.index_select(0, self._index("out_rev" if reverse else "out"))
+
+    def last(self, flat: Tensor) -> Tensor:
+        """Each sequence's row at its last valid step ``[B, W]`` (the final state of either direction's scan)."""
+        return flat.index_select(0, self._index("last"))
 
 
 # ------------------------------------------------------------------------------------------------ layers
@@ -210,61 +275,86 @@ class RNNBase(Module):
 
     def _prepare(self, input, hx):  # noqa: A002
         """(time-major-or-batch-first 3-D input, batched, [initial states] checked and batched)."""
-        kind = "LSTM" if self.mode == "LSTM" else type(self).__name__
+        kind = self._kind()
         if not isinstance(input, Tensor):
-            raise TypeError(
-                f"{kind}: expected a Tensor input, got {type(input).__name__} (PackedSequence inputs are not supported)"
-            )
+            raise TypeError(f"{kind}: expected a Tensor or a PackedSequence input, got {type(input).__name__}")
         if input.ndim not in (2, 3):
             raise ValueError(f"{kind}: Expected input to be 2D or 3D, got {input.ndim}D instead")
         batched = input.ndim == 3
         x = input if batched else input.unsqueeze(0 if self.batch_first else 1)
         self._check_input(x)
         batch = x.shape[0] if self.batch_first else x.shape[1]
+        return x, batched, self._initial_states(x, hx, batch, batched)
+
+    def _kind(self) -> str:
+        return "LSTM" if self.mode == "LSTM" else type(self).__name__
+
+    def _initial_states(self, x: Tensor, hx, batch: int, batched: bool) -> list[Tensor]:
+        """The initial states ``[D*num_layers, batch, H]`` (zeros for ``hx=None``), checked as torch checks them
+        (unbatched ones given a batch dim of 1)."""
+        kind = self._kind()
         n_states = 2 if self.mode == "LSTM" else 1
         if hx is None:
-            states = [x.new_zeros(*self._expected_hidden(batch, cell=i == 1)) for i in range(n_states)]
-        else:
-            states = list(hx) if n_states == 2 else [hx]
-            if len(states) != n_states or not all(isinstance(s, Tensor) for s in states):
-                want = "a tuple (h_0, c_0) of Tensors" if n_states == 2 else "a Tensor"
-                raise TypeError(f"{kind}: hx should be {want}")
-            want = 3 if batched else 2
-            if any(s.ndim != want for s in states):
-                got = ", ".join(f"{s.ndim}-D" for s in states)
-                what, got = ("hx and cx", f"({got}) tensors") if n_states == 2 else ("hx", f"{got} tensor")
-                raise ShapeError(
-                    f"For {'batched 3-D' if batched else 'unbatched 2-D'} input, {what} should also be "
-                    f"{want}-D but got {got}"
-                )
-            if not batched:
-                states = [s.unsqueeze(1) for s in states]
-            for i, s in enumerate(states):
-                exp = self._expected_hidden(batch, cell=i == 1)
-                if tuple(s.shape) != exp:
-                    what = "Expected hidden[1] size {}, got {}" if i == 1 else "Expected hidden size {}, got {}"
-                    raise ShapeError(what.format(exp, list(s.shape)))
-                _check_dtype(kind, s, self._first_weight())
-        return x, batched, states
+            return [x.new_zeros(*self._expected_hidden(batch, cell=i == 1)) for i in range(n_states)]
+        states = list(hx) if n_states == 2 else [hx]
+        if len(states) != n_states or not all(isinstance(s, Tensor) for s in states):
+            want = "a tuple (h_0, c_0) of Tensors" if n_states == 2 else "a Tensor"
+            raise TypeError(f"{kind}: hx should be {want}")
+        want = 3 if batched else 2
+        if any(s.ndim != want for s in states):
+            got = ", ".join(f"{s.ndim}-D" for s in states)
+            what, got = ("hx and cx", f"({got}) tensors") if n_states == 2 else ("hx", f"{got} tensor")
+            raise ShapeError(
+                f"For {'batched 3-D' if batched else 'unbatched 2-D'} input, {what} should also be "
+                f"{want}-D but got {got}"
+            )
+        if not batched:
+            states = [s.unsqueeze(1) for s in states]
+        for i, s in enumerate(states):
+            exp = self._expected_hidden(batch, cell=i == 1)
+            if tuple(s.shape) != exp:
+                what = "Expected hidden[1] size {}, got {}" if i == 1 else "Expected hidden size {}, got {}"
+                raise ShapeError(what.format(exp, list(s.shape)))
+            _check_dtype(kind, s, self._first_weight())
+        return states
 
-    def _projected_steps(self, gi: Tensor, h: Tensor, c: Tensor, weights, reverse: bool):
+    def _projected_steps(self, gi: Tensor, h: Tensor, c: Tensor, weights, reverse: bool, every_c: bool = False):
         """An LSTM with ``proj_size``, step by step over the time-major ``gi``: (outputs [T, B, P], final h
-        [1, B, P], final c [1, B, H])."""
+        [1, B, P], final c [1, B, H]; with ``every_c``, every step's c [T, B, H] instead)."""
         _, w_hh, _, b_hh, w_hr = weights
         steps = range(gi.shape[0] - 1, -1, -1) if reverse else range(gi.shape[0])
         outs: list[Tensor | None] = [None] * gi.shape[0]
+        cs: list[Tensor | None] = [None] * gi.shape[0]
         for t in steps:
             h, c = _lstm_step(gi[t], h, c, w_hh, b_hh, w_hr)
-            outs[t] = h
-        return stack(outs, 0), h.unsqueeze(0), c.unsqueeze(0)
+            outs[t], cs[t] = h, c
+        return stack(outs, 0), h.unsqueeze(0), (stack(cs, 0) if every_c else c.unsqueeze(0))
 
     def forward(self, input, hx=None):  # noqa: A002
         """``(output, h_n)`` (``(output, (h_n, c_n))`` for LSTM); ``output`` is ``[L, N, D*H_out]`` (``[N, L, ...]``
         with ``batch_first``, ``[L, D*H_out]`` unbatched), ``h_n``/``c_n`` are ``[D*num_layers, N, H]`` ordered layer
-        by layer, forward direction first."""
+        by layer, forward direction first. A :class:`PackedSequence` input gives a ``PackedSequence`` output (its
+        ``batch_sizes`` and indices) and each sequence's state after its own last step (its first, going
+        backward), in the caller's order, as torch's."""
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         x, batched, states = self._prepare(input, hx)
         if self.batch_first:
             x = x.transpose(0, 1)  # time-major for the scans
+        x, hn, cn = self._run(x, states)
+        if self.batch_first:
+            x = x.transpose(0, 1)
+        tdim = 1 if self.batch_first else 0
+        out = x if batched else x.squeeze(1 - tdim)  # the batch dim
+        if not batched:
+            hn = hn.squeeze(1)
+        if self.mode != "LSTM":
+            return out, hn
+        return out, (hn, cn if batched else cn.squeeze(1))
+
+    def _run(self, x: Tensor, states: list[Tensor]) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Every layer over the time-major ``x`` ``[T, B, in]`` from ``states``: (output ``[T, B, D*H_out]``, h_n,
+        c_n or None)."""
         nd = 2 if self.bidirectional else 1
         h0 = states[0].unbind(0)
         c0 = states[1].unbind(0) if self.mode == "LSTM" else [None] * len(h0)
@@ -285,17 +375,67 @@ class RNNBase(Module):
             x = outs[0] if nd == 1 else cat(outs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
-        if self.batch_first:
-            x = x.transpose(0, 1)
-        tdim = 1 if self.batch_first else 0
-        out = x if batched else x.squeeze(1 - tdim)  # the batch dim
         hn = cat(h_n, 0)  # (each [1, B, H]; one layer's: a copy, never a view of the output it overlaps)
-        if not batched:
-            hn = hn.squeeze(1)
-        if self.mode != "LSTM":
-            return out, hn
-        cn = cat(c_n, 0)
-        return out, (hn, cn if batched else cn.squeeze(1))
+        return x, hn, (cat(c_n, 0) if self.mode == "LSTM" else None)
+
+    def _forward_packed(self, packed: PackedSequence, hx):
+        """:meth:`forward` of a :class:`PackedSequence` (``data`` ``[N, in]``, sorted by decreasing length)."""
+        data, batch_sizes, sorted_indices, unsorted_indices = packed
+        if not isinstance(data, Tensor):
+            raise TypeError(f"{self._kind()}: the PackedSequence's data must be a Tensor, got {type(data).__name__}")
+        if data.ndim != 2:
+            raise ShapeError(f"input must have 2 dimensions, got {data.ndim}")
+        self._check_input(data)
+        bs = batch_sizes_of(packed)
+        T, B, N = bs.size, int(bs[0]), int(bs.sum())
+        if data.shape[0] != N:
+            raise ShapeError(f"the PackedSequence's data has {data.shape[0]} rows, its batch_sizes sum to {N}")
+        states = self._initial_states(data, hx, B, True)
+        if hx is not None and sorted_indices is not None:
+            states = [s.index_select(1, sorted_indices) for s in states]  # (the caller's order -> the packed one)
+        if bs[-1] == B:  # every sequence as long: the packed rows are the time-major batch's
+            out, hn, cn = self._run(data.reshape(T, B, data.shape[1]), states)
+            out = out.reshape(N, out.shape[-1])
+        else:
+            out, hn, cn = self._run_packed(data, bs, states)
+        if unsorted_indices is not None:
+            hn = hn.index_select(1, unsorted_indices)
+            cn = cn.index_select(1, unsorted_indices) if cn is not None else None
+        result = PackedSequence(out, batch_sizes, sorted_indices, unsorted_indices)
+        return (result, hn) if self.mode != "LSTM" else (result, (hn, cn))
+
+    def _run_packed(self, x: Tensor, bs: np.ndarray, states: list[Tensor]) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Every layer over the packed rows ``x`` ``[N, in]`` of sequences of different lengths (``bs``: the batch
+        sizes): (packed output ``[N, D*H_out]``, h_n, c_n or None). Each direction projects the packed rows, gathers
+        the projection into the padded ``[T, B, G*H]`` batch (the backward direction's with each sequence reversed
+        within its length, so that one forward scan starts it at its last step), scans it, and gathers its packed
+        output and its final states (each sequence's last valid step) back; the padded steps' states are read by
+        nothing, so their gradients are zeros."""
+        rows = _PackedRows(bs, x)
+        nd = 2 if self.bidirectional else 1
+        h0 = states[0].unbind(0)
+        c0 = states[1].unbind(0) if self.mode == "LSTM" else [None] * len(h0)
+        H = self.hidden_size
+        h_n, c_n = [], []
+        for layer in range(self.num_layers):
+            outs = []
+            for direction in range(nd):
+                weights = self._weights(layer, direction)
+                gi = rows.padded(F.linear(x, weights[0], weights[2]), direction == 1)
+                k = layer * nd + direction
+                if self.proj_size:
+                    y_h, _, y_c = self._projected_steps(gi, h0[k], c0[k], weights, False, every_c=True)
+                else:
+                    y = _packed(self.mode, gi, h0[k], c0[k], weights[1], weights[3], False)
+                    y_h, y_c = y[:, :, :H], (y[:, :, H:2 * H] if self.mode == "LSTM" else None)
+                flat = rows.flat(y_h)
+                outs.append(rows.packed(flat, direction == 1))
+                h_n.append(rows.last(flat))
+                c_n.append(rows.last(rows.flat(y_c)) if y_c is not None else None)
+            x = outs[0] if nd == 1 else cat(outs, -1)
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, True)
+        return x, stack(h_n, 0), (stack(c_n, 0) if self.mode == "LSTM" else None)
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"

@@ -1,5 +1,5 @@
-"""SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam and RAdam with torch's update rules (the
-single-tensor form torch runs on CPU tensors, the same arithmetic in the same order).
+"""SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop and ASGD with torch's update rules
+(the single-tensor form torch runs on CPU tensors, the same arithmetic in the same order).
 
 ``foreach``, ``fused``, ``capturable`` and ``differentiable`` are accepted and kept in the param groups (so
 ``state_dict`` has torch's keys) but change nothing: every step is one recorded graph the cluster fuses and
@@ -13,6 +13,8 @@ import math
 import numpy as np
 
 from tensorwire.creation import full_like, zeros_like
+from tensorwire.functions import where
+from tensorwire.nn._tensors import alias
 from tensorwire.protocol.dtypes import get_default_dtype
 from tensorwire.protocol.graph import attrs_key
 from tensorwire.protocol.ops.table import infer
@@ -437,3 +439,72 @@ class RAdam(Optimizer):
             adaptive = _d(p, bc2 ** 0.5) / (v.sqrt() + _c(p, eps))
             return p - corrected * _d(p, lr) * adaptive * _d(p, rect)
         return p - corrected * _d(p, lr)
+
+
+class Rprop(Optimizer):
+    """Resilient backpropagation with torch's update: a step size per element, multiplied by ``etas[1]`` while its
+    gradient keeps its sign and by ``etas[0]`` when it flips (that step is then skipped: its gradient counts as 0),
+    kept within ``step_sizes``; the parameter moves by the step size against the gradient's sign."""
+
+    def __init__(self, params, lr: float = 1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50), *,
+                 capturable: bool = False, foreach=None, maximize: bool = False, differentiable: bool = False):
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 < etas[0] < 1.0 < etas[1]:
+            raise ValueError(f"Invalid eta values: {etas[0]}, {etas[1]}")
+        super().__init__(params, dict(lr=lr, etas=tuple(etas), step_sizes=tuple(step_sizes), foreach=foreach,
+                                      maximize=maximize, differentiable=differentiable, capturable=capturable))
+
+    def _update(self, group, p, grad, state):
+        (etaminus, etaplus), (lo, hi) = group["etas"], group["step_sizes"]
+        if not state:
+            state["step"] = 0
+            state["prev"] = _zeros_like(p)
+            state["step_size"] = full_like(p, group["lr"])
+        state["step"] += 1
+        sign = (grad * state["prev"]).sign()
+        # torch writes etaplus / etaminus / 1 into sign where it is > 0 / < 0 / 0
+        factor = where(sign > 0, _c(p, etaplus), where(sign < 0, _c(p, etaminus), _c(p, 1)))
+        size = _set_state(state, "step_size", (state["step_size"] * factor).clamp(lo, hi))
+        # where the sign flipped, no step and no memory of the gradient
+        grad = _set_state(state, "prev", where(sign < 0, _c(p, 0), grad))
+        return p - grad.sign() * size  # torch's addcmul_(grad.sign(), step_size, value=-1)
+
+
+class ASGD(Optimizer):
+    """Averaged SGD (Polyak and Juditsky) with torch's update: ``p *= 1 - lambd * eta``, ``p -= eta * grad``, then
+    ``ax``, the average of the iterates from step ``t0`` on. ``state["eta"]`` and ``state["mu"]`` are Python numbers
+    rounded to the default dtype after each step, exactly as torch's scalar tensors (``state["step"]`` an int)."""
+
+    def __init__(self, params, lr: float = 1e-2, lambd: float = 1e-4, alpha: float = 0.75, t0: float = 1e6,
+                 weight_decay: float = 0, foreach=None, maximize: bool = False, differentiable: bool = False,
+                 capturable: bool = False):
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay,
+                                      foreach=foreach, maximize=maximize, differentiable=differentiable,
+                                      capturable=capturable))
+
+    def _update(self, group, p, grad, state):
+        lr, lambd, alpha, t0, wd = (group[k] for k in ("lr", "lambd", "alpha", "t0", "weight_decay"))
+        if not state:
+            state["step"] = 0
+            state["eta"] = _scalar_round(lr)
+            state["mu"] = 1.0
+            state["ax"] = _zeros_like(p)
+        state["step"] += 1
+        step = state["step"]
+        if wd != 0:
+            grad = grad + p * _c(p, wd)
+        eta, mu = float(state["eta"]), float(state["mu"])  # (float(): a state loaded from torch holds tensors)
+        p = p * _d(p, 1 - lambd * eta)
+        p = p + grad * _d(p, -eta)
+        if mu != 1:
+            _set_state(state, "ax", state["ax"] + (p - state["ax"]) * _d(p, mu))
+        else:
+            _set_state(state, "ax", alias(p))
+        state["eta"] = _scalar_round(lr / ((1 + lambd * lr * step) ** alpha))
+        state["mu"] = _scalar_round(1 / max(1, step - t0))
+        return p

@@ -1,5 +1,6 @@
-"""``tw.utils``: ``tw.utils.data`` (datasets and loaders)."""
+"""``tw.utils``: ``tw.utils.data`` (datasets and loaders) and ``tw.utils.checkpoint`` (activation
+checkpointing)."""
 
-from . import data
+from . import checkpoint, data
 
-__all__ = ["data"]
+__all__ = ["checkpoint", "data"]

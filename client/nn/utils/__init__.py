@@ -1,5 +1,5 @@
-"""``tw.nn.utils``: gradient clipping (computed and applied on the cluster, no sync) and parameter/vector
-conversion."""
+"""``tw.nn.utils``: gradient clipping (computed and applied on the cluster, no sync), parameter/vector conversion,
+and ``rnn`` (``tw.nn.utils.rnn``: ``PackedSequence`` and the pad/pack functions, as torch's)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from tensorwire.functions import cat
 from tensorwire.protocol.graph import attrs_key
 from tensorwire.tensor import Tensor
 
-from ._tensors import no_grad, rebind
+from .._tensors import no_grad, rebind
+from . import rnn
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm", "parameters_to_vector", "vector_to_parameters"]
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm", "parameters_to_vector", "rnn",
+           "vector_to_parameters"]
 
 
 def _grads(parameters) -> list[Tensor]:

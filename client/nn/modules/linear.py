@@ -1,0 +1,8 @@
+"""``torch.nn.modules.linear``'s names (the classes are ``tensorwire.nn``'s)."""
+
+from __future__ import annotations
+
+from ..layers import Bilinear, Identity, Linear
+from ..lazy import LazyLinear
+
+__all__ = ["Bilinear", "Identity", "Linear", "LazyLinear"]
