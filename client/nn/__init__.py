@@ -4,7 +4,9 @@ Modules hold :class:`Parameter` s and buffers that live on the cluster's devices
 ops (``tw.nn.functional``), so nothing moves to the client unless you ask for a value.
 """
 
-from . import functional, init, modules, parallel, utils
+import importlib
+
+from . import functional, init, parallel, utils
 from .container import Container, ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .distance import CosineSimilarity, PairwiseDistance
@@ -195,3 +197,11 @@ __all__ = [
     "LazyInstanceNorm2d", "LazyInstanceNorm3d", "UninitializedParameter", "UninitializedBuffer", "Container",
     "modules",
 ]
+
+
+def __getattr__(name: str):
+    """``tw.nn.modules`` (torch's module tree of re-exports, ``torch.nn.modules.loss._Loss``): imported at its first
+    use, as ``import tensorwire.nn.modules...`` does, not with ``tw.nn`` (its ~25 small modules cost ~10 ms)."""
+    if name == "modules":
+        return importlib.import_module(f"{__name__}.modules")  # lazy: at its first use (PEP 562), not with tw.nn
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
