@@ -49,3 +49,11 @@ def test_matches_torch_bit_for_bit():
     for e in (2, 3):
         got = _pow(x.numpy(), np.array(e, np.float32))
         np.testing.assert_array_equal(got, (x ** e).numpy())
+
+
+@pytest.mark.parametrize("e", [2, 3])
+def test_a_0d_base_squares_and_cubes(e):
+    """A 0-d base's square is a numpy scalar, which takes no ``out=``: the cube of ``tw.tensor(2.0)`` failed the
+    batch (``torch.norm(x, 3)`` of a 0-d x, found by op_db)."""
+    got = _pow(np.array(2.0, np.float32), np.array(e, np.float32))
+    assert np.asarray(got).shape == () and float(got) == 2.0 ** e
