@@ -22,7 +22,14 @@ F32 = np.float32
 
 @pytest.fixture(scope="module")
 def torch():
-    return pytest.importorskip("torch", reason="PyTorch is the reference here (pip install torch==2.13.0)")
+    torch = pytest.importorskip("torch", reason="PyTorch is the reference here (pip install torch==2.13.0)")
+    # torch.compile turns torch's validation off for the whole process (torch/_dynamo/eval_frame.py), and a module run
+    # before this one in the same worker may have compiled (the selftest's speed rows): on while these run
+    dist = torch.distributions.Distribution
+    before = dist._validate_args
+    dist.set_default_validate_args(True)
+    yield torch
+    dist.set_default_validate_args(before)
 
 
 def _lib_tensor(lib, a, grad: bool = False):
