@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tensorwire as tw
+from tensorwire import context as ctx
 
 pytestmark = pytest.mark.usefixtures("session")
 
@@ -347,3 +348,27 @@ def test_the_mode_checks_every_recorded_op_forward_and_backward(monkeypatch, rec
         assert ("scatter_add", {"dim": 0}, "cpu:0", tw.float32) in seen
         assert any(op == "index_put" and a.get("accumulate") for op, a, _, _ in seen)
     assert record_graph_calls  # (a backward recorded whole was checked too)
+
+
+def test_thread_counts_reach_the_next_embedded_cluster(monkeypatch):
+    """``tw.set_num_threads``/``set_num_interop_threads`` set the workers' threads of the cluster the next
+    ``tw.connect()`` without an address starts (a real one here); the running one keeps its own."""
+    monkeypatch.delenv("TENSORWIRE_ADDRESS", raising=False)
+    monkeypatch.setattr(ctx, "embedded_threads", None)
+    monkeypatch.setattr(ctx, "embedded_exec_threads", None)
+    prev = tw.current_session()
+    tw.set_num_threads(1)
+    tw.set_num_interop_threads(2)
+    s = tw.connect()
+    try:
+        assert s._cluster is not None and s._cluster.threads == 1 and s._cluster.exec_threads == 2
+        assert tw.get_num_threads() == 1 and tw.get_num_interop_threads() == 2
+        assert (tw.ones(3) * 2).sum().item() == 6.0
+        tw.set_num_threads(2)  # (for the next one: the running workers keep theirs)
+        assert tw.get_num_threads() == 1
+        with pytest.raises(RuntimeError, match="interop threads"):
+            tw.set_num_interop_threads(3)
+    finally:
+        tw.disconnect()
+        tw.set_session(prev)
+    assert tw.get_num_threads() == 2

@@ -1,7 +1,7 @@
-"""torch's process-wide settings (client/torch_settings.py), with no cluster: the thread counts reach the embedded
-cluster's ``LocalCluster`` (a stand-in here, which records what ``tw.connect()`` gives it), the deterministic mode
-installs the session's check, which refuses the ``mps`` backend's atomic scatter-adds, and the float32 matmul
-precision is ``tw.backends.cuda.matmul.allow_tf32``; each against torch where torch answers."""
+"""torch's process-wide settings (client/torch_settings.py), with no cluster: a cluster's thread counts and their
+validation, the deterministic mode installs the session's check, which refuses the ``mps`` backend's atomic
+scatter-adds, and the float32 matmul precision is ``tw.backends.cuda.matmul.allow_tf32``; each against torch where
+torch answers. That the counts reach a real embedded cluster: tests/client/test_torch_namespace.py."""
 
 from __future__ import annotations
 
@@ -38,65 +38,6 @@ def _raised(fn, *args):
 
 
 # -- threads ----------------------------------------------------------------------------------------------------------
-
-class _FakeCluster:
-    """What ``connect()`` starts, recording its arguments (no process)."""
-
-    made: list = []
-
-    def __init__(self, devices, worker_threads=None, extra_env=None):
-        self.devices, self.worker_threads, self.env = list(devices), worker_threads, dict(extra_env or {})
-        self.address = "tcp://127.0.0.1:1"
-        _FakeCluster.made.append(self)
-
-    threads = C.LocalCluster.threads
-    exec_threads = C.LocalCluster.exec_threads
-
-    def close(self):
-        pass
-
-
-class _FakeSession:
-    def __init__(self, address, token, *, timeout=None, cluster=None, keys=None):
-        self._cluster, self.closed = cluster, False
-
-    def close(self):
-        self.closed = True
-
-
-@pytest.fixture
-def fake_connect(monkeypatch):
-    monkeypatch.setattr(C, "LocalCluster", _FakeCluster)
-    monkeypatch.setattr(S, "Session", _FakeSession)
-    monkeypatch.delenv("TENSORWIRE_ADDRESS", raising=False)
-    _FakeCluster.made.clear()
-    prev = ctx._default
-    yield _FakeCluster.made
-    tw.set_session(prev)
-
-
-def test_thread_counts_reach_the_next_embedded_cluster(fake_connect):
-    assert tw.get_num_threads() == default_worker_threads(1) and tw.get_num_interop_threads() == 4
-    tw.set_num_threads(3)
-    tw.set_num_interop_threads(2)
-    assert tw.get_num_threads() == 3 and tw.get_num_interop_threads() == 2
-    tw.connect()
-    (made,) = fake_connect
-    assert made.worker_threads == 3 and made.env == {"TENSORWIRE_EXEC_THREADS": "2"}
-    # the running embedded cluster's; a later setting is for the next one (the running workers keep theirs)
-    tw.set_num_threads(5)
-    assert tw.get_num_threads() == 3 and tw.get_num_interop_threads() == 2
-    tw.disconnect()
-    assert tw.get_num_threads() == 5
-
-
-def test_without_settings_the_embedded_cluster_keeps_its_defaults(fake_connect):
-    ctx.embedded_threads = ctx.embedded_exec_threads = None
-    tw.connect()
-    (made,) = fake_connect
-    assert made.worker_threads is None and made.env == {}
-    assert tw.get_num_threads() == default_worker_threads(1) and tw.get_num_interop_threads() == 4
-
 
 def test_a_clusters_threads():
     c = object.__new__(C.LocalCluster)
