@@ -140,6 +140,7 @@ class CachingAllocator:
         self.driver_frees = 0    # segments given back
         self.cache_hits = 0      # requests served from a cached block (no driver call)
         self.peak_allocated = 0
+        self.peak_reserved = 0   # (``torch.cuda.max_memory_reserved``)
 
     # -- allocation -----------------------------------------------------------------------------------------------
     def malloc(self, nbytes: int) -> tuple[int, int]:
@@ -198,6 +199,7 @@ class CachingAllocator:
                 continue
             self.driver_allocs += 1
             self.reserved += seg
+            self.peak_reserved = max(self.peak_reserved, self.reserved)
             self._segments[ptr] = seg
             return Block(ptr, seg, small)
         raise AssertionError("unreachable")
@@ -264,7 +266,8 @@ class CachingAllocator:
     def stats(self) -> dict:
         return {"allocated_bytes": self.allocated, "reserved_bytes": self.reserved,
                 "requested_bytes": self.requested, "cached_bytes": self.cached_bytes(),
-                "peak_allocated_bytes": self.peak_allocated, "buffers": self.blocks, "segments": len(self._segments),
+                "peak_allocated_bytes": self.peak_allocated, "peak_reserved_bytes": self.peak_reserved,
+                "buffers": self.blocks, "segments": len(self._segments),
                 "driver_allocs": self.driver_allocs, "driver_frees": self.driver_frees,
                 "cache_hits": self.cache_hits}
 
