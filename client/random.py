@@ -11,6 +11,7 @@ endian), which ``tw.set_rng_state`` and ``Generator.set_state`` take back. A sta
 
 from __future__ import annotations
 
+import contextlib
 import random as _pyrandom
 
 # (the package, for tw.tensor and tw.uint8 at call time: the client core imports this module as it loads)
@@ -114,3 +115,25 @@ def set_rng_state(new_state) -> None:
     """Restore the default generator's state from :func:`get_rng_state`'s tensor (torch.set_rng_state): the numbers
     drawn after it are those drawn after that call. A torch state (another algorithm) is refused, saying so."""
     default_generator.set_state(new_state)
+
+
+@contextlib.contextmanager
+def fork_rng(devices=None, enabled: bool = True, _caller: str = "fork_rng", _devices_kw: str = "devices",
+             device_type: str | None = None):
+    """torch.random.fork_rng: the default generator's state is saved on entry and restored on exit (exception or
+    not), so the numbers drawn inside leave those drawn after unchanged; ``enabled=False``: nothing is forked.
+
+    tensorwire has one generator for every device (its numbers depend on the seed and offset only, not on the
+    device), so forking it forks every device's: ``devices`` and ``device_type`` are accepted for torch's signature
+    and change nothing, and torch's warning for ``devices=None`` with several devices (each device's generator forked
+    in turn, slow) has no cause here and is not given. ``device_type="meta"``: nothing is forked, as torch's."""
+    if device_type == "meta" or not enabled:
+        yield
+        return
+    if devices is not None:
+        devices = list(devices)  # (torch's: a generator passed in is consumed once)
+    state = default_generator.get_state()
+    try:
+        yield
+    finally:
+        default_generator.set_state(state)

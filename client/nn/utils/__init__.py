@@ -1,9 +1,11 @@
 """``tw.nn.utils``: gradient clipping (computed and applied on the cluster, no sync), parameter/vector conversion,
-and ``rnn`` (``tw.nn.utils.rnn``: ``PackedSequence`` and the pad/pack functions, as torch's)."""
+``rnn`` (``tw.nn.utils.rnn``: ``PackedSequence`` and the pad/pack functions, as torch's), the hook-based
+``weight_norm``/``spectral_norm``, ``parametrize`` and ``parametrizations``, BatchNorm fusion and ``skip_init``."""
 
 from __future__ import annotations
 
 import math
+import warnings
 
 from tensorwire import autograd_hooks
 from tensorwire._frames import _user_frame
@@ -13,10 +15,16 @@ from tensorwire.protocol.graph import attrs_key
 from tensorwire.tensor import Tensor
 
 from .._tensors import no_grad, rebind
-from . import rnn
+from . import parametrizations, parametrize, rnn
+from .fusion import fuse_conv_bn_eval, fuse_conv_bn_weights, fuse_linear_bn_eval, fuse_linear_bn_weights
+from .init import skip_init
+from .spectral_norm import remove_spectral_norm, spectral_norm
+from .weight_norm import remove_weight_norm, weight_norm
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm", "parameters_to_vector", "rnn",
-           "vector_to_parameters"]
+__all__ = ["clip_grad_norm", "clip_grad_norm_", "clip_grad_value_", "fuse_conv_bn_eval", "fuse_conv_bn_weights",
+           "fuse_linear_bn_eval", "fuse_linear_bn_weights", "get_total_norm", "parameters_to_vector",
+           "parametrizations", "parametrize", "remove_spectral_norm", "remove_weight_norm", "rnn", "skip_init",
+           "spectral_norm", "vector_to_parameters", "weight_norm"]
 
 
 def _grads(parameters) -> list[Tensor]:
@@ -82,6 +90,14 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
             scaled = _record_direct(g, "mul", [g, c], None, None, where)
             p.grad = scaled if scaled is not None else g * c
     return total
+
+
+def clip_grad_norm(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
+                   foreach=None) -> Tensor:
+    """Deprecated (a FutureWarning, as torch's): :func:`clip_grad_norm_`."""
+    warnings.warn("`torch.nn.utils.clip_grad_norm` is now deprecated in favor of `torch.nn.utils.clip_grad_norm_`.",
+                  FutureWarning, stacklevel=2)
+    return clip_grad_norm_(parameters, max_norm, norm_type, error_if_nonfinite, foreach)
 
 
 def _record_direct(t: Tensor, op: str, ins: list, attrs: dict | None, akey, where) -> Tensor | None:
