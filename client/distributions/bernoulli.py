@@ -7,19 +7,12 @@ import math
 from tensorwire import autograd_engine as _autograd
 from tensorwire import combine as _combine
 from tensorwire import creation as _creation
+from tensorwire.nn import functional as F
 from tensorwire.tensor import Size, Tensor
 
 from . import constraints
 from .exp_family import ExponentialFamily
-from .utils import (
-    _bce_with_logits,
-    _standard_uniform,
-    broadcast_all,
-    is_number,
-    lazy_property,
-    logits_to_probs,
-    probs_to_logits,
-)
+from .utils import _standard_uniform, broadcast_all, is_number, lazy_property, logits_to_probs, probs_to_logits
 
 __all__ = ["Bernoulli"]
 
@@ -96,10 +89,10 @@ class Bernoulli(ExponentialFamily):
         if self._validate_args:
             self._validate_sample(value)
         logits, value = broadcast_all(self.logits, value)
-        return -_bce_with_logits(logits, value)
+        return -F.binary_cross_entropy_with_logits(logits, value, reduction="none")
 
     def entropy(self):
-        return _bce_with_logits(self.logits, self.probs)
+        return F.binary_cross_entropy_with_logits(self.logits, self.probs, reduction="none")
 
     def enumerate_support(self, expand=True):
         values = _creation.arange(2, dtype=self._param.dtype, device=self._param._dev, session=self._param._s)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from tensorwire import combine as _combine
 from tensorwire import creation as _creation
+from tensorwire import special as _special
 from tensorwire.tensor import Size, Tensor
 
 from . import constraints
 from .dirichlet import Dirichlet
 from .exp_family import ExponentialFamily
-from .utils import _lgamma, broadcast_all, is_number
+from .utils import broadcast_all, is_number
 
 __all__ = ["Beta"]
 
@@ -77,4 +78,4 @@ class Beta(ExponentialFamily):
         return (self.concentration1, self.concentration0)
 
     def _log_normalizer(self, x, y):
-        return _lgamma(x) + _lgamma(y) - _lgamma(x + y)
+        return _special.lgamma(x) + _special.lgamma(y) - _special.lgamma(x + y)

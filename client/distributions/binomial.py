@@ -5,12 +5,13 @@ from __future__ import annotations
 from tensorwire import autograd_engine as _autograd
 from tensorwire import combine as _combine
 from tensorwire import creation as _creation
+from tensorwire import special as _special
 from tensorwire.tensor import Size, Tensor
 
 from . import constraints
 from ._sampling import binomial64
 from .distribution import Distribution
-from .utils import _lgamma, broadcast_all, lazy_property, logits_to_probs, probs_to_logits
+from .utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits
 
 __all__ = ["Binomial"]
 
@@ -92,9 +93,9 @@ class Binomial(Distribution):
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        log_factorial_n = _lgamma(self.total_count + 1)
-        log_factorial_k = _lgamma(value + 1)
-        log_factorial_nmk = _lgamma(self.total_count - value + 1)
+        log_factorial_n = _special.lgamma(self.total_count + 1)
+        log_factorial_k = _special.lgamma(value + 1)
+        log_factorial_nmk = _special.lgamma(self.total_count - value + 1)
         # (the clamp keeps the normalizer finite for extreme logits, as torch's)
         normalize_term = (self.total_count * _clamp_by_zero(self.logits)
                           + self.total_count * (-self.logits.abs()).exp().log1p() - log_factorial_n)

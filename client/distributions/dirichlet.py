@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from tensorwire import combine as _combine
+from tensorwire import special as _special
 from tensorwire.nn import functional as F
 from tensorwire.tensor import Size, Tensor
 
 from . import constraints
 from ._sampling import StandardGamma
 from .exp_family import ExponentialFamily
-from .utils import _digamma, _lgamma, _xlogy
 
 __all__ = ["Dirichlet"]
 
@@ -47,8 +47,8 @@ class Dirichlet(ExponentialFamily):
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        return (_xlogy(self.concentration - 1.0, value).sum(-1) + _lgamma(self.concentration.sum(-1))
-                - _lgamma(self.concentration).sum(-1))
+        return (_special.xlogy(self.concentration - 1.0, value).sum(-1) + _special.lgamma(self.concentration.sum(-1))
+                - _special.lgamma(self.concentration).sum(-1))
 
     @property
     def mean(self) -> Tensor:
@@ -70,12 +70,12 @@ class Dirichlet(ExponentialFamily):
     def entropy(self):
         k = self.concentration.size(-1)
         a0 = self.concentration.sum(-1)
-        return (_lgamma(self.concentration).sum(-1) - _lgamma(a0) - (k - a0) * _digamma(a0)
-                - ((self.concentration - 1.0) * _digamma(self.concentration)).sum(-1))
+        return (_special.lgamma(self.concentration).sum(-1) - _special.lgamma(a0) - (k - a0) * _special.digamma(a0)
+                - ((self.concentration - 1.0) * _special.digamma(self.concentration)).sum(-1))
 
     @property
     def _natural_params(self) -> tuple[Tensor]:
         return (self.concentration,)
 
     def _log_normalizer(self, x):
-        return _lgamma(x).sum(-1) - _lgamma(x.sum(-1))
+        return _special.lgamma(x).sum(-1) - _special.lgamma(x.sum(-1))

@@ -11,7 +11,7 @@ from tensorwire.tensor import Size, Tensor
 from . import constraints
 from ._sampling import StandardGamma
 from .exp_family import ExponentialFamily
-from .utils import _digamma, _lgamma, _xlogy, broadcast_all, is_number
+from .utils import broadcast_all, is_number
 
 __all__ = ["Gamma"]
 
@@ -69,19 +69,19 @@ class Gamma(ExponentialFamily):
         value = _creation.as_tensor(value, dtype=self.rate.dtype, device=self.rate._dev, session=self.rate._s)
         if self._validate_args:
             self._validate_sample(value)
-        return (_xlogy(self.concentration, self.rate) + _xlogy(self.concentration - 1, value)
-                - self.rate * value - _lgamma(self.concentration))
+        return (_special.xlogy(self.concentration, self.rate) + _special.xlogy(self.concentration - 1, value)
+                - self.rate * value - _special.lgamma(self.concentration))
 
     def entropy(self):
-        return (self.concentration - self.rate.log() + _lgamma(self.concentration)
-                + (1.0 - self.concentration) * _digamma(self.concentration))
+        return (self.concentration - self.rate.log() + _special.lgamma(self.concentration)
+                + (1.0 - self.concentration) * _special.digamma(self.concentration))
 
     @property
     def _natural_params(self) -> tuple[Tensor, Tensor]:
         return (self.concentration - 1, -self.rate)
 
     def _log_normalizer(self, x, y):
-        return _lgamma(x + 1) + (x + 1) * (-y.reciprocal()).log()
+        return _special.lgamma(x + 1) + (x + 1) * (-y.reciprocal()).log()
 
     def cdf(self, value):
         if self._validate_args:

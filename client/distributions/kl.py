@@ -12,6 +12,7 @@ from tensorwire import array_extras as _array_extras
 from tensorwire import autograd_engine as _autograd
 from tensorwire import combine as _combine
 from tensorwire import linalg as _linalg
+from tensorwire import special as _special
 from tensorwire.nn import functional as F
 
 from .bernoulli import Bernoulli
@@ -31,7 +32,7 @@ from .one_hot_categorical import OneHotCategorical
 from .poisson import Poisson
 from .transformed_distribution import TransformedDistribution
 from .uniform import Uniform
-from .utils import _digamma, _lgamma, _sum_rightmost, _xlogy
+from .utils import _sum_rightmost
 from .utils import euler_constant as _euler_gamma
 
 #: the registered (type_p, type_q) -> function: the source of truth
@@ -102,7 +103,7 @@ def _infinite_like(tensor):
 
 
 def _x_log_x(tensor):
-    return _xlogy(tensor, tensor)  # 0 at 0
+    return _special.xlogy(tensor, tensor)  # 0 at 0
 
 
 def _batch_trace_XXT(bmat):  # noqa: N802
@@ -144,11 +145,11 @@ def _kl_bernoulli_bernoulli(p, q):
 def _kl_beta_beta(p, q):
     sum_params_p = p.concentration1 + p.concentration0
     sum_params_q = q.concentration1 + q.concentration0
-    t1 = _lgamma(q.concentration1) + _lgamma(q.concentration0) + _lgamma(sum_params_p)
-    t2 = _lgamma(p.concentration1) + _lgamma(p.concentration0) + _lgamma(sum_params_q)
-    t3 = (p.concentration1 - q.concentration1) * _digamma(p.concentration1)
-    t4 = (p.concentration0 - q.concentration0) * _digamma(p.concentration0)
-    t5 = (sum_params_q - sum_params_p) * _digamma(sum_params_p)
+    t1 = _special.lgamma(q.concentration1) + _special.lgamma(q.concentration0) + _special.lgamma(sum_params_p)
+    t2 = _special.lgamma(p.concentration1) + _special.lgamma(p.concentration0) + _special.lgamma(sum_params_q)
+    t3 = (p.concentration1 - q.concentration1) * _special.digamma(p.concentration1)
+    t4 = (p.concentration0 - q.concentration0) * _special.digamma(p.concentration0)
+    t5 = (sum_params_q - sum_params_p) * _special.digamma(sum_params_p)
     return t1 - t2 + t3 + t4 + t5
 
 
@@ -171,10 +172,10 @@ def _kl_categorical_categorical(p, q):
 def _kl_dirichlet_dirichlet(p, q):
     sum_p_concentration = p.concentration.sum(-1)
     sum_q_concentration = q.concentration.sum(-1)
-    t1 = _lgamma(sum_p_concentration) - _lgamma(sum_q_concentration)
-    t2 = (_lgamma(p.concentration) - _lgamma(q.concentration)).sum(-1)
+    t1 = _special.lgamma(sum_p_concentration) - _special.lgamma(sum_q_concentration)
+    t2 = (_special.lgamma(p.concentration) - _special.lgamma(q.concentration)).sum(-1)
     t3 = p.concentration - q.concentration
-    t4 = _digamma(p.concentration) - _digamma(sum_p_concentration).unsqueeze(-1)
+    t4 = _special.digamma(p.concentration) - _special.digamma(sum_p_concentration).unsqueeze(-1)
     return t1 - t2 + (t3 * t4).sum(-1)
 
 
@@ -203,8 +204,8 @@ def _kl_expfamily_expfamily(p, q):
 @register_kl(Gamma, Gamma)
 def _kl_gamma_gamma(p, q):
     t1 = q.concentration * (p.rate / q.rate).log()
-    t2 = _lgamma(q.concentration) - _lgamma(p.concentration)
-    t3 = (p.concentration - q.concentration) * _digamma(p.concentration)
+    t2 = _special.lgamma(q.concentration) - _special.lgamma(p.concentration)
+    t3 = (p.concentration - q.concentration) * _special.digamma(p.concentration)
     t4 = (q.rate - p.rate) * (p.concentration / p.rate)
     return t1 + t2 + t3 + t4
 
@@ -290,8 +291,9 @@ def _kl_beta_exponential(p, q):
 @register_kl(Beta, Gamma)
 def _kl_beta_gamma(p, q):
     t1 = -p.entropy()
-    t2 = _lgamma(q.concentration) - q.concentration * q.rate.log()
-    t3 = (q.concentration - 1) * (_digamma(p.concentration1) - _digamma(p.concentration1 + p.concentration0))
+    t2 = _special.lgamma(q.concentration) - q.concentration * q.rate.log()
+    t3 = (q.concentration - 1) * (_special.digamma(p.concentration1)
+                                  - _special.digamma(p.concentration1 + p.concentration0))
     t4 = q.rate * p.concentration1 / (p.concentration1 + p.concentration0)
     return t1 + t2 - t3 + t4
 
@@ -324,7 +326,7 @@ def _kl_exponential_infinity(p, q):
 def _kl_exponential_gamma(p, q):
     ratio = q.rate / p.rate
     t1 = -q.concentration * ratio.log()
-    return t1 + ratio + _lgamma(q.concentration) + q.concentration * _euler_gamma - (1 + _euler_gamma)
+    return t1 + ratio + _special.lgamma(q.concentration) + q.concentration * _euler_gamma - (1 + _euler_gamma)
 
 
 @register_kl(Exponential, Normal)
@@ -353,11 +355,11 @@ def _kl_gamma_exponential(p, q):
 def _kl_gamma_normal(p, q):
     var_normal = q.scale.pow(2)
     beta_sqr = p.rate.pow(2)
-    t1 = 0.5 * (beta_sqr * var_normal * 2 * math.pi).log() - p.concentration - _lgamma(p.concentration)
+    t1 = 0.5 * (beta_sqr * var_normal * 2 * math.pi).log() - p.concentration - _special.lgamma(p.concentration)
     t2 = 0.5 * (p.concentration.pow(2) + p.concentration) / beta_sqr
     t3 = q.loc * p.concentration / p.rate
     t4 = 0.5 * q.loc.pow(2)
-    return t1 + (p.concentration - 1) * _digamma(p.concentration) + (t2 - t3 + t4) / var_normal
+    return t1 + (p.concentration - 1) * _special.digamma(p.concentration) + (t2 - t3 + t4) / var_normal
 
 
 @register_kl(Laplace, Beta)
@@ -410,7 +412,8 @@ def _kl_uniform_beta(p, q):
     t1 = common_term.log()
     t2 = (q.concentration1 - 1) * (_x_log_x(p.high) - _x_log_x(p.low) - common_term) / common_term
     t3 = (q.concentration0 - 1) * (_x_log_x(1 - p.high) - _x_log_x(1 - p.low) + common_term) / common_term
-    t4 = _lgamma(q.concentration1) + _lgamma(q.concentration0) - _lgamma(q.concentration1 + q.concentration0)
+    t4 = (_special.lgamma(q.concentration1) + _special.lgamma(q.concentration0)
+          - _special.lgamma(q.concentration1 + q.concentration0))
     result = t3 + t4 - t1 - t2
     return _where((p.high > q.support.upper_bound) | (p.low < q.support.lower_bound), inf, result)
 
@@ -425,7 +428,7 @@ def _kl_uniform_exponetial(p, q):
 def _kl_uniform_gamma(p, q):
     common_term = p.high - p.low
     t1 = common_term.log()
-    t2 = _lgamma(q.concentration) - q.concentration * q.rate.log()
+    t2 = _special.lgamma(q.concentration) - q.concentration * q.rate.log()
     t3 = (1 - q.concentration) * (_x_log_x(p.high) - _x_log_x(p.low) - common_term) / common_term
     t4 = q.rate * (p.high + p.low) / 2
     result = -t1 + t2 + t3 + t4

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from tensorwire import autograd_engine as _autograd
+from tensorwire import special as _special
 from tensorwire.tensor import Size, Tensor
 
 from . import constraints
 from ._sampling import poisson64
 from .exp_family import ExponentialFamily
-from .utils import _lgamma, _xlogy, broadcast_all, is_number
+from .utils import broadcast_all, is_number
 
 __all__ = ["Poisson"]
 
@@ -54,7 +55,7 @@ class Poisson(ExponentialFamily):
         if self._validate_args:
             self._validate_sample(value)
         rate, value = broadcast_all(self.rate, value)
-        return _xlogy(value, rate) - rate - _lgamma(value + 1)
+        return _special.xlogy(value, rate) - rate - _special.lgamma(value + 1)
 
     @property
     def _natural_params(self) -> tuple[Tensor]:

@@ -10,7 +10,6 @@ from tensorwire import array_extras as _array_extras
 from tensorwire import autograd_engine as _autograd
 from tensorwire import creation as _creation
 from tensorwire import dtype_info as _dtype_info
-from tensorwire import special as _special
 from tensorwire.nn import functional as F
 from tensorwire.protocol import dtypes as D
 from tensorwire.tensor import Size, Tensor
@@ -56,28 +55,6 @@ def _sum_rightmost(value, dim: int):
     if dim == 0:
         return value
     return value.reshape(tuple(value.shape[:-dim]) + (-1,)).sum(-1)
-
-
-def _lgamma(x: Tensor) -> Tensor:
-    """log Γ(x) (``tw.special.gammaln``, whose gradient is ψ(x), finite at the integers)."""
-    return _special.lgamma(x)
-
-
-def _digamma(x: Tensor) -> Tensor:
-    """ψ(x) (``tw.special.digamma``)."""
-    return _special.digamma(x)
-
-
-def _xlogy(x, y) -> Tensor:
-    """``x * log(y)`` (0 where x = 0), broadcast, with torch's gradients (``tw.special.xlogy``'s)."""
-    x, y = broadcast_all(x, y)
-    return _special.xlogy(x, y)
-
-
-def _bce_with_logits(logits: Tensor, target: Tensor) -> Tensor:
-    """Binary cross entropy on logits, elementwise (``F.binary_cross_entropy_with_logits``: torch's gradient
-    ``sigmoid(x) - t`` everywhere)."""
-    return F.binary_cross_entropy_with_logits(logits, target, reduction="none")
 
 
 def logits_to_probs(logits: Tensor, is_binary: bool = False) -> Tensor:
