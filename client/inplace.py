@@ -11,7 +11,9 @@ always is).
 
 This module is the last of ``client/_install.py``'s :data:`MODULES`, so the methods of every module before it (``i0``,
 ``polygamma``, ``erfinv`` ...) are there to be varied; a name whose in-place form ``Tensor`` already has (written by
-hand, or added by an earlier module) keeps it.
+hand, or added by an earlier module) keeps it. It is the one home of these forms: ``exp_``, ``sigmoid_`` ... were made
+in ``client/tensor.py`` by a loop of their own before (no arguments: ``x.nan_to_num_(0.0)`` and ``x.round_(decimals=2)``
+take them now, as torch's).
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ from .tensor import Tensor
 #: methods whose in-place variant ``<name>_`` is ``x._assign(x.<name>(...))``
 VARIED = (
     # unary math
-    "acos", "asin", "atan", "acosh", "asinh", "atanh", "arccos", "arcsin", "arctan", "arccosh", "arcsinh", "arctanh",
+    "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs", "neg", "floor", "ceil", "round", "trunc",
+    "reciprocal", "square", "sign", "rsqrt", "log1p", "expm1", "erf", "tan", "exp2", "log2", "nan_to_num", "frac",
+    "logical_not", "acos", "asin", "atan", "acosh", "asinh", "atanh", "arccos", "arcsin", "arctan", "arccosh",
+    "arcsinh", "arctanh",
     "cosh", "sinh", "erfc", "erfinv", "lgamma", "digamma", "log10", "logit", "sinc", "deg2rad", "rad2deg",
     "negative", "absolute", "fix", "sgn", "i0", "polygamma", "mvlgamma", "bitwise_not",
     # binary math

@@ -1690,21 +1690,6 @@ for _op in _OPS.values():
             setattr(Tensor, _name, _fn)
 
 
-def _make_inplace_unary(name: str):
-    def method(self):
-        return self._assign(getattr(self, name)())
-
-    method.__name__ = name + "_"
-    method.__doc__ = f"In-place :meth:`{name}`."
-    return method
-
-
-for _n in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs", "neg", "floor", "ceil", "round",
-           "trunc", "reciprocal", "square", "sign", "rsqrt", "log1p", "expm1", "erf", "tan", "exp2", "log2",
-           "nan_to_num", "frac", "logical_not"):
-    setattr(Tensor, _n + "_", _make_inplace_unary(_n))
-
-
 def _wrap_index(index: Tensor, n: int) -> Tensor:
     """Negative indices counted from the end (torch's take_along_dim and take accept them)."""
     return where(index < 0, index + n, index)
