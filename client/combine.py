@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
-from tensorwire.protocol.errors import DTypeError, ShapeError
+from tensorwire.protocol.errors import ShapeError
 from tensorwire.protocol.graph import attrs_key
 from tensorwire.protocol.shapes import norm_dim
 
@@ -52,9 +52,7 @@ def write_out(out, result):
         raise TypeError(f"out= must be a Tensor, not {type(out).__name__}")
     if out._shape == result._shape:
         return out._assign(result)
-    if result.dtype.category > out.dtype.category:
-        raise DTypeError(f"result type {result.dtype.name.capitalize()} can't be cast to the desired output type "
-                         f"{out.dtype.name.capitalize()}")
+    D.check_cast(result.dtype, out.dtype)
     return rebind(out, alias(result.to(out.dtype)))
 
 

@@ -106,12 +106,8 @@ class iinfo(_Info):  # noqa: N801
 
 def can_cast(from_, to) -> bool:
     """Whether torch's casting rules let a value of dtype ``from_`` be written to one of dtype ``to`` (an in-place op's
-    output, ``out=``): never complex to real, floating to integer, or anything but bool to bool (c10's ``canCast``)."""
+    output, ``out=``): ``protocol.dtypes.can_cast``, the rule ``Tensor._assign`` and ``out=`` apply."""
     for name, d in (("from_", from_), ("to", to)):
         if not isinstance(d, D.DType):
             raise TypeError(f"can_cast(): argument '{name}' must be tensorwire.dtype, not {type(d).__name__}")
-    if from_.is_complex and not to.is_complex:
-        return False
-    if from_.is_floating_point and not (to.is_floating_point or to.is_complex):
-        return False
-    return not (to is D.bool_ and from_ is not D.bool_)
+    return D.can_cast(from_, to)

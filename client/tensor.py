@@ -1498,9 +1498,7 @@ class Tensor(TensorBase):
         if new._shape != self._shape:
             new = new.expand(*self._shape) if new._shape != self._shape else new
         if new.dtype is not self.dtype:
-            if new.dtype.category > self.dtype.category:
-                raise DTypeError(f"result type {new.dtype.name.capitalize()} can't be cast to the desired output "
-                                 f"type {self.dtype.name.capitalize()}")
+            D.check_cast(new.dtype, self.dtype)
             new = new.to(self.dtype)
         if self.requires_grad or self._base is not None:  # (else nothing for autograd to refuse)
             _autograd_engine.check_inplace(self, new)

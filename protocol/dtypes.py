@@ -130,6 +130,20 @@ def from_numpy(npdt: np.dtype) -> DType:
 _INT_ORDER = {uint8: 0, int8: 1, int16: 2, int32: 3, int64: 4}
 
 
+def can_cast(from_: DType, to: DType) -> bool:
+    """Whether torch's casting rules let a value of dtype ``from_`` be written to one of dtype ``to`` (an in-place op's
+    result, ``out=``): never to a lower category, complex to real, floating to integer, anything else to bool (c10's
+    ``canCast``)."""
+    return from_.category <= to.category
+
+
+def check_cast(from_: DType, to: DType) -> None:
+    """:func:`can_cast`, or torch's ``DTypeError`` for a result that cannot be written to an output of ``to``."""
+    if from_.category > to.category:
+        raise DTypeError(f"result type {from_.name.capitalize()} can't be cast to the desired output type "
+                         f"{to.name.capitalize()}")
+
+
 def promote_types(a: DType, b: DType) -> DType:
     """PyTorch's ``torch.promote_types`` for two dtypes."""
     if a is b:
