@@ -429,7 +429,9 @@ class profile:  # noqa: N801
             trace.append({"name": "process_name", "ph": "M", "pid": p, "tid": 1, "args": {"name": label}})
             trace.append({"name": "process_sort_index", "ph": "M", "pid": p, "tid": 1, "args": {"sort_index": p}})
             trace.append({"name": "thread_name", "ph": "M", "pid": p, "tid": 1, "args": {"name": name}})
-        ships: dict = {}
+        # each batch's shipping, found before the pairing: a worker's span may sort before the shipping that caused
+        # it when the clock offset's estimate errs by more than the gap between them (under load, ~1 ms)
+        ships = {e.args["batch"]: e for e in events if e.name == "client::ship" and e.args.get("batch") is not None}
         for e in events:
             trace.append(
                 {
@@ -444,11 +446,7 @@ class profile:  # noqa: N801
                 }
             )
             b = e.args.get("batch")
-            if b is None:
-                continue
-            if e.name == "client::ship":
-                ships[b] = e
-            elif e.name == "worker::batch" and b in ships:
+            if b is not None and e.name == "worker::batch" and b in ships:
                 src = ships[b]
                 fid = f"{b}-{e.process}"
                 trace.append(
