@@ -8,7 +8,7 @@ import warnings
 from collections import OrderedDict
 from itertools import islice
 
-from .module import Module
+from .module import Module, _addindent
 from .parameter import Parameter
 
 
@@ -161,6 +161,20 @@ class ModuleList(_ListMixin):
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError("ModuleList has no forward; iterate over it")
+
+    def __repr__(self) -> str:
+        """torch's: consecutive modules with the same repr shown once, ``(0-5): 6 x Layer(...)``."""
+        reprs = [repr(m) for m in self]
+        if not reprs:
+            return self._get_name() + "()"
+        runs: list[list] = []  # [first, last, repr]
+        for i, r in enumerate(reprs):
+            if runs and runs[-1][2] == r:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i, r])
+        lines = [_addindent(f"({a}): {r}" if a == b else f"({a}-{b}): {b - a + 1} x {r}", 2) for a, b, r in runs]
+        return self._get_name() + "(\n  " + "\n  ".join(lines) + "\n)"
 
 
 class ModuleDict(_DictMixin):

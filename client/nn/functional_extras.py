@@ -7,6 +7,7 @@ distance and margin losses, ``kl_div``, ``instance_norm`` and ``local_response_n
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -151,29 +152,70 @@ def _check_p(p: float) -> None:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
 
 
-def _feature_dropout(input: Tensor, p: float, training: bool, inplace: bool, spatial: int) -> Tensor:  # noqa: A002
+def _feature_dropout(input: Tensor, p: float, training: bool, inplace: bool, noise: tuple) -> Tensor:  # noqa: A002
+    """Dropout with one draw per element of ``noise`` (a shape that broadcasts to the input's: whole channels)."""
     _check_p(p)
     if not training or p == 0:
         return input
-    batched = input.ndim == spatial + 2
-    shape = (*input.shape[:2], *([1] * spatial)) if batched else (input.shape[0], *([1] * spatial))
-    out = input * 0 if p == 1 else input * _keep(input, shape, p) * (1.0 / (1.0 - p))
+    out = input * 0 if p == 1 else input * _keep(input, noise, p) * (1.0 / (1.0 - p))
     return _inplace(input, out, inplace)
+
+
+def _channels(shape: tuple) -> tuple:
+    """torch's feature dropout's draws: one per (dim 0, dim 1) pair, ``(N, C, 1, ...)``; ShapeError under 2-D."""
+    if len(shape) < 2:
+        raise ShapeError("Feature dropout requires at least 2 dimensions in the input")
+    return (*shape[:2], *([1] * (len(shape) - 2)))
+
+
+def _unbatched(shape: tuple) -> tuple:
+    """The draws of an input without its batch dim, as torch makes them: (1, *shape)'s channels, squeezed."""
+    return _channels((1, *shape))[1:]
+
+
+def _deprecated_rank(name: str, ndim: int, spatial: int) -> None:
+    warnings.warn(f"{name}: Received a {ndim}-D input to {name}, which is deprecated and will result in an error in "
+                  f"a future release. To retain the behavior and silence this warning, please use dropout instead. "
+                  f"Note that {name} exists to provide channel-wise dropout on inputs with {spatial} spatial "
+                  f"dimensions, a channel dimension, and an optional batch dimension (i.e. {spatial + 1}D or "
+                  f"{spatial + 2}D inputs).", stacklevel=3)
 
 
 def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
     """Zero whole channels (dim 1 of (N, C, L), dim 0 of (C, L)) with probability ``p``; scale the rest."""
-    return _feature_dropout(input, p, training, inplace, 1)
+    _check_p(p)
+    if input.ndim not in (2, 3):
+        raise ShapeError(f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input. Note that dropout1d "
+                         f"exists to provide channel-wise dropout on inputs with 1 spatial dimension, a channel "
+                         f"dimension, and an optional batch dimension (i.e. 2D or 3D inputs).")
+    noise = _channels(input.shape) if input.ndim == 3 else _unbatched(input.shape)
+    return _feature_dropout(input, p, training, inplace, noise)
 
 
 def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
-    """Zero whole channels of (N, C, H, W) (or (C, H, W)) with probability ``p``; scale the rest."""
-    return _feature_dropout(input, p, training, inplace, 2 if input.ndim != 3 else 2)
+    """Zero whole channels of (N, C, H, W) with probability ``p``; scale the rest. As torch: a 3-D input is taken as
+    (N, C, L) (1-D channel dropout, with torch's warning), and other ranks (deprecated, warned) drop along dims 0
+    and 1 (a 2-D input element by element)."""
+    _check_p(p)
+    if input.ndim not in (3, 4):
+        _deprecated_rank("dropout2d", input.ndim, 2)
+    elif input.ndim == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout behavior "
+                      "is desired - input is interpreted as shape (N, C, L), where C is the channel dim. This behavior "
+                      "will change in a future release to interpret the input as one without a batch dimension, i.e. "
+                      "shape (C, H, W). To maintain the 1D channel-wise dropout behavior, please switch to using "
+                      "dropout1d instead.", stacklevel=2)
+    return _feature_dropout(input, p, training, inplace, _channels(input.shape))
 
 
 def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
-    """Zero whole channels of (N, C, D, H, W) (or (C, D, H, W)) with probability ``p``; scale the rest."""
-    return _feature_dropout(input, p, training, inplace, 3)
+    """Zero whole channels of (N, C, D, H, W) (or (C, D, H, W)) with probability ``p``; scale the rest. Other ranks
+    (deprecated, warned, as torch) are taken as unbatched: dim 0 is the channel."""
+    _check_p(p)
+    if input.ndim not in (4, 5):
+        _deprecated_rank("dropout3d", input.ndim, 3)
+    noise = _channels(input.shape) if input.ndim == 5 else _unbatched(input.shape)
+    return _feature_dropout(input, p, training, inplace, noise)
 
 
 def _alpha_dropout(input: Tensor, p: float, training: bool, inplace: bool, shape) -> Tensor:  # noqa: A002

@@ -16,6 +16,7 @@ from .activations import _softmax_dim
 from .linear_maps import linear as _linear
 from .module import Module, own_attr
 from .parameter import Parameter
+from .tuples import _single
 
 
 def _empty(*shape, device=None, dtype=None) -> Tensor:
@@ -88,6 +89,12 @@ class Linear(Module):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """torch's ``Linear`` subclass for ``MultiheadAttention.out_proj`` (a name torch's quantization tooling skips):
+    the same layer, kept so that reprs, ``isinstance`` checks and ``torch.serialization.safe_globals`` lists that
+    name it work unchanged."""
 
 class Bilinear(Module):
     """``y = x1^T A x2 + b``."""
@@ -258,6 +265,10 @@ class AvgPool2d(Module):
 
 
 class AvgPool1d(AvgPool2d):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True):
+        super().__init__(_single(kernel_size), _single(stride if stride is not None else kernel_size),
+                         _single(padding), ceil_mode, count_include_pad)
+
     def forward(self, input):  # noqa: A002
         return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad)
@@ -389,7 +400,8 @@ class LayerNorm(Module):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
 
 
 class RMSNorm(Module):
@@ -417,14 +429,17 @@ class RMSNorm(Module):
 
 class GroupNorm(Module):
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device=None,
-                 dtype=None):
+                 dtype=None, *, bias: bool = True):
         super().__init__()
         if num_channels % num_groups:
-            raise ValueError("num_channels must be divisible by num_groups")
+            raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         if affine:
             self.weight = Parameter(ones(num_channels, dtype=dtype, device=device))
-            self.bias = Parameter(zeros(num_channels, dtype=dtype, device=device))
+            if bias:
+                self.bias = Parameter(zeros(num_channels, dtype=dtype, device=device))
+            else:
+                self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -433,7 +448,8 @@ class GroupNorm(Module):
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
+                f"bias={self.bias is not None}")
 
 
 class Embedding(Module):
@@ -619,6 +635,9 @@ class ELU(_Hyper):
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
         super().__init__(alpha=alpha, inplace=inplace)
 
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
+
 
 class Softplus(_Hyper):
     _fn = "softplus"
@@ -635,6 +654,9 @@ class Hardtanh(_Hyper):
 
     def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
         super().__init__(min_val=min_val, max_val=max_val, inplace=inplace)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}" + (", inplace=True" if self.inplace else "")
 
 
 class Softmax(_Hyper):
@@ -673,6 +695,7 @@ _DIRECT = {"softmax": (F.softmax, Tensor.softmax), "log_softmax": (F.log_softmax
 class GLU(_Hyper):
     _fn = "glu"
     _args = ("dim",)
+    _repr = ("dim",)
 
     def __init__(self, dim: int = -1):
         super().__init__(dim=dim)
@@ -742,8 +765,7 @@ class CELU(_Hyper):
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
         super().__init__(alpha=alpha, inplace=inplace)
 
-    def extra_repr(self) -> str:
-        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
+    extra_repr = ELU.extra_repr
 
 
 class SELU(_Act):

@@ -11,7 +11,7 @@ from tensorwire.protocol.errors import ShapeError
 from . import functional as F
 from . import init
 from .container import ModuleList
-from .layers import Dropout, LayerNorm, Linear, _param
+from .layers import Dropout, LayerNorm, Linear, NonDynamicallyQuantizableLinear, _param
 from .module import Module
 
 
@@ -48,7 +48,7 @@ class MultiheadAttention(Module):
             self.in_proj_bias = _param(3 * embed_dim, **fk)
         else:
             self.register_parameter("in_proj_bias", None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, **fk)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, **fk)
         if add_bias_kv:
             self.bias_k = _param(1, 1, embed_dim, **fk)
             self.bias_v = _param(1, 1, embed_dim, **fk)

@@ -343,3 +343,53 @@ def test_init_deprecated_names_warn_and_sparse_dirac(torch):
     with pytest.raises(ValueError, match="dim 0 must be divisible by groups"):
         tw.nn.init.dirac_(tw.empty(3, 2, 3), 2)
     assert tw.nn.init._calculate_correct_fan(w, "fan_out") == 6
+
+
+#: arguments for the modules the sweep below would otherwise build at torch's default sizes (a 6-layer, 512-wide
+#: Transformer) or that take none of its candidates
+_REPR_ARGS = {"Transformer": (8, 2, 2, 2, 16), "TransformerEncoder": "layers", "TransformerDecoder": "layers",
+              "Unflatten": (1, (2, 2)), "MultiheadAttention": (8, 2)}
+_REPR_CANDIDATES = [(), (4,), (4, 4), (4, 4, 3), (8, 2), (2,), (4, 2, 2), ((2, 2),)]
+
+
+def _repr_args(torch, name):
+    """The arguments the sweep builds ``name`` with: its own, or the first candidate torch accepts."""
+    import warnings as w
+
+    args = _REPR_ARGS.get(name)
+    if args == "layers":  # (a stack of two equal layers: torch's ModuleList repr folds them into "(0-1): 2 x")
+        return lambda nn: (getattr(nn, name + "Layer")(8, 2, 16), 2)
+    for cand in ([args] if args is not None else _REPR_CANDIDATES):
+        try:
+            with w.catch_warnings():
+                w.simplefilter("ignore")
+                getattr(torch.nn, name)(*cand)
+        except Exception:  # noqa: BLE001 - not this candidate
+            continue
+        return lambda nn, cand=cand: cand
+    return None
+
+
+def test_every_modules_repr_is_torchs(torch):
+    """Every ``torch.nn`` module class tensorwire has, built with the same arguments, prints as torch's (a sweep:
+    found ELU, GLU, Hardtanh, GroupNorm and LayerNorm without their defaults or ``bias``, AvgPool1d's sizes not
+    tuples, and ModuleList's runs of equal layers not folded)."""
+    import inspect
+    import warnings as w
+
+    checked = []
+    for name in sorted(dir(torch.nn)):
+        ref_cls = getattr(torch.nn, name)
+        if name.startswith("_") or not (inspect.isclass(ref_cls) and issubclass(ref_cls, torch.nn.Module)):
+            continue
+        if not hasattr(nn, name) or name in ("RNNBase", "RNNCellBase"):
+            continue
+        make = _repr_args(torch, name)
+        if make is None:
+            continue
+        with w.catch_warnings():
+            w.simplefilter("ignore")
+            ref, mine = ref_cls(*make(torch.nn)), getattr(nn, name)(*make(nn))
+        assert repr(mine) == repr(ref), name
+        checked.append(name)
+    assert len(checked) >= 150, len(checked)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..layers import Bilinear, Identity, Linear
+from ..layers import Bilinear, Identity, Linear, NonDynamicallyQuantizableLinear
 from ..lazy import LazyLinear
 
-__all__ = ["Bilinear", "Identity", "Linear", "LazyLinear"]
+__all__ = ["Bilinear", "Identity", "Linear", "LazyLinear", "NonDynamicallyQuantizableLinear"]
