@@ -1,7 +1,9 @@
 """``grid_sample`` (and ATen's ``grid_sampler_2d``/``grid_sampler_3d``), composed of gathers (issue 33): the grid's
 normalised coordinates are mapped to pixel positions as torch maps them (``align_corners``, then the padding mode's
 clipping or reflection), and each output is a weighted sum of the input at its neighbouring pixels (bilinear or
-trilinear, nearest, bicubic in 2-D), taps outside the input counting as 0 for ``padding_mode="zeros"``.
+trilinear, nearest, bicubic in 2-D), taps outside the input counting as 0 for ``padding_mode="zeros"``. And the grids
+it samples at: ``affine_grid`` (ATen's ``affine_grid_generator``), each batch's affine map applied to torch's base grid
+of normalised output positions.
 
 Below :mod:`tensorwire.tensor` (it needs ``where`` alone, from :mod:`tensorwire.combine`): ``tw.grid_sampler_2d``
 (client/array_extras.py) and ``tw.nn.functional.grid_sample``, which re-exports it, both use it."""
@@ -9,7 +11,10 @@ Below :mod:`tensorwire.tensor` (it needs ``where`` alone, from :mod:`tensorwire.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError
@@ -19,7 +24,7 @@ from .combine import where
 if TYPE_CHECKING:
     from .tensor import Tensor
 
-__all__ = ["grid_sample", "grid_sampler_2d", "grid_sampler_3d"]
+__all__ = ["affine_grid", "grid_sample", "grid_sampler_2d", "grid_sampler_3d"]
 
 _MODES = {"bilinear": 0, "nearest": 1, "bicubic": 2}
 _PADS = {"zeros": 0, "border": 1, "reflection": 2}
@@ -163,3 +168,60 @@ def grid_sampler_3d(input: Tensor, grid: Tensor, interpolation_mode: int, paddin
     if input.ndim != 5:
         raise ShapeError(f"grid_sampler_3d(): expected 5D input, got {input.ndim}D")
     return _sample(input, grid, int(interpolation_mode), int(padding_mode), bool(align_corners))
+
+
+# -- affine grids -----------------------------------------------------------------------------------------------------
+
+def _base_line(n: int, align_corners: bool) -> np.ndarray:
+    """torch's normalised positions of ``n`` output pixels along one dim (``linspace_from_neg_one``): -1 .. 1, pulled
+    in by ``(n - 1) / n`` without ``align_corners`` (pixel centres); a single pixel sits at 0. Host values of the
+    size alone."""
+    if n <= 1:
+        return np.zeros(max(n, 0))
+    line = np.linspace(-1.0, 1.0, n)
+    return line if align_corners else line * (n - 1) / n
+
+
+def affine_grid(theta: Tensor, size, align_corners: bool | None = None) -> Tensor:
+    """The sampling grid of a batch of affine maps (torch's ``F.affine_grid``): ``theta`` ``(N, 2, 3)`` and ``size``
+    ``(N, C, H, W)`` give ``(N, H, W, 2)``; ``(N, 3, 4)`` and ``(N, C, D, H, W)`` give ``(N, D, H, W, 3)``. Each output
+    position's normalised coordinates ``(x, y[, z], 1)`` times ``theta``'s rows, for :func:`grid_sample` with the same
+    ``align_corners`` (default False, with torch's warning when not given). Differentiable in ``theta``: the base
+    coordinates are constants of the size, one line per dim, broadcast against ``theta``'s columns."""
+    if align_corners is None:
+        warnings.warn("Default grid_sample and affine_grid behavior has changed to align_corners=False since 1.3.0. "
+                      "Please specify align_corners=True if the old behavior is desired. See the documentation of "
+                      "grid_sample for details.", stacklevel=2)
+        align_corners = False
+    if not theta.dtype.is_floating_point:
+        raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
+    size = [int(v) for v in size]
+    nd = len(size) - 2
+    if nd not in (2, 3):
+        raise NotImplementedError(f"affine_grid only supports 4D and 5D sizes, for 2D and 3D affine transforms, "
+                                  f"respectively. Got size {size}.")
+    if theta.ndim != 3 or tuple(theta.shape[1:]) != (nd, nd + 1):
+        raise ValueError(f"Expected a batch of {nd}D affine matrices of shape Nx{nd}x{nd + 1} for size {size}. Got "
+                         f"{list(theta.shape)}.")
+    spatial = size[2:]
+    if align_corners and min(spatial) == 1:
+        warnings.warn("Since version 1.3.0, affine_grid behavior has changed for unit-size grids when "
+                      "align_corners=True. This is not an intended use case of affine_grid. See the documentation of "
+                      "affine_grid for details.", stacklevel=2)
+    elif min(size) <= 0:
+        raise ValueError(f"Expected non-zero, positive output size. Got {size}")
+    if theta.shape[0] != size[0]:
+        raise ShapeError(f"affine_grid: theta holds {theta.shape[0]} affine maps for a batch of {size[0]} (size "
+                         f"{size})")
+    n = size[0]
+    cols = theta.transpose(1, 2).reshape(n, nd + 1, *([1] * nd), nd)  # column k times coordinate k (x, y[, z], 1)
+    out = None
+    # (summed in torch's order, x first and the constant last); coordinate k runs along spatial dim nd - 1 - k
+    for k in range(nd):
+        dim = nd - 1 - k
+        shape = [1] * (nd + 2)
+        shape[1 + dim] = spatial[dim]
+        line = theta._operand(_base_line(spatial[dim], align_corners)).to(theta.dtype).reshape(shape)
+        term = line * cols[:, k]
+        out = term if out is None else out + term
+    return out + cols[:, nd]

@@ -65,13 +65,21 @@ def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # 
 
 def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
     """``input`` clamped to ``[min_val, max_val]``. An integer input keeps its dtype, the bounds truncated towards
-    zero (torch's ``hardtanh(int64, -0.5, 0.5)`` is all zeros); torch refuses bool, and so do we."""
+    zero (torch's ``hardtanh(int64, -0.5, 0.5)`` is all zeros); torch refuses bool, and so do we.
+
+    ``inplace`` with autograd: torch's ``hardtanh_`` differentiates through its result, so the input it overwrote is
+    not needed; here the value is ``input`` where it lies strictly inside the bounds and the (constant) clamped value
+    elsewhere, a ``where`` whose backward keeps only that mask, not the input ``clamp``'s would have saved."""
     if input.dtype is D.bool_:
         raise DTypeError("hardtanh: bool inputs are not supported (as in torch); convert first (x.long())")
     if not input.dtype.is_floating_point:
         min_val, max_val = math.trunc(min_val), math.trunc(max_val)
-    out = input.clamp(min_val, max_val)
-    return input._assign(out) if inplace else out
+    if not inplace:
+        return input.clamp(min_val, max_val)
+    if not input.requires_grad:
+        return input._assign(input.clamp(min_val, max_val))
+    inside = (input > min_val) & (input < max_val)
+    return input._assign(where(inside, input, input.detach().clamp(min_val, max_val)))
 
 
 def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002

@@ -18,7 +18,7 @@ from tensorwire.protocol.errors import ShapeError
 from tensorwire.protocol.shapes import broadcast
 from tensorwire.tensor import Tensor
 
-from ..grid_sampling import grid_sample
+from ..grid_sampling import affine_grid, grid_sample
 from ..padding import pad
 from ._tensors import no_grad, rebind
 
@@ -463,4 +463,5 @@ from .functional_extras import __all__ as _extras_all  # noqa: E402
 from .pooling_nd import *  # noqa: E402,F403
 from .pooling_nd import __all__ as _pooling_all  # noqa: E402
 
-__all__ += _extras_all + [n for n in _pooling_all if not n.endswith("_with_indices")] + ["grid_sample", "embedding_bag"]
+__all__ += _extras_all + [n for n in _pooling_all if not n.endswith("_with_indices")]
+__all__ += ["grid_sample", "affine_grid", "embedding_bag"]

@@ -1,5 +1,6 @@
 """More of torch's ``nn.functional``, composed of tensor methods (issue 33): the remaining activations (``celu``,
-``selu``, ``hardswish``, the shrinks, ``prelu``, ``rrelu``...), the channel dropouts, ``pixel_shuffle``, the
+``selu``, ``hardswish``, the shrinks, ``prelu``, ``rrelu``...) and the in-place forms (``relu_``, ``elu_`` ...: each
+its activation's ``inplace=True``), ``gumbel_softmax``, the channel dropouts, ``pixel_shuffle``, ``conv_tbc``, the
 distance and margin losses, ``kl_div``, ``instance_norm`` and ``local_response_norm``. Re-exported by
 :mod:`tensorwire.nn.functional`.
 """
@@ -13,6 +14,7 @@ import numpy as np
 
 from tensorwire.autograd_engine import no_grad
 from tensorwire.creation import rand
+from tensorwire.dtype_info import finfo
 from tensorwire.functions import arange_like, where
 from tensorwire.math_extras import xlogy
 from tensorwire.protocol import dtypes as D
@@ -21,9 +23,9 @@ from tensorwire.tensor import Tensor
 from tensorwire.zero_grads import zero_grad_from
 
 from ..padding import pad
-from .activations import logsigmoid
+from .activations import elu, hardtanh, leaky_relu, logsigmoid, relu
 from .interpolation import interpolate
-from .linear_maps import linear
+from .linear_maps import conv1d, linear
 from .loss_functions import _reduce, cross_entropy
 
 __all__ = [
@@ -33,7 +35,8 @@ __all__ = [
     "soft_margin_loss", "multilabel_soft_margin_loss", "cosine_embedding_loss", "poisson_nll_loss",
     "gaussian_nll_loss", "pairwise_distance", "pdist", "triplet_margin_loss", "triplet_margin_with_distance_loss",
     "multi_margin_loss", "local_response_norm", "instance_norm", "upsample_bilinear", "upsample_nearest",
-    "upsample", "linear_cross_entropy", "multilabel_margin_loss", "ctc_loss",
+    "upsample", "linear_cross_entropy", "multilabel_margin_loss", "ctc_loss", "relu_", "elu_", "celu_", "selu_",
+    "leaky_relu_", "hardtanh_", "rrelu_", "threshold_", "gumbel_softmax", "native_channel_shuffle", "conv_tbc",
 ]
 
 
@@ -139,6 +142,76 @@ def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, trainin
     else:
         slope = (lower + upper) / 2
     return _inplace(input, _where(input >= 0, input, input * slope), inplace)
+
+
+# -- in-place activations: torch's ``F.<name>_`` is ``F.<name>(..., inplace=True)``, the result written into the
+# input through ``Tensor._assign`` (autograd's checks, views and bases as every in-place op) -------------------------
+
+def relu_(input: Tensor) -> Tensor:  # noqa: A002
+    """In-place :func:`relu` (``tw.relu_``): ``input`` rewritten and returned."""
+    return relu(input, inplace=True)
+
+
+def elu_(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
+    """In-place :func:`elu`: ``input`` rewritten and returned."""
+    return elu(input, alpha, inplace=True)
+
+
+def celu_(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
+    """In-place :func:`celu`: ``input`` rewritten and returned."""
+    return celu(input, alpha, inplace=True)
+
+
+def selu_(input: Tensor) -> Tensor:  # noqa: A002
+    """In-place :func:`selu`: ``input`` rewritten and returned."""
+    return selu(input, inplace=True)
+
+
+def leaky_relu_(input: Tensor, negative_slope: float = 0.01) -> Tensor:  # noqa: A002
+    """In-place :func:`leaky_relu`: ``input`` rewritten and returned."""
+    return leaky_relu(input, negative_slope, inplace=True)
+
+
+def hardtanh_(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:  # noqa: A002
+    """In-place :func:`hardtanh`: ``input`` rewritten and returned."""
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def rrelu_(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3,  # noqa: A002
+           training: bool = False) -> Tensor:
+    """In-place :func:`rrelu`: ``input`` rewritten and returned."""
+    return rrelu(input, lower, upper, training, inplace=True)
+
+
+_threshold = threshold  # (threshold_'s argument, torch's name, hides the function)
+
+
+def threshold_(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa: A002
+    """In-place :func:`threshold`: ``input`` rewritten and returned."""
+    return _threshold(input, threshold, value, inplace=True)
+
+
+def gumbel_softmax(logits: Tensor, tau: float = 1, hard: bool = False, eps: float = 1e-10,
+                   dim: int = -1) -> Tensor:
+    """A sample of the Gumbel-softmax distribution over ``dim`` (torch's ``F.gumbel_softmax``): ``softmax((logits +
+    g) / tau)`` with ``g`` standard Gumbel noise (``-log`` of Exp(1) draws, the cluster's generator: ``tw.manual_seed``;
+    the numbers differ from torch's). ``hard``: the one-hot of each sample's argmax, differentiated as the soft sample
+    (straight-through: ``y_hard - y_soft.detach() + y_soft``). ``eps`` is deprecated and does nothing (torch's
+    warning)."""
+    if eps != 1e-10:
+        warnings.warn("`eps` parameter is deprecated and has no effect.", stacklevel=2)
+    _float_only("gumbel_softmax", logits)
+    with no_grad():
+        draws = logits.new_zeros(tuple(logits.shape)).exponential_()
+        # (an Exp(1) draw of exactly 0, from a uniform draw of 0, would be Gumbel noise of +inf and NaN after the
+        # softmax: it is the dtype's smallest normal number instead, noise of ~708 in float64, ~87 in float32)
+        gumbels = -draws.clamp(min=finfo(logits.dtype).tiny).log()
+    y_soft = ((logits + gumbels) / tau).softmax(dim)
+    if not hard:
+        return y_soft
+    index = y_soft.argmax(dim, keepdim=True)
+    y_hard = logits.new_zeros(tuple(logits.shape)).scatter(dim, index, 1.0)
+    return y_hard - y_soft.detach() + y_soft
 
 
 # -- dropouts --------------------------------------------------------------------------------------------------------
@@ -286,6 +359,31 @@ def channel_shuffle(input: Tensor, groups: int) -> Tensor:  # noqa: A002
     if groups <= 0 or c % groups:
         raise ShapeError(f"Number of channels must be divisible by groups. Got {c} channels and {groups} groups.")
     return input.reshape(n, groups, c // groups, *rest).transpose(1, 2).reshape(n, c, *rest)
+
+
+#: torch's ATen-level name of the same shuffle (``torch.native_channel_shuffle``)
+native_channel_shuffle = channel_shuffle
+
+
+def conv_tbc(input: Tensor, weight: Tensor, bias: Tensor, pad: int = 0) -> Tensor:  # noqa: A002
+    """1-D convolution of a time-first sequence (torch's ``F.conv_tbc``): ``input`` ``(T, B, C_in)``, ``weight``
+    ``(K, C_in, C_out)``, ``bias`` ``(C_out,)``, ``pad`` zeros at both ends of time; ``(T + 2 pad - K + 1, B,
+    C_out)``, ``out[t] = bias + sum_k input[t + k - pad] @ weight[k]``: :func:`conv1d` of the batch-first layout."""
+    if input.ndim != 3:
+        raise ShapeError(f"conv_tbc: Input must have 3 dims: time, batch, in_channel (got {input.ndim})")
+    if weight.ndim != 3:
+        raise ShapeError(f"conv_tbc: Weight tensor must have 3 dims: kernel_width, in_channels, out_channels (got "
+                         f"{weight.ndim})")
+    if bias.ndim != 1:
+        raise ShapeError(f"conv_tbc: Bias must be 1-D (got {bias.ndim})")
+    if input.shape[2] != weight.shape[1]:
+        raise ShapeError(f"conv_tbc: Input dim 2 (input channels, {input.shape[2]}) is not == dim 1 in the weight "
+                         f"tensor ({weight.shape[1]})")
+    if weight.shape[2] != bias.shape[0]:
+        raise ShapeError(f"conv_tbc: Bias size ({bias.shape[0]}) must equal the weight's output channels "
+                         f"({weight.shape[2]})")
+    out = conv1d(input.permute(1, 2, 0), weight.permute(2, 1, 0), bias, padding=int(pad))
+    return out.permute(2, 0, 1)
 
 
 # -- losses ----------------------------------------------------------------------------------------------------------

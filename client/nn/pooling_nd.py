@@ -19,9 +19,11 @@ from tensorwire.tensor import Tensor
 from ..padding import pad
 from .linear_maps import _pair, conv2d, conv_transpose2d
 
-__all__ = ["max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d", "avg_pool3d",
-           "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_avg_pool3d", "conv3d",
-           "max_unpool1d", "max_unpool2d", "max_unpool3d", "fractional_max_pool2d", "fractional_max_pool3d",
+__all__ = ["max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices", "max_pool3d",
+           "avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+           "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices",
+           "adaptive_avg_pool3d", "conv3d", "max_unpool1d", "max_unpool2d", "max_unpool3d", "fractional_max_pool2d",
+           "fractional_max_pool3d", "fractional_max_pool2d_with_indices", "fractional_max_pool3d_with_indices",
            "conv_transpose3d"]
 
 
@@ -133,16 +135,25 @@ def _max_pool(input: Tensor, n: int, kernel_size, stride, padding, dilation, cei
     return _max_windows(input, n, per_dim, outs, return_indices, name)
 
 
+# The ``*_with_indices`` forms return ``(values, indices)`` whatever ``return_indices`` says, as torch's (which take
+# the argument only to share the pooling functions' signature).
+
 def max_pool1d_with_indices(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
-                            ceil_mode: bool = False, return_indices: bool = True):
+                            ceil_mode: bool = False, return_indices: bool = False) -> tuple[Tensor, Tensor]:
     """``max_pool1d`` and the index of each maximum in its input row."""
-    return _max_pool(input, 1, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool1d")
+    return _max_pool(input, 1, kernel_size, stride, padding, dilation, ceil_mode, True, "max_pool1d")
 
 
 def max_pool2d_with_indices(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
-                            ceil_mode: bool = False, return_indices: bool = True):
+                            ceil_mode: bool = False, return_indices: bool = False) -> tuple[Tensor, Tensor]:
     """``max_pool2d`` and the index of each maximum in its (flattened) input plane."""
-    return _max_pool(input, 2, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool2d")
+    return _max_pool(input, 2, kernel_size, stride, padding, dilation, ceil_mode, True, "max_pool2d")
+
+
+def max_pool3d_with_indices(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+                            ceil_mode: bool = False, return_indices: bool = False) -> tuple[Tensor, Tensor]:
+    """``max_pool3d`` and the index of each maximum in its (flattened) input volume."""
+    return _max_pool(input, 3, kernel_size, stride, padding, dilation, ceil_mode, True, "max_pool3d")
 
 
 def max_pool3d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,  # noqa: A002
@@ -202,6 +213,24 @@ def adaptive_max_pool2d(input: Tensor, output_size, return_indices: bool = False
 def adaptive_max_pool3d(input: Tensor, output_size, return_indices: bool = False):  # noqa: A002
     """Max over torch's adaptive windows (and the flat index of each maximum)."""
     return _adaptive_max(input, 3, output_size, return_indices, "adaptive_max_pool3d")
+
+
+def adaptive_max_pool1d_with_indices(input: Tensor, output_size,  # noqa: A002
+                                     return_indices: bool = False) -> tuple[Tensor, Tensor]:
+    """:func:`adaptive_max_pool1d` and the index of each maximum in its input row, always (torch's)."""
+    return _adaptive_max(input, 1, output_size, True, "adaptive_max_pool1d")
+
+
+def adaptive_max_pool2d_with_indices(input: Tensor, output_size,  # noqa: A002
+                                     return_indices: bool = False) -> tuple[Tensor, Tensor]:
+    """:func:`adaptive_max_pool2d` and the flat index of each maximum in its input plane, always (torch's)."""
+    return _adaptive_max(input, 2, output_size, True, "adaptive_max_pool2d")
+
+
+def adaptive_max_pool3d_with_indices(input: Tensor, output_size,  # noqa: A002
+                                     return_indices: bool = False) -> tuple[Tensor, Tensor]:
+    """:func:`adaptive_max_pool3d` and the flat index of each maximum in its input volume, always (torch's)."""
+    return _adaptive_max(input, 3, output_size, True, "adaptive_max_pool3d")
 
 
 def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:  # noqa: A002
@@ -320,8 +349,9 @@ def _fractional(input: Tensor, n: int, kernel_size, output_size, output_ratio, r
     if output_size is None:
         if output_ratio is None:
             raise ValueError(f"{name} requires specifying either an output_size or an output_ratio")
-        ratio = _pair(output_ratio, n, "output_ratio") if not isinstance(output_ratio, (tuple, list)) else \
-            [float(r) for r in output_ratio]
+        # (a number: the same ratio for every dim; _pair would truncate it to an int)
+        ratio = [float(r) for r in output_ratio] if isinstance(output_ratio, (tuple, list)) else \
+            [float(output_ratio)] * n
         ratio = ratio * n if len(ratio) == 1 else ratio
         out = [int(L * r) for L, r in zip(spatial, ratio)]
     else:
@@ -370,6 +400,22 @@ def fractional_max_pool3d(input: Tensor, kernel_size, output_size=None, output_r
                           return_indices: bool = False, _random_samples=None):
     """3-D max pooling over pseudo-random windows (torch's intervals)."""
     return _fractional(input, 3, kernel_size, output_size, output_ratio, return_indices, _random_samples,
+                       "fractional_max_pool3d")
+
+
+def fractional_max_pool2d_with_indices(input: Tensor, kernel_size, output_size=None, output_ratio=None,  # noqa: A002
+                                       return_indices: bool = False,
+                                       _random_samples: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """:func:`fractional_max_pool2d` and the flat index of each maximum in its input plane, always (torch's)."""
+    return _fractional(input, 2, kernel_size, output_size, output_ratio, True, _random_samples,
+                       "fractional_max_pool2d")
+
+
+def fractional_max_pool3d_with_indices(input: Tensor, kernel_size, output_size=None, output_ratio=None,  # noqa: A002
+                                       return_indices: bool = False,
+                                       _random_samples: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """:func:`fractional_max_pool3d` and the flat index of each maximum in its input volume, always (torch's)."""
+    return _fractional(input, 3, kernel_size, output_size, output_ratio, True, _random_samples,
                        "fractional_max_pool3d")
 
 

@@ -1,5 +1,5 @@
-"""SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop and ASGD with torch's update rules
-(the single-tensor form torch runs on CPU tensors, the same arithmetic in the same order).
+"""SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD, Adafactor and Muon with torch's
+update rules (the single-tensor form torch runs on CPU tensors, the same arithmetic in the same order).
 
 ``foreach``, ``fused``, ``capturable`` and ``differentiable`` are accepted and kept in the param groups (so
 ``state_dict`` has torch's keys) but change nothing: every step is one recorded graph the cluster fuses and
@@ -13,8 +13,10 @@ import math
 import numpy as np
 
 from tensorwire.creation import full_like, zeros_like
+from tensorwire.dtype_info import finfo
 from tensorwire.functions import where
 from tensorwire.nn._tensors import alias
+from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.dtypes import get_default_dtype
 from tensorwire.protocol.graph import attrs_key
 from tensorwire.protocol.ops.table import infer
@@ -508,3 +510,153 @@ class ASGD(Optimizer):
         state["eta"] = _scalar_round(lr / ((1 + lambd * lr * step) ** alpha))
         state["mu"] = _scalar_round(1 / max(1, step - t0))
         return p
+
+
+class Adafactor(Optimizer):
+    """Adafactor (Shazeer and Stern 2018) as torch 2.13's ``torch.optim.Adafactor``: the second moment of a
+    parameter of 2 or more dims kept factored, its mean over the last dim (``state["row_var"]``, last dim 1) and over
+    the one before (``state["col_var"]``), their product over the row factor's mean estimating it; a vector's (or a
+    scalar's) whole (``state["variance"]``). The running averages decay by ``1 - t ** beta2_decay``; the step is the
+    relative step size ``min(lr, 1 / sqrt(t))`` times the parameter's RMS (at least ``eps[1]``), the update clipped to
+    an RMS of ``d``; ``eps[0]`` (None: the first updated parameter's dtype's machine epsilon, as torch's loop leaves
+    it) floors the estimate; ``weight_decay`` is decoupled (``p *= 1 - lr * weight_decay``).
+
+    torch reads the parameter's and the update's norms to the host (``.item()``); here they stay 0-d device tensors,
+    so ``step()`` does not sync (float64: the same values, float32: the same to rounding, torch taking the two
+    scalars in double). ``state["step"]`` is a Python int (torch: a float32 tensor); ``foreach`` is accepted and kept,
+    and changes nothing."""
+
+    def __init__(self, params, lr: float = 1e-2, beta2_decay: float = -0.8, eps=(None, 1e-3), d: float = 1.0,
+                 weight_decay: float = 0.0, *, foreach=None, maximize: bool = False):
+        if not 0.0 <= lr:
+            raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
+        if not 0.0 >= beta2_decay:
+            raise ValueError(f"beta2_decay should be <= 0 but is: {beta2_decay}")
+        if eps[0] is not None and not 0.0 <= eps[0]:
+            raise ValueError(f"epsilon1 should be >= 0 but is: {eps[0]}")
+        if not 0.0 <= eps[1]:
+            raise ValueError(f"epsilon2 should be >= 0 but is: {eps[1]}")
+        if not 1.0 <= d:
+            raise ValueError(f"Clipping threshold d should be >= 1 but is: {d}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"weight_decay should be >= 0 but is: {weight_decay}")
+        super().__init__(params, dict(lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay,
+                                      foreach=foreach, maximize=maximize))
+
+    def _update(self, group, p, grad, state):
+        if p.dtype.is_complex:
+            raise RuntimeError("Adafactor does not support complex parameters")
+        lr, wd, clip = group["lr"], group["weight_decay"], group["d"]
+        eps1, eps2 = group["eps"]
+        if eps1 is None:  # (torch's loop sets it from the first parameter it updates, then keeps it for the group)
+            eps1 = _STEP.setdefault(("adafactor_eps1", id(group)), finfo(p.dtype).eps)
+        if not state:
+            state["step"] = 0
+            if grad.ndim > 1:
+                state["row_var"] = grad.new_zeros((*grad.shape[:-1], 1))
+                state["col_var"] = grad.new_zeros((*grad.shape[:-2], 1, grad.shape[-1]))
+            else:
+                state["variance"] = _zeros_like(grad)
+        state["step"] += 1
+        step = float(state["step"])
+        beta = _d(p, step ** group["beta2_decay"])  # 1 - beta2_t, the running averages' weight
+        rms_p = p.norm(2) / _c(p, p.numel() ** 0.5)
+        alpha = rms_p.clamp(min=eps2) * _d(p, min(lr, 1 / (step ** 0.5)))
+        if wd != 0:
+            p = p * _d(p, 1 - lr * wd)
+        if grad.ndim > 1:
+            # torch's (norm ** 2) / size for the mean of the squares over a dim
+            row = _set_state(state, "row_var", state["row_var"].lerp(
+                grad.norm(2, -1, keepdim=True).square() / _c(p, grad.shape[-1]), beta))
+            col = _set_state(state, "col_var", state["col_var"].lerp(
+                grad.norm(2, -2, keepdim=True).square() / _c(p, grad.shape[-2]), beta))
+            # torch's row_var @ col_var: an outer product (inner size 1), each element one multiplication
+            var = (row * col) / row.mean(-2, keepdim=True).clamp(min=eps1)
+        else:
+            var = _set_state(state, "variance", state["variance"].lerp(grad * grad, beta))
+        update = var.clamp(min=eps1 * eps1).rsqrt() * grad
+        denom = (update.norm(2) / _c(p, (update.numel() ** 0.5) * clip)).clamp(min=1.0)
+        return p + update * -(alpha / denom)
+
+
+#: torch's Muon defaults: the quintic Newton-Schulz coefficients, steps and the normalisation's floor
+_MUON_NS = (3.4445, -4.7750, 2.0315)
+_MUON_NS_STEPS = 5
+_MUON_EPS = 1e-7
+
+
+def _bf16(x):
+    """``x`` (float32) rounded to bfloat16 and held in float32: what one torch op on bfloat16 tensors gives, its
+    float32 arithmetic rounded once."""
+    return x.to(D.bfloat16).to(D.float32)
+
+
+def _newton_schulz(update, coefficients: tuple, steps: int, eps: float):
+    """torch's ``_zeropower_via_newtonschulz``: ``steps`` quintic Newton-Schulz iterations towards the orthogonal
+    factor of a 2-D ``update`` (on the wide orientation: a tall matrix is transposed there and back), after dividing
+    by its Frobenius norm (at least ``eps``). In bfloat16 as torch's: each of torch's ops (the norm, the division, a
+    Gram matrix, the two ``addmm``) is computed in float32 and rounded to bfloat16 once, as torch's CPU kernels do
+    (bfloat16 matmuls accumulate in float32), rather than in bfloat16 steps, which would round every partial sum.
+    Returns bfloat16 values held in float32."""
+    if steps >= 100:
+        raise ValueError("Number of steps must be less than 100 for computational efficiency")
+    if update.ndim != 2:
+        raise ValueError("Input tensor gradient must be a 2D matrix")
+    if len(coefficients) != 3:
+        raise ValueError("Coefficients must be a tuple of exactly 3 values")
+    a, b, c = coefficients
+    tall = update.shape[0] > update.shape[1]
+    x = update.to(D.bfloat16).to(D.float32)
+    if tall:
+        x = x.transpose(0, 1)
+    x = _bf16(x / _bf16(x.norm()).clamp(min=eps))
+    for _ in range(steps):
+        gram = _bf16(x @ x.transpose(0, 1))
+        x = _bf16(x * a + _bf16(gram * b + (gram @ gram) * c) @ x)  # addmm(x, addmm(gram, gram, gram, b, c), x, a)
+    return x.transpose(0, 1) if tall else x
+
+
+class Muon(Optimizer):
+    """Muon (Jordan et al.) as torch 2.13's ``torch.optim.Muon``, for 2-D parameters only: a momentum buffer
+    (``buf.lerp_(grad, 1 - momentum)``; ``nesterov``: the update is ``grad.lerp(buf, momentum)``) orthogonalised by
+    :func:`_newton_schulz` (bfloat16, as torch's), then decoupled weight decay (``p *= 1 - lr * weight_decay``) and
+    ``p -= lr' * update`` with ``lr'`` the learning rate scaled for the shape (``adjust_lr_fn``: ``"original"``
+    (None), ``sqrt(max(1, rows / cols))``; ``"match_rms_adamw"``, ``0.2 sqrt(max(rows, cols))``). ``state`` holds
+    ``momentum_buffer`` alone, as torch's."""
+
+    def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
+                 nesterov: bool = True, ns_coefficients: tuple = _MUON_NS, eps: float = _MUON_EPS,
+                 ns_steps: int = _MUON_NS_STEPS, adjust_lr_fn: str | None = None):
+        if not 0.0 <= lr:
+            raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
+        if not 0.0 <= momentum:
+            raise ValueError(f"momentum should be >= 0 but is: {momentum}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"weight decay should be >= 0 but is: {weight_decay}")
+        if adjust_lr_fn is not None and adjust_lr_fn not in ("original", "match_rms_adamw"):
+            raise ValueError(f"Adjust learning rate function {adjust_lr_fn} is not supported")
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
+                                      ns_coefficients=ns_coefficients, eps=eps, ns_steps=ns_steps,
+                                      adjust_lr_fn=adjust_lr_fn))
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.ndim != 2:
+                    raise ValueError(f"Muon only supports 2D parameters whereas we found a parameter with size: "
+                                     f"{list(p.shape)}")
+
+    def _update(self, group, p, grad, state):
+        if p.dtype.is_complex:
+            raise RuntimeError("Muon does not support complex parameters")
+        if grad.ndim != 2:
+            raise ValueError("Param gradient must be a 2D matrix")
+        lr, wd, mom = group["lr"], group["weight_decay"], group["momentum"]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = _zeros_like(grad)
+        buf = _set_state(state, "momentum_buffer", state["momentum_buffer"].lerp(grad, _c(p, 1 - mom)))
+        update = grad.lerp(buf, _c(p, mom)) if group["nesterov"] else buf
+        update = _newton_schulz(update, tuple(group["ns_coefficients"]), group["ns_steps"], group["eps"])
+        rows, cols = p.shape[:2]
+        fn = group["adjust_lr_fn"]
+        ratio = math.sqrt(max(1, rows / cols)) if fn in (None, "original") else 0.2 * math.sqrt(max(rows, cols))
+        p = p * _d(p, 1 - lr * wd)
+        return p + update.to(p.dtype) * _d(p, -(lr * ratio))
