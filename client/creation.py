@@ -72,24 +72,24 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = Fal
     return t.requires_grad_(True) if requires_grad else t  # (_finish, inline: tw.zeros takes no call more)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
+def zeros(*size_args, size=None, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
     """A tensor of zeros (default float dtype)."""
     # (full's work, inline: the size checked once, and one frame less for every recorded op's search of its line)
     s, dev = _ctx(device, session)
-    t = _full(s, _size(size), 0, dtype or D.get_default_dtype(), dev)
+    t = _full(s, _size(size_args, size), 0, dtype or D.get_default_dtype(), dev)
     return t.requires_grad_(True) if requires_grad else t
 
 
-def ones(*size, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
+def ones(*size_args, size=None, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
     """A tensor of ones (default float dtype)."""
     s, dev = _ctx(device, session)
-    t = _full(s, _size(size), 1, dtype or D.get_default_dtype(), dev)
+    t = _full(s, _size(size_args, size), 1, dtype or D.get_default_dtype(), dev)
     return t.requires_grad_(True) if requires_grad else t
 
 
-def empty(*size, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
+def empty(*size_args, size=None, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
     """Like ``torch.empty``, but the contents are zeros (buffers are never left uninitialised)."""
-    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad, session=session)
+    return zeros(*size_args, size=size, dtype=dtype, device=device, requires_grad=requires_grad, session=session)
 
 
 def _like(t: Tensor, dtype, device):
@@ -112,9 +112,14 @@ def empty_like(input: Tensor, *, dtype=None, device=None, requires_grad: bool = 
     return zeros_like(input, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad: bool = False,
+def arange(start=None, end=None, step=1, *, dtype=None, device=None, requires_grad: bool = False,
            session=None) -> Tensor:
-    """Values from ``start`` to ``end`` (exclusive) by ``step``; int64 unless any argument is a float."""
+    """Values from ``start`` to ``end`` (exclusive) by ``step``; int64 unless any argument is a float. As torch's:
+    ``arange(end)``, ``arange(start, end[, step])`` or by keyword (``arange(end=5)``)."""
+    if start is None:
+        if end is None:
+            raise TypeError('arange() missing 1 required positional arguments: "end"')
+        start = 0
     attrs = _arange_attrs(start, end, step, dtype)
     s, dev = _ctx(device, session)
     t = s.record("arange", [], attrs, dev)
@@ -164,22 +169,24 @@ def eye(n: int, m: int | None = None, *, dtype=None, device=None, requires_grad:
                    requires_grad)
 
 
-def rand(*size, generator=None, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
+def rand(*size_args, size=None, generator=None, dtype=None, device=None, requires_grad: bool = False,
+         session=None) -> Tensor:
     """Uniform on [0, 1) from the counter-based generator (same seed, same numbers on every device)."""
     dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
     if not dt.is_floating_point:
         raise TypeError(f"rand only supports floating point dtypes, got {dt}")
     s, dev = _ctx(device, session)
-    return _finish(_draw(s, "rand", _size(size), dt, dev, generator), requires_grad)
+    return _finish(_draw(s, "rand", _size(size_args, size), dt, dev, generator), requires_grad)
 
 
-def randn(*size, generator=None, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:
+def randn(*size_args, size=None, generator=None, dtype=None, device=None, requires_grad: bool = False,
+          session=None) -> Tensor:
     """Standard normal from the counter-based generator."""
     dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
     if not dt.is_floating_point:
         raise TypeError(f"randn only supports floating point dtypes, got {dt}")
     s, dev = _ctx(device, session)
-    return _finish(_draw(s, "randn", _size(size), dt, dev, generator), requires_grad)
+    return _finish(_draw(s, "randn", _size(size_args, size), dt, dev, generator), requires_grad)
 
 
 def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad: bool = False,
@@ -207,7 +214,11 @@ def randn_like(input: Tensor, *, dtype=None, device=None) -> Tensor:  # noqa: A0
     return randn(input.shape, dtype=dtype or input.dtype, device=device or input._dev, session=input._s)
 
 
-def randint_like(input: Tensor, low, high=None, *, dtype=None, device=None) -> Tensor:  # noqa: A002
+def randint_like(input: Tensor, low=0, high=None, *, dtype=None, device=None) -> Tensor:  # noqa: A002
+    """Integers from ``[low, high)`` in ``input``'s shape: ``randint_like(x, high)``, ``(x, low, high)`` or by
+    keyword (``randint_like(x, high=10)``)."""
+    if high is None and low == 0:
+        raise TypeError('randint_like() missing 1 required positional argument: "high"')
     return randint(low, high, input.shape, dtype=dtype or input.dtype, device=device or input._dev,
                    session=input._s)
 

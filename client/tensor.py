@@ -516,17 +516,17 @@ class Tensor(TensorBase):
         t = _factories.from_data(self._s, data, dtype or self.dtype, _placed(self, device))
         return t.requires_grad_(True) if requires_grad else t
 
-    def new_zeros(self, *size, dtype=None, device=None) -> Tensor:
-        return _factories.full(self._s, _size(size), 0, dtype or self.dtype, _placed(self, device))
+    def new_zeros(self, *size_args, size=None, dtype=None, device=None) -> Tensor:
+        return _factories.full(self._s, _size(size_args, size), 0, dtype or self.dtype, _placed(self, device))
 
-    def new_ones(self, *size, dtype=None, device=None) -> Tensor:
-        return _factories.full(self._s, _size(size), 1, dtype or self.dtype, _placed(self, device))
+    def new_ones(self, *size_args, size=None, dtype=None, device=None) -> Tensor:
+        return _factories.full(self._s, _size(size_args, size), 1, dtype or self.dtype, _placed(self, device))
 
     def new_full(self, size, fill_value, dtype=None, device=None) -> Tensor:
         return _factories.full(self._s, _size((size,)), fill_value, dtype or self.dtype, _placed(self, device))
 
-    def new_empty(self, *size, dtype=None, device=None) -> Tensor:
-        return self.new_zeros(*size, dtype=dtype, device=device)
+    def new_empty(self, *size_args, size=None, dtype=None, device=None) -> Tensor:
+        return self.new_zeros(*size_args, size=size, dtype=dtype, device=device)
 
     def new(self, *args, device=None) -> Tensor:
         """torch's legacy constructor on this tensor's dtype and device: ``x.new(2, 3)`` (or a ``Size``) is a new
@@ -1718,8 +1718,13 @@ def _ints(args: tuple) -> bool:
     return True
 
 
-def _size(args) -> tuple[int, ...]:
-    """Accept ``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` and ``f(Size)``."""
+def _size(args, size=None) -> tuple[int, ...]:
+    """Accept ``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` and ``f(Size)`` (``args``), or ``f(size=(2, 3))`` (``size``,
+    torch's keyword: not both)."""
+    if size is not None:
+        if args:
+            raise TypeError("the size was given twice: as positional arguments and as size=")
+        args = (size,)
     if len(args) == 1 and isinstance(args[0], (tuple, list, Size)):
         args = args[0]
     for a in args:

@@ -487,3 +487,30 @@ def test_from_numpy_and_tensor_snapshot_the_array(session, n):
     a[:] = -1  # the caller reuses its buffer before anything was fetched
     np.testing.assert_array_equal(t1.numpy(), np.arange(n, dtype=np.float32))
     np.testing.assert_array_equal(t2.numpy(), np.arange(n, dtype=np.float32))
+
+
+@pytest.mark.parametrize("call", ["zeros", "ones", "empty", "rand", "randn"])
+def test_factories_take_the_size_by_keyword(call):
+    """torch's ``torch.zeros(size=(2, 3))`` (pytorch/examples' GAT: ``torch.empty(size=(n, m))``), the methods'
+    ``x.new_zeros(size=...)`` too; a size given both ways is a TypeError."""
+    fn = getattr(tw, call)
+    assert fn(size=(2, 3)).shape == fn(2, 3).shape == fn((2, 3)).shape == (2, 3)
+    assert fn(size=[4]).shape == (4,)
+    with pytest.raises(TypeError, match="given twice"):
+        fn(2, size=(3,))
+    if call in ("zeros", "ones", "empty"):
+        x = tw.ones(2, dtype=tw.float64)
+        made = getattr(x, "new_" + call)(size=(3, 1))
+        assert made.shape == (3, 1) and made.dtype == tw.float64
+
+
+def test_arange_and_randint_like_by_keyword():
+    """``arange(end=5)`` and ``randint_like(x, high=3)`` as torch takes them; ``arange()`` names what is missing."""
+    assert tw.arange(end=5).tolist() == list(range(5))
+    assert tw.arange(start=1, end=6, step=2).tolist() == [1, 3, 5]
+    with pytest.raises(TypeError, match="end"):
+        tw.arange()
+    tw.manual_seed(0)
+    x = tw.zeros(1000, dtype=tw.int64)
+    for got in (tw.randint_like(x, high=3), tw.randint_like(x, 3), tw.randint_like(x, 0, 3)):
+        assert got.shape == (1000,) and set(np.unique(got.numpy())) == {0, 1, 2}
