@@ -3,8 +3,8 @@
 Here: ``Transform`` (and ``.inv``), ``ComposeTransform``, ``identity_transform``, ``IndependentTransform``,
 ``ReshapeTransform``, ``ExpTransform``, ``PowerTransform``, ``SigmoidTransform``, ``SoftplusTransform``,
 ``TanhTransform``, ``AbsTransform``, ``AffineTransform``, ``SoftmaxTransform``, ``StickBreakingTransform``,
-``LowerCholeskyTransform``, ``PositiveDefiniteTransform`` and ``CumulativeDistributionTransform``, as torch's.
-Not here: ``CorrCholeskyTransform``, ``CatTransform``, ``StackTransform``.
+``LowerCholeskyTransform``, ``PositiveDefiniteTransform``, ``CorrCholeskyTransform``, ``CatTransform``,
+``StackTransform`` and ``CumulativeDistributionTransform``: all of torch's.
 """
 
 from __future__ import annotations
@@ -14,19 +14,22 @@ import math
 import operator
 
 from tensorwire import array_extras as _array_extras
+from tensorwire import combine as _combine
+from tensorwire import creation as _creation
 from tensorwire import dtype_info as _dtype_info
 from tensorwire import linalg as _linalg
 from tensorwire.nn import functional as F
 from tensorwire.tensor import Size, Tensor
 
 from . import constraints
-from .utils import _sum_rightmost, broadcast_all, is_number, lazy_property
+from .utils import _sum_rightmost, broadcast_all, is_number, lazy_property, tril_matrix_to_vec, vec_to_tril_matrix
 
 __all__ = [
-    "AbsTransform", "AffineTransform", "ComposeTransform", "CumulativeDistributionTransform", "ExpTransform",
-    "IndependentTransform", "LowerCholeskyTransform", "PositiveDefiniteTransform", "PowerTransform",
-    "ReshapeTransform", "SigmoidTransform", "SoftplusTransform", "TanhTransform", "SoftmaxTransform",
-    "StickBreakingTransform", "Transform", "identity_transform",
+    "AbsTransform", "AffineTransform", "CatTransform", "ComposeTransform", "CorrCholeskyTransform",
+    "CumulativeDistributionTransform", "ExpTransform", "IndependentTransform", "LowerCholeskyTransform",
+    "PositiveDefiniteTransform", "PowerTransform", "ReshapeTransform", "SigmoidTransform", "SoftplusTransform",
+    "TanhTransform", "SoftmaxTransform", "StackTransform", "StickBreakingTransform", "Transform",
+    "identity_transform",
 ]
 
 
@@ -708,6 +711,196 @@ class PositiveDefiniteTransform(Transform):
 
     def _inverse(self, y):
         return LowerCholeskyTransform().inv(_linalg.cholesky(y))
+
+
+class CorrCholeskyTransform(Transform):
+    """Unconstrained vectors of length ``D (D - 1) / 2`` to the Cholesky factors of ``D x D`` correlation matrices
+    (lower-triangular, positive diagonal, rows of unit length): each row of ``tanh(x)`` (filled in row order below the
+    diagonal) made a unit vector by a signed stick breaking."""
+
+    domain = constraints.real_vector
+    codomain = constraints.corr_cholesky
+    bijective = True
+
+    def __eq__(self, other):
+        return isinstance(other, CorrCholeskyTransform)
+
+    def _call(self, x):
+        x = x.tanh()
+        eps = _dtype_info.finfo(x.dtype).eps
+        x = x.clamp(min=-1 + eps, max=1 - eps)
+        r = vec_to_tril_matrix(x, diag=-1)
+        # stick breaking on the squares: y = sign(r) sqrt(z * cumprod(1 - z)) = r * sqrt(cumprod(1 - z)), z = r^2
+        z = r ** 2
+        z1m_cumprod_sqrt = (1 - z).sqrt().cumprod(-1)
+        r = r + _creation.eye(r.shape[-1], dtype=r.dtype, device=r._dev, session=r._s)  # a unit diagonal
+        return r * F.pad(z1m_cumprod_sqrt[..., :-1], [1, 0], value=1)
+
+    def _inverse(self, y):
+        # the inverse stick breaking (Stan's reference manual, "Cholesky factors of correlation matrices")
+        y_cumsum = 1 - (y * y).cumsum(dim=-1)
+        y_cumsum_shifted = F.pad(y_cumsum[..., :-1], [1, 0], value=1)
+        y_vec = tril_matrix_to_vec(y, diag=-1)
+        y_cumsum_vec = tril_matrix_to_vec(y_cumsum_shifted, diag=-1)
+        t = y_vec / y_cumsum_vec.sqrt()
+        return (t.log1p() - t.neg().log1p()) / 2  # atanh
+
+    def log_abs_det_jacobian(self, x, y, intermediates=None):
+        """(of ``x`` and the flattened strictly lower triangle of ``y``: the spaces' dims differ, as torch's)"""
+        y1m_cumsum = 1 - (y * y).cumsum(dim=-1)
+        # (diag=-2 needs no shift of the cumulative product, and works for 2 x 2 matrices)
+        y1m_cumsum_tril = tril_matrix_to_vec(y1m_cumsum, diag=-2)
+        stick_breaking_logdet = 0.5 * y1m_cumsum_tril.log().sum(-1)
+        tanh_logdet = -2 * (x + F.softplus(-2 * x) - math.log(2.0)).sum(dim=-1)
+        return stick_breaking_logdet + tanh_logdet
+
+    def forward_shape(self, shape):
+        if len(shape) < 1:
+            raise ValueError("Too few dimensions on input")
+        n = shape[-1]
+        d = round((0.25 + 2 * n) ** 0.5 + 0.5)
+        if d * (d - 1) // 2 != n:
+            raise ValueError("Input is not a flattened lower-diagonal number")
+        return Size(tuple(shape[:-1]) + (d, d))
+
+    def inverse_shape(self, shape):
+        if len(shape) < 2:
+            raise ValueError("Too few dimensions on input")
+        if shape[-2] != shape[-1]:
+            raise ValueError("Input is not square")
+        d = shape[-1]
+        return Size(tuple(shape[:-2]) + (d * (d - 1) // 2,))
+
+
+def _check_dim(t: Tensor, dim: int, size: int, what: str, want: str) -> None:
+    """AssertionError (torch's) unless ``dim`` is a dim of ``t`` of ``size``."""
+    if not (-t.dim() <= dim < t.dim()):
+        raise AssertionError(f"dim {dim} out of range for {what} with {t.dim()} dimensions")
+    if t.size(dim) != size:
+        raise AssertionError(f"{what}.size({dim}) = {t.size(dim)} must equal {want} {size}")
+
+
+class CatTransform(Transform):
+    """The transforms ``tseq`` applied to consecutive pieces of ``lengths`` along ``dim`` (as ``cat``)."""
+
+    def __init__(self, tseq, dim: int = 0, lengths=None, cache_size: int = 0) -> None:
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise AssertionError("All elements of tseq must be Transform instances")
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
+        super().__init__(cache_size=cache_size)
+        self.transforms = list(tseq)
+        if lengths is None:
+            lengths = [1] * len(self.transforms)
+        self.lengths = list(lengths)
+        if len(self.lengths) != len(self.transforms):
+            raise AssertionError(f"lengths ({len(self.lengths)}) must match transforms ({len(self.transforms)})")
+        self.dim = dim
+
+    @property
+    def event_dim(self) -> int:
+        return max(t.event_dim for t in self.transforms)
+
+    @property
+    def length(self) -> int:
+        """The size of ``dim`` the pieces make together."""
+        return sum(self.lengths)
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return CatTransform(self.transforms, self.dim, self.lengths, cache_size)
+
+    def _pieces(self, t):
+        start = 0
+        for length in self.lengths:
+            yield t.narrow(self.dim, start, length)
+            start = start + length
+
+    def _call(self, x):
+        _check_dim(x, self.dim, self.length, "x", "length")
+        return _combine.cat([tr(xs) for tr, xs in zip(self.transforms, self._pieces(x))], dim=self.dim)
+
+    def _inverse(self, y):
+        _check_dim(y, self.dim, self.length, "y", "length")
+        return _combine.cat([tr.inv(ys) for tr, ys in zip(self.transforms, self._pieces(y))], dim=self.dim)
+
+    def log_abs_det_jacobian(self, x, y):
+        _check_dim(x, self.dim, self.length, "x", "length")
+        _check_dim(y, self.dim, self.length, "y", "length")
+        logdetjacs = []
+        for trans, xs, ys in zip(self.transforms, self._pieces(x), self._pieces(y)):
+            logdetjac = trans.log_abs_det_jacobian(xs, ys)
+            if trans.event_dim < self.event_dim:
+                logdetjac = _sum_rightmost(logdetjac, self.event_dim - trans.event_dim)
+            logdetjacs.append(logdetjac)
+        # the pieces stay apart along dim when it is a batch dim, and add up when it is in the event
+        dim = self.dim
+        if dim >= 0:
+            dim = dim - x.dim()
+        dim = dim + self.event_dim
+        if dim < 0:
+            return _combine.cat(logdetjacs, dim=dim)
+        return functools.reduce(operator.add, logdetjacs)
+
+    @property
+    def bijective(self) -> bool:  # type: ignore[override]
+        return all(t.bijective for t in self.transforms)
+
+    @constraints.dependent_property
+    def domain(self):
+        return constraints.cat([t.domain for t in self.transforms], self.dim, self.lengths)
+
+    @constraints.dependent_property
+    def codomain(self):
+        return constraints.cat([t.codomain for t in self.transforms], self.dim, self.lengths)
+
+
+class StackTransform(Transform):
+    """The transforms ``tseq`` applied to the slices along ``dim`` (as ``stack``)."""
+
+    def __init__(self, tseq, dim: int = 0, cache_size: int = 0) -> None:
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise AssertionError("All elements of tseq must be Transform instances")
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
+        super().__init__(cache_size=cache_size)
+        self.transforms = list(tseq)
+        self.dim = dim
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return StackTransform(self.transforms, self.dim, cache_size)
+
+    def _slice(self, z):
+        return [z.select(self.dim, i) for i in range(z.size(self.dim))]
+
+    def _call(self, x):
+        _check_dim(x, self.dim, len(self.transforms), "x", "len(transforms)")
+        return _combine.stack([tr(xs) for xs, tr in zip(self._slice(x), self.transforms)], dim=self.dim)
+
+    def _inverse(self, y):
+        _check_dim(y, self.dim, len(self.transforms), "y", "len(transforms)")
+        return _combine.stack([tr.inv(ys) for ys, tr in zip(self._slice(y), self.transforms)], dim=self.dim)
+
+    def log_abs_det_jacobian(self, x, y):
+        _check_dim(x, self.dim, len(self.transforms), "x", "len(transforms)")
+        _check_dim(y, self.dim, len(self.transforms), "y", "len(transforms)")
+        return _combine.stack([tr.log_abs_det_jacobian(xs, ys)
+                               for xs, ys, tr in zip(self._slice(x), self._slice(y), self.transforms)], dim=self.dim)
+
+    @property
+    def bijective(self) -> bool:  # type: ignore[override]
+        return all(t.bijective for t in self.transforms)
+
+    @constraints.dependent_property
+    def domain(self):
+        return constraints.stack([t.domain for t in self.transforms], self.dim)
+
+    @constraints.dependent_property
+    def codomain(self):
+        return constraints.stack([t.codomain for t in self.transforms], self.dim)
 
 
 class CumulativeDistributionTransform(Transform):
