@@ -89,3 +89,51 @@ def test_half_precision_runs_in_float32():
     for got, want in _run(sx, sw_, a, np.float16, False):
         assert got.dtype == np.float16
         np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
+#: (name, input shape, weight shape, attributes, whether outer taps read only padding) (``conv._tap_crop``: the
+#: sub-kernel of the taps that read the input, over the window they read, without padding)
+CROPS = [
+    # ResNet's last stage on small images: a 3x3 kernel over a 1x1 input, padding 1 (the centre tap alone: a product)
+    ("centre-only", (3, 6, 1, 1), (4, 6, 3, 3), {"padding": [1, 1]}, True),
+    # ... its strided downsampling: 2x2 input, stride 2 (the lower-right 2x2 taps: the input itself, a product)
+    ("strided-corner", (2, 5, 2, 2), (3, 5, 3, 3), {"stride": [2, 2], "padding": [1, 1]}, True),
+    # wide padding on one dim only, the cropped window still reaching into the padding (zeros copied in)
+    ("wide-rows", (2, 3, 1, 5), (2, 3, 5, 3), {"padding": [3, 1]}, True),
+    # dilated taps over a short input
+    ("dilated", (1, 2, 1, 4), (2, 2, 3, 2), {"padding": [2, 1], "dilation": [2, 1]}, True),
+    # grouped, a 1x1 input
+    ("grouped", (2, 4, 1, 1), (6, 2, 3, 3), {"padding": [1, 1], "groups": 2}, True),
+    # a stride larger than the input: one output a dim, the taps that read it alone
+    ("stride-over-input", (2, 3, 1, 2), (2, 3, 5, 5), {"stride": [4, 4], "padding": [2, 3]}, True),
+    # a tap between two that read (tap 2 reads rows -1 and 2 of 2) keeps the hull whole: nothing cropped
+    ("tap-skipped-inside", (2, 3, 2, 2), (2, 3, 5, 5), {"stride": [3, 3], "padding": [3, 3]}, False),
+    # every tap reads some input: nothing cropped
+    ("all-taps", (2, 3, 2, 2), (2, 3, 3, 3), {"padding": [1, 1]}, False),
+]
+
+
+def _hull_by_enumeration(k: int, d: int, p: int, s: int, size: int, out: int) -> tuple[int, int]:
+    taps = [i for i in range(k) if any(0 <= i * d - p + o * s < size for o in range(out))]
+    return taps[0], taps[-1] + 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name,sx,sw_,a,crops", CROPS, ids=[c[0] for c in CROPS])
+def test_taps_reading_only_padding_are_dropped(name, sx, sw_, a, crops, dtype):
+    """The conv of the taps that read the input, over the window they read (``_tap_crop``), equals the whole conv
+    (forward, input and weight gradients; the dropped taps' weight gradient zero), and keeps exactly the taps that
+    read some input (enumerated output by output)."""
+    geo = _geometry(a)
+    (sh, sw), (ph, pw), (dh, dw) = geo["stride"], geo["padding"], geo["dilation"]
+    oh = (sx[2] + 2 * ph - dh * (sw_[2] - 1) - 1) // sh + 1
+    ow = (sx[3] + 2 * pw - dw * (sw_[3] - 1) - 1) // sw + 1
+    crop = conv._tap_crop(sx[2], sx[3], sw_[2], sw_[3], oh, ow, a)
+    assert (crop is not None) == crops
+    if crop is not None:
+        assert (crop.i0, crop.i1) == _hull_by_enumeration(sw_[2], dh, ph, sh, sx[2], oh)
+        assert (crop.j0, crop.j1) == _hull_by_enumeration(sw_[3], dw, pw, sw, sx[3], ow)
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    for got, want in _run(sx, sw_, a, dtype, with_bias=True):
+        assert got.dtype == dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
