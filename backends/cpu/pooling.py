@@ -13,18 +13,37 @@ from tensorwire.protocol.ops.conv import _lowest, _padded_size, _window_geometry
 
 from .kernels import _arr, _compute, _out, kernel
 
+#: bytes of rows :func:`_transposed` copies at a time (at least 8 rows)
+_TRANSPOSE_BLOCK = 1 << 17
+
+
+def _transposed(a: np.ndarray) -> np.ndarray:
+    """A contiguous copy of the 2-D ``a``'s transpose, made a block of rows at a time (~128 KiB of them, at least 8:
+    the block's columns of the output are then written while its rows stay in cache). numpy's one-call transposing
+    copy took 2.4 ms for a [196, 4096] float32 array (a pooling gradient's [H*W, N*C]), the blocks 0.55; 0.66 ms and
+    0.30 the other way round."""
+    rows, cols = a.shape
+    if a.size < 1 << 16:
+        return np.ascontiguousarray(a.T)
+    out = np.empty((cols, rows), a.dtype)
+    step = max(8, _TRANSPOSE_BLOCK // max(cols * a.itemsize, 1))
+    for s in range(0, rows, step):
+        out[:, s:s + step] = a[s:s + step].T
+    return out
+
 
 def _spatial_first(x: np.ndarray) -> np.ndarray:
     """[N, C, H, W] -> a contiguous [H, W, N*C]: a window position's values are then a slice whose inner axis is
     long (N*C) rather than the output width, which numpy runs several times faster."""
     n, c, h, w = x.shape
-    return np.ascontiguousarray(x.reshape(n * c, h * w).T).reshape(h, w, n * c)
+    return _transposed(np.ascontiguousarray(x).reshape(n * c, h * w)).reshape(h, w, n * c)
 
 
 def _batch_first(t: np.ndarray, n: int, c: int) -> np.ndarray:
-    """The inverse of :func:`_spatial_first`."""
+    """The inverse of :func:`_spatial_first` (``t`` may be a slice: made contiguous first, its rows long runs, which
+    costs less than transposing the slice, ~2.5 ms for a [14, 14, 4096] one)."""
     h, w = t.shape[:2]
-    return np.ascontiguousarray(t.reshape(h * w, n * c).T).reshape(n, c, h, w)
+    return _transposed(np.ascontiguousarray(t).reshape(h * w, n * c)).reshape(n, c, h, w)
 
 
 def _padded(xs: np.ndarray, geom, fill) -> np.ndarray:
