@@ -49,6 +49,8 @@ def _scripts() -> list:
         ("2-layer bidirectional LSTM classifier, hidden 128, batch 100x28x28, Adam", "bilstm_classifier.py", 8, {}),
         ("DCGAN 32x32, batch 32, BatchNorm, BCELoss, two Adams", "dcgan.py", 50, {}),
         ("2-layer GCN on a 300-node graph (dense adj @ (x @ W)), dropout, Adam", "gcn.py", 800, {}),
+        ("Siamese ResNet-18 (pytorch/examples' siamese_network), 28x28 pairs, batch 64, Adadelta", "siamese_resnet.py",
+         3, {}),
     ]
 
 

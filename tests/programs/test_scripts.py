@@ -97,3 +97,34 @@ def test_gcn_with_dropout(session):
     """Dropout 0.5 as the original: tensorwire's own masks, so it only learns."""
     losses = _tensorwire_only("gcn.py", 30)
     assert np.mean(losses[25:30]) < np.mean(losses[:5]) - 0.15
+
+
+def test_siamese_resnet(session):
+    """pytorch/examples' Siamese network: ResNet-18 (its last stage's 3x3 convs over 1x1 inputs) on both images of a
+    pair, BCELoss, Adadelta at lr 1.0, StepLR, eval() after. Adadelta's first steps are ~0.0032 * sign(grad) (its
+    accumulators start at zero), so a gradient within rounding of 0 can take either sign: the training losses agree
+    tightly for three steps, and the eval loss, from weights that may differ so, is checked as tensorwire's forward
+    in eval() mode (BatchNorm's running statistics) on torch's trained state."""
+    import torch
+
+    ref, got = compare(HERE / "siamese_resnet.py", steps=3, options={"batch_size": 16})
+    np.testing.assert_allclose(got[:3], ref[:3], rtol=2e-5, atol=1e-6)
+    assert np.isfinite(got[3])
+    torch.manual_seed(0)
+    prog = load(HERE / "siamese_resnet.py")
+    model = prog.build_model()
+    prog.train(model, 2, batch_size=8)
+    state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    a, b, _ = prog.pairs(3, 8)
+    model.eval()
+    with torch.no_grad():
+        want = model(torch.from_numpy(a[2]), torch.from_numpy(b[2])).numpy()
+    import tensorwire
+
+    with tensorwire_as_torch():
+        ours = load(HERE / "siamese_resnet.py").build_model()
+        ours.load_state_dict({k: tensorwire.tensor(v) for k, v in state.items()})
+        ours.eval()
+        with tensorwire.no_grad():
+            out = ours(tensorwire.tensor(a[2]), tensorwire.tensor(b[2])).numpy()
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-6)
