@@ -4,13 +4,17 @@ layout of those columns is chosen per call from the convolution's shape (:func:`
 
 * ``dense``: the window covers the whole unpadded input, so the output is 1x1 and the convolution IS a product:
   ``x [N, C*kh*kw] @ w [O, C*kh*kw]^T``, each operand and result a reshape of the NCHW buffers (no im2col);
-* ``channels_last``: strided convolutions with at least ``_CHANNELS_LAST_MIN`` input channels. The input goes
+* ``channels_last``: strided convolutions with at least ``_CHANNELS_LAST_MIN`` input channels, and stride-1 ones
+  with a kernel larger than 1x1 and at least ``_CHANNELS_LAST_MIN_STRIDE_1`` (measured, session 39: ResNet's 3x3
+  convs at 7x7 to 2x2 ran their forward and both gradients in 0.55-0.65x the flat layout's time, 32x32 to 64x64
+  images at 16-128 channels in 0.55-0.85x; at 8 channels and 5x5 the flat forward was faster). The input goes
   zero-padded into [N, Hp, Wp, C], where a window's row is ONE contiguous run of kw*C values, so the im2col copy
   moves runs of kw*C (channel-major it moves single values at the stride, ~1.5x slower); the gemms write positions
   by channels ([N*oh*ow, O]), and one copy transposes the result back to NCHW. The input gradient's col2im adds the
   columns of a kernel row's stride kernel columns at once, computed apart: their targets make one run of
   ow*stride*C values per output row (:func:`_cl_col2im_runs`; stride x stride positions at a time otherwise);
-* ``flat``: everything else (stride 1, grouped, few channels), channel-major on the flat grid described below. A
+* ``flat``: everything else (1x1 or few channels at stride 1, grouped, few channels), channel-major on the flat
+  grid described below. A
   strided conv there whose kernel is a multiple of its stride (DCGAN's first layer) runs its forward and weight
   gradient as the stride-1 conv of the input's space-to-depth (:func:`_space_to_depth`), whose columns are
   (kh/sh)*(kw/sw) copies of unit-stride windows a block where the strided windows took kh*kw copies at the stride
@@ -29,6 +33,7 @@ from .kernels import _arr, _compute, _out, kernel
 from .scratch import scratch, scratch_copy, scratch_zeros
 
 _CHANNELS_LAST_MIN = 8  # input channels from which a strided conv runs channels-last (runs of kw*C values)
+_CHANNELS_LAST_MIN_STRIDE_1 = 16  # ... and a stride-1 conv whose kernel is not 1x1 (1x1: the flat grid is the input)
 _CHANNELS_LAST_BLOCK = 1 << 21  # bytes of columns per gemm in the channels-last layout (whole images)
 
 
@@ -41,6 +46,8 @@ def _layout(n: int, c: int, h: int, wd: int, kh: int, kw: int, a: dict) -> str:
     if (ph, pw) == (0, 0) and (kh, kw) == (h, wd) and (dh == 1 or kh == 1) and (dw == 1 or kw == 1):
         return "dense"
     if (sh, sw) != (1, 1) and c >= _CHANNELS_LAST_MIN:
+        return "channels_last"
+    if (sh, sw) == (1, 1) and c >= _CHANNELS_LAST_MIN_STRIDE_1 and (kh, kw) != (1, 1):
         return "channels_last"
     return "flat"
 

@@ -26,6 +26,12 @@ CASES = [
     # the input gradient's col2im in runs (kernel width a multiple of the column stride), kernel rows dilated
     ("cl-runs-row-dilation", (2, 8, 9, 10), (3, 8, 2, 4), {"stride": [2, 2], "padding": [1, 1], "dilation": [2, 1]},
      "channels_last"),
+    # stride 1, 3x3, 16 channels and more: ResNet's blocks
+    ("cl-stride-1", (2, 16, 6, 5), (4, 16, 3, 3), {"padding": [1, 1]}, "channels_last"),
+    ("cl-stride-1-dilated-rect", (2, 16, 7, 6), (3, 16, 2, 3), {"padding": [1, 2], "dilation": [2, 1]},
+     "channels_last"),
+    ("flat-stride-1-1x1", (2, 16, 5, 5), (4, 16, 1, 1), {}, "flat"),
+    ("flat-stride-1-few-channels", (2, 8, 6, 6), (4, 8, 3, 3), {"padding": [1, 1]}, "flat"),
     ("flat-groups", (2, 8, 6, 6), (4, 4, 3, 3), {"stride": [2, 2], "groups": 2}, "flat"),
     ("flat-few-channels", (2, 3, 7, 7), (4, 3, 3, 3), {"stride": [2, 2], "padding": [1, 1]}, "flat"),
     # strided, the kernel a multiple of the stride: the forward and weight gradient run on the space-to-depth
