@@ -12,12 +12,20 @@ from tensorwire.tensor import Size, Tensor
 
 from . import constraints
 from .exp_family import ExponentialFamily
-from .utils import _standard_uniform, broadcast_all, is_number, lazy_property, logits_to_probs, probs_to_logits
+from .utils import (
+    ProbsOrLogits,
+    _standard_uniform,
+    broadcast_all,
+    is_number,
+    lazy_property,
+    logits_to_probs,
+    probs_to_logits,
+)
 
 __all__ = ["Bernoulli"]
 
 
-class Bernoulli(ExponentialFamily):
+class Bernoulli(ProbsOrLogits, ExponentialFamily):
     """1 with probability ``probs`` (or ``sigmoid(logits)``; one of the two), else 0."""
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
@@ -41,18 +49,10 @@ class Bernoulli(ExponentialFamily):
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(Bernoulli, _instance)
         batch_shape = Size(batch_shape)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(batch_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(batch_shape)
-            new._param = new.logits
+        self._expand_params(new, batch_shape)
         super(Bernoulli, new).__init__(batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
-
-    def _new(self, *args, **kwargs):
-        return self._param.new(*args, **kwargs)
 
     @property
     def mean(self) -> Tensor:

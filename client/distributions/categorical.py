@@ -14,12 +14,12 @@ from tensorwire.tensor import Size, Tensor
 
 from . import constraints
 from .distribution import Distribution
-from .utils import lazy_property, logits_to_probs, probs_to_logits
+from .utils import ProbsOrLogits, lazy_property, logits_to_probs, probs_to_logits
 
 __all__ = ["Categorical"]
 
 
-class Categorical(Distribution):
+class Categorical(ProbsOrLogits, Distribution):
     """Integers ``0 .. K-1`` with the probabilities ``probs`` (normalized along the last dim) or
     ``softmax(logits)``; the leading dims are a batch. The distribution ``tw.multinomial`` samples from."""
 
@@ -46,19 +46,11 @@ class Categorical(Distribution):
         new = self._get_checked_instance(Categorical, _instance)
         batch_shape = Size(batch_shape)
         param_shape = Size(tuple(batch_shape) + (self._num_events,))
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(param_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(param_shape)
-            new._param = new.logits
+        self._expand_params(new, param_shape)
         new._num_events = self._num_events
         super(Categorical, new).__init__(batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
-
-    def _new(self, *args, **kwargs):
-        return self._param.new(*args, **kwargs)
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self):

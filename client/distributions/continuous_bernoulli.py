@@ -13,6 +13,7 @@ from tensorwire.tensor import Size, Tensor
 from . import constraints
 from .exp_family import ExponentialFamily
 from .utils import (
+    ProbsOrLogits,
     _standard_uniform,
     broadcast_all,
     clamp_probs,
@@ -25,7 +26,7 @@ from .utils import (
 __all__ = ["ContinuousBernoulli"]
 
 
-class ContinuousBernoulli(ExponentialFamily):
+class ContinuousBernoulli(ProbsOrLogits, ExponentialFamily):
     """The continuous Bernoulli distribution on ``[0, 1]`` (Loaiza-Ganem and Cunningham, 2019), of ``probs`` in
     ``(0, 1)`` or real ``logits`` (one of the two; they are not a probability and log odds, but named as
     Bernoulli's): the density ``C(p) p^x (1 - p)^(1 - x)``. Near ``p = 1/2`` (within ``lims``) the normalizer, the
@@ -60,18 +61,10 @@ class ContinuousBernoulli(ExponentialFamily):
         new = self._get_checked_instance(ContinuousBernoulli, _instance)
         new._lims = self._lims
         batch_shape = Size(batch_shape)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(batch_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(batch_shape)
-            new._param = new.logits
+        self._expand_params(new, batch_shape)
         super(ContinuousBernoulli, new).__init__(batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
-
-    def _new(self, *args, **kwargs):
-        return self._param.new(*args, **kwargs)
 
     def _outside_unstable_region(self) -> Tensor:
         return self.probs.le(self._lims[0]) | self.probs.gt(self._lims[1])

@@ -11,12 +11,12 @@ from . import constraints
 from ._sampling import poisson64
 from .distribution import Distribution
 from .gamma import Gamma
-from .utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits
+from .utils import ProbsOrLogits, broadcast_all, lazy_property, logits_to_probs, probs_to_logits
 
 __all__ = ["NegativeBinomial"]
 
 
-class NegativeBinomial(Distribution):
+class NegativeBinomial(ProbsOrLogits, Distribution):
     """The number of successes of Bernoulli trials of ``probs`` (or ``sigmoid(logits)``; one of the two) before
     ``total_count`` failures (a real count is valid too). Sampled as torch does: a Poisson draw of a
     ``Gamma(total_count, exp(-logits))`` draw."""
@@ -41,18 +41,10 @@ class NegativeBinomial(Distribution):
         new = self._get_checked_instance(NegativeBinomial, _instance)
         batch_shape = Size(batch_shape)
         new.total_count = self.total_count.expand(batch_shape)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(batch_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(batch_shape)
-            new._param = new.logits
+        self._expand_params(new, batch_shape)
         super(NegativeBinomial, new).__init__(batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
-
-    def _new(self, *args, **kwargs):
-        return self._param.new(*args, **kwargs)
 
     @property
     def mean(self) -> Tensor:

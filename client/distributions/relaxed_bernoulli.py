@@ -9,6 +9,7 @@ from .distribution import Distribution
 from .transformed_distribution import TransformedDistribution
 from .transforms import SigmoidTransform
 from .utils import (
+    ProbsOrLogits,
     _standard_uniform,
     broadcast_all,
     clamp_probs,
@@ -21,7 +22,7 @@ from .utils import (
 __all__ = ["LogitRelaxedBernoulli", "RelaxedBernoulli"]
 
 
-class LogitRelaxedBernoulli(Distribution):
+class LogitRelaxedBernoulli(ProbsOrLogits, Distribution):
     """The logit of a :class:`RelaxedBernoulli` (Maddison et al., 2017; Jang et al., 2017): of ``temperature``,
     and ``probs`` or ``logits`` (one of the two)."""
 
@@ -46,18 +47,10 @@ class LogitRelaxedBernoulli(Distribution):
         new = self._get_checked_instance(LogitRelaxedBernoulli, _instance)
         batch_shape = Size(batch_shape)
         new.temperature = self.temperature
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(batch_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(batch_shape)
-            new._param = new.logits
+        self._expand_params(new, batch_shape)
         super(LogitRelaxedBernoulli, new).__init__(batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
-
-    def _new(self, *args, **kwargs):
-        return self._param.new(*args, **kwargs)
 
     @lazy_property
     def logits(self) -> Tensor:

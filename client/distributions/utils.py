@@ -133,3 +133,22 @@ def vec_to_tril_matrix(vec: Tensor, diag: int = 0) -> Tensor:
     mat = vec.new_zeros(tuple(vec.shape[:-1]) + (n * n,))
     mat = mat.index_copy(-1, flat, vec) if len(rows) else mat
     return mat.reshape(Size(tuple(vec.shape[:-1]) + (n, n)))
+
+
+class ProbsOrLogits:
+    """What the families parametrized by ``probs`` or ``logits`` share (one of the two given, the other a
+    :class:`lazy_property` of it; ``_param`` the one given): their ``expand``'s copy of it and ``_new``, as torch's
+    Bernoulli, Binomial, Categorical ... each spell out."""
+
+    def _expand_params(self, new, shape) -> None:
+        """``new``'s ``probs`` or ``logits`` (whichever ``self`` holds; both when both were read) expanded to
+        ``shape``, and its ``_param``."""
+        if "probs" in self.__dict__:
+            new.probs = self.probs.expand(shape)
+            new._param = new.probs
+        if "logits" in self.__dict__:
+            new.logits = self.logits.expand(shape)
+            new._param = new.logits
+
+    def _new(self, *args, **kwargs):
+        return self._param.new(*args, **kwargs)
