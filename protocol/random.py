@@ -155,12 +155,27 @@ def uniform(seed: int, offset: int, shape, npdtype) -> np.ndarray:
     return u.astype(npdtype, copy=False).reshape(shape)
 
 
+#: elements :func:`normal` computes at a time: its ~60 float64 temporaries a block then stay in cache (a whole 2.4M
+#: element draw, a ResNet's 512x512x3x3 kaiming_normal_, took 876 ms at once, 168 ms in blocks of this size)
+NORMAL_BLOCK = 1 << 14
+
+
 def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray:
     n = int(np.prod(shape, dtype=np.int64))
+    if n <= NORMAL_BLOCK:
+        return _normal(seed, offset, n, npdtype).reshape(shape)
+    out = np.empty(n, npdtype)
+    for s in range(0, n, NORMAL_BLOCK):  # (element i takes counters offset + 2i and offset + 2i + 1)
+        e = min(n, s + NORMAL_BLOCK)
+        out[s:e] = _normal(seed, offset + 2 * s, e - s, npdtype)
+    return out.reshape(shape)
+
+
+def _normal(seed: int, offset: int, n: int, npdtype) -> np.ndarray:
     u1 = _u53(bits(seed, offset, n, stride=2))
     u2 = _u53(bits(seed, offset, n, stride=2, start=1))
     z = np.sqrt(-2.0 * _log1p_neg(u1)) * _cos_2pi(u2)
-    return z.astype(npdtype, copy=False).reshape(shape)
+    return z.astype(npdtype, copy=False)
 
 
 def randint(seed: int, offset: int, shape, npdtype, low: int, high: int) -> np.ndarray:

@@ -99,3 +99,13 @@ def test_empty_and_0d_shapes():
     assert R.uniform(1, 0, (), np.float32).shape == ()
     assert R.normal(1, 0, (0, 3), np.float64).shape == (0, 3)
     assert R.randint(1, 0, (2, 0), np.int64, 0, 5).shape == (2, 0)
+
+
+def test_normal_in_blocks_is_the_whole_stream(monkeypatch):
+    """``normal`` computes a large draw a block at a time (``NORMAL_BLOCK``): element for element the numbers of the
+    one-block computation, blocks not a multiple of the size included."""
+    monkeypatch.setattr(R, "NORMAL_BLOCK", 64)
+    blocked = R.normal(7, 12, (5, 61), np.float32)
+    monkeypatch.setattr(R, "NORMAL_BLOCK", 1 << 20)
+    assert blocked.tobytes() == R.normal(7, 12, (5, 61), np.float32).tobytes()
+    assert blocked.shape == (5, 61)
