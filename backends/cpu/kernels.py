@@ -90,7 +90,10 @@ def _rand(ins, a, shape, dt):
 
 @kernel("randn")
 def _randn(ins, a, shape, dt):
-    return rng.normal(a["seed"], a["offset"], shape, dt.np)
+    # (the C fill where the CPU compiles: the same numbers, ~10x faster)
+    from .random_fill import normal  # lazy: the compiler's modules, for a worker's draws (clients import this file)
+    got = normal(a["seed"], a["offset"], shape, dt.np)
+    return got if got is not None else rng.normal(a["seed"], a["offset"], shape, dt.np)
 
 
 @kernel("randint")
