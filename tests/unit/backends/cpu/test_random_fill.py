@@ -33,3 +33,36 @@ def test_where_it_does_not_apply_numpy_draws():
     for shape, dt in [((8,), D.float32), ((10000,), D.float16), ((300, 40), D.float64)]:
         got = KERNELS["randn"]([], {"seed": 5, "offset": 9}, shape, dt)
         assert got.tobytes() == R.normal(5, 9, shape, dt.np).tobytes()
+
+
+#: run in a fresh process: this one may hold the fill already (a loaded library counts as cached)
+_POLICY = """
+import numpy as np
+from pathlib import Path
+from tensorwire.backends.cpu import random_fill as F
+from tensorwire.protocol import random as R
+cache = Path(__import__("os").environ["TENSORWIRE_KERNEL_CACHE"])
+F.BUILD_ELEMENTS = 20000
+assert F.normal(3, 0, (5000,), np.float32) is None
+assert F._fill == "absent" and not any(cache.rglob("*.so"))
+big = F.normal(3, 0, (20000,), np.float64)
+assert big is not None and big.tobytes() == R.normal(3, 0, (20000,), np.float64).tobytes()
+assert any(cache.rglob("*.so"))
+small = F.normal(3, 0, (5000,), np.float32)
+assert small is not None and small.tobytes() == R.normal(3, 0, (5000,), np.float32).tobytes()
+"""
+
+
+@needs_cc
+def test_small_draws_do_not_wait_for_the_compiler(tmp_path):
+    """With a kernel cache that lacks the fill, draws under ``BUILD_ELEMENTS`` stay on numpy (nothing is built: a
+    program of small inits never waits for gcc); the first large one builds it, and later small ones use it."""
+    import os
+    import subprocess
+    import sys
+
+    cache = tmp_path / "kernels"
+    cache.mkdir(mode=0o700)
+    env = {**os.environ, "TENSORWIRE_KERNEL_CACHE": str(cache)}
+    done = subprocess.run([sys.executable, "-c", _POLICY], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
