@@ -54,6 +54,7 @@ from tensorwire.protocol.errors import DeviceError, OutOfMemory
 
 from .base import Backend, Device, DeviceInfo, Step
 from .codegen.program import StepRunners, build_runner, host_step_call
+from .jobs import uninterrupted
 from .worker_ops import WORKER_OPS
 
 # -- discovery --------------------------------------------------------------------------------------------------------
@@ -341,7 +342,9 @@ class KernelModules:
         if len(sources) < 2 or not self.PARALLEL_COMPILE:
             return [self.compile(src, ks) for src, ks in zip(sources, kernels)]
         with ThreadPoolExecutor(min(len(sources), os.cpu_count() or 1), thread_name_prefix="tensorwire-compile") as ex:
-            return list(ex.map(self.compile, sources, kernels))
+            with uninterrupted():  # (its threads start as the compiles are submitted: jobs.uninterrupted says why)
+                futures = [ex.submit(self.compile, src, ks) for src, ks in zip(sources, kernels)]
+            return [f.result() for f in futures]
 
     def _evict(self, keep=frozenset()) -> None:
         """Drop the least recently used kernels past :attr:`MAX_KERNELS` (never those of ``keep``, which the caller

@@ -93,6 +93,7 @@ from contextlib import nullcontext
 from tensorwire.protocol.graph import attrs_key
 
 from .codegen.cache import NotCached, cached_only, holds_nothing
+from .jobs import uninterrupted
 
 log = logging.getLogger("tensorwire.executor")
 
@@ -525,7 +526,9 @@ class Tier:
                       if earning is not None else "",
                       "" if self.measured is None else " (taken before)" if self.measured.compiled else
                       " (its trial goes on)")
-            _pool().submit(self._compile, device, plan, list(self.keeps), build_runs if build_runs > self.runs else 0)
+            with uninterrupted():  # (the compile thread may start now: jobs.uninterrupted says why)
+                _pool().submit(self._compile, device, plan, list(self.keeps),
+                               build_runs if build_runs > self.runs else 0)
 
     def _wait_for_build(self, plan, build_runs: int) -> None:
         """Go on interpreted until the plan has run ``build_runs`` times, as a compile that found its kernels not in

@@ -10,7 +10,11 @@ batch at a time, in order, whichever thread runs it.
 
 Cancelling (:meth:`CancelScope.cancel`) raises :class:`Interrupt` in the pool thread at its next Python step: after
 the kernel running then returns, before the next one starts (a kernel itself is never cut short). Only the code
-inside a scope can be interrupted: running the plan's kernels, never the worker's bookkeeping.
+inside a scope can be interrupted: running the plan's kernels, never the worker's bookkeeping. Code inside a scope
+that starts a thread does so :func:`uninterrupted`: CPython (3.11) gives a new thread's state its creator's ident
+until the new thread runs, so an interrupt sent in that window lands in the new thread, which dies before it has
+started, and its creator waits for it forever (seen: a hot plan's compile submitted from a batch being cancelled
+hung the worker, its main thread then blocked on the compile pool's lock).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import ctypes
 import os
 import queue
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from tensorwire.protocol.service import EXEC_THREADS_DEFAULT
 from tensorwire.protocol.service import EXEC_THREADS_ENV as POOL_ENV
@@ -38,25 +44,32 @@ def _set_async_exc(ident: int, exc) -> int:
     return ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc) if exc else None)
 
 
+#: the scope the calling thread runs in, if any (:func:`uninterrupted` finds it there)
+_current = threading.local()
+
+
 class CancelScope:
     """Where a batch may be interrupted: ``with scope: run()`` on the thread that runs it; ``scope.cancel()`` from
     any thread."""
 
-    __slots__ = ("lock", "thread", "cancelled")
+    __slots__ = ("lock", "thread", "cancelled", "shields")
 
     def __init__(self):
         self.lock = threading.Lock()
         self.thread: int | None = None
         self.cancelled = False
+        self.shields = 0  # sections of the scope's code running uninterrupted (cancel waits for their end)
 
     def __enter__(self):
         with self.lock:
             if self.cancelled:
                 raise Interrupt()
             self.thread = threading.get_ident()
+        _current.scope = self
         return self
 
     def __exit__(self, *exc) -> bool:
+        _current.scope = None
         with self.lock:
             if self.thread is not None:
                 self.thread = None
@@ -69,8 +82,29 @@ class CancelScope:
             if self.cancelled:
                 return
             self.cancelled = True
-            if self.thread is not None:
+            if self.thread is not None and not self.shields:
                 _set_async_exc(self.thread, Interrupt)
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Run the block without :class:`Interrupt` arriving in it (a cancel meanwhile takes effect at its end, raised
+    there): for code inside a :class:`CancelScope` that starts threads (see the module's doc). Outside a scope it
+    does nothing."""
+    scope = getattr(_current, "scope", None)
+    if scope is None:
+        yield
+        return
+    with scope.lock:
+        scope.shields += 1
+    try:
+        yield
+    finally:
+        with scope.lock:
+            scope.shields -= 1
+            pending = scope.cancelled and not scope.shields and scope.thread is not None
+        if pending:
+            raise Interrupt()
 
 
 def plan_work(steps) -> int:
