@@ -11,7 +11,7 @@ from tensorwire.tensor import Size, Tensor
 from . import constraints
 from ._sampling import binomial64
 from .distribution import Distribution
-from .utils import ProbsOrLogits, broadcast_all, lazy_property, logits_to_probs, probs_to_logits
+from .utils import ProbsOrLogits, lazy_property, logits_to_probs, probs_to_logits
 
 __all__ = ["Binomial"]
 
@@ -29,15 +29,7 @@ class Binomial(ProbsOrLogits, Distribution):
     has_enumerate_support = True
 
     def __init__(self, total_count=1, probs=None, logits=None, validate_args: bool | None = None) -> None:
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        if probs is not None:
-            self.total_count, self.probs = broadcast_all(total_count, probs)
-            self.total_count = self.total_count.type_as(self.probs)
-        else:
-            self.total_count, self.logits = broadcast_all(total_count, logits)
-            self.total_count = self.total_count.type_as(self.logits)
-        self._param = self.probs if probs is not None else self.logits
+        self._count_and_param(total_count, probs, logits)
         super().__init__(self._param.size(), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):

@@ -152,3 +152,16 @@ class ProbsOrLogits:
 
     def _new(self, *args, **kwargs):
         return self._param.new(*args, **kwargs)
+
+    def _count_and_param(self, total_count, probs, logits) -> None:
+        """``total_count`` and ``probs`` or ``logits`` (exactly one given, else torch's ValueError) broadcast
+        together, the count in the parameter's dtype (Binomial's and NegativeBinomial's constructors)."""
+        if (probs is None) == (logits is None):
+            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+        if probs is not None:
+            self.total_count, self.probs = broadcast_all(total_count, probs)
+            self._param = self.probs
+        else:
+            self.total_count, self.logits = broadcast_all(total_count, logits)
+            self._param = self.logits
+        self.total_count = self.total_count.type_as(self._param)

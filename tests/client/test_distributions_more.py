@@ -23,21 +23,18 @@ import pytest
 
 import tensorwire as tw
 
-pytestmark = pytest.mark.usefixtures("session")
+from ._torch_validating import validating_torch
 
-F64 = np.float64
+pytestmark = pytest.mark.usefixtures("session")
 
 
 @pytest.fixture(scope="module")
 def torch():
-    torch = pytest.importorskip("torch", reason="PyTorch is the reference here (pip install torch==2.13.0)")
-    # (torch.compile turns torch's validation off for the whole process, and a module run before this one in the same
-    # worker may have compiled: on while these run, as test_distributions.py does)
-    dist = torch.distributions.Distribution
-    before = dist._validate_args
-    dist.set_default_validate_args(True)
-    yield torch
-    dist.set_default_validate_args(before)
+    yield from validating_torch()
+
+F64 = np.float64
+
+
 
 
 def _lib_tensor(lib, a, grad: bool = False, dtype=F64):
