@@ -18,7 +18,7 @@ from tensorwire.protocol import random as rng
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange
 from tensorwire.protocol.ops import COMPARE, OPS, binary_dtype
 
-from . import random_fill
+from . import host_c
 
 _SCIPY_ERF = None  # (scipy's erf once imported, else math.erf vectorised)
 
@@ -93,7 +93,7 @@ def _rand(ins, a, shape, dt):
 @kernel("randn")
 def _randn(ins, a, shape, dt):
     # (the C fill where the CPU compiles: the same numbers, ~10x faster)
-    got = random_fill.normal(a["seed"], a["offset"], shape, dt.np)
+    got = host_c.normal(a["seed"], a["offset"], shape, dt.np)
     return got if got is not None else rng.normal(a["seed"], a["offset"], shape, dt.np)
 
 

@@ -1,0 +1,159 @@
+"""Hand-written C for two of the CPU's numpy kernels, built once by the host's C compiler (the kernel cache keeps the
+library across processes): ``randn``'s fill and ``max_pool2d``'s gradient. Each numpy spelling stays, for a CPU
+that cannot compile (no compiler, a kernel cache refused, ``TENSORWIRE_CPU_COMPILE=0``) and for dtypes the C does
+not take; the functions here return None then.
+
+* ``randn``: the portable Box-Muller of :mod:`tensorwire.protocol.random` is ~60 float64 array operations an element
+  in numpy (~70 ns an element in cache-sized blocks): a model's initialisation by ``normal_``/``kaiming_normal_``
+  draws every weight that way (a ResNet-18's 11M: 0.8 s; torch's ~0.06). The C spelling
+  (``codegen/rng_source.RANDN_C``, which the compiled kernels of every C-like target share) does the same correctly
+  rounded operations in the same order under the CPU compiler's flags (no FMA contraction, no fast-math:
+  ``compiled.FLAGS``): the same bits.
+* ``max_pool2d_grad``: numpy's spelling makes nine passes over spatial-first copies of the input and the gradient
+  (15.7 ms for ResNet's stem at batch 64, torch's ~1.1); the C one visits each window once, in torch's order: its
+  gradient goes to the window's first maximum (the first NaN where there is one), windows adding up where they
+  overlap, output by output as torch's CPU kernel adds them.
+
+The library is built the first time a large call wants it while the kernel cache lacks it (:data:`BUILD_ELEMENTS`):
+a program of small calls (a DCGAN's inits) never waits for the compiler; from the cache, or once built, it serves
+every call of :data:`MIN_ELEMENTS` and more. ``tests/unit/backends/cpu/test_host_c.py`` checks both against their
+numpy spellings.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+
+import numpy as np
+
+from ..codegen.c import CRenderer
+from ..codegen.cache import NotCached, cached_only
+from ..codegen.render import PREAMBLE_RNG
+from . import compiled
+
+log = logging.getLogger("tensorwire.kernels")
+
+#: the library: tw_randn_fill (element i of out is tw_randn(seed, offset, i), cast to float32 where out is: rounded to
+#: nearest, as numpy's astype) and tw_max_pool2d_grad_{f32,f64} (gx must be zeros); OpenMP threads share large calls
+SOURCE = CRenderer.headers + "\n" + CRenderer.macros + "\n" + PREAMBLE_RNG + r"""
+void tw_randn_fill(unsigned long long seed, unsigned long long offset, long long n, void *out, int f64) {
+  if (f64) {
+    double *o = (double *)out;
+    #pragma omp parallel for schedule(static) if (n >= 65536)
+    for (long long i = 0; i < n; i++) o[i] = tw_randn((TW_I64)seed, (TW_I64)offset, i);
+  } else {
+    float *o = (float *)out;
+    #pragma omp parallel for schedule(static) if (n >= 65536)
+    for (long long i = 0; i < n; i++) o[i] = (float)tw_randn((TW_I64)seed, (TW_I64)offset, i);
+  }
+}
+#define TW_MAX_POOL_GRAD(NAME, T) \
+void NAME(const T *x, const T *gy, T *gx, long long planes, long long h, long long w, long long oh, long long ow, \
+          long long kh, long long kw, long long sh, long long sw, long long ph, long long pw, long long dh, \
+          long long dw) { \
+  _Pragma("omp parallel for schedule(static) if (planes * oh * ow >= 65536)") \
+  for (long long p = 0; p < planes; p++) { \
+    const T *xp = x + p * h * w; const T *gp = gy + p * oh * ow; T *op = gx + p * h * w; \
+    for (long long oy = 0; oy < oh; oy++) for (long long ox = 0; ox < ow; ox++) { \
+      T best = 0; long long at = -1; int first = 1; \
+      for (long long i = 0; i < kh; i++) { \
+        long long y = oy * sh - ph + i * dh; \
+        for (long long j = 0; j < kw; j++) { \
+          long long xx = ox * sw - pw + j * dw; \
+          int inside = y >= 0 && y < h && xx >= 0 && xx < w; \
+          T v = inside ? xp[y * w + xx] : (T)-INFINITY; \
+          if (first || v != v || v > best) { best = v; at = inside ? y * w + xx : -1; first = 0; } \
+          if (v != v) goto found; \
+        } \
+      } \
+      found: \
+      if (at >= 0) op[at] += gp[oy * ow + ox]; \
+    } \
+  } \
+}
+TW_MAX_POOL_GRAD(tw_max_pool2d_grad_f32, float)
+TW_MAX_POOL_GRAD(tw_max_pool2d_grad_f64, double)
+"""
+
+#: calls smaller than this (elements made or read) stay on numpy (a call into the library costs more than they save)
+MIN_ELEMENTS = 4096
+#: the smallest call for which the library is compiled when the kernel cache lacks it: a build costs ~0.4 s once a
+#: machine (then the cache has it), numpy's randn ~70 ms a million elements, so a program of small calls (a DCGAN's
+#: init) never waits for the compiler, and one with a large model's init pays it back at once
+BUILD_ELEMENTS = 1 << 20
+
+_DTYPES = {np.dtype(np.float64): 1, np.dtype(np.float32): 0}
+_LL = ctypes.c_longlong
+_POOL_ARGS = [ctypes.c_void_p] * 3 + [_LL] * 13
+_lock = threading.Lock()
+#: None: not looked for yet; "absent": not in the kernel cache (built at the first large call); False: the CPU cannot
+#: build it; else the loaded library's functions by name (the Library under "lib", which keeps it loaded)
+_lib = None
+_why = ""
+
+
+def _functions(build: bool) -> dict | None:
+    """The library's functions, loaded from the kernel cache, or built there when ``build``; None when it is not
+    there (and not ``build``) or cannot be made."""
+    global _lib, _why
+    with _lock:
+        if _lib is None or (_lib == "absent" and build):
+            rt = compiled.runtime()
+            if rt is None:
+                _lib, _why = False, compiled.why_not()
+            else:
+                try:
+                    if build:
+                        lib = rt.load(SOURCE, what="host C functions")
+                    else:
+                        with cached_only():
+                            lib = rt.load(SOURCE, what="host C functions")
+                    fill = lib.cdll.tw_randn_fill
+                    fill.argtypes = [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c_void_p, ctypes.c_int]
+                    fill.restype = None
+                    got = {"lib": lib, "randn": fill}
+                    for name in ("tw_max_pool2d_grad_f32", "tw_max_pool2d_grad_f64"):
+                        f = getattr(lib.cdll, name)
+                        f.argtypes, f.restype = _POOL_ARGS, None
+                        got[name] = f
+                    _lib = got
+                except NotCached:
+                    _lib = "absent"
+                except Exception as e:  # noqa: BLE001 - a cache refused, a compiler that failed: numpy's spellings
+                    _lib, _why = False, f"{type(e).__name__}: {e}"
+                    log.info("the CPU's host C functions are not there (numpy's spellings run): %s", _why)
+    return _lib if isinstance(_lib, dict) else None
+
+
+def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray | None:
+    """``protocol.random.normal``'s numbers from the C fill, or None where it does not apply (a half dtype, a small
+    draw, no C compiler; a draw under :data:`BUILD_ELEMENTS` while the kernel cache lacks the library)."""
+    code = _DTYPES.get(np.dtype(npdtype))
+    n = int(np.prod(shape, dtype=np.int64))
+    if code is None or n < MIN_ELEMENTS:
+        return None
+    fns = _functions(build=n >= BUILD_ELEMENTS)
+    if fns is None:
+        return None
+    out = np.empty(shape, npdtype)
+    fns["randn"](seed % (1 << 64), offset % (1 << 64), n, out.ctypes.data, code)
+    return out
+
+
+def max_pool2d_grad(x: np.ndarray, gy: np.ndarray, geom) -> np.ndarray | None:
+    """The input gradient of ``max_pool2d`` (``geom``: ``protocol.ops.conv._window_geometry``'s) from the C kernel,
+    or None where it does not apply (a dtype other than float32/float64, a small call, no C compiler)."""
+    if x.dtype != gy.dtype or x.dtype not in _DTYPES or x.size < MIN_ELEMENTS:
+        return None
+    fns = _functions(build=x.size >= BUILD_ELEMENTS)
+    if fns is None:
+        return None
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = geom
+    n, c, h, w = x.shape
+    x, gy = np.ascontiguousarray(x), np.ascontiguousarray(gy)
+    gx = np.zeros(x.shape, x.dtype)
+    f = fns["tw_max_pool2d_grad_f64" if x.dtype == np.float64 else "tw_max_pool2d_grad_f32"]
+    f(x.ctypes.data, gy.ctypes.data, gx.ctypes.data, n * c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+    return gx

@@ -1,0 +1,114 @@
+"""The CPU's host C functions (``backends/cpu/host_c.py``): ``randn``'s fill gives the numbers of
+``protocol.random.normal``'s numpy spelling bit for bit (seeds and counters wrapping mod 2**64, float32 and float64,
+sizes across OpenMP's threshold), the CPU kernel taking it where it applies and numpy's spelling where it does not;
+``max_pool2d``'s gradient is the numpy kernel's (and torch's); the library is built only for a large call while the
+kernel cache lacks it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorwire.backends.cpu import compiled, host_c
+from tensorwire.backends.cpu.kernels import KERNELS
+from tensorwire.protocol import dtypes as D
+from tensorwire.protocol import random as R
+
+needs_cc = pytest.mark.skipif(compiled.runtime() is None, reason=f"the CPU cannot compile: {compiled.why_not()}")
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("seed,offset,shape", [(0, 0, (4096,)), (7, 12, (65, 71)), (2**63 + 5, 2**64 - 7, (70001,)),
+                                               (2**64 - 1, 3, (3, 128, 257))])
+def test_c_fill_is_the_portable_stream(seed, offset, shape, dtype):
+    got = host_c.normal(seed, offset, shape, dtype)
+    assert got is not None and got.shape == shape and got.dtype == np.dtype(dtype)
+    assert got.tobytes() == R.normal(seed, offset, shape, dtype).tobytes()
+
+
+def test_where_it_does_not_apply_numpy_draws():
+    """Half dtypes and small draws are left to numpy's spelling (None), and the kernel's numbers are the stream's
+    whichever draws them."""
+    assert host_c.normal(1, 0, (8,), np.float32) is None
+    assert host_c.normal(1, 0, (10000,), np.float16) is None
+    for shape, dt in [((8,), D.float32), ((10000,), D.float16), ((300, 40), D.float64)]:
+        got = KERNELS["randn"]([], {"seed": 5, "offset": 9}, shape, dt)
+        assert got.tobytes() == R.normal(5, 9, shape, dt.np).tobytes()
+
+
+#: run in a fresh process: this one may hold the fill already (a loaded library counts as cached)
+_POLICY = """
+import numpy as np
+from pathlib import Path
+from tensorwire.backends.cpu import host_c as F
+from tensorwire.protocol import random as R
+cache = Path(__import__("os").environ["TENSORWIRE_KERNEL_CACHE"])
+F.BUILD_ELEMENTS = 20000
+assert F.normal(3, 0, (5000,), np.float32) is None
+assert F._lib == "absent" and not any(cache.rglob("*.so"))
+big = F.normal(3, 0, (20000,), np.float64)
+assert big is not None and big.tobytes() == R.normal(3, 0, (20000,), np.float64).tobytes()
+assert any(cache.rglob("*.so"))
+small = F.normal(3, 0, (5000,), np.float32)
+assert small is not None and small.tobytes() == R.normal(3, 0, (5000,), np.float32).tobytes()
+"""
+
+
+@needs_cc
+def test_small_draws_do_not_wait_for_the_compiler(tmp_path):
+    """With a kernel cache that lacks the fill, draws under ``BUILD_ELEMENTS`` stay on numpy (nothing is built: a
+    program of small inits never waits for gcc); the first large one builds it, and later small ones use it."""
+    import os
+    import subprocess
+    import sys
+
+    cache = tmp_path / "kernels"
+    cache.mkdir(mode=0o700)
+    env = {**os.environ, "TENSORWIRE_KERNEL_CACHE": str(cache)}
+    done = subprocess.run([sys.executable, "-c", _POLICY], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+#: (input shape, attributes, ceil_mode) of max_pool2d: ResNet's stem, a dilated rectangle with ceil_mode, tiling
+#: windows, overlapping ones past the input's edge
+POOLS = [((8, 16, 14, 14), dict(kernel=[3, 3], stride=[2, 2], padding=[1, 1], dilation=[1, 1]), False),
+         ((4, 16, 9, 11), dict(kernel=[2, 3], stride=[1, 2], padding=[1, 1], dilation=[2, 1]), True),
+         ((4, 32, 10, 10), dict(kernel=[2, 2], stride=[2, 2], padding=[0, 0], dilation=[1, 1]), False),
+         ((4, 64, 7, 7), dict(kernel=[3, 3], stride=[2, 2], padding=[1, 1], dilation=[1, 1]), True)]
+
+
+@pytest.fixture
+def built(monkeypatch):
+    """The library built whatever the call's size (this process may not have it yet)."""
+    monkeypatch.setattr(host_c, "BUILD_ELEMENTS", 1)
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,attrs,ceil", POOLS)
+def test_max_pool2d_grad_in_c_is_the_numpy_kernels(built, monkeypatch, shape, attrs, ceil, dtype):
+    """Each window's gradient at its first maximum (the first NaN where there is one; ties to the first), windows
+    adding up where they overlap: the numpy kernel's values (the same positions; sums to rounding), and torch's
+    bit for bit where torch is installed."""
+    from tensorwire.protocol.ops.conv import _window_geometry
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(dtype)
+    x.flat[1::7] = x.flat[0::7][: len(x.flat[1::7])]  # ties
+    x.flat[5::97] = np.nan
+    geom = _window_geometry(shape, attrs, ceil)
+    gy = rng.standard_normal((shape[0], shape[1], *geom[4])).astype(dtype)
+    a = {**attrs, "ceil_mode": ceil}
+    got = KERNELS["max_pool2d_grad"]([x, gy], a, shape, D.from_numpy(np.dtype(dtype)))
+    assert np.array_equal(got, host_c.max_pool2d_grad(x, gy, geom))
+    monkeypatch.setattr(host_c, "max_pool2d_grad", lambda *args: None)  # the numpy kernel
+    want = KERNELS["max_pool2d_grad"]([x, gy], a, shape, D.from_numpy(np.dtype(dtype)))
+    assert np.array_equal(got != 0, want != 0)
+    np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32 else 1e-14, atol=1e-6)
+    torch = pytest.importorskip("torch")
+    tx = torch.tensor(x, requires_grad=True)
+    y = torch.nn.functional.max_pool2d(tx, attrs["kernel"], attrs["stride"], attrs["padding"], attrs["dilation"],
+                                       ceil_mode=ceil)
+    (ref,) = torch.autograd.grad(y, tx, torch.tensor(gy))
+    assert np.array_equal(got, ref.numpy())
