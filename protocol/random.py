@@ -165,9 +165,9 @@ def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray:
     if n <= NORMAL_BLOCK:
         return _normal(seed, offset, n, npdtype).reshape(shape)
     out = np.empty(n, npdtype)
-    for s in range(0, n, NORMAL_BLOCK):  # (element i takes counters offset + 2i and offset + 2i + 1)
+    for s in range(0, n, NORMAL_BLOCK):  # (each block from the counter its first element takes)
         e = min(n, s + NORMAL_BLOCK)
-        out[s:e] = _normal(seed, offset + 2 * s, e - s, npdtype)
+        out[s:e] = _normal(seed, offset + counters_used("randn", s), e - s, npdtype)
     return out.reshape(shape)
 
 

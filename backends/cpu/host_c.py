@@ -87,6 +87,9 @@ BUILD_ELEMENTS = 1 << 20
 _DTYPES = {np.dtype(np.float64): 1, np.dtype(np.float32): 0}
 _LL = ctypes.c_longlong
 _POOL_ARGS = [ctypes.c_void_p] * 3 + [_LL] * 13
+#: the library's functions and their argument types (none returns a value)
+_SIGNATURES = {"tw_randn_fill": [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c_void_p, ctypes.c_int],
+               "tw_max_pool2d_grad_f32": _POOL_ARGS, "tw_max_pool2d_grad_f64": _POOL_ARGS}
 _lock = threading.Lock()
 #: None: not looked for yet; "absent": not in the kernel cache (built at the first large call); False: the CPU cannot
 #: build it; else the loaded library's functions by name (the Library under "lib", which keeps it loaded)
@@ -110,13 +113,10 @@ def _functions(build: bool) -> dict | None:
                     else:
                         with cached_only():
                             lib = rt.load(SOURCE, what="host C functions")
-                    fill = lib.cdll.tw_randn_fill
-                    fill.argtypes = [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c_void_p, ctypes.c_int]
-                    fill.restype = None
-                    got = {"lib": lib, "randn": fill}
-                    for name in ("tw_max_pool2d_grad_f32", "tw_max_pool2d_grad_f64"):
+                    got = {"lib": lib}
+                    for name, argtypes in _SIGNATURES.items():
                         f = getattr(lib.cdll, name)
-                        f.argtypes, f.restype = _POOL_ARGS, None
+                        f.argtypes, f.restype = argtypes, None
                         got[name] = f
                     _lib = got
                 except NotCached:
@@ -138,7 +138,7 @@ def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray | None:
     if fns is None:
         return None
     out = np.empty(shape, npdtype)
-    fns["randn"](seed % (1 << 64), offset % (1 << 64), n, out.ctypes.data, code)
+    fns["tw_randn_fill"](seed % (1 << 64), offset % (1 << 64), n, out.ctypes.data, code)
     return out
 
 

@@ -90,7 +90,6 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-
 class NonDynamicallyQuantizableLinear(Linear):
     """torch's ``Linear`` subclass for ``MultiheadAttention.out_proj`` (a name torch's quantization tooling skips):
     the same layer, kept so that reprs, ``isinstance`` checks and ``torch.serialization.safe_globals`` lists that
