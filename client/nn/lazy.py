@@ -117,6 +117,14 @@ class _LazyConvXdMixin(LazyModuleMixin):
                     self.bias.materialize((self.out_channels,))
                 self.reset_parameters()
 
+    def _uninitialized(self, out_channels: int, bias: bool, device, dtype) -> None:
+        """After the convolution's constructor (built with no channels): its weight and bias uninitialized, its
+        ``out_channels`` the one asked for."""
+        self.weight = UninitializedParameter(device=device, dtype=dtype)
+        self.out_channels = out_channels
+        if bias:
+            self.bias = UninitializedParameter(device=device, dtype=dtype)
+
     def _get_in_channels(self, input) -> int:  # noqa: A002
         unbatched = self._spatial + 1
         if input.ndim not in (unbatched, unbatched + 1):
@@ -133,10 +141,7 @@ class _LazyConvNd(_LazyConvXdMixin):
                  bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None):
         super().__init__(0, 0, kernel_size, stride, padding, dilation, groups, False, padding_mode, device=device,
                          dtype=dtype)
-        self.weight = UninitializedParameter(device=device, dtype=dtype)
-        self.out_channels = out_channels
-        if bias:
-            self.bias = UninitializedParameter(device=device, dtype=dtype)
+        self._uninitialized(out_channels, bias, device, dtype)
 
 
 class LazyConv1d(_LazyConvNd, Conv1d):
@@ -165,10 +170,7 @@ class _LazyConvTransposeNd(_LazyConvXdMixin):
                  bias: bool = True, dilation=1, padding_mode: str = "zeros", device=None, dtype=None):
         super().__init__(0, 0, kernel_size, stride, padding, output_padding, groups, False, dilation, padding_mode,
                          device=device, dtype=dtype)
-        self.weight = UninitializedParameter(device=device, dtype=dtype)
-        self.out_channels = out_channels
-        if bias:
-            self.bias = UninitializedParameter(device=device, dtype=dtype)
+        self._uninitialized(out_channels, bias, device, dtype)
 
 
 class LazyConvTranspose1d(_LazyConvTransposeNd, ConvTranspose1d):
