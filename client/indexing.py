@@ -18,6 +18,7 @@ from . import _factories
 from . import autocast_state as _amp
 from . import views as V
 from .element_writes import batchable, element_position, out_of_bounds, write, write_at
+from .known_values import host_op
 
 _amp_active = _amp._active
 
@@ -438,6 +439,8 @@ def _advanced(x, key):
 def setitem(x, key, value):
     """``x[key] = value`` (``Tensor.__setitem__`` itself)."""
     if x._base is None:
+        if _held_write(x, key, value):  # (a row the client holds, written with a value it holds: on the client)
+            return
         if write(x, key, value):  # one element, a Python value: batched with the writes next to it
             return
     elif _view_element_write(x, key, value):  # (one element of a view: as one of its root's)
@@ -473,6 +476,47 @@ def setitem(x, key, value):
                 inv[o] = i
             new = new.permute(*inv)
     x._assign(new)
+
+
+def _held_write(x, key, value) -> bool:
+    """``x[key] = value`` worked out on the client, when it holds ``x``'s value (``Session.holds``: a ``zeros`` row a
+    dataset fills) and ``value``'s (a Python scalar, or a tensor it holds) and ``key`` is basic (ints, slices,
+    ``None``, ``...``): by the CPU worker's own kernels, as the general path's ``cast``, ``expand`` and ``setslice``
+    would make it on a device. ``x`` then holds the result, a lazy upload (``Session.hold``): sent only if a device
+    reads it. False where this is not that case (the general path then records the write, and reports any error)."""
+    s = x._s
+    xv = s._known.peek(x._id)
+    if xv is None or s._capture is not None or x.dtype.is_complex or not s.holds(x):
+        return False
+    parts = key if isinstance(key, tuple) else (key,)
+    for k in parts:
+        if isinstance(k, (Tensor, list, np.ndarray, range, bool, np.bool_)):
+            return False
+    tv = type(value)
+    if tv is int or tv is float or tv is bool:
+        vv = host_op("full", [], {"value": value}, (), x.dtype)
+    elif isinstance(value, Tensor):
+        if value._s is not s or value._dev != x._dev or value.dtype.is_complex or not s.holds(value):
+            return False
+        vv = s._known.held(value)
+        if vv is not None and value.dtype is not x.dtype:
+            vv = host_op("cast", [vv], {}, tuple(vv.shape), x.dtype)
+    else:
+        return False
+    if vv is None:
+        return False
+    starts, stops, steps, out = _basic_parts(x, _expand_key(x, key))
+    lens = [max(0, (b - a + st - 1) // st) for a, b, st in zip(starts, stops, steps)]
+    if vv.ndim:
+        try:
+            v = vv if vv.shape == out else np.broadcast_to(vv, out)
+        except ValueError:  # (not broadcastable: the general path's inference says so)
+            return False
+        vv = v.reshape(lens)
+    new = np.array(xv)
+    new[tuple(map(slice, starts, stops, steps))] = vv  # (a 0-d value: broadcast to any shape, as by expand)
+    x._assign(s.hold(new, x.dtype, x._dev))
+    return True
 
 
 def _view_element_write(x, key, value) -> bool:

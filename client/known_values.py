@@ -32,6 +32,7 @@ import numpy as np
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.graph import attrs_key
+from tensorwire.protocol.ops import OPS
 
 from . import autocast_state as _amp
 
@@ -46,6 +47,13 @@ HOST_OPS = frozenset({"full", "add", "sub", "mul", "neg", "abs", "floor_divide",
                       "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
                       "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where", "cast"})
 HOST_ELEMENTS = 4096
+#: ops whose result is a constant or a copy of input elements (the movement ops but a move to another device), bit
+#: for bit the same on every device, so the client
+#: computes it for any real dtype, floating too, when it holds every input's value (:meth:`KnownValues.held`): a
+#: dataset's ``__getitem__`` that fills a ``zeros`` row from a ``tensor`` of ids, and the ``stack`` that batches such
+#: rows, make a value the client holds whole (``Session.record`` keeps a written or joined one as a lazy upload)
+HELD_OPS = frozenset({"full", "setslice", "index_put"}
+                     | {name for name, o in OPS.items() if o.kind == "movement" and name != "copy"})
 #: the ``_base_version`` of a light window (``views.basic_view``): no root's version (those count up from 0), so every
 #: reader that brings a view whose base changed up to date (``Tensor._refresh``: ``Session.record``, ``_numpy``,
 #: ``assign``, a compiled graph's arguments ...) materializes a light window first (``views.refresh``)
@@ -203,15 +211,29 @@ class KnownValues:
 
     def compute(self, hid: int, op: str, inputs, attrs, shape: tuple, dtype) -> bool:
         """Know handle ``hid``, ``op`` of ``inputs``, when its result is integer or bool and small (:data:`HOST_OPS`):
-        now when every input's value is known, else once they are (a recipe). Returns :meth:`follows` of ``hid``
+        now when every input's value is known, else once they are (a recipe); or, for :data:`HELD_OPS` of any real
+        dtype, now when the client holds every input's value (:meth:`held`). Returns :meth:`follows` of ``hid``
         (after)."""
-        if op not in HOST_OPS or dtype.is_floating_point or dtype.is_complex:
+        if dtype.is_complex:
             return self.follows(hid)
         n = 1
         for d in shape:
             n *= d
         if n > HOST_ELEMENTS:
             return self.follows(hid)
+        if op not in HOST_OPS or dtype.is_floating_point:
+            if op not in HELD_OPS:
+                return self.follows(hid)
+            values = []
+            for t in inputs:
+                v = self.held(t)
+                if v is None:
+                    return self.follows(hid)
+                values.append(v)
+            out = host_op(op, values, attrs, shape, dtype)
+            if out is not None:
+                self.put(hid, out)
+            return hid in self._values
         known = self._values
         values = []
         missing = False
@@ -226,9 +248,9 @@ class KnownValues:
                 depth = 1 + max(self._depth(t._id) or (len(t._vsteps) if t._base is not None else 0) for t in inputs)
                 if depth <= MAX_DEPTH:
                     self._recipes[hid] = (tuple(inputs), tuple(t._id for t in inputs),
-                                          lambda vs: _host_op(op, vs, attrs, shape, dtype), False, depth, _OF_ALL)
+                                          lambda vs: host_op(op, vs, attrs, shape, dtype), False, depth, _OF_ALL)
             return hid in known or hid in self._recipes
-        out = _host_op(op, values, attrs, shape, dtype)
+        out = host_op(op, values, attrs, shape, dtype)
         if out is not None:
             self.put(hid, out)
         return hid in known or hid in self._recipes
@@ -276,6 +298,25 @@ class KnownValues:
                 v = f(v)
             return v
         return (root,), fn
+
+    def held(self, t) -> np.ndarray | None:
+        """Tensor ``t``'s value when the client holds it, or works it out with no round trip from a value it holds
+        by the view steps that made ``t`` (kept then); else None (a value the client would have to fetch)."""
+        v = self._values.get(t._id)
+        if v is not None or t._base is None:
+            return v
+        r = self.view_recipe(t)
+        if r is None:
+            return None
+        (root,), fn = r
+        rv = self._values.get(root._id)
+        if rv is None:
+            return None
+        try:
+            v = fn([rv])
+        except (IndexError, ValueError):  # (not what the worker would make: its error is the one to report)
+            return None
+        return v if v.shape == t._shape else None
 
     def gives(self, t) -> bool:
         """Whether the client can give tensor ``t``'s value, as a rule (:meth:`follows` of its handle, or a view whose
@@ -404,7 +445,7 @@ def _scalar_int(fn, a: int, b: int) -> np.ndarray:
     return int64_value(_wrap64(fn(a, b)))
 
 
-def _host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
+def host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
     """``op`` of numpy ``values`` by the CPU worker's numpy kernel, or None when it raises (the device's error is
     the one to report) or makes another shape."""
     fn = _SCALAR_INT.get(op)
@@ -421,4 +462,4 @@ def _host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
     return out if out.shape == tuple(shape) else None
 
 
-__all__ = ["LIMIT_BYTES", "SMALL_BYTES", "KnownValues"]
+__all__ = ["HELD_OPS", "LIMIT_BYTES", "SMALL_BYTES", "KnownValues"]

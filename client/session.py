@@ -65,6 +65,7 @@ from tensorwire.protocol.wire import (
 
 from . import leases
 from ._frames import _user_frame, user_line
+from .autograd_hooks import requires_grad_of
 from .cancel import Waker
 from .channels import (
     DIRECT_CONNECT_S,
@@ -78,7 +79,7 @@ from .channels import (
     batch_device,
 )
 from .gc_policy import tune_client_gc
-from .known_values import HOST_OPS, KnownValues
+from .known_values import HELD_OPS, HOST_OPS, SMALL_BYTES, KnownValues
 from .tensor import Tensor
 
 _new_tensor = object.__new__
@@ -616,10 +617,17 @@ class Session:
         capture = self._capture
         if capture is None:
             # small integer values the client knows: their results too (known_values; a floating result never is)
-            if op in HOST_OPS and not dtype.is_floating_point:
-                if self._known.compute(hid, op, inputs, attrs, shape, dtype) and op in LAZY_HOST_OPS \
-                        and (op != "full" or not shape):
-                    lazy = True  # (its value is the client's to give: deferred; a tensor made to be filled is not)
+            # (and a constant or copy of values it holds, any dtype: a row the client fills; not a floating 0-d
+            # ``full``, a scalar operand, nor what autograd tracks)
+            if op in HOST_OPS and not dtype.is_floating_point or op in HELD_OPS and then is None \
+                    and (op != "full" or shape) and all(map(self.holds, inputs)):
+                if self._known.compute(hid, op, inputs, attrs, shape, dtype):
+                    if op in LAZY_HOST_OPS:
+                        lazy = True  # (its value is the client's to give: deferred)
+                    elif op in HELD_OPS and not lazy:
+                        value = self._known.peek(hid)
+                        if value is not None:  # (a row written or joined from held values: an upload if ever read)
+                            return self._hold(hid, value, shape, dtype, device)
             if lazy:
                 return self._defer(hid, op, ids, attrs, device, metas, akey, shape, dtype, then)
         if where is None:
@@ -831,6 +839,38 @@ class Session:
         t._init(self, hid, shape, dtype, device)
         return t
 
+    def holds(self, t) -> bool:
+        """Whether the client holds tensor ``t``'s value and no device has it yet: ``t`` is a lazy node (an upload
+        :meth:`hold` keeps, a ``full``, a view of such a value) of a root no device has either, that autograd does
+        not track. An op of such values that only copies elements (``known_values.HELD_OPS``) is worked out here;
+        one that reads a value a device has already is the device's to run (nothing to upload)."""
+        lazy = self._lazy
+        b = t._base
+        return t._id in lazy and (b is None or b._id in lazy) and not requires_grad_of(t)
+
+    def hold(self, array: np.ndarray, dtype, device: str):
+        """A new tensor of ``array`` (of ``dtype``'s numpy type; small: at most ``known_values.SMALL_BYTES``, the
+        session's own from now on) on ``device``, which the client holds (see :meth:`_hold`). Outside ``tw.compile``'s
+        capture only (a trace records its constants)."""
+        hid = next(self._ids)
+        self._known.put(hid, array)
+        value = self._known.peek(hid)
+        if value is None:  # (too large to hold: an upload now)
+            return self.const(array, device, dtype)
+        return self._hold(hid, value, tuple(array.shape), dtype, device)
+
+    def _hold(self, hid: int, value: np.ndarray, shape: tuple, dtype, device: str):
+        """Tensor ``hid`` of ``value`` (read-only, the session's own; ``known_values`` keeps it), which the client
+        holds: a lazy upload (a ``const`` node), sent with the first batch that reads it and never if none does (the
+        ``zeros`` rows a dataset fills, and the ``stack`` that batches them, go as one upload of the batch)."""
+        if value.ndim and not value.flags.c_contiguous:
+            value = np.ascontiguousarray(value)
+        self._lazy[hid] = ("const", (), {"shape": list(shape), "dtype": dtype.name, "frame": value}, device, (), None,
+                           None, None)
+        t = _new_tensor(Tensor)
+        t._init(self, hid, shape, dtype, device)
+        return t
+
     def defer(self, op: str, inputs, attrs, device: str, known: tuple, then: tuple | None = None, value=None):
         """The lazy node ``record(op, inputs, attrs, device, known, lazy=True, then=then)`` makes outside
         ``tw.compile``'s capture, for a caller that has checked what ``record`` checks (every input is this session's,
@@ -912,6 +952,8 @@ class Session:
             where = _user_frame()
         lazy = self._lazy
         rids = self._resolve(ids, where) if lazy and not lazy.keys().isdisjoint(ids) else ids  # (record's test)
+        if op == "const":  # (a held value: its bytes travel now)
+            self._pending_bytes += attrs["frame"].nbytes
         if then is None:
             self._pending.append((hid, op, tuple(rids), attrs, device, where, metas, akey))
         else:  # (a pair: the first node's result gets a handle of its own, released once the second has read it)
@@ -994,6 +1036,9 @@ class Session:
         if borrowed and not send_now:
             array = array.copy()
         hid = next(self._ids)
+        if keep and not send_now and self._capture is None and array.nbytes <= SMALL_BYTES:  # (held: see hold)
+            self._known.put(hid, array)
+            return self._hold(hid, self._known.peek(hid), tuple(array.shape), dt, device)
         entry = (hid, "const", [], {"shape": list(array.shape), "dtype": dt.name, "frame": array}, device,
                  _user_frame() if where is None else where, (), None)
         self._pending.append(entry)

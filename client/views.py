@@ -95,6 +95,9 @@ class Permute(ViewStep):
     def forward(self, t):
         return _rec(t, "permute", [t], {"dims": list(self.dims)})
 
+    def on_host(self, value: np.ndarray) -> np.ndarray:
+        return value.transpose(self.dims)
+
     def inverse(self, parent, value):
         inv = [0] * len(self.dims)
         for i, d in enumerate(self.dims):
@@ -110,6 +113,14 @@ class Expand(ViewStep):
 
     def forward(self, t):
         return _rec(t, "expand", [t], {"shape": list(self.shape)})
+
+    def on_host(self, value: np.ndarray) -> np.ndarray:
+        shape = list(self.shape)  # (-1 keeps the size of the dim it aligns with, as torch's)
+        lead = len(shape) - value.ndim
+        for i, n in enumerate(value.shape):
+            if shape[lead + i] == -1:
+                shape[lead + i] = n
+        return np.broadcast_to(value, shape)
 
     def inverse(self, parent, value):
         raise TensorwireError("unsupported operation: more than one element of the written-to tensor refers to "
@@ -197,7 +208,7 @@ class Slice(ViewStep):
 
 
 #: the view steps with a host form (``on_host``): a view made of these only follows from its root's value
-_HOST_STEPS = frozenset({Reshape, Slice})
+_HOST_STEPS = frozenset({Reshape, Permute, Expand, Slice})
 
 
 def slice_known(lens: tuple, steps: tuple, dtype) -> tuple:

@@ -35,7 +35,7 @@ def test_grad_tracked_slices_are_recorded_without_inference(session, inferences)
     assert inferences == []
     assert a.grad_fn is not None and b.grad_fn is not None  # (still tracked)
     for e in session._pending:  # (the keys the view steps gave: what inference would have keyed them by)
-        assert e[7] == attrs_key(e[1], e[3])
+        assert e[1] == "const" or e[7] == attrs_key(e[1], e[3])  # (w's upload, held until read, has no key)
     (a.sum() * 2 + b.sum()).backward()
     np.testing.assert_array_equal(w.grad.numpy(), [[2, 0, 0, 0], [2, 0, 0, 0], [3, 1, 1, 1]])
 

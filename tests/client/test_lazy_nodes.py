@@ -37,14 +37,17 @@ def test_a_loader_slice_loop_records_one_gather_a_batch(session):
         assert ops == []  # nothing a device must run: the bounds came from the client's copy of ix
         (x, y), ops = _recorded(session, lambda: (tw.stack(xs), tw.stack([train[i + 1:i + 9] for i in ix])))
     assert trips[0] == 2  # (the two flushes of _recorded: no read went to a device)
-    # per batch: the windows' positions (an upload) and one gather of data's rows (combine._gather_rows): no slice
-    assert ops == ["const", "index", "const", "index"], ops
+    # data's upload (held by the client until a device reads it), then per batch: the windows' positions (an upload)
+    # and one gather of data's rows (combine._gather_rows): no slice
+    assert ops == ["const", "const", "index", "const", "index"], ops
     np.testing.assert_array_equal(x.numpy(), np.stack([text[:900][o:o + 8] for o in offsets]))
     np.testing.assert_array_equal(y.numpy(), np.stack([text[:900][o + 1:o + 9] for o in offsets]))
 
 
 def test_one_hot_rows_written_through_views_record_one_run(session):
-    """The char-RNN tutorial's ``tensor[li][0][letter] = 1``: the views are never read, the writes are one run."""
+    """The char-RNN tutorial's ``tensor[li][0][letter] = 1``: the views are never read, the writes are one run; on a
+    ``zeros`` the client holds, the run is worked out on the client (known_values.HELD_OPS): nothing is recorded, and
+    the first op a device runs on the rows reads them as one upload."""
     word = [3, 1, 4, 1, 5, 9]
 
     def build():
@@ -54,10 +57,16 @@ def test_one_hot_rows_written_through_views_record_one_run(session):
         return t
 
     t, ops = _recorded(session, build)
-    assert ops.count("slice") == 0 and ops.count("index_put") == 1 and len(ops) <= 6, ops
+    assert ops == [], ops
     want = np.zeros((len(word), 1, 10), np.float32)
     want[np.arange(len(word)), 0, word] = 1
     np.testing.assert_array_equal(t.numpy(), want)
+    r, ops = _recorded(session, lambda: t.exp())
+    assert ops == ["const", "exp"], ops
+    np.testing.assert_allclose(r.numpy(), np.exp(want), rtol=1e-6)
+    big, ops = _recorded(session, lambda: tw.randn(len(word), 1, 10))  # (a value on the device: one run of writes)
+    _, ops = _recorded(session, lambda: [big[li][0].__setitem__(k, 1) for li, k in enumerate(word)])
+    assert ops.count("slice") == 0 and ops.count("index_put") == 1 and len(ops) <= 6, ops
 
 
 def test_a_linear_layer_records_one_node(session):
@@ -168,12 +177,12 @@ def test_a_handle_a_lazy_node_reads_is_held_until_nothing_reads_it(session):
 def test_lazy_nodes_released_unrecorded_are_dropped_with_the_handles_they_pin(session):
     """A base, lazy views of it, views of those, and slice bounds (``i + 1``) all released before anything read
     them: the flushes drop every lazy node unrecorded (``Session._take_release``'s rounds: a view's parent is held
-    until the view goes, then dropped too), release to the devices only the handles they made (the base, ``ix``),
-    and forget the values and recipes the client kept for all of them."""
-    base = tw.tensor(np.arange(40, dtype=np.int64))
-    ix = tw.tensor([3, 5])
+    until the view goes, then dropped too), and the upload of ``ix`` that no device read, release to the devices
+    only the handle they made (the base), and forget the values and recipes the client kept for all of them."""
+    base = tw.tensor(np.arange(40, dtype=np.int64)).clone()  # (cloned: made on the device)
+    ix = tw.tensor([3, 5])  # (held by the client: a lazy upload, never read by a device here)
     session.flush()
-    made = {base._id, ix._id}
+    made = {base._id}
     views = [base[k:k + 8] for k in range(0, 32, 4)]
     light = {v._id for v in views}  # (light windows, views.basic_view: their handles, lazy nodes of no input ...)
     deeper = [v[1:3] for v in views]  # (each reads its parent's handle: pinned; ... until this made them lazy views)
@@ -186,6 +195,7 @@ def test_lazy_nodes_released_unrecorded_are_dropped_with_the_handles_they_pin(se
     taken = []
     take = session._take_release
     session._take_release = lambda: taken.append(take()) or taken[-1]
+    ix_id = ix._id
     try:
         del base, ix, views, deeper, elements, bounds
         gc.collect()
@@ -197,9 +207,9 @@ def test_lazy_nodes_released_unrecorded_are_dropped_with_the_handles_they_pin(se
     out = [h for o, _ in taken for h in o]
     dropped = [h for _, d in taken for h in d]
     assert set(out) == made and len(out) == len(made)  # (released once each; the lazy ones never reached a device)
-    assert set(dropped) == lazy | light and len(dropped) == len(lazy | light)
+    assert set(dropped) == lazy | light | {ix_id} and len(dropped) == len(lazy | light) + 1
     assert not session._pins and not session._held and not lazy & session._lazy.keys()
-    assert not any(session._known.follows(h) for h in lazy | made)
+    assert not any(session._known.follows(h) for h in lazy | made | {ix_id})
 
 
 def test_an_element_view_is_one_lazy_node_and_two_nodes_once_read(session):

@@ -141,12 +141,12 @@ def test_a_client_process_tunes_the_collector_once_unless_told_not_to(mode, want
 
 
 def test_scalar_integer_host_arithmetic_matches_the_cpu_kernels():
-    """The client's own int64 add/sub/mul of two 0-d values (``known_values._host_op``'s fast path) gives what the
+    """The client's own int64 add/sub/mul of two 0-d values (``known_values.host_op``'s fast path) gives what the
     CPU worker's numpy kernels give, overflow included."""
     import itertools
 
     from tensorwire.backends.cpu.kernels import KERNELS
-    from tensorwire.known_values import _host_op
+    from tensorwire.known_values import host_op
     from tensorwire.protocol import dtypes as D
 
     vals = [0, 1, -1, 7, -5, 2**62, 2**63 - 1, -2**63, 123456789012345]
@@ -155,5 +155,5 @@ def test_scalar_integer_host_arithmetic_matches_the_cpu_kernels():
             x, y = np.array(a, np.int64), np.array(b, np.int64)
             with np.errstate(all="ignore"):
                 want = np.asarray(KERNELS[op]([x, y], {}, (), D.int64), dtype=np.int64)
-            got = _host_op(op, [x, y], None, (), D.int64)
+            got = host_op(op, [x, y], None, (), D.int64)
             assert got.dtype == want.dtype and got.shape == want.shape and got == want, (op, a, b)

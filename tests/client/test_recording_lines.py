@@ -19,8 +19,9 @@ from ._ref import line_of
 HERE = __file__
 
 
-def _cases(x, y, w, lin):
-    """(marker, fn): each fn records on its marked line."""
+def _cases(x, y, w, lin, d):
+    """(marker, fn): each fn records on its marked line. ``d``: a value on the device (``x`` and ``y`` are values the
+    client holds, whose writes and joins it works out itself: known_values.HELD_OPS)."""
     def binary():
         return x + y  # MARK-binary
 
@@ -35,7 +36,7 @@ def _cases(x, y, w, lin):
         return x.t()[0].reshape(1, 3) + 0  # MARK-view-of-view
 
     def write_through_view():
-        v = x[0]
+        v = d[0]
         v[1:] = y[0, 1:]  # MARK-write-through-view
 
     def grad_op():
@@ -51,7 +52,7 @@ def _cases(x, y, w, lin):
         x.add_(1)  # MARK-inplace
 
     def cat():
-        return tw.cat((x[0:1], y), 0)  # MARK-cat
+        return tw.cat((d[0:1], y), 0)  # MARK-cat
 
     def log_softmax():
         return x.log_softmax(1)  # MARK-log-softmax
@@ -69,7 +70,7 @@ def _cases(x, y, w, lin):
         return x * 2  # MARK-known-element-writes
 
     def factory():
-        return tw.zeros(2, 2)  # MARK-factory
+        return tw.zeros(100, 100)  # MARK-factory (a small one the client holds: recorded when read, on that line)
 
     fns = [binary, reverse, single_view, view_of_view, write_through_view, grad_op, module, functional, inplace,
            cat, log_softmax, grad_view, element_writes, known_element_writes, factory]
@@ -82,7 +83,8 @@ def test_each_recorded_node_names_the_users_line(session, case):
     y = tw.ones(3, 3)
     w = tw.ones(3, requires_grad=True)
     lin = tw.nn.Linear(3, 2)
-    marker, fn = _cases(x, y, w, lin)[case]
+    d = x.clone()
+    marker, fn = _cases(x, y, w, lin, d)[case]
     session.flush()
     keep = fn()  # noqa: F841 - kept alive so its nodes ship
     entries = list(session._pending)

@@ -29,7 +29,9 @@ def test_stacked_windows_of_a_slice_of_a_text_are_one_gather(session):
     ix = tw.tensor(offsets)
     (x, y), ops = _recorded(session, lambda: (tw.stack([train[i:i + 8] for i in ix]),
                                               tw.stack([train[i + 1:i + 9] for i in ix])))
-    assert ops == ["const", "index", "const", "index"], ops  # per batch: the positions and one gather
+    # the text's upload (held by the client until a device reads it: the first gather's batch carries it), then per
+    # batch the positions and one gather
+    assert ops == ["const", "const", "index", "const", "index"], ops
     assert x.shape == (32, 8) and x.dtype == tw.int64
     np.testing.assert_array_equal(x.numpy(), np.stack([text[:900][o:o + 8] for o in offsets]))
     np.testing.assert_array_equal(y.numpy(), np.stack([text[:900][o + 1:o + 9] for o in offsets]))
@@ -51,7 +53,8 @@ def test_row_ranges_of_a_matrix_stack_and_cat_as_torch(session):
                                   "rows of a reshape", "an element", "dim 1", "not a view"])
 def test_what_is_not_row_ranges_of_one_base_takes_the_general_path(session, case):
     a = np.arange(48, dtype=np.int64).reshape(8, 6)
-    m, other = tw.tensor(a), tw.tensor(a * 10)
+    # (cloned: values on the device, not ones the client holds, whose ``cat`` it would work out itself: known_values)
+    m, other = tw.tensor(a).clone(), tw.tensor(a * 10).clone()
     parts, want, dim = {
         "two bases": ([m[1:3], other[2:4]], [a[1:3], (a * 10)[2:4]], 0),
         "lengths differ": ([m[1:3], m[2:5]], [a[1:3], a[2:5]], 0),

@@ -1,0 +1,175 @@
+"""Values the client holds (``Session.holds``/``hold``, ``known_values.HELD_OPS``): a small ``tw.tensor`` upload and a
+small ``zeros``/``full`` stay on the client until a device reads them, and writes, joins and views of such values
+are worked out on the client by the CPU worker's own kernels. A dataset's ``__getitem__`` that fills rows from
+Python data (makemore's ``CharDataset``, the char-RNN tutorial's one-hot letters) and the ``stack`` that batches the
+rows then record nothing: the batch reaches the device as one upload, and every step's batch has the same structure
+whatever the rows' lengths (one plan for the worker, not one compiled a step). Counted, not timed; values against
+numpy, and PyTorch where installed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorwire as tw
+from tensorwire import session as S
+from tensorwire.utils.data._utils.collate import default_collate
+
+from .test_known_values import round_trips
+
+WORDS = ["emma", "olivia", "ava", "isabella", "sophia", "mia", "charlotte", "amelia"]
+STOI = {c: i + 1 for i, c in enumerate(sorted(set("".join(WORDS))))}
+LONGEST = max(map(len, WORDS))
+
+
+def _recorded(session, fn):
+    """``(fn's result, the ops of the nodes it left recorded and not shipped)``."""
+    session.flush()
+    out = fn()
+    session.end_writes()
+    return out, [e[1] for e in session._pending]
+
+
+def _item(lib, word):
+    """makemore's ``CharDataset.__getitem__``, written against ``lib`` (tensorwire or torch)."""
+    ix = lib.tensor([STOI[c] for c in word], dtype=lib.long)
+    x = lib.zeros(LONGEST + 1, dtype=lib.long)
+    y = lib.zeros(LONGEST + 1, dtype=lib.long)
+    x[1:1 + len(ix)] = ix
+    y[:len(ix)] = ix
+    y[len(ix) + 1:] = -1
+    return x, y
+
+
+def _want(word):
+    x = np.zeros(LONGEST + 1, np.int64)
+    y = np.zeros(LONGEST + 1, np.int64)
+    ix = [STOI[c] for c in word]
+    x[1:1 + len(ix)] = ix
+    y[:len(ix)] = ix
+    y[len(ix) + 1:] = -1
+    return x, y
+
+
+def test_a_dataset_batch_is_built_on_the_client_and_reaches_the_device_as_one_upload(session):
+    words = WORDS[:4]
+    with round_trips(session) as n:
+        (x, y), ops = _recorded(session, lambda: default_collate([_item(tw, w) for w in words]))
+        assert ops == [], ops  # nothing recorded: every row, write and the stack are the client's
+        assert session.holds(x) and session.holds(y)
+        emb = tw.nn.Embedding(len(STOI) + 1, 3)
+        session.flush()
+        out, ops = _recorded(session, lambda: emb(x))
+    assert ops.count("const") == 1 and "setslice" not in ops and "cat" not in ops and "full" not in ops, ops
+    assert n[0] == 3  # (the flushes above: no value was read from a device)
+    want_x, want_y = map(np.stack, zip(*map(_want, words)))
+    np.testing.assert_array_equal(x.numpy(), want_x)
+    np.testing.assert_array_equal(y.numpy(), want_y)
+    np.testing.assert_allclose(out.detach().numpy(), emb.weight.detach().numpy()[want_x], rtol=0)
+
+
+def test_every_step_ships_the_same_structure_whatever_the_rows_lengths(session):
+    emb = tw.nn.Embedding(len(STOI) + 1, 3)
+    keys = []
+    for words in (WORDS[:4], WORDS[4:]):  # (different lengths: different slice bounds in every row)
+        session.flush()
+        x, y = default_collate([_item(tw, w) for w in words])
+        emb(x).sum()
+        keys.append(S.encode_batch(session._pending).skey)
+    assert keys[0] == keys[1]
+
+
+def test_one_hot_rows_of_floats_are_held_and_read_as_one_upload(session):
+    """The char-RNN tutorial's ``lineToTensor``: a float ``zeros`` and one element written a letter."""
+    word = [3, 1, 4, 1, 5]
+
+    def line():
+        t = tw.zeros(len(word), 1, 8)
+        for li, k in enumerate(word):
+            t[li][0][k] = 1
+        return t
+
+    t, ops = _recorded(session, line)
+    assert ops == [] and session.holds(t)
+    want = np.zeros((len(word), 1, 8), np.float32)
+    want[np.arange(len(word)), 0, word] = 1
+    r, ops = _recorded(session, lambda: t.sum(2))
+    assert ops == ["const", "sum"], ops
+    np.testing.assert_array_equal(r.numpy(), want.sum(2))
+
+
+@pytest.mark.parametrize("case", ["scalar", "float into int", "int into float", "broadcast row", "stepped",
+                                  "negative", "ellipsis", "none", "element", "bool"])
+def test_writes_worked_out_on_the_client_give_what_the_device_gives(session, case):
+    dtype, key, value = {
+        "scalar": (tw.int64, (slice(2, None),), -1),
+        "float into int": (tw.int64, (slice(1, 3),), 2.75),
+        "int into float": (tw.float32, (slice(None), 1), tw.tensor([7, 8, 9])),
+        "broadcast row": (tw.float32, (slice(0, 2),), tw.tensor([1.5, 2.5, 3.5, 4.5])),
+        "stepped": (tw.int32, (slice(None, None, 2),), tw.tensor([[1], [2]], dtype=tw.int32)),
+        "negative": (tw.float64, (-1, slice(-3, -1)), tw.tensor([5.0, 6.0], dtype=tw.float64)),
+        "ellipsis": (tw.int64, (Ellipsis, 0), 4),
+        "none": (tw.float32, (None, 1), tw.tensor([0.5, 0.25, 0.125, 1.0])),
+        "element": (tw.int64, (1, 2), 9),
+        "bool": (tw.bool, (slice(1, 2),), True),
+    }[case]
+    shape = (3, 4)
+    held = tw.zeros(*shape, dtype=dtype)
+    device = tw.zeros(*shape, dtype=dtype).clone()  # (cloned: a value on the device, written there)
+    assert session.holds(held) and not session.holds(device)
+    for t in (held, device):
+        t[key] = value
+    assert session.holds(held)
+    np.testing.assert_array_equal(held.numpy(), device.numpy())
+    assert held.numpy().dtype == device.numpy().dtype
+
+
+def test_a_write_that_cannot_be_made_raises_what_the_device_path_raises(session):
+    held = tw.zeros(2, 3)
+    with pytest.raises(tw.TensorwireError) as on_client:
+        held[0] = tw.tensor([1.0, 2.0])
+    device = tw.zeros(2, 3).clone()
+    with pytest.raises(tw.TensorwireError) as on_device:
+        device[0] = tw.tensor([1.0, 2.0])
+    assert type(on_client.value) is type(on_device.value) and str(on_client.value) == str(on_device.value)
+    np.testing.assert_array_equal(held.numpy(), np.zeros((2, 3), np.float32))  # (unchanged)
+
+
+def test_what_autograd_tracks_or_a_device_has_is_not_held(session):
+    w = tw.zeros(3, requires_grad=True)
+    assert not session.holds(w)
+    _, ops = _recorded(session, lambda: w[1:].sum().backward())
+    np.testing.assert_array_equal(w.grad.numpy(), [0.0, 1.0, 1.0])
+    device = tw.arange(6).clone()
+    rows, ops = _recorded(session, lambda: tw.stack([device[0:3], device[3:6]]))
+    assert ops and not session.holds(rows)
+    big = tw.zeros(100, 100)  # (more elements than the client computes: known_values.HOST_ELEMENTS)
+    assert not session.holds(big)
+    np.testing.assert_array_equal(rows.numpy(), np.arange(6).reshape(2, 3))
+
+
+def test_held_values_nobody_reads_never_reach_a_device(session):
+    taken = []
+    take = session._take_release
+    session._take_release = lambda: taken.append(take()) or taken[-1]
+    try:
+        x, y = default_collate([_item(tw, w) for w in WORDS[:3]])
+        ids = {x._id, y._id}
+        del x, y
+        session.flush()
+    finally:
+        del session._take_release
+    released = {h for out, _ in taken for h in out}
+    dropped = {h for _, d in taken for h in d}
+    assert ids <= dropped and not ids & released
+    assert not any(session._known.follows(h) for h in ids)
+
+
+def test_the_same_batch_as_torch(session):
+    torch = pytest.importorskip("torch", reason="PyTorch is the reference here (pip install torch==2.13.0)")
+    from torch.utils.data._utils.collate import default_collate as torch_collate
+
+    x, y = default_collate([_item(tw, w) for w in WORDS])
+    tx, ty = torch_collate([_item(torch, w) for w in WORDS])
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())
+    np.testing.assert_array_equal(y.numpy(), ty.numpy())
