@@ -125,6 +125,7 @@ SPIN_AHEAD_MAX = 2
 PING_AFTER_S = 2.0  # while waiting for an answer, ping the dispatcher after this long...
 LIVENESS_S = float(os.environ.get("TENSORWIRE_LIVENESS", "10"))  # ...and give up if pings go unanswered
 _PING = -1
+_LOST_AT = "@"  # (``Session._raised``'s key of a lost worker's device)
 CONNECT_TIMEOUT_S = float(os.environ.get("TENSORWIRE_CONNECT_TIMEOUT", "10"))
 REQUEST_TIMEOUT_S = float(os.environ.get("TENSORWIRE_REQUEST_TIMEOUT", "600"))
 #: how long ``close()`` waits for the dispatcher to confirm (TENSORWIRE_CLOSE_TIMEOUT): a process that exits right
@@ -507,6 +508,7 @@ class Session:
         self._drop_channel(dev, why, lost=True)
         err = WorkerLost(message, device=dev).to_wire()
         self._forget_lost([err])
+        self._note_raised(err)  # (the dispatcher's own notice of that loss, which a later answer brings, is not raised)
         return self._error(err)
 
     def _drop_channel(self, dev: str, why: str, lost: bool = False) -> None:
@@ -1648,7 +1650,9 @@ class Session:
             return values
         roots = [e for e in errs if e.get("code") != DependencyFailed.code] or errs
         # one failure seen by several devices (a collective, a lost worker) is raised once, not once per device
-        roots = [e for e in roots if (e.get("code"), e.get("message")) not in self._raised]
+        raised = self._raised
+        roots = [e for e in roots if (e.get("code"), e.get("message")) not in raised
+                 and (e.get("code") != WorkerLost.code or (WorkerLost.code, _LOST_AT, e.get("device")) not in raised)]
         if roots:
             self._note_raised(roots[0])
             raise self._error(roots[0])
@@ -1694,9 +1698,15 @@ class Session:
             t._id, fresh._id = fresh._id, t._id  # (``fresh`` dies with the old handle: released with the next batch)
 
     def _note_raised(self, err: dict) -> None:
-        self._raised[(err.get("code"), err.get("message"))] = None
-        if len(self._raised) > 64:
-            self._raised.pop(next(iter(self._raised)))
+        """Remember an error raised to the user, so the same failure reported again (by another device, or a later
+        answer) is not raised twice: by its code and message, and a lost worker by its device (the client's own
+        report of a loss and the dispatcher's notice of it word it differently)."""
+        raised = self._raised
+        raised[(err.get("code"), err.get("message"))] = None
+        if err.get("code") == WorkerLost.code and isinstance(err.get("device"), str):
+            raised[(WorkerLost.code, _LOST_AT, err["device"])] = None
+        while len(raised) > 64:
+            raised.pop(next(iter(raised)))
 
     def fetch(self, t) -> np.ndarray:
         """Tensor ``t``'s value as a read-only numpy array: from the client when it has it (a small value fetched

@@ -171,7 +171,7 @@ def test_released_tensors_free_server_memory(session):
 def test_closed_session_buffers_are_gone(cluster, session):
     other = tw.Session(cluster.address)
     with tw.use_session(other):
-        keep = [tw.ones(100) for _ in range(5)]  # noqa: F841
+        keep = [tw.randn(100) for _ in range(5)]  # noqa: F841 - (made on the device: a small ones would be held)
         tw.synchronize()
     sid = other.session_id
     admin = tw.Session(cluster.address, cluster.admin_token)  # other sessions' buffers are an admin's view
