@@ -1,4 +1,4 @@
-"""Issue 37's programs: six training scripts of the kinds users run, each a plain file that starts with
+"""Issue 37's programs: training scripts of the kinds users run, each a plain file that starts with
 ``import torch``, run once with torch and once with tensorwire imported as torch from the same initial weights
 (``_harness.compare``); their losses agree step by step, and each learns.
 
@@ -97,6 +97,15 @@ def test_gcn_with_dropout(session):
     """Dropout 0.5 as the original: tensorwire's own masks, so it only learns."""
     losses = _tensorwire_only("gcn.py", 30)
     assert np.mean(losses[25:30]) < np.mean(losses[:5]) - 0.15
+
+
+def test_names_mlp(session):
+    """makemore's MLP: a Dataset building each name's rows as tensors (zeros, slice writes of a tensor of ids, -1
+    past the end), DataLoader's default collate, 15 rolled embeddings, cross_entropy with ignore_index, AdamW with
+    weight decay, an inference_mode evaluation after."""
+    ref, got = compare(HERE / "names_mlp.py", steps=20)
+    assert ref[19] < ref[0] - 0.4  # it learns (3.26 to 2.58)
+    np.testing.assert_allclose(got, ref, **F32)
 
 
 def test_siamese_resnet(session):
