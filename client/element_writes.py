@@ -116,6 +116,11 @@ class ElementWrites:
         ``where``: the user's line that ended the run, when the caller has it (``Session.record``'s)."""
         x, s = self.target, self.target._s
         dt = x.dtype
+        if self.known is not None and s.holds(self.before):  # (written into a value the client holds: so is the
+            made = s._hold(self.hid, s._known.peek(self.hid), x._shape, dt, x._dev)  # result, nothing recorded)
+            made._s = None  # (as below: x holds this handle)
+            self.before = None
+            return
         n = x.numel()
         pos = np.fromiter(self.values.keys(), np.int64, len(self.values))
         vals = np.array(list(self.values.values()), dtype=np.float64 if dt.is_floating_point else object).astype(dt.np)
