@@ -9,12 +9,14 @@ so scaling records one multiply and nothing waits on it.
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from enum import Enum
 
 import numpy as np
 
 from .._factories import TensorBase
+from ..accelerator import device_indices
 from ..autograd_engine import no_grad
 
 __all__ = ["GradScaler", "OptState"]
@@ -32,7 +34,9 @@ def _f32(x: float) -> float:
 
 class GradScaler:
     """``GradScaler(device="cuda", init_scale=2.**16, growth_factor=2.0, backoff_factor=0.5,
-    growth_interval=2000, enabled=True)``, as torch's. A disabled scaler passes everything through."""
+    growth_interval=2000, enabled=True)``, as torch's. A disabled scaler passes everything through. A ``cuda`` scaler
+    on a cluster without a ``cuda`` device disables itself with torch's warning, as torch's does on a host without
+    CUDA (nanoGPT's ``GradScaler(enabled=(dtype == 'float16'))`` on the CPU: no scaling, no inf check a step)."""
 
     def __init__(
         self,
@@ -44,6 +48,10 @@ class GradScaler:
         enabled: bool = True,
     ):
         self._device = device
+        if enabled and device == "cuda" and not device_indices("cuda"):
+            warnings.warn("torch.cuda.amp.GradScaler is enabled, but CUDA is not available.  Disabling.",
+                          stacklevel=2)
+            enabled = False
         self._enabled = enabled
         if enabled:
             if growth_factor <= 1.0:

@@ -159,6 +159,23 @@ def test_grad_scaler_unscale_and_errors(session):
         scaler.step(opt, closure=lambda: loss)
 
 
+def test_a_cuda_scaler_without_cuda_disables_itself_as_torch_s_does(session):
+    """nanoGPT's ``torch.cuda.amp.GradScaler(enabled=(dtype == 'float16'))`` on a CPU: torch warns and disables it
+    (no scaling, no inf check, so no read, a step); so does ours on a cluster without a ``cuda`` device."""
+    assert not tw.cuda.is_available()
+    with pytest.warns(UserWarning, match="CUDA is not available.  Disabling"):
+        scaler = tw.cuda.amp.GradScaler(enabled=True)
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        assert not tw.amp.GradScaler("cuda").is_enabled()
+    loss = tw.tensor(2.0, requires_grad=True)
+    assert not scaler.is_enabled() and scaler.scale(loss) is loss and scaler.get_scale() == 1.0
+    assert tw.amp.GradScaler("cpu").is_enabled()  # (torch checks the cuda scaler only)
+    torch = pytest.importorskip("torch", reason="PyTorch is the reference here (pip install torch==2.13.0)")
+    if not torch.cuda.is_available():
+        with pytest.warns(UserWarning, match="CUDA is not available.  Disabling"):
+            assert not torch.amp.GradScaler("cuda").is_enabled()
+
+
 @pytest.mark.parametrize("decompose", [False, True], ids=["native", "decomposed"])
 def test_a_bfloat16_linear_rounds_once_after_the_bias(session, decompose):
     """1.5 * 1.0078125 = 1.51171875 lies halfway between two bfloat16s and rounds to 1.515625: rounding the product
