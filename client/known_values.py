@@ -43,9 +43,11 @@ SMALL_BYTES = 64 << 10
 #: the most bytes kept for a session (the least recently used go first)
 LIMIT_BYTES = 32 << 20
 #: ops whose integer or bool results the client computes from known inputs (at most HOST_ELEMENTS of them)
+#: (and ``randint``: the counter-based generator's integers are the same bits on every device, ``protocol/random.py``,
+#: so ``ix = torch.randint(n, (batch,))`` iterated as slice bounds, nanoGPT's ``get_batch``, reads no value back)
 HOST_OPS = frozenset({"full", "add", "sub", "mul", "neg", "abs", "floor_divide", "remainder", "maximum", "minimum",
                       "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
-                      "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where", "cast"})
+                      "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where", "cast", "randint"})
 HOST_ELEMENTS = 4096
 #: ops whose result is a constant or a copy of input elements (the movement ops but a move to another device), bit
 #: for bit the same on every device, so the client

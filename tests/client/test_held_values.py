@@ -173,3 +173,21 @@ def test_the_same_batch_as_torch(session):
     tx, ty = torch_collate([_item(torch, w) for w in WORDS])
     np.testing.assert_array_equal(x.numpy(), tx.numpy())
     np.testing.assert_array_equal(y.numpy(), ty.numpy())
+
+
+def test_a_small_randint_is_known_to_the_client_and_the_same_on_the_device(session):
+    """nanoGPT's ``get_batch``: ``ix = torch.randint(len(data) - block_size, (batch_size,))``, each element a slice
+    bound into a numpy array. The counter-based generator's integers are the same bits on every device
+    (``protocol/random.py``), so the client computes a small draw itself: no value is read back for the bounds."""
+    data = np.arange(1000, dtype=np.uint16)
+    tw.manual_seed(7)
+    with round_trips(session) as n:
+        ix = tw.randint(len(data) - 8, (12,))
+        x = tw.stack([tw.from_numpy(data[i:i + 8].astype(np.int64)) for i in ix])
+        assert n[0] == 0
+    tw.manual_seed(7)
+    on_device = (tw.randint(len(data) - 8, (12,)) * 1).clone()  # (cloned: the device draws it)
+    assert ix.tolist() == on_device.tolist()
+    np.testing.assert_array_equal(x.numpy(), np.stack([data[i:i + 8] for i in ix.tolist()]).astype(np.int64))
+    big = tw.randint(10, (100, 100))  # (more elements than the client computes)
+    assert not session._known.has(big._id)
