@@ -49,11 +49,11 @@ HOST_OPS = frozenset({"full", "add", "sub", "mul", "neg", "abs", "floor_divide",
                       "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
                       "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where", "cast", "randint"})
 HOST_ELEMENTS = 4096
-#: ops whose result is a constant or a copy of input elements (the movement ops but a move to another device), bit
-#: for bit the same on every device, so the client
-#: computes it for any real dtype, floating too, when it holds every input's value (:meth:`KnownValues.held`): a
-#: dataset's ``__getitem__`` that fills a ``zeros`` row from a ``tensor`` of ids, and the ``stack`` that batches such
-#: rows, make a value the client holds whole (``Session.record`` keeps a written or joined one as a lazy upload)
+#: ops whose result is a constant or a copy of input elements (the movement ops but a move to another device), bit for
+#: bit the same on every device, so the client computes one of any real dtype, floating too, when it holds every
+#: input's value (:meth:`KnownValues.held`, ``Session.holds``): a dataset's ``__getitem__`` that fills a ``zeros`` row
+#: from a ``tensor`` of ids, and the ``stack`` that batches such rows, make a value the client holds whole
+#: (``Session.record`` keeps a written or joined one as a lazy upload)
 HELD_OPS = frozenset({"full", "setslice", "index_put"}
                      | {name for name, o in OPS.items() if o.kind == "movement" and name != "copy"})
 #: the ``_base_version`` of a light window (``views.basic_view``): no root's version (those count up from 0), so every

@@ -508,7 +508,9 @@ class Session:
         self._drop_channel(dev, why, lost=True)
         err = WorkerLost(message, device=dev).to_wire()
         self._forget_lost([err])
-        self._note_raised(err)  # (the dispatcher's own notice of that loss, which a later answer brings, is not raised)
+        self._note_raised(err)
+        # (the dispatcher's own notice of this loss, worded its way, comes with a later answer: not raised again)
+        self._raised[(WorkerLost.code, _LOST_AT, dev)] = None
         return self._error(err)
 
     def _drop_channel(self, dev: str, why: str, lost: bool = False) -> None:
@@ -618,9 +620,8 @@ class Session:
             hid = next(self._ids)
         capture = self._capture
         if capture is None:
-            # small integer values the client knows: their results too (known_values; a floating result never is)
-            # (and a constant or copy of values it holds, any dtype: a row the client fills; not a floating 0-d
-            # ``full``, a scalar operand, nor what autograd tracks)
+            # small integer values the client knows: their results too (known_values); and a constant or a copy of
+            # values it holds, of any dtype (HELD_OPS: a row it fills; not a floating 0-d ``full``, a scalar operand)
             if op in HOST_OPS and not dtype.is_floating_point or op in HELD_OPS and then is None \
                     and (op != "full" or shape) and all(map(self.holds, inputs)):
                 if self._known.compute(hid, op, inputs, attrs, shape, dtype):
@@ -1037,10 +1038,9 @@ class Session:
         send_now = borrowed and array.nbytes >= ZERO_COPY_MIN
         if borrowed and not send_now:
             array = array.copy()
+        if keep and not send_now and self._capture is None and array.nbytes <= SMALL_BYTES:  # (the session's own)
+            return self.hold(array, dt, device)
         hid = next(self._ids)
-        if keep and not send_now and self._capture is None and array.nbytes <= SMALL_BYTES:  # (held: see hold)
-            self._known.put(hid, array)
-            return self._hold(hid, self._known.peek(hid), tuple(array.shape), dt, device)
         entry = (hid, "const", [], {"shape": list(array.shape), "dtype": dt.name, "frame": array}, device,
                  _user_frame() if where is None else where, (), None)
         self._pending.append(entry)
@@ -1651,8 +1651,7 @@ class Session:
         roots = [e for e in errs if e.get("code") != DependencyFailed.code] or errs
         # one failure seen by several devices (a collective, a lost worker) is raised once, not once per device
         raised = self._raised
-        roots = [e for e in roots if (e.get("code"), e.get("message")) not in raised
-                 and (e.get("code") != WorkerLost.code or (WorkerLost.code, _LOST_AT, e.get("device")) not in raised)]
+        roots = [e for e in roots if (e.get("code"), e.get("message")) not in raised and not self._reported_loss(e)]
         if roots:
             self._note_raised(roots[0])
             raise self._error(roots[0])
@@ -1698,15 +1697,25 @@ class Session:
             t._id, fresh._id = fresh._id, t._id  # (``fresh`` dies with the old handle: released with the next batch)
 
     def _note_raised(self, err: dict) -> None:
-        """Remember an error raised to the user, so the same failure reported again (by another device, or a later
-        answer) is not raised twice: by its code and message, and a lost worker by its device (the client's own
-        report of a loss and the dispatcher's notice of it word it differently)."""
+        """Remember an error raised to the user, by its code and message, so the same failure reported again (by
+        another device, or a later answer) is not raised twice."""
         raised = self._raised
         raised[(err.get("code"), err.get("message"))] = None
-        if err.get("code") == WorkerLost.code and isinstance(err.get("device"), str):
-            raised[(WorkerLost.code, _LOST_AT, err["device"])] = None
         while len(raised) > 64:
             raised.pop(next(iter(raised)))
+
+    def _reported_loss(self, err: dict) -> bool:
+        """Whether ``err`` is the dispatcher's notice of a worker's loss that this session reported already, having
+        seen it first on the worker's channel (:meth:`_channel_lost`): that one notice is dropped (and its wording
+        noted), so a later loss of the device, another worker's, is raised."""
+        if err.get("code") != WorkerLost.code:
+            return False
+        key = (WorkerLost.code, _LOST_AT, err.get("device"))
+        if key not in self._raised:
+            return False
+        del self._raised[key]
+        self._note_raised(err)
+        return True
 
     def fetch(self, t) -> np.ndarray:
         """Tensor ``t``'s value as a read-only numpy array: from the client when it has it (a small value fetched

@@ -4,7 +4,7 @@ are worked out on the client by the CPU worker's own kernels. A dataset's ``__ge
 Python data (makemore's ``CharDataset``, the char-RNN tutorial's one-hot letters) and the ``stack`` that batches the
 rows then record nothing: the batch reaches the device as one upload, and every step's batch has the same structure
 whatever the rows' lengths (one plan for the worker, not one compiled a step). Counted, not timed; values against
-numpy, and PyTorch where installed."""
+numpy, and PyTorch where installed. (The char-RNN tutorial's one-hot rows: ``tests/client/test_lazy_nodes.py``.)"""
 
 from __future__ import annotations
 
@@ -77,25 +77,6 @@ def test_every_step_ships_the_same_structure_whatever_the_rows_lengths(session):
         emb(x).sum()
         keys.append(S.encode_batch(session._pending).skey)
     assert keys[0] == keys[1]
-
-
-def test_one_hot_rows_of_floats_are_held_and_read_as_one_upload(session):
-    """The char-RNN tutorial's ``lineToTensor``: a float ``zeros`` and one element written a letter."""
-    word = [3, 1, 4, 1, 5]
-
-    def line():
-        t = tw.zeros(len(word), 1, 8)
-        for li, k in enumerate(word):
-            t[li][0][k] = 1
-        return t
-
-    t, ops = _recorded(session, line)
-    assert ops == [] and session.holds(t)
-    want = np.zeros((len(word), 1, 8), np.float32)
-    want[np.arange(len(word)), 0, word] = 1
-    r, ops = _recorded(session, lambda: t.sum(2))
-    assert ops == ["const", "sum"], ops
-    np.testing.assert_array_equal(r.numpy(), want.sum(2))
 
 
 @pytest.mark.parametrize("case", ["scalar", "float into int", "int into float", "broadcast row", "stepped",
