@@ -98,24 +98,24 @@ class ElementWrites:
         self.before = future  # after the swap it holds x's previous handle
         self.hid = x._id
         self.values: dict[int, object] = {}
-        self.known = s._known.get(self.before._id)  # the old value when the client has it: kept up to date
+        # the old value when the client has it, copied: the run's own, written in place, and the new handle's value
+        # once the run is recorded (a read of the tensor while the run is open ends the run first: Session.fetch)
+        old = s._known.get(self.before._id)
+        self.known = None if old is None else np.array(old)
 
     def add(self, pos: int, value) -> None:
         self.values[pos] = value
-        x = self.target
-        x._version += 1
-        if self.known is not None:  # a fresh array each time: one handed out before stays as it was
-            arr = np.array(self.known)
-            arr.reshape(-1)[pos] = value
-            self.known = arr
-            x._s._known.forget([self.hid])
-            x._s._known.put(self.hid, arr)
+        self.target._version += 1
+        if self.known is not None:
+            self.known.reshape(-1)[pos] = value
 
     def record(self, where=None) -> None:
         """Record the run: ``index_put`` of every position's last value into the flattened old value, reshaped.
         ``where``: the user's line that ended the run, when the caller has it (``Session.record``'s)."""
         x, s = self.target, self.target._s
         dt = x.dtype
+        if self.known is not None:
+            s._known.put(self.hid, self.known)
         if self.known is not None and s.holds(self.before):  # (written into a value the client holds: so is the
             made = s._hold(self.hid, s._known.peek(self.hid), x._shape, dt, x._dev)  # result, nothing recorded)
             made._s = None  # (as below: x holds this handle)

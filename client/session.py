@@ -1722,6 +1722,9 @@ class Session:
         or uploaded before, or one that follows from such a value by a view: ``known_values``), else shipping the
         pending work and waiting for the value."""
         known = self._known if self._capture is None else None
+        run = self._writes
+        if run is not None and (t._id == run.hid or t._base is not None and t._base._id == run.hid):
+            self.end_writes()  # (a read of a tensor a run of element writes is writing: the run ends first)
         if known is not None:
             v = known.get(t._id)
             if v is not None:

@@ -172,3 +172,23 @@ def test_a_small_randint_is_known_to_the_client_and_the_same_on_the_device(sessi
     np.testing.assert_array_equal(x.numpy(), np.stack([data[i:i + 8] for i in ix.tolist()]).astype(np.int64))
     big = tw.randint(10, (100, 100))  # (more elements than the client computes)
     assert not session._known.has(big._id)
+
+
+def test_a_value_read_while_a_run_of_writes_is_open_stays_as_it_was_read(session):
+    """A run of element writes into a value the client holds writes its own copy in place; a read of the tensor (or
+    a view of it) while the run is open ends the run first, so what was read never changes under the reader."""
+    t = tw.zeros(5)
+    t[0] = 1.0
+    first = t.numpy()
+    t[1] = 2.0
+    window = t[0:3]
+    t[2] = 3.0
+    seen = window.tolist()
+    t[3] = 4.0
+    assert first.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert seen == [1.0, 2.0, 3.0] and t.tolist() == [1.0, 2.0, 3.0, 4.0, 0.0]
+    assert session.holds(t)
+    fetched = tw.arange(5.0).clone()  # (a value on the device, read once: the client knows it)
+    fetched.numpy()
+    fetched[4] = -1.0
+    assert fetched.tolist() == [0.0, 1.0, 2.0, 3.0, -1.0] and not session.holds(fetched)
