@@ -43,20 +43,26 @@ def _expand_key(x, key):
         key = (key,)
     # bool masks become integer index tensors (sync), one per masked dim
     out = []
+    d = 0  # (the dim of x the next key indexes, while it is known: up to an ellipsis)
     for k in key:
         if isinstance(k, Tensor) and k.dtype is D.bool_:
             if k.ndim == 0:
                 out.append(_Bool0(bool(k.item())))
             else:
+                _check_mask(x, k._shape, d)
                 out.extend(_as_index(x, i) for i in np.nonzero(k._numpy()))
         elif isinstance(k, (bool, np.bool_)):
             out.append(_Bool0(bool(k)))
         elif isinstance(k, range):  # torch indexes with a range as with the list of its ints (a copy, not a view)
             out.append(list(k))
         elif isinstance(k, (np.ndarray, list)) and len(k) and np.asarray(k).dtype == np.bool_:
+            _check_mask(x, np.shape(k), d)
             out.extend(_as_index(x, i) for i in np.nonzero(np.asarray(k)))
         else:
             out.append(k)
+        if d is not None:
+            n = _dims_indexed(k)
+            d = None if n is None else d + n
     key = tuple(out)
     n_ell = sum(1 for k in key if k is Ellipsis)
     if n_ell > 1:
@@ -70,6 +76,31 @@ def _expand_key(x, key):
     else:
         key = key + (slice(None),) * (x.ndim - consumed)
     return key
+
+
+def _dims_indexed(k) -> int | None:
+    """How many dims of the indexed tensor key element ``k`` takes (None: an ellipsis, after which
+    :func:`_expand_key` no longer follows the position)."""
+    if k is Ellipsis:
+        return None
+    if k is None or isinstance(k, (bool, np.bool_)):
+        return 0
+    if isinstance(k, Tensor):
+        return k.ndim if k.dtype is D.bool_ else 1
+    if isinstance(k, (np.ndarray, list)) and len(k) and np.asarray(k).dtype == np.bool_:
+        return np.ndim(k)
+    return 1
+
+
+def _check_mask(x, shape: tuple, d: int | None) -> None:
+    """torch's IndexError for a bool mask of ``shape`` indexing ``x`` from dim ``d`` (None: after an ellipsis, not
+    known here) whose dims are not those of ``x`` there."""
+    if d is None:
+        return
+    for i, n in enumerate(shape):
+        if d + i >= x.ndim or x._shape[d + i] != n:
+            raise IndexError(f"The shape of the mask {list(shape)} at index {i} does not match the shape of the "
+                             f"indexed tensor {list(x._shape)} at index {d + i}")
 
 
 class _Bool0:
@@ -438,6 +469,8 @@ def _advanced(x, key):
 
 def setitem(x, key, value):
     """``x[key] = value`` (``Tensor.__setitem__`` itself)."""
+    if isinstance(key, Tensor) and key.dtype is D.bool_ and _mask_fill(x, key, value):
+        return
     if x._base is None:
         if _held_write(x, key, value):  # (a row the client holds, written with a value it holds: on the client)
             return
@@ -476,6 +509,25 @@ def setitem(x, key, value):
                 inv[o] = i
             new = new.permute(*inv)
     x._assign(new)
+
+
+def _mask_fill(x, mask, value) -> bool:
+    """``x[mask] = value`` for a bool tensor ``mask`` over ``x``'s leading dims and a scalar ``value`` (a Python
+    number or a 0-d tensor on ``x``'s device): torch's masked fill, ``x.masked_fill_``, a ``where`` on the device with
+    nothing read back. The general path reads the mask to find its positions, a round trip: once a generated token in
+    minGPT's and nanoGPT's top-k sampling, ``logits[logits < v[:, [-1]]] = -float('Inf')``. False for anything else."""
+    n = mask.ndim
+    if not n or n > x.ndim or mask._shape != x._shape[:n] or mask._s is not x._s or mask._dev != x._dev:
+        return False
+    if isinstance(value, Tensor):
+        if value._shape or value._s is not x._s or value._dev != x._dev:
+            return False
+    elif type(value) not in (int, float, bool):  # (numpy scalars: the general path's rules)
+        return False
+    if n < x.ndim:  # (a mask over the leading dims selects whole rows: broadcast over the rest)
+        mask = mask.reshape(mask._shape + (1,) * (x.ndim - n))
+    x.masked_fill_(mask, value)
+    return True
 
 
 def _held_write(x, key, value) -> bool:
