@@ -13,19 +13,15 @@ from tensorwire.tensor import Size, Tensor
 from . import constraints
 from .exp_family import ExponentialFamily
 from .utils import (
-    ProbsOrLogits,
+    BinaryProbsOrLogits,
     _standard_uniform,
     broadcast_all,
-    is_number,
-    lazy_property,
-    logits_to_probs,
-    probs_to_logits,
 )
 
 __all__ = ["Bernoulli"]
 
 
-class Bernoulli(ProbsOrLogits, ExponentialFamily):
+class Bernoulli(BinaryProbsOrLogits, ExponentialFamily):
     """1 with probability ``probs`` (or ``sigmoid(logits)``; one of the two), else 0."""
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
@@ -34,17 +30,7 @@ class Bernoulli(ProbsOrLogits, ExponentialFamily):
     _mean_carrier_measure = 0
 
     def __init__(self, probs=None, logits=None, validate_args: bool | None = None) -> None:
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        if probs is not None:
-            is_scalar = is_number(probs)
-            (self.probs,) = broadcast_all(probs)
-        else:
-            is_scalar = is_number(logits)
-            (self.logits,) = broadcast_all(logits)
-        self._param = self.probs if probs is not None else self.logits
-        batch_shape = Size() if is_scalar else self._param.size()
-        super().__init__(batch_shape, validate_args=validate_args)
+        super().__init__(self._one_param(probs, logits), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(Bernoulli, _instance)
@@ -66,14 +52,6 @@ class Bernoulli(ProbsOrLogits, ExponentialFamily):
     @property
     def variance(self) -> Tensor:
         return self.probs * (1 - self.probs)
-
-    @lazy_property
-    def logits(self) -> Tensor:
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self) -> Tensor:
-        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def param_shape(self) -> Size:

@@ -11,7 +11,7 @@ from tensorwire.tensor import Size, Tensor
 from . import constraints
 from ._sampling import binomial64
 from .distribution import Distribution
-from .utils import ProbsOrLogits, lazy_property, logits_to_probs, probs_to_logits
+from .utils import BinaryProbsOrLogits
 
 __all__ = ["Binomial"]
 
@@ -20,7 +20,7 @@ def _clamp_by_zero(x):
     return (x.clamp(min=0) + x - x.clamp(max=0)) / 2
 
 
-class Binomial(ProbsOrLogits, Distribution):
+class Binomial(BinaryProbsOrLogits, Distribution):
     """The number of successes in ``total_count`` Bernoulli trials of ``probs`` (or ``logits``; one of the two).
     Sampled exactly (inversion while ``n min(p, 1-p) < 10``, Hormann's BTRS rejection above: ``_sampling``)."""
 
@@ -56,14 +56,6 @@ class Binomial(ProbsOrLogits, Distribution):
     @property
     def variance(self) -> Tensor:
         return self.total_count * self.probs * (1 - self.probs)
-
-    @lazy_property
-    def logits(self) -> Tensor:
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self) -> Tensor:
-        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def param_shape(self) -> Size:

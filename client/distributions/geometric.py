@@ -11,12 +11,12 @@ from tensorwire.tensor import Size, Tensor
 
 from . import constraints
 from .distribution import Distribution
-from .utils import _standard_uniform, broadcast_all, is_number, lazy_property, logits_to_probs, probs_to_logits
+from .utils import BinaryProbsOrLogits, _standard_uniform, broadcast_all
 
 __all__ = ["Geometric"]
 
 
-class Geometric(Distribution):
+class Geometric(BinaryProbsOrLogits, Distribution):
     """The number of failures before the first success of Bernoulli trials of success probability ``probs`` (or
     ``sigmoid(logits)``; one of the two): ``P(k) = (1 - p)^k p`` on ``0, 1, ...`` (torch's convention, not
     ``Tensor.geometric_``'s, which counts the trials). ``probs`` must be in ``(0, 1]``."""
@@ -25,15 +25,7 @@ class Geometric(Distribution):
     support = constraints.nonnegative_integer
 
     def __init__(self, probs=None, logits=None, validate_args: bool | None = None) -> None:
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        if probs is not None:
-            (self.probs,) = broadcast_all(probs)
-        else:
-            (self.logits,) = broadcast_all(logits)
-        probs_or_logits = probs if probs is not None else logits
-        batch_shape = Size() if is_number(probs_or_logits) else probs_or_logits.size()
-        super().__init__(batch_shape, validate_args=validate_args)
+        super().__init__(self._one_param(probs, logits), validate_args=validate_args)
         if self._validate_args and probs is not None:
             # (a second read: torch checks that probs is positive after the constraints)
             value = self.probs
@@ -46,10 +38,7 @@ class Geometric(Distribution):
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(Geometric, _instance)
         batch_shape = Size(batch_shape)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(batch_shape)
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(batch_shape)
+        self._expand_params(new, batch_shape)
         super(Geometric, new).__init__(batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
@@ -65,14 +54,6 @@ class Geometric(Distribution):
     @property
     def variance(self) -> Tensor:
         return (1.0 / self.probs - 1.0) / self.probs
-
-    @lazy_property
-    def logits(self) -> Tensor:
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self) -> Tensor:
-        return logits_to_probs(self.logits, is_binary=True)
 
     def sample(self, sample_shape=Size()):
         """By inversion: ``floor(log(U) / log(1 - p))`` for ``U`` uniform on ``[tiny, 1)``."""

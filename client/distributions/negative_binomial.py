@@ -11,12 +11,12 @@ from . import constraints
 from ._sampling import poisson64
 from .distribution import Distribution
 from .gamma import Gamma
-from .utils import ProbsOrLogits, lazy_property, logits_to_probs, probs_to_logits
+from .utils import BinaryProbsOrLogits, lazy_property
 
 __all__ = ["NegativeBinomial"]
 
 
-class NegativeBinomial(ProbsOrLogits, Distribution):
+class NegativeBinomial(BinaryProbsOrLogits, Distribution):
     """The number of successes of Bernoulli trials of ``probs`` (or ``sigmoid(logits)``; one of the two) before
     ``total_count`` failures (a real count is valid too). Sampled as torch does: a Poisson draw of a
     ``Gamma(total_count, exp(-logits))`` draw."""
@@ -49,14 +49,6 @@ class NegativeBinomial(ProbsOrLogits, Distribution):
     @property
     def variance(self) -> Tensor:
         return self.mean / (-self.logits).sigmoid()
-
-    @lazy_property
-    def logits(self) -> Tensor:
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self) -> Tensor:
-        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def param_shape(self) -> Size:

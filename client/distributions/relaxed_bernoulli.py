@@ -9,20 +9,16 @@ from .distribution import Distribution
 from .transformed_distribution import TransformedDistribution
 from .transforms import SigmoidTransform
 from .utils import (
-    ProbsOrLogits,
+    BinaryProbsOrLogits,
     _standard_uniform,
     broadcast_all,
     clamp_probs,
-    is_number,
-    lazy_property,
-    logits_to_probs,
-    probs_to_logits,
 )
 
 __all__ = ["LogitRelaxedBernoulli", "RelaxedBernoulli"]
 
 
-class LogitRelaxedBernoulli(ProbsOrLogits, Distribution):
+class LogitRelaxedBernoulli(BinaryProbsOrLogits, Distribution):
     """The logit of a :class:`RelaxedBernoulli` (Maddison et al., 2017; Jang et al., 2017): of ``temperature``,
     and ``probs`` or ``logits`` (one of the two)."""
 
@@ -31,17 +27,7 @@ class LogitRelaxedBernoulli(ProbsOrLogits, Distribution):
 
     def __init__(self, temperature, probs=None, logits=None, validate_args: bool | None = None) -> None:
         self.temperature = temperature
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        if probs is not None:
-            is_scalar = is_number(probs)
-            (self.probs,) = broadcast_all(probs)
-        else:
-            is_scalar = is_number(logits)
-            (self.logits,) = broadcast_all(logits)
-        self._param = self.probs if probs is not None else self.logits
-        batch_shape = Size() if is_scalar else self._param.size()
-        super().__init__(batch_shape, validate_args=validate_args)
+        super().__init__(self._one_param(probs, logits), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(LogitRelaxedBernoulli, _instance)
@@ -51,14 +37,6 @@ class LogitRelaxedBernoulli(ProbsOrLogits, Distribution):
         super(LogitRelaxedBernoulli, new).__init__(batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
-
-    @lazy_property
-    def logits(self) -> Tensor:
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self) -> Tensor:
-        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def param_shape(self) -> Size:

@@ -153,6 +153,21 @@ class ProbsOrLogits:
     def _new(self, *args, **kwargs):
         return self._param.new(*args, **kwargs)
 
+    def _one_param(self, probs, logits) -> Size:
+        """``probs`` or ``logits`` (exactly one given, else torch's ValueError) kept as given, broadcast, and as
+        ``_param``; returns the batch shape (``()`` for a Python number): the one-parameter families' constructors."""
+        if (probs is None) == (logits is None):
+            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+        if probs is not None:
+            is_scalar = is_number(probs)
+            (self.probs,) = broadcast_all(probs)
+            self._param = self.probs
+        else:
+            is_scalar = is_number(logits)
+            (self.logits,) = broadcast_all(logits)
+            self._param = self.logits
+        return Size() if is_scalar else self._param.size()
+
     def _count_and_param(self, total_count, probs, logits) -> None:
         """``total_count`` and ``probs`` or ``logits`` (exactly one given, else torch's ValueError) broadcast
         together, the count in the parameter's dtype (Binomial's and NegativeBinomial's constructors)."""
@@ -165,3 +180,16 @@ class ProbsOrLogits:
             self.total_count, self.logits = broadcast_all(total_count, logits)
             self._param = self.logits
         self.total_count = self.total_count.type_as(self._param)
+
+
+class BinaryProbsOrLogits(ProbsOrLogits):
+    """:class:`ProbsOrLogits` of one event's probability (Bernoulli, Binomial, Geometric ...): each of ``probs`` and
+    ``logits`` the other's sigmoid or logit, as torch's classes each spell out."""
+
+    @lazy_property
+    def logits(self) -> Tensor:
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self) -> Tensor:
+        return logits_to_probs(self.logits, is_binary=True)
