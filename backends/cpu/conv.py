@@ -29,6 +29,7 @@ from numpy.lib.stride_tricks import as_strided
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.ops.conv import _window_slices
 
+from . import blas
 from .kernels import _arr, _compute, _out, kernel
 from .scratch import scratch, scratch_copy, scratch_zeros
 
@@ -130,7 +131,7 @@ def _cl_conv2d(x, w, b, a, shape, dt, ct):
     wt = cl.weight_rows(w).T  # [k, O]
     y = scratch("out", (n * oh * ow, o), ct)
     for s, e, cols in cl.column_blocks(x):
-        np.matmul(cols, wt, out=y[s * oh * ow:e * oh * ow])
+        blas.matmul(cols, wt, out=y[s * oh * ow:e * oh * ow])
     if b is not None:
         y += b
     return _conv_emit(y.reshape(n, oh, ow, o).transpose(0, 3, 1, 2), shape, dt)
@@ -144,7 +145,7 @@ def _cl_conv2d_grad_weight(x, gy, a, shape, dt, ct):
     g = scratch_copy("grad", gy.transpose(1, 0, 2, 3)).reshape(o, n * oh * ow)
     acc = None  # gy^T [O, rows] @ columns [rows, k]
     for s, e, cols in cl.column_blocks(x):
-        t = g[:, s * oh * ow:e * oh * ow] @ cols
+        t = blas.matmul(g[:, s * oh * ow:e * oh * ow], cols)
         acc = t if acc is None else np.add(acc, t, out=acc)
     return _out(np.ascontiguousarray(acc.reshape(o, kh, kw, c).transpose(0, 3, 1, 2)), dt)
 
@@ -163,7 +164,7 @@ def _cl_conv2d_grad_input(gy, w, a, shape, dt, ct):
     wt = cl.weight_rows(w)  # [O, k]
     for s, e in cl.blocks:  # the columns gy @ w of a block of images, added at their windows' places
         cols = buf[:(e - s) * oh * ow * cl.k].reshape((e - s) * oh * ow, cl.k)
-        np.matmul(g[s * oh * ow:e * oh * ow], wt, out=cols)
+        blas.matmul(g[s * oh * ow:e * oh * ow], wt, out=cols)
         cl.col2im(gp[s:e], cols.reshape(e - s, oh, ow, kh, kw, c))
     return _conv_emit(gp[:, cl.ph:cl.ph + h, cl.pw:cl.pw + wd].transpose(0, 3, 1, 2), shape, dt)
 
@@ -186,7 +187,7 @@ def _cl_col2im_runs(cl: _ChannelsLast, g: np.ndarray, w: np.ndarray, gp: np.ndar
     for s, e in cl.blocks:
         rows = (e - s) * oh * ow
         cols = buf[:kh * gj * rows * sw * c].reshape(kh * gj, rows, sw * c)
-        np.matmul(g[s * oh * ow:e * oh * ow], wg, out=cols)
+        blas.matmul(g[s * oh * ow:e * oh * ow], wg, out=cols)
         gb = gp[s:e]  # (contiguous: the views below are made on its buffer, ~8x cheaper than as_strided's)
         for i in range(kh):
             for q in range(gj):
@@ -452,7 +453,7 @@ def _conv2d(ins, a, shape, dt):
         return _conv2d([cr.window(x), cr.weight(w), *ins[2:]], cr.attrs, shape, dt)
     layout = _layout(n, c, x.shape[2], x.shape[3], kh, kw, a)
     if layout == "dense":
-        y = x.reshape(n, -1) @ w.reshape(o, -1).T
+        y = blas.matmul(x.reshape(n, -1), w.reshape(o, -1).T)
         if b is not None:
             y += b
         return _out(y.reshape(shape), dt)
@@ -467,7 +468,7 @@ def _conv2d(ins, a, shape, dt):
     wm = w.reshape(g, o // g, cg * kh * kw)
     y = scratch("out", (o, gr.m), ct)
     for s, e, cols in _input_column_blocks(gr, x, c * kh * kw, ct):
-        np.matmul(wm, cols.reshape(g, -1, e - s), out=y[:, s:e].reshape(g, o // g, e - s))
+        blas.matmul(wm, cols.reshape(g, -1, e - s), out=y[:, s:e].reshape(g, o // g, e - s))
     if b is not None:
         y += b[:, None]
     return _conv_emit(y.reshape(o, n, gr.hg, gr.wg)[:, :, :oh, :ow].transpose(1, 0, 2, 3), shape, dt)
@@ -486,7 +487,7 @@ def _conv2d_grad_weight(ins, a, shape, dt):
         return cr.weight_back(_conv2d_grad_weight([cr.window(x), gy], cr.attrs, sub, dt), shape)
     layout = _layout(n, c, h, wd, kh, kw, a)
     if layout == "dense":
-        return _out((gy.reshape(n, o).T @ x.reshape(n, -1)).reshape(shape), dt)
+        return _out(blas.matmul(gy.reshape(n, o).T, x.reshape(n, -1)).reshape(shape), dt)
     if layout == "channels_last":
         return _cl_conv2d_grad_weight(x, gy, a, shape, dt, ct)
     f = _s2d_factor(a, kh, kw)
@@ -499,7 +500,7 @@ def _conv2d_grad_weight(ins, a, shape, dt):
     gm = gr.out_grid(gy)
     acc = None  # cols @ gy^T [G, cg*kh*kw, O/G]: OpenBLAS's faster orientation
     for s, e, cols in _input_column_blocks(gr, x, c * kh * kw, ct):
-        t = cols.reshape(g, -1, e - s) @ gm[:, s:e].reshape(g, o // g, e - s).transpose(0, 2, 1)
+        t = blas.matmul(cols.reshape(g, -1, e - s), gm[:, s:e].reshape(g, o // g, e - s).transpose(0, 2, 1))
         acc = t if acc is None else np.add(acc, t, out=acc)
     gw = acc.transpose(0, 2, 1).reshape(o, c // g, kh, kw)
     return _out(np.ascontiguousarray(_s2d_weight_back(gw, *f)) if f is not None else gw.reshape(shape), dt)
@@ -518,7 +519,7 @@ def _conv2d_grad_input(ins, a, shape, dt):
         return cr.input_back(_conv2d_grad_input([gy, cr.weight(w)], cr.attrs, cr.window_shape(n, c), dt), shape)
     layout = _layout(n, c, h, wd, kh, kw, a)
     if layout == "dense":
-        return _out((gy.reshape(n, o) @ w.reshape(o, -1)).reshape(shape), dt)
+        return _out(blas.matmul(gy.reshape(n, o), w.reshape(o, -1)).reshape(shape), dt)
     if layout == "channels_last":
         return _cl_conv2d_grad_input(gy, w, a, shape, dt, ct)
     gr = _ConvGrid(n, c, h, wd, kh, kw, oh, ow, a, ct)
@@ -535,7 +536,7 @@ def _conv2d_grad_input(ins, a, shape, dt):
         cols[:, :, m:] = 0
         wt = w.transpose(2, 3, 1, 0).reshape(kk * cg, o)  # rows (i, j, c)
         for gi in range(g):
-            np.matmul(wt[:, gi * og:(gi + 1) * og], gm[gi * og:(gi + 1) * og], out=cols.reshape(kk * cg, L)[:, :m])
+            blas.matmul(wt[:, gi * og:(gi + 1) * og], gm[gi * og:(gi + 1) * og], out=cols.reshape(kk * cg, L)[:, :m])
             for t, off in enumerate(gr.offs):
                 acc[gi * cg * L + off:(gi + 1) * cg * L + off] += cols[t].reshape(-1)
         v = acc[:c * L].reshape(c, L)[:, :m].reshape(c, n, hr, wr)
@@ -550,7 +551,7 @@ def _conv2d_grad_input(ins, a, shape, dt):
         cb = scratch("cols", o * kk * (bl[0][1] - bl[0][0]), ct)
         for s, e in bl:
             cols = gr.cols(gb, None, offs, s, e, cb)
-            np.matmul(wc, cols.reshape(g, -1, e - s), out=y[:, s:e].reshape(g, cg, e - s))
+            blas.matmul(wc, cols.reshape(g, -1, e - s), out=y[:, s:e].reshape(g, cg, e - s))
         v = y.reshape(c, n, hr, wr)
     else:
         # col2im: the columns w^T @ gy [G, C/G*kh*kw, b] of whole images, each kernel position's added at its
@@ -560,7 +561,7 @@ def _conv2d_grad_input(ins, a, shape, dt):
         v = scratch_zeros("acc", (c, n, hr, wr), ct)
         for s, e in gr.blocks(c * kk):
             n0, n1 = s // (oh * ow), e // (oh * ow)
-            cols = np.matmul(wt, gm[:, s:e].reshape(g, og, e - s), out=scratch("cols", (g, cg * kk, e - s), ct))
+            cols = blas.matmul(wt, gm[:, s:e].reshape(g, og, e - s), out=scratch("cols", (g, cg * kk, e - s), ct))
             cols = cols.reshape(c, kk, n1 - n0, oh, ow)
             for t, (r, q) in enumerate(gr.windows):
                 v[:, n0:n1, r, q] += cols[:, t]

@@ -18,7 +18,7 @@ from tensorwire.protocol import random as rng
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange
 from tensorwire.protocol.ops import COMPARE, OPS, binary_dtype
 
-from . import host_c
+from . import blas, host_c
 
 _SCIPY_ERF = None  # (scipy's erf once imported, else math.erf vectorised)
 
@@ -583,8 +583,8 @@ def _matmul(ins, a, shape, dt):
         return _out(np.multiply(x, y), dt)
     if x.ndim > 2 and y.ndim == 2 and x.size:  # [..., M, K] @ [K, N]: one gemm over all the rows (numpy would
         rows = x.reshape(-1, x.shape[-1])        # make one per leading index, ~3x slower for a linear layer)
-        return _out(np.matmul(rows, y).reshape(*x.shape[:-1], y.shape[1]), dt)
-    return _out(np.matmul(x, y), dt)
+        return _out(blas.matmul(rows, y).reshape(*x.shape[:-1], y.shape[1]), dt)
+    return _out(blas.matmul(x, y), dt)
 
 
 @kernel("linear")
@@ -949,7 +949,7 @@ def specialize(step):
         shape = step.shape
         return lambda a: a.reshape(shape)
     if op == "matmul" and meta[0][1].np == dt.np and meta[1][1].np == dt.np:
-        return np.multiply if _outer_product(meta[0][0], meta[1][0]) else np.matmul
+        return np.multiply if _outer_product(meta[0][0], meta[1][0]) else blas.matmul_for(meta[0][0], meta[1][0])
     if op == "linear" and len(meta[0][0]) <= 2 and _same_dtypes(step):
         return _linear_fn(meta[0][0], meta[1][0], len(meta) > 2)
     if op == "log_softmax" and meta[0][1].np == dt.np and dt.is_floating_point and meta[0][0] and math.prod(
@@ -1084,7 +1084,7 @@ def _broadcast_one(a, shape: tuple, zeros: tuple) -> np.ndarray:
 
 def _linear_fn(x_shape: tuple, w_shape: tuple, bias: bool):
     """:func:`_linear` of operands of one dtype, not a half type, ``x`` at most 2-D, as a callable ``f(x, w[, b])``."""
-    mm = np.multiply if _outer_product(x_shape, w_shape[::-1]) else np.matmul
+    mm = np.multiply if _outer_product(x_shape, w_shape[::-1]) else blas.matmul_for(x_shape, w_shape[::-1])
     if not bias:
         return lambda x, w: mm(x, w.T)
 
@@ -1237,15 +1237,15 @@ def _layer_norm_grad(ins, a, shape, dt):
     rows, k = math.prod(shape[:lead]), math.prod(shape[lead:])
     g, x, y = (_arr(t, ct).reshape(rows, k) for t in ins)
     avg = np.full((k, 1), 1 / max(k, 1), ct)
-    xc = x - x @ avg
+    xc = x - blas.matmul(x, avg)
     xc *= xc
-    rstd = xc @ avg
+    rstd = blas.matmul(xc, avg)
     rstd += ct.type(a.get("eps", 1e-5))
     np.sqrt(rstd, out=rstd)
     np.reciprocal(rstd, out=rstd)
     gy = g * y
-    dx = g - g @ avg
-    y = y * (gy @ avg)
+    dx = g - blas.matmul(g, avg)
+    y = y * blas.matmul(gy, avg)
     dx -= y
     dx *= rstd
     return _out(dx.reshape(shape), dt)

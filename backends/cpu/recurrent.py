@@ -18,7 +18,7 @@ import numpy as np
 
 from tensorwire.protocol.ops.recurrent import GRAD, PACKED, grad_parts, scan_order
 
-from . import rnn_cells
+from . import blas, rnn_cells
 from .kernels import _arr, _compute, _out, kernel
 
 
@@ -264,6 +264,7 @@ def _rnn_scan(ins, a, shape, dt):
     gi, h = np.ascontiguousarray(_arr(ins[0], ct)), np.ascontiguousarray(_arr(ins[1], ct))
     c = np.ascontiguousarray(_arr(ins[2], ct)) if mode == "lstm" else None
     w, b = _arr(ins[-2], ct), np.ascontiguousarray(_arr(ins[-1], ct))
+    blas.threads_for(h.shape[-2], *w.shape)  # each step's [B, H] @ [H, G*H], on the threads its size warrants
     step = gi.ndim == 2  # a cell's one step (``[B, G*H]`` in, ``[B, S]`` out): the scan of one, on views
     if step:
         B, H = h.shape
@@ -316,6 +317,7 @@ def _rnn_scan_grad(ins, a, shape, dt):
     mode = a.get("mode", "lstm")
     names = grad_parts(a)
     k = len(names)
+    blas.threads_for(ins[1 + k].shape[-2], *ins[-1].shape)  # each step's [B, G*H] @ [G*H, H]
     if ins[0].ndim == 2 and mode == "lstm" and names[0] in ("h", "c"):  # a cell's step, given its states' gradients
         d = _lstm_step_grad(ins, names, ct)
         if d is not None:

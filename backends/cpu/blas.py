@@ -1,0 +1,107 @@
+"""The threads OpenBLAS runs each of the CPU worker's products on: all the worker's for a large product, one for a
+small one.
+
+OpenBLAS splits a product over its threads when ``M * N * K`` passes 2^18 (its build's threshold), which pays where
+the worker has the host's cores to itself. A worker shares its host with the client that feeds it (every
+``LocalCluster``), and a training loop's client records the next step while the worker runs this one, so the
+helper thread a split wakes waits for the core the client holds, and the worker's main thread waits for it
+(OpenBLAS's master spins in ``exec_blas`` until its helpers are done); between products the helper spins ~1.5 ms
+(``OPENBLAS_THREAD_TIMEOUT``, client/cluster.py) on that core as well. Measured on a 2-core host: makemore's
+transformer as written (its products ``[512, 64] @ [64, 192]`` and smaller: ~130 us on one thread, ~75 us on two
+when the other core is free) ran 1.2x slower on a 2-thread worker than on a 1-thread one, about half of it these
+splits (the rest OpenMP's regions, codegen/c.py ``PARALLEL_WORK``); nanoGPT's products (``[768, 128] @ [128,
+384]``, ~760 us alone) gain from the split (BENCHMARKS.md, session 41). So a product of fewer than
+:data:`PARALLEL_MNK` multiply-adds (~0.3 ms on one core) runs on one thread, a larger one on all the worker's
+(``--threads``).
+
+One count is process-wide (OpenBLAS's thread server), and the worker runs several sessions' batches at once on its
+pool threads: a product may then run on another's count. That changes its time, not its values: OpenBLAS splits a
+product's rows and columns between threads, never a sum, so each element is the same sum in the same order on any
+number of threads. The products OpenBLAS may split along their sum (a matrix by a vector, a dot product: one row or
+one column) always run on one thread, so their bits never depend on the count they met.
+
+Where numpy's BLAS is not OpenBLAS (an MKL or Accelerate build), products run as that library decides.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from threadpoolctl import ThreadpoolController
+
+#: products of fewer multiply-adds (``M * N * K`` of one matrix product) run on one BLAS thread
+PARALLEL_MNK = 1 << 24
+
+
+class _Threads:
+    """OpenBLAS's thread count, set only when it changes (a call ~0.4 us)."""
+
+    __slots__ = ("set", "full", "now")
+
+    def __init__(self):
+        self.set = None  # openblas_set_num_threads, once found (False: there is none to set)
+        self.full = 1  # the worker's count (OpenBLAS's at the first product)
+        self.now = 1
+
+    def find(self) -> None:
+        """Find numpy's OpenBLAS and its count (threadpoolctl's scan of the loaded libraries: once, at the first
+        product). numpy's own where another (scipy's) is loaded too."""
+        self.set = False
+        libs = ThreadpoolController().select(internal_api="openblas").lib_controllers
+        lib = next((lib for lib in libs if "numpy" in lib.filepath), libs[0] if libs else None)
+        if lib is None:
+            return
+        get, put = _symbol(lib, "openblas_get_num_threads"), _symbol(lib, "openblas_set_num_threads")
+        if get is not None and put is not None:
+            self.full = self.now = int(get())
+            self.set = put if self.full > 1 else False
+
+    def use(self, n: int) -> None:
+        if self.set is None:
+            self.find()
+        if self.set and n != self.now:
+            self.now = n
+            self.set(n)
+
+
+def _symbol(lib, name: str):
+    """OpenBLAS's C function ``name`` in threadpoolctl's controller ``lib``, called directly: threadpoolctl's own
+    ``set_num_threads`` lets one Python thread alone set OpenBLAS's count, and the worker's batches run on several."""
+    get = getattr(lib, "_get_symbol", None)  # (its names' prefix and suffix: scipy_openblas_..._64_)
+    return get(name) if get is not None else getattr(lib.dynlib, name, None)
+
+
+_THREADS = _Threads()
+
+
+def threads_for(m: int, n: int, k: int) -> None:
+    """Set OpenBLAS's threads for a product ``[m, k] @ [k, n]`` (one matrix of a batch): one below
+    :data:`PARALLEL_MNK` multiply-adds or for a vector (``m`` or ``n`` 1), else the worker's all."""
+    _THREADS.use(1 if m * n * k < PARALLEL_MNK or m == 1 or n == 1 else _THREADS.full)
+
+
+def _mnk(x_shape: tuple, y_shape: tuple) -> tuple[int, int, int]:
+    """``(M, N, K)`` of one product of ``np.matmul`` on operands so shaped (a 1-D operand is one row or column)."""
+    k = x_shape[-1] if x_shape else 1
+    m = x_shape[-2] if len(x_shape) >= 2 else 1
+    n = y_shape[-1] if len(y_shape) >= 2 else 1
+    return m, n, k
+
+
+def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul(x, y, out=out)`` on the threads its size warrants (:func:`threads_for`)."""
+    threads_for(*_mnk(x.shape, y.shape))
+    return np.matmul(x, y) if out is None else np.matmul(x, y, out=out)
+
+
+def matmul_for(x_shape: tuple, y_shape: tuple):
+    """A callable ``f(x, y)``: ``np.matmul`` of operands so shaped, on the threads their size warrants (decided
+    here, once: a plan's specialized call)."""
+    m, n, k = _mnk(x_shape, y_shape)
+    small = m * n * k < PARALLEL_MNK or m == 1 or n == 1
+    use, mm = _THREADS.use, np.matmul
+
+    def product(x, y):
+        use(1 if small else _THREADS.full)
+        return mm(x, y)
+
+    return product

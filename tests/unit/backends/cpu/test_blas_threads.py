@@ -1,0 +1,84 @@
+"""The threads OpenBLAS runs the CPU worker's products on (``backends/cpu/blas.py``): one for a small product, the
+worker's all for a large one, and the same values on either.
+
+Each case runs in a fresh process whose OpenBLAS has 2 threads (``OPENBLAS_NUM_THREADS=2``, as a 2-thread worker's),
+so neither the host's cores nor this process's BLAS settings matter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("threadpoolctl")
+
+SCRIPT = r"""
+import json
+import numpy as np
+from threadpoolctl import threadpool_info
+from tensorwire.backends.cpu import blas
+from tensorwire.backends.cpu.kernels import KERNELS, _linear_fn
+from tensorwire.backends.cpu.recurrent import _rnn_scan
+from tensorwire.protocol import dtypes as D
+
+def count():
+    return [i["num_threads"] for i in threadpool_info() if i["internal_api"] == "openblas"][0]
+
+rng = np.random.default_rng(0)
+out = {"start": count()}
+a, b = rng.standard_normal((512, 64), np.float32), rng.standard_normal((64, 192), np.float32)
+KERNELS["matmul"]([a, b], {}, (512, 192), D.float32)
+out["makemore"] = count()  # [512, 64] @ [64, 192]: 6.3M multiply-adds
+x, w = rng.standard_normal((768, 128), np.float32), rng.standard_normal((1536, 128), np.float32)
+_linear_fn(x.shape, w.shape, False)(x, w)
+out["nanogpt"] = count()  # [768, 128] @ [128, 1536]: 151M
+KERNELS["matmul"]([rng.standard_normal((4, 16, 16), np.float32), rng.standard_normal((4, 16, 16), np.float32)],
+                  {}, (4, 16, 16), D.float32)
+out["batched"] = count()  # a batch of [16, 16] @ [16, 16]: each product small
+_linear_fn(x.shape, w.shape, False)(x, w)
+big = rng.standard_normal((8192, 4096), np.float32)
+blas.matmul(big, rng.standard_normal(4096, np.float32))
+out["vector"] = count()  # [8192, 4096] @ [4096]: 33.5M, but a matrix by a vector
+y2 = blas.matmul(x, w.T)
+blas._THREADS.use(1)
+y1 = np.matmul(x, w.T)
+out["same"] = bool(np.array_equal(y1, y2))
+h = np.zeros((32, 64), np.float32)
+_rnn_scan([np.zeros((5, 32, 256), np.float32), h, h, np.zeros((256, 64), np.float32), np.zeros(256, np.float32)],
+          {"mode": "lstm"}, None, D.float32)
+blas._THREADS.use(2)
+_rnn_scan([np.zeros((5, 32, 256), np.float32), h, h, np.zeros((256, 64), np.float32), np.zeros(256, np.float32)],
+          {"mode": "lstm"}, None, D.float32)
+out["lstm"] = count()  # each step's [32, 64] @ [64, 256]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def counts() -> dict:
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2"}
+    r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_the_worker_count_is_kept_for_large_products(counts):
+    assert counts["start"] == 2
+    assert counts["nanogpt"] == 2
+
+
+def test_small_products_run_on_one_thread(counts):
+    assert counts["makemore"] == 1
+    assert counts["batched"] == 1
+    assert counts["lstm"] == 1
+
+
+def test_a_product_by_a_vector_runs_on_one_thread_whatever_its_size(counts):
+    assert counts["vector"] == 1
+
+
+def test_a_product_has_the_same_bits_on_one_thread_or_two(counts):
+    assert counts["same"]
