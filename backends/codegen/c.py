@@ -2,8 +2,8 @@
 
 Loops carry ``#pragma omp simd`` and glibc's vector math (libmvec) is declared for every function used, so gcc
 vectorises calls to ``expf``/``sinf``/... without ``-ffast-math``: IEEE semantics (NaN, infinities, signed zeros)
-stay, at up to 4 ulp of error in those functions. A kernel runs on one thread until its work (elements times a
-rough cost per element) pays for an OpenMP region (~4-7 us on a 2-core worker: :data:`PARALLEL_WORK`).
+stay, at up to 4 ulp of error in those functions. A kernel runs on one thread until its work (items times a rough
+cost per item) pays for an OpenMP region on a host the worker shares with its client (:data:`PARALLEL_WORK`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,16 @@ from tensorwire.protocol import dtypes as D
 from . import ir
 from .render import CStyleRenderer
 
-#: below this much work (elements x cost per element) a kernel runs on one thread. An OpenMP region costs ~4-7 us
-#: more than the loop alone (its threads sleep between regions: ``OMP_WAIT_POLICY=PASSIVE``, see cpu/compiled.py),
-#: which a kernel of this much work takes about on one thread (measured on a 2-core worker: a 2,000-element kernel
-#: of ~64 units an element, the polynomial fit's, ran 2 us alone, 8-10 us in a region; a 6-unit one broke even at
-#: ~20,000 elements; at 2**16, issue 30's 2,000-float kernels went parallel and lost ~7 us each)
-PARALLEL_WORK = 1 << 18
+#: below this much work (items x cost per item, :func:`_cost`; ~0.3 ms on one core) a kernel runs on one thread.
+#: Where the host's other cores are idle an OpenMP region costs ~4-7 us more than the loop alone (its threads
+#: sleep between regions: ``OMP_WAIT_POLICY=PASSIVE``, see cpu/compiled.py), about 2^18 units' time. But a worker
+#: shares its host with the client that feeds it, and a training loop's client records the next step while the
+#: worker runs this one: a region's sleeping thread then waits for the core the client holds, and the region waits
+#: for it (a 262,144-float kernel beside a busy process, measured: 126 us alone, 271 us in a region). At 2^18,
+#: makemore's transformer (kernels of 30k-130k items) ran ~1.1x slower on a 2-thread worker for its regions alone
+#: (and as much again for BLAS's splits, backends/cpu/blas.py); at 2^24 neither costs, and the large kernels of
+#: nanoGPT or a 16M-float chain still split (BENCHMARKS.md, session 41)
+PARALLEL_WORK = 1 << 24
 #: items a thread of a parallel kernel runs in one call of its items' function (threads take equal shares of runs)
 PARALLEL_RUN = 1024
 #: the math functions glibc's libmvec vectorises (declared SIMD-callable in every source)
@@ -54,10 +58,12 @@ def _cost(stmts) -> dict:
     for s in stmts:
         if isinstance(s, ir.Loop):
             body = _cost(s.body) or {(): 1}
-            if s.stop.op == "const" and s.start.op == "const":
-                add(body, max(s.stop.arg - s.start.arg, 1))
+            span = _span(s)
+            if span is not None:
+                add(body, max(-(-span // s.step), 1))
             elif s.stop.size is not None and s.start.op == "const" and s.start.arg == 0:
-                add(body, 1, (s.stop.arg,))  # a size parameter's trips
+                # a size parameter's trips (a row's length), its step's blocks of the body
+                add({k: max(-(-v // s.step), 1) for k, v in body.items()}, 1, (s.stop.arg,))
             else:
                 add(body, 64)
         elif isinstance(s, ir.If):
@@ -66,6 +72,21 @@ def _cost(stmts) -> dict:
         else:
             add({(): sum(expr_cost(x, set()) for x in vars(s).values() if isinstance(x, ir.X))})
     return {k: v for k, v in c.items() if v}
+
+
+def _span(loop: ir.Loop) -> int | None:
+    """How far ``loop``'s variable runs, where that is a constant: constant bounds, or a block's (``start`` to
+    ``start + n``, or to ``min(start + n, end)``: a reduction's chunk of ``n`` items, its last one shorter); else
+    None."""
+    start, stop = loop.start, loop.stop
+    if start.op == "const" and stop.op == "const":
+        return stop.arg - start.arg
+    for end in (stop.src if stop.op == "alu" and stop.arg == "min" else (stop,)):
+        if end.op == "alu" and end.arg == "add" and len(end.src) == 2 and start in end.src:
+            n = end.src[1] if end.src[0] == start else end.src[0]
+            if n.op == "const":
+                return n.arg
+    return None
 
 
 #: the exponents a float ``pow`` multiplies for (``a * a``, ``(a * a) * a``), as the CPU's numpy kernel
