@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import tensorwire as tw
+from tensorwire.protocol.service import default_worker_threads
 
 from .harness import Result
 from .programs import time_pair
@@ -143,7 +144,35 @@ def run_all() -> list[Result]:
                 tw.set_session(s)
         s.close()
         off.close()
-    return results
+    row = _host_threads_row()
+    return results + ([row] if row else [])
+
+
+def _host_threads_row() -> Result | None:
+    """The char-level transformer on a worker with the embedded cluster's default threads (the host's cores) against
+    torch on as many, warm: what a script gets on this host without ``set_num_threads``, where the client records on
+    the cores the worker computes on (session 41: makemore's transformer ran 1.2x slower on a 2-thread worker than on
+    a 1-thread one until small kernels and products stayed on one thread). None on a 1-core host (the rows above)."""
+    import torch
+
+    n = default_worker_threads(1)
+    if n <= 1:
+        return None
+    desc, file, steps, build = _scripts()[0]
+    torch.set_num_threads(n)
+    main = tw.current_session()
+    try:
+        with tw.LocalCluster(devices=["cpu:0"]) as c:
+            s = tw.connect(c.address)
+            try:
+                t_ours, t_peer = time_pair(*reversed(_runs(PROGRAMS / file, steps, build)), rounds=3)
+            finally:
+                s.close()
+                tw.set_session(main)
+    finally:
+        torch.set_num_threads(THREADS)
+    return _row(f"script: {desc}, {steps} steps as written, vs PyTorch CPU, both on the host's {n} threads (the "
+                f"embedded cluster's default), warm: best of 3 after a warm-up", t_ours, t_peer, 1.5, [])
 
 
 def _row(name: str, t_ours: float, t_peer: float, target: float, notes: list[str]) -> Result:
