@@ -479,6 +479,8 @@ def setitem(x, key, value):
     elif _view_element_write(x, key, value):  # (one element of a view: as one of its root's)
         return
     key = _expand_key(x, key)
+    if isinstance(value, Tensor) and value._shape and value._shape[0] == 1:
+        value = _without_leading_ones(value)
     if not any(_is_tensorlike(k) for k in key):
         starts, stops, steps, out = _basic_parts(x, key)
         shape = [max(0, (b - a + s - 1) // s) for a, b, s in zip(starts, stops, steps)]
@@ -509,6 +511,16 @@ def setitem(x, key, value):
                 inv[o] = i
             new = new.permute(*inv)
     x._assign(new)
+
+
+def _without_leading_ones(value):
+    """``value`` without its leading dims of size 1, as torch's ``x[key] = value`` takes it (``slicePrefix1sSize``):
+    a ``[1, 1, 4]`` value writes a ``[4]`` row, or any ``[n, 4]`` rows by broadcasting."""
+    shape = value._shape
+    n = 0
+    while n < len(shape) and shape[n] == 1:
+        n += 1
+    return value.reshape(shape[n:])
 
 
 def _mask_fill(x, mask, value) -> bool:

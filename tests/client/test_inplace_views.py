@@ -167,6 +167,25 @@ def test_setitem_basic_and_advanced():
         y[0] = tw.tensor([1, 2])
 
 
+def test_setitem_drops_a_values_leading_ones_as_torch_does():
+    """torch's ``x[key] = value`` drops the value's leading dims of size 1 (``slicePrefix1sSize``) before it
+    broadcasts: a ``[1, 1, 4]`` value writes a row, basic or advanced key; a leading dim of 2 is still refused."""
+    x, t = _pair()
+    want = A.copy()
+    ones = np.ones((1, 1, 4))
+    for key, val in [((slice(0, 1),), ones), ((2,), ones), (([0, 1],), np.ones((1, 1, 2, 4)) * 3),
+                     ((np.array([False, True, False]),), np.ones((1, 1, 4)) * 5)]:
+        x[tuple(tw.tensor(k) if isinstance(k, np.ndarray) else k for k in key)] = tw.tensor(val)
+        want[key] = val.reshape(val.shape[2:] if val.ndim == 4 else val.shape[-1:])
+        if t is not None:
+            t[tuple(torch.tensor(k) if isinstance(k, np.ndarray) else k for k in key)] = torch.tensor(val)
+    check(x, want)
+    if t is not None:
+        check_torch(x, t)
+    with pytest.raises(tw.ShapeError):
+        x[0] = tw.ones(2, 1, 4)
+
+
 def test_view_sees_later_inplace_updates_of_base():
     x, t = _pair()
     views = {
