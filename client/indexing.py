@@ -569,6 +569,17 @@ def _held_write(x, key, value) -> bool:
         return False
     if vv is None:
         return False
+    tk = type(key)
+    if (tk is int or (tk is slice and (key.step is None or (type(key.step) is int and key.step > 0)))) and xv.ndim:
+        # one int or slice along dim 0 (a dataset's ``x[1:n] = ids``, ``y[n:] = -1``): numpy's basic indexing is
+        # torch's here, and what it refuses (an index out of range, a value of another shape) the general path reports
+        new = np.array(xv)
+        try:
+            new[key] = vv
+        except (IndexError, ValueError, TypeError):
+            return False
+        x._assign(s.hold(new, x.dtype, x._dev))
+        return True
     starts, stops, steps, out = _basic_parts(x, _expand_key(x, key))
     lens = [max(0, (b - a + st - 1) // st) for a, b, st in zip(starts, stops, steps)]
     if vv.ndim:

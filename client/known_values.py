@@ -447,6 +447,19 @@ def _scalar_int(fn, a: int, b: int) -> np.ndarray:
     return int64_value(_wrap64(fn(a, b)))
 
 
+_KERNELS: dict | None = None  # the CPU worker's numpy kernels, once :func:`_cpu_kernels` has imported them
+
+
+def _cpu_kernels() -> dict:
+    """The CPU worker's numpy kernels (``backends.cpu.kernels.KERNELS``, the registry itself), imported at the first
+    host op (an import statement a call cost ~0.8 us of a held write's ~5)."""
+    global _KERNELS
+    from tensorwire.backends.cpu.kernels import KERNELS  # lazy: runs backends.cpu's package (~50 ms), for a host op
+
+    _KERNELS = KERNELS
+    return KERNELS
+
+
 def host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
     """``op`` of numpy ``values`` by the CPU worker's numpy kernel, or None when it raises (the device's error is
     the one to report) or makes another shape."""
@@ -455,10 +468,9 @@ def host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
         a, b = values
         if a.dtype == _I64 and b.dtype == _I64 and not a.shape and not b.shape:
             return _scalar_int(fn, a.item(), b.item())
-    from tensorwire.backends.cpu.kernels import KERNELS  # lazy: runs backends.cpu's package (~50 ms), for a host op
-
+    kernels = _KERNELS or _cpu_kernels()
     try:
-        out = np.asarray(KERNELS[op](list(values), attrs or {}, shape, dtype), dtype=dtype.np)
+        out = np.asarray(kernels[op](list(values), attrs or {}, shape, dtype), dtype=dtype.np)
     except Exception:  # noqa: BLE001 - an error is the worker's to report
         return None
     return out if out.shape == tuple(shape) else None

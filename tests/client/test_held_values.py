@@ -80,7 +80,9 @@ def test_every_step_ships_the_same_structure_whatever_the_rows_lengths(session):
 
 
 @pytest.mark.parametrize("case", ["scalar", "float into int", "int into float", "broadcast row", "stepped",
-                                  "negative", "ellipsis", "none", "element", "bool"])
+                                  "negative", "ellipsis", "none", "element", "bool", "lone slice", "lone int",
+                                  "lone negative int", "lone stepped slice", "lone slice past the end",
+                                  "lone empty slice", "lone slice, a leading 1 dropped"])
 def test_writes_worked_out_on_the_client_give_what_the_device_gives(session, case):
     dtype, key, value = {
         "scalar": (tw.int64, (slice(2, None),), -1),
@@ -93,6 +95,14 @@ def test_writes_worked_out_on_the_client_give_what_the_device_gives(session, cas
         "none": (tw.float32, (None, 1), tw.tensor([0.5, 0.25, 0.125, 1.0])),
         "element": (tw.int64, (1, 2), 9),
         "bool": (tw.bool, (slice(1, 2),), True),
+        # a lone int or slice (not a tuple): numpy's own indexing on the client (``indexing._held_write``)
+        "lone slice": (tw.int64, slice(1, 3), tw.tensor([1, 2, 3, 4])),
+        "lone int": (tw.float32, 1, tw.tensor([0.5, 1.5, 2.5, 3.5])),
+        "lone negative int": (tw.int64, -1, -7),
+        "lone stepped slice": (tw.float32, slice(None, None, 2), 2.5),
+        "lone slice past the end": (tw.int32, slice(2, 10), tw.tensor([[4, 5, 6, 7]], dtype=tw.int32)),
+        "lone empty slice": (tw.int64, slice(3, 1), 5),
+        "lone slice, a leading 1 dropped": (tw.float32, slice(0, 1), tw.tensor([[[1.0, 2.0, 3.0, 4.0]]])),
     }[case]
     shape = (3, 4)
     held = tw.zeros(*shape, dtype=dtype)
@@ -114,6 +124,22 @@ def test_a_write_that_cannot_be_made_raises_what_the_device_path_raises(session)
         device[0] = tw.tensor([1.0, 2.0])
     assert type(on_client.value) is type(on_device.value) and str(on_client.value) == str(on_device.value)
     np.testing.assert_array_equal(held.numpy(), np.zeros((2, 3), np.float32))  # (unchanged)
+
+
+@pytest.mark.parametrize("key, value", [(5, 1.0), (-4, 1.0), (slice(None, None, -1), 1.0), (slice(None, None, 0), 1.0),
+                                        (slice(0, 2), tw.tensor([1.0, 2.0])), (0, tw.tensor([[1.0, 2.0, 3.0]] * 2))],
+                         ids=["int past the end", "int before the start", "negative step", "zero step",
+                              "a value of another shape", "a value with more rows"])
+def test_a_lone_key_the_client_cannot_write_raises_what_the_device_path_raises(session, key, value):
+    held = tw.zeros(3, 3)
+    device = tw.zeros(3, 3).clone()
+    errors = []
+    for t in (held, device):
+        with pytest.raises(Exception) as e:
+            t[key] = value
+        errors.append(e.value)
+    assert type(errors[0]) is type(errors[1]) and str(errors[0]) == str(errors[1])
+    np.testing.assert_array_equal(held.numpy(), np.zeros((3, 3), np.float32))  # (unchanged)
 
 
 def test_what_autograd_tracks_or_a_device_has_is_not_held(session):
