@@ -23,6 +23,10 @@ half a second in torch, to keep the group within a few minutes.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +38,8 @@ from .harness import Result
 from .programs import time_pair
 from .training import THREADS
 
-PROGRAMS = Path(__file__).resolve().parents[1] / "tests" / "programs"
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAMS = ROOT / "tests" / "programs"
 CACHE_ENV = "TENSORWIRE_KERNEL_CACHE"  # backends/codegen/cache.py
 COMPILE_ENV = "TENSORWIRE_CPU_COMPILE"  # backends/cpu: 0 runs every plan on the numpy kernels
 
@@ -120,7 +125,8 @@ def run_all() -> list[Result]:
         return []
 
     torch.set_num_threads(THREADS)
-    results = []
+    row = _host_threads_row()
+    results = [row] if row else []
     with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS) as c, \
             tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS, extra_env={COMPILE_ENV: "0"}) as c_off:
         off = tw.Session(c_off.address)
@@ -144,37 +150,54 @@ def run_all() -> list[Result]:
                 tw.set_session(s)
         s.close()
         off.close()
-    row = _host_threads_row()
-    return results + ([row] if row else [])
+    return results
 
 
 def _host_threads_row() -> Result | None:
     """The char-level transformer on a worker with the embedded cluster's default threads (the host's cores) against
     torch on as many, warm: what a script gets on this host without ``set_num_threads``, where the client records on
     the cores the worker computes on (session 41: makemore's transformer ran 1.2x slower on a 2-thread worker than on
-    a 1-thread one until small kernels and products stayed on one thread). None on a 1-core host (the rows above)."""
-    import torch
+    a 1-thread one until small kernels and products stayed on one thread). None on a 1-core host (the rows above).
 
+    Measured in a process of its own with torch's OpenMP as a user's torch has it: ``python -m benchmarks`` makes idle
+    OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, benchmarks/__main__.py), which costs torch on 2 threads a wake
+    a parallel op (its run of this script took 2.2-2.3 s there, 1.0-1.4 s with its defaults, 1.2-1.3 s on 1 thread)."""
     n = default_worker_threads(1)
     if n <= 1:
         return None
-    desc, file, steps, build = _scripts()[0]
-    torch.set_num_threads(n)
-    main = tw.current_session()
-    try:
-        with tw.LocalCluster(devices=["cpu:0"]) as c:
-            s = tw.connect(c.address)
-            try:
-                t_ours, t_peer = time_pair(*reversed(_runs(PROGRAMS / file, steps, build)), rounds=3)
-            finally:
-                s.close()
-                tw.set_session(main)
-    finally:
-        torch.set_num_threads(THREADS)
+    desc, _, steps, _ = _scripts()[0]
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.scripts", "--host-threads"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    if done.returncode:
+        raise RuntimeError(f"the host-threads run failed: {done.stderr[-500:]}")
+    t_ours, t_peer = json.loads(done.stdout.strip().splitlines()[-1])
     return _row(f"script: {desc}, {steps} steps as written, vs PyTorch CPU, both on the host's {n} threads (the "
-                f"embedded cluster's default), warm: best of 3 after a warm-up", t_ours, t_peer, 1.5, [])
+                f"embedded cluster's default; torch's OpenMP at its defaults), warm: best of 3 after a warm-up",
+                t_ours, t_peer, 1.5, [])
+
+
+def _host_threads_times() -> tuple[float, float]:
+    """(tensorwire's, torch's) best of 3 runs of the char-level transformer, both on the host's threads (the
+    embedded cluster's default: a ``LocalCluster`` given no thread count), after one warm-up each."""
+    import torch
+
+    _, file, steps, build = _scripts()[0]
+    torch.set_num_threads(default_worker_threads(1))
+    with tw.LocalCluster(devices=["cpu:0"]) as c:
+        s = tw.connect(c.address)
+        try:
+            return time_pair(*reversed(_runs(PROGRAMS / file, steps, build)), rounds=3)
+        finally:
+            s.close()
 
 
 def _row(name: str, t_ours: float, t_peer: float, target: float, notes: list[str]) -> Result:
     r = t_ours / t_peer
     return Result(name, t_ours * 1e3, t_peer * 1e3, "ms", r, f"<= {target:g}x", r <= target, note="; ".join(notes))
+
+
+if __name__ == "__main__":  # the host-threads row's own process (``_host_threads_row``): its times as JSON
+    if sys.argv[1:] != ["--host-threads"]:
+        raise SystemExit("usage: python -m benchmarks.scripts --host-threads (run by python -m benchmarks)")
+    print(json.dumps(_host_threads_times()))
