@@ -30,6 +30,11 @@ from threadpoolctl import ThreadpoolController
 
 #: products of fewer multiply-adds (``M * N * K`` of one matrix product) run on one BLAS thread
 PARALLEL_MNK = 1 << 24
+#: the same for a recurrent scan's products, which follow each other back to back inside one op: the helper a split
+#: wakes for the first stays awake for the rest (it spins ~1.5 ms between products) and the client, which waits for
+#: the scan, leaves its core free; OpenBLAS's own bound (2^18). A 2-layer bidirectional LSTM (products ``[100, 128]
+#: @ [128, 512]``) ran ~1.1x slower on a 2-thread worker with its scans' products on one thread (session 41)
+SCAN_MNK = 1 << 18
 
 
 class _Threads:
@@ -73,10 +78,11 @@ def _symbol(lib, name: str):
 _THREADS = _Threads()
 
 
-def threads_for(m: int, n: int, k: int) -> None:
-    """Set OpenBLAS's threads for a product ``[m, k] @ [k, n]`` (one matrix of a batch): one below
-    :data:`PARALLEL_MNK` multiply-adds or for a vector (``m`` or ``n`` 1), else the worker's all."""
-    _THREADS.use(1 if m * n * k < PARALLEL_MNK or m == 1 or n == 1 else _THREADS.full)
+def threads_for(m: int, n: int, k: int, bound: int = PARALLEL_MNK) -> None:
+    """Set OpenBLAS's threads for a product ``[m, k] @ [k, n]`` (one matrix of a batch): one below ``bound``
+    multiply-adds (:data:`PARALLEL_MNK`; a scan's: :data:`SCAN_MNK`) or for a vector (``m`` or ``n`` 1), else the
+    worker's all."""
+    _THREADS.use(1 if m * n * k < bound or m == 1 or n == 1 else _THREADS.full)
 
 
 def _mnk(x_shape: tuple, y_shape: tuple) -> tuple[int, int, int]:

@@ -264,7 +264,7 @@ def _rnn_scan(ins, a, shape, dt):
     gi, h = np.ascontiguousarray(_arr(ins[0], ct)), np.ascontiguousarray(_arr(ins[1], ct))
     c = np.ascontiguousarray(_arr(ins[2], ct)) if mode == "lstm" else None
     w, b = _arr(ins[-2], ct), np.ascontiguousarray(_arr(ins[-1], ct))
-    blas.threads_for(h.shape[-2], *w.shape)  # each step's [B, H] @ [H, G*H], on the threads its size warrants
+    blas.threads_for(h.shape[-2], *w.shape, blas.SCAN_MNK)  # each step's [B, H] @ [H, G*H], back to back
     step = gi.ndim == 2  # a cell's one step (``[B, G*H]`` in, ``[B, S]`` out): the scan of one, on views
     if step:
         B, H = h.shape
@@ -317,7 +317,7 @@ def _rnn_scan_grad(ins, a, shape, dt):
     mode = a.get("mode", "lstm")
     names = grad_parts(a)
     k = len(names)
-    blas.threads_for(ins[1 + k].shape[-2], *ins[-1].shape)  # each step's [B, G*H] @ [G*H, H]
+    blas.threads_for(ins[1 + k].shape[-2], *ins[-1].shape, blas.SCAN_MNK)  # each step's [B, G*H] @ [G*H, H]
     if ins[0].ndim == 2 and mode == "lstm" and names[0] in ("h", "c"):  # a cell's step, given its states' gradients
         d = _lstm_step_grad(ins, names, ct)
         if d is not None:

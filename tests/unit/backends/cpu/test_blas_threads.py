@@ -47,13 +47,15 @@ y2 = blas.matmul(x, w.T)
 blas._THREADS.use(1)
 y1 = np.matmul(x, w.T)
 out["same"] = bool(np.array_equal(y1, y2))
-h = np.zeros((32, 64), np.float32)
-_rnn_scan([np.zeros((5, 32, 256), np.float32), h, h, np.zeros((256, 64), np.float32), np.zeros(256, np.float32)],
-          {"mode": "lstm"}, None, D.float32)
+def scan(B, H):
+    h = np.zeros((B, H), np.float32)
+    _rnn_scan([np.zeros((5, B, 4 * H), np.float32), h, h, np.zeros((4 * H, H), np.float32),
+               np.zeros(4 * H, np.float32)], {"mode": "lstm"}, None, D.float32)
+    return count()
+
 blas._THREADS.use(2)
-_rnn_scan([np.zeros((5, 32, 256), np.float32), h, h, np.zeros((256, 64), np.float32), np.zeros(256, np.float32)],
-          {"mode": "lstm"}, None, D.float32)
-out["lstm"] = count()  # each step's [32, 64] @ [64, 256]
+out["small scan"] = scan(8, 16)  # each step's [8, 16] @ [16, 64]: 8k multiply-adds
+out["scan"] = scan(32, 64)  # [32, 64] @ [64, 256]: 524k, under PARALLEL_MNK but a scan's products come back to back
 print(json.dumps(out))
 """
 
@@ -74,7 +76,11 @@ def test_the_worker_count_is_kept_for_large_products(counts):
 def test_small_products_run_on_one_thread(counts):
     assert counts["makemore"] == 1
     assert counts["batched"] == 1
-    assert counts["lstm"] == 1
+    assert counts["small scan"] == 1
+
+
+def test_a_scans_products_split_from_openblas_own_bound(counts):
+    assert counts["scan"] == 2
 
 
 def test_a_product_by_a_vector_runs_on_one_thread_whatever_its_size(counts):
