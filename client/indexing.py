@@ -573,23 +573,22 @@ def _held_write(x, key, value) -> bool:
     if (tk is int or (tk is slice and (key.step is None or (type(key.step) is int and key.step > 0)))) and xv.ndim:
         # one int or slice along dim 0 (a dataset's ``x[1:n] = ids``, ``y[n:] = -1``): numpy's basic indexing is
         # torch's here, and what it refuses (an index out of range, a value of another shape) the general path reports
-        new = np.array(xv)
-        try:
-            new[key] = vv
-        except (IndexError, ValueError, TypeError):
-            return False
-        x._assign(s.hold(new, x.dtype, x._dev))
-        return True
-    starts, stops, steps, out = _basic_parts(x, _expand_key(x, key))
-    lens = [max(0, (b - a + st - 1) // st) for a, b, st in zip(starts, stops, steps)]
-    if vv.ndim:
-        try:
-            v = vv if vv.shape == out else np.broadcast_to(vv, out)
-        except ValueError:  # (not broadcastable: the general path's inference says so)
-            return False
-        vv = v.reshape(lens)
+        index = key
+    else:
+        starts, stops, steps, out = _basic_parts(x, _expand_key(x, key))
+        lens = [max(0, (b - a + st - 1) // st) for a, b, st in zip(starts, stops, steps)]
+        if vv.ndim:
+            try:
+                v = vv if vv.shape == out else np.broadcast_to(vv, out)
+            except ValueError:  # (not broadcastable: the general path's inference says so)
+                return False
+            vv = v.reshape(lens)
+        index = tuple(map(slice, starts, stops, steps))  # (a 0-d value: broadcast to any shape, as by expand)
     new = np.array(xv)
-    new[tuple(map(slice, starts, stops, steps))] = vv  # (a 0-d value: broadcast to any shape, as by expand)
+    try:
+        new[index] = vv
+    except (IndexError, ValueError, TypeError):  # (a lone key numpy refuses; the slices above always fit)
+        return False
     x._assign(s.hold(new, x.dtype, x._dev))
     return True
 

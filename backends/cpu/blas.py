@@ -78,11 +78,16 @@ def _symbol(lib, name: str):
 _THREADS = _Threads()
 
 
+def _one_thread(m: int, n: int, k: int, bound: int) -> bool:
+    """Whether a product ``[m, k] @ [k, n]`` runs on one thread: under ``bound`` multiply-adds, or by a vector."""
+    return m * n * k < bound or m == 1 or n == 1
+
+
 def threads_for(m: int, n: int, k: int, bound: int = PARALLEL_MNK) -> None:
     """Set OpenBLAS's threads for a product ``[m, k] @ [k, n]`` (one matrix of a batch): one below ``bound``
     multiply-adds (:data:`PARALLEL_MNK`; a scan's: :data:`SCAN_MNK`) or for a vector (``m`` or ``n`` 1), else the
     worker's all."""
-    _THREADS.use(1 if m * n * k < bound or m == 1 or n == 1 else _THREADS.full)
+    _THREADS.use(1 if _one_thread(m, n, k, bound) else _THREADS.full)
 
 
 def _mnk(x_shape: tuple, y_shape: tuple) -> tuple[int, int, int]:
@@ -102,8 +107,7 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.nd
 def matmul_for(x_shape: tuple, y_shape: tuple):
     """A callable ``f(x, y)``: ``np.matmul`` of operands so shaped, on the threads their size warrants (decided
     here, once: a plan's specialized call)."""
-    m, n, k = _mnk(x_shape, y_shape)
-    small = m * n * k < PARALLEL_MNK or m == 1 or n == 1
+    small = _one_thread(*_mnk(x_shape, y_shape), PARALLEL_MNK)
     use, mm = _THREADS.use, np.matmul
 
     def product(x, y):
