@@ -27,6 +27,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from tensorwire.protocol.ops import OPS
 from tensorwire.protocol.service import EXEC_THREADS_DEFAULT
 from tensorwire.protocol.service import EXEC_THREADS_ENV as POOL_ENV
 
@@ -108,7 +109,10 @@ def uninterrupted() -> Iterator[None]:
 
 
 def plan_work(steps) -> int:
-    """Elements a run of ``steps`` touches (inputs and outputs; a matmul counts its multiply-adds)."""
+    """Elements a run of ``steps`` touches: each step's output, and the inputs it reads whole (a matmul counts its
+    multiply-adds). A step that reads only what it outputs counts its output and its index inputs, not the whole of
+    its source (:func:`reads_output_only`): a loader's 32 windows of a 1M-token text gathered by ``index`` touch 256
+    elements of it, not a million, and a slice of it is a view."""
     total = 0
     for s in steps:
         n = 1
@@ -118,13 +122,28 @@ def plan_work(steps) -> int:
             k = s.in_meta[0][0][-1] if s.in_meta[0][0] else 1
             n *= max(1, k)
         else:
-            for shape, _ in s.in_meta:
+            metas = s.in_meta[1:] if reads_output_only(s.op) else s.in_meta
+            for shape, _ in metas:
                 m = 1
                 for d in shape:
                     m *= d
                 n = max(n, m)
         total += n + 64  # a step costs something however small
     return total
+
+
+#: ops that read, of their first input, only the elements they output (beyond the op table's movement kind)
+_GATHERS = frozenset({"index", "gather"})
+
+
+def reads_output_only(op: str) -> bool:
+    """Whether ``op`` reads of its first input only the elements it outputs (one read an output element): the op
+    table's movement ops (views and copies: ``slice``, ``reshape``, ``permute``, ...) and the gathers (``index``,
+    ``gather``), whose other inputs are their indices."""
+    if op in _GATHERS:
+        return True
+    o = OPS.get(op)
+    return o is not None and o.kind == "movement"
 
 
 class Pool:

@@ -4,8 +4,9 @@ thread is busy waits for one, and closing ends the threads."""
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
-from tensorwire.backends.jobs import Pool
+from tensorwire.backends.jobs import OFFLOAD_WORK, Pool, plan_work, reads_output_only
 
 TIMEOUT = 30
 
@@ -114,3 +115,26 @@ def test_close_ends_the_threads():
     for t in pool.threads:
         t.join(TIMEOUT)
         assert not t.is_alive()
+
+
+def _step(op: str, shape: tuple, *ins: tuple):
+    from tensorwire.protocol import dtypes as D
+
+    return SimpleNamespace(op=op, shape=shape, in_meta=tuple((s, D.float32) for s in ins))
+
+
+def test_plan_work_counts_what_a_gather_or_a_view_reads_not_its_whole_source():
+    """A loader's windows of a large text (an ``index`` of 256 rows by a 256-element index, a slice of it) touch what
+    they output and their indices: a million-element source does not make the batch large work (which would send
+    it to a pool thread, a thread hand-off in every round trip); a reduction or an elementwise op reads its inputs
+    whole."""
+    text = (1 << 22,)
+    assert plan_work([_step("index", (256,), text, (256,))]) == 256 + 64
+    assert plan_work([_step("gather", (4, 8), text, (4, 8))]) == 32 + 64
+    assert plan_work([_step("slice", (8,), text)]) == 8 + 64
+    assert plan_work([_step("sum", (), text)]) == (1 << 22) + 64
+    assert plan_work([_step("add", text, text, ())]) == (1 << 22) + 64
+    assert plan_work([_step("index_put", text, text, (4,), (4,))]) == (1 << 22) + 64  # (a copy of its input)
+    assert plan_work([_step("matmul", (64, 64), (64, 32), (32, 64))]) == 64 * 64 * 32 + 64
+    assert reads_output_only("reshape") and reads_output_only("index") and not reads_output_only("scatter")
+    assert plan_work([_step("index", (256,), text, (256,))]) < OFFLOAD_WORK <= plan_work([_step("sum", (), text)])

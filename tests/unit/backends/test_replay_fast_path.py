@@ -242,3 +242,32 @@ def test_a_replay_whose_uploads_pass_the_quota_is_refused_by_the_general_path(w)
     errors = h["errors"] + h["fetch_errors"]
     assert h["t"] == "done" and errors and errors[0]["code"] == "QuotaExceeded", h
     assert w.ex.sessions[SID].uploads == 0
+
+
+def test_a_replay_gathering_rows_of_a_large_tensor_is_answered_as_soon_as_the_worker_reads_it(w):
+    """A loader's step: a few rows of a text of millions of elements, gathered by an uploaded index (one ``index``
+    node). Its work is the rows it reads, not the text's size, so its replay takes the fast path (no pool thread, no
+    hand-off in the round trip)."""
+    text = np.arange(3 << 20, dtype=np.float32)  # (past OFFLOAD_WORK elements)
+    w.send({"t": "run", "q": 50, "ext": [], "outs": [50], "devs": ["cpu:0"], "sync": True,
+            "nodes": [["const", [], {"shape": [len(text)], "dtype": "float32", "frame": 0}, 0]]}, text.tobytes())
+    w.ch.receive(w.ex)
+    w.ex.run_ready()
+    for _ in range(500):  # (bounded: the upload is large work, run on a pool thread and collected here)
+        w.ex.collect()
+        if w.cli.poll(10):
+            break
+    assert msgpack.unpackb(w.cli.recv_multipart()[0], raw=False, strict_map_key=False)["t"] == "done"
+    idx = np.array([5, 7, 3_000_000], np.int64)
+    w.send({"t": "run", "q": 51, "ext": [50], "outs": [51, 52], "plan": 11, "devs": ["cpu:0"], "fetch": [52],
+            "nodes": [["const", [], {"shape": [3], "dtype": "int64", "frame": 0}, 0],
+                      ["index", [-1, 0], {"dim": 0}, 0]]}, idx.tobytes())
+    h, values = w.answer()
+    assert h["t"] == "done" and not h["errors"] and values[0].tolist() == text[idx].tolist(), h
+    hits = w.ex.direct_counts["plan_hits"]
+    for k, idx in enumerate((np.array([1, 2, 4], np.int64), np.array([3_100_000, 0, 9], np.int64))):
+        w.send({"t": "run", "q": 60 + k, "ext": [50], "outs": [53 + 2 * k, 54 + 2 * k], "plan": 11,
+                "fetch": [54 + 2 * k]}, idx.tobytes())
+        h, values = w.answer(run=False)  # (nothing queued: it ran while the worker read its socket)
+        assert h["t"] == "done" and not h["errors"] and values[0].tolist() == text[idx].tolist(), h
+    assert w.ex.direct_counts["plan_hits"] == hits + 2
