@@ -126,17 +126,42 @@ def counters_used(op: str, n: int) -> int:
 
 
 def bits(seed: int, offset: int, n: int, stride: int = 1, start: int = 0) -> np.ndarray:
-    """The 64-bit words for counters ``offset + start + stride * i``, ``i < n``."""
-    with np.errstate(over="ignore"):
-        c = np.arange(n, dtype=np.uint64) * np.uint64(stride) + np.uint64((offset + start) % (1 << 64))
-        z = np.uint64(seed % (1 << 64)) * GOLDEN + c
-        z = (z ^ (z >> np.uint64(30))) * M1
-        z = (z ^ (z >> np.uint64(27))) * M2
-        return z ^ (z >> np.uint64(31))
+    """The 64-bit words for counters ``offset + start + stride * i``, ``i < n``: SplitMix64's finaliser of
+    ``seed * GOLDEN + counter``, worked in place on one array (a loader draws 32 indices a step: each numpy call on
+    so few elements costs what its arithmetic does many times over)."""
+    z = np.arange(n, dtype=np.uint64)
+    if stride != 1:
+        z *= np.uint64(stride)
+    # (seed * GOLDEN + offset + start, the counters' common part, in Python ints mod 2**64: one add a word)
+    z += np.uint64(((seed % _WRAP) * _GOLDEN + offset + start) % _WRAP)
+    t = z >> _S30
+    z ^= t
+    z *= M1
+    np.right_shift(z, _S27, out=t)
+    z ^= t
+    z *= M2
+    np.right_shift(z, _S31, out=t)
+    z ^= t
+    return z
 
 
 def _u53(w: np.ndarray) -> np.ndarray:
-    return (w >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    u = (w >> _S11).astype(np.float64)
+    u *= 1.0 / (1 << 53)
+    return u
+
+
+_WRAP = 1 << 64
+_GOLDEN = int(GOLDEN)
+_S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(31)
+
+
+def _count(shape) -> int:
+    """The elements of ``shape`` (a tuple or list of ints)."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 #: significand bits of each float dtype: ``rand`` draws exactly that many, so no value rounds up to 1
@@ -145,7 +170,7 @@ SIGNIFICAND_BITS = {np.dtype(np.float64): 53, np.dtype(np.float32): 24, np.dtype
 
 
 def uniform(seed: int, offset: int, shape, npdtype) -> np.ndarray:
-    n = int(np.prod(shape, dtype=np.int64))
+    n = _count(shape)
     w = bits(seed, offset, n)
     p = SIGNIFICAND_BITS.get(np.dtype(npdtype), 24)
     if p == 53:
@@ -161,7 +186,7 @@ NORMAL_BLOCK = 1 << 14
 
 
 def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray:
-    n = int(np.prod(shape, dtype=np.int64))
+    n = _count(shape)
     if n <= NORMAL_BLOCK:
         return _normal(seed, offset, n, npdtype).reshape(shape)
     out = np.empty(n, npdtype)
@@ -179,7 +204,9 @@ def _normal(seed: int, offset: int, n: int, npdtype) -> np.ndarray:
 
 
 def randint(seed: int, offset: int, shape, npdtype, low: int, high: int) -> np.ndarray:
-    n = int(np.prod(shape, dtype=np.int64))
-    u = _u53(bits(seed, offset, n))
-    v = np.floor(u * float(high - low)).astype(np.int64) + low
-    return np.minimum(v, high - 1).astype(npdtype, copy=False).reshape(shape)
+    u = _u53(bits(seed, offset, _count(shape)))
+    u *= float(high - low)
+    v = np.floor(u, out=u).astype(np.int64)
+    v += low
+    np.minimum(v, high - 1, out=v)
+    return v.astype(npdtype, copy=False).reshape(shape)
