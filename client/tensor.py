@@ -364,9 +364,11 @@ class Tensor(TensorBase):
     __str__ = __repr__
 
     def __format__(self, spec: str) -> str:
-        if self.numel() == 1 and spec:
+        """torch's: a 0-d tensor formats as its Python number (``f"{loss:.4f}"``, and ``f"{score}"`` gives ``675.0``,
+        not ``tensor(675.)``); any other tensor as its ``str`` with an empty spec, and a spec is a ``TypeError``."""
+        if not self._shape:
             return format(self.item(), spec)
-        return repr(self)
+        return object.__format__(self, spec)
 
     def __iter__(self):
         if not self._shape:

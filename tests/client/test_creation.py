@@ -221,6 +221,20 @@ def test_requires_grad_flag_accepted():
     assert repr(tw.ones(2, requires_grad=True)) == "tensor([1., 1.], requires_grad=True)"
 
 
+def test_format_is_torchs():
+    """``format``/f-strings as torch: a 0-d tensor is its Python number with or without a spec (minGPT's adder prints
+    ``f"new top score of {score}"`` for a sum: ``675.0``), another tensor its ``str``, and a spec for it a
+    ``TypeError``."""
+    cases = [(tw.tensor(675.0), ""), (tw.tensor(2.5), ".3f"), (tw.tensor(7), "d"), (tw.tensor(7), ">4"),
+             (tw.tensor(True), ""), (tw.tensor([1.0, 2.0]), ""), (tw.tensor([[3]]), "")]
+    got = [format(t, spec) for t, spec in cases]
+    assert got == ["675.0", "2.500", "7", "   7", "True", "tensor([1., 2.])", "tensor([[3]])"]
+    if torch is not None:
+        assert got == [format(torch.tensor(t.numpy()), spec) for t, spec in cases]
+    with pytest.raises(TypeError, match="unsupported format string"):
+        format(tw.tensor([1.0]), ".2f")
+
+
 # ------------------------------------------------------------------ random
 
 def test_manual_seed_reproducible_across_devices():
