@@ -19,7 +19,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError
 from tensorwire.protocol.graph import attrs_key
 from tensorwire.protocol.ops import infer
-from tensorwire.protocol.random import counters_used
+from tensorwire.protocol.random import counters_used, uniform
 from tensorwire.protocol.shapes import check_shape, numel
 
 from . import random as R
@@ -137,6 +137,15 @@ def random(s, op: str, shape: tuple, dtype: D.DType, dev: str, generator, **extr
     if s._capture is not None:  # tw.compile: a replay draws from the generator as this call did
         s._capture.provide([t], lambda: dict(zip(("seed", "offset"), gen.take(counters))))
     return t
+
+
+def uniform_keys(n: int, generator) -> np.ndarray:
+    """The ``n`` float64 numbers in [0, 1) that ``rand(n, dtype=float64, generator=generator)`` would draw next,
+    computed here: the counter-based stream every device computes bit for bit (``protocol/random.py``); the generator
+    advances as that draw would advance it."""
+    gen = generator or R.default_generator
+    seed, off = gen.take(counters_used("rand", n))
+    return uniform(seed, off, (n,), np.float64)
 
 
 def arange_attrs(start, end, step, dtype) -> dict:

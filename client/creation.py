@@ -17,6 +17,7 @@ from ._factories import arange_attrs as _arange_attrs
 from ._factories import from_data as _from_data
 from ._factories import full as _full
 from ._factories import random as _draw
+from ._factories import uniform_keys as _uniform_keys
 from .combine import write_out
 from .tensor import Tensor, _size, device_name
 
@@ -224,9 +225,14 @@ def randint_like(input: Tensor, low=0, high=None, *, dtype=None, device=None) ->
 
 
 def randperm(n: int, *, generator=None, dtype=None, device=None, session=None) -> Tensor:
-    """A random permutation of 0..n-1 (argsort of uniform keys; computed on the client)."""
-    keys = rand(n, generator=generator, dtype=D.float64, device=device, session=session).numpy()
-    return tensor(np.argsort(keys, kind="stable"), dtype=dtype or D.int64, device=device, session=session)
+    """A random permutation of 0..n-1: the stable argsort of ``n`` uniform float64 keys, computed on the client (no
+    round trip) from the numbers a ``rand`` of them would draw (:func:`_factories.uniform_keys`), and kept there: a
+    dataset that reads its permutation one index at a time (``self.ixes[idx].item()``) reads client memory."""
+    s, dev = _ctx(device, session)
+    _check((n,))
+    dt = D.get(dtype) if dtype is not None else D.int64
+    perm = np.argsort(_uniform_keys(n, generator), kind="stable")
+    return _upload(s, perm.astype(dt.np, copy=False), dev, dt)  # (the client's own array: kept, known_values)
 
 
 def _check(size):

@@ -3,7 +3,8 @@
 A handle's value never changes: an in-place update gives the tensor a new handle (``views._swap``), so a value
 seen once under a handle is that handle's value for good. The session keeps, by handle:
 
-* values it fetched or uploaded (``tw.tensor(...)`` from Python data) of at most :data:`SMALL_BYTES`;
+* values it fetched of at most :data:`SMALL_BYTES`, and values it made itself (``tw.tensor(...)`` of Python data or a
+  numpy array, a host computation such as ``randperm``'s) of at most :data:`MADE_BYTES`;
 * for a view made by indexing with ints and slices or by a reshape (``ix[i]``, and so iterating ``for i in ix``),
   how to compute its value from its parent's (the view step's ``on_host``): the first element read fetches the
   parent once (when it is small), and every other element comes from that value. ``data[i:i + 8] for i in ix``
@@ -40,6 +41,10 @@ _amp_active = _amp._active
 
 #: values of at most this many bytes are kept
 SMALL_BYTES = 64 << 10
+#: values the client made itself (an upload of its own array, a host computation) are kept up to this size: they cost
+#: no fetch, and a dataset that reads one element at a time of a permutation of 10,000 indices (minGPT's adder:
+#: ``self.ixes[idx].item()`` in ``__getitem__``, 76 KB of int64) made a round trip per element where torch reads memory
+MADE_BYTES = 1 << 20
 #: the most bytes kept for a session (the least recently used go first)
 LIMIT_BYTES = 32 << 20
 #: ops whose integer or bool results the client computes from known inputs (at most HOST_ELEMENTS of them)
@@ -125,11 +130,12 @@ class KnownValues:
         inputs changed since falls back to the device)."""
         return hid in self._values or hid in self._recipes
 
-    def put(self, hid: int, value: np.ndarray) -> None:
-        """Keep ``value`` (made read-only) as handle ``hid``'s, when it is small."""
+    def put(self, hid: int, value: np.ndarray, limit: int = SMALL_BYTES) -> None:
+        """Keep ``value`` (made read-only) as handle ``hid``'s, when it is at most ``limit`` bytes (:data:`MADE_BYTES`
+        for a value the client made itself)."""
         values = self._values
         n = value.nbytes
-        if n > SMALL_BYTES or hid in values:
+        if n > limit or hid in values:
             return
         if value.flags.writeable:
             value = value.view()
@@ -285,7 +291,7 @@ class KnownValues:
         if root is None or root._version != t._base_version and t._base_version != LIGHT:  # (a light window is the
             return None  # root's as it is now: views.basic_view)
         steps = t._vsteps
-        if len(steps) + self._depth(root._id) > MAX_DEPTH or not small_value(root):
+        if len(steps) + self._depth(root._id) > MAX_DEPTH or not (small_value(root) or root._id in self._values):
             return None
         fns = []
         for step in steps:
@@ -476,4 +482,4 @@ def host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
     return out if out.shape == tuple(shape) else None
 
 
-__all__ = ["HELD_OPS", "LIMIT_BYTES", "SMALL_BYTES", "KnownValues"]
+__all__ = ["HELD_OPS", "LIMIT_BYTES", "MADE_BYTES", "SMALL_BYTES", "KnownValues"]

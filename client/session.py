@@ -79,7 +79,7 @@ from .channels import (
     batch_device,
 )
 from .gc_policy import tune_client_gc
-from .known_values import HELD_OPS, HOST_OPS, SMALL_BYTES, KnownValues
+from .known_values import HELD_OPS, HOST_OPS, MADE_BYTES, SMALL_BYTES, KnownValues
 from .tensor import Tensor
 
 _new_tensor = object.__new__
@@ -1050,7 +1050,7 @@ class Session:
         if self._capture is not None:
             self._capture.on_record(entry, t, ())
         elif keep and not send_now:  # (the array is the session's own: copied, or made for this call)
-            self._known.put(hid, array)
+            self._known.put(hid, array, MADE_BYTES)
         if send_now:
             with self._lock:
                 self._flush([], False, wait_sent=True)

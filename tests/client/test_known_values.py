@@ -150,3 +150,25 @@ def test_a_view_of_a_small_root_keeps_no_recipe_and_is_worked_out_from_the_root_
     assert n[0] == 0
     data.add_(1)  # (a window made before the update reads the root's new value, as torch's do)
     assert wins[1].tolist() == list(range(141, 149))
+
+
+def test_a_permutation_the_client_made_is_read_element_by_element_from_the_client(session):
+    """``randperm`` is computed on the client (the keys a ``rand`` would draw, the same numbers) and kept, though
+    larger than a fetched value would be (``MADE_BYTES``): minGPT's adder dataset reads ``self.ixes[idx].item()``
+    of a 9,500-index slice of one in every ``__getitem__``, which made a round trip per item. Python data the
+    client uploads is kept alike."""
+    with round_trips(session) as n:
+        perm = tw.randperm(10_000)
+        ixes = perm[500:]
+        got = [ixes[i].item() for i in range(0, 9_500, 97)] + [int(ixes[-1])]
+        lst = tw.tensor(list(range(20_000)))  # (160 KB, from Python data)
+        assert [int(lst[i]) for i in (0, 7, 19_999)] == [0, 7, 19_999]
+    assert n[0] == 0
+    want = perm.numpy()
+    assert sorted(want.tolist()) == list(range(10_000))
+    assert got == want[500:][::97].tolist() + [want[-1]]
+    tw.manual_seed(5)
+    keys = tw.rand(10_000, dtype=tw.float64).numpy()  # (the keys it sorts: the draw it stands for)
+    tw.manual_seed(5)
+    assert tw.randperm(10_000).tolist() == np.argsort(keys, kind="stable").tolist()
+    assert tw.randperm(4, dtype=tw.float32).dtype == tw.float32
