@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ProtocolError
-from tensorwire.protocol.graph import Builder, Value, freeze
+from tensorwire.protocol.graph import Builder, Value, chunks, freeze
 from tensorwire.protocol.ops import get_op, infer
 from tensorwire.protocol.shapes import check_shape
 
@@ -214,7 +214,7 @@ def _sum(b: BackwardBuilder, vs: list[Value]) -> Value:
     back through ``padded_parts``). Both add left to right, so the sums are the same to the bit."""
     v0 = vs[0]
     if len(vs) > 2 and v0.dtype.is_inexact and all(v.shape == v0.shape and v.dtype is v0.dtype for v in vs):
-        return b.op("add_n", *vs)
+        return chunks(vs, lambda part: b.op("add_n", *part))  # (a weight read in thousands of steps: chained)
     s = v0
     for v in vs[1:]:
         s = b.op("add", s, v)

@@ -61,7 +61,7 @@ from tensorwire.protocol.batch_ids import is_int_list
 from tensorwire.protocol.capability import DIRECT_ADDRESS_ENV, channel_key, check_peer, peer_key, peer_mac, verify
 from tensorwire.protocol.curve import apply_pinned, is_local_address, load_key_pair
 from tensorwire.protocol.errors import DeviceError, ProtocolError, TensorwireError, Unauthorized, error_to_wire
-from tensorwire.protocol.graph import RECV, SEND
+from tensorwire.protocol.graph import MAX_INPUTS, RECV, SEND
 from tensorwire.protocol.lane import LANE_ENABLED, LaneListener, is_lane_route
 from tensorwire.protocol.liveness import set_zmq_heartbeats
 from tensorwire.protocol.messages import DIRECT, check
@@ -172,8 +172,8 @@ def fragment(device: str, nodes, devs, n_ext: int) -> list:
         if op in _NOT_DIRECT:
             raise ProtocolError(f"op {op!r} cannot run on a direct channel (transfers and collectives go through "
                                 "the dispatcher)")
-        if type(refs) is not list or len(refs) > 4096:
-            raise ProtocolError(f"node {j}: refs must be a list")
+        if type(refs) is not list or len(refs) > MAX_INPUTS:
+            raise ProtocolError(f"node {j}: refs must be a list of at most {MAX_INPUTS} inputs")
         if attrs is not None and type(attrs) is not dict:
             raise ProtocolError(f"node {j}: attrs must be a map")
         if type(di) is not int or not 0 <= di < n_devs:

@@ -13,7 +13,7 @@ import numpy as np
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError
-from tensorwire.protocol.graph import attrs_key
+from tensorwire.protocol.graph import MAX_INPUTS, attrs_key, chunks
 from tensorwire.protocol.shapes import norm_dim
 
 from . import autocast_state as _amp
@@ -170,8 +170,10 @@ def cat(tensors, dim: int = 0, *, out=None) -> Tensor:
         d = dim if type(dim) is int and 0 <= dim < nd else norm_dim(dim, nd)  # (norm_dim's answer for a dim in range)
         rows = _row_ranges(live) if d == 0 and len(live) == len(tensors) else None
         # (recorded here, not by ``t0._rec``: one call less, and the search for the user's line starts above this frame)
+        # (a list of more than a node's inputs, a corpus of one tensor a line: cats of at most MAX_INPUTS, chained)
         r = _gather_rows(*rows, False) if rows is not None else \
-            _hooks.record(t0._s, "cat", live, {"dim": d}, t0._dev, 2)
+            _hooks.record(t0._s, "cat", live, {"dim": d}, t0._dev, 2) if len(live) <= MAX_INPUTS else \
+            chunks(live, lambda part: _hooks.record(t0._s, "cat", part, {"dim": d}, t0._dev, 3))
     if len(live) < len(tensors):  # the skipped ones still get torch's (zero) gradient
         kept = {id(t) for t in live}
         r = zero_grad_from(r, *(t for t in tensors if id(t) not in kept))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tensorwire.protocol.errors import DeviceError, ProtocolError
-from tensorwire.protocol.graph import RECV, SEND
+from tensorwire.protocol.graph import MAX_INPUTS, RECV, SEND
 from tensorwire.protocol.ops import OPS
 
 
@@ -78,8 +78,8 @@ def split_batch(nodes: list, devs: list, ext_dev: list[str], known_devices) -> S
         op, refs, attrs, di = node
         if not isinstance(op, str) or (op not in OPS):
             raise ProtocolError(f"node {j}: unknown op {op!r}")
-        if not isinstance(refs, list) or len(refs) > 4096:
-            raise ProtocolError(f"node {j}: refs must be a list")
+        if not isinstance(refs, list) or len(refs) > MAX_INPUTS:
+            raise ProtocolError(f"node {j}: refs must be a list of at most {MAX_INPUTS} inputs")
         if attrs is not None and not isinstance(attrs, dict):
             raise ProtocolError(f"node {j}: attrs must be a map")
         if not isinstance(di, int) or not 0 <= di < len(devs):

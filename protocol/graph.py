@@ -27,6 +27,22 @@ from .errors import ProtocolError
 from .ops import get_op, infer
 from .shapes import Shape
 
+#: the most inputs one node may name (its ``refs``): the dispatcher and the workers refuse a node with more, and whoever
+#: makes a variadic op of more inputs (``cat`` of a long list, ``add_n`` of a gradient's many pieces) chains nodes of at
+#: most this many, left to right (:func:`chunks`), which gives the same values
+MAX_INPUTS = 4096
+
+
+def chunks(items: list, first) -> object:
+    """``first(items)`` when ``items`` fit one node (:data:`MAX_INPUTS`), else a left fold: ``first`` of the first
+    :data:`MAX_INPUTS`, then ``first([that, *next MAX_INPUTS - 1])`` ... (a ``cat`` or an ``add_n`` that runs left to
+    right gives the same result either way)."""
+    acc = first(items[:MAX_INPUTS])
+    for k in range(MAX_INPUTS, len(items), MAX_INPUTS - 1):
+        acc = first([acc, *items[k:k + MAX_INPUTS - 1]])
+    return acc
+
+
 SEND = "send"  # pseudo-ops the worker handles itself (cross-device transfers)
 RECV = "recv"
 

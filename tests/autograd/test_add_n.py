@@ -44,3 +44,17 @@ def test_add_n_kernel_is_the_chain_of_adds_to_the_bit(dt):
     np.testing.assert_array_equal(got, want)
     zero_d = [np.asarray(v, dt.np) for v in (0.1, 0.2, 0.3)]
     assert KERNELS["add_n"](zero_d, None, (), dt).shape == ()
+
+
+def test_more_pieces_than_a_node_takes_chain_add_ns_of_at_most_max_inputs():
+    """A value used more often than one node may have inputs (``protocol.graph.MAX_INPUTS``; a weight read by 5,000
+    steps of a Python loop) gets a chain of ``add_n`` s, each of at most that many, still left to right; the worker
+    would refuse one node of them all."""
+    from tensorwire.protocol.graph import MAX_INPUTS
+
+    n = MAX_INPUTS + 10
+    nodes = build_backward(_uses(n))["nodes"]
+    add_ns = [node for node in nodes if node[0] == "add_n"]
+    assert len(add_ns) == 2 and all(len(node[1]) <= MAX_INPUTS for node in nodes)
+    assert len(add_ns[0][1]) == MAX_INPUTS and add_ns[1][1][0] == nodes.index(add_ns[0])  # (the first sum, then the rest)
+    assert len(add_ns[1][1]) == n - MAX_INPUTS + 1

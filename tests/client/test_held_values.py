@@ -155,6 +155,43 @@ def test_what_autograd_tracks_or_a_device_has_is_not_held(session):
     np.testing.assert_array_equal(rows.numpy(), np.arange(6).reshape(2, 3))
 
 
+def test_a_corpus_joined_from_a_tensor_a_line_is_held_and_reaches_the_device_as_one_upload(session):
+    """pytorch/examples' word_language_model tokenizes a file into ``torch.tensor(ids)`` a line and ``torch.cat`` s
+    them: a join of held values, past ``HOST_ELEMENTS`` and past ``MAX_INPUTS`` tensors, is worked out on the client
+    up to ``MADE_BYTES`` (it only copies what the client holds) and reaches the device as one upload, not a node of
+    thousands of inputs (which the worker refuses). A fill or a repeat that large is left to the device."""
+    from tensorwire.protocol.graph import MAX_INPUTS
+
+    lines = [[(7 * k + j) % 50 for j in range(k % 9 + 1)] for k in range(MAX_INPUTS + 700)]
+    corpus, ops = _recorded(session, lambda: tw.cat([tw.tensor(ids).type(tw.int64) for ids in lines]))
+    assert ops == [] and session.holds(corpus)
+    want = np.concatenate([np.array(ids) for ids in lines])
+    with round_trips(session) as n:
+        assert corpus.sum().item() == want.sum()
+    assert n[0] == 1
+    np.testing.assert_array_equal(corpus.numpy(), want)
+    fill = tw.zeros(1 << 17)
+    wide = tw.tensor([1.0, 2.0]).repeat(1 << 16)
+    assert not session.holds(fill) and not session.holds(wide)
+    np.testing.assert_array_equal(wide[-2:].numpy(), [1.0, 2.0])
+
+
+def test_a_cat_of_more_tensors_than_a_node_takes_is_a_chain_of_cats(session):
+    """``cat`` of more device tensors than one node may read (``protocol.graph.MAX_INPUTS``) records a left-to-right
+    chain of cats: the values and the gradients of a single one."""
+    from tensorwire.protocol.graph import MAX_INPUTS
+
+    x = tw.arange(3.0, requires_grad=True)
+    parts = [x * (k % 5) for k in range(MAX_INPUTS + 3)]
+    joined = tw.cat(parts)
+    joined.sum().backward()
+    want = np.concatenate([np.arange(3.0) * (k % 5) for k in range(MAX_INPUTS + 3)])
+    np.testing.assert_array_equal(joined.detach().numpy(), want)
+    np.testing.assert_array_equal(x.grad.numpy(), [sum(k % 5 for k in range(MAX_INPUTS + 3))] * 3)
+    stacked = tw.stack([p.detach() for p in parts])
+    np.testing.assert_array_equal(stacked.numpy(), want.reshape(-1, 3))
+
+
 def test_held_values_nobody_reads_never_reach_a_device(session):
     taken = []
     take = session._take_release

@@ -170,6 +170,9 @@ MALFORMED = {
                           "nodes": [["neg", [0], {}, 0]]},
     "fetch-without-q": {"t": "run", "fetch": [1]},
     "dyn-malformed": {"t": "run", "q": 10, "ext": [], "outs": [], "plan": 5, "dyn": [["x", {}]]},
+    "too-many-inputs": {"t": "run", "q": 13, "ext": [], "outs": [75, 76], "devs": ["cpu:0"],  # (past MAX_INPUTS)
+                        "nodes": [["full", [], {"shape": [1], "dtype": "float32", "value": 1.0}, 0],
+                                  ["cat", [0] * 4097, {"dim": 0}, 0]]},
 }
 
 
