@@ -227,10 +227,12 @@ class KnownValues:
         n = 1
         for d in shape:
             n *= d
-        if n > HOST_ELEMENTS:
-            return self.follows(hid)
-        if op not in HOST_OPS or dtype.is_floating_point:
-            if op not in HELD_OPS:
+        if op not in HOST_OPS or dtype.is_floating_point or n > HOST_ELEMENTS:
+            # (past HOST_ELEMENTS, only a join or a rearrangement of held values, up to MADE_BYTES: one upload of what
+            # the client holds already, a corpus joined from a tensor a line; not a fill or an expand, which would
+            # make bytes to upload where a device makes them)
+            if op not in HELD_OPS or n > HOST_ELEMENTS and (n * dtype.itemsize > MADE_BYTES or op == "full"
+                                                             or n > sum(map(_numel, inputs))):
                 return self.follows(hid)
             values = []
             for t in inputs:
@@ -240,7 +242,7 @@ class KnownValues:
                 values.append(v)
             out = host_op(op, values, attrs, shape, dtype)
             if out is not None:
-                self.put(hid, out)
+                self.put(hid, out, MADE_BYTES)  # (the client made it: a corpus joined from its lines, held)
             return hid in self._values
         known = self._values
         values = []
@@ -430,6 +432,14 @@ def int64_node(value: int, device: str) -> tuple:
             _INT64_NODES.clear()
         e = _INT64_NODES[value] = (node, int64_value(value))
     return e
+
+
+def _numel(t) -> int:
+    """Tensor ``t``'s element count."""
+    n = 1
+    for d in t._shape:
+        n *= d
+    return n
 
 
 def small_value(t) -> bool:
