@@ -56,5 +56,5 @@ def test_more_pieces_than_a_node_takes_chain_add_ns_of_at_most_max_inputs():
     nodes = build_backward(_uses(n))["nodes"]
     add_ns = [node for node in nodes if node[0] == "add_n"]
     assert len(add_ns) == 2 and all(len(node[1]) <= MAX_INPUTS for node in nodes)
-    assert len(add_ns[0][1]) == MAX_INPUTS and add_ns[1][1][0] == nodes.index(add_ns[0])  # (the first sum, then the rest)
+    assert len(add_ns[0][1]) == MAX_INPUTS and add_ns[1][1][0] == nodes.index(add_ns[0])  # (the first sum first)
     assert len(add_ns[1][1]) == n - MAX_INPUTS + 1
