@@ -25,6 +25,8 @@ Where numpy's BLAS is not OpenBLAS (an MKL or Accelerate build), products run as
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
@@ -99,16 +101,32 @@ def _mnk(x_shape: tuple, y_shape: tuple) -> tuple[int, int, int]:
 
 
 def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``np.matmul(x, y, out=out)`` on the threads its size warrants (:func:`threads_for`)."""
-    threads_for(*_mnk(x.shape, y.shape))
+    """``np.matmul(x, y, out=out)`` on the threads its size warrants (:func:`threads_for`); ``[..., M, K] @ [K, N]``
+    as one product of all the rows (:func:`_rows_product`)."""
+    m, n, k = _mnk(x.shape, y.shape)
+    if out is None and x.ndim > 2 and y.ndim == 2 and x.size:
+        threads_for(x.size // k, n, k)  # (the one product's rows)
+        return _rows_product(x, y)
+    threads_for(m, n, k)
     return np.matmul(x, y) if out is None else np.matmul(x, y, out=out)
+
+
+def _rows_product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x @ y`` for ``x`` of ``[..., M, K]`` and ``y`` of ``[K, N]`` as ONE product of all ``x``'s rows, reshaped
+    back: numpy makes one gemm per leading index, ~3x slower (a language model's decoder gradient, ``[35, 20, 7115] @
+    [7115, 200]``: 21.5 ms against 7.3), and torch folds the leading dims as this does."""
+    return np.matmul(x.reshape(-1, x.shape[-1]), y).reshape(*x.shape[:-1], y.shape[1])
 
 
 def matmul_for(x_shape: tuple, y_shape: tuple):
     """A callable ``f(x, y)``: ``np.matmul`` of operands so shaped, on the threads their size warrants (decided
-    here, once: a plan's specialized call)."""
-    small = _one_thread(*_mnk(x_shape, y_shape), PARALLEL_MNK)
-    use, mm = _THREADS.use, np.matmul
+    here, once: a plan's specialized call); ``[..., M, K] @ [K, N]`` as one product of all the rows."""
+    m, n, k = _mnk(x_shape, y_shape)
+    rows = len(x_shape) > 2 and len(y_shape) == 2 and all(x_shape)
+    if rows:
+        m = math.prod(x_shape[:-1])  # (the one product's rows)
+    small = _one_thread(m, n, k, PARALLEL_MNK)
+    use, mm = _THREADS.use, _rows_product if rows else np.matmul
 
     def product(x, y):
         use(1 if small else _THREADS.full)

@@ -581,10 +581,7 @@ def _matmul(ins, a, shape, dt):
     x, y = _arr(x, ct), _arr(y, ct)
     if _outer_product(x.shape, y.shape):
         return _out(np.multiply(x, y), dt)
-    if x.ndim > 2 and y.ndim == 2 and x.size:  # [..., M, K] @ [K, N]: one gemm over all the rows (numpy would
-        rows = x.reshape(-1, x.shape[-1])        # make one per leading index, ~3x slower for a linear layer)
-        return _out(blas.matmul(rows, y).reshape(*x.shape[:-1], y.shape[1]), dt)
-    return _out(blas.matmul(x, y), dt)
+    return _out(blas.matmul(x, y), dt)  # ([..., M, K] @ [K, N]: one gemm over all the rows)
 
 
 @kernel("linear")

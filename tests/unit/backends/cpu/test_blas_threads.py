@@ -53,6 +53,13 @@ def scan(B, H):
                np.zeros(4 * H, np.float32)], {"mode": "lstm"}, None, D.float32)
     return count()
 
+blas._THREADS.use(1)
+g, d = rng.standard_normal((35, 20, 256), np.float32), rng.standard_normal((256, 1024), np.float32)
+got = blas.matmul_for(g.shape, d.shape)(g, d)  # [35, 20, 256] @ [256, 1024]: ONE product of 700 rows, 183M
+out["rows"] = count()
+out["rows same"] = bool(np.array_equal(got, (g.reshape(700, 256) @ d).reshape(35, 20, 1024))
+                        and np.array_equal(got, blas.matmul(g, d)) and np.allclose(got, np.matmul(g, d), rtol=1e-5,
+                                                                                  atol=1e-4))
 blas._THREADS.use(2)
 out["small scan"] = scan(8, 16)  # each step's [8, 16] @ [16, 64]: 8k multiply-adds
 out["scan"] = scan(32, 64)  # [32, 64] @ [64, 256]: 524k, under PARALLEL_MNK but a scan's products come back to back
@@ -89,3 +96,10 @@ def test_a_product_by_a_vector_runs_on_one_thread_whatever_its_size(counts):
 
 def test_a_product_has_the_same_bits_on_one_thread_or_two(counts):
     assert counts["same"]
+
+
+def test_a_stack_of_rows_by_a_matrix_is_one_product_of_all_the_rows(counts):
+    """``[..., M, K] @ [K, N]`` (a language model's decoder gradient) is one product of all the rows, not one a leading
+    index as numpy makes it (~3x slower): its threads are decided by the whole product's size, and the kernel and the
+    plan's specialized call give the flattened product's values."""
+    assert counts["rows"] == 2 and counts["rows same"]
