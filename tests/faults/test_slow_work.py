@@ -5,6 +5,7 @@ heartbeat reports each session's finished batches and the one running, and the c
 from __future__ import annotations
 
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -27,9 +28,19 @@ def s(cluster, monkeypatch):
 
 
 def _matmuls(x, n: int):
+    """``n`` products of ``x`` by a rotation (600 x 600, made once a session): values that stay of order 1. (Squaring
+    ``x``, as this did, drove them to subnormals and then to zeros, whose products run ~10x faster: a batch sized
+    from the first ones' time ran 0.7 s where it should have run 7.5.)"""
+    q = _ROTATIONS.get(x._s)
+    if q is None:
+        rotation = np.linalg.qr(np.random.default_rng(0).standard_normal((600, 600)))[0].astype(np.float32)
+        q = _ROTATIONS[x._s] = tw.tensor(rotation)
     for _ in range(n):
-        x = (x @ x) * (1.0 / x.shape[0])
+        x = x @ q
     return x
+
+
+_ROTATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> its rotation
 
 
 def _seconds_per_matmul() -> float:
