@@ -43,3 +43,17 @@ def test_eigh_signs_and_values():
     other, _ = _entry_and_sample("linalg.qr")  # QR's factors are unique: no sign is excused
     q, r = other(sample.input)
     assert not H.gauge_explains(other, sample, _got([-q, -r]), (q, r))
+
+
+def test_rounding_excuses_a_factor_beside_exact_integer_parts():
+    """A result with an integer part (``ldl_factor``'s pivots beside its factor): the factor may differ from torch's
+    float32 one by what rounding explains (it is torch's float64 answer, rounded), the pivots must be torch's."""
+    op = next(o for o in H.op_db() if H.entry_name(o) == "linalg.ldl_factor")
+    sample = next(s for s in op.sample_inputs("cpu", torch.float32) if s.input.shape == (5, 5))
+    ld, piv = op(sample.input, *sample.args, **sample.kwargs)
+    exact = op(sample.input.double(), *sample.args, **sample.kwargs)[0].float()  # (float64's answer, rounded)
+    assert H.rounding_explains(op, sample, _got([exact, piv]), (ld, piv))
+    other = piv.clone()
+    other[0] = other[0] + 1
+    assert not H.rounding_explains(op, sample, _got([exact, other]), (ld, piv))
+    assert not H.rounding_explains(op, sample, _got([exact + 1e-3, piv]), (ld, piv))
