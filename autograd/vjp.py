@@ -436,8 +436,9 @@ def _softmax(c):
 
 @rule("log_softmax")
 def _log_softmax(c):
-    d = [a_int(c.a, "dim")]
-    return [c.g - c.y.op("exp") * c.g.sum(d, keepdim=True)]
+    """One op, ``log_softmax_grad(g, y)``: g - exp(y) * sum(g) (a composite: other backends, and double backward, go
+    through that decomposition)."""
+    return [c.g.op("log_softmax_grad", c.y, dim=a_int(c.a, "dim"))]
 
 
 @rule("norm")

@@ -64,7 +64,7 @@ MAX_LIBRARIES_ENV = "TENSORWIRE_CPU_MAX_LIBRARIES"
 HOST_COMPOSITES = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d", "max_pool2d_grad",
                              "cross_entropy_index", "cross_entropy_index_grad", "linear", "rnn_scan",
                              "rnn_scan_grad", "batch_norm", "batch_norm_stats", "batch_norm_grad_stats",
-                             "batch_norm_grad", "batch_norm_update"})
+                             "batch_norm_grad", "batch_norm_update", "log_softmax", "log_softmax_grad"})
 
 
 def find_compiler() -> tuple[str | None, str]:

@@ -644,7 +644,12 @@ def _log_softmax(ins, a, shape, dt):
 
 def _log_softmax_along(x: np.ndarray, ax: int) -> np.ndarray:
     """:func:`_log_softmax` of a non-empty ``x`` of a dtype computed as itself (not a half type), along axis ``ax``
-    (also the straight-line runner's callable for such a step: :func:`specialize`)."""
+    (also the straight-line runner's callable for such a step: :func:`specialize`): along the last axis by the C
+    kernel where it applies (``host_c.log_softmax``)."""
+    if ax == x.ndim - 1:
+        got = host_c.log_softmax(x)
+        if got is not None:
+            return got
     m = np.maximum.reduce(x, axis=ax, keepdims=True)
     if not math.isfinite(np.add.reduce(m, axis=None)):  # (an infinite or nan maximum, or a sum that overflowed)
         m = np.where(np.isinf(m), x.dtype.type(0), m)
@@ -669,6 +674,31 @@ def _log_softmax_steps(x: np.ndarray, ax: tuple, ct: np.dtype, dt: D.DType) -> n
     s = np.asarray(np.sum(e, axis=ax, keepdims=True, dtype=ct)).astype(r)
     lse = (np.log(s.astype(ct)).astype(r).astype(ct) + mc).astype(r)
     return np.asarray(xc - lse.astype(ct)).astype(r)
+
+
+@kernel("log_softmax_grad")
+def _log_softmax_grad(ins, a, shape, dt):
+    """``g - exp(y) * sum(g)`` along ``dim``: the decomposition's ops in its order, each rounded to the result dtype
+    (half types computed in float32 and rounded after each step, as their kernels round them); along the last axis
+    of float32/float64 by the C kernel where it applies (``host_c.log_softmax_grad``)."""
+    g, y = ins
+    ax = a["dim"] % g.ndim if g.ndim else None
+    r = dt.np
+    if ax == g.ndim - 1 and g.dtype == r and y.dtype == r:
+        got = host_c.log_softmax_grad(g, y)
+        if got is not None:
+            return got
+    ct = _compute(dt)
+    with np.errstate(all="ignore"):
+        gc = _arr(g, ct)
+        if ct == r and ax is not None:  # (computed as itself: no rounding between the steps, temporaries reused)
+            e = np.exp(_arr(y, ct))
+            e *= np.add.reduce(gc, axis=ax, keepdims=True)
+            return np.subtract(gc, e, out=e)
+        e = np.exp(_arr(y, ct)).astype(r)
+        s = np.asarray(np.sum(gc, axis=ax, keepdims=True, dtype=ct)).astype(r) if ax is not None else gc.astype(r)
+        p = (e.astype(ct) * s.astype(ct)).astype(r)
+        return np.asarray(gc - p.astype(ct)).astype(r)
 
 
 # fused optimizer updates: the same arithmetic, in the same order, as their decompositions in protocol/ops/optim.py

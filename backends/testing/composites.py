@@ -137,6 +137,12 @@ def _composite_specs(op: str):
             return s if op == "softmax" else np.log(s)
         return [(f"{_sh(s)},dim={d}", [s], (-4, 4), {"dim": d}, lambda xs, dt, d=d: sm(xs[0], d))
                 for s, d in (((2, 3, 4), 1), ((3, 5), -1), ((), 0), ((0, 3), 1), ((4, 2), 0), ((3, 0), 1))]
+    if op == "log_softmax_grad":
+        def grad(g, y, dim):
+            return g - np.exp(y) * (np.sum(g, axis=dim, keepdims=True) if g.ndim else g)
+        return [(f"{_sh(s)},dim={d}", [s, s], (-4, 0), {"dim": d}, lambda xs, dt, d=d: grad(xs[0], xs[1], d))
+                for s, d in (((2, 3, 4), 1), ((3, 5), -1), ((), 0), ((0, 3), 1), ((4, 2), 0), ((3, 0), 1),
+                             ((64, 97), -1))]
     if op == "norm":
         out = []
         for p, s, dims, keep in ((2, (3, 4), None, False), (1, (3, 4), [1], True), (math.inf, (2, 3, 4), [0, 2], False),

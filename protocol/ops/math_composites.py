@@ -262,6 +262,25 @@ def _log_softmax(g, x, attrs):
     return g.op("sub", x, g.op("logsumexp", x, dims=[a_int(attrs, "dim")], keepdim=True))
 
 
+def _log_softmax_grad_infer(metas, attrs):
+    (sg, dg), (sy, dy) = metas
+    if tuple(sg) != tuple(sy):
+        raise ShapeError(f"log_softmax_grad: the output gradient {list(sg)} and the output {list(sy)} differ in shape")
+    if not (dg.is_floating_point and dy.is_floating_point):
+        raise DTypeError(f"log_softmax_grad: expected floating tensors, got {dg.name} and {dy.name}")
+    norm_dim(a_int(attrs, "dim"), len(sy))
+    return sg, binary_dtype(metas)
+
+
+@composite("log_softmax_grad", 2, _log_softmax_grad_infer, attrs=("dim",))
+def _log_softmax_grad(g, gy, y, attrs):
+    """The input gradient of ``y = log_softmax(x, dim)`` from the output's ``gy``: gy - exp(y) * sum(gy) along
+    dim (log_softmax's VJP rule as one op: a CPU kernel reads each element once where the decomposition's four ops
+    make four passes, a language model's [700, 7115] decoder output)."""
+    d = [a_int(attrs, "dim")]
+    return g.op("sub", gy, g.op("mul", g.op("exp", y), g.op("sum", gy, dims=d, keepdim=True)))
+
+
 @composite("norm", 1, _float_reduce_infer("p", 2), attrs=("p", "dims", "keepdim"), kind="reduce")
 def _norm(g, x, attrs):
     """Vector p-norm: (sum |x|^p)^(1/p); p = inf / -inf give max / min of |x| (a complex tensor's: its modulus's)."""

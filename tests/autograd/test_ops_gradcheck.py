@@ -133,6 +133,13 @@ def _softmax(op):
         [case(op, [P((2, 3, 4), -2, 2)], {"dim": 1}, name="3d")]
 
 
+def _log_softmax_grad():
+    """log_softmax's gradient op (differentiated through its decomposition: double backward), by g and by y."""
+    return [case("log_softmax_grad", [P((3, 4), -2, 2), P((3, 4), -3, -0.5)], {"dim": d}, name=str(d))
+            for d in (1, 0)] + [case("log_softmax_grad", [P((2, 3, 4), -2, 2), P((2, 3, 4), -3, -0.5)], {"dim": 1},
+                                     name="3d")]
+
+
 def _var(op):
     def gen():
         out = []
@@ -458,6 +465,7 @@ GENERATORS = {
     "add_scaled": _add_scaled,
     "mean": reduce_("mean"), "var": _var("var"), "std": _var("std"), "logsumexp": reduce_("logsumexp", -2, 2),
     "softmax": _softmax("softmax"), "log_softmax": _softmax("log_softmax"), "norm": _norm,
+    "log_softmax_grad": _log_softmax_grad,
     "cross_entropy_index": _cross_entropy(False), "cross_entropy_index_grad": _cross_entropy(True),
     "rnn_scan": _rnn("rnn_scan"), "rnn_scan_grad": _rnn("rnn_scan_grad"),
     "tril": _tri("tril"), "triu": _tri("triu"), "relu6": lambda: [case("relu6", [P((3, 4), -1, 7, 0.05)])],

@@ -113,3 +113,36 @@ def test_max_pool2d_grad_in_c_is_the_numpy_kernels(built, monkeypatch, shape, at
                                        ceil_mode=ceil)
     (ref,) = torch.autograd.grad(y, tx, torch.tensor(gy))
     assert np.array_equal(got, ref.numpy())
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(700, 97), (3, 4, 2000), (3, 1 << 13)])
+def test_log_softmax_and_its_gradient_in_c_are_the_numpy_kernels(built, monkeypatch, shape, dtype):
+    """Along the last axis: the numpy spellings' values to rounding (the sums run in another order), infinities and
+    NaNs where they put them; the kernels take the C where it applies, numpy's spelling along another axis."""
+    from tensorwire.backends.cpu.kernels import _log_softmax_along
+
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    x[0, ..., :3] = [np.inf, 0.0, 1.0]
+    x.reshape(-1, shape[-1])[1] = -np.inf
+    x.reshape(-1, shape[-1])[2, 5] = np.nan
+    g = rng.standard_normal(shape).astype(dtype)
+    dt = D.from_numpy(np.dtype(dtype))
+    with np.errstate(all="ignore"):
+        got = KERNELS["log_softmax"]([x], {"dim": -1}, shape, dt)
+    got_grad = KERNELS["log_softmax_grad"]([g, got], {"dim": len(shape) - 1}, shape, dt)
+    assert np.array_equal(got, host_c.log_softmax(x), equal_nan=True)
+    assert np.array_equal(got_grad, host_c.log_softmax_grad(g, got), equal_nan=True)
+    monkeypatch.setattr(host_c, "log_softmax", lambda x: None)  # numpy's spellings
+    monkeypatch.setattr(host_c, "log_softmax_grad", lambda g, y: None)
+    with np.errstate(all="ignore"):  # (the kernels run under it)
+        want = _log_softmax_along(x, len(shape) - 1)
+    want_grad = KERNELS["log_softmax_grad"]([g, want], {"dim": -1}, shape, dt)
+    tol = {"rtol": 2e-6, "atol": 2e-5} if dtype == np.float32 else {"rtol": 1e-13, "atol": 1e-12}
+    np.testing.assert_allclose(got, want, **tol)  # (equal NaNs and infinities where the numpy spelling has them)
+    fine = np.isfinite(want_grad)
+    assert np.array_equal(np.isfinite(got_grad), fine)
+    np.testing.assert_allclose(got_grad[fine], want_grad[fine], rtol=tol["rtol"] * 10, atol=tol["atol"] * 10)
+    assert host_c.log_softmax(x.astype(np.float16)) is None and host_c.log_softmax(x[:1, ..., :8]) is None
