@@ -25,7 +25,7 @@ import pytest
 
 from tensorwire.cluster import Service, stop_together
 from tensorwire.collectives.network import launcher
-from tensorwire.protocol.errors import ServiceUnavailable
+from tensorwire.protocol.errors import ConfigurationError, ServiceUnavailable
 from tensorwire.protocol.service import free_port
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -104,46 +104,65 @@ def wait_registered(address: str, names: list[str], env: dict, deadline: float) 
             time.sleep(0.2)  # the rank registers within a second of the first one
 
 
+#: tries at starting the recipe: its free ports are picked before its services bind them, and under ``-n auto``
+#: another test's server may take one in between (a dispatcher then refuses its port as already in use)
+RECIPE_TRIES = 3
+
+
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory):
     """The recipe's services running; yields (folder, environment, {recipe port: real port}, lines left to run)."""
     if launcher(2) is None:
         pytest.skip("the recipe's collectives need MPI: pip install -e '.[mpi]'")
-    work = tmp_path_factory.mktemp("recipe")
-    (work / "train.py").write_text(CLIENT)
-    ports = {"5555": free_port(), "5556": free_port(), "8700": free_port()}  # (the recipe's: the README's ports)
-    shm = tempfile.mkdtemp(prefix="tensorwire-recipe-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORWIRE_")}
-    env.update(PWD=str(work), TENSORWIRE_SHM_DIR=shm)
-    services: list[Service] = []
+    for attempt in range(RECIPE_TRIES):
+        work = tmp_path_factory.mktemp("recipe")
+        (work / "train.py").write_text(CLIENT)
+        ports = {"5555": free_port(), "5556": free_port(), "8700": free_port()}  # (the recipe's: the README's ports)
+        shm = tempfile.mkdtemp(prefix="tensorwire-recipe-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORWIRE_")}
+        env.update(PWD=str(work), TENSORWIRE_SHM_DIR=shm)
+        services: list[Service] = []
+        try:
+            try:
+                later = _start(work, ports, env, services)
+            except ConfigurationError as e:
+                if "already in use" not in str(e) or attempt == RECIPE_TRIES - 1:
+                    raise
+                continue  # (a port taken meanwhile: the finally stops what started; new ports)
+            yield work, env, ports, later
+            return
+        finally:
+            stop_together(services)
+            shutil.rmtree(shm, ignore_errors=True)
+
+
+def _start(work: Path, ports: dict, env: dict, services: list) -> list[str]:
+    """Run the recipe's lines in ``work`` with ``ports`` (its services appended to ``services`` as they start, each
+    waited for); returns the lines left to run once every service is up."""
     later: list[str] = []
     deadline = time.monotonic() + 120
-    try:
-        for raw in recipe_lines(README.read_text()):
-            line = loopback(raw, ports)
-            what = kind(line)
-            if what is None:
-                if "train.py" in line or line.split()[:2] in (["tensorwire", "status"], ["tensorwire", "health"]):
-                    later.append(line)  # needs every service up
-                    continue
-                r = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=60)
-                assert r.returncode == 0, f"{raw}\n{r.stdout}\n{r.stderr}"
+    for raw in recipe_lines(README.read_text()):
+        line = loopback(raw, ports)
+        what = kind(line)
+        if what is None:
+            if "train.py" in line or line.split()[:2] in (["tensorwire", "status"], ["tensorwire", "health"]):
+                later.append(line)  # needs every service up
                 continue
-            svc = Service(
-                what,
-                ["bash", "-c", f"cd {shlex.quote(str(work))} && exec env {line}"],
-                work / f"{what}-{len(services)}.log",
-                env,
-                launcher=what == "collectives",  # (mpiexec: done once its ranks are)
-            )
-            services.append(svc)
-            svc.wait_ready(deadline)
-        address = f"tcp://127.0.0.1:{ports['5555']}"
-        wait_registered(address, ["autograd", "collectives@cpu:0", "collectives@cpu:1"], env, deadline)
-        yield work, env, ports, later
-    finally:
-        stop_together(services)
-        shutil.rmtree(shm, ignore_errors=True)
+            r = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, f"{raw}\n{r.stdout}\n{r.stderr}"
+            continue
+        svc = Service(
+            what,
+            ["bash", "-c", f"cd {shlex.quote(str(work))} && exec env {line}"],
+            work / f"{what}-{len(services)}.log",
+            env,
+            launcher=what == "collectives",  # (mpiexec: done once its ranks are)
+        )
+        services.append(svc)
+        svc.wait_ready(deadline)
+    address = f"tcp://127.0.0.1:{ports['5555']}"
+    wait_registered(address, ["autograd", "collectives@cpu:0", "collectives@cpu:1"], env, deadline)
+    return later
 
 
 def test_recipe_lists_every_service():
