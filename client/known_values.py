@@ -34,6 +34,7 @@ import numpy as np
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.graph import attrs_key
 from tensorwire.protocol.ops import OPS
+from tensorwire.protocol.shapes import numel
 
 from . import autocast_state as _amp
 
@@ -232,7 +233,7 @@ class KnownValues:
             # the client holds already, a corpus joined from a tensor a line; not a fill or an expand, which would
             # make bytes to upload where a device makes them)
             if op not in HELD_OPS or n > HOST_ELEMENTS and (n * dtype.itemsize > MADE_BYTES or op == "full"
-                                                             or n > sum(map(_numel, inputs))):
+                                                             or n > sum(numel(t._shape) for t in inputs)):
                 return self.follows(hid)
             values = []
             for t in inputs:
@@ -432,14 +433,6 @@ def int64_node(value: int, device: str) -> tuple:
             _INT64_NODES.clear()
         e = _INT64_NODES[value] = (node, int64_value(value))
     return e
-
-
-def _numel(t) -> int:
-    """Tensor ``t``'s element count."""
-    n = 1
-    for d in t._shape:
-        n *= d
-    return n
 
 
 def small_value(t) -> bool:
