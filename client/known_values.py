@@ -402,9 +402,7 @@ def known_int_op(t, fn, other: int):
 #: read-only 0-d int64 arrays by value, shared by the handles that hold that value (a loader's slice bounds, ``i + 8``,
 #: take few values, again and again); each is a view of a read-only array, so no holder can make it writeable
 _INT64_VALUES: dict[int, np.ndarray] = {}
-#: (kept few: a random offset's value never comes back, and the node's dict and list stay tracked by the cyclic
-#: collector while kept: see ``views.MAX_ROW_STEPS``)
-_MAX_INT64_VALUES = 1024
+_MAX_INT64_VALUES = 4096
 #: :func:`int64_node`'s, by value
 _INT64_NODES: dict[int, tuple] = {}
 

@@ -15,6 +15,7 @@ from tensorwire.protocol.shapes import numel, slice_len
 
 from . import autocast_state as _amp
 from . import autograd_hooks as _hooks
+from . import memos as _memos
 from .known_values import LIGHT, small_value
 
 _amp_active = _amp._active
@@ -220,27 +221,18 @@ def slice_known(lens: tuple, steps: tuple, dtype) -> tuple:
 
 #: :func:`slice_known` of a slice with unit steps, by its lengths and dtype (a loader's slices take few lengths)
 _UNIT_SLICE_KNOWN: dict[tuple, tuple] = {}
-#: entries a memo of the view shortcuts keeps (:func:`remember`)
-MAX_REMEMBERED = 4096
+#: entries a memo of the view shortcuts keeps (``memos.remember``)
+MAX_REMEMBERED = _memos.MAX_REMEMBERED
+remember = _memos.remember  # (the view shortcuts' memos: ``_UNIT_SLICE_KNOWN`` and ``_ROW_STEPS`` here, ``Tensor``'s
+#: movement methods' checked arguments)
 
 
-def remember(memo: dict, key, value, limit: int = MAX_REMEMBERED):
-    """Keep ``value`` under ``key`` in ``memo`` (one of the view shortcuts' memos: ``_UNIT_SLICE_KNOWN`` and
-    ``_ROW_STEPS`` here, ``Tensor``'s movement methods' checked arguments), emptied when it holds ``limit`` entries
-    (:data:`MAX_REMEMBERED` unless told); returns ``value``."""
-    if len(memo) >= limit:
-        memo.clear()
-    memo[key] = value
-    return value
-
-
-#: :func:`row_view`'s view steps, by ``(input shape, a, b)``: a loader that takes windows of one text at the same
-#: offsets again and again makes each step once (emptied at :data:`MAX_ROW_STEPS`). Kept small: a loader of random
-#: offsets (``torch.randint`` bounds, Karpathy's ``get_batch``) never finds one again, and every step kept (a ``Slice``
-#: and its three lists, all tracked by the cyclic collector) outlived the young collections that walked it: at 16,384
-#: steps, bigram.py's evaluation loop spent ~90 us of its ~1.1 ms a batch in the collector, ~15 at 1,024
+#: :func:`row_view`'s view steps, by ``(input shape, a, b)``: a loader that takes windows of one text at the same few
+#: thousand offsets again and again makes each step once (emptied at :data:`MAX_ROW_STEPS`); kept from a window's
+#: second sighting only (``memos.remember_again``: a loader of random offsets never takes one twice)
 _ROW_STEPS: dict[tuple, Slice] = {}
-MAX_ROW_STEPS = 1024
+_ROW_SEEN: dict[tuple, None] = {}
+MAX_ROW_STEPS = 16384
 
 
 def row_view(x, a: int, b: int):
@@ -254,8 +246,9 @@ def row_view(x, a: int, b: int):
     step = _ROW_STEPS.get(key)
     if step is None:
         nd = len(shape)
-        step = remember(_ROW_STEPS, key, Slice([a] + [0] * (nd - 1), [b, *shape[1:]], [1] * nd,
-                                               (b - a, *shape[1:]), shape), MAX_ROW_STEPS)
+        step = _memos.remember_again(_ROW_STEPS, _ROW_SEEN, key, Slice([a] + [0] * (nd - 1), [b, *shape[1:]],
+                                                                       [1] * nd, (b - a, *shape[1:]), shape),
+                                     MAX_ROW_STEPS)
     s = x._s
     root = x._base
     if 0 < b - a < shape[0] and s._capture is None and not _amp_active[0] \
