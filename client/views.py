@@ -221,10 +221,10 @@ def slice_known(lens: tuple, steps: tuple, dtype) -> tuple:
 
 #: :func:`slice_known` of a slice with unit steps, by its lengths and dtype (a loader's slices take few lengths)
 _UNIT_SLICE_KNOWN: dict[tuple, tuple] = {}
-#: entries a memo of the view shortcuts keeps (``memos.remember``)
+# the view shortcuts' memos (``_UNIT_SLICE_KNOWN`` here, ``Tensor``'s movement methods' checked arguments) keep their
+# entries by ``memos.remember``, at most MAX_REMEMBERED unless told
 MAX_REMEMBERED = _memos.MAX_REMEMBERED
-remember = _memos.remember  # (the view shortcuts' memos: ``_UNIT_SLICE_KNOWN`` and ``_ROW_STEPS`` here, ``Tensor``'s
-#: movement methods' checked arguments)
+remember = _memos.remember
 
 
 #: :func:`row_view`'s view steps, by ``(input shape, a, b)``: a loader that takes windows of one text at the same few
