@@ -23,7 +23,7 @@ from tensorwire.protocol.random import counters_used, uniform
 from tensorwire.protocol.shapes import check_shape, numel
 
 from . import random as R
-from .views import remember
+from .memos import remember
 
 
 class TensorBase:

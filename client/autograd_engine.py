@@ -42,6 +42,7 @@ from . import views as V
 from ._factories import TensorBase as _Tensor
 from ._frames import _user_frame
 from .known_values import HOST_OPS
+from .memos import remember
 
 
 class AutogradError(TensorwireError, RuntimeError):
@@ -485,7 +486,7 @@ def _sum_into(grad, g, where):
     key = (grad._shape, grad.dtype)
     known = _ADD_KNOWN.get(key)
     if known is None:
-        known = V.remember(_ADD_KNOWN, key, (None, infer("add", [key, key], None, None)))
+        known = remember(_ADD_KNOWN, key, (None, infer("add", [key, key], None, None)))
     return grad._s.record("add", [grad, g], None, grad._dev, known, where)
 
 

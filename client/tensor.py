@@ -41,6 +41,7 @@ from .autograd_hooks import record as _hooks_record
 from .combine import arange_like, cat, where
 from .known_values import known_int_op as _known_int_op
 from .known_values import rsub as _rsub
+from .memos import remember
 from .printing import format_tensor
 from .sparse_layout import strided as _strided
 from .zero_grads import zero_grad_from
@@ -1076,7 +1077,7 @@ class Tensor(TensorBase):
         if out is None:
             out = infer_reshape(self._shape, _size(shape))  # (torch's errors)
             if _ints(args):
-                V.remember(_RESHAPES, key, out)
+                remember(_RESHAPES, key, out)
         return self._reshaped(out)
 
     def _reshaped(self, shape: tuple) -> Tensor:
@@ -1102,7 +1103,7 @@ class Tensor(TensorBase):
             if s > e:
                 raise ShapeError("flatten() has invalid args: start_dim cannot come after end_dim")
             out = self._shape[:s] + (numel(self._shape[s:e + 1]),) + self._shape[e + 1:]
-            V.remember(_FLATTENS, key, out)  # (norm_dim took ints only)
+            remember(_FLATTENS, key, out)  # (norm_dim took ints only)
         return self._reshaped(out)
 
     def ravel(self):
@@ -1133,7 +1134,7 @@ class Tensor(TensorBase):
         if out is None:
             d = norm_dim(dim, self.ndim, allow_end=True)
             out = self._shape[:d] + (1,) + self._shape[d:]
-            V.remember(_UNSQUEEZES, key, out)
+            remember(_UNSQUEEZES, key, out)
         return self._reshaped(out)
 
     def permute(self, *dims):
@@ -1143,7 +1144,7 @@ class Tensor(TensorBase):
         if plan is None:
             plan = self._permute_plan(_size(dims))
             if _ints(args):
-                V.remember(_PERMUTES, key, plan)
+                remember(_PERMUTES, key, plan)
         return self._permuted(plan)
 
     def _permute_plan(self, dims: tuple) -> tuple:
@@ -1180,7 +1181,7 @@ class Tensor(TensorBase):
                 p[a], p[b] = p[b], p[a]
                 plan = self._permute_plan(tuple(p))
             if type(dim0) is int and type(dim1) is int:
-                V.remember(_TRANSPOSES, key, plan)
+                remember(_TRANSPOSES, key, plan)
         return plan
 
     def transpose(self, dim0: int, dim1: int):
@@ -1200,7 +1201,7 @@ class Tensor(TensorBase):
         plan = _PERMUTES.get(key)
         if plan is None:
             plan = self._permute_plan(tuple(reversed(range(self.ndim))))
-            V.remember(_PERMUTES, key, plan)
+            remember(_PERMUTES, key, plan)
         return self._permuted(plan)
 
     @property
@@ -1233,7 +1234,7 @@ class Tensor(TensorBase):
             except TensorwireError:  # (a wrong size: the general path records it, and inference says what is wrong)
                 return self._view(V.Expand(sizes))
             if _ints(args):
-                V.remember(_EXPANDS, key, known)
+                remember(_EXPANDS, key, known)
         else:
             sizes = args
         return V.make_view(self, V.Expand(sizes), "expand", {"shape": list(sizes)}, known)

@@ -15,8 +15,8 @@ from tensorwire.protocol.shapes import numel, slice_len
 
 from . import autocast_state as _amp
 from . import autograd_hooks as _hooks
-from . import memos as _memos
 from .known_values import LIGHT, small_value
+from .memos import remember, remember_again
 
 _amp_active = _amp._active
 #: the view ops recorded lazily (``Session.record``'s ``lazy``: only when something reads the view)
@@ -221,10 +221,6 @@ def slice_known(lens: tuple, steps: tuple, dtype) -> tuple:
 
 #: :func:`slice_known` of a slice with unit steps, by its lengths and dtype (a loader's slices take few lengths)
 _UNIT_SLICE_KNOWN: dict[tuple, tuple] = {}
-# the view shortcuts' memos (``_UNIT_SLICE_KNOWN`` here, ``Tensor``'s movement methods' checked arguments) keep their
-# entries by ``memos.remember``, at most MAX_REMEMBERED unless told
-MAX_REMEMBERED = _memos.MAX_REMEMBERED
-remember = _memos.remember
 
 
 #: :func:`row_view`'s view steps, by ``(input shape, a, b)``: a loader that takes windows of one text at the same few
@@ -246,9 +242,8 @@ def row_view(x, a: int, b: int):
     step = _ROW_STEPS.get(key)
     if step is None:
         nd = len(shape)
-        step = _memos.remember_again(_ROW_STEPS, _ROW_SEEN, key, Slice([a] + [0] * (nd - 1), [b, *shape[1:]],
-                                                                       [1] * nd, (b - a, *shape[1:]), shape),
-                                     MAX_ROW_STEPS)
+        step = remember_again(_ROW_STEPS, _ROW_SEEN, key, Slice([a] + [0] * (nd - 1), [b, *shape[1:]], [1] * nd,
+                                                                (b - a, *shape[1:]), shape), MAX_ROW_STEPS)
     s = x._s
     root = x._base
     if 0 < b - a < shape[0] and s._capture is None and not _amp_active[0] \
