@@ -92,23 +92,26 @@ def threads_for(m: int, n: int, k: int, bound: int = PARALLEL_MNK) -> None:
     _THREADS.use(1 if _one_thread(m, n, k, bound) else _THREADS.full)
 
 
-def _mnk(x_shape: tuple, y_shape: tuple) -> tuple[int, int, int]:
-    """``(M, N, K)`` of one product of ``np.matmul`` on operands so shaped (a 1-D operand is one row or column)."""
+def _mnk(x_shape: tuple, y_shape: tuple) -> tuple[int, int, int, bool]:
+    """``(M, N, K, rows)`` of the product :func:`matmul` makes of operands so shaped (a 1-D operand is one row or
+    column): one of ``np.matmul``'s, or, for ``[..., M, K] @ [K, N]`` (``rows``), ONE product of all ``x``'s rows
+    (``M`` their count, :func:`_rows_product`)."""
     k = x_shape[-1] if x_shape else 1
-    m = x_shape[-2] if len(x_shape) >= 2 else 1
     n = y_shape[-1] if len(y_shape) >= 2 else 1
-    return m, n, k
+    if len(x_shape) > 2 and len(y_shape) == 2 and all(x_shape):
+        return math.prod(x_shape[:-1]), n, k, True
+    return (x_shape[-2] if len(x_shape) >= 2 else 1), n, k, False
 
 
 def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(x, y, out=out)`` on the threads its size warrants (:func:`threads_for`); ``[..., M, K] @ [K, N]``
     as one product of all the rows (:func:`_rows_product`)."""
-    m, n, k = _mnk(x.shape, y.shape)
-    if out is None and x.ndim > 2 and y.ndim == 2 and x.size:
-        threads_for(x.size // k, n, k)  # (the one product's rows)
-        return _rows_product(x, y)
+    if out is not None:  # (np.matmul's own products, one a leading index of ``x``)
+        threads_for(*_mnk(x.shape[-2:], y.shape)[:3])
+        return np.matmul(x, y, out=out)
+    m, n, k, rows = _mnk(x.shape, y.shape)
     threads_for(m, n, k)
-    return np.matmul(x, y) if out is None else np.matmul(x, y, out=out)
+    return _rows_product(x, y) if rows else np.matmul(x, y)
 
 
 def _rows_product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -119,12 +122,9 @@ def _rows_product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def matmul_for(x_shape: tuple, y_shape: tuple):
-    """A callable ``f(x, y)``: ``np.matmul`` of operands so shaped, on the threads their size warrants (decided
-    here, once: a plan's specialized call); ``[..., M, K] @ [K, N]`` as one product of all the rows."""
-    m, n, k = _mnk(x_shape, y_shape)
-    rows = len(x_shape) > 2 and len(y_shape) == 2 and all(x_shape)
-    if rows:
-        m = math.prod(x_shape[:-1])  # (the one product's rows)
+    """A callable ``f(x, y)``: :func:`matmul` of operands so shaped (without ``out``), its threads decided here, once
+    (a plan's specialized call)."""
+    m, n, k, rows = _mnk(x_shape, y_shape)
     small = _one_thread(m, n, k, PARALLEL_MNK)
     use, mm = _THREADS.use, _rows_product if rows else np.matmul
 
