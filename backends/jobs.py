@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from tensorwire.protocol.ops import OPS
 from tensorwire.protocol.service import EXEC_THREADS_DEFAULT
 from tensorwire.protocol.service import EXEC_THREADS_ENV as POOL_ENV
+from tensorwire.protocol.shapes import numel
 
 OFFLOAD_ENV = "TENSORWIRE_OFFLOAD_WORK"
 #: batches touching at least this many elements run on the pool (~a few ms of work on one core)
@@ -115,19 +116,13 @@ def plan_work(steps) -> int:
     elements of it, not a million, and a slice of it is a view."""
     total = 0
     for s in steps:
-        n = 1
-        for d in s.shape:
-            n *= d
+        n = numel(s.shape)
         if s.op == "matmul" and s.in_meta:
             k = s.in_meta[0][0][-1] if s.in_meta[0][0] else 1
             n *= max(1, k)
         else:
-            metas = s.in_meta[1:] if reads_output_only(s.op) else s.in_meta
-            for shape, _ in metas:
-                m = 1
-                for d in shape:
-                    m *= d
-                n = max(n, m)
+            for shape, _ in s.in_meta[1:] if reads_output_only(s.op) else s.in_meta:
+                n = max(n, numel(shape))
         total += n + 64  # a step costs something however small
     return total
 

@@ -38,6 +38,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .shapes import numel
+
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 M1 = np.uint64(0xBF58476D1CE4E5B9)
 M2 = np.uint64(0x94D049BB133111EB)
@@ -156,21 +158,13 @@ _GOLDEN = int(GOLDEN)
 _S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(31)
 
 
-def _count(shape) -> int:
-    """The elements of ``shape`` (a tuple or list of ints)."""
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
 #: significand bits of each float dtype: ``rand`` draws exactly that many, so no value rounds up to 1
 SIGNIFICAND_BITS = {np.dtype(np.float64): 53, np.dtype(np.float32): 24, np.dtype(np.float16): 11,
                     np.dtype(ml_dtypes.bfloat16): 8}
 
 
 def uniform(seed: int, offset: int, shape, npdtype) -> np.ndarray:
-    n = _count(shape)
+    n = int(numel(shape))
     w = bits(seed, offset, n)
     p = SIGNIFICAND_BITS.get(np.dtype(npdtype), 24)
     if p == 53:
@@ -186,7 +180,7 @@ NORMAL_BLOCK = 1 << 14
 
 
 def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray:
-    n = _count(shape)
+    n = int(numel(shape))
     if n <= NORMAL_BLOCK:
         return _normal(seed, offset, n, npdtype).reshape(shape)
     out = np.empty(n, npdtype)
@@ -204,7 +198,7 @@ def _normal(seed: int, offset: int, n: int, npdtype) -> np.ndarray:
 
 
 def randint(seed: int, offset: int, shape, npdtype, low: int, high: int) -> np.ndarray:
-    u = _u53(bits(seed, offset, _count(shape)))
+    u = _u53(bits(seed, offset, int(numel(shape))))
     u *= float(high - low)
     v = np.floor(u, out=u).astype(np.int64)
     v += low
