@@ -187,16 +187,13 @@ def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray | None:
 def max_pool2d_grad(x: np.ndarray, gy: np.ndarray, geom) -> np.ndarray | None:
     """The input gradient of ``max_pool2d`` (``geom``: ``protocol.ops.conv._window_geometry``'s) from the C kernel,
     or None where it does not apply (a dtype other than float32/float64, a small call, no C compiler)."""
-    if x.dtype != gy.dtype or x.dtype not in _DTYPES or x.size < MIN_ELEMENTS:
-        return None
-    fns = _functions(build=x.size >= BUILD_ELEMENTS)
-    if fns is None:
+    f = _typed("tw_max_pool2d_grad", x) if x.dtype == gy.dtype else None
+    if f is None:
         return None
     (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = geom
     n, c, h, w = x.shape
     x, gy = np.ascontiguousarray(x), np.ascontiguousarray(gy)
     gx = np.zeros(x.shape, x.dtype)
-    f = fns["tw_max_pool2d_grad_f64" if x.dtype == np.float64 else "tw_max_pool2d_grad_f32"]
     f(x.ctypes.data, gy.ctypes.data, gx.ctypes.data, n * c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
     return gx
 
@@ -206,32 +203,34 @@ def log_softmax(x: np.ndarray) -> np.ndarray | None:
     maximum (an infinite one read as 0, as the decomposition reads it), ``x - (log(sum(exp(x - max))) + max)``, the
     exponentials vectorised (libmvec) and rows shared by OpenMP's threads in a large call; None where it does not
     apply (another dtype, a small call, no C compiler)."""
-    if x.dtype not in _DTYPES or x.size < MIN_ELEMENTS or not x.ndim or not x.shape[-1]:
-        return None
-    fns = _functions(build=x.size >= BUILD_ELEMENTS)
-    if fns is None:
-        return None
-    x = np.ascontiguousarray(x)
-    out = np.empty(x.shape, x.dtype)
-    n = x.shape[-1]
-    fns["tw_log_softmax_f64" if x.dtype == np.float64 else "tw_log_softmax_f32"](
-        x.ctypes.data, out.ctypes.data, x.size // n, n)
-    return out
+    return _by_rows("tw_log_softmax", x)
 
 
 def log_softmax_grad(g: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     """The input gradient of ``y = log_softmax(x)`` along the last axis, ``g - exp(y) * sum(g)`` (the op's
     decomposition, in its order, without its temporaries), from the C kernel; None where it does not apply (``g``
     and ``y`` of different dtypes or shapes, another dtype, a small call, no C compiler)."""
-    if g.dtype != y.dtype or g.shape != y.shape or g.dtype not in _DTYPES or g.size < MIN_ELEMENTS \
-            or not g.ndim or not g.shape[-1]:
+    return _by_rows("tw_log_softmax_grad", g, y) if g.dtype == y.dtype and g.shape == y.shape else None
+
+
+def _typed(name: str, x: np.ndarray):
+    """The library's function ``name`` for ``x``'s dtype (``name_f32`` or ``name_f64``), for a call on ``x`` (its
+    other arrays of ``x``'s dtype); None where it does not apply: another dtype, fewer than :data:`MIN_ELEMENTS`
+    elements, no library (built for a call of :data:`BUILD_ELEMENTS` and more while the kernel cache lacks it)."""
+    if x.dtype not in _DTYPES or x.size < MIN_ELEMENTS:
         return None
-    fns = _functions(build=g.size >= BUILD_ELEMENTS)
-    if fns is None:
+    fns = _functions(build=x.size >= BUILD_ELEMENTS)
+    return None if fns is None else fns[f"{name}_f64" if x.dtype == np.float64 else f"{name}_f32"]
+
+
+def _by_rows(name: str, x: np.ndarray, *more: np.ndarray) -> np.ndarray | None:
+    """``name(x, *more, out, rows, n)`` of the library over the rows of ``x``'s last axis (``more`` of its shape
+    and dtype), into a new array; None where :func:`_typed` says it does not apply, or for an empty last axis."""
+    f = _typed(name, x) if x.ndim and x.shape[-1] else None
+    if f is None:
         return None
-    g, y = np.ascontiguousarray(g), np.ascontiguousarray(y)
-    out = np.empty(g.shape, g.dtype)
-    n = g.shape[-1]
-    fns["tw_log_softmax_grad_f64" if g.dtype == np.float64 else "tw_log_softmax_grad_f32"](
-        g.ctypes.data, y.ctypes.data, out.ctypes.data, g.size // n, n)
+    args = [np.ascontiguousarray(a) for a in (x, *more)]
+    out = np.empty(x.shape, x.dtype)
+    n = x.shape[-1]
+    f(*(a.ctypes.data for a in args), out.ctypes.data, x.size // n, n)
     return out
