@@ -92,7 +92,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     **_names("tensorwire.random", "get_rng_state", "set_rng_state"),
     # torch-namespace functions: creation, windows, and nn.functional's ops as torch.X (F.X itself where torch.X
     # takes F.X's arguments; an adapter in client/torch_namespace.py where ATen's signature differs)
-    **_names("tensorwire.creation_extras", "asarray", "range", "vander"),
+    **_names("tensorwire.creation_extras", "asarray", "frombuffer", "range", "vander"),
     "can_cast": ("tensorwire.dtype_info", "can_cast"),
     **_names("tensorwire.windows", "bartlett_window", "blackman_window", "hamming_window", "hann_window",
              "kaiser_window"),

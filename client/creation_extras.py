@@ -1,5 +1,5 @@
 """torch's remaining creation functions in the torch namespace: ``tw.range`` (torch's deprecated end-inclusive
-``range``), ``tw.asarray`` and ``tw.vander``."""
+``range``), ``tw.asarray``, ``tw.frombuffer`` and ``tw.vander``."""
 
 from __future__ import annotations
 
@@ -87,6 +87,40 @@ def asarray(obj, *, dtype=None, device=None, copy: bool | None = None, requires_
             obj = np.asarray(obj)  # (a torch tensor: its dtype, not a sequence's inferred one)
         out = _creation.tensor(obj, dtype=dtype, device=device)
     if requires_grad and not out.requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def frombuffer(buffer, *, dtype, count: int = -1, offset: int = 0, requires_grad: bool = False) -> Tensor:
+    """A 1-d tensor of ``dtype`` elements read from ``buffer`` (anything with the buffer protocol: ``bytes``,
+    ``bytearray``, ``memoryview``, ``array.array``, mmap), starting ``offset`` bytes in, ``count`` elements (-1: to
+    the end), as torch.frombuffer (torchvision's MNIST reads its files with it). Unlike torch's, the tensor does
+    not share memory with ``buffer``: a tensorwire tensor's values live on the cluster, so it holds the values the
+    buffer had at the call (later writes to the buffer do not show in it). torch's checks and messages."""
+    dt = D.get(dtype)
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise ValueError("object does not implement Python buffer protocol.") from None  # (torch's)
+    length, size = view.nbytes, dt.itemsize
+    if isinstance(count, bool) or not isinstance(count, int) or isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError("frombuffer(): 'count' and 'offset' must be int")
+    if length <= 0 or count == 0:
+        raise ValueError(f"both buffer length ({length}) and count ({count}) must not be 0")
+    if offset < 0 or offset >= length:
+        raise ValueError(f"offset ({offset} bytes) must be non-negative and no greater than buffer length "
+                         f"({length} bytes) minus 1")
+    if count < 0:
+        if (length - offset) % size:
+            raise ValueError(f"buffer length ({length - offset} bytes) after offset ({offset} bytes) must be a "
+                             f"multiple of element size ({size})")
+        count = (length - offset) // size
+    elif offset + count * size > length:
+        raise ValueError(f"requested buffer length ({count} * {size} bytes) after offset ({offset} bytes) must not "
+                         f"be greater than actual buffer length ({length} bytes)")
+    raw = np.frombuffer(view.cast("B"), dtype=np.uint8, count=count * size, offset=offset)
+    out = _creation.from_numpy(raw.view(dt.np))  # (bytes reinterpreted: any alignment; bfloat16 included)
+    if requires_grad:
         out.requires_grad_(True)
     return out
 

@@ -46,8 +46,17 @@ SMALL_BYTES = 64 << 10
 #: no fetch, and a dataset that reads one element at a time of a permutation of 10,000 indices (minGPT's adder:
 #: ``self.ixes[idx].item()`` in ``__getitem__``, 76 KB of int64) made a round trip per element where torch reads memory
 MADE_BYTES = 1 << 20
-#: the most bytes kept for a session (the least recently used go first)
-LIMIT_BYTES = 32 << 20
+#: the most bytes kept for a session (the least recently used go first): room for a few datasets bought whole (below)
+LIMIT_BYTES = 256 << 20
+#: a larger root whose elements are read one view at a time (torchvision's MNIST: ``self.data[index]`` then
+#: ``.numpy()``, and ``int(self.targets[index])``, in every ``__getitem__``) is fetched whole once the round trips
+#: spent on its views would have fetched it (rent or buy: each read a round trip, :data:`RENT_BYTES` of its bytes,
+#: until they add up to the root's size; then one fetch of the root, and its views follow from it), up to this size
+BUY_BYTES = 128 << 20
+#: the bytes one round trip's time would fetch (a read of a view ~150-200 us here, a download ~1.3 GB/s)
+RENT_BYTES = 256 << 10
+#: the most roots whose rented reads are counted (the oldest counts go first)
+MAX_RENTED = 1024
 #: ops whose integer or bool results the client computes from known inputs (at most HOST_ELEMENTS of them)
 #: (and ``randint``: the counter-based generator's integers are the same bits on every device, ``protocol/random.py``,
 #: so ``ix = torch.randint(n, (batch,))`` iterated as slice bounds, nanoGPT's ``get_batch``, reads no value back)
@@ -55,13 +64,19 @@ HOST_OPS = frozenset({"full", "add", "sub", "mul", "neg", "abs", "floor_divide",
                       "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
                       "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where", "cast", "randint"})
 HOST_ELEMENTS = 4096
-#: ops whose result is a constant or a copy of input elements (the movement ops but a move to another device), bit for
-#: bit the same on every device, so the client computes one of any real dtype, floating too, when it holds every
-#: input's value (:meth:`KnownValues.held`, ``Session.holds``): a dataset's ``__getitem__`` that fills a ``zeros`` row
-#: from a ``tensor`` of ids, and the ``stack`` that batches such rows, make a value the client holds whole
-#: (``Session.record`` keeps a written or joined one as a lazy upload)
+#: the elementwise ops IEEE 754 rounds correctly, one rounding of the exact result (a float16 or bfloat16 one computed
+#: in float32 and rounded once more gives the same bits: float32 has more than twice their precision and two bits
+#: more), so every device gives the same bits for them, as for a copy
+EXACT_OPS = frozenset({"cast", "add", "sub", "mul", "div", "neg", "abs"})
+#: ops whose result is a constant, a copy of input elements (the movement ops but a clone or a move) or an
+#: :data:`EXACT_OPS` result, bit for bit the same on every device, so the client computes one of any real dtype,
+#: floating too, when it holds every input's value (:meth:`KnownValues.held`, ``Session.holds``): a dataset's
+#: ``__getitem__`` that fills a ``zeros`` row from a ``tensor`` of ids, and the ``stack`` that batches such rows,
+#: make a value the client holds whole (``Session.record`` keeps a written or joined one as a lazy upload); so does
+#: torchvision's ``ToTensor`` (``.to(torch.float32).div(255)`` of an image's bytes) and ``Normalize`` (``sub_``,
+#: ``div_``) in each ``__getitem__``, so a batch of images is one upload
 HELD_OPS = frozenset({"full", "setslice", "index_put"}
-                     | {name for name, o in OPS.items() if o.kind == "movement" and name != "copy"})
+                     | {name for name, o in OPS.items() if o.kind == "movement" and name != "copy"} | EXACT_OPS)
 #: the ``_base_version`` of a light window (``views.basic_view``): no root's version (those count up from 0), so every
 #: reader that brings a view whose base changed up to date (``Tensor._refresh``: ``Session.record``, ``_numpy``,
 #: ``assign``, a compiled graph's arguments ...) materializes a light window first (``views.refresh``)
@@ -105,6 +120,7 @@ class KnownValues:
         self._round = 0
         self._rounds = 0
         self._passed = 0
+        self._rents: dict[int, int] = {}  # root handle -> views of it read by a round trip (see rent)
         #: ``peek(hid)``: handle ``hid``'s value if kept, not counted as a read and its age unchanged (the dict's own
         #: ``get``, called directly: a slice bound's read, ``indexing._int``, and ``known_int_op`` make it a few hundred
         #: times a step)
@@ -291,17 +307,11 @@ class KnownValues:
         None. A view of a small root keeps no recipe of its own (``views.basic_view``: a loader's windows of a text,
         made every step and never read): this works its value out when it is read."""
         root = t._base
-        if root is None or root._version != t._base_version and t._base_version != LIGHT:  # (a light window is the
-            return None  # root's as it is now: views.basic_view)
-        steps = t._vsteps
-        if len(steps) + self._depth(root._id) > MAX_DEPTH or not (small_value(root) or root._id in self._values):
+        if root is None or not (small_value(root) or root._id in self._values):
             return None
-        fns = []
-        for step in steps:
-            f = getattr(step, "on_host", None)
-            if f is None:
-                return None
-            fns.append(f)
+        fns = self._view_steps(t)
+        if fns is None:
+            return None
 
         def fn(vs):
             v = vs[0]
@@ -309,6 +319,44 @@ class KnownValues:
                 v = f(v)
             return v
         return (root,), fn
+
+    def _view_steps(self, t) -> list | None:
+        """The host forms of view ``t``'s steps from its root, while the root holds the value it had when ``t`` was
+        computed and the chain is short enough to follow; else None."""
+        root = t._base
+        if root._version != t._base_version and t._base_version != LIGHT:  # (a light window is the root's as it is
+            return None  # now: views.basic_view)
+        steps = t._vsteps
+        if len(steps) + self._depth(root._id) > MAX_DEPTH:
+            return None
+        fns = []
+        for step in steps:
+            f = getattr(step, "on_host", None)
+            if f is None:
+                return None
+            fns.append(f)
+        return fns
+
+    def rent(self, t) -> bool:
+        """View ``t``'s value, one the client cannot follow from its root's (the root is larger than
+        :data:`SMALL_BYTES` and not kept), is about to be read by a round trip: whether to buy the root instead, that
+        is fetch it whole (:meth:`put` with ``limit=BUY_BYTES``) so that this view and the later ones follow from it.
+        Yes once the reads of its views by round trips, :data:`RENT_BYTES` each, add up to the root's size (at most
+        :data:`BUY_BYTES`): the classic rent-or-buy rule, which never spends more than twice what the better choice
+        in hindsight would have; a root of 47 MB (MNIST's images) is bought at its 180th read, a 480 KB one (its
+        labels) at its second."""
+        root = t._base
+        n = numel(root._shape) * root.dtype.itemsize
+        if n > BUY_BYTES or self._view_steps(t) is None:
+            return False
+        rents, rid = self._rents, root._id
+        count = rents.pop(rid, 0) + 1
+        if count * RENT_BYTES >= n:
+            return True
+        rents[rid] = count
+        if len(rents) > MAX_RENTED:
+            del rents[next(iter(rents))]
+        return False
 
     def held(self, t) -> np.ndarray | None:
         """Tensor ``t``'s value when the client holds it, or works it out with no round trip from a value it holds
@@ -342,7 +390,7 @@ class KnownValues:
 
     def forget(self, hids) -> None:
         """Released handles (any iterable; a set is best: see below)."""
-        values, recipes, brought = self._values, self._recipes, self._brought
+        values, recipes, brought, rents = self._values, self._recipes, self._brought, self._rents
         if brought:
             dead = brought.keys() & hids
             if dead:  # (values brought that died unread: see bring; those of older round trips, kept long, not counted)
@@ -359,6 +407,10 @@ class KnownValues:
             kept = recipes.keys() & hids
             if kept:
                 deque(map(recipes.pop, kept), 0)
+        if rents:
+            kept = rents.keys() & hids
+            if kept:
+                deque(map(rents.pop, kept), 0)
 
 
 _I64 = np.dtype(np.int64)
@@ -485,4 +537,4 @@ def host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
     return out if out.shape == tuple(shape) else None
 
 
-__all__ = ["HELD_OPS", "LIMIT_BYTES", "MADE_BYTES", "SMALL_BYTES", "KnownValues"]
+__all__ = ["BUY_BYTES", "HELD_OPS", "LIMIT_BYTES", "MADE_BYTES", "RENT_BYTES", "SMALL_BYTES", "KnownValues"]

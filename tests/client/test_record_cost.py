@@ -58,7 +58,7 @@ def test_a_slice_is_recorded_with_the_key_inference_would_give(session):
 
 
 def test_indexing_an_element_records_a_slice_and_a_reshape_in_one_call(session):
-    x = tw.zeros(6, 1, 57)
+    x = tw.rand(6, 1, 57)  # (a device's value: the add below is the device's, not the client's)
     with counted(session, "record") as (n, ops), counted(session, "defer_view") as (_, deferred):
         e = x[2]  # (one lazy node for both, see test_lazy_nodes; made by Session.defer_view, indexing's shortcut)
         w = x[1:3]  # (rows: a light window, views.basic_view, no node until read)

@@ -45,7 +45,7 @@ def test_a_slice_bounded_by_known_values_is_one_lazy_slice_with_the_inferred_key
 
 
 def test_a_float_op_never_asks_the_known_values(session):
-    a, b = tw.ones(3), tw.ones(3)
+    a, b = tw.ones(5000), tw.ones(5000)  # (values a device makes: past known_values.HOST_ELEMENTS)
     calls = []
     known = session._known
     orig = known.compute
@@ -56,7 +56,7 @@ def test_a_float_op_never_asks_the_known_values(session):
     finally:
         del known.compute
     assert ("add", tw.int64) in calls and not [dt for _, dt in calls if dt.is_floating_point]
-    assert c.tolist() == [2.0, 2.0, 2.0] and int(i) == 5
+    assert c[:3].tolist() == [2.0, 2.0, 2.0] and int(i) == 5
 
 
 def test_lazy_nodes_released_together_leave_nothing_pinned(session):

@@ -41,7 +41,7 @@ def _step(w, k: float, kept: list | None = None):
 
 
 def test_values_taken_along_that_die_unread_stop_being_taken_then_come_back(session):
-    w = tw.tensor(2.0)
+    w = tw.full((), 2.0)  # (a device's value: an op of a value the client holds would be the client's)
     with taken_along(session) as rounds:
         got = [_step(w, float(k)) for k in range(1, 9)]
     assert got == [2.0 * k for k in range(1, 9)]
@@ -56,7 +56,7 @@ def test_values_taken_along_that_die_unread_stop_being_taken_then_come_back(sess
 
 
 def test_a_list_read_after_a_loop_is_one_round_trip_while_taking_along_is_off(session):
-    w = tw.tensor(3.0)
+    w = tw.full((), 3.0)
     with taken_along(session) as rounds:
         for k in range(6):  # (turns taking along off, as above)
             _step(w, float(k))
