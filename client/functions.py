@@ -182,6 +182,26 @@ def get_default_device():
     return _device(current_session().default_device)
 
 
+#: the default devices that ``with tw.device(...)`` blocks replaced, innermost last
+_DEVICE_CONTEXTS: list = []
+
+
+def _enter_device(self):
+    """``with tw.device("cpu:1"):``, torch's device context: tensors created inside without ``device=`` go there
+    (:func:`set_default_device`), and to the device before once the block ends."""
+    _DEVICE_CONTEXTS.append(get_default_device())
+    set_default_device(self)
+    return self
+
+
+def _exit_device(self, *exc) -> None:
+    set_default_device(_DEVICE_CONTEXTS.pop())
+
+
+_device.__enter__ = _enter_device
+_device.__exit__ = _exit_device
+
+
 def is_tensor(obj) -> bool:
     return isinstance(obj, Tensor)
 

@@ -69,6 +69,9 @@ def _expand_key(x, key):
         raise IndexError("an index can only have a single ellipsis ('...')")
     consumed = sum(1 for k in key if k is not None and k is not Ellipsis and not isinstance(k, _Bool0))
     if consumed > x.ndim:
+        if not x.ndim and len(key) == 1 and isinstance(key[0], int):  # (torch's word for ``loss[0]`` of a 0-d loss)
+            raise IndexOutOfRange("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
+                                  "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number")
         raise IndexOutOfRange(f"too many indices for tensor of dimension {x.ndim}")
     if n_ell:
         i = next(j for j, k in enumerate(key) if k is Ellipsis)  # not .index: == on a tensor records an op

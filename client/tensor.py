@@ -18,6 +18,7 @@ import builtins
 import copy
 import math
 import operator
+import warnings
 from collections import namedtuple
 from collections.abc import Sequence
 
@@ -89,6 +90,9 @@ class device:  # noqa: N801 - torch's name
     def __hash__(self) -> int:
         return hash(str(self))
 
+    # (``with tw.device("cpu:1"):``, torch's device context: ``__enter__``/``__exit__`` come from
+    # ``tensorwire.functions``, beside the session's default device they set)
+
 
 def cuda_device(device=None) -> str:
     """torch's ``cuda(device)`` argument as a device name: None -> ``cuda:0``, ``1`` -> ``cuda:1``."""
@@ -108,7 +112,7 @@ class Tensor(TensorBase):
     """A tensor living on a cluster device. Create tensors with ``tw.tensor``, ``tw.randn`` ...."""
 
     __slots__ = ("_s", "_id", "_shape", "dtype", "_dev", "_base", "_vsteps", "_base_version", "_version",
-                 "requires_grad", "grad", "grad_fn", "_retains_grad", "_ag", "__weakref__")
+                 "requires_grad", "_grad", "grad_fn", "_retains_grad", "_ag", "__weakref__")
     __array_priority__ = 1000
 
     def _init(self, session, hid: int, shape, dtype: D.DType, dev: str) -> None:
@@ -122,7 +126,7 @@ class Tensor(TensorBase):
         self._base_version = 0
         self._version = 0
         self.requires_grad = False
-        self.grad = None
+        self._grad = None
         self.grad_fn = None
         self._retains_grad = False
         self._ag = None
@@ -362,7 +366,26 @@ class Tensor(TensorBase):
     def __repr__(self) -> str:
         return format_tensor(self)
 
-    __str__ = __repr__
+    def __str__(self) -> str:
+        return self.__repr__()  # (a subclass's own: ``print(param)`` shows "Parameter containing:", as torch's)
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient ``backward()`` accumulated into this tensor (None until then, or after ``zero_grad()``)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        """``t.grad = g``: None, or a tensor of ``t``'s shape, dtype and device, as torch checks (an optimizer, a
+        clipping or a hand-written update that assigns a wrong one fails here, at the user's line, not in the next
+        ``backward()``)."""
+        if value is not None:
+            _check_grad(self, value)
+        self._grad = value
+
+    @grad.deleter
+    def grad(self) -> None:
+        self._grad = None
 
     def __format__(self, spec: str) -> str:
         """torch's: a 0-d tensor formats as its Python number (``f"{loss:.4f}"``, and ``f"{score}"`` gives ``675.0``,
@@ -589,7 +612,7 @@ class Tensor(TensorBase):
         if type(o) is int and self.dtype is _INT64 and not self._shape \
                 and (t := _known_int_op(self, _op_add, o)) is not None:
             return t
-        return self._binary("add", o, True)
+        return self._binary("add", o)  # (``s + t`` is torch's add(t, s): t is the graph's first input)
 
     def __sub__(self, o):
         if type(o) is int and self.dtype is _INT64 and not self._shape \
@@ -613,7 +636,7 @@ class Tensor(TensorBase):
         if type(o) is int and self.dtype is _INT64 and not self._shape \
                 and (t := _known_int_op(self, _op_mul, o)) is not None:
             return t
-        return self._binary("mul", o, True)
+        return self._binary("mul", o)  # (``s * t`` is torch's mul(t, s): t is the graph's first input)
 
     def __truediv__(self, o):
         return self._binary("div", o)
@@ -731,13 +754,15 @@ class Tensor(TensorBase):
     greater_equal = __ge__
     not_equal = __ne__
 
-    def add(self, other, *, alpha=1):
+    def add(self, *args, alpha=1):
+        other, alpha = _alpha_first("add", args, alpha)
         if alpha == 1:
             return self + other
         t = self._scaled(other, alpha)
         return self + other * alpha if t is None else t
 
-    def sub(self, other, *, alpha=1):
+    def sub(self, *args, alpha=1):
+        other, alpha = _alpha_first("sub", args, alpha)
         if alpha == 1:
             return self - other
         t = self._scaled(other, -alpha)
@@ -1195,6 +1220,44 @@ class Tensor(TensorBase):
             raise ShapeError("t() expects a tensor with <= 2 dimensions")
         return self._permuted(self._transpose_plan(0, 1)) if len(self._shape) == 2 else self
 
+    def _reshape_(self, view: Tensor) -> Tensor:
+        """The in-place shape methods (``unsqueeze_``, ``squeeze_``, ``t_``, ``transpose_``, ``swapdims_``): this
+        tensor takes the shape of ``view``, the out-of-place method's result, as torch changes a tensor's sizes in
+        place. A view stays a view of the same root (an in-place update of it shows in its base, as torch's); a
+        tensor that is no view takes ``view``'s value as its own (a copy where the elements move: views made of it
+        before then keep reading its value, where torch's would see the new strides). autograd's graph follows, and
+        a leaf that requires grad refuses, as torch's."""
+        if view is self:
+            return self
+        _autograd_engine.check_inplace(self, view)
+        if self._base is None:
+            new = view.clone() if view._base is not None else view
+            _rebind(self, new)
+            _autograd_engine.after_inplace(self, new)
+            return self
+        for name in ("_id", "_shape", "dtype", "_dev", "_base", "_vsteps", "_base_version"):
+            mine = getattr(self, name)
+            setattr(self, name, getattr(view, name))
+            setattr(view, name, mine)
+        self._version += 1
+        _autograd_engine.after_inplace(self, view)
+        return self
+
+    def unsqueeze_(self, dim: int):
+        return self._reshape_(self.unsqueeze(dim))
+
+    def squeeze_(self, dim=None):
+        return self._reshape_(self.squeeze(dim))
+
+    def t_(self):
+        return self._reshape_(self.t())
+
+    def transpose_(self, dim0: int, dim1: int):
+        return self._reshape_(self.transpose(dim0, dim1))
+
+    swapaxes_ = transpose_
+    swapdims_ = transpose_
+
     @property
     def T(self):  # noqa: N802
         key = (self._shape, self.dtype, "T")
@@ -1512,10 +1575,12 @@ class Tensor(TensorBase):
         V.assign(self, new)
         return self
 
-    def add_(self, other, *, alpha=1):
+    def add_(self, *args, alpha=1):
+        other, alpha = _alpha_first("add_", args, alpha)
         return self._assign(self.add(other, alpha=alpha))
 
-    def sub_(self, other, *, alpha=1):
+    def sub_(self, *args, alpha=1):
+        other, alpha = _alpha_first("sub_", args, alpha)
         return self._assign(self.sub(other, alpha=alpha))
 
     def mul_(self, other):
@@ -1689,6 +1754,57 @@ for _op in _OPS.values():
             if _name in Tensor.__dict__:
                 raise ValueError(f"Tensor.{_name} is written by hand and declared by the op table's {_op.name!r}")
             setattr(Tensor, _name, _fn)
+
+
+#: torch's names of dtypes in its messages about an assigned gradient: the C++ type, then the scalar type
+_CXX_NAMES = {"float32": ("float", "Float"), "float64": ("double", "Double"), "float16": ("c10::Half", "Half"),
+              "bfloat16": ("c10::BFloat16", "BFloat16"), "int64": ("long int", "Long"), "int32": ("int", "Int"),
+              "int16": ("short int", "Short"), "int8": ("signed char", "Char"), "uint8": ("unsigned char", "Byte"),
+              "bool": ("bool", "Bool"), "complex64": ("c10::complex<float>", "ComplexFloat"),
+              "complex128": ("c10::complex<double>", "ComplexDouble")}
+
+
+def _check_grad(t: Tensor, g) -> None:
+    """torch's checks of ``t.grad = g`` (``g`` not None), with its messages."""
+    if not isinstance(g, Tensor):
+        raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(g).__name__}")
+    if g is t:
+        raise RuntimeError("can't assign Variable as its own grad")
+    if g.dtype is not t.dtype:
+        got = _CXX_NAMES.get(g.dtype.name, (g.dtype.name,))[0]
+        want = _CXX_NAMES.get(t.dtype.name, (None, t.dtype.name))[1]
+        raise RuntimeError(f"attempting to assign a gradient with dtype '{got}' to a tensor with grad_dtype '{want}'. "
+                           "The gradient must match the tensor's grad_dtype (defaults to the tensor's dtype). You can "
+                           "set the tensor's grad_dtype attribute with a specific dtype, or None to allow any dtype. "
+                           "Set grad_dtype with caution. Diverging the dtypes of a tensor and its gradient may break "
+                           "downstream systems that assume they match.")
+    if g._dev != t._dev:
+        raise RuntimeError(f"attempting to assign a gradient located on device '{g._dev}' to a tensor located on "
+                           f"device '{t._dev}'. Please ensure that the gradient and the tensor are on the same device")
+    if g._shape != t._shape:
+        raise RuntimeError(f"attempting to assign a gradient of size '{list(g._shape)}' to a tensor of size "
+                           f"'{list(t._shape)}'. Please ensure that the gradient and the tensor are the same size")
+
+
+#: the deprecated overloads that torch still takes and warns of once a process (``p.data.add_(-lr, p.grad.data)`` of
+#: old training loops: ``add_(Number alpha, Tensor other)``)
+_WARNED_OVERLOADS: set = set()
+
+
+def _alpha_first(name: str, args: tuple, alpha):
+    """``(other, alpha)`` of ``name``'s call with positional ``args`` (after ``self``): torch's deprecated
+    ``name(Number alpha, Tensor other)`` warned of once, as torch does; else ``args`` must be ``(other,)``."""
+    if len(args) == 1:
+        return args[0], alpha
+    if len(args) == 2 and isinstance(args[0], (builtins.int, builtins.float, np.number)) \
+            and isinstance(args[1], Tensor):
+        if name not in _WARNED_OVERLOADS:
+            _WARNED_OVERLOADS.add(name)
+            warnings.warn(f"This overload of {name} is deprecated:\n\t{name}(Number alpha, Tensor other)\nConsider "
+                          f"using one of the following signatures instead:\n\t{name}(Tensor other, *, Number alpha "
+                          "= 1)", UserWarning, stacklevel=3)
+        return args[1], args[0]
+    raise TypeError(f"{name}() takes 1 positional argument but {len(args)} were given")
 
 
 def _wrap_index(index: Tensor, n: int) -> Tensor:
