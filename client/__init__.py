@@ -54,6 +54,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
                   "nn", "onnx", "optim", "profiler", "progress", "random", "utils"),
     **_submodules("fft", "linalg", "masked", "signal", "special"),  # issue 33: torch.fft, .linalg, .masked, ...
     **_submodules("distributions"),  # torch.distributions (client/distributions/)
+    **_submodules("functional", "return_types"),  # torch.functional (torch.einsum ... by that module's name), and
+    # torch.return_types (the named tuples of x.max(0), x.sort() ...)
     # issue 33: sparse tensors (torch.sparse, torch.sparse_coo_tensor ...) and layouts
     **_submodules("sparse"),
     **_names("tensorwire.sparse", "sparse_coo_tensor", "sparse_csr_tensor", "spmm"),
@@ -114,7 +116,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 #: their drivers and carry torch's flags
 #: (a namespace needs no "tensor first" here: whichever module is imported first, Tensor has all its methods once
 #: ``tensorwire.tensor`` has loaded, client/_install.py; tests/client/test_import_first.py)
-_EXTRA: dict[str, tuple[str, ...]] = {"backends": ("tensorwire.backends.cuda", "tensorwire.backends.mps")}
+#: (``autograd``: torch.autograd.profiler, which loads the session: not with ``import tensorwire.autograd`` alone, as
+#: the autograd service imports that package)
+_EXTRA: dict[str, tuple[str, ...]] = {"backends": ("tensorwire.backends.cuda", "tensorwire.backends.mps"),
+                                      "autograd": ("tensorwire.autograd.profiler",)}
 #: public names that a submodule of the same name would hide once imported (``tw.tensor`` is the function, the
 #: module is ``tensorwire.tensor``), and those that must not be bound before their _EXTRA modules are loaded
 _GUARDED = frozenset({n for n, (_, attr) in _LAZY.items() if attr is not None} | set(_EXTRA))

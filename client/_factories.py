@@ -36,13 +36,17 @@ class TensorBase:
 def infer_np(data, dtype) -> np.ndarray:
     """A numpy array for ``data`` (nested lists of numbers or tensors, numbers, numpy arrays, a tensor) with torch's
     dtype inference (Python floats -> the default float dtype), or ``dtype``'s."""
-    if isinstance(data, TensorBase):
-        return data._numpy()
+    if isinstance(data, TensorBase):  # (its values, cast as torch's copy is: an integer dtype's wrap)
+        arr = data._numpy()
+        return arr if dtype is None or arr.dtype == D.get(dtype).np else arr.astype(D.get(dtype).np)
     if isinstance(data, (list, tuple)) and not _numbers(data) and any(isinstance(x, TensorBase) for x in _flat(data)):
         data = _tolist(data)
     arr = np.asarray(data)
     if dtype is not None:
         dt = D.get(dtype)
+        bounds = _INT_RANGES.get(dt)
+        if bounds is not None and not isinstance(data, np.ndarray):  # (an array's values wrap, as torch's do)
+            _check_range(arr, dt, bounds)
         if arr.dtype.kind == "f" and not dt.is_inexact and dt is not D.bool_:
             arr = np.trunc(arr)
         return arr.astype(dt.np) if arr.dtype != dt.np else arr
@@ -53,6 +57,8 @@ def infer_np(data, dtype) -> np.ndarray:
     if arr.dtype.kind == "f":
         return arr.astype(D.get_default_dtype().np)
     if arr.dtype.kind in "iu":
+        if arr.dtype.kind == "u" and arr.size and arr.max() > _INT64_MAX:  # (Python ints past int64's range)
+            raise ValueError("Overflow when unpacking long long")
         return arr.astype(np.int64)
     if arr.dtype.kind == "b":
         return arr
@@ -61,6 +67,32 @@ def infer_np(data, dtype) -> np.ndarray:
     if arr.dtype == object or arr.dtype.kind in "US":
         raise TypeError(f"can't convert {type(data).__name__} of mixed or non-numeric values to a tensor")
     return arr
+
+
+_INT64_MAX = 2 ** 63 - 1
+#: the integer dtypes whose values ``tw.tensor`` checks, as torch's ``checked_convert``, when they come from Python
+#: numbers: ``(lowest int, lowest float, highest)``. An unsigned dtype takes a negative int down to ``-max`` (it wraps,
+#: two's complement: ``tensor([-1], dtype=uint8)`` is 255) but no negative float; NaN and infinities never fit.
+_INT_RANGES: dict = {
+    D.uint8: (-255, 0, 255),
+    **{dt: (-(2 ** (8 * dt.itemsize - 1)), -(2 ** (8 * dt.itemsize - 1)), 2 ** (8 * dt.itemsize - 1) - 1)
+       for dt in (D.int8, D.int16, D.int32, D.int64)},
+}
+
+
+def _check_range(arr: np.ndarray, dt: D.DType, bounds: tuple) -> None:
+    """Raise torch's errors when a value of ``arr`` (made of Python numbers) does not fit integer dtype ``dt``."""
+    kind = arr.dtype.kind
+    if not arr.size or kind not in "fiu":  # (bools always fit; complex numbers fail at the cast)
+        return
+    if kind == "i" and dt.is_signed and arr.dtype.itemsize <= dt.itemsize:  # (Python ints into int64: all fit)
+        return
+    lo_int, lo_float, hi = bounds
+    lo, top = arr.min(), arr.max()
+    if kind == "u" and top > _INT64_MAX:  # (Python ints past int64's range: torch cannot read them)
+        raise ValueError("Overflow when unpacking long long")
+    if not (lo >= (lo_float if kind == "f" else lo_int) and top <= hi):  # (NaN compares False: it does not fit)
+        raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
 
 
 #: the types of the entries :func:`_numbers` passes

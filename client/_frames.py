@@ -56,3 +56,15 @@ def user_line(where) -> tuple | None:
         if start <= lasti < end:
             return code.co_filename, line
     return code.co_filename, None
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a ``warnings.warn`` made by this function's caller name the first frame outside
+    the client package: the user's line, for a warning of a function that other functions of the package may call
+    (``x.cross(y)`` reaches ``tw.cross`` through the method's wrapper). Only for warnings: it walks the stack."""
+    f = _getframe(1)
+    level = 1
+    while f.f_back is not None and f.f_code.co_filename.startswith(_CLIENT_DIR):
+        f = f.f_back
+        level += 1
+    return level

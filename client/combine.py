@@ -158,10 +158,12 @@ def cat(tensors, dim: int = 0, *, out=None) -> Tensor:
     if not tensors:
         raise ValueError("cat() expected a non-empty list of Tensors")
     live = tensors
-    for t in tensors:  # (a loop, no list made: an empty 1-D tensor is rare)
-        if t._shape == (0,):
+    for i, t in enumerate(tensors):  # (a loop, no list made: an empty 1-D tensor is rare)
+        sh = t._shape
+        if not sh:  # (torch checks every tensor, at its place in the list, before it skips the empty ones)
+            raise ShapeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
+        if sh == (0,) and live is tensors:
             live = [t for t in tensors if t._shape != (0,)] or tensors[:1]
-            break
     if len(live) == 1:
         r = live[0].clone()
     else:
@@ -207,12 +209,14 @@ def stack(tensors, dim: int = 0, *, out=None) -> Tensor:
 
 
 def hstack(tensors) -> Tensor:
-    tensors = list(tensors)
+    """The tensors joined along dim 1 (1-D ones along dim 0), 0-d ones taken as 1-D first (torch's atleast_1d)."""
+    tensors = [t.reshape(1) if t.ndim == 0 else t for t in tensors]
     return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
 
 
 def vstack(tensors) -> Tensor:
-    return cat([t.reshape(1, -1) if t.ndim == 1 else t for t in tensors], 0)
+    """The tensors joined along dim 0, 0-d and 1-D ones taken as rows first (torch's atleast_2d)."""
+    return cat([t.reshape(1, -1) if t.ndim < 2 else t for t in tensors], 0)
 
 
 def where(condition, input=None, other=None, *, out=None) -> Tensor:  # noqa: A002

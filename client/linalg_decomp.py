@@ -12,7 +12,6 @@ from them with tensor ops, so gradients flow through the composition; ``pinv`` (
 from __future__ import annotations
 
 import math
-from collections import namedtuple
 
 import numpy as np
 
@@ -26,23 +25,27 @@ from . import creation as _creation
 from . import linalg_lapack as L
 from .autograd_engine import Function
 from .host_ops import LinAlgError, check_float
+from .return_types import return_type
 from .tensor import Tensor
 from .zero_grads import zero_grad_from
 
-Slogdet = namedtuple("slogdet", ["sign", "logabsdet"])
-InvEx = namedtuple("inv_ex", ["inverse", "info"])
-SolveEx = namedtuple("solve_ex", ["result", "info"])
-CholeskyEx = namedtuple("cholesky_ex", ["L", "info"])
-Eigh = namedtuple("eigh", ["eigenvalues", "eigenvectors"])
-Eig = namedtuple("eig", ["eigenvalues", "eigenvectors"])
-Svd = namedtuple("svd", ["U", "S", "Vh"])
-Qr = namedtuple("qr", ["Q", "R"])
-LUFactor = namedtuple("lu_factor", ["LU", "pivots"])
-LUFactorEx = namedtuple("lu_factor_ex", ["LU", "pivots", "info"])
-PLU = namedtuple("lu", ["P", "L", "U"])
-LDLFactor = namedtuple("ldl_factor", ["LD", "pivots"])
-LDLFactorEx = namedtuple("ldl_factor_ex", ["LD", "pivots", "info"])
-Lstsq = namedtuple("lstsq", ["solution", "residuals", "rank", "singular_values"])
+#: torch.linalg's result types (``torch.return_types.linalg_<name>``; torch's older functions' own are in
+#: :mod:`.linalg_legacy`)
+Slogdet = return_type("linalg_slogdet", ["sign", "logabsdet"])
+InvEx = return_type("linalg_inv_ex", ["inverse", "info"])
+SolveEx = return_type("linalg_solve_ex", ["result", "info"])
+CholeskyEx = return_type("linalg_cholesky_ex", ["L", "info"])
+Eigh = return_type("linalg_eigh", ["eigenvalues", "eigenvectors"])
+Eig = return_type("linalg_eig", ["eigenvalues", "eigenvectors"])
+Svd = return_type("linalg_svd", ["U", "S", "Vh"])
+Qr = return_type("linalg_qr", ["Q", "R"])
+LUFactor = return_type("linalg_lu_factor", ["LU", "pivots"])
+LUFactorEx = return_type("linalg_lu_factor_ex", ["LU", "pivots", "info"])
+PLU = return_type("linalg_lu", ["P", "L", "U"])
+LUUnpack = return_type("lu_unpack", ["P", "L", "U"])
+LDLFactor = return_type("linalg_ldl_factor", ["LD", "pivots"])
+LDLFactorEx = return_type("linalg_ldl_factor_ex", ["LD", "pivots", "info"])
+Lstsq = return_type("linalg_lstsq", ["solution", "residuals", "rank", "singular_values"])
 
 
 # -- checks and shapes -----------------------------------------------------------------------------------------------
@@ -287,7 +290,7 @@ def _permutation(pivots: Tensor, m: int, like: Tensor) -> Tensor:
     return _creation.tensor(p, dtype=like.dtype, device=like._dev, session=like._s)
 
 
-def lu_unpack(LU_data: Tensor, LU_pivots: Tensor, unpack_data: bool = True, unpack_pivots: bool = True) -> PLU:  # noqa: N803
+def lu_unpack(LU_data: Tensor, LU_pivots: Tensor, unpack_data: bool = True, unpack_pivots: bool = True) -> LUUnpack:  # noqa: N803
     """``(P, L, U)`` from ``lu_factor``'s compact form (an empty tensor for what is not unpacked)."""
     m, n = LU_data.shape[-2], LU_data.shape[-1]
     k = min(m, n)
@@ -298,13 +301,13 @@ def lu_unpack(LU_data: Tensor, LU_pivots: Tensor, unpack_data: bool = True, unpa
     else:
         low = up = empty
     p = _permutation(LU_pivots, m, LU_data) if unpack_pivots else empty
-    return PLU(p, low, up)
+    return LUUnpack(p, low, up)
 
 
 def lu(A: Tensor, *, pivot: bool = True) -> PLU:  # noqa: N803
     """``(P, L, U)`` with ``A = P L U``."""
     lu_, piv, _ = lu_factor_ex(A, pivot=pivot)
-    return lu_unpack(lu_, piv)
+    return PLU(*lu_unpack(lu_, piv))
 
 
 def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True, adjoint: bool = False) -> Tensor:  # noqa: N803

@@ -8,18 +8,19 @@
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 from tensorwire.protocol.errors import ShapeError
 
 from . import _install
 from . import linalg_decomp as LD
 from . import linalg_lapack as L
+from .return_types import return_type
 from .tensor import Tensor
 
-SvdLegacy = namedtuple("svd", ["U", "S", "V"])
-TriangularSolve = namedtuple("triangular_solve", ["solution", "cloned_coefficient"])
-Geqrf = namedtuple("geqrf", ["a", "tau"])
+SvdLegacy = return_type("svd", ["U", "S", "V"])
+TriangularSolve = return_type("triangular_solve", ["solution", "cloned_coefficient"])
+Geqrf = return_type("geqrf", ["a", "tau"])
+QrLegacy = return_type("qr", ["Q", "R"])  # (torch.linalg's are ``linalg_qr``, ``linalg_slogdet``)
+SlogdetLegacy = return_type("slogdet", ["sign", "logabsdet"])
 
 
 def cholesky(input: Tensor, upper: bool = False) -> Tensor:  # noqa: A002
@@ -42,8 +43,13 @@ def cholesky_inverse(L_: Tensor, upper: bool = False) -> Tensor:  # noqa: N803
     return low_inv.mT.matmul(low_inv)
 
 
-def qr(input: Tensor, some: bool = True) -> LD.Qr:  # noqa: A002
-    return LD.qr(input, "reduced" if some else "complete")
+def qr(input: Tensor, some: bool = True) -> QrLegacy:  # noqa: A002
+    return QrLegacy(*LD.qr(input, "reduced" if some else "complete"))
+
+
+def slogdet(input: Tensor) -> SlogdetLegacy:  # noqa: A002
+    """``(sign, logabsdet)`` of ``input``'s determinant (``linalg.slogdet``'s values, torch.slogdet's type)."""
+    return SlogdetLegacy(*LD.slogdet(input))
 
 
 def svd(input: Tensor, some: bool = True, compute_uv: bool = True) -> SvdLegacy:  # noqa: A002
@@ -122,7 +128,7 @@ def pca_lowrank(A: Tensor, q: int | None = None, center: bool = True, niter: int
 
 
 FUNCTIONS = {
-    "det": LD.det, "logdet": LD.logdet, "slogdet": LD.slogdet, "inverse": LD.inv, "cholesky": cholesky,
+    "det": LD.det, "logdet": LD.logdet, "slogdet": slogdet, "inverse": LD.inv, "cholesky": cholesky,
     "cholesky_solve": cholesky_solve, "cholesky_inverse": cholesky_inverse, "qr": qr, "svd": svd, "lu": lu,
     "lu_unpack": LD.lu_unpack, "lu_solve": lu_solve, "triangular_solve": triangular_solve, "geqrf": geqrf,
     "orgqr": LD.householder_product, "ormqr": ormqr, "pinverse": pinverse, "matrix_power": matrix_power,

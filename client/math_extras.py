@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import math
 import sys
-from collections import namedtuple
+import warnings
 
 import numpy as np
 
@@ -22,7 +22,9 @@ from . import _install
 from . import autograd_engine as _autograd_engine
 from . import combine as _combine
 from . import creation as _creation
+from ._frames import user_stacklevel
 from .complex_ops import angle, conj, conj_physical, isreal, real, resolve_conj, resolve_neg
+from .return_types import return_type
 from .tensor import Tensor
 from .zero_grads import zero_grad_from
 
@@ -336,13 +338,23 @@ def kron(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     return (a.reshape(*sa) * b.reshape(*sb)).reshape(*[x * y for x, y in zip(a.shape, b.shape)])
 
 
+#: the deprecations torch warns of once a process, and has: ``cross`` without ``dim``
+_WARNED: set[str] = set()
+
+
 def cross(input: Tensor, other: Tensor, dim: int | None = None) -> Tensor:  # noqa: A002
-    """The 3-vector cross product along ``dim`` (``None``: the first dim of size 3, as torch.cross)."""
+    """The 3-vector cross product along ``dim`` (``None``: the first dim of size 3, as torch.cross, which warns of
+    it once a process as deprecated)."""
     shape = broadcast(tuple(input.shape), tuple(other.shape))
     if dim is None:
+        if "cross" not in _WARNED:
+            _WARNED.add("cross")
+            warnings.warn("Using torch.cross without specifying the dim arg is deprecated.\nPlease either pass the dim "
+                          "explicitly or simply use torch.linalg.cross.\nThe default value of dim will change to agree "
+                          "with that of linalg.cross in a future release.", UserWarning, stacklevel=user_stacklevel())
         dim = next((i for i, s in enumerate(shape) if s == 3), None)
         if dim is None:
-            raise ShapeError(f"no dimension of size 3 in input of shape {list(shape)}")
+            raise ShapeError("no dimension of size 3 in input")
     return linalg_cross(input, other, dim=dim)
 
 
@@ -441,7 +453,7 @@ def logcumsumexp(input: Tensor, dim: int) -> Tensor:  # noqa: A002
     return (x - m).exp().cumsum(d).log() + m
 
 
-_MaxIdx = namedtuple("cummax", ["values", "indices"])
+_MaxIdx = return_type("cummax", ["values", "indices"])
 
 
 def _cumext(input: Tensor, dim: int, largest: bool):
@@ -481,7 +493,7 @@ def cummax(input: Tensor, dim: int):  # noqa: A002
     return _MaxIdx(v, i)
 
 
-_MinIdx = namedtuple("cummin", ["values", "indices"])
+_MinIdx = return_type("cummin", ["values", "indices"])
 
 
 def cummin(input: Tensor, dim: int):  # noqa: A002
@@ -499,10 +511,6 @@ def nanmean(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Te
     x = input if dtype is None else input.to(dtype)
     keep = ~x.isnan()
     return x.nansum(dim, keepdim) / keep.sum(dim, keepdim).to(x.dtype)
-
-
-_VarMean = namedtuple("var_mean", ["var", "mean"])
-_StdMean = namedtuple("std_mean", ["std", "mean"])
 
 
 def var_mean(input: Tensor, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):  # noqa: A002
@@ -531,7 +539,8 @@ def renorm(input: Tensor, p, dim: int, maxnorm) -> Tensor:  # noqa: A002
     return input * scale
 
 
-_Median = namedtuple("median", ["values", "indices"])
+_Median = return_type("median", ["values", "indices"])
+_NanMedian = return_type("nanmedian", ["values", "indices"])
 
 
 def _median(input: Tensor, dim, keepdim: bool, skip_nan: bool):  # noqa: A002
@@ -565,7 +574,8 @@ def median(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A002
 
 def nanmedian(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A002
     """:func:`median` ignoring NaN (NaN only where a slice is all NaN)."""
-    return _median(input, dim, keepdim, True)
+    r = _median(input, dim, keepdim, True)
+    return r if isinstance(r, Tensor) else _NanMedian(*r)
 
 
 def _quantile(input: Tensor, q, dim, keepdim: bool, interpolation: str, skip_nan: bool) -> Tensor:  # noqa: A002
@@ -666,7 +676,7 @@ def linalg_matrix_exp(A: Tensor) -> Tensor:  # noqa: N803
     return total.to(A.dtype)
 
 
-_Mode = namedtuple("mode", ["values", "indices"])
+_Mode = return_type("mode", ["values", "indices"])
 
 
 def mode(input: Tensor, dim: int = -1, keepdim: bool = False):  # noqa: A002
@@ -697,7 +707,7 @@ def mode(input: Tensor, dim: int = -1, keepdim: bool = False):  # noqa: A002
     return _Mode(value, idx)
 
 
-_Frexp = namedtuple("frexp", ["mantissa", "exponent"])
+_Frexp = return_type("frexp", ["mantissa", "exponent"])
 
 
 def frexp(input: Tensor):  # noqa: A002
@@ -747,8 +757,8 @@ def histc(input: Tensor, bins: int = 100, min=0, max=0) -> Tensor:  # noqa: A002
     return counts.scatter_add(0, pos.to(D.int64), valid.to(x.dtype))
 
 
-_Histogram = namedtuple("histogram", ["hist", "bin_edges"])
-_HistogramDD = namedtuple("histogramdd", ["hist", "bin_edges"])
+_Histogram = return_type("histogram", ["hist", "bin_edges"])
+_HistogramDD = return_type("histogramdd", ["hist", "bin_edges"])
 
 
 def _host_values(t):

@@ -11,8 +11,6 @@ cumulative weights, without replacement by the exponential-race trick (the ``num
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
@@ -22,11 +20,12 @@ from tensorwire.protocol.shapes import norm_dim
 from . import _install
 from . import combine as _combine
 from . import creation as _creation
+from .return_types import return_type
 from .tensor import Tensor
 
-Sort = namedtuple("sort", ["values", "indices"])
-TopK = namedtuple("topk", ["values", "indices"])
-KthValue = namedtuple("kthvalue", ["values", "indices"])
+Sort = return_type("sort", ["values", "indices"])
+TopK = return_type("topk", ["values", "indices"])
+KthValue = return_type("kthvalue", ["values", "indices"])
 
 
 def argsort(x, dim: int = -1, descending: bool = False, stable: bool = False):

@@ -4,6 +4,7 @@ short composition of them. :mod:`tensorwire.nn.functional` re-exports them."""
 from __future__ import annotations
 
 import math
+import warnings
 
 from tensorwire.creation import rand
 from tensorwire.functions import where
@@ -87,22 +88,30 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
     return a * b.sigmoid()
 
 
-def softmax(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:  # noqa: A002
-    return input.softmax(_softmax_dim(input, dim), dtype=dtype)
+def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
+    """Softmax along ``dim``; without ``dim``, torch's deprecated implicit choice, warned of (:func:`_softmax_dim`).
+    ``_stacklevel``: where the warning points, as torch's argument (3: the caller of this function)."""
+    return input.softmax(_softmax_dim(input, dim, "softmax", _stacklevel), dtype=dtype)
 
 
-def softmin(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:  # noqa: A002
-    return (-input).softmax(_softmax_dim(input, dim), dtype=dtype)
+def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
+    """``softmax(-input)`` (``dim``, ``_stacklevel`` as :func:`softmax`'s)."""
+    return (-input).softmax(_softmax_dim(input, dim, "softmin", _stacklevel), dtype=dtype)
 
 
-def log_softmax(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:  # noqa: A002
-    return input.log_softmax(_softmax_dim(input, dim), dtype=dtype)
+def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
+    """``log(softmax(input))`` in one op (``dim``, ``_stacklevel`` as :func:`softmax`'s)."""
+    return input.log_softmax(_softmax_dim(input, dim, "log_softmax", _stacklevel), dtype=dtype)
 
 
-def _softmax_dim(x: Tensor, dim):
+def _softmax_dim(x: Tensor, dim, name: str = "softmax", stacklevel: int = 3):
+    """``dim``, or when it is None torch's legacy implicit choice (0 for 0-, 1- and 3-D inputs, else 1), with torch's
+    deprecation warning at ``stacklevel`` (counted from this function, as ``warnings.warn``'s)."""
     if dim is not None:
         return dim
-    return 0 if x.ndim in (0, 1, 3) else 1  # torch's legacy implicit choice
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as an "
+                  "argument.", UserWarning, stacklevel=stacklevel)
+    return 0 if x.ndim in (0, 1, 3) else 1
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002

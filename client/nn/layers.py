@@ -674,8 +674,10 @@ class Softmax(_Hyper):
                 and getattr(type(input), name) is direct[1]:
             # (F.<fn>'s and the tensor method's one op, recorded here as Linear's: two calls fewer, and the search for
             # the user's line every recorded op makes starts above this frame, at Module.__call__ or the user's call)
-            return _record(input._s, name, [input], {"dim": _softmax_dim(input, self.dim)}, input._dev, 2)
-        return fn(input, self.dim)
+            # (an implicit dim's warning points at the module's caller: _softmax_dim, forward, Module.__call__, there)
+            return _record(input._s, name, [input], {"dim": _softmax_dim(input, self.dim, name, 4)}, input._dev, 2)
+        # (torch passes ``_stacklevel=5`` always; here only when it matters, for a replaced F.<fn> that lacks it)
+        return fn(input, self.dim) if self.dim is not None else fn(input, self.dim, _stacklevel=5)
 
 
 class LogSoftmax(Softmax):

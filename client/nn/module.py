@@ -16,10 +16,15 @@ from tensorwire.tensor import Tensor, cuda_device
 from ._tensors import alias, no_grad, rebind, set_value
 from .parameter import Buffer, Parameter
 
-_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
-class _IncompatibleKeysT(_IncompatibleKeys):
+class _IncompatibleKeys(IncompatibleKeys):
+    """What ``load_state_dict`` returns, as torch's: ``(missing_keys, unexpected_keys)``, shown as
+    ``<All keys matched successfully>`` when both are empty, else ``_IncompatibleKeys(missing_keys=[...], ...)``."""
+
+    __slots__ = ()
+
     def __repr__(self):
         if not self.missing_keys and not self.unexpected_keys:
             return "<All keys matched successfully>"
@@ -599,12 +604,13 @@ class Module:
         unexpected = [k for k in state_dict if k not in expected]
         if strict:
             if unexpected:
-                errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ".")
+                # (torch's lines, their trailing space included)
+                errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
             if missing:
-                errors.insert(0, "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
+                errors.insert(0, "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". ")
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
-        return _IncompatibleKeysT(missing, unexpected)
+        return _IncompatibleKeys(missing, unexpected)
 
     # ------------------------------------------------------------------ copy, repr
     def __deepcopy__(self, memo):

@@ -88,6 +88,9 @@ def _pad_infer(metas, attrs):
 
 
 def _cat_infer(metas, attrs):
+    for i, (s, _) in enumerate(metas):
+        if not s:
+            raise ShapeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
     s0, _ = metas[0]
     dim = norm_dim(a_int(attrs, "dim"), len(s0))
     dt = metas[0][1]
