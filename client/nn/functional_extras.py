@@ -26,7 +26,7 @@ from ..padding import pad
 from .activations import elu, hardtanh, leaky_relu, logsigmoid, relu
 from .interpolation import interpolate
 from .linear_maps import conv1d, linear
-from .loss_functions import _reduce, cross_entropy
+from .loss_functions import _reduce, cross_entropy, takes_legacy_reduction
 
 __all__ = [
     "celu", "selu", "hardshrink", "softshrink", "softsign", "tanhshrink", "threshold", "hardsigmoid", "hardswish",
@@ -388,6 +388,7 @@ def conv_tbc(input: Tensor, weight: Tensor, bias: Tensor, pad: int = 0) -> Tenso
 
 # -- losses ----------------------------------------------------------------------------------------------------------
 
+@takes_legacy_reduction
 def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",  # noqa: A002
            log_target: bool = False) -> Tensor:
     """target · (log target - input) pointwise (``log_target``: the target is given as its log)."""
@@ -400,12 +401,14 @@ def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None, reduct
     return _reduce(loss, reduction)
 
 
+@takes_legacy_reduction
 def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
                         size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """max(0, -target · (input1 - input2) + margin)."""
     return _reduce((-target * (input1 - input2) + margin).clamp(min=0), reduction)
 
 
+@takes_legacy_reduction
 def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0, size_average=None,  # noqa: A002
                          reduce=None, reduction: str = "mean") -> Tensor:
     """x where target is 1, max(0, margin - x) where it is -1 (torch's sum of the two masked terms)."""
@@ -414,12 +417,14 @@ def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0, siz
     return _reduce(out, reduction)
 
 
+@takes_legacy_reduction
 def soft_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
                      reduction: str = "mean") -> Tensor:
     """log(1 + exp(-target · input))."""
     return _reduce((-target * input).exp().log1p(), reduction)
 
 
+@takes_legacy_reduction
 def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
                                 size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """-(t log σ(x) + (1 - t) log σ(-x)), averaged over the classes (the last dim)."""
@@ -430,6 +435,7 @@ def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | 
     return _reduce(loss, reduction)
 
 
+@takes_legacy_reduction
 def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
                           size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """1 - cos(x1, x2) where target is 1, max(0, cos(x1, x2) - margin) where it is -1 (torch's EPSILON 1e-12)."""
@@ -447,6 +453,7 @@ def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin
     return _reduce(out, reduction)
 
 
+@takes_legacy_reduction
 def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full: bool = False,  # noqa: A002
                      size_average=None, eps: float = 1e-8, reduce=None, reduction: str = "mean") -> Tensor:
     """exp(x) - t x (``log_input``) or x - t log(x + eps); ``full`` adds Stirling's term where t > 1."""
@@ -526,6 +533,7 @@ def triplet_margin_with_distance_loss(anchor: Tensor, positive: Tensor, negative
     return _reduce((margin + dp - dn).clamp(min=0), reduction)
 
 
+@takes_legacy_reduction
 def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0, p: float = 2,
                         eps: float = 1e-6, swap: bool = False, size_average=None, reduce=None,
                         reduction: str = "mean") -> Tensor:
@@ -541,6 +549,7 @@ def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, marg
     return _reduce((margin + dp - dn).clamp(min=0), reduction)
 
 
+@takes_legacy_reduction
 def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float = 1.0,  # noqa: A002
                       weight: Tensor | None = None, size_average=None, reduce=None,
                       reduction: str = "mean") -> Tensor:
@@ -660,6 +669,7 @@ def linear_cross_entropy(input: Tensor, linear_weight: Tensor, target: Tensor, *
                          reduction=reduction, label_smoothing=label_smoothing)
 
 
+@takes_legacy_reduction
 def multilabel_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
                            reduction: str = "mean") -> Tensor:
     """Σ_j Σ_{i not a target} max(0, 1 - (x[y_j] - x[i])) / C over the target classes y_j (the target row's

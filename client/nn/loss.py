@@ -11,18 +11,8 @@ from tensorwire.protocol import dtypes as D
 from . import functional as F
 from .distance import PairwiseDistance
 from .layers import Linear
+from .loss_functions import legacy_reduction
 from .module import Module
-
-
-def _legacy_reduction(size_average, reduce) -> str:
-    """torch's ``_Reduction.legacy_get_string``: the ``reduction`` that the deprecated ``size_average`` / ``reduce``
-    arguments mean (with torch's warning)."""
-    size_average = True if size_average is None else size_average
-    reduce = True if reduce is None else reduce
-    ret = "mean" if size_average and reduce else "sum" if reduce else "none"
-    warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{ret}' instead.",
-                  stacklevel=3)
-    return ret
 
 
 class _Loss(Module):
@@ -31,7 +21,7 @@ class _Loss(Module):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         if size_average is not None or reduce is not None:
-            reduction = _legacy_reduction(size_average, reduce)
+            reduction = legacy_reduction(size_average, reduce)
         if reduction not in self._reductions:
             raise ValueError(f"{reduction} is not a valid value for reduction")
         self.reduction = reduction

@@ -4,9 +4,46 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import warnings
+
 from tensorwire.functions import where
 from tensorwire.protocol import dtypes as D
 from tensorwire.tensor import Tensor
+
+
+def legacy_reduction(size_average, reduce, stacklevel: int = 3) -> str:
+    """torch's ``_Reduction.legacy_get_string``: the ``reduction`` that the deprecated ``size_average`` / ``reduce``
+    arguments mean (with torch's warning): ``size_average=False`` is ``"sum"``, ``reduce=False`` is ``"none"``."""
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    ret = "mean" if size_average and reduce else "sum" if reduce else "none"
+    warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{ret}' instead.",
+                  stacklevel=stacklevel)
+    return ret
+
+
+def takes_legacy_reduction(fn):
+    """``fn`` (a functional loss with torch's ``size_average=None, reduce=None, reduction="mean"`` parameters) with
+    its deprecated ``size_average`` / ``reduce`` meaning what torch's mean (:func:`legacy_reduction`: the VAE of
+    old tutorials sums its ``binary_cross_entropy(..., size_average=False)``); a call without them costs a length
+    test and two dict lookups more."""
+    sig = inspect.signature(fn)
+    names = list(sig.parameters)
+    first = min(names.index("size_average"), names.index("reduce"))
+
+    @functools.wraps(fn)
+    def loss(*args, **kwargs):
+        if len(args) <= first and "size_average" not in kwargs and "reduce" not in kwargs:
+            return fn(*args, **kwargs)
+        bound = sig.bind(*args, **kwargs)
+        a = bound.arguments
+        size_average, reduce = a.pop("size_average", None), a.pop("reduce", None)
+        if size_average is not None or reduce is not None:
+            a["reduction"] = legacy_reduction(size_average, reduce)
+        return fn(*bound.args, **bound.kwargs)
+    return loss
 
 
 def _reduce(loss: Tensor, reduction: str) -> Tensor:
@@ -19,15 +56,18 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
     raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
+@takes_legacy_reduction
 def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:  # noqa: A002
     d = input - target
     return _reduce(d * d, reduction)
 
 
+@takes_legacy_reduction
 def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:  # noqa: A002
     return _reduce((input - target).abs(), reduction)
 
 
+@takes_legacy_reduction
 def smooth_l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",  # noqa: A002
                    beta: float = 1.0) -> Tensor:
     d = (input - target).abs()
@@ -41,6 +81,7 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
     return _reduce(where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta), reduction)
 
 
+@takes_legacy_reduction
 def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,  # noqa: A002
              ignore_index: int = -100, reduce=None, reduction: str = "mean") -> Tensor:
     """Negative log-likelihood of class indices ``target`` under log-probabilities ``input`` ([N, C, ...])."""
@@ -111,6 +152,7 @@ def _nll(logp: Tensor, target: Tensor, weight, ignore_index: int, reduction: str
     return _reduce(loss, reduction), w, valid
 
 
+@takes_legacy_reduction
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,  # noqa: A002
                   ignore_index: int = -100, reduce=None, reduction: str = "mean",
                   label_smoothing: float = 0.0) -> Tensor:
@@ -154,6 +196,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
     return nll * (1 - label_smoothing) + smooth * (label_smoothing / c)
 
 
+@takes_legacy_reduction
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,  # noqa: A002
                          reduce=None, reduction: str = "mean") -> Tensor:
     """-(t log x + (1 - t) log(1 - x)), each log clamped at -100, written as torch's kernel computes it:
@@ -170,6 +213,7 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     return _reduce(loss, reduction)
 
 
+@takes_legacy_reduction
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
                                      size_average=None, reduce=None, reduction: str = "mean",
                                      pos_weight: Tensor | None = None) -> Tensor:
