@@ -19,7 +19,6 @@ import copy
 import math
 import operator
 import warnings
-from collections import namedtuple
 from collections.abc import Sequence
 
 import numpy as np
@@ -44,10 +43,13 @@ from .known_values import known_int_op as _known_int_op
 from .known_values import rsub as _rsub
 from .memos import remember
 from .printing import format_tensor
+from .return_types import return_type
 from .sparse_layout import strided as _strided
 from .zero_grads import zero_grad_from
 
-MaxMin = namedtuple("MaxMin", ["values", "indices"])
+Max = return_type("max", ["values", "indices"])
+Min = return_type("min", ["values", "indices"])
+AMinMax = return_type("aminmax", ["min", "max"])
 _Number = (int, float, bool, complex, np.number, np.bool_)
 _INT64 = D.int64
 _op_add, _op_sub, _op_mul = operator.add, operator.sub, operator.mul
@@ -1028,7 +1030,7 @@ class Tensor(TensorBase):
             return self.maximum(dim)
         if dim is None:
             return self._reduce("amax", None, False)
-        return MaxMin(self._reduce("amax", dim, keepdim), self.argmax(dim, keepdim))
+        return Max(self._reduce("amax", dim, keepdim), self.argmax(dim, keepdim))
 
     def min(self, dim=None, keepdim: bool = False):
         """``min()`` -> 0-d; ``min(dim)`` -> ``(values, indices)``; ``min(other)`` -> elementwise."""
@@ -1036,11 +1038,11 @@ class Tensor(TensorBase):
             return self.minimum(dim)
         if dim is None:
             return self._reduce("amin", None, False)
-        return MaxMin(self._reduce("amin", dim, keepdim), self.argmin(dim, keepdim))
+        return Min(self._reduce("amin", dim, keepdim), self.argmin(dim, keepdim))
 
     def aminmax(self, *, dim=None, keepdim=False):
-        return namedtuple("aminmax", ["min", "max"])(self.amin(dim if dim is not None else (), keepdim),
-                                                      self.amax(dim if dim is not None else (), keepdim))
+        return AMinMax(self.amin(dim if dim is not None else (), keepdim),
+                       self.amax(dim if dim is not None else (), keepdim))
 
     def argmax(self, dim: int | None = None, keepdim: bool = False):
         return self._rec("argmax", [self], {"dim": dim, "keepdim": keepdim})

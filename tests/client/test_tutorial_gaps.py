@@ -211,7 +211,8 @@ def _results(lib) -> list:
                 x.mode(1), lib.frexp(x), lib.linalg.slogdet(sq), lib.slogdet(sq), sq.slogdet(), lib.linalg.eigh(sq),
                 lib.linalg.inv_ex(sq), lib.linalg.cholesky_ex(sq), lib.linalg.lu_factor(sq), lib.linalg.lu(sq),
                 lib.lu_unpack(*lib.linalg.lu_factor(sq)), lib.triangular_solve(sq, sq), lib.geqrf(sq),
-                lib.linalg.qr(sq), lib.qr(sq), lib.linalg.svd(sq), lib.svd(sq), lib.histogram(x.flatten(), bins=2)]
+                lib.linalg.qr(sq), lib.qr(sq), lib.linalg.svd(sq), lib.svd(sq), lib.histogram(x.flatten(), bins=2),
+                x.max(1), x.min(0), lib.max(x, 1, keepdim=True), x.aminmax()]
 
 
 def test_return_types_are_torchs():
@@ -219,7 +220,7 @@ def test_return_types_are_torchs():
     names = ["sort", "topk", "kthvalue", "cummax", "cummin", "median", "nanmedian", "mode", "frexp", "linalg_slogdet",
              "slogdet", "slogdet", "linalg_eigh", "linalg_inv_ex", "linalg_cholesky_ex", "linalg_lu_factor",
              "linalg_lu", "lu_unpack", "triangular_solve", "geqrf", "linalg_qr", "qr", "linalg_svd", "svd",
-             "histogram"]
+             "histogram", "max", "min", "max", "aminmax"]
     assert [g[0] for g in got] == ["torch.return_types." + n for n in names]
     torch = pytest.importorskip("torch")
     assert got == [(f"torch.return_types.{type(r).__name__}", type(r).__match_args__) for r in _results(torch)]
