@@ -128,6 +128,7 @@ from .padding_layers import (
     ZeroPad2d,
     ZeroPad3d,
 )
+from .parallel import DataParallel
 from .parameter import Buffer, Parameter, UninitializedBuffer, UninitializedParameter
 from .pooling_layers import (
     AdaptiveAvgPool3d,
@@ -177,6 +178,7 @@ __all__ = [
     "TransformerDecoder", "Transformer", "RNNBase", "RNN", "LSTM", "GRU",
     "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell", "MSELoss", "L1Loss", "SmoothL1Loss",
     "HuberLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "functional", "init", "utils",
+    "DataParallel",
     "RemovableHandle", "PairwiseDistance", "CosineSimilarity",
     # the rest of torch.nn's modules over the functional forms (layers' activations, pooling_layers, norm_layers,
     # padding_layers, shape_layers, lazy, loss)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import warnings
 import weakref
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.tensor import Tensor, cuda_device
 
 from ._tensors import alias, no_grad, rebind, set_value
+from .backward_hooks import call_with_backward_hooks
 from .parameter import Buffer, Parameter
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -50,6 +52,15 @@ class RemovableHandle:
 
     def __exit__(self, *exc):
         self.remove()
+
+
+def _add_hook(hooks: dict, hook: Callable, prepend: bool) -> RemovableHandle:
+    """``hook`` into ``hooks`` (first with ``prepend``); its handle."""
+    h = RemovableHandle(hooks)
+    hooks[h.id] = hook
+    if prepend:
+        hooks.move_to_end(h.id, last=False)
+    return h
 
 
 def _addindent(s: str, n: int) -> str:
@@ -226,6 +237,8 @@ class Module:
         object.__setattr__(self, _MIRRORS, set())
         object.__setattr__(self, "_forward_hooks", OrderedDict())
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
+        object.__setattr__(self, "_backward_hooks", OrderedDict())
+        object.__setattr__(self, "_backward_pre_hooks", OrderedDict())
         object.__setattr__(self, "_state_dict_pre_hooks", OrderedDict())
 
     # ------------------------------------------------------------------ forward
@@ -240,12 +253,25 @@ class Module:
                 r = hook(self, args)
                 if r is not None:
                     args = r if isinstance(r, tuple) else (r,)
+        d = self.__dict__
+        if d.get("_backward_hooks") or d.get("_backward_pre_hooks"):
+            return call_with_backward_hooks(self, list(d["_backward_hooks"].values()),
+                                            list(d["_backward_pre_hooks"].values()), self._forward_hooked, args, kwargs)
         out = self.forward(*args, **kwargs)
         if self._forward_hooks:
             for hook in list(self._forward_hooks.values()):
                 r = hook(self, args, out)
                 if r is not None:
                     out = r
+        return out
+
+    def _forward_hooked(self, *args, **kwargs):
+        """``forward`` then the forward hooks (a call with backward hooks: ``backward_hooks`` wraps this)."""
+        out = self.forward(*args, **kwargs)
+        for hook in list(self._forward_hooks.values()):
+            r = hook(self, args, out)
+            if r is not None:
+                out = r
         return out
 
     def register_forward_hook(self, hook: Callable) -> RemovableHandle:
@@ -259,6 +285,37 @@ class Module:
         h = RemovableHandle(self._forward_pre_hooks)
         self._forward_pre_hooks[h.id] = hook
         return h
+
+    def _backward_hook_dict(self, name: str) -> dict:
+        d = self.__dict__.get(name)
+        if d is None:  # (a module made without __init__: unpickled, or an old subclass's)
+            object.__setattr__(self, "_backward_hooks", self.__dict__.get("_backward_hooks", OrderedDict()))
+            object.__setattr__(self, "_backward_pre_hooks", self.__dict__.get("_backward_pre_hooks", OrderedDict()))
+            d = self.__dict__[name]
+        return d
+
+    def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """``hook(module, grad_input, grad_output)`` runs each time the gradients with respect to the module's inputs
+        are computed (``grad_input``: one entry a positional argument, None where it is not a tensor or gets no
+        gradient; ``grad_output``: the outputs'); a non-None return replaces ``grad_input``
+        (``client/nn/backward_hooks.py``)."""
+        return _add_hook(self._backward_hook_dict("_backward_hooks"), hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """``hook(module, grad_output)`` runs each time the gradients with respect to the module's outputs are
+        computed, before those with respect to its inputs; a non-None return replaces ``grad_output``."""
+        return _add_hook(self._backward_hook_dict("_backward_pre_hooks"), hook, prepend)
+
+    def register_backward_hook(self, hook: Callable) -> RemovableHandle:
+        """torch's deprecated backward hook. torch's gives the gradients with respect to the inputs of the module's
+        last autograd node (for a Linear: the bias, the input and the weight's transpose); tensorwire's is the full
+        hook (:meth:`register_full_backward_hook`: the gradients with respect to the module's inputs), with a
+        FutureWarning saying so."""
+        warnings.warn("register_backward_hook is deprecated: tensorwire runs it as register_full_backward_hook, whose "
+                      "grad_input is the gradients with respect to the module's inputs (torch's deprecated hook gives "
+                      "those of the inputs of the module's last operation). Use register_full_backward_hook.",
+                      FutureWarning, stacklevel=2)
+        return self.register_full_backward_hook(hook)
 
     # ------------------------------------------------------------------ registration
     def __setattr__(self, name: str, value) -> None:

@@ -31,11 +31,18 @@ from .module import Module
 
 
 class DataParallel(Module):
-    """Data parallelism over ``devices`` (default: every device of the session's cluster)."""
+    """Data parallelism over ``devices`` (default: every device of the session's cluster); torch's ``device_ids``
+    names them too (ints are indices of the cluster's devices of the default device's type: ``[0, 1]``)."""
 
-    def __init__(self, module: Module, devices=None, output_device=None, dim: int = 0, bucket_cap_mb: float = 25):
+    def __init__(self, module: Module, device_ids=None, output_device=None, dim: int = 0, *, devices=None,
+                 bucket_cap_mb: float = 25):
         super().__init__()
         s = current_session()
+        if devices is None and device_ids is not None:
+            kind = device_name(s.default_device).split(":")[0]
+            devices = [f"{kind}:{d}" if isinstance(d, int) else d for d in device_ids]
+        if isinstance(output_device, int):
+            output_device = f"{device_name(s.default_device).split(':')[0]}:{output_device}"
         devs = [device_name(d) for d in (devices if devices is not None else s.devices())]
         if not devs or len(set(devs)) != len(devs):
             raise ValueError(f"DataParallel needs distinct devices, got {devs}")
@@ -192,8 +199,6 @@ class DataParallel(Module):
             res = r.load_state_dict({k: v.to(d) if isinstance(v, Tensor) else v for k, v in sd.items()}, strict)
         return res
 
-    def extra_repr(self) -> str:
-        return f"devices={self.devices}, output_device={self.output_device!r}"
 
 
 class DistributedDataParallel(DataParallel):
@@ -220,8 +225,8 @@ class DistributedDataParallel(DataParallel):
         kind = dev.split(":")[0]
         devices = [dev] + [d for d in s.devices() if d.split(":")[0] == kind and d != dev]
         self._broadcast_buffers = broadcast_buffers
-        super().__init__(module, devices, output_device if output_device is not None else dev, dim,
-                         25 if bucket_cap_mb is None else bucket_cap_mb)
+        super().__init__(module, None, output_device if output_device is not None else dev, dim, devices=devices,
+                         bucket_cap_mb=25 if bucket_cap_mb is None else bucket_cap_mb)
         self.device_ids = device_ids
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view

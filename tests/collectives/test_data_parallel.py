@@ -131,3 +131,13 @@ def test_ddp_with_process_group_and_distributed_sampler(session):
     finally:
         dist.destroy_process_group()
     assert not dist.is_initialized()
+
+
+def test_torchs_spelling_names_the_same_data_parallel(session):
+    """``tw.nn.DataParallel(module, device_ids=[0, 1])``: torch's name and arguments (ints: the indices of the
+    default device's type), torch's repr."""
+    dp = tw.nn.DataParallel(tw.nn.Linear(3, 2), device_ids=[0, 1], output_device=1)
+    assert tw.nn.DataParallel is tw.nn.parallel.DataParallel
+    assert dp.devices == ["cpu:0", "cpu:1"] and dp.output_device == "cpu:1"
+    assert repr(dp) == "DataParallel(\n  (module): Linear(in_features=3, out_features=2, bias=True)\n)"
+    assert tuple(dp(tw.ones(4, 3)).shape) == (4, 2)
