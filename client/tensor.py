@@ -1222,18 +1222,20 @@ class Tensor(TensorBase):
             raise ShapeError("t() expects a tensor with <= 2 dimensions")
         return self._permuted(self._transpose_plan(0, 1)) if len(self._shape) == 2 else self
 
-    def _reshape_(self, view: Tensor) -> Tensor:
+    def _reshape_(self, view: Tensor, dims: tuple | None = None) -> Tensor:
         """The in-place shape methods (``unsqueeze_``, ``squeeze_``, ``t_``, ``transpose_``, ``swapdims_``): this
         tensor takes the shape of ``view``, the out-of-place method's result, as torch changes a tensor's sizes in
         place. A view stays a view of the same root (an in-place update of it shows in its base, as torch's); a
-        tensor that is no view takes ``view``'s value as its own (a copy where the elements move: views made of it
-        before then keep reading its value, where torch's would see the new strides). autograd's graph follows, and
+        tensor that is no view takes the value of a ``reshape`` of itself (``dims``: a ``permute`` by them), recorded
+        as any op (a value the client holds stays the client's: a target's ``unsqueeze_(-1)``), where views made of
+        it before then keep reading its old value (torch's would see the new strides). autograd's graph follows, and
         a leaf that requires grad refuses, as torch's."""
         if view is self:
             return self
         _autograd_engine.check_inplace(self, view)
         if self._base is None:
-            new = view.clone() if view._base is not None else view
+            new = self._rec("reshape", [self], {"shape": list(view._shape)}) if dims is None else \
+                self._rec("permute", [self], {"dims": list(dims)})
             _rebind(self, new)
             _autograd_engine.after_inplace(self, new)
             return self
@@ -1252,10 +1254,13 @@ class Tensor(TensorBase):
         return self._reshape_(self.squeeze(dim))
 
     def t_(self):
-        return self._reshape_(self.t())
+        if len(self._shape) > 2:
+            raise ShapeError("t_() expects a tensor with <= 2 dimensions")
+        return self.transpose_(0, 1) if len(self._shape) == 2 else self
 
     def transpose_(self, dim0: int, dim1: int):
-        return self._reshape_(self.transpose(dim0, dim1))
+        plan = self._transpose_plan(dim0, dim1)
+        return self._reshape_(self._permuted(plan), plan[0])
 
     swapaxes_ = transpose_
     swapdims_ = transpose_

@@ -111,13 +111,13 @@ _EXACT_COUNT = (D.float32, D.float64)
 
 def _none_ignored(target: Tensor, ignore_index) -> bool:
     """Whether no element of ``target`` is ``ignore_index``, by its value the client holds (a target made from host
-    data, as most are); False when it does not hold it, or while ``tw.compile`` records (a replay may read other
+    data, as most are, or a view of one); False when it does not hold it, or while ``tw.compile`` records (a replay may read other
     targets)."""
     s = target._s
-    if s._capture is not None or target._base is not None or target.dtype.is_floating_point:
+    if s._capture is not None or target.dtype.is_floating_point:
         return False
-    v = s._known.peek(target._id)
-    if v is None:
+    v = s._known.peek(target._id) if target._base is None else s._known.held(target)  # (a view: ``targets[i]`` of
+    if v is None:  # a sequence's targets, one a step, from its root's value)
         return False
     if v.size <= 16:  # (a few values, the usual target: Python's ``in`` on them, not numpy's compare and reduce)
         return ignore_index not in v.ravel().tolist()

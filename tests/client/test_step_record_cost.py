@@ -64,6 +64,17 @@ def test_nll_loss_unbatched_and_ignored_targets(session):
     assert out.shape == () and out.item() == pytest.approx(-lp[1, 1])
 
 
+def test_a_view_of_a_held_target_takes_the_fewer_nodes(session):
+    """The char-RNN tutorials' ``criterion(output, target_line_tensor[i])``, a step a letter: a view of the targets
+    the client holds (after their ``unsqueeze_(-1)``), known without a round trip."""
+    targets = tw.LongTensor([2, 0, 1])
+    targets.unsqueeze_(-1)
+    assert session.holds(targets)
+    assert loss_functions._none_ignored(targets[1], -100) and not loss_functions._none_ignored(targets[1], 0)
+    lp = tw.tensor(np.log(np.full((1, 3), 1 / 3)))
+    assert F.nll_loss(lp, targets[2]).item() == pytest.approx(np.log(3))
+
+
 def test_a_target_the_client_does_not_hold_takes_the_general_path(session):
     target = tw.tensor([1, 0, 2])
     session._known.forget([target._id])  # (as a target computed on the devices: its values are not the client's)
