@@ -9,12 +9,14 @@ They sit below :mod:`tensorwire.tensor` (which imports them for its own methods)
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError
 from tensorwire.protocol.graph import MAX_INPUTS, attrs_key, chunks
-from tensorwire.protocol.shapes import norm_dim
+from tensorwire.protocol.shapes import norm_dim, numel
 
 from . import autocast_state as _amp
 from . import autograd_hooks as _hooks
@@ -53,6 +55,12 @@ def write_out(out, result):
     if out._shape == result._shape:
         return out._assign(result)
     D.check_cast(result.dtype, out.dtype)
+    if numel(out._shape):  # (torch's warning: an out of no elements is resized silently)
+        warnings.warn(f"An output with one or more elements was resized since it had shape {list(out._shape)}, which "
+                      f"does not match the required output shape {list(result._shape)}. This behavior is deprecated, "
+                      "and in a future PyTorch release outputs will not be resized unless they have zero elements. "
+                      "You can explicitly reuse an out tensor t by resizing it, inplace, to zero elements with "
+                      "t.resize_(0).", UserWarning, stacklevel=3)
     return rebind(out, alias(result.to(out.dtype)))
 
 

@@ -138,3 +138,13 @@ def test_an_int_index_of_a_0d_tensor_says_to_use_item():
         tw.tensor(1.5)[0]
     with pytest.raises(IndexError, match="too many indices for tensor of dimension 0"):
         tw.tensor(1.5)[0, 0]
+
+
+def test_an_out_with_elements_resized_warns_as_torch():
+    out = tw.empty(2)
+    with pytest.warns(UserWarning, match=r"An output with one or more elements was resized since it had shape \[2\]"):
+        tw.add(tw.ones(3), 1, out=out)
+    assert out.tolist() == [2.0, 2.0, 2.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (an out of no elements is resized silently)
+        tw.add(tw.ones(3), 1, out=tw.empty(0))
