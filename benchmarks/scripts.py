@@ -59,6 +59,8 @@ def _scripts() -> list:
          3, {}),
         ("makemore-like MLP on names: a Dataset building each row as tensors, default collate, AdamW", "names_mlp.py",
          150, {}),
+        ("MLP on MNIST read as torchvision's MNIST reads it (frombuffer, data[index].numpy(), ToTensor, Normalize), "
+         "batch 100, Adam", "mnist_loader_mlp.py", 250, {}),
     ]
 
 

@@ -68,7 +68,7 @@ HOST_ELEMENTS = 4096
 #: in float32 and rounded once more gives the same bits: float32 has more than twice their precision and two bits
 #: more), so every device gives the same bits for them, as for a copy
 EXACT_OPS = frozenset({"cast", "add", "sub", "mul", "div", "neg", "abs"})
-#: ops whose result is a constant, a copy of input elements (the movement ops but a clone or a move) or an
+#: ops whose result is a constant, a copy of input elements (the movement ops, a clone or a move included) or an
 #: :data:`EXACT_OPS` result, bit for bit the same on every device, so the client computes one of any real dtype,
 #: floating too, when it holds every input's value (:meth:`KnownValues.held`, ``Session.holds``): a dataset's
 #: ``__getitem__`` that fills a ``zeros`` row from a ``tensor`` of ids, and the ``stack`` that batches such rows,
@@ -76,7 +76,7 @@ EXACT_OPS = frozenset({"cast", "add", "sub", "mul", "div", "neg", "abs"})
 #: torchvision's ``ToTensor`` (``.to(torch.float32).div(255)`` of an image's bytes) and ``Normalize`` (``sub_``,
 #: ``div_``) in each ``__getitem__``, so a batch of images is one upload
 HELD_OPS = frozenset({"full", "setslice", "index_put"}
-                     | {name for name, o in OPS.items() if o.kind == "movement" and name != "copy"} | EXACT_OPS)
+                     | {name for name, o in OPS.items() if o.kind == "movement"} | EXACT_OPS)
 #: the ``_base_version`` of a light window (``views.basic_view``): no root's version (those count up from 0), so every
 #: reader that brings a view whose base changed up to date (``Tensor._refresh``: ``Session.record``, ``_numpy``,
 #: ``assign``, a compiled graph's arguments ...) materializes a light window first (``views.refresh``)
@@ -249,7 +249,7 @@ class KnownValues:
             # the client holds already, a corpus joined from a tensor a line; not a fill or an expand, which would
             # make bytes to upload where a device makes them)
             if op not in HELD_OPS or n > HOST_ELEMENTS and (n * dtype.itemsize > MADE_BYTES or op == "full"
-                                                             or n > sum(numel(t._shape) for t in inputs)):
+                                                             or n > sum(map(_held_elements, inputs))):
                 return self.follows(hid)
             values = []
             for t in inputs:
@@ -487,6 +487,12 @@ def int64_node(value: int, device: str) -> tuple:
     return e
 
 
+def _held_elements(t) -> int:
+    """How many elements the client holds for tensor ``t``: its root's (a view's own count may be an expansion)."""
+    b = t._base
+    return numel((t if b is None else b)._shape)
+
+
 def small_value(t) -> bool:
     """Whether tensor ``t``'s value is at most :data:`SMALL_BYTES` (one the client may keep)."""
     n = t.dtype.itemsize
@@ -529,12 +535,26 @@ def host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
         a, b = values
         if a.dtype == _I64 and b.dtype == _I64 and not a.shape and not b.shape:
             return _scalar_int(fn, a.item(), b.item())
+    uf = _FLOAT_UFUNCS.get(op)
+    if uf is not None and len(values) == 2:
+        a, b = values
+        dt = dtype.np
+        if a.dtype == dt and b.dtype == dt and dt in _FLOATS:  # (the kernel's own work when nothing is cast: its
+            with np.errstate(all="ignore"):  # ufunc on the two, without the dtype rules it would work out first)
+                out = uf(a, b)
+            return out if out.shape == tuple(shape) else None
     kernels = _KERNELS or _cpu_kernels()
     try:
-        out = np.asarray(kernels[op](list(values), attrs or {}, shape, dtype), dtype=dtype.np)
+        with np.errstate(all="ignore"):  # (an overflow, a division by zero: inf or nan as on a device, no warning)
+            out = np.asarray(kernels[op](list(values), attrs or {}, shape, dtype), dtype=dtype.np)
     except Exception:  # noqa: BLE001 - an error is the worker's to report
         return None
     return out if out.shape == tuple(shape) else None
+
+
+#: the binary EXACT_OPS whose kernel, for two inputs of the result's float32 or float64, is this ufunc of them
+_FLOAT_UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 __all__ = ["BUY_BYTES", "HELD_OPS", "LIMIT_BYTES", "MADE_BYTES", "RENT_BYTES", "SMALL_BYTES", "KnownValues"]

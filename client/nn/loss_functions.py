@@ -111,8 +111,8 @@ _EXACT_COUNT = (D.float32, D.float64)
 
 def _none_ignored(target: Tensor, ignore_index) -> bool:
     """Whether no element of ``target`` is ``ignore_index``, by its value the client holds (a target made from host
-    data, as most are, or a view of one); False when it does not hold it, or while ``tw.compile`` records (a replay may read other
-    targets)."""
+    data, as most are, or a view of one); False when it does not hold it, or while ``tw.compile`` records (a replay
+    may read other targets)."""
     s = target._s
     if s._capture is not None or target.dtype.is_floating_point:
         return False

@@ -23,3 +23,15 @@ def counted(session, method: str):
         yield n, ops
     finally:
         delattr(session, method)
+
+
+def device_value(t):
+    """A new tensor of ``t``'s value that only the device has (a clone, recorded now, that the client neither holds
+    nor knows): what the tests that need a device's value start from, since a clone of a value the client holds is
+    the client's too (``known_values.HELD_OPS``)."""
+    s = t._s
+    c = t.clone()
+    if c._id in s._lazy:
+        s._materialize(c._id)
+    s._known.forget({c._id})
+    return c

@@ -11,6 +11,8 @@ import pytest
 import tensorwire as tw
 from tensorwire.channels import SWITCH_BACK
 
+from ._calls import device_value
+
 
 @pytest.fixture
 def two_device_session(cluster):
@@ -24,7 +26,7 @@ def test_a_channel_dropped_during_the_relay_sync_sends_the_batch_through_the_rel
     s = two_device_session
     x1 = tw.tensor(np.arange(4, dtype=np.float32), device="cpu:1")
     assert float((x1 * 2).sum().item()) == 12.0  # (direct)
-    x0 = tw.ones(4, device="cpu:0")
+    x0 = device_value(tw.ones(4, device="cpu:0"))  # (a value cpu:0 has: its move is a batch of two devices)
     assert float((x0.to("cpu:1") + x1).sum().item()) == 10.0  # (two devices: the relay takes cpu:1 back)
     assert "cpu:1" not in s._plane.direct and s._plane.relay_unsynced
     sync = s._relay_sync

@@ -15,6 +15,7 @@ import tensorwire as tw
 from tensorwire import session as S
 from tensorwire.utils.data._utils.collate import default_collate
 
+from ._calls import device_value
 from .test_known_values import round_trips
 
 WORDS = ["emma", "olivia", "ava", "isabella", "sophia", "mia", "charlotte", "amelia"]
@@ -106,7 +107,7 @@ def test_writes_worked_out_on_the_client_give_what_the_device_gives(session, cas
     }[case]
     shape = (3, 4)
     held = tw.zeros(*shape, dtype=dtype)
-    device = tw.zeros(*shape, dtype=dtype).clone()  # (cloned: a value on the device, written there)
+    device = device_value(tw.zeros(*shape, dtype=dtype))  # (a value on the device, written there)
     assert session.holds(held) and not session.holds(device)
     for t in (held, device):
         t[key] = value
@@ -119,7 +120,7 @@ def test_a_write_that_cannot_be_made_raises_what_the_device_path_raises(session)
     held = tw.zeros(2, 3)
     with pytest.raises(tw.TensorwireError) as on_client:
         held[0] = tw.tensor([1.0, 2.0])
-    device = tw.zeros(2, 3).clone()
+    device = device_value(tw.zeros(2, 3))
     with pytest.raises(tw.TensorwireError) as on_device:
         device[0] = tw.tensor([1.0, 2.0])
     assert type(on_client.value) is type(on_device.value) and str(on_client.value) == str(on_device.value)
@@ -132,7 +133,7 @@ def test_a_write_that_cannot_be_made_raises_what_the_device_path_raises(session)
                               "a value of another shape", "a value with more rows"])
 def test_a_lone_key_the_client_cannot_write_raises_what_the_device_path_raises(session, key, value):
     held = tw.zeros(3, 3)
-    device = tw.zeros(3, 3).clone()
+    device = device_value(tw.zeros(3, 3))
     errors = []
     for t in (held, device):
         with pytest.raises(Exception) as e:
@@ -147,7 +148,7 @@ def test_what_autograd_tracks_or_a_device_has_is_not_held(session):
     assert not session.holds(w)
     _, ops = _recorded(session, lambda: w[1:].sum().backward())
     np.testing.assert_array_equal(w.grad.numpy(), [0.0, 1.0, 1.0])
-    device = tw.arange(6).clone()
+    device = device_value(tw.arange(6))
     rows, ops = _recorded(session, lambda: tw.stack([device[0:3], device[3:6]]))
     assert ops and not session.holds(rows)
     big = tw.zeros(100, 100)  # (more elements than the client computes: known_values.HOST_ELEMENTS)
@@ -230,7 +231,7 @@ def test_a_small_randint_is_known_to_the_client_and_the_same_on_the_device(sessi
         x = tw.stack([tw.from_numpy(data[i:i + 8].astype(np.int64)) for i in ix])
         assert n[0] == 0
     tw.manual_seed(7)
-    on_device = (tw.randint(len(data) - 8, (12,)) * 1).clone()  # (cloned: the device draws it)
+    on_device = device_value(tw.randint(len(data) - 8, (12,)))  # (the device's)
     assert ix.tolist() == on_device.tolist()
     np.testing.assert_array_equal(x.numpy(), np.stack([data[i:i + 8] for i in ix.tolist()]).astype(np.int64))
     big = tw.randint(10, (100, 100))  # (more elements than the client computes)
@@ -251,7 +252,7 @@ def test_a_value_read_while_a_run_of_writes_is_open_stays_as_it_was_read(session
     assert first.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0]
     assert seen == [1.0, 2.0, 3.0] and t.tolist() == [1.0, 2.0, 3.0, 4.0, 0.0]
     assert session.holds(t)
-    fetched = tw.arange(5.0).clone()  # (a value on the device, read once: the client knows it)
+    fetched = device_value(tw.arange(5.0))  # (a value on the device, read once: the client knows it)
     fetched.numpy()
     fetched[4] = -1.0
     assert fetched.tolist() == [0.0, 1.0, 2.0, 3.0, -1.0] and not session.holds(fetched)

@@ -18,6 +18,7 @@ from tensorwire import known_values as K
 from tensorwire.protocol import dtypes as D
 from tensorwire.utils.data import DataLoader
 
+from ._calls import device_value
 from .test_known_values import round_trips
 
 N, SIDE = 600, 28
@@ -175,7 +176,7 @@ def test_an_exact_op_the_client_works_out_gives_the_devices_bits(session, op, dt
     a_np = (raw if dt.is_floating_point else np.abs(raw) + 1).astype(dt.np)
     b_np = (rng.standard_normal(300) * 3 + 0.5 if dt.is_floating_point else rng.integers(1, 9, 300)).astype(dt.np)
     held = [tw.tensor(a_np), tw.tensor(b_np)]
-    on_device = [tw.tensor(a_np).clone(), tw.tensor(b_np).clone()]  # (cloned: values only the device has)
+    on_device = [device_value(tw.tensor(a_np)), device_value(tw.tensor(b_np))]  # (values only the device has)
 
     def run(x, y):
         if op == "cast":
@@ -200,3 +201,20 @@ def test_other_floating_ops_of_held_values_stay_the_devices(session):
     y = x.exp() * 2  # (exp is not correctly rounded everywhere: recorded, and so is what reads it)
     assert [e[1] for e in session._pending if e[1] != "full"] == ["const", "exp", "mul"]
     np.testing.assert_allclose(y.numpy(), np.exp([0.5, 1.5]) * 2, rtol=1e-6)
+
+
+def test_held_arithmetic_overflows_as_a_device_does_without_numpys_warnings(session):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        big, zero = tw.tensor([1e38, -1e38]) * 10, tw.tensor([1.0, 0.0, -1.0]) / 0
+        assert session.holds(big) and session.holds(zero)
+        assert big.tolist() == [float("inf"), float("-inf")]
+        got = zero.numpy()
+    assert got[0] == np.inf and np.isnan(got[1]) and got[2] == -np.inf
+
+
+def test_a_clone_of_a_held_value_is_held_and_a_repeat_stays_the_devices(session):
+    x = tw.tensor([1.0, 2.0])
+    c = x.clone()
+    assert session.holds(c) and c.tolist() == [1.0, 2.0]
+    assert not session.holds(x.repeat(1 << 13))  # (a copy of an expansion past HOST_ELEMENTS: bytes a device makes)

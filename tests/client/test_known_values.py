@@ -11,7 +11,7 @@ import pytest
 
 import tensorwire as tw
 
-from ._calls import counted
+from ._calls import counted, device_value
 
 
 @contextlib.contextmanager
@@ -32,7 +32,7 @@ def test_iterating_a_fetched_small_tensor_makes_no_round_trip(session):
 
 def test_slices_bounded_by_a_remote_index_cost_one_round_trip(session):
     data = tw.arange(1000)
-    ix = tw.randint(0, 990, (64,)).clone()  # (cloned: a value only the device has; a small randint is the client's)
+    ix = device_value(tw.randint(0, 990, (64,)))  # (a value only the device has; a small randint is the client's)
     with round_trips(session) as n:
         x = tw.stack([data[i:i + 8] for i in ix])  # torch's stacked-slices batch loader
     assert n[0] == 1  # ix, fetched once when its first element is read

@@ -13,6 +13,7 @@ import pytest
 
 import tensorwire as tw
 
+from ._calls import device_value
 from .test_known_values import round_trips
 
 
@@ -179,7 +180,7 @@ def test_lazy_nodes_released_unrecorded_are_dropped_with_the_handles_they_pin(se
     them: the flushes drop every lazy node unrecorded (``Session._take_release``'s rounds: a view's parent is held
     until the view goes, then dropped too), and the upload of ``ix`` that no device read, release to the devices
     only the handle they made (the base), and forget the values and recipes the client kept for all of them."""
-    base = tw.tensor(np.arange(40, dtype=np.int64)).clone()  # (cloned: made on the device)
+    base = device_value(tw.tensor(np.arange(40, dtype=np.int64)))  # (made on the device)
     ix = tw.tensor([3, 5])  # (held by the client: a lazy upload, never read by a device here)
     session.flush()
     made = {base._id}

@@ -16,6 +16,8 @@ import tensorwire as tw
 from tensorwire.known_values import LIGHT
 from tensorwire.protocol.errors import ShapeError
 
+from ._calls import device_value
+
 try:
     import torch
 except ImportError:  # pragma: no cover - torch is a test dependency
@@ -177,7 +179,7 @@ def test_an_in_place_write_to_a_window_reaches_its_root_and_other_windows(sessio
 def test_windows_of_two_roots_in_one_stack(session):
     data, ref, train, rtrain = _pair()
     # (cloned: a value on the device, not one the client holds and would join itself: known_values.HELD_OPS)
-    other, rother = tw.tensor(TEXT[::-1].copy()).clone(), torch.tensor(TEXT[::-1].copy())
+    other, rother = device_value(tw.tensor(TEXT[::-1].copy())), torch.tensor(TEXT[::-1].copy())
     parts = lambda a, b: [a[3:9], b[0:6], a[100:106], b[7:13]]  # noqa: E731
     s, ops = _recorded(session, lambda: tw.stack(parts(train, other)))
     assert "index" not in ops and "cat" in ops, ops
@@ -327,7 +329,7 @@ def test_random_windows_leave_few_objects_for_the_collector(session):
     evaluation batch). Windows taken again (a small corpus's offsets) are kept and found."""
     from tensorwire import known_values, views
 
-    text = tw.randint(0, 65, (200_000,)).clone()
+    text = device_value(tw.randint(0, 65, (200_000,)))
     for _ in range(3):
         tw.stack([text[i:i + 8] for i in tw.randint(0, 199_000, (32,))])
     session.flush()

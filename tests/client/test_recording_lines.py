@@ -14,14 +14,15 @@ import tensorwire as tw
 import tensorwire.nn.functional as F
 from tensorwire.session import user_line
 
+from ._calls import device_value
 from ._ref import line_of
 
 HERE = __file__
 
 
 def _cases(x, y, w, lin, d):
-    """(marker, fn): each fn records on its marked line. ``d``: a value on the device (``x`` and ``y`` are values the
-    client holds, whose writes and joins it works out itself: known_values.HELD_OPS)."""
+    """(marker, fn): each fn records on its marked line. ``x`` and ``d``: values on the device (``y`` is a value the
+    client holds, whose writes, joins and exact ops it works out itself: known_values.HELD_OPS)."""
     def binary():
         return x + y  # MARK-binary
 
@@ -79,11 +80,11 @@ def _cases(x, y, w, lin, d):
 
 @pytest.mark.parametrize("case", range(15))
 def test_each_recorded_node_names_the_users_line(session, case):
-    x = tw.tensor(np.arange(9, dtype=np.float32).reshape(3, 3))
+    x = device_value(tw.tensor(np.arange(9, dtype=np.float32).reshape(3, 3)))
     y = tw.ones(3, 3)
     w = tw.ones(3, requires_grad=True)
     lin = tw.nn.Linear(3, 2)
-    d = x.clone()
+    d = device_value(x)
     marker, fn = _cases(x, y, w, lin, d)[case]
     session.flush()
     keep = fn()  # noqa: F841 - kept alive so its nodes ship

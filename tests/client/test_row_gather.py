@@ -11,6 +11,8 @@ import pytest
 
 import tensorwire as tw
 
+from ._calls import device_value
+
 
 def _recorded(session, fn):
     """``(fn's result, the ops of the nodes it left recorded and not shipped)``."""
@@ -54,7 +56,7 @@ def test_row_ranges_of_a_matrix_stack_and_cat_as_torch(session):
 def test_what_is_not_row_ranges_of_one_base_takes_the_general_path(session, case):
     a = np.arange(48, dtype=np.int64).reshape(8, 6)
     # (cloned: values on the device, not ones the client holds, whose ``cat`` it would work out itself: known_values)
-    m, other = tw.tensor(a).clone(), tw.tensor(a * 10).clone()
+    m, other = device_value(tw.tensor(a)), device_value(tw.tensor(a * 10))
     parts, want, dim = {
         "two bases": ([m[1:3], other[2:4]], [a[1:3], (a * 10)[2:4]], 0),
         "lengths differ": ([m[1:3], m[2:5]], [a[1:3], a[2:5]], 0),

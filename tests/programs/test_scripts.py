@@ -108,6 +108,15 @@ def test_names_mlp(session):
     np.testing.assert_allclose(got, ref, **F32)
 
 
+def test_mnist_loader_mlp(session):
+    """MNIST as torchvision keeps and reads it (frombuffer, ``data[index]``, ``int(targets[index])``, ``.numpy()``),
+    ToTensor and Normalize a sample, an MLP with Adam: the images' root is bought whole after its first reads
+    (``KnownValues.rent``) and each sample's ToTensor is the client's (``known_values.EXACT_OPS``)."""
+    ref, got = compare(HERE / "mnist_loader_mlp.py", steps=20)
+    assert ref[19] < ref[0] - 0.1  # it learns (2.32 to 2.20)
+    np.testing.assert_allclose(got, ref, **F32)
+
+
 def test_siamese_resnet(session):
     """pytorch/examples' Siamese network: ResNet-18 (its last stage's 3x3 convs over 1x1 inputs) on both images of a
     pair, BCELoss, Adadelta at lr 1.0, StepLR, eval() after. Adadelta's first steps are ~0.0032 * sign(grad) (its
