@@ -213,21 +213,26 @@ def ihfftn(input: Tensor, s=None, dim=None, norm: str | None = None, *, out=None
 
 # -- frequencies and shifts ------------------------------------------------------------------------------------------
 
-def _freqs(values: np.ndarray, d: float, n: int, dtype, device, requires_grad: bool) -> Tensor:
+def _freqs(values: np.ndarray, d: float, n: int, dtype, device, requires_grad: bool, out) -> Tensor:
+    if out is not None and dtype is None:
+        dtype = out.dtype
     dt = D.get(dtype) if dtype is not None else D.get_default_dtype()
-    return _creation.tensor(values / (d * n), dtype=dt, device=device, requires_grad=requires_grad)
+    t = _creation.tensor(values / (d * n), dtype=dt, device=device, requires_grad=requires_grad)
+    return write_out(out, t)
 
 
-def fftfreq(n: int, d: float = 1.0, *, dtype=None, device=None, requires_grad: bool = False, **_) -> Tensor:
+def fftfreq(n: int, d: float = 1.0, *, out=None, dtype=None, layout=None, device=None, requires_grad: bool = False,
+            pin_memory: bool = False) -> Tensor:
     """The sample frequencies of an ``n``-point transform with spacing ``d``: [0, 1, ..., -(n // 2), ..., -1] /
-    (d n)."""
+    (d n); ``out=`` written as torch's (``layout`` and ``pin_memory`` accepted)."""
     k = np.concatenate([np.arange(0, (n - 1) // 2 + 1), np.arange(-(n // 2), 0)]).astype(np.float64)
-    return _freqs(k, d, n, dtype, device, requires_grad)
+    return _freqs(k, d, n, dtype, device, requires_grad, out)
 
 
-def rfftfreq(n: int, d: float = 1.0, *, dtype=None, device=None, requires_grad: bool = False, **_) -> Tensor:
+def rfftfreq(n: int, d: float = 1.0, *, out=None, dtype=None, layout=None, device=None, requires_grad: bool = False,
+             pin_memory: bool = False) -> Tensor:
     """The non-negative sample frequencies of ``rfft``: [0, 1, ..., n // 2] / (d n)."""
-    return _freqs(np.arange(0, n // 2 + 1, dtype=np.float64), d, n, dtype, device, requires_grad)
+    return _freqs(np.arange(0, n // 2 + 1, dtype=np.float64), d, n, dtype, device, requires_grad, out)
 
 
 def _shift(x: Tensor, dim, sign: int) -> Tensor:

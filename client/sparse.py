@@ -656,7 +656,13 @@ def to_sparse(self: Tensor, *args, layout=None, blocksize=None, dense_dim=None) 
         return self
     if lay is not sparse_coo:
         raise NotImplementedError(f"to_sparse(layout={lay!r}): tensorwire has COO and CSR sparse tensors")
-    sd = self.ndim if not args or args[0] is None else int(args[0])
+    if blocksize is not None:
+        raise RuntimeError("dense_to_sparse: conversion from Strided to Sparse with blocksize argument given is not "
+                           "supported")
+    if dense_dim is not None and args and args[0] is not None:
+        raise TypeError("to_sparse() takes sparse_dim or dense_dim, not both")
+    sd = (self.ndim - int(dense_dim) if dense_dim is not None else self.ndim) if not args or args[0] is None \
+        else int(args[0])
     if not 0 < sd <= self.ndim:
         raise RuntimeError(f"sparse_dim must be between 1 and {self.ndim} (tensorwire's sparse tensors have a "
                            f"sparse dim), got {sd}")

@@ -538,7 +538,17 @@ class Tensor(TensorBase):
         return self
 
     def is_contiguous(self, memory_format=None) -> bool:
-        return True
+        """True: a tensor's value is always stored contiguous on its worker (row-major, torch's
+        ``contiguous_format``). Asked for ``channels_last`` (``channels_last_3d``), torch's answer for such a tensor:
+        True only where the two layouts coincide (one channel, or one spatial position)."""
+        if memory_format is None or str(memory_format) in ("torch.contiguous_format", "torch.preserve_format",
+                                                           "contiguous_format", "preserve_format"):
+            return True
+        name = str(memory_format).removeprefix("torch.")
+        nd = {"channels_last": 4, "channels_last_3d": 5}.get(name)
+        if nd is None or self.ndim != nd:
+            return nd is None
+        return self._shape[1] == 1 or numel(self._shape[2:]) == 1
 
     def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> Tensor:
         t = _factories.from_data(self._s, data, dtype or self.dtype, _placed(self, device))

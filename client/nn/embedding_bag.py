@@ -92,8 +92,8 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, 
                   padding_idx: int | None = None) -> Tensor:
     """Sums, means or maxima of bags of embeddings (torch's ``F.embedding_bag``): the bags are the rows of a 2-D
     ``input``, or the runs of a 1-D ``input`` that ``offsets`` starts. An index at ``padding_idx`` is left out of its
-    bag; an empty bag gives zeros. ``sparse=True`` gives the same (dense) gradient: tensorwire has no sparse
-    tensors."""
+    bag; an empty bag gives zeros. ``sparse=True`` gives the same values as a dense gradient (README, the table of
+    differences)."""
     if mode not in ("sum", "mean", "max"):
         raise ValueError(f"mode has to be one of sum, mean or max, got {mode!r}")
     if per_sample_weights is not None:

@@ -295,8 +295,8 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
               norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
     """Rows of ``weight`` picked by the integer tensor ``input``; rows at ``padding_idx`` get no gradient; rows whose
     norm is above ``max_norm`` are scaled down to it in ``weight`` itself first (as torch); ``scale_grad_by_freq``
-    divides each row's gradient by its index's count in ``input``; ``sparse=True`` gives the same (dense) gradient:
-    tensorwire has no sparse tensors.
+    divides each row's gradient by its index's count in ``input``; ``sparse=True`` gives the same values as a dense
+    gradient (README, the table of differences).
 
     Without those options it is one ``index`` node, which takes an index of any shape (``weight[input]``): no
     flattening of ``input`` and reshaping of the rows around it, forward or backward."""

@@ -18,7 +18,12 @@ from .pooling_nd import _adaptive
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
                 align_corners: bool | None = None, recompute_scale_factor=None, antialias: bool = False) -> Tensor:
     """Resize the trailing spatial dims: ``nearest``, ``nearest-exact``, ``linear``, ``bilinear``, ``trilinear``,
-    ``bicubic`` and ``area`` (index gathers with weights computed on the client; every mode is separable)."""
+    ``bicubic`` and ``area`` (index gathers with weights computed on the client; every mode is separable);
+    ``antialias=True`` (bilinear and bicubic of a 4-D input, as torch's) filters as torch's antialiased kernels do
+    (:func:`_aa_weights`: a weight matrix a dim)."""
+    if antialias and (mode not in ("bilinear", "bicubic") or input.ndim != 4):
+        raise ValueError("Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires a 4-D "
+                         "tensor as input")
     nsp = input.ndim - 2
     if nsp < 1:
         raise ValueError("interpolate expects a batched input (N, C, ...)")
@@ -36,7 +41,11 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     for i, (n, m, sc) in enumerate(zip(in_sizes, out_sizes, scales)):
         d = 2 + i
         dst = np.arange(m, dtype=np.float64)
-        if mode in ("nearest", "nearest-exact"):
+        if antialias:
+            w = _aa_weights(n, m, sc, align_corners, 2 if mode == "bilinear" else 4)
+            wt = _tensor(w.T.astype(out.dtype.np), device=out._dev, session=out._s)
+            out = (out.movedim(d, -1) @ wt).movedim(-1, d)
+        elif mode in ("nearest", "nearest-exact"):
             scale = (1.0 / sc) if sc else n / m
             at = dst + 0.5 if mode == "nearest-exact" else dst  # nearest-exact: the pixel centres, as torch
             src = np.minimum(np.floor(at * scale).astype(np.int64), n - 1)
@@ -93,3 +102,34 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
             raise NotImplementedError(f"interpolate mode {mode!r} is not supported")
     return out
 
+
+
+def _aa_filter(x: np.ndarray, taps: int) -> np.ndarray:
+    """torch's antialiasing filters: the triangle (bilinear, 2 taps) and Keys' cubic with a = -0.5 (bicubic)."""
+    x = np.abs(x)
+    if taps == 2:
+        return np.where(x < 1.0, 1.0 - x, 0.0)
+    a = -0.5
+    return np.where(x < 1.0, ((a + 2) * x - (a + 3)) * x * x + 1,
+                    np.where(x < 2.0, (((x - 5) * x + 8) * x - 4) * a, 0.0))
+
+
+def _aa_weights(n: int, m: int, scale_factor, align_corners, taps: int) -> np.ndarray:
+    """The ``[m, n]`` weights of torch's antialiased resize of a dim of ``n`` to ``m``
+    (``_compute_indices_min_size_weights_aa``): output ``i`` centred at ``scale * (i + 0.5)``, the filter stretched by
+    the scale when downsampling, its taps within the input and normalised to sum to 1."""
+    if align_corners:
+        scale = (n - 1) / (m - 1) if m > 1 else 0.0
+    else:
+        scale = (1.0 / scale_factor) if scale_factor else n / m
+    support = taps / 2 * scale if scale >= 1.0 else taps / 2
+    invscale = 1.0 / scale if scale >= 1.0 else 1.0
+    w = np.zeros((m, n), dtype=np.float64)
+    for i in range(m):
+        center = scale * (i + 0.5)
+        lo = max(int(center - support + 0.5), 0)
+        hi = min(int(center + support + 0.5), n)
+        ws = _aa_filter((np.arange(lo, hi) - center + 0.5) * invscale, taps)
+        total = ws.sum()
+        w[i, lo:hi] = ws / total if total != 0 else ws
+    return w

@@ -196,9 +196,9 @@ class DataParallel(Module):
         sd = {k.removeprefix("module."): v for k, v in state_dict.items()}
         res = None
         for r, d in zip(self._replicas, self.devices):
-            res = r.load_state_dict({k: v.to(d) if isinstance(v, Tensor) else v for k, v in sd.items()}, strict)
+            res = r.load_state_dict({k: v.to(d) if isinstance(v, Tensor) else v for k, v in sd.items()}, strict,
+                                    assign=assign)
         return res
-
 
 
 class DistributedDataParallel(DataParallel):
