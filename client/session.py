@@ -90,6 +90,10 @@ _op = itemgetter(1)  # (a pending entry's op)
 _where_field = itemgetter(5)  # (a pending entry's user's line)
 
 MAX_PENDING_NODES = 8192
+#: the most released handles kept until the next flush while values the client holds are being made: past it, the
+#: next held value flushes them (a dataset's samples worked out on the client, thousands between two steps, or a list
+#: of them built before training, would otherwise keep every dead sample's value until the next batch shipped)
+MAX_HELD_RELEASES = 8192
 #: ``loss.backward()`` ships the pending batch first, without waiting for an answer, when it holds at least this
 #: many nodes (TENSORWIRE_SHIP_FORWARD_NODES; 0 turns it off): the devices run the forward pass while the client
 #: records the backward pass and the update (see :meth:`Session.ship_forward`). A count of the program's own nodes,
@@ -883,6 +887,8 @@ class Session:
         ``zeros`` rows a dataset fills, and the ``stack`` that batches them, go as one upload of the batch)."""
         if value.ndim and not value.flags.c_contiguous:
             value = np.ascontiguousarray(value)
+        if len(self._release) >= MAX_HELD_RELEASES:  # (the dead ones' values go: see MAX_HELD_RELEASES)
+            self.flush()
         self._lazy[hid] = ("const", (), {"shape": list(shape), "dtype": dtype.name, "frame": value}, device, (), None,
                            None, None)
         t = _new_tensor(Tensor)

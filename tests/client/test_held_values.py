@@ -256,3 +256,17 @@ def test_a_value_read_while_a_run_of_writes_is_open_stays_as_it_was_read(session
     fetched.numpy()
     fetched[4] = -1.0
     assert fetched.tolist() == [0.0, 1.0, 2.0, 3.0, -1.0] and not session.holds(fetched)
+
+
+def test_dead_held_values_go_before_thousands_pile_up(session, monkeypatch):
+    """Values the client holds die with their tensors; their handles are released at the next flush, and a run of
+    held values with no flush in between (a dataset's samples worked out before a step) flushes them itself past
+    ``MAX_HELD_RELEASES``, so the values of the dead ones do not pile up."""
+    monkeypatch.setattr(S, "MAX_HELD_RELEASES", 256)
+    session.flush()
+    x = tw.tensor(np.arange(100, dtype=np.float32))
+    for k in range(2000):
+        y = (x * 2 + k) / 3
+    assert len(session._release) < 256 + 8
+    assert len(session._lazy) < 2 * 256 + 16 and session._known.bytes < 600 * 400
+    np.testing.assert_array_equal(y.numpy(), (np.arange(100, dtype=np.float32) * 2 + 1999) / 3)
