@@ -627,7 +627,7 @@ class Session:
             # small integer values the client knows: their results too (known_values); and a constant or a copy of
             # values it holds, of any dtype (HELD_OPS: a row it fills; not a floating 0-d ``full``, a scalar operand)
             if op in HOST_OPS and not dtype.is_floating_point or op in HELD_OPS and then is None \
-                    and (op != "full" or shape) and self._all_held(inputs):
+                    and (op != "full" or shape) and all(map(self.holds, inputs)):
                 if self._known.compute(hid, op, inputs, attrs, shape, dtype):
                     if op in LAZY_HOST_OPS:
                         lazy = True  # (its value is the client's to give: deferred)
@@ -849,26 +849,11 @@ class Session:
     def holds(self, t) -> bool:
         """Whether the client holds tensor ``t``'s value and no device has it yet: ``t`` is a lazy node (an upload
         :meth:`hold` keeps, a ``full``, a view of such a value) of a root no device has either, that autograd does
-        not track. An op of such values that copies elements or rounds correctly (``known_values.HELD_OPS``) is
-        worked out here (:meth:`_all_held`); one that reads a value a device has already is the device's to run
-        (nothing to upload)."""
+        not track. An op of such values that only copies elements (``known_values.HELD_OPS``) is worked out here;
+        one that reads a value a device has already is the device's to run (nothing to upload)."""
         lazy = self._lazy
         b = t._base
         return t._id in lazy and (b is None or b._id in lazy) and not requires_grad_of(t)
-
-    def _all_held(self, inputs) -> bool:
-        """Whether an op of ``inputs`` is the client's to work out (``known_values.HELD_OPS``): each input is held
-        (:meth:`holds`) or a 0-d operand whose value the client knows (a Python scalar's, :meth:`scalar`, that
-        ``x.div(255)`` of a held image reads: a few bytes to upload), and one at least is held (an op of scalars
-        alone, autograd's seed of ones reshaped, stays the device's)."""
-        held = False
-        known = self._known
-        for t in inputs:
-            if self.holds(t):
-                held = True
-            elif t._shape or t._base is not None or known.peek(t._id) is None or requires_grad_of(t):
-                return False
-        return held or not inputs
 
     def hold(self, array: np.ndarray, dtype, device: str):
         """A new tensor of ``array`` (of ``dtype``'s numpy type; small: at most ``known_values.SMALL_BYTES``, the
@@ -1088,11 +1073,6 @@ class Session:
             v = [value.real, value.imag] if isinstance(value, complex) else value  # (a complex attribute's form)
             attrs = {"shape": [], "dtype": dtype.name, "value": v}
             t = self.record("full", [], attrs, device)
-            if not dtype.is_complex and self._capture is None:  # (its value: the client's, see holds)
-                try:
-                    self._known.put(t._id, np.array(value, dtype=dtype.np))
-                except (OverflowError, ValueError, TypeError):  # (a value its dtype wraps: the device's to make)
-                    pass
             if len(self._scalars) >= 512:
                 old = next(iter(self._scalars))
                 del self._scalars[old], self._scalar_attrs[old]

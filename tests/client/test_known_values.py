@@ -46,12 +46,9 @@ def test_python_data_and_integer_arithmetic_on_it_answer_from_the_client(session
         assert int(y[0]) == 5 and (y + 1).tolist() == [6, 7, 8]
         assert ((y * 2 - 1) % 4).tolist() == [1, 3, 1] and bool((y > 5)[1]) and (y // 2).tolist() == [2, 3, 3]
     assert n[0] == 0
-    with round_trips(session) as n:  # a floating result is the device's (a fused kernel may round differently) ...
-        assert (tw.tensor([1.5]).exp() * 2).item() == np.float32(np.exp(np.float32(1.5))) * np.float32(2)
-    assert n[0] == 1
-    with round_trips(session) as n:  # ... but for one IEEE rounds correctly, of values the client holds
+    with round_trips(session) as n:  # a floating result is the device's (a fused kernel may round differently)
         assert (tw.tensor([1.5]) * 2).item() == 3.0
-    assert n[0] == 0
+    assert n[0] == 1
 
 
 def test_values_stay_right_after_in_place_updates(session):
