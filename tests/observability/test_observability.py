@@ -159,7 +159,7 @@ def test_profiler_off_restores_the_session(sess):
 def test_the_profiler_passes_every_argument_of_what_it_times(sess):
     # its wrappers take what the session's functions take, however they are called: element writes upload with
     # const's keywords, autograd records positionally, a flush hands its encoding to _send_batch
-    x = tw.zeros(4).clone()  # (cloned: a value on the device, whose element writes are a run; a zeros the client
+    x = tw.zeros(4) * 1  # (an op's result: a value on the device, whose element writes are a run; a zeros the client
     w = tw.ones(4, requires_grad=True)  # holds would be written on the client: Session.holds)
     with tw.profiler.profile() as prof:
         x[1] = 2.0
