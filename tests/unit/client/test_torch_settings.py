@@ -56,8 +56,11 @@ def test_thread_counts_are_validated_as_torchs(n):
         assert ours is not None and ours == ref, (name, ours, ref)
 
 
-def test_interop_threads_are_set_once_as_torchs():
-    ctx.embedded_exec_threads = None
+def test_interop_threads_are_set_once_as_torchs(monkeypatch):
+    # (a process with no embedded cluster yet: another test of this xdist worker may have started one, which refuses
+    # every call, the rule's other half)
+    monkeypatch.setattr(T, "_embedded_cluster", lambda: None)
+    monkeypatch.setattr(ctx, "embedded_exec_threads", None)
     tw.set_num_interop_threads(2)
     with pytest.raises(RuntimeError, match="cannot set number of interop threads"):
         tw.set_num_interop_threads(3)
