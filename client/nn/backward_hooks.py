@@ -1,7 +1,7 @@
 """A module's backward hooks (torch's ``register_full_backward_hook``, ``register_full_backward_pre_hook`` and the
 deprecated ``register_backward_hook``), as torch's ``torch.utils.hooks.BackwardHook`` makes them: the module's
-tensor inputs and outputs pass through two identity functions (:class:`_Outputs`, :class:`_Inputs`; no copy, no
-node on a device) whose backward calls the hooks:
+tensor inputs and outputs pass through an identity function (:class:`_Passthrough`; no copy, no node on a device)
+whose backward calls the hooks:
 
 * when the gradients with respect to the outputs are known: each pre hook, ``hook(module, grad_output)``, whose
   non-None return replaces ``grad_output``;
@@ -67,30 +67,18 @@ def _as_tuple(r, n: int, what: str) -> tuple:
     return r
 
 
-class _Outputs(Function):
-    """The module's tensor outputs as they are; backward: the pre hooks (:meth:`_Call.on_grad_output`)."""
+class _Passthrough(Function):
+    """Its tensors as they are; backward: ``on_grads`` of their gradients (:meth:`_Call.on_grad_output` on the
+    module's outputs, :meth:`_Call.on_grad_input` on its inputs), whose return goes on."""
 
     @staticmethod
-    def forward(ctx, call, *outs):
-        ctx.call = call
-        return outs
-
-    @staticmethod
-    def backward(ctx, *grads):
-        return (None, *ctx.call.on_grad_output(grads))
-
-
-class _Inputs(Function):
-    """The module's tensor inputs as they are; backward: the hooks (:meth:`_Call.on_grad_input`)."""
-
-    @staticmethod
-    def forward(ctx, call, *ins):
-        ctx.call = call
-        return ins
+    def forward(ctx, on_grads, *tensors):
+        ctx.on_grads = on_grads
+        return tensors
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None, *ctx.call.on_grad_input(grads))
+        return (None, *ctx.on_grads(grads))
 
 
 def call_with_backward_hooks(module, hooks: list, pre_hooks: list, forward, args: tuple, kwargs: dict):
@@ -102,7 +90,7 @@ def call_with_backward_hooks(module, hooks: list, pre_hooks: list, forward, args
     call = _Call(module, hooks, pre_hooks, len(args), tensor_args)
     if hooks and any(args[i].requires_grad for i in tensor_args):
         call.inputs_need_grad = True
-        wrapped = _Inputs.apply(call, *(args[i] for i in tensor_args))
+        wrapped = _Passthrough.apply(call.on_grad_input, *(args[i] for i in tensor_args))
         args = list(args)
         for i, w in zip(tensor_args, wrapped):
             args[i] = w
@@ -115,7 +103,7 @@ def call_with_backward_hooks(module, hooks: list, pre_hooks: list, forward, args
     where = [i for i, o in enumerate(outs) if isinstance(o, Tensor) and o.requires_grad]
     if not where:
         return out
-    wrapped = _Outputs.apply(call, *(outs[i] for i in where))
+    wrapped = _Passthrough.apply(call.on_grad_output, *(outs[i] for i in where))
     for i, w in zip(where, wrapped):
         outs[i] = w
     return outs[0] if single else type(out)(outs)
