@@ -70,9 +70,9 @@ HOST_ELEMENTS = 4096
 #: from a ``tensor`` of ids, and the ``stack`` that batches such rows, make a value the client holds whole
 #: (``Session.record`` keeps a written or joined one as a lazy upload). Not arithmetic, even the ops IEEE rounds
 #: correctly (add, sub, mul, div, a cast: the same bits on every device): tried in session 43 for torchvision's
-#: ``ToTensor`` and ``Normalize`` of each image, a sample cost the client as much worked out here as recorded
-#: (119 against 138 us, the MNIST loader script 2.92 against 2.76 s), and every small ``tw.ones(n) * k`` would have
-#: stopped reaching a device
+#: ``ToTensor`` and ``Normalize`` of each image, a sample cost the client about as much worked out here as recorded
+#: (119 us held against 138 recorded; the MNIST loader script 2.92 s held against 2.76), and every small
+#: ``tw.ones(n) * k`` would have stopped reaching a device
 HELD_OPS = frozenset({"full", "setslice", "index_put"}
                      | {name for name, o in OPS.items() if o.kind == "movement"})
 #: the ``_base_version`` of a light window (``views.basic_view``): no root's version (those count up from 0), so every
