@@ -452,11 +452,11 @@ def _accumulate(t, g, create_graph: bool, where=None) -> None:
     its post-accumulate hooks. ``where``: the user's line the backward pass came from, when the caller has it."""
     if g._shape != t._shape:
         g = g.expand(*t._shape) if g._shape != t._shape else g
-    grad = t.grad
+    grad = t._grad  # (the slot: a gradient the pass made needs none of the checks of a user's ``t.grad = g``)
     if grad is None:
-        t.grad = g
+        t._grad = g
     elif create_graph:
-        t.grad = grad + g
+        t._grad = grad + g
     elif _mode.on:  # (``no_grad``'s switch, made here without its object, unless the caller made it: ``_run`` does)
         _mode.on = False
         try:

@@ -766,15 +766,17 @@ class Tensor(TensorBase):
     greater_equal = __ge__
     not_equal = __ne__
 
-    def add(self, *args, alpha=1):
-        other, alpha = _alpha_first("add", args, alpha)
+    def add(self, other, *args, alpha=1):
+        if args:  # (torch's deprecated ``add(Number alpha, Tensor other)``)
+            other, alpha = _alpha_first("add", (other, *args), alpha)
         if alpha == 1:
             return self + other
         t = self._scaled(other, alpha)
         return self + other * alpha if t is None else t
 
-    def sub(self, *args, alpha=1):
-        other, alpha = _alpha_first("sub", args, alpha)
+    def sub(self, other, *args, alpha=1):
+        if args:  # (torch's deprecated ``sub(Number alpha, Tensor other)``)
+            other, alpha = _alpha_first("sub", (other, *args), alpha)
         if alpha == 1:
             return self - other
         t = self._scaled(other, -alpha)
@@ -1592,12 +1594,14 @@ class Tensor(TensorBase):
         V.assign(self, new)
         return self
 
-    def add_(self, *args, alpha=1):
-        other, alpha = _alpha_first("add_", args, alpha)
+    def add_(self, other, *args, alpha=1):
+        if args:
+            other, alpha = _alpha_first("add_", (other, *args), alpha)
         return self._assign(self.add(other, alpha=alpha))
 
-    def sub_(self, *args, alpha=1):
-        other, alpha = _alpha_first("sub_", args, alpha)
+    def sub_(self, other, *args, alpha=1):
+        if args:
+            other, alpha = _alpha_first("sub_", (other, *args), alpha)
         return self._assign(self.sub(other, alpha=alpha))
 
     def mul_(self, other):

@@ -147,7 +147,8 @@ class Slice(ViewStep):
 
     def on_host(self, value: np.ndarray) -> np.ndarray:
         """The view of a host value (a value the client already has, see ``known_values``)."""
-        return value[tuple(map(slice, self.starts, self.stops, self.steps))].reshape(self.out_shape)
+        return value[tuple(slice(a, b, s) for a, b, s in zip(self.starts, self.stops, self.steps))].reshape(
+            self.out_shape)
 
     def rows(self) -> tuple[int, int] | None:
         """``(start, stop)`` when this step takes rows ``start:stop`` of its input along dim 0 and every other dim

@@ -54,6 +54,10 @@ class RemovableHandle:
         self.remove()
 
 
+#: whether any module of the process has been given a backward hook (until then a call looks no further)
+_BACKWARD_HOOKED = [False]
+
+
 def _add_hook(hooks: dict, hook: Callable, prepend: bool) -> RemovableHandle:
     """``hook`` into ``hooks`` (first with ``prepend``); its handle."""
     h = RemovableHandle(hooks)
@@ -253,10 +257,12 @@ class Module:
                 r = hook(self, args)
                 if r is not None:
                     args = r if isinstance(r, tuple) else (r,)
-        d = self.__dict__
-        if d.get("_backward_hooks") or d.get("_backward_pre_hooks"):
-            return call_with_backward_hooks(self, list(d["_backward_hooks"].values()),
-                                            list(d["_backward_pre_hooks"].values()), self._forward_hooked, args, kwargs)
+        if _BACKWARD_HOOKED[0]:  # (some module has had a backward hook: see register_full_backward_hook)
+            d = self.__dict__
+            if d.get("_backward_hooks") or d.get("_backward_pre_hooks"):
+                return call_with_backward_hooks(self, list(d["_backward_hooks"].values()),
+                                                list(d["_backward_pre_hooks"].values()), self._forward_hooked, args,
+                                                kwargs)
         out = self.forward(*args, **kwargs)
         if self._forward_hooks:
             for hook in list(self._forward_hooks.values()):
@@ -287,6 +293,7 @@ class Module:
         return h
 
     def _backward_hook_dict(self, name: str) -> dict:
+        _BACKWARD_HOOKED[0] = True
         d = self.__dict__.get(name)
         if d is None:  # (a module made without __init__: unpickled, or an old subclass's)
             object.__setattr__(self, "_backward_hooks", self.__dict__.get("_backward_hooks", OrderedDict()))
