@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import math
 import sys
-import warnings
 
 import numpy as np
 
@@ -26,6 +25,7 @@ from ._frames import user_stacklevel
 from .complex_ops import angle, conj, conj_physical, isreal, real, resolve_conj, resolve_neg
 from .return_types import return_type
 from .tensor import Tensor
+from .warn_once import warn_once
 from .zero_grads import zero_grad_from
 
 _Number = (int, float, bool)
@@ -338,20 +338,14 @@ def kron(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     return (a.reshape(*sa) * b.reshape(*sb)).reshape(*[x * y for x, y in zip(a.shape, b.shape)])
 
 
-#: the deprecations torch warns of once a process, and has: ``cross`` without ``dim``
-_WARNED: set[str] = set()
-
-
 def cross(input: Tensor, other: Tensor, dim: int | None = None) -> Tensor:  # noqa: A002
     """The 3-vector cross product along ``dim`` (``None``: the first dim of size 3, as torch.cross, which warns of
     it once a process as deprecated)."""
     shape = broadcast(tuple(input.shape), tuple(other.shape))
     if dim is None:
-        if "cross" not in _WARNED:
-            _WARNED.add("cross")
-            warnings.warn("Using torch.cross without specifying the dim arg is deprecated.\nPlease either pass the dim "
-                          "explicitly or simply use torch.linalg.cross.\nThe default value of dim will change to agree "
-                          "with that of linalg.cross in a future release.", UserWarning, stacklevel=user_stacklevel())
+        warn_once("cross", "Using torch.cross without specifying the dim arg is deprecated.\nPlease either pass the "
+                  "dim explicitly or simply use torch.linalg.cross.\nThe default value of dim will change to agree "
+                  "with that of linalg.cross in a future release.", user_stacklevel())
         dim = next((i for i, s in enumerate(shape) if s == 3), None)
         if dim is None:
             raise ShapeError("no dimension of size 3 in input")

@@ -18,7 +18,6 @@ import builtins
 import copy
 import math
 import operator
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -45,6 +44,7 @@ from .memos import remember
 from .printing import format_tensor
 from .return_types import return_type
 from .sparse_layout import strided as _strided
+from .warn_once import warn_once
 from .zero_grads import zero_grad_from
 
 Max = return_type("max", ["values", "indices"])
@@ -541,10 +541,9 @@ class Tensor(TensorBase):
         """True: a tensor's value is always stored contiguous on its worker (row-major, torch's
         ``contiguous_format``). Asked for ``channels_last`` (``channels_last_3d``), torch's answer for such a tensor:
         True only where the two layouts coincide (one channel, or one spatial position)."""
-        if memory_format is None or str(memory_format) in ("torch.contiguous_format", "torch.preserve_format",
-                                                           "contiguous_format", "preserve_format"):
+        name = str(memory_format).removeprefix("torch.")  # (tw.channels_last is its name; torch's prints as that)
+        if memory_format is None or name in ("contiguous_format", "preserve_format"):
             return True
-        name = str(memory_format).removeprefix("torch.")
         nd = {"channels_last": 4, "channels_last_3d": 5}.get(name)
         if nd is None or self.ndim != nd:
             return nd is None
@@ -1807,11 +1806,6 @@ def _check_grad(t: Tensor, g) -> None:
                            f"'{list(t._shape)}'. Please ensure that the gradient and the tensor are the same size")
 
 
-#: the deprecated overloads that torch still takes and warns of once a process (``p.data.add_(-lr, p.grad.data)`` of
-#: old training loops: ``add_(Number alpha, Tensor other)``)
-_WARNED_OVERLOADS: set = set()
-
-
 def _alpha_first(name: str, args: tuple, alpha):
     """``(other, alpha)`` of ``name``'s call with positional ``args`` (after ``self``): torch's deprecated
     ``name(Number alpha, Tensor other)`` warned of once, as torch does; else ``args`` must be ``(other,)``."""
@@ -1819,11 +1813,9 @@ def _alpha_first(name: str, args: tuple, alpha):
         return args[0], alpha
     if len(args) == 2 and isinstance(args[0], (builtins.int, builtins.float, np.number)) \
             and isinstance(args[1], Tensor):
-        if name not in _WARNED_OVERLOADS:
-            _WARNED_OVERLOADS.add(name)
-            warnings.warn(f"This overload of {name} is deprecated:\n\t{name}(Number alpha, Tensor other)\nConsider "
-                          f"using one of the following signatures instead:\n\t{name}(Tensor other, *, Number alpha "
-                          "= 1)", UserWarning, stacklevel=3)
+        # (old training loops' ``p.data.add_(-lr, p.grad.data)``: torch still takes it, and warns once a process)
+        warn_once(name, f"This overload of {name} is deprecated:\n\t{name}(Number alpha, Tensor other)\nConsider using "
+                  f"one of the following signatures instead:\n\t{name}(Tensor other, *, Number alpha = 1)", 3)
         return args[1], args[0]
     raise TypeError(f"{name}() takes 1 positional argument but {len(args)} were given")
 

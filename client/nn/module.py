@@ -282,15 +282,11 @@ class Module:
 
     def register_forward_hook(self, hook: Callable) -> RemovableHandle:
         """``hook(module, args, output)`` runs after ``forward``; a non-None return replaces the output."""
-        h = RemovableHandle(self._forward_hooks)
-        self._forward_hooks[h.id] = hook
-        return h
+        return _add_hook(self._forward_hooks, hook, False)
 
     def register_forward_pre_hook(self, hook: Callable) -> RemovableHandle:
         """``hook(module, args)`` runs before ``forward``; a non-None return replaces the arguments."""
-        h = RemovableHandle(self._forward_pre_hooks)
-        self._forward_pre_hooks[h.id] = hook
-        return h
+        return _add_hook(self._forward_pre_hooks, hook, False)
 
     def _backward_hook_dict(self, name: str) -> dict:
         _BACKWARD_HOOKED[0] = True

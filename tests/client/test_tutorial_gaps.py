@@ -15,7 +15,7 @@ import pytest
 
 import tensorwire as tw
 
-ME = importlib.import_module("tensorwire.math_extras")
+warn_once = importlib.import_module("tensorwire.warn_once")
 
 pytestmark = pytest.mark.usefixtures("session")
 
@@ -133,7 +133,7 @@ CROSS_WARNING = ("Using torch.cross without specifying the dim arg is deprecated
 
 
 def test_cross_without_dim_warns_once_a_process(monkeypatch):
-    monkeypatch.setattr(ME, "_WARNED", set())
+    monkeypatch.setattr(warn_once, "_WARNED", set())
     a, b = tw.tensor([1.0, 0.0, 0.0]), tw.tensor([0.0, 1.0, 0.0])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

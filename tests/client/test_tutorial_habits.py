@@ -14,7 +14,7 @@ import pytest
 
 import tensorwire as tw
 
-T = importlib.import_module("tensorwire.tensor")  # (the module: ``tensorwire.tensor`` the attribute is the factory)
+warn_once = importlib.import_module("tensorwire.warn_once")
 
 pytestmark = pytest.mark.usefixtures("session")
 
@@ -67,7 +67,7 @@ def test_an_inplace_shape_method_of_a_leaf_that_requires_grad_is_refused():
 
 
 def test_the_deprecated_alpha_first_overloads_warn_once_and_compute_torchs_values(monkeypatch):
-    monkeypatch.setattr(T, "_WARNED_OVERLOADS", set())
+    monkeypatch.setattr(warn_once, "_WARNED", set())
     p = tw.ones(2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
