@@ -57,8 +57,7 @@ def infer_np(data, dtype) -> np.ndarray:
     if arr.dtype.kind == "f":
         return arr.astype(D.get_default_dtype().np)
     if arr.dtype.kind in "iu":
-        if arr.dtype.kind == "u" and arr.size and arr.max() > _INT64_MAX:  # (Python ints past int64's range)
-            raise ValueError("Overflow when unpacking long long")
+        _refuse_past_int64(arr)
         return arr.astype(np.int64)
     if arr.dtype.kind == "b":
         return arr
@@ -87,12 +86,17 @@ def _check_range(arr: np.ndarray, dt: D.DType, bounds: tuple) -> None:
         return
     if kind == "i" and dt.is_signed and arr.dtype.itemsize <= dt.itemsize:  # (Python ints into int64: all fit)
         return
+    _refuse_past_int64(arr)
     lo_int, lo_float, hi = bounds
     lo, top = arr.min(), arr.max()
-    if kind == "u" and top > _INT64_MAX:  # (Python ints past int64's range: torch cannot read them)
-        raise ValueError("Overflow when unpacking long long")
     if not (lo >= (lo_float if kind == "f" else lo_int) and top <= hi):  # (NaN compares False: it does not fit)
         raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
+
+
+def _refuse_past_int64(arr: np.ndarray) -> None:
+    """torch's error for Python ints past int64's range, which it cannot read (numpy made them uint64)."""
+    if arr.dtype.kind == "u" and arr.size and arr.max() > _INT64_MAX:
+        raise ValueError("Overflow when unpacking long long")
 
 
 #: the types of the entries :func:`_numbers` passes
