@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import TensorwireError
 from tensorwire.protocol.shapes import numel, slice_len
 
@@ -19,6 +20,7 @@ from .known_values import LIGHT, small_value
 from .memos import remember, remember_again
 
 _amp_active = _amp._active
+_INT64 = D.int64
 #: the view ops recorded lazily (``Session.record``'s ``lazy``: only when something reads the view)
 LAZY_OPS = frozenset({"reshape", "slice", "permute", "expand"})
 
@@ -290,8 +292,31 @@ def index_view(x, a: int):
             and (b is None or not b.requires_grad and b._version == x._base_version):
         # (x outside autograd, a root or a view up to date with its root: _basic_view's tests come to _made_view
         # without grad; an index in a loop, ``line[i]``, ``t[i][0]``, makes several a step)
+        if dt is _INT64 and len(shape) == 1:
+            arr = s._known.peek(x._id)
+            if arr is not None:  # (a loader's ``int(targets[i])``: the element's value at once)
+                return _int64_element(s, x, b, step, arr[a].item())
         return _made_view(s, x, b, step, lens, False, made)
     return _basic_view(x, step, out, lens, made)
+
+
+def _int64_element(s, x, b, step: Slice, value: int):
+    """:func:`index_view`'s ``x[a]`` of a 1-d int64 ``x`` whose value the client has, outside autograd, autocast and
+    capture, up to date with its root (``targets[i]`` in a loader's ``__getitem__``), by ``step``: the view ``x[a]``
+    (``x``'s root base, the chain of view steps: it sees ``x``'s later updates, recomputed from its root when read then,
+    and writes through it reach ``x``) whose lazy node is the 0-d ``full`` of ``value``
+    (``Session.known_int64``: no input pinned, recorded only if a recorded node reads it), as ``iter(x)`` makes its
+    elements (``indexing._int64_elements``). Reading it (``int``, ``__index__``, ``.item()``) is a look-up."""
+    t = s.known_int64(value, x._dev)
+    if b is None:
+        t._base = x
+        t._vsteps = (step,)
+        t._base_version = x._version
+    else:
+        t._base = b
+        t._vsteps = (*(x._vsteps or ()), step)
+        t._base_version = b._version
+    return t
 
 
 def _index_parts(shape: tuple, a: int, dt) -> tuple:

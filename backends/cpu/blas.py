@@ -15,10 +15,15 @@ splits (the rest OpenMP's regions, codegen/c.py ``PARALLEL_WORK``); nanoGPT's pr
 (``--threads``).
 
 One count is process-wide (OpenBLAS's thread server), and the worker runs several sessions' batches at once on its
-pool threads: a product may then run on another's count. That changes its time, not its values: OpenBLAS splits a
-product's rows and columns between threads, never a sum, so each element is the same sum in the same order on any
-number of threads. The products OpenBLAS may split along their sum (a matrix by a vector, a dot product: one row or
-one column) always run on one thread, so their bits never depend on the count they met.
+pool threads: a product may then run on another's count. That changes its time, and on some of OpenBLAS's kernels
+its last bits: OpenBLAS splits a product's rows and columns between threads, never a sum, but the blocks at a
+split's edges may take another micro-kernel, which adds in another order (measured on an AMD EPYC with OpenBLAS
+0.3.31's Haswell kernel: ``[768, 128] @ [128, 1536]`` on two threads differs from one thread in 3% of its
+elements, each within float32's rounding of the float64 product, as one thread's is; on the Intel hosts of earlier
+sessions the two were bit-equal). On either count a product gives the same bits run to run, and a session alone on
+its worker has each product on the count its size decides, so its results repeat; torch's own products differ
+with its thread count the same way. The products OpenBLAS may split along their sum (a matrix by a vector, a dot
+product: one row or one column) always run on one thread.
 
 Where numpy's BLAS is not OpenBLAS (an MKL or Accelerate build), products run as that library decides.
 """

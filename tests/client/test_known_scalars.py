@@ -195,6 +195,34 @@ def test_elements_of_a_changed_ix_and_of_a_2d_ix_are_torchs(session):
 
 
 @needs_torch
+def test_an_indexed_element_is_a_known_scalar_and_a_view_as_torchs(session):
+    """``ix[k]`` of a known 1-d int64 (a loader's ``int(targets[index])``) is made as ``iter(ix)``'s elements are:
+    reading it is a look-up (no node recorded), and it is a view of ``ix`` as in torch."""
+    ix, rx = _pair()
+    session.flush()
+    before = len(session._pending)
+    els = [ix[k] for k in (0, 3, -1, 5)]
+    rels = [rx[k] for k in (0, 3, -1, 5)]
+    assert [int(e) for e in els] == [int(r) for r in rels] and els[1].item() == rels[1].item()
+    assert len(session._pending) == before and all(session._lazy[e._id][0] == "full" for e in els)
+    _same(els[2] * 2 + 1, rels[2] * 2 + 1)
+    els[0] += 5  # (a view: written through to ix)
+    rels[0] += 5
+    _same(ix, rx)
+    ix.mul_(2)  # (and it sees ix's later updates)
+    rx.mul_(2)
+    for e, r in zip(els, rels):
+        _same(e, r)
+    sub, rsub = ix[1:5], rx[1:5]  # (an element of a view of ix: the same, through the view's steps)
+    e, r = sub[2], rsub[2]
+    assert int(e) == int(r)
+    e.fill_(-7)
+    r.fill_(-7)
+    _same(ix, rx)
+    _same(sub, rsub)
+
+
+@needs_torch
 def test_a_known_scalar_argument_of_a_compiled_function_traces_as_any_tensor(session):
     data, ref = tw.tensor(TEXT, dtype=tw.long), torch.tensor(TEXT, dtype=torch.long)
 

@@ -44,9 +44,12 @@ big = rng.standard_normal((8192, 4096), np.float32)
 blas.matmul(big, rng.standard_normal(4096, np.float32))
 out["vector"] = count()  # [8192, 4096] @ [4096]: 33.5M, but a matrix by a vector
 y2 = blas.matmul(x, w.T)
+again = all(np.array_equal(y2, blas.matmul(x, w.T)) for _ in range(5))
 blas._THREADS.use(1)
 y1 = np.matmul(x, w.T)
-out["same"] = bool(np.array_equal(y1, y2))
+exact = x.astype(np.float64) @ w.T.astype(np.float64)
+bound = (np.abs(x).astype(np.float64) @ np.abs(w.T).astype(np.float64)) * 128 * 2.0 ** -24  # (K ulps of the terms)
+out["same"] = bool(again and np.all(np.abs(y2 - exact) <= bound) and np.all(np.abs(y1 - exact) <= bound))
 def scan(B, H):
     h = np.zeros((B, H), np.float32)
     _rnn_scan([np.zeros((5, B, 4 * H), np.float32), h, h, np.zeros((4 * H, H), np.float32),
@@ -94,7 +97,9 @@ def test_a_product_by_a_vector_runs_on_one_thread_whatever_its_size(counts):
     assert counts["vector"] == 1
 
 
-def test_a_product_has_the_same_bits_on_one_thread_or_two(counts):
+def test_a_product_repeats_its_bits_and_is_float32s_rounding_on_one_thread_or_two(counts):
+    """On two threads the same bits run to run; on one or two, within float32's rounding of the float64 product
+    (bit-equal on some of OpenBLAS's kernels, not on all: ``blas``'s docstring)."""
     assert counts["same"]
 
 
