@@ -185,6 +185,37 @@ def test_default_collate_types_match_torch(session):
         tw.utils.data.default_collate([[1, 2], [3]])
 
 
+def test_subsets_of_any_dataset_load_as_torch(session):
+    """``Subset`` and ``random_split`` of a user's own ``Dataset`` (no batched read: the loader collates item by
+    item) and of a ``TensorDataset`` (batched read through the subset's indices) give torch's batches. (The split's
+    permutation comes from our generator, whose stream is not torch's: torch's side takes the same indices.)"""
+    first, rest = tw.utils.data.random_split(range(9), [6, 3], generator=tw.Generator().manual_seed(0))
+    assert sorted(first.indices + rest.indices) == list(range(9))
+
+    def make(lib):
+        class Squares(lib.utils.data.Dataset):
+            def __len__(self):
+                return 9
+
+            def __getitem__(self, i):
+                return np.full(2, i * i, np.float32), i
+
+        x = np.arange(18, dtype=np.float32).reshape(9, 2)
+        tensors = lib.utils.data.TensorDataset(lib.tensor(x), lib.tensor(np.arange(9)))
+        split = lib.utils.data.random_split(Squares(), [6, 3], generator=lib.Generator().manual_seed(0))[0]
+        if lib is torch:
+            split = torch.utils.data.Subset(Squares(), first.indices)
+        return [lib.utils.data.Subset(Squares(), [4, 1, 7, 2]), lib.utils.data.Subset(tensors, [8, 0, 3]), split]
+
+    for ours, ref in zip(make(tw), make(torch)):
+        got = list(tw.utils.data.DataLoader(ours, batch_size=2))
+        want = list(torch.utils.data.DataLoader(ref, batch_size=2))
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            for u, v in zip(a, b):
+                np.testing.assert_array_equal(u.numpy(), v.numpy())
+
+
 def test_iterable_dataset_batches_as_torch(session):
     class Stream:
         def __init__(self, lib):

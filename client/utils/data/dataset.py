@@ -102,11 +102,14 @@ class Subset(Dataset):
     def __len__(self) -> int:
         return len(self.indices)
 
-    def _batch(self, indices, device=None):
+    @property
+    def _batch(self):
+        """The base dataset's batched read through this subset's indices; absent (``hasattr`` is false, and the
+        loader reads and collates item by item) when the base has none, as a user's own ``Dataset`` has not."""
         base = getattr(self.dataset, "_batch", None)
         if base is None:
-            raise AttributeError("_batch")
-        return base([self.indices[i] for i in indices], device)
+            raise AttributeError(f"{type(self.dataset).__name__} has no batched read")
+        return lambda indices, device=None: base([self.indices[i] for i in indices], device)
 
 
 class ConcatDataset(Dataset):
