@@ -189,8 +189,11 @@ def start_heartbeats(ctx: zmq.Context, dispatcher: str, name: str, stop: threadi
                     except Exception:  # noqa: BLE001 - a report must never stop the heartbeat
                         log.exception("heartbeat report failed")
                         msg = pack_header(base)
-                hb.send(msg, zmq.NOBLOCK)
-        except zmq.ZMQError:
+                try:
+                    hb.send(msg, zmq.NOBLOCK)
+                except zmq.Again:  # the dispatcher is away and the queue to it full: skip a beat, never stop
+                    pass
+        except zmq.ZMQError:  # the context is closing
             pass
         finally:
             hb.close(0)

@@ -205,9 +205,14 @@ class CLRuntime(KernelModules):
         """Raise the first error of the kernels the calling thread launched since its last check (this waits for
         the queue when there are any)."""
         def read(mine, kernels):
-            for i in range(len(kernels)):
-                self.cl.enqueue_copy(self.queue, mine.host[2 * i:2 * i + 2], mine.device[i], is_blocking=False)
+            # (the copies' events are kept until the queue is done: pyopencl's NannyEvent, dropped, waits for its copy
+            # holding the GIL, and behind a long kernel, or PoCL generating a kernel's code at its first launch, that
+            # froze every thread of the worker, its heartbeat's too, until the dispatcher declared it lost;
+            # ``finish`` waits with the GIL released)
+            copies = [self.cl.enqueue_copy(self.queue, mine.host[2 * i:2 * i + 2], mine.device[i], is_blocking=False)
+                      for i in range(len(kernels))]
             self.queue.finish()
+            del copies
             return mine.host
 
         def reset(mine, kernels):

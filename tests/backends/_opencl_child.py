@@ -175,11 +175,50 @@ def _kernels_are_shared_between_fragments(dev):
     assert dev.runtime.builds - builds == 2 and len(dev.runtime._kernels) - kernels == 3, "kernels were rebuilt"
 
 
+def _waiting_for_errors_lets_other_threads_run(dev):
+    """The kernel-error check waits for the queue with the GIL released: a thread of the worker's (its heartbeat's)
+    keeps running while a long kernel finishes. (pyopencl's event of a non-blocking copy, dropped, waits holding the
+    GIL: behind a kernel PoCL generated at its first launch, the worker went silent and was declared lost.)"""
+    import threading
+
+    import pyopencl as cl
+
+    rt = dev.runtime
+    prg = rt.compile("__kernel void tw_slow(__global double* a) { int g = get_global_id(0); double x = a[g];"
+                     " for (int j = 0; j < 4000; j++) x = sin(x) + 1e-3; a[g] = x; }", [])
+    slow = cl.Kernel(prg, "tw_slow")
+    buf = rt.upload(np.linspace(0, 1, 1 << 14))
+    slow.set_arg(0, buf.buf)
+    gaps, stop = [], threading.Event()
+
+    def beat():
+        last = time.perf_counter()
+        while not stop.wait(0.02):
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    th = threading.Thread(target=beat)
+    th.start()
+    try:
+        t0 = time.perf_counter()
+        cl.enqueue_nd_range_kernel(rt.queue, slow, (1 << 14,), None)
+        rt.errors.take("tw_slow", rt.check_errors)  # (as a launch that can raise: its slot is read at the check)
+        rt.check_errors()
+        waited = time.perf_counter() - t0
+    finally:
+        stop.set()
+        th.join()
+    assert waited > 0.3, f"the kernel took {waited:.2f} s: too short to tell"
+    assert max(gaps) < waited / 3, f"another thread stood still for {max(gaps):.2f} s of a {waited:.2f} s wait"
+
+
 UNITS = {"discovery_reasons": _discovery_reasons, "simulator_listed_only_when_selected":
          _simulator_listed_only_when_selected, "compile_error_names_the_source": _compile_error_names_the_source,
          "buffers_roundtrip_and_memory": _buffers_roundtrip_and_memory,
          "too_large_allocation_is_out_of_memory": _too_large_allocation_is_out_of_memory,
-         "kernels_are_shared_between_fragments": _kernels_are_shared_between_fragments}
+         "kernels_are_shared_between_fragments": _kernels_are_shared_between_fragments,
+         "waiting_for_errors_lets_other_threads_run": _waiting_for_errors_lets_other_threads_run}
 
 
 def units() -> dict:

@@ -57,7 +57,7 @@ UNDER_TEST = DC.DeviceUnderTest(
     "opencl:0", conformance=tuple(SAMPLE),
     runtime_checks=("discovery_reasons", "simulator_listed_only_when_selected", "compile_error_names_the_source",
                     "buffers_roundtrip_and_memory", "too_large_allocation_is_out_of_memory",
-                    "kernels_are_shared_between_fragments"),
+                    "kernels_are_shared_between_fragments", "waiting_for_errors_lets_other_threads_run"),
     refusal=("no OpenCL platform matches", {"extra_env": {RT.PLATFORM_ENV: "no-such-platform"}}))
 
 
