@@ -141,16 +141,28 @@ def _sample(input: Tensor, grid: Tensor, mode: int, padding: int, align_corners:
     return out.reshape(n, c, *out_sp)
 
 
+def _align_corners(align_corners: bool | None) -> bool:
+    """``align_corners`` as :func:`grid_sample` and :func:`affine_grid` take it: not given (None) is False, with
+    torch's warning (on the caller's caller's line)."""
+    if align_corners is None:
+        warnings.warn("Default grid_sample and affine_grid behavior has changed to align_corners=False since 1.3.0. "
+                      "Please specify align_corners=True if the old behavior is desired. See the documentation of "
+                      "grid_sample for details.", stacklevel=3)
+        return False
+    return bool(align_corners)
+
+
 def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mode: str = "zeros",  # noqa: A002
                 align_corners: bool | None = None) -> Tensor:
-    """The input sampled at the grid's normalised positions (torch's ``grid_sample``)."""
+    """The input sampled at the grid's normalised positions (torch's ``grid_sample``; ``align_corners`` not given is
+    False, with torch's warning)."""
     if mode not in _MODES:
         raise ValueError(f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', "
                          f"but got: '{mode}'")
     if padding_mode not in _PADS:
         raise ValueError(f"nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or "
                          f"'reflection', but got: '{padding_mode}'")
-    return _sample(input, grid, _MODES[mode], _PADS[padding_mode], bool(align_corners))
+    return _sample(input, grid, _MODES[mode], _PADS[padding_mode], _align_corners(align_corners))
 
 
 def grid_sampler_2d(input: Tensor, grid: Tensor, interpolation_mode: int, padding_mode: int,  # noqa: A002
@@ -188,11 +200,7 @@ def affine_grid(theta: Tensor, size, align_corners: bool | None = None) -> Tenso
     position's normalised coordinates ``(x, y[, z], 1)`` times ``theta``'s rows, for :func:`grid_sample` with the same
     ``align_corners`` (default False, with torch's warning when not given). Differentiable in ``theta``: the base
     coordinates are constants of the size, one line per dim, broadcast against ``theta``'s columns."""
-    if align_corners is None:
-        warnings.warn("Default grid_sample and affine_grid behavior has changed to align_corners=False since 1.3.0. "
-                      "Please specify align_corners=True if the old behavior is desired. See the documentation of "
-                      "grid_sample for details.", stacklevel=2)
-        align_corners = False
+    align_corners = _align_corners(align_corners)
     if not theta.dtype.is_floating_point:
         raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
     size = [int(v) for v in size]

@@ -67,6 +67,10 @@ def test_affine_grid_checks_and_warnings(torch):
         grid = F.affine_grid(theta, (1, 1, 2, 3))
     ref = torch.nn.functional.affine_grid(torch.tensor(np.eye(2, 3)[None]), (1, 1, 2, 3), False)
     _close(grid, ref)  # the identity map: the pixel centres
+    with pytest.warns(UserWarning, match="align_corners=False since 1.3.0") as caught:
+        _close(F.grid_sample(grid.permute(0, 3, 1, 2), grid),
+               torch.nn.functional.grid_sample(ref.permute(0, 3, 1, 2), ref, align_corners=False))
+    assert caught[0].filename == __file__  # (on the caller's line, as torch's)
     with pytest.warns(UserWarning, match="unit-size grids when align_corners=True"):
         F.affine_grid(theta, (1, 1, 1, 3), True)
     with pytest.raises(ValueError, match="Nx2x3"):
