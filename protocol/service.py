@@ -194,13 +194,15 @@ def stop_event_on_signals() -> StopEvent:
     setting = []  # (not empty: a handler is setting it)
 
     def handler(signum, frame):
-        # a second signal runs its handler inside the first one's ``ev.set()``, which holds the event's lock: setting
-        # it again there would wait for that lock forever (two SIGTERMs in a row hung a worker). No call comes
-        # between the check and the mark, so no handler can run in between.
+        # The handler runs on the main thread between two of its bytecodes, so possibly where that thread holds the
+        # event's lock (no RLock): inside ``ev.wait()`` between its wake-up and its return (``tensorwire up``'s loop
+        # waits a second at a time), or inside a first signal's ``ev.set()`` (two SIGTERMs in a row hung a worker).
+        # Setting the event here would wait for that lock forever; a thread sets it once the main thread lets go.
+        # No call comes between the check and the mark, so no handler can run in between.
         if setting:
             return
         setting.append(signum)
-        ev.set()
+        threading.Thread(target=ev.set, name="tw-stop", daemon=True).start()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)

@@ -184,7 +184,10 @@ def test_listing_names_the_device(session, cluster, capsys):
     from tensorwire.cli import main
 
     info = {d["device"]: d for d in session.device_info()}
-    assert info["opencl:0"]["name"] == DEVICE["name"] and info["opencl:0"]["memory_bytes"] == DEVICE["memory_bytes"]
+    # (PoCL's memory figure for a CPU device is not fixed: in one suite run, on a busy host, the worker's and
+    # discovery's, read in two processes minutes apart, were 11.9 and 9.6 GB; alone they agree)
+    host_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert info["opencl:0"]["name"] == DEVICE["name"] and 0 < info["opencl:0"]["memory_bytes"] <= host_bytes
     assert main(["status", "--address", cluster.address]) == 0
     out = capsys.readouterr().out
     assert "opencl:0" in out and DEVICE["name"][:24] in out

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -63,3 +65,20 @@ def test_sigterm_sets_it_and_a_second_one_changes_nothing():
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+def test_a_signal_while_the_main_thread_holds_the_events_lock_still_sets_it():
+    """A signal handled where the main thread holds the event's lock (inside ``wait()`` between its wake-up and its
+    return: ``tensorwire up`` waits a second at a time) sets the event once the thread lets go; setting it in the
+    handler itself waited for that lock forever (a child process, so that a hang is a timeout here)."""
+    code = (
+        "import signal, sys\n"
+        "from tensorwire.protocol.service import stop_event_on_signals\n"
+        "ev = stop_event_on_signals()\n"
+        "with ev._cond:\n"
+        "    signal.raise_signal(signal.SIGINT)\n"
+        "    held = ev.is_set()\n"
+        "sys.exit(0 if not held and ev.wait(10) else 3)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], timeout=30, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
