@@ -1143,7 +1143,11 @@ def _bn_sum(v: np.ndarray) -> np.ndarray:
 
 
 def _bn_moments(x3: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel mean and biased variance (float64) of [N, C, L], two passes as torch's CPU."""
+    """Per-channel mean and biased variance (float64) of [N, C, L], two passes as torch's CPU (the C kernel's where
+    it applies: ``host_c.bn_moments``)."""
+    got = host_c.bn_moments(x3)
+    if got is not None:
+        return got
     cnt = max(x3.shape[0] * x3.shape[2], 1)
     mean = _bn_sum(x3) / cnt
     xc = x3 - _bn_col(mean, x3.dtype, x3.shape[2])
@@ -1192,8 +1196,10 @@ def _batch_norm(ins, a, shape, dt):
     if w is not None:
         scale = scale * w
     shift = -mean * scale if b is None else b - mean * scale
-    y = x3 * _bn_col(scale, ct, x3.shape[2])
-    y += _bn_col(shift, ct, x3.shape[2])
+    y = host_c.bn_apply(x3, scale.astype(ct), shift.astype(ct))  # (in C where it applies: the same bits)
+    if y is None:
+        y = x3 * _bn_col(scale, ct, x3.shape[2])
+        y += _bn_col(shift, ct, x3.shape[2])
     return _out(y.reshape(shape), dt)
 
 
@@ -1214,9 +1220,12 @@ def _batch_norm_grad_stats(ins, a, shape, dt):
     ct = dt.np  # the statistics' dtype: float32 for 16-bit inputs
     g3, x3 = _bn3(_arr(ins[0], ct)), _bn3(_arr(ins[1], ct))
     mean, rstd = _bn_stats(ins[2], x3.shape[1], a.get("eps", 1e-5))
-    xc = x3 - _bn_col(mean, ct, x3.shape[2])
-    np.multiply(xc, g3, out=xc)
-    return np.concatenate([_bn_sum(g3), _bn_sum(xc) * rstd]).astype(dt.np)
+    sums = host_c.bn_grad_sums(g3, x3, mean)  # (one pass in C where it applies)
+    if sums is None:
+        xc = x3 - _bn_col(mean, ct, x3.shape[2])
+        np.multiply(xc, g3, out=xc)
+        sums = _bn_sum(g3), _bn_sum(xc)
+    return np.concatenate([sums[0], sums[1] * rstd]).astype(dt.np)
 
 
 @kernel("batch_norm_grad")
@@ -1229,15 +1238,19 @@ def _batch_norm_grad(ins, a, shape, dt):
     rest = ins[4:] if training else ins[3:]
     k = rstd * np.asarray(rest[0], np.float64) if a.get("has_weight") else rstd
     ln = x3.shape[2]
-    dx = g3 * _bn_col(k, ct, ln)
-    if training:
-        gs = np.asarray(ins[3], np.float64)
-        n = max(x3.shape[0] * x3.shape[2], 1)
-        # k (g - sum_g / n - (x - mean) rstd sum_gx / n)
+    if not training:
+        return _out((g3 * _bn_col(k, ct, ln)).reshape(shape), dt)
+    gs = np.asarray(ins[3], np.float64)
+    n = max(x3.shape[0] * x3.shape[2], 1)
+    # k (g - sum_g / n - (x - mean) rstd sum_gx / n)
+    f, sub = -k * rstd * gs[c:] / n, k * gs[:c] / n
+    dx = host_c.bn_grad_input(g3, x3, k.astype(ct), mean.astype(ct), f.astype(ct), sub.astype(ct))
+    if dx is None:  # (numpy's spelling: the same operations, so the same bits)
+        dx = g3 * _bn_col(k, ct, ln)
         xc = x3 - _bn_col(mean, ct, ln)
-        xc *= _bn_col(-k * rstd * gs[c:] / n, ct, ln)
+        xc *= _bn_col(f, ct, ln)
         dx += xc
-        dx -= _bn_col(k * gs[:c] / n, ct, ln)
+        dx -= _bn_col(sub, ct, ln)
     return _out(dx.reshape(shape), dt)
 
 

@@ -146,3 +146,54 @@ def test_log_softmax_and_its_gradient_in_c_are_the_numpy_kernels(built, monkeypa
     assert np.array_equal(np.isfinite(got_grad), fine)
     np.testing.assert_allclose(got_grad[fine], want_grad[fine], rtol=tol["rtol"] * 10, atol=tol["atol"] * 10)
     assert host_c.log_softmax(x.astype(np.float16)) is None and host_c.log_softmax(x[:1, ..., :8]) is None
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(100, 64, 8, 8), (3, 5, 4099), (2, 3, 1, 1000)])
+def test_batch_norm_in_c_is_the_numpy_kernels(built, monkeypatch, shape, dtype):
+    """Batch norm's kernels take the C where it applies: the statistics and the gradient's sums are numpy's to
+    rounding (float64 sums in another order), the normalisation and the input gradient numpy's bits (the same float
+    operations in the same order), training and evaluation, with and without the affine parameters."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(dtype)
+    g = rng.standard_normal(shape).astype(dtype)
+    c = shape[1]
+    w, b = rng.standard_normal(c).astype(dtype), rng.standard_normal(c).astype(dtype)
+    dt = D.from_numpy(np.dtype(dtype))
+
+    def run():
+        st = KERNELS["batch_norm_stats"]([x], {}, (2 * c,), dt)
+        out = {"stats": st}
+        for affine in (True, False):
+            a = {"training": True, "has_stats": True, "has_weight": affine, "has_bias": affine, "eps": 1e-5}
+            wb = [w, b] if affine else []
+            out[f"y{affine}"] = KERNELS["batch_norm"]([x, st, *wb], a, shape, dt)
+            out[f"own{affine}"] = KERNELS["batch_norm"]([x, *wb], {**a, "has_stats": False}, shape, dt)
+            gs = KERNELS["batch_norm_grad_stats"]([g, x, st], a, (2 * c,), dt)
+            out[f"gs{affine}"] = gs
+            out[f"dx{affine}"] = KERNELS["batch_norm_grad"]([g, x, st, gs, *wb[:1]], a, shape, dt)
+            ev = {**a, "training": False, "has_stats": False}
+            out[f"ev{affine}"] = KERNELS["batch_norm"]([x, st[:c], st[c:], *wb], ev, shape, dt)
+            out[f"evdx{affine}"] = KERNELS["batch_norm_grad"]([g, x, st, *wb[:1]], ev, shape, dt)
+        return out
+
+    got = run()
+    assert host_c.bn_moments(x.reshape(shape[0], c, -1)) is not None
+    with monkeypatch.context() as numpy_only:
+        for name in ("bn_moments", "bn_grad_sums", "bn_apply", "bn_grad_input"):
+            numpy_only.setattr(host_c, name, lambda *args: None)
+        want = run()
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], err_msg=name, **tol)
+    # the same per-channel values in: numpy's bits out
+    assert np.array_equal(host_c.bn_apply(x.reshape(shape[0], c, -1), w, b),
+                          x.reshape(shape[0], c, -1) * w[:, None] + b[:, None])
+    x3, g3 = x.reshape(shape[0], c, -1), g.reshape(shape[0], c, -1)
+    k, m, f, s = (rng.standard_normal(c).astype(dtype) for _ in range(4))
+    ref = g3 * k[:, None]
+    ref += (x3 - m[:, None]) * f[:, None]
+    ref -= s[:, None]
+    assert np.array_equal(host_c.bn_grad_input(g3, x3, k, m, f, s), ref)
+    assert host_c.bn_moments(x3.astype(np.float16)) is None and host_c.bn_apply(x3[:1, :1, :8], w, b) is None
