@@ -38,6 +38,11 @@ for attempt in range(int(sys.argv[3])):
 """
 
 
+#: "at once": well inside the 30 s connect timeout the clients are given (a failure noticed from the handshake, not
+#: the timeout). Alone ~1.2 s here (the first Session's imports included); 5.6 s seen under the full suite's load
+AT_ONCE_S = 15
+
+
 def _clean_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("TENSORWIRE_KEYS", "TENSORWIRE_ADDRESS")}
 
@@ -75,7 +80,7 @@ def _connect_attempts(address: str, keys, n: int) -> list[tuple[float, str]]:
 
 def test_a_keyless_client_fails_at_once_and_says_the_dispatcher_wants_keys(cluster):
     for took, message in _connect_attempts(cluster.address, None, 5):
-        assert took < 5, f"{took:.1f}s: the handshake's failure was not noticed ({message})"
+        assert took < AT_ONCE_S, f"{took:.1f}s: the handshake's failure was not noticed ({message})"
         # (which side sees the mechanisms differ first is a race: the client's message is certain, or hedged)
         assert (f"the dispatcher at {cluster.address} uses CURVE keys and this client has none: pass keys=" in message
                 or f"the handshake with {cluster.address} failed: the dispatcher there uses CURVE keys and this client"
@@ -122,7 +127,7 @@ def test_a_first_message_sent_after_the_handshake_failed_never_hangs(cluster):
     out = json.loads(r.stdout)
     for m in out["messages"]:
         took, message = m.split(" ", 1)
-        assert float(took) < 5 and "uses CURVE keys and this client has none" in message, m
+        assert float(took) < AT_ONCE_S and "uses CURVE keys and this client has none" in message, m
     print(f"{out['dropped']} of 60 tries found the connection dropped before the first message")
 
 
@@ -130,7 +135,7 @@ def test_a_first_message_sent_after_the_handshake_failed_never_hangs(cluster):
 def test_a_client_with_the_wrong_keys_fails_at_once_naming_which(cluster, keys, tmp_path, case):
     use = mixed_keys(keys, tmp_path, case, lambda d: _cli("keys", "--dir", str(d)).check_returncode())
     [(took, message)] = _connect_attempts(cluster.address, use, 1)
-    assert took < 5, message
+    assert took < AT_ONCE_S, message
     expect = ("refused this client's CURVE key" if case == "unknown-client-key" else
               "the dispatcher.key in this client's keys directory is not that dispatcher's public key")
     assert expect in message and cluster.address in message, message
