@@ -143,3 +143,41 @@ def test_taps_reading_only_padding_are_dropped(name, sx, sw_, a, crops, dtype):
     for got, want in _run(sx, sw_, a, dtype, with_bias=True):
         assert got.dtype == dtype and got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+#: stride-1 convs the blocked direct C kernel takes (``conv._direct``): widths that leave partial 16-column blocks,
+#: output channel counts that leave partial blocks of 4, non-square and wide kernels, bias, padding 0 to k - 1
+DIRECT = [
+    ("direct-resnet", (4, 16, 13, 17), (16, 16, 3, 3), {"padding": [1, 1]}),
+    ("direct-rgb-in", (3, 3, 20, 33), (6, 3, 3, 3), {"padding": [1, 1]}),
+    ("direct-odd-out-5x5", (4, 7, 15, 14), (5, 7, 5, 5), {"padding": [2, 2]}),
+    ("direct-rect-unpadded", (3, 9, 16, 40), (3, 9, 1, 3), {}),
+    ("direct-rect-pad", (2, 32, 12, 12), (32, 32, 3, 2), {"padding": [2, 1]}),
+]
+
+
+@pytest.mark.parametrize("name,sx,sw_,a", DIRECT, ids=[c[0] for c in DIRECT])
+def test_direct_kernel_matches_reference(monkeypatch, name, sx, sw_, a):
+    """float32 stride-1 convs of few channels run the forward and the input gradient on the direct kernel (with the
+    weights flipped for the gradient), to float32 rounding of the float64 references; the weight gradient stays on
+    the gemms; float64 never takes it."""
+    from tensorwire.backends.cpu import compiled, host_c
+
+    if compiled.runtime() is None:
+        pytest.skip(f"the CPU cannot compile: {compiled.why_not()}")
+    monkeypatch.setattr(host_c, "BUILD_ELEMENTS", 1)
+    calls = []
+    real = host_c.conv2d_direct
+
+    def counted(*args):
+        out = real(*args)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(host_c, "conv2d_direct", counted)
+    for got, want in _run(sx, sw_, a, np.float32, with_bias=True):
+        assert got.dtype == np.float32 and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert calls == [True, True], calls
+    _run(sx, sw_, a, np.float64, with_bias=False)
+    assert calls == [True, True, False, False], calls
