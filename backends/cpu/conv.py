@@ -36,7 +36,7 @@ from .scratch import scratch, scratch_copy, scratch_zeros
 _CHANNELS_LAST_MIN = 8  # input channels from which a strided conv runs channels-last (runs of kw*C values)
 _CHANNELS_LAST_MIN_STRIDE_1 = 16  # ... and a stride-1 conv whose kernel is not 1x1 (1x1: the flat grid is the input)
 _CHANNELS_LAST_BLOCK = 1 << 21  # bytes of columns per gemm in the channels-last layout (whole images)
-#: the direct kernel (``_direct``) for stride-1 convs of at most this many channels in and out ...
+#: the direct kernel (``_direct_fits``) for stride-1 convs of at most this many channels in and out ...
 _DIRECT_MAX_CHANNELS = 32
 #: ... whose outputs are at least this wide (its blocks are 16 columns: 8 wasted half of each)
 _DIRECT_MIN_WIDTH = 12
@@ -443,18 +443,14 @@ def _tap_crop(h: int, wd: int, kh: int, kw: int, oh: int, ow: int, a: dict) -> _
     return _TapCrop(rows, cols, (y0, y1), (x0, x1), a)
 
 
-def _direct(x: np.ndarray, w: np.ndarray, a: dict, pad: tuple[int, int] | None = None) -> np.ndarray | None:
-    """``x``'s conv with ``w`` from the blocked direct C kernel (``host_c.conv2d_direct``) where it applies and beats
-    im2col + gemm: stride 1, dilation 1, one group, at most :data:`_DIRECT_MAX_CHANNELS` channels in and out and
-    outputs at least :data:`_DIRECT_MIN_WIDTH` wide; ``pad`` for the conv's own padding. None elsewhere."""
-    (sh, sw), padding, (dh, dw), groups = _conv_geom(a)
-    o, c, kh, kw = w.shape
-    if (sh, sw, dh, dw, groups) != (1, 1, 1, 1, 1) or max(o, c) > _DIRECT_MAX_CHANNELS:
-        return None
-    ph, pw = padding if pad is None else pad
-    if x.shape[3] + 2 * pw - kw + 1 < _DIRECT_MIN_WIDTH:
-        return None
-    return host_c.conv2d_direct(x, w, ph, pw)
+def _direct_fits(x: np.ndarray, a: dict, o: int, c: int, out_width: int) -> bool:
+    """Whether a conv of ``x`` (``o`` output and ``c`` input channels, outputs ``out_width`` wide) runs on the blocked
+    direct C kernel (``host_c.conv2d_direct``), where it beats im2col + gemm: float32, stride 1, dilation 1, one
+    group, at most :data:`_DIRECT_MAX_CHANNELS` channels in and out, outputs at least :data:`_DIRECT_MIN_WIDTH`
+    wide (the kernel may still decline: a small call, no C compiler)."""
+    (sh, sw), _, (dh, dw), groups = _conv_geom(a)
+    return (x.dtype == np.float32 and (sh, sw, dh, dw, groups) == (1, 1, 1, 1, 1)
+            and max(o, c) <= _DIRECT_MAX_CHANNELS and out_width >= _DIRECT_MIN_WIDTH)
 
 
 @kernel("conv2d")
@@ -469,7 +465,7 @@ def _conv2d(ins, a, shape, dt):
         return _out(np.zeros(shape, ct) + (0 if b is None else b[:, None, None]), dt)
     if (cr := _tap_crop(x.shape[2], x.shape[3], kh, kw, oh, ow, a)) is not None:
         return _conv2d([cr.window(x), cr.weight(w), *ins[2:]], cr.attrs, shape, dt)
-    if (y := _direct(x, w, a)) is not None:
+    if _direct_fits(x, a, o, c, ow) and (y := host_c.conv2d_direct(x, w, *_conv_geom(a)[1])) is not None:
         if b is not None:
             y += b[:, None, None]
         return _out(y, dt)
@@ -539,10 +535,11 @@ def _conv2d_grad_input(ins, a, shape, dt):
         return np.zeros(shape, dt.np)
     if (cr := _tap_crop(h, wd, kh, kw, oh, ow, a)) is not None:
         return cr.input_back(_conv2d_grad_input([gy, cr.weight(w)], cr.attrs, cr.window_shape(n, c), dt), shape)
-    (ph, pw) = _conv_geom(a)[1]
-    if kh - 1 - ph >= 0 and kw - 1 - pw >= 0:  # (a stride-1 conv's input gradient: gy's conv with w flipped)
+    ph, pw = _conv_geom(a)[1]
+    if kh - 1 - ph >= 0 and kw - 1 - pw >= 0 and _direct_fits(gy, a, o, c, wd):
+        # (a stride-1 conv's input gradient: gy's conv with w flipped and transposed, padding k - 1 - p)
         flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
-        if (gx := _direct(gy, flipped, a, (kh - 1 - ph, kw - 1 - pw))) is not None:
+        if (gx := host_c.conv2d_direct(gy, flipped, kh - 1 - ph, kw - 1 - pw)) is not None:
             return _out(gx, dt)
     layout = _layout(n, c, h, wd, kh, kw, a)
     if layout == "dense":

@@ -24,9 +24,10 @@ not take; the functions here return None then.
   the normalisation, the gradient's sums and the input gradient, ~1.0 ms in C (this host, under load). The
   statistics and sums are float64 in another order (rounding); the normalisation and the input gradient are
   numpy's float operations in numpy's order, so its bits.
-* ``conv2d_direct``: float32 stride-1 convs of few channels (``conv._direct`` decides), forward and, with the weights
-  flipped, the input gradient: im2col copies kh*kw times the input and its gemms are skinny ([rows, 144] @ [144, 16]
-  at 16 channels ran at ~28 GFLOP/s here); the kernel keeps 4 output channels x 16 columns in registers instead.
+* ``conv2d_direct``: float32 stride-1 convs of few channels (``conv._direct_fits`` decides), forward and, with the
+  weights flipped, the input gradient: im2col copies kh*kw times the input and its gemms are skinny ([rows, 144] @
+  [144, 16] at 16 channels ran at ~28 GFLOP/s here); the kernel keeps 4 output channels x 16 columns in registers
+  instead.
 
 The library is built the first time a large call wants it while the kernel cache lacks it (:data:`BUILD_ELEMENTS`):
 a program of small calls (a DCGAN's inits) never waits for the compiler; from the cache, or once built, it serves
@@ -46,6 +47,7 @@ from ..codegen.c import CRenderer
 from ..codegen.cache import NotCached, cached_only
 from ..codegen.render import PREAMBLE_RNG
 from . import compiled
+from .scratch import scratch_zeros
 
 log = logging.getLogger("tensorwire.kernels")
 
@@ -233,6 +235,7 @@ _GRAD_ARGS = [ctypes.c_void_p] * 3 + [_LL] * 2
 _BN_ARGS = [ctypes.c_void_p] * 2 + [_LL] * 3
 _BN_GRAD_ARGS = [ctypes.c_void_p] * 4 + [_LL] * 3
 _BN_APPLY_ARGS = [ctypes.c_void_p] * 7 + [_LL] * 3
+_CONV_ARGS = [ctypes.c_void_p] * 3 + [_LL] * 9
 _SIGNATURES = {"tw_randn_fill": [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c_void_p, ctypes.c_int],
                "tw_max_pool2d_grad_f32": _POOL_ARGS, "tw_max_pool2d_grad_f64": _POOL_ARGS,
                "tw_log_softmax_f32": _ROWS_ARGS, "tw_log_softmax_f64": _ROWS_ARGS,
@@ -240,7 +243,7 @@ _SIGNATURES = {"tw_randn_fill": [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c
                "tw_bn_moments_f32": _BN_ARGS, "tw_bn_moments_f64": _BN_ARGS,
                "tw_bn_grad_sums_f32": _BN_GRAD_ARGS, "tw_bn_grad_sums_f64": _BN_GRAD_ARGS,
                "tw_bn_apply_f32": _BN_APPLY_ARGS, "tw_bn_apply_f64": _BN_APPLY_ARGS,
-               "tw_conv2d_direct_f32": [ctypes.c_void_p] * 3 + [_LL] * 9}
+               "tw_conv2d_direct_f32": _CONV_ARGS}
 _lock = threading.Lock()
 #: None: not looked for yet; "absent": not in the kernel cache (built at the first large call); False: the CPU cannot
 #: build it; else the loaded library's functions by name (the Library under "lib", which keeps it loaded)
@@ -396,8 +399,8 @@ def conv2d_direct(x: np.ndarray, w: np.ndarray, ph: int, pw: int) -> np.ndarray 
     oh, ow = h + 2 * ph - kh + 1, wd + 2 * pw - kw + 1
     if oh <= 0 or ow <= 0:
         return None
-    wp = ow + kw + 15  # (the last 16-column block's loads stay inside the row)
-    xp = np.zeros((n, c, h + 2 * ph, wp), np.float32)
+    wp = ow + kw + 14  # (the last 16-column block's loads stay inside the row)
+    xp = scratch_zeros("pad", (n, c, h + 2 * ph, wp), np.float32)  # (the kernels' padded copies' slot)
     xp[:, :, ph:ph + h, pw:pw + wd] = x
     w = np.ascontiguousarray(w)
     y = np.empty((n, o, oh, ow), np.float32)
