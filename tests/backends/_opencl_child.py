@@ -187,7 +187,8 @@ def _waiting_for_errors_lets_other_threads_run(dev):
     prg = rt.compile("__kernel void tw_slow(__global double* a) { int g = get_global_id(0); double x = a[g];"
                      " for (int j = 0; j < 4000; j++) x = sin(x) + 1e-3; a[g] = x; }", [])
     slow = cl.Kernel(prg, "tw_slow")
-    buf = rt.upload(np.linspace(0, 1, 1 << 14))
+    items = (1 << 13) * rt.units  # (~1.8 s on two PoCL threads here: as long on a device of more units)
+    buf = rt.upload(np.linspace(0, 1, items))
     slow.set_arg(0, buf.buf)
     gaps, stop = [], threading.Event()
 
@@ -202,7 +203,7 @@ def _waiting_for_errors_lets_other_threads_run(dev):
     th.start()
     try:
         t0 = time.perf_counter()
-        cl.enqueue_nd_range_kernel(rt.queue, slow, (1 << 14,), None)
+        cl.enqueue_nd_range_kernel(rt.queue, slow, (items,), None)
         rt.errors.take("tw_slow", rt.check_errors)  # (as a launch that can raise: its slot is read at the check)
         rt.check_errors()
         waited = time.perf_counter() - t0

@@ -145,7 +145,7 @@ def test_taps_reading_only_padding_are_dropped(name, sx, sw_, a, crops, dtype):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
-#: stride-1 convs the blocked direct C kernel takes (``conv._direct``): widths that leave partial 16-column blocks,
+#: stride-1 convs the blocked direct C kernel takes (``conv._direct_fits``): widths that leave partial 16-column blocks,
 #: output channel counts that leave partial blocks of 4, non-square and wide kernels, bias, padding 0 to k - 1
 DIRECT = [
     ("direct-resnet", (4, 16, 13, 17), (16, 16, 3, 3), {"padding": [1, 1]}),
