@@ -167,11 +167,14 @@ class StopEvent(threading.Event):
         os.set_blocking(self._w, False)
 
     def set(self) -> None:
-        super().set()
+        # The file first: whoever sees the event set (``wait()`` returned, ``is_set()``) then finds the file readable
+        # too. The other order left a moment, when another thread sets it, where a waiter woke and a poll of the file
+        # found nothing (CI saw it). A poll that wakes first finds the flag set a moment later.
         try:
             os.write(self._w, b"x")
         except BlockingIOError:  # (set before: already readable)
             pass
+        super().set()
 
     def clear(self) -> None:
         super().clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -48,6 +49,22 @@ def test_a_cleared_event_no_longer_ends_a_poll():
         assert dict(poller.poll(0)) == {}
     finally:
         sock.close()
+
+
+def test_the_file_is_readable_before_the_flag_is_set(monkeypatch):
+    """Whoever sees the event set (another thread sets it: the signal handler's) finds its file readable too: CI saw
+    ``wait()`` return while a poll of the file still found nothing, when the flag went first."""
+    seen = []
+    base_set = threading.Event.set
+
+    def recording_set(self):
+        seen.append(select.select([self.fileno()], [], [], 0)[0] != [])
+        base_set(self)
+
+    monkeypatch.setattr(threading.Event, "set", recording_set)
+    stop = StopEvent()
+    stop.set()
+    assert seen == [True] and stop.is_set()
 
 
 def test_sigterm_sets_it_and_a_second_one_changes_nothing():
