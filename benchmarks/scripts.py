@@ -57,6 +57,8 @@ def _scripts() -> list:
         ("2-layer GCN on a 300-node graph (dense adj @ (x @ W)), dropout, Adam", "gcn.py", 800, {}),
         ("Siamese ResNet-18 (pytorch/examples' siamese_network), 28x28 pairs, batch 64, Adadelta", "siamese_resnet.py",
          3, {}),
+        ("CIFAR-10 ResNet (yunjey's deep_residual_network: 16/32/64-channel 3x3 convs), batch 100, Adam",
+         "cifar_resnet.py", 3, {}),
         ("makemore-like MLP on names: a Dataset building each row as tensors, default collate, AdamW", "names_mlp.py",
          150, {}),
         ("MLP on MNIST read as torchvision's MNIST reads it (frombuffer, data[index].numpy(), ToTensor, Normalize), "

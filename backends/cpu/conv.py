@@ -37,7 +37,7 @@ _CHANNELS_LAST_MIN = 8  # input channels from which a strided conv runs channels
 _CHANNELS_LAST_MIN_STRIDE_1 = 16  # ... and a stride-1 conv whose kernel is not 1x1 (1x1: the flat grid is the input)
 _CHANNELS_LAST_BLOCK = 1 << 21  # bytes of columns per gemm in the channels-last layout (whole images)
 #: the direct kernel (``_direct_fits``) for stride-1 convs of at most this many channels in and out ...
-_DIRECT_MAX_CHANNELS = 32
+_DIRECT_MAX_CHANNELS = 64
 #: ... whose outputs are at least this wide (its blocks are 16 columns: 8 wasted half of each)
 _DIRECT_MIN_WIDTH = 12
 
@@ -503,6 +503,9 @@ def _conv2d_grad_weight(ins, a, shape, dt):
     if (cr := _tap_crop(h, wd, kh, kw, gy.shape[2], gy.shape[3], a)) is not None:
         sub = (o, cg, cr.i1 - cr.i0, cr.j1 - cr.j0)
         return cr.weight_back(_conv2d_grad_weight([cr.window(x), gy], cr.attrs, sub, dt), shape)
+    if _direct_fits(x, a, o, c, gy.shape[3]) and \
+            (gw := host_c.conv2d_grad_weight_direct(x, gy, kh, kw, *_conv_geom(a)[1])) is not None:
+        return _out(gw, dt)
     layout = _layout(n, c, h, wd, kh, kw, a)
     if layout == "dense":
         return _out(blas.matmul(gy.reshape(n, o).T, x.reshape(n, -1)).reshape(shape), dt)

@@ -117,6 +117,17 @@ def test_mnist_loader_mlp(session):
     np.testing.assert_allclose(got, ref, **F32)
 
 
+def test_cifar_resnet(session):
+    """yunjey's CIFAR-10 ResNet (16/32/64-channel 3x3 convs, strided conv shortcuts, BatchNorm, AvgPool2d, Adam) on
+    augmented batches of 100: the shapes the direct conv kernels take (forward, input and weight gradients) and the
+    im2col ones beside them; eval() after. Its losses drift apart by ~1e-3 of Adam's normalised steps over four
+    steps (sums in another order)."""
+    ref, got = compare(HERE / "cifar_resnet.py", steps=3)
+    assert ref[2] < ref[0] - 0.1  # it learns (2.30 to 2.04)
+    np.testing.assert_allclose(got[:2], ref[:2], rtol=1e-4)
+    np.testing.assert_allclose(got[2:], ref[2:], rtol=2e-3)
+
+
 def test_siamese_resnet(session):
     """pytorch/examples' Siamese network: ResNet-18 (its last stage's 3x3 convs over 1x1 inputs) on both images of a
     pair, BCELoss, Adadelta at lr 1.0, StepLR, eval() after. Adadelta's first steps are ~0.0032 * sign(grad) (its

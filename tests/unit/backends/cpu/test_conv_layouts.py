@@ -145,39 +145,47 @@ def test_taps_reading_only_padding_are_dropped(name, sx, sw_, a, crops, dtype):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
-#: stride-1 convs the blocked direct C kernel takes (``conv._direct_fits``): widths that leave partial 16-column blocks,
-#: output channel counts that leave partial blocks of 4, non-square and wide kernels, bias, padding 0 to k - 1
+#: stride-1 convs the blocked direct C kernels take (``conv._direct_fits``): widths that leave partial 16-column blocks
+#: (forward) and partial 8-lane rows (weight gradient), output channel counts that leave partial blocks of 4,
+#: non-square, wide and 1x1 kernels, bias, padding 0 to k - 1, 64 channels; the kernels each case runs
 DIRECT = [
-    ("direct-resnet", (4, 16, 13, 17), (16, 16, 3, 3), {"padding": [1, 1]}),
-    ("direct-rgb-in", (3, 3, 20, 33), (6, 3, 3, 3), {"padding": [1, 1]}),
-    ("direct-odd-out-5x5", (4, 7, 15, 14), (5, 7, 5, 5), {"padding": [2, 2]}),
-    ("direct-rect-unpadded", (3, 9, 16, 40), (3, 9, 1, 3), {}),
-    ("direct-rect-pad", (2, 32, 12, 12), (32, 32, 3, 2), {"padding": [2, 1]}),
+    ("direct-resnet", (4, 16, 13, 17), (16, 16, 3, 3), {"padding": [1, 1]}, "fig"),
+    ("direct-rgb-in", (3, 3, 20, 33), (6, 3, 3, 3), {"padding": [1, 1]}, "fig"),
+    ("direct-odd-out-5x5", (4, 7, 15, 14), (5, 7, 5, 5), {"padding": [2, 2]}, "fig"),
+    ("direct-rect-unpadded", (3, 9, 16, 40), (3, 9, 1, 3), {}, "fig"),
+    ("direct-rect-pad", (2, 32, 12, 12), (32, 32, 3, 2), {"padding": [2, 1]}, "fig"),
+    ("direct-64-channels", (2, 64, 12, 16), (61, 64, 3, 3), {"padding": [1, 1]}, "fig"),
+    ("direct-1x1", (3, 24, 12, 12), (10, 24, 1, 1), {}, "fig"),
+    # padding past k - 1: the input gradient is no conv of the kernel's shape (the gemms'), the other two are
+    ("direct-pad-past-kernel", (4, 4, 16, 16), (4, 4, 3, 3), {"padding": [3, 3]}, "fg"),
 ]
 
 
-@pytest.mark.parametrize("name,sx,sw_,a", DIRECT, ids=[c[0] for c in DIRECT])
-def test_direct_kernel_matches_reference(monkeypatch, name, sx, sw_, a):
-    """float32 stride-1 convs of few channels run the forward and the input gradient on the direct kernel (with the
-    weights flipped for the gradient), to float32 rounding of the float64 references; the weight gradient stays on
-    the gemms; float64 never takes it."""
+@pytest.mark.parametrize("name,sx,sw_,a,runs", DIRECT, ids=[c[0] for c in DIRECT])
+def test_direct_kernel_matches_reference(monkeypatch, name, sx, sw_, a, runs):
+    """float32 stride-1 convs of few channels run the forward (f), the input gradient (i: the forward kernel with the
+    weights flipped) and the weight gradient (g) on the direct kernels, to float32 rounding of the float64
+    references; float64 never takes them."""
     from tensorwire.backends.cpu import compiled, host_c
 
     if compiled.runtime() is None:
         pytest.skip(f"the CPU cannot compile: {compiled.why_not()}")
     monkeypatch.setattr(host_c, "BUILD_ELEMENTS", 1)
     calls = []
-    real = host_c.conv2d_direct
 
-    def counted(*args):
-        out = real(*args)
-        calls.append(out is not None)
-        return out
+    def counted(fn, kind):
+        def run(*args):
+            out = fn(*args)
+            calls.append(kind if out is not None else kind + " declined")
+            return out
+        return run
 
-    monkeypatch.setattr(host_c, "conv2d_direct", counted)
+    monkeypatch.setattr(host_c, "conv2d_direct", counted(host_c.conv2d_direct, "direct"))
+    monkeypatch.setattr(host_c, "conv2d_grad_weight_direct", counted(host_c.conv2d_grad_weight_direct, "wgrad"))
+    want_calls = sorted(["direct"] * (("f" in runs) + ("i" in runs)) + ["wgrad"] * ("g" in runs))
     for got, want in _run(sx, sw_, a, np.float32, with_bias=True):
         assert got.dtype == np.float32 and got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-    assert calls == [True, True], calls
+    assert sorted(calls) == want_calls
     _run(sx, sw_, a, np.float64, with_bias=False)
-    assert calls == [True, True], calls  # (float64 is not even offered to it)
+    assert sorted(calls) == want_calls  # (float64 is not even offered to them)
