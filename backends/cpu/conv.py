@@ -29,7 +29,7 @@ from numpy.lib.stride_tricks import as_strided
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.ops.conv import _window_slices
 
-from . import blas, host_c
+from . import blas, conv_phases, host_c
 from .kernels import _arr, _compute, _out, kernel
 from .scratch import scratch, scratch_copy, scratch_zeros
 
@@ -40,6 +40,10 @@ _CHANNELS_LAST_BLOCK = 1 << 21  # bytes of columns per gemm in the channels-last
 _DIRECT_MAX_CHANNELS = 64
 #: ... whose outputs are at least this wide (its blocks are 16 columns: 8 wasted half of each)
 _DIRECT_MIN_WIDTH = 12
+#: a strided conv's input gradient runs on its phases (``conv_phases.py``) from this many input channels: with fewer,
+#: each phase's correlation fills blocks of 4 channels mostly wasted (an RGB or grey stem's: the gemms' col2im was
+#: ~1.5-2x faster there), while at 16 and more it took half the col2im's time
+_PHASES_MIN_GRAD_CHANNELS = 8
 
 
 def _layout(n: int, c: int, h: int, wd: int, kh: int, kw: int, a: dict) -> str:
@@ -453,6 +457,12 @@ def _direct_fits(x: np.ndarray, a: dict, o: int, c: int, out_width: int) -> bool
             and max(o, c) <= _DIRECT_MAX_CHANNELS and out_width >= _DIRECT_MIN_WIDTH)
 
 
+def _phases_fit(x: np.ndarray, geo: tuple, o: int, c: int, out_width: int) -> bool:
+    """Whether a strided conv runs as stride-1 ones over its input's phases on the direct kernels
+    (``conv_phases.py``), where :func:`_direct_fits` would take its stride-1 parts."""
+    return conv_phases.fits(x, geo, o, c, (out_width,), _DIRECT_MAX_CHANNELS, _DIRECT_MIN_WIDTH)
+
+
 @kernel("conv2d")
 def _conv2d(ins, a, shape, dt):
     ct = _compute(dt)
@@ -465,7 +475,9 @@ def _conv2d(ins, a, shape, dt):
         return _out(np.zeros(shape, ct) + (0 if b is None else b[:, None, None]), dt)
     if (cr := _tap_crop(x.shape[2], x.shape[3], kh, kw, oh, ow, a)) is not None:
         return _conv2d([cr.window(x), cr.weight(w), *ins[2:]], cr.attrs, shape, dt)
-    if _direct_fits(x, a, o, c, ow) and (y := host_c.conv2d_direct(x, w, *_conv_geom(a)[1])) is not None:
+    geo = _conv_geom(a)
+    if (_direct_fits(x, a, o, c, ow) and (y := host_c.conv2d_direct(x, w, *geo[1])) is not None) or \
+            (_phases_fit(x, geo, o, c, ow) and (y := conv_phases.forward(x, w, geo, oh, ow)) is not None):
         if b is not None:
             y += b[:, None, None]
         return _out(y, dt)
@@ -503,8 +515,11 @@ def _conv2d_grad_weight(ins, a, shape, dt):
     if (cr := _tap_crop(h, wd, kh, kw, gy.shape[2], gy.shape[3], a)) is not None:
         sub = (o, cg, cr.i1 - cr.i0, cr.j1 - cr.j0)
         return cr.weight_back(_conv2d_grad_weight([cr.window(x), gy], cr.attrs, sub, dt), shape)
+    geo = _conv_geom(a)
     if _direct_fits(x, a, o, c, gy.shape[3]) and \
-            (gw := host_c.conv2d_grad_weight_direct(x, gy, kh, kw, *_conv_geom(a)[1])) is not None:
+            (gw := host_c.conv2d_grad_weight_direct(x, gy, kh, kw, *geo[1])) is not None:
+        return _out(gw, dt)
+    if _phases_fit(x, geo, o, c, gy.shape[3]) and (gw := conv_phases.grad_weight(x, gy, geo, shape)) is not None:
         return _out(gw, dt)
     layout = _layout(n, c, h, wd, kh, kw, a)
     if layout == "dense":
@@ -538,7 +553,11 @@ def _conv2d_grad_input(ins, a, shape, dt):
         return np.zeros(shape, dt.np)
     if (cr := _tap_crop(h, wd, kh, kw, oh, ow, a)) is not None:
         return cr.input_back(_conv2d_grad_input([gy, cr.weight(w)], cr.attrs, cr.window_shape(n, c), dt), shape)
-    ph, pw = _conv_geom(a)[1]
+    geo = _conv_geom(a)
+    if c >= _PHASES_MIN_GRAD_CHANNELS and _phases_fit(gy, geo, o, c, ow) and \
+            (gx := conv_phases.grad_input(gy, w, geo, shape)) is not None:
+        return _out(gx, dt)
+    ph, pw = geo[1]
     if kh - 1 - ph >= 0 and kw - 1 - pw >= 0 and _direct_fits(gy, a, o, c, wd):
         # (a stride-1 conv's input gradient: gy's conv with w flipped and transposed, padding k - 1 - p)
         flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])

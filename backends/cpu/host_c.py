@@ -49,7 +49,7 @@ from ..codegen.c import CRenderer
 from ..codegen.cache import NotCached, cached_only
 from ..codegen.render import PREAMBLE_RNG
 from . import compiled
-from .scratch import scratch_zeros
+from .scratch import scratch, scratch_zeros
 
 log = logging.getLogger("tensorwire.kernels")
 
@@ -184,7 +184,8 @@ typedef float tw_v8f __attribute__((vector_size(32)));
    channels x 16 output columns in registers (8 vectors of 8) over every (c, i, j): one load of x feeds 8
    multiply-adds; channels past o read the last one's weights and are not stored. */
 void tw_conv2d_direct_f32(const float *xp, const float *w, float *y, long long n, long long c, long long hp,
-                          long long wp, long long o, long long kh, long long kw, long long oh, long long ow) {
+                          long long wp, long long o, long long kh, long long kw, long long oh, long long ow,
+                          long long add) {
   long long ob = (o + 3) / 4;
   _Pragma("omp parallel for schedule(static) collapse(2) if (n * o * oh * ow * c * kh * kw >= 4194304)")
   for (long long b = 0; b < n; b++)
@@ -212,27 +213,42 @@ void tw_conv2d_direct_f32(const float *xp, const float *w, float *y, long long n
         float t[16];
         memcpy(t, &a[r][0], sizeof a[r][0]);
         memcpy(t + 8, &a[r][1], sizeof a[r][1]);
-        memcpy(y + ((b * o + o0 + r) * oh + oy) * ow + x0, t, m * sizeof(float));
+        float *yr = y + ((b * o + o0 + r) * oh + oy) * ow + x0;
+        if (add)  /* (y += the conv: a strided conv's phases summed, conv_phases.py) */
+          for (long long e = 0; e < m; e++) yr[e] += t[e];
+        else
+          memcpy(yr, t, m * sizeof(float));
       }
     }
   }
 }
+typedef int tw_v8i __attribute__((vector_size(32)));
 static inline tw_v8f tw_load8(const float *p) { tw_v8f v; memcpy(&v, p, sizeof v); return v; }
 static inline __attribute__((always_inline)) void tw_wgrad_block(const float *xp, const float *gy, double *acc,
     long long b0, long long b1, long long c, long long ci, long long hp, long long wp, long long o, long long o0,
-    long long kh, long long kw, long long oh, long long ow, long long i, long long j0, const int jn) {
+    long long kh, long long kw, long long oh, long long ow, long long gs, long long i, long long j0, const int jn) {
   tw_v8f a[4][3];
   memset(a, 0, sizeof a);
+  long long full = ow / 8 * 8;
+  tw_v8i keep;  /* (the lanes of the row's last, partial vector that are inside the row) */
+  for (int l = 0; l < 8; l++) keep[l] = full + l < ow ? -1 : 0;
   for (long long b = b0; b < b1; b++) {
     const float *g[4];  /* (channels past o read the last one's gradient; their sums are not kept) */
-    for (int r = 0; r < 4; r++) g[r] = gy + (b * o + (o0 + r < o ? o0 + r : o - 1)) * oh * ow;
+    for (int r = 0; r < 4; r++) g[r] = gy + (b * o + (o0 + r < o ? o0 + r : o - 1)) * oh * gs;
     for (long long oy = 0; oy < oh; oy++) {
       const float *xr = xp + ((b * c + ci) * hp + oy + i) * wp + j0;
-      long long go = oy * ow;
-      for (long long x0 = 0; x0 < ow; x0 += 8) {
+      long long go = oy * gs;
+      for (long long x0 = 0; x0 < full; x0 += 8) {
         tw_v8f gv[4], xv[3];
         for (int r = 0; r < 4; r++) gv[r] = tw_load8(g[r] + go + x0);
         for (int j = 0; j < jn; j++) xv[j] = tw_load8(xr + x0 + j);
+        for (int r = 0; r < 4; r++)
+          for (int j = 0; j < jn; j++) a[r][j] += gv[r] * xv[j];
+      }
+      if (full < ow) {  /* gy's lanes past the row are zeros; x's are masked (an inf there times 0 is no NaN) */
+        tw_v8f gv[4], xv[3];
+        for (int r = 0; r < 4; r++) gv[r] = tw_load8(g[r] + go + full);
+        for (int j = 0; j < jn; j++) xv[j] = (tw_v8f)((tw_v8i)tw_load8(xr + full + j) & keep);
         for (int r = 0; r < 4; r++)
           for (int j = 0; j < jn; j++) a[r][j] += gv[r] * xv[j];
       }
@@ -249,13 +265,13 @@ static inline __attribute__((always_inline)) void tw_wgrad_block(const float *xp
 }
 /* conv2d's weight gradient at stride 1, dilation 1, one group, float32: gw [o, c, kh, kw] (float64, zeroed by the
    caller; each thread's sums are added in at its end) of the zero-padded input xp [n, c, hp, wp] and the output
-   gradient gy [n, o, oh, ow], ow a multiple of 8 (the caller pads a narrower one's rows with zeros) and wp >= ow +
+   gradient gy [n, o, oh, gs], its rows of ow values padded with zeros to gs, a multiple of 8 at least ow; wp >= gs +
    kw - 1. A task is a chunk of `chunk` images and 4 output channels; for each (c, i, 3 kernel columns) it keeps 4 x 3
    vectors of 8 partial sums in registers over every output position of its images (4 loads of gy and 3 of x feed 12
    multiply-adds), then adds their lanes into its thread's float64 sums. */
 void tw_conv2d_grad_weight_direct_f32(const float *xp, const float *gy, double *gw, long long n, long long c,
                                       long long hp, long long wp, long long o, long long kh, long long kw,
-                                      long long oh, long long ow, long long chunk) {
+                                      long long oh, long long ow, long long gs, long long chunk) {
   long long ob = (o + 3) / 4, nc = (n + chunk - 1) / chunk, size = o * c * kh * kw;
   _Pragma("omp parallel if (n * o * oh * ow * c * kh * kw >= 4194304)")
   {
@@ -268,16 +284,78 @@ void tw_conv2d_grad_weight_direct_f32(const float *xp, const float *gy, double *
       for (long long i = 0; i < kh; i++)
       for (long long j0 = 0; j0 < kw; j0 += 3) {
         if (kw - j0 >= 3)
-          tw_wgrad_block(xp, gy, acc, b0, b1, c, ci, hp, wp, o, q * 4, kh, kw, oh, ow, i, j0, 3);
+          tw_wgrad_block(xp, gy, acc, b0, b1, c, ci, hp, wp, o, q * 4, kh, kw, oh, ow, gs, i, j0, 3);
         else if (kw - j0 == 2)
-          tw_wgrad_block(xp, gy, acc, b0, b1, c, ci, hp, wp, o, q * 4, kh, kw, oh, ow, i, j0, 2);
+          tw_wgrad_block(xp, gy, acc, b0, b1, c, ci, hp, wp, o, q * 4, kh, kw, oh, ow, gs, i, j0, 2);
         else
-          tw_wgrad_block(xp, gy, acc, b0, b1, c, ci, hp, wp, o, q * 4, kh, kw, oh, ow, i, j0, 1);
+          tw_wgrad_block(xp, gy, acc, b0, b1, c, ci, hp, wp, o, q * 4, kh, kw, oh, ow, gs, i, j0, 1);
       }
     }
     _Pragma("omp critical")
     for (long long e = 0; e < size; e++) gw[e] += acc[e];
     free(acc);
+  }
+}
+/* A strided conv's phases (conv_phases.py). Split: out [sh * sw, planes, rows, width], phase (rh, rw)'s element
+   (u, v) the zero-padded input's (sh * u + rh, sw * v + rw), i.e. x [planes, h, w]'s (sh * u + rh - ph,
+   sw * v + rw - pw), zero outside x. Merge, the inverse for an input gradient: out [planes, h, w]'s (y, x) is phase
+   (Y % sh, X % sw)'s element (Y / sh, X / sw), Y = y + ph and X = x + pw; phase p holds the rows and columns from
+   (shape[4p + 2], shape[4p + 3]) on of that grid, parts[p] [planes, shape[4p], shape[4p + 1]]; zero outside them,
+   or where parts[p] is NULL (a phase without taps). */
+static inline long long tw_ceil_div(long long a, long long b) { return a > 0 ? (a + b - 1) / b : 0; }
+void tw_phase_split_f32(const float *x, float *out, long long planes, long long h, long long w, long long sh,
+                        long long sw, long long ph, long long pw, long long rows, long long width) {
+  _Pragma("omp parallel for collapse(2) schedule(static) if (planes * h * w >= 1048576)")
+  for (long long p = 0; p < sh * sw; p++)
+  for (long long pl = 0; pl < planes; pl++) {
+    long long rh = p / sw, rw = p % sw;
+    long long v0 = tw_ceil_div(pw - rw, sw), v1 = tw_ceil_div(w + pw - rw, sw);  /* (x's columns: [v0, v1)) */
+    if (v1 > width) v1 = width;
+    if (v0 > v1) v0 = v1;
+    const float *xs = x + pl * h * w;
+    for (long long u = 0; u < rows; u++) {
+      float *o = out + ((p * planes + pl) * rows + u) * width;
+      long long y = sh * u + rh - ph;
+      if (y < 0 || y >= h) {
+        memset(o, 0, width * sizeof(float));
+        continue;
+      }
+      const float *xr = xs + y * w;
+      long long off = rw - pw;
+      for (long long v = 0; v < v0; v++) o[v] = 0;
+      if (sw == 2)
+        for (long long v = v0; v < v1; v++) o[v] = xr[2 * v + off];
+      else
+        for (long long v = v0; v < v1; v++) o[v] = xr[sw * v + off];
+      for (long long v = v1; v < width; v++) o[v] = 0;
+    }
+  }
+}
+void tw_phase_merge_f32(const float *const *parts, const long long *shape, float *out, long long planes, long long h,
+                        long long w, long long sh, long long sw, long long ph, long long pw) {
+  _Pragma("omp parallel for collapse(2) schedule(static) if (planes * h * w >= 1048576)")
+  for (long long pl = 0; pl < planes; pl++)
+  for (long long y = 0; y < h; y++) {
+    long long rh = (y + ph) % sh, m = (y + ph) / sh;
+    float *o = out + (pl * h + y) * w;
+    for (long long rw = 0; rw < sw; rw++) {
+      long long p = rh * sw + rw, off = rw - pw;
+      const long long *ps = shape + 4 * p;  /* (rows, columns, first row, first column) */
+      long long v0 = tw_ceil_div(pw - rw, sw), v1 = tw_ceil_div(w + pw - rw, sw), lo = v1, hi = v1;
+      const float *src = 0;
+      if (parts[p] && m >= ps[2] && m < ps[2] + ps[0]) {
+        src = parts[p] + (pl * ps[0] + m - ps[2]) * ps[1] - ps[3];  /* (src[v]: column v of the phase) */
+        lo = ps[3] > v0 ? ps[3] : v0;
+        hi = ps[3] + ps[1] < v1 ? ps[3] + ps[1] : v1;
+        if (lo > hi) lo = hi;
+      }
+      for (long long v = v0; v < lo; v++) o[sw * v + off] = 0;
+      if (sw == 2)
+        for (long long v = lo; v < hi; v++) o[2 * v + off] = src[v];
+      else
+        for (long long v = lo; v < hi; v++) o[sw * v + off] = src[v];
+      for (long long v = hi; v < v1; v++) o[sw * v + off] = 0;
+    }
   }
 }
 #pragma GCC pop_options
@@ -313,7 +391,9 @@ _SIGNATURES = {"tw_randn_fill": [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c
                "tw_bn_moments_f32": _BN_ARGS, "tw_bn_moments_f64": _BN_ARGS,
                "tw_bn_grad_sums_f32": _BN_GRAD_ARGS, "tw_bn_grad_sums_f64": _BN_GRAD_ARGS,
                "tw_bn_apply_f32": _BN_APPLY_ARGS, "tw_bn_apply_f64": _BN_APPLY_ARGS,
-               "tw_conv2d_direct_f32": _CONV_ARGS, "tw_conv2d_grad_weight_direct_f32": _CONV_ARGS + [_LL]}
+               "tw_conv2d_direct_f32": _CONV_ARGS + [_LL], "tw_conv2d_grad_weight_direct_f32": _CONV_ARGS + [_LL] * 2,
+               "tw_phase_split_f32": [ctypes.c_void_p] * 2 + [_LL] * 9,
+               "tw_phase_merge_f32": [ctypes.c_void_p] * 3 + [_LL] * 7}
 _lock = threading.Lock()
 #: None: not looked for yet; "absent": not in the kernel cache (built at the first large call); False: the CPU cannot
 #: build it; else the loaded library's functions by name (the Library under "lib", which keeps it loaded)
@@ -454,27 +534,58 @@ def _bn_call(x3, g3, k, m, f, t) -> np.ndarray | None:
     return out
 
 
+def placed(x: np.ndarray, ph: int, pw: int, rows: int, cols: int, width: int) -> np.ndarray:
+    """A zeroed float32 [N, C, rows, width] in the kernels' padded-copy slot with ``x`` [N, C, H, W] at row ``ph``,
+    column ``pw``, cut to ``rows`` x ``cols`` (the part of the input a conv's windows read; the rest stays zero)."""
+    n, c, h, wd = x.shape
+    xp = scratch_zeros("pad", (n, c, rows, width), np.float32)
+    r1, c1 = min(h, rows - ph), min(wd, cols - pw)
+    if r1 > 0 and c1 > 0:
+        xp[:, :, ph:ph + r1, pw:pw + c1] = x[:, :, :r1, :c1]
+    return xp
+
+
+def _planes(xp: np.ndarray) -> tuple[int, int, int]:
+    """(address, rows, row length) of the planes a view ``xp`` [N, C, r, c] of a C-contiguous float32 buffer
+    [N, C, rows, row length] lies in (its first row and column may be inside the buffer's: a kernel reads from the
+    view's first element with the buffer's strides)."""
+    sn, sc, sr, s1 = xp.strides
+    assert s1 == 4 and sc % sr == 0 and sn == xp.shape[1] * sc, xp.strides
+    return xp.ctypes.data, sc // sr, sr // 4
+
+
+def direct_ready(x: np.ndarray) -> bool:
+    """Whether the direct conv kernels take a call on ``x`` (float32, large enough, the library at hand)."""
+    return x.dtype == np.float32 and _typed("tw_conv2d_direct", x) is not None
+
+
 def conv2d_direct(x: np.ndarray, w: np.ndarray, ph: int, pw: int) -> np.ndarray | None:
     """``conv2d`` of a float32 ``x`` [N, C, H, W] with ``w`` [O, C, kh, kw] at stride 1, dilation 1, one group, zero
     padding ``(ph, pw)``, from the register-blocked C kernel (4 output channels x 16 columns a task); None where it
     does not apply (another dtype, a small call, no C compiler). The sums run in another order than a gemm's: the
     values differ by rounding."""
-    if x.dtype != np.float32 or w.dtype != np.float32:
-        return None
-    f = _typed("tw_conv2d_direct", x)
-    if f is None:
+    if w.dtype != np.float32 or not direct_ready(x):
         return None
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     oh, ow = h + 2 * ph - kh + 1, wd + 2 * pw - kw + 1
     if oh <= 0 or ow <= 0:
         return None
-    wp = ow + kw + 14  # (the last 16-column block's loads stay inside the row)
-    xp = scratch_zeros("pad", (n, c, h + 2 * ph, wp), np.float32)  # (the kernels' padded copies' slot)
-    xp[:, :, ph:ph + h, pw:pw + wd] = x
+    return direct_on(placed(x, ph, pw, h + 2 * ph, wd + 2 * pw, ow + kw + 14), w, oh, ow)
+
+
+def direct_on(xp: np.ndarray, w: np.ndarray, oh: int, ow: int, out: np.ndarray | None = None,
+              add: bool = False) -> np.ndarray:
+    """The stride-1 conv [N, O, oh, ow] of an already zero-padded float32 input ``xp`` (a view, see :func:`_planes`,
+    whose planes hold ``oh + kh - 1`` rows and ``ow + kw + 14`` columns from its start: the last 16-column block's
+    loads stay inside) with float32 ``w`` [O, C, kh, kw]: written to ``out`` (C-contiguous, returned) when given,
+    or added to it with ``add``. The caller has checked :func:`direct_ready`."""
+    n, c = xp.shape[:2]
+    o, _, kh, kw = w.shape
+    addr, hp, wp = _planes(xp)
     w = np.ascontiguousarray(w)
-    y = np.empty((n, o, oh, ow), np.float32)
-    f(xp.ctypes.data, w.ctypes.data, y.ctypes.data, n, c, h + 2 * ph, wp, o, kh, kw, oh, ow)
+    y = np.empty((n, o, oh, ow), np.float32) if out is None else out
+    _lib["tw_conv2d_direct_f32"](addr, w.ctypes.data, y.ctypes.data, n, c, hp, wp, o, kh, kw, oh, ow, add)
     return y
 
 
@@ -484,30 +595,66 @@ def conv2d_grad_weight_direct(x: np.ndarray, gy: np.ndarray, kh: int, kw: int, p
     [N, O, oh, ow] at stride 1, dilation 1, one group, zero padding ``(ph, pw)``, from the register-blocked C kernel
     (4 output channels x 3 kernel columns a block, float32 partial sums over a chunk of images, float64 across
     chunks); None where it does not apply (another dtype, a small call, no C compiler)."""
-    if x.dtype != np.float32 or gy.dtype != np.float32:
-        return None
-    f = _typed("tw_conv2d_grad_weight_direct", x)
-    if f is None:
+    if gy.dtype != np.float32 or not direct_ready(x):
         return None
     n, c, h, wd = x.shape
-    o, oh, ow = gy.shape[1], gy.shape[2], gy.shape[3]
-    hp = h + 2 * ph
-    if (oh, ow) != (hp - kh + 1, wd + 2 * pw - kw + 1) or oh <= 0 or ow <= 0:
+    oh, ow = gy.shape[2], gy.shape[3]
+    if oh <= 0 or ow <= 0 or (oh, ow) != (h + 2 * ph - kh + 1, wd + 2 * pw - kw + 1):
         return None
-    ow8 = -(-ow // 8) * 8  # (rows padded with zeros to whole vectors: gy's, and x's past its own padding)
-    wp = ow8 + kw - 1
-    xp = scratch_zeros("pad", (n, c, hp, wp), np.float32)  # (the kernels' padded copies' slot)
-    xp[:, :, ph:ph + h, pw:pw + wd] = x
-    if ow8 != ow:
-        g = scratch_zeros("grad", (n, o, oh, ow8), np.float32)
-        g[..., :ow] = gy
-        gy = g
-    else:
-        gy = np.ascontiguousarray(gy)
-    gw = np.zeros((o, c, kh, kw), np.float64)
+    xp = placed(x, ph, pw, h + 2 * ph, wd + 2 * pw, -(-ow // 8) * 8 + kw - 1)
+    return grad_weight_on(xp, rows8(gy), kh, kw, ow).astype(np.float32)
+
+
+def rows8(gy: np.ndarray) -> np.ndarray:
+    """``gy`` [N, O, oh, ow] C-contiguous with its rows padded with zeros to a multiple of 8 values (as
+    :func:`grad_weight_on` takes it), in the kernels' gradient slot where it is copied."""
+    ow = gy.shape[3]
+    ow8 = -(-ow // 8) * 8
+    if ow8 == ow:
+        return np.ascontiguousarray(gy)
+    g = scratch_zeros("grad", (*gy.shape[:3], ow8), np.float32)
+    g[..., :ow] = gy
+    return g
+
+
+def grad_weight_on(xp: np.ndarray, gy8: np.ndarray, kh: int, kw: int, ow: int,
+                   into: np.ndarray | None = None) -> np.ndarray:
+    """The stride-1 weight gradient [O, C, kh, kw] of an already zero-padded float32 input ``xp`` (a view, see
+    :func:`_planes`, whose planes hold ``oh + kh - 1`` rows and ``ow8 + kw - 1`` columns from its start, ``ow8`` ``ow``
+    rounded up to 8) and the output gradient ``gy8`` from :func:`rows8` (rows of ``ow`` values), as float64 sums:
+    added to ``into`` (C-contiguous float64, returned) when given. The caller has checked :func:`direct_ready`."""
+    n, c = xp.shape[:2]
+    o, oh, ow8 = gy8.shape[1:]
+    addr, hp, wp = _planes(xp)
+    gw = np.zeros((o, c, kh, kw), np.float64) if into is None else into
     chunk = max(1, -(-WGRAD_POSITIONS // (oh * ow8)))
-    f(xp.ctypes.data, gy.ctypes.data, gw.ctypes.data, n, c, hp, wp, o, kh, kw, oh, ow8, chunk)
-    return gw.astype(np.float32)
+    _lib["tw_conv2d_grad_weight_direct_f32"](addr, gy8.ctypes.data, gw.ctypes.data, n, c, hp, wp, o, kh, kw, oh,
+                                             ow, ow8, chunk)
+    return gw
+
+
+def phase_split(x: np.ndarray, sh: int, sw: int, ph: int, pw: int, rows: int, width: int) -> np.ndarray:
+    """The phases [sh * sw, N, C, rows, width] of float32 ``x`` [N, C, H, W] zero-padded by ``(ph, pw)``: phase
+    ``(rh, rw)``'s element (u, v) the padded input's (sh*u + rh, sw*v + rw) (``conv_phases.py``), in the kernels'
+    phase slot. The caller has checked :func:`direct_ready`."""
+    n, c, h, wd = x.shape
+    x = np.ascontiguousarray(x)
+    out = scratch("phases", (sh * sw, n, c, rows, width), np.float32)
+    _lib["tw_phase_split_f32"](x.ctypes.data, out.ctypes.data, n * c, h, wd, sh, sw, ph, pw, rows, width)
+    return out
+
+
+def phase_merge(parts: list, shape: tuple, sh: int, sw: int, ph: int, pw: int) -> np.ndarray:
+    """The float32 array ``shape`` [N, C, H, W] whose zero-padded positions (sh*m + rh, sw*v + rw) hold element
+    (m - m0, v - v0) of phase ``rh * sw + rw``'s part, ``parts[p]`` a pair ``(m0, v0)`` and C-contiguous [N, C, rows,
+    cols] array, or None; zero outside the parts: :func:`phase_split`'s inverse. The caller has checked
+    :func:`direct_ready`."""
+    n, c, h, wd = shape
+    out = np.empty(shape, np.float32)
+    ptrs = (ctypes.c_void_p * len(parts))(*[None if q is None else q[1].ctypes.data for q in parts])
+    dims = np.array([(0, 0, 0, 0) if q is None else (*q[1].shape[2:], *q[0]) for q in parts], np.int64)
+    _lib["tw_phase_merge_f32"](ptrs, dims.ctypes.data, out.ctypes.data, n * c, h, wd, sh, sw, ph, pw)
+    return out
 
 
 #: the output positions a weight-gradient block sums in registers before it adds them to its float64 sums (whole

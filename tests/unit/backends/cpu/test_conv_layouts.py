@@ -189,3 +189,66 @@ def test_direct_kernel_matches_reference(monkeypatch, name, sx, sw_, a, runs):
     assert sorted(calls) == want_calls
     _run(sx, sw_, a, np.float64, with_bias=False)
     assert sorted(calls) == want_calls  # (float64 is not even offered to them)
+
+
+#: strided convs the direct kernels run as stride-1 convs over the input's phases (``conv_phases.py``): ResNet's
+#: downsampling 3x3, DCGAN's 4x4, a 7x7 stem, a 1x1 shortcut (phases without taps), uneven strides and paddings past
+#: the kernel, input rows and columns no window reads; the kernels each case runs (f, i, g)
+PHASES = [
+    ("phases-resnet", (4, 16, 17, 25), (7, 16, 3, 3), {"stride": [2, 2], "padding": [1, 1]}, "fig"),
+    ("phases-dcgan", (3, 8, 20, 27), (5, 8, 4, 4), {"stride": [2, 2], "padding": [1, 1]}, "fig"),
+    ("phases-stem-7x7", (2, 3, 31, 29), (4, 3, 7, 7), {"stride": [2, 2], "padding": [3, 3]}, "fg"),
+    ("phases-1x1", (3, 8, 25, 26), (6, 8, 1, 1), {"stride": [2, 2]}, "fig"),
+    ("phases-uneven", (2, 8, 30, 40), (5, 8, 3, 2), {"stride": [3, 2], "padding": [2, 0]}, "fig"),
+    ("phases-pad-past-kernel", (2, 8, 28, 40), (8, 8, 5, 3), {"stride": [2, 3], "padding": [4, 1]}, "fig"),
+    ("phases-unread-tail", (2, 9, 26, 34), (3, 9, 3, 3), {"stride": [2, 2]}, "fig"),
+]
+
+
+@pytest.mark.parametrize("name,sx,sw_,a,runs", PHASES, ids=[c[0] for c in PHASES])
+def test_strided_convs_on_the_phases_match_reference(monkeypatch, name, sx, sw_, a, runs):
+    """float32 strided convs of up to 64 channels run the forward (f) and the weight gradient (g), and from 8 input
+    channels the input gradient (i), on the phases, to float32 rounding of the float64 references; float64 never."""
+    from tensorwire.backends.cpu import compiled, conv_phases, host_c
+
+    if compiled.runtime() is None:
+        pytest.skip(f"the CPU cannot compile: {compiled.why_not()}")
+    monkeypatch.setattr(host_c, "BUILD_ELEMENTS", 1)
+    monkeypatch.setattr(host_c, "MIN_ELEMENTS", 1)
+    calls = []
+    for kind, fn in (("f", "forward"), ("i", "grad_input"), ("g", "grad_weight")):
+        def run(*args, fn=getattr(conv_phases, fn), kind=kind):
+            out = fn(*args)
+            calls.append(kind if out is not None else kind + " declined")
+            return out
+        monkeypatch.setattr(conv_phases, fn, run)
+    for got, want in _run(sx, sw_, a, np.float32, with_bias=True):
+        assert got.dtype == np.float32 and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert sorted(calls) == sorted(runs)
+    _run(sx, sw_, a, np.float64, with_bias=False)
+    assert sorted(calls) == sorted(runs)  # (float64 is not even offered to them)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_an_infinite_input_is_not_multiplied_by_padding(monkeypatch, stride):
+    """The weight gradient's kernel reads whole 8-lane vectors past a row's end (zeros of the output gradient there):
+    an infinite input value those lanes also read gives the reference's +inf, not inf * 0 = NaN."""
+    from tensorwire.backends.cpu import compiled, host_c
+
+    if compiled.runtime() is None:
+        pytest.skip(f"the CPU cannot compile: {compiled.why_not()}")
+    monkeypatch.setattr(host_c, "BUILD_ELEMENTS", 1)
+    x = np.ones((2, 4, 25, 25), np.float32)
+    x[1, 2, 7, 24] = np.inf  # (stride 1: output column 22 reads it, and lane 23 past the 23 outputs; stride 2: 11, 12)
+    w_shape = (4, 4, 3, 3)
+    a = {"stride": [stride, stride]}
+    oh = (25 - 3) // stride + 1
+    gy = np.ones((2, 4, oh, oh), np.float32)
+    dt = D.from_numpy(np.dtype(np.float32))
+    got = KERNELS["conv2d_grad_weight"]([x, gy], a, w_shape, dt)
+    _, want = _conv2d_grads_ref(x.astype(np.float64), np.zeros(w_shape), gy.astype(np.float64),
+                                **_geometry(a))
+    assert not np.isnan(want).any() and np.isinf(want).any()
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    assert not np.isnan(got).any()
