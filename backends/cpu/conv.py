@@ -36,9 +36,11 @@ from .scratch import scratch, scratch_copy, scratch_zeros
 _CHANNELS_LAST_MIN = 8  # input channels from which a strided conv runs channels-last (runs of kw*C values)
 _CHANNELS_LAST_MIN_STRIDE_1 = 16  # ... and a stride-1 conv whose kernel is not 1x1 (1x1: the flat grid is the input)
 _CHANNELS_LAST_BLOCK = 1 << 21  # bytes of columns per gemm in the channels-last layout (whole images)
-#: the direct kernel (``_direct_fits``) for stride-1 convs of at most this many channels in and out ...
+#: the direct kernels (``_direct_fits``) for stride-1 convs of at most this many channels in and out ...
 _DIRECT_MAX_CHANNELS = 64
-#: ... whose outputs are at least this wide (its blocks are 16 columns: 8 wasted half of each)
+#: ... whose outputs are at least this wide (the forward's blocks are 16 columns: 8 wasted half of each); an input
+#: gradient's also at 7 or 8 wide (blocks of two rows of 8 columns), where the gemms' col2im is slow (ResNet's 64
+#: channels at 8x8: 4.3 ms against 7.3; a forward there: 3.9 against 4.0, at 7x7 2.6 against 1.9)
 _DIRECT_MIN_WIDTH = 12
 #: a strided conv's input gradient runs on its phases (``conv_phases.py``) from this many input channels: with fewer,
 #: each phase's correlation fills blocks of 4 channels mostly wasted (an RGB or grey stem's: the gemms' col2im was
@@ -447,20 +449,28 @@ def _tap_crop(h: int, wd: int, kh: int, kw: int, oh: int, ow: int, a: dict) -> _
     return _TapCrop(rows, cols, (y0, y1), (x0, x1), a)
 
 
-def _direct_fits(x: np.ndarray, a: dict, o: int, c: int, out_width: int) -> bool:
+def _direct_width(out_width: int, narrow: bool) -> bool:
+    """Whether outputs ``out_width`` wide suit the direct kernels' blocks, ``narrow`` ones too (see
+    :data:`_DIRECT_MIN_WIDTH`)."""
+    return out_width >= _DIRECT_MIN_WIDTH or (narrow and 7 <= out_width <= 8)
+
+
+def _direct_fits(x: np.ndarray, a: dict, o: int, c: int, out_width: int, narrow: bool = False) -> bool:
     """Whether a conv of ``x`` (``o`` output and ``c`` input channels, outputs ``out_width`` wide) runs on the blocked
-    direct C kernel (``host_c.conv2d_direct``), where it beats im2col + gemm: float32, stride 1, dilation 1, one
-    group, at most :data:`_DIRECT_MAX_CHANNELS` channels in and out, outputs at least :data:`_DIRECT_MIN_WIDTH`
-    wide (the kernel may still decline: a small call, no C compiler)."""
+    direct C kernels (``host_c.conv2d_direct``, ``conv2d_grad_weight_direct``), where they beat im2col + gemm:
+    float32, stride 1, dilation 1, one group, at most :data:`_DIRECT_MAX_CHANNELS` channels in and out, outputs of a
+    width :func:`_direct_width` takes (``narrow``: an input gradient's). The kernel may still decline: a small call,
+    no C compiler."""
     (sh, sw), _, (dh, dw), groups = _conv_geom(a)
     return (x.dtype == np.float32 and (sh, sw, dh, dw, groups) == (1, 1, 1, 1, 1)
-            and max(o, c) <= _DIRECT_MAX_CHANNELS and out_width >= _DIRECT_MIN_WIDTH)
+            and max(o, c) <= _DIRECT_MAX_CHANNELS and _direct_width(out_width, narrow))
 
 
 def _phases_fit(x: np.ndarray, geo: tuple, o: int, c: int, out_width: int) -> bool:
     """Whether a strided conv runs as stride-1 ones over its input's phases on the direct kernels
-    (``conv_phases.py``), where :func:`_direct_fits` would take its stride-1 parts."""
-    return conv_phases.fits(x, geo, o, c, (out_width,), _DIRECT_MAX_CHANNELS, _DIRECT_MIN_WIDTH)
+    (``conv_phases.py``): as :func:`_direct_fits`, outputs at least :data:`_DIRECT_MIN_WIDTH` wide (at 8 wide, a
+    ResNet's 32 -> 64 downsampling ran its forward ~1.6x slower on the phases' small sub-kernels than on the gemms)."""
+    return conv_phases.fits(x, geo, o, c, _DIRECT_MAX_CHANNELS) and out_width >= _DIRECT_MIN_WIDTH
 
 
 @kernel("conv2d")
@@ -519,7 +529,8 @@ def _conv2d_grad_weight(ins, a, shape, dt):
     if _direct_fits(x, a, o, c, gy.shape[3]) and \
             (gw := host_c.conv2d_grad_weight_direct(x, gy, kh, kw, *geo[1])) is not None:
         return _out(gw, dt)
-    if _phases_fit(x, geo, o, c, gy.shape[3]) and (gw := conv_phases.grad_weight(x, gy, geo, shape)) is not None:
+    if _phases_fit(x, geo, o, c, gy.shape[3]) and \
+            (gw := conv_phases.grad_weight(x, gy, geo, shape)) is not None:
         return _out(gw, dt)
     layout = _layout(n, c, h, wd, kh, kw, a)
     if layout == "dense":
@@ -558,7 +569,7 @@ def _conv2d_grad_input(ins, a, shape, dt):
             (gx := conv_phases.grad_input(gy, w, geo, shape)) is not None:
         return _out(gx, dt)
     ph, pw = geo[1]
-    if kh - 1 - ph >= 0 and kw - 1 - pw >= 0 and _direct_fits(gy, a, o, c, wd):
+    if kh - 1 - ph >= 0 and kw - 1 - pw >= 0 and _direct_fits(gy, a, o, c, wd, narrow=True):
         # (a stride-1 conv's input gradient: gy's conv with w flipped and transposed, padding k - 1 - p)
         flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
         if (gx := host_c.conv2d_direct(gy, flipped, kh - 1 - ph, kw - 1 - pw)) is not None:

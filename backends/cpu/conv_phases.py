@@ -29,14 +29,13 @@ from . import host_c
 PHASE_BYTES = 16 << 20
 
 
-def fits(x: np.ndarray, a: tuple, o: int, c: int, widths: tuple[int, ...], max_channels: int,
-         min_width: int) -> bool:
+def fits(x: np.ndarray, a: tuple, o: int, c: int, max_channels: int) -> bool:
     """Whether a conv of ``x`` with geometry ``a`` (``conv._conv_geom``'s: stride, padding, dilation, groups), ``o``
-    output and ``c`` input channels runs on the phases: float32, a stride above 1, dilation 1, one group, at most
-    ``max_channels`` channels, and every stride-1 conv it makes at least ``min_width`` wide (``widths``: theirs)."""
+    output and ``c`` input channels can run on the phases: float32, a stride above 1, dilation 1, one group, at most
+    ``max_channels`` channels (the caller judges the widths)."""
     (sh, sw), _, (dh, dw), groups = a
     return (x.dtype == np.float32 and (sh, sw) != (1, 1) and (dh, dw, groups) == (1, 1, 1)
-            and max(o, c) <= max_channels and min(widths) >= min_width)
+            and max(o, c) <= max_channels)
 
 
 def _taps(k: int, s: int, r: int) -> int:
@@ -68,7 +67,7 @@ def forward(x: np.ndarray, w: np.ndarray, a: tuple, oh: int, ow: int) -> np.ndar
     if not host_c.direct_ready(x):
         return None
     th, tw = _taps(kh, sh, 0), _taps(kw, sw, 0)
-    rows, width = oh + th - 1, ow + tw + 14
+    rows, width = oh + th - 1 + (ow <= 8), ow + tw + 14  # (direct_on's extent)
     y = np.empty((n, o, oh, ow), np.float32)
     for s, e in _image_chunks(n, sh * sw * c * rows * width * 4):
         ps = host_c.phase_split(x[s:e], sh, sw, ph, pw, rows, width)
@@ -88,7 +87,7 @@ def grad_input(gy: np.ndarray, w: np.ndarray, a: tuple, shape: tuple) -> np.ndar
         return None
     th, tw = _taps(kh, sh, 0), _taps(kw, sw, 0)
     # gy padded by (th - 1, tw - 1), wide enough for a phase's 16-column blocks read from inside it
-    gp = host_c.placed(gy, th - 1, tw - 1, oh + 2 * (th - 1), ow + 2 * (tw - 1), ow + 3 * tw + 14)
+    gp = host_c.placed(gy, th - 1, tw - 1, oh + 2 * th - 1, ow + 2 * (tw - 1), ow + 3 * tw + 14)
     parts: list = [None] * (sh * sw)
     for rh in range(min(sh, kh)):
         for rw in range(min(sw, kw)):

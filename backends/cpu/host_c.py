@@ -181,20 +181,24 @@ typedef float tw_v8f __attribute__((vector_size(32)));
 #pragma GCC optimize("fp-contract=fast")
 /* conv2d at stride 1, dilation 1, one group, float32: y [n, o, oh, ow] from the zero-padded input xp [n, c, hp, wp]
    (wp >= ow + kw + 14: every 16-column load stays inside its row) and w [o, c, kh, kw]. Each task keeps 4 output
-   channels x 16 output columns in registers (8 vectors of 8) over every (c, i, j): one load of x feeds 8
-   multiply-adds; channels past o read the last one's weights and are not stored. */
+   channels x 16 output positions in registers (8 vectors of 8) over every (c, i, j): one load of x feeds 8
+   multiply-adds; channels past o read the last one's weights and are not stored. The 16 positions are 16 columns of
+   a row, or for outputs at most 8 wide 8 columns of two rows (hp >= oh + kh then: a last odd row's partner reads
+   zeros and is not stored). With add, y += the conv (a strided conv's phases summed, conv_phases.py). */
 void tw_conv2d_direct_f32(const float *xp, const float *w, float *y, long long n, long long c, long long hp,
                           long long wp, long long o, long long kh, long long kw, long long oh, long long ow,
                           long long add) {
   long long ob = (o + 3) / 4;
+  int tall = ow <= 8;
+  long long second = tall ? wp : 8, ystep = tall ? 2 : 1, xstep = tall ? 8 : 16;
   _Pragma("omp parallel for schedule(static) collapse(2) if (n * o * oh * ow * c * kh * kw >= 4194304)")
   for (long long b = 0; b < n; b++)
   for (long long q = 0; q < ob; q++) {
     long long o0 = q * 4;
     const float *wr[4];
     for (int r = 0; r < 4; r++) wr[r] = w + (o0 + r < o ? o0 + r : o - 1) * c * kh * kw;
-    for (long long oy = 0; oy < oh; oy++)
-    for (long long x0 = 0; x0 < ow; x0 += 16) {
+    for (long long oy = 0; oy < oh; oy += ystep)
+    for (long long x0 = 0; x0 < ow; x0 += xstep) {
       tw_v8f a[4][2];
       memset(a, 0, sizeof a);
       for (long long ci = 0; ci < c; ci++) {
@@ -203,21 +207,24 @@ void tw_conv2d_direct_f32(const float *xp, const float *w, float *y, long long n
         for (long long j = 0; j < kw; j++) {
           tw_v8f v0, v1;
           memcpy(&v0, xc + i * wp + j, sizeof v0);
-          memcpy(&v1, xc + i * wp + j + 8, sizeof v1);
+          memcpy(&v1, xc + i * wp + j + second, sizeof v1);
           long long k = (ci * kh + i) * kw + j;
           for (int r = 0; r < 4; r++) { float wv = wr[r][k]; a[r][0] += wv * v0; a[r][1] += wv * v1; }
         }
       }
-      long long m = ow - x0 < 16 ? ow - x0 : 16;
+      long long m = ow - x0 < xstep ? ow - x0 : xstep;
       for (int r = 0; r < 4 && o0 + r < o; r++) {
         float t[16];
         memcpy(t, &a[r][0], sizeof a[r][0]);
         memcpy(t + 8, &a[r][1], sizeof a[r][1]);
-        float *yr = y + ((b * o + o0 + r) * oh + oy) * ow + x0;
-        if (add)  /* (y += the conv: a strided conv's phases summed, conv_phases.py) */
-          for (long long e = 0; e < m; e++) yr[e] += t[e];
-        else
-          memcpy(yr, t, m * sizeof(float));
+        for (int h2 = 0; h2 < (tall ? 2 : 1) && oy + h2 < oh; h2++) {
+          float *yr = y + ((b * o + o0 + r) * oh + oy + h2) * ow + x0;
+          const float *tr = t + 8 * h2;
+          if (add)
+            for (long long e = 0; e < m; e++) yr[e] += tr[e];
+          else
+            memcpy(yr, tr, m * sizeof(float));
+        }
       }
     }
   }
@@ -571,15 +578,16 @@ def conv2d_direct(x: np.ndarray, w: np.ndarray, ph: int, pw: int) -> np.ndarray 
     oh, ow = h + 2 * ph - kh + 1, wd + 2 * pw - kw + 1
     if oh <= 0 or ow <= 0:
         return None
-    return direct_on(placed(x, ph, pw, h + 2 * ph, wd + 2 * pw, ow + kw + 14), w, oh, ow)
+    rows = h + 2 * ph + (ow <= 8)
+    return direct_on(placed(x, ph, pw, rows, wd + 2 * pw, ow + kw + 14), w, oh, ow)
 
 
 def direct_on(xp: np.ndarray, w: np.ndarray, oh: int, ow: int, out: np.ndarray | None = None,
               add: bool = False) -> np.ndarray:
     """The stride-1 conv [N, O, oh, ow] of an already zero-padded float32 input ``xp`` (a view, see :func:`_planes`,
-    whose planes hold ``oh + kh - 1`` rows and ``ow + kw + 14`` columns from its start: the last 16-column block's
-    loads stay inside) with float32 ``w`` [O, C, kh, kw]: written to ``out`` (C-contiguous, returned) when given,
-    or added to it with ``add``. The caller has checked :func:`direct_ready`."""
+    whose planes hold ``oh + kh - 1`` rows, one more for outputs at most 8 wide, and ``ow + kw + 14`` columns from
+    its start: the last block's loads stay inside) with float32 ``w`` [O, C, kh, kw]: written to ``out``
+    (C-contiguous, returned) when given, or added to it with ``add``. The caller has checked :func:`direct_ready`."""
     n, c = xp.shape[:2]
     o, _, kh, kw = w.shape
     addr, hp, wp = _planes(xp)

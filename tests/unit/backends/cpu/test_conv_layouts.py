@@ -156,6 +156,9 @@ DIRECT = [
     ("direct-rect-pad", (2, 32, 12, 12), (32, 32, 3, 2), {"padding": [2, 1]}, "fig"),
     ("direct-64-channels", (2, 64, 12, 16), (61, 64, 3, 3), {"padding": [1, 1]}, "fig"),
     ("direct-1x1", (3, 24, 12, 12), (10, 24, 1, 1), {}, "fig"),
+    # 7 and 8 wide: the input gradient's blocks are two rows of 8 columns (an odd last row), the others the gemms'
+    ("direct-narrow-8", (8, 16, 8, 8), (8, 16, 3, 3), {"padding": [1, 1]}, "i"),
+    ("direct-narrow-7-odd-rows", (10, 16, 7, 7), (9, 16, 3, 3), {"padding": [1, 1]}, "i"),
     # padding past k - 1: the input gradient is no conv of the kernel's shape (the gemms'), the other two are
     ("direct-pad-past-kernel", (4, 4, 16, 16), (4, 4, 3, 3), {"padding": [3, 3]}, "fg"),
 ]
