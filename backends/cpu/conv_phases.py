@@ -87,7 +87,7 @@ def grad_input(gy: np.ndarray, w: np.ndarray, a: tuple, shape: tuple) -> np.ndar
         return None
     th, tw = _taps(kh, sh, 0), _taps(kw, sw, 0)
     # gy padded by (th - 1, tw - 1), wide enough for a phase's 16-column blocks read from inside it
-    gp = host_c.placed(gy, th - 1, tw - 1, oh + 2 * th - 1, ow + 2 * (tw - 1), ow + 3 * tw + 14)
+    gp = host_c.placed(gy, th - 1, tw - 1, oh + 2 * th - 1, ow + 3 * tw + 14)
     parts: list = [None] * (sh * sw)
     for rh in range(min(sh, kh)):
         for rw in range(min(sw, kw)):
