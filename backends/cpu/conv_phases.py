@@ -67,7 +67,7 @@ def forward(x: np.ndarray, w: np.ndarray, a: tuple, oh: int, ow: int) -> np.ndar
     if not host_c.direct_ready(x):
         return None
     th, tw = _taps(kh, sh, 0), _taps(kw, sw, 0)
-    rows, width = oh + th - 1 + (ow <= 8), ow + tw + 14  # (direct_on's extent)
+    rows, width = host_c.direct_extent(oh, ow, th, tw)
     y = np.empty((n, o, oh, ow), np.float32)
     for s, e in _image_chunks(n, sh * sw * c * rows * width * 4):
         ps = host_c.phase_split(x[s:e], sh, sw, ph, pw, rows, width)
@@ -86,17 +86,23 @@ def grad_input(gy: np.ndarray, w: np.ndarray, a: tuple, shape: tuple) -> np.ndar
     if not host_c.direct_ready(gy):
         return None
     th, tw = _taps(kh, sh, 0), _taps(kw, sw, 0)
-    # gy padded by (th - 1, tw - 1), wide enough for a phase's 16-column blocks read from inside it
-    gp = host_c.placed(gy, th - 1, tw - 1, oh + 2 * th - 1, ow + 3 * tw + 14)
-    parts: list = [None] * (sh * sw)
+    # per phase: its sub-kernel flipped, its output (the input positions of its residue that are not padding, as far
+    # as the full correlation reaches) and where in gy padded by (th - 1, tw - 1) its view starts
+    plan = []
     for rh in range(min(sh, kh)):
         for rw in range(min(sw, kw)):
             sub = w[:, :, rh::sh, rw::sw].transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]
             i, j = sub.shape[2:]
-            # the phase's positions that are the input's (not its padding), of those its full correlation reaches
             (m0, rows), (v0, cols) = _inside(rh, sh, ph, h, oh + i - 1), _inside(rw, sw, pw, wd, ow + j - 1)
             if rows > 0 and cols > 0:
-                parts[rh * sw + rw] = (m0, v0), host_c.direct_on(gp[:, :, th - i + m0:, tw - j + v0:], sub, rows, cols)
+                er, ec = host_c.direct_extent(rows, cols, i, j)
+                plan.append((rh * sw + rw, sub, m0, v0, rows, cols, th - i + m0, tw - j + v0, er, ec))
+    rows_in = max([p[6] + p[8] for p in plan] + [oh + 2 * th - 2])
+    cols_in = max([p[7] + p[9] for p in plan] + [ow + 2 * tw - 2])
+    gp = host_c.placed(gy, th - 1, tw - 1, rows_in, cols_in)
+    parts: list = [None] * (sh * sw)
+    for p, sub, m0, v0, rows, cols, r0, c0, _, _ in plan:
+        parts[p] = (m0, v0), host_c.direct_on(gp[:, :, r0:, c0:], sub, rows, cols)
     return host_c.phase_merge(parts, shape, sh, sw, ph, pw)
 
 

@@ -179,55 +179,79 @@ typedef float tw_v8f __attribute__((vector_size(32)));
    do; everything else in this library keeps numpy's two roundings (the flags' -ffp-contract=off). */
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=fast")
+#ifdef __AVX512F__
+typedef float tw_v16f __attribute__((vector_size(64)));
+#define TW_CONV_LANES 16
+#else
+#define TW_CONV_LANES 8
+#endif
+/* The lanes of the direct conv kernel's widest vectors on this CPU (16 where it has AVX-512): its blocks' extent. */
+long long tw_conv_lanes(void) { return TW_CONV_LANES; }
 /* conv2d at stride 1, dilation 1, one group, float32: y [n, o, oh, ow] from the zero-padded input xp [n, c, hp, wp]
-   (wp >= ow + kw + 14: every 16-column load stays inside its row) and w [o, c, kh, kw]. Each task keeps 4 output
-   channels x 16 output positions in registers (8 vectors of 8) over every (c, i, j): one load of x feeds 8
-   multiply-adds; channels past o read the last one's weights and are not stored. The 16 positions are 16 columns of
-   a row, or for outputs at most 8 wide 8 columns of two rows (hp >= oh + kh then: a last odd row's partner reads
-   zeros and is not stored). With add, y += the conv (a strided conv's phases summed, conv_phases.py). */
+   and w [o, c, kh, kw]. Each task keeps 4 output channels x 2 vectors of L output positions in registers over every
+   (c, i, j): one load of x feeds 8 multiply-adds; channels past o read the last one's weights and are not stored.
+   The 2L positions are 2L columns of a row, or for outputs at most L wide L columns of two rows (hp >= oh + kh then:
+   a last odd row's partner reads zeros and is not stored); wp >= ow + kw + 2L - 2 (every load stays inside its row).
+   Outputs at most 8 wide take 8 lanes, others the CPU's widest (tw_conv_lanes). With add, y += the conv (a strided
+   conv's phases summed, conv_phases.py). */
+#define TW_CONV_DIRECT(NAME, V, L) \
+static void NAME(const float *xp, const float *w, float *y, long long n, long long c, long long hp, long long wp, \
+                 long long o, long long kh, long long kw, long long oh, long long ow, long long add) { \
+  long long ob = (o + 3) / 4; \
+  int tall = ow <= L; \
+  long long second = tall ? wp : L, ystep = tall ? 2 : 1, xstep = tall ? L : 2 * L; \
+  _Pragma("omp parallel for schedule(static) collapse(2) if (n * o * oh * ow * c * kh * kw >= 4194304)") \
+  for (long long b = 0; b < n; b++) \
+  for (long long q = 0; q < ob; q++) { \
+    long long o0 = q * 4; \
+    const float *wr[4]; \
+    for (int r = 0; r < 4; r++) wr[r] = w + (o0 + r < o ? o0 + r : o - 1) * c * kh * kw; \
+    for (long long oy = 0; oy < oh; oy += ystep) \
+    for (long long x0 = 0; x0 < ow; x0 += xstep) { \
+      V a[4][2]; \
+      memset(a, 0, sizeof a); \
+      for (long long ci = 0; ci < c; ci++) { \
+        const float *xc = xp + ((b * c + ci) * hp + oy) * wp + x0; \
+        for (long long i = 0; i < kh; i++) \
+        for (long long j = 0; j < kw; j++) { \
+          V v0, v1; \
+          memcpy(&v0, xc + i * wp + j, sizeof v0); \
+          memcpy(&v1, xc + i * wp + j + second, sizeof v1); \
+          long long k = (ci * kh + i) * kw + j; \
+          for (int r = 0; r < 4; r++) { float wv = wr[r][k]; a[r][0] += wv * v0; a[r][1] += wv * v1; } \
+        } \
+      } \
+      long long m = ow - x0 < xstep ? ow - x0 : xstep; \
+      for (int r = 0; r < 4 && o0 + r < o; r++) { \
+        float t[2 * L]; \
+        memcpy(t, &a[r][0], sizeof a[r][0]); \
+        memcpy(t + L, &a[r][1], sizeof a[r][1]); \
+        for (int h2 = 0; h2 < (tall ? 2 : 1) && oy + h2 < oh; h2++) { \
+          float *yr = y + ((b * o + o0 + r) * oh + oy + h2) * ow + x0; \
+          const float *tr = t + L * h2; \
+          if (add) \
+            for (long long e = 0; e < m; e++) yr[e] += tr[e]; \
+          else \
+            memcpy(yr, tr, m * sizeof(float)); \
+        } \
+      } \
+    } \
+  } \
+}
+TW_CONV_DIRECT(tw_conv_direct8, tw_v8f, 8)
+#ifdef __AVX512F__
+TW_CONV_DIRECT(tw_conv_direct16, tw_v16f, 16)
+#endif
 void tw_conv2d_direct_f32(const float *xp, const float *w, float *y, long long n, long long c, long long hp,
                           long long wp, long long o, long long kh, long long kw, long long oh, long long ow,
                           long long add) {
-  long long ob = (o + 3) / 4;
-  int tall = ow <= 8;
-  long long second = tall ? wp : 8, ystep = tall ? 2 : 1, xstep = tall ? 8 : 16;
-  _Pragma("omp parallel for schedule(static) collapse(2) if (n * o * oh * ow * c * kh * kw >= 4194304)")
-  for (long long b = 0; b < n; b++)
-  for (long long q = 0; q < ob; q++) {
-    long long o0 = q * 4;
-    const float *wr[4];
-    for (int r = 0; r < 4; r++) wr[r] = w + (o0 + r < o ? o0 + r : o - 1) * c * kh * kw;
-    for (long long oy = 0; oy < oh; oy += ystep)
-    for (long long x0 = 0; x0 < ow; x0 += xstep) {
-      tw_v8f a[4][2];
-      memset(a, 0, sizeof a);
-      for (long long ci = 0; ci < c; ci++) {
-        const float *xc = xp + ((b * c + ci) * hp + oy) * wp + x0;
-        for (long long i = 0; i < kh; i++)
-        for (long long j = 0; j < kw; j++) {
-          tw_v8f v0, v1;
-          memcpy(&v0, xc + i * wp + j, sizeof v0);
-          memcpy(&v1, xc + i * wp + j + second, sizeof v1);
-          long long k = (ci * kh + i) * kw + j;
-          for (int r = 0; r < 4; r++) { float wv = wr[r][k]; a[r][0] += wv * v0; a[r][1] += wv * v1; }
-        }
-      }
-      long long m = ow - x0 < xstep ? ow - x0 : xstep;
-      for (int r = 0; r < 4 && o0 + r < o; r++) {
-        float t[16];
-        memcpy(t, &a[r][0], sizeof a[r][0]);
-        memcpy(t + 8, &a[r][1], sizeof a[r][1]);
-        for (int h2 = 0; h2 < (tall ? 2 : 1) && oy + h2 < oh; h2++) {
-          float *yr = y + ((b * o + o0 + r) * oh + oy + h2) * ow + x0;
-          const float *tr = t + 8 * h2;
-          if (add)
-            for (long long e = 0; e < m; e++) yr[e] += tr[e];
-          else
-            memcpy(yr, tr, m * sizeof(float));
-        }
-      }
-    }
+#ifdef __AVX512F__
+  if (ow > 8) {
+    tw_conv_direct16(xp, w, y, n, c, hp, wp, o, kh, kw, oh, ow, add);
+    return;
   }
+#endif
+  tw_conv_direct8(xp, w, y, n, c, hp, wp, o, kh, kw, oh, ow, add);
 }
 typedef int tw_v8i __attribute__((vector_size(32)));
 static inline tw_v8f tw_load8(const float *p) { tw_v8f v; memcpy(&v, p, sizeof v); return v; }
@@ -401,8 +425,10 @@ _SIGNATURES = {"tw_randn_fill": [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c
                "tw_bn_grad_sums_f32": _BN_GRAD_ARGS, "tw_bn_grad_sums_f64": _BN_GRAD_ARGS,
                "tw_bn_apply_f32": _BN_APPLY_ARGS, "tw_bn_apply_f64": _BN_APPLY_ARGS,
                "tw_conv2d_direct_f32": _CONV_ARGS + [_LL], "tw_conv2d_grad_weight_direct_f32": _CONV_ARGS + [_LL] * 2,
-               "tw_phase_split_f32": [ctypes.c_void_p] * 2 + [_LL] * 9,
+               "tw_phase_split_f32": [ctypes.c_void_p] * 2 + [_LL] * 9, "tw_conv_lanes": [],
                "tw_phase_merge_f32": [ctypes.c_void_p] * 3 + [_LL] * 7}
+#: the functions that return a value, and its type (the others return none)
+_RESTYPES = {"tw_conv_lanes": _LL}
 _lock = threading.Lock()
 #: None: not looked for yet; "absent": not in the kernel cache (built at the first large call); False: the CPU cannot
 #: build it; else the loaded library's functions by name (the Library under "lib", which keeps it loaded)
@@ -429,7 +455,7 @@ def _functions(build: bool) -> dict | None:
                     got = {"lib": lib}
                     for name, argtypes in _SIGNATURES.items():
                         f = getattr(lib.cdll, name)
-                        f.argtypes, f.restype = argtypes, None
+                        f.argtypes, f.restype = argtypes, _RESTYPES.get(name)
                         got[name] = f
                     _lib = got
                 except NotCached:
@@ -581,15 +607,24 @@ def conv2d_direct(x: np.ndarray, w: np.ndarray, ph: int, pw: int) -> np.ndarray 
     oh, ow = h + 2 * ph - kh + 1, wd + 2 * pw - kw + 1
     if oh <= 0 or ow <= 0:
         return None
-    return direct_on(placed(x, ph, pw, h + 2 * ph + (ow <= 8), ow + kw + 14), w, oh, ow)
+    return direct_on(placed(x, ph, pw, *direct_extent(oh, ow, kh, kw)), w, oh, ow)
+
+
+def direct_extent(oh: int, ow: int, kh: int, kw: int) -> tuple[int, int]:
+    """(rows, columns) of the zero-padded input :func:`direct_on` reads from its view's start for an output
+    ``oh`` x ``ow`` and a kernel ``kh`` x ``kw``: the windows' ``oh + kh - 1`` rows, one more where its blocks are two
+    rows (outputs at most as wide as a vector), and the last block's loads past the windows' columns (vectors of 8
+    lanes for outputs at most 8 wide, else the CPU's widest: ``tw_conv_lanes``)."""
+    lanes = 8 if ow <= 8 else _lib["tw_conv_lanes"]()
+    return oh + kh - 1 + (ow <= lanes), ow + kw + 2 * lanes - 2
 
 
 def direct_on(xp: np.ndarray, w: np.ndarray, oh: int, ow: int, out: np.ndarray | None = None,
               add: bool = False) -> np.ndarray:
     """The stride-1 conv [N, O, oh, ow] of an already zero-padded float32 input ``xp`` (a view, see :func:`_planes`,
-    whose planes hold ``oh + kh - 1`` rows, one more for outputs at most 8 wide, and ``ow + kw + 14`` columns from
-    its start: the last block's loads stay inside) with float32 ``w`` [O, C, kh, kw]: written to ``out``
-    (C-contiguous, returned) when given, or added to it with ``add``. The caller has checked :func:`direct_ready`."""
+    whose planes hold :func:`direct_extent` from its start) with float32 ``w`` [O, C, kh, kw]: written to ``out``
+    (C-contiguous, returned) when given, or added to it with ``add``. The caller has checked
+    :func:`direct_ready`."""
     n, c = xp.shape[:2]
     o, _, kh, kw = w.shape
     addr, hp, wp = _planes(xp)
