@@ -1,6 +1,9 @@
 """Native CPU kernels of ``conv2d`` and its two gradients, ``conv2d_grad_weight`` and ``conv2d_grad_input`` (which is
-also ``F.conv_transpose2d``'s forward). Each is one or a few BLAS gemms over columns copied from the input; the
-layout of those columns is chosen per call from the convolution's shape (:func:`_layout`):
+also ``F.conv_transpose2d``'s forward). A float32 conv of at most 64 channels runs on the register-blocked direct C
+kernels (``host_c.conv2d_direct``, ``host_c.conv2d_grad_weight_direct``; strided ones over the input's phases,
+``conv_phases.py``) where its shape suits them (:func:`_direct_fits`, :func:`_phases_fit`). Otherwise each is one or
+a few BLAS gemms over columns copied from the input; the layout of those columns is chosen per call from the
+convolution's shape (:func:`_layout`):
 
 * ``dense``: the window covers the whole unpadded input, so the output is 1x1 and the convolution IS a product:
   ``x [N, C*kh*kw] @ w [O, C*kh*kw]^T``, each operand and result a reshape of the NCHW buffers (no im2col);

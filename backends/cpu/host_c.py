@@ -26,10 +26,13 @@ not take; the functions here return None then.
   numpy's float operations in numpy's order, so its bits.
 * ``conv2d_direct``: float32 stride-1 convs of up to 64 channels (``conv._direct_fits`` decides), forward and, with
   the weights flipped, the input gradient: im2col copies kh*kw times the input and its gemms are skinny ([rows, 144]
-  @ [144, 16] at 16 channels ran at ~28 GFLOP/s here); the kernel keeps 4 output channels x 16 columns in registers
-  instead. ``conv2d_grad_weight_direct``, the weight gradient of the same convs, keeps 4 output channels x 3 kernel
-  columns of 8-lane sums in registers over a chunk of images (at [100, 16, 32, 32] 3.9 ms against the gemms'
-  11.8). These conv kernels contract multiply-adds into FMAs (one rounding), as the BLAS gemms they stand in for do.
+  @ [144, 16] at 16 channels ran at ~28 GFLOP/s here); the kernel keeps a block of output channels x 2 vectors of
+  positions in registers instead (4 x 2 x 8 lanes, or 8 x 2 x 16 where the CPU has AVX-512).
+  ``conv2d_grad_weight_direct``, the weight gradient of the same convs, keeps 4 output channels x 3 kernel columns
+  of 8-lane sums in registers over a chunk of images (at [100, 16, 32, 32] 3.9 ms against the gemms' 11.8). The
+  phase split and merge of strided convs (``conv_phases.py``) are here too, and make the kernels' zero-padded
+  copies (one pass, where numpy's fill and copy made two). These conv kernels contract multiply-adds into FMAs (one
+  rounding), as the BLAS gemms they stand in for do.
 
 The library is built the first time a large call wants it while the kernel cache lacks it (:data:`BUILD_ELEMENTS`):
 a program of small calls (a DCGAN's inits) never waits for the compiler; from the cache, or once built, it serves
