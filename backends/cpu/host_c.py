@@ -34,9 +34,10 @@ not take; the functions here return None then.
   copies (one pass, where numpy's fill and copy made two). These conv kernels contract multiply-adds into FMAs (one
   rounding), as the BLAS gemms they stand in for do.
 
-The library is built the first time a large call wants it while the kernel cache lacks it (:data:`BUILD_ELEMENTS`):
-a program of small calls (a DCGAN's inits) never waits for the compiler; from the cache, or once built, it serves
-every call of :data:`MIN_ELEMENTS` and more. ``tests/unit/backends/cpu/test_host_c.py`` checks each against its
+The library is built on a background thread from the first time a large call wants it while the kernel cache lacks
+it (:data:`BUILD_ELEMENTS`), numpy's spellings serving the calls until it is there: no call waits for the compiler,
+and a program of small calls (a DCGAN's inits) never starts it; from the cache, or once built, it serves every call
+of :data:`MIN_ELEMENTS` and more. ``tests/unit/backends/cpu/test_host_c.py`` checks each against its
 numpy spelling.
 """
 
@@ -304,7 +305,8 @@ static inline __attribute__((always_inline)) void tw_wgrad_block(const float *xp
    gradient gy [n, o, oh, gs], its rows of ow values padded with zeros to gs, a multiple of 8 at least ow; wp >= gs +
    kw - 1. A task is a chunk of `chunk` images and 4 output channels; for each (c, i, 3 kernel columns) it keeps 4 x 3
    vectors of 8 partial sums in registers over every output position of its images (4 loads of gy and 3 of x feed 12
-   multiply-adds), then adds their lanes into its thread's float64 sums. */
+   multiply-adds), then adds their lanes into its thread's float64 sums. (16 lanes under AVX-512 were ~5% faster:
+   this kernel is not bound by its multiply-adds.) */
 void tw_conv2d_grad_weight_direct_f32(const float *xp, const float *gy, double *gw, long long n, long long c,
                                       long long hp, long long wp, long long o, long long kh, long long kw,
                                       long long oh, long long ow, long long gs, long long chunk) {
@@ -407,9 +409,9 @@ TW_BN_GRAD_SUMS(tw_bn_grad_sums_f64, double)
 
 #: calls smaller than this (elements made or read) stay on numpy (a call into the library costs more than they save)
 MIN_ELEMENTS = 4096
-#: the smallest call for which the library is compiled when the kernel cache lacks it: a build costs ~0.4 s once a
-#: machine (then the cache has it), numpy's randn ~70 ms a million elements, so a program of small calls (a DCGAN's
-#: init) never waits for the compiler, and one with a large model's init pays it back at once
+#: the smallest call that starts the library's build (in the background: :func:`_functions`) when the kernel cache
+#: lacks it: a build costs ~1 s of one core once a machine (then the cache has it), so a program of small calls (a
+#: DCGAN's init) never starts gcc, and one with a large model pays it back
 BUILD_ELEMENTS = 1 << 20
 
 _DTYPES = {np.dtype(np.float64): 1, np.dtype(np.float32): 0}
@@ -439,36 +441,71 @@ _lock = threading.Lock()
 #: build it; else the loaded library's functions by name (the Library under "lib", which keeps it loaded)
 _lib = None
 _why = ""
+_building: threading.Thread | None = None  # the background build, once started
+
+
+def _load(build: bool):
+    """The library's functions from the kernel cache (built there with ``build``), "absent" where it lacks them and
+    ``build`` is false, or False where they cannot be made (``_why`` says why)."""
+    global _why
+    rt = compiled.runtime()
+    if rt is None:
+        _why = compiled.why_not()
+        return False
+    try:
+        if build:
+            lib = rt.load(SOURCE, what="host C functions")
+        else:
+            with cached_only():
+                lib = rt.load(SOURCE, what="host C functions")
+        got = {"lib": lib}
+        for name, argtypes in _SIGNATURES.items():
+            f = getattr(lib.cdll, name)
+            f.argtypes, f.restype = argtypes, _RESTYPES.get(name)
+            got[name] = f
+        return got
+    except NotCached:
+        return "absent"
+    except Exception as e:  # noqa: BLE001 - a cache refused, a compiler that failed: numpy's spellings
+        _why = f"{type(e).__name__}: {e}"
+        log.info("the CPU's host C functions are not there (numpy's spellings run): %s", _why)
+        return False
+
+
+def _build_in_background() -> None:
+    global _lib
+    got = _load(build=True)
+    with _lock:
+        _lib = got if got != "absent" else False
 
 
 def _functions(build: bool) -> dict | None:
-    """The library's functions, loaded from the kernel cache, or built there when ``build``; None when it is not
-    there (and not ``build``) or cannot be made."""
-    global _lib, _why
+    """The library's functions, loaded from the kernel cache; None where it is not there or cannot be made. With
+    ``build``, a cache that lacks it has it built on a background thread (once; :data:`_building`), and the calls
+    until then get None: numpy's spellings run meanwhile, as a new batch runs on the numpy kernels while the compiled
+    ones build (a cold ResNet run waited ~0.9 s for gcc at its first convolution)."""
+    global _lib, _building
     with _lock:
-        if _lib is None or (_lib == "absent" and build):
-            rt = compiled.runtime()
-            if rt is None:
-                _lib, _why = False, compiled.why_not()
-            else:
-                try:
-                    if build:
-                        lib = rt.load(SOURCE, what="host C functions")
-                    else:
-                        with cached_only():
-                            lib = rt.load(SOURCE, what="host C functions")
-                    got = {"lib": lib}
-                    for name, argtypes in _SIGNATURES.items():
-                        f = getattr(lib.cdll, name)
-                        f.argtypes, f.restype = argtypes, _RESTYPES.get(name)
-                        got[name] = f
-                    _lib = got
-                except NotCached:
-                    _lib = "absent"
-                except Exception as e:  # noqa: BLE001 - a cache refused, a compiler that failed: numpy's spellings
-                    _lib, _why = False, f"{type(e).__name__}: {e}"
-                    log.info("the CPU's host C functions are not there (numpy's spellings run): %s", _why)
+        if _lib is None:
+            _lib = _load(build=False)
+        if _lib == "absent" and build and _building is None:
+            _building = threading.Thread(target=_build_in_background, name="tw-host-c-build", daemon=True)
+            _building.start()
     return _lib if isinstance(_lib, dict) else None
+
+
+def build_now() -> bool:
+    """Load or build the library at once (waiting for a build under way); whether it is there. For tests and tools
+    that need the C functions now rather than numpy's spellings."""
+    global _lib
+    _functions(build=True)
+    thread = _building
+    if thread is not None:
+        thread.join()
+    with _lock:
+        if _lib in (None, "absent"):
+            _lib = _load(build=True)
+    return isinstance(_lib, dict)
 
 
 def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray | None:
