@@ -5,8 +5,8 @@ At stride ``s`` a kernel tap ``i = s*q + r`` only ever reads padded input rows `
 ``r``, the *phase* ``x[r::s]``, read at stride 1 by the sub-kernel ``w[r::s]`` (``ceil((k - r) / s)`` taps). So, per
 row and column residue (a ResNet's 3x3 stride-2 conv: sub-kernels 2x2, 2x1, 1x2 and 1x1, nine taps in all):
 
-* the forward is the sum of the stride-1 convs of the phases with their sub-kernels (the kernel adds each into the
-  output: ``out=``);
+* the forward is the sum of the stride-1 convs of the phases with their sub-kernels (the kernel adds each after the
+  first into the output);
 * the input gradient of phase ``(r, t)`` is the full stride-1 correlation of the output gradient with that
   sub-kernel flipped and transposed (padding ``taps - 1``), written to the input positions of that residue: the
   phases tile the input, so every position is written once (positions no window reads stay zero);
@@ -86,23 +86,25 @@ def grad_input(gy: np.ndarray, w: np.ndarray, a: tuple, shape: tuple) -> np.ndar
     if not host_c.direct_ready(gy):
         return None
     th, tw = _taps(kh, sh, 0), _taps(kw, sw, 0)
-    # per phase: its sub-kernel flipped, its output (the input positions of its residue that are not padding, as far
-    # as the full correlation reaches) and where in gy padded by (th - 1, tw - 1) its view starts
+    # per phase: its sub-kernel flipped; its output, the input positions of its residue that are not padding as far
+    # as the full correlation reaches (from (m0, v0) of the phase's grid, rows x cols); where its view of gy padded
+    # by (th - 1, tw - 1) starts, and how far the kernel reads from there
     plan = []
+    rows_in, cols_in = oh + 2 * th - 2, ow + 2 * tw - 2
     for rh in range(min(sh, kh)):
         for rw in range(min(sw, kw)):
             sub = w[:, :, rh::sh, rw::sw].transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]
             i, j = sub.shape[2:]
             (m0, rows), (v0, cols) = _inside(rh, sh, ph, h, oh + i - 1), _inside(rw, sw, pw, wd, ow + j - 1)
             if rows > 0 and cols > 0:
-                er, ec = host_c.direct_extent(rows, cols, i, j)
-                plan.append((rh * sw + rw, sub, m0, v0, rows, cols, th - i + m0, tw - j + v0, er, ec))
-    rows_in = max([p[6] + p[8] for p in plan] + [oh + 2 * th - 2])
-    cols_in = max([p[7] + p[9] for p in plan] + [ow + 2 * tw - 2])
+                r0, c0 = th - i + m0, tw - j + v0
+                reach_r, reach_c = host_c.direct_extent(rows, cols, i, j)
+                rows_in, cols_in = max(rows_in, r0 + reach_r), max(cols_in, c0 + reach_c)
+                plan.append((rh * sw + rw, sub, (m0, v0), (rows, cols), (r0, c0)))
     gp = host_c.placed(gy, th - 1, tw - 1, rows_in, cols_in)
     parts: list = [None] * (sh * sw)
-    for p, sub, m0, v0, rows, cols, r0, c0, _, _ in plan:
-        parts[p] = (m0, v0), host_c.direct_on(gp[:, :, r0:, c0:], sub, rows, cols)
+    for p, sub, first, (rows, cols), (r0, c0) in plan:
+        parts[p] = first, host_c.direct_on(gp[:, :, r0:, c0:], sub, rows, cols)
     return host_c.phase_merge(parts, shape, sh, sw, ph, pw)
 
 

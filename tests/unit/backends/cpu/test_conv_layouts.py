@@ -233,6 +233,30 @@ def test_strided_convs_on_the_phases_match_reference(monkeypatch, name, sx, sw_,
     assert sorted(calls) == sorted(runs)  # (float64 is not even offered to them)
 
 
+def test_phases_a_chunk_of_images_at_a_time(monkeypatch):
+    """Phases larger than ``PHASE_BYTES`` are split and run a chunk of images at a time (here one image each): the
+    forward's chunks written to their images, the weight gradient's float64 sums added across chunks."""
+    from tensorwire.backends.cpu import compiled, conv_phases, host_c
+
+    if compiled.runtime() is None:
+        pytest.skip(f"the CPU cannot compile: {compiled.why_not()}")
+    assert host_c.build_now(), host_c._why
+    monkeypatch.setattr(host_c, "MIN_ELEMENTS", 1)
+    monkeypatch.setattr(conv_phases, "PHASE_BYTES", 1)
+    chunks = []
+    real = conv_phases._image_chunks
+
+    def counted(n, per_image):
+        out = real(n, per_image)
+        chunks.append(len(out))
+        return out
+
+    monkeypatch.setattr(conv_phases, "_image_chunks", counted)
+    for got, want in _run((3, 16, 17, 25), (7, 16, 3, 3), {"stride": [2, 2], "padding": [1, 1]}, np.float32, True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert chunks == [3, 3]  # (the forward's and the weight gradient's)
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_an_infinite_input_is_not_multiplied_by_padding(monkeypatch, stride):
     """The weight gradient's kernel reads whole 8-lane vectors past a row's end (zeros of the output gradient there):
