@@ -167,20 +167,24 @@ class StopEvent(threading.Event):
         os.set_blocking(self._w, False)
 
     def set(self) -> None:
-        # The file first: whoever sees the event set (``wait()`` returned, ``is_set()``) then finds the file readable
-        # too. The other order left a moment, when another thread sets it, where a waiter woke and a poll of the file
-        # found nothing (CI saw it). A poll that wakes first finds the flag set a moment later.
-        try:
-            os.write(self._w, b"x")
-        except BlockingIOError:  # (set before: already readable)
-            pass
-        super().set()
+        # The flag, then the file, then the waiters, all under the event's lock: a poll woken by the file finds the
+        # flag set, and a ``wait()`` returns (it takes the lock) only once the file is readable. Setting the flag
+        # (``Event.set``) before writing the file, unlocked, let a waiter return and poll nothing (CI saw it, the
+        # event set from another thread); the file before the flag let a woken poll find it unset.
+        with self._cond:
+            self._flag = True
+            try:
+                os.write(self._w, b"x")
+            except BlockingIOError:  # (set before: already readable)
+                pass
+            self._cond.notify_all()
 
     def clear(self) -> None:
-        super().clear()
-        with contextlib.suppress(BlockingIOError):
-            while os.read(self._r, 4096):  # (no longer readable)
-                pass
+        with self._cond:  # (as set: the flag and the file change together)
+            self._flag = False
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._r, 4096):  # (no longer readable)
+                    pass
 
     def fileno(self) -> int:
         return self._r
