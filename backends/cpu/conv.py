@@ -458,22 +458,26 @@ def _direct_width(out_width: int, narrow: bool) -> bool:
     return out_width >= _DIRECT_MIN_WIDTH or (narrow and 7 <= out_width <= 8)
 
 
-def _direct_fits(x: np.ndarray, a: dict, o: int, c: int, out_width: int, narrow: bool = False) -> bool:
-    """Whether a conv of ``x`` (``o`` output and ``c`` input channels, outputs ``out_width`` wide) runs on the blocked
-    direct C kernels (``host_c.conv2d_direct``, ``conv2d_grad_weight_direct``), where they beat im2col + gemm:
-    float32, stride 1, dilation 1, one group, at most :data:`_DIRECT_MAX_CHANNELS` channels in and out, outputs of a
-    width :func:`_direct_width` takes (``narrow``: an input gradient's). The kernel may still decline: a small call,
-    no C compiler."""
-    (sh, sw), _, (dh, dw), groups = _conv_geom(a)
-    return (x.dtype == np.float32 and (sh, sw, dh, dw, groups) == (1, 1, 1, 1, 1)
-            and max(o, c) <= _DIRECT_MAX_CHANNELS and _direct_width(out_width, narrow))
+def _direct_takes(x: np.ndarray, geo: tuple, o: int, c: int) -> bool:
+    """What the direct C kernels need of a conv, whatever its stride: float32, dilation 1, one group, at most
+    :data:`_DIRECT_MAX_CHANNELS` channels in and out (``geo``: :func:`_conv_geom`'s)."""
+    _, _, (dh, dw), groups = geo
+    return x.dtype == np.float32 and (dh, dw, groups) == (1, 1, 1) and max(o, c) <= _DIRECT_MAX_CHANNELS
+
+
+def _direct_fits(x: np.ndarray, geo: tuple, o: int, c: int, out_width: int, narrow: bool = False) -> bool:
+    """Whether a stride-1 conv of ``x`` (``o`` output and ``c`` input channels, outputs ``out_width`` wide) runs on
+    the blocked direct C kernels (``host_c.conv2d_direct``, ``conv2d_grad_weight_direct``), where they beat im2col +
+    gemm: :func:`_direct_takes` and outputs of a width :func:`_direct_width` takes (``narrow``: an input
+    gradient's). The kernel may still decline: a small call, no C compiler."""
+    return geo[0] == (1, 1) and _direct_takes(x, geo, o, c) and _direct_width(out_width, narrow)
 
 
 def _phases_fit(x: np.ndarray, geo: tuple, o: int, c: int, out_width: int) -> bool:
     """Whether a strided conv runs as stride-1 ones over its input's phases on the direct kernels
-    (``conv_phases.py``): as :func:`_direct_fits`, outputs at least :data:`_DIRECT_MIN_WIDTH` wide (at 8 wide, a
+    (``conv_phases.py``): :func:`_direct_takes`, and outputs at least :data:`_DIRECT_MIN_WIDTH` wide (at 8 wide, a
     ResNet's 32 -> 64 downsampling ran its forward ~1.6x slower on the phases' small sub-kernels than on the gemms)."""
-    return conv_phases.fits(x, geo, o, c, _DIRECT_MAX_CHANNELS) and out_width >= _DIRECT_MIN_WIDTH
+    return geo[0] != (1, 1) and _direct_takes(x, geo, o, c) and out_width >= _DIRECT_MIN_WIDTH
 
 
 @kernel("conv2d")
@@ -489,7 +493,7 @@ def _conv2d(ins, a, shape, dt):
     if (cr := _tap_crop(x.shape[2], x.shape[3], kh, kw, oh, ow, a)) is not None:
         return _conv2d([cr.window(x), cr.weight(w), *ins[2:]], cr.attrs, shape, dt)
     geo = _conv_geom(a)
-    if (_direct_fits(x, a, o, c, ow) and (y := host_c.conv2d_direct(x, w, *geo[1])) is not None) or \
+    if (_direct_fits(x, geo, o, c, ow) and (y := host_c.conv2d_direct(x, w, *geo[1])) is not None) or \
             (_phases_fit(x, geo, o, c, ow) and (y := conv_phases.forward(x, w, geo, oh, ow)) is not None):
         if b is not None:
             y += b[:, None, None]
@@ -529,7 +533,7 @@ def _conv2d_grad_weight(ins, a, shape, dt):
         sub = (o, cg, cr.i1 - cr.i0, cr.j1 - cr.j0)
         return cr.weight_back(_conv2d_grad_weight([cr.window(x), gy], cr.attrs, sub, dt), shape)
     geo = _conv_geom(a)
-    if _direct_fits(x, a, o, c, gy.shape[3]) and \
+    if _direct_fits(x, geo, o, c, gy.shape[3]) and \
             (gw := host_c.conv2d_grad_weight_direct(x, gy, kh, kw, *geo[1])) is not None:
         return _out(gw, dt)
     if _phases_fit(x, geo, o, c, gy.shape[3]) and \
@@ -572,7 +576,7 @@ def _conv2d_grad_input(ins, a, shape, dt):
             (gx := conv_phases.grad_input(gy, w, geo, shape)) is not None:
         return _out(gx, dt)
     ph, pw = geo[1]
-    if kh - 1 - ph >= 0 and kw - 1 - pw >= 0 and _direct_fits(gy, a, o, c, wd, narrow=True):
+    if kh - 1 - ph >= 0 and kw - 1 - pw >= 0 and _direct_fits(gy, geo, o, c, wd, narrow=True):
         # (a stride-1 conv's input gradient: gy's conv with w flipped and transposed, padding k - 1 - p)
         flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
         if (gx := host_c.conv2d_direct(gy, flipped, kh - 1 - ph, kw - 1 - pw)) is not None:

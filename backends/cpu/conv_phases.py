@@ -15,8 +15,8 @@ row and column residue (a ResNet's 3x3 stride-2 conv: sub-kernels 2x2, 2x1, 1x2 
 
 Every multiply-add of the three is one of the strided conv's (im2col with a stride copies kh*kw strided windows, and
 its col2im adds them back one kernel position at a time: ResNet's downsampling 3x3 convs ran their input gradient at
-~13 GFLOP/s there). Each function returns None where this does not apply (see :func:`fits`), and the caller runs
-the gemms.
+~13 GFLOP/s there). ``conv._phases_fit`` says which convs come here; each function returns None where the kernels
+decline (a small call, no C compiler), and the caller runs the gemms.
 """
 
 from __future__ import annotations
@@ -27,15 +27,6 @@ from . import host_c
 
 #: bytes of phases a call splits the input into at once (a chunk of images; the kernels' scratch keeps them)
 PHASE_BYTES = 16 << 20
-
-
-def fits(x: np.ndarray, a: tuple, o: int, c: int, max_channels: int) -> bool:
-    """Whether a conv of ``x`` with geometry ``a`` (``conv._conv_geom``'s: stride, padding, dilation, groups), ``o``
-    output and ``c`` input channels can run on the phases: float32, a stride above 1, dilation 1, one group, at most
-    ``max_channels`` channels (the caller judges the widths)."""
-    (sh, sw), _, (dh, dw), groups = a
-    return (x.dtype == np.float32 and (sh, sw) != (1, 1) and (dh, dw, groups) == (1, 1, 1)
-            and max(o, c) <= max_channels)
 
 
 def _taps(k: int, s: int, r: int) -> int:
@@ -118,7 +109,7 @@ def grad_weight(x: np.ndarray, gy: np.ndarray, a: tuple, shape: tuple) -> np.nda
     if not host_c.direct_ready(x):
         return None
     th, tw = _taps(kh, sh, 0), _taps(kw, sw, 0)
-    rows, width = oh + th - 1, -(-ow // 8) * 8 + tw - 1
+    rows, width = oh + th - 1, host_c.wgrad_row(ow) + tw - 1
     g8 = host_c.rows8(gy)
     sums: dict = {}
     for s, e in _image_chunks(n, sh * sw * c * rows * width * 4):

@@ -57,8 +57,9 @@ from .scratch import scratch
 
 log = logging.getLogger("tensorwire.kernels")
 
-#: the library: tw_randn_fill (element i of out is tw_randn(seed, offset, i), cast to float32 where out is: rounded to
-#: nearest, as numpy's astype) and tw_max_pool2d_grad_{f32,f64} (gx must be zeros); OpenMP threads share large calls
+#: the library's C (the module's docstring lists its functions): tw_randn_fill (element i of out is tw_randn(seed,
+#: offset, i), cast to float32 where out is: rounded to nearest, as numpy's astype), tw_max_pool2d_grad_{f32,f64}
+#: (gx must be zeros), and the others each with its comment; OpenMP threads share large calls
 SOURCE = CRenderer.headers + "#include <stdlib.h>\n" + CRenderer.macros + "\n" + PREAMBLE_RNG + r"""
 void tw_randn_fill(unsigned long long seed, unsigned long long offset, long long n, void *out, int f64) {
   if (f64) {
@@ -613,14 +614,10 @@ def _bn_call(x3, g3, k, m, f, t) -> np.ndarray | None:
 
 def placed(x: np.ndarray, ph: int, pw: int, rows: int, width: int, slot: str = "pad") -> np.ndarray:
     """``x`` [N, C, H, W] (float32) at row ``ph`` and column ``pw`` of a zeroed [N, C, rows, width] in the kernels'
-    scratch ``slot`` (rows >= ph + H, width >= pw + W): one pass of the C split at stride 1, where numpy's zero fill
-    and copy made two (the fill alone took ~7% of a ResNet's step). The caller has checked :func:`direct_ready`."""
-    n, c, h, wd = x.shape
-    assert rows >= ph + h and width >= pw + wd, (x.shape, ph, pw, rows, width)
-    x = np.ascontiguousarray(x)
-    out = scratch(slot, (n, c, rows, width), np.float32)
-    _lib["tw_phase_split_f32"](x.ctypes.data, out.ctypes.data, n * c, h, wd, 1, 1, ph, pw, rows, width)
-    return out
+    scratch ``slot`` (rows >= ph + H, width >= pw + W): :func:`phase_split` at stride 1, one pass where numpy's zero
+    fill and copy made two (the fill alone took ~7% of a ResNet's step). The caller has checked :func:`direct_ready`."""
+    assert rows >= ph + x.shape[2] and width >= pw + x.shape[3], (x.shape, ph, pw, rows, width)
+    return phase_split(x, 1, 1, ph, pw, rows, width, slot)[0]
 
 
 def _planes(xp: np.ndarray) -> tuple[int, int, int]:
@@ -639,9 +636,9 @@ def direct_ready(x: np.ndarray) -> bool:
 
 def conv2d_direct(x: np.ndarray, w: np.ndarray, ph: int, pw: int) -> np.ndarray | None:
     """``conv2d`` of a float32 ``x`` [N, C, H, W] with ``w`` [O, C, kh, kw] at stride 1, dilation 1, one group, zero
-    padding ``(ph, pw)``, from the register-blocked C kernel (4 output channels x 16 columns a task); None where it
-    does not apply (another dtype, a small call, no C compiler). The sums run in another order than a gemm's: the
-    values differ by rounding."""
+    padding ``(ph, pw)``, from the register-blocked C kernel (a block of output channels x 2 vectors of positions a
+    task); None where it does not apply (another dtype, a small call, no C compiler). The sums run in another order
+    than a gemm's: the values differ by rounding."""
     if w.dtype != np.float32 or not direct_ready(x):
         return None
     n, c, h, wd = x.shape
@@ -688,23 +685,28 @@ def conv2d_grad_weight_direct(x: np.ndarray, gy: np.ndarray, kh: int, kw: int, p
     oh, ow = gy.shape[2], gy.shape[3]
     if oh <= 0 or ow <= 0 or (oh, ow) != (h + 2 * ph - kh + 1, wd + 2 * pw - kw + 1):
         return None
-    xp = placed(x, ph, pw, h + 2 * ph, -(-ow // 8) * 8 + kw - 1)
+    xp = placed(x, ph, pw, h + 2 * ph, wgrad_row(ow) + kw - 1)
     return grad_weight_on(xp, rows8(gy), kh, kw, ow).astype(np.float32)
 
 
+def wgrad_row(ow: int) -> int:
+    """The length :func:`grad_weight_on` takes the output gradient's rows of ``ow`` values padded to: whole vectors
+    of 8."""
+    return -(-ow // 8) * 8
+
+
 def rows8(gy: np.ndarray) -> np.ndarray:
-    """``gy`` [N, O, oh, ow] C-contiguous with its rows padded with zeros to a multiple of 8 values (as
+    """``gy`` [N, O, oh, ow] C-contiguous with its rows padded with zeros to :func:`wgrad_row` values (as
     :func:`grad_weight_on` takes it), in the kernels' gradient slot where it is copied."""
-    ow = gy.shape[3]
-    ow8 = -(-ow // 8) * 8
+    ow, ow8 = gy.shape[3], wgrad_row(gy.shape[3])
     return np.ascontiguousarray(gy) if ow8 == ow else placed(gy, 0, 0, gy.shape[2], ow8, "grad")
 
 
 def grad_weight_on(xp: np.ndarray, gy8: np.ndarray, kh: int, kw: int, ow: int,
                    into: np.ndarray | None = None) -> np.ndarray:
     """The stride-1 weight gradient [O, C, kh, kw] of an already zero-padded float32 input ``xp`` (a view, see
-    :func:`_planes`, whose planes hold ``oh + kh - 1`` rows and ``ow8 + kw - 1`` columns from its start, ``ow8`` ``ow``
-    rounded up to 8) and the output gradient ``gy8`` from :func:`rows8` (rows of ``ow`` values), as float64 sums:
+    :func:`_planes`, whose planes hold ``oh + kh - 1`` rows and ``wgrad_row(ow) + kw - 1`` columns from its start)
+    and the output gradient ``gy8`` from :func:`rows8` (rows of ``ow`` values), as float64 sums:
     added to ``into`` (C-contiguous float64, returned) when given. The caller has checked :func:`direct_ready`."""
     n, c = xp.shape[:2]
     o, oh, ow8 = gy8.shape[1:]
@@ -716,13 +718,14 @@ def grad_weight_on(xp: np.ndarray, gy8: np.ndarray, kh: int, kw: int, ow: int,
     return gw
 
 
-def phase_split(x: np.ndarray, sh: int, sw: int, ph: int, pw: int, rows: int, width: int) -> np.ndarray:
+def phase_split(x: np.ndarray, sh: int, sw: int, ph: int, pw: int, rows: int, width: int,
+                slot: str = "phases") -> np.ndarray:
     """The phases [sh * sw, N, C, rows, width] of float32 ``x`` [N, C, H, W] zero-padded by ``(ph, pw)``: phase
     ``(rh, rw)``'s element (u, v) the padded input's (sh*u + rh, sw*v + rw) (``conv_phases.py``), in the kernels'
-    phase slot. The caller has checked :func:`direct_ready`."""
+    scratch ``slot``. The caller has checked :func:`direct_ready`."""
     n, c, h, wd = x.shape
     x = np.ascontiguousarray(x)
-    out = scratch("phases", (sh * sw, n, c, rows, width), np.float32)
+    out = scratch(slot, (sh * sw, n, c, rows, width), np.float32)
     _lib["tw_phase_split_f32"](x.ctypes.data, out.ctypes.data, n * c, h, wd, sh, sw, ph, pw, rows, width)
     return out
 
