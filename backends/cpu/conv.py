@@ -41,10 +41,15 @@ _CHANNELS_LAST_MIN_STRIDE_1 = 16  # ... and a stride-1 conv whose kernel is not 
 _CHANNELS_LAST_BLOCK = 1 << 21  # bytes of columns per gemm in the channels-last layout (whole images)
 #: the direct kernels (``_direct_fits``) for stride-1 convs of at most this many channels in and out ...
 _DIRECT_MAX_CHANNELS = 64
-#: ... whose outputs are at least this wide (the forward's blocks are 16 columns: 8 wasted half of each); an input
-#: gradient's also at 7 or 8 wide (blocks of two rows of 8 columns), where the gemms' col2im is slow (ResNet's 64
-#: channels at 8x8: 4.3 ms against 7.3; a forward there: 3.9 against 4.0, at 7x7 2.6 against 1.9)
+#: ... whose outputs are at least this wide (the forward's blocks are 16 columns: 8 wasted half of each); narrower
+#: ones take blocks of two rows of 8 columns: an input gradient's from 7 wide (:data:`_DIRECT_NARROWEST`), where the
+#: gemms' col2im is slow (ResNet's 64 channels at 8x8: 4.3 ms against 7.3), and a forward's at 8
 _DIRECT_MIN_WIDTH = 12
+#: the narrowest outputs, below :data:`_DIRECT_MIN_WIDTH`, each kernel takes (forward and input gradient: the forward
+#: kernel's; weight gradient: none). A forward at 8 wide (each input padded an image at a time, session 48): 3.2 ms
+#: against the gemms' 4.3 at 64 channels on 2 threads, 1.1 against 2.8 at 32; on one thread 5.7 against 5.4 and 1.5
+#: against 1.8. At 7 wide a forward's blocks waste a column in 8 and a row in 8: on one thread 5.8 against 4.1 ms
+_DIRECT_NARROWEST = {"forward": 8, "input gradient": 7, "weight gradient": _DIRECT_MIN_WIDTH}
 #: a strided conv's input gradient runs on its phases (``conv_phases.py``) from this many input channels: with fewer,
 #: each phase's correlation fills blocks of 4 channels mostly wasted (an RGB or grey stem's: the gemms' col2im was
 #: ~1.5-2x faster there), while at 16 and more it took half the col2im's time
@@ -452,10 +457,10 @@ def _tap_crop(h: int, wd: int, kh: int, kw: int, oh: int, ow: int, a: dict) -> _
     return _TapCrop(rows, cols, (y0, y1), (x0, x1), a)
 
 
-def _direct_width(out_width: int, narrow: bool) -> bool:
-    """Whether outputs ``out_width`` wide suit the direct kernels' blocks, ``narrow`` ones too (see
-    :data:`_DIRECT_MIN_WIDTH`)."""
-    return out_width >= _DIRECT_MIN_WIDTH or (narrow and 7 <= out_width <= 8)
+def _direct_width(out_width: int, kind: str) -> bool:
+    """Whether outputs ``out_width`` wide suit the direct kernels' blocks for a ``kind`` of kernel (``"forward"``,
+    ``"input gradient"``, ``"weight gradient"``: see :data:`_DIRECT_MIN_WIDTH`, :data:`_DIRECT_NARROWEST`)."""
+    return out_width >= _DIRECT_MIN_WIDTH or _DIRECT_NARROWEST[kind] <= out_width <= 8
 
 
 def _direct_takes(x: np.ndarray, geo: tuple, o: int, c: int) -> bool:
@@ -465,12 +470,12 @@ def _direct_takes(x: np.ndarray, geo: tuple, o: int, c: int) -> bool:
     return x.dtype == np.float32 and (dh, dw, groups) == (1, 1, 1) and max(o, c) <= _DIRECT_MAX_CHANNELS
 
 
-def _direct_fits(x: np.ndarray, geo: tuple, o: int, c: int, out_width: int, narrow: bool = False) -> bool:
+def _direct_fits(x: np.ndarray, geo: tuple, o: int, c: int, out_width: int, kind: str) -> bool:
     """Whether a stride-1 conv of ``x`` (``o`` output and ``c`` input channels, outputs ``out_width`` wide) runs on
     the blocked direct C kernels (``host_c.conv2d_direct``, ``conv2d_grad_weight_direct``), where they beat im2col +
-    gemm: :func:`_direct_takes` and outputs of a width :func:`_direct_width` takes (``narrow``: an input
-    gradient's). The kernel may still decline: a small call, no C compiler."""
-    return geo[0] == (1, 1) and _direct_takes(x, geo, o, c) and _direct_width(out_width, narrow)
+    gemm: :func:`_direct_takes` and outputs of a width :func:`_direct_width` takes for the ``kind`` of kernel. The
+    kernel may still decline: a small call, no C compiler."""
+    return geo[0] == (1, 1) and _direct_takes(x, geo, o, c) and _direct_width(out_width, kind)
 
 
 def _phases_fit(x: np.ndarray, geo: tuple, o: int, c: int, out_width: int) -> bool:
@@ -493,7 +498,7 @@ def _conv2d(ins, a, shape, dt):
     if (cr := _tap_crop(x.shape[2], x.shape[3], kh, kw, oh, ow, a)) is not None:
         return _conv2d([cr.window(x), cr.weight(w), *ins[2:]], cr.attrs, shape, dt)
     geo = _conv_geom(a)
-    if (_direct_fits(x, geo, o, c, ow) and (y := host_c.conv2d_direct(x, w, *geo[1])) is not None) or \
+    if (_direct_fits(x, geo, o, c, ow, "forward") and (y := host_c.conv2d_direct(x, w, *geo[1])) is not None) or \
             (_phases_fit(x, geo, o, c, ow) and (y := conv_phases.forward(x, w, geo, oh, ow)) is not None):
         if b is not None:
             y += b[:, None, None]
@@ -533,7 +538,7 @@ def _conv2d_grad_weight(ins, a, shape, dt):
         sub = (o, cg, cr.i1 - cr.i0, cr.j1 - cr.j0)
         return cr.weight_back(_conv2d_grad_weight([cr.window(x), gy], cr.attrs, sub, dt), shape)
     geo = _conv_geom(a)
-    if _direct_fits(x, geo, o, c, gy.shape[3]) and \
+    if _direct_fits(x, geo, o, c, gy.shape[3], "weight gradient") and \
             (gw := host_c.conv2d_grad_weight_direct(x, gy, kh, kw, *geo[1])) is not None:
         return _out(gw, dt)
     if _phases_fit(x, geo, o, c, gy.shape[3]) and \
@@ -576,7 +581,7 @@ def _conv2d_grad_input(ins, a, shape, dt):
             (gx := conv_phases.grad_input(gy, w, geo, shape)) is not None:
         return _out(gx, dt)
     ph, pw = geo[1]
-    if kh - 1 - ph >= 0 and kw - 1 - pw >= 0 and _direct_fits(gy, geo, o, c, wd, narrow=True):
+    if kh - 1 - ph >= 0 and kw - 1 - pw >= 0 and _direct_fits(gy, geo, o, c, wd, "input gradient"):
         # (a stride-1 conv's input gradient: gy's conv with w flipped and transposed, padding k - 1 - p)
         flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
         if (gx := host_c.conv2d_direct(gy, flipped, kh - 1 - ph, kw - 1 - pw)) is not None:

@@ -156,8 +156,9 @@ DIRECT = [
     ("direct-rect-pad", (2, 32, 12, 12), (32, 32, 3, 2), {"padding": [2, 1]}, "fig"),
     ("direct-64-channels", (2, 64, 12, 16), (61, 64, 3, 3), {"padding": [1, 1]}, "fig"),
     ("direct-1x1", (3, 24, 12, 12), (10, 24, 1, 1), {}, "fig"),
-    # 7 and 8 wide: the input gradient's blocks are two rows of 8 columns (an odd last row), the others the gemms'
-    ("direct-narrow-8", (8, 16, 8, 8), (8, 16, 3, 3), {"padding": [1, 1]}, "i"),
+    # 7 and 8 wide: blocks of two rows of 8 columns (an odd last row) for the input gradient, and at 8 the forward;
+    # the weight gradient's the gemms'
+    ("direct-narrow-8", (8, 16, 8, 8), (8, 16, 3, 3), {"padding": [1, 1]}, "fi"),
     ("direct-narrow-7-odd-rows", (10, 16, 7, 7), (9, 16, 3, 3), {"padding": [1, 1]}, "i"),
     # padding past k - 1: the input gradient is no conv of the kernel's shape (the gemms'), the other two are
     ("direct-pad-past-kernel", (4, 4, 16, 16), (4, 4, 3, 3), {"padding": [3, 3]}, "fg"),
@@ -192,6 +193,29 @@ def test_direct_kernel_matches_reference(monkeypatch, name, sx, sw_, a, runs):
     assert sorted(calls) == want_calls
     _run(sx, sw_, a, np.float64, with_bias=False)
     assert sorted(calls) == want_calls  # (float64 is not even offered to them)
+
+
+@pytest.mark.parametrize("sx", [(8, 4, 12, 20), (1, 32, 48, 40), (3, 16, 20, 20)],
+                         ids=["one-thread", "one-image-on-threads", "images-shared-by-threads"])
+def test_direct_forward_pads_an_image_at_a_time(monkeypatch, sx):
+    """The stride-1 forward kernel pads the input an image at a time in each thread's buffer (no padded copy of the
+    whole input): a call too small for threads, one image whose output channels the threads share (each pads it),
+    and three images whose (image, channel block) tasks the threads split (a thread pads an image again only where
+    its run of tasks reaches a new one). All match the reference."""
+    from tensorwire.backends.cpu import compiled, host_c
+
+    if compiled.runtime() is None:
+        pytest.skip(f"the CPU cannot compile: {compiled.why_not()}")
+    assert host_c.build_now(), host_c._why
+    whole = []
+    real = host_c.placed
+    monkeypatch.setattr(host_c, "placed", lambda *args, **kw: whole.append(args[0].shape) or real(*args, **kw))
+    rng = np.random.default_rng(3)
+    x, w = rng.uniform(-2, 2, sx).astype(np.float32), rng.uniform(-2, 2, (32, sx[1], 3, 3)).astype(np.float32)
+    got = KERNELS["conv2d"]([x, w], {"padding": [1, 1]}, (sx[0], 32, *sx[2:]), D.float32)
+    want = _conv2d_ref(x.astype(np.float64), w.astype(np.float64), **_geometry({"padding": [1, 1]}))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert whole == []
 
 
 #: strided convs the direct kernels run as stride-1 convs over the input's phases (``conv_phases.py``): ResNet's
