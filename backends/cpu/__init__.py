@@ -14,7 +14,7 @@ from tensorwire.backends.quota import host_memory
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DeviceError
 
-from . import compiled, complex_kernels, conv, host_c, pooling, recurrent  # noqa: F401  (they register their kernels)
+from . import compiled, complex_kernels, conv, pooling, recurrent  # noqa: F401  (they register their kernels)
 from .kernels import KERNELS, specialize
 
 _BY_NP = D.BY_NP
@@ -35,7 +35,6 @@ class NumpyDevice(Device):
     def __init__(self, backend: Backend, index: int):
         self.backend = backend
         self.index = index
-        host_c.build_soon()  # (the hand-written C kernels: loaded, or built while the worker waits for work)
 
     def upload(self, array: np.ndarray) -> np.ndarray:
         return array

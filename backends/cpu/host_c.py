@@ -34,11 +34,9 @@ not take; the functions here return None then.
   copies (one pass, where numpy's fill and copy made two). These conv kernels contract multiply-adds into FMAs (one
   rounding), as the BLAS gemms they stand in for do.
 
-The library is built in the background while the kernel cache lacks it: when a CPU device opens (its worker waits
-for work then: a cold CIFAR ResNet run's first steps had run on numpy's spellings while gcc built it beside them,
-~1.1 s of gcc), else at the first large call (:data:`BUILD_ELEMENTS`; the module used without a device), on the
-compile thread (``hot.build_in_background``: a lower priority, one compile at a time). No call waits for the
-compiler: numpy's spellings serve the calls until it is there; from the cache, or once built, it serves every call
+The library is built on a background thread from the first time a large call wants it while the kernel cache lacks
+it (:data:`BUILD_ELEMENTS`), numpy's spellings serving the calls until it is there: no call waits for the compiler,
+and a program of small calls (a DCGAN's inits) never starts it; from the cache, or once built, it serves every call
 of :data:`MIN_ELEMENTS` and more. ``tests/unit/backends/cpu/test_host_c.py`` checks each against its
 numpy spelling.
 """
@@ -51,7 +49,6 @@ import threading
 
 import numpy as np
 
-from .. import hot
 from ..codegen.c import CRenderer
 from ..codegen.cache import NotCached, cached_only
 from ..codegen.render import PREAMBLE_RNG
@@ -513,8 +510,7 @@ _lock = threading.Lock()
 #: build it; else the loaded library's functions by name (the Library under "lib", which keeps it loaded)
 _lib = None
 _why = ""
-_building = False  # whether the background build was started (then _built is set once it is over)
-_built = threading.Event()
+_building: threading.Thread | None = None  # the background build, once started
 
 
 def _load(build: bool):
@@ -547,35 +543,24 @@ def _load(build: bool):
 
 def _build_in_background() -> None:
     global _lib
-    try:
-        got = _load(build=True)
-        with _lock:
-            _lib = got if got != "absent" else False
-    finally:
-        _built.set()
+    got = _load(build=True)
+    with _lock:
+        _lib = got if got != "absent" else False
 
 
 def _functions(build: bool) -> dict | None:
     """The library's functions, loaded from the kernel cache; None where it is not there or cannot be made. With
-    ``build``, a cache that lacks it has it built on the compile thread (``hot.build_in_background``: at a lower
-    priority, one compile at a time; once, :data:`_building`), and the calls until then get None: numpy's spellings
-    run meanwhile, as a new batch runs on the numpy kernels while the compiled ones build (a cold ResNet run waited
-    ~0.9 s for gcc at its first convolution)."""
+    ``build``, a cache that lacks it has it built on a background thread (once; :data:`_building`), and the calls
+    until then get None: numpy's spellings run meanwhile, as a new batch runs on the numpy kernels while the compiled
+    ones build (a cold ResNet run waited ~0.9 s for gcc at its first convolution)."""
     global _lib, _building
     with _lock:
         if _lib is None:
             _lib = _load(build=False)
-        if _lib == "absent" and build and not _building:
-            _building = hot.build_in_background(_build_in_background)  # (not admitted now: at a later call)
+        if _lib == "absent" and build and _building is None:
+            _building = threading.Thread(target=_build_in_background, name="tw-host-c-build", daemon=True)
+            _building.start()
     return _lib if isinstance(_lib, dict) else None
-
-
-def build_soon() -> None:
-    """Have the library loaded, or built in the background where the kernel cache lacks it (a CPU device opening:
-    its worker is idle until the first batch, and a program's first convolutions then find the library there: a
-    cold CIFAR ResNet run's first steps ran on numpy's spellings while gcc built it beside them). A machine that
-    cannot compile is told here once (numpy's spellings run)."""
-    _functions(build=True)
 
 
 def build_now() -> bool:
@@ -583,8 +568,9 @@ def build_now() -> bool:
     that need the C functions now rather than numpy's spellings."""
     global _lib
     _functions(build=True)
-    if _building:
-        _built.wait()
+    thread = _building
+    if thread is not None:
+        thread.join()
     with _lock:
         if _lib in (None, "absent"):
             _lib = _load(build=True)
