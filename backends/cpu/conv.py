@@ -46,9 +46,10 @@ _DIRECT_MAX_CHANNELS = 64
 #: gemms' col2im is slow (ResNet's 64 channels at 8x8: 4.3 ms against 7.3), and a forward's at 8
 _DIRECT_MIN_WIDTH = 12
 #: the narrowest outputs, below :data:`_DIRECT_MIN_WIDTH`, each kernel takes (forward and input gradient: the forward
-#: kernel's; weight gradient: none). A forward at 8 wide (each input padded an image at a time, session 48): 3.2 ms
-#: against the gemms' 4.3 at 64 channels on 2 threads, 1.1 against 2.8 at 32; on one thread 5.7 against 5.4 and 1.5
-#: against 1.8. At 7 wide a forward's blocks waste a column in 8 and a row in 8: on one thread 5.8 against 4.1 ms
+#: kernel's; weight gradient: none). A forward at 8 wide (session 48, ResNet's [100, 64, 8, 8] on one thread): 4.2 ms
+#: against the gemms' 5.4 with AVX-512 (blocks of 4 rows of 8 columns in 16 lanes), 5.7 with 8 lanes; 2 threads 3.2
+#: against 4.3. At 7 wide a forward's blocks waste a column in 8: on one thread 4.2 against 4.1 ms with AVX-512, 5.8
+#: against 4.1 with 8 lanes (left on the gemms)
 _DIRECT_NARROWEST = {"forward": 8, "input gradient": 7, "weight gradient": _DIRECT_MIN_WIDTH}
 #: a strided conv's input gradient runs on its phases (``conv_phases.py``) from this many input channels: with fewer,
 #: each phase's correlation fills blocks of 4 channels mostly wasted (an RGB or grey stem's: the gemms' col2im was

@@ -27,7 +27,8 @@ not take; the functions here return None then.
 * ``conv2d_direct``: float32 stride-1 convs of up to 64 channels (``conv._direct_fits`` decides), forward and, with
   the weights flipped, the input gradient: im2col copies kh*kw times the input and its gemms are skinny ([rows, 144]
   @ [144, 16] at 16 channels ran at ~28 GFLOP/s here); the kernel keeps a block of output channels x 2 vectors of
-  positions in registers instead (4 x 2 x 8 lanes, or 8 x 2 x 16 where the CPU has AVX-512).
+  positions in registers instead (4 x 2 x 8 lanes, or 8 x 2 x 16 where the CPU has AVX-512, outputs at most 8 wide
+  then in vectors of two rows of 8).
   ``conv2d_grad_weight_direct``, the weight gradient of the same convs, keeps 4 output channels x 3 kernel columns
   of 8-lane sums in registers over a chunk of images (at [100, 16, 32, 32] 3.9 ms against the gemms' 11.8). The
   phase split and merge of strided convs (``conv_phases.py``) are here too, and make the kernels' zero-padded
@@ -180,6 +181,7 @@ void NAME(const T *x, const T *g, const T *k, const T *m, const T *f, const T *t
   } \
 }
 typedef float tw_v8f __attribute__((vector_size(32)));
+static inline tw_v8f tw_load8(const float *p) { tw_v8f v; memcpy(&v, p, sizeof v); return v; }
 /* The conv kernels below contract a*b+c into fused multiply-adds (one rounding), as the BLAS gemms they stand in for
    do; everything else in this library keeps numpy's two roundings (the flags' -ffp-contract=off). */
 #pragma GCC push_options
@@ -242,6 +244,10 @@ static inline __attribute__((always_inline)) void NAME##_block(const float *xb, 
     } \
   } \
 } \
+TW_CONV_DRIVERS(NAME, OB)
+/* The two drivers of a direct conv's block function NAME##_block (OB output channels a task): NAME on an input
+   padded already, NAME##_pad padding it an image at a time. */
+#define TW_CONV_DRIVERS(NAME, OB) \
 static void NAME(const float *xp, const float *w, float *y, long long n, long long c, long long hp, long long wp, \
                  long long o, long long kh, long long kw, long long oh, long long ow, long long add) { \
   long long ob = (o + OB - 1) / OB; \
@@ -276,17 +282,58 @@ static void NAME##_pad(const float *x, const float *w, float *y, long long n, lo
 TW_CONV_DIRECT(tw_conv_direct8, tw_v8f, 8, 4)
 #ifdef __AVX512F__
 TW_CONV_DIRECT(tw_conv_direct16, tw_v16f, 16, 8)
+/* Outputs at most 8 wide where the CPU has AVX-512: a block is 8 output channels x 2 vectors of 16 lanes, each vector
+   the 8 columns of two output rows (4 rows a block: hp >= the rows rounded up to 4, + kh - 1; the rows past oh read
+   zeros and are not stored), made of two 8-lane loads. The 8-lane kernel's blocks (4 channels x 2 rows) did half the
+   multiply-adds an instruction. */
+static inline __attribute__((always_inline)) void tw_conv_rows16_block(const float *xb, long long plane,
+    const float *w, float *yb, long long c, long long wp, long long o, long long q, long long kh, long long kw,
+    long long oh, long long ow, long long add) {
+  long long o0 = q * 8;
+  const float *wr[8];
+  for (int r = 0; r < 8; r++) wr[r] = w + (o0 + r < o ? o0 + r : o - 1) * c * kh * kw;
+  for (long long oy = 0; oy < oh; oy += 4) {
+    tw_v16f a[8][2];
+    memset(a, 0, sizeof a);
+    for (long long ci = 0; ci < c; ci++) {
+      const float *xc = xb + ci * plane + oy * wp;
+      for (long long i = 0; i < kh; i++)
+      for (long long j = 0; j < kw; j++) {
+        const float *xi = xc + i * wp + j;
+        tw_v8f r0 = tw_load8(xi), r1 = tw_load8(xi + wp), r2 = tw_load8(xi + 2 * wp), r3 = tw_load8(xi + 3 * wp);
+        tw_v16f v0 = __builtin_shufflevector(r0, r1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        tw_v16f v1 = __builtin_shufflevector(r2, r3, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        long long k = (ci * kh + i) * kw + j;
+        for (int r = 0; r < 8; r++) { float wv = wr[r][k]; a[r][0] += wv * v0; a[r][1] += wv * v1; }
+      }
+    }
+    for (int r = 0; r < 8 && o0 + r < o; r++) {
+      float t[32];
+      memcpy(t, &a[r][0], sizeof a[r][0]);
+      memcpy(t + 16, &a[r][1], sizeof a[r][1]);
+      for (int h = 0; h < 4 && oy + h < oh; h++) {
+        float *yr = yb + ((o0 + r) * oh + oy + h) * ow;
+        if (add)
+          for (long long e = 0; e < ow; e++) yr[e] += t[8 * h + e];
+        else
+          memcpy(yr, t + 8 * h, ow * sizeof(float));
+      }
+    }
+  }
+}
+TW_CONV_DRIVERS(tw_conv_rows16, 8)
 #endif
 void tw_conv2d_direct_f32(const float *xp, const float *w, float *y, long long n, long long c, long long hp,
                           long long wp, long long o, long long kh, long long kw, long long oh, long long ow,
                           long long add) {
 #ifdef __AVX512F__
-  if (ow > 8) {
+  if (ow > 8)
     tw_conv_direct16(xp, w, y, n, c, hp, wp, o, kh, kw, oh, ow, add);
-    return;
-  }
-#endif
+  else
+    tw_conv_rows16(xp, w, y, n, c, hp, wp, o, kh, kw, oh, ow, add);
+#else
   tw_conv_direct8(xp, w, y, n, c, hp, wp, o, kh, kw, oh, ow, add);
+#endif
 }
 /* conv2d_direct_f32's conv of the unpadded input x [n, c, h, wd], padded by (ph, pw) to [hp, wp] (as xp there) an
    image at a time in a buffer of each thread's, which the kernel then reads from its cache: no padded copy of the
@@ -295,15 +342,15 @@ void tw_conv2d_direct_pad_f32(const float *x, const float *w, float *y, long lon
                               long long wd, long long ph, long long pw, long long hp, long long wp, long long o,
                               long long kh, long long kw, long long oh, long long ow) {
 #ifdef __AVX512F__
-  if (ow > 8) {
+  if (ow > 8)
     tw_conv_direct16_pad(x, w, y, n, c, h, wd, ph, pw, hp, wp, o, kh, kw, oh, ow);
-    return;
-  }
-#endif
+  else
+    tw_conv_rows16_pad(x, w, y, n, c, h, wd, ph, pw, hp, wp, o, kh, kw, oh, ow);
+#else
   tw_conv_direct8_pad(x, w, y, n, c, h, wd, ph, pw, hp, wp, o, kh, kw, oh, ow);
+#endif
 }
 typedef int tw_v8i __attribute__((vector_size(32)));
-static inline tw_v8f tw_load8(const float *p) { tw_v8f v; memcpy(&v, p, sizeof v); return v; }
 static inline __attribute__((always_inline)) void tw_wgrad_block(const float *xk, const float *gy, double *acc,
     long long b0, long long b1, long long c, long long ci, long long hp, long long wp, long long o, long long o0,
     long long kh, long long kw, long long oh, long long ow, long long gs, long long i, long long j0, const int jn) {
@@ -730,7 +777,10 @@ def direct_extent(oh: int, ow: int, kh: int, kw: int) -> tuple[int, int]:
     ``tw_conv_lanes``) from column 0, plus the kernel's ``kw - 1``. (No more: the copy that pads the input, and the
     kernel's reads, grow with it; ``ow + kw + 2 * lanes - 2``, the bound once used, padded a 32-wide output's rows
     to 65 columns and an 8-wide one's to 25.)"""
-    lanes = 8 if ow <= 8 else _lib["tw_conv_lanes"]()
+    widest = _lib["tw_conv_lanes"]()
+    if ow <= 8 and widest == 16:  # (tw_conv_rows16: blocks of 4 rows of 8 columns)
+        return -(-oh // 4) * 4 + kh - 1, 8 + kw - 1
+    lanes = 8 if ow <= 8 else widest
     tall = ow <= lanes
     block = lanes if tall else 2 * lanes
     return oh + kh - 1 + tall, -(-ow // block) * block + kw - 1

@@ -218,6 +218,26 @@ def test_direct_forward_pads_an_image_at_a_time(monkeypatch, sx):
     assert whole == []
 
 
+@pytest.mark.parametrize("hw", [(7, 7), (8, 8), (5, 3), (13, 20)], ids=lambda hw: f"{hw[0]}x{hw[1]}")
+def test_the_direct_kernel_adds_into_its_output(hw):
+    """``direct_on`` with ``add`` (how the phases of a strided conv are summed) adds the conv to what the output
+    holds, in the blocks of rows that outputs at most 8 wide take (a last block past the rows: 7 and 5 rows) and in
+    those of wider ones."""
+    from tensorwire.backends.cpu import compiled, host_c
+
+    if compiled.runtime() is None:
+        pytest.skip(f"the CPU cannot compile: {compiled.why_not()}")
+    assert host_c.build_now(), host_c._why
+    h, wd = hw
+    rng = np.random.default_rng(5)
+    x, w = rng.uniform(-2, 2, (3, 16, h, wd)).astype(np.float32), rng.uniform(-2, 2, (9, 16, 3, 3)).astype(np.float32)
+    want = _conv2d_ref(x.astype(np.float64), w.astype(np.float64), **_geometry({"padding": [1, 1]}))
+    before = rng.uniform(-2, 2, want.shape).astype(np.float32)
+    got = before.copy()
+    host_c.direct_on(host_c.placed(x, 1, 1, *host_c.direct_extent(h, wd, 3, 3)), w, h, wd, got, add=True)
+    np.testing.assert_allclose(got, want + before, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
 #: strided convs the direct kernels run as stride-1 convs over the input's phases (``conv_phases.py``): ResNet's
 #: downsampling 3x3, DCGAN's 4x4, a 7x7 stem, a 1x1 shortcut (phases without taps), uneven strides and paddings past
 #: the kernel, input rows and columns no window reads; the kernels each case runs (f, i, g)
