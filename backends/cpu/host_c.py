@@ -205,7 +205,7 @@ long long tw_conv_lanes(void) { return TW_CONV_LANES; }
    Outputs at most 8 wide take 8 lanes, others the CPU's widest (tw_conv_lanes). With add, y += the conv (a strided
    conv's phases summed, conv_phases.py). */
 #define TW_CONV_DIRECT(NAME, V, L, OB) \
-static inline __attribute__((always_inline)) void NAME##_block(const float *xb, long long plane, const float *w, \
+static inline __attribute__((always_inline)) void NAME##_any(const float *xb, long long plane, const float *w, \
     float *yb, long long c, long long wp, long long o, long long q, long long kh, long long kw, long long oh, \
     long long ow, long long add) { \
   long long o0 = q * OB; \
@@ -244,7 +244,19 @@ static inline __attribute__((always_inline)) void NAME##_block(const float *xb, 
     } \
   } \
 } \
+TW_CONV_3X3(NAME) \
 TW_CONV_DRIVERS(NAME, OB)
+/* NAME##_block: NAME##_any, with a 3x3 kernel's loops over (i, j) of constant trips (unrolled: its loop over j
+   had run 3 times between two rounds of the loops' bookkeeping, a third of the block's time on one thread) */
+#define TW_CONV_3X3(NAME) \
+static inline __attribute__((always_inline)) void NAME##_block(const float *xb, long long plane, const float *w, \
+    float *yb, long long c, long long wp, long long o, long long q, long long kh, long long kw, long long oh, \
+    long long ow, long long add) { \
+  if (kh == 3 && kw == 3) \
+    NAME##_any(xb, plane, w, yb, c, wp, o, q, 3, 3, oh, ow, add); \
+  else \
+    NAME##_any(xb, plane, w, yb, c, wp, o, q, kh, kw, oh, ow, add); \
+}
 /* The two drivers of a direct conv's block function NAME##_block (OB output channels a task): NAME on an input
    padded already, NAME##_pad padding it an image at a time. */
 #define TW_CONV_DRIVERS(NAME, OB) \
@@ -286,7 +298,7 @@ TW_CONV_DIRECT(tw_conv_direct16, tw_v16f, 16, 8)
    the 8 columns of two output rows (4 rows a block: hp >= the rows rounded up to 4, + kh - 1; the rows past oh read
    zeros and are not stored), made of two 8-lane loads. The 8-lane kernel's blocks (4 channels x 2 rows) did half the
    multiply-adds an instruction. */
-static inline __attribute__((always_inline)) void tw_conv_rows16_block(const float *xb, long long plane,
+static inline __attribute__((always_inline)) void tw_conv_rows16_any(const float *xb, long long plane,
     const float *w, float *yb, long long c, long long wp, long long o, long long q, long long kh, long long kw,
     long long oh, long long ow, long long add) {
   long long o0 = q * 8;
@@ -321,6 +333,7 @@ static inline __attribute__((always_inline)) void tw_conv_rows16_block(const flo
     }
   }
 }
+TW_CONV_3X3(tw_conv_rows16)
 TW_CONV_DRIVERS(tw_conv_rows16, 8)
 #endif
 void tw_conv2d_direct_f32(const float *xp, const float *w, float *y, long long n, long long c, long long hp,
