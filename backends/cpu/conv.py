@@ -42,8 +42,9 @@ _CHANNELS_LAST_BLOCK = 1 << 21  # bytes of columns per gemm in the channels-last
 #: the direct kernels (``_direct_fits``) for stride-1 convs of at most this many channels in and out ...
 _DIRECT_MAX_CHANNELS = 64
 #: ... whose outputs are at least this wide (the forward's blocks are 16 columns: 8 wasted half of each); narrower
-#: ones take blocks of two rows of 8 columns: an input gradient's from 7 wide (:data:`_DIRECT_NARROWEST`), where the
-#: gemms' col2im is slow (ResNet's 64 channels at 8x8: 4.3 ms against 7.3), and a forward's at 8
+#: ones take blocks of rows of 8 columns (2 rows, 4 under AVX-512): an input gradient's from 7 wide
+#: (:data:`_DIRECT_NARROWEST`), where the gemms' col2im is slow (ResNet's 64 channels at 8x8: 4.3 ms against 7.3),
+#: and a forward's at 8
 _DIRECT_MIN_WIDTH = 12
 #: the narrowest outputs, below :data:`_DIRECT_MIN_WIDTH`, each kernel takes (forward and input gradient: the forward
 #: kernel's; weight gradient: none). A forward at 8 wide (session 48, ResNet's [100, 64, 8, 8] on one thread): 4.2 ms

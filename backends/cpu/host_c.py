@@ -194,6 +194,17 @@ typedef float tw_v16f __attribute__((vector_size(64)));
 #endif
 /* The lanes of the direct conv kernel's widest vectors on this CPU (16 where it has AVX-512): its blocks' extent. */
 long long tw_conv_lanes(void) { return TW_CONV_LANES; }
+/* Images [b0, b1) of x [n, c, h, wd] into xb, image b0 first, each [c, hp, wp] with x's rows at row ph and column
+   pw: the inside of a zero-padded copy whose padding the caller zeroed once (the direct kernels' per-thread
+   buffers, padded an image or a chunk of images at a time). */
+static inline void tw_pad_images(const float *x, float *xb, long long b0, long long b1, long long c, long long h,
+                                 long long wd, long long ph, long long pw, long long hp, long long wp) {
+  for (long long b = b0; b < b1; b++)
+    for (long long ci = 0; ci < c; ci++)
+      for (long long r = 0; r < h; r++)
+        memcpy(xb + (((b - b0) * c + ci) * hp + r + ph) * wp + pw, x + ((b * c + ci) * h + r) * wd,
+               wd * sizeof(float));
+}
 /* conv2d at stride 1, dilation 1, one group, float32: y [n, o, oh, ow] from the zero-padded input xp [n, c, hp, wp]
    and w [o, c, kh, kw]. Each task keeps OB output channels x 2 vectors of L output positions in registers over every
    (c, i, j): one load of x feeds OB multiply-adds; channels past o read the last one's weights and are not stored.
@@ -202,8 +213,8 @@ long long tw_conv_lanes(void) { return TW_CONV_LANES; }
    The 2L positions are 2L columns of a row, or for outputs at most L wide L columns of two rows (hp >= oh + kh then:
    a last odd row's partner reads zeros and is not stored); wp covers the columns the blocks load (whole blocks from
    column 0, plus kw - 1: host_c.direct_extent).
-   Outputs at most 8 wide take 8 lanes, others the CPU's widest (tw_conv_lanes). With add, y += the conv (a strided
-   conv's phases summed, conv_phases.py). */
+   Outputs wider than 8 take the CPU's widest lanes (tw_conv_lanes); at most 8 wide, 8 lanes, or under AVX-512
+   tw_conv_rows16 below. With add, y += the conv (a strided conv's phases summed, conv_phases.py). */
 #define TW_CONV_DIRECT(NAME, V, L, OB) \
 static inline __attribute__((always_inline)) void NAME##_any(const float *xb, long long plane, const float *w, \
     float *yb, long long c, long long wp, long long o, long long q, long long kh, long long kw, long long oh, \
@@ -280,9 +291,7 @@ static void NAME##_pad(const float *x, const float *w, float *y, long long n, lo
     for (long long b = 0; b < n; b++) \
     for (long long q = 0; q < ob; q++) { \
       if (b != held) { /* (a thread's tasks are a run of (b, q): it pads each of its images once) */ \
-        for (long long ci = 0; ci < c; ci++) \
-          for (long long r = 0; r < h; r++) \
-            memcpy(xb + ci * plane + (r + ph) * wp + pw, x + ((b * c + ci) * h + r) * wd, wd * sizeof(float)); \
+        tw_pad_images(x, xb, b, b + 1, c, h, wd, ph, pw, hp, wp); \
         held = b; \
       } \
       NAME##_block(xb, plane, w, y + b * o * oh * ow, c, wp, o, q, kh, kw, oh, ow, 0); \
@@ -428,8 +437,8 @@ static void tw_wgrad_task(const float *xk, const float *gy, double *acc, long lo
    chunk of `chunk` images and 4 output channels; for each (c, i, 3 kernel columns) it keeps 4 x 3 vectors of 8
    partial sums in registers over every output position of its images (4 loads of gy and 3 of x feed 12
    multiply-adds), then adds their lanes into its thread's float64 sums. A thread's tasks are a run of (chunk,
-   channels): it pads each of its chunks once. (16 lanes under AVX-512 were ~5% faster: this kernel is not bound by
-   its multiply-adds.) */
+   channels): it pads each of its chunks once. (16 lanes under AVX-512, tried in sessions 47 and 48, were no faster,
+   with x's loads aligned too: this kernel is not bound by its multiply-adds or its loads of x.) */
 void tw_conv2d_grad_weight_direct_f32(const float *x, const float *gy, double *gw, long long n, long long c,
                                       long long h, long long wd, long long ph, long long pw, long long padded,
                                       long long hp, long long wp, long long o, long long kh, long long kw,
@@ -445,12 +454,8 @@ void tw_conv2d_grad_weight_direct_f32(const float *x, const float *gy, double *g
     for (long long k = 0; k < nc; k++)
     for (long long q = 0; q < ob; q++) {
       long long b0 = k * chunk, b1 = b0 + chunk < n ? b0 + chunk : n;
-      if (!padded && k != held) {
-        for (long long b = b0; b < b1; b++)
-          for (long long ci = 0; ci < c; ci++)
-            for (long long r = 0; r < h; r++)
-              memcpy(xb + (b - b0) * image + (ci * hp + r + ph) * wp + pw, x + ((b * c + ci) * h + r) * wd,
-                     wd * sizeof(float));
+      if (!padded && k != held) {  /* (a thread's tasks are a run of (chunk, channels): it pads each chunk once) */
+        tw_pad_images(x, xb, b0, b1, c, h, wd, ph, pw, hp, wp);
         held = k;
       }
       tw_wgrad_task(padded ? x + b0 * image : xb, gy, acc, b0, b1, c, hp, wp, o, q, kh, kw, oh, ow, gs);
@@ -785,9 +790,10 @@ def conv2d_direct(x: np.ndarray, w: np.ndarray, ph: int, pw: int) -> np.ndarray 
 def direct_extent(oh: int, ow: int, kh: int, kw: int) -> tuple[int, int]:
     """(rows, columns) of the zero-padded input :func:`direct_on` reads from its view's start for an output
     ``oh`` x ``ow`` and a kernel ``kh`` x ``kw``: the windows' ``oh + kh - 1`` rows, one more where its blocks are two
-    rows (outputs at most as wide as a vector), and the columns its blocks load: whole blocks of one vector (outputs
-    at most a vector wide) or two (vectors of 8 lanes for outputs at most 8 wide, else the CPU's widest:
-    ``tw_conv_lanes``) from column 0, plus the kernel's ``kw - 1``. (No more: the copy that pads the input, and the
+    rows (outputs at most as wide as a vector), the rows rounded up to 4 where they are four (outputs at most 8 wide
+    under AVX-512: ``tw_conv_rows16``), and the columns its blocks load: whole blocks of one vector (outputs at most a
+    vector wide) or two (vectors of 8 lanes for outputs at most 8 wide, else the CPU's widest: ``tw_conv_lanes``)
+    from column 0, plus the kernel's ``kw - 1``. (No more: the copy that pads the input, and the
     kernel's reads, grow with it; ``ow + kw + 2 * lanes - 2``, the bound once used, padded a 32-wide output's rows
     to 65 columns and an 8-wide one's to 25.)"""
     widest = _lib["tw_conv_lanes"]()
