@@ -17,12 +17,13 @@ import numpy as np
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError
-from tensorwire.protocol.graph import attrs_key
+from tensorwire.protocol.graph import attrs_key, freeze
 from tensorwire.protocol.ops import infer
 from tensorwire.protocol.random import counters_used, uniform
 from tensorwire.protocol.shapes import check_shape, numel
 
 from . import random as R
+from .known_values import SMALL_DATA_NUMBERS
 from .memos import remember
 
 
@@ -99,6 +100,8 @@ def _refuse_past_int64(arr: np.ndarray) -> None:
         raise ValueError("Overflow when unpacking long long")
 
 
+#: the containers of data :func:`from_data` may reuse a tensor of
+_SEQUENCES = frozenset((list, tuple))
 #: the types of the entries :func:`_numbers` passes
 _NUMBER_TYPES = frozenset((int, float, bool))
 
@@ -128,8 +131,14 @@ def _tolist(x):
     return x
 
 
-def from_data(s, data, dtype, dev: str):
-    """A tensor on ``dev`` holding a copy of ``data`` (``tw.tensor``'s values and dtype rules)."""
+def from_data(s, data, dtype, dev: str, reuse: bool = True):
+    """A tensor on ``dev`` holding a copy of ``data`` (``tw.tensor``'s values and dtype rules). A flat list or tuple
+    of a few Python numbers (``Normalize``'s ``as_tensor(mean)``, for every image) is made once a session and
+    aliased after (``Session.small_data``), unless ``reuse`` is False (a tensor that will require grad)."""
+    if reuse and type(data) in _SEQUENCES and len(data) <= SMALL_DATA_NUMBERS and s._capture is None \
+            and (dtype is None or type(dtype) is D.DType) and _numbers(data):
+        key = (freeze(data), dtype or D.get_default_dtype(), dev)
+        return s.small_data(key, lambda: from_data(s, data, dtype, dev, False))
     arr = infer_np(data, dtype)
     borrowed = isinstance(data, np.ndarray) and np.may_share_memory(arr, data)  # later writes must not show
     return s.const(arr, dev, borrowed=borrowed)

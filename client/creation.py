@@ -43,7 +43,7 @@ def _upload(s, arr: np.ndarray, dev: str, dtype: D.DType | None = None, borrowed
 def tensor(data, dtype=None, device=None, requires_grad: bool = False, *, session=None) -> Tensor:
     """A tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays)."""
     s, dev = _ctx(device, session)
-    return _finish(_from_data(s, data, dtype, dev), requires_grad)
+    return _finish(_from_data(s, data, dtype, dev, not requires_grad), requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None, *, session=None) -> Tensor:

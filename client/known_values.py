@@ -46,6 +46,9 @@ SMALL_BYTES = 64 << 10
 #: no fetch, and a dataset that reads one element at a time of a permutation of 10,000 indices (minGPT's adder:
 #: ``self.ixes[idx].item()`` in ``__getitem__``, 76 KB of int64) made a round trip per element where torch reads memory
 MADE_BYTES = 1 << 20
+#: ``tw.tensor`` of a list or tuple of at most this many Python numbers (``Normalize``'s ``as_tensor(mean)``) is made
+#: once a session and aliased after, and so are views of it of at most as many elements (``Session.small_data``)
+SMALL_DATA_NUMBERS = 64
 #: the most bytes kept for a session (the least recently used go first): room for a few datasets bought whole (below)
 LIMIT_BYTES = 256 << 20
 #: a larger root whose elements are read one view at a time (torchvision's MNIST: ``self.data[index]`` then
@@ -541,4 +544,5 @@ def host_op(op: str, values, attrs, shape: tuple, dtype) -> np.ndarray | None:
     return out if out.shape == tuple(shape) else None
 
 
-__all__ = ["BUY_BYTES", "HELD_OPS", "LIMIT_BYTES", "MADE_BYTES", "RENT_BYTES", "SMALL_BYTES", "KnownValues"]
+__all__ = ["BUY_BYTES", "HELD_OPS", "LIMIT_BYTES", "MADE_BYTES", "RENT_BYTES", "SMALL_BYTES", "SMALL_DATA_NUMBERS",
+           "KnownValues"]

@@ -47,6 +47,7 @@ from tensorwire.protocol.liveness import RENEWALS_PER_LEASE, SESSION_LEASE_S, se
 from tensorwire.protocol.ops import OPS, infer
 from tensorwire.protocol.progress import check as check_progress
 from tensorwire.protocol.service import spare_core, spin_wait
+from tensorwire.protocol.shapes import numel
 from tensorwire.protocol.shm_paths import host_id
 from tensorwire.protocol.wire import (
     EVENTS,
@@ -79,7 +80,7 @@ from .channels import (
     batch_device,
 )
 from .gc_policy import tune_client_gc
-from .known_values import BUY_BYTES, HELD_OPS, HOST_OPS, MADE_BYTES, SMALL_BYTES, KnownValues
+from .known_values import BUY_BYTES, HELD_OPS, HOST_OPS, MADE_BYTES, SMALL_BYTES, SMALL_DATA_NUMBERS, KnownValues
 from .tensor import Tensor
 
 _new_tensor = object.__new__
@@ -90,6 +91,9 @@ _op = itemgetter(1)  # (a pending entry's op)
 _where_field = itemgetter(5)  # (a pending entry's user's line)
 
 MAX_PENDING_NODES = 8192
+#: the most tensors of small Python data, and views of them, kept for reuse (:meth:`Session.small_data`; the oldest
+#: go first), each of at most ``known_values.SMALL_DATA_NUMBERS`` elements
+MAX_SMALL_DATA = 256
 #: the most released handles kept until the next flush while values the client holds are being made: past it, the
 #: next held value flushes them (a dataset's samples worked out on the client, thousands between two steps, or a list
 #: of them built before training, would otherwise keep every dead sample's value until the next batch shipped)
@@ -209,6 +213,8 @@ class Session:
         self._ahead_q: dict[int, list[int]] = {}  # ... and per such answer, its handles (see ship_forward)
         self._scalars: dict = {}  # Python scalar operand's key -> its 0-d tensor (see scalar)
         self._scalar_attrs: dict = {}  # ... and the attributes of the `full` node that makes it (see _forget_cached)
+        self._small_data: dict = {}  # small Python data's key -> (its tensor, its alias node's known) (small_data)
+        self._small_roots: dict = {}  # ... those tensors by handle
         self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
         self._lost = False  # the dispatcher stopped answering (close() does not wait for it then)
         self._prof = None  # the open tw.profiler.profile, if any (see profiler.py: it times this session's methods)
@@ -898,9 +904,17 @@ class Session:
 
     def defer_view(self, op: str, x, attrs, known: tuple, then: tuple | None = None):
         """:meth:`defer` of a node of one input ``x`` (a view of ``x``, ``client/views.py``'s shortcuts): the same
-        lazy node, made in one step."""
-        hid = next(self._ids)
+        lazy node, made in one step. A view of a tensor of :meth:`small_data` (``as_tensor(mean).view(-1, 1, 1)``)
+        is a constant too: kept and aliased as that one is, so no node is recorded for it after the first."""
         xid = x._id
+        if self._small_roots and self._capture is None:
+            node = self._lazy.get(xid)
+            if node is not None and node[6] in self._small_roots \
+                    and numel((then[2] if then else known)[1][0]) <= SMALL_DATA_NUMBERS:
+                key = (node[6], op, freeze(attrs), then and (then[0], freeze(then[1])))
+                return self._small_alias(key, lambda: self.defer_view(op, self._small_roots[node[6]], attrs, known,
+                                                                      then))
+        hid = next(self._ids)
         pins = self._pins
         pins[xid] = pins.get(xid, 0) + 1
         akey, (shape, dtype) = known
@@ -1078,6 +1092,46 @@ class Session:
                 del self._scalars[old], self._scalar_attrs[old]
             self._scalars[key] = t
             self._scalar_attrs[key] = dict(attrs)
+        return t
+
+    def small_data(self, key: tuple, make):
+        """A new tensor of a small constant made from Python data, ``make()``'s value: torchvision's ``Normalize``
+        makes ``as_tensor(mean)`` and ``as_tensor(std)``, and their views, for every image, and each was an upload
+        of its own (a ``const`` and a ``reshape`` node, the bytes in a frame of their own: ~40 us a sample of the
+        MNIST loader's ~110). The first call for ``key`` (the data frozen, the dtype asked for, the device) makes the
+        tensor and keeps it, as :meth:`scalar` keeps a Python scalar's; every call returns a new tensor that aliases
+        it (:meth:`_small_alias`), and a view of such a tensor is kept and aliased the same way
+        (:meth:`defer_view`). Outside ``tw.compile``'s capture only (a trace records its constants)."""
+        return self._small_alias(key, make)
+
+    def _small_alias(self, key: tuple, make):
+        """A new tensor aliasing the tensor kept for ``key`` (made by ``make()`` and kept, the first time): a lazy
+        ``reshape`` to its own shape, read as the kept tensor (:meth:`_resolve`), so what it holds is uploaded or
+        computed once, and an in-place update of one result (a new handle, as every in-place update) touches no
+        other. The client knows its value when it knows the kept one's (``known_values``)."""
+        entry = self._small_data.get(key)
+        if entry is None or entry[0]._s is not self:
+            kept = make()
+            shape = kept._shape
+            entry = (kept, (attrs_key("reshape", {"shape": list(shape)}), (shape, kept.dtype)))
+            cache = self._small_data
+            if len(cache) >= MAX_SMALL_DATA:
+                old = cache.pop(next(iter(cache)))[0]
+                self._small_roots.pop(old._id, None)
+            cache[key] = entry
+            self._small_roots[kept._id] = kept
+        kept, known = entry
+        kid = kept._id
+        hid = next(self._ids)
+        pins = self._pins
+        pins[kid] = pins.get(kid, 0) + 1
+        shape, dtype = known[1]
+        self._lazy[hid] = ("reshape", (kid,), {"shape": list(shape)}, kept._dev, [known[1]], known[0], kid, None)
+        t = _new_tensor(Tensor)
+        t._init(self, hid, shape, dtype, kept._dev)
+        value = self._known.peek(kid)
+        if value is not None:
+            self._known.put(hid, value)
         return t
 
     def release(self, hid: int) -> None:
@@ -1688,10 +1742,13 @@ class Session:
         cache or a compiled graph that reads it as an input, reads a value that exists. A scalar still lazy (never
         sent) made nothing on a device yet and stays. During ``tw.compile``'s capture the trace knows these objects
         by their handles: they are only forgotten then (the next use makes new ones)."""
+        small = self._small_data
+        for key in [k for k, (t, _) in small.items() if device is None or t._dev == device]:
+            self._small_roots.pop(small.pop(key)[0]._id, None)  # (made again when next asked for)
+        lazy = self._lazy
         scalars = self._scalars
         if not scalars:
             return
-        lazy = self._lazy
         gone = [k for k, t in scalars.items() if (device is None or k[3] == device) and t._id not in lazy]
         if self._capture is not None:
             for key in gone:

@@ -105,6 +105,8 @@ def cuda_device(device=None) -> str:
 
 def device_name(d) -> str:
     """Normalise ``"cpu"``, ``"cpu:1"``, ``device(...)`` or ``1`` to ``"type:index"``."""
+    if type(d) is device:  # (``device=x.device``, torchvision's ``Normalize`` for every image: no device made)
+        return f"{d.type}:{d.index}"
     if isinstance(d, int):
         return f"cpu:{d}"
     return str(device(d))

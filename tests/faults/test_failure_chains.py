@@ -2,7 +2,8 @@
 
 - a cancel that stops the batch which made a cached Python-scalar tensor (the ``2.5`` of ``x + 2.5``) does not leave
   it reading the cancelled value: the next ``x + 2.5`` works (before: ``DependencyFailed`` for the rest of the
-  session), on the dispatcher's path and on a direct channel, and so does a compiled graph that reads it.
+  session), on the dispatcher's path and on a direct channel, and so does a compiled graph that reads it; and the
+  same for a kept tensor of small Python data (``tw.tensor([0.5])``) and its view.
 - after a lost worker, each batch of a chain of 1000 dependent batches fails naming the first failure once: the
   last one's message is as short as the first's (before: each nested the one before, tens of KB by batch 1500).
 """
@@ -56,6 +57,28 @@ def test_a_cancelled_batch_that_made_a_cached_scalar_does_not_poison_it(cluster,
             z = s.const(np.ones(4, np.float32), "cpu:0") + 2.5
             np.testing.assert_array_equal(z.numpy(), np.full(4, 3.5, np.float32))
         s.synchronize()
+    finally:
+        s.close()
+
+
+def test_a_cancelled_batch_that_uploaded_kept_small_data_does_not_poison_it(cluster):
+    """The same for a tensor of small Python data and its view, kept and aliased (``Session.small_data``: the
+    ``as_tensor(mean).view(-1, 1, 1)`` of torchvision's ``Normalize``)."""
+    s = tw.Session(cluster.address)
+    try:
+        total = _matmul_chain(s)
+        s.flush()  # the worker is busy with the chain ...
+        mean = tw.tensor([0.5], session=s, device="cpu:0").view(-1, 1)
+        y = s.const(np.zeros((2, 2), np.float32), "cpu:0") - mean  # ... and this batch, which uploads them, waits
+        s.flush()
+        tw.cancel(s)
+        with pytest.raises(tw.Cancelled):
+            total.item()
+        with pytest.raises(tw.TensorwireError):
+            y.numpy()
+        for _ in range(3):  # the same data again: tensors that exist
+            z = s.const(np.ones((2, 2), np.float32), "cpu:0") - tw.tensor([0.5], session=s, device="cpu:0").view(-1, 1)
+            np.testing.assert_array_equal(z.numpy(), np.full((2, 2), 0.5, np.float32))
     finally:
         s.close()
 
