@@ -91,6 +91,8 @@ _op = itemgetter(1)  # (a pending entry's op)
 _where_field = itemgetter(5)  # (a pending entry's user's line)
 
 MAX_PENDING_NODES = 8192
+#: view ops whose attrs key is their attributes whole (no dynamic ones), by name: True
+_STATIC_VIEWS = {name: not o.dynamic for name, o in OPS.items() if o.kind == "movement"}
 #: the most tensors of small Python data, and views of them, kept for reuse (:meth:`Session.small_data`; the oldest
 #: go first), each of at most ``known_values.SMALL_DATA_NUMBERS`` elements
 MAX_SMALL_DATA = 256
@@ -909,11 +911,10 @@ class Session:
         xid = x._id
         if self._small_roots and self._capture is None:
             node = self._lazy.get(xid)
-            if node is not None and node[6] in self._small_roots \
-                    and numel((then[2] if then else known)[1][0]) <= SMALL_DATA_NUMBERS:
-                key = (node[6], op, freeze(attrs), then and (then[0], freeze(then[1])))
-                return self._small_alias(key, lambda: self.defer_view(op, self._small_roots[node[6]], attrs, known,
-                                                                      then))
+            if node is not None and node[6] in self._small_roots:
+                t = self._small_view(node[6], op, attrs, known, then)
+                if t is not None:
+                    return t
         hid = next(self._ids)
         pins = self._pins
         pins[xid] = pins.get(xid, 0) + 1
@@ -1103,6 +1104,15 @@ class Session:
         it (:meth:`_small_alias`), and a view of such a tensor is kept and aliased the same way
         (:meth:`defer_view`). Outside ``tw.compile``'s capture only (a trace records its constants)."""
         return self._small_alias(key, make)
+
+    def _small_view(self, kid: int, op: str, attrs, known: tuple, then):
+        """:meth:`defer_view`'s view of a tensor that aliases kept tensor ``kid`` (:meth:`small_data`): a new tensor
+        aliasing the same view of the kept one, kept too, when it has at most ``SMALL_DATA_NUMBERS`` elements; else
+        None (a view made as any other)."""
+        if numel((then[2] if then else known)[1][0]) > SMALL_DATA_NUMBERS:
+            return None
+        key = (kid, op, known[0] if _STATIC_VIEWS.get(op) else freeze(attrs), then and (then[0], freeze(then[1])))
+        return self._small_alias(key, lambda: self.defer_view(op, self._small_roots[kid], attrs, known, then))
 
     def _small_alias(self, key: tuple, make):
         """A new tensor aliasing the tensor kept for ``key`` (made by ``make()`` and kept, the first time): a lazy
