@@ -103,6 +103,20 @@ def cuda_device(device=None) -> str:
     return device_name("cuda" if device is None else device)
 
 
+#: ``Tensor.to``'s cast node to each dtype: its attributes and their key
+_CASTS: dict = {}
+
+
+def _cast_attrs(dt: D.DType) -> tuple:
+    attrs = {"dtype": dt.name}
+    _CASTS[dt] = got = (attrs, _attrs_key("cast", attrs))
+    return got
+
+
+#: ``Tensor.device``'s object of each device name
+_DEVICES: dict[str, device] = {}
+
+
 def device_name(d) -> str:
     """Normalise ``"cpu"``, ``"cpu:1"``, ``device(...)`` or ``1`` to ``"type:index"``."""
     if type(d) is device:  # (``device=x.device``, torchvision's ``Normalize`` for every image: no device made)
@@ -179,7 +193,10 @@ class Tensor(TensorBase):
 
     @property
     def device(self) -> device:
-        return device(self._dev)
+        d = _DEVICES.get(self._dev)
+        if d is None:  # (one object a device name, never changed: torchvision's Normalize reads it for every image)
+            d = _DEVICES[self._dev] = device(self._dev)
+        return d
 
     @property
     def is_cuda(self) -> bool:
@@ -430,8 +447,12 @@ class Tensor(TensorBase):
         if len(flags) == 2:
             copy = copy or flags[1]
         out = self
-        if dtype is not None and D.get(dtype) is not self.dtype:
-            out = out._rec("cast", [out], {"dtype": D.get(dtype).name})
+        if dtype is not None:
+            dt = dtype if type(dtype) is D.DType else D.get(dtype)
+            if dt is not self.dtype:
+                attrs, akey = _CASTS.get(dt) or _cast_attrs(dt)
+                # (its meta given: this shape, ``dt``; 2: the search for the user's line starts at this method's caller)
+                out = _hooks_record(self._s, "cast", [out], dict(attrs), self._dev, 2, (akey, (self._shape, dt)))
         if device is not None:
             dev = self._s.check_device(device_name(device))
             if dev != out._dev:

@@ -135,7 +135,7 @@ class Slice(ViewStep):
     """Basic indexing: a strided slice, then a reshape that drops int dims and adds None dims. A step is never changed
     once made (``_known`` is a cache of what its fields give), so views may share one (:func:`row_view`)."""
 
-    __slots__ = ("starts", "stops", "steps", "out_shape", "in_shape", "_known", "_pos")
+    __slots__ = ("starts", "stops", "steps", "out_shape", "in_shape", "_known", "_pos", "_key")
 
     def __init__(self, starts: list, stops: list, steps: list, out_shape: tuple, in_shape: tuple | None = None):
         # (the lists are kept, not copied: the caller made them for this step, and the recorded attrs share them)
@@ -146,11 +146,14 @@ class Slice(ViewStep):
         self.in_shape = in_shape
         self._known = None
         self._pos = None  # (root_position's map of flat positions, for one input shape: _pos_map)
+        self._key = None  # (on_host's index, made when first used)
 
     def on_host(self, value: np.ndarray) -> np.ndarray:
         """The view of a host value (a value the client already has, see ``known_values``)."""
-        return value[tuple(slice(a, b, s) for a, b, s in zip(self.starts, self.stops, self.steps))].reshape(
-            self.out_shape)
+        key = self._key
+        if key is None:  # (a loader's ``data[index].numpy()`` reads each index's step again every epoch)
+            key = self._key = tuple(map(slice, self.starts, self.stops, self.steps))
+        return value[key].reshape(self.out_shape)
 
     def rows(self) -> tuple[int, int] | None:
         """``(start, stop)`` when this step takes rows ``start:stop`` of its input along dim 0 and every other dim

@@ -77,6 +77,10 @@ def _grad_chain(t) -> list:
     return out
 
 
+#: a view step's slots that cache what its other fields give (filled when first used)
+_CACHES = ("_known", "_key")
+
+
 def _trace(session, env: dict, chain: str, grad: bool):
     """What evaluating ``chain`` records: the pending and lazy nodes (handles counted from the first one made), the
     result's meta, view and autograd chain, and its value."""
@@ -92,7 +96,7 @@ def _trace(session, env: dict, chain: str, grad: bool):
     lazy = sorted((_rel(k, base), op, [_rel(i, base) for i in ids], attrs, dev, metas, akey, _rel(alias, base), then)
                   for k, (op, ids, attrs, dev, metas, akey, alias, then) in session._lazy.items() if k >= base)
     view = (r._base is None, None if r._base is None else r._base._id, r._base_version,
-            [(type(s).__name__, {a: getattr(s, a) for a in getattr(s, "__slots__", ()) if a != "_known"})
+            [(type(s).__name__, {a: getattr(s, a) for a in getattr(s, "__slots__", ()) if a not in _CACHES})
              for s in (r._vsteps or ())])
     return (pending, lazy, _rel(r._id, base), r.shape, r.dtype, r.requires_grad, view, _grad_chain(r),
             session._known.gives(r)), r
