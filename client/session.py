@@ -96,6 +96,8 @@ _STATIC_VIEWS = {name: not o.dynamic for name, o in OPS.items() if o.kind == "mo
 #: the most tensors of small Python data, and views of them, kept for reuse (:meth:`Session.small_data`; the oldest
 #: go first), each of at most ``known_values.SMALL_DATA_NUMBERS`` elements
 MAX_SMALL_DATA = 256
+#: ... and the most keys of small Python data seen once (kept from their second sighting; emptied when full)
+MAX_SMALL_SEEN = 1024
 #: the most released handles kept until the next flush while values the client holds are being made: past it, the
 #: next held value flushes them (a dataset's samples worked out on the client, thousands between two steps, or a list
 #: of them built before training, would otherwise keep every dead sample's value until the next batch shipped)
@@ -217,6 +219,7 @@ class Session:
         self._scalar_attrs: dict = {}  # ... and the attributes of the `full` node that makes it (see _forget_cached)
         self._small_data: dict = {}  # small Python data's key -> (its tensor, its alias node's known) (small_data)
         self._small_roots: dict = {}  # ... those tensors by handle
+        self._small_seen: dict = {}  # ... the keys seen once (see small_data)
         self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
         self._lost = False  # the dispatcher stopped answering (close() does not wait for it then)
         self._prof = None  # the open tw.profiler.profile, if any (see profiler.py: it times this session's methods)
@@ -1095,6 +1098,22 @@ class Session:
             self._scalar_attrs[key] = dict(attrs)
         return t
 
+    def reuses(self, key: tuple) -> bool:
+        """Whether :meth:`small_data` gives the tensor for ``key``: it is kept, or was asked for once before (then
+        kept from now on, as ``memos.remember_again`` keeps a view step). A dataset that makes a tensor of each
+        name's letter ids (``names_mlp.py``: thousands of different rows) would otherwise keep, alias and evict
+        one a sample (~15% slower); a key seen once is only noted (the most recent :data:`MAX_SMALL_SEEN`)."""
+        if key in self._small_data:
+            return True
+        seen = self._small_seen
+        if key in seen:
+            del seen[key]
+            return True
+        if len(seen) >= MAX_SMALL_SEEN:
+            seen.clear()
+        seen[key] = None
+        return False
+
     def small_data(self, key: tuple, make):
         """A new tensor of a small constant made from Python data, ``make()``'s value: torchvision's ``Normalize``
         makes ``as_tensor(mean)`` and ``as_tensor(std)``, and their views, for every image, and each was an upload
@@ -1102,7 +1121,8 @@ class Session:
         MNIST loader's ~110). The first call for ``key`` (the data frozen, the dtype asked for, the device) makes the
         tensor and keeps it, as :meth:`scalar` keeps a Python scalar's; every call returns a new tensor that aliases
         it (:meth:`_small_alias`), and a view of such a tensor is kept and aliased the same way
-        (:meth:`defer_view`). Outside ``tw.compile``'s capture only (a trace records its constants)."""
+        (:meth:`defer_view`). The caller asks :meth:`reuses` first. Outside ``tw.compile``'s capture only (a trace
+        records its constants)."""
         return self._small_alias(key, make)
 
     def _small_view(self, kid: int, op: str, attrs, known: tuple, then):

@@ -77,7 +77,7 @@ def test_a_normalize_for_every_image_records_no_upload_or_view_after_the_first(s
         std = tw.as_tensor((0.3081,), dtype=img.dtype, device=img.device).view(-1, 1, 1)
         return img.clone().sub_(mean).div_(std)
 
-    first = normalize()
+    first, _ = normalize(), normalize()  # (kept from the second sighting: Session.reuses)
     ops = _recorded_ops(session, lambda: [normalize() for _ in range(5)])
     assert "const" not in ops and "reshape" not in ops, ops
     assert ops.count("sub") == 5 and ops.count("div") == 5, ops
@@ -85,13 +85,20 @@ def test_a_normalize_for_every_image_records_no_upload_or_view_after_the_first(s
     np.testing.assert_array_equal(first.numpy(), want)
 
 
+def test_data_seen_once_is_not_kept(session):
+    before = len(session._small_data)
+    rows = [[k, k + 1, 7] for k in range(100, 140)]  # (a dataset's rows of ids: each seen once)
+    assert [tw.tensor(r).tolist() for r in rows] == rows and len(session._small_data) == before
+    assert tw.tensor(rows[0]).tolist() == rows[0] and len(session._small_data) == before + 1  # (its second sighting)
+
+
 def test_the_kept_tensors_are_bounded_and_larger_data_is_not_kept(session):
     for k in range(MAX_SMALL_DATA + 40):
-        assert tw.tensor([float(k)]).item() == float(k)
+        assert tw.tensor([float(k)]).item() == float(k) and tw.tensor([float(k)]).item() == float(k)
     assert len(session._small_data) <= MAX_SMALL_DATA
     big = list(range(SMALL_DATA_NUMBERS + 1))
     before = len(session._small_data)
-    assert tw.tensor(big).tolist() == big and len(session._small_data) == before
+    assert tw.tensor(big).tolist() == big and tw.tensor(big).tolist() == big and len(session._small_data) == before
     assert tw.tensor([[1.0, 2.0]]).tolist() == [[1.0, 2.0]]  # (nested data: made as before)
 
 
