@@ -107,3 +107,15 @@ def test_the_kept_tensors_are_bounded_and_larger_data_is_not_kept(session):
 def test_mixed_and_empty_data_keep_torchs_dtypes(session, data, dtype):
     got = tw.tensor(data)  # (torch's: float32, float32, int64, complex64)
     assert got.dtype is dtype and got.tolist() == [complex(v) if dtype.is_complex else v for v in data]
+
+
+def test_a_compiled_function_reading_a_kept_tensor_replays_after_it_is_evicted(session):
+    tw.tensor([0.5])
+    m = tw.tensor([0.5]).view(1, 1)  # (kept and aliased: its second sighting)
+    f = tw.compile(lambda a: a - m)
+    for i in range(5):
+        assert f(tw.full((1, 2), float(i))).tolist() == [[i - 0.5, i - 0.5]]
+        for k in range(MAX_SMALL_DATA + 10):  # (every kept tensor evicted)
+            v = [float(10_000 + 1_000 * i + k)]
+            tw.tensor(v), tw.tensor(v)
+    assert f.stats["replays"] >= 2 and not f.eager, f.stats
