@@ -358,6 +358,15 @@ class Tensor(TensorBase):
         return np.array(arr) if copy else arr
 
     def item(self):
+        s = self._s
+        if s._capture is None and s._writes is None and self.dtype is not D.bfloat16:
+            # (a value the client has, of a tensor up to date with its root: the look-up ``fetch`` would make first,
+            # without the calls to it; a loader's ``int(self.targets[index])`` for every sample)
+            b = self._base
+            if b is None or b._version == self._base_version:
+                v = s._known.get(self._id)
+                if v is not None and v.size == 1:
+                    return v.item()
         if self.numel() != 1:
             raise ValueError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
         return self._numpy().item()  # (an array of one element gives it whatever its shape: no reshape first)
