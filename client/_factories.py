@@ -137,9 +137,10 @@ def from_data(s, data, dtype, dev: str, reuse: bool = True):
     aliased after (``Session.small_data``), unless ``reuse`` is False (a tensor that will require grad)."""
     if reuse and type(data) in _SEQUENCES and len(data) <= SMALL_DATA_NUMBERS and s._capture is None \
             and (dtype is None or type(dtype) is D.DType) and _numbers(data):
-        key = (freeze(data), dtype or D.get_default_dtype(), dev)
-        if s.reuses(key):
-            return s.small_data(key, lambda: from_data(s, data, dtype, dev, False))
+        t = s.small_data((freeze(data), dtype or D.get_default_dtype(), dev),
+                         lambda: from_data(s, data, dtype, dev, False))
+        if t is not None:
+            return t
     arr = infer_np(data, dtype)
     borrowed = isinstance(data, np.ndarray) and np.may_share_memory(arr, data)  # later writes must not show
     return s.const(arr, dev, borrowed=borrowed)

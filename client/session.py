@@ -1098,67 +1098,68 @@ class Session:
             self._scalar_attrs[key] = dict(attrs)
         return t
 
-    def reuses(self, key: tuple) -> bool:
-        """Whether :meth:`small_data` gives the tensor for ``key``: it is kept, or was asked for once before (then
-        kept from now on, as ``memos.remember_again`` keeps a view step). A dataset that makes a tensor of each
-        name's letter ids (``names_mlp.py``: thousands of different rows) would otherwise keep, alias and evict
-        one a sample (~15% slower); a key seen once is only noted (the most recent :data:`MAX_SMALL_SEEN`)."""
-        if key in self._small_data:
-            return True
-        seen = self._small_seen
-        if key in seen:
-            del seen[key]
-            return True
-        if len(seen) >= MAX_SMALL_SEEN:
-            seen.clear()
-        seen[key] = None
-        return False
-
     def small_data(self, key: tuple, make):
-        """A new tensor of a small constant made from Python data, ``make()``'s value: torchvision's ``Normalize``
-        makes ``as_tensor(mean)`` and ``as_tensor(std)``, and their views, for every image, and each was an upload
-        of its own (a ``const`` and a ``reshape`` node, the bytes in a frame of their own: ~40 us a sample of the
-        MNIST loader's ~110). The first call for ``key`` (the data frozen, the dtype asked for, the device) makes the
-        tensor and keeps it, as :meth:`scalar` keeps a Python scalar's; every call returns a new tensor that aliases
-        it (:meth:`_small_alias`), and a view of such a tensor is kept and aliased the same way
-        (:meth:`defer_view`). The caller asks :meth:`reuses` first. Outside ``tw.compile``'s capture only (a trace
-        records its constants)."""
-        return self._small_alias(key, make)
+        """A new tensor of a small constant made from Python data, ``make()``'s value, or None the first time ``key``
+        (the data frozen, the dtype asked for, the device) is asked for. Torchvision's ``Normalize`` makes
+        ``as_tensor(mean)`` and ``as_tensor(std)``, and their views, for every image, and each was an upload of its
+        own (a ``const`` and a ``reshape`` node, the bytes in a frame of their own: ~40 us a sample of the MNIST
+        loader's ~110). From its second sighting (as ``memos.remember_again`` keeps a view step) the tensor is made
+        and kept, as :meth:`scalar` keeps a Python scalar's, and every call returns a new tensor that aliases it
+        (:meth:`_alias`); a view of such a tensor is kept and aliased the same way (:meth:`defer_view`). A key seen
+        once is only noted (the most recent :data:`MAX_SMALL_SEEN`): a dataset that makes a tensor of each name's
+        letter ids (``names_mlp.py``, thousands of different rows) kept, aliased and evicted one a sample, ~15%
+        slower. Outside ``tw.compile``'s capture only (a trace records its constants)."""
+        entry = self._small_data.get(key)
+        if entry is None:
+            seen = self._small_seen
+            if key not in seen:
+                if len(seen) >= MAX_SMALL_SEEN:
+                    seen.clear()
+                seen[key] = None
+                return None
+            del seen[key]
+            entry = self._keep(key, make())
+        return self._alias(entry)
 
     def _small_view(self, kid: int, op: str, attrs, known: tuple, then):
         """:meth:`defer_view`'s view of a tensor that aliases kept tensor ``kid`` (:meth:`small_data`): a new tensor
         aliasing the same view of the kept one, kept too, when it has at most ``SMALL_DATA_NUMBERS`` elements; else
         None (a view made as any other)."""
-        if numel((then[2] if then else known)[1][0]) > SMALL_DATA_NUMBERS:
-            return None
         key = (kid, op, known[0] if _STATIC_VIEWS.get(op) else freeze(attrs), then and (then[0], freeze(then[1])))
-        return self._small_alias(key, lambda: self.defer_view(op, self._small_roots[kid], attrs, known, then))
-
-    def _small_alias(self, key: tuple, make):
-        """A new tensor aliasing the tensor kept for ``key`` (made by ``make()`` and kept, the first time): a lazy
-        ``reshape`` to its own shape, read as the kept tensor (:meth:`_resolve`), so what it holds is uploaded or
-        computed once, and an in-place update of one result (a new handle, as every in-place update) touches no
-        other. The client knows its value when it knows the kept one's (``known_values``)."""
         entry = self._small_data.get(key)
-        if entry is None or entry[0]._s is not self:
-            kept = make()
-            shape = kept._shape
-            entry = (kept, (attrs_key("reshape", {"shape": list(shape)}), (shape, kept.dtype)))
-            cache = self._small_data
-            if len(cache) >= MAX_SMALL_DATA:
-                old = cache.pop(next(iter(cache)))[0]
-                self._small_roots.pop(old._id, None)
-            cache[key] = entry
-            self._small_roots[kept._id] = kept
+        if entry is None:
+            if numel((then[2] if then else known)[1][0]) > SMALL_DATA_NUMBERS:
+                return None
+            entry = self._keep(key, self.defer_view(op, self._small_roots[kid], attrs, known, then))
+        return self._alias(entry)
+
+    def _keep(self, key: tuple, kept) -> tuple:
+        """Keep tensor ``kept`` for ``key`` (:meth:`small_data`; the oldest kept goes past :data:`MAX_SMALL_DATA`);
+        returns its entry: the tensor and its aliases' node key and meta."""
+        shape = kept._shape
+        entry = (kept, (attrs_key("reshape", {"shape": list(shape)}), (shape, kept.dtype)))
+        cache = self._small_data
+        if len(cache) >= MAX_SMALL_DATA:
+            self._small_roots.pop(cache.pop(next(iter(cache)))[0]._id, None)
+        cache[key] = entry
+        self._small_roots[kept._id] = kept
+        return entry
+
+    def _alias(self, entry: tuple):
+        """A new tensor aliasing a kept tensor (``entry``: :meth:`_keep`'s): a lazy ``reshape`` to its own shape, read
+        as the kept tensor (:meth:`_resolve`), so what it holds is uploaded or computed once, and an in-place update
+        of one result (a new handle, as every in-place update) touches no other. The client knows its value when it
+        knows the kept one's (``known_values``)."""
         kept, known = entry
         kid = kept._id
         hid = next(self._ids)
         pins = self._pins
         pins[kid] = pins.get(kid, 0) + 1
-        shape, dtype = known[1]
-        self._lazy[hid] = ("reshape", (kid,), {"shape": list(shape)}, kept._dev, [known[1]], known[0], kid, None)
+        meta = known[1]
+        shape = meta[0]
+        self._lazy[hid] = ("reshape", (kid,), {"shape": list(shape)}, kept._dev, [meta], known[0], kid, None)
         t = _new_tensor(Tensor)
-        t._init(self, hid, shape, dtype, kept._dev)
+        t._init(self, hid, shape, meta[1], kept._dev)
         value = self._known.peek(kid)
         if value is not None:
             self._known.put(hid, value)

@@ -77,7 +77,7 @@ def test_a_normalize_for_every_image_records_no_upload_or_view_after_the_first(s
         std = tw.as_tensor((0.3081,), dtype=img.dtype, device=img.device).view(-1, 1, 1)
         return img.clone().sub_(mean).div_(std)
 
-    first, _ = normalize(), normalize()  # (kept from the second sighting: Session.reuses)
+    first, _ = normalize(), normalize()  # (kept from the second sighting: Session.small_data)
     ops = _recorded_ops(session, lambda: [normalize() for _ in range(5)])
     assert "const" not in ops and "reshape" not in ops, ops
     assert ops.count("sub") == 5 and ops.count("div") == 5, ops

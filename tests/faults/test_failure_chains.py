@@ -68,7 +68,7 @@ def test_a_cancelled_batch_that_uploaded_kept_small_data_does_not_poison_it(clus
     try:
         total = _matmul_chain(s)
         s.flush()  # the worker is busy with the chain ...
-        tw.tensor([0.5], session=s, device="cpu:0")  # (seen once: kept from the next call, Session.reuses)
+        tw.tensor([0.5], session=s, device="cpu:0")  # (seen once: kept from the next call, Session.small_data)
         mean = tw.tensor([0.5], session=s, device="cpu:0").view(-1, 1)
         assert s._small_data
         y = s.const(np.zeros((2, 2), np.float32), "cpu:0") - mean  # ... and this batch, which uploads them, waits
