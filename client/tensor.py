@@ -120,7 +120,7 @@ _DEVICES: dict[str, device] = {}
 def device_name(d) -> str:
     """Normalise ``"cpu"``, ``"cpu:1"``, ``device(...)`` or ``1`` to ``"type:index"``."""
     if type(d) is device:  # (``device=x.device``, torchvision's ``Normalize`` for every image: no device made)
-        return f"{d.type}:{d.index}"
+        return str(d)
     if isinstance(d, int):
         return f"cpu:{d}"
     return str(device(d))
