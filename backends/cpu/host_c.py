@@ -38,8 +38,11 @@ not take; the functions here return None then.
 The library is built on a background thread from the first time a large call wants it while the kernel cache lacks
 it (:data:`BUILD_ELEMENTS`), numpy's spellings serving the calls until it is there: no call waits for the compiler,
 and a program of small calls (a DCGAN's inits) never starts it; from the cache, or once built, it serves every call
-of :data:`MIN_ELEMENTS` and more. ``tests/unit/backends/cpu/test_host_c.py`` checks each against its
-numpy spelling.
+of :data:`MIN_ELEMENTS` and more. It is built in two parts, two libraries (:data:`PARTS`): the conv kernels first
+(~0.9 s of gcc here), then the row kernels (~0.6 s), each used as soon as it is there, so a large model's first
+convolutions wait for the one part (a cold CIFAR ResNet run, 3 steps: 2.59 -> 2.49 s, median of 8; built at once in
+parallel, 2.49 s too, on 2 cores shared with the run). ``tests/unit/backends/cpu/test_host_c.py`` checks each
+against its numpy spelling.
 """
 
 from __future__ import annotations
@@ -58,10 +61,12 @@ from .scratch import scratch
 
 log = logging.getLogger("tensorwire.kernels")
 
-#: the library's C (the module's docstring lists its functions): tw_randn_fill (element i of out is tw_randn(seed,
-#: offset, i), cast to float32 where out is: rounded to nearest, as numpy's astype), tw_max_pool2d_grad_{f32,f64}
-#: (gx must be zeros), and the others each with its comment; OpenMP threads share large calls
-SOURCE = CRenderer.headers + "#include <stdlib.h>\n" + CRenderer.macros + "\n" + PREAMBLE_RNG + r"""
+_PRELUDE = CRenderer.headers + "#include <stdlib.h>\n" + CRenderer.macros + "\n"
+#: the library's C in two parts, each a library of its own in the kernel cache (:data:`PARTS`; the module's docstring
+#: lists the functions). The row kernels: tw_randn_fill (element i of out is tw_randn(seed, offset, i), cast to
+#: float32 where out is: rounded to nearest, as numpy's astype), tw_max_pool2d_grad_{f32,f64} (gx must be zeros),
+#: log_softmax and batch norm, each with its comment; OpenMP threads share large calls
+ROWS_SOURCE = _PRELUDE + PREAMBLE_RNG + r"""
 void tw_randn_fill(unsigned long long seed, unsigned long long offset, long long n, void *out, int f64) {
   if (f64) {
     double *o = (double *)out;
@@ -180,6 +185,15 @@ void NAME(const T *x, const T *g, const T *k, const T *m, const T *f, const T *t
     } \
   } \
 }
+TW_BN_APPLY(tw_bn_apply_f32, float)
+TW_BN_APPLY(tw_bn_apply_f64, double)
+TW_BN_MOMENTS(tw_bn_moments_f32, float)
+TW_BN_MOMENTS(tw_bn_moments_f64, double)
+TW_BN_GRAD_SUMS(tw_bn_grad_sums_f32, float)
+TW_BN_GRAD_SUMS(tw_bn_grad_sums_f64, double)
+"""
+#: ... and the conv kernels (direct forward and weight gradient, a strided conv's phases)
+CONV_SOURCE = _PRELUDE + r"""
 typedef float tw_v8f __attribute__((vector_size(32)));
 static inline tw_v8f tw_load8(const float *p) { tw_v8f v; memcpy(&v, p, sizeof v); return v; }
 /* The conv kernels below contract a*b+c into fused multiply-adds (one rounding), as the BLAS gemms they stand in for
@@ -533,12 +547,6 @@ void tw_phase_merge_f32(const float *const *parts, const long long *shape, float
   }
 }
 #pragma GCC pop_options
-TW_BN_APPLY(tw_bn_apply_f32, float)
-TW_BN_APPLY(tw_bn_apply_f64, double)
-TW_BN_MOMENTS(tw_bn_moments_f32, float)
-TW_BN_MOMENTS(tw_bn_moments_f64, double)
-TW_BN_GRAD_SUMS(tw_bn_grad_sums_f32, float)
-TW_BN_GRAD_SUMS(tw_bn_grad_sums_f64, double)
 """
 
 #: calls smaller than this (elements made or read) stay on numpy (a call into the library costs more than they save)
@@ -572,17 +580,25 @@ _SIGNATURES = {"tw_randn_fill": [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c
                "tw_phase_merge_f32": [ctypes.c_void_p] * 3 + [_LL] * 7}
 #: the functions that return a value, and its type (the others return none)
 _RESTYPES = {"tw_conv_lanes": _LL}
+#: the library's parts, in the order a build makes them (the conv kernels first: the largest part, and the one a large
+#: model's first steps wait for), each with the names of its functions in :data:`_SIGNATURES`
+PARTS = (("conv", CONV_SOURCE, frozenset(n for n in _SIGNATURES if "conv" in n or "phase" in n)),
+         ("rows", ROWS_SOURCE, frozenset(n for n in _SIGNATURES if "conv" not in n and "phase" not in n)))
 _lock = threading.Lock()
-#: None: not looked for yet; "absent": not in the kernel cache (built at the first large call); False: the CPU cannot
-#: build it; else the loaded library's functions by name (the Library under "lib", which keeps it loaded)
-_lib = None
+#: by part: None: not looked for yet; "absent": not in the kernel cache (built at the first large call); False: the CPU
+#: cannot build it; else its loaded functions by name (the Library under "lib", which keeps it loaded)
+_parts: dict = dict.fromkeys(name for name, _, _ in PARTS)
+#: the functions of the parts loaded so far, by name, or None while there are none (replaced as a part loads, never
+#: changed in place: read without the lock)
+_lib: dict | None = None
 _why = ""
 _building: threading.Thread | None = None  # the background build, once started
+_settled = False  # every part looked for, and each loaded, impossible or being built: nothing left to start
 
 
-def _load(build: bool):
-    """The library's functions from the kernel cache (built there with ``build``), "absent" where it lacks them and
-    ``build`` is false, or False where they cannot be made (``_why`` says why)."""
+def _load(source: str, names, build: bool):
+    """The functions ``names`` of the library of ``source`` from the kernel cache (built there with ``build``),
+    "absent" where it lacks them and ``build`` is false, or False where they cannot be made (``_why`` says why)."""
     global _why
     rt = compiled.runtime()
     if rt is None:
@@ -590,14 +606,14 @@ def _load(build: bool):
         return False
     try:
         if build:
-            lib = rt.load(SOURCE, what="host C functions")
+            lib = rt.load(source, what="host C functions")
         else:
             with cached_only():
-                lib = rt.load(SOURCE, what="host C functions")
+                lib = rt.load(source, what="host C functions")
         got = {"lib": lib}
-        for name, argtypes in _SIGNATURES.items():
+        for name in names:
             f = getattr(lib.cdll, name)
-            f.argtypes, f.restype = argtypes, _RESTYPES.get(name)
+            f.argtypes, f.restype = _SIGNATURES[name], _RESTYPES.get(name)
             got[name] = f
         return got
     except NotCached:
@@ -608,40 +624,57 @@ def _load(build: bool):
         return False
 
 
-def _build_in_background() -> None:
+def _loaded(name: str, got, built: bool = False) -> None:
+    """Record part ``name``'s load (``_load``'s answer; "absent" after a build, ``built``: False); under
+    :data:`_lock`."""
     global _lib
-    got = _load(build=True)
-    with _lock:
-        _lib = got if got != "absent" else False
+    _parts[name] = False if built and got == "absent" else got
+    if isinstance(got, dict):
+        _lib = {**(_lib or {}), **{k: f for k, f in got.items() if k != "lib"}, "lib:" + name: got["lib"]}
+
+
+def _build_in_background() -> None:
+    """Build the parts the kernel cache lacks, one after the other in :data:`PARTS`' order, each usable once built."""
+    for name, source, names in PARTS:
+        if _parts[name] == "absent":
+            got = _load(source, names, build=True)
+            with _lock:
+                _loaded(name, got, built=True)
 
 
 def _functions(build: bool) -> dict | None:
-    """The library's functions, loaded from the kernel cache; None where it is not there or cannot be made. With
-    ``build``, a cache that lacks it has it built on a background thread (once; :data:`_building`), and the calls
-    until then get None: numpy's spellings run meanwhile, as a new batch runs on the numpy kernels while the compiled
-    ones build (a cold ResNet run waited ~0.9 s for gcc at its first convolution)."""
-    global _lib, _building
+    """The functions of the library's parts loaded from the kernel cache; None while there are none. With ``build``, a
+    cache that lacks a part has it built on a background thread (once; :data:`_building`; the conv kernels first),
+    and the calls until then get None or lack its functions: numpy's spellings run meanwhile, as a new batch runs on
+    the numpy kernels while the compiled ones build (a cold ResNet run waited ~0.9 s for gcc at its first
+    convolution; with the library in one piece its first steps waited ~1.5 s for every function, in two ~0.9 s for
+    its convolutions')."""
+    global _building, _settled
+    if _settled or _lib is not None and not build:  # (the common case, without the lock)
+        return _lib
     with _lock:
-        if _lib is None:
-            _lib = _load(build=False)
-        if _lib == "absent" and build and _building is None:
+        for name, source, names in PARTS:
+            if _parts[name] is None:
+                _loaded(name, _load(source, names, build=False))
+        if build and _building is None and "absent" in _parts.values():
             _building = threading.Thread(target=_build_in_background, name="tw-host-c-build", daemon=True)
             _building.start()
-    return _lib if isinstance(_lib, dict) else None
+        _settled = _building is not None or "absent" not in _parts.values()
+    return _lib
 
 
 def build_now() -> bool:
-    """Load or build the library at once (waiting for a build under way); whether it is there. For tests and tools
-    that need the C functions now rather than numpy's spellings."""
-    global _lib
+    """Load or build every part of the library at once (waiting for a build under way); whether they are all there.
+    For tests and tools that need the C functions now rather than numpy's spellings."""
     _functions(build=True)
     thread = _building
     if thread is not None:
         thread.join()
     with _lock:
-        if _lib in (None, "absent"):
-            _lib = _load(build=True)
-    return isinstance(_lib, dict)
+        for name, source, names in PARTS:
+            if _parts[name] in (None, "absent"):
+                _loaded(name, _load(source, names, build=True), built=True)
+    return all(isinstance(v, dict) for v in _parts.values())
 
 
 def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray | None:
@@ -652,10 +685,11 @@ def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray | None:
     if code is None or n < MIN_ELEMENTS:
         return None
     fns = _functions(build=n >= BUILD_ELEMENTS)
-    if fns is None:
+    fill = None if fns is None else fns.get("tw_randn_fill")
+    if fill is None:
         return None
     out = np.empty(shape, npdtype)
-    fns["tw_randn_fill"](seed % (1 << 64), offset % (1 << 64), n, out.ctypes.data, code)
+    fill(seed % (1 << 64), offset % (1 << 64), n, out.ctypes.data, code)
     return out
 
 
@@ -913,7 +947,7 @@ def _typed(name: str, x: np.ndarray):
     if x.dtype not in _DTYPES or x.size < MIN_ELEMENTS:
         return None
     fns = _functions(build=x.size >= BUILD_ELEMENTS)
-    return None if fns is None else fns[f"{name}_f64" if x.dtype == np.float64 else f"{name}_f32"]
+    return None if fns is None else fns.get(f"{name}_f64" if x.dtype == np.float64 else f"{name}_f32")
 
 
 def _by_rows(name: str, x: np.ndarray, *more: np.ndarray) -> np.ndarray | None:

@@ -6,6 +6,8 @@ kernel cache lacks it."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -47,10 +49,10 @@ from tensorwire.protocol import random as R
 cache = Path(__import__("os").environ["TENSORWIRE_KERNEL_CACHE"])
 F.BUILD_ELEMENTS = 20000
 assert F.normal(3, 0, (5000,), np.float32) is None
-assert F._lib == "absent" and not any(cache.rglob("*.so")) and F._building is None
+assert F._lib is None and set(F._parts.values()) == {"absent"} and not any(cache.rglob("*.so")) and F._building is None
 assert F.normal(3, 0, (20000,), np.float64) is None  # (numpy draws it: the build has started, in the background)
 F._building.join(100)
-assert any(cache.rglob("*.so"))
+assert len(list(cache.rglob("*.so"))) == len(F.PARTS)  # (each part a library of its own)
 big = F.normal(3, 0, (20000,), np.float64)
 assert big is not None and big.tobytes() == R.normal(3, 0, (20000,), np.float64).tobytes()
 small = F.normal(3, 0, (5000,), np.float32)
@@ -72,6 +74,17 @@ def test_small_draws_do_not_wait_for_the_compiler(tmp_path):
     env = {**os.environ, "TENSORWIRE_KERNEL_CACHE": str(cache)}
     done = subprocess.run([sys.executable, "-c", _POLICY], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_parts_hold_every_function_once():
+    """Each function of the library is in one part, and a part's functions are its library's (the conv kernels in the
+    part built first)."""
+    names = [n for _, _, part in host_c.PARTS for n in part]
+    assert sorted(names) == sorted(host_c._SIGNATURES) and len(set(names)) == len(names)
+    assert host_c.PARTS[0][0] == "conv" and "tw_conv2d_direct_pad_f32" in host_c.PARTS[0][2]
+    for _, source, part in host_c.PARTS:
+        for name in part:
+            assert re.search(rf"\b{name}\b", source), name  # (defined there, or made by a macro there)
 
 
 #: (input shape, attributes, ceil_mode) of max_pool2d: ResNet's stem, a dilated rectangle with ceil_mode, tiling
