@@ -1034,6 +1034,13 @@ class Tensor(TensorBase):
 
     # ------------------------------------------------------------------ reductions
     def _reduce(self, op: str, dim, keepdim: bool, **extra):
+        if not extra and (dim is None or type(dim) is int) and type(keepdim) is bool and self._shape:
+            # (the commonest reductions, ``x.sum()``, ``x.mean(1)``: their attributes and attrs key made once; the
+            # output's meta inferred here, memoised, as record would)
+            got = _REDUCTIONS.get((op, dim, keepdim)) or _reduction_attrs(op, dim, keepdim)
+            akey = got[1]
+            return _hooks_record(self._s, op, [self], dict(got[0]), self._dev, 3,
+                                 (akey, _infer(op, [(self._shape, self.dtype)], got[0], akey)))
         if isinstance(dim, (tuple, list)) and not dim:
             dim = None  # torch: an empty dim list reduces over every dim
         if not self._shape and dim is not None:  # a 0-d tensor reduces over its one implicit dim 0 (or -1)
@@ -1904,6 +1911,16 @@ def _size(args, size=None) -> tuple[int, ...]:
             raise TypeError(f"expected a sequence of ints for a size, got {a!r}")
         out.append(int(a))
     return tuple(out)
+
+
+#: (op, dim, keepdim) -> (attrs, attrs key) of a reduction over one int dim or all (``Tensor._reduce``)
+_REDUCTIONS: dict = {}
+
+
+def _reduction_attrs(op: str, dim, keepdim: bool) -> tuple:
+    attrs = {"dims": _dims_attr(dim), "keepdim": keepdim}
+    _REDUCTIONS[op, dim, keepdim] = got = (attrs, _attrs_key(op, attrs))
+    return got
 
 
 def _dims_attr(dim):

@@ -133,6 +133,8 @@ def freeze(v):
         return v
     if t is float:
         return (t, _F64.pack(v))
+    if t is bool:  # (before the isinstance tests below: ``keepdim``, ``align_corners`` ...)
+        return (t, v)
     if t is list or t is tuple:
         for x in v:
             if type(x) is not int:
