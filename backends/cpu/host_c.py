@@ -274,7 +274,7 @@ TW_CONV_DRIVERS(NAME, OB)
 /* NAME##_block: NAME##_any, with a 3x3 kernel's loops over (i, j) of constant trips (unrolled: its loop over j
    had run 3 times between two rounds of the loops' bookkeeping, a third of the block's time on one thread). Not
    inlined into its two drivers: one copy of the block's two bodies, not four (a call a task of ~c * 9 * OB * 2
-   vector multiply-adds costs nothing measurable; gcc's time for the library 2.1 -> 1.8 s) */
+   vector multiply-adds costs nothing measurable; gcc's time for the library, one then, 1.6-1.7 -> 1.3-1.4 s) */
 #define TW_CONV_3X3(NAME) \
 static __attribute__((noinline)) void NAME##_block(const float *xb, long long plane, const float *w, \
     float *yb, long long c, long long wp, long long o, long long q, long long kh, long long kw, long long oh, \
