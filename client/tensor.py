@@ -1913,14 +1913,14 @@ def _size(args, size=None) -> tuple[int, ...]:
     return tuple(out)
 
 
-#: (op, dim, keepdim) -> (attrs, attrs key) of a reduction over one int dim or all (``Tensor._reduce``)
+#: (op, dim, keepdim) -> (attrs, attrs key) of a reduction over one int dim or all (``Tensor._reduce``; kept as the
+#: view shortcuts' memos are, :func:`~.memos.remember`: a dim out of range is kept before inference refuses it)
 _REDUCTIONS: dict = {}
 
 
 def _reduction_attrs(op: str, dim, keepdim: bool) -> tuple:
     attrs = {"dims": _dims_attr(dim), "keepdim": keepdim}
-    _REDUCTIONS[op, dim, keepdim] = got = (attrs, _attrs_key(op, attrs))
-    return got
+    return remember(_REDUCTIONS, (op, dim, keepdim), (attrs, _attrs_key(op, attrs)))
 
 
 def _dims_attr(dim):
