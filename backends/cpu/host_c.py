@@ -589,7 +589,7 @@ _lock = threading.Lock()
 #: cannot build it; else its loaded functions by name (the Library under "lib", which keeps it loaded)
 _parts: dict = dict.fromkeys(name for name, _, _ in PARTS)
 #: the functions of the parts loaded so far, by name, or None while there are none (replaced as a part loads, never
-#: changed in place: read without the lock)
+#: changed in place: read without the lock; each part's Library stays loaded under "lib" in :data:`_parts`)
 _lib: dict | None = None
 _why = ""
 _building: threading.Thread | None = None  # the background build, once started
@@ -630,7 +630,7 @@ def _loaded(name: str, got, built: bool = False) -> None:
     global _lib
     _parts[name] = False if built and got == "absent" else got
     if isinstance(got, dict):
-        _lib = {**(_lib or {}), **{k: f for k, f in got.items() if k != "lib"}, "lib:" + name: got["lib"]}
+        _lib = {**(_lib or {}), **{k: f for k, f in got.items() if k != "lib"}}
 
 
 def _build_in_background() -> None:
