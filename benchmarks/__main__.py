@@ -12,6 +12,7 @@ import platform
 # are passive already (LocalCluster sets it).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from tensorwire.backends.cpu.blas import describe  # noqa: E402
 from tests._bytecode import compile_tree  # noqa: E402
 
 from .harness import table  # noqa: E402
@@ -53,7 +54,9 @@ def main() -> None:
     for name, run in groups.items():
         if args.only in (None, name):
             results.extend(run())
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    # (the workers inherit this process's environment: OPENBLAS_CORETYPE, where a host sets it, picks their kernels)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"the CPU workers' products: {describe()}")
     print(table(results))
 
 

@@ -30,10 +30,14 @@ Where numpy's BLAS is not OpenBLAS (an MKL or Accelerate build), products run as
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
+
+log = logging.getLogger(__name__)
 
 #: products of fewer multiply-adds (``M * N * K`` of one matrix product) run on one BLAS thread
 PARALLEL_MNK = 1 << 24
@@ -58,10 +62,12 @@ class _Threads:
         """Find numpy's OpenBLAS and its count (threadpoolctl's scan of the loaded libraries: once, at the first
         product). numpy's own where another (scipy's) is loaded too."""
         self.set = False
-        libs = ThreadpoolController().select(internal_api="openblas").lib_controllers
-        lib = next((lib for lib in libs if "numpy" in lib.filepath), libs[0] if libs else None)
+        lib = _numpy_openblas()
         if lib is None:
             return
+        narrower = _narrower(lib)
+        if narrower:
+            log.warning("numpy's %s; matrix products may take up to twice as long", narrower)
         get, put = _symbol(lib, "openblas_get_num_threads"), _symbol(lib, "openblas_set_num_threads")
         if get is not None and put is not None:
             self.full = self.now = int(get())
@@ -73,6 +79,56 @@ class _Threads:
         if self.set and n != self.now:
             self.now = n
             self.set(n)
+
+
+def _numpy_openblas():
+    """threadpoolctl's controller of numpy's OpenBLAS (another's where numpy's is not found: scipy's), or None."""
+    libs = ThreadpoolController().select(internal_api="openblas").lib_controllers
+    return next((lib for lib in libs if "numpy" in lib.filepath), libs[0] if libs else None)
+
+
+#: OpenBLAS's x86 kernels (its ``openblas_get_corename``, lowercased) that use AVX-512
+AVX512_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+#: the CPU features (Linux's /proc/cpuinfo names) OpenBLAS's AVX-512 kernels need
+AVX512_FLAGS = frozenset({"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"})
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The first CPU's feature flags as Linux lists them (empty where there is no such file: another OS)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _narrower(lib, flags: frozenset[str] | None = None) -> str:
+    """Where OpenBLAS runs AVX2-width kernels on a CPU with AVX-512, what does (``""`` where it does not).
+
+    The cause is mostly ``OPENBLAS_CORETYPE``, which some hosts set for older OpenBLAS builds that misbehave on newer
+    processors; a current numpy then runs products at half the width it could (measured on a Zen 5 EPYC, one
+    thread: ``[2800, 256] @ [256, 512]`` 6.8 ms on the Haswell kernels, 3.5 ms on its own choice, SkylakeX). The
+    variable is the user's to change, not this code's: the worker says so in its log, and :func:`describe` in a
+    benchmark's header."""
+    core = (lib.architecture or "").lower()
+    if not core or core in AVX512_CORES or not AVX512_FLAGS <= (cpu_flags() if flags is None else flags):
+        return ""
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    why = f"OPENBLAS_CORETYPE={forced} picks them" if forced else "its detection picked them"
+    return f"OpenBLAS {lib.version} runs {lib.architecture} (AVX2) kernels on a CPU with AVX-512: {why}"
+
+
+def describe() -> str:
+    """numpy's BLAS and the kernels it runs, in words (``OpenBLAS 0.3.31, SkylakeX kernels``), and where they are
+    narrower than this CPU could run, why (:func:`_narrower`)."""
+    lib = _numpy_openblas()
+    if lib is None:
+        info = ThreadpoolController().select(user_api="blas").info()
+        return f"numpy's BLAS: {info[0]['internal_api']} {info[0]['version']}" if info else "numpy's BLAS: unknown"
+    return _narrower(lib) or f"OpenBLAS {lib.version}, {lib.architecture} kernels"
 
 
 def _symbol(lib, name: str):

@@ -108,3 +108,49 @@ def test_a_stack_of_rows_by_a_matrix_is_one_product_of_all_the_rows(counts):
     index as numpy makes it (~3x slower): its threads are decided by the whole product's size, and the kernel and the
     plan's specialized call give the flattened product's values."""
     assert counts["rows"] == 2 and counts["rows same"]
+
+
+# ------------------------------------------------------------------------- which kernels OpenBLAS runs (its width)
+AVX512 = frozenset({"avx2", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"})
+
+
+def _lib(core: str):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(architecture=core, version="0.3.31")  # (threadpoolctl's controller's two fields read)
+
+
+def test_avx2_kernels_on_an_avx512_cpu_are_named_with_their_cause(monkeypatch):
+    from tensorwire.backends.cpu import blas
+
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    said = blas._narrower(_lib("Haswell"), AVX512)
+    assert "Haswell (AVX2) kernels on a CPU with AVX-512" in said and "OPENBLAS_CORETYPE=Haswell" in said
+    monkeypatch.delenv("OPENBLAS_CORETYPE")
+    assert "its detection picked them" in blas._narrower(_lib("Zen"), AVX512)
+
+
+def test_kernels_as_wide_as_the_cpu_say_nothing(monkeypatch):
+    from tensorwire.backends.cpu import blas
+
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    assert blas._narrower(_lib("SkylakeX"), AVX512) == ""
+    assert blas._narrower(_lib("Cooperlake"), AVX512) == ""
+    assert blas._narrower(_lib("Haswell"), frozenset({"avx2", "fma"})) == ""  # an AVX2 CPU: Haswell's are its best
+    assert blas._narrower(_lib("Haswell"), AVX512 - {"avx512bw"}) == ""  # (Knights Landing: no BW, no SkylakeX)
+
+
+def test_cpu_flags_are_read_from_the_first_processor(tmp_path):
+    from tensorwire.backends.cpu import blas
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+    assert blas.cpu_flags(str(info)) == {"fpu", "avx2", "avx512f"}
+    assert blas.cpu_flags(str(tmp_path / "absent")) == frozenset()
+
+
+def test_describe_names_numpys_blas():
+    from tensorwire.backends.cpu import blas
+
+    said = blas.describe()
+    assert said.startswith(("OpenBLAS", "numpy's BLAS")), said
