@@ -38,11 +38,13 @@ not take; the functions here return None then.
 The library is built on a background thread from the first time a large call wants it while the kernel cache lacks
 it (:data:`BUILD_ELEMENTS`), numpy's spellings serving the calls until it is there: no call waits for the compiler,
 and a program of small calls (a DCGAN's inits) never starts it; from the cache, or once built, it serves every call
-of :data:`MIN_ELEMENTS` and more. It is built in two parts, two libraries (:data:`PARTS`): the conv kernels first
-(~0.9 s of gcc here), then the row kernels (~0.6 s), each used as soon as it is there, so a large model's first
-convolutions wait for the one part (a cold CIFAR ResNet run, 3 steps: 2.59 -> 2.49 s, median of 8; built at once in
-parallel, 2.49 s too, on 2 cores shared with the run). ``tests/unit/backends/cpu/test_host_c.py`` checks each
-against its numpy spelling.
+of :data:`MIN_ELEMENTS` and more. It is built in three parts, three libraries (:data:`PARTS`), each used as soon as it
+is there: the part the call that started the build wants first, then randn's fill (~0.16 s of gcc here), the conv
+kernels (~0.8 s), the row kernels (~0.45 s). So a large model's first convolutions wait for the one part (a cold
+CIFAR ResNet run, 3 steps: 2.59 -> 2.49 s, median of 8, with the conv and row kernels split; built at once in
+parallel, 2.49 s too, on 2 cores shared with the run), and a large model's initialisation, whose first large draw
+starts the build, draws the rest of its weights in C after ~0.2 s rather than after the conv kernels' ~1 s.
+``tests/unit/backends/cpu/test_host_c.py`` checks each against its numpy spelling.
 """
 
 from __future__ import annotations
@@ -62,11 +64,10 @@ from .scratch import scratch
 log = logging.getLogger("tensorwire.kernels")
 
 _PRELUDE = CRenderer.headers + "#include <stdlib.h>\n" + CRenderer.macros + "\n"
-#: the library's C in two parts, each a library of its own in the kernel cache (:data:`PARTS`; the module's docstring
-#: lists the functions). The row kernels: tw_randn_fill (element i of out is tw_randn(seed, offset, i), cast to
-#: float32 where out is: rounded to nearest, as numpy's astype), tw_max_pool2d_grad_{f32,f64} (gx must be zeros),
-#: log_softmax and batch norm, each with its comment; OpenMP threads share large calls
-ROWS_SOURCE = _PRELUDE + PREAMBLE_RNG + r"""
+#: the library's C in three parts, each a library of its own in the kernel cache (:data:`PARTS`; the module's
+#: docstring lists the functions). randn's fill: element i of out is tw_randn(seed, offset, i), cast to float32 where
+#: out is (rounded to nearest, as numpy's astype); OpenMP threads share large calls
+RANDOM_SOURCE = _PRELUDE + PREAMBLE_RNG + r"""
 void tw_randn_fill(unsigned long long seed, unsigned long long offset, long long n, void *out, int f64) {
   if (f64) {
     double *o = (double *)out;
@@ -78,6 +79,10 @@ void tw_randn_fill(unsigned long long seed, unsigned long long offset, long long
     for (long long i = 0; i < n; i++) o[i] = (float)tw_randn((TW_I64)seed, (TW_I64)offset, i);
   }
 }
+"""
+#: ... the row kernels: tw_max_pool2d_grad_{f32,f64} (gx must be zeros), log_softmax and batch norm, each with its
+#: comment; OpenMP threads share large calls
+ROWS_SOURCE = _PRELUDE + r"""
 #define TW_MAX_POOL_GRAD(NAME, T) \
 void NAME(const T *x, const T *gy, T *gx, long long planes, long long h, long long w, long long oh, long long ow, \
           long long kh, long long kw, long long sh, long long sw, long long ph, long long pw, long long dh, \
@@ -555,6 +560,11 @@ MIN_ELEMENTS = 4096
 #: lacks it: a build costs ~1 s of one core once a machine (then the cache has it), so a program of small calls (a
 #: DCGAN's init) never starts gcc, and one with a large model pays it back
 BUILD_ELEMENTS = 1 << 20
+#: the smallest draw that starts the build of randn's fill alone (a large call builds every part): the part costs
+#: ~0.16 s of gcc once a machine, and a draw this large ~9 ms in numpy (a 128x128x3x3 conv's weights); a ResNet-18's
+#: initialisation draws 2.9M of its 11M weights before its first draw of BUILD_ELEMENTS, and it took 0.83-1.0 s on an
+#: empty kernel cache against 0.13 s with the fill there
+RANDOM_BUILD_ELEMENTS = 1 << 17
 
 _DTYPES = {np.dtype(np.float64): 1, np.dtype(np.float32): 0}
 _LL = ctypes.c_longlong
@@ -580,10 +590,16 @@ _SIGNATURES = {"tw_randn_fill": [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c
                "tw_phase_merge_f32": [ctypes.c_void_p] * 3 + [_LL] * 7}
 #: the functions that return a value, and its type (the others return none)
 _RESTYPES = {"tw_conv_lanes": _LL}
-#: the library's parts, in the order a build makes them (the conv kernels first: the largest part, and the one a large
-#: model's first steps wait for), each with the names of its functions in :data:`_SIGNATURES`
-PARTS = (("conv", CONV_SOURCE, frozenset(n for n in _SIGNATURES if "conv" in n or "phase" in n)),
-         ("rows", ROWS_SOURCE, frozenset(n for n in _SIGNATURES if "conv" not in n and "phase" not in n)))
+#: the library's parts, each with the names of its functions in :data:`_SIGNATURES`, in the order a build makes them
+#: after the one the call that started it wants (:func:`_build_in_background`): randn's fill (~0.16 s of gcc here: a
+#: large model's initialisation draws while it builds), the conv kernels (~0.8 s: what a large model's first steps
+#: wait for), the row kernels (~0.45 s)
+PARTS = (("random", RANDOM_SOURCE, frozenset({"tw_randn_fill"})),
+         ("conv", CONV_SOURCE, frozenset(n for n in _SIGNATURES if "conv" in n or "phase" in n)),
+         ("rows", ROWS_SOURCE, frozenset(n for n in _SIGNATURES
+                                         if "conv" not in n and "phase" not in n and n != "tw_randn_fill")))
+#: the part of each function (the part a call wants built first)
+PART_OF = {n: name for name, _, names in PARTS for n in names}
 _lock = threading.Lock()
 #: by part: None: not looked for yet; "absent": not in the kernel cache (built at the first large call); False: the CPU
 #: cannot build it; else its loaded functions by name (the Library under "lib", which keeps it loaded)
@@ -592,8 +608,9 @@ _parts: dict = dict.fromkeys(name for name, _, _ in PARTS)
 #: changed in place: read without the lock; each part's Library stays loaded under "lib" in :data:`_parts`)
 _lib: dict | None = None
 _why = ""
-_building: threading.Thread | None = None  # the background build, once started
-_settled = False  # every part looked for, and each loaded, impossible or being built: nothing left to start
+_building: threading.Thread | None = None  # the background build while one runs
+_queue: list[str] = []  # the parts it is to build, in order (the one it builds first)
+_settled = False  # every part looked for, and each loaded, impossible or queued: nothing left to start
 
 
 def _load(source: str, names, build: bool):
@@ -634,39 +651,59 @@ def _loaded(name: str, got, built: bool = False) -> None:
 
 
 def _build_in_background() -> None:
-    """Build the parts the kernel cache lacks, one after the other in :data:`PARTS`' order, each usable once built."""
-    for name, source, names in PARTS:
-        if _parts[name] == "absent":
-            got = _load(source, names, build=True)
-            with _lock:
-                _loaded(name, got, built=True)
+    """Build the parts of :data:`_queue` one after the other, each usable once built, until none is left."""
+    global _building
+    sources = {name: (source, names) for name, source, names in PARTS}
+    while True:
+        with _lock:
+            if not _queue:
+                _building = None
+                return
+            name = _queue[0]
+        got = _load(*sources[name], build=True)
+        with _lock:
+            _loaded(name, got, built=True)
+            _queue.remove(name)
 
 
-def _functions(build: bool) -> dict | None:
-    """The functions of the library's parts loaded from the kernel cache; None while there are none. With ``build``, a
-    cache that lacks a part has it built on a background thread (once; :data:`_building`; the conv kernels first),
-    and the calls until then get None or lack its functions: numpy's spellings run meanwhile, as a new batch runs on
-    the numpy kernels while the compiled ones build (a cold ResNet run waited ~0.9 s for gcc at its first
+def _want(first: str, alone: bool) -> None:
+    """Queue part ``first`` for the background build (where the kernel cache lacks it), and with ``alone`` false every
+    other part it lacks after it in :data:`PARTS`' order; start the build where none runs. Under :data:`_lock`."""
+    global _building
+    for name in [first] + ([] if alone else [name for name, _, _ in PARTS]):
+        if _parts.get(name) == "absent" and name not in _queue:
+            _queue.append(name)
+    if _queue and _building is None:
+        _building = threading.Thread(target=_build_in_background, name="tw-host-c-build", daemon=True)
+        _building.start()
+
+
+def _functions(build: str | None, alone: bool = False) -> dict | None:
+    """The functions of the library's parts loaded from the kernel cache; None while there are none. With ``build``
+    (the name of the function a large call wants; ``""``: none in particular), a cache that lacks a part has the
+    parts built on a background thread (:data:`_building`; that function's part first; with ``alone``, that part
+    only), and the calls until then get None or lack their functions: numpy's spellings run meanwhile, as a new batch
+    runs on the numpy kernels while the compiled ones build (a cold ResNet run waited ~0.9 s for gcc at its first
     convolution; with the library in one piece its first steps waited ~1.5 s for every function, in two ~0.9 s for
-    its convolutions')."""
+    its convolutions'; a ResNet-18's initialisation drew ~7M of its 11M weights in numpy, ~0.5 s, while the conv
+    kernels built before randn's fill)."""
     global _building, _settled
-    if _settled or _lib is not None and not build:  # (the common case, without the lock)
+    if _settled or _lib is not None and build is None:  # (the common case, without the lock)
         return _lib
     with _lock:
         for name, source, names in PARTS:
             if _parts[name] is None:
                 _loaded(name, _load(source, names, build=False))
-        if build and _building is None and "absent" in _parts.values():
-            _building = threading.Thread(target=_build_in_background, name="tw-host-c-build", daemon=True)
-            _building.start()
-        _settled = _building is not None or "absent" not in _parts.values()
+        if build is not None:
+            _want(PART_OF.get(build, ""), alone)
+        _settled = all(state != "absent" or name in _queue for name, state in _parts.items())
     return _lib
 
 
 def build_now() -> bool:
     """Load or build every part of the library at once (waiting for a build under way); whether they are all there.
     For tests and tools that need the C functions now rather than numpy's spellings."""
-    _functions(build=True)
+    _functions(build="")
     thread = _building
     if thread is not None:
         thread.join()
@@ -679,12 +716,14 @@ def build_now() -> bool:
 
 def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray | None:
     """``protocol.random.normal``'s numbers from the C fill, or None where it does not apply (a half dtype, a small
-    draw, no C compiler; a draw under :data:`BUILD_ELEMENTS` while the kernel cache lacks the library)."""
+    draw, no C compiler; a draw while the kernel cache lacks the fill: from :data:`RANDOM_BUILD_ELEMENTS` on it has
+    the fill built, from :data:`BUILD_ELEMENTS` on every part)."""
     code = _DTYPES.get(np.dtype(npdtype))
     n = int(np.prod(shape, dtype=np.int64))
     if code is None or n < MIN_ELEMENTS:
         return None
-    fns = _functions(build=n >= BUILD_ELEMENTS)
+    large = n >= BUILD_ELEMENTS  # (every part wanted: a large model's; else randn's fill alone, from a smaller draw)
+    fns = _functions(build="tw_randn_fill" if large or n >= RANDOM_BUILD_ELEMENTS else None, alone=not large)
     fill = None if fns is None else fns.get("tw_randn_fill")
     if fill is None:
         return None
@@ -946,8 +985,9 @@ def _typed(name: str, x: np.ndarray):
     elements, no library (built for a call of :data:`BUILD_ELEMENTS` and more while the kernel cache lacks it)."""
     if x.dtype not in _DTYPES or x.size < MIN_ELEMENTS:
         return None
-    fns = _functions(build=x.size >= BUILD_ELEMENTS)
-    return None if fns is None else fns.get(f"{name}_f64" if x.dtype == np.float64 else f"{name}_f32")
+    typed = f"{name}_f64" if x.dtype == np.float64 else f"{name}_f32"
+    fns = _functions(build=typed if x.size >= BUILD_ELEMENTS else None)
+    return None if fns is None else fns.get(typed)
 
 
 def _by_rows(name: str, x: np.ndarray, *more: np.ndarray) -> np.ndarray | None:

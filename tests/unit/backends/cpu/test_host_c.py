@@ -48,15 +48,38 @@ from tensorwire.backends.cpu import host_c as F
 from tensorwire.protocol import random as R
 cache = Path(__import__("os").environ["TENSORWIRE_KERNEL_CACHE"])
 F.BUILD_ELEMENTS = 20000
+built, load = [], F._load
+F._load = lambda source, names, build: (build and built.append(F.PART_OF[min(names)]), load(source, names, build))[1]
 assert F.normal(3, 0, (5000,), np.float32) is None
 assert F._lib is None and set(F._parts.values()) == {"absent"} and not any(cache.rglob("*.so")) and F._building is None
 assert F.normal(3, 0, (20000,), np.float64) is None  # (numpy draws it: the build has started, in the background)
 F._building.join(100)
 assert len(list(cache.rglob("*.so"))) == len(F.PARTS)  # (each part a library of its own)
+assert built == ["random", "conv", "rows"], built  # (the part the large call wanted first)
 big = F.normal(3, 0, (20000,), np.float64)
 assert big is not None and big.tobytes() == R.normal(3, 0, (20000,), np.float64).tobytes()
 small = F.normal(3, 0, (5000,), np.float32)
 assert small is not None and small.tobytes() == R.normal(3, 0, (5000,), np.float32).tobytes()
+"""
+
+#: a middling draw has randn's fill built alone (a fresh process, as above)
+_FILL_ALONE = """
+import numpy as np
+from tensorwire.backends.cpu import host_c as F
+from tensorwire.protocol import random as R
+F.BUILD_ELEMENTS, F.RANDOM_BUILD_ELEMENTS = 40000, 10000
+built, load = [], F._load
+F._load = lambda source, names, build: (build and built.append(F.PART_OF[min(names)]), load(source, names, build))[1]
+assert F.normal(3, 0, (9000,), np.float32) is None and F._building is None  # (under both: nothing built)
+assert F.normal(3, 0, (10000,), np.float32) is None  # (numpy draws it: the fill's build has started)
+F._building.join(100)
+assert built == ["random"] and F._parts["conv"] == F._parts["rows"] == "absent", (built, F._parts)
+got = F.normal(3, 0, (10000,), np.float32)
+assert got is not None and got.tobytes() == R.normal(3, 0, (10000,), np.float32).tobytes()
+x = np.random.default_rng(0).standard_normal((400, 100)).astype(np.float32)
+assert F.log_softmax(x) is None  # (a large call: the other parts, its own first)
+F._building.join(100)
+assert built == ["random", "rows", "conv"], built
 """
 
 
@@ -76,12 +99,47 @@ def test_small_draws_do_not_wait_for_the_compiler(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+#: the build a large row call starts (a fresh process, as above)
+_ROWS_FIRST = """
+import numpy as np
+from tensorwire.backends.cpu import host_c as F
+F.BUILD_ELEMENTS = 20000
+built, load = [], F._load
+F._load = lambda source, names, build: (build and built.append(F.PART_OF[min(names)]), load(source, names, build))[1]
+x = np.random.default_rng(0).standard_normal((200, 100)).astype(np.float32)
+assert F.log_softmax(x) is None  # (numpy's spelling: the build has started)
+F._building.join(100)
+assert built == ["rows", "random", "conv"], built
+assert F.log_softmax(x) is not None
+"""
+
+
+@needs_cc
+def test_the_part_a_large_call_wants_is_built_first(tmp_path):
+    """The first large call's part is built first, then the others in ``PARTS``' order: a model whose first large
+    call is a log_softmax or a batch norm has its row kernels first. A middling draw builds randn's fill alone (a
+    large model's initialisation), and a large call later the parts still missing."""
+    import os
+    import subprocess
+    import sys
+
+    for i, script in enumerate((_ROWS_FIRST, _FILL_ALONE)):
+        cache = tmp_path / f"kernels{i}"  # (each an empty kernel cache)
+        cache.mkdir(mode=0o700)
+        env = {**os.environ, "TENSORWIRE_KERNEL_CACHE": str(cache)}
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_the_parts_hold_every_function_once():
     """Each function of the library is in one part, and a part's functions are its library's (the conv kernels in the
     part built first)."""
     names = [n for _, _, part in host_c.PARTS for n in part]
     assert sorted(names) == sorted(host_c._SIGNATURES) and len(set(names)) == len(names)
-    assert host_c.PARTS[0][0] == "conv" and "tw_conv2d_direct_pad_f32" in host_c.PARTS[0][2]
+    assert [name for name, _, _ in host_c.PARTS] == ["random", "conv", "rows"]
+    assert host_c.PARTS[0][2] == {"tw_randn_fill"} and "tw_conv2d_direct_pad_f32" in host_c.PARTS[1][2]
+    assert {host_c.PART_OF[n] for n in ("tw_randn_fill", "tw_conv2d_direct_f32", "tw_bn_apply_f64")} == \
+        {"random", "conv", "rows"}
     for _, source, part in host_c.PARTS:
         for name in part:
             assert re.search(rf"\b{name}\b", source), name  # (defined there, or made by a macro there)
