@@ -23,8 +23,6 @@ import logging
 import math
 import os
 import platform
-import re
-import subprocess
 
 from ..c_library import MAX_LIBRARIES, LibraryRuntime, TooManyLibraries, find_c_compiler
 from ..codegen.c import CRenderer
@@ -34,8 +32,6 @@ from ..codegen.lower import Options, lower
 from ..codegen.program import build_runner, host_step_call
 from ..compiled_device import has_complex
 from ..worker_ops import WORKER_OPS
-
-# the policy's knobs, read as compiled.<NAME> (backends/cpu/__init__.py, tests)
 from .compiled_policy import (  # noqa: F401
     BUILD_RUNS,
     BUILD_RUNS_ENV,
@@ -52,15 +48,15 @@ from .compiled_policy import (  # noqa: F401
     build_time,
 )
 
+# the policy's knobs, read as compiled.<NAME> (backends/cpu/__init__.py, tests)
+from .compiler_tuning import UNKNOWN_CPU_TUNE, tuning
+
 #: IEEE-preserving: no -ffast-math; -fno-math-errno / -fno-trapping-math only let gcc vectorise (libmvec calls,
 #: branch-free selects); -ffp-contract=off keeps a*b+c two roundings as numpy does; -z defs fails the link, not
 #: the load, if this glibc lacks a vector math function
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fwrapv", "-fno-math-errno",
          "-fno-trapping-math", "-Wl,-z,defs")
 COMPILE_ENV = "TENSORWIRE_CPU_COMPILE"
-#: added to :data:`FLAGS` where the compiler does not know this CPU (:func:`tuning`); in the kernel cache's key, so
-#: libraries built before the rule are not reused where it applies
-UNKNOWN_CPU_TUNE = ("-mtune=generic",)
 
 #: sets the most kernel libraries a worker keeps loaded (default :data:`~..c_library.MAX_LIBRARIES`; issue 34)
 MAX_LIBRARIES_ENV = "TENSORWIRE_CPU_MAX_LIBRARIES"
@@ -93,50 +89,6 @@ def _host_cpu() -> str:
 
 log = logging.getLogger("tensorwire.kernels")
 
-#: the instruction sets a compiler's predefined macros name (``__AVX512F__``, ``__AMX_TILE__``, ``__FMA__`` ...)
-_ISA_MACRO = re.compile(r"#define (__(?:AVX|AMX|FMA|SSE)\w*__) ")
-
-
-def _isa_macros(compiler: str, march: str) -> frozenset[str]:
-    """The instruction-set macros ``compiler -march=<march>`` predefines (empty where it cannot say)."""
-    try:
-        out = subprocess.run([compiler, f"-march={march}", "-dM", "-E", "-x", "c", os.devnull], capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return frozenset()
-    return frozenset(_ISA_MACRO.findall(out.stdout)) if out.returncode == 0 else frozenset()
-
-
-def _native_cpu(compiler: str) -> str:
-    """The CPU name ``-march=native`` stands for in ``compiler`` (gcc: cc1's ``-march=``; clang: ``-target-cpu``),
-    or ``""`` where it does not say."""
-    try:
-        out = subprocess.run([compiler, "-march=native", "-###", "-E", "-x", "c", os.devnull], capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    found = re.search(r'"-target-cpu" "([\w.-]+)"|-march=(?!native)([\w.-]+)', out.stderr)
-    return next(filter(None, found.groups()), "") if found else ""
-
-
-def tuning(compiler: str) -> tuple[str, ...]:
-    """Flags added to :data:`FLAGS` for this CPU: :data:`UNKNOWN_CPU_TUNE` where the compiler does not know it, else
-    none.
-
-    A compiler older than its CPU reads ``-march=native`` as the nearest CPU it knows plus the features it detects,
-    and tunes for that CPU: gcc 12 on a Zen 5 EPYC takes it for a Zen 3 with AVX-512 (``-march=znver3 -mavx512f
-    ...``, ``-mtune=znver3``). Zen 3's tuning folds loads into the multiply-adds, so the conv weight gradient's
-    register block reloaded every input vector for each of its four channels (24 loads for 12 FMAs, not 7) and ran
-    at 38-47 GFLOP/s against 95-102 tuned generically (``host_c``'s ``[100, 16, 32, 32]`` weight gradient 12.2 ->
-    5.0 ms, one thread); the forward convs were 2.2-2.6 ms either way. Such a CPU is seen by its macros: the name
-    ``-march=native`` stands for predefines fewer instruction sets than ``native`` itself."""
-    cpu = _native_cpu(compiler)
-    if not cpu:
-        return ()
-    native, named = _isa_macros(compiler, "native"), _isa_macros(compiler, cpu)
-    return UNKNOWN_CPU_TUNE if native and named and not native <= named else ()
-
-
 class CRuntime(LibraryRuntime):
     """The host's C compiler building each fragment's kernels into a shared library (:data:`FLAGS`, cached on disk
     by the compiler's version, the flags and the CPU), called on numpy arrays (:class:`~..c_library.LibraryRuntime`).
@@ -147,8 +99,7 @@ class CRuntime(LibraryRuntime):
         # worker shares its cores with BLAS, the client and the dispatcher; see docs/architecture.md)
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         self.compiler, self.version = compiler, version
-        self._flags: tuple[str, ...] | None = None  # (FLAGS and this CPU's tuning: at the first build, :func:`tuning`)
-        # (the tuning follows from the compiler's version and the CPU, both in the key; the rule is named in it)
+        self._flags: tuple[str, ...] | None = None  # (the tuning follows from the version and the CPU in the key)
         super().__init__(CRenderer(), KernelCache("c", f"{version} {' '.join(FLAGS)} unknown-cpu:"
                                                        f"{' '.join(UNKNOWN_CPU_TUNE)} {_host_cpu()}"),
                          int(os.environ.get(MAX_LIBRARIES_ENV) or MAX_LIBRARIES), MAX_LIBRARIES_ENV)
@@ -158,9 +109,6 @@ class CRuntime(LibraryRuntime):
         """The compiler's flags: :data:`FLAGS` and :func:`tuning`'s (asked once, at the first build)."""
         if self._flags is None:
             self._flags = FLAGS + tuning(self.compiler)
-            if len(self._flags) > len(FLAGS):
-                log.info("%s does not know this CPU (-march=native is %s with more): kernels built with %s",
-                         os.path.basename(self.compiler), _native_cpu(self.compiler), " ".join(UNKNOWN_CPU_TUNE))
         return self._flags
 
     def compile_library(self, src_path: str, out_path: str) -> None:

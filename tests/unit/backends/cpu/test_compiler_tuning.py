@@ -1,4 +1,4 @@
-"""The CPU compiler's tuning (``backends/cpu/compiled.py``: :func:`tuning`): kernels are tuned generically where the
+"""The CPU compiler's tuning (``backends/cpu/compiler_tuning.py``): kernels are tuned generically where the
 compiler does not know this CPU (its ``-march=native`` names an older CPU plus features), natively elsewhere.
 
 The compilers here are small scripts that answer as gcc and clang answer the two questions asked (what
@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from tensorwire.backends.cpu import compiled
+from tensorwire.backends.cpu import compiled, compiler_tuning
 
 ZNVER3 = ["__SSE2__", "__AVX__", "__AVX2__", "__FMA__"]
 ZEN5 = ZNVER3 + ["__AVX512F__", "__AVX512BW__", "__AVX512VL__"]
@@ -43,31 +43,31 @@ CLANG_LINE = ' "/usr/bin/clang" "-cc1" "-triple" "x86_64-pc-linux-gnu" "-target-
 @pytest.mark.parametrize("line", [GCC_LINE, CLANG_LINE], ids=["gcc", "clang"])
 def test_a_cpu_the_compiler_does_not_know_is_tuned_generically(tmp_path, line):
     cc = _compiler(tmp_path, line, {"native": ZEN5, "znver3": ZNVER3})
-    assert compiled._native_cpu(cc) == "znver3"
-    assert compiled.tuning(cc) == compiled.UNKNOWN_CPU_TUNE
+    assert compiler_tuning.native_cpu(cc) == "znver3"
+    assert compiler_tuning.tuning(cc) == compiler_tuning.UNKNOWN_CPU_TUNE
 
 
 @pytest.mark.parametrize("line", [GCC_LINE, CLANG_LINE], ids=["gcc", "clang"])
 def test_a_cpu_the_compiler_knows_keeps_its_own_tuning(tmp_path, line):
     cc = _compiler(tmp_path, line, {"native": ZNVER3, "znver3": ZNVER3})
-    assert compiled.tuning(cc) == ()
+    assert compiler_tuning.tuning(cc) == ()
     cc = _compiler(tmp_path, line, {"native": ZNVER3[:-1], "znver3": ZNVER3})  # (a VM that hides a feature)
-    assert compiled.tuning(cc) == ()
+    assert compiler_tuning.tuning(cc) == ()
 
 
 def test_a_compiler_that_cannot_say_keeps_the_flags(tmp_path):
-    assert compiled.tuning(_compiler(tmp_path, "cc1 -E -quiet -", {"native": ZEN5})) == ()  # no name for native
-    assert compiled.tuning(_compiler(tmp_path, GCC_LINE, {"native": ZEN5})) == ()  # znver3's macros refused
-    assert compiled.tuning(str(tmp_path / "absent")) == ()
+    assert compiler_tuning.tuning(_compiler(tmp_path, "cc1 -E -quiet -", {"native": ZEN5})) == ()  # no name for native
+    assert compiler_tuning.tuning(_compiler(tmp_path, GCC_LINE, {"native": ZEN5})) == ()  # znver3's macros refused
+    assert compiler_tuning.tuning(str(tmp_path / "absent")) == ()
 
 
 def test_the_hosts_compiler_is_asked():
     rt = compiled.runtime()
     if rt is None:
         pytest.skip(f"no C compiler here: {compiled.why_not()}")
-    cpu = compiled._native_cpu(rt.compiler)
-    native = compiled._isa_macros(rt.compiler, "native")
+    cpu = compiler_tuning.native_cpu(rt.compiler)
+    native = compiler_tuning._isa_macros(rt.compiler, "native")
     if os.uname().machine == "x86_64":
         assert cpu and "__SSE2__" in native
         assert rt.flags[:len(compiled.FLAGS)] == compiled.FLAGS
-        assert rt.flags[len(compiled.FLAGS):] == compiled.tuning(rt.compiler)
+        assert rt.flags[len(compiled.FLAGS):] == compiler_tuning.tuning(rt.compiler)
