@@ -39,8 +39,9 @@ The library is built on a background thread from the first time a large call wan
 it (:data:`BUILD_ELEMENTS`), numpy's spellings serving the calls until it is there: no call waits for the compiler,
 and a program of small calls (a DCGAN's inits) never starts it; from the cache, or once built, it serves every call
 of :data:`MIN_ELEMENTS` and more. It is built in three parts, three libraries (:data:`PARTS`), each used as soon as it
-is there: the part the call that started the build wants first, then randn's fill (~0.16 s of gcc here), the conv
-kernels (~0.8 s), the row kernels (~0.45 s). So a large model's first convolutions wait for the one part (a cold
+is there: randn's fill (~0.16 s of gcc here), the conv kernels (~0.8 s), the row kernels (~0.45 s), the part a
+call wants first (the fill is built for draws only: :data:`OWN_CALLS_ONLY`). So a large model's first convolutions
+wait for the one part (a cold
 CIFAR ResNet run, 3 steps: 2.59 -> 2.49 s, median of 8, with the conv and row kernels split; built at once in
 parallel, 2.49 s too, on 2 cores shared with the run), and a large model's initialisation, whose first large draw
 starts the build, draws the rest of its weights in C after ~0.2 s rather than after the conv kernels' ~1 s.
