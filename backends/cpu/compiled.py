@@ -32,6 +32,8 @@ from ..codegen.lower import Options, lower
 from ..codegen.program import build_runner, host_step_call
 from ..compiled_device import has_complex
 from ..worker_ops import WORKER_OPS
+
+# the policy's knobs, read as compiled.<NAME> (backends/cpu/__init__.py, tests)
 from .compiled_policy import (  # noqa: F401
     BUILD_RUNS,
     BUILD_RUNS_ENV,
@@ -47,8 +49,6 @@ from .compiled_policy import (  # noqa: F401
     MIN_WORK_ENV,
     build_time,
 )
-
-# the policy's knobs, read as compiled.<NAME> (backends/cpu/__init__.py, tests)
 from .compiler_tuning import UNKNOWN_CPU_TUNE, tuning
 
 #: IEEE-preserving: no -ffast-math; -fno-math-errno / -fno-trapping-math only let gcc vectorise (libmvec calls,
@@ -89,6 +89,7 @@ def _host_cpu() -> str:
 
 log = logging.getLogger("tensorwire.kernels")
 
+
 class CRuntime(LibraryRuntime):
     """The host's C compiler building each fragment's kernels into a shared library (:data:`FLAGS`, cached on disk
     by the compiler's version, the flags and the CPU), called on numpy arrays (:class:`~..c_library.LibraryRuntime`).
@@ -107,8 +108,7 @@ class CRuntime(LibraryRuntime):
     @property
     def flags(self) -> tuple[str, ...]:
         """The compiler's flags: :data:`FLAGS` and :func:`tuning`'s (asked once, at the first build)."""
-        if self._flags is None:
-            self._flags = FLAGS + tuning(self.compiler)
+        self._flags = self._flags or FLAGS + tuning(self.compiler)
         return self._flags
 
     def compile_library(self, src_path: str, out_path: str) -> None:

@@ -41,10 +41,9 @@ and a program of small calls (a DCGAN's inits) never starts it; from the cache, 
 of :data:`MIN_ELEMENTS` and more. It is built in three parts, three libraries (:data:`PARTS`), each used as soon as it
 is there: randn's fill (~0.16 s of gcc here), the conv kernels (~0.8 s), the row kernels (~0.45 s), the part a
 call wants first (the fill is built for draws only: :data:`OWN_CALLS_ONLY`). So a large model's first convolutions
-wait for the one part (a cold
-CIFAR ResNet run, 3 steps: 2.59 -> 2.49 s, median of 8, with the conv and row kernels split; built at once in
-parallel, 2.49 s too, on 2 cores shared with the run), and a large model's initialisation, whose first large draw
-starts the build, draws the rest of its weights in C after ~0.2 s rather than after the conv kernels' ~1 s.
+wait for the one part (a cold CIFAR ResNet run, 3 steps: 2.59 -> 2.49 s, median of 8, with the conv and row kernels
+split; built at once in parallel, 2.49 s too, on 2 cores shared with the run), and a large model's initialisation
+draws most of its weights in C, its fill built from a middling draw (:data:`RANDOM_BUILD_ELEMENTS`) in ~0.2 s.
 ``tests/unit/backends/cpu/test_host_c.py`` checks each against its numpy spelling.
 """
 
@@ -592,7 +591,7 @@ _SIGNATURES = {"tw_randn_fill": [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c
 #: the functions that return a value, and its type (the others return none)
 _RESTYPES = {"tw_conv_lanes": _LL}
 #: the library's parts, each with the names of its functions in :data:`_SIGNATURES`, in the order a build makes them
-#: after the one the call that started it wants (:func:`_build_in_background`): randn's fill (~0.16 s of gcc here: a
+#: after the one the call that started it wants (:func:`_want`): randn's fill (~0.16 s of gcc here: a
 #: large model's initialisation draws while it builds), the conv kernels (~0.8 s: what a large model's first steps
 #: wait for), the row kernels (~0.45 s)
 PARTS = (("random", RANDOM_SOURCE, frozenset({"tw_randn_fill"})),
