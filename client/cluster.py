@@ -291,14 +291,23 @@ def _mpich_segments() -> set[str]:
 
 def _remove_mpich_leftovers(before: set[str], since: float) -> None:
     """Shared-memory segments an MPI job of ours left behind when it was killed or aborted (MPICH cannot
-    unlink them then): those that appeared after ``since`` and were not there before. Call only once the
-    job has exited."""
-    for path in _mpich_segments() - before:
-        try:
-            if os.stat(path).st_mtime >= since - 1:
+    unlink them then): those that appeared after ``since``, were not there before, and no process maps. Call only
+    once the job has exited. (Another job started on this host meanwhile, another cluster's or test's, makes its own
+    segment in that window, and removing it would pull it from under its ranks; a live job maps its segment. Seen
+    as a likely cause: a Kubernetes test's collectives that never registered, once in a full parallel test run.)"""
+    new = [path for path in _mpich_segments() - before if _made_since(path, since)]
+    mapped = _mapped_files() if new else set()
+    for path in new:
+        if path not in mapped:
+            with contextlib.suppress(OSError):
                 os.unlink(path)
-        except OSError:
-            pass
+
+
+def _made_since(path: str, since: float) -> bool:
+    try:
+        return os.stat(path).st_mtime >= since - 1
+    except OSError:
+        return False
 
 
 #: an MPICH segment older than this that no process maps is an orphan (a job bootstraps its segment in well under it)

@@ -189,6 +189,39 @@ def test_orphaned_mpich_segments_are_removed_and_live_ones_kept(cluster, session
                 os.unlink(path)
 
 
+def test_a_live_jobs_segment_is_not_taken_for_a_leftover(cluster, session):
+    """A job's leftovers are the segments that appeared while it ran and that no process maps: another job started
+    meanwhile (this cluster's, running) keeps its own, and the sweep takes only the unmapped one."""
+    import mmap
+    import os
+    import uuid
+
+    from tensorwire.cluster import _mapped_files, _mpich_segments, _remove_mpich_leftovers
+
+    live = _mpich_segments() & _mapped_files()
+    assert live, "the cluster's MPI job maps no segment: nothing to check the sweep against"
+    stem = f"/dev/shm/mpich_shm_twtest{uuid.uuid4().hex[:8]}"
+    left, mapped = f"{stem}_l", f"{stem}_m"
+    for path in (left, mapped):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 4096)
+    with open(mapped, "r+b") as f:
+        m = mmap.mmap(f.fileno(), 4096)
+    try:
+        # (the running job's segments and these two count as new, as if they had appeared while a job ran: only
+        # being mapped keeps one; other tests' segments are left out of it)
+        _remove_mpich_leftovers(_mpich_segments() - live - {left, mapped}, 0.0)
+        assert not os.path.exists(left) and os.path.exists(mapped) and live <= _mpich_segments()
+        ys = [tw.ones(8, device=d) for d in DEVICES[:2]]
+        tw.distributed.all_reduce(ys)
+        np.testing.assert_array_equal(ys[0].numpy(), np.full(8, 2.0))
+    finally:
+        m.close()
+        for path in (left, mapped):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 def _process_tree(pid: int) -> set[int]:
     """``pid`` and its descendants (an MPI launcher, its proxies and ranks), from /proc's parent pids."""
     import os
