@@ -102,9 +102,10 @@ def test_the_compiled_kernel_takes_the_start_as_a_parameter(hot_session):
         want = (np.exp(base[i:i + 8, j:j + 100:3].astype(np.float64)) * 2 + 1).sum(axis=1)
         np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"compiled step {step}")
     made = len(list(cache.rglob("*.c"))) - before
-    # one fused kernel serves every offset (~30 here), not one per offset; a second may be an earlier test's plan,
-    # whose compile in the background ended during this one
-    assert 1 <= made <= 2, made
+    # one fused kernel serves every offset (~30 here), not one per offset; up to two more may be the previous test's
+    # plans (its step's forward and backward), whose compiles in the background ended during this one (3 once, in a
+    # full parallel run)
+    assert 1 <= made <= 3, made
 
 
 def test_values_nobody_reads_are_not_shipped(hot_session, monkeypatch):
