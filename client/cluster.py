@@ -295,12 +295,7 @@ def _remove_mpich_leftovers(before: set[str], since: float) -> None:
     once the job has exited. (Another job started on this host meanwhile, another cluster's or test's, makes its own
     segment in that window, and removing it would pull it from under its ranks; a live job maps its segment. Seen
     as a likely cause: a Kubernetes test's collectives that never registered, once in a full parallel test run.)"""
-    new = [path for path in _mpich_segments() - before if _made_since(path, since)]
-    mapped = _mapped_files() if new else set()
-    for path in new:
-        if path not in mapped:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+    _remove_unmapped([path for path in _mpich_segments() - before if _made_since(path, since)])
 
 
 def _made_since(path: str, since: float) -> bool:
@@ -346,17 +341,20 @@ def _remove_orphan_mpich_segments(now: float | None = None) -> list[str]:
             continue
         if st.st_uid == uid and now - st.st_mtime > ORPHAN_SEGMENT_AGE_S:
             old.append(path)
-    if not old:
+    return _remove_unmapped(old)
+
+
+def _remove_unmapped(paths: list[str]) -> list[str]:
+    """Remove those of ``paths`` that no process maps (a live MPI job maps its segment); returns the removed."""
+    if not paths:
         return []
     mapped = _mapped_files()
     removed = []
-    for path in old:
+    for path in paths:
         if path not in mapped:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(path)
                 removed.append(path)
-            except OSError:
-                pass
     return removed
 
 

@@ -21,25 +21,27 @@ UNKNOWN_CPU_TUNE = ("-mtune=generic",)
 _ISA_MACRO = re.compile(r"#define (__(?:AVX|AMX|FMA|SSE)\w*__) ")
 
 
+def _ask(compiler: str, march: str, *args: str) -> subprocess.CompletedProcess | None:
+    """``compiler -march=<march> <args> -E -x c /dev/null``, preprocessing nothing: its answer, or None where it
+    could not be run."""
+    try:
+        return subprocess.run([compiler, f"-march={march}", *args, "-E", "-x", "c", os.devnull], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def _isa_macros(compiler: str, march: str) -> frozenset[str]:
     """The instruction-set macros ``compiler -march=<march>`` predefines (empty where it cannot say)."""
-    try:
-        out = subprocess.run([compiler, f"-march={march}", "-dM", "-E", "-x", "c", os.devnull], capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return frozenset()
-    return frozenset(_ISA_MACRO.findall(out.stdout)) if out.returncode == 0 else frozenset()
+    out = _ask(compiler, march, "-dM")
+    return frozenset(_ISA_MACRO.findall(out.stdout)) if out is not None and out.returncode == 0 else frozenset()
 
 
 def native_cpu(compiler: str) -> str:
     """The CPU name ``-march=native`` stands for in ``compiler`` (gcc: cc1's ``-march=``; clang: ``-target-cpu``),
     or ``""`` where it does not say."""
-    try:
-        out = subprocess.run([compiler, "-march=native", "-###", "-E", "-x", "c", os.devnull], capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    found = re.search(r'"-target-cpu" "([\w.-]+)"|-march=(?!native)([\w.-]+)', out.stderr)
+    out = _ask(compiler, "native", "-###")
+    found = out and re.search(r'"-target-cpu" "([\w.-]+)"|-march=(?!native)([\w.-]+)', out.stderr)
     return next(filter(None, found.groups()), "") if found else ""
 
 
