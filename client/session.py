@@ -122,6 +122,8 @@ MAX_SCALARS_TRACKED = 4096
 LAZY_HOST_OPS = HOST_OPS - {"floor_divide", "remainder"}
 #: ... and the most of them one fetch takes along
 MAX_PREFETCH = 1024
+#: the most reads of dropped lazy nodes unpinned one at a time (``Session._take_release``); more are counted first
+UNPIN_ONE_BY_ONE = 32
 #: answers of batches shipped ahead (``Session.ship_forward``) not read yet, at most: past them a forward asks for
 #: nothing back (the loop reads none of their values; they would pile up unread at the worker, whose answer bounds
 #: then drop answers that are waited for)
@@ -217,7 +219,7 @@ class Session:
         self._ahead_q: dict[int, list[int]] = {}  # ... and per such answer, its handles (see ship_forward)
         self._scalars: dict = {}  # Python scalar operand's key -> its 0-d tensor (see scalar)
         self._scalar_attrs: dict = {}  # ... and the attributes of the `full` node that makes it (see _forget_cached)
-        self._small_data: dict = {}  # small Python data's key -> (its tensor, its alias node's known) (small_data)
+        self._small_data: dict = {}  # small Python data's key -> (its tensor, its aliases' known and lazy node)
         self._small_roots: dict = {}  # ... those tensors by handle
         self._small_seen: dict = {}  # ... the keys seen once (see small_data)
         self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
@@ -1027,14 +1029,13 @@ class Session:
             out += filterfalse(kept.__contains__, release) if kept else release
             if gone:
                 dropped += gone
-                reads = []
-                for i in gone:
-                    reads += lazy.pop(i)[1]
-                # (the inputs of the nodes dropped in this round, unpinned together, after, one read at a time: a
-                # Counter of them costs more than the reads it saves; a held handle this frees is in _release: the
-                # next round takes it)
+                # (the inputs of the nodes dropped in this round, in C passes, unpinned together, after: a few one
+                # read at a time, many as counted, in C (a loader's hundreds of aliases read a few kept tensors: the
+                # MNIST script's ~600 a step); a held handle this frees is in _release: the next round takes it)
+                reads = list(chain.from_iterable(map(_ids_field, map(lazy.pop, gone))))
                 if reads:
-                    self._unpin(zip(reads, repeat(1)))
+                    self._unpin(collections.Counter(reads).items() if len(reads) > UNPIN_ONE_BY_ONE
+                                else zip(reads, repeat(1)))
             release, self._release = self._release, []
         return out, dropped
 
@@ -1135,9 +1136,13 @@ class Session:
 
     def _keep(self, key: tuple, kept) -> tuple:
         """Keep tensor ``kept`` for ``key`` (:meth:`small_data`; the oldest kept goes past :data:`MAX_SMALL_DATA`);
-        returns its entry: the tensor and its aliases' node key and meta."""
+        returns its entry: the tensor, its aliases' node key and meta, and their lazy node."""
         shape = kept._shape
-        entry = (kept, (attrs_key("reshape", {"shape": list(shape)}), (shape, kept.dtype)))
+        meta = (shape, kept.dtype)
+        akey = attrs_key("reshape", {"shape": list(shape)})
+        # (the aliases' lazy node, made once and shared by all of them: nothing changes a lazy node's fields)
+        node = ("reshape", (kept._id,), {"shape": list(shape)}, kept._dev, [meta], akey, kept._id, None)
+        entry = (kept, (akey, meta), node)
         cache = self._small_data
         if len(cache) >= MAX_SMALL_DATA:
             self._small_roots.pop(cache.pop(next(iter(cache)))[0]._id, None)
@@ -1150,16 +1155,15 @@ class Session:
         as the kept tensor (:meth:`_resolve`), so what it holds is uploaded or computed once, and an in-place update
         of one result (a new handle, as every in-place update) touches no other. The client knows its value when it
         knows the kept one's (``known_values``)."""
-        kept, known = entry
+        kept, known, node = entry
         kid = kept._id
         hid = next(self._ids)
         pins = self._pins
         pins[kid] = pins.get(kid, 0) + 1
         meta = known[1]
-        shape = meta[0]
-        self._lazy[hid] = ("reshape", (kid,), {"shape": list(shape)}, kept._dev, [meta], known[0], kid, None)
+        self._lazy[hid] = node
         t = _new_tensor(Tensor)
-        t._init(self, hid, shape, meta[1], kept._dev)
+        t._init(self, hid, meta[0], meta[1], kept._dev)
         value = self._known.peek(kid)
         if value is not None:
             self._known.put(hid, value)
@@ -1774,7 +1778,7 @@ class Session:
         sent) made nothing on a device yet and stays. During ``tw.compile``'s capture the trace knows these objects
         by their handles: they are only forgotten then (the next use makes new ones)."""
         small = self._small_data
-        for key in [k for k, (t, _) in small.items() if device is None or t._dev == device]:
+        for key in [k for k, (t, *_) in small.items() if device is None or t._dev == device]:
             self._small_roots.pop(small.pop(key)[0]._id, None)  # (made again when next asked for)
         lazy = self._lazy
         scalars = self._scalars
@@ -2254,6 +2258,7 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
 
 
 _device_field = itemgetter(4)  # (a pending entry's device)
+_ids_field = itemgetter(1)  # (a lazy node's input handles)
 _metas_field = itemgetter(6)  # (... its input metas)
 _akey_field = itemgetter(7)  # (... its attrs key)
 #: batch structures seen: what :func:`encode_batch` derived from one (:class:`_Shape`), by the tuple of its nodes' ops,
@@ -2438,10 +2443,11 @@ def _known_batch(attrs: tuple, lines: tuple, shape: _Shape, outs, ext, ext_meta)
         a = attrs[j]
         if not a:
             continue
-        if upload and "frame" in a:  # (an upload: its bytes become a frame of the message)
+        if upload and "frame" in a:  # (an upload: its bytes become a frame of the message, its one dynamic attr)
             frames.append(as_frame(a["frame"]))
-            a = {"frame": len(frames) - 1}
-        dyn.append([j, _dynamic_attrs(a, dynamic)])
+            dyn.append([j, {"frame": len(frames) - 1}])
+        else:
+            dyn.append([j, _dynamic_attrs(a, dynamic)])
     b = Batch()
     b.nodes, b.devs, b.ext, b.ext_meta, b.outs, b.dyn, b.frames, b.skey = None, shape.devs, ext, ext_meta, outs, \
         dyn, frames, shape.skey
