@@ -24,7 +24,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description="tensorwire benchmarks (ratios against peers run side by side)")
     p.add_argument("--only", default=None,
                    help="run one group: core, dataplane, hosts, programs, collectives, autograd, training, compile, "
-                        "hub, kernels, reliability, cuda, observability, scripts, opinfo")
+                        "hub, kernels, reliability, cuda, observability, scripts, instructions, opinfo")
     args = p.parse_args()
     from . import (
         autograd,
@@ -35,6 +35,7 @@ def main() -> None:
         dataplane,
         hosts,
         hub,
+        instructions,
         kernels,
         observability,
         opinfo,
@@ -49,7 +50,7 @@ def main() -> None:
               "autograd": autograd.run_all, "training": training.run_all, "compile": compile.run_all,
               "hub": hub.run_all, "kernels": kernels.run_all, "reliability": reliability.run_all,
               "cuda": cuda.run_all, "observability": observability.run_all, "scripts": scripts.run_all,
-              "opinfo": opinfo.run_all}
+              "instructions": instructions.run_all, "opinfo": opinfo.run_all}
     results = []
     for name, run in groups.items():
         if args.only in (None, name):
