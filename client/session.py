@@ -219,7 +219,7 @@ class Session:
         self._ahead_q: dict[int, list[int]] = {}  # ... and per such answer, its handles (see ship_forward)
         self._scalars: dict = {}  # Python scalar operand's key -> its 0-d tensor (see scalar)
         self._scalar_attrs: dict = {}  # ... and the attributes of the `full` node that makes it (see _forget_cached)
-        self._small_data: dict = {}  # small Python data's key -> (its tensor, its aliases' known and lazy node)
+        self._small_data: dict = {}  # small Python data's key -> (its tensor, its aliases' lazy node) (small_data)
         self._small_roots: dict = {}  # ... those tensors by handle
         self._small_seen: dict = {}  # ... the keys seen once (see small_data)
         self._raised: dict = {}  # (code, message) of errors raised lately, oldest first
@@ -1136,13 +1136,13 @@ class Session:
 
     def _keep(self, key: tuple, kept) -> tuple:
         """Keep tensor ``kept`` for ``key`` (:meth:`small_data`; the oldest kept goes past :data:`MAX_SMALL_DATA`);
-        returns its entry: the tensor, its aliases' node key and meta, and their lazy node."""
+        returns its entry: the tensor and its aliases' lazy node."""
         shape = kept._shape
-        meta = (shape, kept.dtype)
-        akey = attrs_key("reshape", {"shape": list(shape)})
+        attrs = {"shape": list(shape)}
         # (the aliases' lazy node, made once and shared by all of them: nothing changes a lazy node's fields)
-        node = ("reshape", (kept._id,), {"shape": list(shape)}, kept._dev, [meta], akey, kept._id, None)
-        entry = (kept, (akey, meta), node)
+        node = ("reshape", (kept._id,), attrs, kept._dev, [(shape, kept.dtype)], attrs_key("reshape", attrs), kept._id,
+                None)
+        entry = (kept, node)
         cache = self._small_data
         if len(cache) >= MAX_SMALL_DATA:
             self._small_roots.pop(cache.pop(next(iter(cache)))[0]._id, None)
@@ -1155,12 +1155,12 @@ class Session:
         as the kept tensor (:meth:`_resolve`), so what it holds is uploaded or computed once, and an in-place update
         of one result (a new handle, as every in-place update) touches no other. The client knows its value when it
         knows the kept one's (``known_values``)."""
-        kept, known, node = entry
+        kept, node = entry
         kid = kept._id
         hid = next(self._ids)
         pins = self._pins
         pins[kid] = pins.get(kid, 0) + 1
-        meta = known[1]
+        meta = node[4][0]  # (the kept tensor's, the aliases' too)
         self._lazy[hid] = node
         t = _new_tensor(Tensor)
         t._init(self, hid, meta[0], meta[1], kept._dev)
@@ -1778,7 +1778,7 @@ class Session:
         sent) made nothing on a device yet and stays. During ``tw.compile``'s capture the trace knows these objects
         by their handles: they are only forgotten then (the next use makes new ones)."""
         small = self._small_data
-        for key in [k for k, (t, *_) in small.items() if device is None or t._dev == device]:
+        for key in [k for k, (t, _) in small.items() if device is None or t._dev == device]:
             self._small_roots.pop(small.pop(key)[0]._id, None)  # (made again when next asked for)
         lazy = self._lazy
         scalars = self._scalars

@@ -73,7 +73,7 @@ def test_lazy_nodes_released_together_leave_nothing_pinned(session):
         gc.collect()
         session.flush()
         scalars = {t._id for t in session._scalars.values()}  # (the cached Python scalars: lazy while cached)
-        kept = {t._id for t, *_ in session._small_data.values()}  # (tensors of small Python data, and their views)
+        kept = {t._id for t, _ in session._small_data.values()}  # (tensors of small Python data, and their views)
         # (and x's upload: the client holds x, no device read it; a kept view pins the kept tensor it reads)
         assert set(session._lazy) <= scalars | kept | {x._id} and set(session._pins) <= kept and not session._held
     known = session._known
