@@ -8,7 +8,13 @@ Three rows a script:
   ``backends/codegen/cache.py``'s ``cache_root()``, read by the worker processes, so it is set through
   ``LocalCluster(extra_env=)``) is a new empty folder: every generated kernel the run uses is compiled during it
   (the row's note counts them: eager runs compile few), and the worker's plans are empty too. One such cluster a
-  script, so each is cold. Against it, the torch run just before it;
+  script, so each is cold. Against it, the torch run just before it. That is a machine's first run: it builds the
+  host's C library too (``backends/cpu/host_c.py``: its conv and row parts, ~1.2 s of gcc, once a machine) where the
+  script makes a large call;
+* cold, the host library there: the same on a fresh cluster whose new kernel cache holds that library only (built
+  once for the group, :func:`_host_library`), as every later first run of a program on the machine finds it: the
+  program's own kernels and plans are still made during the run (session 55: a CIFAR ResNet's cold run was the
+  library's build, 2.1-2.5x with it and 1.4-1.6x without);
 * warm: on the group's cluster, after one warm-up run each (plans, kernels, the autograd service's cache; torch's
   allocator), then torch, tensorwire, torch, tensorwire; the best of each;
 * compiler on vs off: the warm tensorwire run against the same run on a second cluster whose CPU worker never
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -94,11 +101,18 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def _cold(peer, ours) -> tuple[float, float, int]:
-    """(tensorwire's first run on a fresh cluster with an empty kernel cache, torch's run, kernels compiled)."""
+def _cold(peer, ours, seed: Path | None = None) -> tuple[float, float, int]:
+    """(tensorwire's first run on a fresh cluster with a new kernel cache, torch's run, kernels compiled during the
+    run); the cache empty, or with ``seed`` a copy of that folder's."""
     main = tw.current_session()
-    with tempfile.TemporaryDirectory(prefix="tw-cold-kernels-") as cache:
-        with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS, extra_env={CACHE_ENV: cache}) as c:
+    with tempfile.TemporaryDirectory(prefix="tw-cold-kernels-") as tmp:
+        cache = Path(tmp) / "kernels"
+        if seed is None:
+            cache.mkdir(mode=0o700)
+        else:
+            shutil.copytree(seed, cache)
+        before = _kernels(cache)
+        with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS, extra_env={CACHE_ENV: str(cache)}) as c:
             s = tw.connect(c.address)
             try:
                 t_peer = _timed(peer)
@@ -106,8 +120,27 @@ def _cold(peer, ours) -> tuple[float, float, int]:
             finally:
                 s.close()
                 tw.set_session(main)
-        built = len({p.stem for p in Path(cache).rglob("*") if p.is_file() and not p.name.endswith(".tmp")})
+        built = len(_kernels(cache) - before)
     return t_ours, t_peer, built
+
+
+def _kernels(cache: Path) -> set[str]:
+    """The kernel libraries in kernel cache folder ``cache`` (their keys: a source, its artifact and its digest are
+    one)."""
+    return {p.name.split(".", 1)[0] for p in cache.rglob("*") if p.is_file() and not p.name.endswith(".tmp")}
+
+
+def _host_library(folder: Path) -> Path:
+    """``folder``/kernels: a kernel cache holding the CPU's host C library only (``host_c.build_now()`` run by a
+    process of its own with the cache pointed there, as a worker builds it); RuntimeError where it cannot be built."""
+    cache = folder / "kernels"
+    cache.mkdir(mode=0o700)
+    done = subprocess.run([sys.executable, "-c", "from tensorwire.backends.cpu import host_c; "
+                           "raise SystemExit(0 if host_c.build_now() else 1)"], cwd=ROOT,
+                          env={**os.environ, CACHE_ENV: str(cache)}, capture_output=True, text=True, timeout=300)
+    if done.returncode:
+        raise RuntimeError(f"the host C library could not be built: {done.stderr[-500:]}")
+    return cache
 
 
 def _in_session(fn, session):
@@ -132,7 +165,12 @@ def run_all() -> list[Result]:
     row = _host_threads_row()
     results = [row] if row else []
     with tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS) as c, \
-            tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS, extra_env={COMPILE_ENV: "0"}) as c_off:
+            tw.LocalCluster(devices=["cpu:0"], worker_threads=THREADS, extra_env={COMPILE_ENV: "0"}) as c_off, \
+            tempfile.TemporaryDirectory(prefix="tw-host-library-") as tmp:
+        try:
+            host_library: Path | None = _host_library(Path(tmp))
+        except (RuntimeError, subprocess.TimeoutExpired) as e:  # (no compiler: the row says so)
+            host_library, why = None, str(e)[:300]
         off = tw.Session(c_off.address)
         s = tw.connect(c.address)
         for desc, file, steps, build in _scripts():
@@ -143,6 +181,14 @@ def run_all() -> list[Result]:
                 t_ours, t_peer, built = _cold(peer, ours)
                 results.append(_row(f"{name}, cold: empty kernel cache, fresh cluster", t_ours, t_peer, 2.0,
                                     notes + [f"{built} kernels compiled during the run"]))
+                seeded = f"{name}, cold: fresh cluster, its kernel cache holding the host C library only"
+                if host_library is None:
+                    results.append(Result(seeded, float("nan"), float("nan"), "ms", float("inf"), "runs", False,
+                                          note=why))
+                else:
+                    t_ours, t_peer, built = _cold(peer, ours, host_library)
+                    results.append(_row(seeded, t_ours, t_peer, 2.0,
+                                        notes + [f"{built} kernels compiled during the run"]))
                 t_ours, t_peer = time_pair(ours, peer)
                 results.append(_row(f"{name}, warm: best of 2 after a warm-up", t_ours, t_peer, 1.5, notes))
                 t_on, t_off = time_pair(ours, _in_session(ours, off))
