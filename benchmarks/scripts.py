@@ -2,7 +2,7 @@
 written (eagerly, no ``tw.compile``) with torch and with ``import torch`` resolving to tensorwire, against PyTorch
 CPU with the same thread count (``training.THREADS``), side by side in this process.
 
-Three rows a script:
+Four rows a script:
 
 * cold: the first tensorwire run of the script on a fresh cluster whose kernel cache (``TENSORWIRE_KERNEL_CACHE``,
   ``backends/codegen/cache.py``'s ``cache_root()``, read by the worker processes, so it is set through

@@ -127,14 +127,14 @@ def _unary(fn, int_identity=False):
 
 #: erf(x) = x + x q(x^2 - 1/2) on [-1, 1]: q is a degree-6 weighted least-squares fit (to minimax) of erf(x)/x - 1 in
 #: float64, its coefficients rounded to float32, constant term first. Evaluated in float32 (Horner; the shift by 1/2
-#: keeps its partial sums small), and by :data:`_ERFC_TAIL` beyond, it is within 0.98 ulp of the exact erf of every
-#: float32 in [-4, 4] (94% correctly rounded; the [-1, 1] part checked once against float64 over all 2.16e9 of them,
-#: and the whole on a dense sample by tests/unit/backends/cpu/test_erf_float32.py)
+#: keeps its partial sums small), and scipy beyond (:data:`_ERFC_TAIL` where scipy is missing), it is within 0.98 ulp
+#: of the exact erf of every float32 in [-4, 4] (94% correctly rounded; checked once against float64 over all 2.16e9
+#: of them, and on a dense sample by tests/unit/backends/cpu/test_erf_float32.py)
 _ERF_Q = tuple(np.float32(c) for c in (-0.03453126177191734, -0.281072199344635, 0.07940997928380966,
                                        -0.018283359706401825, 0.00348029937595129, -0.0005653963307850063,
                                        7.85369920777157e-05))
 _ERF_ONE, _ERF_SHIFT = np.float32(1.0), np.float32(0.5)
-_ERF_POLY_MIN = 256  # below this many elements the ~20 ufunc calls cost more than scipy's loop (once it is imported)
+_ERF_POLY_MIN = 256  # below this many elements the ~20 ufunc calls cost more than scipy's loop
 #: Where scipy is missing (it is not a dependency), float32 values beyond [-1, 1]: 1 < |x| <= 4: erf(x) = 1 - exp(-x^2)
 #: g(1/x) / x, g(s) = x exp(x^2) erfc(x) on s in [1/4, 1], a degree-12 Chebyshev least-squares fit of it in u = (s -
 #: 5/8) / (3/8) put in powers of u, constant term first: within 5.7e-10 of g relatively, evaluated in float64 (x^2 of
