@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 import tensorwire as tw
+from tensorwire.backends.codegen.cache import entry_key
 from tensorwire.protocol.service import default_worker_threads
 
 from .harness import Result
@@ -128,9 +129,8 @@ def _cold(peer, ours, seed: Path | None = None) -> tuple[float, float, int]:
 
 
 def _kernels(cache: Path) -> set[str]:
-    """The kernel libraries in kernel cache folder ``cache`` (their keys: a source, its artifact and its digest are
-    one)."""
-    return {p.name.split(".", 1)[0] for p in cache.rglob("*") if p.is_file() and not p.name.endswith(".tmp")}
+    """The kernels in kernel cache folder ``cache``: their entries' keys (``cache.entry_key``)."""
+    return {entry_key(p.name) for p in cache.rglob("*") if p.is_file()} - {None}
 
 
 def _host_library(folder: Path) -> Path:

@@ -108,11 +108,19 @@ def holds_nothing() -> bool:
             return False
         try:
             with os.scandir(f.path) as it:
-                if any(not (e.name.startswith(_TMP) or e.name.endswith(".tmp")) for e in it):
+                if any(entry_key(e.name) is not None for e in it):
                     return False
         except OSError:
             return False
     return True
+
+
+def entry_key(name: str) -> str | None:
+    """The key of the cache entry a file of a target's folder belongs to (a source, its artifact and the artifact's
+    digest share one: ``<key>.c``, ``<key>.so``, ``<key>.so.sha256``); None for a temporary a build is writing."""
+    if name.startswith(_TMP) or name.endswith(".tmp"):
+        return None
+    return name.split(".", 1)[0]
 
 
 class UnsafeKernelCache(ConfigurationError):
@@ -408,9 +416,10 @@ class KernelCache:
                     st = f.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                if f.name.startswith(_TMP) or f.name.endswith(".tmp"):
+                key = entry_key(f.name)
+                if key is None:
                     continue
-                e = entries.setdefault((folder, f.name.split(".", 1)[0]), [0.0, 0, []])
+                e = entries.setdefault((folder, key), [0.0, 0, []])
                 e[0] = max(e[0], st.st_mtime)
                 e[1] += st.st_size
                 e[2].append(Path(f.path))

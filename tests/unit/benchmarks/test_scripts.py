@@ -14,7 +14,7 @@ def test_kernels_are_counted_by_key_not_by_file(tmp_path):
     c = tmp_path / "c"
     c.mkdir()
     for name in ("8f93.c", "8f93.so", "8f93.so.sha256", "56a4.c", "56a4.so", "56a4.so.sha256", "e1.cl",
-                 "tmpab12.so.tmp"):  # (a temporary a build is writing: no kernel yet)
+                 "tmpab12.so.tmp", "tmpx9"):  # (temporaries a build is writing: no kernel yet)
         (c / name).write_bytes(b"x")
     assert S._kernels(tmp_path) == {"8f93", "56a4", "e1"}
     assert S._kernels(tmp_path / "absent") == set()
