@@ -1029,9 +1029,9 @@ class Session:
             out += filterfalse(kept.__contains__, release) if kept else release
             if gone:
                 dropped += gone
-                # (the inputs of the nodes dropped in this round, in C passes, unpinned together, after: a few one
-                # read at a time, many as counted, in C (a loader's hundreds of aliases read a few kept tensors: the
-                # MNIST script's ~600 a step); a held handle this frees is in _release: the next round takes it)
+                # (the inputs of the nodes dropped in this round, unpinned together, after: a few one read at a
+                # time, many counted first (a loader's hundreds of aliases read a few kept tensors: the MNIST
+                # script's ~600 a step); a held handle this frees is in _release: the next round takes it)
                 reads = list(chain.from_iterable(map(_ids_field, map(lazy.pop, gone))))
                 if reads:
                     self._unpin(collections.Counter(reads).items() if len(reads) > UNPIN_ONE_BY_ONE
@@ -2258,9 +2258,9 @@ def encode_batch(pending: list, where: dict | None = None) -> Batch:
 
 
 _device_field = itemgetter(4)  # (a pending entry's device)
-_ids_field = itemgetter(1)  # (a lazy node's input handles)
 _metas_field = itemgetter(6)  # (... its input metas)
 _akey_field = itemgetter(7)  # (... its attrs key)
+_ids_field = itemgetter(1)  # (a lazy node's input handles)
 #: batch structures seen: what :func:`encode_batch` derived from one (:class:`_Shape`), by the tuple of its nodes' ops,
 #: a few shapes a key at most; bounded as the plans are. A pure function of the structure, shared by sessions
 MAX_SHAPES = MAX_PLANS
