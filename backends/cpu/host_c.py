@@ -35,15 +35,16 @@ not take; the functions here return None then.
   copies (one pass, where numpy's fill and copy made two). These conv kernels contract multiply-adds into FMAs (one
   rounding), as the BLAS gemms they stand in for do.
 
-The library is built on a background thread from the first time a large call wants it while the kernel cache lacks
-it (:data:`BUILD_ELEMENTS`), numpy's spellings serving the calls until it is there: no call waits for the compiler,
-and a program of small calls (a DCGAN's inits) never starts it; from the cache, or once built, it serves every call
-of :data:`MIN_ELEMENTS` and more. It is built in three parts, three libraries (:data:`PARTS`), each used as soon as it
-is there: randn's fill (~0.16 s of gcc here), the conv kernels (~0.8 s), the row kernels (~0.45 s), the part a
-call wants first (the fill is built for draws only: :data:`OWN_CALLS_ONLY`). So a large model's first convolutions
-wait for the one part (a cold CIFAR ResNet run, 3 steps: 2.59 -> 2.49 s, median of 8, with the conv and row kernels
-split; built at once in parallel, 2.49 s too, on 2 cores shared with the run), and a large model's initialisation
-draws most of its weights in C, its fill built from a middling draw (:data:`RANDOM_BUILD_ELEMENTS`) in ~0.2 s.
+The library is built on a background thread from the first time a large call wants it while the kernel cache lacks it
+(:data:`BUILD_ELEMENTS`), numpy's spellings serving the calls until it is there: no call waits for the compiler, and a
+program of small calls (a DCGAN's inits) never starts it; from the cache, or once built, it serves every call of
+:data:`MIN_ELEMENTS` and more. It is built in four parts, four libraries (:data:`PARTS`), each used as soon as it is
+there: randn's fill (~0.16 s of gcc here), the conv kernels (~0.8 s), the row kernels (~0.45 s), float32 erf (~0.1 s),
+the part a call wants first (the fill and erf are built for their own calls only: :data:`OWN_CALLS_ONLY`). So a large
+model's first convolutions wait for the one part (a cold CIFAR ResNet run, 3 steps: 2.59 -> 2.49 s, median of 8, with
+the conv and row kernels split; built at once in parallel, 2.49 s too, on 2 cores shared with the run), and a large
+model's initialisation draws most of its weights in C, its fill built from a middling draw
+(:data:`RANDOM_BUILD_ELEMENTS`) in ~0.2 s.
 ``tests/unit/backends/cpu/test_host_c.py`` checks each against its numpy spelling.
 """
 
@@ -58,15 +59,15 @@ import numpy as np
 from ..codegen.c import CRenderer
 from ..codegen.cache import NotCached, cached_only
 from ..codegen.render import PREAMBLE_RNG
-from . import compiled
+from . import compiled, erf
 from .scratch import scratch
 
 log = logging.getLogger("tensorwire.kernels")
 
 _PRELUDE = CRenderer.headers + "#include <stdlib.h>\n" + CRenderer.macros + "\n"
-#: the library's C in three parts, each a library of its own in the kernel cache (:data:`PARTS`; the module's
-#: docstring lists the functions). randn's fill: element i of out is tw_randn(seed, offset, i), cast to float32 where
-#: out is (rounded to nearest, as numpy's astype); OpenMP threads share large calls
+#: the library's C in four parts (erf's: :mod:`.erf`), each a library of its own in the kernel cache (:data:`PARTS`; the
+#: module's docstring lists the functions). randn's fill: element i of out is tw_randn(seed, offset, i), cast to float32
+#: where out is (rounded to nearest, as numpy's astype); OpenMP threads share large calls
 RANDOM_SOURCE = _PRELUDE + PREAMBLE_RNG + r"""
 void tw_randn_fill(unsigned long long seed, unsigned long long offset, long long n, void *out, int f64) {
   if (f64) {
@@ -566,6 +567,10 @@ BUILD_ELEMENTS = 1 << 20
 #: empty kernel cache against 0.13 s with the fill there
 RANDOM_BUILD_ELEMENTS = 1 << 17
 
+#: the smallest erf that starts the build of its part alone when the kernel cache lacks it: ~0.1 s of gcc once a
+#: machine, against ~150 us a call of this size in numpy (a GELU model's interpreted steps make hundreds a run)
+ERF_BUILD_ELEMENTS = 1 << 15
+
 _DTYPES = {np.dtype(np.float64): 1, np.dtype(np.float32): 0}
 _LL = ctypes.c_longlong
 _POOL_ARGS = [ctypes.c_void_p] * 3 + [_LL] * 13
@@ -587,17 +592,20 @@ _SIGNATURES = {"tw_randn_fill": [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c
                "tw_conv2d_direct_pad_f32": [ctypes.c_void_p] * 3 + [_LL] * 13,
                "tw_conv2d_grad_weight_direct_f32": [ctypes.c_void_p] * 3 + [_LL] * 16,
                "tw_phase_split_f32": [ctypes.c_void_p] * 2 + [_LL] * 9, "tw_conv_lanes": [],
-               "tw_phase_merge_f32": [ctypes.c_void_p] * 3 + [_LL] * 7}
+               "tw_phase_merge_f32": [ctypes.c_void_p] * 3 + [_LL] * 7,
+               "tw_erf_f32": [ctypes.c_void_p] * 2 + [_LL]}
 #: the functions that return a value, and its type (the others return none)
 _RESTYPES = {"tw_conv_lanes": _LL}
 #: the library's parts, each with the names of its functions in :data:`_SIGNATURES`, in the order a build makes them
 #: after the one the call that started it wants (:func:`_want`): randn's fill (~0.16 s of gcc here: a
 #: large model's initialisation draws while it builds), the conv kernels (~0.8 s: what a large model's first steps
-#: wait for), the row kernels (~0.45 s)
-PARTS = (("random", RANDOM_SOURCE, frozenset({"tw_randn_fill"})),
-         ("conv", CONV_SOURCE, frozenset(n for n in _SIGNATURES if "conv" in n or "phase" in n)),
-         ("rows", ROWS_SOURCE, frozenset(n for n in _SIGNATURES
-                                         if "conv" not in n and "phase" not in n and n != "tw_randn_fill")))
+#: wait for), the row kernels (~0.45 s), float32 erf (:mod:`.erf`; ~0.1 s)
+_OWN_PARTS = {"random": frozenset({"tw_randn_fill"}), "math": frozenset({"tw_erf_f32"})}
+_CONV_NAMES = frozenset(n for n in _SIGNATURES if "conv" in n or "phase" in n)
+PARTS = (("random", RANDOM_SOURCE, _OWN_PARTS["random"]),
+         ("conv", CONV_SOURCE, _CONV_NAMES),
+         ("rows", ROWS_SOURCE, frozenset(_SIGNATURES).difference(_CONV_NAMES, *_OWN_PARTS.values())),
+         ("math", _PRELUDE + erf.c_source(), _OWN_PARTS["math"]))
 #: the part of each function (the part a call wants built first)
 PART_OF = {n: name for name, _, names in PARTS for n in names}
 _lock = threading.Lock()
@@ -667,8 +675,9 @@ def _build_in_background() -> None:
 
 
 #: parts built for their own calls only, not with the others for a large call of another kind (a CIFAR ResNet draws
-#: no large weights: building the fill beside its conv and row kernels made its cold run ~0.25 s slower)
-OWN_CALLS_ONLY = frozenset({"random"})
+#: no large weights: building the fill beside its conv and row kernels made its cold run ~0.25 s slower; a CNN has no
+#: erf), and a call of theirs builds its part alone
+OWN_CALLS_ONLY = frozenset(_OWN_PARTS)
 
 
 def _want(first: str, alone: bool) -> None:
@@ -735,6 +744,22 @@ def normal(seed: int, offset: int, shape, npdtype) -> np.ndarray | None:
         return None
     out = np.empty(shape, npdtype)
     fill(seed % (1 << 64), offset % (1 << 64), n, out.ctypes.data, code)
+    return out
+
+
+def erf_f32(x: np.ndarray) -> np.ndarray | None:
+    """erf of a float32 array by the C spelling of :func:`.erf.erf_float32` (any length: its numpy spelling costs
+    ~25 us a call whatever the length), or None where it does not apply (another dtype, no C compiler; while the
+    kernel cache lacks it: from :data:`ERF_BUILD_ELEMENTS` on a call has it built, alone)."""
+    if x.dtype != np.float32:
+        return None
+    fns = _functions(build="tw_erf_f32" if x.size >= ERF_BUILD_ELEMENTS else None, alone=True)
+    f = None if fns is None else fns.get("tw_erf_f32")
+    if f is None:
+        return None
+    xs = np.ascontiguousarray(x)
+    out = np.empty(x.shape, np.float32)
+    f(xs.ctypes.data, out.ctypes.data, x.size)
     return out
 
 

@@ -19,6 +19,7 @@ from tensorwire.protocol.errors import DTypeError, IndexOutOfRange
 from tensorwire.protocol.ops import COMPARE, OPS, binary_dtype
 
 from . import blas, host_c
+from .erf import erf_float32
 
 _SCIPY_ERF = None  # (scipy's erf once imported, else math.erf vectorised)
 _HAVE_SCIPY: bool | None = None  # (whether scipy.special imported: known from the first erf)
@@ -125,73 +126,11 @@ def _unary(fn, int_identity=False):
     return k
 
 
-#: erf(x) = x + x q(x^2 - 1/2) on [-1, 1]: q is a degree-6 weighted least-squares fit (to minimax) of erf(x)/x - 1 in
-#: float64, its coefficients rounded to float32, constant term first. Evaluated in float32 (Horner; the shift by 1/2
-#: keeps its partial sums small), and scipy beyond (:data:`_ERFC_TAIL` where scipy is missing), it is within 0.98 ulp
-#: of the exact erf of every float32 in [-4, 4] (94% correctly rounded; checked once against float64 over all 2.16e9
-#: of them, and on a dense sample by tests/unit/backends/cpu/test_erf_float32.py)
-_ERF_Q = tuple(np.float32(c) for c in (-0.03453126177191734, -0.281072199344635, 0.07940997928380966,
-                                       -0.018283359706401825, 0.00348029937595129, -0.0005653963307850063,
-                                       7.85369920777157e-05))
-_ERF_ONE, _ERF_SHIFT = np.float32(1.0), np.float32(0.5)
-_ERF_POLY_MIN = 256  # below this many elements the ~20 ufunc calls cost more than scipy's loop
-#: Where scipy is missing (it is not a dependency), float32 values beyond [-1, 1]: 1 < |x| <= 4: erf(x) = 1 - exp(-x^2)
-#: g(1/x) / x, g(s) = x exp(x^2) erfc(x) on s in [1/4, 1], a degree-12 Chebyshev least-squares fit of it in u = (s -
-#: 5/8) / (3/8) put in powers of u, constant term first: within 5.7e-10 of g relatively, evaluated in float64 (x^2 of
-#: a float32 is exact there); past 4, erf rounds to +-1 in float32. Every float32 in (1, 4.5], both signs: within
-#: 0.5014 ulp of the exact erf, 99.997% correctly rounded. ~29 ns an element, against ~83 for math.erf vectorised
-#: (scipy's loop: ~14; session 55 tried the fit in scipy's place, to spare a worker scipy.special's import, 0.15-0.3
-#: s of a GELU model's cold run: the char-level transformer's warm run, on numpy's erf, took 30-110 ms longer)
-_ERFC_TAIL = (0.4895247876041225, -0.06434461990492887, -0.00018204205746073917, 0.003802274370866844,
-              -0.0015432747575895851, 0.0003677260734870608, -2.7878214072099883e-05, -2.5138923191539717e-05,
-              1.7102002420817158e-05, -7.607499166740831e-06, 2.4204113127107658e-06, 2.3854319850410914e-07,
-              -4.1173591877524735e-07)
-
-
-def erf_float32(x: np.ndarray) -> np.ndarray:
-    """erf of a float32 array, within 1 ulp of the exact value; ~4x faster than scipy's loop (~13 ns an element,
-    GELU's largest kernel). |x| <= 1 (most of GELU's inputs over sqrt 2) by the polynomial of :data:`_ERF_Q`; the
-    rest (|x| > 1, NaN) by scipy, exactly (:func:`_erf_tail` where scipy is missing)."""
-    if x.size < _ERF_POLY_MIN:
-        return np.asarray(_erf(x), np.float32)  # (math.erf's, where scipy is missing, are float64)
-    xc = np.clip(x, -_ERF_ONE, _ERF_ONE)  # (NaN stays NaN, and fails xc == x below)
-    z = xc * xc
-    z -= _ERF_SHIFT
-    q = _ERF_Q
-    y = z * q[6]
-    for c in q[5:0:-1]:
-        y += c
-        y *= z
-    y += q[0]
-    y *= xc
-    y += xc
-    out = xc != x
-    if out.any():
-        i = np.flatnonzero(out)
-        rest = np.ravel(x).take(i)
-        f = _SCIPY_ERF or _erf_function()
-        y.put(i, f(rest) if _HAVE_SCIPY else _erf_tail(rest))
-    return y
-
-
-def _erf_tail(x: np.ndarray) -> np.ndarray:
-    """erf of float32 values beyond [-1, 1] (NaN too), as float32, without scipy (:data:`_ERFC_TAIL`)."""
-    a = np.abs(x).astype(np.float64)
-    t = np.clip(a, 1.0, 4.0)  # (NaN stays NaN)
-    s = 1.0 / t
-    u = (s - 0.625) / 0.375
-    c = _ERFC_TAIL
-    g = u * c[-1]
-    for k in c[-2:0:-1]:
-        g += k
-        g *= u
-    g += c[0]
-    r = 1.0 - np.exp(-(t * t)) * g * s  # (past 4, clipped to 4: 1 - 1.5e-8, which rounds to 1 in float32)
-    return np.copysign(r, x).astype(np.float32)
-
-
 def _erf_any(x: np.ndarray) -> np.ndarray:
-    return erf_float32(x) if x.dtype == np.float32 else _erf(x)  # (float64 and complex: scipy's, exact)
+    if x.dtype != np.float32:
+        return _erf(x)  # (float64 and complex: scipy's, exact)
+    got = host_c.erf_f32(x)  # (the C spelling of erf_float32's algorithm, where the host library has it)
+    return erf_float32(x) if got is None else got
 
 
 KERNELS["erf"] = _unary(_erf_any)

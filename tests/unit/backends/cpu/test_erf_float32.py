@@ -1,9 +1,10 @@
-"""The CPU backend's float32 erf (``kernels.erf_float32``, GELU's largest kernel): a polynomial in float32 on [-1, 1]
-and scipy beyond, within 1 ulp of the exact value. Checked against float64 over every third float32 in [1/2, 1]
-(where the error peaks) and a sample elsewhere, both signs; every float32 in [-4, 4] was checked once (0.98 ulp at
-most, 93% correctly rounded). Where scipy is missing, the values beyond [-1, 1] come from a fit of erfc
-(``kernels._erf_tail``): checked here over every 97th float32 in [1, 4.5] and the special values (every one in
-(1, 4.5] was checked once: 0.5014 ulp at most, 99.997% correctly rounded), and in a process without scipy."""
+"""The CPU backend's float32 erf (``backends/cpu/erf.py``, GELU's largest kernel): a polynomial in float32 on [-1, 1]
+and a fit of erfc beyond (``erf.erf_tail``), within 1 ulp of the exact value, spelled in numpy (``erf_float32``) and
+in C (the host library's ``tw_erf_f32``, ``host_c.erf_f32``). Checked against float64 (scipy's erf) over every third
+float32 in [1/2, 1] (where the error peaks) and a sample elsewhere, both signs; every float32 in [-4, 4] was checked
+once (0.98 ulp at most, 93% correctly rounded), and every one in (1, 4.5] for the fit (0.5014 ulp at most, 99.997%
+correctly rounded). The two spellings give the same bits (on arrays of 256 elements and more: a shorter one takes
+math.erf element by element in numpy); neither imports scipy."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-from tensorwire.backends.cpu.kernels import KERNELS, _erf_tail, erf_float32
+from tensorwire.backends.cpu import host_c
+from tensorwire.backends.cpu.erf import C_BLOCK, erf_float32
+from tensorwire.backends.cpu.erf import erf_tail as _erf_tail
+from tensorwire.backends.cpu.kernels import KERNELS
 from tensorwire.protocol import dtypes as D
 
 scipy_special = pytest.importorskip("scipy.special")
@@ -61,7 +65,7 @@ def test_layouts_shapes_and_the_kernel():
     assert np.array_equal(erf_float32(x.T), flat.T)  # a non-contiguous input, its values past 1 included
     assert np.array_equal(erf_float32(x[:, ::3]), flat[:, ::3])
     assert erf_float32(np.zeros((0, 5), np.float32)).shape == (0, 5)
-    small = x[0, :10]  # short inputs go to scipy's loop where it is imported (here it is): within the same bound
+    small = x[0, :10]  # (short inputs: math.erf element by element, within the same bound)
     assert np.all(_ulps(small) <= 1.0)
     k = KERNELS["erf"]
     assert np.array_equal(k([x], {}, x.shape, D.float32), flat)
@@ -88,22 +92,69 @@ def test_the_fit_beyond_one_is_within_one_ulp_without_scipy():
 
 
 def test_float32_erf_in_a_process_without_scipy():
-    """With scipy missing (it is not a dependency), long inputs take the fit beyond [-1, 1] and short ones math.erf:
-    within 1 ulp, the same bits as the fit here."""
+    """scipy is not a dependency: without it, float32 erf gives the same bits as here, long inputs and short ones."""
     code = ("import sys, numpy as np\n"
             "sys.modules['scipy'] = None  # (import scipy.special raises ImportError)\n"
-            "from tensorwire.backends.cpu import kernels as K\n"
+            "from tensorwire.backends.cpu import erf as E\n"
             "x = np.linspace(-5, 5, 1001, dtype=np.float32)\n"
-            "long, short = K.erf_float32(x), K.erf_float32(x[::97])\n"
-            "assert K._HAVE_SCIPY is False\n"
+            "long, short = E.erf_float32(x), E.erf_float32(x[::97])\n"
             "sys.stdout.write(long.tobytes().hex() + ' ' + short.tobytes().hex())\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     long, short = (np.frombuffer(bytes.fromhex(h), np.float32) for h in done.stdout.split())
     x = np.linspace(-5, 5, 1001, dtype=np.float32)
+    assert np.array_equal(long.view(np.uint32), erf_float32(x).view(np.uint32))
+    assert np.array_equal(short.view(np.uint32), erf_float32(x[::97]).view(np.uint32))
     exact = scipy_special.erf(x.astype(np.float64))
     ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
     assert np.all(np.abs(long - exact) / ulp <= 1.0)
-    past = np.abs(x) > 1
-    assert np.array_equal(long[past], _erf_tail(x[past]))
     assert np.all(np.abs(short - exact[::97]) / ulp[::97] <= 1.0)
+
+
+def test_the_erf_kernel_never_imports_scipy_for_float32():
+    """A float32 model's GELU does not import scipy.special (~0.15 s of a worker's cold run), scipy installed or not;
+    float64's erf still comes from scipy's loop, exactly."""
+    code = ("import sys, numpy as np\n"
+            "from tensorwire.backends.cpu.kernels import KERNELS\n"
+            "from tensorwire.protocol import dtypes as D\n"
+            "for n in (3, 300, 5000):\n"
+            "    x = np.linspace(-3, 3, n, dtype=np.float32)\n"
+            "    KERNELS['erf']([x], {}, x.shape, D.float32)\n"
+            "    KERNELS['erf']([x.astype(np.float16)], {}, x.shape, D.float16)\n"
+            "assert not any(m == 'scipy' or m.startswith('scipy.') for m in sys.modules), 'scipy imported'\n"
+            "KERNELS['erf']([x.astype(np.float64)], {}, x.shape, D.float64)\n"
+            "assert 'scipy.special' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def c_erf():
+    if not host_c.build_now():
+        pytest.skip(f"the host C library cannot be built here: {host_c._why}")
+    return host_c.erf_f32
+
+
+def test_the_c_spelling_gives_the_numpy_spelling_s_bits(c_erf):
+    """Every 61st float32 in [0, 4.6], both signs (the fit's whole range and past it), the special values, lengths
+    around the C kernel's blocks, a non-contiguous input and a 0-d one: the same bits as the numpy spelling."""
+    a, b = (int(np.float32(v).view(np.uint32)) for v in (0.0, 4.6))
+    x = np.arange(a, b, 61, dtype=np.uint32).view(np.float32)
+    for s in (x, -x):
+        assert np.array_equal(c_erf(s).view(np.uint32), erf_float32(s).view(np.uint32))
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1.0, -1.0, 4.0, -4.0, 1e30, -1e30]
+                       + [1.5, -0.5] * 200, np.float32)
+    got = c_erf(special)
+    assert np.isnan(got[0]) and np.array_equal(got[1:], erf_float32(special)[1:])
+    assert np.signbit(got[4]) and not np.signbit(got[3])
+    rng = np.random.default_rng(1)
+    for n in (1, C_BLOCK - 1, C_BLOCK, C_BLOCK + 1, 3 * C_BLOCK + 7):
+        v = (rng.standard_normal(n) * 2).astype(np.float32)
+        assert np.array_equal(c_erf(v), erf_float32(v) if n >= 256 else c_erf(v[::-1])[::-1])
+        assert np.all(_ulps(v) <= 1.0)
+    m = (rng.standard_normal((70, 90)) * 2).astype(np.float32)
+    assert np.array_equal(c_erf(m.T), erf_float32(np.ascontiguousarray(m.T)))
+    assert c_erf(np.float32(1.5).reshape(())).shape == () and c_erf(np.zeros((0, 4), np.float32)).shape == (0, 4)
+    k = KERNELS["erf"]
+    assert np.array_equal(k([m], {}, m.shape, D.float32), c_erf(m))  # (the kernel takes the C spelling once built)
+    assert c_erf(m.astype(np.float64)) is None

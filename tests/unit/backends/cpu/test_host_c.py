@@ -54,7 +54,7 @@ assert F.normal(3, 0, (5000,), np.float32) is None
 assert F._lib is None and set(F._parts.values()) == {"absent"} and not any(cache.rglob("*.so")) and F._building is None
 assert F.normal(3, 0, (20000,), np.float64) is None  # (numpy draws it: the build has started, in the background)
 F._building.join(100)
-assert len(list(cache.rglob("*.so"))) == len(F.PARTS)  # (each part a library of its own)
+assert len(list(cache.rglob("*.so"))) == len(F.PARTS) - 1  # (each part a library of its own; erf's: for erf only)
 assert built == ["random", "conv", "rows"], built  # (the part the large call wanted first, then the others)
 big = F.normal(3, 0, (20000,), np.float64)
 assert big is not None and big.tobytes() == R.normal(3, 0, (20000,), np.float64).tobytes()
@@ -114,17 +114,33 @@ assert F.log_softmax(x) is not None
 """
 
 
+#: erf's part: a small call builds nothing, one of ERF_BUILD_ELEMENTS builds erf's part alone (a GELU model's
+#: interpreted steps: no conv or row kernels for it), and then every call takes the C spelling, the same bits as numpy's
+_ERF_ALONE = """
+import numpy as np
+from tensorwire.backends.cpu import erf, host_c as F
+built, load = [], F._load
+F._load = lambda source, names, build: (build and built.append(F.PART_OF[min(names)]), load(source, names, build))[1]
+x = np.random.default_rng(0).standard_normal(F.ERF_BUILD_ELEMENTS).astype(np.float32)
+assert F.erf_f32(x[:F.ERF_BUILD_ELEMENTS - 1]) is None and F._building is None and not built
+assert F.erf_f32(x) is None  # (numpy's spelling: the build has started)
+F._building.join(100)
+assert built == ["math"], built
+assert np.array_equal(F.erf_f32(x), erf.erf_float32(x)) and F.erf_f32(x[:5]) is not None
+"""
+
+
 @needs_cc
 def test_the_part_a_large_call_wants_is_built_first(tmp_path):
     """The first large call's part is built first, then the others in ``PARTS``' order: a model whose first large
     call is a log_softmax or a batch norm has its row kernels first (and not randn's fill, built for draws only). A
     middling draw builds the fill alone (a large model's initialisation), and a large call later the parts still
-    missing."""
+    missing; a middling erf builds erf's part alone."""
     import os
     import subprocess
     import sys
 
-    for i, script in enumerate((_ROWS_FIRST, _FILL_ALONE)):
+    for i, script in enumerate((_ROWS_FIRST, _FILL_ALONE, _ERF_ALONE)):
         cache = tmp_path / f"kernels{i}"  # (each an empty kernel cache)
         cache.mkdir(mode=0o700)
         env = {**os.environ, "TENSORWIRE_KERNEL_CACHE": str(cache)}
@@ -137,10 +153,11 @@ def test_the_parts_hold_every_function_once():
     part built first)."""
     names = [n for _, _, part in host_c.PARTS for n in part]
     assert sorted(names) == sorted(host_c._SIGNATURES) and len(set(names)) == len(names)
-    assert [name for name, _, _ in host_c.PARTS] == ["random", "conv", "rows"]
+    assert [name for name, _, _ in host_c.PARTS] == ["random", "conv", "rows", "math"]
     assert host_c.PARTS[0][2] == {"tw_randn_fill"} and "tw_conv2d_direct_pad_f32" in host_c.PARTS[1][2]
-    assert {host_c.PART_OF[n] for n in ("tw_randn_fill", "tw_conv2d_direct_f32", "tw_bn_apply_f64")} == \
-        {"random", "conv", "rows"}
+    assert {host_c.PART_OF[n] for n in ("tw_randn_fill", "tw_conv2d_direct_f32", "tw_bn_apply_f64", "tw_erf_f32")} \
+        == {"random", "conv", "rows", "math"}
+    assert host_c.OWN_CALLS_ONLY == {"random", "math"}
     for _, source, part in host_c.PARTS:
         for name in part:
             assert re.search(rf"\b{name}\b", source), name  # (defined there, or made by a macro there)
