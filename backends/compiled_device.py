@@ -450,6 +450,13 @@ def has_complex(steps) -> bool:
     return got
 
 
+def remember_complex(steps, answer: bool) -> None:
+    """Give :func:`has_complex` its answer for ``steps``, which the planner knows already (summed per remembered
+    expansion: ``executor._Expansion``; a pass over a shape-changing loop's every plan had cost ~0.5 us a step)."""
+    global _LAST_COMPLEX
+    _LAST_COMPLEX = (steps, len(steps), answer)
+
+
 def complex_error(device, what: str) -> NotImplementedError:
     """The error for ``what`` (an op on complex values, an upload of them) on ``device``, whose kernels have no
     complex arithmetic."""
@@ -531,4 +538,5 @@ class CompiledDevice(Device):
 
 
 __all__ = ["Allocations", "CompiledDevice", "CompilingBackend", "CountedBuffer", "Discovery", "DiscoveringBackend",
-           "Found", "KernelModules", "complex_error", "has_complex", "load_binding", "one_line", "refuse_complex"]
+           "Found", "KernelModules", "complex_error", "has_complex", "load_binding", "one_line", "refuse_complex",
+           "remember_complex"]

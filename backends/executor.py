@@ -27,9 +27,10 @@ from tensorwire.protocol.ops import OPS, a_dtype, a_int, get_op, infer
 from tensorwire.protocol.shapes import check_shape
 
 from .base import Device, Program, Step
+from .compiled_device import remember_complex
 from .expansion_counts import counts_as
 from .hot import UNKEYED, Tier, tier_for
-from .jobs import plan_work
+from .jobs import plan_work, step_work
 from .quota import peak_bytes
 from .worker_ops import WORKER_OPS, dynamic_call
 
@@ -92,6 +93,24 @@ class _PlanBuilder(ExpandingBuilder):
         self.met: set | None = None  # the composites the node being planned met (when asked: see compile_plan)
         self.memos: dict[int, list] = {}  # step index -> its remembered expansion's holder (see Plan.step_memos)
         self.frozen = UNKEYED  # the attributes of the node :func:`_expand` expanded last, frozen (its key's)
+        #: facts of ``steps[:counted]`` the plan asks of every step: their work (``jobs.plan_work``) and whether one
+        #: makes or reads a complex value (``compiled_device.has_complex``), summed per remembered expansion
+        self.counted = 0
+        self.work = 0
+        self.complex = False
+
+    def count(self, expansion: _Expansion) -> None:
+        """Add the facts of ``expansion``'s steps, just appended."""
+        self.work += expansion.work
+        self.complex = self.complex or expansion.complex
+        self.counted = len(self.steps)
+
+    def count_rest(self) -> None:
+        """Add the facts of the steps appended since the last count, one by one (steps not from an expansion)."""
+        for st in self.steps[self.counted:]:
+            self.work += step_work(st.op, st.shape, st.in_meta)
+            self.complex = self.complex or st.complex_dtype() is not None
+        self.counted = len(self.steps)
 
     def op(self, name: str, /, *inputs: Value, **attrs) -> Value:
         if self.met is not None and get_op(name).decompose is not None:
@@ -111,7 +130,7 @@ class Plan:
     """A compiled fragment: steps over slots (external inputs first), and where each node's output lives."""
 
     def __init__(self, program: Program, node_slot: list[int | None], ext_metas: list, nslots: int,
-                 node_meta: list):
+                 node_meta: list, work: int | None = None):
         self.program = program
         self.node_slot = node_slot
         self.ext_metas = ext_metas
@@ -124,7 +143,8 @@ class Plan:
         self.has_transfers = bool(special & _TRANSFER_OPS)
         self.send_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == SEND) if SEND in special else _NONE
         self.recv_keys = frozenset(st.attrs["xfer"] for st in steps if st.op == RECV) if RECV in special else _NONE
-        self.work = plan_work(steps)  # elements touched: decides where the worker runs it
+        # elements touched: decides where the worker runs it (``work``: the planner's sum of it)
+        self.work = plan_work(steps) if work is None else work
         self.worker_ops = bool(special & WORKER_OPS.keys())  # reads frames or the hub
         self.reads_hub = "hub_tensor" in special  # (a download: not the replay fast path's)
         #: (released-outputs mask, kept nodes) -> what replays keeping those outputs share (:meth:`kept`), and
@@ -456,6 +476,8 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
             except Exception:  # noqa: BLE001 - (an unknown op, an attribute that is not a plain value)
                 pass
         attrs_keys.append(akey)
+        if b.counted < len(steps):  # (steps not from a remembered expansion: a transfer, a failed node's none)
+            b.count_rest()
     # last uses, so temporaries are freed as soon as they are consumed
     last: dict[int, int] = {}
     for i, s in enumerate(steps):
@@ -467,7 +489,8 @@ def _compile(device: Device, nodes: list, ext_metas: list, native: frozenset,
     for i, f in frees.items():
         steps[i].frees = tuple(f)
     program = device.compile(steps)
-    plan = Plan(program, node_slot, list(ext_metas), b.next_slot, node_meta)
+    remember_complex(steps, b.complex)
+    plan = Plan(program, node_slot, list(ext_metas), b.next_slot, node_meta, b.work)
     plan.dyn_checks = dyn_checks
     plan.step_memos = b.memos
     plan.attrs_keys = attrs_keys
@@ -489,11 +512,19 @@ class _Expansion:
     the node's value so written, ``meta`` its ``(shape, dtype)`` when a step of its own writes it (else None: it is
     input ``-out - 1``); ``composites`` the composite ops it met."""
 
-    __slots__ = ("steps", "out", "meta", "composites")
+    __slots__ = ("steps", "out", "meta", "composites", "work", "complex")
 
     def __init__(self, steps: tuple, out: int, composites: frozenset):
         self.steps, self.out, self.composites = steps, out, composites
         self.meta = (steps[out][3], steps[out][4]) if out >= 0 else None
+        #: what a plan asks of each of these steps, summed once here (``_PlanBuilder.count``)
+        self.work = sum([step_work(st[0], st[3], st[5]) for st in steps])
+        self.complex = any(_complex_step(st[4], st[5]) for st in steps)
+
+
+def _complex_step(dtype, in_meta) -> bool:
+    """``Step.complex_dtype() is not None`` for a step making ``dtype`` from inputs of ``in_meta``."""
+    return dtype is not None and dtype.is_complex or any(type(m) is tuple and m[1].is_complex for m in in_meta)
 
 
 _NATIVE_IDS: dict = {}  # a native set -> its number in the keys of _EXPANSIONS (equal sets are often not one object)
@@ -555,6 +586,7 @@ def _expand(b: _PlanBuilder, native: int, op: str, metas: list, slots: list, att
                           base + m, origin, None, False, (), in_meta))  # (Step's fields in order: no keywords)
         m += 1
     b.next_slot = base + m
+    b.count(got)
     out = got.out
     if out < 0:
         return metas[-out - 1], slots[-out - 1], composites
@@ -577,6 +609,7 @@ def _primitive(b: _PlanBuilder, key: tuple, op: str, metas: list, slots: list, a
     b.memos[len(b.steps)] = memo
     b.steps.append(st)
     got = _Expansion(((op, tuple([-a - 1 for a in alias]), attrs, shape, dtype, in_meta, memo),), 0, _NO_COMPOSITES)
+    b.count(got)
     with _EXPANSIONS_LOCK:
         _EXPANSIONS[key] = got
         if len(_EXPANSIONS) > EXPANSIONS_REMEMBERED:
@@ -600,8 +633,10 @@ def _remember(b: _PlanBuilder, key: tuple, op: str, ins: list, attrs: dict) -> V
         return v  # (not a plain expansion into fresh slots: not remembered)
     steps = tuple((st.op, tuple(where[x] for x in st.ins), st.attrs, st.shape, st.dtype, st.in_meta, [None])
                   for st in new)
+    got = _Expansion(steps, where[v.ref], frozenset(met))
+    b.count(got)
     with _EXPANSIONS_LOCK:
-        _EXPANSIONS[key] = _Expansion(steps, where[v.ref], frozenset(met))
+        _EXPANSIONS[key] = got
         if len(_EXPANSIONS) > EXPANSIONS_REMEMBERED:
             _EXPANSIONS.popitem(last=False)
     return v

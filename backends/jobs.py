@@ -113,18 +113,21 @@ def plan_work(steps) -> int:
     """Elements a run of ``steps`` touches: each step's output, and the inputs it reads whole (a matmul counts its
     multiply-adds). A step that reads only what it outputs counts its output and its index inputs, not the whole of
     its source (:func:`reads_output_only`): a loader's 32 windows of a 1M-token text gathered by ``index`` touch 256
-    elements of it, not a million, and a slice of it is a view."""
-    total = 0
-    for s in steps:
-        n = numel(s.shape)
-        if s.op == "matmul" and s.in_meta:
-            k = s.in_meta[0][0][-1] if s.in_meta[0][0] else 1
-            n *= max(1, k)
-        else:
-            for shape, _ in s.in_meta[1:] if reads_output_only(s.op) else s.in_meta:
-                n = max(n, numel(shape))
-        total += n + 64  # a step costs something however small
-    return total
+    elements of it, not a million, and a slice of it is a view. The sum of :func:`step_work` over the steps (the
+    planner sums it once per remembered expansion: ``executor._Expansion``)."""
+    return sum([step_work(s.op, s.shape, s.in_meta) for s in steps])
+
+
+def step_work(op: str, shape, in_meta) -> int:
+    """One step's part of :func:`plan_work`: a step of ``op`` making ``shape`` from inputs of ``in_meta``."""
+    n = numel(shape)
+    if op == "matmul" and in_meta:
+        k = in_meta[0][0][-1] if in_meta[0][0] else 1
+        n *= max(1, k)
+    else:
+        for s, _ in in_meta[1:] if reads_output_only(op) else in_meta:
+            n = max(n, numel(s))
+    return n + 64  # a step costs something however small
 
 
 #: ops that read, of their first input, only the elements they output (beyond the op table's movement kind)
