@@ -44,6 +44,8 @@ ERFC_TAIL = (0.4895247876041225, -0.06434461990492887, -0.00018204205746073917, 
 POLY_MIN = 256
 #: elements a block of the C spelling (:func:`c_source`)
 C_BLOCK = 512
+#: GELU's constants, 1/sqrt(2) and 1/sqrt(2 pi) (``kernels._gelu_grad`` rounds them to its compute dtype)
+SQRT_HALF, INV_SQRT_2PI = 1 / math.sqrt(2.0), 1 / math.sqrt(2 * math.pi)
 
 
 def erf_float32(x: np.ndarray) -> np.ndarray:
@@ -99,48 +101,78 @@ def erf_tail(x: np.ndarray) -> np.ndarray:
 
 
 def c_source() -> str:
-    """The C function ``tw_erf_f32(const float *x, float *out, long long n)``: :func:`erf_float32`'s arithmetic in
-    its order (the host library is built without FMA contraction). Block by block of :data:`C_BLOCK` elements: the
-    polynomial on every lane, then the fit on the block's elements beyond 1 (and NaNs) gathered together, both loops
-    vectorised (the fit's exponential on libmvec's); computed on every lane, the fit's two divisions made the kernel
-    ~4 ns an element. OpenMP's threads share the blocks of a large call."""
+    """The C functions ``tw_erf_f32(const float *x, float *out, long long n)`` and ``tw_gelu_grad_f32(const float *g,
+    const float *x, float *out, long long n)``: :func:`erf_float32`'s arithmetic in its order (the host library is
+    built without FMA contraction), and ``kernels._gelu_grad``'s from it (its exponential libmvec's ``expf``, whose
+    last bit may differ from numpy's). Block by block of :data:`C_BLOCK` elements: the polynomial on every lane, then
+    the fit on the block's elements beyond 1 (and NaNs) gathered together, both loops vectorised (the fit's exponential
+    on libmvec's); computed on every lane, the fit's two divisions made the kernel ~4 ns an element. OpenMP's threads
+    share the blocks of a large call."""
     q = [f"{float(c).hex()}f" for c in ERF_Q]
     g = [float(c).hex() for c in ERFC_TAIL]
-    poly = "".join(f"      y = (y + {c}) * z;\n" for c in q[5:0:-1])
-    tail = "".join(f"      g = (g + {c}) * u;\n" for c in g[-2:0:-1])
+    poly = "".join(f"    y = (y + {c}) * z;\n" for c in q[5:0:-1])
+    tail = "".join(f"    g = (g + {c}) * u;\n" for c in g[-2:0:-1])
+    half, inv = float(np.float32(SQRT_HALF)).hex(), float(np.float32(INV_SQRT_2PI)).hex()
     return f"""
+static void tw_erf_block(const float *x, float *out, int len) {{
+  int at[{C_BLOCK} + 1];
+  int m = 0;
+  #pragma omp simd
+  for (int i = 0; i < len; i++) {{
+    float v = x[i];
+    float xc = v > 1.0f ? 1.0f : (v < -1.0f ? -1.0f : v);  /* (NaN stays NaN, and fails xc == v) */
+    float z = xc * xc;
+    z = z - 0.5f;
+    float y = z * {q[6]};
+{poly}    y = y + {q[0]};
+    y = y * xc;
+    out[i] = y + xc;
+  }}
+  for (int i = 0; i < len; i++) {{  /* (without a branch: their order is random) */
+    at[m] = i;
+    m += !(x[i] >= -1.0f && x[i] <= 1.0f);
+  }}
+  float tv[{C_BLOCK}], tr[{C_BLOCK}];
+  for (int k = 0; k < m; k++) tv[k] = x[at[k]];
+  #pragma omp simd
+  for (int k = 0; k < m; k++) {{
+    float v = tv[k];
+    double t = fabs((double)v);
+    t = t < 1.0 ? 1.0 : (t > 4.0 ? 4.0 : t);  /* (NaN stays NaN) */
+    double s = 1.0 / t;
+    double u = (s - 0.625) / 0.375;
+    double g = u * {g[-1]};
+{tail}    g = g + {g[0]};
+    double r = 1.0 - exp(-(t * t)) * g * s;
+    tr[k] = (float)copysign(r, (double)v);
+  }}
+  for (int k = 0; k < m; k++) out[at[k]] = tr[k];
+}}
+
 void tw_erf_f32(const float *x, float *out, long long n) {{
   #pragma omp parallel for schedule(static) if (n >= 1048576)
+  for (long long b = 0; b < n; b += {C_BLOCK})
+    tw_erf_block(x + b, out + b, (int)(b + {C_BLOCK} < n ? {C_BLOCK} : n - b));
+}}
+
+void tw_gelu_grad_f32(const float *g, const float *x, float *out, long long n) {{
+  #pragma omp parallel for schedule(static) if (n >= 1048576)
   for (long long b = 0; b < n; b += {C_BLOCK}) {{
-    long long e = b + {C_BLOCK} < n ? b + {C_BLOCK} : n;
-    int at[{C_BLOCK} + 1];
-    int m = 0;
+    int len = (int)(b + {C_BLOCK} < n ? {C_BLOCK} : n - b);
+    float xs[{C_BLOCK}], cdf[{C_BLOCK}];
+    const float *xb = x + b, *gb = g + b;
     #pragma omp simd
-    for (long long i = b; i < e; i++) {{
-      float v = x[i];
-      float xc = v > 1.0f ? 1.0f : (v < -1.0f ? -1.0f : v);  /* (NaN stays NaN, and fails xc == v) */
-      float z = xc * xc;
-      z = z - 0.5f;
-      float y = z * {q[6]};
-{poly}      y = y + {q[0]};
-      y = y * xc;
-      out[i] = y + xc;
-    }}
-    for (long long i = b; i < e; i++) {{  /* (without a branch: their order is random) */
-      at[m] = (int)(i - b);
-      m += !(x[i] >= -1.0f && x[i] <= 1.0f);
-    }}
+    for (int i = 0; i < len; i++) xs[i] = xb[i] * {half}f;
+    tw_erf_block(xs, cdf, len);
     #pragma omp simd
-    for (int k = 0; k < m; k++) {{
-      float v = x[b + at[k]];
-      double t = fabs((double)v);
-      t = t < 1.0 ? 1.0 : (t > 4.0 ? 4.0 : t);  /* (NaN stays NaN) */
-      double s = 1.0 / t;
-      double u = (s - 0.625) / 0.375;
-      double g = u * {g[-1]};
-{tail}      g = g + {g[0]};
-      double r = 1.0 - exp(-(t * t)) * g * s;
-      out[b + at[k]] = (float)copysign(r, (double)v);
+    for (int i = 0; i < len; i++) {{
+      float c = (cdf[i] + 1.0f) * 0.5f;
+      float p = xb[i] * xb[i];
+      p = p * -0.5f;
+      p = expf(p);
+      p = p * {inv}f;
+      p = p * xb[i];
+      out[b + i] = (p + c) * gb[i];
     }}
   }}
 }}

@@ -593,14 +593,14 @@ _SIGNATURES = {"tw_randn_fill": [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c
                "tw_conv2d_grad_weight_direct_f32": [ctypes.c_void_p] * 3 + [_LL] * 16,
                "tw_phase_split_f32": [ctypes.c_void_p] * 2 + [_LL] * 9, "tw_conv_lanes": [],
                "tw_phase_merge_f32": [ctypes.c_void_p] * 3 + [_LL] * 7,
-               "tw_erf_f32": [ctypes.c_void_p] * 2 + [_LL]}
+               "tw_erf_f32": [ctypes.c_void_p] * 2 + [_LL], "tw_gelu_grad_f32": [ctypes.c_void_p] * 3 + [_LL]}
 #: the functions that return a value, and its type (the others return none)
 _RESTYPES = {"tw_conv_lanes": _LL}
 #: the library's parts, each with the names of its functions in :data:`_SIGNATURES`, in the order a build makes them
 #: after the one the call that started it wants (:func:`_want`): randn's fill (~0.16 s of gcc here: a
 #: large model's initialisation draws while it builds), the conv kernels (~0.8 s: what a large model's first steps
 #: wait for), the row kernels (~0.45 s), float32 erf (:mod:`.erf`; ~0.1 s)
-_OWN_PARTS = {"random": frozenset({"tw_randn_fill"}), "math": frozenset({"tw_erf_f32"})}
+_OWN_PARTS = {"random": frozenset({"tw_randn_fill"}), "math": frozenset({"tw_erf_f32", "tw_gelu_grad_f32"})}
 _CONV_NAMES = frozenset(n for n in _SIGNATURES if "conv" in n or "phase" in n)
 PARTS = (("random", RANDOM_SOURCE, _OWN_PARTS["random"]),
          ("conv", CONV_SOURCE, _CONV_NAMES),
@@ -760,6 +760,22 @@ def erf_f32(x: np.ndarray) -> np.ndarray | None:
     xs = np.ascontiguousarray(x)
     out = np.empty(x.shape, np.float32)
     f(xs.ctypes.data, out.ctypes.data, x.size)
+    return out
+
+
+def gelu_grad_f32(g: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    """Exact GELU's input gradient ``g * (Phi(x) + x phi(x))`` of float32 arrays of one shape, by the C spelling of
+    ``kernels._gelu_grad`` (:mod:`.erf`), or None where it does not apply (as :func:`erf_f32`; the part is built by
+    the same calls)."""
+    if g.dtype != np.float32 or x.dtype != np.float32 or g.shape != x.shape:
+        return None
+    fns = _functions(build="tw_gelu_grad_f32" if x.size >= ERF_BUILD_ELEMENTS else None, alone=True)
+    f = None if fns is None else fns.get("tw_gelu_grad_f32")
+    if f is None:
+        return None
+    gs, xs = np.ascontiguousarray(g), np.ascontiguousarray(x)
+    out = np.empty(x.shape, np.float32)
+    f(gs.ctypes.data, xs.ctypes.data, out.ctypes.data, x.size)
     return out
 
 

@@ -19,6 +19,8 @@ from tensorwire.protocol.errors import DTypeError, IndexOutOfRange
 from tensorwire.protocol.ops import COMPARE, OPS, binary_dtype
 
 from . import blas, host_c
+from .erf import INV_SQRT_2PI as _INV_SQRT_2PI
+from .erf import SQRT_HALF as _SQRT_HALF
 from .erf import erf_float32
 
 _SCIPY_ERF = None  # (scipy's erf once imported, else math.erf vectorised)
@@ -1267,14 +1269,16 @@ def _layer_norm_grad(ins, a, shape, dt):
     return _out(dx.reshape(shape), dt)
 
 
-_SQRT_HALF, _INV_SQRT_2PI = 1 / math.sqrt(2.0), 1 / math.sqrt(2 * math.pi)
-
-
 @kernel("gelu_grad")
 def _gelu_grad(ins, a, shape, dt):
-    """g * (Phi(x) + x phi(x)): exact GELU's input gradient."""
+    """g * (Phi(x) + x phi(x)): exact GELU's input gradient (float32 in C where the host library has it:
+    ``host_c.gelu_grad_f32``, the same arithmetic, its exponential libmvec's)."""
     ct = _compute(dt)
     g, x = _arr(ins[0], ct), _arr(ins[1], ct)
+    if ct == np.float32 and g.shape == x.shape and dt.np == ct:
+        got = host_c.gelu_grad_f32(g, x)
+        if got is not None:
+            return got
     cdf = _erf_any(x * ct.type(_SQRT_HALF))
     cdf += ct.type(1)
     cdf *= ct.type(0.5)

@@ -158,3 +158,39 @@ def test_the_c_spelling_gives_the_numpy_spelling_s_bits(c_erf):
     k = KERNELS["erf"]
     assert np.array_equal(k([m], {}, m.shape, D.float32), c_erf(m))  # (the kernel takes the C spelling once built)
     assert c_erf(m.astype(np.float64)) is None
+
+
+def test_gelu_grad_in_c_follows_the_numpy_spelling(c_erf):
+    """Exact GELU's input gradient in C (``host_c.gelu_grad_f32``, from the C erf): within 1e-6 of the numpy
+    spelling relative to the size of its terms (``|g| (Phi(x) + |x| phi(x))``: the exponentials differ in their last
+    bit, and ``Phi(x) + x phi(x)`` cancels near x = -0.75), the special values alike, lengths around the blocks; the
+    kernel takes it once the part is built."""
+    import math
+
+    rng = np.random.default_rng(2)
+    k = KERNELS["gelu_grad"]
+    numpy_spelling = host_c.gelu_grad_f32
+    for n in (1, C_BLOCK - 1, C_BLOCK + 1, 70_001):
+        x = (rng.standard_normal(n) * 3).astype(np.float32)
+        g = rng.standard_normal(n).astype(np.float32)
+        got = host_c.gelu_grad_f32(g, x)
+        assert np.array_equal(k([g, x], {}, x.shape, D.float32), got)
+        host_c.gelu_grad_f32 = lambda *a: None
+        try:
+            want = k([g, x], {}, x.shape, D.float32)
+        finally:
+            host_c.gelu_grad_f32 = numpy_spelling
+        x64 = x.astype(np.float64)
+        phi = 0.5 * (1 + scipy_special.erf(x64 / math.sqrt(2)))
+        term = np.abs(g) * (phi + np.abs(x64) * np.exp(-0.5 * x64 ** 2) / math.sqrt(2 * math.pi))
+        assert np.all(np.abs(got.astype(np.float64) - want) <= 1e-6 * term + 1e-30), n
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 5.0, -5.0], np.float32)
+    ones = np.ones_like(special)
+    got = host_c.gelu_grad_f32(ones, special)
+    host_c.gelu_grad_f32 = lambda *a: None
+    try:
+        want = k([ones, special], {}, special.shape, D.float32)
+    finally:
+        host_c.gelu_grad_f32 = numpy_spelling
+    assert np.array_equal(got[:7], want[:7], equal_nan=True) and np.allclose(got[7:], want[7:], rtol=1e-6, atol=0)
+    assert host_c.gelu_grad_f32(ones, special.astype(np.float64)) is None
