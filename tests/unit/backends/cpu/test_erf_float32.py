@@ -154,6 +154,8 @@ def test_the_c_spelling_gives_the_numpy_spelling_s_bits(c_erf):
         assert np.all(_ulps(v) <= 1.0)
     m = (rng.standard_normal((70, 90)) * 2).astype(np.float32)
     assert np.array_equal(c_erf(m.T), erf_float32(np.ascontiguousarray(m.T)))
+    big = (rng.standard_normal(1 << 21) * 2).astype(np.float32)  # (OpenMP's threads share its blocks)
+    assert np.array_equal(c_erf(big), erf_float32(big))
     assert c_erf(np.float32(1.5).reshape(())).shape == () and c_erf(np.zeros((0, 4), np.float32)).shape == (0, 4)
     k = KERNELS["erf"]
     assert np.array_equal(k([m], {}, m.shape, D.float32), c_erf(m))  # (the kernel takes the C spelling once built)
