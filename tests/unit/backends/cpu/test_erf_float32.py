@@ -91,6 +91,13 @@ def test_the_fit_beyond_one_is_within_one_ulp_without_scipy():
     assert got[8] == scipy_special.erf(np.float64(special[8])).astype(np.float32)
 
 
+def _python(code: str) -> str:
+    """What ``code`` writes to stdout, run by a Python process of its own (it must exit 0)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 def test_float32_erf_in_a_process_without_scipy():
     """scipy is not a dependency: without it, float32 erf gives the same bits as here, long inputs and short ones."""
     code = ("import sys, numpy as np\n"
@@ -99,9 +106,7 @@ def test_float32_erf_in_a_process_without_scipy():
             "x = np.linspace(-5, 5, 1001, dtype=np.float32)\n"
             "long, short = E.erf_float32(x), E.erf_float32(x[::97])\n"
             "sys.stdout.write(long.tobytes().hex() + ' ' + short.tobytes().hex())\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    long, short = (np.frombuffer(bytes.fromhex(h), np.float32) for h in done.stdout.split())
+    long, short = (np.frombuffer(bytes.fromhex(h), np.float32) for h in _python(code).split())
     x = np.linspace(-5, 5, 1001, dtype=np.float32)
     assert np.array_equal(long.view(np.uint32), erf_float32(x).view(np.uint32))
     assert np.array_equal(short.view(np.uint32), erf_float32(x[::97]).view(np.uint32))
@@ -124,8 +129,7 @@ def test_the_erf_kernel_never_imports_scipy_for_float32():
             "assert not any(m == 'scipy' or m.startswith('scipy.') for m in sys.modules), 'scipy imported'\n"
             "KERNELS['erf']([x.astype(np.float64)], {}, x.shape, D.float64)\n"
             "assert 'scipy.special' in sys.modules\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    _python(code)
 
 
 @pytest.fixture(scope="module")
