@@ -39,12 +39,12 @@ The library is built on a background thread from the first time a large call wan
 (:data:`BUILD_ELEMENTS`), numpy's spellings serving the calls until it is there: no call waits for the compiler, and a
 program of small calls (a DCGAN's inits) never starts it; from the cache, or once built, it serves every call of
 :data:`MIN_ELEMENTS` and more. It is built in four parts, four libraries (:data:`PARTS`), each used as soon as it is
-there: randn's fill (~0.16 s of gcc here), the conv kernels (~0.8 s), the row kernels (~0.45 s), float32 erf (~0.1 s),
-the part a call wants first (the fill and erf are built for their own calls only: :data:`OWN_CALLS_ONLY`). So a large
-model's first convolutions wait for the one part (a cold CIFAR ResNet run, 3 steps: 2.59 -> 2.49 s, median of 8, with
-the conv and row kernels split; built at once in parallel, 2.49 s too, on 2 cores shared with the run), and a large
-model's initialisation draws most of its weights in C, its fill built from a middling draw
-(:data:`RANDOM_BUILD_ELEMENTS`) in ~0.2 s.
+there: randn's fill (~0.16 s of gcc here), the conv kernels (~0.8 s), the row kernels (~0.45 s), float32 erf and GELU's
+gradient (~0.1 s), the part a call wants first (the fill and erf are built for their own calls only:
+:data:`OWN_CALLS_ONLY`). So a large model's first convolutions wait for the one part (a cold CIFAR ResNet run, 3 steps:
+2.59 -> 2.49 s, median of 8, with the conv and row kernels split; built at once in parallel, 2.49 s too, on 2 cores
+shared with the run), and a large model's initialisation draws most of its weights in C, its fill built from a middling
+draw (:data:`RANDOM_BUILD_ELEMENTS`) in ~0.2 s.
 ``tests/unit/backends/cpu/test_host_c.py`` checks each against its numpy spelling.
 """
 
@@ -599,7 +599,7 @@ _RESTYPES = {"tw_conv_lanes": _LL}
 #: the library's parts, each with the names of its functions in :data:`_SIGNATURES`, in the order a build makes them
 #: after the one the call that started it wants (:func:`_want`): randn's fill (~0.16 s of gcc here: a
 #: large model's initialisation draws while it builds), the conv kernels (~0.8 s: what a large model's first steps
-#: wait for), the row kernels (~0.45 s), float32 erf (:mod:`.erf`; ~0.1 s)
+#: wait for), the row kernels (~0.45 s), float32 erf and GELU's gradient (:mod:`.erf`; ~0.1 s)
 _OWN_PARTS = {"random": frozenset({"tw_randn_fill"}), "math": frozenset({"tw_erf_f32", "tw_gelu_grad_f32"})}
 _CONV_NAMES = frozenset(n for n in _SIGNATURES if "conv" in n or "phase" in n)
 PARTS = (("random", RANDOM_SOURCE, _OWN_PARTS["random"]),
@@ -751,10 +751,7 @@ def erf_f32(x: np.ndarray) -> np.ndarray | None:
     """erf of a float32 array by the C spelling of :func:`.erf.erf_float32` (any length: its numpy spelling costs
     ~25 us a call whatever the length), or None where it does not apply (another dtype, no C compiler; while the
     kernel cache lacks it: from :data:`ERF_BUILD_ELEMENTS` on a call has it built, alone)."""
-    if x.dtype != np.float32:
-        return None
-    fns = _functions(build="tw_erf_f32" if x.size >= ERF_BUILD_ELEMENTS else None, alone=True)
-    f = None if fns is None else fns.get("tw_erf_f32")
+    f = _math_function("tw_erf_f32", x.size) if x.dtype == np.float32 else None
     if f is None:
         return None
     xs = np.ascontiguousarray(x)
@@ -763,14 +760,19 @@ def erf_f32(x: np.ndarray) -> np.ndarray | None:
     return out
 
 
+def _math_function(name: str, n: int):
+    """The math part's function ``name`` for a call of ``n`` elements, or None while the part is not loaded (a call
+    of :data:`ERF_BUILD_ELEMENTS` or more has it built alone) or where it cannot be."""
+    fns = _functions(build=name if n >= ERF_BUILD_ELEMENTS else None, alone=True)
+    return None if fns is None else fns.get(name)
+
+
 def gelu_grad_f32(g: np.ndarray, x: np.ndarray) -> np.ndarray | None:
     """Exact GELU's input gradient ``g * (Phi(x) + x phi(x))`` of float32 arrays of one shape, by the C spelling of
     ``kernels._gelu_grad`` (:mod:`.erf`), or None where it does not apply (as :func:`erf_f32`; the part is built by
     the same calls)."""
-    if g.dtype != np.float32 or x.dtype != np.float32 or g.shape != x.shape:
-        return None
-    fns = _functions(build="tw_gelu_grad_f32" if x.size >= ERF_BUILD_ELEMENTS else None, alone=True)
-    f = None if fns is None else fns.get("tw_gelu_grad_f32")
+    same = g.dtype == x.dtype == np.float32 and g.shape == x.shape
+    f = _math_function("tw_gelu_grad_f32", x.size) if same else None
     if f is None:
         return None
     gs, xs = np.ascontiguousarray(g), np.ascontiguousarray(x)
