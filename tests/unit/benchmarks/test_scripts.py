@@ -25,5 +25,13 @@ def test_the_host_library_cache_holds_its_parts_and_nothing_else(tmp_path):
     from tensorwire.backends.cpu import host_c
 
     cache = S._host_library(tmp_path)
-    assert len(S._kernels(cache)) == len(host_c.PARTS)  # (one library a part: randn's fill, convs, rows)
+    assert len(S._kernels(cache)) == len(host_c.PARTS)  # (one library a part: randn's fill, convs, rows, erf)
     assert all(p.suffix in (".c", ".so", ".sha256") for p in cache.rglob("*") if p.is_file())
+
+
+def test_the_client_s_one_time_start_runs_another_script_than_the_first():
+    """The cold rows' one-time start of the client runs a script of the group, not the first one (whose batch
+    structures the client would then keep for its cold run)."""
+    files = [f for _, f, _, _ in S._scripts()]
+    assert S.ONE_TIME_START in files and files[0] != S.ONE_TIME_START
+    assert (S.PROGRAMS / S.ONE_TIME_START).is_file()
