@@ -62,9 +62,15 @@ class Step:
     def complex_dtype(self) -> D.DType | None:
         """The complex dtype this step makes or reads, else None (a step that makes no value, a transfer's send,
         has no dtype; a failed input's meta, an ``executor.Fail``, reads none: the step passes the failure on)."""
-        if self.dtype is not None and self.dtype.is_complex:
-            return self.dtype
-        return next((m[1] for m in self.in_meta if type(m) is tuple and m[1].is_complex), None)
+        return complex_of(self.dtype, self.in_meta)
+
+
+def complex_of(dtype, in_meta) -> D.DType | None:
+    """:meth:`Step.complex_dtype` of a step making ``dtype`` from inputs of ``in_meta`` (an ``executor._Expansion``
+    holds its steps as tuples of these)."""
+    if dtype is not None and dtype.is_complex:
+        return dtype
+    return next((m[1] for m in in_meta if type(m) is tuple and m[1].is_complex), None)
 
 
 class Backend:

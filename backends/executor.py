@@ -26,7 +26,7 @@ from tensorwire.protocol.graph import RECV, SEND, ExpandingBuilder, Value, attrs
 from tensorwire.protocol.ops import OPS, a_dtype, a_int, get_op, infer
 from tensorwire.protocol.shapes import check_shape
 
-from .base import Device, Program, Step
+from .base import Device, Program, Step, complex_of
 from .compiled_device import remember_complex
 from .expansion_counts import counts_as
 from .hot import UNKEYED, Tier, tier_for
@@ -519,12 +519,7 @@ class _Expansion:
         self.meta = (steps[out][3], steps[out][4]) if out >= 0 else None
         #: what a plan asks of each of these steps, summed once here (``_PlanBuilder.count``)
         self.work = sum([step_work(st[0], st[3], st[5]) for st in steps])
-        self.complex = any(_complex_step(st[4], st[5]) for st in steps)
-
-
-def _complex_step(dtype, in_meta) -> bool:
-    """``Step.complex_dtype() is not None`` for a step making ``dtype`` from inputs of ``in_meta``."""
-    return dtype is not None and dtype.is_complex or any(type(m) is tuple and m[1].is_complex for m in in_meta)
+        self.complex = any(complex_of(st[4], st[5]) is not None for st in steps)
 
 
 _NATIVE_IDS: dict = {}  # a native set -> its number in the keys of _EXPANSIONS (equal sets are often not one object)

@@ -16,8 +16,9 @@ Both compute the same thing in the same order, and neither needs scipy:
 Until session 56 the values beyond 1 came from scipy where it was installed: a float32 model's first GELU imported
 scipy.special (~0.15 s of a worker's cold run, ~7% of the char-level transformer's), and erf's bits depended on
 whether scipy was there. The C spelling runs the polynomial on 16 lanes where the CPU has AVX-512 (and the fit's
-exponential on libmvec's): ~0.5 ns an element against ~5 for the numpy spelling's ~45 array operations, which a
-GELU model's interpreted steps spend ~15% of their time in (the char-level transformer's warm run, session 56).
+exponential on libmvec's): ~2 ns an element against ~4.5 for the numpy spelling's ~45 array operations (GELU's sizes,
+16K-100K elements), where a GELU model's interpreted steps spent ~15% of their time (the char-level transformer's
+warm run, session 56).
 ``tests/unit/backends/cpu/test_erf_float32.py`` checks both against float64.
 """
 

@@ -24,28 +24,21 @@ from .erf import SQRT_HALF as _SQRT_HALF
 from .erf import erf_float32
 
 _SCIPY_ERF = None  # (scipy's erf once imported, else math.erf vectorised)
-_HAVE_SCIPY: bool | None = None  # (whether scipy.special imported: known from the first erf)
-
-
-def _erf_function():
-    """scipy's erf (exact), or math.erf vectorised where scipy is missing (:data:`_HAVE_SCIPY` says which), imported
-    on the first call: a client imports these kernels for its host ops, and importing scipy.special took ~0.4-1.3 s
-    of a script's first run (issue 37)."""
-    global _SCIPY_ERF, _HAVE_SCIPY
-    if _SCIPY_ERF is None:
-        try:
-            from scipy.special import erf as f  # lazy: ~0.4-1.3 s to import, for the first erf only
-            _HAVE_SCIPY = True
-        except ImportError:  # scipy is optional (not a dependency)
-            f = np.vectorize(math.erf, otypes=[np.float64])
-            _HAVE_SCIPY = False
-        _SCIPY_ERF = f
-    return _SCIPY_ERF
 
 
 def _erf(x):
-    """erf of ``x`` by :func:`_erf_function`'s."""
-    return (_SCIPY_ERF or _erf_function())(x)
+    """scipy's erf (exact; math.erf vectorised where scipy is missing), imported on the first call: a client imports
+    these kernels for its host ops, and importing scipy.special took ~0.4-1.3 s of a script's first run (issue 37).
+    float64 and complex only: float32's is :func:`.erf.erf_float32`, without scipy."""
+    global _SCIPY_ERF
+    f = _SCIPY_ERF
+    if f is None:
+        try:
+            from scipy.special import erf as f  # lazy: ~0.4-1.3 s to import, for the first erf only
+        except ImportError:  # scipy is optional (not a dependency)
+            f = np.vectorize(math.erf, otypes=[np.float64])
+        _SCIPY_ERF = f
+    return f(x)
 
 _HALF = tuple(d.np for d in D.HALF)  # their numpy types
 
@@ -1275,8 +1268,8 @@ def _gelu_grad(ins, a, shape, dt):
     ``host_c.gelu_grad_f32``, the same arithmetic, its exponential libmvec's)."""
     ct = _compute(dt)
     g, x = _arr(ins[0], ct), _arr(ins[1], ct)
-    if ct == np.float32 and g.shape == x.shape and dt.np == ct:
-        got = host_c.gelu_grad_f32(g, x)
+    if dt.np == np.float32:
+        got = host_c.gelu_grad_f32(g, x)  # (None unless both are float32 of one shape and the part is built)
         if got is not None:
             return got
     cdf = _erf_any(x * ct.type(_SQRT_HALF))
