@@ -174,25 +174,32 @@ class LibraryRuntime:
         #: generic source's cache key -> (its costly sizes' first values, those that changed since; see specialise)
         self._first_sizes: OrderedDict = OrderedDict()
 
-    def compile_library(self, src_path: str, out_path: str) -> None:
-        """Build the source ``src_path`` into the shared library ``out_path`` (a temporary of the cache's)."""
+    def compile_library(self, src_path: str, out_path: str, flags: tuple[str, ...] = ()) -> None:
+        """Build the source ``src_path`` into the shared library ``out_path`` (a temporary of the cache's), with
+        ``flags`` after the runtime's own (:meth:`load`'s)."""
         raise NotImplementedError
 
-    def load(self, source: str, kernels=None, what: str = "") -> Library:
+    def load(self, source: str, kernels=None, what: str = "", flags: tuple[str, ...] = ()) -> Library:
         """The library of ``source``, loaded from the kernel cache (built there if absent or not trusted). Raises
         :class:`~.codegen.cache.UnsafeKernelCache` for a cache that is not private, :class:`TooManyLibraries` past
-        ``max_libraries``. Hold the result while using its functions: it closes when nothing holds it."""
+        ``max_libraries``. Hold the result while using its functions: it closes when nothing holds it. ``flags``:
+        compiler flags this library is built with after the runtime's (a hand-written library that builds faster
+        without an optimisation that does nothing for it: the host library's conv part, ``host_c.PART_FLAGS``);
+        its source's first line names them, so the cache keys the library with them."""
+        build = self.compile_library
+        if flags:
+            source = f"/* built with {' '.join(flags)} after the runtime's flags */\n{source}"
+            build = functools.partial(self.compile_library, flags=tuple(flags))
         key = self.cache.key(source)
         with self._lock:
             lib = self._libs.get(key)
             if lib is None:
                 self._room()
-                path = self.cache.get_or_build(source, ".c", ".so", self.compile_library, kernels, what)
+                path = self.cache.get_or_build(source, ".c", ".so", build, kernels, what)
                 try:
                     lib = Library(path, self.unloaded)
                 except OSError:  # evicted by another worker between its check and this load: build it again
-                    path = self.cache.get_or_build(source, ".c", ".so", self.compile_library, kernels, what,
-                                                   rebuild=True)
+                    path = self.cache.get_or_build(source, ".c", ".so", build, kernels, what, rebuild=True)
                     lib = Library(path, self.unloaded)
                 self._libs[key] = lib
         return lib

@@ -111,11 +111,11 @@ class CRuntime(LibraryRuntime):
         self._flags = self._flags or FLAGS + tuning(self.compiler)
         return self._flags
 
-    def compile_library(self, src_path: str, out_path: str) -> None:
-        """Build ``src_path`` into ``out_path`` (a temporary of the cache's), bounded in time and memory and killed
-        with this process (:func:`..codegen.compiler.run_compiler`); the cache folder's stale temporaries go first."""
+    def compile_library(self, src_path: str, out_path: str, flags: tuple[str, ...] = ()) -> None:
+        """Build ``src_path`` into ``out_path`` (a temporary of the cache's; ``flags`` after :attr:`flags`), bounded
+        in time and memory and killed with this process (:func:`..codegen.compiler.run_compiler`)."""
         sweep_stale(os.path.dirname(out_path))
-        cmd = [self.compiler, *self.flags, src_path, "-o", out_path, "-lmvec", "-lm"]
+        cmd = [self.compiler, *self.flags, *flags, src_path, "-o", out_path, "-lmvec", "-lm"]
         run_compiler(cmd, f"{os.path.basename(self.compiler)} on {src_path}", remove=out_path, key=src_path)
 
 

@@ -6,6 +6,7 @@ CPU tunes for the nearest CPU it knows instead, which can cost more than the ins
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -43,6 +44,20 @@ def native_cpu(compiler: str) -> str:
     out = _ask(compiler, "native", "-###")
     found = out and re.search(r'"-target-cpu" "([\w.-]+)"|-march=(?!native)([\w.-]+)', out.stderr)
     return next(filter(None, found.groups()), "") if found else ""
+
+
+@functools.lru_cache(maxsize=64)
+def accepts(compiler: str, flag: str) -> bool:
+    """Whether ``compiler`` takes command-line flag ``flag`` (gcc's ``-fno-ipa-cp-clone`` is an error to clang);
+    asked once a process."""
+    out = _ask(compiler, "native", flag)
+    return out is not None and out.returncode == 0
+
+
+def usable(compiler: str, flags: tuple[str, ...]) -> tuple[str, ...]:
+    """Those of ``flags`` that ``compiler`` takes (:func:`accepts`): a library's own flags (``host_c.PART_FLAGS``)
+    are gcc's, and left out where the compiler is clang."""
+    return tuple(f for f in flags if accepts(compiler, f))
 
 
 def tuning(compiler: str) -> tuple[str, ...]:

@@ -39,12 +39,12 @@ The library is built on a background thread from the first time a large call wan
 (:data:`BUILD_ELEMENTS`), numpy's spellings serving the calls until it is there: no call waits for the compiler, and a
 program of small calls (a DCGAN's inits) never starts it; from the cache, or once built, it serves every call of
 :data:`MIN_ELEMENTS` and more. It is built in four parts, four libraries (:data:`PARTS`), each used as soon as it is
-there: randn's fill (~0.16 s of gcc here), the conv kernels (~0.8 s), the row kernels (~0.45 s), float32 erf and GELU's
-gradient (~0.1 s), the part a call wants first (the fill and erf are built for their own calls only:
-:data:`OWN_CALLS_ONLY`). So a large model's first convolutions wait for the one part (a cold CIFAR ResNet run, 3 steps:
-2.59 -> 2.49 s, median of 8, with the conv and row kernels split; built at once in parallel, 2.49 s too, on 2 cores
-shared with the run), and a large model's initialisation draws most of its weights in C, its fill built from a middling
-draw (:data:`RANDOM_BUILD_ELEMENTS`) in ~0.2 s.
+there: randn's fill (~0.16 s of gcc here), the conv kernels (~0.7 s, :data:`PART_FLAGS`), the row kernels (~0.45 s),
+float32 erf and GELU's gradient (~0.1 s), the part a call wants first (the fill and erf are built for their own calls
+only: :data:`OWN_CALLS_ONLY`). So a large model's first convolutions wait for the one part (a cold CIFAR ResNet run, 3
+steps: 2.59 -> 2.49 s, median of 8, with the conv and row kernels split; built at once in parallel, 2.49 s too, on 2
+cores shared with the run), and a large model's initialisation draws most of its weights in C, its fill built from a
+middling draw (:data:`RANDOM_BUILD_ELEMENTS`) in ~0.2 s.
 ``tests/unit/backends/cpu/test_host_c.py`` checks each against its numpy spelling.
 """
 
@@ -60,6 +60,7 @@ from ..codegen.c import CRenderer
 from ..codegen.cache import NotCached, cached_only
 from ..codegen.render import PREAMBLE_RNG
 from . import compiled, erf
+from .compiler_tuning import usable
 from .scratch import scratch
 
 log = logging.getLogger("tensorwire.kernels")
@@ -598,7 +599,7 @@ _SIGNATURES = {"tw_randn_fill": [ctypes.c_uint64, ctypes.c_uint64, _LL, ctypes.c
 _RESTYPES = {"tw_conv_lanes": _LL}
 #: the library's parts, each with the names of its functions in :data:`_SIGNATURES`, in the order a build makes them
 #: after the one the call that started it wants (:func:`_want`): randn's fill (~0.16 s of gcc here: a
-#: large model's initialisation draws while it builds), the conv kernels (~0.8 s: what a large model's first steps
+#: large model's initialisation draws while it builds), the conv kernels (~0.7 s: what a large model's first steps
 #: wait for), the row kernels (~0.45 s), float32 erf and GELU's gradient (:mod:`.erf`; ~0.1 s)
 _OWN_PARTS = {"random": frozenset({"tw_randn_fill"}), "math": frozenset({"tw_erf_f32", "tw_gelu_grad_f32"})}
 _CONV_NAMES = frozenset(n for n in _SIGNATURES if "conv" in n or "phase" in n)
@@ -606,6 +607,12 @@ PARTS = (("random", RANDOM_SOURCE, _OWN_PARTS["random"]),
          ("conv", CONV_SOURCE, _CONV_NAMES),
          ("rows", ROWS_SOURCE, frozenset(_SIGNATURES).difference(_CONV_NAMES, *_OWN_PARTS.values())),
          ("math", _PRELUDE + erf.c_source(), _OWN_PARTS["math"]))
+#: compiler flags a part is built with after the C runtime's (those its compiler takes: ``compiler_tuning.usable``).
+#: gcc's interprocedural constant propagation clones the conv part's block functions for the constants they are
+#: called with and optimises each clone again at -O3: ~20% of the part's build (0.82-0.88 -> 0.67-0.70 s of gcc here),
+#: for kernels as fast without the clones, bit for bit the same (forward, weight gradient, phase split and merge at a
+#: CIFAR ResNet's shapes, 35.3 against 35.4 ms): the part a large model's first steps wait for
+PART_FLAGS = {"conv": ("-fno-ipa-cp-clone",)}
 #: the part of each function (the part a call wants built first)
 PART_OF = {n: name for name, _, names in PARTS for n in names}
 _lock = threading.Lock()
@@ -621,20 +628,22 @@ _queue: list[str] = []  # the parts it is to build, in order (the one it builds 
 _settled = False  # every part looked for, and each loaded, impossible or queued: nothing left to start
 
 
-def _load(source: str, names, build: bool):
-    """The functions ``names`` of the library of ``source`` from the kernel cache (built there with ``build``),
-    "absent" where it lacks them and ``build`` is false, or False where they cannot be made (``_why`` says why)."""
+def _load(part: str, source: str, names, build: bool):
+    """The functions ``names`` of the library of part ``part``'s ``source`` from the kernel cache (built there with
+    ``build``), "absent" where it lacks them and ``build`` is false, or False where they cannot be made (``_why``
+    says why)."""
     global _why
     rt = compiled.runtime()
     if rt is None:
         _why = compiled.why_not()
         return False
     try:
+        flags = usable(rt.compiler, PART_FLAGS.get(part, ()))
         if build:
-            lib = rt.load(source, what="host C functions")
+            lib = rt.load(source, what="host C functions", flags=flags)
         else:
             with cached_only():
-                lib = rt.load(source, what="host C functions")
+                lib = rt.load(source, what="host C functions", flags=flags)
         got = {"lib": lib}
         for name in names:
             f = getattr(lib.cdll, name)
@@ -668,7 +677,7 @@ def _build_in_background() -> None:
                 _building = None
                 return
             name = _queue[0]
-        got = _load(*sources[name], build=True)
+        got = _load(name, *sources[name], build=True)
         with _lock:
             _loaded(name, got, built=True)
             _queue.remove(name)
@@ -708,7 +717,7 @@ def _functions(build: str | None, alone: bool = False) -> dict | None:
     with _lock:
         for name, source, names in PARTS:
             if _parts[name] is None:
-                _loaded(name, _load(source, names, build=False))
+                _loaded(name, _load(name, source, names, build=False))
         if build is not None:
             _want(PART_OF.get(build, ""), alone)
         _settled = all(state != "absent" or name in _queue for name, state in _parts.items())
@@ -725,7 +734,7 @@ def build_now() -> bool:
     with _lock:
         for name, source, names in PARTS:
             if _parts[name] in (None, "absent"):
-                _loaded(name, _load(source, names, build=True), built=True)
+                _loaded(name, _load(name, source, names, build=True), built=True)
     return all(isinstance(v, dict) for v in _parts.values())
 
 

@@ -49,7 +49,7 @@ from tensorwire.protocol import random as R
 cache = Path(__import__("os").environ["TENSORWIRE_KERNEL_CACHE"])
 F.BUILD_ELEMENTS = 20000
 built, load = [], F._load
-F._load = lambda source, names, build: (build and built.append(F.PART_OF[min(names)]), load(source, names, build))[1]
+F._load = lambda part, source, names, build: (build and built.append(part), load(part, source, names, build))[1]
 assert F.normal(3, 0, (5000,), np.float32) is None
 assert F._lib is None and set(F._parts.values()) == {"absent"} and not any(cache.rglob("*.so")) and F._building is None
 assert F.normal(3, 0, (20000,), np.float64) is None  # (numpy draws it: the build has started, in the background)
@@ -69,7 +69,7 @@ from tensorwire.backends.cpu import host_c as F
 from tensorwire.protocol import random as R
 F.BUILD_ELEMENTS, F.RANDOM_BUILD_ELEMENTS = 40000, 10000
 built, load = [], F._load
-F._load = lambda source, names, build: (build and built.append(F.PART_OF[min(names)]), load(source, names, build))[1]
+F._load = lambda part, source, names, build: (build and built.append(part), load(part, source, names, build))[1]
 assert F.normal(3, 0, (9000,), np.float32) is None and F._building is None  # (under both: nothing built)
 assert F.normal(3, 0, (10000,), np.float32) is None  # (numpy draws it: the fill's build has started)
 F._building.join(100)
@@ -105,7 +105,7 @@ import numpy as np
 from tensorwire.backends.cpu import host_c as F
 F.BUILD_ELEMENTS = 20000
 built, load = [], F._load
-F._load = lambda source, names, build: (build and built.append(F.PART_OF[min(names)]), load(source, names, build))[1]
+F._load = lambda part, source, names, build: (build and built.append(part), load(part, source, names, build))[1]
 x = np.random.default_rng(0).standard_normal((200, 100)).astype(np.float32)
 assert F.log_softmax(x) is None  # (numpy's spelling: the build has started)
 F._building.join(100)
@@ -120,7 +120,7 @@ _ERF_ALONE = """
 import numpy as np
 from tensorwire.backends.cpu import erf, host_c as F
 built, load = [], F._load
-F._load = lambda source, names, build: (build and built.append(F.PART_OF[min(names)]), load(source, names, build))[1]
+F._load = lambda part, source, names, build: (build and built.append(part), load(part, source, names, build))[1]
 x = np.random.default_rng(0).standard_normal(F.ERF_BUILD_ELEMENTS).astype(np.float32)
 assert F.erf_f32(x[:F.ERF_BUILD_ELEMENTS - 1]) is None and F._building is None and not built
 assert F.erf_f32(x) is None  # (numpy's spelling: the build has started)
