@@ -39,7 +39,7 @@ class DeviceInfo:
                 "name": self.name, "memory_bytes": self.memory_bytes}
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     """One primitive op of a compiled fragment: read ``ins`` slots, write slot ``out``.
 

@@ -512,14 +512,17 @@ class _Expansion:
     the node's value so written, ``meta`` its ``(shape, dtype)`` when a step of its own writes it (else None: it is
     input ``-out - 1``); ``composites`` the composite ops it met."""
 
-    __slots__ = ("steps", "out", "meta", "composites", "work", "complex")
+    __slots__ = ("steps", "out", "meta", "composites", "work", "complex", "primitive")
 
-    def __init__(self, steps: tuple, out: int, composites: frozenset):
+    def __init__(self, steps: tuple, out: int, composites: frozenset, primitive: bool = False):
         self.steps, self.out, self.composites = steps, out, composites
         self.meta = (steps[out][3], steps[out][4]) if out >= 0 else None
         #: what a plan asks of each of these steps, summed once here (``_PlanBuilder.count``)
         self.work = sum([step_work(st[0], st[3], st[5]) for st in steps])
         self.complex = any(complex_of(st[4], st[5]) is not None for st in steps)
+        #: one step reading the node's inputs in their order (:func:`_primitive`'s): its slots are the node's own
+        #: (the key's alias pattern makes ``slots[alias[k]] == slots[k]``), so a plan emits it without a mapping
+        self.primitive = primitive
 
 
 _NATIVE_IDS: dict = {}  # a native set -> its number in the keys of _EXPANSIONS (equal sets are often not one object)
@@ -571,15 +574,21 @@ def _expand(b: _PlanBuilder, native: int, op: str, metas: list, slots: list, att
     if composites:
         b.composites |= composites
     base = b.next_slot
-    origin = b.origin
     steps = b.steps
-    memos = b.memos
-    m = 0
-    for name, sins, sattrs, shape, dtype, in_meta, memo in got.steps:
-        memos[len(steps)] = memo
-        steps.append(Step(name, tuple([slots[-x - 1] if x < 0 else base + x for x in sins]), sattrs, shape, dtype,
-                          base + m, origin, None, False, (), in_meta))  # (Step's fields in order: no keywords)
-        m += 1
+    if got.primitive:
+        name, _, sattrs, shape, dtype, in_meta, memo = got.steps[0]
+        b.memos[len(steps)] = memo
+        steps.append(Step(name, tuple(slots), sattrs, shape, dtype, base, b.origin, None, False, (), in_meta))
+        m = 1
+    else:
+        origin = b.origin
+        memos = b.memos
+        m = 0
+        for name, sins, sattrs, shape, dtype, in_meta, memo in got.steps:
+            memos[len(steps)] = memo
+            steps.append(Step(name, tuple([slots[-x - 1] if x < 0 else base + x for x in sins]), sattrs, shape,
+                              dtype, base + m, origin, None, False, (), in_meta))  # (Step's fields in order)
+            m += 1
     b.next_slot = base + m
     b.count(got)
     out = got.out
@@ -603,7 +612,8 @@ def _primitive(b: _PlanBuilder, key: tuple, op: str, metas: list, slots: list, a
     memo: list = [None]  # (the step's specialized callable, shared with the plans that meet the node again)
     b.memos[len(b.steps)] = memo
     b.steps.append(st)
-    got = _Expansion(((op, tuple([-a - 1 for a in alias]), attrs, shape, dtype, in_meta, memo),), 0, _NO_COMPOSITES)
+    got = _Expansion(((op, tuple([-a - 1 for a in alias]), attrs, shape, dtype, in_meta, memo),), 0, _NO_COMPOSITES,
+                     True)
     b.count(got)
     with _EXPANSIONS_LOCK:
         _EXPANSIONS[key] = got
