@@ -82,9 +82,9 @@ void tw_randn_fill(unsigned long long seed, unsigned long long offset, long long
   }
 }
 """
-#: ... the row kernels: tw_max_pool2d_grad_{f32,f64} (gx must be zeros), log_softmax and batch norm, each with its
-#: comment; OpenMP threads share large calls
-ROWS_SOURCE = _PRELUDE + r"""
+#: ... the row kernels' templates: tw_max_pool2d_grad (gx must be zeros), log_softmax and batch norm, each with its
+#: comment; OpenMP threads share large calls. Made for float32 and float64 in two parts (:data:`PARTS`)
+_ROW_TEMPLATES = _PRELUDE + r"""
 #define TW_MAX_POOL_GRAD(NAME, T) \
 void NAME(const T *x, const T *gy, T *gx, long long planes, long long h, long long w, long long oh, long long ow, \
           long long kh, long long kw, long long sh, long long sw, long long ph, long long pw, long long dh, \
@@ -109,8 +109,6 @@ void NAME(const T *x, const T *gy, T *gx, long long planes, long long h, long lo
     } \
   } \
 }
-TW_MAX_POOL_GRAD(tw_max_pool2d_grad_f32, float)
-TW_MAX_POOL_GRAD(tw_max_pool2d_grad_f64, double)
 #define TW_LOG_SOFTMAX(NAME, T, EXP, LOG) \
 void NAME(const T *x, T *out, long long rows, long long n) { \
   _Pragma("omp parallel for schedule(static) if (rows * n >= 1048576)") \
@@ -139,10 +137,6 @@ void NAME(const T *g, const T *y, T *out, long long rows, long long n) { \
     for (long long j = 0; j < n; j++) o[j] = gr[j] - EXP(yr[j]) * s; \
   } \
 }
-TW_LOG_SOFTMAX(tw_log_softmax_f32, float, expf, logf)
-TW_LOG_SOFTMAX(tw_log_softmax_f64, double, exp, log)
-TW_LOG_SOFTMAX_GRAD(tw_log_softmax_grad_f32, float, expf)
-TW_LOG_SOFTMAX_GRAD(tw_log_softmax_grad_f64, double, exp)
 #define TW_BN_MOMENTS(NAME, T) \
 void NAME(const T *x, double *out, long long n, long long c, long long l) { \
   double cnt = n * l > 0 ? (double)(n * l) : 1.0; \
@@ -192,13 +186,21 @@ void NAME(const T *x, const T *g, const T *k, const T *m, const T *f, const T *t
     } \
   } \
 }
-TW_BN_APPLY(tw_bn_apply_f32, float)
-TW_BN_APPLY(tw_bn_apply_f64, double)
-TW_BN_MOMENTS(tw_bn_moments_f32, float)
-TW_BN_MOMENTS(tw_bn_moments_f64, double)
-TW_BN_GRAD_SUMS(tw_bn_grad_sums_f32, float)
-TW_BN_GRAD_SUMS(tw_bn_grad_sums_f64, double)
 """
+
+
+def _row_kernels(t: str, ctype: str, exp: str, log: str) -> str:
+    """The row kernels made for one dtype: ``t`` the functions' suffix, ``ctype`` its C type, ``exp`` and ``log`` its
+    libm functions."""
+    return (f"{_ROW_TEMPLATES}TW_MAX_POOL_GRAD(tw_max_pool2d_grad_{t}, {ctype})\n"
+            f"TW_LOG_SOFTMAX(tw_log_softmax_{t}, {ctype}, {exp}, {log})\n"
+            f"TW_LOG_SOFTMAX_GRAD(tw_log_softmax_grad_{t}, {ctype}, {exp})\n"
+            f"TW_BN_APPLY(tw_bn_apply_{t}, {ctype})\nTW_BN_MOMENTS(tw_bn_moments_{t}, {ctype})\n"
+            f"TW_BN_GRAD_SUMS(tw_bn_grad_sums_{t}, {ctype})\n")
+
+
+ROWS_SOURCE = _row_kernels("f32", "float", "expf", "logf")
+ROWS64_SOURCE = _row_kernels("f64", "double", "exp", "log")
 #: ... and the conv kernels (direct forward and weight gradient, a strided conv's phases)
 CONV_SOURCE = _PRELUDE + r"""
 typedef float tw_v8f __attribute__((vector_size(32)));
@@ -600,12 +602,17 @@ _RESTYPES = {"tw_conv_lanes": _LL}
 #: the library's parts, each with the names of its functions in :data:`_SIGNATURES`, in the order a build makes them
 #: after the one the call that started it wants (:func:`_want`): randn's fill (~0.16 s of gcc here: a
 #: large model's initialisation draws while it builds), the conv kernels (~0.7 s: what a large model's first steps
-#: wait for), the row kernels (~0.45 s), float32 erf and GELU's gradient (:mod:`.erf`; ~0.1 s)
-_OWN_PARTS = {"random": frozenset({"tw_randn_fill"}), "math": frozenset({"tw_erf_f32", "tw_gelu_grad_f32"})}
+#: wait for), the float32 row kernels (~0.27 s), the float64 ones (~0.24 s: until session 57 one part with the
+#: float32 ones, ~0.5 s that a float32 model's first steps waited for), float32 erf and GELU's gradient (:mod:`.erf`;
+#: ~0.1 s)
+_OWN_PARTS = {"random": frozenset({"tw_randn_fill"}),
+              "rows64": frozenset(n for n in _SIGNATURES if n.endswith("_f64")),
+              "math": frozenset({"tw_erf_f32", "tw_gelu_grad_f32"})}
 _CONV_NAMES = frozenset(n for n in _SIGNATURES if "conv" in n or "phase" in n)
 PARTS = (("random", RANDOM_SOURCE, _OWN_PARTS["random"]),
          ("conv", CONV_SOURCE, _CONV_NAMES),
          ("rows", ROWS_SOURCE, frozenset(_SIGNATURES).difference(_CONV_NAMES, *_OWN_PARTS.values())),
+         ("rows64", ROWS64_SOURCE, _OWN_PARTS["rows64"]),
          ("math", _PRELUDE + erf.c_source(), _OWN_PARTS["math"]))
 #: compiler flags a part is built with after the C runtime's (those its compiler takes: ``compiler_tuning.usable``).
 #: gcc's interprocedural constant propagation clones the conv part's block functions for the constants they are
@@ -685,7 +692,7 @@ def _build_in_background() -> None:
 
 #: parts built for their own calls only, not with the others for a large call of another kind (a CIFAR ResNet draws
 #: no large weights: building the fill beside its conv and row kernels made its cold run ~0.25 s slower; a CNN has no
-#: erf), and a call of theirs builds its part alone
+#: erf; a float32 model no float64 row), and a call of theirs builds its part alone
 OWN_CALLS_ONLY = frozenset(_OWN_PARTS)
 
 
@@ -1044,7 +1051,7 @@ def _typed(name: str, x: np.ndarray):
     if x.dtype not in _DTYPES or x.size < MIN_ELEMENTS:
         return None
     typed = f"{name}_f64" if x.dtype == np.float64 else f"{name}_f32"
-    fns = _functions(build=typed if x.size >= BUILD_ELEMENTS else None)
+    fns = _functions(build=typed if x.size >= BUILD_ELEMENTS else None, alone=PART_OF[typed] in OWN_CALLS_ONLY)
     return None if fns is None else fns.get(typed)
 
 

@@ -25,7 +25,7 @@ def test_the_host_library_cache_holds_its_parts_and_nothing_else(tmp_path):
     from tensorwire.backends.cpu import host_c
 
     cache = S._host_library(tmp_path)
-    assert len(S._kernels(cache)) == len(host_c.PARTS)  # (one library a part: randn's fill, convs, rows, erf)
+    assert len(S._kernels(cache)) == len(host_c.PARTS)  # (one library a part: the fill, convs, rows by dtype, erf)
     assert all(p.suffix in (".c", ".so", ".sha256") for p in cache.rglob("*") if p.is_file())
 
 

@@ -54,7 +54,7 @@ assert F.normal(3, 0, (5000,), np.float32) is None
 assert F._lib is None and set(F._parts.values()) == {"absent"} and not any(cache.rglob("*.so")) and F._building is None
 assert F.normal(3, 0, (20000,), np.float64) is None  # (numpy draws it: the build has started, in the background)
 F._building.join(100)
-assert len(list(cache.rglob("*.so"))) == len(F.PARTS) - 1  # (each part a library of its own; erf's: for erf only)
+assert len(list(cache.rglob("*.so"))) == 3  # (each part a library of its own; erf's and the float64 rows': theirs only)
 assert built == ["random", "conv", "rows"], built  # (the part the large call wanted first, then the others)
 big = F.normal(3, 0, (20000,), np.float64)
 assert big is not None and big.tobytes() == R.normal(3, 0, (20000,), np.float64).tobytes()
@@ -130,17 +130,37 @@ assert np.array_equal(F.erf_f32(x), erf.erf_float32(x)) and F.erf_f32(x[:5]) is 
 """
 
 
+#: a large float64 row call builds the float64 row kernels alone (a float32 model never builds them), and they are the
+#: numpy kernels' answers
+_ROWS64_ALONE = """
+import numpy as np
+from tensorwire.backends.cpu import host_c as F
+from tensorwire.backends.cpu.kernels import _log_softmax_along
+F.BUILD_ELEMENTS = 20000
+built, load = [], F._load
+F._load = lambda part, source, names, build: (build and built.append(part), load(part, source, names, build))[1]
+x = np.random.default_rng(0).standard_normal((200, 100))
+assert F.log_softmax(x) is None  # (numpy's spelling: the build has started)
+F._building.join(100)
+assert built == ["rows64"] and F._parts["rows"] == F._parts["conv"] == "absent", (built, F._parts)
+assert F.log_softmax(x.astype(np.float32)) is None and F.log_softmax(x) is not None
+F._building.join(100)
+assert built == ["rows64", "rows", "conv"], built  # (a large float32 call: the others, its own first)
+assert np.allclose(F.log_softmax(x), _log_softmax_along(x, 1), rtol=1e-13, atol=1e-12)
+"""
+
+
 @needs_cc
 def test_the_part_a_large_call_wants_is_built_first(tmp_path):
     """The first large call's part is built first, then the others in ``PARTS``' order: a model whose first large
     call is a log_softmax or a batch norm has its row kernels first (and not randn's fill, built for draws only). A
     middling draw builds the fill alone (a large model's initialisation), and a large call later the parts still
-    missing; a middling erf builds erf's part alone."""
+    missing; a middling erf builds erf's part alone, and a large float64 row call the float64 row kernels alone."""
     import os
     import subprocess
     import sys
 
-    for i, script in enumerate((_ROWS_FIRST, _FILL_ALONE, _ERF_ALONE)):
+    for i, script in enumerate((_ROWS_FIRST, _FILL_ALONE, _ERF_ALONE, _ROWS64_ALONE)):
         cache = tmp_path / f"kernels{i}"  # (each an empty kernel cache)
         cache.mkdir(mode=0o700)
         env = {**os.environ, "TENSORWIRE_KERNEL_CACHE": str(cache)}
@@ -153,11 +173,12 @@ def test_the_parts_hold_every_function_once():
     part built first)."""
     names = [n for _, _, part in host_c.PARTS for n in part]
     assert sorted(names) == sorted(host_c._SIGNATURES) and len(set(names)) == len(names)
-    assert [name for name, _, _ in host_c.PARTS] == ["random", "conv", "rows", "math"]
+    assert [name for name, _, _ in host_c.PARTS] == ["random", "conv", "rows", "rows64", "math"]
     assert host_c.PARTS[0][2] == {"tw_randn_fill"} and "tw_conv2d_direct_pad_f32" in host_c.PARTS[1][2]
-    assert {host_c.PART_OF[n] for n in ("tw_randn_fill", "tw_conv2d_direct_f32", "tw_bn_apply_f64", "tw_erf_f32")} \
-        == {"random", "conv", "rows", "math"}
-    assert host_c.OWN_CALLS_ONLY == {"random", "math"}
+    assert [host_c.PART_OF[n] for n in ("tw_randn_fill", "tw_conv2d_direct_f32", "tw_bn_apply_f32", "tw_bn_apply_f64",
+                                        "tw_erf_f32")] == ["random", "conv", "rows", "rows64", "math"]
+    assert {n.replace("_f32", "_f64") for n in host_c.PARTS[2][2]} == host_c.PARTS[3][2]  # (each row kernel in both)
+    assert host_c.OWN_CALLS_ONLY == {"random", "rows64", "math"}
     for _, source, part in host_c.PARTS:
         for name in part:
             assert re.search(rf"\b{name}\b", source), name  # (defined there, or made by a macro there)
