@@ -113,6 +113,10 @@ SHIP_FORWARD_NODES = int(os.environ.get("TENSORWIRE_SHIP_FORWARD_NODES", "8"))
 #: ... and at least this many where the loop reads none of the values it asks back (see :meth:`Session.ship_forward`)
 SHIP_UNREAD_NODES = 32
 MAX_PENDING_BYTES = 64 << 20
+#: a backward pass whose batches were this many new structures is shipped on its own (:meth:`Session.ship_backward`)
+SPLIT_AFTER_PLANS = 3
+#: the most backward passes (by their ops) counted so (a char-RNN's: one a name length); past it the counts start over
+MAX_BACKWARD_KINDS = 64
 MAX_PLANS = 1024
 MAX_WHERE = 1 << 16
 #: 0-d results the session remembers as worth fetching along with a fetched value (see :meth:`Session.fetch`)...
@@ -217,6 +221,11 @@ class Session:
         self._along: frozenset = frozenset()  # the handles the fetch in progress takes along (see _take_along)
         self._ahead: dict[int, int] = {}  # live 0-d results whose values an answer not read yet brings: handle -> q
         self._ahead_q: dict[int, list[int]] = {}  # ... and per such answer, its handles (see ship_forward)
+        #: by a backward pass's ops (the pending batch's when it was recorded): how many batches that held it the
+        #: session sent as structures new to it (plans the worker made), and the ops of the backward pass the next
+        #: batch sent holds (see ship_backward)
+        self._backward_plans: dict[tuple, int] = {}
+        self._backward_pending: tuple | None = None
         self._scalars: dict = {}  # Python scalar operand's key -> its 0-d tensor (see scalar)
         self._scalar_attrs: dict = {}  # ... and the attributes of the `full` node that makes it (see _forget_cached)
         self._small_data: dict = {}  # small Python data's key -> (its tensor, its aliases' lazy node) (small_data)
@@ -1222,6 +1231,25 @@ class Session:
         with self._lock:
             self._flush([], False, ahead=ask)
 
+    def ship_backward(self) -> None:
+        """Called by ``Tensor.backward`` once the backward pass is recorded: where batches holding this backward pass
+        (the same ops) have been new structures :data:`SPLIT_AFTER_PLANS` times or more (a loop whose batches change
+        shape, whose worker makes a plan for every step), the pending batch is shipped now, so that what the step
+        records next (a gradient's clipping, the optimizer's update: the parameters' shapes, the same every step)
+        goes as a batch of its own, whose plan is replayed rather than made again with the backward pass's (a
+        char-level transformer's step: 157 nodes of backward pass, then 158 of clipping and AdamW). A loop of fixed
+        shapes makes one or two such plans (Adam's first step makes its state), and keeps one message a step; the
+        count only grows, so a loop that splits its steps splits every one of them, and its plans are the same from
+        run to run. Not while ``tw.compile`` records."""
+        pending = self._pending
+        if self._capture is not None or self.closed or not pending:
+            return
+        ops = tuple(map(_op, pending))
+        self._backward_pending = ops  # (the next batch sent holds this backward pass: _send_batch counts it if new)
+        if self._backward_plans.get(ops, 0) >= SPLIT_AFTER_PLANS:
+            with self._lock:
+                self._flush([], False)
+
     def mark_step(self) -> None:
         """Mark the end of a step (``optimizer.step()`` calls this): everything recorded so far is shipped, without
         waiting, as soon as the next op is recorded, so the devices run this step while the client records the
@@ -1339,6 +1367,13 @@ class Session:
             header["prof"] = self._prof.next_batch()
         if b.skey is not None:
             plan, new = self.plan_number(b.skey)
+            if self._backward_pending is not None:
+                ops, self._backward_pending = self._backward_pending, None
+                if new:
+                    counts = self._backward_plans
+                    if len(counts) >= MAX_BACKWARD_KINDS and ops not in counts:
+                        counts.clear()
+                    counts[ops] = counts.get(ops, 0) + 1
             if new:
                 if b.nodes is None:  # (a structure seen before whose plan was evicted since: its nodes travel again)
                     b = encode_batch(pending)

@@ -1766,9 +1766,12 @@ class Tensor(TensorBase):
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
         """Accumulate this tensor's gradient into the leaves' ``.grad`` (the backward graph comes from the
         autograd service, cached by the graph's structure, and runs on the devices). The pending forward pass is
-        shipped first when it is large enough (``Session.ship_forward``): the devices run it meanwhile."""
-        self._s.ship_forward()
+        shipped first when it is large enough (``Session.ship_forward``): the devices run it meanwhile; and, in a loop
+        whose batches change shape, the backward pass is shipped on its own (``Session.ship_backward``)."""
+        s = self._s
+        s.ship_forward()
         _autograd_engine.backward(self, gradient, retain_graph, create_graph, inputs)
+        s.ship_backward()
 
     def register_hook(self, hook):
         """Call ``hook(grad)`` each time the gradient with respect to this tensor is computed; a tensor it returns

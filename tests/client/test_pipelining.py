@@ -168,3 +168,59 @@ def test_the_client_never_spins_on_a_host_whose_cores_are_busy(session, monkeypa
     x = tw.tensor(np.arange(4.0))
     assert (x + 1).sum().item() == 10.0
     assert spins and set(spins) == {0.0}
+
+
+def _train(session, rows_of_step, steps: int):
+    """A small model trained ``steps`` steps (its gradients clipped, AdamW), the batch's row count
+    ``rows_of_step(k)``; over the last half of the steps, the session's messages and the nodes of the plans it made
+    (a plan's nodes travel with its first batch), and the parameters after."""
+    tw.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    opt = optim.AdamW(model.parameters(), lr=1e-2)
+    rng = np.random.default_rng(0)
+    channels, plan_nodes = session._plane.channels, session._plane.plan_nodes
+    for k in range(steps):
+        if k == steps // 2:
+            sent, first_plan = sum(ch.sent for ch in channels.values()), max(plan_nodes, default=0) + 1
+        x = tw.tensor(rng.standard_normal((rows_of_step(k), 8)), dtype=tw.float32)
+        loss = (model(x) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    params = [p.detach().numpy() for p in model.parameters()]
+    planned = sum(len(nodes) for plan, (nodes, _, _) in plan_nodes.items() if plan >= first_plan)
+    return sum(ch.sent for ch in channels.values()) - sent, planned, params
+
+
+def test_a_backward_pass_that_changes_shape_ships_alone(session):
+    """A loop whose batches change shape every step makes a plan for every step's batch; once its backward pass has
+    been in three new plans, it goes alone, and the clipping and update after it (the same shapes every step) are a
+    batch whose plan is replayed: the plans made hold the forward and backward passes only. The values are the same
+    either way."""
+    import tensorwire.session as S
+
+    half = 12
+    msgs, planned, got = _train(session, lambda k: 3 + k, 2 * half)
+    session._backward_plans.clear()
+    split_after = S.SPLIT_AFTER_PLANS
+    S.SPLIT_AFTER_PLANS = 10 ** 9  # (never split: the reference run)
+    try:
+        whole_msgs, whole_planned, want = _train(session, lambda k: 40 + k, 2 * half)
+        _, _, want = _train(session, lambda k: 3 + k, 2 * half)
+    finally:
+        S.SPLIT_AFTER_PLANS = split_after
+    assert msgs >= whole_msgs + half, (msgs, whole_msgs)  # (a message more a step: the update's)
+    assert planned < 0.75 * whole_planned, (planned, whole_planned)  # (the update's nodes: not planned again)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_loop_of_fixed_shapes_keeps_one_message_a_step(session):
+    """The same loop at a fixed batch shape: no plan after its first steps, and one message a step besides the
+    forward pass shipped ahead (the backward pass and the update together)."""
+    half = 10
+    session._backward_plans.clear()  # (the test before may have split this model's backward pass)
+    msgs, planned, _ = _train(session, lambda k: 6, 2 * half)
+    assert planned == 0 and msgs <= 2 * half + 1, (planned, msgs)
+    assert not any(n >= 3 for n in session._backward_plans.values())  # (nothing to split: one or two plans)
