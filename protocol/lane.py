@@ -51,11 +51,6 @@ COPY_BELOW = 64 << 10
 MAX_FRAMES = 1 << 16
 #: how long a reader waits for the rest of a message whose first bytes came (seconds): the writer is mid-message
 REST_WAIT_S = 60.0
-#: the client's send buffer on a lane, in bytes (the kernel caps it at ``net.core.wmem_max``): what the client may
-#: write ahead of a worker busy running a batch before its blocking send waits. The kernel's default, 208 KB, held two
-#: of the MNIST loader's ~80 KB batches (a hundred uploads each), and its sends waited 18-80 ms every 100 steps for
-#: the worker's reads; ZeroMQ's DEALER, which the lane replaces on one host, queues up to its high-water mark
-SEND_BUFFER = 4 << 20
 #: a lane connection's routing id starts with this: a ZeroMQ ROUTER's own ids are 5 bytes starting with 0, and a
 #: peer's chosen id may not start with 0 at all
 LANE_ROUTE = b"\x00\xffL"
@@ -156,10 +151,6 @@ class LaneSocket:
             sock.close()
             raise
         sock.settimeout(REST_WAIT_S)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
-        except OSError:  # (a kernel that refuses it: its default)
-            pass
         self.sock = sock
         self.rcvtimeo_ms = rcvtimeo_ms
         self._poll = select.poll()

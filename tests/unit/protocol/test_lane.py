@@ -163,17 +163,3 @@ def test_sending_on_a_lane_whose_worker_went_is_silent_and_the_read_says_so(tmp_
         recv_frames(c)
     assert e.value.device == "cpu:7"
     c.close()
-
-
-def test_the_client_writes_a_few_batches_ahead_of_a_busy_worker(listener):
-    """A worker running a batch reads nothing meanwhile; the client's blocking sends go on into the lane's send buffer
-    (``SEND_BUFFER``) rather than waiting, up to its size: twelve 80 KB batches (the kernel's default held two)."""
-    c = LaneSocket(listener.path, 20, "cpu:0")
-    c.sock.settimeout(2.0)  # (a send that would wait for the worker's reads fails within it, and closes the lane)
-    batch = bytes(80 << 10)
-    for q in range(12):
-        send_parts(c, [pack_header({"t": "run", "q": q}), batch])
-    assert not c.closed
-    got = _take_all(listener, 12, tries=2000)
-    assert [unpack_header(m[1].bytes)["q"] for m in got] == list(range(12))
-    assert all(bytes(m[2]) == batch for m in got)
