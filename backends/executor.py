@@ -574,21 +574,16 @@ def _expand(b: _PlanBuilder, native: int, op: str, metas: list, slots: list, att
     if composites:
         b.composites |= composites
     base = b.next_slot
+    origin = b.origin
     steps = b.steps
-    if got.primitive:
-        name, _, sattrs, shape, dtype, in_meta, memo = got.steps[0]
-        b.memos[len(steps)] = memo
-        steps.append(Step(name, tuple(slots), sattrs, shape, dtype, base, b.origin, None, False, (), in_meta))
-        m = 1
-    else:
-        origin = b.origin
-        memos = b.memos
-        m = 0
-        for name, sins, sattrs, shape, dtype, in_meta, memo in got.steps:
-            memos[len(steps)] = memo
-            steps.append(Step(name, tuple([slots[-x - 1] if x < 0 else base + x for x in sins]), sattrs, shape,
-                              dtype, base + m, origin, None, False, (), in_meta))  # (Step's fields in order)
-            m += 1
+    memos = b.memos
+    primitive = got.primitive
+    m = 0
+    for name, sins, sattrs, shape, dtype, in_meta, memo in got.steps:
+        memos[len(steps)] = memo
+        ins = tuple(slots) if primitive else tuple([slots[-x - 1] if x < 0 else base + x for x in sins])
+        steps.append(Step(name, ins, sattrs, shape, dtype, base + m, origin, None, False, (), in_meta))  # (positional)
+        m += 1
     b.next_slot = base + m
     b.count(got)
     out = got.out
