@@ -222,9 +222,11 @@ class Session:
         self._ahead: dict[int, int] = {}  # live 0-d results whose values an answer not read yet brings: handle -> q
         self._ahead_q: dict[int, list[int]] = {}  # ... and per such answer, its handles (see ship_forward)
         #: by a backward pass's ops (the pending batch's when it was recorded): how many batches that held it the
-        #: session sent as structures new to it (plans the worker made), and the ops of the backward pass the next
-        #: batch sent holds (see ship_backward)
+        #: session sent as structures new to it (plans the worker made); whether one has come to SPLIT_AFTER_PLANS;
+        #: and the backward pass the next batch sent holds, as ``(pending list, its length then, its ops or None)``
+        #: (see ship_backward)
         self._backward_plans: dict[tuple, int] = {}
+        self._backward_splits = False
         self._backward_pending: tuple | None = None
         self._scalars: dict = {}  # Python scalar operand's key -> its 0-d tensor (see scalar)
         self._scalar_attrs: dict = {}  # ... and the attributes of the `full` node that makes it (see _forget_cached)
@@ -1240,15 +1242,34 @@ class Session:
         char-level transformer's step: 157 nodes of backward pass, then 158 of clipping and AdamW). A loop of fixed
         shapes makes one or two such plans (Adam's first step makes its state), and keeps one message a step; the
         count only grows, so a loop that splits its steps splits every one of them, and its plans are the same from
-        run to run. Not while ``tw.compile`` records."""
+        run to run. Its ops are taken only where a count may grow or may split it: a loop of fixed shapes, once its
+        plans are made, pays nothing here. Not while ``tw.compile`` records."""
         pending = self._pending
         if self._capture is not None or self.closed or not pending:
             return
-        ops = tuple(map(_op, pending))
-        self._backward_pending = ops  # (the next batch sent holds this backward pass: _send_batch counts it if new)
-        if self._backward_plans.get(ops, 0) >= SPLIT_AFTER_PLANS:
+        ops = tuple(map(_op, pending)) if self._backward_splits else None
+        # (the next batch sent holds this backward pass: _count_backward counts it if new)
+        self._backward_pending = (pending, len(pending), ops)
+        if ops is not None and self._backward_plans.get(ops, 0) >= SPLIT_AFTER_PLANS:
             with self._lock:
                 self._flush([], False)
+
+    def _count_backward(self, new: bool) -> None:
+        """Count the backward pass the batch being sent holds (:meth:`ship_backward`'s) when the batch is a structure
+        new to the session (``new``: a plan the worker makes)."""
+        held, self._backward_pending = self._backward_pending, None
+        if held is None or not new:
+            return
+        pending, n, ops = held
+        if ops is None:
+            ops = tuple(map(_op, pending[:n]))  # (the list the flush took: what followed the backward pass comes after)
+        counts = self._backward_plans
+        if len(counts) >= MAX_BACKWARD_KINDS and ops not in counts:
+            counts.clear()
+            self._backward_splits = False
+        counts[ops] = count = counts.get(ops, 0) + 1
+        if count >= SPLIT_AFTER_PLANS:
+            self._backward_splits = True
 
     def mark_step(self) -> None:
         """Mark the end of a step (``optimizer.step()`` calls this): everything recorded so far is shipped, without
@@ -1368,12 +1389,7 @@ class Session:
         if b.skey is not None:
             plan, new = self.plan_number(b.skey)
             if self._backward_pending is not None:
-                ops, self._backward_pending = self._backward_pending, None
-                if new:
-                    counts = self._backward_plans
-                    if len(counts) >= MAX_BACKWARD_KINDS and ops not in counts:
-                        counts.clear()
-                    counts[ops] = counts.get(ops, 0) + 1
+                self._count_backward(new)
             if new:
                 if b.nodes is None:  # (a structure seen before whose plan was evicted since: its nodes travel again)
                     b = encode_batch(pending)
