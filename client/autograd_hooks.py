@@ -40,7 +40,8 @@ def record(session, op: str, ins, attrs, device: str, up: int = 1, known=None):
         ins = _amp.cast_inputs(session, op, ins, attrs, device, record)
         known = None
     for t in ins:  # (an input that requires grad first: the grad mode's thread-local is read only then)
-        if t.requires_grad or (t._base is not None and requires_grad_of(t)):  # (requires_grad_of, its fast part)
+        if t.requires_grad or ((b := t._base) is not None and b.requires_grad and requires_grad_of(t)):
+            # (requires_grad_of, its fast part: false at once for a view of a base that does not require grad)
             if _grad_mode.on:
                 return _E.record_grad(session, op, ins, attrs, device, up + 1, known)
             break

@@ -20,12 +20,20 @@ from ._factories import random as _draw
 from ._factories import uniform_keys as _uniform_keys
 from .combine import write_out
 from .tensor import Tensor, _size, device_name
+from .tensor import device as _device
 
 
 def _ctx(device, session):
+    """The session a factory makes its tensor in, and ``device``'s name checked against its cluster's (the session's
+    default device for None). A name the cluster has, or a ``device`` object's, is taken as it is, without a call:
+    torchvision's ``Normalize`` makes its mean and std with ``device=x.device`` for every image."""
     s = session or _context.current_session()
-    dev = s.default_device if device is None else s.check_device(device_name(device))
-    return s, dev
+    if device is None:
+        return s, s.default_device
+    name = device._name if type(device) is _device else device if type(device) is str else None
+    if name is not None and name in s._devices:
+        return s, name
+    return s, s.check_device(device_name(device))
 
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
@@ -43,14 +51,16 @@ def _upload(s, arr: np.ndarray, dev: str, dtype: D.DType | None = None, borrowed
 def tensor(data, dtype=None, device=None, requires_grad: bool = False, *, session=None) -> Tensor:
     """A tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays)."""
     s, dev = _ctx(device, session)
-    return _finish(_from_data(s, data, dtype, dev, not requires_grad), requires_grad)
+    t = _from_data(s, data, dtype, dev, not requires_grad)
+    return t.requires_grad_(True) if requires_grad else t  # (_finish, inline: as_tensor(mean) for every image)
 
 
 def as_tensor(data, dtype=None, device=None, *, session=None) -> Tensor:
     """``data`` as a tensor; a tensor already matching ``dtype``/``device`` is returned as is."""
     if isinstance(data, Tensor):
         return data.to(dtype=dtype, device=device)
-    return tensor(data, dtype=dtype, device=device, session=session)
+    s, dev = _ctx(device, session)  # (tensor's work, inline: torchvision's Normalize, for every image)
+    return _from_data(s, data, dtype, dev)
 
 
 def from_numpy(array: np.ndarray, *, device=None, session=None) -> Tensor:
@@ -63,7 +73,7 @@ def from_numpy(array: np.ndarray, *, device=None, session=None) -> Tensor:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
     s, dev = _ctx(device, session)
-    return _upload(s, array, dev, D.from_numpy(array.dtype), borrowed=True)
+    return s.const(array, dev, D.from_numpy(array.dtype), borrowed=True)  # (_upload, inline: a sample's image)
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = False, session=None) -> Tensor:

@@ -1097,7 +1097,7 @@ class Session:
     def scalar(self, value, dtype: D.DType, device: str):
         """A cached 0-d tensor for a Python scalar operand (so ``x + 1`` in a loop reuses it); keyed by
         :func:`~tensorwire.protocol.graph.freeze`, so ``-0.0`` and ``0.0`` are two tensors and a NaN is found again."""
-        key = (type(value), freeze(value), dtype.name, device)
+        key = (type(value), value if type(value) is int else freeze(value), dtype.name, device)  # (freeze's own form)
         t = self._scalars.get(key)
         if t is None or t._s is not self:
             v = [value.real, value.imag] if isinstance(value, complex) else value  # (a complex attribute's form)

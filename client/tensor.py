@@ -40,7 +40,7 @@ from .autograd_hooks import record as _hooks_record
 from .combine import arange_like, cat, where
 from .known_values import known_int_op as _known_int_op
 from .known_values import rsub as _rsub
-from .memos import remember
+from .memos import remember, remember_again
 from .printing import format_tensor
 from .return_types import return_type
 from .sparse_layout import strided as _strided
@@ -68,18 +68,21 @@ class Size(tuple):
 class device:  # noqa: N801 - torch's name
     """A device name, ``device("cpu:1")`` or ``device("cpu", 1)``; compares equal to its string."""
 
-    __slots__ = ("type", "index")
+    # (``_name``: the ``"type:index"`` string, made once: a factory given ``device=x.device`` names the device by it,
+    # for every image torchvision's ``Normalize`` makes its mean and std on)
+    __slots__ = ("type", "index", "_name")
 
     def __init__(self, type: str | device, index: int | None = None):  # noqa: A002
         if isinstance(type, device):
-            self.type, self.index = type.type, type.index
+            self.type, self.index, self._name = type.type, type.index, type._name
             return
         kind, _, idx = str(type).partition(":")
         self.type = kind
         self.index = int(idx) if idx else (0 if index is None else int(index))
+        self._name = f"{kind}:{self.index}"
 
     def __str__(self) -> str:
-        return f"{self.type}:{self.index}"
+        return self._name
 
     def __repr__(self) -> str:
         return f"device(type='{self.type}', index={self.index})"
@@ -90,7 +93,7 @@ class device:  # noqa: N801 - torch's name
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(str(self))
+        return hash(self._name)
 
     # (``with tw.device("cpu:1"):``, torch's device context: ``__enter__``/``__exit__`` come from
     # ``tensorwire.functions``, beside the session's default device they set)
@@ -120,7 +123,7 @@ _DEVICES: dict[str, device] = {}
 def device_name(d) -> str:
     """Normalise ``"cpu"``, ``"cpu:1"``, ``device(...)`` or ``1`` to ``"type:index"``."""
     if type(d) is device:  # (``device=x.device``, torchvision's ``Normalize`` for every image: no device made)
-        return str(d)
+        return d._name
     if isinstance(d, int):
         return f"cpu:{d}"
     return str(device(d))
@@ -327,7 +330,12 @@ class Tensor(TensorBase):
         return _factories.from_data(self._s, other, None, self._dev)
 
     def _binary(self, op: str, other, reverse: bool = False) -> Tensor:
-        o = other if isinstance(other, Tensor) else self._operand(other)
+        if isinstance(other, Tensor):
+            o = other
+        elif type(other) in _FILL_SCALARS and self.dtype.is_floating_point:  # (_operand's first case, inline)
+            o = self._s.scalar(other, self.dtype, self._dev)
+        else:
+            o = self._operand(other)
         # (3: this frame and its caller, one of the operator methods here, are skipped in the search for the user's
         # line, see autograd_hooks.record)
         return _hooks_record(self._s, op, [o, self] if reverse else [self, o], None, self._dev, 3)
@@ -344,8 +352,9 @@ class Tensor(TensorBase):
 
     def _numpy(self) -> np.ndarray:
         """The value, whether the tensor requires grad or not (the library's own reads: printing, saving...)."""
-        if self._base is not None:
-            self._refresh()
+        b = self._base
+        if b is not None and b._version != self._base_version:  # (a view whose base changed: V.refresh's test)
+            V.refresh(self)
         arr = self._s.fetch(self)
         if self.dtype is D.bfloat16 and arr.dtype != D.bfloat16.np:
             arr = arr.view(D.bfloat16.np)
@@ -832,7 +841,7 @@ class Tensor(TensorBase):
 
     def div(self, other, *, rounding_mode: str | None = None):
         if rounding_mode is None:
-            return self / other
+            return self._binary("div", other)  # (``self / other``, one call less: ToTensor's ``div(255)``)
         if rounding_mode == "floor":
             return self // other
         if rounding_mode == "trunc":
@@ -1159,8 +1168,11 @@ class Tensor(TensorBase):
 
     def _reshaped(self, shape: tuple) -> Tensor:
         """The view ``reshape(shape)`` makes, for a ``shape`` (a tuple of ints) checked against this tensor's."""
-        return V.make_view(self, V.Reshape(shape), "reshape", {"shape": list(shape)},
-                           (V.reshape_key(shape), (shape, self.dtype)))
+        parts = _RESHAPE_PARTS.get(shape)
+        if parts is None:
+            parts = remember_again(_RESHAPE_PARTS, _RESHAPE_SEEN, shape,
+                                   (V.Reshape(shape), {"shape": list(shape)}, V.reshape_key(shape)))
+        return V.make_view(self, parts[0], "reshape", parts[1], (parts[2], (shape, self.dtype)))
 
     view = reshape
 
@@ -1640,12 +1652,16 @@ class Tensor(TensorBase):
     def sub_(self, other, *args, alpha=1):
         if args:
             other, alpha = _alpha_first("sub_", (other, *args), alpha)
+        if alpha == 1 and isinstance(other, Tensor):  # (``self - other``'s node, without the calls to it: Normalize)
+            return self._assign(self._binary("sub", _no_bool_sub(self, other)))
         return self._assign(self.sub(other, alpha=alpha))
 
     def mul_(self, other):
         return self._assign(self * other)
 
     def div_(self, other, *, rounding_mode=None):
+        if rounding_mode is None:  # (``self / other``'s node, without the calls to it: Normalize's)
+            return self._assign(self._binary("div", other))
         return self._assign(self.div(other, rounding_mode=rounding_mode))
 
     def pow_(self, exponent):
@@ -1873,6 +1889,11 @@ def _wrap_index(index: Tensor, n: int) -> Tensor:
 #: ``unsqueeze``'s output shape, ``permute``'s/``transpose``'s ``_permute_plan``, ``expand``'s node ``known`` (each kept
 #: by ``views.remember``, with its bound)
 _RESHAPES: dict = {}
+#: a reshape's view step, node attributes and their key by its output shape (a step and a recorded node's attributes
+#: are never changed: ``views._ALIASES`` shares an alias's the same way), kept from the shape's second sighting
+#: (``memos.remember_again``): ``x.view(-1, 1, 1)`` and ``x.reshape(-1, 784)`` of every sample or step build none
+_RESHAPE_PARTS: dict = {}
+_RESHAPE_SEEN: dict = {}
 _FLATTENS: dict = {}
 _UNSQUEEZES: dict = {}
 _PERMUTES: dict = {}

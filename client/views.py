@@ -497,7 +497,8 @@ def make_view(x, step: ViewStep, op: str, attrs: dict, known: tuple):
     if s._capture is not None or _amp_active[0]:
         return x._view(step)
     b = x._base
-    if _grad_tracked(x):
+    # (_grad_tracked's test, read here: false at once when neither x nor its base requires grad)
+    if (x.requires_grad or b is not None and b.requires_grad) and _grad_tracked(x):
         # (3: the search for the user's line starts above the caller of this function's caller, Tensor's method, as
         # only Tensor's methods call this function)
         t = _hooks._E.record_grad(s, op, [x], attrs, x._dev, 3, known)

@@ -159,6 +159,20 @@ def test_unknown_device_lists_devices():
     assert tw.devices() == ["cpu:0", "cpu:1"] or sorted(tw.devices()) == ["cpu:0", "cpu:1"]
 
 
+def test_every_spelling_of_a_device_names_it_and_an_unknown_one_raises():
+    # (the factories take a name the cluster has, or a device object's, as it is: creation._ctx; the rest goes through
+    # device_name and the session's check)
+    x = tw.zeros(2, device="cpu:1")
+    for spelling in ("cpu:1", tw.device("cpu:1"), tw.device("cpu", 1), x.device, 1):
+        assert tw.as_tensor((0.5,), device=spelling).device == "cpu:1"
+        assert tw.zeros(1, device=spelling).device == "cpu:1"
+    assert tw.tensor([1.0], device="cpu").device == "cpu:0"  # (no index: device 0, as torch)
+    assert tw.device("cpu:1") == "cpu:1" and hash(tw.device("cpu", 1)) == hash("cpu:1") and str(x.device) == "cpu:1"
+    for unknown in ("cpu:7", tw.device("cpu:7"), 7):
+        with pytest.raises(tw.DeviceError, match="cpu:7"):
+            tw.as_tensor((0.5,), device=unknown)
+
+
 def test_mixed_devices_raise():
     a = tw.zeros(2, device="cpu:0")
     b = tw.zeros(2, device="cpu:1")
