@@ -80,7 +80,13 @@ def infer(name: str, metas: list[Meta], attrs: dict, attrs_key=None) -> Meta:
     """
     if not attrs:
         key = (name, D._default_float, *metas)  # results may depend on the default float dtype
-    elif attrs_key is not None and not get_op(name).dynamic:
+    elif attrs_key is not None:
+        try:  # (get_op's look-up, inline: every recorded node with attributes comes here)
+            op = OPS.get(name)
+        except TypeError:  # (an unhashable name from a peer: _infer says what is wrong)
+            op = None
+        if op is None or op.dynamic:
+            return _infer(name, metas, attrs)
         key = (name, D._default_float, attrs_key, *metas)
     else:
         return _infer(name, metas, attrs)

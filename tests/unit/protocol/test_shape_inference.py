@@ -88,6 +88,14 @@ def test_inference_errors(op, metas, attrs, exc, words):
         assert w in msg, f"{w!r} not in the message {msg!r}"
 
 
+def test_an_unknown_op_with_its_attrs_key_is_a_protocol_error():
+    # (infer looks the op up itself when the caller gives the attrs key: a peer's junk name is still a typed error)
+    for name in ("nosuchop", ["not", "hashable"]):
+        with pytest.raises(ProtocolError, match="unknown op"):
+            infer(name, [m(2)], {"dims": [0]}, (("dims", (0,)),))
+    assert infer("sum", [m(2, 3)], {"dims": [0]}, (("dims", (0,)),)) == m(3)
+
+
 def test_error_classes_are_pythons_too():
     with pytest.raises(ValueError):
         infer("add", [m(2), m(3)], {})
