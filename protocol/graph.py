@@ -24,7 +24,7 @@ import numpy as np
 
 from . import dtypes as D
 from .errors import ProtocolError
-from .ops import get_op, infer
+from .ops import OPS, get_op, infer
 from .shapes import Shape
 
 #: the most inputs one node may name (its ``refs``): the dispatcher and the workers refuse a node with more, and whoever
@@ -161,7 +161,12 @@ def attrs_key(op: str, attrs: dict | None):
         return None
     if op in (SEND, RECV):
         return freeze(attrs)
-    opdef = get_op(op)
+    try:  # (get_op's look-up, inline: every recorded node with attributes whose key the caller lacks comes here)
+        opdef = OPS.get(op)
+    except TypeError:  # (an unhashable name from a peer: get_op says what is wrong)
+        opdef = None
+    if opdef is None:
+        opdef = get_op(op)
     dyn = opdef.dynamic
     if dyn:
         key = tuple([(k, freeze(v)) for k, v in attrs.items() if k not in dyn])

@@ -6,7 +6,7 @@ import pytest
 
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange, ProtocolError, ShapeError
-from tensorwire.protocol.graph import ExpandingBuilder, Value
+from tensorwire.protocol.graph import ExpandingBuilder, Value, attrs_key
 from tensorwire.protocol.ops import infer
 from tensorwire.protocol.shapes import broadcast, check_shape, infer_reshape, norm_dim, norm_dims
 
@@ -94,6 +94,10 @@ def test_an_unknown_op_with_its_attrs_key_is_a_protocol_error():
         with pytest.raises(ProtocolError, match="unknown op"):
             infer(name, [m(2)], {"dims": [0]}, (("dims", (0,)),))
     assert infer("sum", [m(2, 3)], {"dims": [0]}, (("dims", (0,)),)) == m(3)
+    for name in ("nosuchop", ["not", "hashable"]):  # (attrs_key looks the op up itself too)
+        with pytest.raises(ProtocolError, match="unknown op"):
+            attrs_key(name, {"dims": [0]})
+    assert attrs_key("sum", {"dims": [0]}) == (("dims", (0,)),)
 
 
 def test_error_classes_are_pythons_too():
