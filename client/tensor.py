@@ -840,8 +840,9 @@ class Tensor(TensorBase):
     multiply = mul
 
     def div(self, other, *, rounding_mode: str | None = None):
-        if rounding_mode is None:
-            return self._binary("div", other)  # (``self / other``, one call less: ToTensor's ``div(255)``)
+        if rounding_mode is None:  # (``self / other``, one call less for a number or a plain tensor: ToTensor's)
+            return self._binary("div", other) if type(other) is Tensor or not isinstance(other, Tensor) \
+                else self / other
         if rounding_mode == "floor":
             return self // other
         if rounding_mode == "trunc":
@@ -1652,7 +1653,8 @@ class Tensor(TensorBase):
     def sub_(self, other, *args, alpha=1):
         if args:
             other, alpha = _alpha_first("sub_", (other, *args), alpha)
-        if alpha == 1 and isinstance(other, Tensor):  # (``self - other``'s node, without the calls to it: Normalize)
+        if alpha == 1 and type(other) is Tensor:  # (``self - other``'s node, without the calls to it: Normalize; not a
+            # subclass's, whose reflected ``__rsub__`` Python asks first: a sparse tensor's)
             return self._assign(self._binary("sub", _no_bool_sub(self, other)))
         return self._assign(self.sub(other, alpha=alpha))
 
@@ -1660,7 +1662,9 @@ class Tensor(TensorBase):
         return self._assign(self * other)
 
     def div_(self, other, *, rounding_mode=None):
-        if rounding_mode is None:  # (``self / other``'s node, without the calls to it: Normalize's)
+        if rounding_mode is None and (type(other) is Tensor or not isinstance(other, Tensor)):
+            # (``self / other``'s node, without the calls to it: Normalize's; a subclass's reflected ``__rtruediv__``
+            # is Python's to ask first)
             return self._assign(self._binary("div", other))
         return self._assign(self.div(other, rounding_mode=rounding_mode))
 

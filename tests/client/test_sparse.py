@@ -254,6 +254,13 @@ def test_arithmetic_matches_torch():
         if got.layout == tw.sparse_coo:
             assert (got.is_coalesced(), got._nnz()) == (want.is_coalesced(), want._nnz())
     assert (c * 2).is_coalesced() and not s.t().is_coalesced()
+    # (a dense tensor updated in place by a sparse one: Python asks the sparse operand's reflected ``__rsub__``)
+    d1, d2, td = tw.tensor(dense), tw.tensor(dense), torch.tensor(dense)
+    d1.sub_(s)
+    d2 -= s
+    td -= t
+    _eq(d1, td)
+    _eq(d2, td)
     s2, t2 = s.clone(), t.clone()
     s2 += other
     s2 *= 2
