@@ -840,7 +840,8 @@ class Tensor(TensorBase):
     multiply = mul
 
     def div(self, other, *, rounding_mode: str | None = None):
-        if rounding_mode is None:  # (``self / other``, one call less for a number or a plain tensor: ToTensor's)
+        if rounding_mode is None:  # (``self / other``, one call less for a number or a plain tensor: ToTensor's, and
+            # Normalize's div_; a subclass's reflected ``__rtruediv__`` is Python's to ask first)
             return self._binary("div", other) if type(other) is Tensor or not isinstance(other, Tensor) \
                 else self / other
         if rounding_mode == "floor":
@@ -1662,10 +1663,6 @@ class Tensor(TensorBase):
         return self._assign(self * other)
 
     def div_(self, other, *, rounding_mode=None):
-        if rounding_mode is None and (type(other) is Tensor or not isinstance(other, Tensor)):
-            # (``self / other``'s node, without the calls to it: Normalize's; a subclass's reflected ``__rtruediv__``
-            # is Python's to ask first)
-            return self._assign(self._binary("div", other))
         return self._assign(self.div(other, rounding_mode=rounding_mode))
 
     def pow_(self, exponent):

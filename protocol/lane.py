@@ -54,7 +54,7 @@ REST_WAIT_S = 60.0
 #: a lane connection's routing id starts with this: a ZeroMQ ROUTER's own ids are 5 bytes starting with 0, and a
 #: peer's chosen id may not start with 0 at all
 LANE_ROUTE = b"\x00\xffL"
-#: zmq's flag and option as plain ints, as ``wire``'s (which imports this module): a caller's ``getsockopt(EVENTS) &
+#: zmq's flag and option as plain ints (``protocol.wire`` imports them from here): a caller's ``getsockopt(EVENTS) &
 #: POLLIN`` of an ``enum.Flag`` member builds a new member, about a microsecond, at every answer waited for
 POLLIN = int(zmq.POLLIN)
 EVENTS = int(zmq.EVENTS)

@@ -18,6 +18,8 @@ import zmq
 from . import PROTOCOL_VERSION
 from . import dtypes as D
 from .errors import ProtocolError, TensorwireError
+from .lane import EVENTS as EVENTS  # (re-exported: one definition, see SNDMORE below)
+from .lane import POLLIN as POLLIN
 from .lane import LaneSocket
 from .shapes import MAX_NDIM, MAX_NUMEL, check_shape, numel
 
@@ -141,10 +143,10 @@ def hello(token: str | None, client: str) -> dict:
 
 ZERO_COPY_MIN = 1 << 16
 #: zmq's flags as plain ints: pyzmq's are enum.Flag members, whose ``|`` and ``&`` cost about a microsecond each in
-#: Python, several times a message on the hot paths
-SNDMORE, NOBLOCK, POLLIN = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POLLIN)
-#: the socket option ``ZMQ_EVENTS`` as a plain int (``sock.getsockopt(EVENTS) & POLLIN``: a message waits)
-EVENTS = int(zmq.EVENTS)
+#: Python, several times a message on the hot paths. ``POLLIN`` and the socket option ``EVENTS``
+#: (``sock.getsockopt(EVENTS) & POLLIN``: a message waits) are ``lane``'s, which this module imports (one definition:
+#: until session 58 the lane's were the enum members, and its callers' ``&`` built one an answer)
+SNDMORE, NOBLOCK = int(zmq.SNDMORE), int(zmq.NOBLOCK)
 
 
 def recv_frames(sock, flags: int = 0) -> list:
