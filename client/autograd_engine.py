@@ -27,6 +27,7 @@ import sys
 import threading
 import warnings
 import weakref
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -393,14 +394,37 @@ def _seed(root, g):
     return g
 
 
-def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
-    """Accumulate the gradients of ``tensors`` into the ``.grad`` of the leaves (torch.autograd.backward)."""
+def _inputs_tuple(inputs, fn: str) -> tuple:
+    """``inputs`` of ``backward``/``grad`` as a tuple: a tensor, a sequence of them, or a ``dict`` of them (its values;
+    torch's: any other mapping is a TypeError)."""
+    if isinstance(inputs, _Tensor):
+        return (inputs,)
+    if type(inputs) is dict:
+        return tuple(inputs.values())
+    if isinstance(inputs, Mapping):
+        raise TypeError(f"`inputs` argument to `{fn}()` must be a dict, not {type(inputs).__name__}. Other Mapping "
+                        "types are not supported.")
+    return tuple(inputs)
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool = False, grad_variables=None,
+             inputs=None) -> None:
+    """Accumulate the gradients of ``tensors`` into the ``.grad`` of the leaves (torch.autograd.backward).
+    ``grad_variables``: ``grad_tensors``' deprecated name, taken as torch takes it (with its ``FutureWarning``)."""
+    if grad_variables is not None:
+        warnings.warn("`grad_variables` is deprecated. Use `grad_tensors` instead.", FutureWarning, stacklevel=2)
+        if grad_tensors is not None:
+            raise RuntimeError("`grad_tensors` and `grad_variables` (deprecated) arguments both passed to "
+                               "`backward()`. Please only use `grad_tensors`.")
+        grad_tensors = grad_variables
     roots = _as_tuple(tensors)
     seeds = _as_tuple(grad_tensors) if grad_tensors is not None else (None,) * len(roots)
     if len(seeds) != len(roots):
         raise ValueError(f"grad_tensors has {len(seeds)} tensors, expected {len(roots)}")
     if inputs is not None:
-        ins = tuple(_holder(t) for t in _as_tuple(inputs))
+        ins = tuple(_holder(t) for t in _inputs_tuple(inputs, "backward"))
+        if not ins:
+            raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
         got = _run(roots, seeds, [_input_edge(t) for t in ins], retain_graph, create_graph)
         for t, g in zip(ins, got):
             if g is not None:
@@ -409,11 +433,26 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
     _run(roots, seeds, None, retain_graph, create_graph)
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
-         allow_unused: bool | None = None, materialize_grads: bool = False):
-    """Gradients of ``outputs`` with respect to ``inputs`` (torch.autograd.grad); nothing is accumulated."""
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False, only_inputs: bool = True,
+         allow_unused: bool | None = None, is_grads_batched: bool = False, materialize_grads: bool = False):
+    """Gradients of ``outputs`` with respect to ``inputs`` (torch.autograd.grad); nothing is accumulated. ``inputs``
+    may be a ``dict`` of tensors: the gradients come back as a dict with its keys. ``only_inputs`` is deprecated and
+    ignored, as in torch (``False`` warns); ``is_grads_batched=True`` (a batch of cotangents through ``vmap``) is not
+    supported: ``NotImplementedError``."""
+    if materialize_grads and allow_unused is False:
+        raise ValueError("Expected allow_unused to be True or not passed when materialize_grads=True, but got: "
+                         "allow_unused=False.")
+    if not only_inputs:
+        warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
+                      "gradient for other parts of the graph, please use torch.autograd.backward.", FutureWarning,
+                      stacklevel=2)
+    if is_grads_batched:
+        raise NotImplementedError("autograd.grad(is_grads_batched=True) is not supported by tensorwire: call grad "
+                                  "once for each cotangent of the batch")
     outs = _as_tuple(outputs)
-    ins = _as_tuple(inputs)
+    ins = _inputs_tuple(inputs, "grad")
+    if not ins:
+        raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
     seeds = _as_tuple(grad_outputs) if grad_outputs is not None else (None,) * len(outs)
     if len(seeds) != len(outs):
         raise ValueError(f"grad_outputs has {len(seeds)} tensors, expected {len(outs)}")
@@ -429,6 +468,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
                 raise AutogradError(f"One of the differentiated Tensors (input {i}) appears to not have been used "
                                     "in the graph. Set allow_unused=True if this is the desired behavior.")
         res.append(g)
+    if type(inputs) is dict:
+        return dict(zip(inputs.keys(), res))
     return tuple(res)
 
 

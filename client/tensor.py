@@ -1787,7 +1787,7 @@ class Tensor(TensorBase):
         whose batches change shape, the backward pass is shipped on its own (``Session.ship_backward``)."""
         s = self._s
         s.ship_forward()
-        _autograd_engine.backward(self, gradient, retain_graph, create_graph, inputs)
+        _autograd_engine.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
         s.ship_backward()
 
     def register_hook(self, hook):

@@ -184,6 +184,63 @@ def test_autograd_grad_allow_unused_and_seeds(session):
         tw.tensor([1.0]).sum().backward()
 
 
+def test_autograd_grad_and_backward_take_torchs_arguments(session):
+    """torch's full signatures: ``grad(..., only_inputs=True)`` as WGAN-GP's ``gan_toy.py`` and its forks call it (a
+    TypeError until session 59), a sixth positional argument that is ``only_inputs`` (not ``allow_unused``), inputs
+    given as a dict, ``is_grads_batched``, and ``backward``'s deprecated ``grad_variables``; against torch where it
+    is installed."""
+    import warnings
+
+    def run(lib):
+        x = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+        y = lib.tensor([3.0], dtype=lib.float64, requires_grad=True)
+        out = (x * x).sum() * 3
+        (g,) = lib.autograd.grad(outputs=out, inputs=x, grad_outputs=lib.ones_like(out), create_graph=True,
+                                 retain_graph=True, only_inputs=True)
+        (g2,) = lib.autograd.grad(out, x, None, True, False, True)  # (the sixth: only_inputs)
+        with pytest.raises(RuntimeError, match="appears to not have been used"):
+            lib.autograd.grad(out, [x, y], None, True, False, True)
+        d = lib.autograd.grad(out, {"a": x, "b": y}, retain_graph=True, allow_unused=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lib.autograd.grad(out, x, retain_graph=True, only_inputs=False)
+        assert any(issubclass(w.category, FutureWarning) for w in caught)
+        with pytest.raises(ValueError, match="allow_unused"):
+            lib.autograd.grad(out, x, retain_graph=True, materialize_grads=True, allow_unused=False)
+        with pytest.raises(RuntimeError, match="cannot be empty"):
+            lib.autograd.grad(out, [], retain_graph=True)
+        with pytest.raises(TypeError, match="must be a dict"):
+            lib.autograd.grad(out, _Mapping({"a": x}), retain_graph=True)
+        with pytest.warns(FutureWarning, match="grad_variables"):
+            lib.autograd.backward(out, grad_variables=lib.ones_like(out), retain_graph=True)
+        with pytest.raises(RuntimeError, match="both passed"), pytest.warns(FutureWarning):
+            lib.autograd.backward(out, lib.ones_like(out), True, False, lib.ones_like(out))
+        lib.autograd.backward([out], inputs={"y": y, "x": x})  # (a dict of inputs: its values)
+        return (g.detach().numpy().copy(), g2.detach().numpy().copy(), sorted(d), d["b"],
+                d["a"].detach().numpy().copy(), x.grad.numpy().copy())
+
+    got = run(tw)
+    np.testing.assert_allclose(got[0], [6.0, 12.0])
+    np.testing.assert_allclose(got[1], [6.0, 12.0])
+    assert got[2] == ["a", "b"] and got[3] is None
+    np.testing.assert_allclose(got[4], [6.0, 12.0])
+    np.testing.assert_allclose(got[5], [12.0, 24.0])  # (grad_variables' backward, then the one with inputs)
+    x = T([1.0])
+    with pytest.raises(NotImplementedError, match="is_grads_batched"):
+        tw.autograd.grad((x * 2).sum(), x, is_grads_batched=True)
+    torch = pytest.importorskip("torch")
+    want = run(torch)
+    for a, b in zip(got, want):
+        if isinstance(a, np.ndarray):
+            np.testing.assert_allclose(a, b)
+        else:
+            assert a == b
+
+
+class _Mapping(dict):
+    """A mapping that is not a ``dict`` (torch refuses it as ``inputs``, and so do we)."""
+
+
 def test_broadcast_views_indexing_and_devices(session):
     w = T(np.arange(6.0).reshape(2, 3))
     b = T([1.0, 2.0, 3.0])
