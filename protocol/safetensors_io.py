@@ -106,7 +106,7 @@ def save_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None =
     offset = 0
     arrays = []
     for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name])
+        a = np.asarray(tensors[name], order="C")  # (not ascontiguousarray: it makes a 0-d array 1-d)
         dt = D.from_numpy(a.dtype)
         if dt.name not in TW_TO_ST:
             raise DTypeError(f"safetensors: tensor {name!r} is {dt.name}, which the format has no dtype for "

@@ -180,6 +180,29 @@ def test_state_dicts_stay_plain_safetensors(tmp_path):
     assert len(names) == 1 + len(m.state_dict())  # each tensor its own entry, beside the pickle
 
 
+def test_zero_dim_tensors_keep_their_shape():
+    """A 0-d tensor saved and loaded is 0-d (BatchNorm's ``num_batches_tracked``: a state dict saved to a buffer and
+    loaded back into the model failed with a shape mismatch, [1] against [], until session 59: numpy's
+    ``ascontiguousarray`` makes a 0-d array 1-d); in a flat state dict, a nested checkpoint and the safetensors bytes
+    themselves."""
+    bn = nn.BatchNorm1d(4)
+    for obj in (bn.state_dict(), {"model": bn.state_dict(), "loss": tw.tensor(0.5)}, tw.tensor(3)):
+        buf = io.BytesIO()
+        tw.save(obj, buf)
+        buf.seek(0)
+        back = tw.load(buf)
+        if isinstance(obj, dict) and "model" in obj:
+            assert back["loss"].shape == () and back["model"]["num_batches_tracked"].shape == ()
+            bn.load_state_dict(back["model"])
+        elif isinstance(obj, dict):
+            assert back["num_batches_tracked"].shape == () and back["running_mean"].shape == (4,)
+            bn.load_state_dict(back)
+        else:
+            assert back.shape == () and back.item() == 3
+    raw = save_bytes({"s": np.array(2.5, np.float32), "v": np.arange(3)})
+    assert json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])["s"]["shape"] == []
+
+
 def test_file_objects_and_map_location(session, tmp_path):
     buf = io.BytesIO()
     tw.save({"k": {3}, "t": tw.arange(3)}, buf)
