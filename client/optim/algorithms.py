@@ -1,5 +1,5 @@
-"""SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD, Adafactor and Muon with torch's
-update rules (the single-tensor form torch runs on CPU tensors, the same arithmetic in the same order).
+"""SGD, Adam, AdamW, SparseAdam, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD, Adafactor and Muon
+with torch's update rules (the single-tensor form torch runs on CPU tensors, the same arithmetic in the same order).
 
 ``foreach``, ``fused``, ``capturable`` and ``differentiable`` are accepted and kept in the param groups (so
 ``state_dict`` has torch's keys) but change nothing: every step is one recorded graph the cluster fuses and
@@ -206,6 +206,57 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, foreach=foreach,
                          capturable=capturable, differentiable=differentiable, fused=fused,
                          decoupled_weight_decay=True)
+
+
+class SparseAdam(Optimizer):
+    """Adam for embeddings trained with ``sparse=True`` (torch's "lazy" Adam): the moments and the parameter change only
+    in the rows the gradient has, with torch's arithmetic in torch's order (``optim._functional.sparse_adam``);
+    ``state["step"]`` counts every step, as torch's.
+
+    tensorwire's sparse gradients are dense (``nn.Embedding(sparse=True)``: README), so the rows of the gradient are
+    its rows with a nonzero element (along the first dimension). A row looked up whose gradient is exactly zero is left
+    as it is, where torch decays its moments and moves it by them; any other row is updated as torch updates it. A
+    dense gradient is therefore accepted (torch refuses one: its sparse gradients are sparse tensors)."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, maximize: bool = False):
+        if not 0.0 < lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 < eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, maximize=maximize))
+        for gi, group in enumerate(self.param_groups):
+            for pi, q in enumerate(group["params"]):
+                if getattr(q, "is_sparse", False):
+                    raise ValueError(f"Sparse params at indices {[[gi, pi]]}: SparseAdam requires dense parameter "
+                                     "tensors")
+                if q.dtype.is_complex:
+                    raise ValueError(f"Complex params at indices {[[gi, pi]]}: SparseAdam does not support complex "
+                                     "parameters")
+
+    def _update(self, group, p, grad, state):
+        (b1, b2), eps = group["betas"], group["eps"]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = _zeros_like(p)
+            state["exp_avg_sq"] = _zeros_like(p)
+        state["step"] += 1
+        step = state["step"]
+        nz = grad != 0
+        if nz.ndim > 1:  # (a row is the gradient's where any of its elements is nonzero)
+            nz = nz.reshape(nz.shape[0], -1).any(1).reshape([nz.shape[0]] + [1] * (nz.ndim - 1))
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        # old += (1 - b) * (new - old), in the rows: torch's sub, mul_ and add_, then numer = update + old
+        m_new = m + (grad - m) * _c(p, 1 - b1)
+        v_new = v + (grad * grad - v) * _c(p, 1 - b2)
+        _set_state(state, "exp_avg", where(nz, m_new, m))
+        _set_state(state, "exp_avg_sq", where(nz, v_new, v))
+        step_size = group["lr"] * math.sqrt(1 - b2 ** step) / (1 - b1 ** step)
+        change = _d(p, -step_size) * (m_new / (v_new.sqrt() + _c(p, eps)))
+        return where(nz, p + change, p)
 
 
 class RMSprop(Optimizer):

@@ -95,6 +95,43 @@ def test_optimizers_match_torch(session, name, kw):
             np.testing.assert_allclose(a, b.detach().numpy(), rtol=rtol, atol=rtol * 1e-2)
 
 
+@needs_torch
+@pytest.mark.parametrize("kw", [dict(lr=0.05), dict(lr=0.01, betas=(0.5, 0.8), eps=1e-6, maximize=True)])
+def test_sparse_adam_matches_torch(session, kw):
+    """``SparseAdam`` on an ``Embedding(sparse=True)`` (word2vec's habit): torch's lazy update, bit for bit in float32,
+    the rows not looked up left as they are (their moments too); repeated ids in a batch; and torch's errors."""
+    rng = np.random.default_rng(3)
+    w0 = rng.standard_normal((10, 4)).astype(np.float32)
+    batches = [rng.integers(0, 8, 6) for _ in range(6)]  # (rows 8 and 9 never looked up)
+    batches[2] = np.array([1, 1, 1, 7])  # (a repeated id: its gradients add up, as torch's coalesce adds them)
+    targets = [rng.standard_normal((len(b), 4)).astype(np.float32) for b in batches]
+
+    def run(lib):
+        emb = lib.nn.Embedding(10, 4, sparse=True)
+        with lib.no_grad():
+            emb.weight.copy_(lib.tensor(w0))
+        opt = lib.optim.SparseAdam(emb.parameters(), **kw)
+        for ids, t in zip(batches, targets):
+            opt.zero_grad()
+            ((emb(lib.tensor(ids)) - lib.tensor(t)) ** 2).sum().backward()
+            opt.step()
+        st = opt.state[emb.weight]
+        return [emb.weight.detach().numpy().copy(), st["exp_avg"].numpy().copy(), st["exp_avg_sq"].numpy().copy()], \
+            int(st["step"])
+
+    got, steps = run(tw)
+    want, tsteps = run(torch)
+    assert steps == tsteps == len(batches)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    untouched = sorted(set(range(10)) - set(np.concatenate(batches)))
+    assert untouched and np.array_equal(got[0][untouched], w0[untouched])
+    with pytest.raises(ValueError, match="Invalid learning rate"):
+        optim.SparseAdam([nn.Parameter(tw.ones(2))], lr=0)
+    with pytest.raises(ValueError, match="does not support complex"):
+        optim.SparseAdam([nn.Parameter(tw.ones(2, dtype=tw.complex64))])
+
+
 def test_step_replays_one_plan_and_does_not_sync(session):
     ps = [nn.Parameter(tw.tensor(a)) for a in _params()]
     opt = optim.Adam(ps, lr=0.01)
