@@ -4,7 +4,7 @@
 (``tensorwire.autograd_engine``), anomaly mode too (``tensorwire.anomaly_mode``); this package re-exports them so
 ``tw.autograd.grad`` reads as in torch. ``functional`` (``jacobian``, ``hessian``, ``vjp`` ...), ``grad_checks``
 (``gradgradcheck``) and ``variable`` (the legacy ``Variable``) are built on them here, importing nothing heavier.
-``tensorwire.autograd.vjp`` (the rules), ``.backward`` (the transform) and ``.service`` are only imported by the
+``tensorwire.autograd.vjp`` (the rules), ``.backward_graph`` (the transform) and ``.service`` are only imported by the
 autograd service.
 """
 

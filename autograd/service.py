@@ -3,7 +3,7 @@
 Registered with the dispatcher as ``autograd``. Requests (msgpack header, no frames):
 
 * ``{"op": "backward", "g": {...}}`` -> ``{"bw": {...}, "cached": bool}``: the backward graph of the
-  forward graph ``g`` (wire forms in :mod:`tensorwire.autograd.backward`). Replies are cached by the
+  forward graph ``g`` (wire forms in :mod:`tensorwire.autograd.backward_graph`). Replies are cached by the
   request's structural hash (sha256 of its canonical msgpack form), bounded LRU.
 * ``{"op": "stats"}`` -> ``{"requests": n, "backward": n, "hits": n, "cached": n}``.
 
@@ -29,7 +29,7 @@ from tensorwire.protocol.named_service import NamedService, add_service_credenti
 from tensorwire.protocol.ops import load_plugin_ops
 from tensorwire.protocol.service import stop_event_on_signals
 
-from .backward import build_backward
+from .backward_graph import build_backward
 
 MAX_CACHE = int(os.environ.get("TENSORWIRE_AUTOGRAD_CACHE", "4096"))
 

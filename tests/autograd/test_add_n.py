@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorwire.autograd.backward import build_backward
+from tensorwire.autograd.backward_graph import build_backward
 from tensorwire.backends.cpu.kernels import KERNELS
 from tensorwire.protocol import dtypes as D
 

@@ -15,7 +15,7 @@ except ImportError:  # (optional: the reference for the gradients' values)
 import tensorwire as tw
 import tensorwire.nn.functional as F
 from tensorwire import autograd_engine as E
-from tensorwire.autograd.backward import build_backward
+from tensorwire.autograd.backward_graph import build_backward
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.ops import infer
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tensorwire as tw
-from tensorwire.autograd.backward import build_backward
+from tensorwire.autograd.backward_graph import build_backward
 from tensorwire.autograd_hooks import record
 from tensorwire.backends.cpu import recurrent, rnn_cells
 from tensorwire.backends.cpu.kernels import KERNELS
