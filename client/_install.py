@@ -84,4 +84,5 @@ def method(fn: Callable) -> Callable:
 
     m.__name__ = fn.__name__
     m.__doc__ = fn.__doc__
+    m.__wrapped__ = fn  # (``inspect.signature`` shows ``fn``'s parameters, its first the receiver)
     return m

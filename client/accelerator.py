@@ -45,15 +45,28 @@ class DeviceType:
     def current_device(self) -> int:
         return self._current
 
-    def set_device(self, index) -> None:
-        """Make ``index`` the device ``tw.device(kind)`` without an index means for ``current_device()``."""
-        i = index.index if isinstance(index, device) else int(index)
+    def _index(self, d) -> int:
+        """The index ``d`` names: an int, ``"cuda:1"`` (``"cuda"``: the current device) or a ``tw.device``; None is
+        the current device."""
+        if d is None:
+            return self._current
+        if isinstance(d, str):
+            d = device(d)
+        if isinstance(d, device):
+            return self._current if d.index is None else d.index
+        return int(d)
+
+    def set_device(self, device) -> None:  # noqa: A002 - torch's name
+        """Make ``device`` (an index, ``"cuda:1"`` or a ``tw.device``) the device ``tw.device(kind)`` without an index
+        means for ``current_device()``."""
+        i = self._index(device)
         if i not in device_indices(self.kind):
             raise ValueError(f"{self.kind}:{i} is not one of the cluster's devices: {current_session().devices()}")
         self._current = i
 
-    def get_device_name(self, index=None) -> str:
-        i = self._current if index is None else (index.index if isinstance(index, device) else int(index))
+    def get_device_name(self, device=None) -> str:  # noqa: A002 - torch's name
+        """The name the worker of ``device`` (None: the current device) reports."""
+        i = self._index(device)
         for info in current_session().device_info():
             if info.get("device") == f"{self.kind}:{i}":
                 return info.get("name") or f"{self.kind}:{i}"
@@ -77,7 +90,9 @@ class DeviceType:
         i = self._current if device is None else (device.index if hasattr(device, "index") else int(device))
         return int(_memory_stats().get("devices", {}).get(f"{self.kind}:{i}", {}).get("bytes", 0))
 
-    def is_bf16_supported(self) -> bool:
+    def is_bf16_supported(self, including_emulation: bool = True) -> bool:
+        """Whether the cluster has a device of this type: its workers run bfloat16 (``including_emulation`` is
+        accepted and changes nothing: a worker emulates what its hardware lacks)."""
         return self.is_available()
 
     def __repr__(self) -> str:

@@ -497,8 +497,17 @@ def corrcoef(input: Tensor) -> Tensor:  # noqa: A002
     return c.clamp(-1, 1)
 
 
-def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = None) -> Tensor:
-    """The p-norm distance between each row of ``x1`` and each row of ``x2`` (batched)."""
+#: torch.cdist's ``compute_mode`` values: whether torch computes Euclidean distances through a matrix product
+CDIST_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist")
+
+
+def cdist(x1: Tensor, x2: Tensor, p: float = 2.0,
+          compute_mode: str = "use_mm_for_euclid_dist_if_necessary") -> Tensor:
+    """The p-norm distance between each row of ``x1`` and each row of ``x2`` (batched). ``compute_mode`` is checked
+    as torch checks it (one of :data:`CDIST_MODES`) and changes nothing: the distances are always those of the
+    differences (torch's ``"donot_use_mm_for_euclid_dist"``), which its matrix-product modes approximate."""
+    if compute_mode not in CDIST_MODES:
+        raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
     if x1.ndim < 2 or x2.ndim < 2:
         raise ShapeError(f"cdist only supports at least 2D tensors, X1 got: {x1.ndim}D, X2 got: {x2.ndim}D")
     if x1.shape[-1] != x2.shape[-1]:

@@ -256,13 +256,19 @@ def ifftshift(input: Tensor, dim=None) -> Tensor:  # noqa: A002
 
 def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: int | None = None,  # noqa: A002
          window: Tensor | None = None, center: bool = True, pad_mode: str = "reflect", normalized: bool = False,
-         onesided: bool | None = None, return_complex: bool | None = None) -> Tensor:
+         onesided: bool | None = None, return_complex: bool | None = None,
+         align_to_window: bool | None = None) -> Tensor:
     """The short-time Fourier transform (``torch.stft``): the transform of each ``n_fft``-point frame, ``hop_length``
     apart (n_fft // 4 by default), times ``window`` (ones of ``win_length``; centred in n_fft), of ``input`` (1-D, or
     2-D with a batch dim) padded by n_fft // 2 each side with ``pad_mode`` when ``center``. The result is
     ``[batch?, frequencies, frames]``: n_fft // 2 + 1 frequencies when ``onesided`` (the default for a real input and
     window), complex, or its ``view_as_real`` when ``return_complex=False``. ``normalized``: scaled by 1/sqrt(n_fft).
+    ``align_to_window=True`` (only without ``center``, as torch): frame ``t``'s window starts at ``t * hop_length``
+    in ``input`` rather than its ``n_fft`` points (which differ when ``win_length < n_fft``), so there are
+    ``1 + (L - win_length) // hop_length`` frames.
     """
+    if center and align_to_window is not None:
+        raise RuntimeError("stft align_to_window should only be set when center = false")
     real_input = not input.dtype.is_complex and (window is None or not window.dtype.is_complex)
     if return_complex is None:
         if real_input:
@@ -285,6 +291,9 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
     if center:
         half = n_fft // 2
         x = pad(x.unsqueeze(1), [half, half], mode=pad_mode).squeeze(1)
+    elif align_to_window and win < n_fft:  # (the window's points of frame t are input[t * hop:]: the zeros around
+        left = (n_fft - win) // 2  # it in the n_fft-point frame fall outside the input at the ends)
+        x = pad(x, [left, n_fft - win - left])
     if x.shape[-1] < n_fft:
         raise ShapeError(f"stft: input of {x.shape[-1]} points (after padding) is shorter than n_fft={n_fft}")
     frames = x.unfold(-1, n_fft, hop)  # [batch, frames, n_fft]

@@ -125,19 +125,26 @@ def _contract(a: Tensor, sa: str, b: Tensor, sb: str, keep: set):
     return r, "".join(batch + left + right)
 
 
-def tensordot(a: Tensor, b: Tensor, dims=2) -> Tensor:
+def tensordot(a: Tensor, b: Tensor, dims=2, out: Tensor | None = None) -> Tensor:
+    """The contraction of ``a``'s dims ``dims[0]`` with ``b``'s ``dims[1]`` (an int ``d``: ``a``'s last ``d`` with
+    ``b``'s first ``d``), as torch's; ``out``: written there."""
     letters = string.ascii_letters
     if isinstance(dims, int):
+        if dims < 0:
+            raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
+        if dims > builtins.min(a.ndim, b.ndim):
+            raise RuntimeError(f"tensordot expects dims < ndim_a or ndim_b, but got dims={dims}")
         da = list(range(a.ndim - dims, a.ndim))
         db = list(range(dims))
     else:
         da, db = [list(x) if isinstance(x, (list, tuple)) else [x] for x in dims]
+        da, db = [d % a.ndim for d in da], [d % b.ndim for d in db]
     sa = list(letters[: a.ndim])
     sb = list(letters[a.ndim: a.ndim + b.ndim])
     for i, j in zip(da, db):
         sb[j] = sa[i]
-    out = [c for i, c in enumerate(sa) if i not in da] + [c for j, c in enumerate(sb) if j not in db]
-    return einsum(f"{''.join(sa)},{''.join(sb)}->{''.join(out)}", a, b)
+    kept = [c for i, c in enumerate(sa) if i not in da] + [c for j, c in enumerate(sb) if j not in db]
+    return write_out(out, einsum(f"{''.join(sa)},{''.join(sb)}->{''.join(kept)}", a, b))
 
 
 def synchronize(session=None) -> None:
@@ -236,7 +243,7 @@ _METHODS = (
     "equal nan_to_num lerp neg negative pow float_power remainder fmod floor_divide div divide true_divide mul "
     "multiply add sub subtract sum nansum mean prod amax amin argmax argmin var std logsumexp all any "
     "count_nonzero cumsum cumprod norm reshape flatten unflatten squeeze unsqueeze transpose swapaxes swapdims "
-    "permute t moveaxis movedim broadcast_to tile flip fliplr flipud roll split chunk tensor_split unbind narrow "
+    "permute t moveaxis movedim broadcast_to tile flip fliplr flipud roll chunk tensor_split unbind narrow "
     "select tril triu diagonal diag trace gather scatter scatter_add index_select index_add take_along_dim "
     "masked_fill masked_select nonzero softmax log_softmax clone detach bitwise_and bitwise_or bitwise_xor "
     "bitwise_not eq ne lt le gt ge dot inner outer mv mm bmm aminmax sort argsort msort topk kthvalue unique "
@@ -266,6 +273,12 @@ def _method_fn(name: str):
     return fn
 
 
+def split(tensor: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
+    """``tensor`` cut along ``dim`` into pieces of ``split_size_or_sections`` (an int: that many elements each, the
+    last one shorter; a list: those sizes), as views (torch.split: ``tensor.split(...)``)."""
+    return tensor.split(split_size_or_sections, dim)
+
+
 def max(input, dim=None, keepdim=False, *, out=None):  # noqa: A001,A002
     return write_out(out, input.max(dim, keepdim))
 
@@ -278,3 +291,4 @@ def min(input, dim=None, keepdim=False, *, out=None):  # noqa: A001,A002
 #: register (client/_install.py: math_extras, array_extras, random_fills, linalg_legacy, complex_ops)
 METHOD_FUNCTIONS = _install.FUNCTIONS
 METHOD_FUNCTIONS.update({n: _method_fn(n) for n in _METHODS})
+METHOD_FUNCTIONS["split"] = split  # (torch's own Python function: its parameter names, not the method's)

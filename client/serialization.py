@@ -53,9 +53,10 @@ FORMAT_VERSION = 1  # the JSON tree
 PICKLE_VERSION = 2  # a pickle (a file version 1 readers refuse with a clear error)
 #: the safetensors entry holding a pickled object's bytes
 PICKLE_ENTRY = "__tensorwire_pickle__"
-#: the pickle protocol ``tw.save`` writes (``pickle_protocol=`` another): 4 has frames and large objects, and stores
-#: ``bytes`` without the ``_codecs.encode`` call protocol 2 needs
-DEFAULT_PROTOCOL = 4
+#: the pickle protocol ``tw.save`` writes (``pickle_protocol=`` another), torch's ``DEFAULT_PROTOCOL``: 2, whose
+#: ``bytes`` are ``_codecs.encode`` calls (allowlisted); a whole object's pickle is small (its tensors and arrays are
+#: entries of their own), so 4's frames and large objects would not help it
+DEFAULT_PROTOCOL = 2
 
 
 class _NeedsPickle(Exception):
@@ -162,7 +163,7 @@ def _np_dtype_name(dt: np.dtype) -> str | None:
 
 def _payload(arr: np.ndarray) -> np.ndarray:
     """``arr`` as a safetensors entry: itself when the format has its dtype, else its bytes (``uint8``)."""
-    arr = np.ascontiguousarray(arr)
+    arr = np.asarray(arr, order="C")  # (not ascontiguousarray: it makes a 0-d array 1-d)
     name = _np_dtype_name(arr.dtype)
     if name in D.BY_NAME and _storable(D.BY_NAME[name]):
         return arr
@@ -448,16 +449,18 @@ class _Entries:
 
 # -- save / load -----------------------------------------------------------------------------------------------------
 
-def save(obj, f, pickle_module=None, pickle_protocol: int = DEFAULT_PROTOCOL, *, metadata: dict | None = None,
-         **_torch_options) -> None:
+def save(obj, f, pickle_module=pickle, pickle_protocol: int = DEFAULT_PROTOCOL,
+         _use_new_zipfile_serialization: bool = True, _disable_byteorder_record: bool = False, *,
+         metadata: dict | None = None) -> None:
     """Write ``obj`` to ``f`` (a path or a binary file object), as ``torch.save`` does, in the safetensors format.
 
     A tensor, a state dict, an optimizer state dict, nested dicts/lists/tuples of tensors, numpy arrays and plain
     values are written as a tree (no pickle; see the module's documentation). Anything else (a whole module, an
     optimizer, objects of your classes) is pickled with ``pickle_protocol``; its tensors are stored as entries of
     their own, never in the pickle. Tensor values are fetched from the cluster in one batch and written bit-exactly.
-    ``metadata``: strings added to the header's ``__metadata__``. ``pickle_module`` and torch's zip-format options
-    are accepted and change nothing (the pickler is ``pickle``'s)."""
+    ``metadata``: strings added to the header's ``__metadata__``. Accepted as torch's and ignored: ``pickle_module``
+    (the pickler is ``pickle``'s), ``_use_new_zipfile_serialization`` and ``_disable_byteorder_record`` (the file is
+    always safetensors, whose byte order is fixed: little-endian)."""
     tensors: dict = {}
     try:
         tree = _encode(obj, "", tensors)

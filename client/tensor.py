@@ -1451,16 +1451,19 @@ class Tensor(TensorBase):
         key[d] = index
         return self[tuple(key)]
 
-    def split(self, split_size_or_sections, dim: int = 0):
+    def split(self, split_size, dim: int = 0):
+        """Views of this tensor cut along ``dim``: ``split_size`` elements each (an int; the last one shorter), or
+        pieces of the sizes ``split_size`` lists (torch's parameter name; ``tw.split`` calls it
+        ``split_size_or_sections``)."""
         d = norm_dim(dim, self.ndim)
         n = self._shape[d]
-        if isinstance(split_size_or_sections, int):
-            step = split_size_or_sections
+        if isinstance(split_size, int):
+            step = split_size
             if step <= 0:
                 raise ValueError("split_size must be positive")
             sizes = [min(step, n - i) for i in range(0, n, step)] or [0]
         else:
-            sizes = list(split_size_or_sections)
+            sizes = list(split_size)
             if sum(sizes) != n:
                 raise ShapeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's "
                                  f"size at dimension {dim}), but got split_sizes={sizes}")

@@ -185,9 +185,9 @@ def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool, full: bool,
     return F.poisson_nll_loss(input, target, log_input, full, eps=eps, reduction=_reduction(reduction))
 
 
-def chain_matmul(*matrices: Tensor) -> Tensor:
+def chain_matmul(*matrices: Tensor, out: Tensor | None = None) -> Tensor:
     """The product of the matrices, in the cheapest order (torch's deprecated ``chain_matmul``, which takes them as
-    arguments: ``tw.linalg.multi_dot`` of their list; one matrix is returned as it is)."""
+    arguments: ``tw.linalg.multi_dot`` of their list; one matrix is returned as it is); ``out``: written there."""
     if len(matrices) == 1:
-        return matrices[0]
-    return _linalg.multi_dot(matrices)
+        return write_out(out, matrices[0])
+    return write_out(out, _linalg.multi_dot(matrices))

@@ -33,6 +33,8 @@ CACHE_SIZE = 8
 #: calls recorded per signature until two in a row agree; past this the function runs eagerly
 MAX_TRACES = 4
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: what ``backend=None`` means, as torch's ``get_default_backend()``
+DEFAULT_BACKEND = "inductor"
 
 
 class CompileWarning(UserWarning):
@@ -52,7 +54,7 @@ class CompiledFunction:
     """A function wrapped by :func:`compile`; call it as the function. ``eager`` tells whether it gave up replaying
     (``eager_reason`` says why), ``stats`` counts ``traces`` (calls recorded) and ``replays``."""
 
-    def __init__(self, fn, fullgraph: bool = False, dynamic=None, backend="inductor", mode=None, options=None):
+    def __init__(self, fn, fullgraph: bool = False, dynamic=None, backend=DEFAULT_BACKEND, mode=None, options=None):
         self.fn = fn
         self.fullgraph = fullgraph
         self.dynamic = dynamic
@@ -150,23 +152,33 @@ def compile(
     *,
     fullgraph: bool = False,
     dynamic=None,
-    backend="inductor",
+    backend=None,
     mode=None,
     options=None,
+    name: str | None = None,
     disable: bool = False,
+    recompile_limit: int | None = None,
+    isolate_recompiles: bool = False,
+    shapes_spec=None,
 ):  # noqa: A001 - torch's name
     """Compile ``model`` (a function, or an ``nn.Module``: its calls) so that later calls replay its graph.
 
     Used as ``tw.compile(fn)``, ``@tw.compile`` or ``@tw.compile(mode=..., fullgraph=..., dynamic=..., backend=...)``,
     with torch's arguments: ``fullgraph=True`` raises :class:`~tensorwire.protocol.errors.CompileError` where the
     function cannot be replayed instead of running it eagerly; ``disable=True`` returns ``model`` unchanged;
-    ``mode``, ``options``, ``dynamic`` and ``backend`` are checked as torch checks them and otherwise change nothing
-    (graphs are specialised to their signature's shapes, and the cluster's backends run them).
+    ``mode``, ``options``, ``dynamic`` and ``backend`` (None: torch's default, ``"inductor"``) are checked as torch
+    checks them and otherwise change nothing (graphs are specialised to their signature's shapes, and the cluster's
+    backends run them). Accepted and ignored, as torch 2.13 names them: ``name`` (a label for torch's debug tools),
+    ``recompile_limit`` and ``isolate_recompiles`` (torch's recompilation budget: here each function keeps its
+    :data:`CACHE_SIZE` latest graphs and gives up after :data:`MAX_TRACES` disagreeing calls), ``shapes_spec``
+    (torch's dynamic-shape hints: graphs are specialised to shapes).
     """
     if mode is not None and options is not None:
         raise CompileError("Either mode or options can be specified, but both can't be specified at the same time.")
     if mode not in MODES:
         raise CompileError(f"Unrecognized mode={mode!r}, should be one of: {', '.join(m for m in MODES if m)}")
+    if backend is None:
+        backend = DEFAULT_BACKEND
     if model is None:
         return lambda fn: compile(
             fn, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode, options=options, disable=disable

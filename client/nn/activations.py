@@ -34,8 +34,10 @@ def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
     return input._assign(out) if inplace else out
 
 
-def mish(input: Tensor) -> Tensor:  # noqa: A002
-    return input * softplus(input).tanh()
+def mish(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    """``input * tanh(softplus(input))``; ``inplace`` writes it into ``input`` (and returns it), as torch."""
+    out = input * softplus(input).tanh()
+    return input._assign(out) if inplace else out
 
 
 def tanh(input: Tensor) -> Tensor:  # noqa: A002

@@ -6,6 +6,7 @@ from __future__ import annotations
 import operator
 import warnings
 from collections import OrderedDict
+from collections.abc import Mapping
 from itertools import islice
 
 from .module import Module, _addindent
@@ -133,6 +134,18 @@ class Sequential(_ListMixin):
             input = m(input)  # noqa: A001
         return input
 
+    def append(self, module: Module) -> Sequential:
+        """``module`` added at the end; returns this Sequential."""
+        return super().append(module)
+
+    def extend(self, sequential) -> Sequential:
+        """Each module of ``sequential`` (any iterable of modules) added at the end; returns this Sequential."""
+        return super().extend(sequential)
+
+    def insert(self, index: int, module: Module) -> Sequential:
+        """``module`` inserted before ``index``; returns this Sequential."""
+        return super().insert(index, module)
+
 
 class ModuleList(_ListMixin):
     """A list of modules, registered (so their parameters are the parent's)."""
@@ -156,7 +169,16 @@ class ModuleList(_ListMixin):
     def __add__(self, other):
         return ModuleList(list(self) + list(other))
 
+    def append(self, module: Module) -> ModuleList:
+        """``module`` added at the end; returns this ModuleList."""
+        return super().append(module)
+
+    def extend(self, modules) -> ModuleList:
+        """Each module of ``modules`` added at the end; returns this ModuleList."""
+        return super().extend(modules)
+
     def insert(self, index: int, module: Module) -> None:
+        """``module`` inserted before ``index``."""
         super().insert(index, module)
 
     def forward(self, *args, **kwargs):
@@ -184,6 +206,10 @@ class ModuleDict(_DictMixin):
         super().__init__()
         if modules is not None:
             self.update(modules)
+
+    def update(self, modules) -> None:
+        """Each (key, module) of ``modules`` (a mapping, or an iterable of pairs) set, in its order."""
+        super().update(modules)
 
     def clear(self) -> None:
         self._modules.clear()
@@ -222,6 +248,13 @@ class ParameterDict(_DictMixin):
         super().__init__()
         if parameters is not None:
             self.update(parameters)
+
+    def update(self, parameters) -> None:
+        """Each (key, parameter) of ``parameters`` set: in its order for an ``OrderedDict``, a ``ParameterDict`` or an
+        iterable of pairs, sorted by key for another mapping (torch's rule)."""
+        if isinstance(parameters, Mapping) and not isinstance(parameters, (OrderedDict, ParameterDict)):
+            parameters = sorted(parameters.items())
+        super().update(parameters)
 
 
 class Container(Module):

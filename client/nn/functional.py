@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from tensorwire.combine import write_out
 from tensorwire.creation import arange, ones
 from tensorwire.functions import cat, where
 from tensorwire.protocol import dtypes as D
@@ -275,8 +276,10 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
     return y
 
 
-def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # noqa: A002
-    return input / input.norm(p, dim, keepdim=True).clamp(min=eps)
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12,  # noqa: A002
+              out: Tensor | None = None) -> Tensor:
+    """``input`` over its ``p``-norm along ``dim`` (at least ``eps``); ``out``: written there, as torch's."""
+    return write_out(out, input / input.norm(p, dim, keepdim=True).clamp(min=eps))
 
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 from tensorwire.autograd_hooks import record as _record
 from tensorwire.creation import empty, ones, tensor, zeros
@@ -419,8 +420,8 @@ class RMSNorm(Module):
         if self.weight is not None:
             init.ones_(self.weight)
 
-    def forward(self, input):  # noqa: A002
-        return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
@@ -479,9 +480,14 @@ class Embedding(Module):
                 self.weight[self.padding_idx] = 0
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx=None, **kw):
+    def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx=None, max_norm=None, norm_type: float = 2.0,
+                        scale_grad_by_freq: bool = False, sparse: bool = False) -> Embedding:
+        """An Embedding holding ``embeddings`` (``[rows, cols]``), frozen unless ``freeze=False``."""
+        if embeddings.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
         rows, cols = embeddings.shape
-        return cls(rows, cols, padding_idx=padding_idx, _weight=embeddings, _freeze=freeze, **kw)
+        return cls(rows, cols, padding_idx=padding_idx, max_norm=max_norm, norm_type=norm_type,
+                   scale_grad_by_freq=scale_grad_by_freq, sparse=sparse, _weight=embeddings, _freeze=freeze)
 
     def forward(self, input):  # noqa: A002
         return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
@@ -651,8 +657,21 @@ class Hardtanh(_Hyper):
     _fn = "hardtanh"
     _args = ("min_val", "max_val", "inplace")
 
-    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False,
+                 min_value: float | None = None, max_value: float | None = None):
+        """``min_value`` and ``max_value``: torch's deprecated names of ``min_val`` and ``max_val`` (with its
+        FutureWarning)."""
+        if min_value is not None:
+            warnings.warn("keyword argument `min_value` is deprecated and renamed to `min_val`", FutureWarning,
+                          stacklevel=2)
+            min_val = min_value
+        if max_value is not None:
+            warnings.warn("keyword argument `max_value` is deprecated and renamed to `max_val`", FutureWarning,
+                          stacklevel=2)
+            max_val = max_value
         super().__init__(min_val=min_val, max_val=max_val, inplace=inplace)
+        if max_val <= min_val:
+            raise AssertionError(f"max_val ({max_val}) must be greater than min_val ({min_val})")
 
     def extra_repr(self) -> str:
         return f"min_val={self.min_val}, max_val={self.max_val}" + (", inplace=True" if self.inplace else "")

@@ -56,15 +56,45 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
     raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
+def _check_weight(weight: Tensor, input: Tensor) -> None:  # noqa: A002
+    """torch 2.13's rule for the ``weight=`` of ``mse_loss``, ``l1_loss`` and ``huber_loss``: one weight an element
+    of ``input``, no broadcasting."""
+    if weight.size() != input.size():
+        raise ValueError("Weights and input must have the same size.")
+
+
+def _reduce_weighted(loss: Tensor, weight: Tensor, reduction: str, mean_by_weight: bool = True) -> Tensor:
+    """torch 2.13's reductions of a loss ``weight`` has multiplied: ``"mean"`` is the weighted sum over the sum of
+    the weights (``huber_loss``'s, ``mean_by_weight=False``: the plain mean of the weighted losses, as torch's)."""
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.sum() / weight.sum() if mean_by_weight else loss.mean()
+    raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
+
+
 @takes_legacy_reduction
-def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:  # noqa: A002
+def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",  # noqa: A002
+             weight: Tensor | None = None) -> Tensor:
+    """The squared error ``(input - target) ** 2``, reduced; ``weight`` (torch 2.13; ``input``'s size) multiplies
+    each element's, and ``"mean"`` is then the weighted sum over ``weight.sum()``."""
     d = input - target
-    return _reduce(d * d, reduction)
+    if weight is None:
+        return _reduce(d * d, reduction)
+    _check_weight(weight, input)
+    return _reduce_weighted(d * d * weight, weight, reduction)
 
 
 @takes_legacy_reduction
-def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:  # noqa: A002
-    return _reduce((input - target).abs(), reduction)
+def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",  # noqa: A002
+            weight: Tensor | None = None) -> Tensor:
+    """The absolute error ``|input - target|``, reduced; ``weight`` as :func:`mse_loss`'s."""
+    if weight is None:
+        return _reduce((input - target).abs(), reduction)
+    _check_weight(weight, input)
+    return _reduce_weighted((input - target).abs() * weight, weight, reduction)
 
 
 @takes_legacy_reduction
@@ -76,9 +106,18 @@ def smooth_l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None
     return _reduce(where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction)
 
 
-def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:  # noqa: A002
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,  # noqa: A002
+               weight: Tensor | None = None) -> Tensor:
+    """The Huber loss: ``0.5 * d ** 2`` where ``d = |input - target|`` is below ``delta``, else
+    ``delta * (d - 0.5 * delta)``, reduced; ``weight`` (torch 2.13; ``input``'s size) multiplies each element's, and
+    ``"mean"`` is then the plain mean of the weighted losses (torch's rule here, unlike :func:`mse_loss`'s)."""
+    if weight is not None:
+        _check_weight(weight, input)
     d = (input - target).abs()
-    return _reduce(where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta), reduction)
+    loss = where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta)
+    if weight is None:
+        return _reduce(loss, reduction)
+    return _reduce_weighted(loss * weight, weight, reduction, mean_by_weight=False)
 
 
 @takes_legacy_reduction

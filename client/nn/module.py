@@ -15,7 +15,7 @@ from tensorwire.protocol import dtypes as D
 from tensorwire.tensor import Tensor, cuda_device
 
 from ._tensors import alias, no_grad, rebind, set_value
-from .backward_hooks import call_with_backward_hooks
+from .forward_hooks import ALWAYS_CALLED, PRE_WITH_KWARGS, WITH_KWARGS, call_with_forward_hooks
 from .parameter import Buffer, Parameter
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -36,16 +36,22 @@ class _IncompatibleKeys(IncompatibleKeys):
 
 
 class RemovableHandle:
-    """Returned by ``register_*_hook``; ``handle.remove()`` unregisters the hook."""
+    """Returned by ``register_*_hook``; ``handle.remove()`` unregisters the hook (and its flags in
+    ``extra_dict``: a dict or a list of dicts keyed by the handle's id, as torch's)."""
 
     _ids = itertools.count()
 
-    def __init__(self, hooks: dict):
+    def __init__(self, hooks: dict, *, extra_dict=None):
         self.hooks = hooks
         self.id = next(RemovableHandle._ids)
+        if extra_dict is None:
+            extra_dict = []
+        self.extra_dicts = list(extra_dict) if isinstance(extra_dict, list) else [extra_dict]
 
     def remove(self) -> None:
         self.hooks.pop(self.id, None)
+        for d in self.extra_dicts:
+            d.pop(self.id, None)
 
     def __enter__(self):
         return self
@@ -58,9 +64,9 @@ class RemovableHandle:
 _BACKWARD_HOOKED = [False]
 
 
-def _add_hook(hooks: dict, hook: Callable, prepend: bool) -> RemovableHandle:
-    """``hook`` into ``hooks`` (first with ``prepend``); its handle."""
-    h = RemovableHandle(hooks)
+def _add_hook(hooks: dict, hook: Callable, prepend: bool, flags: list | None = None) -> RemovableHandle:
+    """``hook`` into ``hooks`` (first with ``prepend``); its handle, which removes it from ``flags`` too."""
+    h = RemovableHandle(hooks, extra_dict=flags)
     hooks[h.id] = hook
     if prepend:
         hooks.move_to_end(h.id, last=False)
@@ -241,6 +247,8 @@ class Module:
         object.__setattr__(self, _MIRRORS, set())
         object.__setattr__(self, "_forward_hooks", OrderedDict())
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
+        for name in (WITH_KWARGS, ALWAYS_CALLED, PRE_WITH_KWARGS):  # (their flags, torch's dicts)
+            object.__setattr__(self, name, OrderedDict())
         object.__setattr__(self, "_backward_hooks", OrderedDict())
         object.__setattr__(self, "_backward_pre_hooks", OrderedDict())
         object.__setattr__(self, "_state_dict_pre_hooks", OrderedDict())
@@ -252,41 +260,43 @@ class Module:
     def __call__(self, *args, **kwargs):
         if _jit.tracing:
             _jit.note_module(self)  # tw.compile replays this call only while the module's training flag is the same
-        if self._forward_pre_hooks:
-            for hook in list(self._forward_pre_hooks.values()):
-                r = hook(self, args)
-                if r is not None:
-                    args = r if isinstance(r, tuple) else (r,)
-        if _BACKWARD_HOOKED[0]:  # (some module has had a backward hook: see register_full_backward_hook)
-            d = self.__dict__
-            if d.get("_backward_hooks") or d.get("_backward_pre_hooks"):
-                return call_with_backward_hooks(self, list(d["_backward_hooks"].values()),
-                                                list(d["_backward_pre_hooks"].values()), self._forward_hooked, args,
-                                                kwargs)
-        out = self.forward(*args, **kwargs)
-        if self._forward_hooks:
-            for hook in list(self._forward_hooks.values()):
-                r = hook(self, args, out)
-                if r is not None:
-                    out = r
-        return out
+        if self._forward_pre_hooks or self._forward_hooks or (_BACKWARD_HOOKED[0] and (
+                self.__dict__.get("_backward_hooks") or self.__dict__.get("_backward_pre_hooks"))):
+            return call_with_forward_hooks(self, args, kwargs, _BACKWARD_HOOKED[0])
+        return self.forward(*args, **kwargs)
 
-    def _forward_hooked(self, *args, **kwargs):
-        """``forward`` then the forward hooks (a call with backward hooks: ``backward_hooks`` wraps this)."""
-        out = self.forward(*args, **kwargs)
-        for hook in list(self._forward_hooks.values()):
-            r = hook(self, args, out)
-            if r is not None:
-                out = r
-        return out
+    def register_forward_hook(self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False,
+                              always_call: bool = False) -> RemovableHandle:
+        """``hook(module, args, output)`` runs after ``forward``; a non-None return replaces the output.
+        ``prepend``: it runs before the hooks registered already; ``with_kwargs``: it is called as
+        ``hook(module, args, kwargs, output)``; ``always_call``: it runs even when the call raises (with the output
+        so far, None when ``forward`` raised), as torch's (``client/nn/forward_hooks.py``)."""
+        kw, always = self._hook_flags(WITH_KWARGS), self._hook_flags(ALWAYS_CALLED)
+        h = _add_hook(self._forward_hooks, hook, prepend, [kw, always])
+        if with_kwargs:
+            kw[h.id] = True
+        if always_call:
+            always[h.id] = True
+        return h
 
-    def register_forward_hook(self, hook: Callable) -> RemovableHandle:
-        """``hook(module, args, output)`` runs after ``forward``; a non-None return replaces the output."""
-        return _add_hook(self._forward_hooks, hook, False)
+    def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False,
+                                  with_kwargs: bool = False) -> RemovableHandle:
+        """``hook(module, args)`` runs before ``forward``; a non-None return replaces the arguments (a non-tuple is
+        the one argument). ``prepend``: it runs before the hooks registered already; ``with_kwargs``: it is called as
+        ``hook(module, args, kwargs)`` and returns None or ``(args, kwargs)``, which replace both."""
+        kw = self._hook_flags(PRE_WITH_KWARGS)
+        h = _add_hook(self._forward_pre_hooks, hook, prepend, [kw])
+        if with_kwargs:
+            kw[h.id] = True
+        return h
 
-    def register_forward_pre_hook(self, hook: Callable) -> RemovableHandle:
-        """``hook(module, args)`` runs before ``forward``; a non-None return replaces the arguments."""
-        return _add_hook(self._forward_pre_hooks, hook, False)
+    def _hook_flags(self, name: str) -> OrderedDict:
+        """The module's dict ``name`` of forward hook flags (made here for a module made without ``__init__``)."""
+        d = self.__dict__.get(name)
+        if d is None:
+            d = OrderedDict()
+            object.__setattr__(self, name, d)
+        return d
 
     def _backward_hook_dict(self, name: str) -> dict:
         _BACKWARD_HOOKED[0] = True
@@ -447,8 +457,10 @@ class Module:
                 continue
             yield from m.named_modules(memo, prefix + ("." if prefix else "") + name, remove_duplicate)
 
-    def modules(self) -> Iterator[Module]:
-        for _, m in self.named_modules():
+    def modules(self, remove_duplicate: bool = True) -> Iterator[Module]:
+        """This module and every submodule, depth first (a module reached twice: once, unless not
+        ``remove_duplicate``)."""
+        for _, m in self.named_modules(remove_duplicate=remove_duplicate):
             yield m
 
     def named_children(self):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 
 from tensorwire import distributed
 from tensorwire.context import current_session
@@ -206,25 +207,40 @@ class DistributedDataParallel(DataParallel):
     ``tw.distributed.init_process_group``), and the data parallelism is over the cluster's devices, as
     :class:`DataParallel` (one persistent replica per device, each batch split along ``dim``, gradients summed in
     buckets of ``bucket_cap_mb`` while backward runs, the replicas' buffers broadcast from the first before each
-    forward when ``broadcast_buffers``), so a step gives the same result as the module on one device.
+    forward when ``forward_sync_buffers``, or torch's deprecated ``broadcast_buffers``: True by default), so a step
+    gives the same result as the module on one device.
 
     The devices are every device of the cluster of the module's device type (``device_ids`` names the process's
     own device in torch, always index 0 here, and is accepted). :meth:`no_sync` skips the gradient reduction for
     accumulation steps as torch's; ``find_unused_parameters``, ``gradient_as_bucket_view``, ``static_graph`` and
-    the other tuning arguments are accepted."""
+    the other tuning arguments (``skip_all_reduce_unused_params``, ``bucket_cap_mb_list``, ``batched_grad_copy``
+    ...) are accepted."""
 
     def __init__(self, module: Module, device_ids=None, output_device=None, dim: int = 0,
-                 broadcast_buffers: bool = True, init_sync: bool = True, process_group=None,
+                 broadcast_buffers: bool | None = None, init_sync: bool = True, process_group=None,
                  bucket_cap_mb: float | None = None, find_unused_parameters: bool = False,
                  check_reduction: bool = False, gradient_as_bucket_view: bool = False, static_graph: bool = False,
                  delay_all_reduce_named_params=None, param_to_hook_all_reduce=None, mixed_precision=None,
-                 device_mesh=None):
+                 device_mesh=None, skip_all_reduce_unused_params: bool = False, bucket_cap_mb_list=None,
+                 batched_grad_copy: bool = False, forward_sync_buffers: bool | None = None):
+        if broadcast_buffers is not None:  # (torch 2.13's deprecation, its warnings)
+            warnings.warn("Both `broadcast_buffers` and `forward_sync_buffers` were specified. `broadcast_buffers` is "
+                          "deprecated and its value is ignored when `forward_sync_buffers` is provided."
+                          if forward_sync_buffers is not None else
+                          "`broadcast_buffers` is deprecated. Use `forward_sync_buffers` instead. IMPORTANT: unlike "
+                          "`broadcast_buffers=False`, `forward_sync_buffers=False` still syncs buffers at init. If you "
+                          "rely on buffers NOT being synced at init (e.g. rank-local buffers), keep using "
+                          "`broadcast_buffers=False` until `init_sync_buffers` is available.",
+                          FutureWarning, stacklevel=2)
+        if forward_sync_buffers is None:
+            forward_sync_buffers = True if broadcast_buffers is None else broadcast_buffers
+        #: whether the replicas' buffers are broadcast from the first before each forward (torch's attribute)
+        self.forward_sync_buffers = forward_sync_buffers
         s = current_session()
         params = list(module.parameters()) + list(module.buffers())
         dev = params[0]._dev if params else s.devices()[0]
         kind = dev.split(":")[0]
         devices = [dev] + [d for d in s.devices() if d.split(":")[0] == kind and d != dev]
-        self._broadcast_buffers = broadcast_buffers
         super().__init__(module, None, output_device if output_device is not None else dev, dim, devices=devices,
                          bucket_cap_mb=25 if bucket_cap_mb is None else bucket_cap_mb)
         self.device_ids = device_ids
@@ -233,7 +249,7 @@ class DistributedDataParallel(DataParallel):
         self.static_graph = static_graph
 
     def _sync_buffers(self) -> None:
-        if self._broadcast_buffers:
+        if self.forward_sync_buffers:
             super()._sync_buffers()
 
     @contextlib.contextmanager

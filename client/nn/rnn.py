@@ -562,12 +562,10 @@ class RNNCellBase(Module):
     """One recurrent step: ``weight_ih`` ``[G*H, in]``, ``weight_hh`` ``[G*H, H]``, ``bias_ih``/``bias_hh``
     ``[G*H]``, all from ``U(-1/sqrt(H), 1/sqrt(H))``, as torch."""
 
-    _chunks = 1
-
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, num_chunks: int, device=None, dtype=None):
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
-        g = self._chunks * hidden_size
+        g = num_chunks * hidden_size
         self.weight_ih = _param(g, input_size, device=device, dtype=dtype)
         self.weight_hh = _param(g, hidden_size, device=device, dtype=dtype)
         if bias:
@@ -627,7 +625,7 @@ class RNNCell(RNNCellBase):
     def __init__(
         self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh", device=None, dtype=None
     ):
-        super().__init__(input_size, hidden_size, bias, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, bias, num_chunks=1, device=device, dtype=dtype)
         self.nonlinearity = nonlinearity
 
     def forward(self, input, hx=None):  # noqa: A002
@@ -643,7 +641,8 @@ class RNNCell(RNNCellBase):
 class LSTMCell(RNNCellBase):
     """torch's ``nn.LSTMCell``: ``forward(input, (h, c)=None)`` returns ``(h', c')``."""
 
-    _chunks = 4
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None):
+        super().__init__(input_size, hidden_size, bias, num_chunks=4, device=device, dtype=dtype)
 
     def forward(self, input, hx=None):  # noqa: A002
         x, (h, c), batched = self._prepare(input, hx, 2)
@@ -655,7 +654,8 @@ class LSTMCell(RNNCellBase):
 class GRUCell(RNNCellBase):
     """torch's ``nn.GRUCell``: ``forward(input, h=None)`` returns ``h'``."""
 
-    _chunks = 3
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None):
+        super().__init__(input_size, hidden_size, bias, num_chunks=3, device=device, dtype=dtype)
 
     def forward(self, input, hx=None):  # noqa: A002
         x, (h,), batched = self._prepare(input, hx, 1)
