@@ -2,7 +2,10 @@
 
 Element ``i`` of a random op with attributes ``seed`` and ``offset`` takes the 64-bit word
 ``bits(seed, offset + i)``, where ``bits`` is SplitMix64's finaliser applied to
-``seed * 0x9E3779B97F4A7C15 + counter`` (mod 2**64). Then:
+``(seed + 1) * 0x9E3779B97F4A7C15 + counter`` (mod 2**64): SplitMix64's first state after ``seed``, so that no
+common seed starts on the word 0, which the finaliser keeps (until session 59 the word was ``seed * GOLDEN +
+counter``: ``tw.manual_seed(0)``'s first ``rand`` was exactly 0.0, its ``log`` -inf, its first ``bernoulli(1e-6)``
+1). Then:
 
 * ``rand``: the top ``p`` bits of ``w`` times ``2**-p``, where ``p`` is the dtype's significand width
   (float64 53, float32 24, float16 11, bfloat16 8): ``(w >> (64 - p)) * 2**-p``, exact in the dtype and
@@ -129,13 +132,13 @@ def counters_used(op: str, n: int) -> int:
 
 def bits(seed: int, offset: int, n: int, stride: int = 1, start: int = 0) -> np.ndarray:
     """The 64-bit words for counters ``offset + start + stride * i``, ``i < n``: SplitMix64's finaliser of
-    ``seed * GOLDEN + counter``, worked in place on one array (a loader draws 32 indices a step: each numpy call on
-    so few elements costs what its arithmetic does many times over)."""
+    ``(seed + 1) * GOLDEN + counter``, worked in place on one array (a loader draws 32 indices a step: each numpy call
+    on so few elements costs what its arithmetic does many times over)."""
     z = np.arange(n, dtype=np.uint64)
     if stride != 1:
         z *= np.uint64(stride)
-    # (seed * GOLDEN + offset + start, the counters' common part, in Python ints mod 2**64: one add a word)
-    z += np.uint64(((seed % _WRAP) * _GOLDEN + offset + start) % _WRAP)
+    # ((seed + 1) * GOLDEN + offset + start, the counters' common part, in Python ints mod 2**64: one add a word)
+    z += np.uint64((((seed % _WRAP) + 1) * _GOLDEN + offset + start) % _WRAP)
     t = z >> _S30
     z ^= t
     z *= M1

@@ -60,7 +60,7 @@ TW_FN float tw_rnd_bf16(float f) { return tw_bf16_to_f32(tw_f32_to_bf16(f)); }
 #: splitmix64 of ``(seed, counter)``, the random ops' bit source on every target (as :mod:`tensorwire.protocol.random`)
 RNG_BITS = r"""
 TW_FN TW_I64 tw_rng_bits(TW_I64 seed, TW_I64 counter) {
-  TW_U64 z = (TW_U64)seed * TW_U64C(0x9E3779B97F4A7C15) + (TW_U64)counter;
+  TW_U64 z = ((TW_U64)seed + 1) * TW_U64C(0x9E3779B97F4A7C15) + (TW_U64)counter;
   z = (z ^ (z >> 30)) * TW_U64C(0xBF58476D1CE4E5B9);
   z = (z ^ (z >> 27)) * TW_U64C(0x94D049BB133111EB);
   return (TW_I64)(z ^ (z >> 31));

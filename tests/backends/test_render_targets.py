@@ -590,7 +590,8 @@ _M64 = (1 << 64) - 1
 
 
 def _splitmix_counter(w: int) -> int:
-    """The counter whose SplitMix64 word (seed 0) is ``w``: the finalizer inverted."""
+    """The counter whose SplitMix64 word (seed 0) is ``w``: the finalizer inverted, less seed 0's part ``(0 + 1) *
+    GOLDEN`` (protocol/random.py)."""
     def unshift(z, k):
         x = z
         for _ in range(64 // k + 1):
@@ -598,7 +599,7 @@ def _splitmix_counter(w: int) -> int:
         return x & _M64
     z = unshift(w, 31) * pow(0x94D049BB133111EB, -1, 1 << 64) & _M64
     z = unshift(z, 27) * pow(0xBF58476D1CE4E5B9, -1, 1 << 64) & _M64
-    return unshift(z, 30)
+    return (unshift(z, 30) - 0x9E3779B97F4A7C15) & _M64
 
 
 def _randint_edges() -> list[tuple]:

@@ -13,7 +13,7 @@
 
 
 TW_FN TW_I64 tw_rng_bits(TW_I64 seed, TW_I64 counter) {
-  TW_U64 z = (TW_U64)seed * TW_U64C(0x9E3779B97F4A7C15) + (TW_U64)counter;
+  TW_U64 z = ((TW_U64)seed + 1) * TW_U64C(0x9E3779B97F4A7C15) + (TW_U64)counter;
   z = (z ^ (z >> 30)) * TW_U64C(0xBF58476D1CE4E5B9);
   z = (z ^ (z >> 27)) * TW_U64C(0x94D049BB133111EB);
   return (TW_I64)(z ^ (z >> 31));
