@@ -312,11 +312,14 @@ def sync_view(t) -> None:
     has no graph of it yet (made outside autograd). The view of a root that requires grad takes the recomputed value's
     autograd fields (its graph is its root's); any other keeps its own (a leaf view: ``x[5:15].requires_grad_()``)."""
     root = t._base
-    graph = root.requires_grad and t._ag != t._id and _mode.on
+    # (a detached view, ``p.data`` or a leaf's ``detach()``, has no graph of its root: it keeps its own fields, a leaf
+    # of its own when the user asks it to require grad, ``p.detach().requires_grad_()``)
+    detached = V.is_detached(t)
+    graph = root.requires_grad and t._ag != t._id and _mode.on and not detached
     if root._version == t._base_version and not graph:
         return
     v = V.refresh(t, graph)
-    if root.requires_grad:
+    if root.requires_grad and not detached:
         t.requires_grad, t.grad_fn, t._ag = v.requires_grad, v.grad_fn, t._id
         v.requires_grad, v.grad_fn, v._ag = False, None, None
 

@@ -8,7 +8,7 @@ Differences from PyTorch, on purpose:
 * Buffers on the cluster are immutable. In-place methods (``add_``, ``x[i] = v`` ...) record the new
   value and rebind the tensor to it; views made from a tensor (slices, ``view``, ``transpose`` ...)
   see its later in-place updates, and in-place updates through a view write back to its base, as
-  in torch. ``detach()`` returns a new tensor that does not share later updates.
+  in torch. ``detach()`` of a leaf shares later updates both ways (a view, as ``.data``); of a recorded result, not.
 * ``empty`` returns zeros.
 """
 
@@ -353,8 +353,11 @@ class Tensor(TensorBase):
     def _numpy(self) -> np.ndarray:
         """The value, whether the tensor requires grad or not (the library's own reads: printing, saving...)."""
         b = self._base
-        if b is not None and b._version != self._base_version:  # (a view whose base changed: V.refresh's test)
-            V.refresh(self)
+        if b is not None:
+            if b._version != self._base_version:  # (a view whose base changed: V.refresh's test)
+                V.refresh(self)
+            elif b._base is None and V.is_alias_of(self, b):  # (its root's whole value, ``x.detach()`` of a leaf:
+                return b._numpy()  # read as the root, which a loop's read of its 0-d results takes along)
         arr = self._s.fetch(self)
         if self.dtype is D.bfloat16 and arr.dtype != D.bfloat16.np:
             arr = arr.view(D.bfloat16.np)
@@ -547,7 +550,14 @@ class Tensor(TensorBase):
         _rebind(self, V.detached_alias(value))
 
     def detach(self) -> Tensor:
-        """A tensor with the same value, cut from the autograd graph (it shares no later updates)."""
+        """A tensor with the same value, cut from the autograd graph. Of a leaf (no ``grad_fn``: a parameter, a buffer,
+        a gradient, any tensor made outside autograd) it shares in-place updates both ways, as torch's, which shares
+        the storage: ``p.detach().copy_(x)`` changes ``p`` (timm's and torch's ``AveragedModel`` EMA updates,
+        ``p.grad.detach().mul_(c)``), and a later update of ``p`` shows in it. Of a result of recorded ops it holds the
+        value as it is now and shares no later updates: a view would keep that result, and with it the graph that made
+        it, alive (a recurrent loop's ``hidden = hidden.detach()`` would keep every step's graph)."""
+        if self.grad_fn is None and not self._sparse:
+            return V.data_view(self)
         return _detach(self)
 
     def __copy__(self) -> Tensor:

@@ -610,8 +610,9 @@ class Module:
 
     # ------------------------------------------------------------------ state
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False) -> OrderedDict:
-        """Parameters and persistent buffers by dotted name. Values are snapshots of the current values
-        (``keep_vars=True`` gives the parameter objects themselves)."""
+        """Parameters and persistent buffers by dotted name, each value ``t.detach()`` as torch's: it shares in-place
+        updates with the parameter or buffer both ways (``sd[k].copy_(x)`` changes the module, an optimizer step shows
+        in ``sd``: ``copy.deepcopy`` it to keep a snapshot); ``keep_vars=True`` gives the objects themselves."""
         if args:  # torch's deprecated positional (destination, prefix, keep_vars)
             destination = args[0]
             if len(args) > 1:
@@ -624,10 +625,10 @@ class Module:
             hook(self, prefix, keep_vars)
         for name, p in self._parameters.items():
             if p is not None:
-                destination[prefix + name] = p if keep_vars else alias(p)
+                destination[prefix + name] = p if keep_vars else p.detach()  # (shares updates: torch's EMA habits)
         for name, b in self._buffers.items():
             if b is not None and name not in self._non_persistent_buffers_set:
-                destination[prefix + name] = b if keep_vars else alias(b)
+                destination[prefix + name] = b if keep_vars else b.detach()
         for name, m in self._modules.items():
             if m is not None:
                 m.state_dict(destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars)

@@ -293,15 +293,27 @@ def test_setitem_on_view_and_index_on_updated_base():
     check(x, want)
 
 
-def test_detach_and_clone_do_not_share_updates():
+def test_clone_does_not_share_updates_and_a_leafs_detach_does():
+    """torch's: ``clone()`` is a copy; ``detach()`` shares the storage, so updates show both ways (of a leaf here; of a
+    recorded result, the value as it is: see Tensor.detach)."""
     x = tw.tensor(A)
     d, c, v = x.detach(), x.clone(), x[0]
     x.add_(1)
-    check(d, A)
+    check(d, A + 1)
     check(c, A)
     check(v, A[0] + 1)
     d.add_(5)
-    check(x, A + 1)
+    check(x, A + 6)
+    check(c, A)
+    z = x * 2  # (a result without a graph is a leaf too, as torch's: it shares)
+    z.detach().add_(1)
+    check(z, (A + 6) * 2 + 1)
+    w = tw.tensor(A, requires_grad=True)
+    y = w * 2  # (a result with a graph: its detach() holds the value as it is, Tensor.detach says why)
+    e = y.detach()
+    e.add_(1)
+    check(y.detach(), A * 2)
+    check(e, A * 2 + 1)
 
 
 def test_expanded_view_refuses_writes():

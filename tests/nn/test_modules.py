@@ -68,9 +68,17 @@ def test_state_dict_roundtrip_and_strict(session):
         np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy(), err_msg=n)
     sd = a.state_dict()
     snap = sd["fc1.weight"].numpy().copy()
+    kept = copy.deepcopy(sd)
     with tw.no_grad():
         a.fc1.weight.add_(1.0)
-    np.testing.assert_array_equal(sd["fc1.weight"].numpy(), snap)  # a snapshot, not a live view
+    # torch's: the values share the parameters' updates (deepcopy keeps a snapshot) ...
+    np.testing.assert_array_equal(sd["fc1.weight"].numpy(), snap + 1)
+    np.testing.assert_array_equal(kept["fc1.weight"].numpy(), snap)
+    with tw.no_grad():  # ... both ways: an EMA written through the state dict (timm's ModelEmaV2) changes the module
+        sd["fc1.weight"].mul_(0.5)
+        sd["fc1.bias"].zero_()
+    np.testing.assert_array_equal(a.fc1.weight.detach().numpy(), ((snap + 1) * np.float32(0.5)))
+    assert not a.fc1.bias.detach().numpy().any()
     bad = dict(sd)
     bad.pop("fc1.bias")
     bad["extra"] = tw.zeros(1)
@@ -376,3 +384,48 @@ def test_losses_match_torch(session):
     close(nn.MSELoss()(Z, P), TF.mse_loss(tz, tp))
     close(nn.L1Loss(reduction="sum")(Z, P), TF.l1_loss(tz, tp, reduction="sum"))
     close(nn.SmoothL1Loss(beta=0.5)(Z, P), TF.smooth_l1_loss(tz, tp, beta=0.5))
+
+
+
+def test_detach_and_state_dict_share_updates_as_torchs(session):
+    """The EMA habits (timm's ModelEmaV2 through ``state_dict()`` values, torch's ``AveragedModel`` through
+    ``p.detach().copy_``), the torch-1.x clipping (``p.grad.detach().mul_(c)``), a parameter's ``detach()`` made a
+    leaf of its own, and ``detach()`` inside an expression: the same values as torch's (in-place writes through them
+    were lost until session 59)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    weights = [rng.standard_normal(s).astype(np.float32) for s in ((2, 2), (2,), (2, 2), (2,))]
+
+    def run(lib):
+        out = []
+        p = lib.nn.Parameter(lib.ones(3))
+        p.detach().add_(1)
+        out.append(p.detach().numpy().copy())
+        d = p.detach()
+        with lib.no_grad():
+            p.mul_(3)
+        out.append(d.numpy().copy())
+        lin, ema = lib.nn.Linear(2, 2), lib.nn.Linear(2, 2)
+        with lib.no_grad():
+            for t, w in zip([*lin.parameters(), *ema.parameters()], weights):
+                t.copy_(lib.tensor(w))
+            for e, v in zip(ema.state_dict().values(), lin.state_dict().values()):
+                e.copy_(e * 0.9 + v * 0.1)
+            for e, v in zip(ema.parameters(), lin.parameters()):
+                e.detach().copy_(e.detach() * 0.5 + v.detach() * 0.5)
+        out += [t.detach().numpy().copy() for t in ema.parameters()]
+        x = p.detach().requires_grad_()
+        (x * 2).sum().backward()
+        out += [x.grad.numpy().copy(), p.grad is None]
+        (p.detach() * p).sum().backward()
+        out.append(p.grad.numpy().copy())
+        p.grad.detach().mul_(0.5)
+        out.append(p.grad.numpy().copy())
+        y = p * 2
+        out += [y.detach().requires_grad, y.detach().is_leaf]
+        return out
+
+    got, want = run(tw), run(torch)
+    assert len(got) == len(want)
+    for k, (a, b) in enumerate(zip(got, want)):
+        assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), (k, a, b)

@@ -162,6 +162,8 @@ def test_digits_cnn_reaches_95_percent(session):
     ex, (x_tr, y_tr, x_te, y_te) = _example()
     tw.manual_seed(0)
     model = tw.models.LeNet(1, 10, image_size=8, channels=(8, 16), hidden=64)
-    acc = ex.train(model, (x_tr.reshape(-1, 1, 8, 8), y_tr, x_te.reshape(-1, 1, 8, 8), y_te), epochs=6,
+    # (10 epochs: at 6, seeds 0-5 of the generator as of session 59 reach 0.944-0.967, the test's margin was its seed's;
+    # at 10 they reach 0.962-0.978)
+    acc = ex.train(model, (x_tr.reshape(-1, 1, 8, 8), y_tr, x_te.reshape(-1, 1, 8, 8), y_te), epochs=10,
                    batch_size=32, lr=1e-2, progress=False)
     assert acc >= 0.95
