@@ -1907,6 +1907,11 @@ class Session:
         v = vals[t._id]
         if known is not None:
             known.put(t._id, v)
+            # (the value kept is a read-only view: given out, so a write to the array given (a received frame's
+            # bytes are writable) cannot change what the client knows of the tensor)
+            kept = known.peek(t._id)
+            if kept is not None:
+                v = kept
             if extra:
                 for hid in extra:
                     x = vals.get(hid)
@@ -1914,6 +1919,33 @@ class Session:
                         known.put(hid, x)
                 known.brought(extra)
         return v
+
+    def fetch_all(self, ts: list) -> list[np.ndarray]:
+        """The values of tensors ``ts`` (as :meth:`fetch` gives each) in at most one round trip: those the client
+        keeps from here, the others fetched together, with the 0-d results :meth:`fetch` takes along (read later
+        without a round trip: a distribution's validation flag, recorded before the value it checks is used). One
+        tensor to fetch is :meth:`fetch`'s (which may follow it from values the client has)."""
+        known = self._known if self._capture is None else None
+        need = list({t._id: t for t in ts if known is None or not known.has(t._id)}.values())
+        if len(need) < 2:
+            return [self.fetch(t) for t in ts]
+        run = self._writes
+        if run is not None and any(t._id == run.hid or t._base is not None and t._base._id == run.hid for t in need):
+            self.end_writes()
+        extra = ()
+        if known is not None:
+            self._forget_scalars({t._id for t in need})
+            extra = self._take_along(max(need, key=lambda t: t._id))
+        try:
+            vals = self.flush(fetch=[*(t._id for t in need), *extra])
+        finally:
+            self._along = frozenset()
+        if known is not None:
+            for hid, v in vals.items():
+                known.put(hid, v)
+            known.brought(list(extra))
+        got = {t._id: vals[t._id] for t in need}
+        return [got[t._id] if t._id in got else self.fetch(t) for t in ts]
 
     def _scalar_made(self, hid: int, device: str) -> None:
         """A 0-d result ``hid`` was recorded on ``device``: a fetch takes it along until it is read (:meth:`fetch`;

@@ -348,7 +348,11 @@ class Tensor(TensorBase):
         if self.requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
                                "instead.")
-        return self._numpy()
+        arr = self._numpy()
+        # (writable, as torch's: the array is the caller's. A value the client keeps (``known_values``), one on a
+        # message's bytes or on a shared-memory file is read-only: copied, so a write changes neither the tensor
+        # nor what the client knows of it; README: "a copy")
+        return arr if arr.flags.writeable else arr.copy()
 
     def _numpy(self) -> np.ndarray:
         """The value, whether the tensor requires grad or not (the library's own reads: printing, saving...)."""

@@ -384,6 +384,20 @@ def test_clone_detach_contiguous():
     check(x, a + 1)
 
 
+@pytest.mark.parametrize("n", [4, 1000, 5000, 100_000, 3_000_000])
+def test_numpy_gives_a_writable_array_whose_writes_change_nothing(n):
+    """``t.numpy()`` is writable, as torch's (``img = t.numpy(); img *= 255``, which raised for values in a message's
+    header or a shared-memory file until session 59), and a write to it changes neither the tensor nor what the
+    client knows of it (a value between 4 and 64 KiB came on a writable frame and was kept as a view of it: the next
+    ``numpy()`` gave the write back). The sizes cover the header, a frame, a frame the client keeps, and a file."""
+    t = tw.arange(float(n)) * 1
+    a = t.numpy()
+    assert a.flags.writeable
+    a *= 255
+    a[0] = -1.0
+    assert t.numpy()[0] == 0.0 and t.numpy()[1] == 1.0 and t.tolist()[0] == 0.0 and (t + 0).numpy()[0] == 0.0
+
+
 def test_numpy_item_tolist_array():
     a = np.array([[1.5, 2.0], [3.0, -4.25]])
     x = tw.tensor(a, dtype=tw.float64)
