@@ -54,6 +54,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
                   "nn", "onnx", "optim", "profiler", "progress", "random", "utils"),
     **_submodules("fft", "linalg", "masked", "signal", "special"),  # issue 33: torch.fft, .linalg, .masked, ...
     **_submodules("distributions"),  # torch.distributions (client/distributions/)
+    **_submodules("cpu"),  # torch.cpu: its device functions, and torch.cpu.amp (deprecated spellings of torch.amp's)
     **_submodules("functional", "return_types"),  # torch.functional (torch.einsum ... by that module's name), and
     # torch.return_types (the named tuples of x.max(0), x.sort() ...)
     # issue 33: sparse tensors (torch.sparse, torch.sparse_coo_tensor ...) and layouts
@@ -64,8 +65,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     **_submodules("autograd_engine", "autograd_hooks", "channels", "cluster", "combine", "context", "creation",
                   "functions", "known_values", "leases", "legacy_types", "protocol", "serialization", "session",
                   "views"),
-    **_names("tensorwire.autograd_engine", "enable_grad", "inference_mode", "is_grad_enabled", "no_grad",
-             "set_grad_enabled"),
+    **_names("tensorwire.autograd_engine", "enable_grad", "is_grad_enabled", "no_grad", "set_grad_enabled"),
+    **_names("tensorwire.inference_state", "inference_mode", "is_inference_mode_enabled"),
     "LocalCluster": ("tensorwire.cluster", "LocalCluster"),
     **_names("tensorwire.context", "connect", "current_session", "disconnect", "set_session", "use_session"),
     **_names("tensorwire.creation", "arange", "as_tensor", "empty", "empty_like", "eye", "from_numpy", "full",
@@ -79,6 +80,11 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Session": ("tensorwire.session", "Session"),
     **_names("tensorwire.tensor", "Size", "Tensor", "device"),
     "autocast": ("tensorwire.amp", "autocast"),
+    # torch's autocast switches at the top level (torch.is_autocast_enabled("cpu"), torch.set_autocast_dtype ...)
+    **_names("tensorwire.amp.autocast_mode", "is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled",
+             "set_autocast_dtype", "is_autocast_cpu_enabled", "get_autocast_cpu_dtype", "set_autocast_cpu_enabled",
+             "set_autocast_cpu_dtype", "get_autocast_gpu_dtype", "set_autocast_gpu_dtype", "is_autocast_cache_enabled",
+             "set_autocast_cache_enabled", "clear_autocast_cache"),
     **_names("tensorwire.serialization", "load", "save"),
     **_names("tensorwire.jit", "CompileWarning", "compile"),
     **_names("tensorwire.legacy_types", "BFloat16Tensor", "BoolTensor", "ByteTensor", "CharTensor", "DoubleTensor",
@@ -111,6 +117,14 @@ _LAZY: dict[str, tuple[str, str | None]] = {
              "margin_ranking_loss", "max_pool1d", "max_pool2d", "max_pool3d", "poisson_nll_loss", "row_stack",
              "chain_matmul",
              "rrelu", "triplet_margin_loss"),
+    # torch._foreach_<op>: an op on each tensor of a list (client/foreach.py makes them from its table); <op>_: in place
+    **_names("tensorwire.foreach", *(f"_foreach_{op}" for op in (
+        "abs abs_ acos acos_ add add_ addcdiv addcdiv_ addcmul addcmul_ asin asin_ atan atan_ ceil ceil_ clamp_max "
+        "clamp_max_ clamp_min clamp_min_ clone copy_ cos cos_ cosh cosh_ div div_ erf erf_ erfc erfc_ exp exp_ expm1 "
+        "expm1_ floor floor_ frac frac_ lerp lerp_ lgamma lgamma_ log log10 log10_ log1p log1p_ log2 log2_ log_ max "
+        "maximum maximum_ minimum minimum_ mm mul mul_ neg neg_ norm pow pow_ powsum reciprocal reciprocal_ round "
+        "round_ rsqrt rsqrt_ sigmoid sigmoid_ sign sign_ sin sin_ sinh sinh_ sqrt sqrt_ sub sub_ tan tan_ tanh tanh_ "
+        "trunc trunc_ zero_").split())),
 }
 #: modules a name needs besides its own: torch.backends.{cuda,mps} are the plugin packages, which load without
 #: their drivers and carry torch's flags
@@ -210,3 +224,7 @@ __all__ += ["finfo", "iinfo", "set_num_threads", "get_num_threads", "set_num_int
             "is_deterministic_algorithms_warn_only_enabled", "set_deterministic_debug_mode",
             "get_deterministic_debug_mode", "set_float32_matmul_precision", "get_float32_matmul_precision",
             "set_printoptions", "get_rng_state", "set_rng_state"]  # torch's process-wide settings
+__all__ += ["cpu", "is_inference_mode_enabled", "is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled",
+            "set_autocast_dtype", "is_autocast_cpu_enabled", "get_autocast_cpu_dtype", "set_autocast_cpu_enabled",
+            "set_autocast_cpu_dtype", "get_autocast_gpu_dtype", "set_autocast_gpu_dtype", "is_autocast_cache_enabled",
+            "set_autocast_cache_enabled", "clear_autocast_cache"]  # torch.cpu, grad and autocast mode queries

@@ -14,14 +14,34 @@ from tensorwire.protocol import dtypes as D
 from .autocast_policy import POLICIES
 
 _tls = threading.local()
-_active = [0]  # autocast scopes enabled in any thread: the recording hook's fast path when nobody uses amp
+#: the (thread, device type) pairs autocast is on for, over every thread: the recording hook's fast path when nobody
+#: uses amp (kept by :func:`_set`, through which every change of :func:`_state` goes)
+_active = [0]
 
 
 def _state() -> dict:
+    """This thread's device type -> the dtype name ops autocast to (None or absent: autocast is off for it)."""
     st = getattr(_tls, "state", None)
     if st is None:
         st = _tls.state = {}
     return st
+
+
+def _dtypes() -> dict:
+    """This thread's device type -> the autocast dtype name set for it (``torch.set_autocast_dtype``; an autocast
+    scope sets it while open), whether autocast is on or not."""
+    d = getattr(_tls, "dtypes", None)
+    if d is None:
+        d = _tls.dtypes = {}
+    return d
+
+
+def _set(device_type: str, dtype: str | None) -> None:
+    """Autocast ``device_type``'s ops to ``dtype`` in this thread (None: off), counting it in :data:`_active`."""
+    st = _state()
+    was, now = st.get(device_type) is not None, dtype is not None
+    st[device_type] = dtype
+    _active[0] += now - was
 
 
 def _eligible(t, device_type: str) -> bool:

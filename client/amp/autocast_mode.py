@@ -14,9 +14,32 @@ from tensorwire.protocol import dtypes as D
 
 from .._factories import TensorBase
 from ..autocast_policy import DEFAULT_DTYPES, POLICIES, SUPPORTED_DTYPES
-from ..autocast_state import _active, _eligible, _state
+from ..autocast_state import _dtypes, _eligible, _set, _state
 
 __all__ = ["autocast", "is_autocast_available", "is_autocast_enabled", "get_autocast_dtype", "custom_fwd", "custom_bwd"]
+#: torch's process-wide autocast switches (``torch.set_autocast_enabled`` ...), re-exported at the top level
+SWITCHES = ["set_autocast_enabled", "set_autocast_dtype", "is_autocast_cpu_enabled", "get_autocast_cpu_dtype",
+            "set_autocast_cpu_enabled", "set_autocast_cpu_dtype", "get_autocast_gpu_dtype", "set_autocast_gpu_dtype",
+            "is_autocast_cache_enabled", "set_autocast_cache_enabled", "clear_autocast_cache"]
+
+#: the device types torch's autocast functions accept (ours, such as ``rocm``, besides)
+_TORCH_DEVICE_TYPES = ("cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia",
+                       "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone")
+_UNSET = object()
+_cache = [True]  # torch.is_autocast_cache_enabled (a cast here is one recorded node: there is no cache to keep)
+
+
+def _kind(device_type) -> str:
+    """The device type ``device_type`` names (``"cuda:1"``: ``"cuda"``), or torch's RuntimeError for an unknown one."""
+    kind = str(device_type).split(":")[0]
+    if kind not in POLICIES and kind not in _TORCH_DEVICE_TYPES:
+        raise RuntimeError(f"Expected one of {', '.join(_TORCH_DEVICE_TYPES)} device type at start of device "
+                           f"string: {device_type}")
+    return kind
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"torch.{old} is deprecated. Please use torch.{new} instead.", DeprecationWarning, stacklevel=3)
 
 
 def is_autocast_available(device_type: str) -> bool:
@@ -24,15 +47,85 @@ def is_autocast_available(device_type: str) -> bool:
     return device_type in POLICIES
 
 
-def is_autocast_enabled(device_type: str = "cuda") -> bool:
-    """Whether ops on ``device_type`` are autocast in this thread now."""
-    return _state().get(device_type) is not None
+def is_autocast_enabled(device_type: str | None = None) -> bool:
+    """Whether ops on ``device_type`` (None: ``cuda``, as torch's) are autocast in this thread now."""
+    return _state().get(_kind(device_type or "cuda")) is not None
 
 
 def get_autocast_dtype(device_type: str) -> D.DType:
-    """The dtype autocast uses for ``device_type`` now (its default when none is active)."""
-    name = _state().get(device_type) or DEFAULT_DTYPES.get(device_type, "float16")
-    return D.get(name)
+    """The dtype autocast uses for ``device_type`` now: the one :func:`set_autocast_dtype` or the open autocast scope
+    set, else torch's default (bfloat16 on cpu, float16 elsewhere)."""
+    kind = _kind(device_type)
+    return D.get(_dtypes().get(kind) or DEFAULT_DTYPES.get(kind, "float16"))
+
+
+def set_autocast_enabled(device_type, enabled=_UNSET) -> None:
+    """Switch autocast on or off for ``device_type``'s ops in this thread, as entering an autocast scope does
+    (``set_autocast_enabled(enabled)``, torch's older form: for ``cuda``)."""
+    if enabled is _UNSET:
+        device_type, enabled = "cuda", device_type
+    kind = _kind(device_type)
+    _set(kind, get_autocast_dtype(kind).name if enabled else None)
+
+
+def set_autocast_dtype(device_type: str, dtype) -> None:
+    """The dtype ``device_type``'s ops autocast to (now, if autocast is on for it; else once it is switched on)."""
+    kind = _kind(device_type)
+    name = D.get(dtype).name
+    _dtypes()[kind] = name
+    if _state().get(kind) is not None:
+        _set(kind, name)
+
+
+def is_autocast_cpu_enabled() -> bool:
+    """Deprecated (as torch's): :func:`is_autocast_enabled` of ``"cpu"``."""
+    _deprecated("is_autocast_cpu_enabled()", "is_autocast_enabled('cpu')")
+    return is_autocast_enabled("cpu")
+
+
+def get_autocast_cpu_dtype() -> D.DType:
+    """Deprecated (as torch's): :func:`get_autocast_dtype` of ``"cpu"``."""
+    _deprecated("get_autocast_cpu_dtype()", "get_autocast_dtype('cpu')")
+    return get_autocast_dtype("cpu")
+
+
+def set_autocast_cpu_enabled(enabled: bool) -> None:
+    """Deprecated (as torch's): :func:`set_autocast_enabled` of ``"cpu"``."""
+    _deprecated("set_autocast_cpu_enabled(enabled)", "set_autocast_enabled('cpu', enabled)")
+    set_autocast_enabled("cpu", enabled)
+
+
+def set_autocast_cpu_dtype(dtype) -> None:
+    """Deprecated (as torch's): :func:`set_autocast_dtype` of ``"cpu"``."""
+    _deprecated("set_autocast_cpu_dtype(dtype)", "set_autocast_dtype('cpu', dtype)")
+    set_autocast_dtype("cpu", dtype)
+
+
+def get_autocast_gpu_dtype() -> D.DType:
+    """Deprecated (as torch's): :func:`get_autocast_dtype` of ``"cuda"``."""
+    _deprecated("get_autocast_gpu_dtype()", "get_autocast_dtype('cuda')")
+    return get_autocast_dtype("cuda")
+
+
+def set_autocast_gpu_dtype(dtype) -> None:
+    """Deprecated (as torch's): :func:`set_autocast_dtype` of ``"cuda"``."""
+    _deprecated("set_autocast_gpu_dtype(dtype)", "set_autocast_dtype('cuda', dtype)")
+    set_autocast_dtype("cuda", dtype)
+
+
+def is_autocast_cache_enabled() -> bool:
+    """torch's flag for its cache of casts (True by default); stored, and changes nothing: a cast here is one
+    recorded node, which the batch's plan reuses."""
+    return _cache[0]
+
+
+def set_autocast_cache_enabled(enabled: bool) -> None:
+    """Store :func:`is_autocast_cache_enabled`'s flag (it changes nothing here)."""
+    _cache[0] = bool(enabled)
+
+
+def clear_autocast_cache() -> None:
+    """Nothing to clear (there is no cache of casts on the client)."""
 
 
 class autocast:  # noqa: N801 - torch's name
@@ -47,7 +140,7 @@ class autocast:  # noqa: N801 - torch's name
         if not is_autocast_available(device_type):
             raise RuntimeError(f"User specified an unsupported autocast device_type '{device_type}'")
         self.device = device_type
-        self.fast_dtype = D.get(dtype) if dtype is not None else D.get(DEFAULT_DTYPES[device_type])
+        self.fast_dtype = D.get(dtype) if dtype is not None else get_autocast_dtype(device_type)
         self._enabled = bool(enabled)
         self._cache_enabled = cache_enabled
         if self._enabled and self.fast_dtype.name not in SUPPORTED_DTYPES:
@@ -61,17 +154,20 @@ class autocast:  # noqa: N801 - torch's name
         self._prev: list = []
 
     def __enter__(self):
-        st = _state()
-        self._prev.append(st.get(self.device))
-        st[self.device] = self.fast_dtype.name if self._enabled else None
-        if self._enabled:
-            _active[0] += 1
+        dtypes = _dtypes()
+        self._prev.append((_state().get(self.device), dtypes.get(self.device)))
+        dtypes[self.device] = self.fast_dtype.name
+        _set(self.device, self.fast_dtype.name if self._enabled else None)
         return self
 
     def __exit__(self, *exc) -> bool:
-        _state()[self.device] = self._prev.pop()
-        if self._enabled:
-            _active[0] -= 1
+        prev, prev_dtype = self._prev.pop()
+        _set(self.device, prev)
+        dtypes = _dtypes()
+        if prev_dtype is None:
+            dtypes.pop(self.device, None)
+        else:
+            dtypes[self.device] = prev_dtype
         return False
 
     def __call__(self, func):

@@ -1,7 +1,7 @@
 """``tw.compile``: record a function's graph once, then replay it with one message per call.
 
 The first calls with a new signature (see :mod:`tensorwire.jit.signature`) run the function as usual while a
-:class:`~tensorwire.jit.trace.Trace` watches what it records, reads and writes. Once two consecutive calls recorded
+:class:`~tensorwire.jit.recording.Trace` watches what it records, reads and writes. Once two consecutive calls recorded
 the same graph (the first call of a training step differs from the next: the optimizer makes its state), the graph
 is compiled (:class:`~tensorwire.jit.graph.CompiledGraph`) and later calls replay it: no Python of the function
 runs, the session sends one batch message naming the cached plan, and the client's tensors (the result, the
@@ -10,6 +10,10 @@ parameters and optimizer state the step rebound, the gradients) are updated as t
 A call that reads a tensor's value (``.item()``, ``print``, a branch on a tensor), or does something else a replay
 could not repeat, makes the function run eagerly from then on, with one warning naming the line
 (``fullgraph=True`` raises :class:`~tensorwire.protocol.errors.CompileError` instead). See ``docs/compile.md``.
+
+As ``torch.jit`` (``import tensorwire as torch``), this package also has torch's TorchScript API as eager stand-ins
+(:mod:`tensorwire.jit.torchscript`): ``is_scripting()``, ``@ignore``, ``Final``, ``script``, ``trace`` ... let model
+code written for TorchScript run unchanged, eagerly.
 """
 
 from __future__ import annotations
@@ -22,11 +26,49 @@ from tensorwire.context import current_session
 from tensorwire.nn.module import Module
 from tensorwire.protocol.errors import CompileError
 
+from . import torchscript as _torchscript
 from .graph import RETRACE, CompiledGraph
+from .recording import NotCompilable, Trace
 from .signature import signature
-from .trace import NotCompilable, Trace
+from .torchscript import (
+    Attribute,
+    Error,
+    Final,
+    Future,
+    RecursiveScriptModule,
+    ScriptFunction,
+    ScriptModule,
+    annotate,
+    enable_onednn_fusion,
+    export,
+    fork,
+    freeze,
+    ignore,
+    interface,
+    is_scripting,
+    is_tracing,
+    load,
+    onednn_fusion_enabled,
+    optimize_for_inference,
+    optimized_execution,
+    save,
+    script,
+    script_if_tracing,
+    script_method,
+    set_fusion_strategy,
+    strict_fusion,
+    trace,
+    trace_module,
+    unused,
+    wait,
+)
 
 __all__ = ["compile", "CompiledFunction", "CompileWarning", "MAX_TRACES", "CACHE_SIZE"]
+__all__ += ["Attribute", "Error", "Final", "Future", "RecursiveScriptModule", "ScriptFunction", "ScriptModule",
+            "annotate", "enable_onednn_fusion", "export", "fork", "freeze", "ignore", "interface", "is_scripting",
+            "is_tracing", "isinstance", "load", "onednn_fusion_enabled", "optimize_for_inference",
+            "optimized_execution", "save", "script", "script_if_tracing", "script_method", "set_fusion_strategy",
+            "strict_fusion", "trace", "trace_module", "unused", "wait"]  # torch.jit's API (torchscript.py)
 
 #: graphs kept per function (one per signature, least recently used evicted); torch's ``cache_size_limit`` is 8 too
 CACHE_SIZE = 8
@@ -190,3 +232,7 @@ def compile(
     if isinstance(model, Module):
         return CompiledFunction(model.__call__, fullgraph, dynamic, backend, mode, options)
     return CompiledFunction(model, fullgraph, dynamic, backend, mode, options)
+
+
+#: torch.jit.isinstance (bound last: this module's own code uses the builtin)
+isinstance = _torchscript.isinstance  # noqa: A001

@@ -18,7 +18,7 @@ from tensorwire.protocol.batch_ids import temp_ranges
 from tensorwire.tensor import Tensor
 
 from .pytree import unflatten
-from .trace import ARG, GRAD, Summary
+from .recording import ARG, GRAD, Summary
 
 _new_tensor = object.__new__
 RETRACE = object()  # a replay's guards failed: record the call again
@@ -43,7 +43,7 @@ class Part:
 
 
 class CompiledGraph:
-    """The replayable form of a :class:`~tensorwire.jit.trace.Summary`."""
+    """The replayable form of a :class:`~tensorwire.jit.recording.Summary`."""
 
     def __init__(self, summary: Summary):
         self.s = summary.trace.s

@@ -8,7 +8,7 @@ anything else by identity. Grad mode, autocast and the default dtype change what
 
 from __future__ import annotations
 
-from tensorwire.amp import autocast_mode as _amp
+from tensorwire import autocast_state as _amp
 from tensorwire.autograd_engine import is_grad_enabled
 from tensorwire.protocol.dtypes import get_default_dtype
 from tensorwire.protocol.graph import freeze

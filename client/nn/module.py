@@ -558,10 +558,17 @@ class Module:
         return self
 
     def to(self, *args, **kwargs) -> Module:
-        """``to(device)``, ``to(dtype)`` (floating parameters and buffers only, as torch), ``to(tensor)``."""
+        """``to(device)``, ``to(dtype)`` (floating parameters and buffers only, as torch), ``to(tensor)``;
+        ``memory_format=`` (``tw.channels_last`` ...) is accepted and changes nothing: a worker's tensors are always
+        contiguous."""
         device = kwargs.pop("device", None)
         dtype = kwargs.pop("dtype", None)
         kwargs.pop("non_blocking", None)
+        memory_format = kwargs.pop("memory_format", None)
+        if memory_format is not None and str(memory_format).removeprefix("torch.") not in (
+                "contiguous_format", "channels_last", "channels_last_3d", "preserve_format"):
+            raise TypeError(f"to() got an invalid memory_format: {memory_format!r} (one of tw.contiguous_format, "
+                            "tw.channels_last, tw.channels_last_3d, tw.preserve_format)")
         if kwargs:
             raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
         for a in args:

@@ -4,17 +4,25 @@ A step records the update ops of every parameter (the graph runs on the paramete
 downloaded). Updated values are rebound to the same parameter objects, as torch updates them in place.
 Hyperparameters are Python numbers (they travel as cached scalars / dynamic attributes, so a step
 recorded with a new learning rate still replays the cached plan); nothing in ``step()`` syncs.
+
+Step hooks are torch's: ``opt.register_step_pre_hook(hook)``/``register_step_post_hook`` and, for every optimizer,
+:func:`register_optimizer_step_pre_hook`/:func:`register_optimizer_step_post_hook`; each ``hook(optimizer, args,
+kwargs)`` runs before (after) every ``step()`` call, a subclass's own ``step`` included, and a pre-hook may return
+``(new_args, new_kwargs)`` for the step. A ``step`` that calls ``super().step()`` runs the hooks once.
 """
 
 from __future__ import annotations
 
 import copy
-from collections import defaultdict
+import functools
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable
 
 from tensorwire._frames import _user_frame
 from tensorwire.autograd_engine import enable_grad
 from tensorwire.creation import zeros_like
 from tensorwire.nn._tensors import alias, no_grad, rebind
+from tensorwire.nn.module import RemovableHandle
 from tensorwire.tensor import Tensor
 
 
@@ -33,6 +41,60 @@ _STEP: dict = {}
 #: op (each op's own search would walk up through the optimizer's frames to the same line)
 _WHERE = object()
 
+#: the step hooks of every optimizer (torch.optim.optimizer's names): pre-hooks run before an optimizer's own,
+#: post-hooks after
+_global_optimizer_pre_hooks: OrderedDict[int, Callable] = OrderedDict()
+_global_optimizer_post_hooks: OrderedDict[int, Callable] = OrderedDict()
+
+
+def register_optimizer_step_pre_hook(hook: Callable) -> RemovableHandle:
+    """Run ``hook(optimizer, args, kwargs)`` before every optimizer's ``step()``; it may return ``(new_args,
+    new_kwargs)`` for the step. ``handle.remove()`` unregisters it."""
+    handle = RemovableHandle(_global_optimizer_pre_hooks)
+    _global_optimizer_pre_hooks[handle.id] = hook
+    return handle
+
+
+def register_optimizer_step_post_hook(hook: Callable) -> RemovableHandle:
+    """Run ``hook(optimizer, args, kwargs)`` after every optimizer's ``step()``. ``handle.remove()`` unregisters it."""
+    handle = RemovableHandle(_global_optimizer_post_hooks)
+    _global_optimizer_post_hooks[handle.id] = hook
+    return handle
+
+
+def _hooked_step(step: Callable) -> Callable:
+    """``step`` running the step hooks around it (torch's ``profile_hook_step``): the global pre-hooks then the
+    optimizer's, the step, the optimizer's post-hooks then the global ones; each hook gets the step's ``args``
+    (the optimizer first, as torch's) and ``kwargs``. A step called from inside another (a subclass's ``step``
+    calling ``super().step()``) runs none: the outer call ran them."""
+
+    @functools.wraps(step)
+    def wrapper(self, *args, **kwargs):
+        own_pre = self.__dict__.get("_optimizer_step_pre_hooks")
+        own_post = self.__dict__.get("_optimizer_step_post_hooks")
+        hooked = _global_optimizer_pre_hooks or _global_optimizer_post_hooks or own_pre or own_post
+        if not hooked or self.__dict__.get("_in_step"):
+            return step(self, *args, **kwargs)
+        args = (self, *args)  # (the hooks' ``args`` start with the optimizer, as torch's: the step's own arguments)
+        for hook in (*_global_optimizer_pre_hooks.values(), *(own_pre or {}).values()):
+            result = hook(self, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(f"{step} must return None or a tuple of (new_args, new_kwargs), but got "
+                                       f"{result}.")
+                args, kwargs = result
+        self._in_step = True
+        try:
+            out = step(*args, **kwargs)
+        finally:
+            self._in_step = False
+        for hook in (*(own_post or {}).values(), *_global_optimizer_post_hooks.values()):
+            hook(self, args, kwargs)
+        return out
+
+    wrapper.hooked = True
+    return wrapper
+
 
 class Optimizer:
     """Base class: ``Optimizer(params, defaults)``; subclasses implement ``_update(group, p, grad, state)``.
@@ -43,8 +105,16 @@ class Optimizer:
 
     _replayable = False
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        step = cls.__dict__.get("step")
+        if callable(step) and not getattr(step, "hooked", False):  # (a subclass's own step runs the hooks too)
+            cls.step = _hooked_step(step)
+
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
+        self._optimizer_step_pre_hooks: OrderedDict[int, Callable] = OrderedDict()
+        self._optimizer_step_post_hooks: OrderedDict[int, Callable] = OrderedDict()
         self.state: defaultdict = defaultdict(dict)
         self.param_groups: list[dict] = []
         if isinstance(params, Tensor):
@@ -91,6 +161,21 @@ class Optimizer:
                 if p.grad is not None:
                     p.grad = None if set_to_none else zeros_like(p.grad)
 
+    def register_step_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """Run ``hook(optimizer, args, kwargs)`` before each ``step()`` of this optimizer (after the global
+        pre-hooks); it may return ``(new_args, new_kwargs)`` for the step. ``handle.remove()`` unregisters it."""
+        handle = RemovableHandle(self.__dict__.setdefault("_optimizer_step_pre_hooks", OrderedDict()))
+        self._optimizer_step_pre_hooks[handle.id] = hook
+        return handle
+
+    def register_step_post_hook(self, hook: Callable) -> RemovableHandle:
+        """Run ``hook(optimizer, args, kwargs)`` after each ``step()`` of this optimizer (before the global
+        post-hooks). ``handle.remove()`` unregisters it."""
+        handle = RemovableHandle(self.__dict__.setdefault("_optimizer_step_post_hooks", OrderedDict()))
+        self._optimizer_step_post_hooks[handle.id] = hook
+        return handle
+
+    @_hooked_step
     def step(self, closure=None):
         """One update of every parameter that has a gradient: recorded, not synchronised; the step's work ships
         when the next op is recorded (:meth:`Session.mark_step`)."""

@@ -35,7 +35,7 @@ NAMESPACES = (
     "nn.utils.parametrizations", "nn.parallel", "autograd", "autograd.functional", "optim", "optim.lr_scheduler",
     "utils.data", "utils.data.distributed", "utils.checkpoint", "linalg", "fft", "special", "distributions",
     "distributions.transforms", "distributions.constraints", "amp", "testing", "masked", "sparse", "signal.windows",
-    "random", "serialization", "cuda", "mps", "accelerator", "backends.cudnn", "onnx",
+    "random", "serialization", "cuda", "mps", "accelerator", "backends.cudnn", "onnx", "jit", "cpu", "cpu.amp",
 )
 
 #: mismatches kept on purpose: the report's name -> why

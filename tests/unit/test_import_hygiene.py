@@ -209,7 +209,7 @@ class Tree:
 
     def _targets(self, node: ast.stmt, package: str) -> set[str]:
         """The tree's modules an import statement loads: the modules named, and the packages above them that the
-        importer's own package does not hold (importing ``tensorwire.jit.trace`` runs ``tensorwire/jit/__init__``
+        importer's own package does not hold (importing ``tensorwire.jit.recording`` runs ``tensorwire/jit/__init__``
         first; a module importing its sibling finds its package already there)."""
         out: set[str] = set()
         if isinstance(node, ast.Import):

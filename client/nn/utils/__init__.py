@@ -21,10 +21,10 @@ from .init import skip_init
 from .spectral_norm import remove_spectral_norm, spectral_norm
 from .weight_norm import remove_weight_norm, weight_norm
 
-__all__ = ["clip_grad_norm", "clip_grad_norm_", "clip_grad_value_", "fuse_conv_bn_eval", "fuse_conv_bn_weights",
-           "fuse_linear_bn_eval", "fuse_linear_bn_weights", "get_total_norm", "parameters_to_vector",
-           "parametrizations", "parametrize", "remove_spectral_norm", "remove_weight_norm", "rnn", "skip_init",
-           "spectral_norm", "vector_to_parameters", "weight_norm"]
+__all__ = ["clip_grad_norm", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "fuse_conv_bn_eval",
+           "fuse_conv_bn_weights", "fuse_linear_bn_eval", "fuse_linear_bn_weights", "get_total_norm",
+           "parameters_to_vector", "parametrizations", "parametrize", "remove_spectral_norm", "remove_weight_norm",
+           "rnn", "skip_init", "spectral_norm", "vector_to_parameters", "weight_norm"]
 
 
 def _grads(parameters) -> list[Tensor]:
@@ -69,7 +69,8 @@ def _norm_row(t: Tensor, norm_type: float, dev: str, where, attrs: dict, akey) -
 
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
                     foreach=None) -> Tensor:
-    """Scale the gradients so their total norm is at most ``max_norm``; returns the total norm (a tensor).
+    """Scale the gradients so their total norm is at most ``max_norm``; returns the total norm (a tensor):
+    :func:`get_total_norm` then :func:`clip_grads_with_norm_`, as torch's.
 
     Like torch, the scale is ``min(1, max_norm / (total + 1e-6))`` applied unconditionally (no sync)."""
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
@@ -77,7 +78,22 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
     if not grads:
         return tensor(0.0)
     total = get_total_norm(grads, norm_type, error_if_nonfinite)
-    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    clip_grads_with_norm_(params, max_norm, total, foreach)
+    return total
+
+
+def clip_grads_with_norm_(parameters, max_norm: float, total_norm: Tensor, foreach=None) -> None:
+    """Scale the gradients by ``min(1, max_norm / (total_norm + 1e-6))``, ``total_norm`` given (a tensor, as
+    :func:`get_total_norm` returns, or a number): torch's second half of :func:`clip_grad_norm_`, no sync.
+    ``foreach`` is accepted (the scaling is recorded per gradient either way)."""
+    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    if not _grads(params):
+        return
+    max_norm = float(max_norm)
+    if isinstance(total_norm, Tensor):
+        coef = (max_norm / (total_norm + 1e-6)).clamp(max=1.0)
+    else:
+        coef = tensor(min(1.0, max_norm / (float(total_norm) + 1e-6)))
     scales: dict = {}  # the scale per (device, dtype) of the gradients: converted once, not once a parameter
     where = _user_frame(1)
     for p in params:
@@ -89,7 +105,6 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
                 c = scales[key] = coef.to(g._dev).to(g.dtype)
             scaled = _record_direct(g, "mul", [g, c], None, None, where)
             p.grad = scaled if scaled is not None else g * c
-    return total
 
 
 def clip_grad_norm(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
