@@ -159,3 +159,28 @@ def test_siamese_resnet(session):
         with tensorwire.no_grad():
             out = ours(tensorwire.tensor(a[2]), tensorwire.tensor(b[2])).numpy()
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-6)
+
+
+def test_wgan_gp(session):
+    """caogang's gan_toy.py shape: ``autograd.grad(..., create_graph=True, only_inputs=True)`` for the gradient penalty
+    (only_inputs raised TypeError until session 59), ``backward(mone)``, critic parameters' ``requires_grad`` toggled."""
+    ref, got = compare(HERE / "wgan_gp.py", steps=10)
+    np.testing.assert_allclose(got, ref, **F32)
+
+
+def test_simclr_byol(session):
+    """NT-Xent, nesterov SGD, CosineAnnealingWarmRestarts and three EMA updates as repos write them: ``.data`` in a
+    zip loop, ``torch._foreach_mul_``/``_foreach_add_`` (missing until session 59) and timm's ModelEmaV2 through
+    ``state_dict()`` values (their writes were lost until session 59: the teacher never moved)."""
+    ref, got = compare(HERE / "simclr_byol.py", steps=10)
+    np.testing.assert_allclose(got, ref, **F32)
+
+
+def test_tabular_classifier(session):
+    """Parameter groups, label smoothing, ReduceLROnPlateau, early stopping and the best weights saved to a BytesIO
+    and loaded back (BatchNorm's 0-d ``num_batches_tracked`` came back [1] until session 59: the load failed).
+    Without biases before the BatchNorms: their gradients are rounding noise that Adam amplifies into the eval-mode
+    statistics (torch against itself with weights moved by one ulp differs as much)."""
+    ref, got = compare(HERE / "tabular_classifier.py", steps=10, build={"bias": False})
+    np.testing.assert_allclose(got, ref, **F32)
+
