@@ -590,13 +590,21 @@ class Tensor(TensorBase):
         return t
 
     def contiguous(self, memory_format=None) -> Tensor:
-        return self
+        """This tensor where it lies row-major in its base (:meth:`is_contiguous`), else a copy, as torch's (a view's
+        ``stride()`` and ``as_strided`` follow its base's layout, so ``x.t().contiguous()`` must be a tensor of its
+        own: until session 59 it was the transposed view, its strides and ``as_strided`` reads wrong)."""
+        if self._base is None or V.row_major(self):
+            return self
+        return self.clone()
 
     def is_contiguous(self, memory_format=None) -> bool:
-        """True: a tensor's value is always stored contiguous on its worker (row-major, torch's
-        ``contiguous_format``). Asked for ``channels_last`` (``channels_last_3d``), torch's answer for such a tensor:
-        True only where the two layouts coincide (one channel, or one spatial position)."""
+        """Whether the tensor lies row-major in its base's layout (torch's ``contiguous_format``: ``x.t()`` does not,
+        ``x.t().contiguous()`` does), as :meth:`stride` reports it; the worker holds every value contiguously, so
+        this changes no cost. Asked for ``channels_last`` (``channels_last_3d``), torch's answer for a row-major
+        tensor: True only where the two layouts coincide (one channel, or one spatial position)."""
         name = str(memory_format).removeprefix("torch.")  # (tw.channels_last is its name; torch's prints as that)
+        if self._base is not None and not V.row_major(self):
+            return False
         if memory_format is None or name in ("contiguous_format", "preserve_format"):
             return True
         nd = {"channels_last": 4, "channels_last_3d": 5}.get(name)

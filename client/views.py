@@ -688,6 +688,22 @@ def strides(t) -> tuple[tuple[int, ...], int]:
     return got if got is not None else (contiguous_strides(t._shape), 0)
 
 
+def row_major(t) -> bool:
+    """Whether ``t`` lies row-major in its root base's elements, as torch's ``is_contiguous()`` (the strides of dims of
+    more than one element those of a contiguous tensor): a tensor that is no view does; a view that no strides describe
+    is one torch would have copied, and so does too."""
+    if t._base is None:
+        return True
+    lay = layout(t)
+    if lay is None:
+        return True
+    want = contiguous_strides(t._shape)
+    for n, a, b in zip(t._shape, lay[0], want):
+        if n > 1 and a != b:
+            return False
+    return True
+
+
 def layout(t) -> tuple[tuple[int, ...], int] | None:
     """``(strides, storage offset)`` of ``t`` in its root base's row-major elements (a worker's tensors are
     contiguous, so those stand for the storage, as ``Tensor.as_strided`` reads it), or None for a view no strides

@@ -222,3 +222,25 @@ def test_in_place_functions_vander_chain_matmul_can_cast_typename(torch):
         tw.can_cast(tw.zeros(1), tw.float32)
     assert tw.typename(tw.zeros(2)) == "tensorwire.float32" and tw.typename(3) == "int"
     assert tw.typename(tw.nn.Linear).endswith("Linear")
+
+
+def test_contiguous_and_is_contiguous_follow_the_layout_as_torchs():
+    """``is_contiguous()`` and ``contiguous()`` follow a view's layout in its base, as ``stride()`` does: a transposed
+    view is not contiguous, its ``contiguous()`` is a tensor of its own whose strides and ``as_strided`` reads are
+    row-major (until session 59 it was the view itself: ``x.t().contiguous().stride()`` was (1, 3))."""
+    torch = pytest.importorskip("torch")
+
+    def run(lib):
+        out = []
+        x = lib.arange(6.0).view(2, 3)
+        for t in (x, x.t(), x[:, 1:], x[1], x.t().contiguous(), x[:, 1:].contiguous(), x.unsqueeze(0), x[:, :1]):
+            out.append((tuple(t.stride()), t.is_contiguous()))
+        out.append(x.t().contiguous().as_strided((3,), (1,)).tolist())
+        out.append(lib.arange(20.0).view(4, 5)[:, 1:].contiguous().as_strided((2, 2), (4, 1)).tolist())
+        out.append(x.t().contiguous().view(-1).tolist())
+        c = x.t()
+        out.append(c.contiguous() is not c and x.contiguous() is x)
+        return out
+
+    assert run(tw) == run(torch)
+
