@@ -162,8 +162,9 @@ def test_siamese_resnet(session):
 
 
 def test_wgan_gp(session):
-    """caogang's gan_toy.py shape: ``autograd.grad(..., create_graph=True, only_inputs=True)`` for the gradient penalty
-    (only_inputs raised TypeError until session 59), ``backward(mone)``, critic parameters' ``requires_grad`` toggled."""
+    """caogang's gan_toy.py shape: ``autograd.grad(..., create_graph=True, only_inputs=True)`` for the gradient
+    penalty (only_inputs raised TypeError until session 59), ``backward(mone)``, the critic's ``requires_grad``
+    toggled."""
     ref, got = compare(HERE / "wgan_gp.py", steps=10)
     np.testing.assert_allclose(got, ref, **F32)
 
