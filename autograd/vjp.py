@@ -659,6 +659,50 @@ def _scatter(c):
     return [gx, None, gs]
 
 
+@rule("scatter_reduce")
+def _scatter_reduce(c):
+    """torch's scatter_reduce_backward (FunctionsManual.cpp). amax/amin: the gradient goes to the values equal to the
+    result (``self``'s own counted even without ``include_self``, as torch's), split evenly among them. prod: the
+    product of the others, from the result over each value, and for a value that is the only zero of its position
+    from the product with it made 1 (the others are then 0). Without ``include_self``, ``self`` gets none where
+    something was scattered."""
+    x, idx, src = c.x
+    dim = a_int(c.a, "dim")
+    reduce, keep = c.a["reduce"], a_bool(c.a, "include_self")
+    g = c.g
+    nd = len(idx.shape)
+    s = src if tuple(src.shape) == tuple(idx.shape) else src.op(
+        "slice", starts=[0] * nd, stops=list(idx.shape), steps=[1] * nd)
+
+    def gather(t: T) -> T:
+        return t.op("gather", idx, dim=dim)
+
+    def scatter_add(into: T, values: T) -> T:
+        return into.op("scatter_add", idx, values, dim=dim)
+
+    if reduce in ("amax", "amin"):
+        self_is = x.eq(c.y).cast(g.dtype)
+        src_is = s.eq(gather(c.y)).cast(g.dtype)
+        share = g / scatter_add(self_is, src_is)
+        gx = self_is * share if c.needs[0] else None
+        gs = src_is * gather(share) if c.needs[2] else None
+    else:
+        def prod(into: T, values: T) -> T:
+            return into.op("scatter_reduce", idx, values, dim=dim, reduce="prod", include_self=keep)
+        gx = gs = None
+        if c.needs[0]:
+            masked_self = where(x.eq(0), 1, x)
+            gx = g * prod(masked_self, s) / masked_self
+        if c.needs[2]:
+            src_zero = s.eq(0)
+            zeros_there = gather(scatter_add(zeros(c.b, x.shape, g.dtype), src_zero.cast(g.dtype)))
+            single = src_zero & zeros_there.eq(1)
+            gs = where(single, gather(g * prod(x, where(single, 1, s))), gather(g * c.y) / where(src_zero, 1, s))
+    if gx is not None and not keep:
+        gx = gx.op("scatter", idx, zeros(c.b, idx.shape, g.dtype), dim=dim)
+    return [gx, None, _pad_to(gs, src.shape) if gs is not None else None]
+
+
 @rule("index")
 def _index(c):
     x, *idx = c.x

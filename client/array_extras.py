@@ -2,7 +2,7 @@
 ``atleast_*d``, ``block_diag``, ``meshgrid``, ``broadcast_tensors``, ``rot90``, ``diag_embed``, the ``*_scatter``
 family, ``as_strided`` (a view step of its own), ``take``/``put``, ``index_copy``, ``masked_scatter``,
 ``Tensor.unfold``, ``repeat_interleave``, ``isin``, ``bucketize``/``searchsorted``, ``cov``/``corrcoef``, ``cdist``,
-and the ``*_copy`` forms of the views.
+and the ``*_copy`` forms of the views; ``scatter_reduce`` and ``index_reduce`` are :mod:`.scatter_reductions`'s.
 
 :data:`FUNCTIONS` are exported as ``tw.<name>``; :data:`METHODS` become ``Tensor`` methods (:func:`install`).
 """
@@ -25,8 +25,10 @@ from . import creation as _creation
 from . import indexing as _indexing
 from . import views as V
 from ._aliases import alias, rebind
+from .autograd_engine import Function
 from .grid_sampling import grid_sampler_2d, grid_sampler_3d
 from .padding import pad as _pad
+from .scatter_reductions import index_reduce, scatter_reduce
 from .tensor import Size, Tensor, _size
 from .views import ViewStep, mark_view, root_position
 from .zero_grads import zero_grad_from
@@ -503,26 +505,49 @@ CDIST_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", 
 
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0,
           compute_mode: str = "use_mm_for_euclid_dist_if_necessary") -> Tensor:
-    """The p-norm distance between each row of ``x1`` and each row of ``x2`` (batched). ``compute_mode`` is checked
-    as torch checks it (one of :data:`CDIST_MODES`) and changes nothing: the distances are always those of the
-    differences (torch's ``"donot_use_mm_for_euclid_dist"``), which its matrix-product modes approximate."""
+    """The p-norm distance between each row of ``x1`` and each row of ``x2`` (batched), with torch's gradient: 0 for
+    a pair at distance zero (``cdist(z, z)``'s diagonal), and for p = inf the whole gradient to each difference that
+    is the largest. ``compute_mode`` is checked as torch checks it (one of :data:`CDIST_MODES`) and changes nothing:
+    the distances are always those of the differences (torch's ``"donot_use_mm_for_euclid_dist"``), which its
+    matrix-product modes approximate."""
     if compute_mode not in CDIST_MODES:
         raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
     if x1.ndim < 2 or x2.ndim < 2:
         raise ShapeError(f"cdist only supports at least 2D tensors, X1 got: {x1.ndim}D, X2 got: {x2.ndim}D")
     if x1.shape[-1] != x2.shape[-1]:
         raise ShapeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: {x2.shape[-1]}")
+    for name, x in (("X1", x1), ("X2", x2)):
+        if not x.dtype.is_floating_point:
+            raise DTypeError(f"cdist only supports floating-point dtypes, {name} got: {x.dtype.name.capitalize()}")
+    if p < 0:
+        raise RuntimeError("cdist only supports non-negative p values")
     diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
-    a = diff.abs()
     if p == 0:
-        return zero_grad_from((a != 0).to(x1.dtype).sum(-1), x1, x2)
-    if p == float("inf"):
-        return a.amax(-1) if a.shape[-1] else a.sum(-1)
-    if p == 1:
-        return a.sum(-1)
-    if p == 2:
-        return (a * a).sum(-1).sqrt()
-    return (a ** p).sum(-1) ** (1.0 / p)
+        return zero_grad_from((diff != 0).to(diff.dtype).sum(-1), x1, x2)
+    if p == 1 or not diff.shape[-1]:
+        return diff.abs().sum(-1)
+    if p == math.inf:
+        return _InfDistance.apply(diff)
+    # (the norm op's gradient is torch's cdist_backward for every other p: 0 where the distance is)
+    return diff._reduce("norm", [-1], False, p=float(p))
+
+
+class _InfDistance(Function):
+    """The largest absolute difference over the last dim, with torch's cdist gradient for p = inf (``idist_calc``):
+    the gradient times the sign at every difference as large as the distance (ties are not split, as they are for
+    ``amax`` and ``vector_norm``)."""
+
+    @staticmethod
+    def forward(ctx, diff: Tensor) -> Tensor:
+        dist = diff.abs().amax(-1)
+        ctx.save_for_backward(diff, dist)
+        return dist
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        diff, dist = ctx.saved_tensors
+        at = (diff.abs() == dist.unsqueeze(-1)).to(grad.dtype)
+        return grad.unsqueeze(-1) * diff.sign() * at
 
 
 # -- copies of views, and the rest -----------------------------------------------------------------------------------
@@ -606,92 +631,6 @@ def block_diag(*tensors) -> Tensor:
         rows.append(_pad(t.to(rt), [left, cols - left - t.shape[1]]))
         left += t.shape[1]
     return _cat(rows, 0)
-
-
-def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,  # noqa: A002
-                   include_self: bool = True) -> Tensor:
-    """``input`` with each ``src`` element reduced ("sum", "prod", "mean", "amax", "amin") into the position
-    ``index`` names along ``dim`` (with ``input``'s own value when ``include_self``); positions nothing is scattered
-    to keep ``input``'s value. Composed as a comparison of every index with every position: memory grows as
-    ``index.numel() * input.shape[dim]``."""
-    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-        raise ValueError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
-    if input.ndim == 0:
-        return scatter_reduce(input.reshape(1), 0, index.reshape(1), src.reshape(1), reduce,
-                              include_self=include_self).reshape(())
-    if index.ndim != input.ndim:
-        raise ShapeError("scatter_reduce(): index tensor must have the same number of dimensions as input tensor")
-    d = norm_dim(dim, input.ndim)
-    if index.numel() == 0:
-        return input.clone()
-    n = input.shape[d]
-    s = src
-    for k, size in enumerate(index.shape):
-        if s.shape[k] != size:
-            s = s.narrow(k, 0, size)
-    s = s.to(input.dtype)
-    shape = [1] * (index.ndim + 1)
-    shape[d + 1] = n
-    eq = index.unsqueeze(d + 1) == _arange(input, n).reshape(*shape)
-    sv = s.unsqueeze(d + 1)
-    dt = input.dtype
-    if reduce in ("sum", "mean"):
-        ident = 0
-    elif reduce == "prod":
-        ident = 1
-    elif dt.is_floating_point:
-        ident = -math.inf if reduce == "amax" else math.inf
-    else:
-        info = np.iinfo(dt.np) if dt is not D.bool_ else None
-        ident = (False if reduce == "amax" else True) if info is None else (info.min if reduce == "amax" else info.max)
-    fill = input._s.scalar(ident, dt, input._dev)
-    picked = _where(eq, sv, fill)
-    red = {"sum": picked.sum, "mean": picked.sum, "prod": picked.prod, "amax": picked.amax,
-           "amin": picked.amin}[reduce](d)
-    if dt is D.bool_:  # a bool sum is an or, a product an and (torch keeps the dtype)
-        red = red.to(D.bool_)
-    count = eq.to(D.int64).sum(d)
-    # the positions of dims other than ``dim`` that index does not reach keep input's values
-    pads = []
-    for k in reversed(range(input.ndim)):
-        pads += [0, input.shape[k] - red.shape[k]] if k != d else [0, 0]
-    if any(pads):
-        red = _pad(red, pads, value=ident if not isinstance(ident, bool) else int(ident))
-        count = _pad(count, pads)
-    hit = count > 0
-    if reduce == "sum":
-        add = (input | red) if dt is D.bool_ else input + red
-        out = add if include_self else _where(hit, red, input)
-    elif reduce == "prod":
-        mul = (input & red) if dt is D.bool_ else input * red
-        out = mul if include_self else _where(hit, red, input)
-    elif reduce == "amax":
-        out = _where(hit, input.maximum(red), input) if include_self else _where(hit, red, input)
-    elif reduce == "amin":
-        out = _where(hit, input.minimum(red), input) if include_self else _where(hit, red, input)
-    else:
-        total = input + red if include_self else red
-        c = (count + 1 if include_self else count).clamp(min=1)
-        mean = total / c.to(dt) if dt.is_floating_point else total // c.to(dt)
-        out = _where(hit, mean, input)
-    return out
-
-
-def index_reduce(input: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *,  # noqa: A002
-                 include_self: bool = True) -> Tensor:
-    """``input`` with the slices of ``source`` reduced ("prod", "mean", "amax", "amin") into the slices ``index``
-    names along ``dim``."""
-    if reduce not in ("prod", "mean", "amax", "amin"):
-        raise ValueError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.")
-    if input.ndim == 0:
-        return index_reduce(input.reshape(1), 0, index.reshape(1), source.reshape(1), reduce,
-                            include_self=include_self).reshape(())
-    d = norm_dim(dim, input.ndim)
-    src = source if source.ndim else source.reshape(1)
-    shape = [1] * src.ndim
-    shape[d] = index.numel()
-    idx = index.reshape(*shape).expand(*src.shape)
-    return scatter_reduce(input, d, idx, src, reduce, include_self=include_self)
 
 
 def _strided_positions(size, stride, storage_offset: int) -> np.ndarray:

@@ -1,10 +1,10 @@
 """Ops that run on the client's LAPACK (numpy/scipy), for the linear algebra no backend has a kernel for (issue 33).
 
-A host op is a sync point, as ``unique`` and ``nonzero`` are: its inputs are fetched, the factorisation runs here in
-float64 (the answer torch's float64 would give, rounded once to the input's dtype), and its results are uploaded to
-the inputs' device. It is a :class:`~tensorwire.autograd_engine.Function`: its gradient is written with tensor ops
-on the lazy gradients, from the outputs and any extra factors the forward saved (an inverse, so a backward adds no
-round trip). Why host-run and not backend ops: docs/architecture.md, "Linear algebra".
+A host op is a sync point, as ``unique`` and ``nonzero`` are: its inputs are fetched (all in one round trip), the
+factorisation runs here in float64 (the answer torch's float64 would give, rounded once to the input's dtype), and
+its results are uploaded to the inputs' device. It is a :class:`~tensorwire.autograd_engine.Function`: its gradient
+is written with tensor ops on the lazy gradients, from the outputs and any extra factors the forward saved (an
+inverse, so a backward adds no round trip). Why host-run and not backend ops: docs/architecture.md, "Linear algebra".
 """
 
 from __future__ import annotations
@@ -54,9 +54,21 @@ def check_float(name: str, *ts: Tensor) -> None:
                              f"{t.dtype.name.capitalize()}")
 
 
-def _host(t: Tensor) -> np.ndarray:
-    a = np.asarray(t._numpy())
-    return a.astype(np.float64) if t.dtype.is_floating_point else a
+def _host_all(ts: tuple) -> list[np.ndarray]:
+    """The inputs' values (floating ones in float64), fetched in one round trip (``Session.fetch_all``: a solve's
+    two operands cost one, not one each)."""
+    for t in ts:
+        b = t._base
+        if b is not None and b._version != t._base_version:  # (a view whose base changed: as Tensor._numpy)
+            t._refresh()
+    arrays = ts[0]._s.fetch_all(list(ts)) if ts else []
+    out = []
+    for t, a in zip(ts, arrays):
+        a = np.asarray(a)
+        if t.dtype is D.bfloat16 and a.dtype != D.bfloat16.np:
+            a = a.view(D.bfloat16.np)
+        out.append(a.astype(np.float64) if t.dtype.is_floating_point else a)
+    return out
 
 
 def _upload(a: np.ndarray, like: Tensor) -> Tensor:
@@ -69,7 +81,7 @@ def _upload(a: np.ndarray, like: Tensor) -> Tensor:
 class _HostRun(Function):
     @staticmethod
     def forward(ctx, op: HostOp, attrs: dict, *inputs):
-        outs, saved = op.compute(attrs, *[_host(t) for t in inputs])
+        outs, saved = op.compute(attrs, *_host_all(inputs))
         like = next(t for t in inputs if t.dtype.is_floating_point)
         outs = [_upload(a, like) for a in outs]
         ctx.op, ctx.attrs, ctx.n_in, ctx.n_out = op, attrs, len(inputs), len(outs)

@@ -1940,11 +1940,15 @@ class Session:
             vals = self.flush(fetch=[*(t._id for t in need), *extra])
         finally:
             self._along = frozenset()
+        got = {t._id: vals[t._id] for t in need}
         if known is not None:
             for hid, v in vals.items():
                 known.put(hid, v)
+            for hid in got:  # (the kept read-only view given out, as fetch gives it)
+                kept = known.peek(hid)
+                if kept is not None:
+                    got[hid] = kept
             known.brought(list(extra))
-        got = {t._id: vals[t._id] for t in need}
         return [got[t._id] if t._id in got else self.fetch(t) for t in ts]
 
     def _scalar_made(self, hid: int, device: str) -> None:

@@ -24,8 +24,7 @@ sparse tensor as dense (``torch.exp(s)``, ``tw.add(dense, s)``) raises ``NotImpl
 ``.to_dense()`` (torch runs some of them); ``torch.mm(s, d)`` of a sparse leaf that requires grad is refused (torch
 gives that leaf a dense gradient; ``tw.sparse.mm`` gives the sparse one). Cost: ``mm`` and ``sampled_addmm`` take
 time and memory linear in nnz; ``sparse.mm``'s ``reduce="amax"``/``"amin"`` and ``sparse.softmax`` take the maximum per
-row through the composite ``scatter_reduce`` (memory nnz x rows: small matrices; a segment-max primitive would make
-them linear).
+row through ``scatter_reduce`` (linear in nnz too).
 """
 
 from __future__ import annotations
@@ -47,8 +46,8 @@ from . import _install
 from .tensor import Size, Tensor
 
 # isort: split
-from .array_extras import scatter_reduce
 from .autograd_engine import is_grad_enabled
+from .scatter_reductions import scatter_reduce
 from .sparse_layout import LAYOUTS, layout, sparse_coo, sparse_csr, strided
 
 __all__ = ["SparseTensor", "addmm", "layout", "log_softmax", "mm", "sampled_addmm", "softmax", "sparse_coo",
@@ -740,7 +739,6 @@ def mm(mat1, mat2, reduce: str | None = None) -> Tensor:
         ones = mat1._val._operand(np.ones(mat1._nnz(), np.float64)).to(mat2.dtype)
         count = _tw.zeros(m, dtype=mat2.dtype, device=mat2._dev, session=mat2._s).index_add(0, rows, ones)
         return out.index_add(0, rows, terms) / count.clamp(min=1).unsqueeze(1)
-    # (a composite of every element against every row: memory nnz * rows * columns)
     return scatter_reduce(out, 0, rows.unsqueeze(1).expand(-1, n), terms, reduce, include_self=False)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.ops import scatter_identity
 from tensorwire.protocol.shapes import broadcast_many
 
 from . import ir
@@ -309,7 +310,9 @@ def _scan(kb, st, out: str) -> int:
 
 
 def _scatter(kb, st, out: str) -> int:
-    """out = x; out[.. index[p] ..] = src[p] (or +=) for every position p of index, in index order."""
+    """out = x; out[.. index[p] ..] = src[p] (or +=, or reduced into: ``scatter_reduce``) for every position p of
+    index, in index order. A work item owns every target its positions write (those differ only along ``dim``), so a
+    ``scatter_reduce`` without ``include_self`` first writes the identity at each of them, then reduces into them."""
     _copy_launch(kb, st, out)
     x, ix, src = st.ins
     shape = tuple(st.shape)
@@ -325,18 +328,30 @@ def _scatter(kb, st, out: str) -> int:
     pre = g // inner
     post = g % inner
     kb.heavy = n > 16
+    red = st.attrs["reduce"] if st.op == "scatter_reduce" else None
+    ct = D.float32 if st.dtype in D.HALF else st.dtype  # (a reduction's half values combine in float32)
 
-    def body(k):
+    def target(k):
         p = Idx(ishape, flat=pre * (n * inner) + k * inner + post) if st.in_meta[1][0] else Idx((), flat=iconst(0))
         j = _index_value(kb, ix, p, shape[d], f"{st.op}()", False)
         dims = list(p.dims) if st.in_meta[1][0] else [iconst(0)]
         dims[d] = j
-        target = Idx(shape, dims=dims).flat
+        return p, Idx(shape, dims=dims).flat
+
+    def body(k):
+        p, at = target(k)
         sshape = tuple(st.in_meta[2][0])
         v = cast(kb.value(src, Idx(sshape, dims=list(p.dims)) if sshape else Idx((), flat=iconst(0))), st.dtype)
         if st.op == "scatter_add":
-            v = combine("sum", ir.load(out, target, st.dtype), v)
-        kb.emit(ir.Store(out, target, v))
+            v = combine("sum", ir.load(out, at, st.dtype), v)
+        elif red is not None:
+            v = cast(combine(red, cast(ir.load(out, at, st.dtype), ct), cast(v, ct)), st.dtype)
+        kb.emit(ir.Store(out, at, v))
+
+    def start(k):
+        kb.emit(ir.Store(out, target(k)[1], const(scatter_identity(red, st.dtype), st.dtype)))
+    if red is not None and not st.attrs["include_self"]:
+        kb.loop(kb.fresh("k"), iconst(0), kb.size(f"scatter{st.out}", n), start, lo=0, hi=n - 1)
     kb.loop(kb.fresh("k"), iconst(0), kb.size(f"scatter{st.out}", n), body, lo=0, hi=n - 1)
     return grid
 
@@ -408,8 +423,8 @@ def _argsort(kb, st, out: str) -> int:
 
 
 STORE_KERNELS = {"cumsum": _scan, "cumprod": _scan, "scatter": _scatter, "scatter_add": _scatter,
-                 "index_put": _index_put, "argsort": _argsort}
+                 "scatter_reduce": _scatter, "index_put": _index_put, "argsort": _argsort}
 #: store kernels that update their output in place after a first kernel copied the op's input into it (see
 #: :func:`_copy_launch`): a target whose kernels can only make fresh outputs (MLX's custom kernels) runs these ops
 #: as host steps
-UPDATES_IN_PLACE = frozenset({"scatter", "scatter_add", "index_put"})
+UPDATES_IN_PLACE = frozenset({"scatter", "scatter_add", "scatter_reduce", "index_put"})

@@ -34,7 +34,7 @@ from tensorwire.backends.cpu.kernels import _erf as erf  # scipy's, else math.er
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol import random as rng
 from tensorwire.protocol.errors import DTypeError, IndexOutOfRange
-from tensorwire.protocol.ops import COMPARE, OPS, binary_dtype
+from tensorwire.protocol.ops import COMPARE, OPS, binary_dtype, scatter_identity
 
 #: tensorwire dtype -> MLX dtype (MLX has every one; float64 only on its CPU device)
 MX: dict[D.DType, mx.Dtype] = {D.bool_: mx.bool_, D.uint8: mx.uint8, D.int8: mx.int8, D.int16: mx.int16,
@@ -486,6 +486,24 @@ def _scatter_add(ins, a, shape, dt):
     if x.ndim == 0:
         return x + _as(src.reshape(()), dt)
     return x.at[_scatter_index(idx, dim)].add(_scatter_src(src, idx, dt))
+
+
+@kernel("scatter_reduce")
+def _scatter_reduce(ins, a, shape, dt):
+    x, idx, src, dim = scatter_operands(ins, a, "scatter_reduce()", _check_index)
+    if idx.size == 0:
+        return x
+    one = x.ndim == 0
+    if one:
+        x, idx, src = x.reshape(1), idx.reshape(1), src.reshape(1)
+    key = _scatter_index(idx, dim)
+    out = mx.array(x)  # a new array object: item assignment rebinds it, never x
+    if not a["include_self"]:
+        out[key] = mx.array(scatter_identity(a["reduce"], dt), MX[dt])
+    at = out.at[key]
+    fn = {"prod": at.multiply, "amax": at.maximum, "amin": at.minimum}[a["reduce"]]
+    out = fn(_scatter_src(src, idx, dt))
+    return out.reshape(()) if one else out
 
 
 def _index_key(x: mx.array, dim: int, idx: list) -> tuple:

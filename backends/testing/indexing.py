@@ -1,5 +1,5 @@
-"""Indexing cases: ``gather``, ``scatter``/``scatter_add``, ``index``, ``index_put`` and ``setslice``, with
-int32 and int64 indices, and the out-of-range cases (a ``Fail`` coded ``IndexError``)."""
+"""Indexing cases: ``gather``, ``scatter``/``scatter_add``/``scatter_reduce``, ``index``, ``index_put`` and
+``setslice``, with int32 and int64 indices, and the out-of-range cases (a ``Fail`` coded ``IndexError``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from tensorwire.protocol import dtypes as D
+from tensorwire.protocol.ops import SCATTER_REDUCES, scatter_identity
 
 from .cases import Case, _Graph
 from .inputs import SELECTED_DTYPES, _case, _f64, _vals
@@ -28,6 +29,22 @@ def _scatter_ref(x, idx, src, dim, add):
         tgt = list(pos)
         tgt[dim] = idx[pos]
         out[tuple(tgt)] = out[tuple(tgt)] + src[pos] if add else src[pos]
+    return out
+
+
+def _scatter_reduce_ref(x, idx, src, dim, reduce, include_self, dt):
+    """torch's scatter_reduce, one index element after another: ``x``, ``src`` in float64 (0/1 for bools)."""
+    out = x.copy()
+    started = set()
+    for pos in np.ndindex(*idx.shape):
+        tgt = list(pos)
+        tgt[dim] = idx[pos]
+        tgt = tuple(tgt)
+        if not include_self and tgt not in started:
+            started.add(tgt)
+            out[tgt] = float(scatter_identity(reduce, dt))
+        v = src[pos]
+        out[tgt] = out[tgt] * v if reduce == "prod" else max(out[tgt], v) if reduce == "amax" else min(out[tgt], v)
     return out
 
 
@@ -75,6 +92,22 @@ def _index_cases(op: str) -> Iterator[Case]:
                 src1 = _vals(rng, (4, 3), dt)
                 g.ref(g.op(op, g.input(x), g.input(i1), g.input(src1), dim=1),
                       _scatter_ref(_f64(x), i1, _f64(src1), 1, add))
+                return g
+        elif op == "scatter_reduce":
+            def build(rng, dt=dt, idt=idt):
+                g = _Graph()
+                x = _vals(rng, (4, 3), dt)
+                for reduce in SCATTER_REDUCES:
+                    for keep in (True, False):
+                        src = _vals(rng, (3, 3), dt)
+                        i0 = rng.integers(0, 4, size=(3, 2)).astype(idt.np)  # duplicates reduce together
+                        g.ref(g.op(op, g.input(x), g.input(i0), g.input(src), dim=0, reduce=reduce, include_self=keep),
+                              _scatter_reduce_ref(_f64(x), i0, _f64(src), 0, reduce, keep, dt))
+                        src1 = _vals(rng, (4, 3), dt)
+                        i1 = rng.integers(0, 3, size=(4, 2)).astype(idt.np)
+                        want = _scatter_reduce_ref(_f64(x), i1, _f64(src1), 1, reduce, keep, dt)
+                        g.ref(g.op(op, g.input(x), g.input(i1), g.input(src1), dim=-1, reduce=reduce,
+                                   include_self=keep), want)
                 return g
         elif op == "index":
             def build(rng, dt=dt, idt=idt):
@@ -135,8 +168,10 @@ def _oob_cases(op: str) -> Iterator[Case]:
             n = g.op("gather", g.input(x), g.input(np.array([[0, 3], [1, 2]])), dim=0)
             m = g.op("gather", g.input(x), g.input(np.array([[0, -1]])), dim=1)
             g.err(m, "IndexError")
-        elif op in ("scatter", "scatter_add"):
-            n = g.op(op, g.input(x), g.input(np.array([[4, 0]])), g.input(np.ones((1, 2), np.float32)), dim=1)
+        elif op in ("scatter", "scatter_add", "scatter_reduce"):
+            attrs = {"reduce": "amax", "include_self": False} if op == "scatter_reduce" else {}
+            n = g.op(op, g.input(x), g.input(np.array([[4, 0]])), g.input(np.ones((1, 2), np.float32)), dim=1,
+                     **attrs)
         elif op == "index":
             n = g.op("index", g.input(x), g.input(np.array([0, -4])), dim=0)
             m = g.op("index", g.input(x), g.input(np.array([4])), dim=1)
@@ -148,7 +183,7 @@ def _oob_cases(op: str) -> Iterator[Case]:
         g.err(n, "IndexError")
         g.ref(g.op("neg", g.input(x)), -_f64(x))  # independent work still runs
         return g
-    if op in ("gather", "scatter", "scatter_add", "index", "index_put"):
+    if op in ("gather", "scatter", "scatter_add", "scatter_reduce", "index", "index_put"):
         yield _case(f"{op}[out-of-range]", op, build)
 
 

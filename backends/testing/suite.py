@@ -31,7 +31,7 @@ for _n in _RED_NP:
     _GENERATORS[_n] = _reduce_cases
 for _n in ("reshape", "permute", "expand", "slice", "flip", "pad", "cat", "copy"):
     _GENERATORS[_n] = _movement_cases
-for _n in ("gather", "scatter", "scatter_add", "index", "index_put", "setslice"):
+for _n in ("gather", "scatter", "scatter_add", "scatter_reduce", "index", "index_put", "setslice"):
     _GENERATORS[_n] = _index_cases
 for _n in ("rand", "randn", "randint"):
     _GENERATORS[_n] = _random_cases

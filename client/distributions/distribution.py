@@ -162,6 +162,13 @@ class Distribution:
     def _validate_sample(self, value: Tensor) -> None:
         """ValueError unless ``value``'s rightmost dims are the event shape, it broadcasts with
         ``batch_shape + event_shape``, and every value is in the support (a sync point)."""
+        self._check_in_support(self._sample_check(value), value)
+
+    def _sample_check(self, value: Tensor) -> Tensor | None:
+        """:meth:`_validate_sample`'s checks of ``value``'s type and shape (raised now), and its support check as a
+        0-d bool tensor not read yet (None: no support to check). A ``log_prob`` whose computation reads a value
+        anyway (a host solve's inputs) records this first and reads it after (:meth:`_check_in_support`): the flag
+        comes back with that read, and the check costs no round trip of its own."""
         if not isinstance(value, Tensor):
             raise ValueError("The value argument to log_prob must be a Tensor")
         event_dim_start = len(value.size()) - len(self._event_shape)
@@ -179,13 +186,17 @@ class Distribution:
         except NotImplementedError:
             warnings.warn(f"{self.__class__} does not define `support` to enable sample validation. Please "
                           "initialize the distribution with `validate_args=False` to turn off validation.",
-                          stacklevel=2)
-            return
+                          stacklevel=3)
+            return None
         if support is None:
             raise AssertionError("support is unexpectedly None")
-        if not _all_true([support.check(value)])[0]:
+        return support.check(value).all()
+
+    def _check_in_support(self, ok: Tensor | None, value: Tensor) -> None:
+        """ValueError unless ``ok`` (:meth:`_sample_check`'s flag) is true."""
+        if ok is not None and not bool(ok):
             raise ValueError(f"Expected value argument ({type(value).__name__} of shape {tuple(value.shape)}) to be "
-                             f"within the support ({support!r}) of the distribution {self!r}, but found invalid "
+                             f"within the support ({self.support!r}) of the distribution {self!r}, but found invalid "
                              f"values:\n{value}")
 
     def _get_checked_instance(self, cls, _instance=None):

@@ -159,10 +159,13 @@ class MultivariateNormal(Distribution):
         return self.loc + _batch_mv(self._unbroadcasted_scale_tril, eps)
 
     def log_prob(self, value):
-        if self._validate_args:
-            self._validate_sample(value)
+        """One round trip: the triangular solve's two inputs, fetched together, bring the value's support check
+        along (recorded first, read after: a NaN in ``value`` only makes the solve's result NaN, so the check still
+        raises torch's ValueError before anything is returned)."""
+        ok = self._sample_check(value) if self._validate_args else None
         diff = value - self.loc
         M = _batch_mahalanobis(self._unbroadcasted_scale_tril, diff)  # noqa: N806
+        self._check_in_support(ok, value)
         half_log_det = self._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
         return -0.5 * (self._event_shape[0] * math.log(2 * math.pi) + M) - half_log_det
 

@@ -38,5 +38,6 @@ from . import math_composites, nn, batch_norm, conv, losses, optim, recurrent
 from .attrs import a_bool, a_dims, a_dtype, a_int, a_ints, a_num, a_str
 from .creation import COLLECTIVES, REDUCE_OPS, split_sizes
 from .elementwise import BOOL_UNARY, COMPARE, FLOAT_UNARY, SAME_UNARY, binary_dtype
+from .indexing import SCATTER_REDUCES, scatter_identity
 from .plugins import load_plugin_ops
 from .table import OPS, InferFn, Meta, OpDef, composite, composites, get_op, infer, primitives, register_op

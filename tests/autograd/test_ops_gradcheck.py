@@ -225,6 +225,17 @@ def _scatter_add():
                  name="small")]
 
 
+def _scatter_reduce():
+    """Each reduction, with and without ``self``, duplicate targets, a ``src`` larger than the index, both dims
+    (values apart by construction: no ties within the finite differences' reach)."""
+    def sr(reduce, keep, dim, name):
+        shape, ishape, sshape = ((5, 4), (6, 4), (7, 4)) if dim == 0 else ((4, 5), (3, 6), (4, 7))
+        return case("scatter_reduce", [P(shape, 0.2, 1.0), I(RNG.integers(0, 5, size=ishape)), P(sshape, 0.2, 1.0)],
+                    {"dim": dim, "reduce": reduce, "include_self": keep}, name=name)
+    return [sr("prod", True, 0, "prod"), sr("prod", False, 1, "prod_noself"), sr("amax", True, 1, "amax"),
+            sr("amax", False, 0, "amax_noself"), sr("amin", True, 0, "amin"), sr("amin", False, 1, "amin_noself")]
+
+
 def _index():
     return [case("index", [P((5, 3)), I([0, 2, 2, 4])], {"dim": 0}, name="dup"),
             case("index", [P((2, 5, 3)), I([[1, 0], [4, 4]])], {"dim": 1}, name="2d"),
@@ -457,7 +468,8 @@ GENERATORS = {
     "sum": reduce_("sum"), "prod": _prod, "amax": reduce_("amax"), "amin": reduce_("amin"),
     "cumsum": _scan("cumsum"), "cumprod": _scan("cumprod"),
     "reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice, "flip": _flip, "pad": _pad,
-    "cat": _cat, "gather": _gather, "scatter": _scatter, "scatter_add": _scatter_add, "index": _index,
+    "cat": _cat, "gather": _gather, "scatter": _scatter, "scatter_add": _scatter_add,
+    "scatter_reduce": _scatter_reduce, "index": _index,
     "index_put": _index_put, "setslice": _setslice, "matmul": _matmul,
     "relu": unary("relu", away=0.05), "sigmoid": unary("sigmoid", -3, 3), "square": unary("square"),
     "rsqrt": unary("rsqrt", 0.2, 2.0), "exp2": unary("exp2"), "log2": unary("log2", 0.2, 2.0),

@@ -4,9 +4,9 @@ test_opencl.py)."""
 from __future__ import annotations
 
 GRADCHECK_OPS = ["add", "mul", "div", "pow", "exp", "log", "tanh", "sigmoid", "sum", "mean", "amax", "prod",
-                 "softmax", "log_softmax", "logsumexp", "matmul", "linear", "gather", "scatter_add", "index",
-                 "index_put", "cat", "pad", "slice", "permute", "expand", "cumsum", "cumprod", "where", "layer_norm",
-                 "cross_entropy_index", "conv2d", "max_pool2d", "avg_pool2d", "norm", "var"]
+                 "softmax", "log_softmax", "logsumexp", "matmul", "linear", "gather", "scatter_add", "scatter_reduce",
+                 "index", "index_put", "cat", "pad", "slice", "permute", "expand", "cumsum", "cumprod", "where",
+                 "layer_norm", "cross_entropy_index", "conv2d", "max_pool2d", "avg_pool2d", "norm", "var"]
 #: the gradchecks a stand-in runs (a real GPU runs them all): one or more per kernel kind (elementwise, reductions,
 #: row reductions, matmul, gathers and scatters, views, scans, the nn composites). Through PoCL the whole list took
 #: ~70 s of a cold CI run; the OpenCL backend, which shares the lowering, runs it whole

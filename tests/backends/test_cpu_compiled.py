@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(compiled.runtime() is None, reason=f"no C compil
 CASES = T.conformance_cases()
 #: cases whose fragments fail on purpose: the fused run raises and the executor re-runs them step by step
 EXPECT_FALLBACK = ("failure[", "gather[out-of-range", "scatter[out-of-range", "scatter_add[out-of-range",
-                   "index[out-of-range", "index_put[out-of-range", "const[bad-frame")
+                   "scatter_reduce[out-of-range", "index[out-of-range", "index_put[out-of-range", "const[bad-frame")
 
 
 @pytest.fixture(scope="module")
