@@ -33,6 +33,7 @@ pytestmark = pytest.mark.usefixtures("session")
 NAMESPACES = (
     "Tensor", "", "nn.functional", "nn", "nn.init", "nn.utils", "nn.utils.rnn", "nn.utils.parametrize",
     "nn.utils.parametrizations", "nn.parallel", "autograd", "autograd.functional", "optim", "optim.lr_scheduler",
+    "optim.swa_utils",
     "utils.data", "utils.data.distributed", "utils.checkpoint", "linalg", "fft", "special", "distributions",
     "distributions.transforms", "distributions.constraints", "amp", "testing", "masked", "sparse", "signal.windows",
     "random", "serialization", "cuda", "mps", "accelerator", "backends.cudnn", "onnx", "jit", "cpu", "cpu.amp",
