@@ -1,8 +1,7 @@
 """``tw.autograd``: the user's autograd API, and (in submodules) the VJP rules and the service.
 
 ``grad``, ``backward``, ``Function``, ``gradcheck`` and the grad-mode switches live in the client
-(``tensorwire.autograd_engine``; ``inference_mode`` with its flag in ``tensorwire.inference_state``), anomaly mode
-too (``tensorwire.anomaly_mode``); this package re-exports them so
+(``tensorwire.autograd_engine``), anomaly mode too (``tensorwire.anomaly_mode``); this package re-exports them so
 ``tw.autograd.grad`` reads as in torch. ``functional`` (``jacobian``, ``hessian``, ``vjp`` ...), ``grad_checks``
 (``gradgradcheck``) and ``variable`` (the legacy ``Variable``) are built on them here, importing nothing heavier.
 ``tensorwire.autograd.vjp`` (the rules), ``.backward_graph`` (the transform) and ``.service`` are only imported by the
@@ -19,12 +18,12 @@ from tensorwire.autograd_engine import (
     grad,
     gradcheck,
     gradcheck_terms,
+    inference_mode,
     is_grad_enabled,
     no_grad,
     set_grad_enabled,
     stats,
 )
-from tensorwire.inference_state import inference_mode
 
 from . import anomaly_mode, functional
 from .anomaly_mode import detect_anomaly, set_detect_anomaly

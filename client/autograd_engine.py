@@ -132,11 +132,53 @@ class set_grad_enabled(_GradMode):  # noqa: N801
         return wrapper
 
 
-class inference_mode(no_grad):  # noqa: N801
-    """Same as :class:`no_grad` here."""
+class _Inference(threading.local):
+    """Whether an ``inference_mode`` scope is open, per thread (off unless set, as :class:`_Mode`)."""
+
+    on = False
+
+
+_inference = _Inference()
+
+
+def is_inference_mode_enabled() -> bool:
+    """Whether an ``inference_mode()`` scope (or decorated call) is open in this thread, as torch's."""
+    return _inference.on
+
+
+class inference_mode(no_grad):  # noqa: N801 - torch's name
+    """Context manager / decorator: no graph is recorded inside (as :class:`no_grad`), and
+    :func:`is_inference_mode_enabled` is True; ``inference_mode(False)`` does neither (grad mode on, the flag off), as
+    torch's. Tensors made inside are ordinary tensors (``Tensor.is_inference()`` stays False): only the flag is
+    torch's."""
 
     def __init__(self, mode: bool = True):
-        self.on = not mode
+        self.mode = bool(mode)
+        self.on = not self.mode
+        self._prev_inference: list[bool] = []
+
+    def __enter__(self):
+        self._prev_inference.append(_inference.on)
+        _inference.on = self.mode
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _inference.on = self._prev_inference.pop()
+        return super().__exit__(*exc)
+
+    def __call__(self, fn):
+        mode = self.mode
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with inference_mode(mode):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    def clone(self) -> inference_mode:
+        """A new switch of the same mode (torch's ``clone``)."""
+        return self.__class__(self.mode)
 
 
 # ----------------------------------------------------------------------------------------------
