@@ -119,6 +119,19 @@ def _zeros_like(p):
     return zeros_like(p)
 
 
+def _count_moments(p, state: dict, second: str = "exp_avg_sq", **first) -> int:
+    """The Adam family's state, made at a parameter's first step as torch's single-tensor code makes it (``step``,
+    the values ``first``, ``exp_avg`` and ``second`` of zeros, in that order), and its step count, counted: the new
+    one (SparseAdam, Adamax, NAdam, RAdam)."""
+    if not state:
+        state["step"] = 0
+        state.update(first)
+        state["exp_avg"] = _zeros_like(p)
+        state[second] = _zeros_like(p)
+    state["step"] += 1
+    return state["step"]
+
+
 class SGD(Optimizer):
     """Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay (torch's rule)."""
 
@@ -239,12 +252,7 @@ class SparseAdam(Optimizer):
 
     def _update(self, group, p, grad, state):
         (b1, b2), eps = group["betas"], group["eps"]
-        if not state:
-            state["step"] = 0
-            state["exp_avg"] = _zeros_like(p)
-            state["exp_avg_sq"] = _zeros_like(p)
-        state["step"] += 1
-        step = state["step"]
+        step = _count_moments(p, state)
         nz = grad != 0
         if nz.ndim > 1:  # (a row is the gradient's where any of its elements is nonzero)
             nz = nz.reshape(nz.shape[0], -1).any(1).reshape([nz.shape[0]] + [1] * (nz.ndim - 1))
@@ -406,11 +414,7 @@ class Adamax(Optimizer):
 
     def _update(self, group, p, grad, state):
         (b1, b2), eps, wd = group["betas"], group["eps"], group["weight_decay"]
-        if not state:
-            state["step"] = 0
-            state["exp_avg"] = _zeros_like(p)
-            state["exp_inf"] = _zeros_like(p)
-        state["step"] += 1
+        _count_moments(p, state, "exp_inf")
         if wd != 0:
             grad = grad + _c(p, wd) * p
         m = _set_state(state, "exp_avg", state["exp_avg"].lerp(grad, _c(p, 1 - b1)))
@@ -442,13 +446,7 @@ class NAdam(Optimizer):
 
     def _update(self, group, p, grad, state):
         lr, (b1, b2), eps, md = group["lr"], group["betas"], group["eps"], group["momentum_decay"]
-        if not state:
-            state["step"] = 0
-            state["mu_product"] = 1.0
-            state["exp_avg"] = _zeros_like(p)
-            state["exp_avg_sq"] = _zeros_like(p)
-        state["step"] += 1
-        step = state["step"]
+        step = _count_moments(p, state, mu_product=1.0)
         bc2 = 1 - b2 ** step
         p, grad = _decay(group, p, grad)
         mu = b1 * (1.0 - 0.5 * (0.96 ** (step * md)))
@@ -474,12 +472,7 @@ class RAdam(Optimizer):
 
     def _update(self, group, p, grad, state):
         lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
-        if not state:
-            state["step"] = 0
-            state["exp_avg"] = _zeros_like(p)
-            state["exp_avg_sq"] = _zeros_like(p)
-        state["step"] += 1
-        step = state["step"]
+        step = _count_moments(p, state)
         p, grad = _decay(group, p, grad)
         m, v = _moments(p, grad, state, b1, b2)
         bc1 = 1 - b1 ** step
