@@ -474,6 +474,8 @@ def setitem(x, key, value):
     """``x[key] = value`` (``Tensor.__setitem__`` itself)."""
     if isinstance(key, Tensor) and key.dtype is D.bool_ and _mask_fill(x, key, value):
         return
+    if type(key) is tuple and _masked_part_fill(x, key, value):
+        return
     if x._base is None:
         if _held_write(x, key, value):  # (a row the client holds, written with a value it holds: on the client)
             return
@@ -542,6 +544,54 @@ def _mask_fill(x, mask, value) -> bool:
     if n < x.ndim:  # (a mask over the leading dims selects whole rows: broadcast over the rest)
         mask = mask.reshape(mask._shape + (1,) * (x.ndim - n))
     x.masked_fill_(mask, value)
+    return True
+
+
+def _masked_part_fill(x, key: tuple, value) -> bool:
+    """``x[key] = value`` for a key of ints, full slices, 0-d integer tensors and one bool mask of 1 dim or more (no
+    ``None``, ``...`` or other advanced index), and a scalar ``value``: the part the key's other entries select, read
+    with ``:`` in the mask's place, then written back as ``where(mask, value, part)``. What it selects has the dims of
+    the slices and the mask in the key's order (0-d indices add none), so the mask broadcasts in place; nothing is
+    read back, where the general path reads the mask for its positions, a round trip: PyTorch-YOLOv3's
+    ``noobj_mask[b[i], anchor_ious > 0.5, gj[i], gi[i]] = 0``, once a target of every step. False for anything else."""
+    if isinstance(value, Tensor):
+        if value._shape or value._s is not x._s or value._dev != x._dev:
+            return False
+    elif type(value) not in (int, float, bool):
+        return False
+    mask_at = None
+    dims = []  # (per entry: how many of x's dims it indexes, and how many the part keeps)
+    for i, k in enumerate(key):
+        if isinstance(k, Tensor):
+            if k._s is not x._s or k._dev != x._dev:
+                return False
+            if k.dtype is D.bool_ and k.ndim:
+                if mask_at is not None:
+                    return False
+                mask_at = i
+                dims.append((k.ndim, k.ndim))
+            elif not k._shape and k.dtype is not D.bool_ and not k.dtype.is_inexact:  # (an integer index)
+                dims.append((1, 0))
+            else:
+                return False
+        elif type(k) is int:
+            dims.append((1, 0))
+        elif type(k) is slice and k == slice(None):
+            dims.append((1, 1))
+        else:
+            return False
+    if mask_at is None or sum(d for d, _ in dims) > x.ndim:
+        return False
+    mask = key[mask_at]
+    first = sum(d for d, _ in dims[:mask_at])
+    if mask._shape != x._shape[first:first + mask.ndim]:
+        return False  # (the general path's error)
+    part_key = key[:mask_at] + (slice(None),) * mask.ndim + key[mask_at + 1:]
+    part = getitem(x, part_key)
+    before = sum(kept for _, kept in dims[:mask_at])
+    after = part.ndim - before - mask.ndim
+    where_mask = mask.reshape((1,) * before + mask._shape + (1,) * after)
+    setitem(x, part_key, part.masked_fill(where_mask, value))
     return True
 
 

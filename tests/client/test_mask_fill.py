@@ -78,3 +78,38 @@ def test_what_is_not_a_masked_fill_takes_the_general_path(session):
         with pytest.raises(IndexError, match="The shape of the mask"):
             x[mask.numpy().tolist()]
     assert x.tolist() == [[0.0, 1.0, 2.0], [7.0, 8.0, 9.0]]  # (unchanged)
+
+
+def test_a_mask_among_other_indices_fills_without_a_round_trip(session, torch):
+    """A bool mask in a key of ints, full slices and 0-d index tensors, with a scalar value (PyTorch-YOLOv3's
+    ``noobj_mask[b[i], anchor_ious > 0.5, gj[i], gi[i]] = 0``, once a target of every step): the part the other
+    entries select, filled with ``where`` (``indexing._masked_part_fill``); the values as torch's, nothing read back
+    (until session 59 the mask was read for its positions: a round trip each)."""
+
+    def run(lib):
+        out = []
+        x = lib.ones(2, 3, 4, 5)
+        b, gj, gi = lib.tensor(1), lib.tensor(2), lib.tensor(3)
+        x[b, lib.tensor([0.2, 0.7, 0.9]) > 0.5, gj, gi] = 0
+        out.append(x)
+        y = lib.arange(24.0).reshape(2, 3, 4)
+        m = lib.tensor([[True, False, True, False], [False, False, True, True], [True, True, False, False]])
+        y[0, m] = -1.0
+        y[:, m] = y.new_tensor(7.0)
+        out.append(y)
+        z = lib.zeros(3, 4, dtype=lib.int64)
+        z[lib.tensor([True, False, True]), 1] = 5
+        z[1, lib.tensor([True, False, False, True])] = True
+        out.append(z)
+        return out
+
+    got = run(tw)
+    for a, b in zip(got, run(torch)):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    x = tw.ones(2, 3, 4, 5)
+    iou = tw.rand(3)
+    x.numpy()
+    with round_trips(session) as n:
+        x[tw.tensor(1), iou > 0.5, tw.tensor(2), tw.tensor(3)] = 0
+    assert n[0] == 0
+
