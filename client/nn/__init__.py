@@ -110,7 +110,7 @@ from .loss import (
     TripletMarginWithDistanceLoss,
 )
 from .module import Module, RemovableHandle
-from .norm_layers import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LocalResponseNorm
+from .norm_layers import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LocalResponseNorm, SyncBatchNorm
 from .padding_layers import (
     CircularPad1d,
     CircularPad2d,
@@ -185,7 +185,7 @@ __all__ = [
     "Conv3d", "ConvTranspose3d", "BatchNorm3d", "MaxPool3d", "AvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
     "AdaptiveMaxPool3d", "AdaptiveAvgPool3d", "LPPool1d", "LPPool2d", "LPPool3d", "MaxUnpool1d", "MaxUnpool2d",
     "MaxUnpool3d", "FractionalMaxPool2d", "FractionalMaxPool3d", "InstanceNorm1d", "InstanceNorm2d",
-    "InstanceNorm3d", "LocalResponseNorm", "LogSigmoid", "Hardswish", "Hardsigmoid", "Hardshrink",
+    "InstanceNorm3d", "LocalResponseNorm", "SyncBatchNorm", "LogSigmoid", "Hardswish", "Hardsigmoid", "Hardshrink",
     "Softshrink", "Tanhshrink", "Softsign", "CELU", "SELU", "Threshold", "PReLU", "RReLU", "Softmax2d",
     "KLDivLoss", "MarginRankingLoss", "CosineEmbeddingLoss", "HingeEmbeddingLoss", "GaussianNLLLoss",
     "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "SoftMarginLoss", "PoissonNLLLoss",

@@ -1,15 +1,16 @@
 """torch's instance and local-response normalisation modules over their ``tw.nn.functional`` forms
-(``F.instance_norm``, ``F.local_response_norm``), with torch's arguments, buffers, checks and reprs."""
+(``F.instance_norm``, ``F.local_response_norm``), with torch's arguments, buffers, checks and reprs; and
+``SyncBatchNorm``, batch normalisation as one process computes it."""
 
 from __future__ import annotations
 
 import warnings
 
 from . import functional as F
-from .layers import _NormBase
+from .layers import _BatchNorm, _NormBase
 from .module import Module
 
-__all__ = ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm"]
+__all__ = ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm", "SyncBatchNorm"]
 
 
 class _InstanceNorm(_NormBase):
@@ -76,3 +77,56 @@ class LocalResponseNorm(Module):
 
     def extra_repr(self) -> str:
         return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
+class SyncBatchNorm(_BatchNorm):
+    """torch's ``nn.SyncBatchNorm`` as one process runs it: batch normalisation over every dim but the channels (an
+    input of 2 dims or more), as torch's computes it where no process group spans several processes (a single
+    process, or ``torch.distributed`` not initialised), so SimCLR/BYOL-style code that converts its model runs as
+    written. Statistics gathered across processes are not implemented: in training, with ``tw.distributed``
+    initialised over more than one process, the call raises ``NotImplementedError`` rather than normalise each
+    process's batch alone."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, process_group=None, device=None, dtype=None, *,
+                 bias: bool = True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
+        self.process_group = process_group
+
+    def _check_input_dim(self, input) -> None:  # noqa: A002
+        if input.ndim < 2:
+            raise ValueError(f"expected at least 2D input (got {input.ndim}D input)")
+
+    def forward(self, input):  # noqa: A002
+        if self.training:
+            from tensorwire import distributed as dist  # (the collectives' client: only a module that is called)
+
+            if dist.is_initialized() and dist.get_world_size(self.process_group) > 1:
+                raise NotImplementedError("SyncBatchNorm's statistics across processes are not implemented in "
+                                          "tensorwire: use BatchNorm (each process's batch), or one process")
+        self._check_input_dim(input)
+        if input.shape[1] == 0:
+            raise ValueError("SyncBatchNorm number of input channels should be non-zero")
+        return super().forward(input)
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module, process_group=None):
+        """``module`` with every batch normalisation layer in it replaced by a :class:`SyncBatchNorm` holding the same
+        parameters, running statistics and training flag (torch's, layer for layer)."""
+        out = module
+        if isinstance(module, _BatchNorm):
+            out = cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
+                      process_group, bias=module.bias is not None)
+            if module.affine:
+                out.weight = module.weight
+                out.bias = module.bias
+            out.running_mean = module.running_mean
+            out.running_var = module.running_var
+            out.num_batches_tracked = module.num_batches_tracked
+            out.training = module.training
+            if hasattr(module, "qconfig"):
+                out.qconfig = module.qconfig
+        for name, child in module.named_children():
+            out.add_module(name, cls.convert_sync_batchnorm(child, process_group))
+        return out
+

@@ -129,3 +129,36 @@ def test_batch_norm_double_backward_matches_torch(session, training):
         res.append((gx2.detach().numpy(), gw2.detach().numpy()))
     for mine, ref in zip(res[1], res[0]):
         np.testing.assert_allclose(mine, ref, rtol=1e-9, atol=1e-9)
+
+
+def test_sync_batch_norm_in_one_process_is_torchs(session):
+    """``nn.SyncBatchNorm`` and ``convert_sync_batchnorm`` (SimCLR/BYOL repos convert their models; missing until
+    session 59): in one process torch's computes batch normalisation, and so does ours, from the same weights, in
+    training (with the running statistics) and in eval; the converted model keeps the same parameter objects and
+    state dict keys; torch's input checks."""
+    torch = pytest.importorskip("torch")
+
+    def build(lib):
+        lib.manual_seed(0)
+        return lib.nn.Sequential(lib.nn.Conv2d(3, 4, 3), lib.nn.BatchNorm2d(4), lib.nn.ReLU(),
+                                 lib.nn.Sequential(lib.nn.BatchNorm2d(4, affine=False, momentum=None)))
+
+    ours, ref = build(tw), build(torch)
+    ours.load_state_dict({k: tw.tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
+    weight = ours[1].weight
+    ours, ref = tw.nn.SyncBatchNorm.convert_sync_batchnorm(ours), torch.nn.SyncBatchNorm.convert_sync_batchnorm(ref)
+    assert repr(ours) == repr(ref) and list(ours.state_dict()) == list(ref.state_dict())
+    assert ours[1].weight is weight and isinstance(ours[3][0], tw.nn.SyncBatchNorm)
+    x = np.random.default_rng(0).standard_normal((5, 3, 6, 6)).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(ours(tw.tensor(x)).detach().numpy(), ref(torch.tensor(x)).detach().numpy(),
+                                   rtol=1e-5, atol=1e-6)
+    for k, v in ref.state_dict().items():
+        np.testing.assert_allclose(ours.state_dict()[k].numpy(), v.numpy(), rtol=1e-5, atol=1e-7, err_msg=k)
+    ours.eval()
+    ref.eval()
+    np.testing.assert_allclose(ours(tw.tensor(x)).detach().numpy(), ref(torch.tensor(x)).detach().numpy(),
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="at least 2D"):
+        tw.nn.SyncBatchNorm(4)(tw.ones(4))
+

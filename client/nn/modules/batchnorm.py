@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..layers import BatchNorm1d, BatchNorm2d, BatchNorm3d, _BatchNorm, _NormBase
 from ..lazy import LazyBatchNorm1d, LazyBatchNorm2d, LazyBatchNorm3d
+from ..norm_layers import SyncBatchNorm
 
 __all__ = [
     "_BatchNorm",
@@ -14,4 +15,5 @@ __all__ = [
     "LazyBatchNorm1d",
     "LazyBatchNorm2d",
     "LazyBatchNorm3d",
+    "SyncBatchNorm",
 ]
