@@ -194,6 +194,15 @@ class _Package(_types.ModuleType):
 _sys.modules[__name__].__class__ = _Package
 
 
+#: torch's constants (``torch.inf``, ``torch.nan``, ``torch.pi``, ``torch.e``; ``torch.newaxis`` is None, as numpy's):
+#: ``x.masked_fill(mask, -torch.inf)`` in every attention layer written since torch 1.x added them
+inf = float("inf")
+nan = float("nan")
+pi = 3.141592653589793
+e = 2.718281828459045
+newaxis = None
+
+
 def is_floating_point(t) -> _builtins.bool:
     """Whether ``t``'s dtype is a floating-point one (torch.is_floating_point)."""
     return t.dtype.is_floating_point
@@ -228,3 +237,4 @@ __all__ += ["cpu", "is_inference_mode_enabled", "is_autocast_enabled", "get_auto
             "set_autocast_dtype", "is_autocast_cpu_enabled", "get_autocast_cpu_dtype", "set_autocast_cpu_enabled",
             "set_autocast_cpu_dtype", "get_autocast_gpu_dtype", "set_autocast_gpu_dtype", "is_autocast_cache_enabled",
             "set_autocast_cache_enabled", "clear_autocast_cache"]  # torch.cpu, grad and autocast mode queries
+__all__ += ["inf", "nan", "pi", "e", "newaxis"]  # torch's constants

@@ -137,7 +137,10 @@ def from_data(s, data, dtype, dev: str, reuse: bool = True):
     aliased after (``Session.small_data``), unless ``reuse`` is False (a tensor that will require grad)."""
     if reuse and type(data) in _SEQUENCES and len(data) <= SMALL_DATA_NUMBERS and s._capture is None \
             and (dtype is None or type(dtype) is D.DType) and _numbers(data):
-        t = s.small_data((freeze(data), dtype or D.get_default_dtype(), dev),
+        # (keyed by the dtype asked for, None when inferred, and the default dtype the inference falls back on:
+        # ``tensor([1, 2])`` is int64, ``x.new_tensor([1, 2])`` of a float32 ``x`` float32; keyed by ``dtype or the
+        # default`` until session 59, the second made the first's tensor float32 from then on)
+        t = s.small_data((freeze(data), dtype, D.get_default_dtype(), dev),
                          lambda: from_data(s, data, dtype, dev, False))
         if t is not None:
             return t

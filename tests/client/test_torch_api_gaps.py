@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import typing
 import warnings
 
@@ -513,3 +514,24 @@ def test_clip_grads_with_norm_and_get_total_norm_as_torchs():
     np.testing.assert_allclose(out[0][0], out[1][0], rtol=1e-12)
     for a, b in zip(out[0][1:], out[1][1:]):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_torchs_constants():
+    """``torch.inf``, ``nan``, ``pi``, ``e``, ``newaxis`` (``x.masked_fill(mask, -torch.inf)``: AttributeError until
+    session 59)."""
+    torch = pytest.importorskip("torch")
+    assert tw.inf == torch.inf and tw.pi == torch.pi and tw.e == torch.e and tw.newaxis is torch.newaxis
+    assert math.isnan(tw.nan) and math.isnan(torch.nan)
+
+
+def test_small_data_keeps_its_inferred_dtype(session):
+    """A list of Python numbers made a tensor twice is kept and aliased (``Session.small_data``): keyed by the dtype
+    asked for and the default dtype, not by ``dtype or the default``, under which ``x.new_tensor([1, 2])`` of a float32
+    ``x`` made every later ``tw.tensor([1, 2])`` float32 (and ``new_ones`` of it, ``add`` of two of them ...)."""
+    for _ in range(3):
+        a = tw.tensor([1.0, 2.0]).new_tensor([1, 2])
+        b = tw.tensor([1, 2])
+        assert a.dtype == tw.float32 and b.dtype == tw.int64 and b.new_ones(2).dtype == tw.int64
+        assert tw.tensor([1, 2], dtype=tw.float64).dtype == tw.float64 and tw.tensor([True, False]).dtype == tw.bool
+        assert tw.add(b, b, alpha=2).tolist() == [3, 6] and b.new_full((2,), 2.5).tolist() == [2, 2]
+
