@@ -83,7 +83,8 @@ def unique(x, sorted: bool = True, return_inverse: bool = False, return_counts: 
     A sync point: the result's size depends on the data."""
     a = x._numpy()
     axis = None if dim is None else norm_dim(dim, x.ndim)
-    vals, inv, counts = np.unique(a, return_inverse=True, return_counts=True, axis=axis)
+    # (each NaN its own value, as torch's: numpy's default merges them)
+    vals, inv, counts = np.unique(a, return_inverse=True, return_counts=True, axis=axis, equal_nan=False)
     if axis is None:
         inv = inv.reshape(a.shape)
     out = [_creation.tensor(vals, dtype=x.dtype, device=x._dev, session=x._s)]

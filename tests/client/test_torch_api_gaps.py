@@ -535,3 +535,14 @@ def test_small_data_keeps_its_inferred_dtype(session):
         assert tw.tensor([1, 2], dtype=tw.float64).dtype == tw.float64 and tw.tensor([True, False]).dtype == tw.bool
         assert tw.add(b, b, alpha=2).tolist() == [3, 6] and b.new_full((2,), 2.5).tolist() == [2, 2]
 
+
+def test_unique_keeps_each_nan_as_torchs():
+    """``unique`` keeps every NaN (torch's; numpy's default merges them, and so did tw until session 59)."""
+    torch = pytest.importorskip("torch")
+    nan = float("nan")
+    for data, kw in (([3.0, nan, 1.0, nan], {}), ([[1.0, nan], [1.0, nan], [0.0, 2.0]], {"dim": 0})):
+        want = torch.tensor(data).unique(return_inverse=True, return_counts=True, **kw)
+        got = tw.tensor(data).unique(return_inverse=True, return_counts=True, **kw)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+
