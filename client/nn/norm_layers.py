@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import warnings
 
+from tensorwire import distributed
+
 from . import functional as F
 from .layers import _BatchNorm, _NormBase
 from .module import Module
@@ -99,9 +101,7 @@ class SyncBatchNorm(_BatchNorm):
 
     def forward(self, input):  # noqa: A002
         if self.training:
-            from tensorwire import distributed as dist  # (the collectives' client: only a module that is called)
-
-            if dist.is_initialized() and dist.get_world_size(self.process_group) > 1:
+            if distributed.is_initialized() and distributed.get_world_size(self.process_group) > 1:
                 raise NotImplementedError("SyncBatchNorm's statistics across processes are not implemented in "
                                           "tensorwire: use BatchNorm (each process's batch), or one process")
         self._check_input_dim(input)
