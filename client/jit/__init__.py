@@ -11,7 +11,7 @@ A call that reads a tensor's value (``.item()``, ``print``, a branch on a tensor
 could not repeat, makes the function run eagerly from then on, with one warning naming the line
 (``fullgraph=True`` raises :class:`~tensorwire.protocol.errors.CompileError` instead). See ``docs/compile.md``.
 
-As ``torch.jit`` (``import tensorwire as torch``), this package also has torch's TorchScript API as eager stand-ins
+As ``torch.jit`` (``import tensorwire as torch``), this package also has torch's TorchScript API in eager form
 (:mod:`tensorwire.jit.torchscript`): ``is_scripting()``, ``@ignore``, ``Final``, ``script``, ``trace`` ... let model
 code written for TorchScript run unchanged, eagerly.
 """

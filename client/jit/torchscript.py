@@ -1,4 +1,4 @@
-"""torch.jit's TorchScript API as eager stand-ins: model code written for TorchScript runs unchanged.
+"""torch.jit's TorchScript API in eager form: model code written for TorchScript runs unchanged.
 
 timm, torchvision and many models call ``torch.jit.is_scripting()`` in ``forward``, decorate methods with
 ``@torch.jit.ignore``/``@torch.jit.unused``, annotate ``fused_attn: torch.jit.Final[bool]``, or end an export script

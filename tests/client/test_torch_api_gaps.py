@@ -1,5 +1,5 @@
 """torch API that model and training code calls, against PyTorch (2.13, CPU): ``torch.jit``'s TorchScript API as
-eager stand-ins (``is_scripting``, ``@ignore``, ``Final``, ``script``, ``trace``, ``fork`` ...), the
+in eager form (``is_scripting``, ``@ignore``, ``Final``, ``script``, ``trace``, ``fork`` ...), the
 ``torch._foreach_*`` functions (EMA updates, clipping), the top-level autocast switches and ``torch.cpu.amp``,
 ``is_inference_mode_enabled``, the optimizer step hooks, ``Module.to(memory_format=...)`` and
 ``nn.utils.clip_grads_with_norm_``."""
