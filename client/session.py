@@ -1900,25 +1900,7 @@ class Session:
                 if v is not None:
                     return v
         extra = self._take_along(t) if known is not None else ()
-        try:
-            vals = self.flush(fetch=[t._id, *extra])
-        finally:
-            self._along = frozenset()
-        v = vals[t._id]
-        if known is not None:
-            known.put(t._id, v)
-            # (the value kept is a read-only view: given out, so a write to the array given (a received frame's
-            # bytes are writable) cannot change what the client knows of the tensor)
-            kept = known.peek(t._id)
-            if kept is not None:
-                v = kept
-            if extra:
-                for hid in extra:
-                    x = vals.get(hid)
-                    if x is not None:
-                        known.put(hid, x)
-                known.brought(extra)
-        return v
+        return self._fetched([t._id], extra, known)[t._id]
 
     def fetch_all(self, ts: list) -> list[np.ndarray]:
         """The values of tensors ``ts`` (as :meth:`fetch` gives each) in at most one round trip: those the client
@@ -1936,20 +1918,28 @@ class Session:
         if known is not None:
             self._forget_scalars({t._id for t in need})
             extra = self._take_along(max(need, key=lambda t: t._id))
+        got = self._fetched([t._id for t in need], extra, known)
+        return [got[t._id] if t._id in got else self.fetch(t) for t in ts]
+
+    def _fetched(self, ids: list, extra, known) -> dict:
+        """The values of handles ``ids`` by id, in one round trip that brings the 0-d results ``extra`` along
+        (:meth:`_take_along`'s); with ``known`` (the client's values), all of them kept there, and each of ``ids``
+        given as the kept read-only view where it is kept: a write to the array given (a received frame's bytes are
+        writable) cannot change what the client knows of the tensor."""
         try:
-            vals = self.flush(fetch=[*(t._id for t in need), *extra])
+            vals = self.flush(fetch=[*ids, *extra])
         finally:
             self._along = frozenset()
-        got = {t._id: vals[t._id] for t in need}
+        got = {i: vals[i] for i in ids}
         if known is not None:
             for hid, v in vals.items():
                 known.put(hid, v)
-            for hid in got:  # (the kept read-only view given out, as fetch gives it)
+            for hid in ids:
                 kept = known.peek(hid)
                 if kept is not None:
                     got[hid] = kept
             known.brought(list(extra))
-        return [got[t._id] if t._id in got else self.fetch(t) for t in ts]
+        return got
 
     def _scalar_made(self, hid: int, device: str) -> None:
         """A 0-d result ``hid`` was recorded on ``device``: a fetch takes it along until it is read (:meth:`fetch`;
