@@ -32,8 +32,33 @@ def matmul(input: Tensor, other: Tensor, *, out=None) -> Tensor:  # noqa: A002
     return write_out(out, input.matmul(other))
 
 
+def _sublist_equation(args: tuple) -> tuple[str, tuple]:
+    """The equation and operands of einsum's sublist form, ``einsum(a, [0, 1], b, [1, 2], [0, 2])``: each operand
+    followed by its dims' labels (ints in [0, 52), or ``...``), then the output's labels if given."""
+    def letters(sub) -> str:
+        out = []
+        for i in sub:
+            if i is Ellipsis:
+                out.append("...")
+            elif isinstance(i, int) and 0 <= i < 52:
+                out.append(string.ascii_uppercase[i] if i < 26 else string.ascii_lowercase[i - 26])
+            else:
+                raise ValueError(f"einsum(): subscript in subscript list is not within the valid range [0, 52), "
+                                 f"got {i!r}")
+        return "".join(out)
+
+    operands = args[0::2][:len(args) // 2]
+    eq = ",".join(letters(sub) for sub in args[1::2][:len(args) // 2])
+    if len(args) % 2:
+        eq += "->" + letters(args[-1])
+    return eq, tuple(operands)
+
+
 def einsum(equation: str, *operands) -> Tensor:
-    """Einstein summation, decomposed into diagonal/permute/reshape/sum/matmul."""
+    """Einstein summation, decomposed into diagonal/permute/reshape/sum/matmul. Also torch's sublist form:
+    ``einsum(a, [0, 1], b, [1, 2], [0, 2])``."""
+    if not isinstance(equation, str):
+        equation, operands = _sublist_equation((equation, *operands))
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     eq = equation.replace(" ", "")
@@ -44,7 +69,7 @@ def einsum(equation: str, *operands) -> Tensor:
         counts = {}
         for c in lhs.replace(",", ""):
             counts[c] = counts.get(c, 0) + 1
-        out = "".join(sorted(c for c, n in counts.items() if n == 1 and c != "."))
+        out = ("..." if "..." in lhs else "") + "".join(sorted(c for c, n in counts.items() if n == 1 and c != "."))
     specs = lhs.split(",")
     if len(specs) != len(operands):
         raise ValueError(f"einsum(): {len(specs)} operand specs for {len(operands)} operands")
@@ -214,7 +239,7 @@ def is_tensor(obj) -> bool:
 
 
 def typename(obj) -> str:
-    """A tensor's ``type()`` (``"tensorwire.float32"``), else the object's qualified name (``"int"``,
+    """A tensor's ``type()`` (``"torch.FloatTensor"``), else the object's qualified name (``"int"``,
     ``"tensorwire.nn.modules.linear.Linear"`` for the class), as torch's ``typename``."""
     if isinstance(obj, Tensor):
         return obj.type()

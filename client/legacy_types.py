@@ -90,7 +90,34 @@ ByteTensor = _make("ByteTensor", D.uint8)
 BoolTensor = _make("BoolTensor", D.bool_)
 
 
-# ``Tensor.__init__`` (client/_install.py loads this module with Tensor: ``tensor`` cannot import it, as it imports
-# ``creation``, which makes tensors of the current session)
-_install.install_methods(Tensor, {"__init__": init_legacy}, wrap=False)
+#: torch's legacy type name of each dtype (``FloatTensor``), the complex ones too, which have no legacy type here
+NAMES = {**{t.dtype: t.__name__ for t in (FloatTensor, DoubleTensor, HalfTensor, BFloat16Tensor, LongTensor,
+                                          IntTensor, ShortTensor, CharTensor, ByteTensor, BoolTensor)},
+         D.complex64: "ComplexFloatTensor", D.complex128: "ComplexDoubleTensor"}
+_BY_NAME = {**{f"torch.{n}": d for d, n in NAMES.items()}, **{f"torch.cuda.{n}": d for d, n in NAMES.items()}}
+
+
+def type_(self: Tensor, dtype=None, non_blocking: bool = False, **kwargs):
+    """With no argument, torch's name of this tensor's type (``"torch.FloatTensor"``; ``"torch.cuda.FloatTensor"``
+    on a CUDA device), which older scripts compare and pass back; else this tensor cast to ``dtype``: a dtype, a
+    legacy type (``tw.LongTensor``) or such a name (``"torch.cuda.LongTensor"`` moves a host tensor to CUDA too).
+    ``self`` when nothing changes."""
+    if dtype is None:
+        name = NAMES.get(self.dtype, self.dtype.name)
+        return f"torch.cuda.{name}" if self.device.type == "cuda" else f"torch.{name}"
+    device = None
+    if isinstance(dtype, str):
+        if dtype not in _BY_NAME:
+            raise ValueError(f"invalid type: {dtype!r}")
+        if dtype.startswith("torch.cuda.") and self.device.type != "cuda":
+            device = "cuda"
+        dtype = _BY_NAME[dtype]
+    elif isinstance(dtype, type):
+        dtype = getattr(dtype, "dtype", dtype)
+    return self.to(device=device, dtype=dtype, non_blocking=non_blocking)
+
+
+# ``Tensor.__init__`` and ``Tensor.type`` (client/_install.py loads this module with Tensor: ``tensor`` cannot import
+# it, as it imports ``creation``, which makes tensors of the current session)
+_install.install_methods(Tensor, {"__init__": init_legacy, "type": type_}, wrap=False)
 _install.loaded(__name__)

@@ -486,12 +486,6 @@ class Tensor(TensorBase):
             out = self.clone()
         return out
 
-    def type(self, dtype=None):
-        """The type's name, or this tensor cast to ``dtype`` (a dtype, or a legacy type: ``tw.LongTensor``)."""
-        if dtype is None:
-            return f"tensorwire.{self.dtype.name}"
-        return self.to(dtype=getattr(dtype, "dtype", dtype) if isinstance(dtype, type) else dtype)
-
     def float(self, memory_format=None) -> Tensor:
         return self.to(D.float32)
 
@@ -653,6 +647,14 @@ class Tensor(TensorBase):
     def storage_offset(self) -> int:
         """Where this tensor starts in its root base's row-major elements (0 for a tensor that is no view)."""
         return V.strides(self)[1]
+
+    def data_ptr(self) -> int:
+        """A number standing for the address of this tensor's first element: its root base's identity (a worker's
+        memory is not addressable from here) plus its storage offset in bytes. Two tensors give the same number when
+        torch's would point at the same element of one storage (``x.data_ptr() == x.data.data_ptr()``,
+        ``x[1:].data_ptr() - x.data_ptr() == x.stride(0) * x.element_size()``), as scripts test for sharing."""
+        root = self._base if self._base is not None else self
+        return id(root) + self.storage_offset() * self.dtype.itemsize
 
     def get_device(self) -> int:
         """The device's index, and -1 for a CPU device, as torch's (``cpu:1`` too: torch has one CPU)."""
@@ -1180,7 +1182,27 @@ class Tensor(TensorBase):
             V.derive_view(out, self, getattr(step, "on_host", None))
         return out
 
+    def view(self, *shape):
+        """The same elements in ``shape`` (one dim may be -1), sharing updates with ``self``. Where torch's strides
+        could not give the view (``x.t().view(-1)``, which torch refuses) it is one still: a write through it is
+        written back to its base."""
+        return self._reshaped(self._shape_of(shape))
+
     def reshape(self, *shape):
+        """``view(*shape)`` where torch's strides give that view; else a copy, as torch's (``x.t().reshape(-1)``:
+        a write to it does not reach ``x``)."""
+        out = self._shape_of(shape)
+        if self._base is not None and not V.viewable(self, out):
+            return self._reshape_copy(out)
+        return self._reshaped(out)
+
+    def _reshape_copy(self, shape: tuple) -> Tensor:
+        """``reshape(shape)`` of a view torch's strides cannot reshape: a value of its own (no view)."""
+        known = (V.reshape_key(shape), (shape, self.dtype))
+        return _hooks_record(self._s, "reshape", [self], {"shape": list(shape)}, self._dev, 4, known)
+
+    def _shape_of(self, shape: tuple) -> tuple:
+        """The shape ``reshape(*shape)`` asks for, -1 worked out and checked (torch's errors)."""
         args = tuple(shape[0]) if len(shape) == 1 and type(shape[0]) in _SEQS else shape  # (``x.view((a, b))``)
         key = (self._shape, args)
         out = _RESHAPES.get(key) if _ints(args) else None
@@ -1188,7 +1210,7 @@ class Tensor(TensorBase):
             out = infer_reshape(self._shape, _size(shape))  # (torch's errors)
             if _ints(args):
                 remember(_RESHAPES, key, out)
-        return self._reshaped(out)
+        return out
 
     def _reshaped(self, shape: tuple) -> Tensor:
         """The view ``reshape(shape)`` makes, for a ``shape`` (a tuple of ints) checked against this tensor's."""
@@ -1197,8 +1219,6 @@ class Tensor(TensorBase):
             parts = remember_again(_RESHAPE_PARTS, _RESHAPE_SEEN, shape,
                                    (V.Reshape(shape), {"shape": list(shape)}, V.reshape_key(shape)))
         return V.make_view(self, parts[0], "reshape", parts[1], (parts[2], (shape, self.dtype)))
-
-    view = reshape
 
     def view_as(self, other):
         return self.reshape(other.shape)
@@ -1217,6 +1237,8 @@ class Tensor(TensorBase):
                 raise ShapeError("flatten() has invalid args: start_dim cannot come after end_dim")
             out = self._shape[:s] + (numel(self._shape[s:e + 1]),) + self._shape[e + 1:]
             remember(_FLATTENS, key, out)  # (norm_dim took ints only)
+        if self._base is not None and not V.viewable(self, out):  # (a copy, as reshape's)
+            return self._reshape_copy(out)
         return self._reshaped(out)
 
     def ravel(self):
@@ -1523,14 +1545,21 @@ class Tensor(TensorBase):
         return self._rec("triu", [self], {"diagonal": diagonal})
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
-        x = self.moveaxis([dim1, dim2], [-2, -1])
+        """The ``offset`` diagonal of the (dim1, dim2) planes, as the last dim: a view, as torch's (writes through
+        it reach ``self``; its stride is ``cols + 1``). Made of the view steps that already exist: the two dims moved
+        last, the planes flattened, every ``cols + 1``-th element taken from the first."""
+        nd = self.ndim
+        d1, d2 = norm_dim(dim1, nd), norm_dim(dim2, nd)
+        if d1 == d2:
+            raise ShapeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+        x = self if (d1, d2) == (nd - 2, nd - 1) else self.movedim((d1, d2), (-2, -1))
         n, m = x._shape[-2], x._shape[-1]
         rows = max(0, min(n, m - offset) if offset >= 0 else min(n + offset, m))
-        r0 = 0 if offset >= 0 else -offset
-        c0 = offset if offset >= 0 else 0
-        idx_r = arange_like(self, r0, r0 + rows)
-        idx_c = arange_like(self, c0, c0 + rows)
-        return x[..., idx_r, idx_c]
+        start = offset if offset >= 0 else -offset * m
+        flat = x._reshaped((*x._shape[:-2], n * m))  # (a view even where torch's reshape would copy)
+        if not rows:
+            return flat[..., 0:0]
+        return flat[..., start:start + (rows - 1) * (m + 1) + 1:m + 1]
 
     def diag(self, diagonal: int = 0):
         if self.ndim == 1:

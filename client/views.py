@@ -680,6 +680,13 @@ def _view_strides(old_shape, old_strides, new_shape) -> list[int] | None:
     return None if view_d != -1 else new_strides
 
 
+def viewable(t, shape: tuple) -> bool:
+    """Whether torch's strides give view ``t`` (a view: ``t._base`` is set) in ``shape`` without a copy (torch's
+    ``reshape`` views then, else copies). A view no strides describe is one torch would have copied already."""
+    lay = layout(t)
+    return lay is not None and _view_strides(t._shape, lay[0], shape) is not None
+
+
 def strides(t) -> tuple[tuple[int, ...], int]:
     """``(strides, storage offset)`` of ``t`` in elements, as torch reports them (``Tensor.stride()``,
     ``storage_offset()``): :func:`layout`'s, and for a view no strides describe what the view's value is on the

@@ -243,6 +243,12 @@ def test_writing_through_a_view_updates_the_base():
         ("view of view", lambda x: x[1:][:, ::2], lambda a: a[1:][:, ::2]),
         ("transpose then index", lambda x: x.t()[1], lambda a: a.T[1]),
         ("unsqueeze", lambda x: x.unsqueeze(1), lambda a: a[:, None]),
+        # (numpy's diagonal is read-only: the same elements as a strided slice of the flat array)
+        ("diagonal", lambda x: x.diagonal(), lambda a: a.reshape(-1)[0:11:5]),
+        ("diagonal 1", lambda x: x.diagonal(1), lambda a: a.reshape(-1)[1::5]),
+        ("diagonal -1", lambda x: x.diagonal(-1), lambda a: a.reshape(-1)[4:10:5]),
+        ("T diagonal 1", lambda x: x.T.diagonal(1), lambda a: a.reshape(-1)[4:10:5]),
+        ("torch.diagonal", lambda x: tw.diagonal(x, 0, 1, 0), lambda a: a.reshape(-1)[0:11:5]),
     ]
     for _name, mk, ref in cases:
         x = tw.tensor(A)
@@ -267,13 +273,47 @@ def test_writing_through_a_view_updates_the_base():
         check(x, want)
         if torch is not None:
             tt = torch.tensor(A)
-            tv = mk(tt)
+            tv = mk(tt) if _name != "torch.diagonal" else torch.diagonal(tt, 0, 1, 0)
             tv.mul_(2)
             tv += 1
             tv.zero_()
             tv[...] = 7.0
             tv.fill_(3.0)
             check_torch(x, tt)
+
+
+def test_diagonal_is_a_view_with_torch_strides_and_gradient():
+    x = tw.tensor(A[:3, :3].copy())
+    d = x.diagonal()
+    assert d.stride() == (4,) and d._base is x
+    x.add_(1)  # the view sees the base's later writes
+    check(d, np.diagonal(A[:3, :3]) + 1)
+    w = tw.tensor(A, requires_grad=True)
+    (w.diagonal(1) * tw.tensor([1.0, 2.0, 3.0], dtype=tw.float64)).sum().backward()
+    want = np.zeros_like(A)
+    want[[0, 1, 2], [1, 2, 3]] = [1.0, 2.0, 3.0]
+    check(w.grad, want)
+    e = tw.ones(2, 3, 4).diagonal(0, 2, 0)  # batched, dims in any order
+    assert tuple(e.shape) == (3, 2) and tuple(tw.ones(3, 3).diagonal(5).shape) == (0,)
+    with pytest.raises(tw.ShapeError, match="cannot be identical"):
+        tw.ones(2, 2).diagonal(0, 1, -1)
+
+
+@pytest.mark.parametrize("chain,shares", [
+    ("x.t().reshape(-1)", False), ("x.t().flatten()", False), ("x[:, 1:3].reshape(-1)", False),
+    ("x.t().reshape(4, 3)", True), ("x[1:].reshape(-1)", True), ("x.t().reshape(4, 1, 3)", True),
+    ("x[:, 1:3].reshape(3, 2, 1)", True), ("x.t().view(4, 3)", True),
+    ("x.unsqueeze(0).transpose(1, 2).flatten(0, 1)", True),
+    ("x.unsqueeze(0).transpose(1, 2).flatten(1)", False),
+])
+def test_reshape_of_a_view_copies_where_torch_s_strides_cannot_view(chain, shares):
+    x = tw.tensor(A)
+    r = eval(chain)
+    r.add_(100)  # torch's reshape views where strides allow, else copies: a write reaches x only through a view
+    assert bool((x > 50).any()) is shares
+    if torch is not None and chain != "x.t().view(4, 3)":  # (torch refuses that view; tensorwire writes it back)
+        t = eval(chain, {"x": torch.tensor(A)})
+        check_torch(r, t.add_(100))
 
 
 def test_setitem_on_view_and_index_on_updated_base():

@@ -81,6 +81,16 @@ def _grad_chain(t) -> list:
 _CACHES = ("_known", "_key")
 
 
+def _plain(x):
+    """``x`` with the numpy arrays in it (a ``const`` node's frame: a copy's value the client worked out) as
+    comparable tuples."""
+    if isinstance(x, np.ndarray):
+        return ("array", x.dtype.str, x.shape, x.tobytes())
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    return x
+
+
 def _trace(session, env: dict, chain: str, grad: bool):
     """What evaluating ``chain`` records: the pending and lazy nodes (handles counted from the first one made), the
     result's meta, view and autograd chain, and its value."""
@@ -92,14 +102,16 @@ def _trace(session, env: dict, chain: str, grad: bool):
     else:
         with tw.no_grad():
             r = eval(code, dict(env))
-    pending = [(_rel(h, base), op, [_rel(i, base) for i in ids], *rest) for h, op, ids, *rest in session._pending]
-    lazy = sorted((_rel(k, base), op, [_rel(i, base) for i in ids], attrs, dev, metas, akey, _rel(alias, base), then)
+    pending = [(_rel(h, base), op, [_rel(i, base) for i in ids], *map(_plain, rest))
+               for h, op, ids, *rest in session._pending]
+    lazy = sorted((_rel(k, base), op, [_rel(i, base) for i in ids], _plain(attrs), dev, metas, akey,
+                   _rel(alias, base), then)
                   for k, (op, ids, attrs, dev, metas, akey, alias, then) in session._lazy.items() if k >= base)
     view = (r._base is None, None if r._base is None else r._base._id, r._base_version,
             [(type(s).__name__, {a: getattr(s, a) for a in getattr(s, "__slots__", ()) if a not in _CACHES})
              for s in (r._vsteps or ())])
     return (pending, lazy, _rel(r._id, base), r.shape, r.dtype, r.requires_grad, view, _grad_chain(r),
-            session._known.gives(r)), r
+            _plain(session._known.gives(r))), r
 
 
 def _env(requires_grad: bool) -> dict:

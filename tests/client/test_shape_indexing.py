@@ -214,6 +214,7 @@ def test_cat_and_stack():
     ("bii->b", [(2, 3, 3)]),
     ("iji->j", [(3, 2, 3)]),
     ("ij,jj->i", [(2, 3), (3, 3)]),
+    ("...j,jk", [(2, 2, 3), (3, 4)]),  # (implicit output: the ellipsis dims first)
 ])
 def test_einsum(eq, shapes):
     rng = np.random.default_rng(len(eq))
@@ -224,6 +225,20 @@ def test_einsum(eq, shapes):
     check(r2, np.einsum(eq, *arrs), rtol=1e-9, atol=1e-9)
     if torch is not None:
         check_torch(r, torch.einsum(eq, *[torch.tensor(a) for a in arrs]))
+
+
+def test_einsum_sublist_form():
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5))
+    cases = [(0, 1, 2), (2, 30), (0, 1, 30)], [(Ellipsis, 2), (2, 30)], [(0, 1, 2), (2, 3)], [(0, 1, 2), None, (2,)]
+    for sa, sb, *out in cases:
+        args = [a, list(sa)] + ([b, list(sb)] if sb is not None else []) + [list(o) for o in out if o is not None]
+        got = tw.einsum(*[tw.tensor(x) if isinstance(x, np.ndarray) else x for x in args])
+        if torch is not None:
+            check_torch(got, torch.einsum(*[torch.tensor(x) if isinstance(x, np.ndarray) else x for x in args]))
+    check(tw.einsum(tw.tensor(a), [0, 1, 2], tw.tensor(b), [2, 3], [0, 3]), np.einsum("abc,cd->ad", a, b))
+    with pytest.raises(ValueError, match="valid range"):
+        tw.einsum(tw.tensor(a), [0, 1, 52])
 
 
 def test_matmul_shapes():

@@ -220,8 +220,19 @@ def test_in_place_functions_vander_chain_matmul_can_cast_typename(torch):
             assert tw.can_cast(getattr(tw, f), getattr(tw, t)) == torch.can_cast(getattr(torch, f), getattr(torch, t))
     with pytest.raises(TypeError):
         tw.can_cast(tw.zeros(1), tw.float32)
-    assert tw.typename(tw.zeros(2)) == "tensorwire.float32" and tw.typename(3) == "int"
+    assert tw.typename(tw.zeros(2)) == torch.typename(torch.zeros(2)) == "torch.FloatTensor"
+    assert tw.typename(3) == "int"
     assert tw.typename(tw.nn.Linear).endswith("Linear")
+
+
+def test_data_ptr_tells_sharing_as_torchs():
+    torch = pytest.importorskip("torch")
+    for lib in (tw, torch):
+        x = lib.ones(3, 4)
+        assert x.data_ptr() == x.data.data_ptr() == x.t().data_ptr() == x.view(12).data_ptr()
+        assert x[1:].data_ptr() - x.data_ptr() == 4 * x.element_size()
+        assert x[:, 2].data_ptr() - x.data_ptr() == 2 * x.element_size()
+        assert x.clone().data_ptr() != x.data_ptr() and lib.ones(3, 4).data_ptr() != x.data_ptr()
 
 
 def test_contiguous_and_is_contiguous_follow_the_layout_as_torchs():

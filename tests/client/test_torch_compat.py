@@ -260,5 +260,12 @@ def test_legacy_tensor_types():
     assert tw.FloatTensor(2, 3).shape == (2, 3) and tw.DoubleTensor().shape == (0,)
     assert tw.BoolTensor(tw.Size([4])).shape == (4,) and tw.ByteTensor([3]).dtype is tw.uint8
     assert a.type(tw.LongTensor).dtype is tw.int64 and a.type(tw.float64).dtype is tw.float64
+    # torch's type names, given back by older scripts (``x.type(y.type())``)
+    for dt, name in ((tw.float32, "torch.FloatTensor"), (tw.int64, "torch.LongTensor"), (tw.bool, "torch.BoolTensor"),
+                     (tw.complex64, "torch.ComplexFloatTensor"), (tw.uint8, "torch.ByteTensor")):
+        t = tw.zeros(2, dtype=dt)
+        assert t.type() == name and t.type(name) is t and a.type(name).dtype is dt
+    with pytest.raises(ValueError, match="invalid type: 'torch.float32'"):
+        a.type("torch.float32")
     with pytest.raises(TypeError, match="expected data or sizes"):
         tw.FloatTensor([1.0], [2.0])
