@@ -40,7 +40,10 @@ MAX_NODES = 1 << 18
 class BackwardBuilder(Builder):
     """Records backward nodes (with a current device), merging identical nodes."""
 
-    def __init__(self):
+    def __init__(self, graph: bool = False):
+        #: whether the gradients will be differentiated again (``create_graph``): the rules then keep each one
+        #: connected to the values it is a function of, as torch's (``vjp.Ctx.higher``)
+        self.graph = graph
         self.nodes: list[list] = []
         self.metas: list = []  # (shape, dtype) per node
         self.ext: list = []  # keys: ("n", j) / ("x", k) / ("s", i)
@@ -145,7 +148,10 @@ def build_backward(g: dict) -> dict:
     def depends(r):
         return dep[r] if r >= 0 else r in dep_ext
 
-    b = BackwardBuilder()
+    graph = g.get("graph", False)
+    if not isinstance(graph, bool):
+        raise ProtocolError("graph must be a bool")
+    b = BackwardBuilder(graph)
     # each value's gradient as the pieces that reached it, summed once it is read (:func:`_sum`): a weight used at
     # every step of a loop gets one ``add_n`` of its pieces, not an ``add`` a piece
     pieces: dict[int, list[Value]] = {}

@@ -208,6 +208,20 @@ class Ctx:
     def scalar(self, v, dtype=None):
         return T(self.b, self.b.op("full", shape=[], dtype=(dtype or self.g.dtype).name, value=v))
 
+    @property
+    def higher(self) -> bool:
+        """Whether the gradients are to be differentiated again (``create_graph``: ``BackwardBuilder.graph``)."""
+        return getattr(self.b, "graph", False)
+
+    def masked(self, mask: T, g: T, other, on: T) -> T:
+        """``where(mask, g, other)``, a gradient given by a mask of ``on`` (an input or the output): when the
+        gradients are differentiated again (:attr:`higher`) kept connected to ``on`` with a zero derivative, as
+        torch's ``threshold_backward``/``hardtanh_backward``/``leaky_relu_backward`` are (a gradient penalty through
+        a ReLU network: the second derivative is zeros, and the first layer's bias gets a zero gradient, not none).
+        ``sign(on) * 0`` is that zero: finite where ``on`` is infinite."""
+        out = where(mask, g, other)
+        return out + on.op("sign") * 0 if self.higher else out
+
     @staticmethod
     def where(cond: T, a, b) -> T:
         """:func:`where` for the rules declared with their ops (``OpDef.vjp``), which do not import this module."""
@@ -249,13 +263,13 @@ def _log10(c):
 
 @rule("relu")
 def _relu(c):
-    return [where(c.y > 0, c.g, 0)]
+    return [c.masked(c.y > 0, c.g, 0, c.y)]
 
 
 @rule("relu6")
 def _relu6(c):
     x = c.x[0]
-    return [where((x > 0) & (x < 6), c.g, 0)]
+    return [c.masked((x > 0) & (x < 6), c.g, 0, c.y)]
 
 
 @rule("clamp")
@@ -268,7 +282,7 @@ def _clamp(c):
     if hi is not None:
         m = x <= hi
         mask = m if mask is None else mask & m
-    return [where(mask, c.g, 0)]
+    return [c.masked(mask, c.g, 0, c.y)]
 
 
 @rule("nan_to_num")
@@ -492,7 +506,7 @@ def _leaky_relu(c):
     DCGAN's discriminator) overwrites the input, which the rule must then not read."""
     slope = a_num(c.a, "negative_slope", 0.01)
     v = c.y if slope >= 0 else c.x[0]
-    return [where(v > 0, c.g, c.g * slope)]
+    return [c.masked(v > 0, c.g, c.g * slope, v)]
 
 
 @rule("softplus")

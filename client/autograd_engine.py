@@ -842,12 +842,16 @@ def _phase(session, roots, want, results, pending, visited, create_graph) -> Non
     # anomaly mode: every op's output gradient is asked for too, and checked for NaN after the phase (anomaly_mode)
     delivered = _anomaly.watch(nodes, target_refs) if _anomaly.checking() else None
 
-    skey = (tuple(st.key), tuple(st.ext), tuple(devs), tuple(root_refs), tuple(target_refs))
+    # (with create_graph the service keeps each gradient connected to the inputs it is a function of, where
+    # torch's is with a zero derivative: ``graph`` in the request, ``vjp.Ctx.higher``)
+    skey = (tuple(st.key), tuple(st.ext), tuple(devs), tuple(root_refs), tuple(target_refs), create_graph)
     bw = _CACHE.get(skey)
     if bw is None:
         stats.requests += 1
-        h, _ = session.service_request("autograd", {"op": "backward", "g": st.request(nodes, root_refs,
-                                                                                        target_refs)})
+        g = st.request(nodes, root_refs, target_refs)
+        if create_graph:
+            g["graph"] = True
+        h, _ = session.service_request("autograd", {"op": "backward", "g": g})
         bw = h["bw"]
         if len(_CACHE) >= MAX_CACHE:
             _CACHE.pop(next(iter(_CACHE)))

@@ -115,3 +115,29 @@ def test_second_order_matches_torch(session):
     (hw,) = tw.autograd.grad((gw * gw).sum(), xw)
     np.testing.assert_allclose(gw.detach().numpy(), gt.detach().numpy(), rtol=1e-10)
     np.testing.assert_allclose(hw.numpy(), ht.numpy(), rtol=1e-8)
+
+
+@pytest.mark.parametrize("act", ["relu", "relu6", "leaky_relu", "hardtanh"])
+def test_gradient_penalty_through_masked_activations_as_torch(act):
+    """A gradient penalty (WGAN-GP, R1) or a PINN's second derivative through a ReLU-like network: torch's
+    ``threshold_backward`` and its kin keep the first gradient connected to the input with a zero derivative, so
+    ``u_xx`` is zeros (not an error) and the first layer's bias gets a zero gradient (not none: a lazy-R1 step's
+    Adam would skip it). Until session 60 the rules' masks cut that link."""
+    rng = np.random.default_rng(11)
+    init = [rng.standard_normal(s) for s in ((3, 5), (5,), (5, 1), (1,))]
+    x0 = rng.standard_normal((6, 3)) * 2
+    grads = {}
+    for m in (torch, tw):
+        f = getattr(m.nn.functional, act)
+        w1, b1, w2, b2 = (m.tensor(a, requires_grad=True) for a in init)
+        x = m.tensor(x0, requires_grad=True)
+        u = f(x @ w1 + b1) @ w2 + b2
+        (gx,) = m.autograd.grad(u.sum(), x, create_graph=True)
+        (gxx,) = m.autograd.grad(gx.sum(), x, retain_graph=True)
+        gx.pow(2).sum().backward()
+        grads[m.__name__] = [gxx.detach().numpy()] + [None if p.grad is None else p.grad.numpy()
+                                                      for p in (w1, b1, w2, b2)]
+    for got, want in zip(grads["tensorwire"], grads["torch"]):
+        assert (got is None) == (want is None)
+        if want is not None:
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
