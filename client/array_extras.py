@@ -26,6 +26,7 @@ from . import indexing as _indexing
 from . import views as V
 from ._aliases import alias, rebind
 from .autograd_engine import Function
+from .complex_ops import conj as _conj
 from .grid_sampling import grid_sampler_2d, grid_sampler_3d
 from .padding import pad as _pad
 from .scatter_reductions import index_reduce, scatter_reduce
@@ -848,6 +849,14 @@ def index_put(input: Tensor, indices, values, accumulate: bool = False) -> Tenso
     return new
 
 
+def adjoint(input: Tensor) -> Tensor:  # noqa: A002
+    """The conjugate transpose of the last two dims (``x.mH``; ``x.mT`` for real dtypes)."""
+    if input.ndim < 2:
+        raise ShapeError(f"tensor.adjoint() is only supported on matrices or batches of matrices. Got "
+                         f"{input.ndim}-D tensor.")
+    return _conj(input.mT)
+
+
 FUNCTIONS = {
     "atleast_1d": atleast_1d, "atleast_2d": atleast_2d, "atleast_3d": atleast_3d,
     "broadcast_shapes": broadcast_shapes, "broadcast_tensors": broadcast_tensors, "meshgrid": meshgrid,
@@ -868,7 +877,7 @@ FUNCTIONS = {
     "grid_sampler_3d": grid_sampler_3d, "resize_as_": resize_as_,
     **{f"{m}_copy": _copy_of(m) for m in ("diagonal", "expand", "narrow", "permute", "squeeze", "t", "transpose",
                                            "unbind", "unsqueeze", "view", "split_with_sizes", "unfold")},
-    "alias_copy": _copy_of("clone"),
+    "alias_copy": _copy_of("clone"), "adjoint": adjoint,
 }
 
 _NO_METHOD = {"atleast_1d", "atleast_2d", "atleast_3d", "broadcast_shapes", "broadcast_tensors", "meshgrid",
@@ -892,13 +901,15 @@ def install(cls=Tensor) -> None:
     if "H" not in cls.__dict__:
         cls.H = property(_conj_transpose, doc="The conjugate transpose of a matrix (its transpose, for real dtypes).")
     if "mH" not in cls.__dict__:
-        cls.mH = property(lambda self: self.mT, doc="The conjugate transpose of the last two dims (``mT`` here).")
+        cls.mH = property(adjoint, doc="The conjugate transpose of the last two dims (``mT`` for real dtypes).")
 
 
 def _conj_transpose(self: Tensor) -> Tensor:
     if self.ndim not in (0, 2):
         raise ShapeError(f"tensor.H is only supported on matrices (2-D tensors). Got {self.ndim}-D tensor.")
-    return self.t() if self.ndim == 2 else self
+    t = self.t() if self.ndim == 2 else self
+    return _conj(t)
+
 
 
 install()

@@ -333,7 +333,14 @@ class Tensor(TensorBase):
         if isinstance(other, Tensor):
             o = other
         elif type(other) in _FILL_SCALARS and self.dtype.is_floating_point:  # (_operand's first case, inline)
-            o = self._s.scalar(other, self.dtype, self._dev)
+            dt = self.dtype
+            if dt in _HALF and op in _OPMATH_BINARY and self._shape:
+                # torch's kernel computes a half tensor's arithmetic with a Python number in float32, the number
+                # unrounded, and rounds once: a float32 0-d operand does (a 0-d tensor does not widen the result).
+                # (Comparisons round the number to the tensor's dtype first, as here; so does a 0-d tensor's op,
+                # whose result a float32 operand would widen.)
+                dt = D.float32
+            o = self._s.scalar(other, dt, self._dev)
         else:
             o = self._operand(other)
         # (3: this frame and its caller, one of the operator methods here, are skipped in the search for the user's
@@ -718,6 +725,10 @@ class Tensor(TensorBase):
         return self._binary("div", o)
 
     def __rtruediv__(self, o):
+        if type(o) in _FILL_SCALARS and type(o) is not builtins.bool:
+            # torch's ``n / t`` is ``t.reciprocal() * n`` (two roundings, the number unrounded in the product)
+            r = self.reciprocal()
+            return r if o == 1 else r * o
         return self._binary("div", o, True)
 
     def __floordiv__(self, o):
@@ -1957,6 +1968,9 @@ _EXPANDS: dict = {}
 #: the sequence types a movement method takes as its one argument (``x.view((a, b))``, ``x.expand(t.shape)``)
 _SEQS = (tuple, list, Size)
 _FILL_SCALARS = (builtins.bool, builtins.int, builtins.float)  # (``fill_``'s numbers a cached scalar gives)
+_HALF = frozenset({D.float16, D.bfloat16})
+#: the binary ops whose kernel computes a half tensor with a Python number in float32 (torch's opmath type)
+_OPMATH_BINARY = frozenset({"mul", "div"})
 _SCALE_NUMBERS = (builtins.int, builtins.float)  # (an ``alpha`` that ``add_scaled`` takes: a bool is not a scale)
 
 

@@ -172,3 +172,17 @@ def test_linalg_eig():
     np.testing.assert_allclose(a @ v.numpy(), v.numpy() * w.numpy(), atol=1e-10)
     np.testing.assert_allclose(np.sort_complex(tw.linalg.eigvals(tw.tensor(a)).numpy()),
                                np.sort_complex(np.linalg.eigvals(a)), atol=1e-10)
+
+
+def test_conjugate_transposes_conjugate():
+    """``.H``, ``.mH`` and ``adjoint()`` conjugate a complex tensor as torch's (until session 60 they only
+    transposed it, and ``adjoint`` was missing); a real tensor's are its transposes."""
+    z = np.array([[1 + 2j, 3 - 1j], [1j, 2 + 0j]], dtype=np.complex64)
+    t = tw.tensor(z)
+    for got in (t.H, t.mH, t.adjoint(), tw.adjoint(t)):
+        np.testing.assert_array_equal(got.numpy(), z.conj().T)
+    b = tw.tensor(np.stack([z, z * 2]))
+    np.testing.assert_array_equal(b.mH.numpy(), np.stack([z, z * 2]).conj().transpose(0, 2, 1))
+    assert tuple(tw.ones(2, 3).mH.shape) == (3, 2) and tw.ones(2, 3).H.dtype is tw.float32
+    with pytest.raises(tw.ShapeError, match="adjoint"):
+        tw.ones(3).adjoint()
