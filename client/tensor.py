@@ -66,7 +66,10 @@ class Size(tuple):
 
 
 class device:  # noqa: N801 - torch's name
-    """A device name, ``device("cpu:1")`` or ``device("cpu", 1)``; compares equal to its string."""
+    """A device name, ``device("cpu:1")`` or ``device("cpu", 1)``; compares equal to its string. As torch's, a device
+    named without an index has none (``device("cpu")``: ``str`` ``"cpu"``, ``index`` None), and a tensor on the
+    first CPU device reports that one (``str(x.device) == "cpu"``); it is the kind's device 0 (``device("cpu") ==
+    "cpu:0"``, which torch's does not say)."""
 
     # (``_name``: the ``"type:index"`` string, made once: a factory given ``device=x.device`` names the device by it,
     # for every image torchvision's ``Normalize`` makes its mean and std on)
@@ -78,18 +81,19 @@ class device:  # noqa: N801 - torch's name
             return
         kind, _, idx = str(type).partition(":")
         self.type = kind
-        self.index = int(idx) if idx else (0 if index is None else int(index))
-        self._name = f"{kind}:{self.index}"
+        self.index = int(idx) if idx else (None if index is None else int(index))
+        self._name = f"{kind}:{self.index or 0}"
 
     def __str__(self) -> str:
-        return self._name
+        return self.type if self.index is None else self._name
 
     def __repr__(self) -> str:
-        return f"device(type='{self.type}', index={self.index})"
+        return f"device(type='{self.type}')" if self.index is None else \
+            f"device(type='{self.type}', index={self.index})"
 
     def __eq__(self, other) -> bool:
         if isinstance(other, (device, str)):
-            return str(self) == str(device(other))
+            return self._name == (other._name if type(other) is device else device(other)._name)
         return NotImplemented
 
     def __hash__(self) -> int:
@@ -126,7 +130,7 @@ def device_name(d) -> str:
         return d._name
     if isinstance(d, int):
         return f"cpu:{d}"
-    return str(device(d))
+    return device(d)._name
 
 
 class Tensor(TensorBase):
@@ -198,7 +202,8 @@ class Tensor(TensorBase):
     def device(self) -> device:
         d = _DEVICES.get(self._dev)
         if d is None:  # (one object a device name, never changed: torchvision's Normalize reads it for every image)
-            d = _DEVICES[self._dev] = device(self._dev)
+            # (the first CPU device as torch's CPU device: ``device(type='cpu')``, no index)
+            d = _DEVICES[self._dev] = device("cpu" if self._dev == "cpu:0" else self._dev)
         return d
 
     @property

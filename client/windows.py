@@ -44,6 +44,12 @@ def _short(window_length: int, dtype, device, requires_grad: bool) -> Tensor | N
     return _creation.full((window_length,), 1.0, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
+def _times(w: Tensor, v: float) -> Tensor:
+    """``w * v`` with ``v`` rounded to ``w``'s dtype first, as ATen's window code computes it (a half tensor times a
+    Python number is computed with the number unrounded, as torch's Python ``*`` does: ``Tensor._binary``)."""
+    return w * w._operand(v, w.dtype)
+
+
 def _finish(window: Tensor, periodic: bool, requires_grad: bool) -> Tensor:
     if periodic:
         window = window[:-1]
@@ -62,7 +68,7 @@ def hamming_window(window_length: int, periodic: bool = True, alpha: float = 0.5
         return short
     n = window_length + 1 if periodic else window_length
     w = _creation.arange(n, dtype=dt, device=device)
-    w = (w * (math.pi * 2.0 / (n - 1))).cos() * -beta + alpha
+    w = _times(_times(w, math.pi * 2.0 / (n - 1)).cos(), -beta) + alpha
     return _finish(w, periodic, requires_grad)
 
 
@@ -83,8 +89,8 @@ def blackman_window(window_length: int, periodic: bool = True, *, dtype=None, la
     if short is not None:
         return short
     n = window_length + 1 if periodic else window_length
-    w = _creation.arange(n, dtype=dt, device=device) * (math.pi / (n - 1))
-    w = (w * 4).cos() * 0.08 - (w * 2).cos() * 0.5 + 0.42
+    w = _times(_creation.arange(n, dtype=dt, device=device), math.pi / (n - 1))
+    w = _times(_times(w, 4).cos(), 0.08) - _times(_times(w, 2).cos(), 0.5) + 0.42
     return _finish(w, periodic, requires_grad)
 
 
@@ -97,9 +103,9 @@ def bartlett_window(window_length: int, periodic: bool = True, *, dtype=None, la
     if short is not None:
         return short
     n = window_length + 1 if periodic else window_length
-    w = _creation.arange(n, dtype=dt, device=device) * (2.0 / (n - 1))
+    w = _times(_creation.arange(n, dtype=dt, device=device), 2.0 / (n - 1))
     half = ((n - 1) >> 1) + 1
-    w = cat([w[:half], w[half:] * -1 + 2]) if half < n else w
+    w = cat([w[:half], _times(w[half:], -1) + 2]) if half < n else w
     return _finish(w, periodic, requires_grad)
 
 
