@@ -55,11 +55,30 @@ def decode_state(state) -> tuple[int, int]:
 
 
 class Generator:
-    """Like ``torch.Generator``: ``manual_seed``, ``initial_seed``, ``get_state``/``set_state``."""
+    """Like ``torch.Generator(device="cpu")``: ``manual_seed``, ``initial_seed``, ``get_state``/``set_state``,
+    ``device``.
 
-    def __init__(self, seed: int | None = None):
+    ``device`` (a name such as ``"cpu"``, ``"cuda:1"``, or a device object) may be any device of the cluster: the
+    numbers depend on the seed and offset only, so one generator serves every device, and ``device`` is recorded for
+    torch's code that reads it. An int in its place is a seed (tensorwire's older ``Generator(seed)``, kept);
+    ``seed=`` seeds it too (without either the seed is random, as torch's)."""
+
+    def __init__(self, device=None, seed: int | None = None):
+        if isinstance(device, int) and not isinstance(device, bool):
+            if seed is not None:
+                raise TypeError("Generator() got a seed twice (an int device and seed=)")
+            device, seed = None, device
+        self._device_name = _device_name("cpu" if device is None else device)
+        self._device = None
         self._seed = _pyrandom.SystemRandom().getrandbits(63) if seed is None else int(seed)
         self._offset = 0
+
+    @property
+    def device(self):
+        """The device named at construction, as a ``tw.device`` (``cpu:0`` by default)."""
+        if self._device is None:
+            self._device = _tw.device(self._device_name)
+        return self._device
 
     def manual_seed(self, seed: int) -> Generator:
         self._seed = int(seed) % (1 << 64)
@@ -87,6 +106,20 @@ class Generator:
         off = self._offset
         self._offset += counters
         return self._seed, off
+
+
+def _device_name(d) -> str:
+    """``"type:index"`` for a device name (``"cpu"``, ``"cuda:1"``) or a device object (tensorwire's or torch's);
+    ``RuntimeError`` for a string that names none, ``TypeError`` for anything else."""
+    if isinstance(d, str):
+        kind, sep, idx = d.partition(":")
+        if not kind.isidentifier() or (sep and not idx.isdigit()):
+            raise RuntimeError(f"Invalid device string: '{d}'")
+        return f"{kind}:{int(idx) if sep else 0}"
+    kind, idx = getattr(d, "type", None), getattr(d, "index", 0)
+    if not isinstance(kind, str) or not (idx is None or isinstance(idx, int)):
+        raise TypeError(f"Generator(): device must be a device name or a device, not {type(d).__name__}")
+    return f"{kind}:{idx or 0}"
 
 
 default_generator = Generator()

@@ -2,11 +2,15 @@
 
 One file format, two ways to describe the object (the ``"tensorwire"`` entry of the header's ``__metadata__``):
 
-- **A tree** (tensors, numpy arrays, numbers, strings, ``None``, lists, tuples, dicts, dtypes: every state dict and
-  optimizer state dict). Tensors become safetensors tensors named by their path in the object (``"fc.weight"``,
-  ``"state.0.exp_avg"``); the rest is JSON with the tree that puts the tensors back. No pickle: such a file holds
-  no code, and loads whatever ``weights_only`` says. A flat ``{name: tensor}`` dict writes a file any safetensors
-  reader loads as the same dict; a safetensors file written by anyone loads as ``{name: tensor}``.
+- **A tree** (tensors, numpy arrays and scalars, numbers, strings, ``None``, lists, tuples, dicts, dtypes: every
+  state dict and optimizer state dict). Tensors become safetensors tensors named by their path in the object
+  (``"fc.weight"``, ``"state.0.exp_avg"``); the rest is JSON with the tree that puts the tensors back. No pickle:
+  such a file holds no code, and loads whatever ``weights_only`` says. A flat ``{name: tensor}`` dict writes a file
+  any safetensors reader loads as the same dict; a safetensors file written by anyone loads as ``{name: tensor}``.
+  As torch's, an ``nn.Parameter`` loads back as one (with its ``requires_grad``), a tensor that requires grad loads
+  as a leaf that does, and a numpy scalar (``np.float32(1.5)``) as a numpy scalar of its dtype (a 0-d entry): a
+  tree with such nodes is written as :data:`TREE_FLAGS_VERSION`, which readers older than these nodes refuse
+  rather than misread.
 - **A pickle** (anything else: a whole ``nn.Module``, an optimizer, sets, objects of your classes), as
   ``torch.save`` does. The pickle's bytes are one ``uint8`` entry, :data:`PICKLE_ENTRY`; every tensor (and every
   numeric numpy array) in the object is a persistent id naming its own safetensors entry, never pickled bytes.
@@ -50,6 +54,8 @@ __all__ = ["save", "load", "add_safe_globals", "clear_safe_globals", "get_safe_g
 
 META_KEY = "tensorwire"
 FORMAT_VERSION = 1  # the JSON tree
+#: the JSON tree with parameters, tensors that require grad or numpy scalars in it (nodes version 1 readers lack)
+TREE_FLAGS_VERSION = 3
 PICKLE_VERSION = 2  # a pickle (a file version 1 readers refuse with a clear error)
 #: the safetensors entry holding a pickled object's bytes
 PICKLE_ENTRY = "__tensorwire_pickle__"
@@ -81,7 +87,9 @@ def _encode(obj, path: str, tensors: dict):
             if obj._sparse or not _storable(obj.dtype):
                 raise _NeedsPickle(f"a {obj.layout} {obj.dtype.name} tensor")
             tensors[name] = obj
-            return {"__tensor__": name}
+            if _is_parameter(obj):
+                return {"__parameter__": [name, bool(obj.requires_grad)]}
+            return {"__grad_tensor__": name} if obj.requires_grad else {"__tensor__": name}
         name_np = _np_dtype_name(obj.dtype) if type(obj) is np.ndarray else None
         if name_np is None or name_np not in D.BY_NAME or not _storable(D.BY_NAME[name_np]):
             raise _NeedsPickle(f"a numpy array of {obj.dtype}")
@@ -100,8 +108,15 @@ def _encode(obj, path: str, tensors: dict):
     if isinstance(obj, (list, tuple)):
         enc = [_encode(v, f"{path}.{i}" if path else str(i), tensors) for i, v in enumerate(obj)]
         return {"__tuple__": enc} if isinstance(obj, tuple) else enc
-    if isinstance(obj, (np.generic,)):
-        return obj.item()
+    if isinstance(obj, np.generic):
+        name_np = _np_dtype_name(obj.dtype)
+        if name_np is None or name_np not in D.BY_NAME or not _storable(D.BY_NAME[name_np]):
+            return obj.item()  # (a string, or a dtype safetensors lacks: its Python value)
+        name = path or "tensor"
+        if name in tensors:
+            raise _NeedsPickle(f"two tensors would be stored under the name {name!r}")
+        tensors[name] = np.asarray(obj)
+        return {"__npscalar__": name}
     if obj is None or isinstance(obj, (bool, int, float, str)):
         if isinstance(obj, float) and not np.isfinite(obj):
             return {"__float__": repr(obj)}
@@ -109,6 +124,34 @@ def _encode(obj, path: str, tensors: dict):
     if isinstance(obj, D.DType):
         return {"__dtype__": obj.name}
     raise _NeedsPickle(type(obj).__name__)
+
+
+def _parameter(t: Tensor, requires_grad: bool) -> Tensor:
+    """``nn.Parameter(t, requires_grad)``, for a loaded file that holds one."""
+    # lazy: the nn package loads only for a file that holds a Parameter
+    from .nn.parameter import Parameter
+
+    return Parameter(t, requires_grad)
+
+
+def _is_parameter(t: Tensor) -> bool:
+    param = sys.modules.get("tensorwire.nn.parameter")  # (not loaded: there is no Parameter to be)
+    return param is not None and isinstance(t, param.Parameter)
+
+
+#: the tree's nodes that only :data:`TREE_FLAGS_VERSION` files hold
+_FLAG_NODES = ("__parameter__", "__grad_tensor__", "__npscalar__")
+
+
+def _tree_has_flags(node) -> bool:
+    """Whether a tree holds a node of :data:`_FLAG_NODES` (it is then written as :data:`TREE_FLAGS_VERSION`)."""
+    if isinstance(node, list):
+        return any(_tree_has_flags(v) for v in node)
+    if isinstance(node, dict):
+        if len(node) == 1 and next(iter(node)) in _FLAG_NODES:
+            return True
+        return any(_tree_has_flags(v) for v in node.values())
+    return False
 
 
 def _decode(node, tensors: dict, arrays: dict):
@@ -121,6 +164,14 @@ def _decode(node, tensors: dict, arrays: dict):
                 return tensors[val]
             if key == "__ndarray__":
                 return arrays[val]
+            if key == "__parameter__":
+                name, requires_grad = val
+                return _parameter(tensors[name], bool(requires_grad))
+            if key == "__grad_tensor__":
+                t = tensors[val]
+                return t.requires_grad_(True) if t.dtype.is_inexact else t
+            if key == "__npscalar__":
+                return arrays[val][()]
             if key == "__tuple__":
                 return tuple(_decode(v, tensors, arrays) for v in val)
             if key == "__dict__":
@@ -139,8 +190,8 @@ def _tree_ndarrays(node, out: set) -> set:
         for v in node:
             _tree_ndarrays(v, out)
     elif isinstance(node, dict):
-        if len(node) == 1 and "__ndarray__" in node:
-            out.add(node["__ndarray__"])
+        if len(node) == 1 and ("__ndarray__" in node or "__npscalar__" in node):
+            out.add(next(iter(node.values())))
         else:
             for v in node.values():
                 _tree_ndarrays(v, out)
@@ -427,10 +478,7 @@ class _Entries:
                 a = self._array(key, np.dtype(dt.np), shape)
                 hit = self._s.const(a, self._dev, dt)
                 if is_param is True:
-                    # lazy: the nn package loads only for a file that holds a Parameter
-                    from .nn.parameter import Parameter
-
-                    hit = Parameter(hit, bool(requires_grad))
+                    hit = _parameter(hit, bool(requires_grad))
                 elif requires_grad is True and dt.is_inexact:
                     hit.requires_grad_(True)
                 self._done[key] = hit
@@ -470,10 +518,12 @@ def save(obj, f, pickle_module=pickle, pickle_protocol: int = DEFAULT_PROTOCOL,
     if metadata:
         meta.update({str(k): str(v) for k, v in metadata.items()})
     if tree is not None:
-        flat = isinstance(obj, dict) and all(isinstance(k, str) for k in obj) and all(
+        flags = _tree_has_flags(tree)
+        flat = not flags and isinstance(obj, dict) and all(isinstance(k, str) for k in obj) and all(
             isinstance(v, Tensor) for v in obj.values())
         if not flat:
-            meta[META_KEY] = json.dumps({"version": FORMAT_VERSION, "tree": tree}, separators=(",", ":"))
+            version = TREE_FLAGS_VERSION if flags else FORMAT_VERSION
+            meta[META_KEY] = json.dumps({"version": version, "tree": tree}, separators=(",", ":"))
         arrays = _fetch(tensors)
     else:
         buf = io.BytesIO()
@@ -569,8 +619,8 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
         meta = metadata_of(path)
         spec = meta.get(META_KEY)
         spec = json.loads(spec) if spec is not None else None
-        if spec is not None and (not isinstance(spec, dict) or spec.get("version") not in (FORMAT_VERSION,
-                                                                                              PICKLE_VERSION)):
+        if spec is not None and (not isinstance(spec, dict) or spec.get("version") not in (
+                FORMAT_VERSION, PICKLE_VERSION, TREE_FLAGS_VERSION)):
             raise ValueError("unsupported tensorwire checkpoint metadata version: "
                              f"{spec.get('version') if isinstance(spec, dict) else spec!r}")
         if spec is not None and spec["version"] == PICKLE_VERSION:

@@ -53,13 +53,28 @@ class LRScheduler:
     def step(self, epoch: int | None = None) -> None:
         _not_in_compile(self.optimizer)
         self._step_count += 1
-        if epoch is None:
-            self.last_epoch += 1
-            values = self.get_lr()
-        else:
+        if epoch is not None:
             warnings.warn("The epoch parameter in `scheduler.step()` is deprecated", UserWarning, stacklevel=2)
-            self.last_epoch = epoch
-            values = self._get_closed_form_lr() if hasattr(self, "_get_closed_form_lr") else self.get_lr()
+        self._update_lr(epoch)
+
+    def _update_lr(self, epoch: int | None = None) -> None:
+        """torch's: the next lr (``epoch=None``), or the closed form at ``epoch``; set in every group. (What ``step``
+        does but count the step and warn: ``SequentialLR`` restarts its next scheduler with ``_update_lr(0)``.)"""
+        # (a scheduler whose get_lr warns when called outside a step, as SWALR's, is inside one here: torch's
+        # _enable_get_lr_call)
+        flagged = "_get_lr_called_within_step" in self.__dict__
+        if flagged:
+            self._get_lr_called_within_step = True
+        try:
+            if epoch is None:
+                self.last_epoch += 1
+                values = self.get_lr()
+            else:
+                self.last_epoch = epoch
+                values = self._get_closed_form_lr() if hasattr(self, "_get_closed_form_lr") else self.get_lr()
+        finally:
+            if flagged:
+                self._get_lr_called_within_step = False
         for g, lr in zip(self.optimizer.param_groups, values):
             g["lr"] = lr
         self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
@@ -138,6 +153,9 @@ class ExponentialLR(LRScheduler):
             return [g["lr"] for g in self.optimizer.param_groups]
         return [g["lr"] * self.gamma for g in self.optimizer.param_groups]
 
+    def _get_closed_form_lr(self):
+        return [b * self.gamma ** self.last_epoch for b in self.base_lrs]
+
 
 class ConstantLR(LRScheduler):
     def __init__(self, optimizer, factor: float = 1.0 / 3, total_iters: int = 5, last_epoch: int = -1):
@@ -153,6 +171,9 @@ class ConstantLR(LRScheduler):
         if self.last_epoch != self.total_iters:
             return [g["lr"] for g in gs]
         return [g["lr"] * (1.0 / self.factor) for g in gs]
+
+    def _get_closed_form_lr(self):
+        return [b * (self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor)) for b in self.base_lrs]
 
 
 class LinearLR(LRScheduler):
@@ -300,29 +321,72 @@ class OneCycleLR(LRScheduler):
 
 
 class SequentialLR(LRScheduler):
-    """Run ``schedulers`` one after the other, switching at ``milestones``."""
+    """Run ``schedulers`` one after the other, switching at ``milestones`` (one fewer than the schedulers), as
+    torch's; its ``state_dict`` holds each scheduler's own, so a checkpoint resumes the schedule where it was."""
 
     def __init__(self, optimizer, schedulers, milestones, last_epoch: int = -1):
-        self._schedulers = list(schedulers)
-        self._milestones = list(milestones)
-        self.optimizer = optimizer
+        if len(schedulers) < 1:
+            raise ValueError(f"{self.__class__.__name__} expects at least one scheduler, but got no scheduler.")
+        for i, s in enumerate(schedulers):
+            if not hasattr(s, "optimizer"):
+                raise TypeError(f"{self.__class__.__name__} at index {i} should have `optimizer` as its attribute.")
+            if isinstance(s, ReduceLROnPlateau):
+                raise ValueError(f"{self.__class__.__name__} does not support `ReduceLROnPlateau` scheduler as it "
+                                 "requires additional kwargs to be specified when calling `step`, but got one at "
+                                 f"index {i} in the given schedulers sequence.")
+            if optimizer != s.optimizer:
+                raise ValueError(f"{self.__class__.__name__} expects all schedulers to belong to the same optimizer, "
+                                 f"but got scheduler {s.__class__.__name__} at index {i} has {s.optimizer}, which is "
+                                 f"different from {optimizer.__class__.__name__}.")
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError("Sequential Schedulers expects number of schedulers provided to be one more than the "
+                             f"number of milestone points, but got number of schedulers {len(schedulers)} and the "
+                             f"number of milestones to be equal to {len(milestones)}")
+        self._schedulers = schedulers
+        self._milestones = milestones
         self.last_epoch = last_epoch + 1
+        self.optimizer = optimizer
         for g in optimizer.param_groups:
             g["lr"] = g["initial_lr"]
-        for s in self._schedulers:
-            s.last_epoch -= 1
-        self._schedulers[0]._initial_step()
-        self._last_lr = self._schedulers[0].get_last_lr()
+        self.recursive_undo()  # (the step each scheduler's constructor took)
+        idx = bisect_right(self._milestones, 0)
+        self._schedulers[idx]._initial_step()
+        self._last_lr = schedulers[idx].get_last_lr()
 
-    def step(self):
+    def recursive_undo(self, sched=None) -> None:
+        """Undo the step the constructors of the schedulers took (those of nested ``SequentialLR`` and
+        ``ChainedScheduler`` too), as torch's."""
+        scheds = self if sched is None else sched
+        if hasattr(scheds, "_schedulers"):
+            for s in scheds._schedulers:
+                self.recursive_undo(s)
+        elif hasattr(scheds, "last_epoch"):
+            scheds.last_epoch -= 1
+
+    def step(self) -> None:  # type: ignore[override]
+        _not_in_compile(self.optimizer)
         self.last_epoch += 1
         idx = bisect_right(self._milestones, self.last_epoch)
         s = self._schedulers[idx]
         if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
-            s.step(0)
+            s._update_lr(0)
         else:
             s.step()
         self._last_lr = s.get_last_lr()
+
+    def state_dict(self) -> dict:
+        """Every attribute but the optimizer; ``_schedulers``: each scheduler's own ``state_dict``."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore :meth:`state_dict`'s state, and each scheduler's from its own."""
+        state_dict = dict(state_dict)
+        scheds = state_dict.pop("_schedulers")
+        self.__dict__.update(state_dict)
+        for s, sd in zip(self._schedulers, scheds):
+            s.load_state_dict(sd)
 
 
 class ReduceLROnPlateau(LRScheduler):

@@ -125,6 +125,71 @@ def test_every_dtype_and_grad_flags_survive_a_pickle(tmp_path):
     assert isinstance(back["param"], nn.Parameter) and not back["param"].requires_grad
 
 
+
+def _torch_round_trip(torch, obj, weights_only: bool):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=weights_only)
+
+
+def test_parameters_and_grad_flags_in_a_tree_load_as_torch(tmp_path):
+    """A tree (no pickle) keeps what torch keeps: an ``nn.Parameter`` loads as one with its ``requires_grad`` (it
+    used to load as a plain tensor without grad), a tensor that requires grad as a leaf that does; a flat state dict
+    of plain tensors is still a plain safetensors file."""
+    torch = pytest.importorskip("torch", reason="PyTorch is the reference here (pip install torch==2.13.0)")
+
+    def obj(lib):
+        return {"p": lib.nn.Parameter(lib.ones(2)), "frozen": lib.nn.Parameter(lib.ones(2), requires_grad=False),
+                "leaf": lib.ones(2, requires_grad=True), "made": lib.ones(2, requires_grad=True) * 2,
+                "plain": lib.arange(3), "nested": [lib.nn.Parameter(lib.zeros(1))]}
+
+    p = tmp_path / "params.pt"
+    tw.save(obj(tw), p)
+    assert json.loads(metadata_of(p)["tensorwire"])["version"] == S.TREE_FLAGS_VERSION
+    assert S.PICKLE_ENTRY not in load_file(p)  # (still a tree: no pickle)
+    for wo in (True, False):
+        ref = _torch_round_trip(torch, obj(torch), wo)
+        back = tw.load(p, weights_only=wo)
+        for k in ("p", "frozen", "leaf", "made", "plain"):
+            assert isinstance(back[k], nn.Parameter) == isinstance(ref[k], torch.nn.Parameter), k
+            assert (back[k].requires_grad, back[k].is_leaf) == (ref[k].requires_grad, ref[k].is_leaf), k
+            assert back[k].tolist() == ref[k].tolist()
+        assert isinstance(back["nested"][0], nn.Parameter) and back["nested"][0].requires_grad
+    for lone in (nn.Parameter(tw.ones(3)), {"w": nn.Parameter(tw.ones(3))}):  # (a flat dict of one too)
+        tw.save(lone, p)
+        back = tw.load(p)
+        back = back if isinstance(lone, tw.Tensor) else back["w"]
+        assert isinstance(back, nn.Parameter) and back.requires_grad
+    m = _model()
+    tw.save(m.state_dict(), p)
+    assert "tensorwire" not in metadata_of(p)
+    tw.save(m.state_dict(keep_vars=True), p)  # (its parameters: as torch, they load as parameters)
+    assert all(isinstance(v, nn.Parameter) for v in tw.load(p).values())
+
+
+def test_numpy_scalars_keep_their_type_as_torch(tmp_path):
+    """A numpy scalar loads back as a numpy scalar of its dtype (``np.float32(1.5)`` used to load as the Python float
+    1.5), as ``torch.load(weights_only=False)`` gives it (the tree holds no code: it loads with either
+    ``weights_only``, where torch's restricted unpickler refuses numpy's globals)."""
+    torch = pytest.importorskip("torch", reason="PyTorch is the reference here (pip install torch==2.13.0)")
+    obj = {"f32": np.float32(1.5), "f64": np.float64(0.1), "i64": np.int64(-3), "b": np.bool_(True),
+           "c64": np.complex64(1 + 2j), "f16": np.float16(0.1), "inf": np.float32(np.inf), "py": 2.5,
+           "seq": [np.int8(4), (np.uint8(5),)]}
+    ref = _torch_round_trip(torch, obj, weights_only=False)
+    p = tmp_path / "scalars.pt"
+    tw.save(obj, p)
+    for wo in (True, False):
+        back = tw.load(p, weights_only=wo)
+        assert list(back) == list(ref)
+        for k in ("f32", "f64", "i64", "b", "c64", "f16", "inf", "py"):
+            assert type(back[k]) is type(ref[k]) and back[k] == ref[k], k
+        assert [type(back["seq"][0]), type(back["seq"][1][0])] == [np.int8, np.uint8] == [
+            type(ref["seq"][0]), type(ref["seq"][1][0])]
+    tw.save(np.float32(2.25), p)
+    assert type(tw.load(p)) is np.float32 and tw.load(p) == 2.25
+
+
 def test_optimizer_and_module_checkpoint_resumes(tmp_path):
     m = _model()
     opt = tw.optim.Adam(m.parameters(), lr=0.01)

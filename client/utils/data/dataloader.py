@@ -10,8 +10,9 @@ runs the previous step while the next batch is recorded. ``worker_init_fn`` is t
 
 from __future__ import annotations
 
+from ._utils import collate as _collate_mod
 from ._utils.collate import default_collate, default_convert
-from .dataset import Dataset, IterableDataset
+from .dataset import Dataset, IterableDataset, _batched_read
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
 __all__ = ["DataLoader", "get_worker_info", "default_collate", "default_convert"]
@@ -120,7 +121,11 @@ class DataLoader:
             return default_collate(samples, self.device)
         return self.collate_fn(samples)
 
-    def __iter__(self):
+    def __iter__(self) -> _DataLoaderIter:
+        """An iterator over the batches (one pass over the sampler), with ``len()`` as torch's."""
+        return _DataLoaderIter(self)
+
+    def _batches(self):
         if self._iterable:
             yield from self._iter_stream()
             return
@@ -128,10 +133,13 @@ class DataLoader:
             for i in self.sampler:
                 yield self.collate_fn(self.dataset[i])
             return
-        fast = self._default_collate and hasattr(self.dataset, "_batch")
+        fast = _batched_read(self.dataset) if self._default_collate and _default_map_intact() else None
+        getitems = None if fast is not None else getattr(self.dataset, "__getitems__", None)
         for indices in self.batch_sampler:
-            if fast:
-                yield list(self.dataset._batch(indices, self.device))
+            if fast is not None:
+                yield list(fast(indices, self.device))
+            elif getitems:  # (torch's fetcher: the dataset's own batched read, its samples to collate_fn)
+                yield self._collate(getitems(indices))
             else:
                 yield self._collate([self.dataset[i] for i in indices])
 
@@ -148,3 +156,31 @@ class DataLoader:
                 batch = []
         if batch and not self.drop_last:
             yield self._collate(batch)
+
+
+def _default_map_intact() -> bool:
+    """Whether ``default_collate_fn_map`` still collates tensors, arrays and numpy scalars the default way (what a
+    dataset's batched read stands in for); a map changed for them sends every batch through it."""
+    m, c = _collate_mod.default_collate_fn_map, _collate_mod
+    return (m.get(c.Tensor) is c.collate_tensor_fn and m.get(c.np.ndarray) is c.collate_numpy_array_fn
+            and m.get((c.np.bool_, c.np.number, c.np.object_)) is c.collate_numpy_scalar_fn)
+
+
+class _DataLoaderIter:
+    """One pass over a :class:`DataLoader`'s batches (torch's ``_SingleProcessDataLoaderIter``): an iterator whose
+    ``len()`` is the loader's number of batches (a ``TypeError`` for an ``IterableDataset``, as torch's)."""
+
+    def __init__(self, loader: DataLoader):
+        self._loader = loader
+        self._gen = loader._batches()
+
+    def __iter__(self) -> _DataLoaderIter:
+        return self
+
+    def __next__(self):
+        return next(self._gen)
+
+    def __len__(self) -> int:
+        if self._loader._iterable:
+            raise TypeError("object of type '_InfiniteConstantSampler' has no len()")
+        return len(self._loader)

@@ -70,8 +70,17 @@ class TensorDataset(Dataset):
         return self.tensors[0].shape[0]
 
     def _batch(self, indices: list[int], device=None):
-        """One batch: a device gather for cluster tensors, one upload per field for numpy arrays."""
+        """One batch: a device gather for cluster tensors, one upload per field for numpy arrays. Negative indices
+        count from the end and an index out of range is an ``IndexError``, as ``t[i]`` sample by sample."""
         idx = np.asarray(indices, dtype=np.int64)
+        if len(idx):
+            n = len(self)
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < -n or hi >= n:
+                bad = int(idx[(idx < -n) | (idx >= n)][0])
+                raise IndexError(f"index {bad} is out of bounds for dimension 0 with size {n}")
+            if lo < 0:
+                idx = np.where(idx < 0, idx + n, idx)  # (so that [-1, 0] is no slice [-1:1], nor a wrapped gather)
         contiguous = len(idx) > 0 and bool(np.all(np.diff(idx) == 1))
         out = []
         dev_idx = {}
@@ -91,6 +100,8 @@ class TensorDataset(Dataset):
 
 
 class Subset(Dataset):
+    """The samples of ``dataset`` at ``indices``."""
+
     def __init__(self, dataset: Dataset, indices: Sequence[int]):
         self.dataset, self.indices = dataset, list(indices)
 
@@ -99,6 +110,12 @@ class Subset(Dataset):
             return self.dataset[[self.indices[i] for i in idx]]
         return self.dataset[self.indices[idx]]
 
+    def __getitems__(self, indices: list[int]) -> list:
+        """The samples at ``indices``, through the base dataset's ``__getitems__`` when it has one (as torch's)."""
+        if callable(getattr(self.dataset, "__getitems__", None)):
+            return self.dataset.__getitems__([self.indices[idx] for idx in indices])
+        return [self.dataset[self.indices[idx]] for idx in indices]
+
     def __len__(self) -> int:
         return len(self.indices)
 
@@ -106,22 +123,31 @@ class Subset(Dataset):
     def _batch(self):
         """The base dataset's batched read through this subset's indices; absent (``hasattr`` is false, and the
         loader reads and collates item by item) when the base has none, as a user's own ``Dataset`` has not."""
-        base = getattr(self.dataset, "_batch", None)
+        base = _batched_read(self.dataset)
         if base is None:
             raise AttributeError(f"{type(self.dataset).__name__} has no batched read")
         return lambda indices, device=None: base([self.indices[i] for i in indices], device)
 
 
 class ConcatDataset(Dataset):
+    """The samples of several map-style datasets, one after the other."""
+
     def __init__(self, datasets):
         self.datasets = list(datasets)
+        if len(self.datasets) == 0:
+            raise AssertionError("datasets should not be an empty iterable")
+        for d in self.datasets:
+            if isinstance(d, IterableDataset):
+                raise AssertionError("ConcatDataset does not support IterableDataset")
         self.cumulative_sizes = list(itertools.accumulate(len(d) for d in self.datasets))
 
     def __len__(self) -> int:
-        return self.cumulative_sizes[-1] if self.cumulative_sizes else 0
+        return self.cumulative_sizes[-1]
 
     def __getitem__(self, idx):
         if idx < 0:
+            if -idx > len(self):
+                raise ValueError("absolute value of index should not exceed dataset length")
             idx += len(self)
         d = bisect.bisect_right(self.cumulative_sizes, idx)
         start = self.cumulative_sizes[d - 1] if d else 0
@@ -148,6 +174,24 @@ class StackDataset(Dataset):
             return {k: d[index] for k, d in self.datasets.items()}
         return tuple(d[index] for d in self.datasets)
 
+    def __getitems__(self, indices: list) -> list:
+        """The samples at ``indices``, each dataset read through its ``__getitems__`` when it has one (as torch's)."""
+        datasets = self.datasets.items() if isinstance(self.datasets, dict) else enumerate(self.datasets)
+        samples: list[dict] = [{} for _ in indices]
+        for k, dataset in datasets:
+            if callable(getattr(dataset, "__getitems__", None)):
+                items = dataset.__getitems__(indices)
+                if len(items) != len(indices):
+                    raise ValueError(f"Nested dataset's output size mismatch. Expected {len(indices)}, got "
+                                     f"{len(items)}")
+            else:
+                items = [dataset[idx] for idx in indices]
+            for sample, item in zip(samples, items):
+                sample[k] = item
+        if isinstance(self.datasets, dict):
+            return samples
+        return [tuple(sample.values()) for sample in samples]
+
     def __len__(self) -> int:
         return self._length
 
@@ -164,6 +208,27 @@ class ChainDataset(IterableDataset):
 
     def __len__(self) -> int:
         return sum(len(d) for d in self.datasets)
+
+
+def _owner(cls: type, name: str) -> type | None:
+    """The class of ``cls``'s MRO that defines ``name`` (None: none does)."""
+    return next((c for c in cls.__mro__ if name in c.__dict__), None)
+
+
+def _batched_read(dataset):
+    """``dataset._batch`` (a whole batch read at once, collated as :func:`default_collate` would) when the loader
+    may use it instead of ``__getitems__``/``__getitem__`` and ``default_collate``: None when the dataset has none, or
+    when a subclass overrides ``__getitem__`` or defines ``__getitems__`` (the loader then calls them, as torch's)."""
+    batch = getattr(dataset, "_batch", None)
+    if batch is None:
+        return None
+    cls = type(dataset)
+    owner = _owner(cls, "_batch")
+    if _owner(cls, "__getitem__") is not owner or _owner(cls, "__getitems__") not in (None, owner):
+        return None
+    if "__getitems__" in getattr(dataset, "__dict__", {}):
+        return None
+    return batch
 
 
 def _rng(generator) -> np.random.Generator:
