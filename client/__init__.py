@@ -59,6 +59,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     # torch.return_types (the named tuples of x.max(0), x.sort() ...)
     # issue 33: sparse tensors (torch.sparse, torch.sparse_coo_tensor ...) and layouts
     **_submodules("sparse"),
+    **_submodules("func"),  # torch.func: functional_call (client/func.py)
     **_names("tensorwire.sparse", "sparse_coo_tensor", "sparse_csr_tensor", "spmm"),
     **_names("tensorwire.sparse_layout", "layout", "strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr",
              "sparse_bsc"),

@@ -54,12 +54,20 @@ def _source(coord: Tensor, size: int, padding: int, align_corners: bool, clip: b
     return _bound(x, size, padding, align_corners)
 
 
+def _clip(x: Tensor, size: int) -> Tensor:
+    """``x`` clipped to ``[0, size - 1]`` with torch's gradient (``clip_coordinates_set_grad``): 1 strictly inside,
+    0 at either limit and beyond. (``clamp``'s gradient passes at the limits: a grid point exactly at -1 or 1 with
+    ``align_corners=True``, an identity spatial transformer's corners, got a gradient torch's does not have.)"""
+    inside = (x > 0) & (x < size - 1)
+    return _where(inside, x, x.detach().clamp(0, size - 1))
+
+
 def _bound(x: Tensor, size: int, padding: int, align_corners: bool) -> Tensor:
     if padding == 1:
-        return x.clamp(0, size - 1)
+        return _clip(x, size)
     if padding == 2:
         x = _reflect(x, 0, 2 * (size - 1)) if align_corners else _reflect(x, -1, 2 * size - 1)
-        return x.clamp(0, size - 1)
+        return _clip(x, size)
     return x
 
 

@@ -11,9 +11,11 @@ import math
 
 import numpy as np
 
+from tensorwire import autocast_state as _amp
+from tensorwire.autocast_policy import POLICIES
 from tensorwire.combine import write_out
 from tensorwire.creation import arange, ones
-from tensorwire.functions import cat, where
+from tensorwire.functions import cat, stack, where
 from tensorwire.protocol import dtypes as D
 from tensorwire.protocol.errors import ShapeError
 from tensorwire.protocol.shapes import broadcast
@@ -57,6 +59,9 @@ from .loss_functions import (
     smooth_l1_loss,
 )
 from .pooling_nd import avg_pool3d, max_pool1d_with_indices, max_pool2d_with_indices, max_pool3d
+
+#: (the autocast state's count of active scopes: the half-input norms' fast path when no scope is on)
+_amp_active = _amp._active
 
 __all__ = [
     "relu", "relu6", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax", "leaky_relu", "softplus", "elu",
@@ -237,43 +242,74 @@ def _batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor 
     return input._rec("batch_norm", ins, attrs)
 
 
+def _half_norm(input: Tensor, op: str) -> tuple[Tensor, D.DType | None]:  # noqa: A002
+    """A normalisation's input and the dtype its result is cast back to: a float16 / bfloat16 ``input`` is normalised
+    in float32, its affine part applied there (weight and bias of float32, or of the input's dtype), and the result
+    rounded once to the input's dtype, as torch's CPU kernels do (their float accumulation, and their mixed-dtype
+    path, which takes float32 weights for a half input: ``nn.LayerNorm`` after a Linear under autocast). Under an
+    autocast whose policy runs ``op`` in float32 (torch's GPU list), the result stays float32, as torch's. Other
+    inputs: ``(input, None)``, unchanged."""
+    if input.dtype not in D.HALF:
+        return input, None
+    back = input.dtype
+    if _amp_active[0]:
+        kind = input._dev.split(":")[0]
+        if _amp._state().get(kind) is not None and POLICIES.get(kind, {}).get(op) == "fp32":
+            back = D.float32
+    return input.float(), back
+
+
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,  # noqa: A002
                eps: float = 1e-5) -> Tensor:
+    """Normalisation over the trailing ``normalized_shape`` dims, then ``* weight + bias`` (torch's
+    ``F.layer_norm``); a float16 / bfloat16 input is computed in float32 and its result has the input's dtype, with
+    float32 or half weights alike (:func:`_half_norm`)."""
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(input.shape[input.ndim - len(ns):]) != ns:
         raise ShapeError(f"Given normalized_shape={list(ns)}, expected input with shape [*, "
                          f"{', '.join(map(str, ns))}], but got input of size{list(input.shape)}")
-    y = input._rec("layer_norm", [input], {"ndim": len(ns), "eps": float(eps)})
+    x, back = _half_norm(input, "layer_norm")
+    y = x._rec("layer_norm", [x], {"ndim": len(ns), "eps": float(eps)})
     if weight is not None:
         y = y * weight
     if bias is not None:
         y = y + bias
-    return y
+    return y if back is None else y.to(back)
 
 
 def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:  # noqa: A002
+    """``input / sqrt(mean(input ** 2) + eps)`` over the trailing ``normalized_shape`` dims, times ``weight`` (torch's
+    ``F.rms_norm``). The result has the input's dtype whatever the weight's; a float16 / bfloat16 input is computed in
+    float32, and ``eps=None`` is the epsilon of that computation's dtype (float32's for a half input), as torch's."""
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    x, back = _half_norm(input, "rms_norm")
     if eps is None:
-        eps = float(np.finfo(input.dtype.np if input.dtype not in (D.bfloat16,) else np.float32).eps) \
-            if input.dtype is not D.bfloat16 else 0.0078125
-    y = input._rec("rms_norm", [input], {"ndim": len(ns), "eps": float(eps)})
-    return y * weight if weight is not None else y
+        eps = float(np.finfo(x.dtype.np).eps) if x.dtype.is_floating_point else float(np.finfo(np.float32).eps)
+    y = x._rec("rms_norm", [x], {"ndim": len(ns), "eps": float(eps)})
+    if weight is not None:
+        y = y * weight
+    target = back if back is not None else input.dtype
+    return y.to(target) if target.is_floating_point and y.dtype is not target else y
 
 
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,  # noqa: A002
                eps: float = 1e-5) -> Tensor:
+    """Normalisation over each group of ``num_groups`` channel groups (dim 1 and the spatial dims), then the
+    per-channel ``weight`` and ``bias`` (torch's ``F.group_norm``); a float16 / bfloat16 input is computed in float32
+    and its result has the input's dtype (:func:`_half_norm`)."""
     n, c = input.shape[0], input.shape[1]
     if c % num_groups:
         raise ValueError(f"Expected number of channels in input to be divisible by num_groups, but got input of "
                          f"shape {list(input.shape)} and num_groups={num_groups}")
-    x = input.reshape(n, num_groups, math.prod(input.shape[1:]) // num_groups)  # (explicit: n may be 0)
+    xin, back = _half_norm(input, "layer_norm")  # (recorded as a layer_norm of the groups: that op's policy)
+    x = xin.reshape(n, num_groups, math.prod(input.shape[1:]) // num_groups)  # (explicit: n may be 0)
     y = x._rec("layer_norm", [x], {"ndim": 1, "eps": float(eps)}).reshape(input.shape)
     shape = [1, -1] + [1] * (input.ndim - 2)
     if weight is not None:
         y = y * weight.reshape(shape)
     if bias is not None:
         y = y + bias.reshape(shape)
-    return y
+    return y if back is None else y.to(back)
 
 
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12,  # noqa: A002
@@ -309,14 +345,51 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
     return out.reshape(*input.shape, weight.shape[1])
 
 
+def _held_value(t: Tensor) -> np.ndarray | None:
+    """``t``'s value when the client holds it (a tensor made from host data, or a view of one: ``known_values``),
+    read with no round trip; else None, and None while ``tw.compile`` records (a replay may see other values)."""
+    s = t._s
+    if s._capture is not None:
+        return None
+    return s._known.peek(t._id) if t._base is None else s._known.held(t)
+
+
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
-    """int64 one-hot encoding along a new last dim (``num_classes=-1`` reads the max: a sync)."""
+    """int64 one-hot encoding along a new last dim (torch's ``F.one_hot``), with torch's checks of the class values:
+    a negative one, or one not below ``num_classes``, raises RuntimeError at the call when the client holds the
+    values (a tensor made from host data, or a view of one) or reads them anyway (``num_classes=-1`` reads the min and
+    max: one round trip). Otherwise the values are checked on the device, with no round trip: the classes pass
+    through a gather of ``arange(num_classes)``, whose kernel checks its indices, so reading the result of a value out
+    of range raises a RuntimeError naming the gather's index (as torch's CUDA one_hot leaves it to a device assert)."""
     if tensor.dtype.is_floating_point:
         raise TypeError("one_hot is only applicable to index tensor")
-    if num_classes < 0:
-        num_classes = int(tensor.max().item()) + 1
+    num_classes = int(num_classes)
+    if tensor.numel() == 0:
+        if num_classes <= 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        idx = tensor
+    else:
+        held = _held_value(tensor)
+        if held is not None or num_classes == -1:
+            if held is not None:
+                lo, hi = int(held.min()), int(held.max())
+            else:  # (the min and max in one read)
+                lo, hi = stack([tensor.min(), tensor.max()]).tolist()
+            if lo < 0:
+                raise RuntimeError("Class values must be non-negative.")
+            if num_classes == -1:
+                num_classes = hi + 1
+            elif hi >= num_classes:
+                raise RuntimeError("Class values must be smaller than num_classes.")
+            idx = tensor
+        elif num_classes <= 0:
+            raise RuntimeError("Class values must be smaller than num_classes.")
+        else:  # checked on the device, read with the result (gather's kernel raises for an index out of range)
+            ix = tensor if tensor.dtype is D.int64 else tensor.long()
+            idx = arange(num_classes, device=tensor._dev, session=tensor._s).gather(0, ix.reshape(-1))
+            idx = idx.reshape(tensor.shape)
     classes = arange(num_classes, device=tensor._dev, session=tensor._s)
-    return (tensor.unsqueeze(-1) == classes).long()
+    return (idx.unsqueeze(-1) == classes).long()
 
 
 # ------------------------------------------------------------------------------------------------ attention

@@ -150,9 +150,15 @@ def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
 
 
 def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:  # noqa: A002
-    """im2col: ``[N, C, H, W] -> [N, C * kh * kw, L]`` (torch's ordering)."""
-    return input._rec("im2col", [input], {"kernel": _pair(kernel_size), "stride": _pair(stride),
-                                          "padding": _pair(padding), "dilation": _pair(dilation)})
+    """im2col: ``[N, C, H, W] -> [N, C * kh * kw, L]`` (torch's ordering), or unbatched ``[C, H, W] -> [C * kh * kw,
+    L]`` (a batch of one, as torch's)."""
+    if input.ndim not in (3, 4):
+        raise ShapeError(f"Input Error: Only 3D or 4D input Tensors are supported (got {input.ndim}D)")
+    unbatched = input.ndim == 3
+    x = input.unsqueeze(0) if unbatched else input
+    y = x._rec("im2col", [x], {"kernel": _pair(kernel_size), "stride": _pair(stride),
+                               "padding": _pair(padding), "dilation": _pair(dilation)})
+    return y.squeeze(0) if unbatched else y
 
 
 

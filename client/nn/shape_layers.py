@@ -110,7 +110,8 @@ class Fold(Module):
 
 
 class Unfold(Module):
-    """im2col: ``[N, C, H, W] -> [N, C * prod(kernel_size), L]`` (``F.unfold``)."""
+    """im2col: ``[N, C, H, W] -> [N, C * prod(kernel_size), L]``, or unbatched ``[C, H, W] -> [C * prod(kernel_size),
+    L]`` (``F.unfold``)."""
 
     def __init__(self, kernel_size, dilation=1, padding=0, stride=1):
         super().__init__()

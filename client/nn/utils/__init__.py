@@ -1,6 +1,7 @@
 """``tw.nn.utils``: gradient clipping (computed and applied on the cluster, no sync), parameter/vector conversion,
 ``rnn`` (``tw.nn.utils.rnn``: ``PackedSequence`` and the pad/pack functions, as torch's), the hook-based
-``weight_norm``/``spectral_norm``, ``parametrize`` and ``parametrizations``, BatchNorm fusion and ``skip_init``."""
+``weight_norm``/``spectral_norm``, ``parametrize`` and ``parametrizations``, BatchNorm fusion, ``skip_init`` and
+``stateless`` (``functional_call``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tensorwire.protocol.graph import attrs_key
 from tensorwire.tensor import Tensor
 
 from .._tensors import no_grad, rebind
-from . import parametrizations, parametrize, rnn
+from . import parametrizations, parametrize, rnn, stateless
 from .fusion import fuse_conv_bn_eval, fuse_conv_bn_weights, fuse_linear_bn_eval, fuse_linear_bn_weights
 from .init import skip_init
 from .spectral_norm import remove_spectral_norm, spectral_norm
@@ -24,7 +25,7 @@ from .weight_norm import remove_weight_norm, weight_norm
 __all__ = ["clip_grad_norm", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "fuse_conv_bn_eval",
            "fuse_conv_bn_weights", "fuse_linear_bn_eval", "fuse_linear_bn_weights", "get_total_norm",
            "parameters_to_vector", "parametrizations", "parametrize", "remove_spectral_norm", "remove_weight_norm",
-           "rnn", "skip_init", "spectral_norm", "vector_to_parameters", "weight_norm"]
+           "rnn", "skip_init", "spectral_norm", "stateless", "vector_to_parameters", "weight_norm"]
 
 
 def _grads(parameters) -> list[Tensor]:
