@@ -38,20 +38,23 @@ class TensorwireError(Exception):
         return d
 
 
-class ShapeError(TensorwireError, ValueError):
-    """Shapes do not fit the op (broadcasting, matmul inner sizes, reshape sizes...)."""
+class ShapeError(TensorwireError, ValueError, RuntimeError):
+    """Shapes do not fit the op (broadcasting, matmul inner sizes, reshape sizes...). A ``RuntimeError`` too, as
+    torch raises one for these (``except RuntimeError`` in a torch script catches it)."""
 
     code = "ShapeError"
 
 
-class DTypeError(TensorwireError, TypeError):
-    """A dtype the op does not accept, or an impossible cast."""
+class DTypeError(TensorwireError, TypeError, RuntimeError):
+    """A dtype the op does not accept, or an impossible cast. A ``RuntimeError`` too, as torch's dtype errors
+    ("expected scalar type Float but found Double") are."""
 
     code = "DTypeError"
 
 
-class IndexOutOfRange(TensorwireError, IndexError):
-    """An index outside the tensor's extent (found on the client or while executing)."""
+class IndexOutOfRange(TensorwireError, IndexError, RuntimeError):
+    """An index outside the tensor's extent (found on the client or while executing). A ``RuntimeError`` too, as
+    torch's ``gather``/``index_select`` errors are ("index out of range in self")."""
 
     code = "IndexError"
 

@@ -201,3 +201,18 @@ def test_error_does_not_poison_later_batches():
         with pytest.raises(IndexError):
             bad.numpy()
         check(tw.full((2,), float(i)), np.full(2, float(i)))
+
+
+def test_typed_errors_are_runtime_errors_as_torch_s():
+    """torch raises ``RuntimeError`` for shape, dtype and index errors; a torch script's ``except RuntimeError``
+    catches tensorwire's typed ones too (which stay ``ValueError``/``TypeError``/``IndexError``)."""
+    with pytest.raises(RuntimeError):
+        tw.ones(2, 3) @ tw.ones(2, 3)
+    with pytest.raises(ValueError):
+        tw.ones(2, 3) @ tw.ones(2, 3)
+    with pytest.raises(RuntimeError):
+        tw.ones(3, dtype=tw.int64).add_(1.5)
+    with pytest.raises(RuntimeError):
+        tw.ones(3)[5].item()
+    for cls in (tw.ShapeError, tw.DTypeError, tw.IndexOutOfRange):
+        assert issubclass(cls, RuntimeError) and issubclass(cls, tw.TensorwireError)
