@@ -838,9 +838,12 @@ def _conv2d_grad_input(c):
 def _max_pool2d(c):
     """One op, max_pool2d_grad(x, g), routing each window's gradient to its (first) maximum as torch does, where
     the decomposition's chain of maximum rules records ~10 ops per window position and splits ties (it is a
-    composite too: double backward goes through its decomposition)."""
+    composite too: double backward goes through its decomposition). Differentiated again (:attr:`Ctx.higher`) it
+    stays connected to ``x`` with a zero derivative, as torch's ``max_pool2d_with_indices_backward`` is."""
     at = {k: c.a[k] for k in ("kernel", "stride", "padding", "dilation", "ceil_mode") if k in c.a}
-    return [c.x[0].op("max_pool2d_grad", c.g.cast(c.x[0].dtype), **at)]
+    x = c.x[0]
+    gx = x.op("max_pool2d_grad", c.g.cast(x.dtype), **at)
+    return [gx + x.op("sign") * 0 if c.higher else gx]
 
 MAX_PARTS = 8  # padded_parts gives up on a gradient summed from more pieces than this
 

@@ -141,3 +141,24 @@ def test_gradient_penalty_through_masked_activations_as_torch(act):
         assert (got is None) == (want is None)
         if want is not None:
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_gradient_penalty_through_max_pooling_as_torch():
+    """A critic with a conv, a max pool and a linear head: the penalty's second derivative reaches the conv's bias
+    only through the pool's routing, whose derivative torch keeps as zeros (the bias gets a zero gradient)."""
+    rng = np.random.default_rng(12)
+    init = [rng.standard_normal(s) for s in ((3, 1, 3, 3), (3,), (27, 1), (1,))]
+    x0 = rng.standard_normal((2, 1, 8, 8))
+    grads = {}
+    for m in (torch, tw):
+        F = m.nn.functional
+        w, b, v, c = (m.tensor(a, requires_grad=True) for a in init)
+        x = m.tensor(x0, requires_grad=True)
+        u = F.max_pool2d(F.conv2d(x, w, b), 2).reshape(2, -1) @ v + c
+        (gx,) = m.autograd.grad(u.sum(), x, create_graph=True)
+        gx.pow(2).sum().backward()
+        grads[m.__name__] = [None if p.grad is None else p.grad.numpy() for p in (w, b, v, c)]
+    for got, want in zip(grads["tensorwire"], grads["torch"]):
+        assert (got is None) == (want is None)
+        if want is not None:
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
